@@ -1,0 +1,1 @@
+"""The sweep: GPU control, sampling, loads and the driver that ties them together."""

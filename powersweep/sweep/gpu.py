@@ -1,0 +1,180 @@
+"""The GPU interface every backend (NVML, simulated) implements, and its data types.
+
+Units are in field names. Power is in watts, energy in millijoules (as NVML counts it), clocks in
+MHz, temperatures in degrees Celsius. A reading that failed is ``NaN`` (floats) or ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+NAN = math.nan
+
+# Clock-event (throttle) reason bits, as NVML defines them (nvmlClocksEventReason*).
+CLOCK_EVENT_GPU_IDLE = 0x1
+CLOCK_EVENT_APP_CLOCKS = 0x2
+CLOCK_EVENT_SW_POWER_CAP = 0x4
+CLOCK_EVENT_HW_SLOWDOWN = 0x8
+CLOCK_EVENT_SYNC_BOOST = 0x10
+CLOCK_EVENT_SW_THERMAL = 0x20
+CLOCK_EVENT_HW_THERMAL = 0x40
+CLOCK_EVENT_HW_POWER_BRAKE = 0x80
+CLOCK_EVENT_DISPLAY_CLOCKS = 0x100
+
+POWER_EVENT_MASK = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
+THERMAL_EVENT_MASK = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL | CLOCK_EVENT_HW_SLOWDOWN
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """Who a GPU is.
+
+    Attributes:
+        index: NVML index (as ``nvidia-smi -i`` uses).
+        name: Marketing name, e.g. ``NVIDIA GeForce RTX 3090``.
+        uuid: Stable identifier (``GPU-...``).
+        vram_mib: Total memory in MiB.
+        driver_version: Driver version string.
+    """
+
+    index: int
+    name: str
+    uuid: str
+    vram_mib: int
+    driver_version: str
+
+
+@dataclass(frozen=True)
+class PowerEnvelope:
+    """The power limits of one GPU, in watts.
+
+    Attributes:
+        min_w: Lowest settable limit.
+        default_w: Factory default limit (the card's TDP).
+        max_w: Highest settable limit.
+        current_w: Limit in force when read (the user's own setting before a sweep).
+    """
+
+    min_w: float
+    default_w: float
+    max_w: float
+    current_w: float
+
+
+@dataclass(frozen=True)
+class SetLimitResult:
+    """What happened when a power limit was set.
+
+    Attributes:
+        requested_w: The limit asked for.
+        readback_w: The limit the card reports afterwards.
+        enforced_w: The limit actually enforced (may be lower through out-of-band limits); NaN if
+            unknown.
+        accepted: True when the read-back matches the request within 0.5 W.
+        message: Why the cap was not taken, empty when accepted.
+    """
+
+    requested_w: float
+    readback_w: float
+    enforced_w: float
+    accepted: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One reading of a GPU's state. Failed fields are NaN (or None for ``pstate``).
+
+    Attributes:
+        gpu_index: Index of the GPU read.
+        power_w: Board draw.
+        energy_mj: Total-energy counter since driver load (NaN where unsupported).
+        temp_c: GPU core temperature.
+        sm_clock_mhz: Current SM clock.
+        mem_clock_mhz: Current memory clock.
+        util_pct: GPU utilization.
+        pstate: Performance state, 0 (P0) to 15; None when unknown.
+        clock_event_bits: Clock-event reason bitmask (NVML), None when unknown.
+        read_errors: How many fields of this reading failed.
+    """
+
+    gpu_index: int
+    power_w: float
+    energy_mj: float
+    temp_c: float
+    sm_clock_mhz: float
+    mem_clock_mhz: float
+    util_pct: float
+    pstate: int | None
+    clock_event_bits: int | None
+    read_errors: int = 0
+
+    @property
+    def throttle_power(self) -> bool:
+        """True when the power cap (software or brake) limited clocks."""
+        return bool(self.clock_event_bits is not None and self.clock_event_bits & POWER_EVENT_MASK)
+
+    @property
+    def throttle_thermal(self) -> bool:
+        """True when a thermal reason limited clocks."""
+        return bool(
+            self.clock_event_bits is not None and self.clock_event_bits & THERMAL_EVENT_MASK
+        )
+
+
+class Gpu(Protocol):
+    """One GPU a sweep can read and cap.
+
+    Implementations: :class:`powersweep.sweep.nvml.NvmlGpu` and
+    :class:`powersweep.sim.gpu.SimGpu`.
+    """
+
+    @property
+    def index(self) -> int:
+        """NVML index of this GPU."""
+        ...
+
+    def identity(self) -> GpuIdentity:
+        """Return who this GPU is."""
+        ...
+
+    def envelope(self) -> PowerEnvelope:
+        """Return the power limits now (``current_w`` is the limit in force)."""
+        ...
+
+    def set_power_limit(self, watts: float) -> SetLimitResult:
+        """Set the power limit, read it back and report whether the card took it.
+
+        Raises:
+            GpuError: The limit cannot be set at all (no permission, not supported).
+        """
+        ...
+
+    def read_sample(self) -> GpuSample:
+        """Read draw, energy, temperature, clocks, utilization, P-state and clock events.
+
+        Never raises for a failed field: it becomes NaN/None and counts in ``read_errors``.
+        """
+        ...
+
+    def slowdown_temp_c(self) -> float:
+        """Temperature at which the card starts thermal slowdown (NaN if unknown)."""
+        ...
+
+
+class GpuBackend(Protocol):
+    """Enumerates GPUs and owns backend-wide state (NVML init/shutdown)."""
+
+    def device_count(self) -> int:
+        """Number of GPUs visible."""
+        ...
+
+    def gpu(self, index: int) -> Gpu:
+        """Return the GPU at ``index``."""
+        ...
+
+    def close(self) -> None:
+        """Release backend resources (idempotent)."""
+        ...
