@@ -9,6 +9,7 @@ times faster, so results do not depend on the scale.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from typing import Protocol
@@ -76,3 +77,39 @@ class ScaledClock:
 def real_clock() -> ScaledClock:
     """A clock for real hardware: run seconds are wall seconds."""
     return ScaledClock(1.0)
+
+
+class ManualClock:
+    """A clock that moves only when told to: sleeps advance it instantly.
+
+    For tests and offline simulation, where run time must pass exactly and in no wall time.
+    """
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self._now = start_s
+        self._lock = threading.Lock()
+
+    @property
+    def scale(self) -> float:
+        return math.inf
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move run time forward."""
+        with self._lock:
+            self._now += max(0.0, seconds)
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        if event.is_set():
+            return True
+        self.advance(seconds)
+        return event.is_set()

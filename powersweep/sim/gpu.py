@@ -1,0 +1,276 @@
+"""A simulated GPU that implements the :class:`~powersweep.sweep.gpu.Gpu` protocol.
+
+Its state (temperature, energy counter, utilisation) evolves in run time on the injected clock;
+its operating point comes from :mod:`powersweep.sim.physics`; readings carry seeded noise. Its
+power limit can persist in a state file, like a driver's setting outlives the process that set it,
+so tests can check that an interrupted sweep put the limit back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import tempfile
+import threading
+from pathlib import Path
+
+from powersweep.clock import Clock
+from powersweep.errors import GpuError
+from powersweep.sim.physics import (
+    IDLE,
+    OperatingPoint,
+    Workload,
+    operating_point,
+    thermal_budget_w,
+)
+from powersweep.sim.profiles import GpuProfile
+from powersweep.sweep.gpu import (
+    CLOCK_EVENT_GPU_IDLE,
+    CLOCK_EVENT_SW_POWER_CAP,
+    CLOCK_EVENT_SW_THERMAL,
+    GpuIdentity,
+    GpuSample,
+    PowerEnvelope,
+    SetLimitResult,
+)
+
+_UTIL_TIME_CONSTANT_S = 0.25
+_THERMAL_RELEASE_C = 2.0
+
+
+class LimitStore:
+    """Power limits of simulated GPUs kept in a JSON file (``{uuid: watts}``).
+
+    Args:
+        path: The state file; created on first write.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def get(self, uuid: str) -> float | None:
+        """The stored limit of a GPU, or None."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        value = data.get(uuid) if isinstance(data, dict) else None
+        return float(value) if isinstance(value, int | float) else None
+
+    def put(self, uuid: str, watts: float) -> None:
+        """Store a GPU's limit atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        with self._lock:
+            try:
+                data = json.loads(self.path.read_text()) if self.path.exists() else {}
+            except (OSError, ValueError):
+                data = {}
+            data[uuid] = watts
+            try:
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".simstate-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f)
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                raise GpuError(f"cannot write simulated GPU state {self.path}: {exc}") from exc
+
+
+class SimGpu:
+    """One simulated card.
+
+    Args:
+        profile: Its physics.
+        clock: Run clock (shared with the simulated server and the sampler).
+        index: NVML-style index.
+        seed: Seed of the reading noise.
+        store: Where the power limit persists; None keeps it in memory.
+        share: Fraction of the model's work on this card (1/n for n-way tensor parallel).
+    """
+
+    def __init__(
+        self,
+        profile: GpuProfile,
+        clock: Clock,
+        *,
+        index: int = 0,
+        seed: int = 0,
+        store: LimitStore | None = None,
+        share: float = 1.0,
+    ) -> None:
+        self.profile = profile
+        self._clock = clock
+        self._index = index
+        self._rng = random.Random(seed * 1009 + index)
+        self._store = store
+        self._share = share
+        self._uuid = f"GPU-sim-{profile.name}-{index}"
+        stored = store.get(self._uuid) if store else None
+        self._limit_w = stored if stored is not None else profile.user_limit_w
+        self._lock = threading.Lock()
+        self._workload = IDLE
+        th = profile.thermal
+        self._temp_c = th.ambient_c + th.resistance_c_per_w * profile.idle_w
+        self._energy_mj = 0.0
+        self._util = 0.0
+        self._thermal_active = False
+        self._t = clock.now()
+        self._op_cache: dict[tuple[Workload, float, float], OperatingPoint] = {}
+
+    # --- Gpu protocol -------------------------------------------------------------------------
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    def identity(self) -> GpuIdentity:
+        return GpuIdentity(
+            index=self._index,
+            name=self.profile.gpu_name,
+            uuid=self._uuid,
+            vram_mib=self.profile.vram_mib,
+            driver_version="sim",
+        )
+
+    def envelope(self) -> PowerEnvelope:
+        p = self.profile
+        return PowerEnvelope(p.min_limit_w, p.default_limit_w, p.max_limit_w, self._limit_w)
+
+    def set_power_limit(self, watts: float) -> SetLimitResult:
+        p = self.profile
+        if not p.min_limit_w <= watts <= p.max_limit_w:
+            return SetLimitResult(
+                watts,
+                self._limit_w,
+                self._limit_w,
+                False,
+                f"{watts:g} W is outside the envelope {p.min_limit_w:g}-{p.max_limit_w:g} W",
+            )
+        with self._lock:
+            self._advance()
+            if watts >= p.rejects_below_w:
+                self._limit_w = float(watts)
+                if self._store:
+                    self._store.put(self._uuid, self._limit_w)
+            readback = self._limit_w
+        accepted = abs(readback - watts) <= 0.5
+        msg = "" if accepted else f"card kept {readback:g} W when asked for {watts:g} W"
+        return SetLimitResult(watts, readback, readback, accepted, msg)
+
+    def read_sample(self) -> GpuSample:
+        with self._lock:
+            self._advance()
+            op = self._op()
+            temp = self._temp_c
+            energy = self._energy_mj
+            util = self._util
+            thermal = self._thermal_active
+            busy = self._workload.kind != "idle"
+        rng = self._rng
+        p = self.profile
+        power = op.power_w * (1.0 + rng.gauss(0.0, p.power_noise_pct / 100.0))
+        sm = op.sm_low_mhz
+        if op.high_fraction > 0 and rng.random() < op.high_fraction:
+            sm = op.sm_high_mhz
+        bits = 0
+        if not busy:
+            bits |= CLOCK_EVENT_GPU_IDLE
+        elif thermal and op.limited_by == "thermal":
+            bits |= CLOCK_EVENT_SW_THERMAL
+        elif op.limited_by in ("power", "boost_state"):
+            bits |= CLOCK_EVENT_SW_POWER_CAP
+        return GpuSample(
+            gpu_index=self._index,
+            power_w=round(power, 2),
+            energy_mj=float(math.floor(energy)),
+            temp_c=float(round(temp + rng.gauss(0.0, 0.2))),
+            sm_clock_mhz=sm,
+            mem_clock_mhz=p.mem_clock_mhz if busy else p.idle_mem_clock_mhz,
+            util_pct=float(round(100.0 * util)),
+            pstate=2 if busy else 8,
+            clock_event_bits=bits,
+        )
+
+    def slowdown_temp_c(self) -> float:
+        return self.profile.slowdown_temp_c
+
+    # --- engine side --------------------------------------------------------------------------
+
+    def set_workload(self, workload: Workload) -> None:
+        """Switch what the card is doing (the time until now is accounted at the old work)."""
+        with self._lock:
+            self._advance()
+            self._workload = Workload(
+                workload.kind, workload.batch, workload.prompt_tokens, self._share
+            )
+
+    def rate_tps(self) -> float:
+        """Aggregate token rate of the current work at the current operating point."""
+        with self._lock:
+            self._advance()
+            return self._op().rate_tps
+
+    @property
+    def limit_w(self) -> float:
+        """The power limit in force."""
+        return self._limit_w
+
+    @property
+    def temp_c(self) -> float:
+        """Current temperature (noise-free)."""
+        with self._lock:
+            self._advance()
+            return self._temp_c
+
+    # --- internals (lock held) ----------------------------------------------------------------
+
+    def _effective_limit_w(self) -> float:
+        if self._thermal_active:
+            return min(self._limit_w, thermal_budget_w(self.profile))
+        return self._limit_w
+
+    def _op(self) -> OperatingPoint:
+        # temperature only moves static power; 0.1 C steps keep the cache small and exact enough
+        key = (self._workload, self._effective_limit_w(), round(self._temp_c, 1))
+        op = self._op_cache.get(key)
+        if op is None:
+            if len(self._op_cache) > 4096:
+                self._op_cache.clear()
+            op = operating_point(self.profile, self._workload, key[1], key[2])
+            if self._thermal_active and key[1] < self._limit_w and op.limited_by != "max_clock":
+                op = OperatingPoint(
+                    op.sm_clock_mhz,
+                    op.sm_low_mhz,
+                    op.sm_high_mhz,
+                    op.high_fraction,
+                    op.power_w,
+                    op.rate_tps,
+                    "thermal",
+                )
+            self._op_cache[key] = op
+        return op
+
+    def _advance(self) -> None:
+        now = self._clock.now()
+        dt = now - self._t
+        if dt <= 0:
+            return
+        self._t = now
+        # piecewise constant power over dt; the callers switch work at the right instants
+        power = self._op().power_w
+        th = self.profile.thermal
+        t_eq = th.ambient_c + th.resistance_c_per_w * power
+        self._temp_c = t_eq + (self._temp_c - t_eq) * math.exp(-dt / th.time_constant_s)
+        self._energy_mj += power * dt * 1000.0
+        busy = 0.0 if self._workload.kind == "idle" else 1.0
+        self._util = busy + (self._util - busy) * math.exp(-dt / _UTIL_TIME_CONSTANT_S)
+        slowdown = self.profile.slowdown_temp_c
+        if self._temp_c >= slowdown - 0.2:
+            self._thermal_active = True
+        elif self._temp_c < slowdown - _THERMAL_RELEASE_C:
+            self._thermal_active = False

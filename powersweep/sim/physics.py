@@ -1,0 +1,208 @@
+"""The physics of a simulated GPU: DVFS under a power cap, the decode/prefill roofline, heat.
+
+Pure functions of a :class:`GpuProfile`, a :class:`Workload`, a power limit and a temperature.
+The live :class:`~powersweep.sim.gpu.SimGpu` and the noise-free ground truth both use them, so the
+truth is exactly what the simulated card would settle at.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+from powersweep.sim.profiles import GpuProfile
+
+Regime = Literal["power_limited", "boost_plateau", "draw_ceiling", "thermal_limited", "idle"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a GPU is doing.
+
+    Attributes:
+        kind: ``idle``, ``decode`` or ``prefill``.
+        batch: Streams decoding together (decode).
+        prompt_tokens: Prompt length (prefill), for the attention slowdown.
+        share: Fraction of the model's work this GPU does (1/n for n-way tensor parallel).
+    """
+
+    kind: Literal["idle", "decode", "prefill"] = "idle"
+    batch: int = 1
+    prompt_tokens: int = 1000
+    share: float = 1.0
+
+
+IDLE = Workload()
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Where a card settles for a given limit, workload and temperature.
+
+    Attributes:
+        sm_clock_mhz: Effective (time-averaged) SM clock.
+        sm_low_mhz: Lower bin of the dither pair (equals the clock when not dithering).
+        sm_high_mhz: Upper bin of the dither pair.
+        high_fraction: Share of time at the upper bin.
+        power_w: Draw.
+        rate_tps: Aggregate tokens/s (decode: all streams; prefill: prompt tokens).
+        limited_by: ``power`` (the cap binds), ``boost_state`` (next state unaffordable: a
+            plateau), ``max_clock`` (top bin fits: a ceiling), ``thermal`` or ``idle``.
+    """
+
+    sm_clock_mhz: float
+    sm_low_mhz: float
+    sm_high_mhz: float
+    high_fraction: float
+    power_w: float
+    rate_tps: float
+    limited_by: str
+
+
+def voltage(profile: GpuProfile, f_mhz: float) -> float:
+    """Core voltage at an SM clock (piecewise linear, clamped at the ends)."""
+    pts = profile.voltage_curve
+    if f_mhz <= pts[0][0]:
+        return pts[0][1]
+    for (f0, v0), (f1, v1) in itertools.pairwise(pts):
+        if f_mhz <= f1:
+            return v0 + (v1 - v0) * (f_mhz - f0) / (f1 - f0)
+    return pts[-1][1]
+
+
+def static_power_w(profile: GpuProfile, temp_c: float) -> float:
+    """Static (leakage and board) draw under load at a temperature."""
+    return profile.static_w * (1.0 + profile.leakage_per_c * (temp_c - 60.0))
+
+
+def _step_times(profile: GpuProfile, work: Workload, f_mhz: float) -> tuple[float, float]:
+    """(compute seconds, memory seconds) of one unit of work at an SM clock."""
+    if work.kind == "decode":
+        b = max(1, work.batch)
+        compute = profile.decode_compute_mhz_s * (1 + profile.batch_compute * (b - 1)) / f_mhz
+        memory = profile.decode_memory_s * (1 + profile.batch_memory * (b - 1))
+        return compute * work.share, memory * work.share
+    raise ValueError(work.kind)
+
+
+def rate_tps(profile: GpuProfile, work: Workload, f_mhz: float) -> float:
+    """Aggregate token rate at an SM clock (decode: tokens of all streams; prefill: prompt)."""
+    if work.kind == "decode":
+        compute, memory = _step_times(profile, work, f_mhz)
+        return max(1, work.batch) / (compute + memory)
+    if work.kind == "prefill":
+        base = profile.prefill_tps_per_mhz * f_mhz / work.share
+        return base / (1.0 + work.prompt_tokens / profile.prefill_attn_tokens)
+    return 0.0
+
+
+def power_at(profile: GpuProfile, work: Workload, f_mhz: float, temp_c: float) -> float:
+    """Draw at an SM clock while running ``work`` at ``temp_c``."""
+    if work.kind == "idle":
+        return profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
+    if work.kind == "decode":
+        compute, memory = _step_times(profile, work, f_mhz)
+        u_compute = compute / (compute + memory)
+        u_memory = memory / (compute + memory)
+    else:
+        u_compute = profile.prefill_compute_util
+        u_memory = 0.3
+    v = voltage(profile, f_mhz)
+    dynamic = profile.dyn_w_per_mhz_v2 * f_mhz * v * v * u_compute
+    return static_power_w(profile, temp_c) + dynamic + profile.mem_dyn_w * u_memory
+
+
+def operating_point(
+    profile: GpuProfile, work: Workload, limit_w: float, temp_c: float
+) -> OperatingPoint:
+    """Choose the SM clock the firmware settles at under ``limit_w``.
+
+    The highest bin whose draw fits the limit wins. Between two adjacent *fine* bins the firmware
+    dithers so the draw meets the limit exactly; across a boost-state gap it cannot, so the watts
+    between the states go unused (a plateau). If even the top bin fits, the card draws less than
+    the cap (a ceiling).
+    """
+    if work.kind == "idle":
+        p = power_at(profile, work, profile.idle_sm_mhz, temp_c)
+        f = profile.idle_sm_mhz
+        return OperatingPoint(f, f, f, 0.0, p, 0.0, "idle")
+    bins = profile.sm_bins_mhz()
+    powers = [power_at(profile, work, f, temp_c) for f in bins]
+    # powers rise with f, so the affordable bins are a prefix
+    i = bisect.bisect_right(powers, limit_w) - 1
+    if i < 0:
+        f = bins[0]
+        return OperatingPoint(f, f, f, 0.0, powers[0], rate_tps(profile, work, f), "power")
+    f_lo = bins[i]
+    if i == len(bins) - 1:
+        return OperatingPoint(
+            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo), "max_clock"
+        )
+    f_hi = bins[i + 1]
+    if f_hi - f_lo > profile.sm_step_mhz + 1e-6:
+        return OperatingPoint(
+            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo), "boost_state"
+        )
+    x = (limit_w - powers[i]) / (powers[i + 1] - powers[i])
+    x = min(max(x, 0.0), 1.0)
+    # time-share between the two bins: work done per second mixes linearly
+    r = (1 - x) * rate_tps(profile, work, f_lo) + x * rate_tps(profile, work, f_hi)
+    p = (1 - x) * powers[i] + x * powers[i + 1]
+    return OperatingPoint(f_lo + x * (f_hi - f_lo), f_lo, f_hi, x, p, r, "power")
+
+
+def thermal_budget_w(profile: GpuProfile) -> float:
+    """Draw at which the card's steady temperature reaches its slowdown threshold."""
+    th = profile.thermal
+    return (profile.slowdown_temp_c - th.ambient_c) / th.resistance_c_per_w
+
+
+def steady_state(
+    profile: GpuProfile, work: Workload, cap_w: float
+) -> tuple[OperatingPoint, float, bool]:
+    """Noise-free equilibrium at a cap: (operating point, temperature, thermally limited).
+
+    Solves the fixed point of temperature and draw; when the equilibrium would pass the
+    slowdown threshold, the thermal controller holds the temperature there by lowering the
+    effective limit to the thermal budget.
+    """
+    th = profile.thermal
+    temp = th.ambient_c + th.resistance_c_per_w * cap_w * 0.8
+    op = operating_point(profile, work, cap_w, temp)
+    for _ in range(60):
+        op = operating_point(profile, work, cap_w, temp)
+        new_temp = th.ambient_c + th.resistance_c_per_w * op.power_w
+        if abs(new_temp - temp) < 1e-6:
+            break
+        temp = new_temp
+    if temp <= profile.slowdown_temp_c:
+        return op, temp, False
+    temp = profile.slowdown_temp_c
+    op = operating_point(profile, work, min(cap_w, thermal_budget_w(profile)), temp)
+    return (
+        OperatingPoint(
+            op.sm_clock_mhz,
+            op.sm_low_mhz,
+            op.sm_high_mhz,
+            op.high_fraction,
+            op.power_w,
+            op.rate_tps,
+            "thermal",
+        ),
+        temp,
+        True,
+    )
+
+
+def regime_of(op: OperatingPoint) -> Regime:
+    """The regime label of an operating point (as the analysis names regimes)."""
+    return {
+        "power": "power_limited",
+        "boost_state": "boost_plateau",
+        "max_clock": "draw_ceiling",
+        "thermal": "thermal_limited",
+        "idle": "idle",
+    }[op.limited_by]  # type: ignore[return-value]
+

@@ -1,0 +1,313 @@
+"""Built-in simulated GPUs: physical constants per card, model and cooling class.
+
+A profile is not a lookup table of answers: it holds the constants of the physics in
+:mod:`powersweep.sim.physics` (voltage/frequency curve, clock bins, static and dynamic power, the
+roofline of decode and prefill, the thermal path). Curves, plateaus and ceilings emerge from them.
+
+``rtx3090-air`` is fitted to the club-3090 rig (air-cooled RTX 3090, 100/370/390 W envelope,
+Qwen3.6-27B Q3 on llama.cpp): decode sweet spot near 290 W, a firmware boost plateau at
+340-370 W (SM held at 1560 MHz, ~334 W) that escapes at 380 W.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from powersweep.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ThermalPath:
+    """First-order thermal model of a card in its cooling.
+
+    Attributes:
+        cooling: Cooling class (``air``, ``water``, ``aio``).
+        ambient_c: Intake/coolant temperature.
+        resistance_c_per_w: Steady-state rise per watt of draw.
+        time_constant_s: Run seconds for 63% of a step response.
+    """
+
+    cooling: str
+    ambient_c: float
+    resistance_c_per_w: float
+    time_constant_s: float
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """Physical constants of one simulated card serving one model.
+
+    Clocks: SM clock bins run from ``sm_min_mhz`` to ``sm_fine_max_mhz`` in ``sm_step_mhz`` steps
+    (the firmware dithers between adjacent fine bins to meet a cap exactly), then only the discrete
+    ``boost_states_mhz`` (no dithering across a state: a cap that cannot afford the next state
+    leaves watts unused, which is a boost plateau).
+
+    Power: ``static_w`` (at 60 C, rising by ``leakage_per_c`` per degree) plus SM dynamic power
+    ``dyn_w_per_mhz_v2 * f * V(f)^2 * u_compute`` plus memory power ``mem_dyn_w * u_memory``, where
+    the utilisations follow the roofline of the running work.
+
+    Decode (one step of a batch of B streams) takes ``decode_compute_mhz_s * (1 + batch_compute
+    * (B-1)) / f + decode_memory_s * (1 + batch_memory * (B-1))`` seconds; prefill runs at
+    ``prefill_tps_per_mhz * f`` tokens/s, slowed by attention for long prompts
+    (``1 + n / prefill_attn_tokens``).
+
+    Attributes:
+        name: Profile name (``rtx3090-air``).
+        gpu_name: Name the simulated GPU reports.
+        vram_mib: Memory size.
+        min_limit_w: Lowest settable limit.
+        default_limit_w: Default limit (TDP).
+        max_limit_w: Highest settable limit.
+        user_limit_w: Limit in force when the rig starts (the user's own setting).
+        rejects_below_w: Caps below this are silently not applied (the card keeps its limit).
+        sm_min_mhz: Lowest SM bin.
+        sm_fine_max_mhz: Highest fine SM bin.
+        sm_step_mhz: Fine bin spacing.
+        boost_states_mhz: Discrete states above the fine range, ascending.
+        voltage_curve: (MHz, volts) points, piecewise linear.
+        idle_sm_mhz: SM clock when idle.
+        mem_clock_mhz: Memory clock under load.
+        idle_mem_clock_mhz: Memory clock when idle.
+        idle_w: Draw when idle.
+        static_w: Static draw under load at 60 C.
+        leakage_per_c: Relative static increase per degree.
+        dyn_w_per_mhz_v2: SM dynamic power coefficient.
+        mem_dyn_w: Memory-system power at full bandwidth.
+        decode_compute_mhz_s: Compute part of one decode step for one stream (s * MHz).
+        decode_memory_s: Memory part of one decode step (s).
+        batch_compute: Extra compute per extra stream, relative.
+        batch_memory: Extra memory traffic per extra stream, relative.
+        prefill_tps_per_mhz: Prefill tokens/s per MHz of SM clock.
+        prefill_attn_tokens: Prompt length at which attention doubles prefill time per token.
+        prefill_compute_util: SM utilisation during prefill.
+        context_tokens: Context the simulated model is loaded with.
+        thermal: Thermal path.
+        slowdown_temp_c: Temperature where thermal slowdown starts.
+        power_noise_pct: Relative noise of a power reading (1 sigma).
+    """
+
+    name: str
+    gpu_name: str
+    vram_mib: int
+    min_limit_w: float
+    default_limit_w: float
+    max_limit_w: float
+    user_limit_w: float
+    rejects_below_w: float
+    sm_min_mhz: float
+    sm_fine_max_mhz: float
+    sm_step_mhz: float
+    boost_states_mhz: tuple[float, ...]
+    voltage_curve: tuple[tuple[float, float], ...]
+    idle_sm_mhz: float
+    mem_clock_mhz: float
+    idle_mem_clock_mhz: float
+    idle_w: float
+    static_w: float
+    leakage_per_c: float
+    dyn_w_per_mhz_v2: float
+    mem_dyn_w: float
+    decode_compute_mhz_s: float
+    decode_memory_s: float
+    batch_compute: float
+    batch_memory: float
+    prefill_tps_per_mhz: float
+    prefill_attn_tokens: float
+    prefill_compute_util: float
+    context_tokens: int
+    thermal: ThermalPath
+    slowdown_temp_c: float
+    power_noise_pct: float = 0.3
+
+    def sm_bins_mhz(self) -> tuple[float, ...]:
+        """All SM clock bins, ascending: fine bins then boost states."""
+        n = round((self.sm_fine_max_mhz - self.sm_min_mhz) / self.sm_step_mhz)
+        fine = tuple(self.sm_min_mhz + i * self.sm_step_mhz for i in range(n + 1))
+        return fine + tuple(s for s in self.boost_states_mhz if s > self.sm_fine_max_mhz)
+
+
+AIR_GEFORCE = ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.12, time_constant_s=25.0)
+WATER = ThermalPath("water", ambient_c=30.0, resistance_c_per_w=0.045, time_constant_s=40.0)
+
+_RTX3090_AIR = GpuProfile(
+    name="rtx3090-air",
+    gpu_name="NVIDIA GeForce RTX 3090 (simulated)",
+    vram_mib=24576,
+    min_limit_w=100.0,
+    default_limit_w=370.0,
+    max_limit_w=390.0,
+    user_limit_w=370.0,
+    rejects_below_w=0.0,
+    sm_min_mhz=210.0,
+    sm_fine_max_mhz=1560.0,
+    sm_step_mhz=15.0,
+    boost_states_mhz=(1635.0, 1680.0, 1740.0, 1800.0, 1860.0),
+    voltage_curve=(
+        (210.0, 0.70),
+        (1445.0, 0.75),
+        (1545.0, 0.803),
+        (1635.0, 0.866),
+        (1680.0, 0.881),
+        (1740.0, 0.93),
+        (1860.0, 1.0),
+    ),
+    idle_sm_mhz=210.0,
+    mem_clock_mhz=9751.0,
+    idle_mem_clock_mhz=405.0,
+    idle_w=32.0,
+    static_w=108.0,
+    leakage_per_c=0.003,
+    dyn_w_per_mhz_v2=0.275,
+    mem_dyn_w=35.0,
+    decode_compute_mhz_s=34.13,
+    decode_memory_s=0.007262,
+    batch_compute=0.35,
+    batch_memory=0.03,
+    prefill_tps_per_mhz=0.62,
+    prefill_attn_tokens=24000.0,
+    prefill_compute_util=0.9,
+    context_tokens=32768,
+    thermal=AIR_GEFORCE,
+    slowdown_temp_c=88.0,
+)
+
+_RTX4090_AIR = GpuProfile(
+    name="rtx4090-air",
+    gpu_name="NVIDIA GeForce RTX 4090 (simulated)",
+    vram_mib=24564,
+    min_limit_w=150.0,
+    default_limit_w=450.0,
+    max_limit_w=600.0,
+    user_limit_w=450.0,
+    rejects_below_w=0.0,
+    sm_min_mhz=210.0,
+    sm_fine_max_mhz=2790.0,
+    sm_step_mhz=15.0,
+    boost_states_mhz=(),
+    voltage_curve=((210.0, 0.88), (2250.0, 0.88), (2600.0, 0.98), (2790.0, 1.07)),
+    idle_sm_mhz=210.0,
+    mem_clock_mhz=10501.0,
+    idle_mem_clock_mhz=405.0,
+    idle_w=22.0,
+    static_w=95.0,
+    leakage_per_c=0.003,
+    dyn_w_per_mhz_v2=0.17,
+    mem_dyn_w=45.0,
+    decode_compute_mhz_s=30.0,
+    decode_memory_s=0.0105,
+    batch_compute=0.35,
+    batch_memory=0.03,
+    prefill_tps_per_mhz=1.1,
+    prefill_attn_tokens=24000.0,
+    prefill_compute_util=0.92,
+    context_tokens=32768,
+    thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.1, time_constant_s=25.0),
+    slowdown_temp_c=88.0,
+)
+
+_RTX5090_AIR = GpuProfile(
+    name="rtx5090-air",
+    gpu_name="NVIDIA GeForce RTX 5090 (simulated)",
+    vram_mib=32607,
+    min_limit_w=400.0,
+    default_limit_w=575.0,
+    max_limit_w=600.0,
+    user_limit_w=575.0,
+    rejects_below_w=0.0,
+    sm_min_mhz=210.0,
+    sm_fine_max_mhz=2880.0,
+    sm_step_mhz=15.0,
+    boost_states_mhz=(),
+    voltage_curve=((210.0, 0.85), (2600.0, 0.87), (2800.0, 0.97), (2880.0, 1.02)),
+    idle_sm_mhz=210.0,
+    mem_clock_mhz=14001.0,
+    idle_mem_clock_mhz=405.0,
+    idle_w=30.0,
+    static_w=170.0,
+    leakage_per_c=0.003,
+    dyn_w_per_mhz_v2=0.19,
+    mem_dyn_w=60.0,
+    decode_compute_mhz_s=36.0,
+    decode_memory_s=0.0085,
+    batch_compute=0.3,
+    batch_memory=0.03,
+    prefill_tps_per_mhz=1.5,
+    prefill_attn_tokens=24000.0,
+    prefill_compute_util=0.93,
+    context_tokens=32768,
+    thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.1, time_constant_s=25.0),
+    slowdown_temp_c=88.0,
+)
+
+_H100_SXM = GpuProfile(
+    name="h100-sxm",
+    gpu_name="NVIDIA H100 80GB HBM3 (simulated)",
+    vram_mib=81559,
+    min_limit_w=200.0,
+    default_limit_w=700.0,
+    max_limit_w=700.0,
+    user_limit_w=700.0,
+    rejects_below_w=0.0,
+    sm_min_mhz=345.0,
+    sm_fine_max_mhz=1980.0,
+    sm_step_mhz=15.0,
+    boost_states_mhz=(),
+    voltage_curve=((345.0, 0.70), (1350.0, 0.70), (1650.0, 0.80), (1980.0, 0.90)),
+    idle_sm_mhz=345.0,
+    mem_clock_mhz=2619.0,
+    idle_mem_clock_mhz=2619.0,
+    idle_w=70.0,
+    static_w=95.0,
+    leakage_per_c=0.002,
+    dyn_w_per_mhz_v2=0.55,
+    mem_dyn_w=240.0,
+    decode_compute_mhz_s=12.0,
+    decode_memory_s=0.022,
+    batch_compute=0.5,
+    batch_memory=0.02,
+    prefill_tps_per_mhz=4.5,
+    prefill_attn_tokens=32000.0,
+    prefill_compute_util=0.95,
+    context_tokens=65536,
+    thermal=ThermalPath("air", ambient_c=25.0, resistance_c_per_w=0.06, time_constant_s=30.0),
+    slowdown_temp_c=87.0,
+)
+
+_BUILTIN: dict[str, GpuProfile] = {
+    p.name: p
+    for p in (
+        _RTX3090_AIR,
+        replace(_RTX3090_AIR, name="rtx3090-water", thermal=WATER),
+        _RTX4090_AIR,
+        _RTX5090_AIR,
+        _H100_SXM,
+    )
+}
+
+PROFILE_DESCRIPTIONS: dict[str, str] = {
+    "rtx3090-air": "RTX 3090, air: 100/370/390 W, boost plateau 340-370 W (club-3090 rig)",
+    "rtx3090-water": "RTX 3090, water: same card, cooler and leaner than air",
+    "rtx4090-air": "RTX 4090, air: 150/450/600 W, decode draw ceiling near 395 W",
+    "rtx5090-air": "RTX 5090, air: 400/575/600 W (no cap below 400 W), hot under heavy load",
+    "h100-sxm": "H100 SXM: 200/700/700 W, decode far below the cap at low batch",
+}
+
+
+def profile_names() -> list[str]:
+    """Names of the built-in profiles, in a stable order."""
+    return list(_BUILTIN)
+
+
+def get_profile(name: str) -> GpuProfile:
+    """Return a built-in profile by name.
+
+    Raises:
+        UsageError: Unknown name (the message lists the known ones).
+    """
+    try:
+        return _BUILTIN[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown simulation profile {name!r}; known: {', '.join(_BUILTIN)} "
+            "(see --list-profiles)"
+        ) from None

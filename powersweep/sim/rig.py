@@ -1,0 +1,267 @@
+"""The simulated rig: one or more simulated GPUs serving one model.
+
+:class:`SimRig` is both the GPU backend a sweep drives (it enumerates :class:`SimGpu` cards) and
+the :class:`~powersweep.sim.engine.SimEngine` the simulated server asks for token rates, so the
+token rate follows the simulated clocks and the draw follows the served load.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from powersweep.clock import Clock
+from powersweep.errors import UsageError
+from powersweep.sim.engine import WorkKind
+from powersweep.sim.gpu import LimitStore, SimGpu
+from powersweep.sim.physics import (
+    IDLE,
+    OperatingPoint,
+    Workload,
+    regime_of,
+    steady_state,
+)
+from powersweep.sim.profiles import GpuProfile
+
+MIN_PLATEAU_CAPS = 3
+
+
+class SimRig:
+    """Simulated GPUs plus the model they serve.
+
+    Args:
+        profiles: One profile per GPU (tensor parallel across all of them).
+        clock: Run clock shared with the server and the sweep.
+        seed: Noise seed.
+        state_file: Where the cards' power limits persist (None: in memory).
+    """
+
+    def __init__(
+        self,
+        profiles: list[GpuProfile],
+        clock: Clock,
+        *,
+        seed: int = 0,
+        state_file: Path | None = None,
+    ) -> None:
+        if not profiles:
+            raise UsageError("a simulated rig needs at least one GPU profile")
+        self.profiles = profiles
+        self._clock = clock
+        store = LimitStore(state_file) if state_file else None
+        share = 1.0 / len(profiles)
+        self.gpus = [
+            SimGpu(p, clock, index=i, seed=seed, store=store, share=share)
+            for i, p in enumerate(profiles)
+        ]
+        self._lock = threading.Lock()
+        self._decoding = 0
+        self._prefilling = 0
+        self._prompt_tokens = 1000
+
+    # --- GpuBackend ---------------------------------------------------------------------------
+
+    def device_count(self) -> int:
+        """Number of simulated GPUs."""
+        return len(self.gpus)
+
+    def gpu(self, index: int) -> SimGpu:
+        """The simulated GPU at ``index``."""
+        if not 0 <= index < len(self.gpus):
+            raise UsageError(f"GPU {index} does not exist (the rig has {len(self.gpus)})")
+        return self.gpus[index]
+
+    def close(self) -> None:
+        """Nothing to release; present for the backend protocol."""
+
+    # --- SimEngine ----------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def context_tokens(self) -> int:
+        return min(p.context_tokens for p in self.profiles)
+
+    def work_started(self, kind: WorkKind) -> None:
+        with self._lock:
+            if kind == "decode":
+                self._decoding += 1
+            else:
+                self._prefilling += 1
+            self._apply()
+
+    def work_finished(self, kind: WorkKind) -> None:
+        with self._lock:
+            if kind == "decode":
+                self._decoding = max(0, self._decoding - 1)
+            else:
+                self._prefilling = max(0, self._prefilling - 1)
+            self._apply()
+
+    def decode_rate_tps(self) -> float:
+        batch = max(1, self._decoding)
+        return min(g.rate_tps() for g in self.gpus) / batch
+
+    def prefill_rate_tps(self, prompt_tokens: int) -> float:
+        with self._lock:
+            if prompt_tokens != self._prompt_tokens:
+                self._prompt_tokens = prompt_tokens
+                self._apply()
+            sharing = max(1, self._prefilling)
+        return min(g.rate_tps() for g in self.gpus) / sharing
+
+    def _apply(self) -> None:
+        # prefill and decode batched together are dominated by the prefill's compute
+        if self._prefilling:
+            work = Workload("prefill", prompt_tokens=self._prompt_tokens)
+        elif self._decoding:
+            work = Workload("decode", batch=self._decoding)
+        else:
+            work = IDLE
+        for g in self.gpus:
+            g.set_workload(work)
+
+
+@dataclass(frozen=True)
+class TruthCap:
+    """Noise-free steady state at one cap."""
+
+    cap_w: float
+    tps: float
+    power_w: float
+    tps_per_w: float
+    sm_clock_mhz: float
+    temp_c: float
+    regime: str
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """The simulator's own answer for a sweep (what a perfect measurement would find)."""
+
+    load_mode: str
+    concurrency: int
+    prompt_tokens: int | None
+    caps: list[TruthCap]
+    sweet_spot_cap_w: float
+    sweet_spot_tps_per_w: float
+    plateaus: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The form stored in ``run.json`` (``simulation.ground_truth``)."""
+        return {
+            "load_mode": self.load_mode,
+            "concurrency": self.concurrency,
+            "prompt_tokens": self.prompt_tokens,
+            "caps": [asdict(c) for c in self.caps],
+            "sweet_spot": {
+                "cap_w": self.sweet_spot_cap_w,
+                "tps_per_w": self.sweet_spot_tps_per_w,
+            },
+            "plateaus": self.plateaus,
+        }
+
+    def cap(self, cap_w: float) -> TruthCap:
+        """The truth at one cap."""
+        for c in self.caps:
+            if abs(c.cap_w - cap_w) < 1e-6:
+                return c
+        raise KeyError(cap_w)
+
+
+def workload_for(load_mode: str, concurrency: int = 1, prompt_tokens: int = 8000) -> Workload:
+    """The steady workload a load mode puts on the GPUs."""
+    if load_mode == "prefill-heavy":
+        return Workload("prefill", prompt_tokens=prompt_tokens)
+    if load_mode == "decode-concurrent":
+        return Workload("decode", batch=max(1, concurrency))
+    if load_mode == "decode-single":
+        return Workload("decode", batch=1)
+    raise UsageError(f"unknown load mode {load_mode!r}")
+
+
+def ground_truth(
+    profiles: list[GpuProfile],
+    load_mode: str,
+    caps_w: list[float],
+    *,
+    concurrency: int = 1,
+    prompt_tokens: int = 8000,
+) -> GroundTruth:
+    """Noise-free steady state of the rig at each cap, the true sweet spot and plateaus.
+
+    TPS is per stream for ``decode-single``, aggregate over streams for ``decode-concurrent``
+    and prompt tokens per second for ``prefill-heavy``; draw is combined over the GPUs.
+    """
+    work = workload_for(load_mode, concurrency, prompt_tokens)
+    work = Workload(work.kind, work.batch, work.prompt_tokens, 1.0 / len(profiles))
+    rows: list[TruthCap] = []
+    ops: list[list[OperatingPoint]] = []
+    for cap in sorted(set(caps_w)):
+        states = [steady_state(p, work, cap) for p in profiles]
+        rate = min(op.rate_tps for op, _, _ in states)
+        power = sum(op.power_w for op, _, _ in states)
+        first = states[0][0]
+        regimes = {regime_of(op) for op, _, _ in states}
+        regime = next(
+            (r for r in ("thermal_limited", "draw_ceiling", "boost_plateau") if r in regimes),
+            "power_limited",
+        )
+        rows.append(
+            TruthCap(
+                cap_w=cap,
+                tps=rate,
+                power_w=power,
+                tps_per_w=rate / power,
+                sm_clock_mhz=first.sm_clock_mhz,
+                temp_c=max(t for _, t, _ in states),
+                regime=regime,
+            )
+        )
+        ops.append([op for op, _, _ in states])
+    best = max(rows, key=lambda r: r.tps_per_w)
+    return GroundTruth(
+        load_mode=load_mode,
+        concurrency=work.batch if work.kind == "decode" else 1,
+        prompt_tokens=prompt_tokens if work.kind == "prefill" else None,
+        caps=rows,
+        sweet_spot_cap_w=best.cap_w,
+        sweet_spot_tps_per_w=best.tps_per_w,
+        plateaus=_true_plateaus(rows),
+    )
+
+
+def _true_plateaus(rows: list[TruthCap]) -> list[dict[str, Any]]:
+    """Runs of 3+ caps held at one clock below the cap: plateaus (escape above) or ceilings."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(rows):
+        r = rows[i]
+        if r.regime not in ("boost_plateau", "draw_ceiling"):
+            i += 1
+            continue
+        j = i
+        while (
+            j + 1 < len(rows)
+            and rows[j + 1].regime in ("boost_plateau", "draw_ceiling")
+            and math.isclose(rows[j + 1].sm_clock_mhz, r.sm_clock_mhz)
+        ):
+            j += 1
+        if j - i + 1 >= MIN_PLATEAU_CAPS:
+            kind = "draw_ceiling" if j == len(rows) - 1 else "boost_plateau"
+            power = sorted(x.power_w for x in rows[i : j + 1])[(j - i) // 2]
+            out.append(
+                {
+                    "kind": kind,
+                    "start_w": rows[i].cap_w,
+                    "end_w": rows[j].cap_w,
+                    "power_w": round(power, 2),
+                }
+            )
+        i = j + 1
+    return out
