@@ -1,0 +1,105 @@
+"""The measured loads: what runs against the server at each cap.
+
+Each load is time-bounded: it keeps sending complete requests until each of its prompts has
+covered at least the target seconds, labelling the sampler with the phase so the draw can be
+matched to the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from powersweep.clock import Clock
+from powersweep.sweep.prompts import DECODE_PROMPTS
+
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+class ChatApi(Protocol):
+    """The part of the client a load uses (``powersweep.sweep.client.ChatClient``)."""
+
+    async def chat(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        prompt_kind: str,
+        stream_index: int = 0,
+    ) -> Any:
+        """Send one chat request and return its result (never raises for server errors)."""
+        ...
+
+
+class PhaseLabel(Protocol):
+    """Where the load says what it is doing (the sampler)."""
+
+    def label(self, cap_w: float, phase: str) -> None:
+        """Label the following samples."""
+        ...
+
+
+@dataclass
+class LoadRun:
+    """What a load did at one cap.
+
+    Attributes:
+        requests: Every request result, in order.
+        windows: ``(phase, t_start_s, t_end_s)`` of each measured phase.
+    """
+
+    requests: list[Any] = field(default_factory=list)
+    windows: list[tuple[str, float, float]] = field(default_factory=list)
+
+    @property
+    def window_s(self) -> float:
+        """Total measured seconds."""
+        return sum(t1 - t0 for _, t0, t1 in self.windows)
+
+
+async def run_prompts(
+    client: ChatApi,
+    clock: Clock,
+    sampler: PhaseLabel,
+    cap_w: float,
+    prompts: Sequence[tuple[str, str, int]],
+    target_s: float,
+) -> LoadRun:
+    """Send each prompt repeatedly until it has covered ``target_s`` run seconds.
+
+    A prompt stops early after three consecutive failed requests, so a dead server costs a few
+    requests per cap, not a hang.
+    """
+    run = LoadRun()
+    for kind, prompt, max_tokens in prompts:
+        sampler.label(cap_w, kind)
+        t0 = clock.now()
+        failures = 0
+        while True:
+            result = await client.chat(prompt, max_tokens=max_tokens, prompt_kind=kind)
+            run.requests.append(result)
+            failures = 0 if result.ok else failures + 1
+            if failures >= MAX_CONSECUTIVE_FAILURES or clock.now() - t0 >= target_s:
+                break
+        run.windows.append((kind, t0, clock.now()))
+    return run
+
+
+async def decode_single(
+    client: ChatApi, clock: Clock, sampler: PhaseLabel, cap_w: float, target_s: float
+) -> LoadRun:
+    """The decode-single load: the narrative prompt, then the code prompt, one stream."""
+    return await run_prompts(client, clock, sampler, cap_w, DECODE_PROMPTS, target_s)
+
+
+async def warmup(
+    client: ChatApi, sampler: PhaseLabel, cap_w: float, requests_per_prompt: int = 3
+) -> list[Any]:
+    """Warm the server and the card: a few requests of each prompt (not measured)."""
+    sampler.label(cap_w, "warmup")
+    results = []
+    for _, prompt, max_tokens in DECODE_PROMPTS:
+        for _ in range(requests_per_prompt):
+            results.append(await client.chat(prompt, max_tokens=max_tokens, prompt_kind="warmup"))
+    return results

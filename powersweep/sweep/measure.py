@@ -1,0 +1,242 @@
+"""From raw samples and requests to one cap's row of ``caps.csv``.
+
+Pure functions, so every figure the tool reports can be unit-tested from known inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from powersweep.sweep.sampler import SampleRow
+
+NAN = math.nan
+LOAD_UTIL_PCT = 50.0
+LOAD_PHASES = frozenset({"narr", "code", "prefill", "concurrent"})
+
+
+class RequestTiming(Protocol):
+    """What the aggregation needs of one request (the client's ``RequestResult`` has it)."""
+
+    @property
+    def prompt_kind(self) -> str:
+        """``narr``, ``code``, ``prefill``..."""
+        ...
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request completed."""
+        ...
+
+    @property
+    def completion_tokens(self) -> int | None:
+        """Generated tokens (None if unknown)."""
+        ...
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """Prompt tokens (None if unknown)."""
+        ...
+
+    @property
+    def t_start_s(self) -> float:
+        """Sent, run seconds."""
+        ...
+
+    @property
+    def t_first_token_s(self) -> float:
+        """First token-bearing chunk, run seconds."""
+        ...
+
+    @property
+    def t_last_token_s(self) -> float:
+        """Last token-bearing chunk, run seconds."""
+        ...
+
+
+def decode_tps(requests: Iterable[RequestTiming], kind: str) -> float:
+    """Token-weighted decode TPS of the completed requests of one prompt kind.
+
+    Each request contributes ``completion_tokens - 1`` tokens over ``t_last - t_first`` (the
+    first token's time is the prefill's, not the decode's); the figure is total tokens over total
+    time, so long requests weigh more than short ones. NaN when nothing qualifies.
+    """
+    tokens = 0.0
+    seconds = 0.0
+    for r in requests:
+        if not r.ok or r.prompt_kind != kind or r.completion_tokens is None:
+            continue
+        span = r.t_last_token_s - r.t_first_token_s
+        if r.completion_tokens < 2 or not span > 0:
+            continue
+        tokens += r.completion_tokens - 1
+        seconds += span
+    return tokens / seconds if seconds > 0 else NAN
+
+
+def prefill_tps(requests: Iterable[RequestTiming]) -> float:
+    """Prompt tokens per second to first token, weighted over completed prefill requests."""
+    tokens = 0.0
+    seconds = 0.0
+    for r in requests:
+        if not r.ok or r.prompt_kind != "prefill" or not r.prompt_tokens:
+            continue
+        ttft = r.t_first_token_s - r.t_start_s
+        if not ttft > 0:
+            continue
+        tokens += r.prompt_tokens
+        seconds += ttft
+    return tokens / seconds if seconds > 0 else NAN
+
+
+@dataclass(frozen=True)
+class Tick:
+    """All GPUs' readings of one sampler tick, combined."""
+
+    t_s: float
+    phase: str
+    power_w: float
+    energy_mj: tuple[float, ...]
+    temp_max_c: float
+    util_pct: float
+    first: SampleRow
+    throttle_power: bool
+    throttle_thermal: bool
+
+
+def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
+    """Combine rows of the same tick: draw summed, temperature max, flags OR'd.
+
+    A tick whose draw failed on any GPU has NaN combined draw (a partial sum would undercount).
+    """
+    by_tick: dict[int, list[SampleRow]] = defaultdict(list)
+    for r in rows:
+        by_tick[r.tick].append(r)
+    ticks: list[Tick] = []
+    for tick in sorted(by_tick):
+        group = sorted(by_tick[tick], key=lambda r: r.sample.gpu_index)
+        samples = [r.sample for r in group]
+        temps = [s.temp_c for s in samples if math.isfinite(s.temp_c)]
+        utils = [s.util_pct for s in samples if math.isfinite(s.util_pct)]
+        ticks.append(
+            Tick(
+                t_s=group[0].t_s,
+                phase=group[0].phase,
+                power_w=math.fsum(s.power_w for s in samples),
+                energy_mj=tuple(s.energy_mj for s in samples),
+                temp_max_c=max(temps) if temps else NAN,
+                util_pct=statistics.fmean(utils) if utils else NAN,
+                first=group[0],
+                throttle_power=any(s.throttle_power for s in samples),
+                throttle_thermal=any(s.throttle_thermal for s in samples),
+            )
+        )
+    return ticks
+
+
+def load_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
+    """Ticks taken while the measured load ran: a load phase and utilization above 50%."""
+    return [
+        t
+        for t in group_ticks(rows)
+        if t.phase in LOAD_PHASES and math.isfinite(t.util_pct) and t.util_pct > LOAD_UTIL_PCT
+    ]
+
+
+def _median(values: Iterable[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else NAN
+
+
+def energy_counter_j(ticks: Sequence[Tick]) -> float:
+    """Combined NVML energy-counter delta from the first to the last tick, in J.
+
+    NaN when any GPU's counter is missing at either end (unsupported before Volta).
+    """
+    if len(ticks) < 2:
+        return NAN
+    first, last = ticks[0].energy_mj, ticks[-1].energy_mj
+    if len(first) != len(last):
+        return NAN
+    deltas = [b - a for a, b in zip(first, last, strict=True)]
+    if not all(math.isfinite(d) for d in deltas):
+        return NAN
+    return math.fsum(deltas) / 1000.0
+
+
+def energy_sampled_j(ticks: Sequence[Tick]) -> float:
+    """Trapezoid integral of combined draw over the same ticks, in J (NaN if < 2 ticks)."""
+    pts = [(t.t_s, t.power_w) for t in ticks if math.isfinite(t.power_w)]
+    if len(pts) < 2:
+        return NAN
+    return math.fsum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(pts))
+
+
+def cap_row(
+    *,
+    cap_w: float,
+    load_mode: str,
+    rows: Sequence[SampleRow],
+    requests: Sequence[RequestTiming],
+    n_gpus: int,
+    settle_s: float,
+    window_s: float,
+    status: str = "ok",
+    error: str = "",
+) -> dict[str, Any]:
+    """The ``caps.csv`` row of one cap (columns as in docs/run-format.md)."""
+    ticks = load_ticks(rows)
+    power = _median(t.power_w for t in ticks)
+    if load_mode == "prefill-heavy":
+        narr = code = NAN
+        pre = prefill_tps(requests)
+        metric = pre
+    else:
+        narr = decode_tps(requests, "narr")
+        code = decode_tps(requests, "code")
+        pre = NAN
+        metric = narr
+    n_ok = sum(1 for r in requests if r.ok)
+    if status == "ok" and not math.isfinite(metric):
+        status = "failed"
+        error = error or _first_error(requests) or "no request completed"
+    firsts = [t.first.sample for t in ticks]
+    pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
+    n = len(ticks)
+    return {
+        "cap_w": cap_w,
+        "narr_tps": narr,
+        "code_tps": code,
+        "prefill_tps": pre,
+        "power_w": power,
+        "energy_j": energy_counter_j(ticks),
+        "energy_sampled_j": energy_sampled_j(ticks),
+        "tps_per_w": metric / power if math.isfinite(metric) and power > 0 else NAN,
+        "temp_max_c": max((t.temp_max_c for t in ticks), default=NAN),
+        "sm_clock_mhz": _median(s.sm_clock_mhz for s in firsts),
+        "mem_clock_mhz": _median(s.mem_clock_mhz for s in firsts),
+        "util_pct": _median(t.util_pct for t in ticks),
+        "pwr_throttle_pct": 100.0 * sum(t.throttle_power for t in ticks) / n if n else NAN,
+        "thermal_throttle_pct": 100.0 * sum(t.throttle_thermal for t in ticks) / n if n else NAN,
+        "pstate": pstates.most_common(1)[0][0] if pstates else None,
+        "n_samples": n,
+        "n_requests": n_ok,
+        "n_gpus": n_gpus,
+        "settle_s": settle_s,
+        "window_s": window_s,
+        "status": status,
+        "error": error,
+    }
+
+
+def _first_error(requests: Sequence[Any]) -> str:
+    for r in requests:
+        err = getattr(r, "error", "")
+        if err:
+            return str(err)
+    return ""

@@ -1,0 +1,259 @@
+"""Writes a run directory as the run contract (docs/run-format.md) says.
+
+CSVs are appended after every cap and flushed, and ``run.json`` is replaced atomically, so a
+crash or a kill leaves every finished cap readable.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import PowersweepError
+from powersweep.sweep.sampler import SampleRow
+
+SCHEMA_VERSION = 1
+
+SAMPLES_COLUMNS = (
+    "t_s",
+    "tick",
+    "cap_w",
+    "phase",
+    "gpu_index",
+    "power_w",
+    "energy_mj",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_pct",
+    "pstate",
+    "throttle_power",
+    "throttle_thermal",
+    "clock_event_bits",
+)
+REQUESTS_COLUMNS = (
+    "cap_w",
+    "prompt_kind",
+    "stream",
+    "t_start_s",
+    "t_first_token_s",
+    "t_last_token_s",
+    "t_end_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "token_source",
+    "chunk_tokens",
+    "decode_tps",
+    "finish_reason",
+    "ok",
+    "error",
+)
+CAPS_COLUMNS = (
+    "cap_w",
+    "narr_tps",
+    "code_tps",
+    "prefill_tps",
+    "power_w",
+    "energy_j",
+    "energy_sampled_j",
+    "tps_per_w",
+    "temp_max_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_pct",
+    "pwr_throttle_pct",
+    "thermal_throttle_pct",
+    "pstate",
+    "n_samples",
+    "n_requests",
+    "n_gpus",
+    "settle_s",
+    "window_s",
+    "status",
+    "error",
+)
+
+
+def cell(value: Any) -> str:
+    """Format one CSV cell: empty for missing/NaN, ``true``/``false`` for booleans."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return ""
+        return repr(round(value, 6))
+    return str(value)
+
+
+def gpu_slug(names: Sequence[str]) -> str:
+    """A short file-name-safe name for a GPU set (``rtx-3090``, ``2x-rtx-4090``)."""
+    name = names[0] if names else "gpu"
+    name = re.sub(r"\(.*?\)", "", name)
+    name = re.sub(r"\b(nvidia|geforce)\b", "", name, flags=re.IGNORECASE)
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+    if len(set(names)) == 1 and len(names) > 1:
+        slug = f"{len(names)}x-{slug}"
+    elif len(names) > 1:
+        slug = f"{len(names)}gpus-{slug}"
+    return slug[:40]
+
+
+def utc_now_iso() -> str:
+    """Now, as ISO-8601 UTC with seconds."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Replace a JSON file atomically (write a temp file beside it, then rename).
+
+    Raises:
+        PowersweepError: The file cannot be written.
+    """
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(_json_safe(data), f, indent=2, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class RunWriter:
+    """Creates a run directory and appends to its files.
+
+    Args:
+        out_root: The ``--out`` directory (created if missing).
+        gpu_names: Names of the GPUs of the set (for the directory name).
+        load_mode: Load mode (for the directory name).
+        now: Start time (UTC) naming the directory.
+    """
+
+    def __init__(
+        self,
+        out_root: Path,
+        gpu_names: Sequence[str],
+        load_mode: str,
+        now: datetime | None = None,
+    ) -> None:
+        stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+        base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
+        try:
+            out_root.mkdir(parents=True, exist_ok=True)
+            path = out_root / base
+            n = 1
+            while True:
+                try:
+                    path.mkdir()
+                    break
+                except FileExistsError:
+                    n += 1
+                    path = out_root / f"{base}-{n}"
+        except OSError as exc:
+            raise PowersweepError(
+                f"cannot create the run directory under {out_root}: {exc.strerror or exc} "
+                "(choose another --out)"
+            ) from exc
+        self.path = path
+        self._init_csv("samples.csv", SAMPLES_COLUMNS)
+        self._init_csv("requests.csv", REQUESTS_COLUMNS)
+        self._init_csv("caps.csv", CAPS_COLUMNS)
+
+    def _init_csv(self, name: str, columns: Sequence[str]) -> None:
+        self._append(name, [list(columns)])
+
+    def _append(self, name: str, rows: Iterable[Sequence[str]]) -> None:
+        try:
+            with open(self.path / name, "a", newline="") as f:
+                csv.writer(f).writerows(rows)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise PowersweepError(
+                f"cannot write {self.path / name}: {exc.strerror or exc}"
+            ) from exc
+
+    def write_run_json(self, data: Mapping[str, Any]) -> None:
+        """Replace ``run.json``."""
+        write_json_atomic(self.path / "run.json", data)
+
+    def append_samples(self, rows: Sequence[SampleRow]) -> None:
+        """Append sampler rows to ``samples.csv``."""
+        out = []
+        for r in rows:
+            s = r.sample
+            out.append(
+                [
+                    cell(round(r.t_s, 3)),
+                    cell(r.tick),
+                    cell(r.cap_w),
+                    r.phase,
+                    cell(s.gpu_index),
+                    cell(s.power_w),
+                    cell(s.energy_mj),
+                    cell(s.temp_c),
+                    cell(s.sm_clock_mhz),
+                    cell(s.mem_clock_mhz),
+                    cell(s.util_pct),
+                    cell(s.pstate),
+                    cell(s.throttle_power),
+                    cell(s.throttle_thermal),
+                    cell(s.clock_event_bits),
+                ]
+            )
+        self._append("samples.csv", out)
+
+    def append_requests(self, cap_w: float, results: Sequence[Any]) -> None:
+        """Append the client's request results to ``requests.csv``."""
+        out = []
+        for r in results:
+            out.append(
+                [
+                    cell(cap_w),
+                    r.prompt_kind,
+                    cell(r.stream),
+                    cell(r.t_start_s),
+                    cell(r.t_first_token_s),
+                    cell(r.t_last_token_s),
+                    cell(r.t_end_s),
+                    cell(r.prompt_tokens),
+                    cell(r.completion_tokens),
+                    r.token_source,
+                    cell(r.chunk_tokens),
+                    cell(r.decode_tps),
+                    cell(r.finish_reason),
+                    cell(r.ok),
+                    _one_line(r.error),
+                ]
+            )
+        self._append("requests.csv", out)
+
+    def append_cap(self, row: Mapping[str, Any]) -> None:
+        """Append one row to ``caps.csv``."""
+        values = [cell(row.get(c)) for c in CAPS_COLUMNS]
+        values[CAPS_COLUMNS.index("error")] = _one_line(row.get("error") or "")
+        self._append("caps.csv", [values])
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:500]

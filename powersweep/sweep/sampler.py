@@ -1,0 +1,116 @@
+"""The sampler: reads every GPU of the set at a fixed interval *while* the load runs.
+
+It runs in its own thread on the run clock with an absolute schedule (tick k at start + k *
+interval), so a slow read delays one tick, not all later ones. The driver labels what is going on
+(cap and phase); rows are drained after each cap.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from powersweep.clock import Clock
+from powersweep.sweep.gpu import Gpu, GpuSample
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """One GPU reading with its context.
+
+    Attributes:
+        t_s: Run seconds when the tick was taken.
+        tick: Tick number (rows of one tick share it).
+        cap_w: Cap in force.
+        phase: What the sweep was doing (``settle``, ``narr``, ...).
+        sample: The reading.
+    """
+
+    t_s: float
+    tick: int
+    cap_w: float
+    phase: str
+    sample: GpuSample
+
+
+class Sampler:
+    """Background sampling of a GPU set.
+
+    Args:
+        gpus: The GPUs to read at each tick.
+        clock: Run clock.
+        interval_s: Run seconds between ticks.
+    """
+
+    def __init__(self, gpus: Sequence[Gpu], clock: Clock, interval_s: float = 0.5) -> None:
+        if not interval_s > 0:
+            raise ValueError("sample interval must be positive")
+        self._gpus = list(gpus)
+        self._clock = clock
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._rows: list[SampleRow] = []
+        self._cap_w = float("nan")
+        self._phase = "idle"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tick = 0
+        self.read_errors = 0
+
+    def label(self, cap_w: float, phase: str) -> None:
+        """Set the cap and phase that the following ticks are labelled with."""
+        with self._lock:
+            self._cap_w = cap_w
+            self._phase = phase
+
+    def start(self) -> None:
+        """Start ticking (idempotent)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="powersweep-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop ticking and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def drain(self) -> list[SampleRow]:
+        """Take the rows collected since the last drain."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def tick_now(self) -> None:
+        """Take one tick immediately (used at phase boundaries and by tests)."""
+        self._take()
+
+    def _take(self) -> None:
+        with self._lock:
+            cap, phase = self._cap_w, self._phase
+            tick = self._tick
+            self._tick += 1
+        t = self._clock.now()
+        samples = [g.read_sample() for g in self._gpus]
+        rows = [SampleRow(t, tick, cap, phase, s) for s in samples]
+        with self._lock:
+            self._rows.extend(rows)
+            self.read_errors += sum(s.read_errors for s in samples)
+
+    def _run(self) -> None:
+        start = self._clock.now()
+        k = 0
+        while not self._stop.is_set():
+            self._take()
+            k += 1
+            due = start + k * self._interval_s
+            now = self._clock.now()
+            if due < now:  # fell behind (a slow read): skip missed ticks, keep the grid
+                k = int((now - start) / self._interval_s) + 1
+                due = start + k * self._interval_s
+            if self._clock.wait(self._stop, due - now):
+                break

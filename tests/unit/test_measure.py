@@ -1,0 +1,144 @@
+"""From samples and requests to a cap's figures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from powersweep.sweep.gpu import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL, GpuSample
+from powersweep.sweep.measure import (
+    cap_row,
+    decode_tps,
+    energy_counter_j,
+    energy_sampled_j,
+    group_ticks,
+    load_ticks,
+    prefill_tps,
+)
+from powersweep.sweep.sampler import SampleRow
+
+
+@dataclass(frozen=True)
+class Req:
+    prompt_kind: str
+    ok: bool
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    t_start_s: float
+    t_first_token_s: float
+    t_last_token_s: float
+    error: str = ""
+
+
+def sample(
+    gpu: int,
+    power: float,
+    *,
+    util: float = 100,
+    energy: float = math.nan,
+    temp: float = 60,
+    bits: int = CLOCK_EVENT_SW_POWER_CAP,
+    sm: float = 1500,
+) -> GpuSample:
+    return GpuSample(gpu, power, energy, temp, sm, 9751, util, 2, bits)
+
+
+def test_decode_tps_is_token_weighted_and_excludes_first_token() -> None:
+    reqs = [
+        Req("narr", True, 501, 50, 0.0, 1.0, 11.0),  # 500 tokens in 10 s
+        Req("narr", True, 101, 50, 20.0, 20.5, 30.5),  # 100 tokens in 10 s
+        Req("narr", False, 300, 50, 40.0, 41.0, 42.0),  # failed: ignored
+        Req("code", True, 401, 50, 50.0, 51.0, 61.0),
+    ]
+    assert decode_tps(reqs, "narr") == pytest.approx(600 / 20)
+    assert decode_tps(reqs, "code") == pytest.approx(40.0)
+    assert math.isnan(decode_tps(reqs, "prefill"))
+    assert math.isnan(decode_tps([Req("narr", True, 1, 5, 0, 1, 1)], "narr"))
+
+
+def test_prefill_tps_is_prompt_over_ttft() -> None:
+    reqs = [
+        Req("prefill", True, 10, 8000, 0.0, 4.0, 4.2),
+        Req("prefill", True, 10, 8000, 10, 14, 14.1),
+    ]
+    assert prefill_tps(reqs) == pytest.approx(2000)
+
+
+def rows_for(
+    powers: list[tuple[float, float]], phase: str = "narr", **kw: float
+) -> list[SampleRow]:
+    """One tick per entry; each entry is the draw of GPU 0 and GPU 1."""
+    out = []
+    for k, (p0, p1) in enumerate(powers):
+        out.append(
+            SampleRow(k * 0.5, k, 300, phase, sample(0, p0, energy=1000.0 * k * p0 / 2, **kw))
+        )
+        out.append(
+            SampleRow(k * 0.5, k, 300, phase, sample(1, p1, energy=1000.0 * k * p1 / 2, **kw))
+        )
+    return out
+
+
+def test_multi_gpu_draw_is_summed_per_tick() -> None:
+    ticks = group_ticks(rows_for([(300, 290), (301, 289), (299, 291)]))
+    assert [t.power_w for t in ticks] == [590, 590, 590]
+
+
+def test_load_ticks_need_load_phase_and_util() -> None:
+    rows = [
+        *rows_for([(300, 300)] * 3, phase="settle"),
+        SampleRow(9, 9, 300, "narr", sample(0, 100, util=20)),
+        SampleRow(10, 10, 300, "narr", sample(0, 310)),
+    ]
+    assert [t.power_w for t in load_ticks(rows)] == [310]
+
+
+def test_energy_counter_and_trapezoid_agree_for_constant_draw() -> None:
+    ticks = group_ticks(rows_for([(200, 100)] * 11))
+    assert energy_sampled_j(ticks) == pytest.approx(300 * 5.0)
+    assert energy_counter_j(ticks) == pytest.approx(300 * 5.0)
+
+
+def test_energy_counter_missing_is_nan() -> None:
+    rows = [SampleRow(k, k, 300, "narr", sample(0, 200)) for k in range(3)]
+    assert math.isnan(energy_counter_j(group_ticks(rows)))
+
+
+def test_cap_row_medians_flags_and_status() -> None:
+    rows = rows_for([(300, 0), (302, 0), (298, 0), (400, 0)], temp=70)
+    rows.append(SampleRow(3, 4, 300, "code", sample(0, 300, bits=CLOCK_EVENT_SW_THERMAL, temp=85)))
+    reqs = [Req("narr", True, 101, 50, 0, 1, 11), Req("code", True, 51, 50, 12, 13, 18)]
+    row = cap_row(
+        cap_w=300,
+        load_mode="decode-single",
+        rows=rows,
+        requests=reqs,
+        n_gpus=2,
+        settle_s=3,
+        window_s=20,
+    )
+    assert row["status"] == "ok"
+    assert row["narr_tps"] == pytest.approx(10) and row["code_tps"] == pytest.approx(10)
+    assert row["power_w"] == 300  # median of 300, 302, 298, 400, 300
+    assert row["tps_per_w"] == pytest.approx(10 / 300)
+    assert row["temp_max_c"] == 85
+    assert row["thermal_throttle_pct"] == pytest.approx(20)
+    assert row["pwr_throttle_pct"] == pytest.approx(80)
+    assert row["n_requests"] == 2 and row["n_samples"] == 5
+
+
+def test_cap_row_without_completed_requests_is_failed_with_error() -> None:
+    reqs = [Req("narr", False, None, None, 0, math.nan, math.nan, "HTTP 500: boom")]
+    row = cap_row(
+        cap_w=300,
+        load_mode="decode-single",
+        rows=[],
+        requests=reqs,
+        n_gpus=1,
+        settle_s=3,
+        window_s=1,
+    )
+    assert row["status"] == "failed" and row["error"] == "HTTP 500: boom"
+    assert math.isnan(row["power_w"]) and math.isnan(row["tps_per_w"])
