@@ -1,0 +1,516 @@
+"""A configurable fake of the part of ``pynvml`` (nvidia-ml-py) powersweep uses.
+
+:class:`FakeNvml` is a module object (a :class:`types.ModuleType`) with the same function,
+constant and exception names as ``pynvml``, holding the state of one or more
+:class:`FakeDevice` s. Pass it where the real module would go::
+
+    fake = FakeNvml(devices=[FakeDevice(min_mw=100_000, default_mw=370_000, max_mw=390_000,
+                                        limit_mw=350_000)])
+    backend = NvmlBackend(nvml=fake)
+
+What it can do:
+
+* Units as NVML: power and limits in mW, energy in mJ, clocks in MHz, temperatures in °C.
+* Failures: ``FakeDevice.fail`` / ``FakeNvml.fail`` map a function name to an NVML error code
+  (``NVML_ERROR_*``) that the function raises on every call until the entry is removed;
+  ``FakeDevice.fail_fields`` maps a field id to the ``nvmlReturn`` its field value carries.
+* Capabilities: ``instant_power_mw=None`` (instant power field unsupported),
+  ``energy_mj=None`` (energy counter unsupported), ``power_managed=False`` (no power limits).
+* Limits: a request outside ``[min_mw, max_mw]`` raises ``NVMLError_InvalidArgument`` as the
+  driver does; ``silent_floor_mw`` makes the card succeed but silently keep its old limit for
+  requests below it (an RTX 5090 refusing caps under 400 W); ``enforced_cap_mw`` is an
+  out-of-band limit the enforced limit never exceeds.
+* Power follows the cap: with ``clamp_power`` (default) both power readings are clamped to the
+  enforced limit, and :meth:`FakeDevice.tick` advances the energy counter by the draw.
+* ``FakeNvml.calls`` records every call as ``(function name, device index or None)``.
+
+Only the standard library is imported, so tests can load this file by path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, ClassVar
+
+# --- constants (values as in nvidia-ml-py) -------------------------------------------------
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+
+NVML_FI_DEV_POWER_AVERAGE = 185
+NVML_FI_DEV_POWER_INSTANT = 186
+
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_VALUE_TYPE_SIGNED_INT = 5
+NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+
+NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+
+NVML_PSTATE_UNKNOWN = 32
+
+_ERROR_STRINGS = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+
+# --- errors (same names and hierarchy as nvidia-ml-py) -------------------------------------
+
+
+class NVMLError(Exception):
+    """Base NVML error; ``value`` is the NVML return code."""
+
+    code: ClassVar[int] = NVML_ERROR_UNKNOWN
+
+    def __init__(self, value: int | None = None) -> None:
+        self.value = type(self).code if value is None else value
+        super().__init__(self.value)
+
+    def __str__(self) -> str:
+        return _ERROR_STRINGS.get(self.value, f"NVML Error with code {self.value}")
+
+
+class NVMLError_Uninitialized(NVMLError):
+    code = NVML_ERROR_UNINITIALIZED
+
+
+class NVMLError_InvalidArgument(NVMLError):
+    code = NVML_ERROR_INVALID_ARGUMENT
+
+
+class NVMLError_NotSupported(NVMLError):
+    code = NVML_ERROR_NOT_SUPPORTED
+
+
+class NVMLError_NoPermission(NVMLError):
+    code = NVML_ERROR_NO_PERMISSION
+
+
+class NVMLError_NotFound(NVMLError):
+    code = NVML_ERROR_NOT_FOUND
+
+
+class NVMLError_DriverNotLoaded(NVMLError):
+    code = NVML_ERROR_DRIVER_NOT_LOADED
+
+
+class NVMLError_Timeout(NVMLError):
+    code = NVML_ERROR_TIMEOUT
+
+
+class NVMLError_LibraryNotFound(NVMLError):
+    code = NVML_ERROR_LIBRARY_NOT_FOUND
+
+
+class NVMLError_FunctionNotFound(NVMLError):
+    code = NVML_ERROR_FUNCTION_NOT_FOUND
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    code = NVML_ERROR_GPU_IS_LOST
+
+
+class NVMLError_Unknown(NVMLError):
+    code = NVML_ERROR_UNKNOWN
+
+
+_ERROR_CLASSES: dict[int, type[NVMLError]] = {
+    cls.code: cls
+    for cls in (
+        NVMLError_Uninitialized,
+        NVMLError_InvalidArgument,
+        NVMLError_NotSupported,
+        NVMLError_NoPermission,
+        NVMLError_NotFound,
+        NVMLError_DriverNotLoaded,
+        NVMLError_Timeout,
+        NVMLError_LibraryNotFound,
+        NVMLError_FunctionNotFound,
+        NVMLError_GpuIsLost,
+        NVMLError_Unknown,
+    )
+}
+
+
+def make_error(code: int) -> NVMLError:
+    """Return the error pynvml raises for ``code`` (its subclass when one exists)."""
+    return _ERROR_CLASSES.get(code, NVMLError)(code)
+
+
+# --- result structures ---------------------------------------------------------------------
+
+
+@dataclass
+class FakeMemory:
+    """Like ``c_nvmlMemory_t`` (bytes)."""
+
+    total: int
+    free: int
+    used: int
+
+
+@dataclass
+class FakeUtilization:
+    """Like ``c_nvmlUtilization_t`` (percent)."""
+
+    gpu: int
+    memory: int
+
+
+@dataclass
+class FakeValue:
+    """Like the ``c_nvmlValue_t`` union: every member holds the same number."""
+
+    dVal: float = 0.0
+    uiVal: int = 0
+    ulVal: int = 0
+    ullVal: int = 0
+    sllVal: int = 0
+    siVal: int = 0
+    usVal: int = 0
+
+    @classmethod
+    def of(cls, number: int) -> FakeValue:
+        return cls(float(number), number, number, number, number, number, number & 0xFFFF)
+
+
+@dataclass
+class FakeFieldValue:
+    """Like ``c_nvmlFieldValue_t``."""
+
+    fieldId: int
+    scopeId: int = 0
+    timestamp: int = 0
+    latencyUsec: int = 0
+    valueType: int = NVML_VALUE_TYPE_UNSIGNED_INT
+    nvmlReturn: int = NVML_SUCCESS
+    value: FakeValue = field(default_factory=FakeValue)
+
+
+# --- devices -------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeDevice:
+    """State of one fake GPU (NVML units: mW, mJ, MHz, °C). Mutate it freely during a test.
+
+    Attributes:
+        fail: Function name -> NVML error code raised on every call of it for this device.
+        fail_fields: Field id -> ``nvmlReturn`` code of that field in ``nvmlDeviceGetFieldValues``.
+        instant_power_mw: Instant power field; None makes the field NOT_SUPPORTED.
+        energy_mj: Energy counter; None makes ``nvmlDeviceGetTotalEnergyConsumption``
+            NOT_SUPPORTED.
+        power_managed: False makes every power-limit call NOT_SUPPORTED (laptop, some VMs).
+        silent_floor_mw: A set below it succeeds but leaves the limit unchanged.
+        enforced_cap_mw: Out-of-band limit: the enforced limit never exceeds it.
+        clamp_power: Clamp both power readings to the enforced limit.
+    """
+
+    name: str = "NVIDIA GeForce RTX 3090"
+    uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
+    vram_mib: int = 24576
+    min_mw: int = 100_000
+    default_mw: int = 350_000
+    max_mw: int = 390_000
+    limit_mw: int = 350_000
+    enforced_cap_mw: int | None = None
+    silent_floor_mw: int | None = None
+    power_managed: bool = True
+    power_mw: int = 250_000
+    instant_power_mw: int | None = 260_000
+    clamp_power: bool = True
+    energy_mj: int | None = 1_000_000
+    temp_c: int = 60
+    slowdown_temp_c: int = 90
+    sm_clock_mhz: int = 1800
+    mem_clock_mhz: int = 9751
+    util_pct: int = 97
+    memory_util_pct: int = 40
+    pstate: int = 2
+    clock_event_bits: int = 0
+    fail: dict[str, int] = field(default_factory=dict)
+    fail_fields: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def enforced_mw(self) -> int:
+        """The limit in force: the set one, lowered by any out-of-band cap."""
+        if self.enforced_cap_mw is None:
+            return self.limit_mw
+        return min(self.limit_mw, self.enforced_cap_mw)
+
+    def reported_power_mw(self, instant: bool) -> int:
+        """What a power reading returns now."""
+        raw = self.instant_power_mw if instant and self.instant_power_mw is not None else None
+        mw = self.power_mw if raw is None else raw
+        return min(mw, self.enforced_mw) if self.clamp_power else mw
+
+    def tick(self, seconds: float) -> None:
+        """Advance the energy counter by the average draw over ``seconds``."""
+        if self.energy_mj is not None:
+            self.energy_mj += round(self.reported_power_mw(instant=False) * seconds)
+
+
+# --- the module ----------------------------------------------------------------------------
+
+
+class FakeNvml(ModuleType):
+    """A ``pynvml``-like module over a list of :class:`FakeDevice` (handles are the devices).
+
+    Args:
+        devices: The GPUs, in NVML index order (one default device when omitted).
+        driver_version: What ``nvmlSystemGetDriverVersion`` returns.
+        fail: Module-level function name (``nvmlInit``, ``nvmlShutdown``,
+            ``nvmlDeviceGetCount``, ``nvmlSystemGetDriverVersion``, ``nvmlDeviceGetHandleByIndex``)
+            -> NVML error code it raises.
+        strings_as_bytes: Return names, UUIDs and versions as bytes, like old bindings.
+    """
+
+    NVML_SUCCESS = NVML_SUCCESS
+    NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
+    NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_NO_PERMISSION = NVML_ERROR_NO_PERMISSION
+    NVML_ERROR_NOT_FOUND = NVML_ERROR_NOT_FOUND
+    NVML_ERROR_DRIVER_NOT_LOADED = NVML_ERROR_DRIVER_NOT_LOADED
+    NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+    NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_ERROR_FUNCTION_NOT_FOUND = NVML_ERROR_FUNCTION_NOT_FOUND
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_ERROR_UNKNOWN = NVML_ERROR_UNKNOWN
+    NVML_FI_DEV_POWER_AVERAGE = NVML_FI_DEV_POWER_AVERAGE
+    NVML_FI_DEV_POWER_INSTANT = NVML_FI_DEV_POWER_INSTANT
+    NVML_VALUE_TYPE_DOUBLE = NVML_VALUE_TYPE_DOUBLE
+    NVML_VALUE_TYPE_UNSIGNED_INT = NVML_VALUE_TYPE_UNSIGNED_INT
+    NVML_VALUE_TYPE_UNSIGNED_LONG = NVML_VALUE_TYPE_UNSIGNED_LONG
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG = NVML_VALUE_TYPE_SIGNED_LONG_LONG
+    NVML_VALUE_TYPE_SIGNED_INT = NVML_VALUE_TYPE_SIGNED_INT
+    NVML_VALUE_TYPE_UNSIGNED_SHORT = NVML_VALUE_TYPE_UNSIGNED_SHORT
+    NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+    NVML_CLOCK_GRAPHICS = NVML_CLOCK_GRAPHICS
+    NVML_CLOCK_SM = NVML_CLOCK_SM
+    NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_PSTATE_UNKNOWN = NVML_PSTATE_UNKNOWN
+
+    NVMLError = NVMLError
+    NVMLError_Uninitialized = NVMLError_Uninitialized
+    NVMLError_InvalidArgument = NVMLError_InvalidArgument
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_NotFound = NVMLError_NotFound
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVMLError_Timeout = NVMLError_Timeout
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVMLError_Unknown = NVMLError_Unknown
+
+    def __init__(
+        self,
+        devices: Sequence[FakeDevice] | None = None,
+        *,
+        driver_version: str = "570.133.07",
+        fail: dict[str, int] | None = None,
+        strings_as_bytes: bool = False,
+    ) -> None:
+        super().__init__("fake_pynvml")
+        self.devices: list[FakeDevice] = list(devices) if devices is not None else [FakeDevice()]
+        self.driver_version = driver_version
+        self.fail: dict[str, int] = dict(fail or {})
+        self.strings_as_bytes = strings_as_bytes
+        self.init_count = 0
+        self.shutdown_calls = 0
+        self.calls: list[tuple[str, int | None]] = []
+
+    # --- bookkeeping -----------------------------------------------------------------------
+
+    def calls_to(self, name: str) -> int:
+        """How many times the function ``name`` was called (any device)."""
+        return sum(1 for called, _ in self.calls if called == name)
+
+    def _module_call(self, name: str) -> None:
+        self.calls.append((name, None))
+        if name in self.fail:
+            raise make_error(self.fail[name])
+        if name != "nvmlInit" and self.init_count <= 0:
+            raise NVMLError_Uninitialized()
+
+    def _device_call(self, name: str, handle: Any) -> FakeDevice:
+        if not isinstance(handle, FakeDevice) or handle not in self.devices:
+            raise NVMLError_InvalidArgument()
+        self.calls.append((name, self.devices.index(handle)))
+        if self.init_count <= 0:
+            raise NVMLError_Uninitialized()
+        if name in handle.fail:
+            raise make_error(handle.fail[name])
+        return handle
+
+    def _text(self, value: str) -> Any:
+        return value.encode() if self.strings_as_bytes else value
+
+    @staticmethod
+    def _managed(device: FakeDevice) -> None:
+        if not device.power_managed:
+            raise NVMLError_NotSupported()
+
+    # --- library ---------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self._module_call("nvmlInit")
+        self.init_count += 1
+
+    def nvmlShutdown(self) -> None:
+        self._module_call("nvmlShutdown")
+        self.shutdown_calls += 1
+        self.init_count -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> Any:
+        self._module_call("nvmlSystemGetDriverVersion")
+        return self._text(self.driver_version)
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._module_call("nvmlDeviceGetCount")
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDevice:
+        self._module_call("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self.devices):
+            raise NVMLError_InvalidArgument()
+        return self.devices[index]
+
+    # --- identity --------------------------------------------------------------------------
+
+    def nvmlDeviceGetName(self, handle: Any) -> Any:
+        return self._text(self._device_call("nvmlDeviceGetName", handle).name)
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> Any:
+        return self._text(self._device_call("nvmlDeviceGetUUID", handle).uuid)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> FakeMemory:
+        device = self._device_call("nvmlDeviceGetMemoryInfo", handle)
+        total = device.vram_mib * 1024 * 1024
+        return FakeMemory(total=total, free=total // 2, used=total - total // 2)
+
+    # --- readings --------------------------------------------------------------------------
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        return self._device_call("nvmlDeviceGetPowerUsage", handle).reported_power_mw(False)
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: Any, fieldIds: Sequence[int | tuple[int, int]]
+    ) -> list[FakeFieldValue]:
+        device = self._device_call("nvmlDeviceGetFieldValues", handle)
+        values = []
+        for requested in fieldIds:
+            field_id, scope_id = requested if isinstance(requested, tuple) else (requested, 0)
+            fv = FakeFieldValue(fieldId=field_id, scopeId=scope_id)
+            if field_id in device.fail_fields:
+                fv.nvmlReturn = device.fail_fields[field_id]
+            elif field_id == NVML_FI_DEV_POWER_INSTANT and device.instant_power_mw is not None:
+                fv.value = FakeValue.of(device.reported_power_mw(True))
+            elif field_id == NVML_FI_DEV_POWER_AVERAGE:
+                fv.value = FakeValue.of(device.reported_power_mw(False))
+            else:
+                fv.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+            values.append(fv)
+        return values
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        device = self._device_call("nvmlDeviceGetTotalEnergyConsumption", handle)
+        if device.energy_mj is None:
+            raise NVMLError_NotSupported()
+        return device.energy_mj
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        device = self._device_call("nvmlDeviceGetTemperature", handle)
+        if sensor != NVML_TEMPERATURE_GPU:
+            raise NVMLError_InvalidArgument()
+        return device.temp_c
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
+        device = self._device_call("nvmlDeviceGetTemperatureThreshold", handle)
+        if threshold != NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
+            raise NVMLError_NotSupported()
+        return device.slowdown_temp_c
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
+        device = self._device_call("nvmlDeviceGetClockInfo", handle)
+        if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
+            return device.sm_clock_mhz
+        if type == NVML_CLOCK_MEM:
+            return device.mem_clock_mhz
+        raise NVMLError_InvalidArgument()
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> FakeUtilization:
+        device = self._device_call("nvmlDeviceGetUtilizationRates", handle)
+        return FakeUtilization(gpu=device.util_pct, memory=device.memory_util_pct)
+
+    def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:
+        return self._device_call("nvmlDeviceGetPerformanceState", handle).pstate
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        return self._device_call("nvmlDeviceGetCurrentClocksEventReasons", handle).clock_event_bits
+
+    # --- power limits ----------------------------------------------------------------------
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        device = self._device_call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        self._managed(device)
+        return [device.min_mw, device.max_mw]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        device = self._device_call("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+        self._managed(device)
+        return device.default_mw
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        device = self._device_call("nvmlDeviceGetPowerManagementLimit", handle)
+        self._managed(device)
+        return device.limit_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        device = self._device_call("nvmlDeviceGetEnforcedPowerLimit", handle)
+        self._managed(device)
+        return device.enforced_mw
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit: int) -> None:
+        device = self._device_call("nvmlDeviceSetPowerManagementLimit", handle)
+        self._managed(device)
+        if not isinstance(limit, int) or not device.min_mw <= limit <= device.max_mw:
+            raise NVMLError_InvalidArgument()
+        if device.silent_floor_mw is not None and limit < device.silent_floor_mw:
+            return  # the card says yes and keeps what it had
+        device.limit_mw = limit
