@@ -1,0 +1,21 @@
+"""Charts of a sweep, drawn only from its analysis dict (and, for the timeline, its samples).
+
+Matplotlib is used through its object API on the Agg canvas, with a fixed style applied locally,
+so output is byte-identical for identical inputs and global state is never touched.
+"""
+
+from powersweep.plots.companions import clocks_figure, power_figure, timeline_figure
+from powersweep.plots.compare import compare_figure, compare_table, render_compare
+from powersweep.plots.efficiency import efficiency_figure
+from powersweep.plots.render import render_charts
+
+__all__ = [
+    "clocks_figure",
+    "compare_figure",
+    "compare_table",
+    "efficiency_figure",
+    "power_figure",
+    "render_charts",
+    "render_compare",
+    "timeline_figure",
+]

@@ -1,0 +1,222 @@
+"""Several runs on one chart (TPS/W curves, sweet spots marked) and as a markdown table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from powersweep.errors import UsageError
+from powersweep.plots._data import AnalysisView, FloatArray, fmt_w, gpu_label, parse_analysis
+from powersweep.plots._layout import Obstacles, line_points, place_legend
+from powersweep.plots._style import freeze_layout, new_figure, save_figure, style
+from powersweep.plots.efficiency import fmt_tpw
+
+X_MODES = ("watts", "pct-tdp")
+
+# Colour-blind-safe palette (Okabe-Ito), cycled for more runs.
+_PALETTE = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000")
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
+def _views(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, AnalysisView]]:
+    if not analyses:
+        raise UsageError("nothing to compare: give at least one run")
+    out: list[tuple[str, AnalysisView]] = []
+    for label, analysis in analyses:
+        try:
+            out.append((label, parse_analysis(analysis)))
+        except UsageError as exc:
+            raise UsageError(f"{label}: {exc}") from exc
+    return out
+
+
+def _x_values(label: str, view: AnalysisView, caps_w: FloatArray, x: str) -> FloatArray:
+    if x == "watts":
+        return caps_w
+    default_w = view.run.default_limit_w
+    if not (math.isfinite(default_w) and default_w > 0):
+        raise UsageError(
+            f"{label}: the run does not record its default power limit; compare with --x watts"
+        )
+    return caps_w / default_w * 100.0
+
+
+def _peak(view: AnalysisView) -> float:
+    finite = view.curve.tps_per_w[np.isfinite(view.curve.tps_per_w)]
+    return float(finite.max()) if len(finite) else math.nan
+
+
+def compare_figure(
+    analyses: Sequence[tuple[str, Mapping[str, Any]]],
+    x: str = "watts",
+    normalize: bool = False,
+) -> Figure:
+    """Overlays the TPS/W curves of several runs, each sweet spot marked with a star.
+
+    Args:
+        analyses: ``(label, analysis dict)`` pairs, drawn in order.
+        x: ``"watts"`` (cap in W) or ``"pct-tdp"`` (cap as % of each run's default limit).
+        normalize: Divide each curve by its own peak TPS/W (shapes compare across GPUs).
+
+    Raises:
+        UsageError: No runs, an unknown ``x``, or ``pct-tdp`` for a run without a default limit.
+    """
+    if x not in X_MODES:
+        raise UsageError(f"unknown x axis {x!r}; use one of {', '.join(X_MODES)}")
+    views = _views(analyses)
+    with style():
+        fig = new_figure()
+        ax = fig.add_subplot()
+        fig.suptitle("Tokens per watt vs power cap")
+        ax.set_title(
+            "TPS/W relative to each run's peak" if normalize else "stars: sweet spots",
+            loc="left",
+            fontsize=8,
+            color="#555555",
+        )
+        ax.set_xlabel("power cap (% of default limit)" if x == "pct-tdp" else "power cap (W)")
+        ax.set_ylabel("TPS/W (share of run's peak)" if normalize else "TPS/W (tokens/s per W)")
+        handles: list[Line2D] = []
+        all_x: list[float] = []
+        all_y: list[float] = []
+        for i, (label, view) in enumerate(views):
+            color = _PALETTE[i % len(_PALETTE)]
+            xs = _x_values(label, view, view.curve.cap_w, x)
+            scale = _peak(view) if normalize else 1.0
+            ys = (
+                view.curve.tps_per_w / scale
+                if math.isfinite(scale) and scale > 0
+                else (view.curve.tps_per_w)
+            )
+            spot = view.sweet_spot
+            name = label
+            if spot is not None:
+                pct = (
+                    f" ({spot.pct_of_default:.0f}% of default)"
+                    if math.isfinite(spot.pct_of_default)
+                    else ""
+                )
+                name = f"{label}: {fmt_w(spot.cap_w)}{pct}, {fmt_tpw(spot.tps_per_w)} TPS/W"
+            (line,) = ax.plot(
+                xs,
+                ys,
+                marker=_MARKERS[i % len(_MARKERS)],
+                markersize=3.2,
+                color=color,
+                label=name,
+                gid=f"run:{i}",
+                zorder=3,
+            )
+            handles.append(line)
+            all_x += [float(v) for v in xs if np.isfinite(v)]
+            all_y += [float(v) for v in ys if np.isfinite(v)]
+            if spot is not None:
+                sx = float(_x_values(label, view, np.array([spot.cap_w]), x)[0])
+                sy = (
+                    spot.tps_per_w / scale
+                    if math.isfinite(scale) and scale > 0
+                    else (spot.tps_per_w)
+                )
+                ax.plot(
+                    [sx],
+                    [sy],
+                    linestyle="none",
+                    marker="*",
+                    markersize=13,
+                    color=color,
+                    markeredgecolor="#222222",
+                    markeredgewidth=0.7,
+                    zorder=5,
+                    gid=f"sweet-spot:{i}",
+                )
+        if x == "pct-tdp":
+            default_line = ax.axvline(
+                100.0,
+                color="#444444",
+                linestyle="-.",
+                linewidth=1.0,
+                zorder=1.5,
+                label="default limit",
+                gid="default-tdp",
+            )
+            handles.append(default_line)
+            all_x.append(100.0)
+        if all_x:
+            lo, hi = min(all_x), max(all_x)
+            margin = max(0.04 * (hi - lo), 1.0)
+            ax.set_xlim(lo - margin, hi + margin)
+        if all_y:
+            ax.set_ylim(0.0, max(all_y) * 1.3)
+        legend = ax.legend(handles=handles, loc="upper left", fontsize=7.5)
+        legend.set_zorder(7)
+        freeze_layout(fig)
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        obstacles = Obstacles()
+        for line in ax.lines:
+            obstacles.add_points(str(line.get_gid()), line_points(line))
+        place_legend(legend, renderer, obstacles)
+        return fig
+
+
+def render_compare(
+    analyses: Sequence[tuple[str, Mapping[str, Any]]],
+    out_path_stem: Path,
+    *,
+    x: str = "watts",
+    normalize: bool = False,
+    formats: Sequence[str] = ("png",),
+) -> list[Path]:
+    """Writes the compare chart as ``<out_path_stem>.<fmt>`` for each format.
+
+    Raises:
+        UsageError: As :func:`compare_figure`, or an unsupported format.
+        PowersweepError: A file cannot be written.
+    """
+    fig = compare_figure(analyses, x=x, normalize=normalize)
+    out_path_stem.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, out_path_stem, formats)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def compare_table(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """A GitHub markdown table of each run's sweet spot (``—`` where unknown).
+
+    Columns: run, GPU, load mode, sweet-spot cap, % of the default limit, TPS/W, TPS, draw,
+    near-peak cap.
+    """
+    views = _views(analyses)
+    header = (
+        "| run | GPU | load | sweet spot | % of default | TPS/W | TPS | draw | near peak |\n"
+        "|---|---|---|--:|--:|--:|--:|--:|--:|"
+    )
+    dash = "—"
+
+    def num(value: float, fmt: str) -> str:
+        return fmt.format(value) if math.isfinite(value) else dash
+
+    rows = [header]
+    for label, view in views:
+        spot = view.sweet_spot
+        near = view.near_peak
+        cells = [
+            _cell(label),
+            _cell(gpu_label(view.run)),
+            _cell(view.run.load_mode or dash),
+            fmt_w(spot.cap_w) if spot else dash,
+            num(spot.pct_of_default, "{:.0f}%") if spot else dash,
+            fmt_tpw(spot.tps_per_w) if spot else dash,
+            num(spot.tps, "{:.1f}") if spot else dash,
+            num(spot.power_w, "{:.0f} W") if spot else dash,
+            fmt_w(near.cap_w) if near else dash,
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,271 @@
+"""The main chart: TPS and TPS/W against the power cap, with the sweet spot called out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.transforms import blended_transform_factory
+
+from powersweep.plots._data import AnalysisView, fmt_w, parse_analysis
+from powersweep.plots._decor import (
+    cap_axis_label,
+    draw_default_line,
+    draw_plateau_spans,
+    label_default,
+    label_plateaus,
+    set_header,
+    x_limits,
+)
+from powersweep.plots._layout import (
+    Obstacles,
+    grid_candidates,
+    line_points,
+    place_legend,
+    place_text,
+)
+from powersweep.plots._style import COLORS, freeze_layout, new_figure, style
+
+# Headroom above the highest point so that labels have somewhere to go.
+_HEADROOM = 1.32
+
+SWEET_GID = "sweet-spot-callout"
+NEAR_PEAK_GID = "near-peak-label"
+
+
+def fmt_tpw(value: float) -> str:
+    """TPS/W with three significant digits, never in scientific notation for real values."""
+    if not value >= 0.001:
+        return f"{value:.2e}"
+    # '#' keeps significant trailing zeros (0.240, not 0.24); a bare trailing point goes.
+    return f"{value:#.3g}".rstrip(".")
+
+
+def sweet_spot_text(view: AnalysisView) -> str:
+    """The callout text: cap, TPS/W, TPS and % of the default limit."""
+    spot = view.sweet_spot
+    assert spot is not None
+    lines = [f"Sweet spot: {fmt_w(spot.cap_w)}"]
+    facts = [f"{fmt_tpw(spot.tps_per_w)} TPS/W"]
+    if math.isfinite(spot.tps):
+        facts.append(f"{spot.tps:.1f} TPS")
+    lines.append("  ·  ".join(facts))
+    if math.isfinite(spot.pct_of_default):
+        lines.append(f"{spot.pct_of_default:.0f}% of default limit")
+    if spot.at_boundary == "low":
+        lines.append("lowest cap swept: try lower")
+    elif spot.at_boundary == "high":
+        lines.append("highest cap swept: try higher")
+    return "\n".join(lines)
+
+
+def _ylim_top(*arrays: np.ndarray) -> float:
+    finite = np.concatenate([a[np.isfinite(a)] for a in arrays])
+    top = float(finite.max()) if len(finite) else 1.0
+    return top * _HEADROOM if top > 0 else 1.0
+
+
+def efficiency_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Builds the efficiency chart: TPS (left axis) and TPS/W (right axis, dashed) per cap.
+
+    Failed caps are gaps (NaN) with a grey cross on the x axis. The sweet spot gets a callout
+    with an arrow; the near-peak cap, plateaus and the default limit are marked and labelled.
+    Labels are placed from the drawn geometry so that they overlap neither each other, nor the
+    legend, nor the curves.
+
+    Args:
+        analysis: An analysis dict (analysis.json schema).
+        title: Figure title; defaults to the GPU name.
+
+    Returns:
+        The laid-out figure (Agg canvas attached), ready to save.
+
+    Raises:
+        UsageError: The analysis has no cap to plot.
+    """
+    view = parse_analysis(analysis)
+    with style():
+        return _build(view, title)
+
+
+def _build(view: AnalysisView, title: str | None) -> Figure:
+    curve = view.curve
+    fig = new_figure()
+    ax = fig.add_subplot()
+    ax2 = ax.twinx()
+    ax2.grid(False)
+    ax2.spines["top"].set_visible(False)
+
+    set_header(fig, ax, view, title, "tokens per watt vs power cap")
+    ax.set_xlabel(cap_axis_label(view))
+    tps_name = "prefill TPS" if view.is_prefill else "decode TPS"
+    ax.set_ylabel(f"{tps_name} (tokens/s)")
+    tpw_source = "prefill" if view.is_prefill else "narrative"
+    ax2.set_ylabel(f"TPS/W ({tpw_source} tokens/s per W)", color=COLORS["tps_per_w"])
+    ax2.tick_params(axis="y", colors=COLORS["tps_per_w"])
+
+    spans = draw_plateau_spans(ax, view)
+    del spans
+    handles: list[Line2D] = []
+    main_label = "prefill TPS" if view.is_prefill else "narrative TPS"
+    (tps_line,) = ax.plot(
+        curve.cap_w,
+        curve.tps,
+        marker="o",
+        color=COLORS["tps"],
+        label=main_label,
+        gid="tps",
+        zorder=3,
+    )
+    handles.append(tps_line)
+    if not view.is_prefill and np.isfinite(curve.code_tps).any():
+        (code_line,) = ax.plot(
+            curve.cap_w,
+            curve.code_tps,
+            marker="s",
+            markersize=2.8,
+            color=COLORS["code_tps"],
+            linewidth=1.2,
+            label="code TPS",
+            gid="code_tps",
+            zorder=2.9,
+        )
+        handles.append(code_line)
+    (tpw_line,) = ax2.plot(
+        curve.cap_w,
+        curve.tps_per_w,
+        linestyle="--",
+        marker="o",
+        markersize=3.0,
+        color=COLORS["tps_per_w"],
+        label="TPS/W",
+        gid="tps_per_w",
+        zorder=3,
+    )
+    handles.append(tpw_line)
+    if curve.failed.any():
+        failed_caps = curve.cap_w[curve.failed]
+        (failed_line,) = ax.plot(
+            failed_caps,
+            np.full(len(failed_caps), 0.035),
+            linestyle="none",
+            marker="x",
+            markersize=5,
+            color=COLORS["failed"],
+            label="failed cap (no data)",
+            gid="failed",
+            transform=blended_transform_factory(ax.transData, ax.transAxes),
+            clip_on=False,
+            zorder=4,
+        )
+        handles.append(failed_line)
+
+    spot = view.sweet_spot
+    if spot is not None:
+        (spot_marker,) = ax2.plot(
+            [spot.cap_w],
+            [spot.tps_per_w],
+            linestyle="none",
+            marker="*",
+            markersize=13,
+            markerfacecolor=COLORS["sweet_spot"],
+            markeredgecolor="#333333",
+            markeredgewidth=0.8,
+            zorder=5,
+            gid="sweet-spot-marker",
+            label="sweet spot",
+        )
+        handles.append(spot_marker)
+    near = view.near_peak
+    if near is not None:
+        (near_marker,) = ax2.plot(
+            [near.cap_w],
+            [near.tps_per_w],
+            linestyle="none",
+            marker="D",
+            markersize=5.5,
+            markerfacecolor=COLORS["near_peak"],
+            markeredgecolor="#1e5631",
+            markeredgewidth=0.6,
+            zorder=5,
+            gid="near-peak-marker",
+            label="near-peak cap",
+        )
+        handles.append(near_marker)
+
+    ax.set_xlim(*x_limits(view))
+    ax.set_ylim(0.0, _ylim_top(curve.tps, curve.code_tps))
+    ax2.set_ylim(0.0, _ylim_top(curve.tps_per_w))
+
+    legend = ax2.legend(handles=handles, loc="upper left", ncols=1, fontsize=7.5)
+    legend.set_zorder(7)
+    freeze_layout(fig)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    area = ax.get_window_extent(renderer)
+
+    obstacles = Obstacles()
+    for line in handles:
+        obstacles.add_points(str(line.get_gid()), line_points(line))
+    draw_default_line(ax, view, obstacles)
+    place_legend(legend, renderer, obstacles)
+
+    if spot is not None:
+        anchor = ax2.transData.transform((spot.cap_w, spot.tps_per_w))
+        callout = ax2.annotate(
+            sweet_spot_text(view),
+            xy=(spot.cap_w, spot.tps_per_w),
+            xycoords="data",
+            xytext=(0.5, 0.5),
+            textcoords="axes fraction",
+            ha="center",
+            va="center",
+            fontsize=8,
+            zorder=8,
+            gid=SWEET_GID,
+            bbox={"boxstyle": "round,pad=0.45", "fc": "#fffbe6", "ec": "#b7950b", "lw": 0.9},
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": "#7d6608",
+                "lw": 1.0,
+                "shrinkA": 0.0,
+                "shrinkB": 7.0,
+                "connectionstyle": "arc3,rad=0.0",
+            },
+            annotation_clip=False,
+        )
+        callout.set_in_layout(False)
+        cands = grid_candidates(anchor, area, min_dist_px=60.0)
+        place_text(callout, cands, renderer, obstacles, area, anchor_px=anchor)
+
+    if near is not None and (spot is None or near.cap_w != spot.cap_w):
+        anchor = ax2.transData.transform((near.cap_w, near.tps_per_w))
+        loss = (
+            f"\n{near.tps_loss_pct:.1f}% below peak TPS" if math.isfinite(near.tps_loss_pct) else ""
+        )
+        near_label = ax2.annotate(
+            f"near peak: {fmt_w(near.cap_w)}{loss}",
+            xy=(near.cap_w, near.tps_per_w),
+            xycoords="data",
+            xytext=(0.5, 0.5),
+            textcoords="axes fraction",
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color="#1e5631",
+            zorder=8,
+            gid=NEAR_PEAK_GID,
+            bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#7dcea0", "lw": 0.7},
+            arrowprops={"arrowstyle": "-", "color": "#1e5631", "lw": 0.8, "shrinkB": 4.0},
+            annotation_clip=False,
+        )
+        near_label.set_in_layout(False)
+        cands = grid_candidates(anchor, area, min_dist_px=35.0)
+        place_text(near_label, cands, renderer, obstacles, area, anchor_px=anchor)
+
+    label_plateaus(ax2, view, renderer, obstacles, area)
+    label_default(ax2, view, renderer, obstacles, area)
+    return fig
