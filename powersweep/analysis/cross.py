@@ -1,0 +1,97 @@
+"""Cross-mode: one cap for a mixed workload, from sweeps of several load modes on one GPU."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from powersweep.analysis.core import sanitize
+from powersweep.analysis.load import Curve
+from powersweep.errors import UsageError
+
+
+def cross_mode(curves: list[tuple[Curve, dict[str, Any]]]) -> dict[str, Any]:
+    """Find the cap that serves every load mode best: the minimax TPS/W loss.
+
+    For each cap measured (status ok) in every run, each mode loses
+    ``1 - tps_per_w(cap) / tps_per_w(own sweet spot)``; the mixed-workload cap minimises the worst
+    of these losses (ties go to the lower cap).
+
+    Args:
+        curves: ``(curve, analysis)`` pairs, one per load mode, of the same GPU model.
+
+    Returns:
+        ``{cap_w, worst_loss_pct, modes: [{label, load_mode, metric, sweet_spot_cap_w,
+        sweet_spot_tps_per_w, tps_per_w, tps_per_w_loss_pct, tps, tps_change_vs_sweet_pct}],
+        caps: [{cap_w, worst_loss_pct}], warnings: [...]}``.
+
+    Raises:
+        UsageError: Fewer than two runs, a run without a sweet spot, or no cap common to all runs.
+    """
+    if len(curves) < 2:
+        raise UsageError("cross-mode needs at least two runs (one per load mode)")
+    tables: list[dict[float, tuple[float, float]]] = []
+    modes: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    gpu_names = set()
+    for curve, analysis in curves:
+        sweet = analysis.get("sweet_spot")
+        if not sweet or sweet.get("tps_per_w") is None:
+            raise UsageError(f"{curve.source}: no sweet spot (no cap measured ok)")
+        table = {
+            round(float(row["cap_w"]), 1): (float(row["tps_per_w"]), float(row["tps"]))
+            for row in analysis.get("caps", [])
+            if row.get("status") == "ok"
+            and row.get("tps_per_w") is not None
+            and row.get("tps") is not None
+        }
+        tables.append(table)
+        run = analysis.get("run") or {}
+        gpu_names.add(run.get("gpu_name"))
+        modes.append(
+            {
+                "label": run.get("load_mode") or curve.source.name,
+                "load_mode": run.get("load_mode"),
+                "metric": analysis.get("metric"),
+                "source": str(curve.source),
+                "sweet_spot_cap_w": sweet["cap_w"],
+                "sweet_spot_tps_per_w": sweet["tps_per_w"],
+                "sweet_spot_tps": sweet.get("tps"),
+            }
+        )
+    if len(gpu_names - {None}) > 1:
+        warnings.append(
+            "the runs come from different GPUs ("
+            + ", ".join(sorted(str(n) for n in gpu_names - {None}))
+            + "): a shared cap may not mean much"
+        )
+    common = sorted(set.intersection(*(set(t) for t in tables)))
+    if not common:
+        raise UsageError("the runs share no measured cap; sweep the same caps in every mode")
+
+    def losses(cap: float) -> list[float]:
+        return [
+            1.0 - table[cap][0] / mode["sweet_spot_tps_per_w"]
+            for table, mode in zip(tables, modes, strict=True)
+        ]
+
+    scored = [(max(losses(cap)), cap) for cap in common]
+    worst, best_cap = min(scored)
+    for table, mode in zip(tables, modes, strict=True):
+        tpw, tps = table[best_cap]
+        sweet_tps = mode.get("sweet_spot_tps")
+        mode["tps_per_w"] = tpw
+        mode["tps_per_w_loss_pct"] = (1.0 - tpw / mode["sweet_spot_tps_per_w"]) * 100.0
+        mode["tps"] = tps
+        mode["tps_change_vs_sweet_pct"] = (
+            (tps / sweet_tps - 1.0) * 100.0 if sweet_tps and math.isfinite(sweet_tps) else None
+        )
+    return sanitize(
+        {
+            "cap_w": best_cap,
+            "worst_loss_pct": worst * 100.0,
+            "modes": modes,
+            "caps": [{"cap_w": cap, "worst_loss_pct": loss * 100.0} for loss, cap in scored],
+            "warnings": warnings,
+        }
+    )

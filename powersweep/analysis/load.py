@@ -1,0 +1,311 @@
+"""Loading a run (or a bare ``caps.csv``) into a :class:`Curve`.
+
+Every column is read as text first and converted here, so a bad cell becomes a one-line
+:class:`~powersweep.errors.UsageError` naming the file, the line and the column instead of a
+polars traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from powersweep.errors import PowersweepError, UsageError
+
+SCHEMA_VERSION = 1
+
+# caps.csv columns of the run contract (docs/run-format.md), in file order.
+CAPS_FLOAT_COLUMNS: tuple[str, ...] = (
+    "cap_w",
+    "narr_tps",
+    "code_tps",
+    "prefill_tps",
+    "power_w",
+    "energy_j",
+    "energy_sampled_j",
+    "tps_per_w",
+    "temp_max_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_pct",
+    "pwr_throttle_pct",
+    "thermal_throttle_pct",
+    "pstate",
+    "n_samples",
+    "n_requests",
+    "n_gpus",
+    "settle_s",
+    "window_s",
+)
+CAPS_TEXT_COLUMNS: tuple[str, ...] = ("status", "error")
+METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")
+
+# Cells that mean "not measured" besides an empty one (tolerated in hand-made files).
+_MISSING_TOKENS = frozenset({"", "nan", "none", "null", "na", "n/a", "?", "-", "—"})
+
+_SAMPLES_FLOAT_COLUMNS = (
+    "t_s",
+    "tick",
+    "cap_w",
+    "gpu_index",
+    "power_w",
+    "energy_mj",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_pct",
+    "pstate",
+)
+_REQUESTS_FLOAT_COLUMNS = (
+    "cap_w",
+    "stream",
+    "t_start_s",
+    "t_first_token_s",
+    "t_last_token_s",
+    "t_end_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "chunk_tokens",
+    "decode_tps",
+)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A loaded power-cap curve and whatever raw data came with it.
+
+    Attributes:
+        caps: One row per cap, every caps.csv column of the contract present (missing ones null),
+            numeric columns as Float64, ``status`` filled with ``ok`` where absent, sorted by cap.
+        metric: ``narr_tps`` or ``prefill_tps``: the TPS that TPS/W uses.
+        run: ``run.json`` content if present.
+        samples: samples.csv if present and readable.
+        requests: requests.csv if present and readable.
+        source: The directory or CSV path given.
+        out_dir: Where outputs go by default (the run directory, or the CSV's folder).
+        notes: Problems met while loading optional files (they become findings).
+    """
+
+    caps: pl.DataFrame
+    metric: str
+    run: dict[str, Any] | None
+    samples: pl.DataFrame | None
+    requests: pl.DataFrame | None
+    source: Path
+    out_dir: Path
+    notes: tuple[str, ...] = field(default=())
+
+
+def load_curve(path: Path) -> Curve:
+    """Load a run directory or a bare caps.csv.
+
+    Args:
+        path: A run directory (holding caps.csv, and optionally run.json, samples.csv,
+            requests.csv) or a CSV file with at least ``cap_w``, ``power_w`` and ``narr_tps`` or
+            ``prefill_tps``.
+
+    Returns:
+        The loaded curve.
+
+    Raises:
+        UsageError: The path is missing, or the file is empty, malformed, lacks a required column,
+            holds non-numeric values or no usable row, or run.json is from a newer powersweep.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or directory")
+    if path.is_dir():
+        caps_path = path / "caps.csv"
+        if not caps_path.is_file():
+            raise UsageError(f"{path}: no caps.csv here; give a run directory or a caps.csv file")
+        run_dir: Path | None = path
+        out_dir = path
+    else:
+        caps_path = path
+        out_dir = path.parent
+        # A caps.csv inside a run directory still brings its run.json and raw data along.
+        run_dir = path.parent if path.name == "caps.csv" else None
+
+    notes: list[str] = []
+    run = (
+        _read_run_json(run_dir / "run.json")
+        if run_dir and (run_dir / "run.json").is_file()
+        else None
+    )
+    caps, metric = _read_caps(caps_path)
+    samples = requests = None
+    if run_dir is not None:
+        samples = _read_optional(run_dir / "samples.csv", _SAMPLES_FLOAT_COLUMNS, notes)
+        requests = _read_optional(run_dir / "requests.csv", _REQUESTS_FLOAT_COLUMNS, notes)
+    return Curve(
+        caps=caps,
+        metric=metric,
+        run=run,
+        samples=samples,
+        requests=requests,
+        source=path,
+        out_dir=out_dir,
+        notes=tuple(notes),
+    )
+
+
+def write_caps_csv(df: pl.DataFrame, path: Path) -> None:
+    """Write a caps table as caps.csv (nulls as empty cells, floats at full precision).
+
+    Args:
+        df: Caps rows; must hold ``cap_w``.
+        path: Destination file; parent folders are created.
+
+    Raises:
+        PowersweepError: The file cannot be written.
+    """
+    if "cap_w" not in df.columns:
+        raise PowersweepError("cannot write caps.csv: the table has no cap_w column")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        df.write_csv(path)
+    except OSError as exc:
+        raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _read_run_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise UsageError(f"{path}: schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise UsageError(
+            f"{path}: written by a newer powersweep (schema_version {version} > "
+            f"{SCHEMA_VERSION}); upgrade powersweep to read it"
+        )
+    return data
+
+
+def _read_text_csv(path: Path) -> pl.DataFrame:
+    """Read a CSV with every column as text, mapping parse failures to UsageError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if not raw.strip():
+        raise UsageError(f"{path}: empty file")
+    try:
+        df = pl.read_csv(raw, infer_schema=False)
+    except pl.exceptions.PolarsError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{path}: malformed CSV ({first})") from exc
+    # Header cells may carry stray spaces in hand-made files.
+    return df.rename({c: c.strip() for c in df.columns})
+
+
+def _to_float(path: Path, df: pl.DataFrame, column: str) -> pl.Series:
+    """Convert a text column to Float64; a cell that is neither a number nor missing is an error."""
+    text = df.get_column(column).cast(pl.String).str.strip_chars()
+    lowered = text.str.to_lowercase()
+    missing = text.is_null() | lowered.is_in(list(_MISSING_TOKENS))
+    boolean = lowered.is_in(["true", "false"])
+    numbers = text.cast(pl.Float64, strict=False)
+    bad = ~missing & ~boolean & numbers.is_null()
+    if bad.any():
+        row = int(bad.arg_true()[0])
+        # Line numbers count the header as line 1.
+        raise UsageError(f"{path} line {row + 2}: {column} {text[row][:40]!r} is not a number")
+    values = (
+        pl.select(
+            pl.when(missing)
+            .then(None)
+            .when(boolean)
+            .then(pl.when(lowered == "true").then(1.0).otherwise(0.0))
+            .otherwise(numbers)
+        )
+        .to_series()
+        .alias(column)
+    )
+    return values.fill_nan(None)
+
+
+def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
+    df = _read_text_csv(path)
+    missing = [c for c in ("cap_w", "power_w") if c not in df.columns]
+    if not any(m in df.columns for m in METRICS):
+        missing.append("narr_tps or prefill_tps")
+    if missing:
+        raise UsageError(f"{path}: missing required column(s): {', '.join(missing)}")
+    if df.height == 0:
+        raise UsageError(f"{path}: no data rows")
+
+    columns: list[pl.Series] = []
+    for name in CAPS_FLOAT_COLUMNS:
+        if name in df.columns:
+            columns.append(_to_float(path, df, name))
+        else:
+            columns.append(pl.Series(name, [None] * df.height, dtype=pl.Float64))
+    status = (
+        [
+            ("ok" if s is None or not str(s).strip() else str(s).strip().lower())
+            for s in df["status"]
+        ]
+        if "status" in df.columns
+        else ["ok"] * df.height
+    )
+    error = (
+        [None if e is None or not str(e).strip() else str(e).strip() for e in df["error"]]
+        if "error" in df.columns
+        else [None] * df.height
+    )
+    columns.append(pl.Series("status", status, dtype=pl.String))
+    columns.append(pl.Series("error", error, dtype=pl.String))
+    caps = pl.DataFrame(columns)
+    caps = caps.filter(pl.col("cap_w").is_not_null())
+    if caps.height == 0:
+        raise UsageError(f"{path}: no row has a numeric cap_w")
+    if caps.filter(pl.col("cap_w") <= 0).height:
+        raise UsageError(f"{path}: cap_w must be positive watts")
+    caps = caps.with_columns(pl.col("n_gpus").fill_null(1.0))
+    caps = caps.sort("cap_w", maintain_order=True)
+
+    metric = _pick_metric(caps)
+    if metric is None:
+        raise UsageError(
+            f"{path}: no row has a numeric cap_w, a positive power_w and narr_tps or prefill_tps"
+        )
+    return caps, metric
+
+
+def _pick_metric(caps: pl.DataFrame) -> str | None:
+    """Prefer decode TPS; use prefill TPS for a prefill-only curve."""
+    for metric in METRICS:
+        usable = caps.filter(
+            pl.col(metric).is_not_null()
+            & pl.col(metric).is_finite()
+            & pl.col("power_w").is_not_null()
+            & (pl.col("power_w") > 0)
+        )
+        if usable.height:
+            return metric
+    return None
+
+
+def _read_optional(
+    path: Path, float_columns: tuple[str, ...], notes: list[str]
+) -> pl.DataFrame | None:
+    """Read samples.csv / requests.csv; a broken optional file is a note, not a failure."""
+    if not path.is_file():
+        return None
+    try:
+        df = _read_text_csv(path)
+        return df.with_columns([_to_float(path, df, c) for c in float_columns if c in df.columns])
+    except UsageError as exc:
+        notes.append(f"{path.name} ignored: {exc}")
+        return None

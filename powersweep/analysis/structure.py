@@ -1,0 +1,468 @@
+"""Structure of a power-cap curve: boost plateaus, draw ceilings and the regime of every cap.
+
+A cap is *power-limited* while the board draws what the cap allows: draw rises one watt per watt
+of cap. A *flat region* is a run of caps where the draw stops following the cap: the cap rises but
+the draw (and TPS) stay put. A flat region followed by a cap where the draw rises again is a
+firmware *boost plateau* (the card sits in one boost state until enough headroom lets it step up);
+one that runs to the top of the sweep, clearly under the cap, is a *draw ceiling* (the workload or
+memory bandwidth, not power, limits the card).
+
+Flatness is judged neighbour to neighbour (against the local level of the last few caps, so a slow
+drift does not split a region) with a bound on the region's total span and slope, never against
+the first cap of the run, and with tolerances that follow the curve's own noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+NAN = math.nan
+
+BOOST_PLATEAU = "boost_plateau"
+DRAW_CEILING = "draw_ceiling"
+POWER_LIMITED = "power_limited"
+THERMAL_LIMITED = "thermal_limited"
+UNDER_LOADED = "under_loaded"
+
+# Below this utilization the workload, not the cap, decides the draw.
+UNDER_LOADED_UTIL_PCT = 50.0
+# Share of load samples with the thermal clock-event bit that makes a cap thermal-limited.
+THERMAL_THROTTLE_PCT = 20.0
+# Within this many degrees of the slowdown threshold (with draw under the cap): thermal-limited.
+THERMAL_MARGIN_C = 3.0
+# A draw ceiling sits clearly under the cap at the top of the sweep.
+CEILING_HEADROOM_FRAC = 0.05
+MIN_REGION_CAPS = 3
+# Two caps are adjacent when their gap is at most this many usual steps; one missing (or failed)
+# cap in between is tolerated, a wider hole splits.
+ADJACENT_STEPS = 1.5
+ONE_MISSING_STEPS = 2.5
+
+
+@dataclass(frozen=True)
+class CapPoint:
+    """One measured (status ok, finite) cap as the structure analysis sees it.
+
+    Attributes:
+        cap_w: Cap per GPU.
+        cap_total_w: Cap over all GPUs (``cap_w * n_gpus``), comparable with ``power_w``.
+        power_w: Median combined draw.
+        tps: The metric's TPS.
+        sm_clock_mhz: Median SM clock (NaN if unknown).
+        pstate: Most common P-state (NaN if unknown).
+        util_pct: Median utilization (NaN if unknown).
+        temp_max_c: Hottest reading (NaN if unknown).
+        thermal_throttle_pct: Share of samples thermally throttled (NaN if unknown).
+        pwr_throttle_pct: Share of samples power throttled (NaN if unknown).
+    """
+
+    cap_w: float
+    cap_total_w: float
+    power_w: float
+    tps: float
+    sm_clock_mhz: float = NAN
+    pstate: float = NAN
+    util_pct: float = NAN
+    temp_max_c: float = NAN
+    thermal_throttle_pct: float = NAN
+    pwr_throttle_pct: float = NAN
+
+
+@dataclass(frozen=True)
+class Region:
+    """A flat region found in the curve.
+
+    Attributes:
+        kind: ``boost_plateau`` or ``draw_ceiling``.
+        start_w: First cap of the region (per GPU).
+        end_w: Last cap of the region (per GPU).
+        power_w: Median combined draw over the region.
+        tps: Median TPS over the region.
+        caps_w: The measured caps in the region.
+        missing_caps_w: Caps inside the region that were not measured (failed or skipped).
+        escape_w: The first cap above the region where the draw rises again (plateaus only).
+    """
+
+    kind: str
+    start_w: float
+    end_w: float
+    power_w: float
+    tps: float
+    caps_w: tuple[float, ...]
+    missing_caps_w: tuple[float, ...]
+    escape_w: float | None
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Noise of the curve between caps, estimated from second differences (robust to kinks).
+
+    Attributes:
+        power_w: Standard deviation of a cap's draw, W.
+        tps_rel: Relative standard deviation of a cap's TPS.
+    """
+
+    power_w: float
+    tps_rel: float
+
+
+def typical_step_w(caps_w: Sequence[float]) -> float:
+    """The usual gap between planned caps (median of the positive gaps), NaN with one cap."""
+    ordered = sorted(set(caps_w))
+    gaps = [b - a for a, b in itertools.pairwise(ordered) if b > a]
+    return float(statistics.median(gaps)) if gaps else NAN
+
+
+def estimate_noise(points: Sequence[CapPoint], step_w: float) -> Noise:
+    """Estimate cap-to-cap noise of draw and TPS from second differences of adjacent caps.
+
+    A second difference is zero on any straight stretch (power-limited or flat alike), so its
+    median absolute value measures the noise and ignores the few kinks between regions.
+    """
+    d2_power: list[float] = []
+    d2_tps: list[float] = []
+    for a, b, c in zip(points, points[1:], points[2:], strict=False):
+        if not (_adjacent(a, b, step_w) and _adjacent(b, c, step_w)):
+            continue
+        d2_power.append(abs(a.power_w - 2 * b.power_w + c.power_w))
+        if a.tps > 0 and b.tps > 0 and c.tps > 0:
+            d2_tps.append(abs(math.log(a.tps) - 2 * math.log(b.tps) + math.log(c.tps)))
+    # Var(a - 2b + c) = 6 sigma^2 for independent noise; 1.4826 turns a MAD into a sigma.
+    scale = 1.4826 / math.sqrt(6.0)
+    power = scale * statistics.median(d2_power) if d2_power else 0.0
+    tps = scale * statistics.median(d2_tps) if d2_tps else 0.0
+    return Noise(power_w=max(power, 0.25), tps_rel=max(tps, 0.002))
+
+
+def find_regions(
+    points: Sequence[CapPoint],
+    all_caps_w: Sequence[float],
+    *,
+    slowdown_temp_c: float = NAN,
+) -> list[Region]:
+    """Find boost plateaus and draw ceilings.
+
+    Args:
+        points: Measured caps (status ok, finite draw and TPS), sorted by cap.
+        all_caps_w: Every cap of the sweep including failed ones (for the usual step and for the
+            caps missing inside a region).
+        slowdown_temp_c: The card's thermal slowdown threshold (NaN if unknown).
+
+    Returns:
+        Regions, lowest cap first. A smooth power-limited curve gives none.
+    """
+    if len(points) < MIN_REGION_CAPS:
+        return []
+    step_w = typical_step_w([p.cap_w for p in points] + list(all_caps_w))
+    if not math.isfinite(step_w) or step_w <= 0:
+        return []
+    noise = estimate_noise(points, step_w)
+    eligible = [_eligible(p, slowdown_temp_c) for p in points]
+    baseline = _tracking_headroom(points, step_w)
+
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(points):
+        if not eligible[i]:
+            i += 1
+            continue
+        j = _grow(points, eligible, i, step_w, noise)
+        lo, hi = _trim(points, i, j, baseline, noise)
+        if hi - lo + 1 >= MIN_REGION_CAPS:
+            spans.append((lo, hi))
+            i = j + 1
+        else:
+            i += 1
+
+    regions: list[Region] = []
+    covered: set[float] = set()
+    for lo, hi in spans:
+        # A ceiling absorbs the noisy caps above its grown part; never report them twice.
+        if points[lo].cap_w in covered:
+            continue
+        region = _classify(points, eligible, lo, hi, step_w, noise, all_caps_w)
+        if region is not None:
+            regions.append(region)
+            covered.update(region.caps_w)
+    return regions
+
+
+def regimes(
+    points: Sequence[CapPoint],
+    regions: Sequence[Region],
+    *,
+    slowdown_temp_c: float = NAN,
+) -> list[dict[str, object]]:
+    """The regime of every measured cap, with a ``bound`` hint where SM clocks are known.
+
+    Args:
+        points: Measured caps, sorted by cap.
+        regions: Regions from :func:`find_regions`.
+        slowdown_temp_c: The card's thermal slowdown threshold (NaN if unknown).
+
+    Returns:
+        ``[{cap_w, regime, bound}]``; ``bound`` is ``bandwidth``, ``compute`` or None.
+    """
+    by_cap = {c: r.kind for r in regions for c in r.caps_w}
+    bounds = _bounds(points)
+    out: list[dict[str, object]] = []
+    for p, bound in zip(points, bounds, strict=True):
+        if _under_loaded(p):
+            regime = UNDER_LOADED
+        elif _thermal(p, slowdown_temp_c):
+            regime = THERMAL_LIMITED
+        elif p.cap_w in by_cap:
+            regime = by_cap[p.cap_w]
+        else:
+            regime = POWER_LIMITED
+        out.append({"cap_w": p.cap_w, "regime": regime, "bound": bound})
+    return out
+
+
+def is_thermal(p: CapPoint, slowdown_temp_c: float) -> bool:
+    """True when heat, not the cap, limits this cap (public for findings)."""
+    return _thermal(p, slowdown_temp_c)
+
+
+def is_under_loaded(p: CapPoint) -> bool:
+    """True when utilization shows the GPU was not kept busy."""
+    return _under_loaded(p)
+
+
+def _under_loaded(p: CapPoint) -> bool:
+    return math.isfinite(p.util_pct) and p.util_pct < UNDER_LOADED_UTIL_PCT
+
+
+def _thermal(p: CapPoint, slowdown_temp_c: float) -> bool:
+    if math.isfinite(p.thermal_throttle_pct) and p.thermal_throttle_pct >= THERMAL_THROTTLE_PCT:
+        return True
+    if math.isfinite(slowdown_temp_c) and math.isfinite(p.temp_max_c):
+        below_cap = p.power_w < p.cap_total_w * 0.98
+        return p.temp_max_c >= slowdown_temp_c - THERMAL_MARGIN_C and below_cap
+    return False
+
+
+def _eligible(p: CapPoint, slowdown_temp_c: float) -> bool:
+    return not (_under_loaded(p) or _thermal(p, slowdown_temp_c))
+
+
+def _adjacent(a: CapPoint, b: CapPoint, step_w: float, max_steps: float = ADJACENT_STEPS) -> bool:
+    return 0 < b.cap_w - a.cap_w <= max_steps * step_w + 1e-9
+
+
+def _tracking_headroom(points: Sequence[CapPoint], step_w: float) -> float | None:
+    """Usual (cap - draw) while the draw follows the cap; None if the curve never tracks."""
+    headrooms: list[float] = []
+    for a, b in itertools.pairwise(points):
+        d_cap = b.cap_total_w - a.cap_total_w
+        if _adjacent(a, b, step_w) and d_cap > 0 and (b.power_w - a.power_w) / d_cap >= 0.7:
+            headrooms += [a.cap_total_w - a.power_w, b.cap_total_w - b.power_w]
+    return float(statistics.median(headrooms)) if headrooms else None
+
+
+def _grow(
+    points: Sequence[CapPoint], eligible: Sequence[bool], i: int, step_w: float, noise: Noise
+) -> int:
+    """Extend a flat region from ``points[i]`` as far as it stays flat; return its last index."""
+    j = i
+    while j + 1 < len(points):
+        if _joins(points, eligible, i, j, j + 1, step_w, noise):
+            j += 1
+            continue
+        # One noisy cap must not end a region: accept it when the cap after it joins as well.
+        if (
+            j + 2 < len(points)
+            and _joins(points, eligible, i, j, j + 1, step_w, noise, loose=True)
+            and _joins(points, eligible, i, j + 1, j + 2, step_w, noise)
+        ):
+            j += 2
+            continue
+        break
+    return j
+
+
+def _joins(
+    points: Sequence[CapPoint],
+    eligible: Sequence[bool],
+    i: int,
+    j: int,
+    k: int,
+    step_w: float,
+    noise: Noise,
+    *,
+    loose: bool = False,
+) -> bool:
+    """Whether cap ``k`` continues the flat region ``points[i..j]``."""
+    prev, new = points[j], points[k]
+    if not eligible[k] or not _adjacent(prev, new, step_w, ONE_MISSING_STEPS):
+        return False
+    region = list(points[i : j + 1])
+    recent = region[-3:]
+    d_cap = new.cap_total_w - prev.cap_total_w
+    n_gpus = new.cap_total_w / new.cap_w
+    step_total = step_w * n_gpus
+    # Neighbour test against the local level (median of the last caps): a slow drift passes.
+    level = statistics.median(p.power_w for p in recent)
+    local_sd = statistics.pstdev([p.power_w for p in region]) if len(region) >= 3 else 0.0
+    tol = max(0.35 * step_total, 3.5 * noise.power_w, 2.5 * local_sd)
+    if loose:
+        tol *= 1.5
+    tol = min(tol, (0.8 if not loose else 1.0) * max(d_cap, step_total))
+    if abs(new.power_w - level) > tol:
+        return False
+    # The region as a whole must stay flat: bounded span and a slope well under 1 W per W.
+    grown = [*region, new]
+    draws = [p.power_w for p in grown]
+    med = statistics.median(draws)
+    if max(draws) - min(draws) > max(0.03 * med, 6.0 * noise.power_w, 2.0):
+        return False
+    if len(grown) >= 3 and _slope([p.cap_total_w for p in grown], draws) > 0.2:
+        return False
+    # TPS only jitters on a flat region.
+    tps_level = statistics.median(p.tps for p in recent)
+    tps_tol = max(0.08, 3.0 * noise.tps_rel)
+    if tps_level > 0 and abs(new.tps - tps_level) / tps_level > tps_tol:
+        return False
+    if len(grown) >= 3:
+        tps = [p.tps for p in grown]
+        rise = _slope([p.cap_total_w for p in grown], tps) * (
+            grown[-1].cap_total_w - grown[0].cap_total_w
+        )
+        if rise / statistics.median(tps) > tps_tol:
+            return False
+    # The card stays in one boost state: same P-state, SM clock not climbing with the cap.
+    if math.isfinite(new.pstate) and math.isfinite(prev.pstate) and new.pstate != prev.pstate:
+        return False
+    clocks = [p.sm_clock_mhz for p in recent if math.isfinite(p.sm_clock_mhz)]
+    if clocks and math.isfinite(new.sm_clock_mhz):
+        clock_level = statistics.median(clocks)
+        if abs(new.sm_clock_mhz - clock_level) > max(0.03 * clock_level, 30.0):
+            return False
+    return True
+
+
+def _trim(
+    points: Sequence[CapPoint], lo: int, hi: int, baseline: float | None, noise: Noise
+) -> tuple[int, int]:
+    """Drop edge caps that belong to the neighbouring power-limited stretch."""
+    if hi - lo + 1 < MIN_REGION_CAPS:
+        return lo, hi
+    # The first cap may still be at its cap (the last power-limited one) while its draw happens
+    # to sit near the plateau level: drop it when it is clearly (by more than the noise) closer
+    # to its cap than to the plateau.
+    if baseline is not None:
+        first = points[lo]
+        rest_level = statistics.median(p.power_w for p in points[lo + 1 : hi + 1])
+        to_cap = abs((first.cap_total_w - first.power_w) - baseline)
+        if to_cap + noise.power_w < abs(first.power_w - rest_level):
+            lo += 1
+    # A boost state shows as one SM clock: an edge cap on another clock is not part of it.
+    for _ in range(2):
+        if hi - lo + 1 <= MIN_REGION_CAPS:
+            break
+        inner = [p.sm_clock_mhz for p in points[lo + 1 : hi]]
+        if not inner or not all(math.isfinite(c) for c in inner):
+            break
+        if max(inner) - min(inner) > 7.5:
+            break
+        centre = statistics.median(inner)
+        if math.isfinite(points[lo].sm_clock_mhz) and abs(points[lo].sm_clock_mhz - centre) > 7.5:
+            lo += 1
+        elif math.isfinite(points[hi].sm_clock_mhz) and abs(points[hi].sm_clock_mhz - centre) > 7.5:
+            hi -= 1
+        else:
+            break
+    return lo, hi
+
+
+def _classify(
+    points: Sequence[CapPoint],
+    eligible: Sequence[bool],
+    lo: int,
+    hi: int,
+    step_w: float,
+    noise: Noise,
+    all_caps_w: Sequence[float],
+) -> Region | None:
+    """Name a flat region: plateau if the draw escapes above it, ceiling if it runs to the top."""
+    members = list(points[lo : hi + 1])
+    level = float(statistics.median(p.power_w for p in members))
+    n_gpus = members[0].cap_total_w / members[0].cap_w
+    escape_tol = max(0.35 * step_w * n_gpus, 3.0 * noise.power_w, 0.01 * level)
+    above = [(k, p) for k, p in enumerate(points) if k > hi and eligible[k]]
+    # An escape keeps rising: a lone high cap followed by one back at the level is noise.
+    escape = next(
+        (
+            p
+            for n, (_, p) in enumerate(above)
+            if p.power_w > level + escape_tol
+            and (n + 1 == len(above) or above[n + 1][1].power_w > level + escape_tol)
+        ),
+        None,
+    )
+    if escape is not None:
+        kind = BOOST_PLATEAU
+    else:
+        # No escape: caps above that were left out only by noise still belong to the ceiling.
+        if any(abs(p.power_w - level) > escape_tol for _, p in above):
+            return None
+        members += [p for _, p in above]
+        top = members[-1]
+        if (top.cap_total_w - level) / top.cap_total_w < CEILING_HEADROOM_FRAC:
+            return None
+        kind = DRAW_CEILING
+    start, end = members[0].cap_w, members[-1].cap_w
+    measured = {p.cap_w for p in members}
+    missing = tuple(sorted(c for c in set(all_caps_w) if start < c < end and c not in measured))
+    return Region(
+        kind=kind,
+        start_w=start,
+        end_w=end,
+        power_w=float(statistics.median(p.power_w for p in members)),
+        tps=float(statistics.median(p.tps for p in members)),
+        caps_w=tuple(p.cap_w for p in members),
+        missing_caps_w=missing,
+        escape_w=escape.cap_w if escape is not None else None,
+    )
+
+
+def _slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of y on x (0 when x does not vary)."""
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    dx = xa - xa.mean()
+    denom = float((dx * dx).sum())
+    return float((dx * (ya - ya.mean())).sum() / denom) if denom > 0 else 0.0
+
+
+def _bounds(points: Sequence[CapPoint]) -> list[str | None]:
+    """Per-cap hint: bandwidth-bound (clock follows the cap, TPS does not) or compute-bound."""
+    clocks = [p.sm_clock_mhz for p in points]
+    if sum(math.isfinite(c) for c in clocks) < 3:
+        return [None] * len(points)
+    max_clock = max(c for c in clocks if math.isfinite(c))
+    out: list[str | None] = []
+    for k, p in enumerate(points):
+        a = points[max(k - 1, 0)]
+        b = points[min(k + 1, len(points) - 1)]
+        if a is b or not all(math.isfinite(v) for v in (a.sm_clock_mhz, b.sm_clock_mhz)):
+            out.append(None)
+            continue
+        if a.tps <= 0 or p.sm_clock_mhz <= 0 or not math.isfinite(p.sm_clock_mhz):
+            out.append(None)
+            continue
+        d_clock = (b.sm_clock_mhz - a.sm_clock_mhz) / p.sm_clock_mhz
+        d_tps = (b.tps - a.tps) / p.tps
+        if d_clock > 0.02 and d_tps < 0.25 * d_clock:
+            out.append("bandwidth")
+        elif p.sm_clock_mhz >= 0.98 * max_clock and d_tps > 0.02 and d_clock < 0.01:
+            out.append("compute")
+        else:
+            out.append(None)
+    return out

@@ -1,0 +1,319 @@
+"""load_curve and analyze: the real 3090 curve, sweet spots, recommendations, bootstrap, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from powersweep.analysis import analyze, load_curve, write_outputs
+from powersweep.errors import PowersweepError, UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
+
+
+def _write(tmp_path: Path, df: pl.DataFrame, name: str = "caps.csv") -> Path:
+    path = tmp_path / name
+    df.write_csv(path)
+    return path
+
+
+def _linear(caps: list[float], tps: list[float], **extra: list[Any]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"cap_w": caps, "narr_tps": tps, "power_w": [c - 1.0 for c in caps], **extra}
+    )
+
+
+@pytest.fixture
+def real_3090() -> Path:
+    if not REAL_3090.is_file():
+        pytest.skip(f"measured curve not found at {REAL_3090} (../shared beside the repo)")
+    return REAL_3090
+
+
+def test_real_3090_curve(real_3090: Path) -> None:
+    result = analyze(load_curve(real_3090))
+    sweet = result["sweet_spot"]
+    assert sweet["cap_w"] == 290.0
+    assert sweet["tps_per_w"] == pytest.approx(32.26 / 289.55)
+    assert sweet["at_boundary"] is None
+    assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
+        ("boost_plateau", 340.0, 370.0)
+    ]
+    assert result["plateaus"][0]["power_w"] == pytest.approx(334.0, abs=0.5)
+    # Near-peak at 5%: the lowest cap with TPS >= 0.95 * max TPS (36.26 at 390 W) -> 330 W.
+    df = pl.read_csv(real_3090)
+    floor = 0.95 * float(df["narr_tps"].max())  # type: ignore[arg-type]
+    expected = df.filter(pl.col("narr_tps") >= floor)["cap_w"].min()
+    assert result["near_peak"]["cap_w"] == expected == 330
+    assert result["near_peak"]["tps_loss_pct"] == pytest.approx((36.26 - 34.57) / 36.26 * 100)
+    assert result["metric"] == "narr_tps"
+    assert {r["regime"] for r in result["regimes"]} == {"power_limited", "boost_plateau"}
+    json.dumps(result, allow_nan=False)  # JSON-safe
+
+
+def test_real_3090_with_default_limit_reports_pct_and_gain(real_3090: Path) -> None:
+    result = analyze(load_curve(real_3090), default_limit_w=370.0)
+    sweet = result["sweet_spot"]
+    assert sweet["pct_of_default"] == pytest.approx(290 / 370 * 100)
+    gain = (32.26 / 289.55) / (34.66 / 334.00) * 100 - 100
+    assert sweet["tps_per_w_gain_vs_default_pct"] == pytest.approx(gain)
+
+
+def test_three_decimal_tie_is_resolved_at_full_precision(tmp_path: Path) -> None:
+    # Both print 0.111 TPS/W; the raw columns say 300 W is better (0.11133 vs 0.11127).
+    df = pl.DataFrame(
+        {
+            "cap_w": [280.0, 290.0, 300.0, 310.0],
+            "narr_tps": [30.0, 32.2683, 33.289, 33.5],
+            "power_w": [280.0, 290.0, 299.0, 309.0],
+            "tps_per_w": [0.107, 0.111, 0.111, 0.108],
+        }
+    )
+    result = analyze(load_curve(_write(tmp_path, df)))
+    assert result["sweet_spot"]["cap_w"] == 300.0
+
+
+def test_failed_cap_is_ignored_for_the_sweet_spot(tmp_path: Path) -> None:
+    df = pl.DataFrame(
+        {
+            "cap_w": [200.0, 210.0, 220.0, 230.0],
+            "narr_tps": [20.0, 40.0, 22.0, 24.0],
+            "power_w": [199.0, 100.0, 219.0, 229.0],
+            "status": ["ok", "failed", "ok", "ok"],
+            "error": ["", "3 of 4 requests failed", "", ""],
+        }
+    )
+    result = analyze(load_curve(_write(tmp_path, df)))
+    assert result["sweet_spot"]["cap_w"] == 230.0
+    codes = {f["code"]: f for f in result["findings"]}
+    assert "210 W failed: 3 of 4 requests failed" in codes["caps_not_measured"]["message"]
+    assert [r["cap_w"] for r in result["regimes"]] == [200.0, 220.0, 230.0]
+
+
+def test_boundary_optimum_low_with_envelope(tmp_path: Path) -> None:
+    caps = [150.0, 160.0, 170.0, 180.0]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _write(run_dir, _linear(caps, [20.0, 20.5, 20.8, 21.0]))
+    run = {
+        "schema_version": 1,
+        "gpus": [
+            {"name": "RTX 3090", "min_limit_w": 100, "default_limit_w": 350, "max_limit_w": 390}
+        ],
+    }
+    (run_dir / "run.json").write_text(json.dumps(run))
+    result = analyze(load_curve(run_dir))
+    assert result["sweet_spot"]["cap_w"] == 150.0
+    assert result["sweet_spot"]["at_boundary"] == "low"
+    (finding,) = [f for f in result["findings"] if f["code"] == "sweet_spot_at_low_boundary"]
+    assert "100 W" in finding["message"] and "50 W" in finding["message"]
+    assert result["run"]["gpu_name"] == "RTX 3090"
+
+
+def test_boundary_optimum_high_without_envelope(tmp_path: Path) -> None:
+    caps = [150.0, 160.0, 170.0, 180.0]
+    result = analyze(load_curve(_write(tmp_path, _linear(caps, [10.0, 12.0, 14.0, 16.5]))))
+    assert result["sweet_spot"]["at_boundary"] == "high"
+    (finding,) = [f for f in result["findings"] if f["code"] == "sweet_spot_at_high_boundary"]
+    assert "unknown" in finding["message"]
+
+
+def test_prefill_only_curve(tmp_path: Path) -> None:
+    df = pl.DataFrame(
+        {
+            "cap_w": [200.0, 250.0, 300.0],
+            "narr_tps": [None, None, None],
+            "prefill_tps": [1500.0, 2100.0, 2300.0],
+            "power_w": [199.0, 249.0, 299.0],
+        },
+        schema_overrides={"narr_tps": pl.Float64},
+    )
+    curve = load_curve(_write(tmp_path, df))
+    assert curve.metric == "prefill_tps"
+    result = analyze(curve)
+    assert result["metric"] == "prefill_tps"
+    assert result["sweet_spot"]["cap_w"] == 250.0
+    assert result["caps"][0]["tps"] == 1500.0
+
+
+def test_objectives(tmp_path: Path) -> None:
+    caps = [200.0, 250.0, 300.0, 350.0]
+    tps = [20.0, 27.0, 31.0, 32.0]
+    curve = load_curve(_write(tmp_path, _linear(caps, tps)))
+    assert analyze(curve)["recommendation"]["cap_w"] == 250.0  # 27/249 is the best TPS/W
+    assert analyze(curve, objective="near-peak")["recommendation"]["cap_w"] == 300.0
+    # eta = 1: pure energy per token, the sweet spot; eta = 0: pure time, the fastest cap.
+    assert analyze(curve, objective="cost", eta=1.0)["recommendation"]["cap_w"] == 250.0
+    assert analyze(curve, objective="cost", eta=0.0)["recommendation"]["cap_w"] == 350.0
+    rec = analyze(curve, objective="cost", eta=0.5)["recommendation"]
+    max_power = 350.0
+    costs = {c: 0.5 * (c - 1) / t + 0.5 * max_power / t for c, t in zip(caps, tps, strict=True)}
+    assert rec["cap_w"] == min(costs, key=lambda c: costs[c])
+    assert rec["cost"] == pytest.approx(min(costs.values()))
+    with pytest.raises(UsageError):
+        analyze(curve, objective="fastest")
+    with pytest.raises(UsageError):
+        analyze(curve, eta=1.5)
+
+
+def test_thermal_limited_caps_give_a_warning(tmp_path: Path) -> None:
+    caps = [300.0, 320.0, 340.0, 360.0]
+    df = _linear(caps, [30.0, 31.0, 31.5, 31.6], thermal_throttle_pct=[0.0, 0.0, 60.0, 80.0])
+    result = analyze(load_curve(_write(tmp_path, df)))
+    regimes = {r["cap_w"]: r["regime"] for r in result["regimes"]}
+    assert regimes == {
+        300.0: "power_limited",
+        320.0: "power_limited",
+        340.0: "thermal_limited",
+        360.0: "thermal_limited",
+    }
+    (finding,) = [f for f in result["findings"] if f["code"] == "thermal_limited"]
+    assert "cooling" in finding["hint"]
+
+
+def test_energy_counter_disagreement(tmp_path: Path) -> None:
+    df = _linear(
+        [200.0, 250.0, 300.0],
+        [20.0, 24.0, 27.0],
+        energy_j=[1000.0, 1300.0, 1500.0],
+        energy_sampled_j=[1010.0, 1200.0, 1490.0],
+    )
+    result = analyze(load_curve(_write(tmp_path, df)))
+    (finding,) = [f for f in result["findings"] if f["code"] == "energy_mismatch"]
+    assert "250 W" in finding["message"] and "200 W" not in finding["message"]
+
+
+def _bootstrap_run(tmp_path: Path, seed: int = 0) -> Path:
+    """Three caps: 250 and 260 W nearly tied (noisy), 300 W clearly worse."""
+    rng = np.random.default_rng(seed)
+    truth = {250.0: (25.0, 250.0), 260.0: (26.05, 260.0), 300.0: (27.0, 300.0)}
+    samples, requests, caps = [], [], []
+    tick = 0
+    for cap, (tps, power) in truth.items():
+        req = tps * (1 + rng.normal(0, 0.04, 8))
+        for r in req:
+            requests.append(
+                {
+                    "cap_w": cap,
+                    "prompt_kind": "narr",
+                    "completion_tokens": 201,
+                    "decode_tps": r,
+                    "ok": "true",
+                }
+            )
+        pw = power + rng.normal(0, 3.0, 40)
+        for p in pw:
+            samples.append(
+                {"tick": tick, "cap_w": cap, "phase": "narr", "gpu_index": 0, "power_w": p}
+            )
+            tick += 1
+        samples.append(
+            {"tick": tick, "cap_w": cap, "phase": "settle", "gpu_index": 0, "power_w": 10.0}
+        )
+        tick += 1
+        caps.append(
+            {"cap_w": cap, "narr_tps": float(np.mean(req)), "power_w": float(np.median(pw))}
+        )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pl.DataFrame(caps).write_csv(run_dir / "caps.csv")
+    pl.DataFrame(samples).write_csv(run_dir / "samples.csv")
+    pl.DataFrame(requests).write_csv(run_dir / "requests.csv")
+    return run_dir
+
+
+def test_bootstrap_ties_close_caps_and_excludes_clearly_worse(tmp_path: Path) -> None:
+    curve = load_curve(_bootstrap_run(tmp_path))
+    result = analyze(curve, bootstrap=400, seed=1)
+    sweet = result["sweet_spot"]
+    assert sweet["cap_w"] in (250.0, 260.0)
+    assert set(sweet["tied_caps"]) == {250.0, 260.0}
+    assert sweet["interval_w"] == [250.0, 260.0]
+    shares = sweet["bootstrap"]["best_share"]
+    assert shares["300.0"] < 0.05
+    assert sum(shares.values()) == pytest.approx(1.0)
+    # Reproducible with a seed; disabled with 0.
+    assert analyze(curve, bootstrap=400, seed=1)["sweet_spot"] == sweet
+    assert analyze(curve, bootstrap=0)["sweet_spot"]["tied_caps"] is None
+
+
+def test_no_bootstrap_without_raw_data(tmp_path: Path) -> None:
+    curve = load_curve(_write(tmp_path, _linear([200.0, 250.0], [20.0, 24.0])))
+    assert analyze(curve)["sweet_spot"]["tied_caps"] is None
+
+
+def test_write_outputs(tmp_path: Path, real_3090: Path) -> None:
+    curve = load_curve(real_3090)
+    result = analyze(curve)
+    paths = write_outputs(curve, result, tmp_path / "out")
+    assert [p.name for p in paths] == ["analysis.json", "summary.md"]
+    saved = json.loads(paths[0].read_text())
+    assert saved["sweet_spot"]["cap_w"] == 290.0
+    assert saved["sweet_spot"]["pct_of_default"] is None  # NaN/unknown -> null
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PowersweepError, match="cannot write"):
+        write_outputs(curve, result, blocker / "sub")
+
+
+def test_run_dir_loads_optional_files_and_tolerates_broken_ones(tmp_path: Path) -> None:
+    run_dir = _bootstrap_run(tmp_path)
+    (run_dir / "samples.csv").write_text("tick,cap_w,power_w\n1,250,abc\n")
+    curve = load_curve(run_dir)
+    assert curve.samples is None and curve.requests is not None
+    assert curve.out_dir == run_dir
+    result = analyze(curve)
+    assert any(f["code"] == "input_note" for f in result["findings"])
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty file"),
+        ("cap_w,power_w\n200,199\n", "missing required column(s): narr_tps or prefill_tps"),
+        ("cap_w,narr_tps\n200,20\n", "missing required column(s): power_w"),
+        ("cap_w,narr_tps,power_w\n200,20,199\n210,21\n220,22,219,5\n", "malformed CSV"),
+        ("cap_w,narr_tps,power_w\n200,fast,199\n", "line 2: narr_tps 'fast' is not a number"),
+        ("cap_w,narr_tps,power_w\n200,,199\n210,,\n", "no row has a numeric cap_w"),
+        ("cap_w,narr_tps,power_w\n", "no data rows"),
+        ("cap_w,narr_tps,power_w\n-5,20,199\n", "cap_w must be positive"),
+    ],
+)
+def test_bad_caps_files_raise_one_line_usage_errors(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "caps.csv"
+    path.write_text(content)
+    with pytest.raises(UsageError) as err:
+        load_curve(path)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_bad_paths_and_run_json(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        load_curve(tmp_path / "nope")
+    with pytest.raises(UsageError, match=r"no caps\.csv"):
+        load_curve(tmp_path)
+    _write(tmp_path, _linear([200.0, 250.0], [20.0, 24.0]))
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": 2}))
+    with pytest.raises(UsageError, match="written by a newer powersweep"):
+        load_curve(tmp_path)
+    (tmp_path / "run.json").write_text("{not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load_curve(tmp_path)
+
+
+def test_bare_csv_missing_optional_columns_are_null(tmp_path: Path) -> None:
+    curve = load_curve(_write(tmp_path, _linear([200.0, 250.0], [20.0, 24.0]), "mine.csv"))
+    assert curve.run is None and curve.samples is None
+    assert curve.caps["sm_clock_mhz"].null_count() == 2
+    assert curve.caps["status"].to_list() == ["ok", "ok"]
+    assert curve.out_dir == tmp_path

@@ -1,0 +1,202 @@
+"""Plateaus, ceilings and regimes on synthetic curves with known answers (seeded noise)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from powersweep.analysis import analyze, load_curve
+from powersweep.analysis.structure import CapPoint, find_regions, regimes
+
+
+def _points(caps: np.ndarray, draw: np.ndarray, tps: np.ndarray) -> list[CapPoint]:
+    return [
+        CapPoint(cap_w=float(c), cap_total_w=float(c), power_w=float(d), tps=float(t))
+        for c, d, t in zip(caps, draw, tps, strict=True)
+    ]
+
+
+def _found(points: list[CapPoint]) -> list[tuple[str, float, float]]:
+    return [(r.kind, r.start_w, r.end_w) for r in find_regions(points, [p.cap_w for p in points])]
+
+
+def _curve_4090(seed: int, step: int = 10) -> list[CapPoint]:
+    """Draw follows the cap up to 400 W, then creeps 392 -> 395 W up to 600 W."""
+    rng = np.random.default_rng(seed)
+    caps = np.arange(200, 601, step, dtype=float)
+    draw = np.where(caps < 400, caps - 1.0, 392.0 + 3.0 * (caps - 400) / 200)
+    draw = draw + rng.normal(0, 0.3, caps.size)
+    tps = np.where(caps < 400, 40 * caps / 400, 40.0) * (1 + rng.normal(0, 0.005, caps.size))
+    return _points(caps, draw, tps)
+
+
+def _curve_5090(seed: int, step: int = 10) -> list[CapPoint]:
+    """Draw stalls at ~547 W (+-1.5) from the 550 W cap up; decode TPS jitters by +-3%."""
+    rng = np.random.default_rng(seed)
+    caps = np.arange(400, 601, step, dtype=float)
+    draw = np.minimum(caps - 1.0, 547.0) + rng.uniform(-1.5, 1.5, caps.size)
+    tps = np.minimum(caps, 547.0) / 547 * 60 * (1 + rng.uniform(-0.03, 0.03, caps.size))
+    return _points(caps, draw, tps)
+
+
+def _smooth(seed: int, tps_noise: float, power_noise: float = 0.5) -> list[CapPoint]:
+    rng = np.random.default_rng(seed)
+    caps = np.arange(150, 451, 10, dtype=float)
+    draw = caps - 0.5 + rng.normal(0, power_noise, caps.size)
+    tps = 50 * (1 - np.exp(-caps / 200)) * (1 + rng.normal(0, tps_noise, caps.size))
+    return _points(caps, draw, tps)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("step", [10, 25])
+def test_4090_drifting_ceiling_is_one_region(seed: int, step: int) -> None:
+    found = _found(_curve_4090(seed, step))
+    assert found == [("draw_ceiling", 400.0, 600.0)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_5090_noisy_ceiling_is_found(seed: int) -> None:
+    found = _found(_curve_5090(seed))
+    assert len(found) == 1
+    kind, start, end = found[0]
+    assert kind == "draw_ceiling"
+    assert abs(start - 550) <= 10
+    assert end == 600
+
+
+def test_5090_ceiling_with_draw_over_the_cap_starts_where_it_stalls() -> None:
+    # Some boards read over their cap; the draw stalls at ~547 W from the 530 W cap up.
+    rng = np.random.default_rng(3)
+    caps = np.arange(400, 601, 10, dtype=float)
+    draw = np.minimum(caps + 17.0, 547.0) + rng.uniform(-1.5, 1.5, caps.size)
+    tps = np.minimum(caps + 17, 547.0) / 547 * 60 * (1 + rng.uniform(-0.03, 0.03, caps.size))
+    (found,) = _found(_points(caps, draw, tps))
+    assert found[0] == "draw_ceiling"
+    assert abs(found[1] - 530) <= 10 and found[2] == 600
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("tps_noise", "power_noise"), [(0.01, 0.5), (0.06, 0.5), (0.01, 2.0)])
+def test_smooth_power_limited_curve_has_no_structure(
+    seed: int, tps_noise: float, power_noise: float
+) -> None:
+    assert _found(_smooth(seed, tps_noise, power_noise)) == []
+
+
+def test_soft_knee_is_not_a_plateau() -> None:
+    # Above 350 W the draw still rises 0.3 W per W: bending, not flat.
+    caps = np.arange(200, 451, 10, dtype=float)
+    draw = np.where(caps < 350, caps - 1.0, 349 + 0.3 * (caps - 350))
+    assert _found(_points(caps, draw, draw / 10)) == []
+
+
+def test_boost_plateau_with_escape_and_sm_clock() -> None:
+    caps = np.arange(200, 401, 10, dtype=float)
+    draw = np.where(caps < 300, caps - 0.5, np.where(caps <= 340, 297.0, caps - 0.5))
+    tps = draw / 10
+    clock = np.where((caps >= 300) & (caps <= 340), 1500.0, 900 + 2 * caps)
+    points = [
+        CapPoint(float(c), float(c), float(d), float(t), sm_clock_mhz=float(k))
+        for c, d, t, k in zip(caps, draw, tps, clock, strict=True)
+    ]
+    (region,) = find_regions(points, list(caps))
+    assert (region.kind, region.start_w, region.end_w) == ("boost_plateau", 300.0, 340.0)
+    assert region.escape_w == 350.0
+    assert region.power_w == pytest.approx(297.0)
+
+
+def test_plateau_tolerates_one_missing_cap_but_splits_on_a_wide_hole() -> None:
+    caps = np.arange(200, 401, 10, dtype=float)
+    draw = np.where(caps < 300, caps - 0.5, np.where(caps <= 350, 296.0, caps - 0.5))
+    keep = caps != 320  # one cap failed in the middle of 300-350
+    points = _points(caps[keep], draw[keep], draw[keep] / 10)
+    (region,) = find_regions(points, list(caps))
+    assert (region.kind, region.start_w, region.end_w) == ("boost_plateau", 300.0, 350.0)
+    assert region.missing_caps_w == (320.0,)
+
+    # Two missing caps leave 300 and 330-350: the hole splits, 300 alone is no plateau.
+    keep = (caps != 310) & (caps != 320)
+    points = _points(caps[keep], draw[keep], draw[keep] / 10)
+    (region,) = find_regions(points, list(caps))
+    assert (region.start_w, region.end_w) == (330.0, 350.0)
+
+
+def test_two_flat_caps_are_not_a_plateau() -> None:
+    caps = np.arange(200, 401, 10, dtype=float)
+    draw = np.where((caps == 300) | (caps == 310), 299.0, caps - 0.5)
+    draw = np.where(caps > 310, caps - 0.5, draw)
+    assert _found(_points(caps, draw, draw / 10)) == []
+
+
+def test_flat_top_close_to_the_cap_is_not_a_ceiling() -> None:
+    # Flat over the last caps but only ~2% under the top cap: not "clearly below the cap".
+    caps = np.array([300, 305, 310, 315, 320], dtype=float)
+    draw = np.array([299.0, 304.0, 313.0, 313.2, 313.4])
+    assert _found(_points(caps, draw, draw / 10)) == []
+
+
+def test_regimes_thermal_underloaded_and_thermal_is_not_a_ceiling() -> None:
+    caps = np.arange(250, 401, 10, dtype=float)
+    points = []
+    for c in caps:
+        hot = c >= 340
+        points.append(
+            CapPoint(
+                cap_w=float(c),
+                cap_total_w=float(c),
+                power_w=330.0 if hot else float(c) - 0.5,
+                tps=33.0 if hot else float(c) / 10,
+                temp_max_c=86.0 if hot else 70.0,
+                util_pct=30.0 if c == 250 else 99.0,
+            )
+        )
+    regions = find_regions(points, list(caps), slowdown_temp_c=88.0)
+    assert regions == []
+    got = {r["cap_w"]: r["regime"] for r in regimes(points, regions, slowdown_temp_c=88.0)}
+    assert got[250.0] == "under_loaded"
+    assert got[300.0] == "power_limited"
+    assert all(got[float(c)] == "thermal_limited" for c in caps if c >= 340)
+
+
+def test_bandwidth_bound_hint_when_clock_follows_the_cap_but_tps_does_not() -> None:
+    caps = np.arange(200, 301, 10, dtype=float)
+    points = [
+        CapPoint(
+            cap_w=float(c),
+            cap_total_w=float(c),
+            power_w=float(c) - 1,
+            tps=30.0 if c >= 250 else float(c) / 250 * 30,
+            sm_clock_mhz=float(c) * 6,
+        )
+        for c in caps
+    ]
+    bounds = {r["cap_w"]: r["bound"] for r in regimes(points, [])}
+    assert bounds[270.0] == "bandwidth"
+    assert bounds[220.0] is None
+
+
+def test_ceiling_through_the_full_pipeline(tmp_path: Path) -> None:
+    points = _curve_4090(1)
+    df = pl.DataFrame(
+        {
+            "cap_w": [p.cap_w for p in points],
+            "narr_tps": [p.tps for p in points],
+            "power_w": [p.power_w for p in points],
+            "temp_max_c": [62.0] * len(points),
+        }
+    )
+    path = tmp_path / "caps.csv"
+    df.write_csv(path)
+    result = analyze(load_curve(path), bootstrap=0)
+    assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
+        ("draw_ceiling", 400.0, 600.0)
+    ]
+    assert math.isclose(result["plateaus"][0]["power_w"], 393.5, abs_tol=1.0)
+    ceiling = [f for f in result["findings"] if f["code"] == "draw_ceiling"]
+    assert len(ceiling) == 1 and "prefill-heavy" in ceiling[0]["hint"]
+    regimes_by_cap = {r["cap_w"]: r["regime"] for r in result["regimes"]}
+    assert regimes_by_cap[500.0] == "draw_ceiling" and regimes_by_cap[300.0] == "power_limited"

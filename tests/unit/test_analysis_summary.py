@@ -1,0 +1,185 @@
+"""summary.md, import of pasted tables, caps.csv writing and cross-mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from powersweep.analysis import (
+    analyze,
+    cross_mode,
+    escape_md,
+    import_summary,
+    load_curve,
+    render_summary,
+    write_caps_csv,
+)
+from powersweep.errors import UsageError
+
+PASTED = """Here is my 3090 sweep:
+
+| Cap (W/card) | Narr TPS | Code TPS | Prefill TPS | Power (W) | TPS/combined W |
+|---|---|---|---|---|---|
+| 250 | 25.17 | 25.07 | ? | 249.80 W | 0.101 |
+| 290W | 32.26 | 32.17 | - | 289.55 | 0.111 |
+| 330 | 34.57 | ? |  | 329.42 | 0.105 |
+| 370 | ? | 34.67 | 1,234.5 | 334.00 | ? |
+"""
+
+
+def test_import_pasted_table(tmp_path: Path) -> None:
+    md = tmp_path / "summary.md"
+    md.write_text(PASTED)
+    df = import_summary(md)
+    assert df.columns == ["cap_w", "narr_tps", "code_tps", "prefill_tps", "power_w", "tps_per_w"]
+    assert df["cap_w"].to_list() == [250.0, 290.0, 330.0, 370.0]
+    assert df["power_w"].to_list() == [249.8, 289.55, 329.42, 334.0]
+    assert df["narr_tps"].to_list() == [25.17, 32.26, 34.57, None]
+    assert df["code_tps"].to_list() == [25.07, 32.17, None, 34.67]
+    assert df["prefill_tps"].to_list() == [None, None, None, 1234.5]
+    assert df["tps_per_w"].to_list() == [0.101, 0.111, 0.105, None]
+
+    # Round trip: the imported table is a caps.csv the analysis reads.
+    out = tmp_path / "imported" / "caps.csv"
+    write_caps_csv(df, out)
+    result = analyze(load_curve(out))
+    assert result["sweet_spot"]["cap_w"] == 290.0
+
+
+def test_import_tolerates_varied_headers_and_quotes(tmp_path: Path) -> None:
+    md = tmp_path / "s.md"
+    md.write_text(
+        "> | Power limit | Decode tok/s | Draw | Tok/W |\n"
+        "> |:---:|---:|---:|---:|\n"
+        "> | 200 W | 20.0 | 199 W | 0.1 |\n"
+    )
+    df = import_summary(md)
+    assert df.row(0, named=True) == {
+        "cap_w": 200.0,
+        "narr_tps": 20.0,
+        "code_tps": None,
+        "prefill_tps": None,
+        "power_w": 199.0,
+        "tps_per_w": 0.1,
+    }
+
+
+def test_import_without_table_is_a_usage_error(tmp_path: Path) -> None:
+    md = tmp_path / "s.md"
+    md.write_text("no table here\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    with pytest.raises(UsageError, match="no power-cap table"):
+        import_summary(md)
+    with pytest.raises(UsageError, match="cannot read"):
+        import_summary(tmp_path / "missing.md")
+
+
+def test_escape_md() -> None:
+    assert escape_md("a|b") == "a\\|b"
+    assert escape_md("<script>x</script>") == "&lt;script&gt;x&lt;/script&gt;"
+    assert escape_md("two\nlines  *bold* [link](x) `code`") == (
+        "two lines \\*bold\\* \\[link\\](x) \\`code\\`"
+    )
+    assert escape_md(None) == ""
+
+
+def _table_rows(text: str) -> list[str]:
+    start = text.index("### Per-cap results")
+    return [line for line in text[start:].splitlines() if line.startswith("| ")]
+
+
+def test_summary_findings_first_failed_caps_and_escaping(tmp_path: Path) -> None:
+    df = pl.DataFrame(
+        {
+            "cap_w": [200.0, 210.0, 220.0, 230.0],
+            "narr_tps": [20.0, None, 22.0, 24.0],
+            "power_w": [199.0, None, 219.0, 229.0],
+            "status": ["ok", "failed", "ok", "ok"],
+            "error": ["", "HTTP 500 | <b>oops</b>", "", ""],
+        }
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    df.write_csv(run_dir / "caps.csv")
+    run = {
+        "schema_version": 1,
+        "gpus": [
+            {"name": "GPU | with pipe", "min_limit_w": 100, "default_limit_w": 250},
+            {"name": "GPU | with pipe"},
+        ],
+        "cooling": "air",
+        "load_mode": "decode-single",
+        "server": {"model": "qwen_3*27b", "engine": "llama.cpp"},
+    }
+    (run_dir / "run.json").write_text(json.dumps(run))
+    df = df.with_columns(pl.lit(2).alias("n_gpus"))
+    df.write_csv(run_dir / "caps.csv")
+    curve = load_curve(run_dir)
+    text = render_summary(curve, analyze(curve))
+    assert text.index("### Findings") < text.index("### Per-cap results")
+    assert text.index("### Per-cap results") < text.index("<details>")
+    assert "GPU \\| with pipe" in text and "qwen\\_3\\*27b" in text
+    assert "| Cooling | air |" in text
+    assert "| Date | unknown |" in text
+    rows = _table_rows(text)
+    header = rows[0]
+    assert "Cap (W combined)" in header and "Power (W/card)" in header
+    n_cols = header.count(" | ") + 1
+    failed = next(r for r in rows if r.startswith("| 210 "))
+    assert "failed" in failed and " 0.0" not in failed and "0.0000" not in failed
+    assert "HTTP 500 \\| &lt;b&gt;oops&lt;/b&gt;" in failed
+    # Escaped pipes do not add cells.
+    assert all(r.replace("\\|", "").count(" | ") + 1 == n_cols for r in rows)
+    ok_row = next(r for r in rows if r.startswith("| 220 "))
+    assert "| 440 |" in ok_row and "| 109.5 |" in ok_row  # combined cap, draw per card
+
+
+def test_summary_of_a_huge_run_stays_under_the_github_limit(tmp_path: Path) -> None:
+    caps = [100.0 + i for i in range(200)]
+    df = pl.DataFrame(
+        {
+            "cap_w": caps,
+            "narr_tps": [20 + c / 50 for c in caps],
+            "power_w": [c - 0.5 for c in caps],
+            "status": ["ok"] * 190 + ["failed"] * 10,
+            "error": [""] * 190 + ["x" * 400] * 10,
+        }
+    )
+    path = tmp_path / "caps.csv"
+    df.write_csv(path)
+    curve = load_curve(path)
+    text = render_summary(curve, analyze(curve))
+    assert len(text) < 65_536
+    assert "<details>" in text and "</details>" in text
+    assert "### Findings" in text
+
+
+def _mode_run(tmp_path: Path, name: str, mode: str, tps: list[float]) -> Path:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    caps = [250.0, 270.0, 290.0, 310.0]
+    pl.DataFrame({"cap_w": caps, "narr_tps": tps, "power_w": caps}).write_csv(run_dir / "caps.csv")
+    (run_dir / "run.json").write_text(json.dumps({"schema_version": 1, "load_mode": mode}))
+    return run_dir
+
+
+def test_cross_mode_minimises_the_worst_loss(tmp_path: Path) -> None:
+    # Single-stream peaks at 250 W, concurrent at 310 W; 270/290 W are the compromises.
+    single = load_curve(_mode_run(tmp_path, "a", "decode-single", [30.0, 31.0, 31.9, 32.0]))
+    conc = load_curve(_mode_run(tmp_path, "b", "decode-concurrent", [50.0, 58.0, 64.0, 70.0]))
+    result = cross_mode([(single, analyze(single)), (conc, analyze(conc))])
+    tpw_single = {250: 0.12, 270: 31 / 270, 290: 31.9 / 290, 310: 32 / 310}
+    tpw_conc = {250: 0.2, 270: 58 / 270, 290: 64 / 290, 310: 70 / 310}
+    worst = {c: max(1 - tpw_single[c] / 0.12, 1 - tpw_conc[c] / (70 / 310)) for c in tpw_single}
+    best = min(worst, key=lambda c: worst[c])
+    assert result["cap_w"] == best == 270
+    assert result["worst_loss_pct"] == pytest.approx(worst[best] * 100)
+    by_mode = {m["load_mode"]: m for m in result["modes"]}
+    assert by_mode["decode-single"]["sweet_spot_cap_w"] == 250.0
+    assert by_mode["decode-concurrent"]["tps_per_w_loss_pct"] == pytest.approx(
+        (1 - tpw_conc[270] / (70 / 310)) * 100
+    )
+    with pytest.raises(UsageError):
+        cross_mode([(single, analyze(single))])
