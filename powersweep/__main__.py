@@ -1,0 +1,5 @@
+import sys
+
+from powersweep.cli import main
+
+sys.exit(main())

@@ -1,0 +1,388 @@
+"""The ``powersweep`` command line.
+
+``powersweep [OPTIONS]`` is ``powersweep sweep [OPTIONS]`` (that is how users type it:
+``sudo powersweep --cooling air --load-mode decode-single``). Every failure a user can cause ends
+in one ``error: ...`` line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from tqdm import tqdm
+
+from powersweep import __version__
+from powersweep.errors import PowersweepError, UsageError
+
+COMMANDS = ("sweep", "analyze", "plot", "compare", "import")
+
+app = typer.Typer(
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    no_args_is_help=False,
+    help=(
+        "Find the GPU power cap with the best LLM tokens per watt. "
+        "`powersweep [OPTIONS]` runs `powersweep sweep [OPTIONS]`."
+    ),
+)
+
+
+def _warn(message: str) -> None:
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
+
+def _info(message: str) -> None:
+    tqdm.write(message, file=sys.stderr)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"powersweep {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Find the GPU power cap with the best LLM tokens per watt."""
+
+
+def _parse_gpus(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise UsageError(f"--gpu takes GPU indices like 0 or 0,1, not {text!r}")
+        out.append(int(part))
+    if not out:
+        raise UsageError("--gpu is empty")
+    return tuple(out)
+
+
+@app.command("sweep")
+def sweep_command(
+    cooling: Annotated[
+        str, typer.Option(help="Cooling class: air, water, aio or unspecified.")
+    ] = "unspecified",
+    load_mode: Annotated[
+        str,
+        typer.Option(help="decode-single, decode-concurrent or prefill-heavy."),
+    ] = "decode-single",
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", "--gpus", help="GPU index or list (0 or 0,1).")
+    ] = None,
+    caps: Annotated[
+        str | None, typer.Option(help="Caps to measure, W per GPU (260,280,300).")
+    ] = None,
+    step_size: Annotated[float, typer.Option(help="Step between default caps, W.")] = 10.0,
+    target_cap_seconds: Annotated[
+        float, typer.Option(help="Seconds of load per prompt per cap.")
+    ] = 10.0,
+    settle_seconds: Annotated[
+        float, typer.Option(help="Seconds to wait after a cap change.")
+    ] = 3.0,
+    url: Annotated[
+        str | None, typer.Option(help="Server URL (default: probe local ports).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model id (default: the server's).")] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token, never stored."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Directory for run directories.")] = Path(
+        "powersweep-runs"
+    ),
+    no_reset: Annotated[
+        bool, typer.Option("--no-reset", help="Leave the last cap instead of restoring.")
+    ] = False,
+    sample_interval: Annotated[float, typer.Option(help="Seconds between GPU samples.")] = 0.5,
+    warmup_requests: Annotated[int, typer.Option(help="Warm-up requests per prompt.")] = 3,
+    max_failed_caps: Annotated[
+        int, typer.Option(help="Stop after this many failed caps in a row.")
+    ] = 3,
+    simulate: Annotated[
+        str | None,
+        typer.Option(help="Simulate the GPU with a profile (see --list-profiles)."),
+    ] = None,
+    time_scale: Annotated[
+        float | None,
+        typer.Option(help="Simulation only: run time passes this many times faster."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Simulation only: noise seed.")] = None,
+    sim_server: Annotated[
+        str, typer.Option(help="Simulation only: server flavour (llamacpp, vllm, ...).")
+    ] = "llamacpp",
+    sim_state: Annotated[
+        Path | None,
+        typer.Option(help="Simulation only: file where simulated power limits persist."),
+    ] = None,
+    list_profiles: Annotated[
+        bool, typer.Option("--list-profiles", help="List simulation profiles and exit.")
+    ] = False,
+    no_charts: Annotated[bool, typer.Option("--no-charts", help="Skip the charts.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Sweep the power-limit envelope and measure tokens per watt at each cap."""
+    from powersweep.sweep.caps import parse_caps
+    from powersweep.sweep.session import SweepOptions, run_session
+
+    if list_profiles:
+        _print_profiles()
+        return
+    if simulate is None and seed is not None:
+        raise UsageError("--seed works only with --simulate")
+    options = SweepOptions(
+        cooling=cooling,
+        load_mode=load_mode,
+        gpus=_parse_gpus(gpu),
+        caps=tuple(parse_caps(caps)) if caps is not None else None,
+        step_size_w=step_size,
+        target_cap_seconds=target_cap_seconds,
+        settle_seconds=settle_seconds,
+        url=url,
+        model=model,
+        api_key=api_key or None,
+        out=out,
+        no_reset=no_reset,
+        sample_interval_s=sample_interval,
+        warmup_requests=warmup_requests,
+        max_failed_caps=max_failed_caps,
+        simulate=simulate,
+        time_scale=time_scale,
+        seed=seed or 0,
+        sim_server=sim_server,
+        sim_state=sim_state,
+    )
+    bar: Any = None
+
+    def on_plan(run_dir: Path, planned: list[float]) -> None:
+        nonlocal bar
+        _info(f"run directory: {run_dir}")
+        _info(f"caps: {len(planned)} from {max(planned):g} W down to {min(planned):g} W")
+        if not quiet:
+            bar = tqdm(total=len(planned), unit="cap", file=sys.stderr, dynamic_ncols=True)
+
+    def on_progress(p: Any) -> None:
+        if bar is None:
+            return
+        if p.status == "ok":
+            bar.set_postfix_str(
+                f"{p.cap_w:g} W: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W"
+            )
+        else:
+            bar.set_postfix_str(f"{p.cap_w:g} W: {p.status}")
+        bar.update(1)
+
+    try:
+        result = run_session(options, progress=on_progress, warn=_warn, on_plan=on_plan)
+    finally:
+        if bar is not None:
+            bar.close()
+    outcome = result.outcome
+    for r in outcome.restored:
+        state = "restored" if r["ok"] else "NOT restored"
+        _info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
+    if outcome.caps_done:
+        _finish_report(result.run_dir, charts=not no_charts)
+    if outcome.status == "interrupted":
+        _info(f"interrupted: partial run kept in {result.run_dir}")
+        signum = outcome.signum or 2
+        raise typer.Exit(128 + signum)
+    if outcome.status == "failed":
+        raise PowersweepError(f"{outcome.error} (partial run in {result.run_dir})")
+    _info(f"done: {result.run_dir}")
+
+
+def _finish_report(run_dir: Path, *, charts: bool) -> None:
+    from powersweep.report import build_report
+
+    try:
+        report = build_report(run_dir, charts=charts)
+    except PowersweepError as exc:
+        _warn(f"could not analyse the run: {exc}")
+        return
+    spot = report.analysis.get("sweet_spot") or {}
+    cap = spot.get("cap_w")
+    if cap is not None:
+        _info(
+            f"sweet spot: {cap:g} W, {spot.get('tps_per_w', math.nan):.4f} TPS/W, "
+            f"{spot.get('tps', math.nan):.1f} TPS"
+        )
+    _info(f"summary: {run_dir / 'summary.md'}")
+
+
+def _print_profiles() -> None:
+    from powersweep.sim.profiles import PROFILE_DESCRIPTIONS, profile_names
+
+    for name in profile_names():
+        typer.echo(f"{name:16s} {PROFILE_DESCRIPTIONS.get(name, '')}")
+
+
+@app.command("analyze")
+def analyze_command(
+    path: Annotated[Path, typer.Argument(help="Run directory or caps.csv.")],
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the analysis JSON (and only it) on stdout.")
+    ] = False,
+    max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
+    objective: Annotated[str, typer.Option(help="tps-per-w, near-peak or cost.")] = "tps-per-w",
+    eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
+) -> None:
+    """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md."""
+    from powersweep.report import build_report
+
+    if not 0 <= max_tps_loss < 100:
+        raise UsageError("--max-tps-loss must be between 0 and 100")
+    if objective not in ("tps-per-w", "near-peak", "cost"):
+        raise UsageError(f"--objective must be tps-per-w, near-peak or cost, not {objective!r}")
+    if not 0 <= eta <= 1:
+        raise UsageError("--eta must be between 0 and 1")
+    report = build_report(
+        path,
+        out_dir=out,
+        charts=False,
+        max_tps_loss_pct=max_tps_loss,
+        objective=objective,
+        eta=eta,
+    )
+    if as_json:
+        typer.echo(json.dumps(report.analysis, indent=2, allow_nan=False))
+    else:
+        typer.echo(report.summary)
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    formats = tuple(f.strip().lower() for f in text.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("png", "svg")]
+    if not formats or bad:
+        raise UsageError(f"--format takes png and/or svg, not {text!r}")
+    return formats
+
+
+@app.command("plot")
+def plot_command(
+    path: Annotated[Path, typer.Argument(help="Run directory or caps.csv.")],
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
+    title: Annotated[str | None, typer.Option(help="Chart title.")] = None,
+) -> None:
+    """Draw the charts of a run (or a bare caps.csv) into charts/."""
+    from powersweep.report import build_report
+
+    report = build_report(
+        path, out_dir=out, charts=True, formats=_formats(fmt), title=title, write_analysis=False
+    )
+    for p in report.paths:
+        typer.echo(str(p))
+
+
+@app.command("compare")
+def compare_command(
+    paths: Annotated[list[Path], typer.Argument(help="Run directories or caps.csv files.")],
+    out: Annotated[Path, typer.Option(help="Output file stem.")] = Path("powersweep-compare"),
+    x: Annotated[str, typer.Option(help="x axis: watts or pct-tdp.")] = "watts",
+    normalize: Annotated[
+        bool, typer.Option("--normalize", help="TPS/W relative to each run's peak.")
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
+) -> None:
+    """Overlay the efficiency curves of several runs and print their sweet spots."""
+    from powersweep import analysis, plots
+
+    if x not in ("watts", "pct-tdp"):
+        raise UsageError(f"--x must be watts or pct-tdp, not {x!r}")
+    if len(paths) < 1:
+        raise UsageError("compare needs at least one run")
+    labelled = []
+    for p in paths:
+        curve = analysis.load_curve(p)
+        labelled.append((_label(p), analysis.analyze(curve)))
+    written = plots.render_compare(labelled, out, x=x, normalize=normalize, formats=_formats(fmt))
+    typer.echo(plots.compare_table(labelled))
+    for w in written:
+        _info(f"chart: {w}")
+
+
+def _label(path: Path) -> str:
+    return path.parent.name if path.name == "caps.csv" else path.name
+
+
+@app.command("import")
+def import_command(
+    summary: Annotated[Path, typer.Argument(help="Markdown with a power-cap summary table.")],
+    out: Annotated[Path | None, typer.Option(help="caps.csv to write.")] = None,
+) -> None:
+    """Turn a pasted power-cap-sweep.sh summary table into a caps.csv."""
+    from powersweep import analysis
+
+    df = analysis.import_summary(summary)
+    target = out or summary.with_suffix(".caps.csv")
+    analysis.write_caps_csv(df, target)
+    typer.echo(str(target))
+
+
+def _argv_with_default_command(argv: Sequence[str]) -> list[str]:
+    args = list(argv)
+    if not args or args[0] in ("--help", "-h", "--version"):
+        return args if args else ["sweep"]
+    if args[0] not in COMMANDS:
+        return ["sweep", *args]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``powersweep`` console script; returns the exit code."""
+    args = _argv_with_default_command(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(app)
+    try:
+        # without standalone mode click returns the code of an Exit instead of raising it
+        rc = command.main(args=args, prog_name="powersweep", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as exc:  # bad usage: unknown option, unparsable value
+        print(f"error: {_one_line(exc.format_message())}", file=sys.stderr)
+        return 2
+    except PowersweepError as exc:
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if os.environ.get("POWERSWEEP_DEBUG"):
+            raise
+        print(
+            f"error: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(set POWERSWEEP_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    return rc if isinstance(rc, int) else 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The real-sweep code path: NVML backend (on a fake pynvml) + driver + client + a server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from powersweep.clock import ScaledClock
+from powersweep.sim.engine import ConstantEngine
+from powersweep.sim.server import SimServer
+from powersweep.sweep.client import ChatClient
+from powersweep.sweep.discovery import discover_server
+from powersweep.sweep.driver import Sweep, SweepPlan
+from powersweep.sweep.nvml import NvmlBackend
+from powersweep.sweep.outputs import RunWriter
+from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
+from tests.integration.conftest import read_csv, read_json
+
+
+def run_sweep(
+    tmp_path: Path, devices: list[FakeDevice], caps: tuple[float, ...]
+) -> tuple[Sweep, Path]:
+    fake = FakeNvml(devices=devices)
+    backend = NvmlBackend(nvml=fake)
+    gpus = [backend.gpu(i) for i in range(backend.device_count())]
+    clock = ScaledClock(20.0)
+    engine = ConstantEngine(clock, decode_tps=40.0)
+    with SimServer(engine, flavour="llamacpp") as server:
+        info = asyncio.run(discover_server(server.url, model=None, api_key=None, clock=clock))
+        client = ChatClient(info, clock)
+        writer = RunWriter(tmp_path, [g.identity().name for g in gpus], "decode-single")
+        plan = SweepPlan("decode-single", caps, target_cap_s=1.0, settle_s=0.5, warmup_requests=1)
+        meta = {"schema_version": 1, "gpus": [{"index": g.index} for g in gpus]}
+        sweep = Sweep(plan, gpus, clock, client, writer, meta)
+        sweep.outcome = sweep.run()  # type: ignore[attr-defined]
+    backend.close()
+    return sweep, writer.path
+
+
+@pytest.mark.slow
+def test_nvml_sweep_sets_caps_and_restores_users_own_limit(tmp_path: Path) -> None:
+    dev = FakeDevice(
+        limit_mw=350_000, default_mw=370_000, power_mw=500_000, instant_power_mw=500_000
+    )  # the user runs at 350 W, TDP is 370 W
+    sweep, run = run_sweep(tmp_path, [dev], (300.0, 320.0))
+    assert sweep.outcome.status == "complete"  # type: ignore[attr-defined]
+    assert dev.limit_mw == 350_000  # back to the user's limit, not the default TDP
+    caps = read_csv(run / "caps.csv")
+    assert [float(c["cap_w"]) for c in caps] == [320.0, 300.0]
+    # the fake clamps draw to the cap: the measured draw shows the cap was really set
+    for c in caps:
+        assert float(c["power_w"]) == pytest.approx(float(c["cap_w"]), abs=0.5)
+        assert float(c["narr_tps"]) == pytest.approx(40.0, rel=0.03)
+    meta = read_json(run / "run.json")
+    assert meta["restored"] == [{"gpu_index": 0, "limit_w": 350.0, "ok": True, "message": ""}]
+    assert meta["gpus"][0]["original_limit_w"] == 350.0
+
+
+@pytest.mark.slow
+def test_nvml_two_gpus_draw_is_summed_and_silently_kept_cap_rejected(tmp_path: Path) -> None:
+    devs = [
+        FakeDevice(uuid="GPU-a", limit_mw=390_000, power_mw=500_000, instant_power_mw=500_000),
+        FakeDevice(
+            uuid="GPU-b",
+            limit_mw=390_000,
+            silent_floor_mw=310_000,
+            power_mw=500_000,
+            instant_power_mw=500_000,
+        ),
+    ]
+    _sweep, run = run_sweep(tmp_path, devs, (300.0, 320.0))
+    caps = {float(c["cap_w"]): c for c in read_csv(run / "caps.csv")}
+    assert caps[320.0]["status"] == "ok"
+    assert float(caps[320.0]["power_w"]) == pytest.approx(640.0, abs=1)  # two cards at 320 W
+    assert caps[320.0]["n_gpus"] == "2"
+    assert caps[300.0]["status"] == "rejected"
+    assert "GPU 1" in caps[300.0]["error"] and "kept" in caps[300.0]["error"]
+    assert [d.limit_mw for d in devs] == [390_000, 390_000]

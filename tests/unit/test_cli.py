@@ -1,0 +1,141 @@
+"""The command line: bad input gives one `error:` line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from powersweep.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+BAD_SWEEP = [
+    (["--cooling", "liquid", "--simulate", "rtx3090-air"], "--cooling"),
+    (["--load-mode", "decode-everything", "--simulate", "rtx3090-air"], "--load-mode"),
+    (["--load-mode", "prefill-heavy", "--simulate", "rtx3090-air"], "not yet supported"),
+    (["--simulate", "rtx9090"], "unknown simulation profile"),
+    (["--caps", "abc", "--simulate", "rtx3090-air"], "--caps"),
+    (["--caps", "-100", "--simulate", "rtx3090-air"], "--caps"),
+    (["--caps", ",", "--simulate", "rtx3090-air"], "--caps"),
+    (["--step-size", "0", "--simulate", "rtx3090-air"], "--step-size"),
+    (["--step-size", "ten", "--simulate", "rtx3090-air"], "step-size"),
+    (["--target-cap-seconds", "-1", "--simulate", "rtx3090-air"], "--target-cap-seconds"),
+    (["--sample-interval", "0", "--simulate", "rtx3090-air"], "--sample-interval"),
+    (["--settle-seconds", "-3", "--simulate", "rtx3090-air"], "--settle-seconds"),
+    (["--time-scale", "5"], "--time-scale works only with --simulate"),
+    (["--seed", "1"], "--seed works only with --simulate"),
+    (["--time-scale", "0", "--simulate", "rtx3090-air"], "--time-scale"),
+    (
+        ["--simulate", "rtx3090-air", "--url", "http://127.0.0.1:9", "--time-scale", "10"],
+        "--time-scale",
+    ),
+    (["--gpu", "x", "--simulate", "rtx3090-air"], "--gpu"),
+    (["--gpu", "3", "--simulate", "rtx3090-air"], "no GPU 3"),
+    (["--max-failed-caps", "0", "--simulate", "rtx3090-air"], "--max-failed-caps"),
+    (["--no-such-option"], "no such option"),
+    (["--simulate"], "requires an argument"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_SWEEP, ids=[" ".join(a) for a, _ in BAD_SWEEP])
+def test_bad_sweep_options(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: "), err
+    assert needle.lower() in lines[-1].lower()
+    assert "Traceback" not in err and out == ""
+
+
+def test_real_sweep_without_root_says_sudo(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    code, _, err = run(capsys, "--cooling", "air")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("error: ") and "sudo" in err
+
+
+def test_simulated_server_down_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(
+        capsys,
+        "--simulate",
+        "rtx3090-air",
+        "--url",
+        "http://127.0.0.1:9",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    )
+    assert code != 0
+    assert err.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in err
+
+
+def test_list_profiles_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--list-profiles")
+    assert code == 0 and "rtx3090-air" in out and "h100-sxm" in out
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.startswith("powersweep ")
+
+
+BAD_FILES = [
+    ("missing.csv", None),
+    ("empty.csv", ""),
+    ("nocols.csv", "a,b\n1,2\n"),
+    ("garbage.csv", "\x00\x01\x02garbage"),
+    ("text.csv", "cap_w,power_w,narr_tps\nabc,def,ghi\n"),
+]
+
+
+@pytest.mark.parametrize(("name", "content"), BAD_FILES, ids=[n for n, _ in BAD_FILES])
+@pytest.mark.parametrize("command", ["analyze", "plot"])
+def test_bad_csv_inputs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str, name: str, content: str | None
+) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    code, _out, err = run(capsys, command, str(path))
+    assert code == 2, err
+    assert err.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in err
+
+
+def test_analyze_json_on_measured_3090(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    if not SHARED_3090.exists():
+        pytest.skip("shared/data not beside the repo")
+    code, out, err = run(capsys, "analyze", str(SHARED_3090), "--json", "--out", str(tmp_path))
+    assert code == 0, err
+    data = json.loads(out)  # stdout is the JSON and only it
+    assert data["sweet_spot"]["cap_w"] == 290
+    boost = [p for p in data["plateaus"] if p["kind"] == "boost_plateau"]
+    assert [(p["start_w"], p["end_w"]) for p in boost] == [(340, 370)]
+    assert (tmp_path / "analysis.json").exists() and (tmp_path / "summary.md").exists()
+
+
+def test_plot_regenerates_chart_from_bare_csv(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    csv = tmp_path / "caps.csv"
+    csv.write_text("cap_w,power_w,narr_tps\n200,199,20\n250,249,27\n300,295,31\n350,330,33\n")
+    code, _out, err = run(capsys, "plot", str(csv), "--format", "png,svg")
+    assert code == 0, err
+    assert (tmp_path / "charts" / "efficiency.png").exists()
+    assert (tmp_path / "charts" / "efficiency.svg").exists()
+    code, _, err = run(capsys, "plot", str(csv), "--format", "gif")
+    assert code == 2 and "--format" in err
