@@ -1,0 +1,704 @@
+"""A real OpenAI-compatible HTTP server whose token rates come from a :class:`SimEngine`.
+
+It runs uvicorn on 127.0.0.1 (a free port) in a background thread with its own event loop, so
+sync code (the sweep driver, tests) can start and stop it. Every pacing sleep uses the engine's
+run clock, so a :class:`~powersweep.clock.ScaledClock` makes it stream ``scale`` times faster.
+
+Flavours imitate the quirks of real engines that the client must survive:
+
+- ``llamacpp``: ``timings`` in the last chunks (even without ``include_usage``), ``/props``
+  (``default_generation_settings.n_ctx``, ``total_slots``; requests beyond the slots wait),
+  ``/metrics``, ``/tokenize``, ``: ping`` comments, ``reasoning_content``, over-context -> 400.
+- ``vllm``: ``max_model_len`` in ``/v1/models``, ``/metrics``, over-context -> 400.
+- ``sglang``: ``/get_model_info`` with ``context_length``.
+- ``ollama``: ``/api/tags`` and ``/api/show``; ignores ``max_completion_tokens``; reasoning in
+  ``reasoning``; ignores the thinking switch; silently keeps only the last ``n_ctx`` prompt tokens.
+- ``plain``: no usage in streams, no extras, ``event:`` lines, reasoning in both ``reasoning`` and
+  ``reasoning_content`` at once, and it refuses ``chat_template_kwargs`` with 422 (a strict server).
+
+Engine methods are called from the server thread: a :class:`SimEngine` shared with the driver
+must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import re
+import socket
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from powersweep.sim.engine import SimEngine
+
+FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
+
+# The simulator's tokenizer: a run of up to 4 word characters, or one other non-space character.
+_TOKEN_RE = re.compile(r"\w{1,4}|[^\w\s]")
+# When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
+# and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
+# at their due time.
+_MIN_WALL_SLEEP_S = 0.001
+# Generation length when a request names no limit (and Ollama's when it ignores the one given).
+_DEFAULT_MAX_TOKENS = 256
+_OLLAMA_IGNORED_LIMIT_FACTOR = 4
+# llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
+_PING_EVERY = 7
+_EVENT_LINE_EVERY = 5
+# What /v1/models meta.n_ctx_train claims (a trap: not the context the server runs with).
+_N_CTX_TRAIN = 131072
+
+_PROSE = (
+    "the power limit sets how much energy the card may draw while tokens flow and the clocks "
+    "follow it down until memory bandwidth rather than compute decides the pace of decoding so "
+    "a lower cap often costs little speed yet saves many watts each answer is a stream of small "
+    "pieces and every piece arrives when the model finished one more step of its work"
+)
+_REASONING = (
+    "let me think about this first the user wants a short answer so I should check the numbers "
+    "again and consider whether the question asks for detail or a summary then decide"
+)
+_WORDS = tuple(_PROSE.split())
+_REASON_WORDS = tuple(_REASONING.split())
+
+
+def count_prompt_tokens(text: str) -> int:
+    """The simulator's deterministic tokenizer: how many prompt tokens ``text`` is.
+
+    One token per run of up to four word characters (letters, digits, underscore) and one per
+    other non-space character; whitespace is free. English prose comes out near four characters
+    per token, like real BPE tokenizers.
+    """
+    return len(_TOKEN_RE.findall(text))
+
+
+class _Progress:
+    """Run times of one request's phases, filled in by :meth:`SimServer._work`."""
+
+    def __init__(self) -> None:
+        self.prefill_s = 0.0
+        self.decode_start_s = float("nan")
+        self.last_token_s = float("nan")
+
+    @property
+    def decode_s(self) -> float:
+        dt = self.last_token_s - self.decode_start_s
+        return dt if dt > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One chat request, decided before any work starts."""
+
+    request_no: int
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    stream: bool
+    include_usage: bool
+
+
+class _WatchedResponse(Response):
+    """Streams an async byte iterator and cancels it as soon as the client disconnects.
+
+    Starlette's own streaming response may not notice a disconnect until the next write and
+    leaves closing the generator to garbage collection; the engine must hear ``work_finished``
+    promptly, so the producer is cancelled the moment ``http.disconnect`` arrives.
+    """
+
+    def __init__(self, body: AsyncIterator[bytes], media_type: str) -> None:
+        # Not Response.__init__: it would declare Content-Length 0 for the empty initial body.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", media_type.encode("latin-1")),
+            (b"cache-control", b"no-cache"),
+        ]
+        self._iter = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def produce() -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in self._iter:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        producer = asyncio.ensure_future(produce())
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (producer, watcher):
+                task.cancel()
+            await asyncio.gather(producer, watcher, return_exceptions=True)
+            failure = None
+            if producer.done() and not producer.cancelled():
+                failure = producer.exception()
+            aclose = getattr(self._iter, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        # A client that went away is normal; a bug in the generator is not.
+        if failure is not None and not isinstance(failure, OSError):
+            raise failure
+
+
+class SimServer:
+    """An OpenAI-compatible server paced by a :class:`SimEngine`.
+
+    Args:
+        engine: Token rates and the run clock.
+        flavour: One of :data:`FLAVOURS`.
+        model: Model id served.
+        reasoning_tokens: The first this-many generated tokens are reasoning (unless the request
+            turns thinking off through ``chat_template_kwargs`` on a flavour that honours it).
+        seed: Seed of the generated text.
+        fail_after_tokens: Inject an in-stream error event after this many tokens.
+        http_error: Answer every chat request with this HTTP status.
+        total_slots: Requests processed at once (llama.cpp ``-np``); None: 4 for ``llamacpp``,
+            unlimited otherwise.
+        rejected_keys: Request keys answered with 422; None: ``chat_template_kwargs`` for
+            ``plain``, nothing otherwise.
+    """
+
+    def __init__(
+        self,
+        engine: SimEngine,
+        *,
+        flavour: str = "llamacpp",
+        model: str = "sim-model",
+        reasoning_tokens: int = 0,
+        seed: int = 0,
+        fail_after_tokens: int | None = None,
+        http_error: int | None = None,
+        total_slots: int | None = None,
+        rejected_keys: Sequence[str] | None = None,
+    ) -> None:
+        if flavour not in FLAVOURS:
+            raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
+        self.engine = engine
+        self.flavour = flavour
+        self.model = model
+        self.reasoning_tokens = max(0, reasoning_tokens)
+        self.seed = seed
+        self.fail_after_tokens = fail_after_tokens
+        self.http_error = http_error
+        self.total_slots = total_slots if total_slots else (4 if flavour == "llamacpp" else None)
+        if rejected_keys is None:
+            rejected_keys = ("chat_template_kwargs",) if flavour == "plain" else ()
+        self.rejected_keys = tuple(rejected_keys)
+        self.requests_processing = 0
+        self.requests_deferred = 0
+        self.requests_total = 0
+        self.tokens_generated = 0
+        self._slots: asyncio.Semaphore | None = None
+        self._thread: threading.Thread | None = None
+        self._server: uvicorn.Server | None = None
+        self._url = ""
+        self._error: BaseException | None = None
+        self._created = int(time.time())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Start serving and wait until ready.
+
+        Returns:
+            The base URL, ``http://127.0.0.1:PORT``.
+        """
+        if self._thread is not None:
+            return self._url
+        # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto
+        # says TCP, and without it Nagle + delayed ACKs stall kept-alive streams for ~40 ms.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app(),
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+
+        def run() -> None:
+            try:
+                asyncio.run(server.serve(sockets=[sock]))
+            except BaseException as exc:  # reported by start(); the thread must not die silently
+                self._error = exc
+            finally:
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name=f"sim-server-{port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"simulated server did not start: {self._error!r}")
+            time.sleep(0.01)
+        self._url = f"http://127.0.0.1:{port}"
+        return self._url
+
+    @property
+    def url(self) -> str:
+        """Base URL while running, else empty."""
+        return self._url
+
+    def stop(self) -> None:
+        """Stop serving (idempotent); open streams are cut after a second."""
+        server, thread = self._server, self._thread
+        if server is not None:
+            server.should_exit = True
+        if thread is not None:
+            thread.join(timeout=15)
+        self._server = None
+        self._thread = None
+        self._url = ""
+
+    def __enter__(self) -> SimServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the app -----------------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        """The ASGI app (usable without :meth:`start`, e.g. with an ASGI test transport)."""
+        routes = [
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/health", self._health, methods=["GET"]),
+        ]
+        if self.flavour == "llamacpp":
+            routes += [
+                Route("/props", self._props, methods=["GET"]),
+                Route("/metrics", self._metrics, methods=["GET"]),
+                Route("/tokenize", self._tokenize, methods=["POST"]),
+            ]
+        elif self.flavour == "vllm":
+            routes.append(Route("/metrics", self._metrics, methods=["GET"]))
+        elif self.flavour == "sglang":
+            routes.append(Route("/get_model_info", self._sglang_info, methods=["GET"]))
+        elif self.flavour == "ollama":
+            routes += [
+                Route("/api/tags", self._ollama_tags, methods=["GET"]),
+                Route("/api/show", self._ollama_show, methods=["POST"]),
+            ]
+        return Starlette(routes=routes)
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _models(self, request: Request) -> Response:
+        entry: dict[str, Any] = {
+            "id": self.model,
+            "object": "model",
+            "created": self._created,
+            "owned_by": {
+                "llamacpp": "llamacpp",
+                "vllm": "vllm",
+                "sglang": "sglang",
+                "ollama": "library",
+                "plain": "system",
+            }[self.flavour],
+        }
+        if self.flavour == "llamacpp":
+            entry["meta"] = {"n_ctx_train": _N_CTX_TRAIN, "n_vocab": 32000, "n_params": 7 * 10**9}
+        elif self.flavour == "vllm":
+            entry.update(root=self.model, parent=None, max_model_len=self.engine.context_tokens)
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def _props(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "default_generation_settings": {
+                    "n_ctx": self.engine.context_tokens,
+                    "params": {"n_predict": -1, "temperature": 0.8},
+                },
+                "total_slots": self.total_slots,
+                "model_path": f"/models/{self.model}.gguf",
+                "build_info": "b0000-sim",
+            }
+        )
+
+    async def _metrics(self, request: Request) -> Response:
+        if self.flavour == "llamacpp":
+            lines = [
+                "# HELP llamacpp:requests_processing Number of requests processing.",
+                "# TYPE llamacpp:requests_processing gauge",
+                f"llamacpp:requests_processing {self.requests_processing}",
+                "# HELP llamacpp:requests_deferred Number of requests deferred.",
+                "# TYPE llamacpp:requests_deferred gauge",
+                f"llamacpp:requests_deferred {self.requests_deferred}",
+                "# TYPE llamacpp:tokens_predicted_total counter",
+                f"llamacpp:tokens_predicted_total {self.tokens_generated}",
+            ]
+        else:
+            label = f'{{model_name="{self.model}"}}'
+            lines = [
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                "# TYPE vllm:num_requests_running gauge",
+                f"vllm:num_requests_running{label} {float(self.requests_processing)}",
+                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+                "# TYPE vllm:num_requests_waiting gauge",
+                f"vllm:num_requests_waiting{label} {float(self.requests_deferred)}",
+            ]
+        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    async def _tokenize(self, request: Request) -> Response:
+        body = await _json_or_none(request)
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, str):
+            return _error(400, "'content' must be a string", "invalid_request_error")
+        tokens = [sum(piece.encode()) % 32000 for piece in _TOKEN_RE.findall(content)]
+        return JSONResponse({"tokens": tokens})
+
+    async def _sglang_info(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "model_path": self.model,
+                "tokenizer_path": self.model,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "context_length": self.engine.context_tokens,
+            }
+        )
+
+    async def _ollama_tags(self, request: Request) -> Response:
+        return JSONResponse(
+            {"models": [{"name": self.model, "model": self.model, "size": 4 * 10**9}]}
+        )
+
+    async def _ollama_show(self, request: Request) -> Response:
+        body = await _json_or_none(request)
+        name = (body or {}).get("model") or (body or {}).get("name")
+        if name != self.model:
+            return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
+        return JSONResponse(
+            {
+                "parameters": f"num_ctx                        {self.engine.context_tokens}\n"
+                "temperature                    0.7",
+                "model_info": {"general.architecture": "llama", "llama.context_length": 131072},
+                "details": {"family": "llama", "parameter_size": "7B"},
+            }
+        )
+
+    # -- chat --------------------------------------------------------------------------------
+
+    async def _chat(self, request: Request) -> Response:
+        if self.http_error is not None:
+            return _error(self.http_error, f"simulated HTTP {self.http_error}", "server_error")
+        body = await _json_or_none(request)
+        if not isinstance(body, dict):
+            return _error(400, "request body is not a JSON object", "invalid_request_error")
+        refused = [k for k in self.rejected_keys if k in body]
+        if refused:
+            detail = [
+                {
+                    "type": "extra_forbidden",
+                    "loc": ["body", k],
+                    "msg": "Extra inputs are not permitted",
+                }
+                for k in refused
+            ]
+            return JSONResponse({"detail": detail}, status_code=422)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "'messages' must be a non-empty list", "invalid_request_error")
+        prompt_tokens = sum(count_prompt_tokens(_message_text(m)) for m in messages)
+        limit = self._limit(body)
+        if limit is None:
+            return _error(400, "max_tokens must be a positive integer", "invalid_request_error")
+        ctx = self.engine.context_tokens
+        over = self._over_context(prompt_tokens, limit, ctx)
+        if over is not None:
+            return over
+        if self.flavour == "ollama":
+            # Ollama keeps the tail of an over-long prompt and says nothing.
+            prompt_tokens = min(prompt_tokens, ctx)
+        kwargs = body.get("chat_template_kwargs")
+        thinking_off = (
+            self.flavour != "ollama"
+            and isinstance(kwargs, dict)
+            and kwargs.get("enable_thinking") is False
+        )
+        options = body.get("stream_options")
+        self.requests_total += 1
+        plan = _Plan(
+            request_no=self.requests_total,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=limit,
+            reasoning_tokens=0 if thinking_off else min(self.reasoning_tokens, limit),
+            stream=body.get("stream") is True,
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        )
+        if plan.stream:
+            return _WatchedResponse(self._sse(plan), "text/event-stream")
+        return _WatchedResponse(self._whole(plan), "application/json")
+
+    def _limit(self, body: dict[str, Any]) -> int | None:
+        values = {k: body.get(k) for k in ("max_tokens", "max_completion_tokens")}
+        for value in values.values():
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                return None
+        mt, mct = values["max_tokens"], values["max_completion_tokens"]
+        if self.flavour == "ollama":
+            if mt is not None:
+                return int(mt)
+            return _OLLAMA_IGNORED_LIMIT_FACTOR * int(mct or _DEFAULT_MAX_TOKENS // 4)
+        given = [int(v) for v in (mt, mct) if v is not None]
+        return min(given) if given else _DEFAULT_MAX_TOKENS
+
+    def _over_context(self, prompt: int, limit: int, ctx: int) -> Response | None:
+        if self.flavour == "llamacpp" and prompt >= ctx:
+            return JSONResponse(
+                {
+                    "error": {
+                        "code": 400,
+                        "message": f"the request exceeds the available context size, try "
+                        f"increasing it (n_prompt_tokens={prompt}, n_ctx={ctx})",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": prompt,
+                        "n_ctx": ctx,
+                    }
+                },
+                status_code=400,
+            )
+        if self.flavour in ("vllm", "sglang") and prompt + limit > ctx:
+            return JSONResponse(
+                {
+                    "object": "error",
+                    "message": f"This model's maximum context length is {ctx} tokens. However, "
+                    f"you requested {prompt + limit} tokens ({prompt} in the messages, {limit} "
+                    "in the completion). Please reduce the length of the messages or completion.",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                },
+                status_code=400,
+            )
+        if self.flavour == "plain" and prompt > ctx:
+            return _error(400, f"prompt is {prompt} tokens, context is {ctx}", "invalid_request")
+        return None
+
+    async def _work(self, plan: _Plan, progress: _Progress) -> AsyncGenerator[list[int], None]:
+        """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
+        engine, clock = self.engine, self.engine.clock
+        if self._slots is None and self.total_slots:
+            self._slots = asyncio.Semaphore(self.total_slots)
+        slot = self._slots
+        if slot is not None:
+            self.requests_deferred += 1
+            try:
+                await slot.acquire()
+            finally:
+                self.requests_deferred -= 1
+        self.requests_processing += 1
+        try:
+            t_prefill = clock.now()
+            engine.work_started("prefill")
+            try:
+                if plan.prompt_tokens > 0:
+                    rate = _positive(engine.prefill_rate_tps(plan.prompt_tokens))
+                    await clock.asleep(plan.prompt_tokens / rate)
+            finally:
+                engine.work_finished("prefill")
+            progress.prefill_s = clock.now() - t_prefill
+            progress.decode_start_s = clock.now()
+            engine.work_started("decode")
+            try:
+                n = plan.completion_tokens
+                # Absolute due times keep the long-run rate exact however the sleeps round.
+                min_sleep = _MIN_WALL_SLEEP_S * clock.scale
+                step = 1.0 / _positive(engine.decode_rate_tps())
+                due = clock.now() + step
+                i = 0
+                while i < n:
+                    wait = due - clock.now()
+                    if wait > 0:
+                        await clock.asleep(wait if step >= min_sleep else max(wait, min_sleep))
+                    now = clock.now()
+                    burst: list[int] = []
+                    while i < n and due <= now:
+                        burst.append(i)
+                        i += 1
+                        if i < n:
+                            step = 1.0 / _positive(engine.decode_rate_tps())
+                            due += step
+                    if burst:
+                        progress.last_token_s = now
+                        self.tokens_generated += len(burst)
+                        yield burst
+            finally:
+                engine.work_finished("decode")
+        finally:
+            self.requests_processing -= 1
+            if slot is not None:
+                slot.release()
+
+    def _texts(self, plan: _Plan) -> list[str]:
+        rng = random.Random(self.seed * 1_000_003 + plan.request_no)
+        out: list[str] = []
+        for i in range(plan.completion_tokens):
+            words = _REASON_WORDS if i < plan.reasoning_tokens else _WORDS
+            first = i == 0 or i == plan.reasoning_tokens
+            word = rng.choice(words)
+            out.append(word if first else " " + word)
+        return out
+
+    def _delta(self, plan: _Plan, i: int, text: str) -> dict[str, Any]:
+        if i >= plan.reasoning_tokens:
+            return {"content": text}
+        if self.flavour == "ollama":
+            return {"reasoning": text}
+        if self.flavour == "plain":
+            return {"reasoning": text, "reasoning_content": text}
+        return {"reasoning_content": text}
+
+    def _chunk(self, plan: _Plan, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-sim-{plan.request_no}",
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self.model,
+            "choices": choices,
+        }
+        payload.update(extra)
+        return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+    def _usage(self, plan: _Plan, n: int) -> dict[str, Any]:
+        return {
+            "prompt_tokens": plan.prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": plan.prompt_tokens + n,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+
+    def _timings(self, plan: _Plan, n: int, prefill_s: float, decode_s: float) -> dict[str, Any]:
+        return {
+            "cache_n": 0,
+            "prompt_n": plan.prompt_tokens,
+            "prompt_ms": prefill_s * 1000,
+            "prompt_per_second": plan.prompt_tokens / prefill_s if prefill_s > 0 else 0.0,
+            "predicted_n": n,
+            "predicted_ms": decode_s * 1000,
+            "predicted_per_second": n / decode_s if decode_s > 0 else 0.0,
+        }
+
+    async def _sse(self, plan: _Plan) -> AsyncGenerator[bytes, None]:
+        texts = self._texts(plan)
+        yield self._chunk(
+            plan,
+            [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
+        )
+        progress = _Progress()
+        sent = 0
+        async with contextlib.aclosing(self._work(plan, progress)) as bursts:
+            async for burst in bursts:
+                # Tokens that fell due together go out in one write, each as its own event.
+                out = b""
+                for i in burst:
+                    if self.fail_after_tokens is not None and sent >= self.fail_after_tokens:
+                        err = {
+                            "code": 500,
+                            "message": f"simulated failure after {sent} tokens",
+                            "type": "server_error",
+                        }
+                        yield out + b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+                        return
+                    if self.flavour == "llamacpp" and i % _PING_EVERY == _PING_EVERY - 1:
+                        out += b": ping\n\n"
+                    elif self.flavour == "plain" and i % _EVENT_LINE_EVERY == 0:
+                        out += b"event: chunk\n"
+                    delta = self._delta(plan, i, texts[i])
+                    out += self._chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
+                    sent += 1
+                yield out
+        extra: dict[str, Any] = {}
+        if self.flavour == "llamacpp":
+            extra["timings"] = self._timings(plan, sent, progress.prefill_s, progress.decode_s)
+        final = {"index": 0, "delta": {}, "finish_reason": "length"}
+        yield self._chunk(plan, [final], **extra)
+        if plan.include_usage and self.flavour != "plain":
+            yield self._chunk(plan, [], usage=self._usage(plan, sent), **extra)
+        yield b"data: [DONE]\n\n"
+
+    async def _whole(self, plan: _Plan) -> AsyncGenerator[bytes, None]:
+        texts = self._texts(plan)
+        progress = _Progress()
+        n = 0
+        async with contextlib.aclosing(self._work(plan, progress)) as bursts:
+            async for burst in bursts:
+                n += len(burst)
+        reasoning = "".join(texts[: plan.reasoning_tokens])
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(texts[plan.reasoning_tokens :]),
+        }
+        if reasoning:
+            message.update(self._delta(plan, 0, reasoning))
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-sim-{plan.request_no}",
+            "object": "chat.completion",
+            "created": self._created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+            "usage": self._usage(plan, n),
+        }
+        if self.flavour == "llamacpp":
+            payload["timings"] = self._timings(plan, n, progress.prefill_s, progress.decode_s)
+        yield json.dumps(payload).encode()
+
+
+def _positive(rate: float) -> float:
+    # A zero or broken rate from an engine must not divide by zero or stall forever.
+    return rate if rate > 1e-9 else 1e-9
+
+
+def _message_text(message: Any) -> str:
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+async def _json_or_none(request: Request) -> Any:
+    try:
+        return await request.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _error(status: int, message: str, kind: str) -> Response:
+    return JSONResponse(
+        {"error": {"code": status, "message": message, "type": kind}}, status_code=status
+    )

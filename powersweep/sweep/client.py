@@ -1,0 +1,476 @@
+"""The OpenAI-compatible chat client every measured request goes through.
+
+Token counts come from the server when it reports them (``usage``, else llama.cpp ``timings``) and
+from the client's own count of token-bearing chunks otherwise; timestamps are run seconds taken
+from the sweep's clock as each chunk is parsed. ``chat`` never raises for a server problem: a
+failed request is a :class:`RequestResult` with ``ok=False`` and a one-line ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from powersweep.clock import Clock
+from powersweep.sweep.discovery import ServerInfo, discover_server, strip_credentials
+from powersweep.sweep.sse import (
+    SseParser,
+    StreamAccumulator,
+    describe_body,
+    one_line,
+)
+
+__all__ = ["ChatClient", "RequestResult", "ServerInfo", "discover_server", "strip_credentials"]
+
+NAN = math.nan
+# Body keys a strict server may refuse (400/422); dropped once and remembered.
+_OPTIONAL_KEYS = ("chat_template_kwargs", "max_completion_tokens")
+# How much of an unexpected body is read to explain it.
+_MAX_ERROR_BODY_BYTES = 65536
+# Relative difference between chunk count and reported tokens that earns a warning.
+_CHUNK_MISMATCH = 0.10
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One chat request as measured.
+
+    Attributes:
+        prompt_kind: Label the caller gave (``narr``, ``code``, ``prefill``, ``warmup``).
+        stream: Stream number (0 in single-stream modes).
+        t_start_s: Run seconds when the request headers were sent.
+        t_first_token_s: Run seconds when the first token-bearing chunk was parsed (NaN if none).
+        t_last_token_s: Run seconds when the last token-bearing chunk was parsed (NaN if none).
+        t_end_s: Run seconds when the response was closed.
+        prompt_tokens: Prompt tokens as the server reported them (None if it did not).
+        completion_tokens: Generated tokens per ``token_source``.
+        token_source: ``usage``, ``timings`` or ``chunks``.
+        chunk_tokens: Token-bearing chunks counted by the client.
+        token_times_s: Arrival time of each token-bearing chunk, when asked for.
+        finish_reason: As the server said; ``deadline`` when the client stopped reading.
+        ok: False when the request failed.
+        error: One-line reason for a failed request, else empty.
+        cached_tokens: Prompt tokens served from the server's cache.
+        server_decode_tps: llama.cpp's own decode rate (``timings.predicted_per_second``).
+        server_prompt_tps: llama.cpp's own prompt rate (``timings.prompt_per_second``).
+        warnings: Things that make the numbers doubtful (chunk/usage mismatch, over-generation).
+    """
+
+    prompt_kind: str
+    stream: int
+    t_start_s: float
+    t_first_token_s: float
+    t_last_token_s: float
+    t_end_s: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    token_source: str
+    chunk_tokens: int
+    token_times_s: tuple[float, ...] | None
+    finish_reason: str | None
+    ok: bool
+    error: str
+    cached_tokens: int | None = None
+    server_decode_tps: float | None = None
+    server_prompt_tps: float | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def decode_tps(self) -> float:
+        """``(completion_tokens - 1) / (t_last_token_s - t_first_token_s)``; NaN if undefined.
+
+        The first token is excluded because its time includes the prefill.
+        """
+        n = self.completion_tokens
+        dt = self.t_last_token_s - self.t_first_token_s
+        if n is None or n < 2 or not math.isfinite(dt) or dt <= 0:
+            return NAN
+        return (n - 1) / dt
+
+
+class _Refused(Exception):
+    """Internal: the server refused optional body keys; carries the HTTP error for reporting."""
+
+
+class ChatClient:
+    """Streams chat completions from one server, one ``httpx.AsyncClient`` per sweep.
+
+    Args:
+        info: The server (from :func:`discover_server`).
+        clock: Run clock for every timestamp.
+        api_key: Sent as ``Authorization: Bearer``; never logged or reported.
+        max_connections: Connection pool size; concurrent requests beyond it wait for a slot
+            (their ``t_start_s`` is when they were actually sent).
+        connect_timeout_s: Wall seconds to establish a connection.
+        read_timeout_s: Wall seconds of silence tolerated while reading a response.
+        transport: Optional httpx transport (tests inject ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        info: ServerInfo,
+        clock: Clock,
+        *,
+        api_key: str | None = None,
+        max_connections: int = 8,
+        connect_timeout_s: float = 10,
+        read_timeout_s: float = 300,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self._info = info
+        self._clock = clock
+        self._api_key = api_key or None
+        self._read_timeout_s = read_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._url = info.base_url.rstrip("/") + "/v1/chat/completions"
+        headers = {"Accept": "text/event-stream, application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # Pool waits are unbounded on purpose: a request queued behind busy streams is bounded
+        # by those streams' own read timeouts (and by the caller's deadline).
+        timeout = httpx.Timeout(
+            connect=connect_timeout_s, read=read_timeout_s, write=read_timeout_s, pool=None
+        )
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=timeout, limits=limits, transport=transport
+        )
+        self._refused: set[str] = set()
+        self._switch_accepted: bool | None = info.accepts_thinking_switch
+
+    @property
+    def info(self) -> ServerInfo:
+        """The server this client talks to."""
+        return self._info
+
+    @property
+    def refused_keys(self) -> frozenset[str]:
+        """Optional body keys the server refused; they are no longer sent."""
+        return frozenset(self._refused)
+
+    @property
+    def accepts_thinking_switch(self) -> bool | None:
+        """Whether the thinking switch works: False once the server refused
+        ``chat_template_kwargs`` (or discovery knows the engine ignores it), True when discovery
+        knows it is honoured or a request carrying it was accepted, None before that."""
+        return self._switch_accepted
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> ChatClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _body(
+        self, prompt: str, max_tokens: int, stream: bool, extra_body: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._info.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "stream": stream,
+            "temperature": 0.7,
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        for key, value in (extra_body or {}).items():
+            # None removes a default key, e.g. {"max_tokens": None} to send only
+            # max_completion_tokens.
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
+        for key in self._refused:
+            self._drop(body, key)
+        return body
+
+    @staticmethod
+    def _drop(body: dict[str, Any], key: str) -> None:
+        value = body.pop(key, None)
+        # Without max_completion_tokens the request must still be bounded.
+        if key == "max_completion_tokens" and value is not None and "max_tokens" not in body:
+            body["max_tokens"] = value
+
+    def _clean(self, text: str) -> str:
+        if self._api_key and self._api_key in text:
+            text = text.replace(self._api_key, "***")
+        return text
+
+    async def chat(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        prompt_kind: str,
+        stream_index: int = 0,
+        stream: bool = True,
+        record_token_times: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+        deadline_s: float | None = None,
+    ) -> RequestResult:
+        """Send one chat request and measure it. Never raises for server or network failures.
+
+        Args:
+            prompt: User message.
+            max_tokens: Generation limit sent as ``max_tokens``.
+            prompt_kind: Label copied into the result.
+            stream_index: Stream number copied into the result.
+            stream: Stream the answer (SSE); False parses one JSON body (no token times).
+            record_token_times: Keep the arrival time of every token-bearing chunk.
+            extra_body: Keys merged into the request body; a None value removes a key.
+            deadline_s: Run-clock time to stop reading: the stream is closed, the result is ok
+                with ``finish_reason="deadline"`` and counts what arrived.
+
+        Returns:
+            The measured request.
+        """
+        run = _Run(self._clock, record_token_times)
+        run.t_start_s = self._clock.now()
+        body = self._body(prompt, max_tokens, stream, extra_body)
+        try:
+            if deadline_s is None:
+                await self._exchange(body, stream, run)
+            else:
+                remaining_wall = (deadline_s - self._clock.now()) / self._clock.scale
+                if remaining_wall <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(remaining_wall):
+                    await self._exchange(body, stream, run)
+        except TimeoutError as exc:
+            # Builtin TimeoutError is also OSError's socket timeout: only ours is a deadline.
+            if deadline_s is not None:
+                run.deadline_hit = True
+            else:
+                run.fail(f"timeout: {one_line(str(exc)) or type(exc).__name__}")
+        except httpx.TimeoutException as exc:
+            run.fail(self._timeout_message(exc))
+        except httpx.ConnectError as exc:
+            run.fail(f"cannot connect to {self._info.base_url}: {one_line(str(exc)) or 'refused'}")
+        except httpx.RemoteProtocolError as exc:
+            got = run.acc.chunk_tokens
+            run.fail(f"server closed the connection mid-response after {got} tokens: {exc}")
+        except httpx.HTTPError as exc:
+            run.fail(f"{type(exc).__name__}: {one_line(str(exc))}")
+        except OSError as exc:
+            run.fail(f"network error: {one_line(str(exc))}")
+        except Exception as exc:  # chat() must never raise: one bad answer must not end a sweep
+            run.fail(f"client error while reading the answer: {type(exc).__name__}: {exc}")
+        run.t_end_s = self._clock.now()
+        limit = _limit(body)
+        return run.result(prompt_kind, stream_index, stream, limit, self._clean)
+
+    def _timeout_message(self, exc: httpx.TimeoutException) -> str:
+        if isinstance(exc, httpx.ConnectTimeout):
+            return (
+                f"connect timeout: {self._info.base_url} did not answer "
+                f"in {self._connect_timeout_s:g} s"
+            )
+        if isinstance(exc, httpx.ReadTimeout):
+            return f"read timeout: server sent nothing for {self._read_timeout_s:g} s"
+        return f"timeout: {type(exc).__name__}"
+
+    async def _exchange(self, body: dict[str, Any], stream: bool, run: _Run) -> None:
+        retried = False
+        while True:
+            request = self._http.build_request(
+                "POST", self._url, json=body, extensions={"trace": run.trace}
+            )
+            response = await self._http.send(request, stream=True)
+            try:
+                if response.status_code in (400, 422) and not retried:
+                    tried = [k for k in _OPTIONAL_KEYS if k in body]
+                    if tried:
+                        raw = await _read_limited(response)
+                        text = raw.decode("utf-8", errors="replace")
+                        named = [k for k in tried if k in text]
+                        drop = named or tried
+                        retry_body = dict(body)
+                        for key in drop:
+                            self._drop(retry_body, key)
+                        run.first_refusal = (response.status_code, raw)
+                        run.pending_drop = drop
+                        body.clear()
+                        body.update(retry_body)
+                        retried = True
+                        continue
+                if response.status_code != 200:
+                    raw = await _read_limited(response)
+                    status, raw = (
+                        run.first_refusal
+                        if run.first_refusal and response.status_code in (400, 422)
+                        else (response.status_code, raw)
+                    )
+                    msg = describe_body(raw, response.headers.get("content-type", ""))
+                    run.fail(f"HTTP {status}: {msg}")
+                    return
+                if run.pending_drop:
+                    # The retry without those keys was accepted: they were the problem.
+                    self._refused.update(run.pending_drop)
+                    if "chat_template_kwargs" in run.pending_drop:
+                        self._switch_accepted = False
+                elif "chat_template_kwargs" in body and self._switch_accepted is None:
+                    self._switch_accepted = True
+                await self._read(response, stream, run)
+            finally:
+                await response.aclose()
+            return
+
+    async def _read(self, response: httpx.Response, stream: bool, run: _Run) -> None:
+        ctype = response.headers.get("content-type", "").lower()
+        if not stream or "application/json" in ctype:
+            raw = await response.aread()
+            try:
+                payload = json.loads(raw)
+            except ValueError:
+                run.fail(f"server answered {describe_body(raw, ctype)} instead of JSON")
+                return
+            run.acc.add_completion(payload)
+            if stream and not run.acc.error:
+                run.warnings.append("server ignored stream=true and answered one JSON body")
+            run.non_stream = True
+            return
+        parser = SseParser()
+        async for data in response.aiter_bytes():
+            events = parser.feed(data)
+            if parser.not_sse:
+                rest = parser.raw_head
+                run.fail(f"server answered {describe_body(rest, ctype)} instead of an event stream")
+                return
+            for event in events:
+                run.acc.add_event(event, self._clock.now())
+            if run.acc.error:
+                return
+        for event in parser.close():
+            run.acc.add_event(event, self._clock.now())
+        if parser.not_sse:
+            what = describe_body(parser.raw_head, ctype)
+            run.fail(f"server answered {what} instead of an event stream")
+
+
+def _limit(body: Mapping[str, Any]) -> int | None:
+    limits = [
+        v
+        for k in ("max_tokens", "max_completion_tokens")
+        if isinstance(v := body.get(k), int) and not isinstance(v, bool)
+    ]
+    return min(limits) if limits else None
+
+
+async def _read_limited(response: httpx.Response) -> bytes:
+    out = b""
+    async for data in response.aiter_bytes():
+        out += data
+        if len(out) >= _MAX_ERROR_BODY_BYTES:
+            break
+    return out
+
+
+class _Run:
+    """Mutable state of one request while it runs (private to :meth:`ChatClient.chat`)."""
+
+    def __init__(self, clock: Clock, record_token_times: bool) -> None:
+        self.clock = clock
+        self.acc = StreamAccumulator(record_token_times=record_token_times)
+        self.t_start_s = NAN
+        self.t_end_s = NAN
+        self.error = ""
+        self.deadline_hit = False
+        self.non_stream = False
+        self.warnings: list[str] = []
+        self.first_refusal: tuple[int, bytes] | None = None
+        self.pending_drop: list[str] = []
+
+    async def trace(self, name: str, info: Mapping[str, Any]) -> None:
+        # httpcore reports when the headers actually leave: later than chat() was called when
+        # the request waited for a pooled connection.
+        if name.endswith("send_request_headers.started"):
+            self.t_start_s = self.clock.now()
+
+    def fail(self, message: str) -> None:
+        if not self.error:
+            self.error = message
+
+    def result(
+        self,
+        prompt_kind: str,
+        stream_index: int,
+        streamed: bool,
+        limit: int | None,
+        clean: Callable[[str], str],
+    ) -> RequestResult:
+        acc = self.acc
+        totals = acc.totals()
+        error = self.error or totals.error
+        warnings = list(self.warnings)
+        finish = totals.finish_reason
+        completion: int | None = totals.completion_tokens
+        source = totals.token_source
+        if self.non_stream and source == "chunks":
+            completion = None
+            warnings.append("server reported no usage")
+        ok = not error
+        if self.deadline_hit and not error:
+            finish = "deadline"
+        elif ok and not self.non_stream and not acc.done and finish is None:
+            if acc.chunk_tokens == 0 and acc.usage is None:
+                ok = False
+                error = (
+                    "server sent no tokens and no finish_reason"
+                    if acc.events
+                    else "server closed the stream without sending any event"
+                )
+            else:
+                warnings.append("stream ended without finish_reason or [DONE]")
+        if acc.bad_events:
+            warnings.append(f"{acc.bad_events} stream events were not JSON")
+        if (
+            source != "chunks"
+            and completion is not None
+            and not self.non_stream
+            and not self.deadline_hit
+            and abs(acc.chunk_tokens - completion) > _CHUNK_MISMATCH * max(completion, 1)
+        ):
+            warnings.append(
+                f"client counted {acc.chunk_tokens} token chunks but the server reported "
+                f"{completion} completion tokens ({source})"
+            )
+        if limit is not None and completion is not None and completion > limit:
+            warnings.append(
+                f"server ignored the token limit: generated {completion} tokens, limit {limit}"
+            )
+        times = tuple(acc.token_times_s) if acc.token_times_s is not None else None
+        return RequestResult(
+            prompt_kind=prompt_kind,
+            stream=stream_index,
+            t_start_s=self.t_start_s,
+            t_first_token_s=acc.t_first_token_s if streamed else NAN,
+            t_last_token_s=acc.t_last_token_s if streamed else NAN,
+            t_end_s=self.t_end_s,
+            prompt_tokens=totals.prompt_tokens,
+            completion_tokens=completion,
+            token_source=source,
+            chunk_tokens=acc.chunk_tokens,
+            token_times_s=times,
+            finish_reason=finish,
+            ok=ok,
+            error=clean(one_line(error, 300)) if error else "",
+            cached_tokens=totals.cached_tokens,
+            server_decode_tps=totals.server_decode_tps,
+            server_prompt_tps=totals.server_prompt_tps,
+            warnings=tuple(clean(w) for w in warnings),
+        )

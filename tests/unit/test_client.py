@@ -1,0 +1,388 @@
+"""ChatClient against scripted transports: exotic bodies, errors, retries, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from powersweep.clock import ScaledClock
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.client import ChatClient, RequestResult, ServerInfo
+from powersweep.sweep.discovery import normalize_base_url, strip_credentials
+
+INFO = ServerInfo(
+    base_url="http://sim.test:8080",
+    model="m",
+    engine="openai-compatible",
+    context_tokens=None,
+    total_slots=None,
+    accepts_thinking_switch=None,
+)
+SSE = {"content-type": "text/event-stream"}
+KEY = "sk-very-secret-key"
+
+
+def sse_body(*payloads: Any, done: bool = True) -> bytes:
+    out = b"".join(
+        b"data: " + (p if isinstance(p, bytes) else json.dumps(p).encode()) + b"\n\n"
+        for p in payloads
+    )
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+def delta(**d: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+
+
+def finish(reason: str = "length") -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
+
+
+def usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+Handler = Callable[[httpx.Request], Any]
+
+
+def run_chat(handler: Handler, **kwargs: Any) -> tuple[RequestResult, ChatClient]:
+    async def go() -> tuple[RequestResult, ChatClient]:
+        client = ChatClient(
+            INFO,
+            ScaledClock(1.0),
+            api_key=KEY,
+            transport=httpx.MockTransport(handler),
+        )
+        try:
+            kwargs.setdefault("max_tokens", 8)
+            kwargs.setdefault("prompt_kind", "narr")
+            result = await client.chat("hello", **kwargs)
+        finally:
+            await client.aclose()
+        return result, client
+
+    return asyncio.run(go())
+
+
+def test_request_body_and_auth_header() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, headers=SSE, content=sse_body(delta(content="a"), finish()))
+
+    result, _ = run_chat(handler, max_tokens=5, extra_body={"top_k": 3})
+    body = json.loads(seen[0].content)
+    assert seen[0].url.path == "/v1/chat/completions"
+    assert seen[0].headers["authorization"] == f"Bearer {KEY}"
+    assert body["model"] == "m"
+    assert body["messages"] == [{"role": "user", "content": "hello"}]
+    assert body["max_tokens"] == 5
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["top_k"] == 3
+    assert result.ok
+    assert result.token_source == "chunks"
+    assert result.completion_tokens == 1
+
+
+def test_usage_counts_and_mismatch_warning() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        chunks = [delta(content="ab") for _ in range(5)]
+        return httpx.Response(200, headers=SSE, content=sse_body(*chunks, finish(), usage(3, 13)))
+
+    result, _ = run_chat(handler, max_tokens=20)
+    assert result.ok
+    assert (result.completion_tokens, result.chunk_tokens, result.prompt_tokens) == (13, 5, 3)
+    assert result.token_source == "usage"
+    assert any("5 token chunks" in w and "13" in w for w in result.warnings)
+
+
+def test_over_generation_is_warned() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        chunks = [delta(content="x") for _ in range(12)]
+        return httpx.Response(200, headers=SSE, content=sse_body(*chunks, finish(), usage(1, 12)))
+
+    result, _ = run_chat(handler, max_tokens=4)
+    assert result.ok
+    assert any("ignored the token limit" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("status", "content", "expected"),
+    [
+        (500, b"<html><title>oops</title></html>", "HTTP 500: an HTML page (oops)"),
+        (
+            400,
+            json.dumps({"error": {"message": "ctx exceeded", "type": "exceed_context_size_error"}}),
+            "HTTP 400: ctx exceeded (exceed_context_size_error)",
+        ),
+        (503, b"", "HTTP 503: an empty body"),
+        (401, json.dumps({"error": f"bad key {KEY}"}), "HTTP 401: bad key ***"),
+    ],
+)
+def test_http_errors_fail_with_status_and_message(
+    status: int, content: bytes | str, expected: str
+) -> None:
+    result, _ = run_chat(lambda r: httpx.Response(status, content=content))
+    assert not result.ok
+    assert result.error == expected
+    assert KEY not in result.error
+
+
+@pytest.mark.parametrize(
+    ("content", "ctype", "fragment"),
+    [
+        (b"<!DOCTYPE html><html><title>Login</title>", "text/html", "an HTML page (Login)"),
+        (b"hello world\n", "text/plain", "text 'hello world'"),
+        (b'{"error": {"message": "bad model"}}', "application/json", "bad model"),
+    ],
+)
+def test_non_sse_200_bodies_fail_clearly(content: bytes, ctype: str, fragment: str) -> None:
+    result, _ = run_chat(
+        lambda r: httpx.Response(200, headers={"content-type": ctype}, content=content)
+    )
+    assert not result.ok
+    assert fragment in result.error
+
+
+def test_html_served_as_event_stream_fails() -> None:
+    result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=b"<html>no</html>"))
+    assert not result.ok
+    assert "instead of an event stream" in result.error
+
+
+def test_error_event_inside_200_stream() -> None:
+    body = sse_body(delta(content="a"), {"error": {"message": "slot crashed"}}, done=False)
+    result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=body))
+    assert not result.ok
+    assert result.error == "slot crashed"
+    assert result.chunk_tokens == 1
+
+
+def test_empty_stream_fails() -> None:
+    result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=b""))
+    assert not result.ok
+    assert "without sending any event" in result.error
+
+
+def test_refused_thinking_switch_is_retried_once_and_remembered() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if "chat_template_kwargs" in body:
+            detail = [{"loc": ["body", "chat_template_kwargs"], "msg": "extra"}]
+            return httpx.Response(422, json={"detail": detail})
+        return httpx.Response(200, headers=SSE, content=sse_body(delta(content="a"), finish()))
+
+    async def go() -> ChatClient:
+        client = ChatClient(INFO, ScaledClock(1.0), transport=httpx.MockTransport(handler))
+        first = await client.chat("p", max_tokens=2, prompt_kind="narr")
+        second = await client.chat("p", max_tokens=2, prompt_kind="narr")
+        assert first.ok and second.ok
+        await client.aclose()
+        return client
+
+    client = asyncio.run(go())
+    assert ["chat_template_kwargs" in b for b in bodies] == [True, False, False]
+    assert client.refused_keys == {"chat_template_kwargs"}
+    assert client.accepts_thinking_switch is False
+
+
+def test_unrelated_400_is_not_blamed_on_optional_keys() -> None:
+    calls: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(json.loads(request.content))
+        return httpx.Response(400, json={"error": {"message": "prompt too long"}})
+
+    result, client = run_chat(handler)
+    assert len(calls) == 2  # one retry without the optional keys, then give up
+    assert result.error == "HTTP 400: prompt too long"
+    assert client.refused_keys == frozenset()
+
+
+def test_refused_max_completion_tokens_falls_back_to_max_tokens() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if "max_completion_tokens" in body:
+            return httpx.Response(400, json={"error": "unknown field max_completion_tokens"})
+        return httpx.Response(200, headers=SSE, content=sse_body(delta(content="a"), finish()))
+
+    result, client = run_chat(handler, extra_body={"max_completion_tokens": 7, "max_tokens": None})
+    assert result.ok
+    assert "max_tokens" not in bodies[0]
+    assert bodies[1]["max_tokens"] == 7
+    assert "chat_template_kwargs" in bodies[1]  # only the named key was dropped
+    assert client.refused_keys == {"max_completion_tokens"}
+
+
+def test_non_streaming_mode() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["stream"] is False
+        return httpx.Response(
+            200,
+            json={
+                "choices": [
+                    {
+                        "message": {"content": "hi", "reasoning_content": "hmm"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 4, "completion_tokens": 6},
+            },
+        )
+
+    result, _ = run_chat(handler, stream=False)
+    assert result.ok
+    assert (result.completion_tokens, result.prompt_tokens, result.finish_reason) == (6, 4, "stop")
+    assert math.isnan(result.t_first_token_s) and math.isnan(result.decode_tps)
+    assert result.t_end_s >= result.t_start_s
+
+
+def test_transport_errors_become_failed_results() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    def hang(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out")
+
+    result, _ = run_chat(refuse)
+    assert not result.ok and "cannot connect to http://sim.test:8080" in result.error
+    result, _ = run_chat(hang)
+    assert not result.ok and result.error.startswith("read timeout")
+
+
+def test_deadline_closes_stream_and_counts_what_arrived() -> None:
+    async def endless() -> AsyncIterator[bytes]:
+        yield sse_body(delta(role="assistant"), done=False)
+        while True:
+            yield sse_body(delta(content="t"), done=False)
+            await asyncio.sleep(0.005)
+
+    clock = ScaledClock(1.0)
+
+    async def go() -> RequestResult:
+        client = ChatClient(
+            INFO,
+            clock,
+            transport=httpx.MockTransport(
+                lambda r: httpx.Response(200, headers=SSE, content=endless())
+            ),
+        )
+        result = await client.chat(
+            "p", max_tokens=1000, prompt_kind="narr", deadline_s=clock.now() + 0.1
+        )
+        await client.aclose()
+        return result
+
+    result = asyncio.run(go())
+    assert result.ok
+    assert result.finish_reason == "deadline"
+    assert result.chunk_tokens > 0
+    assert result.completion_tokens == result.chunk_tokens
+    assert result.t_end_s - result.t_start_s < 5  # it did not wait for the endless stream
+
+
+def test_decode_tps_property() -> None:
+    base = dict(
+        prompt_kind="narr",
+        stream=0,
+        t_start_s=0.0,
+        t_end_s=3.0,
+        prompt_tokens=1,
+        token_source="usage",
+        chunk_tokens=0,
+        token_times_s=None,
+        finish_reason="length",
+        ok=True,
+        error="",
+    )
+    r = RequestResult(t_first_token_s=1.0, t_last_token_s=3.0, completion_tokens=11, **base)  # type: ignore[arg-type]
+    assert r.decode_tps == pytest.approx(5.0)
+    r = RequestResult(t_first_token_s=1.0, t_last_token_s=1.0, completion_tokens=1, **base)  # type: ignore[arg-type]
+    assert math.isnan(r.decode_tps)
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    yield port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts TCP connections (kernel backlog) but never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def test_real_connection_refused(dead_port: int) -> None:
+    info = ServerInfo(f"http://127.0.0.1:{dead_port}", "m", "vllm", None, None, None)
+
+    async def go() -> RequestResult:
+        client = ChatClient(info, ScaledClock(1.0), api_key=KEY)
+        result = await client.chat("p", max_tokens=2, prompt_kind="narr")
+        await client.aclose()
+        return result
+
+    result = asyncio.run(go())
+    assert not result.ok
+    assert result.error.startswith(f"cannot connect to http://127.0.0.1:{dead_port}")
+    assert "\n" not in result.error and KEY not in result.error
+
+
+def test_real_read_timeout(silent_port: int) -> None:
+    info = ServerInfo(f"http://127.0.0.1:{silent_port}", "m", "vllm", None, None, None)
+
+    async def go() -> RequestResult:
+        client = ChatClient(info, ScaledClock(1.0), read_timeout_s=0.2)
+        result = await client.chat("p", max_tokens=2, prompt_kind="narr")
+        await client.aclose()
+        return result
+
+    result = asyncio.run(go())
+    assert not result.ok
+    assert result.error == "read timeout: server sent nothing for 0.2 s"
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("localhost:8080", "http://localhost:8080"),
+        ("http://host:8000/v1/", "http://host:8000"),
+        ("https://u:pw@host/prefix/v1/chat/completions", "https://host/prefix"),
+        ("http://host:1234/", "http://host:1234"),
+    ],
+)
+def test_normalize_base_url(given: str, expected: str) -> None:
+    assert normalize_base_url(given) == expected
+
+
+def test_normalize_rejects_non_http() -> None:
+    with pytest.raises(UsageError):
+        normalize_base_url("ftp://host")
+    assert issubclass(UsageError, PowersweepError)
+
+
+def test_strip_credentials() -> None:
+    assert strip_credentials("http://user:pass@h:1/v1?key=abc#x") == "http://h:1/v1"
