@@ -25,6 +25,9 @@ from powersweep.sim.physics import (
     operating_point,
     thermal_budget_w,
 )
+from powersweep.sim.physics import (
+    rate_tps as rate_at,
+)
 from powersweep.sim.profiles import GpuProfile
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
@@ -209,11 +212,19 @@ class SimGpu:
                 workload.kind, workload.batch, workload.prompt_tokens, self._share
             )
 
-    def rate_tps(self) -> float:
-        """Aggregate token rate of the current work at the current operating point."""
+    def rate_tps(self, work: Workload | None = None) -> float:
+        """Aggregate token rate of ``work`` (default: the current work) at the current clock.
+
+        The clock is set by what the card runs now; another kind of work riding along (decode
+        streams beside a long prefill) runs at that clock.
+        """
         with self._lock:
             self._advance()
-            return self._op().rate_tps
+            op = self._op()
+            if work is None or _same_work(work, self._workload):
+                return op.rate_tps
+        shared = Workload(work.kind, work.batch, work.prompt_tokens, self._share)
+        return rate_at(self.profile, shared, op.sm_clock_mhz)
 
     @property
     def limit_w(self) -> float:
@@ -274,3 +285,7 @@ class SimGpu:
             self._thermal_active = True
         elif self._temp_c < slowdown - _THERMAL_RELEASE_C:
             self._thermal_active = False
+
+
+def _same_work(a: Workload, b: Workload) -> bool:
+    return (a.kind, a.batch, a.prompt_tokens) == (b.kind, b.batch, b.prompt_tokens)

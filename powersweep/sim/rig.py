@@ -27,6 +27,8 @@ from powersweep.sim.physics import (
 from powersweep.sim.profiles import GpuProfile
 
 MIN_PLATEAU_CAPS = 3
+# Prompts at least this long load the card as prefill; shorter ones ride along with decode.
+LONG_PROMPT_TOKENS = 512
 
 
 class SimRig:
@@ -60,7 +62,8 @@ class SimRig:
         self._lock = threading.Lock()
         self._decoding = 0
         self._prefilling = 0
-        self._prompt_tokens = 1000
+        self._long_prefills = 0
+        self._prompt_tokens = LONG_PROMPT_TOKENS
 
     # --- GpuBackend ---------------------------------------------------------------------------
 
@@ -101,26 +104,35 @@ class SimRig:
                 self._decoding = max(0, self._decoding - 1)
             else:
                 self._prefilling = max(0, self._prefilling - 1)
+                # loads never mix short and long prompts, so any prefill ending ends a long one
+                self._long_prefills = min(self._long_prefills, self._prefilling)
             self._apply()
 
     def decode_rate_tps(self) -> float:
-        batch = max(1, self._decoding)
-        return min(g.rate_tps() for g in self.gpus) / batch
+        with self._lock:
+            batch = max(1, self._decoding)
+        work = Workload("decode", batch=batch)
+        return min(g.rate_tps(work) for g in self.gpus) / batch
 
     def prefill_rate_tps(self, prompt_tokens: int) -> float:
         with self._lock:
-            if prompt_tokens != self._prompt_tokens:
+            if prompt_tokens >= LONG_PROMPT_TOKENS:
+                self._long_prefills += 1
                 self._prompt_tokens = prompt_tokens
                 self._apply()
             sharing = max(1, self._prefilling)
-        return min(g.rate_tps() for g in self.gpus) / sharing
+        work = Workload("prefill", prompt_tokens=prompt_tokens)
+        return min(g.rate_tps(work) for g in self.gpus) / sharing
 
     def _apply(self) -> None:
-        # prefill and decode batched together are dominated by the prefill's compute
-        if self._prefilling:
+        # A long prompt's prefill dominates the card; a short one is batched with the decode
+        # steps of the other streams (as llama.cpp and vLLM schedule it) and barely shows.
+        if self._long_prefills:
             work = Workload("prefill", prompt_tokens=self._prompt_tokens)
         elif self._decoding:
             work = Workload("decode", batch=self._decoding)
+        elif self._prefilling:
+            work = Workload("prefill", prompt_tokens=LONG_PROMPT_TOKENS)
         else:
             work = IDLE
         for g in self.gpus:
@@ -205,6 +217,11 @@ def ground_truth(
     for cap in sorted(set(caps_w)):
         states = [steady_state(p, work, cap) for p in profiles]
         rate = min(op.rate_tps for op, _, _ in states)
+        if work.kind == "prefill":
+            # measured as prompt tokens over time to first token, which holds one decode step
+            one_step = Workload("decode", batch=1, share=work.share)
+            step_s = max(1.0 / steady_state(p, one_step, cap)[0].rate_tps for p in profiles)
+            rate = prompt_tokens / (prompt_tokens / rate + step_s)
         power = sum(op.power_w for op, _, _ in states)
         first = states[0][0]
         regimes = {regime_of(op) for op, _, _ in states}

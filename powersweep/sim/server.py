@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import re
 import socket
@@ -36,7 +37,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -108,6 +109,9 @@ class _Plan:
     reasoning_tokens: int
     stream: bool
     include_usage: bool
+    # Run time the request arrived: the prefill clock starts then, so the simulator's own
+    # parsing and tokenizing (wall time, scaled up by the time scale) does not slow it down.
+    arrived_s: float = math.nan
 
 
 class _WatchedResponse(Response):
@@ -175,6 +179,8 @@ class SimServer:
             unlimited otherwise.
         rejected_keys: Request keys answered with 422; None: ``chat_template_kwargs`` for
             ``plain``, nothing otherwise.
+        hide_num_ctx: ``ollama``: leave ``num_ctx`` out of ``/api/show`` (no Modelfile setting),
+            so clients see only the model's training context.
     """
 
     def __init__(
@@ -189,6 +195,7 @@ class SimServer:
         http_error: int | None = None,
         total_slots: int | None = None,
         rejected_keys: Sequence[str] | None = None,
+        hide_num_ctx: bool = False,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
@@ -203,6 +210,7 @@ class SimServer:
         if rejected_keys is None:
             rejected_keys = ("chat_template_kwargs",) if flavour == "plain" else ()
         self.rejected_keys = tuple(rejected_keys)
+        self.hide_num_ctx = hide_num_ctx
         self.requests_processing = 0
         self.requests_deferred = 0
         self.requests_total = 0
@@ -397,10 +405,12 @@ class SimServer:
         name = (body or {}).get("model") or (body or {}).get("name")
         if name != self.model:
             return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
+        # Real Ollama lists num_ctx only when a Modelfile sets it; otherwise clients see only the
+        # training context while the runtime context is far smaller (and prompts get truncated).
+        num_ctx = "" if self.hide_num_ctx else f"num_ctx {self.engine.context_tokens}\n"
         return JSONResponse(
             {
-                "parameters": f"num_ctx                        {self.engine.context_tokens}\n"
-                "temperature                    0.7",
+                "parameters": f"{num_ctx}temperature 0.7",
                 "model_info": {"general.architecture": "llama", "llama.context_length": 131072},
                 "details": {"family": "llama", "parameter_size": "7B"},
             }
@@ -409,6 +419,7 @@ class SimServer:
     # -- chat --------------------------------------------------------------------------------
 
     async def _chat(self, request: Request) -> Response:
+        arrived_s = self.engine.clock.now()
         if self.http_error is not None:
             return _error(self.http_error, f"simulated HTTP {self.http_error}", "server_error")
         body = await _json_or_none(request)
@@ -454,6 +465,7 @@ class SimServer:
             reasoning_tokens=0 if thinking_off else min(self.reasoning_tokens, limit),
             stream=body.get("stream") is True,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            arrived_s=arrived_s,
         )
         if plan.stream:
             return _WatchedResponse(self._sse(plan), "text/event-stream")
@@ -512,20 +524,24 @@ class SimServer:
         if self._slots is None and self.total_slots:
             self._slots = asyncio.Semaphore(self.total_slots)
         slot = self._slots
+        t_prefill = plan.arrived_s if math.isfinite(plan.arrived_s) else clock.now()
         if slot is not None:
-            self.requests_deferred += 1
-            try:
+            if slot.locked():
+                self.requests_deferred += 1
+                try:
+                    await slot.acquire()
+                finally:
+                    self.requests_deferred -= 1
+                t_prefill = clock.now()  # queued: the prefill starts when a slot frees
+            else:
                 await slot.acquire()
-            finally:
-                self.requests_deferred -= 1
         self.requests_processing += 1
         try:
-            t_prefill = clock.now()
             engine.work_started("prefill")
             try:
                 if plan.prompt_tokens > 0:
                     rate = _positive(engine.prefill_rate_tps(plan.prompt_tokens))
-                    await clock.asleep(plan.prompt_tokens / rate)
+                    await clock.asleep(t_prefill + plan.prompt_tokens / rate - clock.now())
             finally:
                 engine.work_finished("prefill")
             progress.prefill_s = clock.now() - t_prefill
@@ -694,7 +710,8 @@ def _message_text(message: Any) -> str:
 async def _json_or_none(request: Request) -> Any:
     try:
         return await request.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, ClientDisconnect):
+        # a client that hung up mid-upload (a deadline) needs no answer
         return None
 
 

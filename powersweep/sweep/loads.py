@@ -1,17 +1,19 @@
 """The measured loads: what runs against the server at each cap.
 
-Each load is time-bounded: it keeps sending complete requests until each of its prompts has
-covered at least the target seconds, labelling the sampler with the phase so the draw can be
-matched to the work.
+Each load is time-bounded and labels the sampler with its phase, so the draw can be matched to
+the work. A load is prepared once at the highest cap (probe, calibration), then measured at every
+cap; it reports its own TPS figures, since each mode defines them differently.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
+from powersweep.sweep.measure import decode_tps
 from powersweep.sweep.prompts import DECODE_PROMPTS
 
 MAX_CONSECUTIVE_FAILURES = 3
@@ -47,15 +49,36 @@ class LoadRun:
     Attributes:
         requests: Every request result, in order.
         windows: ``(phase, t_start_s, t_end_s)`` of each measured phase.
+        tps: The cap's figures by ``caps.csv`` column (``narr_tps``, ``code_tps``,
+            ``prefill_tps``); NaN where not measured.
+        extra: More ``caps.csv`` columns the mode adds (spreads, counts).
+        errors: Why measured figures were rejected (truncated prompts, cache hits...).
     """
 
     requests: list[Any] = field(default_factory=list)
     windows: list[tuple[str, float, float]] = field(default_factory=list)
+    tps: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
     @property
     def window_s(self) -> float:
         """Total measured seconds."""
         return sum(t1 - t0 for _, t0, t1 in self.windows)
+
+
+class Load(Protocol):
+    """A load mode."""
+
+    mode: str
+
+    async def prepare(self, cap_w: float) -> dict[str, Any]:
+        """Probe or calibrate at the highest cap, before the sweep; returns facts for run.json."""
+        ...
+
+    async def measure(self, cap_w: float) -> LoadRun:
+        """Run the measured load at one cap."""
+        ...
 
 
 async def run_prompts(
@@ -86,11 +109,37 @@ async def run_prompts(
     return run
 
 
-async def decode_single(
-    client: ChatApi, clock: Clock, sampler: PhaseLabel, cap_w: float, target_s: float
-) -> LoadRun:
-    """The decode-single load: the narrative prompt, then the code prompt, one stream."""
-    return await run_prompts(client, clock, sampler, cap_w, DECODE_PROMPTS, target_s)
+class DecodeSingle:
+    """One stream: the narrative prompt, then the code prompt, each for the target seconds.
+
+    Args:
+        client: Server client.
+        clock: Run clock.
+        sampler: Phase labels.
+        target_s: Run seconds each prompt must cover per cap.
+    """
+
+    mode = "decode-single"
+
+    def __init__(self, client: ChatApi, clock: Clock, sampler: PhaseLabel, target_s: float):
+        self.client = client
+        self.clock = clock
+        self.sampler = sampler
+        self.target_s = target_s
+
+    async def prepare(self, cap_w: float) -> dict[str, Any]:
+        return {}
+
+    async def measure(self, cap_w: float) -> LoadRun:
+        run = await run_prompts(
+            self.client, self.clock, self.sampler, cap_w, DECODE_PROMPTS, self.target_s
+        )
+        run.tps = {
+            "narr_tps": decode_tps(run.requests, "narr"),
+            "code_tps": decode_tps(run.requests, "code"),
+            "prefill_tps": math.nan,
+        }
+        return run
 
 
 async def warmup(
@@ -103,3 +152,10 @@ async def warmup(
         for _ in range(requests_per_prompt):
             results.append(await client.chat(prompt, max_tokens=max_tokens, prompt_kind="warmup"))
     return results
+
+
+async def decode_single(
+    client: ChatApi, clock: Clock, sampler: PhaseLabel, cap_w: float, target_s: float
+) -> LoadRun:
+    """The decode-single load as a function (see :class:`DecodeSingle`)."""
+    return await DecodeSingle(client, clock, sampler, target_s).measure(cap_w)

@@ -7,6 +7,7 @@ interval), so a slow read delays one tick, not all later ones. The driver labels
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -114,3 +115,19 @@ class Sampler:
                 due = start + k * self._interval_s
             if self._clock.wait(self._stop, due - now):
                 break
+
+    def median_power_w(self, t0_s: float, t1_s: float) -> float:
+        """Median combined draw of the ticks in ``[t0_s, t1_s]`` not yet drained (NaN if none).
+
+        Used by probes that need the draw of a short window before the cap's rows are drained.
+        """
+        with self._lock:
+            rows = [r for r in self._rows if t0_s <= r.t_s <= t1_s]
+        ticks: dict[int, float] = {}
+        for r in rows:
+            ticks[r.tick] = ticks.get(r.tick, 0.0) + r.sample.power_w
+        values = sorted(v for v in ticks.values() if math.isfinite(v))
+        if not values:
+            return math.nan
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2

@@ -1,0 +1,377 @@
+"""decode-concurrent: N streams, aggregate TPS over a fixed measurement window.
+
+Counting is by token arrival: a window ``[t0, t1]`` opens once the streams are running, and the
+aggregate TPS is the number of tokens that *arrived* inside it divided by its length. Requests cut
+off at ``t1`` count for their in-window part and nothing outside the window counts. Chunks are
+converted to tokens with the server's own counts (``usage``): counting chunks as tokens is what
+made the reference script read 2.6x low on servers that pack several tokens into a chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from powersweep.clock import Clock
+from powersweep.sweep.loads import LoadRun, PhaseLabel
+from powersweep.sweep.prompts import DECODE_PROMPTS, with_nonce
+
+PROBE_GAIN = 0.03
+MAX_STREAM_FAILURES = 3
+SCHEDULING_CHECK_TOKENS = 8
+
+SERVER_LIMIT_HINTS = {
+    "llamacpp": "llama-server --parallel (-np)",
+    "vllm": "vLLM --max-num-seqs",
+    "sglang": "SGLang --max-running-requests",
+    "ollama": "OLLAMA_NUM_PARALLEL",
+    "lmstudio": "LM Studio's parallel requests setting",
+}
+
+
+class StreamingApi(Protocol):
+    """The client calls decode-concurrent uses (``ChatClient``)."""
+
+    async def chat(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        prompt_kind: str,
+        stream_index: int = 0,
+        record_token_times: bool = False,
+        deadline_s: float | None = None,
+    ) -> Any:
+        """One request; never raises."""
+        ...
+
+    async def queued_requests(self) -> int | None:
+        """Requests waiting in the server (None if unknown)."""
+        ...
+
+
+class PowerWindow(Protocol):
+    """Median draw of a recent time window (the sampler)."""
+
+    def median_power_w(self, t0_s: float, t1_s: float) -> float:
+        """Median combined draw between two run times."""
+        ...
+
+
+@dataclass(frozen=True)
+class Window:
+    """One measurement window.
+
+    Attributes:
+        n_streams: Streams that ran.
+        t0_s: Window start (run seconds).
+        t1_s: Window end.
+        tokens: Tokens that arrived inside the window.
+        tps: ``tokens / (t1_s - t0_s)``.
+        failures: Failed requests.
+        queued: Requests the server reported waiting mid-window (None if unknown).
+    """
+
+    n_streams: int
+    t0_s: float
+    t1_s: float
+    tokens: float
+    tps: float
+    failures: int
+    queued: int | None
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One step of the auto-concurrency probe."""
+
+    concurrency: int
+    tps: float
+    power_w: float
+    failures: int
+    queued: int | None
+
+
+def tokens_in_window(
+    results: Sequence[Any], t0_s: float, t1_s: float, default_per_chunk: float
+) -> float:
+    """Tokens that arrived in ``[t0_s, t1_s]``, from each request's chunk arrival times.
+
+    A request that completed with a server count converts its chunks at its own tokens-per-chunk;
+    one cut off by the deadline (no count) uses ``default_per_chunk``.
+    """
+    total = 0.0
+    for r in results:
+        times = r.token_times_s or ()
+        inside = sum(1 for t in times if t0_s <= t <= t1_s)
+        if not inside:
+            continue
+        total += inside * tokens_per_chunk(r, default_per_chunk)
+    return total
+
+
+def tokens_per_chunk(result: Any, default: float) -> float:
+    """A request's tokens per token-bearing chunk, from the server's own count when it has one."""
+    if (
+        result.ok
+        and result.token_source in ("usage", "timings")
+        and result.finish_reason != "deadline"
+        and result.completion_tokens
+        and result.chunk_tokens
+    ):
+        return float(result.completion_tokens) / float(result.chunk_tokens)
+    return default
+
+
+def spread_pct(values: Sequence[float]) -> float:
+    """(max - min) / median of finite values, in % (NaN with fewer than two)."""
+    v = [x for x in values if math.isfinite(x)]
+    if len(v) < 2:
+        return math.nan
+    med = statistics.median(v)
+    return 100.0 * (max(v) - min(v)) / med if med else math.nan
+
+
+class DecodeConcurrent:
+    """N streams of narrative, then code requests; aggregate TPS per direction.
+
+    Args:
+        client: Server client (one per sweep, pool sized to the streams).
+        clock: Run clock.
+        sampler: Phase labels and window draw.
+        target_s: Run seconds of each measurement window.
+        concurrency: Streams; None picks by probing (``--concurrency auto``).
+        bench_runs: Windows per direction per cap (median reported, spread recorded).
+        max_probe: Highest N the probe tries.
+        load_target: Stop probing once draw reaches this fraction of the cap.
+        stretch: Streams added to the probe's pick.
+        engine: Server engine (for hints naming its concurrency limit).
+        total_slots: Requests the server runs at once, when it says (llama.cpp ``/props``).
+        warn: Where warnings go.
+    """
+
+    mode = "decode-concurrent"
+
+    def __init__(
+        self,
+        client: StreamingApi,
+        clock: Clock,
+        sampler: Any,
+        target_s: float,
+        *,
+        concurrency: int | None = None,
+        bench_runs: int = 1,
+        max_probe: int = 16,
+        load_target: float | None = None,
+        stretch: int = 0,
+        engine: str = "openai-compatible",
+        total_slots: int | None = None,
+        warn: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.sampler: PhaseLabel = sampler
+        self.power: PowerWindow = sampler
+        self.target_s = target_s
+        self.concurrency = concurrency
+        self.bench_runs = max(1, bench_runs)
+        self.max_probe = max(1, max_probe)
+        self.load_target = load_target
+        self.stretch = max(0, stretch)
+        self.engine = engine
+        self.total_slots = total_slots
+        self.warn = warn
+        self.n = concurrency or 1
+        self.ramp_s = 1.0
+        self.per_chunk = 1.0
+        self._nonce = itertools.count()
+
+    # --- preparation ------------------------------------------------------------------------
+
+    async def prepare(self, cap_w: float) -> dict[str, Any]:
+        """Scheduling check, then (for ``auto``) the concurrency probe at this cap."""
+        check_n = self.concurrency or self.max_probe
+        check = await self.scheduling_check(check_n)
+        probe: list[ProbeRow] = []
+        reason = "given"
+        if self.concurrency is None:
+            pick, probe, reason = await self.probe(cap_w)
+            self.n = pick + self.stretch
+        else:
+            self.n = self.concurrency
+        if self.total_slots is not None and self.n > self.total_slots:
+            self.warn(
+                f"{self.n} streams but the server runs {self.total_slots} at once: the rest "
+                f"queue; raise {SERVER_LIMIT_HINTS.get(self.engine, 'its parallel limit')}"
+            )
+        return {
+            "concurrency": self.n,
+            "concurrency_auto": self.concurrency is None,
+            "concurrency_stretch": self.stretch if self.concurrency is None else 0,
+            "pick_reason": reason,
+            "probe": [asdict(p) for p in probe],
+            "scheduling_check": check,
+            "tokens_per_chunk": self.per_chunk,
+            "ramp_s": self.ramp_s,
+            "effective_concurrency": min(self.n, self.total_slots or self.n),
+        }
+
+    async def scheduling_check(self, n: int) -> dict[str, Any]:
+        """N tiny concurrent requests must all succeed; learns ramp time and tokens per chunk."""
+        results = await asyncio.gather(
+            *(
+                self.client.chat(
+                    with_nonce("Say hello.", f"check-{i}"),
+                    max_tokens=SCHEDULING_CHECK_TOKENS,
+                    prompt_kind="check",
+                    stream_index=i,
+                )
+                for i in range(n)
+            )
+        )
+        ok = [r for r in results if r.ok]
+        ratios = [tokens_per_chunk(r, math.nan) for r in ok]
+        ratios = [x for x in ratios if math.isfinite(x)]
+        if ratios:
+            self.per_chunk = statistics.median(ratios)
+        ttfts = [r.t_first_token_s - r.t_start_s for r in ok]
+        ttfts = [t for t in ttfts if math.isfinite(t)]
+        if ttfts:
+            self.ramp_s = min(10.0, max(0.5, 2.0 * max(ttfts)))
+        failed = len(results) - len(ok)
+        if failed:
+            first = next((r.error for r in results if not r.ok and r.error), "failed")
+            hint = SERVER_LIMIT_HINTS.get(self.engine, "the server's parallel-request limit")
+            self.warn(
+                f"{failed} of {n} concurrent requests failed ({first}); raise {hint} to at "
+                f"least {n}"
+            )
+        return {"requests": n, "failed": failed, "tokens_per_chunk": self.per_chunk}
+
+    async def probe(self, cap_w: float) -> tuple[int, list[ProbeRow], str]:
+        """Try N = 1, 2, 4, ... and pick where more streams stop paying."""
+        kind, prompt, max_tokens = DECODE_PROMPTS[0]
+        length = max(2.0, self.target_s / 3.0)
+        rows: list[ProbeRow] = []
+        best: ProbeRow | None = None
+        reason = f"reached --max-concurrency-probe {self.max_probe}"
+        n = 1
+        while n <= self.max_probe:
+            if self.total_slots is not None and n > self.total_slots:
+                reason = f"the server runs {self.total_slots} requests at once"
+                break
+            w = await self.window(cap_w, kind, prompt, max_tokens, n, length, phase="probe")
+            power = self.power.median_power_w(w.t0_s, w.t1_s)
+            row = ProbeRow(n, w.tps, power, w.failures, w.queued)
+            rows.append(row)
+            if w.failures:
+                reason = f"requests failed at {n} streams"
+                break
+            if w.queued:
+                reason = f"the server queued requests at {n} streams"
+                break
+            if best is None or (
+                row.tps > best.tps * (1 + PROBE_GAIN)
+                or row.power_w > best.power_w * (1 + PROBE_GAIN)
+            ):
+                best = row
+            else:
+                reason = f"TPS and draw gained less than {PROBE_GAIN:.0%} at {n} streams"
+                break
+            if self.load_target is not None and power >= self.load_target * cap_w:
+                reason = f"draw reached {self.load_target:.0%} of the cap at {n} streams"
+                break
+            n *= 2
+        return (best.concurrency if best else 1), rows, reason
+
+    # --- measurement ------------------------------------------------------------------------
+
+    async def measure(self, cap_w: float) -> LoadRun:
+        run = LoadRun()
+        for kind, prompt, max_tokens in DECODE_PROMPTS:
+            values = []
+            for _ in range(self.bench_runs):
+                w, results = await self._window_with_results(
+                    cap_w, kind, prompt, max_tokens, self.n, self.target_s, "concurrent"
+                )
+                run.requests.extend(results)
+                run.windows.append((kind, w.t0_s, w.t1_s))
+                values.append(w.tps if w.tokens > 0 else math.nan)
+                if w.failures and w.tokens == 0:
+                    break
+            finite = [v for v in values if math.isfinite(v)]
+            run.tps[f"{kind}_tps"] = statistics.median(finite) if finite else math.nan
+            run.extra[f"{kind}_tps_spread_pct"] = spread_pct(values)
+        run.tps["prefill_tps"] = math.nan
+        run.extra["concurrency"] = self.n
+        return run
+
+    async def window(
+        self,
+        cap_w: float,
+        kind: str,
+        prompt: str,
+        max_tokens: int,
+        n: int,
+        length_s: float,
+        phase: str,
+    ) -> Window:
+        """Run ``n`` streams through one window and count the tokens that arrived in it."""
+        w, _ = await self._window_with_results(cap_w, kind, prompt, max_tokens, n, length_s, phase)
+        return w
+
+    async def _window_with_results(
+        self,
+        cap_w: float,
+        kind: str,
+        prompt: str,
+        max_tokens: int,
+        n: int,
+        length_s: float,
+        phase: str,
+    ) -> tuple[Window, list[Any]]:
+        clock = self.clock
+        t0 = clock.now() + self.ramp_s
+        t1 = t0 + length_s
+        results: list[Any] = []
+        failures = 0
+        queued: list[int | None] = []
+
+        async def stream(i: int) -> None:
+            nonlocal failures
+            failed_in_a_row = 0
+            while clock.now() < t1 and failed_in_a_row < MAX_STREAM_FAILURES:
+                r = await self.client.chat(
+                    with_nonce(prompt, f"{cap_w:g}-{i}-{next(self._nonce)}"),
+                    max_tokens=max_tokens,
+                    prompt_kind=kind,
+                    stream_index=i,
+                    record_token_times=True,
+                    deadline_s=t1,
+                )
+                results.append(r)
+                if r.ok:
+                    failed_in_a_row = 0
+                else:
+                    failures += 1
+                    failed_in_a_row += 1
+
+        async def labels() -> None:
+            await clock.asleep(t0 - clock.now())
+            self.sampler.label(cap_w, phase)
+            await clock.asleep((t0 + t1) / 2 - clock.now())
+            queued.append(await self.client.queued_requests())
+            await clock.asleep(t1 - clock.now())
+            self.sampler.label(cap_w, "settle")
+
+        await asyncio.gather(labels(), *(stream(i) for i in range(n)))
+        tokens = tokens_in_window(results, t0, t1, self.per_chunk)
+        window = Window(
+            n, t0, t1, tokens, tokens / (t1 - t0), failures, queued[0] if queued else None
+        )
+        return window, results

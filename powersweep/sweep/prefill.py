@@ -1,0 +1,348 @@
+"""prefill-heavy: one large prompt per request, sized so its prefill takes the target time.
+
+Every prompt starts with a nonce and has a freshly varied body, so no prefix cache can serve it
+(and llama.cpp is told ``cache_prompt: false``). The server's ``prompt_tokens`` is checked against
+what was sent: a prompt the server silently truncated to its context is an error, never a fast
+cap; so is a prompt that a cache served.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from powersweep.clock import Clock
+from powersweep.sweep.loads import MAX_CONSECUTIVE_FAILURES, LoadRun, PhaseLabel
+from powersweep.sweep.prompts import with_nonce
+
+PREFILL_MAX_TOKENS = 10
+CONTEXT_FRACTION = 0.9
+TEMPLATE_HEADROOM_TOKENS = 64
+MIN_PROMPT_TOKENS = 256
+FIRST_PROMPT_TOKENS = 2048
+CALIBRATION_TOLERANCE = 0.12
+MAX_CALIBRATION_STEPS = 6
+TRUNCATION_TOLERANCE = 0.97
+MAX_CACHED_FRACTION = 0.05
+
+_WORDS = [
+    "voltage",
+    "frequency",
+    "thermal",
+    "budget",
+    "wattage",
+    "silicon",
+    "memory",
+    "bandwidth",
+    "tensor",
+    "kernel",
+    "scheduler",
+    "batch",
+    "cache",
+    "token",
+    "prompt",
+    "decoder",
+    "encoder",
+    "matrix",
+    "vector",
+    "lattice",
+    "river",
+    "harbour",
+    "mountain",
+    "forest",
+    "lantern",
+    "copper",
+    "winter",
+    "summer",
+    "signal",
+    "archive",
+    "ledger",
+    "market",
+    "orchard",
+    "engine",
+    "valley",
+    "garden",
+    "quarry",
+    "meadow",
+    "canyon",
+    "glacier",
+    "island",
+    "compass",
+    "anchor",
+    "beacon",
+    "circuit",
+    "diode",
+    "relay",
+    "sensor",
+    "turbine",
+    "piston",
+    "gauge",
+    "spindle",
+    "rotor",
+    "magnet",
+    "quartz",
+    "basalt",
+    "granite",
+    "marble",
+    "amber",
+    "crimson",
+    "violet",
+    "indigo",
+    "saffron",
+    "cobalt",
+    "emerald",
+    "scarlet",
+    "ochre",
+    "teal",
+    "umber",
+]
+
+
+class PrefillApi(Protocol):
+    """The client calls prefill-heavy uses (``ChatClient``)."""
+
+    async def chat(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        prompt_kind: str,
+        stream_index: int = 0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> Any:
+        """One request; never raises."""
+        ...
+
+    async def count_tokens(self, text: str) -> int | None:
+        """The server's token count of ``text`` (None without a tokenize API)."""
+        ...
+
+
+def make_prompt(n_words: int, nonce: str, rng: random.Random) -> str:
+    """A long prompt: nonce first, then a varied body of ``n_words`` words."""
+    words = [rng.choice(_WORDS) for _ in range(max(1, n_words))]
+    for i in range(11, len(words), 12):
+        words[i] += rng.choice(".,;:")
+    body = " ".join(words)
+    return with_nonce(f"Summarise these notes in one sentence. Notes: {body}", nonce)
+
+
+@dataclass(frozen=True)
+class CalibrationStep:
+    """One calibration request."""
+
+    words: int
+    prompt_tokens: int
+    ttft_s: float
+
+
+def fit_ttft(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Fit ``ttft = a * n + b * n^2`` (b >= 0) by least squares; returns (a, b)."""
+    if len(points) == 1:
+        n, t = points[0]
+        return t / n, 0.0
+    s11 = sum(n * n for n, _ in points)
+    s12 = sum(n**3 for n, _ in points)
+    s22 = sum(n**4 for n, _ in points)
+    r1 = sum(n * t for n, t in points)
+    r2 = sum(n * n * t for n, t in points)
+    det = s11 * s22 - s12 * s12
+    if det <= 0:
+        return r1 / s11, 0.0
+    a = (r1 * s22 - r2 * s12) / det
+    b = (s11 * r2 - s12 * r1) / det
+    if b < 0 or a <= 0:
+        return r1 / s11, 0.0
+    return a, b
+
+
+def tokens_for_ttft(a: float, b: float, target_s: float) -> float:
+    """Prompt length whose prefill takes ``target_s`` under the fitted model."""
+    if b <= 1e-15:
+        return target_s / a
+    return (-a + math.sqrt(a * a + 4 * b * target_s)) / (2 * b)
+
+
+class PrefillHeavy:
+    """Large prompts, ``max_tokens`` 10: prefill TPS = prompt tokens / time to first token.
+
+    Args:
+        client: Server client.
+        clock: Run clock.
+        sampler: Phase labels.
+        target_s: Run seconds of load per cap.
+        target_prefill_s: Prefill time each prompt is sized for at the highest cap.
+        context_tokens: Context the server runs with (None if unknown).
+        engine: Server engine (``llamacpp`` gets ``cache_prompt: false``).
+        seed: Seed of the prompt bodies.
+        warn: Where warnings go.
+    """
+
+    mode = "prefill-heavy"
+
+    def __init__(
+        self,
+        client: PrefillApi,
+        clock: Clock,
+        sampler: PhaseLabel,
+        target_s: float,
+        *,
+        target_prefill_s: float = 10.0,
+        context_tokens: int | None = None,
+        engine: str = "openai-compatible",
+        seed: int = 0,
+        warn: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.sampler = sampler
+        self.target_s = target_s
+        self.target_prefill_s = target_prefill_s
+        self.context_tokens = context_tokens
+        self.engine = engine
+        self.rng = random.Random(seed)
+        self.warn = warn
+        self.words = 0
+        self.tokens_per_word = 1.5
+        self.clamped = False
+        self._n = 0
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """Largest prompt the context allows (90% of it, less generation and template room)."""
+        if not self.context_tokens:
+            return None
+        room = CONTEXT_FRACTION * self.context_tokens - PREFILL_MAX_TOKENS
+        return max(MIN_PROMPT_TOKENS, int(room - TEMPLATE_HEADROOM_TOKENS))
+
+    def _extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"max_completion_tokens": PREFILL_MAX_TOKENS}
+        if self.engine == "llamacpp":
+            extra["cache_prompt"] = False
+        return extra
+
+    async def _send(self, words: int, cap_w: float) -> tuple[Any, str]:
+        """One prefill request; returns (result, error or '')."""
+        self._n += 1
+        prompt = make_prompt(words, f"{cap_w:g}-{self._n}-{self.rng.random():.6f}", self.rng)
+        expected = await self.client.count_tokens(prompt)
+        source = "tokenize"
+        if expected is None:
+            expected = round(words * self.tokens_per_word)
+            source = "estimate"
+        result = await self.client.chat(
+            prompt,
+            max_tokens=PREFILL_MAX_TOKENS,
+            prompt_kind="prefill",
+            extra_body=self._extra(),
+        )
+        if not result.ok:
+            return result, result.error
+        got = result.prompt_tokens
+        if got is None:
+            return result, "the server reported no prompt_tokens: prefill TPS cannot be measured"
+        if got < TRUNCATION_TOLERANCE * expected:
+            return result, (
+                f"prompt truncated by the server: sent ~{expected} tokens ({source}), it "
+                f"processed {got}; its real context is smaller than reported "
+                f"({self.context_tokens or 'unknown'}): set the server's context or pass a "
+                "smaller --target-prefill-seconds"
+            )
+        cached = result.cached_tokens or 0
+        if cached > MAX_CACHED_FRACTION * got:
+            return result, f"{cached} of {got} prompt tokens came from the server's cache"
+        return result, ""
+
+    async def prepare(self, cap_w: float) -> dict[str, Any]:
+        """Size the prompt so its prefill takes ``target_prefill_s`` at this (highest) cap."""
+        self.sampler.label(cap_w, "calibrate")
+        limit = self.max_prompt_tokens
+        want_tokens = float(
+            FIRST_PROMPT_TOKENS if limit is None else min(FIRST_PROMPT_TOKENS, limit)
+        )
+        points: list[tuple[int, float]] = []
+        steps: list[CalibrationStep] = []
+        for _ in range(MAX_CALIBRATION_STEPS):
+            words = max(16, round(want_tokens / self.tokens_per_word))
+            result, error = await self._send(words, cap_w)
+            if error:
+                raise PrefillCalibrationError(f"prefill calibration failed: {error}")
+            ttft = result.t_first_token_s - result.t_start_s
+            tokens = int(result.prompt_tokens)
+            self.tokens_per_word = tokens / words
+            steps.append(CalibrationStep(words, tokens, ttft))
+            points.append((tokens, ttft))
+            if abs(ttft - self.target_prefill_s) <= CALIBRATION_TOLERANCE * self.target_prefill_s:
+                break
+            a, b = fit_ttft(points)
+            want_tokens = tokens_for_ttft(a, b, self.target_prefill_s)
+            if limit is not None and want_tokens >= limit:
+                if self.clamped:  # already at the limit: it cannot get longer
+                    break
+                want_tokens = limit
+                self.clamped = True
+            want_tokens = max(MIN_PROMPT_TOKENS, want_tokens)
+        self.words = max(16, round(want_tokens / self.tokens_per_word))
+        if self.clamped:
+            self.warn(
+                f"prefill prompt clamped to {limit} tokens (90% of the {self.context_tokens}-token "
+                f"context): prefill takes less than {self.target_prefill_s:g} s"
+            )
+        return {
+            "prompt_words": self.words,
+            "prompt_tokens": round(self.words * self.tokens_per_word),
+            "target_prefill_s": self.target_prefill_s,
+            "context_tokens": self.context_tokens,
+            "clamped_to_context": self.clamped,
+            "calibration": [s.__dict__ for s in steps],
+        }
+
+    async def measure(self, cap_w: float) -> LoadRun:
+        run = LoadRun()
+        self.sampler.label(cap_w, "prefill")
+        t0 = self.clock.now()
+        failures = 0
+        tokens = 0.0
+        seconds = 0.0
+        wall = 0.0
+        while True:
+            result, error = await self._send(self.words, cap_w)
+            if error and result.ok:
+                run.errors.append(error)
+                result = _failed(result, error)
+            run.requests.append(result)
+            if result.ok:
+                failures = 0
+                ttft = result.t_first_token_s - result.t_start_s
+                if ttft > 0:
+                    tokens += result.prompt_tokens
+                    seconds += ttft
+                    wall += result.t_end_s - result.t_start_s
+            else:
+                failures += 1
+            if failures >= MAX_CONSECUTIVE_FAILURES or self.clock.now() - t0 >= self.target_s:
+                break
+        run.windows.append(("prefill", t0, self.clock.now()))
+        self.sampler.label(cap_w, "settle")
+        run.tps = {
+            "narr_tps": math.nan,
+            "code_tps": math.nan,
+            "prefill_tps": tokens / seconds if seconds > 0 else math.nan,
+        }
+        run.extra["prefill_wall_tps"] = tokens / wall if wall > 0 else math.nan
+        run.extra["prompt_tokens"] = round(self.words * self.tokens_per_word)
+        return run
+
+
+class PrefillCalibrationError(Exception):
+    """Calibration could not size a valid prompt (the server truncates or fails)."""
+
+
+def _failed(result: Any, error: str) -> Any:
+    """A copy of a request result marked failed with ``error``."""
+    from dataclasses import replace
+
+    return replace(result, ok=False, error=error)
