@@ -181,6 +181,8 @@ class SimServer:
             ``plain``, nothing otherwise.
         hide_num_ctx: ``ollama``: leave ``num_ctx`` out of ``/api/show`` (no Modelfile setting),
             so clients see only the model's training context.
+        tokens_per_chunk: Tokens packed into one stream event (vLLM and others send several
+            under load); counting events as tokens then reads low by this factor.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class SimServer:
         total_slots: int | None = None,
         rejected_keys: Sequence[str] | None = None,
         hide_num_ctx: bool = False,
+        tokens_per_chunk: int = 1,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
@@ -211,6 +214,7 @@ class SimServer:
             rejected_keys = ("chat_template_kwargs",) if flavour == "plain" else ()
         self.rejected_keys = tuple(rejected_keys)
         self.hide_num_ctx = hide_num_ctx
+        self.tokens_per_chunk = max(1, tokens_per_chunk)
         self.requests_processing = 0
         self.requests_deferred = 0
         self.requests_total = 0
@@ -634,9 +638,20 @@ class SimServer:
         )
         progress = _Progress()
         sent = 0
+        pending: list[int] = []  # tokens held back to share one chunk (tokens_per_chunk > 1)
+
+        def flush() -> bytes:
+            if not pending:
+                return b""
+            text = "".join(texts[j] for j in pending)
+            delta = self._delta(plan, pending[0], text)
+            pending.clear()
+            return self._chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
+
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
-                # Tokens that fell due together go out in one write, each as its own event.
+                # Tokens that fell due together go out in one write, each as its own event
+                # (or packed tokens_per_chunk to an event, as some servers do under load).
                 out = b""
                 for i in burst:
                     if self.fail_after_tokens is not None and sent >= self.fail_after_tokens:
@@ -651,10 +666,18 @@ class SimServer:
                         out += b": ping\n\n"
                     elif self.flavour == "plain" and i % _EVENT_LINE_EVERY == 0:
                         out += b"event: chunk\n"
-                    delta = self._delta(plan, i, texts[i])
-                    out += self._chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
+                    reasoning_now = i < plan.reasoning_tokens
+                    if pending and (pending[0] < plan.reasoning_tokens) != reasoning_now:
+                        out += flush()
+                    pending.append(i)
+                    if len(pending) >= self.tokens_per_chunk:
+                        out += flush()
                     sent += 1
-                yield out
+                if out:
+                    yield out
+        tail = flush()
+        if tail:
+            yield tail
         extra: dict[str, Any] = {}
         if self.flavour == "llamacpp":
             extra["timings"] = self._timings(plan, sent, progress.prefill_s, progress.decode_s)
