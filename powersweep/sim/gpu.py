@@ -226,6 +226,12 @@ class SimGpu:
         shared = Workload(work.kind, work.batch, work.prompt_tokens, self._share)
         return rate_at(self.profile, shared, op.sm_clock_mhz)
 
+    def set_temperature(self, temp_c: float) -> None:
+        """Put the card at a temperature now (a pre-heated card)."""
+        with self._lock:
+            self._advance()
+            self._temp_c = temp_c
+
     @property
     def limit_w(self) -> float:
         """The power limit in force."""

@@ -124,6 +124,16 @@ class SimRig:
         work = Workload("prefill", prompt_tokens=prompt_tokens)
         return min(g.rate_tps(work) for g in self.gpus) / sharing
 
+    def preheat(self, load_mode: str, concurrency: int = 1, prompt_tokens: int = 8000) -> None:
+        """Jump every card to its steady temperature for a load at its current limit.
+
+        Tests and benchmarks use it to skip minutes of simulated warm-up.
+        """
+        work = workload_for(load_mode, concurrency, prompt_tokens)
+        for g in self.gpus:
+            _, temp, _ = steady_state(g.profile, work, g.limit_w)
+            g.set_temperature(temp)
+
     def _apply(self) -> None:
         # A long prompt's prefill dominates the card; a short one is batched with the decode
         # steps of the other streams (as llama.cpp and vLLM schedule it) and barely shows.

@@ -23,7 +23,9 @@ from powersweep.sweep.prompts import DECODE_PROMPTS, with_nonce
 
 PROBE_GAIN = 0.03
 MAX_STREAM_FAILURES = 3
-SCHEDULING_CHECK_TOKENS = 8
+# Long enough that a server packing k tokens per event shows k (a short answer's last, partial
+# event would bias the ratio), short enough to cost a few seconds.
+SCHEDULING_CHECK_TOKENS = 64
 
 SERVER_LIMIT_HINTS = {
     "llamacpp": "llama-server --parallel (-np)",

@@ -278,13 +278,14 @@ class PrefillHeavy:
             if abs(ttft - self.target_prefill_s) <= CALIBRATION_TOLERANCE * self.target_prefill_s:
                 break
             a, b = fit_ttft(points)
-            want_tokens = tokens_for_ttft(a, b, self.target_prefill_s)
+            want_tokens = max(MIN_PROMPT_TOKENS, tokens_for_ttft(a, b, self.target_prefill_s))
             if limit is not None and want_tokens >= limit:
-                if self.clamped:  # already at the limit: it cannot get longer
-                    break
                 want_tokens = limit
+                if self.clamped:  # measured at the limit already: it cannot get longer
+                    break
                 self.clamped = True
-            want_tokens = max(MIN_PROMPT_TOKENS, want_tokens)
+            else:
+                self.clamped = False
         self.words = max(16, round(want_tokens / self.tokens_per_word))
         if self.clamped:
             self.warn(
