@@ -10,18 +10,35 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-from tqdm import tqdm
-
 from powersweep import __version__
 from powersweep.errors import PowersweepError, UsageError
 
-COMMANDS = ("sweep", "analyze", "plot", "compare", "import")
+
+def _quiet_ctrl_c_while_loading() -> None:
+    # A Ctrl-C while the command is still importing has nothing to clean up (no limit was
+    # touched): end quietly instead of printing an import traceback. main() puts Python's
+    # handler back. Only for the real command, not when a test or a program imports this.
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if threading.current_thread() is threading.main_thread() and program in (
+        "powersweep",
+        "__main__.py",
+    ):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_quiet_ctrl_c_while_loading()
+
+import typer  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+COMMANDS = ("sweep", "restore", "analyze", "plot", "compare", "import")
 
 app = typer.Typer(
     add_completion=False,
@@ -135,10 +152,46 @@ def sweep_command(
     ] = False,
     no_charts: Annotated[bool, typer.Option("--no-charts", help="Skip the charts.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the plan (GPUs, envelope, caps, time); change nothing."
+        ),
+    ] = False,
+    observe_only: Annotated[
+        bool,
+        typer.Option(
+            "--observe-only", help="Run the load at the limit in force; change no setting."
+        ),
+    ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Continue an interrupted run directory from its first unfinished cap."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Start even though a restore journal exists."),
+    ] = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="POWERSWEEP_STATE_DIR",
+            show_envvar=True,
+            help="Where the restore journal lives (default /var/lib/powersweep as root).",
+        ),
+    ] = None,
+    sim_rejects_below: Annotated[
+        float | None, typer.Option(hidden=True, help="Simulation: cards keep caps under W.")
+    ] = None,
+    sim_http_error: Annotated[
+        int | None, typer.Option(hidden=True, help="Simulation: chat requests get this status.")
+    ] = None,
 ) -> None:
     """Sweep the power-limit envelope and measure tokens per watt at each cap."""
     from powersweep.sweep.caps import parse_caps
+    from powersweep.sweep.ownership import hand_over, invoking_user
     from powersweep.sweep.session import SweepOptions, run_session
+    from powersweep.sweep.session import dry_run as plan_dry_run
 
     if list_profiles:
         _print_profiles()
@@ -166,7 +219,20 @@ def sweep_command(
         seed=seed or 0,
         sim_server=sim_server,
         sim_state=sim_state,
+        force=force,
+        dry_run=dry_run,
+        observe_only=observe_only,
+        resume=resume,
+        state_dir=state_dir,
+        sim_rejects_below_w=sim_rejects_below,
+        sim_http_error=sim_http_error,
     )
+    if dry_run:
+        if resume is not None:
+            raise UsageError("--dry-run does not combine with --resume")
+        for line in plan_dry_run(options, warn=_warn).lines():
+            typer.echo(line)
+        return
     bar: Any = None
 
     def on_plan(run_dir: Path, planned: list[float]) -> None:
@@ -196,8 +262,14 @@ def sweep_command(
     for r in outcome.restored:
         state = "restored" if r["ok"] else "NOT restored"
         _info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
-    if outcome.caps_done:
-        _finish_report(result.run_dir, charts=not no_charts)
+    try:
+        if outcome.caps_done:
+            _finish_report(result.run_dir, charts=not no_charts)
+    finally:
+        if _is_root():
+            # under sudo the run belongs to the user who typed sudo, not to root
+            top = options.out if result.out_created and options.resume is None else result.run_dir
+            hand_over([top], invoking_user(), warn=_warn)
     if outcome.status == "interrupted":
         _info(f"interrupted: partial run kept in {result.run_dir}")
         signum = outcome.signum or 2
@@ -205,6 +277,71 @@ def sweep_command(
     if outcome.status == "failed":
         raise PowersweepError(f"{outcome.error} (partial run in {result.run_dir})")
     _info(f"done: {result.run_dir}")
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@app.command("restore")
+def restore_command(
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="POWERSWEEP_STATE_DIR",
+            show_envvar=True,
+            help="Where the restore journal lives (default /var/lib/powersweep as root).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Restore even if the sweep that wrote it still runs.")
+    ] = False,
+) -> None:
+    """Put back the power limits a killed sweep left (from its restore journal)."""
+    from powersweep.sweep.journal import Journal, default_state_dir, restore_gpus
+    from powersweep.sweep.session import restore_backend
+
+    journal = Journal(state_dir or default_state_dir())
+    entry = journal.read()
+    if entry is None:
+        _info(f"nothing to restore: no journal at {journal.path}")
+        return
+    if not force and entry.pid != os.getpid() and _pid_alive(entry.pid):
+        raise PowersweepError(
+            f"the sweep that wrote {journal.path} (pid {entry.pid}) is still running: stop it "
+            "(it restores on Ctrl-C/SIGTERM) or pass --force",
+            exit_code=2,
+        )
+    with restore_backend(entry.backend) as backend:
+        results = restore_gpus(entry, backend, warn=_warn)
+    for r in results:
+        where = f"GPU {r.index}" if r.index is not None else r.uuid
+        if r.ok:
+            _info(f"{where} ({r.uuid}): power limit restored to {r.limit_w:g} W")
+        else:
+            _warn(f"{where} ({r.uuid}): NOT restored to {r.limit_w:g} W: {r.message}")
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise PowersweepError(
+            f"{len(failed)} of {len(results)} GPUs not restored; the journal stays at "
+            f"{journal.path} (fix the cause and run `powersweep restore` again)"
+        )
+    journal.remove()
+    _info(f"journal removed: {journal.path}")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _finish_report(run_dir: Path, *, charts: bool) -> None:
@@ -347,9 +484,14 @@ def _argv_with_default_command(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``powersweep`` console script; returns the exit code."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     args = _argv_with_default_command(sys.argv[1:] if argv is None else argv)
-    command = typer.main.get_command(app)
     try:
+        command = typer.main.get_command(app)
         # without standalone mode click returns the code of an Exit instead of raising it
         rc = command.main(args=args, prog_name="powersweep", standalone_mode=False)
     except typer.Exit as exc:

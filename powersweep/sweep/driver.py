@@ -2,21 +2,25 @@
 
 Whatever happens (an error, SIGINT, SIGTERM, SIGHUP), every GPU that was touched gets its
 *original* limit back — the user's own setting, not the default TDP — unless ``--no-reset``.
+Against what no handler survives (SIGKILL, a power cut), the original limits are written to a
+restore journal before the first change and the journal is removed only once they are back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.journal import Journal, JournalEntry, JournalGpu
 from powersweep.sweep.loads import ChatApi, LoadRun, decode_single, warmup
 from powersweep.sweep.measure import cap_row
 from powersweep.sweep.outputs import RunWriter, utc_now_iso
@@ -24,12 +28,14 @@ from powersweep.sweep.sampler import Sampler
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+_T = TypeVar("_T")
 
-class SweepInterrupted(Exception):
-    """A signal asked the sweep to stop."""
+
+class SweepInterrupted(PowersweepError):
+    """A signal asked the sweep to stop (exit code 128 + signal number, as a shell reports)."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
+        super().__init__(f"interrupted by {signal.Signals(signum).name}", exit_code=128 + signum)
         self.signum = signum
 
 
@@ -46,6 +52,7 @@ class SweepPlan:
         warmup_requests: Warm-up requests per prompt at the highest cap.
         no_reset: Leave the last cap in force instead of restoring.
         max_failed_caps: Stop after this many consecutive failed caps.
+        observe_only: Never set a limit: measure at the limit in force (``caps_w`` holds it).
     """
 
     load_mode: str
@@ -56,6 +63,7 @@ class SweepPlan:
     warmup_requests: int = 3
     no_reset: bool = False
     max_failed_caps: int = 3
+    observe_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,14 @@ class Sweep:
         run_meta: ``run.json`` content known before the sweep; status fields are added.
         progress: Called after each cap.
         warn: Where warnings go (one line each).
+        journal: Where the original limits are written before the first change (None: no
+            journal, e.g. a simulated rig whose limits die with the process).
+        journal_backend: How ``powersweep restore`` rebuilds the backend (see
+            :class:`~powersweep.sweep.journal.JournalEntry`).
+        originals: Limits to restore per GPU index instead of the ones in force now (a forced
+            sweep over a journal left by a killed one restores the user's limits, not that
+            sweep's last cap).
+        caps_already_done: Caps a resumed run finished before (they stay in ``caps_done``).
     """
 
     def __init__(
@@ -119,6 +135,10 @@ class Sweep:
         *,
         progress: Callable[[CapProgress], None] | None = None,
         warn: Callable[[str], None] = lambda _m: None,
+        journal: Journal | None = None,
+        journal_backend: Mapping[str, Any] | None = None,
+        originals: Mapping[int, float] | None = None,
+        caps_already_done: Sequence[float] = (),
     ) -> None:
         if plan.load_mode not in LOADS:
             raise PowersweepError(f"load mode {plan.load_mode!r} is not supported yet", 2)
@@ -132,9 +152,13 @@ class Sweep:
         self.warn = warn
         self.sampler = Sampler(self.gpus, clock, plan.sample_interval_s)
         self._original = {g.index: g.envelope().current_w for g in self.gpus}
+        self._original.update({i: w for i, w in (originals or {}).items() if i in self._original})
         self._touched: set[int] = set()
-        self._caps_done: list[float] = []
+        self._caps_done: list[float] = list(caps_already_done)
         self._signum: int | None = None
+        self.journal = None if plan.observe_only else journal
+        self._journal_backend = dict(journal_backend or {"kind": "nvml"})
+        self._journal_written = False
 
     # --- public -------------------------------------------------------------------------------
 
@@ -147,10 +171,11 @@ class Sweep:
         self.writer.write_run_json(self.meta)
         try:
             with _signals_raise():
+                self._write_journal()
                 self.sampler.start()
                 asyncio.run(self._main())
         except SweepInterrupted as exc:
-            status, error, self._signum = "interrupted", f"interrupted by {exc}", exc.signum
+            status, error, self._signum = "interrupted", str(exc), exc.signum
         except (KeyboardInterrupt, asyncio.CancelledError):
             status = "interrupted"
             self._signum = self._signum or signal.SIGINT
@@ -164,17 +189,57 @@ class Sweep:
                 self.sampler.stop()
                 self._flush_samples()
                 restored = self._restore()
+                self._close_journal(restored)
                 self.meta.update(
                     status=status,
                     error=error,
                     ended_at=utc_now_iso(),
                     caps_done=list(self._caps_done),
                     restored=list(restored),
+                    read_errors=self.sampler.read_errors,
                 )
                 self.writer.write_run_json(self.meta)
         return SweepOutcome(status, error, self._signum, tuple(self._caps_done), tuple(restored))
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _write_journal(self) -> None:
+        """Record the original limits before the first change (raises: then nothing changes)."""
+        if self.journal is None:
+            return
+        entry = JournalEntry(
+            backend=self._journal_backend,
+            gpus=tuple(
+                JournalGpu(
+                    uuid=g.identity().uuid,
+                    index=g.index,
+                    name=g.identity().name,
+                    original_limit_w=self._original[g.index],
+                )
+                for g in self.gpus
+            ),
+            pid=os.getpid(),
+            created_at=utc_now_iso(),
+            run_dir=str(self.writer.path.resolve()),
+        )
+        self.journal.write(entry)
+        self._journal_written = True
+
+    def _close_journal(self, restored: Sequence[Mapping[str, Any]]) -> None:
+        """Remove the journal once nothing is left to restore; keep it when a restore failed."""
+        if self.journal is None or not self._journal_written:
+            return
+        failed = [r for r in restored if not r["ok"]]
+        if failed:
+            self.warn(
+                f"the original limits stay in {self.journal.path}: `powersweep restore` "
+                "retries putting them back"
+            )
+            return
+        try:
+            self.journal.remove()
+        except PowersweepError as exc:
+            self.warn(str(exc))
 
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
@@ -185,6 +250,7 @@ class Sweep:
             self._signum = signum
             task.cancel()
 
+        previous = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
         for sig in HANDLED_SIGNALS:
             loop.add_signal_handler(sig, on_signal, sig)
         try:
@@ -194,8 +260,7 @@ class Sweep:
                 raise SweepInterrupted(self._signum) from None
             raise
         finally:
-            for sig in HANDLED_SIGNALS:
-                loop.remove_signal_handler(sig)
+            _reinstall(loop, previous)
             aclose = getattr(self.client, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
@@ -254,6 +319,8 @@ class Sweep:
 
     def _set_cap(self, cap: float) -> str | None:
         """Set the cap on every GPU; the reason if any card did not take it."""
+        if self.plan.observe_only:
+            return None
         problems = []
         for g in self.gpus:
             self._touched.add(g.index)
@@ -311,6 +378,57 @@ class Sweep:
                 )
             restored.append({"gpu_index": g.index, "limit_w": limit, "ok": ok, "message": message})
         return restored
+
+
+def _reinstall(loop: asyncio.AbstractEventLoop, previous: Mapping[signal.Signals, Any]) -> None:
+    # remove_signal_handler resets to SIG_DFL: put the handlers of the caller back
+    for sig, handler in previous.items():
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(coro)``, ended cleanly by SIGINT/SIGTERM/SIGHUP.
+
+    A signal cancels the coroutine (so its connections close in order) and then raises
+    :class:`SweepInterrupted`; raising from a plain signal handler inside the event loop would
+    hit a random transport callback instead.
+    """
+
+    async def main() -> _T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        hit: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            hit.append(signum)
+            task.cancel()
+
+        previous = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+        for sig in HANDLED_SIGNALS:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            if hit:
+                raise SweepInterrupted(hit[0]) from None
+            raise
+        finally:
+            _reinstall(loop, previous)
+
+    return asyncio.run(main())
+
+
+@contextlib.contextmanager
+def raise_on_signals() -> Iterator[None]:
+    """Turn SIGINT/SIGTERM/SIGHUP into :class:`SweepInterrupted` (so cleanup code runs).
+
+    The session wraps its set-up in this too, so a signal before the sweep starts also ends
+    in a clean exit (nothing is changed before the journal is written).
+    """
+    with _signals_raise():
+        yield
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -155,29 +156,81 @@ class RunWriter:
         gpu_names: Sequence[str],
         load_mode: str,
         now: datetime | None = None,
+        initial_meta: Mapping[str, Any] | None = None,
     ) -> None:
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
         try:
             out_root.mkdir(parents=True, exist_ok=True)
-            path = out_root / base
-            n = 1
-            while True:
-                try:
-                    path.mkdir()
-                    break
-                except FileExistsError:
-                    n += 1
-                    path = out_root / f"{base}-{n}"
+            # Built under a hidden temporary name and renamed into place, so a run directory
+            # never exists without its run.json and CSV headers (a signal can come any time).
+            staging = Path(tempfile.mkdtemp(dir=out_root, prefix=".run-"))
         except OSError as exc:
             raise PowersweepError(
                 f"cannot create the run directory under {out_root}: {exc.strerror or exc} "
                 "(choose another --out)"
             ) from exc
-        self.path = path
-        self._init_csv("samples.csv", SAMPLES_COLUMNS)
-        self._init_csv("requests.csv", REQUESTS_COLUMNS)
-        self._init_csv("caps.csv", CAPS_COLUMNS)
+        try:
+            os.chmod(staging, 0o777 & ~_umask())
+            self.path = staging
+            self._init_csv("samples.csv", SAMPLES_COLUMNS)
+            self._init_csv("requests.csv", REQUESTS_COLUMNS)
+            self._init_csv("caps.csv", CAPS_COLUMNS)
+            if initial_meta is not None:
+                self.write_run_json(initial_meta)
+            path = out_root / base
+            n = 1
+            while True:
+                try:
+                    # rename onto an existing non-empty directory fails: never merges two runs
+                    if path.exists():
+                        raise FileExistsError(path)
+                    os.rename(staging, path)
+                    break
+                except FileExistsError:
+                    n += 1
+                    path = out_root / f"{base}-{n}"
+            self.path = path
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise PowersweepError(
+                f"cannot create the run directory under {out_root}: {exc.strerror or exc} "
+                "(choose another --out)"
+            ) from exc
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    @classmethod
+    def reopen(cls, path: Path) -> RunWriter:
+        """Append to an existing run directory (``--resume``); missing CSVs get their header.
+
+        Raises:
+            PowersweepError: The directory is not writable.
+        """
+        writer = cls.__new__(cls)
+        writer.path = path
+        for name, columns in (
+            ("samples.csv", SAMPLES_COLUMNS),
+            ("requests.csv", REQUESTS_COLUMNS),
+            ("caps.csv", CAPS_COLUMNS),
+        ):
+            target = path / name
+            if not target.exists() or target.stat().st_size == 0:
+                writer._init_csv(name, columns)
+            elif not target.read_bytes().endswith(b"\n"):
+                # a kill mid-write can leave half a row: end it so the next row starts clean
+                writer._append_raw(name, "\n")
+        return writer
+
+    def _append_raw(self, name: str, text: str) -> None:
+        try:
+            with open(self.path / name, "a") as f:
+                f.write(text)
+        except OSError as exc:
+            raise PowersweepError(
+                f"cannot write {self.path / name}: {exc.strerror or exc}"
+            ) from exc
 
     def _init_csv(self, name: str, columns: Sequence[str]) -> None:
         self._append(name, [list(columns)])
@@ -253,6 +306,12 @@ class RunWriter:
         values = [cell(row.get(c)) for c in CAPS_COLUMNS]
         values[CAPS_COLUMNS.index("error")] = _one_line(row.get("error") or "")
         self._append("caps.csv", [values])
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _one_line(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -137,6 +138,8 @@ def test_signal_mid_sweep_restores_user_limit_and_keeps_partial_run(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # the restore journal goes to a scratch state dir, not the user's ~/.local/state
+        env={**os.environ, "POWERSWEEP_STATE_DIR": str(tmp_path / "state")},
     )
     try:
         deadline = time.monotonic() + 120
@@ -158,6 +161,7 @@ def test_signal_mid_sweep_restores_user_limit_and_keeps_partial_run(
     assert proc.returncode == 128 + sig, stderr
     assert "Traceback" not in stderr
     assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 350.0
+    assert not (tmp_path / "state" / "journal.json").exists()
     run = only_run_dir(out)
     meta = read_json(run / "run.json")
     assert meta["status"] == "interrupted"

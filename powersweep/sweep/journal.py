@@ -1,0 +1,284 @@
+"""The restore journal: the original power limits of a sweep's GPUs, kept on disk.
+
+A signal handler cannot run after SIGKILL, a power cut or a kernel OOM kill, so before a sweep
+changes the first limit it writes every GPU's original limit to a root-only file. The file is
+removed only after every limit was put back; while it exists a new sweep refuses to start and
+``powersweep restore`` puts the limits back from it.
+
+GPUs are keyed by UUID because NVML indices can change between boots (or with
+``CUDA_VISIBLE_DEVICES``-style reordering by other tools).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.gpu import Gpu, GpuBackend
+
+JOURNAL_VERSION = 1
+JOURNAL_NAME = "journal.json"
+STATE_DIR_ENV = "POWERSWEEP_STATE_DIR"
+ROOT_STATE_DIR = Path("/var/lib/powersweep")
+
+
+@dataclass(frozen=True)
+class JournalGpu:
+    """One GPU whose limit a sweep changes.
+
+    Attributes:
+        uuid: Stable identifier (the key used to find the card again).
+        index: NVML index at the time of the sweep (informative only).
+        name: Marketing name.
+        original_limit_w: The limit to put back, W.
+    """
+
+    uuid: str
+    index: int
+    name: str
+    original_limit_w: float
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """What a sweep in progress changed and how to rebuild the backend that changed it.
+
+    Attributes:
+        backend: ``{"kind": "nvml"}`` or ``{"kind": "sim", "profiles": [...], "sim_state": PATH,
+            "seed": N}``.
+        gpus: The GPUs and their original limits.
+        pid: Process id of the sweep that wrote it.
+        created_at: ISO-8601 UTC.
+        run_dir: The run directory of that sweep (may be None).
+    """
+
+    backend: Mapping[str, Any]
+    gpus: tuple[JournalGpu, ...]
+    pid: int
+    created_at: str
+    run_dir: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "version": JOURNAL_VERSION,
+            "pid": self.pid,
+            "created_at": self.created_at,
+            "run_dir": self.run_dir,
+            "backend": dict(self.backend),
+            "gpus": [
+                {
+                    "uuid": g.uuid,
+                    "index": g.index,
+                    "name": g.name,
+                    "original_limit_w": g.original_limit_w,
+                }
+                for g in self.gpus
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: Path) -> JournalEntry:
+        """Parse the JSON form.
+
+        Raises:
+            PowersweepError: The file is not a journal this version understands.
+        """
+        try:
+            if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION:
+                raise ValueError("unknown journal version")
+            backend = data["backend"]
+            if not isinstance(backend, dict) or backend.get("kind") not in ("nvml", "sim"):
+                raise ValueError("unknown backend")
+            gpus = tuple(
+                JournalGpu(
+                    uuid=str(g["uuid"]),
+                    index=int(g["index"]),
+                    name=str(g.get("name", "")),
+                    original_limit_w=float(g["original_limit_w"]),
+                )
+                for g in data["gpus"]
+            )
+            return cls(
+                backend=backend,
+                gpus=gpus,
+                pid=int(data.get("pid", 0)),
+                created_at=str(data.get("created_at", "")),
+                run_dir=data.get("run_dir"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PowersweepError(
+                f"the restore journal {source} is damaged ({exc}); restore the limits by hand "
+                "(sudo nvidia-smi -i N -pl WATTS) and delete it"
+            ) from None
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None, euid: int | None = None) -> Path:
+    """Where the journal lives when neither ``--state-dir`` nor the env variable says.
+
+    ``/var/lib/powersweep`` for root (a sudo run must find the journal of another sudo run,
+    whatever the invoking user's environment), else ``$XDG_STATE_HOME/powersweep`` (default
+    ``~/.local/state/powersweep``).
+    """
+    env = os.environ if environ is None else environ
+    if env.get(STATE_DIR_ENV):
+        return Path(env[STATE_DIR_ENV])
+    uid = euid if euid is not None else (os.geteuid() if hasattr(os, "geteuid") else 1)
+    if uid == 0:
+        return ROOT_STATE_DIR
+    xdg = env.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path(env.get("HOME") or Path.home()) / ".local" / "state"
+    return base / "powersweep"
+
+
+class Journal:
+    """The journal file in one state directory.
+
+    Args:
+        state_dir: Directory holding ``journal.json`` (created 0700 on first write).
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / JOURNAL_NAME
+
+    def exists(self) -> bool:
+        """True when a journal is on disk."""
+        return self.path.exists()
+
+    def read(self) -> JournalEntry | None:
+        """The journal on disk, or None when there is none.
+
+        Raises:
+            PowersweepError: It exists but cannot be read or parsed.
+        """
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PowersweepError(
+                f"cannot read the restore journal {self.path}: {exc.strerror or exc} "
+                "(run with sudo?)"
+            ) from None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        return JournalEntry.from_dict(data, self.path)
+
+    def write(self, entry: JournalEntry) -> None:
+        """Write the journal atomically, readable by its owner only (mode 0600).
+
+        Raises:
+            PowersweepError: It cannot be written (then no limit may be changed).
+        """
+        try:
+            self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # mkstemp creates the file 0600 under a random name: no window with a wider mode
+            fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".journal-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(entry.to_dict(), f, indent=2, allow_nan=False)
+                    f.write("\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            _fsync_dir(self.state_dir)
+        except (OSError, ValueError) as exc:
+            raise PowersweepError(
+                f"cannot write the restore journal {self.path}: "
+                f"{getattr(exc, 'strerror', None) or exc} (choose another --state-dir); "
+                "no power limit was changed"
+            ) from None
+
+    def remove(self) -> None:
+        """Delete the journal (after every limit was put back); missing is fine.
+
+        Raises:
+            PowersweepError: It exists and cannot be deleted.
+        """
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise PowersweepError(
+                f"cannot delete the restore journal {self.path}: {exc.strerror or exc}"
+            ) from None
+        with contextlib.suppress(OSError):
+            _fsync_dir(self.state_dir)
+
+    def refuse_if_present(self) -> None:
+        """Refuse to start a sweep while a journal from an unfinished one exists.
+
+        Raises:
+            UsageError: A journal exists (one line pointing at ``powersweep restore``).
+        """
+        if self.exists():
+            raise UsageError(
+                f"a previous sweep did not restore its power limits (journal {self.path}): "
+                "run `powersweep restore` first, or pass --force"
+            )
+
+
+def _fsync_dir(path: Path) -> None:
+    # the rename is durable only once the directory entry is on disk
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """What ``restore`` did for one GPU of the journal."""
+
+    uuid: str
+    index: int | None
+    limit_w: float
+    ok: bool
+    message: str
+
+
+def restore_gpus(
+    entry: JournalEntry, backend: GpuBackend, warn: Callable[[str], None] = lambda _m: None
+) -> list[RestoreResult]:
+    """Put back every journalled limit on the backend's GPUs, found by UUID.
+
+    Never raises for one GPU: a failure is a result with ``ok`` False, so the others still get
+    their limit back.
+    """
+    by_uuid: dict[str, Gpu] = {}
+    for i in range(backend.device_count()):
+        try:
+            gpu = backend.gpu(i)
+            by_uuid[gpu.identity().uuid] = gpu
+        except PowersweepError as exc:
+            warn(f"cannot open GPU {i}: {exc}")
+    results = []
+    for g in entry.gpus:
+        found = by_uuid.get(g.uuid)
+        if found is None:
+            results.append(RestoreResult(g.uuid, None, g.original_limit_w, False, "GPU not found"))
+            continue
+        try:
+            r = found.set_power_limit(g.original_limit_w)
+            ok, message = r.accepted, r.message
+        except PowersweepError as exc:
+            ok, message = False, str(exc)
+        results.append(RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message))
+    return results

@@ -1,0 +1,464 @@
+"""Safety on (simulated) hardware: limits always come back, the journal survives SIGKILL,
+multi-GPU envelopes, rejected caps, failing servers, credentials, sudo ownership, modes.
+
+The simulated cards keep their limits in a ``--sim-state`` file, like a driver keeps a limit
+after the process that set it is gone, so these tests see what a real card would be left at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powersweep.cli import main
+from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+
+UUID = "GPU-sim-rtx3090-air-0"
+USER_LIMIT_W = 350.0  # the user's own limit: not the profile's 370 W default
+FAST = (
+    "--time-scale",
+    "200",
+    "--target-cap-seconds",
+    "1",
+    "--warmup-requests",
+    "0",
+    "--settle-seconds",
+    "0.5",
+    "--quiet",
+    "--no-charts",
+    "--cooling",
+    "air",
+)
+
+
+def _rig(tmp: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+    """A state file with the user's limit, an out dir, a state dir and the env pointing there."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = tmp / "sim-state.json"
+    state.write_text(json.dumps({UUID: USER_LIMIT_W}))
+    state_dir = tmp / "state"
+    env = {**os.environ, "POWERSWEEP_STATE_DIR": str(state_dir)}
+    env.pop("OPENAI_API_KEY", None)
+    return state, tmp / "runs", state_dir, env
+
+
+def _limit(state: Path) -> float:
+    return float(json.loads(state.read_text())[UUID])
+
+
+def _popen(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "powersweep", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _caps_rows(out: Path) -> int:
+    runs = list(out.glob("*/caps.csv")) if out.exists() else []
+    if not runs:
+        return 0
+    return max(0, len(runs[0].read_text().splitlines()) - 1)
+
+
+def _one_random_signal(tmp: Path, sig: signal.Signals, delay_s: float) -> dict[str, Any]:
+    state, out, state_dir, env = _rig(tmp)
+    proc = _popen(
+        ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST], env
+    )
+    time.sleep(delay_s)
+    proc.send_signal(sig)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return {
+        "sig": sig,
+        "delay": delay_s,
+        "rc": proc.returncode,
+        "stderr": stderr,
+        "limit": _limit(state),
+        "journal": (state_dir / "journal.json").exists(),
+        "out": out,
+    }
+
+
+@pytest.mark.slow
+def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: Path) -> None:
+    rng = random.Random(6)
+    jobs = [
+        (tmp_path / f"r{i}", rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGHUP]))
+        for i in range(20)
+    ]
+    delays = [rng.uniform(0.2, 3.0) for _ in jobs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(
+            pool.map(lambda a: _one_random_signal(*a[0], a[1]), zip(jobs, delays, strict=True))
+        )
+    interrupted_mid_sweep = 0
+    for r in results:
+        what = f"{r['sig'].name} after {r['delay']:.2f} s: rc {r['rc']}\n{r['stderr']}"
+        assert r["limit"] == USER_LIMIT_W, what
+        assert not r["journal"], what
+        assert "Traceback" not in r["stderr"], what
+        # 128+sig: handled; -sig: arrived before Python installed handlers (nothing changed)
+        assert r["rc"] in (0, 128 + r["sig"], -r["sig"]), what
+        runs = [p for p in r["out"].iterdir() if p.is_dir()] if r["out"].exists() else []
+        if not runs:
+            continue
+        (run,) = runs
+        meta = read_json(run / "run.json")
+        caps = read_csv(run / "caps.csv")
+        assert [float(c["cap_w"]) for c in caps] == meta["caps_done"], what
+        assert all(c["status"] == "ok" and float(c["narr_tps"]) > 0 for c in caps), what
+        if meta["status"] == "interrupted":
+            interrupted_mid_sweep += 1
+            assert meta["restored"] == [
+                {"gpu_index": 0, "limit_w": USER_LIMIT_W, "ok": True, "message": ""}
+            ], what
+        else:
+            assert meta["status"] in ("running", "complete") and (
+                meta["status"] == "complete" or not caps
+            ), what
+    # start-up takes 1-2 s on a loaded machine, so some signals land before the sweep starts
+    assert interrupted_mid_sweep >= 3
+
+
+@pytest.mark.slow
+def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) -> None:
+    state, out, state_dir, env = _rig(tmp_path)
+    args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
+    proc = _popen(args, env)
+    try:
+        deadline = time.monotonic() + 60
+        while _caps_rows(out) < 1:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no cap finished in time"
+            time.sleep(0.05)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    journal = state_dir / "journal.json"
+    assert journal.exists()
+    assert stat.S_IMODE(journal.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    data = json.loads(journal.read_text())
+    assert data["gpus"] == [
+        {
+            "uuid": UUID,
+            "index": 0,
+            "name": "NVIDIA GeForce RTX 3090 (simulated)",
+            "original_limit_w": USER_LIMIT_W,
+        }
+    ]
+    assert data["backend"]["kind"] == "sim" and data["backend"]["sim_state"] == str(state)
+    left_at = _limit(state)
+    assert left_at != USER_LIMIT_W  # SIGKILL: nothing could restore
+
+    # a new sweep refuses while the journal exists, and changes nothing
+    refused = powersweep(*args, env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "powersweep restore" in refused.stderr
+    assert _limit(state) == left_at
+
+    # --force over the journal restores the user's limit from it, not the killed run's cap
+    forced = powersweep(*args, "--force", "--caps", "300", env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert _limit(state) == USER_LIMIT_W
+    assert not journal.exists()
+
+    # restore from a journal left by another kill
+    proc = _popen(args, env)
+    try:
+        deadline = time.monotonic() + 60
+        while not journal.exists() or _limit(state) == USER_LIMIT_W:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no cap set in time"
+            time.sleep(0.02)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _limit(state) != USER_LIMIT_W
+    restored = powersweep("restore", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert "restored to 350 W" in restored.stderr
+    assert _limit(state) == USER_LIMIT_W and not journal.exists()
+    again = powersweep("restore", env=env)
+    assert again.returncode == 0 and "nothing to restore" in again.stderr
+
+
+@pytest.mark.slow
+def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
+    tmp_path: Path,
+) -> None:
+    # RTX 3090: 100-390 W, RTX 4090: 150-600 W -> shared 150-390 W
+    _, out, _, env = _rig(tmp_path)
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air+rtx4090-air",
+        "--caps",
+        "120,300,500",
+        "--out",
+        str(out),
+        *FAST,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cap 500 W is outside the envelope 150-390 W; using 390 W" in proc.stderr
+    assert "cap 120 W is outside the envelope 150-390 W; using 150 W" in proc.stderr
+    run = only_run_dir(out)
+    assert run.name.split("-", 2)[2].startswith("2gpus-rtx-3090")
+    caps = {float(c["cap_w"]): c for c in read_csv(run / "caps.csv")}
+    assert sorted(caps) == [150.0, 300.0, 390.0]
+    meta = read_json(run / "run.json")
+    assert [g["max_limit_w"] for g in meta["gpus"]] == [390.0, 600.0]
+    assert [g["power_source"] for g in meta["gpus"]] == ["simulated", "simulated"]
+    assert meta["restored"] == [
+        {"gpu_index": 0, "limit_w": 370.0, "ok": True, "message": ""},
+        {"gpu_index": 1, "limit_w": 450.0, "ok": True, "message": ""},
+    ]
+    samples = read_csv(run / "samples.csv")
+    assert {s["gpu_index"] for s in samples} == {"0", "1"}
+    truth = {c["cap_w"]: c for c in meta["simulation"]["ground_truth"]["caps"]}
+    for cap, row in caps.items():
+        assert row["n_gpus"] == "2" and row["status"] == "ok"
+        # combined draw = per-tick sum over both cards: above either card's share alone
+        per_tick: dict[str, float] = {}
+        for s in samples:
+            if s["cap_w"] and float(s["cap_w"]) == cap and s["phase"] in ("narr", "code"):
+                per_tick[s["tick"]] = per_tick.get(s["tick"], 0.0) + float(s["power_w"])
+        sums = sorted(per_tick.values())
+        assert float(row["power_w"]) == pytest.approx(sums[len(sums) // 2], rel=0.05), cap
+        assert float(row["power_w"]) == pytest.approx(truth[cap]["power_w"], rel=0.05), cap
+        assert float(row["power_w"]) > cap  # two cards at up to `cap` each
+
+
+@pytest.mark.slow
+def test_card_that_keeps_its_limit_marks_low_caps_rejected(tmp_path: Path) -> None:
+    state, out, _, env = _rig(tmp_path)
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air",
+        "--sim-state",
+        str(state),
+        "--sim-rejects-below",
+        "300",
+        "--caps",
+        "250,280,320,350",
+        "--out",
+        str(out),
+        *FAST,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cap 280 W rejected" in proc.stderr
+    run = only_run_dir(out)
+    caps = {float(c["cap_w"]): c for c in read_csv(run / "caps.csv")}
+    for cap in (250.0, 280.0):
+        assert caps[cap]["status"] == "rejected"
+        # measured from the top down: the card still holds the last cap it took
+        assert f"kept 320 W when asked for {cap:g} W" in caps[cap]["error"]
+        # not measured as if set: no TPS, no draw, no samples
+        assert caps[cap]["narr_tps"] == "" and caps[cap]["power_w"] == ""
+        assert caps[cap]["n_samples"] == "0"
+    for cap in (320.0, 350.0):
+        assert caps[cap]["status"] == "ok" and float(caps[cap]["narr_tps"]) > 0
+    assert not {s["cap_w"] for s in read_csv(run / "samples.csv")} & {"250.0", "280.0"}
+    assert "rejected" in (run / "summary.md").read_text()
+    assert _limit(state) == USER_LIMIT_W
+
+
+@pytest.mark.slow
+def test_failing_server_stops_after_max_failed_caps_and_restores(tmp_path: Path) -> None:
+    state, out, state_dir, env = _rig(tmp_path)
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air",
+        "--sim-state",
+        str(state),
+        "--sim-http-error",
+        "500",
+        "--caps",
+        "250,280,310,340,370",
+        "--max-failed-caps",
+        "2",
+        "--out",
+        str(out),
+        *FAST,
+        env=env,
+    )
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 2 caps in a row failed") and "Traceback" not in proc.stderr
+    run = only_run_dir(out)
+    caps = read_csv(run / "caps.csv")
+    assert [(c["cap_w"], c["status"]) for c in caps] == [("370.0", "failed"), ("340.0", "failed")]
+    assert all("500" in c["error"] for c in caps)
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "failed" and "2 caps in a row failed" in meta["error"]
+    assert meta["restored"][0]["ok"] and _limit(state) == USER_LIMIT_W
+    assert not (state_dir / "journal.json").exists()
+
+
+@pytest.mark.slow
+def test_credentials_never_reach_the_run(tmp_path: Path) -> None:
+    from powersweep.clock import ScaledClock
+    from powersweep.sim.engine import ConstantEngine
+    from powersweep.sim.server import SimServer
+
+    _, out, _, env = _rig(tmp_path)
+    # the server paces tokens on its own fast clock: a real-time sweep of two caps in seconds
+    engine = ConstantEngine(ScaledClock(50.0), decode_tps=100.0)
+    with SimServer(engine, flavour="llamacpp") as server:
+        port = server.url.rsplit(":", 1)[1].rstrip("/")
+        proc = powersweep(
+            "--simulate",
+            "rtx3090-air",
+            "--url",
+            f"http://user:SECRET@127.0.0.1:{port}",
+            "--api-key",
+            "SECRETKEY",
+            "--caps",
+            "300,350",
+            "--target-cap-seconds",
+            "0.3",
+            "--warmup-requests",
+            "1",
+            "--settle-seconds",
+            "0",
+            "--no-charts",
+            "--out",
+            str(out),
+            "--quiet",
+            env=env,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert "SECRET" not in proc.stderr + proc.stdout
+    run = only_run_dir(out)
+    files = [p for p in run.rglob("*") if p.is_file()]
+    # (the simulated card idles under this engine: no draw, so no summary to check)
+    assert {"run.json", "caps.csv", "samples.csv", "requests.csv"} <= {p.name for p in files}
+    assert len(read_csv(run / "requests.csv")) >= 3
+    for p in files:
+        assert b"SECRET" not in p.read_bytes(), p
+    meta = read_json(run / "run.json")
+    assert meta["server"]["url"] == f"http://127.0.0.1:{port}"
+    assert meta["options"]["api_key_given"] is True
+
+
+def test_sudo_run_is_handed_to_the_invoking_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "lchown", lambda p, u, g: calls.append((p, u, g)))
+    monkeypatch.setenv("SUDO_UID", "1234")
+    monkeypatch.setenv("SUDO_GID", "5678")
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "new" / "runs"
+    code = main(["--simulate", "rtx3090-air", "--caps", "300,350", "--out", str(out), *FAST[:-3]])
+    assert code == 0, capsys.readouterr().err
+    run = only_run_dir(out)
+    chowned = {Path(p) for p, _, _ in calls}
+    assert {u for _, u, _ in calls} == {1234} and {g for _, _, g in calls} == {5678}
+    assert out in chowned and run in chowned
+    assert {run / n for n in ("run.json", "caps.csv", "summary.md", "analysis.json")} <= chowned
+    assert (run / "charts" / "efficiency.png") in chowned
+
+
+def test_dry_run_of_a_real_sweep_needs_no_root_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from powersweep.sweep import nvml
+    from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
+
+    fake = FakeNvml(
+        devices=[
+            FakeDevice(uuid="GPU-a", limit_mw=350_000, default_mw=370_000, max_mw=390_000),
+            FakeDevice(uuid="GPU-b", limit_mw=300_000, default_mw=370_000, max_mw=380_000),
+        ]
+    )
+    real = nvml.NvmlBackend
+    monkeypatch.setattr(nvml, "NvmlBackend", lambda: real(nvml=fake))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
+    code = main(["--dry-run", "--cooling", "air", "--out", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "sweeping all 2 GPUs" in err
+    assert "envelope (all GPUs): 100-380 W" in out
+    assert "caps (20, W per GPU): 380, 370," in out and ", 190\n" in out
+    assert "estimated wall time: " in out
+    assert not any(name == "nvmlDeviceSetPowerManagementLimit" for name, _ in fake.calls)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "state").exists()
+
+
+def test_observe_only_measures_at_the_limit_in_force_and_sets_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, out, state_dir, _ = _rig(tmp_path)
+    before = state.stat().st_mtime_ns
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(state_dir))
+    code = main(
+        ["--simulate", "rtx3090-air", "--sim-state", str(state), "--observe-only", "--out",
+         str(out), *FAST]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert state.stat().st_mtime_ns == before and _limit(state) == USER_LIMIT_W
+    assert not state_dir.exists()
+    run = only_run_dir(out)
+    caps = read_csv(run / "caps.csv")
+    assert [(c["cap_w"], c["status"]) for c in caps] == [("350.0", "ok")]
+    meta = read_json(run / "run.json")
+    assert meta["observe_only"] is True and meta["restored"] == []
+
+
+@pytest.mark.slow
+def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
+    state, out, _, env = _rig(tmp_path)
+    args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
+    proc = _popen([*args, "--caps", "250,270,290,310,330,350"], env)
+    try:
+        deadline = time.monotonic() + 60
+        while _caps_rows(out) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = only_run_dir(out)
+    first = read_json(run / "run.json")
+    assert first["status"] == "interrupted" and 2 <= len(first["caps_done"]) < 6
+    resumed = powersweep("--resume", str(run), "--quiet", "--no-charts", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "complete" and len(meta["resumed_at"]) == 1
+    caps = [float(c["cap_w"]) for c in read_csv(run / "caps.csv")]
+    assert caps == meta["caps_done"] == [350.0, 330.0, 310.0, 290.0, 270.0, 250.0]
+    assert meta["caps_done"][: len(first["caps_done"])] == first["caps_done"]
+    assert _limit(state) == USER_LIMIT_W
+    again = powersweep("--resume", str(run), env=env)
+    assert again.returncode == 2 and "complete" in again.stderr
