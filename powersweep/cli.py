@@ -76,6 +76,14 @@ def _root(
     """Find the GPU power cap with the best LLM tokens per watt."""
 
 
+def _parse_concurrency(text: str | None) -> int | None:
+    if text is None or text.strip().lower() == "auto":
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UsageError(f"--concurrency takes a number of streams or auto, not {text!r}")
+    return int(text)
+
+
 def _parse_gpus(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
@@ -186,6 +194,36 @@ def sweep_command(
     sim_http_error: Annotated[
         int | None, typer.Option(hidden=True, help="Simulation: chat requests get this status.")
     ] = None,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(help="decode-concurrent: streams, or auto (probe) [default: auto]."),
+    ] = None,
+    bench_runs: Annotated[
+        int, typer.Option(help="decode-concurrent: windows per direction per cap (median).")
+    ] = 1,
+    max_concurrency_probe: Annotated[
+        int, typer.Option(help="decode-concurrent auto: highest N probed.")
+    ] = 16,
+    load_target: Annotated[
+        float | None,
+        typer.Option(help="decode-concurrent auto: stop probing at this fraction of the cap."),
+    ] = None,
+    concurrency_stretch: Annotated[
+        int, typer.Option(help="decode-concurrent auto: streams added to the pick.")
+    ] = 0,
+    target_prefill_seconds: Annotated[
+        float, typer.Option(help="prefill-heavy: prefill time each prompt is sized for.")
+    ] = 10.0,
+    strategy: Annotated[
+        str, typer.Option(help="dense (every cap) or adaptive (coarse pass, then refine).")
+    ] = "dense",
+    settle: Annotated[
+        str,
+        typer.Option(help="auto: measure once readings are stable (at most --settle-seconds)."),
+    ] = "auto",
+    sim_slots: Annotated[
+        int | None, typer.Option(hidden=True, help="Simulation: requests served at once.")
+    ] = None,
 ) -> None:
     """Sweep the power-limit envelope and measure tokens per watt at each cap."""
     from powersweep.sweep.caps import parse_caps
@@ -226,6 +264,15 @@ def sweep_command(
         state_dir=state_dir,
         sim_rejects_below_w=sim_rejects_below,
         sim_http_error=sim_http_error,
+        concurrency=_parse_concurrency(concurrency),
+        bench_runs=bench_runs,
+        max_concurrency_probe=max_concurrency_probe,
+        load_target=load_target,
+        concurrency_stretch=concurrency_stretch,
+        target_prefill_seconds=target_prefill_seconds,
+        strategy=strategy,
+        settle=settle,
+        sim_slots=sim_slots,
     )
     if dry_run:
         if resume is not None:
@@ -245,6 +292,8 @@ def sweep_command(
     def on_progress(p: Any) -> None:
         if bar is None:
             return
+        if p.total != bar.total:  # an adaptive sweep plans more caps as it learns
+            bar.total = p.total
         if p.status == "ok":
             bar.set_postfix_str(
                 f"{p.cap_w:g} W: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W"

@@ -205,4 +205,3 @@ def regime_of(op: OperatingPoint) -> Regime:
         "thermal": "thermal_limited",
         "idle": "idle",
     }[op.limited_by]  # type: ignore[return-value]
-

@@ -338,7 +338,12 @@ class SimServer:
             }[self.flavour],
         }
         if self.flavour == "llamacpp":
-            entry["meta"] = {"n_ctx_train": _N_CTX_TRAIN, "n_vocab": 32000, "n_params": 7 * 10**9}
+            entry["meta"] = {
+                "n_ctx_train": _N_CTX_TRAIN,
+                "n_ctx": self.engine.context_tokens,
+                "n_vocab": 32000,
+                "n_params": 7 * 10**9,
+            }
         elif self.flavour == "vllm":
             entry.update(root=self.model, parent=None, max_model_len=self.engine.context_tokens)
         return JSONResponse({"object": "list", "data": [entry]})
@@ -496,8 +501,8 @@ class SimServer:
                 {
                     "error": {
                         "code": 400,
-                        "message": f"the request exceeds the available context size, try "
-                        f"increasing it (n_prompt_tokens={prompt}, n_ctx={ctx})",
+                        "message": f"request ({prompt} tokens) exceeds the available context "
+                        f"size ({ctx} tokens), try increasing it",
                         "type": "exceed_context_size_error",
                         "n_prompt_tokens": prompt,
                         "n_ctx": ctx,
@@ -682,8 +687,10 @@ class SimServer:
         if self.flavour == "llamacpp":
             extra["timings"] = self._timings(plan, sent, progress.prefill_s, progress.decode_s)
         final = {"index": 0, "delta": {}, "finish_reason": "length"}
-        yield self._chunk(plan, [final], **extra)
-        if plan.include_usage and self.flavour != "plain":
+        with_usage = plan.include_usage and self.flavour != "plain"
+        # llama-server puts timings on the usage chunk when there is one, else on the final chunk
+        yield self._chunk(plan, [final], **({} if with_usage else extra))
+        if with_usage:
             yield self._chunk(plan, [], usage=self._usage(plan, sent), **extra)
         yield b"data: [DONE]\n\n"
 

@@ -337,11 +337,21 @@ class ChatClient:
 
     async def _exchange(self, body: dict[str, Any], stream: bool, run: _Run) -> None:
         retried = False
+        resent = False
         while True:
             request = self._http.build_request(
                 "POST", self._url, json=body, extensions={"trace": run.trace}
             )
-            response = await self._http.send(request, stream=True)
+            try:
+                response = await self._http.send(request, stream=True)
+            except httpx.RemoteProtocolError:
+                # The server closed a kept-alive connection as the request went out (llama-server
+                # does so now and then, without "Connection: close"): no answer came, so nothing
+                # was generated for it. Send it once more; the pool opens a fresh connection.
+                if resent:
+                    raise
+                resent = True
+                continue
             try:
                 if response.status_code in (400, 422) and not retried:
                     tried = [k for k in _OPTIONAL_KEYS if k in body]

@@ -27,12 +27,24 @@ MAX_STREAM_FAILURES = 3
 # event would bias the ratio), short enough to cost a few seconds.
 SCHEDULING_CHECK_TOKENS = 64
 
+# Streams ask for long answers so that few of them restart inside a window: a restart's prefill
+# and round trip are time that stream does not decode.
+STREAM_MAX_TOKENS = 1000
+# Room each stream leaves for its prompt and the chat template when the context is shared.
+STREAM_PROMPT_ROOM = 400
+MIN_STREAM_TOKENS = 64
+# A window whose requests failed more often than this measured a different load: not a figure.
+MAX_FAILED_SHARE = 0.1
+
 SERVER_LIMIT_HINTS = {
     "llamacpp": "llama-server --parallel (-np)",
     "vllm": "vLLM --max-num-seqs",
     "sglang": "SGLang --max-running-requests",
     "ollama": "OLLAMA_NUM_PARALLEL",
     "lmstudio": "LM Studio's parallel requests setting",
+    "openai-compatible": (
+        "the server's parallel-request limit (llama-cpp-python: --interrupt_requests False)"
+    ),
 }
 
 
@@ -154,6 +166,8 @@ class DecodeConcurrent:
         stretch: Streams added to the probe's pick.
         engine: Server engine (for hints naming its concurrency limit).
         total_slots: Requests the server runs at once, when it says (llama.cpp ``/props``).
+        context_tokens: The server's context; streams share it (llama.cpp's unified cache), so
+            each asks for no more than its share.
         warn: Where warnings go.
     """
 
@@ -173,9 +187,11 @@ class DecodeConcurrent:
         stretch: int = 0,
         engine: str = "openai-compatible",
         total_slots: int | None = None,
+        context_tokens: int | None = None,
         warn: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.client = client
+        self.context_tokens = context_tokens
         self.clock = clock
         self.sampler: PhaseLabel = sampler
         self.power: PowerWindow = sampler
@@ -193,11 +209,20 @@ class DecodeConcurrent:
         self.per_chunk = 1.0
         self._nonce = itertools.count()
 
+    def max_tokens_for(self, n: int) -> int:
+        """Generation limit per stream for ``n`` streams sharing the server's context."""
+        if not self.context_tokens:
+            return STREAM_MAX_TOKENS
+        share = self.context_tokens // max(1, n) - STREAM_PROMPT_ROOM
+        return max(MIN_STREAM_TOKENS, min(STREAM_MAX_TOKENS, share))
+
     # --- preparation ------------------------------------------------------------------------
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         """Scheduling check, then (for ``auto``) the concurrency probe at this cap."""
         check_n = self.concurrency or self.max_probe
+        if self.concurrency is None and self.total_slots is not None:
+            check_n = min(check_n, self.total_slots)  # the probe will not go past the slots
         check = await self.scheduling_check(check_n)
         probe: list[ProbeRow] = []
         reason = "given"
@@ -222,6 +247,13 @@ class DecodeConcurrent:
             "ramp_s": self.ramp_s,
             "effective_concurrency": min(self.n, self.total_slots or self.n),
         }
+
+    def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        """Re-use an earlier run's concurrency, ramp and tokens per chunk (``--resume``)."""
+        self.n = int(prepared.get("concurrency") or self.n)
+        self.ramp_s = float(prepared.get("ramp_s") or self.ramp_s)
+        self.per_chunk = float(prepared.get("tokens_per_chunk") or self.per_chunk)
+        return dict(prepared)
 
     async def scheduling_check(self, n: int) -> dict[str, Any]:
         """N tiny concurrent requests must all succeed; learns ramp time and tokens per chunk."""
@@ -257,7 +289,7 @@ class DecodeConcurrent:
 
     async def probe(self, cap_w: float) -> tuple[int, list[ProbeRow], str]:
         """Try N = 1, 2, 4, ... and pick where more streams stop paying."""
-        kind, prompt, max_tokens = DECODE_PROMPTS[0]
+        kind, prompt, _ = DECODE_PROMPTS[0]
         length = max(2.0, self.target_s / 3.0)
         rows: list[ProbeRow] = []
         best: ProbeRow | None = None
@@ -267,7 +299,9 @@ class DecodeConcurrent:
             if self.total_slots is not None and n > self.total_slots:
                 reason = f"the server runs {self.total_slots} requests at once"
                 break
-            w = await self.window(cap_w, kind, prompt, max_tokens, n, length, phase="probe")
+            w = await self.window(
+                cap_w, kind, prompt, self.max_tokens_for(n), n, length, phase="probe"
+            )
             power = self.power.median_power_w(w.t0_s, w.t1_s)
             row = ProbeRow(n, w.tps, power, w.failures, w.queued)
             rows.append(row)
@@ -295,7 +329,8 @@ class DecodeConcurrent:
 
     async def measure(self, cap_w: float) -> LoadRun:
         run = LoadRun()
-        for kind, prompt, max_tokens in DECODE_PROMPTS:
+        for kind, prompt, _ in DECODE_PROMPTS:
+            max_tokens = self.max_tokens_for(self.n)
             values = []
             for _ in range(self.bench_runs):
                 w, results = await self._window_with_results(
@@ -303,9 +338,15 @@ class DecodeConcurrent:
                 )
                 run.requests.extend(results)
                 run.windows.append((kind, w.t0_s, w.t1_s))
-                values.append(w.tps if w.tokens > 0 else math.nan)
-                if w.failures and w.tokens == 0:
+                if w.failures > MAX_FAILED_SHARE * len(results):
+                    first = next((r.error for r in results if not r.ok and r.error), "failed")
+                    run.errors.append(
+                        f"{w.failures} of {len(results)} {kind} requests failed ({first}): the "
+                        f"server did not serve {self.n} streams"
+                    )
+                    values.append(math.nan)
                     break
+                values.append(w.tps if w.tokens > 0 else math.nan)
             finite = [v for v in values if math.isfinite(v)]
             run.tps[f"{kind}_tps"] = statistics.median(finite) if finite else math.nan
             run.extra[f"{kind}_tps_spread_pct"] = spread_pct(values)

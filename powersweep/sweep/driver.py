@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TypeVar
@@ -21,10 +21,14 @@ from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.journal import Journal, JournalEntry, JournalGpu
-from powersweep.sweep.loads import ChatApi, LoadRun, decode_single, warmup
-from powersweep.sweep.measure import cap_row
+from powersweep.sweep.loads import ChatApi, DecodeSingle, Load, LoadRun, warmup
+from powersweep.sweep.measure import LOAD_UTIL_PCT, cap_row
 from powersweep.sweep.outputs import RunWriter, utc_now_iso
+from powersweep.sweep.prefill import PrefillCalibrationError
+from powersweep.sweep.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.sampler import Sampler
+from powersweep.sweep.settle import SettleDetector, wait_settled
+from powersweep.sweep.strategy import AdaptivePlanner, CapMeasurement, plan_order
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -53,6 +57,11 @@ class SweepPlan:
         no_reset: Leave the last cap in force instead of restoring.
         max_failed_caps: Stop after this many consecutive failed caps.
         observe_only: Never set a limit: measure at the limit in force (``caps_w`` holds it).
+        strategy: ``dense`` measures every cap of ``caps_w``; ``adaptive`` a coarse pass, then
+            refinement where the answer is decided (:mod:`powersweep.sweep.strategy`).
+        step_w: Finest step between caps (adaptive refinement).
+        settle_mode: ``auto`` measures as soon as readings are stable under load (at most
+            ``settle_s``); ``fixed`` always waits ``settle_s``.
     """
 
     load_mode: str
@@ -64,6 +73,9 @@ class SweepPlan:
     no_reset: bool = False
     max_failed_caps: int = 3
     observe_only: bool = False
+    strategy: str = "dense"
+    step_w: float = 10.0
+    settle_mode: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -98,8 +110,7 @@ class SweepOutcome:
     restored: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
 
-LoadFn = Callable[[ChatApi, Clock, Sampler, float, float], Awaitable[LoadRun]]
-LOADS: dict[str, LoadFn] = {"decode-single": decode_single}
+LoadFactory = Callable[[Sampler], Load]
 
 
 class Sweep:
@@ -122,6 +133,11 @@ class Sweep:
             sweep over a journal left by a killed one restores the user's limits, not that
             sweep's last cap).
         caps_already_done: Caps a resumed run finished before (they stay in ``caps_done``).
+        load_factory: Builds the load from the sampler (default: decode-single).
+        prepared: The load's set-up from an earlier run (``--resume``): applied instead of
+            probing or calibrating again, so the resumed caps measure the same load.
+        on_prepared: Called with the load's set-up once it is known; returns keys to merge into
+            ``run.json`` (the simulator's ground truth for that load).
     """
 
     def __init__(
@@ -139,9 +155,10 @@ class Sweep:
         journal_backend: Mapping[str, Any] | None = None,
         originals: Mapping[int, float] | None = None,
         caps_already_done: Sequence[float] = (),
+        load_factory: LoadFactory | None = None,
+        prepared: Mapping[str, Any] | None = None,
+        on_prepared: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
-        if plan.load_mode not in LOADS:
-            raise PowersweepError(f"load mode {plan.load_mode!r} is not supported yet", 2)
         self.plan = plan
         self.gpus = list(gpus)
         self.clock = clock
@@ -151,10 +168,19 @@ class Sweep:
         self.progress = progress
         self.warn = warn
         self.sampler = Sampler(self.gpus, clock, plan.sample_interval_s)
+        if load_factory is None:
+            self.load: Load = DecodeSingle(client, clock, self.sampler, plan.target_cap_s)
+        else:
+            self.load = load_factory(self.sampler)
+        if self.load.mode != plan.load_mode:
+            raise PowersweepError(f"load {self.load.mode} does not match {plan.load_mode}")
+        self._prepared = dict(prepared) if prepared else None
+        self._on_prepared = on_prepared
         self._original = {g.index: g.envelope().current_w for g in self.gpus}
         self._original.update({i: w for i, w in (originals or {}).items() if i in self._original})
         self._touched: set[int] = set()
         self._caps_done: list[float] = list(caps_already_done)
+        self._failed_in_a_row = 0
         self._signum: int | None = None
         self.journal = None if plan.observe_only else journal
         self._journal_backend = dict(journal_backend or {"kind": "nvml"})
@@ -268,54 +294,134 @@ class Sweep:
 
     async def _measure_all(self) -> None:
         plan = self.plan
+        top = max(plan.caps_w)
+        if self._set_cap(top) is None:
+            if plan.warmup_requests > 0:
+                results = await warmup(self.client, self.sampler, top, plan.warmup_requests)
+                self.writer.append_requests(top, results)
+                if not any(r.ok for r in results):
+                    first = next((r.error for r in results if r.error), "no request completed")
+                    raise PowersweepError(f"the server failed every warm-up request: {first}")
+            await self._prepare(top)
+        if plan.strategy == "adaptive":
+            await self._measure_adaptive()
+            return
         order = sorted(plan.caps_w, reverse=True)
-        load = LOADS[plan.load_mode]
-        top = order[0]
-        if plan.warmup_requests > 0 and self._set_cap(top) is None:
-            results = await warmup(self.client, self.sampler, top, plan.warmup_requests)
-            self.writer.append_requests(top, results)
-            if not any(r.ok for r in results):
-                first = next((r.error for r in results if r.error), "no request completed")
-                raise PowersweepError(f"the server failed every warm-up request: {first}")
-        failed_in_a_row = 0
         for i, cap in enumerate(order):
-            rejection = self._set_cap(cap)
-            if rejection is not None:
-                self.warn(f"cap {cap:g} W rejected: {rejection}")
-                row = cap_row(
-                    cap_w=cap,
-                    load_mode=plan.load_mode,
-                    rows=[],
-                    requests=[],
-                    n_gpus=len(self.gpus),
-                    settle_s=0.0,
-                    window_s=0.0,
-                    status="rejected",
-                    error=rejection,
-                )
-                self._finish_cap(i, len(order), row, [], LoadRun())
-                continue
-            self.sampler.label(cap, "settle")
-            await self.clock.asleep(plan.settle_s)
-            run = await load(self.client, self.clock, self.sampler, cap, plan.target_cap_s)
-            self.sampler.label(cap, "settle")
-            rows = self.sampler.drain()
+            await self._measure_cap(cap, i, len(order), "dense" if len(order) > 1 else "")
+
+    async def _prepare(self, cap: float) -> None:
+        """Probe or calibrate the load once, at the highest cap (or re-apply a resumed set-up)."""
+        try:
+            if self._prepared is not None:
+                prep = self.load.apply(self._prepared)
+            else:
+                prep = await self.load.prepare(cap)
+        except PrefillCalibrationError as exc:
+            raise PowersweepError(str(exc)) from exc
+        self.sampler.drain()  # probe and calibration readings are not any cap's
+        self.meta["load"] = prep
+        if self._on_prepared is not None:
+            self.meta.update(self._on_prepared(prep))
+        self.writer.write_run_json(self.meta)
+
+    async def _measure_adaptive(self) -> None:
+        planner = AdaptivePlanner(list(self.plan.caps_w), self.plan.step_w)
+        metric = "prefill_tps" if self.plan.load_mode == "prefill-heavy" else "narr_tps"
+        measured: dict[float, CapMeasurement] = {}
+        batch = [(c, "coarse pass") for c in plan_order(planner.initial_caps())]
+        planned = len(batch)
+        done = 0
+        while batch:
+            for cap, reason in batch:
+                row = await self._measure_cap(cap, done, planned, reason)
+                done += 1
+                if row["status"] == "ok":
+                    measured[cap] = CapMeasurement.from_row(row, metric)
+            nxt = dict(planner.next_caps(measured))
+            batch = [(c, nxt[c]) for c in plan_order(nxt, last_cap_w=batch[-1][0])]
+            planned += len(batch)
+            self.meta["caps_planned"] = sorted(
+                {*self.meta.get("caps_planned", []), *(c for c, _ in batch)}, reverse=True
+            )
+
+    async def _measure_cap(self, cap: float, i: int, total: int, reason: str) -> dict[str, Any]:
+        plan = self.plan
+        rejection = self._set_cap(cap)
+        if rejection is not None:
+            self.warn(f"cap {cap:g} W rejected: {rejection}")
             row = cap_row(
                 cap_w=cap,
                 load_mode=plan.load_mode,
-                rows=rows,
-                requests=run.requests,
+                rows=[],
+                requests=[],
                 n_gpus=len(self.gpus),
-                settle_s=plan.settle_s,
-                window_s=run.window_s,
+                settle_s=0.0,
+                window_s=0.0,
+                status="rejected",
+                error=rejection,
+                extra={"reason": reason},
             )
-            self._finish_cap(i, len(order), row, rows, run)
-            failed_in_a_row = failed_in_a_row + 1 if row["status"] == "failed" else 0
-            if failed_in_a_row >= plan.max_failed_caps:
-                raise PowersweepError(
-                    f"{failed_in_a_row} caps in a row failed (last: {row['error']}); "
-                    "stopping — is the server still up?"
-                )
+            self._finish_cap(i, total, row, [], LoadRun())
+            return row
+        settle_s = await self._settle(cap)
+        self.sampler.drain()  # settle readings are not measured
+        run = await self.load.measure(cap)
+        self.sampler.label(cap, "settle")
+        rows = self.sampler.drain()
+        row = cap_row(
+            cap_w=cap,
+            load_mode=plan.load_mode,
+            rows=rows,
+            requests=run.requests,
+            n_gpus=len(self.gpus),
+            settle_s=settle_s,
+            window_s=run.window_s,
+            tps=run.tps or None,
+            extra={"reason": reason, **run.extra},
+            error="; ".join(run.errors),
+        )
+        self._finish_cap(i, total, row, rows, run)
+        self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
+        if self._failed_in_a_row >= plan.max_failed_caps:
+            raise PowersweepError(
+                f"{self._failed_in_a_row} caps in a row failed (last: {row['error']}); "
+                "stopping — is the server still up?"
+            )
+        return row
+
+    async def _settle(self, cap: float) -> float:
+        """Wait until the card has adjusted to the new cap; return the run seconds waited."""
+        plan = self.plan
+        self.sampler.label(cap, "settle")
+        if plan.observe_only or plan.settle_s <= 0:
+            return 0.0
+        if plan.settle_mode == "fixed":
+            await self.clock.asleep(plan.settle_s)
+            return plan.settle_s
+        # The card adjusts to a cap under load, so a throwaway request runs while the readings
+        # are watched; the measured load starts on a settled card.
+        t0 = self.clock.now()
+        busy = asyncio.create_task(
+            self.client.chat(
+                NARRATIVE_PROMPT, max_tokens=NARRATIVE_MAX_TOKENS, prompt_kind="settle"
+            )
+        )
+        try:
+            await wait_settled(
+                self.gpus,
+                self.clock,
+                interval_s=min(0.1, plan.sample_interval_s),
+                detector_factory=lambda: SettleDetector(
+                    min_s=min(0.25, plan.settle_s), max_s=plan.settle_s
+                ),
+                busy_util_pct=LOAD_UTIL_PCT,
+            )
+        finally:
+            busy.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await busy
+        return self.clock.now() - t0
 
     def _set_cap(self, cap: float) -> str | None:
         """Set the cap on every GPU; the reason if any card did not take it."""

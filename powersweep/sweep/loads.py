@@ -80,6 +80,10 @@ class Load(Protocol):
         """Run the measured load at one cap."""
         ...
 
+    def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        """Take a set-up from an earlier :meth:`prepare` (a resumed run) instead of probing."""
+        ...
+
 
 async def run_prompts(
     client: ChatApi,
@@ -128,6 +132,9 @@ class DecodeSingle:
         self.target_s = target_s
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
+        return {}
+
+    def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
         return {}
 
     async def measure(self, cap_w: float) -> LoadRun:

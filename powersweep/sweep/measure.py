@@ -9,7 +9,7 @@ import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -188,19 +188,28 @@ def cap_row(
     window_s: float,
     status: str = "ok",
     error: str = "",
+    tps: Mapping[str, float] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``caps.csv`` row of one cap (columns as in docs/run-format.md)."""
+    """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
+
+    ``tps`` carries the figures a load computed itself (decode-concurrent counts arrivals in a
+    window); without it they come from the requests. ``extra`` adds mode-specific columns.
+    """
     ticks = load_ticks(rows)
     power = _median(t.power_w for t in ticks)
-    if load_mode == "prefill-heavy":
+    if tps is not None:
+        narr = tps.get("narr_tps", NAN)
+        code = tps.get("code_tps", NAN)
+        pre = tps.get("prefill_tps", NAN)
+    elif load_mode == "prefill-heavy":
         narr = code = NAN
         pre = prefill_tps(requests)
-        metric = pre
     else:
         narr = decode_tps(requests, "narr")
         code = decode_tps(requests, "code")
         pre = NAN
-        metric = narr
+    metric = pre if load_mode == "prefill-heavy" else narr
     n_ok = sum(1 for r in requests if r.ok)
     if status == "ok" and not math.isfinite(metric):
         status = "failed"
@@ -231,6 +240,7 @@ def cap_row(
         "window_s": window_s,
         "status": status,
         "error": error,
+        **(extra or {}),
     }
 
 

@@ -80,6 +80,12 @@ CAPS_COLUMNS = (
     "window_s",
     "status",
     "error",
+    "reason",
+    "concurrency",
+    "narr_tps_spread_pct",
+    "code_tps_spread_pct",
+    "prefill_wall_tps",
+    "prompt_tokens",
 )
 
 
@@ -158,6 +164,7 @@ class RunWriter:
         now: datetime | None = None,
         initial_meta: Mapping[str, Any] | None = None,
     ) -> None:
+        self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
         try:
@@ -221,6 +228,10 @@ class RunWriter:
             elif not target.read_bytes().endswith(b"\n"):
                 # a kill mid-write can leave half a row: end it so the next row starts clean
                 writer._append_raw(name, "\n")
+        # a run written by an older version keeps its own caps.csv columns
+        with open(path / "caps.csv", newline="") as f:
+            header = next(csv.reader(f), None)
+        writer._caps_columns = tuple(header) if header else CAPS_COLUMNS
         return writer
 
     def _append_raw(self, name: str, text: str) -> None:
@@ -303,8 +314,10 @@ class RunWriter:
 
     def append_cap(self, row: Mapping[str, Any]) -> None:
         """Append one row to ``caps.csv``."""
-        values = [cell(row.get(c)) for c in CAPS_COLUMNS]
-        values[CAPS_COLUMNS.index("error")] = _one_line(row.get("error") or "")
+        values = [
+            _one_line(row.get(c) or "") if c == "error" else cell(row.get(c))
+            for c in self._caps_columns
+        ]
         self._append("caps.csv", [values])
 
 

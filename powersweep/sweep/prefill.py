@@ -224,13 +224,24 @@ class PrefillHeavy:
             extra["cache_prompt"] = False
         return extra
 
-    async def _send(self, words: int, cap_w: float) -> tuple[Any, str]:
-        """One prefill request; returns (result, error or '')."""
+    async def _send(self, words: int, cap_w: float) -> tuple[Any, str, int]:
+        """One prefill request; returns (result, error or '', words actually sent)."""
         self._n += 1
-        prompt = make_prompt(words, f"{cap_w:g}-{self._n}-{self.rng.random():.6f}", self.rng)
+        nonce = f"{cap_w:g}-{self._n}-{self.rng.random():.6f}"
+        prompt = make_prompt(words, nonce, self.rng)
         expected = await self.client.count_tokens(prompt)
         source = "tokenize"
-        if expected is None:
+        limit = self.max_prompt_tokens
+        if expected is not None:
+            self.tokens_per_word = expected / words
+            if limit is not None and expected > limit:
+                # the word estimate overshot: shrink before sending an over-context prompt
+                words = max(16, int(words * limit / expected))
+                prompt = make_prompt(words, nonce, self.rng)
+                expected = await self.client.count_tokens(prompt) or round(
+                    words * self.tokens_per_word
+                )
+        else:
             expected = round(words * self.tokens_per_word)
             source = "estimate"
         result = await self.client.chat(
@@ -240,21 +251,26 @@ class PrefillHeavy:
             extra_body=self._extra(),
         )
         if not result.ok:
-            return result, result.error
+            return result, result.error, words
         got = result.prompt_tokens
         if got is None:
-            return result, "the server reported no prompt_tokens: prefill TPS cannot be measured"
+            msg = "the server reported no prompt_tokens: prefill TPS cannot be measured"
+            return result, msg, words
         if got < TRUNCATION_TOLERANCE * expected:
-            return result, (
-                f"prompt truncated by the server: sent ~{expected} tokens ({source}), it "
-                f"processed {got}; its real context is smaller than reported "
-                f"({self.context_tokens or 'unknown'}): set the server's context or pass a "
-                "smaller --target-prefill-seconds"
+            return (
+                result,
+                (
+                    f"prompt truncated by the server: sent ~{expected} tokens ({source}), it "
+                    f"processed {got}; its real context is smaller than reported "
+                    f"({self.context_tokens or 'unknown'}): set the server's context or pass a "
+                    "smaller --target-prefill-seconds"
+                ),
+                words,
             )
         cached = result.cached_tokens or 0
         if cached > MAX_CACHED_FRACTION * got:
-            return result, f"{cached} of {got} prompt tokens came from the server's cache"
-        return result, ""
+            return result, f"{cached} of {got} prompt tokens came from the server's cache", words
+        return result, "", words
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         """Size the prompt so its prefill takes ``target_prefill_s`` at this (highest) cap."""
@@ -267,7 +283,7 @@ class PrefillHeavy:
         steps: list[CalibrationStep] = []
         for _ in range(MAX_CALIBRATION_STEPS):
             words = max(16, round(want_tokens / self.tokens_per_word))
-            result, error = await self._send(words, cap_w)
+            result, error, words = await self._send(words, cap_w)
             if error:
                 raise PrefillCalibrationError(f"prefill calibration failed: {error}")
             ttft = result.t_first_token_s - result.t_start_s
@@ -301,6 +317,17 @@ class PrefillHeavy:
             "calibration": [s.__dict__ for s in steps],
         }
 
+    def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        """Re-use an earlier run's prompt size (``--resume``)."""
+        self.words = int(prepared.get("prompt_words") or 0)
+        tokens = prepared.get("prompt_tokens")
+        if self.words and tokens:
+            self.tokens_per_word = float(tokens) / self.words
+        self.clamped = bool(prepared.get("clamped_to_context"))
+        if not self.words:
+            raise PrefillCalibrationError("the resumed run has no prefill prompt size")
+        return dict(prepared)
+
     async def measure(self, cap_w: float) -> LoadRun:
         run = LoadRun()
         self.sampler.label(cap_w, "prefill")
@@ -310,7 +337,7 @@ class PrefillHeavy:
         seconds = 0.0
         wall = 0.0
         while True:
-            result, error = await self._send(self.words, cap_w)
+            result, error, _ = await self._send(self.words, cap_w)
             if error and result.ok:
                 run.errors.append(error)
                 result = _failed(result, error)

@@ -21,6 +21,7 @@ from powersweep.clock import Clock, ScaledClock, real_clock
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.caps import clamp_caps, default_caps, uniform_envelope
 from powersweep.sweep.client import ChatClient
+from powersweep.sweep.concurrent import DecodeConcurrent
 from powersweep.sweep.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.driver import (
     CapProgress,
@@ -32,12 +33,20 @@ from powersweep.sweep.driver import (
 )
 from powersweep.sweep.gpu import Gpu, GpuBackend, PowerEnvelope
 from powersweep.sweep.journal import Journal, default_state_dir
+from powersweep.sweep.loads import DecodeSingle, Load
 from powersweep.sweep.outputs import SCHEMA_VERSION, RunWriter, utc_now_iso
+from powersweep.sweep.prefill import PrefillHeavy
 
 LOAD_MODES = ("decode-single", "decode-concurrent", "prefill-heavy")
-SUPPORTED_LOAD_MODES = ("decode-single",)
+SUPPORTED_LOAD_MODES = LOAD_MODES
+STRATEGIES = ("dense", "adaptive")
+SETTLE_MODES = ("auto", "fixed")
+SIM_SERVER_FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
 COOLING = ("air", "water", "aio", "unspecified")
 DEFAULT_SIM_TIME_SCALE = 30.0
+# Many streams cost the one interpreter more CPU per run second, and a prefill's single long
+# wait weighs every millisecond of wall latency `scale` times: both run slower by default.
+SIM_TIME_SCALE_BY_MODE = {"decode-single": 30.0, "decode-concurrent": 15.0, "prefill-heavy": 15.0}
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,15 @@ class SweepOptions:
     state_dir: Path | None = None
     sim_rejects_below_w: float | None = None
     sim_http_error: int | None = None
+    concurrency: int | None = None
+    bench_runs: int = 1
+    max_concurrency_probe: int = 16
+    load_target: float | None = None
+    concurrency_stretch: int = 0
+    target_prefill_seconds: float = 10.0
+    strategy: str = "dense"
+    settle: str = "auto"
+    sim_slots: int | None = None
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
@@ -159,7 +177,7 @@ def _duration(seconds: float) -> str:
 _CAP_OVERHEAD_S = 2.0
 # Run seconds one warm-up request takes (a short completion).
 _WARMUP_REQUEST_S = 3.0
-PROMPTS_PER_CAP = {"decode-single": 2, "decode-concurrent": 1, "prefill-heavy": 1}
+PROMPTS_PER_CAP = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
 
 
 def estimate_wall_s(options: SweepOptions, n_caps: int, time_scale: float = 1.0) -> float:
@@ -185,8 +203,39 @@ def validate(options: SweepOptions) -> None:
         raise UsageError(
             f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load_mode!r}"
         )
-    if options.load_mode not in SUPPORTED_LOAD_MODES:
-        raise UsageError(f"--load-mode {options.load_mode} is not yet supported")
+    if options.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy must be dense or adaptive, not {options.strategy!r}")
+    if options.settle not in SETTLE_MODES:
+        raise UsageError(f"--settle must be auto or fixed, not {options.settle!r}")
+    if options.sim_server not in SIM_SERVER_FLAVOURS:
+        raise UsageError(
+            f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, "
+            f"not {options.sim_server!r}"
+        )
+    if options.concurrency is not None and options.concurrency < 1:
+        raise UsageError("--concurrency takes a number of streams (1 or more) or auto")
+    if options.bench_runs < 1:
+        raise UsageError("--bench-runs must be at least 1")
+    if options.max_concurrency_probe < 1:
+        raise UsageError("--max-concurrency-probe must be at least 1")
+    if options.load_target is not None and not 0 < options.load_target <= 1:
+        raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
+    if options.concurrency_stretch < 0:
+        raise UsageError("--concurrency-stretch must be 0 or more")
+    if not options.target_prefill_seconds > 0:
+        raise UsageError("--target-prefill-seconds must be positive")
+    if options.sim_slots is not None and options.sim_slots < 1:
+        raise UsageError("--sim-slots must be at least 1")
+    if options.load_mode != "decode-concurrent" and (
+        options.concurrency is not None
+        or options.bench_runs != 1
+        or options.load_target is not None
+        or options.concurrency_stretch
+    ):
+        raise UsageError(
+            "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
+            "--load-mode decode-concurrent"
+        )
     positive = {
         "--step-size": options.step_size_w,
         "--target-cap-seconds": options.target_cap_seconds,
@@ -324,6 +373,24 @@ def _rig(options: SweepOptions) -> Iterator[tuple[GpuBackend, Clock, Any, list[A
         finally:
             backend.close()
         return
+    scale = options.time_scale or (
+        1.0
+        if options.url
+        else SIM_TIME_SCALE_BY_MODE.get(options.load_mode, DEFAULT_SIM_TIME_SCALE)
+    )
+    if scale > 1:
+        # The simulated server, the client and the sampler share one interpreter: at the default
+        # 5 ms GIL switch interval a token's arrival can be stamped up to 5 ms late, which is
+        # `scale` times more in run time. Finer switching keeps the stamps within 0.1%.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
+    if options.simulate.startswith("replay:"):
+        from powersweep.sim.replay import ReplayRig, replay_profile
+
+        curve = replay_profile(Path(options.simulate.removeprefix("replay:")))
+        clock = ScaledClock(scale)
+        replay = ReplayRig(curve, clock, seed=options.seed)
+        yield replay, clock, replay, [curve]
+        return
     from powersweep.sim.profiles import get_profile
     from powersweep.sim.rig import SimRig
 
@@ -333,13 +400,7 @@ def _rig(options: SweepOptions) -> Iterator[tuple[GpuBackend, Clock, Any, list[A
         profiles = [
             dataclasses.replace(p, rejects_below_w=options.sim_rejects_below_w) for p in profiles
         ]
-    scale = options.time_scale or (1.0 if options.url else DEFAULT_SIM_TIME_SCALE)
     clock = ScaledClock(scale)
-    if scale > 1:
-        # The simulated server, the client and the sampler share one interpreter: at the default
-        # 5 ms GIL switch interval a token's arrival can be stamped up to 5 ms late, which is
-        # `scale` times more in run time. Finer switching keeps the stamps within 0.1%.
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
     rig = SimRig(profiles, clock, seed=options.seed, state_file=options.sim_state)
     yield rig, clock, rig, profiles
 
@@ -508,6 +569,7 @@ def _run_session(
                 model="sim-qwen3.6-27b",
                 seed=options.seed,
                 http_error=options.sim_http_error,
+                total_slots=options.sim_slots,
             )
         with server if server is not None else contextlib.nullcontext():
             url = server.url if server is not None else options.url
@@ -521,15 +583,15 @@ def _run_session(
             else:
                 simulation = None
                 if rig is not None:
-                    from powersweep.sim.rig import ground_truth
-
-                    truth = ground_truth(profiles, options.load_mode, caps)
                     simulation = {
                         "profile": options.simulate,
                         "seed": options.seed,
                         "time_scale": clock.scale,
                         "server_flavour": options.sim_server if server is not None else None,
-                        "ground_truth": truth.to_dict(),
+                        # modes that probe or calibrate get theirs once the load is set up
+                        "ground_truth": _truth(options, profiles, caps, {})
+                        if options.load_mode == "decode-single"
+                        else None,
                     }
                 meta = _run_meta(options, gpus, info, caps, simulation)
                 writer = RunWriter(
@@ -550,8 +612,32 @@ def _run_session(
                 no_reset=options.no_reset,
                 max_failed_caps=options.max_failed_caps,
                 observe_only=options.observe_only,
+                strategy="dense" if options.observe_only or resume else options.strategy,
+                step_w=options.step_size_w,
+                settle_mode=options.settle,
             )
-            client = ChatClient(info, clock, api_key=options.api_key, max_connections=8)
+            streams = options.concurrency or options.max_concurrency_probe
+            connections = max(8, streams + 2) if options.load_mode == "decode-concurrent" else 8
+            client: Any = ChatClient(
+                info, clock, api_key=options.api_key, max_connections=connections
+            )
+            if rig is not None and server is None:
+                client = _RigDrivingClient(client, rig)
+            truth_caps = (
+                list(caps) if resume is None else list(resume.meta.get("caps_planned", caps))
+            )
+
+            def on_prepared(prep: dict[str, Any]) -> Mapping[str, Any]:
+                sim = meta.get("simulation")
+                if not isinstance(sim, dict) or options.load_mode == "decode-single":
+                    return {}
+                return {
+                    "simulation": {
+                        **sim,
+                        "ground_truth": _truth(options, profiles, truth_caps, prep),
+                    }
+                }
+
             originals = {
                 g.index: originals_by_uuid[g.identity().uuid]
                 for g in gpus
@@ -570,9 +656,109 @@ def _run_session(
                 journal_backend=_journal_backend(options),
                 originals=originals,
                 caps_already_done=resume.caps_done if resume else (),
+                load_factory=_load_factory(options, client, clock, info, warn),
+                prepared=resume.meta.get("load") if resume else None,
+                on_prepared=on_prepared,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)
+
+
+class _RigDrivingClient:
+    """A client for ``--simulate`` with ``--url``: a real server does the work, so the simulated
+    GPU is told of each request and draws power as if it served it (its clocks do not change
+    the real server's speed, so TPS is the server's own and power is the simulator's).
+    """
+
+    def __init__(self, client: ChatClient, rig: Any) -> None:
+        self._client = client
+        self._rig = rig
+
+    @property
+    def info(self) -> ServerInfo:
+        return self._client.info
+
+    async def chat(self, prompt: str, **kwargs: Any) -> Any:
+        kind = "prefill" if kwargs.get("prompt_kind") == "prefill" else "decode"
+        self._rig.work_started(kind)
+        if kind == "prefill":
+            self._rig.prefill_rate_tps(len(prompt) // 4)  # marks a long prompt's prefill
+        try:
+            return await self._client.chat(prompt, **kwargs)
+        finally:
+            self._rig.work_finished(kind)
+
+    async def queued_requests(self) -> int | None:
+        return await self._client.queued_requests()
+
+    async def count_tokens(self, text: str) -> int | None:
+        return await self._client.count_tokens(text)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _load_factory(
+    options: SweepOptions,
+    client: Any,
+    clock: Clock,
+    info: ServerInfo,
+    warn: Callable[[str], None],
+) -> Callable[[Any], Load]:
+    """Builds the load of ``options.load_mode`` once the driver has its sampler."""
+
+    def make(sampler: Any) -> Load:
+        if options.load_mode == "decode-concurrent":
+            return DecodeConcurrent(
+                client,
+                clock,
+                sampler,
+                options.target_cap_seconds,
+                concurrency=options.concurrency,
+                bench_runs=options.bench_runs,
+                max_probe=options.max_concurrency_probe,
+                load_target=options.load_target,
+                stretch=options.concurrency_stretch,
+                engine=info.engine,
+                total_slots=info.total_slots,
+                context_tokens=info.context_tokens,
+                warn=warn,
+            )
+        if options.load_mode == "prefill-heavy":
+            return PrefillHeavy(
+                client,
+                clock,
+                sampler,
+                options.target_cap_seconds,
+                target_prefill_s=options.target_prefill_seconds,
+                context_tokens=info.context_tokens,
+                engine=info.engine,
+                seed=options.seed,
+                warn=warn,
+            )
+        return DecodeSingle(client, clock, sampler, options.target_cap_seconds)
+
+    return make
+
+
+def _truth(
+    options: SweepOptions, profiles: list[Any], caps: list[float], prep: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The simulator's noise-free answer for this load (None on real hardware)."""
+    if not profiles:
+        return None
+    from powersweep.sim.replay import ReplayCurve, replay_truth
+
+    if isinstance(profiles[0], ReplayCurve):
+        return replay_truth(profiles[0], caps)
+    from powersweep.sim.rig import ground_truth
+
+    kwargs: dict[str, Any] = {}
+    if prep.get("effective_concurrency"):
+        kwargs["concurrency"] = int(prep["effective_concurrency"])
+    if prep.get("prompt_tokens"):
+        kwargs["prompt_tokens"] = int(prep["prompt_tokens"])
+    return ground_truth(profiles, options.load_mode, caps, **kwargs).to_dict()
 
 
 def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:

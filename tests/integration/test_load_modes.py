@@ -88,7 +88,8 @@ def test_auto_concurrency_loads_the_5090_harder_than_one_stream() -> None:
     ("profile", "cap", "n"), [("rtx5090-air", 450.0, 4), ("h100-sxm", 500.0, 8)]
 )
 def test_concurrent_tps_and_draw_match_truth(profile: str, cap: float, n: int) -> None:
-    with rig_and_server(profile, cap, flavour="vllm") as (rig, sampler, server, clock):
+    # many streams cost the one interpreter CPU per run second: a lower scale keeps up
+    with rig_and_server(profile, cap, 10.0, flavour="vllm") as (rig, sampler, server, clock):
         rig.preheat("decode-concurrent", concurrency=n)
 
         async def body(client: ChatClient) -> Any:

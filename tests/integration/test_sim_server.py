@@ -224,7 +224,8 @@ def test_over_context_is_http_400(served: tuple[SimServer, ConstantEngine]) -> N
     server, engine = served
     result = chat(server, engine, max_tokens=5, prompt="word " * (CONTEXT + 10))
     assert not result.ok
-    assert result.error.startswith("HTTP 400: the request exceeds the available context size")
+    assert result.error.startswith("HTTP 400: request (")
+    assert "exceeds the available context size" in result.error
     assert "exceed_context_size_error" in result.error
 
 

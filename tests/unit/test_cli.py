@@ -22,7 +22,13 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 BAD_SWEEP = [
     (["--cooling", "liquid", "--simulate", "rtx3090-air"], "--cooling"),
     (["--load-mode", "decode-everything", "--simulate", "rtx3090-air"], "--load-mode"),
-    (["--load-mode", "prefill-heavy", "--simulate", "rtx3090-air"], "not yet supported"),
+    (["--concurrency", "4", "--simulate", "rtx3090-air"], "decode-concurrent"),
+    (
+        ["--load-mode", "decode-concurrent", "--concurrency", "0", "--simulate", "rtx3090-air"],
+        "--concurrency",
+    ),
+    (["--strategy", "fast", "--simulate", "rtx3090-air"], "--strategy"),
+    (["--sim-server", "tgi", "--simulate", "rtx3090-air"], "--sim-server"),
     (["--simulate", "rtx9090"], "unknown simulation profile"),
     (["--caps", "abc", "--simulate", "rtx3090-air"], "--caps"),
     (["--caps", "-100", "--simulate", "rtx3090-air"], "--caps"),

@@ -1,0 +1,139 @@
+"""The client and the sweep against llama-cpp-python's real OpenAI server (CPU, tiny model).
+
+This server never sends ``usage`` in a stream and has no ``/props``: the client must fall back to
+counting token-bearing chunks, and must not invent a context length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from powersweep.clock import real_clock
+from powersweep.sweep.client import ChatClient, RequestResult
+from powersweep.sweep.discovery import ServerInfo, discover_server
+from powersweep.sweep.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
+from powersweep.sweep.session import SweepOptions, run_session
+from tests.integration.conftest import read_csv, read_json
+from tests.realservers.conftest import RealServer, TeeTransport, sse_payloads
+from tests.realservers.tinymodel import chatml_prompt_tokens
+
+pytestmark = pytest.mark.realserver
+
+PROMPT = "Tell me a story about a lighthouse."
+
+
+def discover(server: RealServer) -> ServerInfo:
+    return asyncio.run(discover_server(server.url, model=None, api_key=None, clock=real_clock()))
+
+
+def chat(
+    server: RealServer, max_tokens: int, *, stream: bool = True, tee: TeeTransport | None = None
+) -> RequestResult:
+    info = discover(server)
+
+    async def go() -> RequestResult:
+        async with ChatClient(info, real_clock(), transport=tee) as client:
+            return await client.chat(
+                PROMPT, max_tokens=max_tokens, prompt_kind="narr", stream=stream
+            )
+
+    return asyncio.run(go())
+
+
+def test_discovery_finds_a_generic_server_without_a_context(
+    llama_cpp_python_server: RealServer,
+) -> None:
+    info = discover(llama_cpp_python_server)
+    assert info.engine == "openai-compatible"
+    assert info.context_tokens is None  # no /props: unknown, never guessed
+    assert info.total_slots is None
+    assert info.model == str(llama_cpp_python_server.model_path)
+
+
+def test_streamed_counts_fall_back_to_chunks_and_equal_what_was_generated(
+    llama_cpp_python_server: RealServer,
+) -> None:
+    tee = TeeTransport()
+    result = chat(llama_cpp_python_server, 40, tee=tee)
+    assert result.ok, result.error
+    (body,) = tee.bodies
+    payloads = sse_payloads(bytes(body))
+    assert not any(p.get("usage") for p in payloads)  # the quirk this test is about
+    text = "".join(
+        c["delta"].get("content") or "" for p in payloads for c in p["choices"] if "delta" in c
+    )
+    assert len(text) == 40  # one character per token: the server generated max_tokens
+    assert result.token_source == "chunks"
+    assert result.completion_tokens == result.chunk_tokens == 40
+    assert result.finish_reason == "length"
+    assert result.prompt_tokens is None
+    assert result.server_decode_tps is None
+    assert result.decode_tps > 0
+
+
+def test_non_streamed_answer_carries_usage(llama_cpp_python_server: RealServer) -> None:
+    result = chat(llama_cpp_python_server, 24, stream=False)
+    assert result.ok, result.error
+    assert result.token_source == "usage"
+    assert result.completion_tokens == 24
+    assert result.prompt_tokens == chatml_prompt_tokens(PROMPT)
+
+
+def test_sweep_session_counts_chunks(llama_cpp_python_server: RealServer, tmp_path: Path) -> None:
+    options = SweepOptions(
+        simulate="rtx3090-air",
+        url=llama_cpp_python_server.url,
+        caps=(300.0,),
+        target_cap_seconds=0.5,
+        settle="fixed",
+        settle_seconds=0.5,
+        state_dir=tmp_path / "state",
+        warmup_requests=1,
+        sample_interval_s=0.1,
+        cooling="air",
+        out=tmp_path,
+    )
+    run = run_session(options).run_dir
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "complete", meta["error"]
+    assert meta["server"]["engine"] == "openai-compatible"
+    assert meta["server"]["context_tokens"] is None
+    requests = read_csv(run / "requests.csv")
+    limits = {"narr": NARRATIVE_MAX_TOKENS, "code": CODE_MAX_TOKENS}
+    assert {"narr", "code"} <= {r["prompt_kind"] for r in requests}
+    for row in requests:
+        assert row["ok"] == "true", row
+        assert row["token_source"] == "chunks"
+        assert row["prompt_tokens"] == ""  # empty means not reported, never zero
+        if row["prompt_kind"] in limits:
+            assert int(row["completion_tokens"]) == limits[row["prompt_kind"]]
+            assert row["chunk_tokens"] == row["completion_tokens"]
+
+
+def test_a_stream_the_server_interrupts_is_a_failed_request(
+    llama_cpp_python_server: RealServer,
+) -> None:
+    # By default (interrupt_requests) this server aborts a running stream when another request
+    # arrives: the aborted one must be a failure, not a short "ok" request that skews the TPS.
+    info = discover(llama_cpp_python_server)
+
+    async def go() -> tuple[RequestResult, RequestResult]:
+        async with ChatClient(info, real_clock()) as client:
+
+            async def second() -> RequestResult:
+                await asyncio.sleep(0.5)
+                return await client.chat(PROMPT, max_tokens=8, prompt_kind="narr", stream_index=1)
+
+            long = client.chat(PROMPT, max_tokens=3000, prompt_kind="narr")
+            first, late = await asyncio.gather(long, second())
+            return first, late
+
+    first, late = asyncio.run(go())
+    assert late.ok, late.error
+    assert late.completion_tokens == 8
+    assert not first.ok
+    assert "server closed the connection mid-response" in first.error
+    assert first.chunk_tokens < 3000

@@ -1,0 +1,275 @@
+"""The client and the sweep against llama.cpp's real ``llama-server`` (CPU, generated models)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import httpx
+import pytest
+
+from powersweep.clock import real_clock
+from powersweep.sweep.client import ChatClient, RequestResult
+from powersweep.sweep.discovery import ServerInfo, discover_server
+from powersweep.sweep.prompts import (
+    CODE_MAX_TOKENS,
+    CODE_PROMPT,
+    NARRATIVE_MAX_TOKENS,
+    NARRATIVE_PROMPT,
+)
+from powersweep.sweep.session import SweepOptions, run_session
+from tests.integration.conftest import read_csv, read_json
+from tests.realservers.conftest import (
+    CONTEXT_TOKENS,
+    SLOTS,
+    RealServer,
+    TeeTransport,
+    sse_payloads,
+)
+from tests.realservers.tinymodel import TINY, chatml_prompt_tokens
+
+pytestmark = pytest.mark.realserver
+
+PROMPT = "Tell me a story about a lighthouse."
+
+
+def discover(server: RealServer) -> ServerInfo:
+    return asyncio.run(discover_server(server.url, model=None, api_key=None, clock=real_clock()))
+
+
+def chat(
+    server: RealServer,
+    prompt: str,
+    max_tokens: int,
+    transport: httpx.AsyncBaseTransport | None = None,
+    *,
+    warm_first: bool = False,
+) -> tuple[RequestResult, ChatClient]:
+    """One request through the real client (optionally after an unmeasured warm-up request)."""
+    info = discover(server)
+
+    async def go() -> tuple[RequestResult, ChatClient]:
+        client = ChatClient(info, real_clock(), transport=transport)
+        async with client:
+            if warm_first:
+                await client.chat(prompt, max_tokens=8, prompt_kind="warmup")
+            return await client.chat(prompt, max_tokens=max_tokens, prompt_kind="narr"), client
+
+    return asyncio.run(go())
+
+
+def test_discovery_reads_engine_runtime_context_and_slots_from_props(
+    llama_server: RealServer,
+) -> None:
+    info = discover(llama_server)
+    assert info.engine == "llamacpp"
+    # The runtime context (-c), not the model's training length that /v1/models advertises.
+    assert info.context_tokens == CONTEXT_TOKENS
+    models = httpx.get(llama_server.url + "/v1/models", timeout=5).json()
+    assert models["data"][0]["meta"]["n_ctx_train"] == TINY.context_tokens != CONTEXT_TOKENS
+    assert info.total_slots == SLOTS
+    assert info.model == models["data"][0]["id"]
+    assert info.accepts_thinking_switch is True
+
+
+def test_with_split_slots_discovery_reports_the_per_request_context_the_server_enforces(
+    llama_server_split_slots: RealServer,
+) -> None:
+    # -c 4096 -np 4 gives each slot 1024 tokens: /props reports that, and it is the real limit
+    # of one request (the -c value would overstate it four times).
+    info = discover(llama_server_split_slots)
+    per_slot = CONTEXT_TOKENS // SLOTS
+    assert info.context_tokens == per_slot
+    assert info.total_slots == SLOTS
+    fits, _ = chat(llama_server_split_slots, "x" * (per_slot - 100), 4)
+    assert fits.ok, fits.error
+    too_long, _ = chat(llama_server_split_slots, "x" * (per_slot + 100), 4)
+    assert not too_long.ok
+    assert f"({per_slot} tokens)" in too_long.error
+    assert "exceed_context_size_error" in too_long.error
+
+
+def test_token_counts_equal_the_servers_usage_and_timings(llama_server: RealServer) -> None:
+    tee = TeeTransport()
+    result, client = chat(llama_server, PROMPT, 48, tee)
+    assert result.ok, result.error
+    assert result.warnings == ()
+    assert client.refused_keys == frozenset()  # llama-server takes chat_template_kwargs
+
+    (body,) = tee.bodies
+    payloads = sse_payloads(bytes(body))
+    (usage,) = [p["usage"] for p in payloads if p.get("usage")]
+    timings = [p["timings"] for p in payloads if p.get("timings")][-1]
+    # The server ran to the limit (the model never samples EOS) ...
+    assert usage["completion_tokens"] == 48
+    assert timings["predicted_n"] == 48
+    # ... and the client reports exactly the server's counts, from usage.
+    assert result.token_source == "usage"
+    assert result.completion_tokens == 48
+    assert result.chunk_tokens == 48  # one ASCII token per chunk
+    assert result.finish_reason == "length"
+    assert result.prompt_tokens == usage["prompt_tokens"] == chatml_prompt_tokens(PROMPT)
+    assert result.server_decode_tps == pytest.approx(timings["predicted_per_second"])
+    assert result.server_prompt_tps == pytest.approx(timings["prompt_per_second"])
+    assert result.t_start_s <= result.t_first_token_s < result.t_last_token_s <= result.t_end_s
+
+
+def test_back_to_back_requests_on_kept_alive_connections_all_succeed(
+    llama_server: RealServer,
+) -> None:
+    # llama-server now and then closes a kept-alive connection just as the next request goes
+    # out (about 1 request in 20 here); a sweep sends requests back to back, so the client must
+    # resend such a request instead of recording a failure.
+    info = discover(llama_server)
+
+    async def go() -> list[RequestResult]:
+        async with ChatClient(info, real_clock()) as client:
+            return [await client.chat(PROMPT, max_tokens=4, prompt_kind="narr") for _ in range(40)]
+
+    results = asyncio.run(go())
+    assert [r.error for r in results if not r.ok] == []
+    assert all(r.completion_tokens == 4 for r in results)
+
+
+def test_decode_tps_agrees_with_llama_servers_own_timing(llama_server_medium: RealServer) -> None:
+    # The medium model decodes at tens of tokens per second: client-side timing (first to last
+    # token-bearing chunk) must match the server's own decode timing within 2 %.
+    result, _ = chat(llama_server_medium, PROMPT, 96, warm_first=True)
+    assert result.ok, result.error
+    assert result.completion_tokens == 96
+    assert result.server_decode_tps is not None
+    assert math.isfinite(result.decode_tps)
+    assert result.decode_tps == pytest.approx(result.server_decode_tps, rel=0.02)
+
+
+def test_prompt_over_the_context_is_a_failed_request_with_the_servers_error(
+    llama_server: RealServer,
+) -> None:
+    prompt = "lighthouse " * (CONTEXT_TOKENS // 10)  # ~4400 one-character tokens
+    result, client = chat(llama_server, prompt, 16)
+    assert not result.ok
+    assert result.error.startswith("HTTP 400: ")
+    assert "exceed" in result.error and "context" in result.error
+    assert "exceed_context_size_error" in result.error
+    assert result.completion_tokens == 0
+    # The refusal is about the prompt: the client must not blame (and drop) its optional keys.
+    assert client.refused_keys == frozenset()
+    assert client.accepts_thinking_switch is not False
+
+
+def test_sim_llamacpp_flavour_metrics_and_props_keys_exist_on_the_real_server(
+    llama_server: RealServer,
+) -> None:
+    # The simulated llamacpp flavour imitates these; the names must be the real ones.
+    metrics = httpx.get(llama_server.url + "/metrics", timeout=5)
+    assert metrics.status_code == 200
+    for name in (
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "llamacpp:tokens_predicted_total",
+    ):
+        assert name in metrics.text
+    props = httpx.get(llama_server.url + "/props", timeout=5).json()
+    assert props["default_generation_settings"]["n_ctx"] == CONTEXT_TOKENS
+    assert props["total_slots"] == SLOTS
+    assert {"model_path", "build_info"} <= props.keys()
+
+
+def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_path: Path) -> None:
+    # GPU simulated, server real: the whole sweep path (discovery, warm-up, load, CSVs).
+    options = SweepOptions(
+        simulate="rtx3090-air",
+        url=llama_server.url,
+        caps=(300.0,),
+        target_cap_seconds=0.5,
+        settle="fixed",
+        settle_seconds=0.5,
+        state_dir=tmp_path / "state",
+        warmup_requests=1,
+        sample_interval_s=0.1,
+        cooling="air",
+        out=tmp_path,
+    )
+    session = run_session(options)
+    run = session.run_dir
+    assert run.parent == tmp_path
+    meta = read_json(run / "run.json")
+    assert meta["server"]["engine"] == "llamacpp"
+    assert meta["server"]["context_tokens"] == CONTEXT_TOKENS
+    assert meta["server"]["url"] == llama_server.url
+
+    requests = read_csv(run / "requests.csv")
+    limits = {"warmup": None, "narr": NARRATIVE_MAX_TOKENS, "code": CODE_MAX_TOKENS}
+    prompts = {"narr": NARRATIVE_PROMPT, "code": CODE_PROMPT}
+    kinds = [r["prompt_kind"] for r in requests]
+    assert {"warmup", "narr", "code"} <= set(kinds), kinds
+    for row in requests:
+        assert row["ok"] == "true", row
+        assert row["token_source"] == "usage"
+        assert row["completion_tokens"] == row["chunk_tokens"]
+        assert row["finish_reason"] == "length"
+        kind = row["prompt_kind"]
+        if kind in prompts:
+            assert int(row["completion_tokens"]) == limits[kind]
+            assert int(row["prompt_tokens"]) == chatml_prompt_tokens(prompts[kind])
+            assert float(row["decode_tps"]) > 0
+
+    (cap,) = read_csv(run / "caps.csv")
+    assert float(cap["cap_w"]) == 300.0
+    measured = [r for r in requests if r["prompt_kind"] == "narr"]
+    assert int(cap["n_requests"]) == len([r for r in requests if r["prompt_kind"] != "warmup"])
+    tps = [float(r["decode_tps"]) for r in measured]
+    assert min(tps) * 0.5 < float(cap["narr_tps"]) < max(tps) * 1.5
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"
+
+
+def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
+    options = SweepOptions(
+        simulate="rtx3090-air",
+        load_mode=load_mode,
+        url=server.url,
+        caps=(300.0,),
+        target_cap_seconds=0.5,
+        settle="fixed",
+        settle_seconds=0.5,
+        warmup_requests=1,
+        sample_interval_s=0.1,
+        cooling="air",
+        out=tmp_path,
+        state_dir=tmp_path / "state",
+        **extra,  # type: ignore[arg-type]
+    )
+    return run_session(options).run_dir
+
+
+def test_decode_concurrent_session_runs_one_stream_per_slot(
+    llama_server: RealServer, tmp_path: Path
+) -> None:
+    run = _session(llama_server, tmp_path, "decode-concurrent", concurrency=SLOTS)
+    assert read_json(run / "run.json")["status"] == "complete"
+    (cap,) = read_csv(run / "caps.csv")
+    assert cap["status"] == "ok"
+    assert int(cap["concurrency"]) == SLOTS
+    measured = [r for r in read_csv(run / "requests.csv") if r["prompt_kind"] != "warmup"]
+    assert {int(r["stream"]) for r in measured} == set(range(SLOTS))
+    for row in measured:
+        assert row["ok"] == "true", row
+        assert row["completion_tokens"] == row["chunk_tokens"]
+        # A stream the window's end cut has no usage (counted chunks); a finished one has.
+        expected_source = "chunks" if row["finish_reason"] == "deadline" else "usage"
+        assert row["token_source"] == expected_source, row
+
+
+def test_prefill_heavy_session_keeps_prompts_inside_the_context(
+    llama_server: RealServer, tmp_path: Path
+) -> None:
+    # The byte-level tokenizer makes ~8 tokens per word: the prompt must be sized from the
+    # server's /tokenize count, never sent over the 4096-token context.
+    run = _session(llama_server, tmp_path, "prefill-heavy", target_prefill_seconds=0.2)
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "complete", meta["error"]
+    for row in read_csv(run / "requests.csv"):
+        assert row["ok"] == "true", row
+        assert int(row["prompt_tokens"]) < CONTEXT_TOKENS
