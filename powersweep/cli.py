@@ -416,6 +416,8 @@ def _print_profiles() -> None:
 
     for name in profile_names():
         typer.echo(f"{name:16s} {PROFILE_DESCRIPTIONS.get(name, '')}")
+    typer.echo(f"{'replay:PATH':16s} a rig replaying a measured caps.csv (a community curve)")
+    typer.echo(f"{'A+B':16s} two simulated cards, e.g. rtx3090-air+rtx3090-air")
 
 
 @app.command("analyze")
