@@ -40,6 +40,10 @@ from powersweep.sweep.gpu import (
 )
 
 _UTIL_TIME_CONSTANT_S = 0.25
+# NVML's power reading averages over a short window (about 0.1 s for the instantaneous field,
+# 1 s for the classic reading), so a few milliseconds between two requests do not show as a
+# drop to idle draw.
+_POWER_READING_TIME_CONSTANT_S = 0.1
 _THERMAL_RELEASE_C = 2.0
 
 
@@ -120,6 +124,7 @@ class SimGpu:
         th = profile.thermal
         self._temp_c = th.ambient_c + th.resistance_c_per_w * profile.idle_w
         self._energy_mj = 0.0
+        self._power_reading_w = profile.idle_w
         self._util = 0.0
         self._thermal_active = False
         self._t = clock.now()
@@ -169,6 +174,7 @@ class SimGpu:
         with self._lock:
             self._advance()
             op = self._op()
+            averaged_w = self._power_reading_w
             temp = self._temp_c
             energy = self._energy_mj
             util = self._util
@@ -176,7 +182,7 @@ class SimGpu:
             busy = self._workload.kind != "idle"
         rng = self._rng
         p = self.profile
-        power = op.power_w * (1.0 + rng.gauss(0.0, p.power_noise_pct / 100.0))
+        power = averaged_w * (1.0 + rng.gauss(0.0, p.power_noise_pct / 100.0))
         sm = op.sm_low_mhz
         if op.high_fraction > 0 and rng.random() < op.high_fraction:
             sm = op.sm_high_mhz
@@ -284,6 +290,8 @@ class SimGpu:
         t_eq = th.ambient_c + th.resistance_c_per_w * power
         self._temp_c = t_eq + (self._temp_c - t_eq) * math.exp(-dt / th.time_constant_s)
         self._energy_mj += power * dt * 1000.0
+        k = math.exp(-dt / _POWER_READING_TIME_CONSTANT_S)
+        self._power_reading_w = power + (self._power_reading_w - power) * k
         busy = 0.0 if self._workload.kind == "idle" else 1.0
         self._util = busy + (self._util - busy) * math.exp(-dt / _UTIL_TIME_CONSTANT_S)
         slowdown = self.profile.slowdown_temp_c

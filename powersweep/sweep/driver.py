@@ -319,7 +319,8 @@ class Sweep:
                 prep = await self.load.prepare(cap)
         except PrefillCalibrationError as exc:
             raise PowersweepError(str(exc)) from exc
-        self.sampler.drain()  # probe and calibration readings are not any cap's
+        # warm-up, probe and calibration readings belong to no cap, but the timeline keeps them
+        self.writer.append_samples(self.sampler.drain())
         self.meta["load"] = prep
         if self._on_prepared is not None:
             self.meta.update(self._on_prepared(prep))
@@ -365,7 +366,6 @@ class Sweep:
             self._finish_cap(i, total, row, [], LoadRun())
             return row
         settle_s = await self._settle(cap)
-        self.sampler.drain()  # settle readings are not measured
         run = await self.load.measure(cap)
         self.sampler.label(cap, "settle")
         rows = self.sampler.drain()
