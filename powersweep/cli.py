@@ -224,6 +224,17 @@ def sweep_command(
     sim_slots: Annotated[
         int | None, typer.Option(hidden=True, help="Simulation: requests served at once.")
     ] = None,
+    sim_context: Annotated[
+        int | None, typer.Option(hidden=True, help="Simulation: the model's context, tokens.")
+    ] = None,
+    sim_hide_num_ctx: Annotated[
+        bool,
+        typer.Option(
+            "--sim-hide-num-ctx",
+            hidden=True,
+            help="Simulation (ollama): /api/show without num_ctx.",
+        ),
+    ] = False,
 ) -> None:
     """Sweep the power-limit envelope and measure tokens per watt at each cap."""
     from powersweep.sweep.caps import parse_caps
@@ -273,6 +284,8 @@ def sweep_command(
         strategy=strategy,
         settle=settle,
         sim_slots=sim_slots,
+        sim_context=sim_context,
+        sim_hide_num_ctx=sim_hide_num_ctx,
     )
     if dry_run:
         if resume is not None:

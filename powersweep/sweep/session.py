@@ -92,6 +92,8 @@ class SweepOptions:
     strategy: str = "dense"
     settle: str = "auto"
     sim_slots: int | None = None
+    sim_context: int | None = None
+    sim_hide_num_ctx: bool = False
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
@@ -226,6 +228,8 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--target-prefill-seconds must be positive")
     if options.sim_slots is not None and options.sim_slots < 1:
         raise UsageError("--sim-slots must be at least 1")
+    if options.sim_context is not None and options.sim_context < 256:
+        raise UsageError("--sim-context must be at least 256 tokens")
     if options.load_mode != "decode-concurrent" and (
         options.concurrency is not None
         or options.bench_runs != 1
@@ -400,6 +404,8 @@ def _rig(options: SweepOptions) -> Iterator[tuple[GpuBackend, Clock, Any, list[A
         profiles = [
             dataclasses.replace(p, rejects_below_w=options.sim_rejects_below_w) for p in profiles
         ]
+    if options.sim_context is not None:
+        profiles = [dataclasses.replace(p, context_tokens=options.sim_context) for p in profiles]
     clock = ScaledClock(scale)
     rig = SimRig(profiles, clock, seed=options.seed, state_file=options.sim_state)
     yield rig, clock, rig, profiles
@@ -570,6 +576,7 @@ def _run_session(
                 seed=options.seed,
                 http_error=options.sim_http_error,
                 total_slots=options.sim_slots,
+                hide_num_ctx=options.sim_hide_num_ctx,
             )
         with server if server is not None else contextlib.nullcontext():
             url = server.url if server is not None else options.url

@@ -171,3 +171,37 @@ def test_signal_mid_sweep_restores_user_limit_and_keeps_partial_run(
     assert [float(c["cap_w"]) for c in caps] == meta["caps_done"]
     assert all(c["status"] == "ok" and float(c["narr_tps"]) > 0 for c in caps)
     assert read_csv(run / "samples.csv")
+
+
+@pytest.mark.slow
+def test_silently_truncated_prefill_fails_the_sweep_with_the_reason(tmp_path: Path) -> None:
+    """Ollama without num_ctx: clients see the training context, the server truncates."""
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air",
+        "--sim-server",
+        "ollama",
+        "--sim-context",
+        "4096",
+        "--sim-hide-num-ctx",
+        "--load-mode",
+        "prefill-heavy",
+        "--caps",
+        "300",
+        "--cooling",
+        "air",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--time-scale",
+        "15",
+        "--no-charts",
+    )
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: prefill calibration failed: prompt truncated by the server")
+    assert "processed 4096" in last and "Traceback" not in proc.stderr
+    run = only_run_dir(tmp_path)
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "failed" and "truncated" in meta["error"]
+    assert read_csv(run / "caps.csv") == []  # no cap measured as if it were fast
