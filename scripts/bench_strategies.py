@@ -17,10 +17,14 @@ its settle time is what the detector would take on the simulated card. Both are 
 the real analysis (``powersweep.analysis.analyze``) from a caps.csv, as ``powersweep analyze``
 would.
 
-``--real-sweeps`` runs full simulated sweeps through ``powersweep.sweep.session`` instead, once
-its ``SweepOptions`` has a ``strategy`` field (skipped with a message until then).
+``--real-sweeps`` runs full simulated sweeps through ``powersweep.sweep.session`` instead (every
+built-in profile under decode-single, and the replayed curves): dense with the fixed settle wait
+against adaptive with settle detection, at ``--time-scale`` (default 100) and
+``--target-cap-seconds`` (default 4). Its times are measured run seconds, and it adds the adaptive
+sweep's median settle and overhead beyond the measured window per cap. About a minute or two.
 
-Usage: ``python scripts/bench_strategies.py [--replay PATH.csv ...] [--verbose]``. Exit code 0.
+Usage: ``python scripts/bench_strategies.py [--real-sweeps] [--replay PATH.csv ...] [--verbose]``.
+Exit code 0.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ import asyncio
 import itertools
 import math
 import random
+import statistics
 import sys
 import tempfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -204,14 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", type=Path, action="append", default=None)
     parser.add_argument("--settle", type=float, default=3.0, help="dense fixed settle, s")
     parser.add_argument("--window", type=float, default=20.0, help="measured window per cap, s")
-    parser.add_argument("--real-sweeps", action="store_true")
+    parser.add_argument(
+        "--real-sweeps", action="store_true", help="full simulated sweeps through the session"
+    )
+    parser.add_argument("--time-scale", type=float, default=100.0, help="--real-sweeps only")
+    parser.add_argument("--target-cap-seconds", type=float, default=4.0, help="--real-sweeps only")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
+    replays = args.replay or [p for p in DEFAULT_REPLAYS if p.is_file()]
     if args.real_sweeps:
-        return real_sweeps()
+        return real_sweeps(replays, time_scale=args.time_scale, target_s=args.target_cap_seconds)
 
     cases = builtin_cases()
-    for path in args.replay or [p for p in DEFAULT_REPLAYS if p.is_file()]:
+    for path in replays:
         cases.append(replay_case(path))
 
     head = (
@@ -255,37 +265,111 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def real_sweeps() -> int:
-    """Full simulated sweeps through the session, once it knows strategies."""
-    from powersweep.sweep.session import SweepOptions
+def real_sweeps(replays: list[Path], *, time_scale: float, target_s: float) -> int:
+    """Full simulated sweeps through the session: dense (fixed settle) against adaptive (auto).
 
-    if "strategy" not in {f.name for f in fields(SweepOptions)}:
-        print(
-            "--real-sweeps: skipped, powersweep.sweep.session.SweepOptions has no 'strategy' "
-            "field yet (the driver integration of --strategy adaptive is pending)"
-        )
-        return 0
-    from powersweep.sweep.session import run_session
+    Every built-in profile under decode-single and every replayed curve, each swept twice by
+    :func:`powersweep.sweep.session.run_session`; the table's times are measured run seconds
+    (the last sample or request of each run), not modelled ones.
+    """
+    from powersweep.sweep.session import SweepOptions, run_session
 
+    targets = [(name, name) for name in profile_names()]
+    targets += [(f"replay:{p.name}", f"replay:{p}") for p in replays]
+    head = (
+        f"{'profile':34} {'caps d/a':>8} {'ratio':>5} {'time':>5} {'sweet d/a':>9} "
+        f"{'near d/a':>9} {'plateau edges d | a':30} {'settle':>6} {'o/h':>5} agree"
+    )
+    print(f"real simulated sweeps, decode-single, time scale {time_scale:g}, {target_s:g} s/prompt")
+    print(head)
+    print("-" * len(head))
+    worst_caps = worst_time = worst_settle = worst_over = 0.0
+    all_agree = True
     with tempfile.TemporaryDirectory() as tmp:
-        for name in profile_names():
-            for strategy in ("dense", "adaptive"):
+        for label, simulate in targets:
+            runs: dict[str, Path] = {}
+            for strategy, settle in (("dense", "fixed"), ("adaptive", "auto")):
                 options = SweepOptions(
-                    simulate=name,
-                    out=Path(tmp),
-                    time_scale=1e4,
+                    simulate=simulate,
+                    out=Path(tmp) / f"{label.replace(':', '_')}-{strategy}",
+                    time_scale=time_scale,
                     warmup_requests=1,
+                    target_cap_seconds=target_s,
                     cooling="air",
-                    **{"strategy": strategy},  # type: ignore[arg-type]
+                    strategy=strategy,
+                    settle=settle,
                 )
                 result = run_session(options)
-                curve = load_curve(result.run_dir)
-                report = analyze(curve, bootstrap=0)
-                print(
-                    f"{name:16} {strategy:9} caps {curve.caps.height:3} "
-                    f"sweet {_cap(report['sweet_spot'])} plateaus {_edges_of(report)}"
-                )
+                outcome = result.outcome
+                if outcome.status != "complete":
+                    print(f"{label}: {strategy} sweep {outcome.status}: {outcome.error}")
+                runs[strategy] = result.run_dir
+            dense, adaptive = (_run_result(runs[s]) for s in ("dense", "adaptive"))
+            cmp = compare(dense, adaptive)
+            caps_ratio = len(adaptive.caps) / len(dense.caps)
+            time_ratio = adaptive.sim_time_s / dense.sim_time_s
+            settle_s = statistics.median(adaptive.settle_s)
+            over = _overhead_per_cap(runs["adaptive"])
+            agree = cmp["sweet"] and cmp["edges"]
+            all_agree &= agree
+            worst_caps = max(worst_caps, caps_ratio)
+            worst_time = max(worst_time, time_ratio)
+            worst_settle = max(worst_settle, settle_s)
+            worst_over = max(worst_over, over)
+            edges = f"{_edges(cmp['dense_plateaus'])} | {_edges(cmp['ad_plateaus'])}"
+            sweet_d, sweet_a = (_cap(r.analysis["sweet_spot"]) for r in (dense, adaptive))
+            print(
+                f"{label:34} {len(dense.caps):>3}/{len(adaptive.caps):<4} "
+                f"{caps_ratio:5.2f} {time_ratio:5.2f} {sweet_d:>4}/{sweet_a:<4} "
+                f"{_cap(dense.analysis['near_peak']):>4}/{_cap(adaptive.analysis['near_peak']):<4} "
+                f"{edges:30} {settle_s:5.2f}s {over:4.2f}s {'yes' if agree else 'NO'}"
+                f"{'' if cmp['near'] else ' (near-peak off)'}"
+            )
+    print("-" * len(head))
+    print(
+        f"worst: caps ratio {worst_caps:.2f} (goal <= 0.50), measured sim-time ratio "
+        f"{worst_time:.2f} (goal <= 0.55), adaptive median settle {worst_settle:.2f} s and "
+        f"overhead beyond the measured window {worst_over:.2f} s per cap (goal < 1 s), sweet "
+        f"spot and plateau edges agree within {AGREE_W:g} W: {'all' if all_agree else 'NOT all'}"
+    )
     return 0
+
+
+def _run_result(run_dir: Path) -> SweepResult:
+    """A finished run as a :class:`SweepResult`: its caps, measured run seconds and analysis."""
+    curve = load_curve(run_dir)
+    ok = curve.caps.filter(pl.col("status") == "ok")
+    metric = curve.metric
+    caps = {
+        float(r["cap_w"]): Truth(float(r["power_w"]), float(r[metric]), float(r["sm_clock_mhz"]))
+        for r in ok.iter_rows(named=True)
+    }
+    settles = [float(v) for v in curve.caps["settle_s"].to_list() if v is not None]
+    return SweepResult(
+        caps=caps,
+        reasons=[],
+        sim_time_s=_run_seconds(run_dir),
+        settle_s=settles or [math.nan],
+        analysis=analyze(curve, bootstrap=0),
+    )
+
+
+def _run_seconds(run_dir: Path) -> float:
+    """Run seconds a run took: its last sample or request, whichever came later."""
+    ends = [pl.read_csv(run_dir / "samples.csv")["t_s"].max()]
+    ends.append(pl.read_csv(run_dir / "requests.csv")["t_end_s"].max())
+    return max(float(e) for e in ends if isinstance(e, int | float))
+
+
+def _overhead_per_cap(run_dir: Path) -> float:
+    """Median run seconds between one cap's last measured request and the next cap's first."""
+    req = pl.read_csv(run_dir / "requests.csv").filter(pl.col("prompt_kind") != "warmup")
+    spans = req.group_by("cap_w", maintain_order=True).agg(
+        pl.col("t_start_s").min().alias("t0"), pl.col("t_end_s").max().alias("t1")
+    )
+    t0, t1 = spans["t0"].to_list(), spans["t1"].to_list()
+    gaps = [b - a for a, b in zip(t1, t0[1:], strict=False)]
+    return statistics.median(gaps) if gaps else math.nan
 
 
 # --- helpers ----------------------------------------------------------------------------------

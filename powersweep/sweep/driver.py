@@ -28,7 +28,12 @@ from powersweep.sweep.prefill import PrefillCalibrationError
 from powersweep.sweep.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.sampler import Sampler
 from powersweep.sweep.settle import SettleDetector, wait_settled
-from powersweep.sweep.strategy import AdaptivePlanner, CapMeasurement, plan_order
+from powersweep.sweep.strategy import (
+    AdaptivePlanner,
+    CapMeasurement,
+    coarse_order,
+    plan_order,
+)
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -330,7 +335,7 @@ class Sweep:
         planner = AdaptivePlanner(list(self.plan.caps_w), self.plan.step_w)
         metric = "prefill_tps" if self.plan.load_mode == "prefill-heavy" else "narr_tps"
         measured: dict[float, CapMeasurement] = {}
-        batch = [(c, "coarse pass") for c in plan_order(planner.initial_caps())]
+        batch = [(c, "coarse pass") for c in coarse_order(planner.initial_caps())]
         planned = len(batch)
         done = 0
         while batch:

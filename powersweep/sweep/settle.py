@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from powersweep.clock import Clock
 from powersweep.sweep.gpu import Gpu, GpuSample
 
-DEFAULT_WINDOW_S = 1.0
+DEFAULT_WINDOW_S = 0.3
 DEFAULT_MIN_S = 0.25
 DEFAULT_MAX_S = 3.0
 # About 6 sigma of a 0.3 % reading noise: a steady window of ten readings passes with near

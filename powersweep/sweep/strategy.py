@@ -380,6 +380,21 @@ class AdaptivePlanner:
         ]
 
 
+def coarse_order(caps_w: Iterable[float]) -> list[float]:
+    """The order to measure the coarse pass in: ascending, so the card ends it hot.
+
+    A card's draw at a cap depends on its temperature (leakage), and where a cap sits at the edge
+    of a boost state (the 3090's 370 W: the next state fits a card a few degrees cooler) the
+    temperature decides the state. A dense sweep measures every cap right after the cap 10 W
+    above it, so each cap starts at or slightly above its own steady temperature. Measured top
+    down, the coarse pass would end at the bottom cap on a cold card and the refinement round
+    would jump straight to the top caps on that cold card; bottom up it ends at the top, and the
+    refinement round (descending, :func:`plan_order`) then meets its caps from above, as dense
+    does.
+    """
+    return sorted(set(caps_w))
+
+
 def plan_order(caps_w: Iterable[float], last_cap_w: float | None = None) -> list[float]:
     """The order to measure a batch of caps in: descending, the driver's convention.
 
