@@ -22,6 +22,12 @@ OBJECTIVES = ("tps-per-w", "near-peak", "cost")
 # A cap is statistically tied with the peak when it is best in at least this share of resamples.
 TIED_SHARE = 0.05
 ENERGY_MISMATCH_FRAC = 0.05
+# Sweet spot under noise: caps within this many sigmas of the best TPS/W are candidates, judged
+# by a local quadratic fit over this many neighbours each side (curves of at least 5 caps).
+SWEET_Z = 2.0
+SMOOTH_HALF_WINDOW = 3
+FIT_SD_PENALTY = 1.0
+MIN_SMOOTH_CAPS = 5
 # Phases of samples.csv that are not the measured load.
 _IDLE_PHASES = ("warmup", "settle")
 
@@ -105,7 +111,7 @@ def analyze(
     default_w = _float(run.get("default_limit_w"))
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
     sweet = _sweet_spot(points, default_w)
-    boot = _bootstrap(curve, points, bootstrap, seed) if bootstrap > 0 else None
+    boot = _bootstrap(curve, points, bootstrap, seed, sweet["cap_w"]) if bootstrap > 0 else None
     if boot is not None:
         sweet.update(boot)
     else:
@@ -300,9 +306,84 @@ def _point_dict(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> di
     }
 
 
+def pick_sweet_spot(points: Sequence[CapPoint]) -> tuple[CapPoint, CapPoint]:
+    """The sweet-spot cap: (pick, raw best TPS/W).
+
+    The raw best decides unless other caps are within measurement noise of it; then, among the
+    caps within ``SWEET_Z`` noise sigmas of the best, the one whose local quadratic fit of TPS/W
+    (over ``SMOOTH_HALF_WINDOW`` neighbours each side) is highest wins. Near a flat peak a single
+    noisy cap 20 W away can beat the true optimum by a fraction of a percent; the fit uses the
+    shape of the curve around each candidate, so one lucky reading no longer moves the answer.
+    An exact tie goes to the lower (cheaper) cap.
+
+    Args:
+        points: Measured caps, sorted by cap.
+
+    Returns:
+        The chosen cap and the cap with the highest raw TPS/W (the same one on a clear peak).
+    """
+    raw = max(points, key=lambda p: (p.tps / p.power_w, -p.cap_w))
+    if len(points) < MIN_SMOOTH_CAPS:
+        return raw, raw
+    sigma = _tpw_noise_rel(points)
+    floor = raw.tps / raw.power_w * (1.0 - SWEET_Z * sigma)
+    candidates = [k for k, p in enumerate(points) if p.tps / p.power_w >= floor]
+    if len(candidates) < 2:
+        return raw, raw
+    tpw = np.array([p.tps / p.power_w for p in points])
+    caps = np.array([p.cap_w for p in points])
+    sd = sigma * float(tpw.max())
+    scores = {}
+    for k in candidates:
+        value, leverage = _local_quadratic(caps, tpw, k)
+        # A fit at the end of the sweep extrapolates and is as noisy as the reading itself;
+        # judge each candidate by a lower bound so a well-supported one is preferred.
+        scores[k] = value - FIT_SD_PENALTY * sd * math.sqrt(leverage)
+    best = max(candidates, key=lambda k: (scores[k], -points[k].cap_w))
+    return points[best], raw
+
+
+def _tpw_noise_rel(points: Sequence[CapPoint]) -> float:
+    """Relative 1-sigma noise of one cap's TPS/W, from the curve's own scatter.
+
+    Median absolute second difference of log TPS/W over adjacent caps (zero on any straight
+    stretch, so kinks barely count); no floor, so a noise-free curve keeps its raw best.
+    """
+    step_w = structure.typical_step_w([p.cap_w for p in points])
+    d2: list[float] = []
+    for a, b, c in zip(points, points[1:], points[2:], strict=False):
+        gaps = (b.cap_w - a.cap_w, c.cap_w - b.cap_w)
+        if not all(0 < g <= structure.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
+            continue
+        ra, rb, rc = (p.tps / p.power_w for p in (a, b, c))
+        if ra > 0 and rb > 0 and rc > 0:
+            d2.append(abs(math.log(ra) - 2 * math.log(rb) + math.log(rc)))
+    # Var(a - 2b + c) = 6 sigma^2 for independent noise; 1.4826 turns a MAD into a sigma.
+    return 1.4826 / math.sqrt(6.0) * float(np.median(d2)) if d2 else 0.0
+
+
+def _local_quadratic(caps: np.ndarray, tpw: np.ndarray, k: int) -> tuple[float, float]:
+    """TPS/W at ``caps[k]`` from a quadratic fitted to its neighbours, and the fit's leverage.
+
+    The leverage is the variance of the fitted value in units of one reading's variance (1.0
+    for the raw value when there are too few neighbours to fit).
+    """
+    lo = max(0, k - SMOOTH_HALF_WINDOW)
+    hi = min(len(caps), k + SMOOTH_HALF_WINDOW + 1)
+    if hi - lo < 4:
+        return float(tpw[k]), 1.0
+    x = caps[lo:hi] - caps[k]
+    scale = float(np.max(np.abs(x))) or 1.0
+    design = np.vander(x / scale, 3)
+    coef, *_ = np.linalg.lstsq(design, tpw[lo:hi], rcond=None)
+    # Variance of the intercept of an ordinary least-squares fit: [(X^T X)^-1]_{22}.
+    leverage = float(np.linalg.pinv(design.T @ design)[2, 2])
+    return float(coef[2]), leverage
+
+
 def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> dict[str, Any]:
-    # Full precision from the raw columns; an exact tie goes to the lower (cheaper) cap.
-    best = max(points, key=lambda p: (p.tps / p.power_w, -p.cap_w))
+    # Full precision from the raw columns; see pick_sweet_spot for how noise is handled.
+    best, raw = pick_sweet_spot(points)
     out = _point_dict(points, best, default_w)
     at_boundary = None
     if len(points) > 1:
@@ -311,6 +392,8 @@ def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> dict[str, Any]:
         elif best.cap_w == points[-1].cap_w:
             at_boundary = "high"
     out["at_boundary"] = at_boundary
+    # Where the fit overrode a single best reading, say so (the table shows the raw values).
+    out["raw_best_cap_w"] = raw.cap_w
     return out
 
 
@@ -335,7 +418,7 @@ def _recommend(
 ) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if objective == "tps-per-w":
-        pick = max(points, key=lambda p: (p.tps / p.power_w, -p.cap_w))
+        pick, _ = pick_sweet_spot(points)
     elif objective == "near-peak":
         best_tps = max(p.tps for p in points)
         pick = next(p for p in points if p.tps >= best_tps * (1.0 - max_loss_pct / 100.0))
@@ -377,7 +460,7 @@ def _region_dict(r: Region) -> dict[str, Any]:
 
 
 def _bootstrap(
-    curve: Curve, points: Sequence[CapPoint], n_boot: int, seed: int
+    curve: Curve, points: Sequence[CapPoint], n_boot: int, seed: int, sweet_cap_w: float
 ) -> dict[str, Any] | None:
     """Resample each cap's requests (TPS) and load samples (draw); count how often each cap wins."""
     if curve.requests is None or curve.samples is None:
@@ -415,7 +498,10 @@ def _bootstrap(
     tied = [
         points[k].cap_w
         for k in range(len(points))
-        if k == best or share[k] >= TIED_SHARE or hi[k] >= lo[best]
+        if k == best
+        or points[k].cap_w == sweet_cap_w
+        or share[k] >= TIED_SHARE
+        or hi[k] >= lo[best]
     ]
     return {
         "tied_caps": tied,
@@ -709,6 +795,12 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
             + (
                 f"; statistically tied: {', '.join(_w(c) for c in sweet['tied_caps'])}"
                 if sweet.get("tied_caps") and len(sweet["tied_caps"]) > 1
+                else ""
+            )
+            + (
+                f"; the single best reading, {_w(sweet['raw_best_cap_w'])}, is within noise of "
+                "it and the curve's shape around both favours this cap"
+                if sweet.get("raw_best_cap_w") not in (None, sweet["cap_w"])
                 else ""
             ),
             f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt",

@@ -7,6 +7,7 @@ from typing import Any
 
 from powersweep.analysis.core import sanitize
 from powersweep.analysis.load import Curve
+from powersweep.analysis.summary import escape_md
 from powersweep.errors import UsageError
 
 
@@ -95,3 +96,73 @@ def cross_mode(curves: list[tuple[Curve, dict[str, Any]]]) -> dict[str, Any]:
             "warnings": warnings,
         }
     )
+
+
+def render_cross_mode(result: dict[str, Any]) -> str:
+    """Render a :func:`cross_mode` result as a paste-ready markdown section.
+
+    Args:
+        result: The dict from :func:`cross_mode`.
+
+    Returns:
+        GitHub markdown: the mixed-workload cap, what it costs each mode against that mode's own
+        sweet spot, the next-best shared caps and any warnings.
+    """
+    cap = result.get("cap_w")
+    worst = result.get("worst_loss_pct")
+    modes = result.get("modes") or []
+    lines = ["## Mixed workload: one cap for every load mode", ""]
+    if cap is None:
+        return "\n".join([*lines, "No cap was measured in every run.", ""])
+    costly = max(modes, key=lambda m: m.get("tps_per_w_loss_pct") or 0.0) if modes else None
+    who = f" ({escape_md(costly['label'])})" if costly and (worst or 0.0) > 0.05 else ""
+    lines += [
+        f"**Set {_num(cap, 0)} W.** Across the {len(modes)} load modes it gives up at most "
+        f"**{_num(worst, 1)}%** of a mode's best TPS/W{who}.",
+        "",
+        "| Load mode | Metric | Own sweet spot (W) | TPS/W there | TPS/W at "
+        f"{_num(cap, 0)} W | TPS/W loss (%) | TPS at {_num(cap, 0)} W "
+        "| TPS vs own sweet spot (%) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in modes:
+        lines.append(
+            f"| {escape_md(m.get('label'))} "
+            f"| {escape_md(_METRIC_NAMES.get(str(m.get('metric')), m.get('metric')))} "
+            f"| {_num(m.get('sweet_spot_cap_w'), 0)} | {_num(m.get('sweet_spot_tps_per_w'), 4)} "
+            f"| {_num(m.get('tps_per_w'), 4)} | {_num(m.get('tps_per_w_loss_pct'), 1)} "
+            f"| {_num(m.get('tps'), 2)} | {_signed(m.get('tps_change_vs_sweet_pct'))} |"
+        )
+    ranked = sorted(
+        (c for c in result.get("caps") or [] if c.get("worst_loss_pct") is not None),
+        key=lambda c: (c["worst_loss_pct"], c["cap_w"]),
+    )[:5]
+    if len(ranked) > 1:
+        lines += ["", "Shared caps by worst TPS/W loss over the modes (lower is better):", ""]
+        lines.append(
+            ", ".join(f"{_num(c['cap_w'], 0)} W: {_num(c['worst_loss_pct'], 1)}%" for c in ranked)
+        )
+    for warning in result.get("warnings") or []:
+        lines += ["", f"- **warning**: {escape_md(warning)}"]
+    lines += [
+        "",
+        "_TPS/W loss: 1 - TPS/W at the shared cap / TPS/W at the mode's own sweet spot; the "
+        "shared cap minimises the largest loss._",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_METRIC_NAMES = {"narr_tps": "decode TPS", "prefill_tps": "prefill TPS"}
+
+
+def _num(value: Any, digits: int) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+def _signed(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return "—"
+    return f"{value:+.1f}"

@@ -8,6 +8,7 @@ polars traceback.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,30 +210,38 @@ def _read_text_csv(path: Path) -> pl.DataFrame:
     return df.rename({c: c.strip() for c in df.columns})
 
 
-def _to_float(path: Path, df: pl.DataFrame, column: str) -> pl.Series:
-    """Convert a text column to Float64; a cell that is neither a number nor missing is an error."""
-    text = df.get_column(column).cast(pl.String).str.strip_chars()
-    lowered = text.str.to_lowercase()
-    missing = text.is_null() | lowered.is_in(list(_MISSING_TOKENS))
-    boolean = lowered.is_in(["true", "false"])
-    numbers = text.cast(pl.Float64, strict=False)
-    bad = ~missing & ~boolean & numbers.is_null()
-    if bad.any():
-        row = int(bad.arg_true()[0])
-        # Line numbers count the header as line 1.
-        raise UsageError(f"{path} line {row + 2}: {column} {text[row][:40]!r} is not a number")
-    values = (
-        pl.select(
+def _to_floats(path: Path, df: pl.DataFrame, columns: Sequence[str]) -> dict[str, pl.Series]:
+    """Convert text columns to Float64 in one pass; a cell that is neither a number nor missing
+    is an error (reported for the first such column in ``columns`` order)."""
+    present = [c for c in columns if c in df.columns]
+    if not present:
+        return {}
+    exprs: list[pl.Expr] = []
+    for column in present:
+        text = pl.col(column).cast(pl.String).str.strip_chars()
+        lowered = text.str.to_lowercase()
+        missing = text.is_null() | lowered.is_in(list(_MISSING_TOKENS))
+        boolean = lowered.is_in(["true", "false"])
+        number = text.cast(pl.Float64, strict=False)
+        exprs.append((~missing & ~boolean & number.is_null()).alias(f"bad:{column}"))
+        exprs.append(
             pl.when(missing)
             .then(None)
             .when(boolean)
             .then(pl.when(lowered == "true").then(1.0).otherwise(0.0))
-            .otherwise(numbers)
+            .otherwise(number)
+            .fill_nan(None)
+            .alias(column)
         )
-        .to_series()
-        .alias(column)
-    )
-    return values.fill_nan(None)
+    out = df.select(exprs)
+    for column in present:
+        bad = out.get_column(f"bad:{column}")
+        if bad.any():
+            row = int(bad.arg_true()[0])
+            cell = str(df.get_column(column).cast(pl.String)[row]).strip()
+            # Line numbers count the header as line 1.
+            raise UsageError(f"{path} line {row + 2}: {column} {cell[:40]!r} is not a number")
+    return {column: out.get_column(column) for column in present}
 
 
 def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
@@ -245,10 +254,11 @@ def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
     if df.height == 0:
         raise UsageError(f"{path}: no data rows")
 
+    converted = _to_floats(path, df, CAPS_FLOAT_COLUMNS)
     columns: list[pl.Series] = []
     for name in CAPS_FLOAT_COLUMNS:
-        if name in df.columns:
-            columns.append(_to_float(path, df, name))
+        if name in converted:
+            columns.append(converted[name])
         else:
             columns.append(pl.Series(name, [None] * df.height, dtype=pl.Float64))
     status = (
@@ -305,7 +315,7 @@ def _read_optional(
         return None
     try:
         df = _read_text_csv(path)
-        return df.with_columns([_to_float(path, df, c) for c in float_columns if c in df.columns])
+        return df.with_columns(list(_to_floats(path, df, float_columns).values()))
     except UsageError as exc:
         notes.append(f"{path.name} ignored: {exc}")
         return None

@@ -36,8 +36,13 @@ UNDER_LOADED_UTIL_PCT = 50.0
 THERMAL_THROTTLE_PCT = 20.0
 # Within this many degrees of the slowdown threshold (with draw under the cap): thermal-limited.
 THERMAL_MARGIN_C = 3.0
-# A draw ceiling sits clearly under the cap at the top of the sweep.
-CEILING_HEADROOM_FRAC = 0.05
+# A draw ceiling sits clearly under the cap at the top of the sweep: by this share of the top cap
+# and by this many usual cap steps.
+CEILING_HEADROOM_FRAC = 0.03
+CEILING_HEADROOM_STEPS = 1.5
+# A region's first cap is still power-limited when the region's level lies this many draw-noise
+# sigmas above what that cap allows.
+LEVEL_ABOVE_CAP_SIGMAS = 1.0
 MIN_REGION_CAPS = 3
 # Two caps are adjacent when their gap is at most this many usual steps; one missing (or failed)
 # cap in between is tolerated, a wider hole splits.
@@ -240,8 +245,10 @@ def _under_loaded(p: CapPoint) -> bool:
 
 
 def _thermal(p: CapPoint, slowdown_temp_c: float) -> bool:
-    if math.isfinite(p.thermal_throttle_pct) and p.thermal_throttle_pct >= THERMAL_THROTTLE_PCT:
-        return True
+    # The thermal clock-event bit is the card's own word: when it was read, it decides. A draw
+    # ceiling a few degrees under slowdown with the bit clear is not thermal-limited.
+    if math.isfinite(p.thermal_throttle_pct):
+        return p.thermal_throttle_pct >= THERMAL_THROTTLE_PCT
     if math.isfinite(slowdown_temp_c) and math.isfinite(p.temp_max_c):
         below_cap = p.power_w < p.cap_total_w * 0.98
         return p.temp_max_c >= slowdown_temp_c - THERMAL_MARGIN_C and below_cap
@@ -362,6 +369,11 @@ def _trim(
         to_cap = abs((first.cap_total_w - first.power_w) - baseline)
         if to_cap + noise.power_w < abs(first.power_w - rest_level):
             lo += 1
+        elif rest_level > first.cap_total_w - baseline + LEVEL_ABOVE_CAP_SIGMAS * noise.power_w:
+            # The level above is more than this cap lets the card draw: the cap binds here, so
+            # it is the last power-limited cap even though its draw sits within noise of the
+            # level.
+            lo += 1
     # A boost state shows as one SM clock: an edge cap on another clock is not part of it.
     for _ in range(2):
         if hi - lo + 1 <= MIN_REGION_CAPS:
@@ -414,7 +426,11 @@ def _classify(
             return None
         members += [p for _, p in above]
         top = members[-1]
-        if (top.cap_total_w - level) / top.cap_total_w < CEILING_HEADROOM_FRAC:
+        headroom = top.cap_total_w - level
+        if (
+            headroom / top.cap_total_w < CEILING_HEADROOM_FRAC
+            or headroom < CEILING_HEADROOM_STEPS * step_w * n_gpus
+        ):
             return None
         kind = DRAW_CEILING
     start, end = members[0].cap_w, members[-1].cap_w

@@ -98,7 +98,28 @@ def line_points(line: Line2D) -> FloatArray:
     if not len(xy):
         return np.empty((0, 2))
     px = _transform(line.get_transform(), xy)
-    return densify(px) if line.get_linestyle() not in ("None", "none", "") else px
+    pts = densify(px) if line.get_linestyle() not in ("None", "none", "") else px
+    return np.vstack([pts, _marker_ring(line, px)])
+
+
+def _marker_ring(line: Line2D, px: FloatArray) -> FloatArray:
+    """Points on the rim of each drawn marker, so a box cannot cover a big marker's edge.
+
+    A marker is several pixels wide (the sweet-spot star is 13 pt); its centre alone would let a
+    legend or label sit over most of it.
+    """
+    marker = line.get_marker()
+    if marker in (None, "None", "none", "", " ") or not len(px):
+        return np.empty((0, 2))
+    figure = line.get_figure()
+    dpi = float(figure.dpi) if figure is not None else 72.0
+    radius = float(line.get_markersize()) * dpi / 72.0 / 2.0
+    if radius < 2.0:
+        return np.empty((0, 2))
+    angles = np.linspace(0.0, 2.0 * np.pi, 8, endpoint=False)
+    ring = np.column_stack([np.cos(angles), np.sin(angles)]) * radius
+    finite = px[np.isfinite(px).all(axis=1)]
+    return (finite[:, None, :] + ring[None, :, :]).reshape(-1, 2)
 
 
 def vline_points(ax: Axes, x_data: float) -> FloatArray:

@@ -56,6 +56,10 @@ def sweet_spot_text(view: AnalysisView) -> str:
     lines.append("  ·  ".join(facts))
     if math.isfinite(spot.pct_of_default):
         lines.append(f"{spot.pct_of_default:.0f}% of default limit")
+    near = view.near_peak
+    if near is not None and near.cap_w == spot.cap_w:
+        # The near-peak diamond is not drawn on top of the star; the callout says it instead.
+        lines.append("also the near-peak cap")
     if spot.at_boundary == "low":
         lines.append("lowest cap swept: try lower")
     elif spot.at_boundary == "high":
@@ -181,7 +185,7 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
         )
         handles.append(spot_marker)
     near = view.near_peak
-    if near is not None:
+    if near is not None and (spot is None or near.cap_w != spot.cap_w):
         (near_marker,) = ax2.plot(
             [near.cap_w],
             [near.tps_per_w],

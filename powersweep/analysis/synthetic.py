@@ -1,0 +1,281 @@
+"""Synthetic measured runs: a noise-free curve plus realistic, seeded measurement noise.
+
+Tests, benchmarks and chart checks need run directories whose true answer is known. This module
+turns a noise-free curve in the form the simulator stores as ``simulation.ground_truth`` in
+run.json (``{load_mode, caps: [{cap_w, tps, power_w, sm_clock_mhz, temp_c, regime}], ...}``)
+into a run directory that looks like a sweep wrote it: ``run.json``, ``caps.csv``, ``samples.csv``
+and ``requests.csv``, with every figure derived from per-tick readings the way the sweep derives
+it (median draw over the load ticks, clocks in bins, integer temperatures).
+
+It takes plain data, so it needs neither the simulator nor the sweep package.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from powersweep.analysis.load import write_caps_csv
+from powersweep.errors import PowersweepError, UsageError
+
+_THERMAL_REGIMES = ("thermal_limited",)
+_POWER_THROTTLE_REGIMES = ("power_limited", "boost_plateau")
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Measurement noise of a synthetic run.
+
+    Attributes:
+        power_rel: Relative 1-sigma noise of one draw reading (NVML's ~0.3%).
+        tps_rel: Relative 1-sigma noise of a cap's TPS (request-to-request spread averaged).
+        request_tps_rel: Relative 1-sigma spread of one request's TPS around the cap's TPS.
+        clock_bin_mhz: SM clock bin width; readings sit on bins, dithering between two.
+        temp_sd_c: 1-sigma noise of a temperature reading before rounding to whole degrees.
+        load_ticks: Sampler ticks of measured load per cap (the draw median is over these).
+        settle_ticks: Ticks of settling per cap before the load (phase ``settle``).
+        tick_s: Sampler interval, run seconds.
+        requests_per_cap: Requests per prompt kind per cap.
+    """
+
+    power_rel: float = 0.003
+    tps_rel: float = 0.005
+    request_tps_rel: float = 0.01
+    clock_bin_mhz: float = 15.0
+    temp_sd_c: float = 0.2
+    load_ticks: int = 20
+    settle_ticks: int = 6
+    tick_s: float = 0.5
+    requests_per_cap: int = 3
+
+
+def synthesize_run(
+    truth: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    out_dir: Path,
+    *,
+    seed: int,
+    noise: NoiseModel | None = None,
+    cooling: str = "air",
+    model: str = "synthetic-model",
+    raw_files: bool = True,
+) -> Path:
+    """Write a run directory measured, with noise, from a noise-free curve.
+
+    Args:
+        truth: Ground truth as stored in run.json (``simulation.ground_truth``): ``load_mode``,
+            ``caps`` (each ``cap_w``, ``tps``, ``power_w``, ``sm_clock_mhz``, ``temp_c``,
+            ``regime``), optionally ``concurrency``, ``prompt_tokens``, ``sweet_spot`` and
+            ``plateaus``.
+        gpu: The run.json ``gpus`` entry: ``name``, ``min_limit_w``, ``default_limit_w``,
+            ``max_limit_w``, ``slowdown_temp_c`` (others optional).
+        out_dir: The run directory to create (existing files are replaced).
+        seed: Noise seed; the same seed gives the same files.
+        noise: The noise model (defaults: see :class:`NoiseModel`).
+        cooling: run.json ``cooling``.
+        model: run.json ``server.model``.
+        raw_files: Whether to write samples.csv and requests.csv (caps.csv is derived from the
+            same readings either way, so the figures do not change).
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        UsageError: The truth has no caps or an unknown load mode.
+        PowersweepError: The files cannot be written.
+    """
+    nm = noise or NoiseModel()
+    caps = sorted(truth.get("caps") or [], key=lambda c: float(c["cap_w"]))
+    if not caps:
+        raise UsageError("synthetic run: the ground truth has no caps")
+    mode = str(truth.get("load_mode") or "decode-single")
+    if mode not in ("decode-single", "decode-concurrent", "prefill-heavy"):
+        raise UsageError(f"synthetic run: unknown load mode {mode!r}")
+    rng = np.random.default_rng(seed)
+    prompt_tokens = int(truth.get("prompt_tokens") or 8000)
+    streams = int(truth.get("concurrency") or 1) if mode == "decode-concurrent" else 1
+    phases = {"decode-single": ("narr", "code"), "decode-concurrent": ("concurrent",)}.get(
+        mode, ("prefill",)
+    )
+
+    sample_rows: list[dict[str, Any]] = []
+    request_rows: list[dict[str, Any]] = []
+    cap_rows: list[dict[str, Any]] = []
+    t = 0.0
+    tick = 0
+    energy_mj = 0.0
+    for cap in caps:
+        cap_w = float(cap["cap_w"])
+        power_true = float(cap["power_w"])
+        regime = str(cap.get("regime") or "power_limited")
+        thermal = regime in _THERMAL_REGIMES
+        pwr_throttle = regime in _POWER_THROTTLE_REGIMES
+        t_cap = t
+        load_power: list[float] = []
+        load_temps: list[float] = []
+        load_clocks: list[float] = []
+        n_settle, n_load = nm.settle_ticks, max(nm.load_ticks, 1)
+        for k in range(n_settle + n_load):
+            phase = "settle" if k < n_settle else phases[(k - n_settle) * len(phases) // n_load]
+            power = round(power_true * (1.0 + rng.normal(0.0, nm.power_rel)), 2)
+            temp = float(round(float(cap.get("temp_c", 60.0)) + rng.normal(0.0, nm.temp_sd_c)))
+            clock = _clock_reading(float(cap.get("sm_clock_mhz", math.nan)), nm.clock_bin_mhz, rng)
+            energy_mj += power * nm.tick_s * 1000.0
+            sample_rows.append(
+                {
+                    "t_s": round(t, 3),
+                    "tick": tick,
+                    "cap_w": cap_w,
+                    "phase": phase,
+                    "gpu_index": int(gpu.get("index", 0)),
+                    "power_w": power,
+                    "energy_mj": math.floor(energy_mj),
+                    "temp_c": temp,
+                    "sm_clock_mhz": clock,
+                    "mem_clock_mhz": gpu.get("mem_clock_mhz"),
+                    "util_pct": 100.0,
+                    "pstate": 2,
+                    "throttle_power": pwr_throttle and not thermal,
+                    "throttle_thermal": thermal,
+                    "clock_event_bits": 32 if thermal else (4 if pwr_throttle else 0),
+                }
+            )
+            if k >= n_settle:
+                load_power.append(power)
+                load_temps.append(temp)
+                load_clocks.append(clock)
+            t += nm.tick_s
+            tick += 1
+        window_s = n_load * nm.tick_s
+        tps = float(cap["tps"]) * (1.0 + rng.normal(0.0, nm.tps_rel))
+        draw = float(np.median(load_power))
+        request_rows += _requests(
+            cap_w, tps, mode, prompt_tokens, streams, t_cap, window_s, nm, rng
+        )
+        row: dict[str, Any] = {
+            "cap_w": cap_w,
+            "narr_tps": None if mode == "prefill-heavy" else tps,
+            "code_tps": tps * 0.985 if mode == "decode-single" else None,
+            "prefill_tps": tps if mode == "prefill-heavy" else None,
+            "power_w": draw,
+            "energy_j": sum(load_power) * nm.tick_s,
+            "energy_sampled_j": float(np.trapezoid(load_power, dx=nm.tick_s)) + draw * nm.tick_s,
+            "tps_per_w": tps / draw,
+            "temp_max_c": max(load_temps),
+            "sm_clock_mhz": float(np.median(load_clocks)),
+            "mem_clock_mhz": gpu.get("mem_clock_mhz"),
+            "util_pct": 100.0,
+            "pwr_throttle_pct": 100.0 if pwr_throttle and not thermal else 0.0,
+            "thermal_throttle_pct": 100.0 if thermal else 0.0,
+            "pstate": 2.0,
+            "n_samples": n_load,
+            "n_requests": len(phases) * nm.requests_per_cap,
+            "n_gpus": 1,
+            "settle_s": n_settle * nm.tick_s,
+            "window_s": window_s,
+            "status": "ok",
+            "error": None,
+        }
+        cap_rows.append(row)
+
+    run = {
+        "schema_version": 1,
+        "tool": {"name": "powersweep", "version": "synthetic"},
+        "started_at": "2025-01-01T00:00:00Z",
+        "ended_at": "2025-01-01T01:00:00Z",
+        "status": "complete",
+        "error": None,
+        "gpus": [{"index": 0, "power_source": "simulated", **dict(gpu)}],
+        "cooling": cooling,
+        "load_mode": mode,
+        "options": {"synthetic_seed": seed},
+        "server": {"url": None, "model": model, "engine": "synthetic", "context_tokens": None},
+        "simulation": {"profile": None, "seed": seed, "time_scale": None, "ground_truth": truth},
+        "caps_planned": [float(c["cap_w"]) for c in caps],
+        "caps_done": [float(c["cap_w"]) for c in caps],
+        "restored": [],
+        "read_errors": 0,
+        "observe_only": False,
+    }
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+        if raw_files:
+            pl.DataFrame(sample_rows, infer_schema_length=None).write_csv(out_dir / "samples.csv")
+            pl.DataFrame(request_rows, infer_schema_length=None).write_csv(out_dir / "requests.csv")
+    except OSError as exc:
+        raise PowersweepError(f"cannot write the synthetic run {out_dir}: {exc}") from exc
+    write_caps_csv(pl.DataFrame(cap_rows, infer_schema_length=None), out_dir / "caps.csv")
+    return out_dir
+
+
+def _clock_reading(clock_mhz: float, bin_mhz: float, rng: np.random.Generator) -> float:
+    """One SM clock reading: the firmware dithers between the two bins around the mean clock."""
+    if not math.isfinite(clock_mhz):
+        return math.nan
+    low = math.floor(clock_mhz / bin_mhz + 1e-9) * bin_mhz
+    high_share = (clock_mhz - low) / bin_mhz
+    return low + bin_mhz if rng.random() < high_share else low
+
+
+def _requests(
+    cap_w: float,
+    tps: float,
+    mode: str,
+    prompt_tokens: int,
+    streams: int,
+    t0: float,
+    window_s: float,
+    nm: NoiseModel,
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    """Requests whose token-weighted TPS is about the cap's TPS."""
+    out: list[dict[str, Any]] = []
+    kinds: Sequence[str] = {"decode-single": ("narr", "code"), "prefill-heavy": ("prefill",)}.get(
+        mode, ("narr",)
+    )
+    n = nm.requests_per_cap
+    slot = window_s / (len(kinds) * n)
+    for j, kind in enumerate(kinds):
+        for i in range(n):
+            start = t0 + (j * n + i) * slot
+            rate = tps * (1.0 + rng.normal(0.0, nm.request_tps_rel))
+            if kind == "prefill":
+                ttft = prompt_tokens / rate
+                prompt, completion, per_req = prompt_tokens, 2, None
+                first, last = start + ttft, start + ttft + 0.05
+            else:
+                # Aggregate TPS over streams; each stream decodes at its share.
+                per_req = rate / streams
+                completion = max(2, round(per_req * (slot - 0.2)))
+                prompt = 500 if kind == "narr" else 400
+                first = start + 0.1
+                last = first + (completion - 1) / per_req
+            out.append(
+                {
+                    "cap_w": cap_w,
+                    "prompt_kind": kind,
+                    "stream": i % streams,
+                    "t_start_s": round(start, 4),
+                    "t_first_token_s": round(first, 4),
+                    "t_last_token_s": round(last, 4),
+                    "t_end_s": round(last + 0.01, 4),
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "token_source": "usage",
+                    "chunk_tokens": completion,
+                    "decode_tps": per_req * streams if per_req is not None else None,
+                    "finish_reason": "length",
+                    "ok": True,
+                    "error": None,
+                }
+            )
+    return out
