@@ -435,7 +435,13 @@ def _print_profiles() -> None:
 
 @app.command("analyze")
 def analyze_command(
-    path: Annotated[Path, typer.Argument(help="Run directory or caps.csv.")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directory or caps.csv; several runs of one GPU in different load modes "
+            "add a cross-mode answer (one cap for a mixed workload)."
+        ),
+    ],
     out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the analysis JSON (and only it) on stdout.")
@@ -445,7 +451,7 @@ def analyze_command(
     eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
 ) -> None:
     """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md."""
-    from powersweep.report import build_report
+    from powersweep.report import build_cross_report, build_report
 
     if not 0 <= max_tps_loss < 100:
         raise UsageError("--max-tps-loss must be between 0 and 100")
@@ -453,8 +459,18 @@ def analyze_command(
         raise UsageError(f"--objective must be tps-per-w, near-peak or cost, not {objective!r}")
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
+    if len(paths) > 1:
+        cross = build_cross_report(
+            paths, out_dir=out, max_tps_loss_pct=max_tps_loss, objective=objective, eta=eta
+        )
+        typer.echo(
+            json.dumps(cross.cross, indent=2, allow_nan=False) if as_json else cross.markdown
+        )
+        for written in cross.paths[-2:]:
+            _info(f"wrote {written}")
+        return
     report = build_report(
-        path,
+        paths[0],
         out_dir=out,
         charts=False,
         max_tps_loss_pct=max_tps_loss,

@@ -162,3 +162,21 @@ def test_errors_and_the_different_gpu_warning(tmp_path: Path) -> None:
     )
     report = build_cross_report([runs[0], other], write=False)
     assert "different GPUs" in report.markdown
+
+
+def test_cli_analyze_several_runs_prints_the_cross_mode_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from powersweep.cli import main
+
+    runs = _runs(tmp_path / "runs")
+    code = main(["analyze", *map(str, runs), "--out", str(tmp_path), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)
+    cap, _, _ = _expected_cap()
+    assert data["cap_w"] == cap
+    assert (tmp_path / "cross-mode.md").exists() and (tmp_path / "cross-mode.json").exists()
+    code = main(["analyze", *map(str, runs), "--out", str(tmp_path)])
+    out, _ = capsys.readouterr()
+    assert code == 0 and f"{cap:g}" in out
