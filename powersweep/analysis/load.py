@@ -16,63 +16,17 @@ from typing import Any
 import polars as pl
 
 from powersweep.errors import PowersweepError, UsageError
-
-SCHEMA_VERSION = 1
-
-# caps.csv columns of the run contract (docs/run-format.md), in file order.
-CAPS_FLOAT_COLUMNS: tuple[str, ...] = (
-    "cap_w",
-    "narr_tps",
-    "code_tps",
-    "prefill_tps",
-    "power_w",
-    "energy_j",
-    "energy_sampled_j",
-    "tps_per_w",
-    "temp_max_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "util_pct",
-    "pwr_throttle_pct",
-    "thermal_throttle_pct",
-    "pstate",
-    "n_samples",
-    "n_requests",
-    "n_gpus",
-    "settle_s",
-    "window_s",
+from powersweep.runformat import (
+    CAPS_FLOAT_COLUMNS,
+    REQUESTS_FLOAT_COLUMNS,
+    SAMPLES_FLOAT_COLUMNS,
+    SCHEMA_VERSION,
 )
-CAPS_TEXT_COLUMNS: tuple[str, ...] = ("status", "error")
+
 METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")
 
 # Cells that mean "not measured" besides an empty one (tolerated in hand-made files).
 _MISSING_TOKENS = frozenset({"", "nan", "none", "null", "na", "n/a", "?", "-", "—"})
-
-_SAMPLES_FLOAT_COLUMNS = (
-    "t_s",
-    "tick",
-    "cap_w",
-    "gpu_index",
-    "power_w",
-    "energy_mj",
-    "temp_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "util_pct",
-    "pstate",
-)
-_REQUESTS_FLOAT_COLUMNS = (
-    "cap_w",
-    "stream",
-    "t_start_s",
-    "t_first_token_s",
-    "t_last_token_s",
-    "t_end_s",
-    "prompt_tokens",
-    "completion_tokens",
-    "chunk_tokens",
-    "decode_tps",
-)
 
 
 @dataclass(frozen=True)
@@ -140,8 +94,8 @@ def load_curve(path: Path) -> Curve:
     caps, metric = _read_caps(caps_path)
     samples = requests = None
     if run_dir is not None:
-        samples = _read_optional(run_dir / "samples.csv", _SAMPLES_FLOAT_COLUMNS, notes)
-        requests = _read_optional(run_dir / "requests.csv", _REQUESTS_FLOAT_COLUMNS, notes)
+        samples = _read_optional(run_dir / "samples.csv", SAMPLES_FLOAT_COLUMNS, notes)
+        requests = _read_optional(run_dir / "requests.csv", REQUESTS_FLOAT_COLUMNS, notes)
     return Curve(
         caps=caps,
         metric=metric,

@@ -19,74 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError
+from powersweep.runformat import (
+    CAPS_COLUMNS,
+    REQUESTS_COLUMNS,
+    SAMPLES_COLUMNS,
+)
 from powersweep.sweep.sampler import SampleRow
-
-SCHEMA_VERSION = 1
-
-SAMPLES_COLUMNS = (
-    "t_s",
-    "tick",
-    "cap_w",
-    "phase",
-    "gpu_index",
-    "power_w",
-    "energy_mj",
-    "temp_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "util_pct",
-    "pstate",
-    "throttle_power",
-    "throttle_thermal",
-    "clock_event_bits",
-)
-REQUESTS_COLUMNS = (
-    "cap_w",
-    "prompt_kind",
-    "stream",
-    "t_start_s",
-    "t_first_token_s",
-    "t_last_token_s",
-    "t_end_s",
-    "prompt_tokens",
-    "completion_tokens",
-    "token_source",
-    "chunk_tokens",
-    "decode_tps",
-    "finish_reason",
-    "ok",
-    "error",
-)
-CAPS_COLUMNS = (
-    "cap_w",
-    "narr_tps",
-    "code_tps",
-    "prefill_tps",
-    "power_w",
-    "energy_j",
-    "energy_sampled_j",
-    "tps_per_w",
-    "temp_max_c",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "util_pct",
-    "pwr_throttle_pct",
-    "thermal_throttle_pct",
-    "pstate",
-    "n_samples",
-    "n_requests",
-    "n_gpus",
-    "settle_s",
-    "window_s",
-    "status",
-    "error",
-    "reason",
-    "concurrency",
-    "narr_tps_spread_pct",
-    "code_tps_spread_pct",
-    "prefill_wall_tps",
-    "prompt_tokens",
-)
 
 
 def cell(value: Any) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from powersweep import __version__
 from powersweep.clock import Clock, ScaledClock, real_clock
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import SCHEMA_VERSION
 from powersweep.sweep.caps import clamp_caps, default_caps, uniform_envelope
 from powersweep.sweep.client import ChatClient
 from powersweep.sweep.concurrent import DecodeConcurrent
@@ -34,7 +35,7 @@ from powersweep.sweep.driver import (
 from powersweep.sweep.gpu import Gpu, GpuBackend, PowerEnvelope
 from powersweep.sweep.journal import Journal, default_state_dir
 from powersweep.sweep.loads import DecodeSingle, Load
-from powersweep.sweep.outputs import SCHEMA_VERSION, RunWriter, utc_now_iso
+from powersweep.sweep.outputs import RunWriter, utc_now_iso
 from powersweep.sweep.prefill import PrefillHeavy
 
 LOAD_MODES = ("decode-single", "decode-concurrent", "prefill-heavy")

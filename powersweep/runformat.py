@@ -1,0 +1,88 @@
+"""The run contract's names (docs/run-format.md), shared by the writer and the readers.
+
+The sweep writes these files and the analysis reads them; neither imports the other, so the
+column lists live here.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+SAMPLES_COLUMNS = (
+    "t_s",
+    "tick",
+    "cap_w",
+    "phase",
+    "gpu_index",
+    "power_w",
+    "energy_mj",
+    "temp_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_pct",
+    "pstate",
+    "throttle_power",
+    "throttle_thermal",
+    "clock_event_bits",
+)
+REQUESTS_COLUMNS = (
+    "cap_w",
+    "prompt_kind",
+    "stream",
+    "t_start_s",
+    "t_first_token_s",
+    "t_last_token_s",
+    "t_end_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "token_source",
+    "chunk_tokens",
+    "decode_tps",
+    "finish_reason",
+    "ok",
+    "error",
+)
+CAPS_COLUMNS = (
+    "cap_w",
+    "narr_tps",
+    "code_tps",
+    "prefill_tps",
+    "power_w",
+    "energy_j",
+    "energy_sampled_j",
+    "tps_per_w",
+    "temp_max_c",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "util_pct",
+    "pwr_throttle_pct",
+    "thermal_throttle_pct",
+    "pstate",
+    "n_samples",
+    "n_requests",
+    "n_gpus",
+    "settle_s",
+    "window_s",
+    "status",
+    "error",
+    "reason",
+    "concurrency",
+    "narr_tps_spread_pct",
+    "code_tps_spread_pct",
+    "prefill_wall_tps",
+    "prompt_tokens",
+)
+
+# caps.csv columns that hold text; every other column is a number (empty when not measured).
+CAPS_TEXT_COLUMNS: tuple[str, ...] = ("status", "error", "reason")
+CAPS_FLOAT_COLUMNS: tuple[str, ...] = tuple(c for c in CAPS_COLUMNS if c not in CAPS_TEXT_COLUMNS)
+SAMPLES_FLOAT_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for c in SAMPLES_COLUMNS
+    if c not in ("phase", "throttle_power", "throttle_thermal", "clock_event_bits")
+)
+REQUESTS_FLOAT_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for c in REQUESTS_COLUMNS
+    if c not in ("prompt_kind", "token_source", "finish_reason", "ok", "error")
+)
