@@ -152,6 +152,15 @@ def _header(analysis: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _md_keep_code(value: Any) -> str:
+    """Like :func:`escape_md`, but keep paired backtick code spans (our hints name commands)."""
+    text = "" if value is None else " ".join(str(value).split())
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: nothing is code
+        return escape_md(text)
+    return "".join(f"`{part}`" if i % 2 else escape_md(part) for i, part in enumerate(parts))
+
+
 def _findings(analysis: dict[str, Any]) -> str:
     findings = analysis.get("findings") or []
     lines = ["### Findings", ""]
@@ -160,9 +169,9 @@ def _findings(analysis: dict[str, Any]) -> str:
     order = {"warning": 0, "info": 1}
     for f in sorted(findings, key=lambda f: order.get(str(f.get("severity")), 2)):
         mark = "**warning**" if f.get("severity") == "warning" else "info"
-        line = f"- {mark} **{escape_md(f.get('code'))}**: {escape_md(f.get('message'))}"
+        line = f"- {mark} **{escape_md(f.get('code'))}**: {_md_keep_code(f.get('message'))}"
         if f.get("hint"):
-            line += f"  \n  _Try:_ {escape_md(f['hint'])}"
+            line += f"  \n  _Try:_ {_md_keep_code(f['hint'])}"
         lines.append(line)
     return "\n".join(lines) + "\n\n"
 

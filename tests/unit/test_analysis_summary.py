@@ -183,3 +183,10 @@ def test_cross_mode_minimises_the_worst_loss(tmp_path: Path) -> None:
     )
     with pytest.raises(UsageError):
         cross_mode([(single, analyze(single))])
+
+
+def test_hint_commands_stay_code_and_unpaired_backticks_are_escaped() -> None:
+    from powersweep.analysis.summary import _md_keep_code
+
+    assert _md_keep_code("run `nvidia-smi -pl 290` now_") == "run `nvidia-smi -pl 290` now\\_"
+    assert _md_keep_code("a ` b | c") == "a \\` b \\| c"
