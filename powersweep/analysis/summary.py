@@ -158,7 +158,13 @@ def _md_keep_code(value: Any) -> str:
     parts = text.split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick: nothing is code
         return escape_md(text)
-    return "".join(f"`{part}`" if i % 2 else escape_md(part) for i, part in enumerate(parts))
+
+    def prose(part: str) -> str:  # escape_md trims; the spaces around code spans must stay
+        lead = " " if part.startswith(" ") else ""
+        trail = " " if part.endswith(" ") and part.strip() else ""
+        return lead + escape_md(part) + trail
+
+    return "".join(f"`{part}`" if i % 2 else prose(part) for i, part in enumerate(parts))
 
 
 def _findings(analysis: dict[str, Any]) -> str:
