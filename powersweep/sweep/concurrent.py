@@ -413,8 +413,26 @@ class DecodeConcurrent:
             self.sampler.label(cap_w, "settle")
 
         await asyncio.gather(labels(), *(stream(i) for i in range(n)))
+        # The ramp learned from the scheduling check's tiny prompts can be shorter than the
+        # measured prompts' staggered prefills: counting from before the last stream's first
+        # token would average fewer streams than N and read low. Open the window once all run.
+        # That stream's first token marks the start, so it is not counted in the window (as a
+        # request's decode rate counts n - 1 tokens between its first and last).
+        running = _all_streams_running_s(results)
+        if running is not None and t0 < running < t1:
+            t0 = math.nextafter(running, math.inf)
         tokens = tokens_in_window(results, t0, t1, self.per_chunk)
         window = Window(
             n, t0, t1, tokens, tokens / (t1 - t0), failures, queued[0] if queued else None
         )
         return window, results
+
+
+def _all_streams_running_s(results: Sequence[Any]) -> float | None:
+    """Run time by which every stream that produced tokens had its first one (None: none did)."""
+    first: dict[int, float] = {}
+    for r in results:
+        t = r.t_first_token_s
+        if math.isfinite(t):
+            first[r.stream] = min(t, first.get(r.stream, math.inf))
+    return max(first.values()) if first else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
@@ -111,6 +111,7 @@ class PrefillApi(Protocol):
         max_tokens: int,
         prompt_kind: str,
         stream_index: int = 0,
+        stream: bool = True,
         extra_body: dict[str, Any] | None = None,
     ) -> Any:
         """One request; never raises."""
@@ -254,8 +255,13 @@ class PrefillHeavy:
             return result, result.error, words
         got = result.prompt_tokens
         if got is None:
-            msg = "the server reported no prompt_tokens: prefill TPS cannot be measured"
-            return result, msg, words
+            # Strict servers send no usage in streams but do count the prompt in a whole answer;
+            # the streamed request keeps its time to first token, the whole one gives the count.
+            got = await self._count_whole(prompt)
+            if got is None:
+                msg = "the server reported no prompt_tokens: prefill TPS cannot be measured"
+                return result, msg, words
+            result = replace(result, prompt_tokens=got)
         if got < TRUNCATION_TOLERANCE * expected:
             return (
                 result,
@@ -271,6 +277,17 @@ class PrefillHeavy:
         if cached > MAX_CACHED_FRACTION * got:
             return result, f"{cached} of {got} prompt tokens came from the server's cache", words
         return result, "", words
+
+    async def _count_whole(self, prompt: str) -> int | None:
+        """The server's prompt count of ``prompt`` from a non-streamed request (None: none)."""
+        result = await self.client.chat(
+            prompt,
+            max_tokens=PREFILL_MAX_TOKENS,
+            prompt_kind="prefill",
+            stream=False,
+            extra_body=self._extra(),
+        )
+        return result.prompt_tokens if result.ok else None
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         """Size the prompt so its prefill takes ``target_prefill_s`` at this (highest) cap."""
@@ -371,6 +388,4 @@ class PrefillCalibrationError(Exception):
 
 def _failed(result: Any, error: str) -> Any:
     """A copy of a request result marked failed with ``error``."""
-    from dataclasses import replace
-
     return replace(result, ok=False, error=error)
