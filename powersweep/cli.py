@@ -227,6 +227,10 @@ def sweep_command(
     sim_context: Annotated[
         int | None, typer.Option(hidden=True, help="Simulation: the model's context, tokens.")
     ] = None,
+    sim_reasoning_tokens: Annotated[
+        int,
+        typer.Option(hidden=True, help="Simulation: reasoning tokens before the answer."),
+    ] = 0,
     sim_hide_num_ctx: Annotated[
         bool,
         typer.Option(
@@ -286,6 +290,7 @@ def sweep_command(
         sim_slots=sim_slots,
         sim_context=sim_context,
         sim_hide_num_ctx=sim_hide_num_ctx,
+        sim_reasoning_tokens=sim_reasoning_tokens,
     )
     if dry_run:
         if resume is not None:

@@ -95,6 +95,7 @@ class SweepOptions:
     sim_slots: int | None = None
     sim_context: int | None = None
     sim_hide_num_ctx: bool = False
+    sim_reasoning_tokens: int = 0
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
@@ -229,6 +230,8 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--target-prefill-seconds must be positive")
     if options.sim_slots is not None and options.sim_slots < 1:
         raise UsageError("--sim-slots must be at least 1")
+    if options.sim_reasoning_tokens < 0:
+        raise UsageError("--sim-reasoning-tokens must be 0 or more")
     if options.sim_context is not None and options.sim_context < 256:
         raise UsageError("--sim-context must be at least 256 tokens")
     if options.load_mode != "decode-concurrent" and (
@@ -578,6 +581,7 @@ def _run_session(
                 http_error=options.sim_http_error,
                 total_slots=options.sim_slots,
                 hide_num_ctx=options.sim_hide_num_ctx,
+                reasoning_tokens=options.sim_reasoning_tokens,
             )
         with server if server is not None else contextlib.nullcontext():
             url = server.url if server is not None else options.url

@@ -205,3 +205,36 @@ def test_silently_truncated_prefill_fails_the_sweep_with_the_reason(tmp_path: Pa
     meta = read_json(run / "run.json")
     assert meta["status"] == "failed" and "truncated" in meta["error"]
     assert read_csv(run / "caps.csv") == []  # no cap measured as if it were fast
+
+
+@pytest.mark.slow
+def test_reasoning_tokens_count_when_the_server_ignores_the_thinking_switch(
+    tmp_path: Path,
+) -> None:
+    """The reference script once counted only delta.content: 0 TPS on reasoning models."""
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air",
+        "--sim-server",
+        "plain",
+        "--sim-reasoning-tokens",
+        "150",
+        "--caps",
+        "300",
+        "--cooling",
+        "air",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--no-charts",
+        "--warmup-requests",
+        "1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = only_run_dir(tmp_path)
+    measured = [r for r in read_csv(run / "requests.csv") if r["prompt_kind"] in ("narr", "code")]
+    assert measured and all(r["token_source"] == "chunks" for r in measured)
+    assert {int(r["completion_tokens"]) for r in measured} == {500, 400}
+    truth = read_json(run / "run.json")["simulation"]["ground_truth"]["caps"][0]
+    (cap,) = read_csv(run / "caps.csv")
+    assert float(cap["narr_tps"]) == pytest.approx(truth["tps"], rel=0.02)
