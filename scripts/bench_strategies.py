@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import math
 import random
@@ -77,6 +78,18 @@ class Truth:
     power_w: float
     tps: float
     sm_clock_mhz: float
+    temp_max_c: float = math.nan
+    thermal_throttle_pct: float = math.nan
+
+    def measurement(self) -> CapMeasurement:
+        """What the planner gets from the driver's caps.csv row."""
+        return CapMeasurement(
+            self.power_w,
+            self.tps,
+            self.sm_clock_mhz,
+            temp_max_c=self.temp_max_c,
+            thermal_throttle_pct=self.thermal_throttle_pct,
+        )
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,7 @@ class Case:
     make_gpu: Callable[[ManualClock], tuple[Gpu, Callable[[bool], None]]]
     default_w: float
     metric: str
+    slowdown_temp_c: float = math.nan
 
 
 def builtin_cases() -> list[Case]:
@@ -111,7 +125,18 @@ def builtin_cases() -> list[Case]:
         env_caps = default_caps(_envelope(prof.min_limit_w, prof.default_limit_w, prof.max_limit_w))
         for mode, kw in MODES:
             truth = ground_truth([prof], mode, env_caps, **kw)
-            by_cap = {c.cap_w: Truth(c.power_w, c.tps, c.sm_clock_mhz) for c in truth.caps}
+            # A thermally held cap runs at slowdown with the thermal clock-event bit set: the
+            # sweep's rows carry both, and the analysis uses them.
+            by_cap = {
+                c.cap_w: Truth(
+                    c.power_w,
+                    c.tps,
+                    c.sm_clock_mhz,
+                    temp_max_c=c.temp_c,
+                    thermal_throttle_pct=100.0 if c.regime == "thermal_limited" else 0.0,
+                )
+                for c in truth.caps
+            }
             work = workload_for(mode, kw.get("concurrency", 1), kw.get("prompt_tokens", 8000))
             cases.append(
                 Case(
@@ -122,6 +147,7 @@ def builtin_cases() -> list[Case]:
                     make_gpu=_sim_gpu_factory(prof, work),
                     default_w=prof.default_limit_w,
                     metric="prefill_tps" if mode == "prefill-heavy" else "narr_tps",
+                    slowdown_temp_c=prof.slowdown_temp_c,
                 )
             )
     return cases
@@ -177,12 +203,10 @@ def sweep(case: Case, strategy: str, *, settle_s: float, window_s: float) -> Swe
     if strategy == "dense":
         measure_batch([(c, "dense") for c in case.grid])
     else:
-        planner = AdaptivePlanner(case.grid, _step(case.grid))
+        planner = AdaptivePlanner(case.grid, _step(case.grid), slowdown_temp_c=case.slowdown_temp_c)
         measure_batch([(c, "coarse pass") for c in planner.initial_caps()])
         while True:
-            plan = planner.next_caps(
-                {c: CapMeasurement(t.power_w, t.tps, t.sm_clock_mhz) for c, t in measured.items()}
-            )
+            plan = planner.next_caps({c: t.measurement() for c, t in measured.items()})
             if not plan:
                 break
             measure_batch(plan)
@@ -394,6 +418,8 @@ def _noisy(by_cap: dict[float, Truth], key: str) -> Callable[[float], Truth]:
             t.power_w * (1.0 + rng.gauss(0.0, POWER_MEDIAN_NOISE_REL)),
             t.tps * (1.0 + rng.gauss(0.0, TPS_NOISE_REL)),
             t.sm_clock_mhz,
+            t.temp_max_c,
+            t.thermal_throttle_pct,
         )
 
     return measure
@@ -431,13 +457,22 @@ def _analyse(case: Case, measured: dict[float, Truth]) -> dict[str, Any]:
             case.metric: [measured[c].tps for c in caps],
             "power_w": [measured[c].power_w for c in caps],
             "sm_clock_mhz": [measured[c].sm_clock_mhz for c in caps],
+            "temp_max_c": [measured[c].temp_max_c for c in caps],
+            "thermal_throttle_pct": [measured[c].thermal_throttle_pct for c in caps],
             "status": ["ok"] * len(caps),
         }
     )
+    # What run.json tells the analysis: the planned grid (its step, for an adaptive subset) and
+    # the card's slowdown temperature.
+    run = {
+        "caps_planned": sorted(case.grid, reverse=True),
+        "gpus": [{"default_limit_w": case.default_w, "slowdown_temp_c": case.slowdown_temp_c}],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "caps.csv"
         write_caps_csv(df, path)
-        return analyze(load_curve(path), bootstrap=0, default_limit_w=case.default_w)
+        curve = dataclasses.replace(load_curve(path), run=run)
+        return analyze(curve, bootstrap=0, default_limit_w=case.default_w)
 
 
 def _close(a: Any, b: Any) -> bool:

@@ -123,7 +123,9 @@ def analyze(
     )
 
     all_caps = [float(c) for c in caps["cap_w"].to_list()]
-    regions = structure.find_regions(points, all_caps, slowdown_temp_c=slowdown)
+    regions = structure.find_regions(
+        points, all_caps, slowdown_temp_c=slowdown, step_w=_planned_step_w(curve.run)
+    )
     result["plateaus"] = [_region_dict(r) for r in regions]
     result["regimes"] = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
@@ -341,6 +343,25 @@ def pick_sweet_spot(points: Sequence[CapPoint]) -> tuple[CapPoint, CapPoint]:
         scores[k] = value - FIT_SD_PENALTY * sd * math.sqrt(leverage)
     best = max(candidates, key=lambda k: (scores[k], -points[k].cap_w))
     return points[best], raw
+
+
+def _planned_step_w(run: dict[str, Any] | None) -> float | None:
+    """The step of the planned grid (run.json ``caps_planned``), None when unknown.
+
+    An adaptive sweep measures a subset of its grid; the step of the measured caps would be two
+    to four grid steps and scale the structure tolerances wrongly.
+    """
+    planned = (run or {}).get("caps_planned")
+    if not isinstance(planned, list):
+        return None
+    caps: list[float] = []
+    for c in planned:
+        try:
+            caps.append(float(c))
+        except (TypeError, ValueError):
+            continue
+    step = structure.typical_step_w([c for c in caps if math.isfinite(c)])
+    return step if math.isfinite(step) and step > 0 else None
 
 
 def _tpw_noise_rel(points: Sequence[CapPoint]) -> float:

@@ -150,6 +150,7 @@ def find_regions(
     all_caps_w: Sequence[float],
     *,
     slowdown_temp_c: float = NAN,
+    step_w: float | None = None,
 ) -> list[Region]:
     """Find boost plateaus and draw ceilings.
 
@@ -158,15 +159,22 @@ def find_regions(
         all_caps_w: Every cap of the sweep including failed ones (for the usual step and for the
             caps missing inside a region).
         slowdown_temp_c: The card's thermal slowdown threshold (NaN if unknown).
+        step_w: The planned grid's step, W (run.json ``caps_planned``); None infers it from
+            the caps. An adaptive sweep measures a subset of its grid: which measured caps are
+            neighbours still follows their usual gap, but the draw ceiling's headroom rule
+            (``CEILING_HEADROOM_STEPS``) is in grid steps, or a short ceiling at the top of the
+            envelope would need two to four times the headroom a dense sweep asks.
 
     Returns:
         Regions, lowest cap first. A smooth power-limited curve gives none.
     """
     if len(points) < MIN_REGION_CAPS:
         return []
-    step_w = typical_step_w([p.cap_w for p in points] + list(all_caps_w))
-    if not math.isfinite(step_w) or step_w <= 0:
+    gap_w = typical_step_w([p.cap_w for p in points] + list(all_caps_w))
+    if not math.isfinite(gap_w) or gap_w <= 0:
         return []
+    grid_step_w = step_w if step_w is not None and math.isfinite(step_w) and step_w > 0 else gap_w
+    step_w = gap_w
     noise = estimate_noise(points, step_w)
     eligible = [_eligible(p, slowdown_temp_c) for p in points]
     baseline = _tracking_headroom(points, step_w)
@@ -191,7 +199,7 @@ def find_regions(
         # A ceiling absorbs the noisy caps above its grown part; never report them twice.
         if points[lo].cap_w in covered:
             continue
-        region = _classify(points, eligible, lo, hi, step_w, noise, all_caps_w)
+        region = _classify(points, eligible, lo, hi, step_w, noise, all_caps_w, grid_step_w)
         if region is not None:
             regions.append(region)
             covered.update(region.caps_w)
@@ -401,6 +409,7 @@ def _classify(
     step_w: float,
     noise: Noise,
     all_caps_w: Sequence[float],
+    grid_step_w: float,
 ) -> Region | None:
     """Name a flat region: plateau if the draw escapes above it, ceiling if it runs to the top."""
     members = list(points[lo : hi + 1])
@@ -429,7 +438,7 @@ def _classify(
         headroom = top.cap_total_w - level
         if (
             headroom / top.cap_total_w < CEILING_HEADROOM_FRAC
-            or headroom < CEILING_HEADROOM_STEPS * step_w * n_gpus
+            or headroom < CEILING_HEADROOM_STEPS * min(step_w, grid_step_w) * n_gpus
         ):
             return None
         kind = DRAW_CEILING

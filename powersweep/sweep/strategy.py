@@ -14,7 +14,14 @@ both ends included), then refines at the step size:
   edge of a plateau is bisected until the last flat cap and the first cap above it are at most
   two steps apart. Then the region is filled (midpoints of its widest gaps) until the analysis
   (:func:`powersweep.analysis.structure.find_regions`, run on the measured caps exactly as
-  ``powersweep analyze`` will) reports it.
+  ``powersweep analyze`` will) reports it. A short draw ceiling at the top of the envelope (three
+  caps) shows in the coarse pass as a top cap drawing clearly under its cap; the lowest cap that
+  can reach its draw and the fill between them are then measured. The analysis is asked with
+  the grid's step (as ``analyze`` takes it from run.json ``caps_planned``), so its ceiling
+  headroom rule is the dense sweep's. Caps the analysis calls thermal-limited or under-loaded
+  (thermal clock-event bit, temperature at slowdown, low utilization) never start a flat run:
+  heat, not a boost state or the workload, holds their draw, and no sweep reports them as a
+  region.
 
 Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when every coarse cap is
 measured, the best TPS/W cap has both step neighbours measured (or is at an end of the envelope),
@@ -36,7 +43,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powersweep.analysis.structure import MIN_REGION_CAPS, CapPoint, Region, find_regions
+from powersweep.analysis.structure import (
+    MIN_REGION_CAPS,
+    CapPoint,
+    Region,
+    find_regions,
+    is_thermal,
+    is_under_loaded,
+)
 
 COARSE = "coarse pass"
 BRACKET_PEAK = "bracket peak"
@@ -68,11 +82,18 @@ class CapMeasurement:
         power_w: Median combined draw.
         tps: The metric's TPS (decode or prefill).
         sm_clock_mhz: Median SM clock (NaN if unknown).
+        temp_max_c: Hottest reading during the load (NaN if unknown).
+        thermal_throttle_pct: Share of load samples with the thermal clock-event bit (NaN if
+            unknown); with ``temp_max_c`` it tells a thermally held cap from a draw ceiling.
+        util_pct: Median utilization (NaN if unknown).
     """
 
     power_w: float
     tps: float
     sm_clock_mhz: float = math.nan
+    temp_max_c: float = math.nan
+    thermal_throttle_pct: float = math.nan
+    util_pct: float = math.nan
 
     @property
     def tps_per_w(self) -> float:
@@ -81,7 +102,8 @@ class CapMeasurement:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], metric: str = "narr_tps") -> CapMeasurement:
-        """Build from a caps.csv-like row (``power_w``, the metric or ``tps``, ``sm_clock_mhz``)."""
+        """Build from a caps.csv-like row (``power_w``, the metric or ``tps``, ``sm_clock_mhz``,
+        ``temp_max_c``, ``thermal_throttle_pct``, ``util_pct``; missing ones NaN)."""
 
         def num(key: str) -> float:
             value = row.get(key)
@@ -91,7 +113,14 @@ class CapMeasurement:
                 return math.nan
 
         tps = num(metric) if metric in row else num("tps")
-        return cls(power_w=num("power_w"), tps=tps, sm_clock_mhz=num("sm_clock_mhz"))
+        return cls(
+            power_w=num("power_w"),
+            tps=tps,
+            sm_clock_mhz=num("sm_clock_mhz"),
+            temp_max_c=num("temp_max_c"),
+            thermal_throttle_pct=num("thermal_throttle_pct"),
+            util_pct=num("util_pct"),
+        )
 
 
 @dataclass(frozen=True)
@@ -114,6 +143,8 @@ class AdaptivePlanner:
         peak_bracket_steps: The best TPS/W cap is done when its measured neighbours are at most
             this many steps away on both sides. With 2 (the default) a unimodal curve's true
             peak is within one step of the reported one; 1 measures both step neighbours.
+        slowdown_temp_c: The card's thermal slowdown threshold (NaN if unknown), used as the
+            analysis uses it to call a hot cap under its cap thermal-limited, not flat.
 
     Raises:
         ValueError: No caps, or a step that is not positive.
@@ -128,6 +159,7 @@ class AdaptivePlanner:
         n_gpus: int = 1,
         max_tps_loss_pct: float = 5.0,
         peak_bracket_steps: int = 2,
+        slowdown_temp_c: float = math.nan,
     ) -> None:
         if not envelope_caps:
             raise ValueError("adaptive planning needs at least one cap")
@@ -140,6 +172,7 @@ class AdaptivePlanner:
         self.n_gpus = max(1, n_gpus)
         self.max_tps_loss_pct = max_tps_loss_pct
         self.peak_bracket_steps = max(1, peak_bracket_steps)
+        self.slowdown_temp_c = slowdown_temp_c
 
     # --- public -------------------------------------------------------------------------------
 
@@ -185,7 +218,14 @@ class AdaptivePlanner:
     def regions(self, measured: Mapping[float, CapMeasurement]) -> list[Region]:
         """The analysis' plateaus and ceilings on the measured caps (as ``analyze`` sees them)."""
         points = self._points({c: m for c, m in measured.items() if _usable(m)})
-        return find_regions(points, [p.cap_w for p in points])
+        # The grid's step, as ``analyze`` takes it from run.json ``caps_planned``: the measured
+        # subset's gaps are several steps wide.
+        return find_regions(
+            points,
+            [p.cap_w for p in points],
+            slowdown_temp_c=self.slowdown_temp_c,
+            step_w=self.step_w,
+        )
 
     # --- criteria -----------------------------------------------------------------------------
 
@@ -295,10 +335,16 @@ class AdaptivePlanner:
         """Runs of consecutive measured caps whose draw sits under the cap at one level."""
         runs: list[list[float]] = []
         current: list[float] = []
+        points = {p.cap_w: p for p in self._points(done)}
         for c in sorted(done):
             m = done[c]
             cap_total = c * self.n_gpus
             under = cap_total - m.power_w > max(UNDER_CAP_FRAC * cap_total, UNDER_CAP_MIN_W)
+            # Heat or a starved GPU holds the draw there, not a boost state or the workload:
+            # the analysis never reports such caps as a region, so there is nothing to refine.
+            p = points[c]
+            if is_thermal(p, self.slowdown_temp_c) or is_under_loaded(p):
+                under = False
             if under and current:
                 level = statistics.median(done[x].power_w for x in current)
                 if abs(m.power_w - level) <= SAME_LEVEL_FRAC * level:
@@ -375,6 +421,9 @@ class AdaptivePlanner:
                 power_w=m.power_w,
                 tps=m.tps,
                 sm_clock_mhz=m.sm_clock_mhz,
+                util_pct=m.util_pct,
+                temp_max_c=m.temp_max_c,
+                thermal_throttle_pct=m.thermal_throttle_pct,
             )
             for c, m in sorted(done.items())
         ]
