@@ -332,7 +332,12 @@ class Sweep:
         self.writer.write_run_json(self.meta)
 
     async def _measure_adaptive(self) -> None:
-        planner = AdaptivePlanner(list(self.plan.caps_w), self.plan.step_w)
+        slowdown = [g.slowdown_temp_c() for g in self.gpus]
+        planner = AdaptivePlanner(
+            list(self.plan.caps_w),
+            self.plan.step_w,
+            slowdown_temp_c=min((t for t in slowdown if t == t), default=float("nan")),
+        )
         metric = "prefill_tps" if self.plan.load_mode == "prefill-heavy" else "narr_tps"
         measured: dict[float, CapMeasurement] = {}
         batch = [(c, "coarse pass") for c in coarse_order(planner.initial_caps())]
