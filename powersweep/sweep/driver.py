@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -336,7 +337,7 @@ class Sweep:
         planner = AdaptivePlanner(
             list(self.plan.caps_w),
             self.plan.step_w,
-            slowdown_temp_c=min((t for t in slowdown if t == t), default=float("nan")),
+            slowdown_temp_c=min((t for t in slowdown if math.isfinite(t)), default=math.nan),
         )
         metric = "prefill_tps" if self.plan.load_mode == "prefill-heavy" else "narr_tps"
         measured: dict[float, CapMeasurement] = {}
