@@ -25,6 +25,7 @@ MIN_PROMPT_TOKENS = 256
 FIRST_PROMPT_TOKENS = 2048
 CALIBRATION_TOLERANCE = 0.12
 MAX_CALIBRATION_STEPS = 6
+MAX_FIRST_PROMPT_BACKOFFS = 3
 TRUNCATION_TOLERANCE = 0.97
 MAX_CACHED_FRACTION = 0.05
 
@@ -298,11 +299,34 @@ class PrefillHeavy:
         )
         points: list[tuple[int, float]] = []
         steps: list[CalibrationStep] = []
-        for _ in range(MAX_CALIBRATION_STEPS):
+        backoffs = 0
+        while len(steps) < MAX_CALIBRATION_STEPS:
             words = max(16, round(want_tokens / self.tokens_per_word))
             result, error, words = await self._send(words, cap_w)
             if error:
-                raise PrefillCalibrationError(f"prefill calibration failed: {error}")
+                if steps and limit is None and self.context_tokens is None:
+                    # No context reported and this longer prompt failed: the largest prompt the
+                    # server took is as far as it goes (recorded as clamped).
+                    largest = max(steps, key=lambda st: st.prompt_tokens)
+                    self.warn(
+                        f"prefill calibration: a {words}-word prompt failed ({error}); the "
+                        f"server names no context, so prompts stay at {largest.prompt_tokens} "
+                        "tokens"
+                    )
+                    want_tokens = float(largest.prompt_tokens)
+                    self.tokens_per_word = largest.prompt_tokens / largest.words
+                    self.clamped = True
+                    break
+                if steps or limit is not None or backoffs >= MAX_FIRST_PROMPT_BACKOFFS:
+                    raise PrefillCalibrationError(f"prefill calibration failed: {error}")
+                # The server names no context and no tokenizer: the first guess may simply not
+                # fit its context (or its tokenizer makes more tokens of a word). Go smaller.
+                backoffs += 1
+                self.warn(
+                    f"prefill calibration: a {words}-word prompt failed ({error}); trying shorter"
+                )
+                want_tokens = max(MIN_PROMPT_TOKENS / 4, want_tokens / 4)
+                continue
             ttft = result.t_first_token_s - result.t_start_s
             tokens = int(result.prompt_tokens)
             self.tokens_per_word = tokens / words
@@ -320,7 +344,7 @@ class PrefillHeavy:
             else:
                 self.clamped = False
         self.words = max(16, round(want_tokens / self.tokens_per_word))
-        if self.clamped:
+        if self.clamped and limit is not None:
             self.warn(
                 f"prefill prompt clamped to {limit} tokens (90% of the {self.context_tokens}-token "
                 f"context): prefill takes less than {self.target_prefill_s:g} s"

@@ -78,9 +78,9 @@ def test_auto_concurrency_loads_the_5090_harder_than_one_stream() -> None:
 
         prep = run_with_client(server.url, clock, body)
     probe = {p["concurrency"]: p for p in prep["probe"]}
-    assert prep["concurrency"] > 1 and prep["concurrency_auto"]
-    assert probe[prep["concurrency"]]["power_w"] > 1.05 * probe[1]["power_w"]
-    assert probe[prep["concurrency"]]["tps"] > 2 * probe[1]["tps"]
+    assert prep["concurrency"] > 1 and prep["concurrency_auto"], prep
+    assert probe[prep["concurrency"]]["power_w"] > 1.05 * probe[1]["power_w"], prep
+    assert probe[prep["concurrency"]]["tps"] > 2 * probe[1]["tps"], prep
 
 
 @pytest.mark.slow

@@ -200,13 +200,13 @@ def test_truncated_prefill_is_an_error_not_a_fast_cap(tmp_path: Path) -> None:
 
 
 class _Reasoning(SimServer):
-    """The session's simulated server, thinking before it answers (no CLI switch exists)."""
+    """The session's simulated server, counting the reasoning deltas it sends."""
 
     REASONING_TOKENS = 120
     made: list[_Reasoning] = []  # noqa: RUF012 -- the test reads the instance the session made
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, reasoning_tokens=self.REASONING_TOKENS, **kwargs)
+        super().__init__(*args, **kwargs)
         self.reasoning_deltas = 0
         self.made.append(self)
 
@@ -238,6 +238,7 @@ def test_reasoning_tokens_count_like_content(
         out=tmp_path,
         simulate="rtx3090-water",
         sim_server=flavour,
+        sim_reasoning_tokens=_Reasoning.REASONING_TOKENS,
     )
     result = run_session(options)
     assert result.outcome.status == "complete"

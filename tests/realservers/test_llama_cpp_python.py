@@ -137,3 +137,64 @@ def test_a_stream_the_server_interrupts_is_a_failed_request(
     assert not first.ok
     assert "server closed the connection mid-response" in first.error
     assert first.chunk_tokens < 3000
+
+
+def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
+    options = SweepOptions(
+        simulate="rtx3090-air",
+        load_mode=load_mode,
+        url=server.url,
+        caps=(300.0,),
+        target_cap_seconds=1.0,
+        settle="fixed",
+        settle_seconds=0.2,
+        state_dir=tmp_path / "state",
+        warmup_requests=1,
+        sample_interval_s=0.1,
+        cooling="air",
+        out=tmp_path,
+        **extra,  # type: ignore[arg-type]
+    )
+    return run_session(options).run_dir
+
+
+def test_prefill_session_takes_prompt_tokens_from_a_whole_answer(
+    llama_cpp_python_server: RealServer, tmp_path: Path
+) -> None:
+    # No usage in streams: prefill-heavy asks the same prompt once more without streaming to
+    # learn how many tokens the server processed (and so whether it truncated it).
+    run = _session(llama_cpp_python_server, tmp_path, "prefill-heavy", target_prefill_seconds=0.5)
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "complete", meta["error"]
+    (cap,) = read_csv(run / "caps.csv")
+    assert cap["status"] == "ok" and float(cap["prefill_tps"]) > 0
+    prefill = [r for r in read_csv(run / "requests.csv") if r["prompt_kind"] == "prefill"]
+    assert prefill and all(r["ok"] == "true" and int(r["prompt_tokens"]) > 100 for r in prefill)
+
+
+def test_concurrent_streams_the_server_interrupts_fail_the_cap_with_the_hint(
+    llama_cpp_python_server: RealServer, tmp_path: Path
+) -> None:
+    warnings: list[str] = []
+    options = SweepOptions(
+        simulate="rtx3090-air",
+        load_mode="decode-concurrent",
+        concurrency=2,
+        url=llama_cpp_python_server.url,
+        caps=(300.0,),
+        target_cap_seconds=1.0,
+        settle="fixed",
+        settle_seconds=0.2,
+        state_dir=tmp_path / "state",
+        warmup_requests=1,
+        sample_interval_s=0.1,
+        cooling="air",
+        out=tmp_path,
+        max_failed_caps=1,
+    )
+    run = run_session(options, warn=warnings.append).run_dir
+    (cap,) = read_csv(run / "caps.csv")
+    # two streams on a server that kills one when the other arrives: no honest aggregate TPS
+    assert cap["status"] == "failed", cap
+    assert "requests failed" in cap["error"]
+    assert any("interrupt_requests" in w for w in warnings), warnings
