@@ -160,9 +160,3 @@ async def warmup(
             results.append(await client.chat(prompt, max_tokens=max_tokens, prompt_kind="warmup"))
     return results
 
-
-async def decode_single(
-    client: ChatApi, clock: Clock, sampler: PhaseLabel, cap_w: float, target_s: float
-) -> LoadRun:
-    """The decode-single load as a function (see :class:`DecodeSingle`)."""
-    return await DecodeSingle(client, clock, sampler, target_s).measure(cap_w)
