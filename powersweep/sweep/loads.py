@@ -159,4 +159,3 @@ async def warmup(
         for _ in range(requests_per_prompt):
             results.append(await client.chat(prompt, max_tokens=max_tokens, prompt_kind="warmup"))
     return results
-
