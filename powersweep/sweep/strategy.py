@@ -186,6 +186,10 @@ class AdaptivePlanner:
                 picks[-1] = self.grid[-1]
             else:
                 picks.append(self.grid[-1])
+        if len(picks) > 4:
+            # Efficiency rises from the floor on every card seen: the floor is measured only
+            # when the curve's best lies at the lowest coarse cap (see ``_peak``).
+            picks = picks[1:]
         return picks
 
     def next_caps(self, measured: Mapping[float, CapMeasurement]) -> list[tuple[float, str]]:
@@ -235,10 +239,14 @@ class AdaptivePlanner:
         k = caps.index(best)
         lo = caps[k - 1] if k > 0 else None
         hi = caps[k + 1] if k + 1 < len(caps) else None
+        if lo is None and best > self.grid[0] + 1e-6:
+            lo = self.grid[0]  # unmeasured floor below the best: bracket towards it
         wide = {
             side: nb
             for side, nb in (("lo", lo), ("hi", hi))
-            if nb is not None and self._steps(nb, best) > self.peak_bracket_steps + 1e-6
+            if nb is not None
+            # an unmeasured floor is measured whatever the distance: the optimum may be it
+            and (nb not in done or self._steps(nb, best) > self.peak_bracket_steps + 1e-6)
         }
         if not wide:
             return None
@@ -247,6 +255,8 @@ class AdaptivePlanner:
         vertex = _parabola_vertex(caps, done, k)
         if vertex is not None and vertex != best:
             side = "hi" if vertex > best else "lo"
+        elif lo is not None and lo not in done:
+            side = "lo"  # best at the lowest measured cap: the optimum may lie below it
         elif lo is not None and hi is not None:
             side = "hi" if done[hi].tps_per_w > done[lo].tps_per_w else "lo"
         else:
@@ -255,14 +265,18 @@ class AdaptivePlanner:
             side = next(iter(wide))
         nb = wide[side]
         sign = 1.0 if side == "hi" else -1.0
-        if self._steps(nb, best) > 2 * self.peak_bracket_steps + 1e-6:
+        if nb not in done and self._steps(nb, best) <= 2 * self.peak_bracket_steps + 1e-6:
+            target = nb
+        elif self._steps(nb, best) > 2 * self.peak_bracket_steps + 1e-6:
             # A wide gap: jump to the parabola's peak when it lies in the gap, else halve it.
             inside = vertex is not None and min(nb, best) < vertex < max(nb, best)
             target = vertex if inside and vertex is not None else (nb + best) / 2
         else:
             # Whatever the probe shows, both sides end within the bracket.
             target = best + sign * self.peak_bracket_steps * self.step_w
-        cap = self._grid_between(target, min(nb, best), max(nb, best), tried)
+        # an unmeasured floor is itself a candidate, not only the caps between
+        low_end = nb - self.step_w if nb not in done else min(nb, best)
+        cap = self._grid_between(target, min(low_end, best), max(nb, best), tried)
         return PlannedCap(cap, BRACKET_PEAK) if cap is not None else None
 
     def _near_peak(

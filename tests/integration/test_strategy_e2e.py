@@ -89,7 +89,7 @@ def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> 
 
     assert meta["status"] == "complete"
     assert len(truth["caps"]) == 21  # the dense grid 190-390 W
-    assert 6 <= len(caps) <= 11, [c["cap_w"] for c in caps]
+    assert 5 <= len(caps) <= 10, [c["cap_w"] for c in caps]
     assert all(c["status"] == "ok" for c in caps)
 
     # the answer: sweet spot within 10 W of the truth, the boost plateau found
@@ -97,16 +97,17 @@ def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> 
     (true_plateau,) = truth["plateaus"]
     assert plateau(analysis, true_plateau["start_w"], true_plateau["end_w"]), analysis["plateaus"]
 
-    # why each cap was measured: the coarse pass first (both ends), then refinement
+    # why each cap was measured: the coarse pass first (up to the top, the floor only if the
+    # efficiency peak could lie there), then refinement
     reasons = [c["reason"] for c in caps]
     assert set(reasons) <= KNOWN_REASONS, reasons
     n_coarse = reasons.count("coarse pass")
     assert reasons[:n_coarse] == ["coarse pass"] * n_coarse
     coarse_caps = {float(c["cap_w"]) for c in caps[:n_coarse]}
-    assert {190.0, 390.0} <= coarse_caps
+    assert 390.0 in coarse_caps and 190.0 not in coarse_caps
     assert "bracket peak" in reasons or analysis["sweet_spot"]["cap_w"] in coarse_caps
     summary = (run / "summary.md").read_text()
-    assert "### Caps measured" in summary and "- coarse pass: 190, " in summary
+    assert "### Caps measured" in summary and "- coarse pass: 230, " in summary
 
     # settle detection: well under the fixed 3 s wait, and little else between caps
     settles = [float(c["settle_s"]) for c in caps]
@@ -160,7 +161,7 @@ def test_replay_adaptive_finds_290_and_the_plateau(tmp_path: Path, shared_3090_c
     run = sweep(tmp_path, "--simulate", f"replay:{shared_3090_csv}", "--strategy", "adaptive")
     caps = read_csv(run / "caps.csv")
     analysis = read_json(run / "analysis.json")
-    assert len(caps) <= 11, [(c["cap_w"], c["reason"]) for c in caps]
+    assert len(caps) <= 10, [(c["cap_w"], c["reason"]) for c in caps]
     # the measured answer is 290 W; within a step is the agreement the issue asks for
     assert abs(analysis["sweet_spot"]["cap_w"] - 290.0) <= AGREE_W
     assert "bracket peak" in [c["reason"] for c in caps]
