@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
+from powersweep.sweep.session import SweepOptions
 from tests.realservers.tinymodel import MEDIUM, TINY, ModelSpec, write_model
 
 ENV_CACHE = "POWERSWEEP_REAL_SERVERS"
@@ -329,3 +330,22 @@ def sse_payloads(body: bytes) -> list[dict[str, Any]]:
         if line.startswith("data: ") and line != "data: [DONE]":
             out.append(json.loads(line[len("data: ") :]))
     return out
+
+
+def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: Any) -> SweepOptions:
+    """A one-cap sweep on the simulated GPU against a real server, short and quiet."""
+    base: dict[str, Any] = {
+        "simulate": "rtx3090-air",
+        "load_mode": load_mode,
+        "url": server.url,
+        "caps": (300.0,),
+        "target_cap_seconds": 0.5,
+        "settle": "fixed",
+        "settle_seconds": 0.5,
+        "warmup_requests": 1,
+        "sample_interval_s": 0.1,
+        "cooling": "air",
+        "out": tmp_path,
+        "state_dir": tmp_path / "state",
+    }
+    return SweepOptions(**{**base, **extra})

@@ -15,9 +15,9 @@ from powersweep.clock import real_clock
 from powersweep.sweep.client import ChatClient, RequestResult
 from powersweep.sweep.discovery import ServerInfo, discover_server
 from powersweep.sweep.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
-from powersweep.sweep.session import SweepOptions, run_session
+from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
-from tests.realservers.conftest import RealServer, TeeTransport, sse_payloads
+from tests.realservers.conftest import RealServer, TeeTransport, sse_payloads, sweep_options
 from tests.realservers.tinymodel import chatml_prompt_tokens
 
 pytestmark = pytest.mark.realserver
@@ -83,19 +83,7 @@ def test_non_streamed_answer_carries_usage(llama_cpp_python_server: RealServer) 
 
 
 def test_sweep_session_counts_chunks(llama_cpp_python_server: RealServer, tmp_path: Path) -> None:
-    options = SweepOptions(
-        simulate="rtx3090-air",
-        url=llama_cpp_python_server.url,
-        caps=(300.0,),
-        target_cap_seconds=0.5,
-        settle="fixed",
-        settle_seconds=0.5,
-        state_dir=tmp_path / "state",
-        warmup_requests=1,
-        sample_interval_s=0.1,
-        cooling="air",
-        out=tmp_path,
-    )
+    options = sweep_options(llama_cpp_python_server, tmp_path, "decode-single")
     run = run_session(options).run_dir
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete", meta["error"]
@@ -140,22 +128,7 @@ def test_a_stream_the_server_interrupts_is_a_failed_request(
 
 
 def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
-    options = SweepOptions(
-        simulate="rtx3090-air",
-        load_mode=load_mode,
-        url=server.url,
-        caps=(300.0,),
-        target_cap_seconds=1.0,
-        settle="fixed",
-        settle_seconds=0.2,
-        state_dir=tmp_path / "state",
-        warmup_requests=1,
-        sample_interval_s=0.1,
-        cooling="air",
-        out=tmp_path,
-        **extra,  # type: ignore[arg-type]
-    )
-    return run_session(options).run_dir
+    return run_session(sweep_options(server, tmp_path, load_mode, **extra)).run_dir
 
 
 def test_prefill_session_takes_prompt_tokens_from_a_whole_answer(
@@ -176,20 +149,13 @@ def test_concurrent_streams_the_server_interrupts_fail_the_cap_with_the_hint(
     llama_cpp_python_server: RealServer, tmp_path: Path
 ) -> None:
     warnings: list[str] = []
-    options = SweepOptions(
-        simulate="rtx3090-air",
-        load_mode="decode-concurrent",
+    options = sweep_options(
+        llama_cpp_python_server,
+        tmp_path,
+        "decode-concurrent",
         concurrency=2,
-        url=llama_cpp_python_server.url,
-        caps=(300.0,),
         target_cap_seconds=1.0,
-        settle="fixed",
         settle_seconds=0.2,
-        state_dir=tmp_path / "state",
-        warmup_requests=1,
-        sample_interval_s=0.1,
-        cooling="air",
-        out=tmp_path,
         max_failed_caps=1,
     )
     run = run_session(options, warn=warnings.append).run_dir

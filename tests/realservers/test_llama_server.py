@@ -27,6 +27,7 @@ from tests.realservers.conftest import (
     RealServer,
     TeeTransport,
     sse_payloads,
+    sweep_options,
 )
 from tests.realservers.tinymodel import TINY, chatml_prompt_tokens
 
@@ -226,22 +227,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
 
 
 def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
-    options = SweepOptions(
-        simulate="rtx3090-air",
-        load_mode=load_mode,
-        url=server.url,
-        caps=(300.0,),
-        target_cap_seconds=0.5,
-        settle="fixed",
-        settle_seconds=0.5,
-        warmup_requests=1,
-        sample_interval_s=0.1,
-        cooling="air",
-        out=tmp_path,
-        state_dir=tmp_path / "state",
-        **extra,  # type: ignore[arg-type]
-    )
-    return run_session(options).run_dir
+    return run_session(sweep_options(server, tmp_path, load_mode, **extra)).run_dir
 
 
 def test_decode_concurrent_session_runs_one_stream_per_slot(
