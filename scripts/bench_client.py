@@ -58,7 +58,7 @@ async def _measure(url: str, n: int, window_s: float) -> tuple[float, int, float
     try:
         await load.scheduling_check(min(n, 8))
         cpu0 = time.process_time()
-        w, results = await load._window_with_results(
+        w, results = await load.window(
             0.0, "narr", NARRATIVE_PROMPT, 4000, n, window_s, "concurrent"
         )
         cpu = time.process_time() - cpu0

@@ -8,6 +8,7 @@ so tests can check that an interrupted sweep put the limit back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -266,15 +267,7 @@ class SimGpu:
                 self._op_cache.clear()
             op = operating_point(self.profile, self._workload, key[1], key[2])
             if self._thermal_active and key[1] < self._limit_w and op.limited_by != "max_clock":
-                op = OperatingPoint(
-                    op.sm_clock_mhz,
-                    op.sm_low_mhz,
-                    op.sm_high_mhz,
-                    op.high_fraction,
-                    op.power_w,
-                    op.rate_tps,
-                    "thermal",
-                )
+                op = dataclasses.replace(op, limited_by="thermal")
             self._op_cache[key] = op
         return op
 

@@ -8,6 +8,7 @@ truth is exactly what the simulated card would settle at.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Literal
@@ -182,15 +183,7 @@ def steady_state(
     temp = profile.slowdown_temp_c
     op = operating_point(profile, work, min(cap_w, thermal_budget_w(profile)), temp)
     return (
-        OperatingPoint(
-            op.sm_clock_mhz,
-            op.sm_low_mhz,
-            op.sm_high_mhz,
-            op.high_fraction,
-            op.power_w,
-            op.rate_tps,
-            "thermal",
-        ),
+        dataclasses.replace(op, limited_by="thermal"),
         temp,
         True,
     )

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads import LoadRun, PhaseLabel
+from powersweep.sweep.loads import ChatApi, LoadRun, PhaseLabel
 from powersweep.sweep.prompts import DECODE_PROMPTS, with_nonce
 
 PROBE_GAIN = 0.03
@@ -48,21 +48,8 @@ SERVER_LIMIT_HINTS = {
 }
 
 
-class StreamingApi(Protocol):
+class StreamingApi(ChatApi, Protocol):
     """The client calls decode-concurrent uses (``ChatClient``)."""
-
-    async def chat(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        prompt_kind: str,
-        stream_index: int = 0,
-        record_token_times: bool = False,
-        deadline_s: float | None = None,
-    ) -> Any:
-        """One request; never raises."""
-        ...
 
     async def queued_requests(self) -> int | None:
         """Requests waiting in the server (None if unknown)."""
@@ -299,7 +286,7 @@ class DecodeConcurrent:
             if self.total_slots is not None and n > self.total_slots:
                 reason = f"the server runs {self.total_slots} requests at once"
                 break
-            w = await self.window(
+            w, _ = await self.window(
                 cap_w, kind, prompt, self.max_tokens_for(n), n, length, phase="probe"
             )
             power = self.power.median_power_w(w.t0_s, w.t1_s)
@@ -333,7 +320,7 @@ class DecodeConcurrent:
             max_tokens = self.max_tokens_for(self.n)
             values = []
             for _ in range(self.bench_runs):
-                w, results = await self._window_with_results(
+                w, results = await self.window(
                     cap_w, kind, prompt, max_tokens, self.n, self.target_s, "concurrent"
                 )
                 run.requests.extend(results)
@@ -363,21 +350,9 @@ class DecodeConcurrent:
         n: int,
         length_s: float,
         phase: str,
-    ) -> Window:
-        """Run ``n`` streams through one window and count the tokens that arrived in it."""
-        w, _ = await self._window_with_results(cap_w, kind, prompt, max_tokens, n, length_s, phase)
-        return w
-
-    async def _window_with_results(
-        self,
-        cap_w: float,
-        kind: str,
-        prompt: str,
-        max_tokens: int,
-        n: int,
-        length_s: float,
-        phase: str,
     ) -> tuple[Window, list[Any]]:
+        """Run ``n`` streams through one window; the count of tokens that arrived, and the
+        requests."""
         clock = self.clock
         t0 = clock.now() + self.ramp_s
         t1 = t0 + length_s

@@ -20,7 +20,7 @@ MAX_CONSECUTIVE_FAILURES = 3
 
 
 class ChatApi(Protocol):
-    """The part of the client a load uses (``powersweep.sweep.client.ChatClient``)."""
+    """The part of the client the loads use (``powersweep.sweep.client.ChatClient``)."""
 
     async def chat(
         self,
@@ -29,6 +29,10 @@ class ChatApi(Protocol):
         max_tokens: int,
         prompt_kind: str,
         stream_index: int = 0,
+        stream: bool = True,
+        record_token_times: bool = False,
+        extra_body: dict[str, Any] | None = None,
+        deadline_s: float | None = None,
     ) -> Any:
         """Send one chat request and return its result (never raises for server errors)."""
         ...

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads import MAX_CONSECUTIVE_FAILURES, LoadRun, PhaseLabel
+from powersweep.sweep.loads import MAX_CONSECUTIVE_FAILURES, ChatApi, LoadRun, PhaseLabel
 from powersweep.sweep.prompts import with_nonce
 
 PREFILL_MAX_TOKENS = 10
@@ -102,21 +102,8 @@ _WORDS = [
 ]
 
 
-class PrefillApi(Protocol):
+class PrefillApi(ChatApi, Protocol):
     """The client calls prefill-heavy uses (``ChatClient``)."""
-
-    async def chat(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        prompt_kind: str,
-        stream_index: int = 0,
-        stream: bool = True,
-        extra_body: dict[str, Any] | None = None,
-    ) -> Any:
-        """One request; never raises."""
-        ...
 
     async def count_tokens(self, text: str) -> int | None:
         """The server's token count of ``text`` (None without a tokenize API)."""
