@@ -27,6 +27,9 @@ CALIBRATION_TOLERANCE = 0.12
 MAX_CALIBRATION_STEPS = 6
 MAX_FIRST_PROMPT_BACKOFFS = 3
 TRUNCATION_TOLERANCE = 0.97
+# Without a tokenize API the expected count is an estimate from the prompt's length, which
+# varies a few percent with the random words; a prompt cut to the context loses far more.
+ESTIMATE_TRUNCATION_TOLERANCE = 0.9
 MAX_CACHED_FRACTION = 0.05
 
 _WORDS = [
@@ -196,6 +199,8 @@ class PrefillHeavy:
         self.warn = warn
         self.words = 0
         self.tokens_per_word = 1.5
+        self.tokens_per_char: float | None = None  # learned from the server's counts
+        self._last_prompt_chars = 1
         self.clamped = False
         self._n = 0
 
@@ -230,9 +235,13 @@ class PrefillHeavy:
                 expected = await self.client.count_tokens(prompt) or round(
                     words * self.tokens_per_word
                 )
+        elif self.tokens_per_char is not None:
+            expected = round(len(prompt) * self.tokens_per_char)
+            source = "estimate"
         else:
             expected = round(words * self.tokens_per_word)
             source = "estimate"
+        self._last_prompt_chars = len(prompt)
         result = await self.client.chat(
             prompt,
             max_tokens=PREFILL_MAX_TOKENS,
@@ -250,7 +259,8 @@ class PrefillHeavy:
                 msg = "the server reported no prompt_tokens: prefill TPS cannot be measured"
                 return result, msg, words
             result = replace(result, prompt_tokens=got)
-        if got < TRUNCATION_TOLERANCE * expected:
+        tolerance = TRUNCATION_TOLERANCE if source == "tokenize" else ESTIMATE_TRUNCATION_TOLERANCE
+        if got < tolerance * expected:
             return (
                 result,
                 (
@@ -268,6 +278,7 @@ class PrefillHeavy:
 
     async def _count_whole(self, prompt: str) -> int | None:
         """The server's prompt count of ``prompt`` from a non-streamed request (None: none)."""
+        self._last_prompt_chars = len(prompt)
         result = await self.client.chat(
             prompt,
             max_tokens=PREFILL_MAX_TOKENS,
@@ -317,6 +328,7 @@ class PrefillHeavy:
             ttft = result.t_first_token_s - result.t_start_s
             tokens = int(result.prompt_tokens)
             self.tokens_per_word = tokens / words
+            self.tokens_per_char = tokens / self._last_prompt_chars
             steps.append(CalibrationStep(words, tokens, ttft))
             points.append((tokens, ttft))
             if abs(ttft - self.target_prefill_s) <= CALIBRATION_TOLERANCE * self.target_prefill_s:
