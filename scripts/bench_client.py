@@ -21,10 +21,10 @@ import textwrap
 import time
 
 from powersweep.clock import ScaledClock
-from powersweep.sweep.client import ChatClient
-from powersweep.sweep.concurrent import DecodeConcurrent
-from powersweep.sweep.discovery import discover_server
-from powersweep.sweep.prompts import NARRATIVE_PROMPT
+from powersweep.sweep.loads.concurrent import DecodeConcurrent
+from powersweep.sweep.loads.prompts import NARRATIVE_PROMPT
+from powersweep.sweep.server.client import ChatClient
+from powersweep.sweep.server.discovery import discover_server
 
 SERVER = textwrap.dedent(
     """

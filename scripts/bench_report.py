@@ -23,8 +23,8 @@ from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.report import build_report
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import ground_truth
-from powersweep.sweep.caps import default_caps
 from powersweep.sweep.gpu import PowerEnvelope
+from powersweep.sweep.planning.caps import default_caps
 
 TARGET_S = 2.0
 PROFILE = "rtx4090-air"

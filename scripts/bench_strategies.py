@@ -53,10 +53,10 @@ from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.replay import ReplayCurve, ReplayGpu, replay_profile
 from powersweep.sim.rig import ground_truth, workload_for
-from powersweep.sweep.caps import default_caps
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.settle import wait_settled
-from powersweep.sweep.strategy import AdaptivePlanner, CapMeasurement, plan_order
+from powersweep.sweep.planning.caps import default_caps
+from powersweep.sweep.planning.strategy import AdaptivePlanner, CapMeasurement, plan_order
+from powersweep.sweep.sampling.settle import wait_settled
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REPLAYS = (REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv",)
@@ -296,7 +296,9 @@ def real_sweeps(replays: list[Path], *, time_scale: float, target_s: float) -> i
     :func:`powersweep.sweep.session.run_session`; the table's times are measured run seconds
     (the last sample or request of each run), not modelled ones.
     """
-    from powersweep.sweep.session import SweepOptions, run_session
+    from powersweep.cli.rigs import build_rig
+    from powersweep.sweep.options import SweepOptions
+    from powersweep.sweep.session import run_session
 
     targets = [(name, name) for name in profile_names()]
     targets += [(f"replay:{p.name}", f"replay:{p}") for p in replays]
@@ -323,7 +325,7 @@ def real_sweeps(replays: list[Path], *, time_scale: float, target_s: float) -> i
                     strategy=strategy,
                     settle=settle,
                 )
-                result = run_session(options)
+                result = run_session(options, build_rig)
                 outcome = result.outcome
                 if outcome.status != "complete":
                     print(f"{label}: {strategy} sweep {outcome.status}: {outcome.error}")

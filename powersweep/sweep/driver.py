@@ -21,20 +21,21 @@ from typing import Any, TypeVar
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.journal import Journal, JournalEntry, JournalGpu
-from powersweep.sweep.loads import ChatApi, DecodeSingle, Load, LoadRun, warmup
-from powersweep.sweep.measure import LOAD_UTIL_PCT, cap_row
-from powersweep.sweep.outputs import RunWriter, utc_now_iso
-from powersweep.sweep.prefill import PrefillCalibrationError
-from powersweep.sweep.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
-from powersweep.sweep.sampler import Sampler
-from powersweep.sweep.settle import SettleDetector, wait_settled
-from powersweep.sweep.strategy import (
+from powersweep.sweep.loads.base import ChatApi, Load, LoadRun, warmup
+from powersweep.sweep.loads.prefill import PrefillCalibrationError
+from powersweep.sweep.loads.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
+from powersweep.sweep.loads.single import DecodeSingle
+from powersweep.sweep.planning.strategy import (
     AdaptivePlanner,
     CapMeasurement,
     coarse_order,
     plan_order,
 )
+from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu
+from powersweep.sweep.records.writer import RunWriter, utc_now_iso
+from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row
+from powersweep.sweep.sampling.sampler import Sampler
+from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -54,7 +55,7 @@ class SweepPlan:
     """What to measure and how.
 
     Attributes:
-        load_mode: ``decode-single`` (other modes arrive with their loads).
+        load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
         caps_w: Caps to measure, ascending; measured from the highest down.
         target_cap_s: Run seconds each prompt must cover per cap.
         settle_s: Run seconds to wait after setting a cap before measuring.
@@ -64,7 +65,7 @@ class SweepPlan:
         max_failed_caps: Stop after this many consecutive failed caps.
         observe_only: Never set a limit: measure at the limit in force (``caps_w`` holds it).
         strategy: ``dense`` measures every cap of ``caps_w``; ``adaptive`` a coarse pass, then
-            refinement where the answer is decided (:mod:`powersweep.sweep.strategy`).
+            refinement where the answer is decided (:mod:`powersweep.sweep.planning.strategy`).
         step_w: Finest step between caps (adaptive refinement).
         settle_mode: ``auto`` measures as soon as readings are stable under load (at most
             ``settle_s``); ``fixed`` always waits ``settle_s``.

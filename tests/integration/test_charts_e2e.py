@@ -28,8 +28,8 @@ from powersweep.plots._layout import text_extent
 from powersweep.report import build_report
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.rig import ground_truth
-from powersweep.sweep.caps import default_caps
 from powersweep.sweep.gpu import PowerEnvelope
+from powersweep.sweep.planning.caps import default_caps
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"

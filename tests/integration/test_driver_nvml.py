@@ -10,11 +10,11 @@ import pytest
 from powersweep.clock import ScaledClock
 from powersweep.sim.engine import ConstantEngine
 from powersweep.sim.server import SimServer
-from powersweep.sweep.client import ChatClient
-from powersweep.sweep.discovery import discover_server
 from powersweep.sweep.driver import Sweep, SweepPlan
-from powersweep.sweep.nvml import NvmlBackend
-from powersweep.sweep.outputs import RunWriter
+from powersweep.sweep.gpu.nvml import NvmlBackend
+from powersweep.sweep.records.writer import RunWriter
+from powersweep.sweep.server.client import ChatClient
+from powersweep.sweep.server.discovery import discover_server
 from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
 from tests.integration.conftest import read_csv, read_json
 

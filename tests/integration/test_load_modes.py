@@ -14,12 +14,12 @@ from powersweep.sim.engine import ConstantEngine, SimEngine
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import SimRig, ground_truth
 from powersweep.sim.server import SimServer
-from powersweep.sweep.client import ChatClient
-from powersweep.sweep.concurrent import DecodeConcurrent
-from powersweep.sweep.discovery import discover_server
-from powersweep.sweep.measure import cap_row
-from powersweep.sweep.prefill import PrefillCalibrationError, PrefillHeavy
-from powersweep.sweep.sampler import Sampler
+from powersweep.sweep.loads.concurrent import DecodeConcurrent
+from powersweep.sweep.loads.prefill import PrefillCalibrationError, PrefillHeavy
+from powersweep.sweep.sampling.measure import cap_row
+from powersweep.sweep.sampling.sampler import Sampler
+from powersweep.sweep.server.client import ChatClient
+from powersweep.sweep.server.discovery import discover_server
 
 SCALE = 20.0
 

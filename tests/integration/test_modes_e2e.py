@@ -21,10 +21,12 @@ from typing import Any
 
 import pytest
 
+from powersweep.cli.rigs import build_rig
 from powersweep.sim import server as sim_server
 from powersweep.sim.server import SimServer
-from powersweep.sweep.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
-from powersweep.sweep.session import SweepOptions, run_session
+from powersweep.sweep.loads.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
+from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.session import run_session
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
 # Half the default prefill time: calibration and the measured requests take half as long.
@@ -240,7 +242,7 @@ def test_reasoning_tokens_count_like_content(
         sim_server=flavour,
         sim_reasoning_tokens=_Reasoning.REASONING_TOKENS,
     )
-    result = run_session(options)
+    result = run_session(options, build_rig)
     assert result.outcome.status == "complete"
     (server,) = _Reasoning.made
     requests = read_csv(result.run_dir / "requests.csv")

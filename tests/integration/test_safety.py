@@ -389,7 +389,7 @@ def test_sudo_run_is_handed_to_the_invoking_user(
 def test_dry_run_of_a_real_sweep_needs_no_root_and_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from powersweep.sweep import nvml
+    from powersweep.sweep.gpu import nvml
     from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
 
     fake = FakeNvml(

@@ -15,8 +15,8 @@ from powersweep.clock import ScaledClock
 from powersweep.errors import PowersweepError
 from powersweep.sim.engine import ConstantEngine
 from powersweep.sim.server import FLAVOURS, SimServer, count_prompt_tokens
-from powersweep.sweep import discovery
-from powersweep.sweep.client import ChatClient, RequestResult, ServerInfo, discover_server
+from powersweep.sweep.server import discovery
+from powersweep.sweep.server.client import ChatClient, RequestResult, ServerInfo, discover_server
 
 SCALE = 20.0
 DECODE_TPS = 50.0

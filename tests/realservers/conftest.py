@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
-from powersweep.sweep.session import SweepOptions
+from powersweep.sweep.options import SweepOptions
 from tests.realservers.tinymodel import MEDIUM, TINY, ModelSpec, write_model
 
 ENV_CACHE = "POWERSWEEP_REAL_SERVERS"

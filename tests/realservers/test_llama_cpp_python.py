@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
-from powersweep.sweep.client import ChatClient, RequestResult
-from powersweep.sweep.discovery import ServerInfo, discover_server
-from powersweep.sweep.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
+from powersweep.sweep.loads.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
+from powersweep.sweep.server.client import ChatClient, RequestResult
+from powersweep.sweep.server.discovery import ServerInfo, discover_server
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
 from tests.realservers.conftest import RealServer, TeeTransport, sse_payloads, sweep_options
@@ -84,7 +85,7 @@ def test_non_streamed_answer_carries_usage(llama_cpp_python_server: RealServer) 
 
 def test_sweep_session_counts_chunks(llama_cpp_python_server: RealServer, tmp_path: Path) -> None:
     options = sweep_options(llama_cpp_python_server, tmp_path, "decode-single")
-    run = run_session(options).run_dir
+    run = run_session(options, build_rig).run_dir
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete", meta["error"]
     assert meta["server"]["engine"] == "openai-compatible"
@@ -128,7 +129,7 @@ def test_a_stream_the_server_interrupts_is_a_failed_request(
 
 
 def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
-    return run_session(sweep_options(server, tmp_path, load_mode, **extra)).run_dir
+    return run_session(sweep_options(server, tmp_path, load_mode, **extra), build_rig).run_dir
 
 
 def test_prefill_session_takes_prompt_tokens_from_a_whole_answer(
@@ -158,7 +159,7 @@ def test_concurrent_streams_the_server_interrupts_fail_the_cap_with_the_hint(
         settle_seconds=0.2,
         max_failed_caps=1,
     )
-    run = run_session(options, warn=warnings.append).run_dir
+    run = run_session(options, build_rig, warn=warnings.append).run_dir
     (cap,) = read_csv(run / "caps.csv")
     # two streams on a server that kills one when the other arrives: no honest aggregate TPS
     assert cap["status"] == "failed", cap

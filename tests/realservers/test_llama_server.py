@@ -10,16 +10,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
-from powersweep.sweep.client import ChatClient, RequestResult
-from powersweep.sweep.discovery import ServerInfo, discover_server
-from powersweep.sweep.prompts import (
+from powersweep.sweep.loads.prompts import (
     CODE_MAX_TOKENS,
     CODE_PROMPT,
     NARRATIVE_MAX_TOKENS,
     NARRATIVE_PROMPT,
 )
-from powersweep.sweep.session import SweepOptions, run_session
+from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.server.client import ChatClient, RequestResult
+from powersweep.sweep.server.discovery import ServerInfo, discover_server
+from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
 from tests.realservers.conftest import (
     CONTEXT_TOKENS,
@@ -193,7 +195,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         cooling="air",
         out=tmp_path,
     )
-    session = run_session(options)
+    session = run_session(options, build_rig)
     run = session.run_dir
     assert run.parent == tmp_path
     meta = read_json(run / "run.json")
@@ -227,7 +229,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
 
 
 def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
-    return run_session(sweep_options(server, tmp_path, load_mode, **extra)).run_dir
+    return run_session(sweep_options(server, tmp_path, load_mode, **extra), build_rig).run_dir
 
 
 def test_decode_concurrent_session_runs_one_stream_per_slot(

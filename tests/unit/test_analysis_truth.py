@@ -25,8 +25,8 @@ from powersweep.analysis.structure import CapPoint, find_regions, regimes
 from powersweep.analysis.synthetic import synthesize_run
 from powersweep.sim.profiles import GpuProfile, get_profile, profile_names
 from powersweep.sim.rig import ground_truth
-from powersweep.sweep.caps import default_caps
 from powersweep.sweep.gpu import PowerEnvelope
+from powersweep.sweep.planning.caps import default_caps
 
 # (load mode, concurrency): decode-concurrent at the batches the auto probe picks on these cards.
 MODES = [

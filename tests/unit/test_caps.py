@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from powersweep.errors import UsageError
-from powersweep.sweep.caps import clamp_caps, default_caps, parse_caps, uniform_envelope
 from powersweep.sweep.gpu import PowerEnvelope
+from powersweep.sweep.planning.caps import clamp_caps, default_caps, parse_caps, uniform_envelope
 
 
 def env(lo: float, default: float, hi: float, cur: float | None = None) -> PowerEnvelope:

@@ -14,8 +14,8 @@ import pytest
 
 from powersweep.clock import ScaledClock
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.client import ChatClient, RequestResult, ServerInfo
-from powersweep.sweep.discovery import normalize_base_url, strip_credentials
+from powersweep.sweep.server.client import ChatClient, RequestResult, ServerInfo
+from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
 
 INFO = ServerInfo(
     base_url="http://sim.test:8080",

@@ -17,8 +17,8 @@ from powersweep.errors import UsageError
 from powersweep.report import build_cross_report
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import ground_truth
-from powersweep.sweep.caps import default_caps
 from powersweep.sweep.gpu import PowerEnvelope
+from powersweep.sweep.planning.caps import default_caps
 
 PROFILE = "rtx3090-air"
 MODES = (("decode-single", 1), ("decode-concurrent", 8), ("prefill-heavy", 1))

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
-from powersweep.sweep.journal import (
+from powersweep.sweep.gpu.nvml import NvmlBackend
+from powersweep.sweep.plan import check_settable
+from powersweep.sweep.records.journal import (
     ROOT_STATE_DIR,
     Journal,
     JournalEntry,
@@ -18,9 +20,7 @@ from powersweep.sweep.journal import (
     default_state_dir,
     restore_gpus,
 )
-from powersweep.sweep.nvml import NvmlBackend
-from powersweep.sweep.ownership import Owner, hand_over, invoking_user
-from powersweep.sweep.session import check_settable
+from powersweep.sweep.records.ownership import Owner, hand_over, invoking_user
 from tests.fakes.fake_pynvml import NVML_ERROR_NO_PERMISSION, FakeDevice, FakeNvml
 
 

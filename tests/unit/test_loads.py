@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from powersweep.sim.server import count_prompt_tokens
-from powersweep.sweep.concurrent import spread_pct, tokens_in_window, tokens_per_chunk
-from powersweep.sweep.prefill import fit_ttft, make_prompt, tokens_for_ttft
+from powersweep.sweep.loads.concurrent import spread_pct, tokens_in_window, tokens_per_chunk
+from powersweep.sweep.loads.prefill import fit_ttft, make_prompt, tokens_for_ttft
 
 
 @dataclass(frozen=True)

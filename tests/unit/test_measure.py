@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from powersweep.sweep.gpu import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL, GpuSample
-from powersweep.sweep.measure import (
+from powersweep.sweep.sampling.measure import (
     cap_row,
     decode_tps,
     energy_counter_j,
@@ -17,7 +17,7 @@ from powersweep.sweep.measure import (
     load_ticks,
     prefill_tps,
 )
-from powersweep.sweep.sampler import SampleRow
+from powersweep.sweep.sampling.sampler import SampleRow
 
 
 @dataclass(frozen=True)

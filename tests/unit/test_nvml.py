@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep import nvml as nvml_backend
+from powersweep.sweep.gpu import nvml as nvml_backend
 from powersweep.sweep.gpu import Gpu, GpuBackend
-from powersweep.sweep.nvml import NVML_API_USED, NvmlBackend, NvmlGpu
+from powersweep.sweep.gpu.nvml import NVML_API_USED, NvmlBackend, NvmlGpu
 
 
 def _load_fake() -> ModuleType:

@@ -12,7 +12,7 @@ from powersweep.clock import ManualClock
 from powersweep.sim.gpu import SimGpu
 from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import get_profile
-from powersweep.sweep.settle import SettleDetector, combine, wait_settled
+from powersweep.sweep.sampling.settle import SettleDetector, combine, wait_settled
 
 
 def feed(det: SettleDetector, trace: list[tuple[float, float, float]]) -> float | None:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from powersweep.sweep.sse import (
+from powersweep.sweep.server.sse import (
     SseEvent,
     SseParser,
     StreamAccumulator,

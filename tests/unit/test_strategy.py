@@ -14,9 +14,9 @@ from powersweep.analysis import analyze, load_curve, write_caps_csv
 from powersweep.analysis.structure import CapPoint, find_regions
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.rig import TruthCap, ground_truth
-from powersweep.sweep.caps import default_caps
 from powersweep.sweep.gpu import PowerEnvelope
-from powersweep.sweep.strategy import (
+from powersweep.sweep.planning.caps import default_caps
+from powersweep.sweep.planning.strategy import (
     BRACKET_PEAK,
     COARSE,
     AdaptivePlanner,

@@ -24,7 +24,7 @@ from powersweep.runformat import (
     REQUESTS_COLUMNS,
     SAMPLES_COLUMNS,
 )
-from powersweep.sweep.sampler import SampleRow
+from powersweep.sweep.sampling.sampler import SampleRow
 
 
 def cell(value: Any) -> str:

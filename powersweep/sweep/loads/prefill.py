@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads import MAX_CONSECUTIVE_FAILURES, ChatApi, LoadRun, PhaseLabel
-from powersweep.sweep.prompts import with_nonce
+from powersweep.sweep.loads.base import MAX_CONSECUTIVE_FAILURES, ChatApi, LoadRun, PhaseLabel
+from powersweep.sweep.loads.prompts import with_nonce
 
 PREFILL_MAX_TOKENS = 10
 CONTEXT_FRACTION = 0.9

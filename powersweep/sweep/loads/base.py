@@ -7,14 +7,12 @@ cap; it reports its own TPS figures, since each mode defines them differently.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.measure import decode_tps
-from powersweep.sweep.prompts import DECODE_PROMPTS
+from powersweep.sweep.loads.prompts import DECODE_PROMPTS
 
 MAX_CONSECUTIVE_FAILURES = 3
 
@@ -115,42 +113,6 @@ async def run_prompts(
                 break
         run.windows.append((kind, t0, clock.now()))
     return run
-
-
-class DecodeSingle:
-    """One stream: the narrative prompt, then the code prompt, each for the target seconds.
-
-    Args:
-        client: Server client.
-        clock: Run clock.
-        sampler: Phase labels.
-        target_s: Run seconds each prompt must cover per cap.
-    """
-
-    mode = "decode-single"
-
-    def __init__(self, client: ChatApi, clock: Clock, sampler: PhaseLabel, target_s: float):
-        self.client = client
-        self.clock = clock
-        self.sampler = sampler
-        self.target_s = target_s
-
-    async def prepare(self, cap_w: float) -> dict[str, Any]:
-        return {}
-
-    def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
-    async def measure(self, cap_w: float) -> LoadRun:
-        run = await run_prompts(
-            self.client, self.clock, self.sampler, cap_w, DECODE_PROMPTS, self.target_s
-        )
-        run.tps = {
-            "narr_tps": decode_tps(run.requests, "narr"),
-            "code_tps": decode_tps(run.requests, "code"),
-            "prefill_tps": math.nan,
-        }
-        return run
 
 
 async def warmup(

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from powersweep.sweep.sampler import SampleRow
+from powersweep.sweep.sampling.sampler import SampleRow
 
 NAN = math.nan
 LOAD_UTIL_PCT = 50.0

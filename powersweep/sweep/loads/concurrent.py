@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads import ChatApi, LoadRun, PhaseLabel
-from powersweep.sweep.prompts import DECODE_PROMPTS, with_nonce
+from powersweep.sweep.loads.base import ChatApi, LoadRun, PhaseLabel
+from powersweep.sweep.loads.prompts import DECODE_PROMPTS, with_nonce
 
 PROBE_GAIN = 0.03
 MAX_STREAM_FAILURES = 3

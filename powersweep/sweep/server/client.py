@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from powersweep.clock import Clock
-from powersweep.sweep.discovery import ServerInfo, discover_server, strip_credentials
-from powersweep.sweep.sse import (
+from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
+from powersweep.sweep.server.sse import (
     SseParser,
     StreamAccumulator,
     describe_body,

@@ -1,0 +1,145 @@
+"""The ``powersweep`` command line: one module per command, and the composition root.
+
+``powersweep [OPTIONS]`` is ``powersweep sweep [OPTIONS]`` (that is how users type it:
+``sudo powersweep --cooling air --load-mode decode-single``). Every failure a user can cause ends
+in one ``error: ...`` line on stderr and a non-zero exit code, never a traceback.
+
+``rigs`` is the composition root (it alone builds real and simulated rigs); ``_common`` holds
+the message helpers. Commands import their heavy modules lazily, so ``--help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+from powersweep import __version__
+from powersweep.errors import PowersweepError
+
+
+def _quiet_ctrl_c_while_loading() -> None:
+    # A Ctrl-C while the command is still importing has nothing to clean up (no limit was
+    # touched): end quietly instead of printing an import traceback. main() puts Python's
+    # handler back. Only for the real command, not when a test or a program imports this.
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if threading.current_thread() is threading.main_thread() and program in (
+        "powersweep",
+        "__main__.py",
+    ):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_quiet_ctrl_c_while_loading()
+
+import typer  # noqa: E402
+
+from powersweep.cli._common import one_line  # noqa: E402
+from powersweep.cli.analyze import analyze_command  # noqa: E402
+from powersweep.cli.compare import compare_command  # noqa: E402
+from powersweep.cli.import_table import import_command  # noqa: E402
+from powersweep.cli.plot import plot_command  # noqa: E402
+from powersweep.cli.restore import restore_command  # noqa: E402
+from powersweep.cli.sweep import sweep_command  # noqa: E402
+
+COMMANDS = ("sweep", "restore", "analyze", "plot", "compare", "import")
+# Options of ``powersweep`` itself; anything else before a command is the sweep's.
+ROOT_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
+
+app = typer.Typer(
+    add_completion=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    no_args_is_help=False,
+    help=(
+        "Find the GPU power cap with the best LLM tokens per watt. "
+        "`powersweep [OPTIONS]` runs `powersweep sweep [OPTIONS]`."
+    ),
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"powersweep {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Find the GPU power cap with the best LLM tokens per watt."""
+
+
+app.command("sweep")(sweep_command)
+app.command("restore")(restore_command)
+app.command("analyze")(analyze_command)
+app.command("plot")(plot_command)
+app.command("compare")(compare_command)
+app.command("import")(import_command)
+
+
+def _argv_with_default_command(argv: Sequence[str]) -> list[str]:
+    args = list(argv)
+    if not args or args[0] in (
+        "--help",
+        "-h",
+        "--version",
+        "--install-completion",
+        "--show-completion",
+    ):
+        return args if args else ["sweep"]
+    if args[0] not in COMMANDS:
+        return ["sweep", *args]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``powersweep`` console script; returns the exit code."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    args = _argv_with_default_command(sys.argv[1:] if argv is None else argv)
+    try:
+        command = typer.main.get_command(app)
+        # without standalone mode click returns the code of an Exit instead of raising it
+        rc = command.main(args=args, prog_name="powersweep", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        return 130
+    except typer.TyperException as exc:  # bad usage: unknown option, unparsable value
+        print(f"error: {one_line(exc.format_message())}", file=sys.stderr)
+        return 2
+    except PowersweepError as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if os.environ.get("POWERSWEEP_DEBUG"):
+            raise
+        print(
+            f"error: internal error: {type(exc).__name__}: {one_line(str(exc))} "
+            "(set POWERSWEEP_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    return rc if isinstance(rc, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""What every command shares: one-line messages through tqdm (so a progress bar stays intact),
+and small parsers of option values. Each failure is a :class:`UsageError`: ``error: ...``, exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from powersweep.errors import UsageError
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr without breaking a progress bar."""
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
+
+def info(message: str) -> None:
+    """Print a message on stderr without breaking a progress bar."""
+    tqdm.write(message, file=sys.stderr)
+
+
+def is_root() -> bool:
+    """True when running as root (e.g. under sudo)."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def one_line(text: str) -> str:
+    """Fold white space so an error stays on one line."""
+    return " ".join(text.split())
+
+
+def formats(text: str) -> tuple[str, ...]:
+    """Parse ``--format``: png and/or svg.
+
+    Raises:
+        UsageError: Anything else.
+    """
+    fmts = tuple(f.strip().lower() for f in text.split(",") if f.strip())
+    bad = [f for f in fmts if f not in ("png", "svg")]
+    if not fmts or bad:
+        raise UsageError(f"--format takes png and/or svg, not {text!r}")
+    return fmts
+
+
+def run_label(path: Path) -> str:
+    """A run's label in tables and legends: its directory name."""
+    return path.parent.name if path.name == "caps.csv" else path.name
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this PID exists (one of another user's counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True

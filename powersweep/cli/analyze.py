@@ -1,0 +1,71 @@
+"""``powersweep analyze``: analysis.json and summary.md from a run's CSVs (or a bare caps.csv);
+several runs of one GPU in different load modes add a cross-mode answer."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from powersweep.cli._common import info
+from powersweep.errors import UsageError
+
+
+class Objective(StrEnum):
+    """What the recommended cap optimises."""
+
+    TPS_PER_W = "tps-per-w"
+    NEAR_PEAK = "near-peak"
+    COST = "cost"
+
+
+def analyze_command(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directory or caps.csv; several runs of one GPU in different load modes "
+            "add a cross-mode answer (one cap for a mixed workload)."
+        ),
+    ],
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the analysis JSON (and only it) on stdout.")
+    ] = False,
+    max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
+    objective: Annotated[
+        Objective, typer.Option(help="What the recommended cap optimises.")
+    ] = Objective.TPS_PER_W,
+    eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
+) -> None:
+    """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md."""
+    from powersweep.report import build_cross_report, build_report
+
+    if not 0 <= max_tps_loss < 100:
+        raise UsageError("--max-tps-loss must be between 0 and 100")
+    if not 0 <= eta <= 1:
+        raise UsageError("--eta must be between 0 and 1")
+    if len(paths) > 1:
+        cross = build_cross_report(
+            paths, out_dir=out, max_tps_loss_pct=max_tps_loss, objective=objective.value, eta=eta
+        )
+        typer.echo(
+            json.dumps(cross.cross, indent=2, allow_nan=False) if as_json else cross.markdown
+        )
+        for written in cross.paths[-2:]:
+            info(f"wrote {written}")
+        return
+    report = build_report(
+        paths[0],
+        out_dir=out,
+        charts=False,
+        max_tps_loss_pct=max_tps_loss,
+        objective=objective.value,
+        eta=eta,
+    )
+    if as_json:
+        typer.echo(json.dumps(report.analysis, indent=2, allow_nan=False))
+    else:
+        typer.echo(report.summary)

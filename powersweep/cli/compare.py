@@ -1,0 +1,47 @@
+"""``powersweep compare``: overlay the efficiency curves of several runs."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from powersweep.cli._common import formats, info, run_label
+from powersweep.errors import UsageError
+
+
+class XAxis(StrEnum):
+    """The compare chart's x axis."""
+
+    WATTS = "watts"
+    PCT_TDP = "pct-tdp"
+
+
+def compare_command(
+    paths: Annotated[list[Path], typer.Argument(help="Run directories or caps.csv files.")],
+    out: Annotated[Path, typer.Option(help="Output file stem.")] = Path("powersweep-compare"),
+    x: Annotated[XAxis, typer.Option(help="x axis: watts or % of the default limit.")] = (
+        XAxis.WATTS
+    ),
+    normalize: Annotated[
+        bool, typer.Option("--normalize", help="TPS/W relative to each run's peak.")
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
+) -> None:
+    """Overlay the efficiency curves of several runs and print their sweet spots."""
+    from powersweep import analysis, plots
+
+    if len(paths) < 1:
+        raise UsageError("compare needs at least one run")
+    labelled = []
+    for p in paths:
+        curve = analysis.load_curve(p)
+        labelled.append((run_label(p), analysis.analyze(curve)))
+    written = plots.render_compare(
+        labelled, out, x=x.value, normalize=normalize, formats=formats(fmt)
+    )
+    typer.echo(plots.compare_table(labelled))
+    for w in written:
+        info(f"chart: {w}")

@@ -1,0 +1,21 @@
+"""``powersweep import``: a pasted power-cap-sweep.sh summary table becomes a caps.csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def import_command(
+    summary: Annotated[Path, typer.Argument(help="Markdown with a power-cap summary table.")],
+    out: Annotated[Path | None, typer.Option(help="caps.csv to write.")] = None,
+) -> None:
+    """Turn a pasted power-cap-sweep.sh summary table into a caps.csv."""
+    from powersweep import analysis
+
+    df = analysis.import_summary(summary)
+    target = out or summary.with_suffix(".caps.csv")
+    analysis.write_caps_csv(df, target)
+    typer.echo(str(target))

@@ -1,0 +1,26 @@
+"""``powersweep plot``: the charts of a run (or a bare caps.csv), from its CSVs alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from powersweep.cli._common import formats
+
+
+def plot_command(
+    path: Annotated[Path, typer.Argument(help="Run directory or caps.csv.")],
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
+    title: Annotated[str | None, typer.Option(help="Chart title.")] = None,
+) -> None:
+    """Draw the charts of a run (or a bare caps.csv) into charts/."""
+    from powersweep.report import build_report
+
+    report = build_report(
+        path, out_dir=out, charts=True, formats=formats(fmt), title=title, write_analysis=False
+    )
+    for p in report.paths:
+        typer.echo(str(p))

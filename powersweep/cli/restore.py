@@ -1,0 +1,58 @@
+"""``powersweep restore``: put back the limits a killed sweep left, from its restore journal."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from powersweep.cli._common import info, pid_alive, warn
+from powersweep.errors import PowersweepError
+
+
+def restore_command(
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="POWERSWEEP_STATE_DIR",
+            show_envvar=True,
+            help="Where the restore journal lives (default /var/lib/powersweep as root).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Restore even if the sweep that wrote it still runs.")
+    ] = False,
+) -> None:
+    """Put back the power limits a killed sweep left (from its restore journal)."""
+    from powersweep.cli.rigs import restore_backend
+    from powersweep.sweep.records.journal import Journal, default_state_dir, restore_gpus
+
+    journal = Journal(state_dir or default_state_dir())
+    entry = journal.read()
+    if entry is None:
+        info(f"nothing to restore: no journal at {journal.path}")
+        return
+    if not force and entry.pid != os.getpid() and pid_alive(entry.pid):
+        raise PowersweepError(
+            f"the sweep that wrote {journal.path} (pid {entry.pid}) is still running: stop it "
+            "(it restores on Ctrl-C/SIGTERM) or pass --force",
+            exit_code=2,
+        )
+    with restore_backend(entry.backend) as backend:
+        results = restore_gpus(entry, backend, warn=warn)
+    for r in results:
+        where = f"GPU {r.index}" if r.index is not None else r.uuid
+        if r.ok:
+            info(f"{where} ({r.uuid}): power limit restored to {r.limit_w:g} W")
+        else:
+            warn(f"{where} ({r.uuid}): NOT restored to {r.limit_w:g} W: {r.message}")
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise PowersweepError(
+            f"{len(failed)} of {len(results)} GPUs not restored; the journal stays at "
+            f"{journal.path} (fix the cause and run `powersweep restore` again)"
+        )
+    journal.remove()
+    info(f"journal removed: {journal.path}")

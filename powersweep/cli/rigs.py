@@ -1,0 +1,203 @@
+"""The composition root: builds the rig a sweep runs on (real NVML, simulated, replayed).
+
+This is the one place outside the tests that imports :mod:`powersweep.sim`: the sweep receives a
+:class:`~powersweep.sweep.rig.Rig` and never knows whether its GPUs are real. A new kind of rig
+(another vendor's backend, another simulator) is added here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from powersweep.clock import ScaledClock, real_clock
+from powersweep.sim.profiles import GpuProfile, get_profile
+from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
+from powersweep.sim.rig import SimRig, ground_truth
+from powersweep.sim.server import SimServer
+from powersweep.sweep.options import (
+    DEFAULT_SIM_TIME_SCALE,
+    SIM_TIME_SCALE_BY_MODE,
+    SweepOptions,
+)
+from powersweep.sweep.rig import Rig
+from powersweep.sweep.server.client import ChatClient
+from powersweep.sweep.server.discovery import ServerInfo
+from powersweep.sweep.session import require_root
+
+SIM_MODEL = "sim-qwen3.6-27b"
+
+
+@contextlib.contextmanager
+def build_rig(options: SweepOptions) -> Iterator[Rig]:
+    """The rig for these options: NVML without ``--simulate``, else a simulated or replay rig.
+
+    Raises:
+        PowersweepError: NVML cannot start, or an unknown simulation profile.
+    """
+    if options.simulate is None:
+        from powersweep.sweep.gpu.nvml import NvmlBackend
+
+        backend = NvmlBackend()
+        try:
+            yield Rig(backend, real_clock())
+        finally:
+            backend.close()
+        return
+    scale = options.time_scale or (
+        1.0
+        if options.url
+        else SIM_TIME_SCALE_BY_MODE.get(options.load_mode, DEFAULT_SIM_TIME_SCALE)
+    )
+    if scale > 1:
+        # The simulated server, the client and the sampler share one interpreter: at the default
+        # 5 ms GIL switch interval a token's arrival can be stamped up to 5 ms late, which is
+        # `scale` times more in run time. Finer switching keeps the stamps within 0.1%.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
+    clock = ScaledClock(scale)
+    sim: Any
+    profiles: list[Any]
+    if options.simulate.startswith("replay:"):
+        curve = replay_profile(Path(options.simulate.removeprefix("replay:")))
+        sim = ReplayRig(curve, clock, seed=options.seed)
+        profiles = [curve]
+    else:
+        profiles = _profiles(options)
+        sim = SimRig(profiles, clock, seed=options.seed, state_file=options.sim_state)
+    served = options.url is None
+
+    @contextlib.contextmanager
+    def serve() -> Iterator[str | None]:
+        if not served:
+            yield None
+            return
+        with SimServer(
+            sim,
+            flavour=options.sim_server,
+            model=SIM_MODEL,
+            seed=options.seed,
+            http_error=options.sim_http_error,
+            total_slots=options.sim_slots,
+            hide_num_ctx=options.sim_hide_num_ctx,
+            reasoning_tokens=options.sim_reasoning_tokens,
+        ) as server:
+            yield server.url
+
+    def truth(caps: Sequence[float], prep: Mapping[str, Any]) -> dict[str, Any] | None:
+        return _truth(options, profiles, list(caps), prep)
+
+    yield Rig(
+        backend=sim,
+        clock=clock,
+        journal_backend=_journal_backend(options),
+        serve=serve,
+        wrap_client=(lambda c: c) if served else (lambda c: _RigDrivingClient(c, sim)),
+        simulation={
+            "profile": options.simulate,
+            "seed": options.seed,
+            "time_scale": clock.scale,
+            "server_flavour": options.sim_server if served else None,
+        },
+        truth=truth,
+    )
+
+
+def _profiles(options: SweepOptions) -> list[GpuProfile]:
+    assert options.simulate is not None
+    names = [n.strip() for n in options.simulate.split("+") if n.strip()]
+    profiles = [get_profile(n) for n in names]
+    if options.sim_rejects_below_w is not None:
+        profiles = [
+            dataclasses.replace(p, rejects_below_w=options.sim_rejects_below_w) for p in profiles
+        ]
+    if options.sim_context is not None:
+        profiles = [dataclasses.replace(p, context_tokens=options.sim_context) for p in profiles]
+    return profiles
+
+
+class _RigDrivingClient:
+    """A client for ``--simulate`` with ``--url``: a real server does the work, so the simulated
+    GPU is told of each request and draws power as if it served it (its clocks do not change
+    the real server's speed, so TPS is the server's own and power is the simulator's).
+    """
+
+    def __init__(self, client: ChatClient, rig: Any) -> None:
+        self._client = client
+        self._rig = rig
+
+    @property
+    def info(self) -> ServerInfo:
+        return self._client.info
+
+    async def chat(self, prompt: str, **kwargs: Any) -> Any:
+        kind = "prefill" if kwargs.get("prompt_kind") == "prefill" else "decode"
+        self._rig.work_started(kind)
+        if kind == "prefill":
+            self._rig.prefill_rate_tps(len(prompt) // 4)  # marks a long prompt's prefill
+        try:
+            return await self._client.chat(prompt, **kwargs)
+        finally:
+            self._rig.work_finished(kind)
+
+    async def queued_requests(self) -> int | None:
+        return await self._client.queued_requests()
+
+    async def count_tokens(self, text: str) -> int | None:
+        return await self._client.count_tokens(text)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _truth(
+    options: SweepOptions, profiles: list[Any], caps: list[float], prep: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The simulator's noise-free answer for this load."""
+    if isinstance(profiles[0], ReplayCurve):
+        return replay_truth(profiles[0], caps)
+    kwargs: dict[str, Any] = {}
+    if prep.get("effective_concurrency"):
+        kwargs["concurrency"] = int(prep["effective_concurrency"])
+    if prep.get("prompt_tokens"):
+        kwargs["prompt_tokens"] = int(prep["prompt_tokens"])
+    return ground_truth(profiles, options.load_mode, caps, **kwargs).to_dict()
+
+
+def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:
+    """How ``powersweep restore`` rebuilds the backend that changed the limits."""
+    if options.simulate is None:
+        return {"kind": "nvml"}
+    names = [n.strip() for n in options.simulate.split("+") if n.strip()]
+    state = options.sim_state.resolve() if options.sim_state else None
+    return {
+        "kind": "sim",
+        "profiles": names,
+        "sim_state": str(state) if state else None,
+        "seed": options.seed,
+    }
+
+
+def restore_backend(backend_spec: Mapping[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """Rebuild the GPU backend a journal names (for ``powersweep restore``).
+
+    Raises:
+        PowersweepError: NVML cannot start, or an unknown simulation profile.
+    """
+    if backend_spec.get("kind") == "sim":
+        profiles = [get_profile(str(n)) for n in backend_spec.get("profiles", [])]
+        state = backend_spec.get("sim_state")
+        rig = SimRig(
+            profiles,
+            ScaledClock(1.0),
+            seed=int(backend_spec.get("seed", 0)),
+            state_file=Path(state) if state else None,
+        )
+        return contextlib.nullcontext(rig)
+    require_root()
+    from powersweep.sweep.gpu.nvml import NvmlBackend
+
+    return NvmlBackend()

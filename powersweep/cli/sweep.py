@@ -1,0 +1,431 @@
+"""``powersweep sweep`` (also plain ``powersweep``): run a sweep and report it.
+
+Options are grouped in help panels; choices are enums, so ``--help`` and shell completion list
+them. The flags become :class:`~powersweep.sweep.options.SweepOptions`; the rig comes from the
+composition root (:mod:`powersweep.cli.rigs`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from tqdm import tqdm
+
+from powersweep.cli._common import info, is_root, warn
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.options import (
+    Cooling,
+    LoadMode,
+    SettleMode,
+    SimServerFlavour,
+    Strategy,
+    SweepOptions,
+)
+
+LOAD = "Load"
+CAPS = "Caps"
+SERVER = "Server"
+SAFETY = "Safety"
+OUTPUT = "Output"
+SIMULATION = "Simulation"
+
+
+def parse_concurrency(text: str | None) -> int | None:
+    """``--concurrency``: a number of streams, or auto (None).
+
+    Raises:
+        UsageError: Anything else.
+    """
+    if text is None or text.strip().lower() == "auto":
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UsageError(f"--concurrency takes a number of streams or auto, not {text!r}")
+    return int(text)
+
+
+def parse_gpus(text: str | None) -> tuple[int, ...] | None:
+    """``--gpu``: GPU indices like 0 or 0,1 (None: not given).
+
+    Raises:
+        UsageError: Anything else.
+    """
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise UsageError(f"--gpu takes GPU indices like 0 or 0,1, not {text!r}")
+        out.append(int(part))
+    if not out:
+        raise UsageError("--gpu is empty")
+    return tuple(out)
+
+
+def sweep_command(
+    cooling: Annotated[
+        Cooling, typer.Option(help="Cooling class; thermal findings depend on it.")
+    ] = Cooling.UNSPECIFIED,
+    load_mode: Annotated[
+        LoadMode, typer.Option(help="The load run at each cap.", rich_help_panel=LOAD)
+    ] = LoadMode.DECODE_SINGLE,
+    target_cap_seconds: Annotated[
+        float, typer.Option(help="Seconds of load per prompt per cap.", rich_help_panel=LOAD)
+    ] = 10.0,
+    warmup_requests: Annotated[
+        int, typer.Option(help="Warm-up requests per prompt.", rich_help_panel=LOAD)
+    ] = 3,
+    concurrency: Annotated[
+        str | None,
+        typer.Option(
+            help="decode-concurrent: streams, or auto (probe) [default: auto].",
+            rich_help_panel=LOAD,
+        ),
+    ] = None,
+    bench_runs: Annotated[
+        int,
+        typer.Option(
+            help="decode-concurrent: windows per direction per cap (median).",
+            rich_help_panel=LOAD,
+        ),
+    ] = 1,
+    max_concurrency_probe: Annotated[
+        int, typer.Option(help="decode-concurrent auto: highest N probed.", rich_help_panel=LOAD)
+    ] = 16,
+    load_target: Annotated[
+        float | None,
+        typer.Option(
+            help="decode-concurrent auto: stop probing at this fraction of the cap.",
+            rich_help_panel=LOAD,
+        ),
+    ] = None,
+    concurrency_stretch: Annotated[
+        int,
+        typer.Option(
+            help="decode-concurrent auto: streams added to the pick.", rich_help_panel=LOAD
+        ),
+    ] = 0,
+    target_prefill_seconds: Annotated[
+        float,
+        typer.Option(
+            help="prefill-heavy: prefill time each prompt is sized for.", rich_help_panel=LOAD
+        ),
+    ] = 10.0,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", "--gpus", help="GPU index or list (0 or 0,1).", rich_help_panel=CAPS),
+    ] = None,
+    caps: Annotated[
+        str | None,
+        typer.Option(help="Caps to measure, W per GPU (260,280,300).", rich_help_panel=CAPS),
+    ] = None,
+    step_size: Annotated[
+        float, typer.Option(help="Step between default caps, W.", rich_help_panel=CAPS)
+    ] = 10.0,
+    strategy: Annotated[
+        Strategy,
+        typer.Option(
+            help="dense (every cap) or adaptive (coarse pass, then refine).",
+            rich_help_panel=CAPS,
+        ),
+    ] = Strategy.DENSE,
+    settle: Annotated[
+        SettleMode,
+        typer.Option(
+            help="auto: measure once readings are stable (at most --settle-seconds).",
+            rich_help_panel=CAPS,
+        ),
+    ] = SettleMode.AUTO,
+    settle_seconds: Annotated[
+        float, typer.Option(help="Seconds to wait after a cap change.", rich_help_panel=CAPS)
+    ] = 3.0,
+    sample_interval: Annotated[
+        float, typer.Option(help="Seconds between GPU samples.", rich_help_panel=CAPS)
+    ] = 0.5,
+    max_failed_caps: Annotated[
+        int,
+        typer.Option(help="Stop after this many failed caps in a row.", rich_help_panel=CAPS),
+    ] = 3,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Server URL (default: probe local ports).", rich_help_panel=SERVER),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model id (default: the server's).", rich_help_panel=SERVER)
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="OPENAI_API_KEY",
+            show_envvar=True,
+            help="Bearer token, never stored.",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan (GPUs, envelope, caps, time); change nothing.",
+            rich_help_panel=SAFETY,
+        ),
+    ] = False,
+    observe_only: Annotated[
+        bool,
+        typer.Option(
+            "--observe-only",
+            help="Run the load at the limit in force; change no setting.",
+            rich_help_panel=SAFETY,
+        ),
+    ] = False,
+    no_reset: Annotated[
+        bool,
+        typer.Option(
+            "--no-reset", help="Leave the last cap instead of restoring.", rich_help_panel=SAFETY
+        ),
+    ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="Continue an interrupted run directory from its first unfinished cap.",
+            rich_help_panel=SAFETY,
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Start even though a restore journal exists.", rich_help_panel=SAFETY
+        ),
+    ] = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="POWERSWEEP_STATE_DIR",
+            show_envvar=True,
+            help="Where the restore journal lives (default /var/lib/powersweep as root).",
+            rich_help_panel=SAFETY,
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="Directory for run directories.", rich_help_panel=OUTPUT)
+    ] = Path("powersweep-runs"),
+    no_charts: Annotated[
+        bool, typer.Option("--no-charts", help="Skip the charts.", rich_help_panel=OUTPUT)
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
+    ] = False,
+    simulate: Annotated[
+        str | None,
+        typer.Option(
+            help="Simulate the GPU with a profile (see --list-profiles).",
+            rich_help_panel=SIMULATION,
+        ),
+    ] = None,
+    list_profiles: Annotated[
+        bool,
+        typer.Option(
+            "--list-profiles", help="List simulation profiles and exit.", rich_help_panel=SIMULATION
+        ),
+    ] = False,
+    sim_server: Annotated[
+        SimServerFlavour,
+        typer.Option(help="Simulated server flavour.", rich_help_panel=SIMULATION),
+    ] = SimServerFlavour.LLAMACPP,
+    time_scale: Annotated[
+        float | None,
+        typer.Option(help="Run time passes this many times faster.", rich_help_panel=SIMULATION),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Noise seed.", rich_help_panel=SIMULATION)
+    ] = None,
+    sim_state: Annotated[
+        Path | None,
+        typer.Option(help="File where simulated power limits persist.", rich_help_panel=SIMULATION),
+    ] = None,
+    sim_rejects_below: Annotated[
+        float | None, typer.Option(hidden=True, help="Simulation: cards keep caps under W.")
+    ] = None,
+    sim_http_error: Annotated[
+        int | None, typer.Option(hidden=True, help="Simulation: chat requests get this status.")
+    ] = None,
+    sim_slots: Annotated[
+        int | None, typer.Option(hidden=True, help="Simulation: requests served at once.")
+    ] = None,
+    sim_context: Annotated[
+        int | None, typer.Option(hidden=True, help="Simulation: the model's context, tokens.")
+    ] = None,
+    sim_reasoning_tokens: Annotated[
+        int, typer.Option(hidden=True, help="Simulation: reasoning tokens before the answer.")
+    ] = 0,
+    sim_hide_num_ctx: Annotated[
+        bool,
+        typer.Option(
+            "--sim-hide-num-ctx", hidden=True, help="Simulation (ollama): /api/show no num_ctx."
+        ),
+    ] = False,
+) -> None:
+    """Sweep the power-limit envelope and measure tokens per watt at each cap."""
+    from powersweep.sweep.planning.caps import parse_caps
+
+    if list_profiles:
+        _print_profiles()
+        return
+    if simulate is None and seed is not None:
+        raise UsageError("--seed works only with --simulate")
+    options = SweepOptions(
+        cooling=cooling.value,
+        load_mode=load_mode.value,
+        gpus=parse_gpus(gpu),
+        caps=tuple(parse_caps(caps)) if caps is not None else None,
+        step_size_w=step_size,
+        target_cap_seconds=target_cap_seconds,
+        settle_seconds=settle_seconds,
+        url=url,
+        model=model,
+        api_key=api_key or None,
+        out=out,
+        no_reset=no_reset,
+        sample_interval_s=sample_interval,
+        warmup_requests=warmup_requests,
+        max_failed_caps=max_failed_caps,
+        simulate=simulate,
+        time_scale=time_scale,
+        seed=seed or 0,
+        sim_server=sim_server.value,
+        sim_state=sim_state,
+        force=force,
+        dry_run=dry_run,
+        observe_only=observe_only,
+        resume=resume,
+        state_dir=state_dir,
+        sim_rejects_below_w=sim_rejects_below,
+        sim_http_error=sim_http_error,
+        concurrency=parse_concurrency(concurrency),
+        bench_runs=bench_runs,
+        max_concurrency_probe=max_concurrency_probe,
+        load_target=load_target,
+        concurrency_stretch=concurrency_stretch,
+        target_prefill_seconds=target_prefill_seconds,
+        strategy=strategy.value,
+        settle=settle.value,
+        sim_slots=sim_slots,
+        sim_context=sim_context,
+        sim_hide_num_ctx=sim_hide_num_ctx,
+        sim_reasoning_tokens=sim_reasoning_tokens,
+    )
+    if dry_run:
+        _print_dry_run(options)
+        return
+    run_sweep(options, quiet=quiet, charts=not no_charts)
+
+
+def _print_dry_run(options: SweepOptions) -> None:
+    from powersweep.cli.rigs import build_rig
+    from powersweep.sweep.plan import dry_run
+
+    if options.resume is not None:
+        raise UsageError("--dry-run does not combine with --resume")
+    for line in dry_run(options, build_rig, warn=warn).lines():
+        typer.echo(line)
+
+
+class _Progress:
+    """The progress bar: opened once the caps are known, updated after each cap."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+
+    def on_plan(self, run_dir: Path, planned: list[float]) -> None:
+        info(f"run directory: {run_dir}")
+        info(f"caps: {len(planned)} from {max(planned):g} W down to {min(planned):g} W")
+        if not self.quiet:
+            self.bar = tqdm(total=len(planned), unit="cap", file=sys.stderr, dynamic_ncols=True)
+
+    def on_progress(self, p: Any) -> None:
+        if self.bar is None:
+            return
+        if p.total != self.bar.total:  # an adaptive sweep plans more caps as it learns
+            self.bar.total = p.total
+        if p.status == "ok":
+            self.bar.set_postfix_str(
+                f"{p.cap_w:g} W: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W"
+            )
+        else:
+            self.bar.set_postfix_str(f"{p.cap_w:g} W: {p.status}")
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
+    """Run the sweep, print what was restored, write the report, and hand files to the user.
+
+    Raises:
+        PowersweepError: The sweep could not start, or failed.
+        typer.Exit: Interrupted by a signal (exit 128 + signal).
+    """
+    from powersweep.cli.rigs import build_rig
+    from powersweep.sweep.records.ownership import hand_over, invoking_user
+    from powersweep.sweep.session import run_session
+
+    bar = _Progress(quiet)
+    try:
+        result = run_session(
+            options, build_rig, progress=bar.on_progress, warn=warn, on_plan=bar.on_plan
+        )
+    finally:
+        bar.close()
+    outcome = result.outcome
+    for r in outcome.restored:
+        state = "restored" if r["ok"] else "NOT restored"
+        info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
+    try:
+        if outcome.caps_done:
+            _finish_report(result.run_dir, charts=charts)
+    finally:
+        if is_root():
+            # under sudo the run belongs to the user who typed sudo, not to root
+            top = options.out if result.out_created and options.resume is None else result.run_dir
+            hand_over([top], invoking_user(), warn=warn)
+    if outcome.status == "interrupted":
+        info(f"interrupted: partial run kept in {result.run_dir}")
+        signum = outcome.signum or 2
+        raise typer.Exit(128 + signum)
+    if outcome.status == "failed":
+        raise PowersweepError(f"{outcome.error} (partial run in {result.run_dir})")
+    info(f"done: {result.run_dir}")
+
+
+def _finish_report(run_dir: Path, *, charts: bool) -> None:
+    from powersweep.report import build_report
+
+    try:
+        report = build_report(run_dir, charts=charts)
+    except PowersweepError as exc:
+        warn(f"could not analyse the run: {exc}")
+        return
+    spot = report.analysis.get("sweet_spot") or {}
+    cap = spot.get("cap_w")
+    if cap is not None:
+        info(
+            f"sweet spot: {cap:g} W, {spot.get('tps_per_w', math.nan):.4f} TPS/W, "
+            f"{spot.get('tps', math.nan):.1f} TPS"
+        )
+    info(f"summary: {run_dir / 'summary.md'}")
+
+
+def _print_profiles() -> None:
+    from powersweep.sim.profiles import PROFILE_DESCRIPTIONS, profile_names
+
+    for name in profile_names():
+        typer.echo(f"{name:16s} {PROFILE_DESCRIPTIONS.get(name, '')}")
+    typer.echo(f"{'replay:PATH':16s} a rig replaying a measured caps.csv (a community curve)")
+    typer.echo(f"{'A+B':16s} two simulated cards, e.g. rtx3090-air+rtx3090-air")

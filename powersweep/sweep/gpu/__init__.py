@@ -1,0 +1,48 @@
+"""GPU backends: the :class:`Gpu` protocol every backend implements, and one module per vendor.
+
+``protocol`` holds the interface and its value types (re-exported here); ``nvml`` is the NVIDIA
+backend and the only module of powersweep that imports ``pynvml``. A backend may import the
+base modules (``powersweep.errors``, ``powersweep.clock``) and nothing else of the package.
+"""
+
+from powersweep.sweep.gpu.protocol import (
+    CLOCK_EVENT_APP_CLOCKS,
+    CLOCK_EVENT_DISPLAY_CLOCKS,
+    CLOCK_EVENT_GPU_IDLE,
+    CLOCK_EVENT_HW_POWER_BRAKE,
+    CLOCK_EVENT_HW_SLOWDOWN,
+    CLOCK_EVENT_HW_THERMAL,
+    CLOCK_EVENT_SW_POWER_CAP,
+    CLOCK_EVENT_SW_THERMAL,
+    CLOCK_EVENT_SYNC_BOOST,
+    NAN,
+    POWER_EVENT_MASK,
+    THERMAL_EVENT_MASK,
+    Gpu,
+    GpuBackend,
+    GpuIdentity,
+    GpuSample,
+    PowerEnvelope,
+    SetLimitResult,
+)
+
+__all__ = [
+    "CLOCK_EVENT_APP_CLOCKS",
+    "CLOCK_EVENT_DISPLAY_CLOCKS",
+    "CLOCK_EVENT_GPU_IDLE",
+    "CLOCK_EVENT_HW_POWER_BRAKE",
+    "CLOCK_EVENT_HW_SLOWDOWN",
+    "CLOCK_EVENT_HW_THERMAL",
+    "CLOCK_EVENT_SW_POWER_CAP",
+    "CLOCK_EVENT_SW_THERMAL",
+    "CLOCK_EVENT_SYNC_BOOST",
+    "NAN",
+    "POWER_EVENT_MASK",
+    "THERMAL_EVENT_MASK",
+    "Gpu",
+    "GpuBackend",
+    "GpuIdentity",
+    "GpuSample",
+    "PowerEnvelope",
+    "SetLimitResult",
+]

@@ -1,0 +1,229 @@
+"""Every option of a sweep, its choices and its validation (no I/O, nothing touched).
+
+The CLI turns flags into :class:`SweepOptions`; ``run.json`` records them; ``--resume`` reads
+them back. Choices are :class:`~enum.StrEnum` members, so a field compares equal to its string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import UsageError
+from powersweep.sweep.server.discovery import strip_credentials
+
+
+class Cooling(StrEnum):
+    """How the card is cooled (labels the run; thermal findings depend on it)."""
+
+    AIR = "air"
+    WATER = "water"
+    AIO = "aio"
+    UNSPECIFIED = "unspecified"
+
+
+class LoadMode(StrEnum):
+    """The load run at each cap (one module each under :mod:`powersweep.sweep.loads`)."""
+
+    DECODE_SINGLE = "decode-single"
+    DECODE_CONCURRENT = "decode-concurrent"
+    PREFILL_HEAVY = "prefill-heavy"
+
+
+class Strategy(StrEnum):
+    """Which caps are measured: every cap, or a coarse pass refined where the answer is."""
+
+    DENSE = "dense"
+    ADAPTIVE = "adaptive"
+
+
+class SettleMode(StrEnum):
+    """When a cap's measurement starts: once readings are stable, or after a fixed wait."""
+
+    AUTO = "auto"
+    FIXED = "fixed"
+
+
+class SimServerFlavour(StrEnum):
+    """The engine whose quirks the simulated server imitates."""
+
+    LLAMACPP = "llamacpp"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    OLLAMA = "ollama"
+    PLAIN = "plain"
+
+
+LOAD_MODES = tuple(m.value for m in LoadMode)
+STRATEGIES = tuple(s.value for s in Strategy)
+SETTLE_MODES = tuple(s.value for s in SettleMode)
+SIM_SERVER_FLAVOURS = tuple(f.value for f in SimServerFlavour)
+COOLING = tuple(c.value for c in Cooling)
+DEFAULT_SIM_TIME_SCALE = 30.0
+# Many streams cost the one interpreter more CPU per run second, and a prefill's single long
+# wait weighs every millisecond of wall latency `scale` times: both run slower by default.
+SIM_TIME_SCALE_BY_MODE = {"decode-single": 30.0, "decode-concurrent": 15.0, "prefill-heavy": 15.0}
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Every option of a sweep (what ``run.json`` records under ``options``).
+
+    Attributes mirror the CLI flags; ``api_key`` is never recorded.
+    """
+
+    cooling: str = "unspecified"
+    load_mode: str = "decode-single"
+    gpus: tuple[int, ...] | None = None
+    caps: tuple[float, ...] | None = None
+    step_size_w: float = 10.0
+    target_cap_seconds: float = 10.0
+    settle_seconds: float = 3.0
+    url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    out: Path = Path("powersweep-runs")
+    no_reset: bool = False
+    sample_interval_s: float = 0.5
+    warmup_requests: int = 3
+    max_failed_caps: int = 3
+    simulate: str | None = None
+    time_scale: float | None = None
+    seed: int = 0
+    sim_server: str = "llamacpp"
+    sim_state: Path | None = None
+    force: bool = False
+    dry_run: bool = False
+    observe_only: bool = False
+    resume: Path | None = None
+    state_dir: Path | None = None
+    sim_rejects_below_w: float | None = None
+    sim_http_error: int | None = None
+    concurrency: int | None = None
+    bench_runs: int = 1
+    max_concurrency_probe: int = 16
+    load_target: float | None = None
+    concurrency_stretch: int = 0
+    target_prefill_seconds: float = 10.0
+    strategy: str = "dense"
+    settle: str = "auto"
+    sim_slots: int | None = None
+    sim_context: int | None = None
+    sim_hide_num_ctx: bool = False
+    sim_reasoning_tokens: int = 0
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
+        data = asdict(self)
+        data.pop("api_key")
+        data["api_key_given"] = self.api_key is not None
+        data["url"] = strip_credentials(self.url) if self.url else None
+        for key in ("out", "sim_state", "resume", "state_dir"):
+            value = getattr(self, key)
+            data[key] = str(value) if value is not None else None
+        return data
+
+    @property
+    def changes_limits(self) -> bool:
+        """True when this sweep sets power limits (not a dry run, not observe-only)."""
+        return not (self.dry_run or self.observe_only)
+
+    @property
+    def needs_journal(self) -> bool:
+        """True when a limit this sweep sets would outlive the process (real GPUs, or a
+        simulated rig whose limits persist in ``--sim-state``)."""
+        return self.changes_limits and (self.simulate is None or self.sim_state is not None)
+
+
+def validate(options: SweepOptions) -> None:
+    """Reject option combinations that cannot work, before touching anything.
+
+    Raises:
+        UsageError: One line naming the bad option.
+    """
+    if options.cooling not in COOLING:
+        raise UsageError(f"--cooling must be one of {', '.join(COOLING)}, not {options.cooling!r}")
+    if options.load_mode not in LOAD_MODES:
+        raise UsageError(
+            f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load_mode!r}"
+        )
+    if options.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy must be dense or adaptive, not {options.strategy!r}")
+    if options.settle not in SETTLE_MODES:
+        raise UsageError(f"--settle must be auto or fixed, not {options.settle!r}")
+    if options.sim_server not in SIM_SERVER_FLAVOURS:
+        raise UsageError(
+            f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, "
+            f"not {options.sim_server!r}"
+        )
+    if options.concurrency is not None and options.concurrency < 1:
+        raise UsageError("--concurrency takes a number of streams (1 or more) or auto")
+    if options.bench_runs < 1:
+        raise UsageError("--bench-runs must be at least 1")
+    if options.max_concurrency_probe < 1:
+        raise UsageError("--max-concurrency-probe must be at least 1")
+    if options.load_target is not None and not 0 < options.load_target <= 1:
+        raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
+    if options.concurrency_stretch < 0:
+        raise UsageError("--concurrency-stretch must be 0 or more")
+    if not options.target_prefill_seconds > 0:
+        raise UsageError("--target-prefill-seconds must be positive")
+    if options.sim_slots is not None and options.sim_slots < 1:
+        raise UsageError("--sim-slots must be at least 1")
+    if options.sim_reasoning_tokens < 0:
+        raise UsageError("--sim-reasoning-tokens must be 0 or more")
+    if options.sim_context is not None and options.sim_context < 256:
+        raise UsageError("--sim-context must be at least 256 tokens")
+    if options.load_mode != "decode-concurrent" and (
+        options.concurrency is not None
+        or options.bench_runs != 1
+        or options.load_target is not None
+        or options.concurrency_stretch
+    ):
+        raise UsageError(
+            "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
+            "--load-mode decode-concurrent"
+        )
+    positive = {
+        "--step-size": options.step_size_w,
+        "--target-cap-seconds": options.target_cap_seconds,
+        "--sample-interval": options.sample_interval_s,
+    }
+    for flag, value in positive.items():
+        if not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value:g}")
+    if options.settle_seconds < 0:
+        raise UsageError(f"--settle-seconds must be 0 or more, got {options.settle_seconds:g}")
+    if options.max_failed_caps < 1:
+        raise UsageError("--max-failed-caps must be at least 1")
+    if options.warmup_requests < 0:
+        raise UsageError("--warmup-requests must be 0 or more")
+    if options.simulate is None:
+        if options.time_scale is not None:
+            raise UsageError("--time-scale works only with --simulate")
+        if options.sim_state is not None:
+            raise UsageError("--sim-state works only with --simulate")
+    elif options.time_scale is not None:
+        if not options.time_scale > 0:
+            raise UsageError(f"--time-scale must be positive, got {options.time_scale:g}")
+        if options.url and options.time_scale != 1:
+            raise UsageError(
+                "--time-scale needs the simulated server: with --url a real server answers "
+                "in real time (drop --time-scale or --url)"
+            )
+    if options.gpus is not None and any(i < 0 for i in options.gpus):
+        raise UsageError("--gpu takes GPU indices 0, 1, ...")
+    if options.observe_only and options.caps:
+        raise UsageError("--observe-only measures at the limit in force: drop --caps")
+    if options.observe_only and options.dry_run:
+        raise UsageError("--dry-run and --observe-only exclude each other")
+    if options.simulate is None and (
+        options.sim_rejects_below_w is not None or options.sim_http_error is not None
+    ):
+        raise UsageError("--sim-* options work only with --simulate")
+    if options.sim_http_error is not None and not 400 <= options.sim_http_error <= 599:
+        raise UsageError("--sim-http-error takes an HTTP error status (400-599)")
+    if options.simulate is not None and options.url and options.sim_http_error is not None:
+        raise UsageError("--sim-http-error needs the simulated server: drop --url")

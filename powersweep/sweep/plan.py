@@ -1,0 +1,182 @@
+"""Before anything changes: pick the GPUs, plan the caps, estimate the time, print a dry run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.gpu import Gpu, GpuBackend, PowerEnvelope
+from powersweep.sweep.options import SweepOptions, validate
+from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
+from powersweep.sweep.records.journal import Journal, default_state_dir
+from powersweep.sweep.rig import RigFactory
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a sweep would do (``--dry-run``): nothing was changed to find it out.
+
+    Attributes:
+        gpus: ``run.json``-style facts of each GPU (envelope and limit in force).
+        envelope: The envelope every GPU shares.
+        caps_w: Caps in the order they would be measured.
+        estimated_wall_s: Rough wall time of the sweep.
+        journal_path: Where the restore journal would go (None: not needed).
+    """
+
+    gpus: tuple[dict[str, Any], ...]
+    envelope: PowerEnvelope
+    caps_w: tuple[float, ...]
+    estimated_wall_s: float
+    journal_path: Path | None
+
+    def lines(self) -> list[str]:
+        """The plan as the CLI prints it."""
+        out = ["dry run: nothing will be changed"]
+        for g in self.gpus:
+            out.append(
+                f"GPU {g['index']}: {g['name']} ({g['uuid']}), limits {g['min_limit_w']:g}-"
+                f"{g['max_limit_w']:g} W, default {g['default_limit_w']:g} W, "
+                f"now {g['original_limit_w']:g} W"
+            )
+        e = self.envelope
+        out.append(f"envelope (all GPUs): {e.min_w:g}-{e.max_w:g} W")
+        caps = ", ".join(f"{c:g}" for c in self.caps_w)
+        out.append(f"caps ({len(self.caps_w)}, W per GPU): {caps}")
+        out.append(f"estimated wall time: {_duration(self.estimated_wall_s)}")
+        if self.journal_path is not None:
+            out.append(f"restore journal: {self.journal_path}")
+        return out
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+# Per-cap run seconds beyond the measured windows (request tails, sampler flush, writes).
+_CAP_OVERHEAD_S = 2.0
+# Run seconds one warm-up request takes (a short completion).
+_WARMUP_REQUEST_S = 3.0
+PROMPTS_PER_CAP = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
+
+
+def estimate_wall_s(options: SweepOptions, n_caps: int, time_scale: float = 1.0) -> float:
+    """Rough wall time of a sweep: settle + measured windows + overhead per cap, plus warm-up."""
+    per_cap = (
+        options.settle_seconds
+        + PROMPTS_PER_CAP.get(options.load_mode, 1) * options.target_cap_seconds
+        + _CAP_OVERHEAD_S
+    )
+    warm = options.warmup_requests * PROMPTS_PER_CAP.get(options.load_mode, 1) * _WARMUP_REQUEST_S
+    return (n_caps * per_cap + warm) / max(time_scale, 1e-9)
+
+
+def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None]) -> list[float]:
+    """The caps to measure for this GPU set (ascending)."""
+    envelope = uniform_envelope([g.envelope() for g in gpus])
+    if options.observe_only:
+        currents = sorted({g.envelope().current_w for g in gpus})
+        if len(currents) > 1:
+            warn(
+                "the GPUs run at different limits ("
+                + ", ".join(f"{c:g}" for c in currents)
+                + f" W); the run is labelled with the lowest, {currents[0]:g} W"
+            )
+        return [currents[0]]
+    if options.caps:
+        return clamp_caps(options.caps, envelope, warn)
+    return default_caps(envelope, options.step_size_w)
+
+
+def gpu_meta(gpu: Gpu) -> dict[str, Any]:
+    """``run.json`` facts of one GPU: identity, envelope, limit in force, slowdown threshold."""
+    ident = gpu.identity()
+    env = gpu.envelope()
+    return {
+        "index": ident.index,
+        "name": ident.name,
+        "uuid": ident.uuid,
+        "vram_mib": ident.vram_mib,
+        "driver_version": ident.driver_version,
+        "min_limit_w": env.min_w,
+        "default_limit_w": env.default_w,
+        "max_limit_w": env.max_w,
+        "original_limit_w": env.current_w,
+        "slowdown_temp_c": gpu.slowdown_temp_c(),
+        "power_source": getattr(gpu, "power_source", "simulated"),
+    }
+
+
+def check_settable(gpus: list[Gpu]) -> None:
+    """Fail before any change when a GPU's limit cannot be set at all.
+
+    Reading the envelope already refuses GPUs without power management (laptops, some VMs).
+    Permission (root, or a container without CAP_SYS_ADMIN) shows only when setting, so each
+    GPU is set to the limit already in force: that changes nothing, whatever happens.
+
+    Raises:
+        GpuError: One line naming the GPU and the cause.
+    """
+    for g in gpus:
+        current = g.envelope().current_w
+        g.set_power_limit(current)
+
+
+def select_gpus(
+    backend: GpuBackend, wanted: tuple[int, ...] | None, warn: Callable[[str], None]
+) -> list[Gpu]:
+    """The GPUs a sweep uses: ``wanted`` indices, or every GPU (with a warning when several).
+
+    Raises:
+        PowersweepError: No GPU at all.
+        UsageError: An index that is not there.
+    """
+    count = backend.device_count()
+    if count == 0:
+        raise PowersweepError("no NVIDIA GPU found")
+    if wanted is None:
+        gpus = [backend.gpu(i) for i in range(count)]
+        if count > 1:
+            names = ", ".join(f"{g.index}: {g.identity().name}" for g in gpus)
+            warn(f"sweeping all {count} GPUs together ({names}); use --gpu N to pick one")
+        return gpus
+    for i in wanted:
+        if i >= count:
+            raise UsageError(f"there is no GPU {i}: found {count} (0-{count - 1})")
+    return [backend.gpu(i) for i in dict.fromkeys(wanted)]
+
+
+def journal_for(options: SweepOptions) -> Journal:
+    """The restore journal these options use (``--state-dir``, env, or the default)."""
+    return Journal(options.state_dir or default_state_dir())
+
+
+def dry_run(
+    options: SweepOptions, rigs: RigFactory, warn: Callable[[str], None] = lambda _m: None
+) -> DryRun:
+    """Plan a sweep without changing anything (no root needed: it only reads).
+
+    Args:
+        options: The sweep's options.
+        rigs: Builds the rig the sweep would run on (the composition root's).
+        warn: Where warnings go.
+
+    Raises:
+        PowersweepError: Bad options, no GPU, or a GPU without power management.
+    """
+    validate(options)
+    with rigs(options) as rig:
+        gpus = select_gpus(rig.backend, options.gpus, warn)
+        envelope = uniform_envelope([g.envelope() for g in gpus])
+        caps = plan_caps(options, gpus, warn)
+        return DryRun(
+            gpus=tuple(gpu_meta(g) for g in gpus),
+            envelope=envelope,
+            caps_w=tuple(sorted(caps, reverse=True)),
+            estimated_wall_s=estimate_wall_s(options, len(caps), rig.clock.scale),
+            journal_path=journal_for(options).path if options.needs_journal else None,
+        )

@@ -1,0 +1,3 @@
+"""What a sweep leaves on disk: the run directory writer, the restore journal, and file
+ownership under sudo. May import ``sweep.gpu``, ``sweep.sampling`` types and the base modules.
+"""

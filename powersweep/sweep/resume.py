@@ -1,0 +1,105 @@
+"""``--resume``: continue an interrupted run directory from its first unfinished cap."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import UsageError
+from powersweep.runformat import SCHEMA_VERSION
+from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.records.writer import RunWriter
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """Where an interrupted run stands: its ``run.json``, its reopened writer, and its caps.
+
+    Attributes:
+        meta: The run's ``run.json``.
+        writer: The run directory, reopened for appending.
+        caps_left: Planned caps not yet done.
+        caps_done: Caps already done.
+    """
+
+    meta: dict[str, Any]
+    writer: RunWriter
+    caps_left: list[float]
+    caps_done: list[float]
+
+
+def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, dict[str, Any]]:
+    """The options of an interrupted run (from its ``run.json``) for ``--resume``.
+
+    The URL and API key given now win (the run never stored credentials); so do
+    ``--state-dir``, ``--force`` and ``--out`` is the run's parent.
+
+    Raises:
+        UsageError: Not a run directory, a newer schema, or a run that is complete.
+    """
+    path = run_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--resume: {run_dir} is not a run directory (no run.json)") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--resume: cannot read {path}: {exc}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("options"), dict):
+        raise UsageError(f"--resume: {path} is not a powersweep run.json")
+    version = meta.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise UsageError(
+            f"--resume: {path} has schema_version {version!r}; this powersweep knows "
+            f"{SCHEMA_VERSION} (upgrade powersweep)"
+        )
+    if meta.get("status") == "complete":
+        raise UsageError(f"--resume: {run_dir} is complete; nothing to resume")
+    recorded = dict(meta["options"])
+    known = {f.name for f in dataclasses.fields(SweepOptions)}
+    kwargs = {k: v for k, v in recorded.items() if k in known}
+    for key in ("out", "sim_state", "resume", "state_dir"):
+        kwargs[key] = Path(kwargs[key]) if kwargs.get(key) else None
+    for key in ("gpus", "caps"):
+        kwargs[key] = tuple(kwargs[key]) if kwargs.get(key) is not None else None
+    try:
+        options = SweepOptions(**kwargs)
+    except TypeError as exc:
+        raise UsageError(f"--resume: {path} has unusable options ({exc})") from None
+    options = dataclasses.replace(
+        options,
+        out=run_dir.parent,
+        url=given.url or options.url,
+        api_key=given.api_key,
+        model=given.model or options.model,
+        state_dir=given.state_dir,
+        force=given.force,
+        resume=run_dir,
+        dry_run=False,
+    )
+    return options, meta
+
+
+def prepare_resume(options: SweepOptions, meta: dict[str, Any], gpus: list[Gpu]) -> ResumeState:
+    """Check that the GPUs are the run's and find the caps still to measure.
+
+    Raises:
+        UsageError: Another GPU set, or nothing left to measure.
+    """
+    assert options.resume is not None
+    want = [g.get("uuid") for g in meta.get("gpus", []) if isinstance(g, dict)]
+    have = [g.identity().uuid for g in gpus]
+    if want != have:
+        raise UsageError(
+            f"--resume: the run was on GPUs {', '.join(map(str, want))}, this sweep would use "
+            f"{', '.join(have)}; resume needs the same GPU set"
+        )
+    planned = [float(c) for c in meta.get("caps_planned", [])]
+    done = [float(c) for c in meta.get("caps_done", [])]
+    left = [c for c in planned if c not in done]
+    if not left:
+        raise UsageError(f"--resume: every planned cap of {options.resume} is done")
+    return ResumeState(meta, RunWriter.reopen(options.resume), left, done)

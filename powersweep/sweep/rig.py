@@ -1,0 +1,60 @@
+"""What a sweep runs on: the GPU backend, the clock, and what a simulated rig adds.
+
+The composition root (:mod:`powersweep.cli.rigs`) builds a :class:`Rig` from the options, real
+(NVML) or simulated; the session and the driver only receive one. So the sweep never imports
+:mod:`powersweep.sim`, and a new kind of rig is a change to the composition root alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from powersweep.clock import Clock
+from powersweep.sweep.gpu import GpuBackend
+from powersweep.sweep.options import SweepOptions
+
+# A rig's noise-free answer for the planned caps and the load's set-up (probe, calibration).
+TruthFn = Callable[[Sequence[float], Mapping[str, Any]], "dict[str, Any] | None"]
+
+
+def _no_server() -> AbstractContextManager[str | None]:
+    return contextlib.nullcontext(None)
+
+
+def _same_client(client: Any) -> Any:
+    return client
+
+
+@dataclass(frozen=True)
+class Rig:
+    """A GPU backend with the clock it runs on, and what a simulated rig brings along.
+
+    Attributes:
+        backend: The GPUs.
+        clock: Run clock (real time, or scaled for a simulation).
+        journal_backend: How ``powersweep restore`` rebuilds this backend after a SIGKILL
+            (stored in the restore journal).
+        serve: Starts the server the rig brings (the simulated one) and yields its URL; yields
+            None when the sweep talks to ``--url`` or a discovered server.
+        wrap_client: Wraps the chat client (a simulated GPU driven by a real server's requests).
+        simulation: ``run.json``'s ``simulation`` facts (profile, seed, time scale, server
+            flavour); None on real hardware.
+        truth: The simulator's noise-free answer for the caps and the load's set-up; None on
+            real hardware.
+    """
+
+    backend: GpuBackend
+    clock: Clock
+    journal_backend: Mapping[str, Any] = field(default_factory=lambda: {"kind": "nvml"})
+    serve: Callable[[], AbstractContextManager[str | None]] = _no_server
+    wrap_client: Callable[[Any], Any] = _same_client
+    simulation: Mapping[str, Any] | None = None
+    truth: TruthFn | None = None
+
+
+# Builds the rig for a sweep's options; the context closes the backend.
+RigFactory = Callable[[SweepOptions], AbstractContextManager[Rig]]
