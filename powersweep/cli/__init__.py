@@ -101,6 +101,22 @@ def _argv_with_default_command(argv: Sequence[str]) -> list[str]:
     return args
 
 
+def _complete_default_command(env: dict[str, str]) -> None:
+    """Shell completion sees the words typed, not :func:`_argv_with_default_command`'s: make
+    ``powersweep --load-mode <TAB>`` complete like ``powersweep sweep --load-mode <TAB>``."""
+    if "COMP_WORDS" in env:  # bash
+        words = env["COMP_WORDS"].split()
+        if len(words) > 1 and _argv_with_default_command(words[1:2])[0] != words[1]:
+            env["COMP_WORDS"] = " ".join([words[0], "sweep", *words[1:]]) + (
+                " " if env["COMP_WORDS"].endswith(" ") else ""
+            )
+            env["COMP_CWORD"] = str(int(env.get("COMP_CWORD", "0")) + 1)
+    elif "_TYPER_COMPLETE_ARGS" in env:  # zsh, fish
+        words = env["_TYPER_COMPLETE_ARGS"].split(" ")
+        if len(words) > 1 and words[1] and _argv_with_default_command(words[1:2])[0] != words[1]:
+            env["_TYPER_COMPLETE_ARGS"] = " ".join([words[0], "sweep", *words[1:]])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``powersweep`` console script; returns the exit code."""
     if (
@@ -109,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
     args = _argv_with_default_command(sys.argv[1:] if argv is None else argv)
+    if "_POWERSWEEP_COMPLETE" in os.environ:
+        env = dict(os.environ)
+        _complete_default_command(env)
+        os.environ.update(env)
     try:
         command = typer.main.get_command(app)
         # without standalone mode click returns the code of an Exit instead of raising it

@@ -66,208 +66,289 @@ def parse_gpus(text: str | None) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+# Each option of `powersweep sweep`, with its help panel (one alias per option keeps the
+# command's signature short and lets other commands share an option).
+CoolingOpt = Annotated[Cooling, typer.Option(help="Cooling class; thermal findings depend on it.")]
+
+LoadModeOpt = Annotated[
+    LoadMode, typer.Option(help="The load run at each cap.", rich_help_panel=LOAD)
+]
+
+TargetCapSecondsOpt = Annotated[
+    float, typer.Option(help="Seconds of load per prompt per cap.", rich_help_panel=LOAD)
+]
+
+WarmupRequestsOpt = Annotated[
+    int, typer.Option(help="Warm-up requests per prompt.", rich_help_panel=LOAD)
+]
+
+ConcurrencyOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="decode-concurrent: streams, or auto (probe; the default).",
+        rich_help_panel=LOAD,
+    ),
+]
+
+BenchRunsOpt = Annotated[
+    int,
+    typer.Option(
+        help="decode-concurrent: windows per direction per cap (median).",
+        rich_help_panel=LOAD,
+    ),
+]
+
+MaxConcurrencyProbeOpt = Annotated[
+    int, typer.Option(help="decode-concurrent auto: highest N probed.", rich_help_panel=LOAD)
+]
+
+LoadTargetOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="decode-concurrent auto: stop probing at this fraction of the cap.",
+        rich_help_panel=LOAD,
+    ),
+]
+
+ConcurrencyStretchOpt = Annotated[
+    int,
+    typer.Option(help="decode-concurrent auto: streams added to the pick.", rich_help_panel=LOAD),
+]
+
+TargetPrefillSecondsOpt = Annotated[
+    float,
+    typer.Option(
+        help="prefill-heavy: prefill time each prompt is sized for.", rich_help_panel=LOAD
+    ),
+]
+
+GpuOpt = Annotated[
+    str | None,
+    typer.Option("--gpu", "--gpus", help="GPU index or list (0 or 0,1).", rich_help_panel=CAPS),
+]
+
+CapsOpt = Annotated[
+    str | None,
+    typer.Option(help="Caps to measure, W per GPU (260,280,300).", rich_help_panel=CAPS),
+]
+
+StepSizeOpt = Annotated[
+    float, typer.Option(help="Step between default caps, W.", rich_help_panel=CAPS)
+]
+
+StrategyOpt = Annotated[
+    Strategy,
+    typer.Option(
+        help="dense (every cap) or adaptive (coarse pass, then refine).",
+        rich_help_panel=CAPS,
+    ),
+]
+
+SettleOpt = Annotated[
+    SettleMode,
+    typer.Option(
+        help="auto: measure once readings are stable (at most --settle-seconds).",
+        rich_help_panel=CAPS,
+    ),
+]
+
+SettleSecondsOpt = Annotated[
+    float, typer.Option(help="Seconds to wait after a cap change.", rich_help_panel=CAPS)
+]
+
+SampleIntervalOpt = Annotated[
+    float, typer.Option(help="Seconds between GPU samples.", rich_help_panel=CAPS)
+]
+
+MaxFailedCapsOpt = Annotated[
+    int,
+    typer.Option(help="Stop after this many failed caps in a row.", rich_help_panel=CAPS),
+]
+
+UrlOpt = Annotated[
+    str | None,
+    typer.Option(help="Server URL (default: probe local ports).", rich_help_panel=SERVER),
+]
+
+ModelOpt = Annotated[
+    str | None, typer.Option(help="Model id (default: the server's).", rich_help_panel=SERVER)
+]
+
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="OPENAI_API_KEY",
+        show_envvar=True,
+        help="Bearer token, never stored.",
+        rich_help_panel=SERVER,
+    ),
+]
+
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Print the plan (GPUs, envelope, caps, time); change nothing.",
+        rich_help_panel=SAFETY,
+    ),
+]
+
+ObserveOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--observe-only",
+        help="Run the load at the limit in force; change no setting.",
+        rich_help_panel=SAFETY,
+    ),
+]
+
+NoResetOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-reset", help="Leave the last cap instead of restoring.", rich_help_panel=SAFETY
+    ),
+]
+
+ResumeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Continue an interrupted run directory from its first unfinished cap.",
+        rich_help_panel=SAFETY,
+    ),
+]
+
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Start even though a restore journal exists.", rich_help_panel=SAFETY
+    ),
+]
+
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="POWERSWEEP_STATE_DIR",
+        show_envvar=True,
+        help="Where the restore journal lives (default /var/lib/powersweep as root).",
+        rich_help_panel=SAFETY,
+    ),
+]
+
+OutOpt = Annotated[
+    Path, typer.Option(help="Directory for run directories.", rich_help_panel=OUTPUT)
+]
+
+NoChartsOpt = Annotated[
+    bool, typer.Option("--no-charts", help="Skip the charts.", rich_help_panel=OUTPUT)
+]
+
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
+]
+
+SimulateOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Simulate the GPU with a profile (see --list-profiles).",
+        rich_help_panel=SIMULATION,
+    ),
+]
+
+ListProfilesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--list-profiles", help="List simulation profiles and exit.", rich_help_panel=SIMULATION
+    ),
+]
+
+SimServerOpt = Annotated[
+    SimServerFlavour,
+    typer.Option(help="Simulated server flavour.", rich_help_panel=SIMULATION),
+]
+
+TimeScaleOpt = Annotated[
+    float | None,
+    typer.Option(help="Run time passes this many times faster.", rich_help_panel=SIMULATION),
+]
+
+SeedOpt = Annotated[int | None, typer.Option(help="Noise seed.", rich_help_panel=SIMULATION)]
+
+SimStateOpt = Annotated[
+    Path | None,
+    typer.Option(help="File where simulated power limits persist.", rich_help_panel=SIMULATION),
+]
+
+SimRejectsBelowOpt = Annotated[
+    float | None, typer.Option(hidden=True, help="Simulation: cards keep caps under W.")
+]
+
+SimHttpErrorOpt = Annotated[
+    int | None, typer.Option(hidden=True, help="Simulation: chat requests get this status.")
+]
+
+SimSlotsOpt = Annotated[
+    int | None, typer.Option(hidden=True, help="Simulation: requests served at once.")
+]
+
+SimContextOpt = Annotated[
+    int | None, typer.Option(hidden=True, help="Simulation: the model's context, tokens.")
+]
+
+SimReasoningTokensOpt = Annotated[
+    int, typer.Option(hidden=True, help="Simulation: reasoning tokens before the answer.")
+]
+
+SimHideNumCtxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sim-hide-num-ctx", hidden=True, help="Simulation (ollama): /api/show no num_ctx."
+    ),
+]
+
+
 def sweep_command(
-    cooling: Annotated[
-        Cooling, typer.Option(help="Cooling class; thermal findings depend on it.")
-    ] = Cooling.UNSPECIFIED,
-    load_mode: Annotated[
-        LoadMode, typer.Option(help="The load run at each cap.", rich_help_panel=LOAD)
-    ] = LoadMode.DECODE_SINGLE,
-    target_cap_seconds: Annotated[
-        float, typer.Option(help="Seconds of load per prompt per cap.", rich_help_panel=LOAD)
-    ] = 10.0,
-    warmup_requests: Annotated[
-        int, typer.Option(help="Warm-up requests per prompt.", rich_help_panel=LOAD)
-    ] = 3,
-    concurrency: Annotated[
-        str | None,
-        typer.Option(
-            help="decode-concurrent: streams, or auto (probe) [default: auto].",
-            rich_help_panel=LOAD,
-        ),
-    ] = None,
-    bench_runs: Annotated[
-        int,
-        typer.Option(
-            help="decode-concurrent: windows per direction per cap (median).",
-            rich_help_panel=LOAD,
-        ),
-    ] = 1,
-    max_concurrency_probe: Annotated[
-        int, typer.Option(help="decode-concurrent auto: highest N probed.", rich_help_panel=LOAD)
-    ] = 16,
-    load_target: Annotated[
-        float | None,
-        typer.Option(
-            help="decode-concurrent auto: stop probing at this fraction of the cap.",
-            rich_help_panel=LOAD,
-        ),
-    ] = None,
-    concurrency_stretch: Annotated[
-        int,
-        typer.Option(
-            help="decode-concurrent auto: streams added to the pick.", rich_help_panel=LOAD
-        ),
-    ] = 0,
-    target_prefill_seconds: Annotated[
-        float,
-        typer.Option(
-            help="prefill-heavy: prefill time each prompt is sized for.", rich_help_panel=LOAD
-        ),
-    ] = 10.0,
-    gpu: Annotated[
-        str | None,
-        typer.Option("--gpu", "--gpus", help="GPU index or list (0 or 0,1).", rich_help_panel=CAPS),
-    ] = None,
-    caps: Annotated[
-        str | None,
-        typer.Option(help="Caps to measure, W per GPU (260,280,300).", rich_help_panel=CAPS),
-    ] = None,
-    step_size: Annotated[
-        float, typer.Option(help="Step between default caps, W.", rich_help_panel=CAPS)
-    ] = 10.0,
-    strategy: Annotated[
-        Strategy,
-        typer.Option(
-            help="dense (every cap) or adaptive (coarse pass, then refine).",
-            rich_help_panel=CAPS,
-        ),
-    ] = Strategy.DENSE,
-    settle: Annotated[
-        SettleMode,
-        typer.Option(
-            help="auto: measure once readings are stable (at most --settle-seconds).",
-            rich_help_panel=CAPS,
-        ),
-    ] = SettleMode.AUTO,
-    settle_seconds: Annotated[
-        float, typer.Option(help="Seconds to wait after a cap change.", rich_help_panel=CAPS)
-    ] = 3.0,
-    sample_interval: Annotated[
-        float, typer.Option(help="Seconds between GPU samples.", rich_help_panel=CAPS)
-    ] = 0.5,
-    max_failed_caps: Annotated[
-        int,
-        typer.Option(help="Stop after this many failed caps in a row.", rich_help_panel=CAPS),
-    ] = 3,
-    url: Annotated[
-        str | None,
-        typer.Option(help="Server URL (default: probe local ports).", rich_help_panel=SERVER),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model id (default: the server's).", rich_help_panel=SERVER)
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="OPENAI_API_KEY",
-            show_envvar=True,
-            help="Bearer token, never stored.",
-            rich_help_panel=SERVER,
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Print the plan (GPUs, envelope, caps, time); change nothing.",
-            rich_help_panel=SAFETY,
-        ),
-    ] = False,
-    observe_only: Annotated[
-        bool,
-        typer.Option(
-            "--observe-only",
-            help="Run the load at the limit in force; change no setting.",
-            rich_help_panel=SAFETY,
-        ),
-    ] = False,
-    no_reset: Annotated[
-        bool,
-        typer.Option(
-            "--no-reset", help="Leave the last cap instead of restoring.", rich_help_panel=SAFETY
-        ),
-    ] = False,
-    resume: Annotated[
-        Path | None,
-        typer.Option(
-            help="Continue an interrupted run directory from its first unfinished cap.",
-            rich_help_panel=SAFETY,
-        ),
-    ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="Start even though a restore journal exists.", rich_help_panel=SAFETY
-        ),
-    ] = False,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="POWERSWEEP_STATE_DIR",
-            show_envvar=True,
-            help="Where the restore journal lives (default /var/lib/powersweep as root).",
-            rich_help_panel=SAFETY,
-        ),
-    ] = None,
-    out: Annotated[
-        Path, typer.Option(help="Directory for run directories.", rich_help_panel=OUTPUT)
-    ] = Path("powersweep-runs"),
-    no_charts: Annotated[
-        bool, typer.Option("--no-charts", help="Skip the charts.", rich_help_panel=OUTPUT)
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
-    ] = False,
-    simulate: Annotated[
-        str | None,
-        typer.Option(
-            help="Simulate the GPU with a profile (see --list-profiles).",
-            rich_help_panel=SIMULATION,
-        ),
-    ] = None,
-    list_profiles: Annotated[
-        bool,
-        typer.Option(
-            "--list-profiles", help="List simulation profiles and exit.", rich_help_panel=SIMULATION
-        ),
-    ] = False,
-    sim_server: Annotated[
-        SimServerFlavour,
-        typer.Option(help="Simulated server flavour.", rich_help_panel=SIMULATION),
-    ] = SimServerFlavour.LLAMACPP,
-    time_scale: Annotated[
-        float | None,
-        typer.Option(help="Run time passes this many times faster.", rich_help_panel=SIMULATION),
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option(help="Noise seed.", rich_help_panel=SIMULATION)
-    ] = None,
-    sim_state: Annotated[
-        Path | None,
-        typer.Option(help="File where simulated power limits persist.", rich_help_panel=SIMULATION),
-    ] = None,
-    sim_rejects_below: Annotated[
-        float | None, typer.Option(hidden=True, help="Simulation: cards keep caps under W.")
-    ] = None,
-    sim_http_error: Annotated[
-        int | None, typer.Option(hidden=True, help="Simulation: chat requests get this status.")
-    ] = None,
-    sim_slots: Annotated[
-        int | None, typer.Option(hidden=True, help="Simulation: requests served at once.")
-    ] = None,
-    sim_context: Annotated[
-        int | None, typer.Option(hidden=True, help="Simulation: the model's context, tokens.")
-    ] = None,
-    sim_reasoning_tokens: Annotated[
-        int, typer.Option(hidden=True, help="Simulation: reasoning tokens before the answer.")
-    ] = 0,
-    sim_hide_num_ctx: Annotated[
-        bool,
-        typer.Option(
-            "--sim-hide-num-ctx", hidden=True, help="Simulation (ollama): /api/show no num_ctx."
-        ),
-    ] = False,
+    cooling: CoolingOpt = Cooling.UNSPECIFIED,
+    load_mode: LoadModeOpt = LoadMode.DECODE_SINGLE,
+    target_cap_seconds: TargetCapSecondsOpt = 10.0,
+    warmup_requests: WarmupRequestsOpt = 3,
+    concurrency: ConcurrencyOpt = None,
+    bench_runs: BenchRunsOpt = 1,
+    max_concurrency_probe: MaxConcurrencyProbeOpt = 16,
+    load_target: LoadTargetOpt = None,
+    concurrency_stretch: ConcurrencyStretchOpt = 0,
+    target_prefill_seconds: TargetPrefillSecondsOpt = 10.0,
+    gpu: GpuOpt = None,
+    caps: CapsOpt = None,
+    step_size: StepSizeOpt = 10.0,
+    strategy: StrategyOpt = Strategy.DENSE,
+    settle: SettleOpt = SettleMode.AUTO,
+    settle_seconds: SettleSecondsOpt = 3.0,
+    sample_interval: SampleIntervalOpt = 0.5,
+    max_failed_caps: MaxFailedCapsOpt = 3,
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    dry_run: DryRunOpt = False,
+    observe_only: ObserveOnlyOpt = False,
+    no_reset: NoResetOpt = False,
+    resume: ResumeOpt = None,
+    force: ForceOpt = False,
+    state_dir: StateDirOpt = None,
+    out: OutOpt = Path("powersweep-runs"),
+    no_charts: NoChartsOpt = False,
+    quiet: QuietOpt = False,
+    simulate: SimulateOpt = None,
+    list_profiles: ListProfilesOpt = False,
+    sim_server: SimServerOpt = SimServerFlavour.LLAMACPP,
+    time_scale: TimeScaleOpt = None,
+    seed: SeedOpt = None,
+    sim_state: SimStateOpt = None,
+    sim_rejects_below: SimRejectsBelowOpt = None,
+    sim_http_error: SimHttpErrorOpt = None,
+    sim_slots: SimSlotsOpt = None,
+    sim_context: SimContextOpt = None,
+    sim_reasoning_tokens: SimReasoningTokensOpt = 0,
+    sim_hide_num_ctx: SimHideNumCtxOpt = False,
 ) -> None:
     """Sweep the power-limit envelope and measure tokens per watt at each cap."""
     from powersweep.sweep.planning.caps import parse_caps

@@ -145,3 +145,43 @@ def test_plot_regenerates_chart_from_bare_csv(
     assert (tmp_path / "charts" / "efficiency.svg").exists()
     code, _, err = run(capsys, "plot", str(csv), "--format", "gif")
     assert code == 2 and "--format" in err
+
+
+def test_sweep_help_lists_choices_in_panels(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    code, out, _ = run(capsys, "sweep", "--help")
+    assert code == 0
+    for panel in ("Load", "Caps", "Server", "Safety", "Output", "Simulation"):
+        assert f"─ {panel} " in out, panel
+    for choices in (
+        "decode-single|decode-concurrent|prefill-heavy",
+        "air|water|aio|unspecified",
+        "dense|adaptive",
+        "auto|fixed",
+        "llamacpp|vllm|sglang|ollama|plain",
+    ):
+        assert choices in out, choices
+    assert "--sim-http-error" not in out  # hidden test switches stay hidden
+
+
+@pytest.mark.parametrize(
+    "words",
+    ["powersweep sweep --load-mode ", "powersweep --load-mode "],
+    ids=["sweep-command", "default-command"],
+)
+def test_tab_completion_offers_the_load_modes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, words: str
+) -> None:
+    monkeypatch.setenv("_POWERSWEEP_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", words)
+    monkeypatch.setenv("COMP_CWORD", str(len(words.split())))
+    with pytest.raises(SystemExit) as done:  # completion answers and exits, as click does
+        main([])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.split() == [
+        "decode-single",
+        "decode-concurrent",
+        "prefill-heavy",
+    ]

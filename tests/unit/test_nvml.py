@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu import nvml as nvml_backend
 from powersweep.sweep.gpu import Gpu, GpuBackend
+from powersweep.sweep.gpu import nvml as nvml_backend
 from powersweep.sweep.gpu.nvml import NVML_API_USED, NvmlBackend, NvmlGpu
 
 
