@@ -135,7 +135,7 @@ class Sweep:
         journal: Where the original limits are written before the first change (None: no
             journal, e.g. a simulated rig whose limits die with the process).
         journal_backend: How ``powersweep restore`` rebuilds the backend (see
-            :class:`~powersweep.sweep.journal.JournalEntry`).
+            :class:`~powersweep.sweep.records.journal.JournalEntry`).
         originals: Limits to restore per GPU index instead of the ones in force now (a forced
             sweep over a journal left by a killed one restores the user's limits, not that
             sweep's last cap).

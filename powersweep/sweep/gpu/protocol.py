@@ -127,7 +127,7 @@ class GpuSample:
 class Gpu(Protocol):
     """One GPU a sweep can read and cap.
 
-    Implementations: :class:`powersweep.sweep.nvml.NvmlGpu` and
+    Implementations: :class:`powersweep.sweep.gpu.nvml.NvmlGpu` and
     :class:`powersweep.sim.gpu.SimGpu`.
     """
 

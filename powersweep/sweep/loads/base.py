@@ -18,7 +18,7 @@ MAX_CONSECUTIVE_FAILURES = 3
 
 
 class ChatApi(Protocol):
-    """The part of the client the loads use (``powersweep.sweep.client.ChatClient``)."""
+    """The part of the client the loads use (``powersweep.sweep.server.client.ChatClient``)."""
 
     async def chat(
         self,
