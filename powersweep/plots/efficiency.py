@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
@@ -97,7 +98,6 @@ def efficiency_figure(analysis: Mapping[str, Any], title: str | None = None) -> 
 
 
 def _build(view: AnalysisView, title: str | None) -> Figure:
-    curve = view.curve
     fig = new_figure()
     ax = fig.add_subplot()
     ax2 = ax.twinx()
@@ -112,8 +112,41 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
     ax2.set_ylabel(f"TPS/W ({tpw_source} tokens/s per W)", color=COLORS["tps_per_w"])
     ax2.tick_params(axis="y", colors=COLORS["tps_per_w"])
 
-    spans = draw_plateau_spans(ax, view)
-    del spans
+    draw_plateau_spans(ax, view)
+    handles = _plot_curves(ax, ax2, view) + _plot_markers(ax2, view)
+
+    curve = view.curve
+    ax.set_xlim(*x_limits(view))
+    ax.set_ylim(0.0, _ylim_top(curve.tps, curve.code_tps))
+    ax2.set_ylim(0.0, _ylim_top(curve.tps_per_w))
+
+    legend = ax2.legend(handles=handles, loc="upper left", ncols=1, fontsize=7.5)
+    legend.set_zorder(7)
+    freeze_layout(fig)
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    area = ax.get_window_extent(renderer)
+
+    obstacles = Obstacles()
+    for line in handles:
+        obstacles.add_points(str(line.get_gid()), line_points(line))
+    draw_default_line(ax, view, obstacles)
+    place_legend(legend, renderer, obstacles)
+
+    spot = view.sweet_spot
+    if spot is not None:
+        _callout_sweet_spot(ax2, view, spot, renderer, obstacles, area)
+    near = view.near_peak
+    if near is not None and (spot is None or near.cap_w != spot.cap_w):
+        _callout_near_peak(ax2, near, renderer, obstacles, area)
+
+    label_plateaus(ax2, view, renderer, obstacles, area)
+    label_default(ax2, view, renderer, obstacles, area)
+    return fig
+
+
+def _plot_curves(ax: Axes, ax2: Axes, view: AnalysisView) -> list[Line2D]:
+    """TPS (and code TPS) on the left axis, TPS/W on the right, failed caps along the bottom."""
+    curve = view.curve
     handles: list[Line2D] = []
     main_label = "prefill TPS" if view.is_prefill else "narrative TPS"
     (tps_line,) = ax.plot(
@@ -168,6 +201,12 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
         )
         handles.append(failed_line)
 
+    return handles
+
+
+def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
+    """The sweet spot's star and the near-peak cap's diamond on the TPS/W curve."""
+    handles: list[Line2D] = []
     spot = view.sweet_spot
     if spot is not None:
         (spot_marker,) = ax2.plot(
@@ -201,75 +240,66 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
         )
         handles.append(near_marker)
 
-    ax.set_xlim(*x_limits(view))
-    ax.set_ylim(0.0, _ylim_top(curve.tps, curve.code_tps))
-    ax2.set_ylim(0.0, _ylim_top(curve.tps_per_w))
+    return handles
 
-    legend = ax2.legend(handles=handles, loc="upper left", ncols=1, fontsize=7.5)
-    legend.set_zorder(7)
-    freeze_layout(fig)
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    area = ax.get_window_extent(renderer)
 
-    obstacles = Obstacles()
-    for line in handles:
-        obstacles.add_points(str(line.get_gid()), line_points(line))
-    draw_default_line(ax, view, obstacles)
-    place_legend(legend, renderer, obstacles)
+def _callout_sweet_spot(
+    ax2: Axes,
+    view: AnalysisView,
+    spot: Any,
+    renderer: Any,
+    obstacles: Obstacles,
+    area: Any,
+) -> None:
+    anchor = ax2.transData.transform((spot.cap_w, spot.tps_per_w))
+    callout = ax2.annotate(
+        sweet_spot_text(view),
+        xy=(spot.cap_w, spot.tps_per_w),
+        xycoords="data",
+        xytext=(0.5, 0.5),
+        textcoords="axes fraction",
+        ha="center",
+        va="center",
+        fontsize=8,
+        zorder=8,
+        gid=SWEET_GID,
+        bbox={"boxstyle": "round,pad=0.45", "fc": "#fffbe6", "ec": "#b7950b", "lw": 0.9},
+        arrowprops={
+            "arrowstyle": "-|>",
+            "color": "#7d6608",
+            "lw": 1.0,
+            "shrinkA": 0.0,
+            "shrinkB": 7.0,
+            "connectionstyle": "arc3,rad=0.0",
+        },
+        annotation_clip=False,
+    )
+    callout.set_in_layout(False)
+    cands = grid_candidates(anchor, area, min_dist_px=60.0)
+    place_text(callout, cands, renderer, obstacles, area, anchor_px=anchor)
 
-    if spot is not None:
-        anchor = ax2.transData.transform((spot.cap_w, spot.tps_per_w))
-        callout = ax2.annotate(
-            sweet_spot_text(view),
-            xy=(spot.cap_w, spot.tps_per_w),
-            xycoords="data",
-            xytext=(0.5, 0.5),
-            textcoords="axes fraction",
-            ha="center",
-            va="center",
-            fontsize=8,
-            zorder=8,
-            gid=SWEET_GID,
-            bbox={"boxstyle": "round,pad=0.45", "fc": "#fffbe6", "ec": "#b7950b", "lw": 0.9},
-            arrowprops={
-                "arrowstyle": "-|>",
-                "color": "#7d6608",
-                "lw": 1.0,
-                "shrinkA": 0.0,
-                "shrinkB": 7.0,
-                "connectionstyle": "arc3,rad=0.0",
-            },
-            annotation_clip=False,
-        )
-        callout.set_in_layout(False)
-        cands = grid_candidates(anchor, area, min_dist_px=60.0)
-        place_text(callout, cands, renderer, obstacles, area, anchor_px=anchor)
 
-    if near is not None and (spot is None or near.cap_w != spot.cap_w):
-        anchor = ax2.transData.transform((near.cap_w, near.tps_per_w))
-        loss = (
-            f"\n{near.tps_loss_pct:.1f}% below peak TPS" if math.isfinite(near.tps_loss_pct) else ""
-        )
-        near_label = ax2.annotate(
-            f"near peak: {fmt_w(near.cap_w)}{loss}",
-            xy=(near.cap_w, near.tps_per_w),
-            xycoords="data",
-            xytext=(0.5, 0.5),
-            textcoords="axes fraction",
-            ha="center",
-            va="center",
-            fontsize=7.5,
-            color="#1e5631",
-            zorder=8,
-            gid=NEAR_PEAK_GID,
-            bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#7dcea0", "lw": 0.7},
-            arrowprops={"arrowstyle": "-", "color": "#1e5631", "lw": 0.8, "shrinkB": 4.0},
-            annotation_clip=False,
-        )
-        near_label.set_in_layout(False)
-        cands = grid_candidates(anchor, area, min_dist_px=35.0)
-        place_text(near_label, cands, renderer, obstacles, area, anchor_px=anchor)
-
-    label_plateaus(ax2, view, renderer, obstacles, area)
-    label_default(ax2, view, renderer, obstacles, area)
-    return fig
+def _callout_near_peak(
+    ax2: Axes, near: Any, renderer: Any, obstacles: Obstacles, area: Any
+) -> None:
+    anchor = ax2.transData.transform((near.cap_w, near.tps_per_w))
+    loss = f"\n{near.tps_loss_pct:.1f}% below peak TPS" if math.isfinite(near.tps_loss_pct) else ""
+    near_label = ax2.annotate(
+        f"near peak: {fmt_w(near.cap_w)}{loss}",
+        xy=(near.cap_w, near.tps_per_w),
+        xycoords="data",
+        xytext=(0.5, 0.5),
+        textcoords="axes fraction",
+        ha="center",
+        va="center",
+        fontsize=7.5,
+        color="#1e5631",
+        zorder=8,
+        gid=NEAR_PEAK_GID,
+        bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#7dcea0", "lw": 0.7},
+        arrowprops={"arrowstyle": "-", "color": "#1e5631", "lw": 0.8, "shrinkB": 4.0},
+        annotation_clip=False,
+    )
+    near_label.set_in_layout(False)
+    cands = grid_candidates(anchor, area, min_dist_px=35.0)
+    place_text(near_label, cands, renderer, obstacles, area, anchor_px=anchor)
