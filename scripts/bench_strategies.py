@@ -11,8 +11,8 @@ The offline model "measures" a cap by the rig's steady state (``physics.steady_s
 built-in profiles, the interpolated curve with its measured-size per-cap noise for replays) plus
 the noise of a measured window's median, seeded per cap so both strategies see the same value at
 the same cap. Time per cap is settle + measured window: dense waits a fixed ``--settle`` seconds;
-adaptive runs the real :func:`~powersweep.sweep.sampling.settle.wait_settled` on a live simulated (or
-replayed) GPU on a manual clock, with the load already running (the proposed driver order), so
+adaptive runs the real :func:`~powersweep.sweep.sampling.settle.wait_settled` on a live simulated
+(or replayed) GPU on a manual clock, with the load already running (the proposed driver order), so
 its settle time is what the detector would take on the simulated card. Both are then analysed by
 the real analysis (``powersweep.analysis.analyze``) from a caps.csv, as ``powersweep analyze``
 would.
