@@ -11,14 +11,17 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from powersweep.clock import ScaledClock, real_clock
+from powersweep.errors import UsageError
 from powersweep.sim.profiles import GpuProfile, get_profile
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.rig import SimRig, ground_truth
 from powersweep.sim.server import SimServer
+from powersweep.sweep.gpu import GpuBackend
 from powersweep.sweep.options import (
     DEFAULT_SIM_TIME_SCALE,
     SIM_TIME_SCALE_BY_MODE,
@@ -201,3 +204,42 @@ def restore_backend(backend_spec: Mapping[str, Any]) -> contextlib.AbstractConte
     from powersweep.sweep.gpu.nvml import NvmlBackend
 
     return NvmlBackend()
+
+
+@dataclass(frozen=True)
+class SettingsRig:
+    """The GPUs ``powersweep status`` reads and ``powersweep apply`` sets.
+
+    Attributes:
+        backend: The GPUs.
+        simulated: True for ``--simulate`` (no root needed, settings live in ``--sim-state``).
+        rig_args: The ``powersweep`` options that rebuild this rig (for the boot unit).
+    """
+
+    backend: GpuBackend
+    simulated: bool
+    rig_args: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def build_settings_rig(simulate: str | None, sim_state: Path | None) -> Iterator[SettingsRig]:
+    """NVML without ``simulate``, else simulated cards whose settings live in ``sim_state``.
+
+    Raises:
+        PowersweepError: NVML cannot start, or an unknown or replayed simulation profile.
+    """
+    if simulate is None:
+        from powersweep.sweep.gpu.nvml import NvmlBackend
+
+        with NvmlBackend() as backend:
+            yield SettingsRig(backend, simulated=False)
+        return
+    if simulate.startswith("replay:"):
+        raise UsageError("status and apply simulate profiles, not replayed curves (replay:...)")
+    names = [n.strip() for n in simulate.split("+") if n.strip()]
+    profiles = [get_profile(n) for n in names]
+    rig = SimRig(profiles, ScaledClock(1.0), state_file=sim_state)
+    args: tuple[str, ...] = ("--simulate", "+".join(names))
+    if sim_state is not None:
+        args += ("--sim-state", str(sim_state.resolve()))
+    yield SettingsRig(rig, simulated=True, rig_args=args)

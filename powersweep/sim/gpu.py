@@ -2,8 +2,9 @@
 
 Its state (temperature, energy counter, utilisation) evolves in run time on the injected clock;
 its operating point comes from :mod:`powersweep.sim.physics`; readings carry seeded noise. Its
-power limit can persist in a state file, like a driver's setting outlives the process that set it,
-so tests can check that an interrupted sweep put the limit back.
+power limit and persistence mode can persist in a state file, like a driver's settings outlive the
+process that set them, so tests can check that an interrupted sweep put the limit back and that
+``powersweep apply`` set what it said.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_SW_THERMAL,
     GpuIdentity,
     GpuSample,
+    LockedClocks,
     PowerEnvelope,
     SetLimitResult,
 )
@@ -49,7 +51,8 @@ _THERMAL_RELEASE_C = 2.0
 
 
 class LimitStore:
-    """Power limits of simulated GPUs kept in a JSON file (``{uuid: watts}``).
+    """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits, and
+    ``{"<uuid>:<setting>": value}`` for other settings (persistence mode).
 
     Args:
         path: The state file; created on first write.
@@ -61,15 +64,27 @@ class LimitStore:
 
     def get(self, uuid: str) -> float | None:
         """The stored limit of a GPU, or None."""
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return None
-        value = data.get(uuid) if isinstance(data, dict) else None
+        value = self.get_value(uuid)
         return float(value) if isinstance(value, int | float) else None
 
     def put(self, uuid: str, watts: float) -> None:
         """Store a GPU's limit atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        self.put_value(uuid, watts)
+
+    def get_value(self, key: str) -> object:
+        """The stored value under ``key``, or None."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data.get(key) if isinstance(data, dict) else None
+
+    def put_value(self, key: str, value: object) -> None:
+        """Store a value atomically.
 
         Raises:
             GpuError: The file cannot be written.
@@ -79,7 +94,7 @@ class LimitStore:
                 data = json.loads(self.path.read_text()) if self.path.exists() else {}
             except (OSError, ValueError):
                 data = {}
-            data[uuid] = watts
+            data[key] = value
             try:
                 fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".simstate-")
                 with os.fdopen(fd, "w") as f:
@@ -120,6 +135,8 @@ class SimGpu:
         self._uuid = f"GPU-sim-{profile.name}-{index}"
         stored = store.get(self._uuid) if store else None
         self._limit_w = stored if stored is not None else profile.user_limit_w
+        persistence = store.get_value(self._persistence_key) if store else None
+        self._persistence = persistence is True
         self._lock = threading.Lock()
         self._workload = IDLE
         th = profile.thermal
@@ -208,6 +225,26 @@ class SimGpu:
 
     def slowdown_temp_c(self) -> float:
         return self.profile.slowdown_temp_c
+
+    # --- persistence mode and clock-lock reads ------------------------------------------------
+
+    @property
+    def _persistence_key(self) -> str:
+        return f"{self._uuid}:persistence_mode"
+
+    def persistence_mode(self) -> bool | None:
+        return self._persistence
+
+    def set_persistence_mode(self, enabled: bool) -> bool | None:
+        with self._lock:
+            self._persistence = bool(enabled)
+            if self._store:
+                self._store.put_value(self._persistence_key, self._persistence)
+        return self._persistence
+
+    def locked_clocks(self) -> LockedClocks:
+        # The simulated card has no clock locks (yet): it reads back as unlocked.
+        return LockedClocks(known=True, user_clock_setting_active=False)
 
     # --- engine side --------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_SW_POWER_CAP,
     GpuIdentity,
     GpuSample,
+    LockedClocks,
     PowerEnvelope,
     SetLimitResult,
 )
@@ -222,6 +223,7 @@ class ReplayGpu:
         self._energy_mj = 0.0
         self._t = clock.now()
         self._offsets: dict[float, tuple[float, float]] = {}
+        self._persistence = False
         self._uuid = f"GPU-replay-{zlib.crc32(str(curve.source).encode()):08x}-{index}"
 
     # --- Gpu protocol -------------------------------------------------------------------------
@@ -283,6 +285,16 @@ class ReplayGpu:
 
     def slowdown_temp_c(self) -> float:
         return math.nan
+
+    def persistence_mode(self) -> bool | None:
+        return self._persistence
+
+    def set_persistence_mode(self, enabled: bool) -> bool | None:
+        self._persistence = bool(enabled)
+        return self._persistence
+
+    def locked_clocks(self) -> LockedClocks:
+        return LockedClocks(known=True, user_clock_setting_active=False)
 
     # --- rig side -----------------------------------------------------------------------------
 

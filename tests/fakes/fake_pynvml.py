@@ -20,6 +20,8 @@ What it can do:
   driver does; ``silent_floor_mw`` makes the card succeed but silently keep its old limit for
   requests below it (an RTX 5090 refusing caps under 400 W); ``enforced_cap_mw`` is an
   out-of-band limit the enforced limit never exceeds.
+* Persistence mode: ``persistence_mode`` (``NVML_FEATURE_DISABLED``/``ENABLED``);
+  ``persistence_supported=False`` makes both calls NOT_SUPPORTED (Windows, some VMs).
 * Power follows the cap: with ``clamp_power`` (default) both power readings are clamped to the
   enforced limit, and :meth:`FakeDevice.tick` advances the energy counter by the draw.
 * ``FakeNvml.calls`` records every call as ``(function name, device index or None)``.
@@ -69,6 +71,9 @@ NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 
 NVML_PSTATE_UNKNOWN = 32
+
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
 
 _ERROR_STRINGS = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -235,6 +240,8 @@ class FakeDevice:
         silent_floor_mw: A set below it succeeds but leaves the limit unchanged.
         enforced_cap_mw: Out-of-band limit: the enforced limit never exceeds it.
         clamp_power: Clamp both power readings to the enforced limit.
+        persistence_mode: ``NVML_FEATURE_ENABLED`` or ``NVML_FEATURE_DISABLED``.
+        persistence_supported: False makes the persistence-mode calls NOT_SUPPORTED.
     """
 
     name: str = "NVIDIA GeForce RTX 3090"
@@ -259,6 +266,8 @@ class FakeDevice:
     memory_util_pct: int = 40
     pstate: int = 2
     clock_event_bits: int = 0
+    persistence_mode: int = NVML_FEATURE_DISABLED
+    persistence_supported: bool = True
     fail: dict[str, int] = field(default_factory=dict)
     fail_fields: dict[int, int] = field(default_factory=dict)
 
@@ -324,6 +333,8 @@ class FakeNvml(ModuleType):
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVML_CLOCK_MEM = NVML_CLOCK_MEM
     NVML_PSTATE_UNKNOWN = NVML_PSTATE_UNKNOWN
+    NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
+    NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
 
     NVMLError = NVMLError
     NVMLError_Uninitialized = NVMLError_Uninitialized
@@ -514,3 +525,19 @@ class FakeNvml(ModuleType):
         if device.silent_floor_mw is not None and limit < device.silent_floor_mw:
             return  # the card says yes and keeps what it had
         device.limit_mw = limit
+
+    # --- persistence mode ------------------------------------------------------------------
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+        device = self._device_call("nvmlDeviceGetPersistenceMode", handle)
+        if not device.persistence_supported:
+            raise NVMLError_NotSupported()
+        return device.persistence_mode
+
+    def nvmlDeviceSetPersistenceMode(self, handle: Any, mode: int) -> None:
+        device = self._device_call("nvmlDeviceSetPersistenceMode", handle)
+        if not device.persistence_supported:
+            raise NVMLError_NotSupported()
+        if mode not in (NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED):
+            raise NVMLError_InvalidArgument()
+        device.persistence_mode = mode

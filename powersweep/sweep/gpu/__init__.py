@@ -22,6 +22,7 @@ from powersweep.sweep.gpu.protocol import (
     GpuBackend,
     GpuIdentity,
     GpuSample,
+    LockedClocks,
     PowerEnvelope,
     SetLimitResult,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "GpuBackend",
     "GpuIdentity",
     "GpuSample",
+    "LockedClocks",
     "PowerEnvelope",
     "SetLimitResult",
 ]

@@ -18,7 +18,15 @@ from types import ModuleType
 from typing import Any, Literal, TypeVar
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu import NAN, GpuIdentity, GpuSample, PowerEnvelope, SetLimitResult
+from powersweep.sweep.gpu import (
+    CLOCK_EVENT_APP_CLOCKS,
+    NAN,
+    GpuIdentity,
+    GpuSample,
+    LockedClocks,
+    PowerEnvelope,
+    SetLimitResult,
+)
 
 PowerSource = Literal["instant", "average"]
 
@@ -68,6 +76,11 @@ NVML_API_USED: tuple[str, ...] = (
     "nvmlDeviceGetPowerManagementLimit",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceSetPowerManagementLimit",
+    # persistence mode (powersweep status / apply)
+    "NVML_FEATURE_DISABLED",
+    "NVML_FEATURE_ENABLED",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceSetPersistenceMode",
 )
 
 # A set limit counts as taken when the read-back is this close to the request.
@@ -282,6 +295,57 @@ class NvmlGpu:
             accepted=True,
             message=message,
         )
+
+    # --- persistence mode and clock-lock reads (powersweep status / apply) ---------------
+
+    def persistence_mode(self) -> bool | None:
+        """Whether persistence mode is on; None when NVML cannot tell (e.g. on Windows)."""
+        nvml = self._nvml
+        try:
+            mode = int(nvml.nvmlDeviceGetPersistenceMode(self._handle))
+        except nvml.NVMLError:
+            return None
+        return mode == nvml.NVML_FEATURE_ENABLED
+
+    def set_persistence_mode(self, enabled: bool) -> bool | None:
+        """Turn persistence mode on or off and return the read-back (None if unreadable).
+
+        Raises:
+            GpuError: Not root, not supported (Windows, some VMs) or another NVML failure.
+        """
+        nvml = self._nvml
+        mode = nvml.NVML_FEATURE_ENABLED if enabled else nvml.NVML_FEATURE_DISABLED
+        what = "on" if enabled else "off"
+        try:
+            nvml.nvmlDeviceSetPersistenceMode(self._handle, mode)
+        except nvml.NVMLError_NoPermission as exc:
+            raise GpuError(
+                f"turning persistence mode {what} on {self._label()} needs root: re-run with "
+                f"sudo{self._cause(exc)}"
+            ) from exc
+        except nvml.NVMLError_NotSupported as exc:
+            raise GpuError(
+                f"{self._label()} has no persistence mode to turn {what}{self._cause(exc)}"
+            ) from exc
+        except nvml.NVMLError as exc:
+            raise GpuError(
+                f"turning persistence mode {what} on {self._label()} failed: {exc}"
+            ) from exc
+        return self.persistence_mode()
+
+    def locked_clocks(self) -> LockedClocks:
+        """NVML sets clock locks but cannot read them: ``known`` is False.
+
+        What it can tell is whether a user clock setting (application clocks or a lock) holds
+        the clocks right now, from the clock-event reasons.
+        """
+        nvml = self._nvml
+        try:
+            bits: int | None = int(nvml.nvmlDeviceGetCurrentClocksEventReasons(self._handle))
+        except nvml.NVMLError:
+            bits = None
+        active = None if bits is None else bool(bits & CLOCK_EVENT_APP_CLOCKS)
+        return LockedClocks(known=False, user_clock_setting_active=active)
 
     # --- sampling -------------------------------------------------------------------------
 

@@ -124,6 +124,29 @@ class GpuSample:
         )
 
 
+@dataclass(frozen=True)
+class LockedClocks:
+    """The SM and memory clock locks of a GPU, as far as the backend can tell.
+
+    NVML can set clock locks but has no call that reads them back, so on real hardware
+    ``known`` is False and the values are None; ``user_clock_setting_active`` then tells whether
+    the card reports its clocks held by a user setting right now (the clock-event reason
+    "applications clocks setting", which locks also raise).
+
+    Attributes:
+        known: Whether the backend can read the locks at all.
+        sm_mhz: Locked SM clock, MHz; None when not locked or unknown.
+        mem_mhz: Locked memory clock, MHz; None when not locked or unknown.
+        user_clock_setting_active: The card says a user clock setting limits its clocks now;
+            None when that cannot be read.
+    """
+
+    known: bool
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    user_clock_setting_active: bool | None = None
+
+
 class Gpu(Protocol):
     """One GPU a sweep can read and cap.
 
@@ -161,6 +184,24 @@ class Gpu(Protocol):
 
     def slowdown_temp_c(self) -> float:
         """Temperature at which the card starts thermal slowdown (NaN if unknown)."""
+        ...
+
+    # --- persistence mode and clock-lock reads (powersweep status / apply) ---------------
+
+    def persistence_mode(self) -> bool | None:
+        """Whether persistence mode is on; None when it cannot be read (never raises)."""
+        ...
+
+    def set_persistence_mode(self, enabled: bool) -> bool | None:
+        """Turn persistence mode on or off and return the read-back (None if unreadable).
+
+        Raises:
+            GpuError: It cannot be set (needs root, not supported on this platform).
+        """
+        ...
+
+    def locked_clocks(self) -> LockedClocks:
+        """The SM and memory clock locks, as far as the backend can read them (never raises)."""
         ...
 
 

@@ -1,0 +1,71 @@
+"""``powersweep status``: every GPU's limits, clock locks, persistence mode and readings, the
+restore journal and the boot unit. Reads only; needs no root."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from powersweep.cli._common import is_root, pid_alive
+
+SIMULATION = "Simulation"
+
+
+def status_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="POWERSWEEP_STATE_DIR",
+            show_envvar=True,
+            help="Where the restore journal lives (default: yours and /var/lib/powersweep).",
+        ),
+    ] = None,
+    unit_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="POWERSWEEP_UNIT_DIR",
+            show_envvar=True,
+            help="Where the boot unit is looked for (default /etc/systemd/system).",
+        ),
+    ] = None,
+    simulate: Annotated[
+        str | None,
+        typer.Option(help="Simulated GPUs (a profile, a+b for two).", rich_help_panel=SIMULATION),
+    ] = None,
+    sim_state: Annotated[
+        Path | None,
+        typer.Option(help="File holding the simulated settings.", rich_help_panel=SIMULATION),
+    ] = None,
+) -> None:
+    """Show each GPU's power limits, clock locks, persistence mode and readings (no root)."""
+    from powersweep.cli.rigs import build_settings_rig
+    from powersweep.sweep.records.journal import ROOT_STATE_DIR, default_state_dir
+    from powersweep.sweep.settings.status import (
+        read_gpu_status,
+        read_journal_status,
+        render_status,
+    )
+    from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
+
+    with build_settings_rig(simulate, sim_state) as rig:
+        gpus = read_gpu_status(rig.backend)
+    # A sudo sweep keeps its journal in /var/lib/powersweep: look there too when not told where.
+    dirs = [state_dir] if state_dir else [default_state_dir()]
+    if state_dir is None and not is_root() and ROOT_STATE_DIR not in dirs:
+        dirs.append(ROOT_STATE_DIR)
+    journals = [read_journal_status(d, pid_alive) for d in dirs]
+    unit = read_unit(unit_dir or SYSTEM_UNIT_DIR)
+    if as_json:
+        data = {
+            "gpus": [g.to_dict() for g in gpus],
+            "journals": [j.to_dict() for j in journals],
+            "unit": unit.to_dict(),
+            "simulated": rig.simulated,
+        }
+        typer.echo(json.dumps(data, indent=2, allow_nan=False))
+        return
+    typer.echo(render_status(gpus, journals, unit))

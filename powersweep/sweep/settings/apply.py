@@ -1,0 +1,173 @@
+"""Set power limits on chosen GPUs: plan (clamped to each envelope), write, verify, roll back.
+
+Every value is checked before the first write, so bad input changes nothing. The writes then go
+card by card, each verified by reading the limit back; if one card refuses (or the user
+interrupts), the cards already changed get their previous limit back, so an ``apply`` either
+takes on every card or on none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from powersweep.errors import GpuError, PowersweepError, UsageError
+from powersweep.sweep.settings.targets import Target, Warn
+
+# A limit counts as unchanged (and as taken) within this distance, as the NVML backend judges.
+TOLERANCE_W = 0.5
+
+
+@dataclass(frozen=True)
+class CapChange:
+    """The power limit one GPU is to get.
+
+    Attributes:
+        target: The GPU.
+        before_w: Limit in force now.
+        requested_w: What the run or the user asked for (the default for a reset).
+        after_w: What will be set: the request clamped to ``[min_w, max_w]``.
+        min_w: Lowest settable limit.
+        default_w: The card's default limit.
+        max_w: Highest settable limit.
+    """
+
+    target: Target
+    before_w: float
+    requested_w: float
+    after_w: float
+    min_w: float
+    default_w: float
+    max_w: float
+
+    @property
+    def clamped(self) -> bool:
+        """The request was outside the card's range."""
+        return abs(self.after_w - self.requested_w) > 1e-9
+
+    @property
+    def unchanged(self) -> bool:
+        """The card already has this limit."""
+        return abs(self.after_w - self.before_w) <= TOLERANCE_W
+
+
+@dataclass(frozen=True)
+class CapResult:
+    """What one GPU reads back after the write.
+
+    Attributes:
+        change: The planned change.
+        readback_w: The limit the card reports now.
+        note: A caveat (another, lower limit is enforced), empty when none.
+    """
+
+    change: CapChange
+    readback_w: float
+    note: str = ""
+
+
+def plan_caps(
+    targets: Sequence[Target], cap_w: float | None, *, strict: bool, warn: Warn
+) -> list[CapChange]:
+    """The limit each target gets: ``cap_w`` clamped to its envelope, or its default (None).
+
+    Args:
+        targets: The GPUs.
+        cap_w: The limit per GPU; None puts each card's default back.
+        strict: Refuse a value outside a card's range instead of clamping it.
+        warn: Where clamping warnings go.
+
+    Raises:
+        UsageError: ``cap_w`` is not a positive number, or outside a range with ``strict``.
+        GpuError: A card's power limits cannot be read.
+    """
+    if cap_w is not None and not (math.isfinite(cap_w) and cap_w > 0):
+        raise UsageError(f"a power limit must be a positive number of watts, not {cap_w:g}")
+    plan = []
+    for t in targets:
+        env = t.gpu.envelope()
+        requested = env.default_w if cap_w is None else cap_w
+        after = min(max(requested, env.min_w), env.max_w)
+        if abs(after - requested) > 1e-9:
+            where = (
+                f"{requested:g} W is outside the range of {t.label}, {env.min_w:g}-{env.max_w:g} W"
+            )
+            if strict:
+                raise UsageError(f"{where} (--strict): nothing was changed")
+            warn(f"{where}: clamped to {after:g} W")
+        plan.append(
+            CapChange(t, env.current_w, requested, after, env.min_w, env.default_w, env.max_w)
+        )
+    return plan
+
+
+def apply_caps(plan: Sequence[CapChange], warn: Warn) -> list[CapResult]:
+    """Set each planned limit and verify it by reading it back; all or nothing.
+
+    Raises:
+        GpuError: A card refused its limit or the write failed; the cards already changed were
+            put back (the message says whether that worked).
+        KeyboardInterrupt: After putting the changed cards back.
+    """
+    results: list[CapResult] = []
+    try:
+        for change in plan:
+            r = change.target.gpu.set_power_limit(change.after_w)
+            if not r.accepted:
+                raise GpuError(
+                    r.message or f"{change.target.label} did not take {change.after_w:g} W"
+                )
+            note = r.message
+            results.append(CapResult(change, r.readback_w, note))
+    except (PowersweepError, KeyboardInterrupt) as exc:
+        undone = undo([r.change for r in results], warn)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise GpuError(f"{exc}{undone}") from exc
+    return results
+
+
+def undo(changed: Sequence[CapChange], warn: Warn) -> str:
+    """Put back the limits of the cards already changed (never raises).
+
+    Returns:
+        A note for the error message that made it necessary: ``; nothing was changed``, ``; the
+        GPUs already changed were put back`` or which ones were not.
+    """
+    if not changed:
+        return "; nothing was changed"
+    failed = []
+    for c in reversed(changed):
+        try:
+            ok = c.target.gpu.set_power_limit(c.before_w).accepted
+        except PowersweepError as exc:
+            ok = False
+            warn(f"{c.target.label}: could not put back {c.before_w:g} W: {exc}")
+        if not ok:
+            failed.append(f"GPU {c.target.identity.index} ({c.before_w:g} W)")
+    if failed:
+        return "; NOT put back: " + ", ".join(failed) + " (set them with nvidia-smi -pl)"
+    return "; the GPUs already changed were put back"
+
+
+def enable_persistence(
+    targets: Sequence[Target], warn: Warn
+) -> list[tuple[Target, bool | None, bool | None]]:
+    """Turn persistence mode on where it is off; (target, before, after) for each GPU.
+
+    Without persistence mode the driver may tear a card's state down when no process uses it,
+    and the limit with it. A card that cannot do it gets a warning, not an error: the limit is
+    set all the same.
+    """
+    out = []
+    for t in targets:
+        before = t.gpu.persistence_mode()
+        after = before
+        if before is not True:
+            try:
+                after = t.gpu.set_persistence_mode(True)
+            except PowersweepError as exc:
+                warn(f"{t.label}: persistence mode stays off: {exc}")
+        out.append((t, before, after))
+    return out

@@ -1,0 +1,205 @@
+"""The cap a run recommends, and the GPUs it measured, read from its run directory."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import SCHEMA_VERSION
+
+# The analysis.json key that holds each objective's pick (the cost objective has none of its own).
+_OBJECTIVE_KEYS = {"tps-per-w": "sweet_spot", "near-peak": "near_peak"}
+
+
+@dataclass(frozen=True)
+class MeasuredGpu:
+    """A GPU a run measured, as its ``run.json`` names it.
+
+    Attributes:
+        index: NVML index at the time of the run.
+        name: Marketing name.
+        uuid: Stable identifier; None when the run did not record it.
+    """
+
+    index: int
+    name: str
+    uuid: str | None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What a run recommends setting.
+
+    Attributes:
+        run_dir: The run directory.
+        objective: ``tps-per-w``, ``near-peak`` or ``cost``.
+        cap_w: The recommended power limit per GPU, W.
+        tps_per_w: TPS/W at that cap (None when unknown).
+        tps: TPS at that cap (None when unknown).
+        gpus: The GPUs the run measured.
+        notes: Caveats the user should see (an interrupted run, a cap at the sweep's edge).
+    """
+
+    run_dir: Path
+    objective: str
+    cap_w: float
+    tps_per_w: float | None
+    tps: float | None
+    gpus: tuple[MeasuredGpu, ...]
+    notes: tuple[str, ...] = ()
+
+
+def read_recommendation(
+    run_dir: Path, objective: str | None = None, *, eta: float = 0.5
+) -> Recommendation:
+    """Read the cap a run recommends for an objective.
+
+    Without ``objective`` it is the recommendation ``analysis.json`` holds (what the summary
+    told the user). ``tps-per-w`` and ``near-peak`` come from ``analysis.json``; ``cost``, unless
+    that is the objective ``analysis.json`` was made for, re-analyses the run's CSVs in memory
+    (nothing is written).
+
+    Args:
+        run_dir: A run directory with ``run.json`` and ``analysis.json``.
+        objective: ``tps-per-w``, ``near-peak``, ``cost`` or None.
+        eta: Weight of energy in the ``cost`` objective.
+
+    Raises:
+        UsageError: Not a run directory, no analysis, no recommendation, or a run that does not
+            say which GPU it measured.
+    """
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run directory")
+    analysis_path = run_dir / "analysis.json"
+    if not analysis_path.is_file():
+        raise UsageError(
+            f"{run_dir} has no analysis.json: run `powersweep analyze {run_dir}` first"
+        )
+    run_path = run_dir / "run.json"
+    if not run_path.is_file():
+        raise UsageError(
+            f"{run_dir} has no run.json, so it does not say which GPU it measured: set the cap "
+            "by name instead (powersweep apply --cap W --gpus N)"
+        )
+    analysis = _read_json(analysis_path)
+    run = _read_json(run_path)
+    if run.get("observe_only"):
+        raise UsageError(
+            f"{run_dir} is an --observe-only run (one cap, the limit in force): it recommends "
+            "no cap"
+        )
+    gpus = _measured_gpus(run, run_path)
+    chosen = objective or _analysed_objective(analysis)
+    pick = _pick(analysis, chosen, run_dir, eta)
+    if pick is None:
+        raise UsageError(
+            f"{analysis_path} holds no {chosen} recommendation (no cap finished with status ok?): "
+            f"see {run_dir / 'summary.md'}"
+        )
+    cap_w = _number(pick.get("cap_w"))
+    if cap_w is None or cap_w <= 0:
+        raise UsageError(f"{analysis_path}: the {chosen} recommendation has no valid cap_w")
+    return Recommendation(
+        run_dir=run_dir,
+        objective=chosen,
+        cap_w=cap_w,
+        tps_per_w=_number(pick.get("tps_per_w")),
+        tps=_number(pick.get("tps")),
+        gpus=gpus,
+        notes=_notes(run, analysis, chosen),
+    )
+
+
+def _analysed_objective(analysis: dict[str, Any]) -> str:
+    rec = analysis.get("recommendation")
+    if isinstance(rec, dict) and rec.get("objective") in ("tps-per-w", "near-peak", "cost"):
+        return str(rec["objective"])
+    return "tps-per-w"
+
+
+def _pick(
+    analysis: dict[str, Any], objective: str, run_dir: Path, eta: float
+) -> dict[str, Any] | None:
+    rec = analysis.get("recommendation")
+    if (
+        isinstance(rec, dict)
+        and rec.get("objective") == objective
+        and (objective != "cost" or rec.get("eta") == eta)
+    ):
+        return rec
+    key = _OBJECTIVE_KEYS.get(objective)
+    if key is not None:
+        value = analysis.get(key)
+        return value if isinstance(value, dict) else None
+    if objective != "cost":
+        raise UsageError(f"unknown objective {objective!r}")
+    # The cost objective depends on eta: analyse the run's CSVs again, in memory.
+    from powersweep import analysis as analysis_pkg
+
+    fresh = analysis_pkg.analyze(
+        analysis_pkg.load_curve(run_dir), objective="cost", eta=eta, bootstrap=0
+    )
+    value = fresh.get("recommendation")
+    return value if isinstance(value, dict) else None
+
+
+def _measured_gpus(run: dict[str, Any], path: Path) -> tuple[MeasuredGpu, ...]:
+    raw = run.get("gpus")
+    if not isinstance(raw, list) or not raw:
+        raise UsageError(f"{path} lists no GPUs: set the cap by name (powersweep apply --cap W)")
+    gpus = []
+    for g in raw:
+        if not isinstance(g, dict) or not isinstance(g.get("index"), int):
+            raise UsageError(f"{path}: a GPU entry without an index: {g!r}")
+        uuid = g.get("uuid")
+        gpus.append(
+            MeasuredGpu(
+                index=int(g["index"]),
+                name=str(g.get("name") or ""),
+                uuid=str(uuid) if uuid else None,
+            )
+        )
+    return tuple(gpus)
+
+
+def _notes(run: dict[str, Any], analysis: dict[str, Any], objective: str) -> tuple[str, ...]:
+    notes = []
+    status = run.get("status")
+    if status in ("interrupted", "failed", "running"):
+        notes.append(f"the run is {status}: its recommendation covers only the caps it finished")
+    sweet = analysis.get("sweet_spot")
+    if objective == "tps-per-w" and isinstance(sweet, dict) and sweet.get("at_boundary"):
+        edge = "lowest" if sweet["at_boundary"] == "low" else "highest"
+        notes.append(
+            f"the sweet spot is the {edge} cap measured: the best cap may lie beyond the sweep"
+        )
+    return tuple(notes)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise PowersweepError(
+            f"{path}: written by a newer powersweep (schema_version {version} > "
+            f"{SCHEMA_VERSION}); upgrade powersweep to read it",
+            exit_code=2,
+        )
+    return data
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

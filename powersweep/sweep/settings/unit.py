@@ -1,0 +1,314 @@
+"""The systemd unit that puts the settings back at every boot: render, install, remove, read.
+
+``powersweep-apply.service`` is a oneshot unit. It turns persistence mode on and sets each
+card's power limit, found by UUID, through ``nvidia-smi`` (installed with the driver) or the
+installed ``powersweep`` by its absolute path, so it never depends on ``PATH`` (``sudo``'s
+``secure_path`` lacks a virtualenv). It runs after the NVIDIA driver's persistence daemon, and
+is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it again.
+
+Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
+``systemctl`` then enables it. A comment line carries the settings as JSON so
+``powersweep status`` can tell what the unit applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from powersweep.errors import PowersweepError, UsageError
+
+UNIT_NAME = "powersweep-apply.service"
+SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
+UNIT_DIR_ENV = "POWERSWEEP_UNIT_DIR"
+# sd_booted(3): systemd is the init system when this directory exists.
+SYSTEMD_RUNTIME_DIR = Path("/run/systemd/system")
+UNIT_MODE = 0o644
+_MARKER = "# powersweep-settings: "
+_WANTED_BY = ("multi-user.target", "nvidia-persistenced.service")
+
+# Runs ``systemctl ARGS``; raises PowersweepError when it fails.
+Systemctl = Callable[[Sequence[str]], None]
+
+
+@dataclass(frozen=True)
+class BootSetting:
+    """What the unit sets on one GPU at boot.
+
+    Attributes:
+        uuid: The card (UUIDs survive reboots; indices may not).
+        name: Its name, for the comment.
+        power_limit_w: The power limit, W.
+    """
+
+    uuid: str
+    name: str
+    power_limit_w: float
+
+
+@dataclass(frozen=True)
+class BootCommand:
+    """The program the unit runs.
+
+    Attributes:
+        kind: ``nvidia-smi`` or ``powersweep``.
+        argv: The absolute program path and any fixed arguments before the settings (for
+            ``powersweep``: ``apply`` and, on a simulated rig, its ``--simulate`` options).
+    """
+
+    kind: Literal["nvidia-smi", "powersweep"]
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UnitStatus:
+    """Whether the unit is installed, and what it applies.
+
+    Attributes:
+        path: Where it would be.
+        installed: The file exists.
+        enabled: It is linked into ``multi-user.target.wants`` (None when unknown).
+        settings: The settings its marker line carries (empty when none or unreadable).
+        ours: The file carries powersweep's marker line.
+        error: Why it could not be read, else None.
+    """
+
+    path: Path
+    installed: bool
+    enabled: bool | None
+    settings: tuple[BootSetting, ...]
+    ours: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``powersweep status --json``)."""
+        return {
+            "path": str(self.path),
+            "installed": self.installed,
+            "enabled": self.enabled,
+            "written_by_powersweep": self.ours,
+            "settings": [
+                {"uuid": s.uuid, "name": s.name, "power_limit_w": s.power_limit_w}
+                for s in self.settings
+            ],
+            "error": self.error,
+        }
+
+
+def systemd_running(runtime_dir: Path = SYSTEMD_RUNTIME_DIR) -> bool:
+    """True when systemd is the init system (as ``sd_booted`` tells)."""
+    return runtime_dir.is_dir()
+
+
+def render_unit(settings: Sequence[BootSetting], command: BootCommand, source: str) -> str:
+    """The unit's text.
+
+    Args:
+        settings: One entry per GPU.
+        command: The program that applies them.
+        source: Where the values come from (a run directory, ``--cap 290``), for the comment.
+
+    Raises:
+        UsageError: No settings, or a value the unit cannot carry.
+    """
+    if not settings:
+        raise UsageError("no GPU to write a boot unit for")
+    marker = json.dumps(
+        {
+            "version": 1,
+            "gpus": [
+                {"uuid": s.uuid, "name": s.name, "power_limit_w": s.power_limit_w} for s in settings
+            ],
+        },
+        separators=(",", ":"),
+    )
+    lines = [
+        f"# Written by `powersweep apply --persist` from {_one_line(source)}.",
+        "# Remove it with: sudo powersweep apply --reset --persist",
+        f"{_MARKER}{marker}",
+        "[Unit]",
+        "Description=Apply the GPU power limits chosen with powersweep",
+        # The driver's persistence daemon starts once the driver is up; a driver reload restarts
+        # it, and PartOf + WantedBy run this unit again then.
+        "After=systemd-modules-load.service nvidia-persistenced.service",
+        "Wants=nvidia-persistenced.service",
+        "PartOf=nvidia-persistenced.service",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+    ]
+    lines += [f"ExecStart={line}" for line in _exec_lines(settings, command)]
+    lines += ["", "[Install]", f"WantedBy={' '.join(_WANTED_BY)}", ""]
+    return "\n".join(lines)
+
+
+def _exec_lines(settings: Sequence[BootSetting], command: BootCommand) -> list[str]:
+    for s in settings:
+        if not s.uuid or any(c.isspace() for c in s.uuid):
+            raise UsageError(
+                f"cannot write a boot unit for a GPU without a usable UUID ({s.uuid!r})"
+            )
+    lines = []
+    if command.kind == "nvidia-smi":
+        for s in settings:
+            # '-': a card without persistence mode (rare) must not stop its limit being set
+            lines.append("-" + _quote([*command.argv, "-i", s.uuid, "--persistence-mode=1"]))
+            lines.append(
+                _quote([*command.argv, "-i", s.uuid, f"--power-limit={s.power_limit_w:g}"])
+            )
+    else:
+        for s in settings:
+            lines.append(
+                _quote(
+                    [*command.argv, "--at-boot", "--cap", f"{s.power_limit_w:g}", "--gpus", s.uuid]
+                )
+            )
+    return lines
+
+
+def _quote(argv: Sequence[str]) -> str:
+    """A command line as systemd parses ExecStart (quotes, and % and $ doubled)."""
+    out = []
+    for arg in argv:
+        text = arg.replace("%", "%%").replace("$", "$$")
+        if not text or any(c.isspace() or c in "\"'\\;" for c in text):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        out.append(text)
+    return " ".join(out)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def check_unit_dir(unit_dir: Path) -> None:
+    """Refuse a unit directory that cannot take the unit, before any setting changes.
+
+    Raises:
+        UsageError: It does not exist, is not a directory or is not writable.
+    """
+    if not unit_dir.is_dir():
+        raise UsageError(
+            f"the unit directory {unit_dir} does not exist (--unit-dir / {UNIT_DIR_ENV}): "
+            "nothing was changed"
+        )
+    if not os.access(unit_dir, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"cannot write to the unit directory {unit_dir} (re-run with sudo, or choose "
+            f"--unit-dir / {UNIT_DIR_ENV}): nothing was changed"
+        )
+
+
+def install_unit(text: str, unit_dir: Path, systemctl: Systemctl | None) -> Path:
+    """Write the unit (mode 0644, atomically) and enable it when ``systemctl`` is given.
+
+    Raises:
+        PowersweepError: It cannot be written, or enabling it failed.
+    """
+    path = unit_dir / UNIT_NAME
+    try:
+        fd, tmp = tempfile.mkstemp(dir=unit_dir, prefix=f".{UNIT_NAME}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fchmod(f.fileno(), UNIT_MODE)
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise PowersweepError(
+            f"cannot write {path}: {exc.strerror or exc} (--unit-dir / {UNIT_DIR_ENV})"
+        ) from None
+    if systemctl is not None:
+        systemctl(["daemon-reload"])
+        systemctl(["enable", UNIT_NAME])
+    return path
+
+
+def remove_unit(unit_dir: Path, systemctl: Systemctl | None, *, force: bool = False) -> Path | None:
+    """Disable and delete the unit; None when none is installed.
+
+    Raises:
+        PowersweepError: A file of that name that powersweep did not write (without ``force``),
+            or it cannot be deleted.
+    """
+    status = read_unit(unit_dir)
+    if not status.installed:
+        return None
+    if not status.ours and not force:
+        raise PowersweepError(
+            f"{status.path} was not written by powersweep: left alone (pass --force to remove it)",
+            exit_code=2,
+        )
+    if systemctl is not None:
+        systemctl(["disable", UNIT_NAME])
+    try:
+        status.path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise PowersweepError(f"cannot delete {status.path}: {exc.strerror or exc}") from None
+    if systemctl is not None:
+        systemctl(["daemon-reload"])
+    return status.path
+
+
+def read_unit(unit_dir: Path) -> UnitStatus:
+    """What is installed at ``unit_dir`` (never raises)."""
+    path = unit_dir / UNIT_NAME
+    wants = unit_dir / f"{_WANTED_BY[0]}.wants" / UNIT_NAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return UnitStatus(path, False, None, (), False)
+    except (OSError, UnicodeDecodeError) as exc:
+        installed = _exists(path)
+        return UnitStatus(path, bool(installed), None, (), False, f"cannot read: {exc}")
+    settings: list[BootSetting] = []
+    ours = False
+    for line in text.splitlines():
+        if line.startswith(_MARKER):
+            ours = True
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+                data = json.loads(line[len(_MARKER) :])
+                settings = [
+                    BootSetting(str(g["uuid"]), str(g.get("name", "")), float(g["power_limit_w"]))
+                    for g in data["gpus"]
+                ]
+    return UnitStatus(path, True, _exists(wants), tuple(settings), ours)
+
+
+def _exists(path: Path) -> bool | None:
+    try:
+        return path.exists()
+    except OSError:
+        return None
+
+
+def run_systemctl(args: Sequence[str]) -> None:
+    """Run ``systemctl ARGS``.
+
+    Raises:
+        PowersweepError: systemctl is missing or failed (with its message).
+    """
+    try:
+        done = subprocess.run(
+            ["systemctl", *args], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PowersweepError(f"systemctl {' '.join(args)} failed: {exc}") from None
+    if done.returncode != 0:
+        detail = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
+        raise PowersweepError(f"systemctl {' '.join(args)} failed: {detail}")
