@@ -381,6 +381,42 @@ def test_real_pynvml_either_works_or_raises_gpu_error() -> None:
         backend.close()
 
 
+# --- persistence mode and clock-lock reads ---------------------------------------------------
+
+
+def test_persistence_mode_reads_and_sets_with_the_real_enum_values() -> None:
+    fake, gpu = _gpu(persistence_mode=fake_pynvml.NVML_FEATURE_DISABLED)
+    assert gpu.persistence_mode() is False
+    assert gpu.set_persistence_mode(True) is True
+    assert fake.devices[0].persistence_mode == fake_pynvml.NVML_FEATURE_ENABLED == 1
+    assert fake.calls_to("nvmlDeviceSetPersistenceMode") == 1
+    assert gpu.set_persistence_mode(False) is False
+    assert fake.devices[0].persistence_mode == 0
+
+
+def test_persistence_mode_unreadable_is_none_and_unsupported_set_says_why() -> None:
+    fake, gpu = _gpu(persistence_supported=False)
+    assert gpu.persistence_mode() is None
+    with pytest.raises(GpuError, match=r"GPU 0 .*no persistence mode.*Not Supported"):
+        gpu.set_persistence_mode(True)
+    fake.devices[0].persistence_supported = True
+    fake.devices[0].fail["nvmlDeviceSetPersistenceMode"] = fake_pynvml.NVML_ERROR_NO_PERMISSION
+    with pytest.raises(GpuError, match=r"persistence mode on on GPU 0 .*needs root"):
+        gpu.set_persistence_mode(True)
+    assert fake.devices[0].persistence_mode == fake_pynvml.NVML_FEATURE_DISABLED
+
+
+def test_locked_clocks_are_unknown_through_nvml_but_a_user_setting_shows() -> None:
+    fake, gpu = _gpu(clock_event_bits=0)
+    locks = gpu.locked_clocks()
+    assert locks.known is False and locks.sm_mhz is None and locks.mem_mhz is None
+    assert locks.user_clock_setting_active is False
+    fake.devices[0].clock_event_bits = nvml_backend.CLOCK_EVENT_APP_CLOCKS
+    assert gpu.locked_clocks().user_clock_setting_active is True
+    fake.devices[0].fail["nvmlDeviceGetCurrentClocksEventReasons"] = fake_pynvml.NVML_ERROR_UNKNOWN
+    assert gpu.locked_clocks().user_clock_setting_active is None
+
+
 # --- the pynvml surface --------------------------------------------------------------------
 
 

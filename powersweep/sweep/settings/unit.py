@@ -195,6 +195,11 @@ def check_unit_dir(unit_dir: Path) -> None:
     Raises:
         UsageError: It does not exist, is not a directory or is not writable.
     """
+    if unit_dir.exists() and not unit_dir.is_dir():
+        raise UsageError(
+            f"the unit directory {unit_dir} is not a directory (--unit-dir / {UNIT_DIR_ENV}): "
+            "nothing was changed"
+        )
     if not unit_dir.is_dir():
         raise UsageError(
             f"the unit directory {unit_dir} does not exist (--unit-dir / {UNIT_DIR_ENV}): "

@@ -1,0 +1,277 @@
+"""status and apply on the simulated rig, from a real (short) simulated sweep to a boot unit."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powersweep.cli import main
+from tests.integration.conftest import only_run_dir, powersweep, read_json
+
+PROFILE = "rtx3090-air"
+UUID = f"GPU-sim-{PROFILE}-0"
+DEFAULT_W = 370.0
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """One short simulated sweep: its run directory and the state file it left."""
+    base = tmp_path_factory.mktemp("swept")
+    state = base / "state.json"
+    done = powersweep(
+        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
+        "--caps", "230,260,290,320,350", "--target-cap-seconds", "2", "--no-charts", "-q",
+        "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return only_run_dir(base / "runs"), state.read_bytes()
+
+
+@pytest.fixture
+def rig(
+    swept: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Path]]:
+    """A copy of the run and a fresh state file (the sweep restored the original limit)."""
+    run_src, state_bytes = swept
+    run = tmp_path / run_src.name
+    shutil.copytree(run_src, run)
+    state = tmp_path / "state.json"
+    state.write_bytes(state_bytes)
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
+    monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
+    yield run, state
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def status(capsys: pytest.CaptureFixture[str], state: Path, *extra: str) -> dict[str, Any]:
+    code, out, err = cli(
+        capsys, "status", "--simulate", PROFILE, "--sim-state", str(state), "--json", *extra
+    )
+    assert code == 0, err
+    return json.loads(out)
+
+
+def sim(state: Path) -> list[str]:
+    return ["--simulate", PROFILE, "--sim-state", str(state)]
+
+
+def test_apply_sets_the_sweet_spot_status_shows_it_and_reset_puts_the_default_back(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = rig
+    sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
+    assert sweet_w != DEFAULT_W
+    before = status(capsys, state)["gpus"][0]["power_limit"]
+    assert before["current_w"] == DEFAULT_W and before["differs_from_default"] is False
+
+    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    assert code == 0, err
+    assert (
+        f"power limit {DEFAULT_W:g} W -> {sweet_w:g} W (verified: reads back {sweet_w:g} W)" in out
+    )
+    after = status(capsys, state)["gpus"][0]
+    assert after["uuid"] == UUID
+    assert after["power_limit"]["current_w"] == sweet_w
+    assert after["power_limit"]["differs_from_default"] is True
+    assert after["locked_clocks"] == {
+        "known": True, "sm_mhz": None, "mem_mhz": None, "user_clock_setting_active": False
+    }  # fmt: skip
+    code, text, _ = cli(capsys, "status", *sim(state))
+    assert code == 0 and f"{sweet_w:g} W in force (differs from the default)" in text
+
+    code, out, err = cli(capsys, "apply", "--reset", *sim(state))
+    assert code == 0, err
+    assert f"{sweet_w:g} W -> {DEFAULT_W:g} W" in out
+    assert status(capsys, state)["gpus"][0]["power_limit"]["current_w"] == DEFAULT_W
+
+
+def test_other_objectives_come_from_the_same_run(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = rig
+    near_w = read_json(run / "analysis.json")["near_peak"]["cap_w"]
+    code, _, err = cli(capsys, "apply", str(run), "--objective", "near-peak", *sim(state))
+    assert code == 0, err
+    assert status(capsys, state)["gpus"][0]["power_limit"]["current_w"] == near_w
+    code, _, err = cli(capsys, "apply", str(run), "--objective", "cost", "--eta", "1", *sim(state))
+    assert code == 0, err
+    assert "cost recommendation" in err
+
+
+def test_dry_run_changes_nothing_byte_for_byte(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, state = rig
+    original = state.read_bytes()
+    units = tmp_path / "units"
+    units.mkdir()
+    for args in (
+        ["apply", str(run), "--dry-run"],
+        ["apply", "--cap", "250", "--dry-run", "--persist", "--unit-dir", str(units)],
+        ["apply", "--reset", "--dry-run"],
+        ["apply", str(run), "--persist", "--print-unit"],
+    ):
+        code, out, err = cli(capsys, *args, *sim(state))
+        assert code == 0, err
+        assert state.read_bytes() == original, args
+    assert list(units.iterdir()) == []
+    code, out, _ = cli(capsys, "apply", "--cap", "250", "--dry-run", *sim(state))
+    assert f"{DEFAULT_W:g} W -> 250 W (dry run: nothing changed)" in out
+
+
+def test_persist_writes_a_verified_unit_that_restores_the_cap_after_a_reboot(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, state = rig
+    sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
+    units = tmp_path / "units"
+    units.mkdir()
+    code, out, err = cli(
+        capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 0, err
+    unit = units / "powersweep-apply.service"
+    assert [p.name for p in units.iterdir()] == [unit.name]
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o644
+    assert "persistence mode off -> on" in out
+    shown = status(capsys, state, "--unit-dir", str(units))
+    assert shown["gpus"][0]["persistence_mode"] is True
+    assert shown["unit"]["installed"] and shown["unit"]["settings"][0]["power_limit_w"] == sweet_w
+    analyze = shutil.which("systemd-analyze")
+    if analyze:
+        done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
+        assert done.returncode == 0 and unit.name not in done.stderr, done.stderr
+
+    # A reboot: the driver forgets the limit and persistence mode; the unit's command sets both.
+    state.write_text(json.dumps({UUID: DEFAULT_W}))
+    (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    assert Path(argv[0]).is_absolute()
+    booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert booted.returncode == 0, booted.stderr
+    again = status(capsys, state)["gpus"][0]
+    assert again["power_limit"]["current_w"] == sweet_w and again["persistence_mode"] is True
+
+    code, out, err = cli(
+        capsys, "apply", "--reset", "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 0, err
+    assert "removed" in out and list(units.iterdir()) == []
+
+
+def test_print_unit_prints_only_the_unit(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = rig
+    code, out, err = cli(capsys, "apply", str(run), "--print-unit", *sim(state))
+    assert code == 0, err
+    assert out.startswith("# Written by `powersweep apply --persist`")
+    assert "[Service]" in out and "--at-boot" in out and " -> " not in out
+
+
+def test_no_systemd_says_so_and_prints_the_unit(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from powersweep.sweep.settings import unit
+
+    run, state = rig
+    monkeypatch.setattr(unit, "systemd_running", lambda *_a: False)
+    code, out, err = cli(capsys, "apply", str(run), "--persist", *sim(state))
+    assert code == 0, err
+    assert "does not run systemd" in err and "[Service]" in out
+
+
+def test_a_run_from_another_card_is_refused_without_force(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = rig
+    meta = read_json(run / "run.json")
+    meta["gpus"][0]["uuid"] = "GPU-A"
+    (run / "run.json").write_text(json.dumps(meta))
+    original = state.read_bytes()
+    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    assert code == 2 and out == ""
+    info_line, error_line = err.strip().splitlines()  # the recommendation, then the error
+    assert "tps-per-w recommendation" in info_line
+    assert error_line.startswith("error: GPU 0 ") and "not the card the run measured" in error_line
+    assert "--force" in error_line
+    assert state.read_bytes() == original
+    code, _, err = cli(capsys, "apply", str(run), "--force", *sim(state))
+    assert code == 0 and "applying anyway" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--cap", "250", "--gpus", "3"], "there is no GPU 3"),
+        (["--cap", "50", "--strict"], "outside the range"),
+        (["--cap", "250", "--persist", "--unit-dir", "/nonexistent/units"], "does not exist"),
+        (["--cap", "250", "--reset"], "give a RUN_DIR, --cap W or --reset"),
+        ([], "give a RUN_DIR, --cap W or --reset"),
+        (["RUN", "--objective", "best"], "--objective"),
+        (["NOANALYSIS"], "no analysis.json"),
+        (["NOREC"], "holds no"),
+        (["--cap", "250", "--gpus", "x"], "--gpus"),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(
+    rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: list[str],
+    needle: str,
+) -> None:
+    run, state = rig
+    no_analysis = tmp_path / "no-analysis"
+    shutil.copytree(run, no_analysis)
+    (no_analysis / "analysis.json").unlink()
+    no_rec = tmp_path / "no-rec"
+    shutil.copytree(run, no_rec)
+    analysis = read_json(no_rec / "analysis.json")
+    analysis.update(sweet_spot=None, near_peak=None, recommendation=None)
+    (no_rec / "analysis.json").write_text(json.dumps(analysis))
+    paths = {"RUN": str(run), "NOANALYSIS": str(no_analysis), "NOREC": str(no_rec)}
+    original = state.read_bytes()
+    code, _, err = cli(capsys, "apply", *[paths.get(a, a) for a in args], *sim(state))
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and needle in last
+    assert "Traceback" not in err
+    assert state.read_bytes() == original
+
+
+def test_a_journal_of_a_killed_sweep_blocks_apply_until_restored(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, state = rig
+    statedir = tmp_path / "statedir"
+    statedir.mkdir()
+    (statedir / "journal.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "pid": 999999999,
+                "backend": {"kind": "sim", "profiles": [PROFILE], "sim_state": str(state)},
+                "gpus": [{"uuid": UUID, "index": 0, "original_limit_w": DEFAULT_W}],
+            }
+        )
+    )
+    original = state.read_bytes()
+    code, _, err = cli(capsys, "apply", "--cap", "250", *sim(state))
+    assert code == 2 and "powersweep restore" in err
+    assert state.read_bytes() == original
+    shown = status(capsys, state)
+    assert shown["journals"][0]["exists"] is True and shown["journals"][0]["sweep_running"] is False

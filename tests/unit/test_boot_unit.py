@@ -1,0 +1,182 @@
+"""The boot unit: its keys and ordering, systemd-analyze's verdict, install and removal."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.settings.unit import (
+    UNIT_NAME,
+    BootCommand,
+    BootSetting,
+    check_unit_dir,
+    install_unit,
+    read_unit,
+    remove_unit,
+    render_unit,
+)
+
+UUID_A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
+SETTINGS = [
+    BootSetting(UUID_A, "NVIDIA GeForce RTX 3090", 290.0),
+    BootSetting(UUID_B, "NVIDIA GeForce RTX 3090", 300.5),
+]
+
+
+def _sections(text: str) -> dict[str, list[tuple[str, str]]]:
+    """The unit as systemd reads it: section -> (key, value) in order."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    section = ""
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            out[section] = []
+            continue
+        key, _, value = line.partition("=")
+        out[section].append((key, value))
+    return out
+
+
+def _values(section: list[tuple[str, str]], key: str) -> list[str]:
+    return [v for k, v in section if k == key]
+
+
+def test_nvidia_smi_unit_turns_persistence_on_then_sets_each_card_by_uuid() -> None:
+    text = render_unit(SETTINGS, BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",)), "run-x")
+    units = _sections(text)
+    assert set(units) == {"Unit", "Service", "Install"}
+    unit, service, install = units["Unit"], units["Service"], units["Install"]
+    after = " ".join(_values(unit, "After")).split()
+    assert "nvidia-persistenced.service" in after and "systemd-modules-load.service" in after
+    assert _values(unit, "Wants") == ["nvidia-persistenced.service"]
+    assert _values(unit, "PartOf") == ["nvidia-persistenced.service"]
+    assert _values(service, "Type") == ["oneshot"]
+    assert _values(service, "RemainAfterExit") == ["yes"]
+    assert _values(service, "ExecStart") == [
+        f"-/usr/bin/nvidia-smi -i {UUID_A} --persistence-mode=1",
+        f"/usr/bin/nvidia-smi -i {UUID_A} --power-limit=290",
+        f"-/usr/bin/nvidia-smi -i {UUID_B} --persistence-mode=1",
+        f"/usr/bin/nvidia-smi -i {UUID_B} --power-limit=300.5",
+    ]
+    assert _values(install, "WantedBy") == ["multi-user.target nvidia-persistenced.service"]
+    assert "apply --reset --persist" in text  # how to remove it
+
+
+def test_powersweep_unit_calls_the_absolute_path_and_quotes_what_systemd_would_split() -> None:
+    cmd = BootCommand(
+        "powersweep", ("/opt/my tools/bin/powersweep", "apply", "--sim-state", "/s/100%.json")
+    )
+    text = render_unit(SETTINGS[:1], cmd, "--cap 290")
+    (line,) = _values(_sections(text)["Service"], "ExecStart")
+    assert line == (
+        '"/opt/my tools/bin/powersweep" apply --sim-state /s/100%%.json '
+        f"--at-boot --cap 290 --gpus {UUID_A}"
+    )
+
+
+def test_render_refuses_nothing_to_do_and_unusable_uuids() -> None:
+    cmd = BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",))
+    with pytest.raises(UsageError):
+        render_unit([], cmd, "x")
+    with pytest.raises(UsageError, match="UUID"):
+        render_unit([BootSetting("", "x", 290)], cmd, "x")
+
+
+def _systemd_analyze() -> str:
+    found = shutil.which("systemd-analyze")
+    if found is None:
+        if os.environ.get("POWERSWEEP_REQUIRE_SYSTEMD_ANALYZE"):
+            pytest.fail("systemd-analyze is required (POWERSWEEP_REQUIRE_SYSTEMD_ANALYZE is set)")
+        pytest.skip("systemd-analyze not installed (apt-get install systemd)")
+    return found
+
+
+@pytest.mark.parametrize("kind", ["nvidia-smi", "powersweep"])
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, kind: str) -> None:
+    analyze = _systemd_analyze()
+    if kind == "nvidia-smi":
+        # verify checks that the program exists and is executable
+        program = tmp_path / "bin" / "nvidia-smi"
+        program.parent.mkdir()
+        program.write_text("#!/bin/sh\nexit 0\n")
+        program.chmod(0o755)
+        cmd = BootCommand("nvidia-smi", (str(program),))
+    else:
+        cmd = BootCommand("powersweep", (sys.executable, "-m", "powersweep", "apply"))
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    path = install_unit(render_unit(SETTINGS, cmd, "run-x"), unit_dir, None)
+    done = subprocess.run(
+        [analyze, "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    # warnings (unknown keys, bad values) exit 0 too: they must not appear either
+    assert UNIT_NAME not in done.stderr, done.stderr
+
+
+def test_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
+    analyze = _systemd_analyze()
+    broken = tmp_path / UNIT_NAME
+    text = render_unit(SETTINGS, BootCommand("nvidia-smi", ("/nonexistent/nvidia-smi",)), "x")
+    broken.write_text(text.replace("-/nonexistent", "/nonexistent"))
+    done = subprocess.run([analyze, "verify", str(broken)], capture_output=True, text=True)
+    assert done.returncode != 0 and "not executable" in done.stderr
+
+
+def test_install_writes_only_the_unit_with_mode_0644_and_enables_it(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    old = os.umask(0o077)
+    try:
+        path = install_unit("[Unit]\n", tmp_path, lambda args: calls.append(list(args)))
+    finally:
+        os.umask(old)
+    assert path == tmp_path / UNIT_NAME
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert path.stat().st_uid == os.geteuid()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [UNIT_NAME]
+    assert calls == [["daemon-reload"], ["enable", UNIT_NAME]]
+
+
+def test_read_and_remove_the_unit(tmp_path: Path) -> None:
+    assert not read_unit(tmp_path).installed
+    assert remove_unit(tmp_path, None) is None
+    text = render_unit(SETTINGS, BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",)), "x")
+    install_unit(text, tmp_path, None)
+    status = read_unit(tmp_path)
+    assert status.installed and status.ours and status.enabled is False
+    assert [(s.uuid, s.power_limit_w) for s in status.settings] == [
+        (UUID_A, 290.0),
+        (UUID_B, 300.5),
+    ]
+    calls: list[list[str]] = []
+    assert remove_unit(tmp_path, lambda a: calls.append(list(a))) == tmp_path / UNIT_NAME
+    assert calls == [["disable", UNIT_NAME], ["daemon-reload"]]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_unit_powersweep_did_not_write_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / UNIT_NAME).write_text("[Unit]\nDescription=someone else's\n")
+    with pytest.raises(PowersweepError, match="not written by powersweep"):
+        remove_unit(tmp_path, None)
+    assert (tmp_path / UNIT_NAME).exists()
+
+
+def test_a_unit_directory_that_cannot_take_the_unit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        check_unit_dir(tmp_path / "missing")
+    afile = tmp_path / "file"
+    afile.write_text("")
+    with pytest.raises(UsageError, match="is not a directory"):
+        check_unit_dir(afile)
+    with pytest.raises(PowersweepError, match="cannot write"):
+        install_unit("[Unit]\n", tmp_path / "missing", None)
