@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,7 +29,11 @@ PERSIST = "Boot persistence"
 def apply_command(
     run_dir: Annotated[
         Path | None,
-        typer.Argument(help="A run directory: set the cap it recommends on the GPUs it measured."),
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A run directory: set the cap it recommends on the GPUs it measured.",
+            show_default=False,
+        ),
     ] = None,
     objective: Annotated[
         Objective | None,
@@ -141,7 +146,9 @@ def apply_command(
         else:
             targets = select_gpus(rig.backend, selection, warn)
         plan = plan_caps(targets, None if reset else cap, strict=strict, warn=warn)
-        _Apply(rig, plan, source, unit_dir, persist, print_unit, dry_run, reset, at_boot).run()
+        _Apply(
+            rig, plan, source, unit_dir, persist, print_unit, dry_run, reset, at_boot, force
+        ).run()
 
 
 def _check_options(
@@ -173,14 +180,12 @@ def _refuse_if_journal(state_dir: Path | None, force: bool) -> None:
     from powersweep.sweep.records.journal import Journal, default_state_dir
 
     journal = Journal(state_dir or default_state_dir())
+    if not journal.exists():
+        return
     try:
         entry = journal.read()
     except PowersweepError:
-        entry = None
-        if not journal.exists():
-            return
-    if entry is None and not journal.exists():
-        return
+        entry = None  # damaged: still a sweep that did not finish
     if entry is not None and pid_alive(entry.pid):
         why = f"a sweep is running (pid {entry.pid}) and will put its original limits back"
     else:
@@ -193,31 +198,20 @@ def _refuse_if_journal(state_dir: Path | None, force: bool) -> None:
     warn(f"{why}; applying anyway (--force)")
 
 
+@dataclass(frozen=True)
 class _Apply:
-    """The steps after the plan: print, write, verify, persist (one object, so each step is
-    a short method rather than one long function)."""
+    """The steps after the plan: print, write, verify, persist (each a short method)."""
 
-    def __init__(
-        self,
-        rig: SettingsRig,
-        plan: Sequence[CapChange],
-        source: str,
-        unit_dir: Path | None,
-        persist: bool,
-        print_unit: bool,
-        dry_run: bool,
-        reset: bool,
-        at_boot: bool,
-    ) -> None:
-        self.rig = rig
-        self.plan = list(plan)
-        self.source = source
-        self.unit_dir = unit_dir
-        self.persist = persist
-        self.print_unit = print_unit
-        self.dry_run = dry_run
-        self.reset = reset
-        self.at_boot = at_boot
+    rig: SettingsRig
+    plan: Sequence[CapChange]
+    source: str
+    unit_dir: Path | None
+    persist: bool
+    print_unit: bool
+    dry_run: bool
+    reset: bool
+    at_boot: bool
+    force: bool
 
     def run(self) -> None:
         from powersweep.sweep.settings.unit import UNIT_NAME
@@ -242,8 +236,9 @@ class _Apply:
             self._persistence_on()
         if self.persist:
             self._unit(unit_text, unit_dir, results)
-        elif not self.reset:
+        elif not self.at_boot:
             self._warn_if_not_persistent()
+            self._warn_about_boot_unit()
 
     @staticmethod
     def _line(c: CapChange, readback_w: float | None = None) -> str:
@@ -278,6 +273,24 @@ class _Apply:
                 "program uses the card, and a reboot always does; --persist keeps it"
             )
 
+    def _warn_about_boot_unit(self) -> None:
+        """An installed unit sets its own values again at the next boot: say so."""
+        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
+
+        unit = read_unit(self.unit_dir or SYSTEM_UNIT_DIR)
+        if not unit.installed:
+            return
+        at_boot = {s.uuid: s.power_limit_w for s in unit.settings}
+        stale = [
+            c
+            for c in self.plan
+            if c.target.identity.uuid in at_boot
+            and abs(at_boot[c.target.identity.uuid] - c.after_w) > 0.5
+        ]
+        if self.reset or stale:
+            fix = "--reset --persist removes it" if self.reset else "add --persist to update it"
+            warn(f"{unit.path} still sets other limits at boot: {fix}")
+
     def _unit_text(self) -> str:
         from powersweep.sweep.settings.unit import BootSetting, render_unit
 
@@ -300,19 +313,31 @@ class _Apply:
 
     def _unit_dir(self) -> Path | None:
         """Where the unit goes (checked now, before any change); None: no systemd here."""
-        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, check_unit_dir, systemd_running
+        from powersweep.sweep.settings.unit import (
+            SYSTEM_UNIT_DIR,
+            check_unit_dir,
+            read_unit,
+            systemd_running,
+        )
 
         if self.unit_dir is not None:
-            check_unit_dir(self.unit_dir)
-            return self.unit_dir
-        if not systemd_running():
+            unit_dir = self.unit_dir
+        elif not systemd_running():
             return None
-        if self.rig.simulated:
+        elif self.rig.simulated:
             raise UsageError(
                 "a simulated rig's boot unit does not go into the system: pass --unit-dir DIR"
             )
-        check_unit_dir(SYSTEM_UNIT_DIR)
-        return SYSTEM_UNIT_DIR
+        else:
+            unit_dir = SYSTEM_UNIT_DIR
+        check_unit_dir(unit_dir)
+        existing = read_unit(unit_dir)
+        if existing.installed and not existing.ours and not self.force:
+            raise UsageError(
+                f"{existing.path} exists and was not written by powersweep: left alone (pass "
+                "--force to replace it); nothing was changed"
+            )
+        return unit_dir
 
     def _unit(self, text: str | None, unit_dir: Path | None, results: list[CapResult]) -> None:
         from powersweep.sweep.settings.apply import undo
@@ -330,7 +355,7 @@ class _Apply:
             typer.echo(text, nl=False)
             return
         if self.reset:
-            removed = remove_unit(unit_dir, systemctl)
+            removed = remove_unit(unit_dir, systemctl, force=self.force)
             typer.echo(f"removed {removed}" if removed else f"no unit installed in {unit_dir}")
             return
         assert text is not None

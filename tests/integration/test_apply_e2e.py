@@ -275,3 +275,29 @@ def test_a_journal_of_a_killed_sweep_blocks_apply_until_restored(
     assert state.read_bytes() == original
     shown = status(capsys, state)
     assert shown["journals"][0]["exists"] is True and shown["journals"][0]["sweep_running"] is False
+
+
+def test_a_foreign_unit_is_not_replaced_and_a_stale_one_is_pointed_out(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, state = rig
+    units = tmp_path / "units"
+    units.mkdir()
+    foreign = units / "powersweep-apply.service"
+    foreign.write_text("[Unit]\nDescription=mine\n")
+    original = state.read_bytes()
+    code, _, err = cli(
+        capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 2 and "not written by powersweep" in err
+    assert state.read_bytes() == original and foreign.read_text() == "[Unit]\nDescription=mine\n"
+
+    foreign.unlink()
+    code, _, err = cli(
+        capsys, "apply", "--cap", "300", "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 0, err
+    code, _, err = cli(capsys, "apply", "--cap", "250", "--unit-dir", str(units), *sim(state))
+    assert code == 0 and "still sets other limits at boot: add --persist" in err
+    code, _, err = cli(capsys, "apply", "--reset", "--unit-dir", str(units), *sim(state))
+    assert code == 0 and "--reset --persist removes it" in err
