@@ -13,7 +13,7 @@ import pytest
 from powersweep.cli import apply as apply_cli
 from powersweep.cli import main, rigs
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from tests.unit.test_nvml import FakeDevice, FakeNvml
+from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
 
 UUID = "GPU-12345678-0000-0000-0000-000000000000"
 

@@ -14,7 +14,8 @@ from powersweep.sweep.settings.apply import apply_caps, enable_persistence, plan
 from powersweep.sweep.settings.recommendation import MeasuredGpu, read_recommendation
 from powersweep.sweep.settings.status import read_gpu_status, read_journal_status, render_status
 from powersweep.sweep.settings.targets import match_run_gpus, parse_gpu_selection, select_gpus
-from tests.unit.test_nvml import FakeDevice, FakeNvml, fake_pynvml
+from tests.fakes import fake_pynvml
+from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
 
 UUID_A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
