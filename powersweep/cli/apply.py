@@ -114,9 +114,13 @@ def apply_command(
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.targets import parse_gpu_selection
 
-    _check_options(run_dir, cap, reset, persist, print_unit, at_boot, gpus, simulate, sim_state)
+    _check_options(
+        run_dir, cap, reset, persist, print_unit or dry_run, at_boot, gpus, simulate, sim_state
+    )
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
+    if reset and print_unit:
+        raise UsageError("--reset --persist removes the boot unit; there is no unit to print")
     persist = persist or print_unit
     selection = parse_gpu_selection(gpus) if gpus is not None else None
     changes_nothing = dry_run or print_unit
@@ -126,8 +130,8 @@ def apply_command(
                 'applying GPU settings needs root: re-run with sudo "$(command -v powersweep)" '
                 "apply ... (or try --dry-run first)"
             )
-        if not at_boot and not changes_nothing:
-            _refuse_if_journal(state_dir, force)
+        if not at_boot and not print_unit:
+            _refuse_if_journal(state_dir, force, dry_run)
         from powersweep.sweep.settings.apply import plan_caps
         from powersweep.sweep.settings.recommendation import read_recommendation
         from powersweep.sweep.settings.targets import match_run_gpus, select_gpus
@@ -156,7 +160,7 @@ def _check_options(
     cap: float | None,
     reset: bool,
     persist: bool,
-    print_unit: bool,
+    changes_nothing: bool,
     at_boot: bool,
     gpus: str | None,
     simulate: str | None,
@@ -167,15 +171,13 @@ def _check_options(
     if len(asked) != 1:
         what = " and ".join(asked) if asked else "nothing"
         raise UsageError(f"give a RUN_DIR, --cap W or --reset (got {what})")
-    if reset and print_unit:
-        raise UsageError("--reset --persist removes the boot unit; there is no unit to print")
-    if at_boot and (cap is None or gpus is None or persist or print_unit):
+    if at_boot and (cap is None or gpus is None or persist or changes_nothing):
         raise UsageError("--at-boot is what the boot unit runs: it takes --cap and --gpus only")
-    if simulate is not None and sim_state is None and not print_unit:
+    if simulate is not None and sim_state is None and not changes_nothing:
         raise UsageError("--simulate needs --sim-state FILE to hold what apply sets")
 
 
-def _refuse_if_journal(state_dir: Path | None, force: bool) -> None:
+def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> None:
     """A sweep running now, or a killed one's journal, would overwrite what apply sets."""
     from powersweep.sweep.records.journal import Journal, default_state_dir
 
@@ -193,9 +195,12 @@ def _refuse_if_journal(state_dir: Path | None, force: bool) -> None:
             f"a killed sweep left a restore journal ({journal.path}); `powersweep restore` "
             "would overwrite this setting"
         )
-    if not force:
+    if dry_run and not force:
+        warn(f"{why}: apply would refuse (run `powersweep restore` first, or pass --force)")
+    elif not force:
         raise UsageError(f"{why}: run `powersweep restore` first, or pass --force")
-    warn(f"{why}; applying anyway (--force)")
+    else:
+        warn(f"{why}; applying anyway (--force)")
 
 
 @dataclass(frozen=True)
@@ -214,8 +219,6 @@ class _Apply:
     force: bool
 
     def run(self) -> None:
-        from powersweep.sweep.settings.unit import UNIT_NAME
-
         unit_text = None if self.reset or not self.persist else self._unit_text()
         if self.print_unit:
             assert unit_text is not None
@@ -228,8 +231,7 @@ class _Apply:
             for c in self.plan:
                 typer.echo(f"{self._line(c)} (dry run: nothing changed)")
             if self.persist and unit_dir is not None:
-                verb = "remove" if self.reset else "write"
-                typer.echo(f"would {verb} {unit_dir / UNIT_NAME}")
+                self._dry_run_unit(unit_dir)
             return
         results = self._write()
         if self.at_boot or (self.persist and not self.reset):
@@ -239,6 +241,17 @@ class _Apply:
         elif not self.at_boot:
             self._warn_if_not_persistent()
             self._warn_about_boot_unit()
+
+    def _dry_run_unit(self, unit_dir: Path) -> None:
+        from powersweep.sweep.settings.unit import read_unit
+
+        installed = read_unit(unit_dir)
+        if not self.reset:
+            typer.echo(f"would write {installed.path}")
+        elif installed.installed:
+            typer.echo(f"would remove {installed.path}")
+        else:
+            typer.echo(f"no unit installed in {unit_dir}")
 
     @staticmethod
     def _line(c: CapChange, readback_w: float | None = None) -> str:
@@ -341,7 +354,12 @@ class _Apply:
 
     def _unit(self, text: str | None, unit_dir: Path | None, results: list[CapResult]) -> None:
         from powersweep.sweep.settings.apply import undo
-        from powersweep.sweep.settings.unit import install_unit, remove_unit, run_systemctl
+        from powersweep.sweep.settings.unit import (
+            enable_unit,
+            install_unit,
+            remove_unit,
+            run_systemctl,
+        )
 
         systemctl = run_systemctl if self.unit_dir is None else None
         if unit_dir is None:
@@ -360,9 +378,11 @@ class _Apply:
             return
         assert text is not None
         try:
-            path = install_unit(text, unit_dir, systemctl)
+            path = install_unit(text, unit_dir)
         except PowersweepError as exc:
             raise PowersweepError(f"{exc}{undo([r.change for r in results], warn)}") from exc
+        if systemctl is not None:
+            enable_unit(path, systemctl)  # the limits stay: they are set, the unit is written
         enabled = (
             "enabled" if systemctl else "not enabled (run: systemctl enable " + path.name + ")"
         )

@@ -273,6 +273,9 @@ def test_a_journal_of_a_killed_sweep_blocks_apply_until_restored(
     code, _, err = cli(capsys, "apply", "--cap", "250", *sim(state))
     assert code == 2 and "powersweep restore" in err
     assert state.read_bytes() == original
+    code, out, err = cli(capsys, "apply", "--cap", "250", "--dry-run", *sim(state))
+    assert code == 0 and "apply would refuse" in err and "-> 250 W (dry run" in out
+    assert state.read_bytes() == original
     shown = status(capsys, state)
     assert shown["journals"][0]["exists"] is True and shown["journals"][0]["sweep_running"] is False
 

@@ -180,3 +180,13 @@ def test_a_unit_directory_that_cannot_take_the_unit_is_refused(tmp_path: Path) -
         check_unit_dir(afile)
     with pytest.raises(PowersweepError, match="cannot write"):
         install_unit("[Unit]\n", tmp_path / "missing", None)
+
+
+def test_a_failed_enable_keeps_the_unit_and_says_how_to_enable_it(tmp_path: Path) -> None:
+    def systemctl(args: list[str]) -> None:
+        if args[0] == "enable":
+            raise PowersweepError("systemctl enable failed: Access denied")
+
+    with pytest.raises(PowersweepError, match=r"wrote .*enabling it failed.*systemctl enable"):
+        install_unit("[Unit]\n", tmp_path, systemctl)
+    assert (tmp_path / UNIT_NAME).exists()

@@ -212,11 +212,11 @@ def check_unit_dir(unit_dir: Path) -> None:
         )
 
 
-def install_unit(text: str, unit_dir: Path, systemctl: Systemctl | None) -> Path:
-    """Write the unit (mode 0644, atomically) and enable it when ``systemctl`` is given.
+def install_unit(text: str, unit_dir: Path, systemctl: Systemctl | None = None) -> Path:
+    """Write the unit (mode 0644, atomically), and enable it when ``systemctl`` is given.
 
     Raises:
-        PowersweepError: It cannot be written, or enabling it failed.
+        PowersweepError: It cannot be written, or enabling it failed (see :func:`enable_unit`).
     """
     path = unit_dir / UNIT_NAME
     try:
@@ -237,9 +237,25 @@ def install_unit(text: str, unit_dir: Path, systemctl: Systemctl | None) -> Path
             f"cannot write {path}: {exc.strerror or exc} (--unit-dir / {UNIT_DIR_ENV})"
         ) from None
     if systemctl is not None:
+        enable_unit(path, systemctl)
+    return path
+
+
+def enable_unit(path: Path, systemctl: Systemctl) -> None:
+    """Make systemd read the unit and enable it.
+
+    Raises:
+        PowersweepError: systemctl failed; the message says the unit is written and how to
+            enable it by hand.
+    """
+    try:
         systemctl(["daemon-reload"])
         systemctl(["enable", UNIT_NAME])
-    return path
+    except PowersweepError as exc:
+        raise PowersweepError(
+            f"wrote {path}, but enabling it failed ({exc}): run `systemctl daemon-reload && "
+            f"systemctl enable {UNIT_NAME}`"
+        ) from exc
 
 
 def remove_unit(unit_dir: Path, systemctl: Systemctl | None, *, force: bool = False) -> Path | None:
