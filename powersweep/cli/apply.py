@@ -26,89 +26,107 @@ SIMULATION = "Simulation"
 PERSIST = "Boot persistence"
 
 
+# Each option of `powersweep apply` (one alias per option keeps the signature short; status
+# shares the rig and unit ones).
+RunDirArg = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="RUN_DIR",
+        help="A run directory: set the cap it recommends on the GPUs it measured.",
+        show_default=False,
+    ),
+]
+ObjectiveOpt = Annotated[
+    Objective | None,
+    typer.Option(help="Which recommendation of the run (default: the one its analysis made)."),
+]
+EtaOpt = Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")]
+CapOpt = Annotated[
+    float | None, typer.Option(help="Set this power limit (W per GPU) instead of a run's.")
+]
+GpusOpt = Annotated[
+    str | None,
+    typer.Option(help="Which GPUs: NVML indices and/or UUIDs, e.g. 0,1 (default: all)."),
+]
+ResetOpt = Annotated[
+    bool, typer.Option("--reset", help="Put each card's default power limit back.")
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Refuse a value outside a card's range (no clamping).")
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Apply to a card other than the one measured, or while a restore journal exists.",
+    ),
+]
+PersistOpt = Annotated[
+    bool,
+    typer.Option(
+        "--persist",
+        help="Also install and enable powersweep-apply.service, which turns persistence mode "
+        "on and sets the same values at boot (with --reset: remove it).",
+        rich_help_panel=PERSIST,
+    ),
+]
+PrintUnitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--print-unit",
+        help="Print the boot unit on stdout instead of installing it; change nothing.",
+        rich_help_panel=PERSIST,
+    ),
+]
+UnitDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="POWERSWEEP_UNIT_DIR",
+        show_envvar=True,
+        help="Where the boot unit goes: written there without systemctl (packaging, tests). "
+        "Default /etc/systemd/system, then enabled.",
+        rich_help_panel=PERSIST,
+    ),
+]
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="POWERSWEEP_STATE_DIR",
+        show_envvar=True,
+        help="Where a sweep's restore journal lives (default /var/lib/powersweep as root).",
+    ),
+]
+SimulateOpt = Annotated[
+    str | None,
+    typer.Option(help="Simulated GPUs (a profile, a+b for two).", rich_help_panel=SIMULATION),
+]
+SimStateOpt = Annotated[
+    Path | None,
+    typer.Option(help="File holding the simulated settings.", rich_help_panel=SIMULATION),
+]
+AtBootOpt = Annotated[bool, typer.Option("--at-boot", hidden=True, help="What the boot unit runs.")]
+
+
 def apply_command(
-    run_dir: Annotated[
-        Path | None,
-        typer.Argument(
-            metavar="RUN_DIR",
-            help="A run directory: set the cap it recommends on the GPUs it measured.",
-            show_default=False,
-        ),
-    ] = None,
-    objective: Annotated[
-        Objective | None,
-        typer.Option(help="Which recommendation of the run (default: the one its analysis made)."),
-    ] = None,
-    eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
-    cap: Annotated[
-        float | None, typer.Option(help="Set this power limit (W per GPU) instead of a run's.")
-    ] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(help="Which GPUs: NVML indices and/or UUIDs, e.g. 0,1 (default: all)."),
-    ] = None,
-    reset: Annotated[
-        bool, typer.Option("--reset", help="Put each card's default power limit back.")
-    ] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
-    ] = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Refuse a value outside a card's range (no clamping).")
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Apply to a card other than the one measured, or while a restore journal exists.",
-        ),
-    ] = False,
-    persist: Annotated[
-        bool,
-        typer.Option(
-            "--persist",
-            help="Also install and enable powersweep-apply.service, which turns persistence mode "
-            "on and sets the same values at boot (with --reset: remove it).",
-            rich_help_panel=PERSIST,
-        ),
-    ] = False,
-    print_unit: Annotated[
-        bool,
-        typer.Option(
-            "--print-unit",
-            help="Print the boot unit on stdout instead of installing it; change nothing.",
-            rich_help_panel=PERSIST,
-        ),
-    ] = False,
-    unit_dir: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="POWERSWEEP_UNIT_DIR",
-            show_envvar=True,
-            help="Install the unit here, without systemctl (packaging, tests). "
-            "Default /etc/systemd/system, then enabled.",
-            rich_help_panel=PERSIST,
-        ),
-    ] = None,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="POWERSWEEP_STATE_DIR",
-            show_envvar=True,
-            help="Where a sweep's restore journal lives (default /var/lib/powersweep as root).",
-        ),
-    ] = None,
-    simulate: Annotated[
-        str | None,
-        typer.Option(help="Simulated GPUs (a profile, a+b for two).", rich_help_panel=SIMULATION),
-    ] = None,
-    sim_state: Annotated[
-        Path | None,
-        typer.Option(help="File holding the simulated settings.", rich_help_panel=SIMULATION),
-    ] = None,
-    at_boot: Annotated[
-        bool, typer.Option("--at-boot", hidden=True, help="What the boot unit runs.")
-    ] = False,
+    run_dir: RunDirArg = None,
+    objective: ObjectiveOpt = None,
+    eta: EtaOpt = 0.5,
+    cap: CapOpt = None,
+    gpus: GpusOpt = None,
+    reset: ResetOpt = False,
+    dry_run: DryRunOpt = False,
+    strict: StrictOpt = False,
+    force: ForceOpt = False,
+    persist: PersistOpt = False,
+    print_unit: PrintUnitOpt = False,
+    unit_dir: UnitDirOpt = None,
+    state_dir: StateDirOpt = None,
+    simulate: SimulateOpt = None,
+    sim_state: SimStateOpt = None,
+    at_boot: AtBootOpt = False,
 ) -> None:
     """Set a run's recommended power limit (or --cap W, or --reset) on the right GPUs."""
     from powersweep.cli.rigs import build_settings_rig

@@ -10,8 +10,7 @@ from typing import Annotated
 import typer
 
 from powersweep.cli._common import is_root, pid_alive
-
-SIMULATION = "Simulation"
+from powersweep.cli.apply import SimStateOpt, SimulateOpt
 
 
 def status_command(
@@ -32,14 +31,8 @@ def status_command(
             help="Where the boot unit is looked for (default /etc/systemd/system).",
         ),
     ] = None,
-    simulate: Annotated[
-        str | None,
-        typer.Option(help="Simulated GPUs (a profile, a+b for two).", rich_help_panel=SIMULATION),
-    ] = None,
-    sim_state: Annotated[
-        Path | None,
-        typer.Option(help="File holding the simulated settings.", rich_help_panel=SIMULATION),
-    ] = None,
+    simulate: SimulateOpt = None,
+    sim_state: SimStateOpt = None,
 ) -> None:
     """Show each GPU's power limits, clock locks, persistence mode and readings (no root)."""
     from powersweep.cli.rigs import build_settings_rig

@@ -143,6 +143,8 @@ def test_install_writes_only_the_unit_with_mode_0644_and_enables_it(tmp_path: Pa
     assert path == tmp_path / UNIT_NAME
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert path.stat().st_uid == os.geteuid()
+    if os.geteuid() == 0:
+        assert (path.stat().st_uid, path.stat().st_gid) == (0, 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == [UNIT_NAME]
     assert calls == [["daemon-reload"], ["enable", UNIT_NAME]]
 

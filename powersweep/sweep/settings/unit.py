@@ -225,6 +225,9 @@ def install_unit(text: str, unit_dir: Path, systemctl: Systemctl | None = None) 
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
+                if hasattr(os, "geteuid") and os.geteuid() == 0:
+                    # root-owned whatever the directory's group (a setgid unit directory)
+                    os.fchown(f.fileno(), 0, 0)
                 os.fchmod(f.fileno(), UNIT_MODE)
                 os.fsync(f.fileno())
             os.replace(tmp, path)
