@@ -108,84 +108,155 @@ def synthesize_run(
     sample_rows: list[dict[str, Any]] = []
     request_rows: list[dict[str, Any]] = []
     cap_rows: list[dict[str, Any]] = []
-    t = 0.0
-    tick = 0
-    energy_mj = 0.0
+    clock = _SynthClock()
     for cap in caps:
-        cap_w = float(cap["cap_w"])
-        power_true = float(cap["power_w"])
-        regime = str(cap.get("regime") or "power_limited")
-        thermal = regime in _THERMAL_REGIMES
-        pwr_throttle = regime in _POWER_THROTTLE_REGIMES
-        t_cap = t
-        load_power: list[float] = []
-        load_temps: list[float] = []
-        load_clocks: list[float] = []
-        n_settle, n_load = nm.settle_ticks, max(nm.load_ticks, 1)
-        for k in range(n_settle + n_load):
-            phase = "settle" if k < n_settle else phases[(k - n_settle) * len(phases) // n_load]
-            power = round(power_true * (1.0 + rng.normal(0.0, nm.power_rel)), 2)
-            temp = float(round(float(cap.get("temp_c", 60.0)) + rng.normal(0.0, nm.temp_sd_c)))
-            clock = _clock_reading(float(cap.get("sm_clock_mhz", math.nan)), nm.clock_bin_mhz, rng)
-            energy_mj += power * nm.tick_s * 1000.0
-            sample_rows.append(
-                {
-                    "t_s": round(t, 3),
-                    "tick": tick,
-                    "cap_w": cap_w,
-                    "phase": phase,
-                    "gpu_index": int(gpu.get("index", 0)),
-                    "power_w": power,
-                    "energy_mj": math.floor(energy_mj),
-                    "temp_c": temp,
-                    "sm_clock_mhz": clock,
-                    "mem_clock_mhz": gpu.get("mem_clock_mhz"),
-                    "util_pct": 100.0,
-                    "pstate": 2,
-                    "throttle_power": pwr_throttle and not thermal,
-                    "throttle_thermal": thermal,
-                    "clock_event_bits": 32 if thermal else (4 if pwr_throttle else 0),
-                }
-            )
-            if k >= n_settle:
-                load_power.append(power)
-                load_temps.append(temp)
-                load_clocks.append(clock)
-            t += nm.tick_s
-            tick += 1
-        window_s = n_load * nm.tick_s
+        samples, load = _synth_samples(cap, gpu, phases, nm, rng, clock)
+        sample_rows += samples
+        t_cap = float(samples[0]["t_s"])
         tps = float(cap["tps"]) * (1.0 + rng.normal(0.0, nm.tps_rel))
-        draw = float(np.median(load_power))
         request_rows += _requests(
-            cap_w, tps, mode, prompt_tokens, streams, t_cap, window_s, nm, rng
+            float(cap["cap_w"]), tps, mode, prompt_tokens, streams, t_cap, load.window_s, nm, rng
         )
-        row: dict[str, Any] = {
-            "cap_w": cap_w,
-            "narr_tps": None if mode == "prefill-heavy" else tps,
-            "code_tps": tps * 0.985 if mode == "decode-single" else None,
-            "prefill_tps": tps if mode == "prefill-heavy" else None,
-            "power_w": draw,
-            "energy_j": sum(load_power) * nm.tick_s,
-            "energy_sampled_j": float(np.trapezoid(load_power, dx=nm.tick_s)) + draw * nm.tick_s,
-            "tps_per_w": tps / draw,
-            "temp_max_c": max(load_temps),
-            "sm_clock_mhz": float(np.median(load_clocks)),
-            "mem_clock_mhz": gpu.get("mem_clock_mhz"),
-            "util_pct": 100.0,
-            "pwr_throttle_pct": 100.0 if pwr_throttle and not thermal else 0.0,
-            "thermal_throttle_pct": 100.0 if thermal else 0.0,
-            "pstate": 2.0,
-            "n_samples": n_load,
-            "n_requests": len(phases) * nm.requests_per_cap,
-            "n_gpus": 1,
-            "settle_s": n_settle * nm.tick_s,
-            "window_s": window_s,
-            "status": "ok",
-            "error": None,
-        }
-        cap_rows.append(row)
+        cap_rows.append(_cap_row(cap, gpu, mode, tps, load, len(phases), nm))
+    run = _run_json(truth, gpu, caps, mode, seed, cooling, model)
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+        if raw_files:
+            pl.DataFrame(sample_rows, infer_schema_length=None).write_csv(out_dir / "samples.csv")
+            pl.DataFrame(request_rows, infer_schema_length=None).write_csv(out_dir / "requests.csv")
+    except OSError as exc:
+        raise PowersweepError(f"cannot write the synthetic run {out_dir}: {exc}") from exc
+    write_caps_csv(pl.DataFrame(cap_rows, infer_schema_length=None), out_dir / "caps.csv")
+    return out_dir
 
-    run = {
+
+@dataclass
+class _SynthClock:
+    """Run time, sampler tick and the energy counter, carried from one cap to the next."""
+
+    t_s: float = 0.0
+    tick: int = 0
+    energy_mj: float = 0.0
+
+
+@dataclass(frozen=True)
+class _LoadReadings:
+    """The readings of one cap's load window."""
+
+    power_w: list[float]
+    temps_c: list[float]
+    clocks_mhz: list[float]
+    n_settle: int
+    tick_s: float
+
+    @property
+    def window_s(self) -> float:
+        return len(self.power_w) * self.tick_s
+
+
+def _synth_samples(
+    cap: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    phases: tuple[str, ...],
+    nm: NoiseModel,
+    rng: np.random.Generator,
+    clock: _SynthClock,
+) -> tuple[list[dict[str, Any]], _LoadReadings]:
+    """One cap's samples.csv rows (settle, then the load phases) and its load-window readings."""
+    cap_w = float(cap["cap_w"])
+    power_true = float(cap["power_w"])
+    regime = str(cap.get("regime") or "power_limited")
+    thermal = regime in _THERMAL_REGIMES
+    pwr_throttle = regime in _POWER_THROTTLE_REGIMES
+    rows: list[dict[str, Any]] = []
+    load = _LoadReadings([], [], [], nm.settle_ticks, nm.tick_s)
+    n_settle, n_load = nm.settle_ticks, max(nm.load_ticks, 1)
+    for k in range(n_settle + n_load):
+        phase = "settle" if k < n_settle else phases[(k - n_settle) * len(phases) // n_load]
+        power = round(power_true * (1.0 + rng.normal(0.0, nm.power_rel)), 2)
+        temp = float(round(float(cap.get("temp_c", 60.0)) + rng.normal(0.0, nm.temp_sd_c)))
+        sm = _clock_reading(float(cap.get("sm_clock_mhz", math.nan)), nm.clock_bin_mhz, rng)
+        clock.energy_mj += power * nm.tick_s * 1000.0
+        rows.append(
+            {
+                "t_s": round(clock.t_s, 3),
+                "tick": clock.tick,
+                "cap_w": cap_w,
+                "phase": phase,
+                "gpu_index": int(gpu.get("index", 0)),
+                "power_w": power,
+                "energy_mj": math.floor(clock.energy_mj),
+                "temp_c": temp,
+                "sm_clock_mhz": sm,
+                "mem_clock_mhz": gpu.get("mem_clock_mhz"),
+                "util_pct": 100.0,
+                "pstate": 2,
+                "throttle_power": pwr_throttle and not thermal,
+                "throttle_thermal": thermal,
+                "clock_event_bits": 32 if thermal else (4 if pwr_throttle else 0),
+            }
+        )
+        if k >= n_settle:
+            load.power_w.append(power)
+            load.temps_c.append(temp)
+            load.clocks_mhz.append(sm)
+        clock.t_s += nm.tick_s
+        clock.tick += 1
+    return rows, load
+
+
+def _cap_row(
+    cap: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    mode: str,
+    tps: float,
+    load: _LoadReadings,
+    n_phases: int,
+    nm: NoiseModel,
+) -> dict[str, Any]:
+    """One caps.csv row, made from the cap's load-window readings as the sweep would."""
+    regime = str(cap.get("regime") or "power_limited")
+    thermal = regime in _THERMAL_REGIMES
+    pwr_throttle = regime in _POWER_THROTTLE_REGIMES
+    draw = float(np.median(load.power_w))
+    return {
+        "cap_w": float(cap["cap_w"]),
+        "narr_tps": None if mode == "prefill-heavy" else tps,
+        "code_tps": tps * 0.985 if mode == "decode-single" else None,
+        "prefill_tps": tps if mode == "prefill-heavy" else None,
+        "power_w": draw,
+        "energy_j": sum(load.power_w) * nm.tick_s,
+        "energy_sampled_j": float(np.trapezoid(load.power_w, dx=nm.tick_s)) + draw * nm.tick_s,
+        "tps_per_w": tps / draw,
+        "temp_max_c": max(load.temps_c),
+        "sm_clock_mhz": float(np.median(load.clocks_mhz)),
+        "mem_clock_mhz": gpu.get("mem_clock_mhz"),
+        "util_pct": 100.0,
+        "pwr_throttle_pct": 100.0 if pwr_throttle and not thermal else 0.0,
+        "thermal_throttle_pct": 100.0 if thermal else 0.0,
+        "pstate": 2.0,
+        "n_samples": len(load.power_w),
+        "n_requests": n_phases * nm.requests_per_cap,
+        "n_gpus": 1,
+        "settle_s": load.n_settle * nm.tick_s,
+        "window_s": load.window_s,
+        "status": "ok",
+        "error": None,
+    }
+
+
+def _run_json(
+    truth: Mapping[str, Any],
+    gpu: Mapping[str, Any],
+    caps: list[Any],
+    mode: str,
+    seed: int,
+    cooling: str,
+    model: str,
+) -> dict[str, Any]:
+    return {
         "schema_version": 1,
         "tool": {"name": "powersweep", "version": "synthetic"},
         "started_at": "2025-01-01T00:00:00Z",
@@ -204,17 +275,6 @@ def synthesize_run(
         "read_errors": 0,
         "observe_only": False,
     }
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
-        if raw_files:
-            pl.DataFrame(sample_rows, infer_schema_length=None).write_csv(out_dir / "samples.csv")
-            pl.DataFrame(request_rows, infer_schema_length=None).write_csv(out_dir / "requests.csv")
-    except OSError as exc:
-        raise PowersweepError(f"cannot write the synthetic run {out_dir}: {exc}") from exc
-    write_caps_csv(pl.DataFrame(cap_rows, infer_schema_length=None), out_dir / "caps.csv")
-    return out_dir
 
 
 def _clock_reading(clock_mhz: float, bin_mhz: float, rng: np.random.Generator) -> float:
