@@ -273,3 +273,92 @@ def _read_optional(
     except UsageError as exc:
         notes.append(f"{path.name} ignored: {exc}")
         return None
+
+
+def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path, str]]]:
+    """Load many run directories' caps.csv and run.json at once (no samples or requests).
+
+    One lazy polars scan reads every caps.csv and converts the columns in one pass, which is
+    what keeps a fleet of a thousand runs fast; a run whose files do not parse is loaded alone
+    with :func:`load_curve` so its error names the file, line and column.
+
+    Args:
+        run_dirs: Run directories, each holding caps.csv (and usually run.json).
+
+    Returns:
+        The curves that loaded (in the order given) and ``(run_dir, error)`` for those that
+        did not.
+    """
+    if not run_dirs:
+        return [], []
+    frames = [
+        pl.scan_csv(Path(d) / "caps.csv", infer_schema=False).with_columns(
+            pl.lit(i, dtype=pl.Int32).alias("_run")
+        )
+        for i, d in enumerate(run_dirs)
+    ]
+    try:
+        text = pl.concat(frames, how="diagonal_relaxed").collect()
+        text = text.rename({c: c.strip() for c in text.columns})
+        converted = _to_floats(Path("caps.csv"), text, CAPS_FLOAT_COLUMNS)
+    except (pl.exceptions.PolarsError, OSError, UsageError):
+        return _load_one_by_one(run_dirs)
+    exprs: list[pl.Expr | pl.Series] = [pl.col("_run")]
+    for name in CAPS_FLOAT_COLUMNS:
+        exprs.append(converted.get(name, pl.lit(None, dtype=pl.Float64).alias(name)))
+    status = pl.col("status") if "status" in text.columns else pl.lit(None, dtype=pl.String)
+    error = pl.col("error") if "error" in text.columns else pl.lit(None, dtype=pl.String)
+    status = status.str.strip_chars().str.to_lowercase()
+    error = error.str.strip_chars()
+    exprs.append(
+        pl.when(status.is_null() | (status == ""))
+        .then(pl.lit("ok"))
+        .otherwise(status)
+        .alias("status")
+    )
+    exprs.append(pl.when(error == "").then(None).otherwise(error).alias("error"))
+    caps_all = (
+        text.select(exprs)
+        .filter(pl.col("cap_w").is_not_null())
+        .with_columns(pl.col("n_gpus").fill_null(1.0))
+        .sort(["_run", "cap_w"], maintain_order=True)
+    )
+    parts = {
+        int(k[0]): v.drop("_run") for k, v in caps_all.partition_by("_run", as_dict=True).items()
+    }
+    curves: list[Curve] = []
+    failed: list[tuple[Path, str]] = []
+    for i, d in enumerate(run_dirs):
+        d = Path(d)
+        caps = parts.get(i)
+        metric = _pick_metric(caps) if caps is not None and caps.height else None
+        if caps is None or metric is None or caps.filter(pl.col("cap_w") <= 0).height:
+            more, bad = _load_one_by_one([d])
+            curves += more
+            failed += bad
+            continue
+        try:
+            run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
+        except UsageError as exc:
+            failed.append((d, str(exc)))
+            continue
+        curves.append(Curve(caps, metric, run, None, None, d, d))
+    return curves, failed
+
+
+def _load_one_by_one(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path, str]]]:
+    """The slow path: each run's caps.csv and run.json alone (raw samples are not needed)."""
+    curves: list[Curve] = []
+    failed: list[tuple[Path, str]] = []
+    for d in run_dirs:
+        d = Path(d)
+        try:
+            if not (d / "caps.csv").is_file():
+                raise UsageError(f"{d}: no caps.csv here")
+            caps, metric = _read_caps(d / "caps.csv")
+            run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
+        except UsageError as exc:
+            failed.append((d, str(exc)))
+            continue
+        curves.append(Curve(caps, metric, run, None, None, d, d))
+    return curves, failed

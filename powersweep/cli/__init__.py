@@ -42,13 +42,14 @@ from powersweep.cli._common import one_line  # noqa: E402
 from powersweep.cli.analyze import analyze_command  # noqa: E402
 from powersweep.cli.apply import apply_command  # noqa: E402
 from powersweep.cli.compare import compare_command  # noqa: E402
+from powersweep.cli.fleet import fleet_app  # noqa: E402
 from powersweep.cli.import_table import import_command  # noqa: E402
 from powersweep.cli.plot import plot_command  # noqa: E402
 from powersweep.cli.restore import restore_command  # noqa: E402
 from powersweep.cli.status import status_command  # noqa: E402
 from powersweep.cli.sweep import sweep_command  # noqa: E402
 
-COMMANDS = ("sweep", "restore", "analyze", "plot", "compare", "import", "status", "apply")
+COMMANDS = ("sweep", "restore", "analyze", "plot", "compare", "import", "status", "apply", "fleet")
 # Options of ``powersweep`` itself; anything else before a command is the sweep's.
 ROOT_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
 
@@ -88,6 +89,7 @@ app.command("compare")(compare_command)
 app.command("import")(import_command)
 app.command("status")(status_command)
 app.command("apply")(apply_command)
+app.add_typer(fleet_app, name="fleet")
 
 
 def _argv_with_default_command(argv: Sequence[str]) -> list[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from typing import Any
 
 from powersweep.clock import ScaledClock, real_clock
 from powersweep.errors import UsageError
-from powersweep.sim.profiles import GpuProfile, get_profile
+from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.rig import SimRig, ground_truth
 from powersweep.sim.server import SimServer
@@ -104,15 +106,27 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             "seed": options.seed,
             "time_scale": clock.scale,
             "server_flavour": options.sim_server if served else None,
+            "node": sim_node(options),
         },
         truth=truth,
     )
 
 
+def sim_node(options: SweepOptions) -> str:
+    """The simulated node's name, which seeds its cards' spread: ``--sim-node``, else
+    ``POWERSWEEP_SIM_NODE``, else the host name (so every node of a fleet gets its own cards)."""
+    return options.sim_node or os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
+
+
+def _card_profiles(specs: Sequence[str], node: str) -> list[GpuProfile]:
+    """One profile per ``+``-separated card spec (``rtx4090-air~0.03``), spread by node."""
+    return [fleet_card(parse_card_spec(s), node, i) for i, s in enumerate(specs)]
+
+
 def _profiles(options: SweepOptions) -> list[GpuProfile]:
     assert options.simulate is not None
     names = [n.strip() for n in options.simulate.split("+") if n.strip()]
-    profiles = [get_profile(n) for n in names]
+    profiles = _card_profiles(names, sim_node(options))
     if options.sim_rejects_below_w is not None:
         profiles = [
             dataclasses.replace(p, rejects_below_w=options.sim_rejects_below_w) for p in profiles
@@ -179,6 +193,7 @@ def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:
     return {
         "kind": "sim",
         "profiles": names,
+        "node": sim_node(options),
         "sim_state": str(state) if state else None,
         "seed": options.seed,
     }
@@ -191,7 +206,9 @@ def restore_backend(backend_spec: Mapping[str, Any]) -> contextlib.AbstractConte
         PowersweepError: NVML cannot start, or an unknown simulation profile.
     """
     if backend_spec.get("kind") == "sim":
-        profiles = [get_profile(str(n)) for n in backend_spec.get("profiles", [])]
+        profiles = _card_profiles(
+            [str(n) for n in backend_spec.get("profiles", [])], str(backend_spec.get("node") or "")
+        )
         state = backend_spec.get("sim_state")
         rig = SimRig(
             profiles,
@@ -237,7 +254,9 @@ def build_settings_rig(simulate: str | None, sim_state: Path | None) -> Iterator
     if simulate.startswith("replay:"):
         raise UsageError("status and apply simulate profiles, not replayed curves (replay:...)")
     names = [n.strip() for n in simulate.split("+") if n.strip()]
-    profiles = [get_profile(n) for n in names]
+    # fleet cards (NAME~SPREAD) are the same cards the sweep on this node simulated
+    node = os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
+    profiles = _card_profiles(names, node)
     rig = SimRig(profiles, ScaledClock(1.0), state_file=sim_state)
     args: tuple[str, ...] = ("--simulate", "+".join(names))
     if sim_state is not None:

@@ -298,6 +298,15 @@ SimReasoningTokensOpt = Annotated[
     int, typer.Option(hidden=True, help="Simulation: reasoning tokens before the answer.")
 ]
 
+SimNodeOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Simulation: node name that seeds a fleet card's spread (PROFILE~0.03); "
+        "default $POWERSWEEP_SIM_NODE or the host name.",
+        rich_help_panel=SIMULATION,
+    ),
+]
+
 SimHideNumCtxOpt = Annotated[
     bool,
     typer.Option(
@@ -349,6 +358,7 @@ def sweep_command(
     sim_context: SimContextOpt = None,
     sim_reasoning_tokens: SimReasoningTokensOpt = 0,
     sim_hide_num_ctx: SimHideNumCtxOpt = False,
+    sim_node: SimNodeOpt = None,
 ) -> None:
     """Sweep the power-limit envelope and measure tokens per watt at each cap."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -398,6 +408,7 @@ def sweep_command(
         sim_context=sim_context,
         sim_hide_num_ctx=sim_hide_num_ctx,
         sim_reasoning_tokens=sim_reasoning_tokens,
+        sim_node=sim_node,
     )
     if dry_run:
         _print_dry_run(options)
@@ -504,9 +515,17 @@ def _finish_report(run_dir: Path, *, charts: bool) -> None:
 
 
 def _print_profiles() -> None:
-    from powersweep.sim.profiles import PROFILE_DESCRIPTIONS, profile_names
+    from powersweep.sim.profiles import OUTLIERS, PROFILE_DESCRIPTIONS, profile_names
 
     for name in profile_names():
         typer.echo(f"{name:16s} {PROFILE_DESCRIPTIONS.get(name, '')}")
     typer.echo(f"{'replay:PATH':16s} a rig replaying a measured caps.csv (a community curve)")
     typer.echo(f"{'A+B':16s} two simulated cards, e.g. rtx3090-air+rtx3090-air")
+    typer.echo(
+        f"{'NAME~SPREAD':16s} one card of a fleet, e.g. rtx4090-air~0.03 (+-3% silicon and "
+        "cooling, seeded by --sim-node)"
+    )
+    typer.echo(
+        f"{'NAME~S~OUTLIER':16s} a planted outlier: "
+        + "; ".join(f"{k} ({v})" for k, v in OUTLIERS.items())
+    )

@@ -11,6 +11,8 @@ Qwen3.6-27B Q3 on llama.cpp): decode sweet spot near 290 W, a firmware boost pla
 
 from __future__ import annotations
 
+import random
+import zlib
 from dataclasses import dataclass, replace
 
 from powersweep.errors import UsageError
@@ -311,3 +313,108 @@ def get_profile(name: str) -> GpuProfile:
             f"unknown simulation profile {name!r}; known: {', '.join(_BUILTIN)} "
             "(see --list-profiles)"
         ) from None
+
+
+# Planted outliers of a simulated fleet: what makes one card of a model unlike the others.
+OUTLIERS: dict[str, str] = {
+    "hot": "badly cooled card: intake 12 C warmer, 50% more thermal resistance",
+    "low-envelope": "different firmware: default and maximum limit 85% of the model's",
+}
+
+
+@dataclass(frozen=True)
+class CardSpec:
+    """One simulated card of a fleet: a profile, its per-card spread and a planted outlier.
+
+    Attributes:
+        profile: Built-in profile name.
+        spread: Relative card-to-card variation (0.03 for +-3%); 0 is the profile itself.
+        outlier: A key of :data:`OUTLIERS`, or None.
+    """
+
+    profile: str
+    spread: float = 0.0
+    outlier: str | None = None
+
+
+def parse_card_spec(text: str) -> CardSpec:
+    """Parse ``NAME``, ``NAME~SPREAD`` or ``NAME~SPREAD~OUTLIER`` (``rtx4090-air~0.03``).
+
+    Raises:
+        UsageError: Unknown profile or outlier, or a spread that is not a number in 0..0.3.
+    """
+    name, _, rest = text.strip().partition("~")
+    get_profile(name)
+    spread_text, _, outlier = rest.partition("~")
+    spread = 0.0
+    if spread_text:
+        try:
+            spread = float(spread_text)
+        except ValueError:
+            raise UsageError(
+                f"--simulate {text!r}: the spread after ~ must be a fraction like 0.03"
+            ) from None
+        if not 0.0 <= spread <= 0.3:
+            raise UsageError(f"--simulate {text!r}: the spread must be between 0 and 0.3")
+    if outlier and outlier not in OUTLIERS:
+        raise UsageError(
+            f"--simulate {text!r}: unknown outlier {outlier!r}; known: {', '.join(OUTLIERS)}"
+        )
+    return CardSpec(name, spread, outlier or None)
+
+
+def fleet_card(spec: CardSpec, node: str, index: int = 0) -> GpuProfile:
+    """The profile of one card of a fleet, perturbed reproducibly by its node name.
+
+    Silicon (switching power, leakage, memory timing) and cooling (intake temperature, thermal
+    resistance) vary uniformly within +-``spread``; the node name and card index seed the draw,
+    so a node always gets the same card and different nodes get different ones. The ground truth
+    follows the perturbed card because it is computed from this profile.
+
+    Args:
+        spec: Profile, spread and planted outlier.
+        node: The node's name (``--sim-node``).
+        index: The card's index on the node.
+
+    Returns:
+        The perturbed profile (same ``name`` and ``gpu_name`` as the model's).
+    """
+    base = get_profile(spec.profile)
+    card = base
+    if spec.spread > 0:
+        seed = zlib.crc32(f"{node}/{index}/{spec.profile}".encode())
+        rng = random.Random(seed)
+
+        def vary(scale: float = 1.0) -> float:
+            return 1.0 + scale * spec.spread * rng.uniform(-1.0, 1.0)
+
+        th = base.thermal
+        card = replace(
+            base,
+            dyn_w_per_mhz_v2=base.dyn_w_per_mhz_v2 * vary(),
+            static_w=base.static_w * vary(),
+            decode_memory_s=base.decode_memory_s * vary(0.3),
+            thermal=replace(
+                th,
+                # a 3% spread moves the intake by up to 3 C (position in the chassis or rack)
+                ambient_c=th.ambient_c + 100.0 * spec.spread * rng.uniform(-1.0, 1.0),
+                resistance_c_per_w=th.resistance_c_per_w * vary(),
+            ),
+        )
+    if spec.outlier == "hot":
+        th = card.thermal
+        card = replace(
+            card,
+            thermal=replace(
+                th, ambient_c=th.ambient_c + 12.0, resistance_c_per_w=th.resistance_c_per_w * 1.5
+            ),
+        )
+    elif spec.outlier == "low-envelope":
+        low = round(card.default_limit_w * 0.85 / 5.0) * 5.0
+        card = replace(
+            card,
+            default_limit_w=low,
+            max_limit_w=low,
+            user_limit_w=min(card.user_limit_w, low),
+        )
+    return card

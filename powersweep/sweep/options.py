@@ -113,6 +113,7 @@ class SweepOptions:
     sim_context: int | None = None
     sim_hide_num_ctx: bool = False
     sim_reasoning_tokens: int = 0
+    sim_node: str | None = None
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
@@ -220,7 +221,9 @@ def validate(options: SweepOptions) -> None:
     if options.observe_only and options.dry_run:
         raise UsageError("--dry-run and --observe-only exclude each other")
     if options.simulate is None and (
-        options.sim_rejects_below_w is not None or options.sim_http_error is not None
+        options.sim_rejects_below_w is not None
+        or options.sim_http_error is not None
+        or options.sim_node is not None
     ):
         raise UsageError("--sim-* options work only with --simulate")
     if options.sim_http_error is not None and not 400 <= options.sim_http_error <= 599:

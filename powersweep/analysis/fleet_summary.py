@@ -1,0 +1,193 @@
+"""fleet.md (paste-ready GitHub markdown) and writing a fleet report's files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from powersweep.analysis.fleet import group_title
+from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT, escape_md
+from powersweep.errors import PowersweepError
+
+_BUDGET = GITHUB_COMMENT_LIMIT - 1_024
+# Outliers listed per group before "and N more"; the rest are in fleet.json.
+MAX_OUTLIER_ROWS = 25
+MAX_PROBLEM_ROWS = 15
+
+
+def _n(value: Any, fmt: str = ".0f", unit: str = "") -> str:
+    if value is None:
+        return "—"
+    try:
+        return f"{float(value):{fmt}}{unit}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+def _plural(n: Any, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _dist_row(name: str, d: Mapping[str, Any]) -> str:
+    return (
+        f"| {name} | {_n(d.get('median'), '.0f', ' W')} | "
+        f"{_n(d.get('q1'))}-{_n(d.get('q3'), '.0f', ' W')} | "
+        f"{_n(d.get('min'))}-{_n(d.get('max'), '.0f', ' W')} |\n"
+    )
+
+
+def _pct_row(name: str, d: Mapping[str, Any]) -> str:
+    return (
+        f"| {name} | {_n(d.get('median'), '+.1f', '%')} | "
+        f"{_n(d.get('q1'), '+.1f')} to {_n(d.get('q3'), '+.1f', '%')} | "
+        f"{_n(d.get('min'), '+.1f')} to {_n(d.get('max'), '+.1f', '%')} |\n"
+    )
+
+
+def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
+    fc = g.get("fleet_cap") or {}
+    sv = g.get("savings") or {}
+    env = g.get("envelope_w") or {}
+    unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
+    out = [f"### {escape_md(group_title(g))}\n\n"]
+    out.append(
+        f"{_plural(g.get('n_cards'), 'card')}; envelope "
+        f"{_n(env.get('min'))}/{_n(env.get('default'))}/"
+        f"{_n(env.get('max'), '.0f', ' W')} (min/default/max, most cards); "
+        f"step {_n(g.get('step_w'), '.0f', ' W')}.\n\n"
+    )
+    out.append(
+        f"**Fleet cap: {_n(fc.get('cap_w'), '.0f', ' W')}** "
+        f"({_n(fc.get('pct_of_default'), '.0f', '%')} of the default limit): fleet "
+        f"{_n(fc.get('fleet_tps_per_w'), '.4f')} {unit}/W against "
+        f"{_n(fc.get('fleet_tps_per_w_at_default'), '.4f')} at the default limit "
+        f"(outliers left out of the choice: {fc.get('excluded_outliers', 0)}).\n\n"
+    )
+    out.append("| per card | median | IQR | min-max |\n|---|---|---|---|\n")
+    out.append(_dist_row("sweet spot", g.get("sweet_spot_w") or {}))
+    out.append(_dist_row("near-peak cap", g.get("near_peak_w") or {}))
+    out.append(
+        _pct_row(
+            f"{unit}/W at the fleet cap vs own best", fc.get("tps_per_w_vs_own_best_pct") or {}
+        )
+    )
+    out.append(
+        _pct_row(f"{unit} at the fleet cap vs own best", fc.get("tps_vs_own_best_pct") or {})
+    )
+    out.append("\n")
+    if sv.get("n_cards"):
+        out.append(
+            f"Every card at the fleet cap instead of its default limit "
+            f"({_plural(sv['n_cards'], 'card')}, "
+            f"measured {unit}, {duty * 100:.0f}% duty): **{_n(sv.get('kw_saved'), '.2f', ' kW')}** "
+            f"less ({_n(sv.get('kw_default'), '.2f')} → "
+            f"{_n(sv.get('kw_fleet_cap'), '.2f', ' kW')}), "
+            f"**{_n(sv.get('mwh_per_year_saved'), '.1f', ' MWh/year')}**, "
+            f"{_n(sv.get('tps_change_pct'), '+.1f', '%')} {unit}. Energy per 1M tokens: "
+            f"{_n(sv.get('kwh_per_mtok_default'), '.3f')} → "
+            f"{_n(sv.get('kwh_per_mtok_fleet_cap'), '.3f', ' kWh')}"
+        )
+        if tariff is not None:
+            out.append(
+                f"; cost per 1M tokens at {tariff:g}/kWh: "
+                f"{_n(sv.get('cost_per_mtok_default'), '.4f')} → "
+                f"{_n(sv.get('cost_per_mtok_fleet_cap'), '.4f')}"
+            )
+        out.append(".\n\n")
+    outliers: Sequence[Mapping[str, Any]] = g.get("outliers") or []
+    if int(g.get("n_cards") or 0) < 5:
+        out.append("_Outliers need at least 5 cards in a group._\n\n")
+    elif not outliers:
+        out.append("No outliers: every card's curve, draw and temperature fit the group.\n\n")
+    else:
+        out.append(
+            f"**Outliers ({len(outliers)})**\n\n"
+            "| card | sweet spot | likely cause |\n|---|---|---|\n"
+        )
+        for o in outliers[:MAX_OUTLIER_ROWS]:
+            causes = "; ".join(str(c.get("message")) for c in o.get("causes") or [])
+            out.append(
+                f"| {escape_md(o.get('label'))} | {_n(o.get('sweet_spot_w'), '.0f', ' W')} | "
+                f"{escape_md(causes)} |\n"
+            )
+        if len(outliers) > MAX_OUTLIER_ROWS:
+            out.append(f"| … and {len(outliers) - MAX_OUTLIER_ROWS} more (see fleet.json) | | |\n")
+        out.append("\n")
+    return "".join(out)
+
+
+def render_fleet_summary(fleet: Mapping[str, Any]) -> str:
+    """Render fleet.md: totals, then one section per group, then the runs that were left out.
+
+    Returns:
+        GitHub-flavoured markdown, always shorter than 65,536 characters.
+    """
+    opts = fleet.get("options") or {}
+    tariff = opts.get("tariff_per_kwh")
+    duty = float(opts.get("duty") or 1.0)
+    groups: Sequence[Mapping[str, Any]] = fleet.get("groups") or []
+    totals = fleet.get("totals") or {}
+    head = (
+        f"## Fleet report: {_plural(fleet.get('n_cards'), 'run')} in "
+        f"{_plural(len(groups), 'group')}\n\n"
+        f"Every card at its group's fleet cap instead of the default limit saves "
+        f"**{_n(totals.get('kw_saved'), '.2f', ' kW')}**, "
+        f"**{_n(totals.get('mwh_per_year_saved'), '.1f', ' MWh/year')}** at {duty * 100:.0f}% "
+        "duty.\n\n"
+    )
+    tail = "\n_Generated by powersweep fleet report; fleet.json holds every card._\n"
+    problems = _problems(fleet)
+    body = "".join(_group_md(g, tariff, duty) for g in groups)
+    budget = _BUDGET - len(head) - len(tail) - len(problems)
+    if len(body) > budget:
+        cut = body[:budget].rsplit("\n", 1)[0]
+        body = cut + "\n\n_… truncated to fit a GitHub comment; see fleet.json._\n"
+    text = head + body + problems + tail
+    if len(text) >= GITHUB_COMMENT_LIMIT:
+        text = text[:_BUDGET].rsplit("\n", 1)[0] + "\n\n_… truncated; see fleet.json._\n"
+    return text
+
+
+def _problems(fleet: Mapping[str, Any]) -> str:
+    rows: list[str] = []
+    for r in fleet.get("incomplete") or []:
+        rows.append(
+            f"| {escape_md(r.get('label'))} | {escape_md(r.get('status'))} | "
+            f"{escape_md(r.get('error') or '')} |\n"
+        )
+    for r in fleet.get("unreadable") or []:
+        rows.append(
+            f"| {escape_md(r.get('run_dir'))} | unreadable | {escape_md(r.get('error'))} |\n"
+        )
+    if not rows:
+        return ""
+    more = len(rows) - MAX_PROBLEM_ROWS
+    shown = rows[:MAX_PROBLEM_ROWS]
+    if more > 0:
+        shown.append(f"| … and {more} more (see fleet.json) | | |\n")
+    return (
+        f"### Runs that did not complete ({len(rows)})\n\n"
+        "Incomplete runs count with the caps they finished; unreadable ones are left out.\n\n"
+        "| run | status | error |\n|---|---|---|\n" + "".join(shown) + "\n"
+    )
+
+
+def write_fleet_outputs(fleet: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """Write fleet.json and fleet.md into ``out_dir``.
+
+    Raises:
+        PowersweepError: A file cannot be written.
+    """
+    out_dir = Path(out_dir)
+    json_path, md_path = out_dir / "fleet.json", out_dir / "fleet.md"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(fleet, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        md_path.write_text(render_fleet_summary(fleet), encoding="utf-8")
+    except OSError as exc:
+        raise PowersweepError(
+            f"cannot write the fleet report into {out_dir}: {exc.strerror or exc}"
+        ) from exc
+    return [json_path, md_path]

@@ -1,0 +1,70 @@
+"""``powersweep fleet report DIR...``: one answer per GPU model over many runs, the spread between
+cards, the outliers and what a fleet cap saves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from powersweep.cli._common import formats, info
+from powersweep.errors import UsageError
+
+fleet_app = typer.Typer(
+    help="Fleets: merge many runs (one per node or card) into one report.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+
+@fleet_app.command("report")
+def report_command(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Run directories, or folders holding them (searched recursively)."),
+    ],
+    out: Annotated[Path, typer.Option(help="Where fleet.md, fleet.json and charts/ go.")] = Path(
+        "powersweep-fleet"
+    ),
+    tariff: Annotated[
+        float | None,
+        typer.Option(help="Electricity price per kWh, for the cost per 1M tokens."),
+    ] = None,
+    duty: Annotated[
+        float,
+        typer.Option(help="Share of the year the cards serve at the measured load (0-1)."),
+    ] = 1.0,
+    max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
+    fmt: Annotated[str, typer.Option("--format", help="Charts: png, svg or png,svg.")] = "png",
+    no_charts: Annotated[bool, typer.Option("--no-charts", help="Write no charts.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print fleet.json on stdout instead of fleet.md.")
+    ] = False,
+) -> None:
+    """Group runs by GPU, load mode and model: sweet-spot spread, fleet cap, outliers, savings.
+
+    Writes fleet.md (paste-ready), fleet.json and charts/ into --out.
+    """
+    from powersweep.analysis.fleet import FleetOptions, fleet_report
+    from powersweep.analysis.fleet_summary import render_fleet_summary, write_fleet_outputs
+
+    if not 0 <= max_tps_loss < 100:
+        raise UsageError("--max-tps-loss must be between 0 and 100")
+    chart_formats = formats(fmt)
+    fleet = fleet_report(
+        paths, FleetOptions(tariff_per_kwh=tariff, duty=duty, max_tps_loss_pct=max_tps_loss)
+    )
+    written = write_fleet_outputs(fleet, out)
+    if not no_charts:
+        from powersweep.plots.fleet import render_fleet_charts
+
+        written += render_fleet_charts(fleet, out / "charts", chart_formats)
+    typer.echo(json.dumps(fleet, indent=1) if as_json else render_fleet_summary(fleet))
+    skipped = len(fleet.get("unreadable") or [])
+    if skipped:
+        info(f"warning: {skipped} run(s) could not be read (listed in fleet.md)")
+    for path in written:
+        info(f"wrote {path}")

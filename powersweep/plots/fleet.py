@@ -1,0 +1,222 @@
+"""Fleet charts drawn from a fleet report (``fleet.json``): readable at one run or a thousand.
+
+No chart has one legend entry per run. The band chart shows each group's median TPS/W curve with
+its IQR band and min-max envelope, the fleet cap, and the outliers as thin curves named in a list
+beside the plot; the histogram shows where the cards' own sweet spots and near-peak caps fall.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from powersweep.errors import UsageError
+from powersweep.plots._style import COLORS, new_figure, save_figure, style
+
+# Groups drawn per figure; the rest are named in a note (fleet.json has them all).
+MAX_GROUPS = 4
+# Outlier curves drawn and named per group.
+MAX_OUTLIER_CURVES = 8
+MAX_OUTLIER_LINES = 14
+_BAND = "#1f5fa8"
+_OUTLIER_COLORS = ("#d55e00", "#cc79a7", "#e69f00", "#009e73", "#56b4e9", "#000000")
+
+
+def _title(group: Mapping[str, Any]) -> str:
+    gpu = str(group.get("gpu_name") or "unknown GPU").replace("NVIDIA ", "")
+    n = int(group.get("n_gpus") or 1)
+    gpu = f"{n} x {gpu}" if n > 1 else gpu
+    return f"{gpu} · {group.get('load_mode')} · {group.get('model')} ({group.get('n_cards')} cards)"
+
+
+def _groups(fleet: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    groups = [g for g in fleet.get("groups") or [] if (g.get("band") or {}).get("cap_w")]
+    if not groups:
+        raise UsageError("the fleet report has no group with a usable curve to draw")
+    return groups
+
+
+def _arr(values: Sequence[Any]) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _more_note(fig: Figure, groups: Sequence[Mapping[str, Any]]) -> None:
+    if len(groups) > MAX_GROUPS:
+        fig.text(
+            0.01,
+            0.005,
+            f"{len(groups) - MAX_GROUPS} more group(s) not drawn; see fleet.json / fleet.md",
+            fontsize=7,
+            color="#555555",
+        )
+
+
+def band_figure(fleet: Mapping[str, Any]) -> Figure:
+    """TPS/W against cap per group: median, IQR band, min-max envelope, outliers listed.
+
+    Raises:
+        UsageError: No group has a curve.
+    """
+    groups = _groups(fleet)
+    shown = groups[:MAX_GROUPS]
+    with style():
+        fig = new_figure(height_in=3.3 * len(shown) + 0.4)
+        fig.suptitle("Fleet: tokens per watt against the power cap")
+        grid = fig.add_gridspec(len(shown), 2, width_ratios=(3.2, 1.25))
+        for row, g in enumerate(shown):
+            ax = fig.add_subplot(grid[row, 0])
+            side = fig.add_subplot(grid[row, 1])
+            _band_axes(ax, g)
+            _outlier_list(side, g)
+        _more_note(fig, groups)
+    return fig
+
+
+def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
+    band = g["band"]
+    caps = _arr(band["cap_w"])
+    ax.set_title(_title(g), loc="left", fontsize=8.5)
+    ax.fill_between(
+        caps, _arr(band["min"]), _arr(band["max"]), color=_BAND, alpha=0.12, lw=0, label="min-max"
+    )
+    ax.fill_between(
+        caps, _arr(band["q1"]), _arr(band["q3"]), color=_BAND, alpha=0.32, lw=0, label="IQR"
+    )
+    ax.plot(caps, _arr(band["median"]), color=_BAND, lw=1.8, label="median card", zorder=4)
+    ymax = float(np.nanmax(_arr(band["max"])))
+    for i, o in enumerate((g.get("outliers") or [])[:MAX_OUTLIER_CURVES]):
+        curve = o.get("curve") or {}
+        ys = _arr(curve.get("tps_per_w") or [])
+        xs = _arr(curve.get("cap_w") or [])
+        color = _OUTLIER_COLORS[i % len(_OUTLIER_COLORS)]
+        ax.plot(xs, ys, color=color, lw=0.9, ls="--", zorder=3)
+        if len(xs):
+            ax.annotate(
+                str(i + 1),
+                (xs[-1], ys[-1]),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+                va="center",
+            )
+            ymax = max(ymax, float(np.nanmax(ys)))
+    fc = (g.get("fleet_cap") or {}).get("cap_w")
+    if fc is not None:
+        ax.axvline(float(fc), color=COLORS["sweet_spot"], lw=1.6, zorder=2, label="fleet cap")
+        ax.annotate(
+            f"fleet cap {float(fc):.0f} W",
+            (float(fc), ymax * 1.02),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize=7,
+        )
+    default = (g.get("envelope_w") or {}).get("default")
+    if default is not None:
+        ax.axvline(float(default), color=COLORS["default_tdp"], lw=0.9, ls="-.", label="default")
+    ax.set_xlabel("power cap (W)")
+    unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
+    ax.set_ylabel(f"{unit}/W")
+    ax.set_ylim(0.0, ymax * 1.12 if math.isfinite(ymax) and ymax > 0 else 1.0)
+    ax.legend(loc="lower right", fontsize=7, ncols=2)
+
+
+def _outlier_list(ax: Axes, g: Mapping[str, Any]) -> None:
+    """The outliers as numbered text lines (their curves carry the numbers)."""
+    ax.axis("off")
+    outliers = g.get("outliers") or []
+    lines = [f"Outliers: {len(outliers)} of {g.get('n_cards')}"]
+    for i, o in enumerate(outliers[:MAX_OUTLIER_LINES]):
+        causes = o.get("causes") or []
+        cause = str(causes[0].get("code")) if causes else "?"
+        tag = f"{i + 1}. " if i < MAX_OUTLIER_CURVES else "   "
+        lines.append(f"{tag}{_short(str(o.get('label')), 18)}: {cause.replace('_', ' ')}")
+    if len(outliers) > MAX_OUTLIER_LINES:
+        lines.append(f"... and {len(outliers) - MAX_OUTLIER_LINES} more (fleet.md)")
+    if not outliers:
+        lines.append("none" if int(g.get("n_cards") or 0) >= 5 else "(needs 5+ cards)")
+    ax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=7, family="DejaVu Sans Mono")
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else "…" + text[-(n - 1) :]
+
+
+def histogram_figure(fleet: Mapping[str, Any]) -> Figure:
+    """Where the cards' own sweet spots and near-peak caps fall, per group, with the fleet cap.
+
+    Raises:
+        UsageError: No group has a curve.
+    """
+    groups = _groups(fleet)
+    shown = groups[:MAX_GROUPS]
+    with style():
+        fig = new_figure(height_in=2.6 * len(shown) + 0.4)
+        fig.suptitle("Fleet: each card's own sweet spot and near-peak cap")
+        for row, g in enumerate(shown):
+            ax = fig.add_subplot(len(shown), 1, row + 1)
+            _histogram_axes(ax, g)
+        _more_note(fig, groups)
+    return fig
+
+
+def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
+    cards = g.get("cards") or []
+    sweet = _arr([c.get("sweet_spot_w") for c in cards])
+    near = _arr([c.get("near_peak_w") for c in cards])
+    both = np.concatenate([sweet, near])
+    both = both[np.isfinite(both)]
+    if not len(both):
+        ax.axis("off")
+        return
+    step = g.get("step_w")
+    step = float(step) if step is not None and float(step) > 0 else 10.0
+    lo, hi = float(both.min()), float(both.max())
+    edges = np.arange(lo - step / 2, hi + step, step)
+    ax.hist(
+        sweet[np.isfinite(sweet)],
+        bins=edges.tolist(),
+        color=COLORS["sweet_spot"],
+        alpha=0.9,
+        label="sweet spot",
+        edgecolor="#8a6d00",
+        linewidth=0.5,
+    )
+    ax.hist(
+        near[np.isfinite(near)],
+        bins=edges.tolist(),
+        histtype="step",
+        color=COLORS["near_peak"],
+        linewidth=1.4,
+        label="near-peak cap",
+    )
+    fc = (g.get("fleet_cap") or {}).get("cap_w")
+    if fc is not None:
+        ax.axvline(
+            float(fc), color="#333333", lw=1.2, ls="--", label=f"fleet cap {float(fc):.0f} W"
+        )
+    ax.set_title(_title(g), loc="left", fontsize=8.5)
+    ax.set_xlabel("power cap (W)")
+    ax.set_ylabel("cards")
+    ax.legend(loc="upper right", fontsize=7)
+
+
+def render_fleet_charts(
+    fleet: Mapping[str, Any], out_dir: Path, formats: Sequence[str] = ("png",)
+) -> list[Path]:
+    """Write ``fleet-band`` and ``fleet-sweet-spots`` charts into ``out_dir``.
+
+    Raises:
+        UsageError: No group has a curve, or an unsupported format.
+        PowersweepError: A file cannot be written.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = save_figure(band_figure(fleet), out_dir / "fleet-band", formats)
+    written += save_figure(histogram_figure(fleet), out_dir / "fleet-sweet-spots", formats)
+    return written
