@@ -1,0 +1,181 @@
+"""Fleet report over simulated fleets with known spread and planted outliers, against truth."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from powersweep.analysis.fleet import FleetOptions, discover_runs, fleet_report
+from powersweep.analysis.fleet_summary import render_fleet_summary
+from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT
+from powersweep.cli import main
+from powersweep.errors import UsageError
+from powersweep.sim.fleet import FleetCard, synthetic_fleet
+from powersweep.sim.profiles import fleet_card, parse_card_spec
+from powersweep.sim.rig import ground_truth
+from tests.integration.conftest import only_run_dir, powersweep, read_json
+
+PLANTED = {"node007": "hot", "node042": "low-envelope", "node150": "hot"}
+CAUSE = {"hot": "hot", "low-envelope": "firmware_envelope"}
+STEP_W = 10.0
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[FleetCard]]:
+    root = tmp_path_factory.mktemp("fleet")
+    cards = synthetic_fleet(root, "rtx4090-air~0.03", 200, outliers=PLANTED, seed=11)
+    return root, cards
+
+
+@pytest.fixture(scope="module")
+def report(fleet: tuple[Path, list[FleetCard]]) -> dict:
+    return fleet_report([fleet[0]], FleetOptions(tariff_per_kwh=0.3))
+
+
+def test_200_cards_sweet_spot_median_and_fleet_cap_match_truth(
+    fleet: tuple[Path, list[FleetCard]], report: dict
+) -> None:
+    _, cards = fleet
+    (group,) = report["groups"]
+    assert group["n_cards"] == 200
+    truth = statistics.median(c.true_sweet_spot_w for c in cards)
+    assert abs(group["sweet_spot_w"]["median"] - truth) <= STEP_W
+    assert abs(group["fleet_cap"]["cap_w"] - truth) <= STEP_W
+    # the spread is real: the cards' true sweet spots differ, and the report shows a spread
+    assert len({c.true_sweet_spot_w for c in cards}) > 1
+    assert group["sweet_spot_w"]["max"] > group["sweet_spot_w"]["min"]
+
+
+def test_every_planted_outlier_is_named_with_its_cause_and_no_other(report: dict) -> None:
+    (group,) = report["groups"]
+    named = {o["label"]: [c["code"] for c in o["causes"]] for o in group["outliers"]}
+    assert set(named) == set(PLANTED)
+    for node, kind in PLANTED.items():
+        assert named[node][0] == CAUSE[kind], (node, named[node])
+
+
+def test_savings_follow_the_simulators_truth(
+    fleet: tuple[Path, list[FleetCard]], report: dict
+) -> None:
+    _, cards = fleet
+    (group,) = report["groups"]
+    cap = group["fleet_cap"]["cap_w"]
+    saved_w = 0.0
+    for c in cards:
+        profile = fleet_card(c.spec, c.node)
+        default = profile.default_limit_w
+        t = ground_truth([profile], "decode-single", [min(cap, profile.max_limit_w), default])
+        saved_w += t.cap(default).power_w - t.cap(min(cap, profile.max_limit_w)).power_w
+    savings = group["savings"]
+    assert savings["n_cards"] == 200
+    assert savings["kw_saved"] == pytest.approx(saved_w / 1000.0, rel=0.02)
+    assert savings["mwh_per_year_saved"] == pytest.approx(savings["kw_saved"] * 8.76)
+    assert savings["cost_per_mtok_fleet_cap"] == pytest.approx(
+        savings["kwh_per_mtok_fleet_cap"] * 0.3
+    )
+    assert savings["cost_per_mtok_fleet_cap"] < savings["cost_per_mtok_default"]
+
+
+def test_cli_writes_report_files_and_markdown_fits_a_comment(
+    fleet: tuple[Path, list[FleetCard]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, _ = fleet
+    out = tmp_path / "report"
+    assert main(["fleet", "report", str(root), "--out", str(out), "--tariff", "0.3"]) == 0
+    md = (out / "fleet.md").read_text()
+    assert capsys.readouterr().out.strip() == md.strip()
+    assert len(md) < GITHUB_COMMENT_LIMIT
+    assert "node007" in md and "hot card" in md and "firmware envelope" in md
+    assert "MWh/year" in md and "cost per 1M tokens at 0.3/kWh" in md
+    data = json.loads((out / "fleet.json").read_text())
+    assert data["n_cards"] == 200
+    for name in ("fleet-band.png", "fleet-sweet-spots.png"):
+        assert (out / "charts" / name).stat().st_size > 10_000
+
+
+def test_markdown_stays_under_the_limit_with_thousands_of_outliers(report: dict) -> None:
+    (group,) = report["groups"]
+    many = {**report, "groups": [{**group, "outliers": group["outliers"] * 1000}] * 30}
+    many["incomplete"] = [{"label": "x" * 200, "status": "failed", "error": "e" * 300}] * 500
+    text = render_fleet_summary(many)
+    assert len(text) < GITHUB_COMMENT_LIMIT
+    assert "and 2975 more" in text or "truncated" in text
+
+
+def test_groups_by_model_and_reports_broken_and_failed_runs(tmp_path: Path) -> None:
+    synthetic_fleet(tmp_path / "a", "rtx4090-air~0.02", 6, seed=1)
+    synthetic_fleet(tmp_path / "b", "rtx3090-air~0.02", 5, seed=2, node_prefix="r")
+    broken = tmp_path / "b" / "broken-run"
+    broken.mkdir()
+    (broken / "caps.csv").write_text("cap_w,power_w,narr_tps\n300,abc,20\n")
+    failed = synthetic_fleet(tmp_path / "c", "rtx4090-air~0.02", 1, seed=3, node_prefix="f")[0]
+    meta = read_json(failed.run_dir / "run.json")
+    meta.update(status="failed", error="server went away")
+    (failed.run_dir / "run.json").write_text(json.dumps(meta))
+    report = fleet_report([tmp_path])
+    names = sorted(g["gpu_name"] for g in report["groups"])
+    assert names == ["NVIDIA GeForce RTX 3090 (simulated)", "NVIDIA GeForce RTX 4090 (simulated)"]
+    assert {g["n_cards"] for g in report["groups"]} == {5, 7}
+    assert [u["run_dir"] for u in report["unreadable"]] == [str(broken.resolve())]
+    assert "not a number" in report["unreadable"][0]["error"]
+    assert [(r["label"], r["status"]) for r in report["incomplete"]] == [("f000", "failed")]
+    md = render_fleet_summary(report)
+    assert "server went away" in md and "unreadable" in md
+
+
+def test_no_runs_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError):
+        discover_runs([tmp_path])
+    assert main(["fleet", "report", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "no run directory" in capsys.readouterr().err
+
+
+def test_fleet_card_spread_is_seeded_by_node_and_bounded() -> None:
+    spec = parse_card_spec("rtx4090-air~0.03")
+    a, b = fleet_card(spec, "node-a"), fleet_card(spec, "node-b")
+    assert a == fleet_card(spec, "node-a")
+    assert a != b
+    base = fleet_card(parse_card_spec("rtx4090-air"), "node-a")
+    for card in (a, b):
+        assert abs(card.dyn_w_per_mhz_v2 / base.dyn_w_per_mhz_v2 - 1) <= 0.03 + 1e-9
+        assert abs(card.thermal.ambient_c - base.thermal.ambient_c) <= 3.0 + 1e-9
+    low = fleet_card(parse_card_spec("rtx4090-air~0.03~low-envelope"), "x")
+    assert low.max_limit_w == low.default_limit_w < base.default_limit_w
+    for bad in ("rtx4090-air~x", "rtx4090-air~0.9", "rtx4090-air~0.03~melting", "nope~0.1"):
+        with pytest.raises(UsageError):
+            parse_card_spec(bad)
+
+
+@pytest.mark.slow
+def test_simulated_sweep_of_a_fleet_card_records_node_and_its_own_truth(tmp_path: Path) -> None:
+    proc = powersweep(
+        "--simulate",
+        "rtx4090-air~0.05~hot",
+        "--sim-node",
+        "rack3-node7",
+        "--load-mode",
+        "decode-single",
+        "--caps",
+        "260,300,400",
+        "--target-cap-seconds",
+        "3",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--no-charts",
+    )
+    assert proc.returncode == 0, proc.stderr
+    meta = read_json(only_run_dir(tmp_path) / "run.json")
+    assert meta["simulation"]["node"] == "rack3-node7"
+    truth = meta["simulation"]["ground_truth"]
+    card = fleet_card(parse_card_spec("rtx4090-air~0.05~hot"), "rack3-node7")
+    expected = ground_truth([card], "decode-single", [260.0, 300.0, 400.0]).to_dict()
+    for got, want in zip(truth["caps"], expected["caps"], strict=True):
+        assert got["regime"] == want["regime"]
+        assert (got["tps"], got["power_w"]) == pytest.approx((want["tps"], want["power_w"]))
+    # the hot card is thermally limited at 400 W; the model's own card is not
+    assert truth["caps"][-1]["regime"] == "thermal_limited"
+    assert meta["restored"][0]["ok"] is True
