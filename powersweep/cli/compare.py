@@ -11,6 +11,9 @@ import typer
 from powersweep.cli._common import formats, info, run_label
 from powersweep.errors import UsageError
 
+# Past this many runs an overlay's legend fills the figure: draw the band view instead.
+MAX_OVERLAY_RUNS = 8
+
 
 class XAxis(StrEnum):
     """The compare chart's x axis."""
@@ -36,12 +39,30 @@ def compare_command(
     if len(paths) < 1:
         raise UsageError("compare needs at least one run")
     labelled = []
+    curves = []
     for p in paths:
         curve = analysis.load_curve(p)
+        curves.append(curve)
         labelled.append((run_label(p), analysis.analyze(curve)))
-    written = plots.render_compare(
-        labelled, out, x=x.value, normalize=normalize, formats=formats(fmt)
-    )
+    if len(paths) > MAX_OVERLAY_RUNS:
+        from powersweep.analysis.fleet import FleetOptions, summarise
+        from powersweep.plots.fleet import render_band
+
+        info(
+            f"{len(paths)} runs: drawing the band view (median, IQR and min-max per GPU, load "
+            "mode and model) instead of an overlay; `powersweep fleet report` adds the fleet "
+            "cap, outliers and savings"
+            + (
+                " (--x and --normalize apply to the overlay only)"
+                if normalize or x != "watts"
+                else ""
+            )
+        )
+        written = render_band(summarise(curves, [], FleetOptions()), out, formats(fmt))
+    else:
+        written = plots.render_compare(
+            labelled, out, x=x.value, normalize=normalize, formats=formats(fmt)
+        )
     typer.echo(plots.compare_table(labelled))
     for w in written:
         info(f"chart: {w}")

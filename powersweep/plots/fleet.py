@@ -207,6 +207,19 @@ def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     ax.legend(loc="upper right", fontsize=7)
 
 
+def render_band(
+    fleet: Mapping[str, Any], out_path_stem: Path, formats: Sequence[str] = ("png",)
+) -> list[Path]:
+    """Write only the band chart as ``<out_path_stem>.<fmt>`` (``compare`` past a few runs).
+
+    Raises:
+        UsageError: No group has a curve, or an unsupported format.
+        PowersweepError: A file cannot be written.
+    """
+    out_path_stem.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(band_figure(fleet), out_path_stem, formats)
+
+
 def render_fleet_charts(
     fleet: Mapping[str, Any], out_dir: Path, formats: Sequence[str] = ("png",)
 ) -> list[Path]:

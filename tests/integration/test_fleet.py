@@ -179,3 +179,19 @@ def test_simulated_sweep_of_a_fleet_card_records_node_and_its_own_truth(tmp_path
     # the hot card is thermally limited at 400 W; the model's own card is not
     assert truth["caps"][-1]["regime"] == "thermal_limited"
     assert meta["restored"][0]["ok"] is True
+
+
+def test_compare_overlays_a_handful_and_draws_bands_past_eight_runs(
+    fleet: tuple[Path, list[FleetCard]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, cards = fleet
+    few = [str(c.run_dir) for c in cards[:3]]
+    assert main(["compare", *few, "--out", str(tmp_path / "few")]) == 0
+    err = capsys.readouterr().err
+    assert "band view" not in err and (tmp_path / "few.png").stat().st_size > 10_000
+    many = [str(c.run_dir) for c in cards[:40]]
+    assert main(["compare", *many, "--out", str(tmp_path / "many")]) == 0
+    captured = capsys.readouterr()
+    assert "band view" in captured.err and "fleet report" in captured.err
+    assert (tmp_path / "many.png").stat().st_size > 10_000
+    assert captured.out.count("\n| ") >= 40  # the table still lists every run
