@@ -10,6 +10,7 @@ the charts are drawn from it alone.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import warnings
@@ -50,11 +51,13 @@ class FleetOptions:
         tariff_per_kwh: Price of a kWh for the cost per 1M tokens (None: no cost lines).
         duty: Share of the year the cards serve at the measured load (savings scale with it).
         max_tps_loss_pct: TPS loss the per-card near-peak cap may cost.
+        reanalyze: Analyse every caps.csv even where a fresh analysis.json is there.
     """
 
     tariff_per_kwh: float | None = None
     duty: float = 1.0
     max_tps_loss_pct: float = 5.0
+    reanalyze: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,9 @@ def _common_root(paths: Sequence[Path]) -> Path:
 
 def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
     """Analyse one run; None when it has no usable cap."""
-    result = analyze(curve, bootstrap=0, max_tps_loss_pct=opts.max_tps_loss_pct)
+    result = None if opts.reanalyze else _stored_analysis(curve, opts)
+    if result is None:
+        result = analyze(curve, bootstrap=0, max_tps_loss_pct=opts.max_tps_loss_pct)
     rows = [
         r
         for r in result["caps"]
@@ -259,6 +264,30 @@ def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
         status=str(run.get("status") or "unknown"),
         error=(curve.run or {}).get("error"),
     )
+
+
+def _stored_analysis(curve: Curve, opts: FleetOptions) -> dict[str, Any] | None:
+    """The run's analysis.json when it is what :func:`analyze` would say now: written by this
+    powersweep version after caps.csv last changed, with the same near-peak tolerance. A sweep
+    always leaves one, and reading it is what keeps a thousand runs fast."""
+    path = curve.source / "analysis.json"
+    try:
+        if path.stat().st_mtime < (curve.source / "caps.csv").stat().st_mtime:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        return None
+    near = data.get("near_peak") or {}
+    fresh = (
+        (data.get("tool") or {}).get("version") == __version__
+        and isinstance(data.get("caps"), list)
+        and isinstance(data.get("run"), dict)
+        and data.get("metric") == curve.metric
+        and near.get("max_tps_loss_pct", opts.max_tps_loss_pct) == opts.max_tps_loss_pct
+    )
+    return data if fresh else None
 
 
 def _unique_labels(cards: list[_Card], root: Path) -> list[_Card]:

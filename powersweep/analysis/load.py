@@ -7,6 +7,7 @@ polars traceback.
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -278,9 +279,9 @@ def _read_optional(
 def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path, str]]]:
     """Load many run directories' caps.csv and run.json at once (no samples or requests).
 
-    One lazy polars scan reads every caps.csv and converts the columns in one pass, which is
-    what keeps a fleet of a thousand runs fast; a run whose files do not parse is loaded alone
-    with :func:`load_curve` so its error names the file, line and column.
+    Files with the same header are read by one polars scan and every column is converted in one
+    pass, which is what keeps a fleet of a thousand runs fast. A run whose caps.csv does not
+    parse is loaded alone, so its error names the file, line and column.
 
     Args:
         run_dirs: Run directories, each holding caps.csv (and usually run.json).
@@ -289,27 +290,83 @@ def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path,
         The curves that loaded (in the order given) and ``(run_dir, error)`` for those that
         did not.
     """
-    if not run_dirs:
-        return [], []
-    frames = [
-        pl.scan_csv(Path(d) / "caps.csv", infer_schema=False).with_columns(
-            pl.lit(i, dtype=pl.Int32).alias("_run")
-        )
-        for i, d in enumerate(run_dirs)
+    dirs = [Path(d) for d in run_dirs]
+    caps_all, slow = _scan_caps(dirs)
+    parts: dict[int, pl.DataFrame] = {}
+    metrics: dict[int, str] = {}
+    if caps_all is not None:
+        parts = {
+            int(k[0]): v.drop("_run")
+            for k, v in caps_all.partition_by("_run", as_dict=True).items()
+        }
+        metrics = _metrics_by_run(caps_all)
+    curves: list[Curve | None] = [None] * len(dirs)
+    failed: dict[int, str] = {}
+    for i, d in enumerate(dirs):
+        caps = parts.get(i)
+        metric = metrics.get(i)
+        if i in slow or caps is None or metric is None:
+            slow.add(i)  # the slow path says what is wrong with it
+            continue
+        try:
+            run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
+        except UsageError as exc:
+            failed[i] = str(exc)
+            continue
+        curves[i] = Curve(caps, metric, run, None, None, d, d)
+    for i in sorted(slow | {i for i in range(len(dirs)) if curves[i] is None} - set(failed)):
+        loaded, bad = _load_one_by_one([dirs[i]])
+        if loaded:
+            curves[i] = loaded[0]
+        else:
+            failed[i] = bad[0][1]
+    return [c for c in curves if c is not None], [(dirs[i], failed[i]) for i in sorted(failed)]
+
+
+def _metrics_by_run(caps_all: pl.DataFrame) -> dict[int, str]:
+    """Each run's metric as :func:`_pick_metric` picks it, for all runs in one pass; runs
+    without one, or with a cap that is not positive, are left out."""
+    power_ok = pl.col("power_w").is_not_null() & (pl.col("power_w") > 0)
+    usable = [
+        (pl.col(m).is_not_null() & pl.col(m).is_finite() & power_ok).any().alias(m) for m in METRICS
     ]
-    try:
-        text = pl.concat(frames, how="diagonal_relaxed").collect()
-        text = text.rename({c: c.strip() for c in text.columns})
-        converted = _to_floats(Path("caps.csv"), text, CAPS_FLOAT_COLUMNS)
-    except (pl.exceptions.PolarsError, OSError, UsageError):
-        return _load_one_by_one(run_dirs)
-    exprs: list[pl.Expr | pl.Series] = [pl.col("_run")]
+    table = caps_all.group_by("_run").agg(*usable, (pl.col("cap_w") <= 0).any().alias("_bad"))
+    out: dict[int, str] = {}
+    for row in table.iter_rows(named=True):
+        metric = next((m for m in METRICS if row[m]), None)
+        if metric is not None and not row["_bad"]:
+            out[int(row["_run"])] = metric
+    return out
+
+
+def _scan_caps(dirs: Sequence[Path]) -> tuple[pl.DataFrame | None, set[int]]:
+    """Every caps.csv as one typed frame with a ``_run`` index column, plus the indices of runs
+    that need the slow path (unreadable, malformed, or a cell that is not a number)."""
+    slow: set[int] = set()
+    by_header: dict[str, list[int]] = {}
+    for i, d in enumerate(dirs):
+        try:
+            with open(d / "caps.csv", encoding="utf-8", errors="replace") as f:
+                by_header.setdefault(f.readline(), []).append(i)
+        except OSError:
+            slow.add(i)
+    frames: list[pl.DataFrame] = []
+    for header, idx in by_header.items():
+        names = next(csv.reader([header]), [])
+        frame = _scan_group([dirs[i] for i in idx], idx, names, slow)
+        if frame is not None:
+            frames.append(frame)
+    if not frames:
+        return None, slow | set(range(len(dirs)))
+    typed = pl.concat(frames, how="diagonal_relaxed")
+    exprs: list[pl.Expr] = [pl.col("_run")]
     for name in CAPS_FLOAT_COLUMNS:
-        exprs.append(converted.get(name, pl.lit(None, dtype=pl.Float64).alias(name)))
-    status = pl.col("status") if "status" in text.columns else pl.lit(None, dtype=pl.String)
-    error = pl.col("error") if "error" in text.columns else pl.lit(None, dtype=pl.String)
-    status = status.str.strip_chars().str.to_lowercase()
-    error = error.str.strip_chars()
+        col = pl.col(name) if name in typed.columns else pl.lit(None, dtype=pl.Float64)
+        exprs.append(col.cast(pl.Float64).fill_nan(None).alias(name))
+    status = pl.col("status") if "status" in typed.columns else pl.lit(None, dtype=pl.String)
+    error = pl.col("error") if "error" in typed.columns else pl.lit(None, dtype=pl.String)
+    status = status.cast(pl.String).str.strip_chars().str.to_lowercase()
+    error = error.cast(pl.String).str.strip_chars()
     exprs.append(
         pl.when(status.is_null() | (status == ""))
         .then(pl.lit("ok"))
@@ -318,32 +375,44 @@ def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path,
     )
     exprs.append(pl.when(error == "").then(None).otherwise(error).alias("error"))
     caps_all = (
-        text.select(exprs)
+        typed.select(exprs)
         .filter(pl.col("cap_w").is_not_null())
         .with_columns(pl.col("n_gpus").fill_null(1.0))
         .sort(["_run", "cap_w"], maintain_order=True)
     )
-    parts = {
-        int(k[0]): v.drop("_run") for k, v in caps_all.partition_by("_run", as_dict=True).items()
-    }
-    curves: list[Curve] = []
-    failed: list[tuple[Path, str]] = []
-    for i, d in enumerate(run_dirs):
-        d = Path(d)
-        caps = parts.get(i)
-        metric = _pick_metric(caps) if caps is not None and caps.height else None
-        if caps is None or metric is None or caps.filter(pl.col("cap_w") <= 0).height:
-            more, bad = _load_one_by_one([d])
-            curves += more
-            failed += bad
-            continue
+    return caps_all, slow
+
+
+def _scan_group(
+    dirs: Sequence[Path], idx: Sequence[int], names: Sequence[str], slow: set[int]
+) -> pl.DataFrame | None:
+    """caps.csv files sharing one header, read by one scan: numbers parsed as they are read
+    (the sweep's own files); when a cell is not a plain number, as text judged run by run."""
+    index = {str(d / "caps.csv"): i for d, i in zip(dirs, idx, strict=True)}
+    numeric = {n: pl.Float64 for n in names if n.strip() in CAPS_FLOAT_COLUMNS}
+    run = pl.col("_path").replace_strict(index, return_dtype=pl.Int32).alias("_run")
+    try:
+        df = pl.scan_csv(
+            list(index), infer_schema=False, schema_overrides=numeric, include_file_paths="_path"
+        ).collect()
+        return df.rename({c: c.strip() for c in df.columns}).with_columns(run).drop("_path")
+    except (pl.exceptions.PolarsError, OSError):
+        pass
+    try:
+        text = pl.scan_csv(list(index), infer_schema=False, include_file_paths="_path").collect()
+    except (pl.exceptions.PolarsError, OSError):
+        slow.update(idx)
+        return None
+    text = text.rename({c: c.strip() for c in text.columns}).with_columns(run).drop("_path")
+    good: list[pl.DataFrame] = []
+    for key, part in text.partition_by("_run", as_dict=True).items():
         try:
-            run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
-        except UsageError as exc:
-            failed.append((d, str(exc)))
+            converted = _to_floats(Path("caps.csv"), part, CAPS_FLOAT_COLUMNS)
+        except UsageError:
+            slow.add(int(key[0]))
             continue
-        curves.append(Curve(caps, metric, run, None, None, d, d))
-    return curves, failed
+        good.append(part.with_columns(list(converted.values())))
+    return pl.concat(good, how="diagonal_relaxed") if good else None
 
 
 def _load_one_by_one(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path, str]]]:

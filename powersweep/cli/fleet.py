@@ -38,6 +38,12 @@ def report_command(
         typer.Option(help="Share of the year the cards serve at the measured load (0-1)."),
     ] = 1.0,
     max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
+    reanalyze: Annotated[
+        bool,
+        typer.Option(
+            "--reanalyze", help="Analyse every caps.csv, even where a fresh analysis.json is."
+        ),
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", help="Charts: png, svg or png,svg.")] = "png",
     no_charts: Annotated[bool, typer.Option("--no-charts", help="Write no charts.")] = False,
     as_json: Annotated[
@@ -55,7 +61,10 @@ def report_command(
         raise UsageError("--max-tps-loss must be between 0 and 100")
     chart_formats = formats(fmt)
     fleet = fleet_report(
-        paths, FleetOptions(tariff_per_kwh=tariff, duty=duty, max_tps_loss_pct=max_tps_loss)
+        paths,
+        FleetOptions(
+            tariff_per_kwh=tariff, duty=duty, max_tps_loss_pct=max_tps_loss, reanalyze=reanalyze
+        ),
     )
     written = write_fleet_outputs(fleet, out)
     if not no_charts:

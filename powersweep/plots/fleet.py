@@ -90,6 +90,7 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     )
     ax.plot(caps, _arr(band["median"]), color=_BAND, lw=1.8, label="median card", zorder=4)
     ymax = float(np.nanmax(_arr(band["max"])))
+    ymin = float(np.nanmin(_arr(band["min"])))
     for i, o in enumerate((g.get("outliers") or [])[:MAX_OUTLIER_CURVES]):
         curve = o.get("curve") or {}
         ys = _arr(curve.get("tps_per_w") or [])
@@ -107,12 +108,13 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
                 va="center",
             )
             ymax = max(ymax, float(np.nanmax(ys)))
+            ymin = min(ymin, float(np.nanmin(ys)))
     fc = (g.get("fleet_cap") or {}).get("cap_w")
     if fc is not None:
         ax.axvline(float(fc), color=COLORS["sweet_spot"], lw=1.6, zorder=2, label="fleet cap")
         ax.annotate(
             f"fleet cap {float(fc):.0f} W",
-            (float(fc), ymax * 1.02),
+            (float(fc), ymax),
             xytext=(3, 0),
             textcoords="offset points",
             fontsize=7,
@@ -123,25 +125,41 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     ax.set_xlabel("power cap (W)")
     unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
     ax.set_ylabel(f"{unit}/W")
-    ax.set_ylim(0.0, ymax * 1.12 if math.isfinite(ymax) and ymax > 0 else 1.0)
+    # zoomed to the curves: the spread between cards is the point of this chart
+    if math.isfinite(ymax) and math.isfinite(ymin) and ymax > ymin >= 0:
+        pad = (ymax - ymin) * 0.12
+        ax.set_ylim(max(0.0, ymin - 2.5 * pad), ymax + pad * 1.5)
     ax.legend(loc="lower right", fontsize=7, ncols=2)
 
 
 def _outlier_list(ax: Axes, g: Mapping[str, Any]) -> None:
-    """The outliers as numbered text lines (their curves carry the numbers)."""
+    """The outliers as numbered lines, each in its curve's colour (the curves carry the numbers)."""
     ax.axis("off")
     outliers = g.get("outliers") or []
-    lines = [f"Outliers: {len(outliers)} of {g.get('n_cards')}"]
+    lines: list[tuple[str, str]] = [(f"Outliers: {len(outliers)} of {g.get('n_cards')}", "#222222")]
     for i, o in enumerate(outliers[:MAX_OUTLIER_LINES]):
         causes = o.get("causes") or []
         cause = str(causes[0].get("code")) if causes else "?"
-        tag = f"{i + 1}. " if i < MAX_OUTLIER_CURVES else "   "
-        lines.append(f"{tag}{_short(str(o.get('label')), 18)}: {cause.replace('_', ' ')}")
+        drawn = i < MAX_OUTLIER_CURVES
+        tag = f"{i + 1}. " if drawn else "   "
+        color = _OUTLIER_COLORS[i % len(_OUTLIER_COLORS)] if drawn else "#555555"
+        lines.append((f"{tag}{_short(str(o.get('label')), 18)}: {cause.replace('_', ' ')}", color))
     if len(outliers) > MAX_OUTLIER_LINES:
-        lines.append(f"... and {len(outliers) - MAX_OUTLIER_LINES} more (fleet.md)")
+        lines.append((f"... and {len(outliers) - MAX_OUTLIER_LINES} more (fleet.md)", "#555555"))
     if not outliers:
-        lines.append("none" if int(g.get("n_cards") or 0) >= 5 else "(needs 5+ cards)")
-    ax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=7, family="DejaVu Sans Mono")
+        lines.append(("none" if int(g.get("n_cards") or 0) >= 5 else "(needs 5+ cards)", "#555555"))
+    for k, (text, color) in enumerate(lines):
+        ax.text(
+            0.0,
+            1.0 - k * 0.07,
+            text,
+            va="top",
+            ha="left",
+            fontsize=7,
+            family="DejaVu Sans Mono",
+            color=color,
+            transform=ax.transAxes,
+        )
 
 
 def _short(text: str, n: int) -> str:

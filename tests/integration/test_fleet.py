@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -195,3 +196,25 @@ def test_compare_overlays_a_handful_and_draws_bands_past_eight_runs(
     assert "band view" in captured.err and "fleet report" in captured.err
     assert (tmp_path / "many.png").stat().st_size > 10_000
     assert captured.out.count("\n| ") >= 40  # the table still lists every run
+
+
+def test_fresh_analysis_json_is_reused_and_stale_one_is_not(tmp_path: Path) -> None:
+    from powersweep import analysis
+
+    cards = synthetic_fleet(tmp_path, "rtx4090-air~0.02", 3, seed=5)
+    for c in cards:
+        result = analysis.analyze(analysis.load_curve(c.run_dir), bootstrap=0)
+        result["sweet_spot"]["cap_w"] = 555.0  # a marker: only a reused file says this
+        (c.run_dir / "analysis.json").write_text(json.dumps(result))
+    stale = cards[2].run_dir / "caps.csv"
+    stale.write_text(stale.read_text())  # caps.csv now newer than its analysis.json
+    later = (cards[2].run_dir / "analysis.json").stat().st_mtime + 5
+    os.utime(stale, (later, later))
+
+    def sweet(opts: FleetOptions) -> dict[str, float]:
+        (group,) = fleet_report([tmp_path], opts)["groups"]
+        return {c["label"]: c["sweet_spot_w"] for c in group["cards"]}
+
+    assert sweet(FleetOptions()) == {"node000": 555.0, "node001": 555.0, "node002": 280.0}
+    assert 555.0 not in sweet(FleetOptions(reanalyze=True)).values()
+    assert 555.0 not in sweet(FleetOptions(max_tps_loss_pct=3.0)).values()
