@@ -237,7 +237,9 @@ def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
     }
     run = result["run"]
     sim = (curve.run or {}).get("simulation") or {}
-    host = (curve.run or {}).get("host") or (sim.get("node") if isinstance(sim, dict) else None)
+    # a simulated card is named by its simulated node (many of them share one real host)
+    node = sim.get("node") if isinstance(sim, dict) else None
+    host = node or (curve.run or {}).get("host")
     rel = os.path.relpath(curve.source, root) if curve.source != root else curve.source.name
     return _Card(
         label=str(host or rel),

@@ -8,6 +8,7 @@ progress callback and prints the outcome.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,4 +305,6 @@ def _run_meta(
         "simulation": simulation,
         "caps_planned": sorted(caps, reverse=True),
         "observe_only": options.observe_only,
+        # a fleet report names each card by the node it ran on
+        "host": socket.gethostname(),
     }
