@@ -123,6 +123,7 @@ set -e
 plan=$(ls "$tmp"/out/plan-*/plan.txt)
 [ "$(grep -c '^== ' "$plan")" -eq 6 ] || fail "plan.txt has not 6 nodes: $(cat "$plan")"
 grep -q "caps" "$plan" || fail "plan.txt holds no caps"
+[ "$(grep -c '^#   .*: [0-9]' "$plan")" -eq 6 ] || fail "plan.txt lacks the per-node estimates: $(head -9 "$plan")"
 
 echo "== sbatch: the fleet sweep"
 set +e
@@ -158,6 +159,9 @@ check(hot.get(f"{host}-r1") == "hot", f"planted hot card not named: {hot}")
 check(220 <= group["fleet_cap"]["cap_w"] <= 400, f"fleet cap {group['fleet_cap']}")
 md = (out / "report" / "fleet.md").read_text()
 check("hot card" in md and "MWh/year" in md, "fleet.md lacks the hot card or savings")
+left = [u for u in fleet["unreadable"] if f"/{host}-4/" in u["run_dir"]]
+check(left and left[0].get("status") == "failed", f"failed node not reported: {fleet['unreadable']}")
+check("| failed | the server failed" in md, "fleet.md does not list the failed run")
 nodes_md = (out / "nodes.md").read_text()
 check(f"| {host}-4 | failed |" in nodes_md, f"nodes.md: {nodes_md}")
 print(f"ci_slurm: fleet report OK ({group['n_cards']} cards, fleet cap "

@@ -157,11 +157,11 @@ def summarise(
     """The fleet report of loaded curves (see :func:`fleet_report`)."""
     root = _common_root([c.source for c in curves])
     cards: list[_Card] = []
-    unusable: list[dict[str, Any]] = [{"run_dir": str(p), "error": e} for p, e in failed]
+    unusable: list[dict[str, Any]] = [_unreadable(p, e) for p, e in failed]
     for curve in curves:
         card = _card(curve, root, opts)
         if card is None:
-            unusable.append({"run_dir": str(curve.source), "error": "no usable cap"})
+            unusable.append(_unreadable(curve.source, "no usable cap"))
         else:
             cards.append(card)
     cards = _unique_labels(cards, root)
@@ -196,6 +196,20 @@ def summarise(
             },
         }
     )
+
+
+def _unreadable(run_dir: Path, error: str) -> dict[str, Any]:
+    """A run left out, with how its sweep ended when its run.json says (a node that failed
+    before it finished a cap has no curve but does have a reason)."""
+    entry: dict[str, Any] = {"run_dir": str(run_dir), "error": error}
+    try:
+        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return entry
+    if isinstance(run, dict) and run.get("status") not in (None, "complete"):
+        entry["status"] = run.get("status")
+        entry["error"] = run.get("error") or f"{error} (no error recorded)"
+    return entry
 
 
 def _f(value: Any) -> float:

@@ -159,7 +159,8 @@ def _problems(fleet: Mapping[str, Any]) -> str:
         )
     for r in fleet.get("unreadable") or []:
         rows.append(
-            f"| {escape_md(r.get('run_dir'))} | unreadable | {escape_md(r.get('error'))} |\n"
+            f"| {escape_md(r.get('run_dir'))} | {escape_md(r.get('status') or 'left out')} | "
+            f"{escape_md(r.get('error'))} |\n"
         )
     if not rows:
         return ""
@@ -169,7 +170,8 @@ def _problems(fleet: Mapping[str, Any]) -> str:
         shown.append(f"| … and {more} more (see fleet.json) | | |\n")
     return (
         f"### Runs that did not complete ({len(rows)})\n\n"
-        "Incomplete runs count with the caps they finished; unreadable ones are left out.\n\n"
+        "Incomplete runs count with the caps they finished; runs without a usable curve are "
+        "left out.\n\n"
         "| run | status | error |\n|---|---|---|\n" + "".join(shown) + "\n"
     )
 

@@ -74,6 +74,6 @@ def report_command(
     typer.echo(json.dumps(fleet, indent=1) if as_json else render_fleet_summary(fleet))
     skipped = len(fleet.get("unreadable") or [])
     if skipped:
-        info(f"warning: {skipped} run(s) could not be read (listed in fleet.md)")
+        info(f"warning: {skipped} run(s) left out, without a usable curve (listed in fleet.md)")
     for path in written:
         info(f"wrote {path}")

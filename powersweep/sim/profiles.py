@@ -319,6 +319,7 @@ def get_profile(name: str) -> GpuProfile:
 OUTLIERS: dict[str, str] = {
     "hot": "badly cooled card: intake 12 C warmer, 50% more thermal resistance",
     "low-envelope": "different firmware: default and maximum limit 85% of the model's",
+    "throttling": "slowdown threshold 25 C lower (firmware or sensor): throttles while not hot",
 }
 
 
@@ -409,6 +410,8 @@ def fleet_card(spec: CardSpec, node: str, index: int = 0) -> GpuProfile:
                 th, ambient_c=th.ambient_c + 12.0, resistance_c_per_w=th.resistance_c_per_w * 1.5
             ),
         )
+    elif spec.outlier == "throttling":
+        card = replace(card, slowdown_temp_c=card.slowdown_temp_c - 25.0)
     elif spec.outlier == "low-envelope":
         low = round(card.default_limit_w * 0.85 / 5.0) * 5.0
         card = replace(

@@ -19,8 +19,8 @@ from powersweep.sim.profiles import fleet_card, parse_card_spec
 from powersweep.sim.rig import ground_truth
 from tests.integration.conftest import only_run_dir, powersweep, read_json
 
-PLANTED = {"node007": "hot", "node042": "low-envelope", "node150": "hot"}
-CAUSE = {"hot": "hot", "low-envelope": "firmware_envelope"}
+PLANTED = {"node007": "hot", "node042": "low-envelope", "node100": "throttling", "node150": "hot"}
+CAUSE = {"hot": "hot", "low-envelope": "firmware_envelope", "throttling": "throttling"}
 STEP_W = 10.0
 
 
@@ -124,7 +124,7 @@ def test_groups_by_model_and_reports_broken_and_failed_runs(tmp_path: Path) -> N
     assert "not a number" in report["unreadable"][0]["error"]
     assert [(r["label"], r["status"]) for r in report["incomplete"]] == [("f000", "failed")]
     md = render_fleet_summary(report)
-    assert "server went away" in md and "unreadable" in md
+    assert "server went away" in md and "left out" in md
 
 
 def test_no_runs_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
