@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,21 +23,12 @@ import numpy as np
 
 from powersweep import __version__
 from powersweep.analysis.core import analyze, sanitize
+from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
 from powersweep.analysis.load import Curve, load_curves
 from powersweep.errors import UsageError
 
 NAN = math.nan
 HOURS_PER_YEAR = 8760.0
-# Outliers need a group to depart from.
-MIN_CARDS_FOR_OUTLIERS = 5
-# A card departs when its robust z-score passes Z_OUTLIER and the departure is also larger
-# than the floor (so a fleet of near-identical cards does not flag measurement noise).
-Z_OUTLIER = 5.0
-HOT_FLOOR_C = 8.0
-TPS_FLOOR = 0.04
-DRAW_FLOOR = 0.04
-TPW_FLOOR = 0.04
-THROTTLE_PCT = 20.0
 # The fleet cap is chosen among caps that at least this share of the group measured.
 MIN_COVERAGE = 0.75
 
@@ -388,7 +378,16 @@ def _group(
     with np.errstate(all="ignore"):
         tpw = tps / power
     envelope = Counter(c.envelope_w for c in cards).most_common(1)[0][0]
-    outliers = _outliers(cards, grid, tps, power, tpw, temp, thr, envelope)
+    outliers = find_outliers(
+        [c.label for c in cards],
+        [c.envelope_w for c in cards],
+        [_throttle_from(c) for c in cards],
+        grid,
+        tps,
+        power,
+        temp,
+        thr,
+    )
     inlier = np.array([c.label not in outliers for c in cards])
     fleet_cap = _fleet_cap(cards, grid, tps[inlier], power[inlier], inlier)
     steps = np.diff(grid)
@@ -533,114 +532,9 @@ def _savings(cards: Sequence[_Card], fleet_cap: float, opts: FleetOptions) -> di
     }
 
 
-def _robust_flags(values: np.ndarray, floor: float) -> np.ndarray:
-    """Cards whose value departs from the group's median by more than Z_OUTLIER robust sigmas
-    and more than ``floor`` (a signed departure: both directions)."""
-    finite = np.isfinite(values)
-    if finite.sum() < MIN_CARDS_FOR_OUTLIERS:
-        return np.zeros(len(values), dtype=bool)
-    med = np.median(values[finite])
-    sigma = 1.4826 * np.median(np.abs(values[finite] - med))
-    dev = np.abs(values - med)
-    with np.errstate(invalid="ignore"):
-        return finite & (dev > floor) & (dev > Z_OUTLIER * sigma)
-
-
-def _outliers(
-    cards: Sequence[_Card],
-    grid: np.ndarray,
-    tps: np.ndarray,
-    power: np.ndarray,
-    tpw: np.ndarray,
-    temp: np.ndarray,
-    thr: np.ndarray,
-    envelope: tuple[float, float, float],
-) -> dict[str, list[dict[str, str]]]:
-    """Cards that depart from their group, each with its likely causes (most likely first)."""
-    n = len(cards)
-    if n < MIN_CARDS_FOR_OUTLIERS:
-        return {}
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        # a card with a smaller envelope has no value at the upper caps: NaN, not a warning
-        warnings.simplefilter("ignore", RuntimeWarning)
-        med_tps = np.nanmedian(tps, axis=0)
-        med_power = np.nanmedian(power, axis=0)
-        med_tpw = np.nanmedian(tpw, axis=0)
-        med_temp = np.nanmedian(temp, axis=0)
-        d_temp = np.nanmedian(temp - med_temp, axis=1)
-        d_power = np.nanmedian(power / med_power - 1.0, axis=1)
-        d_tpw = np.nanmedian(tpw / med_tpw - 1.0, axis=1)
-        # TPS is compared where the cap does not bind everyone alike: the upper half of the grid
-        upper = grid >= np.median(grid)
-        d_tps = np.nanmedian(tps[:, upper] / med_tps[upper] - 1.0, axis=1)
-    throttled = np.nanmax(np.where(np.isfinite(thr), thr, 0.0), axis=1) >= THROTTLE_PCT
-    group_throttles = throttled.mean() >= 0.25
-    hot = _robust_flags(d_temp, HOT_FLOOR_C) & (d_temp > 0)
-    low_tps = _robust_flags(d_tps, TPS_FLOOR)
-    draw = _robust_flags(d_power, DRAW_FLOOR)
-    eff = _robust_flags(d_tpw, TPW_FLOOR)
-    out: dict[str, list[dict[str, str]]] = {}
-    for i, c in enumerate(cards):
-        causes: list[dict[str, str]] = []
-        if c.envelope_w != envelope and all(math.isfinite(x) for x in c.envelope_w):
-            causes.append(
-                {
-                    "code": "firmware_envelope",
-                    "message": "different firmware envelope: min/default/max "
-                    f"{_ws(c.envelope_w)} vs the group's {_ws(envelope)}",
-                }
-            )
-        thr_from = _throttle_from(c)
-        if hot[i]:
-            text = f"hot card: {d_temp[i]:+.0f} °C against the group at the same caps"
-            if thr_from is not None:
-                text += f", thermal throttling from {thr_from:.0f} W"
-            causes.append({"code": "hot", "message": text + " (check airflow, fans, paste)"})
-        elif throttled[i] and not group_throttles and thr_from is not None:
-            causes.append(
-                {
-                    "code": "throttling",
-                    "message": f"thermal throttling from {thr_from:.0f} W while the group does "
-                    "not (slowdown threshold or sensor)",
-                }
-            )
-        # a hot or throttling card's lower draw and TPS are its heat's doing, not other causes
-        explained = bool(causes) and causes[-1]["code"] in ("hot", "throttling")
-        if low_tps[i]:
-            causes.append(
-                {
-                    "code": "tps",
-                    "message": f"{d_tps[i] * 100:+.1f}% TPS against the group at the upper caps",
-                }
-            )
-        if draw[i] and not explained:
-            causes.append(
-                {
-                    "code": "draw",
-                    "message": f"draws {d_power[i] * 100:+.1f}% against the group at the same "
-                    "caps (silicon leakage, fans, or a different power reading)",
-                }
-            )
-        if eff[i] and not explained:
-            causes.append(
-                {
-                    "code": "efficiency",
-                    "message": f"{d_tpw[i] * 100:+.1f}% TPS/W against the group (silicon, "
-                    "memory clocks or a different server set-up)",
-                }
-            )
-        if causes:
-            out[c.label] = causes
-    return out
-
-
 def _throttle_from(card: _Card) -> float | None:
     hit = card.caps_w[card.thermal_pct >= THROTTLE_PCT]
     return float(hit.min()) if len(hit) else None
-
-
-def _ws(envelope: Sequence[float]) -> str:
-    return "/".join(f"{x:.0f}" for x in envelope) + " W"
 
 
 def group_title(group: Mapping[str, Any]) -> str:
