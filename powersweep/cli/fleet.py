@@ -14,10 +14,17 @@ from powersweep.errors import UsageError
 
 fleet_app = typer.Typer(
     help="Fleets: merge many runs (one per node or card) into one report.",
-    no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
+
+
+@fleet_app.callback(invoke_without_command=True)
+def _fleet(ctx: typer.Context) -> None:
+    """Fleets: merge many runs (one per node or card) into one report."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
 
 
 @fleet_app.command("report")

@@ -218,3 +218,12 @@ def test_fresh_analysis_json_is_reused_and_stale_one_is_not(tmp_path: Path) -> N
     assert sweet(FleetOptions()) == {"node000": 555.0, "node001": 555.0, "node002": 280.0}
     assert 555.0 not in sweet(FleetOptions(reanalyze=True)).values()
     assert 555.0 not in sweet(FleetOptions(max_tps_loss_pct=3.0)).values()
+
+
+def test_fleet_cli_help_and_sim_node_needs_simulate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet"]) == 0
+    assert "report" in capsys.readouterr().out
+    assert main(["--sim-node", "n1", "--dry-run"]) == 2
+    assert "--sim-* options work only with --simulate" in capsys.readouterr().err
+    assert main(["--simulate", "rtx4090-air~0.5", "--dry-run"]) == 2
+    assert "spread must be between 0 and 0.3" in capsys.readouterr().err
