@@ -150,36 +150,53 @@ def test_fleet_card_spread_is_seeded_by_node_and_bounded() -> None:
             parse_card_spec(bad)
 
 
-@pytest.mark.slow
-def test_simulated_sweep_of_a_fleet_card_records_node_and_its_own_truth(tmp_path: Path) -> None:
+def _sweep(out: Path, spec: str, node: str, caps: str) -> Path:
     proc = powersweep(
         "--simulate",
-        "rtx4090-air~0.05~hot",
+        spec,
         "--sim-node",
-        "rack3-node7",
+        node,
+        "--cooling",
+        "air",
         "--load-mode",
         "decode-single",
         "--caps",
-        "260,300,400",
+        caps,
         "--target-cap-seconds",
         "3",
         "--out",
-        str(tmp_path),
+        str(out / node),
         "--quiet",
         "--no-charts",
     )
     assert proc.returncode == 0, proc.stderr
-    meta = read_json(only_run_dir(tmp_path) / "run.json")
+    return only_run_dir(out / node)
+
+
+@pytest.mark.slow
+def test_real_simulated_sweeps_join_a_synthetic_fleet_with_their_own_truth(tmp_path: Path) -> None:
+    caps = "250,280,310,350,400,450"
+    hot = _sweep(tmp_path, "rtx4090-air~0.03~hot", "rack3-node7", caps)
+    plain = _sweep(tmp_path, "rtx4090-air~0.03", "rack3-node8", caps)
+    meta = read_json(hot / "run.json")
     assert meta["simulation"]["node"] == "rack3-node7"
+    assert meta["restored"][0]["ok"] is True
     truth = meta["simulation"]["ground_truth"]
-    card = fleet_card(parse_card_spec("rtx4090-air~0.05~hot"), "rack3-node7")
-    expected = ground_truth([card], "decode-single", [260.0, 300.0, 400.0]).to_dict()
-    for got, want in zip(truth["caps"], expected["caps"], strict=True):
+    card = fleet_card(parse_card_spec("rtx4090-air~0.03~hot"), "rack3-node7")
+    expected = ground_truth([card], "decode-single", [float(c) for c in caps.split(",")])
+    for got, want in zip(truth["caps"], expected.to_dict()["caps"], strict=True):
         assert got["regime"] == want["regime"]
         assert (got["tps"], got["power_w"]) == pytest.approx((want["tps"], want["power_w"]))
-    # the hot card is thermally limited at 400 W; the model's own card is not
+    # the hot card is thermally limited at the top caps; its node's plain twin is not
     assert truth["caps"][-1]["regime"] == "thermal_limited"
-    assert meta["restored"][0]["ok"] is True
+    plain_truth = read_json(plain / "run.json")["simulation"]["ground_truth"]
+    assert plain_truth["caps"][-1]["regime"] != "thermal_limited"
+
+    synthetic_fleet(tmp_path / "synthetic", "rtx4090-air~0.03", 10, seed=9)
+    (group,) = fleet_report([tmp_path])["groups"]
+    assert group["n_cards"] == 12
+    named = {o["label"]: o["causes"][0]["code"] for o in group["outliers"]}
+    assert named == {"rack3-node7": "hot"}
 
 
 def test_compare_overlays_a_handful_and_draws_bands_past_eight_runs(
