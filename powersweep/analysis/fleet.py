@@ -497,27 +497,34 @@ def _versus_own(card: _Card, fleet_cap: float) -> dict[str, Any]:
 
 
 def _savings(cards: Sequence[_Card], fleet_cap: float, opts: FleetOptions) -> dict[str, Any]:
-    """Every card of the group at the fleet cap against its default limit, at measured TPS."""
+    """Every card of the group at the fleet cap against its default limit, at measured TPS.
+
+    A card whose sweep did not measure its default limit (an unknown default, or ``--caps``
+    that stop short of it) cannot be priced and is counted in ``n_cards_unpriced``.
+    """
     p_def = p_cap = t_def = t_cap = 0.0
-    n = 0
+    n = unpriced = 0
     for c in cards:
         default = c.envelope_w[1]
-        if not math.isfinite(default):
+        td, pd = c.at(default) if math.isfinite(default) else (NAN, NAN)
+        if not (math.isfinite(td) and math.isfinite(pd)):
+            unpriced += 1
             continue
-        td, pd = c.at(c.clamped(default))
         tc, pc = c.at(c.clamped(fleet_cap))
-        if not all(math.isfinite(x) for x in (td, pd, tc, pc)):
+        if not (math.isfinite(tc) and math.isfinite(pc)):
+            unpriced += 1
             continue
         n += 1
         p_def, p_cap, t_def, t_cap = p_def + pd, p_cap + pc, t_def + td, t_cap + tc
     if n == 0:
-        return {"n_cards": 0}
+        return {"n_cards": 0, "n_cards_unpriced": unpriced}
     kw = (p_def - p_cap) / 1000.0
     kwh_mtok_def = p_def / t_def * 1e6 / 3.6e6
     kwh_mtok_cap = p_cap / t_cap * 1e6 / 3.6e6
     tariff = opts.tariff_per_kwh
     return {
         "n_cards": n,
+        "n_cards_unpriced": unpriced,
         "kw_default": p_def / 1000.0,
         "kw_fleet_cap": p_cap / 1000.0,
         "kw_saved": kw,

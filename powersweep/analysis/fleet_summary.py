@@ -77,7 +77,9 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
         _pct_row(f"{unit} at the fleet cap vs own best", fc.get("tps_vs_own_best_pct") or {})
     )
     out.append("\n")
-    if sv.get("n_cards"):
+    if not sv.get("n_cards"):
+        out.append("No savings: no card's sweep measured its default limit.\n\n")
+    else:
         out.append(
             f"Every card at the fleet cap instead of its default limit "
             f"({_plural(sv['n_cards'], 'card')}, "
@@ -95,7 +97,13 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
                 f"{_n(sv.get('cost_per_mtok_default'), '.4f')} → "
                 f"{_n(sv.get('cost_per_mtok_fleet_cap'), '.4f')}"
             )
-        out.append(".\n\n")
+        out.append(".")
+        if sv.get("n_cards_unpriced"):
+            out.append(
+                f" {_plural(sv['n_cards_unpriced'], 'card')} left out: the sweep did not "
+                "measure the default limit."
+            )
+        out.append("\n\n")
     outliers: Sequence[Mapping[str, Any]] = g.get("outliers") or []
     if int(g.get("n_cards") or 0) < 5:
         out.append("_Outliers need at least 5 cards in a group._\n\n")

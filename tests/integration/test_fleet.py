@@ -244,3 +244,17 @@ def test_fleet_cli_help_and_sim_node_needs_simulate(capsys: pytest.CaptureFixtur
     assert "--sim-* options work only with --simulate" in capsys.readouterr().err
     assert main(["--simulate", "rtx4090-air~0.5", "--dry-run"]) == 2
     assert "spread must be between 0 and 0.3" in capsys.readouterr().err
+
+
+def test_a_card_whose_sweep_stopped_below_its_default_limit_is_not_priced(tmp_path: Path) -> None:
+    import polars as pl
+
+    cards = synthetic_fleet(tmp_path, "rtx4090-air~0.02", 5, seed=4)
+    caps_csv = cards[0].run_dir / "caps.csv"
+    pl.read_csv(caps_csv).filter(pl.col("cap_w") <= 400).write_csv(caps_csv)
+    report = fleet_report([tmp_path])
+    (group,) = report["groups"]
+    assert (group["savings"]["n_cards"], group["savings"]["n_cards_unpriced"]) == (4, 1)
+    assert "1 card left out: the sweep did not measure the default limit" in (
+        render_fleet_summary(report)
+    )
