@@ -26,15 +26,21 @@ chmod 700 "$tmp"
 host=$(hostname -s)
 # ports of this run only, so a second CI on the same machine does not collide
 port=$((20000 + $$ % 20000))
-pids=()
 stop() {
     set +e
     scancel --quiet --full -u root 2>/dev/null
-    for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+    local daemons=()
     for f in "$tmp"/slurmd.pid "$tmp"/slurmctld.pid "$tmp"/munged.pid; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null
+        [ -f "$f" ] && daemons+=("$(cat "$f")")
     done
-    sleep 1
+    for p in "${daemons[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+    # wait for them to go, so the next run (or the temp dir's removal) does not race them
+    for _ in $(seq 20); do
+        alive=0
+        for p in "${daemons[@]:-}"; do [ -n "$p" ] && kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.5
+    done
     [ -n "${KEEP_CI_SLURM:-}" ] || rm -rf "$tmp"
 }
 trap stop EXIT
