@@ -14,6 +14,9 @@ from powersweep.errors import PowersweepError
 _BUDGET = GITHUB_COMMENT_LIMIT - 1_024
 # Outliers listed per group before "and N more"; the rest are in fleet.json.
 MAX_OUTLIER_ROWS = 25
+# Groups up to this size list every card; larger ones the cards the fleet cap costs most.
+MAX_CARD_ROWS = 30
+MOST_AFFECTED_ROWS = 10
 MAX_PROBLEM_ROWS = 15
 
 
@@ -104,6 +107,7 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
                 "measure the default limit."
             )
         out.append("\n\n")
+    out.append(_cards_md(g, unit))
     outliers: Sequence[Mapping[str, Any]] = g.get("outliers") or []
     if int(g.get("n_cards") or 0) < 5:
         out.append("_Outliers need at least 5 cards in a group._\n\n")
@@ -124,6 +128,45 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
             out.append(f"| … and {len(outliers) - MAX_OUTLIER_ROWS} more (see fleet.json) | | |\n")
         out.append("\n")
     return "".join(out)
+
+
+def _cards_md(g: Mapping[str, Any], unit: str) -> str:
+    """Per card: its own sweet spot and what the fleet cap costs or gains it."""
+    cards: Sequence[Mapping[str, Any]] = g.get("cards") or []
+    if not cards:
+        return ""
+    if len(cards) <= MAX_CARD_ROWS:
+        title, rows = "Every card at the fleet cap", list(cards)
+    else:
+        title = f"The {MOST_AFFECTED_ROWS} cards the fleet cap costs most {unit}/W"
+        rows = sorted(cards, key=lambda c: _key(c.get("tps_per_w_vs_own_best_pct")))
+        rows = rows[:MOST_AFFECTED_ROWS]
+    out = [
+        f"<details><summary>{title}</summary>\n\n"
+        f"| card | own sweet spot | near-peak | runs at | {unit}/W vs own best | "
+        f"{unit} vs own best |\n|---|--:|--:|--:|--:|--:|\n"
+    ]
+    for c in rows:
+        notes = [str(c.get("status"))] if c.get("status") not in ("complete", "unknown") else []
+        notes += ["outlier"] if c.get("outlier") else []
+        flag = f" ({', '.join(notes)})" if notes else ""
+        out.append(
+            f"| {escape_md(c.get('label'))}{flag} | {_n(c.get('sweet_spot_w'), '.0f', ' W')} | "
+            f"{_n(c.get('near_peak_w'), '.0f', ' W')} | "
+            f"{_n(c.get('cap_at_fleet_cap_w'), '.0f', ' W')} | "
+            f"{_n(c.get('tps_per_w_vs_own_best_pct'), '+.1f', '%')} | "
+            f"{_n(c.get('tps_vs_own_best_pct'), '+.1f', '%')} |\n"
+        )
+    out.append("\n</details>\n\n")
+    return "".join(out)
+
+
+def _key(value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return float("inf")
+    return v if v == v else float("inf")
 
 
 def render_fleet_summary(fleet: Mapping[str, Any]) -> str:

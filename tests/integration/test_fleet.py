@@ -91,6 +91,7 @@ def test_cli_writes_report_files_and_markdown_fits_a_comment(
     assert len(md) < GITHUB_COMMENT_LIMIT
     assert "node007" in md and "hot card" in md and "firmware envelope" in md
     assert "MWh/year" in md and "cost per 1M tokens at 0.3/kWh" in md
+    assert "The 10 cards the fleet cap costs most TPS/W" in md
     data = json.loads((out / "fleet.json").read_text())
     assert data["n_cards"] == 200
     for name in ("fleet-band.png", "fleet-sweet-spots.png"):
@@ -125,6 +126,7 @@ def test_groups_by_model_and_reports_broken_and_failed_runs(tmp_path: Path) -> N
     assert [(r["label"], r["status"]) for r in report["incomplete"]] == [("f000", "failed")]
     md = render_fleet_summary(report)
     assert "server went away" in md and "left out" in md
+    assert "Every card at the fleet cap" in md and "| f000 (failed) |" in md
 
 
 def test_no_runs_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
