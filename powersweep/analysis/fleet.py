@@ -267,7 +267,8 @@ def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
             _num(run.get("default_limit_w")),
             _num(run.get("max_limit_w")),
         ),
-        status=str(run.get("status") or "unknown"),
+        # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
+        status=str((curve.run or {}).get("status") or run.get("status") or "unknown"),
         error=(curve.run or {}).get("error"),
     )
 
