@@ -71,7 +71,12 @@ CAPS_COLUMNS = (
     "code_tps_spread_pct",
     "prefill_wall_tps",
     "prompt_tokens",
+    "sm_lock_mhz",
+    "mem_lock_mhz",
 )
+# caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
+# power axis.
+CLOCK_LOCK_COLUMNS: tuple[str, ...] = ("sm_lock_mhz", "mem_lock_mhz")
 
 # caps.csv columns that hold text; every other column is a number (empty when not measured).
 CAPS_TEXT_COLUMNS: tuple[str, ...] = ("status", "error", "reason")

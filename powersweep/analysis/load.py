@@ -19,6 +19,7 @@ import polars as pl
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import (
     CAPS_FLOAT_COLUMNS,
+    CLOCK_LOCK_COLUMNS,
     REQUESTS_FLOAT_COLUMNS,
     SAMPLES_FLOAT_COLUMNS,
     SCHEMA_VERSION,
@@ -201,7 +202,11 @@ def _to_floats(path: Path, df: pl.DataFrame, columns: Sequence[str]) -> dict[str
 
 def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
     df = _read_text_csv(path)
-    missing = [c for c in ("cap_w", "power_w") if c not in df.columns]
+    # A clock-lock curve is keyed by its locks; its cap_w (the limit in force) may be absent.
+    clocks = any(c in df.columns for c in CLOCK_LOCK_COLUMNS)
+    missing = [
+        c for c in ("cap_w", "power_w") if c not in df.columns and not (clocks and c == "cap_w")
+    ]
     if not any(m in df.columns for m in METRICS):
         missing.append("narr_tps or prefill_tps")
     if missing:
@@ -232,13 +237,21 @@ def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
     columns.append(pl.Series("status", status, dtype=pl.String))
     columns.append(pl.Series("error", error, dtype=pl.String))
     caps = pl.DataFrame(columns)
-    caps = caps.filter(pl.col("cap_w").is_not_null())
-    if caps.height == 0:
-        raise UsageError(f"{path}: no row has a numeric cap_w")
+    clocks = (
+        clocks
+        and caps.select(
+            pl.any_horizontal([pl.col(c).is_not_null() for c in CLOCK_LOCK_COLUMNS]).any()
+        ).item()
+    )
+    if not clocks:
+        caps = caps.filter(pl.col("cap_w").is_not_null())
+        if caps.height == 0:
+            raise UsageError(f"{path}: no row has a numeric cap_w")
     if caps.filter(pl.col("cap_w") <= 0).height:
         raise UsageError(f"{path}: cap_w must be positive watts")
     caps = caps.with_columns(pl.col("n_gpus").fill_null(1.0))
-    caps = caps.sort("cap_w", maintain_order=True)
+    if not clocks:
+        caps = caps.sort("cap_w", maintain_order=True)
 
     metric = _pick_metric(caps)
     if metric is None:

@@ -22,6 +22,8 @@ from powersweep.clock import Clock
 from powersweep.errors import GpuError
 from powersweep.sim.physics import (
     IDLE,
+    UNLOCKED,
+    Locks,
     OperatingPoint,
     Workload,
     operating_point,
@@ -32,14 +34,18 @@ from powersweep.sim.physics import (
 )
 from powersweep.sim.profiles import GpuProfile
 from powersweep.sweep.gpu import (
+    CLOCK_EVENT_APP_CLOCKS,
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
     CLOCK_EVENT_SW_THERMAL,
+    ClockLocks,
     GpuIdentity,
     GpuSample,
     LockedClocks,
+    LockResult,
     PowerEnvelope,
     SetLimitResult,
+    SupportedClocks,
 )
 
 _UTIL_TIME_CONSTANT_S = 0.25
@@ -51,8 +57,9 @@ _THERMAL_RELEASE_C = 2.0
 
 
 class LimitStore:
-    """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits, and
-    ``{"<uuid>:<setting>": value}`` for other settings (persistence mode).
+    """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
+    ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
+    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks.
 
     Args:
         path: The state file; created on first write.
@@ -103,6 +110,25 @@ class LimitStore:
             except OSError as exc:
                 raise GpuError(f"cannot write simulated GPU state {self.path}: {exc}") from exc
 
+    def get_locks(self, uuid: str) -> Locks:
+        """The stored clock locks of a GPU (unlocked when none)."""
+        value = self.get_value(f"{uuid}#locks")
+        if not isinstance(value, dict):
+            return UNLOCKED
+        sm, mem = value.get("sm"), value.get("mem")
+        return Locks(
+            float(sm) if isinstance(sm, int | float) else None,
+            float(mem) if isinstance(mem, int | float) else None,
+        )
+
+    def put_locks(self, uuid: str, locks: Locks) -> None:
+        """Store a GPU's clock locks atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        self.put_value(f"{uuid}#locks", {"sm": locks.sm_mhz, "mem": locks.mem_mhz})
+
 
 class SimGpu:
     """One simulated card.
@@ -137,6 +163,7 @@ class SimGpu:
         self._limit_w = stored if stored is not None else profile.user_limit_w
         persistence = store.get_value(self._persistence_key) if store else None
         self._persistence = persistence is True
+        self._locks = store.get_locks(self._uuid) if store else UNLOCKED
         self._lock = threading.Lock()
         self._workload = IDLE
         th = profile.thermal
@@ -146,7 +173,7 @@ class SimGpu:
         self._util = 0.0
         self._thermal_active = False
         self._t = clock.now()
-        self._op_cache: dict[tuple[Workload, float, float], OperatingPoint] = {}
+        self._op_cache: dict[tuple[Workload, float, float, Locks], OperatingPoint] = {}
 
     # --- Gpu protocol -------------------------------------------------------------------------
 
@@ -211,13 +238,15 @@ class SimGpu:
             bits |= CLOCK_EVENT_SW_THERMAL
         elif op.limited_by in ("power", "boost_state"):
             bits |= CLOCK_EVENT_SW_POWER_CAP
+        elif self._locks.sm_mhz is not None and op.limited_by == "max_clock":
+            bits |= CLOCK_EVENT_APP_CLOCKS
         return GpuSample(
             gpu_index=self._index,
             power_w=round(power, 2),
             energy_mj=float(math.floor(energy)),
             temp_c=float(round(temp + rng.gauss(0.0, 0.2))),
             sm_clock_mhz=sm,
-            mem_clock_mhz=p.mem_clock_mhz if busy else p.idle_mem_clock_mhz,
+            mem_clock_mhz=self._mem_clock_mhz(busy),
             util_pct=float(round(100.0 * util)),
             pstate=2 if busy else 8,
             clock_event_bits=bits,
@@ -243,8 +272,55 @@ class SimGpu:
         return self._persistence
 
     def locked_clocks(self) -> LockedClocks:
-        # The simulated card has no clock locks (yet): it reads back as unlocked.
-        return LockedClocks(known=True, user_clock_setting_active=False)
+        # Unlike NVML, the simulated card can read its locks back.
+        locks = self._locks
+        active = locks.sm_mhz is not None or locks.mem_mhz is not None
+        return LockedClocks(
+            known=True, sm_mhz=locks.sm_mhz, mem_mhz=locks.mem_mhz, user_clock_setting_active=active
+        )
+
+    # --- clock locks (issue 15) ---------------------------------------------------------------
+
+    def clock_locks(self) -> ClockLocks:
+        return ClockLocks(self._locks.sm_mhz, self._locks.mem_mhz, known=True)
+
+    def supported_clocks(self) -> SupportedClocks:
+        p = self.profile
+        mems = p.supported_mem_clocks_mhz()
+        return SupportedClocks(mems, {m: p.supported_sm_clocks_mhz(m) for m in mems})
+
+    def lock_sm_clock(self, mhz: float) -> LockResult:
+        bins = self.profile.sm_bins_mhz()
+        if not bins[0] <= mhz <= bins[-1]:
+            return LockResult(
+                mhz, False, f"{mhz:g} MHz is outside the SM clock range {bins[0]:g}-{bins[-1]:g}"
+            )
+        self._set_locks(Locks(float(mhz), self._locks.mem_mhz))
+        return LockResult(mhz, True)
+
+    def lock_mem_clock(self, mhz: float) -> LockResult:
+        p = self.profile
+        if not p.mem_locks_supported:
+            return LockResult(
+                mhz,
+                False,
+                f"GPU {self._index} ({p.gpu_name}) does not support memory clock locks "
+                "(NVML: Not Supported): many GeForce cards and drivers refuse them",
+            )
+        tiers = p.supported_mem_clocks_mhz()
+        if not min(tiers) <= mhz <= max(tiers):
+            return LockResult(
+                mhz,
+                False,
+                f"{mhz:g} MHz is outside the memory clocks {min(tiers):g}-{max(tiers):g}",
+            )
+        self._set_locks(Locks(self._locks.sm_mhz, float(mhz)))
+        return LockResult(mhz, True)
+
+    def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
+        self._set_locks(
+            Locks(None if sm else self._locks.sm_mhz, None if mem else self._locks.mem_mhz)
+        )
 
     # --- engine side --------------------------------------------------------------------------
 
@@ -268,7 +344,7 @@ class SimGpu:
             if work is None or _same_work(work, self._workload):
                 return op.rate_tps
         shared = Workload(work.kind, work.batch, work.prompt_tokens, self._share)
-        return rate_at(self.profile, shared, op.sm_clock_mhz)
+        return rate_at(self.profile, shared, op.sm_clock_mhz, self._effective_locks().mem_mhz)
 
     def set_temperature(self, temp_c: float) -> None:
         """Put the card at a temperature now (a pre-heated card)."""
@@ -282,6 +358,11 @@ class SimGpu:
         return self._limit_w
 
     @property
+    def locks(self) -> Locks:
+        """The clock locks in force."""
+        return self._locks
+
+    @property
     def temp_c(self) -> float:
         """Current temperature (noise-free)."""
         with self._lock:
@@ -290,6 +371,28 @@ class SimGpu:
 
     # --- internals (lock held) ----------------------------------------------------------------
 
+    def _set_locks(self, locks: Locks) -> None:
+        with self._lock:
+            self._advance()
+            self._locks = locks
+            if self._store:
+                self._store.put_locks(self._uuid, locks)
+
+    def _effective_locks(self) -> Locks:
+        """The locks as the physics sees them: a memory lock runs at the nearest load tier."""
+        want = self._locks.mem_mhz
+        if want is None:
+            return self._locks
+        tiers = self.profile.mem_tiers_mhz or (self.profile.mem_clock_mhz,)
+        return Locks(self._locks.sm_mhz, min(tiers, key=lambda t: abs(t - want)))
+
+    def _mem_clock_mhz(self, busy: bool) -> float:
+        p = self.profile
+        mem = self._effective_locks().mem_mhz
+        if mem is not None:
+            return mem
+        return p.mem_clock_mhz if busy else p.idle_mem_clock_mhz
+
     def _effective_limit_w(self) -> float:
         if self._thermal_active:
             return min(self._limit_w, thermal_budget_w(self.profile))
@@ -297,12 +400,13 @@ class SimGpu:
 
     def _op(self) -> OperatingPoint:
         # temperature only moves static power; 0.1 C steps keep the cache small and exact enough
-        key = (self._workload, self._effective_limit_w(), round(self._temp_c, 1))
+        locks = self._effective_locks()
+        key = (self._workload, self._effective_limit_w(), round(self._temp_c, 1), locks)
         op = self._op_cache.get(key)
         if op is None:
             if len(self._op_cache) > 4096:
                 self._op_cache.clear()
-            op = operating_point(self.profile, self._workload, key[1], key[2])
+            op = operating_point(self.profile, self._workload, key[1], key[2], locks)
             if self._thermal_active and key[1] < self._limit_w and op.limited_by != "max_clock":
                 op = dataclasses.replace(op, limited_by="thermal")
             self._op_cache[key] = op

@@ -39,6 +39,22 @@ IDLE = Workload()
 
 
 @dataclass(frozen=True)
+class Locks:
+    """Clock locks in force (``nvidia-smi -lgc`` / ``-lmc``); None: not locked.
+
+    Attributes:
+        sm_mhz: SM clock lock (min = max): the firmware runs at most this bin.
+        mem_mhz: Memory clock lock: the memory tier, so the bandwidth.
+    """
+
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+
+
+UNLOCKED = Locks()
+
+
+@dataclass(frozen=True)
 class OperatingPoint:
     """Where a card settles for a given limit, workload and temperature.
 
@@ -78,78 +94,124 @@ def static_power_w(profile: GpuProfile, temp_c: float) -> float:
     return profile.static_w * (1.0 + profile.leakage_per_c * (temp_c - 60.0))
 
 
-def _step_times(profile: GpuProfile, work: Workload, f_mhz: float) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of one unit of work at an SM clock."""
+def mem_ratio(profile: GpuProfile, mem_mhz: float | None) -> float:
+    """Memory clock as a fraction of the full one (bandwidth, and memory power, scale with it)."""
+    if mem_mhz is None or mem_mhz <= 0:
+        return 1.0
+    return mem_mhz / profile.mem_clock_mhz
+
+
+def _step_times(
+    profile: GpuProfile, work: Workload, f_mhz: float, mem_mhz: float | None = None
+) -> tuple[float, float]:
+    """(compute seconds, memory seconds) of one unit of work at an SM and memory clock."""
     if work.kind == "decode":
         b = max(1, work.batch)
         compute = profile.decode_compute_mhz_s * (1 + profile.batch_compute * (b - 1)) / f_mhz
         memory = profile.decode_memory_s * (1 + profile.batch_memory * (b - 1))
+        memory /= mem_ratio(profile, mem_mhz)
         return compute * work.share, memory * work.share
     raise ValueError(work.kind)
 
 
-def rate_tps(profile: GpuProfile, work: Workload, f_mhz: float) -> float:
+def _step_s(profile: GpuProfile, compute: float, memory: float) -> float:
+    # decode_overlap 0: compute and memory phases add; 1: they overlap fully (a roofline)
+    return compute + memory - profile.decode_overlap * min(compute, memory)
+
+
+def rate_tps(
+    profile: GpuProfile, work: Workload, f_mhz: float, mem_mhz: float | None = None
+) -> float:
     """Aggregate token rate at an SM clock (decode: tokens of all streams; prefill: prompt)."""
     if work.kind == "decode":
-        compute, memory = _step_times(profile, work, f_mhz)
-        return max(1, work.batch) / (compute + memory)
+        compute, memory = _step_times(profile, work, f_mhz, mem_mhz)
+        return max(1, work.batch) / _step_s(profile, compute, memory)
     if work.kind == "prefill":
         base = profile.prefill_tps_per_mhz * f_mhz / work.share
         return base / (1.0 + work.prompt_tokens / profile.prefill_attn_tokens)
     return 0.0
 
 
-def power_at(profile: GpuProfile, work: Workload, f_mhz: float, temp_c: float) -> float:
-    """Draw at an SM clock while running ``work`` at ``temp_c``."""
+def power_at(
+    profile: GpuProfile, work: Workload, f_mhz: float, temp_c: float, mem_mhz: float | None = None
+) -> float:
+    """Draw at an SM (and memory) clock while running ``work`` at ``temp_c``.
+
+    Memory power is the traffic's (``mem_dyn_w`` at full bandwidth, scaled by the memory clock
+    and the share of time memory is busy) plus the interface's ``mem_static_w``, which scales
+    with the memory clock whether or not data moves: a lower memory tier saves it.
+    """
     if work.kind == "idle":
         return profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
+    ratio = mem_ratio(profile, mem_mhz)
     if work.kind == "decode":
-        compute, memory = _step_times(profile, work, f_mhz)
-        u_compute = compute / (compute + memory)
-        u_memory = memory / (compute + memory)
+        compute, memory = _step_times(profile, work, f_mhz, mem_mhz)
+        step = _step_s(profile, compute, memory)
+        u_compute = compute / step
+        u_memory = memory / step
     else:
         u_compute = profile.prefill_compute_util
         u_memory = 0.3
     v = voltage(profile, f_mhz)
     dynamic = profile.dyn_w_per_mhz_v2 * f_mhz * v * v * u_compute
-    return static_power_w(profile, temp_c) + dynamic + profile.mem_dyn_w * u_memory
+    memory_w = (profile.mem_dyn_w * u_memory + profile.mem_static_w) * ratio
+    return static_power_w(profile, temp_c) + dynamic + memory_w
+
+
+def locked_bins(profile: GpuProfile, sm_lock_mhz: float | None) -> tuple[float, ...]:
+    """The SM bins the firmware may use under an SM lock (all bins without one).
+
+    A lock runs the card at the highest bin not above it; one below the lowest bin holds the
+    lowest bin. A lock the card ignores (below ``sm_lock_ignored_below_mhz``) changes nothing.
+    """
+    bins = profile.sm_bins_mhz()
+    if sm_lock_mhz is None or sm_lock_mhz < profile.sm_lock_ignored_below_mhz:
+        return bins
+    kept = tuple(b for b in bins if b <= sm_lock_mhz + 1e-6)
+    return kept or bins[:1]
 
 
 def operating_point(
-    profile: GpuProfile, work: Workload, limit_w: float, temp_c: float
+    profile: GpuProfile,
+    work: Workload,
+    limit_w: float,
+    temp_c: float,
+    locks: Locks = UNLOCKED,
 ) -> OperatingPoint:
-    """Choose the SM clock the firmware settles at under ``limit_w``.
+    """Choose the SM clock the firmware settles at under ``limit_w`` (and any clock locks).
 
     The highest bin whose draw fits the limit wins. Between two adjacent *fine* bins the firmware
     dithers so the draw meets the limit exactly; across a boost-state gap it cannot, so the watts
     between the states go unused (a plateau). If even the top bin fits, the card draws less than
-    the cap (a ceiling).
+    the cap (a ceiling). An SM lock removes the bins above it (the top allowed bin is then a
+    ``max_clock`` ceiling); a memory lock sets the bandwidth and the memory power.
     """
     if work.kind == "idle":
         p = power_at(profile, work, profile.idle_sm_mhz, temp_c)
         f = profile.idle_sm_mhz
         return OperatingPoint(f, f, f, 0.0, p, 0.0, "idle")
-    bins = profile.sm_bins_mhz()
-    powers = [power_at(profile, work, f, temp_c) for f in bins]
+    mem = locks.mem_mhz
+    bins = locked_bins(profile, locks.sm_mhz)
+    powers = [power_at(profile, work, f, temp_c, mem) for f in bins]
     # powers rise with f, so the affordable bins are a prefix
     i = bisect.bisect_right(powers, limit_w) - 1
     if i < 0:
         f = bins[0]
-        return OperatingPoint(f, f, f, 0.0, powers[0], rate_tps(profile, work, f), "power")
+        return OperatingPoint(f, f, f, 0.0, powers[0], rate_tps(profile, work, f, mem), "power")
     f_lo = bins[i]
     if i == len(bins) - 1:
         return OperatingPoint(
-            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo), "max_clock"
+            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo, mem), "max_clock"
         )
     f_hi = bins[i + 1]
     if f_hi - f_lo > profile.sm_step_mhz + 1e-6:
         return OperatingPoint(
-            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo), "boost_state"
+            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo, mem), "boost_state"
         )
     x = (limit_w - powers[i]) / (powers[i + 1] - powers[i])
     x = min(max(x, 0.0), 1.0)
     # time-share between the two bins: work done per second mixes linearly
-    r = (1 - x) * rate_tps(profile, work, f_lo) + x * rate_tps(profile, work, f_hi)
+    r = (1 - x) * rate_tps(profile, work, f_lo, mem) + x * rate_tps(profile, work, f_hi, mem)
     p = (1 - x) * powers[i] + x * powers[i + 1]
     return OperatingPoint(f_lo + x * (f_hi - f_lo), f_lo, f_hi, x, p, r, "power")
 
@@ -161,7 +223,7 @@ def thermal_budget_w(profile: GpuProfile) -> float:
 
 
 def steady_state(
-    profile: GpuProfile, work: Workload, cap_w: float
+    profile: GpuProfile, work: Workload, cap_w: float, locks: Locks = UNLOCKED
 ) -> tuple[OperatingPoint, float, bool]:
     """Noise-free equilibrium at a cap: (operating point, temperature, thermally limited).
 
@@ -171,9 +233,9 @@ def steady_state(
     """
     th = profile.thermal
     temp = th.ambient_c + th.resistance_c_per_w * cap_w * 0.8
-    op = operating_point(profile, work, cap_w, temp)
+    op = operating_point(profile, work, cap_w, temp, locks)
     for _ in range(60):
-        op = operating_point(profile, work, cap_w, temp)
+        op = operating_point(profile, work, cap_w, temp, locks)
         new_temp = th.ambient_c + th.resistance_c_per_w * op.power_w
         if abs(new_temp - temp) < 1e-6:
             break
@@ -181,7 +243,7 @@ def steady_state(
     if temp <= profile.slowdown_temp_c:
         return op, temp, False
     temp = profile.slowdown_temp_c
-    op = operating_point(profile, work, min(cap_w, thermal_budget_w(profile)), temp)
+    op = operating_point(profile, work, min(cap_w, thermal_budget_w(profile)), temp, locks)
     return (
         dataclasses.replace(op, limited_by="thermal"),
         temp,

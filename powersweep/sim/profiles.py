@@ -86,6 +86,17 @@ class GpuProfile:
         thermal: Thermal path.
         slowdown_temp_c: Temperature where thermal slowdown starts.
         power_noise_pct: Relative noise of a power reading (1 sigma).
+        mem_tiers_mhz: Memory clocks the card can be locked to under load, descending (as
+            ``nvmlDeviceGetSupportedMemoryClocks`` lists them, idle tiers aside); empty: only
+            ``mem_clock_mhz``.
+        mem_static_w: Memory-interface draw at the full memory clock whether or not data moves;
+            it scales with the memory clock, so a lower tier saves it.
+        decode_overlap: How much of a decode step's compute hides under its memory traffic (0:
+            they add; 1: a pure roofline, the slower of the two sets the step).
+        mem_locks_supported: Whether the driver lets the memory clock be locked (many GeForce
+            cards refuse).
+        sm_lock_ignored_below_mhz: SM locks below this are silently ignored (the card keeps
+            boosting), as some drivers do.
     """
 
     name: str
@@ -120,6 +131,23 @@ class GpuProfile:
     thermal: ThermalPath
     slowdown_temp_c: float
     power_noise_pct: float = 0.3
+    mem_tiers_mhz: tuple[float, ...] = ()
+    mem_static_w: float = 0.0
+    decode_overlap: float = 0.0
+    mem_locks_supported: bool = True
+    sm_lock_ignored_below_mhz: float = 0.0
+
+    def supported_mem_clocks_mhz(self) -> tuple[float, ...]:
+        """Memory clocks NVML would list, descending: the load tiers, then the idle clock."""
+        tiers = self.mem_tiers_mhz or (self.mem_clock_mhz,)
+        return tuple(sorted({*tiers, self.idle_mem_clock_mhz}, reverse=True))
+
+    def supported_sm_clocks_mhz(self, mem_mhz: float) -> tuple[float, ...]:
+        """SM clocks NVML would list for a memory clock, descending (few at the idle tier)."""
+        bins = self.sm_bins_mhz()
+        if mem_mhz <= self.idle_mem_clock_mhz + 1e-6 and mem_mhz < self.mem_clock_mhz:
+            bins = tuple(b for b in bins if b <= 1000.0) or bins[:1]
+        return tuple(sorted(bins, reverse=True))
 
     def sm_bins_mhz(self) -> tuple[float, ...]:
         """All SM clock bins, ascending: fine bins then boost states."""
@@ -225,10 +253,10 @@ _RTX5090_AIR = GpuProfile(
     mem_clock_mhz=14001.0,
     idle_mem_clock_mhz=405.0,
     idle_w=30.0,
-    static_w=170.0,
+    static_w=100.0,
     leakage_per_c=0.003,
     dyn_w_per_mhz_v2=0.19,
-    mem_dyn_w=60.0,
+    mem_dyn_w=10.0,
     decode_compute_mhz_s=36.0,
     decode_memory_s=0.0085,
     batch_compute=0.3,
@@ -239,6 +267,9 @@ _RTX5090_AIR = GpuProfile(
     context_tokens=32768,
     thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.1, time_constant_s=25.0),
     slowdown_temp_c=88.0,
+    # GDDR7 tiers as nvidia-smi -lmc offers them; the interface's draw follows the tier
+    mem_tiers_mhz=(14001.0, 12001.0, 10001.0, 7001.0),
+    mem_static_w=90.0,
 )
 
 _H100_SXM = GpuProfile(
@@ -254,16 +285,16 @@ _H100_SXM = GpuProfile(
     sm_fine_max_mhz=1980.0,
     sm_step_mhz=15.0,
     boost_states_mhz=(),
-    voltage_curve=((345.0, 0.70), (1350.0, 0.70), (1650.0, 0.80), (1980.0, 0.90)),
+    voltage_curve=((345.0, 0.70), (1200.0, 0.70), (1600.0, 0.78), (1980.0, 0.90)),
     idle_sm_mhz=345.0,
     mem_clock_mhz=2619.0,
     idle_mem_clock_mhz=2619.0,
     idle_w=70.0,
-    static_w=95.0,
+    static_w=90.0,
     leakage_per_c=0.002,
-    dyn_w_per_mhz_v2=0.55,
-    mem_dyn_w=240.0,
-    decode_compute_mhz_s=12.0,
+    dyn_w_per_mhz_v2=0.30,
+    mem_dyn_w=110.0,
+    decode_compute_mhz_s=8.0,
     decode_memory_s=0.022,
     batch_compute=0.5,
     batch_memory=0.02,
@@ -273,6 +304,25 @@ _H100_SXM = GpuProfile(
     context_tokens=65536,
     thermal=ThermalPath("air", ambient_c=25.0, resistance_c_per_w=0.06, time_constant_s=30.0),
     slowdown_temp_c=87.0,
+    # HBM3 has one clock under load; decode overlaps most of its compute with memory traffic,
+    # so it draws well under the 700 W cap and barely slows with the SM clock
+    mem_tiers_mhz=(2619.0,),
+    mem_static_w=25.0,
+    decode_overlap=0.7,
+)
+
+# H200: the H100's compute with HBM3e (4.8 TB/s): decode steps move the same bytes faster.
+_H200_SXM = replace(
+    _H100_SXM,
+    name="h200-sxm",
+    gpu_name="NVIDIA H200 (simulated)",
+    vram_mib=143771,
+    mem_clock_mhz=3201.0,
+    idle_mem_clock_mhz=3201.0,
+    mem_tiers_mhz=(3201.0,),
+    decode_memory_s=0.0155,
+    mem_dyn_w=125.0,
+    context_tokens=131072,
 )
 
 _BUILTIN: dict[str, GpuProfile] = {
@@ -283,6 +333,7 @@ _BUILTIN: dict[str, GpuProfile] = {
         _RTX4090_AIR,
         _RTX5090_AIR,
         _H100_SXM,
+        _H200_SXM,
     )
 }
 
@@ -290,8 +341,9 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
     "rtx3090-air": "RTX 3090, air: 100/370/390 W, boost plateau 340-370 W (club-3090 rig)",
     "rtx3090-water": "RTX 3090, water: same card, cooler and leaner than air",
     "rtx4090-air": "RTX 4090, air: 150/450/600 W, decode draw ceiling near 395 W",
-    "rtx5090-air": "RTX 5090, air: 400/575/600 W (no cap below 400 W), hot under heavy load",
-    "h100-sxm": "H100 SXM: 200/700/700 W, decode far below the cap at low batch",
+    "rtx5090-air": "RTX 5090, air: 400/575/600 W (no cap below 400 W), hot; four memory tiers",
+    "h100-sxm": "H100 SXM: 200/700/700 W, decode far below the cap; SM locks save energy",
+    "h200-sxm": "H200 SXM: 200/700/700 W, HBM3e; decode far below the cap, SM locks save energy",
 }
 
 

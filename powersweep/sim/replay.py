@@ -42,16 +42,19 @@ from powersweep.analysis.structure import (
     typical_step_w,
 )
 from powersweep.clock import Clock
-from powersweep.errors import UsageError
+from powersweep.errors import GpuError, UsageError
 from powersweep.sim.engine import WorkKind
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
+    ClockLocks,
     GpuIdentity,
     GpuSample,
     LockedClocks,
+    LockResult,
     PowerEnvelope,
     SetLimitResult,
+    SupportedClocks,
 )
 
 READING_NOISE_PCT = 0.3
@@ -295,6 +298,23 @@ class ReplayGpu:
 
     def locked_clocks(self) -> LockedClocks:
         return LockedClocks(known=True, user_clock_setting_active=False)
+
+    # --- clock locks: a replayed power curve has no clocks to lock ----------------------------
+
+    def clock_locks(self) -> ClockLocks:
+        return ClockLocks()
+
+    def supported_clocks(self) -> SupportedClocks:
+        raise GpuError("a replayed power-cap curve has no clocks to lock: sweep --axis power")
+
+    def lock_sm_clock(self, mhz: float) -> LockResult:
+        return LockResult(mhz, False, "a replayed power-cap curve cannot lock clocks")
+
+    def lock_mem_clock(self, mhz: float) -> LockResult:
+        return LockResult(mhz, False, "a replayed power-cap curve cannot lock clocks")
+
+    def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
+        return None
 
     # --- rig side -----------------------------------------------------------------------------
 

@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis.clocks import TIER_CAP_FRACTION
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
 from powersweep.sim.engine import WorkKind
 from powersweep.sim.gpu import LimitStore, SimGpu
 from powersweep.sim.physics import (
     IDLE,
+    Locks,
     OperatingPoint,
     Workload,
     regime_of,
@@ -292,3 +294,88 @@ def _true_plateaus(rows: list[TruthCap]) -> list[dict[str, Any]]:
             )
         i = j + 1
     return out
+
+
+def clock_ground_truth(
+    profiles: list[GpuProfile],
+    load_mode: str,
+    points: list[tuple[float | None, float | None]],
+    cap_w: float,
+    *,
+    concurrency: int = 1,
+    prompt_tokens: int = 8000,
+) -> dict[str, Any]:
+    """Noise-free steady state at each clock-lock point under a held limit (``--axis`` clocks).
+
+    Each point is ``(sm_lock_mhz, mem_lock_mhz)`` (None: that clock unlocked). TPS is measured
+    as :func:`ground_truth` measures it. Adds the true peak (best TPS/W), the Pareto front of
+    (TPS up, W down), per memory tier its top TPS and whether it caps TPS, and the draw of the
+    unlocked card at the default limit (whether a power cap could bind at all).
+    """
+    work = workload_for(load_mode, concurrency, prompt_tokens)
+    work = Workload(work.kind, work.batch, work.prompt_tokens, 1.0 / len(profiles))
+    rows: list[dict[str, Any]] = []
+    for sm, mem in points:
+        states = []
+        for p in profiles:
+            tier = None
+            if mem is not None:
+                load_tiers = p.mem_tiers_mhz or (p.mem_clock_mhz,)
+                tier = min(load_tiers, key=lambda t: abs(t - mem))
+            states.append(steady_state(p, work, cap_w, Locks(sm, tier)))
+        rate = min(op.rate_tps for op, _, _ in states)
+        power = sum(op.power_w for op, _, _ in states)
+        rows.append(
+            {
+                "sm_lock_mhz": sm,
+                "mem_lock_mhz": mem,
+                "cap_w": cap_w,
+                "tps": rate,
+                "power_w": power,
+                "tps_per_w": rate / power,
+                "sm_clock_mhz": states[0][0].sm_clock_mhz,
+                "regime": regime_of(states[0][0]),
+            }
+        )
+    peak = max(rows, key=lambda r: r["tps_per_w"])
+    front = [
+        r
+        for r in rows
+        if not any(
+            o["tps"] >= r["tps"]
+            and o["power_w"] <= r["power_w"]
+            and o is not r
+            and (o["tps"] > r["tps"] or o["power_w"] < r["power_w"])
+            for o in rows
+        )
+    ]
+    tier_tps: dict[float | None, float] = {}
+    for r in rows:
+        tier_tps[r["mem_lock_mhz"]] = max(tier_tps.get(r["mem_lock_mhz"], 0.0), r["tps"])
+    best_tier_tps = max(tier_tps.values())
+    unlocked = [steady_state(p, work, p.default_limit_w)[0] for p in profiles]
+    return {
+        "axis": "clocks",
+        "load_mode": load_mode,
+        "concurrency": work.batch if work.kind == "decode" else 1,
+        "prompt_tokens": prompt_tokens if work.kind == "prefill" else None,
+        "cap_w": cap_w,
+        "points": rows,
+        "peak": {
+            k: peak[k] for k in ("sm_lock_mhz", "mem_lock_mhz", "tps", "power_w", "tps_per_w")
+        },
+        "pareto": [
+            {k: r[k] for k in ("sm_lock_mhz", "mem_lock_mhz", "tps", "power_w")}
+            for r in sorted(front, key=lambda r: r["power_w"])
+        ],
+        "tiers": [
+            {
+                "mem_lock_mhz": mem,
+                "top_tps": tps,
+                "caps_tps": tps < (1.0 - TIER_CAP_FRACTION) * best_tier_tps,
+            }
+            for mem, tps in sorted(tier_tps.items(), key=lambda kv: -(kv[0] or 0.0))
+        ],
+        "unlocked_power_w": sum(op.power_w for op in unlocked),
+        "default_limit_w": sum(p.default_limit_w for p in profiles),
+    }

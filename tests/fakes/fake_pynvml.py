@@ -24,6 +24,11 @@ What it can do:
   ``persistence_supported=False`` makes both calls NOT_SUPPORTED (Windows, some VMs).
 * Power follows the cap: with ``clamp_power`` (default) both power readings are clamped to the
   enforced limit, and :meth:`FakeDevice.tick` advances the energy counter by the draw.
+* Clock locks: ``supported_mem_mhz`` (descending, as NVML lists them) and ``supported_sm_mhz``
+  (per memory clock; default: 2100 down to 210 MHz in 15 MHz steps, ≤ 1005 MHz at the idle
+  tiers); ``sm_locks_supported`` / ``mem_locks_supported`` False make the lock and reset calls
+  NOT_SUPPORTED (GeForce cards refuse memory locks); a lock outside the listed range, or with
+  min > max, is INVALID_ARGUMENT. ``locked_sm`` / ``locked_mem`` hold the ``(min, max)`` set.
 * ``FakeNvml.calls`` records every call as ``(function name, device index or None)``.
 
 Only the standard library is imported, so tests can load this file by path.
@@ -270,6 +275,19 @@ class FakeDevice:
     persistence_supported: bool = True
     fail: dict[str, int] = field(default_factory=dict)
     fail_fields: dict[int, int] = field(default_factory=dict)
+    supported_mem_mhz: list[int] = field(default_factory=lambda: [9751, 9501, 5001, 810, 405])
+    supported_sm_mhz: dict[int, list[int]] | None = None
+    sm_locks_supported: bool = True
+    mem_locks_supported: bool = True
+    locked_sm: tuple[int, int] | None = None
+    locked_mem: tuple[int, int] | None = None
+
+    def graphics_clocks(self, mem_mhz: int) -> list[int]:
+        """SM clocks listed for a memory clock, descending."""
+        if self.supported_sm_mhz is not None:
+            return list(self.supported_sm_mhz.get(mem_mhz, []))
+        top = 1005 if mem_mhz < 1000 else 2100
+        return list(range(top, 209, -15))
 
     @property
     def enforced_mw(self) -> int:
@@ -541,3 +559,54 @@ class FakeNvml(ModuleType):
         if mode not in (NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED):
             raise NVMLError_InvalidArgument()
         device.persistence_mode = mode
+
+    # --- clock locks -------------------------------------------------------------------------
+
+    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
+        device = self._device_call("nvmlDeviceGetSupportedMemoryClocks", handle)
+        return list(device.supported_mem_mhz)
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, handle: Any, memoryClockMHz: int) -> list[int]:
+        device = self._device_call("nvmlDeviceGetSupportedGraphicsClocks", handle)
+        if memoryClockMHz not in device.supported_mem_mhz:
+            raise NVMLError_InvalidArgument()
+        return device.graphics_clocks(memoryClockMHz)
+
+    def nvmlDeviceSetGpuLockedClocks(
+        self, handle: Any, minGpuClockMHz: int, maxGpuClockMHz: int
+    ) -> None:
+        device = self._device_call("nvmlDeviceSetGpuLockedClocks", handle)
+        if not device.sm_locks_supported:
+            raise NVMLError_NotSupported()
+        listed = {f for m in device.supported_mem_mhz for f in device.graphics_clocks(m)}
+        lo, hi = min(listed), max(listed)
+        if not (isinstance(minGpuClockMHz, int) and isinstance(maxGpuClockMHz, int)):
+            raise NVMLError_InvalidArgument()
+        if minGpuClockMHz > maxGpuClockMHz or not lo <= minGpuClockMHz <= hi:
+            raise NVMLError_InvalidArgument()
+        device.locked_sm = (minGpuClockMHz, maxGpuClockMHz)
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
+        device = self._device_call("nvmlDeviceResetGpuLockedClocks", handle)
+        if not device.sm_locks_supported:
+            raise NVMLError_NotSupported()
+        device.locked_sm = None
+
+    def nvmlDeviceSetMemoryLockedClocks(
+        self, handle: Any, minMemClockMHz: int, maxMemClockMHz: int
+    ) -> None:
+        device = self._device_call("nvmlDeviceSetMemoryLockedClocks", handle)
+        if not device.mem_locks_supported:
+            raise NVMLError_NotSupported()
+        if not (isinstance(minMemClockMHz, int) and isinstance(maxMemClockMHz, int)):
+            raise NVMLError_InvalidArgument()
+        listed = device.supported_mem_mhz
+        if minMemClockMHz > maxMemClockMHz or not min(listed) <= minMemClockMHz <= max(listed):
+            raise NVMLError_InvalidArgument()
+        device.locked_mem = (minMemClockMHz, maxMemClockMHz)
+
+    def nvmlDeviceResetMemoryLockedClocks(self, handle: Any) -> None:
+        device = self._device_call("nvmlDeviceResetMemoryLockedClocks", handle)
+        if not device.mem_locks_supported:
+            raise NVMLError_NotSupported()
+        device.locked_mem = None

@@ -475,3 +475,73 @@ def test_real_result_structures_have_the_fields_read() -> None:
     assert gpu.read_sample().power_w == 301.25
     values[0].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
     assert gpu.read_sample().power_w == 250.0  # fell back to the average reading
+
+
+# --- clock locks (issue 15) ------------------------------------------------------------------
+
+
+def test_supported_clocks_list_memory_tiers_and_sm_clocks_per_tier_descending() -> None:
+    _, gpu = _gpu(supported_mem_mhz=[9751, 9501, 5001, 810, 405])
+    clocks = gpu.supported_clocks()
+    assert clocks.mem_mhz == (9751.0, 9501.0, 5001.0, 810.0, 405.0)
+    assert clocks.sm_mhz_by_mem[9751.0][0] == 2100.0
+    assert clocks.sm_mhz_by_mem[405.0][0] == 1005.0
+    assert list(clocks.sm_mhz_by_mem[5001.0]) == sorted(clocks.sm_mhz_by_mem[5001.0], reverse=True)
+
+
+def test_supported_clocks_not_supported_is_a_one_line_gpu_error() -> None:
+    fake, gpu = _gpu()
+    fake.devices[0].fail["nvmlDeviceGetSupportedMemoryClocks"] = (
+        fake_pynvml.NVML_ERROR_NOT_SUPPORTED
+    )
+    with pytest.raises(GpuError, match="--sm-clocks") as err:
+        gpu.supported_clocks()
+    assert "\n" not in str(err.value)
+
+
+def test_sm_lock_sets_min_equal_max_and_reset_clears_it() -> None:
+    fake, gpu = _gpu()
+    assert gpu.lock_sm_clock(1410.0).accepted
+    assert fake.devices[0].locked_sm == (1410, 1410)
+    assert gpu.lock_mem_clock(5001.0).accepted
+    assert fake.devices[0].locked_mem == (5001, 5001)
+    gpu.reset_clock_locks(sm=True, mem=False)
+    assert fake.devices[0].locked_sm is None and fake.devices[0].locked_mem == (5001, 5001)
+    gpu.reset_clock_locks()
+    assert fake.devices[0].locked_mem is None
+    assert not gpu.clock_locks().known
+
+
+def test_memory_lock_refused_by_a_geforce_card_is_a_one_line_explanation() -> None:
+    _fake, gpu = _gpu(mem_locks_supported=False)
+    result = gpu.lock_mem_clock(9501.0)
+    assert not result.accepted
+    assert "GeForce" in result.message and "Not Supported" in result.message
+    assert "\n" not in result.message
+    gpu.reset_clock_locks()  # nothing was locked: resetting is no failure
+
+
+def test_lock_outside_the_listed_clocks_is_rejected_not_raised() -> None:
+    _, gpu = _gpu()
+    result = gpu.lock_sm_clock(5000.0)
+    assert not result.accepted and "invalid" in result.message
+
+
+@pytest.mark.parametrize("call", ["lock_sm_clock", "lock_mem_clock"])
+def test_lock_without_root_asks_for_sudo(call: str) -> None:
+    fake, gpu = _gpu()
+    name = (
+        "nvmlDeviceSetGpuLockedClocks"
+        if call == "lock_sm_clock"
+        else ("nvmlDeviceSetMemoryLockedClocks")
+    )
+    fake.devices[0].fail[name] = fake_pynvml.NVML_ERROR_NO_PERMISSION
+    with pytest.raises(GpuError, match="sudo"):
+        getattr(gpu, call)(1410.0)
+
+
+def test_reset_without_root_is_a_gpu_error() -> None:
+    fake, gpu = _gpu()
+    fake.devices[0].fail["nvmlDeviceResetGpuLockedClocks"] = fake_pynvml.NVML_ERROR_NO_PERMISSION
+    with pytest.raises(GpuError, match="sudo"):
+        gpu.reset_clock_locks()

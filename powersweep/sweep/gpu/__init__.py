@@ -18,13 +18,16 @@ from powersweep.sweep.gpu.protocol import (
     NAN,
     POWER_EVENT_MASK,
     THERMAL_EVENT_MASK,
+    ClockLocks,
     Gpu,
     GpuBackend,
     GpuIdentity,
     GpuSample,
     LockedClocks,
+    LockResult,
     PowerEnvelope,
     SetLimitResult,
+    SupportedClocks,
 )
 
 __all__ = [
@@ -40,11 +43,14 @@ __all__ = [
     "NAN",
     "POWER_EVENT_MASK",
     "THERMAL_EVENT_MASK",
+    "ClockLocks",
     "Gpu",
     "GpuBackend",
     "GpuIdentity",
     "GpuSample",
     "LockedClocks",
+    "LockResult",
     "PowerEnvelope",
     "SetLimitResult",
+    "SupportedClocks",
 ]

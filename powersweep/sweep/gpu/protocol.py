@@ -147,6 +147,58 @@ class LockedClocks:
     user_clock_setting_active: bool | None = None
 
 
+# --- clock locks (issue 15) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClockLocks:
+    """The SM and memory clock locks of a GPU (``nvidia-smi -lgc`` / ``-lmc``), MHz.
+
+    Attributes:
+        sm_mhz: SM lock (min = max), None when not locked.
+        mem_mhz: Memory lock, None when not locked.
+        known: False when the backend cannot read the locks in force (NVML has no getter): then
+            None means "unknown", and putting things back means a reset.
+    """
+
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    known: bool = True
+
+    @property
+    def any(self) -> bool:
+        """True when either clock is locked."""
+        return self.sm_mhz is not None or self.mem_mhz is not None
+
+
+@dataclass(frozen=True)
+class SupportedClocks:
+    """Clocks a GPU can be locked to, MHz, descending (as NVML lists them).
+
+    Attributes:
+        mem_mhz: Memory clocks (``nvmlDeviceGetSupportedMemoryClocks``).
+        sm_mhz_by_mem: SM clocks per memory clock (``nvmlDeviceGetSupportedGraphicsClocks``).
+    """
+
+    mem_mhz: tuple[float, ...]
+    sm_mhz_by_mem: dict[float, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What happened when a clock was locked (whether the card follows shows under load).
+
+    Attributes:
+        requested_mhz: The lock asked for.
+        accepted: True when the driver took the call.
+        message: Why it was not taken (one line), empty when accepted.
+    """
+
+    requested_mhz: float
+    accepted: bool
+    message: str = ""
+
+
 class Gpu(Protocol):
     """One GPU a sweep can read and cap.
 
@@ -202,6 +254,44 @@ class Gpu(Protocol):
 
     def locked_clocks(self) -> LockedClocks:
         """The SM and memory clock locks, as far as the backend can read them (never raises)."""
+        ...
+
+    # --- clock locks (issue 15) -------------------------------------------------------------
+
+    def clock_locks(self) -> ClockLocks:
+        """The clock locks in force (``known`` False where the driver cannot tell)."""
+        ...
+
+    def supported_clocks(self) -> SupportedClocks:
+        """The memory clocks and, per memory clock, the SM clocks the card can be locked to.
+
+        Raises:
+            GpuError: The driver cannot list them (one line, why).
+        """
+        ...
+
+    def lock_sm_clock(self, mhz: float) -> LockResult:
+        """Lock the SM clock at ``mhz`` (min = max); not accepted when the driver refuses.
+
+        Raises:
+            GpuError: No permission (needs root), or NVML failed.
+        """
+        ...
+
+    def lock_mem_clock(self, mhz: float) -> LockResult:
+        """Lock the memory clock at ``mhz``; not accepted when the driver refuses (GeForce).
+
+        Raises:
+            GpuError: No permission (needs root), or NVML failed.
+        """
+        ...
+
+    def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
+        """Remove the SM and/or memory lock (the card picks its clocks again).
+
+        Raises:
+            GpuError: The driver refused or failed.
+        """
         ...
 
 

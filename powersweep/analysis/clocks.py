@@ -1,0 +1,416 @@
+"""Clock-lock curves: the efficiency peak, the Pareto front and the memory tiers of a clock sweep.
+
+A clock sweep (``--axis sm-clock|mem-clock|grid``) locks the SM and/or memory clock at each point
+under one power limit; ``caps.csv`` then carries ``sm_lock_mhz`` and ``mem_lock_mhz``. A bare
+CSV with those columns, ``narr_tps`` (or ``prefill_tps``) and ``power_w`` is enough.
+
+Reads CSV-derived data only (a :class:`~powersweep.analysis.load.Curve`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from powersweep import __version__
+from powersweep.analysis.load import Curve
+
+# A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
+TIER_CAP_FRACTION = 0.05
+# Along the SM axis, TPS has "stopped rising" once it is within this fraction of the top TPS.
+SATURATION_FRACTION = 0.03
+# The draw counts as far below the limit in force under this fraction of it.
+NO_BIND_FRACTION = 0.9
+
+AXES = ("sm-clock", "mem-clock", "grid")
+
+
+@dataclass(frozen=True)
+class ClockPoint:
+    """One measured clock-lock point (status ok, finite TPS and draw).
+
+    Attributes:
+        sm_lock_mhz: SM lock (NaN: not locked).
+        mem_lock_mhz: Memory lock (NaN: not locked).
+        cap_w: Limit in force (NaN when the CSV does not say).
+        tps: TPS of the metric.
+        power_w: Median combined draw.
+        sm_clock_mhz: Measured SM clock (NaN when unknown).
+        mem_clock_mhz: Measured memory clock (NaN when unknown).
+    """
+
+    sm_lock_mhz: float
+    mem_lock_mhz: float
+    cap_w: float
+    tps: float
+    power_w: float
+    sm_clock_mhz: float = math.nan
+    mem_clock_mhz: float = math.nan
+
+    @property
+    def tps_per_w(self) -> float:
+        """TPS per watt, full precision."""
+        return self.tps / self.power_w
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (NaN kept; the caller sanitises)."""
+        return {
+            "sm_lock_mhz": self.sm_lock_mhz,
+            "mem_lock_mhz": self.mem_lock_mhz,
+            "cap_w": self.cap_w,
+            "tps": self.tps,
+            "power_w": self.power_w,
+            "tps_per_w": self.tps_per_w,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "mem_clock_mhz": self.mem_clock_mhz,
+        }
+
+
+def is_clock_curve(caps: pl.DataFrame) -> bool:
+    """True when the curve's rows carry clock locks (a clock sweep, or a bare clock CSV)."""
+    for column in ("sm_lock_mhz", "mem_lock_mhz"):
+        if column in caps.columns and caps[column].drop_nulls().len() > 0:
+            return True
+    return False
+
+
+def _f(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
+    """The usable points of a clock curve, by memory lock (descending) then SM lock."""
+    out = []
+    for row in caps.iter_rows(named=True):
+        tps, power = _f(row.get(metric)), _f(row.get("power_w"))
+        if row.get("status", "ok") != "ok" or not (math.isfinite(tps) and power > 0):
+            continue
+        out.append(
+            ClockPoint(
+                sm_lock_mhz=_f(row.get("sm_lock_mhz")),
+                mem_lock_mhz=_f(row.get("mem_lock_mhz")),
+                cap_w=_f(row.get("cap_w")),
+                tps=tps,
+                power_w=power,
+                sm_clock_mhz=_f(row.get("sm_clock_mhz")),
+                mem_clock_mhz=_f(row.get("mem_clock_mhz")),
+            )
+        )
+    return sorted(out, key=lambda p: (-_key(p.mem_lock_mhz), _key(p.sm_lock_mhz)))
+
+
+def _key(v: float) -> float:
+    return v if math.isfinite(v) else -1.0
+
+
+def infer_axis(points: Sequence[ClockPoint], run: dict[str, Any] | None) -> str:
+    """``sm-clock``, ``mem-clock`` or ``grid``: run.json's ``options.axis``, else the data's."""
+    options = (run or {}).get("options")
+    recorded = options.get("axis") if isinstance(options, dict) else None
+    if recorded in AXES and not (run or {}).get("axis_fallback"):
+        return str(recorded)
+    if isinstance((run or {}).get("axis_fallback"), str):
+        return str(run["axis_fallback"])  # type: ignore[index]
+    sms = {p.sm_lock_mhz for p in points if math.isfinite(p.sm_lock_mhz)}
+    mems = {p.mem_lock_mhz for p in points if math.isfinite(p.mem_lock_mhz)}
+    if len(sms) > 1 and len(mems) > 1:
+        return "grid"
+    return "mem-clock" if len(mems) > 1 and len(sms) <= 1 else "sm-clock"
+
+
+def pareto_front(points: Sequence[ClockPoint]) -> list[ClockPoint]:
+    """Points no other point beats on both TPS (higher) and draw (lower), by draw ascending."""
+    front = []
+    for p in points:
+        dominated = any(
+            o is not p
+            and o.tps >= p.tps
+            and o.power_w <= p.power_w
+            and (o.tps > p.tps or o.power_w < p.power_w)
+            for o in points
+        )
+        if not dominated:
+            front.append(p)
+    return sorted(front, key=lambda p: p.power_w)
+
+
+def _tiers(points: Sequence[ClockPoint]) -> dict[float, list[ClockPoint]]:
+    tiers: dict[float, list[ClockPoint]] = {}
+    for p in points:
+        tiers.setdefault(p.mem_lock_mhz if math.isfinite(p.mem_lock_mhz) else math.nan, []).append(
+            p
+        )
+    return tiers
+
+
+def saturation(points: Sequence[ClockPoint]) -> ClockPoint | None:
+    """The lowest SM lock whose TPS is within :data:`SATURATION_FRACTION` of the top TPS of
+    these points, when higher SM locks exist above it (else None: TPS still rises)."""
+    by_sm = sorted((p for p in points if math.isfinite(p.sm_lock_mhz)), key=lambda p: p.sm_lock_mhz)
+    if len(by_sm) < 3:
+        return None
+    top = max(p.tps for p in by_sm)
+    first = next(p for p in by_sm if p.tps >= (1.0 - SATURATION_FRACTION) * top)
+    return first if first.sm_lock_mhz < by_sm[-1].sm_lock_mhz else None
+
+
+def tier_summaries(points: Sequence[ClockPoint]) -> list[dict[str, Any]]:
+    """One entry per memory tier: its curve's peak, top TPS, where TPS stops rising, and
+    whether the tier caps TPS (its top TPS well below the fastest tier's)."""
+    tiers = _tiers(points)
+    best_top = max((max(p.tps for p in ps) for ps in tiers.values()), default=math.nan)
+    out = []
+    for mem, ps in sorted(tiers.items(), key=lambda kv: -_key(kv[0])):
+        top = max(ps, key=lambda p: p.tps)
+        peak = max(ps, key=lambda p: p.tps_per_w)
+        sat = saturation(ps)
+        below = (best_top - top.tps) / best_top if best_top > 0 else 0.0
+        out.append(
+            {
+                "mem_lock_mhz": mem,
+                "n_points": len(ps),
+                "peak": peak.as_dict(),
+                "top_tps": top.tps,
+                "top_tps_sm_lock_mhz": top.sm_lock_mhz,
+                "below_fastest_tier_pct": 100.0 * below,
+                "caps_tps": len(tiers) > 1 and below > TIER_CAP_FRACTION,
+                "tps_stops_rising_at_sm_mhz": sat.sm_lock_mhz if sat else None,
+                "points": [p.as_dict() for p in sorted(ps, key=lambda p: _key(p.sm_lock_mhz))],
+            }
+        )
+    return out
+
+
+def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, Any]:
+    """Analyse a clock-lock curve (one axis or a grid).
+
+    Args:
+        curve: A loaded curve whose rows carry ``sm_lock_mhz`` / ``mem_lock_mhz``.
+        max_tps_loss_pct: TPS loss (vs the best TPS) the near-peak point may cost.
+
+    Returns:
+        analysis.json for a clock sweep (docs/run-format.md): ``axis``, ``points``, ``peak``
+        (also as ``sweet_spot``), ``near_peak``, ``pareto_front``, ``tiers``,
+        ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
+    """
+    from powersweep.analysis.core import run_facts, sanitize
+
+    points = clock_points(curve.caps, curve.metric)
+    run = run_facts(curve)
+    axis = infer_axis(points, curve.run)
+    result: dict[str, Any] = {
+        "schema_version": 1,
+        "tool": {"name": "powersweep", "version": __version__},
+        "kind": "clocks",
+        "axis": axis,
+        "metric": curve.metric,
+        "source": str(curve.source),
+        "run": run,
+        "points": [p.as_dict() for p in points],
+        "rows": _rows(curve.caps, curve.metric),
+        "peak": None,
+        "sweet_spot": None,
+        "near_peak": None,
+        "pareto_front": [],
+        "tiers": [],
+        "bandwidth_capped_tiers": [],
+        "saturation": None,
+        "power_cap_binds": None,
+        "findings": [],
+    }
+    findings: list[dict[str, Any]] = result["findings"]
+    findings += _status_findings(curve.caps)
+    if not points:
+        findings.append(
+            _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
+        )
+        return sanitize(result)
+    peak = max(points, key=lambda p: p.tps_per_w)
+    fastest = max(points, key=lambda p: p.tps)
+    floor = fastest.tps * (1.0 - max_tps_loss_pct / 100.0)
+    near = min((p for p in points if p.tps >= floor), key=lambda p: p.power_w)
+    result["peak"] = {**peak.as_dict(), **_versus(peak, fastest)}
+    result["sweet_spot"] = result["peak"]
+    result["fastest"] = fastest.as_dict()
+    result["near_peak"] = {
+        **near.as_dict(),
+        "tps_loss_pct": 100.0 * (fastest.tps - near.tps) / fastest.tps,
+        "max_tps_loss_pct": max_tps_loss_pct,
+    }
+    result["pareto_front"] = [p.as_dict() for p in pareto_front(points)]
+    tiers = tier_summaries(points)
+    result["tiers"] = tiers
+    result["bandwidth_capped_tiers"] = [t["mem_lock_mhz"] for t in tiers if t["caps_tps"]]
+    fastest_tier = next(t for t in tiers if not t["caps_tps"])
+    sat = fastest_tier["tps_stops_rising_at_sm_mhz"]
+    result["saturation"] = (
+        {"sm_lock_mhz": sat, "mem_lock_mhz": fastest_tier["mem_lock_mhz"]} if sat else None
+    )
+    binds = _power_binds(points, curve.caps, curve.run)
+    result["power_cap_binds"] = binds
+    findings += _findings(result, peak, fastest, binds, run)
+    return sanitize(result)
+
+
+def _versus(p: ClockPoint, fastest: ClockPoint) -> dict[str, Any]:
+    return {
+        "tps_per_w_vs_fastest_pct": 100.0 * (p.tps_per_w / fastest.tps_per_w - 1.0),
+        "tps_vs_fastest_pct": 100.0 * (p.tps / fastest.tps - 1.0),
+        "energy_per_token_saving_pct": 100.0 * (1.0 - fastest.tps_per_w / p.tps_per_w),
+    }
+
+
+def _rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
+    keep = [
+        c
+        for c in (
+            "sm_lock_mhz",
+            "mem_lock_mhz",
+            "cap_w",
+            metric,
+            "power_w",
+            "sm_clock_mhz",
+            "mem_clock_mhz",
+            "pwr_throttle_pct",
+            "status",
+            "error",
+        )
+        if c in caps.columns
+    ]
+    rows = []
+    for row in caps.select(keep).iter_rows(named=True):
+        tps, power = _f(row.get(metric)), _f(row.get("power_w"))
+        row["tps"] = tps
+        row["tps_per_w"] = tps / power if power > 0 and math.isfinite(tps) else None
+        rows.append(row)
+    return rows
+
+
+def _power_binds(
+    points: Sequence[ClockPoint], caps: pl.DataFrame, run: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Whether the limit in force ever bound: the highest draw against it, and throttling."""
+    limits = [p.cap_w for p in points if math.isfinite(p.cap_w)]
+    if not limits:
+        return None
+    n_gpus = len((run or {}).get("gpus") or []) or 1
+    limit_total = min(limits) * n_gpus
+    max_draw = max(p.power_w for p in points)
+    throttle = (
+        [float(v) for v in caps["pwr_throttle_pct"].drop_nulls().to_list()]
+        if "pwr_throttle_pct" in caps.columns
+        else []
+    )
+    throttled = any(v > 20.0 for v in throttle)
+    return {
+        "limit_w": limit_total,
+        "max_draw_w": max_draw,
+        "max_draw_pct_of_limit": 100.0 * max_draw / limit_total,
+        "binds": throttled or max_draw >= NO_BIND_FRACTION * limit_total,
+    }
+
+
+def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    return {"severity": severity, "code": code, "message": message, "hint": hint}
+
+
+def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for status in ("rejected", "failed"):
+        bad = caps.filter(pl.col("status") == status) if "status" in caps.columns else caps[:0]
+        if bad.height:
+            first = bad.row(0, named=True)
+            where = _label(_f(first.get("sm_lock_mhz")), _f(first.get("mem_lock_mhz")))
+            out.append(
+                _finding(
+                    "warning",
+                    f"points_{status}",
+                    f"{bad.height} point(s) {status} (first: {where}: {first.get('error') or '?'})",
+                    "a rejected lock is one the card clamped or ignored: pick set-points from "
+                    "its supported clocks"
+                    if status == "rejected"
+                    else "see the error column of caps.csv",
+                )
+            )
+    return out
+
+
+def _label(sm: float, mem: float) -> str:
+    parts = []
+    if math.isfinite(sm):
+        parts.append(f"SM {sm:.0f} MHz")
+    if math.isfinite(mem):
+        parts.append(f"mem {mem:.0f} MHz")
+    return " / ".join(parts) or "unlocked"
+
+
+def point_label(p: dict[str, Any]) -> str:
+    """``SM 1410 MHz / mem 9001 MHz`` for a point dict."""
+    return _label(_f(p.get("sm_lock_mhz")), _f(p.get("mem_lock_mhz")))
+
+
+def _findings(
+    result: dict[str, Any],
+    peak: ClockPoint,
+    fastest: ClockPoint,
+    binds: dict[str, Any] | None,
+    run: dict[str, Any],
+) -> list[dict[str, Any]]:
+    out = []
+    vs = result["peak"]
+    out.append(
+        _finding(
+            "info",
+            "clock_peak",
+            f"efficiency peak at {_label(peak.sm_lock_mhz, peak.mem_lock_mhz)}: "
+            f"{peak.tps_per_w:.4g} TPS/W, {peak.tps:.1f} TPS at {peak.power_w:.0f} W; "
+            f"{vs['tps_per_w_vs_fastest_pct']:+.0f}% TPS/W and {vs['tps_vs_fastest_pct']:+.1f}% "
+            f"TPS against the fastest point ({_label(fastest.sm_lock_mhz, fastest.mem_lock_mhz)})",
+        )
+    )
+    for tier in result["tiers"]:
+        sat = tier["tps_stops_rising_at_sm_mhz"]
+        where = (
+            f"memory at {tier['mem_lock_mhz']:.0f} MHz"
+            if math.isfinite(_f(tier["mem_lock_mhz"]))
+            else "the memory clock in force"
+        )
+        if tier["caps_tps"]:
+            out.append(
+                _finding(
+                    "info",
+                    "tier_caps_tps",
+                    f"{where} caps TPS at {tier['top_tps']:.1f} "
+                    f"({tier['below_fastest_tier_pct']:.0f}% below the fastest tier): "
+                    "the memory bandwidth sets decode speed there",
+                    "keep this tier only where the draw it saves is worth the TPS",
+                )
+            )
+        if sat is not None:
+            out.append(
+                _finding(
+                    "info",
+                    "bandwidth_bound",
+                    f"with {where}, TPS stops rising with the SM clock at about {sat:.0f} MHz "
+                    f"(within {100 * SATURATION_FRACTION:.0f}% of the top TPS): decode is "
+                    "memory-bandwidth-bound above it, so higher SM locks only add draw",
+                )
+            )
+    if binds is not None and not binds["binds"]:
+        mode = run.get("load_mode") or "this load"
+        kind = "decode" if str(mode).startswith("decode") else str(mode)
+        out.append(
+            _finding(
+                "info",
+                "power_cap_does_not_bind",
+                f"the draw peaked at {binds['max_draw_w']:.0f} W, "
+                f"{binds['max_draw_pct_of_limit']:.0f}% of the {binds['limit_w']:.0f} W limit "
+                f"in force: power caps do not bind in {kind} on this card; clock locks are "
+                "the lever",
+            )
+        )
+    return out
