@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from powersweep import analysis, plots
+from powersweep.analysis.clock_summary import (
+    clocks_versus_power,
+    render_clock_summary,
+    render_clocks_versus_power,
+    write_clock_outputs,
+)
+from powersweep.analysis.clocks import analyze_clocks, is_clock_curve
+from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
 from powersweep.errors import PowersweepError, UsageError
 
@@ -65,6 +73,10 @@ def build_report(
         PowersweepError: An output cannot be written.
     """
     curve = analysis.load_curve(path)
+    if is_clock_curve(curve.caps):
+        return _build_clock_report(
+            curve, out_dir, charts, formats, title, write_analysis, max_tps_loss_pct
+        )
     result = analysis.analyze(
         curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
     )
@@ -77,6 +89,101 @@ def build_report(
             result, target / "charts", samples=curve.samples, formats=formats, title=title
         )
     return Report(result, analysis.render_summary(curve, result), tuple(written))
+
+
+def _build_clock_report(
+    curve: analysis.Curve,
+    out_dir: Path | None,
+    charts: bool,
+    formats: Sequence[str],
+    title: str | None,
+    write_analysis: bool,
+    max_tps_loss_pct: float,
+) -> Report:
+    """The derived outputs of a clock-lock sweep (or a bare clock caps.csv)."""
+    result = analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct)
+    target = out_dir or curve.out_dir
+    written: list[Path] = []
+    if write_analysis:
+        written += write_clock_outputs(curve, result, target)
+    if charts:
+        written += plots.render_clock_charts(
+            result, target / "charts", formats=formats, title=title
+        )
+    return Report(result, render_clock_summary(curve, result), tuple(written))
+
+
+@dataclass(frozen=True)
+class ClockComparison:
+    """A power-cap run and a clock-lock run of one GPU, compared.
+
+    Attributes:
+        power: The power run's analysis.
+        clocks: The clock run's analysis.
+        comparison: :func:`~powersweep.analysis.clock_summary.clocks_versus_power`.
+        markdown: The comparison as markdown.
+        paths: Files written.
+    """
+
+    power: dict[str, Any]
+    clocks: dict[str, Any]
+    comparison: dict[str, Any]
+    markdown: str
+    paths: tuple[Path, ...]
+
+
+def build_clock_comparison(
+    paths: Sequence[Path],
+    *,
+    out_dir: Path | None = None,
+    write: bool = True,
+    charts: bool = True,
+    max_tps_loss_pct: float = 5.0,
+) -> ClockComparison:
+    """Compare the best clock point with the best power cap (``analyze RUN_POWER RUN_CLOCKS``).
+
+    Writes ``clocks-vs-power.json``, ``clocks-vs-power.md`` and the overlaid chart into
+    ``out_dir`` (default: the folder holding the runs).
+
+    Raises:
+        UsageError: Not exactly one power run and one clock run.
+        PowersweepError: An output cannot be written.
+    """
+    curves = [analysis.load_curve(p) for p in paths]
+    clock_curves = [c for c in curves if is_clock_curve(c.caps)]
+    power_curves = [c for c in curves if not is_clock_curve(c.caps)]
+    if len(clock_curves) != 1 or len(power_curves) != 1:
+        raise UsageError(
+            "comparing clock locks with power caps takes one power-axis run and one clock run"
+        )
+    power = analysis.analyze(power_curves[0], max_tps_loss_pct=max_tps_loss_pct)
+    clocks = analyze_clocks(clock_curves[0], max_tps_loss_pct=max_tps_loss_pct)
+    comparison = clocks_versus_power(power, clocks)
+    markdown = render_clocks_versus_power(comparison)
+    written: list[Path] = []
+    if write:
+        target = out_dir or Path(
+            os.path.commonpath([c.out_dir.resolve().parent for c in (*power_curves, *clock_curves)])
+        )
+        json_path = target / "clocks-vs-power.json"
+        md_path = target / "clocks-vs-power.md"
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(
+                json.dumps(analysis_sanitize(comparison), indent=2, allow_nan=False) + "\n",
+                encoding="utf-8",
+            )
+            md_path.write_text(markdown, encoding="utf-8")
+        except OSError as exc:
+            raise PowersweepError(
+                f"cannot write the comparison into {target}: {exc.strerror or exc}"
+            ) from exc
+        written += [json_path, md_path]
+        if charts:
+            written += plots.render_clock_charts(
+                clocks, target / "charts", power_analysis=power, only_pareto=True
+            )
+    return ClockComparison(power, clocks, comparison, markdown, tuple(written))
 
 
 @dataclass(frozen=True)

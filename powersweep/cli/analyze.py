@@ -27,7 +27,8 @@ def analyze_command(
         list[Path],
         typer.Argument(
             help="Run directory or caps.csv; several runs of one GPU in different load modes "
-            "add a cross-mode answer (one cap for a mixed workload)."
+            "add a cross-mode answer (one cap for a mixed workload); a power run and a clock "
+            "run compare the best clock point with the best cap."
         ),
     ],
     out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
@@ -41,12 +42,23 @@ def analyze_command(
     eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
 ) -> None:
     """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md."""
-    from powersweep.report import build_cross_report, build_report
+    from powersweep.report import build_clock_comparison, build_cross_report, build_report
 
     if not 0 <= max_tps_loss < 100:
         raise UsageError("--max-tps-loss must be between 0 and 100")
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
+    if len(paths) == 2 and _has_clock_run(paths):
+        # a power-axis run and a clock run: how the best clock point compares with the best cap
+        compared = build_clock_comparison(paths, out_dir=out, max_tps_loss_pct=max_tps_loss)
+        typer.echo(
+            json.dumps(compared.comparison, indent=2, allow_nan=False)
+            if as_json
+            else compared.markdown
+        )
+        for written in compared.paths:
+            info(f"wrote {written}")
+        return
     if len(paths) > 1:
         cross = build_cross_report(
             paths, out_dir=out, max_tps_loss_pct=max_tps_loss, objective=objective.value, eta=eta
@@ -69,3 +81,11 @@ def analyze_command(
         typer.echo(json.dumps(report.analysis, indent=2, allow_nan=False))
     else:
         typer.echo(report.summary)
+
+
+def _has_clock_run(paths: list[Path]) -> bool:
+    """True when one of the runs is a clock-lock sweep (its rows carry clock locks)."""
+    from powersweep.analysis import load_curve
+    from powersweep.analysis.clocks import is_clock_curve
+
+    return any(is_clock_curve(load_curve(p).caps) for p in paths)

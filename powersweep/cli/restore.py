@@ -25,7 +25,7 @@ def restore_command(
         bool, typer.Option("--force", help="Restore even if the sweep that wrote it still runs.")
     ] = False,
 ) -> None:
-    """Put back the power limits a killed sweep left (from its restore journal)."""
+    """Put back the power limits (and clock locks) a killed sweep left (from its journal)."""
     from powersweep.cli.rigs import restore_backend
     from powersweep.sweep.records.journal import Journal, default_state_dir, restore_gpus
 
@@ -44,6 +44,8 @@ def restore_command(
         results = restore_gpus(entry, backend, warn=warn)
     for r in results:
         where = f"GPU {r.index}" if r.index is not None else r.uuid
+        if r.clocks:
+            (info if r.ok else warn)(f"{where} ({r.uuid}): {r.clocks}")
         if r.ok:
             info(f"{where} ({r.uuid}): power limit restored to {r.limit_w:g} W")
         else:

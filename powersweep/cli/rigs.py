@@ -21,7 +21,7 @@ from powersweep.clock import ScaledClock, real_clock
 from powersweep.errors import UsageError
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
-from powersweep.sim.rig import SimRig, ground_truth
+from powersweep.sim.rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.server import SimServer
 from powersweep.sweep.gpu import GpuBackend
 from powersweep.sweep.options import (
@@ -95,6 +95,13 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
     def truth(caps: Sequence[float], prep: Mapping[str, Any]) -> dict[str, Any] | None:
         return _truth(options, profiles, list(caps), prep)
 
+    def clock_truth(
+        points: Sequence[tuple[float | None, float | None]], cap_w: float, prep: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        if isinstance(profiles[0], ReplayCurve):
+            return None
+        return clock_ground_truth(profiles, options.load_mode, list(points), cap_w, **_kw(prep))
+
     yield Rig(
         backend=sim,
         clock=clock,
@@ -109,6 +116,7 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             "node": sim_node(options),
         },
         truth=truth,
+        clock_truth=clock_truth,
     )
 
 
@@ -176,12 +184,17 @@ def _truth(
     """The simulator's noise-free answer for this load."""
     if isinstance(profiles[0], ReplayCurve):
         return replay_truth(profiles[0], caps)
+    return ground_truth(profiles, options.load_mode, caps, **_kw(prep)).to_dict()
+
+
+def _kw(prep: Mapping[str, Any]) -> dict[str, Any]:
+    """The ground truth's load parameters from the load's set-up (probe, calibration)."""
     kwargs: dict[str, Any] = {}
     if prep.get("effective_concurrency"):
         kwargs["concurrency"] = int(prep["effective_concurrency"])
     if prep.get("prompt_tokens"):
         kwargs["prompt_tokens"] = int(prep["prompt_tokens"])
-    return ground_truth(profiles, options.load_mode, caps, **kwargs).to_dict()
+    return kwargs
 
 
 def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:

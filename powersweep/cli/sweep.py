@@ -18,6 +18,7 @@ from tqdm import tqdm
 from powersweep.cli._common import info, is_root, warn
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import (
+    Axis,
     Cooling,
     LoadMode,
     SettleMode,
@@ -28,6 +29,7 @@ from powersweep.sweep.options import (
 
 LOAD = "Load"
 CAPS = "Caps"
+CLOCKS = "Clock locks"
 SERVER = "Server"
 SAFETY = "Safety"
 OUTPUT = "Output"
@@ -315,6 +317,41 @@ SimHideNumCtxOpt = Annotated[
 ]
 
 
+AxisOpt = Annotated[
+    Axis,
+    typer.Option(
+        help="What to sweep: the power limit, the SM clock lock, the memory clock lock, or a "
+        "grid of both (under one power limit).",
+        rich_help_panel=CLOCKS,
+    ),
+]
+
+SmClocksOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="SM lock set-points, MHz (900,1200,...) [default: ~11 of the supported clocks].",
+        rich_help_panel=CLOCKS,
+    ),
+]
+
+MemClocksOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Memory lock set-points, MHz [default: every supported load tier].",
+        rich_help_panel=CLOCKS,
+    ),
+]
+
+HoldCapOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--cap",
+        help="Power limit held during a clock sweep, W [default: the limit in force].",
+        rich_help_panel=CLOCKS,
+    ),
+]
+
+
 def sweep_command(
     cooling: CoolingOpt = Cooling.UNSPECIFIED,
     load_mode: LoadModeOpt = LoadMode.DECODE_SINGLE,
@@ -329,6 +366,10 @@ def sweep_command(
     gpu: GpuOpt = None,
     caps: CapsOpt = None,
     step_size: StepSizeOpt = 10.0,
+    axis: AxisOpt = Axis.POWER,
+    sm_clocks: SmClocksOpt = None,
+    mem_clocks: MemClocksOpt = None,
+    cap: HoldCapOpt = None,
     strategy: StrategyOpt = Strategy.DENSE,
     settle: SettleOpt = SettleMode.AUTO,
     settle_seconds: SettleSecondsOpt = 3.0,
@@ -360,8 +401,9 @@ def sweep_command(
     sim_hide_num_ctx: SimHideNumCtxOpt = False,
     sim_node: SimNodeOpt = None,
 ) -> None:
-    """Sweep the power-limit envelope and measure tokens per watt at each cap."""
+    """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
+    from powersweep.sweep.planning.clocks import parse_clocks
 
     if list_profiles:
         _print_profiles()
@@ -409,6 +451,10 @@ def sweep_command(
         sim_hide_num_ctx=sim_hide_num_ctx,
         sim_reasoning_tokens=sim_reasoning_tokens,
         sim_node=sim_node,
+        axis=axis.value,
+        sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,
+        mem_clocks=parse_clocks(mem_clocks, "--mem-clocks") if mem_clocks is not None else None,
+        hold_cap_w=cap,
     )
     if dry_run:
         _print_dry_run(options)
@@ -439,17 +485,24 @@ class _Progress:
         if not self.quiet:
             self.bar = tqdm(total=len(planned), unit="cap", file=sys.stderr, dynamic_ncols=True)
 
+    def on_points(self, run_dir: Path, planned: list[Any]) -> None:
+        info(f"run directory: {run_dir}")
+        info(f"clock points: {len(planned)}, from {planned[0].label()} down")
+        if not self.quiet:
+            self.bar = tqdm(total=len(planned), unit="point", file=sys.stderr, dynamic_ncols=True)
+
     def on_progress(self, p: Any) -> None:
         if self.bar is None:
             return
         if p.total != self.bar.total:  # an adaptive sweep plans more caps as it learns
             self.bar.total = p.total
+        where = p.label or f"{p.cap_w:g} W"
         if p.status == "ok":
             self.bar.set_postfix_str(
-                f"{p.cap_w:g} W: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W"
+                f"{where}: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W"
             )
         else:
-            self.bar.set_postfix_str(f"{p.cap_w:g} W: {p.status}")
+            self.bar.set_postfix_str(f"{where}: {p.status}")
         self.bar.update(1)
 
     def close(self) -> None:
@@ -471,14 +524,22 @@ def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
     bar = _Progress(quiet)
     try:
         result = run_session(
-            options, build_rig, progress=bar.on_progress, warn=warn, on_plan=bar.on_plan
+            options,
+            build_rig,
+            progress=bar.on_progress,
+            warn=warn,
+            on_plan=bar.on_plan,
+            on_points=bar.on_points,
         )
     finally:
         bar.close()
     outcome = result.outcome
     for r in outcome.restored:
-        state = "restored" if r["ok"] else "NOT restored"
-        info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
+        if r.get("limit_w") is not None:
+            state = "restored" if r["ok"] else "NOT restored"
+            info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
+        if r.get("clocks"):
+            info(f"GPU {r['gpu_index']}: {r['clocks']}")
     try:
         if outcome.caps_done:
             _finish_report(result.run_dir, charts=charts)
@@ -503,6 +564,17 @@ def _finish_report(run_dir: Path, *, charts: bool) -> None:
         report = build_report(run_dir, charts=charts)
     except PowersweepError as exc:
         warn(f"could not analyse the run: {exc}")
+        return
+    if report.analysis.get("kind") == "clocks":
+        from powersweep.analysis.clocks import point_label
+
+        peak = report.analysis.get("peak")
+        if peak:
+            info(
+                f"efficiency peak: {point_label(peak)}, {peak['tps_per_w']:.4f} TPS/W, "
+                f"{peak['tps']:.1f} TPS, {peak['power_w']:.0f} W"
+            )
+        info(f"summary: {run_dir / 'summary.md'}")
         return
     spot = report.analysis.get("sweet_spot") or {}
     cap = spot.get("cap_w")

@@ -4,6 +4,11 @@ Matplotlib is used through its object API on the Agg canvas, with a fixed style 
 so output is byte-identical for identical inputs and global state is never touched.
 """
 
+from powersweep.plots.clock_charts import (
+    efficiency_by_clock_figure,
+    pareto_figure,
+    render_clock_charts,
+)
 from powersweep.plots.companions import clocks_figure, power_figure, timeline_figure
 from powersweep.plots.compare import compare_figure, compare_table, render_compare
 from powersweep.plots.efficiency import efficiency_figure
@@ -13,9 +18,12 @@ __all__ = [
     "clocks_figure",
     "compare_figure",
     "compare_table",
+    "efficiency_by_clock_figure",
     "efficiency_figure",
+    "pareto_figure",
     "power_figure",
     "render_charts",
+    "render_clock_charts",
     "render_compare",
     "timeline_figure",
 ]

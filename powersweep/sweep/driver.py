@@ -25,6 +25,13 @@ from powersweep.sweep.loads.base import ChatApi, Load, LoadRun, warmup
 from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.loads.single import DecodeSingle
+from powersweep.sweep.locks import ClockLocker, verify
+from powersweep.sweep.planning.clocks import (
+    SweepPoint,
+    coarse_points,
+    measure_order,
+    refine_points,
+)
 from powersweep.sweep.planning.strategy import (
     AdaptivePlanner,
     CapMeasurement,
@@ -69,6 +76,9 @@ class SweepPlan:
         step_w: Finest step between caps (adaptive refinement).
         settle_mode: ``auto`` measures as soon as readings are stable under load (at most
             ``settle_s``); ``fixed`` always waits ``settle_s``.
+        points: Clock-lock points (``--axis sm-clock|mem-clock|grid``); empty on the power axis,
+            where ``caps_w`` are the points.
+        axis: ``power``, ``sm-clock``, ``mem-clock`` or ``grid``.
     """
 
     load_mode: str
@@ -83,11 +93,13 @@ class SweepPlan:
     strategy: str = "dense"
     step_w: float = 10.0
     settle_mode: str = "auto"
+    points: tuple[SweepPoint, ...] = ()
+    axis: str = "power"
 
 
 @dataclass(frozen=True)
 class CapProgress:
-    """Reported to the progress callback after each cap."""
+    """Reported to the progress callback after each cap (``label`` names a clock point)."""
 
     index: int
     total: int
@@ -96,6 +108,7 @@ class CapProgress:
     tps: float
     power_w: float
     tps_per_w: float
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,6 +178,7 @@ class Sweep:
         load_factory: LoadFactory | None = None,
         prepared: Mapping[str, Any] | None = None,
         on_prepared: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
+        points_already_done: Sequence[SweepPoint] = (),
     ) -> None:
         self.plan = plan
         self.gpus = list(gpus)
@@ -192,6 +206,8 @@ class Sweep:
         self.journal = None if plan.observe_only else journal
         self._journal_backend = dict(journal_backend or {"kind": "nvml"})
         self._journal_written = False
+        self._points_done = list(points_already_done)
+        self.locker = ClockLocker(self.gpus, warn) if plan.points else None
 
     # --- public -------------------------------------------------------------------------------
 
@@ -248,6 +264,7 @@ class Sweep:
                     index=g.index,
                     name=g.identity().name,
                     original_limit_w=self._original[g.index],
+                    **self._journal_locks(g.index),
                 )
                 for g in self.gpus
             ),
@@ -257,6 +274,17 @@ class Sweep:
         )
         self.journal.write(entry)
         self._journal_written = True
+
+    def _journal_locks(self, index: int) -> dict[str, Any]:
+        if self.locker is None:
+            return {}
+        orig = self.locker.originals[index]
+        return {
+            "clocks_locked": True,
+            "original_sm_lock_mhz": orig.sm_mhz,
+            "original_mem_lock_mhz": orig.mem_mhz,
+            "locks_known": orig.known,
+        }
 
     def _close_journal(self, restored: Sequence[Mapping[str, Any]]) -> None:
         """Remove the journal once nothing is left to restore; keep it when a restore failed."""
@@ -301,6 +329,9 @@ class Sweep:
 
     async def _measure_all(self) -> None:
         plan = self.plan
+        if plan.points:
+            await self._measure_points()
+            return
         top = max(plan.caps_w)
         if self._set_cap(top) is None:
             if plan.warmup_requests > 0:
@@ -316,6 +347,125 @@ class Sweep:
         order = sorted(plan.caps_w, reverse=True)
         for i, cap in enumerate(order):
             await self._measure_cap(cap, i, len(order), "dense" if len(order) > 1 else "")
+
+    async def _measure_points(self) -> None:
+        """The clock-axis loop: every point dense, or a coarse pass refined around the peak and
+        the Pareto front (adaptive)."""
+        plan = self.plan
+        points = self._usable_points(list(plan.points))
+        first = measure_order(points)[0]
+        cap = self._point_cap(first)
+        if self._apply_point(first) is None:
+            if plan.warmup_requests > 0:
+                results = await warmup(self.client, self.sampler, cap, plan.warmup_requests)
+                self.writer.append_requests(cap, results)
+                if not any(r.ok for r in results):
+                    first_error = next((r.error for r in results if r.error), "no request")
+                    raise PowersweepError(f"the server failed every warm-up request: {first_error}")
+            await self._prepare(cap)
+        done = set(self._points_done)
+        if plan.strategy != "adaptive":
+            order = [p for p in measure_order(points) if p not in done]
+            for i, p in enumerate(order):
+                await self._measure_point(p, i, len(order), "dense")
+            return
+        metric = "prefill_tps" if plan.load_mode == "prefill-heavy" else "narr_tps"
+        measured: dict[SweepPoint, tuple[float, float]] = {}
+        batch = [(p, "coarse pass") for p in measure_order(coarse_points(points))]
+        planned, i = len(batch), 0
+        while batch:
+            for p, reason in batch:
+                row = await self._measure_point(p, i, planned, reason)
+                done.add(p)
+                i += 1
+                if row["status"] == "ok":
+                    measured[p] = (float(row[metric]), float(row["power_w"]))
+            batch = [(p, "refine peak/front") for p in refine_points(points, measured)]
+            batch = [(p, r) for p, r in batch if p not in done]
+            planned += len(batch)
+
+    def _usable_points(self, points: list[SweepPoint]) -> list[SweepPoint]:
+        """Probe memory locks once; a card that refuses them sweeps the SM axis (and says so)."""
+        mem = next((p.mem_lock_mhz for p in points if p.mem_lock_mhz is not None), None)
+        if mem is None or self.plan.observe_only or self.locker is None:
+            return points
+        probe = self.locker.probe_mem_locks(mem)
+        if probe.ok:
+            return points
+        if not any(p.sm_lock_mhz is not None for p in points):
+            raise PowersweepError(
+                f"memory clock locks refused ({probe.message}); --axis mem-clock has nothing "
+                "else to sweep"
+            )
+        self.warn(
+            f"memory clock locks refused ({probe.message}); the grid falls back to the SM axis "
+            "(memory at the clock the card picks)"
+        )
+        kept = list(dict.fromkeys(SweepPoint(p.cap_w, p.sm_lock_mhz, None) for p in points))
+        self.meta["axis_fallback"] = "sm-clock"
+        self.meta["points_planned"] = [p.to_dict() for p in measure_order(kept)]
+        return kept
+
+    def _point_cap(self, point: SweepPoint) -> float:
+        """The limit in force at a point (W per GPU): the held ``--cap``, else the user's."""
+        if point.cap_w is not None:
+            return point.cap_w
+        return min(self._original.values())
+
+    def _apply_point(self, point: SweepPoint) -> str | None:
+        """Set the held cap (if any) and the locks; the reason if a card refused either."""
+        if self.plan.observe_only or self.locker is None:
+            return None
+        problems = [self._set_cap(point.cap_w)] if point.cap_w is not None else []
+        problems.append(self.locker.apply(point))
+        return "; ".join(p for p in problems if p) or None
+
+    async def _measure_point(
+        self, point: SweepPoint, i: int, total: int, reason: str
+    ) -> dict[str, Any]:
+        """One clock point: lock, settle, measure, check the card followed, write."""
+        cap = self._point_cap(point)
+        locks = {"sm_lock_mhz": point.sm_lock_mhz, "mem_lock_mhz": point.mem_lock_mhz}
+        rejection = self._apply_point(point)
+        rows: list[Any] = []
+        run = LoadRun()
+        settle_s = 0.0
+        if rejection is None:
+            settle_s = await self._settle(cap)
+            run = await self.load.measure(cap)
+            self.sampler.label(cap, "settle")
+            rows = self.sampler.drain()
+        row = cap_row(
+            cap_w=cap,
+            load_mode=self.plan.load_mode,
+            rows=rows,
+            requests=run.requests,
+            n_gpus=len(self.gpus),
+            settle_s=settle_s,
+            window_s=run.window_s,
+            tps=run.tps or None,
+            extra={"reason": reason, **locks, **run.extra},
+            error="; ".join(run.errors),
+            status="ok" if rejection is None else "rejected",
+        )
+        if rejection is None and row["status"] == "ok" and not self.plan.observe_only:
+            rejection = verify(point, row)
+            if rejection is not None:
+                row.update(status="rejected", error=rejection)
+        if rejection is not None:
+            self.warn(f"{point.label()} rejected: {rejection}")
+            row["error"] = row.get("error") or rejection
+        self._finish_cap(i, total, row, rows, run, label=point.label())
+        self._points_done.append(point)
+        self.meta["points_done"] = [p.to_dict() for p in self._points_done]
+        self.writer.write_run_json(self.meta)
+        self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
+        if self._failed_in_a_row >= self.plan.max_failed_caps:
+            raise PowersweepError(
+                f"{self._failed_in_a_row} points in a row failed (last: {row['error']}); "
+                "stopping — is the server still up?"
+            )
+        return row
 
     async def _prepare(self, cap: float) -> None:
         """Probe or calibrate the load once, at the highest cap (or re-apply a resumed set-up)."""
@@ -448,7 +598,13 @@ class Sweep:
         return "; ".join(problems) or None
 
     def _finish_cap(
-        self, i: int, total: int, row: dict[str, Any], rows: Sequence[Any], run: LoadRun
+        self,
+        i: int,
+        total: int,
+        row: dict[str, Any],
+        rows: Sequence[Any],
+        run: LoadRun,
+        label: str = "",
     ) -> None:
         self.writer.append_samples(rows)
         self.writer.append_requests(row["cap_w"], run.requests)
@@ -467,6 +623,7 @@ class Sweep:
                     tps,
                     row["power_w"],
                     row["tps_per_w"],
+                    label,
                 )
             )
 
@@ -479,7 +636,12 @@ class Sweep:
     def _restore(self) -> list[dict[str, Any]]:
         if self.plan.no_reset:
             return []
-        restored = []
+        clocks = self.locker.put_back() if self.locker is not None else {}
+        restored: list[dict[str, Any]] = [
+            {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "clocks": note}
+            for i, (ok, note) in clocks.items()
+            if i not in self._touched
+        ]
         for g in self.gpus:
             if g.index not in self._touched:
                 continue
@@ -494,7 +656,10 @@ class Sweep:
                     f"could not restore GPU {g.index} to {limit:g} W: {message}; "
                     f"run: sudo nvidia-smi -i {g.index} -pl {limit:g}"
                 )
-            restored.append({"gpu_index": g.index, "limit_w": limit, "ok": ok, "message": message})
+            entry = {"gpu_index": g.index, "limit_w": limit, "ok": ok, "message": message}
+            if g.index in clocks:
+                entry.update(ok=ok and clocks[g.index][0], clocks=clocks[g.index][1])
+            restored.append(entry)
         return restored
 
 

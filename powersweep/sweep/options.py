@@ -6,6 +6,7 @@ them back. Choices are :class:`~enum.StrEnum` members, so a field compares equal
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -39,6 +40,15 @@ class Strategy(StrEnum):
     ADAPTIVE = "adaptive"
 
 
+class Axis(StrEnum):
+    """What a sweep varies: the power limit, or clock locks under one limit."""
+
+    POWER = "power"
+    SM_CLOCK = "sm-clock"
+    MEM_CLOCK = "mem-clock"
+    GRID = "grid"
+
+
 class SettleMode(StrEnum):
     """When a cap's measurement starts: once readings are stable, or after a fixed wait."""
 
@@ -58,6 +68,7 @@ class SimServerFlavour(StrEnum):
 
 LOAD_MODES = tuple(m.value for m in LoadMode)
 STRATEGIES = tuple(s.value for s in Strategy)
+AXES = tuple(a.value for a in Axis)
 SETTLE_MODES = tuple(s.value for s in SettleMode)
 SIM_SERVER_FLAVOURS = tuple(f.value for f in SimServerFlavour)
 COOLING = tuple(c.value for c in Cooling)
@@ -114,6 +125,15 @@ class SweepOptions:
     sim_hide_num_ctx: bool = False
     sim_reasoning_tokens: int = 0
     sim_node: str | None = None
+    axis: str = "power"
+    sm_clocks: tuple[float, ...] | None = None
+    mem_clocks: tuple[float, ...] | None = None
+    hold_cap_w: float | None = None
+
+    @property
+    def clock_axis(self) -> bool:
+        """True when the sweep locks clocks instead of stepping the power limit."""
+        return self.axis != Axis.POWER
 
     def recorded(self) -> dict[str, Any]:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
@@ -159,6 +179,7 @@ def validate(options: SweepOptions) -> None:
             f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, "
             f"not {options.sim_server!r}"
         )
+    _validate_axis(options)
     if options.concurrency is not None and options.concurrency < 1:
         raise UsageError("--concurrency takes a number of streams (1 or more) or auto")
     if options.bench_runs < 1:
@@ -230,3 +251,48 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--sim-http-error takes an HTTP error status (400-599)")
     if options.simulate is not None and options.url and options.sim_http_error is not None:
         raise UsageError("--sim-http-error needs the simulated server: drop --url")
+
+
+def _validate_axis(options: SweepOptions) -> None:
+    """The clock-sweep flags: only on a clock axis, and consistent with it."""
+    if options.axis not in AXES:
+        raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {options.axis!r}")
+    clock_flags = {
+        "--sm-clocks": options.sm_clocks,
+        "--mem-clocks": options.mem_clocks,
+        "--cap": options.hold_cap_w,
+    }
+    if not options.clock_axis:
+        given = [flag for flag, value in clock_flags.items() if value is not None]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} work only on a clock axis (--axis sm-clock, mem-clock or "
+                "grid); the power axis takes --caps"
+            )
+        return
+    if options.caps:
+        raise UsageError(
+            f"--caps steps the power limit; --axis {options.axis} holds one limit: use --cap W"
+        )
+    if options.hold_cap_w is not None and not (
+        math.isfinite(options.hold_cap_w) and options.hold_cap_w > 0
+    ):
+        raise UsageError("--cap must be a positive number of watts")
+    for flag, values in (("--sm-clocks", options.sm_clocks), ("--mem-clocks", options.mem_clocks)):
+        if values is not None and (not values or any(not v > 0 for v in values)):
+            raise UsageError(f"{flag} takes positive MHz like {flag} 900,1200")
+    if options.axis == Axis.SM_CLOCK and options.mem_clocks and len(options.mem_clocks) > 1:
+        raise UsageError(
+            "--axis sm-clock holds one memory lock: give one --mem-clocks value, or use --axis grid"
+        )
+    if options.axis == Axis.MEM_CLOCK and options.sm_clocks and len(options.sm_clocks) > 1:
+        raise UsageError(
+            "--axis mem-clock holds one SM lock: give one --sm-clocks value, or use --axis grid"
+        )
+    if options.observe_only and (
+        options.sm_clocks or options.mem_clocks or options.hold_cap_w is not None
+    ):
+        raise UsageError(
+            "--observe-only measures at the clocks and limit in force: drop --sm-clocks, "
+            "--mem-clocks and --cap"
+        )

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.gpu import Gpu, GpuBackend, PowerEnvelope
+from powersweep.errors import GpuError, PowersweepError, UsageError
+from powersweep.sweep.gpu import Gpu, GpuBackend, PowerEnvelope, SupportedClocks
 from powersweep.sweep.options import SweepOptions, validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
+from powersweep.sweep.planning.clocks import SweepPoint, measure_order, plan_clock_points
 from powersweep.sweep.records.journal import Journal, default_state_dir
 from powersweep.sweep.rig import RigFactory
 
@@ -25,6 +26,8 @@ class DryRun:
         caps_w: Caps in the order they would be measured.
         estimated_wall_s: Rough wall time of the sweep.
         journal_path: Where the restore journal would go (None: not needed).
+        points: Clock-lock points in measuring order (empty on the power axis).
+        axis: The sweep's axis.
     """
 
     gpus: tuple[dict[str, Any], ...]
@@ -32,6 +35,8 @@ class DryRun:
     caps_w: tuple[float, ...]
     estimated_wall_s: float
     journal_path: Path | None
+    points: tuple[SweepPoint, ...] = ()
+    axis: str = "power"
 
     def lines(self) -> list[str]:
         """The plan as the CLI prints it."""
@@ -44,12 +49,32 @@ class DryRun:
             )
         e = self.envelope
         out.append(f"envelope (all GPUs): {e.min_w:g}-{e.max_w:g} W")
-        caps = ", ".join(f"{c:g}" for c in self.caps_w)
-        out.append(f"caps ({len(self.caps_w)}, W per GPU): {caps}")
+        if self.points:
+            out += _points_lines(self.axis, self.points, self.caps_w)
+        else:
+            caps = ", ".join(f"{c:g}" for c in self.caps_w)
+            out.append(f"caps ({len(self.caps_w)}, W per GPU): {caps}")
         out.append(f"estimated wall time: {_duration(self.estimated_wall_s)}")
         if self.journal_path is not None:
             out.append(f"restore journal: {self.journal_path}")
         return out
+
+
+def _points_lines(
+    axis: str, points: tuple[SweepPoint, ...], caps_w: tuple[float, ...]
+) -> list[str]:
+    sms = sorted({p.sm_lock_mhz for p in points if p.sm_lock_mhz is not None})
+    mems = sorted({p.mem_lock_mhz for p in points if p.mem_lock_mhz is not None}, reverse=True)
+    held = points[0].cap_w
+    limit = f"{held:g} W held (--cap)" if held is not None else f"{caps_w[0]:g} W (in force)"
+    out = [f"axis: {axis}, {len(points)} points under a {limit} power limit"]
+    out.append(
+        "SM locks (MHz): " + (", ".join(f"{f:g}" for f in sms) if sms else "none (unlocked)")
+    )
+    out.append(
+        "memory locks (MHz): " + (", ".join(f"{m:g}" for m in mems) if mems else "none (unlocked)")
+    )
+    return out
 
 
 def _duration(seconds: float) -> str:
@@ -90,6 +115,51 @@ def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None
     if options.caps:
         return clamp_caps(options.caps, envelope, warn)
     return default_caps(envelope, options.step_size_w)
+
+
+def plan_points(
+    options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None]
+) -> list[SweepPoint]:
+    """The clock-lock points of a clock sweep (``--axis sm-clock|mem-clock|grid``).
+
+    Set-points come from ``--sm-clocks`` / ``--mem-clocks`` or the first GPU's supported clocks;
+    ``--cap`` is clamped into the envelope. ``--observe-only`` measures one point: the locks in
+    force (unknown on NVML, so unlocked as far as the run says).
+
+    Raises:
+        GpuError: The card cannot list its clocks and none were given.
+        UsageError: No clock to sweep.
+    """
+    if options.observe_only:
+        locks = gpus[0].clock_locks()
+        return [SweepPoint(None, locks.sm_mhz, locks.mem_mhz)]
+    need_sm = options.axis != "mem-clock" and not options.sm_clocks
+    need_mem = options.axis != "sm-clock" and not options.mem_clocks
+    supported: SupportedClocks | None = None
+    if need_sm or need_mem:
+        try:
+            supported = gpus[0].supported_clocks()
+        except GpuError as exc:
+            raise GpuError(f"cannot plan --axis {options.axis}: {exc}") from exc
+    cap = options.hold_cap_w
+    if cap is not None:
+        cap = clamp_caps([cap], uniform_envelope([g.envelope() for g in gpus]), warn)[0]
+    return measure_order(
+        plan_clock_points(
+            options.axis,
+            supported,
+            sm_clocks=options.sm_clocks,
+            mem_clocks=options.mem_clocks,
+            cap_w=cap,
+        )
+    )
+
+
+def point_caps(options: SweepOptions, gpus: list[Gpu], points: list[SweepPoint]) -> list[float]:
+    """The limit a clock sweep runs under, as the one-entry cap list the rest of a sweep uses."""
+    if points and points[0].cap_w is not None:
+        return [points[0].cap_w]
+    return [min(g.envelope().current_w for g in gpus)]
 
 
 def gpu_meta(gpu: Gpu) -> dict[str, Any]:
@@ -172,11 +242,15 @@ def dry_run(
     with rigs(options) as rig:
         gpus = select_gpus(rig.backend, options.gpus, warn)
         envelope = uniform_envelope([g.envelope() for g in gpus])
-        caps = plan_caps(options, gpus, warn)
+        points = plan_points(options, gpus, warn) if options.clock_axis else []
+        caps = point_caps(options, gpus, points) if points else plan_caps(options, gpus, warn)
+        n = len(points) or len(caps)
         return DryRun(
             gpus=tuple(gpu_meta(g) for g in gpus),
             envelope=envelope,
             caps_w=tuple(sorted(caps, reverse=True)),
-            estimated_wall_s=estimate_wall_s(options, len(caps), rig.clock.scale),
+            estimated_wall_s=estimate_wall_s(options, n, rig.clock.scale),
             journal_path=journal_for(options).path if options.needs_journal else None,
+            points=tuple(points),
+            axis=options.axis,
         )

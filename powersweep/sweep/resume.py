@@ -12,6 +12,7 @@ from powersweep.errors import UsageError
 from powersweep.runformat import SCHEMA_VERSION
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 
 
@@ -24,12 +25,16 @@ class ResumeState:
         writer: The run directory, reopened for appending.
         caps_left: Planned caps not yet done.
         caps_done: Caps already done.
+        points_left: Clock points not yet done (a clock sweep; empty on the power axis).
+        points_done: Clock points already done.
     """
 
     meta: dict[str, Any]
     writer: RunWriter
     caps_left: list[float]
     caps_done: list[float]
+    points_left: list[SweepPoint] = dataclasses.field(default_factory=list)
+    points_done: list[SweepPoint] = dataclasses.field(default_factory=list)
 
 
 def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, dict[str, Any]]:
@@ -63,7 +68,7 @@ def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, di
     kwargs = {k: v for k, v in recorded.items() if k in known}
     for key in ("out", "sim_state", "resume", "state_dir"):
         kwargs[key] = Path(kwargs[key]) if kwargs.get(key) else None
-    for key in ("gpus", "caps"):
+    for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
         kwargs[key] = tuple(kwargs[key]) if kwargs.get(key) is not None else None
     try:
         options = SweepOptions(**kwargs)
@@ -96,6 +101,16 @@ def prepare_resume(options: SweepOptions, meta: dict[str, Any], gpus: list[Gpu])
         raise UsageError(
             f"--resume: the run was on GPUs {', '.join(map(str, want))}, this sweep would use "
             f"{', '.join(have)}; resume needs the same GPU set"
+        )
+    if isinstance(meta.get("points_planned"), list):
+        planned_points = [SweepPoint.from_dict(p) for p in meta["points_planned"]]
+        done_points = [SweepPoint.from_dict(p) for p in meta.get("points_done") or []]
+        left_points = [p for p in planned_points if p not in done_points]
+        if not left_points:
+            raise UsageError(f"--resume: every planned point of {options.resume} is done")
+        caps = [float(c) for c in meta.get("caps_planned", [])]
+        return ResumeState(
+            meta, RunWriter.reopen(options.resume), caps, [], left_points, done_points
         )
     planned = [float(c) for c in meta.get("caps_planned", [])]
     done = [float(c) for c in meta.get("caps_done", [])]

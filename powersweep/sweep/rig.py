@@ -19,6 +19,12 @@ from powersweep.sweep.options import SweepOptions
 
 # A rig's noise-free answer for the planned caps and the load's set-up (probe, calibration).
 TruthFn = Callable[[Sequence[float], Mapping[str, Any]], "dict[str, Any] | None"]
+# The noise-free answer of a clock sweep: ``(sm_lock_mhz, mem_lock_mhz)`` points, the limit held
+# (W per GPU) and the load's set-up.
+ClockTruthFn = Callable[
+    [Sequence[tuple[float | None, float | None]], float, Mapping[str, Any]],
+    "dict[str, Any] | None",
+]
 
 
 def _no_server() -> AbstractContextManager[str | None]:
@@ -45,6 +51,7 @@ class Rig:
             flavour); None on real hardware.
         truth: The simulator's noise-free answer for the caps and the load's set-up; None on
             real hardware.
+        clock_truth: The same for a clock sweep's lock points; None on real hardware.
     """
 
     backend: GpuBackend
@@ -54,6 +61,7 @@ class Rig:
     wrap_client: Callable[[Any], Any] = _same_client
     simulation: Mapping[str, Any] | None = None
     truth: TruthFn | None = None
+    clock_truth: ClockTruthFn | None = None
 
 
 # Builds the rig for a sweep's options; the context closes the backend.

@@ -32,7 +32,16 @@ from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import SweepOptions, validate
-from powersweep.sweep.plan import check_settable, gpu_meta, journal_for, plan_caps, select_gpus
+from powersweep.sweep.plan import (
+    check_settable,
+    gpu_meta,
+    journal_for,
+    plan_caps,
+    plan_points,
+    point_caps,
+    select_gpus,
+)
+from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.resume import ResumeState, prepare_resume, resume_options
@@ -77,6 +86,7 @@ def run_session(
     progress: Callable[[CapProgress], None] | None = None,
     warn: Callable[[str], None] = lambda _m: None,
     on_plan: Callable[[Path, list[float]], None] | None = None,
+    on_points: Callable[[Path, list[SweepPoint]], None] | None = None,
 ) -> SessionResult:
     """Run one sweep from options to a finished run directory.
 
@@ -87,6 +97,7 @@ def run_session(
         progress: Called after each cap.
         warn: Where warnings go (one line each).
         on_plan: Called with the run directory and the caps once they are known.
+        on_points: On a clock axis, called instead with the clock-lock points.
 
     Raises:
         PowersweepError: Anything that stops the sweep before it starts (no root, no server,
@@ -94,7 +105,9 @@ def run_session(
             the outcome instead.
     """
     with raise_on_signals():
-        return _run_session(options, rigs, progress=progress, warn=warn, on_plan=on_plan)
+        return _run_session(
+            options, rigs, progress=progress, warn=warn, on_plan=on_plan, on_points=on_points
+        )
 
 
 def _open_journal(
@@ -108,6 +121,7 @@ def _open_journal(
     if not options.force:
         journal.refuse_if_present()
         return journal, {}
+    journal.refuse_if_locked()
     old = journal.read()
     if old is None:
         return journal, {}
@@ -125,6 +139,7 @@ def _run_session(
     progress: Callable[[CapProgress], None] | None,
     warn: Callable[[str], None],
     on_plan: Callable[[Path, list[float]], None] | None,
+    on_points: Callable[[Path, list[SweepPoint]], None] | None = None,
 ) -> SessionResult:
     resume_meta: dict[str, Any] | None = None
     if options.resume is not None:
@@ -139,16 +154,23 @@ def _run_session(
     with rigs(options) as rig:
         gpus = select_gpus(rig.backend, options.gpus, warn)
         resume = prepare_resume(options, resume_meta, gpus) if resume_meta else None
-        caps = resume.caps_left if resume else plan_caps(options, gpus, warn)
-        if options.changes_limits:
+        points: list[SweepPoint] = []
+        if options.clock_axis:
+            points = resume.points_left if resume else plan_points(options, gpus, warn)
+            caps = point_caps(options, gpus, points)
+        else:
+            caps = resume.caps_left if resume else plan_caps(options, gpus, warn)
+        if options.changes_limits and (not options.clock_axis or options.hold_cap_w is not None):
             check_settable(gpus)
         with rig.serve() as served_url:
             url = served_url or options.url
             info = run_interruptible(
                 discover_server(url, model=options.model, api_key=options.api_key, clock=rig.clock)
             )
-            meta, writer = _open_run(options, rig, gpus, info, caps, resume)
-            if on_plan:
+            meta, writer = _open_run(options, rig, gpus, info, caps, resume, points)
+            if points and on_points:
+                on_points(writer.path, points)
+            elif on_plan:
                 on_plan(writer.path, caps)
             streams = options.concurrency or options.max_concurrency_probe
             connections = max(8, streams + 2) if options.load_mode == "decode-concurrent" else 8
@@ -157,16 +179,23 @@ def _run_session(
             )
             truth_caps = list(caps) if resume is None else list(meta.get("caps_planned", caps))
 
+            all_points = [
+                SweepPoint.from_dict(p) for p in meta.get("points_planned") or []
+            ] or points
+
             def on_prepared(prep: dict[str, Any]) -> Mapping[str, Any]:
                 sim = meta.get("simulation")
                 if not isinstance(sim, dict) or rig.truth is None:
                     return {}
                 if options.load_mode == "decode-single":
                     return {}
+                if options.clock_axis:
+                    truth = _clock_truth(rig, all_points, caps[0], prep)
+                    return {"simulation": {**sim, "ground_truth": truth}}
                 return {"simulation": {**sim, "ground_truth": rig.truth(truth_caps, prep)}}
 
             sweep = Sweep(
-                _sweep_plan(options, caps, resume),
+                _sweep_plan(options, caps, resume, points),
                 gpus,
                 rig.clock,
                 client,
@@ -185,6 +214,7 @@ def _run_session(
                 load_factory=_load_factory(options, client, rig.clock, info, warn),
                 prepared=resume.meta.get("load") if resume else None,
                 on_prepared=on_prepared,
+                points_already_done=resume.points_done if resume else (),
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)
@@ -197,6 +227,7 @@ def _open_run(
     info: ServerInfo,
     caps: list[float],
     resume: ResumeState | None,
+    points: list[SweepPoint] | None = None,
 ) -> tuple[dict[str, Any], RunWriter]:
     """The run's ``run.json`` content and its writer: a new run directory, or the resumed one."""
     if resume is not None:
@@ -205,14 +236,18 @@ def _open_run(
         return meta, resume.writer
     simulation = None
     if rig.simulation is not None:
-        simulation = {
-            **rig.simulation,
-            # modes that probe or calibrate get theirs once the load is set up
-            "ground_truth": rig.truth(caps, {})
-            if rig.truth is not None and options.load_mode == "decode-single"
-            else None,
-        }
+        single = options.load_mode == "decode-single"
+        truth = None
+        if single and points:
+            truth = _clock_truth(rig, points, caps[0], {})
+        elif single and rig.truth is not None:
+            truth = rig.truth(caps, {})
+        # modes that probe or calibrate get theirs once the load is set up
+        simulation = {**rig.simulation, "ground_truth": truth}
     meta = _run_meta(options, gpus, info, caps, simulation)
+    if points:
+        meta["axis"] = options.axis
+        meta["points_planned"] = [p.to_dict() for p in points]
     writer = RunWriter(
         options.out,
         [g.identity().name for g in gpus],
@@ -222,7 +257,21 @@ def _open_run(
     return meta, writer
 
 
-def _sweep_plan(options: SweepOptions, caps: list[float], resume: ResumeState | None) -> SweepPlan:
+def _clock_truth(
+    rig: Rig, points: list[SweepPoint], cap_w: float, prep: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    if rig.clock_truth is None:
+        return None
+    pairs = [(p.sm_lock_mhz, p.mem_lock_mhz) for p in points]
+    return rig.clock_truth(pairs, cap_w, prep)
+
+
+def _sweep_plan(
+    options: SweepOptions,
+    caps: list[float],
+    resume: ResumeState | None,
+    points: list[SweepPoint] | None = None,
+) -> SweepPlan:
     return SweepPlan(
         load_mode=options.load_mode,
         caps_w=tuple(caps),
@@ -236,6 +285,8 @@ def _sweep_plan(options: SweepOptions, caps: list[float], resume: ResumeState | 
         strategy="dense" if options.observe_only or resume else options.strategy,
         step_w=options.step_size_w,
         settle_mode=options.settle,
+        points=tuple(points or ()),
+        axis=options.axis,
     )
 
 

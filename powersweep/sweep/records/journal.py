@@ -1,4 +1,4 @@
-"""The restore journal: the original power limits of a sweep's GPUs, kept on disk.
+"""The restore journal: the original power limits (and clock locks) of a sweep's GPUs, on disk.
 
 A signal handler cannot run after SIGKILL, a power cut or a kernel OOM kill, so before a sweep
 changes the first limit it writes every GPU's original limit to a root-only file. The file is
@@ -38,12 +38,20 @@ class JournalGpu:
         index: NVML index at the time of the sweep (informative only).
         name: Marketing name.
         original_limit_w: The limit to put back, W.
+        clocks_locked: The sweep locks this GPU's clocks (so restoring puts them back).
+        original_sm_lock_mhz: SM lock in force before the sweep (None: unlocked or unknown).
+        original_mem_lock_mhz: Memory lock in force before the sweep (None: unlocked or unknown).
+        locks_known: Whether the backend could read the locks before (NVML cannot: a reset).
     """
 
     uuid: str
     index: int
     name: str
     original_limit_w: float
+    clocks_locked: bool = False
+    original_sm_lock_mhz: float | None = None
+    original_mem_lock_mhz: float | None = None
+    locks_known: bool = True
 
 
 @dataclass(frozen=True)
@@ -73,16 +81,13 @@ class JournalEntry:
             "created_at": self.created_at,
             "run_dir": self.run_dir,
             "backend": dict(self.backend),
-            "gpus": [
-                {
-                    "uuid": g.uuid,
-                    "index": g.index,
-                    "name": g.name,
-                    "original_limit_w": g.original_limit_w,
-                }
-                for g in self.gpus
-            ],
+            "gpus": [_gpu_dict(g) for g in self.gpus],
         }
+
+    @property
+    def holds_clock_locks(self) -> bool:
+        """True when the sweep that wrote it locked clocks (they may still be locked)."""
+        return any(g.clocks_locked for g in self.gpus)
 
     @classmethod
     def from_dict(cls, data: Any, source: Path) -> JournalEntry:
@@ -103,6 +108,10 @@ class JournalEntry:
                     index=int(g["index"]),
                     name=str(g.get("name", "")),
                     original_limit_w=float(g["original_limit_w"]),
+                    clocks_locked=bool(g.get("clocks_locked", False)),
+                    original_sm_lock_mhz=_mhz(g.get("original_sm_lock_mhz")),
+                    original_mem_lock_mhz=_mhz(g.get("original_mem_lock_mhz")),
+                    locks_known=bool(g.get("locks_known", True)),
                 )
                 for g in data["gpus"]
             )
@@ -118,6 +127,31 @@ class JournalEntry:
                 f"the restore journal {source} is damaged ({exc}); restore the limits by hand "
                 "(sudo nvidia-smi -i N -pl WATTS) and delete it"
             ) from None
+
+
+def _gpu_dict(g: JournalGpu) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "uuid": g.uuid,
+        "index": g.index,
+        "name": g.name,
+        "original_limit_w": g.original_limit_w,
+    }
+    if g.clocks_locked:
+        out.update(
+            clocks_locked=True,
+            original_sm_lock_mhz=g.original_sm_lock_mhz,
+            original_mem_lock_mhz=g.original_mem_lock_mhz,
+            locks_known=g.locks_known,
+        )
+    return out
+
+
+def _mhz(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"bad clock lock {value!r}")
+    return float(value)
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None, euid: int | None = None) -> Path:
@@ -233,6 +267,24 @@ class Journal:
                 "run `powersweep restore` first, or pass --force"
             )
 
+    def refuse_if_locked(self) -> None:
+        """Refuse to start, even with --force, while the journal holds clock locks.
+
+        A forced sweep takes the journal's original limits over, but locks it would reset or
+        relock could not be told apart from the killed sweep's: only ``powersweep restore``
+        (which knows the originals) puts them back.
+
+        Raises:
+            UsageError: The journal holds clock locks.
+            PowersweepError: It exists and cannot be read.
+        """
+        entry = self.read()
+        if entry is not None and entry.holds_clock_locks:
+            raise UsageError(
+                f"a previous sweep left clock locks (journal {self.path}): run "
+                "`powersweep restore` first (--force does not override locks)"
+            )
+
 
 def _fsync_dir(path: Path) -> None:
     # the rename is durable only once the directory entry is on disk
@@ -245,13 +297,43 @@ def _fsync_dir(path: Path) -> None:
 
 @dataclass(frozen=True)
 class RestoreResult:
-    """What ``restore`` did for one GPU of the journal."""
+    """What ``restore`` did for one GPU of the journal (``clocks``: what happened to its
+    clock locks, empty when the sweep locked none)."""
 
     uuid: str
     index: int | None
     limit_w: float
     ok: bool
     message: str
+    clocks: str = ""
+
+
+def put_back_locks(
+    gpu: Gpu, sm_mhz: float | None, mem_mhz: float | None, known: bool = True
+) -> str:
+    """Reset a GPU's clock locks, then relock the ones it had before the sweep.
+
+    Returns:
+        What was done, for the user (``clocks unlocked``, ``clocks locked back to ...``).
+
+    Raises:
+        PowersweepError: The driver refused (the caller reports it and keeps the journal).
+    """
+    gpu.reset_clock_locks(sm=True, mem=True)
+    if not known:
+        return "clocks unlocked (the locks before the sweep could not be read)"
+    back = []
+    if sm_mhz is not None:
+        r = gpu.lock_sm_clock(sm_mhz)
+        if not r.accepted:
+            raise PowersweepError(f"could not lock SM back to {sm_mhz:g} MHz: {r.message}")
+        back.append(f"SM {sm_mhz:g} MHz")
+    if mem_mhz is not None:
+        r = gpu.lock_mem_clock(mem_mhz)
+        if not r.accepted:
+            raise PowersweepError(f"could not lock memory back to {mem_mhz:g} MHz: {r.message}")
+        back.append(f"memory {mem_mhz:g} MHz")
+    return "clocks locked back to " + " / ".join(back) if back else "clocks unlocked"
 
 
 def restore_gpus(
@@ -275,10 +357,20 @@ def restore_gpus(
         if found is None:
             results.append(RestoreResult(g.uuid, None, g.original_limit_w, False, "GPU not found"))
             continue
+        clocks = ""
+        if g.clocks_locked:
+            # clocks first: a lock left in place would skew whatever runs next
+            try:
+                clocks = put_back_locks(
+                    found, g.original_sm_lock_mhz, g.original_mem_lock_mhz, g.locks_known
+                )
+            except PowersweepError as exc:
+                clocks = f"clock locks NOT put back: {exc}"
         try:
             r = found.set_power_limit(g.original_limit_w)
             ok, message = r.accepted, r.message
         except PowersweepError as exc:
             ok, message = False, str(exc)
-        results.append(RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message))
+        ok = ok and not clocks.startswith("clock locks NOT")
+        results.append(RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message, clocks))
     return results

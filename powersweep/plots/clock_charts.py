@@ -1,0 +1,244 @@
+"""Charts of a clock-lock sweep: TPS/W against the SM clock per memory tier (peak called out),
+and TPS against draw with the Pareto front (and the power-cap curve of another run overlaid).
+
+Drawn from the clock analysis dict alone (``powersweep.analysis.clocks``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.plots._style import COLORS, check_formats, new_figure, save_figure, style
+
+# One colour per memory tier, fastest first (colour-blind friendly, distinct in greyscale).
+TIER_COLORS = ("#1f5fa8", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#7f8c8d", "#16a085")
+PEAK_GID = "clock-peak-callout"
+
+
+def _f(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+def _tier_name(mem: Any) -> str:
+    return f"mem {_f(mem):.0f} MHz" if math.isfinite(_f(mem)) else "memory unlocked"
+
+
+def _title(analysis: Mapping[str, Any], title: str | None, what: str) -> str:
+    run = analysis.get("run") or {}
+    head = title or run.get("gpu_name") or "GPU"
+    mode = run.get("load_mode")
+    return f"{head}: {what}" + (f" ({mode})" if mode else "")
+
+
+def _label(p: Mapping[str, Any]) -> str:
+    parts = []
+    if math.isfinite(_f(p.get("sm_lock_mhz"))):
+        parts.append(f"SM {_f(p['sm_lock_mhz']):.0f}")
+    if math.isfinite(_f(p.get("mem_lock_mhz"))):
+        parts.append(f"mem {_f(p['mem_lock_mhz']):.0f}")
+    return " / ".join(parts) + " MHz" if parts else "unlocked"
+
+
+def efficiency_by_clock_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figure:
+    """TPS/W against the SM lock, one line per memory tier, the peak starred and labelled.
+
+    On a memory-only axis the x axis is the memory lock instead.
+
+    Raises:
+        UsageError: No usable point.
+    """
+    tiers = analysis.get("tiers") or []
+    peak = analysis.get("peak")
+    if not tiers or not peak:
+        raise UsageError("nothing to plot: no clock point measured ok")
+    by_mem = analysis.get("axis") == "mem-clock"
+    with style():
+        fig = new_figure()
+        ax = fig.add_subplot()
+        if by_mem:
+            pts = sorted(
+                (p for t in tiers for p in t["points"]), key=lambda p: _f(p["mem_lock_mhz"])
+            )
+            ax.plot(
+                [_f(p["mem_lock_mhz"]) for p in pts],
+                [_f(p["tps_per_w"]) for p in pts],
+                marker="o",
+                color=TIER_COLORS[0],
+                label="TPS/W",
+            )
+            ax.set_xlabel("memory clock lock (MHz)")
+        else:
+            for i, t in enumerate(tiers):
+                pts = [p for p in t["points"] if math.isfinite(_f(p["sm_lock_mhz"]))]
+                name = _tier_name(t["mem_lock_mhz"]) + (" (caps TPS)" if t["caps_tps"] else "")
+                ax.plot(
+                    [_f(p["sm_lock_mhz"]) for p in pts],
+                    [_f(p["tps_per_w"]) for p in pts],
+                    marker="o",
+                    color=TIER_COLORS[i % len(TIER_COLORS)],
+                    linestyle="--" if t["caps_tps"] else "-",
+                    label=name,
+                )
+            ax.set_xlabel("SM clock lock (MHz)")
+        x = _f(peak["mem_lock_mhz"] if by_mem else peak["sm_lock_mhz"])
+        y = _f(peak["tps_per_w"])
+        ax.plot(
+            [x],
+            [y],
+            marker="*",
+            markersize=16,
+            color=COLORS["sweet_spot"],
+            markeredgecolor="#333333",
+            linestyle="none",
+            zorder=5,
+            label="efficiency peak",
+        )
+        text = f"Peak: {_label(peak)}\n{y:#.3g} TPS/W · {_f(peak['tps']):.1f} TPS"
+        gain = _f(peak.get("tps_per_w_vs_fastest_pct"))
+        if math.isfinite(gain) and abs(gain) >= 0.5:
+            text += f"\n{gain:+.0f}% TPS/W vs fastest point"
+        ax.annotate(
+            text,
+            (x, y),
+            xytext=(0.03, 0.05),
+            textcoords="axes fraction",
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.4", "fc": "#fffbea", "ec": "#bbbbbb"},
+            arrowprops={"arrowstyle": "-", "color": "#888888", "lw": 0.8},
+            gid=PEAK_GID,
+        )
+        ax.set_ylabel("TPS per W")
+        ymax = max(_f(p["tps_per_w"]) for t in tiers for p in t["points"])
+        ymin = min(_f(p["tps_per_w"]) for t in tiers for p in t["points"])
+        span = max(ymax - ymin, 0.05 * ymax)
+        ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.25 * span)
+        ax.legend(loc="upper left", ncols=2)
+        fig.suptitle(_title(analysis, title, "efficiency against clock locks"))
+    return fig
+
+
+def pareto_figure(
+    analysis: Mapping[str, Any],
+    title: str | None = None,
+    power_analysis: Mapping[str, Any] | None = None,
+) -> Figure:
+    """TPS against draw: every clock point (by tier), the Pareto front, and the power-cap curve
+    of a power-axis run when given.
+
+    Raises:
+        UsageError: No usable point.
+    """
+    tiers = analysis.get("tiers") or []
+    front = analysis.get("pareto_front") or []
+    if not tiers:
+        raise UsageError("nothing to plot: no clock point measured ok")
+    with style():
+        fig = new_figure()
+        ax = fig.add_subplot()
+        for i, t in enumerate(tiers):
+            ax.scatter(
+                [_f(p["power_w"]) for p in t["points"]],
+                [_f(p["tps"]) for p in t["points"]],
+                s=18,
+                color=TIER_COLORS[i % len(TIER_COLORS)],
+                label=_tier_name(t["mem_lock_mhz"]),
+                zorder=3,
+            )
+        ax.plot(
+            [_f(p["power_w"]) for p in front],
+            [_f(p["tps"]) for p in front],
+            color="#222222",
+            linewidth=1.4,
+            drawstyle="steps-post",
+            label="Pareto front (clock locks)",
+            zorder=4,
+        )
+        if power_analysis is not None:
+            caps = [
+                c
+                for c in power_analysis.get("caps") or []
+                if c.get("status") == "ok" and c.get("tps") is not None
+            ]
+            caps.sort(key=lambda c: _f(c.get("power_w")))
+            ax.plot(
+                [_f(c["power_w"]) for c in caps],
+                [_f(c["tps"]) for c in caps],
+                color=COLORS["cap"],
+                linestyle=":",
+                marker="s",
+                markersize=3,
+                label="power caps",
+                zorder=2,
+            )
+            spot = power_analysis.get("sweet_spot")
+            if spot:
+                ax.plot(
+                    [_f(spot.get("power_w"))],
+                    [_f(spot.get("tps"))],
+                    marker="D",
+                    markersize=8,
+                    color=COLORS["near_peak"],
+                    linestyle="none",
+                    label=f"best cap ({_f(spot.get('cap_w')):.0f} W)",
+                    zorder=5,
+                )
+        peak = analysis.get("peak")
+        if peak:
+            ax.plot(
+                [_f(peak["power_w"])],
+                [_f(peak["tps"])],
+                marker="*",
+                markersize=15,
+                color=COLORS["sweet_spot"],
+                markeredgecolor="#333333",
+                linestyle="none",
+                label=f"efficiency peak ({_label(peak)})",
+                zorder=6,
+            )
+        ax.set_xlabel("draw (W)")
+        ax.set_ylabel("TPS")
+        ax.legend(loc="lower right")
+        fig.suptitle(_title(analysis, title, "TPS against draw"))
+    return fig
+
+
+def render_clock_charts(
+    analysis: Mapping[str, Any],
+    out_dir: Path,
+    *,
+    formats: Sequence[str] = ("png",),
+    title: str | None = None,
+    power_analysis: Mapping[str, Any] | None = None,
+    only_pareto: bool = False,
+) -> list[Path]:
+    """Write ``clock-efficiency`` and ``clock-pareto`` (``clocks-vs-power`` with a power run).
+
+    Raises:
+        UsageError: Bad format, or nothing to plot.
+        PowersweepError: The folder or a file cannot be written.
+    """
+    fmts = check_formats(formats)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PowersweepError(
+            f"cannot create chart folder {out_dir}: {exc.strerror or exc}"
+        ) from exc
+    paths: list[Path] = []
+    if not only_pareto:
+        paths += save_figure(
+            efficiency_by_clock_figure(analysis, title), out_dir / "clock-efficiency", fmts
+        )
+    stem = "clocks-vs-power" if power_analysis is not None else "clock-pareto"
+    paths += save_figure(pareto_figure(analysis, title, power_analysis), out_dir / stem, fmts)
+    return paths

@@ -1,0 +1,139 @@
+"""Clock locks during a sweep: remember what was in force, lock each point, check that the card
+followed, and put everything back.
+
+The driver owns the loop; this keeps what a clock sweep changes on the cards in one place, so the
+restore paths (the driver's ``finally``, ``powersweep restore`` through the journal) share it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from powersweep.errors import PowersweepError
+from powersweep.sweep.gpu import ClockLocks, Gpu
+from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.records.journal import put_back_locks
+
+# A measured SM clock this far from its lock (MHz, or relative) means the card did not follow.
+SM_TOLERANCE_MHZ = 30.0
+SM_TOLERANCE_FRAC = 0.02
+MEM_TOLERANCE_MHZ = 50.0
+MEM_TOLERANCE_FRAC = 0.02
+# Below the lock is fine while a power or thermal limit holds the clock down this often (%).
+THROTTLE_EXPLAINS_PCT = 50.0
+
+
+@dataclass(frozen=True)
+class MemLockProbe:
+    """Whether the cards take memory locks (probed once, at the first point that has one).
+
+    Attributes:
+        ok: Every card took the lock.
+        message: The first refusal, one line (empty when ok).
+    """
+
+    ok: bool
+    message: str = ""
+
+
+class ClockLocker:
+    """The clock locks of a sweep's GPUs.
+
+    Args:
+        gpus: The GPU set.
+        warn: Where warnings go.
+    """
+
+    def __init__(self, gpus: Sequence[Gpu], warn: Callable[[str], None]) -> None:
+        self.gpus = list(gpus)
+        self.warn = warn
+        self.originals: dict[int, ClockLocks] = {g.index: g.clock_locks() for g in self.gpus}
+        self.touched: set[int] = set()
+
+    def probe_mem_locks(self, mem_mhz: float) -> MemLockProbe:
+        """Try a memory lock on every card (after the journal is written)."""
+        for g in self.gpus:
+            self.touched.add(g.index)
+            r = g.lock_mem_clock(mem_mhz)
+            if not r.accepted:
+                return MemLockProbe(False, f"GPU {g.index}: {r.message or 'refused'}")
+        return MemLockProbe(True)
+
+    def apply(self, point: SweepPoint) -> str | None:
+        """Lock every card at the point's clocks; the reason if a card refused.
+
+        Raises:
+            GpuError: No permission, or NVML failed (the sweep stops and restores).
+        """
+        problems = []
+        for g in self.gpus:
+            for mhz, lock, what in (
+                (point.sm_lock_mhz, g.lock_sm_clock, "SM"),
+                (point.mem_lock_mhz, g.lock_mem_clock, "memory"),
+            ):
+                if mhz is None:
+                    continue
+                self.touched.add(g.index)
+                r = lock(mhz)
+                if not r.accepted:
+                    problems.append(f"GPU {g.index}: {what} {mhz:g} MHz: {r.message or 'refused'}")
+        return "; ".join(problems) or None
+
+    def put_back(self) -> dict[int, tuple[bool, str]]:
+        """Reset the locks of every card touched, relocking what it had before.
+
+        Never raises: ``{gpu index: (ok, what was done or why not)}``.
+        """
+        out: dict[int, tuple[bool, str]] = {}
+        for g in self.gpus:
+            if g.index not in self.touched:
+                continue
+            orig = self.originals[g.index]
+            try:
+                out[g.index] = (True, put_back_locks(g, orig.sm_mhz, orig.mem_mhz, orig.known))
+            except Exception as exc:  # keep putting the other cards back
+                if not isinstance(exc, PowersweepError):
+                    exc = PowersweepError(f"{type(exc).__name__}: {exc}")
+                self.warn(
+                    f"could not put back the clock locks of GPU {g.index}: {exc}; run: sudo "
+                    f"nvidia-smi -i {g.index} -rgc && sudo nvidia-smi -i {g.index} -rmc"
+                )
+                out[g.index] = (False, str(exc))
+        return out
+
+
+def verify(point: SweepPoint, row: Mapping[str, Any]) -> str | None:
+    """Why the measured clocks show the card did not follow the point's locks (None: it did).
+
+    An SM clock above its lock, or below it without a power or thermal limit holding it down,
+    means the lock was clamped or ignored; a memory clock off its lock likewise.
+    """
+    problems = []
+    sm = _num(row.get("sm_clock_mhz"))
+    if point.sm_lock_mhz is not None and math.isfinite(sm):
+        lock = point.sm_lock_mhz
+        tol = max(SM_TOLERANCE_MHZ, SM_TOLERANCE_FRAC * lock)
+        held_down = max(
+            _num(row.get("pwr_throttle_pct"), 0.0), _num(row.get("thermal_throttle_pct"), 0.0)
+        )
+        if sm > lock + tol or (sm < lock - tol and held_down < THROTTLE_EXPLAINS_PCT):
+            problems.append(f"SM ran at {sm:.0f} MHz under a {lock:g} MHz lock")
+    mem = _num(row.get("mem_clock_mhz"))
+    if point.mem_lock_mhz is not None and math.isfinite(mem):
+        lock = point.mem_lock_mhz
+        if abs(mem - lock) > max(MEM_TOLERANCE_MHZ, MEM_TOLERANCE_FRAC * lock):
+            problems.append(f"memory ran at {mem:.0f} MHz under a {lock:g} MHz lock")
+    if not problems:
+        return None
+    return "; ".join(problems) + " (the card clamped or ignored the lock)"
+
+
+def _num(value: Any, default: float = math.nan) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return out if math.isfinite(out) else default
