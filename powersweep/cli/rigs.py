@@ -141,6 +141,11 @@ def _profiles(options: SweepOptions) -> list[GpuProfile]:
         ]
     if options.sim_context is not None:
         profiles = [dataclasses.replace(p, context_tokens=options.sim_context) for p in profiles]
+    if options.sim_mem_locks_refused:
+        profiles = [dataclasses.replace(p, mem_locks_supported=False) for p in profiles]
+    if options.sim_sm_lock_ignored_below_mhz is not None:
+        below = options.sim_sm_lock_ignored_below_mhz
+        profiles = [dataclasses.replace(p, sm_lock_ignored_below_mhz=below) for p in profiles]
     return profiles
 
 

@@ -352,6 +352,17 @@ HoldCapOpt = Annotated[
 ]
 
 
+SimMemLocksRefusedOpt = Annotated[
+    bool,
+    typer.Option("--sim-mem-locks-refused", hidden=True, help="Simulation: memory locks refused."),
+]
+
+SimSmLockIgnoredBelowOpt = Annotated[
+    float | None,
+    typer.Option(hidden=True, help="Simulation: SM locks under MHz silently ignored."),
+]
+
+
 def sweep_command(
     cooling: CoolingOpt = Cooling.UNSPECIFIED,
     load_mode: LoadModeOpt = LoadMode.DECODE_SINGLE,
@@ -400,6 +411,8 @@ def sweep_command(
     sim_reasoning_tokens: SimReasoningTokensOpt = 0,
     sim_hide_num_ctx: SimHideNumCtxOpt = False,
     sim_node: SimNodeOpt = None,
+    sim_mem_locks_refused: SimMemLocksRefusedOpt = False,
+    sim_sm_lock_ignored_below: SimSmLockIgnoredBelowOpt = None,
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -455,6 +468,8 @@ def sweep_command(
         sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,
         mem_clocks=parse_clocks(mem_clocks, "--mem-clocks") if mem_clocks is not None else None,
         hold_cap_w=cap,
+        sim_mem_locks_refused=sim_mem_locks_refused,
+        sim_sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
     )
     if dry_run:
         _print_dry_run(options)

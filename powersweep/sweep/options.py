@@ -129,6 +129,8 @@ class SweepOptions:
     sm_clocks: tuple[float, ...] | None = None
     mem_clocks: tuple[float, ...] | None = None
     hold_cap_w: float | None = None
+    sim_mem_locks_refused: bool = False
+    sim_sm_lock_ignored_below_mhz: float | None = None
 
     @property
     def clock_axis(self) -> bool:
@@ -245,6 +247,8 @@ def validate(options: SweepOptions) -> None:
         options.sim_rejects_below_w is not None
         or options.sim_http_error is not None
         or options.sim_node is not None
+        or options.sim_mem_locks_refused
+        or options.sim_sm_lock_ignored_below_mhz is not None
     ):
         raise UsageError("--sim-* options work only with --simulate")
     if options.sim_http_error is not None and not 400 <= options.sim_http_error <= 599:

@@ -8,6 +8,7 @@ tier a card runs a load at (the idle tiers are left out).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -180,7 +181,7 @@ def plan_clock_points(
 def sm_step_mhz(points: Sequence[SweepPoint]) -> float | None:
     """The median spacing of the SM set-points (one "SM step"), None with fewer than two."""
     sms = sorted({p.sm_lock_mhz for p in points if p.sm_lock_mhz is not None})
-    gaps = sorted(b - a for a, b in zip(sms, sms[1:], strict=False))
+    gaps = sorted(b - a for a, b in itertools.pairwise(sms))
     return gaps[len(gaps) // 2] if gaps else None
 
 
@@ -206,8 +207,8 @@ def coarse_points(points: Sequence[SweepPoint]) -> list[SweepPoint]:
 def refine_points(
     candidates: Sequence[SweepPoint], measured: Mapping[SweepPoint, tuple[float, float]]
 ) -> list[SweepPoint]:
-    """Adaptive refinement: the unmeasured SM neighbours of each tier's peak and of the points on
-    the Pareto front of (TPS, W).
+    """Adaptive refinement: the unmeasured SM neighbours of each tier's peak and, on a grid, of
+    the points on the Pareto front of (TPS, W).
 
     Args:
         candidates: Every point the dense sweep would measure.
@@ -225,7 +226,8 @@ def refine_points(
             for o, (ot, ow) in measured.items()
         )
     ]
-    anchors = set(front)
+    # on one axis more TPS always costs more W, so every point is on the front: only the peak
+    anchors = set(front) if len(tiers) > 1 else set()
     for tier in tiers.values():
         done = [p for p in tier if p in measured]
         if done:
