@@ -107,11 +107,19 @@ def efficiency_by_clock_figure(analysis: Mapping[str, Any], title: str | None = 
         gain = _f(peak.get("tps_per_w_vs_fastest_pct"))
         if math.isfinite(gain) and abs(gain) >= 0.5:
             text += f"\n{gain:+.0f}% TPS/W vs fastest point"
+        xs = [
+            _f(p["mem_lock_mhz"] if by_mem else p["sm_lock_mhz"])
+            for t in tiers
+            for p in t["points"]
+        ]
+        right = x > (min(xs) + max(xs)) / 2
         ax.annotate(
             text,
             (x, y),
-            xytext=(0.03, 0.05),
-            textcoords="axes fraction",
+            xytext=(-30 if right else 30, -70),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            va="top",
             fontsize=8,
             bbox={"boxstyle": "round,pad=0.4", "fc": "#fffbea", "ec": "#bbbbbb"},
             arrowprops={"arrowstyle": "-", "color": "#888888", "lw": 0.8},
@@ -121,8 +129,9 @@ def efficiency_by_clock_figure(analysis: Mapping[str, Any], title: str | None = 
         ymax = max(_f(p["tps_per_w"]) for t in tiers for p in t["points"])
         ymin = min(_f(p["tps_per_w"]) for t in tiers for p in t["points"])
         span = max(ymax - ymin, 0.05 * ymax)
-        ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.25 * span)
-        ax.legend(loc="upper left", ncols=2)
+        # headroom above the curves for the legend, room below the peak for its callout
+        ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.55 * span)
+        ax.legend(loc="upper center", ncols=3)
         fig.suptitle(_title(analysis, title, "efficiency against clock locks"))
     return fig
 
@@ -143,7 +152,7 @@ def pareto_figure(
     if not tiers:
         raise UsageError("nothing to plot: no clock point measured ok")
     with style():
-        fig = new_figure()
+        fig = new_figure(height_in=5.6)
         ax = fig.add_subplot()
         for i, t in enumerate(tiers):
             ax.scatter(
@@ -207,7 +216,8 @@ def pareto_figure(
             )
         ax.set_xlabel("draw (W)")
         ax.set_ylabel("TPS")
-        ax.legend(loc="lower right")
+        # legend outside the plot: points fill the whole TPS/W plane
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=3)
         fig.suptitle(_title(analysis, title, "TPS against draw"))
     return fig
 
