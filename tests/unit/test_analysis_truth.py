@@ -37,6 +37,8 @@ MODES = [
 ]
 SEEDS = range(6)
 TOL_W = 10.0
+# TPS/W varying less than this across the caps: a flat curve (no cap binds, e.g. H100 decode).
+FLAT_TPW_RATIO = 1.01
 # A first plateau cap drawing within this of its cap cannot be told from a power-limited one.
 AMBIGUOUS_HEADROOM_W = 1.0
 PROMPT_TOKENS = 8000
@@ -126,11 +128,18 @@ def test_measured_curve_matches_ground_truth(
     gpu = gpu_entry(get_profile(name))
     required, optional = _required(truth), _optional(truth)
     true_sweet = truth["sweet_spot"]["cap_w"]
+    tpw = [c["tps_per_w"] for c in truth["caps"]]
+    best_tpw = max(tpw)
+    flat = best_tpw <= FLAT_TPW_RATIO * min(tpw)
     for seed in SEEDS:
         run = synthesize_run(truth, gpu, tmp_path / f"s{seed}", seed=seed, raw_files=False)
         result = analyze(load_curve(run), bootstrap=0)
         where = f"{name} {mode} x{concurrency} seed {seed}"
-        assert abs(result["sweet_spot"]["cap_w"] - true_sweet) <= TOL_W, where
+        if flat:
+            # no cap binds: any cap is the sweet spot, as efficient as the truth's best
+            assert result["sweet_spot"]["tps_per_w"] >= best_tpw / FLAT_TPW_RATIO, where
+        else:
+            assert abs(result["sweet_spot"]["cap_w"] - true_sweet) <= TOL_W, where
         found = [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]]
         for want in required:
             assert any(_matches(f, want) for f in found), f"{where}: missed {want}; {found}"

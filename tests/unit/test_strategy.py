@@ -62,6 +62,10 @@ def answer(
     return best, near, [(r.kind, r.start_w, r.end_w) for r in found]
 
 
+# A curve whose TPS/W varies less than this across the caps is flat: no cap binds.
+FLAT_TPW_RATIO = 1.005
+
+
 def run_planner(
     curve: dict[float, CapMeasurement], slowdown_temp_c: float = math.nan
 ) -> tuple[dict[float, CapMeasurement], list]:
@@ -87,7 +91,12 @@ def assert_same_answer(
     measured, log = run_planner(curve, slowdown_temp_c)
     dense = answer(curve, slowdown_temp_c)
     adaptive = answer(measured, slowdown_temp_c)
-    assert abs(dense[0] - adaptive[0]) <= 10.0, (dense, adaptive, log)
+    tpw = [m.tps_per_w for m in curve.values()]
+    if max(tpw) <= FLAT_TPW_RATIO * min(tpw):
+        # no cap binds (decode on a datacenter card): every cap is as good, none is "the" one
+        assert curve[adaptive[0]].tps_per_w >= max(tpw) / FLAT_TPW_RATIO, (dense, adaptive)
+    else:
+        assert abs(dense[0] - adaptive[0]) <= 10.0, (dense, adaptive, log)
     assert len(dense[2]) == len(adaptive[2]), (dense, adaptive, log)
     for (kd, sd, ed), (ka, sa, ea) in zip(dense[2], adaptive[2], strict=True):
         assert kd == ka and abs(sd - sa) <= 10.0 and abs(ed - ea) <= 10.0, (dense, adaptive)
