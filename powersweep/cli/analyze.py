@@ -48,7 +48,12 @@ def analyze_command(
         raise UsageError("--max-tps-loss must be between 0 and 100")
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
-    if len(paths) == 2 and _has_clock_run(paths):
+    clock_runs = len(paths) > 1 and _has_clock_run(paths)
+    if clock_runs and len(paths) != 2:
+        raise UsageError(
+            "a clock-lock run compares with one power-axis run: give RUN_POWER RUN_CLOCKS"
+        )
+    if clock_runs:
         # a power-axis run and a clock run: how the best clock point compares with the best cap
         compared = build_clock_comparison(paths, out_dir=out, max_tps_loss_pct=max_tps_loss)
         typer.echo(

@@ -40,8 +40,15 @@ def compare_command(
         raise UsageError("compare needs at least one run")
     labelled = []
     curves = []
+    from powersweep.analysis.clocks import is_clock_curve
+
     for p in paths:
         curve = analysis.load_curve(p)
+        if is_clock_curve(curve.caps):
+            raise UsageError(
+                f"{p} is a clock-lock sweep: compare overlays power-cap curves; use "
+                "`powersweep analyze RUN_POWER RUN_CLOCKS` to set clock locks against caps"
+            )
         curves.append(curve)
         labelled.append((run_label(p), analysis.analyze(curve)))
     if len(paths) > MAX_OVERLAY_RUNS:

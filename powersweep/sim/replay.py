@@ -32,6 +32,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis import load_curve
+from powersweep.analysis.clocks import is_clock_curve
 from powersweep.analysis.structure import (
     BOOST_PLATEAU,
     DRAW_CEILING,
@@ -147,6 +148,8 @@ def replay_profile(path: Path, *, gpu_name: str | None = None) -> ReplayCurve:
         UsageError: The file is missing or malformed, or has fewer than two usable caps.
     """
     curve = load_curve(Path(path))
+    if is_clock_curve(curve.caps):
+        raise UsageError(f"{path} is a clock-lock curve: replay replays power-cap curves")
     metric = curve.metric
     ok = (
         curve.caps.filter(

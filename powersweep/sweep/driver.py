@@ -20,18 +20,14 @@ from typing import Any, TypeVar
 
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
+from powersweep.sweep.clock_loop import ClockLoop
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import ChatApi, Load, LoadRun, warmup
 from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.loads.single import DecodeSingle
-from powersweep.sweep.locks import ClockLocker, verify
-from powersweep.sweep.planning.clocks import (
-    SweepPoint,
-    coarse_points,
-    measure_order,
-    refine_points,
-)
+from powersweep.sweep.locks import ClockLocker
+from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.planning.strategy import (
     AdaptivePlanner,
     CapMeasurement,
@@ -134,7 +130,7 @@ LoadFactory = Callable[[Sampler], Load]
 
 
 class Sweep:
-    """One sweep over a GPU set.
+    """One sweep over a GPU set (a clock-axis sweep's loop is :class:`ClockLoop`).
 
     Args:
         plan: What to measure.
@@ -330,7 +326,7 @@ class Sweep:
     async def _measure_all(self) -> None:
         plan = self.plan
         if plan.points:
-            await self._measure_points()
+            await ClockLoop(self).run()
             return
         top = max(plan.caps_w)
         if self._set_cap(top) is None:
@@ -347,125 +343,6 @@ class Sweep:
         order = sorted(plan.caps_w, reverse=True)
         for i, cap in enumerate(order):
             await self._measure_cap(cap, i, len(order), "dense" if len(order) > 1 else "")
-
-    async def _measure_points(self) -> None:
-        """The clock-axis loop: every point dense, or a coarse pass refined around the peak and
-        the Pareto front (adaptive)."""
-        plan = self.plan
-        points = self._usable_points(list(plan.points))
-        first = measure_order(points)[0]
-        cap = self._point_cap(first)
-        if self._apply_point(first) is None:
-            if plan.warmup_requests > 0:
-                results = await warmup(self.client, self.sampler, cap, plan.warmup_requests)
-                self.writer.append_requests(cap, results)
-                if not any(r.ok for r in results):
-                    first_error = next((r.error for r in results if r.error), "no request")
-                    raise PowersweepError(f"the server failed every warm-up request: {first_error}")
-            await self._prepare(cap)
-        done = set(self._points_done)
-        if plan.strategy != "adaptive":
-            order = [p for p in measure_order(points) if p not in done]
-            for i, p in enumerate(order):
-                await self._measure_point(p, i, len(order), "dense")
-            return
-        metric = "prefill_tps" if plan.load_mode == "prefill-heavy" else "narr_tps"
-        measured: dict[SweepPoint, tuple[float, float]] = {}
-        batch = [(p, "coarse pass") for p in measure_order(coarse_points(points))]
-        planned, i = len(batch), 0
-        while batch:
-            for p, reason in batch:
-                row = await self._measure_point(p, i, planned, reason)
-                done.add(p)
-                i += 1
-                if row["status"] == "ok":
-                    measured[p] = (float(row[metric]), float(row["power_w"]))
-            batch = [(p, "refine peak/front") for p in refine_points(points, measured)]
-            batch = [(p, r) for p, r in batch if p not in done]
-            planned += len(batch)
-
-    def _usable_points(self, points: list[SweepPoint]) -> list[SweepPoint]:
-        """Probe memory locks once; a card that refuses them sweeps the SM axis (and says so)."""
-        mem = next((p.mem_lock_mhz for p in points if p.mem_lock_mhz is not None), None)
-        if mem is None or self.plan.observe_only or self.locker is None:
-            return points
-        probe = self.locker.probe_mem_locks(mem)
-        if probe.ok:
-            return points
-        if not any(p.sm_lock_mhz is not None for p in points):
-            raise PowersweepError(
-                f"memory clock locks refused ({probe.message}); --axis mem-clock has nothing "
-                "else to sweep"
-            )
-        self.warn(
-            f"memory clock locks refused ({probe.message}); the grid falls back to the SM axis "
-            "(memory at the clock the card picks)"
-        )
-        kept = list(dict.fromkeys(SweepPoint(p.cap_w, p.sm_lock_mhz, None) for p in points))
-        self.meta["axis_fallback"] = "sm-clock"
-        self.meta["points_planned"] = [p.to_dict() for p in measure_order(kept)]
-        return kept
-
-    def _point_cap(self, point: SweepPoint) -> float:
-        """The limit in force at a point (W per GPU): the held ``--cap``, else the user's."""
-        if point.cap_w is not None:
-            return point.cap_w
-        return min(self._original.values())
-
-    def _apply_point(self, point: SweepPoint) -> str | None:
-        """Set the held cap (if any) and the locks; the reason if a card refused either."""
-        if self.plan.observe_only or self.locker is None:
-            return None
-        problems = [self._set_cap(point.cap_w)] if point.cap_w is not None else []
-        problems.append(self.locker.apply(point))
-        return "; ".join(p for p in problems if p) or None
-
-    async def _measure_point(
-        self, point: SweepPoint, i: int, total: int, reason: str
-    ) -> dict[str, Any]:
-        """One clock point: lock, settle, measure, check the card followed, write."""
-        cap = self._point_cap(point)
-        locks = {"sm_lock_mhz": point.sm_lock_mhz, "mem_lock_mhz": point.mem_lock_mhz}
-        rejection = self._apply_point(point)
-        rows: list[Any] = []
-        run = LoadRun()
-        settle_s = 0.0
-        if rejection is None:
-            settle_s = await self._settle(cap)
-            run = await self.load.measure(cap)
-            self.sampler.label(cap, "settle")
-            rows = self.sampler.drain()
-        row = cap_row(
-            cap_w=cap,
-            load_mode=self.plan.load_mode,
-            rows=rows,
-            requests=run.requests,
-            n_gpus=len(self.gpus),
-            settle_s=settle_s,
-            window_s=run.window_s,
-            tps=run.tps or None,
-            extra={"reason": reason, **locks, **run.extra},
-            error="; ".join(run.errors),
-            status="ok" if rejection is None else "rejected",
-        )
-        if rejection is None and row["status"] == "ok" and not self.plan.observe_only:
-            rejection = verify(point, row)
-            if rejection is not None:
-                row.update(status="rejected", error=rejection)
-        if rejection is not None:
-            self.warn(f"{point.label()} rejected: {rejection}")
-            row["error"] = row.get("error") or rejection
-        self._finish_cap(i, total, row, rows, run, label=point.label())
-        self._points_done.append(point)
-        self.meta["points_done"] = [p.to_dict() for p in self._points_done]
-        self.writer.write_run_json(self.meta)
-        self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
-        if self._failed_in_a_row >= self.plan.max_failed_caps:
-            raise PowersweepError(
-                f"{self._failed_in_a_row} points in a row failed (last: {row['error']}); "
-                "stopping — is the server still up?"
-            )
-        return row
 
     async def _prepare(self, cap: float) -> None:
         """Probe or calibrate the load once, at the highest cap (or re-apply a resumed set-up)."""
