@@ -316,14 +316,17 @@ def clock_ground_truth(
     work = Workload(work.kind, work.batch, work.prompt_tokens, 1.0 / len(profiles))
     rows: list[dict[str, Any]] = []
     for sm, mem in points:
-        states = []
-        for p in profiles:
-            tier = None
-            if mem is not None:
-                load_tiers = p.mem_tiers_mhz or (p.mem_clock_mhz,)
-                tier = min(load_tiers, key=lambda t: abs(t - mem))
-            states.append(steady_state(p, work, cap_w, Locks(sm, tier)))
+        locks = [Locks(sm, _load_tier(p, mem)) for p in profiles]
+        states = [steady_state(p, work, cap_w, lk) for p, lk in zip(profiles, locks, strict=True)]
         rate = min(op.rate_tps for op, _, _ in states)
+        if work.kind == "prefill":
+            # measured as prompt tokens over time to first token, which holds one decode step
+            one = Workload("decode", batch=1, share=work.share)
+            step_s = max(
+                1.0 / steady_state(p, one, cap_w, lk)[0].rate_tps
+                for p, lk in zip(profiles, locks, strict=True)
+            )
+            rate = prompt_tokens / (prompt_tokens / rate + step_s)
         power = sum(op.power_w for op, _, _ in states)
         rows.append(
             {
@@ -379,3 +382,11 @@ def clock_ground_truth(
         "unlocked_power_w": sum(op.power_w for op in unlocked),
         "default_limit_w": sum(p.default_limit_w for p in profiles),
     }
+
+
+def _load_tier(profile: GpuProfile, mem_mhz: float | None) -> float | None:
+    """The load memory tier a memory lock runs at (the nearest one), None when unlocked."""
+    if mem_mhz is None:
+        return None
+    tiers = profile.mem_tiers_mhz or (profile.mem_clock_mhz,)
+    return min(tiers, key=lambda t: abs(t - mem_mhz))

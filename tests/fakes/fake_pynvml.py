@@ -28,7 +28,8 @@ What it can do:
   (per memory clock; default: 2100 down to 210 MHz in 15 MHz steps, ≤ 1005 MHz at the idle
   tiers); ``sm_locks_supported`` / ``mem_locks_supported`` False make the lock and reset calls
   NOT_SUPPORTED (GeForce cards refuse memory locks); a lock outside the listed range, or with
-  min > max, is INVALID_ARGUMENT. ``locked_sm`` / ``locked_mem`` hold the ``(min, max)`` set.
+  min > max, is INVALID_ARGUMENT. ``locked_sm`` / ``locked_mem`` hold the ``(min, max)`` set;
+  the clocks read follow them unless ``clocks_follow_locks`` is False (a lock silently ignored).
 * ``FakeNvml.calls`` records every call as ``(function name, device index or None)``.
 
 Only the standard library is imported, so tests can load this file by path.
@@ -281,6 +282,7 @@ class FakeDevice:
     mem_locks_supported: bool = True
     locked_sm: tuple[int, int] | None = None
     locked_mem: tuple[int, int] | None = None
+    clocks_follow_locks: bool = True
 
     def graphics_clocks(self, mem_mhz: int) -> list[int]:
         """SM clocks listed for a memory clock, descending."""
@@ -497,10 +499,11 @@ class FakeNvml(ModuleType):
 
     def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
         device = self._device_call("nvmlDeviceGetClockInfo", handle)
+        follow = device.clocks_follow_locks
         if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
-            return device.sm_clock_mhz
+            return device.locked_sm[1] if follow and device.locked_sm else device.sm_clock_mhz
         if type == NVML_CLOCK_MEM:
-            return device.mem_clock_mhz
+            return device.locked_mem[1] if follow and device.locked_mem else device.mem_clock_mhz
         raise NVMLError_InvalidArgument()
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> FakeUtilization:

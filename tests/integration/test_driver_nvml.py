@@ -12,6 +12,7 @@ from powersweep.sim.engine import ConstantEngine
 from powersweep.sim.server import SimServer
 from powersweep.sweep.driver import Sweep, SweepPlan
 from powersweep.sweep.gpu.nvml import NvmlBackend
+from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import discover_server
@@ -20,7 +21,10 @@ from tests.integration.conftest import read_csv, read_json
 
 
 def run_sweep(
-    tmp_path: Path, devices: list[FakeDevice], caps: tuple[float, ...]
+    tmp_path: Path,
+    devices: list[FakeDevice],
+    caps: tuple[float, ...],
+    points: tuple[SweepPoint, ...] = (),
 ) -> tuple[Sweep, Path]:
     fake = FakeNvml(devices=devices)
     backend = NvmlBackend(nvml=fake)
@@ -31,7 +35,15 @@ def run_sweep(
         info = asyncio.run(discover_server(server.url, model=None, api_key=None, clock=clock))
         client = ChatClient(info, clock)
         writer = RunWriter(tmp_path, [g.identity().name for g in gpus], "decode-single")
-        plan = SweepPlan("decode-single", caps, target_cap_s=1.0, settle_s=0.5, warmup_requests=1)
+        plan = SweepPlan(
+            "decode-single",
+            caps,
+            target_cap_s=1.0,
+            settle_s=0.5,
+            warmup_requests=1,
+            points=points,
+            axis="grid" if points else "power",
+        )
         meta = {"schema_version": 1, "gpus": [{"index": g.index} for g in gpus]}
         sweep = Sweep(plan, gpus, clock, client, writer, meta)
         sweep.outcome = sweep.run()  # type: ignore[attr-defined]
@@ -78,3 +90,34 @@ def test_nvml_two_gpus_draw_is_summed_and_silently_kept_cap_rejected(tmp_path: P
     assert caps[300.0]["status"] == "rejected"
     assert "GPU 1" in caps[300.0]["error"] and "kept" in caps[300.0]["error"]
     assert [d.limit_mw for d in devs] == [390_000, 390_000]
+
+
+@pytest.mark.slow
+def test_nvml_clock_grid_on_a_geforce_falls_back_and_unlocks_at_the_end(tmp_path: Path) -> None:
+    dev = FakeDevice(limit_mw=350_000, mem_locks_supported=False)
+    points = tuple(SweepPoint(None, sm, mem) for sm in (1410.0, 1200.0) for mem in (9751.0, 9501.0))
+    sweep, run = run_sweep(tmp_path, [dev], (350.0,), points)
+    assert sweep.outcome.status == "complete"  # type: ignore[attr-defined]
+    caps = read_csv(run / "caps.csv")
+    assert [(c["sm_lock_mhz"], c["mem_lock_mhz"], c["status"]) for c in caps] == [
+        ("1410.0", "", "ok"),
+        ("1200.0", "", "ok"),
+    ]
+    assert all(c["cap_w"] == "350.0" for c in caps)  # the limit in force, never changed
+    assert dev.locked_sm is None and dev.locked_mem is None
+    meta = read_json(run / "run.json")
+    assert meta["axis_fallback"] == "sm-clock"
+    assert meta["restored"][0]["ok"] and "unlocked" in meta["restored"][0]["clocks"]
+
+
+@pytest.mark.slow
+def test_nvml_lock_the_card_does_not_follow_is_rejected(tmp_path: Path) -> None:
+    dev = FakeDevice(clocks_follow_locks=False, sm_clock_mhz=1800)
+    points = (SweepPoint(None, 1410.0, None), SweepPoint(None, 1800.0, None))
+    sweep, run = run_sweep(tmp_path, [dev], (350.0,), points)
+    assert sweep.outcome.status == "complete"  # type: ignore[attr-defined]
+    status = {c["sm_lock_mhz"]: (c["status"], c["error"]) for c in read_csv(run / "caps.csv")}
+    assert status["1800.0"] == ("ok", "")
+    assert status["1410.0"][0] == "rejected"
+    assert "SM ran at 1800 MHz under a 1410 MHz lock" in status["1410.0"][1]
+    assert dev.locked_sm is None
