@@ -75,11 +75,16 @@ def render_clock_summary(curve: Curve, analysis: dict[str, Any]) -> str:
             mem = t.get("mem_lock_mhz")
             capped = " (caps TPS)" if t.get("caps_tps") else ""
             stop = t.get("tps_stops_rising_at_sm_mhz")
+            if stop is not None:
+                rising = f"{_fmt(stop, 0)} MHz"
+            else:
+                rising = "still rising" if t.get("n_points", 0) >= 3 else "—"
+            below = t.get("below_fastest_tier_pct") or 0.0
+            gap = f"-{_fmt(below, 0)}%" if below >= 0.5 else "0%"
             lines.append(
                 f"| {_fmt(mem, 0) + ' MHz' if mem is not None else 'unlocked'}{capped} | "
                 f"{escape_md(point_label(t['peak']))} | {_fmt(t['peak']['tps_per_w'], 4)} | "
-                f"{_fmt(t['top_tps'])} | -{_fmt(t['below_fastest_tier_pct'], 0)}% | "
-                f"{_fmt(stop, 0) + ' MHz' if stop is not None else 'still rising'} |"
+                f"{_fmt(t['top_tps'])} | {gap} | {rising} |"
             )
     lines += ["", "### Points", ""]
     lines.append(

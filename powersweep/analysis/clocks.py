@@ -23,8 +23,11 @@ from powersweep.analysis.load import Curve
 TIER_CAP_FRACTION = 0.05
 # Along the SM axis, TPS has "stopped rising" once it is within this fraction of the top TPS.
 SATURATION_FRACTION = 0.03
-# The draw counts as far below the limit in force under this fraction of it.
-NO_BIND_FRACTION = 0.9
+# The limit in force bound when the draw reached this fraction of it (or the card reported
+# power throttling): below it the firmware had watts to spare at every point.
+NO_BIND_FRACTION = 0.97
+# Share of a point's load samples with the power-cap clock-event bit that counts as throttled (%).
+THROTTLED_PCT = 20.0
 
 AXES = ("sm-clock", "mem-clock", "grid")
 
@@ -305,7 +308,7 @@ def _power_binds(
         if "pwr_throttle_pct" in caps.columns
         else []
     )
-    throttled = any(v > 20.0 for v in throttle)
+    throttled = any(v > THROTTLED_PCT for v in throttle)
     return {
         "limit_w": limit_total,
         "max_draw_w": max_draw,
@@ -409,8 +412,9 @@ def _findings(
                 "power_cap_does_not_bind",
                 f"the draw peaked at {binds['max_draw_w']:.0f} W, "
                 f"{binds['max_draw_pct_of_limit']:.0f}% of the {binds['limit_w']:.0f} W limit "
-                f"in force: power caps do not bind in {kind} on this card; clock locks are "
-                "the lever",
+                f"in force, and the card never throttled on power: power caps do not bind in "
+                f"{kind} on this card (only a cap under {binds['max_draw_w']:.0f} W would slow "
+                "it); clock locks are the lever",
             )
         )
     return out
