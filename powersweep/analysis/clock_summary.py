@@ -52,6 +52,8 @@ def render_clock_summary(curve: Curve, analysis: dict[str, Any]) -> str:
         if near:
             loss = _fmt(near.get("max_tps_loss_pct"), 0)
             lines.append(_row(f"near-peak (≤{loss}% TPS loss)", near))
+        if analysis.get("pareto_knee"):
+            lines.append(_row("Pareto knee", analysis["pareto_knee"]))
         if analysis.get("fastest"):
             lines.append(_row("fastest", analysis["fastest"]))
     front = analysis.get("pareto_front") or []

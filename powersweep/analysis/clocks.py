@@ -141,6 +141,24 @@ def pareto_front(points: Sequence[ClockPoint]) -> list[ClockPoint]:
     return sorted(front, key=lambda p: p.power_w)
 
 
+def pareto_knee(front: Sequence[ClockPoint]) -> ClockPoint | None:
+    """The knee of the front: the point farthest above the chord from its cheapest to its
+    fastest end, with TPS and draw each scaled to the front's range (None under three points)."""
+    if len(front) < 3:
+        return None
+    lo, hi = front[0], front[-1]
+    dw, dt = hi.power_w - lo.power_w, hi.tps - lo.tps
+    if dw <= 0 or dt <= 0:
+        return None
+
+    def lift(p: ClockPoint) -> float:
+        x, y = (p.power_w - lo.power_w) / dw, (p.tps - lo.tps) / dt
+        return y - x
+
+    best = max(front[1:-1], key=lift)
+    return best if lift(best) > 0 else None
+
+
 def _tiers(points: Sequence[ClockPoint]) -> dict[float, list[ClockPoint]]:
     tiers: dict[float, list[ClockPoint]] = {}
     for p in points:
@@ -219,6 +237,7 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
         "sweet_spot": None,
         "near_peak": None,
         "pareto_front": [],
+        "pareto_knee": None,
         "tiers": [],
         "bandwidth_capped_tiers": [],
         "saturation": None,
@@ -244,7 +263,10 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
         "tps_loss_pct": 100.0 * (fastest.tps - near.tps) / fastest.tps,
         "max_tps_loss_pct": max_tps_loss_pct,
     }
-    result["pareto_front"] = [p.as_dict() for p in pareto_front(points)]
+    front = pareto_front(points)
+    result["pareto_front"] = [p.as_dict() for p in front]
+    knee = pareto_knee(front)
+    result["pareto_knee"] = knee.as_dict() if knee else None
     tiers = tier_summaries(points)
     result["tiers"] = tiers
     result["bandwidth_capped_tiers"] = [t["mem_lock_mhz"] for t in tiers if t["caps_tps"]]

@@ -203,3 +203,12 @@ def test_adaptive_grid_refines_next_to_each_tier_peak_and_the_front() -> None:
         neighbours = {tier[j] for j in (i - 1, i + 1) if 0 <= j < len(tier)}
         assert any(SweepPoint(None, n, p.mem_lock_mhz) in measured for n in neighbours)
     assert math.isfinite(sum(t for t, _ in measured.values()))
+
+
+def test_pareto_knee_is_the_point_farthest_above_the_chord(tmp_path: Path) -> None:
+    path = tmp_path / "knee.csv"
+    path.write_text(
+        "sm_lock_mhz,narr_tps,power_w\n900,20,200\n1200,38,240\n1500,40,300\n1800,41,400\n"
+    )
+    analysis = analyze_clocks(load_curve(path))
+    assert analysis["pareto_knee"]["sm_lock_mhz"] == 1200.0
