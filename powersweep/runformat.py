@@ -24,6 +24,8 @@ SAMPLES_COLUMNS = (
     "throttle_power",
     "throttle_thermal",
     "clock_event_bits",
+    "sm_lock_mhz",
+    "mem_lock_mhz",
 )
 REQUESTS_COLUMNS = (
     "cap_w",
@@ -41,6 +43,8 @@ REQUESTS_COLUMNS = (
     "finish_reason",
     "ok",
     "error",
+    "sm_lock_mhz",
+    "mem_lock_mhz",
 )
 CAPS_COLUMNS = (
     "cap_w",

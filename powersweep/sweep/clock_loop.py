@@ -40,10 +40,12 @@ class ClockLoop:
         points = self._usable_points(list(plan.points))
         first = measure_order(points)[0]
         cap = self._point_cap(first)
+        locks = (first.sm_lock_mhz, first.mem_lock_mhz)
+        self.s.sampler.set_locks(*locks)
         if self._apply_point(first) is None:
             if plan.warmup_requests > 0:
                 results = await warmup(self.s.client, self.s.sampler, cap, plan.warmup_requests)
-                self.s.writer.append_requests(cap, results)
+                self.s.writer.append_requests(cap, results, locks)
                 if not any(r.ok for r in results):
                     first_error = next((r.error for r in results if r.error), "no request")
                     raise PowersweepError(f"the server failed every warm-up request: {first_error}")
@@ -111,6 +113,7 @@ class ClockLoop:
         """One clock point: lock, settle, measure, check the card followed, write."""
         cap = self._point_cap(point)
         locks = {"sm_lock_mhz": point.sm_lock_mhz, "mem_lock_mhz": point.mem_lock_mhz}
+        self.s.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz)
         rejection = self._apply_point(point)
         rows: list[Any] = []
         run = LoadRun()

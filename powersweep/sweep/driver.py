@@ -484,7 +484,8 @@ class Sweep:
         label: str = "",
     ) -> None:
         self.writer.append_samples(rows)
-        self.writer.append_requests(row["cap_w"], run.requests)
+        locks = (row.get("sm_lock_mhz"), row.get("mem_lock_mhz"))
+        self.writer.append_requests(row["cap_w"], run.requests, locks)
         self.writer.append_cap(row)
         self._caps_done.append(row["cap_w"])
         self.meta["caps_done"] = list(self._caps_done)

@@ -77,3 +77,56 @@ def test_a_failed_lock_reset_keeps_the_journal_result_failed() -> None:
         (r,) = restore_gpus(_entry(clocks_locked=True, locks_known=False), backend)
     assert not r.ok and "NOT put back" in r.clocks and "sudo" in r.clocks
     assert fake.devices[0].limit_mw == 350_000  # the limit still came back
+
+
+def test_samples_and_requests_carry_the_point_locks_and_old_runs_keep_their_columns(
+    tmp_path: Path,
+) -> None:
+    import csv
+    from types import SimpleNamespace
+
+    from powersweep.runformat import REQUESTS_COLUMNS, SAMPLES_COLUMNS
+    from powersweep.sweep.gpu import GpuSample
+    from powersweep.sweep.records.writer import RunWriter
+    from powersweep.sweep.sampling.sampler import SampleRow
+
+    sample = GpuSample(0, 300.0, 1.0, 60.0, 1410.0, 9501.0, 97.0, 2, 0)
+    request = SimpleNamespace(
+        prompt_kind="narr",
+        stream=0,
+        t_start_s=0.0,
+        t_first_token_s=0.1,
+        t_last_token_s=1.0,
+        t_end_s=1.0,
+        prompt_tokens=10,
+        completion_tokens=20,
+        token_source="usage",
+        chunk_tokens=20,
+        decode_tps=21.0,
+        finish_reason="length",
+        ok=True,
+        error="",
+    )
+    writer = RunWriter(tmp_path, ["card"], "decode-single")
+    writer.append_samples([SampleRow(0.0, 0, 350.0, "narr", sample, 1410.0, 9501.0)])
+    writer.append_requests(350.0, [request], (1410.0, 9501.0))
+    with open(writer.path / "samples.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert (row["sm_lock_mhz"], row["mem_lock_mhz"]) == ("1410.0", "9501.0")
+    with open(writer.path / "requests.csv", newline="") as f:
+        (req,) = list(csv.DictReader(f))
+    assert (req["sm_lock_mhz"], req["mem_lock_mhz"]) == ("1410.0", "9501.0")
+
+    # a run from before the lock columns: resuming appends rows its header can read
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "samples.csv").write_text(",".join(SAMPLES_COLUMNS[:-2]) + "\n")
+    (old / "requests.csv").write_text(",".join(REQUESTS_COLUMNS[:-2]) + "\n")
+    (old / "caps.csv").write_text("cap_w,narr_tps,power_w\n")
+    again = RunWriter.reopen(old)
+    again.append_samples([SampleRow(0.0, 0, 350.0, "narr", sample)])
+    again.append_requests(350.0, [request])
+    for name, columns in (("samples.csv", SAMPLES_COLUMNS), ("requests.csv", REQUESTS_COLUMNS)):
+        with open(old / name, newline="") as f:
+            rows = list(csv.reader(f))
+        assert all(len(r) == len(columns) - 2 for r in rows), name

@@ -103,6 +103,7 @@ class RunWriter:
         initial_meta: Mapping[str, Any] | None = None,
     ) -> None:
         self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
+        self._widths: dict[str, int] = {}
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
         try:
@@ -155,6 +156,7 @@ class RunWriter:
         """
         writer = cls.__new__(cls)
         writer.path = path
+        writer._widths = {}
         for name, columns in (
             ("samples.csv", SAMPLES_COLUMNS),
             ("requests.csv", REQUESTS_COLUMNS),
@@ -170,6 +172,12 @@ class RunWriter:
         with open(path / "caps.csv", newline="") as f:
             header = next(csv.reader(f), None)
         writer._caps_columns = tuple(header) if header else CAPS_COLUMNS
+        # samples/requests of an older version lack the columns added since (always at the end)
+        for name in ("samples.csv", "requests.csv"):
+            with open(path / name, newline="") as f:
+                old = next(csv.reader(f), None)
+            if old:
+                writer._widths[name] = len(old)
         return writer
 
     def _append_raw(self, name: str, text: str) -> None:
@@ -185,6 +193,9 @@ class RunWriter:
         self._append(name, [list(columns)])
 
     def _append(self, name: str, rows: Iterable[Sequence[str]]) -> None:
+        width = self._widths.get(name)
+        if width is not None:
+            rows = [row[:width] for row in rows]
         try:
             with open(self.path / name, "a", newline="") as f:
                 csv.writer(f).writerows(rows)
@@ -221,12 +232,20 @@ class RunWriter:
                     cell(s.throttle_power),
                     cell(s.throttle_thermal),
                     cell(s.clock_event_bits),
+                    cell(r.sm_lock_mhz),
+                    cell(r.mem_lock_mhz),
                 ]
             )
         self._append("samples.csv", out)
 
-    def append_requests(self, cap_w: float, results: Sequence[Any]) -> None:
-        """Append the client's request results to ``requests.csv``."""
+    def append_requests(
+        self,
+        cap_w: float,
+        results: Sequence[Any],
+        locks: tuple[float | None, float | None] = (None, None),
+    ) -> None:
+        """Append the client's request results to ``requests.csv`` (``locks``: the clock point's
+        SM and memory locks, on a clock sweep)."""
         out = []
         for r in results:
             out.append(
@@ -246,6 +265,8 @@ class RunWriter:
                     cell(r.finish_reason),
                     cell(r.ok),
                     _one_line(r.error),
+                    cell(locks[0]),
+                    cell(locks[1]),
                 ]
             )
         self._append("requests.csv", out)

@@ -26,6 +26,8 @@ class SampleRow:
         cap_w: Cap in force.
         phase: What the sweep was doing (``settle``, ``narr``, ...).
         sample: The reading.
+        sm_lock_mhz: SM lock of the clock point measured (None: none).
+        mem_lock_mhz: Memory lock of the clock point measured (None: none).
     """
 
     t_s: float
@@ -33,6 +35,8 @@ class SampleRow:
     cap_w: float
     phase: str
     sample: GpuSample
+    sm_lock_mhz: float | None = None
+    mem_lock_mhz: float | None = None
 
 
 class Sampler:
@@ -54,6 +58,7 @@ class Sampler:
         self._rows: list[SampleRow] = []
         self._cap_w = float("nan")
         self._phase = "idle"
+        self._locks: tuple[float | None, float | None] = (None, None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tick = 0
@@ -64,6 +69,11 @@ class Sampler:
         with self._lock:
             self._cap_w = cap_w
             self._phase = phase
+
+    def set_locks(self, sm_mhz: float | None, mem_mhz: float | None) -> None:
+        """Set the clock locks (of a clock sweep's point) that the following ticks carry."""
+        with self._lock:
+            self._locks = (sm_mhz, mem_mhz)
 
     def start(self) -> None:
         """Start ticking (idempotent)."""
@@ -92,12 +102,12 @@ class Sampler:
 
     def _take(self) -> None:
         with self._lock:
-            cap, phase = self._cap_w, self._phase
+            cap, phase, locks = self._cap_w, self._phase, self._locks
             tick = self._tick
             self._tick += 1
         t = self._clock.now()
         samples = [g.read_sample() for g in self._gpus]
-        rows = [SampleRow(t, tick, cap, phase, s) for s in samples]
+        rows = [SampleRow(t, tick, cap, phase, s, *locks) for s in samples]
         with self._lock:
             self._rows.extend(rows)
             self.read_errors += sum(s.read_errors for s in samples)
