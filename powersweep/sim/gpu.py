@@ -38,7 +38,6 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
     CLOCK_EVENT_SW_THERMAL,
-    ClockLocks,
     GpuIdentity,
     GpuSample,
     LockedClocks,
@@ -280,9 +279,6 @@ class SimGpu:
         )
 
     # --- clock locks (issue 15) ---------------------------------------------------------------
-
-    def clock_locks(self) -> ClockLocks:
-        return ClockLocks(self._locks.sm_mhz, self._locks.mem_mhz, known=True)
 
     def supported_clocks(self) -> SupportedClocks:
         p = self.profile

@@ -48,7 +48,6 @@ from powersweep.sim.engine import WorkKind
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
-    ClockLocks,
     GpuIdentity,
     GpuSample,
     LockedClocks,
@@ -303,9 +302,6 @@ class ReplayGpu:
         return LockedClocks(known=True, user_clock_setting_active=False)
 
     # --- clock locks: a replayed power curve has no clocks to lock ----------------------------
-
-    def clock_locks(self) -> ClockLocks:
-        return ClockLocks()
 
     def supported_clocks(self) -> SupportedClocks:
         raise GpuError("a replayed power-cap curve has no clocks to lock: sweep --axis power")

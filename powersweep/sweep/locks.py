@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from powersweep.errors import PowersweepError
-from powersweep.sweep.gpu import ClockLocks, Gpu
+from powersweep.sweep.gpu import Gpu, LockedClocks
 from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.records.journal import put_back_locks
 
@@ -50,7 +50,7 @@ class ClockLocker:
     def __init__(self, gpus: Sequence[Gpu], warn: Callable[[str], None]) -> None:
         self.gpus = list(gpus)
         self.warn = warn
-        self.originals: dict[int, ClockLocks] = {g.index: g.clock_locks() for g in self.gpus}
+        self.originals: dict[int, LockedClocks] = {g.index: g.locked_clocks() for g in self.gpus}
         self.touched: set[int] = set()
 
     def probe_mem_locks(self, mem_mhz: float) -> MemLockProbe:

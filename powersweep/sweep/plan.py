@@ -131,7 +131,7 @@ def plan_points(
         UsageError: No clock to sweep.
     """
     if options.observe_only:
-        locks = gpus[0].clock_locks()
+        locks = gpus[0].locked_clocks()
         return [SweepPoint(None, locks.sm_mhz, locks.mem_mhz)]
     need_sm = options.axis != "mem-clock" and not options.sm_clocks
     need_mem = options.axis != "sm-clock" and not options.mem_clocks

@@ -81,15 +81,17 @@ def test_sim_gpu_locks_follow_the_lock_and_persist_in_the_state_file(tmp_path: P
     store = LimitStore(tmp_path / "state.json")
     clock = ScaledClock(1.0)
     gpu = SimGpu(get_profile("rtx5090-air"), clock, store=store)
-    assert gpu.clock_locks().sm_mhz is None and gpu.clock_locks().known
+    assert gpu.locked_clocks().sm_mhz is None and gpu.locked_clocks().known
     assert gpu.lock_sm_clock(1500.0).accepted and gpu.lock_mem_clock(10001.0).accepted
     gpu.set_workload(DECODE)
     sample = gpu.read_sample()
     assert sample.sm_clock_mhz == 1500.0 and sample.mem_clock_mhz == 10001.0
     again = SimGpu(get_profile("rtx5090-air"), clock, store=store)
-    assert (again.clock_locks().sm_mhz, again.clock_locks().mem_mhz) == (1500.0, 10001.0)
+    back = again.locked_clocks()
+    assert (back.sm_mhz, back.mem_mhz) == (1500.0, 10001.0) and back.user_clock_setting_active
     again.reset_clock_locks()
-    assert not SimGpu(get_profile("rtx5090-air"), clock, store=store).clock_locks().any
+    reset = SimGpu(get_profile("rtx5090-air"), clock, store=store).locked_clocks()
+    assert reset.sm_mhz is None and reset.mem_mhz is None
     supported = gpu.supported_clocks()
     assert supported.mem_mhz[0] == 14001.0 and 7001.0 in supported.mem_mhz
     assert supported.sm_mhz_by_mem[14001.0][0] == 2880.0

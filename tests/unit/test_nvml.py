@@ -509,7 +509,7 @@ def test_sm_lock_sets_min_equal_max_and_reset_clears_it() -> None:
     assert fake.devices[0].locked_sm is None and fake.devices[0].locked_mem == (5001, 5001)
     gpu.reset_clock_locks()
     assert fake.devices[0].locked_mem is None
-    assert not gpu.clock_locks().known
+    assert not gpu.locked_clocks().known
 
 
 def test_memory_lock_refused_by_a_geforce_card_is_a_one_line_explanation() -> None:

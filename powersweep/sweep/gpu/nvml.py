@@ -21,7 +21,6 @@ from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_APP_CLOCKS,
     NAN,
-    ClockLocks,
     GpuIdentity,
     GpuSample,
     LockedClocks,
@@ -358,10 +357,6 @@ class NvmlGpu:
         return LockedClocks(known=False, user_clock_setting_active=active)
 
     # --- clock locks (issue 15) -----------------------------------------------------------
-
-    def clock_locks(self) -> ClockLocks:
-        """NVML has no getter for the locks in force: they are unknown (restoring resets)."""
-        return ClockLocks(known=False)
 
     def supported_clocks(self) -> SupportedClocks:
         """The memory clocks and, per memory clock, the SM clocks NVML lists, descending.

@@ -151,27 +151,6 @@ class LockedClocks:
 
 
 @dataclass(frozen=True)
-class ClockLocks:
-    """The SM and memory clock locks of a GPU (``nvidia-smi -lgc`` / ``-lmc``), MHz.
-
-    Attributes:
-        sm_mhz: SM lock (min = max), None when not locked.
-        mem_mhz: Memory lock, None when not locked.
-        known: False when the backend cannot read the locks in force (NVML has no getter): then
-            None means "unknown", and putting things back means a reset.
-    """
-
-    sm_mhz: float | None = None
-    mem_mhz: float | None = None
-    known: bool = True
-
-    @property
-    def any(self) -> bool:
-        """True when either clock is locked."""
-        return self.sm_mhz is not None or self.mem_mhz is not None
-
-
-@dataclass(frozen=True)
 class SupportedClocks:
     """Clocks a GPU can be locked to, MHz, descending (as NVML lists them).
 
@@ -257,10 +236,6 @@ class Gpu(Protocol):
         ...
 
     # --- clock locks (issue 15) -------------------------------------------------------------
-
-    def clock_locks(self) -> ClockLocks:
-        """The clock locks in force (``known`` False where the driver cannot tell)."""
-        ...
 
     def supported_clocks(self) -> SupportedClocks:
         """The memory clocks and, per memory clock, the SM clocks the card can be locked to.
