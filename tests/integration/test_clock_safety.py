@@ -136,3 +136,15 @@ def test_sigkill_mid_clock_sweep_is_undone_by_restore_and_blocks_new_sweeps(
     assert _card(state) == (USER_LIMIT_W, USER_SM_LOCK, None)
     assert "clocks locked back to SM 1500 MHz" in restored.stderr
     assert not journal.exists()
+
+
+def test_a_failing_server_mid_clock_sweep_still_puts_everything_back(tmp_path: Path) -> None:
+    state, out, state_dir, env = _rig(tmp_path)
+    done = powersweep(
+        *ARGS, "--sim-state", str(state), "--out", str(out), "--sim-http-error", "500", env=env
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in done.stderr
+    assert _card(state) == (USER_LIMIT_W, USER_SM_LOCK, None)
+    assert not (state_dir / "journal.json").exists()
