@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import REPO, powersweep
 
 UUID = "GPU-sim-rtx3090-air-0"
@@ -83,6 +85,7 @@ def _wait_mid_sweep(proc: subprocess.Popen[str], state: Path, journal: Path) -> 
     time.sleep(0.3)
 
 
+@pytest.mark.slow
 def test_sigterm_mid_clock_sweep_puts_the_locks_and_the_limit_back(tmp_path: Path) -> None:
     state, out, state_dir, env = _rig(tmp_path)
     journal = state_dir / "journal.json"
@@ -103,6 +106,7 @@ def test_sigterm_mid_clock_sweep_puts_the_locks_and_the_limit_back(tmp_path: Pat
     assert "clocks locked back to SM 1500 MHz" in stderr
 
 
+@pytest.mark.slow
 def test_sigkill_mid_clock_sweep_is_undone_by_restore_and_blocks_new_sweeps(
     tmp_path: Path,
 ) -> None:
@@ -138,6 +142,7 @@ def test_sigkill_mid_clock_sweep_is_undone_by_restore_and_blocks_new_sweeps(
     assert not journal.exists()
 
 
+@pytest.mark.slow
 def test_a_failing_server_mid_clock_sweep_still_puts_everything_back(tmp_path: Path) -> None:
     state, out, state_dir, env = _rig(tmp_path)
     done = powersweep(

@@ -26,7 +26,7 @@ FAST = (
     "--cooling",
     "air",
 )
-H100_SMS = "705,885,1065,1245,1425,1605,1800,1980"
+H100_SMS = "705,945,1185,1425,1665,1980"
 
 
 def _sweep(tmp: Path, *args: str) -> tuple[Path, dict[str, Any]]:
@@ -41,14 +41,15 @@ def _sm_steps(points: list[dict[str, Any]]) -> list[float]:
     return sorted({float(p["sm_lock_mhz"]) for p in points})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["h100-sxm", "h200-sxm"])
 @pytest.mark.parametrize(
     ("mode", "extra"),
     [
-        ("decode-single", ("--time-scale", "20", "--target-cap-seconds", "5")),
+        ("decode-single", ("--time-scale", "20", "--target-cap-seconds", "4")),
         (
             "decode-concurrent",
-            ("--concurrency", "8", "--time-scale", "10", "--target-cap-seconds", "5"),
+            ("--concurrency", "8", "--time-scale", "12", "--target-cap-seconds", "4"),
         ),
     ],
 )
@@ -82,6 +83,7 @@ def test_datacenter_sm_sweep_finds_the_peak_and_says_caps_do_not_bind(
     assert (run / "charts" / "clock-efficiency.png").is_file()
 
 
+@pytest.mark.slow
 def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path: Path) -> None:
     run, analysis = _sweep(
         tmp_path,
@@ -92,9 +94,9 @@ def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path:
         "--sm-clocks",
         "1200,1800,2400,2880",
         "--time-scale",
-        "20",
+        "25",
         "--target-cap-seconds",
-        "4",
+        "3",
     )
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]
     true_tpw = {(p["sm_lock_mhz"], p["mem_lock_mhz"]): p["tps_per_w"] for p in truth["points"]}
@@ -115,6 +117,7 @@ def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path:
     assert (charts / "clock-efficiency.png").is_file() and (charts / "clock-pareto.png").is_file()
 
 
+@pytest.mark.slow
 def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     done = powersweep(
@@ -146,6 +149,7 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
     assert read_json(run / "analysis.json")["axis"] == "sm-clock"
 
 
+@pytest.mark.slow
 def test_a_lock_the_card_ignores_is_rejected_from_the_measured_clock(tmp_path: Path) -> None:
     run, analysis = _sweep(
         tmp_path,
@@ -183,6 +187,7 @@ def test_dry_run_lists_the_default_clock_points_and_changes_nothing(tmp_path: Pa
     assert not state.exists()
 
 
+@pytest.mark.slow
 def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path) -> None:
     state = tmp_path / "sim.json"
     uuid = "GPU-sim-h100-sxm-0"
@@ -207,6 +212,7 @@ def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path
     assert analysis["peak"]["sm_lock_mhz"] == 1200.0
 
 
+@pytest.mark.slow
 def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     args = (
@@ -239,6 +245,7 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
     assert len(read_json(run / "run.json")["points_done"]) == 4
 
 
+@pytest.mark.slow
 def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
     run, analysis = _sweep(
         tmp_path,
@@ -248,10 +255,12 @@ def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
         "sm-clock",
         "--strategy",
         "adaptive",
+        "--sm-clocks",
+        "705,945,1185,1425,1665,1800,1980",
         "--time-scale",
         "30",
         "--target-cap-seconds",
-        "3",
+        "2",
     )
     caps = read_csv(run / "caps.csv")
     reasons = {r["reason"] for r in caps}
