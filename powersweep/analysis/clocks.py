@@ -111,13 +111,15 @@ def _key(v: float) -> float:
 
 
 def infer_axis(points: Sequence[ClockPoint], run: dict[str, Any] | None) -> str:
-    """``sm-clock``, ``mem-clock`` or ``grid``: run.json's ``options.axis``, else the data's."""
-    options = (run or {}).get("options")
-    recorded = options.get("axis") if isinstance(options, dict) else None
-    if recorded in AXES and not (run or {}).get("axis_fallback"):
+    """``sm-clock``, ``mem-clock`` or ``grid``: what run.json says the sweep ended up sweeping
+    (a grid that fell back to the SM axis says so), else what the data shows."""
+    meta = run or {}
+    options = meta.get("options")
+    recorded = meta.get("axis_fallback") or (
+        options.get("axis") if isinstance(options, dict) else None
+    )
+    if recorded in AXES:
         return str(recorded)
-    if isinstance((run or {}).get("axis_fallback"), str):
-        return str(run["axis_fallback"])  # type: ignore[index]
     sms = {p.sm_lock_mhz for p in points if math.isfinite(p.sm_lock_mhz)}
     mems = {p.mem_lock_mhz for p in points if math.isfinite(p.mem_lock_mhz)}
     if len(sms) > 1 and len(mems) > 1:
