@@ -13,6 +13,8 @@ from powersweep.analysis.summary import escape_md
 from powersweep.errors import PowersweepError, UsageError
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
+# A power curve whose TPS/W varies less than this over its caps is flat: no cap binds.
+FLAT_CAPS_RATIO = 1.01
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -143,7 +145,7 @@ def clocks_versus_power(power: dict[str, Any], clocks: dict[str, Any]) -> dict[s
 
     Returns:
         ``{best_cap, best_clock, tps_per_w_gain_pct, tps_change_pct, power_change_pct,
-        statement, warnings}``.
+        caps_bind, statement, warnings}``.
 
     Raises:
         UsageError: Either run has no usable best point.
@@ -163,6 +165,18 @@ def clocks_versus_power(power: dict[str, Any], clocks: dict[str, Any]) -> dict[s
         f"{peak['tps']:.1f} TPS ({tps_change:+.0f}%) and {peak['power_w']:.0f} W, where the best "
         f"cap runs at {cap['tps']:.1f} TPS and {cap.get('power_w') or math.nan:.0f} W"
     )
+    tpw = [
+        float(c["tps_per_w"])
+        for c in power.get("caps") or []
+        if c.get("status") == "ok" and c.get("tps_per_w") is not None
+    ]
+    caps_bind = not tpw or max(tpw) > FLAT_CAPS_RATIO * min(tpw)
+    if not caps_bind:
+        statement += (
+            f"; every cap measured ({min(c['cap_w'] for c in power['caps']):g}-"
+            f"{max(c['cap_w'] for c in power['caps']):g} W) gives the same TPS/W within "
+            f"{100 * (FLAT_CAPS_RATIO - 1):.0f}%: power caps do not bind here"
+        )
     warnings = []
     names = {(power.get("run") or {}).get("gpu_name"), (clocks.get("run") or {}).get("gpu_name")}
     if len(names - {None}) > 1:
@@ -178,6 +192,7 @@ def clocks_versus_power(power: dict[str, Any], clocks: dict[str, Any]) -> dict[s
         "tps_per_w_gain_pct": gain,
         "tps_change_pct": tps_change,
         "power_change_pct": watts,
+        "caps_bind": caps_bind,
         "statement": statement,
         "warnings": warnings,
     }

@@ -132,6 +132,14 @@ def test_clock_versus_power_states_the_gain_and_the_cost_in_tps() -> None:
     assert out["statement"].startswith("SM 1410 MHz / mem 9001 MHz gives 0.156 TPS/W, 24% more")
     assert "best cap (0.125 at 250 W)" in out["statement"]
     assert "(-7%)" in out["statement"]
+    assert out["caps_bind"]
+    flat = [
+        {"cap_w": c, "status": "ok", "tps_per_w": 0.125 + 0.0001 * (c % 3)}
+        for c in (350.0, 500.0, 700.0)
+    ]
+    out = clocks_versus_power({**power, "caps": flat}, clocks)
+    assert not out["caps_bind"]
+    assert out["statement"].endswith("power caps do not bind here")
     with pytest.raises(UsageError):
         clocks_versus_power({"sweet_spot": None}, clocks)
 
