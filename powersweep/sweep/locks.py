@@ -52,6 +52,18 @@ class ClockLocker:
         self.warn = warn
         self.originals: dict[int, LockedClocks] = {g.index: g.locked_clocks() for g in self.gpus}
         self.touched: set[int] = set()
+        unknown = [i for i, lk in self.originals.items() if not lk.known]
+        if unknown:
+            held = [i for i in unknown if self.originals[i].user_clock_setting_active]
+            why = (
+                f"GPU {', '.join(map(str, held))} reports a user clock setting in force now; "
+                if held
+                else ""
+            )
+            warn(
+                f"{why}NVML cannot read clock locks, so GPU {', '.join(map(str, unknown))} ends "
+                "the sweep unlocked: re-apply any locks of your own (nvidia-smi -lgc / -lmc)"
+            )
 
     def probe_mem_locks(self, mem_mhz: float) -> MemLockProbe:
         """Try a memory lock on every card (after the journal is written)."""

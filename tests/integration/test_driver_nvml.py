@@ -25,6 +25,7 @@ def run_sweep(
     devices: list[FakeDevice],
     caps: tuple[float, ...],
     points: tuple[SweepPoint, ...] = (),
+    warnings: list[str] | None = None,
 ) -> tuple[Sweep, Path]:
     fake = FakeNvml(devices=devices)
     backend = NvmlBackend(nvml=fake)
@@ -45,7 +46,8 @@ def run_sweep(
             axis="grid" if points else "power",
         )
         meta = {"schema_version": 1, "gpus": [{"index": g.index} for g in gpus]}
-        sweep = Sweep(plan, gpus, clock, client, writer, meta)
+        sink: list[str] = warnings if warnings is not None else []
+        sweep = Sweep(plan, gpus, clock, client, writer, meta, warn=sink.append)
         sweep.outcome = sweep.run()  # type: ignore[attr-defined]
     backend.close()
     return sweep, writer.path
@@ -96,7 +98,10 @@ def test_nvml_two_gpus_draw_is_summed_and_silently_kept_cap_rejected(tmp_path: P
 def test_nvml_clock_grid_on_a_geforce_falls_back_and_unlocks_at_the_end(tmp_path: Path) -> None:
     dev = FakeDevice(limit_mw=350_000, mem_locks_supported=False)
     points = tuple(SweepPoint(None, sm, mem) for sm in (1410.0, 1200.0) for mem in (9751.0, 9501.0))
-    sweep, run = run_sweep(tmp_path, [dev], (350.0,), points)
+    warnings: list[str] = []
+    sweep, run = run_sweep(tmp_path, [dev], (350.0,), points, warnings)
+    assert any("NVML cannot read clock locks" in w for w in warnings), warnings
+    assert any("falls back to the SM axis" in w for w in warnings), warnings
     assert sweep.outcome.status == "complete"  # type: ignore[attr-defined]
     caps = read_csv(run / "caps.csv")
     assert [(c["sm_lock_mhz"], c["mem_lock_mhz"], c["status"]) for c in caps] == [
