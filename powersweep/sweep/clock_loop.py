@@ -42,14 +42,16 @@ class ClockLoop:
         cap = self._point_cap(first)
         locks = (first.sm_lock_mhz, first.mem_lock_mhz)
         self.s.sampler.set_locks(*locks)
-        if self._apply_point(first) is None:
-            if plan.warmup_requests > 0:
-                results = await warmup(self.s.client, self.s.sampler, cap, plan.warmup_requests)
-                self.s.writer.append_requests(cap, results, locks)
-                if not any(r.ok for r in results):
-                    first_error = next((r.error for r in results if r.error), "no request")
-                    raise PowersweepError(f"the server failed every warm-up request: {first_error}")
-            await self.s._prepare(cap)
+        # warm up and set the load up at the first point even if a card refused its locks: the
+        # point is then rejected, but the others still need a prepared load
+        self._apply_point(first)
+        if plan.warmup_requests > 0:
+            results = await warmup(self.s.client, self.s.sampler, cap, plan.warmup_requests)
+            self.s.writer.append_requests(cap, results, locks)
+            if not any(r.ok for r in results):
+                first_error = next((r.error for r in results if r.error), "no request")
+                raise PowersweepError(f"the server failed every warm-up request: {first_error}")
+        await self.s._prepare(cap)
         done = set(self.s._points_done)
         if plan.strategy != "adaptive":
             order = [p for p in measure_order(points) if p not in done]
