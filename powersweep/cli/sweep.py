@@ -329,7 +329,7 @@ AxisOpt = Annotated[
 SmClocksOpt = Annotated[
     str | None,
     typer.Option(
-        help="SM lock set-points, MHz (900,1200,...) [default: ~11 of the supported clocks].",
+        help="SM lock set-points, MHz, e.g. 900,1200 (default: about 11 supported clocks).",
         rich_help_panel=CLOCKS,
     ),
 ]
@@ -337,7 +337,7 @@ SmClocksOpt = Annotated[
 MemClocksOpt = Annotated[
     str | None,
     typer.Option(
-        help="Memory lock set-points, MHz [default: every supported load tier].",
+        help="Memory lock set-points, MHz (default: every supported load tier).",
         rich_help_panel=CLOCKS,
     ),
 ]
@@ -346,7 +346,7 @@ HoldCapOpt = Annotated[
     float | None,
     typer.Option(
         "--cap",
-        help="Power limit held during a clock sweep, W [default: the limit in force].",
+        help="Power limit held during a clock sweep, W (default: the limit in force).",
         rich_help_panel=CLOCKS,
     ),
 ]
