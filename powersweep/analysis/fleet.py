@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from powersweep import __version__
+from powersweep.analysis.clocks import is_clock_curve
 from powersweep.analysis.core import analyze, sanitize
 from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
 from powersweep.analysis.load import Curve, load_curves
@@ -149,6 +150,9 @@ def summarise(
     cards: list[_Card] = []
     unusable: list[dict[str, Any]] = [_unreadable(p, e) for p, e in failed]
     for curve in curves:
+        if is_clock_curve(curve.caps):
+            unusable.append(_unreadable(curve.source, "a clock-lock sweep, not a power-cap curve"))
+            continue
         card = _card(curve, root, opts)
         if card is None:
             unusable.append(_unreadable(curve.source, "no usable cap"))
