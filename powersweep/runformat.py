@@ -45,6 +45,27 @@ REQUESTS_COLUMNS = (
     "error",
     "sm_lock_mhz",
     "mem_lock_mhz",
+    "warnings",
+    "server_decode_tps",
+    "server_prompt_tps",
+)
+# Short codes of requests.csv ``warnings`` (``;``-separated): what makes a request's numbers
+# doubtful. Readers must tolerate codes they do not know.
+WARN_NOT_STREAMED = "not_streamed"  # the server ignored stream=true (one JSON body, no timing)
+WARN_NO_USAGE = "no_usage"  # no server token count: tokens are the client's chunk count
+WARN_NO_FINISH = "no_finish"  # the stream ended without finish_reason or [DONE]
+WARN_BAD_EVENTS = "bad_events"  # some stream events were not JSON
+WARN_PACKED_CHUNKS = "packed_chunks"  # fewer token chunks than the server's token count
+WARN_EXTRA_CHUNKS = "extra_chunks"  # more token chunks than the server's token count
+WARN_IGNORED_MAX_TOKENS = "ignored_max_tokens"  # generated more tokens than max_tokens
+REQUEST_WARNING_CODES: tuple[str, ...] = (
+    WARN_NOT_STREAMED,
+    WARN_NO_USAGE,
+    WARN_NO_FINISH,
+    WARN_BAD_EVENTS,
+    WARN_PACKED_CHUNKS,
+    WARN_EXTRA_CHUNKS,
+    WARN_IGNORED_MAX_TOKENS,
 )
 CAPS_COLUMNS = (
     "cap_w",
@@ -93,5 +114,5 @@ SAMPLES_FLOAT_COLUMNS: tuple[str, ...] = tuple(
 REQUESTS_FLOAT_COLUMNS: tuple[str, ...] = tuple(
     c
     for c in REQUESTS_COLUMNS
-    if c not in ("prompt_kind", "token_source", "finish_reason", "ok", "error")
+    if c not in ("prompt_kind", "token_source", "finish_reason", "ok", "error", "warnings")
 )

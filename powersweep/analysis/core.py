@@ -14,6 +14,7 @@ import polars as pl
 from powersweep import __version__
 from powersweep.analysis import structure
 from powersweep.analysis.load import Curve
+from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.analysis.structure import CapPoint, Region
 from powersweep.errors import UsageError
 
@@ -97,6 +98,8 @@ def analyze(
         "findings": findings,
     }
     findings += _status_findings(caps)
+    result["server_rates"] = server_rates(curve.requests)
+    findings += warning_findings(curve.requests) + rate_findings(result["server_rates"])
     if not points:
         findings.append(
             _finding(

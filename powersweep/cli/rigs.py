@@ -89,6 +89,8 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             total_slots=options.sim_slots,
             hide_num_ctx=options.sim_hide_num_ctx,
             reasoning_tokens=options.sim_reasoning_tokens,
+            tokens_per_chunk=options.sim_tokens_per_chunk,
+            ignore_max_tokens=options.sim_ignore_max_tokens,
         ) as server:
             yield server.url
 

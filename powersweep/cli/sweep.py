@@ -316,6 +316,17 @@ SimHideNumCtxOpt = Annotated[
     ),
 ]
 
+SimTokensPerChunkOpt = Annotated[
+    int, typer.Option(hidden=True, help="Simulation: tokens packed into one stream event.")
+]
+
+SimIgnoreMaxTokensOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sim-ignore-max-tokens", hidden=True, help="Simulation: generate past max_tokens."
+    ),
+]
+
 
 AxisOpt = Annotated[
     Axis,
@@ -413,6 +424,8 @@ def sweep_command(
     sim_node: SimNodeOpt = None,
     sim_mem_locks_refused: SimMemLocksRefusedOpt = False,
     sim_sm_lock_ignored_below: SimSmLockIgnoredBelowOpt = None,
+    sim_tokens_per_chunk: SimTokensPerChunkOpt = 1,
+    sim_ignore_max_tokens: SimIgnoreMaxTokensOpt = False,
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -470,6 +483,8 @@ def sweep_command(
         hold_cap_w=cap,
         sim_mem_locks_refused=sim_mem_locks_refused,
         sim_sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
+        sim_tokens_per_chunk=sim_tokens_per_chunk,
+        sim_ignore_max_tokens=sim_ignore_max_tokens,
     )
     if dry_run:
         _print_dry_run(options)

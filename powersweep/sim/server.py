@@ -183,6 +183,8 @@ class SimServer:
             so clients see only the model's training context.
         tokens_per_chunk: Tokens packed into one stream event (vLLM and others send several
             under load); counting events as tokens then reads low by this factor.
+        ignore_max_tokens: Generate more tokens than ``max_tokens`` asks for (as a server that
+            ignores the limit does).
     """
 
     def __init__(
@@ -199,6 +201,7 @@ class SimServer:
         rejected_keys: Sequence[str] | None = None,
         hide_num_ctx: bool = False,
         tokens_per_chunk: int = 1,
+        ignore_max_tokens: bool = False,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
@@ -215,6 +218,7 @@ class SimServer:
         self.rejected_keys = tuple(rejected_keys)
         self.hide_num_ctx = hide_num_ctx
         self.tokens_per_chunk = max(1, tokens_per_chunk)
+        self.ignore_max_tokens = ignore_max_tokens
         self.requests_processing = 0
         self.requests_deferred = 0
         self.requests_total = 0
@@ -493,7 +497,8 @@ class SimServer:
                 return int(mt)
             return _OLLAMA_IGNORED_LIMIT_FACTOR * int(mct or _DEFAULT_MAX_TOKENS // 4)
         given = [int(v) for v in (mt, mct) if v is not None]
-        return min(given) if given else _DEFAULT_MAX_TOKENS
+        limit = min(given) if given else _DEFAULT_MAX_TOKENS
+        return limit + max(1, limit // 10) if self.ignore_max_tokens else limit
 
     def _over_context(self, prompt: int, limit: int, ctx: int) -> Response | None:
         if self.flavour == "llamacpp" and prompt >= ctx:

@@ -131,6 +131,9 @@ class SweepOptions:
     hold_cap_w: float | None = None
     sim_mem_locks_refused: bool = False
     sim_sm_lock_ignored_below_mhz: float | None = None
+    sim_tokens_per_chunk: int = 1
+    sim_ignore_max_tokens: bool = False
+    sim_serving_gpus: tuple[int, ...] | None = None
 
     @property
     def clock_axis(self) -> bool:
@@ -196,6 +199,8 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--target-prefill-seconds must be positive")
     if options.sim_slots is not None and options.sim_slots < 1:
         raise UsageError("--sim-slots must be at least 1")
+    if options.sim_tokens_per_chunk < 1:
+        raise UsageError("--sim-tokens-per-chunk must be at least 1")
     if options.sim_reasoning_tokens < 0:
         raise UsageError("--sim-reasoning-tokens must be 0 or more")
     if options.sim_context is not None and options.sim_context < 256:

@@ -102,7 +102,8 @@ def test_flavour_end_to_end(served: tuple[SimServer, ConstantEngine]) -> None:
     assert result.completion_tokens == 500
     assert result.chunk_tokens == 500
     assert result.finish_reason == "length"
-    assert result.warnings == ()
+    # a stream without usage is counted in chunks: right here, but a guess in general
+    assert result.warnings == (("no_usage",) if source == "chunks" else ())
     assert result.decode_tps == pytest.approx(DECODE_TPS, rel=0.02)
     if source == "usage":
         assert result.prompt_tokens == count_prompt_tokens(PROMPT)
@@ -244,7 +245,7 @@ def test_ollama_truncates_silently_and_ignores_max_completion_tokens(
     )
     assert result.ok
     assert result.completion_tokens == 80
-    assert any("ignored the token limit" in w for w in result.warnings)
+    assert result.warnings == ("ignored_max_tokens",)
 
 
 @pytest.mark.parametrize("served", [{"flavour": "vllm", "decode_tps": 4.0}], indirect=True)

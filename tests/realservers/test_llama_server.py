@@ -12,6 +12,7 @@ import pytest
 
 from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
+from powersweep.report import build_report
 from powersweep.sweep.loads.prompts import (
     CODE_MAX_TOKENS,
     CODE_PROMPT,
@@ -261,3 +262,24 @@ def test_prefill_heavy_session_keeps_prompts_inside_the_context(
     for row in read_csv(run / "requests.csv"):
         assert row["ok"] == "true", row
         assert int(row["prompt_tokens"]) < CONTEXT_TOKENS
+
+
+def test_server_decode_rate_is_recorded_and_agrees_with_the_tools(
+    llama_server: RealServer, tmp_path: Path
+) -> None:
+    # llama.cpp reports its own decode rate for every request; requests.csv keeps it and the
+    # summary cross-checks it against the tool's.
+    run = _session(llama_server, tmp_path, "decode-single")
+    requests = read_csv(run / "requests.csv")
+    assert {"warmup", "narr", "code"} <= {r["prompt_kind"] for r in requests}
+    for row in requests:
+        assert row["ok"] == "true", row
+        assert float(row["server_decode_tps"]) > 0, row
+        assert float(row["server_prompt_tps"]) > 0, row
+        assert row["warnings"] == "", row
+    report = build_report(run, charts=False)
+    codes = {f["code"] for f in report.analysis["findings"]}
+    assert "server_rates_agree" in codes and "server_rate_mismatch" not in codes
+    (rate,) = report.analysis["server_rates"]
+    assert rate["n_requests"] == len([r for r in requests if r["prompt_kind"] != "warmup"])
+    assert "agrees with the server's own rate" in report.summary

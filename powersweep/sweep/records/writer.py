@@ -267,6 +267,9 @@ class RunWriter:
                     _one_line(r.error),
                     cell(locks[0]),
                     cell(locks[1]),
+                    ";".join(getattr(r, "warnings", ())),
+                    cell(getattr(r, "server_decode_tps", None)),
+                    cell(getattr(r, "server_prompt_tps", None)),
                 ]
             )
         self._append("requests.csv", out)

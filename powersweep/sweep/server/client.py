@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from powersweep import runformat as rf
 from powersweep.clock import Clock
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.sse import (
@@ -59,7 +60,8 @@ class RequestResult:
         cached_tokens: Prompt tokens served from the server's cache.
         server_decode_tps: llama.cpp's own decode rate (``timings.predicted_per_second``).
         server_prompt_tps: llama.cpp's own prompt rate (``timings.prompt_per_second``).
-        warnings: Things that make the numbers doubtful (chunk/usage mismatch, over-generation).
+        warnings: Short codes of what makes the numbers doubtful (``packed_chunks``,
+            ``ignored_max_tokens``, ``no_usage``...; see ``runformat.REQUEST_WARNING_CODES``).
     """
 
     prompt_kind: str
@@ -402,7 +404,7 @@ class ChatClient:
                 return
             run.acc.add_completion(payload)
             if stream and not run.acc.error:
-                run.warnings.append("server ignored stream=true and answered one JSON body")
+                run.warnings.append(rf.WARN_NOT_STREAMED)
             run.non_stream = True
             return
         parser = SseParser()
@@ -483,7 +485,7 @@ class _Run:
         source = totals.token_source
         if self.non_stream and source == "chunks":
             completion = None
-            warnings.append("server reported no usage")
+            warnings.append(rf.WARN_NO_USAGE)
         ok = not error
         if self.deadline_hit and not error:
             finish = "deadline"
@@ -496,9 +498,12 @@ class _Run:
                     else "server closed the stream without sending any event"
                 )
             else:
-                warnings.append("stream ended without finish_reason or [DONE]")
+                warnings.append(rf.WARN_NO_FINISH)
+        if ok and not self.non_stream and not self.deadline_hit and source == "chunks":
+            # Counted chunks undercount a server that packs tokens: the count is a guess.
+            warnings.append(rf.WARN_NO_USAGE)
         if acc.bad_events:
-            warnings.append(f"{acc.bad_events} stream events were not JSON")
+            warnings.append(rf.WARN_BAD_EVENTS)
         if (
             source != "chunks"
             and completion is not None
@@ -506,14 +511,10 @@ class _Run:
             and not self.deadline_hit
             and abs(acc.chunk_tokens - completion) > _CHUNK_MISMATCH * max(completion, 1)
         ):
-            warnings.append(
-                f"client counted {acc.chunk_tokens} token chunks but the server reported "
-                f"{completion} completion tokens ({source})"
-            )
+            packed = acc.chunk_tokens < completion
+            warnings.append(rf.WARN_PACKED_CHUNKS if packed else rf.WARN_EXTRA_CHUNKS)
         if limit is not None and completion is not None and completion > limit:
-            warnings.append(
-                f"server ignored the token limit: generated {completion} tokens, limit {limit}"
-            )
+            warnings.append(rf.WARN_IGNORED_MAX_TOKENS)
         times = tuple(acc.token_times_s) if acc.token_times_s is not None else None
         return RequestResult(
             prompt_kind=prompt_kind,
@@ -533,5 +534,5 @@ class _Run:
             cached_tokens=totals.cached_tokens,
             server_decode_tps=totals.server_decode_tps,
             server_prompt_tps=totals.server_prompt_tps,
-            warnings=tuple(clean(w) for w in warnings),
+            warnings=tuple(dict.fromkeys(warnings)),
         )

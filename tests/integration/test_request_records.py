@@ -1,0 +1,83 @@
+"""requests.csv keeps what the client noticed and the server's own rates; the summary says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+
+
+def _sweep(tmp_path: Path, *extra: str) -> Path:
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air",
+        "--caps",
+        "300,250",
+        "--cooling",
+        "air",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+        "--no-charts",
+        "--warmup-requests",
+        "1",
+        "--target-cap-seconds",
+        "4",
+        "--settle",
+        "fixed",
+        "--settle-seconds",
+        "1",
+        "--time-scale",
+        "10",
+        *extra,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return only_run_dir(tmp_path)
+
+
+def _measured(run: Path) -> list[dict[str, str]]:
+    rows = [r for r in read_csv(run / "requests.csv") if r["prompt_kind"] in ("narr", "code")]
+    assert rows
+    return rows
+
+
+def _codes(summary_findings: list[dict[str, str]]) -> set[str]:
+    return {f["code"] for f in summary_findings}
+
+
+@pytest.mark.slow
+def test_llamacpp_packing_tokens_and_ignoring_max_tokens(tmp_path: Path) -> None:
+    run = _sweep(tmp_path, "--sim-tokens-per-chunk", "4", "--sim-ignore-max-tokens")
+    rows = _measured(run)
+    for r in rows:
+        codes = set(r["warnings"].split(";"))
+        assert codes == {"packed_chunks", "ignored_max_tokens"}, r
+        assert int(r["completion_tokens"]) > {"narr": 500, "code": 400}[r["prompt_kind"]]
+        assert float(r["server_decode_tps"]) > 0 and float(r["server_prompt_tps"]) > 0
+    analysis = read_json(run / "analysis.json")
+    codes = _codes(analysis["findings"])
+    assert {"request_packed_chunks", "request_ignored_max_tokens"} <= codes
+    by_code = {f["code"]: f for f in analysis["findings"]}
+    assert "250, 300 W" in by_code["request_ignored_max_tokens"]["message"]
+    assert by_code["request_ignored_max_tokens"]["hint"]
+    summary = (run / "summary.md").read_text()
+    assert "request\\_packed\\_chunks" in summary and "request\\_ignored\\_max\\_tokens" in summary
+    # the sim's llama.cpp reports its own decode rate: the tool's matches it at both caps
+    assert "server_rates_agree" in codes and "server_rate_mismatch" not in codes
+    assert len(analysis["server_rates"]) == 2
+    assert "agrees with the server's own rate" in summary
+
+
+@pytest.mark.slow
+def test_plain_server_without_usage(tmp_path: Path) -> None:
+    run = _sweep(tmp_path, "--sim-server", "plain")
+    for r in _measured(run):
+        assert r["warnings"] == "no_usage"
+        assert r["server_decode_tps"] == "" and r["server_prompt_tps"] == ""
+    analysis = read_json(run / "analysis.json")
+    codes = _codes(analysis["findings"])
+    assert "request_no_usage" in codes
+    assert not codes & {"server_rates_agree", "server_rate_mismatch"}
+    assert "request\\_no\\_usage" in (run / "summary.md").read_text()
