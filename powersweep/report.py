@@ -6,9 +6,10 @@ directory or a bare ``caps.csv`` later.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ def build_report(
     max_tps_loss_pct: float = 5.0,
     objective: str = "tps-per-w",
     eta: float = 0.5,
+    on_analysis: Callable[[Report], None] | None = None,
 ) -> Report:
     """Analyse a run directory or ``caps.csv`` and write the derived outputs.
 
@@ -67,10 +69,13 @@ def build_report(
         max_tps_loss_pct: Near-peak tolerance.
         objective: Recommendation objective.
         eta: Weight of energy in the ``cost`` objective.
+        on_analysis: Called with the analysis (no paths yet) before anything is written, so a
+            caller can show it even when writing then fails (a read-only run directory).
 
     Raises:
         UsageError: The input cannot be read as a curve.
-        PowersweepError: An output cannot be written.
+        PowersweepError: An output cannot be written; the message names the directory and
+            ``--out``.
     """
     curve = analysis.load_curve(path)
     if is_clock_curve(curve.caps):
@@ -80,15 +85,39 @@ def build_report(
     result = analysis.analyze(
         curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
     )
+    report = Report(result, analysis.render_summary(curve, result), ())
+    if on_analysis is not None:
+        on_analysis(report)
     target = out_dir or curve.out_dir
     written: list[Path] = []
-    if write_analysis:
-        written += analysis.write_outputs(curve, result, target)
-    if charts:
-        written += plots.render_charts(
-            result, target / "charts", samples=curve.samples, formats=formats, title=title
-        )
-    return Report(result, analysis.render_summary(curve, result), tuple(written))
+    with writing_into(target, given=out_dir is not None):
+        if write_analysis:
+            written += analysis.write_outputs(curve, result, target)
+        if charts:
+            written += plots.render_charts(
+                result, target / "charts", samples=curve.samples, formats=formats, title=title
+            )
+    return Report(report.analysis, report.summary, tuple(written))
+
+
+@contextlib.contextmanager
+def writing_into(target: Path, *, given: bool) -> Iterator[None]:
+    """Turn a failed write into one line naming the directory and, when it was not chosen,
+    ``--out`` (a run directory can be read-only: another user's, a mounted archive).
+
+    Raises:
+        PowersweepError: What the write raised, with that hint.
+    """
+    try:
+        yield
+    except UsageError:
+        raise
+    except PowersweepError as exc:
+        if given:
+            raise
+        raise PowersweepError(
+            f"{exc}; give --out DIR to write the outputs somewhere other than {target}"
+        ) from exc
 
 
 def _build_clock_report(
@@ -212,52 +241,70 @@ def build_cross_report(
     max_tps_loss_pct: float = 5.0,
     objective: str = "tps-per-w",
     eta: float = 0.5,
+    on_analysis: Callable[[CrossReport], None] | None = None,
 ) -> CrossReport:
     """Analyse several runs (one per load mode, same GPU) and find the mixed-workload cap.
 
-    Each run's own analysis.json and summary.md are regenerated beside it; the cross-mode result
-    goes to ``<out_dir>/cross-mode.json`` and ``cross-mode.md``.
+    Each run's own analysis.json and summary.md are regenerated beside it (with ``out_dir``:
+    in ``<out_dir>/<run name>/``); the cross-mode result goes to ``<out_dir>/cross-mode.json``
+    and ``cross-mode.md``.
 
     Args:
         paths: Two or more run directories or caps.csv files.
-        out_dir: Where the cross-mode files go (default: the folder holding the runs, e.g.
-            ``powersweep-runs``).
+        out_dir: Where the outputs go (default: each run's own directory, and the folder
+            holding the runs, e.g. ``powersweep-runs``, for the cross-mode files).
         write: Whether to write any file.
         max_tps_loss_pct: Near-peak tolerance of each run's analysis.
         objective: Recommendation objective of each run's analysis.
         eta: Weight of energy in the ``cost`` objective.
+        on_analysis: Called with the result (no paths yet) before anything is written.
 
     Raises:
         UsageError: Fewer than two runs, an unreadable run, or no cap common to all runs.
-        PowersweepError: An output cannot be written.
+        PowersweepError: An output cannot be written; the message names the directory and
+            ``--out``.
     """
     if len(paths) < 2:
         raise UsageError("cross-mode analysis needs at least two runs (one per load mode)")
     pairs: list[tuple[analysis.Curve, dict[str, Any]]] = []
-    written: list[Path] = []
     for path in paths:
         curve = analysis.load_curve(path)
         result = analysis.analyze(
             curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
         )
-        if write:
-            written += analysis.write_outputs(curve, result, curve.out_dir)
         pairs.append((curve, result))
     cross = analysis.cross_mode(pairs)
     markdown = render_cross_mode(cross)
+    analyses = tuple(a for _, a in pairs)
+    if on_analysis is not None:
+        on_analysis(CrossReport(analyses, cross, markdown, ()))
+    written: list[Path] = []
     if write:
+        for curve, result in pairs:
+            target = out_dir / _run_name(curve.source) if out_dir else curve.out_dir
+            with writing_into(target, given=out_dir is not None):
+                written += analysis.write_outputs(curve, result, target)
         target = out_dir or Path(os.path.commonpath([c.out_dir.resolve().parent for c, _ in pairs]))
         json_path = target / f"{CROSS_MODE_STEM}.json"
         md_path = target / f"{CROSS_MODE_STEM}.md"
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(
-                json.dumps(cross, indent=2, allow_nan=False) + "\n", encoding="utf-8"
-            )
-            md_path.write_text(markdown, encoding="utf-8")
-        except OSError as exc:
-            raise PowersweepError(
-                f"cannot write the cross-mode result into {target}: {exc.strerror or exc}"
-            ) from exc
+        with writing_into(target, given=out_dir is not None):
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                json_path.write_text(
+                    json.dumps(cross, indent=2, allow_nan=False) + "\n", encoding="utf-8"
+                )
+                md_path.write_text(markdown, encoding="utf-8")
+            except OSError as exc:
+                raise PowersweepError(
+                    f"cannot write the cross-mode result into {target}: {exc.strerror or exc}"
+                ) from exc
         written += [json_path, md_path]
-    return CrossReport(tuple(a for _, a in pairs), cross, markdown, tuple(written))
+    return CrossReport(analyses, cross, markdown, tuple(written))
+
+
+def _run_name(source: Path) -> str:
+    """A run's folder name under ``--out``: its directory's name (a caps.csv's parent's), or a
+    bare CSV's stem."""
+    if source.name == "caps.csv":
+        return source.parent.name
+    return source.stem if source.suffix == ".csv" else source.name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
@@ -64,3 +65,40 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def first_missing(path: Path) -> Path | None:
+    """The topmost folder of ``path`` that does not exist yet (what writing there creates)."""
+    top = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        top = p
+    return top
+
+
+class Handover:
+    """Under sudo, gives what a command writes to the user who typed ``sudo``, not to root.
+
+    Record each folder about to be written into (:meth:`expect`) before writing, then hand the
+    written files and the folders the command created (:meth:`hand`).
+    """
+
+    def __init__(self) -> None:
+        self._created: list[Path] = []
+
+    def expect(self, *folders: Path) -> None:
+        """Note the folders a command is about to write into (the missing ones it creates)."""
+        for folder in folders:
+            top = first_missing(folder)
+            if top is not None and top not in self._created:
+                self._created.append(top)
+
+    def hand(self, written: Iterable[Path]) -> None:
+        """Hand the written files and created folders over (a no-op unless root under sudo)."""
+        if not is_root():
+            return
+        from powersweep.sweep.records.ownership import hand_over, invoking_user
+
+        paths: Sequence[Path] = [*self._created, *written]
+        hand_over(list(paths), invoking_user(), warn=warn)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from powersweep.cli._common import info
+from powersweep.cli._common import Handover, info
 from powersweep.errors import UsageError
 
 
@@ -41,8 +41,12 @@ def analyze_command(
     ] = Objective.TPS_PER_W,
     eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
 ) -> None:
-    """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md."""
-    from powersweep.report import build_clock_comparison, build_cross_report, build_report
+    """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md.
+
+    The analysis is printed before anything is written, so a read-only run directory still
+    shows it (and the error then names the directory and ``--out``).
+    """
+    from powersweep.report import build_clock_comparison
 
     if not 0 <= max_tps_loss < 100:
         raise UsageError("--max-tps-loss must be between 0 and 100")
@@ -53,39 +57,84 @@ def analyze_command(
         raise UsageError(
             "a clock-lock run compares with one power-axis run: give RUN_POWER RUN_CLOCKS"
         )
-    if clock_runs:
-        # a power-axis run and a clock run: how the best clock point compares with the best cap
-        compared = build_clock_comparison(paths, out_dir=out, max_tps_loss_pct=max_tps_loss)
-        typer.echo(
-            json.dumps(compared.comparison, indent=2, allow_nan=False)
-            if as_json
-            else compared.markdown
-        )
-        for written in compared.paths:
-            info(f"wrote {written}")
-        return
-    if len(paths) > 1:
-        cross = build_cross_report(
-            paths, out_dir=out, max_tps_loss_pct=max_tps_loss, objective=objective.value, eta=eta
-        )
-        typer.echo(
-            json.dumps(cross.cross, indent=2, allow_nan=False) if as_json else cross.markdown
-        )
-        for written in cross.paths[-2:]:
-            info(f"wrote {written}")
-        return
-    report = build_report(
-        paths[0],
+    handover = Handover()
+    handover.expect(*([out] if out is not None else [p if p.is_dir() else p.parent for p in paths]))
+    written: tuple[Path, ...] = ()
+    try:
+        if clock_runs:
+            # a power-axis run and a clock run: how the best clock point compares with the best cap
+            compared = build_clock_comparison(paths, out_dir=out, max_tps_loss_pct=max_tps_loss)
+            written = tuple(compared.paths)
+            typer.echo(
+                json.dumps(compared.comparison, indent=2, allow_nan=False)
+                if as_json
+                else compared.markdown
+            )
+            for path in written:
+                info(f"wrote {path}")
+        elif len(paths) > 1:
+            written = _cross(paths, out, as_json, max_tps_loss, objective, eta)
+        else:
+            written = _single(paths[0], out, as_json, max_tps_loss, objective, eta)
+    finally:
+        handover.hand(written)
+
+
+def _single(
+    path: Path,
+    out: Path | None,
+    as_json: bool,
+    max_tps_loss: float,
+    objective: Objective,
+    eta: float,
+) -> tuple[Path, ...]:
+    """One run: printed (JSON or summary) before its files are written."""
+    from powersweep.report import Report, build_report
+
+    def show(report: Report) -> None:
+        if as_json:
+            typer.echo(json.dumps(report.analysis, indent=2, allow_nan=False))
+        else:
+            typer.echo(report.summary)
+
+    return build_report(
+        path,
         out_dir=out,
         charts=False,
         max_tps_loss_pct=max_tps_loss,
         objective=objective.value,
         eta=eta,
+        on_analysis=show,
+    ).paths
+
+
+def _cross(
+    paths: list[Path],
+    out: Path | None,
+    as_json: bool,
+    max_tps_loss: float,
+    objective: Objective,
+    eta: float,
+) -> tuple[Path, ...]:
+    """Runs of one GPU in different load modes: the cross-mode answer, printed first."""
+    from powersweep.report import CrossReport, build_cross_report
+
+    def show(cross: CrossReport) -> None:
+        typer.echo(
+            json.dumps(cross.cross, indent=2, allow_nan=False) if as_json else cross.markdown
+        )
+
+    report = build_cross_report(
+        paths,
+        out_dir=out,
+        max_tps_loss_pct=max_tps_loss,
+        objective=objective.value,
+        eta=eta,
+        on_analysis=show,
     )
-    if as_json:
-        typer.echo(json.dumps(report.analysis, indent=2, allow_nan=False))
-    else:
-        typer.echo(report.summary)
+    for path in report.paths[-2:]:
+        info(f"wrote {path}")
+    return report.paths
 
 
 def _has_clock_run(paths: list[Path]) -> bool:

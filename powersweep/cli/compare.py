@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from powersweep.cli._common import formats, info, run_label
+from powersweep.cli._common import Handover, formats, info, run_label
 from powersweep.errors import UsageError
 
 # Past this many runs an overlay's legend fills the figure: draw the band view instead.
 MAX_OVERLAY_RUNS = 8
+DEFAULT_STEM = "powersweep-compare"
 
 
 class XAxis(StrEnum):
@@ -24,7 +25,13 @@ class XAxis(StrEnum):
 
 def compare_command(
     paths: Annotated[list[Path], typer.Argument(help="Run directories or caps.csv files.")],
-    out: Annotated[Path, typer.Option(help="Output file stem.")] = Path("powersweep-compare"),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output directory (the chart is powersweep-compare.<fmt> there) or file stem "
+            "(default: ./powersweep-compare)."
+        ),
+    ] = None,
     x: Annotated[XAxis, typer.Option(help="x axis: watts or % of the default limit.")] = (
         XAxis.WATTS
     ),
@@ -35,6 +42,7 @@ def compare_command(
 ) -> None:
     """Overlay the efficiency curves of several runs and print their sweet spots."""
     from powersweep import analysis, plots
+    from powersweep.report import writing_into
 
     if len(paths) < 1:
         raise UsageError("compare needs at least one run")
@@ -51,25 +59,53 @@ def compare_command(
             )
         curves.append(curve)
         labelled.append((run_label(p), analysis.analyze(curve)))
-    if len(paths) > MAX_OVERLAY_RUNS:
-        from powersweep.analysis.fleet import FleetOptions, summarise
-        from powersweep.plots.fleet import render_band
-
-        info(
-            f"{len(paths)} runs: drawing the band view (median, IQR and min-max per GPU, load "
-            "mode and model) instead of an overlay; `powersweep fleet report` adds the fleet "
-            "cap, outliers and savings"
-            + (
-                " (--x and --normalize apply to the overlay only)"
-                if normalize or x != "watts"
-                else ""
-            )
-        )
-        written = render_band(summarise(curves, [], FleetOptions()), out, formats(fmt))
-    else:
-        written = plots.render_compare(
-            labelled, out, x=x.value, normalize=normalize, formats=formats(fmt)
-        )
+    # The table comes first: it is the answer even when the chart cannot be written.
     typer.echo(plots.compare_table(labelled))
+    stem = _stem(out)
+    handover = Handover()
+    handover.expect(stem.parent)
+    written: list[Path] = []
+    try:
+        with writing_into(stem.parent, given=out is not None):
+            written = _chart(labelled, curves, stem, x, normalize, fmt)
+    finally:
+        handover.hand(written)
     for w in written:
         info(f"chart: {w}")
+
+
+def _chart(
+    labelled: list[tuple[str, dict[str, Any]]],
+    curves: list[Any],
+    stem: Path,
+    x: XAxis,
+    normalize: bool,
+    fmt: str,
+) -> list[Path]:
+    """The overlay, or past ``MAX_OVERLAY_RUNS`` runs the band view."""
+    from powersweep import plots
+
+    if len(curves) <= MAX_OVERLAY_RUNS:
+        return plots.render_compare(
+            labelled, stem, x=x.value, normalize=normalize, formats=formats(fmt)
+        )
+    from powersweep.analysis.fleet import FleetOptions, summarise
+    from powersweep.plots.fleet import render_band
+
+    info(
+        f"{len(curves)} runs: drawing the band view (median, IQR and min-max per GPU, load "
+        "mode and model) instead of an overlay; `powersweep fleet report` adds the fleet "
+        "cap, outliers and savings"
+        + (" (--x and --normalize apply to the overlay only)" if normalize or x != "watts" else "")
+    )
+    return list(render_band(summarise(curves, [], FleetOptions()), stem, formats(fmt)))
+
+
+def _stem(out: Path | None) -> Path:
+    """The chart's path without suffix: an existing directory holds
+    ``powersweep-compare.<fmt>``; anything else is the stem itself (``.png``/``.svg`` dropped)."""
+    if out is None:
+        return Path(DEFAULT_STEM)
+    if out.is_dir():
+        return out / DEFAULT_STEM
+    return out.with_suffix("") if out.suffix.lower() in (".png", ".svg") else out

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from powersweep.cli._common import Handover
+
 
 def import_command(
     summary: Annotated[Path, typer.Argument(help="Markdown with a power-cap summary table.")],
@@ -17,5 +19,12 @@ def import_command(
 
     df = analysis.import_summary(summary)
     target = out or summary.with_suffix(".caps.csv")
-    analysis.write_caps_csv(df, target)
+    handover = Handover()
+    handover.expect(target.parent)
+    written: list[Path] = []
+    try:
+        analysis.write_caps_csv(df, target)
+        written.append(target)
+    finally:
+        handover.hand(written)
     typer.echo(str(target))

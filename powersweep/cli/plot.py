@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from powersweep.cli._common import formats
+from powersweep.cli._common import Handover, formats
 
 
 def plot_command(
@@ -19,8 +19,14 @@ def plot_command(
     """Draw the charts of a run (or a bare caps.csv) into charts/."""
     from powersweep.report import build_report
 
-    report = build_report(
-        path, out_dir=out, charts=True, formats=formats(fmt), title=title, write_analysis=False
-    )
-    for p in report.paths:
+    handover = Handover()
+    handover.expect((out or (path if path.is_dir() else path.parent)) / "charts")
+    written: tuple[Path, ...] = ()
+    try:
+        written = build_report(
+            path, out_dir=out, charts=True, formats=formats(fmt), title=title, write_analysis=False
+        ).paths
+    finally:
+        handover.hand(written)
+    for p in written:
         typer.echo(str(p))

@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from powersweep.errors import UsageError
+from powersweep.errors import PowersweepError, UsageError
 from powersweep.plots._data import AnalysisView, FloatArray, fmt_w, gpu_label, parse_analysis
 from powersweep.plots._layout import Obstacles, line_points, place_legend
 from powersweep.plots._style import freeze_layout, new_figure, save_figure, style
@@ -179,7 +179,12 @@ def render_compare(
         PowersweepError: A file cannot be written.
     """
     fig = compare_figure(analyses, x=x, normalize=normalize)
-    out_path_stem.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out_path_stem.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PowersweepError(
+            f"cannot create {out_path_stem.parent}: {exc.strerror or exc}"
+        ) from exc
     return save_figure(fig, out_path_stem, formats)
 
 
