@@ -30,7 +30,7 @@ SMOOTH_HALF_WINDOW = 3
 FIT_SD_PENALTY = 1.0
 MIN_SMOOTH_CAPS = 5
 # Phases of samples.csv that are not the measured load.
-_IDLE_PHASES = ("warmup", "settle")
+_IDLE_PHASES = ("warmup", "settle", "ramp")
 
 
 def analyze(
@@ -592,7 +592,8 @@ def _tick_power(samples: pl.DataFrame) -> dict[float, np.ndarray]:
         return {}
     aggs = [pl.col("power_w").sum().alias("p")]
     if "util_pct" in df.columns:
-        aggs.append(pl.col("util_pct").mean().alias("u"))
+        # the busiest card: an idle card beside a loaded one must not hide the load
+        aggs.append(pl.col("util_pct").max().alias("u"))
     ticks = df.group_by(keys, maintain_order=True).agg(aggs)
     if "u" in ticks.columns:
         ticks = ticks.filter(pl.col("u").is_null() | (pl.col("u") > 50.0))

@@ -36,7 +36,7 @@ from powersweep.sweep.planning.strategy import (
 )
 from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
-from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row
+from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 
@@ -407,7 +407,7 @@ class Sweep:
         settle_s = await self._settle(cap)
         run = await self.load.measure(cap)
         self.sampler.label(cap, "settle")
-        rows = self.sampler.drain()
+        rows = relabel_outside(self.sampler.drain(), run.power_windows)
         row = cap_row(
             cap_w=cap,
             load_mode=plan.load_mode,
@@ -417,6 +417,7 @@ class Sweep:
             settle_s=settle_s,
             window_s=run.window_s,
             tps=run.tps or None,
+            windows=run.power_windows or None,
             extra={"reason": reason, **run.extra},
             error="; ".join(run.errors),
         )

@@ -135,6 +135,18 @@ def test_mode_and_flavour_match_ground_truth(
         assert {r["finish_reason"] for r in measured} == {"deadline"}
         assert {r["token_source"] for r in measured} == {"chunks"}
         assert load["tokens_per_chunk"] == 1.0
+        # the draw median used exactly the ticks of the TPS windows: samples.csv labels the
+        # others (streams still starting) as ramp
+        samples = read_csv(run / "samples.csv")
+        for cap, row in rows.items():
+            kept = {
+                s["tick"]
+                for s in samples
+                if s["phase"] == "concurrent"
+                and float(s["cap_w"]) == cap
+                and float(s["util_pct"]) > 50
+            }
+            assert len(kept) == int(row["n_samples"]) > 0
     else:
         load = meta["load"]
         assert truth["prompt_tokens"] == load["prompt_tokens"]

@@ -16,6 +16,7 @@ from powersweep.sweep.sampling.measure import (
     group_ticks,
     load_ticks,
     prefill_tps,
+    relabel_outside,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
 
@@ -142,3 +143,37 @@ def test_cap_row_without_completed_requests_is_failed_with_error() -> None:
     )
     assert row["status"] == "failed" and row["error"] == "HTTP 500: boom"
     assert math.isnan(row["power_w"]) and math.isnan(row["tps_per_w"])
+
+
+def test_an_idle_card_beside_a_loaded_one_keeps_every_load_tick() -> None:
+    rows = [
+        SampleRow(float(t), t, 300, "narr", sample(gpu, 250.0 if gpu == 0 else 30.0, util=u))
+        for t in range(10)
+        for gpu, u in ((0, 98.0), (1, 0.0))
+    ]
+    ticks = load_ticks(rows)
+    assert len(ticks) == 10  # a mean over the two cards (49%) would have dropped them all
+    assert all(t.util_pct == 98.0 and t.power_w == 280.0 for t in ticks)
+
+
+def test_the_draw_median_uses_exactly_the_tps_window() -> None:
+    # the streams ramp up (low draw) before the window opens at t = 6.2
+    rows = [
+        SampleRow(t / 2, t, 300, "concurrent", sample(0, 150.0 if t / 2 < 6.2 else 280.0))
+        for t in range(20)
+    ]
+    reqs = [Req("narr", True, 101, 50, 0.0, 1.0, 9.0)]
+    everything = cap_row(
+        cap_w=300, load_mode="decode-concurrent", rows=rows, requests=reqs, n_gpus=1,
+        settle_s=0, window_s=5, tps={"narr_tps": 40.0},
+    )  # fmt: skip
+    windowed = cap_row(
+        cap_w=300, load_mode="decode-concurrent", rows=rows, requests=reqs, n_gpus=1,
+        settle_s=0, window_s=5, tps={"narr_tps": 40.0}, windows=[(6.2, 9.5)],
+    )  # fmt: skip
+    assert everything["n_samples"] == 20 and everything["power_w"] < 280.0
+    assert windowed["n_samples"] == 7 and windowed["power_w"] == 280.0
+    relabelled = relabel_outside(rows, [(6.2, 9.5)])
+    assert [r.phase for r in relabelled].count("ramp") == 13
+    assert all(r.phase == "concurrent" for r in relabelled if r.t_s >= 6.2)
+    assert relabel_outside(rows, []) == rows

@@ -55,6 +55,8 @@ class LoadRun:
             ``prefill_tps``); NaN where not measured.
         extra: More ``caps.csv`` columns the mode adds (spreads, counts).
         errors: Why measured figures were rejected (truncated prompts, cache hits...).
+        power_windows: ``(t_start_s, t_end_s)`` spans the draw median must use exactly, when
+            the TPS was counted inside them (decode-concurrent); empty: every load tick.
     """
 
     requests: list[Any] = field(default_factory=list)
@@ -62,6 +64,7 @@ class LoadRun:
     tps: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    power_windows: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def window_s(self) -> float:

@@ -325,6 +325,8 @@ class DecodeConcurrent:
                 )
                 run.requests.extend(results)
                 run.windows.append((kind, w.t0_s, w.t1_s))
+                # the draw is the median of exactly the ticks of the window the TPS counts
+                run.power_windows.append((w.t0_s, w.t1_s))
                 if w.failures > MAX_FAILED_SHARE * len(results):
                     first = next((r.error for r in results if not r.ok and r.error), "failed")
                     run.errors.append(

@@ -5,6 +5,7 @@ Pure functions, so every figure the tool reports can be unit-tested from known i
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
@@ -110,7 +111,7 @@ class Tick:
 
 
 def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
-    """Combine rows of the same tick: draw summed, temperature max, flags OR'd.
+    """Combine rows of the same tick: draw summed, temperature and utilization max, flags OR'd.
 
     A tick whose draw failed on any GPU has NaN combined draw (a partial sum would undercount).
     """
@@ -130,7 +131,8 @@ def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
                 power_w=math.fsum(s.power_w for s in samples),
                 energy_mj=tuple(s.energy_mj for s in samples),
                 temp_max_c=max(temps) if temps else NAN,
-                util_pct=statistics.fmean(utils) if utils else NAN,
+                # the busiest card: an idle card beside a loaded one must not hide the load
+                util_pct=max(utils) if utils else NAN,
                 first=group[0],
                 throttle_power=any(s.throttle_power for s in samples),
                 throttle_thermal=any(s.throttle_thermal for s in samples),
@@ -139,12 +141,36 @@ def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
     return ticks
 
 
-def load_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
-    """Ticks taken while the measured load ran: a load phase and utilization above 50%."""
+def load_ticks(
+    rows: Sequence[SampleRow], windows: Sequence[tuple[float, float]] | None = None
+) -> list[Tick]:
+    """Ticks taken while the measured load ran: a load phase and utilization above 50%.
+
+    With ``windows``, only ticks inside one of them (inclusive): the spans a load counted its
+    TPS in, so draw and TPS describe the same seconds.
+    """
     return [
         t
         for t in group_ticks(rows)
-        if t.phase in LOAD_PHASES and math.isfinite(t.util_pct) and t.util_pct > LOAD_UTIL_PCT
+        if t.phase in LOAD_PHASES
+        and math.isfinite(t.util_pct)
+        and t.util_pct > LOAD_UTIL_PCT
+        and (windows is None or any(t0 <= t.t_s <= t1 for t0, t1 in windows))
+    ]
+
+
+def relabel_outside(
+    rows: Sequence[SampleRow], windows: Sequence[tuple[float, float]], phase: str = "ramp"
+) -> list[SampleRow]:
+    """Load-phase rows outside every window get ``phase`` (``ramp``: streams still starting),
+    so samples.csv says which ticks the cap's figures used."""
+    if not windows:
+        return list(rows)
+    return [
+        dataclasses.replace(r, phase=phase)
+        if r.phase in LOAD_PHASES and not any(t0 <= r.t_s <= t1 for t0, t1 in windows)
+        else r
+        for r in rows
     ]
 
 
@@ -189,14 +215,17 @@ def cap_row(
     status: str = "ok",
     error: str = "",
     tps: Mapping[str, float] | None = None,
+    windows: Sequence[tuple[float, float]] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
 
     ``tps`` carries the figures a load computed itself (decode-concurrent counts arrivals in a
-    window); without it they come from the requests. ``extra`` adds mode-specific columns.
+    window); without it they come from the requests. ``windows`` restricts the draw (and every
+    other sample figure) to the spans that TPS was counted in. ``extra`` adds mode-specific
+    columns.
     """
-    ticks = load_ticks(rows)
+    ticks = load_ticks(rows, windows)
     power = _median(t.power_w for t in ticks)
     if tps is not None:
         narr = tps.get("narr_tps", NAN)

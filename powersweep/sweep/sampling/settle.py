@@ -170,8 +170,8 @@ async def wait_settled(
         detector_factory: Makes the detector (its window, bounds and tolerances).
         on_tick: Called with (run seconds, readings) after each poll, e.g. to record the
             readings as ``settle`` samples.
-        busy_util_pct: When given, readings with the first GPU's utilization below this (the
-            load has not reached the card yet) are not fed to the detector; they still count
+        busy_util_pct: When given, readings where no GPU's utilization reaches this (the load
+            has not reached the cards yet) are not fed to the detector; they still count
             towards its maximum.
 
     Returns:
@@ -190,12 +190,9 @@ async def wait_settled(
         if on_tick is not None:
             on_tick(t, samples)
         power, sm_clock = combine(samples)
-        idle = (
-            busy_util_pct is not None
-            and bool(samples)
-            and math.isfinite(samples[0].util_pct)
-            and samples[0].util_pct < busy_util_pct
-        )
+        utils = [s.util_pct for s in samples if math.isfinite(s.util_pct)]
+        # the busiest card: with an idle card in the set, the first one may never be busy
+        idle = busy_util_pct is not None and bool(utils) and max(utils) < busy_util_pct
         if idle:
             # The detector's clock starts at the call, not at the first busy reading: its
             # maximum bounds the whole wait.
