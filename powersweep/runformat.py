@@ -98,13 +98,23 @@ CAPS_COLUMNS = (
     "prompt_tokens",
     "sm_lock_mhz",
     "mem_lock_mhz",
+    "sm_clock_mhz_by_gpu",
+    "mem_clock_mhz_by_gpu",
+    "power_w_by_gpu",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.
 CLOCK_LOCK_COLUMNS: tuple[str, ...] = ("sm_lock_mhz", "mem_lock_mhz")
 
 # caps.csv columns that hold text; every other column is a number (empty when not measured).
-CAPS_TEXT_COLUMNS: tuple[str, ...] = ("status", "error", "reason")
+CAPS_TEXT_COLUMNS: tuple[str, ...] = (
+    "status",
+    "error",
+    "reason",
+    "sm_clock_mhz_by_gpu",
+    "mem_clock_mhz_by_gpu",
+    "power_w_by_gpu",
+)
 CAPS_FLOAT_COLUMNS: tuple[str, ...] = tuple(c for c in CAPS_COLUMNS if c not in CAPS_TEXT_COLUMNS)
 SAMPLES_FLOAT_COLUMNS: tuple[str, ...] = tuple(
     c

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -135,6 +136,7 @@ def analyze(
     for row in rows:
         row["regime"] = regime_of.get(row["cap_w"])
 
+    _per_card_pct(result, run.get("default_limits_w"))
     findings += _boundary_findings(sweet, points, run)
     findings += _recommendation_findings(result)
     findings += _structure_findings(points, regions, run, slowdown)
@@ -144,19 +146,36 @@ def analyze(
 
 
 def run_facts(curve: Curve, default_limit_w: float | None = None) -> dict[str, Any]:
-    """Header facts from run.json (None where unknown), as analysis.json's ``run``."""
+    """Header facts from run.json (None where unknown), as analysis.json's ``run``.
+
+    A rig of different cards is named after each (``gpu_label``: ``A + B``); its envelope is the
+    one swept (the intersection: the highest minimum, the lowest maximum) and its default is the
+    mean of the cards' defaults (a cap's % of it is the combined cap over the combined default),
+    each card's own default in ``default_limits_w``.
+    """
     run = curve.run or {}
     gpus: list[Any] = run["gpus"] if isinstance(run.get("gpus"), list) else []
-    first: dict[str, Any] = gpus[0] if gpus and isinstance(gpus[0], dict) else {}
+    cards: list[dict[str, Any]] = [g for g in gpus if isinstance(g, dict)]
+    first: dict[str, Any] = cards[0] if cards else {}
     server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
     tool: dict[str, Any] = run["tool"] if isinstance(run.get("tool"), dict) else {}
     n_caps = curve.caps["n_gpus"].drop_nulls()
     n_gpus = len(gpus) if gpus else (int(n_caps.max()) if n_caps.len() else 1)  # type: ignore[arg-type]
-    default = first.get("default_limit_w")
+    names = [str(g["name"]) for g in cards if g.get("name")]
+    distinct = list(dict.fromkeys(names))
+    defaults = _numbers(cards, "default_limit_w")
+    default: Any = (
+        (defaults[0] if len(set(defaults)) == 1 else math.fsum(defaults) / len(defaults))
+        if defaults
+        else first.get("default_limit_w")
+    )
     if default is None and default_limit_w is not None:
         default = default_limit_w
+    mins, maxes = _numbers(cards, "min_limit_w"), _numbers(cards, "max_limit_w")
     return {
-        "gpu_name": first.get("name"),
+        "gpu_name": " + ".join(distinct) if len(distinct) > 1 else first.get("name"),
+        "gpu_label": _gpu_label(names, n_gpus),
+        "gpu_names": names or None,
         "n_gpus": n_gpus,
         "cooling": run.get("cooling"),
         "load_mode": run.get("load_mode"),
@@ -165,12 +184,40 @@ def run_facts(curve: Curve, default_limit_w: float | None = None) -> dict[str, A
         "date": run.get("started_at"),
         "tool_version": tool.get("version"),
         "default_limit_w": default,
-        "min_limit_w": first.get("min_limit_w"),
-        "max_limit_w": first.get("max_limit_w"),
+        "default_limits_w": defaults if len(set(defaults)) > 1 else None,
+        "min_limit_w": max(mins) if mins else first.get("min_limit_w"),
+        "max_limit_w": min(maxes) if maxes else first.get("max_limit_w"),
         "slowdown_temp_c": first.get("slowdown_temp_c"),
         "status": run.get("status"),
         "simulated": bool(run.get("simulation")),
     }
+
+
+def _numbers(cards: Sequence[dict[str, Any]], key: str) -> list[float]:
+    """Every card's number under ``key``; empty unless each card has one."""
+    values = [c.get(key) for c in cards]
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return numbers if values and len(numbers) == len(values) else []
+
+
+def _gpu_label(names: Sequence[str], n_gpus: int) -> str | None:
+    """``RTX 3090``, ``2 x RTX 3090`` or ``RTX 3090 + RTX 4090`` (each distinct card named)."""
+    if not names:
+        return None
+    counts = Counter(names)
+    if len(counts) == 1:
+        return f"{n_gpus} x {names[0]}" if n_gpus > 1 else names[0]
+    return " + ".join(f"{n} x {name}" if n > 1 else name for name, n in counts.items())
+
+
+def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> None:
+    """Add each card's own % of default to the recommendations of a rig of different cards."""
+    if not defaults:
+        return
+    for key in ("sweet_spot", "near_peak", "recommendation"):
+        rec = result.get(key)
+        if isinstance(rec, dict) and isinstance(rec.get("cap_w"), int | float):
+            rec["pct_of_default_by_gpu"] = [rec["cap_w"] / d * 100.0 for d in defaults if d > 0]
 
 
 def sanitize(value: Any) -> Any:
@@ -855,7 +902,10 @@ def _default_note(rec: dict[str, Any]) -> str:
     pct = rec.get("pct_of_default")
     gain = rec.get("tps_per_w_gain_vs_default_pct")
     parts = []
-    if pct is not None and math.isfinite(pct):
+    by_gpu = rec.get("pct_of_default_by_gpu")
+    if by_gpu:
+        parts.append(" / ".join(f"{p:.0f}%" for p in by_gpu) + " of each card's default limit")
+    elif pct is not None and math.isfinite(pct):
         parts.append(f"{pct:.0f}% of the default limit")
     if gain is not None and math.isfinite(gain):
         parts.append(f"{gain:+.1f}% TPS/W vs the default limit")

@@ -118,17 +118,26 @@ def _header(analysis: dict[str, Any]) -> str:
     run = analysis.get("run") or {}
     n_gpus = run.get("n_gpus") or 1
     gpu = _unknown(run.get("gpu_name"))
-    if n_gpus > 1:
+    if run.get("gpu_label"):
+        gpu = escape_md(run["gpu_label"])
+    elif n_gpus > 1:
         gpu = f"{n_gpus} x {gpu}"
 
     def w(key: str) -> str:
         v = run.get(key)
         return f"{v:g} W" if isinstance(v, int | float) else "?"
 
+    per_card = run.get("default_limits_w")
+    default = (
+        " / ".join(f"{d:g}" for d in per_card) + " W default (per card)"
+        if per_card
+        else f"{w('default_limit_w')} default"
+    )
+    swept = " (shared by the cards)" if n_gpus > 1 else ""
     envelope = (
         "unknown"
         if all(run.get(k) is None for k in ("min_limit_w", "default_limit_w", "max_limit_w"))
-        else f"{w('min_limit_w')} min / {w('default_limit_w')} default / {w('max_limit_w')} max"
+        else f"{w('min_limit_w')} min / {default} / {w('max_limit_w')} max{swept}"
     )
     model = _unknown(run.get("model"))
     engine = _unknown(run.get("engine"))
@@ -196,7 +205,7 @@ def _recommendations(analysis: dict[str, Any]) -> str:
         rows.append(
             f"| {escape_md(name)} | {_fmt(rec.get('cap_w'), 0)} | "
             f"{_fmt(rec.get('tps_per_w'), 4)} | {_fmt(rec.get('tps'), 2)} | "
-            f"{_fmt(rec.get('power_w'), 1)} | {_fmt(rec.get('pct_of_default'), 0)} | "
+            f"{_fmt(rec.get('power_w'), 1)} | {_pct_cell(rec)} | "
             f"{_fmt(rec.get('tps_per_w_gain_vs_default_pct'), 1)} |"
         )
     if not rows:
@@ -215,6 +224,14 @@ def _recommendations(analysis: dict[str, Any]) -> str:
             f"W/card at ~{_fmt(p.get('power_w'), 0)} W"
         )
     return "\n".join(head + rows + extra) + "\n\n"
+
+
+def _pct_cell(rec: dict[str, Any]) -> str:
+    """% of default: each card's own on a rig of different cards."""
+    by_gpu = rec.get("pct_of_default_by_gpu")
+    if by_gpu:
+        return " / ".join(_fmt(float(p), 0) for p in by_gpu)
+    return _fmt(rec.get("pct_of_default"), 0)
 
 
 def _table(analysis: dict[str, Any]) -> str:

@@ -72,7 +72,13 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
         profiles = [curve]
     else:
         profiles = _profiles(options)
-        sim = SimRig(profiles, clock, seed=options.seed, state_file=options.sim_state)
+        sim = SimRig(
+            profiles,
+            clock,
+            seed=options.seed,
+            state_file=options.sim_state,
+            serving=options.sim_serving_gpus,
+        )
     served = options.url is None
 
     @contextlib.contextmanager
@@ -94,8 +100,11 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
         ) as server:
             yield server.url
 
+    # the model's cards: what a sweep of the serving GPUs measures
+    serving = [profiles[i] for i in options.sim_serving_gpus or range(len(profiles))]
+
     def truth(caps: Sequence[float], prep: Mapping[str, Any]) -> dict[str, Any] | None:
-        return _truth(options, profiles, list(caps), prep)
+        return _truth(options, serving, list(caps), prep)
 
     def clock_truth(
         points: Sequence[tuple[float | None, float | None]], cap_w: float, prep: Mapping[str, Any]

@@ -49,6 +49,10 @@ def parse_concurrency(text: str | None) -> int | None:
     return int(text)
 
 
+def _all(text: str | None) -> bool:
+    return text is not None and text.strip().lower() == "all"
+
+
 def parse_gpus(text: str | None) -> tuple[int, ...] | None:
     """``--gpu``: GPU indices like 0 or 0,1 (None: not given).
 
@@ -61,7 +65,7 @@ def parse_gpus(text: str | None) -> tuple[int, ...] | None:
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit():
-            raise UsageError(f"--gpu takes GPU indices like 0 or 0,1, not {text!r}")
+            raise UsageError(f"--gpu takes GPU indices like 0 or 0,1 (or all), not {text!r}")
         out.append(int(part))
     if not out:
         raise UsageError("--gpu is empty")
@@ -126,7 +130,12 @@ TargetPrefillSecondsOpt = Annotated[
 
 GpuOpt = Annotated[
     str | None,
-    typer.Option("--gpu", "--gpus", help="GPU index or list (0 or 0,1).", rich_help_panel=CAPS),
+    typer.Option(
+        "--gpu",
+        "--gpus",
+        help="GPU index or list (0 or 0,1), or all (default: the GPUs serving the model).",
+        rich_help_panel=CAPS,
+    ),
 ]
 
 CapsOpt = Annotated[
@@ -320,6 +329,11 @@ SimTokensPerChunkOpt = Annotated[
     int, typer.Option(hidden=True, help="Simulation: tokens packed into one stream event.")
 ]
 
+SimServingGpusOpt = Annotated[
+    str | None,
+    typer.Option(hidden=True, help="Simulation: the cards the model is loaded on (0,1)."),
+]
+
 SimIgnoreMaxTokensOpt = Annotated[
     bool,
     typer.Option(
@@ -426,6 +440,7 @@ def sweep_command(
     sim_sm_lock_ignored_below: SimSmLockIgnoredBelowOpt = None,
     sim_tokens_per_chunk: SimTokensPerChunkOpt = 1,
     sim_ignore_max_tokens: SimIgnoreMaxTokensOpt = False,
+    sim_serving_gpus: SimServingGpusOpt = None,
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -439,7 +454,8 @@ def sweep_command(
     options = SweepOptions(
         cooling=cooling.value,
         load_mode=load_mode.value,
-        gpus=parse_gpus(gpu),
+        gpus=None if _all(gpu) else parse_gpus(gpu),
+        all_gpus=_all(gpu),
         caps=tuple(parse_caps(caps)) if caps is not None else None,
         step_size_w=step_size,
         target_cap_seconds=target_cap_seconds,
@@ -485,6 +501,7 @@ def sweep_command(
         sim_sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
         sim_tokens_per_chunk=sim_tokens_per_chunk,
         sim_ignore_max_tokens=sim_ignore_max_tokens,
+        sim_serving_gpus=parse_gpus(sim_serving_gpus),
     )
     if dry_run:
         _print_dry_run(options)

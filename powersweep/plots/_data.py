@@ -55,6 +55,7 @@ class RunInfo:
     default_limit_w: float
     min_limit_w: float
     max_limit_w: float
+    gpu_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def _run_info(raw: Mapping[str, Any]) -> RunInfo:
         default_limit_w=_num(raw.get("default_limit_w")),
         min_limit_w=_num(raw.get("min_limit_w")),
         max_limit_w=_num(raw.get("max_limit_w")),
+        gpu_label=_str(raw.get("gpu_label")),
     )
 
 
@@ -238,7 +240,9 @@ def parse_analysis(analysis: Mapping[str, Any]) -> AnalysisView:
 
 
 def gpu_label(run: RunInfo) -> str:
-    """``2x NVIDIA GeForce RTX 3090`` style name, or ``GPU`` when unknown."""
+    """``2x NVIDIA GeForce RTX 3090`` style name (``A + B`` for different cards), or ``GPU``."""
+    if run.gpu_label and " + " in run.gpu_label:
+        return run.gpu_label
     name = run.gpu_name or "GPU"
     return f"{run.n_gpus}x {name}" if run.n_gpus and run.n_gpus > 1 else name
 

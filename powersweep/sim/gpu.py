@@ -39,6 +39,7 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_SW_POWER_CAP,
     CLOCK_EVENT_SW_THERMAL,
     GpuIdentity,
+    GpuProcess,
     GpuSample,
     LockedClocks,
     LockResult,
@@ -139,6 +140,8 @@ class SimGpu:
         seed: Seed of the reading noise.
         store: Where the power limit persists; None keeps it in memory.
         share: Fraction of the model's work on this card (1/n for n-way tensor parallel).
+        serving: Whether the model is loaded on this card (its process shows in
+            :meth:`compute_processes`); an idle card beside the serving ones has none.
     """
 
     def __init__(
@@ -150,8 +153,10 @@ class SimGpu:
         seed: int = 0,
         store: LimitStore | None = None,
         share: float = 1.0,
+        serving: bool = True,
     ) -> None:
         self.profile = profile
+        self.serving = serving
         self._clock = clock
         self._index = index
         self._rng = random.Random(seed * 1009 + index)
@@ -317,6 +322,15 @@ class SimGpu:
         self._set_locks(
             Locks(None if sm else self._locks.sm_mhz, None if mem else self._locks.mem_mhz)
         )
+
+    # --- which cards serve the model (issue 14) ---------------------------------------------
+
+    def compute_processes(self) -> tuple[GpuProcess, ...] | None:
+        """The simulated server (this process, which runs it) on a serving card, with the
+        model's weights (90% of the card's memory); nothing on an idle card."""
+        if not self.serving:
+            return ()
+        return (GpuProcess(os.getpid(), 0.9 * self.profile.vram_mib),)
 
     # --- engine side --------------------------------------------------------------------------
 

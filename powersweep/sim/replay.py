@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import random
 import threading
 import zlib
@@ -49,6 +50,7 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
     GpuIdentity,
+    GpuProcess,
     GpuSample,
     LockedClocks,
     LockResult,
@@ -314,6 +316,12 @@ class ReplayGpu:
 
     def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
         return None
+
+    # --- which cards serve the model (issue 14) ---------------------------------------------
+
+    def compute_processes(self) -> tuple[GpuProcess, ...] | None:
+        """The replayed server: this process, on every replayed card (memory unknown)."""
+        return (GpuProcess(os.getpid(), math.nan),)
 
     # --- rig side -----------------------------------------------------------------------------
 

@@ -37,10 +37,12 @@ class SimRig:
     """Simulated GPUs plus the model they serve.
 
     Args:
-        profiles: One profile per GPU (tensor parallel across all of them).
+        profiles: One profile per GPU.
         clock: Run clock shared with the server and the sweep.
         seed: Noise seed.
         state_file: Where the cards' power limits persist (None: in memory).
+        serving: Indices of the cards the model is loaded on (tensor parallel across them);
+            None: every card. The others stay idle whatever the server does.
     """
 
     def __init__(
@@ -50,17 +52,26 @@ class SimRig:
         *,
         seed: int = 0,
         state_file: Path | None = None,
+        serving: tuple[int, ...] | None = None,
     ) -> None:
         if not profiles:
             raise UsageError("a simulated rig needs at least one GPU profile")
+        serving = tuple(range(len(profiles))) if serving is None else tuple(dict.fromkeys(serving))
+        bad = [i for i in serving if not 0 <= i < len(profiles)]
+        if bad or not serving:
+            raise UsageError(
+                f"--sim-serving-gpus: the rig has GPUs 0-{len(profiles) - 1}, not {bad or 'none'}"
+            )
         self.profiles = profiles
+        self.serving = serving
         self._clock = clock
         store = LimitStore(state_file) if state_file else None
-        share = 1.0 / len(profiles)
+        share = 1.0 / len(serving)
         self.gpus = [
-            SimGpu(p, clock, index=i, seed=seed, store=store, share=share)
+            SimGpu(p, clock, index=i, seed=seed, store=store, share=share, serving=i in serving)
             for i, p in enumerate(profiles)
         ]
+        self._serving_gpus = [g for g in self.gpus if g.serving]
         self._lock = threading.Lock()
         self._decoding = 0
         self._prefilling = 0
@@ -114,7 +125,7 @@ class SimRig:
         with self._lock:
             batch = max(1, self._decoding)
         work = Workload("decode", batch=batch)
-        return min(g.rate_tps(work) for g in self.gpus) / batch
+        return min(g.rate_tps(work) for g in self._serving_gpus) / batch
 
     def prefill_rate_tps(self, prompt_tokens: int) -> float:
         with self._lock:
@@ -124,7 +135,7 @@ class SimRig:
                 self._apply()
             sharing = max(1, self._prefilling)
         work = Workload("prefill", prompt_tokens=prompt_tokens)
-        return min(g.rate_tps(work) for g in self.gpus) / sharing
+        return min(g.rate_tps(work) for g in self._serving_gpus) / sharing
 
     def preheat(self, load_mode: str, concurrency: int = 1, prompt_tokens: int = 8000) -> None:
         """Jump every card to its steady temperature for a load at its current limit.
@@ -132,7 +143,7 @@ class SimRig:
         Tests and benchmarks use it to skip minutes of simulated warm-up.
         """
         work = workload_for(load_mode, concurrency, prompt_tokens)
-        for g in self.gpus:
+        for g in self._serving_gpus:
             _, temp, _ = steady_state(g.profile, work, g.limit_w)
             g.set_temperature(temp)
 
@@ -147,7 +158,7 @@ class SimRig:
             work = Workload("prefill", prompt_tokens=LONG_PROMPT_TOKENS)
         else:
             work = IDLE
-        for g in self.gpus:
+        for g in self._serving_gpus:
             g.set_workload(work)
 
 

@@ -27,6 +27,7 @@ from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker
+from powersweep.sweep.plan import confirm_serving
 from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.planning.strategy import (
     AdaptivePlanner,
@@ -354,11 +355,28 @@ class Sweep:
         except PrefillCalibrationError as exc:
             raise PowersweepError(str(exc)) from exc
         # warm-up, probe and calibration readings belong to no cap, but the timeline keeps them
-        self.writer.append_samples(self.sampler.drain())
+        rows = self.sampler.drain()
+        self._confirm_serving(rows)
+        self.writer.append_samples(rows)
         self.meta["load"] = prep
         if self._on_prepared is not None:
             self.meta.update(self._on_prepared(prep))
         self.writer.write_run_json(self.meta)
+
+    def _confirm_serving(self, rows: Sequence[Any]) -> None:
+        """The swept GPUs must have got busy in the warm-up; record each one's peak utilization."""
+        peaks: dict[int, float] = {g.index: math.nan for g in self.gpus}
+        seen = False
+        for r in rows:
+            if r.phase != "warmup":
+                continue
+            seen = True
+            u = r.sample.util_pct
+            if math.isfinite(u) and not peaks.get(r.sample.gpu_index, 0.0) >= u:
+                peaks[r.sample.gpu_index] = u
+        if seen:
+            selection = self.meta.setdefault("gpu_selection", {})
+            selection.update(confirm_serving(peaks, self.warn))
 
     async def _measure_adaptive(self) -> None:
         slowdown = [g.slowdown_temp_c() for g in self.gpus]

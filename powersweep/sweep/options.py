@@ -88,6 +88,7 @@ class SweepOptions:
     cooling: str = "unspecified"
     load_mode: str = "decode-single"
     gpus: tuple[int, ...] | None = None
+    all_gpus: bool = False
     caps: tuple[float, ...] | None = None
     step_size_w: float = 10.0
     target_cap_seconds: float = 10.0

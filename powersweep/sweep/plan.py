@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
-from powersweep.sweep.gpu import Gpu, GpuBackend, PowerEnvelope, SupportedClocks
+from powersweep.sweep.gpu import Gpu, GpuBackend, GpuProcess, PowerEnvelope, SupportedClocks
 from powersweep.sweep.options import SweepOptions, validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
 from powersweep.sweep.planning.clocks import SweepPoint, measure_order, plan_clock_points
 from powersweep.sweep.records.journal import Journal, default_state_dir
 from powersweep.sweep.rig import RigFactory
+from powersweep.sweep.server.local import local_server_pids
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class DryRun:
 
     Attributes:
         gpus: ``run.json``-style facts of each GPU (envelope and limit in force).
-        envelope: The envelope every GPU shares.
+        selection: Why these GPUs (``run.json``'s ``gpu_selection.reason``).
+        envelope: The envelope every GPU shares (the intersection of theirs).
         caps_w: Caps in the order they would be measured.
         estimated_wall_s: Rough wall time of the sweep.
         journal_path: Where the restore journal would go (None: not needed).
@@ -31,6 +33,7 @@ class DryRun:
     """
 
     gpus: tuple[dict[str, Any], ...]
+    selection: str
     envelope: PowerEnvelope
     caps_w: tuple[float, ...]
     estimated_wall_s: float
@@ -47,8 +50,12 @@ class DryRun:
                 f"{g['max_limit_w']:g} W, default {g['default_limit_w']:g} W, "
                 f"now {g['original_limit_w']:g} W"
             )
+        out.append(
+            f"GPUs picked: {', '.join(str(g['index']) for g in self.gpus)} ({self.selection})"
+        )
         e = self.envelope
-        out.append(f"envelope (all GPUs): {e.min_w:g}-{e.max_w:g} W")
+        shared = "shared by the GPUs" if len(self.gpus) > 1 else "GPU"
+        out.append(f"envelope ({shared}): {e.min_w:g}-{e.max_w:g} W")
         if self.points:
             out += _points_lines(self.axis, self.points, self.caps_w)
         else:
@@ -196,10 +203,56 @@ def check_settable(gpus: list[Gpu]) -> None:
         g.set_power_limit(current)
 
 
+# A card whose utilization stays under this through the warm-up does not serve the model.
+WARMUP_BUSY_PCT = 10.0
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """The GPUs a sweep caps, and why those.
+
+    Attributes:
+        gpus: The GPU set, in index order.
+        how: ``given`` (``--gpus`` list), ``all`` (``--gpus all``), ``only`` (one GPU),
+            ``server`` (the server's process runs there), ``memory`` (a process holds memory
+            there) or ``fallback`` (nothing found: every GPU).
+        reason: One line for the dry run and ``run.json``.
+        processes: Compute processes seen per GPU index (empty when not looked at; None where
+            NVML could not list them).
+    """
+
+    gpus: list[Gpu]
+    how: str
+    reason: str
+    processes: dict[int, tuple[GpuProcess, ...] | None] = field(default_factory=dict)
+
+    def meta(self) -> dict[str, Any]:
+        """``run.json``'s ``gpu_selection``."""
+        return {
+            "picked": [g.index for g in self.gpus],
+            "how": self.how,
+            "reason": self.reason,
+            "processes": {
+                str(i): None if procs is None else [asdict(p) for p in procs]
+                for i, procs in self.processes.items()
+            },
+        }
+
+
 def select_gpus(
-    backend: GpuBackend, wanted: tuple[int, ...] | None, warn: Callable[[str], None]
-) -> list[Gpu]:
-    """The GPUs a sweep uses: ``wanted`` indices, or every GPU (with a warning when several).
+    backend: GpuBackend,
+    wanted: tuple[int, ...] | None,
+    warn: Callable[[str], None],
+    *,
+    all_gpus: bool = False,
+    server_pids: frozenset[int] = frozenset(),
+) -> GpuChoice:
+    """The GPUs a sweep caps: ``wanted`` indices, every GPU with ``all_gpus``, else the ones that
+    serve the model.
+
+    The serving GPUs are those NVML lists the server's process on (``server_pids``: a local
+    server), else those where any process holds memory. When nothing is found every GPU is
+    taken, with a warning.
 
     Raises:
         PowersweepError: No GPU at all.
@@ -208,16 +261,71 @@ def select_gpus(
     count = backend.device_count()
     if count == 0:
         raise PowersweepError("no NVIDIA GPU found")
-    if wanted is None:
-        gpus = [backend.gpu(i) for i in range(count)]
-        if count > 1:
-            names = ", ".join(f"{g.index}: {g.identity().name}" for g in gpus)
-            warn(f"sweeping all {count} GPUs together ({names}); use --gpu N to pick one")
-        return gpus
-    for i in wanted:
-        if i >= count:
-            raise UsageError(f"there is no GPU {i}: found {count} (0-{count - 1})")
-    return [backend.gpu(i) for i in dict.fromkeys(wanted)]
+    if wanted is not None:
+        for i in wanted:
+            if i >= count:
+                raise UsageError(f"there is no GPU {i}: found {count} (0-{count - 1})")
+        listed = ",".join(str(i) for i in dict.fromkeys(wanted))
+        return GpuChoice(
+            [backend.gpu(i) for i in dict.fromkeys(wanted)], "given", f"--gpus {listed}"
+        )
+    every = [backend.gpu(i) for i in range(count)]
+    if all_gpus:
+        return GpuChoice(every, "all", f"--gpus all: every GPU ({count})")
+    if count == 1:
+        return GpuChoice(every, "only", "the only GPU")
+    procs = {g.index: g.compute_processes() for g in every}
+    by_server = [g for g in every if any(p.pid in server_pids for p in procs[g.index] or ())]
+    if by_server:
+        pids = sorted(
+            {p.pid for g in by_server for p in procs[g.index] or () if p.pid in server_pids}
+        )
+        return GpuChoice(
+            by_server,
+            "server",
+            f"the server's process (PID {', '.join(map(str, pids))}) runs on GPU "
+            f"{_indices(by_server)}",
+            procs,
+        )
+    holding = [g for g in every if procs[g.index]]
+    if holding:
+        pids = sorted({p.pid for g in holding for p in procs[g.index] or ()})
+        why = "the server's process was not found on any GPU; " if server_pids else ""
+        return GpuChoice(
+            holding,
+            "memory",
+            f"{why}processes holding GPU memory (PID {', '.join(map(str, pids))}) run on GPU "
+            f"{_indices(holding)}",
+            procs,
+        )
+    unreadable = all(p is None for p in procs.values())
+    cause = "NVML cannot list GPU processes" if unreadable else "no process runs on any GPU"
+    names = ", ".join(f"{g.index}: {g.identity().name}" for g in every)
+    warn(f"{cause}: sweeping all {count} GPUs together ({names}); use --gpus to pick")
+    return GpuChoice(every, "fallback", f"{cause}: every GPU", procs)
+
+
+def _indices(gpus: list[Gpu]) -> str:
+    return ", ".join(str(g.index) for g in gpus)
+
+
+def confirm_serving(
+    warmup_util_pct: dict[int, float], warn: Callable[[str], None]
+) -> dict[str, Any]:
+    """Check the picked GPUs got busy during the warm-up: a card that stayed idle does not serve
+    the model (a stale process, a wrong ``--gpus``). Returns ``run.json`` facts."""
+    idle = sorted(i for i, u in warmup_util_pct.items() if not u >= WARMUP_BUSY_PCT)
+    for i in idle:
+        u = warmup_util_pct[i]
+        seen = f"{u:.0f}%" if u == u else "no reading"
+        warn(
+            f"GPU {i} stayed idle during the warm-up ({seen} utilization at most): it may not "
+            "serve the model; use --gpus to choose the cards"
+        )
+    return {
+        "warmup_util_pct": {str(i): u for i, u in sorted(warmup_util_pct.items())},
+        "confirmed": not idle,
+    }
 
 
 def journal_for(options: SweepOptions) -> Journal:
@@ -240,13 +348,19 @@ def dry_run(
     """
     validate(options)
     with rigs(options) as rig:
-        gpus = select_gpus(rig.backend, options.gpus, warn)
+        # no server is contacted: a local --url still names the server's process
+        pids = local_server_pids(options.url) if options.url else frozenset()
+        choice = select_gpus(
+            rig.backend, options.gpus, warn, all_gpus=options.all_gpus, server_pids=pids
+        )
+        gpus = choice.gpus
         envelope = uniform_envelope([g.envelope() for g in gpus])
         points = plan_points(options, gpus, warn) if options.clock_axis else []
         caps = point_caps(options, gpus, points) if points else plan_caps(options, gpus, warn)
         n = len(points) or len(caps)
         return DryRun(
             gpus=tuple(gpu_meta(g) for g in gpus),
+            selection=choice.reason,
             envelope=envelope,
             caps_w=tuple(sorted(caps, reverse=True)),
             estimated_wall_s=estimate_wall_s(options, n, rig.clock.scale),

@@ -70,6 +70,10 @@ def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, di
         kwargs[key] = Path(kwargs[key]) if kwargs.get(key) else None
     for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
         kwargs[key] = tuple(kwargs[key]) if kwargs.get(key) is not None else None
+    # the GPUs the run picked, not a fresh pick (prepare_resume checks they are the same cards)
+    picked = [g.get("index") for g in meta.get("gpus", []) if isinstance(g, dict)]
+    if picked and all(isinstance(i, int) for i in picked):
+        kwargs["gpus"], kwargs["all_gpus"] = tuple(picked), False
     try:
         options = SweepOptions(**kwargs)
     except TypeError as exc:

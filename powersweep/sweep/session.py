@@ -33,6 +33,7 @@ from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import SweepOptions, validate
 from powersweep.sweep.plan import (
+    GpuChoice,
     check_settable,
     gpu_meta,
     journal_for,
@@ -48,6 +49,7 @@ from powersweep.sweep.resume import ResumeState, prepare_resume, resume_options
 from powersweep.sweep.rig import Rig, RigFactory
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
+from powersweep.sweep.server.local import local_server_pids
 
 
 @dataclass(frozen=True)
@@ -152,22 +154,33 @@ def _run_session(
         require_root()
     out_created = not options.out.exists()
     with rigs(options) as rig:
-        gpus = select_gpus(rig.backend, options.gpus, warn)
-        resume = prepare_resume(options, resume_meta, gpus) if resume_meta else None
-        points: list[SweepPoint] = []
-        if options.clock_axis:
-            points = resume.points_left if resume else plan_points(options, gpus, warn)
-            caps = point_caps(options, gpus, points)
-        else:
-            caps = resume.caps_left if resume else plan_caps(options, gpus, warn)
-        if options.changes_limits and (not options.clock_axis or options.hold_cap_w is not None):
-            check_settable(gpus)
+        backend = rig.backend
         with rig.serve() as served_url:
             url = served_url or options.url
             info = run_interruptible(
                 discover_server(url, model=options.model, api_key=options.api_key, clock=rig.clock)
             )
-            meta, writer = _open_run(options, rig, gpus, info, caps, resume, points)
+            # the server first: its process tells which GPUs serve the model
+            choice = select_gpus(
+                backend,
+                options.gpus,
+                warn,
+                all_gpus=options.all_gpus,
+                server_pids=local_server_pids(info.base_url),
+            )
+            gpus = choice.gpus
+            resume = prepare_resume(options, resume_meta, gpus) if resume_meta else None
+            points: list[SweepPoint] = []
+            if options.clock_axis:
+                points = resume.points_left if resume else plan_points(options, gpus, warn)
+                caps = point_caps(options, gpus, points)
+            else:
+                caps = resume.caps_left if resume else plan_caps(options, gpus, warn)
+            if options.changes_limits and (
+                not options.clock_axis or options.hold_cap_w is not None
+            ):
+                check_settable(gpus)
+            meta, writer = _open_run(options, rig, gpus, info, caps, resume, choice, points)
             if points and on_points:
                 on_points(writer.path, points)
             elif on_plan:
@@ -215,6 +228,12 @@ def _run_session(
                 prepared=resume.meta.get("load") if resume else None,
                 on_prepared=on_prepared,
                 points_already_done=resume.points_done if resume else (),
+                watch=[
+                    backend.gpu(i)
+                    for i in range(backend.device_count())
+                    if i not in {g.index for g in gpus}
+                ],
+                busy_gpus=choice.busy_gpus,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)
@@ -227,6 +246,7 @@ def _open_run(
     info: ServerInfo,
     caps: list[float],
     resume: ResumeState | None,
+    choice: GpuChoice,
     points: list[SweepPoint] | None = None,
 ) -> tuple[dict[str, Any], RunWriter]:
     """The run's ``run.json`` content and its writer: a new run directory, or the resumed one."""
@@ -245,6 +265,7 @@ def _open_run(
         # modes that probe or calibrate get theirs once the load is set up
         simulation = {**rig.simulation, "ground_truth": truth}
     meta = _run_meta(options, gpus, info, caps, simulation)
+    meta["gpu_selection"] = choice.meta()
     if points:
         meta["axis"] = options.axis
         meta["points_planned"] = [p.to_dict() for p in points]

@@ -229,6 +229,17 @@ class FakeFieldValue:
     value: FakeValue = field(default_factory=FakeValue)
 
 
+@dataclass
+class FakeProcessInfo:
+    """Like the friendly object ``nvmlDeviceGetComputeRunningProcesses`` returns for each
+    ``c_nvmlProcessInfo_t``: ``usedGpuMemory`` in bytes, None where NVML cannot say."""
+
+    pid: int
+    usedGpuMemory: int | None = 8 * 2**30
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
 # --- devices -------------------------------------------------------------------------------
 
 
@@ -237,6 +248,7 @@ class FakeDevice:
     """State of one fake GPU (NVML units: mW, mJ, MHz, °C). Mutate it freely during a test.
 
     Attributes:
+        processes: What ``nvmlDeviceGetComputeRunningProcesses`` lists.
         fail: Function name -> NVML error code raised on every call of it for this device.
         fail_fields: Field id -> ``nvmlReturn`` code of that field in ``nvmlDeviceGetFieldValues``.
         instant_power_mw: Instant power field; None makes the field NOT_SUPPORTED.
@@ -283,6 +295,7 @@ class FakeDevice:
     locked_sm: tuple[int, int] | None = None
     locked_mem: tuple[int, int] | None = None
     clocks_follow_locks: bool = True
+    processes: list[FakeProcessInfo] = field(default_factory=list)
 
     def graphics_clocks(self, mem_mhz: int) -> list[int]:
         """SM clocks listed for a memory clock, descending."""
@@ -515,6 +528,10 @@ class FakeNvml(ModuleType):
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         return self._device_call("nvmlDeviceGetCurrentClocksEventReasons", handle).clock_event_bits
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[FakeProcessInfo]:
+        device = self._device_call("nvmlDeviceGetComputeRunningProcesses", handle)
+        return list(device.processes)
 
     # --- power limits ----------------------------------------------------------------------
 

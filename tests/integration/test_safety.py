@@ -406,7 +406,8 @@ def test_dry_run_of_a_real_sweep_needs_no_root_and_changes_nothing(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "sweeping all 2 GPUs" in err
-    assert "envelope (all GPUs): 100-380 W" in out
+    assert "envelope (shared by the GPUs): 100-380 W" in out
+    assert "GPUs picked: 0, 1 (no process runs on any GPU: every GPU)" in out
     assert "caps (20, W per GPU): 380, 370," in out and ", 190\n" in out
     assert "estimated wall time: " in out
     assert not any(name == "nvmlDeviceSetPowerManagementLimit" for name, _ in fake.calls)

@@ -251,6 +251,23 @@ def test_energy_counter_follows_the_fake_draw() -> None:
 # --- setting limits ------------------------------------------------------------------------
 
 
+def test_compute_processes_in_mib_with_unknown_memory_as_nan() -> None:
+    proc = fake_pynvml.FakeProcessInfo
+    _, gpu = _gpu(processes=[proc(pid=4242, usedGpuMemory=3 * 2**30), proc(77, None)])
+    procs = gpu.compute_processes()
+    assert procs is not None and [p.pid for p in procs] == [4242, 77]
+    assert procs[0].used_memory_mib == 3072.0 and math.isnan(procs[1].used_memory_mib)
+    _, idle = _gpu()
+    assert idle.compute_processes() == ()
+
+
+def test_compute_processes_unreadable_is_none() -> None:
+    _, gpu = _gpu(
+        fail={"nvmlDeviceGetComputeRunningProcesses": fake_pynvml.NVML_ERROR_NO_PERMISSION}
+    )
+    assert gpu.compute_processes() is None
+
+
 def test_set_limit_accepted_reads_back_and_uses_the_non_v2_call() -> None:
     fake, gpu = _gpu(limit_mw=350_000)
     result = gpu.set_power_limit(250.4)

@@ -22,6 +22,7 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_APP_CLOCKS,
     NAN,
     GpuIdentity,
+    GpuProcess,
     GpuSample,
     LockedClocks,
     LockResult,
@@ -90,6 +91,8 @@ NVML_API_USED: tuple[str, ...] = (
     "nvmlDeviceResetGpuLockedClocks",
     "nvmlDeviceSetMemoryLockedClocks",
     "nvmlDeviceResetMemoryLockedClocks",
+    # which cards serve the model (issue 14)
+    "nvmlDeviceGetComputeRunningProcesses",
 )
 
 # A set limit counts as taken when the read-back is this close to the request.
@@ -518,6 +521,29 @@ class NvmlGpu:
             clock_event_bits=events,
             read_errors=errors,
         )
+
+    # --- which cards serve the model (issue 14) ---------------------------------------------
+
+    def compute_processes(self) -> tuple[GpuProcess, ...] | None:
+        """Processes running compute work here (``nvmlDeviceGetComputeRunningProcesses``).
+
+        NVML reports ``usedGpuMemory`` in bytes, or None where it cannot (Windows WDDM, some
+        containers). Returns None when the list cannot be read at all.
+        """
+        nvml = self._nvml
+        try:
+            procs = nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except nvml.NVMLError:
+            return None
+        out = []
+        for proc in procs or ():
+            pid = getattr(proc, "pid", None)
+            if not isinstance(pid, int):
+                continue
+            used = getattr(proc, "usedGpuMemory", None)
+            known = isinstance(used, int) and _available(float(used))
+            out.append(GpuProcess(pid, used / 2**20 if known else NAN))  # type: ignore[operator]
+        return tuple(out)
 
     # --- internals ------------------------------------------------------------------------
 

@@ -178,6 +178,19 @@ class LockResult:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process running compute work on a GPU (what finds the cards that serve the model).
+
+    Attributes:
+        pid: Process id as the driver reports it (the host's PID namespace).
+        used_memory_mib: GPU memory it holds; NaN when the driver does not say.
+    """
+
+    pid: int
+    used_memory_mib: float
+
+
 class Gpu(Protocol):
     """One GPU a sweep can read and cap.
 
@@ -266,6 +279,15 @@ class Gpu(Protocol):
 
         Raises:
             GpuError: The driver refused or failed.
+        """
+        ...
+
+    # --- which cards serve the model (issue 14) -------------------------------------------------
+
+    def compute_processes(self) -> tuple[GpuProcess, ...] | None:
+        """Processes running compute work on this GPU now; None when it cannot be read.
+
+        Never raises: an unsupported or failed read is None.
         """
         ...
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.sampler import SampleRow
 
 NAN = math.nan
@@ -108,6 +109,7 @@ class Tick:
     first: SampleRow
     throttle_power: bool
     throttle_thermal: bool
+    samples: tuple[GpuSample, ...] = ()
 
 
 def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
@@ -136,6 +138,7 @@ def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
                 first=group[0],
                 throttle_power=any(s.throttle_power for s in samples),
                 throttle_thermal=any(s.throttle_thermal for s in samples),
+                samples=tuple(samples),
             )
         )
     return ticks
@@ -259,6 +262,10 @@ def cap_row(
         "sm_clock_mhz": _median(s.sm_clock_mhz for s in firsts),
         "mem_clock_mhz": _median(s.mem_clock_mhz for s in firsts),
         "util_pct": _median(t.util_pct for t in ticks),
+        # every card's own medians (the columns above are the first card's)
+        "sm_clock_mhz_by_gpu": _per_gpu(ticks, "sm_clock_mhz"),
+        "mem_clock_mhz_by_gpu": _per_gpu(ticks, "mem_clock_mhz"),
+        "power_w_by_gpu": _per_gpu(ticks, "power_w"),
         "pwr_throttle_pct": 100.0 * sum(t.throttle_power for t in ticks) / n if n else NAN,
         "thermal_throttle_pct": 100.0 * sum(t.throttle_thermal for t in ticks) / n if n else NAN,
         "pstate": pstates.most_common(1)[0][0] if pstates else None,
@@ -271,6 +278,19 @@ def cap_row(
         "error": error,
         **(extra or {}),
     }
+
+
+def _per_gpu(ticks: Sequence[Tick], field: str) -> str:
+    """``index:median;index:median`` of one reading over the ticks, per GPU (empty: none)."""
+    values: dict[int, list[float]] = defaultdict(list)
+    for t in ticks:
+        for sample in t.samples:
+            values[sample.gpu_index].append(getattr(sample, field))
+    parts = []
+    for index in sorted(values):
+        median = _median(values[index])
+        parts.append(f"{index}:{round(median, 3):g}" if math.isfinite(median) else f"{index}:")
+    return ";".join(parts)
 
 
 def _first_error(requests: Sequence[Any]) -> str:

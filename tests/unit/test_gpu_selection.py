@@ -1,0 +1,90 @@
+"""Which GPUs a sweep caps: the ones serving the model, found through NVML's process list."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from powersweep.errors import UsageError
+from powersweep.sweep.gpu.nvml import NvmlBackend
+from powersweep.sweep.plan import confirm_serving, select_gpus
+from tests.fakes.fake_pynvml import (
+    NVML_ERROR_NOT_SUPPORTED,
+    FakeDevice,
+    FakeNvml,
+    FakeProcessInfo,
+)
+
+SERVER = 4242
+
+
+def _backend(*processes: list[FakeProcessInfo], fail: bool = False) -> NvmlBackend:
+    devices = [
+        FakeDevice(
+            uuid=f"GPU-{i}",
+            processes=procs,
+            fail={"nvmlDeviceGetComputeRunningProcesses": NVML_ERROR_NOT_SUPPORTED} if fail else {},
+        )
+        for i, procs in enumerate(processes)
+    ]
+    return NvmlBackend(nvml=FakeNvml(devices=devices))
+
+
+def _pick(backend: NvmlBackend, **kw: object) -> tuple[list[int], str, str, list[str]]:
+    warnings: list[str] = []
+    choice = select_gpus(backend, kw.pop("wanted", None), warnings.append, **kw)  # type: ignore[arg-type]
+    return [g.index for g in choice.gpus], choice.how, choice.reason, warnings
+
+
+def test_the_servers_process_picks_its_cards() -> None:
+    backend = _backend(
+        [FakeProcessInfo(999)],  # another user's job holding memory on GPU 0
+        [FakeProcessInfo(SERVER)],
+        [FakeProcessInfo(SERVER, usedGpuMemory=None)],
+        [],
+    )
+    picked, how, reason, warnings = _pick(backend, server_pids=frozenset({SERVER}))
+    assert (picked, how, warnings) == ([1, 2], "server", [])
+    assert f"PID {SERVER}" in reason and "GPU 1, 2" in reason
+
+
+def test_without_the_servers_pid_any_process_holding_memory() -> None:
+    backend = _backend([], [FakeProcessInfo(77)], [])
+    picked, how, reason, _ = _pick(backend)
+    assert (picked, how) == ([1], "memory") and "PID 77" in reason
+    # a remote server's PID is not on this machine's cards: memory holders still decide
+    picked, how, reason, _ = _pick(backend, server_pids=frozenset({SERVER}))
+    assert (picked, how) == ([1], "memory") and "not found" in reason
+
+
+def test_nothing_found_sweeps_every_card_with_a_warning() -> None:
+    picked, how, _, warnings = _pick(_backend([], []))
+    assert (picked, how) == ([0, 1], "fallback")
+    assert len(warnings) == 1 and "no process runs on any GPU" in warnings[0]
+    picked, how, _, warnings = _pick(_backend([], [], fail=True))
+    assert (picked, how) == ([0, 1], "fallback") and "cannot list" in warnings[0]
+
+
+def test_given_all_and_single_gpu() -> None:
+    backend = _backend([FakeProcessInfo(SERVER)], [])
+    assert _pick(backend, wanted=(1,))[:2] == ([1], "given")
+    assert _pick(backend, all_gpus=True)[:2] == ([0, 1], "all")
+    assert _pick(_backend([]))[:2] == ([0], "only")
+    with pytest.raises(UsageError, match="no GPU 5"):
+        _pick(backend, wanted=(5,))
+
+
+def test_selection_meta_lists_processes_as_run_json_has_them() -> None:
+    choice = select_gpus(_backend([], [FakeProcessInfo(7, 2**30)]), None, lambda _m: None)
+    meta = choice.meta()
+    assert meta["picked"] == [1] and meta["how"] == "memory"
+    assert meta["processes"] == {"0": [], "1": [{"pid": 7, "used_memory_mib": 1024.0}]}
+
+
+def test_warmup_confirms_busy_cards_and_warns_about_idle_ones() -> None:
+    warnings: list[str] = []
+    facts = confirm_serving({0: 97.0, 1: 2.0, 2: math.nan}, warnings.append)
+    assert facts["confirmed"] is False
+    assert [w.split()[1] for w in warnings] == ["1", "2"]
+    assert confirm_serving({0: 97.0}, warnings.append)["confirmed"] is True
