@@ -190,7 +190,16 @@ def run_facts(curve: Curve, default_limit_w: float | None = None) -> dict[str, A
         "slowdown_temp_c": first.get("slowdown_temp_c"),
         "status": run.get("status"),
         "simulated": bool(run.get("simulation")),
+        "gpu_selection": _selection(run.get("gpu_selection")),
     }
+
+
+def _selection(raw: Any) -> str | None:
+    """Which GPUs were swept and why, in one line (``run.json``'s ``gpu_selection``)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("picked"), list):
+        return None
+    picked = ", ".join(str(i) for i in raw["picked"])
+    return f"{picked} ({raw['reason']})" if raw.get("reason") else picked
 
 
 def _numbers(cards: Sequence[dict[str, Any]], key: str) -> list[float]:

@@ -148,6 +148,11 @@ def _header(analysis: dict[str, Any]) -> str:
         "| | |",
         "|---|---|",
         f"| GPU | {gpu} |",
+        *(
+            [f"| GPUs swept | {escape_md(run['gpu_selection'])} |"]
+            if run.get("gpu_selection")
+            else []
+        ),
         f"| Power envelope | {escape_md(envelope)} |",
         f"| Cooling | {_unknown(run.get('cooling'))} |",
         f"| Model / engine | {model} / {engine} |",

@@ -27,7 +27,7 @@ from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker
-from powersweep.sweep.plan import confirm_serving
+from powersweep.sweep.plan import confirm_serving, not_swept_busy
 from powersweep.sweep.planning.clocks import SweepPoint
 from powersweep.sweep.planning.strategy import (
     AdaptivePlanner,
@@ -155,6 +155,8 @@ class Sweep:
             probing or calibrating again, so the resumed caps measure the same load.
         on_prepared: Called with the load's set-up once it is known; returns keys to merge into
             ``run.json`` (the simulator's ground truth for that load).
+        watch: GPUs outside the set, only read during the warm-up: one that gets busy there
+            may serve the model too (a warning says so).
     """
 
     def __init__(
@@ -176,8 +178,10 @@ class Sweep:
         prepared: Mapping[str, Any] | None = None,
         on_prepared: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
         points_already_done: Sequence[SweepPoint] = (),
+        watch: Sequence[Gpu] = (),
     ) -> None:
         self.plan = plan
+        self._watch = list(watch)
         self.gpus = list(gpus)
         self.clock = clock
         self.client = client
@@ -332,7 +336,7 @@ class Sweep:
         top = max(plan.caps_w)
         if self._set_cap(top) is None:
             if plan.warmup_requests > 0:
-                results = await warmup(self.client, self.sampler, top, plan.warmup_requests)
+                results = await self._warmup_watched(top)
                 self.writer.append_requests(top, results)
                 if not any(r.ok for r in results):
                     first = next((r.error for r in results if r.error), "no request completed")
@@ -362,6 +366,32 @@ class Sweep:
         if self._on_prepared is not None:
             self.meta.update(self._on_prepared(prep))
         self.writer.write_run_json(self.meta)
+
+    async def _warmup_watched(self, top: float) -> list[Any]:
+        """The warm-up, while the GPUs outside the set are read for a utilization rise."""
+        if not self._watch:
+            return await warmup(self.client, self.sampler, top, self.plan.warmup_requests)
+        before = {g.index: g.read_sample().util_pct for g in self._watch}
+        peaks = {i: math.nan for i in before}
+
+        async def watch() -> None:
+            while True:
+                for g in self._watch:
+                    u = g.read_sample().util_pct
+                    if math.isfinite(u) and not peaks[g.index] >= u:
+                        peaks[g.index] = u
+                await self.clock.asleep(self.plan.sample_interval_s)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            return await warmup(self.client, self.sampler, top, self.plan.warmup_requests)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            self.meta.setdefault("gpu_selection", {}).update(
+                not_swept_busy(before, peaks, self.warn)
+            )
 
     def _confirm_serving(self, rows: Sequence[Any]) -> None:
         """The swept GPUs must have got busy in the warm-up; record each one's peak utilization."""

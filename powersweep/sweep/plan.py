@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -205,6 +206,8 @@ def check_settable(gpus: list[Gpu]) -> None:
 
 # A card whose utilization stays under this through the warm-up does not serve the model.
 WARMUP_BUSY_PCT = 10.0
+# A card outside the set whose utilization rises this much in the warm-up looks like it serves.
+UNSWEPT_RISE_PCT = 40.0
 
 
 @dataclass(frozen=True)
@@ -325,6 +328,26 @@ def confirm_serving(
     return {
         "warmup_util_pct": {str(i): u for i, u in sorted(warmup_util_pct.items())},
         "confirmed": not idle,
+    }
+
+
+def not_swept_busy(
+    before_pct: dict[int, float], peak_pct: dict[int, float], warn: Callable[[str], None]
+) -> dict[str, Any]:
+    """GPUs outside the set whose utilization rose during the warm-up may serve the model too:
+    warn about each. Returns ``run.json`` facts."""
+    for i in sorted(peak_pct):
+        before, peak = before_pct.get(i, math.nan), peak_pct[i]
+        rise = peak - (before if math.isfinite(before) else 0.0)
+        if math.isfinite(rise) and rise >= UNSWEPT_RISE_PCT:
+            warn(
+                f"GPU {i} got busy during the warm-up ({before:.0f}% -> {peak:.0f}% utilization) "
+                "but is not swept: it may serve the model too; use --gpus to include it"
+            )
+    return {
+        "not_swept_warmup_util_pct": {
+            str(i): {"before": before_pct.get(i), "peak": peak_pct[i]} for i in sorted(peak_pct)
+        }
     }
 
 

@@ -64,8 +64,10 @@ def test_only_the_serving_card_is_swept(tmp_path: Path) -> None:
     assert "runs on GPU 1" in selection["reason"]
     assert selection["processes"]["0"] == [] and selection["processes"]["1"]
     assert selection["confirmed"] is True and selection["warmup_util_pct"]["1"] > 50
+    assert selection["not_swept_warmup_util_pct"]["0"]["peak"] < 10  # watched, stayed idle
     assert [r["gpu_index"] for r in meta["restored"]] == [1]
     assert {s["gpu_index"] for s in read_csv(run / "samples.csv")} == {"1"}
+    assert "| GPUs swept | 1 (the server's process (PID " in (run / "summary.md").read_text()
     truth = {c["cap_w"]: c for c in meta["simulation"]["ground_truth"]["caps"]}
     for row in read_csv(run / "caps.csv"):
         cap = float(row["cap_w"])
@@ -79,6 +81,17 @@ def test_only_the_serving_card_is_swept(tmp_path: Path) -> None:
             "--simulate", "rtx3090-air+rtx3090-air", "--sim-serving-gpus", "1", "--dry-run"
         ).stdout
     )
+
+
+@pytest.mark.slow
+def test_a_busy_card_left_out_is_named(tmp_path: Path) -> None:
+    run, err = _sweep(
+        tmp_path, "--simulate", "rtx3090-air+rtx3090-air", "--gpus", "0", "--caps", "300"
+    )
+    meta = read_json(run / "run.json")
+    assert meta["gpu_selection"]["how"] == "given" and meta["gpu_selection"]["confirmed"]
+    assert meta["gpu_selection"]["not_swept_warmup_util_pct"]["1"]["peak"] > 50
+    assert "GPU 1 got busy during the warm-up" in err and "--gpus" in err
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.plan import confirm_serving, select_gpus
+from powersweep.sweep.plan import confirm_serving, not_swept_busy, select_gpus
 from tests.fakes.fake_pynvml import (
     NVML_ERROR_NOT_SUPPORTED,
     FakeDevice,
@@ -88,3 +88,12 @@ def test_warmup_confirms_busy_cards_and_warns_about_idle_ones() -> None:
     assert facts["confirmed"] is False
     assert [w.split()[1] for w in warnings] == ["1", "2"]
     assert confirm_serving({0: 97.0}, warnings.append)["confirmed"] is True
+
+
+def test_a_card_outside_the_set_that_got_busy_is_named() -> None:
+    warnings: list[str] = []
+    facts = not_swept_busy(
+        {1: 3.0, 2: 90.0, 3: math.nan}, {1: 95.0, 2: 100.0, 3: 5.0}, warnings.append
+    )
+    assert len(warnings) == 1 and warnings[0].startswith("GPU 1 got busy")  # 2 was busy before
+    assert facts["not_swept_warmup_util_pct"]["1"] == {"before": 3.0, "peak": 95.0}
