@@ -17,8 +17,11 @@ from powersweep import runformat as rf
 
 # Tool vs server decode rate: a cap whose rates differ by more than this is a finding.
 RATE_MISMATCH_PCT = 5.0
-# Requests that measure nothing (warm-up, settle, the scheduling check).
-_UNMEASURED_KINDS = frozenset({"warmup", "settle", "check"})
+# Requests whose decode rate is not compared: unmeasured ones (warm-up, settle, the scheduling
+# check) and prefill requests (a few tokens each: one token's jitter is a large share).
+_NOT_COMPARED_KINDS = frozenset({"warmup", "settle", "check", "prefill"})
+# Shorter answers give a rate from too few token intervals to compare at 5%.
+MIN_COMPARED_TOKENS = 16
 
 # code -> (what happened, what to do)
 _WARNING_TEXT: dict[str, tuple[str, str]] = {
@@ -120,11 +123,11 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
         (pl.col("ok").cast(pl.String).str.to_lowercase() == "true")
         & pl.col("server_decode_tps").is_not_null()
         & (pl.col("server_decode_tps") > 0)
-        & (pl.col("completion_tokens") >= 2)
+        & (pl.col("completion_tokens") >= MIN_COMPARED_TOKENS)
         & ((pl.col("t_last_token_s") - pl.col("t_first_token_s")) > 0)
     )
     if "prompt_kind" in df.columns:
-        df = df.filter(~pl.col("prompt_kind").is_in(list(_UNMEASURED_KINDS)))
+        df = df.filter(~pl.col("prompt_kind").is_in(list(_NOT_COMPARED_KINDS)))
     if df.height == 0:
         return []
     per_cap = (

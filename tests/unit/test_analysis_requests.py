@@ -56,6 +56,7 @@ def test_rates_skip_failed_warmup_and_rateless_requests() -> None:
             _row(300, 30.0, 30.0),
             _row(300, 10.0, 30.0, ok="false"),
             _row(300, 10.0, 30.0, kind="warmup"),
+            _row(300, 10.0, 30.0, kind="prefill"),
             _row(250, 10.0, None),
         ]
     )
@@ -90,3 +91,9 @@ def test_one_finding_per_warning_kind_with_count_and_caps() -> None:
 def test_old_runs_without_the_columns_give_nothing() -> None:
     df = pl.DataFrame({"cap_w": [300.0], "ok": ["true"]})
     assert request_findings(df) == [] and request_findings(None) == []
+
+
+def test_short_answers_are_not_compared() -> None:
+    row = _row(300, 30.0, 20.0)
+    row["completion_tokens"] = 8.0
+    assert server_rates(_df([row])) == []

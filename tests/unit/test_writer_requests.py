@@ -1,0 +1,67 @@
+"""requests.csv rows: warnings and the server's rates, and a resumed older run keeps its columns."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from powersweep.runformat import REQUESTS_COLUMNS
+from powersweep.sweep.records.writer import RunWriter
+from powersweep.sweep.server.client import RequestResult
+
+
+def _result(**kw: object) -> RequestResult:
+    base: dict[str, object] = {
+        "prompt_kind": "narr",
+        "stream": 0,
+        "t_start_s": 1.0,
+        "t_first_token_s": 1.5,
+        "t_last_token_s": 11.5,
+        "t_end_s": 11.6,
+        "prompt_tokens": 50,
+        "completion_tokens": 501,
+        "token_source": "usage",
+        "chunk_tokens": 126,
+        "token_times_s": None,
+        "finish_reason": "length",
+        "ok": True,
+        "error": "",
+    }
+    return RequestResult(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_warnings_and_server_rates_are_written(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, ["GPU"], "decode-single")
+    writer.append_requests(
+        300.0,
+        [
+            _result(
+                warnings=("packed_chunks", "ignored_max_tokens"),
+                server_decode_tps=50.25,
+                server_prompt_tps=900.0,
+            ),
+            _result(server_decode_tps=math.nan),
+        ],
+    )
+    first, second = _rows(writer.path / "requests.csv")
+    assert first["warnings"] == "packed_chunks;ignored_max_tokens"
+    assert (first["server_decode_tps"], first["server_prompt_tps"]) == ("50.25", "900.0")
+    assert first["decode_tps"] == "50.0"
+    assert second["warnings"] == second["server_decode_tps"] == second["server_prompt_tps"] == ""
+
+
+def test_a_resumed_older_run_keeps_its_requests_columns(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, ["GPU"], "decode-single")
+    old = [c for c in REQUESTS_COLUMNS if "server" not in c and c != "warnings"]
+    (writer.path / "requests.csv").write_text(",".join(old) + "\n")
+    RunWriter.reopen(writer.path).append_requests(300.0, [_result(warnings=("no_usage",))])
+    lines = (writer.path / "requests.csv").read_text().splitlines()
+    assert len(lines[1].split(",")) == len(old)
+    (row,) = _rows(writer.path / "requests.csv")
+    assert row["cap_w"] == "300.0" and row["error"] == "" and row["ok"] == "true"
