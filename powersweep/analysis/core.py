@@ -216,7 +216,17 @@ def _gpu_label(names: Sequence[str], n_gpus: int) -> str | None:
     counts = Counter(names)
     if len(counts) == 1:
         return f"{n_gpus} x {names[0]}" if n_gpus > 1 else names[0]
-    return " + ".join(f"{n} x {name}" if n > 1 else name for name, n in counts.items())
+    # different cards: short names (``RTX 3090``), a suffix they all share said once
+    short = {n: n.removeprefix("NVIDIA ").removeprefix("GeForce ") for n in counts}
+    suffixes = {
+        s.rsplit(" (", 1)[1] if s.endswith(")") and " (" in s else "" for s in short.values()
+    }
+    tail = ""
+    if len(suffixes) == 1 and "" not in suffixes:
+        tail = f" ({suffixes.pop()}"
+        short = {n: s.rsplit(" (", 1)[0] for n, s in short.items()}
+    parts = (f"{n} x {short[name]}" if n > 1 else short[name] for name, n in counts.items())
+    return " + ".join(parts) + tail
 
 
 def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> None:

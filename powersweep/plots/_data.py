@@ -56,6 +56,8 @@ class RunInfo:
     min_limit_w: float
     max_limit_w: float
     gpu_label: str | None = None
+    # each card's (name, default W) on a rig of different cards; empty otherwise
+    card_defaults: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class SweetSpot:
     power_w: float
     pct_of_default: float
     at_boundary: str | None
+    # each card's own % of default on a rig of different cards; empty otherwise
+    pct_of_default_by_gpu: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,20 @@ def _run_info(raw: Mapping[str, Any]) -> RunInfo:
         min_limit_w=_num(raw.get("min_limit_w")),
         max_limit_w=_num(raw.get("max_limit_w")),
         gpu_label=_str(raw.get("gpu_label")),
+        card_defaults=_card_defaults(raw),
     )
+
+
+def _card_defaults(raw: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """Distinct (card, default W) pairs of a rig of different cards (its mean default is no
+    card's own)."""
+    defaults, names = raw.get("default_limits_w"), raw.get("gpu_names")
+    if not isinstance(defaults, list) or not isinstance(names, list):
+        return ()
+    if len(defaults) != len(names):
+        return ()
+    pairs = [(str(n), _num(d)) for n, d in zip(names, defaults, strict=True)]
+    return tuple(dict.fromkeys((n, d) for n, d in pairs if math.isfinite(d)))
 
 
 def _curve(raw_caps: object) -> Curve:
@@ -185,6 +202,9 @@ def _sweet_spot(raw: object) -> SweetSpot | None:
         power_w=_num(m.get("power_w")),
         pct_of_default=_num(m.get("pct_of_default")),
         at_boundary=boundary if boundary in ("low", "high") else None,
+        pct_of_default_by_gpu=tuple(
+            _num(v) for v in m.get("pct_of_default_by_gpu") or () if math.isfinite(_num(v))
+        ),
     )
 
 

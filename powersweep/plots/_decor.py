@@ -33,8 +33,7 @@ def x_limits(view: AnalysisView) -> tuple[float, float]:
     """X range covering every cap, every plateau and the default limit, with a margin."""
     xs = list(view.curve.cap_w)
     xs += [p.start_w for p in view.plateaus] + [p.end_w for p in view.plateaus]
-    if math.isfinite(view.run.default_limit_w):
-        xs.append(view.run.default_limit_w)
+    xs += [w for _, w in _defaults(view)]
     lo, hi = min(xs), max(xs)
     margin = max(0.04 * (hi - lo), 0.5 * cap_step_w(view))
     return lo - margin, hi + margin
@@ -69,20 +68,35 @@ def draw_plateau_spans(ax: Axes, view: AnalysisView) -> list[Rectangle]:
     return spans
 
 
-def draw_default_line(ax: Axes, view: AnalysisView, obstacles: Obstacles) -> Line2D | None:
-    """Vertical dash-dot line at the default (factory) power limit, when known."""
+def _defaults(view: AnalysisView) -> list[tuple[str, float]]:
+    """(label, W) of each default-limit line: the card's, or each card's on a rig of
+    different cards."""
+    if view.run.card_defaults:
+        return [(f"{_short(name)} default {fmt_w(w)}", w) for name, w in view.run.card_defaults]
     default_w = view.run.default_limit_w
-    if not math.isfinite(default_w):
-        return None
-    line = ax.axvline(
-        default_w,
-        color=COLORS["default_tdp"],
-        linestyle="-.",
-        linewidth=1.0,
-        zorder=1.5,
-        gid=DEFAULT_GID,
-    )
-    obstacles.add_points(DEFAULT_GID, vline_points(ax, default_w))
+    return [(f"default limit {fmt_w(default_w)}", default_w)] if math.isfinite(default_w) else []
+
+
+def _short(name: str) -> str:
+    """``RTX 3090`` of ``NVIDIA GeForce RTX 3090 (simulated)``: the vertical label is short."""
+    for prefix in ("NVIDIA ", "GeForce "):
+        name = name.removeprefix(prefix)
+    return name.split(" (", 1)[0]
+
+
+def draw_default_line(ax: Axes, view: AnalysisView, obstacles: Obstacles) -> Line2D | None:
+    """Vertical dash-dot line at the default (factory) power limit (each card's), when known."""
+    line = None
+    for _, default_w in _defaults(view):
+        line = ax.axvline(
+            default_w,
+            color=COLORS["default_tdp"],
+            linestyle="-.",
+            linewidth=1.0,
+            zorder=1.5,
+            gid=DEFAULT_GID,
+        )
+        obstacles.add_points(DEFAULT_GID, vline_points(ax, default_w))
     return line
 
 
@@ -141,29 +155,28 @@ def label_default(
     obstacles: Obstacles,
     area: Bbox,
 ) -> Annotation | None:
-    """Names the default-limit line with vertical text beside it."""
-    default_w = view.run.default_limit_w
-    if not math.isfinite(default_w):
-        return None
-    ann = ax.annotate(
-        f"default limit {fmt_w(default_w)}",
-        xy=(default_w, 0.5),
-        xycoords=("data", "axes fraction"),
-        xytext=(-7.0, 0.0),
-        textcoords="offset points",
-        rotation=90,
-        ha="center",
-        va="center",
-        fontsize=7.5,
-        color=COLORS["default_tdp"],
-        zorder=6,
-        gid="default-tdp-label",
-        annotation_clip=False,
-    )
-    ann.set_in_layout(False)
-    ys = [0.78, 0.7, 0.62, 0.54, 0.46, 0.38, 0.3, 0.22]
-    cands = [Candidate((dx, 0.0), (default_w, y)) for y in ys for dx in (-7.0, 7.0)]
-    place_text(ann, cands, renderer, obstacles, area, ignore_points=(DEFAULT_GID,))
+    """Names the default-limit line(s) with vertical text beside each."""
+    ann = None
+    for text, default_w in _defaults(view):
+        ann = ax.annotate(
+            text,
+            xy=(default_w, 0.5),
+            xycoords=("data", "axes fraction"),
+            xytext=(-7.0, 0.0),
+            textcoords="offset points",
+            rotation=90,
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color=COLORS["default_tdp"],
+            zorder=6,
+            gid="default-tdp-label",
+            annotation_clip=False,
+        )
+        ann.set_in_layout(False)
+        ys = [0.78, 0.7, 0.62, 0.54, 0.46, 0.38, 0.3, 0.22]
+        cands = [Candidate((dx, 0.0), (default_w, y)) for y in ys for dx in (-7.0, 7.0)]
+        place_text(ann, cands, renderer, obstacles, area, ignore_points=(DEFAULT_GID,))
     return ann
 
 

@@ -55,7 +55,10 @@ def sweet_spot_text(view: AnalysisView) -> str:
     if math.isfinite(spot.tps):
         facts.append(f"{spot.tps:.1f} TPS")
     lines.append("  ·  ".join(facts))
-    if math.isfinite(spot.pct_of_default):
+    if spot.pct_of_default_by_gpu:
+        pcts = " / ".join(f"{p:.0f}%" for p in spot.pct_of_default_by_gpu)
+        lines.append(f"{pcts} of each card's default")
+    elif math.isfinite(spot.pct_of_default):
         lines.append(f"{spot.pct_of_default:.0f}% of default limit")
     near = view.near_peak
     if near is not None and near.cap_w == spot.cap_w:

@@ -575,3 +575,23 @@ def test_charts_leave_global_matplotlib_state_alone() -> None:
     before = dict(matplotlib.rcParams)
     efficiency_figure(analysis_5090())
     assert dict(matplotlib.rcParams) == before
+
+
+def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
+    a = analysis_3090()
+    a["run"].update(
+        gpu_label="RTX 3090 + RTX 4090",
+        gpu_names=["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090"],
+        default_limits_w=[370.0, 450.0],
+        default_limit_w=410.0,
+        n_gpus=2,
+    )
+    a["sweet_spot"]["pct_of_default_by_gpu"] = [290 / 370 * 100, 290 / 450 * 100]
+    fig = efficiency_figure(a)
+    ax, ax2 = _axes_pair(fig)
+    lines = [ln for ln in ax.lines if ln.get_gid() == "default-tdp"]
+    assert sorted(ln.get_xdata()[0] for ln in lines) == [370.0, 450.0]  # not the 410 W mean
+    labels = sorted(t.get_text() for t in ax2.texts if t.get_gid() == "default-tdp-label")
+    assert labels == ["RTX 3090 default 370 W", "RTX 4090 default 450 W"]
+    assert "78% / 64% of each card's default" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    assert fig.get_suptitle().startswith("RTX 3090 + RTX 4090:")
