@@ -15,6 +15,7 @@ from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_env
 from powersweep.sweep.planning.clocks import SweepPoint, measure_order, plan_clock_points
 from powersweep.sweep.records.journal import Journal, default_state_dir
 from powersweep.sweep.rig import RigFactory
+from powersweep.sweep.server.discovery import DEFAULT_PORTS
 from powersweep.sweep.server.local import local_server_pids
 
 
@@ -371,8 +372,10 @@ def dry_run(
     """
     validate(options)
     with rigs(options) as rig:
-        # no server is contacted: a local --url still names the server's process
-        pids = local_server_pids(options.url) if options.url else frozenset()
+        # no server is contacted: the processes listening on --url's port (or on the ports a
+        # sweep would probe) still name the server's process
+        urls = [options.url] if options.url else [f"http://127.0.0.1:{p}" for p, _ in DEFAULT_PORTS]
+        pids = frozenset().union(*(local_server_pids(u) for u in urls))
         choice = select_gpus(
             rig.backend, options.gpus, warn, all_gpus=options.all_gpus, server_pids=pids
         )

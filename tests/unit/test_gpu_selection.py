@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +100,34 @@ def test_a_card_outside_the_set_that_got_busy_is_named() -> None:
     )
     assert len(warnings) == 1 and warnings[0].startswith("GPU 1 got busy")  # 2 was busy before
     assert facts["not_swept_warmup_util_pct"]["1"] == {"before": 3.0, "peak": 95.0}
+
+
+def test_dry_run_picks_the_local_servers_card_without_contacting_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from powersweep.cli import main
+    from powersweep.sweep.gpu import nvml
+
+    # this process plays the server: it listens on a port and holds memory on GPU 1
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    fake = FakeNvml(
+        devices=[
+            FakeDevice(uuid="GPU-a", processes=[FakeProcessInfo(999)]),
+            FakeDevice(uuid="GPU-b", processes=[FakeProcessInfo(os.getpid())]),
+        ]
+    )
+    real = nvml.NvmlBackend
+    monkeypatch.setattr(nvml, "NvmlBackend", lambda: real(nvml=fake))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
+    try:
+        code = main(["--dry-run", "--cooling", "air", "--url", f"http://127.0.0.1:{port}"])
+    finally:
+        server.close()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"GPUs picked: 1 (the server's process (PID {os.getpid()}) runs on GPU 1)" in out
+    assert "GPU 0:" not in out
