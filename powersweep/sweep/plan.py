@@ -291,9 +291,14 @@ def select_gpus(
             f"{_indices(by_server)}",
             procs,
         )
-    holding = [g for g in every if procs[g.index]]
+
+    def holders(index: int) -> list[GpuProcess]:
+        # memory NVML cannot report (NaN) counts as held: the process is there
+        return [p for p in procs[index] or () if not p.used_memory_mib <= 0]
+
+    holding = [g for g in every if holders(g.index)]
     if holding:
-        pids = sorted({p.pid for g in holding for p in procs[g.index] or ()})
+        pids = sorted({p.pid for g in holding for p in holders(g.index)})
         why = "the server's process was not found on any GPU; " if server_pids else ""
         return GpuChoice(
             holding,

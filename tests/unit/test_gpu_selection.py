@@ -53,7 +53,7 @@ def test_the_servers_process_picks_its_cards() -> None:
 
 
 def test_without_the_servers_pid_any_process_holding_memory() -> None:
-    backend = _backend([], [FakeProcessInfo(77)], [])
+    backend = _backend([FakeProcessInfo(5, usedGpuMemory=0)], [FakeProcessInfo(77)], [])
     picked, how, reason, _ = _pick(backend)
     assert (picked, how) == ([1], "memory") and "PID 77" in reason
     # a remote server's PID is not on this machine's cards: memory holders still decide
