@@ -131,3 +131,23 @@ def test_dry_run_picks_the_local_servers_card_without_contacting_it(
     assert code == 0, err
     assert f"GPUs picked: 1 (the server's process (PID {os.getpid()}) runs on GPU 1)" in out
     assert "GPU 0:" not in out
+
+
+def test_a_resumed_run_keeps_the_gpus_it_picked(tmp_path: Path) -> None:
+    import json
+
+    from powersweep.sweep.options import SweepOptions
+    from powersweep.sweep.resume import resume_options
+
+    run = tmp_path / "run"
+    run.mkdir()
+    recorded = SweepOptions(all_gpus=True).recorded()
+    meta = {
+        "schema_version": 1,
+        "status": "interrupted",
+        "options": recorded,
+        "gpus": [{"index": 1, "uuid": "GPU-b"}],
+    }
+    (run / "run.json").write_text(json.dumps(meta))
+    options, _ = resume_options(run, SweepOptions())
+    assert options.gpus == (1,) and options.all_gpus is False
