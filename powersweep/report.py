@@ -116,7 +116,7 @@ def writing_into(target: Path, *, given: bool) -> Iterator[None]:
         if given:
             raise
         raise PowersweepError(
-            f"{exc}; give --out DIR to write the outputs somewhere other than {target}"
+            f"{exc}; give --out DIR to write the outputs somewhere other than {target.resolve()}"
         ) from exc
 
 
