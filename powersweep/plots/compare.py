@@ -12,7 +12,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.plots._data import AnalysisView, FloatArray, fmt_w, gpu_label, parse_analysis
+from powersweep.plots._data import (
+    AnalysisView,
+    FloatArray,
+    SweetSpot,
+    fmt_w,
+    gpu_label,
+    parse_analysis,
+)
 from powersweep.plots._layout import Obstacles, line_points, place_legend
 from powersweep.plots._style import freeze_layout, new_figure, save_figure, style
 from powersweep.plots.efficiency import fmt_tpw
@@ -97,11 +104,7 @@ def compare_figure(
             spot = view.sweet_spot
             name = label
             if spot is not None:
-                pct = (
-                    f" ({spot.pct_of_default:.0f}% of default)"
-                    if math.isfinite(spot.pct_of_default)
-                    else ""
-                )
+                pct = f" ({_pct(spot)} of default)" if _pct(spot) else ""
                 name = f"{label}: {fmt_w(spot.cap_w)}{pct}, {fmt_tpw(spot.tps_per_w)} TPS/W"
             (line,) = ax.plot(
                 xs,
@@ -188,6 +191,13 @@ def render_compare(
     return save_figure(fig, out_path_stem, formats)
 
 
+def _pct(spot: SweetSpot) -> str:
+    """``78%``, or each card's own (``78% / 64%``) on a rig of different cards; empty if unknown."""
+    if spot.pct_of_default_by_gpu:
+        return " / ".join(f"{p:.0f}%" for p in spot.pct_of_default_by_gpu)
+    return f"{spot.pct_of_default:.0f}%" if math.isfinite(spot.pct_of_default) else ""
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -217,7 +227,7 @@ def compare_table(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
             _cell(gpu_label(view.run)),
             _cell(view.run.load_mode or dash),
             fmt_w(spot.cap_w) if spot else dash,
-            num(spot.pct_of_default, "{:.0f}%") if spot else dash,
+            (_pct(spot) or dash) if spot else dash,
             fmt_tpw(spot.tps_per_w) if spot else dash,
             num(spot.tps, "{:.1f}") if spot else dash,
             num(spot.power_w, "{:.0f} W") if spot else dash,

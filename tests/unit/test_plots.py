@@ -595,3 +595,5 @@ def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
     assert labels == ["RTX 3090 default 370 W", "RTX 4090 default 450 W"]
     assert "78% / 64% of each card's default" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
     assert fig.get_suptitle().startswith("RTX 3090 + RTX 4090:")
+    table = compare_table([("mixed", a)])
+    assert "| RTX 3090 + RTX 4090 |" in table and "| 78% / 64% |" in table
