@@ -556,7 +556,7 @@ def _bootstrap(
     if curve.requests is None or curve.samples is None:
         return None
     req_tps = _request_tps(curve.requests, curve.metric)
-    tick_power = _tick_power(curve.samples)
+    tick_power = _tick_power(curve.samples, _serving_gpus(curve.run))
     if not req_tps or not tick_power:
         return None
     rng = np.random.default_rng(seed)
@@ -646,8 +646,20 @@ def _request_tps(requests: pl.DataFrame, metric: str) -> dict[float, tuple[np.nd
     return out
 
 
-def _tick_power(samples: pl.DataFrame) -> dict[float, np.ndarray]:
-    """Per cap: combined draw of every load tick (GPUs summed per tick), util > 50 %."""
+def _serving_gpus(run: dict[str, Any] | None) -> list[int] | None:
+    """run.json's ``gpu_selection.serving``: the GPUs whose utilization marks a load tick."""
+    selection = (run or {}).get("gpu_selection")
+    serving = selection.get("serving") if isinstance(selection, dict) else None
+    if not isinstance(serving, list) or not all(isinstance(i, int) for i in serving):
+        return None
+    return serving or None
+
+
+def _tick_power(
+    samples: pl.DataFrame, serving: Sequence[int] | None = None
+) -> dict[float, np.ndarray]:
+    """Per cap: combined draw of every load tick (GPUs summed per tick), util > 50 % on the
+    busiest serving GPU (every GPU when ``serving`` is unknown)."""
     if not {"cap_w", "power_w"} <= set(samples.columns):
         return {}
     df = samples.filter(pl.col("power_w").is_finite())
@@ -659,7 +671,10 @@ def _tick_power(samples: pl.DataFrame) -> dict[float, np.ndarray]:
     aggs = [pl.col("power_w").sum().alias("p")]
     if "util_pct" in df.columns:
         # the busiest card: an idle card beside a loaded one must not hide the load
-        aggs.append(pl.col("util_pct").max().alias("u"))
+        util = pl.col("util_pct")
+        if serving and "gpu_index" in df.columns:
+            util = util.filter(pl.col("gpu_index").is_in([float(i) for i in serving]))
+        aggs.append(util.max().alias("u"))
     ticks = df.group_by(keys, maintain_order=True).agg(aggs)
     if "u" in ticks.columns:
         ticks = ticks.filter(pl.col("u").is_null() | (pl.col("u") > 50.0))

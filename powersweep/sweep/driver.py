@@ -157,6 +157,8 @@ class Sweep:
             ``run.json`` (the simulator's ground truth for that load).
         watch: GPUs outside the set, only read during the warm-up: one that gets busy there
             may serve the model too (a warning says so).
+        busy_gpus: Indices of the set's GPUs that serve the model: their utilization marks a
+            tick as loaded (None: every GPU of the set).
     """
 
     def __init__(
@@ -179,9 +181,11 @@ class Sweep:
         on_prepared: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
         points_already_done: Sequence[SweepPoint] = (),
         watch: Sequence[Gpu] = (),
+        busy_gpus: Sequence[int] | None = None,
     ) -> None:
         self.plan = plan
         self._watch = list(watch)
+        self._busy_gpus = frozenset(busy_gpus) if busy_gpus else None
         self.gpus = list(gpus)
         self.clock = clock
         self.client = client
@@ -466,6 +470,7 @@ class Sweep:
             window_s=run.window_s,
             tps=run.tps or None,
             windows=run.power_windows or None,
+            busy_gpus=self._busy_gpus,
             extra={"reason": reason, **run.extra},
             error="; ".join(run.errors),
         )
@@ -504,6 +509,7 @@ class Sweep:
                     min_s=min(0.25, plan.settle_s), max_s=plan.settle_s
                 ),
                 busy_util_pct=LOAD_UTIL_PCT,
+                busy_gpus=self._busy_gpus,
             )
         finally:
             busy.cancel()

@@ -223,12 +223,20 @@ class GpuChoice:
         reason: One line for the dry run and ``run.json``.
         processes: Compute processes seen per GPU index (empty when not looked at; None where
             NVML could not list them).
+        serving: Indices of the set's GPUs that serve the model (empty: all of them): a tick is
+            under load when these are busy, whatever the others do.
     """
 
     gpus: list[Gpu]
     how: str
     reason: str
     processes: dict[int, tuple[GpuProcess, ...] | None] = field(default_factory=dict)
+    serving: tuple[int, ...] = ()
+
+    @property
+    def busy_gpus(self) -> tuple[int, ...]:
+        """The GPUs whose utilization says a tick is under load."""
+        return self.serving or tuple(g.index for g in self.gpus)
 
     def meta(self) -> dict[str, Any]:
         """``run.json``'s ``gpu_selection``."""
@@ -236,6 +244,7 @@ class GpuChoice:
             "picked": [g.index for g in self.gpus],
             "how": self.how,
             "reason": self.reason,
+            "serving": list(self.busy_gpus),
             "processes": {
                 str(i): None if procs is None else [asdict(p) for p in procs]
                 for i, procs in self.processes.items()
@@ -256,7 +265,7 @@ def select_gpus(
 
     The serving GPUs are those NVML lists the server's process on (``server_pids``: a local
     server), else those where any process holds memory. When nothing is found every GPU is
-    taken, with a warning.
+    taken, with a warning. A set given by ``--gpus`` still records which of its GPUs serve.
 
     Raises:
         PowersweepError: No GPU at all.
@@ -269,27 +278,44 @@ def select_gpus(
         for i in wanted:
             if i >= count:
                 raise UsageError(f"there is no GPU {i}: found {count} (0-{count - 1})")
-        listed = ",".join(str(i) for i in dict.fromkeys(wanted))
-        return GpuChoice(
-            [backend.gpu(i) for i in dict.fromkeys(wanted)], "given", f"--gpus {listed}"
-        )
+    if count == 1 and not wanted:
+        return GpuChoice([backend.gpu(0)], "only", "the only GPU")
     every = [backend.gpu(i) for i in range(count)]
-    if all_gpus:
-        return GpuChoice(every, "all", f"--gpus all: every GPU ({count})")
-    if count == 1:
-        return GpuChoice(every, "only", "the only GPU")
     procs = {g.index: g.compute_processes() for g in every}
+    serving, found = _serving(every, procs, server_pids)
+    if wanted is not None or all_gpus:
+        unique = list(dict.fromkeys(wanted)) if wanted is not None else list(range(count))
+        gpus = [backend.gpu(i) for i in unique]
+        picked_serving = tuple(g.index for g in serving if g.index in unique)
+        if wanted is not None:
+            how, reason = "given", f"--gpus {','.join(map(str, unique))}"
+        else:
+            how, reason = "all", f"--gpus all: every GPU ({count})"
+        return GpuChoice(gpus, how, reason, procs, picked_serving)
+    if serving:
+        return GpuChoice(serving, *found, procs, tuple(g.index for g in serving))
+    unreadable = all(p is None for p in procs.values())
+    cause = "NVML cannot list GPU processes" if unreadable else "no process runs on any GPU"
+    names = ", ".join(f"{g.index}: {g.identity().name}" for g in every)
+    warn(f"{cause}: sweeping all {count} GPUs together ({names}); use --gpus to pick")
+    return GpuChoice(every, "fallback", f"{cause}: every GPU", procs)
+
+
+def _serving(
+    every: list[Gpu],
+    procs: dict[int, tuple[GpuProcess, ...] | None],
+    server_pids: frozenset[int],
+) -> tuple[list[Gpu], tuple[str, str]]:
+    """The GPUs that serve the model, with how they were found and why (empty: none found)."""
     by_server = [g for g in every if any(p.pid in server_pids for p in procs[g.index] or ())]
     if by_server:
         pids = sorted(
             {p.pid for g in by_server for p in procs[g.index] or () if p.pid in server_pids}
         )
-        return GpuChoice(
-            by_server,
+        return by_server, (
             "server",
             f"the server's process (PID {', '.join(map(str, pids))}) runs on GPU "
             f"{_indices(by_server)}",
-            procs,
         )
 
     def holders(index: int) -> list[GpuProcess]:
@@ -297,21 +323,15 @@ def select_gpus(
         return [p for p in procs[index] or () if not p.used_memory_mib <= 0]
 
     holding = [g for g in every if holders(g.index)]
-    if holding:
-        pids = sorted({p.pid for g in holding for p in holders(g.index)})
-        why = "the server's process was not found on any GPU; " if server_pids else ""
-        return GpuChoice(
-            holding,
-            "memory",
-            f"{why}processes holding GPU memory (PID {', '.join(map(str, pids))}) run on GPU "
-            f"{_indices(holding)}",
-            procs,
-        )
-    unreadable = all(p is None for p in procs.values())
-    cause = "NVML cannot list GPU processes" if unreadable else "no process runs on any GPU"
-    names = ", ".join(f"{g.index}: {g.identity().name}" for g in every)
-    warn(f"{cause}: sweeping all {count} GPUs together ({names}); use --gpus to pick")
-    return GpuChoice(every, "fallback", f"{cause}: every GPU", procs)
+    if not holding:
+        return [], ("", "")
+    pids = sorted({p.pid for g in holding for p in holders(g.index)})
+    why = "the server's process was not found on any GPU; " if server_pids else ""
+    return holding, (
+        "memory",
+        f"{why}processes holding GPU memory (PID {', '.join(map(str, pids))}) run on GPU "
+        f"{_indices(holding)}",
+    )
 
 
 def _indices(gpus: list[Gpu]) -> str:

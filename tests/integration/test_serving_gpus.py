@@ -110,6 +110,7 @@ def test_an_idle_card_in_the_set_drops_no_load_tick(tmp_path: Path) -> None:
     meta = read_json(run / "run.json")
     assert [g["index"] for g in meta["gpus"]] == [0, 1]
     assert meta["gpu_selection"]["how"] == "all" and meta["gpu_selection"]["confirmed"] is False
+    assert meta["gpu_selection"]["serving"] == [0]
     assert "GPU 1 stayed idle during the warm-up" in err
     (row,) = read_csv(run / "caps.csv")
     # the idle card reads ~0% utilization: a mean over both cards would drop every tick

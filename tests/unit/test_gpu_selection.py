@@ -73,6 +73,11 @@ def test_given_all_and_single_gpu() -> None:
     backend = _backend([FakeProcessInfo(SERVER)], [])
     assert _pick(backend, wanted=(1,))[:2] == ([1], "given")
     assert _pick(backend, all_gpus=True)[:2] == ([0, 1], "all")
+    # a given set still knows which of its cards serve: their utilization marks the load
+    every = select_gpus(backend, None, lambda _m: None, all_gpus=True)
+    assert every.busy_gpus == (0,) and every.meta()["serving"] == [0]
+    other = select_gpus(backend, (1,), lambda _m: None)
+    assert other.busy_gpus == (1,)  # none of the set serves: all of it counts
     assert _pick(_backend([]))[:2] == ([0], "only")
     with pytest.raises(UsageError, match="no GPU 5"):
         _pick(backend, wanted=(5,))

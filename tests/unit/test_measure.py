@@ -177,3 +177,20 @@ def test_the_draw_median_uses_exactly_the_tps_window() -> None:
     assert [r.phase for r in relabelled].count("ramp") == 13
     assert all(r.phase == "concurrent" for r in relabelled if r.t_s >= 6.2)
     assert relabel_outside(rows, []) == rows
+
+
+def test_a_busy_card_that_does_not_serve_does_not_make_ticks_loaded() -> None:
+    # GPU 1 runs someone else's job at 100%; the serving GPU 0 is idle for the first 4 ticks
+    rows = [
+        SampleRow(float(t), t, 300, "narr", sample(gpu, 200.0, util=u))
+        for t in range(10)
+        for gpu, u in ((0, 5.0 if t < 4 else 95.0), (1, 100.0))
+    ]
+    assert len(load_ticks(rows)) == 10
+    assert len(load_ticks(rows, busy_gpus={0})) == 6
+    reqs = [Req("narr", True, 101, 50, 0.0, 1.0, 9.0)]
+    row = cap_row(
+        cap_w=300, load_mode="decode-single", rows=rows, requests=reqs, n_gpus=2,
+        settle_s=0, window_s=10, busy_gpus={0},
+    )  # fmt: skip
+    assert row["n_samples"] == 6 and row["util_pct"] == 95.0

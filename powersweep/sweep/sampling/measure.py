@@ -10,7 +10,7 @@ import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,8 +112,11 @@ class Tick:
     samples: tuple[GpuSample, ...] = ()
 
 
-def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
+def group_ticks(rows: Sequence[SampleRow], busy_gpus: Collection[int] | None = None) -> list[Tick]:
     """Combine rows of the same tick: draw summed, temperature and utilization max, flags OR'd.
+
+    ``busy_gpus`` are the GPUs serving the model: the tick's utilization is theirs (the busiest
+    of them), so a card in the set that does other work does not make an idle tick look loaded.
 
     A tick whose draw failed on any GPU has NaN combined draw (a partial sum would undercount).
     """
@@ -125,7 +128,8 @@ def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
         group = sorted(by_tick[tick], key=lambda r: r.sample.gpu_index)
         samples = [r.sample for r in group]
         temps = [s.temp_c for s in samples if math.isfinite(s.temp_c)]
-        utils = [s.util_pct for s in samples if math.isfinite(s.util_pct)]
+        serving = [s for s in samples if busy_gpus is None or s.gpu_index in busy_gpus]
+        utils = [s.util_pct for s in serving or samples if math.isfinite(s.util_pct)]
         ticks.append(
             Tick(
                 t_s=group[0].t_s,
@@ -145,7 +149,9 @@ def group_ticks(rows: Sequence[SampleRow]) -> list[Tick]:
 
 
 def load_ticks(
-    rows: Sequence[SampleRow], windows: Sequence[tuple[float, float]] | None = None
+    rows: Sequence[SampleRow],
+    windows: Sequence[tuple[float, float]] | None = None,
+    busy_gpus: Collection[int] | None = None,
 ) -> list[Tick]:
     """Ticks taken while the measured load ran: a load phase and utilization above 50%.
 
@@ -154,7 +160,7 @@ def load_ticks(
     """
     return [
         t
-        for t in group_ticks(rows)
+        for t in group_ticks(rows, busy_gpus)
         if t.phase in LOAD_PHASES
         and math.isfinite(t.util_pct)
         and t.util_pct > LOAD_UTIL_PCT
@@ -219,16 +225,17 @@ def cap_row(
     error: str = "",
     tps: Mapping[str, float] | None = None,
     windows: Sequence[tuple[float, float]] | None = None,
+    busy_gpus: Collection[int] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
 
     ``tps`` carries the figures a load computed itself (decode-concurrent counts arrivals in a
     window); without it they come from the requests. ``windows`` restricts the draw (and every
-    other sample figure) to the spans that TPS was counted in. ``extra`` adds mode-specific
-    columns.
+    other sample figure) to the spans that TPS was counted in; ``busy_gpus`` are the GPUs whose
+    utilization marks a tick as loaded (the serving ones). ``extra`` adds mode-specific columns.
     """
-    ticks = load_ticks(rows, windows)
+    ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
     if tps is not None:
         narr = tps.get("narr_tps", NAN)

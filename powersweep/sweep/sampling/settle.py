@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from powersweep.clock import Clock
 from powersweep.sweep.gpu import Gpu, GpuSample
@@ -157,6 +157,7 @@ async def wait_settled(
     detector_factory: Callable[[], SettleDetector] = SettleDetector,
     on_tick: Callable[[float, Sequence[GpuSample]], None] | None = None,
     busy_util_pct: float | None = None,
+    busy_gpus: Collection[int] | None = None,
 ) -> float:
     """Poll the GPU set until its readings settle (or the detector's maximum); return the time.
 
@@ -173,6 +174,8 @@ async def wait_settled(
         busy_util_pct: When given, readings where no GPU's utilization reaches this (the load
             has not reached the cards yet) are not fed to the detector; they still count
             towards its maximum.
+        busy_gpus: The GPUs whose utilization counts for ``busy_util_pct`` (the serving ones);
+            None: every GPU read.
 
     Returns:
         Run seconds from the call to the reading that settled it.
@@ -190,7 +193,8 @@ async def wait_settled(
         if on_tick is not None:
             on_tick(t, samples)
         power, sm_clock = combine(samples)
-        utils = [s.util_pct for s in samples if math.isfinite(s.util_pct)]
+        serving = [s for s in samples if busy_gpus is None or s.gpu_index in busy_gpus]
+        utils = [s.util_pct for s in serving or samples if math.isfinite(s.util_pct)]
         # the busiest card: with an idle card in the set, the first one may never be busy
         idle = busy_util_pct is not None and bool(utils) and max(utils) < busy_util_pct
         if idle:
