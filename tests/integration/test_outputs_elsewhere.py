@@ -89,6 +89,7 @@ def _writable_by_user(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_analyze_a_read_only_run(shared_tmp: Path) -> None:
     run = _run(shared_tmp / "runs")
     _read_only(shared_tmp / "runs")
@@ -109,6 +110,7 @@ def test_analyze_a_read_only_run(shared_tmp: Path) -> None:
     assert (out / "summary.md").is_file() and not (run / "analysis.json").exists()
 
 
+@pytest.mark.slow
 def test_plot_and_compare_of_read_only_runs(shared_tmp: Path) -> None:
     run = _run(shared_tmp / "runs")
     _read_only(shared_tmp / "runs")
