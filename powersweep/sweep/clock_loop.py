@@ -17,7 +17,7 @@ from powersweep.sweep.planning.clocks import (
     measure_order,
     refine_points,
 )
-from powersweep.sweep.sampling.measure import cap_row
+from powersweep.sweep.sampling.measure import cap_row, relabel_outside
 
 if TYPE_CHECKING:
     from powersweep.sweep.driver import Sweep
@@ -124,7 +124,7 @@ class ClockLoop:
             settle_s = await self.s._settle(cap)
             run = await self.s.load.measure(cap)
             self.s.sampler.label(cap, "settle")
-            rows = self.s.sampler.drain()
+            rows = relabel_outside(self.s.sampler.drain(), run.power_windows)
         row = cap_row(
             cap_w=cap,
             load_mode=self.s.plan.load_mode,
@@ -134,6 +134,8 @@ class ClockLoop:
             settle_s=settle_s,
             window_s=run.window_s,
             tps=run.tps or None,
+            windows=run.power_windows or None,
+            busy_gpus=self.s._busy_gpus,
             extra={"reason": reason, **locks, **run.extra},
             error="; ".join(run.errors),
             status="ok" if rejection is None else "rejected",
