@@ -80,7 +80,7 @@ def build_report(
     curve = analysis.load_curve(path)
     if is_clock_curve(curve.caps):
         return _build_clock_report(
-            curve, out_dir, charts, formats, title, write_analysis, max_tps_loss_pct
+            curve, out_dir, charts, formats, title, write_analysis, max_tps_loss_pct, on_analysis
         )
     result = analysis.analyze(
         curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
@@ -128,18 +128,23 @@ def _build_clock_report(
     title: str | None,
     write_analysis: bool,
     max_tps_loss_pct: float,
+    on_analysis: Callable[[Report], None] | None = None,
 ) -> Report:
     """The derived outputs of a clock-lock sweep (or a bare clock caps.csv)."""
     result = analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct)
+    report = Report(result, render_clock_summary(curve, result), ())
+    if on_analysis is not None:
+        on_analysis(report)
     target = out_dir or curve.out_dir
     written: list[Path] = []
-    if write_analysis:
-        written += write_clock_outputs(curve, result, target)
-    if charts:
-        written += plots.render_clock_charts(
-            result, target / "charts", formats=formats, title=title
-        )
-    return Report(result, render_clock_summary(curve, result), tuple(written))
+    with writing_into(target, given=out_dir is not None):
+        if write_analysis:
+            written += write_clock_outputs(curve, result, target)
+        if charts:
+            written += plots.render_clock_charts(
+                result, target / "charts", formats=formats, title=title
+            )
+    return Report(report.analysis, report.summary, tuple(written))
 
 
 @dataclass(frozen=True)
