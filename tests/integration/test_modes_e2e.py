@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from powersweep.cli import rigs
 from powersweep.cli.rigs import build_rig
-from powersweep.sim import server as sim_server
 from powersweep.sim.server import SimServer
 from powersweep.sweep.loads.prompts import CODE_MAX_TOKENS, NARRATIVE_MAX_TOKENS
 from powersweep.sweep.options import SweepOptions
@@ -238,7 +238,7 @@ def test_reasoning_tokens_count_like_content(
 ) -> None:
     # Only these two flavours think despite the client's enable_thinking=false: Ollama ignores
     # the switch, the strict plain server refuses it (422) and the client drops it.
-    monkeypatch.setattr(sim_server, "SimServer", _Reasoning)
+    monkeypatch.setattr(rigs, "SimServer", _Reasoning)  # the composition root builds it
     monkeypatch.setattr(_Reasoning, "made", [])
     options = SweepOptions(
         cooling="air",
