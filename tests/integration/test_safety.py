@@ -75,11 +75,20 @@ def _caps_rows(out: Path) -> int:
     return max(0, len(runs[0].read_text().splitlines()) - 1)
 
 
-def _one_random_signal(tmp: Path, sig: signal.Signals, delay_s: float) -> dict[str, Any]:
+def _one_random_signal(
+    tmp: Path, sig: signal.Signals, delay_s: float, after_start: bool = False
+) -> dict[str, Any]:
+    """One sweep, one signal: ``delay_s`` after launch, or after the sweep's first change (its
+    journal appears) when ``after_start`` (so a slow start-up cannot make every signal early)."""
     state, out, state_dir, env = _rig(tmp)
     proc = _popen(
         ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST], env
     )
+    if after_start:
+        deadline = time.monotonic() + 60
+        journal = state_dir / "journal.json"
+        while not journal.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
     time.sleep(delay_s)
     proc.send_signal(sig)
     try:
@@ -106,9 +115,17 @@ def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: 
         for i in range(20)
     ]
     delays = [rng.uniform(0.2, 3.0) for _ in jobs]
+    # every fourth signal counts from the sweep's start, so some always land mid-sweep
+    starts = [i % 4 == 3 for i in range(len(jobs))]
+    for i, after in enumerate(starts):
+        if after:
+            delays[i] = rng.uniform(0.0, 0.3)
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(
-            pool.map(lambda a: _one_random_signal(*a[0], a[1]), zip(jobs, delays, strict=True))
+            pool.map(
+                lambda a: _one_random_signal(*a[0], a[1], a[2]),
+                zip(jobs, delays, starts, strict=True),
+            )
         )
     interrupted_mid_sweep = 0
     for r in results:
@@ -135,7 +152,8 @@ def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: 
             assert meta["status"] in ("running", "complete") and (
                 meta["status"] == "complete" or not caps
             ), what
-    # start-up takes 1-2 s on a loaded machine, so some signals land before the sweep starts
+    # start-up takes 1-2 s on a loaded machine, so some timed signals land before the sweep
+    # starts; the five counted from the start land in it
     assert interrupted_mid_sweep >= 3
 
 
