@@ -58,6 +58,8 @@ WARN_BAD_EVENTS = "bad_events"  # some stream events were not JSON
 WARN_PACKED_CHUNKS = "packed_chunks"  # fewer token chunks than the server's token count
 WARN_EXTRA_CHUNKS = "extra_chunks"  # more token chunks than the server's token count
 WARN_IGNORED_MAX_TOKENS = "ignored_max_tokens"  # generated more tokens than max_tokens
+WARN_USAGE_UNTRUSTED = "usage_untrusted"  # a token count the streamed text cannot hold
+WARN_SERVER_BUSY = "server_busy"  # HTTP 429/503 answered first, retried honouring Retry-After
 REQUEST_WARNING_CODES: tuple[str, ...] = (
     WARN_NOT_STREAMED,
     WARN_NO_USAGE,
@@ -66,6 +68,8 @@ REQUEST_WARNING_CODES: tuple[str, ...] = (
     WARN_PACKED_CHUNKS,
     WARN_EXTRA_CHUNKS,
     WARN_IGNORED_MAX_TOKENS,
+    WARN_USAGE_UNTRUSTED,
+    WARN_SERVER_BUSY,
 )
 CAPS_COLUMNS = (
     "cap_w",

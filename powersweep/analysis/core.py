@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import structure
+from powersweep.analysis import structure, trust
 from powersweep.analysis.load import Curve
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.analysis.structure import CapPoint, Region
@@ -101,6 +101,7 @@ def analyze(
     findings += _status_findings(caps)
     result["server_rates"] = server_rates(curve.requests)
     findings += warning_findings(curve.requests) + rate_findings(result["server_rates"])
+    findings += trust.input_findings(curve)  # issue 12: rows set aside, suspect caps, faults
     if not points:
         findings.append(
             _finding(
@@ -688,7 +689,13 @@ def _tick_power(
 
 
 def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
-    bad = caps.filter(pl.col("status") != "ok")
+    # suspect/implausible rows and caps re-measured successfully are trust's findings
+    remeasured = caps.filter(pl.col("status") == "ok")["cap_w"]
+    bad = caps.filter(
+        (pl.col("status") != "ok")
+        & ~pl.col("status").is_in(list(trust.OWN_STATUSES))
+        & ~pl.col("cap_w").is_in(remeasured.to_list())
+    )
     if bad.height == 0:
         return []
     parts = []

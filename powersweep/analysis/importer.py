@@ -47,7 +47,8 @@ def import_summary(md_path: Path) -> pl.DataFrame:
             and a TPS column, or no row with a cap.
     """
     try:
-        text = Path(md_path).read_text(encoding="utf-8", errors="replace")
+        # utf-8-sig: a BOM from a Windows editor would glue itself to the first header cell
+        text = Path(md_path).read_text(encoding="utf-8-sig", errors="replace")
     except OSError as exc:
         raise UsageError(f"{md_path}: cannot read: {exc.strerror or exc}") from exc
 

@@ -27,6 +27,13 @@ from powersweep.runformat import (
 
 METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")
 
+# Plausible draw of one card, W: anything outside is a broken reading or a unit mix-up.
+MIN_PLAUSIBLE_W = 1.0
+MAX_PLAUSIBLE_W = 5000.0
+IMPLAUSIBLE = "implausible"
+# The caps.csv line each row came from (the header is line 1).
+SOURCE_LINE = "source_line"
+
 # Cells that mean "not measured" besides an empty one (tolerated in hand-made files).
 _MISSING_TOKENS = frozenset({"", "nan", "none", "null", "na", "n/a", "?", "-", "—"})
 
@@ -93,7 +100,7 @@ def load_curve(path: Path) -> Curve:
         if run_dir and (run_dir / "run.json").is_file()
         else None
     )
-    caps, metric = _read_caps(caps_path)
+    caps, metric = _read_caps(caps_path, notes)
     samples = requests = None
     if run_dir is not None:
         samples = _read_optional(run_dir / "samples.csv", SAMPLES_FLOAT_COLUMNS, notes)
@@ -149,14 +156,28 @@ def _read_run_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_text_csv(path: Path) -> pl.DataFrame:
-    """Read a CSV with every column as text, mapping parse failures to UsageError."""
+def _read_text_csv(path: Path, notes: list[str] | None = None) -> pl.DataFrame:
+    """Read a CSV with every column as text, mapping parse failures to UsageError.
+
+    A last row without its line end was cut short by a crash mid-write: it is dropped (its
+    cells may be half a number) and, when ``notes`` is given, the drop is noted.
+    """
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM from a spreadsheet export
     if not raw.strip():
         raise UsageError(f"{path}: empty file")
+    if not raw.endswith((b"\n", b"\r")) and b"\n" in raw.strip():
+        cut = raw.rfind(b"\n") + 1
+        partial = raw[cut:].decode("utf-8", errors="replace")
+        raw = raw[:cut]
+        if notes is not None:
+            notes.append(
+                f"{path.name}: the last row was cut short (no line end; the run was interrupted "
+                f"mid-write) and is ignored: {partial[:60]!r}"
+            )
     try:
         df = pl.read_csv(raw, infer_schema=False)
     except pl.exceptions.PolarsError as exc:
@@ -200,8 +221,8 @@ def _to_floats(path: Path, df: pl.DataFrame, columns: Sequence[str]) -> dict[str
     return {column: out.get_column(column) for column in present}
 
 
-def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
-    df = _read_text_csv(path)
+def _read_caps(path: Path, notes: list[str] | None = None) -> tuple[pl.DataFrame, str]:
+    df = _read_text_csv(path, notes)
     # A clock-lock curve is keyed by its locks; its cap_w (the limit in force) may be absent.
     clocks = any(c in df.columns for c in CLOCK_LOCK_COLUMNS)
     missing = [
@@ -236,6 +257,12 @@ def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
     )
     columns.append(pl.Series("status", status, dtype=pl.String))
     columns.append(pl.Series("error", error, dtype=pl.String))
+    # Line numbers count the header as line 1 (findings name the rows they ignore).
+    columns.append(pl.Series(SOURCE_LINE, range(2, df.height + 2), dtype=pl.Int64))
+    # blank lines are no rows: they need no note
+    blank = df.select(
+        pl.all_horizontal(pl.all().is_null() | (pl.all().str.strip_chars() == "")).alias("b")
+    )["b"]
     caps = pl.DataFrame(columns)
     clocks = (
         clocks
@@ -244,14 +271,23 @@ def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
         ).item()
     )
     if not clocks:
-        caps = caps.filter(pl.col("cap_w").is_not_null())
+        no_cap = caps.filter(
+            (pl.col("cap_w").is_null() | ~pl.col("cap_w").is_finite()) & ~pl.lit(blank)
+        )
+        caps = caps.filter(pl.col("cap_w").is_not_null() & pl.col("cap_w").is_finite())
         if caps.height == 0:
             raise UsageError(f"{path}: no row has a numeric cap_w")
+        if no_cap.height and notes is not None:
+            lines = ", ".join(str(n) for n in no_cap[SOURCE_LINE].to_list()[:10])
+            notes.append(
+                f"{path.name}: {no_cap.height} row(s) without a finite cap_w ignored (line {lines})"
+            )
     if caps.filter(pl.col("cap_w") <= 0).height:
         raise UsageError(f"{path}: cap_w must be positive watts")
     caps = caps.with_columns(pl.col("n_gpus").fill_null(1.0))
     if not clocks:
         caps = caps.sort("cap_w", maintain_order=True)
+    caps = _mark_implausible(caps)
 
     metric = _pick_metric(caps)
     if metric is None:
@@ -259,6 +295,30 @@ def _read_caps(path: Path) -> tuple[pl.DataFrame, str]:
             f"{path}: no row has a numeric cap_w, a positive power_w and narr_tps or prefill_tps"
         )
     return caps, metric
+
+
+def _mark_implausible(caps: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose draw no card can show (under 1 W or over 5 kW per card) get status
+    ``implausible``: a unit mix-up or a broken reading must not become the sweet spot."""
+    per_card = pl.col("power_w") / pl.col("n_gpus").clip(lower_bound=1.0)
+    bad = (
+        (pl.col("status") == "ok")
+        & pl.col("power_w").is_finite()
+        & (pl.col("power_w") > 0)
+        & ((per_card < MIN_PLAUSIBLE_W) | (per_card > MAX_PLAUSIBLE_W))
+    )
+    return caps.with_columns(
+        pl.when(bad).then(pl.lit(IMPLAUSIBLE)).otherwise(pl.col("status")).alias("status"),
+        pl.when(bad)
+        .then(
+            pl.format(
+                "draw {} W per card is implausible (under 1 W or over 5 kW)",
+                per_card.round(3),
+            )
+        )
+        .otherwise(pl.col("error"))
+        .alias("error"),
+    )
 
 
 def _pick_metric(caps: pl.DataFrame) -> str | None:
@@ -282,7 +342,7 @@ def _read_optional(
     if not path.is_file():
         return None
     try:
-        df = _read_text_csv(path)
+        df = _read_text_csv(path, notes)
         return df.with_columns(list(_to_floats(path, df, float_columns).values()))
     except UsageError as exc:
         notes.append(f"{path.name} ignored: {exc}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,17 @@ def render_summary(curve: Curve, analysis: dict[str, Any]) -> str:
     return text
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    """Write a temporary file beside ``path`` and rename it: never half a file."""
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def write_outputs(curve: Curve, analysis: dict[str, Any], out_dir: Path) -> list[Path]:
     """Write analysis.json and summary.md into ``out_dir``.
 
@@ -87,10 +100,8 @@ def write_outputs(curve: Curve, analysis: dict[str, Any], out_dir: Path) -> list
     md_path = out_dir / "summary.md"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(
-            json.dumps(analysis, indent=2, allow_nan=False) + "\n", encoding="utf-8"
-        )
-        md_path.write_text(render_summary(curve, analysis), encoding="utf-8")
+        _write_atomic(json_path, json.dumps(analysis, indent=2, allow_nan=False) + "\n")
+        _write_atomic(md_path, render_summary(curve, analysis))
     except OSError as exc:
         raise PowersweepError(
             f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"

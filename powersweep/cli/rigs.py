@@ -19,6 +19,7 @@ from typing import Any
 
 from powersweep.clock import ScaledClock, real_clock
 from powersweep.errors import UsageError
+from powersweep.sim.faults import parse_fault
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.rig import SimRig, clock_ground_truth, ground_truth
@@ -80,6 +81,7 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             serving=options.sim_serving_gpus,
         )
     served = options.url is None
+    fault = parse_fault(options.sim_fault) if options.sim_fault else None
 
     @contextlib.contextmanager
     def serve() -> Iterator[str | None]:
@@ -97,6 +99,8 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             reasoning_tokens=options.sim_reasoning_tokens,
             tokens_per_chunk=options.sim_tokens_per_chunk,
             ignore_max_tokens=options.sim_ignore_max_tokens,
+            fault=fault,
+            current_cap_w=lambda: sim.gpu(0).envelope().current_w,
         ) as server:
             yield server.url
 

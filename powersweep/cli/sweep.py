@@ -34,6 +34,8 @@ SERVER = "Server"
 SAFETY = "Safety"
 OUTPUT = "Output"
 SIMULATION = "Simulation"
+# Exit code of a run that ended but measured too few caps to answer.
+PARTIAL_EXIT = 3
 
 
 def parse_concurrency(text: str | None) -> int | None:
@@ -318,6 +320,11 @@ SimNodeOpt = Annotated[
     ),
 ]
 
+SimFaultOpt = Annotated[
+    str | None,
+    typer.Option(hidden=True, help="Simulation: the server misbehaves (see sim/faults.py)."),
+]
+
 SimHideNumCtxOpt = Annotated[
     bool,
     typer.Option(
@@ -441,6 +448,7 @@ def sweep_command(
     sim_tokens_per_chunk: SimTokensPerChunkOpt = 1,
     sim_ignore_max_tokens: SimIgnoreMaxTokensOpt = False,
     sim_serving_gpus: SimServingGpusOpt = None,
+    sim_fault: SimFaultOpt = None,
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -502,6 +510,7 @@ def sweep_command(
         sim_tokens_per_chunk=sim_tokens_per_chunk,
         sim_ignore_max_tokens=sim_ignore_max_tokens,
         sim_serving_gpus=parse_gpus(sim_serving_gpus),
+        sim_fault=sim_fault,
     )
     if dry_run:
         _print_dry_run(options)
@@ -555,6 +564,7 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
 
 
 def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
@@ -565,10 +575,20 @@ def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
         typer.Exit: Interrupted by a signal (exit 128 + signal).
     """
     from powersweep.cli.rigs import build_rig
+    from powersweep.sweep.driver import SweepInterrupted, raise_on_signals
     from powersweep.sweep.records.ownership import hand_over, invoking_user
     from powersweep.sweep.session import run_session
 
     bar = _Progress(quiet)
+    printed: list[bool] = []
+
+    def on_restored(restored: Any) -> None:
+        # Called while signals are ignored, right after the restore: a second Ctrl-C cannot
+        # hide what was put back.
+        bar.close()
+        _print_restored(restored)
+        printed.append(True)
+
     try:
         result = run_session(
             options,
@@ -577,19 +597,23 @@ def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
             warn=warn,
             on_plan=bar.on_plan,
             on_points=bar.on_points,
+            on_restored=on_restored,
         )
     finally:
         bar.close()
     outcome = result.outcome
-    for r in outcome.restored:
-        if r.get("limit_w") is not None:
-            state = "restored" if r["ok"] else "NOT restored"
-            info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
-        if r.get("clocks"):
-            info(f"GPU {r['gpu_index']}: {r['clocks']}")
+    if not printed:
+        _print_restored(outcome.restored)
     try:
         if outcome.caps_done:
-            _finish_report(result.run_dir, charts=charts)
+            with raise_on_signals():
+                _finish_report(result.run_dir, charts=charts)
+    except SweepInterrupted as exc:
+        info(
+            f"{exc} while writing the report: the limits were already restored and the run is "
+            f"kept; `powersweep analyze {result.run_dir}` writes the report again"
+        )
+        raise typer.Exit(exc.exit_code) from None
     finally:
         if is_root():
             # under sudo the run belongs to the user who typed sudo, not to root
@@ -601,14 +625,30 @@ def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
         raise typer.Exit(128 + signum)
     if outcome.status == "failed":
         raise PowersweepError(f"{outcome.error} (partial run in {result.run_dir})")
+    if outcome.status == "partial":
+        raise PowersweepError(
+            f"partial run: {outcome.error} (kept in {result.run_dir})", exit_code=PARTIAL_EXIT
+        )
     info(f"done: {result.run_dir}")
+
+
+def _print_restored(restored: Any) -> None:
+    for r in restored:
+        if r.get("limit_w") is not None:
+            state = "restored" if r["ok"] else "NOT restored"
+            info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
+        if r.get("clocks"):
+            info(f"GPU {r['gpu_index']}: {r['clocks']}")
 
 
 def _finish_report(run_dir: Path, *, charts: bool) -> None:
     from powersweep.report import build_report
+    from powersweep.sweep.driver import SweepInterrupted
 
     try:
         report = build_report(run_dir, charts=charts)
+    except SweepInterrupted:
+        raise
     except PowersweepError as exc:
         warn(f"could not analyse the run: {exc}")
         return

@@ -6,6 +6,8 @@ inside :func:`style`, so the user's matplotlib configuration and global state st
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,10 +129,17 @@ def save_figure(fig: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:
         metadata: dict[str, Any] = {"Software": None} if fmt == "png" else {"Date": None}
         if fmt == "svg":
             metadata["Creator"] = None
+        # Drawn into a temporary file and renamed: a signal or a full disk mid-write leaves
+        # the previous chart or none, never half a file.
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
         try:
             with style():
-                fig.savefig(path, format=fmt, dpi=DPI, metadata=metadata)
+                fig.savefig(tmp, format=fmt, dpi=DPI, metadata=metadata)
+            os.replace(tmp, path)
         except OSError as exc:
             raise PowersweepError(f"cannot write chart {path}: {exc.strerror or exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         paths.append(path)
     return paths

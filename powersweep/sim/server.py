@@ -16,6 +16,8 @@ Flavours imitate the quirks of real engines that the client must survive:
 - ``plain``: no usage in streams, no extras, ``event:`` lines, reasoning in both ``reasoning`` and
   ``reasoning_content`` at once, and it refuses ``chat_template_kwargs`` with 422 (a strict server).
 
+Any flavour can also misbehave on purpose (:mod:`powersweep.sim.faults`).
+
 Engine methods are called from the server thread: a :class:`SimEngine` shared with the driver
 must be thread-safe.
 """
@@ -31,7 +33,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +44,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from powersweep.sim import faults
 from powersweep.sim.engine import SimEngine
+from powersweep.sim.faults import ServerFault
 
 FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
 
@@ -60,6 +64,7 @@ _PING_EVERY = 7
 _EVENT_LINE_EVERY = 5
 # What /v1/models meta.n_ctx_train claims (a trap: not the context the server runs with).
 _N_CTX_TRAIN = 131072
+_MAX_TEXT_TOKENS = 8192
 
 _PROSE = (
     "the power limit sets how much energy the card may draw while tokens flow and the clocks "
@@ -112,6 +117,10 @@ class _Plan:
     # Run time the request arrived: the prefill clock starts then, so the simulator's own
     # parsing and tokenizing (wall time, scaled up by the time scale) does not slow it down.
     arrived_s: float = math.nan
+    # The injected fault this request meets (a :data:`faults.FAULT_KINDS` member), if any.
+    fault: str | None = None
+    # Decode this many times slower than the engine says (a fault on one prompt).
+    slow_factor: float = 1.0
 
 
 class _WatchedResponse(Response):
@@ -185,6 +194,8 @@ class SimServer:
             under load); counting events as tokens then reads low by this factor.
         ignore_max_tokens: Generate more tokens than ``max_tokens`` asks for (as a server that
             ignores the limit does).
+        fault: A misbehaviour to inject (:mod:`powersweep.sim.faults`).
+        current_cap_w: The card's cap now (for a fault limited to one cap).
     """
 
     def __init__(
@@ -202,6 +213,8 @@ class SimServer:
         hide_num_ctx: bool = False,
         tokens_per_chunk: int = 1,
         ignore_max_tokens: bool = False,
+        fault: ServerFault | None = None,
+        current_cap_w: Callable[[], float] | None = None,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
@@ -219,6 +232,11 @@ class SimServer:
         self.hide_num_ctx = hide_num_ctx
         self.tokens_per_chunk = max(1, tokens_per_chunk)
         self.ignore_max_tokens = ignore_max_tokens
+        self.fault = fault
+        self._current_cap_w = current_cap_w
+        self._fault_spent = False
+        self._visit_over = False
+        self._busy_left = faults.BUSY_ANSWERS
         self.requests_processing = 0
         self.requests_deferred = 0
         self.requests_total = 0
@@ -435,6 +453,13 @@ class SimServer:
         arrived_s = self.engine.clock.now()
         if self.http_error is not None:
             return _error(self.http_error, f"simulated HTTP {self.http_error}", "server_error")
+        fault = self._fault_now()
+        if fault == "busy" and self._busy_left > 0:
+            self._busy_left -= 1
+            response = _error(503, "Loading model", "unavailable_error")
+            # one run second, told in wall seconds as a client waits them
+            response.headers["Retry-After"] = f"{1.0 / self.engine.clock.scale:.4g}"
+            return response
         body = await _json_or_none(request)
         if not isinstance(body, dict):
             return _error(400, "request body is not a JSON object", "invalid_request_error")
@@ -453,6 +478,9 @@ class SimServer:
         if not isinstance(messages, list) or not messages:
             return _error(400, "'messages' must be a non-empty list", "invalid_request_error")
         prompt_tokens = sum(count_prompt_tokens(_message_text(m)) for m in messages)
+        slow_factor = 1.0
+        if fault == "slow-code" and any("Python" in _message_text(m) for m in messages):
+            slow_factor = faults.SLOW_CODE_FACTOR
         limit = self._limit(body)
         if limit is None:
             return _error(400, "max_tokens must be a positive integer", "invalid_request_error")
@@ -474,15 +502,33 @@ class SimServer:
         plan = _Plan(
             request_no=self.requests_total,
             prompt_tokens=prompt_tokens,
-            completion_tokens=limit,
+            completion_tokens=faults.ENDLESS_TOKENS if fault == "endless" else limit,
             reasoning_tokens=0 if thinking_off else min(self.reasoning_tokens, limit),
             stream=body.get("stream") is True,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
             arrived_s=arrived_s,
+            fault=fault,
+            slow_factor=slow_factor,
         )
         if plan.stream:
             return _WatchedResponse(self._sse(plan), "text/event-stream")
         return _WatchedResponse(self._whole(plan), "application/json")
+
+    def _fault_now(self) -> str | None:
+        """The fault the request arriving now meets (None: it is served normally)."""
+        f = self.fault
+        if f is None or (f.once and self._fault_spent):
+            return None
+        if f.at_cap_w is not None:
+            cap = self._current_cap_w() if self._current_cap_w is not None else math.nan
+            if not abs(cap - f.at_cap_w) < 0.5:
+                if self._fault_spent:
+                    self._visit_over = True  # the card left the cap after its first visit
+                return None
+            if f.first_visit and self._visit_over:
+                return None
+        self._fault_spent = True
+        return f.kind
 
     def _limit(self, body: dict[str, Any]) -> int | None:
         values = {k: body.get(k) for k in ("max_tokens", "max_completion_tokens")}
@@ -551,6 +597,8 @@ class SimServer:
                 await slot.acquire()
         self.requests_processing += 1
         try:
+            if plan.fault == "slow":
+                await clock.asleep(faults.SLOW_FIRST_TOKEN_S)
             engine.work_started("prefill")
             try:
                 if plan.prompt_tokens > 0:
@@ -565,7 +613,7 @@ class SimServer:
                 n = plan.completion_tokens
                 # Absolute due times keep the long-run rate exact however the sleeps round.
                 min_sleep = _MIN_WALL_SLEEP_S * clock.scale
-                step = 1.0 / _positive(engine.decode_rate_tps())
+                step = plan.slow_factor / _positive(engine.decode_rate_tps())
                 due = clock.now() + step
                 i = 0
                 while i < n:
@@ -578,12 +626,20 @@ class SimServer:
                         burst.append(i)
                         i += 1
                         if i < n:
-                            step = 1.0 / _positive(engine.decode_rate_tps())
+                            step = plan.slow_factor / _positive(engine.decode_rate_tps())
                             due += step
                     if burst:
                         progress.last_token_s = now
                         self.tokens_generated += len(burst)
                         yield burst
+                    if plan.fault == "stall" and i - len(burst) < faults.STALL_AFTER_TOKENS <= i:
+                        # a stalled server: nothing flows and the GPU idles meanwhile
+                        engine.work_finished("decode")
+                        try:
+                            await clock.asleep(faults.STALL_S)
+                        finally:
+                            engine.work_started("decode")
+                        due = clock.now() + step
             finally:
                 engine.work_finished("decode")
         finally:
@@ -594,7 +650,10 @@ class SimServer:
     def _texts(self, plan: _Plan) -> list[str]:
         rng = random.Random(self.seed * 1_000_003 + plan.request_no)
         out: list[str] = []
-        for i in range(plan.completion_tokens):
+        # An endless stream repeats its text: building 100k words would cost wall time that the
+        # time scale turns into minutes of prefill.
+        n = min(plan.completion_tokens, _MAX_TEXT_TOKENS)
+        for i in range(n):
             words = _REASON_WORDS if i < plan.reasoning_tokens else _WORDS
             first = i == 0 or i == plan.reasoning_tokens
             word = rng.choice(words)
@@ -602,6 +661,8 @@ class SimServer:
         return out
 
     def _delta(self, plan: _Plan, i: int, text: str) -> dict[str, Any]:
+        if plan.fault == "no-tokens":
+            return {"text": text}
         if i >= plan.reasoning_tokens:
             return {"content": text}
         if self.flavour == "ollama":
@@ -622,6 +683,8 @@ class SimServer:
         return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
     def _usage(self, plan: _Plan, n: int) -> dict[str, Any]:
+        if plan.fault == "inflated-usage":
+            n *= faults.INFLATE_FACTOR
         return {
             "prompt_tokens": plan.prompt_tokens,
             "completion_tokens": n,
@@ -653,7 +716,7 @@ class SimServer:
         def flush() -> bytes:
             if not pending:
                 return b""
-            text = "".join(texts[j] for j in pending)
+            text = "".join(texts[j % len(texts)] for j in pending)
             delta = self._delta(plan, pending[0], text)
             pending.clear()
             return self._chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
@@ -671,6 +734,11 @@ class SimServer:
                             "type": "server_error",
                         }
                         yield out + b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+                        return
+                    if plan.fault == "long-line" and sent >= faults.LONG_LINE_AFTER_TOKENS:
+                        yield out
+                        async for part in _endless_line():
+                            yield part
                         return
                     if self.flavour == "llamacpp" and i % _PING_EVERY == _PING_EVERY - 1:
                         out += b": ping\n\n"
@@ -697,6 +765,9 @@ class SimServer:
         yield self._chunk(plan, [final], **({} if with_usage else extra))
         if with_usage:
             yield self._chunk(plan, [], usage=self._usage(plan, sent), **extra)
+        if plan.fault == "no-done":
+            # holds the socket: the watched response cancels this when the client hangs up
+            await asyncio.sleep(3600)
         yield b"data: [DONE]\n\n"
 
     async def _whole(self, plan: _Plan) -> AsyncGenerator[bytes, None]:
@@ -724,6 +795,13 @@ class SimServer:
         if self.flavour == "llamacpp":
             payload["timings"] = self._timings(plan, n, progress.prefill_s, progress.decode_s)
         yield json.dumps(payload).encode()
+
+
+async def _endless_line() -> AsyncGenerator[bytes, None]:
+    yield b'data: {"choices": [{"delta": {"content": "'
+    while True:
+        await asyncio.sleep(0.001)
+        yield b"x" * 65536
 
 
 def _positive(rate: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -22,7 +23,13 @@ from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.clock_loop import ClockLoop
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.loads.base import ChatApi, Load, LoadRun, warmup
+from powersweep.sweep.loads.base import (
+    ChatApi,
+    Load,
+    LoadRun,
+    request_budget_s,
+    warmup,
+)
 from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.prompts import NARRATIVE_MAX_TOKENS, NARRATIVE_PROMPT
 from powersweep.sweep.loads.single import DecodeSingle
@@ -35,13 +42,22 @@ from powersweep.sweep.planning.strategy import (
     coarse_order,
     plan_order,
 )
-from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu
+from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
+from powersweep.sweep.sampling.consistency import (
+    min_gap_s,
+    ratio_reason,
+    stall_reason,
+    tps_ratio,
+)
 from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
+from powersweep.sweep.verdict import FaultLog, judge
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Phase / prompt kind given to a measurement that was discarded and taken again.
+DISCARDED = "discarded"
 
 _T = TypeVar("_T")
 
@@ -113,7 +129,8 @@ class SweepOutcome:
     """How a sweep ended.
 
     Attributes:
-        status: ``complete``, ``interrupted`` or ``failed``.
+        status: ``complete``, ``partial`` (too few caps succeeded to answer), ``interrupted`` or
+            ``failed``.
         error: One-line reason when not complete.
         signum: The signal that interrupted it, if any.
         caps_done: Caps that finished (any status).
@@ -159,6 +176,9 @@ class Sweep:
             may serve the model too (a warning says so).
         busy_gpus: Indices of the set's GPUs that serve the model: their utilization marks a
             tick as loaded (None: every GPU of the set).
+        on_restored: Called with what was restored as soon as it is back, while signals are
+            still ignored (so a second Ctrl-C cannot hide it).
+        earlier_status: Status of each cap a resumed run finished before (default ``ok``).
     """
 
     def __init__(
@@ -182,6 +202,8 @@ class Sweep:
         points_already_done: Sequence[SweepPoint] = (),
         watch: Sequence[Gpu] = (),
         busy_gpus: Sequence[int] | None = None,
+        on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+        earlier_status: Mapping[float, str] | None = None,
     ) -> None:
         self.plan = plan
         self._watch = list(watch)
@@ -213,6 +235,15 @@ class Sweep:
         self._journal_written = False
         self._points_done = list(points_already_done)
         self.locker = ClockLocker(self.gpus, warn) if plan.points else None
+        self._on_restored = on_restored
+        # Final status of each cap this run knows (a re-try replaces a failure).
+        # keyed by (cap, SM lock, memory lock): the points of a clock sweep share one cap
+        self._cap_status: dict[tuple[float, Any, Any], str] = {
+            (c, None, None): (earlier_status or {}).get(c, "ok") for c in caps_already_done
+        }
+        # code/narrative rate ratio of each cap measured ok: a disturbed cap stands out
+        self._ratio_by_cap: dict[float, float] = {}
+        self._faults = FaultLog(cuts_expected=plan.load_mode == "decode-concurrent")
 
     # --- public -------------------------------------------------------------------------------
 
@@ -243,7 +274,11 @@ class Sweep:
                 self.sampler.stop()
                 self._flush_samples()
                 restored = self._restore()
-                self._close_journal(restored)
+                if self._on_restored is not None:
+                    with contextlib.suppress(Exception):
+                        self._on_restored(restored)
+                if status == "complete":
+                    status, error = judge(self._cap_status.values())
                 self.meta.update(
                     status=status,
                     error=error,
@@ -251,9 +286,24 @@ class Sweep:
                     caps_done=list(self._caps_done),
                     restored=list(restored),
                     read_errors=self.sampler.read_errors,
+                    faults=self._faults.to_list(),
                 )
-                self.writer.write_run_json(self.meta)
+                record_error = self._write_final_record()
+                self._close_journal(restored, record_error)
+        if record_error:
+            status = "failed" if status == "complete" else status
+            error = "; ".join(e for e in (error, record_error) if e)
         return SweepOutcome(status, error, self._signum, tuple(self._caps_done), tuple(restored))
+
+    def _write_final_record(self) -> str | None:
+        """Write the final run.json; the reason when it cannot be written (never raises)."""
+        try:
+            self.writer.write_run_json(self.meta)
+        except PowersweepError as exc:
+            return str(exc)
+        except Exception as exc:  # the outcome must still reach the user
+            return f"cannot write run.json: {type(exc).__name__}: {exc}"
+        return None
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -274,10 +324,11 @@ class Sweep:
                 for g in self.gpus
             ),
             pid=os.getpid(),
+            pid_start=process_start(os.getpid()),
             created_at=utc_now_iso(),
             run_dir=str(self.writer.path.resolve()),
         )
-        self.journal.write(entry)
+        self.journal.claim(entry)
         self._journal_written = True
 
     def _journal_locks(self, index: int) -> dict[str, Any]:
@@ -291,11 +342,35 @@ class Sweep:
             "locks_known": orig.known,
         }
 
-    def _close_journal(self, restored: Sequence[Mapping[str, Any]]) -> None:
-        """Remove the journal once nothing is left to restore; keep it when a restore failed."""
+    def _close_journal(
+        self, restored: Sequence[Mapping[str, Any]], record_error: str | None = None
+    ) -> None:
+        """Remove the journal once nothing is left to restore; keep it when a restore failed.
+
+        When the final run.json could not be written, the journal stays with the outcome in it:
+        it is then the only record that the limits came back.
+        """
         if self.journal is None or not self._journal_written:
             return
         failed = [r for r in restored if not r["ok"]]
+        if record_error and not failed:
+            try:
+                self.journal.record_outcome(
+                    {
+                        "status": self.meta.get("status"),
+                        "error": self.meta.get("error"),
+                        "ended_at": self.meta.get("ended_at"),
+                        "restored": list(restored),
+                        "record_error": record_error,
+                    }
+                )
+                self.warn(
+                    f"{record_error}; the outcome is kept in {self.journal.path} (the limits "
+                    "were restored)"
+                )
+                return
+            except PowersweepError as exc:
+                self.warn(str(exc))
         if failed:
             self.warn(
                 f"the original limits stay in {self.journal.path}: `powersweep restore` "
@@ -340,18 +415,47 @@ class Sweep:
         top = max(plan.caps_w)
         if self._set_cap(top) is None:
             if plan.warmup_requests > 0:
-                results = await self._warmup_watched(top)
-                self.writer.append_requests(top, results)
-                if not any(r.ok for r in results):
-                    first = next((r.error for r in results if r.error), "no request completed")
-                    raise PowersweepError(f"the server failed every warm-up request: {first}")
+                await self._warmup(top)
             await self._prepare(top)
         if plan.strategy == "adaptive":
             await self._measure_adaptive()
-            return
-        order = sorted(plan.caps_w, reverse=True)
-        for i, cap in enumerate(order):
-            await self._measure_cap(cap, i, len(order), "dense" if len(order) > 1 else "")
+        else:
+            order = sorted(plan.caps_w, reverse=True)
+            for i, cap in enumerate(order):
+                await self._measure_cap(cap, i, len(order), "dense" if len(order) > 1 else "")
+        await self._recheck_outliers()
+        await self._retry_failed_caps()
+
+    async def _warmup(self, cap: float) -> None:
+        """Warm up with time-bounded requests; a server too slow for the window is said so."""
+        budget = request_budget_s(self.plan.target_cap_s)
+        results = await self._warmup_watched(cap)
+        self.writer.append_requests(cap, results)
+        self._faults.requests(results)
+        if not any(r.ok for r in results):
+            first = next((r.error for r in results if r.error), "no request completed")
+            raise PowersweepError(f"the server failed every warm-up request: {first}")
+        if any(r.finish_reason == "deadline" for r in results):
+            self._faults.add(
+                "slow_requests", f"warm-up requests ran past {budget:g} s and were cut"
+            )
+            self.warn(
+                f"a warm-up request ran past {budget:g} s and was cut: the server is slow for a "
+                f"{self.plan.target_cap_s:g} s window; a longer --target-cap-seconds gives "
+                "steadier figures"
+            )
+
+    async def _retry_failed_caps(self) -> None:
+        """Measure each cap that failed once more, at the end of the sweep, before it is reported
+        failed (a server hiccup should not cost a cap)."""
+        failed = [
+            cap
+            for (cap, sm, mem), st in self._cap_status.items()
+            if st == "failed" and sm is None and mem is None
+        ]
+        for i, cap in enumerate(sorted(failed, reverse=True)):
+            self._faults.add("cap_retried", f"{cap:g} W failed and was measured again at the end")
+            await self._measure_cap(cap, i, len(failed), "retry")
 
     async def _prepare(self, cap: float) -> None:
         """Probe or calibrate the load once, at the highest cap (or re-apply a resumed set-up)."""
@@ -374,7 +478,14 @@ class Sweep:
     async def _warmup_watched(self, top: float) -> list[Any]:
         """The warm-up, while the GPUs outside the set are read for a utilization rise."""
         if not self._watch:
-            return await warmup(self.client, self.sampler, top, self.plan.warmup_requests)
+            return await warmup(
+                self.client,
+                self.sampler,
+                top,
+                self.plan.warmup_requests,
+                clock=self.clock,
+                budget_s=request_budget_s(self.plan.target_cap_s),
+            )
         before = {g.index: g.read_sample().util_pct for g in self._watch}
         peaks = {i: math.nan for i in before}
 
@@ -388,7 +499,14 @@ class Sweep:
 
         watcher = asyncio.create_task(watch())
         try:
-            return await warmup(self.client, self.sampler, top, self.plan.warmup_requests)
+            return await warmup(
+                self.client,
+                self.sampler,
+                top,
+                self.plan.warmup_requests,
+                clock=self.clock,
+                budget_s=request_budget_s(self.plan.target_cap_s),
+            )
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -457,6 +575,36 @@ class Sweep:
             self._finish_cap(i, total, row, [], LoadRun())
             return row
         settle_s = await self._settle(cap)
+        run, rows, row = await self._measure_once(cap, settle_s, reason)
+        doubt = self._inconsistency(row, run)
+        if doubt:
+            # Measure once more; the doubtful attempt stays on record, marked discarded.
+            self._faults.add("remeasured", f"{cap:g} W: {doubt}")
+            self.warn(f"cap {cap:g} W: {doubt}; measuring it again")
+            self._discard(cap, rows, run)
+            run, rows, row = await self._measure_once(cap, settle_s, reason)
+            again = self._inconsistency(row, run)
+            if again:
+                self._faults.add("suspect", f"{cap:g} W: {again}")
+                row.update(status="suspect", error=f"measured twice, still inconsistent: {again}")
+        ratio = tps_ratio(row.get("narr_tps", math.nan), row.get("code_tps", math.nan))
+        self._ratio_by_cap.pop(cap, None)
+        if row["status"] == "ok" and math.isfinite(ratio):
+            self._ratio_by_cap[cap] = ratio
+        self._faults.requests(run.requests)
+        self._finish_cap(i, total, row, rows, run)
+        self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
+        if self._failed_in_a_row >= plan.max_failed_caps:
+            raise PowersweepError(
+                f"{self._failed_in_a_row} caps in a row failed (last: {row['error']}); "
+                "stopping — is the server still up?"
+            )
+        return row
+
+    async def _measure_once(
+        self, cap: float, settle_s: float, reason: str
+    ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
+        plan = self.plan
         run = await self.load.measure(cap)
         self.sampler.label(cap, "settle")
         rows = relabel_outside(self.sampler.drain(), run.power_windows)
@@ -474,14 +622,35 @@ class Sweep:
             extra={"reason": reason, **run.extra},
             error="; ".join(run.errors),
         )
-        self._finish_cap(i, total, row, rows, run)
-        self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
-        if self._failed_in_a_row >= plan.max_failed_caps:
-            raise PowersweepError(
-                f"{self._failed_in_a_row} caps in a row failed (last: {row['error']}); "
-                "stopping — is the server still up?"
-            )
-        return row
+        return run, rows, row
+
+    def _inconsistency(self, row: Mapping[str, Any], run: LoadRun) -> str:
+        """Why a measured cap cannot be trusted as it is (empty when it can)."""
+        if row["status"] != "ok":
+            return ""
+        shortest = min_gap_s(getattr(self.clock, "scale", 1.0))
+        others = [r for c, r in self._ratio_by_cap.items() if c != row["cap_w"]]
+        return stall_reason(run.requests, shortest) or ratio_reason(
+            row.get("narr_tps", math.nan), row.get("code_tps", math.nan), others
+        )
+
+    async def _recheck_outliers(self) -> None:
+        """Measure again each cap whose narrative/code ratio stands out from all the others:
+        a cap measured before enough others were known was judged against too few."""
+        outliers = [
+            c
+            for c, r in self._ratio_by_cap.items()
+            if ratio_reason(1.0, r, [x for k, x in self._ratio_by_cap.items() if k != c])
+        ]
+        for i, cap in enumerate(sorted(outliers, reverse=True)):
+            await self._measure_cap(cap, i, len(outliers), "recheck")
+
+    def _discard(self, cap: float, rows: Sequence[Any], run: LoadRun) -> None:
+        """Keep a discarded attempt's samples and requests, labelled so no figure uses them."""
+        self.writer.append_samples([_relabel(r, phase=DISCARDED) for r in rows])
+        self.writer.append_requests(
+            cap, [_relabel(r, prompt_kind=f"{DISCARDED}-{r.prompt_kind}") for r in run.requests]
+        )
 
     async def _settle(self, cap: float) -> float:
         """Wait until the card has adjusted to the new cap; return the run seconds waited."""
@@ -542,7 +711,10 @@ class Sweep:
         locks = (row.get("sm_lock_mhz"), row.get("mem_lock_mhz"))
         self.writer.append_requests(row["cap_w"], run.requests, locks)
         self.writer.append_cap(row)
-        self._caps_done.append(row["cap_w"])
+        key = (row["cap_w"], row.get("sm_lock_mhz"), row.get("mem_lock_mhz"))
+        self._cap_status[key] = row["status"]
+        if row["cap_w"] not in self._caps_done:
+            self._caps_done.append(row["cap_w"])
         self.meta["caps_done"] = list(self._caps_done)
         self.writer.write_run_json(self.meta)
         if self.progress:
@@ -596,6 +768,13 @@ class Sweep:
         return restored
 
 
+def _relabel(item: Any, **changes: str) -> Any:
+    # a test double need not be a dataclass: it then keeps its labels
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.replace(item, **changes)
+    return item
+
+
 def _reinstall(loop: asyncio.AbstractEventLoop, previous: Mapping[signal.Signals, Any]) -> None:
     # remove_signal_handler resets to SIG_DFL: put the handlers of the caller back
     for sig, handler in previous.items():
@@ -644,6 +823,14 @@ def raise_on_signals() -> Iterator[None]:
     in a clean exit (nothing is changed before the journal is written).
     """
     with _signals_raise():
+        yield
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP while limits are put back (a restore must not stop half
+    way through the cards)."""
+    with _signals_ignored():
         yield
 
 

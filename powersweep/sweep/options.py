@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import UsageError
-from powersweep.sweep.server.discovery import strip_credentials
+from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
 
 
 class Cooling(StrEnum):
@@ -76,6 +76,25 @@ DEFAULT_SIM_TIME_SCALE = 30.0
 # Many streams cost the one interpreter more CPU per run second, and a prefill's single long
 # wait weighs every millisecond of wall latency `scale` times: both run slower by default.
 SIM_TIME_SCALE_BY_MODE = {"decode-single": 30.0, "decode-concurrent": 15.0, "prefill-heavy": 15.0}
+# Streams one client (one interpreter, one connection pool) can drive and still measure: beyond
+# this, scheduling the streams costs more than the server's own time and Ctrl-C waits on them.
+MAX_STREAMS = 256
+# Caps one sweep may plan: a few hundred already take hours.
+MAX_PLANNED_CAPS = 300
+# Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
+_RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
+    ("--target-cap-seconds", "target_cap_seconds", 0.0, 3600.0, False),
+    ("--settle-seconds", "settle_seconds", 0.0, 600.0, True),
+    ("--sample-interval", "sample_interval_s", 0.01, 60.0, True),
+    ("--step-size", "step_size_w", 0.1, 1000.0, True),
+    ("--target-prefill-seconds", "target_prefill_seconds", 0.0, 600.0, False),
+    ("--warmup-requests", "warmup_requests", 0, 100, True),
+    ("--max-failed-caps", "max_failed_caps", 1, 1000, True),
+    ("--bench-runs", "bench_runs", 1, 50, True),
+    ("--max-concurrency-probe", "max_concurrency_probe", 1, MAX_STREAMS, True),
+    ("--concurrency-stretch", "concurrency_stretch", 0, MAX_STREAMS, True),
+    ("--sim-reasoning-tokens", "sim_reasoning_tokens", 0, 100_000, True),
+)
 
 
 @dataclass(frozen=True)
@@ -135,6 +154,7 @@ class SweepOptions:
     sim_tokens_per_chunk: int = 1
     sim_ignore_max_tokens: bool = False
     sim_serving_gpus: tuple[int, ...] | None = None
+    sim_fault: str | None = None
 
     @property
     def clock_axis(self) -> bool:
@@ -162,6 +182,41 @@ class SweepOptions:
         """True when a limit this sweep sets would outlive the process (real GPUs, or a
         simulated rig whose limits persist in ``--sim-state``)."""
         return self.changes_limits and (self.simulate is None or self.sim_state is not None)
+
+
+def _check_ranges(options: SweepOptions) -> None:
+    """Every numeric option finite and within a sane range (``inf`` would never end a cap)."""
+    for flag, attr, low, high, low_ok in _RANGES:
+        value = getattr(options, attr)
+        inside = low <= value <= high if low_ok else low < value <= high
+        if not (math.isfinite(value) and inside):
+            low_txt = f"{low:g} or more" if low_ok else f"more than {low:g}"
+            raise UsageError(f"{flag} must be {low_txt} and at most {high:g}, got {value:g}")
+    if options.concurrency is not None and options.concurrency > MAX_STREAMS:
+        raise UsageError(
+            f"--concurrency {options.concurrency} is more streams than one client can drive "
+            f"(at most {MAX_STREAMS})"
+        )
+    if options.time_scale is not None and not (
+        math.isfinite(options.time_scale) and 0 < options.time_scale <= 1000
+    ):
+        raise UsageError(
+            f"--time-scale must be more than 0 and at most 1000, got {options.time_scale:g}"
+        )
+    if options.load_target is not None and not math.isfinite(options.load_target):
+        raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
+    if options.caps is not None and len(options.caps) > MAX_PLANNED_CAPS:
+        raise UsageError(f"--caps lists {len(options.caps)} caps; at most {MAX_PLANNED_CAPS}")
+    if options.sim_rejects_below_w is not None and not (
+        math.isfinite(options.sim_rejects_below_w) and options.sim_rejects_below_w > 0
+    ):
+        raise UsageError("--sim-rejects-below takes a positive number of watts")
+    if options.sim_slots is not None and options.sim_slots > 4096:
+        raise UsageError("--sim-slots must be at most 4096")
+    if options.sim_context is not None and options.sim_context > 10_000_000:
+        raise UsageError("--sim-context must be at most 10000000 tokens")
+    if options.url is not None:
+        normalize_base_url(options.url)
 
 
 def validate(options: SweepOptions) -> None:
@@ -206,6 +261,7 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--sim-reasoning-tokens must be 0 or more")
     if options.sim_context is not None and options.sim_context < 256:
         raise UsageError("--sim-context must be at least 256 tokens")
+    _check_ranges(options)
     if options.load_mode != "decode-concurrent" and (
         options.concurrency is not None
         or options.bench_runs != 1
@@ -255,12 +311,15 @@ def validate(options: SweepOptions) -> None:
         or options.sim_node is not None
         or options.sim_mem_locks_refused
         or options.sim_sm_lock_ignored_below_mhz is not None
+        or options.sim_fault is not None
     ):
         raise UsageError("--sim-* options work only with --simulate")
     if options.sim_http_error is not None and not 400 <= options.sim_http_error <= 599:
         raise UsageError("--sim-http-error takes an HTTP error status (400-599)")
     if options.simulate is not None and options.url and options.sim_http_error is not None:
         raise UsageError("--sim-http-error needs the simulated server: drop --url")
+    if options.simulate is not None and options.url and options.sim_fault is not None:
+        raise UsageError("--sim-fault needs the simulated server: drop --url")
 
 
 def _validate_axis(options: SweepOptions) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
 from powersweep.sweep.gpu import Gpu, GpuBackend, GpuProcess, PowerEnvelope, SupportedClocks
-from powersweep.sweep.options import SweepOptions, validate
+from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions, validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
 from powersweep.sweep.planning.clocks import SweepPoint, measure_order, plan_clock_points
 from powersweep.sweep.records.journal import Journal, default_state_dir
@@ -121,9 +121,18 @@ def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None
                 + f" W); the run is labelled with the lowest, {currents[0]:g} W"
             )
         return [currents[0]]
-    if options.caps:
-        return clamp_caps(options.caps, envelope, warn)
-    return default_caps(envelope, options.step_size_w)
+    caps = (
+        clamp_caps(options.caps, envelope, warn)
+        if options.caps
+        else default_caps(envelope, options.step_size_w)
+    )
+    if len(caps) > MAX_PLANNED_CAPS:
+        raise UsageError(
+            f"--step-size {options.step_size_w:g} W plans {len(caps)} caps from "
+            f"{envelope.min_w:g} to {envelope.max_w:g} W; at most {MAX_PLANNED_CAPS} "
+            "(use a larger --step-size or --caps)"
+        )
+    return caps
 
 
 def plan_points(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ class ResumeState:
         caps_done: Caps already done.
         points_left: Clock points not yet done (a clock sweep; empty on the power axis).
         points_done: Clock points already done.
+        cap_status: The last status caps.csv holds for each cap done (a failed one is tried
+            again at the end of the resumed sweep; the run's status counts them all).
     """
 
     meta: dict[str, Any]
@@ -35,6 +38,7 @@ class ResumeState:
     caps_done: list[float]
     points_left: list[SweepPoint] = dataclasses.field(default_factory=list)
     points_done: list[SweepPoint] = dataclasses.field(default_factory=list)
+    cap_status: dict[float, str] = dataclasses.field(default_factory=dict)
 
 
 def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, dict[str, Any]]:
@@ -121,4 +125,24 @@ def prepare_resume(options: SweepOptions, meta: dict[str, Any], gpus: list[Gpu])
     left = [c for c in planned if c not in done]
     if not left:
         raise UsageError(f"--resume: every planned cap of {options.resume} is done")
-    return ResumeState(meta, RunWriter.reopen(options.resume), left, done)
+    writer = RunWriter.reopen(options.resume)
+    return ResumeState(
+        meta, writer, left, done, cap_status=_cap_status(options.resume / "caps.csv", done)
+    )
+
+
+def _cap_status(path: Path, done: list[float]) -> dict[float, str]:
+    """Last status per cap in caps.csv, for the caps run.json says are done."""
+    out: dict[float, str] = {}
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                try:
+                    cap = float(row.get("cap_w") or "nan")
+                except ValueError:
+                    continue
+                if cap in done:
+                    out[cap] = (row.get("status") or "ok").strip() or "ok"
+    except OSError:
+        return {}
+    return out

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from powersweep import __version__
 from powersweep.clock import Clock
-from powersweep.errors import PowersweepError
+from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
 from powersweep.sweep.driver import (
     CapProgress,
@@ -25,9 +25,10 @@ from powersweep.sweep.driver import (
     SweepPlan,
     raise_on_signals,
     run_interruptible,
+    signals_ignored,
 )
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.loads.base import Load
+from powersweep.sweep.loads.base import Load, request_budget_s
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
@@ -43,7 +44,14 @@ from powersweep.sweep.plan import (
     select_gpus,
 )
 from powersweep.sweep.planning.clocks import SweepPoint
-from powersweep.sweep.records.journal import Journal
+from powersweep.sweep.records.journal import (
+    Journal,
+    JournalEntry,
+    RestoreResult,
+    owner_alive,
+    owner_refusal,
+    restore_gpus,
+)
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.resume import ResumeState, prepare_resume, resume_options
 from powersweep.sweep.rig import Rig, RigFactory
@@ -89,6 +97,7 @@ def run_session(
     warn: Callable[[str], None] = lambda _m: None,
     on_plan: Callable[[Path, list[float]], None] | None = None,
     on_points: Callable[[Path, list[SweepPoint]], None] | None = None,
+    on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
 ) -> SessionResult:
     """Run one sweep from options to a finished run directory.
 
@@ -100,6 +109,7 @@ def run_session(
         warn: Where warnings go (one line each).
         on_plan: Called with the run directory and the caps once they are known.
         on_points: On a clock axis, called instead with the clock-lock points.
+        on_restored: Called with what was restored the moment it is back (signals ignored).
 
     Raises:
         PowersweepError: Anything that stops the sweep before it starts (no root, no server,
@@ -108,30 +118,78 @@ def run_session(
     """
     with raise_on_signals():
         return _run_session(
-            options, rigs, progress=progress, warn=warn, on_plan=on_plan, on_points=on_points
+            options,
+            rigs,
+            progress=progress,
+            warn=warn,
+            on_plan=on_plan,
+            on_points=on_points,
+            on_restored=on_restored,
         )
 
 
 def _open_journal(
     options: SweepOptions, warn: Callable[[str], None]
-) -> tuple[Journal | None, dict[str, float]]:
-    """The restore journal (None when no limit outlives the process) and, under ``--force``,
-    the original limits by UUID that an unfinished sweep's journal holds."""
+) -> tuple[Journal | None, JournalEntry | None]:
+    """The restore journal (None when no limit outlives the process) and, under ``--force``, the
+    journal a dead sweep left (its limits are put back before this sweep starts).
+
+    Raises:
+        UsageError: Another sweep that still runs owns the journal (``--force`` or not), or a
+            dead sweep's journal exists without ``--force``.
+    """
     if not options.needs_journal:
-        return None, {}
+        return None, None
     journal = journal_for(options)
-    if not options.force:
-        journal.refuse_if_present()
-        return journal, {}
-    journal.refuse_if_locked()
     old = journal.read()
     if old is None:
-        return journal, {}
+        return journal, None
+    if old.outcome is not None and all(r.get("ok") for r in old.outcome.get("restored", [])):
+        # The last sweep restored everything but could not write its run.json: say so once.
+        warn(
+            f"the last sweep ({old.run_dir or 'run directory unknown'}) ended "
+            f"{old.outcome.get('status')} and restored its limits, but could not record it: "
+            f"{old.outcome.get('record_error')}"
+        )
+        journal.remove()
+        return journal, None
+    if owner_alive(old):
+        raise UsageError(owner_refusal(old, journal.path))
+    if not options.force:
+        journal.refuse_if_present()
+    journal.refuse_if_locked()
     warn(
-        f"--force: a journal of an unfinished sweep exists ({journal.path}); its "
-        "original limits are the ones this sweep restores"
+        f"--force: a journal of an unfinished sweep (PID {old.pid}, no longer running) exists "
+        f"({journal.path}); its original limits are put back first"
     )
-    return journal, {g.uuid: g.original_limit_w for g in old.gpus}
+    return journal, old
+
+
+def _restore_dead_owner(
+    entry: JournalEntry, journal: Journal | None, rig: Rig, warn: Callable[[str], None]
+) -> dict[str, float]:
+    """Put back what a dead sweep's journal holds; the original limits by UUID to keep.
+
+    The journal goes once every limit is back (this sweep writes its own before its first
+    change); otherwise it stays, and this sweep restores the limits it names.
+    """
+    originals = {g.uuid: g.original_limit_w for g in entry.gpus}
+    if dict(entry.backend).get("kind") != dict(rig.journal_backend).get("kind"):
+        return originals  # another backend's journal: `powersweep restore` handles it
+    with signals_ignored():
+        results = restore_gpus(entry, rig.backend, warn)
+        if journal is not None and results and all(r.ok for r in results):
+            journal.remove()
+        for r in results:
+            _say_restored(r, entry.pid, warn)
+    return originals
+
+
+def _say_restored(r: RestoreResult, pid: int, warn: Callable[[str], None]) -> None:
+    if r.ok:
+        warn(f"GPU {r.index}: power limit restored to {r.limit_w:g} W (left by PID {pid})")
+    else:
+        warn(f"GPU {r.index}: could not restore {r.limit_w:g} W: {r.message}")
 
 
 def _run_session(
@@ -142,6 +200,7 @@ def _run_session(
     warn: Callable[[str], None],
     on_plan: Callable[[Path, list[float]], None] | None,
     on_points: Callable[[Path, list[SweepPoint]], None] | None = None,
+    on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
 ) -> SessionResult:
     resume_meta: dict[str, Any] | None = None
     if options.resume is not None:
@@ -149,12 +208,13 @@ def _run_session(
     validate(options)
     if options.cooling == "unspecified" and resume_meta is None:
         warn("--cooling not given: results are labelled 'unspecified' (use air, water or aio)")
-    journal, originals_by_uuid = _open_journal(options, warn)
+    journal, stale = _open_journal(options, warn)
     if options.simulate is None and options.changes_limits:
         require_root()
     out_created = not options.out.exists()
     with rigs(options) as rig:
         backend = rig.backend
+        originals_by_uuid = _restore_dead_owner(stale, journal, rig, warn) if stale else {}
         with rig.serve() as served_url:
             url = served_url or options.url
             info = run_interruptible(
@@ -170,6 +230,8 @@ def _run_session(
             )
             gpus = choice.gpus
             resume = prepare_resume(options, resume_meta, gpus) if resume_meta else None
+            for name in resume.writer.dropped_partial if resume else ():
+                warn(f"{name}: dropped a half-written last row (the run was cut mid-write)")
             points: list[SweepPoint] = []
             if options.clock_axis:
                 points = resume.points_left if resume else plan_points(options, gpus, warn)
@@ -188,7 +250,13 @@ def _run_session(
             streams = options.concurrency or options.max_concurrency_probe
             connections = max(8, streams + 2) if options.load_mode == "decode-concurrent" else 8
             client = rig.wrap_client(
-                ChatClient(info, rig.clock, api_key=options.api_key, max_connections=connections)
+                ChatClient(
+                    info,
+                    rig.clock,
+                    api_key=options.api_key,
+                    max_connections=connections,
+                    request_budget_s=_request_budget_s(options),
+                )
             )
             truth_caps = list(caps) if resume is None else list(meta.get("caps_planned", caps))
 
@@ -224,6 +292,7 @@ def _run_session(
                     if g.identity().uuid in originals_by_uuid
                 },
                 caps_already_done=resume.caps_done if resume else (),
+                earlier_status=resume.cap_status if resume else None,
                 load_factory=_load_factory(options, client, rig.clock, info, warn),
                 prepared=resume.meta.get("load") if resume else None,
                 on_prepared=on_prepared,
@@ -234,6 +303,7 @@ def _run_session(
                     if i not in {g.index for g in gpus}
                 ],
                 busy_gpus=choice.busy_gpus,
+                on_restored=on_restored,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)
@@ -285,6 +355,13 @@ def _clock_truth(
         return None
     pairs = [(p.sm_lock_mhz, p.mem_lock_mhz) for p in points]
     return rig.clock_truth(pairs, cap_w, prep)
+
+
+def _request_budget_s(options: SweepOptions) -> float:
+    """Run seconds any request without its own deadline may take (probes, calibration): the
+    longest window the options ask for, twice, plus the margin every measured request gets."""
+    longest = max(options.target_cap_seconds, options.target_prefill_seconds)
+    return request_budget_s(2 * longest)
 
 
 def _sweep_plan(

@@ -212,12 +212,13 @@ def test_in_stream_error_is_a_failed_request(served: tuple[SimServer, ConstantEn
     assert engine.active["decode"] == 0
 
 
-@pytest.mark.parametrize("served", [{"http_error": 503, "flavour": "vllm"}], indirect=True)
+# 500, not 503: a 503 is "busy", retried with back-off (tests/unit/test_client_faults.py)
+@pytest.mark.parametrize("served", [{"http_error": 500, "flavour": "vllm"}], indirect=True)
 def test_http_error_is_a_failed_request(served: tuple[SimServer, ConstantEngine]) -> None:
     server, engine = served
     result = chat(server, engine, max_tokens=5)
     assert not result.ok
-    assert result.error == "HTTP 503: simulated HTTP 503 (server_error)"
+    assert result.error == "HTTP 500: simulated HTTP 500 (server_error)"
 
 
 @pytest.mark.parametrize("served", [{"flavour": "llamacpp"}], indirect=True)

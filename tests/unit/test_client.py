@@ -125,7 +125,7 @@ def test_over_generation_is_warned() -> None:
             json.dumps({"error": {"message": "ctx exceeded", "type": "exceed_context_size_error"}}),
             "HTTP 400: ctx exceeded (exceed_context_size_error)",
         ),
-        (503, b"", "HTTP 503: an empty body"),
+        (502, b"", "HTTP 502: an empty body"),
         (401, json.dumps({"error": f"bad key {KEY}"}), "HTTP 401: bad key ***"),
     ],
 )

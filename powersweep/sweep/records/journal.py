@@ -12,6 +12,7 @@ GPUs are keyed by UUID because NVML indices can change between boots (or with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -27,6 +28,10 @@ JOURNAL_VERSION = 1
 JOURNAL_NAME = "journal.json"
 STATE_DIR_ENV = "POWERSWEEP_STATE_DIR"
 ROOT_STATE_DIR = Path("/var/lib/powersweep")
+
+
+class _Taken(Exception):
+    """Internal: an exclusive write found a journal already there."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,10 @@ class JournalEntry:
         pid: Process id of the sweep that wrote it.
         created_at: ISO-8601 UTC.
         run_dir: The run directory of that sweep (may be None).
+        pid_start: That process's start time as the kernel counts it (``/proc/PID/stat``), so a
+            PID reused by another process after a crash is not taken for the sweep.
+        outcome: Set when the sweep ended and restored every limit but could not write its
+            final ``run.json``: the journal is then the record of what happened.
     """
 
     backend: Mapping[str, Any]
@@ -72,6 +81,8 @@ class JournalEntry:
     pid: int
     created_at: str
     run_dir: str | None = None
+    pid_start: str | None = None
+    outcome: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -80,6 +91,8 @@ class JournalEntry:
             "pid": self.pid,
             "created_at": self.created_at,
             "run_dir": self.run_dir,
+            "pid_start": self.pid_start,
+            "outcome": dict(self.outcome) if self.outcome is not None else None,
             "backend": dict(self.backend),
             "gpus": [_gpu_dict(g) for g in self.gpus],
         }
@@ -121,6 +134,8 @@ class JournalEntry:
                 pid=int(data.get("pid", 0)),
                 created_at=str(data.get("created_at", "")),
                 run_dir=data.get("run_dir"),
+                pid_start=str(data["pid_start"]) if data.get("pid_start") else None,
+                outcome=data["outcome"] if isinstance(data.get("outcome"), dict) else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PowersweepError(
@@ -208,8 +223,39 @@ class Journal:
             data = None
         return JournalEntry.from_dict(data, self.path)
 
-    def write(self, entry: JournalEntry) -> None:
+    def claim(self, entry: JournalEntry) -> None:
+        """Write a new sweep's journal, unless another sweep that still runs owns the cards.
+
+        A journal of a dead sweep is replaced (its limits were put back, or this sweep restores
+        them); when none exists the file is created only if it still does not, so two sweeps
+        starting at once cannot both own the cards.
+
+        Raises:
+            UsageError: A live sweep owns the journal ("another sweep (PID N) is running...").
+            PowersweepError: It cannot be written (then no limit may be changed).
+        """
+        for _ in range(3):
+            existing = self.read()
+            if existing is not None:
+                if existing.pid != entry.pid and owner_alive(existing):
+                    raise UsageError(owner_refusal(existing, self.path))
+                self.write(entry)
+                return
+            try:
+                self.write(entry, exclusive=True)
+                return
+            except _Taken:
+                continue  # created meanwhile: look at its owner
+        raise PowersweepError(
+            f"the restore journal {self.path} keeps changing: is a sweep starting?"
+        )
+
+    def write(self, entry: JournalEntry, *, exclusive: bool = False) -> None:
         """Write the journal atomically, readable by its owner only (mode 0600).
+
+        Args:
+            entry: What to write.
+            exclusive: Create it only if no journal exists (raises ``_Taken`` otherwise).
 
         Raises:
             PowersweepError: It cannot be written (then no limit may be changed).
@@ -225,7 +271,14 @@ class Journal:
                     f.flush()
                     os.fsync(f.fileno())
                 os.chmod(tmp, 0o600)
-                os.replace(tmp, self.path)
+                if exclusive:
+                    try:
+                        os.link(tmp, self.path)  # fails if the journal exists: no overwrite
+                    except FileExistsError:
+                        raise _Taken from None
+                    os.unlink(tmp)
+                else:
+                    os.replace(tmp, self.path)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
@@ -254,6 +307,17 @@ class Journal:
             ) from None
         with contextlib.suppress(OSError):
             _fsync_dir(self.state_dir)
+
+    def record_outcome(self, outcome: Mapping[str, Any]) -> None:
+        """Add the sweep's outcome to the journal (its final run.json could not be written).
+
+        Raises:
+            PowersweepError: The journal cannot be read or written.
+        """
+        entry = self.read()
+        if entry is None:
+            raise PowersweepError(f"the restore journal {self.path} is gone: cannot record")
+        self.write(dataclasses.replace(entry, outcome=dict(outcome)))
 
     def refuse_if_present(self) -> None:
         """Refuse to start a sweep while a journal from an unfinished one exists.
@@ -284,6 +348,46 @@ class Journal:
                 f"a previous sweep left clock locks (journal {self.path}): run "
                 "`powersweep restore` first (--force does not override locks)"
             )
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of process ``pid`` (None when unknown: no /proc, gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name may hold spaces and parentheses: fields start after the last ")"
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def owner_alive(entry: JournalEntry) -> bool:
+    """True while the sweep that wrote ``entry`` still runs (another process, same start)."""
+    pid = entry.pid
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    except OSError:
+        return False
+    if entry.pid_start is None:
+        return True
+    now = process_start(pid)
+    return now is None or now == entry.pid_start
+
+
+def owner_refusal(entry: JournalEntry, path: Path) -> str:
+    """The one-line refusal while another sweep owns the cards."""
+    gpus = ", ".join(str(g.index) for g in entry.gpus)
+    word = "GPU" if len(entry.gpus) == 1 else "GPUs"
+    return (
+        f"another sweep (PID {entry.pid}) is running on {word} {gpus}: wait for it to end or "
+        f"stop it (its journal {path} is left alone; --force does not override a live sweep)"
+    )
 
 
 def _fsync_dir(path: Path) -> None:

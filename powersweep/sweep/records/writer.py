@@ -6,7 +6,9 @@ crash or a kill leaves every finished cap readable.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -66,10 +68,17 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(_json_safe(data), f, indent=2, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(_json_safe(data), f, indent=2, allow_nan=False)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -94,6 +103,8 @@ class RunWriter:
         now: Start time (UTC) naming the directory.
     """
 
+    dropped_partial: list[str]
+
     def __init__(
         self,
         out_root: Path,
@@ -104,6 +115,7 @@ class RunWriter:
     ) -> None:
         self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
         self._widths: dict[str, int] = {}
+        self.dropped_partial = []
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
         try:
@@ -157,6 +169,7 @@ class RunWriter:
         writer = cls.__new__(cls)
         writer.path = path
         writer._widths = {}
+        writer.dropped_partial = []
         for name, columns in (
             ("samples.csv", SAMPLES_COLUMNS),
             ("requests.csv", REQUESTS_COLUMNS),
@@ -165,9 +178,8 @@ class RunWriter:
             target = path / name
             if not target.exists() or target.stat().st_size == 0:
                 writer._init_csv(name, columns)
-            elif not target.read_bytes().endswith(b"\n"):
-                # a kill mid-write can leave half a row: end it so the next row starts clean
-                writer._append_raw(name, "\n")
+            elif writer._drop_partial_row(name):
+                writer.dropped_partial.append(name)
         # a run written by an older version keeps its own caps.csv columns
         with open(path / "caps.csv", newline="") as f:
             header = next(csv.reader(f), None)
@@ -180,14 +192,24 @@ class RunWriter:
                 writer._widths[name] = len(old)
         return writer
 
-    def _append_raw(self, name: str, text: str) -> None:
+    def _drop_partial_row(self, name: str) -> bool:
+        """Cut a half-written last row (a kill mid-write) off a CSV; True when one was cut.
+
+        Its cap is not in ``caps_done`` (run.json is written after the row), so a resumed run
+        measures it again instead of keeping half a figure.
+        """
+        target = self.path / name
         try:
-            with open(self.path / name, "a") as f:
-                f.write(text)
+            data = target.read_bytes()
+            if data.endswith(b"\n"):
+                return False
+            with open(target, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+                f.flush()
+                os.fsync(f.fileno())
         except OSError as exc:
-            raise PowersweepError(
-                f"cannot write {self.path / name}: {exc.strerror or exc}"
-            ) from exc
+            raise PowersweepError(f"cannot repair {target}: {exc.strerror or exc}") from exc
+        return True
 
     def _init_csv(self, name: str, columns: Sequence[str]) -> None:
         self._append(name, [list(columns)])
@@ -196,9 +218,16 @@ class RunWriter:
         width = self._widths.get(name)
         if width is not None:
             rows = [row[:width] for row in rows]
+        # Rows go out in one write, then to disk: a crash leaves whole rows or a cut last row
+        # (which readers drop), never rows interleaved with half of another.
+        buf = io.StringIO()
+        csv.writer(buf).writerows(rows)
+        text = buf.getvalue()
+        if not text:
+            return
         try:
             with open(self.path / name, "a", newline="") as f:
-                csv.writer(f).writerows(rows)
+                f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:

@@ -252,7 +252,7 @@ def cap_row(
     n_ok = sum(1 for r in requests if r.ok)
     if status == "ok" and not math.isfinite(metric):
         status = "failed"
-        error = error or _first_error(requests) or "no request completed"
+        error = error or _first_error(requests) or _no_figure(requests, n_ok)
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
     n = len(ticks)
@@ -298,6 +298,18 @@ def _per_gpu(ticks: Sequence[Tick], field: str) -> str:
         median = _median(values[index])
         parts.append(f"{index}:{round(median, 3):g}" if math.isfinite(median) else f"{index}:")
     return ";".join(parts)
+
+
+def _no_figure(requests: Sequence[Any], n_ok: int) -> str:
+    """Why a cap has no figure although no request reported an error."""
+    if not requests:
+        return "no request was sent"
+    if n_ok:
+        return (
+            f"{n_ok} request(s) completed but none gave a rate (a rate needs 2 or more tokens "
+            "with arrival times)"
+        )
+    return "no request completed"
 
 
 def _first_error(requests: Sequence[Any]) -> str:

@@ -21,6 +21,7 @@ from powersweep import runformat as rf
 from powersweep.clock import Clock
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.sse import (
+    SseLineTooLong,
     SseParser,
     StreamAccumulator,
     describe_body,
@@ -36,6 +37,22 @@ _OPTIONAL_KEYS = ("chat_template_kwargs", "max_completion_tokens")
 _MAX_ERROR_BODY_BYTES = 65536
 # Relative difference between chunk count and reported tokens that earns a warning.
 _CHUNK_MISMATCH = 0.10
+# Statuses a busy or loading server answers; retried with back-off within the deadline.
+_BUSY_STATUSES = (429, 503)
+_BUSY_RETRIES = 6
+_BUSY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)
+_RETRY_AFTER_MAX_S = 60.0
+# A reported completion count above this many times the streamed text's UTF-8 bytes (plus a
+# little slack for unseen special tokens) cannot be true: no token is shorter than a byte.
+_USAGE_BYTES_FACTOR = 1.5
+_USAGE_SLACK_TOKENS = 32
+# A reported count under this share of the token-bearing chunks cannot be true either.
+_USAGE_CHUNKS_FLOOR = 0.5
+
+# Warning texts other parts of the tool recognise (the driver counts them for run.json faults).
+WARN_USAGE_UNTRUSTED = rf.WARN_USAGE_UNTRUSTED
+WARN_BUSY_RETRIED = rf.WARN_SERVER_BUSY
+ERR_NO_COUNTABLE_TOKENS = "the server answered, but no stream carried tokens the client could count"
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,8 @@ class ChatClient:
         connect_timeout_s: Wall seconds to establish a connection.
         read_timeout_s: Wall seconds of silence tolerated while reading a response.
         transport: Optional httpx transport (tests inject ``httpx.MockTransport``).
+        request_budget_s: Run seconds any request may take when its caller sets no deadline
+            (warm-up, probes, calibration): no request can hold a cap for longer.
     """
 
     def __init__(
@@ -124,6 +143,7 @@ class ChatClient:
         connect_timeout_s: float = 10,
         read_timeout_s: float = 300,
         transport: httpx.AsyncBaseTransport | None = None,
+        request_budget_s: float | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -131,6 +151,8 @@ class ChatClient:
         self._clock = clock
         self._api_key = api_key or None
         self._read_timeout_s = read_timeout_s
+        self._budget_s = request_budget_s
+        self._busy_gave_up = False
         self._connect_timeout_s = connect_timeout_s
         self._url = info.base_url.rstrip("/") + "/v1/chat/completions"
         headers = {"Accept": "text/event-stream, application/json"}
@@ -294,6 +316,9 @@ class ChatClient:
         """
         run = _Run(self._clock, record_token_times)
         run.t_start_s = self._clock.now()
+        if deadline_s is None and self._budget_s is not None:
+            deadline_s = run.t_start_s + self._budget_s
+        run.deadline_s = deadline_s
         body = self._body(prompt, max_tokens, stream, extra_body)
         try:
             if deadline_s is None:
@@ -355,6 +380,15 @@ class ChatClient:
                 resent = True
                 continue
             try:
+                retries = 0 if self._busy_gave_up else _BUSY_RETRIES
+                if response.status_code in _BUSY_STATUSES and run.busy_retries < retries:
+                    wait_s = _retry_after_s(response, run.busy_retries)
+                    left_s = run.wall_left_s()
+                    if left_s is None or wait_s < left_s:
+                        await _read_limited(response)
+                        run.busy_retries += 1
+                        await asyncio.sleep(wait_s)
+                        continue
                 if response.status_code in (400, 422) and not retried:
                     tried = [k for k in _OPTIONAL_KEYS if k in body]
                     if tried:
@@ -379,8 +413,14 @@ class ChatClient:
                         else (response.status_code, raw)
                     )
                     msg = describe_body(raw, response.headers.get("content-type", ""))
+                    if status in _BUSY_STATUSES and run.busy_retries:
+                        msg += f" (still busy after {run.busy_retries} retries)"
+                        # A server that stays busy through one request's retries is not
+                        # retried again until it answers: no minutes of waiting per request.
+                        self._busy_gave_up = True
                     run.fail(f"HTTP {status}: {msg}")
                     return
+                self._busy_gave_up = False
                 if run.pending_drop:
                     # The retry without those keys was accepted: they were the problem.
                     self._refused.update(run.pending_drop)
@@ -409,7 +449,11 @@ class ChatClient:
             return
         parser = SseParser()
         async for data in response.aiter_bytes():
-            events = parser.feed(data)
+            try:
+                events = parser.feed(data)
+            except SseLineTooLong as exc:
+                run.fail(str(exc))
+                return
             if parser.not_sse:
                 rest = parser.raw_head
                 run.fail(f"server answered {describe_body(rest, ctype)} instead of an event stream")
@@ -418,11 +462,28 @@ class ChatClient:
                 run.acc.add_event(event, self._clock.now())
             if run.acc.error:
                 return
+            if run.acc.finished:
+                # Finish reason and usage are in: a server that holds the socket without
+                # "[DONE]" must not keep the request (and the card's cap) waiting.
+                return
         for event in parser.close():
             run.acc.add_event(event, self._clock.now())
         if parser.not_sse:
             what = describe_body(parser.raw_head, ctype)
             run.fail(f"server answered {what} instead of an event stream")
+
+
+def _retry_after_s(response: httpx.Response, attempt: int) -> float:
+    """Wall seconds to wait before retrying a busy answer: ``Retry-After`` when it is a number of
+    seconds, else an exponential back-off."""
+    header = response.headers.get("retry-after", "").strip()
+    try:
+        value = float(header)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value >= 0:
+        return min(value, _RETRY_AFTER_MAX_S)
+    return _BUSY_BACKOFF_S[min(attempt, len(_BUSY_BACKOFF_S) - 1)]
 
 
 def _limit(body: Mapping[str, Any]) -> int | None:
@@ -457,6 +518,14 @@ class _Run:
         self.warnings: list[str] = []
         self.first_refusal: tuple[int, bytes] | None = None
         self.pending_drop: list[str] = []
+        self.deadline_s: float | None = None
+        self.busy_retries = 0
+
+    def wall_left_s(self) -> float | None:
+        """Wall seconds until the deadline (None: no deadline)."""
+        if self.deadline_s is None:
+            return None
+        return (self.deadline_s - self.clock.now()) / self.clock.scale
 
     async def trace(self, name: str, info: Mapping[str, Any]) -> None:
         # httpcore reports when the headers actually leave: later than chat() was called when
@@ -487,19 +556,44 @@ class _Run:
             completion = None
             warnings.append(rf.WARN_NO_USAGE)
         ok = not error
+        if self.busy_retries:
+            warnings.append(WARN_BUSY_RETRIED)
         if self.deadline_hit and not error:
-            finish = "deadline"
-        elif ok and not self.non_stream and not acc.done and finish is None:
-            if acc.chunk_tokens == 0 and acc.usage is None:
-                ok = False
-                error = (
-                    "server sent no tokens and no finish_reason"
-                    if acc.events
-                    else "server closed the stream without sending any event"
-                )
+            # The caller set the deadline and judges a cut request (a window's end cuts requests
+            # by design; a warm-up that got no token is a server too slow for the window).
+            if finish is None or acc.chunk_tokens == 0:
+                finish = "deadline"
+        elif ok and not self.non_stream and acc.chunk_tokens == 0:
+            ok = False
+            if not acc.events:
+                error = "server closed the stream without sending any event"
+            elif completion == 0:
+                error = "the server answered, but generated no tokens"
             else:
-                warnings.append(rf.WARN_NO_FINISH)
-        if ok and not self.non_stream and not self.deadline_hit and source == "chunks":
+                error = (
+                    f"{ERR_NO_COUNTABLE_TOKENS} (no content, reasoning or tool_calls in "
+                    f"{acc.events} events)"
+                )
+        elif ok and not self.non_stream and not acc.done and finish is None:
+            warnings.append(rf.WARN_NO_FINISH)
+        untrusted = False
+        if ok and source != "chunks" and completion is not None:
+            # More tokens than the streamed text's bytes, or fewer than half the token-bearing
+            # chunks (each is at least one token), cannot be true: count chunks instead.
+            untrusted = completion > _USAGE_BYTES_FACTOR * acc.text_bytes + _USAGE_SLACK_TOKENS
+            if not self.non_stream and completion < _USAGE_CHUNKS_FLOOR * acc.chunk_tokens:
+                untrusted = True
+            if untrusted:
+                warnings.append(WARN_USAGE_UNTRUSTED)
+                completion = acc.chunk_tokens if not self.non_stream else None
+                source = "chunks"
+        if (
+            ok
+            and not untrusted
+            and not self.non_stream
+            and not self.deadline_hit
+            and source == "chunks"
+        ):
             # Counted chunks undercount a server that packs tokens: the count is a guess.
             warnings.append(rf.WARN_NO_USAGE)
         if acc.bad_events:

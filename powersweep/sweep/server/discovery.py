@@ -72,9 +72,17 @@ def normalize_base_url(url: str) -> str:
         raise UsageError("the server URL is empty")
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises for a port that is not a number in 0-65535
+    except ValueError:
+        raise UsageError(
+            f"not an http(s) server URL (bad port): {strip_credentials(url)!r}"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"not an http(s) server URL: {strip_credentials(url)!r}")
+    if port == 0 or any(c.isspace() for c in text) or parts.hostname.strip(".") == "":
+        raise UsageError(f"not an http(s) server URL (malformed): {strip_credentials(url)!r}")
     path = parts.path.rstrip("/")
     for suffix in ("/chat/completions", "/completions", "/models"):
         if path.endswith("/v1" + suffix):

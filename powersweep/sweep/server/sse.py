@@ -20,6 +20,13 @@ _SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 # How much of a non-SSE body is kept for the error message.
 _RAW_KEEP_BYTES = 4096
+# Longest event-stream line accepted: a token chunk is well under a kilobyte, so a line this long
+# is a server that never ends it (memory would grow until the process is killed).
+MAX_LINE_BYTES = 1 << 20
+
+
+class SseLineTooLong(ValueError):
+    """A line of the event stream grew past :data:`MAX_LINE_BYTES` without ending."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,8 @@ class SseParser:
     ``\\n`` follows.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._max_line_bytes = max_line_bytes
         self._buf = b""
         self._data: list[str] = []
         self._event = ""
@@ -61,7 +69,11 @@ class SseParser:
         return self._events
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        """Parse ``chunk`` and return the events it completed (possibly none)."""
+        """Parse ``chunk`` and return the events it completed (possibly none).
+
+        Raises:
+            SseLineTooLong: The unfinished line is longer than the limit.
+        """
         if len(self.raw_head) < _RAW_KEEP_BYTES:
             self.raw_head += chunk[: _RAW_KEEP_BYTES - len(self.raw_head)]
         self._buf += chunk
@@ -74,6 +86,11 @@ class SseParser:
             ev = self._line(line)
             if ev is not None:
                 out.append(ev)
+        if len(self._buf) > self._max_line_bytes:
+            raise SseLineTooLong(
+                f"the server sent an event-stream line of more than {self._max_line_bytes} bytes "
+                "without ending it"
+            )
         return out
 
     def close(self) -> list[SseEvent]:
@@ -225,6 +242,27 @@ def _finite(value: Any) -> float | None:
     return None
 
 
+def text_bytes(message: Any) -> int:
+    """UTF-8 bytes of generated text a ``delta`` (or ``message``) carries.
+
+    Bytes, not characters: a byte-level tokenizer may spend several tokens on one character, but
+    never less than a byte on a token, so the bytes bound what a completion count can honestly be.
+    """
+    if not isinstance(message, dict):
+        return 0
+    # Servers that send one reasoning text under two aliases count once.
+    reasoning = max(
+        (len(v.encode()) for k in _TEXT_KEYS[1:] if isinstance(v := message.get(k), str)),
+        default=0,
+    )
+    content = message.get("content")
+    n = reasoning + (len(content.encode()) if isinstance(content, str) else 0)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        n += len(json.dumps(calls).encode())
+    return n
+
+
 def is_token_bearing(message: Any) -> bool:
     """True when a ``delta`` (or ``message``) carries generated tokens.
 
@@ -287,6 +325,7 @@ class StreamAccumulator:
         self.bad_events = 0
         self.events = 0
         self.stream_ignored = False
+        self.text_bytes = 0
 
     def add_event(self, event: SseEvent, t_s: float) -> None:
         """Account one SSE event parsed at run time ``t_s``."""
@@ -320,22 +359,31 @@ class StreamAccumulator:
         self._meta(payload)
         choices = payload.get("choices")
         bearing = False
+        n_bytes = 0
         if isinstance(choices, list):
             for choice in choices:
                 if not isinstance(choice, dict):
                     continue
                 if is_token_bearing(choice.get("delta")):
                     bearing = True
+                    n_bytes += text_bytes(choice.get("delta"))
                 reason = choice.get("finish_reason")
                 if isinstance(reason, str) and reason:
                     self.finish_reason = reason
         if bearing:
+            self.text_bytes += n_bytes
             self.chunk_tokens += 1
             if math.isnan(self.t_first_token_s):
                 self.t_first_token_s = t_s
             self.t_last_token_s = t_s
             if self.token_times_s is not None:
                 self.token_times_s.append(t_s)
+
+    @property
+    def finished(self) -> bool:
+        """True once the finish reason and the usage have both arrived: nothing more is needed,
+        whether or not ``[DONE]`` follows."""
+        return self.done or (self.finish_reason is not None and self.usage is not None)
 
     def add_completion(self, payload: Any) -> None:
         """Account a non-streamed ``chat.completion`` body."""
@@ -353,6 +401,7 @@ class StreamAccumulator:
             return
         first = choices[0]
         if isinstance(first, dict):
+            self.text_bytes += text_bytes(first.get("message"))
             reason = first.get("finish_reason")
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason

@@ -1,0 +1,210 @@
+"""Input that cannot be trusted, named: duplicate caps, ignored rows, implausible draws, caps
+the sweep marked suspect, and the faults a run met.
+
+Every row the analysis leaves out is said here, with its caps.csv line, so a figure is either
+used or visibly set aside. Pure functions over a loaded :class:`~powersweep.analysis.load.Curve`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
+
+SUSPECT = "suspect"
+# Statuses reported here rather than as "not measured".
+OWN_STATUSES = frozenset({SUSPECT, IMPLAUSIBLE})
+_FAULT_TEXT = {
+    "remeasured": "cap(s) looked disturbed (a stall, or narrative and code rates that disagree) "
+    "and were measured again",
+    "suspect": "cap(s) stayed inconsistent after a second measurement (status suspect)",
+    "cap_retried": "failed cap(s) were measured again at the end of the sweep",
+    "usage_untrusted": "request(s) reported usage the streamed text could not hold "
+    "(token chunks counted instead)",
+    "server_busy": "request(s) met a busy server (HTTP 429/503) and were retried",
+    "no_countable_tokens": "request(s) got a stream without tokens the client could count",
+    "line_too_long": "request(s) met an event-stream line that never ended",
+    "too_slow": "request(s) got no token before their deadline",
+    "slow_requests": "warm-up request(s) ran past their deadline",
+    "cut_at_deadline": "request(s) ran past their window and were cut (what arrived counts)",
+}
+_LIST_MAX = 12
+
+
+def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    return {"severity": severity, "code": code, "message": message, "hint": hint}
+
+
+def usable_mask(metric: str) -> pl.Expr:
+    """Rows the analysis uses (as :func:`powersweep.analysis.core` filters them)."""
+    return (
+        (pl.col("status") == "ok")
+        & pl.col(metric).is_not_null()
+        & pl.col(metric).is_finite()
+        & (pl.col(metric) >= 0)
+        & pl.col("power_w").is_not_null()
+        & pl.col("power_w").is_finite()
+        & (pl.col("power_w") > 0)
+    )
+
+
+def input_findings(curve: Curve) -> list[dict[str, Any]]:
+    """Findings on rows the analysis ignores or chose between, and on the run's faults."""
+    caps = curve.caps
+    metric = curve.metric
+    if SOURCE_LINE not in caps.columns:
+        caps = caps.with_columns(pl.Series(SOURCE_LINE, range(2, caps.height + 2)))
+    caps = caps.with_columns(usable_mask(metric).alias("_usable"))
+    out = _ignored_rows(caps, metric)
+    out += _own_statuses(caps)
+    out += _duplicates(caps)
+    out += run_findings(curve.run)
+    return out
+
+
+def _line(row: dict[str, Any]) -> str:
+    return f"line {row[SOURCE_LINE]} ({_w(row['cap_w'])})"
+
+
+def _w(value: float) -> str:
+    return f"{value:g} W"
+
+
+def _why_ignored(row: dict[str, Any], metric: str) -> str:
+    parts = []
+    for col in ("power_w", metric):
+        v = row.get(col)
+        if v is None:
+            parts.append(f"{col} missing")
+        elif not math.isfinite(v):
+            parts.append(f"{col} is {v}")
+        elif col == "power_w" and v <= 0:
+            parts.append(f"{col} is {v:g} (not positive)")
+        elif v < 0:
+            parts.append(f"{col} is {v:g} (negative)")
+    return ", ".join(parts) or "not usable"
+
+
+def _ignored_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
+    """Rows with status ok whose figures cannot be used (NaN, inf, zero or negative)."""
+    bad = caps.filter((pl.col("status") == "ok") & ~pl.col("_usable"))
+    if bad.height == 0:
+        return []
+    rows = list(bad.iter_rows(named=True))
+    listed = "; ".join(f"{_line(r)}: {_why_ignored(r, metric)}" for r in rows[:_LIST_MAX])
+    more = f"; and {len(rows) - _LIST_MAX} more" if len(rows) > _LIST_MAX else ""
+    return [
+        _finding(
+            "warning",
+            "rows_ignored",
+            f"{len(rows)} row(s) of caps.csv ignored, their figures are not usable: {listed}{more}",
+            "a NaN, infinite, zero or negative draw or TPS is a failed reading; rerun those caps",
+        )
+    ]
+
+
+def _own_statuses(caps: pl.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for status, code, hint in (
+        (
+            SUSPECT,
+            "suspect_caps",
+            "a stall or a paused sweep disturbed them twice; rerun those caps",
+        ),
+        (
+            IMPLAUSIBLE,
+            "implausible_rows",
+            "check the file's units (W per card) and the readings",
+        ),
+    ):
+        rows = list(caps.filter(pl.col("status") == status).iter_rows(named=True))
+        if not rows:
+            continue
+        listed = "; ".join(f"{_line(r)}: {r.get('error') or status}" for r in rows[:_LIST_MAX])
+        out.append(
+            _finding(
+                "warning",
+                code,
+                f"{len(rows)} cap(s) {status}, left out of the sweet spot: {listed}",
+                hint,
+            )
+        )
+    return out
+
+
+def _duplicates(caps: pl.DataFrame) -> list[dict[str, Any]]:
+    """A cap with several rows: which row counts and why."""
+    out = []
+    counts = caps.group_by("cap_w", maintain_order=True).len()
+    for cap in counts.filter(pl.col("len") > 1)["cap_w"].to_list():
+        rows = list(caps.filter(pl.col("cap_w") == cap).iter_rows(named=True))
+        lines = ", ".join(str(r[SOURCE_LINE]) for r in rows)
+        usable = [r for r in rows if r["_usable"]]
+        if not usable:
+            out.append(
+                _finding(
+                    "warning",
+                    "duplicate_cap",
+                    f"{_w(cap)} appears in {len(rows)} rows (lines {lines}); none is usable",
+                    "rerun that cap",
+                )
+            )
+            continue
+        kept = usable[-1]
+        earlier_bad = all(not r["_usable"] for r in rows if r is not kept)
+        why = (
+            "the only usable one (the others failed or were set aside: a re-measurement)"
+            if earlier_bad
+            else "the last usable row, the latest measurement; the others are ignored"
+        )
+        out.append(
+            _finding(
+                "info" if earlier_bad else "warning",
+                "duplicate_cap",
+                f"{_w(cap)} appears in {len(rows)} rows (lines {lines}): kept line "
+                f"{kept[SOURCE_LINE]}, {why}",
+                None if earlier_bad else "remove the rows you do not want",
+            )
+        )
+    return out
+
+
+def run_findings(run: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The run's own record of faults it met and of a status that is not ``complete``."""
+    if not run:
+        return []
+    out = []
+    faults = run.get("faults")
+    if isinstance(faults, list) and faults:
+        parts = []
+        for f in faults:
+            if not isinstance(f, dict):
+                continue
+            kind = str(f.get("kind", "?"))
+            text = _FAULT_TEXT.get(kind, kind)
+            examples = [str(e) for e in f.get("examples", []) if e][:1]
+            example = f" (e.g. {examples[0]})" if examples else ""
+            parts.append(f"{f.get('count', '?')} {text}{example}")
+        if parts:
+            out.append(
+                _finding(
+                    "warning",
+                    "run_faults",
+                    "the run met faults: " + "; ".join(parts),
+                    "the figures above account for them; check the server if they repeat",
+                )
+            )
+    status = run.get("status")
+    if status in ("partial", "failed"):
+        out.append(
+            _finding(
+                "warning",
+                f"run_{status}",
+                f"the run ended {status}: {run.get('error') or 'no reason recorded'}",
+                "rerun the missing caps (--resume does not repeat finished ones)",
+            )
+        )
+    return out

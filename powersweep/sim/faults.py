@@ -1,0 +1,91 @@
+"""Misbehaving-server faults the simulated server can inject (hidden ``--sim-fault SPEC``).
+
+Each imitates a way real servers went wrong on real rigs, so the tests can show that every
+request stays time-bounded and every figure is either right or clearly marked:
+
+- ``no-done``: sends the finish reason and the usage, then holds the socket without ``[DONE]``.
+- ``endless``: ignores ``max_tokens`` and keeps streaming.
+- ``long-line``: after a few tokens, starts an event-stream line that never ends.
+- ``stall``: pauses :data:`STALL_S` run seconds mid-stream (the GPU idles meanwhile).
+- ``no-tokens``: streams its text under a key no client knows (``delta.text``), usage included.
+- ``inflated-usage``: usage claims :data:`INFLATE_FACTOR` times the tokens it streamed.
+- ``busy``: answers the first :data:`BUSY_ANSWERS` chat requests 503 with a ``Retry-After`` of
+  one run second.
+- ``slow``: the first token comes only after :data:`SLOW_FIRST_TOKEN_S` run seconds.
+- ``slow-code``: the code prompt decodes :data:`SLOW_CODE_FACTOR` times slower than the
+  narrative one (a server disturbed on one prompt only).
+
+``KIND@CAP`` limits a fault to requests served while the card is capped at CAP watts;
+``KIND-once`` (and ``KIND-once@CAP``) to the first request it would hit; ``KIND-first@CAP`` to
+the requests of the first visit to that cap (a cap measured again later is served normally).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from powersweep.errors import UsageError
+
+FAULT_KINDS = (
+    "no-done",
+    "endless",
+    "long-line",
+    "stall",
+    "no-tokens",
+    "inflated-usage",
+    "busy",
+    "slow",
+    "slow-code",
+)
+STALL_S = 45.0
+STALL_AFTER_TOKENS = 10
+INFLATE_FACTOR = 50
+BUSY_ANSWERS = 2
+SLOW_FIRST_TOKEN_S = 600.0
+SLOW_CODE_FACTOR = 5.0
+ENDLESS_TOKENS = 100_000
+LONG_LINE_AFTER_TOKENS = 5
+
+_SPEC = re.compile(r"^(?P<kind>[a-z-]+?)(?P<scope>-once|-first)?(?:@(?P<cap>\d+(?:\.\d+)?))?$")
+
+
+@dataclass(frozen=True)
+class ServerFault:
+    """One injected fault.
+
+    Attributes:
+        kind: One of :data:`FAULT_KINDS`.
+        at_cap_w: Only while the card is capped at this many watts (None: always).
+        once: Only the first request it would hit.
+        first_visit: Only while the card is at ``at_cap_w`` for the first time.
+    """
+
+    kind: str
+    at_cap_w: float | None = None
+    once: bool = False
+    first_visit: bool = False
+
+
+def parse_fault(spec: str) -> ServerFault:
+    """Parse ``KIND[-once|-first][@CAP]``.
+
+    Raises:
+        UsageError: Not a known fault.
+    """
+    m = _SPEC.match(spec.strip().lower())
+    if m is None or m.group("kind") not in FAULT_KINDS:
+        raise UsageError(
+            f"--sim-fault takes KIND[-once|-first][@CAP] with KIND one of "
+            f"{', '.join(FAULT_KINDS)}, not {spec!r}"
+        )
+    cap = m.group("cap")
+    scope = m.group("scope")
+    if scope == "-first" and cap is None:
+        raise UsageError("--sim-fault KIND-first needs @CAP (the cap whose first visit fails)")
+    return ServerFault(
+        m.group("kind"),
+        float(cap) if cap else None,
+        once=scope == "-once",
+        first_visit=scope == "-first",
+    )

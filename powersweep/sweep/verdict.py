@@ -1,0 +1,101 @@
+"""How honest a finished sweep can be: its status from the caps' statuses, and the faults it met.
+
+A run is ``complete`` only when enough caps succeeded to answer; the faults (stalls, retries,
+untrusted usage, busy servers...) go to ``run.json`` so the summary can say what the run met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from powersweep.sweep.loads.base import TOO_SLOW
+from powersweep.sweep.server.client import (
+    ERR_NO_COUNTABLE_TOKENS,
+    WARN_BUSY_RETRIED,
+    WARN_USAGE_UNTRUSTED,
+)
+from powersweep.sweep.server.sse import MAX_LINE_BYTES
+
+# Caps that must succeed for a run to answer (fewer planned: all of them).
+MIN_OK_CAPS = 3
+_EXAMPLES_KEPT = 3
+
+
+def judge(statuses: Iterable[str]) -> tuple[str, str | None]:
+    """``complete`` when enough caps succeeded to answer, else ``partial`` or ``failed``.
+
+    Enough: at least :data:`MIN_OK_CAPS` (every measurable cap when fewer were planned), and no
+    fewer than the caps that failed or stayed suspect. Rejected caps (the card refused them) do
+    not count either way.
+
+    Returns:
+        The status and, when not complete, a one-line reason.
+    """
+    statuses = list(statuses)
+    ok = statuses.count("ok")
+    measurable = [x for x in statuses if x != "rejected"]
+    bad = {x: statuses.count(x) for x in ("failed", "suspect") if x in statuses}
+    what = ", ".join(f"{n} {x}" for x, n in bad.items())
+    if ok == 0:
+        if not statuses:
+            return "failed", "no cap was measured"
+        return "failed", f"no cap was measured successfully ({what or 'all rejected'})"
+    needed = min(MIN_OK_CAPS, len(measurable))
+    if ok < needed or ok < len(measurable) - ok:
+        return "partial", (
+            f"only {ok} of {len(measurable)} caps were measured successfully ({what}): "
+            "too few to answer"
+        )
+    return "complete", None
+
+
+class FaultLog:
+    """Faults the run met, by kind, with a count and a few examples (``run.json`` ``faults``).
+
+    Args:
+        cuts_expected: Requests cut at their deadline are by design (decode-concurrent windows)
+            and not a fault.
+    """
+
+    def __init__(self, *, cuts_expected: bool = False) -> None:
+        self._cuts_expected = cuts_expected
+        self._faults: dict[str, dict[str, Any]] = {}
+
+    def add(self, kind: str, detail: str) -> None:
+        """Count one fault of ``kind``."""
+        entry = self._faults.setdefault(kind, {"kind": kind, "count": 0, "examples": []})
+        entry["count"] += 1
+        if len(entry["examples"]) < _EXAMPLES_KEPT:
+            entry["examples"].append(detail)
+
+    def requests(self, requests: Sequence[Any]) -> None:
+        """Count the faults the client's results show (warnings and errors it recognises)."""
+        for r in requests:
+            cut = r.ok and getattr(r, "finish_reason", None) == "deadline"
+            if cut and not self._cuts_expected and r.prompt_kind != "warmup":
+                # a request that ran past the window and its margin: a server that ignored
+                # max_tokens, or one too slow for the window
+                self.add(
+                    "cut_at_deadline",
+                    f"a {r.prompt_kind} request ran past its window and was cut after "
+                    f"{r.chunk_tokens} token chunks",
+                )
+            for w in getattr(r, "warnings", ()):
+                if WARN_USAGE_UNTRUSTED in w:
+                    self.add("usage_untrusted", w)
+                elif WARN_BUSY_RETRIED in w:
+                    self.add("server_busy", w)
+            error = getattr(r, "error", "") or ""
+            if error.startswith(("HTTP 429", "HTTP 503")):
+                self.add("server_busy", error)
+            elif ERR_NO_COUNTABLE_TOKENS in error:
+                self.add("no_countable_tokens", error)
+            elif f"more than {MAX_LINE_BYTES} bytes" in error:
+                self.add("line_too_long", error)
+            elif TOO_SLOW in error:
+                self.add("too_slow", error)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The faults as ``run.json`` records them."""
+        return [dict(f, examples=list(f["examples"])) for f in self._faults.values()]

@@ -1,0 +1,367 @@
+"""Under faults the run stays honest and the card comes back.
+
+Each case runs the CLI against a misbehaving simulated server (hidden ``--sim-fault``) with the
+card's limit kept in a ``--sim-state`` file: the run must end within its bound, put the user's
+own limit back, show no traceback, and its figures must be right or clearly marked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+
+UUID = "GPU-sim-rtx3090-air-0"
+USER_LIMIT_W = 350.0
+# A low time scale: the stall check judges gaps in run seconds, and a loaded machine's wall
+# hiccups are multiplied by the scale.
+BASE = (
+    "--simulate",
+    "rtx3090-air",
+    "--time-scale",
+    "30",
+    "--target-cap-seconds",
+    "1",
+    "--warmup-requests",
+    "0",
+    "--settle",
+    "fixed",
+    "--settle-seconds",
+    "0.5",
+    "--quiet",
+    "--no-charts",
+    "--cooling",
+    "air",
+)
+
+
+class Rig:
+    def __init__(self, tmp: Path) -> None:
+        self.state = tmp / "sim-state.json"
+        self.state.write_text(json.dumps({UUID: USER_LIMIT_W}))
+        self.out = tmp / "runs"
+        self.state_dir = tmp / "state"
+        self.env = {**os.environ, "POWERSWEEP_STATE_DIR": str(self.state_dir)}
+        self.env.pop("OPENAI_API_KEY", None)
+
+    @property
+    def limit_w(self) -> float:
+        return float(json.loads(self.state.read_text())[UUID])
+
+    @property
+    def journal(self) -> Path:
+        return self.state_dir / "journal.json"
+
+    def args(self, *extra: str) -> list[str]:
+        return [*BASE, "--sim-state", str(self.state), "--out", str(self.out), *extra]
+
+    def run(
+        self, *extra: str, bound_s: float = 120
+    ) -> tuple[subprocess.CompletedProcess[str], float]:
+        t0 = time.monotonic()
+        proc = powersweep(*self.args(*extra), env=self.env, timeout=bound_s)
+        took = time.monotonic() - t0
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert self.limit_w == USER_LIMIT_W, proc.stderr
+        assert not self.journal.exists(), proc.stderr
+        return proc, took
+
+
+def _run_dir(rig: Rig) -> tuple[dict[str, Any], list[dict[str, str]], str]:
+    run = only_run_dir(rig.out)
+    summary = (run / "summary.md").read_text() if (run / "summary.md").exists() else ""
+    return read_json(run / "run.json"), read_csv(run / "caps.csv"), summary
+
+
+def _faults(meta: dict[str, Any]) -> dict[str, int]:
+    return {f["kind"]: f["count"] for f in meta.get("faults", [])}
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    return Rig(tmp_path)
+
+
+def test_held_socket_without_done_does_not_wait(rig: Rig) -> None:
+    proc, took = rig.run("--caps", "350,300,250", "--sim-fault", "no-done")
+    assert proc.returncode == 0, proc.stderr
+    assert took < 60
+    meta, caps, _ = _run_dir(rig)
+    assert meta["status"] == "complete"
+    assert all(c["status"] == "ok" for c in caps)
+    requests = read_csv(only_run_dir(rig.out) / "requests.csv")
+    assert {r["finish_reason"] for r in requests} == {"length"}
+
+
+def test_endless_stream_is_cut_and_still_measured(rig: Rig) -> None:
+    proc, took = rig.run("--caps", "350,300", "--sim-fault", "endless")
+    assert proc.returncode == 0, proc.stderr
+    assert took < 90
+    meta, caps, _ = _run_dir(rig)
+    requests = read_csv(only_run_dir(rig.out) / "requests.csv")
+    assert {r["finish_reason"] for r in requests} == {"deadline"}
+    truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
+    for c in caps:
+        assert float(c["narr_tps"]) == pytest.approx(truth[float(c["cap_w"])], rel=0.15)
+    assert _faults(meta)["cut_at_deadline"] >= 4
+    assert "were cut" in (only_run_dir(rig.out) / "summary.md").read_text()
+
+
+def test_endless_line_fails_with_a_clear_reason(rig: Rig) -> None:
+    proc, took = rig.run("--caps", "350,300,250", "--sim-fault", "long-line")
+    assert proc.returncode == 1
+    assert took < 60
+    assert "line of more than" in proc.stderr.strip().splitlines()[-1]
+    meta, _, _ = _run_dir(rig)
+    assert meta["status"] == "failed"
+    assert _faults(meta)["line_too_long"] >= 3
+
+
+def test_unreadable_streams_do_not_end_complete(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "no-tokens")
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "no stream carried tokens" in last
+    meta, _, _ = _run_dir(rig)
+    assert meta["status"] == "failed"
+    requests = read_csv(only_run_dir(rig.out) / "requests.csv")
+    assert requests and all(r["ok"] == "false" for r in requests)
+
+
+def test_server_too_slow_for_the_window_says_what_to_change(rig: Rig) -> None:
+    proc, took = rig.run("--caps", "350,300", "--warmup-requests", "3", "--sim-fault", "slow")
+    assert proc.returncode == 1
+    assert took < 60
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "warm-up" in last and "too slow for the window" in last
+    assert "--target-cap-seconds" in last
+    requests = read_csv(only_run_dir(rig.out) / "requests.csv")
+    assert len(requests) == 1  # not minutes of further warm-up
+
+
+def test_busy_server_is_retried(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "busy")
+    assert proc.returncode == 0, proc.stderr
+    meta, caps, summary = _run_dir(rig)
+    assert all(c["status"] == "ok" for c in caps)
+    assert _faults(meta)["server_busy"] >= 1
+    assert "busy" in summary
+
+
+def test_stall_once_is_measured_again(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "stall-once@300")
+    assert "stall" in proc.stderr
+    meta, caps, summary = _run_dir(rig)
+    row = [c for c in caps if float(c["cap_w"]) == 300][-1]
+    assert row["status"] == "ok"
+    truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
+    assert float(row["narr_tps"]) == pytest.approx(truth[300.0], rel=0.15)
+    assert _faults(meta)["remeasured"] >= 1
+    requests = read_csv(only_run_dir(rig.out) / "requests.csv")
+    assert any(r["prompt_kind"].startswith("discarded-") for r in requests)
+    assert "stall" in summary
+
+
+def test_a_cap_stalled_twice_is_suspect_and_left_out(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250,200", "--sim-fault", "stall@300")
+    assert proc.returncode in (0, 3), proc.stderr
+    _meta, caps, summary = _run_dir(rig)
+    row = [c for c in caps if float(c["cap_w"]) == 300][-1]
+    assert row["status"] == "suspect" and "stall" in row["error"]
+    analysis = read_json(only_run_dir(rig.out) / "analysis.json")
+    assert analysis["sweet_spot"]["cap_w"] != 300
+    assert any(f["code"] == "suspect_caps" for f in analysis["findings"])
+    assert "suspect" in summary
+
+
+def test_implausible_usage_is_not_trusted(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "inflated-usage@300")
+    assert proc.returncode == 0, proc.stderr
+    meta, caps, summary = _run_dir(rig)
+    truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
+    row = [c for c in caps if float(c["cap_w"]) == 300][-1]
+    assert float(row["narr_tps"]) == pytest.approx(truth[300.0], rel=0.15)
+    assert _faults(meta)["usage_untrusted"] >= 1
+    assert "usage" in summary
+
+
+def test_a_failed_cap_is_retried_at_the_end(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "long-line-first@300")
+    assert proc.returncode == 0, proc.stderr
+    meta, caps, _summary = _run_dir(rig)
+    rows = [c for c in caps if float(c["cap_w"]) == 300]
+    assert [r["status"] for r in rows] == ["failed", "ok"]
+    assert rows[-1]["reason"] == "retry"
+    assert _faults(meta)["cap_retried"] == 1
+    assert meta["status"] == "complete"
+    analysis = read_json(only_run_dir(rig.out) / "analysis.json")
+    assert not any(f["code"] == "caps_not_measured" for f in analysis["findings"])
+
+
+def test_too_few_caps_is_partial_with_a_non_zero_exit(rig: Rig) -> None:
+    proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "long-line@300")
+    assert proc.returncode == 3, proc.stderr
+    assert "partial run" in proc.stderr.strip().splitlines()[-1]
+    meta, _, summary = _run_dir(rig)
+    assert meta["status"] == "partial"
+    assert "ended partial" in summary
+
+
+def _start(rig: Rig, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "powersweep", *rig.args(*extra)],
+        cwd=REPO,
+        env=rig.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(cond: Any, proc: subprocess.Popen[str], bound_s: float = 60) -> None:
+    deadline = time.monotonic() + bound_s
+    while not cond():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_force_never_takes_a_live_sweeps_card(rig: Rig) -> None:
+    first = _start(rig, "--target-cap-seconds", "30")
+    try:
+        _wait_for(lambda: rig.journal.exists() and rig.limit_w != USER_LIMIT_W, first)
+        journal_before = rig.journal.read_text()
+        second = powersweep(*rig.args("--force", "--caps", "300"), env=rig.env, timeout=60)
+        assert second.returncode == 2
+        last = second.stderr.strip().splitlines()[-1]
+        assert f"another sweep (PID {first.pid}) is running on GPU 0" in last
+        assert rig.journal.read_text() == journal_before
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    assert "restored to 350 W" in err
+    assert rig.limit_w == USER_LIMIT_W and not rig.journal.exists()
+
+
+def test_a_dead_owners_journal_is_restored_before_a_forced_sweep(rig: Rig) -> None:
+    first = _start(rig, "--target-cap-seconds", "30")
+    try:
+        _wait_for(lambda: rig.journal.exists() and rig.limit_w != USER_LIMIT_W, first)
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    left_at = rig.limit_w
+    assert left_at not in (USER_LIMIT_W, 300.0)
+    data = json.loads(rig.journal.read_text())
+    assert data["pid"] == first.pid and data["pid_start"]
+    forced = _start(rig, "--force", "--caps", "300", "--target-cap-seconds", "30")
+    try:
+        # the card is back at the user's limit before the new sweep sets its first cap
+        _wait_for(lambda: rig.limit_w != left_at, forced)
+        time.sleep(0.3)
+    finally:
+        forced.send_signal(signal.SIGINT)
+        _, err = forced.communicate(timeout=60)
+    assert f"restored to 350 W (left by PID {first.pid})" in err
+    assert rig.limit_w == USER_LIMIT_W and not rig.journal.exists()
+
+
+def test_ctrl_c_ends_a_wide_concurrent_sweep_quickly(rig: Rig) -> None:
+    proc = _start(
+        rig,
+        "--load-mode",
+        "decode-concurrent",
+        "--concurrency",
+        "256",
+        "--target-cap-seconds",
+        "60",
+        "--time-scale",
+        "5",
+    )
+    restored_after = None
+    try:
+        _wait_for(lambda: rig.limit_w != USER_LIMIT_W, proc)
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "power limit restored" in line:
+                restored_after = time.monotonic() - t0
+                break
+        _, rest = proc.communicate(timeout=30)
+        err = "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err
+    assert restored_after is not None and restored_after < 2.0, err
+    assert rig.limit_w == USER_LIMIT_W
+    assert proc.returncode == 130
+
+
+def test_two_quick_ctrl_c_still_print_the_restore(rig: Rig) -> None:
+    proc = _start(rig, "--caps", "350,300,250")
+    try:
+        _wait_for(lambda: rig.limit_w != USER_LIMIT_W, proc)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err
+    assert "GPU 0: power limit restored to 350 W" in err
+    assert rig.limit_w == USER_LIMIT_W and not rig.journal.exists()
+
+
+def test_a_paused_sweep_is_caught_as_a_stall(rig: Rig) -> None:
+    # Ctrl-Z: client, sampler and simulated server all stop; tokens then arrive in a burst
+    proc = _start(rig, "--caps", "350,300,250", "--target-cap-seconds", "4")
+    try:
+        _wait_for(lambda: rig.limit_w == 300.0, proc)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.5)  # 45 run seconds at time scale 30
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err
+    assert rig.limit_w == USER_LIMIT_W
+    meta, caps, summary = _run_dir(rig)
+    assert _faults(meta).get("remeasured", 0) >= 1, err
+    truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
+    for c in caps:
+        if c["status"] == "ok":
+            assert float(c["narr_tps"]) == pytest.approx(truth[float(c["cap_w"])], rel=0.2)
+    assert "stall" in summary
+
+
+def test_disagreeing_prompts_at_the_first_cap_are_rechecked_at_the_end(rig: Rig) -> None:
+    # the code prompt runs 5x slow at 350 W only: nothing to compare with when 350 W is measured
+    proc, _ = rig.run("--caps", "350,300,250,200", "--sim-fault", "slow-code@350")
+    assert proc.returncode == 0, proc.stderr
+    meta, caps, summary = _run_dir(rig)
+    last = {float(c["cap_w"]): c for c in caps}
+    assert last[350.0]["status"] == "suspect" and "ratio" in last[350.0]["error"]
+    assert [c["reason"] for c in caps if float(c["cap_w"]) == 350.0] == ["dense", "recheck"]
+    assert all(last[c]["status"] == "ok" for c in (300.0, 250.0, 200.0))
+    assert _faults(meta)["suspect"] == 1
+    assert "suspect" in summary

@@ -1,0 +1,341 @@
+"""Input that cannot be trusted is named: options, CSV rows, journals, stalls."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from powersweep.analysis import analyze, load_curve
+from powersweep.cli import main
+from powersweep.errors import UsageError
+from powersweep.sim.faults import ServerFault, parse_fault
+from powersweep.sweep.records.journal import (
+    Journal,
+    JournalEntry,
+    JournalGpu,
+    owner_alive,
+    owner_refusal,
+    process_start,
+)
+from powersweep.sweep.sampling.consistency import min_gap_s, ratio_reason, stall_reason
+from powersweep.sweep.verdict import FaultLog, judge
+
+SIM = ("--simulate", "rtx3090-air", "--cooling", "air")
+
+BAD_OPTIONS = [
+    (["--target-cap-seconds", "inf"], "--target-cap-seconds"),
+    (["--target-cap-seconds", "nan"], "--target-cap-seconds"),
+    (["--target-cap-seconds", "1e9"], "--target-cap-seconds"),
+    (["--settle-seconds", "inf"], "--settle-seconds"),
+    (["--sample-interval", "0.0001"], "--sample-interval"),
+    (["--step-size", "inf"], "--step-size"),
+    (["--step-size", "0.5"], "plans"),
+    (["--time-scale", "inf"], "--time-scale"),
+    (["--time-scale", "nan"], "--time-scale"),
+    (["--warmup-requests", "1000000"], "--warmup-requests"),
+    (["--max-failed-caps", "1000000"], "--max-failed-caps"),
+    (["--load-mode", "decode-concurrent", "--concurrency", "100000"], "at most 256"),
+    (["--load-mode", "decode-concurrent", "--max-concurrency-probe", "5000"], "probe"),
+    (["--load-mode", "decode-concurrent", "--load-target", "nan"], "--load-target"),
+    (["--load-mode", "prefill-heavy", "--target-prefill-seconds", "inf"], "prefill"),
+    (["--caps", ",".join(str(100 + i) for i in range(400))], "--caps"),
+    (["--caps", "inf"], "--caps"),
+    (["--url", "http://:80", "--time-scale", "1"], "not an http"),
+    (["--url", "http://localhost:99999", "--time-scale", "1"], "bad port"),
+    (["--url", "http://local host:8080", "--time-scale", "1"], "URL"),
+    (["--sim-fault", "meltdown"], "--sim-fault"),
+    (["--sim-fault", "stall-first"], "@CAP"),
+    (["--sim-fault", "stall", "--url", "http://127.0.0.1:9", "--time-scale", "1"], "drop --url"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "word"), BAD_OPTIONS, ids=[" ".join(a)[:40] for a, _ in BAD_OPTIONS]
+)
+def test_absurd_options_are_one_line_usage_errors(
+    args: list[str], word: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main([*SIM, "--out", str(tmp_path / "runs"), *args])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert lines[-1].startswith("error: ") and word in lines[-1], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def _csv(path: Path, rows: list[str]) -> Path:
+    path.write_text("cap_w,narr_tps,power_w,status\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_ignored_rows_are_each_named(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path / "caps.csv",
+        [
+            "350,34,340,ok",
+            "330,33,nan,ok",
+            "310,inf,300,ok",
+            "290,32,0,ok",
+            "270,31,-5,ok",
+            "250,30,245,ok",
+        ],
+    )
+    result = analyze(load_curve(path), bootstrap=0)
+    (f,) = [f for f in result["findings"] if f["code"] == "rows_ignored"]
+    assert f["message"].startswith("4 row(s)")
+    for line in ("line 3", "line 4", "line 5", "line 6"):
+        assert line in f["message"]
+    assert "power_w is 0" in f["message"] and "narr_tps is inf" in f["message"]
+    assert {c["cap_w"] for c in result["caps"] if c.get("status") == "ok"} >= {250.0, 350.0}
+
+
+def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path / "caps.csv",
+        ["350,34,340,ok", "300,33,0.2,ok", "250,30,245,ok", "200,29,90000,ok"],
+    )
+    result = analyze(load_curve(path), bootstrap=0)
+    (f,) = [f for f in result["findings"] if f["code"] == "implausible_rows"]
+    assert "line 3 (300 W)" in f["message"] and "line 5 (200 W)" in f["message"]
+    assert result["sweet_spot"]["cap_w"] not in (300.0, 200.0)
+
+
+def test_duplicate_caps_say_which_row_was_kept(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path / "caps.csv",
+        ["350,34,340,ok", "300,90,150,ok", "300,33,300,ok", "250,,,failed", "250,30,245,ok"],
+    )
+    result = analyze(load_curve(path), bootstrap=0)
+    dups = [f for f in result["findings"] if f["code"] == "duplicate_cap"]
+    by_cap = {("300 W" in f["message"]): f for f in dups}
+    assert "kept line 4" in by_cap[True]["message"] and by_cap[True]["severity"] == "warning"
+    assert "kept line 6" in by_cap[False]["message"] and by_cap[False]["severity"] == "info"
+    spot = result["sweet_spot"]
+    assert spot["cap_w"] != 300.0 or spot["tps"] == pytest.approx(33)
+
+
+def test_suspect_caps_stay_out_of_the_sweet_spot(tmp_path: Path) -> None:
+    path = tmp_path / "caps.csv"
+    path.write_text(
+        "cap_w,narr_tps,power_w,status,error\n350,34,340,ok,\n300,60,200,suspect,a stall\n"
+        "250,30,245,ok,\n"
+    )
+    result = analyze(load_curve(path), bootstrap=0)
+    assert result["sweet_spot"]["cap_w"] != 300.0
+    (f,) = [f for f in result["findings"] if f["code"] == "suspect_caps"]
+    assert "a stall" in f["message"]
+    assert not any(f["code"] == "caps_not_measured" for f in result["findings"])
+
+
+def test_a_cut_last_row_is_dropped_with_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "caps.csv"
+    path.write_text("cap_w,narr_tps,power_w\n350,34,340\n300,40,1")
+    curve = load_curve(path)
+    assert curve.caps["cap_w"].to_list() == [350.0]
+    assert any("cut short" in n for n in curve.notes)
+
+
+def test_import_accepts_a_utf8_bom(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    md = tmp_path / "table.md"
+    md.write_bytes(
+        b"\xef\xbb\xbf| Cap (W/card) | Narr TPS | Power (W) |\n|---|---|---|\n"
+        b"| 300 | 30 | 290 |\n| 250 | 28 | 245 |\n"
+    )
+    out = tmp_path / "caps.csv"
+    assert main(["import", str(md), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert out.read_text().count("\n") == 3
+
+
+@dataclass(frozen=True)
+class _Req:
+    token_times_s: tuple[float, ...]
+    t_end_s: float
+    finish_reason: str = "length"
+    ok: bool = True
+    prompt_kind: str = "narr"
+
+
+def _steady(n: int, dt: float, t0: float = 0.0) -> list[float]:
+    return [t0 + i * dt for i in range(n)]
+
+
+def test_a_long_gap_between_tokens_is_a_stall() -> None:
+    times = tuple(_steady(10, 0.03) + _steady(300, 0.03, 0.3 + 45))
+    assert "stopped for 45" in stall_reason([_Req(times, times[-1])])
+    steady = tuple(_steady(300, 0.03))
+    assert stall_reason([_Req(steady, steady[-1])]) == ""
+
+
+def test_a_stall_that_outlasts_the_request_is_seen_at_the_cut() -> None:
+    times = tuple(_steady(10, 0.03))
+    assert "before its deadline" in stall_reason([_Req(times, 31.0, "deadline")])
+    # a window cut mid-flow is not a stall
+    assert stall_reason([_Req(times, times[-1] + 0.03, "deadline")]) == ""
+
+
+def test_short_hiccups_and_scaled_clocks() -> None:
+    times = tuple(_steady(100, 0.03) + _steady(100, 0.03, 3.0 + 2.0))
+    assert stall_reason([_Req(times, times[-1])]) == ""  # 2 s: under the 3 s floor
+    assert min_gap_s(1.0) == 3.0 and min_gap_s(200.0) == 50.0
+
+
+def test_narrative_and_code_rates_that_disagree() -> None:
+    assert ratio_reason(30.0, 29.0, [0.97, 0.96, 0.98]) == ""
+    assert "off" in ratio_reason(30.0, 6.0, [0.97, 0.96, 0.98])
+    assert ratio_reason(30.0, 6.0, [0.97, 0.96]) == ""  # too few others to judge
+    assert ratio_reason(30.0, 6.0, []) == ""
+
+
+def test_sim_fault_specs() -> None:
+    assert parse_fault("stall-once@300") == ServerFault("stall", 300.0, once=True)
+    assert parse_fault("long-line-first@250").first_visit
+    with pytest.raises(UsageError):
+        parse_fault("stall@abc")
+
+
+def _entry(pid: int, start: str | None) -> JournalEntry:
+    return JournalEntry(
+        backend={"kind": "sim"},
+        gpus=(JournalGpu("GPU-a", 0, "card", 350.0),),
+        pid=pid,
+        created_at="2026-01-01T00:00:00Z",
+        pid_start=start,
+    )
+
+
+def test_journal_owner_is_a_live_process_with_its_start_time(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        start = process_start(child.pid)
+        assert start is not None
+        assert owner_alive(_entry(child.pid, start))
+        assert not owner_alive(_entry(child.pid, str(int(start) + 1)))  # PID reused
+        assert "another sweep (PID" in owner_refusal(_entry(child.pid, start), tmp_path)
+        assert "GPU 0" in owner_refusal(_entry(child.pid, start), tmp_path)
+    finally:
+        child.kill()
+        child.wait()
+    assert not owner_alive(_entry(child.pid, start))
+    assert not owner_alive(_entry(os.getpid(), None))  # a journal this process left earlier
+
+
+def test_journal_keeps_pid_start_and_outcome(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    j.write(_entry(4242, "123"))
+    j.record_outcome({"status": "complete", "restored": [{"ok": True}]})
+    data = json.loads(j.path.read_text())
+    assert data["pid_start"] == "123" and data["outcome"]["status"] == "complete"
+    read = j.read()
+    assert read is not None and read.outcome == data["outcome"]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        (["ok"] * 10, "complete"),
+        (["ok"] * 9 + ["failed"], "complete"),
+        (["ok", "ok", "ok", "rejected", "rejected"], "complete"),
+        (["ok"], "complete"),  # observe-only: one cap planned
+        (["ok", "ok", "suspect"], "partial"),
+        (["ok", "ok", "failed", "failed", "suspect"], "partial"),
+        (["failed", "failed"], "failed"),
+        (["rejected"], "failed"),
+        ([], "failed"),
+    ],
+)
+def test_a_run_is_complete_only_when_enough_caps_answer(statuses: list[str], expected: str) -> None:
+    status, reason = judge(statuses)
+    assert status == expected
+    assert (reason is None) == (expected == "complete")
+
+
+def test_fault_log_counts_what_the_client_recognised() -> None:
+    @dataclass(frozen=True)
+    class R:
+        ok: bool
+        finish_reason: str | None
+        prompt_kind: str = "narr"
+        chunk_tokens: int = 5
+        warnings: tuple[str, ...] = ()
+        error: str = ""
+
+    log = FaultLog()
+    log.requests(
+        [
+            R(True, "deadline"),
+            R(True, "deadline", prompt_kind="warmup"),
+            R(True, "length", warnings=("usage_untrusted",)),
+            R(False, None, error="HTTP 503: loading (still busy after 6 retries)"),
+        ]
+    )
+    kinds = {f["kind"]: f["count"] for f in log.to_list()}
+    assert kinds == {"cut_at_deadline": 1, "usage_untrusted": 1, "server_busy": 1}
+    concurrent = FaultLog(cuts_expected=True)
+    concurrent.requests([R(True, "deadline")])
+    assert concurrent.to_list() == []
+
+
+def test_rows_without_a_finite_cap_are_noted_blank_lines_are_not(tmp_path: Path) -> None:
+    path = tmp_path / "caps.csv"
+    path.write_text("cap_w,narr_tps,power_w\nnan,30,290\ninf,28,245\n\n300,30,290\n250,28,245\n")
+    curve = load_curve(path)
+    assert curve.caps["cap_w"].to_list() == [250.0, 300.0]
+    (note,) = curve.notes
+    assert "2 row(s) without a finite cap_w" in note and "line 2, 3" in note
+
+
+def test_claim_refuses_a_live_owner_and_replaces_a_dead_one(tmp_path: Path) -> None:
+    j = Journal(tmp_path)
+    mine = _entry(os.getpid(), process_start(os.getpid()))
+    j.claim(mine)  # none there: created
+    assert json.loads(j.path.read_text())["pid"] == os.getpid()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        j.write(_entry(child.pid, process_start(child.pid)))
+        with pytest.raises(UsageError, match=f"another sweep \\(PID {child.pid}\\)"):
+            j.claim(mine)
+        assert json.loads(j.path.read_text())["pid"] == child.pid  # left alone
+    finally:
+        child.kill()
+        child.wait()
+    j.claim(mine)  # its owner is gone: replaced
+    assert json.loads(j.path.read_text())["pid"] == os.getpid()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".journal-")]
+
+
+def test_a_cap_without_a_figure_says_why_truthfully() -> None:
+    from powersweep.sweep.sampling.measure import cap_row
+
+    @dataclass(frozen=True)
+    class R:
+        ok: bool
+        prompt_kind: str = "narr"
+        completion_tokens: int | None = 1
+        prompt_tokens: int | None = 5
+        t_start_s: float = 0.0
+        t_first_token_s: float = 1.0
+        t_last_token_s: float = 1.0
+        error: str = ""
+
+    def error_of(requests: list[R]) -> str:
+        row = cap_row(
+            cap_w=300.0,
+            load_mode="decode-single",
+            rows=[],
+            requests=requests,
+            n_gpus=1,
+            settle_s=0.0,
+            window_s=1.0,
+        )
+        assert row["status"] == "failed"
+        return str(row["error"])
+
+    assert "2 request(s) completed but none gave a rate" in error_of([R(True), R(True)])
+    assert error_of([]) == "no request was sent"
