@@ -22,6 +22,7 @@ from powersweep.analysis.clock_summary import (
     write_clock_outputs,
 )
 from powersweep.analysis.clocks import analyze_clocks, is_clock_curve
+from powersweep.analysis.context import CardFacts, with_card_facts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
 from powersweep.errors import PowersweepError, UsageError
@@ -56,6 +57,7 @@ def build_report(
     objective: str = "tps-per-w",
     eta: float = 0.5,
     on_analysis: Callable[[Report], None] | None = None,
+    card: CardFacts | None = None,
 ) -> Report:
     """Analyse a run directory or ``caps.csv`` and write the derived outputs.
 
@@ -71,6 +73,7 @@ def build_report(
         eta: Weight of energy in the ``cost`` objective.
         on_analysis: Called with the analysis (no paths yet) before anything is written, so a
             caller can show it even when writing then fails (a read-only run directory).
+        card: Facts about the card a bare caps.csv lacks (name, default/min/max limits).
 
     Raises:
         UsageError: The input cannot be read as a curve.
@@ -82,6 +85,8 @@ def build_report(
         return _build_clock_report(
             curve, out_dir, charts, formats, title, write_analysis, max_tps_loss_pct, on_analysis
         )
+    if card is not None:
+        curve = with_card_facts(curve, card)
     result = analysis.analyze(
         curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
     )

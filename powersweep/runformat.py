@@ -26,6 +26,7 @@ SAMPLES_COLUMNS = (
     "clock_event_bits",
     "sm_lock_mhz",
     "mem_lock_mhz",
+    "confirm",
 )
 REQUESTS_COLUMNS = (
     "cap_w",
@@ -48,6 +49,7 @@ REQUESTS_COLUMNS = (
     "warnings",
     "server_decode_tps",
     "server_prompt_tps",
+    "confirm",
 )
 # Short codes of requests.csv ``warnings`` (``;``-separated): what makes a request's numbers
 # doubtful. Readers must tolerate codes they do not know.
@@ -105,6 +107,7 @@ CAPS_COLUMNS = (
     "sm_clock_mhz_by_gpu",
     "mem_clock_mhz_by_gpu",
     "power_w_by_gpu",
+    "tps_blocks",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.
@@ -118,15 +121,17 @@ CAPS_TEXT_COLUMNS: tuple[str, ...] = (
     "sm_clock_mhz_by_gpu",
     "mem_clock_mhz_by_gpu",
     "power_w_by_gpu",
+    "tps_blocks",
 )
 CAPS_FLOAT_COLUMNS: tuple[str, ...] = tuple(c for c in CAPS_COLUMNS if c not in CAPS_TEXT_COLUMNS)
 SAMPLES_FLOAT_COLUMNS: tuple[str, ...] = tuple(
     c
     for c in SAMPLES_COLUMNS
-    if c not in ("phase", "throttle_power", "throttle_thermal", "clock_event_bits")
+    if c not in ("phase", "throttle_power", "throttle_thermal", "clock_event_bits", "confirm")
 )
 REQUESTS_FLOAT_COLUMNS: tuple[str, ...] = tuple(
     c
     for c in REQUESTS_COLUMNS
-    if c not in ("prompt_kind", "token_source", "finish_reason", "ok", "error", "warnings")
+    if c
+    not in ("prompt_kind", "token_source", "finish_reason", "ok", "error", "warnings", "confirm")
 )

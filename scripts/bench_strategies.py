@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark dense against adaptive sweeps on the simulated rig (issue 8).
+"""Benchmark dense against adaptive sweeps on the simulated rig (issues 8 and 13).
 
-For every built-in profile and load mode (decode-single; decode-concurrent at batch 8;
-prefill-heavy at 8000 prompt tokens) and for replayed curves, run a dense and an adaptive sweep
-with a fast offline sweep model and print, in one table: the ratio of caps measured and of
-simulated wall time, and whether the sweet spot, the near-peak cap and the plateau edges agree
-within 10 W.
+By default it runs real simulated sweeps (``scripts/bench_real_sweeps.py``): every built-in
+profile in all three load modes (decode-single; decode-concurrent at 4 streams; prefill-heavy with
+2 s prefills) and the replayed curves, each swept dense and adaptive through
+``powersweep.sweep.session`` exactly as ``powersweep`` runs, at ``--time-scale`` (default 100) and
+``--target-cap-seconds`` (default 4). It prints the distinct caps measured, the measured run-time
+ratio, whether the sweet spot, the near-peak cap and the regions agree within 10 W, and the
+adaptive sweep's per-cap overhead beyond the measured window converted to scale 1, with its
+verdict against 1 s. ``--profiles`` and ``--modes`` narrow it (all of it takes several minutes).
+
+``--model`` runs the offline model instead (a model, not a measurement; it says so): for every
+built-in profile and load mode (decode-concurrent at batch 8, prefill-heavy at 8000 prompt
+tokens) and the replayed curves, a dense and an adaptive sweep of modelled caps.
 
 The offline model "measures" a cap by the rig's steady state (``physics.steady_state`` for
 built-in profiles, the interpolated curve with its measured-size per-cap noise for replays) plus
@@ -17,14 +24,8 @@ its settle time is what the detector would take on the simulated card. Both are 
 the real analysis (``powersweep.analysis.analyze``) from a caps.csv, as ``powersweep analyze``
 would.
 
-``--real-sweeps`` runs full simulated sweeps through ``powersweep.sweep.session`` instead (every
-built-in profile under decode-single, and the replayed curves): dense with the fixed settle wait
-against adaptive with settle detection, at ``--time-scale`` (default 100) and
-``--target-cap-seconds`` (default 4). Its times are measured run seconds, and it adds the adaptive
-sweep's median settle and overhead beyond the measured window per cap. About a minute or two.
-
-Usage: ``python scripts/bench_strategies.py [--real-sweeps] [--replay PATH.csv ...] [--verbose]``.
-Exit code 0.
+Usage: ``python scripts/bench_strategies.py [--model] [--profiles a,b] [--modes m,n]
+[--replay PATH.csv ...] [--verbose]``. Exit code 0.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import dataclasses
 import itertools
 import math
 import random
-import statistics
 import sys
 import tempfile
 import zlib
@@ -234,17 +234,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=3.0, help="dense fixed settle, s")
     parser.add_argument("--window", type=float, default=20.0, help="measured window per cap, s")
     parser.add_argument(
-        "--real-sweeps", action="store_true", help="full simulated sweeps through the session"
+        "--model",
+        action="store_true",
+        help="the offline model instead of real simulated sweeps (a model, not a measurement)",
     )
-    parser.add_argument("--time-scale", type=float, default=100.0, help="--real-sweeps only")
-    parser.add_argument("--target-cap-seconds", type=float, default=4.0, help="--real-sweeps only")
+    parser.add_argument("--profiles", help="comma-separated built-in profiles (default: all)")
+    parser.add_argument("--modes", help="comma-separated load modes (default: all three)")
+    parser.add_argument("--time-scale", type=float, default=100.0, help="real sweeps only")
+    parser.add_argument("--target-cap-seconds", type=float, default=4.0, help="real sweeps only")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
     replays = args.replay or [p for p in DEFAULT_REPLAYS if p.is_file()]
-    if args.real_sweeps:
-        return real_sweeps(replays, time_scale=args.time_scale, target_s=args.target_cap_seconds)
+    profiles = args.profiles.split(",") if args.profiles else profile_names()
+    modes = args.modes.split(",") if args.modes else [m for m, _ in MODES]
+    if not args.model:
+        from bench_real_sweeps import run_all
 
-    cases = builtin_cases()
+        targets = [(name, name) for name in profiles]
+        targets += [(f"replay:{p.name}", f"replay:{p}") for p in replays]
+        return run_all(targets, modes, time_scale=args.time_scale, target_s=args.target_cap_seconds)
+
+    print(
+        "OFFLINE MODEL: caps are modelled (steady state plus modelled noise), not measured; "
+        "run without --model for real simulated sweeps"
+    )
+    cases = [c for c in builtin_cases() if c.name in profiles and c.mode in modes]
     for path in replays:
         cases.append(replay_case(path))
 
@@ -287,115 +301,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{'all' if all_agree else 'NOT all'}"
     )
     return 0
-
-
-def real_sweeps(replays: list[Path], *, time_scale: float, target_s: float) -> int:
-    """Full simulated sweeps through the session: dense (fixed settle) against adaptive (auto).
-
-    Every built-in profile under decode-single and every replayed curve, each swept twice by
-    :func:`powersweep.sweep.session.run_session`; the table's times are measured run seconds
-    (the last sample or request of each run), not modelled ones.
-    """
-    from powersweep.cli.rigs import build_rig
-    from powersweep.sweep.options import SweepOptions
-    from powersweep.sweep.session import run_session
-
-    targets = [(name, name) for name in profile_names()]
-    targets += [(f"replay:{p.name}", f"replay:{p}") for p in replays]
-    head = (
-        f"{'profile':34} {'caps d/a':>8} {'ratio':>5} {'time':>5} {'sweet d/a':>9} "
-        f"{'near d/a':>9} {'plateau edges d | a':30} {'settle':>6} {'o/h':>5} agree"
-    )
-    print(f"real simulated sweeps, decode-single, time scale {time_scale:g}, {target_s:g} s/prompt")
-    print(head)
-    print("-" * len(head))
-    worst_caps = worst_time = worst_settle = worst_over = 0.0
-    all_agree = True
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, simulate in targets:
-            runs: dict[str, Path] = {}
-            for strategy, settle in (("dense", "fixed"), ("adaptive", "auto")):
-                options = SweepOptions(
-                    simulate=simulate,
-                    out=Path(tmp) / f"{label.replace(':', '_')}-{strategy}",
-                    time_scale=time_scale,
-                    warmup_requests=1,
-                    target_cap_seconds=target_s,
-                    cooling="air",
-                    strategy=strategy,
-                    settle=settle,
-                )
-                result = run_session(options, build_rig)
-                outcome = result.outcome
-                if outcome.status != "complete":
-                    print(f"{label}: {strategy} sweep {outcome.status}: {outcome.error}")
-                runs[strategy] = result.run_dir
-            dense, adaptive = (_run_result(runs[s]) for s in ("dense", "adaptive"))
-            cmp = compare(dense, adaptive)
-            caps_ratio = len(adaptive.caps) / len(dense.caps)
-            time_ratio = adaptive.sim_time_s / dense.sim_time_s
-            settle_s = statistics.median(adaptive.settle_s)
-            over = _overhead_per_cap(runs["adaptive"])
-            agree = cmp["sweet"] and cmp["edges"]
-            all_agree &= agree
-            worst_caps = max(worst_caps, caps_ratio)
-            worst_time = max(worst_time, time_ratio)
-            worst_settle = max(worst_settle, settle_s)
-            worst_over = max(worst_over, over)
-            edges = f"{_edges(cmp['dense_plateaus'])} | {_edges(cmp['ad_plateaus'])}"
-            sweet_d, sweet_a = (_cap(r.analysis["sweet_spot"]) for r in (dense, adaptive))
-            print(
-                f"{label:34} {len(dense.caps):>3}/{len(adaptive.caps):<4} "
-                f"{caps_ratio:5.2f} {time_ratio:5.2f} {sweet_d:>4}/{sweet_a:<4} "
-                f"{_cap(dense.analysis['near_peak']):>4}/{_cap(adaptive.analysis['near_peak']):<4} "
-                f"{edges:30} {settle_s:5.2f}s {over:4.2f}s {'yes' if agree else 'NO'}"
-                f"{'' if cmp['near'] else ' (near-peak off)'}"
-            )
-    print("-" * len(head))
-    print(
-        f"worst: caps ratio {worst_caps:.2f} (goal <= 0.50), measured sim-time ratio "
-        f"{worst_time:.2f} (goal <= 0.55), adaptive median settle {worst_settle:.2f} s and "
-        f"overhead beyond the measured window {worst_over:.2f} s per cap (goal < 1 s), sweet "
-        f"spot and plateau edges agree within {AGREE_W:g} W: {'all' if all_agree else 'NOT all'}"
-    )
-    return 0
-
-
-def _run_result(run_dir: Path) -> SweepResult:
-    """A finished run as a :class:`SweepResult`: its caps, measured run seconds and analysis."""
-    curve = load_curve(run_dir)
-    ok = curve.caps.filter(pl.col("status") == "ok")
-    metric = curve.metric
-    caps = {
-        float(r["cap_w"]): Truth(float(r["power_w"]), float(r[metric]), float(r["sm_clock_mhz"]))
-        for r in ok.iter_rows(named=True)
-    }
-    settles = [float(v) for v in curve.caps["settle_s"].to_list() if v is not None]
-    return SweepResult(
-        caps=caps,
-        reasons=[],
-        sim_time_s=_run_seconds(run_dir),
-        settle_s=settles or [math.nan],
-        analysis=analyze(curve, bootstrap=0),
-    )
-
-
-def _run_seconds(run_dir: Path) -> float:
-    """Run seconds a run took: its last sample or request, whichever came later."""
-    ends = [pl.read_csv(run_dir / "samples.csv")["t_s"].max()]
-    ends.append(pl.read_csv(run_dir / "requests.csv")["t_end_s"].max())
-    return max(float(e) for e in ends if isinstance(e, int | float))
-
-
-def _overhead_per_cap(run_dir: Path) -> float:
-    """Median run seconds between one cap's last measured request and the next cap's first."""
-    req = pl.read_csv(run_dir / "requests.csv").filter(pl.col("prompt_kind") != "warmup")
-    spans = req.group_by("cap_w", maintain_order=True).agg(
-        pl.col("t_start_s").min().alias("t0"), pl.col("t_end_s").max().alias("t1")
-    )
-    t0, t1 = spans["t0"].to_list(), spans["t1"].to_list()
-    gaps = [b - a for a, b in zip(t1, t0[1:], strict=False)]
-    return statistics.median(gaps) if gaps else math.nan
 
 
 # --- helpers ----------------------------------------------------------------------------------

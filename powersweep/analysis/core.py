@@ -1,5 +1,6 @@
-"""The analysis of a curve: sweet spot (with a bootstrap interval), recommendations, structure,
-regimes and findings, as the JSON-ready dict that becomes analysis.json."""
+"""The analysis of a curve: sweet spot (with the caps tied with it within noise),
+recommendations, structure, regimes and findings, as the JSON-ready dict that becomes
+analysis.json."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import structure, trust
+from powersweep.analysis import noise, structure, trust
 from powersweep.analysis.load import Curve
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.analysis.structure import CapPoint, Region
@@ -21,17 +22,7 @@ from powersweep.errors import UsageError
 
 NAN = math.nan
 OBJECTIVES = ("tps-per-w", "near-peak", "cost")
-# A cap is statistically tied with the peak when it is best in at least this share of resamples.
-TIED_SHARE = 0.05
 ENERGY_MISMATCH_FRAC = 0.05
-# Sweet spot under noise: caps within this many sigmas of the best TPS/W are candidates, judged
-# by a local quadratic fit over this many neighbours each side (curves of at least 5 caps).
-SWEET_Z = 2.0
-SMOOTH_HALF_WINDOW = 3
-FIT_SD_PENALTY = 1.0
-MIN_SMOOTH_CAPS = 5
-# Phases of samples.csv that are not the measured load.
-_IDLE_PHASES = ("warmup", "settle", "ramp")
 
 
 def analyze(
@@ -83,7 +74,9 @@ def analyze(
     ]
     slowdown = _float(run.get("slowdown_temp_c"))
 
-    rows = _cap_rows(caps, metric)
+    # One row per cap: a cap measured again (the confirm phase) shows its pooled figures, so the
+    # starred row is always the best row of the table.
+    rows = _cap_rows(_table_rows(caps, ok), metric)
     result: dict[str, Any] = {
         "schema_version": 1,
         "tool": {"name": "powersweep", "version": __version__},
@@ -97,6 +90,8 @@ def analyze(
         "plateaus": [],
         "regimes": [],
         "findings": findings,
+        # What the sweep's confirm phase re-measured, and why (run.json ``confirm``).
+        "confirm": (curve.run or {}).get("confirm"),
     }
     findings += _status_findings(caps)
     result["server_rates"] = server_rates(curve.requests)
@@ -116,11 +111,18 @@ def analyze(
     default_w = _float(run.get("default_limit_w"))
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
     sweet = _sweet_spot(points, default_w)
-    boot = _bootstrap(curve, points, bootstrap, seed, sweet["cap_w"]) if bootstrap > 0 else None
-    if boot is not None:
-        sweet.update(boot)
+    if bootstrap > 0:
+        sweet.update(noise.sweet_spot_noise(curve, points, sweet["cap_w"], bootstrap, seed))
     else:
-        sweet.update({"tied_caps": None, "interval_w": None, "bootstrap": None})
+        sweet.update(
+            {
+                "tied_caps": None,
+                "interval_w": None,
+                "noise_source": None,
+                "bootstrap": None,
+                "estimate": None,
+            }
+        )
     result["sweet_spot"] = sweet
     result["near_peak"] = _near_peak(points, max_tps_loss_pct, default_w)
     result["recommendation"] = _recommend(
@@ -266,7 +268,8 @@ def _float(value: Any) -> float:
 
 
 def _usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """Rows that count: status ok, finite positive draw, finite TPS; one per cap (the last)."""
+    """Rows that count: status ok, finite positive draw, finite TPS; one per cap, repeats pooled
+    (:func:`pool_repeats`)."""
     ok = caps.filter(
         (pl.col("status") == "ok")
         & pl.col(metric).is_not_null()
@@ -276,7 +279,64 @@ def _usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
         & pl.col("power_w").is_finite()
         & (pl.col("power_w") > 0)
     )
-    return ok.unique(subset="cap_w", keep="last", maintain_order=True).sort("cap_w")
+    return pool_repeats(ok, metric).sort("cap_w")
+
+
+def pool_repeats(ok: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """One row per cap: the confirm phase's re-measurements are pooled with the cap's reading.
+
+    A cap measured again to resolve noise (``reason`` ``confirm``) keeps every reading: TPS
+    figures are weighted by each measurement's window (``window_s``, else equally), draw by its
+    load samples (``n_samples``, else equally); counts add up; everything else is the last
+    measurement's. ``n_measurements`` says how many were pooled. Any other repeat (a retried or
+    re-checked cap) replaces the earlier reading: the last one before the confirm phase counts.
+    """
+    if ok.height == 0:
+        return ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
+    if "reason" in ok.columns:
+        confirm = pl.col("reason").fill_null("") == "confirm"
+        ok = (
+            ok.with_row_index("_i")
+            .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over("cap_w")))
+            .drop("_i")
+        )
+    tps_cols = [c for c in ("narr_tps", "code_tps", "prefill_tps", metric) if c in ok.columns]
+    tps_cols = list(dict.fromkeys(tps_cols))
+    df = ok.with_columns(
+        pl.col("window_s").fill_null(1.0).alias("_wt"),
+        pl.col("n_samples").fill_null(1.0).alias("_wp"),
+    )
+
+    def weighted(col: str, weight: str) -> pl.Expr:
+        valid = pl.col(col).is_not_null() & pl.col(col).is_finite()
+        num = pl.when(valid).then(pl.col(col) * pl.col(weight)).otherwise(0.0).sum()
+        den = pl.when(valid).then(pl.col(weight)).otherwise(0.0).sum()
+        return pl.when(den > 0).then(num / den).otherwise(None).alias(col)
+
+    pooled_cols = {*tps_cols, "power_w", "n_samples", "n_requests", "energy_j", "energy_sampled_j"}
+    aggs = [weighted(c, "_wt") for c in tps_cols]
+    aggs += [
+        weighted("power_w", "_wp"),
+        *(
+            # A sum over a missing reading is unknown, not smaller.
+            pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).otherwise(None).alias(c)
+            for c in ("n_samples", "n_requests", "energy_j", "energy_sampled_j")
+        ),
+        pl.len().alias("n_measurements"),
+    ]
+    aggs += [pl.col(c).last() for c in ok.columns if c not in pooled_cols and c != "cap_w"]
+    pooled = df.group_by("cap_w", maintain_order=True).agg(aggs)
+    tpw = pl.col(metric) / pl.col("power_w")
+    return pooled.with_columns(tpw.alias("tps_per_w")).select([*ok.columns, "n_measurements"])
+
+
+def _table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
+    """The per-cap table: each usable cap once (pooled), and the caps that never finished ok."""
+    done = set(ok["cap_w"].to_list())
+    rest = caps.filter(~pl.col("cap_w").is_in(list(done))).with_columns(
+        pl.lit(1, dtype=pl.Int64).alias("n_measurements")
+    )
+    return pl.concat([ok, rest], how="diagonal_relaxed").sort("cap_w", maintain_order=True)
 
 
 def _points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
@@ -333,6 +393,7 @@ def _cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
                 "energy_j": row.get("energy_j"),
                 "energy_sampled_j": row.get("energy_sampled_j"),
                 "n_gpus": row.get("n_gpus"),
+                "n_measurements": row.get("n_measurements"),
             }
         )
     return rows
@@ -378,41 +439,22 @@ def _point_dict(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> di
     }
 
 
-def pick_sweet_spot(points: Sequence[CapPoint]) -> tuple[CapPoint, CapPoint]:
-    """The sweet-spot cap: (pick, raw best TPS/W).
+def pick_sweet_spot(points: Sequence[CapPoint]) -> CapPoint:
+    """The sweet spot: the measured cap with the highest TPS/W, at full precision.
 
-    The raw best decides unless other caps are within measurement noise of it; then, among the
-    caps within ``SWEET_Z`` noise sigmas of the best, the one whose local quadratic fit of TPS/W
-    (over ``SMOOTH_HALF_WINDOW`` neighbours each side) is highest wins. Near a flat peak a single
-    noisy cap 20 W away can beat the true optimum by a fraction of a percent; the fit uses the
-    shape of the curve around each candidate, so one lucky reading no longer moves the answer.
-    An exact tie goes to the lower (cheaper) cap.
+    No fit or smoothing overrides a reading: near a boost-state transition the TPS/W curve has a
+    kink that no smooth model follows, and a starred row that is not the best one breaks trust.
+    Noise is shown (the caps tied with it, :mod:`powersweep.analysis.noise`) and resolved by
+    measuring again (the sweep's confirm phase), never hidden in the pick. An exact tie goes to
+    the lower (cheaper) cap.
 
     Args:
-        points: Measured caps, sorted by cap.
+        points: Measured caps (repeats of a cap pooled).
 
     Returns:
-        The chosen cap and the cap with the highest raw TPS/W (the same one on a clear peak).
+        The cap with the highest TPS/W.
     """
-    raw = max(points, key=lambda p: (p.tps / p.power_w, -p.cap_w))
-    if len(points) < MIN_SMOOTH_CAPS:
-        return raw, raw
-    sigma = _tpw_noise_rel(points)
-    floor = raw.tps / raw.power_w * (1.0 - SWEET_Z * sigma)
-    candidates = [k for k, p in enumerate(points) if p.tps / p.power_w >= floor]
-    if len(candidates) < 2:
-        return raw, raw
-    tpw = np.array([p.tps / p.power_w for p in points])
-    caps = np.array([p.cap_w for p in points])
-    sd = sigma * float(tpw.max())
-    scores = {}
-    for k in candidates:
-        value, leverage = _local_quadratic(caps, tpw, k)
-        # A fit at the end of the sweep extrapolates and is as noisy as the reading itself;
-        # judge each candidate by a lower bound so a well-supported one is preferred.
-        scores[k] = value - FIT_SD_PENALTY * sd * math.sqrt(leverage)
-    best = max(candidates, key=lambda k: (scores[k], -points[k].cap_w))
-    return points[best], raw
+    return max(points, key=lambda p: (p.tps / p.power_w, -p.cap_w))
 
 
 def _planned_step_w(run: dict[str, Any] | None) -> float | None:
@@ -434,47 +476,8 @@ def _planned_step_w(run: dict[str, Any] | None) -> float | None:
     return step if math.isfinite(step) and step > 0 else None
 
 
-def _tpw_noise_rel(points: Sequence[CapPoint]) -> float:
-    """Relative 1-sigma noise of one cap's TPS/W, from the curve's own scatter.
-
-    Median absolute second difference of log TPS/W over adjacent caps (zero on any straight
-    stretch, so kinks barely count); no floor, so a noise-free curve keeps its raw best.
-    """
-    step_w = structure.typical_step_w([p.cap_w for p in points])
-    d2: list[float] = []
-    for a, b, c in zip(points, points[1:], points[2:], strict=False):
-        gaps = (b.cap_w - a.cap_w, c.cap_w - b.cap_w)
-        if not all(0 < g <= structure.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
-            continue
-        ra, rb, rc = (p.tps / p.power_w for p in (a, b, c))
-        if ra > 0 and rb > 0 and rc > 0:
-            d2.append(abs(math.log(ra) - 2 * math.log(rb) + math.log(rc)))
-    # Var(a - 2b + c) = 6 sigma^2 for independent noise; 1.4826 turns a MAD into a sigma.
-    return 1.4826 / math.sqrt(6.0) * float(np.median(d2)) if d2 else 0.0
-
-
-def _local_quadratic(caps: np.ndarray, tpw: np.ndarray, k: int) -> tuple[float, float]:
-    """TPS/W at ``caps[k]`` from a quadratic fitted to its neighbours, and the fit's leverage.
-
-    The leverage is the variance of the fitted value in units of one reading's variance (1.0
-    for the raw value when there are too few neighbours to fit).
-    """
-    lo = max(0, k - SMOOTH_HALF_WINDOW)
-    hi = min(len(caps), k + SMOOTH_HALF_WINDOW + 1)
-    if hi - lo < 4:
-        return float(tpw[k]), 1.0
-    x = caps[lo:hi] - caps[k]
-    scale = float(np.max(np.abs(x))) or 1.0
-    design = np.vander(x / scale, 3)
-    coef, *_ = np.linalg.lstsq(design, tpw[lo:hi], rcond=None)
-    # Variance of the intercept of an ordinary least-squares fit: [(X^T X)^-1]_{22}.
-    leverage = float(np.linalg.pinv(design.T @ design)[2, 2])
-    return float(coef[2]), leverage
-
-
 def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> dict[str, Any]:
-    # Full precision from the raw columns; see pick_sweet_spot for how noise is handled.
-    best, raw = pick_sweet_spot(points)
+    best = pick_sweet_spot(points)
     out = _point_dict(points, best, default_w)
     at_boundary = None
     if len(points) > 1:
@@ -483,8 +486,6 @@ def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> dict[str, Any]:
         elif best.cap_w == points[-1].cap_w:
             at_boundary = "high"
     out["at_boundary"] = at_boundary
-    # Where the fit overrode a single best reading, say so (the table shows the raw values).
-    out["raw_best_cap_w"] = raw.cap_w
     return out
 
 
@@ -509,7 +510,7 @@ def _recommend(
 ) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if objective == "tps-per-w":
-        pick, _ = pick_sweet_spot(points)
+        pick = pick_sweet_spot(points)
     elif objective == "near-peak":
         best_tps = max(p.tps for p in points)
         pick = next(p for p in points if p.tps >= best_tps * (1.0 - max_loss_pct / 100.0))
@@ -545,144 +546,6 @@ def _region_dict(r: Region) -> dict[str, Any]:
         "missing_caps_w": list(r.missing_caps_w),
         "escape_w": r.escape_w,
     }
-
-
-# --- bootstrap ---------------------------------------------------------------------------------
-
-
-def _bootstrap(
-    curve: Curve, points: Sequence[CapPoint], n_boot: int, seed: int, sweet_cap_w: float
-) -> dict[str, Any] | None:
-    """Resample each cap's requests (TPS) and load samples (draw); count how often each cap wins."""
-    if curve.requests is None or curve.samples is None:
-        return None
-    req_tps = _request_tps(curve.requests, curve.metric)
-    tick_power = _tick_power(curve.samples, _serving_gpus(curve.run))
-    if not req_tps or not tick_power:
-        return None
-    rng = np.random.default_rng(seed)
-    draws = np.empty((n_boot, len(points)))
-    resampled = 0
-    for k, p in enumerate(points):
-        tps = req_tps.get(p.cap_w)
-        power = tick_power.get(p.cap_w)
-        if tps is None or power is None or len(tps[0]) < 2 or len(power) < 2:
-            # Without raw data this cap keeps its point estimate (no spread).
-            draws[:, k] = p.tps / p.power_w
-            continue
-        resampled += 1
-        rates, tokens = tps
-        idx = rng.integers(0, len(rates), size=(n_boot, len(rates)))
-        tok = tokens[idx]
-        # Token-weighted like caps.csv: total tokens over total decode time.
-        tps_b = tok.sum(axis=1) / (tok / rates[idx]).sum(axis=1)
-        pidx = rng.integers(0, len(power), size=(n_boot, len(power)))
-        power_b = np.median(power[pidx], axis=1)
-        draws[:, k] = tps_b / power_b
-    if resampled < 2:
-        return None
-    winners = np.argmax(draws, axis=1)
-    share = np.bincount(winners, minlength=len(points)) / n_boot
-    lo = np.percentile(draws, 2.5, axis=0)
-    hi = np.percentile(draws, 97.5, axis=0)
-    best = max(range(len(points)), key=lambda k: (points[k].tps / points[k].power_w, -k))
-    tied = [
-        points[k].cap_w
-        for k in range(len(points))
-        if k == best
-        or points[k].cap_w == sweet_cap_w
-        or share[k] >= TIED_SHARE
-        or hi[k] >= lo[best]
-    ]
-    return {
-        "tied_caps": tied,
-        "interval_w": [min(tied), max(tied)],
-        "bootstrap": {
-            "resamples": n_boot,
-            "seed": seed,
-            "caps_resampled": resampled,
-            "best_share": {str(p.cap_w): float(share[k]) for k, p in enumerate(points)},
-            "tps_per_w_ci": {
-                str(p.cap_w): [float(lo[k]), float(hi[k])] for k, p in enumerate(points)
-            },
-        },
-    }
-
-
-def _request_tps(requests: pl.DataFrame, metric: str) -> dict[float, tuple[np.ndarray, np.ndarray]]:
-    """Per cap: (per-request TPS, weights in tokens) of the requests that make the metric."""
-    need = {"cap_w", "prompt_kind"}
-    if not need <= set(requests.columns):
-        return {}
-    df = requests
-    if "ok" in df.columns:
-        df = df.filter(pl.col("ok").cast(pl.String).str.to_lowercase().is_in(["true", "1"]))
-    if metric == "narr_tps":
-        if "decode_tps" not in df.columns:
-            return {}
-        df = df.filter(pl.col("prompt_kind") == "narr").with_columns(
-            pl.col("decode_tps").alias("_tps"),
-            (
-                (pl.col("completion_tokens") - 1).alias("_tok")
-                if "completion_tokens" in df.columns
-                else pl.lit(1.0).alias("_tok")
-            ),
-        )
-    else:
-        cols = {"prompt_tokens", "t_start_s", "t_first_token_s"}
-        if not cols <= set(df.columns):
-            return {}
-        df = df.filter(pl.col("prompt_kind") == "prefill").with_columns(
-            (pl.col("prompt_tokens") / (pl.col("t_first_token_s") - pl.col("t_start_s"))).alias(
-                "_tps"
-            ),
-            pl.col("prompt_tokens").alias("_tok"),
-        )
-    df = df.filter(
-        pl.col("_tps").is_finite() & (pl.col("_tps") > 0) & pl.col("_tok").is_finite()
-    ).with_columns(pl.col("_tok").clip(lower_bound=1.0))
-    out: dict[float, tuple[np.ndarray, np.ndarray]] = {}
-    for (cap,), group in df.group_by(["cap_w"], maintain_order=True):
-        out[float(cap)] = (group["_tps"].to_numpy(), group["_tok"].to_numpy())
-    return out
-
-
-def _serving_gpus(run: dict[str, Any] | None) -> list[int] | None:
-    """run.json's ``gpu_selection.serving``: the GPUs whose utilization marks a load tick."""
-    selection = (run or {}).get("gpu_selection")
-    serving = selection.get("serving") if isinstance(selection, dict) else None
-    if not isinstance(serving, list) or not all(isinstance(i, int) for i in serving):
-        return None
-    return serving or None
-
-
-def _tick_power(
-    samples: pl.DataFrame, serving: Sequence[int] | None = None
-) -> dict[float, np.ndarray]:
-    """Per cap: combined draw of every load tick (GPUs summed per tick), util > 50 % on the
-    busiest serving GPU (every GPU when ``serving`` is unknown)."""
-    if not {"cap_w", "power_w"} <= set(samples.columns):
-        return {}
-    df = samples.filter(pl.col("power_w").is_finite())
-    if "phase" in df.columns:
-        df = df.filter(~pl.col("phase").is_in(list(_IDLE_PHASES)))
-    keys = ["cap_w", "tick"] if "tick" in df.columns else ["cap_w", "t_s"]
-    if keys[1] not in df.columns:
-        return {}
-    aggs = [pl.col("power_w").sum().alias("p")]
-    if "util_pct" in df.columns:
-        # the busiest card: an idle card beside a loaded one must not hide the load
-        util = pl.col("util_pct")
-        if serving and "gpu_index" in df.columns:
-            util = util.filter(pl.col("gpu_index").is_in([float(i) for i in serving]))
-        aggs.append(util.max().alias("u"))
-    ticks = df.group_by(keys, maintain_order=True).agg(aggs)
-    if "u" in ticks.columns:
-        ticks = ticks.filter(pl.col("u").is_null() | (pl.col("u") > 50.0))
-    out: dict[float, np.ndarray] = {}
-    for (cap,), group in ticks.sort(keys).group_by(["cap_w"], maintain_order=True):
-        out[float(cap)] = group["p"].to_numpy()
-    return out
 
 
 # --- findings ----------------------------------------------------------------------------------
@@ -788,6 +651,8 @@ def _structure_findings(
             )
             continue
         hot = _is_hot(members, slowdown)
+        # "Stays cool" is a claim about temperatures: only measured ones may make it.
+        measured_temps = any(math.isfinite(p.temp_max_c) for p in members)
         if hot:
             hint = (
                 "the card runs hot at the ceiling: this is cooling, not software; improve "
@@ -795,14 +660,18 @@ def _structure_findings(
             )
         elif run.get("load_mode") in (None, "decode-single"):
             hint = (
-                "the card stays cool, so the workload cannot use more power: try "
+                ("the card stays cool, so " if measured_temps else "")
+                + "the workload cannot use more power: try "
                 "`--load-mode prefill-heavy` or more concurrency (decode-concurrent)"
             )
         else:
             hint = (
-                "the card stays cool: the workload or memory bandwidth limits it; caps above "
+                ("the card stays cool: " if measured_temps else "")
+                + "the workload or memory bandwidth limits it; caps above "
                 f"{_w(r.start_w)} only waste headroom"
             )
+        if not hot and not measured_temps:
+            hint += " (no temperatures were measured: check that cooling is not the limit)"
         out.append(
             _finding(
                 "info",
@@ -902,18 +771,12 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
         _finding(
             "info",
             "sweet_spot",
-            f"best efficiency at {_w(sweet['cap_w'])}: {sweet['tps_per_w']:.4f} TPS/W "
+            f"best efficiency at {noise.sweet_spot_text(sweet)}: {sweet['tps_per_w']:.4f} TPS/W "
             f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W)"
             + _default_note(sweet)
             + (
                 f"; statistically tied: {', '.join(_w(c) for c in sweet['tied_caps'])}"
                 if sweet.get("tied_caps") and len(sweet["tied_caps"]) > 1
-                else ""
-            )
-            + (
-                f"; the single best reading, {_w(sweet['raw_best_cap_w'])}, is within noise of "
-                "it and the curve's shape around both favours this cap"
-                if sweet.get("raw_best_cap_w") not in (None, sweet["cap_w"])
                 else ""
             ),
             f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt",

@@ -257,6 +257,13 @@ def _read_caps(path: Path, notes: list[str] | None = None) -> tuple[pl.DataFrame
     )
     columns.append(pl.Series("status", status, dtype=pl.String))
     columns.append(pl.Series("error", error, dtype=pl.String))
+    for name in ("reason", "tps_blocks"):
+        text = (
+            [None if v is None or not str(v).strip() else str(v).strip() for v in df[name]]
+            if name in df.columns
+            else [None] * df.height
+        )
+        columns.append(pl.Series(name, text, dtype=pl.String))
     # Line numbers count the header as line 1 (findings name the rows they ignore).
     columns.append(pl.Series(SOURCE_LINE, range(2, df.height + 2), dtype=pl.Int64))
     # blank lines are no rows: they need no note

@@ -36,6 +36,17 @@ UNDER_LOADED_UTIL_PCT = 50.0
 THERMAL_THROTTLE_PCT = 20.0
 # Within this many degrees of the slowdown threshold (with draw under the cap): thermal-limited.
 THERMAL_MARGIN_C = 3.0
+# With the thermal clock-event bit read and clear, only this close to slowdown still counts.
+THERMAL_MARGIN_BIT_CLEAR_C = 1.0
+# A cap is power-limited when this share of its load samples had the power-cap bit set...
+POWER_BIT_PCT = 50.0
+# ... or when it draws within this margin of its cap: how tightly the card holds a binding cap,
+# at least this many watts per GPU (real cards hold a binding cap to a fraction of a watt).
+MIN_BINDING_MARGIN_W = 1.0
+BINDING_MARGIN_SIGMAS = 4.0
+# A draw ceiling's draw rises much less than the cap: per step, and over the whole ceiling.
+CEILING_STEP_RISE_FRAC = 0.35
+CEILING_SLOPE = 0.25
 # A draw ceiling sits clearly under the cap at the top of the sweep: by this share of the top cap
 # and by this many usual cap steps.
 CEILING_HEADROOM_FRAC = 0.03
@@ -203,7 +214,100 @@ def find_regions(
         if region is not None:
             regions.append(region)
             covered.update(region.caps_w)
-    return regions
+    return _with_top_ceiling(regions, points, eligible, step_w, noise, all_caps_w)
+
+
+def binding_margin_w(points: Sequence[CapPoint], step_w: float) -> float:
+    """How far under a binding cap this card draws (W, whole set): within it, the cap binds.
+
+    Learnt from the caps where the cap clearly binds (the power-cap clock-event bit set, else
+    the draw following the cap): their usual headroom plus a few sigmas of its spread, at least
+    ``MIN_BINDING_MARGIN_W`` per GPU. Real cards hold a binding cap to a fraction of a watt, so a
+    card drawing 15 W under its cap is not held by it, whatever its TPS does.
+    """
+    n_gpus = points[0].cap_total_w / points[0].cap_w if points else 1.0
+    floor = MIN_BINDING_MARGIN_W * n_gpus
+    binding = [
+        p.cap_total_w - p.power_w
+        for p in points
+        if math.isfinite(p.pwr_throttle_pct) and p.pwr_throttle_pct >= POWER_BIT_PCT
+    ]
+    if not binding:
+        for a, b in itertools.pairwise(points):
+            d_cap = b.cap_total_w - a.cap_total_w
+            if _adjacent(a, b, step_w) and d_cap > 0 and (b.power_w - a.power_w) / d_cap >= 0.9:
+                binding += [a.cap_total_w - a.power_w, b.cap_total_w - b.power_w]
+    # Only readings at (or just under) their cap can teach how tightly a cap is held.
+    binding = [h for h in binding if h < 0.05 * (points[0].cap_total_w if points else 1.0)]
+    if len(binding) < 3:
+        return floor
+    med = statistics.median(binding)
+    mad = statistics.median(abs(h - med) for h in binding)
+    return max(floor, med + BINDING_MARGIN_SIGMAS * 1.4826 * mad)
+
+
+def _with_top_ceiling(
+    regions: list[Region],
+    points: Sequence[CapPoint],
+    eligible: Sequence[bool],
+    step_w: float,
+    noise: Noise,
+    all_caps_w: Sequence[float],
+) -> list[Region]:
+    """Add (or extend down) the draw ceiling found from the draw alone, whatever TPS does.
+
+    From its first cap to the top of the sweep the card draws clearly under every cap (by more
+    than :func:`binding_margin_w`) and the draw rises much less than the caps. The flat-region
+    search also asks TPS to stay flat, so jittery TPS hid the lower part of such a ceiling.
+    """
+    margin = binding_margin_w(points, step_w)
+    top = len(points) - 1
+
+    def under(p: CapPoint) -> bool:
+        return p.cap_total_w - p.power_w > margin
+
+    if top < MIN_REGION_CAPS - 1 or not eligible[top] or not under(points[top]):
+        return regions
+    start = top
+    while start > 0:
+        a, b = points[start - 1], points[start]
+        d_cap = b.cap_total_w - a.cap_total_w
+        rise_ok = b.power_w - a.power_w < CEILING_STEP_RISE_FRAC * d_cap + 2.0 * noise.power_w
+        if not (eligible[start - 1] and under(a) and rise_ok):
+            break
+        if not _adjacent(a, b, step_w, ONE_MISSING_STEPS):
+            break
+        start -= 1
+    # Another kind of region (a plateau) keeps its caps.
+    others = [r for r in regions if r.kind != DRAW_CEILING]
+    for r in others:
+        while start <= top and points[start].cap_w <= r.end_w:
+            start += 1
+    while top - start + 1 >= MIN_REGION_CAPS:
+        span = points[start:]
+        if _slope([p.cap_total_w for p in span], [p.power_w for p in span]) <= CEILING_SLOPE:
+            break
+        start += 1
+    if top - start + 1 < MIN_REGION_CAPS:
+        return regions
+    ceilings = [r for r in regions if r.kind == DRAW_CEILING]
+    lowest = min([points[start].cap_w, *(r.start_w for r in ceilings)])
+    members = [p for p in points if p.cap_w >= lowest]
+    measured = {p.cap_w for p in members}
+    start_w, end_w = members[0].cap_w, members[-1].cap_w
+    ceiling = Region(
+        kind=DRAW_CEILING,
+        start_w=start_w,
+        end_w=end_w,
+        power_w=float(statistics.median(p.power_w for p in members)),
+        tps=float(statistics.median(p.tps for p in members)),
+        caps_w=tuple(p.cap_w for p in members),
+        missing_caps_w=tuple(
+            sorted(c for c in set(all_caps_w) if start_w < c < end_w and c not in measured)
+        ),
+        escape_w=None,
+    )
+    return sorted([*others, ceiling], key=lambda r: r.start_w)
 
 
 def regimes(
@@ -224,16 +328,19 @@ def regimes(
     """
     by_cap = {c: r.kind for r in regions for c in r.caps_w}
     bounds = _bounds(points)
+    margin = binding_margin_w(points, typical_step_w([p.cap_w for p in points]))
     out: list[dict[str, object]] = []
-    for p, bound in zip(points, bounds, strict=True):
+    for k, (p, bound) in enumerate(zip(points, bounds, strict=True)):
         if _under_loaded(p):
             regime = UNDER_LOADED
         elif _thermal(p, slowdown_temp_c):
             regime = THERMAL_LIMITED
         elif p.cap_w in by_cap:
             regime = by_cap[p.cap_w]
-        else:
+        elif _power_limited(p, margin):
             regime = POWER_LIMITED
+        else:
+            regime = _unheld_regime(points, k)
         out.append({"cap_w": p.cap_w, "regime": regime, "bound": bound})
     return out
 
@@ -248,18 +355,48 @@ def is_under_loaded(p: CapPoint) -> bool:
     return _under_loaded(p)
 
 
+def _unheld_regime(points: Sequence[CapPoint], k: int) -> str:
+    """Neither the cap (no power-cap bit, clearly under it) nor heat holds cap ``k``.
+
+    Where the draw climbs steeply next to it (into the cap above, or from the cap below at the
+    top of the sweep), the card sits in a boost state under the cap: a boost plateau of one.
+    Elsewhere the workload or memory bandwidth decides what it draws: a draw ceiling (the
+    ``bound`` hint says which when SM clocks are known).
+    """
+
+    def climbs(a: CapPoint, b: CapPoint) -> bool:
+        d_cap = b.cap_total_w - a.cap_total_w
+        return d_cap > 0 and (b.power_w - a.power_w) / d_cap >= 0.5
+
+    if k + 1 < len(points) and climbs(points[k], points[k + 1]):
+        return BOOST_PLATEAU
+    if k == len(points) - 1 and k > 0 and climbs(points[k - 1], points[k]):
+        return BOOST_PLATEAU
+    return DRAW_CEILING
+
+
+def _power_limited(p: CapPoint, margin_w: float) -> bool:
+    """The cap holds the card: its clock-event bit says so, or the draw sits at the cap."""
+    if math.isfinite(p.pwr_throttle_pct) and p.pwr_throttle_pct >= POWER_BIT_PCT:
+        return True
+    return p.cap_total_w - p.power_w <= margin_w
+
+
 def _under_loaded(p: CapPoint) -> bool:
     return math.isfinite(p.util_pct) and p.util_pct < UNDER_LOADED_UTIL_PCT
 
 
 def _thermal(p: CapPoint, slowdown_temp_c: float) -> bool:
-    # The thermal clock-event bit is the card's own word: when it was read, it decides. A draw
-    # ceiling a few degrees under slowdown with the bit clear is not thermal-limited.
-    if math.isfinite(p.thermal_throttle_pct):
-        return p.thermal_throttle_pct >= THERMAL_THROTTLE_PCT
+    # The thermal clock-event bit is the card's own word; with it read and clear, a card right
+    # at its slowdown threshold still counts (the bit can lag a card riding the threshold), but
+    # a draw ceiling a few degrees under it does not.
+    bits = math.isfinite(p.thermal_throttle_pct)
+    if bits and p.thermal_throttle_pct >= THERMAL_THROTTLE_PCT:
+        return True
     if math.isfinite(slowdown_temp_c) and math.isfinite(p.temp_max_c):
         below_cap = p.power_w < p.cap_total_w * 0.98
-        return p.temp_max_c >= slowdown_temp_c - THERMAL_MARGIN_C and below_cap
+        margin = THERMAL_MARGIN_BIT_CLEAR_C if bits else THERMAL_MARGIN_C
+        return p.temp_max_c >= slowdown_temp_c - margin and below_cap
     return False
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis.load import Curve
+from powersweep.analysis.noise import sweet_spot_text
 from powersweep.errors import PowersweepError
 
 # GitHub refuses comments longer than this; stay well under it.
@@ -172,6 +173,18 @@ def _header(analysis: dict[str, Any]) -> str:
         f"| Date | {_unknown(run.get('date'))} |",
         f"| Tool version | {_unknown(run.get('tool_version') or tool.get('version'))} |",
     ]
+    sweet = analysis.get("sweet_spot")
+    if sweet:
+        lines.append(f"| Sweet spot | {escape_md(sweet_spot_text(sweet))} |")
+    confirm = analysis.get("confirm") or {}
+    if confirm.get("caps_w"):
+        caps = ", ".join(f"{c:g} W" for c in confirm["caps_w"])
+        lines.append(
+            f"| Re-measured | {escape_md(caps)}: {escape_md(confirm.get('reason'))}; readings "
+            "pooled |"
+        )
+    elif confirm.get("skipped"):
+        lines.append(f"| Re-measured | none: {escape_md(confirm.get('skipped'))} |")
     if run.get("simulated"):
         lines.append("| Note | simulated rig, not real hardware |")
     return "\n".join(lines) + "\n\n"
@@ -272,6 +285,9 @@ def _table(analysis: dict[str, Any]) -> str:
         ok = row.get("status") == "ok"
         cap = row.get("cap_w")
         cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and ok else "")
+        repeats = row.get("n_measurements")
+        if ok and isinstance(repeats, int) and repeats > 1:
+            cap_txt += f" (x{repeats}, pooled)"
         cells = [cap_txt]
         if n_gpus > 1:
             cells.append(_fmt(cap * n_gpus if cap is not None else None, 0))
@@ -365,24 +381,26 @@ def _measured_why(curve: Curve) -> str:
 def _reasons(curve: Curve) -> dict[float, str]:
     """``cap_w -> reason`` in measuring order; empty when no caps.csv ``reason`` is known.
 
-    The loaded curve keeps only the contract's columns, so the reasons are read from the run's
-    caps.csv itself; a read that fails only drops the section.
+    The loaded curve is sorted by cap, so the reasons are read from the run's caps.csv itself
+    (measuring order); a read that fails falls back to the loaded curve's.
     """
-    df = curve.caps if "reason" in curve.caps.columns else None
-    if df is None:
-        path = curve.source / "caps.csv" if curve.source.is_dir() else curve.source
-        try:
-            df = pl.read_csv(path, columns=["cap_w", "reason"], infer_schema=False)
-        except (OSError, pl.exceptions.PolarsError, ValueError):
+    path = curve.source / "caps.csv" if curve.source.is_dir() else curve.source
+    try:
+        df = pl.read_csv(path, columns=["cap_w", "reason"], infer_schema=False)
+    except (OSError, pl.exceptions.PolarsError, ValueError):
+        if "reason" not in curve.caps.columns:
             return {}
+        df = curve.caps
     out: dict[float, str] = {}
     for cap, reason in zip(df["cap_w"].to_list(), df["reason"].to_list(), strict=True):
         try:
             cap_w = float(cap)
         except (TypeError, ValueError):
             continue
-        if math.isfinite(cap_w):
-            out[cap_w] = str(reason or "").strip()
+        why = str(reason or "").strip()
+        # The confirm phase's re-measurements have their own line in the header.
+        if math.isfinite(cap_w) and why != "confirm":
+            out[cap_w] = why
     return out
 
 

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from powersweep.analysis.context import CardFacts
+from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
 from powersweep.errors import UsageError
 
@@ -40,6 +42,10 @@ def analyze_command(
         Objective, typer.Option(help="What the recommended cap optimises.")
     ] = Objective.TPS_PER_W,
     eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
+    gpu_name: GpuName = None,
+    default_limit: DefaultLimit = None,
+    min_limit: MinLimit = None,
+    max_limit: MaxLimit = None,
 ) -> None:
     """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md.
 
@@ -57,6 +63,7 @@ def analyze_command(
         raise UsageError(
             "a clock-lock run compares with one power-axis run: give RUN_POWER RUN_CLOCKS"
         )
+    card = card_facts(gpu_name, default_limit, min_limit, max_limit)
     handover = Handover()
     handover.expect(*([out] if out is not None else [p if p.is_dir() else p.parent for p in paths]))
     written: tuple[Path, ...] = ()
@@ -75,7 +82,7 @@ def analyze_command(
         elif len(paths) > 1:
             written = _cross(paths, out, as_json, max_tps_loss, objective, eta)
         else:
-            written = _single(paths[0], out, as_json, max_tps_loss, objective, eta)
+            written = _single(paths[0], out, as_json, max_tps_loss, objective, eta, card)
     finally:
         handover.hand(written)
 
@@ -87,6 +94,7 @@ def _single(
     max_tps_loss: float,
     objective: Objective,
     eta: float,
+    card: CardFacts,
 ) -> tuple[Path, ...]:
     """One run: printed (JSON or summary) before its files are written."""
     from powersweep.report import Report, build_report
@@ -105,6 +113,7 @@ def _single(
         objective=objective.value,
         eta=eta,
         on_analysis=show,
+        card=card,
     ).paths
 
 

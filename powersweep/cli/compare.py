@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, formats, info, run_label
 from powersweep.errors import UsageError
 
@@ -39,19 +40,26 @@ def compare_command(
         bool, typer.Option("--normalize", help="TPS/W relative to each run's peak.")
     ] = False,
     fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
+    gpu_name: GpuName = None,
+    default_limit: DefaultLimit = None,
+    min_limit: MinLimit = None,
+    max_limit: MaxLimit = None,
 ) -> None:
     """Overlay the efficiency curves of several runs and print their sweet spots."""
     from powersweep import analysis, plots
+    from powersweep.analysis.context import with_card_facts
     from powersweep.report import writing_into
 
     if len(paths) < 1:
         raise UsageError("compare needs at least one run")
+    card = card_facts(gpu_name, default_limit, min_limit, max_limit)
     labelled = []
     curves = []
     from powersweep.analysis.clocks import is_clock_curve
 
     for p in paths:
-        curve = analysis.load_curve(p)
+        # The card facts fill in what each curve's run.json lacks (a bare caps.csv has none).
+        curve = with_card_facts(analysis.load_curve(p), card)
         if is_clock_curve(curve.caps):
             raise UsageError(
                 f"{p} is a clock-lock sweep: compare overlays power-cap curves; use "

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, formats
 
 
@@ -15,6 +16,10 @@ def plot_command(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
     title: Annotated[str | None, typer.Option(help="Chart title.")] = None,
+    gpu_name: GpuName = None,
+    default_limit: DefaultLimit = None,
+    min_limit: MinLimit = None,
+    max_limit: MaxLimit = None,
 ) -> None:
     """Draw the charts of a run (or a bare caps.csv) into charts/."""
     from powersweep.report import build_report
@@ -24,7 +29,13 @@ def plot_command(
     written: tuple[Path, ...] = ()
     try:
         written = build_report(
-            path, out_dir=out, charts=True, formats=formats(fmt), title=title, write_analysis=False
+            path,
+            out_dir=out,
+            charts=True,
+            formats=formats(fmt),
+            title=title,
+            write_analysis=False,
+            card=card_facts(gpu_name, default_limit, min_limit, max_limit),
         ).paths
     finally:
         handover.hand(written)

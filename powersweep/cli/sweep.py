@@ -169,6 +169,15 @@ SettleSecondsOpt = Annotated[
     float, typer.Option(help="Seconds to wait after a cap change.", rich_help_panel=CAPS)
 ]
 
+NoConfirmOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-confirm",
+        help="Skip re-measuring the caps tied with the best within noise at the end.",
+        rich_help_panel=CAPS,
+    ),
+]
+
 SampleIntervalOpt = Annotated[
     float, typer.Option(help="Seconds between GPU samples.", rich_help_panel=CAPS)
 ]
@@ -416,6 +425,7 @@ def sweep_command(
     strategy: StrategyOpt = Strategy.DENSE,
     settle: SettleOpt = SettleMode.AUTO,
     settle_seconds: SettleSecondsOpt = 3.0,
+    no_confirm: NoConfirmOpt = False,
     sample_interval: SampleIntervalOpt = 0.5,
     max_failed_caps: MaxFailedCapsOpt = 3,
     url: UrlOpt = None,
@@ -496,6 +506,7 @@ def sweep_command(
         target_prefill_seconds=target_prefill_seconds,
         strategy=strategy.value,
         settle=settle.value,
+        confirm=not no_confirm,
         sim_slots=sim_slots,
         sim_context=sim_context,
         sim_hide_num_ctx=sim_hide_num_ctx,

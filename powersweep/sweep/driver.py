@@ -36,6 +36,7 @@ from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker
 from powersweep.sweep.plan import confirm_serving, not_swept_busy
 from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.planning.confirm import plan_confirm
 from powersweep.sweep.planning.strategy import (
     AdaptivePlanner,
     CapMeasurement,
@@ -58,6 +59,7 @@ from powersweep.sweep.verdict import FaultLog, judge
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Phase / prompt kind given to a measurement that was discarded and taken again.
 DISCARDED = "discarded"
+CONFIRM_REASON = "confirm"
 
 _T = TypeVar("_T")
 
@@ -92,6 +94,8 @@ class SweepPlan:
         points: Clock-lock points (``--axis sm-clock|mem-clock|grid``); empty on the power axis,
             where ``caps_w`` are the points.
         axis: ``power``, ``sm-clock``, ``mem-clock`` or ``grid``.
+        confirm: At the end, measure the caps statistically tied with the best once more
+            (at most three) and pool their readings (:meth:`Sweep._confirm`).
     """
 
     load_mode: str
@@ -108,6 +112,7 @@ class SweepPlan:
     settle_mode: str = "auto"
     points: tuple[SweepPoint, ...] = ()
     axis: str = "power"
+    confirm: bool = True
 
 
 @dataclass(frozen=True)
@@ -244,6 +249,8 @@ class Sweep:
         # code/narrative rate ratio of each cap measured ok: a disturbed cap stands out
         self._ratio_by_cap: dict[float, float] = {}
         self._faults = FaultLog(cuts_expected=plan.load_mode == "decode-concurrent")
+        self._confirming = False
+        self._n_measured = 0
 
     # --- public -------------------------------------------------------------------------------
 
@@ -425,6 +432,11 @@ class Sweep:
                 await self._measure_cap(cap, i, len(order), "dense" if len(order) > 1 else "")
         await self._recheck_outliers()
         await self._retry_failed_caps()
+        if plan.confirm and not plan.observe_only:
+            await self._confirm()
+        elif len(plan.caps_w) > 1:
+            self.meta["confirm"] = {"caps_w": [], "reason": None, "skipped": "--no-confirm"}
+            self.writer.write_run_json(self.meta)
 
     async def _warmup(self, cap: float) -> None:
         """Warm up with time-bounded requests; a server too slow for the window is said so."""
@@ -456,6 +468,45 @@ class Sweep:
         for i, cap in enumerate(sorted(failed, reverse=True)):
             self._faults.add("cap_retried", f"{cap:g} W failed and was measured again at the end")
             await self._measure_cap(cap, i, len(failed), "retry")
+
+    async def _confirm(self) -> None:
+        """Re-measure the caps statistically tied with the best once more; readings are pooled.
+
+        One reading per cap cannot tell caps a fraction of a percent apart: when the analysis of
+        the sweep so far finds other caps within noise of the best, the best few of them
+        (:func:`~powersweep.sweep.planning.confirm.plan_confirm`) are measured again. Their
+        rows are appended to the run's CSVs marked as a re-measurement (``reason`` ``confirm``
+        in caps.csv, ``confirm`` true in samples.csv and requests.csv), and the analysis pools
+        them, so nothing measured is lost and the reported best is the pooled one.
+        ``run.json`` ``confirm`` records which caps and why.
+        """
+        # Imported here: the analysis is only needed once, at the end of a sweep.
+        from powersweep.analysis import analyze, load_curve
+
+        def analysis_so_far(when: str) -> dict[str, Any]:
+            try:
+                return analyze(load_curve(self.writer.path))
+            except PowersweepError as exc:  # nothing usable measured: nothing to confirm
+                self.warn(f"confirm phase: cannot analyse the readings {when}: {exc}")
+                return {}
+
+        plan = plan_confirm(analysis_so_far("so far"))
+        record = plan.record
+        self.meta["confirm"] = record
+        self.writer.write_run_json(self.meta)
+        if not plan.caps_w:
+            return
+        self._confirming = True
+        try:
+            base = self._n_measured
+            for j, cap in enumerate(plan.caps_w):
+                await self._measure_cap(cap, base + j, base + len(plan.caps_w), CONFIRM_REASON)
+        finally:
+            self._confirming = False
+        after = analysis_so_far("pooled").get("sweet_spot") or {}
+        record.update(best_after_w=after.get("cap_w"), tied_after=after.get("tied_caps"))
+        self.meta["confirm"] = record
+        self.writer.write_run_json(self.meta)
 
     async def _prepare(self, cap: float) -> None:
         """Probe or calibrate the load once, at the highest cap (or re-apply a resumed set-up)."""
@@ -707,12 +758,13 @@ class Sweep:
         run: LoadRun,
         label: str = "",
     ) -> None:
-        self.writer.append_samples(rows)
+        self.writer.append_samples(rows, confirm=self._confirming)
         locks = (row.get("sm_lock_mhz"), row.get("mem_lock_mhz"))
-        self.writer.append_requests(row["cap_w"], run.requests, locks)
+        self.writer.append_requests(row["cap_w"], run.requests, locks, confirm=self._confirming)
         self.writer.append_cap(row)
         key = (row["cap_w"], row.get("sm_lock_mhz"), row.get("mem_lock_mhz"))
         self._cap_status[key] = row["status"]
+        self._n_measured += 1
         if row["cap_w"] not in self._caps_done:
             self._caps_done.append(row["cap_w"])
         self.meta["caps_done"] = list(self._caps_done)

@@ -140,6 +140,7 @@ class SweepOptions:
     target_prefill_seconds: float = 10.0
     strategy: str = "dense"
     settle: str = "auto"
+    confirm: bool = True
     sim_slots: int | None = None
     sim_context: int | None = None
     sim_hide_num_ctx: bool = False

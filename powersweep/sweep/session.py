@@ -385,6 +385,7 @@ def _sweep_plan(
         settle_mode=options.settle,
         points=tuple(points or ()),
         axis=options.axis,
+        confirm=options.confirm,
     )
 
 

@@ -44,6 +44,7 @@ def run_sweep(
             warmup_requests=1,
             points=points,
             axis="grid" if points else "power",
+            confirm=False,
         )
         meta = {"schema_version": 1, "gpus": [{"index": g.index} for g in gpus]}
         sink: list[str] = warnings if warnings is not None else []

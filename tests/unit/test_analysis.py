@@ -243,9 +243,39 @@ def test_bootstrap_ties_close_caps_and_excludes_clearly_worse(tmp_path: Path) ->
     assert analyze(curve, bootstrap=0)["sweet_spot"]["tied_caps"] is None
 
 
-def test_no_bootstrap_without_raw_data(tmp_path: Path) -> None:
-    curve = load_curve(_write(tmp_path, _linear([200.0, 250.0], [20.0, 24.0])))
-    assert analyze(curve)["sweet_spot"]["tied_caps"] is None
+def test_bare_caps_csv_estimates_the_noise_from_its_scatter_and_says_so(tmp_path: Path) -> None:
+    # A peak at 260 W with 0.5% scatter: the neighbours within ~1.4% are tied, far caps are not.
+    rng = np.random.default_rng(3)
+    caps = [float(c) for c in range(150, 371, 10)]
+    tpw = [0.1 - 1e-6 * (c - 260.0) ** 2 for c in caps]
+    wiggle = 1.0 + rng.normal(0.0, 0.005, len(caps))
+    df = pl.DataFrame(
+        {
+            "cap_w": caps,
+            "power_w": caps,
+            "narr_tps": [c * v * w for c, v, w in zip(caps, tpw, wiggle, strict=True)],
+        }
+    )
+    result = analyze(load_curve(_write(tmp_path, df)))
+    sweet = result["sweet_spot"]
+    best = max(result["caps"], key=lambda r: r["tps_per_w"])
+    assert sweet["cap_w"] == best["cap_w"]
+    assert sweet["noise_source"] == "curve scatter (estimate)"
+    assert sweet["estimate"]["tps_per_w_noise_rel"] == pytest.approx(0.005, rel=0.6)
+    assert sweet["cap_w"] in sweet["tied_caps"] and 150.0 not in sweet["tied_caps"]
+    assert sweet["interval_w"] == [min(sweet["tied_caps"]), max(sweet["tied_caps"])]
+    # A noise-free (piecewise straight) curve ties nothing.
+    tent = [0.1 - 1e-4 * abs(c - 260.0) for c in caps]
+    clean = pl.DataFrame(
+        {
+            "cap_w": caps,
+            "power_w": caps,
+            "narr_tps": [c * v for c, v in zip(caps, tent, strict=True)],
+        }
+    )
+    (tmp_path / "clean").mkdir()
+    sweet = analyze(load_curve(_write(tmp_path / "clean", clean)))["sweet_spot"]
+    assert sweet["tied_caps"] == [260.0] and sweet["interval_w"] == [260.0, 260.0]
 
 
 def test_write_outputs(tmp_path: Path, real_3090: Path) -> None:

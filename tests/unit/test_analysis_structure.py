@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import polars as pl
 import pytest
 
 from powersweep.analysis import analyze, load_curve
-from powersweep.analysis.structure import CapPoint, find_regions, regimes
+from powersweep.analysis.structure import (
+    CapPoint,
+    binding_margin_w,
+    find_regions,
+    is_thermal,
+    regimes,
+)
 
 
 def _points(caps: np.ndarray, draw: np.ndarray, tps: np.ndarray) -> list[CapPoint]:
@@ -200,3 +207,66 @@ def test_ceiling_through_the_full_pipeline(tmp_path: Path) -> None:
     assert len(ceiling) == 1 and "prefill-heavy" in ceiling[0]["hint"]
     regimes_by_cap = {r["cap_w"]: r["regime"] for r in result["regimes"]}
     assert regimes_by_cap[500.0] == "draw_ceiling" and regimes_by_cap[300.0] == "power_limited"
+
+
+# --- issue 13: draw ceilings when TPS jitters ---------------------------------------------------
+
+
+def _noisy_5090(with_bits: bool = True) -> list[CapPoint]:
+    """A 5090-like decode curve: the draw follows the cap to ~505 W, then stalls at 505-512 W
+    while TPS jitters by up to 12% from cap to cap; the power-cap bit is set only where it binds."""
+    caps = [float(c) for c in range(400, 601, 10)]
+    jitter = [0.0, 0.09, -0.1, 0.12, -0.05, 0.11, -0.12, 0.04, -0.08, 0.1, -0.11]
+    out = []
+    for i, cap in enumerate(caps):
+        if cap <= 500:
+            power = cap - 0.3
+            tps = 0.09 * power
+        else:
+            k = i - 10
+            power = 505.0 + (3.0 if k % 2 else -1.0) + 0.05 * (cap - 500)
+            tps = 45.5 * (1 + jitter[k % len(jitter)])
+        out.append(
+            CapPoint(
+                cap_w=cap,
+                cap_total_w=cap,
+                power_w=power,
+                tps=tps,
+                temp_max_c=70.0,
+                pwr_throttle_pct=(100.0 if cap <= 500 else 0.0) if with_bits else math.nan,
+                thermal_throttle_pct=0.0 if with_bits else math.nan,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("with_bits", [True, False])
+def test_a_draw_ceiling_is_found_where_draw_stops_following_whatever_tps_does(
+    with_bits: bool,
+) -> None:
+    points = _noisy_5090(with_bits)
+    caps = [p.cap_w for p in points]
+    found = [(r.kind, r.start_w, r.end_w) for r in find_regions(points, caps)]
+    assert found == [("draw_ceiling", 510.0, 600.0)]
+    got = {r["cap_w"]: r["regime"] for r in regimes(points, find_regions(points, caps))}
+    # power_limited only where the cap binds (bit set / draw at the cap), never 15-30 W under it
+    assert {c for c, r in got.items() if r == "power_limited"} == {c for c in caps if c <= 500}
+    assert all(got[c] == "draw_ceiling" for c in caps if c > 500)
+
+
+def test_binding_margin_is_how_tightly_the_card_holds_its_cap() -> None:
+    points = _noisy_5090()
+    assert binding_margin_w(points, 10.0) == pytest.approx(1.0)  # readings 0.3 W under: floor
+    loose = [
+        dataclasses.replace(p, power_w=p.cap_total_w - 2.0) if p.cap_w <= 500 else p for p in points
+    ]
+    assert binding_margin_w(loose, 10.0) == pytest.approx(2.0)
+
+
+def test_thermal_counts_near_slowdown_even_with_the_bit_clear() -> None:
+    p = CapPoint(cap_w=400.0, cap_total_w=400.0, power_w=380.0, tps=40.0, temp_max_c=87.5,
+                 thermal_throttle_pct=0.0)  # fmt: skip
+    assert is_thermal(p, 88.0)
+    cooler = dataclasses.replace(p, temp_max_c=85.0)
+    assert not is_thermal(cooler, 88.0)  # 3 C under with the bit clear: not thermal
+    assert is_thermal(dataclasses.replace(cooler, thermal_throttle_pct=math.nan), 88.0)

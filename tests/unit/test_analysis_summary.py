@@ -190,3 +190,41 @@ def test_hint_commands_stay_code_and_unpaired_backticks_are_escaped() -> None:
 
     assert _md_keep_code("run `nvidia-smi -pl 290` now_") == "run `nvidia-smi -pl 290` now\\_"
     assert _md_keep_code("a ` b | c") == "a \\` b \\| c"
+
+
+def test_import_keeps_every_known_column(tmp_path: Path) -> None:
+    md = tmp_path / "s.md"
+    md.write_text(
+        "| Cap (W) | Decode TPS | Power (W) | TPS/W | SM clock (MHz) | Mem clock (MHz) "
+        "| Temp max (°C) | P-state | Power throttle % | Thermal throttle % | Util % | Notes |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| 300 | 30.0 | 299 | 0.100 | 1500 | 9751 | 71 | P2 | 100 | 0 | 98 | fine |\n"
+        "| 350 | 33.0 | 334 | 0.099 | 1560 | 9751 | 83 | P2 | 5 | 40 | 99 | hot |\n"
+    )
+    df = import_summary(md)
+    row = df.row(1, named=True)
+    assert row["sm_clock_mhz"] == 1560.0 and row["mem_clock_mhz"] == 9751.0
+    assert row["temp_max_c"] == 83.0 and row["pstate"] == 2.0
+    assert row["pwr_throttle_pct"] == 5.0 and row["thermal_throttle_pct"] == 40.0
+    assert row["util_pct"] == 99.0 and row["narr_tps"] == 33.0
+    out = tmp_path / "caps.csv"
+    write_caps_csv(df, out)
+    result = analyze(load_curve(out))
+    assert result["caps"][1]["temp_max_c"] == 83.0
+
+
+def test_import_keeps_the_load_mode_of_a_prefill_table(tmp_path: Path) -> None:
+    md = tmp_path / "s.md"
+    md.write_text(
+        "| | |\n|---|---|\n| Load mode | prefill-heavy |\n\n"
+        "| Cap (W) | TPS | Power (W) |\n|---|---|---|\n| 300 | 3000 | 299 |\n| 350 | 3300 | 340 |\n"
+    )
+    df = import_summary(md)
+    assert df["prefill_tps"].to_list() == [3000.0, 3300.0]
+    assert df["narr_tps"].to_list() == [None, None]
+    out = tmp_path / "caps.csv"
+    write_caps_csv(df, out)
+    assert analyze(load_curve(out))["metric"] == "prefill_tps"
+    # The same table without a stated mode is decode.
+    md.write_text("| Cap (W) | TPS | Power (W) |\n|---|---|---|\n| 300 | 30 | 299 |\n")
+    assert import_summary(md)["narr_tps"].to_list() == [30.0]

@@ -2,9 +2,10 @@
 
 For each built-in profile and load mode the simulator's noise-free ground truth over the default
 caps is turned into a measured run (draw: 0.3% per reading, median of 20 load ticks; TPS 0.5%;
-SM clocks in 15 MHz bins; whole-degree temperatures) and analysed. The sweet spot must be within
-10 W of the true one; every true plateau or ceiling must be found with the right kind and edges
-within 10 W; no region may be invented.
+SM clocks in 15 MHz bins; whole-degree temperatures) and analysed. The sweet spot must be the best
+reading, and within 10 W of the true one or with the truth inside its noise interval; every true
+plateau or ceiling must be found with the right kind and edges within 10 W; no region may be
+invented.
 
 One ambiguity is physical, not an analysis flaw: when a run's first cap draws within a watt of its
 cap (the truth may call it either the last power-limited cap or the first plateau cap), 20 draw
@@ -133,13 +134,21 @@ def test_measured_curve_matches_ground_truth(
     flat = best_tpw <= FLAT_TPW_RATIO * min(tpw)
     for seed in SEEDS:
         run = synthesize_run(truth, gpu, tmp_path / f"s{seed}", seed=seed, raw_files=False)
-        result = analyze(load_curve(run), bootstrap=0)
+        result = analyze(load_curve(run), bootstrap=100)
         where = f"{name} {mode} x{concurrency} seed {seed}"
+        sweet = result["sweet_spot"]
+        # The sweet spot is the best reading, always.
+        best = max(result["caps"], key=lambda r: (r["tps_per_w"], -r["cap_w"]))
+        assert sweet["cap_w"] == best["cap_w"], where
         if flat:
             # no cap binds: any cap is the sweet spot, as efficient as the truth's best
-            assert result["sweet_spot"]["tps_per_w"] >= best_tpw / FLAT_TPW_RATIO, where
+            assert sweet["tps_per_w"] >= best_tpw / FLAT_TPW_RATIO, where
         else:
-            assert abs(result["sweet_spot"]["cap_w"] - true_sweet) <= TOL_W, where
+            # On a flat peak one reading with 0.5% noise can land two steps off, and then the
+            # truth lies inside the interval the noise shows.
+            lo, hi = sweet["interval_w"]
+            near = abs(sweet["cap_w"] - true_sweet) <= TOL_W
+            assert near or lo <= true_sweet <= hi, f"{where}: {sweet['cap_w']} [{lo}, {hi}]"
         found = [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]]
         for want in required:
             assert any(_matches(f, want) for f in found), f"{where}: missed {want}; {found}"
@@ -186,28 +195,20 @@ def _pt(cap: float, power: float, tps: float, **kw: float) -> CapPoint:
     return CapPoint(cap_w=cap, cap_total_w=cap, power_w=power, tps=tps, **kw)
 
 
-def test_one_lucky_cap_does_not_move_the_sweet_spot() -> None:
-    # A kinked peak at 310 W; the 290 W reading is 1.3% lucky and beats it by 0.2%. The local
-    # shape (noise of 0.5% per cap, visible in the scatter) says 300-310.
+def test_the_sweet_spot_is_the_best_reading_even_next_to_a_kink() -> None:
+    # A kinked peak (a boost-state transition) with one reading 0.2% above the smooth shape: the
+    # sweet spot is that reading, never a fitted neighbour.
     tpw = {
         250: 0.930, 260: 0.947, 270: 0.962, 280: 0.976, 290: 1.002, 300: 0.999, 310: 1.000,
         320: 0.983, 330: 0.966, 340: 0.950, 350: 0.934,
     }  # fmt: skip
-    wiggle = [1.0, 1.004, 0.996, 1.005, 1.0, 1.0, 1.0, 0.995, 1.004, 0.996, 1.0]
-    points = [
-        _pt(float(c), float(c), v * c * w) for (c, v), w in zip(tpw.items(), wiggle, strict=True)
-    ]
-    pick, raw = pick_sweet_spot(points)
-    assert raw.cap_w == 290.0
-    assert pick.cap_w in (300.0, 310.0)
+    points = [_pt(float(c), float(c), v * c) for c, v in tpw.items()]
+    assert pick_sweet_spot(points).cap_w == 290.0
 
 
-def test_a_clear_peak_is_the_raw_best() -> None:
-    caps = [200.0, 220.0, 240.0, 260.0, 280.0, 300.0]
-    tpw = [0.80, 0.90, 1.00, 0.93, 0.86, 0.80]
-    points = [_pt(c, c, v * c) for c, v in zip(caps, tpw, strict=True)]
-    pick, raw = pick_sweet_spot(points)
-    assert pick.cap_w == raw.cap_w == 240.0
+def test_an_exact_tie_goes_to_the_lower_cap() -> None:
+    points = [_pt(200.0, 200.0, 20.0), _pt(220.0, 220.0, 22.0), _pt(240.0, 240.0, 23.0)]
+    assert pick_sweet_spot(points).cap_w == 200.0
 
 
 def test_cool_bit_clear_ceiling_near_slowdown_is_a_ceiling_not_thermal() -> None:

@@ -136,6 +136,7 @@ async def run_prompts(
         t0 = clock.now()
         failures = 0
         while True:
+            # Chunk arrival times feed tps_blocks (the noise of the cap's TPS).
             result = await client.chat(
                 prompt,
                 max_tokens=max_tokens,

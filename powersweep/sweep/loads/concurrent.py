@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from powersweep.clock import Clock
 from powersweep.sweep.loads.base import ChatApi, LoadRun, PhaseLabel
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS, with_nonce
+from powersweep.sweep.sampling.measure import TPS_BLOCKS, format_blocks
 
 PROBE_GAIN = 0.03
 MAX_STREAM_FAILURES = 3
@@ -114,6 +115,25 @@ def tokens_in_window(
             continue
         total += inside * tokens_per_chunk(r, default_per_chunk)
     return total
+
+
+def window_blocks(
+    results: Sequence[Any], t0_s: float, t1_s: float, default_per_chunk: float, n_blocks: int
+) -> list[tuple[float, float]]:
+    """The window cut into ``n_blocks`` equal spans: ``(aggregate tokens, seconds)`` of each.
+
+    These resample the aggregate figure (all streams together), never one stream's rate.
+    """
+    if not t1_s > t0_s:
+        return []
+    length = (t1_s - t0_s) / n_blocks
+    out = []
+    for k in range(n_blocks):
+        a = t0_s + k * length
+        # Half-open blocks (the last one closed) so a token on an edge counts once.
+        b = t1_s if k == n_blocks - 1 else math.nextafter(a + length, -math.inf)
+        out.append((tokens_in_window(results, a, b, default_per_chunk), length))
+    return out
 
 
 def tokens_per_chunk(result: Any, default: float) -> float:
@@ -316,6 +336,7 @@ class DecodeConcurrent:
 
     async def measure(self, cap_w: float) -> LoadRun:
         run = LoadRun()
+        blocks: list[tuple[float, float]] = []
         for kind, prompt, _ in DECODE_PROMPTS:
             max_tokens = self.max_tokens_for(self.n)
             values = []
@@ -336,11 +357,14 @@ class DecodeConcurrent:
                     values.append(math.nan)
                     break
                 values.append(w.tps if w.tokens > 0 else math.nan)
+                if kind == "narr" and w.tokens > 0:
+                    blocks += window_blocks(results, w.t0_s, w.t1_s, self.per_chunk, TPS_BLOCKS)
             finite = [v for v in values if math.isfinite(v)]
             run.tps[f"{kind}_tps"] = statistics.median(finite) if finite else math.nan
             run.extra[f"{kind}_tps_spread_pct"] = spread_pct(values)
         run.tps["prefill_tps"] = math.nan
         run.extra["concurrency"] = self.n
+        run.extra["tps_blocks"] = format_blocks(blocks)
         return run
 
     async def window(

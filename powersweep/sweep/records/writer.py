@@ -239,8 +239,8 @@ class RunWriter:
         """Replace ``run.json``."""
         write_json_atomic(self.path / "run.json", data)
 
-    def append_samples(self, rows: Sequence[SampleRow]) -> None:
-        """Append sampler rows to ``samples.csv``."""
+    def append_samples(self, rows: Sequence[SampleRow], *, confirm: bool = False) -> None:
+        """Append sampler rows to ``samples.csv`` (``confirm``: readings of a re-measurement)."""
         out = []
         for r in rows:
             s = r.sample
@@ -263,6 +263,7 @@ class RunWriter:
                     cell(s.clock_event_bits),
                     cell(r.sm_lock_mhz),
                     cell(r.mem_lock_mhz),
+                    cell(confirm),
                 ]
             )
         self._append("samples.csv", out)
@@ -272,9 +273,11 @@ class RunWriter:
         cap_w: float,
         results: Sequence[Any],
         locks: tuple[float | None, float | None] = (None, None),
+        *,
+        confirm: bool = False,
     ) -> None:
         """Append the client's request results to ``requests.csv`` (``locks``: the clock point's
-        SM and memory locks, on a clock sweep)."""
+        SM and memory locks, on a clock sweep; ``confirm``: see :meth:`append_samples`)."""
         out = []
         for r in results:
             out.append(
@@ -299,6 +302,7 @@ class RunWriter:
                     ";".join(getattr(r, "warnings", ())),
                     cell(getattr(r, "server_decode_tps", None)),
                     cell(getattr(r, "server_prompt_tps", None)),
+                    cell(confirm),
                 ]
             )
         self._append("requests.csv", out)

@@ -233,7 +233,8 @@ def cap_row(
     ``tps`` carries the figures a load computed itself (decode-concurrent counts arrivals in a
     window); without it they come from the requests. ``windows`` restricts the draw (and every
     other sample figure) to the spans that TPS was counted in; ``busy_gpus`` are the GPUs whose
-    utilization marks a tick as loaded (the serving ones). ``extra`` adds mode-specific columns.
+    utilization marks a tick as loaded (the serving ones). ``extra`` adds mode-specific columns
+    (and may replace ``tps_blocks``, the resampling units of the metric's TPS).
     """
     ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
@@ -253,6 +254,11 @@ def cap_row(
     if status == "ok" and not math.isfinite(metric):
         status = "failed"
         error = error or _first_error(requests) or _no_figure(requests, n_ok)
+    blocks = (
+        prefill_blocks(requests)
+        if load_mode == "prefill-heavy"
+        else decode_blocks(requests, "narr")
+    )
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
     n = len(ticks)
@@ -283,6 +289,7 @@ def cap_row(
         "window_s": window_s,
         "status": status,
         "error": error,
+        "tps_blocks": format_blocks(blocks),
         **(extra or {}),
     }
 
@@ -318,3 +325,60 @@ def _first_error(requests: Sequence[Any]) -> str:
         if err:
             return str(err)
     return ""
+
+
+# How many blocks each request (decode) or window (concurrent) is cut into for tps_blocks: enough
+# for a bootstrap to see the spread inside one request, few enough to keep caps.csv compact.
+TPS_BLOCKS = 10
+
+
+def decode_blocks(
+    requests: Iterable[Any], kind: str, n_blocks: int = TPS_BLOCKS
+) -> list[tuple[float, float]]:
+    """``(tokens, seconds)`` blocks of consecutive inter-token intervals of each request.
+
+    Each completed request of ``kind`` with chunk arrival times is cut into up to ``n_blocks``
+    runs of consecutive intervals; a block's tokens are its intervals scaled so that the request's
+    blocks sum to ``completion_tokens - 1`` over ``t_last - t_first``. Summed over all blocks, the
+    blocks give exactly :func:`decode_tps`; resampled, they show how much the rate moved within
+    the measured requests.
+    """
+    out: list[tuple[float, float]] = []
+    for r in requests:
+        times = getattr(r, "token_times_s", None)
+        if not r.ok or r.prompt_kind != kind or r.completion_tokens is None or not times:
+            continue
+        span = r.t_last_token_s - r.t_first_token_s
+        if r.completion_tokens < 2 or not span > 0 or len(times) < 3:
+            continue
+        per_interval = (r.completion_tokens - 1) / (len(times) - 1)
+        edges = _split_edges(len(times) - 1, n_blocks)
+        for a, b in itertools.pairwise(edges):
+            seconds = times[b] - times[a]
+            if seconds > 0:
+                out.append(((b - a) * per_interval, seconds))
+    return out
+
+
+def prefill_blocks(requests: Iterable[RequestTiming]) -> list[tuple[float, float]]:
+    """``(prompt tokens, seconds to first token)`` of each completed prefill request."""
+    out: list[tuple[float, float]] = []
+    for r in requests:
+        if not r.ok or r.prompt_kind != "prefill" or not r.prompt_tokens:
+            continue
+        ttft = r.t_first_token_s - r.t_start_s
+        if ttft > 0:
+            out.append((float(r.prompt_tokens), ttft))
+    return out
+
+
+def format_blocks(blocks: Sequence[tuple[float, float]]) -> str:
+    """``tokens:seconds`` pairs separated by spaces (the ``tps_blocks`` column); empty if none."""
+    return " ".join(f"{t:.6g}:{s:.6g}" for t, s in blocks)
+
+
+def _split_edges(n_items: int, n_blocks: int) -> list[int]:
+    """Edges that cut ``n_items`` consecutive items into ``min(n_blocks, n_items)`` near-equal
+    runs."""
+    k = max(1, min(n_blocks, n_items))
+    return [round(i * n_items / k) for i in range(k + 1)]

@@ -1,0 +1,93 @@
+"""Card facts given on the command line for curves that do not carry them (a bare caps.csv).
+
+A community curve pasted into a discussion has no run.json: without the card's default limit
+there is no % of default, no default-limit line on the chart and no ``compare --x pct-tdp``, and
+without its min/max limits no boundary finding can say how far the sweep could go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from powersweep.analysis.load import Curve
+from powersweep.errors import UsageError
+
+_KEYS = ("default_limit_w", "min_limit_w", "max_limit_w")
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What the user says about the card (None: not given).
+
+    Attributes:
+        gpu_name: The card's name.
+        default_limit_w: Its default power limit, W.
+        min_limit_w: Its lowest settable limit, W.
+        max_limit_w: Its highest settable limit, W.
+    """
+
+    gpu_name: str | None = None
+    default_limit_w: float | None = None
+    min_limit_w: float | None = None
+    max_limit_w: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in _KEYS:
+            value = getattr(self, key)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                flag = "--" + key.removesuffix("_w").replace("_", "-")
+                raise UsageError(f"{flag} must be positive watts, got {value:g}")
+        lo, mid, hi = self.min_limit_w, self.default_limit_w, self.max_limit_w
+        given = [v for v in (lo, mid, hi) if v is not None]
+        if given != sorted(given):
+            raise UsageError(
+                "the limits must satisfy --min-limit <= --default-limit <= --max-limit"
+            )
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing was given."""
+        return self.gpu_name is None and all(getattr(self, k) is None for k in _KEYS)
+
+
+def with_card_facts(curve: Curve, facts: CardFacts) -> Curve:
+    """The curve with the given facts filled in where its run.json does not have them.
+
+    A run directory's run.json was written by the sweep from the card itself, so it wins; a
+    given fact that disagrees with it becomes a note (a finding), never a silent override.
+
+    Args:
+        curve: The loaded curve.
+        facts: What the user said about the card.
+
+    Returns:
+        The curve, its ``run`` holding the facts as run.json's first ``gpus`` entry would.
+    """
+    if facts.empty:
+        return curve
+    run: dict[str, Any] = dict(curve.run or {})
+    gpus = list(run.get("gpus") or [])
+    first: dict[str, Any] = dict(gpus[0]) if gpus and isinstance(gpus[0], dict) else {}
+    notes = list(curve.notes)
+    wanted: dict[str, Any] = {"name": facts.gpu_name}
+    wanted.update({k: getattr(facts, k) for k in _KEYS})
+    for key, value in wanted.items():
+        if value is None:
+            continue
+        have = first.get(key)
+        if have is None or have == "":
+            first[key] = value
+        elif have != value:
+            notes.append(f"run.json says {key} = {have}; the value given ({value}) is ignored")
+    if gpus:
+        gpus[0] = first
+    else:
+        # No run.json: one entry per card of the set, as the sweep writes it.
+        counts = curve.caps["n_gpus"].drop_nulls()
+        n = int(counts.max()) if counts.len() else 1  # type: ignore[arg-type]
+        gpus = [dict(first, index=i) for i in range(max(n, 1))]
+    run["gpus"] = gpus
+    return dataclasses.replace(curve, run=run, notes=tuple(notes))

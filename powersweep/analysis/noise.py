@@ -1,0 +1,316 @@
+"""Noise of the sweet spot: which caps are statistically tied with the best one.
+
+The sweet spot itself is always the measured cap with the highest TPS/W; this module only says how
+sure that pick is. With raw data (a run directory), each cap's TPS/W is resampled within what was
+measured there:
+
+- TPS from the ``tps_blocks`` of ``caps.csv`` (blocks of consecutive inter-token intervals of each
+  request in decode-single, equal time slices of the aggregate window in decode-concurrent, whole
+  requests in prefill-heavy), or from the per-request rates of ``requests.csv`` for runs written
+  before ``tps_blocks`` existed;
+- draw from the cap's load ticks in ``samples.csv`` (GPUs summed per tick).
+
+A bare ``caps.csv`` has no raw data: the noise of one cap's TPS/W is then estimated from the
+curve's own scatter (second differences of adjacent caps), and the result says it is an estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from powersweep.analysis import structure
+from powersweep.analysis.load import Curve
+from powersweep.analysis.structure import CapPoint
+
+# A cap is statistically tied with the best when it is best in at least this share of resamples.
+TIED_SHARE = 0.05
+# ... or when it is at least as good as the best in this share of resamples.
+PAIR_TIE_SHARE = 0.025
+# Two-sided 95% bound used for the curve-scatter estimate.
+Z95 = 1.96
+# Phases of samples.csv that are not the measured load.
+IDLE_PHASES = ("warmup", "settle", "ramp")
+
+RESAMPLED = "resampled"
+SCATTER = "curve scatter (estimate)"
+
+
+def sweet_spot_noise(
+    curve: Curve, points: Sequence[CapPoint], best_cap_w: float, n_boot: int, seed: int
+) -> dict[str, Any]:
+    """``tied_caps``, ``interval_w`` and how they were found, for the sweet spot ``best_cap_w``.
+
+    Args:
+        curve: The loaded curve (raw data used when present).
+        points: Measured caps, sorted by cap (repeats of a cap already pooled).
+        best_cap_w: The sweet spot (the highest TPS/W of ``points``).
+        n_boot: Resamples (with raw data).
+        seed: Seed of the resampling.
+
+    Returns:
+        ``{tied_caps, interval_w, noise_source, bootstrap | estimate}``; ``noise_source`` is
+        ``resampled`` or ``curve scatter (estimate)``.
+    """
+    boot = _bootstrap(curve, points, best_cap_w, n_boot, seed)
+    if boot is not None:
+        return boot
+    return _scatter_estimate(points, best_cap_w)
+
+
+def pooled_blocks(caps: pl.DataFrame) -> dict[float, np.ndarray]:
+    """Per cap: ``(tokens, seconds)`` rows of every ok measurement's ``tps_blocks``, pooled."""
+    if "tps_blocks" not in caps.columns:
+        return {}
+    out: dict[float, list[tuple[float, float]]] = {}
+    ok = caps.filter(pl.col("status") == "ok")
+    for row in ok.iter_rows(named=True):
+        text = row.get("tps_blocks")
+        if not text or not isinstance(text, str):
+            continue
+        blocks = parse_blocks(text)
+        if blocks:
+            out.setdefault(float(row["cap_w"]), []).extend(blocks)
+    return {cap: np.asarray(b, dtype=float) for cap, b in out.items()}
+
+
+def parse_blocks(text: str) -> list[tuple[float, float]]:
+    """``tokens:seconds`` pairs of a ``tps_blocks`` cell; malformed or non-positive ones dropped."""
+    out: list[tuple[float, float]] = []
+    for part in text.split():
+        tok, _, sec = part.partition(":")
+        try:
+            t, s = float(tok), float(sec)
+        except ValueError:
+            continue
+        if math.isfinite(t) and math.isfinite(s) and t >= 0 and s > 0:
+            out.append((t, s))
+    return out
+
+
+def tpw_noise_rel(points: Sequence[CapPoint]) -> float:
+    """Relative 1-sigma noise of one cap's TPS/W, from the curve's own scatter.
+
+    Median absolute second difference of log TPS/W over adjacent caps (zero on any straight
+    stretch, so the few kinks barely count); no floor, so a noise-free curve ties nothing.
+    """
+    step_w = structure.typical_step_w([p.cap_w for p in points])
+    d2: list[float] = []
+    for a, b, c in zip(points, points[1:], points[2:], strict=False):
+        gaps = (b.cap_w - a.cap_w, c.cap_w - b.cap_w)
+        if not all(0 < g <= structure.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
+            continue
+        ra, rb, rc = (p.tps / p.power_w for p in (a, b, c))
+        if ra > 0 and rb > 0 and rc > 0:
+            d2.append(abs(math.log(ra) - 2 * math.log(rb) + math.log(rc)))
+    # Var(a - 2b + c) = 6 sigma^2 for independent noise; 1.4826 turns a MAD into a sigma.
+    return 1.4826 / math.sqrt(6.0) * float(np.median(d2)) if d2 else 0.0
+
+
+def _scatter_estimate(points: Sequence[CapPoint], best_cap_w: float) -> dict[str, Any]:
+    sigma = tpw_noise_rel(points) if len(points) >= 3 else 0.0
+    best = next(p for p in points if p.cap_w == best_cap_w)
+    best_tpw = best.tps / best.power_w
+    # The difference of two independent readings has sqrt(2) times one reading's noise.
+    floor = best_tpw * (1.0 - Z95 * math.sqrt(2.0) * sigma)
+    tied = [p.cap_w for p in points if p.cap_w == best_cap_w or p.tps / p.power_w >= floor]
+    return {
+        "tied_caps": tied,
+        "interval_w": [min(tied), max(tied)],
+        "noise_source": SCATTER,
+        "bootstrap": None,
+        "estimate": {"tps_per_w_noise_rel": sigma, "caps_used": len(points)},
+    }
+
+
+def _bootstrap(
+    curve: Curve, points: Sequence[CapPoint], best_cap_w: float, n_boot: int, seed: int
+) -> dict[str, Any] | None:
+    """Resample each cap's TPS units and load ticks; count how often each cap wins."""
+    if n_boot <= 0 or curve.samples is None:
+        return None
+    blocks = pooled_blocks(curve.caps)
+    # A decode-concurrent cap's TPS is the aggregate of a window: one stream's rate is not a
+    # unit of it, so runs without tps_blocks resample only its draw there.
+    concurrent = (curve.run or {}).get("load_mode") == "decode-concurrent"
+    req_tps = (
+        _request_tps(curve.requests, curve.metric)
+        if curve.requests is not None and not concurrent
+        else {}
+    )
+    tick_power = _tick_power(curve.samples, _serving_gpus(curve.run))
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_boot, len(points)))
+    resampled = 0
+    for k, p in enumerate(points):
+        tps_rel = _tps_factor(rng, n_boot, blocks.get(p.cap_w), req_tps.get(p.cap_w))
+        power = tick_power.get(p.cap_w)
+        power_rel = None
+        if power is not None and len(power) >= 2 and np.median(power) > 0:
+            pidx = rng.integers(0, len(power), size=(n_boot, len(power)))
+            power_rel = np.median(power[pidx], axis=1) / np.median(power)
+        if tps_rel is None or power_rel is None:
+            # Without raw data for both figures this cap keeps its point estimate.
+            draws[:, k] = p.tps / p.power_w
+            continue
+        resampled += 1
+        # Relative resampled figures around the reported point (a cap measured twice is pooled
+        # in ``points``; its units here are pooled too).
+        draws[:, k] = (p.tps * tps_rel) / (p.power_w * power_rel)
+    if resampled < 2:
+        return None
+    winners = np.argmax(draws, axis=1)
+    share = np.bincount(winners, minlength=len(points)) / n_boot
+    lo = np.percentile(draws, 2.5, axis=0)
+    hi = np.percentile(draws, 97.5, axis=0)
+    best = next(k for k, p in enumerate(points) if p.cap_w == best_cap_w)
+    # Tied: the cap is at least as good as the best in a fair share of resamples (a one-sided
+    # 2.5% test on the pair's difference, not overlapping intervals: one cap's wide interval
+    # must not tie it with a best it trails by far).
+    as_good = (draws >= draws[:, [best]]).mean(axis=0)
+    tied = [
+        points[k].cap_w
+        for k in range(len(points))
+        if k == best or share[k] >= TIED_SHARE or as_good[k] >= PAIR_TIE_SHARE
+    ]
+    return {
+        "tied_caps": tied,
+        "interval_w": [min(tied), max(tied)],
+        "noise_source": RESAMPLED,
+        "bootstrap": {
+            "resamples": n_boot,
+            "seed": seed,
+            "caps_resampled": resampled,
+            "tps_units": "tps_blocks" if blocks else "requests",
+            "best_share": {str(p.cap_w): float(share[k]) for k, p in enumerate(points)},
+            "tps_per_w_ci": {
+                str(p.cap_w): [float(lo[k]), float(hi[k])] for k, p in enumerate(points)
+            },
+        },
+        "estimate": None,
+    }
+
+
+def _tps_factor(
+    rng: np.random.Generator,
+    n_boot: int,
+    blocks: np.ndarray | None,
+    requests: tuple[np.ndarray, np.ndarray] | None,
+) -> np.ndarray | None:
+    """Resampled TPS over the cap's own TPS (1.0 centred), or None without two units."""
+    if blocks is not None and len(blocks) >= 2:
+        tok, sec = blocks[:, 0], blocks[:, 1]
+        idx = rng.integers(0, len(tok), size=(n_boot, len(tok)))
+        full = tok.sum() / sec.sum()
+        return (tok[idx].sum(axis=1) / sec[idx].sum(axis=1)) / full if full > 0 else None
+    if requests is not None and len(requests[0]) >= 2:
+        rates, tokens = requests
+        idx = rng.integers(0, len(rates), size=(n_boot, len(rates)))
+        tok = tokens[idx]
+        full = tokens.sum() / (tokens / rates).sum()
+        # Token-weighted like caps.csv: total tokens over total decode time.
+        return (tok.sum(axis=1) / (tok / rates[idx]).sum(axis=1)) / full
+    return None
+
+
+def _request_tps(requests: pl.DataFrame, metric: str) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+    """Per cap: (per-request TPS, weights in tokens) of the requests that make the metric."""
+    need = {"cap_w", "prompt_kind"}
+    if not need <= set(requests.columns):
+        return {}
+    df = requests
+    if "ok" in df.columns:
+        df = df.filter(pl.col("ok").cast(pl.String).str.to_lowercase().is_in(["true", "1"]))
+    if metric == "narr_tps":
+        if "decode_tps" not in df.columns:
+            return {}
+        df = df.filter(pl.col("prompt_kind") == "narr").with_columns(
+            pl.col("decode_tps").alias("_tps"),
+            (
+                (pl.col("completion_tokens") - 1).alias("_tok")
+                if "completion_tokens" in df.columns
+                else pl.lit(1.0).alias("_tok")
+            ),
+        )
+    else:
+        cols = {"prompt_tokens", "t_start_s", "t_first_token_s"}
+        if not cols <= set(df.columns):
+            return {}
+        df = df.filter(pl.col("prompt_kind") == "prefill").with_columns(
+            (pl.col("prompt_tokens") / (pl.col("t_first_token_s") - pl.col("t_start_s"))).alias(
+                "_tps"
+            ),
+            pl.col("prompt_tokens").alias("_tok"),
+        )
+    df = df.filter(
+        pl.col("_tps").is_finite()
+        & (pl.col("_tps") > 0)
+        & pl.col("_tok").is_finite()
+        & pl.col("cap_w").is_not_null()
+    ).with_columns(pl.col("_tok").clip(lower_bound=1.0))
+    out: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    for (cap,), group in df.group_by(["cap_w"], maintain_order=True):
+        out[float(cap)] = (group["_tps"].to_numpy(), group["_tok"].to_numpy())
+    return out
+
+
+def _serving_gpus(run: Mapping[str, Any] | None) -> list[int] | None:
+    """run.json's ``gpu_selection.serving``: the GPUs whose utilization marks a load tick."""
+    selection = (run or {}).get("gpu_selection")
+    serving = selection.get("serving") if isinstance(selection, dict) else None
+    if not isinstance(serving, list) or not all(isinstance(i, int) for i in serving):
+        return None
+    return serving or None
+
+
+def _tick_power(
+    samples: pl.DataFrame, serving: Sequence[int] | None = None
+) -> Mapping[float, np.ndarray]:
+    """Per cap: combined draw of every load tick (GPUs summed per tick), util > 50 % on the
+    busiest serving GPU (every GPU when ``serving`` is unknown)."""
+    if not {"cap_w", "power_w"} <= set(samples.columns):
+        return {}
+    # Ticks before the first cap was set (cap_w empty) belong to no cap.
+    df = samples.filter(pl.col("power_w").is_finite() & pl.col("cap_w").is_not_null())
+    if "phase" in df.columns:
+        df = df.filter(~pl.col("phase").is_in(list(IDLE_PHASES)))
+    keys = ["cap_w", "tick"] if "tick" in df.columns else ["cap_w", "t_s"]
+    if keys[1] not in df.columns:
+        return {}
+    aggs = [pl.col("power_w").sum().alias("p")]
+    if "util_pct" in df.columns:
+        # the busiest card: an idle card beside a loaded one must not hide the load
+        util = pl.col("util_pct")
+        if serving and "gpu_index" in df.columns:
+            util = util.filter(pl.col("gpu_index").is_in([float(i) for i in serving]))
+        aggs.append(util.max().alias("u"))
+    ticks = df.group_by(keys, maintain_order=True).agg(aggs)
+    if "u" in ticks.columns:
+        ticks = ticks.filter(pl.col("u").is_null() | (pl.col("u") > 50.0))
+    out: dict[float, np.ndarray] = {}
+    for (cap,), group in ticks.sort(keys).group_by(["cap_w"], maintain_order=True):
+        out[float(cap)] = group["p"].to_numpy()
+    return out
+
+
+def sweet_spot_text(sweet: Mapping[str, Any]) -> str:
+    """The sweet spot with its noise, as people paste it: ``290 W (280-300 W within noise)``."""
+    cap = sweet.get("cap_w")
+    if not isinstance(cap, int | float):
+        return "—"
+    text = f"{cap:g} W"
+    interval = sweet.get("interval_w")
+    tied = sweet.get("tied_caps") or []
+    estimate = sweet.get("noise_source") == SCATTER
+    if not interval or len(interval) != 2:
+        return text
+    lo, hi = interval
+    if len(tied) > 1 and lo < hi:
+        how = ", estimated from the curve's scatter" if estimate else ""
+        return f"{text} ({lo:g}-{hi:g} W within noise{how})"
+    how = ", estimated from the curve's scatter" if estimate else ""
+    return f"{text} (no other cap within noise{how})"

@@ -1,0 +1,260 @@
+"""Issue 13 end to end: the sweet spot is the best measured cap, its noise is shown in every load
+mode, and caps tied within noise are measured again and pooled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+
+SEEDS = range(10)
+# The caps around the rtx3090-air decode-single peak (truth 290 W, 280 W 0.6% behind): short
+# windows keep ten sweeps within the suite's budget while the confirm phase still has to work.
+PEAK_CAPS = "270,280,290,300,310"
+
+
+def _sweep_args(out: Path, seed: int, *extra: str) -> list[str]:
+    return [
+        "--simulate",
+        "rtx3090-air",
+        "--cooling",
+        "air",
+        "--load-mode",
+        "decode-single",
+        "--caps",
+        PEAK_CAPS,
+        "--target-cap-seconds",
+        "5",
+        "--warmup-requests",
+        "1",
+        "--no-charts",
+        "--quiet",
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _best_row(analysis: dict[str, Any]) -> dict[str, Any]:
+    ok = [r for r in analysis["caps"] if r["status"] == "ok"]
+    return max(ok, key=lambda r: (r["tps_per_w"], -r["cap_w"]))
+
+
+def _check_confirm(run: Path) -> bool:
+    """The confirm phase's record, marks and pooling in one run; True if it measured again."""
+    meta = read_json(run / "run.json")
+    confirm = meta["confirm"]
+    caps = read_csv(run / "caps.csv")
+    again = [float(r["cap_w"]) for r in caps if r["reason"] == "confirm"]
+    analysis = read_json(run / "analysis.json")
+    if not confirm["caps_w"]:
+        # Nothing was tied: then nothing was measured twice.
+        assert confirm["skipped"] and not again
+        return False
+    assert 2 <= len(confirm["caps_w"]) <= 3
+    assert set(confirm["caps_w"]) <= set(confirm["tied_before"])
+    assert sorted(again) == sorted(confirm["caps_w"])
+    assert "tied with the best" in confirm["reason"]
+    # The re-measured readings are kept, marked, in the raw CSVs...
+    requests = read_csv(run / "requests.csv")
+    marked = {float(r["cap_w"]) for r in requests if r["confirm"] == "true"}
+    assert marked == set(confirm["caps_w"])
+    samples = read_csv(run / "samples.csv")
+    assert {float(r["cap_w"]) for r in samples if r["confirm"] == "true"} >= marked
+    # ... pooled in the analysis (one row per cap in the table, two measurements behind it) ...
+    rows = {r["cap_w"]: r for r in analysis["caps"]}
+    assert len(rows) == len(analysis["caps"])
+    for cap in confirm["caps_w"]:
+        assert rows[cap]["n_measurements"] == 2
+        first, second = (float(r["narr_tps"]) for r in caps if float(r["cap_w"]) == cap)
+        assert min(first, second) <= rows[cap]["tps"] <= max(first, second)
+    assert analysis["sweet_spot"]["cap_w"] == confirm["best_after_w"]
+    # ... and listed, with why, in the summary.
+    summary = (run / "summary.md").read_text()
+    assert "| Re-measured |" in summary and "tied with the best" in summary
+    return True
+
+
+@pytest.mark.slow
+def test_ten_seeds_report_the_best_row_and_the_truth(tmp_path: Path) -> None:
+    """The check the issue asks for, with the confirm phase checked in every run."""
+    # The sweeps mostly wait on the simulated clock: run them side by side, a few at a time.
+    procs: list[tuple[int, subprocess.Popen[str]]] = []
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    results: dict[int, tuple[int, str]] = {}
+    for seed in SEEDS:
+        cmd = [sys.executable, "-m", "powersweep", *_sweep_args(tmp_path / str(seed), seed)]
+        procs.append(
+            (
+                seed,
+                subprocess.Popen(
+                    cmd,
+                    cwd=REPO,
+                    env=env,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                ),
+            )
+        )
+        if len(procs) >= 3:
+            s, p = procs.pop(0)
+            _out, err = p.communicate(timeout=240)
+            results[s] = (p.returncode, err)
+    for s, p in procs:
+        _out, err = p.communicate(timeout=240)
+        results[s] = (p.returncode, err)
+
+    hits = confirmed = 0
+    for seed in SEEDS:
+        rc, err = results[seed]
+        assert rc == 0, err
+        run = only_run_dir(tmp_path / str(seed))
+        analysis = read_json(run / "analysis.json")
+        meta = read_json(run / "run.json")
+        sweet = analysis["sweet_spot"]
+        # The starred row is the highest TPS/W of the table, every time.
+        assert sweet["cap_w"] == _best_row(analysis)["cap_w"], seed
+        summary = (run / "summary.md").read_text()
+        starred = [line for line in summary.splitlines() if "★" in line]
+        assert len(starred) == 1 and starred[0].startswith(f"| {sweet['cap_w']:.0f} ★")
+        assert sweet["interval_w"][0] <= sweet["cap_w"] <= sweet["interval_w"][1]
+        truth = meta["simulation"]["ground_truth"]["sweet_spot"]["cap_w"]
+        assert truth == 290.0
+        hits += sweet["cap_w"] == truth
+        confirmed += _check_confirm(run)
+    assert hits >= 9, f"sweet spot equals the truth in {hits} of 10 seeds"
+    # 280 W is 0.6% behind 290 W: one reading cannot always tell them apart.
+    assert confirmed >= 1
+
+
+@pytest.mark.slow
+def test_decode_concurrent_resamples_the_aggregate_window(tmp_path: Path) -> None:
+    proc = powersweep(
+        "--simulate",
+        "rtx3090-air",
+        "--load-mode",
+        "decode-concurrent",
+        "--concurrency",
+        "4",
+        "--caps",
+        "280,300,320",
+        "--target-cap-seconds",
+        "5",
+        "--warmup-requests",
+        "1",
+        "--no-confirm",
+        "--no-charts",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = only_run_dir(tmp_path)
+    sweet = read_json(run / "analysis.json")["sweet_spot"]
+    assert sweet["interval_w"] and sweet["noise_source"] == "resampled"
+    assert sweet["bootstrap"]["tps_units"] == "tps_blocks"
+    # --no-confirm: nothing measured twice, and the record says why.
+    assert read_json(run / "run.json")["confirm"]["skipped"] == "--no-confirm"
+    assert all(r["reason"] != "confirm" for r in read_csv(run / "caps.csv"))
+    for row in read_csv(run / "caps.csv"):
+        blocks = [tuple(map(float, b.split(":"))) for b in row["tps_blocks"].split()]
+        assert len(blocks) == 10
+        # The blocks are the aggregate window (all streams): they add up to the cap's TPS.
+        rate = sum(b[0] for b in blocks) / sum(b[1] for b in blocks)
+        assert rate == pytest.approx(float(row["narr_tps"]), rel=0.02)
+        lo, hi = sweet["bootstrap"]["tps_per_w_ci"][str(float(row["cap_w"]))]
+        # TPS/W, not per-stream TPS: the interval brackets the cap's own aggregate TPS/W.
+        assert lo <= float(row["tps_per_w"]) <= hi
+        # Finite and in TPS/W (a per-stream rate would be a quarter of the aggregate): on a
+        # busy machine a window's token arrivals are bursty, so the interval may be wide.
+        assert lo >= 0.0 and (hi - lo) / float(row["tps_per_w"]) < 1.0
+
+
+# Truth per profile and mode over the default caps (decode-concurrent at 4 streams); a prefill
+# run's truth depends on the calibrated prompt and is read back from run.json.
+def _truth_sweet_w(profile: str, mode: str) -> tuple[float, bool]:
+    """The true sweet spot over the default caps, and whether the curve is flat (no cap binds:
+    every cap within 1% of the best TPS/W, as decode on a datacenter card)."""
+    from tests.unit.test_analysis_truth import FLAT_TPW_RATIO, truth_of
+
+    truth = truth_of(profile, mode, 4 if mode == "decode-concurrent" else 1)
+    tpw = [c["tps_per_w"] for c in truth["caps"]]
+    return float(truth["sweet_spot"]["cap_w"]), max(tpw) <= FLAT_TPW_RATIO * min(tpw)
+
+
+@pytest.mark.slow
+def test_every_profile_and_mode_within_a_step_of_the_truth(tmp_path: Path) -> None:
+    from powersweep.sim.profiles import get_profile, profile_names
+
+    mode_args = {
+        "decode-single": [],
+        # Many streams cost the interpreter more per run second: a slower clock keeps the
+        # window's noise under the 1% that separates this mode's neighbours near the peak.
+        "decode-concurrent": ["--concurrency", "4", "--time-scale", "8"],
+        # Short prefills, but enough of them per cap: neighbours near the peak are 0.4% apart.
+        "prefill-heavy": ["--target-prefill-seconds", "2", "--target-cap-seconds", "12"],
+    }
+    jobs = []
+    for name in profile_names():
+        prof = get_profile(name)
+        for mode, extra in mode_args.items():
+            truth, flat = _truth_sweet_w(name, mode)
+            # Two steps each side of the truth (inside the envelope): one step off is allowed.
+            caps = [truth + 10.0 * k for k in range(-2, 3)]
+            caps = [c for c in caps if prof.min_limit_w <= c <= prof.max_limit_w]
+            out = tmp_path / f"{name}-{mode}"
+            args = [
+                "--simulate",
+                name,
+                "--load-mode",
+                mode,
+                "--caps",
+                ",".join(f"{c:g}" for c in caps),
+                "--target-cap-seconds",
+                "4",
+                "--warmup-requests",
+                "1",
+                "--no-charts",
+                "--quiet",
+                "--out",
+                str(out),
+                *extra,  # last: a mode's own setting wins over the common one
+            ]
+            jobs.append((name, mode, out, args, flat))
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    running: list[tuple[tuple[str, str, Path, list[str], bool], subprocess.Popen[str]]] = []
+    finished = []
+    for job in jobs:
+        cmd = [sys.executable, "-m", "powersweep", *job[3]]
+        running.append(
+            (job, subprocess.Popen(cmd, cwd=REPO, env=env, text=True, stderr=subprocess.PIPE))
+        )
+        if len(running) >= 3:
+            done, proc = running.pop(0)
+            finished.append((done, proc.wait(timeout=240), proc.stderr))
+    for done, proc in running:
+        finished.append((done, proc.wait(timeout=240), proc.stderr))
+    off = []
+    for (name, mode, out, _, flat), rc, stderr in finished:
+        assert rc == 0, f"{name} {mode}: {stderr.read() if stderr else ''}"
+        run = only_run_dir(out)
+        analysis = read_json(run / "analysis.json")
+        truth = read_json(run / "run.json")["simulation"]["ground_truth"]["sweet_spot"]["cap_w"]
+        sweet = analysis["sweet_spot"]
+        assert sweet["cap_w"] == _best_row(analysis)["cap_w"], (name, mode)
+        assert sweet["interval_w"], (name, mode)
+        if flat:
+            continue  # no cap binds: every cap is as good as the truth's, none is "the" one
+        if abs(sweet["cap_w"] - truth) > 10.0:
+            rows = {r["cap_w"]: round(r["tps_per_w"], 5) for r in analysis["caps"]}
+            off.append((name, mode, sweet["cap_w"], truth, sweet["interval_w"], rows))
+    assert not off, off

@@ -1,0 +1,45 @@
+"""The confirm phase's plan: the best few caps tied with the best, and the record of why."""
+
+from __future__ import annotations
+
+from powersweep.sweep.planning.confirm import NO_USABLE_CAP, NOTHING_TIED, plan_confirm
+
+
+def _analysis(tied: list[float], tpw: dict[float, float]) -> dict[str, object]:
+    best = max(tpw, key=lambda c: (tpw[c], -c))
+    return {
+        "sweet_spot": {
+            "cap_w": best,
+            "tied_caps": tied,
+            "interval_w": [min(tied), max(tied)],
+            "noise_source": "resampled",
+        },
+        "caps": [{"cap_w": c, "tps_per_w": v, "status": "ok"} for c, v in tpw.items()],
+    }
+
+
+def test_the_three_best_tied_caps_highest_first() -> None:
+    tpw = {260.0: 0.100, 270.0: 0.1105, 280.0: 0.1110, 290.0: 0.1112, 300.0: 0.1101}
+    plan = plan_confirm(_analysis([270.0, 280.0, 290.0, 300.0], tpw))
+    assert plan.caps_w == (290.0, 280.0, 270.0)
+    rec = plan.record
+    assert rec["caps_w"] == [290.0, 280.0, 270.0] and rec["skipped"] is None
+    assert rec["tied_before"] == [270.0, 280.0, 290.0, 300.0] and rec["best_before_w"] == 290.0
+    assert "4 caps (270-300 W) were statistically tied with the best, 290 W" in rec["reason"]
+
+
+def test_nothing_tied_or_nothing_usable_measures_nothing() -> None:
+    plan = plan_confirm(_analysis([290.0], {280.0: 0.1, 290.0: 0.2}))
+    assert plan.caps_w == () and plan.record["skipped"] == NOTHING_TIED
+    assert plan_confirm({}).record["skipped"] == NO_USABLE_CAP
+
+
+def test_the_caps_most_often_best_go_first() -> None:
+    # 370 W reads 9% lower, but one stalled block makes it best in a third of the resamples:
+    # measuring it again settles more than measuring the quiet 300 W.
+    tpw = {280.0: 0.1113, 290.0: 0.1119, 300.0: 0.1100, 370.0: 0.1020}
+    analysis = _analysis([280.0, 290.0, 300.0, 370.0], tpw)
+    analysis["sweet_spot"]["bootstrap"] = {  # type: ignore[index]
+        "best_share": {"280.0": 0.10, "290.0": 0.53, "300.0": 0.03, "370.0": 0.34}
+    }
+    assert plan_confirm(analysis).caps_w == (370.0, 290.0, 280.0)
