@@ -476,9 +476,10 @@ def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete" and len(meta["resumed_at"]) == 1
     caps = [float(c["cap_w"]) for c in read_csv(run / "caps.csv")]
-    # Every cap once, then the caps the confirm phase measured again at the very end.
+    # Every cap once (caps_done), then the caps the confirm phase measured again at the very end.
     again_w = meta["confirm"]["caps_w"]
-    assert caps == meta["caps_done"] == [350.0, 330.0, 310.0, 290.0, 270.0, 250.0, *again_w]
+    assert meta["caps_done"] == [350.0, 330.0, 310.0, 290.0, 270.0, 250.0]
+    assert caps == [*meta["caps_done"], *again_w]
     assert meta["caps_done"][: len(first["caps_done"])] == first["caps_done"]
     assert _limit(state) == USER_LIMIT_W
     again = powersweep("--resume", str(run), env=env)
