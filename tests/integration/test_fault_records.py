@@ -21,7 +21,8 @@ from tests.integration.test_faults import BASE, USER_LIMIT_W, UUID, Rig
 
 def test_a_cut_last_row_is_dropped_and_resume_measures_its_cap(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
-    proc, _ = rig.run("--caps", "350,300,250")
+    # no confirm phase: the last row must be the 250 W cap's
+    proc, _ = rig.run("--caps", "350,300,250", "--no-confirm")
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(rig.out)
     # as if killed while writing the 250 W row: its power cell cut short, run.json not updated
