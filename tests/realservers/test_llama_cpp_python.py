@@ -124,7 +124,8 @@ def test_a_stream_the_server_interrupts_is_a_failed_request(
     assert late.ok, late.error
     assert late.completion_tokens == 8
     assert not first.ok
-    assert "server closed the connection mid-response" in first.error
+    # it sends "[DONE]" without a finish reason (or drops the connection mid-response)
+    assert "without a finish reason" in first.error or "mid-response" in first.error
     assert first.chunk_tokens < 3000
 
 

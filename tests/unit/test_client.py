@@ -168,6 +168,22 @@ def test_error_event_inside_200_stream() -> None:
     assert result.chunk_tokens == 1
 
 
+def test_done_without_a_finish_reason_is_a_cut_generation() -> None:
+    # llama-cpp-python aborts a running stream for a new request and still sends [DONE]: the
+    # request's rate is a short one's, so it must not count as a finished request.
+    body = sse_body(delta(content="a"), delta(content="b"))
+    result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=body))
+    assert not result.ok
+    assert "after 2 tokens without a finish reason" in result.error
+
+
+def test_no_finish_and_no_done_is_a_warning() -> None:
+    body = sse_body(delta(content="a"), delta(content="b"), done=False)
+    result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=body))
+    assert result.ok
+    assert "no_finish" in result.warnings
+
+
 def test_empty_stream_fails() -> None:
     result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=b""))
     assert not result.ok

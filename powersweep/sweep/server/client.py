@@ -574,8 +574,18 @@ class _Run:
                     f"{ERR_NO_COUNTABLE_TOKENS} (no content, reasoning or tool_calls in "
                     f"{acc.events} events)"
                 )
-        elif ok and not self.non_stream and not acc.done and finish is None:
-            warnings.append(rf.WARN_NO_FINISH)
+        elif ok and not self.non_stream and finish is None:
+            if acc.done:
+                # "[DONE]" after tokens but no finish reason: the server stopped the generation
+                # (llama-cpp-python aborts a stream when another request arrives). Its rate
+                # would be a short request's, not a finished one's.
+                ok = False
+                error = (
+                    f"the server ended the stream after {acc.chunk_tokens} tokens without a "
+                    "finish reason (the generation was cut, e.g. by another request)"
+                )
+            else:
+                warnings.append(rf.WARN_NO_FINISH)
         untrusted = False
         if ok and source != "chunks" and completion is not None:
             # More tokens than the streamed text's bytes, or fewer than half the token-bearing
