@@ -586,9 +586,9 @@ def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
         typer.Exit: Interrupted by a signal (exit 128 + signal).
     """
     from powersweep.cli.rigs import build_rig
-    from powersweep.sweep.driver import SweepInterrupted, raise_on_signals
     from powersweep.sweep.records.ownership import hand_over, invoking_user
     from powersweep.sweep.session import run_session
+    from powersweep.sweep.signals import SweepInterrupted, raise_on_signals
 
     bar = _Progress(quiet)
     printed: list[bool] = []
@@ -654,7 +654,7 @@ def _print_restored(restored: Any) -> None:
 
 def _finish_report(run_dir: Path, *, charts: bool) -> None:
     from powersweep.report import build_report
-    from powersweep.sweep.driver import SweepInterrupted
+    from powersweep.sweep.signals import SweepInterrupted
 
     try:
         report = build_report(run_dir, charts=charts)

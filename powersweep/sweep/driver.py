@@ -14,10 +14,9 @@ import dataclasses
 import math
 import os
 import signal
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
@@ -54,22 +53,18 @@ from powersweep.sweep.sampling.consistency import (
 from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
+from powersweep.sweep.signals import (
+    HANDLED_SIGNALS,
+    SweepInterrupted,
+    raise_on_signals,
+    reinstall_handlers,
+    signals_ignored,
+)
 from powersweep.sweep.verdict import FaultLog, judge
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Phase / prompt kind given to a measurement that was discarded and taken again.
 DISCARDED = "discarded"
 CONFIRM_REASON = "confirm"
-
-_T = TypeVar("_T")
-
-
-class SweepInterrupted(PowersweepError):
-    """A signal asked the sweep to stop (exit code 128 + signal number, as a shell reports)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}", exit_code=128 + signum)
-        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -262,7 +257,7 @@ class Sweep:
             g["original_limit_w"] = self._original.get(g.get("index"), g.get("original_limit_w"))
         self.writer.write_run_json(self.meta)
         try:
-            with _signals_raise():
+            with raise_on_signals():
                 self._write_journal()
                 self.sampler.start()
                 asyncio.run(self._main())
@@ -277,7 +272,7 @@ class Sweep:
         except Exception as exc:  # the run must still restore and record; the CLI reports it
             status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         finally:
-            with _signals_ignored():
+            with signals_ignored():
                 self.sampler.stop()
                 self._flush_samples()
                 restored = self._restore()
@@ -408,7 +403,7 @@ class Sweep:
                 raise SweepInterrupted(self._signum) from None
             raise
         finally:
-            _reinstall(loop, previous)
+            reinstall_handlers(loop, previous)
             aclose = getattr(self.client, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
@@ -825,88 +820,3 @@ def _relabel(item: Any, **changes: str) -> Any:
     if dataclasses.is_dataclass(item) and not isinstance(item, type):
         return dataclasses.replace(item, **changes)
     return item
-
-
-def _reinstall(loop: asyncio.AbstractEventLoop, previous: Mapping[signal.Signals, Any]) -> None:
-    # remove_signal_handler resets to SIG_DFL: put the handlers of the caller back
-    for sig, handler in previous.items():
-        loop.remove_signal_handler(sig)
-        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
-def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
-    """``asyncio.run(coro)``, ended cleanly by SIGINT/SIGTERM/SIGHUP.
-
-    A signal cancels the coroutine (so its connections close in order) and then raises
-    :class:`SweepInterrupted`; raising from a plain signal handler inside the event loop would
-    hit a random transport callback instead.
-    """
-
-    async def main() -> _T:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        hit: list[int] = []
-
-        def on_signal(signum: int) -> None:
-            hit.append(signum)
-            task.cancel()
-
-        previous = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
-        for sig in HANDLED_SIGNALS:
-            loop.add_signal_handler(sig, on_signal, sig)
-        try:
-            return await coro
-        except asyncio.CancelledError:
-            if hit:
-                raise SweepInterrupted(hit[0]) from None
-            raise
-        finally:
-            _reinstall(loop, previous)
-
-    return asyncio.run(main())
-
-
-@contextlib.contextmanager
-def raise_on_signals() -> Iterator[None]:
-    """Turn SIGINT/SIGTERM/SIGHUP into :class:`SweepInterrupted` (so cleanup code runs).
-
-    The session wraps its set-up in this too, so a signal before the sweep starts also ends
-    in a clean exit (nothing is changed before the journal is written).
-    """
-    with _signals_raise():
-        yield
-
-
-@contextlib.contextmanager
-def signals_ignored() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM/SIGHUP while limits are put back (a restore must not stop half
-    way through the cards)."""
-    with _signals_ignored():
-        yield
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Outside the event loop, turn SIGTERM/SIGHUP into an exception like SIGINT's."""
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        raise SweepInterrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in HANDLED_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """While restoring, a second Ctrl-C must not leave a card at a sweep cap."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in HANDLED_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)

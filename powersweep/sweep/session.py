@@ -23,9 +23,6 @@ from powersweep.sweep.driver import (
     Sweep,
     SweepOutcome,
     SweepPlan,
-    raise_on_signals,
-    run_interruptible,
-    signals_ignored,
 )
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import Load, request_budget_s
@@ -58,6 +55,7 @@ from powersweep.sweep.rig import Rig, RigFactory
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.local import local_server_pids
+from powersweep.sweep.signals import raise_on_signals, run_interruptible, signals_ignored
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,8 @@ def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: 
         (run,) = runs
         meta = read_json(run / "run.json")
         caps = read_csv(run / "caps.csv")
-        assert [float(c["cap_w"]) for c in caps] == meta["caps_done"], what
+        first = [c for c in caps if c.get("reason") != "confirm"]  # re-measured ties follow
+        assert [float(c["cap_w"]) for c in first] == meta["caps_done"], what
         assert all(c["status"] == "ok" and float(c["narr_tps"]) > 0 for c in caps), what
         if meta["status"] == "interrupted":
             interrupted_mid_sweep += 1
