@@ -242,7 +242,10 @@ ResumeOpt = Annotated[
 ForceOpt = Annotated[
     bool,
     typer.Option(
-        "--force", help="Start even though a restore journal exists.", rich_help_panel=SAFETY
+        "--force",
+        hidden=True,
+        help="Accepted for old scripts: a killed sweep's journal is always put back first, and a "
+        "running sweep's card is never taken.",
     ),
 ]
 

@@ -129,12 +129,12 @@ def run_session(
 def _open_journal(
     options: SweepOptions, warn: Callable[[str], None]
 ) -> tuple[Journal | None, JournalEntry | None]:
-    """The restore journal (None when no limit outlives the process) and, under ``--force``, the
-    journal a dead sweep left (its limits are put back before this sweep starts).
+    """The restore journal (None when no limit outlives the process) and the journal a dead
+    sweep left, if any (its limits are put back before this sweep starts).
 
     Raises:
-        UsageError: Another sweep that still runs owns the journal (``--force`` or not), or a
-            dead sweep's journal exists without ``--force``.
+        UsageError: Another sweep that still runs owns the journal (``--force`` or not), or the
+            dead sweep's journal holds clock locks (``powersweep restore`` first).
     """
     if not options.needs_journal:
         return None, None
@@ -153,11 +153,11 @@ def _open_journal(
         return journal, None
     if owner_alive(old):
         raise UsageError(owner_refusal(old, journal.path))
-    if not options.force:
-        journal.refuse_if_present()
     journal.refuse_if_locked()
+    # Its owner is dead (SIGKILL, a crash): nobody else will put its limits back, and a sweep
+    # that started over them would take a sweep cap for the user's own limit.
     warn(
-        f"--force: a journal of an unfinished sweep (PID {old.pid}, no longer running) exists "
+        f"a journal of an unfinished sweep (PID {old.pid}, no longer running) exists "
         f"({journal.path}); its original limits are put back first"
     )
     return journal, old

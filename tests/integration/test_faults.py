@@ -253,7 +253,10 @@ def test_force_never_takes_a_live_sweeps_card(rig: Rig) -> None:
     assert rig.limit_w == USER_LIMIT_W and not rig.journal.exists()
 
 
-def test_a_dead_owners_journal_is_restored_before_a_forced_sweep(rig: Rig) -> None:
+@pytest.mark.parametrize("force", [(), ("--force",)], ids=["plain", "forced"])
+def test_a_dead_owners_journal_is_restored_before_the_next_sweep(
+    rig: Rig, force: tuple[str, ...]
+) -> None:
     first = _start(rig, "--target-cap-seconds", "30")
     try:
         _wait_for(lambda: rig.journal.exists() and rig.limit_w != USER_LIMIT_W, first)
@@ -264,7 +267,7 @@ def test_a_dead_owners_journal_is_restored_before_a_forced_sweep(rig: Rig) -> No
     assert left_at not in (USER_LIMIT_W, 300.0)
     data = json.loads(rig.journal.read_text())
     assert data["pid"] == first.pid and data["pid_start"]
-    forced = _start(rig, "--force", "--caps", "300", "--target-cap-seconds", "30")
+    forced = _start(rig, *force, "--caps", "300", "--target-cap-seconds", "30")
     try:
         # the card is back at the user's limit before the new sweep sets its first cap
         _wait_for(lambda: rig.limit_w != left_at, forced)
