@@ -8,7 +8,9 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from tqdm import tqdm
 
 from powersweep.errors import UsageError
@@ -102,3 +104,16 @@ class Handover:
 
         paths: Sequence[Path] = [*self._created, *written]
         hand_over(list(paths), invoking_user(), warn=warn)
+
+
+def state_dir_option(rich_help_panel: str | None = None) -> typer.models.OptionInfo:
+    """``--state-dir``, as every command that reads or writes the restore journal takes it."""
+    return typer.Option(
+        envvar="POWERSWEEP_STATE_DIR",
+        show_envvar=True,
+        help="Where the restore journal lives (default /var/lib/powersweep as root).",
+        rich_help_panel=rich_help_panel,
+    )
+
+
+StateDirOpt = Annotated[Path | None, state_dir_option()]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from powersweep.cli._common import info, is_root, pid_alive, warn
+from powersweep.cli._common import StateDirOpt, info, is_root, pid_alive, warn
 from powersweep.cli.analyze import Objective
 from powersweep.errors import PowersweepError, UsageError
 
@@ -89,14 +89,6 @@ UnitDirOpt = Annotated[
         help="Where the boot unit goes: written there without systemctl (packaging, tests). "
         "Default /etc/systemd/system, then enabled.",
         rich_help_panel=PERSIST,
-    ),
-]
-StateDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        envvar="POWERSWEEP_STATE_DIR",
-        show_envvar=True,
-        help="Where a sweep's restore journal lives (default /var/lib/powersweep as root).",
     ),
 ]
 SimulateOpt = Annotated[

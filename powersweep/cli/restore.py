@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from powersweep.cli._common import info, pid_alive, warn
+from powersweep.cli._common import StateDirOpt, info, pid_alive, warn
 from powersweep.errors import PowersweepError
 
 
 def restore_command(
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="POWERSWEEP_STATE_DIR",
-            show_envvar=True,
-            help="Where the restore journal lives (default /var/lib/powersweep as root).",
-        ),
-    ] = None,
+    state_dir: StateDirOpt = None,
     force: Annotated[
         bool, typer.Option("--force", help="Restore even if the sweep that wrote it still runs.")
     ] = False,

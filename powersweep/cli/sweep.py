@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from tqdm import tqdm
 
-from powersweep.cli._common import info, is_root, warn
+from powersweep.cli._common import info, is_root, state_dir_option, warn
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import (
     Axis,
@@ -249,15 +249,7 @@ ForceOpt = Annotated[
     ),
 ]
 
-StateDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        envvar="POWERSWEEP_STATE_DIR",
-        show_envvar=True,
-        help="Where the restore journal lives (default /var/lib/powersweep as root).",
-        rich_help_panel=SAFETY,
-    ),
-]
+StateDirOpt = Annotated[Path | None, state_dir_option(SAFETY)]
 
 OutOpt = Annotated[
     Path, typer.Option(help="Directory for run directories.", rich_help_panel=OUTPUT)

@@ -207,12 +207,7 @@ class NvmlGpu:
 
     def enforced_limit_w(self) -> float:
         """Return the limit NVML actually enforces (may be below the set one), NaN on failure."""
-        nvml = self._nvml
-        try:
-            mw = float(nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle))
-        except nvml.NVMLError:
-            return NAN
-        return mw / 1000.0 if _available(mw) else NAN
+        return self._watts(self._nvml.nvmlDeviceGetEnforcedPowerLimit)
 
     def slowdown_temp_c(self) -> float:
         """Temperature at which the card starts thermal slowdown (NaN if unknown)."""
@@ -621,10 +616,13 @@ class NvmlGpu:
         return "instant"
 
     def _limit_w(self) -> float:
-        nvml = self._nvml
+        return self._watts(self._nvml.nvmlDeviceGetPowerManagementLimit)
+
+    def _watts(self, read_mw: Callable[[Any], Any]) -> float:
+        """A milliwatt reading of this GPU in watts; NaN when it fails or is unavailable."""
         try:
-            mw = float(nvml.nvmlDeviceGetPowerManagementLimit(self._handle))
-        except nvml.NVMLError:
+            mw = float(read_mw(self._handle))
+        except self._nvml.NVMLError:
             return NAN
         return mw / 1000.0 if _available(mw) else NAN
 
