@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -60,3 +61,53 @@ def test_prompts_start_with_a_nonce_and_vary() -> None:
     assert p1.startswith("[request a]") and p2.startswith("[request b]")
     assert p1[40:200] != p2[40:200]  # varied body: no shared prefix beyond the instruction
     assert 500 <= count_prompt_tokens(p1) <= 1100
+
+
+class _ScriptedProbe:
+    """A DecodeConcurrent whose windows and draws come from scripts (no server, no clock)."""
+
+    @staticmethod
+    def make(tps_by_n: dict[int, float], draws: list[float]) -> tuple[Any, list[tuple[int, float]]]:
+        from powersweep.clock import ScaledClock
+        from powersweep.sweep.loads.concurrent import DecodeConcurrent, Window
+
+        asked: list[tuple[int, float]] = []
+        left = list(draws)
+
+        class Power:
+            def median_power_w(self, t0_s: float, t1_s: float) -> float:
+                return left.pop(0)
+
+        class Load(DecodeConcurrent):
+            async def window(self, cap_w, kind, prompt, max_tokens, n, length_s, phase):  # type: ignore[no-untyped-def,override]
+                asked.append((n, length_s))
+                return Window(n, 0.0, length_s, tps_by_n[n] * length_s, tps_by_n[n], 0, 0), []
+
+        load = Load(None, ScaledClock(1000.0), None, 6.0, max_probe=8)  # type: ignore[arg-type]
+        load.power = Power()
+        return load, asked
+
+
+def test_probe_measures_a_window_again_when_its_draw_was_missed() -> None:
+    import asyncio
+
+    tps = {1: 50.0, 2: 95.0, 4: 180.0, 8: 182.0}
+    # 4 streams: the sampler missed the first window, so it is run again, longer
+    load, asked = _ScriptedProbe.make(tps, [300.0, 350.0, math.nan, 420.0, 425.0])
+    pick, rows, reason = asyncio.run(load.probe(400.0))
+    assert [n for n, _ in asked] == [1, 2, 4, 4, 8]
+    assert asked[3][1] == 2 * asked[2][1]
+    assert pick == 4 and rows[2].power_w == 420.0
+    assert "8 streams" in reason
+
+
+def test_probe_an_unreadable_draw_leaves_tps_to_decide() -> None:
+    import asyncio
+
+    tps = {1: 50.0, 2: 95.0, 4: 180.0, 8: 300.0}
+    nan = math.nan
+    load, _ = _ScriptedProbe.make(tps, [300.0, nan, nan, nan, nan, 330.0])
+    pick, rows, _ = asyncio.run(load.probe(400.0))
+    # every NaN draw is kept as measured (nothing invented), and TPS alone carried the pick
+    assert pick == 8
+    assert [math.isnan(r.power_w) for r in rows] == [False, True, True, False]

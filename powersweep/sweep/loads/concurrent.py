@@ -24,6 +24,9 @@ from powersweep.sweep.sampling.measure import TPS_BLOCKS, format_blocks
 
 PROBE_GAIN = 0.03
 MAX_STREAM_FAILURES = 3
+# A probe window whose draw the sampler missed (no tick inside it: the window shrank to where
+# every stream ran, or a read failed) is measured again, longer, before the pick uses it.
+PROBE_WINDOW_TRIES = 2
 # Long enough that a server packing k tokens per event shows k (a short answer's last, partial
 # event would bias the ratio), short enough to cost a few seconds.
 SCHEDULING_CHECK_TOKENS = 64
@@ -306,10 +309,19 @@ class DecodeConcurrent:
             if self.total_slots is not None and n > self.total_slots:
                 reason = f"the server runs {self.total_slots} requests at once"
                 break
-            w, _ = await self.window(
-                cap_w, kind, prompt, self.max_tokens_for(n), n, length, phase="probe"
-            )
-            power = self.power.median_power_w(w.t0_s, w.t1_s)
+            for attempt in range(PROBE_WINDOW_TRIES):
+                w, _ = await self.window(
+                    cap_w,
+                    kind,
+                    prompt,
+                    self.max_tokens_for(n),
+                    n,
+                    length * (attempt + 1),
+                    phase="probe",
+                )
+                power = self.power.median_power_w(w.t0_s, w.t1_s)
+                if math.isfinite(power) or w.failures:
+                    break
             row = ProbeRow(n, w.tps, power, w.failures, w.queued)
             rows.append(row)
             if w.failures:
@@ -318,10 +330,7 @@ class DecodeConcurrent:
             if w.queued:
                 reason = f"the server queued requests at {n} streams"
                 break
-            if best is None or (
-                row.tps > best.tps * (1 + PROBE_GAIN)
-                or row.power_w > best.power_w * (1 + PROBE_GAIN)
-            ):
+            if best is None or _gained(row, best):
                 best = row
             else:
                 reason = f"TPS and draw gained less than {PROBE_GAIN:.0%} at {n} streams"
@@ -431,6 +440,17 @@ class DecodeConcurrent:
             n, t0, t1, tokens, tokens / (t1 - t0), failures, min(known) if known else None
         )
         return window, results
+
+
+def _gained(row: ProbeRow, best: ProbeRow) -> bool:
+    """More streams paid: TPS or draw rose by over ``PROBE_GAIN``.
+
+    A draw the sampler could not read (NaN on either side) is no evidence either way, so TPS
+    alone decides then.
+    """
+    if row.tps > best.tps * (1 + PROBE_GAIN):
+        return True
+    return bool(row.power_w > best.power_w * (1 + PROBE_GAIN))
 
 
 def _all_streams_running_s(results: Sequence[Any]) -> float | None:
