@@ -7,8 +7,10 @@ profile in all three load modes (decode-single; decode-concurrent at 4 streams; 
 ``powersweep.sweep.session`` exactly as ``powersweep`` runs, at ``--time-scale`` (default 100) and
 ``--target-cap-seconds`` (default 4). It prints the distinct caps measured, the measured run-time
 ratio, whether the sweet spot, the near-peak cap and the regions agree within 10 W, and the
-adaptive sweep's per-cap overhead beyond the measured window converted to scale 1, with its
-verdict against 1 s. ``--profiles`` and ``--modes`` narrow it (all of it takes several minutes).
+adaptive sweep's per-cap overhead beyond the measured window converted to scale 1 (an upper
+bound). Then it measures the per-cap overhead in real time (scale 1) on a short 3-cap sweep per
+``--overhead-modes`` (default decode-single; ``none`` skips) and gives the verdict against 1 s.
+``--profiles`` and ``--modes`` narrow it (all of it takes several minutes).
 
 ``--model`` runs the offline model instead (a model, not a measurement; it says so): for every
 built-in profile and load mode (decode-concurrent at batch 8, prefill-heavy at 8000 prompt
@@ -242,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", help="comma-separated load modes (default: all three)")
     parser.add_argument("--time-scale", type=float, default=100.0, help="real sweeps only")
     parser.add_argument("--target-cap-seconds", type=float, default=4.0, help="real sweeps only")
+    parser.add_argument(
+        "--overhead-modes",
+        default="decode-single",
+        help="load modes whose per-cap overhead is measured in real time (scale 1; about two "
+        "minutes each; 'none' skips it)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
     replays = args.replay or [p for p in DEFAULT_REPLAYS if p.is_file()]
@@ -252,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
 
         targets = [(name, name) for name in profiles]
         targets += [(f"replay:{p.name}", f"replay:{p}") for p in replays]
-        return run_all(targets, modes, time_scale=args.time_scale, target_s=args.target_cap_seconds)
+        overhead = [] if args.overhead_modes == "none" else args.overhead_modes.split(",")
+        return run_all(
+            targets,
+            modes,
+            time_scale=args.time_scale,
+            target_s=args.target_cap_seconds,
+            overhead_modes=overhead,
+        )
 
     print(
         "OFFLINE MODEL: caps are modelled (steady state plus modelled noise), not measured; "
