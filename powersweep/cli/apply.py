@@ -76,7 +76,12 @@ DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
 ]
 StrictOpt = Annotated[
-    bool, typer.Option("--strict", help="Refuse a value outside a card's range (no clamping).")
+    bool,
+    typer.Option(
+        "--strict",
+        help="Refuse a value outside a card's range, or a clock it does not list (no clamping, "
+        "no snapping).",
+    ),
 ]
 ForceOpt = Annotated[
     bool,
@@ -167,21 +172,12 @@ def apply_command(
             )
         if not at_boot and not print_unit:
             _refuse_if_journal(state_dir, force, dry_run)
-        from powersweep.sweep.settings.recommendation import read_recommendation
-        from powersweep.sweep.settings.targets import match_run_gpus, select_gpus
+        from powersweep.sweep.settings.targets import select_gpus
 
         source = named.source() or "--reset"
         if run_dir is not None:
-            rec = read_recommendation(run_dir, objective.value if objective else None, eta=eta)
-            extra = f", {rec.tps_per_w:.4g} TPS/W" if rec.tps_per_w is not None else ""
-            info(f"{run_dir}: {rec.objective} recommendation {rec.describe()}{extra}")
-            for note in rec.notes:
-                warn(note)
-            targets = match_run_gpus(
-                rig.backend, rec.gpus, selection=selection, force=force, warn=warn
-            )
-            named = _Named(rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz)
-            source = f"{run_dir.resolve()} ({rec.objective})"
+            choice = objective.value if objective else None
+            targets, named, source = _from_run(rig, run_dir, choice, eta, selection, force)
         else:
             targets = select_gpus(rig.backend, selection, warn)
         caps, clocks = _plan(targets, named, reset, strict)
@@ -189,6 +185,28 @@ def apply_command(
             rig, targets, caps, clocks, source, unit_dir, persist, print_unit, dry_run, reset,
             at_boot, force,
         ).run()  # fmt: skip
+
+
+def _from_run(
+    rig: SettingsRig,
+    run_dir: Path,
+    objective: str | None,
+    eta: float,
+    selection: Sequence[str] | None,
+    force: bool,
+) -> tuple[list[Target], _Named, str]:
+    """A run's recommendation (said on stderr), the cards it goes to, and the unit's source."""
+    from powersweep.sweep.settings.recommendation import read_recommendation
+    from powersweep.sweep.settings.targets import match_run_gpus
+
+    rec = read_recommendation(run_dir, objective, eta=eta)
+    extra = f", {rec.tps_per_w:.4g} TPS/W" if rec.tps_per_w is not None else ""
+    info(f"{run_dir}: {rec.objective} recommendation {rec.describe()}{extra}")
+    for note in rec.notes:
+        warn(note)
+    targets = match_run_gpus(rig.backend, rec.gpus, selection=selection, force=force, warn=warn)
+    named = _Named(rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz)
+    return targets, named, f"{run_dir.resolve()} ({rec.objective})"
 
 
 @dataclass(frozen=True)
@@ -526,7 +544,10 @@ def _boot_locks(setting: BootSetting, c: ClockChange) -> list[float | None]:
 
 def _limit_in_force(t: Target) -> float | None:
     """The limit a card has now when it differs from its default (None: the default)."""
-    env = t.gpu.envelope()
+    try:
+        env = t.gpu.envelope()
+    except PowersweepError:
+        return None  # a card without settable limits: the unit sets only its locks
     return env.current_w if abs(env.current_w - env.default_w) > 0.5 else None
 
 

@@ -137,4 +137,10 @@ def test_the_real_rigs_unit_locks_clocks_with_nvidia_smi(
     # the limit in force (370 W, not the 350 W default) stays at boot too
     assert f"ExecStart={smi} -i {UUID} --power-limit=370" in lines
     assert not any("-lmc" in ln for ln in lines)
+    # a card without settable power limits: the unit locks its clocks and sets no limit
+    fake.devices[0].power_managed = False
+    code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--print-unit")
+    assert code == 0, err
+    assert f"ExecStart={smi} -i {UUID} -lgc 1410,1410" in out.splitlines()
+    assert "--power-limit" not in out
     assert fake.calls_to("nvmlDeviceSetGpuLockedClocks") == 0

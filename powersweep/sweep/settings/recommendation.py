@@ -95,19 +95,7 @@ def read_recommendation(
         UsageError: Not a run directory, no analysis, no recommendation, or a run that does not
             say which GPU it measured.
     """
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir} is not a run directory")
-    analysis_path = run_dir / "analysis.json"
-    if not analysis_path.is_file():
-        raise UsageError(
-            f"{run_dir} has no analysis.json: run `powersweep analyze {run_dir}` first"
-        )
-    run_path = run_dir / "run.json"
-    if not run_path.is_file():
-        raise UsageError(
-            f"{run_dir} has no run.json, so it does not say which GPU it measured: set the cap "
-            "by name instead (powersweep apply --cap W --gpus N)"
-        )
+    analysis_path, run_path = _run_files(run_dir)
     analysis = _read_json(analysis_path)
     run = _read_json(run_path)
     if run.get("observe_only"):
@@ -137,6 +125,24 @@ def read_recommendation(
         gpus=gpus,
         notes=_notes(run, analysis, chosen),
     )
+
+
+def _run_files(run_dir: Path) -> tuple[Path, Path]:
+    """``analysis.json`` and ``run.json`` of a run directory (both must exist)."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run directory")
+    analysis_path = run_dir / "analysis.json"
+    if not analysis_path.is_file():
+        raise UsageError(
+            f"{run_dir} has no analysis.json: run `powersweep analyze {run_dir}` first"
+        )
+    run_path = run_dir / "run.json"
+    if not run_path.is_file():
+        raise UsageError(
+            f"{run_dir} has no run.json, so it does not say which GPU it measured: set the cap "
+            "by name instead (powersweep apply --cap W --gpus N)"
+        )
+    return analysis_path, run_path
 
 
 def _clock_recommendation(
