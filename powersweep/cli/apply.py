@@ -1,5 +1,5 @@
-"""``powersweep apply``: set what a sweep recommended (or a named cap) on the right GPUs, verify
-it, and with ``--persist`` install a systemd unit that sets it again at every boot."""
+"""``powersweep apply``: set what a sweep recommended (or a named cap or clock lock) on the right
+GPUs, verify it, and with ``--persist`` install a systemd unit that sets it again at every boot."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from powersweep.errors import PowersweepError, UsageError
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
     from powersweep.sweep.settings.apply import CapChange, CapResult
-    from powersweep.sweep.settings.unit import BootCommand
+    from powersweep.sweep.settings.clocks import ClockChange, ClockResult
+    from powersweep.sweep.settings.targets import Target
+    from powersweep.sweep.settings.unit import BootCommand, BootSetting
 
 SIMULATION = "Simulation"
 PERSIST = "Boot persistence"
@@ -32,7 +34,8 @@ RunDirArg = Annotated[
     Path | None,
     typer.Argument(
         metavar="RUN_DIR",
-        help="A run directory: set the cap it recommends on the GPUs it measured.",
+        help="A run directory: set the cap (or, for a clock run, the clock locks) it recommends "
+        "on the GPUs it measured.",
         show_default=False,
     ),
 ]
@@ -48,14 +51,37 @@ GpusOpt = Annotated[
     str | None,
     typer.Option(help="Which GPUs: NVML indices and/or UUIDs, e.g. 0,1 (default: all)."),
 ]
+SmClockOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sm-clock",
+        metavar="MHZ",
+        help="Lock the SM clock at this (snapped to a supported clock), with or without --cap.",
+    ),
+]
+MemClockOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mem-clock",
+        metavar="MHZ",
+        help="Lock the memory clock at this (snapped to a supported clock; many GeForce cards "
+        "refuse).",
+    ),
+]
 ResetOpt = Annotated[
-    bool, typer.Option("--reset", help="Put each card's default power limit back.")
+    bool,
+    typer.Option("--reset", help="Put each card's default power limit back and unlock its clocks."),
 ]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
 ]
 StrictOpt = Annotated[
-    bool, typer.Option("--strict", help="Refuse a value outside a card's range (no clamping).")
+    bool,
+    typer.Option(
+        "--strict",
+        help="Refuse a value outside a card's range, or a clock it does not list (no clamping, "
+        "no snapping).",
+    ),
 ]
 ForceOpt = Annotated[
     bool,
@@ -107,6 +133,8 @@ def apply_command(
     objective: ObjectiveOpt = None,
     eta: EtaOpt = 0.5,
     cap: CapOpt = None,
+    sm_clock: SmClockOpt = None,
+    mem_clock: MemClockOpt = None,
     gpus: GpusOpt = None,
     reset: ResetOpt = False,
     dry_run: DryRunOpt = False,
@@ -120,12 +148,14 @@ def apply_command(
     sim_state: SimStateOpt = None,
     at_boot: AtBootOpt = False,
 ) -> None:
-    """Set a run's recommended power limit (or --cap W, or --reset) on the right GPUs."""
+    """Set a run's recommended power limit or clock locks (or --cap W, --sm-clock / --mem-clock
+    MHZ, or --reset) on the right GPUs."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.targets import parse_gpu_selection
 
+    named = _Named(cap, sm_clock, mem_clock)
     _check_options(
-        run_dir, cap, reset, persist, print_unit or dry_run, at_boot, gpus, simulate, sim_state
+        run_dir, named, reset, persist, print_unit or dry_run, at_boot, gpus, simulate, sim_state
     )
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
@@ -142,32 +172,84 @@ def apply_command(
             )
         if not at_boot and not print_unit:
             _refuse_if_journal(state_dir, force, dry_run)
-        from powersweep.sweep.settings.apply import plan_caps
-        from powersweep.sweep.settings.recommendation import read_recommendation
-        from powersweep.sweep.settings.targets import match_run_gpus, select_gpus
+        from powersweep.sweep.settings.targets import select_gpus
 
-        source = f"--cap {cap:g}" if cap is not None else "--reset"
+        source = named.source() or "--reset"
         if run_dir is not None:
-            rec = read_recommendation(run_dir, objective.value if objective else None, eta=eta)
-            extra = f", {rec.tps_per_w:.4g} TPS/W" if rec.tps_per_w is not None else ""
-            info(f"{run_dir}: {rec.objective} recommendation {rec.cap_w:g} W per GPU{extra}")
-            for note in rec.notes:
-                warn(note)
-            targets = match_run_gpus(
-                rig.backend, rec.gpus, selection=selection, force=force, warn=warn
-            )
-            cap, source = rec.cap_w, f"{run_dir.resolve()} ({rec.objective})"
+            choice = objective.value if objective else None
+            targets, named, source = _from_run(rig, run_dir, choice, eta, selection, force)
         else:
             targets = select_gpus(rig.backend, selection, warn)
-        plan = plan_caps(targets, None if reset else cap, strict=strict, warn=warn)
+        caps, clocks = _plan(targets, named, reset, strict)
         _Apply(
-            rig, plan, source, unit_dir, persist, print_unit, dry_run, reset, at_boot, force
-        ).run()
+            rig, targets, caps, clocks, source, unit_dir, persist, print_unit, dry_run, reset,
+            at_boot, force,
+        ).run()  # fmt: skip
+
+
+def _from_run(
+    rig: SettingsRig,
+    run_dir: Path,
+    objective: str | None,
+    eta: float,
+    selection: Sequence[str] | None,
+    force: bool,
+) -> tuple[list[Target], _Named, str]:
+    """A run's recommendation (said on stderr), the cards it goes to, and the unit's source."""
+    from powersweep.sweep.settings.recommendation import read_recommendation
+    from powersweep.sweep.settings.targets import match_run_gpus
+
+    rec = read_recommendation(run_dir, objective, eta=eta)
+    extra = f", {rec.tps_per_w:.4g} TPS/W" if rec.tps_per_w is not None else ""
+    info(f"{run_dir}: {rec.objective} recommendation {rec.describe()}{extra}")
+    for note in rec.notes:
+        warn(note)
+    targets = match_run_gpus(rig.backend, rec.gpus, selection=selection, force=force, warn=warn)
+    named = _Named(rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz)
+    return targets, named, f"{run_dir.resolve()} ({rec.objective})"
+
+
+@dataclass(frozen=True)
+class _Named:
+    """The values named on the command line (or read from a run): a cap and clock locks."""
+
+    cap_w: float | None
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+
+    def given(self) -> list[tuple[str, float]]:
+        """``[("--cap", 290.0), ...]``: the values given, by option."""
+        flags = (
+            ("--cap", self.cap_w),
+            ("--sm-clock", self.sm_clock_mhz),
+            ("--mem-clock", self.mem_clock_mhz),
+        )
+        return [(flag, v) for flag, v in flags if v is not None]
+
+    def source(self) -> str:
+        """``--cap 290 --sm-clock 1410``: where the values come from, for the unit's comment."""
+        return " ".join(f"{flag} {v:g}" for flag, v in self.given())
+
+
+def _plan(
+    targets: Sequence[Target], named: _Named, reset: bool, strict: bool
+) -> tuple[list[CapChange], list[ClockChange]]:
+    """Each card's limit and locks, checked before any is written (bad input changes nothing)."""
+    from powersweep.sweep.settings.apply import plan_caps
+    from powersweep.sweep.settings.clocks import plan_clocks, plan_unlock
+
+    if reset:
+        return plan_caps(targets, None, strict=strict, warn=warn), plan_unlock(targets)
+    caps = (
+        plan_caps(targets, named.cap_w, strict=strict, warn=warn) if named.cap_w is not None else []
+    )
+    clocks = plan_clocks(targets, named.sm_clock_mhz, named.mem_clock_mhz, strict=strict, warn=warn)
+    return caps, clocks
 
 
 def _check_options(
     run_dir: Path | None,
-    cap: float | None,
+    named: _Named,
     reset: bool,
     persist: bool,
     changes_nothing: bool,
@@ -176,13 +258,24 @@ def _check_options(
     simulate: str | None,
     sim_state: Path | None,
 ) -> None:
-    """Refuse contradictory options before anything is read or changed."""
-    asked = [n for n, v in (("RUN_DIR", run_dir), ("--cap", cap), ("--reset", reset)) if v]
-    if len(asked) != 1:
+    """Refuse contradictory options and impossible values before anything is read or changed."""
+    from powersweep.sweep.settings.clocks import check_clock
+
+    values = [flag for flag, _ in named.given()]
+    asked = [n for n, v in (("RUN_DIR", run_dir), ("--reset", reset)) if v] + values
+    # the named values go together (a cap and locks); a run or --reset goes alone
+    if not asked or (len(asked) > 1 and asked != values):
         what = " and ".join(asked) if asked else "nothing"
-        raise UsageError(f"give a RUN_DIR, --cap W or --reset (got {what})")
-    if at_boot and (cap is None or gpus is None or persist or changes_nothing):
-        raise UsageError("--at-boot is what the boot unit runs: it takes --cap and --gpus only")
+        raise UsageError(
+            f"give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock MHZ, or --reset (got {what})"
+        )
+    check_clock(named.sm_clock_mhz, "--sm-clock")
+    check_clock(named.mem_clock_mhz, "--mem-clock")
+    if at_boot and (not values or gpus is None or persist or changes_nothing):
+        raise UsageError(
+            "--at-boot is what the boot unit runs: it takes --cap, --sm-clock, --mem-clock and "
+            "--gpus only"
+        )
     if simulate is not None and sim_state is None and not changes_nothing:
         raise UsageError("--simulate needs --sim-state FILE to hold what apply sets")
 
@@ -218,7 +311,9 @@ class _Apply:
     """The steps after the plan: print, write, verify, persist (each a short method)."""
 
     rig: SettingsRig
-    plan: Sequence[CapChange]
+    targets: Sequence[Target]
+    caps: Sequence[CapChange]
+    clocks: Sequence[ClockChange]
     source: str
     unit_dir: Path | None
     persist: bool
@@ -229,20 +324,21 @@ class _Apply:
     force: bool
 
     def run(self) -> None:
-        unit_text = None if self.reset or not self.persist else self._unit_text()
+        boot = None if self.reset or not self.persist else self._boot_settings()
         if self.print_unit:
-            assert unit_text is not None
-            for c in self.plan:
-                info(f"{c.target.label}: the unit sets {c.after_w:g} W at boot")
-            typer.echo(unit_text, nl=False)
+            assert boot is not None
+            for t, b in zip(self.targets, boot, strict=True):
+                info(f"{t.label}: the unit sets {b.describe()} at boot")
+            typer.echo(self._unit_text(boot), nl=False)
             return
         unit_dir = self._unit_dir() if self.persist else None
         if self.dry_run:
-            for c in self.plan:
-                typer.echo(f"{self._line(c)} (dry run: nothing changed)")
+            for line in [*map(self._line, self.caps), *map(_clock_line, self.clocks)]:
+                typer.echo(f"{line} (dry run: nothing changed)")
             if self.persist and unit_dir is not None:
                 self._dry_run_unit(unit_dir)
             return
+        unit_text = None if boot is None else self._unit_text(boot)
         results = self._write()
         if self.at_boot or (self.persist and not self.reset):
             self._persistence_on()
@@ -270,29 +366,31 @@ class _Apply:
             line += f" (verified: reads back {readback_w:g} W)"
         return line
 
-    def _write(self) -> list[CapResult]:
-        from powersweep.sweep.settings.apply import apply_caps
+    def _write(self) -> tuple[list[CapResult], list[ClockResult]]:
+        from powersweep.sweep.settings.apply import apply_settings
 
-        results = apply_caps(self.plan, warn)
-        for r in results:
+        caps, clocks = apply_settings(self.caps, self.clocks, warn)
+        for r in caps:
             typer.echo(self._line(r.change, r.readback_w))
             if r.note:
                 warn(r.note)
-        return results
+        for c in clocks:
+            typer.echo(_clock_line(c.change, c))
+        return caps, clocks
 
     def _persistence_on(self) -> None:
         from powersweep.sweep.settings.apply import enable_persistence
 
-        for t, before, after in enable_persistence([c.target for c in self.plan], warn):
+        for t, before, after in enable_persistence(self.targets, warn):
             if before is not True and after is True:
                 typer.echo(f"{t.label}: persistence mode off -> on")
 
     def _warn_if_not_persistent(self) -> None:
-        off = [c.target for c in self.plan if c.target.gpu.persistence_mode() is False]
+        off = [t for t in self.targets if t.gpu.persistence_mode() is False]
         if off:
             which = ", ".join(f"GPU {t.identity.index}" for t in off)
             warn(
-                f"persistence mode is off on {which}: the driver may drop the limit when no "
+                f"persistence mode is off on {which}: the driver may drop the setting when no "
                 "program uses the card, and a reboot always does; --persist keeps it"
             )
 
@@ -303,24 +401,45 @@ class _Apply:
         unit = read_unit(self.unit_dir or SYSTEM_UNIT_DIR)
         if not unit.installed:
             return
-        at_boot = {s.uuid: s.power_limit_w for s in unit.settings}
+        at_boot = {s.uuid: s for s in unit.settings}
         stale = [
             c
-            for c in self.plan
+            for c in self.caps
             if c.target.identity.uuid in at_boot
-            and abs(at_boot[c.target.identity.uuid] - c.after_w) > 0.5
+            and abs((at_boot[c.target.identity.uuid].power_limit_w or 0.0) - c.after_w) > 0.5
+        ] + [
+            c
+            for c in self.clocks
+            if c.target.identity.uuid in at_boot
+            and _boot_locks(at_boot[c.target.identity.uuid], c) != [c.after(k) for k in c.kinds()]
         ]
         if self.reset or stale:
             fix = "--reset --persist removes it" if self.reset else "add --persist to update it"
-            warn(f"{unit.path} still sets other limits at boot: {fix}")
+            warn(f"{unit.path} still sets other values at boot: {fix}")
 
-    def _unit_text(self) -> str:
-        from powersweep.sweep.settings.unit import BootSetting, render_unit
+    def _boot_settings(self) -> list[BootSetting]:
+        """What the unit sets on each card: what this apply sets, and what it leaves in force
+        (so a lock alone does not drop an earlier cap at the next boot, nor a cap a lock)."""
+        from powersweep.sweep.settings.unit import BootSetting
 
-        settings = [
-            BootSetting(c.target.identity.uuid, c.target.identity.name, c.after_w)
-            for c in self.plan
-        ]
+        caps = {c.target.identity.uuid: c.after_w for c in self.caps}
+        clocks = {c.target.identity.uuid: c for c in self.clocks}
+        out = []
+        for t in self.targets:
+            uuid = t.identity.uuid
+            cap_w = caps[uuid] if uuid in caps else _limit_in_force(t)
+            held = t.gpu.locked_clocks()  # read before the write; None where NVML cannot
+            sm, mem = held.sm_mhz, held.mem_mhz
+            change = clocks.get(uuid)
+            if change is not None:
+                sm = change.after("sm") if "sm" in change.kinds() else sm
+                mem = change.after("mem") if "mem" in change.kinds() else mem
+            out.append(BootSetting(uuid, t.identity.name, cap_w, sm, mem))
+        return out
+
+    def _unit_text(self, settings: Sequence[BootSetting]) -> str:
+        from powersweep.sweep.settings.unit import render_unit
+
         return render_unit(settings, self._boot_command(), self.source)
 
     def _boot_command(self) -> BootCommand:
@@ -362,8 +481,13 @@ class _Apply:
             )
         return unit_dir
 
-    def _unit(self, text: str | None, unit_dir: Path | None, results: list[CapResult]) -> None:
-        from powersweep.sweep.settings.apply import undo
+    def _unit(
+        self,
+        text: str | None,
+        unit_dir: Path | None,
+        results: tuple[list[CapResult], list[ClockResult]],
+    ) -> None:
+        from powersweep.sweep.settings.apply import undo_settings
         from powersweep.sweep.settings.unit import (
             enable_unit,
             install_unit,
@@ -390,13 +514,41 @@ class _Apply:
         try:
             path = install_unit(text, unit_dir)
         except PowersweepError as exc:
-            raise PowersweepError(f"{exc}{undo([r.change for r in results], warn)}") from exc
+            raise PowersweepError(f"{exc}{undo_settings(*results, warn)}") from exc
         if systemctl is not None:
-            enable_unit(path, systemctl)  # the limits stay: they are set, the unit is written
+            enable_unit(path, systemctl)  # the settings stay: they are set, the unit is written
         enabled = (
             "enabled" if systemctl else "not enabled (run: systemctl enable " + path.name + ")"
         )
-        typer.echo(f"wrote {path} (mode 0644, {enabled}): these limits are set again at boot")
+        typer.echo(f"wrote {path} (mode 0644, {enabled}): these settings are set again at boot")
+
+
+def _clock_line(c: ClockChange, result: ClockResult | None = None) -> str:
+    """``GPU 0 (...): clock locks SM unlocked -> SM 1410 MHz (verified: ...)``."""
+    from powersweep.sweep.settings.clocks import describe_after, describe_locks
+
+    line = (
+        f"{c.target.label}: clock locks {describe_locks(c.before, c.kinds())} -> "
+        f"{describe_after(c)}"
+    )
+    if result is None:
+        return line
+    if result.verified:
+        return f"{line} (verified: reads back {describe_locks(result.readback, c.kinds())})"
+    return f"{line} (set; not verified: NVML cannot read clock locks back)"
+
+
+def _boot_locks(setting: BootSetting, c: ClockChange) -> list[float | None]:
+    return [setting.sm_clock_mhz if k == "sm" else setting.mem_clock_mhz for k in c.kinds()]
+
+
+def _limit_in_force(t: Target) -> float | None:
+    """The limit a card has now when it differs from its default (None: the default)."""
+    try:
+        env = t.gpu.envelope()
+    except PowersweepError:
+        return None  # a card without settable limits: the unit sets only its locks
+    return env.current_w if abs(env.current_w - env.default_w) > 0.5 else None
 
 
 def _own_command() -> tuple[str, ...]:

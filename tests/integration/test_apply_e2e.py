@@ -219,8 +219,8 @@ def test_a_run_from_another_card_is_refused_without_force(
         (["--cap", "250", "--gpus", "3"], "there is no GPU 3"),
         (["--cap", "50", "--strict"], "outside the range"),
         (["--cap", "250", "--persist", "--unit-dir", "/nonexistent/units"], "does not exist"),
-        (["--cap", "250", "--reset"], "give a RUN_DIR, --cap W or --reset"),
-        ([], "give a RUN_DIR, --cap W or --reset"),
+        (["--cap", "250", "--reset"], "give a RUN_DIR, --cap W and/or --sm-clock"),
+        ([], "give a RUN_DIR, --cap W and/or --sm-clock"),
         (["RUN", "--objective", "best"], "--objective"),
         (["NOANALYSIS"], "no analysis.json"),
         (["NOREC"], "holds no"),
@@ -301,6 +301,215 @@ def test_a_foreign_unit_is_not_replaced_and_a_stale_one_is_pointed_out(
     )
     assert code == 0, err
     code, _, err = cli(capsys, "apply", "--cap", "250", "--unit-dir", str(units), *sim(state))
-    assert code == 0 and "still sets other limits at boot: add --persist" in err
+    assert code == 0 and "still sets other values at boot: add --persist" in err
+    code, _, err = cli(capsys, "apply", "--sm-clock", "1500", "--unit-dir", str(units), *sim(state))
+    assert code == 0 and "still sets other values at boot: add --persist" in err
     code, _, err = cli(capsys, "apply", "--reset", "--unit-dir", str(units), *sim(state))
     assert code == 0 and "--reset --persist removes it" in err
+
+
+# --- clock locks (a clock run, --sm-clock / --mem-clock) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def clock_swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """One short simulated SM-clock sweep under a held 300 W cap."""
+    base = tmp_path_factory.mktemp("clock-swept")
+    state = base / "state.json"
+    done = powersweep(
+        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
+        "--axis", "sm-clock", "--sm-clocks", "1200,1500,1800", "--cap", "300",
+        "--time-scale", "50", "--target-cap-seconds", "1", "--warmup-requests", "1",
+        "--settle-seconds", "1", "--no-charts", "-q",
+        "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return only_run_dir(base / "runs"), state.read_bytes()
+
+
+@pytest.fixture
+def clock_rig(
+    clock_swept: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Path]]:
+    """A copy of the clock run and a fresh state file (limit and locks as before the sweep)."""
+    run_src, state_bytes = clock_swept
+    run = tmp_path / run_src.name
+    shutil.copytree(run_src, run)
+    state = tmp_path / "state.json"
+    state.write_bytes(state_bytes)
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
+    monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
+    yield run, state
+
+
+UNLOCKED = {"known": True, "sm_mhz": None, "mem_mhz": None, "user_clock_setting_active": False}
+
+
+def test_apply_a_clock_run_sets_its_locks_and_held_cap_and_reset_unlocks(
+    clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = clock_rig
+    peak = read_json(run / "analysis.json")["peak"]
+    sm = peak["sm_lock_mhz"]
+    assert status(capsys, state)["gpus"][0]["locked_clocks"] == UNLOCKED
+
+    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    assert code == 0, err
+    assert f"tps-per-w recommendation SM {sm:g} MHz at 300 W per GPU" in err
+    assert f"clock locks SM unlocked -> SM {sm:g} MHz (verified: reads back SM {sm:g} MHz)" in out
+    assert f"power limit {DEFAULT_W:g} W -> 300 W" in out
+    after = status(capsys, state)["gpus"][0]
+    assert after["locked_clocks"]["sm_mhz"] == sm and after["locked_clocks"]["mem_mhz"] is None
+    assert after["power_limit"]["current_w"] == 300.0
+
+    code, out, err = cli(capsys, "apply", "--reset", *sim(state))
+    assert code == 0, err
+    assert f"clock locks SM {sm:g} MHz, memory unlocked -> SM unlocked, memory unlocked" in out
+    again = status(capsys, state)["gpus"][0]
+    assert again["locked_clocks"] == UNLOCKED
+    assert again["power_limit"]["current_w"] == DEFAULT_W
+
+
+def test_named_clock_locks_are_snapped_status_shows_them_and_the_cap_stays(
+    clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, state = clock_rig
+    code, _, err = cli(capsys, "apply", "--cap", "280", *sim(state))
+    assert code == 0, err
+    code, out, err = cli(capsys, "apply", "--sm-clock", "1401", "--mem-clock", "9751", *sim(state))
+    assert code == 0, err
+    assert "snapped to 1395 MHz" in err and "power limit" not in out
+    shown = status(capsys, state)["gpus"][0]
+    assert (shown["locked_clocks"]["sm_mhz"], shown["locked_clocks"]["mem_mhz"]) == (1395, 9751)
+    assert shown["power_limit"]["current_w"] == 280.0  # a lock alone leaves the limit alone
+    code, text, _ = cli(capsys, "status", *sim(state))
+    assert code == 0 and "clock locks   SM 1395 MHz, memory 9751 MHz" in text
+
+
+def test_clock_dry_runs_change_nothing_byte_for_byte(
+    clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, state = clock_rig
+    code, _, err = cli(capsys, "apply", "--sm-clock", "1500", *sim(state))
+    assert code == 0, err  # something for --reset to undo
+    original = state.read_bytes()
+    units = tmp_path / "units"
+    units.mkdir()
+    for args in (
+        ["apply", str(run), "--dry-run"],
+        ["apply", "--sm-clock", "1200", "--mem-clock", "405", "--dry-run"],
+        ["apply", "--sm-clock", "1200", "--dry-run", "--persist", "--unit-dir", str(units)],
+        ["apply", "--reset", "--dry-run"],
+        ["apply", str(run), "--print-unit"],
+    ):
+        code, out, err = cli(capsys, *args, *sim(state))
+        assert code == 0, (args, err)
+        assert state.read_bytes() == original, args
+    assert list(units.iterdir()) == []
+    code, out, _ = cli(capsys, "apply", "--reset", "--dry-run", *sim(state))
+    assert "SM 1500 MHz, memory unlocked -> SM unlocked, memory unlocked (dry run" in out
+
+
+def test_persist_sets_the_clock_locks_again_after_a_reboot(
+    clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, state = clock_rig
+    sm = read_json(run / "analysis.json")["peak"]["sm_lock_mhz"]
+    units = tmp_path / "units"
+    units.mkdir()
+    code, out, err = cli(
+        capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 0, err
+    unit = units / "powersweep-apply.service"
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o644
+    (setting,) = status(capsys, state, "--unit-dir", str(units))["unit"]["settings"]
+    assert (setting["power_limit_w"], setting["sm_clock_mhz"], setting["mem_clock_mhz"]) == (
+        300.0, sm, None
+    )  # fmt: skip
+    analyze = shutil.which("systemd-analyze")
+    if analyze:
+        done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
+        assert done.returncode == 0 and unit.name not in done.stderr, done.stderr
+
+    # A reboot: the limit, the lock and persistence mode are gone; the unit's command sets them.
+    state.write_text(json.dumps({UUID: DEFAULT_W}))
+    assert status(capsys, state)["gpus"][0]["locked_clocks"] == UNLOCKED
+    (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    assert argv[argv.index("--sm-clock") + 1] == f"{sm:g}"
+    booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert booted.returncode == 0, booted.stderr
+    again = status(capsys, state)["gpus"][0]
+    assert again["locked_clocks"]["sm_mhz"] == sm and again["power_limit"]["current_w"] == 300.0
+
+    code, out, err = cli(
+        capsys, "apply", "--reset", "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 0, err
+    assert "removed" in out and list(units.iterdir()) == []
+    assert status(capsys, state)["gpus"][0]["locked_clocks"]["sm_mhz"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--sm-clock", "0"], "--sm-clock takes a positive number of MHz"),
+        (["--mem-clock", "-9751"], "--mem-clock takes a positive number of MHz"),
+        (["--sm-clock", "5000", "--strict"], "5000 MHz is not a supported SM clock"),
+        (["--sm-clock", "1401", "--strict"], "(--strict): nothing was changed"),
+        (["--sm-clock", "1500", "--reset"], "got --reset and --sm-clock"),
+        (["RUN", "--mem-clock", "9751"], "got RUN_DIR and --mem-clock"),
+        (["RUN", "--objective", "cost"], "clock run: it recommends clock locks for"),
+        (["NOREC"], "holds no tps-per-w clock recommendation"),
+        (["--sm-clock", "1500", "--gpus", "2"], "there is no GPU 2"),
+    ],
+)
+def test_bad_clock_input_is_one_line_and_changes_nothing(
+    clock_rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: list[str],
+    needle: str,
+) -> None:
+    run, state = clock_rig
+    no_rec = tmp_path / "no-rec"
+    shutil.copytree(run, no_rec)
+    analysis = read_json(no_rec / "analysis.json")
+    analysis.update(peak=None, sweet_spot=None, near_peak=None)
+    (no_rec / "analysis.json").write_text(json.dumps(analysis))
+    paths = {"RUN": str(run), "NOREC": str(no_rec)}
+    original = state.read_bytes()
+    code, out, err = cli(capsys, "apply", *[paths.get(a, a) for a in args], *sim(state))
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and needle in last
+    assert "Traceback" not in err and out == ""
+    assert state.read_bytes() == original
+
+
+def test_a_lock_the_card_refuses_puts_the_cap_and_the_other_lock_back(
+    clock_rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from powersweep.sim.gpu import SimGpu
+    from powersweep.sweep.gpu import LockResult
+
+    _, state = clock_rig
+    code, _, err = cli(capsys, "apply", "--sm-clock", "1200", *sim(state))
+    assert code == 0, err
+    before = status(capsys, state)["gpus"][0]
+    monkeypatch.setattr(
+        SimGpu, "lock_mem_clock", lambda self, mhz: LockResult(mhz, False, "refused (test)")
+    )
+    code, out, err = cli(
+        capsys, "apply", "--cap", "250", "--sm-clock", "1500", "--mem-clock", "9751", *sim(state)
+    )
+    assert code != 0 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line == "error: refused (test); the GPUs already changed were put back"
+    after = status(capsys, state)["gpus"][0]
+    assert after["locked_clocks"] == before["locked_clocks"]
+    assert after["locked_clocks"]["sm_mhz"] == 1200.0
+    assert after["power_limit"]["current_w"] == before["power_limit"]["current_w"] == DEFAULT_W

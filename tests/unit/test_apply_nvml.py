@@ -98,3 +98,49 @@ def test_status_on_nvml_needs_no_root_and_says_locks_are_unreadable(
     assert data["unit"]["installed"] is False
     assert fake.calls_to("nvmlDeviceSetPowerManagementLimit") == 0
     assert fake.calls_to("nvmlDeviceSetPersistenceMode") == 0
+
+
+def test_clock_locks_on_nvml_are_set_not_claimed_verified_and_reset_unlocks_them(
+    fake: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(apply_cli, "is_root", lambda: True)
+    dev = fake.devices[0]
+    code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--mem-clock", "9501", "--dry-run")
+    assert code == 0, err
+    assert "clock locks unknown (NVML cannot read clock locks) -> SM 1410 MHz, memory 9501" in out
+    assert fake.calls_to("nvmlDeviceSetGpuLockedClocks") == 0
+    code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--mem-clock", "9501")
+    assert code == 0, err
+    assert "-> SM 1410 MHz, memory 9501 MHz (set; not verified: NVML cannot read" in out
+    assert "verified: reads back" not in out
+    assert (dev.locked_sm, dev.locked_mem) == ((1410, 1410), (9501, 9501))
+    assert dev.limit_mw == 370_000  # a lock alone leaves the power limit alone
+    code, out, err = cli(capsys, "apply", "--reset")
+    assert code == 0, err
+    assert "-> SM unlocked, memory unlocked" in out
+    assert (dev.locked_sm, dev.locked_mem, dev.limit_mw) == (None, None, 350_000)
+
+
+def test_the_real_rigs_unit_locks_clocks_with_nvidia_smi(
+    fake: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(smi.parent))
+    code, out, err = cli(capsys, "apply", "--sm-clock", "1401", "--print-unit")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert f"ExecStart={smi} -i {UUID} -lgc 1395,1395" in lines  # snapped, with a warning
+    assert "snapped to 1395 MHz" in err
+    # the limit in force (370 W, not the 350 W default) stays at boot too
+    assert f"ExecStart={smi} -i {UUID} --power-limit=370" in lines
+    assert not any("-lmc" in ln for ln in lines)
+    # a card without settable power limits: the unit locks its clocks and sets no limit
+    fake.devices[0].power_managed = False
+    code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--print-unit")
+    assert code == 0, err
+    assert f"ExecStart={smi} -i {UUID} -lgc 1410,1410" in out.splitlines()
+    assert "--power-limit" not in out
+    assert fake.calls_to("nvmlDeviceSetGpuLockedClocks") == 0

@@ -101,8 +101,18 @@ def _systemd_analyze() -> str:
     return found
 
 
+# clock locks (with and without a cap): -lgc / -lmc lines, or --sm-clock / --mem-clock
+CLOCK_SETTINGS = [
+    BootSetting(UUID_A, "NVIDIA GeForce RTX 3090", 290.0, 1410.0, 9501.0),
+    BootSetting(UUID_B, "NVIDIA GeForce RTX 3090", None, 1395.0, None),
+]
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, CLOCK_SETTINGS], ids=["caps", "clock-locks"])
 @pytest.mark.parametrize("kind", ["nvidia-smi", "powersweep"])
-def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, kind: str) -> None:
+def test_systemd_analyze_verify_accepts_the_unit(
+    tmp_path: Path, kind: str, settings: list[BootSetting]
+) -> None:
     analyze = _systemd_analyze()
     if kind == "nvidia-smi":
         # verify checks that the program exists and is executable
@@ -115,7 +125,13 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, kind: str) -> N
         cmd = BootCommand("powersweep", (sys.executable, "-m", "powersweep", "apply"))
     unit_dir = tmp_path / "units"
     unit_dir.mkdir()
-    path = install_unit(render_unit(SETTINGS, cmd, "run-x"), unit_dir, None)
+    text = render_unit(settings, cmd, "run-x")
+    if settings is CLOCK_SETTINGS:
+        locks = ("-lgc 1410,1410", "-lmc 9501,9501", "-lgc 1395,1395")
+        if kind == "powersweep":
+            locks = ("--sm-clock 1410 --mem-clock 9501", f"--sm-clock 1395 --gpus {UUID_B}")
+        assert all(lock in text for lock in locks), text
+    path = install_unit(text, unit_dir, None)
     done = subprocess.run(
         [analyze, "verify", str(path)], capture_output=True, text=True, timeout=60
     )

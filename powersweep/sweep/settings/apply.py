@@ -1,4 +1,5 @@
-"""Set power limits on chosen GPUs: plan (clamped to each envelope), write, verify, roll back.
+"""Set power limits (and clock locks) on chosen GPUs: plan (clamped to each envelope), write,
+verify, roll back.
 
 Every value is checked before the first write, so bad input changes nothing. The writes then go
 card by card, each verified by reading the limit back; if one card refuses (or the user
@@ -13,6 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
+from powersweep.sweep.settings.clocks import (
+    ClockChange,
+    ClockKind,
+    ClockResult,
+    undo_clocks,
+    write_clocks,
+)
 from powersweep.sweep.settings.targets import Target, Warn
 
 # A limit counts as unchanged (and as taken) within this distance, as the NVML backend judges.
@@ -110,32 +118,61 @@ def apply_caps(plan: Sequence[CapChange], warn: Warn) -> list[CapResult]:
             put back (the message says whether that worked).
         KeyboardInterrupt: After putting the changed cards back.
     """
-    results: list[CapResult] = []
+    return apply_settings(plan, [], warn)[0]
+
+
+def apply_settings(
+    caps: Sequence[CapChange], clocks: Sequence[ClockChange], warn: Warn
+) -> tuple[list[CapResult], list[ClockResult]]:
+    """Set the power limits, then the clock locks, verifying each; all or nothing.
+
+    Raises:
+        GpuError: A card refused a setting or the write failed; every setting already changed
+            (limits and locks, on every card) was put back (the message says whether that
+            worked).
+        KeyboardInterrupt: After putting the changed settings back.
+    """
+    cap_results: list[CapResult] = []
+    clock_results: list[ClockResult] = []
+    touched: list[tuple[ClockChange, ClockKind]] = []
     try:
-        for change in plan:
+        for change in caps:
             r = change.target.gpu.set_power_limit(change.after_w)
             if not r.accepted:
                 raise GpuError(
                     r.message or f"{change.target.label} did not take {change.after_w:g} W"
                 )
-            note = r.message
-            results.append(CapResult(change, r.readback_w, note))
+            cap_results.append(CapResult(change, r.readback_w, r.message))
+        for clock in clocks:
+            clock_results.append(write_clocks(clock, touched))
     except (PowersweepError, KeyboardInterrupt) as exc:
-        undone = undo([r.change for r in results], warn)
+        failed = undo_clocks(touched, warn)
+        undone = undo([r.change for r in cap_results], warn, bool(touched), failed)
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise GpuError(f"{exc}{undone}") from exc
-    return results
+    return cap_results, clock_results
 
 
-def undo(changed: Sequence[CapChange], warn: Warn) -> str:
+def undo(
+    changed: Sequence[CapChange],
+    warn: Warn,
+    clocks_touched: bool = False,
+    clocks_failed: Sequence[str] = (),
+) -> str:
     """Put back the limits of the cards already changed (never raises).
+
+    Args:
+        changed: The limits already set.
+        warn: Where warnings go.
+        clocks_touched: Clock locks were changed too (and put back by the caller).
+        clocks_failed: The locks the caller could not put back.
 
     Returns:
         A note for the error message that made it necessary: ``; nothing was changed``, ``; the
         GPUs already changed were put back`` or which ones were not.
     """
-    if not changed:
+    if not changed and not clocks_touched:
         return "; nothing was changed"
     failed = []
     for c in reversed(changed):
@@ -146,8 +183,12 @@ def undo(changed: Sequence[CapChange], warn: Warn) -> str:
             warn(f"{c.target.label}: could not put back {c.before_w:g} W: {exc}")
         if not ok:
             failed.append(f"GPU {c.target.identity.index} ({c.before_w:g} W)")
-    if failed:
-        return "; NOT put back: " + ", ".join(failed) + " (set them with nvidia-smi -pl)"
+    if failed or clocks_failed:
+        return (
+            "; NOT put back: "
+            + ", ".join([*failed, *clocks_failed])
+            + " (set them with nvidia-smi -pl / -lgc / -lmc)"
+        )
     return "; the GPUs already changed were put back"
 
 
@@ -171,3 +212,11 @@ def enable_persistence(
                 warn(f"{t.label}: persistence mode stays off: {exc}")
         out.append((t, before, after))
     return out
+
+
+def undo_settings(caps: Sequence[CapResult], clocks: Sequence[ClockResult], warn: Warn) -> str:
+    """Put back every limit and lock an apply set (never raises), e.g. when the boot unit
+    cannot be written; the note for the error message, as :func:`undo` gives it."""
+    touched = [(r.change, kind) for r in clocks for kind in r.change.kinds()]
+    failed = undo_clocks(touched, warn)
+    return undo([r.change for r in caps], warn, bool(touched), failed)

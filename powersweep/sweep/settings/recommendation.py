@@ -1,4 +1,5 @@
-"""The cap a run recommends, and the GPUs it measured, read from its run directory."""
+"""The cap (or, for a clock run, the clock locks) a run recommends, and the GPUs it measured,
+read from its run directory."""
 
 from __future__ import annotations
 
@@ -37,20 +38,42 @@ class Recommendation:
     Attributes:
         run_dir: The run directory.
         objective: ``tps-per-w``, ``near-peak`` or ``cost``.
-        cap_w: The recommended power limit per GPU, W.
-        tps_per_w: TPS/W at that cap (None when unknown).
-        tps: TPS at that cap (None when unknown).
+        cap_w: The recommended power limit per GPU, W; for a clock run, the limit it held
+            (``--cap``), or None when it left the limit in force alone.
+        tps_per_w: TPS/W at that setting (None when unknown).
+        tps: TPS at that setting (None when unknown).
         gpus: The GPUs the run measured.
         notes: Caveats the user should see (an interrupted run, a cap at the sweep's edge).
+        sm_clock_mhz: A clock run's SM lock, MHz (None: not locked, or a power run).
+        mem_clock_mhz: A clock run's memory lock, MHz (None: not locked, or a power run).
     """
 
     run_dir: Path
     objective: str
-    cap_w: float
+    cap_w: float | None
     tps_per_w: float | None
     tps: float | None
     gpus: tuple[MeasuredGpu, ...]
     notes: tuple[str, ...] = ()
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+
+    @property
+    def clock_run(self) -> bool:
+        """The run swept clock locks: the recommendation is a lock, not a cap."""
+        return self.sm_clock_mhz is not None or self.mem_clock_mhz is not None
+
+    def describe(self) -> str:
+        """``290 W per GPU`` or ``SM 1410 MHz, memory 9751 MHz at 300 W per GPU``."""
+        if not self.clock_run:
+            return f"{self.cap_w:g} W per GPU"
+        locks = [
+            f"{what} {mhz:g} MHz"
+            for what, mhz in (("SM", self.sm_clock_mhz), ("memory", self.mem_clock_mhz))
+            if mhz is not None
+        ]
+        held = f" at {self.cap_w:g} W per GPU" if self.cap_w is not None else ""
+        return ", ".join(locks) + held
 
 
 def read_recommendation(
@@ -72,19 +95,7 @@ def read_recommendation(
         UsageError: Not a run directory, no analysis, no recommendation, or a run that does not
             say which GPU it measured.
     """
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir} is not a run directory")
-    analysis_path = run_dir / "analysis.json"
-    if not analysis_path.is_file():
-        raise UsageError(
-            f"{run_dir} has no analysis.json: run `powersweep analyze {run_dir}` first"
-        )
-    run_path = run_dir / "run.json"
-    if not run_path.is_file():
-        raise UsageError(
-            f"{run_dir} has no run.json, so it does not say which GPU it measured: set the cap "
-            "by name instead (powersweep apply --cap W --gpus N)"
-        )
+    analysis_path, run_path = _run_files(run_dir)
     analysis = _read_json(analysis_path)
     run = _read_json(run_path)
     if run.get("observe_only"):
@@ -94,6 +105,8 @@ def read_recommendation(
         )
     gpus = _measured_gpus(run, run_path)
     chosen = objective or _analysed_objective(analysis)
+    if analysis.get("kind") == "clocks":
+        return _clock_recommendation(run_dir, run, analysis, chosen, gpus)
     pick = _pick(analysis, chosen, run_dir, eta)
     if pick is None:
         raise UsageError(
@@ -111,6 +124,65 @@ def read_recommendation(
         tps=_number(pick.get("tps")),
         gpus=gpus,
         notes=_notes(run, analysis, chosen),
+    )
+
+
+def _run_files(run_dir: Path) -> tuple[Path, Path]:
+    """``analysis.json`` and ``run.json`` of a run directory (both must exist)."""
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir} is not a run directory")
+    analysis_path = run_dir / "analysis.json"
+    if not analysis_path.is_file():
+        raise UsageError(
+            f"{run_dir} has no analysis.json: run `powersweep analyze {run_dir}` first"
+        )
+    run_path = run_dir / "run.json"
+    if not run_path.is_file():
+        raise UsageError(
+            f"{run_dir} has no run.json, so it does not say which GPU it measured: set the cap "
+            "by name instead (powersweep apply --cap W --gpus N)"
+        )
+    return analysis_path, run_path
+
+
+def _clock_recommendation(
+    run_dir: Path,
+    run: dict[str, Any],
+    analysis: dict[str, Any],
+    objective: str,
+    gpus: tuple[MeasuredGpu, ...],
+) -> Recommendation:
+    """A clock run's pick: its efficiency peak (``tps-per-w``) or its ``near-peak`` point, with
+    the power limit the run held (``--cap``), if it held one."""
+    where = run_dir / "analysis.json"
+    key = _OBJECTIVE_KEYS.get(objective)
+    if key is None:
+        raise UsageError(
+            f"{run_dir} is a clock run: it recommends clock locks for tps-per-w or near-peak, "
+            f"not {objective}"
+        )
+    pick = analysis.get(key)
+    if not isinstance(pick, dict):
+        raise UsageError(
+            f"{where} holds no {objective} clock recommendation (no point finished with status "
+            f"ok?): see {run_dir / 'summary.md'}"
+        )
+    sm, mem = _number(pick.get("sm_lock_mhz")), _number(pick.get("mem_lock_mhz"))
+    if (sm is None and mem is None) or any(v is not None and v <= 0 for v in (sm, mem)):
+        raise UsageError(f"{where}: the {objective} recommendation has no valid clock lock")
+    options = run.get("options")
+    held = _number(options.get("hold_cap_w")) if isinstance(options, dict) else None
+    notes = _notes(run, analysis, "clocks")
+    return Recommendation(
+        run_dir=run_dir,
+        objective=objective,
+        cap_w=held if held is not None and held > 0 else None,
+        tps_per_w=_number(pick.get("tps_per_w")),
+        tps=_number(pick.get("tps")),
+        gpus=gpus,
+        notes=notes,
+        sm_clock_mhz=sm,
+        mem_clock_mhz=mem,
     )
 
 
@@ -170,7 +242,8 @@ def _notes(run: dict[str, Any], analysis: dict[str, Any], objective: str) -> tup
     notes = []
     status = run.get("status")
     if status in ("interrupted", "failed", "running"):
-        notes.append(f"the run is {status}: its recommendation covers only the caps it finished")
+        what = "points" if objective == "clocks" else "caps"
+        notes.append(f"the run is {status}: its recommendation covers only the {what} it finished")
     sweet = analysis.get("sweet_spot")
     if objective == "tps-per-w" and isinstance(sweet, dict) and sweet.get("at_boundary"):
         edge = "lowest" if sweet["at_boundary"] == "low" else "highest"

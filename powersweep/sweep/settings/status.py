@@ -262,9 +262,7 @@ def _unit_text(u: UnitStatus) -> str:
     if u.error:
         return f"installed at {u.path}, unreadable ({u.error})"
     enabled = {True: "enabled", False: "NOT enabled", None: "enabled state unknown"}[u.enabled]
-    what = (
-        ", ".join(f"{s.uuid} {s.power_limit_w:g} W" for s in u.settings) or "no powersweep settings"
-    )
+    what = ", ".join(f"{s.uuid} {s.describe()}" for s in u.settings) or "no powersweep settings"
     return f"installed at {u.path} ({enabled}): {what}"
 
 

@@ -1,10 +1,11 @@
 """The systemd unit that puts the settings back at every boot: render, install, remove, read.
 
 ``powersweep-apply.service`` is a oneshot unit. It turns persistence mode on and sets each
-card's power limit, found by UUID, through ``nvidia-smi`` (installed with the driver) or the
-installed ``powersweep`` by its absolute path, so it never depends on ``PATH`` (``sudo``'s
-``secure_path`` lacks a virtualenv). It runs after the NVIDIA driver's persistence daemon, and
-is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it again.
+card's power limit and clock locks, found by UUID, through ``nvidia-smi`` (installed with the
+driver) or the installed ``powersweep`` by its absolute path, so it never depends on ``PATH``
+(``sudo``'s ``secure_path`` lacks a virtualenv). It runs after the NVIDIA driver's persistence
+daemon, and is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it
+again.
 
 Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
 ``systemctl`` then enables it. A comment line carries the settings as JSON so
@@ -45,12 +46,35 @@ class BootSetting:
     Attributes:
         uuid: The card (UUIDs survive reboots; indices may not).
         name: Its name, for the comment.
-        power_limit_w: The power limit, W.
+        power_limit_w: The power limit, W (None: the driver's default stays).
+        sm_clock_mhz: The SM clock lock, MHz (None: not locked).
+        mem_clock_mhz: The memory clock lock, MHz (None: not locked).
     """
 
     uuid: str
     name: str
-    power_limit_w: float
+    power_limit_w: float | None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (the unit's marker line, ``powersweep status --json``)."""
+        return {
+            "uuid": self.uuid,
+            "name": self.name,
+            "power_limit_w": self.power_limit_w,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "mem_clock_mhz": self.mem_clock_mhz,
+        }
+
+    def describe(self) -> str:
+        """``290 W, SM 1410 MHz``: what the unit sets on this card."""
+        parts = [f"{self.power_limit_w:g} W"] if self.power_limit_w is not None else []
+        if self.sm_clock_mhz is not None:
+            parts.append(f"SM {self.sm_clock_mhz:g} MHz")
+        if self.mem_clock_mhz is not None:
+            parts.append(f"memory {self.mem_clock_mhz:g} MHz")
+        return ", ".join(parts) or "persistence mode only"
 
 
 @dataclass(frozen=True)
@@ -94,10 +118,7 @@ class UnitStatus:
             "installed": self.installed,
             "enabled": self.enabled,
             "written_by_powersweep": self.ours,
-            "settings": [
-                {"uuid": s.uuid, "name": s.name, "power_limit_w": s.power_limit_w}
-                for s in self.settings
-            ],
+            "settings": [s.to_dict() for s in self.settings],
             "error": self.error,
         }
 
@@ -121,20 +142,14 @@ def render_unit(settings: Sequence[BootSetting], command: BootCommand, source: s
     if not settings:
         raise UsageError("no GPU to write a boot unit for")
     marker = json.dumps(
-        {
-            "version": 1,
-            "gpus": [
-                {"uuid": s.uuid, "name": s.name, "power_limit_w": s.power_limit_w} for s in settings
-            ],
-        },
-        separators=(",", ":"),
+        {"version": 1, "gpus": [s.to_dict() for s in settings]}, separators=(",", ":")
     )
     lines = [
         f"# Written by `powersweep apply --persist` from {_one_line(source)}.",
         "# Remove it with: sudo powersweep apply --reset --persist",
         f"{_MARKER}{marker}",
         "[Unit]",
-        "Description=Apply the GPU power limits chosen with powersweep",
+        "Description=Apply the GPU power limits and clock locks chosen with powersweep",
         # The driver's persistence daemon starts once the driver is up; a driver reload restarts
         # it, and PartOf + WantedBy run this unit again then.
         "After=systemd-modules-load.service nvidia-persistenced.service",
@@ -157,21 +172,37 @@ def _exec_lines(settings: Sequence[BootSetting], command: BootCommand) -> list[s
                 f"cannot write a boot unit for a GPU without a usable UUID ({s.uuid!r})"
             )
     lines = []
-    if command.kind == "nvidia-smi":
-        for s in settings:
-            # '-': a card without persistence mode (rare) must not stop its limit being set
-            lines.append("-" + _quote([*command.argv, "-i", s.uuid, "--persistence-mode=1"]))
-            lines.append(
-                _quote([*command.argv, "-i", s.uuid, f"--power-limit={s.power_limit_w:g}"])
-            )
-    else:
-        for s in settings:
-            lines.append(
-                _quote(
-                    [*command.argv, "--at-boot", "--cap", f"{s.power_limit_w:g}", "--gpus", s.uuid]
-                )
-            )
+    for s in settings:
+        if command.kind == "nvidia-smi":
+            card = [*command.argv, "-i", s.uuid]
+            # '-': a card without persistence mode (rare) must not stop its settings being set
+            lines.append("-" + _quote([*card, "--persistence-mode=1"]))
+            if s.power_limit_w is not None:
+                lines.append(_quote([*card, f"--power-limit={s.power_limit_w:g}"]))
+            # a lock is a range: min,max the same clock
+            if s.sm_clock_mhz is not None:
+                lines.append(_quote([*card, "-lgc", _mhz_range(s.sm_clock_mhz)]))
+            if s.mem_clock_mhz is not None:
+                lines.append(_quote([*card, "-lmc", _mhz_range(s.mem_clock_mhz)]))
+        else:
+            lines.append(_quote([*command.argv, "--at-boot", *_at_boot_args(s)]))
     return lines
+
+
+def _mhz_range(mhz: float) -> str:
+    whole = round(mhz)  # nvidia-smi, like NVML, takes whole MHz
+    return f"{whole},{whole}"
+
+
+def _at_boot_args(s: BootSetting) -> list[str]:
+    args = []
+    if s.power_limit_w is not None:
+        args += ["--cap", f"{s.power_limit_w:g}"]
+    if s.sm_clock_mhz is not None:
+        args += ["--sm-clock", f"{s.sm_clock_mhz:g}"]
+    if s.mem_clock_mhz is not None:
+        args += ["--mem-clock", f"{s.mem_clock_mhz:g}"]
+    return [*args, "--gpus", s.uuid]
 
 
 def _quote(argv: Sequence[str]) -> str:
@@ -308,10 +339,20 @@ def read_unit(unit_dir: Path) -> UnitStatus:
             with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
                 data = json.loads(line[len(_MARKER) :])
                 settings = [
-                    BootSetting(str(g["uuid"]), str(g.get("name", "")), float(g["power_limit_w"]))
+                    BootSetting(
+                        str(g["uuid"]),
+                        str(g.get("name", "")),
+                        _opt_float(g.get("power_limit_w")),
+                        _opt_float(g.get("sm_clock_mhz")),
+                        _opt_float(g.get("mem_clock_mhz")),
+                    )
                     for g in data["gpus"]
                 ]
     return UnitStatus(path, True, _exists(wants), tuple(settings), ours)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _exists(path: Path) -> bool | None:
