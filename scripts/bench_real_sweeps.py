@@ -30,6 +30,10 @@ OVERHEAD_GOAL_S = 1.0
 # The real-time overhead check: a few caps around a sweet spot, short loads.
 OVERHEAD_PROFILE = "rtx3090-air"
 OVERHEAD_CAPS_W = (300.0, 290.0, 280.0)
+# prefill-heavy reads TPS from time-to-first-token; at scale 100 a 2 s prefill is 20 wall
+# milliseconds, where scheduler jitter is a 3-4% error (the simulated card's own noise is under
+# 1%): its sweeps run at this scale at most (each still takes seconds).
+PREFILL_MAX_SCALE = 20.0
 # Load-mode settings that keep a real sweep to seconds: a fixed batch (no probe), short prefill.
 MODE_OPTIONS: dict[str, dict[str, Any]] = {
     "decode-single": {},
@@ -70,25 +74,30 @@ def run_all(
         f"{'near d/a':>9} {'regions d | a':26} {'settle':>6} {'o/h@1x':>7} agree"
     )
     print(
-        f"real simulated sweeps (measured, not modelled), time scale {time_scale:g}, "
+        f"real simulated sweeps (measured, not modelled), time scale {time_scale:g} "
+        f"(prefill-heavy at most {PREFILL_MAX_SCALE:g}), "
         f"{target_s:g} s per prompt per cap"
     )
     print(head)
     print("-" * len(head))
     worst_ratio = worst_over = 0.0
     all_agree = True
+    tied_any = False
     with tempfile.TemporaryDirectory() as tmp:
         for label, simulate in targets:
             for mode in modes:
                 if simulate.startswith("replay:") and mode != "decode-single":
                     continue  # a replayed curve holds the mode it was measured in
                 runs: dict[str, RealRun] = {}
+                scale = (
+                    min(time_scale, PREFILL_MAX_SCALE) if mode == "prefill-heavy" else time_scale
+                )
                 for strategy, settle in (("dense", "fixed"), ("adaptive", "auto")):
                     options = SweepOptions(
                         simulate=simulate,
                         load_mode=mode,
                         out=Path(tmp) / f"{label.replace(':', '_')}-{mode}-{strategy}",
-                        time_scale=time_scale,
+                        time_scale=scale,
                         warmup_requests=1,
                         target_cap_seconds=target_s,
                         cooling="air",
@@ -100,15 +109,20 @@ def run_all(
                     if result.outcome.status != "complete":
                         print(f"{label} {mode}: {strategy} {result.outcome.status}: ", end="")
                         print(result.outcome.error)
-                    runs[strategy] = read_run(result.run_dir, time_scale)
+                    runs[strategy] = read_run(result.run_dir, scale)
                 dense, adaptive = runs["dense"], runs["adaptive"]
                 agree = agreement(dense.analysis, adaptive.analysis)
                 ratio = len(adaptive.caps_w) / max(len(dense.caps_w), 1)
                 worst_ratio = max(worst_ratio, ratio)
                 worst_over = max(worst_over, adaptive.overhead_s)
-                ok = all(agree.values())
+                ok = "NO" not in agree.values()
                 all_agree &= ok
-                off = [k for k, v in agree.items() if not v]
+                tied_any |= "tied" in agree.values()
+                off = [k for k, v in agree.items() if v == "NO"]
+                tied = [k for k, v in agree.items() if v == "tied"]
+                verdict = f"NO ({', '.join(off)})" if off else "yes"
+                if tied:
+                    verdict += f", tied within noise ({', '.join(tied)})"
                 print(
                     f"{label:30} {mode:17} {len(dense.caps_w):>3}/{len(adaptive.caps_w):<4} "
                     f"{ratio:5.2f} {adaptive.run_seconds / dense.run_seconds:5.2f} "
@@ -117,13 +131,14 @@ def run_all(
                     f"{_cap(dense.analysis, 'near_peak'):>4}/"
                     f"{_cap(adaptive.analysis, 'near_peak'):<4} "
                     f"{_regions(dense.analysis) + ' | ' + _regions(adaptive.analysis):26} "
-                    f"{adaptive.settle_s:5.2f}s {adaptive.overhead_s:6.2f}s "
-                    + ("yes" if ok else f"NO ({', '.join(off)})")
+                    f"{adaptive.settle_s:5.2f}s {adaptive.overhead_s:6.2f}s " + verdict
                 )
     print("-" * len(head))
     print(
         f"worst: distinct caps ratio {worst_ratio:.2f} (goal <= 0.50); sweet spot, near-peak and "
-        f"regions agree within {AGREE_W:g} W: {'all' if all_agree else 'NOT all'}; per-cap "
+        f"regions agree within {AGREE_W:g} W"
+        f"{' or tied within noise' if tied_any else ''}: {'all' if all_agree else 'NOT all'}; "
+        "per-cap "
         f"overhead from these runs {worst_over:.2f} s (an upper bound: settle is measured in run "
         f"seconds at scale {time_scale:g}, where wall jitter counts {time_scale:g} times)"
     )
@@ -221,12 +236,26 @@ def overhead_per_cap_s(run_dir: Path, time_scale: float) -> float:
     return statistics.median(out) if out else math.nan
 
 
-def agreement(dense: dict[str, Any], adaptive: dict[str, Any]) -> dict[str, bool]:
-    """Whether each headline figure agrees within ``AGREE_W``."""
+def agreement(dense: dict[str, Any], adaptive: dict[str, Any]) -> dict[str, str]:
+    """How each headline figure agrees: ``yes`` (within ``AGREE_W``), ``tied`` or ``NO``.
 
-    def close(key: str) -> bool:
+    ``tied``: further apart, but each sweep's answer lies inside the other's ``interval_w`` (the
+    caps its own readings cannot tell apart), so no measurement of this length could separate
+    them; two dense sweeps differ as much there.
+    """
+
+    def close(key: str) -> str:
         a, b = dense.get(key), adaptive.get(key)
-        return bool(a and b) and abs(float(a["cap_w"]) - float(b["cap_w"])) <= AGREE_W + 1e-6
+        if not (a and b):
+            return "NO"
+        ca, cb = float(a["cap_w"]), float(b["cap_w"])
+        if abs(ca - cb) <= AGREE_W + 1e-6:
+            return "yes"
+        return (
+            "tied"
+            if _inside(ca, b.get("interval_w")) and _inside(cb, a.get("interval_w"))
+            else "NO"
+        )
 
     dp = [(p["kind"], p["start_w"], p["end_w"]) for p in dense["plateaus"]]
     ap = [(p["kind"], p["start_w"], p["end_w"]) for p in adaptive["plateaus"]]
@@ -234,7 +263,17 @@ def agreement(dense: dict[str, Any], adaptive: dict[str, Any]) -> dict[str, bool
         x[0] == y[0] and abs(x[1] - y[1]) <= AGREE_W and abs(x[2] - y[2]) <= AGREE_W
         for x, y in zip(dp, ap, strict=True)
     )
-    return {"sweet spot": close("sweet_spot"), "near-peak": close("near_peak"), "regions": regions}
+    return {
+        "sweet spot": close("sweet_spot"),
+        "near-peak": close("near_peak"),
+        "regions": "yes" if regions else "NO",
+    }
+
+
+def _inside(cap_w: float, interval: Any) -> bool:
+    if not isinstance(interval, list) or len(interval) != 2:
+        return False
+    return float(interval[0]) - 1e-6 <= cap_w <= float(interval[1]) + 1e-6
 
 
 def _run_seconds(run_dir: Path) -> float:

@@ -16,6 +16,7 @@ import polars as pl
 from powersweep import __version__
 from powersweep.analysis import noise, structure, trust
 from powersweep.analysis.load import Curve
+from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.analysis.structure import CapPoint, Region
 from powersweep.errors import UsageError
@@ -110,9 +111,17 @@ def analyze(
 
     default_w = _float(run.get("default_limit_w"))
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
+    all_caps = [float(c) for c in caps["cap_w"].to_list()]
+    regions = structure.find_regions(
+        points, all_caps, slowdown_temp_c=slowdown, step_w=_planned_step_w(curve.run)
+    )
+    groups = region_groups([p.cap_w for p in points], regions)
     sweet = _sweet_spot(points, default_w)
+    near = _near_peak(points, groups, max_tps_loss_pct, default_w)
     if bootstrap > 0:
-        sweet.update(noise.sweet_spot_noise(curve, points, sweet["cap_w"], bootstrap, seed))
+        draws = noise.resample(curve, points, bootstrap, seed)
+        sweet.update(noise.sweet_spot_noise(points, sweet["cap_w"], draws))
+        near.update(noise.near_peak_noise(points, groups, near["cap_w"], max_tps_loss_pct, draws))
     else:
         sweet.update(
             {
@@ -123,16 +132,13 @@ def analyze(
                 "estimate": None,
             }
         )
+        near.update({"tied_caps": None, "interval_w": None, "noise_source": None})
     result["sweet_spot"] = sweet
-    result["near_peak"] = _near_peak(points, max_tps_loss_pct, default_w)
+    result["near_peak"] = near
     result["recommendation"] = _recommend(
-        points, objective, eta, max_tps_loss_pct, default_w, run, n_gpus
+        points, groups, objective, eta, max_tps_loss_pct, default_w, run, n_gpus
     )
 
-    all_caps = [float(c) for c in caps["cap_w"].to_list()]
-    regions = structure.find_regions(
-        points, all_caps, slowdown_temp_c=slowdown, step_w=_planned_step_w(curve.run)
-    )
     result["plateaus"] = [_region_dict(r) for r in regions]
     result["regimes"] = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
@@ -489,18 +495,25 @@ def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> dict[str, Any]:
     return out
 
 
-def _near_peak(points: Sequence[CapPoint], max_loss_pct: float, default_w: float) -> dict[str, Any]:
-    best_tps = max(p.tps for p in points)
-    floor = best_tps * (1.0 - max_loss_pct / 100.0)
-    pick = next(p for p in points if p.tps >= floor)
-    out = _point_dict(points, pick, default_w)
-    out["tps_loss_pct"] = (best_tps - pick.tps) / best_tps * 100.0 if best_tps > 0 else 0.0
+def _near_peak(
+    points: Sequence[CapPoint],
+    groups: Sequence[tuple[int, int]],
+    max_loss_pct: float,
+    default_w: float,
+) -> dict[str, Any]:
+    tps = [p.tps for p in points]
+    k = near_peak_index(tps, groups, max_loss_pct)
+    judged = judged_tps(tps, groups)
+    best = max(judged)
+    out = _point_dict(points, points[k], default_w)
+    out["tps_loss_pct"] = (best - judged[k]) / best * 100.0 if best > 0 else 0.0
     out["max_tps_loss_pct"] = max_loss_pct
     return out
 
 
 def _recommend(
     points: Sequence[CapPoint],
+    groups: Sequence[tuple[int, int]],
     objective: str,
     eta: float,
     max_loss_pct: float,
@@ -512,8 +525,7 @@ def _recommend(
     if objective == "tps-per-w":
         pick = pick_sweet_spot(points)
     elif objective == "near-peak":
-        best_tps = max(p.tps for p in points)
-        pick = next(p for p in points if p.tps >= best_tps * (1.0 - max_loss_pct / 100.0))
+        pick = points[near_peak_index([p.tps for p in points], groups, max_loss_pct)]
     else:
         max_limit = _float(run.get("max_limit_w"))
         # Zeus normalises time by the highest power the card could draw.
@@ -784,9 +796,9 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
         _finding(
             "info",
             "near_peak",
-            f"near-peak: {_w(near['cap_w'])} keeps TPS within {near['max_tps_loss_pct']:g}% of "
-            f"the best (loses {near['tps_loss_pct']:.1f}%) at {near['tps_per_w']:.4f} TPS/W"
-            + _default_note(near),
+            f"near-peak: {noise.sweet_spot_text(near)} keeps TPS within "
+            f"{near['max_tps_loss_pct']:g}% of the best (loses {near['tps_loss_pct']:.1f}%) at "
+            f"{near['tps_per_w']:.4f} TPS/W" + _default_note(near),
             "use it when speed matters more than the last bit of efficiency",
         ),
     ]

@@ -17,7 +17,8 @@ curve's own scatter (second differences of adjacent caps), and the result says i
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ import polars as pl
 
 from powersweep.analysis import structure
 from powersweep.analysis.load import Curve
+from powersweep.analysis.near_peak import near_peak_index
 from powersweep.analysis.structure import CapPoint
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
@@ -41,24 +43,22 @@ SCATTER = "curve scatter (estimate)"
 
 
 def sweet_spot_noise(
-    curve: Curve, points: Sequence[CapPoint], best_cap_w: float, n_boot: int, seed: int
+    points: Sequence[CapPoint], best_cap_w: float, draws: Draws | None
 ) -> dict[str, Any]:
     """``tied_caps``, ``interval_w`` and how they were found, for the sweet spot ``best_cap_w``.
 
     Args:
-        curve: The loaded curve (raw data used when present).
         points: Measured caps, sorted by cap (repeats of a cap already pooled).
         best_cap_w: The sweet spot (the highest TPS/W of ``points``).
-        n_boot: Resamples (with raw data).
-        seed: Seed of the resampling.
+        draws: The caps resampled within what was measured (:func:`resample`); None (no raw
+            data) estimates the noise from the curve's scatter.
 
     Returns:
         ``{tied_caps, interval_w, noise_source, bootstrap | estimate}``; ``noise_source`` is
         ``resampled`` or ``curve scatter (estimate)``.
     """
-    boot = _bootstrap(curve, points, best_cap_w, n_boot, seed)
-    if boot is not None:
-        return boot
+    if draws is not None:
+        return _bootstrap(points, best_cap_w, draws)
     return _scatter_estimate(points, best_cap_w)
 
 
@@ -98,17 +98,27 @@ def tpw_noise_rel(points: Sequence[CapPoint]) -> float:
     Median absolute second difference of log TPS/W over adjacent caps (zero on any straight
     stretch, so the few kinks barely count); no floor, so a noise-free curve ties nothing.
     """
+    return _scatter_rel(points, lambda p: p.tps / p.power_w)
+
+
+def _scatter_rel(points: Sequence[CapPoint], figure: Callable[[CapPoint], float]) -> float:
     step_w = structure.typical_step_w([p.cap_w for p in points])
     d2: list[float] = []
     for a, b, c in zip(points, points[1:], points[2:], strict=False):
         gaps = (b.cap_w - a.cap_w, c.cap_w - b.cap_w)
         if not all(0 < g <= structure.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
             continue
-        ra, rb, rc = (p.tps / p.power_w for p in (a, b, c))
+        ra, rb, rc = (figure(p) for p in (a, b, c))
         if ra > 0 and rb > 0 and rc > 0:
             d2.append(abs(math.log(ra) - 2 * math.log(rb) + math.log(rc)))
     # Var(a - 2b + c) = 6 sigma^2 for independent noise; 1.4826 turns a MAD into a sigma.
     return 1.4826 / math.sqrt(6.0) * float(np.median(d2)) if d2 else 0.0
+
+
+def tps_noise_rel(points: Sequence[CapPoint]) -> float:
+    """Relative 1-sigma noise of one cap's TPS, from the curve's own scatter (as
+    :func:`tpw_noise_rel` does for TPS/W)."""
+    return _scatter_rel(points, lambda p: p.tps)
 
 
 def _scatter_estimate(points: Sequence[CapPoint], best_cap_w: float) -> dict[str, Any]:
@@ -127,10 +137,35 @@ def _scatter_estimate(points: Sequence[CapPoint], best_cap_w: float) -> dict[str
     }
 
 
-def _bootstrap(
-    curve: Curve, points: Sequence[CapPoint], best_cap_w: float, n_boot: int, seed: int
-) -> dict[str, Any] | None:
-    """Resample each cap's TPS units and load ticks; count how often each cap wins."""
+@dataclass(frozen=True)
+class Draws:
+    """Resampled TPS and draw of every cap: ``(n_boot, n_caps)`` arrays.
+
+    A cap without raw data for both figures keeps its point estimate in every resample.
+    """
+
+    tps: np.ndarray
+    power_w: np.ndarray
+    resampled: int
+    tps_units: str
+    seed: int
+
+
+def resample(curve: Curve, points: Sequence[CapPoint], n_boot: int, seed: int) -> Draws | None:
+    """Resample each cap's TPS units and load ticks within what was measured.
+
+    TPS from the ``tps_blocks`` of ``caps.csv`` (or the per-request rates of ``requests.csv``),
+    draw from the cap's load ticks in ``samples.csv``.
+
+    Args:
+        curve: The loaded curve.
+        points: Measured caps, sorted by cap (repeats pooled).
+        n_boot: Resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        The resampled figures, or None without raw data for both figures at two caps or more.
+    """
     if n_boot <= 0 or curve.samples is None:
         return None
     blocks = pooled_blocks(curve.caps)
@@ -144,7 +179,8 @@ def _bootstrap(
     )
     tick_power = _tick_power(curve.samples, _serving_gpus(curve.run))
     rng = np.random.default_rng(seed)
-    draws = np.empty((n_boot, len(points)))
+    tps = np.empty((n_boot, len(points)))
+    power_w = np.empty((n_boot, len(points)))
     resampled = 0
     for k, p in enumerate(points):
         tps_rel = _tps_factor(rng, n_boot, blocks.get(p.cap_w), req_tps.get(p.cap_w))
@@ -154,15 +190,21 @@ def _bootstrap(
             pidx = rng.integers(0, len(power), size=(n_boot, len(power)))
             power_rel = np.median(power[pidx], axis=1) / np.median(power)
         if tps_rel is None or power_rel is None:
-            # Without raw data for both figures this cap keeps its point estimate.
-            draws[:, k] = p.tps / p.power_w
+            tps[:, k], power_w[:, k] = p.tps, p.power_w
             continue
         resampled += 1
         # Relative resampled figures around the reported point (a cap measured twice is pooled
         # in ``points``; its units here are pooled too).
-        draws[:, k] = (p.tps * tps_rel) / (p.power_w * power_rel)
+        tps[:, k], power_w[:, k] = p.tps * tps_rel, p.power_w * power_rel
     if resampled < 2:
         return None
+    return Draws(tps, power_w, resampled, "tps_blocks" if blocks else "requests", seed)
+
+
+def _bootstrap(points: Sequence[CapPoint], best_cap_w: float, resampled: Draws) -> dict[str, Any]:
+    """Count how often each cap wins the resamples, and which caps tie with the best."""
+    draws = resampled.tps / resampled.power_w
+    n_boot = len(draws)
     winners = np.argmax(draws, axis=1)
     share = np.bincount(winners, minlength=len(points)) / n_boot
     lo = np.percentile(draws, 2.5, axis=0)
@@ -183,9 +225,9 @@ def _bootstrap(
         "noise_source": RESAMPLED,
         "bootstrap": {
             "resamples": n_boot,
-            "seed": seed,
-            "caps_resampled": resampled,
-            "tps_units": "tps_blocks" if blocks else "requests",
+            "seed": resampled.seed,
+            "caps_resampled": resampled.resampled,
+            "tps_units": resampled.tps_units,
             "best_share": {str(p.cap_w): float(share[k]) for k, p in enumerate(points)},
             "tps_per_w_ci": {
                 str(p.cap_w): [float(lo[k]), float(hi[k])] for k, p in enumerate(points)
@@ -193,6 +235,53 @@ def _bootstrap(
         },
         "estimate": None,
     }
+
+
+def near_peak_noise(
+    points: Sequence[CapPoint],
+    groups: Sequence[tuple[int, int]],
+    near_cap_w: float,
+    max_loss_pct: float,
+    draws: Draws | None,
+) -> dict[str, Any]:
+    """``tied_caps`` and ``interval_w`` of the near-peak cap: the caps noise could make it.
+
+    With raw data every resample of the caps' TPS (the sweet spot's resamples) picks its own
+    near-peak cap by the same rule (:func:`powersweep.analysis.near_peak.near_peak_index`), and
+    the caps picked in at least ``TIED_SHARE`` of them are tied. Without raw data the curve's TPS
+    scatter gives an estimate: the caps between the pick with the floor lowered by the noise of
+    two readings and the pick with it raised by as much.
+
+    Args:
+        points: Measured caps, sorted by cap (repeats pooled).
+        groups: Index ranges of the plateaus and ceilings, judged together.
+        near_cap_w: The near-peak cap the analysis reports.
+        max_loss_pct: The TPS loss the near-peak cap may cost.
+        draws: The caps resampled (:func:`resample`), or None (no raw data).
+
+    Returns:
+        ``{tied_caps, interval_w, noise_source}``.
+    """
+    if draws is not None:
+        picks = [near_peak_index(list(row), groups, max_loss_pct) for row in draws.tps]
+        share = np.bincount(picks, minlength=len(points)) / len(picks)
+        tied = [
+            p.cap_w for k, p in enumerate(points) if p.cap_w == near_cap_w or share[k] >= TIED_SHARE
+        ]
+        source = RESAMPLED
+    else:
+        sigma = tps_noise_rel(points) if len(points) >= 3 else 0.0
+        # The floor moves with the best reading's noise, a cap's reading with its own.
+        margin = Z95 * math.sqrt(2.0) * sigma
+        keep = 1.0 - max_loss_pct / 100.0
+        tps = [p.tps for p in points]
+        could = near_peak_index(tps, groups, 100.0 * (1.0 - keep * (1.0 - margin)))
+        surely = near_peak_index(tps, groups, max(0.0, 100.0 * (1.0 - keep * (1.0 + margin))))
+        lo = min(points[could].cap_w, near_cap_w)
+        hi = max(points[surely].cap_w, near_cap_w)
+        tied = [p.cap_w for p in points if lo <= p.cap_w <= hi]
+        source = SCATTER
+    return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": source}
 
 
 def _tps_factor(
@@ -298,7 +387,8 @@ def _tick_power(
 
 
 def sweet_spot_text(sweet: Mapping[str, Any]) -> str:
-    """The sweet spot with its noise, as people paste it: ``290 W (280-300 W within noise)``."""
+    """A pick (sweet spot, near-peak) with its noise, as people paste it:
+    ``290 W (280-300 W within noise)``."""
     cap = sweet.get("cap_w")
     if not isinstance(cap, int | float):
         return "—"

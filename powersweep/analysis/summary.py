@@ -176,6 +176,9 @@ def _header(analysis: dict[str, Any]) -> str:
     sweet = analysis.get("sweet_spot")
     if sweet:
         lines.append(f"| Sweet spot | {escape_md(sweet_spot_text(sweet))} |")
+    near = analysis.get("near_peak")
+    if near and near.get("interval_w"):
+        lines.append(f"| Near-peak | {escape_md(sweet_spot_text(near))} |")
     confirm = analysis.get("confirm") or {}
     if confirm.get("caps_w"):
         caps = ", ".join(f"{c:g} W" for c in confirm["caps_w"])

@@ -347,3 +347,44 @@ def test_bare_csv_missing_optional_columns_are_null(tmp_path: Path) -> None:
     assert curve.caps["sm_clock_mhz"].null_count() == 2
     assert curve.caps["status"].to_list() == ["ok", "ok"]
     assert curve.out_dir == tmp_path
+
+
+def test_near_peak_is_the_last_crossing_below_the_best_tps_cap() -> None:
+    from powersweep.analysis.near_peak import near_peak_index
+
+    # best 100 -> floor 95; 96 at index 1 reads above the floor, but 94 above it does not:
+    # throughput never falls as the cap rises, so the lucky 96 is noise
+    assert near_peak_index([90.0, 96.0, 94.0, 95.5, 97.0, 100.0], [], 5.0) == 3
+    assert near_peak_index([96.0, 97.0, 100.0], [], 5.0) == 0
+    # a hot top end below the best does not count against the crossing
+    assert near_peak_index([90.0, 95.0, 100.0, 93.0], [], 5.0) == 1
+    # the best cap itself when nothing below holds the floor; an exact tie at the best: lower
+    assert near_peak_index([80.0, 100.0], [], 5.0) == 1
+    assert near_peak_index([80.0, 100.0, 100.0], [], 0.0) == 1
+    # a plateau (indices 2-5) judged by its median: one low reading does not break it...
+    assert near_peak_index([90.0, 96.0, 95.5, 94.0, 95.6, 95.4, 100.0], [(2, 5)], 5.0) == 1
+    # ... and one lucky reading does not carry a plateau that sits under the floor
+    assert near_peak_index([90.0, 93.0, 94.0, 95.2, 94.5, 94.4, 100.0], [(2, 5)], 5.0) == 6
+
+
+def test_near_peak_does_not_take_a_lucky_reading_below_a_plateau(tmp_path: Path) -> None:
+    # 3090-like: a boost plateau (340-370 W, draw held at 332 W) reading just under the 5%
+    # floor of the top's 36.3 TPS (34.49), and the cap under it just above
+    rows = [(300, 300.0, 33.0), (310, 309.8, 33.6), (320, 319.9, 34.0), (330, 329.8, 34.52)]
+    rows += [(340, 332.0, 34.40), (350, 332.1, 34.55), (360, 332.2, 34.35), (370, 332.9, 34.30)]
+    rows += [(380, 369.9, 35.6), (390, 382.5, 36.3)]
+    path = tmp_path / "caps.csv"
+    pl.DataFrame(
+        {
+            "cap_w": [float(c) for c, _, _ in rows],
+            "power_w": [w for _, w, _ in rows],
+            "narr_tps": [t for _, _, t in rows],
+        }
+    ).write_csv(path)
+    result = analyze(load_curve(path))
+    assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
+        ("boost_plateau", 340.0, 370.0)
+    ]
+    # the plateau's median (34.375) is under the floor: the near-peak cap is above it
+    assert result["near_peak"]["cap_w"] == 380.0
+    assert analyze(load_curve(path), objective="near-peak")["recommendation"]["cap_w"] == 380.0

@@ -148,3 +148,35 @@ def test_concurrent_runs_never_resample_per_stream_rates(tmp_path: Path) -> None
     assert sweet["noise_source"] == "curve scatter (estimate)"
     (run / "run.json").write_text('{"schema_version": 1, "load_mode": "decode-single"}')
     assert analyze(load_curve(run), bootstrap=200)["sweet_spot"]["noise_source"] == "resampled"
+
+
+def test_near_peak_noise_ties_a_cap_read_at_the_floor(tmp_path: Path) -> None:
+    run = _known_noise_run(tmp_path, 0.02, 3.0)
+    # 5% under the best (27 TPS at 300 W) is 25.65: 260 W (26.05) clears it by three sigmas of
+    # its 0.6% noise, 250 W (25.0) misses it by four: nothing is tied
+    near = analyze(load_curve(run), bootstrap=2000)["near_peak"]
+    assert near["cap_w"] == 260.0
+    assert (near["interval_w"], near["noise_source"]) == ([260.0, 260.0], "resampled")
+    assert sweet_spot_text(near) == "260 W (no other cap within noise)"
+    # 7.4% puts the floor at 25.0, right on 250 W's reading: either cap can be the near-peak one
+    near = analyze(load_curve(run), bootstrap=2000, max_tps_loss_pct=7.4)["near_peak"]
+    assert near["interval_w"] == [250.0, 260.0]
+    assert "(250-260 W within noise)" in sweet_spot_text(near)
+
+
+def test_near_peak_noise_of_a_bare_curve_is_estimated_from_its_scatter(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    caps = np.arange(200.0, 401.0, 10.0)
+    # a rising curve with a flat stretch at 95% of the top (300-340 W), 0.3% reading noise
+    tps = np.minimum(caps, 300.0) / 300.0 * 95.0 + np.maximum(caps - 340.0, 0.0) / 60.0 * 5.0
+    tps = tps * (1.0 + rng.normal(0.0, 0.003, len(caps)))
+    path = tmp_path / "caps.csv"
+    pl.DataFrame({"cap_w": caps, "narr_tps": tps, "power_w": caps - 1.0}).write_csv(path)
+    near = analyze(load_curve(path))["near_peak"]
+    assert near["noise_source"] == "curve scatter (estimate)"
+    lo, hi = near["interval_w"]
+    # the flat stretch sits at the floor: the estimate spans it, and no more than one step below
+    assert 290.0 <= lo <= 300.0 and hi >= 340.0
+    assert lo <= near["cap_w"] <= hi
+    # without noise shown (bootstrap 0) nothing is claimed
+    assert analyze(load_curve(path), bootstrap=0)["near_peak"]["interval_w"] is None

@@ -6,11 +6,13 @@ import csv
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 
 from powersweep.analysis import analyze, load_curve, write_caps_csv
+from powersweep.analysis.near_peak import near_peak_index, region_groups
 from powersweep.analysis.structure import CapPoint, find_regions
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.rig import TruthCap, ground_truth
@@ -19,6 +21,7 @@ from powersweep.sweep.planning.caps import default_caps
 from powersweep.sweep.planning.strategy import (
     BRACKET_PEAK,
     COARSE,
+    NEAR_PEAK_EDGE,
     AdaptivePlanner,
     CapMeasurement,
     plan_order,
@@ -56,9 +59,9 @@ def answer(
         for c in caps
     ]
     best = max(caps, key=lambda c: (curve[c].tps_per_w, -c))
-    top = max(curve[c].tps for c in caps)
-    near = next(c for c in caps if curve[c].tps >= 0.95 * top)
     found = find_regions(points, caps, slowdown_temp_c=slowdown_temp_c, step_w=10.0)
+    groups = region_groups(caps, found)
+    near = caps[near_peak_index([curve[c].tps for c in caps], groups, 5.0)]
     return best, near, [(r.kind, r.start_w, r.end_w) for r in found]
 
 
@@ -205,6 +208,33 @@ def test_coarse_caps_are_asked_first_and_peak_is_bracketed() -> None:
     assert (200.0, BRACKET_PEAK) in asks or 200.0 in planner.initial_caps()
     best = max(measured, key=lambda c: measured[c].tps_per_w)
     assert best == 200.0
+
+
+def _plan_all(planner: AdaptivePlanner, curve: Any) -> tuple[dict[float, CapMeasurement], list]:
+    measured = {c: curve(c) for c in planner.initial_caps()}
+    asks: list[tuple[float, str]] = []
+    while plan := planner.next_caps(measured):
+        asks += plan
+        measured.update({c: curve(c) for c, _ in plan})
+    return measured, asks
+
+
+def test_with_caps_to_spare_the_near_peak_crossing_is_narrowed_to_neighbours() -> None:
+    def concave(c: float) -> CapMeasurement:  # TPS ~ sqrt(cap): 5% under the top at 400 W
+        return CapMeasurement(power_w=c - 0.3, tps=10.0 * math.sqrt(c))
+
+    grid = [200.0 + 10 * i for i in range(25)]  # 200-440 W
+    measured, asks = _plan_all(AdaptivePlanner(grid, 10.0), concave)
+    caps = sorted(measured)
+    k = near_peak_index([measured[c].tps for c in caps], [], 5.0)
+    # the crossing (the truth: the first cap with sqrt(c) >= 0.95 sqrt(440) is 400 W) has its
+    # lower neighbour measured, so no dense sweep can put it a step lower
+    assert caps[k] == 400.0 and caps[k - 1] == 390.0
+    assert (390.0, NEAR_PEAK_EDGE) in asks or (400.0, NEAR_PEAK_EDGE) in asks
+    assert len(measured) <= len(grid) // 2
+
+    # (with no caps to spare the two-step bracket stands: every built-in profile's sweep above
+    # keeps to half the caps)
 
 
 def test_failed_caps_are_not_asked_again() -> None:

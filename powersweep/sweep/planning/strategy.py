@@ -6,8 +6,9 @@ both ends included), then refines at the step size:
 
 * **bracket peak**: around the best TPS/W cap until both of its step neighbours are measured (the
   first probe into a wide gap goes where a parabola through the three best caps peaks);
-* **near-peak edge**: where TPS crosses ``(1 - max_tps_loss_pct)`` of the best TPS, until the
-  caps on either side of the crossing are at most two steps apart;
+* **near-peak edge**: where TPS crosses ``(1 - max_tps_loss_pct)`` of the best TPS for the last
+  time below the best-TPS cap (the analysis' rule, :mod:`powersweep.analysis.near_peak`), until
+  the caps on either side of that crossing are at most two steps apart;
 * **plateau edge** / **ceiling edge**: around every run of caps whose draw stays clearly under the
   cap. The lower edge is pinned by physics: draw never exceeds the cap, so the first cap that can
   sit on a flat region at draw ``L`` is the lowest cap at or above ``L``; it is measured. The upper
@@ -23,12 +24,15 @@ both ends included), then refines at the step size:
   heat, not a boost state or the workload, holds their draw, and no sweep reports them as a
   region.
 
+Last, while fewer than half the grid's caps have been measured, the near-peak crossing is
+narrowed to neighbouring caps: a two-step bracket leaves its middle cap to noise.
+
 Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when every coarse cap is
 measured, the best TPS/W cap has both step neighbours measured (or is at an end of the envelope),
-the near-peak crossing is bracketed within two steps, and every flat run has its lowest possible
-cap measured, its upper edge bracketed within two steps and is found by the analysis on the
-measured caps. Each criterion only ever asks for unmeasured caps of the envelope, so planning
-ends after at most every cap was measured.
+the near-peak crossing is bracketed within two steps (one, with caps to spare), and every flat
+run has its lowest possible cap measured, its upper edge bracketed within two steps and is found
+by the analysis on the measured caps. Each criterion only ever asks for unmeasured caps of the
+envelope, so planning ends after at most every cap was measured.
 
 Pure: no I/O and no clock. The driver measures what it is told (in its usual descending order,
 see :func:`plan_order`) and calls :meth:`AdaptivePlanner.next_caps` again.
@@ -43,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from powersweep.analysis.near_peak import near_peak_index, region_groups
 from powersweep.analysis.structure import (
     MIN_REGION_CAPS,
     CapPoint,
@@ -70,6 +75,10 @@ LEVEL_TOL_MIN_W = 0.5
 # Edges (near-peak crossing, upper plateau edge) are bracketed by caps at most this many steps
 # apart: the reported cap is then within one step of the dense sweep's.
 EDGE_BRACKET_STEPS = 2
+# The near-peak crossing is narrowed to neighbours only while this many caps more would still
+# leave the sweep under half the grid: the extra reading may move the peak or an edge, and those
+# get their caps first.
+NEAR_PEAK_SPARE_CAPS = 1
 # Two flat caps belong to one flat run when their draws differ by at most this share.
 SAME_LEVEL_FRAC = 0.03
 
@@ -217,6 +226,13 @@ class AdaptivePlanner:
         ):
             if plan is not None and all(p.cap_w != plan.cap_w for p in out):
                 out.append(plan)
+        if not out and len(tried) + NEAR_PEAK_SPARE_CAPS < len(self.grid) // 2:
+            # Everything is settled, with caps to spare: narrow the near-peak crossing to
+            # neighbours. Left two steps wide, a reading on either side of the floor that noise
+            # flips moves the dense sweep's answer two steps from this one.
+            last = self._near_peak(done, tried, bracket_steps=1)
+            if last is not None:
+                out.append(last)
         return [(p.cap_w, p.reason) for p in out]
 
     def regions(self, measured: Mapping[float, CapMeasurement]) -> list[Region]:
@@ -280,16 +296,19 @@ class AdaptivePlanner:
         return PlannedCap(cap, BRACKET_PEAK) if cap is not None else None
 
     def _near_peak(
-        self, done: Mapping[float, CapMeasurement], tried: set[float]
+        self,
+        done: Mapping[float, CapMeasurement],
+        tried: set[float],
+        bracket_steps: float = EDGE_BRACKET_STEPS,
     ) -> PlannedCap | None:
         caps = sorted(done)
-        best_tps = max(done[c].tps for c in caps)
-        floor = best_tps * (1.0 - self.max_tps_loss_pct / 100.0)
-        k = next(i for i, c in enumerate(caps) if done[c].tps >= floor)
+        # The analysis' own rule, on the regions it finds in these caps.
+        groups = region_groups(caps, self.regions(done))
+        k = near_peak_index([done[c].tps for c in caps], groups, self.max_tps_loss_pct)
         if k == 0:
             return None
         a, b = caps[k - 1], caps[k]
-        if self._steps(a, b) <= EDGE_BRACKET_STEPS + 1e-6:
+        if self._steps(a, b) <= bracket_steps + 1e-6:
             return None
         # Bisect: one probe turns a four-step gap (the coarse spacing) into two-step ones.
         cap = self._grid_between((a + b) / 2, a, b, tried)
