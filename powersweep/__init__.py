@@ -1,3 +1,3 @@
 """powersweep: find the GPU power cap with the best LLM tokens per watt."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -10,6 +10,9 @@ ratio, whether the sweet spot, the near-peak cap and the regions agree within 10
 adaptive sweep's per-cap overhead beyond the measured window converted to scale 1 (an upper
 bound). Then it measures the per-cap overhead in real time (scale 1) on a short 3-cap sweep per
 ``--overhead-modes`` (default decode-single; ``none`` skips) and gives the verdict against 1 s.
+``--baseline`` adds a second dense sweep per row (another seed): where two dense sweeps disagree,
+the figure is set by noise, not by the strategy. A figure agrees when the adaptive answer is
+within 10 W of the dense one or inside the dense sweep's own noise interval for it.
 ``--profiles`` and ``--modes`` narrow it (all of it takes several minutes).
 
 ``--model`` runs the offline model instead (a model, not a measurement; it says so): for every
@@ -250,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         help="load modes whose per-cap overhead is measured in real time (scale 1; about two "
         "minutes each; 'none' skips it)",
     )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="real sweeps: a second dense sweep (another seed) per row, to show how well dense "
+        "agrees with itself",
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
     replays = args.replay or [p for p in DEFAULT_REPLAYS if p.is_file()]
@@ -267,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             time_scale=args.time_scale,
             target_s=args.target_cap_seconds,
             overhead_modes=overhead,
+            baseline=args.baseline,
         )
 
     print(

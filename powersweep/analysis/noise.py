@@ -40,6 +40,7 @@ IDLE_PHASES = ("warmup", "settle", "ramp")
 
 RESAMPLED = "resampled"
 SCATTER = "curve scatter (estimate)"
+BOTH = "resampled and curve scatter"
 
 
 def sweet_spot_noise(
@@ -248,9 +249,10 @@ def near_peak_noise(
 
     With raw data every resample of the caps' TPS (the sweet spot's resamples) picks its own
     near-peak cap by the same rule (:func:`powersweep.analysis.near_peak.near_peak_index`), and
-    the caps picked in at least ``TIED_SHARE`` of them are tied. Without raw data the curve's TPS
-    scatter gives an estimate: the caps between the pick with the floor lowered by the noise of
-    two readings and the pick with it raised by as much.
+    the caps picked in at least ``TIED_SHARE`` of them are tied. The curve's TPS scatter gives
+    the caps between the pick with the floor lowered by the noise of two readings and the pick
+    with it raised by as much; those are tied too (with raw data too: noise from cap to cap that
+    no resample within a cap sees). ``noise_source`` says which found the interval.
 
     Args:
         points: Measured caps, sorted by cap (repeats pooled).
@@ -260,28 +262,47 @@ def near_peak_noise(
         draws: The caps resampled (:func:`resample`), or None (no raw data).
 
     Returns:
-        ``{tied_caps, interval_w, noise_source}``.
+        ``{tied_caps, interval_w, noise_source}``; ``noise_source`` is ``resampled``,
+        ``resampled and curve scatter`` or ``curve scatter (estimate)``.
     """
-    if draws is not None:
-        picks = [near_peak_index(list(row), groups, max_loss_pct) for row in draws.tps]
-        share = np.bincount(picks, minlength=len(points)) / len(picks)
-        tied = [
-            p.cap_w for k, p in enumerate(points) if p.cap_w == near_cap_w or share[k] >= TIED_SHARE
-        ]
-        source = RESAMPLED
-    else:
-        sigma = tps_noise_rel(points) if len(points) >= 3 else 0.0
-        # The floor moves with the best reading's noise, a cap's reading with its own.
-        margin = Z95 * math.sqrt(2.0) * sigma
-        keep = 1.0 - max_loss_pct / 100.0
-        tps = [p.tps for p in points]
-        could = near_peak_index(tps, groups, 100.0 * (1.0 - keep * (1.0 - margin)))
-        surely = near_peak_index(tps, groups, max(0.0, 100.0 * (1.0 - keep * (1.0 + margin))))
-        lo = min(points[could].cap_w, near_cap_w)
-        hi = max(points[surely].cap_w, near_cap_w)
-        tied = [p.cap_w for p in points if lo <= p.cap_w <= hi]
-        source = SCATTER
-    return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": source}
+    scatter = _near_peak_scatter(points, groups, near_cap_w, max_loss_pct)
+    if draws is None:
+        return {
+            "tied_caps": scatter,
+            "interval_w": [min(scatter), max(scatter)],
+            "noise_source": SCATTER,
+        }
+    picks = [near_peak_index(list(row), groups, max_loss_pct) for row in draws.tps]
+    share = np.bincount(picks, minlength=len(points)) / len(picks)
+    resampled = {p.cap_w for k, p in enumerate(points) if share[k] >= TIED_SHARE}
+    # Resampling within a cap sees its sampling noise, not the slow drift of the operating point
+    # from cap to cap that the curve's scatter shows; the wider of the two is the honest one.
+    tied = sorted(resampled | set(scatter) | {near_cap_w})
+    return {
+        "tied_caps": tied,
+        "interval_w": [min(tied), max(tied)],
+        "noise_source": RESAMPLED if set(scatter) <= resampled | {near_cap_w} else BOTH,
+    }
+
+
+def _near_peak_scatter(
+    points: Sequence[CapPoint],
+    groups: Sequence[tuple[int, int]],
+    near_cap_w: float,
+    max_loss_pct: float,
+) -> list[float]:
+    """The caps between the near-peak pick with the floor lowered by the noise of two readings
+    (the curve's TPS scatter) and the pick with it raised by as much."""
+    sigma = tps_noise_rel(points) if len(points) >= 3 else 0.0
+    # The floor moves with the best reading's noise, a cap's reading with its own.
+    margin = Z95 * math.sqrt(2.0) * sigma
+    keep = 1.0 - max_loss_pct / 100.0
+    tps = [p.tps for p in points]
+    could = near_peak_index(tps, groups, 100.0 * (1.0 - keep * (1.0 - margin)))
+    surely = near_peak_index(tps, groups, max(0.0, 100.0 * (1.0 - keep * (1.0 + margin))))
+    lo = min(points[could].cap_w, near_cap_w)
+    hi = max(points[surely].cap_w, near_cap_w)
+    return [p.cap_w for p in points if lo <= p.cap_w <= hi]
 
 
 def _tps_factor(

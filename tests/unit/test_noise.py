@@ -180,3 +180,37 @@ def test_near_peak_noise_of_a_bare_curve_is_estimated_from_its_scatter(tmp_path:
     assert lo <= near["cap_w"] <= hi
     # without noise shown (bootstrap 0) nothing is claimed
     assert analyze(load_curve(path), bootstrap=0)["near_peak"]["interval_w"] is None
+
+
+def test_near_peak_noise_shows_drift_from_cap_to_cap_that_resampling_cannot(
+    tmp_path: Path,
+) -> None:
+    # each cap's readings agree to 0.05% (its blocks), but its level is off by ~1% (a slow
+    # drift of the operating point): resampling within caps alone would tie nothing
+    rng = np.random.default_rng(11)
+    caps, samples, tick = [], [], 0
+    for cap in np.arange(200.0, 321.0, 10.0):
+        level = 100.0 * min(cap, 280.0) / 280.0 * (1.0 + rng.normal(0.0, 0.01))
+        secs = np.full(10, 2.0)
+        toks = level * secs * (1.0 + rng.normal(0.0, 0.0005, 10))
+        for p in cap - 1.0 + rng.normal(0.0, 0.1, 20):
+            samples.append({"tick": tick, "cap_w": cap, "phase": "narr", "power_w": p})
+            tick += 1
+        caps.append(
+            {
+                "cap_w": cap,
+                "narr_tps": float(toks.sum() / secs.sum()),
+                "power_w": cap - 1.0,
+                "status": "ok",
+                "tps_blocks": format_blocks(list(zip(toks, secs, strict=True))),
+            }
+        )
+    run = tmp_path / "run"
+    run.mkdir()
+    pl.DataFrame(caps).write_csv(run / "caps.csv")
+    pl.DataFrame(samples).write_csv(run / "samples.csv")
+    near = analyze(load_curve(run), bootstrap=500, max_tps_loss_pct=10.0)["near_peak"]
+    assert near["noise_source"] == "resampled and curve scatter"
+    lo, hi = near["interval_w"]
+    assert lo < near["cap_w"] or hi > near["cap_w"]
+    assert lo <= near["cap_w"] <= hi

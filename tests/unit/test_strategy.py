@@ -237,6 +237,20 @@ def test_with_caps_to_spare_the_near_peak_crossing_is_narrowed_to_neighbours() -
     # keeps to half the caps)
 
 
+def test_with_caps_to_spare_the_best_caps_neighbours_are_measured() -> None:
+    def kink(c: float) -> CapMeasurement:  # efficiency rises to 290 W, then falls: a kink
+        tpw = 0.1 + 0.0001 * (c - 200) if c <= 290 else 0.109 - 0.00008 * (c - 290)
+        return CapMeasurement(power_w=c - 0.3, tps=tpw * (c - 0.3))
+
+    grid = [200.0 + 10 * i for i in range(25)]
+    measured, asks = _plan_all(AdaptivePlanner(grid, 10.0), kink)
+    # the coarse pass and the parabola find 300 W, two steps from both its measured neighbours;
+    # with caps to spare its step neighbour on the better side is measured: 290 W, the true peak
+    assert (290.0, BRACKET_PEAK) in asks
+    assert max(measured, key=lambda c: measured[c].tps_per_w) == 290.0
+    assert len(measured) <= len(grid) // 2
+
+
 def test_failed_caps_are_not_asked_again() -> None:
     grid = [100.0 + 10 * i for i in range(9)]
     planner = AdaptivePlanner(grid, 10.0)

@@ -24,8 +24,9 @@ both ends included), then refines at the step size:
   heat, not a boost state or the workload, holds their draw, and no sweep reports them as a
   region.
 
-Last, while fewer than half the grid's caps have been measured, the near-peak crossing is
-narrowed to neighbouring caps: a two-step bracket leaves its middle cap to noise.
+Last, while fewer than half the grid's caps have been measured, the best cap's step neighbours
+are measured and then the near-peak crossing is narrowed to neighbouring caps: a two-step
+bracket leaves its middle cap to noise.
 
 Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when every coarse cap is
 measured, the best TPS/W cap has both step neighbours measured (or is at an end of the envelope),
@@ -75,10 +76,10 @@ LEVEL_TOL_MIN_W = 0.5
 # Edges (near-peak crossing, upper plateau edge) are bracketed by caps at most this many steps
 # apart: the reported cap is then within one step of the dense sweep's.
 EDGE_BRACKET_STEPS = 2
-# The near-peak crossing is narrowed to neighbours only while this many caps more would still
-# leave the sweep under half the grid: the extra reading may move the peak or an edge, and those
-# get their caps first.
-NEAR_PEAK_SPARE_CAPS = 1
+# The best cap's step neighbours and the near-peak crossing's are measured only while this many
+# caps more would still leave the sweep under half the grid: the extra reading may move the peak
+# or an edge, and those get their caps first.
+SPARE_CAPS = 1
 # Two flat caps belong to one flat run when their draws differ by at most this share.
 SAME_LEVEL_FRAC = 0.03
 
@@ -226,14 +227,37 @@ class AdaptivePlanner:
         ):
             if plan is not None and all(p.cap_w != plan.cap_w for p in out):
                 out.append(plan)
-        if not out and len(tried) + NEAR_PEAK_SPARE_CAPS < len(self.grid) // 2:
-            # Everything is settled, with caps to spare: narrow the near-peak crossing to
-            # neighbours. Left two steps wide, a reading on either side of the floor that noise
-            # flips moves the dense sweep's answer two steps from this one.
-            last = self._near_peak(done, tried, bracket_steps=1)
+        if not out and len(tried) + SPARE_CAPS < len(self.grid) // 2:
+            # Everything is settled, with caps to spare: measure the best cap's step neighbours
+            # (the sweet spot is then the one a dense sweep would star), then narrow the
+            # near-peak crossing to neighbours. Left two steps wide, a reading on either side
+            # of the floor that noise flips moves the dense sweep's answer two steps away.
+            last = self._peak_neighbour(done, tried) or self._near_peak(
+                done, tried, bracket_steps=1
+            )
             if last is not None:
                 out.append(last)
         return [(p.cap_w, p.reason) for p in out]
+
+    def _peak_neighbour(
+        self, done: Mapping[float, CapMeasurement], tried: set[float]
+    ) -> PlannedCap | None:
+        """An unmeasured step neighbour of the best TPS/W cap, on its more promising side."""
+        caps = sorted(done)
+        best = max(caps, key=lambda c: (done[c].tps_per_w, -c))
+        sides = []
+        for sign in (-1.0, 1.0):
+            nb = self._snap(best + sign * self.step_w)
+            if nb is None or nb in tried or abs(nb - best) < 1e-6:
+                continue
+            # the nearest measured cap on that side: the better it is, the likelier the optimum
+            # lies between it and the best
+            beyond = [c for c in caps if (c - best) * sign > 0]
+            near = min(beyond, key=lambda c: abs(c - best)) if beyond else None
+            sides.append((done[near].tps_per_w if near is not None else math.inf, nb))
+        if not sides:
+            return None
+        return PlannedCap(max(sides)[1], BRACKET_PEAK)
 
     def regions(self, measured: Mapping[float, CapMeasurement]) -> list[Region]:
         """The analysis' plateaus and ceilings on the measured caps (as ``analyze`` sees them)."""
