@@ -40,6 +40,14 @@ def rig(
     swept: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Path, Path]]:
     """A copy of the run and a fresh state file (the sweep restored the original limit)."""
+    yield _copy_of(swept, tmp_path, monkeypatch)
+
+
+def _copy_of(
+    swept: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path]:
+    """A run copied into ``tmp_path``, its rig's state file as the sweep left it, and a private
+    state directory and unit directory for apply."""
     run_src, state_bytes = swept
     run = tmp_path / run_src.name
     shutil.copytree(run_src, run)
@@ -47,7 +55,7 @@ def rig(
     state.write_bytes(state_bytes)
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
     monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
-    yield run, state
+    return run, state
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -332,14 +340,7 @@ def clock_rig(
     clock_swept: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Path, Path]]:
     """A copy of the clock run and a fresh state file (limit and locks as before the sweep)."""
-    run_src, state_bytes = clock_swept
-    run = tmp_path / run_src.name
-    shutil.copytree(run_src, run)
-    state = tmp_path / "state.json"
-    state.write_bytes(state_bytes)
-    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
-    monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
-    yield run, state
+    yield _copy_of(clock_swept, tmp_path, monkeypatch)
 
 
 UNLOCKED = {"known": True, "sm_mhz": None, "mem_mhz": None, "user_clock_setting_active": False}
