@@ -136,7 +136,7 @@ def analyze(
     result["sweet_spot"] = sweet
     result["near_peak"] = near
     result["recommendation"] = _recommend(
-        points, groups, objective, eta, max_tps_loss_pct, default_w, run, n_gpus
+        points, near["cap_w"], objective, eta, default_w, run, n_gpus
     )
 
     result["plateaus"] = [_region_dict(r) for r in regions]
@@ -513,10 +513,9 @@ def _near_peak(
 
 def _recommend(
     points: Sequence[CapPoint],
-    groups: Sequence[tuple[int, int]],
+    near_cap_w: float,
     objective: str,
     eta: float,
-    max_loss_pct: float,
     default_w: float,
     run: dict[str, Any],
     n_gpus: int,
@@ -525,7 +524,7 @@ def _recommend(
     if objective == "tps-per-w":
         pick = pick_sweet_spot(points)
     elif objective == "near-peak":
-        pick = points[near_peak_index([p.tps for p in points], groups, max_loss_pct)]
+        pick = next(p for p in points if p.cap_w == near_cap_w)
     else:
         max_limit = _float(run.get("max_limit_w"))
         # Zeus normalises time by the highest power the card could draw.

@@ -246,18 +246,30 @@ def test_bad_input_is_one_line_and_changes_nothing(
     no_analysis = tmp_path / "no-analysis"
     shutil.copytree(run, no_analysis)
     (no_analysis / "analysis.json").unlink()
-    no_rec = tmp_path / "no-rec"
-    shutil.copytree(run, no_rec)
-    analysis = read_json(no_rec / "analysis.json")
-    analysis.update(sweet_spot=None, near_peak=None, recommendation=None)
-    (no_rec / "analysis.json").write_text(json.dumps(analysis))
+    no_rec = _without(run, tmp_path / "no-rec", "sweet_spot", "near_peak", "recommendation")
     paths = {"RUN": str(run), "NOANALYSIS": str(no_analysis), "NOREC": str(no_rec)}
+    _assert_refused(capsys, state, [paths.get(a, a) for a in args], needle)
+
+
+def _without(run: Path, copy: Path, *keys: str) -> Path:
+    """A copy of ``run`` whose analysis.json holds None for ``keys`` (no recommendation)."""
+    shutil.copytree(run, copy)
+    analysis = read_json(copy / "analysis.json")
+    analysis.update(dict.fromkeys(keys))
+    (copy / "analysis.json").write_text(json.dumps(analysis))
+    return copy
+
+
+def _assert_refused(
+    capsys: pytest.CaptureFixture[str], state: Path, args: list[str], needle: str
+) -> None:
+    """``apply args`` exits 2 with one ``error:`` line naming ``needle`` and changes nothing."""
     original = state.read_bytes()
-    code, _, err = cli(capsys, "apply", *[paths.get(a, a) for a in args], *sim(state))
+    code, out, err = cli(capsys, "apply", *args, *sim(state))
     assert code == 2, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: ") and needle in last
-    assert "Traceback" not in err
+    assert "Traceback" not in err and out == ""
     assert state.read_bytes() == original
 
 
@@ -474,19 +486,9 @@ def test_bad_clock_input_is_one_line_and_changes_nothing(
     needle: str,
 ) -> None:
     run, state = clock_rig
-    no_rec = tmp_path / "no-rec"
-    shutil.copytree(run, no_rec)
-    analysis = read_json(no_rec / "analysis.json")
-    analysis.update(peak=None, sweet_spot=None, near_peak=None)
-    (no_rec / "analysis.json").write_text(json.dumps(analysis))
+    no_rec = _without(run, tmp_path / "no-rec", "peak", "sweet_spot", "near_peak")
     paths = {"RUN": str(run), "NOREC": str(no_rec)}
-    original = state.read_bytes()
-    code, out, err = cli(capsys, "apply", *[paths.get(a, a) for a in args], *sim(state))
-    assert code == 2, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: ") and needle in last
-    assert "Traceback" not in err and out == ""
-    assert state.read_bytes() == original
+    _assert_refused(capsys, state, [paths.get(a, a) for a in args], needle)
 
 
 def test_a_lock_the_card_refuses_puts_the_cap_and_the_other_lock_back(

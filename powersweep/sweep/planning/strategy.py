@@ -220,10 +220,11 @@ class AdaptivePlanner:
             return []
         out: list[PlannedCap] = []
         tried = {round(c, 6) for c in measured}
+        regions = self.regions(done)
         for plan in (
             self._peak(done, tried),
-            self._near_peak(done, tried),
-            *self._structure(done, tried),
+            self._near_peak(done, regions, tried),
+            *self._structure(done, regions, tried),
         ):
             if plan is not None and all(p.cap_w != plan.cap_w for p in out):
                 out.append(plan)
@@ -233,7 +234,7 @@ class AdaptivePlanner:
             # near-peak crossing to neighbours. Left two steps wide, a reading on either side
             # of the floor that noise flips moves the dense sweep's answer two steps away.
             last = self._peak_neighbour(done, tried) or self._near_peak(
-                done, tried, bracket_steps=1
+                done, regions, tried, bracket_steps=1
             )
             if last is not None:
                 out.append(last)
@@ -322,12 +323,13 @@ class AdaptivePlanner:
     def _near_peak(
         self,
         done: Mapping[float, CapMeasurement],
+        regions: Sequence[Region],
         tried: set[float],
         bracket_steps: float = EDGE_BRACKET_STEPS,
     ) -> PlannedCap | None:
         caps = sorted(done)
         # The analysis' own rule, on the regions it finds in these caps.
-        groups = region_groups(caps, self.regions(done))
+        groups = region_groups(caps, regions)
         k = near_peak_index([done[c].tps for c in caps], groups, self.max_tps_loss_pct)
         if k == 0:
             return None
@@ -339,11 +341,10 @@ class AdaptivePlanner:
         return PlannedCap(cap, NEAR_PEAK_EDGE) if cap is not None else None
 
     def _structure(
-        self, done: Mapping[float, CapMeasurement], tried: set[float]
+        self, done: Mapping[float, CapMeasurement], regions: Sequence[Region], tried: set[float]
     ) -> list[PlannedCap | None]:
         caps = sorted(done)
         out: list[PlannedCap | None] = []
-        regions = self.regions(done)
         for run in self._flat_runs(done):
             top = run[-1] == caps[-1]
             edge, fill = (CEILING_EDGE, CEILING_FILL) if top else (PLATEAU_EDGE, PLATEAU_FILL)
