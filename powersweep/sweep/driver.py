@@ -54,10 +54,9 @@ from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_ou
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 from powersweep.sweep.signals import (
-    HANDLED_SIGNALS,
     SweepInterrupted,
     raise_on_signals,
-    reinstall_handlers,
+    run_interruptible,
     signals_ignored,
 )
 from powersweep.sweep.verdict import FaultLog, judge
@@ -260,7 +259,7 @@ class Sweep:
             with raise_on_signals():
                 self._write_journal()
                 self.sampler.start()
-                asyncio.run(self._main())
+                run_interruptible(self._main())
         except SweepInterrupted as exc:
             status, error, self._signum = "interrupted", str(exc), exc.signum
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -385,25 +384,9 @@ class Sweep:
             self.warn(str(exc))
 
     async def _main(self) -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-
-        def on_signal(signum: int) -> None:
-            self._signum = signum
-            task.cancel()
-
-        previous = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
-        for sig in HANDLED_SIGNALS:
-            loop.add_signal_handler(sig, on_signal, sig)
         try:
             await self._measure_all()
-        except asyncio.CancelledError:
-            if self._signum is not None:
-                raise SweepInterrupted(self._signum) from None
-            raise
         finally:
-            reinstall_handlers(loop, previous)
             aclose = getattr(self.client, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):

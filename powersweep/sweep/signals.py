@@ -45,8 +45,14 @@ def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
 
     A signal cancels the coroutine (so its connections close in order) and then raises
     :class:`SweepInterrupted`; raising from a plain signal handler inside the event loop would
-    hit a random transport callback instead.
+    hit a random transport callback instead. While the loop is being made or closed a signal
+    waits and is raised once the loop is closed: raised half way through ``loop.close()`` it
+    would leave a loop that fails again, with a traceback, when it is collected at exit.
     """
+    pending: list[int] = []
+
+    def defer(signum: int, _frame: FrameType | None) -> None:
+        pending.append(signum)
 
     async def main() -> _T:
         loop = asyncio.get_running_loop()
@@ -62,6 +68,9 @@ def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
         for sig in HANDLED_SIGNALS:
             loop.add_signal_handler(sig, on_signal, sig)
         try:
+            if pending:  # arrived while the loop was being made: do not start the work
+                coro.close()
+                raise SweepInterrupted(pending[0])
             return await coro
         except asyncio.CancelledError:
             if hit:
@@ -70,7 +79,15 @@ def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
         finally:
             reinstall_handlers(loop, previous)
 
-    return asyncio.run(main())
+    previous = {s: signal.signal(s, defer) for s in HANDLED_SIGNALS}
+    try:
+        result = asyncio.run(main())
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if pending:
+        raise SweepInterrupted(pending[0])
+    return result
 
 
 @contextlib.contextmanager
