@@ -72,7 +72,11 @@ def _caps_rows(out: Path) -> int:
     runs = list(out.glob("*/caps.csv")) if out.exists() else []
     if not runs:
         return 0
-    return max(0, len(runs[0].read_text().splitlines()) - 1)
+    try:
+        text = runs[0].read_text()
+    except FileNotFoundError:  # the run's temporary folder was renamed in between: look again
+        return 0
+    return max(0, len(text.splitlines()) - 1)
 
 
 def _one_random_signal(
