@@ -34,6 +34,13 @@ _FAULT_TEXT = {
 _LIST_MAX = 12
 
 
+def _watts(value: Any) -> str:
+    try:
+        return f"{float(value):g} W"
+    except (TypeError, ValueError):
+        return "? W"
+
+
 def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
     return {"severity": severity, "code": code, "message": message, "hint": hint}
 
@@ -197,6 +204,25 @@ def run_findings(run: dict[str, Any] | None) -> list[dict[str, Any]]:
                     "the figures above account for them; check the server if they repeat",
                 )
             )
+    adaptive = run.get("adaptive")
+    adaptive = adaptive if isinstance(adaptive, dict) else {}
+    left_out = adaptive.get("left_out")
+    if isinstance(left_out, list) and left_out:
+        caps = ", ".join(
+            f"{_watts(c.get('cap_w'))} ({c.get('reason', '?')})"
+            for c in left_out
+            if isinstance(c, dict)
+        )
+        out.append(
+            _finding(
+                "warning",
+                "adaptive_budget",
+                f"the adaptive sweep stopped at its budget of {adaptive.get('max_caps', '?')} "
+                f"caps; still asked for, not measured: {caps}",
+                "plateau and ceiling edges near those caps may be a step off or missing: "
+                "measure them with --caps, or sweep dense",
+            )
+        )
     status = run.get("status")
     if status in ("partial", "failed"):
         out.append(

@@ -583,6 +583,14 @@ class Sweep:
             self.meta["caps_planned"] = sorted(
                 {*self.meta.get("caps_planned", []), *(c for c, _ in batch)}, reverse=True
             )
+        # The answer stands on what was measured; the analysis says where it is coarser.
+        self.meta["adaptive"] = {
+            "max_caps": planner.max_caps,
+            "left_out": [{"cap_w": c, "reason": why} for c, why in planner.left_out],
+        }
+        if planner.left_out:
+            left = ", ".join(f"{c:g} W ({why})" for c, why in planner.left_out)
+            self.warn(f"adaptive sweep stopped at its budget of {planner.max_caps} caps: {left}")
 
     async def _measure_cap(self, cap: float, i: int, total: int, reason: str) -> dict[str, Any]:
         plan = self.plan

@@ -95,6 +95,8 @@ def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> 
     assert len(truth["caps"]) == 21  # the dense grid 190-390 W
     assert 5 <= len(caps) <= 10, [c["cap_w"] for c in caps]
     assert all(c["status"] == "ok" for c in caps)
+    # half the 21-cap grid is the budget; this curve is settled well within it
+    assert meta["adaptive"] == {"max_caps": 10, "left_out": []}
 
     # the answer: sweet spot within 10 W of the truth, the boost plateau found
     assert abs(analysis["sweet_spot"]["cap_w"] - truth["sweet_spot"]["cap_w"]) <= AGREE_W
@@ -178,3 +180,52 @@ def test_replay_adaptive_finds_290_and_the_plateau(tmp_path: Path, shared_3090_c
     assert "bracket peak" in [c["reason"] for c in caps]
     assert plateau(analysis, 340.0, 370.0), analysis["plateaus"]
     assert all(c["reason"] in KNOWN_REASONS for c in caps)
+
+
+def test_a_curve_with_more_structure_than_the_budget_says_what_it_left_out(
+    tmp_path: Path,
+) -> None:
+    # four boost plateaus and a top ceiling on a 21-cap grid: more edges than ten caps pin down
+    def draw(cap: float) -> float:
+        for lo, hi, level in ((200, 230, 195), (240, 270, 236), (280, 310, 276), (320, 350, 316)):
+            if lo <= cap <= hi:
+                return min(cap, level)
+        return min(cap, 356.0) if cap >= 360 else cap
+
+    curve = tmp_path / "staircase.csv"
+    with curve.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["cap_w", "power_w", "narr_tps", "code_tps", "sm_clock_mhz", "status"])
+        for cap in range(190, 400, 10):
+            d = draw(cap)
+            tps = 0.1 * d**0.8
+            w.writerow([cap, d, round(tps, 4), round(tps, 4), 1000 + d, "ok"])
+    out = tmp_path / "runs"
+    proc = powersweep(
+        "--simulate",
+        f"replay:{curve}",
+        "--strategy",
+        "adaptive",
+        "--no-confirm",
+        "--quiet",
+        "--no-charts",
+        "--target-cap-seconds",
+        "2",
+        "--warmup-requests",
+        "0",
+        "--time-scale",
+        TIME_SCALE,
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = only_run_dir(out)
+    meta = read_json(run / "run.json")
+    left = meta["adaptive"]["left_out"]
+    assert meta["adaptive"]["max_caps"] == 10 and left
+    assert len({c["cap_w"] for c in read_csv(run / "caps.csv")}) == 10
+    assert "adaptive sweep stopped at its budget of 10 caps" in proc.stderr
+    findings = read_json(run / "analysis.json")["findings"]
+    (budget,) = [f for f in findings if f["code"] == "adaptive_budget"]
+    assert f"{left[0]['cap_w']:g} W ({left[0]['reason']})" in budget["message"]
+    assert "stopped at its budget" in (run / "summary.md").read_text()

@@ -14,14 +14,18 @@ import pytest
 from powersweep.analysis import analyze, load_curve, write_caps_csv
 from powersweep.analysis.near_peak import near_peak_index, region_groups
 from powersweep.analysis.structure import CapPoint, find_regions
+from powersweep.analysis.summary import render_summary
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.rig import TruthCap, ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 from powersweep.sweep.planning.strategy import (
     BRACKET_PEAK,
+    CEILING_EDGE,
     COARSE,
     NEAR_PEAK_EDGE,
+    PLATEAU_EDGE,
+    PLATEAU_FILL,
     AdaptivePlanner,
     CapMeasurement,
     plan_order,
@@ -34,6 +38,7 @@ MODES = [
     ("decode-concurrent", {"concurrency": 8}),
     ("prefill-heavy", {"prompt_tokens": 8000}),
 ]
+GRID_21 = [190.0 + 10 * i for i in range(21)]
 # The issue's goal: at most half the caps of the dense sweep.
 MAX_RATIO = 0.5 + 1e-9
 
@@ -251,6 +256,53 @@ def test_with_caps_to_spare_the_best_caps_neighbours_are_measured() -> None:
     assert len(measured) <= len(grid) // 2
 
 
+def staircase(cap_w: float) -> CapMeasurement:
+    """Four boost plateaus and a top ceiling, each three or four caps wide: more structure than
+    half a 21-cap grid can pin down."""
+    draw = cap_w
+    for lo, hi, level in (
+        (200, 230, 195.0),
+        (240, 270, 236.0),
+        (280, 310, 276.0),
+        (320, 350, 316.0),
+    ):
+        if lo <= cap_w <= hi:
+            draw = min(cap_w, level)
+    if cap_w >= 360:
+        draw = min(cap_w, 356.0)
+    return CapMeasurement(draw, 0.1 * draw**0.8, 1000.0 + draw)
+
+
+def test_the_budget_stops_at_half_the_grid_and_names_the_caps_left_out() -> None:
+    grid = [190.0 + 10 * i for i in range(21)]
+    curve = {c: staircase(c) for c in grid}
+    planner = AdaptivePlanner(grid, 10.0)
+    assert planner.max_caps == 10
+    measured = {c: curve[c] for c in planner.initial_caps()}
+    while plan := planner.next_caps(measured):
+        measured.update({c: curve[c] for c, _ in plan})
+    assert len(measured) == planner.max_caps
+    assert planner.left_out, "the staircase needs more caps than the budget"
+    assert all(c not in measured for c, _ in planner.left_out)
+    assert {why for _, why in planner.left_out} <= {PLATEAU_EDGE, PLATEAU_FILL, CEILING_EDGE}
+    # the peak (TPS/W falls with draw here: the floor) was found first; structure is left out
+    assert max(measured, key=lambda c: measured[c].tps_per_w) == 190.0
+    # a grid too small for a coarse pass plus refinement still gets its coarse pass
+    assert AdaptivePlanner(grid[:4], 10.0).max_caps == len(
+        AdaptivePlanner(grid[:4], 10.0).initial_caps()
+    )
+
+
+def test_the_budget_leaves_nothing_out_when_the_answer_is_settled() -> None:
+    curve = load_real_3090() if REAL_3090.is_file() else {c: short_top_ceiling(c) for c in GRID_21}
+    planner = AdaptivePlanner(sorted(curve), 10.0)
+    measured = {c: curve[c] for c in planner.initial_caps()}
+    while plan := planner.next_caps(measured):
+        measured.update({c: curve[c] for c, _ in plan})
+    assert planner.left_out == []
+    assert len(measured) <= planner.max_caps
+
+
 def test_failed_caps_are_not_asked_again() -> None:
     grid = [100.0 + 10 * i for i in range(9)]
     planner = AdaptivePlanner(grid, 10.0)
@@ -374,3 +426,34 @@ def test_analyze_takes_the_step_from_caps_planned(tmp_path: Path) -> None:
     planned = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0)
     edges = [(p["kind"], p["start_w"], p["end_w"]) for p in planned["plateaus"]]
     assert edges == [("draw_ceiling", 370.0, 390.0)]
+
+
+def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> None:
+    grid = [190.0 + 10 * i for i in range(21)]
+    subset = [190.0, 200.0, 230.0, 240.0, 270.0, 280.0, 310.0, 350.0, 370.0, 390.0]
+    df = pl.DataFrame(
+        {
+            "cap_w": subset,
+            "narr_tps": [staircase(c).tps for c in subset],
+            "power_w": [staircase(c).power_w for c in subset],
+            "status": ["ok"] * len(subset),
+        }
+    )
+    path = tmp_path / "caps.csv"
+    write_caps_csv(df, path)
+    left = [{"cap_w": 330.0, "reason": PLATEAU_EDGE}, {"cap_w": 360.0, "reason": CEILING_EDGE}]
+    run = {
+        "caps_planned": sorted(grid, reverse=True),
+        "adaptive": {"max_caps": 10, "left_out": left},
+    }
+    curve = dataclasses.replace(load_curve(path), run=run)
+    result = analyze(curve, bootstrap=0)
+    found = [f for f in result["findings"] if f["code"] == "adaptive_budget"]
+    assert len(found) == 1 and found[0]["severity"] == "warning"
+    assert "budget of 10 caps" in found[0]["message"]
+    assert "330 W (plateau edge), 360 W (ceiling edge)" in found[0]["message"]
+    assert "330 W (plateau edge)" in render_summary(curve, result)
+    # nothing left out: no finding
+    run["adaptive"] = {"max_caps": 10, "left_out": []}
+    quiet = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0)
+    assert not [f for f in quiet["findings"] if f["code"] == "adaptive_budget"]

@@ -28,7 +28,13 @@ Last, while fewer than half the grid's caps have been measured, the best cap's s
 are measured and then the near-peak crossing is narrowed to neighbouring caps: a two-step
 bracket leaves its middle cap to noise.
 
-Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when every coarse cap is
+Budget: at most half the grid's caps (``MAX_CAPS_SHARE``, never fewer than the coarse pass). A
+reading near a threshold can keep an edge moving; past the budget the caps still asked for are
+not measured but named in :attr:`AdaptivePlanner.left_out`, peak first, then the near-peak edge,
+then structure, so what is left out is what matters least.
+
+Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when the budget is spent, or
+when every coarse cap is
 measured, the best TPS/W cap has both step neighbours measured (or is at an end of the envelope),
 the near-peak crossing is bracketed within two steps (one, with caps to spare), and every flat
 run has its lowest possible cap measured, its upper edge bracketed within two steps and is found
@@ -76,8 +82,12 @@ LEVEL_TOL_MIN_W = 0.5
 # Edges (near-peak crossing, upper plateau edge) are bracketed by caps at most this many steps
 # apart: the reported cap is then within one step of the dense sweep's.
 EDGE_BRACKET_STEPS = 2
+# An adaptive sweep measures at most this share of the grid (never fewer caps than its coarse
+# pass): past it, a dense sweep would cost little more. Noise can keep moving an edge a little;
+# the budget stops that chase, and the caps it leaves out are reported (``left_out``).
+MAX_CAPS_SHARE = 0.5
 # The best cap's step neighbours and the near-peak crossing's are measured only while this many
-# caps more would still leave the sweep under half the grid: the extra reading may move the peak
+# caps more would still leave the sweep under its budget: the extra reading may move the peak
 # or an edge, and those get their caps first.
 SPARE_CAPS = 1
 # Two flat caps belong to one flat run when their draws differ by at most this share.
@@ -183,6 +193,8 @@ class AdaptivePlanner:
         self.max_tps_loss_pct = max_tps_loss_pct
         self.peak_bracket_steps = max(1, peak_bracket_steps)
         self.slowdown_temp_c = slowdown_temp_c
+        self.max_caps = max(len(self.initial_caps()), int(MAX_CAPS_SHARE * len(self.grid)))
+        self.left_out: list[tuple[float, str]] = []
 
     # --- public -------------------------------------------------------------------------------
 
@@ -210,7 +222,9 @@ class AdaptivePlanner:
                 Caps off the grid are used as they are; failed caps should be left out.
 
         Returns:
-            ``(cap_w, reason)`` pairs, at most one per reason kind and region, no cap twice.
+            ``(cap_w, reason)`` pairs, at most one per reason kind and region, no cap twice,
+            and never more than the budget (``max_caps``) leaves; the caps it could not take
+            are in ``left_out`` until the next call.
         """
         done = {round(c, 6): m for c, m in measured.items() if _usable(m)}
         missing = [c for c in self.initial_caps() if c not in done and c not in measured]
@@ -228,7 +242,12 @@ class AdaptivePlanner:
         ):
             if plan is not None and all(p.cap_w != plan.cap_w for p in out):
                 out.append(plan)
-        if not out and len(tried) + SPARE_CAPS < len(self.grid) // 2:
+        left = self.max_caps - len(tried)
+        # Peak first, then the near-peak edge, then structure: what the budget cannot take is
+        # what matters least, and it is kept to be reported.
+        self.left_out = [(p.cap_w, p.reason) for p in out[max(left, 0) :]]
+        out = out[: max(left, 0)]
+        if not out and not self.left_out and len(tried) + SPARE_CAPS < self.max_caps:
             # Everything is settled, with caps to spare: measure the best cap's step neighbours
             # (the sweet spot is then the one a dense sweep would star), then narrow the
             # near-peak crossing to neighbours. Left two steps wide, a reading on either side
