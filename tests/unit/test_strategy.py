@@ -293,6 +293,23 @@ def test_with_caps_to_spare_the_best_caps_neighbours_are_measured() -> None:
     assert len(measured) <= len(grid) // 2
 
 
+def test_one_cap_to_spare_goes_to_the_near_peak_crossing() -> None:
+    def kink(c: float) -> CapMeasurement:  # the sweet spot is 290 W; TPS still rises at 440 W
+        tpw = 0.1 + 0.0001 * (c - 200) if c <= 290 else 0.109 - 0.00008 * (c - 290)
+        return CapMeasurement(power_w=c - 0.3, tps=tpw * (c - 0.3))
+
+    grid = [200.0 + 10 * i for i in range(25)]
+    planner = AdaptivePlanner(grid, 10.0)
+    _, asks = _plan_all(planner, kink)
+    assert asks[-2:] == [(410.0, NEAR_PEAK_EDGE), (290.0, BRACKET_PEAK)]
+    # with one cap to spare, it narrows the crossing: the sweet spot is already within a step
+    short = AdaptivePlanner(grid, 10.0)
+    short.max_caps = len(planner.initial_caps()) + 4
+    _, asks = _plan_all(short, kink)
+    assert asks == [(300.0, BRACKET_PEAK), (420.0, NEAR_PEAK_EDGE), (410.0, NEAR_PEAK_EDGE)]
+    assert short.left_out == []
+
+
 def staircase(cap_w: float) -> CapMeasurement:
     """Four boost plateaus and a top ceiling, each three or four caps wide: more structure than
     half a 21-cap grid can pin down."""
