@@ -8,6 +8,9 @@ from __future__ import annotations
 
 SCHEMA_VERSION = 1
 
+# caps.csv ``reason`` of a cap the confirm phase measured again: its readings are pooled.
+CONFIRM_REASON = "confirm"
+
 SAMPLES_COLUMNS = (
     "t_s",
     "tick",

@@ -20,6 +20,7 @@ from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_gr
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.analysis.structure import CapPoint, Region
 from powersweep.errors import UsageError
+from powersweep.runformat import CONFIRM_REASON
 
 NAN = math.nan
 OBJECTIVES = ("tps-per-w", "near-peak", "cost")
@@ -300,7 +301,7 @@ def pool_repeats(ok: pl.DataFrame, metric: str) -> pl.DataFrame:
     if ok.height == 0:
         return ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
     if "reason" in ok.columns:
-        confirm = pl.col("reason").fill_null("") == "confirm"
+        confirm = pl.col("reason").fill_null("") == CONFIRM_REASON
         ok = (
             ok.with_row_index("_i")
             .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over("cap_w")))

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
+from powersweep.runformat import CONFIRM_REASON
 
 SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
@@ -160,6 +161,10 @@ def _duplicates(caps: pl.DataFrame) -> list[dict[str, Any]]:
                 )
             )
             continue
+        confirm = [r for r in usable if (r.get("reason") or "") == CONFIRM_REASON]
+        if confirm:
+            out.append(_pooled(cap, rows, usable, confirm))
+            continue
         kept = usable[-1]
         earlier_bad = all(not r["_usable"] for r in rows if r is not kept)
         why = (
@@ -177,6 +182,30 @@ def _duplicates(caps: pl.DataFrame) -> list[dict[str, Any]]:
             )
         )
     return out
+
+
+def _pooled(
+    cap: float,
+    rows: list[dict[str, Any]],
+    usable: list[dict[str, Any]],
+    confirm: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A cap the confirm phase measured again: its readings are pooled, as the analysis does
+    (:func:`powersweep.analysis.core.pool_repeats`), so no reading of it is ignored."""
+    base = [r for r in usable if (r.get("reason") or "") != CONFIRM_REASON][-1:]
+    pooled = base + confirm
+    lines = ", ".join(str(r[SOURCE_LINE]) for r in pooled)
+    left = [r for r in rows if all(r is not p for p in pooled)]
+    message = (
+        f"{_w(cap)} appears in {len(rows)} rows: the confirm phase measured it again, and "
+        f"lines {lines} are pooled into its figures"
+    )
+    if left:
+        message += (
+            f"; line(s) {', '.join(str(r[SOURCE_LINE]) for r in left)} were set aside "
+            "(failed, or an earlier attempt measured again)"
+        )
+    return _finding("info", "confirm_pooled", message)
 
 
 def run_findings(run: dict[str, Any] | None) -> list[dict[str, Any]]:

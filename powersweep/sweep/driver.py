@@ -20,6 +20,7 @@ from typing import Any
 
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
+from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.clock_loop import ClockLoop
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import (
@@ -63,7 +64,6 @@ from powersweep.sweep.verdict import FaultLog, judge
 
 # Phase / prompt kind given to a measurement that was discarded and taken again.
 DISCARDED = "discarded"
-CONFIRM_REASON = "confirm"
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,10 @@ def _check_confirm(run: Path) -> bool:
         first, second = (float(r["narr_tps"]) for r in caps if float(r["cap_w"]) == cap)
         assert min(first, second) <= rows[cap]["tps"] <= max(first, second)
     assert analysis["sweet_spot"]["cap_w"] == confirm["best_after_w"]
+    # ... and said to be pooled, never "ignored" as a plain repeat would be ...
+    codes = [f["code"] for f in analysis["findings"]]
+    assert "duplicate_cap" not in codes
+    assert codes.count("confirm_pooled") == len(confirm["caps_w"])
     # ... and listed, with why, in the summary.
     summary = (run / "summary.md").read_text()
     assert "| Re-measured |" in summary and "tied with the best" in summary

@@ -121,6 +121,29 @@ def test_duplicate_caps_say_which_row_was_kept(tmp_path: Path) -> None:
     assert spot["cap_w"] != 300.0 or spot["tps"] == pytest.approx(33)
 
 
+def test_confirm_rows_are_pooled_not_ignored(tmp_path: Path) -> None:
+    # 300 W: a failed attempt, its reading, then two confirm-phase readings; 250 W: a retry
+    path = tmp_path / "caps.csv"
+    path.write_text(
+        "cap_w,narr_tps,power_w,status,reason,window_s\n"
+        "350,34,340,ok,dense,10\n300,,,failed,dense,10\n300,33,300,ok,retry,10\n"
+        "250,29,245,ok,dense,10\n250,30,245,ok,retry,10\n"
+        "300,32,300,ok,confirm,10\n300,34,300,ok,confirm,10\n"
+    )
+    result = analyze(load_curve(path), bootstrap=0)
+    (pooled,) = [f for f in result["findings"] if f["code"] == "confirm_pooled"]
+    assert pooled["severity"] == "info"
+    assert "300 W appears in 4 rows" in pooled["message"]
+    assert "lines 4, 7, 8 are pooled" in pooled["message"]
+    assert "line(s) 3 were set aside" in pooled["message"]
+    # the figures are the pooled ones, as the finding says
+    row = next(c for c in result["caps"] if c["cap_w"] == 300.0)
+    assert row["tps"] == pytest.approx(33.0) and row["n_measurements"] == 3
+    # a plain repeat still says which row counts
+    (dup,) = [f for f in result["findings"] if f["code"] == "duplicate_cap"]
+    assert "250 W" in dup["message"] and "kept line 6" in dup["message"]
+
+
 def test_suspect_caps_stay_out_of_the_sweet_spot(tmp_path: Path) -> None:
     path = tmp_path / "caps.csv"
     path.write_text(
