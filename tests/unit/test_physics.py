@@ -192,3 +192,15 @@ def test_steady_state_is_a_fixed_point() -> None:
     op, temp, throttled = steady_state(p, DECODE, 300.0)
     assert not throttled
     assert temp == pytest.approx(p.thermal.ambient_c + p.thermal.resistance_c_per_w * op.power_w)
+
+
+@pytest.mark.parametrize("profile", ["h100-sxm", "h200-sxm"])
+def test_truth_breaks_an_exact_tie_towards_the_lowest_cap(profile: str) -> None:
+    # decode-single never reaches these cards' caps: every cap from the ceiling's first runs
+    # one operating point, so their TPS/W tie and the truth names the lowest of them
+    caps = [350.0 + 10 * i for i in range(36)]  # the cards' default sweep
+    truth = ground_truth([get_profile(profile)], "decode-single", caps)
+    assert {c.regime for c in truth.caps} == {"draw_ceiling"}
+    top = max(c.tps_per_w for c in truth.caps)
+    assert all(c.tps_per_w == pytest.approx(top, rel=1e-6) for c in truth.caps)
+    assert truth.sweet_spot_cap_w == 350.0
