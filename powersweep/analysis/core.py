@@ -25,6 +25,8 @@ from powersweep.runformat import CONFIRM_REASON
 NAN = math.nan
 OBJECTIVES = ("tps-per-w", "near-peak", "cost")
 ENERGY_MISMATCH_FRAC = 0.05
+# A finding lists at most this many caps tied with the best; more are given as a count and range.
+TIED_LISTED_MAX = 8
 
 
 def analyze(
@@ -777,8 +779,43 @@ def _energy_findings(ok: pl.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+def _tied_text(caps_w: Sequence[float]) -> str:
+    if len(caps_w) <= TIED_LISTED_MAX:
+        return ", ".join(_w(c) for c in caps_w)
+    return f"{len(caps_w)} caps from {_w(min(caps_w))} to {_w(max(caps_w))}"
+
+
+def _unbound_ceiling(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The draw ceiling the sweet spot sits on when every cap of it ties with the best.
+
+    Its caps run one operating point (the workload cannot use more power), so the cap does not
+    bind there and the best reading among them is noise.
+    """
+    sweet = result["sweet_spot"]
+    tied = set(sweet.get("tied_caps") or [])
+    for region in result.get("plateaus") or []:
+        caps = region.get("caps_w") or []
+        if (
+            region.get("kind") == "draw_ceiling"
+            and sweet["cap_w"] in caps
+            and len(caps) > 1
+            and set(caps) <= tied
+        ):
+            return dict(region)
+    return None
+
+
 def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
     sweet, near, rec = result["sweet_spot"], result["near_peak"], result["recommendation"]
+    hint = f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt"
+    ceiling = _unbound_ceiling(result)
+    if ceiling is not None:
+        hint = (
+            f"every cap from {_w(ceiling['start_w'])} to {_w(ceiling['end_w'])} runs one operating "
+            "point (the draw ceiling) and is as efficient within noise: the cap does not bind "
+            f"there, so any of them (`nvidia-smi -pl {ceiling['start_w']:g}` is the lowest) "
+            "serves this load as well; choose by the other loads the card runs"
+        )
     out = [
         _finding(
             "info",
@@ -787,11 +824,11 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
             f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W)"
             + _default_note(sweet)
             + (
-                f"; statistically tied: {', '.join(_w(c) for c in sweet['tied_caps'])}"
+                f"; statistically tied: {_tied_text(sweet['tied_caps'])}"
                 if sweet.get("tied_caps") and len(sweet["tied_caps"]) > 1
                 else ""
             ),
-            f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt",
+            hint,
         ),
         _finding(
             "info",

@@ -57,6 +57,32 @@ def test_real_3090_curve(real_3090: Path) -> None:
     json.dumps(result, allow_nan=False)  # JSON-safe
 
 
+def test_a_sweet_spot_on_a_tied_draw_ceiling_says_the_cap_does_not_bind(
+    tmp_path: Path, real_3090: Path
+) -> None:
+    # decode on a datacenter card: from 350 W up the card draws ~317 W whatever the cap
+    rng = np.random.default_rng(4)
+    caps = [350.0 + 10 * i for i in range(36)]
+    df = pl.DataFrame(
+        {
+            "cap_w": caps,
+            "narr_tps": list(43.08 * (1 + rng.normal(0, 0.003, len(caps)))),
+            "power_w": list(316.9 + rng.normal(0, 0.3, len(caps))),
+        }
+    )
+    result = analyze(load_curve(_write(tmp_path, df)))  # noise from the curve's scatter
+    assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
+        ("draw_ceiling", 350.0, 700.0)
+    ]
+    assert result["sweet_spot"]["interval_w"] == [350.0, 700.0]
+    (sweet,) = [f for f in result["findings"] if f["code"] == "sweet_spot"]
+    assert "the cap does not bind" in sweet["hint"] and "`nvidia-smi -pl 350`" in sweet["hint"]
+    assert "36 caps from 350 W to 700 W" in sweet["message"]
+    # a curve whose sweet spot binds keeps the plain advice
+    (real,) = [f for f in analyze(load_curve(real_3090))["findings"] if f["code"] == "sweet_spot"]
+    assert real["hint"] == "`nvidia-smi -pl 290` for the most tokens per watt"
+
+
 def test_real_3090_with_default_limit_reports_pct_and_gain(real_3090: Path) -> None:
     result = analyze(load_curve(real_3090), default_limit_w=370.0)
     sweet = result["sweet_spot"]
