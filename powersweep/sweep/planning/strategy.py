@@ -34,12 +34,11 @@ not measured but named in :attr:`AdaptivePlanner.left_out`, peak first, then the
 then structure, so what is left out is what matters least.
 
 Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when the budget is spent, or
-when every coarse cap is
-measured, the best TPS/W cap has both step neighbours measured (or is at an end of the envelope),
-the near-peak crossing is bracketed within two steps (one, with caps to spare), and every flat
-run has its lowest possible cap measured, its upper edge bracketed within two steps and is found
-by the analysis on the measured caps. Each criterion only ever asks for unmeasured caps of the
-envelope, so planning ends after at most every cap was measured.
+when every coarse cap is measured, the best TPS/W cap has both step neighbours measured (or is
+at an end of the envelope), the near-peak crossing is bracketed within two steps (one, with caps
+to spare), and every flat run has its lowest possible cap measured, its upper edge bracketed
+within two steps and is found by the analysis on the measured caps. Each criterion only ever
+asks for unmeasured caps of the envelope, so planning ends after at most every cap was measured.
 
 Pure: no I/O and no clock. The driver measures what it is told (in its usual descending order,
 see :func:`plan_order`) and calls :meth:`AdaptivePlanner.next_caps` again.
