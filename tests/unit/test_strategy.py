@@ -458,19 +458,24 @@ def test_from_row_reads_thermal_columns() -> None:
     assert math.isnan(m.sm_clock_mhz)
 
 
-def test_analyze_takes_the_step_from_caps_planned(tmp_path: Path) -> None:
-    grid = [190.0 + 10 * i for i in range(21)]
-    subset = [190.0, 230.0, 270.0, 290.0, 310.0, 350.0, 370.0, 380.0, 390.0]
+def subset_csv(path: Path, subset: list[float], curve: Any) -> Path:
+    """A bare caps.csv of ``curve`` (cap -> CapMeasurement) at the ``subset`` caps."""
     df = pl.DataFrame(
         {
             "cap_w": subset,
-            "narr_tps": [short_top_ceiling(c).tps for c in subset],
-            "power_w": [short_top_ceiling(c).power_w for c in subset],
+            "narr_tps": [curve(c).tps for c in subset],
+            "power_w": [curve(c).power_w for c in subset],
             "status": ["ok"] * len(subset),
         }
     )
-    path = tmp_path / "caps.csv"
     write_caps_csv(df, path)
+    return path
+
+
+def test_analyze_takes_the_step_from_caps_planned(tmp_path: Path) -> None:
+    grid = GRID_21
+    subset = [190.0, 230.0, 270.0, 290.0, 310.0, 350.0, 370.0, 380.0, 390.0]
+    path = subset_csv(tmp_path / "caps.csv", subset, short_top_ceiling)
     bare = analyze(load_curve(path), bootstrap=0)
     # Without run.json the step is the subset's (20 W); the draw-only rule finds it all the same.
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in bare["plateaus"]] == [
@@ -483,18 +488,9 @@ def test_analyze_takes_the_step_from_caps_planned(tmp_path: Path) -> None:
 
 
 def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> None:
-    grid = [190.0 + 10 * i for i in range(21)]
+    grid = GRID_21
     subset = [190.0, 200.0, 230.0, 240.0, 270.0, 280.0, 310.0, 350.0, 370.0, 390.0]
-    df = pl.DataFrame(
-        {
-            "cap_w": subset,
-            "narr_tps": [staircase(c).tps for c in subset],
-            "power_w": [staircase(c).power_w for c in subset],
-            "status": ["ok"] * len(subset),
-        }
-    )
-    path = tmp_path / "caps.csv"
-    write_caps_csv(df, path)
+    path = subset_csv(tmp_path / "caps.csv", subset, staircase)
     left = [{"cap_w": 330.0, "reason": PLATEAU_EDGE}, {"cap_w": 360.0, "reason": CEILING_EDGE}]
     run = {
         "caps_planned": sorted(grid, reverse=True),
