@@ -126,11 +126,7 @@ def run_all(
                 ok = "NO" not in agree.values()
                 all_agree &= ok
                 tied_any |= "tied" in agree.values()
-                off = [k for k, v in agree.items() if v == "NO"]
-                tied = [k for k, v in agree.items() if v == "tied"]
-                verdict = f"NO ({', '.join(off)})" if off else "yes"
-                if tied:
-                    verdict += f", within dense's noise ({', '.join(tied)})"
+                verdict = verdict_text(agree)
                 print(
                     f"{label:30} {mode:17} {len(dense.caps_w):>3}/{len(adaptive.caps_w):<4} "
                     f"{ratio:5.2f} {adaptive.run_seconds / dense.run_seconds:5.2f} "
@@ -287,6 +283,17 @@ def agreement(dense: dict[str, Any], adaptive: dict[str, Any]) -> dict[str, str]
         "near-peak": close("near_peak"),
         "regions": "yes" if regions else "NO",
     }
+
+
+def verdict_text(agree: dict[str, str]) -> str:
+    """One row's verdict from :func:`agreement`: ``yes``, or ``NO (figures)``, plus the figures
+    that agree only within the dense sweep's noise."""
+    off = [k for k, v in agree.items() if v == "NO"]
+    tied = [k for k, v in agree.items() if v == "tied"]
+    verdict = f"NO ({', '.join(off)})" if off else "yes"
+    if tied:
+        verdict += f", within dense's noise ({', '.join(tied)})"
+    return verdict
 
 
 def _inside(cap_w: float, interval: Any) -> bool:

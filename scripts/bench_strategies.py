@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from bench_real_sweeps import AGREE_W, agreement
+from bench_real_sweeps import AGREE_W, agreement, verdict_text
 
 from powersweep.analysis import analyze, load_curve, write_caps_csv
 from powersweep.clock import ManualClock
@@ -302,23 +302,18 @@ def main(argv: list[str] | None = None) -> int:
         caps_ratio = len(adaptive.caps) / len(dense.caps)
         time_ratio = adaptive.sim_time_s / dense.sim_time_s
         settle = max(adaptive.settle_s)
-        off = [fig for fig, v in verdicts.items() if v == "NO"]
-        tied = [fig for fig, v in verdicts.items() if v == "tied"]
-        all_agree &= not off
+        all_agree &= "NO" not in verdicts.values()
         worst_caps = max(worst_caps, caps_ratio)
         worst_time = max(worst_time, time_ratio)
         worst_settle = max(worst_settle, settle)
         dp = [(p["kind"], p["start_w"], p["end_w"]) for p in dense.analysis["plateaus"]]
         ap = [(p["kind"], p["start_w"], p["end_w"]) for p in adaptive.analysis["plateaus"]]
-        verdict = f"NO ({', '.join(off)})" if off else "yes"
-        if tied:
-            verdict += f", within dense's noise ({', '.join(tied)})"
         print(
             f"{case.name:34} {case.mode:17} {len(dense.caps):>3}/{len(adaptive.caps):<4} "
             f"{caps_ratio:5.2f} {time_ratio:5.2f} "
             f"{_cap(dense.analysis['sweet_spot']):>4}/{_cap(adaptive.analysis['sweet_spot']):<4} "
             f"{_cap(dense.analysis['near_peak']):>4}/{_cap(adaptive.analysis['near_peak']):<4} "
-            f"{_edges(dp) + ' | ' + _edges(ap):30} {settle:5.2f}s {verdict}"
+            f"{_edges(dp) + ' | ' + _edges(ap):30} {settle:5.2f}s {verdict_text(verdicts)}"
         )
         if args.verbose:
             print("    measured: " + ", ".join(f"{c:g} ({r})" for c, r in adaptive.reasons))

@@ -801,7 +801,7 @@ def _unbound_ceiling(result: dict[str, Any]) -> dict[str, Any] | None:
             and len(caps) > 1
             and set(caps) <= tied
         ):
-            return dict(region)
+            return region
     return None
 
 

@@ -35,13 +35,6 @@ _FAULT_TEXT = {
 _LIST_MAX = 12
 
 
-def _watts(value: Any) -> str:
-    try:
-        return f"{float(value):g} W"
-    except (TypeError, ValueError):
-        return "? W"
-
-
 def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
     return {"severity": severity, "code": code, "message": message, "hint": hint}
 
@@ -77,8 +70,11 @@ def _line(row: dict[str, Any]) -> str:
     return f"line {row[SOURCE_LINE]} ({_w(row['cap_w'])})"
 
 
-def _w(value: float) -> str:
-    return f"{value:g} W"
+def _w(value: Any) -> str:
+    try:
+        return f"{float(value):g} W"
+    except (TypeError, ValueError):  # run.json written by hand
+        return "? W"
 
 
 def _why_ignored(row: dict[str, Any], metric: str) -> str:
@@ -238,7 +234,7 @@ def run_findings(run: dict[str, Any] | None) -> list[dict[str, Any]]:
     left_out = adaptive.get("left_out")
     if isinstance(left_out, list) and left_out:
         caps = ", ".join(
-            f"{_watts(c.get('cap_w'))} ({c.get('reason', '?')})"
+            f"{_w(c.get('cap_w'))} ({c.get('reason', '?')})"
             for c in left_out
             if isinstance(c, dict)
         )

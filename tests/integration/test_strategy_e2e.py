@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.unit.test_strategy import staircase
 
 # Fast but still accurate: at this scale a millisecond of wall latency is 0.04 run seconds.
 TIME_SCALE = "40"
@@ -186,20 +187,14 @@ def test_a_curve_with_more_structure_than_the_budget_says_what_it_left_out(
     tmp_path: Path,
 ) -> None:
     # four boost plateaus and a top ceiling on a 21-cap grid: more edges than ten caps pin down
-    def draw(cap: float) -> float:
-        for lo, hi, level in ((200, 230, 195), (240, 270, 236), (280, 310, 276), (320, 350, 316)):
-            if lo <= cap <= hi:
-                return min(cap, level)
-        return min(cap, 356.0) if cap >= 360 else cap
-
     curve = tmp_path / "staircase.csv"
     with curve.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cap_w", "power_w", "narr_tps", "code_tps", "sm_clock_mhz", "status"])
         for cap in range(190, 400, 10):
-            d = draw(cap)
-            tps = 0.1 * d**0.8
-            w.writerow([cap, d, round(tps, 4), round(tps, 4), 1000 + d, "ok"])
+            m = staircase(float(cap))
+            tps = round(m.tps, 4)
+            w.writerow([cap, m.power_w, tps, tps, m.sm_clock_mhz, "ok"])
     out = tmp_path / "runs"
     proc = powersweep(
         "--simulate",

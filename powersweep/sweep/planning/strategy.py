@@ -241,11 +241,11 @@ class AdaptivePlanner:
         ):
             if plan is not None and all(p.cap_w != plan.cap_w for p in out):
                 out.append(plan)
-        left = self.max_caps - len(tried)
+        room = max(self.max_caps - len(tried), 0)
         # Peak first, then the near-peak edge, then structure: what the budget cannot take is
         # what matters least, and it is kept to be reported.
-        self.left_out = [(p.cap_w, p.reason) for p in out[max(left, 0) :]]
-        out = out[: max(left, 0)]
+        self.left_out = [(p.cap_w, p.reason) for p in out[room:]]
+        out = out[:room]
         if not out and not self.left_out and len(tried) + SPARE_CAPS < self.max_caps:
             # Everything is settled, with caps to spare: narrow the near-peak crossing to
             # neighbours (left two steps wide, a reading on either side of the floor that noise
