@@ -53,6 +53,7 @@ REQUESTS_COLUMNS = (
     "server_decode_tps",
     "server_prompt_tps",
     "confirm",
+    "max_tokens",
 )
 # Short codes of requests.csv ``warnings`` (``;``-separated): what makes a request's numbers
 # doubtful. Readers must tolerate codes they do not know.

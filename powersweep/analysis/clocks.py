@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from powersweep import __version__
+from powersweep.analysis import noise, trust
 from powersweep.analysis.load import Curve
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
@@ -85,13 +86,29 @@ def _f(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+LOCK_KEYS = ("sm_lock_mhz", "mem_lock_mhz")
+
+
 def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
-    """The usable points of a clock curve, by memory lock (descending) then SM lock."""
+    """The usable points of a clock curve, by memory lock (descending) then SM lock.
+
+    A point measured more than once is one point: the confirm phase's readings pooled, any other
+    repeat (a retry, a recheck) replacing the earlier reading
+    (:func:`~powersweep.analysis.core.pool_repeats`).
+    """
+    from powersweep.analysis.core import current_rows, pool_repeats
+
     out = []
-    for row in caps.iter_rows(named=True):
+    usable = []
+    for row in current_rows(caps, LOCK_KEYS).iter_rows(named=True):
         tps, power = _f(row.get(metric)), _f(row.get("power_w"))
-        if row.get("status", "ok") != "ok" or not (math.isfinite(tps) and power > 0):
-            continue
+        if row.get("status", "ok") == "ok" and math.isfinite(tps) and power > 0:
+            usable.append(row)
+    if not usable:
+        return []
+    pooled = pool_repeats(pl.DataFrame(usable, schema=caps.schema), metric, LOCK_KEYS)
+    for row in pooled.iter_rows(named=True):
+        tps, power = _f(row.get(metric)), _f(row.get("power_w"))
         out.append(
             ClockPoint(
                 sm_lock_mhz=_f(row.get("sm_lock_mhz")),
@@ -208,16 +225,21 @@ def tier_summaries(points: Sequence[ClockPoint]) -> list[dict[str, Any]]:
     return out
 
 
-def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, Any]:
+def analyze_clocks(
+    curve: Curve, *, max_tps_loss_pct: float = 5.0, bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """Analyse a clock-lock curve (one axis or a grid).
 
     Args:
         curve: A loaded curve whose rows carry ``sm_lock_mhz`` / ``mem_lock_mhz``.
         max_tps_loss_pct: TPS loss (vs the best TPS) the near-peak point may cost.
+        bootstrap: Resamples for the points tied with the peak (0: none); needs samples.csv.
+        seed: Seed of the resampling.
 
     Returns:
         analysis.json for a clock sweep (docs/run-format.md): ``axis``, ``points``, ``peak``
-        (also as ``sweet_spot``), ``near_peak``, ``pareto_front``, ``tiers``,
+        (also as ``sweet_spot``; with ``tied_points``, the points statistically tied with it,
+        and ``noise_source``), ``near_peak``, ``pareto_front``, ``tiers``,
         ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
     """
     from powersweep.analysis.core import run_facts, sanitize
@@ -248,6 +270,8 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
     }
     findings: list[dict[str, Any]] = result["findings"]
     findings += _status_findings(curve.caps)
+    # what the run met (points measured again, suspect, failed requests...), as on the power axis
+    findings += trust.run_findings(curve.run)
     if not points:
         findings.append(
             _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
@@ -257,7 +281,11 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
     fastest = max(points, key=lambda p: p.tps)
     floor = fastest.tps * (1.0 - max_tps_loss_pct / 100.0)
     near = min((p for p in points if p.tps >= floor), key=lambda p: p.power_w)
-    result["peak"] = {**peak.as_dict(), **_versus(peak, fastest)}
+    result["peak"] = {
+        **peak.as_dict(),
+        **_versus(peak, fastest),
+        **_peak_noise(curve, points, peak, bootstrap, seed),
+    }
     result["sweet_spot"] = result["peak"]
     result["fastest"] = fastest.as_dict()
     result["near_peak"] = {
@@ -281,6 +309,37 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
     result["power_cap_binds"] = binds
     findings += _findings(result, peak, fastest, binds, run)
     return sanitize(result)
+
+
+def _lock_key(p: ClockPoint) -> tuple[float | None, ...]:
+    return noise.point_key([p.sm_lock_mhz, p.mem_lock_mhz])
+
+
+def _peak_noise(
+    curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint, n_boot: int, seed: int
+) -> dict[str, Any]:
+    """The points statistically tied with the peak: each point's TPS units and load ticks
+    resampled within what was measured there (as for caps, :mod:`.noise`). Without raw data
+    (a bare CSV) only the peak itself is named."""
+    only = {"tied_points": [_locks(peak)], "noise_source": None, "best_share": None}
+    if curve.samples is None or n_boot <= 0:
+        return only
+    draws = noise.resample_points(
+        curve, LOCK_KEYS, [(_lock_key(p), p.tps, p.power_w) for p in points], n_boot, seed
+    )
+    if draws is None:
+        return only
+    tied, share, _ = noise.tied_with_best(draws, list(points).index(peak))
+    return {
+        "tied_points": [_locks(points[k]) for k in tied],
+        "noise_source": noise.RESAMPLED,
+        "best_share": [{**_locks(p), "share": float(share[k])} for k, p in enumerate(points)],
+    }
+
+
+def _locks(p: ClockPoint) -> dict[str, float | None]:
+    sm, mem = _lock_key(p)
+    return {"sm_lock_mhz": sm, "mem_lock_mhz": mem}
 
 
 def _versus(p: ClockPoint, fastest: ClockPoint) -> dict[str, Any]:

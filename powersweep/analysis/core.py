@@ -276,10 +276,32 @@ def _float(value: Any) -> float:
     return out
 
 
+def current_rows(caps: pl.DataFrame, by: Sequence[str] = ("cap_w",)) -> pl.DataFrame:
+    """The rows of each point that stand: its last measurement that is not a confirm
+    re-measurement, with the confirm rows after it; a point whose last such measurement did not
+    end ok (a recheck found it suspect, a retry failed) has none: an earlier reading it replaced
+    must not stand in for it."""
+    keys = [c for c in by if c in caps.columns]
+    if caps.height == 0 or not keys or "status" not in caps.columns:
+        return caps
+    confirm = (
+        pl.col("reason").fill_null("") == CONFIRM_REASON
+        if "reason" in caps.columns
+        else pl.lit(False)
+    )
+    last_status = (
+        pl.col("status").filter(~confirm).last().over(keys)
+        if "reason" in caps.columns
+        else pl.col("status").last().over(keys)
+    )
+    return caps.filter(last_status.fill_null("ok") == "ok")
+
+
 def _usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
     """Rows that count: status ok, finite positive draw, finite TPS; one per cap, repeats pooled
-    (:func:`pool_repeats`)."""
-    ok = caps.filter(
+    (:func:`pool_repeats`); a cap whose last measurement did not end ok has none
+    (:func:`current_rows`)."""
+    ok = current_rows(caps).filter(
         (pl.col("status") == "ok")
         & pl.col(metric).is_not_null()
         & pl.col(metric).is_finite()
@@ -291,30 +313,37 @@ def _usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
     return pool_repeats(ok, metric).sort("cap_w")
 
 
-def pool_repeats(ok: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """One row per cap: the confirm phase's re-measurements are pooled with the cap's reading.
+def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) -> pl.DataFrame:
+    """One row per point: the confirm phase's re-measurements are pooled with its reading.
 
-    A cap measured again to resolve noise (``reason`` ``confirm``) keeps every reading: TPS
+    A point measured again to resolve noise (``reason`` ``confirm``) keeps every reading: TPS
     figures are weighted by each measurement's window (``window_s``, else equally), draw by its
     load samples (``n_samples``, else equally); counts add up; everything else is the last
     measurement's. ``n_measurements`` says how many were pooled. Any other repeat (a retried or
-    re-checked cap) replaces the earlier reading: the last one before the confirm phase counts.
+    re-checked point) replaces the earlier reading: the last one before the confirm phase counts.
+
+    Args:
+        ok: The usable rows.
+        metric: The TPS column the sweep optimises.
+        by: The columns that name a point (a cap; the locks of a clock point).
     """
-    if ok.height == 0:
+    keys = [c for c in by if c in ok.columns]
+    if ok.height == 0 or not keys:
         return ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
     if "reason" in ok.columns:
         confirm = pl.col("reason").fill_null("") == CONFIRM_REASON
         ok = (
             ok.with_row_index("_i")
-            .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over("cap_w")))
+            .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over(keys)))
             .drop("_i")
         )
     tps_cols = [c for c in ("narr_tps", "code_tps", "prefill_tps", metric) if c in ok.columns]
     tps_cols = list(dict.fromkeys(tps_cols))
-    df = ok.with_columns(
-        pl.col("window_s").fill_null(1.0).alias("_wt"),
-        pl.col("n_samples").fill_null(1.0).alias("_wp"),
-    )
+
+    def weight(col: str) -> pl.Expr:
+        return pl.col(col).fill_null(1.0) if col in ok.columns else pl.lit(1.0)
+
+    df = ok.with_columns(weight("window_s").alias("_wt"), weight("n_samples").alias("_wp"))
 
     def weighted(col: str, weight: str) -> pl.Expr:
         valid = pl.col(col).is_not_null() & pl.col(col).is_finite()
@@ -330,11 +359,12 @@ def pool_repeats(ok: pl.DataFrame, metric: str) -> pl.DataFrame:
             # A sum over a missing reading is unknown, not smaller.
             pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).otherwise(None).alias(c)
             for c in ("n_samples", "n_requests", "energy_j", "energy_sampled_j")
+            if c in ok.columns
         ),
         pl.len().alias("n_measurements"),
     ]
-    aggs += [pl.col(c).last() for c in ok.columns if c not in pooled_cols and c != "cap_w"]
-    pooled = df.group_by("cap_w", maintain_order=True).agg(aggs)
+    aggs += [pl.col(c).last() for c in ok.columns if c not in pooled_cols and c not in keys]
+    pooled = df.group_by(keys, maintain_order=True).agg(aggs)
     tpw = pl.col(metric) / pl.col("power_w")
     return pooled.with_columns(tpw.alias("tps_per_w")).select([*ok.columns, "n_measurements"])
 

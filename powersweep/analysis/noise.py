@@ -63,11 +63,24 @@ def sweet_spot_noise(
     return _scatter_estimate(points, best_cap_w)
 
 
-def pooled_blocks(caps: pl.DataFrame) -> dict[float, np.ndarray]:
-    """Per cap: ``(tokens, seconds)`` rows of every ok measurement's ``tps_blocks``, pooled."""
-    if "tps_blocks" not in caps.columns:
+Key = tuple[float | None, ...]
+CAP_KEYS = ("cap_w",)
+
+
+def point_key(values: Sequence[Any]) -> Key:
+    """A point's key from its column values: floats, missing (None or NaN) as None."""
+    out: list[float | None] = []
+    for v in values:
+        f = None if v is None else float(v)
+        out.append(None if f is None or math.isnan(f) else f)
+    return tuple(out)
+
+
+def pooled_blocks(caps: pl.DataFrame, keys: Sequence[str] = CAP_KEYS) -> dict[Key, np.ndarray]:
+    """Per point: ``(tokens, seconds)`` rows of every ok measurement's ``tps_blocks``, pooled."""
+    if "tps_blocks" not in caps.columns or not set(keys) <= set(caps.columns):
         return {}
-    out: dict[float, list[tuple[float, float]]] = {}
+    out: dict[Key, list[tuple[float, float]]] = {}
     ok = caps.filter(pl.col("status") == "ok")
     for row in ok.iter_rows(named=True):
         text = row.get("tps_blocks")
@@ -75,8 +88,8 @@ def pooled_blocks(caps: pl.DataFrame) -> dict[float, np.ndarray]:
             continue
         blocks = parse_blocks(text)
         if blocks:
-            out.setdefault(float(row["cap_w"]), []).extend(blocks)
-    return {cap: np.asarray(b, dtype=float) for cap, b in out.items()}
+            out.setdefault(point_key([row[k] for k in keys]), []).extend(blocks)
+    return {key: np.asarray(b, dtype=float) for key, b in out.items()}
 
 
 def parse_blocks(text: str) -> list[tuple[float, float]]:
@@ -167,71 +180,103 @@ def resample(curve: Curve, points: Sequence[CapPoint], n_boot: int, seed: int) -
     Returns:
         The resampled figures, or None without raw data for both figures at two caps or more.
     """
+    return resample_points(
+        curve, CAP_KEYS, [((p.cap_w,), p.tps, p.power_w) for p in points], n_boot, seed
+    )
+
+
+def resample_points(
+    curve: Curve,
+    keys: Sequence[str],
+    points: Sequence[tuple[Key, float, float]],
+    n_boot: int,
+    seed: int,
+) -> Draws | None:
+    """Resample each point's TPS units and load ticks within what was measured.
+
+    Args:
+        curve: The loaded curve.
+        keys: The columns that name a point in caps.csv, samples.csv and requests.csv (the
+            cap; the locks of a clock point).
+        points: ``(key, tps, power_w)`` of each measured point (repeats pooled).
+        n_boot: Resamples.
+        seed: Seed of the resampling.
+
+    Returns:
+        The resampled figures, or None without raw data for both figures at two points or more.
+    """
     if n_boot <= 0 or curve.samples is None:
         return None
-    blocks = pooled_blocks(curve.caps)
+    blocks = pooled_blocks(curve.caps, keys)
     # A decode-concurrent cap's TPS is the aggregate of a window: one stream's rate is not a
     # unit of it, so runs without tps_blocks resample only its draw there.
     concurrent = (curve.run or {}).get("load_mode") == "decode-concurrent"
     req_tps = (
-        _request_tps(curve.requests, curve.metric)
+        _request_tps(curve.requests, curve.metric, keys)
         if curve.requests is not None and not concurrent
         else {}
     )
-    tick_power = _tick_power(curve.samples, _serving_gpus(curve.run))
+    tick_power = _tick_power(curve.samples, _serving_gpus(curve.run), keys)
     rng = np.random.default_rng(seed)
     tps = np.empty((n_boot, len(points)))
     power_w = np.empty((n_boot, len(points)))
     resampled = 0
-    for k, p in enumerate(points):
-        tps_rel = _tps_factor(rng, n_boot, blocks.get(p.cap_w), req_tps.get(p.cap_w))
-        power = tick_power.get(p.cap_w)
+    for k, (key, p_tps, p_power) in enumerate(points):
+        tps_rel = _tps_factor(rng, n_boot, blocks.get(key), req_tps.get(key))
+        power = tick_power.get(key)
         power_rel = None
         if power is not None and len(power) >= 2 and np.median(power) > 0:
             pidx = rng.integers(0, len(power), size=(n_boot, len(power)))
             power_rel = np.median(power[pidx], axis=1) / np.median(power)
         if tps_rel is None or power_rel is None:
-            tps[:, k], power_w[:, k] = p.tps, p.power_w
+            tps[:, k], power_w[:, k] = p_tps, p_power
             continue
         resampled += 1
-        # Relative resampled figures around the reported point (a cap measured twice is pooled
-        # in ``points``; its units here are pooled too).
-        tps[:, k], power_w[:, k] = p.tps * tps_rel, p.power_w * power_rel
+        # Relative resampled figures around the reported point (a point measured twice is
+        # pooled in ``points``; its units here are pooled too).
+        tps[:, k], power_w[:, k] = p_tps * tps_rel, p_power * power_rel
     if resampled < 2:
         return None
     return Draws(tps, power_w, resampled, "tps_blocks" if blocks else "requests", seed)
 
 
-def _bootstrap(points: Sequence[CapPoint], best_cap_w: float, resampled: Draws) -> dict[str, Any]:
-    """Count how often each cap wins the resamples, and which caps tie with the best."""
-    draws = resampled.tps / resampled.power_w
-    n_boot = len(draws)
-    winners = np.argmax(draws, axis=1)
-    share = np.bincount(winners, minlength=len(points)) / n_boot
-    lo = np.percentile(draws, 2.5, axis=0)
-    hi = np.percentile(draws, 97.5, axis=0)
-    best = next(k for k, p in enumerate(points) if p.cap_w == best_cap_w)
-    # Tied: the cap is at least as good as the best in a fair share of resamples (a one-sided
-    # 2.5% test on the pair's difference, not overlapping intervals: one cap's wide interval
+def tied_with_best(draws: Draws, best: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Which points the resamples tie with point ``best``: their indices, each point's share of
+    resamples it wins, and its 95% interval of TPS/W (a ``(2, n)`` array)."""
+    tpw = draws.tps / draws.power_w
+    n_boot = len(tpw)
+    winners = np.argmax(tpw, axis=1)
+    share = np.bincount(winners, minlength=tpw.shape[1]) / n_boot
+    ci = np.percentile(tpw, [2.5, 97.5], axis=0)
+    # Tied: the point is at least as good as the best in a fair share of resamples (a one-sided
+    # 2.5% test on the pair's difference, not overlapping intervals: one point's wide interval
     # must not tie it with a best it trails by far).
-    as_good = (draws >= draws[:, [best]]).mean(axis=0)
+    as_good = (tpw >= tpw[:, [best]]).mean(axis=0)
     tied = [
-        points[k].cap_w
-        for k in range(len(points))
+        k
+        for k in range(tpw.shape[1])
         if k == best or share[k] >= TIED_SHARE or as_good[k] >= PAIR_TIE_SHARE
     ]
+    return tied, share, ci
+
+
+def _bootstrap(points: Sequence[CapPoint], best_cap_w: float, resampled: Draws) -> dict[str, Any]:
+    """Count how often each cap wins the resamples, and which caps tie with the best."""
+    best = next(k for k, p in enumerate(points) if p.cap_w == best_cap_w)
+    tied_k, share, ci = tied_with_best(resampled, best)
+    tied = [points[k].cap_w for k in tied_k]
     return {
         "tied_caps": tied,
         "interval_w": [min(tied), max(tied)],
         "noise_source": RESAMPLED,
         "bootstrap": {
-            "resamples": n_boot,
+            "resamples": len(resampled.tps),
             "seed": resampled.seed,
             "caps_resampled": resampled.resampled,
             "tps_units": resampled.tps_units,
             "best_share": {str(p.cap_w): float(share[k]) for k, p in enumerate(points)},
             "tps_per_w_ci": {
-                str(p.cap_w): [float(lo[k]), float(hi[k])] for k, p in enumerate(points)
+                str(p.cap_w): [float(ci[0, k]), float(ci[1, k])] for k, p in enumerate(points)
             },
         },
         "estimate": None,
@@ -327,9 +372,11 @@ def _tps_factor(
     return None
 
 
-def _request_tps(requests: pl.DataFrame, metric: str) -> dict[float, tuple[np.ndarray, np.ndarray]]:
-    """Per cap: (per-request TPS, weights in tokens) of the requests that make the metric."""
-    need = {"cap_w", "prompt_kind"}
+def _request_tps(
+    requests: pl.DataFrame, metric: str, keys: Sequence[str] = CAP_KEYS
+) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
+    """Per point: (per-request TPS, weights in tokens) of the requests that make the metric."""
+    need = {*keys, "prompt_kind"}
     if not need <= set(requests.columns):
         return {}
     df = requests
@@ -362,9 +409,9 @@ def _request_tps(requests: pl.DataFrame, metric: str) -> dict[float, tuple[np.nd
         & pl.col("_tok").is_finite()
         & pl.col("cap_w").is_not_null()
     ).with_columns(pl.col("_tok").clip(lower_bound=1.0))
-    out: dict[float, tuple[np.ndarray, np.ndarray]] = {}
-    for (cap,), group in df.group_by(["cap_w"], maintain_order=True):
-        out[float(cap)] = (group["_tps"].to_numpy(), group["_tok"].to_numpy())
+    out: dict[Key, tuple[np.ndarray, np.ndarray]] = {}
+    for key, group in df.group_by(list(keys), maintain_order=True):
+        out[point_key(key)] = (group["_tps"].to_numpy(), group["_tok"].to_numpy())
     return out
 
 
@@ -378,19 +425,20 @@ def _serving_gpus(run: Mapping[str, Any] | None) -> list[int] | None:
 
 
 def _tick_power(
-    samples: pl.DataFrame, serving: Sequence[int] | None = None
-) -> Mapping[float, np.ndarray]:
-    """Per cap: combined draw of every load tick (GPUs summed per tick), util > 50 % on the
+    samples: pl.DataFrame, serving: Sequence[int] | None = None, keys: Sequence[str] = CAP_KEYS
+) -> Mapping[Key, np.ndarray]:
+    """Per point: combined draw of every load tick (GPUs summed per tick), util > 50 % on the
     busiest serving GPU (every GPU when ``serving`` is unknown)."""
-    if not {"cap_w", "power_w"} <= set(samples.columns):
+    if not {*keys, "cap_w", "power_w"} <= set(samples.columns):
         return {}
     # Ticks before the first cap was set (cap_w empty) belong to no cap.
     df = samples.filter(pl.col("power_w").is_finite() & pl.col("cap_w").is_not_null())
     if "phase" in df.columns:
         df = df.filter(~pl.col("phase").is_in(list(IDLE_PHASES)))
-    keys = ["cap_w", "tick"] if "tick" in df.columns else ["cap_w", "t_s"]
-    if keys[1] not in df.columns:
+    tick = "tick" if "tick" in df.columns else "t_s"
+    if tick not in df.columns:
         return {}
+    by = [*keys, tick]
     aggs = [pl.col("power_w").sum().alias("p")]
     if "util_pct" in df.columns:
         # the busiest card: an idle card beside a loaded one must not hide the load
@@ -398,12 +446,12 @@ def _tick_power(
         if serving and "gpu_index" in df.columns:
             util = util.filter(pl.col("gpu_index").is_in([float(i) for i in serving]))
         aggs.append(util.max().alias("u"))
-    ticks = df.group_by(keys, maintain_order=True).agg(aggs)
+    ticks = df.group_by(by, maintain_order=True).agg(aggs)
     if "u" in ticks.columns:
         ticks = ticks.filter(pl.col("u").is_null() | (pl.col("u") > 50.0))
-    out: dict[float, np.ndarray] = {}
-    for (cap,), group in ticks.sort(keys).group_by(["cap_w"], maintain_order=True):
-        out[float(cap)] = group["p"].to_numpy()
+    out: dict[Key, np.ndarray] = {}
+    for key, group in ticks.sort(by).group_by(list(keys), maintain_order=True):
+        out[point_key(key)] = group["p"].to_numpy()
     return out
 
 

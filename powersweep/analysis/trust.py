@@ -19,10 +19,11 @@ SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
 OWN_STATUSES = frozenset({SUSPECT, IMPLAUSIBLE})
 _FAULT_TEXT = {
-    "remeasured": "cap(s) looked disturbed (a stall, or narrative and code rates that disagree) "
-    "and were measured again",
-    "suspect": "cap(s) stayed inconsistent after a second measurement (status suspect)",
-    "cap_retried": "failed cap(s) were measured again at the end of the sweep",
+    "remeasured": "point(s) looked disturbed (a stall or a paused server, a stuck stream, a "
+    "prefill far slower than its peers, or narrative and code rates that disagree) and were "
+    "measured again",
+    "suspect": "point(s) stayed disturbed after a second measurement (status suspect)",
+    "cap_retried": "failed point(s) were measured again at the end of the sweep",
     "usage_untrusted": "request(s) reported usage the streamed text could not hold "
     "(token chunks counted instead)",
     "server_busy": "request(s) met a busy server (HTTP 429/503) and were retried",
@@ -30,7 +31,8 @@ _FAULT_TEXT = {
     "line_too_long": "request(s) met an event-stream line that never ended",
     "too_slow": "request(s) got no token before their deadline",
     "slow_requests": "warm-up request(s) ran past their deadline",
-    "cut_at_deadline": "request(s) ran past their window and were cut (what arrived counts)",
+    "cut_at_deadline": "request(s) streamed past their max_tokens (the server ignores it) and "
+    "were cut at their window's end (what arrived counts)",
 }
 _LIST_MAX = 12
 

@@ -83,11 +83,21 @@ LoadModeOpt = Annotated[
 ]
 
 TargetCapSecondsOpt = Annotated[
-    float, typer.Option(help="Seconds of load per prompt per cap.", rich_help_panel=LOAD)
+    float,
+    typer.Option(
+        help="Run seconds of each prompt's window per point (a request may run on for a "
+        "margin of at most 10% of it, 1.5 s per point in all, then it is cut).",
+        rich_help_panel=LOAD,
+    ),
 ]
 
 WarmupRequestsOpt = Annotated[
-    int, typer.Option(help="Warm-up requests per prompt.", rich_help_panel=LOAD)
+    int,
+    typer.Option(
+        help="At most this many warm-up requests per prompt; the warm-up ends sooner once rate "
+        "and draw are steady, and after 3 windows at most (0: none).",
+        rich_help_panel=LOAD,
+    ),
 ]
 
 ConcurrencyOpt = Annotated[
@@ -124,9 +134,13 @@ ConcurrencyStretchOpt = Annotated[
 ]
 
 TargetPrefillSecondsOpt = Annotated[
-    float,
+    float | None,
     typer.Option(
-        help="prefill-heavy: prefill time each prompt is sized for.", rich_help_panel=LOAD
+        help=(
+            "prefill-heavy: prefill time each prompt is sized for at the first point (default: "
+            "a quarter of --target-cap-seconds; at most half)."
+        ),
+        rich_help_panel=LOAD,
     ),
 ]
 
@@ -409,7 +423,7 @@ def sweep_command(
     max_concurrency_probe: MaxConcurrencyProbeOpt = 16,
     load_target: LoadTargetOpt = None,
     concurrency_stretch: ConcurrencyStretchOpt = 0,
-    target_prefill_seconds: TargetPrefillSecondsOpt = 10.0,
+    target_prefill_seconds: TargetPrefillSecondsOpt = None,
     gpu: GpuOpt = None,
     caps: CapsOpt = None,
     step_size: StepSizeOpt = 10.0,

@@ -14,10 +14,15 @@ request stays time-bounded and every figure is either right or clearly marked:
 - ``slow``: the first token comes only after :data:`SLOW_FIRST_TOKEN_S` run seconds.
 - ``slow-code``: the code prompt decodes :data:`SLOW_CODE_FACTOR` times slower than the
   narrative one (a server disturbed on one prompt only).
+- ``pause``: :data:`PAUSE_AFTER_S` run seconds after the request that meets it arrives, the
+  whole server stops for :data:`PAUSE_S` run seconds (a paused or swapping process): no stream
+  sends a token, no prefill advances, the GPU idles, and nothing catches up afterwards.
 
 ``KIND@CAP`` limits a fault to requests served while the card is capped at CAP watts;
-``KIND-once`` (and ``KIND-once@CAP``) to the first request it would hit; ``KIND-first@CAP`` to
-the requests of the first visit to that cap (a cap measured again later is served normally).
+``KIND@+T`` to requests that arrive T run seconds or more after the server started (a clock
+sweep, whose points share one cap); ``KIND-once`` (and ``KIND-once@CAP``, ``KIND-once@+T``) to
+the first request it would hit; ``KIND-first@CAP`` to the requests of the first visit to that
+cap (a cap measured again later is served normally).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ FAULT_KINDS = (
     "busy",
     "slow",
     "slow-code",
+    "pause",
 )
 STALL_S = 45.0
 STALL_AFTER_TOKENS = 10
@@ -46,8 +52,13 @@ SLOW_FIRST_TOKEN_S = 600.0
 SLOW_CODE_FACTOR = 5.0
 ENDLESS_TOKENS = 100_000
 LONG_LINE_AFTER_TOKENS = 5
+PAUSE_S = 6.0
+PAUSE_AFTER_S = 2.0
 
-_SPEC = re.compile(r"^(?P<kind>[a-z-]+?)(?P<scope>-once|-first)?(?:@(?P<cap>\d+(?:\.\d+)?))?$")
+_SPEC = re.compile(
+    r"^(?P<kind>[a-z-]+?)(?P<scope>-once|-first)?"
+    r"(?:@(?P<cap>\d+(?:\.\d+)?)|@\+(?P<after>\d+(?:\.\d+)?))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -59,16 +70,18 @@ class ServerFault:
         at_cap_w: Only while the card is capped at this many watts (None: always).
         once: Only the first request it would hit.
         first_visit: Only while the card is at ``at_cap_w`` for the first time.
+        after_s: Only requests arriving this many run seconds after the server started.
     """
 
     kind: str
     at_cap_w: float | None = None
     once: bool = False
     first_visit: bool = False
+    after_s: float | None = None
 
 
 def parse_fault(spec: str) -> ServerFault:
-    """Parse ``KIND[-once|-first][@CAP]``.
+    """Parse ``KIND[-once|-first][@CAP|@+T]``.
 
     Raises:
         UsageError: Not a known fault.
@@ -76,16 +89,18 @@ def parse_fault(spec: str) -> ServerFault:
     m = _SPEC.match(spec.strip().lower())
     if m is None or m.group("kind") not in FAULT_KINDS:
         raise UsageError(
-            f"--sim-fault takes KIND[-once|-first][@CAP] with KIND one of "
+            f"--sim-fault takes KIND[-once|-first][@CAP|@+SECONDS] with KIND one of "
             f"{', '.join(FAULT_KINDS)}, not {spec!r}"
         )
     cap = m.group("cap")
     scope = m.group("scope")
     if scope == "-first" and cap is None:
         raise UsageError("--sim-fault KIND-first needs @CAP (the cap whose first visit fails)")
+    after = m.group("after")
     return ServerFault(
         m.group("kind"),
         float(cap) if cap else None,
         once=scope == "-once",
         first_visit=scope == "-first",
+        after_s=float(after) if after else None,
     )

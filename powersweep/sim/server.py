@@ -45,7 +45,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from powersweep.sim import faults
-from powersweep.sim.engine import SimEngine
+from powersweep.sim.engine import SimEngine, WorkKind
 from powersweep.sim.faults import ServerFault
 
 FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
@@ -146,6 +146,11 @@ class _WatchedResponse(Response):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for chunk in self._iter:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # A write to a socket the client closed only fails; the loss is noticed once
+                # the loop runs its callback. Yield, so a client that hung up (a cut or
+                # cancelled request) stops the stream at once instead of after more writes
+                # (which asyncio logs as "socket.send() raised exception.").
+                await asyncio.sleep(0)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         async def watch() -> None:
@@ -190,8 +195,8 @@ class SimServer:
             ``plain``, nothing otherwise.
         hide_num_ctx: ``ollama``: leave ``num_ctx`` out of ``/api/show`` (no Modelfile setting),
             so clients see only the model's training context.
-        tokens_per_chunk: Tokens packed into one stream event (vLLM and others send several
-            under load); counting events as tokens then reads low by this factor.
+        tokens_per_chunk: Tokens packed into one stream event after the first (vLLM and others
+            send several under load); counting events as tokens then reads low by this factor.
         ignore_max_tokens: Generate more tokens than ``max_tokens`` asks for (as a server that
             ignores the limit does).
         fault: A misbehaviour to inject (:mod:`powersweep.sim.faults`).
@@ -237,6 +242,8 @@ class SimServer:
         self._fault_spent = False
         self._visit_over = False
         self._busy_left = faults.BUSY_ANSWERS
+        # a whole-server pause (fault ``pause``): run-time span in which nothing advances
+        self._pause: tuple[float, float] | None = None
         self.requests_processing = 0
         self.requests_deferred = 0
         self.requests_total = 0
@@ -454,6 +461,9 @@ class SimServer:
         if self.http_error is not None:
             return _error(self.http_error, f"simulated HTTP {self.http_error}", "server_error")
         fault = self._fault_now()
+        if fault == "pause" and self._pause is None:
+            start = arrived_s + faults.PAUSE_AFTER_S
+            self._pause = (start, start + faults.PAUSE_S)
         if fault == "busy" and self._busy_left > 0:
             self._busy_left -= 1
             response = _error(503, "Loading model", "unavailable_error")
@@ -518,6 +528,8 @@ class SimServer:
         """The fault the request arriving now meets (None: it is served normally)."""
         f = self.fault
         if f is None or (f.once and self._fault_spent):
+            return None
+        if f.after_s is not None and self.engine.clock.now() < f.after_s:
             return None
         if f.at_cap_w is not None:
             cap = self._current_cap_w() if self._current_cap_w is not None else math.nan
@@ -604,6 +616,7 @@ class SimServer:
                 if plan.prompt_tokens > 0:
                     rate = _positive(engine.prefill_rate_tps(plan.prompt_tokens))
                     await clock.asleep(t_prefill + plan.prompt_tokens / rate - clock.now())
+                    await self._paused("prefill", t_prefill)
             finally:
                 engine.work_finished("prefill")
             progress.prefill_s = clock.now() - t_prefill
@@ -620,6 +633,8 @@ class SimServer:
                     wait = due - clock.now()
                     if wait > 0:
                         await clock.asleep(wait if step >= min_sleep else max(wait, min_sleep))
+                    if await self._paused("decode", due - step):
+                        due = clock.now() + step  # a paused server does not catch up
                     now = clock.now()
                     burst: list[int] = []
                     while i < n and due <= now:
@@ -646,6 +661,26 @@ class SimServer:
             self.requests_processing -= 1
             if slot is not None:
                 slot.release()
+
+    async def _paused(self, kind: WorkKind, since_s: float) -> bool:
+        """Wait out a whole-server pause that began after ``since_s`` (the GPU idles meanwhile);
+        True when there was one."""
+        if self._pause is None:
+            return False
+        start, end = self._pause
+        clock = self.engine.clock
+        now = clock.now()
+        if not (start < now and since_s < end):
+            return False
+        # the work that fell in the pause did not happen: it is done after it
+        owed = min(now, end) - max(start, since_s)
+        self.engine.work_finished(kind)
+        try:
+            await clock.asleep(end - now)
+        finally:
+            self.engine.work_started(kind)
+        await clock.asleep(max(0.0, owed))
+        return True
 
     def _texts(self, plan: _Plan) -> list[str]:
         rng = random.Random(self.seed * 1_000_003 + plan.request_no)
@@ -748,7 +783,9 @@ class SimServer:
                     if pending and (pending[0] < plan.reasoning_tokens) != reasoning_now:
                         out += flush()
                     pending.append(i)
-                    if len(pending) >= self.tokens_per_chunk:
+                    # the first token goes out alone, as servers that pack tokens under load
+                    # (vLLM's and SGLang's stream intervals) send it: the prefill ended with it
+                    if len(pending) >= self.tokens_per_chunk or i == 0:
                         out += flush()
                     sent += 1
                 if out:

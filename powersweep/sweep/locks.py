@@ -14,7 +14,8 @@ from typing import Any
 
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu, LockedClocks
-from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.planning.clocks import measure_order
+from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.journal import put_back_locks
 
 # A measured SM clock this far from its lock (MHz, or relative) means the card did not follow.
@@ -115,6 +116,39 @@ class ClockLocker:
                 )
                 out[g.index] = (False, str(exc))
         return out
+
+
+def usable_points(
+    points: list[SweepPoint],
+    locker: ClockLocker,
+    before_change: Callable[[], None],
+    warn: Callable[[str], None],
+) -> list[SweepPoint]:
+    """The points the cards can take: memory locks are probed once (``before_change`` first: a
+    probe changes a setting); when a card refuses them a grid falls back to its SM axis (a new
+    list, in measuring order), said in a warning. The same list when nothing changes.
+
+    Raises:
+        PowersweepError: Memory locks refused and nothing but memory locks to sweep.
+    """
+    mem = next((p.mem_lock_mhz for p in points if p.mem_lock_mhz is not None), None)
+    if mem is None:
+        return points
+    before_change()
+    probe = locker.probe_mem_locks(mem)
+    if probe.ok:
+        return points
+    if not any(p.sm_lock_mhz is not None for p in points):
+        raise PowersweepError(
+            f"memory clock locks refused ({probe.message}); --axis mem-clock has nothing else "
+            "to sweep"
+        )
+    warn(
+        f"memory clock locks refused ({probe.message}); the grid falls back to the SM axis "
+        "(memory at the clock the card picks)"
+    )
+    kept = dict.fromkeys(SweepPoint(p.cap_w, p.sm_lock_mhz, None) for p in points)
+    return measure_order(kept)
 
 
 def verify(point: SweepPoint, row: Mapping[str, Any]) -> str | None:

@@ -79,6 +79,10 @@ SIM_TIME_SCALE_BY_MODE = {"decode-single": 30.0, "decode-concurrent": 15.0, "pre
 # Streams one client (one interpreter, one connection pool) can drive and still measure: beyond
 # this, scheduling the streams costs more than the server's own time and Ctrl-C waits on them.
 MAX_STREAMS = 256
+# Default prefill time of a prefill-heavy prompt, as a share of the window; at most
+# MAX_PREFILL_SHARE: slower caps take longer, and a prompt must still end inside the window.
+PREFILL_SHARE_OF_WINDOW = 0.25
+MAX_PREFILL_SHARE = 0.5
 # Caps one sweep may plan: a few hundred already take hours.
 MAX_PLANNED_CAPS = 300
 # Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
@@ -137,7 +141,7 @@ class SweepOptions:
     max_concurrency_probe: int = 16
     load_target: float | None = None
     concurrency_stretch: int = 0
-    target_prefill_seconds: float = 10.0
+    target_prefill_seconds: float | None = None
     strategy: str = "dense"
     settle: str = "auto"
     confirm: bool = True
@@ -156,6 +160,14 @@ class SweepOptions:
     sim_ignore_max_tokens: bool = False
     sim_serving_gpus: tuple[int, ...] | None = None
     sim_fault: str | None = None
+
+    @property
+    def prefill_seconds(self) -> float:
+        """Prefill time each prefill-heavy prompt is sized for: ``--target-prefill-seconds``,
+        else a quarter of the window (a few prompts per point, so each is judged by its peers)."""
+        if self.target_prefill_seconds is not None:
+            return self.target_prefill_seconds
+        return PREFILL_SHARE_OF_WINDOW * self.target_cap_seconds
 
     @property
     def clock_axis(self) -> bool:
@@ -189,6 +201,8 @@ def _check_ranges(options: SweepOptions) -> None:
     """Every numeric option finite and within a sane range (``inf`` would never end a cap)."""
     for flag, attr, low, high, low_ok in _RANGES:
         value = getattr(options, attr)
+        if value is None:  # not given: its default applies
+            continue
         inside = low <= value <= high if low_ok else low < value <= high
         if not (math.isfinite(value) and inside):
             low_txt = f"{low:g} or more" if low_ok else f"more than {low:g}"
@@ -252,7 +266,8 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
     if options.concurrency_stretch < 0:
         raise UsageError("--concurrency-stretch must be 0 or more")
-    if not options.target_prefill_seconds > 0:
+    prefill = options.target_prefill_seconds
+    if prefill is not None and not prefill > 0:
         raise UsageError("--target-prefill-seconds must be positive")
     if options.sim_slots is not None and options.sim_slots < 1:
         raise UsageError("--sim-slots must be at least 1")
@@ -263,6 +278,17 @@ def validate(options: SweepOptions) -> None:
     if options.sim_context is not None and options.sim_context < 256:
         raise UsageError("--sim-context must be at least 256 tokens")
     _check_ranges(options)
+    if (
+        options.load_mode == "prefill-heavy"
+        and prefill is not None
+        and prefill > MAX_PREFILL_SHARE * options.target_cap_seconds
+    ):
+        raise UsageError(
+            f"--target-prefill-seconds {prefill:g} does not fit a {options.target_cap_seconds:g} s "
+            f"window: lower caps prefill slower, and every prompt must end inside its window; "
+            f"use at most {MAX_PREFILL_SHARE * options.target_cap_seconds:g} (half of "
+            "--target-cap-seconds) or a longer --target-cap-seconds"
+        )
     if options.load_mode != "decode-concurrent" and (
         options.concurrency is not None
         or options.bench_runs != 1

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
+from powersweep.sweep.estimate import estimate_run_s
 from powersweep.sweep.gpu import Gpu, GpuBackend, GpuProcess, PowerEnvelope, SupportedClocks
 from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions, validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
@@ -91,22 +93,18 @@ def _duration(seconds: float) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
-# Per-cap run seconds beyond the measured windows (request tails, sampler flush, writes).
-_CAP_OVERHEAD_S = 2.0
-# Run seconds one warm-up request takes (a short completion).
-_WARMUP_REQUEST_S = 3.0
-PROMPTS_PER_CAP = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
-
-
-def estimate_wall_s(options: SweepOptions, n_caps: int, time_scale: float = 1.0) -> float:
-    """Rough wall time of a sweep: settle + measured windows + overhead per cap, plus warm-up."""
-    per_cap = (
-        options.settle_seconds
-        + PROMPTS_PER_CAP.get(options.load_mode, 1) * options.target_cap_seconds
-        + _CAP_OVERHEAD_S
-    )
-    warm = options.warmup_requests * PROMPTS_PER_CAP.get(options.load_mode, 1) * _WARMUP_REQUEST_S
-    return (n_caps * per_cap + warm) / max(time_scale, 1e-9)
+def estimate_wall_s(
+    options: SweepOptions,
+    n_points: int,
+    time_scale: float = 1.0,
+    caps_w: Sequence[float] = (),
+) -> float:
+    """Wall time of a sweep of ``n_points`` points at ``time_scale``
+    (:func:`~powersweep.sweep.estimate.estimate_run_s`; ``caps_w``: the planned caps)."""
+    caps = sorted(set(caps_w))
+    steps = sorted(b - a for a, b in itertools.pairwise(caps))
+    spacing = steps[len(steps) // 2] if steps else None
+    return estimate_run_s(options, n_points, spacing) / max(time_scale, 1e-9)
 
 
 def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None]) -> list[float]:
@@ -423,7 +421,7 @@ def dry_run(
             selection=choice.reason,
             envelope=envelope,
             caps_w=tuple(sorted(caps, reverse=True)),
-            estimated_wall_s=estimate_wall_s(options, n, rig.clock.scale),
+            estimated_wall_s=estimate_wall_s(options, n, rig.clock.scale, caps),
             journal_path=journal_for(options).path if options.needs_journal else None,
             points=tuple(points),
             axis=options.axis,

@@ -13,7 +13,7 @@ from powersweep.errors import UsageError
 from powersweep.runformat import SCHEMA_VERSION
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.options import SweepOptions
-from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 
 

@@ -25,7 +25,7 @@ from powersweep.sweep.driver import (
     SweepPlan,
 )
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.loads.base import Load, request_budget_s
+from powersweep.sweep.loads.base import Load, Pace, request_budget_s
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
@@ -40,7 +40,7 @@ from powersweep.sweep.plan import (
     point_caps,
     select_gpus,
 )
-from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.journal import (
     Journal,
     JournalEntry,
@@ -302,6 +302,7 @@ def _run_session(
                 ],
                 busy_gpus=choice.busy_gpus,
                 on_restored=on_restored,
+                context_tokens=info.context_tokens,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)
@@ -358,7 +359,7 @@ def _clock_truth(
 def _request_budget_s(options: SweepOptions) -> float:
     """Run seconds any request without its own deadline may take (probes, calibration): the
     longest window the options ask for, twice, plus the margin every measured request gets."""
-    longest = max(options.target_cap_seconds, options.target_prefill_seconds)
+    longest = max(options.target_cap_seconds, options.prefill_seconds)
     return request_budget_s(2 * longest)
 
 
@@ -393,10 +394,10 @@ def _load_factory(
     clock: Clock,
     info: ServerInfo,
     warn: Callable[[str], None],
-) -> Callable[[Any], Load]:
+) -> Callable[[Any, Pace], Load]:
     """Builds the load of ``options.load_mode`` once the driver has its sampler."""
 
-    def make(sampler: Any) -> Load:
+    def make(sampler: Any, pace: Pace) -> Load:
         if options.load_mode == "decode-concurrent":
             return DecodeConcurrent(
                 client,
@@ -412,6 +413,7 @@ def _load_factory(
                 total_slots=info.total_slots,
                 context_tokens=info.context_tokens,
                 warn=warn,
+                pace=pace,
             )
         if options.load_mode == "prefill-heavy":
             return PrefillHeavy(
@@ -419,13 +421,13 @@ def _load_factory(
                 clock,
                 sampler,
                 options.target_cap_seconds,
-                target_prefill_s=options.target_prefill_seconds,
+                target_prefill_s=options.prefill_seconds,
                 context_tokens=info.context_tokens,
                 engine=info.engine,
                 seed=options.seed,
                 warn=warn,
             )
-        return DecodeSingle(client, clock, sampler, options.target_cap_seconds)
+        return DecodeSingle(client, clock, sampler, options.target_cap_seconds, pace)
 
     return make
 

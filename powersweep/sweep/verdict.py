@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from powersweep.runformat import WARN_IGNORED_MAX_TOKENS
 from powersweep.sweep.loads.base import TOO_SLOW
 from powersweep.sweep.server.client import (
     ERR_NO_COUNTABLE_TOKENS,
@@ -53,13 +54,11 @@ def judge(statuses: Iterable[str]) -> tuple[str, str | None]:
 class FaultLog:
     """Faults the run met, by kind, with a count and a few examples (``run.json`` ``faults``).
 
-    Args:
-        cuts_expected: Requests cut at their deadline are by design (decode-concurrent windows)
-            and not a fault.
+    A request cut at its window's end is by design (requests are sized to end with it); one
+    that streamed past its ``max_tokens`` before the cut shows a server that ignores it.
     """
 
-    def __init__(self, *, cuts_expected: bool = False) -> None:
-        self._cuts_expected = cuts_expected
+    def __init__(self) -> None:
         self._faults: dict[str, dict[str, Any]] = {}
 
     def add(self, kind: str, detail: str) -> None:
@@ -73,15 +72,17 @@ class FaultLog:
         """Count the faults the client's results show (warnings and errors it recognises)."""
         for r in requests:
             cut = r.ok and getattr(r, "finish_reason", None) == "deadline"
-            if cut and not self._cuts_expected and r.prompt_kind != "warmup":
-                # a request that ran past the window and its margin: a server that ignored
-                # max_tokens, or one too slow for the window
+            warnings = getattr(r, "warnings", ())
+            if cut and WARN_IGNORED_MAX_TOKENS in warnings and r.prompt_kind != "warmup":
+                # Requests are sized to end with their window, and one that runs a little long
+                # is cut by design; one that streamed past its max_tokens ignored it, and only
+                # the cut bounded it.
                 self.add(
                     "cut_at_deadline",
-                    f"a {r.prompt_kind} request ran past its window and was cut after "
-                    f"{r.chunk_tokens} token chunks",
+                    f"a {r.prompt_kind} request ran past its max_tokens (the server ignores it) "
+                    f"and was cut at its window's end after {r.chunk_tokens} token chunks",
                 )
-            for w in getattr(r, "warnings", ()):
+            for w in warnings:
                 if WARN_USAGE_UNTRUSTED in w:
                     self.add("usage_untrusted", w)
                 elif WARN_BUSY_RETRIED in w:

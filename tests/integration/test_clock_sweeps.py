@@ -131,9 +131,9 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
         "--mem-clocks",
         "9751,9501",
         "--time-scale",
-        "50",
+        "20",
         "--target-cap-seconds",
-        "1",
+        "2",
         *FAST,
         "--out",
         str(out),
@@ -162,9 +162,9 @@ def test_a_lock_the_card_ignores_is_rejected_from_the_measured_clock(tmp_path: P
         "--sm-clocks",
         "600,1500,2400",
         "--time-scale",
-        "50",
+        "20",
         "--target-cap-seconds",
-        "1",
+        "2",
     )
     rows = {float(r["sm_lock_mhz"]): r for r in read_csv(run / "caps.csv")}
     assert rows[600.0]["status"] == "rejected"
@@ -202,9 +202,9 @@ def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path
         "sm-clock",
         "--observe-only",
         "--time-scale",
-        "50",
+        "20",
         "--target-cap-seconds",
-        "1",
+        "2",
     )
     (row,) = read_csv(run / "caps.csv")
     assert float(row["sm_lock_mhz"]) == 1200.0 and float(row["sm_clock_mhz"]) == 1200.0
@@ -223,9 +223,9 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
         "--sm-clocks",
         "900,1200,1500,1800",
         "--time-scale",
-        "50",
+        "20",
         "--target-cap-seconds",
-        "1",
+        "2",
         *FAST,
     )
     first = powersweep(*args, "--out", str(out))
@@ -240,7 +240,8 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
     (run / "caps.csv").write_text("\n".join(lines[:3]) + "\n")
     resumed = powersweep("--resume", str(run), "--quiet")
     assert resumed.returncode == 0, resumed.stderr
-    caps = read_csv(run / "caps.csv")
+    # (points tied with the best are measured once more at the end: reason confirm)
+    caps = [r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"]
     assert sorted(float(r["sm_lock_mhz"]) for r in caps) == [900.0, 1200.0, 1500.0, 1800.0]
     assert len(read_json(run / "run.json")["points_done"]) == 4
 
@@ -257,16 +258,19 @@ def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
         "adaptive",
         "--sm-clocks",
         "705,945,1185,1425,1665,1800,1980",
+        # the H100's decode efficiency is flat within 1% from 945 to 1665 MHz: windows long
+        # enough to tell a step apart
         "--time-scale",
-        "30",
+        "20",
         "--target-cap-seconds",
-        "2",
+        "4",
     )
     caps = read_csv(run / "caps.csv")
+    # points tied with the best are measured once more at the end, as on the power axis
     reasons = {r["reason"] for r in caps}
-    assert reasons == {"coarse pass", "refine peak/front"}
+    assert reasons - {"confirm"} == {"coarse pass", "refine peak/front"}
     planned = read_json(run / "run.json")["points_planned"]
-    assert len(caps) < len(planned)
+    assert len({r["sm_lock_mhz"] for r in caps}) < len(planned)
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]
     steps = _sm_steps(truth["points"])
     assert (

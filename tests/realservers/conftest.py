@@ -339,10 +339,12 @@ def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: A
         "load_mode": load_mode,
         "url": server.url,
         "caps": (300.0,),
-        "target_cap_seconds": 0.5,
+        "target_cap_seconds": 2.0,
         "settle": "fixed",
         "settle_seconds": 0.5,
-        "warmup_requests": 1,
+        # the short first request, then one of half a window: the pace the first window is sized
+        # from (this tiny model decodes a short answer far faster than a long one)
+        "warmup_requests": 2,
         "sample_interval_s": 0.1,
         "cooling": "air",
         "out": tmp_path,

@@ -13,12 +13,7 @@ import pytest
 from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
 from powersweep.report import build_report
-from powersweep.sweep.loads.prompts import (
-    CODE_MAX_TOKENS,
-    CODE_PROMPT,
-    NARRATIVE_MAX_TOKENS,
-    NARRATIVE_PROMPT,
-)
+from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.server.discovery import ServerInfo, discover_server
@@ -187,11 +182,11 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         simulate="rtx3090-air",
         url=llama_server.url,
         caps=(300.0,),
-        target_cap_seconds=0.5,
+        target_cap_seconds=2.0,
         settle="fixed",
         settle_seconds=0.5,
         state_dir=tmp_path / "state",
-        warmup_requests=1,
+        warmup_requests=2,
         sample_interval_s=0.1,
         cooling="air",
         out=tmp_path,
@@ -205,25 +200,34 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
     assert meta["server"]["url"] == llama_server.url
 
     requests = read_csv(run / "requests.csv")
-    limits = {"warmup": None, "narr": NARRATIVE_MAX_TOKENS, "code": CODE_MAX_TOKENS}
     prompts = {"narr": NARRATIVE_PROMPT, "code": CODE_PROMPT}
     kinds = [r["prompt_kind"] for r in requests]
     assert {"warmup", "narr", "code"} <= set(kinds), kinds
     for row in requests:
         assert row["ok"] == "true", row
-        assert row["token_source"] == "usage"
         assert row["completion_tokens"] == row["chunk_tokens"]
-        assert row["finish_reason"] == "length"
         kind = row["prompt_kind"]
+        # sized to end with its window: one that ended on its own made its whole limit, one
+        # still streaming at the window's end was cut there (its chunks counted)
+        if row["finish_reason"] == "length":
+            assert row["token_source"] == "usage"
+            assert int(row["completion_tokens"]) == int(row["max_tokens"])
+            if kind in prompts:
+                assert int(row["prompt_tokens"]) == chatml_prompt_tokens(prompts[kind])
+        else:
+            assert row["finish_reason"] == "deadline" and row["token_source"] == "chunks", row
         if kind in prompts:
-            assert int(row["completion_tokens"]) == limits[kind]
-            assert int(row["prompt_tokens"]) == chatml_prompt_tokens(prompts[kind])
             assert float(row["decode_tps"]) > 0
+    # (a CPU server shared with other tests can halve its rate between warm-up and window:
+    # then every measured request is cut, which the rows above allow)
+    assert any(r["finish_reason"] == "length" for r in requests)
 
     (cap,) = read_csv(run / "caps.csv")
     assert float(cap["cap_w"]) == 300.0
     measured = [r for r in requests if r["prompt_kind"] == "narr"]
-    assert int(cap["n_requests"]) == len([r for r in requests if r["prompt_kind"] != "warmup"])
+    # (a point measured twice keeps its first attempt's requests, marked discarded)
+    kept = [r for r in requests if r["prompt_kind"] in prompts]
+    assert int(cap["n_requests"]) == len(kept)
     tps = [float(r["decode_tps"]) for r in measured]
     assert min(tps) * 0.5 < float(cap["narr_tps"]) < max(tps) * 1.5
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
@@ -261,7 +265,10 @@ def test_prefill_heavy_session_keeps_prompts_inside_the_context(
     assert meta["status"] == "complete", meta["error"]
     for row in read_csv(run / "requests.csv"):
         assert row["ok"] == "true", row
-        assert int(row["prompt_tokens"]) < CONTEXT_TOKENS
+        # (a window's last prompt that did not fit counts nothing; a warm-up request cut at the
+        # warm-up's end has no usage)
+        if row["prompt_kind"] == "prefill" and row["t_first_token_s"]:
+            assert int(row["prompt_tokens"]) < CONTEXT_TOKENS
 
 
 def test_server_decode_rate_is_recorded_and_agrees_with_the_tools(
@@ -274,12 +281,16 @@ def test_server_decode_rate_is_recorded_and_agrees_with_the_tools(
     assert {"warmup", "narr", "code"} <= {r["prompt_kind"] for r in requests}
     for row in requests:
         assert row["ok"] == "true", row
+        assert row["warnings"] == "", row
+        if row["finish_reason"] == "deadline":  # cut at its window's end: no timings came
+            assert row["server_decode_tps"] == "" and row["server_prompt_tps"] == "", row
+            continue
         assert float(row["server_decode_tps"]) > 0, row
         assert float(row["server_prompt_tps"]) > 0, row
-        assert row["warnings"] == "", row
     report = build_report(run, charts=False)
     codes = {f["code"] for f in report.analysis["findings"]}
     assert "server_rates_agree" in codes and "server_rate_mismatch" not in codes
     (rate,) = report.analysis["server_rates"]
-    assert rate["n_requests"] == len([r for r in requests if r["prompt_kind"] != "warmup"])
+    timed = [r for r in requests if r["prompt_kind"] in ("narr", "code") and r["server_decode_tps"]]
+    assert timed and rate["n_requests"] == len(timed)
     assert "agrees with the server's own rate" in report.summary

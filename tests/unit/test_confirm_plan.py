@@ -18,9 +18,12 @@ def _analysis(tied: list[float], tpw: dict[float, float]) -> dict[str, object]:
     }
 
 
-def test_the_three_best_tied_caps_highest_first() -> None:
+def test_the_best_tied_caps_highest_first() -> None:
     tpw = {260.0: 0.100, 270.0: 0.1105, 280.0: 0.1110, 290.0: 0.1112, 300.0: 0.1101}
-    plan = plan_confirm(_analysis([270.0, 280.0, 290.0, 300.0], tpw))
+    analysis = _analysis([270.0, 280.0, 290.0, 300.0], tpw)
+    # by default the two best: each cap re-measured costs a window
+    assert plan_confirm(analysis).caps_w == (290.0, 280.0)
+    plan = plan_confirm(analysis, max_caps=3)
     assert plan.caps_w == (290.0, 280.0, 270.0)
     rec = plan.record
     assert rec["caps_w"] == [290.0, 280.0, 270.0] and rec["skipped"] is None
@@ -42,4 +45,5 @@ def test_the_caps_most_often_best_go_first() -> None:
     analysis["sweet_spot"]["bootstrap"] = {  # type: ignore[index]
         "best_share": {"280.0": 0.10, "290.0": 0.53, "300.0": 0.03, "370.0": 0.34}
     }
-    assert plan_confirm(analysis).caps_w == (370.0, 290.0, 280.0)
+    assert plan_confirm(analysis, max_caps=3).caps_w == (370.0, 290.0, 280.0)
+    assert plan_confirm(analysis).caps_w == (370.0, 290.0)

@@ -50,6 +50,9 @@ def test_contracts_hold() -> None:
         ("sweep/session.py", "import tqdm", "Only the CLI draws progress"),
         ("sweep/plan.py", "import matplotlib", "Only plots import matplotlib"),
         ("sweep/driver.py", "import powersweep.cli", "Layers"),
+        # the old clock loop imported the driver that imported it: one loop, no cycle
+        ("sweep/measurement/point.py", "import powersweep.sweep.driver", "without a cycle"),
+        ("sweep/loads/base.py", "import powersweep.sweep.measurement.point", "without a cycle"),
     ],
 )
 def test_breach_is_caught(tmp_path: Path, module: str, line: str, contract: str) -> None:

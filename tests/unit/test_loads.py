@@ -79,7 +79,7 @@ class _ScriptedProbe:
                 return left.pop(0)
 
         class Load(DecodeConcurrent):
-            async def window(self, cap_w, kind, prompt, max_tokens, n, length_s, phase):  # type: ignore[no-untyped-def,override]
+            async def window(self, cap_w, kind, prompt, n, length_s, phase):  # type: ignore[no-untyped-def,override]
                 asked.append((n, length_s))
                 return Window(n, 0.0, length_s, tps_by_n[n] * length_s, tps_by_n[n], 0, 0), []
 

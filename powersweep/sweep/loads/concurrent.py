@@ -18,8 +18,22 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads.base import ChatApi, LoadRun, PhaseLabel
+from powersweep.sweep.loads.base import (
+    BUSY_TOKENS,
+    ChatApi,
+    History,
+    LoadRun,
+    Pace,
+    PhaseLabel,
+    keep_busy,
+)
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS, with_nonce
+from powersweep.sweep.sampling.consistency import (
+    aggregate_stall_reason,
+    ratio_reason,
+    stall_reason,
+    stuck_stream_reason,
+)
 from powersweep.sweep.sampling.measure import TPS_BLOCKS, format_blocks
 
 PROBE_GAIN = 0.03
@@ -31,12 +45,10 @@ PROBE_WINDOW_TRIES = 2
 # event would bias the ratio), short enough to cost a few seconds.
 SCHEDULING_CHECK_TOKENS = 64
 
-# Streams ask for long answers so that few of them restart inside a window: a restart's prefill
-# and round trip are time that stream does not decode.
-STREAM_MAX_TOKENS = 1000
-# Room each stream leaves for its prompt and the chat template when the context is shared.
-STREAM_PROMPT_ROOM = 400
-MIN_STREAM_TOKENS = 64
+# Streams ask for answers that outlast the window by this factor on the pace last measured, so
+# that few of them restart inside it (a restart's prefill and round trip are time that stream
+# does not decode) and the window's end cuts them.
+STREAM_SLACK = 1.25
 # A window whose requests failed more often than this measured a different load: not a figure.
 MAX_FAILED_SHARE = 0.1
 
@@ -179,9 +191,11 @@ class DecodeConcurrent:
         context_tokens: The server's context; streams share it (llama.cpp's unified cache), so
             each asks for no more than its share.
         warn: Where warnings go.
+        pace: The server's pace (shared with the warm-up), which sizes the requests.
     """
 
     mode = "decode-concurrent"
+    prompts = len(DECODE_PROMPTS)
 
     def __init__(
         self,
@@ -199,8 +213,10 @@ class DecodeConcurrent:
         total_slots: int | None = None,
         context_tokens: int | None = None,
         warn: Callable[[str], None] = lambda _m: None,
+        pace: Pace | None = None,
     ) -> None:
         self.client = client
+        self.pace = pace or Pace(context_tokens)
         self.context_tokens = context_tokens
         self.clock = clock
         self.sampler: PhaseLabel = sampler
@@ -218,13 +234,6 @@ class DecodeConcurrent:
         self.ramp_s = 1.0
         self.per_chunk = 1.0
         self._nonce = itertools.count()
-
-    def max_tokens_for(self, n: int) -> int:
-        """Generation limit per stream for ``n`` streams sharing the server's context."""
-        if not self.context_tokens:
-            return STREAM_MAX_TOKENS
-        share = self.context_tokens // max(1, n) - STREAM_PROMPT_ROOM
-        return max(MIN_STREAM_TOKENS, min(STREAM_MAX_TOKENS, share))
 
     # --- preparation ------------------------------------------------------------------------
 
@@ -299,7 +308,7 @@ class DecodeConcurrent:
 
     async def probe(self, cap_w: float) -> tuple[int, list[ProbeRow], str]:
         """Try N = 1, 2, 4, ... and pick where more streams stop paying."""
-        kind, prompt, _ = DECODE_PROMPTS[0]
+        kind, prompt = DECODE_PROMPTS[0]
         length = max(2.0, self.target_s / 3.0)
         rows: list[ProbeRow] = []
         best: ProbeRow | None = None
@@ -311,13 +320,7 @@ class DecodeConcurrent:
                 break
             for attempt in range(PROBE_WINDOW_TRIES):
                 w, _ = await self.window(
-                    cap_w,
-                    kind,
-                    prompt,
-                    self.max_tokens_for(n),
-                    n,
-                    length * (attempt + 1),
-                    phase="probe",
+                    cap_w, kind, prompt, n, length * (attempt + 1), phase="probe"
                 )
                 power = self.power.median_power_w(w.t0_s, w.t1_s)
                 if math.isfinite(power) or w.failures:
@@ -343,15 +346,14 @@ class DecodeConcurrent:
 
     # --- measurement ------------------------------------------------------------------------
 
-    async def measure(self, cap_w: float) -> LoadRun:
+    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
         run = LoadRun()
         blocks: list[tuple[float, float]] = []
-        for kind, prompt, _ in DECODE_PROMPTS:
-            max_tokens = self.max_tokens_for(self.n)
+        for kind, prompt in DECODE_PROMPTS[:1] if metric_only else DECODE_PROMPTS:
             values = []
             for _ in range(self.bench_runs):
                 w, results = await self.window(
-                    cap_w, kind, prompt, max_tokens, self.n, self.target_s, "concurrent"
+                    cap_w, kind, prompt, self.n, self.target_s, "concurrent"
                 )
                 run.requests.extend(results)
                 run.windows.append((kind, w.t0_s, w.t1_s))
@@ -376,12 +378,44 @@ class DecodeConcurrent:
         run.extra["tps_blocks"] = format_blocks(blocks)
         return run
 
+    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+        """The point's N streams of the narrative prompt for ``seconds`` (or until cancelled)."""
+        kind, prompt = DECODE_PROMPTS[0]
+        await asyncio.gather(
+            *(
+                keep_busy(
+                    self.client,
+                    self.clock,
+                    with_nonce(prompt, f"busy-{cap_w:g}-{i}-{next(self._nonce)}"),
+                    kind,
+                    self.pace,
+                    seconds,
+                    stream_index=i,
+                    streams=self.n,
+                )
+                for i in range(self.n)
+            )
+        )
+
+    def check(self, run: LoadRun, history: History) -> str:
+        """Per-stream token gaps, a stream stuck through a window, every stream paused at once
+        (the aggregate arrivals), and the narrative/code ratio against the other points."""
+        reason = stall_reason(run.requests)
+        # every stream served at once: each should get its share of a window
+        served = self.total_slots is None or self.total_slots >= self.n
+        for kind, t0, t1 in run.windows:
+            reason = reason or aggregate_stall_reason(run.requests, t0, t1, kind)
+            if served:
+                reason = reason or stuck_stream_reason(run.requests, t0, t1, kind, self.n)
+        return reason or ratio_reason(
+            run.tps.get("narr_tps", math.nan), run.tps.get("code_tps", math.nan), history.ratios
+        )
+
     async def window(
         self,
         cap_w: float,
         kind: str,
         prompt: str,
-        max_tokens: int,
         n: int,
         length_s: float,
         phase: str,
@@ -401,7 +435,9 @@ class DecodeConcurrent:
             while clock.now() < t1 and failed_in_a_row < MAX_STREAM_FAILURES:
                 r = await self.client.chat(
                     with_nonce(prompt, f"{cap_w:g}-{i}-{next(self._nonce)}"),
-                    max_tokens=max_tokens,
+                    max_tokens=self.pace.max_tokens(
+                        kind, t1 - clock.now(), streams=n, slack=STREAM_SLACK, unknown=BUSY_TOKENS
+                    ),
                     prompt_kind=kind,
                     stream_index=i,
                     record_token_times=True,
@@ -435,6 +471,7 @@ class DecodeConcurrent:
         if running is not None and t0 < running < t1:
             t0 = math.nextafter(running, math.inf)
         tokens = tokens_in_window(results, t0, t1, self.per_chunk)
+        self.pace.learn(results)
         known = [q for q in queued if q is not None]
         window = Window(
             n, t0, t1, tokens, tokens / (t1 - t0), failures, min(known) if known else None

@@ -8,6 +8,8 @@ cap; so is a prompt that a cache served.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import random
 from collections.abc import Callable
@@ -15,8 +17,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads.base import MAX_CONSECUTIVE_FAILURES, ChatApi, LoadRun, PhaseLabel
+from powersweep.sweep.loads.base import (
+    MAX_CONSECUTIVE_FAILURES,
+    ChatApi,
+    History,
+    LoadRun,
+    PhaseLabel,
+    judge_cut,
+    window_margin_s,
+)
 from powersweep.sweep.loads.prompts import with_nonce
+from powersweep.sweep.sampling.consistency import nearest, ttft_outlier_reason
 
 PREFILL_MAX_TOKENS = 10
 CONTEXT_FRACTION = 0.9
@@ -31,6 +42,10 @@ TRUNCATION_TOLERANCE = 0.97
 # varies a few percent with the random words; a prompt cut to the context loses far more.
 ESTIMATE_TRUNCATION_TOLERANCE = 0.9
 MAX_CACHED_FRACTION = 0.05
+# A prompt starts only when this many times the last one's duration ends inside the margin.
+FIT_MARGIN = 1.15
+# The prompts that keep the card busy between points are this many times shorter.
+BUSY_PROMPT_DIVISOR = 4
 
 _WORDS = [
     "voltage",
@@ -174,6 +189,7 @@ class PrefillHeavy:
     """
 
     mode = "prefill-heavy"
+    prompts = 1
 
     def __init__(
         self,
@@ -203,6 +219,8 @@ class PrefillHeavy:
         self._last_prompt_chars = 1
         self.clamped = False
         self._n = 0
+        # Run seconds the last prefill request took (sizes the window's last request).
+        self._request_s = math.nan
 
     @property
     def max_prompt_tokens(self) -> int | None:
@@ -218,8 +236,14 @@ class PrefillHeavy:
             extra["cache_prompt"] = False
         return extra
 
-    async def _send(self, words: int, cap_w: float) -> tuple[Any, str, int]:
-        """One prefill request; returns (result, error or '', words actually sent)."""
+    async def _send(
+        self, words: int, cap_w: float, deadline_s: float | None = None, *, judge: bool = True
+    ) -> tuple[Any, str, int]:
+        """One prefill request; returns (result, error or '', words actually sent).
+
+        With ``judge`` false, a request cut at ``deadline_s`` before its first token is no
+        failure (a window's last prompt that did not fit: the window's figure stands on the
+        prompts that finished)."""
         self._n += 1
         nonce = f"{cap_w:g}-{self._n}-{self.rng.random():.6f}"
         prompt = make_prompt(words, nonce, self.rng)
@@ -247,10 +271,22 @@ class PrefillHeavy:
             max_tokens=PREFILL_MAX_TOKENS,
             prompt_kind="prefill",
             extra_body=self._extra(),
+            deadline_s=deadline_s,
         )
+        if deadline_s is not None and judge:
+            result = judge_cut(result, deadline_s - result.t_start_s)
         if not result.ok:
             return result, result.error, words
+        if result.chunk_tokens == 0 and result.finish_reason == "deadline":
+            return result, "", words  # cut before its first token: counts for nothing
         got = result.prompt_tokens
+        if got is None and result.finish_reason == "deadline":
+            # cut after its first token, before the usage: the count of what was sent
+            if source != "tokenize":
+                msg = "the request was cut before the server reported its prompt_tokens"
+                return result, msg, words
+            got = expected
+            result = replace(result, prompt_tokens=got)
         if got is None:
             # Strict servers send no usage in streams but do count the prompt in a whole answer;
             # the streamed request keeps its time to first token, the whole one gives the count.
@@ -368,16 +404,21 @@ class PrefillHeavy:
             raise PrefillCalibrationError("the resumed run has no prefill prompt size")
         return dict(prepared)
 
-    async def measure(self, cap_w: float) -> LoadRun:
+    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
+        """Prefill prompts for one window: a prompt starts only while the window is open and
+        the last one's duration says it ends within the margin."""
         run = LoadRun()
         self.sampler.label(cap_w, "prefill")
         t0 = self.clock.now()
+        end = t0 + self.target_s
+        deadline = end + window_margin_s(self.target_s, self.prompts)
         failures = 0
         tokens = 0.0
         seconds = 0.0
         wall = 0.0
         while True:
-            result, error, _ = await self._send(self.words, cap_w)
+            first = not run.requests
+            result, error, _ = await self._send(self.words, cap_w, deadline, judge=first)
             if error and result.ok:
                 run.errors.append(error)
                 result = _failed(result, error)
@@ -385,13 +426,17 @@ class PrefillHeavy:
             if result.ok:
                 failures = 0
                 ttft = result.t_first_token_s - result.t_start_s
+                self._request_s = result.t_end_s - result.t_start_s
                 if ttft > 0:
                     tokens += result.prompt_tokens
                     seconds += ttft
                     wall += result.t_end_s - result.t_start_s
             else:
                 failures += 1
-            if failures >= MAX_CONSECUTIVE_FAILURES or self.clock.now() - t0 >= self.target_s:
+            now = self.clock.now()
+            # a little longer than the last one took: the next point's card is slower
+            fits = not now + FIT_MARGIN * self._request_s > deadline  # unknown duration: try
+            if failures >= MAX_CONSECUTIVE_FAILURES or now >= end or not fits:
                 break
         run.windows.append(("prefill", t0, self.clock.now()))
         self.sampler.label(cap_w, "settle")
@@ -403,6 +448,45 @@ class PrefillHeavy:
         run.extra["prefill_wall_tps"] = tokens / wall if wall > 0 else math.nan
         run.extra["prompt_tokens"] = round(self.words * self.tokens_per_word)
         return run
+
+    def check(self, run: LoadRun, history: History) -> str:
+        """Each prompt's time to first token against the point's other prompts (or the nearest
+        points measured)."""
+        neighbours = nearest(history.prefill_s_per_token, history.position)
+        return ttft_outlier_reason(run.requests, neighbours)
+
+    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+        """Prefill prompts of a quarter of the measured size for ``seconds`` (or until
+        cancelled).
+
+        A prefill in flight when this is cancelled runs on to its first token: a server works a
+        prompt's prefill to its end whether its client hung up or not, and meanwhile it holds the
+        context the next measured prompt needs (llama.cpp refuses that prompt when they share
+        it). A quarter-size prompt ends within a quarter of a measured prefill.
+        """
+        end = self.clock.now() + seconds
+        failures = 0
+        while self.clock.now() < end and failures < MAX_CONSECUTIVE_FAILURES:
+            self._n += 1
+            words = max(16, self.words // BUSY_PROMPT_DIVISOR)
+            nonce = f"busy-{cap_w:g}-{self._n}-{self.rng.random():.6f}"
+            prompt = make_prompt(words, nonce, self.rng)
+            request = asyncio.ensure_future(
+                self.client.chat(
+                    prompt,
+                    max_tokens=PREFILL_MAX_TOKENS,
+                    prompt_kind="settle",
+                    extra_body=self._extra(),
+                    deadline_s=end,
+                )
+            )
+            try:
+                r = await asyncio.shield(request)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await request
+                raise
+            failures = 0 if r.ok else failures + 1
 
 
 class PrefillCalibrationError(Exception):

@@ -13,18 +13,18 @@ NARRATIVE_PROMPT = (
     "the weather, the keeper's routine, the supply boat, and how the mystery unfolds over a "
     "winter. Use vivid, concrete detail and keep the story going."
 )
-NARRATIVE_MAX_TOKENS = 500
 
 CODE_PROMPT = (
     "Write a complete, well-commented Python module that implements an LRU cache with a "
     "time-to-live per entry, thread safety, hit and miss statistics, and a decorator for "
     "caching function results. Include type hints and a few usage examples at the end."
 )
-CODE_MAX_TOKENS = 400
 
-DECODE_PROMPTS: tuple[tuple[str, str, int], ...] = (
-    ("narr", NARRATIVE_PROMPT, NARRATIVE_MAX_TOKENS),
-    ("code", CODE_PROMPT, CODE_MAX_TOKENS),
+# (kind, prompt): each request's max_tokens is sized from the measured rate to end with its
+# window (:class:`powersweep.sweep.loads.base.Pace`).
+DECODE_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("narr", NARRATIVE_PROMPT),
+    ("code", CODE_PROMPT),
 )
 
 

@@ -6,8 +6,17 @@ import math
 from typing import Any
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads.base import ChatApi, LoadRun, PhaseLabel, run_prompts
+from powersweep.sweep.loads.base import (
+    ChatApi,
+    History,
+    LoadRun,
+    Pace,
+    PhaseLabel,
+    keep_busy,
+    run_prompts,
+)
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS
+from powersweep.sweep.sampling.consistency import ratio_reason, stall_reason
 from powersweep.sweep.sampling.measure import decode_tps
 
 
@@ -18,16 +27,26 @@ class DecodeSingle:
         client: Server client.
         clock: Run clock.
         sampler: Phase labels.
-        target_s: Run seconds each prompt must cover per cap.
+        target_s: Run seconds of each prompt's window per point.
+        pace: The server's pace, which sizes the requests (shared with the warm-up).
     """
 
     mode = "decode-single"
+    prompts = len(DECODE_PROMPTS)
 
-    def __init__(self, client: ChatApi, clock: Clock, sampler: PhaseLabel, target_s: float):
+    def __init__(
+        self,
+        client: ChatApi,
+        clock: Clock,
+        sampler: PhaseLabel,
+        target_s: float,
+        pace: Pace | None = None,
+    ):
         self.client = client
         self.clock = clock
         self.sampler = sampler
         self.target_s = target_s
+        self.pace = pace or Pace()
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         return {}
@@ -35,13 +54,32 @@ class DecodeSingle:
     def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    async def measure(self, cap_w: float) -> LoadRun:
+    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
+        prompts = DECODE_PROMPTS[:1] if metric_only else DECODE_PROMPTS
         run = await run_prompts(
-            self.client, self.clock, self.sampler, cap_w, DECODE_PROMPTS, self.target_s
+            self.client, self.clock, self.sampler, cap_w, prompts, self.target_s, self.pace
         )
-        run.tps = {
-            "narr_tps": decode_tps(run.requests, "narr"),
-            "code_tps": decode_tps(run.requests, "code"),
-            "prefill_tps": math.nan,
-        }
+        run.tps = {"narr_tps": math.nan, "code_tps": math.nan, "prefill_tps": math.nan}
+        for kind, _ in prompts:
+            mine = [r for r in run.requests if r.prompt_kind == kind]
+            failed = [r for r in mine if not r.ok]
+            if failed:
+                # part of the window the server did not serve the load: its figure describes
+                # no steady load (measured once more at the end)
+                run.errors.append(
+                    f"{len(failed)} of {len(mine)} {kind} requests failed ({failed[0].error})"
+                )
+                continue
+            run.tps[f"{kind}_tps"] = decode_tps(run.requests, kind)
         return run
+
+    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+        """One stream of the narrative prompt for ``seconds`` (or until cancelled)."""
+        kind, prompt = DECODE_PROMPTS[0]
+        await keep_busy(self.client, self.clock, prompt, kind, self.pace, seconds)
+
+    def check(self, run: LoadRun, history: History) -> str:
+        """Token gaps of each request, and the narrative/code ratio against the other points."""
+        return stall_reason(run.requests) or ratio_reason(
+            run.tps.get("narr_tps", math.nan), run.tps.get("code_tps", math.nan), history.ratios
+        )

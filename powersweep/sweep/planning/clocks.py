@@ -1,9 +1,9 @@
 """Which clock-lock points a clock sweep measures (``--axis sm-clock|mem-clock|grid``).
 
-An operating point is either a power cap (the power axis) or a pair of clock locks held under one
-power limit. Set-points come from ``--sm-clocks`` / ``--mem-clocks`` or from the card's supported
-clocks, thinned to about a dozen SM steps between a sensible floor and the top, and every memory
-tier a card runs a load at (the idle tiers are left out).
+A clock point is a pair of clock locks held under one power limit (:class:`SweepPoint`).
+Set-points come from ``--sm-clocks`` / ``--mem-clocks`` or from the card's supported clocks,
+thinned to about a dozen SM steps between a sensible floor and the top, and every memory tier a
+card runs a load at (the idle tiers are left out).
 """
 
 from __future__ import annotations
@@ -11,11 +11,22 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import SupportedClocks
+from powersweep.sweep.planning.points import SweepPoint
+
+__all__ = [
+    "SweepPoint",
+    "coarse_points",
+    "load_mem_tiers",
+    "measure_order",
+    "parse_clocks",
+    "plan_clock_points",
+    "refine_points",
+    "sm_step_mhz",
+    "thin_sm_clocks",
+]
 
 DEFAULT_SM_STEPS = 11
 # The lowest SM lock swept by default, as a fraction of the highest: far below it decode is
@@ -23,55 +34,6 @@ DEFAULT_SM_STEPS = 11
 SM_FLOOR_FRACTION = 0.35
 # Memory tiers under this fraction of the highest are idle states (405, 810 MHz), not load tiers.
 MEM_TIER_FLOOR_FRACTION = 0.4
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One operating point of a sweep: a power limit, and the clock locks held under it.
-
-    Attributes:
-        cap_w: Power limit to set (W per GPU); None keeps the limit in force.
-        sm_lock_mhz: SM lock (min = max), None: unlocked.
-        mem_lock_mhz: Memory lock, None: unlocked.
-    """
-
-    cap_w: float | None = None
-    sm_lock_mhz: float | None = None
-    mem_lock_mhz: float | None = None
-
-    @property
-    def locks_clocks(self) -> bool:
-        """True when the point locks a clock."""
-        return self.sm_lock_mhz is not None or self.mem_lock_mhz is not None
-
-    def label(self) -> str:
-        """``SM 1410 MHz / mem 9001 MHz`` (or ``250 W`` for a bare cap)."""
-        parts = []
-        if self.sm_lock_mhz is not None:
-            parts.append(f"SM {self.sm_lock_mhz:g} MHz")
-        if self.mem_lock_mhz is not None:
-            parts.append(f"mem {self.mem_lock_mhz:g} MHz")
-        if not parts:
-            return f"{self.cap_w:g} W" if self.cap_w is not None else "limit in force"
-        return " / ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        """``run.json`` form (``points_planned`` / ``points_done``)."""
-        return {
-            "cap_w": self.cap_w,
-            "sm_lock_mhz": self.sm_lock_mhz,
-            "mem_lock_mhz": self.mem_lock_mhz,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SweepPoint:
-        """Parse the ``run.json`` form."""
-
-        def num(key: str) -> float | None:
-            value = data.get(key)
-            return float(value) if isinstance(value, int | float) else None
-
-        return cls(num("cap_w"), num("sm_lock_mhz"), num("mem_lock_mhz"))
 
 
 def parse_clocks(text: str, flag: str) -> tuple[float, ...]:

@@ -303,6 +303,7 @@ class RunWriter:
                     cell(getattr(r, "server_decode_tps", None)),
                     cell(getattr(r, "server_prompt_tps", None)),
                     cell(confirm),
+                    cell(getattr(r, "max_tokens", None)),
                 ]
             )
         self._append("requests.csv", out)

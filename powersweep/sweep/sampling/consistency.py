@@ -1,85 +1,182 @@
-"""Is one cap's measurement self-consistent? Stalls and disagreeing prompts, from the requests.
+"""Is one point's measurement self-consistent? Stalls, stuck streams, disagreeing prompts.
 
-A server that stalls mid-cap (or a sweep paused with Ctrl-Z) leaves figures several times too low
-with nothing failed. Two signs give it away, both judged against the run's own data: a request
-whose token arrivals stop for far longer than its own rhythm, and narrative and code rates whose
-ratio departs far from the ratio the other caps showed. Pure functions.
+A server that stalls mid-point (a paused process, a sweep paused with Ctrl-Z) leaves figures
+several times too low with nothing failed. Each load mode has its own signs, all judged in *run*
+seconds against the run's own data, never in wall seconds, so a result does not change with
+``--time-scale`` or a busy machine:
+
+- **lost time** of a token stream (:func:`lost_time_s`): how long the stream produced no tokens
+  beyond its own rhythm. A stalled server loses that time for good; a client that was not
+  scheduled for a moment (or read a buffered burst late) sees a gap followed by a catch-up burst
+  and loses nothing, since the tokens were generated meanwhile. Counting lost time, not gaps, is
+  what keeps a loaded machine's hiccups from reading as stalls;
+- decode-single: each request's lost time, and the narrative/code rate ratio against the ratio
+  the other points showed (a figure in caps.csv is a figure a user reads, the code rate too);
+- decode-concurrent: each request's lost time (one stream stuck mid-answer), a stream that got
+  no token in the whole window, and the lost time of the aggregate arrivals (every stream paused);
+- prefill-heavy: a prompt's time to first token against the other prompts of the point (or the
+  nearest points measured, when the point had too few prompts).
+
+Pure functions.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# A gap between two tokens is a stall when it is this many times the request's own rhythm ...
-GAP_FACTOR = 20.0
-# ... and long enough to move the request's rate by this share (shorter hiccups do not matter) ...
-GAP_SHARE_OF_SPAN = 0.25
-# ... and at least this many run seconds ...
-MIN_GAP_S = 3.0
-# ... and at least this many wall seconds: a loaded machine can leave a process unscheduled for
-# a fraction of a second, which a scaled (simulated) clock stretches into a long gap.
-MIN_GAP_WALL_S = 0.25
-# Narrative/code ratio this many times off the other caps' median ratio (either way) ...
+# A stream lost at least this many run seconds ...
+MIN_LOST_S = 1.0
+# ... and at least this share of its span: shorter pauses barely move its rate.
+LOST_SHARE_OF_SPAN = 0.1
+# A span is cut into slices to find the stream's own rhythm: the mean rate of the middle half of
+# the slices that got tokens (a slice cut by a pause, or the burst that made up for one, falls
+# outside it). Each slice holds this many token-bearing chunks on average ...
+CHUNKS_PER_SLICE = 5
+# ... with at most this many slices, and at least this many (fewer chunks cannot tell).
+MAX_SLICES = 50
+MIN_SLICES = 3
+# Narrative/code ratio this many times off the other points' median ratio (either way) ...
 RATIO_FACTOR = 1.5
-# ... judged only against this many other caps (one disturbed cap must not become the yardstick).
+# ... judged only against this many other points (one disturbed point must not be the yardstick).
 MIN_OTHER_RATIOS = 3
+# A prefill prompt's time to first token this many times what its peers took is an outlier.
+TTFT_FACTOR = 1.5
+# Peers a prompt is judged against: the point's other prompts, else the nearest points' rates.
+MIN_TTFT_PEERS = 2
+NEAREST_POINTS = 3
+# A stream with fewer tokens in the window than this share of the median stream's is stuck.
+STUCK_SHARE = 0.25
 DECODE_KINDS = frozenset({"narr", "code"})
 
 
-def min_gap_s(time_scale: float) -> float:
-    """The shortest gap, in run seconds, that counts as a stall on a clock at ``time_scale``."""
-    return max(MIN_GAP_S, MIN_GAP_WALL_S * time_scale)
+def lost_time_s(times_s: Sequence[float], end_s: float | None = None) -> float:
+    """Run seconds a token stream produced nothing beyond its own rhythm.
+
+    The span from the first token to the last (or to ``end_s``, when the stream was cut there)
+    is cut into equal slices; the stream's own rate is the mean rate of the middle half of the
+    slices that got tokens, and the lost time is the span less the time that rate needs for the
+    tokens that arrived. A pause whose tokens came out in a burst afterwards (delayed reading,
+    not a stalled server) loses nothing; a server that stopped loses the pause.
+
+    Args:
+        times_s: Arrival times of the token-bearing chunks, ascending.
+        end_s: When the stream was cut (None: at its last token).
+
+    Returns:
+        The lost run seconds (0.0 with too few chunks to tell).
+    """
+    n = len(times_s)
+    if n < 2:
+        return 0.0
+    first = times_s[0]
+    last = times_s[-1] if end_s is None else max(end_s, times_s[-1])
+    span = last - first
+    if not span > 0:
+        return 0.0
+    k = min(MAX_SLICES, (n - 1) // CHUNKS_PER_SLICE)
+    if k < MIN_SLICES:
+        # Too few chunks for a rhythm of slices: only a silence before the cut can tell, beyond
+        # the rhythm of the chunks that came.
+        rhythm = (times_s[-1] - first) / (n - 1)
+        return max(0.0, last - times_s[-1] - 2.0 * rhythm) if end_s is not None else 0.0
+    width = span / k
+    counts = [0] * k
+    # the first chunk marks the start (as a decode rate counts n - 1 intervals)
+    for t in times_s[1:]:
+        counts[min(k - 1, int((t - first) / width))] += 1
+    busy = sorted(c for c in counts if c > 0)
+    if not busy:
+        return 0.0
+    q = len(busy) // 4
+    middle = busy[q : len(busy) - q] if len(busy) - 2 * q > 0 else busy
+    rate = statistics.fmean(middle) / width
+    return max(0.0, span - (n - 1) / rate)
 
 
-def stall_reason(requests: Iterable[Any], shortest_gap_s: float = MIN_GAP_S) -> str:
-    """Why the requests show a stall (empty when none does).
+def is_stall(lost_s: float, span_s: float) -> bool:
+    """True when ``lost_s`` of a ``span_s`` stream is a stall (long, and a share of it)."""
+    return (
+        math.isfinite(lost_s)
+        and span_s > 0
+        and lost_s >= MIN_LOST_S
+        and lost_s >= LOST_SHARE_OF_SPAN * span_s
+    )
 
-    Completed decode requests with token arrival times are judged on the longest gap between
-    two tokens; a request cut at its deadline also on the silence between its last token and
-    the cut (a stall that outlasted the request leaves no gap, only a short burst).
+
+def stall_reason(requests: Iterable[Any]) -> str:
+    """Why a decode request's token stream shows a stall (empty when none does).
+
+    Completed and cut requests with token arrival times count; a request cut at its deadline is
+    judged up to the cut, so a stall that outlasted the request is seen in its silence.
     """
     for r in requests:
         times = getattr(r, "token_times_s", None)
         if not r.ok or r.prompt_kind not in DECODE_KINDS or not times or len(times) < 2:
             continue
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        span = times[-1] - times[0]
-        if len(gaps) >= 3:
-            big = max(gaps)
-            rest = (span - big) / (len(gaps) - 1)
-            if _is_stall(big, rest, span, shortest_gap_s):
-                return (
-                    f"a {r.prompt_kind} request's tokens stopped for {big:.3g} s mid-stream "
-                    f"(its own rhythm: {rest * 1000:.3g} ms per token): a stall"
-                )
-        if r.finish_reason == "deadline":
-            silence = r.t_end_s - times[-1]
-            rhythm = span / len(gaps)
-            if _is_stall(silence, rhythm, r.t_end_s - times[0], shortest_gap_s):
-                return (
-                    f"a {r.prompt_kind} request's tokens stopped {silence:.3g} s before its "
-                    f"deadline cut it, after {len(times)} tokens: a stall"
-                )
+        end = r.t_end_s if r.finish_reason == "deadline" else None
+        lost = lost_time_s(times, end)
+        span = (times[-1] if end is None else max(end, times[-1])) - times[0]
+        if is_stall(lost, span):
+            return (
+                f"a {r.prompt_kind} request's tokens stopped for {lost:.3g} s of its "
+                f"{span:.3g} s (beyond its own rhythm): a stall"
+            )
     return ""
 
 
-def _is_stall(gap_s: float, rhythm_s: float, span_s: float, shortest_gap_s: float) -> bool:
-    if not (math.isfinite(gap_s) and math.isfinite(span_s) and span_s > 0):
-        return False
+def aggregate_stall_reason(requests: Iterable[Any], t0_s: float, t1_s: float, kind: str) -> str:
+    """Why the aggregate arrivals of a window show every stream paused (empty when not)."""
+    times = sorted(
+        t
+        for r in requests
+        if r.prompt_kind == kind
+        for t in (getattr(r, "token_times_s", None) or ())
+        if t0_s <= t <= t1_s
+    )
+    if len(times) < 3:
+        return ""
+    lost = lost_time_s([t0_s, *times], t1_s)
+    if is_stall(lost, t1_s - t0_s):
+        return (
+            f"the {kind} window's token arrivals (all streams) stopped for {lost:.3g} s of "
+            f"{t1_s - t0_s:.3g} s: the server paused"
+        )
+    return ""
+
+
+def stuck_stream_reason(
+    requests: Iterable[Any], t0_s: float, t1_s: float, kind: str, n_streams: int
+) -> str:
+    """Why one stream of a window is stuck: far fewer tokens than the others (empty when not).
+
+    Only with every stream served at once (no queue), where each should get its share.
+    """
+    per_stream = dict.fromkeys(range(n_streams), 0)
+    for r in requests:
+        if r.prompt_kind != kind or r.stream not in per_stream:
+            continue
+        per_stream[r.stream] += sum(
+            1 for t in (getattr(r, "token_times_s", None) or ()) if t0_s <= t <= t1_s
+        )
+    if n_streams < 2:
+        return ""
+    median = statistics.median(per_stream.values())
+    stuck = [i for i, c in per_stream.items() if c < STUCK_SHARE * median]
+    if not median > 0 or not stuck:
+        return ""
     return (
-        gap_s >= shortest_gap_s
-        and gap_s >= GAP_SHARE_OF_SPAN * span_s
-        and gap_s > GAP_FACTOR * max(rhythm_s, 0.0)
+        f"stream {stuck[0]} of {n_streams} got {per_stream[stuck[0]]} token chunks in the "
+        f"{kind} window where the median stream got {median:g}: a stuck stream"
     )
 
 
-def ratio_reason(narr_tps: float, code_tps: float, earlier_ratios: Sequence[float]) -> str:
-    """Why narrative and code rates disagree beyond the other caps' spread (empty when not)."""
-    usual = [x for x in earlier_ratios if math.isfinite(x) and x > 0]
+def ratio_reason(narr_tps: float, code_tps: float, other_ratios: Sequence[float]) -> str:
+    """Why narrative and code rates disagree beyond the other points' spread (empty when not)."""
+    usual = [x for x in other_ratios if math.isfinite(x) and x > 0]
     if len(usual) < MIN_OTHER_RATIOS or not (narr_tps > 0 and code_tps > 0):
         return ""
     median = statistics.median(usual)
@@ -89,10 +186,80 @@ def ratio_reason(narr_tps: float, code_tps: float, earlier_ratios: Sequence[floa
         return ""
     return (
         f"code/narrative rate ratio {ratio:.3g} is {off:.3g}x off the {median:.3g} of the other "
-        "caps: one of them was disturbed"
+        "points: one of them was disturbed"
     )
 
 
 def tps_ratio(narr_tps: float, code_tps: float) -> float:
     """``code_tps / narr_tps`` (NaN when either is not a positive number)."""
     return code_tps / narr_tps if narr_tps > 0 and code_tps > 0 else math.nan
+
+
+def ratio_outliers(ratios: Mapping[Any, float]) -> list[Any]:
+    """The points whose narrative/code ratio stands out from all the others'."""
+    return [
+        key
+        for key, r in ratios.items()
+        if ratio_reason(1.0, r, [x for k, x in ratios.items() if k != key])
+    ]
+
+
+def prefill_s_per_token(requests: Iterable[Any]) -> list[float]:
+    """Time to first token per prompt token of each completed prefill request."""
+    out = []
+    for r in requests:
+        if not r.ok or r.prompt_kind != "prefill" or not r.prompt_tokens:
+            continue
+        ttft = r.t_first_token_s - r.t_start_s
+        if ttft > 0:
+            out.append(ttft / r.prompt_tokens)
+    return out
+
+
+def nearest(
+    figures: Mapping[float, float], position: float, n: int = NEAREST_POINTS
+) -> list[float]:
+    """The figures of the ``n`` points nearest to ``position`` (a cap or a lock, by distance)."""
+    keys = sorted(figures)
+    i = bisect.bisect_left(keys, position)
+    lo, hi = i - 1, i
+    out: list[float] = []
+    while len(out) < n and (lo >= 0 or hi < len(keys)):
+        take_lo = hi >= len(keys) or (lo >= 0 and position - keys[lo] <= keys[hi] - position)
+        if take_lo:
+            out.append(figures[keys[lo]])
+            lo -= 1
+        else:
+            out.append(figures[keys[hi]])
+            hi += 1
+    return out
+
+
+def ttft_outlier_reason(requests: Sequence[Any], neighbours_s_per_token: Sequence[float]) -> str:
+    """Why a prefill prompt's time to first token stands out (empty when none does).
+
+    Each prompt is judged against the point's other prompts (the same size at the same card
+    state, so their times agree); with fewer than :data:`MIN_TTFT_PEERS` of them, against the
+    per-token time of the nearest points measured (prefill time moves smoothly with the clock:
+    no step of the envelope makes it half again as long).
+    """
+    done = [
+        r
+        for r in requests
+        if r.ok and r.prompt_kind == "prefill" and r.prompt_tokens and r.t_first_token_s > 0
+    ]
+    per_token = prefill_s_per_token(done)
+    for k, r in enumerate(done):
+        peers = per_token[:k] + per_token[k + 1 :]
+        if len(peers) < MIN_TTFT_PEERS:
+            peers = [x for x in neighbours_s_per_token if math.isfinite(x) and x > 0]
+            if not peers:
+                continue
+        expected = statistics.median(peers) * r.prompt_tokens
+        ttft = r.t_first_token_s - r.t_start_s
+        if ttft > TTFT_FACTOR * expected and ttft - expected >= MIN_LOST_S:
+            return (
+                f"a prefill prompt took {ttft:.3g} s to its first token where its peers took "
+                f"{expected:.3g} s: the server paused"
+            )
+    return ""

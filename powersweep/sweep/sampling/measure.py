@@ -65,8 +65,9 @@ def decode_tps(requests: Iterable[RequestTiming], kind: str) -> float:
     """Token-weighted decode TPS of the completed requests of one prompt kind.
 
     Each request contributes ``completion_tokens - 1`` tokens over ``t_last - t_first`` (the
-    first token's time is the prefill's, not the decode's); the figure is total tokens over total
-    time, so long requests weigh more than short ones. NaN when nothing qualifies.
+    first token's time is the prefill's, not the decode's; servers that pack tokens into chunks
+    under load still stream the first one alone); the figure is total tokens over total time,
+    so long requests weigh more than short ones. NaN when nothing qualifies.
     """
     tokens = 0.0
     seconds = 0.0

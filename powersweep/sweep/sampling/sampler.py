@@ -64,6 +64,11 @@ class Sampler:
         self._tick = 0
         self.read_errors = 0
 
+    @property
+    def interval_s(self) -> float:
+        """Run seconds between ticks."""
+        return self._interval_s
+
     def label(self, cap_w: float, phase: str) -> None:
         """Set the cap and phase that the following ticks are labelled with."""
         with self._lock:
@@ -125,6 +130,28 @@ class Sampler:
                 due = start + k * self._interval_s
             if self._clock.wait(self._stop, due - now):
                 break
+
+    def temp_slope_c_per_s(self, t0_s: float, t1_s: float) -> float:
+        """How fast the hottest card's temperature moved over the ticks in ``[t0_s, t1_s]`` not
+        yet drained: the least-squares slope, °C per run second (NaN with fewer than three
+        readings). A fit over many ticks resolves a drift far finer than the 1 °C readings."""
+        with self._lock:
+            rows = [r for r in self._rows if t0_s <= r.t_s <= t1_s]
+        ticks: dict[int, tuple[float, float]] = {}
+        for r in rows:
+            t = r.sample.temp_c
+            if math.isfinite(t):
+                prev = ticks.get(r.tick)
+                ticks[r.tick] = (r.t_s, max(t, prev[1]) if prev else t)
+        if len(ticks) < 3:
+            return math.nan
+        xs = [x for x, _ in ticks.values()]
+        ys = [y for _, y in ticks.values()]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        if not sxx > 0:
+            return math.nan
+        return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
 
     def median_power_w(self, t0_s: float, t1_s: float) -> float:
         """Median combined draw of the ticks in ``[t0_s, t1_s]`` not yet drained (NaN if none).

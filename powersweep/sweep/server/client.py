@@ -79,6 +79,7 @@ class RequestResult:
         server_prompt_tps: llama.cpp's own prompt rate (``timings.prompt_per_second``).
         warnings: Short codes of what makes the numbers doubtful (``packed_chunks``,
             ``ignored_max_tokens``, ``no_usage``...; see ``runformat.REQUEST_WARNING_CODES``).
+        max_tokens: The generation limit the request asked for (None: none sent).
     """
 
     prompt_kind: str
@@ -99,6 +100,7 @@ class RequestResult:
     server_decode_tps: float | None = None
     server_prompt_tps: float | None = None
     warnings: tuple[str, ...] = ()
+    max_tokens: int | None = None
 
     @property
     def decode_tps(self) -> float:
@@ -558,10 +560,19 @@ class _Run:
         ok = not error
         if self.busy_retries:
             warnings.append(WARN_BUSY_RETRIED)
-        if self.deadline_hit and not error:
+        if self.deadline_hit and not error and acc.chunk_tokens == 0 and acc.events >= 3:
+            # Cut with events streaming but none carrying a token the client can count: not a
+            # server too slow for the window, a stream it cannot read.
+            ok, finish = False, "deadline"
+            error = (
+                f"{ERR_NO_COUNTABLE_TOKENS} (no content, reasoning or tool_calls in "
+                f"{acc.events} events before the window's end)"
+            )
+        elif self.deadline_hit and not error:
             # The caller set the deadline and judges a cut request (a window's end cuts requests
-            # by design; a warm-up that got no token is a server too slow for the window).
-            if finish is None or acc.chunk_tokens == 0:
+            # by design; a warm-up that got no token is a server too slow for the window). Cut
+            # before the server's count arrived, it is cut whatever finish reason came.
+            if finish is None or acc.chunk_tokens == 0 or source == "chunks":
                 finish = "deadline"
         elif ok and not self.non_stream and acc.chunk_tokens == 0:
             ok = False
@@ -612,7 +623,9 @@ class _Run:
             source != "chunks"
             and completion is not None
             and not self.non_stream
-            and not self.deadline_hit
+            # a stream cut before its end has only some of its chunks; one whose finish came
+            # (the deadline hit as it ended) has them all
+            and (not self.deadline_hit or totals.finish_reason is not None)
             and abs(acc.chunk_tokens - completion) > _CHUNK_MISMATCH * max(completion, 1)
         ):
             packed = acc.chunk_tokens < completion
@@ -639,4 +652,5 @@ class _Run:
             server_decode_tps=totals.server_decode_tps,
             server_prompt_tps=totals.server_prompt_tps,
             warnings=tuple(dict.fromkeys(warnings)),
+            max_tokens=limit,
         )

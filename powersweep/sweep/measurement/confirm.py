@@ -1,0 +1,94 @@
+"""The confirm phase: the points statistically tied with the best, measured once more on a warm
+card, their readings pooled by the analysis.
+
+One reading per point cannot tell points a fraction of a percent apart: when the analysis of the
+sweep so far finds others within noise of the best, the best few of them
+(:func:`~powersweep.sweep.planning.confirm.plan_confirm`) are measured again by the same
+protocol, the metric's prompt only. While the analysis runs (in a thread), the load keeps the
+card at the best point so far, so the re-measured points see the thermal state they were first
+measured in. Their rows are marked (``reason`` ``confirm``); ``run.json`` ``confirm`` records
+which and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from powersweep.errors import PowersweepError
+from powersweep.runformat import CONFIRM_REASON
+from powersweep.sweep.measurement.point import PointMeasurer
+from powersweep.sweep.planning.confirm import plan_confirm
+from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.records.writer import RunWriter
+
+
+class ConfirmPhase:
+    """The confirm phase of one sweep.
+
+    Args:
+        measurer: The protocol every point is measured by.
+        writer: The run directory (analysed so far, and where the record goes).
+        meta: ``run.json`` content (``confirm`` is set).
+        planned: The sweep's planned points (a clock sweep's ties are matched to them).
+        clock_axis: The points lock clocks (a clock sweep's analysis finds the ties).
+        warn: Where warnings go.
+    """
+
+    def __init__(
+        self,
+        measurer: PointMeasurer,
+        writer: RunWriter,
+        meta: dict[str, Any],
+        planned: Sequence[SweepPoint],
+        *,
+        clock_axis: bool,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.measurer = measurer
+        self.writer = writer
+        self.meta = meta
+        self.planned = list(planned)
+        self.clock_axis = clock_axis
+        self.warn = warn
+
+    async def run(self, best: SweepPoint | None) -> None:
+        """Confirm the points tied with the best (``best``: the best TPS/W measured so far, where
+        the card is kept warm while the next points are chosen)."""
+        analysis = await self._keeping_warm(best, lambda: self._analysis("so far"))
+        plan = plan_confirm(analysis, planned=self.planned)
+        self.meta["confirm"] = plan.record
+        self.writer.write_run_json(self.meta)
+        if not plan.points:
+            return
+        for i, point in enumerate(plan.points):
+            await self.measurer.measure(point, CONFIRM_REASON, i, len(plan.points))
+        await self.measurer.stop_busy()  # nothing is measured after it
+        after = await asyncio.to_thread(self._analysis, "pooled")
+        sweet: Mapping[str, Any] = after.get("sweet_spot") or {}
+        plan.record.update(best_after_w=sweet.get("cap_w"), tied_after=sweet.get("tied_caps"))
+        if self.clock_axis:
+            plan.record.update(tied_points_after=sweet.get("tied_points"))
+        self.meta["confirm"] = plan.record
+        self.writer.write_run_json(self.meta)
+
+    def _analysis(self, when: str) -> dict[str, Any]:
+        # Imported here: the analysis is only needed at the end of a sweep.
+        from powersweep.analysis import analyze, load_curve
+        from powersweep.analysis.clocks import analyze_clocks
+
+        try:
+            curve = load_curve(self.writer.path)
+            return analyze_clocks(curve) if self.clock_axis else analyze(curve)
+        except PowersweepError as exc:  # nothing usable measured: nothing to confirm
+            self.warn(f"confirm phase: cannot analyse the readings {when}: {exc}")
+            return {}
+
+    async def _keeping_warm(
+        self, point: SweepPoint | None, work: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Run ``work`` in a thread while the load keeps the card busy at ``point``."""
+        if point is not None and self.measurer.apply(point) is None:
+            self.measurer.keep_busy(self.measurer.cap_of(point))
+        return await asyncio.to_thread(work)

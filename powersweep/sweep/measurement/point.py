@@ -1,0 +1,418 @@
+"""One operating point, measured by the one protocol every axis and load mode shares.
+
+journal (written by the driver before the first change) -> set the point's limit and locks
+(``rejected`` when a card does not take them) -> settle under the point's own load -> the
+time-bounded load while the sampler reads the GPUs -> the locks checked against the measured
+clocks -> the load mode's consistency checks -> measured once more if disturbed -> ``suspect``
+if still disturbed -> the rows (caps.csv, samples.csv, requests.csv, run.json).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from powersweep.clock import Clock
+from powersweep.errors import PowersweepError
+from powersweep.runformat import CONFIRM_REASON
+from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.loads.base import History, Load, LoadRun, Pace
+from powersweep.sweep.locks import ClockLocker, verify
+from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.records.writer import RunWriter
+from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
+from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
+from powersweep.sweep.sampling.sampler import Sampler
+from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
+from powersweep.sweep.verdict import FaultLog
+
+# Phase / prompt kind given to a measurement that was discarded and taken again.
+DISCARDED = "discarded"
+# The most run seconds the load keeps the card busy between two measurements.
+KEEP_BUSY_MAX_S = 600.0
+
+
+@dataclass(frozen=True)
+class PointProgress:
+    """Reported to the progress callback after each point (``label`` names a clock point)."""
+
+    index: int
+    total: int
+    cap_w: float
+    status: str
+    tps: float
+    power_w: float
+    tps_per_w: float
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How every point is measured.
+
+    Attributes:
+        load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
+        settle_s: Run seconds the card may take to settle at a new point (the most, in auto).
+        settle_mode: ``auto`` measures once readings are stable under load; ``fixed`` always
+            waits ``settle_s`` (under load too).
+        sample_interval_s: Sampler interval, run seconds.
+        max_failed: Stop after this many points in a row failed.
+        observe_only: Never set anything: measure what is in force.
+    """
+
+    load_mode: str
+    settle_s: float = 3.0
+    settle_mode: str = "auto"
+    sample_interval_s: float = 0.5
+    max_failed: int = 3
+    observe_only: bool = False
+
+
+@dataclass
+class PointLedger:
+    """What the measured points said: each point's last status, and the figures the
+    consistency checks compare a point with.
+
+    Attributes:
+        status: Final status per point key (a re-measurement replaces it).
+        ratios: code/narrative rate ratio of each point measured ok, by point key.
+        prefill_s_per_token: Median time to first token per prompt token of each ok point, by
+            the point's position on its axis.
+        points: The point of each key.
+    """
+
+    status: dict[tuple[Any, Any, Any], str] = field(default_factory=dict)
+    ratios: dict[tuple[Any, Any, Any], float] = field(default_factory=dict)
+    prefill_s_per_token: dict[float, float] = field(default_factory=dict)
+    points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
+
+    def history(self, point: SweepPoint) -> History:
+        """The other points' figures, for the checks of ``point``."""
+        return History(
+            ratios=tuple(r for k, r in self.ratios.items() if k != point.key),
+            prefill_s_per_token={
+                pos: v for pos, v in self.prefill_s_per_token.items() if pos != point.position
+            },
+            position=point.position,
+        )
+
+    def record(self, point: SweepPoint, row: Mapping[str, Any], run: LoadRun) -> None:
+        """Keep the point's status and, when it was measured ok, its figures."""
+        key = point.key
+        self.points[key] = point
+        self.status[key] = row["status"]
+        self.ratios.pop(key, None)
+        self.prefill_s_per_token.pop(point.position, None)
+        if row["status"] != "ok":
+            return
+        ratio = tps_ratio(row.get("narr_tps", math.nan), row.get("code_tps", math.nan))
+        if math.isfinite(ratio):
+            self.ratios[key] = ratio
+        per_token = prefill_s_per_token(run.requests)
+        if per_token:
+            per_token.sort()
+            self.prefill_s_per_token[point.position] = per_token[len(per_token) // 2]
+
+    def failed(self) -> list[SweepPoint]:
+        """The points whose last measurement failed."""
+        return [self.points[k] for k, st in self.status.items() if st == "failed"]
+
+
+class PointMeasurer:
+    """Measures operating points, each the same way.
+
+    Args:
+        protocol: How every point is measured.
+        gpus: The GPU set (every point is set on each).
+        clock: Run clock.
+        load: The load mode (prepared before the first point is measured).
+        sampler: Reads the GPUs while the load runs.
+        writer: The run directory.
+        faults: Where the faults met are counted.
+        default_cap_w: The limit in force at a point that sets none (a clock point under the
+            user's limit).
+        pace: The server's pace the load sizes its requests by: aimed at each point from the
+            points measured nearest to it, and kept per point once measured.
+        locker: The clock locks (None on the power axis).
+        busy_gpus: The serving GPUs, whose utilization marks a tick as loaded (None: all).
+        warn: Where warnings go.
+        progress: Called after each point.
+        before_change: Called before any setting is changed (the driver checks its journal).
+        on_point: Called after each point is written (the driver updates run.json).
+    """
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        gpus: Sequence[Gpu],
+        clock: Clock,
+        load: Load,
+        sampler: Sampler,
+        writer: RunWriter,
+        faults: FaultLog,
+        *,
+        default_cap_w: float,
+        pace: Pace | None = None,
+        locker: ClockLocker | None = None,
+        busy_gpus: frozenset[int] | None = None,
+        warn: Callable[[str], None] = lambda _m: None,
+        progress: Callable[[PointProgress], None] | None = None,
+        before_change: Callable[[], None] = lambda: None,
+        on_point: Callable[[SweepPoint, Mapping[str, Any]], None] = lambda _p, _r: None,
+    ) -> None:
+        self.protocol = protocol
+        self.gpus = list(gpus)
+        self.clock = clock
+        self.load = load
+        self.sampler = sampler
+        self.writer = writer
+        self.faults = faults
+        self.default_cap_w = default_cap_w
+        self.pace = pace or Pace()
+        self.locker = locker
+        self.busy_gpus = busy_gpus
+        self.warn = warn
+        self.progress = progress
+        self.before_change = before_change
+        self.on_point = on_point
+        self.ledger = PointLedger()
+        self.touched: set[int] = set()
+        self._failed_in_a_row = 0
+        self._busy: asyncio.Task[None] | None = None
+
+    def cap_of(self, point: SweepPoint) -> float:
+        """The limit in force at ``point`` (W per GPU)."""
+        return point.cap_w if point.cap_w is not None else self.default_cap_w
+
+    def apply(self, point: SweepPoint) -> str | None:
+        """Set the point's limit and locks on every card; the reason if a card refused.
+
+        Raises:
+            GpuError: No permission, or the backend failed (the sweep stops and restores).
+        """
+        if self.protocol.observe_only:
+            return None
+        self.before_change()
+        # the ticks from here on are read at this point (nothing is measured until it settles)
+        self.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz)
+        self.sampler.label(self.cap_of(point), "settle")
+        problems = []
+        if point.cap_w is not None:
+            for g in self.gpus:
+                self.touched.add(g.index)
+                result = g.set_power_limit(point.cap_w)
+                if not result.accepted:
+                    problems.append(f"GPU {g.index}: {result.message or 'not applied'}")
+        if point.locks_clocks and self.locker is not None:
+            problems.append(self.locker.apply(point) or "")
+        return "; ".join(p for p in problems if p) or None
+
+    async def measure(
+        self, point: SweepPoint, reason: str, index: int, total: int
+    ) -> dict[str, Any]:
+        """Measure ``point`` by the protocol; its ``caps.csv`` row (already written).
+
+        Raises:
+            PowersweepError: Too many points in a row failed (the server is likely gone).
+        """
+        cap = self.cap_of(point)
+        rejection = self.apply(point)
+        if rejection is not None:
+            self.warn(f"{_name(point)} rejected: {rejection}")
+            row = self._row(point, reason, [], LoadRun(), 0.0, status="rejected", error=rejection)
+            await self._finish(point, index, total, row, [], LoadRun(), reason)
+            return row
+        self.pace.aim(point.position)
+        settle_s = await self.settle(cap)
+        run, rows, row = await self._checked(point, settle_s, reason)
+        if row["status"] == "ok":
+            self.pace.remember(point.position)
+        self.faults.requests(run.requests)
+        await self._finish(point, index, total, row, rows, run, reason)
+        self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
+        if self._failed_in_a_row >= self.protocol.max_failed:
+            what = "points" if point.locks_clocks else "caps"
+            raise PowersweepError(
+                f"{self._failed_in_a_row} {what} in a row failed (last: {row['error']}); "
+                "stopping — is the server still up?"
+            )
+        return row
+
+    async def _checked(
+        self, point: SweepPoint, settle_s: float, reason: str
+    ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
+        """The point measured, checked by its load mode, and measured once more if disturbed
+        (the doubtful attempt stays on record, marked discarded); ``suspect`` if still so."""
+        run, rows, row = await self._once(point, settle_s, reason)
+        doubt = self._doubt(point, run, row)
+        if not doubt:
+            return run, rows, row
+        self.faults.add("remeasured", f"{point.label()}: {doubt}")
+        self.warn(f"{_name(point)}: {doubt}; measuring it again")
+        self._discard(rows, run, self.cap_of(point), point)
+        run, rows, row = await self._once(point, settle_s, reason)
+        again = self._doubt(point, run, row)
+        if again:
+            self.faults.add("suspect", f"{point.label()}: {again}")
+            row.update(status="suspect", error=f"measured twice, still disturbed: {again}")
+        return run, rows, row
+
+    def _doubt(self, point: SweepPoint, run: LoadRun, row: Mapping[str, Any]) -> str:
+        if row["status"] != "ok":
+            return ""
+        return self.load.check(run, self.ledger.history(point))
+
+    async def settle(self, cap: float) -> float:
+        """Wait, under the point's own load, until the card has adjusted; run seconds waited.
+
+        The load that kept the card busy since the last point's windows (:meth:`keep_busy`)
+        runs on while the readings are watched, so the card never idles between points and the
+        measured windows start on a settled card.
+        """
+        protocol = self.protocol
+        self.sampler.label(cap, "settle")
+        if protocol.observe_only or protocol.settle_s <= 0:
+            await self.stop_busy()
+            return 0.0
+        self.keep_busy(cap)
+        try:
+            if protocol.settle_mode == "fixed":
+                await self.clock.asleep(protocol.settle_s)
+                return protocol.settle_s
+            return await wait_settled(
+                self.gpus,
+                self.clock,
+                interval_s=min(0.1, protocol.sample_interval_s),
+                detector_factory=lambda: SettleDetector(
+                    min_s=min(0.25, protocol.settle_s), max_s=protocol.settle_s
+                ),
+                busy_util_pct=LOAD_UTIL_PCT,
+                busy_gpus=self.busy_gpus,
+            )
+        finally:
+            await self.stop_busy()
+
+    def keep_busy(self, cap: float) -> None:
+        """Keep the card at the point's load until the next measurement starts (or
+        :meth:`stop_busy`): nothing measured runs meanwhile (rows written, the next point
+        planned or set, the card settling), and the card must not cool meanwhile."""
+        if self._busy is None or self._busy.done():
+            self.sampler.label(cap, "settle")
+            self._busy = asyncio.create_task(self.load.keep_busy(cap, KEEP_BUSY_MAX_S))
+
+    async def stop_busy(self) -> None:
+        """End the load :meth:`keep_busy` started (no-op when none runs)."""
+        busy, self._busy = self._busy, None
+        if busy is not None:
+            busy.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await busy
+
+    async def _once(
+        self, point: SweepPoint, settle_s: float, reason: str
+    ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
+        cap = self.cap_of(point)
+        await self.stop_busy()  # nothing but the measured load runs while it is measured
+        run = await self.load.measure(cap, metric_only=reason == CONFIRM_REASON)
+        self.keep_busy(cap)
+        rows = relabel_outside(self.sampler.drain(), run.power_windows)
+        row = self._row(point, reason, rows, run, settle_s)
+        if point.locks_clocks and row["status"] == "ok" and not self.protocol.observe_only:
+            rejection = verify(point, row)
+            if rejection is not None:
+                self.warn(f"{_name(point)} rejected: {rejection}")
+                row.update(status="rejected", error=rejection)
+        return run, rows, row
+
+    def _row(
+        self,
+        point: SweepPoint,
+        reason: str,
+        rows: Sequence[Any],
+        run: LoadRun,
+        settle_s: float,
+        *,
+        status: str = "ok",
+        error: str = "",
+    ) -> dict[str, Any]:
+        extra: dict[str, Any] = {"reason": reason}
+        if point.locks_clocks:
+            extra.update(sm_lock_mhz=point.sm_lock_mhz, mem_lock_mhz=point.mem_lock_mhz)
+        return cap_row(
+            cap_w=self.cap_of(point),
+            load_mode=self.protocol.load_mode,
+            rows=rows,
+            requests=run.requests,
+            n_gpus=len(self.gpus),
+            settle_s=settle_s,
+            window_s=run.window_s,
+            tps=run.tps or None,
+            windows=run.power_windows or None,
+            busy_gpus=self.busy_gpus,
+            extra={**extra, **run.extra},
+            error=error or "; ".join(run.errors),
+            status=status,
+        )
+
+    def _discard(self, rows: Sequence[Any], run: LoadRun, cap: float, point: SweepPoint) -> None:
+        """Keep a discarded attempt's samples and requests, labelled so no figure uses them."""
+        self.writer.append_samples([_relabel(r, phase=DISCARDED) for r in rows])
+        self.writer.append_requests(
+            cap,
+            [_relabel(r, prompt_kind=f"{DISCARDED}-{r.prompt_kind}") for r in run.requests],
+            (point.sm_lock_mhz, point.mem_lock_mhz),
+        )
+
+    async def _finish(
+        self,
+        point: SweepPoint,
+        index: int,
+        total: int,
+        row: dict[str, Any],
+        rows: Sequence[Any],
+        run: LoadRun,
+        reason: str,
+    ) -> None:
+        confirm = reason == CONFIRM_REASON
+        locks = (point.sm_lock_mhz, point.mem_lock_mhz)
+
+        def write() -> None:
+            self.writer.append_samples(rows, confirm=confirm)
+            self.writer.append_requests(row["cap_w"], run.requests, locks, confirm=confirm)
+            self.writer.append_cap(row)
+            self.ledger.record(point, row, run)
+            self.on_point(point, row)
+
+        # In a thread: the load that keeps the card busy meanwhile must not wait for the disk.
+        await asyncio.to_thread(write)
+        if self.progress:
+            metric = "prefill_tps" if self.protocol.load_mode == "prefill-heavy" else "narr_tps"
+            self.progress(
+                PointProgress(
+                    index + 1,
+                    total,
+                    row["cap_w"],
+                    row["status"],
+                    row[metric],
+                    row["power_w"],
+                    row["tps_per_w"],
+                    point.label() if point.locks_clocks else "",
+                )
+            )
+
+
+def _name(point: SweepPoint) -> str:
+    """``cap 280 W`` or ``SM 1410 MHz / mem 9001 MHz``: a point as warnings name it."""
+    return point.label() if point.locks_clocks else f"cap {point.label()}"
+
+
+def _relabel(item: Any, **changes: str) -> Any:
+    # a test double need not be a dataclass: it then keeps its labels
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.replace(item, **changes)
+    return item

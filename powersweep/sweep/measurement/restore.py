@@ -1,0 +1,157 @@
+"""Everything a sweep changes goes through the restore journal first and is put back on every
+exit path: the user's own limit (not the default TDP) and clock locks.
+
+:class:`Restorer` writes the journal before the first change, puts every touched card back at the
+end, and removes the journal only once nothing is left to restore (it stays, for ``powersweep
+restore``, when a card could not be put back; it keeps the outcome when run.json could not be
+written).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from powersweep.errors import PowersweepError
+from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.locks import ClockLocker
+from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
+from powersweep.sweep.records.writer import utc_now_iso
+
+
+class Restorer:
+    """The journal and the restore of one sweep's GPU set.
+
+    Args:
+        gpus: The GPU set.
+        originals: Limit to put back per GPU index (the user's own).
+        journal: Where the originals are written before the first change (None: nothing
+            outlives the process, e.g. a simulated rig without ``--sim-state``).
+        backend: How ``powersweep restore`` rebuilds the backend (journal ``backend``).
+        locker: The clock locks (None on the power axis).
+        no_reset: Leave the last settings in force.
+        warn: Where warnings go.
+    """
+
+    def __init__(
+        self,
+        gpus: Sequence[Gpu],
+        originals: Mapping[int, float],
+        *,
+        journal: Journal | None,
+        backend: Mapping[str, Any],
+        locker: ClockLocker | None,
+        no_reset: bool,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.gpus = list(gpus)
+        self.originals = dict(originals)
+        self.journal = journal
+        self.backend = dict(backend)
+        self.locker = locker
+        self.no_reset = no_reset
+        self.warn = warn
+        self.written = False
+
+    def write_journal(self, run_dir: str) -> None:
+        """Record the original settings before the first change (raises: nothing changes)."""
+        if self.journal is None:
+            return
+        entry = JournalEntry(
+            backend=self.backend,
+            gpus=tuple(
+                JournalGpu(
+                    uuid=g.identity().uuid,
+                    index=g.index,
+                    name=g.identity().name,
+                    original_limit_w=self.originals[g.index],
+                    **self._locks(g.index),
+                )
+                for g in self.gpus
+            ),
+            pid=os.getpid(),
+            pid_start=process_start(os.getpid()),
+            created_at=utc_now_iso(),
+            run_dir=run_dir,
+        )
+        self.journal.claim(entry)
+        self.written = True
+
+    def _locks(self, index: int) -> dict[str, Any]:
+        if self.locker is None:
+            return {}
+        orig = self.locker.originals[index]
+        return {
+            "clocks_locked": True,
+            "original_sm_lock_mhz": orig.sm_mhz,
+            "original_mem_lock_mhz": orig.mem_mhz,
+            "locks_known": orig.known,
+        }
+
+    def restore(self, touched: set[int]) -> list[dict[str, Any]]:
+        """Put back the limit of every card in ``touched`` and every lock; what was done."""
+        if self.no_reset:
+            return []
+        clocks = self.locker.put_back() if self.locker is not None else {}
+        restored: list[dict[str, Any]] = [
+            {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "clocks": note}
+            for i, (ok, note) in clocks.items()
+            if i not in touched
+        ]
+        for g in self.gpus:
+            if g.index not in touched:
+                continue
+            limit = self.originals[g.index]
+            try:
+                result = g.set_power_limit(limit)
+                ok, message = result.accepted, result.message
+            except Exception as exc:  # keep restoring the other cards
+                ok, message = False, str(exc)
+            if not ok:
+                self.warn(
+                    f"could not restore GPU {g.index} to {limit:g} W: {message}; "
+                    f"run: sudo nvidia-smi -i {g.index} -pl {limit:g}"
+                )
+            entry = {"gpu_index": g.index, "limit_w": limit, "ok": ok, "message": message}
+            if g.index in clocks:
+                entry.update(ok=ok and clocks[g.index][0], clocks=clocks[g.index][1])
+            restored.append(entry)
+        return restored
+
+    def close_journal(
+        self,
+        restored: Sequence[Mapping[str, Any]],
+        outcome: Mapping[str, Any],
+        record_error: str | None = None,
+    ) -> None:
+        """Remove the journal once nothing is left to restore; keep it when a restore failed.
+
+        When the final run.json could not be written, the journal stays with the outcome in it:
+        it is then the only record that the limits came back.
+        """
+        if self.journal is None or not self.written:
+            return
+        failed = [r for r in restored if not r["ok"]]
+        if record_error and not failed:
+            try:
+                self.journal.record_outcome(
+                    {**outcome, "restored": list(restored), "record_error": record_error}
+                )
+                self.warn(
+                    f"{record_error}; the outcome is kept in {self.journal.path} (the limits "
+                    "were restored)"
+                )
+                return
+            except PowersweepError as exc:
+                self.warn(str(exc))
+        if failed:
+            self.warn(
+                f"the original limits stay in {self.journal.path}: `powersweep restore` "
+                "retries putting them back"
+            )
+            return
+        try:
+            self.journal.remove()
+        except PowersweepError as exc:
+            self.warn(str(exc))
