@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +22,11 @@ from powersweep.clock import Clock
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.sse import (
     SseLineTooLong,
-    SseParser,
     StreamAccumulator,
     describe_body,
     one_line,
 )
+from powersweep.sweep.server.sse_fast import SseReader
 
 __all__ = ["ChatClient", "RequestResult", "ServerInfo", "discover_server", "strip_credentials"]
 
@@ -70,7 +70,9 @@ class RequestResult:
         completion_tokens: Generated tokens per ``token_source``.
         token_source: ``usage``, ``timings`` or ``chunks``.
         chunk_tokens: Token-bearing chunks counted by the client.
-        token_times_s: Arrival time of each token-bearing chunk, when asked for.
+        token_times_s: Arrival time of each token-bearing chunk, when asked for (a compact
+            ``array('d')`` from the client; chunks that arrived in one network read share
+            its time).
         finish_reason: As the server said; ``deadline`` when the client stopped reading.
         ok: False when the request failed.
         error: One-line reason for a failed request, else empty.
@@ -91,7 +93,7 @@ class RequestResult:
     completion_tokens: int | None
     token_source: str
     chunk_tokens: int
-    token_times_s: tuple[float, ...] | None
+    token_times_s: Sequence[float] | None
     finish_reason: str | None
     ok: bool
     error: str
@@ -447,29 +449,33 @@ class ChatClient:
                 run.warnings.append(rf.WARN_NOT_STREAMED)
             run.non_stream = True
             return
-        parser = SseParser()
-        async for data in response.aiter_bytes():
+        reader = SseReader(run.acc)
+        now = self._clock.now
+        encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
+        # Raw bytes skip httpx's decoder and chunker layers; a compressed body needs them, and
+        # a body read already (a test transport's) is only there as bytes.
+        plain = not encoded and not response.is_stream_consumed
+        chunks = response.aiter_raw() if plain else response.aiter_bytes()
+        async for data in chunks:
             try:
-                events = parser.feed(data)
+                # One clock read per network read: its tokens arrived together.
+                reader.feed(data, now())
             except SseLineTooLong as exc:
                 run.fail(str(exc))
                 return
-            if parser.not_sse:
-                rest = parser.raw_head
+            if reader.not_sse:
+                rest = reader.raw_head
                 run.fail(f"server answered {describe_body(rest, ctype)} instead of an event stream")
                 return
-            for event in events:
-                run.acc.add_event(event, self._clock.now())
             if run.acc.error:
                 return
             if run.acc.finished:
                 # Finish reason and usage are in: a server that holds the socket without
                 # "[DONE]" must not keep the request (and the card's cap) waiting.
                 return
-        for event in parser.close():
-            run.acc.add_event(event, self._clock.now())
-        if parser.not_sse:
-            what = describe_body(parser.raw_head, ctype)
+        reader.close(now())
+        if reader.not_sse:
+            what = describe_body(reader.raw_head, ctype)
             run.fail(f"server answered {what} instead of an event stream")
 
 
@@ -619,7 +625,6 @@ class _Run:
             warnings.append(rf.WARN_PACKED_CHUNKS if packed else rf.WARN_EXTRA_CHUNKS)
         if limit is not None and completion is not None and completion > limit:
             warnings.append(rf.WARN_IGNORED_MAX_TOKENS)
-        times = tuple(acc.token_times_s) if acc.token_times_s is not None else None
         return RequestResult(
             prompt_kind=prompt_kind,
             stream=stream_index,
@@ -631,7 +636,7 @@ class _Run:
             completion_tokens=completion,
             token_source=source,
             chunk_tokens=acc.chunk_tokens,
-            token_times_s=times,
+            token_times_s=acc.token_times,
             finish_reason=finish,
             ok=ok,
             error=clean(one_line(error, 300)) if error else "",
