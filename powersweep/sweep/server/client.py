@@ -27,6 +27,7 @@ from powersweep.sweep.server.sse import (
     one_line,
 )
 from powersweep.sweep.server.sse_fast import SseReader
+from powersweep.sweep.server.transport import LeanTransport, lean_transport_applies
 
 __all__ = ["ChatClient", "RequestResult", "ServerInfo", "discover_server", "strip_credentials"]
 
@@ -130,7 +131,9 @@ class ChatClient:
             (their ``t_start_s`` is when they were actually sent).
         connect_timeout_s: Wall seconds to establish a connection.
         read_timeout_s: Wall seconds of silence tolerated while reading a response.
-        transport: Optional httpx transport (tests inject ``httpx.MockTransport``).
+        transport: Optional httpx transport (tests inject ``httpx.MockTransport``); by default
+            a plain ``http://`` server is read through :class:`LeanTransport` (a fraction of
+            httpcore's CPU per read), anything else through httpx's own.
         request_budget_s: Run seconds any request may take when its caller sets no deadline
             (warm-up, probes, calibration): no request can hold a cap for longer.
     """
@@ -168,6 +171,12 @@ class ChatClient:
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
+        if transport is None and lean_transport_applies(self._url):
+            transport = LeanTransport(
+                max_connections=max_connections,
+                connect_timeout_s=connect_timeout_s,
+                read_timeout_s=read_timeout_s,
+            )
         self._http = httpx.AsyncClient(
             headers=headers, timeout=timeout, limits=limits, transport=transport
         )
