@@ -260,3 +260,40 @@ def test_lean_transport_applies_to_plain_http_without_a_proxy(
     assert not lean_transport_applies("http://10.0.0.5:8000")
     monkeypatch.setenv("no_proxy", "10.0.0.5")
     assert lean_transport_applies("http://10.0.0.5:8000")
+
+
+def _chat_once(url: str, **kwargs: Any) -> RequestResult:
+    async def go() -> RequestResult:
+        client = ChatClient(
+            ServerInfo(url, "m", "vllm", None, None, None), ScaledClock(1.0), **kwargs
+        )
+        try:
+            return await client.chat("hi", max_tokens=8, prompt_kind="narr")
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_pushed_body_times_out_when_the_server_falls_silent() -> None:
+    first = sse_body(delta(content="a"), done=False)
+    script = [[CHUNKED_HEAD + chunked(first).removesuffix(b"0\r\nx-trailer: 1\r\n\r\n"), HOLD]]
+
+    async def go(url: str, scripted: Scripted) -> RequestResult:
+        return await asyncio.to_thread(_chat_once, url, read_timeout_s=0.3)
+
+    result = run(script, go)
+    assert not result.ok and result.chunk_tokens == 1
+    assert result.error == "read timeout: server sent nothing for 0.3 s"
+
+
+def test_an_endless_line_pushed_through_the_socket_fails_at_the_limit() -> None:
+    line = CHUNKED_HEAD + b"10000\r\n" + b"data: " + b"x" * (0x10000 - 6) + b"\r\n"
+    more = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+
+    async def go(url: str, scripted: Scripted) -> RequestResult:
+        return await asyncio.to_thread(_chat_once, url)
+
+    result = run([[line, *([more] * 20), HOLD]], go)
+    assert not result.ok
+    assert "line of more than 1048576 bytes" in result.error

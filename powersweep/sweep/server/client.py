@@ -27,7 +27,11 @@ from powersweep.sweep.server.sse import (
     one_line,
 )
 from powersweep.sweep.server.sse_fast import SseReader
-from powersweep.sweep.server.transport import LeanTransport, lean_transport_applies
+from powersweep.sweep.server.transport import (
+    PUSH_EXTENSION,
+    LeanTransport,
+    lean_transport_applies,
+)
 
 __all__ = ["ChatClient", "RequestResult", "ServerInfo", "discover_server", "strip_credentials"]
 
@@ -460,29 +464,34 @@ class ChatClient:
             return
         reader = SseReader(run.acc)
         now = self._clock.now
+        acc = run.acc
+
+        def take(data: bytes) -> bool:
+            # One clock read per network read: its tokens arrived together.
+            reader.feed(data, now())
+            # Finish reason and usage in: a server that holds the socket without "[DONE]"
+            # must not keep the request (and the card's cap) waiting.
+            return reader.not_sse or bool(acc.error) or acc.finished
+
         encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
-        # Raw bytes skip httpx's decoder and chunker layers; a compressed body needs them, and
-        # a body read already (a test transport's) is only there as bytes.
+        # A compressed body needs httpx's decoder, and a body read already (a test
+        # transport's) is only there as bytes; else raw reads, pushed where the transport can.
         plain = not encoded and not response.is_stream_consumed
-        chunks = response.aiter_raw() if plain else response.aiter_bytes()
-        async for data in chunks:
-            try:
-                # One clock read per network read: its tokens arrived together.
-                reader.feed(data, now())
-            except SseLineTooLong as exc:
-                run.fail(str(exc))
-                return
-            if reader.not_sse:
-                rest = reader.raw_head
-                run.fail(f"server answered {describe_body(rest, ctype)} instead of an event stream")
-                return
-            if run.acc.error:
-                return
-            if run.acc.finished:
-                # Finish reason and usage are in: a server that holds the socket without
-                # "[DONE]" must not keep the request (and the card's cap) waiting.
-                return
-        reader.close(now())
+        push = response.extensions.get(PUSH_EXTENSION) if plain else None
+        try:
+            if push is not None:
+                ended = await push(take)
+            else:
+                ended = True
+                async for data in response.aiter_raw() if plain else response.aiter_bytes():
+                    if take(data):
+                        ended = False
+                        break
+        except SseLineTooLong as exc:
+            run.fail(str(exc))
+            return
+        if ended:
+            reader.close(now())
         if reader.not_sse:
             what = describe_body(reader.raw_head, ctype)
             run.fail(f"server answered {what} instead of an event stream")

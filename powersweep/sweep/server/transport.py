@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -32,7 +32,12 @@ _NONE, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(4)
 # Chunked decoder states besides "bytes left in this chunk" (a positive count).
 _SIZE_LINE, _DATA_END, _TRAILERS = -1, -2, -3
 
+# Response extension: ``await response.extensions[PUSH_EXTENSION](sink)`` hands the body to
+# ``sink`` read by read from the protocol callback (see :meth:`_Body.push`).
+PUSH_EXTENSION = "powersweep.push"
+
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
+Sink = Callable[[bytes], bool]
 
 
 class _Connection(asyncio.Protocol):
@@ -67,12 +72,15 @@ class _Connection(asyncio.Protocol):
         self.read_timeout_s: float | None = None
         self.last_rx = 0.0
         self.wait_since = 0.0
+        self.sink: Sink | None = None
+        self.sink_stopped = False
+        self.sink_error: Exception | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.last_rx = self.loop.time()
@@ -88,7 +96,25 @@ class _Connection(asyncio.Protocol):
         # the connection is not reused.
         elif data:
             self.reusable = False
-        self._wake()
+        if self.sink is None:
+            self._wake()
+            return
+        if self.pending:
+            self._deliver()
+        # A pushed body wakes its reader only at the end: that is the point of pushing.
+        if self.body_done or self.error is not None or self.sink_stopped:
+            self._wake()
+
+    def _deliver(self) -> None:
+        assert self.sink is not None
+        try:
+            stop = self.sink(self.take())
+        except Exception as exc:  # raised in the reader's task, not in the event loop
+            self.sink_error = exc
+            stop = True
+        if stop:
+            self.sink_stopped = True
+            self.sink = None
 
     def eof_received(self) -> bool:
         self._lost(None)
@@ -368,6 +394,31 @@ class _Body(httpx.AsyncByteStream):
             else:
                 await conn.wait()
 
+    async def push(self, sink: Sink) -> bool:
+        """Hand the body to ``sink`` as it arrives, one call per network read, from the
+        protocol callback: no task switch, await or generator step per read.
+
+        ``sink`` returns True to stop reading. Errors of the body (and of ``sink``) are raised
+        here.
+
+        Returns:
+            True when the body ended, False when ``sink`` asked to stop.
+        """
+        conn = self._conn
+        if conn.pending and sink(conn.take()):
+            return False
+        conn.sink = sink
+        try:
+            while not conn.sink_stopped and not conn.body_done:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait()
+        finally:
+            conn.sink = None
+        if conn.sink_error is not None:
+            raise conn.sink_error
+        return not conn.sink_stopped
+
     async def aclose(self) -> None:
         if not self._released:
             self._released = True
@@ -440,11 +491,16 @@ class LeanTransport(httpx.AsyncBaseTransport):
             pool.slots.release()
             raise
         status, reason, headers = conn.head
+        body = _Body(conn, pool)
         return httpx.Response(
             status,
             headers=headers,
-            stream=_Body(conn, pool),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            stream=body,
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "reason_phrase": reason,
+                PUSH_EXTENSION: body.push,
+            },
         )
 
     async def _connect(
