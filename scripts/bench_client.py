@@ -3,7 +3,7 @@
 For N = 1, 8, 64, 256 streams it starts the simulated server (vLLM flavour, constant per-stream
 rate, real time) in *another process*, then runs one decode-concurrent measurement window from
 this process with the real client, the real load and the real sampler thread (reading a constant
-stand-in GPU every 0.5 s), and prints:
+stand-in GPU every 0.5 s), on the event loop a sweep runs on, and prints:
 
 - this process's CPU seconds (user + system, all its threads) per 1,000 tokens it received, over
   the whole window call (ramp, streams, the window's own count);
@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from powersweep.clock import Clock, ScaledClock
+from powersweep.sweep.eventloop import event_loop_factory
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prompts import NARRATIVE_PROMPT
@@ -207,7 +208,9 @@ def measure(n: int, window_s: float, aggregate_tps: float) -> Figures:
     """One window at ``n`` streams against a fresh server process."""
     server = _Server(aggregate_tps / n)
     try:
-        return asyncio.run(_window(server, n, window_s, ScaledClock(1.0)))
+        # the loop a sweep runs on (powersweep.sweep.signals.run_interruptible)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(_window(server, n, window_s, ScaledClock(1.0)))
     finally:
         server.close()
 
@@ -261,9 +264,11 @@ def main() -> int:
                 f"{f.jitter_p99_ms:>8.1f}ms {f.jitter_max_ms:>5.1f}ms {f.missed_ticks:>6}",
                 flush=True,
             )
+    factory = event_loop_factory()
+    loop = "asyncio's" if factory is None else factory.__module__.split(".")[0]
     print(
         f"machine: {os.cpu_count()} cores, load average {load0:.2f} at the start, "
-        f"{os.getloadavg()[0]:.2f} at the end"
+        f"{os.getloadavg()[0]:.2f} at the end; event loop: {loop}"
     )
     for line in verdicts(rows):
         print(line)
