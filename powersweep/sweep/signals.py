@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from powersweep.errors import PowersweepError
+from powersweep.sweep.eventloop import LoopFactory, event_loop_factory
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -40,8 +41,13 @@ def reinstall_handlers(
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
+def run_interruptible(
+    coro: Coroutine[Any, Any, _T], *, loop_factory: LoopFactory | None = None
+) -> _T:
     """``asyncio.run(coro)``, ended cleanly by SIGINT/SIGTERM/SIGHUP.
+
+    It runs on ``loop_factory``'s loop, by default :func:`event_loop_factory`'s (uvloop where
+    installed).
 
     A signal cancels the coroutine (so its connections close in order) and then raises
     :class:`SweepInterrupted`; raising from a plain signal handler inside the event loop would
@@ -79,9 +85,11 @@ def run_interruptible(coro: Coroutine[Any, Any, _T]) -> _T:
         finally:
             reinstall_handlers(loop, previous)
 
+    factory = loop_factory or event_loop_factory()
     previous = {s: signal.signal(s, defer) for s in HANDLED_SIGNALS}
     try:
-        result = asyncio.run(main())
+        with asyncio.Runner(loop_factory=factory) as runner:
+            result = runner.run(main())
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,15 @@ from powersweep.clock import Clock
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.sse import (
     SseLineTooLong,
-    SseParser,
     StreamAccumulator,
     describe_body,
     one_line,
+)
+from powersweep.sweep.server.sse_fast import SseReader
+from powersweep.sweep.server.transport import (
+    PUSH_EXTENSION,
+    LeanTransport,
+    lean_transport_applies,
 )
 
 __all__ = ["ChatClient", "RequestResult", "ServerInfo", "discover_server", "strip_credentials"]
@@ -70,7 +75,9 @@ class RequestResult:
         completion_tokens: Generated tokens per ``token_source``.
         token_source: ``usage``, ``timings`` or ``chunks``.
         chunk_tokens: Token-bearing chunks counted by the client.
-        token_times_s: Arrival time of each token-bearing chunk, when asked for.
+        token_times_s: Arrival time of each token-bearing chunk, when asked for (a compact
+            ``array('d')`` from the client; chunks that arrived in one network read share
+            its time).
         finish_reason: As the server said; ``deadline`` when the client stopped reading.
         ok: False when the request failed.
         error: One-line reason for a failed request, else empty.
@@ -92,7 +99,7 @@ class RequestResult:
     completion_tokens: int | None
     token_source: str
     chunk_tokens: int
-    token_times_s: tuple[float, ...] | None
+    token_times_s: Sequence[float] | None
     finish_reason: str | None
     ok: bool
     error: str
@@ -130,7 +137,9 @@ class ChatClient:
             (their ``t_start_s`` is when they were actually sent).
         connect_timeout_s: Wall seconds to establish a connection.
         read_timeout_s: Wall seconds of silence tolerated while reading a response.
-        transport: Optional httpx transport (tests inject ``httpx.MockTransport``).
+        transport: Optional httpx transport (tests inject ``httpx.MockTransport``); by default
+            a plain ``http://`` server is read through :class:`LeanTransport` (a fraction of
+            httpcore's CPU per read), anything else through httpx's own.
         request_budget_s: Run seconds any request may take when its caller sets no deadline
             (warm-up, probes, calibration): no request can hold a cap for longer.
     """
@@ -168,6 +177,12 @@ class ChatClient:
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
+        if transport is None and lean_transport_applies(self._url):
+            transport = LeanTransport(
+                max_connections=max_connections,
+                connect_timeout_s=connect_timeout_s,
+                read_timeout_s=read_timeout_s,
+            )
         self._http = httpx.AsyncClient(
             headers=headers, timeout=timeout, limits=limits, transport=transport
         )
@@ -449,29 +464,38 @@ class ChatClient:
                 run.warnings.append(rf.WARN_NOT_STREAMED)
             run.non_stream = True
             return
-        parser = SseParser()
-        async for data in response.aiter_bytes():
-            try:
-                events = parser.feed(data)
-            except SseLineTooLong as exc:
-                run.fail(str(exc))
-                return
-            if parser.not_sse:
-                rest = parser.raw_head
-                run.fail(f"server answered {describe_body(rest, ctype)} instead of an event stream")
-                return
-            for event in events:
-                run.acc.add_event(event, self._clock.now())
-            if run.acc.error:
-                return
-            if run.acc.finished:
-                # Finish reason and usage are in: a server that holds the socket without
-                # "[DONE]" must not keep the request (and the card's cap) waiting.
-                return
-        for event in parser.close():
-            run.acc.add_event(event, self._clock.now())
-        if parser.not_sse:
-            what = describe_body(parser.raw_head, ctype)
+        reader = SseReader(run.acc)
+        now = self._clock.now
+        acc = run.acc
+
+        def take(data: bytes) -> bool:
+            # One clock read per network read: its tokens arrived together.
+            reader.feed(data, now())
+            # Finish reason and usage in: a server that holds the socket without "[DONE]"
+            # must not keep the request (and the card's cap) waiting.
+            return reader.not_sse or bool(acc.error) or acc.finished
+
+        encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
+        # A compressed body needs httpx's decoder, and a body read already (a test
+        # transport's) is only there as bytes; else raw reads, pushed where the transport can.
+        plain = not encoded and not response.is_stream_consumed
+        push = response.extensions.get(PUSH_EXTENSION) if plain else None
+        try:
+            if push is not None:
+                ended = await push(take)
+            else:
+                ended = True
+                async for data in response.aiter_raw() if plain else response.aiter_bytes():
+                    if take(data):
+                        ended = False
+                        break
+        except SseLineTooLong as exc:
+            run.fail(str(exc))
+            return
+        if ended:
+            reader.close(now())
+        if reader.not_sse:
+            what = describe_body(reader.raw_head, ctype)
             run.fail(f"server answered {what} instead of an event stream")
 
 
@@ -632,7 +656,6 @@ class _Run:
             warnings.append(rf.WARN_PACKED_CHUNKS if packed else rf.WARN_EXTRA_CHUNKS)
         if limit is not None and completion is not None and completion > limit:
             warnings.append(rf.WARN_IGNORED_MAX_TOKENS)
-        times = tuple(acc.token_times_s) if acc.token_times_s is not None else None
         return RequestResult(
             prompt_kind=prompt_kind,
             stream=stream_index,
@@ -644,7 +667,7 @@ class _Run:
             completion_tokens=completion,
             token_source=source,
             chunk_tokens=acc.chunk_tokens,
-            token_times_s=times,
+            token_times_s=acc.token_times,
             finish_reason=finish,
             ok=ok,
             error=clean(one_line(error, 300)) if error else "",

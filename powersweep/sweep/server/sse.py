@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
 # Field names of the event-stream format; any other first line marks a body that is not SSE.
-_SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
+SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
 # Delta keys whose non-empty value means the chunk carries generated tokens.
 _TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 # How much of a non-SSE body is kept for the error message.
-_RAW_KEEP_BYTES = 4096
+RAW_KEEP_BYTES = 4096
 # Longest event-stream line accepted: a token chunk is well under a kilobyte, so a line this long
 # is a server that never ends it (memory would grow until the process is killed).
 MAX_LINE_BYTES = 1 << 20
@@ -74,12 +75,12 @@ class SseParser:
         Raises:
             SseLineTooLong: The unfinished line is longer than the limit.
         """
-        if len(self.raw_head) < _RAW_KEEP_BYTES:
-            self.raw_head += chunk[: _RAW_KEEP_BYTES - len(self.raw_head)]
+        if len(self.raw_head) < RAW_KEEP_BYTES:
+            self.raw_head += chunk[: RAW_KEEP_BYTES - len(self.raw_head)]
         self._buf += chunk
         out: list[SseEvent] = []
         while True:
-            line, rest = _split_line(self._buf, final=False)
+            line, rest = split_line(self._buf, final=False)
             if line is None:
                 break
             self._buf = rest
@@ -97,7 +98,7 @@ class SseParser:
         """End of body: parse what is left and dispatch a final unterminated event."""
         out: list[SseEvent] = []
         while self._buf:
-            line, rest = _split_line(self._buf, final=True)
+            line, rest = split_line(self._buf, final=True)
             assert line is not None
             self._buf = rest
             ev = self._line(line)
@@ -131,7 +132,7 @@ class SseParser:
             # llama.cpp (some versions) writes "error: {json}" instead of a data line.
             self._event = "error"
             self._data.append(value)
-        elif name not in _SSE_FIELDS and first and self._events == 0:
+        elif name not in SSE_FIELDS and first and self._events == 0:
             self.not_sse = True
         return None
 
@@ -146,7 +147,7 @@ class SseParser:
         return ev
 
 
-def _split_line(buf: bytes, *, final: bool) -> tuple[bytes | None, bytes]:
+def split_line(buf: bytes, *, final: bool) -> tuple[bytes | None, bytes]:
     """Cut the first line off ``buf``; (None, buf) when no complete line is there yet."""
     i_n = buf.find(b"\n")
     i_r = buf.find(b"\r")
@@ -310,13 +311,19 @@ class StreamAccumulator:
     """Token accounting over the JSON payloads of one response (streamed or not).
 
     Feed it every event with the run time it was parsed at; read :meth:`totals` at the end.
+    :func:`powersweep.sweep.server.sse_fast.account_data` is the fast way in for a stream's
+    data; it gives the same accounting as :meth:`add_event`.
+
+    Attributes:
+        token_times: Arrival time of each token-bearing chunk (run seconds, 8 bytes each), when
+            asked for.
     """
 
     def __init__(self, *, record_token_times: bool = False) -> None:
         self.chunk_tokens = 0
         self.t_first_token_s = math.nan
         self.t_last_token_s = math.nan
-        self.token_times_s: list[float] | None = [] if record_token_times else None
+        self.token_times: array[float] | None = array("d") if record_token_times else None
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
         self.finish_reason: str | None = None
@@ -327,22 +334,31 @@ class StreamAccumulator:
         self.stream_ignored = False
         self.text_bytes = 0
 
+    @property
+    def token_times_s(self) -> list[float] | None:
+        """:attr:`token_times` as a list (a copy)."""
+        return None if self.token_times is None else self.token_times.tolist()
+
     def add_event(self, event: SseEvent, t_s: float) -> None:
         """Account one SSE event parsed at run time ``t_s``."""
         self.events += 1
-        data = event.data.strip()
+        self.add_event_text(event.event, event.data, t_s)
+
+    def add_event_text(self, event_type: str, text: str, t_s: float) -> None:
+        """Account the data of one event already counted in :attr:`events`."""
+        data = text.strip()
         if data == "[DONE]":
             self.done = True
             return
         try:
             payload = json.loads(data)
         except ValueError:
-            if event.event == "error":
+            if event_type == "error":
                 self.error = self.error or one_line(data) or "server sent an error event"
             else:
                 self.bad_events += 1
             return
-        if event.event == "error":
+        if event_type == "error":
             self.error = self.error or error_message(payload) or one_line(data)
             return
         self.add_chunk(payload, t_s)
@@ -371,13 +387,17 @@ class StreamAccumulator:
                 if isinstance(reason, str) and reason:
                     self.finish_reason = reason
         if bearing:
-            self.text_bytes += n_bytes
-            self.chunk_tokens += 1
-            if math.isnan(self.t_first_token_s):
-                self.t_first_token_s = t_s
-            self.t_last_token_s = t_s
-            if self.token_times_s is not None:
-                self.token_times_s.append(t_s)
+            self.add_token(t_s, n_bytes)
+
+    def add_token(self, t_s: float, n_bytes: int) -> None:
+        """Account one token-bearing chunk of ``n_bytes`` text bytes that arrived at ``t_s``."""
+        self.text_bytes += n_bytes
+        self.chunk_tokens += 1
+        if math.isnan(self.t_first_token_s):
+            self.t_first_token_s = t_s
+        self.t_last_token_s = t_s
+        if self.token_times is not None:
+            self.token_times.append(t_s)
 
     @property
     def finished(self) -> bool:

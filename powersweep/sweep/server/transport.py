@@ -1,0 +1,242 @@
+"""A lean HTTP/1.1 transport for httpx, on asyncio protocols.
+
+Why it exists: httpx's default transport (httpcore over anyio, with h11 parsing the framing, all
+pure Python) costs about 60-90 microseconds of CPU per network read; a token stream is one read
+per token, so at tens of thousands of tokens per second the sweep process would need cores of
+its own and compete with the server it measures. Here a read is one ``data_received`` callback
+that cuts the chunked framing with ``bytes.find`` and wakes the reader, and a read timeout is
+one timer per wait instead of a cancel scope per read.
+
+It speaks plain ``http://`` only (local inference servers); the client keeps httpx's own
+transport for ``https://`` and proxies. Failures raise httpx's exceptions (``ConnectError``,
+``ConnectTimeout``, ``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``), as httpcore's
+mapping does, so callers see no difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from powersweep.sweep.server.http11 import Http11Connection, Sink
+
+# Response extension: ``await response.extensions[PUSH_EXTENSION](sink)`` hands the body to
+# ``sink`` read by read from the protocol callback (see :meth:`_Body.push`).
+PUSH_EXTENSION = "powersweep.push"
+
+Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class _Pool:
+    """Connections of one event loop: a slot per connection allowed, idle ones by host."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_connections: int) -> None:
+        self.loop = loop
+        self.slots = asyncio.Semaphore(max_connections)
+        self.idle: dict[tuple[str, int], list[Http11Connection]] = {}
+
+    def idle_connection(self, key: tuple[str, int]) -> Http11Connection | None:
+        conns = self.idle.get(key)
+        while conns:
+            conn = conns.pop()
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        return None
+
+    def release(self, conn: Http11Connection) -> None:
+        if conn.reusable and conn.body_done and conn.error is None and not conn.closed:
+            conn.reset()
+            self.idle.setdefault(conn.key, []).append(conn)
+        else:
+            conn.close()
+        self.slots.release()
+
+    def close(self) -> None:
+        for conns in self.idle.values():
+            for conn in conns:
+                with contextlib.suppress(RuntimeError):  # its loop may be closed already
+                    conn.close()
+        self.idle.clear()
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body: yields what arrived since the last step, one await per step."""
+
+    def __init__(self, conn: Http11Connection, pool: _Pool) -> None:
+        self._conn = conn
+        self._pool = pool
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        while True:
+            if conn.pending:
+                yield conn.take()
+            elif conn.body_done:
+                return
+            elif conn.error is not None:
+                raise conn.error
+            else:
+                await conn.wait()
+
+    async def push(self, sink: Sink) -> bool:
+        """Hand the body to ``sink`` as it arrives, one call per network read, from the
+        protocol callback: no task switch, await or generator step per read.
+
+        ``sink`` returns True to stop reading. Errors of the body (and of ``sink``) are raised
+        here.
+
+        Returns:
+            True when the body ended, False when ``sink`` asked to stop.
+        """
+        conn = self._conn
+        if conn.pending and sink(conn.take()):
+            return False
+        conn.sink = sink
+        try:
+            while not conn.sink_stopped and not conn.body_done:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait()
+        finally:
+            conn.sink = None
+        if conn.sink_error is not None:
+            raise conn.sink_error
+        return not conn.sink_stopped
+
+    async def aclose(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool.release(self._conn)
+
+
+class LeanTransport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 over asyncio protocols for plain ``http://`` servers.
+
+    Args:
+        max_connections: Connections open at once; requests beyond wait for a slot (no limit
+            on the wait, as the client's pool timeout is none).
+        connect_timeout_s: Wall seconds to connect when the request names none.
+        read_timeout_s: Wall seconds of silence tolerated when the request names none.
+    """
+
+    def __init__(
+        self, *, max_connections: int, connect_timeout_s: float, read_timeout_s: float
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self._max_connections = max_connections
+        self._connect_timeout_s = connect_timeout_s
+        self._read_timeout_s = read_timeout_s
+        self._pool: _Pool | None = None
+
+    def _current_pool(self) -> _Pool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool.loop is not loop:
+            if self._pool is not None:
+                self._pool.close()
+            self._pool = _Pool(loop, self._max_connections)
+        return self._pool
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(
+                f"the lean transport speaks http only, not {url.scheme!r}", request=request
+            )
+        timeouts = request.extensions.get("timeout") or {}
+        connect_s = timeouts.get("connect", self._connect_timeout_s)
+        read_s = timeouts.get("read", self._read_timeout_s)
+        key = (url.host, url.port or 80)
+        pool = self._current_pool()
+        await pool.slots.acquire()
+        conn: Http11Connection | None = None
+        try:
+            conn = pool.idle_connection(key) or await self._connect(pool, key, connect_s, request)
+            conn.request = request
+            conn.read_timeout_s = read_s
+            conn.no_body = request.method == "HEAD"
+            trace: Trace | None = request.extensions.get("trace")
+            if trace is not None:
+                await trace("http11.send_request_headers.started", {"request": request})
+            assert conn.transport is not None
+            conn.transport.write(_request_bytes(request, await request.aread()))
+            conn.last_rx = pool.loop.time()
+            while conn.head is None:
+                if conn.error is not None:
+                    raise conn.error
+                if conn.closed:
+                    raise httpx.RemoteProtocolError(
+                        "Server disconnected without sending a response.", request=request
+                    )
+                await conn.wait()
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            pool.slots.release()
+            raise
+        status, reason, headers = conn.head
+        body = _Body(conn, pool)
+        return httpx.Response(
+            status,
+            headers=headers,
+            stream=body,
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "reason_phrase": reason,
+                PUSH_EXTENSION: body.push,
+            },
+        )
+
+    async def _connect(
+        self, pool: _Pool, key: tuple[str, int], timeout_s: float | None, request: httpx.Request
+    ) -> Http11Connection:
+        conn = Http11Connection(pool.loop)
+        conn.key = key
+        try:
+            async with asyncio.timeout(timeout_s):
+                await pool.loop.create_connection(lambda: conn, key[0], key[1])
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout("timed out", request=request) from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        return conn
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def lean_transport_applies(url: str) -> bool:
+    """True when ``url`` is plain http that no proxy of the environment covers (httpx would
+    send it through the proxy; this transport does not speak to proxies)."""
+    parsed = httpx.URL(url)
+    if parsed.scheme != "http":
+        return False
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    return bool(urllib.request.proxy_bypass(parsed.host))
+
+
+def _request_bytes(request: httpx.Request, body: bytes) -> bytes:
+    """The request head and body as one write."""
+    raw = request.headers.raw
+    chunked = any(k.lower() == b"transfer-encoding" for k, _ in raw)
+    parts = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    for name, value in raw:
+        parts += (name, b": ", value, b"\r\n")
+    parts.append(b"\r\n")
+    if chunked:
+        if body:
+            parts += (f"{len(body):x}\r\n".encode(), body, b"\r\n")
+        parts.append(b"0\r\n\r\n")
+    else:
+        parts.append(body)
+    return b"".join(parts)
