@@ -18,6 +18,7 @@ import polars as pl
 
 from powersweep import __version__
 from powersweep.analysis.load import Curve
+from powersweep.analysis.trust import ignored_rows
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
 TIER_CAP_FRACTION = 0.05
@@ -90,7 +91,8 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
     out = []
     for row in caps.iter_rows(named=True):
         tps, power = _f(row.get(metric)), _f(row.get("power_w"))
-        if row.get("status", "ok") != "ok" or not (math.isfinite(tps) and power > 0):
+        usable = math.isfinite(tps) and tps > 0 and math.isfinite(power) and power > 0
+        if row.get("status", "ok") != "ok" or not usable:
             continue
         out.append(
             ClockPoint(
@@ -247,7 +249,7 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
         "findings": [],
     }
     findings: list[dict[str, Any]] = result["findings"]
-    findings += _status_findings(curve.caps)
+    findings += ignored_rows(curve) + _status_findings(curve.caps)
     if not points:
         findings.append(
             _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")

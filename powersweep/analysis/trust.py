@@ -45,7 +45,7 @@ def usable_mask(metric: str) -> pl.Expr:
         (pl.col("status") == "ok")
         & pl.col(metric).is_not_null()
         & pl.col(metric).is_finite()
-        & (pl.col(metric) >= 0)
+        & (pl.col(metric) > 0)
         & pl.col("power_w").is_not_null()
         & pl.col("power_w").is_finite()
         & (pl.col("power_w") > 0)
@@ -64,6 +64,21 @@ def input_findings(curve: Curve) -> list[dict[str, Any]]:
     out += _duplicates(caps)
     out += run_findings(curve.run)
     return out
+
+
+def ignored_rows(curve: Curve) -> list[dict[str, Any]]:
+    """The ``rows_ignored`` finding alone, and the loader's notes (a clock curve, whose rows
+    share one cap, has no duplicate caps to name)."""
+    caps = curve.caps
+    if SOURCE_LINE not in caps.columns:
+        caps = caps.with_columns(pl.Series(SOURCE_LINE, range(2, caps.height + 2)))
+    notes = [
+        _finding("warning", "input_note", note, "check the run directory's files")
+        for note in curve.notes
+    ]
+    return notes + _ignored_rows(
+        caps.with_columns(usable_mask(curve.metric).alias("_usable")), curve.metric
+    )
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -85,10 +100,8 @@ def _why_ignored(row: dict[str, Any], metric: str) -> str:
             parts.append(f"{col} missing")
         elif not math.isfinite(v):
             parts.append(f"{col} is {v}")
-        elif col == "power_w" and v <= 0:
+        elif v <= 0:
             parts.append(f"{col} is {v:g} (not positive)")
-        elif v < 0:
-            parts.append(f"{col} is {v:g} (negative)")
     return ", ".join(parts) or "not usable"
 
 

@@ -158,11 +158,50 @@ def test_suspect_caps_stay_out_of_the_sweet_spot(tmp_path: Path) -> None:
 
 
 def test_a_cut_last_row_is_dropped_with_a_note(tmp_path: Path) -> None:
+    # the run's own record says the 300 W row was being written when it died
     path = tmp_path / "caps.csv"
     path.write_text("cap_w,narr_tps,power_w\n350,34,340\n300,40,1")
+    (tmp_path / "run.json").write_text(
+        json.dumps({"status": "running", "caps_done": [350.0], "rows_written": {"caps.csv": 1}})
+    )
     curve = load_curve(path)
     assert curve.caps["cap_w"].to_list() == [350.0]
     assert any("cut short" in n for n in curve.notes)
+
+
+def test_a_last_line_without_its_line_end_is_kept_unless_the_run_says_it_was_cut(
+    tmp_path: Path,
+) -> None:
+    text = "cap_w,narr_tps,power_w\n300,30,299\n280,29.5,279\n260,29.4,259"
+    bare = tmp_path / "bare.csv"
+    bare.write_text(text)  # an editor's file: no final newline, nothing cut
+    result = analyze(load_curve(bare), bootstrap=0)
+    assert [c["cap_w"] for c in result["caps"]] == [260.0, 280.0, 300.0]
+    assert result["sweet_spot"]["cap_w"] == 260.0
+    assert not any("cut short" in f["message"] for f in result["findings"])
+    # a run that counted all three rows wrote them whole: the line end alone was lost
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "caps.csv").write_text(text)
+    meta = {"status": "running", "caps_done": [300.0, 280.0, 260.0], "rows_written": {}}
+    meta["rows_written"] = {"caps.csv": 3}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert load_curve(run).caps["cap_w"].to_list() == [260.0, 280.0, 300.0]
+    # counted two: the third was being written when the run died
+    meta.update(rows_written={"caps.csv": 2}, caps_done=[300.0, 280.0])
+    (run / "run.json").write_text(json.dumps(meta))
+    curve = load_curve(run)
+    assert curve.caps["cap_w"].to_list() == [280.0, 300.0]
+    assert any("cut short" in n for n in curve.notes)
+    # a cap measured again (the confirm phase): caps_done lists it, the count still tells
+    meta["caps_done"] = [300.0, 280.0, 260.0]
+    (run / "run.json").write_text(json.dumps(meta))
+    assert load_curve(run).caps["cap_w"].to_list() == [280.0, 300.0]
+    # an older run without counts: a complete run keeps it, a crashed one drops an unlisted cap
+    (run / "run.json").write_text(json.dumps({"status": "complete", "caps_done": [300.0]}))
+    assert load_curve(run).caps.height == 3
+    (run / "run.json").write_text(json.dumps({"status": "running", "caps_done": [300.0, 280.0]}))
+    assert load_curve(run).caps.height == 2
 
 
 def test_import_accepts_a_utf8_bom(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

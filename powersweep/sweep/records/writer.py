@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis.csvtext import cut_by_crash
 from powersweep.errors import PowersweepError
 from powersweep.runformat import (
     CAPS_COLUMNS,
@@ -115,6 +116,7 @@ class RunWriter:
     ) -> None:
         self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
         self._widths: dict[str, int] = {}
+        self._lines: dict[str, int] = {}
         self.dropped_partial = []
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
@@ -169,7 +171,9 @@ class RunWriter:
         writer = cls.__new__(cls)
         writer.path = path
         writer._widths = {}
+        writer._lines = {}
         writer.dropped_partial = []
+        meta = _run_meta(path / "run.json")
         for name, columns in (
             ("samples.csv", SAMPLES_COLUMNS),
             ("requests.csv", REQUESTS_COLUMNS),
@@ -178,7 +182,7 @@ class RunWriter:
             target = path / name
             if not target.exists() or target.stat().st_size == 0:
                 writer._init_csv(name, columns)
-            elif writer._drop_partial_row(name):
+            elif writer._drop_partial_row(name, meta):
                 writer.dropped_partial.append(name)
         # a run written by an older version keeps its own caps.csv columns
         with open(path / "caps.csv", newline="") as f:
@@ -192,24 +196,35 @@ class RunWriter:
                 writer._widths[name] = len(old)
         return writer
 
-    def _drop_partial_row(self, name: str) -> bool:
+    def _drop_partial_row(self, name: str, meta: Mapping[str, Any] | None = None) -> bool:
         """Cut a half-written last row (a kill mid-write) off a CSV; True when one was cut.
 
-        Its cap is not in ``caps_done`` (run.json is written after the row), so a resumed run
-        measures it again instead of keeping half a figure.
+        Its cap is not in ``caps_done`` nor its row in ``rows_written`` (run.json is written
+        after the row), so a resumed run measures it again instead of keeping half a figure. A
+        last row the run's record (``meta``, its run.json) says was written whole only lost its
+        line end (an editor): it gets it back, as the reader keeps it
+        (:func:`~powersweep.analysis.csvtext.cut_by_crash` judges both).
         """
         target = self.path / name
         try:
             data = target.read_bytes()
+            lines = data.count(b"\n")
             if data.endswith(b"\n"):
+                self._lines[name] = lines
                 return False
+            whole = not cut_by_crash(name, data.decode("utf-8", errors="replace"), meta)
             with open(target, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
+                if whole:
+                    f.seek(0, os.SEEK_END)
+                    f.write(b"\r\n")
+                else:
+                    f.truncate(data.rfind(b"\n") + 1)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
             raise PowersweepError(f"cannot repair {target}: {exc.strerror or exc}") from exc
-        return True
+        self._lines[name] = lines + 1 if whole else lines
+        return not whole
 
     def _init_csv(self, name: str, columns: Sequence[str]) -> None:
         self._append(name, [list(columns)])
@@ -234,10 +249,17 @@ class RunWriter:
             raise PowersweepError(
                 f"cannot write {self.path / name}: {exc.strerror or exc}"
             ) from exc
+        # the writer folds every cell onto one line: one line end per row
+        self._lines[name] = self._lines.get(name, 0) + text.count("\n")
+
+    def rows_written(self) -> dict[str, int]:
+        """Data rows written whole to each CSV so far (its header not counted)."""
+        return {name: max(0, lines - 1) for name, lines in sorted(self._lines.items())}
 
     def write_run_json(self, data: Mapping[str, Any]) -> None:
-        """Replace ``run.json``."""
-        write_json_atomic(self.path / "run.json", data)
+        """Replace ``run.json``, with ``rows_written`` (:meth:`rows_written`): what a reader
+        needs to tell a row cut by a crash from a last line that only lacks its line end."""
+        write_json_atomic(self.path / "run.json", {**data, "rows_written": self.rows_written()})
 
     def append_samples(self, rows: Sequence[SampleRow], *, confirm: bool = False) -> None:
         """Append sampler rows to ``samples.csv`` (``confirm``: readings of a re-measurement)."""
@@ -314,6 +336,15 @@ class RunWriter:
             for c in self._caps_columns
         ]
         self._append("caps.csv", [values])
+
+
+def _run_meta(path: Path) -> dict[str, Any] | None:
+    """A run.json's content, or None where it cannot be read (the resume checked it before)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _umask() -> int:
