@@ -727,6 +727,8 @@ class Sweep:
         """Set the cap on every GPU; the reason if any card did not take it."""
         if self.plan.observe_only:
             return None
+        if self.journal is not None:  # its journal gone or taken over: stop, restore, say so
+            self.journal.ensure_owned()
         problems = []
         for g in self.gpus:
             self._touched.add(g.index)

@@ -13,14 +13,16 @@ import pytest
 
 from powersweep.analysis import analyze, load_curve
 from powersweep.cli import main
-from powersweep.errors import UsageError
+from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.faults import ServerFault, parse_fault
 from powersweep.sweep.records.journal import (
     Journal,
     JournalEntry,
     JournalGpu,
+    JournalLost,
     owner_alive,
     owner_refusal,
+    owner_state,
     process_start,
 )
 from powersweep.sweep.sampling.consistency import min_gap_s, ratio_reason, stall_reason
@@ -286,6 +288,80 @@ def test_journal_owner_is_a_live_process_with_its_start_time(tmp_path: Path) -> 
         child.wait()
     assert not owner_alive(_entry(child.pid, start))
     assert not owner_alive(_entry(os.getpid(), None))  # a journal this process left earlier
+
+
+def test_restore_takes_a_journal_only_from_an_owner_that_is_gone_or_unknowable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "sim.json"
+    state.write_text(json.dumps({"GPU-sim-rtx3090-air-0": 300.0}))
+    backend = {"kind": "sim", "profiles": ["rtx3090-air"], "sim_state": str(state), "seed": 0}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    journal = Journal(tmp_path / "state")
+
+    def write(start: str | None) -> None:
+        journal.write(
+            JournalEntry(
+                backend=backend,
+                gpus=(JournalGpu("GPU-sim-rtx3090-air-0", 0, "card", 350.0),),
+                pid=child.pid,
+                created_at="2026-01-01T00:00:00Z",
+                pid_start=start,
+            )
+        )
+
+    def restore(*extra: str) -> tuple[int, str]:
+        code = main(["restore", "--state-dir", str(journal.state_dir), *extra])
+        return code, capsys.readouterr().err
+
+    try:
+        start = process_start(child.pid)
+        write(start)  # alive: never taken, --force or not
+        for extra in ((), ("--force",)):
+            code, err = restore(*extra)
+            assert code == 2 and "is still running on GPU 0" in err and journal.exists()
+        assert owner_state(_entry(child.pid, start)).alive is True
+        write(None)  # an older journal: the PID runs, nothing tells it from a reused one
+        code, err = restore()
+        (line,) = err.strip().splitlines()
+        assert code == 2 and "cannot tell whether" in line and "records no start time" in line
+        assert "restore --force" in line and journal.exists()
+        with monkeypatch.context() as m:  # a start time that cannot be read now: also a doubt
+            m.setattr("powersweep.sweep.records.owner.process_start", lambda _pid: None)
+            assert owner_state(_entry(child.pid, start)).alive is None
+        code, err = restore("--force")
+        assert code == 0 and "restoring anyway (--force)" in err and "restored to 350 W" in err
+        assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 350.0
+        assert not journal.exists()
+        write(str(int(start or 0) + 1))  # the PID now belongs to a later process: gone
+        code, err = restore()
+        assert code == 0 and not journal.exists()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_claimed_journal_that_is_removed_or_replaced_is_lost_and_left_alone(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path)
+    journal.ensure_owned()  # nothing claimed yet: nothing to check
+    mine = _entry(os.getpid(), process_start(os.getpid()))
+    journal.claim(mine)
+    journal.ensure_owned()
+    journal.record_outcome({"status": "complete", "restored": []})
+    journal.ensure_owned()  # its own outcome is still its own journal
+    journal.path.unlink()
+    with pytest.raises(JournalLost, match="was removed while this sweep ran"):
+        journal.ensure_owned()
+    other = _entry(4242, "7")
+    Journal(tmp_path).write(other)
+    with pytest.raises(JournalLost, match=r"was replaced .* PID 4242"):
+        journal.ensure_owned()
+    with pytest.raises(PowersweepError, match="another owner"):
+        journal.record_outcome({"status": "complete"})
+    journal.remove()  # not ours: left where it is
+    assert Journal(tmp_path).read() == other
 
 
 def test_journal_keeps_pid_start_and_outcome(tmp_path: Path) -> None:

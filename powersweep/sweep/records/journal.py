@@ -16,13 +16,39 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.gpu import Gpu, GpuBackend
+
+# Who owns the cards (``owner``) and putting cards back (``restore``) live beside the journal;
+# callers import them from here with it.
+from powersweep.sweep.records.owner import (
+    OwnerState,
+    owner_alive,
+    owner_refusal,
+    owner_state,
+    process_start,
+)
+from powersweep.sweep.records.restore import RestoreResult, put_back_locks, restore_gpus
+
+__all__ = [
+    "Journal",
+    "JournalEntry",
+    "JournalGpu",
+    "JournalLost",
+    "OwnerState",
+    "RestoreResult",
+    "default_state_dir",
+    "owner_alive",
+    "owner_refusal",
+    "owner_state",
+    "process_start",
+    "put_back_locks",
+    "restore_gpus",
+]
 
 JOURNAL_VERSION = 1
 JOURNAL_NAME = "journal.json"
@@ -32,6 +58,14 @@ ROOT_STATE_DIR = Path("/var/lib/powersweep")
 
 class _Taken(Exception):
     """Internal: an exclusive write found a journal already there."""
+
+
+class JournalLost(PowersweepError):
+    """A running sweep's journal was removed or now names another owner.
+
+    Nothing could put the cards back after a crash from then on, so the sweep stops at once
+    and restores what it set (its own record of the original limits).
+    """
 
 
 @dataclass(frozen=True)
@@ -197,6 +231,8 @@ class Journal:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.path = state_dir / JOURNAL_NAME
+        # what :meth:`claim` wrote: this process owns the cards while the file still says so
+        self._claimed: JournalEntry | None = None
 
     def exists(self) -> bool:
         """True when a journal is on disk."""
@@ -240,9 +276,11 @@ class Journal:
                 if existing.pid != entry.pid and owner_alive(existing):
                     raise UsageError(owner_refusal(existing, self.path))
                 self.write(entry)
+                self._claimed = entry
                 return
             try:
                 self.write(entry, exclusive=True)
+                self._claimed = entry
                 return
             except _Taken:
                 continue  # created meanwhile: look at its owner
@@ -291,12 +329,52 @@ class Journal:
                 "no power limit was changed"
             ) from None
 
+    def ensure_owned(self) -> None:
+        """Check that the journal this process claimed is still on disk and still its own.
+
+        A no-op before :meth:`claim`. Called before each change a sweep makes: a journal that
+        was removed (``rm``, a forced restore) or replaced would leave a crash with nothing to
+        put the cards back.
+
+        Raises:
+            JournalLost: It is gone, damaged, or names another owner; the one-line message
+                says which and that the sweep stops and restores.
+        """
+        if self._claimed is None:
+            return
+        stop = "this sweep stops and puts back the limits it set"
+        try:
+            entry = self.read()
+        except PowersweepError as exc:
+            raise JournalLost(f"{exc}; {stop}") from None
+        if entry is None:
+            raise JournalLost(
+                f"the restore journal {self.path} was removed while this sweep ran (a forced "
+                f"`powersweep restore`, or by hand): {stop}"
+            )
+        if not _same_owner(entry, self._claimed):
+            raise JournalLost(
+                f"the restore journal {self.path} was replaced while this sweep ran (it now "
+                f"names PID {entry.pid}, written {entry.created_at or 'at an unknown time'}): "
+                f"{stop}"
+            )
+
     def remove(self) -> None:
         """Delete the journal (after every limit was put back); missing is fine.
+
+        After :meth:`claim`, only this process's own journal is deleted: one that another
+        process wrote meanwhile is left where it is.
 
         Raises:
             PowersweepError: It exists and cannot be deleted.
         """
+        if self._claimed is not None:
+            try:
+                on_disk = self.read()
+            except PowersweepError:
+                return  # damaged: not ours to delete
+            if on_disk is None or not _same_owner(on_disk, self._claimed):
+                return
         try:
             self.path.unlink()
         except FileNotFoundError:
@@ -317,6 +395,10 @@ class Journal:
         entry = self.read()
         if entry is None:
             raise PowersweepError(f"the restore journal {self.path} is gone: cannot record")
+        if self._claimed is not None and not _same_owner(entry, self._claimed):
+            raise PowersweepError(
+                f"the restore journal {self.path} now names another owner: cannot record"
+            )
         self.write(dataclasses.replace(entry, outcome=dict(outcome)))
 
     def refuse_if_present(self) -> None:
@@ -350,44 +432,8 @@ class Journal:
             )
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of process ``pid`` (None when unknown: no /proc, gone)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name may hold spaces and parentheses: fields start after the last ")"
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def owner_alive(entry: JournalEntry) -> bool:
-    """True while the sweep that wrote ``entry`` still runs (another process, same start)."""
-    pid = entry.pid
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    except OSError:
-        return False
-    if entry.pid_start is None:
-        return True
-    now = process_start(pid)
-    return now is None or now == entry.pid_start
-
-
-def owner_refusal(entry: JournalEntry, path: Path) -> str:
-    """The one-line refusal while another sweep owns the cards."""
-    gpus = ", ".join(str(g.index) for g in entry.gpus)
-    word = "GPU" if len(entry.gpus) == 1 else "GPUs"
-    return (
-        f"another sweep (PID {entry.pid}) is running on {word} {gpus}: wait for it to end or "
-        f"stop it (its journal {path} is left alone; --force does not override a live sweep)"
-    )
+def _same_owner(a: JournalEntry, b: JournalEntry) -> bool:
+    return (a.pid, a.pid_start, a.created_at) == (b.pid, b.pid_start, b.created_at)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -397,84 +443,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    """What ``restore`` did for one GPU of the journal (``clocks``: what happened to its
-    clock locks, empty when the sweep locked none)."""
-
-    uuid: str
-    index: int | None
-    limit_w: float
-    ok: bool
-    message: str
-    clocks: str = ""
-
-
-def put_back_locks(
-    gpu: Gpu, sm_mhz: float | None, mem_mhz: float | None, known: bool = True
-) -> str:
-    """Reset a GPU's clock locks, then relock the ones it had before the sweep.
-
-    Returns:
-        What was done, for the user (``clocks unlocked``, ``clocks locked back to ...``).
-
-    Raises:
-        PowersweepError: The driver refused (the caller reports it and keeps the journal).
-    """
-    gpu.reset_clock_locks(sm=True, mem=True)
-    if not known:
-        return "clocks unlocked (the locks before the sweep could not be read)"
-    back = []
-    if sm_mhz is not None:
-        r = gpu.lock_sm_clock(sm_mhz)
-        if not r.accepted:
-            raise PowersweepError(f"could not lock SM back to {sm_mhz:g} MHz: {r.message}")
-        back.append(f"SM {sm_mhz:g} MHz")
-    if mem_mhz is not None:
-        r = gpu.lock_mem_clock(mem_mhz)
-        if not r.accepted:
-            raise PowersweepError(f"could not lock memory back to {mem_mhz:g} MHz: {r.message}")
-        back.append(f"memory {mem_mhz:g} MHz")
-    return "clocks locked back to " + " / ".join(back) if back else "clocks unlocked"
-
-
-def restore_gpus(
-    entry: JournalEntry, backend: GpuBackend, warn: Callable[[str], None] = lambda _m: None
-) -> list[RestoreResult]:
-    """Put back every journalled limit on the backend's GPUs, found by UUID.
-
-    Never raises for one GPU: a failure is a result with ``ok`` False, so the others still get
-    their limit back.
-    """
-    by_uuid: dict[str, Gpu] = {}
-    for i in range(backend.device_count()):
-        try:
-            gpu = backend.gpu(i)
-            by_uuid[gpu.identity().uuid] = gpu
-        except PowersweepError as exc:
-            warn(f"cannot open GPU {i}: {exc}")
-    results = []
-    for g in entry.gpus:
-        found = by_uuid.get(g.uuid)
-        if found is None:
-            results.append(RestoreResult(g.uuid, None, g.original_limit_w, False, "GPU not found"))
-            continue
-        clocks = ""
-        if g.clocks_locked:
-            # clocks first: a lock left in place would skew whatever runs next
-            try:
-                clocks = put_back_locks(
-                    found, g.original_sm_lock_mhz, g.original_mem_lock_mhz, g.locks_known
-                )
-            except PowersweepError as exc:
-                clocks = f"clock locks NOT put back: {exc}"
-        try:
-            r = found.set_power_limit(g.original_limit_w)
-            ok, message = r.accepted, r.message
-        except PowersweepError as exc:
-            ok, message = False, str(exc)
-        ok = ok and not clocks.startswith("clock locks NOT")
-        results.append(RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message, clocks))
-    return results
