@@ -18,7 +18,7 @@ import polars as pl
 
 from powersweep import __version__
 from powersweep.analysis.load import Curve
-from powersweep.analysis.trust import ignored_rows
+from powersweep.analysis.trust import ignored_rows, run_findings
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
 TIER_CAP_FRACTION = 0.05
@@ -249,7 +249,8 @@ def analyze_clocks(curve: Curve, *, max_tps_loss_pct: float = 5.0) -> dict[str, 
         "findings": [],
     }
     findings: list[dict[str, Any]] = result["findings"]
-    findings += ignored_rows(curve) + _status_findings(curve.caps)
+    findings += ignored_rows(curve) + run_findings(curve.run, curve.requests)
+    findings += _status_findings(curve.caps)
     if not points:
         findings.append(
             _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")

@@ -123,6 +123,7 @@ class ClockLoop:
         if rejection is None:
             settle_s = await self.s._settle(cap)
             run = await self.s.load.measure(cap)
+            self.s._faults.requests(run.requests)  # failed requests reach run.json's faults
             self.s.sampler.label(cap, "settle")
             rows = relabel_outside(self.s.sampler.drain(), run.power_windows)
         row = cap_row(

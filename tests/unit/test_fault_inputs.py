@@ -420,6 +420,64 @@ def test_fault_log_counts_what_the_client_recognised() -> None:
     assert concurrent.to_list() == []
 
 
+def test_failed_requests_reach_the_faults_finding_with_their_cause_in_words(
+    tmp_path: Path,
+) -> None:
+    @dataclass(frozen=True)
+    class R:
+        ok: bool
+        error: str
+        finish_reason: str | None = None
+        prompt_kind: str = "narr"
+        chunk_tokens: int = 0
+        warnings: tuple[str, ...] = ()
+
+    log = FaultLog()
+    log.requests(
+        [
+            R(False, "connection reset by the server while reading the answer, after 3 tokens"),
+            R(False, "read timeout: server sent nothing for 60 s"),
+            R(False, "ReadError: "),
+            R(False, "HTTP 503: loading (still busy after 6 retries)"),  # server_busy: not again
+            R(True, ""),
+        ]
+    )
+    (failed,) = [f for f in log.to_list() if f["kind"] == "request_failed"]
+    assert failed == {
+        "kind": "request_failed",
+        "count": 3,
+        "examples": [
+            "connection reset by the server (x2)",
+            "read timeout (the server went silent) (x1)",
+        ],
+    }
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "caps.csv").write_text("cap_w,narr_tps,power_w\n300,30,299\n280,29,279\n")
+    meta = {"schema_version": 1, "status": "complete", "faults": log.to_list()}
+    (run / "run.json").write_text(json.dumps(meta))
+    (finding,) = [
+        f for f in analyze(load_curve(run), bootstrap=0)["findings"] if f["code"] == "run_faults"
+    ]
+    assert (
+        "3 request(s) failed: connection reset by the server (x2); read timeout"
+        in finding["message"]
+    )
+    # a run of an older version: run.json has no request_failed, requests.csv keeps the errors
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "status": "complete"}))
+    (run / "requests.csv").write_text(
+        "cap_w,prompt_kind,ok,error\n300,narr,false,ReadError: \n300,code,true,\n"
+        "280,narr,false,ReadError: \n280,narr,false,HTTP 500: boom\n280,code,false,HTTP 503: busy\n"
+    )
+    (finding,) = [
+        f for f in analyze(load_curve(run), bootstrap=0)["findings"] if f["code"] == "run_faults"
+    ]
+    assert finding["message"] == (
+        "the run met faults: 3 request(s) failed: connection reset by the server (x2); "
+        "HTTP 500 from the server (x1)"
+    )
+
+
 def test_rows_without_a_finite_cap_are_noted_blank_lines_are_not(tmp_path: Path) -> None:
     path = tmp_path / "caps.csv"
     path.write_text("cap_w,narr_tps,power_w\nnan,30,290\ninf,28,245\n\n300,30,290\n250,28,245\n")
