@@ -114,6 +114,29 @@ def discover_runs(paths: Iterable[Path]) -> list[Path]:
     return unique
 
 
+# A price per kWh above this is a typo in any currency (the dearest are a few thousand).
+MAX_TARIFF_PER_KWH = 1_000_000.0
+
+
+def check_options(opts: FleetOptions) -> None:
+    """Every number of a fleet report finite and in range (``--tariff inf`` prices nothing).
+
+    Raises:
+        UsageError: One line naming the option and its range.
+    """
+    t = opts.tariff_per_kwh
+    if t is not None and not (math.isfinite(t) and 0.0 <= t <= MAX_TARIFF_PER_KWH):
+        raise UsageError(
+            f"--tariff must be a price per kWh from 0 to {MAX_TARIFF_PER_KWH:g}, not {t:g}"
+        )
+    if not (math.isfinite(opts.duty) and 0.0 < opts.duty <= 1.0):
+        raise UsageError(f"--duty must be more than 0 and at most 1, not {opts.duty:g}")
+    if not (math.isfinite(opts.max_tps_loss_pct) and 0.0 <= opts.max_tps_loss_pct < 100.0):
+        raise UsageError(
+            f"--max-tps-loss must be between 0 and 100 %, not {opts.max_tps_loss_pct:g}"
+        )
+
+
 def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> dict[str, Any]:
     """Load, analyse and summarise every run under ``paths``.
 
@@ -128,12 +151,7 @@ def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> 
         UsageError: A path holds no run, an option is out of range, or no run could be read.
     """
     opts = options or FleetOptions()
-    if opts.tariff_per_kwh is not None and not opts.tariff_per_kwh >= 0:
-        raise UsageError(
-            f"--tariff must be a price per kWh of 0 or more, not {opts.tariff_per_kwh}"
-        )
-    if not 0.0 < opts.duty <= 1.0:
-        raise UsageError(f"--duty must be between 0 and 1, not {opts.duty}")
+    check_options(opts)
     run_dirs = discover_runs(paths)
     curves, failed = load_curves(run_dirs)
     if not curves:

@@ -339,7 +339,7 @@ def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: A
         "load_mode": load_mode,
         "url": server.url,
         "caps": (300.0,),
-        "target_cap_seconds": 0.5,
+        "target_cap_seconds": 1.0,  # the shortest window a sweep takes
         "settle": "fixed",
         "settle_seconds": 0.5,
         "warmup_requests": 1,

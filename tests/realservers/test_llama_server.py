@@ -187,7 +187,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         simulate="rtx3090-air",
         url=llama_server.url,
         caps=(300.0,),
-        target_cap_seconds=0.5,
+        target_cap_seconds=1.0,  # the shortest window a sweep takes
         settle="fixed",
         settle_seconds=0.5,
         state_dir=tmp_path / "state",
