@@ -69,6 +69,8 @@ class _Card:
     envelope_w: tuple[float, float, float]
     status: str
     error: str | None
+    # a rig of different cards: each card's name and default (empty otherwise)
+    defaults_w: tuple[tuple[str, float], ...] = ()
 
     def at(self, cap_w: float) -> tuple[float, float]:
         """(TPS, draw) at a cap, interpolated inside the measured range, NaN outside."""
@@ -292,7 +294,17 @@ def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
         # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
         status=str((curve.run or {}).get("status") or run.get("status") or "unknown"),
         error=(curve.run or {}).get("error"),
+        defaults_w=_defaults_by_gpu(run),
     )
+
+
+def _defaults_by_gpu(run: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """Each card's name and default limit on a rig of different cards (analysis ``run``)."""
+    defaults = run.get("default_limits_w") or []
+    names = run.get("gpu_names") or []
+    if not defaults or len(names) != len(defaults):
+        return ()
+    return tuple((str(n), float(d)) for n, d in zip(names, defaults, strict=True))
 
 
 def _stored_analysis(curve: Curve, opts: FleetOptions) -> dict[str, Any] | None:
@@ -418,6 +430,7 @@ def _group(
     per_card = [_versus_own(c, fleet_cap) for c in cards]
     savings = _savings(cards, fleet_cap, opts)
     default_w = envelope[1]
+    by_gpu = Counter(c.defaults_w for c in cards).most_common(1)[0][0]
     band_cards = tpw[inlier] if inlier.any() else tpw
     return {
         "gpu_name": gpu_name,
@@ -432,7 +445,16 @@ def _group(
         "near_peak_w": _dist([c.near_peak_w for c in cards]),
         "fleet_cap": {
             "cap_w": fleet_cap,
-            "pct_of_default": fleet_cap / default_w * 100.0 if default_w > 0 else None,
+            # a rig of different cards has no one default: the cap is a share of each card's
+            "pct_of_default": (
+                fleet_cap / default_w * 100.0 if default_w > 0 and not by_gpu else None
+            ),
+            "pct_of_default_by_gpu": [
+                {"gpu_name": n, "default_w": d, "pct_of_default": fleet_cap / d * 100.0}
+                for n, d in by_gpu
+                if d > 0
+            ]
+            or None,
             "fleet_tps_per_w": _pooled(cards, inlier, fleet_cap),
             "fleet_tps_per_w_at_default": _pooled(cards, inlier, default_w),
             "tps_per_w_vs_own_best_pct": _dist([p["tps_per_w_vs_own_best_pct"] for p in per_card]),

@@ -92,3 +92,16 @@ def test_run_json_counts_the_rows_written_whole(tmp_path: Path) -> None:
     assert load_curve(writer.path).caps.height == 2
     assert RunWriter.reopen(writer.path).dropped_partial == ["caps.csv"]
     assert caps.read_bytes().endswith(b"\r\n")
+
+
+def test_a_run_folder_names_every_card_model() -> None:
+    from powersweep.sweep.records.writer import gpu_slug
+
+    assert gpu_slug(["NVIDIA GeForce RTX 3090"]) == "rtx-3090"
+    assert gpu_slug(["NVIDIA GeForce RTX 4090"] * 2) == "2x-rtx-4090"
+    mixed = ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090"]
+    assert gpu_slug(mixed) == "2x-rtx-3090+rtx-4090"
+    assert gpu_slug(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]) == (
+        "h100-80gb-hbm3+a100-sxm4-80gb"
+    )
+    assert gpu_slug([]) == "gpu"

@@ -44,16 +44,23 @@ def cell(value: Any) -> str:
 
 
 def gpu_slug(names: Sequence[str]) -> str:
-    """A short file-name-safe name for a GPU set (``rtx-3090``, ``2x-rtx-4090``)."""
-    name = names[0] if names else "gpu"
+    """A file-name-safe name for a GPU set that names every card model: ``rtx-3090``,
+    ``2x-rtx-4090``, ``rtx-3090+rtx-4090`` (a mixed rig), ``2x-rtx-3090+rtx-4090``."""
+    counts: dict[str, int] = {}
+    for name in names:
+        slug = _model_slug(name)
+        counts[slug] = counts.get(slug, 0) + 1
+    if not counts:
+        return "gpu"
+    parts = [f"{n}x-{slug}" if n > 1 else slug for slug, n in counts.items()]
+    # each model whole (a directory name may hold 255 bytes): shortened only past 120
+    return "+".join(parts)[:120].rstrip("-+")
+
+
+def _model_slug(name: str) -> str:
     name = re.sub(r"\(.*?\)", "", name)
     name = re.sub(r"\b(nvidia|geforce)\b", "", name, flags=re.IGNORECASE)
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
-    if len(set(names)) == 1 and len(names) > 1:
-        slug = f"{len(names)}x-{slug}"
-    elif len(names) > 1:
-        slug = f"{len(names)}gpus-{slug}"
-    return slug[:40]
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].strip("-") or "gpu"
 
 
 def utc_now_iso() -> str:
