@@ -9,6 +9,7 @@ read; anything else is one :class:`~powersweep.errors.UsageError` that names wha
 from __future__ import annotations
 
 import codecs
+import stat
 from pathlib import Path
 
 from powersweep.errors import UsageError
@@ -43,6 +44,13 @@ def read_text(path: Path) -> str:
     """
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not a file")
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(mode):
+        # a FIFO or a device would block or never end: not a file someone wrote a table into
+        raise UsageError(f"{path}: not a regular file (a pipe, a device or a socket)")
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from powersweep.cli._boot import BootUnit
-from powersweep.cli._common import StateDirOpt, info, is_root, pid_alive, warn
+from powersweep.cli._common import StateDirOpt, info, is_root, warn
 from powersweep.cli.analyze import Objective
 from powersweep.errors import PowersweepError, UsageError
 
@@ -278,8 +278,12 @@ def _check_options(
 
 
 def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> None:
-    """A sweep running now, or a killed one's journal, would overwrite what apply sets."""
-    from powersweep.sweep.records.journal import Journal, default_state_dir
+    """A sweep running now, or a killed one's journal, would overwrite what apply sets.
+
+    A sweep that runs owns its cards: apply refuses, ``--force`` or not (the sweep would put
+    its originals back over the setting at its end).
+    """
+    from powersweep.sweep.records.journal import Journal, default_state_dir, owner_state
 
     journal = Journal(state_dir or default_state_dir())
     if not journal.exists():
@@ -288,13 +292,19 @@ def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> No
         entry = journal.read()
     except PowersweepError:
         entry = None  # damaged: still a sweep that did not finish
-    if entry is not None and pid_alive(entry.pid):
-        why = f"a sweep is running (pid {entry.pid}) and will put its original limits back"
-    else:
+    if entry is not None and owner_state(entry).alive:
         why = (
-            f"a killed sweep left a restore journal ({journal.path}); `powersweep restore` "
-            "would overwrite this setting"
+            f"a sweep is running (PID {entry.pid}) and will put its original limits back when "
+            "it ends"
         )
+        if dry_run:
+            warn(f"{why}: apply would refuse (--force does not override a live sweep)")
+            return
+        raise UsageError(f"{why}: wait for it to end (--force does not override a live sweep)")
+    why = (
+        f"a killed sweep left a restore journal ({journal.path}); `powersweep restore` "
+        "would overwrite this setting"
+    )
     if dry_run and not force:
         warn(f"{why}: apply would refuse (run `powersweep restore` first, or pass --force)")
     elif not force:

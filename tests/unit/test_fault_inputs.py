@@ -341,6 +341,32 @@ def test_restore_takes_a_journal_only_from_an_owner_that_is_gone_or_unknowable(
         child.wait()
 
 
+def test_apply_never_sets_a_card_a_live_sweep_owns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "sim.json"
+    state.write_text(json.dumps({"GPU-sim-rtx3090-air-0": 300.0}))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    journal = Journal(tmp_path / "state")
+    try:
+        journal.write(_entry(child.pid, process_start(child.pid)))
+        sim = ["--simulate", "rtx3090-air", "--sim-state", str(state)]
+        for extra in ((), ("--force",)):
+            code = main(
+                ["apply", "--cap", "250", *sim, "--state-dir", str(journal.state_dir), *extra]
+            )
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert code == 2 and f"a sweep is running (PID {child.pid})" in line
+            assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 300.0
+    finally:
+        child.kill()
+        child.wait()
+    # its owner gone, --force applies over the journal as before
+    code = main(["apply", "--cap", "250", *sim, "--state-dir", str(journal.state_dir), "--force"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 250.0
+
+
 def test_a_claimed_journal_that_is_removed_or_replaced_is_lost_and_left_alone(
     tmp_path: Path,
 ) -> None:

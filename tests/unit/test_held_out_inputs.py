@@ -201,3 +201,17 @@ def test_a_curve_whose_every_row_is_set_aside_is_one_error_line(
     assert "nothing to analyse" in line and "suspect" in line
     assert main(["plot", str(path), "--out", str(tmp_path / "charts")]) == 2
     assert not (tmp_path / "charts").exists()
+
+
+def test_a_pipe_or_a_device_is_one_error_line_not_a_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    fifo = tmp_path / "caps.csv"
+    os.mkfifo(fifo)  # reading it would block until someone writes
+    for target in (fifo, Path("/dev/zero")):  # ... or never end
+        for command in (["analyze", str(target)], ["import", str(target)]):
+            assert main(command) == 2
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert "not a regular file" in line
