@@ -85,9 +85,11 @@ def cut_by_crash(name: str, text: str, run: Mapping[str, Any] | None) -> bool:
     """Whether a last line without its line end was cut by a crash, as the run records it.
 
     The sweep writes whole rows, each with its line end, and counts them in ``run.json``
-    (``rows_written``) after each cap: a last line beyond that count was being written when the
-    run died. Older runs are judged by their status and ``caps_done`` (run.json is written after
-    each cap's row). A file with no run.json is someone's own: its last line counts.
+    (``rows_written``) after each cap: in a run that did not end (``complete`` or ``partial``),
+    a last line beyond that count was being written when it died, and so was a caps.csv row
+    whose cap ``caps_done`` lacks (run.json is written after each cap's row; older runs have no
+    count). A run that ended wrote every row whole, and a file with no run.json is someone's
+    own: there the last line counts.
     """
     if not isinstance(run, Mapping):
         return False
@@ -96,10 +98,10 @@ def cut_by_crash(name: str, text: str, run: Mapping[str, Any] | None) -> bool:
     written = counted.get(name) if isinstance(counted, Mapping) else None
     if isinstance(written, bool) or not isinstance(written, int):
         written = None
+    if run.get("status") in _ENDED_CLEANLY:
+        return False  # it wrote every row whole and ended: a later line is someone's edit
     if written is not None and lines > written:
         return True
-    if run.get("status") in _ENDED_CLEANLY:
-        return False
     if name == "caps.csv":
         # run.json is written after each cap's row: a row whose cap it does not list was cut.
         return _last_cap(text) not in _numbers(run.get("caps_done"))

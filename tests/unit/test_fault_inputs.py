@@ -561,3 +561,14 @@ def test_a_cap_without_a_figure_says_why_truthfully() -> None:
 
     assert "2 request(s) completed but none gave a rate" in error_of([R(True), R(True)])
     assert error_of([]) == "no request was sent"
+
+
+def test_a_row_added_by_hand_to_a_finished_run_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "caps.csv").write_text(
+        "cap_w,narr_tps,power_w\n300,30,299\n280,29.5,279\n260,29.4,259"
+    )
+    meta = {"status": "complete", "caps_done": [300.0, 280.0], "rows_written": {"caps.csv": 2}}
+    (tmp_path / "run.json").write_text(json.dumps(meta))
+    curve = load_curve(tmp_path)
+    assert curve.caps["cap_w"].to_list() == [260.0, 280.0, 300.0]
+    assert not any("cut short" in n for n in curve.notes)
