@@ -58,6 +58,7 @@ def build_report(
     eta: float = 0.5,
     on_analysis: Callable[[Report], None] | None = None,
     card: CardFacts | None = None,
+    require_answer: bool = False,
 ) -> Report:
     """Analyse a run directory or ``caps.csv`` and write the derived outputs.
 
@@ -74,22 +75,35 @@ def build_report(
         on_analysis: Called with the analysis (no paths yet) before anything is written, so a
             caller can show it even when writing then fails (a read-only run directory).
         card: Facts about the card a bare caps.csv lacks (name, default/min/max limits).
+        require_answer: Refuse a curve with no usable cap (nothing shown, nothing written)
+            rather than report it; a sweep's own report still says why every cap failed.
 
     Raises:
-        UsageError: The input cannot be read as a curve.
+        UsageError: The input cannot be read as a curve, or (``require_answer``) it has no
+            usable cap.
         PowersweepError: An output cannot be written; the message names the directory and
             ``--out``.
     """
     curve = analysis.load_curve(path)
     if is_clock_curve(curve.caps):
         return _build_clock_report(
-            curve, out_dir, charts, formats, title, write_analysis, max_tps_loss_pct, on_analysis
+            curve,
+            out_dir,
+            charts,
+            formats,
+            title,
+            write_analysis,
+            max_tps_loss_pct,
+            on_analysis,
+            require_answer,
         )
     if card is not None:
         curve = with_card_facts(curve, card)
     result = analysis.analyze(
         curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
     )
+    if require_answer and result.get("sweet_spot") is None:
+        raise UsageError(no_answer(path, result))
     report = Report(result, analysis.render_summary(curve, result), ())
     if on_analysis is not None:
         on_analysis(report)
@@ -103,6 +117,23 @@ def build_report(
                 result, target / "charts", samples=curve.samples, formats=formats, title=title
             )
     return Report(report.analysis, report.summary, tuple(written))
+
+
+def no_answer(path: Path, result: dict[str, Any]) -> str:
+    """One line saying why a curve has no answer: what set each row aside."""
+    why = [
+        f["message"]
+        for f in result.get("findings", [])
+        if f.get("code")
+        in ("rows_ignored", "suspect_caps", "implausible_rows", "caps_not_measured", "input_note")
+        or str(f.get("code", "")).startswith("points_")
+    ]
+    detail = f" ({'; '.join(why)})" if why else ""
+    line = (
+        f"{path}: nothing to analyse: no cap finished with status ok and a positive finite TPS "
+        f"and draw{detail}"
+    )
+    return " ".join(line.split())[:600]
 
 
 @contextlib.contextmanager
@@ -134,9 +165,12 @@ def _build_clock_report(
     write_analysis: bool,
     max_tps_loss_pct: float,
     on_analysis: Callable[[Report], None] | None = None,
+    require_answer: bool = False,
 ) -> Report:
     """The derived outputs of a clock-lock sweep (or a bare clock caps.csv)."""
     result = analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct)
+    if require_answer and result.get("peak") is None:
+        raise UsageError(no_answer(curve.source, result))
     report = Report(result, render_clock_summary(curve, result), ())
     if on_analysis is not None:
         on_analysis(report)

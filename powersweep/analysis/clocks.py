@@ -17,8 +17,9 @@ from typing import Any
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import noise, trust
+from powersweep.analysis import noise
 from powersweep.analysis.load import Curve
+from powersweep.analysis.trust import ignored_rows, run_findings
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
 TIER_CAP_FRACTION = 0.05
@@ -102,7 +103,8 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
     usable = []
     for row in current_rows(caps, LOCK_KEYS).iter_rows(named=True):
         tps, power = _f(row.get(metric)), _f(row.get("power_w"))
-        if row.get("status", "ok") == "ok" and math.isfinite(tps) and power > 0:
+        usable_row = math.isfinite(tps) and tps > 0 and math.isfinite(power) and power > 0
+        if row.get("status", "ok") == "ok" and usable_row:
             usable.append(row)
     if not usable:
         return []
@@ -269,9 +271,8 @@ def analyze_clocks(
         "findings": [],
     }
     findings: list[dict[str, Any]] = result["findings"]
+    findings += ignored_rows(curve) + run_findings(curve.run, curve.requests)
     findings += _status_findings(curve.caps)
-    # what the run met (points measured again, suspect, failed requests...), as on the power axis
-    findings += trust.run_findings(curve.run)
     if not points:
         findings.append(
             _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")

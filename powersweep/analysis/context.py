@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from powersweep.analysis.load import Curve
+from powersweep.analysis.load import MAX_PLAUSIBLE_W, Curve
 from powersweep.errors import UsageError
 
 _KEYS = ("default_limit_w", "min_limit_w", "max_limit_w")
@@ -37,9 +37,11 @@ class CardFacts:
     def __post_init__(self) -> None:
         for key in _KEYS:
             value = getattr(self, key)
-            if value is not None and not (math.isfinite(value) and value > 0):
+            if value is not None and not (math.isfinite(value) and 0 < value <= MAX_PLAUSIBLE_W):
                 flag = "--" + key.removesuffix("_w").replace("_", "-")
-                raise UsageError(f"{flag} must be positive watts, got {value:g}")
+                raise UsageError(
+                    f"{flag} must be positive watts, at most {MAX_PLAUSIBLE_W:g}, got {value:g}"
+                )
         lo, mid, hi = self.min_limit_w, self.default_limit_w, self.max_limit_w
         given = [v for v in (lo, mid, hi) if v is not None]
         if given != sorted(given):

@@ -298,14 +298,14 @@ def current_rows(caps: pl.DataFrame, by: Sequence[str] = ("cap_w",)) -> pl.DataF
 
 
 def _usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """Rows that count: status ok, finite positive draw, finite TPS; one per cap, repeats pooled
+    """Rows that count: status ok, finite positive draw and TPS; one per cap, repeats pooled
     (:func:`pool_repeats`); a cap whose last measurement did not end ok has none
     (:func:`current_rows`)."""
     ok = current_rows(caps).filter(
         (pl.col("status") == "ok")
         & pl.col(metric).is_not_null()
         & pl.col(metric).is_finite()
-        & (pl.col(metric) >= 0)
+        & (pl.col(metric) > 0)
         & pl.col("power_w").is_not_null()
         & pl.col("power_w").is_finite()
         & (pl.col("power_w") > 0)

@@ -69,6 +69,8 @@ class _Card:
     envelope_w: tuple[float, float, float]
     status: str
     error: str | None
+    # a rig of different cards: each card's name and default (empty otherwise)
+    defaults_w: tuple[tuple[str, float], ...] = ()
 
     def at(self, cap_w: float) -> tuple[float, float]:
         """(TPS, draw) at a cap, interpolated inside the measured range, NaN outside."""
@@ -114,6 +116,29 @@ def discover_runs(paths: Iterable[Path]) -> list[Path]:
     return unique
 
 
+# A price per kWh above this is a typo in any currency (the dearest are a few thousand).
+MAX_TARIFF_PER_KWH = 1_000_000.0
+
+
+def check_options(opts: FleetOptions) -> None:
+    """Every number of a fleet report finite and in range (``--tariff inf`` prices nothing).
+
+    Raises:
+        UsageError: One line naming the option and its range.
+    """
+    t = opts.tariff_per_kwh
+    if t is not None and not (math.isfinite(t) and 0.0 <= t <= MAX_TARIFF_PER_KWH):
+        raise UsageError(
+            f"--tariff must be a price per kWh from 0 to {MAX_TARIFF_PER_KWH:g}, not {t:g}"
+        )
+    if not (math.isfinite(opts.duty) and 0.0 < opts.duty <= 1.0):
+        raise UsageError(f"--duty must be more than 0 and at most 1, not {opts.duty:g}")
+    if not (math.isfinite(opts.max_tps_loss_pct) and 0.0 <= opts.max_tps_loss_pct < 100.0):
+        raise UsageError(
+            f"--max-tps-loss must be between 0 and 100 %, not {opts.max_tps_loss_pct:g}"
+        )
+
+
 def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> dict[str, Any]:
     """Load, analyse and summarise every run under ``paths``.
 
@@ -128,12 +153,7 @@ def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> 
         UsageError: A path holds no run, an option is out of range, or no run could be read.
     """
     opts = options or FleetOptions()
-    if opts.tariff_per_kwh is not None and not opts.tariff_per_kwh >= 0:
-        raise UsageError(
-            f"--tariff must be a price per kWh of 0 or more, not {opts.tariff_per_kwh}"
-        )
-    if not 0.0 < opts.duty <= 1.0:
-        raise UsageError(f"--duty must be between 0 and 1, not {opts.duty}")
+    check_options(opts)
     run_dirs = discover_runs(paths)
     curves, failed = load_curves(run_dirs)
     if not curves:
@@ -274,7 +294,17 @@ def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
         # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
         status=str((curve.run or {}).get("status") or run.get("status") or "unknown"),
         error=(curve.run or {}).get("error"),
+        defaults_w=_defaults_by_gpu(run),
     )
+
+
+def _defaults_by_gpu(run: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """Each card's name and default limit on a rig of different cards (analysis ``run``)."""
+    defaults = run.get("default_limits_w") or []
+    names = run.get("gpu_names") or []
+    if not defaults or len(names) != len(defaults):
+        return ()
+    return tuple((str(n), float(d)) for n, d in zip(names, defaults, strict=True))
 
 
 def _stored_analysis(curve: Curve, opts: FleetOptions) -> dict[str, Any] | None:
@@ -400,6 +430,7 @@ def _group(
     per_card = [_versus_own(c, fleet_cap) for c in cards]
     savings = _savings(cards, fleet_cap, opts)
     default_w = envelope[1]
+    by_gpu = Counter(c.defaults_w for c in cards).most_common(1)[0][0]
     band_cards = tpw[inlier] if inlier.any() else tpw
     return {
         "gpu_name": gpu_name,
@@ -414,7 +445,16 @@ def _group(
         "near_peak_w": _dist([c.near_peak_w for c in cards]),
         "fleet_cap": {
             "cap_w": fleet_cap,
-            "pct_of_default": fleet_cap / default_w * 100.0 if default_w > 0 else None,
+            # a rig of different cards has no one default: the cap is a share of each card's
+            "pct_of_default": (
+                fleet_cap / default_w * 100.0 if default_w > 0 and not by_gpu else None
+            ),
+            "pct_of_default_by_gpu": [
+                {"gpu_name": n, "default_w": d, "pct_of_default": fleet_cap / d * 100.0}
+                for n, d in by_gpu
+                if d > 0
+            ]
+            or None,
             "fleet_tps_per_w": _pooled(cards, inlier, fleet_cap),
             "fleet_tps_per_w_at_default": _pooled(cards, inlier, default_w),
             "tps_per_w_vs_own_best_pct": _dist([p["tps_per_w_vs_own_best_pct"] for p in per_card]),

@@ -61,9 +61,18 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
         f"{_n(env.get('max'), '.0f', ' W')} (min/default/max, most cards); "
         f"step {_n(g.get('step_w'), '.0f', ' W')}.\n\n"
     )
+    by_gpu = fc.get("pct_of_default_by_gpu") or []
+    share = (
+        ", ".join(
+            f"{_n(b.get('pct_of_default'), '.0f', '%')} of the {escape_md(str(b.get('gpu_name')))}"
+            f"'s {_n(b.get('default_w'), '.0f', ' W')} default"
+            for b in by_gpu
+        )
+        if by_gpu
+        else f"{_n(fc.get('pct_of_default'), '.0f', '%')} of the default limit"
+    )
     out.append(
-        f"**Fleet cap: {_n(fc.get('cap_w'), '.0f', ' W')}** "
-        f"({_n(fc.get('pct_of_default'), '.0f', '%')} of the default limit): fleet "
+        f"**Fleet cap: {_n(fc.get('cap_w'), '.0f', ' W')}** ({share}): fleet "
         f"{_n(fc.get('fleet_tps_per_w'), '.4f')} {unit}/W against "
         f"{_n(fc.get('fleet_tps_per_w_at_default'), '.4f')} at the default limit "
         f"(outliers left out of the choice: {fc.get('excluded_outliers', 0)}).\n\n"

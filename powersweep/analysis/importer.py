@@ -1,16 +1,23 @@
 """``powersweep import``: turn a power-cap table pasted by users of the bash script into caps rows.
 
-The script prints a table like::
+The script has printed three headers over its history (tests/unit/test_import_headers.py holds
+them verbatim)::
 
-    | Cap (W/card) | Narr TPS | Code TPS | Prefill TPS | Power (W) | TPS/combined W |
-    |---|---|---|---|---|---|
-    | 290 | 32.26 | 32.17 | ? | 289.55 | 0.111 |
+    | Cap (W) | Narr wall TPS | Code wall TPS | Actual power (W) | GPU temp (°C) | TPS/W (narr) |
+    | Cap (W) | Narr wall TPS | Code wall TPS | Actual power (W) | GPU temp (°C) | SM clk (MHz)
+      | Mem clk (MHz) | Pwr-throttle % | P-state | TPS/W (narr) |
+    | Cap (W/card) | Narr decode TPS | Code decode TPS | Actual power combined (2 cards) (W)
+      | GPU temp max (°C) | SM clk GPU 0 (MHz) | Mem clk GPU 0 (MHz) | Any-card pwr-throttle %
+      | P-state GPU 0 | Narr TPS/combined W |
 
-Column names vary between versions and hand edits, so columns are matched by keywords, and cells
-may carry units (``290 W``) or ``?`` / ``-`` / nothing for a missing value. Every column the table
-has that caps.csv knows is kept (temperature, SM and memory clock, P-state, throttle %,
-utilization), and the load mode the text states decides what a plain "TPS" column is: prefill TPS
-in a prefill table, decode TPS otherwise.
+(the last with ``timed chunk TPS`` in decode-concurrent and ``prefill TPS`` in prefill-heavy).
+Column names also vary with hand edits, so columns are matched by keywords, and cells may carry
+units (``290 W``) or ``?`` / ``-`` / nothing for a missing value. Every column the table has that
+caps.csv knows is kept (temperature, SM and memory clock, P-state, throttle %, utilization). The
+load mode the text states decides what an unqualified TPS column is: in a prefill-heavy table the
+script's narrative column holds prefill TPS (its code column repeats it, or is the code prompt's
+prefill, which caps.csv has no column for). A draw summed over several cards (``combined (N
+cards)``, or ``GPUs 0,1`` in the title) sets ``n_gpus``, so the draw is judged per card.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
+from powersweep.analysis.textfile import read_text
 from powersweep.errors import UsageError
 
 IMPORT_COLUMNS: tuple[str, ...] = (
@@ -41,6 +49,9 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "pstate",
 )
 _PREFILL_MODE = re.compile(r"(load[\s_-]*mode|mode)\W{0,6}[^\n|]*prefill", re.IGNORECASE)
+# "combined (2 cards)" in the power header; "(GPUs 0,1)" in the title of older versions.
+_CARDS_IN_HEADER = re.compile(r"\((\d+)\s*cards?\)", re.IGNORECASE)
+_GPUS_IN_TITLE = re.compile(r"power-cap sweep\b[^\n]*\(GPUs?\s+([\d,\s]+)\)", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _SEPARATOR = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
@@ -53,19 +64,16 @@ def import_summary(md_path: Path) -> pl.DataFrame:
         md_path: The pasted summary (markdown or plain text).
 
     Returns:
-        Caps rows with columns ``cap_w, narr_tps, code_tps, prefill_tps, power_w, tps_per_w``
-        and any of ``EXTRA_COLUMNS`` the table has (Float64, null where missing), sorted by cap.
+        Caps rows with columns ``cap_w, narr_tps, code_tps, prefill_tps, power_w, tps_per_w``,
+        any of ``EXTRA_COLUMNS`` the table has, and ``n_gpus`` when the text says how many cards
+        the draw sums (Float64, null where missing), sorted by cap.
 
     Raises:
-        UsageError: The file cannot be read, or holds no table with a cap column, a power column
-            and a TPS column, or no row with a cap.
+        UsageError: The file cannot be read or decoded (UTF-8 or UTF-16 with its mark), or
+            holds no table with a cap column, a power column and a TPS column, or no row with
+            a cap.
     """
-    try:
-        # utf-8-sig: a BOM from a Windows editor would glue itself to the first header cell
-        text = Path(md_path).read_text(encoding="utf-8-sig", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"{md_path}: cannot read: {exc.strerror or exc}") from exc
-
+    text = read_text(Path(md_path))
     prefill = _PREFILL_MODE.search(text) is not None
     for table in _tables(text):
         mapping = _map_header(table[0], prefill=prefill)
@@ -78,10 +86,12 @@ def import_summary(md_path: Path) -> pl.DataFrame:
         if not rows:
             raise UsageError(f"{md_path}: the power-cap table has no row with a cap")
         columns = [*IMPORT_COLUMNS, *(c for c in EXTRA_COLUMNS if c in mapping.values())]
-        df = pl.DataFrame(
-            {c: [r.get(c) for r in rows] for c in columns},
-            schema=dict.fromkeys(columns, pl.Float64),
-        )
+        data: dict[str, list[float | None]] = {c: [r.get(c) for r in rows] for c in columns}
+        cards = _cards(table[0], text)
+        if cards is not None:
+            columns.append("n_gpus")
+            data["n_gpus"] = [float(cards)] * len(rows)
+        df = pl.DataFrame(data, schema=dict.fromkeys(columns, pl.Float64))
         return df.sort("cap_w", maintain_order=True)
     raise UsageError(
         f"{md_path}: no power-cap table found (need a markdown table with Cap, Power and TPS "
@@ -123,40 +133,66 @@ def _map_header(header: list[str], *, prefill: bool = False) -> dict[int, str]:
     """Column index -> caps column, by keywords (first match wins per column)."""
     mapping: dict[int, str] = {}
     for index, name in enumerate(header):
-        h = name.lower()
-        column: str | None
-        if "throttle" in h or "throttling" in h:
-            column = "thermal_throttle_pct" if "therm" in h else "pwr_throttle_pct"
-        elif "cap" in h or "limit" in h:
-            column = "cap_w"
-        elif "temp" in h or "°c" in h:
-            column = "temp_max_c"
-        elif "clock" in h or "mhz" in h:
-            column = "mem_clock_mhz" if "mem" in h else "sm_clock_mhz"
-        elif re.search(r"p-?\s?state", h):
-            column = "pstate"
-        elif "util" in h:
-            column = "util_pct"
-        elif re.search(r"(tps|tok|token)[^|]*(/|per)\s*(combined\s*|total\s*)?w", h) or re.search(
-            r"/\s*w\b", h
-        ):
-            column = "tps_per_w"
-        elif "narr" in h or "decode" in h or "gen" in h:
-            column = "narr_tps"
-        elif "code" in h:
-            column = "code_tps"
-        elif "prefill" in h or re.search(r"\bpp\b", h) or "prompt" in h:
-            column = "prefill_tps"
-        elif "power" in h or "draw" in h or re.fullmatch(r"\(?w(atts?)?\)?", h.strip()):
-            column = "power_w"
-        elif re.search(r"\btps\b|tok(en)?s?\s*/\s*s", h):
-            # A plain TPS column is the load mode's metric.
-            column = "prefill_tps" if prefill else "narr_tps"
-        else:
-            column = None
+        column = _column(name.lower(), prefill)
         if column is not None and column not in mapping.values():
             mapping[index] = column
     return mapping
+
+
+def _column(h: str, prefill: bool) -> str | None:
+    """The caps column a lower-case header cell names (None: none caps.csv has)."""
+    if "throttle" in h or "throttling" in h:
+        return "thermal_throttle_pct" if "therm" in h else "pwr_throttle_pct"
+    if "cap" in h or "limit" in h:
+        return "cap_w"
+    if "temp" in h or "°c" in h:
+        return "temp_max_c"
+    if "clock" in h or "mhz" in h or re.search(r"\bclk\b", h):
+        return "mem_clock_mhz" if "mem" in h else "sm_clock_mhz"
+    if re.search(r"p-?\s?state", h):
+        return "pstate"
+    if "util" in h:
+        return "util_pct"
+    if re.search(r"(tps|tok|token)[^|]*(/|per)\s*(combined\s*|total\s*)?w", h) or re.search(
+        r"/\s*w\b", h
+    ):
+        return "tps_per_w"
+    if "power" in h or "draw" in h or re.fullmatch(r"\(?w(atts?)?\)?", h.strip()):
+        return "power_w"
+    return _tps_column(h, prefill)
+
+
+def _tps_column(h: str, prefill: bool) -> str | None:
+    """Which TPS a header cell holds. "decode" holds "code": the code prompt's column is the
+    word ``code`` alone. In a prefill table the narrative column is prefill TPS and the code
+    column is none caps.csv has (the script repeats the narrative figure there, or gives the
+    code prompt's prefill)."""
+    stated_prefill = "prefill" in h or re.search(r"\bpp\b", h) or "prompt" in h
+    if re.search(r"\bcode\b", h):
+        return None if prefill or stated_prefill else "code_tps"
+    if stated_prefill:
+        return "prefill_tps"
+    if "narr" in h:
+        return "prefill_tps" if prefill and "decode" not in h else "narr_tps"
+    if "decode" in h or "gen" in h:
+        return "narr_tps"
+    if re.search(r"\btps\b|tok(en)?s?\s*/\s*s", h):
+        # A plain TPS column is the load mode's metric.
+        return "prefill_tps" if prefill else "narr_tps"
+    return None
+
+
+def _cards(header: list[str], text: str) -> int | None:
+    """How many cards the table's draw sums, where the text says (None: it does not)."""
+    for cell in header:
+        match = _CARDS_IN_HEADER.search(cell)
+        if match and _column(cell.lower(), False) == "power_w":
+            return max(1, int(match.group(1)))
+    title = _GPUS_IN_TITLE.search(text)
+    if title:
+        indices = [p for p in re.split(r"[,\s]+", title.group(1)) if p]
+        return len(indices) or None
+    return None
 
 
 def _number(cell: str) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,10 @@ from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.csvtext import read_text_csv, to_floats
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import (
+    CAPS_COLUMNS,
     CAPS_FLOAT_COLUMNS,
     CLOCK_LOCK_COLUMNS,
     REQUESTS_FLOAT_COLUMNS,
@@ -33,9 +36,6 @@ MAX_PLAUSIBLE_W = 5000.0
 IMPLAUSIBLE = "implausible"
 # The caps.csv line each row came from (the header is line 1).
 SOURCE_LINE = "source_line"
-
-# Cells that mean "not measured" besides an empty one (tolerated in hand-made files).
-_MISSING_TOKENS = frozenset({"", "nan", "none", "null", "na", "n/a", "?", "-", "—"})
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,11 @@ def load_curve(path: Path) -> Curve:
         if run_dir and (run_dir / "run.json").is_file()
         else None
     )
-    caps, metric = _read_caps(caps_path, notes)
+    caps, metric = _read_caps(caps_path, notes, run)
     samples = requests = None
     if run_dir is not None:
-        samples = _read_optional(run_dir / "samples.csv", SAMPLES_FLOAT_COLUMNS, notes)
-        requests = _read_optional(run_dir / "requests.csv", REQUESTS_FLOAT_COLUMNS, notes)
+        samples = _read_optional(run_dir / "samples.csv", SAMPLES_FLOAT_COLUMNS, notes, run)
+        requests = _read_optional(run_dir / "requests.csv", REQUESTS_FLOAT_COLUMNS, notes, run)
     return Curve(
         caps=caps,
         metric=metric,
@@ -156,73 +156,10 @@ def _read_run_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_text_csv(path: Path, notes: list[str] | None = None) -> pl.DataFrame:
-    """Read a CSV with every column as text, mapping parse failures to UsageError.
-
-    A last row without its line end was cut short by a crash mid-write: it is dropped (its
-    cells may be half a number) and, when ``notes`` is given, the drop is noted.
-    """
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM from a spreadsheet export
-    if not raw.strip():
-        raise UsageError(f"{path}: empty file")
-    if not raw.endswith((b"\n", b"\r")) and b"\n" in raw.strip():
-        cut = raw.rfind(b"\n") + 1
-        partial = raw[cut:].decode("utf-8", errors="replace")
-        raw = raw[:cut]
-        if notes is not None:
-            notes.append(
-                f"{path.name}: the last row was cut short (no line end; the run was interrupted "
-                f"mid-write) and is ignored: {partial[:60]!r}"
-            )
-    try:
-        df = pl.read_csv(raw, infer_schema=False)
-    except pl.exceptions.PolarsError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"{path}: malformed CSV ({first})") from exc
-    # Header cells may carry stray spaces in hand-made files.
-    return df.rename({c: c.strip() for c in df.columns})
-
-
-def _to_floats(path: Path, df: pl.DataFrame, columns: Sequence[str]) -> dict[str, pl.Series]:
-    """Convert text columns to Float64 in one pass; a cell that is neither a number nor missing
-    is an error (reported for the first such column in ``columns`` order)."""
-    present = [c for c in columns if c in df.columns]
-    if not present:
-        return {}
-    exprs: list[pl.Expr] = []
-    for column in present:
-        text = pl.col(column).cast(pl.String).str.strip_chars()
-        lowered = text.str.to_lowercase()
-        missing = text.is_null() | lowered.is_in(list(_MISSING_TOKENS))
-        boolean = lowered.is_in(["true", "false"])
-        number = text.cast(pl.Float64, strict=False)
-        exprs.append((~missing & ~boolean & number.is_null()).alias(f"bad:{column}"))
-        exprs.append(
-            pl.when(missing)
-            .then(None)
-            .when(boolean)
-            .then(pl.when(lowered == "true").then(1.0).otherwise(0.0))
-            .otherwise(number)
-            .fill_nan(None)
-            .alias(column)
-        )
-    out = df.select(exprs)
-    for column in present:
-        bad = out.get_column(f"bad:{column}")
-        if bad.any():
-            row = int(bad.arg_true()[0])
-            cell = str(df.get_column(column).cast(pl.String)[row]).strip()
-            # Line numbers count the header as line 1.
-            raise UsageError(f"{path} line {row + 2}: {column} {cell[:40]!r} is not a number")
-    return {column: out.get_column(column) for column in present}
-
-
-def _read_caps(path: Path, notes: list[str] | None = None) -> tuple[pl.DataFrame, str]:
-    df = _read_text_csv(path, notes)
+def _read_caps(
+    path: Path, notes: list[str] | None = None, run: dict[str, Any] | None = None
+) -> tuple[pl.DataFrame, str]:
+    df = read_text_csv(path, notes, run=run, known=CAPS_COLUMNS)
     # A clock-lock curve is keyed by its locks; its cap_w (the limit in force) may be absent.
     clocks = any(c in df.columns for c in CLOCK_LOCK_COLUMNS)
     missing = [
@@ -235,7 +172,7 @@ def _read_caps(path: Path, notes: list[str] | None = None) -> tuple[pl.DataFrame
     if df.height == 0:
         raise UsageError(f"{path}: no data rows")
 
-    converted = _to_floats(path, df, CAPS_FLOAT_COLUMNS)
+    converted = to_floats(path, df, CAPS_FLOAT_COLUMNS)
     columns: list[pl.Series] = []
     for name in CAPS_FLOAT_COLUMNS:
         if name in converted:
@@ -299,9 +236,21 @@ def _read_caps(path: Path, notes: list[str] | None = None) -> tuple[pl.DataFrame
     metric = _pick_metric(caps)
     if metric is None:
         raise UsageError(
-            f"{path}: no row has a numeric cap_w, a positive power_w and narr_tps or prefill_tps"
+            f"{path}: nothing to analyse: no row has a numeric cap_w, a positive finite "
+            f"power_w and a positive finite narr_tps or prefill_tps ({_first_row(caps)})"
         )
     return caps, metric
+
+
+def _first_row(caps: pl.DataFrame) -> str:
+    """The first row's figures, in words, for an error about a curve with none usable."""
+    row = caps.row(0, named=True)
+    cells = ", ".join(
+        f"{c} {'empty' if row.get(c) is None else format(row[c], 'g')}"
+        for c in ("power_w", *METRICS)
+        if c in caps.columns and (c == "power_w" or caps.get_column(c).null_count() < caps.height)
+    )
+    return f"{caps.height} row(s); line {row[SOURCE_LINE]}: {cells}"
 
 
 def _mark_implausible(caps: pl.DataFrame) -> pl.DataFrame:
@@ -334,7 +283,9 @@ def _pick_metric(caps: pl.DataFrame) -> str | None:
         usable = caps.filter(
             pl.col(metric).is_not_null()
             & pl.col(metric).is_finite()
+            & (pl.col(metric) > 0)
             & pl.col("power_w").is_not_null()
+            & pl.col("power_w").is_finite()
             & (pl.col("power_w") > 0)
         )
         if usable.height:
@@ -343,14 +294,14 @@ def _pick_metric(caps: pl.DataFrame) -> str | None:
 
 
 def _read_optional(
-    path: Path, float_columns: tuple[str, ...], notes: list[str]
+    path: Path, float_columns: tuple[str, ...], notes: list[str], run: dict[str, Any] | None
 ) -> pl.DataFrame | None:
     """Read samples.csv / requests.csv; a broken optional file is a note, not a failure."""
     if not path.is_file():
         return None
     try:
-        df = _read_text_csv(path, notes)
-        return df.with_columns(list(_to_floats(path, df, float_columns).values()))
+        df = read_text_csv(path, notes, run=run)
+        return df.with_columns(list(to_floats(path, df, float_columns).values()))
     except UsageError as exc:
         notes.append(f"{path.name} ignored: {exc}")
         return None
@@ -406,10 +357,8 @@ def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path,
 def _metrics_by_run(caps_all: pl.DataFrame) -> dict[int, str]:
     """Each run's metric as :func:`_pick_metric` picks it, for all runs in one pass; runs
     without one, or with a cap that is not positive, are left out."""
-    power_ok = pl.col("power_w").is_not_null() & (pl.col("power_w") > 0)
-    usable = [
-        (pl.col(m).is_not_null() & pl.col(m).is_finite() & power_ok).any().alias(m) for m in METRICS
-    ]
+    power_ok = pl.col("power_w").is_finite() & (pl.col("power_w") > 0)
+    usable = [(pl.col(m).is_finite() & (pl.col(m) > 0) & power_ok).any().alias(m) for m in METRICS]
     table = caps_all.group_by("_run").agg(*usable, (pl.col("cap_w") <= 0).any().alias("_bad"))
     out: dict[int, str] = {}
     for row in table.iter_rows(named=True):
@@ -425,11 +374,11 @@ def _scan_caps(dirs: Sequence[Path]) -> tuple[pl.DataFrame | None, set[int]]:
     slow: set[int] = set()
     by_header: dict[str, list[int]] = {}
     for i, d in enumerate(dirs):
-        try:
-            with open(d / "caps.csv", encoding="utf-8", errors="replace") as f:
-                by_header.setdefault(f.readline(), []).append(i)
-        except OSError:
+        header = _plain_header(d / "caps.csv")
+        if header is None:
             slow.add(i)
+        else:
+            by_header.setdefault(header, []).append(i)
     frames: list[pl.DataFrame] = []
     for header, idx in by_header.items():
         names = next(csv.reader([header]), [])
@@ -463,6 +412,29 @@ def _scan_caps(dirs: Sequence[Path]) -> tuple[pl.DataFrame | None, set[int]]:
     return caps_all, slow
 
 
+def _plain_header(path: Path) -> str | None:
+    """The header of a caps.csv the fast scan reads as the sweep wrote it (ASCII, comma-
+    separated, unique names, every line ended); None sends it to the slow path, which names
+    what is unusual about it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.readline()
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return None
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+    except OSError:
+        return None
+    if last != b"\n" or not head.isascii() or b"\x00" in head:
+        return None
+    header = head.decode("ascii")
+    names = [n.strip() for n in next(csv.reader([header]), [])]
+    if len(set(names)) != len(names) or "cap_w" not in names:
+        return None
+    return header
+
+
 def _scan_group(
     dirs: Sequence[Path], idx: Sequence[int], names: Sequence[str], slow: set[int]
 ) -> pl.DataFrame | None:
@@ -487,7 +459,7 @@ def _scan_group(
     good: list[pl.DataFrame] = []
     for key, part in text.partition_by("_run", as_dict=True).items():
         try:
-            converted = _to_floats(Path("caps.csv"), part, CAPS_FLOAT_COLUMNS)
+            converted = to_floats(Path("caps.csv"), part, CAPS_FLOAT_COLUMNS)
         except UsageError:
             slow.add(int(key[0]))
             continue
@@ -504,8 +476,8 @@ def _load_one_by_one(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[
         try:
             if not (d / "caps.csv").is_file():
                 raise UsageError(f"{d}: no caps.csv here")
-            caps, metric = _read_caps(d / "caps.csv")
             run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
+            caps, metric = _read_caps(d / "caps.csv", run=run)
         except UsageError as exc:
             failed.append((d, str(exc)))
             continue

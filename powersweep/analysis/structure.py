@@ -256,9 +256,11 @@ def _with_top_ceiling(
 ) -> list[Region]:
     """Add (or extend down) the draw ceiling found from the draw alone, whatever TPS does.
 
-    From its first cap to the top of the sweep the card draws clearly under every cap (by more
-    than :func:`binding_margin_w`) and the draw rises much less than the caps. The flat-region
-    search also asks TPS to stay flat, so jittery TPS hid the lower part of such a ceiling.
+    A ceiling is there when, up to the top of the sweep, the card draws clearly under every cap
+    (by more than :func:`binding_margin_w`, the draw's noise against a binding cap) and the
+    draw rises much less than the caps. It starts at the first cap whose draw falls short of it
+    by more than that and stays short above it. The flat-region search also asks TPS to stay
+    flat, so jittery TPS hid the lower part of such a ceiling.
     """
     margin = binding_margin_w(points, step_w)
     top = len(points) - 1
@@ -290,6 +292,17 @@ def _with_top_ceiling(
         start += 1
     if top - start + 1 < MIN_REGION_CAPS:
         return regions
+    # The ceiling starts where the draw first falls short of the cap and stays short: the caps
+    # below the part found flat, each short by more than the draw's noise, belong to it even
+    # where the draw still rises with the cap there (it bends away from the cap, then levels).
+    floor_w = max((r.end_w for r in others), default=-math.inf)
+    while start > 0:
+        a, b = points[start - 1], points[start]
+        if not (eligible[start - 1] and under(a) and a.cap_w > floor_w):
+            break
+        if not _adjacent(a, b, step_w, ONE_MISSING_STEPS):
+            break
+        start -= 1
     ceilings = [r for r in regions if r.kind == DRAW_CEILING]
     lowest = min([points[start].cap_w, *(r.start_w for r in ceilings)])
     members = [p for p in points if p.cap_w >= lowest]

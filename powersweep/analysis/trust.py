@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.failures import cause_examples, counted_elsewhere
 from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
 from powersweep.runformat import CONFIRM_REASON
 
@@ -33,6 +34,7 @@ _FAULT_TEXT = {
     "slow_requests": "warm-up request(s) ran past their deadline",
     "cut_at_deadline": "request(s) streamed past their max_tokens (the server ignores it) and "
     "were cut at their window's end (what arrived counts)",
+    "request_failed": "request(s) failed",
 }
 _LIST_MAX = 12
 
@@ -47,7 +49,7 @@ def usable_mask(metric: str) -> pl.Expr:
         (pl.col("status") == "ok")
         & pl.col(metric).is_not_null()
         & pl.col(metric).is_finite()
-        & (pl.col(metric) >= 0)
+        & (pl.col(metric) > 0)
         & pl.col("power_w").is_not_null()
         & pl.col("power_w").is_finite()
         & (pl.col("power_w") > 0)
@@ -64,8 +66,23 @@ def input_findings(curve: Curve) -> list[dict[str, Any]]:
     out = _ignored_rows(caps, metric)
     out += _own_statuses(caps)
     out += _duplicates(caps)
-    out += run_findings(curve.run)
+    out += run_findings(curve.run, curve.requests)
     return out
+
+
+def ignored_rows(curve: Curve) -> list[dict[str, Any]]:
+    """The ``rows_ignored`` finding alone, and the loader's notes (a clock curve, whose rows
+    share one cap, has no duplicate caps to name)."""
+    caps = curve.caps
+    if SOURCE_LINE not in caps.columns:
+        caps = caps.with_columns(pl.Series(SOURCE_LINE, range(2, caps.height + 2)))
+    notes = [
+        _finding("warning", "input_note", note, "check the run directory's files")
+        for note in curve.notes
+    ]
+    return notes + _ignored_rows(
+        caps.with_columns(usable_mask(curve.metric).alias("_usable")), curve.metric
+    )
 
 
 def _line(row: dict[str, Any]) -> str:
@@ -87,10 +104,8 @@ def _why_ignored(row: dict[str, Any], metric: str) -> str:
             parts.append(f"{col} missing")
         elif not math.isfinite(v):
             parts.append(f"{col} is {v}")
-        elif col == "power_w" and v <= 0:
+        elif v <= 0:
             parts.append(f"{col} is {v:g} (not positive)")
-        elif v < 0:
-            parts.append(f"{col} is {v:g} (negative)")
     return ", ".join(parts) or "not usable"
 
 
@@ -206,31 +221,57 @@ def _pooled(
     return _finding("info", "confirm_pooled", message)
 
 
-def run_findings(run: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The run's own record of faults it met and of a status that is not ``complete``."""
+def _failed_requests(requests: pl.DataFrame | None) -> dict[str, Any] | None:
+    """requests.csv's failed requests as a ``request_failed`` fault, for a run whose run.json
+    does not count them (older versions): the ones no other fault kind counts."""
+    if requests is None or not {"ok", "error"} <= set(requests.columns):
+        return None
+    ok = requests["ok"].cast(pl.String).str.strip_chars().str.to_lowercase()
+    errors = [
+        str(e or "")
+        for e, good in zip(requests["error"].to_list(), ok.to_list(), strict=True)
+        if good == "false" and not counted_elsewhere(e)
+    ]
+    if not errors:
+        return None
+    return {"kind": "request_failed", "count": len(errors), "examples": cause_examples(errors)}
+
+
+def _fault_part(f: dict[str, Any]) -> str:
+    kind = str(f.get("kind", "?"))
+    text = _FAULT_TEXT.get(kind, kind)
+    examples = [str(e) for e in f.get("examples", []) if e]
+    if kind == "request_failed" and examples:
+        return f"{f.get('count', '?')} {text}: {'; '.join(examples)}"
+    example = f" (e.g. {examples[0]})" if examples else ""
+    return f"{f.get('count', '?')} {text}{example}"
+
+
+def run_findings(
+    run: dict[str, Any] | None, requests: pl.DataFrame | None = None
+) -> list[dict[str, Any]]:
+    """The run's own record of faults it met and of a status that is not ``complete``.
+
+    Failed requests are among them, by cause in words: from run.json, or (a run that did not
+    count them) from requests.csv.
+    """
     if not run:
         return []
     out = []
-    faults = run.get("faults")
-    if isinstance(faults, list) and faults:
-        parts = []
-        for f in faults:
-            if not isinstance(f, dict):
-                continue
-            kind = str(f.get("kind", "?"))
-            text = _FAULT_TEXT.get(kind, kind)
-            examples = [str(e) for e in f.get("examples", []) if e][:1]
-            example = f" (e.g. {examples[0]})" if examples else ""
-            parts.append(f"{f.get('count', '?')} {text}{example}")
-        if parts:
-            out.append(
-                _finding(
-                    "warning",
-                    "run_faults",
-                    "the run met faults: " + "; ".join(parts),
-                    "the figures above account for them; check the server if they repeat",
-                )
+    raw = run.get("faults")
+    faults = [f for f in raw if isinstance(f, dict)] if isinstance(raw, list) else []
+    if not any(f.get("kind") == "request_failed" for f in faults):
+        failed = _failed_requests(requests)
+        faults += [failed] if failed else []
+    if faults:
+        out.append(
+            _finding(
+                "warning",
+                "run_faults",
+                "the run met faults: " + "; ".join(_fault_part(f) for f in faults),
+                "the figures above account for them; check the server if they repeat",
             )
+        )
     adaptive = run.get("adaptive")
     adaptive = adaptive if isinstance(adaptive, dict) else {}
     left_out = adaptive.get("left_out")

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from powersweep import __version__
 from powersweep.errors import PowersweepError
@@ -37,6 +37,7 @@ def _quiet_ctrl_c_while_loading() -> None:
 _quiet_ctrl_c_while_loading()
 
 import typer  # noqa: E402
+from typer.core import TyperGroup, TyperOption  # noqa: E402
 
 from powersweep.cli._common import one_line  # noqa: E402
 from powersweep.cli.analyze import analyze_command  # noqa: E402
@@ -123,6 +124,19 @@ def _complete_default_command(env: dict[str, str]) -> None:
             env["_TYPER_COMPLETE_ARGS"] = " ".join([words[0], "sweep", *words[1:]])
 
 
+def _flags_take_no_value(command: Any) -> None:
+    """Show flags in help without a value type: typer's rich help prints ``<bool>`` after every
+    flag (``--dry-run <bool>``), which reads as if it took a value. An empty metavar shows
+    nothing there; the help option, made on first use, is made now to get the same."""
+    help_option = command.get_help_option(typer.Context(command))
+    for param in [*command.params, help_option]:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            _flags_take_no_value(sub)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``powersweep`` console script; returns the exit code."""
     if (
@@ -137,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.update(env)
     try:
         command = typer.main.get_command(app)
+        _flags_take_no_value(command)
         # without standalone mode click returns the code of an Exit instead of raising it
         rc = command.main(args=args, prog_name="powersweep", standalone_mode=False)
     except typer.Exit as exc:

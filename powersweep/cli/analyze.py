@@ -114,6 +114,7 @@ def _single(
         eta=eta,
         on_analysis=show,
         card=card,
+        require_answer=True,
     ).paths
 
 

@@ -3,9 +3,6 @@ GPUs, verify it, and with ``--persist`` install a systemd unit that sets it agai
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from powersweep.cli._common import StateDirOpt, info, is_root, pid_alive, warn
+from powersweep.cli._boot import BootUnit
+from powersweep.cli._common import StateDirOpt, info, is_root, warn
 from powersweep.cli.analyze import Objective
 from powersweep.errors import PowersweepError, UsageError
 
@@ -22,7 +20,6 @@ if TYPE_CHECKING:
     from powersweep.sweep.settings.apply import CapChange, CapResult
     from powersweep.sweep.settings.clocks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
-    from powersweep.sweep.settings.unit import BootCommand, BootSetting
 
 SIMULATION = "Simulation"
 PERSIST = "Boot persistence"
@@ -281,8 +278,12 @@ def _check_options(
 
 
 def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> None:
-    """A sweep running now, or a killed one's journal, would overwrite what apply sets."""
-    from powersweep.sweep.records.journal import Journal, default_state_dir
+    """A sweep running now, or a killed one's journal, would overwrite what apply sets.
+
+    A sweep that runs owns its cards: apply refuses, ``--force`` or not (the sweep would put
+    its originals back over the setting at its end).
+    """
+    from powersweep.sweep.records.journal import Journal, default_state_dir, owner_state
 
     journal = Journal(state_dir or default_state_dir())
     if not journal.exists():
@@ -291,13 +292,19 @@ def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> No
         entry = journal.read()
     except PowersweepError:
         entry = None  # damaged: still a sweep that did not finish
-    if entry is not None and pid_alive(entry.pid):
-        why = f"a sweep is running (pid {entry.pid}) and will put its original limits back"
-    else:
+    if entry is not None and owner_state(entry).alive:
         why = (
-            f"a killed sweep left a restore journal ({journal.path}); `powersweep restore` "
-            "would overwrite this setting"
+            f"a sweep is running (PID {entry.pid}) and will put its original limits back when "
+            "it ends"
         )
+        if dry_run:
+            warn(f"{why}: apply would refuse (--force does not override a live sweep)")
+            return
+        raise UsageError(f"{why}: wait for it to end (--force does not override a live sweep)")
+    why = (
+        f"a killed sweep left a restore journal ({journal.path}); `powersweep restore` "
+        "would overwrite this setting"
+    )
     if dry_run and not force:
         warn(f"{why}: apply would refuse (run `powersweep restore` first, or pass --force)")
     elif not force:
@@ -324,40 +331,33 @@ class _Apply:
     force: bool
 
     def run(self) -> None:
-        boot = None if self.reset or not self.persist else self._boot_settings()
+        unit = BootUnit(
+            self.rig, self.targets, self.caps, self.clocks, self.source, self.unit_dir,
+            self.reset, self.force,
+        )  # fmt: skip
+        boot = None if self.reset or not self.persist else unit.settings()
         if self.print_unit:
             assert boot is not None
             for t, b in zip(self.targets, boot, strict=True):
                 info(f"{t.label}: the unit sets {b.describe()} at boot")
-            typer.echo(self._unit_text(boot), nl=False)
+            typer.echo(unit.text(unit.merged(boot, unit.installed_dir())), nl=False)
             return
-        unit_dir = self._unit_dir() if self.persist else None
+        unit_dir = unit.resolve_dir() if self.persist else None
         if self.dry_run:
             for line in [*map(self._line, self.caps), *map(_clock_line, self.clocks)]:
                 typer.echo(f"{line} (dry run: nothing changed)")
             if self.persist and unit_dir is not None:
-                self._dry_run_unit(unit_dir)
+                unit.dry_run(unit_dir)
             return
-        unit_text = None if boot is None else self._unit_text(boot)
+        unit_text = None if boot is None else unit.text(unit.merged(boot, unit_dir))
         results = self._write()
         if self.at_boot or (self.persist and not self.reset):
             self._persistence_on()
         if self.persist:
-            self._unit(unit_text, unit_dir, results)
+            unit.install(unit_text, unit_dir, results)
         elif not self.at_boot:
             self._warn_if_not_persistent()
-            self._warn_about_boot_unit()
-
-    def _dry_run_unit(self, unit_dir: Path) -> None:
-        from powersweep.sweep.settings.unit import read_unit
-
-        installed = read_unit(unit_dir)
-        if not self.reset:
-            typer.echo(f"would write {installed.path}")
-        elif installed.installed:
-            typer.echo(f"would remove {installed.path}")
-        else:
-            typer.echo(f"no unit installed in {unit_dir}")
+            unit.warn_if_stale()
 
     @staticmethod
     def _line(c: CapChange, readback_w: float | None = None) -> str:
@@ -394,134 +394,6 @@ class _Apply:
                 "program uses the card, and a reboot always does; --persist keeps it"
             )
 
-    def _warn_about_boot_unit(self) -> None:
-        """An installed unit sets its own values again at the next boot: say so."""
-        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
-
-        unit = read_unit(self.unit_dir or SYSTEM_UNIT_DIR)
-        if not unit.installed:
-            return
-        at_boot = {s.uuid: s for s in unit.settings}
-        stale = [
-            c
-            for c in self.caps
-            if c.target.identity.uuid in at_boot
-            and abs((at_boot[c.target.identity.uuid].power_limit_w or 0.0) - c.after_w) > 0.5
-        ] + [
-            c
-            for c in self.clocks
-            if c.target.identity.uuid in at_boot
-            and _boot_locks(at_boot[c.target.identity.uuid], c) != [c.after(k) for k in c.kinds()]
-        ]
-        if self.reset or stale:
-            fix = "--reset --persist removes it" if self.reset else "add --persist to update it"
-            warn(f"{unit.path} still sets other values at boot: {fix}")
-
-    def _boot_settings(self) -> list[BootSetting]:
-        """What the unit sets on each card: what this apply sets, and what it leaves in force
-        (so a lock alone does not drop an earlier cap at the next boot, nor a cap a lock)."""
-        from powersweep.sweep.settings.unit import BootSetting
-
-        caps = {c.target.identity.uuid: c.after_w for c in self.caps}
-        clocks = {c.target.identity.uuid: c for c in self.clocks}
-        out = []
-        for t in self.targets:
-            uuid = t.identity.uuid
-            cap_w = caps[uuid] if uuid in caps else _limit_in_force(t)
-            held = t.gpu.locked_clocks()  # read before the write; None where NVML cannot
-            sm, mem = held.sm_mhz, held.mem_mhz
-            change = clocks.get(uuid)
-            if change is not None:
-                sm = change.after("sm") if "sm" in change.kinds() else sm
-                mem = change.after("mem") if "mem" in change.kinds() else mem
-            out.append(BootSetting(uuid, t.identity.name, cap_w, sm, mem))
-        return out
-
-    def _unit_text(self, settings: Sequence[BootSetting]) -> str:
-        from powersweep.sweep.settings.unit import render_unit
-
-        return render_unit(settings, self._boot_command(), self.source)
-
-    def _boot_command(self) -> BootCommand:
-        from powersweep.sweep.settings.unit import BootCommand
-
-        if not self.rig.simulated:
-            smi = shutil.which("nvidia-smi") or shutil.which(
-                "nvidia-smi", path="/usr/bin:/usr/local/bin:/bin"
-            )
-            if smi:
-                return BootCommand("nvidia-smi", (os.path.abspath(smi),))
-        return BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
-
-    def _unit_dir(self) -> Path | None:
-        """Where the unit goes (checked now, before any change); None: no systemd here."""
-        from powersweep.sweep.settings.unit import (
-            SYSTEM_UNIT_DIR,
-            check_unit_dir,
-            read_unit,
-            systemd_running,
-        )
-
-        if self.unit_dir is not None:
-            unit_dir = self.unit_dir
-        elif not systemd_running():
-            return None
-        elif self.rig.simulated:
-            raise UsageError(
-                "a simulated rig's boot unit does not go into the system: pass --unit-dir DIR"
-            )
-        else:
-            unit_dir = SYSTEM_UNIT_DIR
-        check_unit_dir(unit_dir)
-        existing = read_unit(unit_dir)
-        if existing.installed and not existing.ours and not self.force:
-            raise UsageError(
-                f"{existing.path} exists and was not written by powersweep: left alone (pass "
-                "--force to replace it); nothing was changed"
-            )
-        return unit_dir
-
-    def _unit(
-        self,
-        text: str | None,
-        unit_dir: Path | None,
-        results: tuple[list[CapResult], list[ClockResult]],
-    ) -> None:
-        from powersweep.sweep.settings.apply import undo_settings
-        from powersweep.sweep.settings.unit import (
-            enable_unit,
-            install_unit,
-            remove_unit,
-            run_systemctl,
-        )
-
-        systemctl = run_systemctl if self.unit_dir is None else None
-        if unit_dir is None:
-            if self.reset:
-                warn("this machine does not run systemd: there is no powersweep unit to remove")
-                return
-            warn(
-                "this machine does not run systemd: the boot unit was not installed; here it "
-                "is, for your init system"
-            )
-            typer.echo(text, nl=False)
-            return
-        if self.reset:
-            removed = remove_unit(unit_dir, systemctl, force=self.force)
-            typer.echo(f"removed {removed}" if removed else f"no unit installed in {unit_dir}")
-            return
-        assert text is not None
-        try:
-            path = install_unit(text, unit_dir)
-        except PowersweepError as exc:
-            raise PowersweepError(f"{exc}{undo_settings(*results, warn)}") from exc
-        if systemctl is not None:
-            enable_unit(path, systemctl)  # the settings stay: they are set, the unit is written
-        enabled = (
-            "enabled" if systemctl else "not enabled (run: systemctl enable " + path.name + ")"
-        )
-        typer.echo(f"wrote {path} (mode 0644, {enabled}): these settings are set again at boot")
-
 
 def _clock_line(c: ClockChange, result: ClockResult | None = None) -> str:
     """``GPU 0 (...): clock locks SM unlocked -> SM 1410 MHz (verified: ...)``."""
@@ -536,30 +408,3 @@ def _clock_line(c: ClockChange, result: ClockResult | None = None) -> str:
     if result.verified:
         return f"{line} (verified: reads back {describe_locks(result.readback, c.kinds())})"
     return f"{line} (set; not verified: NVML cannot read clock locks back)"
-
-
-def _boot_locks(setting: BootSetting, c: ClockChange) -> list[float | None]:
-    return [setting.sm_clock_mhz if k == "sm" else setting.mem_clock_mhz for k in c.kinds()]
-
-
-def _limit_in_force(t: Target) -> float | None:
-    """The limit a card has now when it differs from its default (None: the default)."""
-    try:
-        env = t.gpu.envelope()
-    except PowersweepError:
-        return None  # a card without settable limits: the unit sets only its locks
-    return env.current_w if abs(env.current_w - env.default_w) > 0.5 else None
-
-
-def _own_command() -> tuple[str, ...]:
-    """This powersweep by absolute path (sudo's secure_path may not reach a virtualenv)."""
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if argv0 is not None and argv0.name == "powersweep" and argv0.exists():
-        return (str(argv0.absolute()),)
-    beside = Path(sys.executable).parent / "powersweep"
-    if beside.exists():
-        return (str(beside.absolute()),)
-    found = shutil.which("powersweep")
-    if found:
-        return (os.path.abspath(found),)
-    return (os.path.abspath(sys.executable), "-m", "powersweep")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from powersweep.cli._common import formats, info
+from powersweep.cli._common import Handover, formats, info
 from powersweep.errors import UsageError
 
 fleet_app = typer.Typer(
@@ -73,11 +73,18 @@ def report_command(
             tariff_per_kwh=tariff, duty=duty, max_tps_loss_pct=max_tps_loss, reanalyze=reanalyze
         ),
     )
-    written = write_fleet_outputs(fleet, out)
-    if not no_charts:
-        from powersweep.plots.fleet import render_fleet_charts
+    # under sudo, fleet.md, fleet.json, the charts and the folders made for them are the user's
+    handover = Handover()
+    handover.expect(out, out / "charts")
+    written: list[Path] = []
+    try:
+        written += write_fleet_outputs(fleet, out)
+        if not no_charts:
+            from powersweep.plots.fleet import render_fleet_charts
 
-        written += render_fleet_charts(fleet, out / "charts", chart_formats)
+            written += render_fleet_charts(fleet, out / "charts", chart_formats)
+    finally:
+        handover.hand(written)
     typer.echo(json.dumps(fleet, indent=1) if as_json else render_fleet_summary(fleet))
     skipped = len(fleet.get("unreadable") or [])
     if skipped:

@@ -36,6 +36,7 @@ def plot_command(
             title=title,
             write_analysis=False,
             card=card_facts(gpu_name, default_limit, min_limit, max_limit),
+            require_answer=True,
         ).paths
     finally:
         handover.hand(written)

@@ -2,36 +2,59 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 
-from powersweep.cli._common import StateDirOpt, info, pid_alive, warn
-from powersweep.errors import PowersweepError
+from powersweep.cli._common import StateDirOpt, info, warn
+from powersweep.errors import PowersweepError, UsageError
 
 
 def restore_command(
     state_dir: StateDirOpt = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Restore even if the sweep that wrote it still runs.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Restore when it cannot be told whether the sweep that wrote the journal still "
+            "runs (never while it does).",
+        ),
     ] = False,
 ) -> None:
-    """Put back the power limits (and clock locks) a killed sweep left (from its journal)."""
+    """Put back the power limits (and clock locks) a killed sweep left (from its journal).
+
+    A journal whose sweep still runs is never taken, ``--force`` or not: that sweep owns the
+    cards and puts them back itself. ``--force`` only overrides a doubt (a PID that runs but
+    cannot be told from the sweep's).
+    """
     from powersweep.cli.rigs import restore_backend
-    from powersweep.sweep.records.journal import Journal, default_state_dir, restore_gpus
+    from powersweep.sweep.records.journal import (
+        Journal,
+        default_state_dir,
+        owner_state,
+        restore_gpus,
+    )
 
     journal = Journal(state_dir or default_state_dir())
     entry = journal.read()
     if entry is None:
         info(f"nothing to restore: no journal at {journal.path}")
         return
-    if not force and entry.pid != os.getpid() and pid_alive(entry.pid):
-        raise PowersweepError(
-            f"the sweep that wrote {journal.path} (pid {entry.pid}) is still running: stop it "
-            "(it restores on Ctrl-C/SIGTERM) or pass --force",
-            exit_code=2,
+    owner = owner_state(entry)
+    gpus = ", ".join(str(g.index) for g in entry.gpus)
+    if owner.alive:
+        raise UsageError(
+            f"the sweep that wrote {journal.path} (PID {entry.pid}) is still running on GPU "
+            f"{gpus}: it owns the cards and puts them back itself when it ends; stop it with "
+            "Ctrl-C or SIGTERM (if it was killed with SIGKILL, run `powersweep restore` again)"
         )
+    if owner.alive is None and not force:
+        raise UsageError(
+            f"cannot tell whether the sweep that wrote {journal.path} still runs: {owner.why}; "
+            "if it is gone, `powersweep restore --force` puts the cards back"
+        )
+    if owner.alive is None:
+        warn(f"{owner.why}; restoring anyway (--force)")
     with restore_backend(entry.backend) as backend:
         results = restore_gpus(entry, backend, warn=warn)
     for r in results:

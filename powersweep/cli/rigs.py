@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powersweep.cli._common import is_root, warn
 from powersweep.clock import ScaledClock, real_clock
 from powersweep.errors import UsageError
 from powersweep.sim.faults import parse_fault
@@ -30,6 +31,7 @@ from powersweep.sweep.options import (
     SIM_TIME_SCALE_BY_MODE,
     SweepOptions,
 )
+from powersweep.sweep.records.ownership import hand_over, invoking_user
 from powersweep.sweep.rig import Rig
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import ServerInfo
@@ -117,22 +119,34 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             return None
         return clock_ground_truth(profiles, options.load_mode, list(points), cap_w, **_kw(prep))
 
-    yield Rig(
-        backend=sim,
-        clock=clock,
-        journal_backend=_journal_backend(options),
-        serve=serve,
-        wrap_client=(lambda c: c) if served else (lambda c: _RigDrivingClient(c, sim)),
-        simulation={
-            "profile": options.simulate,
-            "seed": options.seed,
-            "time_scale": clock.scale,
-            "server_flavour": options.sim_server if served else None,
-            "node": sim_node(options),
-        },
-        truth=truth,
-        clock_truth=clock_truth,
-    )
+    with _user_keeps(options.sim_state):
+        yield Rig(
+            backend=sim,
+            clock=clock,
+            journal_backend=_journal_backend(options),
+            serve=serve,
+            wrap_client=(lambda c: c) if served else (lambda c: _RigDrivingClient(c, sim)),
+            simulation={
+                "profile": options.simulate,
+                "seed": options.seed,
+                "time_scale": clock.scale,
+                "server_flavour": options.sim_server if served else None,
+                "node": sim_node(options),
+            },
+            truth=truth,
+            clock_truth=clock_truth,
+        )
+
+
+@contextlib.contextmanager
+def _user_keeps(state_file: Path | None) -> Iterator[None]:
+    """Under sudo, a ``--sim-state`` file the command wrote (replaced, so root-owned and mode
+    0600) goes back to the user who typed sudo, who reads it later without sudo."""
+    try:
+        yield
+    finally:
+        if state_file is not None and is_root():
+            hand_over([state_file], invoking_user(), warn=warn)
 
 
 def sim_node(options: SweepOptions) -> str:
@@ -243,17 +257,24 @@ def restore_backend(backend_spec: Mapping[str, Any]) -> contextlib.AbstractConte
             [str(n) for n in backend_spec.get("profiles", [])], str(backend_spec.get("node") or "")
         )
         state = backend_spec.get("sim_state")
+        state_file = Path(state) if state else None
         rig = SimRig(
             profiles,
             ScaledClock(1.0),
             seed=int(backend_spec.get("seed", 0)),
-            state_file=Path(state) if state else None,
+            state_file=state_file,
         )
-        return contextlib.nullcontext(rig)
+        return _with_user_keeps(rig, state_file)
     require_root()
     from powersweep.sweep.gpu.nvml import NvmlBackend
 
     return NvmlBackend()
+
+
+@contextlib.contextmanager
+def _with_user_keeps(rig: Any, state_file: Path | None) -> Iterator[Any]:
+    with _user_keeps(state_file):
+        yield rig
 
 
 @dataclass(frozen=True)
@@ -294,4 +315,5 @@ def build_settings_rig(simulate: str | None, sim_state: Path | None) -> Iterator
     args: tuple[str, ...] = ("--simulate", "+".join(names))
     if sim_state is not None:
         args += ("--sim-state", str(sim_state.resolve()))
-    yield SettingsRig(rig, simulated=True, rig_args=args)
+    with _user_keeps(sim_state):
+        yield SettingsRig(rig, simulated=True, rig_args=args)

@@ -166,8 +166,8 @@ class Sweep:
             still ignored (so a second Ctrl-C cannot hide it).
         earlier_status: Status of each cap a resumed run finished before (default ``ok``).
         context_tokens: The server's context (requests ask for no more than fits).
-        before_change: Called before any setting is changed (checks the journal is still this
-            sweep's).
+        before_change: Called before any setting is changed, after the check that the journal
+            is still this sweep's.
     """
 
     def __init__(
@@ -253,7 +253,7 @@ class Sweep:
             busy_gpus=frozenset(busy_gpus) if busy_gpus else None,
             warn=warn,
             progress=progress,
-            before_change=before_change,
+            before_change=self._before_change,
             on_point=self._point_done,
         )
         for c in caps_already_done:
@@ -278,6 +278,12 @@ class Sweep:
         # TPS/W of each point measured ok (the confirm phase keeps the card warm at the best)
         self._best: dict[SweepPoint, float] = {}
         self._n_measured = 0
+        self._extra_check = before_change
+
+    def _before_change(self) -> None:
+        """Every change goes through the restore journal: it must still be this sweep's."""
+        self.restorer.ensure_owned()
+        self._extra_check()
 
     # --- public -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import UsageError
+from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
 from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
 
 
@@ -87,7 +88,8 @@ MAX_PREFILL_SHARE = 0.5
 MAX_PLANNED_CAPS = 300
 # Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
 _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
-    ("--target-cap-seconds", "target_cap_seconds", 0.0, 3600.0, False),
+    # under a second of load is a handful of tokens: no rate, no draw median worth the name
+    ("--target-cap-seconds", "target_cap_seconds", 1.0, 3600.0, True),
     ("--settle-seconds", "settle_seconds", 0.0, 600.0, True),
     ("--sample-interval", "sample_interval_s", 0.01, 60.0, True),
     ("--step-size", "step_size_w", 0.1, 1000.0, True),
@@ -222,6 +224,23 @@ def _check_ranges(options: SweepOptions) -> None:
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
     if options.caps is not None and len(options.caps) > MAX_PLANNED_CAPS:
         raise UsageError(f"--caps lists {len(options.caps)} caps; at most {MAX_PLANNED_CAPS}")
+    for flag, values, high, unit in (
+        ("--caps", options.caps, MAX_CARD_W, "W"),
+        (
+            "--cap",
+            (options.hold_cap_w,) if options.hold_cap_w is not None else None,
+            MAX_CARD_W,
+            "W",
+        ),
+        ("--sm-clocks", options.sm_clocks, MAX_CLOCK_MHZ, "MHz"),
+        ("--mem-clocks", options.mem_clocks, MAX_CLOCK_MHZ, "MHz"),
+    ):
+        too_high = [v for v in values or () if math.isfinite(v) and v > high]
+        if too_high:
+            raise UsageError(
+                f"{flag} {too_high[0]:g} {unit} is more than any card takes "
+                f"(at most {high:g} {unit})"
+            )
     if options.sim_rejects_below_w is not None and not (
         math.isfinite(options.sim_rejects_below_w) and options.sim_rejects_below_w > 0
     ):

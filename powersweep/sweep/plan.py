@@ -107,8 +107,41 @@ def estimate_wall_s(
     return estimate_run_s(options, n_points, spacing) / max(time_scale, 1e-9)
 
 
+# The longest plan a sweep takes on: past a day (in run time, as on real hardware) the card,
+# the server or the machine changes under it, and nobody means it.
+MAX_PLAN_S = 24 * 3600.0
+
+
+def check_plan_time(options: SweepOptions, n_points: int) -> None:
+    """Refuse a plan whose estimated run time (:func:`estimate_wall_s` at real speed) passes
+    :data:`MAX_PLAN_S`, whatever its axis: caps and clock points alike.
+
+    Raises:
+        UsageError: One line with the plan's size, its estimate and what to change.
+    """
+    estimate_s = estimate_wall_s(options, n_points, 1.0)
+    if estimate_s <= MAX_PLAN_S:
+        return
+    what = "points" if options.clock_axis else "caps"
+    raise UsageError(
+        f"this plan measures {n_points} {what} and would take about "
+        f"{estimate_s / 3600:.1f} h (more than a day, {options.target_cap_seconds:g} s of load "
+        f"per prompt each): measure fewer {what} "
+        + (
+            "(--sm-clocks / --mem-clocks)"
+            if options.clock_axis
+            else "(--caps, a larger --step-size)"
+        )
+        + " or shorter windows (--target-cap-seconds)"
+    )
+
+
 def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None]) -> list[float]:
-    """The caps to measure for this GPU set (ascending)."""
+    """The caps to measure for this GPU set (ascending).
+
+    Raises:
+        UsageError: More than :data:`MAX_PLANNED_CAPS` caps, or a plan longer than a day.
+    """
     envelope = uniform_envelope([g.envelope() for g in gpus])
     if options.observe_only:
         currents = sorted({g.envelope().current_w for g in gpus})
@@ -130,6 +163,7 @@ def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None
             f"{envelope.min_w:g} to {envelope.max_w:g} W; at most {MAX_PLANNED_CAPS} "
             "(use a larger --step-size or --caps)"
         )
+    check_plan_time(options, len(caps))
     return caps
 
 
@@ -144,7 +178,7 @@ def plan_points(
 
     Raises:
         GpuError: The card cannot list its clocks and none were given.
-        UsageError: No clock to sweep.
+        UsageError: No clock to sweep, or a plan longer than a day.
     """
     if options.observe_only:
         locks = gpus[0].locked_clocks()
@@ -160,7 +194,7 @@ def plan_points(
     cap = options.hold_cap_w
     if cap is not None:
         cap = clamp_caps([cap], uniform_envelope([g.envelope() for g in gpus]), warn)[0]
-    return measure_order(
+    points = measure_order(
         plan_clock_points(
             options.axis,
             supported,
@@ -169,6 +203,8 @@ def plan_points(
             cap_w=cap,
         )
     )
+    check_plan_time(options, len(points))
+    return points
 
 
 def point_caps(options: SweepOptions, gpus: list[Gpu], points: list[SweepPoint]) -> list[float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from powersweep.analysis.failures import cause_examples
 from powersweep.runformat import WARN_IGNORED_MAX_TOKENS
 from powersweep.sweep.loads.base import TOO_SLOW
 from powersweep.sweep.server.client import (
@@ -60,6 +61,8 @@ class FaultLog:
 
     def __init__(self) -> None:
         self._faults: dict[str, dict[str, Any]] = {}
+        # errors of failed requests no other kind names: counted by cause in words
+        self._failed: list[str] = []
 
     def add(self, kind: str, detail: str) -> None:
         """Count one fault of ``kind``."""
@@ -96,7 +99,19 @@ class FaultLog:
                 self.add("line_too_long", error)
             elif TOO_SLOW in error:
                 self.add("too_slow", error)
+            elif not r.ok:
+                self._failed.append(error)
 
     def to_list(self) -> list[dict[str, Any]]:
-        """The faults as ``run.json`` records them."""
-        return [dict(f, examples=list(f["examples"])) for f in self._faults.values()]
+        """The faults as ``run.json`` records them; failed requests no other kind names are
+        ``request_failed``, their examples the commonest causes in words with their counts."""
+        out = [dict(f, examples=list(f["examples"])) for f in self._faults.values()]
+        if self._failed:
+            out.append(
+                {
+                    "kind": "request_failed",
+                    "count": len(self._failed),
+                    "examples": cause_examples(self._failed),
+                }
+            )
+        return out

@@ -166,7 +166,7 @@ def test_persist_writes_a_verified_unit_that_restores_the_cap_after_a_reboot(
     # A reboot: the driver forgets the limit and persistence mode; the unit's command sets both.
     state.write_text(json.dumps({UUID: DEFAULT_W}))
     (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
-    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    argv = shlex.split(exec_line.removeprefix("ExecStart=-"))  # "-": a failure goes on
     assert Path(argv[0]).is_absolute()
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
@@ -449,7 +449,7 @@ def test_persist_sets_the_clock_locks_again_after_a_reboot(
     state.write_text(json.dumps({UUID: DEFAULT_W}))
     assert status(capsys, state)["gpus"][0]["locked_clocks"] == UNLOCKED
     (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
-    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    argv = shlex.split(exec_line.removeprefix("ExecStart=-"))  # "-": a failure goes on
     assert argv[argv.index("--sm-clock") + 1] == f"{sm:g}"
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
@@ -516,3 +516,102 @@ def test_a_lock_the_card_refuses_puts_the_cap_and_the_other_lock_back(
     assert after["locked_clocks"] == before["locked_clocks"]
     assert after["locked_clocks"]["sm_mhz"] == 1200.0
     assert after["power_limit"]["current_w"] == before["power_limit"]["current_w"] == DEFAULT_W
+
+
+# --- one unit for every card (a mixed two-card rig) ----------------------------------------
+
+PAIR = "rtx3090-air+rtx4090-air"
+UUIDS = ("GPU-sim-rtx3090-air-0", "GPU-sim-rtx4090-air-1")
+DEFAULTS = {UUIDS[0]: 370.0, UUIDS[1]: 450.0}
+
+
+def _pair(capsys: pytest.CaptureFixture[str], state: Path, units: Path, *args: str) -> str:
+    code, out, err = cli(
+        capsys, "apply", *args, "--unit-dir", str(units), "--simulate", PAIR,
+        "--sim-state", str(state),
+    )  # fmt: skip
+    assert code == 0, err
+    return out
+
+
+def _at_boot(units: Path) -> dict[str, float | None]:
+    from powersweep.sweep.settings.unit import read_unit
+
+    unit = read_unit(units)
+    assert unit.installed and unit.ours
+    return {s.uuid: s.power_limit_w for s in unit.settings}
+
+
+def _limits(state: Path) -> dict[str, float]:
+    return {k: v for k, v in json.loads(state.read_text()).items() if k in UUIDS}
+
+
+def _boot(units: Path) -> list[int]:
+    """Run the unit's lines as systemd does (each '-' line may fail; the next still runs)."""
+    lines = [
+        ln.removeprefix("ExecStart=")
+        for ln in (units / "powersweep-apply.service").read_text().splitlines()
+        if ln.startswith("ExecStart=")
+    ]
+    assert lines and all(ln.startswith("-") for ln in lines)
+    return [
+        subprocess.run(shlex.split(ln[1:]), capture_output=True, timeout=120).returncode
+        for ln in lines
+    ]
+
+
+def test_persist_card_by_card_keeps_one_unit_for_every_card(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
+    state, units = tmp_path / "state.json", tmp_path / "units"
+    units.mkdir()
+    _pair(capsys, state, units, "--cap", "290", "--gpus", "0", "--persist")
+    _pair(capsys, state, units, "--cap", "300", "--gpus", "1", "--persist")
+    # the issue: the second call left GPU 0 to reset at the next boot
+    assert _at_boot(units) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}
+    # a mixed rig: each card its own cap, both back after a reboot
+    state.write_text(json.dumps(DEFAULTS))
+    assert _boot(units) == [0, 0]
+    assert _limits(state) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}
+
+    # setting one card again replaces its line only; --print-unit shows the merged unit
+    printed = _pair(capsys, state, units, "--cap", "280", "--gpus", "0", "--print-unit")
+    assert f"--cap 280 --gpus {UUIDS[0]}" in printed and f"--cap 300 --gpus {UUIDS[1]}" in printed
+    assert _at_boot(units) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}  # printing changed nothing
+
+    # resetting one card drops its line and leaves the other's
+    out = _pair(capsys, state, units, "--reset", "--gpus", "0", "--persist")
+    assert "updated" in out and _at_boot(units) == {UUIDS[1]: 300.0}
+    assert _limits(state)[UUIDS[0]] == 370.0
+    # the last card reset: no card left, no unit
+    out = _pair(capsys, state, units, "--reset", "--gpus", "1", "--persist")
+    assert "removed" in out and list(units.iterdir()) == []
+
+
+def test_a_card_the_unit_cannot_set_does_not_stop_the_others(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from powersweep.sweep.settings.unit import BootSetting, merge_settings, read_unit
+
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
+    state, units = tmp_path / "state.json", tmp_path / "units"
+    units.mkdir()
+    _pair(capsys, state, units, "--cap", "250", "--gpus", "0", "--persist")
+    # a card that was in the unit and is gone now (pulled, or another UUID after a swap)
+    unit = units / "powersweep-apply.service"
+    gone = BootSetting("GPU-sim-gone-9", "gone card", 200.0, source="--cap 200")
+    text = unit.read_text()
+    marker = next(ln for ln in text.splitlines() if ln.startswith("# powersweep-settings: "))
+    data = json.loads(marker.split(": ", 1)[1])
+    data["gpus"].insert(0, gone.to_dict())
+    unit.write_text(text.replace(marker, "# powersweep-settings: " + json.dumps(data)))
+    assert [s.uuid for s in read_unit(units).settings] == ["GPU-sim-gone-9", UUIDS[0]]
+    # the next card's --persist keeps the gone card's line (it may come back) and adds its own
+    _pair(capsys, state, units, "--cap", "320", "--gpus", "1", "--persist")
+    assert _at_boot(units) == {"GPU-sim-gone-9": 200.0, UUIDS[0]: 250.0, UUIDS[1]: 320.0}
+    assert merge_settings(read_unit(units).settings, drop=[UUIDS[0]])[0] == gone
+    state.write_text(json.dumps(DEFAULTS))
+    codes = _boot(units)
+    assert codes[0] != 0 and codes[1:] == [0, 0]  # the gone card fails first, the others set
+    assert _limits(state) == {UUIDS[0]: 250.0, UUIDS[1]: 320.0}

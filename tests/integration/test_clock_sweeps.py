@@ -258,12 +258,12 @@ def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
         "adaptive",
         "--sm-clocks",
         "705,945,1185,1425,1665,1800,1980",
-        # the H100's decode efficiency is flat within 1% from 945 to 1665 MHz: windows long
-        # enough to tell a step apart
+        # the H100's decode efficiency is flat within 1% from 945 to 1665 MHz: the default
+        # windows, long enough to tell a step apart
         "--time-scale",
-        "20",
+        "30",
         "--target-cap-seconds",
-        "4",
+        "10",
     )
     caps = read_csv(run / "caps.csv")
     # points tied with the best are measured once more at the end, as on the power axis

@@ -166,4 +166,16 @@ def test_every_command_under_sudo_hands_its_files_to_the_user(
     assert main(["import", str(table), "--out", str(shared_tmp / "imp" / "caps.csv")]) == 0
     assert owner(shared_tmp / "imp") == owner(shared_tmp / "imp" / "caps.csv") == NOBODY
     assert owner(run / "caps.csv") == 0  # what the command did not write stays as it was
+    # fleet report: fleet.md, fleet.json, the charts and the folders made for them
+    fleet = shared_tmp / "fleet" / "out"
+    assert main(["fleet", "report", str(shared_tmp / "runs"), "--out", str(fleet)]) == 0
+    assert {p.name for p in fleet.rglob("*")} >= {"fleet.md", "fleet.json", "charts"}
+    assert {owner(p) for p in fleet.rglob("*")} == {NOBODY}
+    assert owner(fleet) == owner(shared_tmp / "fleet") == NOBODY
+    # a simulated rig's --sim-state file, replaced by every write, is the user's again
+    state = shared_tmp / "sim.json"
+    sim = ["--simulate", "rtx3090-air", "--sim-state", str(state)]
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(shared_tmp / "statedir"))
+    assert main(["apply", "--cap", "300", *sim]) == 0
+    assert owner(state) == NOBODY
     capsys.readouterr()

@@ -29,8 +29,9 @@ USER_LIMIT_W = 350.0  # the user's own limit: not the profile's 370 W default
 FAST = (
     "--time-scale",
     "10",
+    # two-second windows: four ticks of 0.5 s per prompt, enough for a median of the draw
     "--target-cap-seconds",
-    "1",
+    "2",
     "--warmup-requests",
     "0",
     "--settle-seconds",
@@ -226,6 +227,81 @@ def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) 
     assert again.returncode == 0 and "nothing to restore" in again.stderr
 
 
+def _live_sweep(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Path, dict[str, str]]:
+    """A sweep in a subprocess, waited for until it owns the card (journal written, a cap set)."""
+    state, out, state_dir, env = _rig(tmp)
+    args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
+    proc = _popen([*args, *extra], env)
+    journal = state_dir / "journal.json"
+    deadline = time.monotonic() + 60
+    while not journal.exists() or _limit(state) == USER_LIMIT_W:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no cap set in time"
+        time.sleep(0.02)
+    return proc, state, journal, env
+
+
+@pytest.mark.slow
+def test_restore_force_never_takes_a_live_sweeps_journal_and_a_kill_leaves_it(
+    tmp_path: Path,
+) -> None:
+    # slow enough that the sweep stays on its first cap while restore is tried twice
+    proc, state, journal, env = _live_sweep(
+        tmp_path, "--target-cap-seconds", "30", "--time-scale", "5"
+    )
+    try:
+        before = journal.read_text()
+        capped = _limit(state)
+        for force in ((), ("--force",)):
+            taken = powersweep("restore", *force, env=env)
+            assert taken.returncode == 2, taken.stderr
+            (line,) = taken.stderr.strip().splitlines()
+            assert line.startswith("error: ") and f"(PID {proc.pid}) is still running" in line
+            assert "--force" not in line  # the refusal no longer suggests forcing it
+            assert journal.read_text() == before and _limit(state) == capped
+        assert proc.poll() is None
+    finally:
+        proc.kill()  # SIGKILL: nothing in the sweep can restore
+        proc.communicate(timeout=30)
+    # the journal the forced restore left alone is what puts the card back now
+    assert journal.exists() and _limit(state) != USER_LIMIT_W
+    restored = powersweep("restore", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert _limit(state) == USER_LIMIT_W and not journal.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_sweep_whose_journal_is_gone_or_replaced_stops_restores_and_says_so(
+    tmp_path: Path, how: str
+) -> None:
+    proc, state, journal, _ = _live_sweep(tmp_path)
+    try:
+        if how == "removed":
+            journal.unlink()
+        else:
+            other = json.loads(journal.read_text())
+            other.update(pid=1, pid_start="1", created_at="2000-01-01T00:00:00Z")
+            journal.write_text(json.dumps(other))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert f"error: the restore journal {journal} was {how} while this sweep ran" in err
+    assert "stops and puts back the limits it set" in err
+    assert "power limit restored to 350 W" in err
+    assert _limit(state) == USER_LIMIT_W
+    # another owner's journal is left where it is; a removed one stays removed
+    assert journal.exists() == (how == "replaced")
+    if how == "replaced":
+        assert json.loads(journal.read_text())["pid"] == 1
+    run = only_run_dir(tmp_path / "runs")
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "failed" and how in meta["error"]
+    assert meta["restored"][0]["ok"] and meta["restored"][0]["limit_w"] == USER_LIMIT_W
+
+
 @pytest.mark.slow
 def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
     tmp_path: Path,
@@ -246,7 +322,8 @@ def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
     assert "cap 500 W is outside the envelope 150-390 W; using 390 W" in proc.stderr
     assert "cap 120 W is outside the envelope 150-390 W; using 150 W" in proc.stderr
     run = only_run_dir(out)
-    assert run.name.split("-", 2)[2].startswith("2gpus-rtx-3090")
+    # a mixed rig's folder names every card model (it was named after GPU 0 alone)
+    assert run.name.split("-", 2)[2] == "rtx-3090+rtx-4090-decode-single"
     # each cap's own row (a confirm row re-measures a tie; its ticks are marked confirm)
     caps = {float(c["cap_w"]): c for c in read_csv(run / "caps.csv") if c["reason"] != "confirm"}
     assert sorted(caps) == [150.0, 300.0, 390.0]
@@ -362,7 +439,7 @@ def test_credentials_never_reach_the_run(tmp_path: Path) -> None:
             "--caps",
             "300,350",
             "--target-cap-seconds",
-            "0.3",
+            "1",
             "--warmup-requests",
             "1",
             "--settle-seconds",

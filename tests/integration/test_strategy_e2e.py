@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 import statistics
 from pathlib import Path
 
@@ -224,3 +225,37 @@ def test_a_curve_with_more_structure_than_the_budget_says_what_it_left_out(
     (budget,) = [f for f in findings if f["code"] == "adaptive_budget"]
     assert f"{left[0]['cap_w']:g} W ({left[0]['reason']})" in budget["message"]
     assert "stopped at its budget" in (run / "summary.md").read_text()
+
+
+def _long_flat_top(cap: float) -> tuple[float, float]:
+    """A 38-cap card (200-570 W) whose draw falls 5-14 W short of the cap from 390 W on and then
+    stays flat to the top: a long draw ceiling, as a real big card's decode shows. Returns (draw,
+    TPS): TPS rises with the draw (steeply at low draw, then flattening), flat on the ceiling."""
+    short = {390: 6.0, 400: 11.0, 410: 14.0}
+    draw = cap - 0.5 if cap < 390 else min(cap - short.get(int(cap), 14.0), 396.0)
+    return draw, 40.0 * (1.0 - math.exp(-(draw - 100.0) / 150.0))
+
+
+def test_replay_adaptive_finds_a_long_flat_top_ceiling(tmp_path: Path) -> None:
+    curve = tmp_path / "flat-top.csv"
+    with curve.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["cap_w", "power_w", "narr_tps", "code_tps", "sm_clock_mhz", "status"])
+        for cap in range(200, 580, 10):
+            draw, tps = _long_flat_top(float(cap))
+            w.writerow([cap, draw, round(tps, 4), round(tps, 4), round(900 + 2 * draw), "ok"])
+    answers = {}
+    for strategy in ("dense", "adaptive"):
+        run = sweep(tmp_path / strategy, "--simulate", f"replay:{curve}", "--strategy", strategy)
+        analysis = read_json(run / "analysis.json")
+        ceilings = [p for p in analysis["plateaus"] if p["kind"] == "draw_ceiling"]
+        answers[strategy] = (analysis["sweet_spot"]["cap_w"], ceilings)
+        if strategy == "adaptive":
+            distinct = {c["cap_w"] for c in read_csv(run / "caps.csv")}
+            assert len(distinct) <= 19, sorted(distinct)  # half the 38-cap grid
+    (dense_ceiling,) = answers["dense"][1]
+    (adaptive_ceiling,) = answers["adaptive"][1]
+    # the ceiling starts where the draw first falls short of the cap and stays short
+    assert abs(dense_ceiling["start_w"] - 390.0) <= AGREE_W, dense_ceiling
+    assert abs(adaptive_ceiling["start_w"] - dense_ceiling["start_w"]) <= AGREE_W, answers
+    assert abs(answers["adaptive"][0] - answers["dense"][0]) <= AGREE_W, answers

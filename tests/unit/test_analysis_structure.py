@@ -270,3 +270,50 @@ def test_thermal_counts_near_slowdown_even_with_the_bit_clear() -> None:
     cooler = dataclasses.replace(p, temp_max_c=85.0)
     assert not is_thermal(cooler, 88.0)  # 3 C under with the bit clear: not thermal
     assert is_thermal(dataclasses.replace(cooler, thermal_throttle_pct=math.nan), 88.0)
+
+
+def _bending_ceiling(seed: int) -> list[CapPoint]:
+    """38 caps, 100-470 W: the draw holds the cap up to 330 W; from 340 W on it falls 5 W short,
+    then 8, 11, 12, 14 W (it still rises, bending away), then stays flat at ~377 W to the top."""
+    rng = np.random.default_rng(seed)
+    caps = np.arange(100, 471, 10, dtype=float)
+    short = {340.0: 5.0, 350.0: 8.0, 360.0: 11.0, 370.0: 12.0, 380.0: 14.0}
+    draw = np.array(
+        [
+            c - 0.5 if c < 340 else c - short[c] if c in short else 377.0 + 0.02 * (c - 390)
+            for c in caps
+        ]
+    )
+    draw = draw + rng.normal(0, 0.4, caps.size)
+    tps = 40 * np.minimum(draw, 377.0) / 377.0 * (1 + rng.normal(0, 0.004, caps.size))
+    return _points(caps, draw, tps)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_draw_ceiling_starts_at_the_first_cap_its_draw_falls_short_of(seed: int) -> None:
+    points = _bending_ceiling(seed)
+    assert len(points) == 38
+    # the draw is short by more than its noise from 340 W and stays short: the ceiling starts
+    # there, not where the draw stops rising (380-390 W)
+    assert _found(points) == [("draw_ceiling", 340.0, 470.0)]
+    got = {
+        r["cap_w"]: r["regime"]
+        for r in regimes(points, find_regions(points, [p.cap_w for p in points]))
+    }
+    assert {c for c, r in got.items() if r == "draw_ceiling"} == {
+        p.cap_w for p in points if p.cap_w >= 340
+    }
+
+
+def test_a_cap_short_only_by_noise_does_not_start_the_ceiling() -> None:
+    # 330 W draws 1.2 W under (within the binding margin the other caps teach): not short
+    points = [
+        dataclasses.replace(p, power_w=p.cap_w - 1.2) if p.cap_w == 330.0 else p
+        for p in _bending_ceiling(0)
+    ]
+    assert _found(points) == [("draw_ceiling", 340.0, 470.0)]
+    # one cap back at its cap inside the bend: the ceiling starts above it (it must stay short)
+    back = [
+        dataclasses.replace(p, power_w=p.cap_w - 0.5) if p.cap_w == 350.0 else p for p in points
+    ]
+    assert _found(back)[0][1] == 360.0

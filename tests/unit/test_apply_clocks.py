@@ -230,11 +230,11 @@ def test_the_nvidia_smi_unit_locks_clocks_with_lgc_and_lmc_ranges() -> None:
     smi = "/usr/bin/nvidia-smi"
     assert [ln.removeprefix("ExecStart=") for ln in text.splitlines() if "ExecStart" in ln] == [
         f"-{smi} -i {UUID_A} --persistence-mode=1",
-        f"{smi} -i {UUID_A} --power-limit=290",
-        f"{smi} -i {UUID_A} -lgc 1410,1410",
-        f"{smi} -i {UUID_A} -lmc 9501,9501",
+        f"-{smi} -i {UUID_A} --power-limit=290",
+        f"-{smi} -i {UUID_A} -lgc 1410,1410",
+        f"-{smi} -i {UUID_A} -lmc 9501,9501",
         f"-{smi} -i {UUID_B} --persistence-mode=1",
-        f"{smi} -i {UUID_B} -lgc 1395,1395",
+        f"-{smi} -i {UUID_B} -lgc 1395,1395",
     ]
 
 
@@ -242,7 +242,7 @@ def test_the_powersweep_unit_passes_the_locks_and_status_reads_them_back(tmp_pat
     settings = [BootSetting(UUID_A, "x", None, 1410.0, 9501.0)]
     text = render_unit(settings, BootCommand("powersweep", ("/opt/ps", "apply")), "run")
     assert (
-        f"ExecStart=/opt/ps apply --at-boot --sm-clock 1410 --mem-clock 9501 --gpus {UUID_A}"
+        f"ExecStart=-/opt/ps apply --at-boot --sm-clock 1410 --mem-clock 9501 --gpus {UUID_A}"
         in (text.splitlines())
     )
     (tmp_path / "powersweep-apply.service").write_text(text)

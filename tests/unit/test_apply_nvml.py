@@ -80,7 +80,7 @@ def test_the_real_rigs_unit_calls_nvidia_smi_by_absolute_path(
     monkeypatch.setattr(apply_cli, "is_root", lambda: False)
     code, out, err = cli(capsys, "apply", "--cap", "290", "--print-unit")
     assert code == 0, err
-    assert f"ExecStart={smi} -i {UUID} --power-limit=290" in out.splitlines()
+    assert f"ExecStart=-{smi} -i {UUID} --power-limit=290" in out.splitlines()
     assert f"ExecStart=-{smi} -i {UUID} --persistence-mode=1" in out.splitlines()
     assert fake.calls_to("nvmlDeviceSetPowerManagementLimit") == 0
 
@@ -132,15 +132,15 @@ def test_the_real_rigs_unit_locks_clocks_with_nvidia_smi(
     code, out, err = cli(capsys, "apply", "--sm-clock", "1401", "--print-unit")
     assert code == 0, err
     lines = out.splitlines()
-    assert f"ExecStart={smi} -i {UUID} -lgc 1395,1395" in lines  # snapped, with a warning
+    assert f"ExecStart=-{smi} -i {UUID} -lgc 1395,1395" in lines  # snapped, with a warning
     assert "snapped to 1395 MHz" in err
     # the limit in force (370 W, not the 350 W default) stays at boot too
-    assert f"ExecStart={smi} -i {UUID} --power-limit=370" in lines
+    assert f"ExecStart=-{smi} -i {UUID} --power-limit=370" in lines
     assert not any("-lmc" in ln for ln in lines)
     # a card without settable power limits: the unit locks its clocks and sets no limit
     fake.devices[0].power_managed = False
     code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--print-unit")
     assert code == 0, err
-    assert f"ExecStart={smi} -i {UUID} -lgc 1410,1410" in out.splitlines()
+    assert f"ExecStart=-{smi} -i {UUID} -lgc 1410,1410" in out.splitlines()
     assert "--power-limit" not in out
     assert fake.calls_to("nvmlDeviceSetGpuLockedClocks") == 0

@@ -62,11 +62,12 @@ def test_nvidia_smi_unit_turns_persistence_on_then_sets_each_card_by_uuid() -> N
     assert _values(unit, "PartOf") == ["nvidia-persistenced.service"]
     assert _values(service, "Type") == ["oneshot"]
     assert _values(service, "RemainAfterExit") == ["yes"]
+    # '-' on every line: a card that is gone or refuses at boot does not stop the others
     assert _values(service, "ExecStart") == [
         f"-/usr/bin/nvidia-smi -i {UUID_A} --persistence-mode=1",
-        f"/usr/bin/nvidia-smi -i {UUID_A} --power-limit=290",
+        f"-/usr/bin/nvidia-smi -i {UUID_A} --power-limit=290",
         f"-/usr/bin/nvidia-smi -i {UUID_B} --persistence-mode=1",
-        f"/usr/bin/nvidia-smi -i {UUID_B} --power-limit=300.5",
+        f"-/usr/bin/nvidia-smi -i {UUID_B} --power-limit=300.5",
     ]
     assert _values(install, "WantedBy") == ["multi-user.target nvidia-persistenced.service"]
     assert "apply --reset --persist" in text  # how to remove it
@@ -79,7 +80,7 @@ def test_powersweep_unit_calls_the_absolute_path_and_quotes_what_systemd_would_s
     text = render_unit(SETTINGS[:1], cmd, "--cap 290")
     (line,) = _values(_sections(text)["Service"], "ExecStart")
     assert line == (
-        '"/opt/my tools/bin/powersweep" apply --sim-state /s/100%%.json '
+        '-"/opt/my tools/bin/powersweep" apply --sim-state /s/100%%.json '
         f"--at-boot --cap 290 --gpus {UUID_A}"
     )
 
@@ -208,3 +209,16 @@ def test_a_failed_enable_keeps_the_unit_and_says_how_to_enable_it(tmp_path: Path
     with pytest.raises(PowersweepError, match=r"wrote .*enabling it failed.*systemctl enable"):
         install_unit("[Unit]\n", tmp_path, systemctl)
     assert (tmp_path / UNIT_NAME).exists()
+
+
+def test_merge_settings_replaces_adds_and_drops_by_uuid() -> None:
+    from powersweep.sweep.settings.unit import merge_settings
+
+    a2 = BootSetting(UUID_A, "NVIDIA GeForce RTX 3090", 250.0, source="--cap 250")
+    c = BootSetting("GPU-c", "NVIDIA GeForce RTX 4090", 400.0)
+    assert merge_settings(SETTINGS, [a2, c]) == [a2, SETTINGS[1], c]
+    assert merge_settings(SETTINGS, drop=[UUID_A]) == [SETTINGS[1]]
+    assert merge_settings(SETTINGS, drop=[UUID_A, UUID_B]) == []
+    # each card's line says where its values came from; the marker carries it back
+    text = render_unit([a2, SETTINGS[1]], BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",)), "x")
+    assert f"# {UUID_A} (NVIDIA GeForce RTX 3090): 250 W, from --cap 250" in text

@@ -185,3 +185,23 @@ def test_tab_completion_offers_the_load_modes(
         "decode-concurrent",
         "prefill-heavy",
     ]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["sweep"], ["restore"], ["analyze"], ["plot"], ["compare"], ["import"], ["status"],
+     ["apply"], ["fleet"], ["fleet", "report"]],
+    ids=lambda c: " ".join(c) or "root",
+)  # fmt: skip
+def test_help_shows_no_value_after_a_flag(
+    command: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--help" in out and "<bool>" not in out  # "--dry-run <bool>" read as taking a value
+    if command == ["sweep"]:
+        # options that take a value still say which
+        line = next(ln for ln in out.splitlines() if "--target-cap-seconds" in ln)
+        assert "<float>" in line
+        assert "<" not in next(ln for ln in out.splitlines() if "--dry-run" in ln)

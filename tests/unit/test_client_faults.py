@@ -159,3 +159,27 @@ def test_usage_far_below_the_streamed_chunks_is_not_trusted() -> None:
     result, _ = run_chat(lambda r: httpx.Response(200, headers=SSE, content=body), max_tokens=64)
     assert result.ok and result.completion_tokens == 40 and result.token_source == "chunks"
     assert WARN_USAGE_UNTRUSTED in result.warnings
+
+
+class _Reset(httpx.AsyncByteStream):
+    """A body cut by a connection reset: a few events, then the read fails with no detail."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for p in self.parts:
+            yield p
+        raise httpx.ReadError("")
+
+
+def test_a_connection_reset_mid_stream_is_said_in_words() -> None:
+    from powersweep.analysis.failures import failure_cause
+
+    body = sse_body(delta(content="a"), delta(content=" b"), done=False)
+    result = _chat(lambda r: httpx.Response(200, headers=SSE, stream=_Reset([body])), 30)
+    assert not result.ok
+    # httpx says only "ReadError:"; the error says what happened and how far it got
+    assert result.error.startswith("connection reset by the server while reading the answer")
+    assert "after 2 tokens" in result.error and "(ReadError)" in result.error
+    assert failure_cause(result.error) == "connection reset by the server"

@@ -13,14 +13,16 @@ import pytest
 
 from powersweep.analysis import analyze, load_curve
 from powersweep.cli import main
-from powersweep.errors import UsageError
+from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.faults import ServerFault, parse_fault
 from powersweep.sweep.records.journal import (
     Journal,
     JournalEntry,
     JournalGpu,
+    JournalLost,
     owner_alive,
     owner_refusal,
+    owner_state,
     process_start,
 )
 from powersweep.sweep.sampling.consistency import lost_time_s, ratio_reason, stall_reason
@@ -158,11 +160,50 @@ def test_suspect_caps_stay_out_of_the_sweet_spot(tmp_path: Path) -> None:
 
 
 def test_a_cut_last_row_is_dropped_with_a_note(tmp_path: Path) -> None:
+    # the run's own record says the 300 W row was being written when it died
     path = tmp_path / "caps.csv"
     path.write_text("cap_w,narr_tps,power_w\n350,34,340\n300,40,1")
+    (tmp_path / "run.json").write_text(
+        json.dumps({"status": "running", "caps_done": [350.0], "rows_written": {"caps.csv": 1}})
+    )
     curve = load_curve(path)
     assert curve.caps["cap_w"].to_list() == [350.0]
     assert any("cut short" in n for n in curve.notes)
+
+
+def test_a_last_line_without_its_line_end_is_kept_unless_the_run_says_it_was_cut(
+    tmp_path: Path,
+) -> None:
+    text = "cap_w,narr_tps,power_w\n300,30,299\n280,29.5,279\n260,29.4,259"
+    bare = tmp_path / "bare.csv"
+    bare.write_text(text)  # an editor's file: no final newline, nothing cut
+    result = analyze(load_curve(bare), bootstrap=0)
+    assert [c["cap_w"] for c in result["caps"]] == [260.0, 280.0, 300.0]
+    assert result["sweet_spot"]["cap_w"] == 260.0
+    assert not any("cut short" in f["message"] for f in result["findings"])
+    # a run that counted all three rows wrote them whole: the line end alone was lost
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "caps.csv").write_text(text)
+    meta = {"status": "running", "caps_done": [300.0, 280.0, 260.0], "rows_written": {}}
+    meta["rows_written"] = {"caps.csv": 3}
+    (run / "run.json").write_text(json.dumps(meta))
+    assert load_curve(run).caps["cap_w"].to_list() == [260.0, 280.0, 300.0]
+    # counted two: the third was being written when the run died
+    meta.update(rows_written={"caps.csv": 2}, caps_done=[300.0, 280.0])
+    (run / "run.json").write_text(json.dumps(meta))
+    curve = load_curve(run)
+    assert curve.caps["cap_w"].to_list() == [280.0, 300.0]
+    assert any("cut short" in n for n in curve.notes)
+    # a cap measured again (the confirm phase): caps_done lists it, the count still tells
+    meta["caps_done"] = [300.0, 280.0, 260.0]
+    (run / "run.json").write_text(json.dumps(meta))
+    assert load_curve(run).caps["cap_w"].to_list() == [280.0, 300.0]
+    # an older run without counts: a complete run keeps it, a crashed one drops an unlisted cap
+    (run / "run.json").write_text(json.dumps({"status": "complete", "caps_done": [300.0]}))
+    assert load_curve(run).caps.height == 3
+    (run / "run.json").write_text(json.dumps({"status": "running", "caps_done": [300.0, 280.0]}))
+    assert load_curve(run).caps.height == 2
 
 
 def test_import_accepts_a_utf8_bom(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -273,6 +314,106 @@ def test_journal_owner_is_a_live_process_with_its_start_time(tmp_path: Path) -> 
     assert not owner_alive(_entry(os.getpid(), None))  # a journal this process left earlier
 
 
+def test_restore_takes_a_journal_only_from_an_owner_that_is_gone_or_unknowable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "sim.json"
+    state.write_text(json.dumps({"GPU-sim-rtx3090-air-0": 300.0}))
+    backend = {"kind": "sim", "profiles": ["rtx3090-air"], "sim_state": str(state), "seed": 0}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    journal = Journal(tmp_path / "state")
+
+    def write(start: str | None) -> None:
+        journal.write(
+            JournalEntry(
+                backend=backend,
+                gpus=(JournalGpu("GPU-sim-rtx3090-air-0", 0, "card", 350.0),),
+                pid=child.pid,
+                created_at="2026-01-01T00:00:00Z",
+                pid_start=start,
+            )
+        )
+
+    def restore(*extra: str) -> tuple[int, str]:
+        code = main(["restore", "--state-dir", str(journal.state_dir), *extra])
+        return code, capsys.readouterr().err
+
+    try:
+        start = process_start(child.pid)
+        write(start)  # alive: never taken, --force or not
+        for extra in ((), ("--force",)):
+            code, err = restore(*extra)
+            assert code == 2 and "is still running on GPU 0" in err and journal.exists()
+        assert owner_state(_entry(child.pid, start)).alive is True
+        write(None)  # an older journal: the PID runs, nothing tells it from a reused one
+        code, err = restore()
+        (line,) = err.strip().splitlines()
+        assert code == 2 and "cannot tell whether" in line and "records no start time" in line
+        assert "restore --force" in line and journal.exists()
+        with monkeypatch.context() as m:  # a start time that cannot be read now: also a doubt
+            m.setattr("powersweep.sweep.records.owner.process_start", lambda _pid: None)
+            assert owner_state(_entry(child.pid, start)).alive is None
+        code, err = restore("--force")
+        assert code == 0 and "restoring anyway (--force)" in err and "restored to 350 W" in err
+        assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 350.0
+        assert not journal.exists()
+        write(str(int(start or 0) + 1))  # the PID now belongs to a later process: gone
+        code, err = restore()
+        assert code == 0 and not journal.exists()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_apply_never_sets_a_card_a_live_sweep_owns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "sim.json"
+    state.write_text(json.dumps({"GPU-sim-rtx3090-air-0": 300.0}))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    journal = Journal(tmp_path / "state")
+    try:
+        journal.write(_entry(child.pid, process_start(child.pid)))
+        sim = ["--simulate", "rtx3090-air", "--sim-state", str(state)]
+        for extra in ((), ("--force",)):
+            code = main(
+                ["apply", "--cap", "250", *sim, "--state-dir", str(journal.state_dir), *extra]
+            )
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert code == 2 and f"a sweep is running (PID {child.pid})" in line
+            assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 300.0
+    finally:
+        child.kill()
+        child.wait()
+    # its owner gone, --force applies over the journal as before
+    code = main(["apply", "--cap", "250", *sim, "--state-dir", str(journal.state_dir), "--force"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 250.0
+
+
+def test_a_claimed_journal_that_is_removed_or_replaced_is_lost_and_left_alone(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path)
+    journal.ensure_owned()  # nothing claimed yet: nothing to check
+    mine = _entry(os.getpid(), process_start(os.getpid()))
+    journal.claim(mine)
+    journal.ensure_owned()
+    journal.record_outcome({"status": "complete", "restored": []})
+    journal.ensure_owned()  # its own outcome is still its own journal
+    journal.path.unlink()
+    with pytest.raises(JournalLost, match="was removed while this sweep ran"):
+        journal.ensure_owned()
+    other = _entry(4242, "7")
+    Journal(tmp_path).write(other)
+    with pytest.raises(JournalLost, match=r"was replaced .* PID 4242"):
+        journal.ensure_owned()
+    with pytest.raises(PowersweepError, match="another owner"):
+        journal.record_outcome({"status": "complete"})
+    journal.remove()  # not ours: left where it is
+    assert Journal(tmp_path).read() == other
+
+
 def test_journal_keeps_pid_start_and_outcome(tmp_path: Path) -> None:
     j = Journal(tmp_path)
     j.write(_entry(4242, "123"))
@@ -328,6 +469,64 @@ def test_fault_log_counts_what_the_client_recognised() -> None:
     routine = FaultLog()
     routine.requests([R(True, "deadline")])
     assert routine.to_list() == []
+
+
+def test_failed_requests_reach_the_faults_finding_with_their_cause_in_words(
+    tmp_path: Path,
+) -> None:
+    @dataclass(frozen=True)
+    class R:
+        ok: bool
+        error: str
+        finish_reason: str | None = None
+        prompt_kind: str = "narr"
+        chunk_tokens: int = 0
+        warnings: tuple[str, ...] = ()
+
+    log = FaultLog()
+    log.requests(
+        [
+            R(False, "connection reset by the server while reading the answer, after 3 tokens"),
+            R(False, "read timeout: server sent nothing for 60 s"),
+            R(False, "ReadError: "),
+            R(False, "HTTP 503: loading (still busy after 6 retries)"),  # server_busy: not again
+            R(True, ""),
+        ]
+    )
+    (failed,) = [f for f in log.to_list() if f["kind"] == "request_failed"]
+    assert failed == {
+        "kind": "request_failed",
+        "count": 3,
+        "examples": [
+            "connection reset by the server (x2)",
+            "read timeout (the server went silent) (x1)",
+        ],
+    }
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "caps.csv").write_text("cap_w,narr_tps,power_w\n300,30,299\n280,29,279\n")
+    meta = {"schema_version": 1, "status": "complete", "faults": log.to_list()}
+    (run / "run.json").write_text(json.dumps(meta))
+    (finding,) = [
+        f for f in analyze(load_curve(run), bootstrap=0)["findings"] if f["code"] == "run_faults"
+    ]
+    assert (
+        "3 request(s) failed: connection reset by the server (x2); read timeout"
+        in finding["message"]
+    )
+    # a run of an older version: run.json has no request_failed, requests.csv keeps the errors
+    (run / "run.json").write_text(json.dumps({"schema_version": 1, "status": "complete"}))
+    (run / "requests.csv").write_text(
+        "cap_w,prompt_kind,ok,error\n300,narr,false,ReadError: \n300,code,true,\n"
+        "280,narr,false,ReadError: \n280,narr,false,HTTP 500: boom\n280,code,false,HTTP 503: busy\n"
+    )
+    (finding,) = [
+        f for f in analyze(load_curve(run), bootstrap=0)["findings"] if f["code"] == "run_faults"
+    ]
+    assert finding["message"] == (
+        "the run met faults: 3 request(s) failed: connection reset by the server (x2); "
+        "HTTP 500 from the server (x1)"
+    )
 
 
 def test_rows_without_a_finite_cap_are_noted_blank_lines_are_not(tmp_path: Path) -> None:
@@ -387,3 +586,14 @@ def test_a_cap_without_a_figure_says_why_truthfully() -> None:
 
     assert "2 request(s) completed but none gave a rate" in error_of([R(True), R(True)])
     assert error_of([]) == "no request was sent"
+
+
+def test_a_row_added_by_hand_to_a_finished_run_is_kept(tmp_path: Path) -> None:
+    (tmp_path / "caps.csv").write_text(
+        "cap_w,narr_tps,power_w\n300,30,299\n280,29.5,279\n260,29.4,259"
+    )
+    meta = {"status": "complete", "caps_done": [300.0, 280.0], "rows_written": {"caps.csv": 2}}
+    (tmp_path / "run.json").write_text(json.dumps(meta))
+    curve = load_curve(tmp_path)
+    assert curve.caps["cap_w"].to_list() == [260.0, 280.0, 300.0]
+    assert not any("cut short" in n for n in curve.notes)

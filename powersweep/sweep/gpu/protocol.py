@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 NAN = math.nan
+# The highest power limit (W per card) and clock (MHz) a setting may name: no card comes near
+# them, so anything above is a typo or a unit mix-up, refused rather than clamped.
+MAX_CARD_W = 5000.0
+MAX_CLOCK_MHZ = 50_000.0
 
 # Clock-event (throttle) reason bits, as NVML defines them (nvmlClocksEventReason*).
 CLOCK_EVENT_GPU_IDLE = 0x1

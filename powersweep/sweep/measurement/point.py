@@ -198,9 +198,6 @@ class PointMeasurer:
         if self.protocol.observe_only:
             return None
         self.before_change()
-        # the ticks from here on are read at this point (nothing is measured until it settles)
-        self.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz)
-        self.sampler.label(self.cap_of(point), "settle")
         problems = []
         if point.cap_w is not None:
             for g in self.gpus:
@@ -210,7 +207,13 @@ class PointMeasurer:
                     problems.append(f"GPU {g.index}: {result.message or 'not applied'}")
         if point.locks_clocks and self.locker is not None:
             problems.append(self.locker.apply(point) or "")
-        return "; ".join(p for p in problems if p) or None
+        rejection = "; ".join(p for p in problems if p) or None
+        if rejection is None:
+            # the ticks from here on are read at this point (nothing is measured until it
+            # settles); a point the card refused leaves them labelled with what it holds
+            self.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz)
+            self.sampler.label(self.cap_of(point), "settle")
+        return rejection
 
     async def measure(
         self, point: SweepPoint, reason: str, index: int, total: int

@@ -78,6 +78,16 @@ class Restorer:
         self.journal.claim(entry)
         self.written = True
 
+    def ensure_owned(self) -> None:
+        """Before any change: the journal is still this sweep's (a no-op without one).
+
+        Raises:
+            JournalLost: It was removed or replaced: nothing could put the cards back after a
+                crash, so the sweep stops and restores what it set.
+        """
+        if self.journal is not None and self.written:
+            self.journal.ensure_owned()
+
     def _locks(self, index: int) -> dict[str, Any]:
         if self.locker is None:
             return {}

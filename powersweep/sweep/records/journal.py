@@ -16,15 +16,41 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.gpu import Gpu, GpuBackend
+from powersweep.sweep.records.entry import JOURNAL_VERSION, JournalEntry, JournalGpu
 
-JOURNAL_VERSION = 1
+# Who owns the cards (``owner``) and putting cards back (``restore``) live beside the journal;
+# callers import them from here with it.
+from powersweep.sweep.records.owner import (
+    OwnerState,
+    owner_alive,
+    owner_refusal,
+    owner_state,
+    process_start,
+)
+from powersweep.sweep.records.restore import RestoreResult, put_back_locks, restore_gpus
+
+__all__ = [
+    "JOURNAL_VERSION",
+    "Journal",
+    "JournalEntry",
+    "JournalGpu",
+    "JournalLost",
+    "OwnerState",
+    "RestoreResult",
+    "default_state_dir",
+    "owner_alive",
+    "owner_refusal",
+    "owner_state",
+    "process_start",
+    "put_back_locks",
+    "restore_gpus",
+]
+
 JOURNAL_NAME = "journal.json"
 STATE_DIR_ENV = "POWERSWEEP_STATE_DIR"
 ROOT_STATE_DIR = Path("/var/lib/powersweep")
@@ -34,139 +60,12 @@ class _Taken(Exception):
     """Internal: an exclusive write found a journal already there."""
 
 
-@dataclass(frozen=True)
-class JournalGpu:
-    """One GPU whose limit a sweep changes.
+class JournalLost(PowersweepError):
+    """A running sweep's journal was removed or now names another owner.
 
-    Attributes:
-        uuid: Stable identifier (the key used to find the card again).
-        index: NVML index at the time of the sweep (informative only).
-        name: Marketing name.
-        original_limit_w: The limit to put back, W.
-        clocks_locked: The sweep locks this GPU's clocks (so restoring puts them back).
-        original_sm_lock_mhz: SM lock in force before the sweep (None: unlocked or unknown).
-        original_mem_lock_mhz: Memory lock in force before the sweep (None: unlocked or unknown).
-        locks_known: Whether the backend could read the locks before (NVML cannot: a reset).
+    Nothing could put the cards back after a crash from then on, so the sweep stops at once
+    and restores what it set (its own record of the original limits).
     """
-
-    uuid: str
-    index: int
-    name: str
-    original_limit_w: float
-    clocks_locked: bool = False
-    original_sm_lock_mhz: float | None = None
-    original_mem_lock_mhz: float | None = None
-    locks_known: bool = True
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    """What a sweep in progress changed and how to rebuild the backend that changed it.
-
-    Attributes:
-        backend: ``{"kind": "nvml"}`` or ``{"kind": "sim", "profiles": [...], "sim_state": PATH,
-            "seed": N}``.
-        gpus: The GPUs and their original limits.
-        pid: Process id of the sweep that wrote it.
-        created_at: ISO-8601 UTC.
-        run_dir: The run directory of that sweep (may be None).
-        pid_start: That process's start time as the kernel counts it (``/proc/PID/stat``), so a
-            PID reused by another process after a crash is not taken for the sweep.
-        outcome: Set when the sweep ended and restored every limit but could not write its
-            final ``run.json``: the journal is then the record of what happened.
-    """
-
-    backend: Mapping[str, Any]
-    gpus: tuple[JournalGpu, ...]
-    pid: int
-    created_at: str
-    run_dir: str | None = None
-    pid_start: str | None = None
-    outcome: Mapping[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
-            "version": JOURNAL_VERSION,
-            "pid": self.pid,
-            "created_at": self.created_at,
-            "run_dir": self.run_dir,
-            "pid_start": self.pid_start,
-            "outcome": dict(self.outcome) if self.outcome is not None else None,
-            "backend": dict(self.backend),
-            "gpus": [_gpu_dict(g) for g in self.gpus],
-        }
-
-    @property
-    def holds_clock_locks(self) -> bool:
-        """True when the sweep that wrote it locked clocks (they may still be locked)."""
-        return any(g.clocks_locked for g in self.gpus)
-
-    @classmethod
-    def from_dict(cls, data: Any, source: Path) -> JournalEntry:
-        """Parse the JSON form.
-
-        Raises:
-            PowersweepError: The file is not a journal this version understands.
-        """
-        try:
-            if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION:
-                raise ValueError("unknown journal version")
-            backend = data["backend"]
-            if not isinstance(backend, dict) or backend.get("kind") not in ("nvml", "sim"):
-                raise ValueError("unknown backend")
-            gpus = tuple(
-                JournalGpu(
-                    uuid=str(g["uuid"]),
-                    index=int(g["index"]),
-                    name=str(g.get("name", "")),
-                    original_limit_w=float(g["original_limit_w"]),
-                    clocks_locked=bool(g.get("clocks_locked", False)),
-                    original_sm_lock_mhz=_mhz(g.get("original_sm_lock_mhz")),
-                    original_mem_lock_mhz=_mhz(g.get("original_mem_lock_mhz")),
-                    locks_known=bool(g.get("locks_known", True)),
-                )
-                for g in data["gpus"]
-            )
-            return cls(
-                backend=backend,
-                gpus=gpus,
-                pid=int(data.get("pid", 0)),
-                created_at=str(data.get("created_at", "")),
-                run_dir=data.get("run_dir"),
-                pid_start=str(data["pid_start"]) if data.get("pid_start") else None,
-                outcome=data["outcome"] if isinstance(data.get("outcome"), dict) else None,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PowersweepError(
-                f"the restore journal {source} is damaged ({exc}); restore the limits by hand "
-                "(sudo nvidia-smi -i N -pl WATTS) and delete it"
-            ) from None
-
-
-def _gpu_dict(g: JournalGpu) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "uuid": g.uuid,
-        "index": g.index,
-        "name": g.name,
-        "original_limit_w": g.original_limit_w,
-    }
-    if g.clocks_locked:
-        out.update(
-            clocks_locked=True,
-            original_sm_lock_mhz=g.original_sm_lock_mhz,
-            original_mem_lock_mhz=g.original_mem_lock_mhz,
-            locks_known=g.locks_known,
-        )
-    return out
-
-
-def _mhz(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"bad clock lock {value!r}")
-    return float(value)
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None, euid: int | None = None) -> Path:
@@ -197,6 +96,8 @@ class Journal:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.path = state_dir / JOURNAL_NAME
+        # what :meth:`claim` wrote: this process owns the cards while the file still says so
+        self._claimed: JournalEntry | None = None
 
     def exists(self) -> bool:
         """True when a journal is on disk."""
@@ -240,9 +141,11 @@ class Journal:
                 if existing.pid != entry.pid and owner_alive(existing):
                     raise UsageError(owner_refusal(existing, self.path))
                 self.write(entry)
+                self._claimed = entry
                 return
             try:
                 self.write(entry, exclusive=True)
+                self._claimed = entry
                 return
             except _Taken:
                 continue  # created meanwhile: look at its owner
@@ -291,12 +194,52 @@ class Journal:
                 "no power limit was changed"
             ) from None
 
+    def ensure_owned(self) -> None:
+        """Check that the journal this process claimed is still on disk and still its own.
+
+        A no-op before :meth:`claim`. Called before each change a sweep makes: a journal that
+        was removed (``rm``, a forced restore) or replaced would leave a crash with nothing to
+        put the cards back.
+
+        Raises:
+            JournalLost: It is gone, damaged, or names another owner; the one-line message
+                says which and that the sweep stops and restores.
+        """
+        if self._claimed is None:
+            return
+        stop = "this sweep stops and puts back the limits it set"
+        try:
+            entry = self.read()
+        except PowersweepError as exc:
+            raise JournalLost(f"{exc}; {stop}") from None
+        if entry is None:
+            raise JournalLost(
+                f"the restore journal {self.path} was removed while this sweep ran (a forced "
+                f"`powersweep restore`, or by hand): {stop}"
+            )
+        if not _same_owner(entry, self._claimed):
+            raise JournalLost(
+                f"the restore journal {self.path} was replaced while this sweep ran (it now "
+                f"names PID {entry.pid}, written {entry.created_at or 'at an unknown time'}): "
+                f"{stop}"
+            )
+
     def remove(self) -> None:
         """Delete the journal (after every limit was put back); missing is fine.
+
+        After :meth:`claim`, only this process's own journal is deleted: one that another
+        process wrote meanwhile is left where it is.
 
         Raises:
             PowersweepError: It exists and cannot be deleted.
         """
+        if self._claimed is not None:
+            try:
+                on_disk = self.read()
+            except PowersweepError:
+                return  # damaged: not ours to delete
+            if on_disk is None or not _same_owner(on_disk, self._claimed):
+                return
         try:
             self.path.unlink()
         except FileNotFoundError:
@@ -317,6 +260,10 @@ class Journal:
         entry = self.read()
         if entry is None:
             raise PowersweepError(f"the restore journal {self.path} is gone: cannot record")
+        if self._claimed is not None and not _same_owner(entry, self._claimed):
+            raise PowersweepError(
+                f"the restore journal {self.path} now names another owner: cannot record"
+            )
         self.write(dataclasses.replace(entry, outcome=dict(outcome)))
 
     def refuse_if_present(self) -> None:
@@ -350,44 +297,8 @@ class Journal:
             )
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of process ``pid`` (None when unknown: no /proc, gone)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name may hold spaces and parentheses: fields start after the last ")"
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def owner_alive(entry: JournalEntry) -> bool:
-    """True while the sweep that wrote ``entry`` still runs (another process, same start)."""
-    pid = entry.pid
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    except OSError:
-        return False
-    if entry.pid_start is None:
-        return True
-    now = process_start(pid)
-    return now is None or now == entry.pid_start
-
-
-def owner_refusal(entry: JournalEntry, path: Path) -> str:
-    """The one-line refusal while another sweep owns the cards."""
-    gpus = ", ".join(str(g.index) for g in entry.gpus)
-    word = "GPU" if len(entry.gpus) == 1 else "GPUs"
-    return (
-        f"another sweep (PID {entry.pid}) is running on {word} {gpus}: wait for it to end or "
-        f"stop it (its journal {path} is left alone; --force does not override a live sweep)"
-    )
+def _same_owner(a: JournalEntry, b: JournalEntry) -> bool:
+    return (a.pid, a.pid_start, a.created_at) == (b.pid, b.pid_start, b.created_at)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -397,84 +308,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    """What ``restore`` did for one GPU of the journal (``clocks``: what happened to its
-    clock locks, empty when the sweep locked none)."""
-
-    uuid: str
-    index: int | None
-    limit_w: float
-    ok: bool
-    message: str
-    clocks: str = ""
-
-
-def put_back_locks(
-    gpu: Gpu, sm_mhz: float | None, mem_mhz: float | None, known: bool = True
-) -> str:
-    """Reset a GPU's clock locks, then relock the ones it had before the sweep.
-
-    Returns:
-        What was done, for the user (``clocks unlocked``, ``clocks locked back to ...``).
-
-    Raises:
-        PowersweepError: The driver refused (the caller reports it and keeps the journal).
-    """
-    gpu.reset_clock_locks(sm=True, mem=True)
-    if not known:
-        return "clocks unlocked (the locks before the sweep could not be read)"
-    back = []
-    if sm_mhz is not None:
-        r = gpu.lock_sm_clock(sm_mhz)
-        if not r.accepted:
-            raise PowersweepError(f"could not lock SM back to {sm_mhz:g} MHz: {r.message}")
-        back.append(f"SM {sm_mhz:g} MHz")
-    if mem_mhz is not None:
-        r = gpu.lock_mem_clock(mem_mhz)
-        if not r.accepted:
-            raise PowersweepError(f"could not lock memory back to {mem_mhz:g} MHz: {r.message}")
-        back.append(f"memory {mem_mhz:g} MHz")
-    return "clocks locked back to " + " / ".join(back) if back else "clocks unlocked"
-
-
-def restore_gpus(
-    entry: JournalEntry, backend: GpuBackend, warn: Callable[[str], None] = lambda _m: None
-) -> list[RestoreResult]:
-    """Put back every journalled limit on the backend's GPUs, found by UUID.
-
-    Never raises for one GPU: a failure is a result with ``ok`` False, so the others still get
-    their limit back.
-    """
-    by_uuid: dict[str, Gpu] = {}
-    for i in range(backend.device_count()):
-        try:
-            gpu = backend.gpu(i)
-            by_uuid[gpu.identity().uuid] = gpu
-        except PowersweepError as exc:
-            warn(f"cannot open GPU {i}: {exc}")
-    results = []
-    for g in entry.gpus:
-        found = by_uuid.get(g.uuid)
-        if found is None:
-            results.append(RestoreResult(g.uuid, None, g.original_limit_w, False, "GPU not found"))
-            continue
-        clocks = ""
-        if g.clocks_locked:
-            # clocks first: a lock left in place would skew whatever runs next
-            try:
-                clocks = put_back_locks(
-                    found, g.original_sm_lock_mhz, g.original_mem_lock_mhz, g.locks_known
-                )
-            except PowersweepError as exc:
-                clocks = f"clock locks NOT put back: {exc}"
-        try:
-            r = found.set_power_limit(g.original_limit_w)
-            ok, message = r.accepted, r.message
-        except PowersweepError as exc:
-            ok, message = False, str(exc)
-        ok = ok and not clocks.startswith("clock locks NOT")
-        results.append(RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message, clocks))
-    return results

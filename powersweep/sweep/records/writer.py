@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis.csvtext import cut_by_crash
 from powersweep.errors import PowersweepError
 from powersweep.runformat import (
     CAPS_COLUMNS,
@@ -43,16 +44,23 @@ def cell(value: Any) -> str:
 
 
 def gpu_slug(names: Sequence[str]) -> str:
-    """A short file-name-safe name for a GPU set (``rtx-3090``, ``2x-rtx-4090``)."""
-    name = names[0] if names else "gpu"
+    """A file-name-safe name for a GPU set that names every card model: ``rtx-3090``,
+    ``2x-rtx-4090``, ``rtx-3090+rtx-4090`` (a mixed rig), ``2x-rtx-3090+rtx-4090``."""
+    counts: dict[str, int] = {}
+    for name in names:
+        slug = _model_slug(name)
+        counts[slug] = counts.get(slug, 0) + 1
+    if not counts:
+        return "gpu"
+    parts = [f"{n}x-{slug}" if n > 1 else slug for slug, n in counts.items()]
+    # each model whole (a directory name may hold 255 bytes): shortened only past 120
+    return "+".join(parts)[:120].rstrip("-+")
+
+
+def _model_slug(name: str) -> str:
     name = re.sub(r"\(.*?\)", "", name)
     name = re.sub(r"\b(nvidia|geforce)\b", "", name, flags=re.IGNORECASE)
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
-    if len(set(names)) == 1 and len(names) > 1:
-        slug = f"{len(names)}x-{slug}"
-    elif len(names) > 1:
-        slug = f"{len(names)}gpus-{slug}"
-    return slug[:40]
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40].strip("-") or "gpu"
 
 
 def utc_now_iso() -> str:
@@ -115,6 +123,7 @@ class RunWriter:
     ) -> None:
         self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
         self._widths: dict[str, int] = {}
+        self._lines: dict[str, int] = {}
         self.dropped_partial = []
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
@@ -169,7 +178,9 @@ class RunWriter:
         writer = cls.__new__(cls)
         writer.path = path
         writer._widths = {}
+        writer._lines = {}
         writer.dropped_partial = []
+        meta = _run_meta(path / "run.json")
         for name, columns in (
             ("samples.csv", SAMPLES_COLUMNS),
             ("requests.csv", REQUESTS_COLUMNS),
@@ -178,7 +189,7 @@ class RunWriter:
             target = path / name
             if not target.exists() or target.stat().st_size == 0:
                 writer._init_csv(name, columns)
-            elif writer._drop_partial_row(name):
+            elif writer._drop_partial_row(name, meta):
                 writer.dropped_partial.append(name)
         # a run written by an older version keeps its own caps.csv columns
         with open(path / "caps.csv", newline="") as f:
@@ -192,24 +203,35 @@ class RunWriter:
                 writer._widths[name] = len(old)
         return writer
 
-    def _drop_partial_row(self, name: str) -> bool:
+    def _drop_partial_row(self, name: str, meta: Mapping[str, Any] | None = None) -> bool:
         """Cut a half-written last row (a kill mid-write) off a CSV; True when one was cut.
 
-        Its cap is not in ``caps_done`` (run.json is written after the row), so a resumed run
-        measures it again instead of keeping half a figure.
+        Its cap is not in ``caps_done`` nor its row in ``rows_written`` (run.json is written
+        after the row), so a resumed run measures it again instead of keeping half a figure. A
+        last row the run's record (``meta``, its run.json) says was written whole only lost its
+        line end (an editor): it gets it back, as the reader keeps it
+        (:func:`~powersweep.analysis.csvtext.cut_by_crash` judges both).
         """
         target = self.path / name
         try:
             data = target.read_bytes()
+            lines = data.count(b"\n")
             if data.endswith(b"\n"):
+                self._lines[name] = lines
                 return False
+            whole = not cut_by_crash(name, data.decode("utf-8", errors="replace"), meta)
             with open(target, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
+                if whole:
+                    f.seek(0, os.SEEK_END)
+                    f.write(b"\r\n")
+                else:
+                    f.truncate(data.rfind(b"\n") + 1)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
             raise PowersweepError(f"cannot repair {target}: {exc.strerror or exc}") from exc
-        return True
+        self._lines[name] = lines + 1 if whole else lines
+        return not whole
 
     def _init_csv(self, name: str, columns: Sequence[str]) -> None:
         self._append(name, [list(columns)])
@@ -234,10 +256,17 @@ class RunWriter:
             raise PowersweepError(
                 f"cannot write {self.path / name}: {exc.strerror or exc}"
             ) from exc
+        # the writer folds every cell onto one line: one line end per row
+        self._lines[name] = self._lines.get(name, 0) + text.count("\n")
+
+    def rows_written(self) -> dict[str, int]:
+        """Data rows written whole to each CSV so far (its header not counted)."""
+        return {name: max(0, lines - 1) for name, lines in sorted(self._lines.items())}
 
     def write_run_json(self, data: Mapping[str, Any]) -> None:
-        """Replace ``run.json``."""
-        write_json_atomic(self.path / "run.json", data)
+        """Replace ``run.json``, with ``rows_written`` (:meth:`rows_written`): what a reader
+        needs to tell a row cut by a crash from a last line that only lacks its line end."""
+        write_json_atomic(self.path / "run.json", {**data, "rows_written": self.rows_written()})
 
     def append_samples(self, rows: Sequence[SampleRow], *, confirm: bool = False) -> None:
         """Append sampler rows to ``samples.csv`` (``confirm``: readings of a re-measurement)."""
@@ -315,6 +344,15 @@ class RunWriter:
             for c in self._caps_columns
         ]
         self._append("caps.csv", [values])
+
+
+def _run_meta(path: Path) -> dict[str, Any] | None:
+    """A run.json's content, or None where it cannot be read (the resume checked it before)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _umask() -> int:

@@ -360,9 +360,9 @@ class ChatClient:
             got = run.acc.chunk_tokens
             run.fail(f"server closed the connection mid-response after {got} tokens: {exc}")
         except httpx.HTTPError as exc:
-            run.fail(f"{type(exc).__name__}: {one_line(str(exc))}")
+            run.fail(_http_error_text(exc, run.acc.chunk_tokens))
         except OSError as exc:
-            run.fail(f"network error: {one_line(str(exc))}")
+            run.fail(f"network error: {one_line(str(exc)) or type(exc).__name__}")
         except Exception as exc:  # chat() must never raise: one bad answer must not end a sweep
             run.fail(f"client error while reading the answer: {type(exc).__name__}: {exc}")
         run.t_end_s = self._clock.now()
@@ -677,3 +677,22 @@ class _Run:
             warnings=tuple(dict.fromkeys(warnings)),
             max_tokens=limit,
         )
+
+
+def _http_error_text(exc: httpx.HTTPError, tokens: int) -> str:
+    """An httpx error in words: its exception name alone (``ReadError:`` with no detail, as a
+    connection reset leaves it) says nothing to a user."""
+    detail = one_line(str(exc))
+    name = type(exc).__name__
+    tail = f" ({name}: {detail})" if detail else f" ({name})"
+    if isinstance(exc, httpx.ReadError):
+        return (
+            f"connection reset by the server while reading the answer, after {tokens} tokens{tail}"
+        )
+    if isinstance(exc, httpx.WriteError):
+        return f"connection broken while sending the request{tail}"
+    if isinstance(exc, httpx.DecodingError):
+        return f"the answer could not be decoded{tail}"
+    if isinstance(exc, httpx.NetworkError):
+        return f"network error{tail}"
+    return f"{name}: {detail}" if detail else f"{name} (no detail from the HTTP library)"

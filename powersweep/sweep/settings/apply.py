@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
+from powersweep.sweep.gpu import MAX_CARD_W
 from powersweep.sweep.settings.clocks import (
     ClockChange,
     ClockKind,
@@ -90,8 +91,11 @@ def plan_caps(
         UsageError: ``cap_w`` is not a positive number, or outside a range with ``strict``.
         GpuError: A card's power limits cannot be read.
     """
-    if cap_w is not None and not (math.isfinite(cap_w) and cap_w > 0):
-        raise UsageError(f"a power limit must be a positive number of watts, not {cap_w:g}")
+    if cap_w is not None and not (math.isfinite(cap_w) and 0 < cap_w <= MAX_CARD_W):
+        raise UsageError(
+            f"a power limit must be a positive number of watts, at most {MAX_CARD_W:g}, "
+            f"not {cap_w:g}"
+        )
     plan = []
     for t in targets:
         env = t.gpu.envelope()

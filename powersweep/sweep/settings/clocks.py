@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
-from powersweep.sweep.gpu import LockedClocks, SupportedClocks
+from powersweep.sweep.gpu import MAX_CLOCK_MHZ, LockedClocks, SupportedClocks
 from powersweep.sweep.settings.targets import Target, Warn
 
 # A lock reads back as taken within this distance (NVML takes whole MHz).
@@ -80,8 +80,10 @@ def check_clock(mhz: float | None, flag: str) -> None:
     Raises:
         UsageError: Zero, negative, NaN or infinite.
     """
-    if mhz is not None and not (math.isfinite(mhz) and mhz > 0):
-        raise UsageError(f"{flag} takes a positive number of MHz, not {mhz:g}")
+    if mhz is not None and not (math.isfinite(mhz) and 0 < mhz <= MAX_CLOCK_MHZ):
+        raise UsageError(
+            f"{flag} takes a positive number of MHz, at most {MAX_CLOCK_MHZ:g}, not {mhz:g}"
+        )
 
 
 def plan_clocks(

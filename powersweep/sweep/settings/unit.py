@@ -9,7 +9,11 @@ again.
 
 Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
 ``systemctl`` then enables it. A comment line carries the settings as JSON so
-``powersweep status`` can tell what the unit applies.
+``powersweep status`` can tell what the unit applies, and so the next ``apply --persist`` can
+merge its cards into it (:func:`merge_settings`): there is one unit for every card, one card's
+setting or reset leaves the other cards' lines. Every command line may fail without stopping
+the ones after it (systemd's ``-`` prefix), so a card that is gone or refuses at boot does not
+keep the others from their settings.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class BootSetting:
         power_limit_w: The power limit, W (None: the driver's default stays).
         sm_clock_mhz: The SM clock lock, MHz (None: not locked).
         mem_clock_mhz: The memory clock lock, MHz (None: not locked).
+        source: Where this card's values came from (a run directory, ``--cap 290``).
     """
 
     uuid: str
@@ -56,6 +61,7 @@ class BootSetting:
     power_limit_w: float | None
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
+    source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (the unit's marker line, ``powersweep status --json``)."""
@@ -65,6 +71,7 @@ class BootSetting:
             "power_limit_w": self.power_limit_w,
             "sm_clock_mhz": self.sm_clock_mhz,
             "mem_clock_mhz": self.mem_clock_mhz,
+            "source": self.source,
         }
 
     def describe(self) -> str:
@@ -123,6 +130,28 @@ class UnitStatus:
         }
 
 
+def merge_settings(
+    installed: Sequence[BootSetting],
+    new: Sequence[BootSetting] = (),
+    drop: Sequence[str] = (),
+) -> list[BootSetting]:
+    """The settings of one unit for every card: the installed unit's, updated by UUID.
+
+    Args:
+        installed: What the installed unit sets (its order is kept).
+        new: This apply's settings: each replaces the installed line of its card, or is added.
+        drop: UUIDs whose lines go (``apply --reset --persist`` on those cards).
+
+    Returns:
+        One setting per card, none of the dropped ones.
+    """
+    by_uuid = {s.uuid: s for s in installed}
+    for s in new:
+        by_uuid[s.uuid] = s
+    gone = set(drop)
+    return [s for s in by_uuid.values() if s.uuid not in gone]
+
+
 def systemd_running(runtime_dir: Path = SYSTEMD_RUNTIME_DIR) -> bool:
     """True when systemd is the init system (as ``sd_booted`` tells)."""
     return runtime_dir.is_dir()
@@ -146,7 +175,12 @@ def render_unit(settings: Sequence[BootSetting], command: BootCommand, source: s
     )
     lines = [
         f"# Written by `powersweep apply --persist` from {_one_line(source)}.",
-        "# Remove it with: sudo powersweep apply --reset --persist",
+        "# Remove it with: sudo powersweep apply --reset --persist (--gpus N: that card's lines)",
+        *(
+            f"# {s.uuid} ({_one_line(s.name) or 'GPU'}): {s.describe()}"
+            + (f", from {_one_line(s.source)}" if s.source else "")
+            for s in settings
+        ),
         f"{_MARKER}{marker}",
         "[Unit]",
         "Description=Apply the GPU power limits and clock locks chosen with powersweep",
@@ -175,8 +209,7 @@ def _exec_lines(settings: Sequence[BootSetting], command: BootCommand) -> list[s
     for s in settings:
         if command.kind == "nvidia-smi":
             card = [*command.argv, "-i", s.uuid]
-            # '-': a card without persistence mode (rare) must not stop its settings being set
-            lines.append("-" + _quote([*card, "--persistence-mode=1"]))
+            lines.append(_quote([*card, "--persistence-mode=1"]))
             if s.power_limit_w is not None:
                 lines.append(_quote([*card, f"--power-limit={s.power_limit_w:g}"]))
             # a lock is a range: min,max the same clock
@@ -186,7 +219,9 @@ def _exec_lines(settings: Sequence[BootSetting], command: BootCommand) -> list[s
                 lines.append(_quote([*card, "-lmc", _mhz_range(s.mem_clock_mhz)]))
         else:
             lines.append(_quote([*command.argv, "--at-boot", *_at_boot_args(s)]))
-    return lines
+    # '-': a line that fails (a card gone, one that refuses a value or persistence mode) is
+    # logged and the next runs: one card must not keep the others from their settings
+    return ["-" + line for line in lines]
 
 
 def _mhz_range(mhz: float) -> str:
@@ -345,6 +380,7 @@ def read_unit(unit_dir: Path) -> UnitStatus:
                         _opt_float(g.get("power_limit_w")),
                         _opt_float(g.get("sm_clock_mhz")),
                         _opt_float(g.get("mem_clock_mhz")),
+                        str(g.get("source") or ""),
                     )
                     for g in data["gpus"]
                 ]

@@ -1,0 +1,268 @@
+"""``apply --persist``: the one boot unit for every card, merged by UUID.
+
+What this apply sets on its cards replaces their lines in the installed unit and leaves the
+other cards' lines; ``--reset --persist`` drops its cards' lines and removes the unit only when
+no card is left in it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from powersweep.cli._common import info, warn
+from powersweep.errors import PowersweepError, UsageError
+
+if TYPE_CHECKING:
+    from powersweep.cli.rigs import SettingsRig
+    from powersweep.sweep.settings.apply import CapChange, CapResult
+    from powersweep.sweep.settings.clocks import ClockChange, ClockResult
+    from powersweep.sweep.settings.targets import Target
+    from powersweep.sweep.settings.unit import BootCommand, BootSetting
+
+
+@dataclass(frozen=True)
+class BootUnit:
+    """The boot unit of one ``apply``: its settings, where it goes, and how it is written.
+
+    Attributes:
+        rig: The cards' backend (a simulated rig's unit calls powersweep with its options).
+        targets: The cards this apply sets.
+        caps: Their power limit changes.
+        clocks: Their clock lock changes.
+        source: Where the values come from (a run directory, ``--cap 290``).
+        unit_dir: ``--unit-dir`` (None: the system's, through systemctl).
+        reset: ``--reset``: this apply drops its cards' lines.
+        force: Replace a unit powersweep did not write.
+    """
+
+    rig: SettingsRig
+    targets: Sequence[Target]
+    caps: Sequence[CapChange]
+    clocks: Sequence[ClockChange]
+    source: str
+    unit_dir: Path | None
+    reset: bool
+    force: bool
+
+    def dry_run(self, unit_dir: Path) -> None:
+        from powersweep.sweep.settings.unit import read_unit
+
+        installed = read_unit(unit_dir)
+        if not self.reset:
+            typer.echo(f"would write {installed.path}")
+        elif self.kept(unit_dir):
+            typer.echo(f"would update {installed.path}: {self.dropped_text()}")
+        elif installed.installed:
+            typer.echo(f"would remove {installed.path}")
+        else:
+            typer.echo(f"no unit installed in {unit_dir}")
+
+    def installed_dir(self) -> Path | None:
+        """Where an installed unit would be read from for ``--print-unit`` (None: nowhere)."""
+        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR
+
+        return self.unit_dir or (None if self.rig.simulated else SYSTEM_UNIT_DIR)
+
+    def merged(self, boot: Sequence[BootSetting], unit_dir: Path | None) -> list[BootSetting]:
+        """This apply's settings merged by UUID into what the installed unit sets, so one
+        card's ``--persist`` keeps the other cards' lines."""
+        from powersweep.sweep.settings.unit import merge_settings, read_unit
+
+        installed = read_unit(unit_dir) if unit_dir is not None else None
+        if installed is None or not installed.ours:
+            return list(boot)
+        mine = {b.uuid for b in boot}
+        for other in installed.settings:
+            if other.uuid not in mine:
+                info(f"{other.uuid}: the unit keeps {other.describe()} at boot")
+        return merge_settings(installed.settings, boot)
+
+    def kept(self, unit_dir: Path) -> list[BootSetting]:
+        """``--reset --persist``: the installed unit's lines of the cards not reset."""
+        from powersweep.sweep.settings.unit import merge_settings, read_unit
+
+        installed = read_unit(unit_dir)
+        if not installed.ours:
+            return []
+        return merge_settings(installed.settings, drop=[t.identity.uuid for t in self.targets])
+
+    def dropped_text(self) -> str:
+        return ", ".join(t.label for t in self.targets) + " dropped, the other cards' lines kept"
+
+    def warn_if_stale(self) -> None:
+        """An installed unit sets its own values again at the next boot: say so."""
+        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
+
+        unit = read_unit(self.unit_dir or SYSTEM_UNIT_DIR)
+        if not unit.installed:
+            return
+        at_boot = {s.uuid: s for s in unit.settings}
+        stale = [
+            c
+            for c in self.caps
+            if c.target.identity.uuid in at_boot
+            and abs((at_boot[c.target.identity.uuid].power_limit_w or 0.0) - c.after_w) > 0.5
+        ] + [
+            c
+            for c in self.clocks
+            if c.target.identity.uuid in at_boot
+            and _boot_locks(at_boot[c.target.identity.uuid], c) != [c.after(k) for k in c.kinds()]
+        ]
+        reset_here = self.reset and (
+            not at_boot or any(t.identity.uuid in at_boot for t in self.targets)
+        )
+        if reset_here or stale:
+            if not self.reset:
+                fix = "add --persist to update it"
+            elif {s.uuid for s in unit.settings} <= {t.identity.uuid for t in self.targets}:
+                fix = "--reset --persist removes it"
+            else:
+                fix = "--reset --persist drops these cards' lines"
+            warn(f"{unit.path} still sets other values at boot: {fix}")
+
+    def settings(self) -> list[BootSetting]:
+        """What the unit sets on each card: what this apply sets, and what it leaves in force
+        (so a lock alone does not drop an earlier cap at the next boot, nor a cap a lock)."""
+        from powersweep.sweep.settings.unit import BootSetting
+
+        caps = {c.target.identity.uuid: c.after_w for c in self.caps}
+        clocks = {c.target.identity.uuid: c for c in self.clocks}
+        out = []
+        for t in self.targets:
+            uuid = t.identity.uuid
+            cap_w = caps[uuid] if uuid in caps else _limit_in_force(t)
+            held = t.gpu.locked_clocks()  # read before the write; None where NVML cannot
+            sm, mem = held.sm_mhz, held.mem_mhz
+            change = clocks.get(uuid)
+            if change is not None:
+                sm = change.after("sm") if "sm" in change.kinds() else sm
+                mem = change.after("mem") if "mem" in change.kinds() else mem
+            out.append(BootSetting(uuid, t.identity.name, cap_w, sm, mem, self.source))
+        return out
+
+    def text(self, settings: Sequence[BootSetting]) -> str:
+        from powersweep.sweep.settings.unit import render_unit
+
+        return render_unit(settings, self.command(), self.source)
+
+    def command(self) -> BootCommand:
+        from powersweep.sweep.settings.unit import BootCommand
+
+        if not self.rig.simulated:
+            smi = shutil.which("nvidia-smi") or shutil.which(
+                "nvidia-smi", path="/usr/bin:/usr/local/bin:/bin"
+            )
+            if smi:
+                return BootCommand("nvidia-smi", (os.path.abspath(smi),))
+        return BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
+
+    def resolve_dir(self) -> Path | None:
+        """Where the unit goes (checked now, before any change); None: no systemd here."""
+        from powersweep.sweep.settings.unit import (
+            SYSTEM_UNIT_DIR,
+            check_unit_dir,
+            read_unit,
+            systemd_running,
+        )
+
+        if self.unit_dir is not None:
+            unit_dir = self.unit_dir
+        elif not systemd_running():
+            return None
+        elif self.rig.simulated:
+            raise UsageError(
+                "a simulated rig's boot unit does not go into the system: pass --unit-dir DIR"
+            )
+        else:
+            unit_dir = SYSTEM_UNIT_DIR
+        check_unit_dir(unit_dir)
+        existing = read_unit(unit_dir)
+        if existing.installed and not existing.ours and not self.force:
+            raise UsageError(
+                f"{existing.path} exists and was not written by powersweep: left alone (pass "
+                "--force to replace it); nothing was changed"
+            )
+        return unit_dir
+
+    def install(
+        self,
+        text: str | None,
+        unit_dir: Path | None,
+        results: tuple[list[CapResult], list[ClockResult]],
+    ) -> None:
+        from powersweep.sweep.settings.apply import undo_settings
+        from powersweep.sweep.settings.unit import (
+            enable_unit,
+            install_unit,
+            remove_unit,
+            run_systemctl,
+        )
+
+        systemctl = run_systemctl if self.unit_dir is None else None
+        if unit_dir is None:
+            if self.reset:
+                warn("this machine does not run systemd: there is no powersweep unit to remove")
+                return
+            warn(
+                "this machine does not run systemd: the boot unit was not installed; here it "
+                "is, for your init system"
+            )
+            typer.echo(text, nl=False)
+            return
+        if self.reset:
+            kept = self.kept(unit_dir)
+            if not kept:
+                removed = remove_unit(unit_dir, systemctl, force=self.force)
+                typer.echo(f"removed {removed}" if removed else f"no unit installed in {unit_dir}")
+                return
+            path = install_unit(self.text(kept), unit_dir)
+            if systemctl is not None:
+                enable_unit(path, systemctl)
+            typer.echo(f"updated {path}: {self.dropped_text()}")
+            return
+        assert text is not None
+        try:
+            path = install_unit(text, unit_dir)
+        except PowersweepError as exc:
+            raise PowersweepError(f"{exc}{undo_settings(*results, warn)}") from exc
+        if systemctl is not None:
+            enable_unit(path, systemctl)  # the settings stay: they are set, the unit is written
+        enabled = (
+            "enabled" if systemctl else "not enabled (run: systemctl enable " + path.name + ")"
+        )
+        typer.echo(f"wrote {path} (mode 0644, {enabled}): these settings are set again at boot")
+
+
+def _boot_locks(setting: BootSetting, c: ClockChange) -> list[float | None]:
+    return [setting.sm_clock_mhz if k == "sm" else setting.mem_clock_mhz for k in c.kinds()]
+
+
+def _limit_in_force(t: Target) -> float | None:
+    """The limit a card has now when it differs from its default (None: the default)."""
+    try:
+        env = t.gpu.envelope()
+    except PowersweepError:
+        return None  # a card without settable limits: the unit sets only its locks
+    return env.current_w if abs(env.current_w - env.default_w) > 0.5 else None
+
+
+def _own_command() -> tuple[str, ...]:
+    """This powersweep by absolute path (sudo's secure_path may not reach a virtualenv)."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and argv0.name == "powersweep" and argv0.exists():
+        return (str(argv0.absolute()),)
+    beside = Path(sys.executable).parent / "powersweep"
+    if beside.exists():
+        return (str(beside.absolute()),)
+    found = shutil.which("powersweep")
+    if found:
+        return (os.path.abspath(found),)
+    return (os.path.abspath(sys.executable), "-m", "powersweep")
