@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from powersweep.cli._common import StateDirOpt, info, is_root, pid_alive, warn
+from powersweep.cli._common import BackendOpt, StateDirOpt, info, is_root, pid_alive, warn
 from powersweep.cli.analyze import Objective
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.options import Backend
 
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
@@ -146,6 +147,7 @@ def apply_command(
     state_dir: StateDirOpt = None,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
+    backend: BackendOpt = Backend.AUTO,
     at_boot: AtBootOpt = False,
 ) -> None:
     """Set a run's recommended power limit or clock locks (or --cap W, --sm-clock / --mem-clock
@@ -164,7 +166,7 @@ def apply_command(
     persist = persist or print_unit
     selection = parse_gpu_selection(gpus) if gpus is not None else None
     changes_nothing = dry_run or print_unit
-    with build_settings_rig(simulate, sim_state) as rig:
+    with build_settings_rig(simulate, sim_state, backend.value) as rig:
         if not rig.simulated and not changes_nothing and not is_root():
             raise UsageError(
                 'applying GPU settings needs root: re-run with sudo "$(command -v powersweep)" '
@@ -434,7 +436,7 @@ class _Apply:
             if change is not None:
                 sm = change.after("sm") if "sm" in change.kinds() else sm
                 mem = change.after("mem") if "mem" in change.kinds() else mem
-            out.append(BootSetting(uuid, t.identity.name, cap_w, sm, mem))
+            out.append(BootSetting(uuid, t.identity.name, cap_w, sm, mem, t.identity.vendor))
         return out
 
     def _unit_text(self, settings: Sequence[BootSetting]) -> str:
@@ -442,16 +444,21 @@ class _Apply:
 
         return render_unit(settings, self._boot_command(), self.source)
 
-    def _boot_command(self) -> BootCommand:
+    def _boot_command(self) -> BootCommand | dict[str, BootCommand]:
+        """Each vendor's own tool by absolute path; this powersweep when one is missing (or on a
+        simulated rig, whose cards only powersweep can set)."""
         from powersweep.sweep.settings.unit import BootCommand
 
-        if not self.rig.simulated:
-            smi = shutil.which("nvidia-smi") or shutil.which(
-                "nvidia-smi", path="/usr/bin:/usr/local/bin:/bin"
-            )
-            if smi:
-                return BootCommand("nvidia-smi", (os.path.abspath(smi),))
-        return BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
+        fallback = BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
+        if self.rig.simulated:
+            return fallback
+        tools: dict[str, BootCommand] = {}
+        for vendor in sorted({t.identity.vendor for t in self.targets}):
+            tool = _vendor_tool(vendor)
+            if tool is None:
+                return fallback
+            tools[vendor] = tool
+        return tools
 
     def _unit_dir(self) -> Path | None:
         """Where the unit goes (checked now, before any change); None: no systemd here."""
@@ -549,6 +556,26 @@ def _limit_in_force(t: Target) -> float | None:
     except PowersweepError:
         return None  # a card without settable limits: the unit sets only its locks
     return env.current_w if abs(env.current_w - env.default_w) > 0.5 else None
+
+
+# Where each vendor's tool is looked for when it is not on PATH (sudo's secure_path, ROCm).
+_VENDOR_TOOLS = {
+    "nvidia": ("nvidia-smi", "/usr/bin:/usr/local/bin:/bin"),
+    "amd": ("amd-smi", "/opt/rocm/bin:/usr/bin:/usr/local/bin:/bin"),
+}
+
+
+def _vendor_tool(vendor: str) -> BootCommand | None:
+    """``nvidia-smi`` or ``amd-smi`` by absolute path; None when it is not installed."""
+    from powersweep.sweep.settings.unit import BootCommand
+
+    name, fallback_path = _VENDOR_TOOLS.get(vendor, ("", ""))
+    found = name and (shutil.which(name) or shutil.which(name, path=fallback_path))
+    if not found:
+        return None
+    if vendor == "amd":
+        return BootCommand("amd-smi", (os.path.abspath(found),))
+    return BootCommand("nvidia-smi", (os.path.abspath(found),))
 
 
 def _own_command() -> tuple[str, ...]:

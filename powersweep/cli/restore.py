@@ -9,6 +9,7 @@ import typer
 
 from powersweep.cli._common import StateDirOpt, info, pid_alive, warn
 from powersweep.errors import PowersweepError
+from powersweep.sweep.options import Backend
 
 
 def restore_command(
@@ -16,6 +17,15 @@ def restore_command(
     force: Annotated[
         bool, typer.Option("--force", help="Restore even if the sweep that wrote it still runs.")
     ] = False,
+    backend: Annotated[
+        Backend | None,
+        typer.Option(
+            "--backend",
+            help="GPU library to restore through instead of the one the journal names "
+            "(auto, nvml, amdsmi).",
+            case_sensitive=False,
+        ),
+    ] = None,
 ) -> None:
     """Put back the power limits (and clock locks) a killed sweep left (from its journal)."""
     from powersweep.cli.rigs import restore_backend
@@ -32,8 +42,8 @@ def restore_command(
             "(it restores on Ctrl-C/SIGTERM) or pass --force",
             exit_code=2,
         )
-    with restore_backend(entry.backend) as backend:
-        results = restore_gpus(entry, backend, warn=warn)
+    with restore_backend(entry.backend, backend.value if backend else None) as gpus:
+        results = restore_gpus(entry, gpus, warn=warn)
     for r in results:
         where = f"GPU {r.index}" if r.index is not None else r.uuid
         if r.clocks:

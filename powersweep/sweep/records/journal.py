@@ -28,6 +28,8 @@ JOURNAL_VERSION = 1
 JOURNAL_NAME = "journal.json"
 STATE_DIR_ENV = "POWERSWEEP_STATE_DIR"
 ROOT_STATE_DIR = Path("/var/lib/powersweep")
+# The backends a journal can name (``powersweep restore`` rebuilds the one it names).
+BACKEND_KINDS = ("nvml", "amdsmi", "auto", "sim")
 
 
 class _Taken(Exception):
@@ -64,7 +66,8 @@ class JournalEntry:
     """What a sweep in progress changed and how to rebuild the backend that changed it.
 
     Attributes:
-        backend: ``{"kind": "nvml"}`` or ``{"kind": "sim", "profiles": [...], "sim_state": PATH,
+        backend: ``{"kind": K}`` for real GPUs (K: ``nvml``, ``amdsmi``, or ``auto`` for a
+            machine with both) or ``{"kind": "sim", "profiles": [...], "sim_state": PATH,
             "seed": N}``.
         gpus: The GPUs and their original limits.
         pid: Process id of the sweep that wrote it.
@@ -113,7 +116,7 @@ class JournalEntry:
             if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION:
                 raise ValueError("unknown journal version")
             backend = data["backend"]
-            if not isinstance(backend, dict) or backend.get("kind") not in ("nvml", "sim"):
+            if not isinstance(backend, dict) or backend.get("kind") not in BACKEND_KINDS:
                 raise ValueError("unknown backend")
             gpus = tuple(
                 JournalGpu(
@@ -140,7 +143,7 @@ class JournalEntry:
         except (KeyError, TypeError, ValueError) as exc:
             raise PowersweepError(
                 f"the restore journal {source} is damaged ({exc}); restore the limits by hand "
-                "(sudo nvidia-smi -i N -pl WATTS) and delete it"
+                "(sudo nvidia-smi -i N -pl WATTS, or sudo amd-smi set -g N -o WATTS) and delete it"
             ) from None
 
 
