@@ -21,7 +21,6 @@ from powersweep.errors import GpuError
 AMDSMI_API_USED: tuple[str, ...] = (
     # errors
     "AmdSmiException",
-    "AmdSmiLibraryException",
     # enums
     "AmdSmiInitFlags",
     "AmdSmiClkType",

@@ -38,6 +38,8 @@ from powersweep.sweep.gpu.protocol import (
 
 PowerSource = Literal["current", "average", "none"]
 
+# The socket-power readings of ``amdsmi_get_power_info``, by power source.
+_POWER_KEYS = {"current": "current_socket_power", "average": "average_socket_power"}
 # A set cap counts as taken when the read-back is this close to the request.
 ACCEPT_TOLERANCE_W = 0.5
 
@@ -351,7 +353,7 @@ class AmdsmiGpu:
 
     def _socket_power(self, source: str) -> float | None:
         info = self._smi.amdsmi_get_power_info(self._handle)
-        return number(info.get(f"{source}_socket_power"))
+        return number(info.get(_POWER_KEYS[source]))
 
     def _probe_power_source(self) -> PowerSource:
         smi = self._smi
