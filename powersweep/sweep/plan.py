@@ -190,6 +190,7 @@ def gpu_meta(gpu: Gpu) -> dict[str, Any]:
         "uuid": ident.uuid,
         "vram_mib": ident.vram_mib,
         "driver_version": ident.driver_version,
+        "vendor": ident.vendor,
         "min_limit_w": env.min_w,
         "default_limit_w": env.default_w,
         "max_limit_w": env.max_w,
