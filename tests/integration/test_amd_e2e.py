@@ -5,8 +5,11 @@ package, which cannot start without ROCm, failing in one line."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from powersweep.cli import main
 from powersweep.errors import GpuError
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
 
 PROFILE = "mi300x"
 UUID = f"GPU-sim-{PROFILE}-0"
@@ -55,6 +58,14 @@ def sim(state: Path, profile: str = PROFILE) -> list[str]:
     return ["--simulate", profile, "--sim-state", str(state)]
 
 
+def _state_cap(state: Path) -> float | None:
+    """The simulated card's cap in its state file (None before the first write)."""
+    try:
+        return json.loads(state.read_text()).get(UUID)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _starts(backend: type[AmdsmiBackend] | type[NvmlBackend]) -> bool:
     """Whether the real library starts here (a GPU machine): the no-library checks skip then."""
     try:
@@ -87,8 +98,9 @@ def test_an_mi300x_sweep_finds_the_true_sweet_spot_and_restores_its_cap(
         t = by_cap[float(r["cap_w"])]
         # amdsmi reports whole watts: within 1 W plus the simulated noise
         assert float(r["power_w"]) == pytest.approx(t["power_w"], abs=1.5 + 0.01 * t["power_w"])
-        # the energy counter (15.3 uJ ticks) agrees with the sampled draw
-        assert float(r["energy_j"]) == pytest.approx(float(r["energy_sampled_j"]), rel=0.03)
+        # the energy counter (15.3 uJ ticks) agrees with the sampled draw: a unit or resolution
+        # slip would be off by 1000x or 15x; 10% leaves room for sample timing on a busy CPU
+        assert float(r["energy_j"]) == pytest.approx(float(r["energy_sampled_j"]), rel=0.1)
     # the violation status shows the cap binding at the low caps
     assert float(next(r for r in rows if r["cap_w"] == "400.0")["pwr_throttle_pct"]) > 50
 
@@ -222,3 +234,37 @@ def test_restore_rebuilds_the_backend_the_journal_names(tmp_path: Path) -> None:
     assert done.returncode in (1, 2) and done.stderr.count("\n") == 1, done.stderr
     assert "amdsmi not available" in done.stderr or "needs root" in done.stderr
     assert (tmp_path / "journal.json").exists()  # nothing restored: the journal stays
+
+
+@pytest.mark.slow
+def test_a_killed_mi300x_sweep_leaves_a_sim_journal_that_restore_puts_back(tmp_path: Path) -> None:
+    state, state_dir = tmp_path / "state.json", tmp_path / "sd"
+    env = {**os.environ, "POWERSWEEP_STATE_DIR": str(state_dir)}
+    args = [
+        "--simulate", PROFILE, "--sim-state", str(state), "--out", str(tmp_path / "runs"),
+        "--load-mode", "prefill-heavy", "--caps", "400,500", "--no-charts", "-q",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "powersweep", *args],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    journal = state_dir / "journal.json"
+    try:
+        deadline = time.monotonic() + 60
+        while not journal.exists() or _state_cap(state) in (None, DEFAULT_W):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no cap set in time"
+            time.sleep(0.02)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    data = json.loads(journal.read_text())
+    assert data["backend"]["kind"] == "sim" and data["backend"]["profiles"] == [PROFILE]
+    assert data["gpus"][0]["uuid"] == UUID and data["gpus"][0]["original_limit_w"] == DEFAULT_W
+    assert json.loads(state.read_text())[UUID] != DEFAULT_W  # SIGKILL: nothing could restore
+    restored = powersweep("restore", env={"POWERSWEEP_STATE_DIR": str(state_dir)})
+    assert restored.returncode == 0, restored.stderr
+    assert f"restored to {DEFAULT_W:g} W" in restored.stderr
+    assert json.loads(state.read_text())[UUID] == DEFAULT_W and not journal.exists()
