@@ -145,24 +145,32 @@ class BootUnit:
             if change is not None:
                 sm = change.after("sm") if "sm" in change.kinds() else sm
                 mem = change.after("mem") if "mem" in change.kinds() else mem
-            out.append(BootSetting(uuid, t.identity.name, cap_w, sm, mem, self.source))
+            out.append(
+                BootSetting(uuid, t.identity.name, cap_w, sm, mem, self.source, t.identity.vendor)
+            )
         return out
 
     def text(self, settings: Sequence[BootSetting]) -> str:
         from powersweep.sweep.settings.unit import render_unit
 
-        return render_unit(settings, self.command(), self.source)
+        return render_unit(settings, self.command(settings), self.source)
 
-    def command(self) -> BootCommand:
+    def command(self, settings: Sequence[BootSetting]) -> BootCommand | dict[str, BootCommand]:
+        """Each vendor's own tool by absolute path, for every card the unit sets (the merged
+        unit's other cards too); this powersweep when one is missing (or on a simulated rig,
+        whose cards only powersweep can set)."""
         from powersweep.sweep.settings.unit import BootCommand
 
-        if not self.rig.simulated:
-            smi = shutil.which("nvidia-smi") or shutil.which(
-                "nvidia-smi", path="/usr/bin:/usr/local/bin:/bin"
-            )
-            if smi:
-                return BootCommand("nvidia-smi", (os.path.abspath(smi),))
-        return BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
+        fallback = BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
+        if self.rig.simulated:
+            return fallback
+        tools: dict[str, BootCommand] = {}
+        for vendor in sorted({s.vendor for s in settings}):
+            tool = _vendor_tool(vendor)
+            if tool is None:
+                return fallback
+            tools[vendor] = tool
+        return tools
 
     def resolve_dir(self) -> Path | None:
         """Where the unit goes (checked now, before any change); None: no systemd here."""
@@ -252,6 +260,26 @@ def _limit_in_force(t: Target) -> float | None:
     except PowersweepError:
         return None  # a card without settable limits: the unit sets only its locks
     return env.current_w if abs(env.current_w - env.default_w) > 0.5 else None
+
+
+# Where each vendor's tool is looked for when it is not on PATH (sudo's secure_path, ROCm).
+_VENDOR_TOOLS = {
+    "nvidia": ("nvidia-smi", "/usr/bin:/usr/local/bin:/bin"),
+    "amd": ("amd-smi", "/opt/rocm/bin:/usr/bin:/usr/local/bin:/bin"),
+}
+
+
+def _vendor_tool(vendor: str) -> BootCommand | None:
+    """``nvidia-smi`` or ``amd-smi`` by absolute path; None when it is not installed."""
+    from powersweep.sweep.settings.unit import BootCommand
+
+    name, fallback_path = _VENDOR_TOOLS.get(vendor, ("", ""))
+    found = name and (shutil.which(name) or shutil.which(name, path=fallback_path))
+    if not found:
+        return None
+    if vendor == "amd":
+        return BootCommand("amd-smi", (os.path.abspath(found),))
+    return BootCommand("nvidia-smi", (os.path.abspath(found),))
 
 
 def _own_command() -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import typer
 from tqdm import tqdm
 
 from powersweep.errors import UsageError
+from powersweep.sweep.options import Backend
 
 
 def warn(message: str) -> None:
@@ -117,3 +118,14 @@ def state_dir_option(rich_help_panel: str | None = None) -> typer.models.OptionI
 
 
 StateDirOpt = Annotated[Path | None, state_dir_option()]
+
+
+BackendOpt = Annotated[
+    Backend,
+    typer.Option(
+        "--backend",
+        help="GPU library: auto (the NVIDIA and AMD cards there are), nvml (NVIDIA) or amdsmi "
+        "(AMD; pip install 'powersweep[amd]').",
+        case_sensitive=False,
+    ),
+]

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from powersweep.cli._boot import BootUnit
-from powersweep.cli._common import StateDirOpt, info, is_root, warn
+from powersweep.cli._common import BackendOpt, StateDirOpt, info, is_root, warn
 from powersweep.cli.analyze import Objective
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.options import Backend
 
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
@@ -143,6 +144,7 @@ def apply_command(
     state_dir: StateDirOpt = None,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
+    backend: BackendOpt = Backend.AUTO,
     at_boot: AtBootOpt = False,
 ) -> None:
     """Set a run's recommended power limit or clock locks (or --cap W, --sm-clock / --mem-clock
@@ -161,7 +163,7 @@ def apply_command(
     persist = persist or print_unit
     selection = parse_gpu_selection(gpus) if gpus is not None else None
     changes_nothing = dry_run or print_unit
-    with build_settings_rig(simulate, sim_state) as rig:
+    with build_settings_rig(simulate, sim_state, backend.value) as rig:
         if not rig.simulated and not changes_nothing and not is_root():
             raise UsageError(
                 'applying GPU settings needs root: re-run with sudo "$(command -v powersweep)" '

@@ -8,6 +8,7 @@ import typer
 
 from powersweep.cli._common import StateDirOpt, info, warn
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.options import Backend
 
 
 def restore_command(
@@ -20,6 +21,15 @@ def restore_command(
             "runs (never while it does).",
         ),
     ] = False,
+    backend: Annotated[
+        Backend | None,
+        typer.Option(
+            "--backend",
+            help="GPU library to restore through instead of the one the journal names "
+            "(auto, nvml, amdsmi).",
+            case_sensitive=False,
+        ),
+    ] = None,
 ) -> None:
     """Put back the power limits (and clock locks) a killed sweep left (from its journal).
 
@@ -55,8 +65,8 @@ def restore_command(
         )
     if owner.alive is None:
         warn(f"{owner.why}; restoring anyway (--force)")
-    with restore_backend(entry.backend) as backend:
-        results = restore_gpus(entry, backend, warn=warn)
+    with restore_backend(entry.backend, backend.value if backend else None) as gpus_backend:
+        results = restore_gpus(entry, gpus_backend, warn=warn)
     for r in results:
         where = f"GPU {r.index}" if r.index is not None else r.uuid
         if r.clocks:

@@ -1,8 +1,14 @@
-"""The composition root: builds the rig a sweep runs on (real NVML, simulated, replayed).
+"""The composition root: builds the rig a sweep runs on (real NVML or amdsmi, simulated,
+replayed).
 
 This is the one place outside the tests that imports :mod:`powersweep.sim`: the sweep receives a
 :class:`~powersweep.sweep.rig.Rig` and never knows whether its GPUs are real. A new kind of rig
 (another vendor's backend, another simulator) is added here.
+
+``--backend auto`` (the default) takes the NVIDIA cards (NVML) and the AMD cards (amdsmi) that
+are there, NVIDIA's first; ``nvml`` or ``amdsmi`` takes one library only. Simulated AMD profiles
+are read and set through the amdsmi backend over :class:`~powersweep.sim.amdsmi.SimAmdsmi`, so
+their sweeps, ``status`` and ``apply`` run the AMD code path.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.cli._common import is_root, warn
-from powersweep.clock import ScaledClock, real_clock
-from powersweep.errors import UsageError
+from powersweep.clock import Clock, ScaledClock, real_clock
+from powersweep.errors import GpuError, UsageError
+from powersweep.sim.amd_cards import SimAmdsmi
 from powersweep.sim.faults import parse_fault
+from powersweep.sim.gpu import SimGpu
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.server import SimServer
-from powersweep.sweep.gpu import GpuBackend
+from powersweep.sweep.gpu import Gpu, GpuBackend
+from powersweep.sweep.gpu.amd import AmdsmiBackend
+from powersweep.sweep.gpu.combined import CombinedBackend
 from powersweep.sweep.options import (
     DEFAULT_SIM_TIME_SCALE,
     SIM_TIME_SCALE_BY_MODE,
@@ -42,17 +52,16 @@ SIM_MODEL = "sim-qwen3.6-27b"
 
 @contextlib.contextmanager
 def build_rig(options: SweepOptions) -> Iterator[Rig]:
-    """The rig for these options: NVML without ``--simulate``, else a simulated or replay rig.
+    """The rig for these options: real GPUs without ``--simulate``, else a simulated or replay
+    rig.
 
     Raises:
-        PowersweepError: NVML cannot start, or an unknown simulation profile.
+        PowersweepError: No GPU library can start, or an unknown simulation profile.
     """
     if options.simulate is None:
-        from powersweep.sweep.gpu.nvml import NvmlBackend
-
-        backend = NvmlBackend()
+        backend, kind = open_backend(options.backend)
         try:
-            yield Rig(backend, real_clock())
+            yield Rig(backend, real_clock(), journal_backend={"kind": kind})
         finally:
             backend.close()
         return
@@ -75,6 +84,7 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
         profiles = [curve]
     else:
         profiles = _profiles(options)
+        check_sim_backend(options.backend, profiles)
         sim = SimRig(
             profiles,
             clock,
@@ -82,6 +92,7 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             state_file=options.sim_state,
             serving=options.sim_serving_gpus,
         )
+    backend = vendor_backend(sim, clock) if isinstance(sim, SimRig) else sim
     served = options.url is None
     fault = parse_fault(options.sim_fault) if options.sim_fault else None
 
@@ -121,7 +132,7 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
 
     with _user_keeps(options.sim_state):
         yield Rig(
-            backend=sim,
+            backend=backend,
             clock=clock,
             journal_backend=_journal_backend(options),
             serve=serve,
@@ -232,10 +243,9 @@ def _kw(prep: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:
-    """How ``powersweep restore`` rebuilds the backend that changed the limits."""
-    if options.simulate is None:
-        return {"kind": "nvml"}
-    names = [n.strip() for n in options.simulate.split("+") if n.strip()]
+    """How ``powersweep restore`` rebuilds a simulated rig (a real one records its backend's
+    kind in :func:`build_rig`)."""
+    names = [n.strip() for n in (options.simulate or "").split("+") if n.strip()]
     state = options.sim_state.resolve() if options.sim_state else None
     return {
         "kind": "sim",
@@ -246,29 +256,140 @@ def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:
     }
 
 
-def restore_backend(backend_spec: Mapping[str, Any]) -> contextlib.AbstractContextManager[Any]:
-    """Rebuild the GPU backend a journal names (for ``powersweep restore``).
+def open_backend(kind: str) -> tuple[GpuBackend, str]:
+    """The real GPUs' backend for ``--backend``, and the kind the restore journal records.
+
+    ``auto`` opens both libraries and keeps those that see cards: NVML's first (their indices
+    are ``nvidia-smi``'s), then amdsmi's; on a machine with neither, one error names both
+    causes.
 
     Raises:
-        PowersweepError: NVML cannot start, or an unknown simulation profile.
+        GpuError: The library asked for (or, for ``auto``, every library) cannot start.
+        UsageError: An unknown kind.
+    """
+    from powersweep.sweep.gpu.nvml import NvmlBackend
+
+    if kind == "nvml":
+        return NvmlBackend(), "nvml"
+    if kind == "amdsmi":
+        return AmdsmiBackend(), "amdsmi"
+    if kind != "auto":
+        raise UsageError(f"--backend must be auto, nvml or amdsmi, not {kind!r}")
+    reasons = []
+    nvml: GpuBackend | None = None
+    try:
+        nvml = NvmlBackend()
+        nvidia_cards = nvml.device_count()
+    except GpuError as exc:
+        reasons.append(str(exc))
+        nvidia_cards = 0
+    amd: GpuBackend | None = None
+    try:
+        amd = AmdsmiBackend(first_index=nvidia_cards)
+        amd_cards = amd.device_count()
+    except GpuError as exc:
+        reasons.append(str(exc))
+        amd_cards = 0
+    if nvml is not None and amd is not None and nvidia_cards and amd_cards:
+        return CombinedBackend([nvml, amd]), "auto"
+    if amd is not None and (amd_cards or nvml is None):
+        if nvml is not None:
+            nvml.close()
+        return amd, "amdsmi"
+    if nvml is not None:
+        if amd is not None:
+            amd.close()
+        return nvml, "nvml"
+    raise GpuError("no GPU library could start: " + "; ".join(reasons))
+
+
+def check_sim_backend(kind: str, profiles: Sequence[Any]) -> None:
+    """``--backend nvml`` or ``amdsmi`` with ``--simulate`` must match the simulated cards.
+
+    Raises:
+        UsageError: A simulated card of the other vendor.
+    """
+    vendor = {"nvml": "nvidia", "amdsmi": "amd"}.get(kind)
+    if vendor is None:
+        return
+    other = [p.name for p in profiles if getattr(p, "vendor", "nvidia") != vendor]
+    if other:
+        raise UsageError(
+            f"--backend {kind} cannot drive the simulated {', '.join(other)}: drop --backend "
+            "(auto) or simulate cards of that vendor"
+        )
+
+
+class _FirstCards:
+    """The first ``count`` cards of a simulated rig (its NVIDIA-flavoured ones)."""
+
+    def __init__(self, rig: SimRig, count: int) -> None:
+        self._rig = rig
+        self._count = count
+
+    def device_count(self) -> int:
+        return self._count
+
+    def gpu(self, index: int) -> Gpu:
+        return self._rig.gpu(index)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def vendor_backend(rig: SimRig, clock: Clock) -> GpuBackend:
+    """A simulated rig's cards behind the backend of their vendor: NVIDIA profiles as they are,
+    AMD profiles through the amdsmi backend over :class:`SimAmdsmi` (numbered after NVIDIA's,
+    as on a real machine with both).
+
+    Raises:
+        UsageError: An AMD profile listed before an NVIDIA one.
+    """
+    gpus: list[SimGpu] = rig.gpus
+    amd = [g for g in gpus if g.profile.vendor == "amd"]
+    if not amd:
+        return rig
+    first = len(gpus) - len(amd)
+    if any(g.profile.vendor == "amd" for g in gpus[:first]):
+        raise UsageError(
+            "--simulate: list the NVIDIA cards before the AMD ones (the backends number "
+            "NVIDIA's first), e.g. rtx4090-air+mi300x"
+        )
+    amd_backend = AmdsmiBackend(SimAmdsmi(amd, clock), first_index=first)
+    return amd_backend if first == 0 else CombinedBackend([_FirstCards(rig, first), amd_backend])
+
+
+def restore_backend(
+    backend_spec: Mapping[str, Any], override: str | None = None
+) -> contextlib.AbstractContextManager[Any]:
+    """Rebuild the GPU backend a journal names (for ``powersweep restore``).
+
+    Args:
+        backend_spec: The journal's ``backend``.
+        override: ``--backend``: the library to use instead of the journal's (real GPUs only).
+
+    Raises:
+        PowersweepError: The library cannot start, or an unknown simulation profile.
     """
     if backend_spec.get("kind") == "sim":
+        if override is not None:
+            raise UsageError("--backend does not apply to a simulated rig's journal")
         profiles = _card_profiles(
             [str(n) for n in backend_spec.get("profiles", [])], str(backend_spec.get("node") or "")
         )
         state = backend_spec.get("sim_state")
         state_file = Path(state) if state else None
+        clock = ScaledClock(1.0)
         rig = SimRig(
             profiles,
-            ScaledClock(1.0),
+            clock,
             seed=int(backend_spec.get("seed", 0)),
             state_file=state_file,
         )
-        return _with_user_keeps(rig, state_file)
+        return _with_user_keeps(vendor_backend(rig, clock), state_file)
     require_root()
-    from powersweep.sweep.gpu.nvml import NvmlBackend
-
-    return NvmlBackend()
+    backend, _ = open_backend(override or str(backend_spec.get("kind") or "nvml"))
+    return contextlib.closing(backend)
 
 
 @contextlib.contextmanager
@@ -293,17 +414,22 @@ class SettingsRig:
 
 
 @contextlib.contextmanager
-def build_settings_rig(simulate: str | None, sim_state: Path | None) -> Iterator[SettingsRig]:
-    """NVML without ``simulate``, else simulated cards whose settings live in ``sim_state``.
+def build_settings_rig(
+    simulate: str | None, sim_state: Path | None, backend: str = "auto"
+) -> Iterator[SettingsRig]:
+    """Real GPUs (``backend``: auto, nvml, amdsmi) without ``simulate``, else simulated cards
+    whose settings live in ``sim_state``.
 
     Raises:
-        PowersweepError: NVML cannot start, or an unknown or replayed simulation profile.
+        PowersweepError: No GPU library can start, or an unknown or replayed simulation profile.
     """
     if simulate is None:
-        from powersweep.sweep.gpu.nvml import NvmlBackend
-
-        with NvmlBackend() as backend:
-            yield SettingsRig(backend, simulated=False)
+        gpus, kind = open_backend(backend)
+        try:
+            again = ("--backend", kind) if kind != "auto" else ()
+            yield SettingsRig(gpus, simulated=False, rig_args=again)
+        finally:
+            gpus.close()
         return
     if simulate.startswith("replay:"):
         raise UsageError("status and apply simulate profiles, not replayed curves (replay:...)")
@@ -311,9 +437,11 @@ def build_settings_rig(simulate: str | None, sim_state: Path | None) -> Iterator
     # fleet cards (NAME~SPREAD) are the same cards the sweep on this node simulated
     node = os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
     profiles = _card_profiles(names, node)
-    rig = SimRig(profiles, ScaledClock(1.0), state_file=sim_state)
+    check_sim_backend(backend, profiles)
+    clock = ScaledClock(1.0)
+    rig = SimRig(profiles, clock, state_file=sim_state)
     args: tuple[str, ...] = ("--simulate", "+".join(names))
     if sim_state is not None:
         args += ("--sim-state", str(sim_state.resolve()))
     with _user_keeps(sim_state):
-        yield SettingsRig(rig, simulated=True, rig_args=args)
+        yield SettingsRig(vendor_backend(rig, clock), simulated=True, rig_args=args)

@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from powersweep.cli._common import is_root, pid_alive
+from powersweep.cli._common import BackendOpt, is_root, pid_alive
 from powersweep.cli.apply import SimStateOpt, SimulateOpt
+from powersweep.sweep.options import Backend
 
 
 def status_command(
@@ -33,6 +34,7 @@ def status_command(
     ] = None,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
+    backend: BackendOpt = Backend.AUTO,
 ) -> None:
     """Show each GPU's power limits, clock locks, persistence mode and readings (no root)."""
     from powersweep.cli.rigs import build_settings_rig
@@ -44,7 +46,7 @@ def status_command(
     )
     from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
 
-    with build_settings_rig(simulate, sim_state) as rig:
+    with build_settings_rig(simulate, sim_state, backend.value) as rig:
         gpus = read_gpu_status(rig.backend)
     # A sudo sweep keeps its journal in /var/lib/powersweep: look there too when not told where.
     dirs = [state_dir] if state_dir else [default_state_dir()]

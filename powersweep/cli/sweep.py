@@ -15,10 +15,11 @@ from typing import Annotated, Any
 import typer
 from tqdm import tqdm
 
-from powersweep.cli._common import info, is_root, state_dir_option, warn
+from powersweep.cli._common import BackendOpt, info, is_root, state_dir_option, warn
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import (
     Axis,
+    Backend,
     Cooling,
     LoadMode,
     SettleMode,
@@ -425,6 +426,7 @@ def sweep_command(
     concurrency_stretch: ConcurrencyStretchOpt = 0,
     target_prefill_seconds: TargetPrefillSecondsOpt = None,
     gpu: GpuOpt = None,
+    backend: BackendOpt = Backend.AUTO,
     caps: CapsOpt = None,
     step_size: StepSizeOpt = 10.0,
     axis: AxisOpt = Axis.POWER,
@@ -531,6 +533,7 @@ def sweep_command(
         sim_ignore_max_tokens=sim_ignore_max_tokens,
         sim_serving_gpus=parse_gpus(sim_serving_gpus),
         sim_fault=sim_fault,
+        backend=backend.value,
     )
     if dry_run:
         _print_dry_run(options)

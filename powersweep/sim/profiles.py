@@ -97,6 +97,11 @@ class GpuProfile:
             cards refuse).
         sm_lock_ignored_below_mhz: SM locks below this are silently ignored (the card keeps
             boosting), as some drivers do.
+        vendor: ``nvidia`` or ``amd``; an AMD card is read and set through the amdsmi backend
+            (over :class:`powersweep.sim.amdsmi.SimAmdsmi`).
+        amd_power_fields: Which of amdsmi's socket-power readings an AMD card fills
+            (``current``, ``average``); the other reads ``N/A``.
+        amd_violation_status: Whether an AMD card reports its throttle (violation) status.
     """
 
     name: str
@@ -136,6 +141,9 @@ class GpuProfile:
     decode_overlap: float = 0.0
     mem_locks_supported: bool = True
     sm_lock_ignored_below_mhz: float = 0.0
+    vendor: str = "nvidia"
+    amd_power_fields: tuple[str, ...] = ("current", "average")
+    amd_violation_status: bool = True
 
     def supported_mem_clocks_mhz(self) -> tuple[float, ...]:
         """Memory clocks NVML would list, descending: the load tiers, then the idle clock."""
@@ -325,6 +333,96 @@ _H200_SXM = replace(
     context_tokens=131072,
 )
 
+# MI300X (OAM, CDNA3): 750 W board power, the default and highest cap; amdsmi reports 0 W as its
+# lowest. Gfx clock up to 2100 MHz; 192 GB HBM3 at one clock (1300 MHz, 5.3 TB/s), which amdsmi
+# cannot lock. It fills current socket power only (no average) and reports violation status.
+# Decode is bandwidth-bound: the step is mostly HBM traffic, overlapped with compute (vLLM),
+# so decode draws far below the cap and a lower cap costs little speed.
+_MI300X = GpuProfile(
+    name="mi300x",
+    gpu_name="AMD Instinct MI300X (simulated)",
+    vram_mib=196592,
+    min_limit_w=0.0,
+    default_limit_w=750.0,
+    max_limit_w=750.0,
+    user_limit_w=750.0,
+    rejects_below_w=0.0,
+    sm_min_mhz=500.0,
+    sm_fine_max_mhz=2100.0,
+    sm_step_mhz=25.0,
+    boost_states_mhz=(),
+    voltage_curve=((500.0, 0.70), (1300.0, 0.70), (1400.0, 0.78), (2100.0, 1.00)),
+    idle_sm_mhz=500.0,
+    mem_clock_mhz=1300.0,
+    idle_mem_clock_mhz=1300.0,
+    idle_w=150.0,
+    static_w=190.0,
+    leakage_per_c=0.002,
+    dyn_w_per_mhz_v2=0.34,
+    mem_dyn_w=140.0,
+    decode_compute_mhz_s=7.0,
+    decode_memory_s=0.0145,
+    batch_compute=0.5,
+    batch_memory=0.02,
+    prefill_tps_per_mhz=5.0,
+    prefill_attn_tokens=32000.0,
+    prefill_compute_util=0.95,
+    context_tokens=131072,
+    thermal=ThermalPath("air", ambient_c=25.0, resistance_c_per_w=0.07, time_constant_s=30.0),
+    slowdown_temp_c=100.0,
+    mem_tiers_mhz=(1300.0,),
+    mem_static_w=30.0,
+    decode_overlap=0.7,
+    mem_locks_supported=False,
+    vendor="amd",
+    amd_power_fields=("current",),
+    amd_violation_status=True,
+)
+
+# RX 7900 XTX (reference board, RDNA3): 355 W total board power; amdgpu lets the cap move from
+# -10% to +15% of it (320-408 W). Gfx clock 500 MHz up to 2500 MHz boost (no discrete boost
+# states: RDNA3 clocks move in small steps); 24 GB GDDR6 at 20 Gbps (960 GB/s; amdsmi's MCLK
+# 1249 MHz, idle 96 MHz). It fills average socket power only and has no violation status.
+# llama.cpp on HIP reaches less of the bandwidth than CUDA on an RTX 3090: a longer memory step.
+_RX7900XTX = GpuProfile(
+    name="rx7900xtx",
+    gpu_name="AMD Radeon RX 7900 XTX (simulated)",
+    vram_mib=24560,
+    min_limit_w=320.0,
+    default_limit_w=355.0,
+    max_limit_w=408.0,
+    user_limit_w=355.0,
+    rejects_below_w=0.0,
+    sm_min_mhz=500.0,
+    sm_fine_max_mhz=2500.0,
+    sm_step_mhz=15.0,
+    boost_states_mhz=(),
+    voltage_curve=((500.0, 0.70), (1500.0, 0.75), (2100.0, 0.86), (2500.0, 1.02)),
+    idle_sm_mhz=500.0,
+    mem_clock_mhz=1249.0,
+    idle_mem_clock_mhz=96.0,
+    idle_w=22.0,
+    static_w=75.0,
+    leakage_per_c=0.003,
+    dyn_w_per_mhz_v2=0.125,
+    mem_dyn_w=60.0,
+    decode_compute_mhz_s=10.0,
+    decode_memory_s=0.017,
+    batch_compute=0.35,
+    batch_memory=0.03,
+    prefill_tps_per_mhz=0.55,
+    prefill_attn_tokens=24000.0,
+    prefill_compute_util=0.9,
+    context_tokens=32768,
+    thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.15, time_constant_s=25.0),
+    slowdown_temp_c=110.0,
+    mem_tiers_mhz=(1249.0, 772.0, 456.0),
+    mem_static_w=25.0,
+    vendor="amd",
+    amd_power_fields=("average",),
+    amd_violation_status=False,
+)
+
 _BUILTIN: dict[str, GpuProfile] = {
     p.name: p
     for p in (
@@ -334,6 +432,8 @@ _BUILTIN: dict[str, GpuProfile] = {
         _RTX5090_AIR,
         _H100_SXM,
         _H200_SXM,
+        _MI300X,
+        _RX7900XTX,
     )
 }
 
@@ -344,6 +444,8 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
     "rtx5090-air": "RTX 5090, air: 400/575/600 W (no cap below 400 W), hot; four memory tiers",
     "h100-sxm": "H100 SXM: 200/700/700 W, decode far below the cap; SM locks save energy",
     "h200-sxm": "H200 SXM: 200/700/700 W, HBM3e; decode far below the cap, SM locks save energy",
+    "mi300x": "AMD Instinct MI300X (amdsmi): 0/750/750 W, HBM3; decode far below the cap",
+    "rx7900xtx": "AMD Radeon RX 7900 XTX (amdsmi): 320/355/408 W, only -10%/+15% of its TBP",
 }
 
 

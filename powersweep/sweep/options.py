@@ -67,7 +67,16 @@ class SimServerFlavour(StrEnum):
     PLAIN = "plain"
 
 
+class Backend(StrEnum):
+    """Which GPU library drives the cards: NVML (NVIDIA), amdsmi (AMD) or whichever is there."""
+
+    AUTO = "auto"
+    NVML = "nvml"
+    AMDSMI = "amdsmi"
+
+
 LOAD_MODES = tuple(m.value for m in LoadMode)
+BACKENDS = tuple(b.value for b in Backend)
 STRATEGIES = tuple(s.value for s in Strategy)
 AXES = tuple(a.value for a in Axis)
 SETTLE_MODES = tuple(s.value for s in SettleMode)
@@ -162,6 +171,7 @@ class SweepOptions:
     sim_ignore_max_tokens: bool = False
     sim_serving_gpus: tuple[int, ...] | None = None
     sim_fault: str | None = None
+    backend: str = "auto"
 
     @property
     def prefill_seconds(self) -> float:
@@ -274,6 +284,8 @@ def validate(options: SweepOptions) -> None:
             f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, "
             f"not {options.sim_server!r}"
         )
+    if options.backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
     _validate_axis(options)
     if options.concurrency is not None and options.concurrency < 1:
         raise UsageError("--concurrency takes a number of streams (1 or more) or auto")

@@ -224,6 +224,7 @@ def gpu_meta(gpu: Gpu) -> dict[str, Any]:
         "uuid": ident.uuid,
         "vram_mib": ident.vram_mib,
         "driver_version": ident.driver_version,
+        "vendor": ident.vendor,
         "min_limit_w": env.min_w,
         "default_limit_w": env.default_w,
         "max_limit_w": env.max_w,
@@ -306,17 +307,39 @@ def select_gpus(
     """The GPUs a sweep caps: ``wanted`` indices, every GPU with ``all_gpus``, else the ones that
     serve the model.
 
-    The serving GPUs are those NVML lists the server's process on (``server_pids``: a local
-    server), else those where any process holds memory. When nothing is found every GPU is
+    The serving GPUs are those the driver lists the server's process on (``server_pids``: a
+    local server), else those where any process holds memory. When nothing is found every GPU is
     taken, with a warning. A set given by ``--gpus`` still records which of its GPUs serve.
 
     Raises:
         PowersweepError: No GPU at all.
-        UsageError: An index that is not there.
+        UsageError: An index that is not there, or a die whose draw another die reports (the
+            second die of an MI250X) without that die.
     """
+    choice = _select_gpus(backend, wanted, warn, all_gpus=all_gpus, server_pids=server_pids)
+    picked = {g.index for g in choice.gpus}
+    for g in choice.gpus:
+        # the AMD backend names the die whose reading includes this one's (MI250X)
+        partner = getattr(g, "power_reported_by", None)
+        if isinstance(partner, int) and partner not in picked:
+            raise UsageError(
+                f"GPU {g.index} reads 0 W: its module's draw is reported by GPU {partner} (the "
+                f"two dies of an MI250X); sweep both dies together, e.g. --gpus {partner},{g.index}"
+            )
+    return choice
+
+
+def _select_gpus(
+    backend: GpuBackend,
+    wanted: tuple[int, ...] | None,
+    warn: Callable[[str], None],
+    *,
+    all_gpus: bool,
+    server_pids: frozenset[int],
+) -> GpuChoice:
     count = backend.device_count()
     if count == 0:
-        raise PowersweepError("no NVIDIA GPU found")
+        raise PowersweepError("no GPU found")
     if wanted is not None:
         for i in wanted:
             if i >= count:

@@ -24,7 +24,9 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     nvml = FakeNvml(devices=[FakeDevice(uuid=UUID, limit_mw=370_000, default_mw=350_000)])
 
     @contextlib.contextmanager
-    def build(simulate: str | None, sim_state: Path | None) -> Iterator[rigs.SettingsRig]:
+    def build(
+        simulate: str | None, sim_state: Path | None, backend: str = "auto"
+    ) -> Iterator[rigs.SettingsRig]:
         assert simulate is None
         with NvmlBackend(nvml=nvml) as backend:
             yield rigs.SettingsRig(backend, simulated=False)

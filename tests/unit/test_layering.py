@@ -45,6 +45,7 @@ def test_contracts_hold() -> None:
     ("module", "line", "contract"),
     [
         ("analysis/core.py", "import pynvml", "Only the NVML backend imports pynvml"),
+        ("sweep/gpu/nvml.py", "import amdsmi", "Only the AMD backend imports amdsmi"),
         ("sweep/driver.py", "import powersweep.sim.rig", "The simulator is used by"),
         ("analysis/load.py", "import powersweep.sweep.driver", "Analysis and plots read CSVs"),
         ("sweep/session.py", "import tqdm", "Only the CLI draws progress"),

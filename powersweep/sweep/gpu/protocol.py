@@ -1,4 +1,4 @@
-"""The GPU interface every backend (NVML, simulated) implements, and its data types.
+"""The GPU interface every backend (NVML, amdsmi, simulated) implements, and its data types.
 
 Units are in field names. Power is in watts, energy in millijoules (as NVML counts it), clocks in
 MHz, temperatures in degrees Celsius. A reading that failed is ``NaN`` (floats) or ``None``.
@@ -36,11 +36,13 @@ class GpuIdentity:
     """Who a GPU is.
 
     Attributes:
-        index: NVML index (as ``nvidia-smi -i`` uses).
+        index: The backend's index (NVML's, as ``nvidia-smi -i`` uses; on a machine with both
+            vendors the AMD cards follow the NVIDIA ones).
         name: Marketing name, e.g. ``NVIDIA GeForce RTX 3090``.
-        uuid: Stable identifier (``GPU-...``).
+        uuid: Stable identifier (``GPU-...`` on NVIDIA, amdsmi's UUID on AMD).
         vram_mib: Total memory in MiB.
         driver_version: Driver version string.
+        vendor: ``nvidia`` or ``amd``: which vendor tool sets this card (the boot unit).
     """
 
     index: int
@@ -48,6 +50,7 @@ class GpuIdentity:
     uuid: str
     vram_mib: int
     driver_version: str
+    vendor: str = "nvidia"
 
 
 @dataclass(frozen=True)

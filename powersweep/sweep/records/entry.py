@@ -14,6 +14,8 @@ from typing import Any
 from powersweep.errors import PowersweepError
 
 JOURNAL_VERSION = 1
+# The backends a journal can name (``powersweep restore`` rebuilds the one it names).
+BACKEND_KINDS = ("nvml", "amdsmi", "auto", "sim")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class JournalEntry:
     """What a sweep in progress changed and how to rebuild the backend that changed it.
 
     Attributes:
-        backend: ``{"kind": "nvml"}`` or ``{"kind": "sim", "profiles": [...], "sim_state": PATH,
+        backend: ``{"kind": K}`` for real GPUs (K: ``nvml``, ``amdsmi``, or ``auto`` for a
+            machine with both) or ``{"kind": "sim", "profiles": [...], "sim_state": PATH,
             "seed": N}``.
         gpus: The GPUs and their original limits.
         pid: Process id of the sweep that wrote it.
@@ -95,7 +98,7 @@ class JournalEntry:
             if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION:
                 raise ValueError("unknown journal version")
             backend = data["backend"]
-            if not isinstance(backend, dict) or backend.get("kind") not in ("nvml", "sim"):
+            if not isinstance(backend, dict) or backend.get("kind") not in BACKEND_KINDS:
                 raise ValueError("unknown backend")
             gpus = tuple(
                 JournalGpu(
@@ -122,7 +125,7 @@ class JournalEntry:
         except (KeyError, TypeError, ValueError) as exc:
             raise PowersweepError(
                 f"the restore journal {source} is damaged ({exc}); restore the limits by hand "
-                "(sudo nvidia-smi -i N -pl WATTS) and delete it"
+                "(sudo nvidia-smi -i N -pl WATTS, or sudo amd-smi set -g N -o WATTS) and delete it"
             ) from None
 
 

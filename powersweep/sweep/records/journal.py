@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.records.entry import JOURNAL_VERSION, JournalEntry, JournalGpu
+from powersweep.sweep.records.entry import BACKEND_KINDS, JOURNAL_VERSION, JournalEntry, JournalGpu
 
 # Who owns the cards (``owner``) and putting cards back (``restore``) live beside the journal;
 # callers import them from here with it.
@@ -35,6 +35,7 @@ from powersweep.sweep.records.owner import (
 from powersweep.sweep.records.restore import RestoreResult, put_back_locks, restore_gpus
 
 __all__ = [
+    "BACKEND_KINDS",
     "JOURNAL_VERSION",
     "Journal",
     "JournalEntry",

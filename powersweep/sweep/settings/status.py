@@ -58,6 +58,7 @@ class GpuStatus:
             "name": ident.name if ident else None,
             "uuid": ident.uuid if ident else None,
             "driver_version": ident.driver_version if ident else None,
+            "vendor": ident.vendor if ident else None,
             "power_limit": {
                 "min_w": env.min_w if env else None,
                 "default_w": env.default_w if env else None,

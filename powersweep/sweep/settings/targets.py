@@ -8,6 +8,7 @@ says little about another, and a typo in ``--gpus`` should not cap the wrong car
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -46,17 +47,28 @@ def describe(ident: GpuIdentity) -> str:
     return f"GPU {ident.index} ({ident.name}, {ident.uuid})"
 
 
+# amdsmi's UUID of an AMD card (no ``GPU-`` prefix)
+_AMD_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
 def parse_gpu_selection(text: str) -> tuple[str, ...]:
-    """Parse ``--gpus``: comma-separated NVML indices and/or UUIDs (``GPU-...``).
+    """Parse ``--gpus``: comma-separated indices and/or UUIDs (NVIDIA's ``GPU-...``, or an AMD
+    card's ``1fff74a1-0000-1000-...`` as amdsmi reports it).
 
     Raises:
         UsageError: An empty list or an entry that is neither.
     """
     items = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in items if not (t.isdigit() or t.upper().startswith("GPU-"))]
+    bad = [
+        t
+        for t in items
+        if not (t.isdigit() or t.upper().startswith("GPU-") or _AMD_UUID.fullmatch(t))
+    ]
     if not items or bad:
         raise UsageError(
-            f"--gpus takes NVML indices and/or UUIDs separated by commas (e.g. 0,1), not {text!r}"
+            f"--gpus takes GPU indices and/or UUIDs separated by commas (e.g. 0,1), not {text!r}"
         )
     return items
 

@@ -1,11 +1,12 @@
 """The systemd unit that puts the settings back at every boot: render, install, remove, read.
 
 ``powersweep-apply.service`` is a oneshot unit. It turns persistence mode on and sets each
-card's power limit and clock locks, found by UUID, through ``nvidia-smi`` (installed with the
-driver) or the installed ``powersweep`` by its absolute path, so it never depends on ``PATH``
-(``sudo``'s ``secure_path`` lacks a virtualenv). It runs after the NVIDIA driver's persistence
+card's power limit and clock locks, found by UUID, through the vendor's tool (``nvidia-smi``,
+installed with the NVIDIA driver; ``amd-smi``, installed with ROCm) or the installed
+``powersweep``, each by its absolute path, so it never depends on ``PATH`` (``sudo``'s
+``secure_path`` lacks a virtualenv). With NVIDIA cards it runs after the driver's persistence
 daemon, and is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it
-again.
+again; AMD cards have no such daemon (amdgpu keeps settings while loaded).
 
 Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
 ``systemctl`` then enables it. A comment line carries the settings as JSON so
@@ -23,7 +24,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +55,7 @@ class BootSetting:
         sm_clock_mhz: The SM clock lock, MHz (None: not locked).
         mem_clock_mhz: The memory clock lock, MHz (None: not locked).
         source: Where this card's values came from (a run directory, ``--cap 290``).
+        vendor: ``nvidia`` or ``amd``: which vendor tool sets the card.
     """
 
     uuid: str
@@ -62,6 +64,7 @@ class BootSetting:
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
     source: str = ""
+    vendor: str = "nvidia"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (the unit's marker line, ``powersweep status --json``)."""
@@ -72,6 +75,7 @@ class BootSetting:
             "sm_clock_mhz": self.sm_clock_mhz,
             "mem_clock_mhz": self.mem_clock_mhz,
             "source": self.source,
+            "vendor": self.vendor,
         }
 
     def describe(self) -> str:
@@ -89,12 +93,12 @@ class BootCommand:
     """The program the unit runs.
 
     Attributes:
-        kind: ``nvidia-smi`` or ``powersweep``.
+        kind: ``nvidia-smi``, ``amd-smi`` or ``powersweep``.
         argv: The absolute program path and any fixed arguments before the settings (for
             ``powersweep``: ``apply`` and, on a simulated rig, its ``--simulate`` options).
     """
 
-    kind: Literal["nvidia-smi", "powersweep"]
+    kind: Literal["nvidia-smi", "amd-smi", "powersweep"]
     argv: tuple[str, ...]
 
 
@@ -157,22 +161,29 @@ def systemd_running(runtime_dir: Path = SYSTEMD_RUNTIME_DIR) -> bool:
     return runtime_dir.is_dir()
 
 
-def render_unit(settings: Sequence[BootSetting], command: BootCommand, source: str) -> str:
+def render_unit(
+    settings: Sequence[BootSetting],
+    command: BootCommand | Mapping[str, BootCommand],
+    source: str,
+) -> str:
     """The unit's text.
 
     Args:
         settings: One entry per GPU.
-        command: The program that applies them.
+        command: The program that applies them, or one per vendor (``{"nvidia": ...,
+            "amd": ...}``) on a machine with both.
         source: Where the values come from (a run directory, ``--cap 290``), for the comment.
 
     Raises:
-        UsageError: No settings, or a value the unit cannot carry.
+        UsageError: No settings, a value the unit cannot carry, or no program for a vendor.
     """
     if not settings:
         raise UsageError("no GPU to write a boot unit for")
     marker = json.dumps(
         {"version": 1, "gpus": [s.to_dict() for s in settings]}, separators=(",", ":")
     )
+    # the NVIDIA driver's persistence daemon: with AMD cards alone there is none to follow
+    nvidia = any(s.vendor != "amd" for s in settings)
     lines = [
         f"# Written by `powersweep apply --persist` from {_one_line(source)}.",
         "# Remove it with: sudo powersweep apply --reset --persist (--gpus N: that card's lines)",
@@ -184,22 +195,27 @@ def render_unit(settings: Sequence[BootSetting], command: BootCommand, source: s
         f"{_MARKER}{marker}",
         "[Unit]",
         "Description=Apply the GPU power limits and clock locks chosen with powersweep",
-        # The driver's persistence daemon starts once the driver is up; a driver reload restarts
-        # it, and PartOf + WantedBy run this unit again then.
-        "After=systemd-modules-load.service nvidia-persistenced.service",
-        "Wants=nvidia-persistenced.service",
-        "PartOf=nvidia-persistenced.service",
-        "",
-        "[Service]",
-        "Type=oneshot",
-        "RemainAfterExit=yes",
     ]
+    if nvidia:
+        # The driver's persistence daemon starts once the driver is up; a driver reload
+        # restarts it, and PartOf + WantedBy run this unit again then.
+        lines += [
+            "After=systemd-modules-load.service nvidia-persistenced.service",
+            "Wants=nvidia-persistenced.service",
+            "PartOf=nvidia-persistenced.service",
+        ]
+    else:
+        lines.append("After=systemd-modules-load.service")
+    lines += ["", "[Service]", "Type=oneshot", "RemainAfterExit=yes"]
     lines += [f"ExecStart={line}" for line in _exec_lines(settings, command)]
-    lines += ["", "[Install]", f"WantedBy={' '.join(_WANTED_BY)}", ""]
+    wanted = _WANTED_BY if nvidia else _WANTED_BY[:1]
+    lines += ["", "[Install]", f"WantedBy={' '.join(wanted)}", ""]
     return "\n".join(lines)
 
 
-def _exec_lines(settings: Sequence[BootSetting], command: BootCommand) -> list[str]:
+def _exec_lines(
+    settings: Sequence[BootSetting], command: BootCommand | Mapping[str, BootCommand]
+) -> list[str]:
     for s in settings:
         if not s.uuid or any(c.isspace() for c in s.uuid):
             raise UsageError(
@@ -207,21 +223,48 @@ def _exec_lines(settings: Sequence[BootSetting], command: BootCommand) -> list[s
             )
     lines = []
     for s in settings:
-        if command.kind == "nvidia-smi":
-            card = [*command.argv, "-i", s.uuid]
-            lines.append(_quote([*card, "--persistence-mode=1"]))
-            if s.power_limit_w is not None:
-                lines.append(_quote([*card, f"--power-limit={s.power_limit_w:g}"]))
-            # a lock is a range: min,max the same clock
-            if s.sm_clock_mhz is not None:
-                lines.append(_quote([*card, "-lgc", _mhz_range(s.sm_clock_mhz)]))
-            if s.mem_clock_mhz is not None:
-                lines.append(_quote([*card, "-lmc", _mhz_range(s.mem_clock_mhz)]))
+        cmd = command if isinstance(command, BootCommand) else command.get(s.vendor)
+        if cmd is None:
+            raise UsageError(f"no program sets the {s.vendor} card {s.uuid} at boot")
+        if cmd.kind == "nvidia-smi":
+            lines += _nvidia_smi_lines(cmd, s)
+        elif cmd.kind == "amd-smi":
+            lines += _amd_smi_lines(cmd, s)
         else:
-            lines.append(_quote([*command.argv, "--at-boot", *_at_boot_args(s)]))
+            lines.append(_quote([*cmd.argv, "--at-boot", *_at_boot_args(s)]))
     # '-': a line that fails (a card gone, one that refuses a value or persistence mode) is
     # logged and the next runs: one card must not keep the others from their settings
     return ["-" + line for line in lines]
+
+
+def _nvidia_smi_lines(cmd: BootCommand, s: BootSetting) -> list[str]:
+    card = [*cmd.argv, "-i", s.uuid]
+    lines = [_quote([*card, "--persistence-mode=1"])]
+    if s.power_limit_w is not None:
+        lines.append(_quote([*card, f"--power-limit={s.power_limit_w:g}"]))
+    # a lock is a range: min,max the same clock
+    if s.sm_clock_mhz is not None:
+        lines.append(_quote([*card, "-lgc", _mhz_range(s.sm_clock_mhz)]))
+    if s.mem_clock_mhz is not None:
+        lines.append(_quote([*card, "-lmc", _mhz_range(s.mem_clock_mhz)]))
+    return lines
+
+
+def _amd_smi_lines(cmd: BootCommand, s: BootSetting) -> list[str]:
+    """``amd-smi set -g UUID ...``: one setting per call (``--power-cap`` applies to the last
+    ``-g`` only), whole watts and MHz; a lock is the level MANUAL, then max and min."""
+    card = [*cmd.argv, "set", "-g", s.uuid]
+    lines = []
+    if s.power_limit_w is not None:
+        lines.append(_quote([*card, "-o", f"{round(s.power_limit_w)}"]))
+    locks = [(k, v) for k, v in (("sclk", s.sm_clock_mhz), ("mclk", s.mem_clock_mhz)) if v]
+    if locks:
+        lines.append(_quote([*card, "-l", "MANUAL"]))
+    for clk, mhz in locks:
+        # the top first: a new top below the card's bottom would be refused
+        lines.append(_quote([*card, "-L", clk, "max", f"{round(mhz)}"]))
+        lines.append(_quote([*card, "-L", clk, "min", f"{round(mhz)}"]))
+    return lines
 
 
 def _mhz_range(mhz: float) -> str:
@@ -381,6 +424,7 @@ def read_unit(unit_dir: Path) -> UnitStatus:
                         _opt_float(g.get("sm_clock_mhz")),
                         _opt_float(g.get("mem_clock_mhz")),
                         str(g.get("source") or ""),
+                        str(g.get("vendor") or "nvidia"),
                     )
                     for g in data["gpus"]
                 ]

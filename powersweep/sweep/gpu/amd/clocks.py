@@ -1,0 +1,167 @@
+"""Clock locks of one AMD GPU through amdsmi: list, lock, unlock, and what is in force.
+
+amdsmi locks a clock as a range (``amdsmi_set_gpu_clk_range``, MHz) under the performance level
+``MANUAL``, and frees the clocks with the level ``AUTO`` (both at once: it has no per-clock
+reset). It lists a few levels per clock (in Hz) but takes any clock between the lowest and the
+highest. :class:`~powersweep.sweep.gpu.amd.gpu.AmdsmiGpu` delegates its clock calls here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from powersweep.errors import GpuError, UsageError
+from powersweep.sweep.gpu.amd.api import (
+    AMDSMI_STATUS_INVAL,
+    UNSUPPORTED,
+    cause,
+    number,
+    perf_level_name,
+    status_code,
+)
+from powersweep.sweep.gpu.protocol import LockedClocks, LockResult, SupportedClocks
+
+# The SM clocks listed between a card's lowest and highest level are this far apart.
+SM_CLOCK_STEP_MHZ = 25.0
+
+
+class AmdClocks:
+    """The clock locks of one card.
+
+    Args:
+        amdsmi: The ``amdsmi`` module (or a fake).
+        handle: The card's processor handle.
+        label: ``GPU 0 (AMD Instinct MI300X)``, for messages.
+        refusal: The one-line error for a write the driver refused ``(doing, value, exc)``.
+        is_guest: Whether the card runs in a VM guest (which cannot lock clocks).
+    """
+
+    def __init__(
+        self,
+        amdsmi: ModuleType,
+        handle: object,
+        label: Callable[[], str],
+        refusal: Callable[[str, str, BaseException], str],
+        is_guest: Callable[[], bool],
+    ) -> None:
+        self._smi = amdsmi
+        self._handle = handle
+        self._label = label
+        self._refusal = refusal
+        self._is_guest = is_guest
+        # the locks this process set: an SM-only unlock goes through AUTO, which frees both
+        self._held: dict[str, int] = {}
+
+    def locked(self) -> LockedClocks:
+        """``AUTO`` is unlocked; under any other level the locks are unknown but held.
+
+        amdsmi has no call that reads a clock range back, so (as on NVML) the locks themselves
+        cannot be read, only that a user setting holds the clocks.
+        """
+        smi = self._smi
+        try:
+            level: str | None = perf_level_name(smi.amdsmi_get_gpu_perf_level(self._handle))
+        except smi.AmdSmiException:
+            level = None
+        if level == "AUTO":
+            return LockedClocks(known=True, user_clock_setting_active=False)
+        return LockedClocks(known=False, user_clock_setting_active=None if level is None else True)
+
+    def supported(self) -> SupportedClocks:
+        """Memory clocks (the card's levels) and SM clocks from its lowest to highest level in
+        :data:`SM_CLOCK_STEP_MHZ` steps, with the levels themselves.
+
+        Raises:
+            GpuError: amdsmi cannot list them.
+        """
+        smi = self._smi
+        try:
+            gfx = _levels_mhz(smi.amdsmi_get_clk_freq(self._handle, smi.AmdSmiClkType.GFX))
+            mem = _levels_mhz(smi.amdsmi_get_clk_freq(self._handle, smi.AmdSmiClkType.MEM))
+        except smi.AmdSmiException as exc:
+            hint = (
+                ": give --sm-clocks (and --mem-clocks)" if status_code(exc) in UNSUPPORTED else ""
+            )
+            raise GpuError(f"cannot list the clocks of {self._label()}{cause(exc)}{hint}") from exc
+        if not gfx or not mem:
+            raise GpuError(
+                f"{self._label()} lists no clock levels: give --sm-clocks (and --mem-clocks)"
+            )
+        lo, hi = min(gfx), max(gfx)
+        steps = int((hi - lo) // SM_CLOCK_STEP_MHZ)
+        sm = sorted({*gfx, *(lo + i * SM_CLOCK_STEP_MHZ for i in range(steps + 1))}, reverse=True)
+        mems = tuple(sorted(set(mem), reverse=True))
+        return SupportedClocks(mems, dict.fromkeys(mems, tuple(sm)))
+
+    def lock(self, kind: str, mhz: float) -> LockResult:
+        """Lock the ``sm`` (gfx) or ``mem`` clock at ``mhz``: level ``MANUAL``, range mhz-mhz.
+
+        Raises:
+            UsageError: ``mhz`` is not a positive number.
+            GpuError: No permission (needs root), a VM guest, or amdsmi failed.
+        """
+        if not (math.isfinite(mhz) and mhz > 0):
+            raise UsageError(f"a clock lock must be a positive number of MHz, got {mhz}")
+        smi = self._smi
+        what = "SM" if kind == "sm" else "memory"
+        clk = smi.AmdSmiClkType.GFX if kind == "sm" else smi.AmdSmiClkType.MEM
+        value = round(mhz)
+        try:
+            smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.MANUAL)
+            smi.amdsmi_set_gpu_clk_range(self._handle, value, value, clk)
+        except smi.AmdSmiException as exc:
+            if not self._held:
+                # nothing else held: do not leave the card in MANUAL for a lock it refused
+                with contextlib.suppress(smi.AmdSmiException):
+                    smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.AUTO)
+            return self._refused(what, mhz, exc)
+        self._held[kind] = value
+        return LockResult(mhz, True)
+
+    def reset(self, sm: bool = True, mem: bool = True) -> None:
+        """Unlock through the level ``AUTO``; a lock of this process that should stay (``sm``
+        or ``mem`` False) is set again, since ``AUTO`` frees both clocks.
+
+        Raises:
+            GpuError: No permission, a VM guest, or amdsmi failed.
+        """
+        if not (sm or mem):
+            return
+        keep = {k: v for k, v in self._held.items() if not (sm if k == "sm" else mem)}
+        smi = self._smi
+        try:
+            smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.AUTO)
+        except smi.AmdSmiException as exc:
+            if status_code(exc) in UNSUPPORTED and not self._is_guest():
+                return  # a card without performance levels was never locked
+            raise GpuError(self._refusal("unlocking the clocks", "level AUTO", exc)) from exc
+        self._held.clear()
+        for kind, value in keep.items():
+            self.lock(kind, float(value))
+
+    def _refused(self, what: str, mhz: float, exc: BaseException) -> LockResult:
+        """A refused lock: a result where the card cannot (or will not), else a GpuError."""
+        code = status_code(exc)
+        if code in UNSUPPORTED and not self._is_guest():
+            hint = (
+                "HBM cards (MI300X) keep a fixed memory clock"
+                if what == "memory"
+                else "the card or driver does not allow it"
+            )
+            message = f"{self._label()} does not support {what} clock locks{cause(exc)}: {hint}"
+            return LockResult(mhz, False, message)
+        if code == AMDSMI_STATUS_INVAL:
+            message = f"{self._label()} rejected a {mhz:g} MHz {what} lock as invalid{cause(exc)}"
+            return LockResult(mhz, False, message)
+        raise GpuError(self._refusal(f"locking the {what} clock", f"{mhz:g} MHz", exc)) from exc
+
+
+def _levels_mhz(freq: Any) -> list[float]:
+    """``amdsmi_get_clk_freq``'s levels (Hz) in MHz."""
+    count = freq.get("num_supported")
+    levels = list(freq.get("frequency") or ())[: count if isinstance(count, int) else None]
+    return [hz / 1e6 for hz in (number(v) for v in levels) if hz is not None and hz > 0]

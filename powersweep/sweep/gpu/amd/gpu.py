@@ -1,0 +1,487 @@
+"""One AMD GPU through amdsmi: identity, power caps (verified), readings, processes.
+
+Clock locks are :mod:`.clocks`'; the names and helpers of the amdsmi package are :mod:`.api`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Literal
+
+from powersweep.errors import GpuError, UsageError
+from powersweep.sweep.gpu.amd.api import (
+    AMDSMI_STATUS_INVAL,
+    AMDSMI_STATUS_NO_PERM,
+    UNSUPPORTED,
+    cause,
+    number,
+    status_code,
+)
+from powersweep.sweep.gpu.amd.clocks import AmdClocks
+from powersweep.sweep.gpu.protocol import (
+    CLOCK_EVENT_HW_SLOWDOWN,
+    CLOCK_EVENT_HW_THERMAL,
+    CLOCK_EVENT_SW_POWER_CAP,
+    CLOCK_EVENT_SW_THERMAL,
+    NAN,
+    GpuIdentity,
+    GpuProcess,
+    GpuSample,
+    LockedClocks,
+    LockResult,
+    PowerEnvelope,
+    SetLimitResult,
+    SupportedClocks,
+)
+
+PowerSource = Literal["current", "average", "none"]
+
+# The socket-power readings of ``amdsmi_get_power_info``, by power source.
+_POWER_KEYS = {"current": "current_socket_power", "average": "average_socket_power"}
+# A set cap counts as taken when the read-back is this close to the request.
+ACCEPT_TOLERANCE_W = 0.5
+
+
+class AmdsmiGpu:
+    """One AMD GPU read and capped through amdsmi (implements :class:`~powersweep.sweep.gpu.Gpu`).
+
+    Built by :meth:`AmdsmiBackend.gpu`. A sample field amdsmi does not support (the call says
+    NOT_SUPPORTED, or the value reads ``N/A`` from the first read on) is NaN/None and not asked
+    for again; that is a capability, not a failure. Any other error, or an ``N/A`` where the
+    card did read before, makes the field NaN/None and counts in ``read_errors``.
+
+    Args:
+        amdsmi: The ``amdsmi`` module (or a fake with the same surface).
+        handle: amdsmi processor handle.
+        index: powersweep's index of the card.
+
+    Attributes:
+        power_source: ``current``, ``average`` or ``none``: the socket power ``read_sample``
+            uses.
+        power_reported_by: The index of the die whose draw includes this one's (the first die
+            of an MI250X module), None for a card that reports its own.
+        energy_fallback: Why the energy counter is no longer used (empty while it is).
+        read_error_count: Failed field reads in ``read_sample`` so far.
+    """
+
+    def __init__(self, amdsmi: ModuleType, handle: object, index: int) -> None:
+        self._smi = amdsmi
+        self._handle = handle
+        self._index = index
+        self._unsupported: set[str] = set()
+        self._read_ok: set[str] = set()
+        self._pending_errors = 0
+        self._name: str | None = None
+        self._last_energy_mj: float | None = None
+        self._clocks = AmdClocks(amdsmi, handle, self._label, self._refusal, self._is_guest)
+        self.power_reported_by: int | None = None
+        self.energy_fallback = ""
+        self.read_error_count = 0
+        self.power_source: PowerSource = self._probe_power_source()
+
+    @property
+    def index(self) -> int:
+        """powersweep's index of this GPU."""
+        return self._index
+
+    @property
+    def unsupported_fields(self) -> frozenset[str]:
+        """Sample fields this card does not report (never asked for again)."""
+        return frozenset(self._unsupported)
+
+    # --- identity and limits -------------------------------------------------------------
+
+    def identity(self) -> GpuIdentity:
+        """Return name, UUID, memory size and driver version.
+
+        Raises:
+            GpuError: amdsmi could not tell (the GPU is unusable for a sweep then).
+        """
+        smi, h = self._smi, self._handle
+        try:
+            name = str(smi.amdsmi_get_gpu_asic_info(h)["market_name"])
+            uuid = str(smi.amdsmi_get_gpu_device_uuid(h))
+            vram = number(smi.amdsmi_get_gpu_vram_info(h).get("vram_size"))
+            driver = str(smi.amdsmi_get_gpu_driver_info(h).get("driver_version", "N/A"))
+        except (smi.AmdSmiException, KeyError) as exc:
+            raise GpuError(f"cannot identify GPU {self._index}{cause(exc)}") from exc
+        self._name = name
+        return GpuIdentity(
+            index=self._index,
+            name=name,
+            uuid=uuid,
+            vram_mib=int(vram) if vram is not None else 0,
+            driver_version=driver,
+            vendor="amd",
+        )
+
+    def envelope(self) -> PowerEnvelope:
+        """Return the settable range, the default and the cap in force, in watts.
+
+        MI300-class cards report 0 W as their lowest cap; it is kept (the sweep's floor is half
+        the default anyway).
+
+        Raises:
+            GpuError: The card has no power cap (some APUs and VM guests) or amdsmi failed.
+        """
+        smi = self._smi
+        try:
+            info = smi.amdsmi_get_power_cap_info(self._handle)
+            uw = [number(info.get(k)) for k in ("min_power_cap", "default_power_cap")]
+            uw += [number(info.get(k)) for k in ("max_power_cap", "power_cap")]
+        except smi.AmdSmiException as exc:
+            if status_code(exc) in UNSUPPORTED:
+                raise GpuError(self._no_power_cap(cause(exc).strip(" ()"))) from exc
+            raise GpuError(f"cannot read the power cap of {self._label()}{cause(exc)}") from exc
+        min_uw, default_uw, max_uw, current_uw = uw
+        if (
+            min_uw is None
+            or default_uw is None
+            or max_uw is None
+            or current_uw is None
+            or min(default_uw, max_uw, current_uw) <= 0
+            or min_uw < 0
+            or max_uw < min_uw
+        ):
+            raise GpuError(self._no_power_cap(f"caps reported as N/A: {uw} uW"))
+        return PowerEnvelope(
+            min_w=min_uw / 1e6,
+            default_w=default_uw / 1e6,
+            max_w=max_uw / 1e6,
+            current_w=current_uw / 1e6,
+        )
+
+    def slowdown_temp_c(self) -> float:
+        """The hotspot (junction) temperature where the firmware throttles; NaN if unknown."""
+        smi = self._smi
+        try:
+            value = smi.amdsmi_get_temp_metric(
+                self._handle,
+                smi.AmdSmiTemperatureType.HOTSPOT,
+                smi.AmdSmiTemperatureMetric.CRITICAL,
+            )
+        except smi.AmdSmiException:
+            return NAN
+        temp = number(value)
+        return temp if temp is not None and temp > 0 else NAN
+
+    def set_power_limit(self, watts: float) -> SetLimitResult:
+        """Set the power cap (``amdsmi_set_power_cap``, microwatts), read it back, report.
+
+        A cap amdsmi calls invalid, or one the card silently keeps its old value for, comes back
+        as a result with ``accepted`` False rather than an exception. AMD has no separate
+        enforced limit: ``enforced_w`` is NaN.
+
+        Raises:
+            UsageError: ``watts`` is not a positive number.
+            GpuError: The cap cannot be set at all (needs root, a VM guest, not supported).
+        """
+        if not (math.isfinite(watts) and watts > 0):
+            raise UsageError(f"a power limit must be a positive number of watts, got {watts}")
+        smi = self._smi
+        try:
+            smi.amdsmi_set_power_cap(self._handle, 0, round(watts * 1e6))
+        except smi.AmdSmiException as exc:
+            if status_code(exc) != AMDSMI_STATUS_INVAL:
+                raise GpuError(self._refusal("setting the power cap", f"{watts:g} W", exc)) from exc
+            return SetLimitResult(
+                watts,
+                self._cap_w(),
+                NAN,
+                False,
+                f"{self._label()} rejected a {watts:g} W cap as invalid{cause(exc)}"
+                f"{self._range_hint()}",
+            )
+        readback_w = self._cap_w()
+        if math.isnan(readback_w):
+            message = (
+                f"{self._label()} took the {watts:g} W request but its cap could not be read back"
+            )
+        elif abs(readback_w - watts) > ACCEPT_TOLERANCE_W:
+            message = (
+                f"{self._label()} kept a {readback_w:g} W cap when {watts:g} W was set (the card "
+                "silently refuses this cap)"
+            )
+        else:
+            return SetLimitResult(watts, readback_w, NAN, True)
+        return SetLimitResult(watts, readback_w, NAN, False, message)
+
+    # --- persistence mode and clock-lock reads ---------------------------------------------
+
+    def persistence_mode(self) -> bool | None:
+        """Always on: amdgpu keeps a card's settings for as long as the driver is loaded."""
+        return True
+
+    def set_persistence_mode(self, enabled: bool) -> bool | None:
+        """Nothing to turn on (see :meth:`persistence_mode`).
+
+        Raises:
+            GpuError: Asked to turn it off, which AMD cards cannot.
+        """
+        if not enabled:
+            raise GpuError(
+                f"{self._label()} has no persistence mode to turn off: amdgpu keeps its settings "
+                "while the driver is loaded"
+            )
+        return True
+
+    def locked_clocks(self) -> LockedClocks:
+        """``AUTO`` is unlocked; under another level the locks are held but unknown."""
+        return self._clocks.locked()
+
+    # --- clock locks ------------------------------------------------------------------------
+
+    def supported_clocks(self) -> SupportedClocks:
+        """Memory clock levels, and SM clocks from the lowest to the highest level.
+
+        Raises:
+            GpuError: amdsmi cannot list them.
+        """
+        return self._clocks.supported()
+
+    def lock_sm_clock(self, mhz: float) -> LockResult:
+        """Lock the SM (gfx) clock: level ``MANUAL``, then the range ``mhz``-``mhz``.
+
+        Raises:
+            GpuError: No permission (needs root), a VM guest, or amdsmi failed.
+        """
+        return self._clocks.lock("sm", mhz)
+
+    def lock_mem_clock(self, mhz: float) -> LockResult:
+        """Lock the memory clock (not accepted where the card refuses: MI300X, most HBM cards).
+
+        Raises:
+            GpuError: No permission (needs root), a VM guest, or amdsmi failed.
+        """
+        return self._clocks.lock("mem", mhz)
+
+    def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
+        """Unlock through the level ``AUTO`` (a lock that should stay is set again).
+
+        Raises:
+            GpuError: No permission, a VM guest, or amdsmi failed.
+        """
+        self._clocks.reset(sm, mem)
+
+    # --- sampling ---------------------------------------------------------------------------
+
+    def read_sample(self) -> GpuSample:
+        """Read draw, energy, temperature, clocks, utilization and throttle (violation) status.
+
+        Never raises for an amdsmi error: the field becomes NaN/None and counts in
+        ``read_errors``. amdsmi has no P-states: ``pstate`` is None.
+        """
+        smi, h = self._smi, self._handle
+        self._pending_errors = 0
+        power = self._read_power_w()
+        energy = self._read_energy_mj()
+        temp = self._field(
+            "temp",
+            lambda: smi.amdsmi_get_temp_metric(
+                h, smi.AmdSmiTemperatureType.HOTSPOT, smi.AmdSmiTemperatureMetric.CURRENT
+            ),
+        )
+        sm = self._field(
+            "sm_clock", lambda: smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.GFX)["clk"]
+        )
+        mem = self._field(
+            "mem_clock", lambda: smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.MEM)["clk"]
+        )
+        util = self._field("util", lambda: smi.amdsmi_get_gpu_activity(h)["gfx_activity"])
+        events = self._events()
+        errors = self._pending_errors
+        self.read_error_count += errors
+        return GpuSample(
+            gpu_index=self._index,
+            power_w=power,
+            energy_mj=energy,
+            temp_c=_or_nan(temp),
+            sm_clock_mhz=_or_nan(sm),
+            mem_clock_mhz=_or_nan(mem),
+            util_pct=_or_nan(util),
+            pstate=None,
+            clock_event_bits=events,
+            read_errors=errors,
+        )
+
+    def compute_processes(self) -> tuple[GpuProcess, ...] | None:
+        """Processes using this GPU (``amdsmi_get_gpu_process_list``); None when unreadable."""
+        smi = self._smi
+        try:
+            procs = smi.amdsmi_get_gpu_process_list(self._handle)
+        except smi.AmdSmiException:
+            return None
+        out = []
+        for proc in procs or ():
+            pid = proc.get("pid") if isinstance(proc, dict) else None
+            if not isinstance(pid, int):
+                continue
+            usage = proc.get("memory_usage")
+            vram = usage.get("vram_mem") if isinstance(usage, dict) else proc.get("mem")
+            used = number(vram)
+            out.append(GpuProcess(pid, used / 2**20 if used is not None else NAN))
+        return tuple(out)
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _field(self, name: str, read: Callable[[], Any]) -> float | None:
+        """One field of ``read_sample``: None when unsupported (not counted) or failed (counted)."""
+        if name in self._unsupported:
+            return None
+        smi = self._smi
+        try:
+            value = number(read())
+        except smi.AmdSmiException as exc:
+            if status_code(exc) in UNSUPPORTED:
+                self._unsupported.add(name)
+            else:
+                self._pending_errors += 1
+            return None
+        except (KeyError, TypeError):
+            self._pending_errors += 1
+            return None
+        if value is None:
+            if name in self._read_ok:
+                self._pending_errors += 1
+            else:
+                self._unsupported.add(name)  # N/A from the start: the card does not report it
+            return None
+        self._read_ok.add(name)
+        return value
+
+    def _socket_power(self, source: str) -> float | None:
+        info = self._smi.amdsmi_get_power_info(self._handle)
+        return number(info.get(_POWER_KEYS[source]))
+
+    def _probe_power_source(self) -> PowerSource:
+        smi = self._smi
+        for source in ("current", "average"):
+            try:
+                if self._socket_power(source) is not None:
+                    self._read_ok.add("power")
+                    return "current" if source == "current" else "average"
+            except smi.AmdSmiException:
+                continue
+        return "none"
+
+    def _read_power_w(self) -> float:
+        if self.power_source == "none":
+            return NAN
+        source = self.power_source
+        watts = self._field("power", lambda: self._socket_power(source))
+        return NAN if watts is None else watts
+
+    def _read_energy_mj(self) -> float:
+        if self.power_reported_by is not None or self.energy_fallback:
+            return NAN
+
+        def read() -> float | None:
+            counter = self._smi.amdsmi_get_energy_count(self._handle)
+            # amdsmi < 6.2.1 named the accumulator "power"
+            ticks = number(counter.get("energy_accumulator", counter.get("power")))
+            resolution = number(counter.get("counter_resolution"))
+            if ticks is None or resolution is None:
+                return None
+            return ticks * resolution / 1000.0  # microjoules to millijoules
+
+        energy = self._field("energy", read)
+        if energy is None:
+            return NAN
+        last, self._last_energy_mj = self._last_energy_mj, energy
+        if last is not None and energy < last:
+            self.energy_fallback = (
+                f"the energy counter of {self._label()} ran backwards ({last:.0f} -> "
+                f"{energy:.0f} mJ): energy comes from the sampled draw"
+            )
+            return NAN
+        return energy
+
+    def _events(self) -> int | None:
+        """Clock-event bits from the violation status (MI300 and newer); None where unknown."""
+        if "clock_events" in self._unsupported:
+            return None
+        smi = self._smi
+        try:
+            status = smi.amdsmi_get_violation_status(self._handle)
+        except smi.AmdSmiException as exc:
+            if status_code(exc) in UNSUPPORTED:
+                self._unsupported.add("clock_events")
+            else:
+                self._pending_errors += 1
+            return None
+        power, socket, prochot = (
+            status.get(k) for k in ("active_ppt_pwr", "active_socket_thrm", "active_prochot_thrm")
+        )
+        if not any(isinstance(v, bool) for v in (power, socket, prochot)):
+            self._unsupported.add("clock_events")  # every flag N/A: the card does not say
+            return None
+        hw = status.get("active_vr_thrm") is True or status.get("active_hbm_thrm") is True
+        flags = {
+            CLOCK_EVENT_SW_POWER_CAP: power is True,
+            CLOCK_EVENT_SW_THERMAL: socket is True,
+            CLOCK_EVENT_HW_THERMAL: prochot is True,
+            CLOCK_EVENT_HW_SLOWDOWN: hw,
+        }
+        return sum(bit for bit, on in flags.items() if on)
+
+    def _cap_w(self) -> float:
+        smi = self._smi
+        try:
+            uw = number(smi.amdsmi_get_power_cap_info(self._handle).get("power_cap"))
+        except smi.AmdSmiException:
+            return NAN
+        return uw / 1e6 if uw is not None and uw > 0 else NAN
+
+    def _range_hint(self) -> str:
+        try:
+            env = self.envelope()
+        except GpuError:
+            return ""
+        return f"; it accepts {env.min_w:g}-{env.max_w:g} W"
+
+    def _is_guest(self) -> bool:
+        smi = self._smi
+        try:
+            mode = smi.amdsmi_get_gpu_virtualization_mode(self._handle)["mode"]
+        except (smi.AmdSmiException, KeyError, TypeError):
+            return False
+        return bool(mode == smi.AmdSmiVirtualizationMode.GUEST)
+
+    def _refusal(self, doing: str, value: str, exc: BaseException) -> str:
+        """The one-line error for a write the driver refused."""
+        code = status_code(exc)
+        if self._is_guest():
+            return (
+                f"{doing} of {self._label()} is not possible in a VM guest{cause(exc)}: the "
+                "host owns the card's power cap and clocks; run powersweep on the host"
+            )
+        if code == AMDSMI_STATUS_NO_PERM:
+            return (
+                f"{doing} of {self._label()} needs root: re-run with sudo (or as root){cause(exc)}"
+            )
+        if code in UNSUPPORTED:
+            return f"{self._label()} does not allow {doing}{cause(exc)}"
+        return f"{doing} of {self._label()} to {value} failed{cause(exc)}"
+
+    def _label(self) -> str:
+        """``GPU 0 (AMD Instinct MI300X)``, or ``GPU 0`` if the name cannot be read."""
+        if self._name is None:
+            smi = self._smi
+            try:
+                self._name = str(smi.amdsmi_get_gpu_asic_info(self._handle)["market_name"])
+            except (smi.AmdSmiException, KeyError):
+                return f"GPU {self._index}"
+        return f"GPU {self._index} ({self._name})"
+
+    def _no_power_cap(self, cause: str) -> str:
+        where = " (a VM guest: the host owns the cap)" if self._is_guest() else ""
+        return (
+            f"{self._label()} has no settable power cap{where} ({cause}): powersweep cannot "
+            "sweep it"
+        )
+
+
+def _or_nan(value: float | None) -> float:
+    return NAN if value is None else value
