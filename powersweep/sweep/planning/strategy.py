@@ -50,8 +50,6 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from powersweep.analysis.near_peak import near_peak_index, region_groups
 from powersweep.analysis.structure import (
@@ -62,14 +60,37 @@ from powersweep.analysis.structure import (
     is_thermal,
     is_under_loaded,
 )
+from powersweep.sweep.planning.measured import (
+    BRACKET_PEAK,
+    CEILING_EDGE,
+    CEILING_FILL,
+    COARSE,
+    NEAR_PEAK_EDGE,
+    PLATEAU_EDGE,
+    PLATEAU_FILL,
+    CapMeasurement,
+    PlannedCap,
+    coarse_order,
+    plan_order,
+    usable,
+)
 
-COARSE = "coarse pass"
-BRACKET_PEAK = "bracket peak"
-NEAR_PEAK_EDGE = "near-peak edge"
-PLATEAU_EDGE = "plateau edge"
-CEILING_EDGE = "ceiling edge"
-PLATEAU_FILL = "plateau fill"
-CEILING_FILL = "ceiling fill"
+__all__ = [
+    "BRACKET_PEAK",
+    "CEILING_EDGE",
+    "CEILING_FILL",
+    "COARSE",
+    "DEFAULT_COARSE_STEPS",
+    "MAX_CAPS_SHARE",
+    "NEAR_PEAK_EDGE",
+    "PLATEAU_EDGE",
+    "PLATEAU_FILL",
+    "AdaptivePlanner",
+    "CapMeasurement",
+    "PlannedCap",
+    "coarse_order",
+    "plan_order",
+]
 
 DEFAULT_COARSE_STEPS = 4
 # A cap's draw is "under the cap" (off the cap line) when it is this far below it.
@@ -91,63 +112,6 @@ MAX_CAPS_SHARE = 0.5
 SPARE_CAPS = 1
 # Two flat caps belong to one flat run when their draws differ by at most this share.
 SAME_LEVEL_FRAC = 0.03
-
-
-@dataclass(frozen=True)
-class CapMeasurement:
-    """What the planner needs of one measured cap.
-
-    Attributes:
-        power_w: Median combined draw.
-        tps: The metric's TPS (decode or prefill).
-        sm_clock_mhz: Median SM clock (NaN if unknown).
-        temp_max_c: Hottest reading during the load (NaN if unknown).
-        thermal_throttle_pct: Share of load samples with the thermal clock-event bit (NaN if
-            unknown); with ``temp_max_c`` it tells a thermally held cap from a draw ceiling.
-        util_pct: Median utilization (NaN if unknown).
-    """
-
-    power_w: float
-    tps: float
-    sm_clock_mhz: float = math.nan
-    temp_max_c: float = math.nan
-    thermal_throttle_pct: float = math.nan
-    util_pct: float = math.nan
-
-    @property
-    def tps_per_w(self) -> float:
-        """TPS per watt (NaN without a positive draw)."""
-        return self.tps / self.power_w if self.power_w > 0 else math.nan
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any], metric: str = "narr_tps") -> CapMeasurement:
-        """Build from a caps.csv-like row (``power_w``, the metric or ``tps``, ``sm_clock_mhz``,
-        ``temp_max_c``, ``thermal_throttle_pct``, ``util_pct``; missing ones NaN)."""
-
-        def num(key: str) -> float:
-            value = row.get(key)
-            try:
-                return float(value) if value is not None else math.nan
-            except (TypeError, ValueError):
-                return math.nan
-
-        tps = num(metric) if metric in row else num("tps")
-        return cls(
-            power_w=num("power_w"),
-            tps=tps,
-            sm_clock_mhz=num("sm_clock_mhz"),
-            temp_max_c=num("temp_max_c"),
-            thermal_throttle_pct=num("thermal_throttle_pct"),
-            util_pct=num("util_pct"),
-        )
-
-
-@dataclass(frozen=True)
-class PlannedCap:
-    """A cap the planner asks for and why."""
-
-    cap_w: float
-    reason: str
 
 
 class AdaptivePlanner:
@@ -225,7 +189,7 @@ class AdaptivePlanner:
             and never more than the budget (``max_caps``) leaves; the caps it could not take
             are in ``left_out`` until the next call.
         """
-        done = {round(c, 6): m for c, m in measured.items() if _usable(m)}
+        done = {round(c, 6): m for c, m in measured.items() if usable(m)}
         missing = [c for c in self.initial_caps() if c not in done and c not in measured]
         if missing:
             return [(c, COARSE) for c in missing]
@@ -282,7 +246,7 @@ class AdaptivePlanner:
 
     def regions(self, measured: Mapping[float, CapMeasurement]) -> list[Region]:
         """The analysis' plateaus and ceilings on the measured caps (as ``analyze`` sees them)."""
-        points = self._points({c: m for c, m in measured.items() if _usable(m)})
+        points = self._points({c: m for c, m in measured.items() if usable(m)})
         # The grid's step, as ``analyze`` takes it from run.json ``caps_planned``: the measured
         # subset's gaps are several steps wide.
         return find_regions(
@@ -505,35 +469,6 @@ class AdaptivePlanner:
             )
             for c, m in sorted(done.items())
         ]
-
-
-def coarse_order(caps_w: Iterable[float]) -> list[float]:
-    """The order to measure the coarse pass in: ascending, so the card ends it hot.
-
-    A card's draw at a cap depends on its temperature (leakage), and where a cap sits at the edge
-    of a boost state (the 3090's 370 W: the next state fits a card a few degrees cooler) the
-    temperature decides the state. A dense sweep measures every cap right after the cap 10 W
-    above it, so each cap starts at or slightly above its own steady temperature. Measured top
-    down, the coarse pass would end at the bottom cap on a cold card and the refinement round
-    would jump straight to the top caps on that cold card; bottom up it ends at the top, and the
-    refinement round (descending, :func:`plan_order`) then meets its caps from above, as dense
-    does.
-    """
-    return sorted(set(caps_w))
-
-
-def plan_order(caps_w: Iterable[float], last_cap_w: float | None = None) -> list[float]:
-    """The order to measure a batch of caps in: descending, the driver's convention.
-
-    Descending keeps the card cooling rather than heating between caps. With ``last_cap_w`` (the
-    cap in force), a batch entirely below it is still measured top down.
-    """
-    del last_cap_w  # descending is right from any starting cap; kept for future heuristics
-    return sorted(set(caps_w), reverse=True)
-
-
-def _usable(m: CapMeasurement) -> bool:
-    return math.isfinite(m.power_w) and m.power_w > 0 and math.isfinite(m.tps) and m.tps >= 0
 
 
 def _parabola_vertex(
