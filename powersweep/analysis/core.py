@@ -14,11 +14,11 @@ import numpy as np
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import noise, structure, trust
+from powersweep.analysis import cap_points, noise, structure, trust
+from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
-from powersweep.analysis.structure import CapPoint, Region
 from powersweep.errors import UsageError
 from powersweep.runformat import CONFIRM_REASON
 
@@ -511,7 +511,7 @@ def _planned_step_w(run: dict[str, Any] | None) -> float | None:
             caps.append(float(c))
         except (TypeError, ValueError):
             continue
-    step = structure.typical_step_w([c for c in caps if math.isfinite(c)])
+    step = cap_points.typical_step_w([c for c in caps if math.isfinite(c)])
     return step if math.isfinite(step) and step > 0 else None
 
 
@@ -680,7 +680,7 @@ def _structure_findings(
             if r.missing_caps_w
             else ""
         )
-        if r.kind == structure.BOOST_PLATEAU:
+        if r.kind == cap_points.BOOST_PLATEAU:
             out.append(
                 _finding(
                     "info",
@@ -733,7 +733,7 @@ def _regime_findings(
     points: Sequence[CapPoint], regimes: Sequence[dict[str, Any]], slowdown: float
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    thermal = [r["cap_w"] for r in regimes if r["regime"] == structure.THERMAL_LIMITED]
+    thermal = [r["cap_w"] for r in regimes if r["regime"] == cap_points.THERMAL_LIMITED]
     if thermal:
         out.append(
             _finding(
@@ -745,7 +745,7 @@ def _regime_findings(
             )
         )
     loaded = [p for p in points if math.isfinite(p.util_pct)]
-    under = [r["cap_w"] for r in regimes if r["regime"] == structure.UNDER_LOADED]
+    under = [r["cap_w"] for r in regimes if r["regime"] == cap_points.UNDER_LOADED]
     draws = [p.power_w for p in points]
     flat_everywhere = len(points) >= 3 and (max(draws) - min(draws)) < 0.05 * max(draws)
     if (loaded and len(under) == len(points)) or (under and flat_everywhere):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
-from powersweep.analysis.structure import Region
+from powersweep.analysis.cap_points import Region
 
 
 def region_groups(caps_w: Sequence[float], regions: Iterable[Region]) -> list[tuple[int, int]]:

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from powersweep.analysis import structure
+from powersweep.analysis import cap_points
+from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import near_peak_index
-from powersweep.analysis.structure import CapPoint
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
 TIED_SHARE = 0.05
@@ -116,11 +116,11 @@ def tpw_noise_rel(points: Sequence[CapPoint]) -> float:
 
 
 def _scatter_rel(points: Sequence[CapPoint], figure: Callable[[CapPoint], float]) -> float:
-    step_w = structure.typical_step_w([p.cap_w for p in points])
+    step_w = cap_points.typical_step_w([p.cap_w for p in points])
     d2: list[float] = []
     for a, b, c in zip(points, points[1:], points[2:], strict=False):
         gaps = (b.cap_w - a.cap_w, c.cap_w - b.cap_w)
-        if not all(0 < g <= structure.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
+        if not all(0 < g <= cap_points.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
             continue
         ra, rb, rc = (figure(p) for p in (a, b, c))
         if ra > 0 and rb > 0 and rc > 0:

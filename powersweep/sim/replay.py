@@ -33,16 +33,15 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis import load_curve
-from powersweep.analysis.clocks import is_clock_curve
-from powersweep.analysis.structure import (
+from powersweep.analysis.cap_points import (
     BOOST_PLATEAU,
     DRAW_CEILING,
     CapPoint,
     estimate_noise,
-    find_regions,
-    regimes,
     typical_step_w,
 )
+from powersweep.analysis.clocks import is_clock_curve
+from powersweep.analysis.structure import find_regions, regimes
 from powersweep.clock import Clock
 from powersweep.errors import GpuError, UsageError
 from powersweep.sim.engine import WorkKind

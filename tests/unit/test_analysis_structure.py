@@ -11,13 +11,8 @@ import polars as pl
 import pytest
 
 from powersweep.analysis import analyze, load_curve
-from powersweep.analysis.structure import (
-    CapPoint,
-    binding_margin_w,
-    find_regions,
-    is_thermal,
-    regimes,
-)
+from powersweep.analysis.cap_points import CapPoint, binding_margin_w, is_thermal
+from powersweep.analysis.structure import find_regions, regimes
 
 
 def _points(caps: np.ndarray, draw: np.ndarray, tps: np.ndarray) -> list[CapPoint]:

@@ -13,8 +13,9 @@ import polars as pl
 import pytest
 
 from powersweep.analysis import analyze, load_curve, write_caps_csv
+from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.near_peak import near_peak_index, region_groups
-from powersweep.analysis.structure import CapPoint, find_regions
+from powersweep.analysis.structure import find_regions
 from powersweep.analysis.summary import render_summary
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.rig import TruthCap, ground_truth

@@ -51,15 +51,15 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
-from powersweep.analysis.near_peak import near_peak_index, region_groups
-from powersweep.analysis.structure import (
+from powersweep.analysis.cap_points import (
     MIN_REGION_CAPS,
     CapPoint,
     Region,
-    find_regions,
     is_thermal,
     is_under_loaded,
 )
+from powersweep.analysis.near_peak import near_peak_index, region_groups
+from powersweep.analysis.structure import find_regions
 from powersweep.sweep.planning.measured import (
     BRACKET_PEAK,
     CEILING_EDGE,
