@@ -25,6 +25,7 @@ from powersweep.analysis.clocks import analyze_clocks, is_clock_curve
 from powersweep.analysis.context import CardFacts, with_card_facts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
+from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
 
 CROSS_MODE_STEM = "cross-mode"
@@ -59,6 +60,8 @@ def build_report(
     on_analysis: Callable[[Report], None] | None = None,
     card: CardFacts | None = None,
     require_answer: bool = False,
+    serving: ServingOptions | None = None,
+    latency_chart: bool = False,
 ) -> Report:
     """Analyse a run directory or ``caps.csv`` and write the derived outputs.
 
@@ -77,6 +80,9 @@ def build_report(
         card: Facts about the card a bare caps.csv lacks (name, default/min/max limits).
         require_answer: Refuse a curve with no usable cap (nothing shown, nothing written)
             rather than report it; a sweep's own report still says why every cap failed.
+        serving: A tariff and latency targets (cost per 1M tokens, the latency pick).
+        latency_chart: Draw the TPS/W against inter-token p95 chart even without ``charts``
+            (``analyze`` with a latency target).
 
     Raises:
         UsageError: The input cannot be read as a curve, or (``require_answer``) it has no
@@ -85,6 +91,7 @@ def build_report(
             ``--out``.
     """
     curve = analysis.load_curve(path)
+    serving = serving or ServingOptions()
     if is_clock_curve(curve.caps):
         return _build_clock_report(
             curve,
@@ -96,11 +103,19 @@ def build_report(
             max_tps_loss_pct,
             on_analysis,
             require_answer,
+            serving,
+            latency_chart,
         )
     if card is not None:
         curve = with_card_facts(curve, card)
     result = analysis.analyze(
-        curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
+        curve,
+        max_tps_loss_pct=max_tps_loss_pct,
+        objective=objective,
+        eta=eta,
+        tariff_per_kwh=serving.tariff_per_kwh,
+        max_ttft_ms=serving.max_ttft_ms,
+        max_itl_ms=serving.max_itl_ms,
     )
     if require_answer and result.get("sweet_spot") is None:
         raise UsageError(no_answer(path, result))
@@ -115,6 +130,11 @@ def build_report(
         if charts:
             written += plots.render_charts(
                 result, target / "charts", samples=curve.samples, formats=formats, title=title
+            )
+        # without latency columns (an older run) the summary says so; there is nothing to draw
+        if (latency_chart or (charts and serving.has_target)) and plots.has_latency(result):
+            written += plots.render_latency_chart(
+                result, target / "charts", formats=formats, title=title
             )
     return Report(report.analysis, report.summary, tuple(written))
 
@@ -166,9 +186,18 @@ def _build_clock_report(
     max_tps_loss_pct: float,
     on_analysis: Callable[[Report], None] | None = None,
     require_answer: bool = False,
+    serving: ServingOptions | None = None,
+    latency_chart: bool = False,
 ) -> Report:
     """The derived outputs of a clock-lock sweep (or a bare clock caps.csv)."""
-    result = analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct)
+    serving = serving or ServingOptions()
+    result = analyze_clocks(
+        curve,
+        max_tps_loss_pct=max_tps_loss_pct,
+        tariff_per_kwh=serving.tariff_per_kwh,
+        max_ttft_ms=serving.max_ttft_ms,
+        max_itl_ms=serving.max_itl_ms,
+    )
     if require_answer and result.get("peak") is None:
         raise UsageError(no_answer(curve.source, result))
     report = Report(result, render_clock_summary(curve, result), ())
@@ -181,6 +210,11 @@ def _build_clock_report(
             written += write_clock_outputs(curve, result, target)
         if charts:
             written += plots.render_clock_charts(
+                result, target / "charts", formats=formats, title=title
+            )
+        # without latency columns (an older run) the summary says so; there is nothing to draw
+        if (latency_chart or (charts and serving.has_target)) and plots.has_latency(result):
+            written += plots.render_latency_chart(
                 result, target / "charts", formats=formats, title=title
             )
     return Report(report.analysis, report.summary, tuple(written))

@@ -9,6 +9,7 @@ from typing import Any
 
 from powersweep.analysis.clocks import point_label
 from powersweep.analysis.load import Curve
+from powersweep.analysis.serving_summary import energy_section, latency_section
 from powersweep.analysis.summary import escape_md
 from powersweep.errors import PowersweepError, UsageError
 
@@ -47,8 +48,8 @@ def render_clock_summary(curve: Curve, analysis: dict[str, Any]) -> str:
             "",
             "### Operating points",
             "",
-            "| point | clocks | TPS/W | " + metric + " | W |",
-            "|---|---|---:|---:|---:|",
+            "| point | clocks | TPS/W | " + metric + " | W | J/token | ITL p95 (ms) |",
+            "|---|---|---:|---:|---:|---:|---:|",
             _row("efficiency peak", peak),
         ]
         if near:
@@ -58,6 +59,9 @@ def render_clock_summary(curve: Curve, analysis: dict[str, Any]) -> str:
             lines.append(_row("Pareto knee", analysis["pareto_knee"]))
         if analysis.get("fastest"):
             lines.append(_row("fastest", analysis["fastest"]))
+    for section in (energy_section(analysis, "the fastest point"), latency_section(analysis)):
+        if section:
+            lines += ["", section.rstrip("\n")]
     front = analysis.get("pareto_front") or []
     if front:
         lines += ["", "### Pareto front (more TPS for more W)", ""]
@@ -112,7 +116,8 @@ def render_clock_summary(curve: Curve, analysis: dict[str, Any]) -> str:
 def _row(name: str, p: dict[str, Any]) -> str:
     return (
         f"| {name} | {escape_md(point_label(p))} | {_fmt(p['tps_per_w'], 4)} | {_fmt(p['tps'])} | "
-        f"{_fmt(p['power_w'], 0)} |"
+        f"{_fmt(p['power_w'], 0)} | {_fmt(p.get('j_per_token'), 3)} | "
+        f"{_fmt(p.get('itl_p95_ms'), 1)} |"
     )
 
 

@@ -10,14 +10,14 @@ Reads CSV-derived data only (a :class:`~powersweep.analysis.load.Curve`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import noise
+from powersweep.analysis import noise, serving
 from powersweep.analysis.load import Curve
 from powersweep.analysis.trust import ignored_rows, run_findings
 
@@ -55,6 +55,7 @@ class ClockPoint:
     power_w: float
     sm_clock_mhz: float = math.nan
     mem_clock_mhz: float = math.nan
+    per_token: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def tps_per_w(self) -> float:
@@ -72,6 +73,7 @@ class ClockPoint:
             "tps_per_w": self.tps_per_w,
             "sm_clock_mhz": self.sm_clock_mhz,
             "mem_clock_mhz": self.mem_clock_mhz,
+            **dict(self.per_token),
         }
 
 
@@ -120,6 +122,7 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
                 power_w=power,
                 sm_clock_mhz=_f(row.get("sm_clock_mhz")),
                 mem_clock_mhz=_f(row.get("mem_clock_mhz")),
+                per_token=tuple(serving.row_fields(row).items()),
             )
         )
     return sorted(out, key=lambda p: (-_key(p.mem_lock_mhz), _key(p.sm_lock_mhz)))
@@ -228,7 +231,14 @@ def tier_summaries(points: Sequence[ClockPoint]) -> list[dict[str, Any]]:
 
 
 def analyze_clocks(
-    curve: Curve, *, max_tps_loss_pct: float = 5.0, bootstrap: int = 1000, seed: int = 0
+    curve: Curve,
+    *,
+    max_tps_loss_pct: float = 5.0,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    tariff_per_kwh: float | None = None,
+    max_ttft_ms: float | None = None,
+    max_itl_ms: float | None = None,
 ) -> dict[str, Any]:
     """Analyse a clock-lock curve (one axis or a grid).
 
@@ -237,6 +247,10 @@ def analyze_clocks(
         max_tps_loss_pct: TPS loss (vs the best TPS) the near-peak point may cost.
         bootstrap: Resamples for the points tied with the peak (0: none); needs samples.csv.
         seed: Seed of the resampling.
+        tariff_per_kwh: Price of a kWh: cost per 1M tokens, and the peak's savings against the
+            fastest point (None: energy only).
+        max_ttft_ms: Latency target for the time to first token's p95 (None: none).
+        max_itl_ms: Latency target for the inter-token latency's p95 (None: none).
 
     Returns:
         analysis.json for a clock sweep (docs/run-format.md): ``axis``, ``points``, ``peak``
@@ -245,6 +259,8 @@ def analyze_clocks(
         ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
     """
     from powersweep.analysis.core import run_facts, sanitize
+
+    serving.check_options(tariff_per_kwh, max_ttft_ms, max_itl_ms)
 
     points = clock_points(curve.caps, curve.metric)
     run = run_facts(curve)
@@ -268,6 +284,8 @@ def analyze_clocks(
         "bandwidth_capped_tiers": [],
         "saturation": None,
         "power_cap_binds": None,
+        "energy": None,
+        "latency_target": None,
         "findings": [],
     }
     findings: list[dict[str, Any]] = result["findings"]
@@ -305,6 +323,18 @@ def analyze_clocks(
     sat = fastest_tier["tps_stops_rising_at_sm_mhz"]
     result["saturation"] = (
         {"sm_lock_mhz": sat, "mem_lock_mhz": fastest_tier["mem_lock_mhz"]} if sat else None
+    )
+    dicts = result["points"]
+    serving.attach(
+        result,
+        dicts,
+        dicts[points.index(peak)],
+        dicts[points.index(fastest)],
+        tariff=serving.run_tariff(curve.run, tariff_per_kwh),
+        max_ttft_ms=max_ttft_ms,
+        max_itl_ms=max_itl_ms,
+        noise_rel=serving.group_noise(serving.tiers(dicts, "mem_lock_mhz", "sm_lock_mhz")),
+        name=point_label,
     )
     binds = _power_binds(points, curve.caps, curve.run)
     result["power_cap_binds"] = binds
@@ -435,7 +465,7 @@ def _label(sm: float, mem: float) -> str:
     return " / ".join(parts) or "unlocked"
 
 
-def point_label(p: dict[str, Any]) -> str:
+def point_label(p: Mapping[str, Any]) -> str:
     """``SM 1410 MHz / mem 9001 MHz`` for a point dict."""
     return _label(_f(p.get("sm_lock_mhz")), _f(p.get("mem_lock_mhz")))
 

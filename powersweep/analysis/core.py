@@ -7,14 +7,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import cap_points, noise, structure, trust
+from powersweep.analysis import cap_points, noise, serving, structure, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
@@ -38,6 +38,9 @@ def analyze(
     bootstrap: int = 1000,
     seed: int = 0,
     default_limit_w: float | None = None,
+    tariff_per_kwh: float | None = None,
+    max_ttft_ms: float | None = None,
+    max_itl_ms: float | None = None,
 ) -> dict[str, Any]:
     """Analyse a curve.
 
@@ -51,6 +54,10 @@ def analyze(
             requests.csv.
         seed: Seed of the bootstrap.
         default_limit_w: The card's default limit when run.json does not say (per GPU).
+        tariff_per_kwh: Price of a kWh: cost per 1M tokens and the savings against the default
+            limit (None: energy only).
+        max_ttft_ms: Latency target for the time to first token's p95 (None: none).
+        max_itl_ms: Latency target for the inter-token latency's p95 (None: none).
 
     Returns:
         A JSON-serialisable dict following analysis.json (docs/run-format.md), NaN as None.
@@ -66,6 +73,7 @@ def analyze(
         raise UsageError(f"--max-tps-loss must be between 0 and 100 %, got {max_tps_loss_pct}")
     if bootstrap < 0:
         raise UsageError(f"--bootstrap must be 0 or more, got {bootstrap}")
+    serving.check_options(tariff_per_kwh, max_ttft_ms, max_itl_ms)
 
     run = run_facts(curve, default_limit_w)
     caps = curve.caps
@@ -96,6 +104,8 @@ def analyze(
         "findings": findings,
         # What the sweep's confirm phase re-measured, and why (run.json ``confirm``).
         "confirm": (curve.run or {}).get("confirm"),
+        "energy": None,
+        "latency_target": None,
     }
     findings += _status_findings(caps)
     result["server_rates"] = server_rates(curve.requests)
@@ -142,6 +152,8 @@ def analyze(
         points, near["cap_w"], objective, eta, default_w, run, n_gpus
     )
 
+    tariff = serving.run_tariff(curve.run, tariff_per_kwh)
+    _attach_serving(result, rows, default_w, tariff, max_ttft_ms, max_itl_ms)
     result["plateaus"] = [_region_dict(r) for r in regions]
     result["regimes"] = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
@@ -155,6 +167,47 @@ def analyze(
     findings += _regime_findings(points, result["regimes"], slowdown)
     findings += _energy_findings(ok)
     return sanitize(result)
+
+
+def _attach_serving(
+    result: dict[str, Any],
+    rows: Sequence[dict[str, Any]],
+    default_w: float,
+    tariff: float | None,
+    max_ttft_ms: float | None,
+    max_itl_ms: float | None,
+) -> None:
+    """Energy per token at the recommended caps, cost against the default, the latency pick."""
+    usable = [r for r in rows if r.get("status") == "ok" and r.get("tps_per_w") is not None]
+    by_cap = {r["cap_w"]: r for r in usable}
+    for key in ("sweet_spot", "near_peak", "recommendation"):
+        pick = result.get(key)
+        if pick:
+            row = by_cap.get(pick["cap_w"], {})
+            pick.update(j_per_token=row.get("j_per_token"), kwh_per_mtok=row.get("kwh_per_mtok"))
+    # as the TPS/W gain against the default is: measured there, else between its neighbours
+    reference = (
+        serving.interpolated(usable, "cap_w", default_w) if math.isfinite(default_w) else None
+    )
+    serving.attach(
+        result,
+        usable,
+        by_cap.get(result["recommendation"]["cap_w"]),
+        reference,
+        tariff=tariff,
+        max_ttft_ms=max_ttft_ms,
+        max_itl_ms=max_itl_ms,
+        noise_rel=serving.relative_noise([r["tps_per_w"] for r in usable]),
+        name=_serving_name,
+    )
+
+
+def _serving_name(row: Mapping[str, Any]) -> str:
+    """A cap as the energy and latency answers name it (an interpolated one says so)."""
+    around = row.get("interpolated_from")
+    if around:
+        return f"{_w(row['cap_w'])}, interpolated between {_w(around[0])} and {_w(around[1])}"
+    return _w(row["cap_w"])
 
 
 def run_facts(curve: Curve, default_limit_w: float | None = None) -> dict[str, Any]:
@@ -351,7 +404,15 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
         den = pl.when(valid).then(pl.col(weight)).otherwise(0.0).sum()
         return pl.when(den > 0).then(num / den).otherwise(None).alias(col)
 
-    pooled_cols = {*tps_cols, "power_w", "n_samples", "n_requests", "energy_j", "energy_sampled_j"}
+    pooled_cols = {
+        *tps_cols,
+        "power_w",
+        "n_samples",
+        "n_requests",
+        "energy_j",
+        "energy_sampled_j",
+        *(c for c in serving.pooled_names() if c != "kwh_per_mtok"),
+    }
     aggs = [weighted(c, "_wt") for c in tps_cols]
     aggs += [
         weighted("power_w", "_wp"),
@@ -362,11 +423,13 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
             if c in ok.columns
         ),
         pl.len().alias("n_measurements"),
+        *serving.pooled_columns(ok.columns),
     ]
     aggs += [pl.col(c).last() for c in ok.columns if c not in pooled_cols and c not in keys]
     pooled = df.group_by(keys, maintain_order=True).agg(aggs)
     tpw = pl.col(metric) / pl.col("power_w")
-    return pooled.with_columns(tpw.alias("tps_per_w")).select([*ok.columns, "n_measurements"])
+    pooled = serving.with_kwh(pooled.with_columns(tpw.alias("tps_per_w")))
+    return pooled.select([*ok.columns, "n_measurements"])
 
 
 def _table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
@@ -433,6 +496,7 @@ def _cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
                 "energy_sampled_j": row.get("energy_sampled_j"),
                 "n_gpus": row.get("n_gpus"),
                 "n_measurements": row.get("n_measurements"),
+                **serving.row_fields(row),
             }
         )
     return rows

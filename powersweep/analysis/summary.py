@@ -56,10 +56,15 @@ def render_summary(curve: Curve, analysis: dict[str, Any]) -> str:
     Returns:
         GitHub-flavoured markdown, always shorter than 65,536 characters.
     """
+    # imported here: the sections use this module's escaping
+    from powersweep.analysis.serving_summary import energy_section, latency_section
+
     head = (
         _header(analysis)
         + _findings(analysis)
         + _recommendations(analysis)
+        + energy_section(analysis, "the default limit")
+        + latency_section(analysis)
         + _load(curve)
         + _measured_why(curve)
     )
@@ -237,16 +242,17 @@ def _recommendations(analysis: dict[str, Any]) -> str:
         rows.append(
             f"| {escape_md(name)} | {_fmt(rec.get('cap_w'), 0)} | "
             f"{_fmt(rec.get('tps_per_w'), 4)} | {_fmt(rec.get('tps'), 2)} | "
-            f"{_fmt(rec.get('power_w'), 1)} | {_pct_cell(rec)} | "
-            f"{_fmt(rec.get('tps_per_w_gain_vs_default_pct'), 1)} |"
+            f"{_fmt(rec.get('power_w'), 1)} | {_fmt(rec.get('j_per_token'), 3)} | "
+            f"{_pct_cell(rec)} | {_fmt(rec.get('tps_per_w_gain_vs_default_pct'), 1)} |"
         )
     if not rows:
         return ""
     head = [
         "### Recommendations",
         "",
-        "| | Cap (W/card) | TPS/W | TPS | Power (W) | % of default | TPS/W gain vs default (%) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| | Cap (W/card) | TPS/W | TPS | Power (W) | J/token | % of default "
+        "| TPS/W gain vs default (%) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     plateaus = analysis.get("plateaus") or []
     extra = [""]
@@ -276,7 +282,13 @@ def _table(analysis: dict[str, Any]) -> str:
     cols += [label, "Code TPS", "Power (W" + (" combined)" if n_gpus > 1 else ")")]
     if n_gpus > 1:
         cols.append("Power (W/card)")
-    cols += ["TPS/W", "SM clock (MHz)", "Temp max (°C)", "Regime", "Status"]
+    cols += ["TPS/W", "J/token"]
+    rows = analysis.get("caps") or []
+    # latency and cost only where measured (runs older than the columns have none)
+    itl = any(r.get("itl_p95_ms") is not None for r in rows)
+    cost = any(r.get("cost_per_mtok") is not None for r in rows)
+    cols += ["ITL p95 (ms)"] * itl + ["Cost / 1M tok"] * cost
+    cols += ["SM clock (MHz)", "Temp max (°C)", "Regime", "Status"]
     lines = [
         "### Per-cap results",
         "",
@@ -284,7 +296,7 @@ def _table(analysis: dict[str, Any]) -> str:
         "|" + "|".join("---:" if i < len(cols) - 2 else "---" for i in range(len(cols))) + "|",
     ]
     sweet = (analysis.get("sweet_spot") or {}).get("cap_w")
-    for row in analysis.get("caps") or []:
+    for row in rows:
         ok = row.get("status") == "ok"
         cap = row.get("cap_w")
         cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and ok else "")
@@ -299,8 +311,10 @@ def _table(analysis: dict[str, Any]) -> str:
             cells += [_fmt(row.get("tps"), 2), _fmt(row.get("code_tps"), 2), _fmt(power, 1)]
             if n_gpus > 1:
                 cells.append(_fmt(power / n_gpus if power is not None else None, 1))
+            cells += [_fmt(row.get("tps_per_w"), 4), _fmt(row.get("j_per_token"), 3)]
+            cells += [_fmt(row.get("itl_p95_ms"), 1)] * itl
+            cells += [_fmt(row.get("cost_per_mtok"), 3)] * cost
             cells += [
-                _fmt(row.get("tps_per_w"), 4),
                 _fmt(row.get("sm_clock_mhz"), 0),
                 _fmt(row.get("temp_max_c"), 0),
                 _fmt(row.get("regime")),
@@ -310,7 +324,7 @@ def _table(analysis: dict[str, Any]) -> str:
             # A cap that did not finish is shown as such, never as zeros.
             status = str(row.get("status") or "failed")
             error = row.get("error")
-            n_blank = 4 + (1 if n_gpus > 1 else 0)
+            n_blank = 5 + (1 if n_gpus > 1 else 0) + itl + cost
             cells += [escape_md(status)] + ["—"] * n_blank + ["—", "—"]
             cells.append(escape_md(f"{status}: {error}" if error else status))
         lines.append("| " + " | ".join(cells) + " |")

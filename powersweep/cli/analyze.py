@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from powersweep.analysis.context import CardFacts
+from powersweep.analysis.serving import ServingOptions, check_options
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
 from powersweep.errors import UsageError
@@ -22,6 +23,34 @@ class Objective(StrEnum):
     TPS_PER_W = "tps-per-w"
     NEAR_PEAK = "near-peak"
     COST = "cost"
+
+
+TariffOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--tariff",
+        metavar="PRICE",
+        help="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
+        "against the default limit, per 1M tokens and per year.",
+    ),
+]
+MaxTtftOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-ttft-ms",
+        metavar="MS",
+        help="Latency target: the most efficient point whose time-to-first-token p95 is at most "
+        "this.",
+    ),
+]
+MaxItlOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-itl-ms",
+        metavar="MS",
+        help="Latency target: the most efficient point whose inter-token p95 is at most this.",
+    ),
+]
 
 
 def analyze_command(
@@ -42,6 +71,9 @@ def analyze_command(
         Objective, typer.Option(help="What the recommended cap optimises.")
     ] = Objective.TPS_PER_W,
     eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
+    tariff: TariffOpt = None,
+    max_ttft_ms: MaxTtftOpt = None,
+    max_itl_ms: MaxItlOpt = None,
     gpu_name: GpuName = None,
     default_limit: DefaultLimit = None,
     min_limit: MinLimit = None,
@@ -63,6 +95,10 @@ def analyze_command(
         raise UsageError(
             "a clock-lock run compares with one power-axis run: give RUN_POWER RUN_CLOCKS"
         )
+    check_options(tariff, max_ttft_ms, max_itl_ms)
+    serving = ServingOptions(tariff, max_ttft_ms, max_itl_ms)
+    if len(paths) > 1 and serving.given:
+        raise UsageError("--tariff, --max-ttft-ms and --max-itl-ms analyse one run at a time")
     card = card_facts(gpu_name, default_limit, min_limit, max_limit)
     handover = Handover()
     handover.expect(*([out] if out is not None else [p if p.is_dir() else p.parent for p in paths]))
@@ -82,7 +118,7 @@ def analyze_command(
         elif len(paths) > 1:
             written = _cross(paths, out, as_json, max_tps_loss, objective, eta)
         else:
-            written = _single(paths[0], out, as_json, max_tps_loss, objective, eta, card)
+            written = _single(paths[0], out, as_json, max_tps_loss, objective, eta, card, serving)
     finally:
         handover.hand(written)
 
@@ -95,6 +131,7 @@ def _single(
     objective: Objective,
     eta: float,
     card: CardFacts,
+    serving: ServingOptions,
 ) -> tuple[Path, ...]:
     """One run: printed (JSON or summary) before its files are written."""
     from powersweep.report import Report, build_report
@@ -108,7 +145,10 @@ def _single(
     return build_report(
         path,
         out_dir=out,
+        # the one chart a latency target asks for (TPS/W against inter-token p95)
         charts=False,
+        latency_chart=serving.has_target,
+        serving=serving,
         max_tps_loss_pct=max_tps_loss,
         objective=objective.value,
         eta=eta,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,7 +13,7 @@ import typer
 
 from powersweep.cli._boot import BootUnit
 from powersweep.cli._common import BackendOpt, StateDirOpt, info, is_root, warn
-from powersweep.cli.analyze import Objective
+from powersweep.cli.analyze import MaxItlOpt, MaxTtftOpt
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import Backend
 
@@ -37,9 +38,24 @@ RunDirArg = Annotated[
         show_default=False,
     ),
 ]
+
+
+class ApplyObjective(StrEnum):
+    """Which of a run's recommendations to set (``slo``: the most efficient point that meets
+    the latency targets)."""
+
+    TPS_PER_W = "tps-per-w"
+    NEAR_PEAK = "near-peak"
+    COST = "cost"
+    SLO = "slo"
+
+
 ObjectiveOpt = Annotated[
-    Objective | None,
-    typer.Option(help="Which recommendation of the run (default: the one its analysis made)."),
+    ApplyObjective | None,
+    typer.Option(
+        help="Which recommendation of the run (default: the one its analysis made); slo: the "
+        "most efficient point whose measured p95 latencies meet --max-ttft-ms/--max-itl-ms."
+    ),
 ]
 EtaOpt = Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")]
 CapOpt = Annotated[
@@ -130,6 +146,8 @@ def apply_command(
     run_dir: RunDirArg = None,
     objective: ObjectiveOpt = None,
     eta: EtaOpt = 0.5,
+    max_ttft_ms: MaxTtftOpt = None,
+    max_itl_ms: MaxItlOpt = None,
     cap: CapOpt = None,
     sm_clock: SmClockOpt = None,
     mem_clock: MemClockOpt = None,
@@ -158,6 +176,12 @@ def apply_command(
     )
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
+    latency = (max_ttft_ms, max_itl_ms)
+    if any(v is not None for v in latency) and (objective != ApplyObjective.SLO or run_dir is None):
+        raise UsageError(
+            "--max-ttft-ms and --max-itl-ms choose a run's point: use them with "
+            "RUN_DIR --objective slo"
+        )
     if reset and print_unit:
         raise UsageError("--reset --persist removes the boot unit; there is no unit to print")
     persist = persist or print_unit
@@ -176,7 +200,7 @@ def apply_command(
         source = named.source() or "--reset"
         if run_dir is not None:
             choice = objective.value if objective else None
-            targets, named, source = _from_run(rig, run_dir, choice, eta, selection, force)
+            targets, named, source = _from_run(rig, run_dir, choice, eta, selection, force, latency)
         else:
             targets = select_gpus(rig.backend, selection, warn)
         caps, clocks = _plan(targets, named, reset, strict)
@@ -193,12 +217,15 @@ def _from_run(
     eta: float,
     selection: Sequence[str] | None,
     force: bool,
+    latency: tuple[float | None, float | None] = (None, None),
 ) -> tuple[list[Target], _Named, str]:
     """A run's recommendation (said on stderr), the cards it goes to, and the unit's source."""
     from powersweep.sweep.settings.recommendation import read_recommendation
     from powersweep.sweep.settings.targets import match_run_gpus
 
-    rec = read_recommendation(run_dir, objective, eta=eta)
+    rec = read_recommendation(
+        run_dir, objective, eta=eta, max_ttft_ms=latency[0], max_itl_ms=latency[1]
+    )
     extra = f", {rec.tps_per_w:.4g} TPS/W" if rec.tps_per_w is not None else ""
     info(f"{run_dir}: {rec.objective} recommendation {rec.describe()}{extra}")
     for note in rec.notes:

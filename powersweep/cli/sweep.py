@@ -15,7 +15,9 @@ from typing import Annotated, Any
 import typer
 from tqdm import tqdm
 
+from powersweep.analysis.serving import check_options
 from powersweep.cli._common import BackendOpt, info, is_root, state_dir_option, warn
+from powersweep.cli.analyze import TariffOpt
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import (
     Axis,
@@ -450,6 +452,7 @@ def sweep_command(
     state_dir: StateDirOpt = None,
     out: OutOpt = Path("powersweep-runs"),
     no_charts: NoChartsOpt = False,
+    tariff: TariffOpt = None,
     quiet: QuietOpt = False,
     simulate: SimulateOpt = None,
     list_profiles: ListProfilesOpt = False,
@@ -480,6 +483,7 @@ def sweep_command(
         return
     if simulate is None and seed is not None:
         raise UsageError("--seed works only with --simulate")
+    check_options(tariff, None, None)
     options = SweepOptions(
         cooling=cooling.value,
         load_mode=load_mode.value,
@@ -534,6 +538,7 @@ def sweep_command(
         sim_serving_gpus=parse_gpus(sim_serving_gpus),
         sim_fault=sim_fault,
         backend=backend.value,
+        tariff_per_kwh=tariff,
     )
     if dry_run:
         _print_dry_run(options)

@@ -12,6 +12,7 @@ from powersweep.plots.clock_charts import (
 from powersweep.plots.companions import clocks_figure, power_figure, timeline_figure
 from powersweep.plots.compare import compare_figure, compare_table, render_compare
 from powersweep.plots.efficiency import efficiency_figure
+from powersweep.plots.latency import has_latency, latency_figure, render_latency_chart
 from powersweep.plots.render import render_charts
 
 __all__ = [
@@ -20,10 +21,13 @@ __all__ = [
     "compare_table",
     "efficiency_by_clock_figure",
     "efficiency_figure",
+    "has_latency",
+    "latency_figure",
     "pareto_figure",
     "power_figure",
     "render_charts",
     "render_clock_charts",
     "render_compare",
+    "render_latency_chart",
     "timeline_figure",
 ]

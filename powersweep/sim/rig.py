@@ -175,6 +175,10 @@ class TruthCap:
     sm_clock_mhz: float
     temp_c: float
     regime: str
+    # J per token of the measured figure (draw over rate) and one stream's mean gap between
+    # tokens (decode modes; NaN in prefill-heavy): what the per-token columns should read.
+    j_per_token: float = math.nan
+    itl_ms: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,8 @@ def ground_truth(
                 sm_clock_mhz=first.sm_clock_mhz,
                 temp_c=max(t for _, t, _ in states),
                 regime=regime,
+                j_per_token=power / rate,
+                itl_ms=1000.0 * work.batch / rate if work.kind == "decode" else math.nan,
             )
         )
         ops.append([op for op, _, _ in states])
@@ -354,6 +360,8 @@ def clock_ground_truth(
                 "tps_per_w": rate / power,
                 "sm_clock_mhz": states[0][0].sm_clock_mhz,
                 "regime": regime_of(states[0][0]),
+                "j_per_token": power / rate,
+                "itl_ms": 1000.0 * work.batch / rate if work.kind == "decode" else None,
             }
         )
     peak = max(rows, key=lambda r: r["tps_per_w"])

@@ -172,6 +172,8 @@ class SweepOptions:
     sim_serving_gpus: tuple[int, ...] | None = None
     sim_fault: str | None = None
     backend: str = "auto"
+    # The price of a kWh the report prices tokens at (``--tariff``; analyze reuses it).
+    tariff_per_kwh: float | None = None
 
     @property
     def prefill_seconds(self) -> float:

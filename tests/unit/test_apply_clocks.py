@@ -202,7 +202,7 @@ def test_a_clock_run_without_a_held_cap_leaves_the_limit_alone(tmp_path: Path) -
     [
         ({**ANALYSIS, "peak": None, "sweet_spot": None}, None, "holds no tps-per-w clock"),
         ({**ANALYSIS, "near_peak": None}, "near-peak", "holds no near-peak clock"),
-        (ANALYSIS, "cost", "clock run: it recommends clock locks for tps-per-w or near-peak"),
+        (ANALYSIS, "cost", "clock run: it recommends clock locks for tps-per-w, near-peak or slo"),
         (
             {**ANALYSIS, "sweet_spot": {**PEAK, "sm_lock_mhz": None, "mem_lock_mhz": None}},
             None,

@@ -356,6 +356,7 @@ class PointMeasurer:
             window_s=run.window_s,
             tps=run.tps or None,
             windows=run.power_windows or None,
+            phase_windows=run.windows,
             busy_gpus=self.busy_gpus,
             extra={**extra, **run.extra},
             error=error or "; ".join(run.errors),

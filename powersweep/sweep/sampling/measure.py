@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from powersweep.sweep.gpu import GpuSample
+from powersweep.sweep.sampling.per_token import energy_per_token, latency_percentiles, metric_spans
 from powersweep.sweep.sampling.sampler import SampleRow
 
 NAN = math.nan
@@ -228,6 +229,7 @@ def cap_row(
     windows: Sequence[tuple[float, float]] | None = None,
     busy_gpus: Collection[int] | None = None,
     extra: Mapping[str, Any] | None = None,
+    phase_windows: Sequence[tuple[str, float, float]] | None = None,
 ) -> dict[str, Any]:
     """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
 
@@ -236,6 +238,8 @@ def cap_row(
     other sample figure) to the spans that TPS was counted in; ``busy_gpus`` are the GPUs whose
     utilization marks a tick as loaded (the serving ones). ``extra`` adds mode-specific columns
     (and may replace ``tps_blocks``, the resampling units of the metric's TPS).
+    ``phase_windows`` are the load's ``(prompt kind, t0, t1)`` windows: energy per token and the
+    latency percentiles are of the metric prompt's windows (NaN without them).
     """
     ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
@@ -260,6 +264,7 @@ def cap_row(
         if load_mode == "prefill-heavy"
         else decode_blocks(requests, "narr")
     )
+    spans = metric_spans(phase_windows, load_mode)
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
     n = len(ticks)
@@ -291,6 +296,8 @@ def cap_row(
         "status": status,
         "error": error,
         "tps_blocks": format_blocks(blocks),
+        **energy_per_token(ticks, requests, spans, load_mode),
+        **latency_percentiles(requests, spans, load_mode),
         **(extra or {}),
     }
 

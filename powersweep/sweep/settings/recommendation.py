@@ -12,8 +12,9 @@ from typing import Any
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
 
-# The analysis.json key that holds each objective's pick (the cost objective has none of its own).
-_OBJECTIVE_KEYS = {"tps-per-w": "sweet_spot", "near-peak": "near_peak"}
+# The analysis.json key that holds each objective's pick (the cost objective has none of its own;
+# ``slo`` is the latency target's pick, put under that key by read_recommendation).
+_OBJECTIVE_KEYS = {"tps-per-w": "sweet_spot", "near-peak": "near_peak", "slo": "slo"}
 
 
 @dataclass(frozen=True)
@@ -77,19 +78,28 @@ class Recommendation:
 
 
 def read_recommendation(
-    run_dir: Path, objective: str | None = None, *, eta: float = 0.5
+    run_dir: Path,
+    objective: str | None = None,
+    *,
+    eta: float = 0.5,
+    max_ttft_ms: float | None = None,
+    max_itl_ms: float | None = None,
 ) -> Recommendation:
     """Read the cap a run recommends for an objective.
 
     Without ``objective`` it is the recommendation ``analysis.json`` holds (what the summary
     told the user). ``tps-per-w`` and ``near-peak`` come from ``analysis.json``; ``cost``, unless
     that is the objective ``analysis.json`` was made for, re-analyses the run's CSVs in memory
-    (nothing is written).
+    (nothing is written). ``slo`` is the most efficient point whose measured p95 latencies meet
+    the targets: those given here (the CSVs analysed again in memory), else the ones
+    ``analysis.json`` was made with (``powersweep analyze --max-itl-ms``).
 
     Args:
         run_dir: A run directory with ``run.json`` and ``analysis.json``.
-        objective: ``tps-per-w``, ``near-peak``, ``cost`` or None.
+        objective: ``tps-per-w``, ``near-peak``, ``cost``, ``slo`` or None.
         eta: Weight of energy in the ``cost`` objective.
+        max_ttft_ms: ``slo``: the target for the time to first token's p95.
+        max_itl_ms: ``slo``: the target for the inter-token latency's p95.
 
     Raises:
         UsageError: Not a run directory, no analysis, no recommendation, or a run that does not
@@ -105,6 +115,8 @@ def read_recommendation(
         )
     gpus = _measured_gpus(run, run_path)
     chosen = objective or _analysed_objective(analysis)
+    if chosen == "slo":
+        analysis = {**analysis, "slo": _slo_pick(run_dir, analysis, max_ttft_ms, max_itl_ms)}
     if analysis.get("kind") == "clocks":
         return _clock_recommendation(run_dir, run, analysis, chosen, gpus)
     pick = _pick(analysis, chosen, run_dir, eta)
@@ -158,8 +170,8 @@ def _clock_recommendation(
     key = _OBJECTIVE_KEYS.get(objective)
     if key is None:
         raise UsageError(
-            f"{run_dir} is a clock run: it recommends clock locks for tps-per-w or near-peak, "
-            f"not {objective}"
+            f"{run_dir} is a clock run: it recommends clock locks for tps-per-w, near-peak or "
+            f"slo, not {objective}"
         )
     pick = analysis.get(key)
     if not isinstance(pick, dict):
@@ -184,6 +196,50 @@ def _clock_recommendation(
         sm_clock_mhz=sm,
         mem_clock_mhz=mem,
     )
+
+
+def _slo_pick(
+    run_dir: Path,
+    analysis: dict[str, Any],
+    max_ttft_ms: float | None,
+    max_itl_ms: float | None,
+) -> dict[str, Any]:
+    """The latency target's pick: the targets given (the CSVs analysed again in memory), else
+    the ones analysis.json holds.
+
+    Raises:
+        UsageError: No target anywhere, or no measured point meets the targets.
+    """
+    target = analysis.get("latency_target")
+    if max_ttft_ms is not None or max_itl_ms is not None:
+        from powersweep import analysis as analysis_pkg
+
+        curve = analysis_pkg.load_curve(run_dir)
+        fresh = (
+            analysis_pkg.analyze_clocks(
+                curve, bootstrap=0, max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms
+            )
+            if analysis.get("kind") == "clocks"
+            else analysis_pkg.analyze(
+                curve, bootstrap=0, max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms
+            )
+        )
+        target = fresh.get("latency_target")
+    if not isinstance(target, dict):
+        raise UsageError(
+            "--objective slo needs a latency target: give --max-itl-ms and/or --max-ttft-ms "
+            f"(or run `powersweep analyze {run_dir} --max-itl-ms MS` first)"
+        )
+    point = target.get("point")
+    if not target.get("met") or not isinstance(point, dict):
+        closest = target.get("name")
+        misses = "; ".join(target.get("misses") or [])
+        raise UsageError(
+            f"no measured point of {run_dir} meets the latency target"
+            + (f" (the closest, {closest}, misses it: {misses})" if closest else "")
+            + ": loosen the target or measure higher caps"
+        )
+    return dict(point)
 
 
 def _analysed_objective(analysis: dict[str, Any]) -> str:

@@ -1,0 +1,393 @@
+"""What serving costs at each point: energy per token, cost per 1M tokens, latency targets.
+
+The figures come from caps.csv's per-token columns (``j_per_token`` from the energy counter over
+the metric's windows, the latency percentiles of the same requests); nothing here is fitted. The
+same functions serve power-cap runs (points named by their cap) and clock-lock runs (named by
+their locks), so both axes answer a tariff and a latency target alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from powersweep.errors import UsageError
+
+NAN = math.nan
+J_PER_KWH = 3.6e6
+SECONDS_PER_YEAR = 365.0 * 24.0 * 3600.0
+# A tariff above this per kWh is a typo (the dearest retail power is under 1 per kWh).
+MAX_TARIFF_PER_KWH = 100.0
+# Latency targets a user can mean (an hour to first token is no target).
+MAX_TARGET_MS = 3.6e6
+# Two noisy figures differ by more than 2 sigma of their difference (sqrt(2) sigma each) before
+# one is called better: the points within it are tied with the pick.
+TIE_SIGMAS = 2.0
+PER_TOKEN_COLUMNS = (
+    "j_per_token",
+    "j_per_token_sampled",
+    "kwh_per_mtok",
+    "energy_tokens",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "itl_p50_ms",
+    "itl_p95_ms",
+)
+# How a point measured more than once (the confirm phase) pools each column: energy per token by
+# the tokens it counted, percentiles by the window (the percentile of the pooled gaps, near
+# enough for readings of one operating point; the worst reading would instead penalise exactly
+# the points the confirm phase measures more often: the best ones).
+_BY_TOKENS = ("j_per_token", "j_per_token_sampled")
+_BY_WINDOW = ("ttft_p50_ms", "itl_p50_ms", "ttft_p95_ms", "itl_p95_ms")
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """What a user asked of the serving figures.
+
+    Attributes:
+        tariff_per_kwh: Price of a kWh (None: energy only).
+        max_ttft_ms: Target for the time to first token's p95 (None: none).
+        max_itl_ms: Target for the inter-token latency's p95 (None: none).
+    """
+
+    tariff_per_kwh: float | None = None
+    max_ttft_ms: float | None = None
+    max_itl_ms: float | None = None
+
+    @property
+    def has_target(self) -> bool:
+        """A latency target was given."""
+        return self.max_ttft_ms is not None or self.max_itl_ms is not None
+
+    @property
+    def given(self) -> bool:
+        """Anything was given."""
+        return self.has_target or self.tariff_per_kwh is not None
+
+
+def pooled_columns(columns: Sequence[str]) -> list[pl.Expr]:
+    """Aggregations of the per-token columns for ``core.pool_repeats`` (``_wt``: the window).
+
+    Args:
+        columns: The columns of the frame being pooled (old runs lack the per-token ones).
+    """
+    have = set(columns)
+    out: list[pl.Expr] = []
+
+    def weighted(col: str, weight: pl.Expr) -> pl.Expr:
+        valid = pl.col(col).is_not_null() & pl.col(col).is_finite() & weight.is_not_null()
+        num = pl.when(valid).then(pl.col(col) * weight).otherwise(0.0).sum()
+        den = pl.when(valid).then(weight).otherwise(0.0).sum()
+        return pl.when(den > 0).then(num / den).otherwise(None).alias(col)
+
+    if "energy_tokens" in have:
+        # a hand-made caps.csv may carry J/token without the tokens: then equal weights
+        tokens = pl.col("energy_tokens").fill_null(1.0)
+        out += [weighted(c, tokens) for c in _BY_TOKENS if c in have]
+        out.append(
+            pl.when(pl.col("energy_tokens").null_count() == 0)
+            .then(pl.col("energy_tokens").sum())
+            .otherwise(None)
+            .alias("energy_tokens")
+        )
+    out += [weighted(c, pl.col("_wt")) for c in _BY_WINDOW if c in have]
+    return out
+
+
+def with_kwh(df: pl.DataFrame) -> pl.DataFrame:
+    """``kwh_per_mtok`` recomputed from a pooled ``j_per_token``."""
+    if "j_per_token" not in df.columns or "kwh_per_mtok" not in df.columns:
+        return df
+    return df.with_columns((pl.col("j_per_token") * (1e6 / J_PER_KWH)).alias("kwh_per_mtok"))
+
+
+def pooled_names() -> frozenset[str]:
+    """The columns :func:`pooled_columns` aggregates (``kwh_per_mtok`` follows ``j_per_token``)."""
+    return frozenset(PER_TOKEN_COLUMNS)
+
+
+def row_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-token fields of one table row (None where not measured)."""
+    return {c: _num(row.get(c)) for c in PER_TOKEN_COLUMNS}
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def run_tariff(run: Mapping[str, Any] | None, given: float | None) -> float | None:
+    """The tariff to price with: the one given, else the sweep's own (``sweep --tariff``)."""
+    if given is not None:
+        return given
+    options = (run or {}).get("options")
+    value = options.get("tariff_per_kwh") if isinstance(options, Mapping) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value) if 0 <= value <= MAX_TARIFF_PER_KWH else None
+    return None
+
+
+def check_options(
+    tariff: float | None, max_ttft_ms: float | None, max_itl_ms: float | None
+) -> None:
+    """Refuse a tariff or a latency target no user means, with the option's name.
+
+    Raises:
+        UsageError: A value is not finite or out of range.
+    """
+    if tariff is not None and not (math.isfinite(tariff) and 0 <= tariff <= MAX_TARIFF_PER_KWH):
+        raise UsageError(
+            f"--tariff must be a price per kWh from 0 to {MAX_TARIFF_PER_KWH:g}, not {tariff:g}"
+        )
+    for name, value in (("--max-ttft-ms", max_ttft_ms), ("--max-itl-ms", max_itl_ms)):
+        if value is not None and not (math.isfinite(value) and 0 < value <= MAX_TARGET_MS):
+            raise UsageError(f"{name} must be a time in ms above 0, not {value:g}")
+
+
+def cost_summary(
+    candidates: Sequence[Mapping[str, Any]],
+    chosen: Mapping[str, Any] | None,
+    reference: Mapping[str, Any] | None,
+    tariff: float | None,
+) -> dict[str, Any] | None:
+    """Energy and cost per 1M tokens at the chosen point against a reference point.
+
+    Args:
+        candidates: Usable points (each with ``tps``, ``j_per_token``, ``kwh_per_mtok``).
+        chosen: The recommended point (one of ``candidates``).
+        reference: The point it is compared with (the default limit; a clock run's fastest
+            point); None when not measured.
+        tariff: Price of a kWh (None: energy only).
+
+    Returns:
+        ``chosen`` and ``reference`` figures, what the chosen point saves per 1M tokens and per
+        year of the measured load served around the clock at the chosen point's rate, or None
+        when the chosen point has no energy per token.
+    """
+    if chosen is None or _num(chosen.get("kwh_per_mtok")) is None:
+        return None
+
+    def figures(p: Mapping[str, Any]) -> dict[str, Any]:
+        kwh = _num(p.get("kwh_per_mtok"))
+        return {
+            "j_per_token": _num(p.get("j_per_token")),
+            "kwh_per_mtok": kwh,
+            "cost_per_mtok": kwh * tariff if kwh is not None and tariff is not None else None,
+            "tps": _num(p.get("tps")),
+        }
+
+    out: dict[str, Any] = {"tariff_per_kwh": tariff, "chosen": figures(chosen), "reference": None}
+    if reference is None or _num(reference.get("kwh_per_mtok")) is None:
+        return out
+    ref = figures(reference)
+    out["reference"] = ref
+    saved_kwh = ref["kwh_per_mtok"] - out["chosen"]["kwh_per_mtok"]
+    tps = out["chosen"]["tps"] or 0.0
+    mtok_year = tps * SECONDS_PER_YEAR / 1e6
+    out["kwh_saved_per_mtok"] = saved_kwh
+    out["kwh_saved_per_year"] = saved_kwh * mtok_year
+    out["mtok_per_year"] = mtok_year
+    if tariff is not None:
+        out["cost_saved_per_mtok"] = saved_kwh * tariff
+        out["cost_saved_per_year"] = saved_kwh * mtok_year * tariff
+    return out
+
+
+def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> dict[str, Any] | None:
+    """A point's figures at ``at`` along ``key``: the measured point there, else linear between
+    the two measured points around it (``interpolated_from`` names them); None outside them.
+
+    Args:
+        points: Usable points with ``tps``, ``j_per_token`` and ``kwh_per_mtok``.
+        key: The axis column (``cap_w``).
+        at: Where (the default limit).
+    """
+    have = [p for p in points if _num(p.get(key)) is not None and _num(p.get("j_per_token"))]
+    ordered = sorted(have, key=lambda p: float(p[key]))
+    for p in ordered:
+        if abs(float(p[key]) - at) < 1e-6:
+            return dict(p)
+    for a, b in itertools.pairwise(ordered):
+        xa, xb = float(a[key]), float(b[key])
+        if xa < at < xb:
+            f = (at - xa) / (xb - xa)
+            out: dict[str, Any] = {key: at, "interpolated_from": [xa, xb]}
+            for col in ("tps", "j_per_token", "kwh_per_mtok"):
+                va, vb = _num(a.get(col)), _num(b.get(col))
+                out[col] = va + f * (vb - va) if va is not None and vb is not None else None
+            return out
+    return None
+
+
+def relative_noise(tps_per_w: Sequence[float]) -> float:
+    """Relative standard deviation of one point's TPS/W, from second differences along the axis.
+
+    A second difference is zero on a straight stretch of the curve; for independent noise of
+    sigma per point it has a standard deviation of sqrt(6) sigma, so the median absolute one
+    (scaled for a normal distribution) over sqrt(6) estimates sigma. NaN with fewer than 3 points.
+    """
+    v = [x for x in tps_per_w if math.isfinite(x) and x > 0]
+    if len(v) < 3:
+        return NAN
+    d2 = [abs(a - 2 * b + c) for a, b, c in zip(v, v[1:], v[2:], strict=False)]
+    sigma = statistics.median(d2) / 0.6745 / math.sqrt(6.0)
+    return sigma / statistics.median(v)
+
+
+def latency_choice(
+    candidates: Sequence[Mapping[str, Any]],
+    *,
+    max_ttft_ms: float | None,
+    max_itl_ms: float | None,
+    noise_rel: float,
+    name: Callable[[Mapping[str, Any]], str],
+) -> dict[str, Any] | None:
+    """The most efficient point whose own measured p95 latencies meet the targets.
+
+    Args:
+        candidates: Usable points in axis order, with ``tps_per_w``, ``ttft_p95_ms`` and
+            ``itl_p95_ms``.
+        max_ttft_ms: Target for the time to first token's p95 (None: none).
+        max_itl_ms: Target for the inter-token latency's p95 (None: none).
+        noise_rel: Relative noise of one point's TPS/W (:func:`relative_noise`; NaN: unknown).
+        name: How a point is named in the answer (``280 W``, ``SM 1410 MHz``).
+
+    Returns:
+        None without a target. Else ``met`` (bool), ``point`` (the pick, or the closest point
+        when none meets the targets), ``tied`` (the names of the points that meet them within
+        noise of the pick), ``misses`` (why the closest one fails) and the targets.
+    """
+    given = {"ttft_p95_ms": max_ttft_ms, "itl_p95_ms": max_itl_ms}
+    targets = {k: v for k, v in given.items() if v is not None}
+    if not targets:
+        return None
+
+    def over(p: Mapping[str, Any]) -> float:
+        """The worst ratio of a point's p95 to its target (inf: not measured)."""
+        ratios = []
+        for key, limit in targets.items():
+            v = _num(p.get(key))
+            ratios.append(math.inf if v is None else v / limit)
+        return max(ratios)
+
+    base: dict[str, Any] = {
+        "max_ttft_ms": max_ttft_ms,
+        "max_itl_ms": max_itl_ms,
+        "noise_rel": noise_rel if math.isfinite(noise_rel) else None,
+    }
+    usable = [p for p in candidates if _num(p.get("tps_per_w")) is not None]
+    meeting = [p for p in usable if over(p) <= 1.0]
+    if not meeting:
+        measured = [p for p in usable if math.isfinite(over(p))]
+        closest = min(measured, key=over) if measured else None
+        misses = (
+            [
+                f"{k.replace('_ms', '')} {closest[k]:.4g} ms > {limit:g} ms"
+                for k, limit in targets.items()
+                if _num(closest.get(k)) is not None and closest[k] > limit
+            ]
+            if closest is not None
+            else []
+        )
+        return {**base, "met": False, "point": closest, "tied": [], "misses": misses}
+    best = max(meeting, key=lambda p: p["tps_per_w"])
+    margin = TIE_SIGMAS * math.sqrt(2.0) * noise_rel if math.isfinite(noise_rel) else 0.0
+    floor = best["tps_per_w"] * (1.0 - margin)
+    tied = [name(p) for p in meeting if p["tps_per_w"] >= floor]
+    return {**base, "met": True, "point": best, "tied": tied, "misses": []}
+
+
+def _position(p: Mapping[str, Any], key: str) -> float:
+    v = _num(p.get(key))
+    return -1.0 if v is None else v
+
+
+def axis_order(points: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
+    """Points sorted along one axis column (the noise estimate needs neighbours)."""
+    return sorted(points, key=lambda p: _position(p, key))
+
+
+def group_noise(groups: Sequence[Sequence[Mapping[str, Any]]]) -> float:
+    """:func:`relative_noise` pooled over several runs of neighbours (a grid's memory tiers)."""
+    values = [relative_noise([float(p["tps_per_w"]) for p in g]) for g in groups if len(g) >= 3]
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else NAN
+
+
+def tiers(
+    points: Sequence[Mapping[str, Any]], tier_key: str, along: str
+) -> list[list[Mapping[str, Any]]]:
+    """Points grouped by ``tier_key`` (a memory lock), each group ordered by ``along``."""
+    ordered = sorted(points, key=lambda p: _position(p, tier_key))
+    groups = itertools.groupby(ordered, key=lambda p: _position(p, tier_key))
+    return [axis_order(list(g), along) for _, g in groups]
+
+
+def attach(
+    result: dict[str, Any],
+    candidates: Sequence[Mapping[str, Any]],
+    chosen: Mapping[str, Any] | None,
+    reference: Mapping[str, Any] | None,
+    *,
+    tariff: float | None,
+    max_ttft_ms: float | None,
+    max_itl_ms: float | None,
+    noise_rel: float,
+    name: Callable[[Mapping[str, Any]], str],
+) -> None:
+    """Add ``energy`` (:func:`cost_summary`) and ``latency_target`` (:func:`latency_choice`) to
+    an analysis, and ``cost_per_mtok`` to each candidate row when a tariff is given."""
+    if tariff is not None:
+        for row in result.get("caps") or result.get("points") or []:
+            kwh = _num(row.get("kwh_per_mtok"))
+            row["cost_per_mtok"] = kwh * tariff if kwh is not None else None
+    result["energy"] = cost_summary(candidates, chosen, reference, tariff)
+    if result["energy"] is not None:
+        result["energy"]["chosen_name"] = name(chosen) if chosen else None
+        result["energy"]["reference_name"] = name(reference) if reference else None
+    choice = latency_choice(
+        candidates,
+        max_ttft_ms=max_ttft_ms,
+        max_itl_ms=max_itl_ms,
+        noise_rel=noise_rel,
+        name=name,
+    )
+    if choice is not None and choice["point"] is not None:
+        choice["name"] = name(choice["point"])
+    result["latency_target"] = choice
+    if choice is not None:
+        result.setdefault("findings", []).append(_latency_finding(choice))
+
+
+def _latency_finding(choice: Mapping[str, Any]) -> dict[str, Any]:
+    """The latency target's answer as a finding (the summary's findings list shows it)."""
+    goals = " and ".join(
+        f"{what} p95 ≤ {choice[key]:g} ms"
+        for what, key in (("TTFT", "max_ttft_ms"), ("inter-token", "max_itl_ms"))
+        if choice.get(key) is not None
+    )
+    if choice["met"]:
+        return {
+            "severity": "info",
+            "code": "latency_target",
+            "message": f"most efficient point with {goals}: {choice['name']} "
+            f"({choice['point']['tps_per_w']:.4f} TPS/W)",
+            "hint": "powersweep apply RUN --objective slo sets it",
+        }
+    closest = choice.get("name")
+    return {
+        "severity": "warning",
+        "code": "latency_target_unmet",
+        "message": f"no measured point meets {goals}"
+        + (f"; the closest is {closest} ({'; '.join(choice['misses'])})" if closest else ""),
+        "hint": "loosen the target, lower the concurrency, or measure higher caps or clocks",
+    }

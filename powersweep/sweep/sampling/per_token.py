@@ -1,0 +1,209 @@
+"""Energy per token and latency percentiles of one point, over exactly its measured windows.
+
+Energy per token is what the power bill pays for: the energy the cards drew over a span divided
+by the tokens served in the same span. Both come from one interval per window: from the first to
+the last load tick inside the window (the energy counter is read at those ticks), with the tokens
+whose chunks arrived between them. The sampled-draw integral over the same ticks is kept beside
+the counter's figure so the two can be compared (the counter is the truth; a sampled integral
+misses what happens between samples and lags with a moving-average reading).
+
+The figures describe the load mode's metric: the narrative prompt's windows and generated tokens
+in the decode modes, the prefill windows and prompt tokens in prefill-heavy, so
+``kwh_per_mtok`` and ``tps_per_w`` describe the same seconds of the same work.
+
+Latency percentiles are over the same requests: time to first token of each request that
+delivered a token in a window (a decode-concurrent stream's request that began before the window
+included: its time to first token is what its client waited), and the inter-token latency of
+every gap between two token-bearing chunks that ended in a window (in decode-concurrent, every
+stream's gaps together). A chunk that carries several tokens spreads its gap over them, as a
+client reading tokens would see it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Tick(Protocol):
+    """What these figures read of a combined sampler tick (``measure.Tick``)."""
+
+    @property
+    def t_s(self) -> float:
+        """Run seconds of the tick."""
+        ...
+
+    @property
+    def power_w(self) -> float:
+        """Combined draw, W."""
+        ...
+
+    @property
+    def energy_mj(self) -> tuple[float, ...]:
+        """Each GPU's energy counter, mJ."""
+        ...
+
+
+NAN = math.nan
+J_PER_KWH = 3.6e6
+# The load mode's metric prompt (what tps_per_w is computed from).
+METRIC_KIND = {"prefill-heavy": "prefill"}
+DECODE_METRIC_KIND = "narr"
+
+
+def metric_kind(load_mode: str) -> str:
+    """The prompt kind whose windows the metric (and these figures) describe."""
+    return METRIC_KIND.get(load_mode, DECODE_METRIC_KIND)
+
+
+def metric_spans(
+    windows: Sequence[tuple[str, float, float]] | None, load_mode: str
+) -> list[tuple[float, float]]:
+    """``(t0, t1)`` of each measured window of the metric's prompt."""
+    kind = metric_kind(load_mode)
+    return [(t0, t1) for k, t0, t1 in windows or () if k == kind and t1 > t0]
+
+
+def chunk_tokens(result: Any) -> float:
+    """Tokens per token-bearing chunk of one request (its own count over its chunks; else 1)."""
+    count, chunks = getattr(result, "completion_tokens", None), getattr(result, "chunk_tokens", 0)
+    if count and chunks:
+        return float(count) / float(chunks)
+    return 1.0
+
+
+def _decode_tokens(requests: Iterable[Any], kind: str, a: float, b: float) -> float:
+    total = 0.0
+    for r in requests:
+        times = getattr(r, "token_times_s", None)
+        if r.prompt_kind != kind or not times:
+            continue
+        inside = sum(1 for t in times if a <= t <= b)
+        if inside:
+            total += inside * chunk_tokens(r)
+    return total
+
+
+def _prefill_tokens(requests: Iterable[Any], a: float, b: float) -> float:
+    """Prompt tokens processed in ``[a, b]``: each prompt's prefill spread evenly over its
+    time to first token (a prefill straddling an edge counts its share)."""
+    total = 0.0
+    for r in requests:
+        if r.prompt_kind != "prefill" or not r.ok or not r.prompt_tokens:
+            continue
+        s, f = r.t_start_s, r.t_first_token_s
+        if not f > s:
+            continue
+        overlap = min(b, f) - max(a, s)
+        if overlap > 0:
+            total += r.prompt_tokens * overlap / (f - s)
+    return total
+
+
+def _counter_j(first: Tick, last: Tick) -> float:
+    a, b = first.energy_mj, last.energy_mj
+    if len(a) != len(b):
+        return NAN
+    deltas = [y - x for x, y in zip(a, b, strict=True)]
+    if not all(math.isfinite(d) and d >= 0 for d in deltas):
+        return NAN
+    return math.fsum(deltas) / 1000.0
+
+
+def _sampled_j(ticks: Sequence[Tick]) -> float:
+    pts = [(t.t_s, t.power_w) for t in ticks if math.isfinite(t.power_w)]
+    if len(pts) < 2:
+        return NAN
+    return math.fsum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(pts))
+
+
+def energy_per_token(
+    ticks: Sequence[Tick],
+    requests: Sequence[Any],
+    spans: Sequence[tuple[float, float]],
+    load_mode: str,
+) -> dict[str, float]:
+    """``j_per_token``, ``j_per_token_sampled``, ``kwh_per_mtok`` and ``energy_tokens``.
+
+    Args:
+        ticks: The point's load ticks (all GPUs combined).
+        requests: The point's requests.
+        spans: The metric's windows (:func:`metric_spans`).
+        load_mode: The sweep's load mode (which tokens count).
+
+    Returns:
+        The columns; NaN where a window has fewer than two ticks, no tokens, or a counter
+        reading is missing (then the counter's figure only).
+    """
+    kind = metric_kind(load_mode)
+    counter = sampled = tokens = 0.0
+    for t0, t1 in spans:
+        inside = [t for t in ticks if t0 <= t.t_s <= t1]
+        if len(inside) < 2:
+            continue
+        a, b = inside[0].t_s, inside[-1].t_s
+        n = (
+            _prefill_tokens(requests, a, b)
+            if kind == "prefill"
+            else (_decode_tokens(requests, kind, a, b))
+        )
+        if not n > 0:
+            continue
+        counter += _counter_j(inside[0], inside[-1])
+        sampled += _sampled_j(inside)
+        tokens += n
+    if not tokens > 0:
+        return {
+            "j_per_token": NAN,
+            "j_per_token_sampled": NAN,
+            "kwh_per_mtok": NAN,
+            "energy_tokens": NAN,
+        }
+    per_token = counter / tokens
+    return {
+        "j_per_token": per_token,
+        "j_per_token_sampled": sampled / tokens,
+        "kwh_per_mtok": per_token * 1e6 / J_PER_KWH,
+        "energy_tokens": tokens,
+    }
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else NAN
+
+
+def latency_percentiles(
+    requests: Sequence[Any], spans: Sequence[tuple[float, float]], load_mode: str
+) -> dict[str, float]:
+    """``ttft_p50_ms``, ``ttft_p95_ms``, ``itl_p50_ms``, ``itl_p95_ms`` of the metric's requests.
+
+    Percentiles interpolate linearly between order statistics (numpy's default); NaN when a
+    figure has no sample (a prefill-heavy answer of one token has no inter-token gap).
+    """
+    kind = metric_kind(load_mode)
+
+    def inside(t: float) -> bool:
+        return any(t0 <= t <= t1 for t0, t1 in spans)
+
+    ttft: list[float] = []
+    itl: list[float] = []
+    for r in requests:
+        if r.prompt_kind != kind or not r.ok:
+            continue
+        first = r.t_first_token_s
+        times = getattr(r, "token_times_s", None) or (first,)
+        # the request served the window: its first token is what its client waited for
+        if math.isfinite(first) and first >= r.t_start_s and any(inside(t) for t in times):
+            ttft.append((first - r.t_start_s) * 1000.0)
+        per_chunk = chunk_tokens(r)
+        itl.extend((b - a) * 1000.0 / per_chunk for a, b in itertools.pairwise(times) if inside(b))
+    return {
+        "ttft_p50_ms": _percentile(ttft, 50),
+        "ttft_p95_ms": _percentile(ttft, 95),
+        "itl_p50_ms": _percentile(itl, 50),
+        "itl_p95_ms": _percentile(itl, 95),
+    }

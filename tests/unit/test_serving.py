@@ -1,0 +1,203 @@
+"""Cost per 1M tokens, savings against the default, and the latency-target pick."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import polars as pl
+import pytest
+
+from powersweep.analysis import serving
+from powersweep.analysis.core import pool_repeats
+from powersweep.errors import UsageError
+
+
+def _p(
+    cap: float, tpw: float, itl: float, ttft: float = 300.0, tps: float = 50.0
+) -> dict[str, Any]:
+    j = 1.0 / tpw
+    return {
+        "cap_w": cap,
+        "tps": tps,
+        "tps_per_w": tpw,
+        "j_per_token": j,
+        "kwh_per_mtok": j * 1e6 / 3.6e6,
+        "itl_p95_ms": itl,
+        "ttft_p95_ms": ttft,
+    }
+
+
+CURVE = [
+    _p(200, 0.18, 120),
+    _p(250, 0.21, 90),
+    _p(300, 0.23, 75),
+    _p(350, 0.22, 60),
+    _p(400, 0.20, 55),
+]
+
+
+def _name(p: Any) -> str:
+    return f"{p['cap_w']:g} W"
+
+
+def test_the_most_efficient_point_that_meets_the_target_is_picked() -> None:
+    pick = serving.latency_choice(
+        CURVE, max_ttft_ms=None, max_itl_ms=80, noise_rel=math.nan, name=_name
+    )
+    assert pick is not None and pick["met"]
+    assert pick["point"]["cap_w"] == 300
+    # a tighter target moves it up the curve, to the best of what still meets it
+    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=70, noise_rel=0.0, name=_name)
+    assert pick is not None and pick["point"]["cap_w"] == 350
+
+
+def test_both_targets_must_hold_and_noise_names_the_tied_points() -> None:
+    curve = [*CURVE[:3], _p(350, 0.228, 60, ttft=900), _p(400, 0.227, 55)]
+    pick = serving.latency_choice(curve, max_ttft_ms=500, max_itl_ms=70, noise_rel=0.01, name=_name)
+    assert pick is not None and pick["point"]["cap_w"] == 400
+    assert pick["tied"] == ["400 W"]
+    loose = serving.latency_choice(
+        curve, max_ttft_ms=None, max_itl_ms=80, noise_rel=0.01, name=_name
+    )
+    assert loose is not None and loose["point"]["cap_w"] == 300
+    assert loose["tied"] == ["300 W", "350 W", "400 W"]
+
+
+def test_no_point_meets_it_and_the_closest_is_named_with_its_miss() -> None:
+    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=40, noise_rel=0.0, name=_name)
+    assert pick is not None and not pick["met"]
+    assert pick["point"]["cap_w"] == 400
+    assert pick["misses"] == ["itl_p95 55 ms > 40 ms"]
+    assert (
+        serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=None, noise_rel=0.0, name=_name)
+        is None
+    )
+
+
+def test_a_point_without_the_latency_columns_never_meets_a_target() -> None:
+    curve = [{**p, "itl_p95_ms": None} for p in CURVE]
+    pick = serving.latency_choice(
+        curve, max_ttft_ms=None, max_itl_ms=1000, noise_rel=0.0, name=_name
+    )
+    assert pick is not None and not pick["met"] and pick["point"] is None
+
+
+def test_savings_per_million_tokens_and_per_year_against_the_reference() -> None:
+    chosen, ref = CURVE[2], CURVE[4]
+    out = serving.cost_summary(CURVE, chosen, ref, 0.30)
+    assert out is not None
+    saved = ref["kwh_per_mtok"] - chosen["kwh_per_mtok"]
+    assert out["kwh_saved_per_mtok"] == pytest.approx(saved)
+    assert out["cost_saved_per_mtok"] == pytest.approx(saved * 0.30)
+    mtok_year = 50.0 * 365 * 24 * 3600 / 1e6
+    assert out["kwh_saved_per_year"] == pytest.approx(saved * mtok_year)
+    assert out["cost_saved_per_year"] == pytest.approx(saved * mtok_year * 0.30)
+    assert out["chosen"]["cost_per_mtok"] == pytest.approx(chosen["kwh_per_mtok"] * 0.30)
+    energy_only = serving.cost_summary(CURVE, chosen, None, None)
+    assert energy_only is not None and energy_only["reference"] is None
+    assert "cost_saved_per_mtok" not in energy_only
+
+
+def test_the_reference_between_two_measured_caps_is_interpolated_and_says_so() -> None:
+    ref = serving.interpolated(CURVE, "cap_w", 370.0)
+    assert ref is not None and ref["interpolated_from"] == [350.0, 400.0]
+    a, b = CURVE[3]["j_per_token"], CURVE[4]["j_per_token"]
+    assert ref["j_per_token"] == pytest.approx(a + 0.4 * (b - a))
+    assert serving.interpolated(CURVE, "cap_w", 350.0) == CURVE[3]
+    assert serving.interpolated(CURVE, "cap_w", 450.0) is None
+
+
+@pytest.mark.parametrize(
+    ("tariff", "ttft", "itl", "needle"),
+    [
+        (-1.0, None, None, "--tariff"),
+        (math.inf, None, None, "--tariff"),
+        (None, 0.0, None, "--max-ttft-ms"),
+        (None, None, math.nan, "--max-itl-ms"),
+    ],
+)
+def test_options_no_user_means_are_refused(
+    tariff: float | None, ttft: float | None, itl: float | None, needle: str
+) -> None:
+    with pytest.raises(UsageError, match=needle):
+        serving.check_options(tariff, ttft, itl)
+
+
+def test_the_confirm_phase_pools_energy_by_tokens_and_percentiles_by_window() -> None:
+    rows = pl.DataFrame(
+        {
+            "cap_w": [300.0, 300.0],
+            "narr_tps": [50.0, 52.0],
+            "power_w": [300.0, 300.0],
+            "window_s": [8.0, 4.0],
+            "n_samples": [16, 8],
+            "reason": ["dense", "confirm"],
+            "j_per_token": [6.0, 5.7],
+            "j_per_token_sampled": [6.1, 5.8],
+            "kwh_per_mtok": [6.0 / 3.6, 5.7 / 3.6],
+            "energy_tokens": [300.0, 100.0],
+            "itl_p95_ms": [80.0, 110.0],
+            "ttft_p95_ms": [400.0, 700.0],
+        }
+    )
+    (row,) = pool_repeats(rows, "narr_tps").iter_rows(named=True)
+    assert row["j_per_token"] == pytest.approx((6.0 * 300 + 5.7 * 100) / 400)
+    assert row["kwh_per_mtok"] == pytest.approx(row["j_per_token"] / 3.6)
+    assert row["energy_tokens"] == 400.0
+    assert row["itl_p95_ms"] == pytest.approx((80 * 8 + 110 * 4) / 12)
+
+
+def _caps_csv(tmp_path: Any, *, with_latency: bool) -> Any:
+    lines = [
+        "cap_w,narr_tps,power_w,status" + (",j_per_token,kwh_per_mtok,itl_p95_ms" * with_latency)
+    ]
+    for cap, tps, itl in ((200, 36.0, 110), (250, 50.0, 80), (300, 58.0, 70), (350, 62.0, 66)):
+        power = cap - 1.0
+        extra = f",{power / tps},{power / tps / 3.6},{itl}" if with_latency else ""
+        lines.append(f"{cap},{tps},{power},ok{extra}")
+    path = tmp_path / "caps.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_analyze_picks_by_latency_and_refuses_bad_values(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from powersweep.cli import main
+
+    caps = _caps_csv(tmp_path, with_latency=True)
+    assert main(["analyze", str(caps), "--json", "--max-itl-ms", "75", "--tariff", "0.3"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["latency_target"]["point"]["cap_w"] == 300
+    assert result["caps"][0]["cost_per_mtok"] == pytest.approx(199.0 / 36.0 / 3.6 * 0.3)
+    for bad in (["--tariff", "-2"], ["--max-itl-ms", "0"], ["--max-ttft-ms", "inf"]):
+        assert main(["analyze", str(caps), *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and bad[0] in err and "Traceback" not in err
+    assert main(["analyze", str(caps), str(caps), "--tariff", "1"]) == 2
+    assert "one run at a time" in capsys.readouterr().err
+
+
+def test_cli_analyze_of_a_run_older_than_the_columns_says_what_it_lacks(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from powersweep.cli import main
+
+    caps = _caps_csv(tmp_path, with_latency=False)
+    assert main(["analyze", str(caps), "--max-itl-ms", "75", "--tariff", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "No point has the latency columns" in out
+    assert "### Energy and cost" not in out  # no energy per token measured, nothing priced
+
+
+def test_cli_apply_latency_targets_need_the_slo_objective(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from powersweep.cli import main
+
+    sim = ["--simulate", "rtx3090-air", "--sim-state", str(tmp_path / "s.json")]
+    code = main(["apply", str(tmp_path), "--max-itl-ms", "50", *sim])
+    assert code == 2
+    assert "--objective slo" in capsys.readouterr().err
