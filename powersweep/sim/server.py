@@ -28,30 +28,34 @@ import asyncio
 import contextlib
 import json
 import math
-import random
-import re
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from powersweep.sim import faults
 from powersweep.sim.engine import SimEngine, WorkKind
 from powersweep.sim.faults import ServerFault
+from powersweep.sim.server_chunks import (
+    ChunkFormat,
+    Plan,
+    Progress,
+    WatchedResponse,
+    count_prompt_tokens,
+    endless_line,
+    message_text,
+)
+from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
 
 FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
 
-# The simulator's tokenizer: a run of up to 4 word characters, or one other non-space character.
-_TOKEN_RE = re.compile(r"\w{1,4}|[^\w\s]")
 # When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
 # and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
 # at their due time.
@@ -62,119 +66,6 @@ _OLLAMA_IGNORED_LIMIT_FACTOR = 4
 # llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
 _PING_EVERY = 7
 _EVENT_LINE_EVERY = 5
-# What /v1/models meta.n_ctx_train claims (a trap: not the context the server runs with).
-_N_CTX_TRAIN = 131072
-_MAX_TEXT_TOKENS = 8192
-
-_PROSE = (
-    "the power limit sets how much energy the card may draw while tokens flow and the clocks "
-    "follow it down until memory bandwidth rather than compute decides the pace of decoding so "
-    "a lower cap often costs little speed yet saves many watts each answer is a stream of small "
-    "pieces and every piece arrives when the model finished one more step of its work"
-)
-_REASONING = (
-    "let me think about this first the user wants a short answer so I should check the numbers "
-    "again and consider whether the question asks for detail or a summary then decide"
-)
-_WORDS = tuple(_PROSE.split())
-_REASON_WORDS = tuple(_REASONING.split())
-
-
-def count_prompt_tokens(text: str) -> int:
-    """The simulator's deterministic tokenizer: how many prompt tokens ``text`` is.
-
-    One token per run of up to four word characters (letters, digits, underscore) and one per
-    other non-space character; whitespace is free. English prose comes out near four characters
-    per token, like real BPE tokenizers.
-    """
-    return len(_TOKEN_RE.findall(text))
-
-
-class _Progress:
-    """Run times of one request's phases, filled in by :meth:`SimServer._work`."""
-
-    def __init__(self) -> None:
-        self.prefill_s = 0.0
-        self.decode_start_s = float("nan")
-        self.last_token_s = float("nan")
-
-    @property
-    def decode_s(self) -> float:
-        dt = self.last_token_s - self.decode_start_s
-        return dt if dt > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One chat request, decided before any work starts."""
-
-    request_no: int
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int
-    stream: bool
-    include_usage: bool
-    # Run time the request arrived: the prefill clock starts then, so the simulator's own
-    # parsing and tokenizing (wall time, scaled up by the time scale) does not slow it down.
-    arrived_s: float = math.nan
-    # The injected fault this request meets (a :data:`faults.FAULT_KINDS` member), if any.
-    fault: str | None = None
-    # Decode this many times slower than the engine says (a fault on one prompt).
-    slow_factor: float = 1.0
-
-
-class _WatchedResponse(Response):
-    """Streams an async byte iterator and cancels it as soon as the client disconnects.
-
-    Starlette's own streaming response may not notice a disconnect until the next write and
-    leaves closing the generator to garbage collection; the engine must hear ``work_finished``
-    promptly, so the producer is cancelled the moment ``http.disconnect`` arrives.
-    """
-
-    def __init__(self, body: AsyncIterator[bytes], media_type: str) -> None:
-        # Not Response.__init__: it would declare Content-Length 0 for the empty initial body.
-        self.status_code = 200
-        self.background = None
-        self.raw_headers = [
-            (b"content-type", media_type.encode("latin-1")),
-            (b"cache-control", b"no-cache"),
-        ]
-        self._iter = body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def produce() -> None:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for chunk in self._iter:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                # A write to a socket the client closed only fails; the loss is noticed once
-                # the loop runs its callback. Yield, so a client that hung up (a cut or
-                # cancelled request) stops the stream at once instead of after more writes
-                # (which asyncio logs as "socket.send() raised exception.").
-                await asyncio.sleep(0)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        producer = asyncio.ensure_future(produce())
-        watcher = asyncio.ensure_future(watch())
-        try:
-            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (producer, watcher):
-                task.cancel()
-            await asyncio.gather(producer, watcher, return_exceptions=True)
-            failure = None
-            if producer.done() and not producer.cancelled():
-                failure = producer.exception()
-            aclose = getattr(self._iter, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
-        # A client that went away is normal; a bug in the generator is not.
-        if failure is not None and not isinstance(failure, OSError):
-            raise failure
 
 
 class SimServer:
@@ -253,7 +144,8 @@ class SimServer:
         self._server: uvicorn.Server | None = None
         self._url = ""
         self._error: BaseException | None = None
-        self._created = int(time.time())
+        self.created = int(time.time())
+        self._fmt = ChunkFormat(flavour, model, self.created, seed)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -328,151 +220,30 @@ class SimServer:
 
     def app(self) -> Starlette:
         """The ASGI app (usable without :meth:`start`, e.g. with an ASGI test transport)."""
-        routes = [
-            Route("/v1/models", self._models, methods=["GET"]),
-            Route("/v1/chat/completions", self._chat, methods=["POST"]),
-            Route("/health", self._health, methods=["GET"]),
-        ]
-        if self.flavour == "llamacpp":
-            routes += [
-                Route("/props", self._props, methods=["GET"]),
-                Route("/metrics", self._metrics, methods=["GET"]),
-                Route("/tokenize", self._tokenize, methods=["POST"]),
-            ]
-        elif self.flavour == "vllm":
-            routes.append(Route("/metrics", self._metrics, methods=["GET"]))
-        elif self.flavour == "sglang":
-            routes.append(Route("/get_model_info", self._sglang_info, methods=["GET"]))
-        elif self.flavour == "ollama":
-            routes += [
-                Route("/api/tags", self._ollama_tags, methods=["GET"]),
-                Route("/api/show", self._ollama_show, methods=["POST"]),
-            ]
-        return Starlette(routes=routes)
-
-    async def _health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def _models(self, request: Request) -> Response:
-        entry: dict[str, Any] = {
-            "id": self.model,
-            "object": "model",
-            "created": self._created,
-            "owned_by": {
-                "llamacpp": "llamacpp",
-                "vllm": "vllm",
-                "sglang": "sglang",
-                "ollama": "library",
-                "plain": "system",
-            }[self.flavour],
-        }
-        if self.flavour == "llamacpp":
-            entry["meta"] = {
-                "n_ctx_train": _N_CTX_TRAIN,
-                "n_ctx": self.engine.context_tokens,
-                "n_vocab": 32000,
-                "n_params": 7 * 10**9,
-            }
-        elif self.flavour == "vllm":
-            entry.update(root=self.model, parent=None, max_model_len=self.engine.context_tokens)
-        return JSONResponse({"object": "list", "data": [entry]})
-
-    async def _props(self, request: Request) -> Response:
-        return JSONResponse(
-            {
-                "default_generation_settings": {
-                    "n_ctx": self.engine.context_tokens,
-                    "params": {"n_predict": -1, "temperature": 0.8},
-                },
-                "total_slots": self.total_slots,
-                "model_path": f"/models/{self.model}.gguf",
-                "build_info": "b0000-sim",
-            }
-        )
-
-    async def _metrics(self, request: Request) -> Response:
-        if self.flavour == "llamacpp":
-            lines = [
-                "# HELP llamacpp:requests_processing Number of requests processing.",
-                "# TYPE llamacpp:requests_processing gauge",
-                f"llamacpp:requests_processing {self.requests_processing}",
-                "# HELP llamacpp:requests_deferred Number of requests deferred.",
-                "# TYPE llamacpp:requests_deferred gauge",
-                f"llamacpp:requests_deferred {self.requests_deferred}",
-                "# TYPE llamacpp:tokens_predicted_total counter",
-                f"llamacpp:tokens_predicted_total {self.tokens_generated}",
-            ]
-        else:
-            label = f'{{model_name="{self.model}"}}'
-            lines = [
-                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-                "# TYPE vllm:num_requests_running gauge",
-                f"vllm:num_requests_running{label} {float(self.requests_processing)}",
-                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
-                "# TYPE vllm:num_requests_waiting gauge",
-                f"vllm:num_requests_waiting{label} {float(self.requests_deferred)}",
-            ]
-        return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
-
-    async def _tokenize(self, request: Request) -> Response:
-        body = await _json_or_none(request)
-        content = body.get("content") if isinstance(body, dict) else None
-        if not isinstance(content, str):
-            return _error(400, "'content' must be a string", "invalid_request_error")
-        tokens = [sum(piece.encode()) % 32000 for piece in _TOKEN_RE.findall(content)]
-        return JSONResponse({"tokens": tokens})
-
-    async def _sglang_info(self, request: Request) -> Response:
-        return JSONResponse(
-            {
-                "model_path": self.model,
-                "tokenizer_path": self.model,
-                "is_generation": True,
-                "preferred_sampling_params": None,
-                "context_length": self.engine.context_tokens,
-            }
-        )
-
-    async def _ollama_tags(self, request: Request) -> Response:
-        return JSONResponse(
-            {"models": [{"name": self.model, "model": self.model, "size": 4 * 10**9}]}
-        )
-
-    async def _ollama_show(self, request: Request) -> Response:
-        body = await _json_or_none(request)
-        name = (body or {}).get("model") or (body or {}).get("name")
-        if name != self.model:
-            return JSONResponse({"error": f"model '{name}' not found"}, status_code=404)
-        # Real Ollama lists num_ctx only when a Modelfile sets it; otherwise clients see only the
-        # training context while the runtime context is far smaller (and prompts get truncated).
-        num_ctx = "" if self.hide_num_ctx else f"num_ctx {self.engine.context_tokens}\n"
-        return JSONResponse(
-            {
-                "parameters": f"{num_ctx}temperature 0.7",
-                "model_info": {"general.architecture": "llama", "llama.context_length": 131072},
-                "details": {"family": "llama", "parameter_size": "7B"},
-            }
-        )
+        routes = [Route("/v1/chat/completions", self._chat, methods=["POST"])]
+        return Starlette(routes=routes + MetaRoutes(self).routes())
 
     # -- chat --------------------------------------------------------------------------------
 
     async def _chat(self, request: Request) -> Response:
         arrived_s = self.engine.clock.now()
         if self.http_error is not None:
-            return _error(self.http_error, f"simulated HTTP {self.http_error}", "server_error")
+            return error_response(
+                self.http_error, f"simulated HTTP {self.http_error}", "server_error"
+            )
         fault = self._fault_now()
         if fault == "pause" and self._pause is None:
             start = arrived_s + faults.PAUSE_AFTER_S
             self._pause = (start, start + faults.PAUSE_S)
         if fault == "busy" and self._busy_left > 0:
             self._busy_left -= 1
-            response = _error(503, "Loading model", "unavailable_error")
+            response = error_response(503, "Loading model", "unavailable_error")
             # one run second, told in wall seconds as a client waits them
             response.headers["Retry-After"] = f"{1.0 / self.engine.clock.scale:.4g}"
             return response
-        body = await _json_or_none(request)
+        body = await json_or_none(request)
         if not isinstance(body, dict):
-            return _error(400, "request body is not a JSON object", "invalid_request_error")
+            return error_response(400, "request body is not a JSON object", "invalid_request_error")
         refused = [k for k in self.rejected_keys if k in body]
         if refused:
             detail = [
@@ -486,14 +257,18 @@ class SimServer:
             return JSONResponse({"detail": detail}, status_code=422)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            return _error(400, "'messages' must be a non-empty list", "invalid_request_error")
-        prompt_tokens = sum(count_prompt_tokens(_message_text(m)) for m in messages)
+            return error_response(
+                400, "'messages' must be a non-empty list", "invalid_request_error"
+            )
+        prompt_tokens = sum(count_prompt_tokens(message_text(m)) for m in messages)
         slow_factor = 1.0
-        if fault == "slow-code" and any("Python" in _message_text(m) for m in messages):
+        if fault == "slow-code" and any("Python" in message_text(m) for m in messages):
             slow_factor = faults.SLOW_CODE_FACTOR
         limit = self._limit(body)
         if limit is None:
-            return _error(400, "max_tokens must be a positive integer", "invalid_request_error")
+            return error_response(
+                400, "max_tokens must be a positive integer", "invalid_request_error"
+            )
         ctx = self.engine.context_tokens
         over = self._over_context(prompt_tokens, limit, ctx)
         if over is not None:
@@ -509,7 +284,7 @@ class SimServer:
         )
         options = body.get("stream_options")
         self.requests_total += 1
-        plan = _Plan(
+        plan = Plan(
             request_no=self.requests_total,
             prompt_tokens=prompt_tokens,
             completion_tokens=faults.ENDLESS_TOKENS if fault == "endless" else limit,
@@ -521,8 +296,8 @@ class SimServer:
             slow_factor=slow_factor,
         )
         if plan.stream:
-            return _WatchedResponse(self._sse(plan), "text/event-stream")
-        return _WatchedResponse(self._whole(plan), "application/json")
+            return WatchedResponse(self._sse(plan), "text/event-stream")
+        return WatchedResponse(self._whole(plan), "application/json")
 
     def _fault_now(self) -> str | None:
         """The fault the request arriving now meets (None: it is served normally)."""
@@ -587,10 +362,12 @@ class SimServer:
                 status_code=400,
             )
         if self.flavour == "plain" and prompt > ctx:
-            return _error(400, f"prompt is {prompt} tokens, context is {ctx}", "invalid_request")
+            return error_response(
+                400, f"prompt is {prompt} tokens, context is {ctx}", "invalid_request"
+            )
         return None
 
-    async def _work(self, plan: _Plan, progress: _Progress) -> AsyncGenerator[list[int], None]:
+    async def _work(self, plan: Plan, progress: Progress) -> AsyncGenerator[list[int], None]:
         """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
         engine, clock = self.engine, self.engine.clock
         if self._slots is None and self.total_slots:
@@ -682,69 +459,13 @@ class SimServer:
         await clock.asleep(max(0.0, owed))
         return True
 
-    def _texts(self, plan: _Plan) -> list[str]:
-        rng = random.Random(self.seed * 1_000_003 + plan.request_no)
-        out: list[str] = []
-        # An endless stream repeats its text: building 100k words would cost wall time that the
-        # time scale turns into minutes of prefill.
-        n = min(plan.completion_tokens, _MAX_TEXT_TOKENS)
-        for i in range(n):
-            words = _REASON_WORDS if i < plan.reasoning_tokens else _WORDS
-            first = i == 0 or i == plan.reasoning_tokens
-            word = rng.choice(words)
-            out.append(word if first else " " + word)
-        return out
-
-    def _delta(self, plan: _Plan, i: int, text: str) -> dict[str, Any]:
-        if plan.fault == "no-tokens":
-            return {"text": text}
-        if i >= plan.reasoning_tokens:
-            return {"content": text}
-        if self.flavour == "ollama":
-            return {"reasoning": text}
-        if self.flavour == "plain":
-            return {"reasoning": text, "reasoning_content": text}
-        return {"reasoning_content": text}
-
-    def _chunk(self, plan: _Plan, choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        payload: dict[str, Any] = {
-            "id": f"chatcmpl-sim-{plan.request_no}",
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self.model,
-            "choices": choices,
-        }
-        payload.update(extra)
-        return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-    def _usage(self, plan: _Plan, n: int) -> dict[str, Any]:
-        if plan.fault == "inflated-usage":
-            n *= faults.INFLATE_FACTOR
-        return {
-            "prompt_tokens": plan.prompt_tokens,
-            "completion_tokens": n,
-            "total_tokens": plan.prompt_tokens + n,
-            "prompt_tokens_details": {"cached_tokens": 0},
-        }
-
-    def _timings(self, plan: _Plan, n: int, prefill_s: float, decode_s: float) -> dict[str, Any]:
-        return {
-            "cache_n": 0,
-            "prompt_n": plan.prompt_tokens,
-            "prompt_ms": prefill_s * 1000,
-            "prompt_per_second": plan.prompt_tokens / prefill_s if prefill_s > 0 else 0.0,
-            "predicted_n": n,
-            "predicted_ms": decode_s * 1000,
-            "predicted_per_second": n / decode_s if decode_s > 0 else 0.0,
-        }
-
-    async def _sse(self, plan: _Plan) -> AsyncGenerator[bytes, None]:
-        texts = self._texts(plan)
-        yield self._chunk(
+    async def _sse(self, plan: Plan) -> AsyncGenerator[bytes, None]:
+        texts = self._fmt.texts(plan)
+        yield self._fmt.chunk(
             plan,
             [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
         )
-        progress = _Progress()
+        progress = Progress()
         sent = 0
         pending: list[int] = []  # tokens held back to share one chunk (tokens_per_chunk > 1)
 
@@ -752,9 +473,9 @@ class SimServer:
             if not pending:
                 return b""
             text = "".join(texts[j % len(texts)] for j in pending)
-            delta = self._delta(plan, pending[0], text)
+            delta = self._fmt.delta(plan, pending[0], text)
             pending.clear()
-            return self._chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
+            return self._fmt.chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
 
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
@@ -772,7 +493,7 @@ class SimServer:
                         return
                     if plan.fault == "long-line" and sent >= faults.LONG_LINE_AFTER_TOKENS:
                         yield out
-                        async for part in _endless_line():
+                        async for part in endless_line():
                             yield part
                         return
                     if self.flavour == "llamacpp" and i % _PING_EVERY == _PING_EVERY - 1:
@@ -795,77 +516,29 @@ class SimServer:
             yield tail
         extra: dict[str, Any] = {}
         if self.flavour == "llamacpp":
-            extra["timings"] = self._timings(plan, sent, progress.prefill_s, progress.decode_s)
+            extra["timings"] = self._fmt.timings(plan, sent, progress.prefill_s, progress.decode_s)
         final = {"index": 0, "delta": {}, "finish_reason": "length"}
         with_usage = plan.include_usage and self.flavour != "plain"
         # llama-server puts timings on the usage chunk when there is one, else on the final chunk
-        yield self._chunk(plan, [final], **({} if with_usage else extra))
+        yield self._fmt.chunk(plan, [final], **({} if with_usage else extra))
         if with_usage:
-            yield self._chunk(plan, [], usage=self._usage(plan, sent), **extra)
+            yield self._fmt.chunk(plan, [], usage=self._fmt.usage(plan, sent), **extra)
         if plan.fault == "no-done":
             # holds the socket: the watched response cancels this when the client hangs up
             await asyncio.sleep(3600)
         yield b"data: [DONE]\n\n"
 
-    async def _whole(self, plan: _Plan) -> AsyncGenerator[bytes, None]:
-        texts = self._texts(plan)
-        progress = _Progress()
+    async def _whole(self, plan: Plan) -> AsyncGenerator[bytes, None]:
+        texts = self._fmt.texts(plan)
+        progress = Progress()
         n = 0
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
                 n += len(burst)
-        reasoning = "".join(texts[: plan.reasoning_tokens])
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": "".join(texts[plan.reasoning_tokens :]),
-        }
-        if reasoning:
-            message.update(self._delta(plan, 0, reasoning))
-        payload: dict[str, Any] = {
-            "id": f"chatcmpl-sim-{plan.request_no}",
-            "object": "chat.completion",
-            "created": self._created,
-            "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
-            "usage": self._usage(plan, n),
-        }
-        if self.flavour == "llamacpp":
-            payload["timings"] = self._timings(plan, n, progress.prefill_s, progress.decode_s)
+        payload = self._fmt.whole(plan, texts, n, progress)
         yield json.dumps(payload).encode()
-
-
-async def _endless_line() -> AsyncGenerator[bytes, None]:
-    yield b'data: {"choices": [{"delta": {"content": "'
-    while True:
-        await asyncio.sleep(0.001)
-        yield b"x" * 65536
 
 
 def _positive(rate: float) -> float:
     # A zero or broken rate from an engine must not divide by zero or stall forever.
     return rate if rate > 1e-9 else 1e-9
-
-
-def _message_text(message: Any) -> str:
-    if not isinstance(message, dict):
-        return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
-
-
-async def _json_or_none(request: Request) -> Any:
-    try:
-        return await request.json()
-    except (ValueError, UnicodeDecodeError, ClientDisconnect):
-        # a client that hung up mid-upload (a deadline) needs no answer
-        return None
-
-
-def _error(status: int, message: str, kind: str) -> Response:
-    return JSONResponse(
-        {"error": {"code": status, "message": message, "type": kind}}, status_code=status
-    )

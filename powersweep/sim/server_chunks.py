@@ -1,0 +1,246 @@
+"""What the simulated server streams: each request's plan and progress, its text, the chunk,
+usage and timings bodies as each flavour writes them, and the response that streams them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import random
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from powersweep.sim import faults
+from powersweep.sim.server_meta import TOKEN_RE
+
+# Generated text repeats past this many tokens (building more would cost wall time).
+_MAX_TEXT_TOKENS = 8192
+
+_PROSE = (
+    "the power limit sets how much energy the card may draw while tokens flow and the clocks "
+    "follow it down until memory bandwidth rather than compute decides the pace of decoding so "
+    "a lower cap often costs little speed yet saves many watts each answer is a stream of small "
+    "pieces and every piece arrives when the model finished one more step of its work"
+)
+_REASONING = (
+    "let me think about this first the user wants a short answer so I should check the numbers "
+    "again and consider whether the question asks for detail or a summary then decide"
+)
+_WORDS = tuple(_PROSE.split())
+_REASON_WORDS = tuple(_REASONING.split())
+
+
+def count_prompt_tokens(text: str) -> int:
+    """The simulator's deterministic tokenizer: how many prompt tokens ``text`` is.
+
+    One token per run of up to four word characters (letters, digits, underscore) and one per
+    other non-space character; whitespace is free. English prose comes out near four characters
+    per token, like real BPE tokenizers.
+    """
+    return len(TOKEN_RE.findall(text))
+
+
+class Progress:
+    """Run times of one request's phases, filled in by ``SimServer._work``."""
+
+    def __init__(self) -> None:
+        self.prefill_s = 0.0
+        self.decode_start_s = float("nan")
+        self.last_token_s = float("nan")
+
+    @property
+    def decode_s(self) -> float:
+        dt = self.last_token_s - self.decode_start_s
+        return dt if dt > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One chat request, decided before any work starts."""
+
+    request_no: int
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    stream: bool
+    include_usage: bool
+    # Run time the request arrived: the prefill clock starts then, so the simulator's own
+    # parsing and tokenizing (wall time, scaled up by the time scale) does not slow it down.
+    arrived_s: float = math.nan
+    # The injected fault this request meets (a :data:`faults.FAULT_KINDS` member), if any.
+    fault: str | None = None
+    # Decode this many times slower than the engine says (a fault on one prompt).
+    slow_factor: float = 1.0
+
+
+class ChunkFormat:
+    """The bodies one server writes (its flavour, model name and creation time in each).
+
+    Args:
+        flavour: The server flavour (``llamacpp``, ``vllm``...).
+        model: The model name it serves.
+        created: Its creation time (Unix seconds), as chunks carry it.
+        seed: Seed of the generated text (per request: the request number mixed in).
+    """
+
+    def __init__(self, flavour: str, model: str, created: int, seed: int) -> None:
+        self.flavour = flavour
+        self.model = model
+        self.created = created
+        self.seed = seed
+
+    def texts(self, plan: Plan) -> list[str]:
+        rng = random.Random(self.seed * 1_000_003 + plan.request_no)
+        out: list[str] = []
+        # An endless stream repeats its text: building 100k words would cost wall time that the
+        # time scale turns into minutes of prefill.
+        n = min(plan.completion_tokens, _MAX_TEXT_TOKENS)
+        for i in range(n):
+            words = _REASON_WORDS if i < plan.reasoning_tokens else _WORDS
+            first = i == 0 or i == plan.reasoning_tokens
+            word = rng.choice(words)
+            out.append(word if first else " " + word)
+        return out
+
+    def delta(self, plan: Plan, i: int, text: str) -> dict[str, Any]:
+        if plan.fault == "no-tokens":
+            return {"text": text}
+        if i >= plan.reasoning_tokens:
+            return {"content": text}
+        if self.flavour == "ollama":
+            return {"reasoning": text}
+        if self.flavour == "plain":
+            return {"reasoning": text, "reasoning_content": text}
+        return {"reasoning_content": text}
+
+    def chunk(self, plan: Plan, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-sim-{plan.request_no}",
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        payload.update(extra)
+        return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+    def usage(self, plan: Plan, n: int) -> dict[str, Any]:
+        if plan.fault == "inflated-usage":
+            n *= faults.INFLATE_FACTOR
+        return {
+            "prompt_tokens": plan.prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": plan.prompt_tokens + n,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+
+    def timings(self, plan: Plan, n: int, prefill_s: float, decode_s: float) -> dict[str, Any]:
+        return {
+            "cache_n": 0,
+            "prompt_n": plan.prompt_tokens,
+            "prompt_ms": prefill_s * 1000,
+            "prompt_per_second": plan.prompt_tokens / prefill_s if prefill_s > 0 else 0.0,
+            "predicted_n": n,
+            "predicted_ms": decode_s * 1000,
+            "predicted_per_second": n / decode_s if decode_s > 0 else 0.0,
+        }
+
+    def whole(self, plan: Plan, texts: list[str], n: int, progress: Progress) -> dict[str, Any]:
+        """The body of a non-streamed answer of ``n`` tokens."""
+        reasoning = "".join(texts[: plan.reasoning_tokens])
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(texts[plan.reasoning_tokens :]),
+        }
+        if reasoning:
+            message.update(self.delta(plan, 0, reasoning))
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-sim-{plan.request_no}",
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+            "usage": self.usage(plan, n),
+        }
+        if self.flavour == "llamacpp":
+            payload["timings"] = self.timings(plan, n, progress.prefill_s, progress.decode_s)
+        return payload
+
+
+class WatchedResponse(Response):
+    """Streams an async byte iterator and cancels it as soon as the client disconnects.
+
+    Starlette's own streaming response may not notice a disconnect until the next write and
+    leaves closing the generator to garbage collection; the engine must hear ``work_finished``
+    promptly, so the producer is cancelled the moment ``http.disconnect`` arrives.
+    """
+
+    def __init__(self, body: AsyncIterator[bytes], media_type: str) -> None:
+        # Not Response.__init__: it would declare Content-Length 0 for the empty initial body.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", media_type.encode("latin-1")),
+            (b"cache-control", b"no-cache"),
+        ]
+        self._iter = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def produce() -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in self._iter:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # A write to a socket the client closed only fails; the loss is noticed once
+                # the loop runs its callback. Yield, so a client that hung up (a cut or
+                # cancelled request) stops the stream at once instead of after more writes
+                # (which asyncio logs as "socket.send() raised exception.").
+                await asyncio.sleep(0)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        producer = asyncio.ensure_future(produce())
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (producer, watcher):
+                task.cancel()
+            await asyncio.gather(producer, watcher, return_exceptions=True)
+            failure = None
+            if producer.done() and not producer.cancelled():
+                failure = producer.exception()
+            aclose = getattr(self._iter, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+        # A client that went away is normal; a bug in the generator is not.
+        if failure is not None and not isinstance(failure, OSError):
+            raise failure
+
+
+async def endless_line() -> AsyncGenerator[bytes, None]:
+    """A stream line that never ends (fault ``long-line``)."""
+    yield b'data: {"choices": [{"delta": {"content": "'
+    while True:
+        await asyncio.sleep(0.001)
+        yield b"x" * 65536
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message (a string, or the text parts of a list)."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
