@@ -145,7 +145,8 @@ class SimServer:
         self._url = ""
         self._error: BaseException | None = None
         self.created = int(time.time())
-        self._fmt = ChunkFormat(flavour, model, self.created, seed)
+        # the bodies it writes (a test may count what goes out through it)
+        self.chunks = ChunkFormat(flavour, model, self.created, seed)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -460,8 +461,8 @@ class SimServer:
         return True
 
     async def _sse(self, plan: Plan) -> AsyncGenerator[bytes, None]:
-        texts = self._fmt.texts(plan)
-        yield self._fmt.chunk(
+        texts = self.chunks.texts(plan)
+        yield self.chunks.chunk(
             plan,
             [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
         )
@@ -473,9 +474,9 @@ class SimServer:
             if not pending:
                 return b""
             text = "".join(texts[j % len(texts)] for j in pending)
-            delta = self._fmt.delta(plan, pending[0], text)
+            delta = self.chunks.delta(plan, pending[0], text)
             pending.clear()
-            return self._fmt.chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
+            return self.chunks.chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
 
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
@@ -516,26 +517,28 @@ class SimServer:
             yield tail
         extra: dict[str, Any] = {}
         if self.flavour == "llamacpp":
-            extra["timings"] = self._fmt.timings(plan, sent, progress.prefill_s, progress.decode_s)
+            extra["timings"] = self.chunks.timings(
+                plan, sent, progress.prefill_s, progress.decode_s
+            )
         final = {"index": 0, "delta": {}, "finish_reason": "length"}
         with_usage = plan.include_usage and self.flavour != "plain"
         # llama-server puts timings on the usage chunk when there is one, else on the final chunk
-        yield self._fmt.chunk(plan, [final], **({} if with_usage else extra))
+        yield self.chunks.chunk(plan, [final], **({} if with_usage else extra))
         if with_usage:
-            yield self._fmt.chunk(plan, [], usage=self._fmt.usage(plan, sent), **extra)
+            yield self.chunks.chunk(plan, [], usage=self.chunks.usage(plan, sent), **extra)
         if plan.fault == "no-done":
             # holds the socket: the watched response cancels this when the client hangs up
             await asyncio.sleep(3600)
         yield b"data: [DONE]\n\n"
 
     async def _whole(self, plan: Plan) -> AsyncGenerator[bytes, None]:
-        texts = self._fmt.texts(plan)
+        texts = self.chunks.texts(plan)
         progress = Progress()
         n = 0
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
                 n += len(burst)
-        payload = self._fmt.whole(plan, texts, n, progress)
+        payload = self.chunks.whole(plan, texts, n, progress)
         yield json.dumps(payload).encode()
 
 

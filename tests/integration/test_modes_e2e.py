@@ -279,14 +279,17 @@ class _Reasoning(SimServer):
         self.reasoning_deltas: dict[int, int] = {}
         self.deltas: dict[int, int] = {}
         self.made.append(self)
+        write_delta = self.chunks.delta
 
-    def _delta(self, plan: Any, i: int, text: str) -> dict[str, Any]:
-        delta = super()._delta(plan, i, text)
-        n = plan.request_no
-        self.deltas[n] = self.deltas.get(n, 0) + 1
-        if "content" not in delta:
-            self.reasoning_deltas[n] = self.reasoning_deltas.get(n, 0) + 1
-        return delta
+        def counted(plan: Any, i: int, text: str) -> dict[str, Any]:
+            delta = write_delta(plan, i, text)
+            n = plan.request_no
+            self.deltas[n] = self.deltas.get(n, 0) + 1
+            if "content" not in delta:
+                self.reasoning_deltas[n] = self.reasoning_deltas.get(n, 0) + 1
+            return delta
+
+        self.chunks.delta = counted  # type: ignore[method-assign]
 
 
 @pytest.mark.slow
