@@ -149,7 +149,14 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     fc = answer.get(axis["setting_key"])
     noise = [float(x) for x in (answer.get("within_noise") or {}).get("x") or [] if x is not None]
     if len(noise) > 1:
-        ax.axvspan(min(noise), max(noise), color=COLORS["sweet_spot"], alpha=0.15, lw=0)
+        ax.axvspan(
+            min(noise),
+            max(noise),
+            color=COLORS["sweet_spot"],
+            alpha=0.15,
+            lw=0,
+            label="within noise",
+        )
     if fc is not None:
         ax.axvline(float(fc), color=COLORS["sweet_spot"], lw=1.6, zorder=2, label=name)
         ax.annotate(
