@@ -193,7 +193,8 @@ sim_args() {  # JOB_NAME: the simulated rig of each node of that job
 fast=(--caps 240,280,320,400,480 --target-cap-seconds 2 --settle fixed --settle-seconds 1
     --time-scale 5)
 # long sweeps, stopped part-way by scancel or the time limit
-slow=(--caps 480,440,400,360,320,280,240,200,160 --target-cap-seconds 4 --settle fixed
+# (about 2 minutes: longer than the time-limit job's first 80 s, so its SIGTERM stops them)
+slow=(--caps 480,440,400,360,320,280,240,200,160 --target-cap-seconds 6 --settle fixed
     --settle-seconds 1 --time-scale 1)
 recipe="$repo/deploy/slurm/powersweep-fleet.sbatch"
 job_of() { sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' "$1"; }
@@ -289,12 +290,13 @@ nodes_md = (out / "nodes.md").read_text()
 check(f"| {host}-4 | failed |" in nodes_md, f"nodes.md: {nodes_md}")
 # the report and the node folders went back to the user who submitted (sudo's handover)
 check((out / "report" / "fleet.json").stat().st_uid != 0, "fleet.json is root's")
-# fleet apply --dry-run on every node: the fleet cap, the hot card's own sweet spot
+# fleet apply --dry-run on every node: the fleet cap, an outlier (the hot card, at least) its
+# own sweet spot; the failed node's card, of the same model, the fleet cap
 cap = group["fleet_cap"]["cap_w"]
-own = {c["label"]: c["sweet_spot_w"] for c in group["cards"]}
+own = {o["label"]: o["own_best"]["cap_w"] for o in group["outliers"]}
 for r in range(6):
     log = (out / "nodes" / f"{host}-{r}" / "fleet-apply.log").read_text()
-    want = own[f"{host}-r1"] if r == 1 else cap
+    want = own.get(f"{host}-r{r}", cap)
     check(f"-> {want:g} W (dry run" in log, f"fleet apply on r{r} (want {want:g} W): {log}")
     record = json.loads((out / "nodes" / f"{host}-{r}" / "fleet-apply.json").read_text())
     check(record["dry_run"] and record["cards"][0]["cap_w"] == want, f"record r{r}: {record}")
@@ -345,10 +347,18 @@ wait_gone "$job" 200
 timeout_out=$(ls -d "$tmp"/out/timeout-*)
 cat "$tmp/work/powersweep-fleet-$job.log"
 [ -f "$timeout_out/report/fleet.md" ] || fail "the timed-out job wrote no report"
-for r in 0 1; do
-    grep -q "interrupted by SIGTERM" "$timeout_out"/nodes/"$host"-$r/*/run.json \
-        || fail "node r$r was not stopped by the time limit's SIGTERM"
-done
+"$bin/python" - "$timeout_out" "$host" <<'PY'
+import json, sys
+from pathlib import Path
+out, host = Path(sys.argv[1]), sys.argv[2]
+for r in (0, 1):
+    runs = list((out / "nodes" / f"{host}-{r}").glob("*/run.json"))
+    meta = json.loads(runs[0].read_text()) if runs else {}
+    if meta.get("status") != "interrupted" or "SIGTERM" not in str(meta.get("error")):
+        log = (out / "nodes" / f"{host}-{r}" / "powersweep.log").read_text()[-800:]
+        sys.exit(f"ci_slurm: FAIL: node r{r} was not stopped by the time limit's SIGTERM: "
+                 f"status {meta.get('status')!r}, error {meta.get('error')!r}; log: {log}")
+PY
 grep -q "restored" "$tmp/epilog.log" || fail "epilog.sh restored nothing: $(cat "$tmp/epilog.log")"
 cat "$tmp/epilog.log"
 check_restored timeout 0 1 2
