@@ -1,37 +1,48 @@
-"""A fleet of runs: one answer per GPU model, load mode and served model, and the cards that do
-not fit it.
+"""A fleet of runs: one answer per GPU model, load mode, served model and axis, and the cards
+that do not fit it.
 
-Every run is analysed by :func:`powersweep.analysis.analyze` (sweet spot, near-peak cap); this
-module groups the runs, describes the spread of those answers, picks one cap for the whole group,
-prices it against the default limit and names the cards whose curve, draw or temperature departs
-from their group. The result is the JSON-ready dict written as ``fleet.json``; the markdown and
-the charts are drawn from it alone.
+Every run is analysed (:mod:`.fleet_cards`: sweet spot or efficiency peak, near-peak setting);
+this module groups the runs, describes the spread of those answers, picks one setting for the
+whole group (a fleet cap on the power axis, a fleet SM and/or memory lock on a clock axis: one
+code path, :mod:`.fleet_axis` says which), prices it against the default limit (or the highest
+lock measured) and names the cards whose curve, draw or temperature departs from their group.
+The answer is a setting every card measured (or the straight line between two it measured),
+never a fit. The result is the JSON-ready dict written as ``fleet.json``; the markdown and the
+charts are drawn from it alone.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from powersweep import __version__
-from powersweep.analysis.clocks import is_clock_curve
-from powersweep.analysis.core import analyze, sanitize
+from powersweep.analysis.core import sanitize
+from powersweep.analysis.fleet_axis import AXES, POWER, FleetAxis
+from powersweep.analysis.fleet_cards import (
+    SAME,
+    CardCurve,
+    card_of,
+    common_root,
+    discover_runs,
+    unique_labels,
+    unreadable,
+)
+from powersweep.analysis.fleet_grid import Grid, fleet_setting, group_grid, within_noise
 from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
 from powersweep.analysis.load import Curve, load_curves
 from powersweep.errors import UsageError
 
+__all__ = ["FleetOptions", "check_options", "discover_runs", "fleet_report", "summarise"]
+
 NAN = math.nan
 HOURS_PER_YEAR = 8760.0
-# The fleet cap is chosen among caps that at least this share of the group measured.
-MIN_COVERAGE = 0.75
 
 
 @dataclass(frozen=True)
@@ -41,7 +52,7 @@ class FleetOptions:
     Attributes:
         tariff_per_kwh: Price of a kWh for the cost per 1M tokens (None: no cost lines).
         duty: Share of the year the cards serve at the measured load (savings scale with it).
-        max_tps_loss_pct: TPS loss the per-card near-peak cap may cost.
+        max_tps_loss_pct: TPS loss the per-card near-peak setting may cost.
         reanalyze: Analyse every caps.csv even where a fresh analysis.json is there.
     """
 
@@ -49,71 +60,6 @@ class FleetOptions:
     duty: float = 1.0
     max_tps_loss_pct: float = 5.0
     reanalyze: bool = False
-
-
-@dataclass(frozen=True)
-class _Card:
-    """One run, analysed: its usable curve and its own answers."""
-
-    label: str
-    run_dir: str
-    key: tuple[str, int, str, str]
-    metric: str
-    caps_w: np.ndarray
-    tps: np.ndarray
-    power_w: np.ndarray
-    temp_c: np.ndarray
-    thermal_pct: np.ndarray
-    sweet_w: float
-    near_peak_w: float
-    envelope_w: tuple[float, float, float]
-    status: str
-    error: str | None
-    # a rig of different cards: each card's name and default (empty otherwise)
-    defaults_w: tuple[tuple[str, float], ...] = ()
-
-    def at(self, cap_w: float) -> tuple[float, float]:
-        """(TPS, draw) at a cap, interpolated inside the measured range, NaN outside."""
-        c = self.caps_w
-        if not len(c) or cap_w < c[0] - 1e-6 or cap_w > c[-1] + 1e-6:
-            return NAN, NAN
-        return float(np.interp(cap_w, c, self.tps)), float(np.interp(cap_w, c, self.power_w))
-
-    def clamped(self, cap_w: float) -> float:
-        """The cap this card really runs when the fleet asks for ``cap_w`` (its range bounds)."""
-        return float(min(max(cap_w, self.caps_w[0]), self.caps_w[-1]))
-
-
-def discover_runs(paths: Iterable[Path]) -> list[Path]:
-    """Run directories under the given paths: a run itself, or any folder holding runs.
-
-    Raises:
-        UsageError: A path does not exist or holds no run.
-    """
-    found: list[Path] = []
-    for path in paths:
-        path = Path(path)
-        if not path.exists():
-            raise UsageError(f"{path}: no such file or directory")
-        if path.is_file():
-            if path.name != "caps.csv":
-                raise UsageError(f"{path}: give run directories or folders holding them")
-            found.append(path.parent)
-            continue
-        if (path / "caps.csv").is_file():
-            found.append(path)
-            continue
-        runs = []
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if d != "charts" and not d.startswith("."))
-            if "caps.csv" in files:
-                runs.append(Path(root))
-                dirs[:] = []  # a run's own folders hold no runs
-        if not runs:
-            raise UsageError(f"{path}: no run directory (with a caps.csv) under it")
-        found += runs
-    unique = list(dict.fromkeys(p.resolve() for p in found))
-    return unique
 
 
 # A price per kWh above this is a typo in any currency (the dearest are a few thousand).
@@ -166,23 +112,24 @@ def summarise(
     curves: Sequence[Curve], failed: Sequence[tuple[Path, str]], opts: FleetOptions
 ) -> dict[str, Any]:
     """The fleet report of loaded curves (see :func:`fleet_report`)."""
-    root = _common_root([c.source for c in curves])
-    cards: list[_Card] = []
-    unusable: list[dict[str, Any]] = [_unreadable(p, e) for p, e in failed]
+    root = common_root([c.source for c in curves])
+    cards: list[CardCurve] = []
+    unusable: list[dict[str, Any]] = [unreadable(p, e) for p, e in failed]
     for curve in curves:
-        if is_clock_curve(curve.caps):
-            unusable.append(_unreadable(curve.source, "a clock-lock sweep, not a power-cap curve"))
-            continue
-        card = _card(curve, root, opts)
+        card = card_of(curve, root, opts.max_tps_loss_pct, opts.reanalyze)
         if card is None:
-            unusable.append(_unreadable(curve.source, "no usable cap"))
+            unusable.append(unreadable(curve.source, "no usable cap or clock point"))
         else:
             cards.append(card)
-    cards = _unique_labels(cards, root)
-    groups: dict[tuple[str, int, str, str], list[_Card]] = {}
+    cards = unique_labels(cards, root)
+    groups: dict[tuple[str, int, str, str, str], list[CardCurve]] = {}
     for card in cards:
         groups.setdefault(card.key, []).append(card)
-    out_groups = [_group(k, g, opts) for k, g in sorted(groups.items(), key=lambda kv: kv[0])]
+    # power first, then the clock axes of the same cards beside it
+    order = sorted(groups, key=lambda k: (k[:4], k[4] != POWER, k[4]))
+    out_groups = [_group(groups[k], opts) for k in order]
+    _beside_power(out_groups)
+    counted = [g for g in out_groups if "versus_power" not in g]
     incomplete = [
         {"label": c.label, "run_dir": c.run_dir, "status": c.status, "error": c.error}
         for c in cards
@@ -202,28 +149,15 @@ def summarise(
             "unreadable": unusable,
             "incomplete": incomplete,
             "groups": out_groups,
+            # cards swept on both axes count once, on the power axis
             "totals": {
-                "kw_saved": float(sum(_f(g["savings"].get("kw_saved")) for g in out_groups)),
+                "kw_saved": float(sum(_f(g["savings"].get("kw_saved")) for g in counted)),
                 "mwh_per_year_saved": float(
-                    sum(_f(g["savings"].get("mwh_per_year_saved")) for g in out_groups)
+                    sum(_f(g["savings"].get("mwh_per_year_saved")) for g in counted)
                 ),
             },
         }
     )
-
-
-def _unreadable(run_dir: Path, error: str) -> dict[str, Any]:
-    """A run left out, with how its sweep ended when its run.json says (a node that failed
-    before it finished a cap has no curve but does have a reason)."""
-    entry: dict[str, Any] = {"run_dir": str(run_dir), "error": error}
-    try:
-        run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return entry
-    if isinstance(run, dict) and run.get("status") not in (None, "complete"):
-        entry["status"] = run.get("status")
-        entry["error"] = run.get("error") or f"{error} (no error recorded)"
-    return entry
 
 
 def _f(value: Any) -> float:
@@ -232,125 +166,6 @@ def _f(value: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
     return v if math.isfinite(v) else 0.0
-
-
-def _common_root(paths: Sequence[Path]) -> Path:
-    try:
-        return Path(os.path.commonpath([str(p) for p in paths]))
-    except ValueError:
-        return Path("/")
-
-
-def _card(curve: Curve, root: Path, opts: FleetOptions) -> _Card | None:
-    """Analyse one run; None when it has no usable cap."""
-    result = None if opts.reanalyze else _stored_analysis(curve, opts)
-    if result is None:
-        result = analyze(curve, bootstrap=0, max_tps_loss_pct=opts.max_tps_loss_pct)
-    rows = [
-        r
-        for r in result["caps"]
-        if r.get("status") == "ok" and _ok(r.get("tps")) and _ok(r.get("power_w"))
-    ]
-    if not rows or not result.get("sweet_spot"):
-        return None
-    by_cap: dict[float, dict[str, Any]] = {}
-    for r in rows:  # one row per cap (the last measured), as the analysis uses
-        by_cap[float(r["cap_w"])] = r
-    caps = sorted(by_cap)
-    thermal = {
-        float(c): float(t) if t is not None and math.isfinite(t) else 0.0
-        for c, t in zip(
-            curve.caps["cap_w"].to_list(), curve.caps["thermal_throttle_pct"].to_list(), strict=True
-        )
-    }
-    run = result["run"]
-    sim = (curve.run or {}).get("simulation") or {}
-    # a simulated card is named by its simulated node (many of them share one real host)
-    node = sim.get("node") if isinstance(sim, dict) else None
-    host = node or (curve.run or {}).get("host")
-    rel = os.path.relpath(curve.source, root) if curve.source != root else curve.source.name
-    return _Card(
-        label=str(host or rel),
-        run_dir=str(curve.source),
-        key=(
-            str(run.get("gpu_name") or "unknown GPU"),
-            int(run.get("n_gpus") or 1),
-            str(run.get("load_mode") or "unknown mode"),
-            str(run.get("model") or "unknown model"),
-        ),
-        metric=str(result["metric"]),
-        caps_w=np.array(caps, dtype=float),
-        tps=np.array([float(by_cap[c]["tps"]) for c in caps]),
-        power_w=np.array([float(by_cap[c]["power_w"]) for c in caps]),
-        temp_c=np.array([_num(by_cap[c].get("temp_max_c")) for c in caps]),
-        thermal_pct=np.array([thermal.get(c, 0.0) for c in caps]),
-        sweet_w=float(result["sweet_spot"]["cap_w"]),
-        near_peak_w=_num((result.get("near_peak") or {}).get("cap_w")),
-        envelope_w=(
-            _num(run.get("min_limit_w")),
-            _num(run.get("default_limit_w")),
-            _num(run.get("max_limit_w")),
-        ),
-        # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
-        status=str((curve.run or {}).get("status") or run.get("status") or "unknown"),
-        error=(curve.run or {}).get("error"),
-        defaults_w=_defaults_by_gpu(run),
-    )
-
-
-def _defaults_by_gpu(run: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
-    """Each card's name and default limit on a rig of different cards (analysis ``run``)."""
-    defaults = run.get("default_limits_w") or []
-    names = run.get("gpu_names") or []
-    if not defaults or len(names) != len(defaults):
-        return ()
-    return tuple((str(n), float(d)) for n, d in zip(names, defaults, strict=True))
-
-
-def _stored_analysis(curve: Curve, opts: FleetOptions) -> dict[str, Any] | None:
-    """The run's analysis.json when it is what :func:`analyze` would say now: written by this
-    powersweep version after caps.csv last changed, with the same near-peak tolerance. A sweep
-    always leaves one, and reading it is what keeps a thousand runs fast."""
-    path = curve.source / "analysis.json"
-    try:
-        if path.stat().st_mtime < (curve.source / "caps.csv").stat().st_mtime:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        return None
-    near = data.get("near_peak") or {}
-    fresh = (
-        (data.get("tool") or {}).get("version") == __version__
-        and isinstance(data.get("caps"), list)
-        and isinstance(data.get("run"), dict)
-        and data.get("metric") == curve.metric
-        and near.get("max_tps_loss_pct", opts.max_tps_loss_pct) == opts.max_tps_loss_pct
-    )
-    return data if fresh else None
-
-
-def _unique_labels(cards: list[_Card], root: Path) -> list[_Card]:
-    """Cards named by host; where two share one (several runs of a node), by their path."""
-    counts = Counter(c.label for c in cards)
-    return [
-        replace(c, label=os.path.relpath(c.run_dir, root) if Path(c.run_dir) != root else c.run_dir)
-        if counts[c.label] > 1
-        else c
-        for c in cards
-    ]
-
-
-def _ok(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value) and value > 0
-
-
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return NAN
 
 
 def _dist(values: Sequence[float]) -> dict[str, Any]:
@@ -368,33 +183,39 @@ def _dist(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _matrix(cards: Sequence[_Card], grid: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(TPS, draw, temperature, thermal-throttle %) of each card at each grid cap (NaN outside
-    the card's measured range)."""
+def _matrix(cards: Sequence[CardCurve], grid: Grid) -> tuple[np.ndarray, ...]:
+    """(TPS, draw, temperature, thermal-throttle %) of each card at each grid setting (NaN
+    outside the card's measured range, and in a tier it did not measure)."""
     shape = (len(cards), len(grid))
     tps, power, temp, thr = (np.full(shape, NAN) for _ in range(4))
     for i, c in enumerate(cards):
-        inside = (grid >= c.caps_w[0] - 1e-6) & (grid <= c.caps_w[-1] + 1e-6)
-        g = grid[inside]
-        tps[i, inside] = np.interp(g, c.caps_w, c.tps)
-        power[i, inside] = np.interp(g, c.caps_w, c.power_w)
-        if np.isfinite(c.temp_c).any():
-            ok = np.isfinite(c.temp_c)
-            temp[i, inside] = np.interp(g, c.caps_w[ok], c.temp_c[ok])
-        # throttling is a per-cap fact: the nearest measured cap's
-        near = np.abs(c.caps_w[None, :] - g[:, None]).argmin(axis=1)
-        thr[i, inside] = c.thermal_pct[near]
+        for tier in {float(t) if math.isfinite(t) else NAN for t in c.tier}:
+            own = c._in_tier(tier)
+            xs = c.x[own]
+            inside = grid.in_tier(tier) & (grid.x >= xs[0] - SAME) & (grid.x <= xs[-1] + SAME)
+            g = grid.x[inside]
+            tps[i, inside] = np.interp(g, xs, c.tps[own])
+            power[i, inside] = np.interp(g, xs, c.power_w[own])
+            t_own = c.temp_c[own]
+            if np.isfinite(t_own).any():
+                ok = np.isfinite(t_own)
+                temp[i, inside] = np.interp(g, xs[ok], t_own[ok])
+            # throttling is a per-setting fact: the nearest measured setting's
+            near = np.abs(xs[None, :] - g[:, None]).argmin(axis=1)
+            thr[i, inside] = c.thermal_pct[own][near]
     return tps, power, temp, thr
 
 
-def _band(values: np.ndarray, grid: np.ndarray) -> dict[str, Any]:
-    """Median, IQR and min-max over cards at each cap (caps no card measured are left out)."""
-    keep = np.isfinite(values).sum(axis=0) >= 1
+def _band(values: np.ndarray, grid: Grid, axis: FleetAxis, tier: float) -> dict[str, Any]:
+    """Median, IQR and min-max over cards at each setting of one tier (settings no card
+    measured are left out)."""
+    keep = grid.in_tier(tier) & (np.isfinite(values).sum(axis=0) >= 1)
     v = values[:, keep]
     with np.errstate(all="ignore"):
         q = np.nanpercentile(v, [0, 25, 50, 75, 100], axis=0) if v.size else np.empty((5, 0))
     return {
-        "cap_w": grid[keep].tolist(),
+        axis.setting_key: grid.x[keep].tolist(),
+        "tier": tier,
         "min": q[0].tolist(),
         "q1": q[1].tolist(),
         "median": q[2].tolist(),
@@ -404,11 +225,10 @@ def _band(values: np.ndarray, grid: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _group(
-    key: tuple[str, int, str, str], cards: list[_Card], opts: FleetOptions
-) -> dict[str, Any]:
-    gpu_name, n_gpus, load_mode, model = key
-    grid = np.unique(np.round(np.concatenate([c.caps_w for c in cards]), 1))
+def _group(cards: list[CardCurve], opts: FleetOptions) -> dict[str, Any]:
+    gpu_name, n_gpus, load_mode, model, axis_name = cards[0].key
+    axis = AXES[axis_name]
+    grid = group_grid(cards)
     tps, power, temp, thr = _matrix(cards, grid)
     with np.errstate(all="ignore"):
         tpw = tps / power
@@ -417,73 +237,51 @@ def _group(
         [c.label for c in cards],
         [c.envelope_w for c in cards],
         [_throttle_from(c) for c in cards],
-        grid,
+        grid.x,
         tps,
         power,
         temp,
         thr,
+        unit=axis.unit,
     )
     inlier = np.array([c.label not in outliers for c in cards])
-    fleet_cap = _fleet_cap(cards, grid, tps[inlier], power[inlier], inlier)
-    steps = np.diff(grid)
-    step_w = float(np.median(steps)) if len(steps) else NAN
-    per_card = [_versus_own(c, fleet_cap) for c in cards]
-    savings = _savings(cards, fleet_cap, opts)
-    default_w = envelope[1]
-    by_gpu = Counter(c.defaults_w for c in cards).most_common(1)[0][0]
+    pick = fleet_setting(cards, grid, tps[inlier], power[inlier], inlier)
+    fleet = (float(grid.x[pick]), float(grid.tier[pick]))
+    steps = np.diff(grid.x[grid.in_tier(fleet[1])])
+    per_card = [_versus_own(c, fleet) for c in cards]
     band_cards = tpw[inlier] if inlier.any() else tpw
-    return {
+    head = {
         "gpu_name": gpu_name,
         "n_gpus": n_gpus,
         "load_mode": load_mode,
         "model": model,
+        "axis": axis.to_dict(),
         "metric": cards[0].metric,
         "n_cards": len(cards),
         "envelope_w": {"min": envelope[0], "default": envelope[1], "max": envelope[2]},
-        "step_w": step_w,
-        "sweet_spot_w": _dist([c.sweet_w for c in cards]),
-        "near_peak_w": _dist([c.near_peak_w for c in cards]),
-        "fleet_cap": {
-            "cap_w": fleet_cap,
-            # a rig of different cards has no one default: the cap is a share of each card's
-            "pct_of_default": (
-                fleet_cap / default_w * 100.0 if default_w > 0 and not by_gpu else None
-            ),
-            "pct_of_default_by_gpu": [
-                {"gpu_name": n, "default_w": d, "pct_of_default": fleet_cap / d * 100.0}
-                for n, d in by_gpu
-                if d > 0
-            ]
-            or None,
-            "fleet_tps_per_w": _pooled(cards, inlier, fleet_cap),
-            "fleet_tps_per_w_at_default": _pooled(cards, inlier, default_w),
-            "tps_per_w_vs_own_best_pct": _dist([p["tps_per_w_vs_own_best_pct"] for p in per_card]),
-            "tps_vs_own_best_pct": _dist([p["tps_vs_own_best_pct"] for p in per_card]),
-            "excluded_outliers": len(outliers),
-        },
-        "savings": savings,
-        "band": _band(band_cards, grid),
-        "outliers": [
-            {
-                "label": c.label,
-                "run_dir": c.run_dir,
-                "causes": outliers[c.label],
-                "sweet_spot_w": c.sweet_w,
-                "curve": {
-                    "cap_w": c.caps_w.tolist(),
-                    "tps_per_w": (c.tps / c.power_w).tolist(),
-                },
-            }
-            for c in cards
-            if c.label in outliers
-        ],
+        axis.key("step"): float(np.median(steps)) if len(steps) else NAN,
+        axis.key("sweet_spot"): _dist([c.best[0] for c in cards]),
+        axis.key("near_peak"): _dist([c.near_peak[0] for c in cards]),
+    }
+    if axis.tier_key:
+        head["sweet_spot_tier_mhz"] = _dist([c.best[1] for c in cards])
+    noise = within_noise(grid, tps[inlier], power[inlier], pick)
+    return {
+        **head,
+        axis.answer_key: _answer(cards, inlier, axis, fleet, envelope, per_card, noise),
+        "savings": {**_savings(cards, fleet, opts), "reference": axis.reference},
+        "band": _band(band_cards, grid, axis, fleet[1]),
+        "outliers": [_outlier(c, outliers[c.label], axis) for c in cards if c.label in outliers],
         "cards": [
             {
                 "label": c.label,
                 "run_dir": c.run_dir,
                 "status": c.status,
-                "sweet_spot_w": c.sweet_w,
-                "near_peak_w": c.near_peak_w,
+                "host": c.host,
+                "gpus": [{"uuid": u, "name": n} for u, n in c.gpus],
+                axis.key("sweet_spot"): c.best[0],
+                axis.key("near_peak"): c.near_peak[0],
+                "own_best": _setting(axis, c.best),
                 "outlier": c.label in outliers,
                 **p,
             }
@@ -492,71 +290,127 @@ def _group(
     }
 
 
-def _pooled(cards: Sequence[_Card], use: np.ndarray, cap_w: float) -> float:
-    """Fleet TPS/W at a cap: all the group's tokens over all its watts (each card at the cap it
-    can run)."""
+def _setting(axis: FleetAxis, setting: tuple[float, float]) -> dict[str, Any]:
+    """``{"cap_w": 280}`` or ``{"sm_lock_mhz": 1425}`` (a grid: with ``mem_lock_mhz``)."""
+    out: dict[str, Any] = {axis.setting_key: setting[0]}
+    if axis.tier_key:
+        out[axis.tier_key] = setting[1]
+    return out
+
+
+def _answer(
+    cards: Sequence[CardCurve],
+    inlier: np.ndarray,
+    axis: FleetAxis,
+    fleet: tuple[float, float],
+    envelope: tuple[float, float, float],
+    per_card: Sequence[Mapping[str, Any]],
+    noise: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The group's fleet cap (or lock): the setting, its noise, what it costs or gains."""
+    default_w = envelope[1]
+    by_gpu = Counter(c.defaults_w for c in cards).most_common(1)[0][0]
+    out: dict[str, Any] = {
+        **_setting(axis, fleet),
+        "within_noise": noise,
+        "fleet_tps_per_w": _pooled(cards, inlier, lambda c: fleet),
+        "tps_per_card": _pooled(cards, inlier, lambda c: fleet, per_card=True),
+        "fleet_tps_per_w_at_reference": _pooled(cards, inlier, lambda c: c.reference),
+        "tps_per_w_vs_own_best_pct": _dist([p["tps_per_w_vs_own_best_pct"] for p in per_card]),
+        "tps_vs_own_best_pct": _dist([p["tps_vs_own_best_pct"] for p in per_card]),
+        "excluded_outliers": int((~inlier).sum()),
+    }
+    if axis.is_clock:
+        held = Counter(c.held_cap_w for c in cards).most_common(1)[0][0]
+        return {**out, "held_cap_w": held}
+    cap_w = fleet[0]
+    return {
+        **out,
+        # a rig of different cards has no one default: the cap is a share of each card's
+        "pct_of_default": (cap_w / default_w * 100.0 if default_w > 0 and not by_gpu else None),
+        "pct_of_default_by_gpu": [
+            {"gpu_name": n, "default_w": d, "pct_of_default": cap_w / d * 100.0}
+            for n, d in by_gpu
+            if d > 0
+        ]
+        or None,
+        "fleet_tps_per_w_at_default": _pooled(cards, inlier, lambda c: (default_w, NAN)),
+    }
+
+
+def _outlier(card: CardCurve, causes: Any, axis: FleetAxis) -> dict[str, Any]:
+    """An outlier: its causes, and its own best, which ``fleet apply`` sets on it instead of
+    the fleet's answer (the answer was chosen without it, so says nothing about it)."""
+    with np.errstate(all="ignore"):
+        tpw = card.tps / card.power_w
+    in_tier = card._in_tier(card.best[1])
+    return {
+        "label": card.label,
+        "run_dir": card.run_dir,
+        "host": card.host,
+        "gpus": [{"uuid": u, "name": n} for u, n in card.gpus],
+        "causes": causes,
+        axis.key("sweet_spot"): card.best[0],
+        "own_best": _setting(axis, card.best),
+        "apply": "own_best",
+        "curve": {axis.setting_key: card.x[in_tier].tolist(), "tps_per_w": tpw[in_tier].tolist()},
+    }
+
+
+def _pooled(
+    cards: Sequence[CardCurve],
+    use: np.ndarray,
+    setting: Any,
+    per_card: bool = False,
+) -> float:
+    """Fleet TPS/W at a setting (``setting(card)`` gives each card's): all the group's tokens
+    over all its watts, each card at the setting it can run; ``per_card``: TPS per card."""
     tps = power = 0.0
+    n = 0
     for c, u in zip(cards, use, strict=True):
-        if not u or not math.isfinite(cap_w):
+        x, tier = setting(c)
+        if not u or not math.isfinite(x):
             continue
-        t, p = c.at(c.clamped(cap_w))
+        t, p = c.at(c.clamped(x, tier), tier)
         if math.isfinite(t) and math.isfinite(p):
-            tps, power = tps + t, power + p
+            tps, power, n = tps + t, power + p, n + 1
+    if per_card:
+        return tps / n if n else NAN
     return tps / power if power > 0 else NAN
 
 
-def _fleet_cap(
-    cards: Sequence[_Card], grid: np.ndarray, tps: np.ndarray, power: np.ndarray, use: np.ndarray
-) -> float:
-    """One cap for the group: the most tokens per joule over its (non-outlier) cards.
-
-    Pooling cards averages their noise; with fewer than three cards the pooled curve is as noisy
-    as one card, so the median of the cards' own (smoothed) sweet spots is used instead.
-    """
-    own = [c.sweet_w for c, u in zip(cards, use, strict=True) if u] or [c.sweet_w for c in cards]
-    if len(own) < 3 or tps.size == 0:
-        median = float(np.median(own))
-        return float(grid[np.abs(grid - median).argmin()])
-    covered = np.isfinite(tps) & np.isfinite(power)
-    coverage = covered.sum(axis=0) / tps.shape[0]
-    with np.errstate(all="ignore"):
-        pooled = np.where(covered, tps, 0).sum(axis=0) / np.where(covered, power, 0).sum(axis=0)
-    pooled[coverage < MIN_COVERAGE] = NAN
-    if not np.isfinite(pooled).any():
-        return float(grid[np.abs(grid - np.median(own)).argmin()])
-    return float(grid[int(np.nanargmax(pooled))])
-
-
-def _versus_own(card: _Card, fleet_cap: float) -> dict[str, Any]:
-    """What the fleet cap costs or gains this card against its own sweet spot."""
-    cap = card.clamped(fleet_cap)
-    t, p = card.at(cap)
-    t0, p0 = card.at(card.sweet_w)
+def _versus_own(card: CardCurve, fleet: tuple[float, float]) -> dict[str, Any]:
+    """What the fleet's answer costs or gains this card against its own best."""
+    axis = card.axis
+    short = axis.answer_key.removeprefix("fleet_")
+    x = card.clamped(*fleet)
+    t, p = card.at(x, fleet[1])
+    t0, p0 = card.at(*card.best)
     return {
-        "cap_at_fleet_cap_w": cap,
-        "tps_at_fleet_cap": t,
-        "tps_per_w_at_fleet_cap": t / p,
+        axis.key(f"{short}_at_{axis.answer_key}"): x,
+        f"tps_at_{axis.answer_key}": t,
+        f"tps_per_w_at_{axis.answer_key}": t / p,
         "tps_per_w_vs_own_best_pct": ((t / p) / (t0 / p0) - 1.0) * 100.0,
         "tps_vs_own_best_pct": (t / t0 - 1.0) * 100.0,
     }
 
 
-def _savings(cards: Sequence[_Card], fleet_cap: float, opts: FleetOptions) -> dict[str, Any]:
-    """Every card of the group at the fleet cap against its default limit, at measured TPS.
+def _savings(
+    cards: Sequence[CardCurve], fleet: tuple[float, float], opts: FleetOptions
+) -> dict[str, Any]:
+    """Every card of the group at the fleet's answer against its reference (the default limit,
+    or the highest lock it measured), at measured TPS.
 
-    A card whose sweep did not measure its default limit (an unknown default, or ``--caps``
-    that stop short of it) cannot be priced and is counted in ``n_cards_unpriced``.
+    A card whose sweep did not measure its reference (an unknown default, or ``--caps`` that
+    stop short of it) cannot be priced and is counted in ``n_cards_unpriced``.
     """
     p_def = p_cap = t_def = t_cap = 0.0
     n = unpriced = 0
     for c in cards:
-        default = c.envelope_w[1]
-        td, pd = c.at(default) if math.isfinite(default) else (NAN, NAN)
-        if not (math.isfinite(td) and math.isfinite(pd)):
-            unpriced += 1
-            continue
-        tc, pc = c.at(c.clamped(fleet_cap))
-        if not (math.isfinite(tc) and math.isfinite(pc)):
+        ref = c.reference
+        td, pd = c.at(*ref) if math.isfinite(ref[0]) else (NAN, NAN)
+        tc, pc = c.at(c.clamped(*fleet), fleet[1])
+        if not all(math.isfinite(v) for v in (td, pd, tc, pc)):
             unpriced += 1
             continue
         n += 1
@@ -584,15 +438,52 @@ def _savings(cards: Sequence[_Card], fleet_cap: float, opts: FleetOptions) -> di
     }
 
 
-def _throttle_from(card: _Card) -> float | None:
-    hit = card.caps_w[card.thermal_pct >= THROTTLE_PCT]
+def _throttle_from(card: CardCurve) -> float | None:
+    hit = card.x[card.thermal_pct >= THROTTLE_PCT]
     return float(hit.min()) if len(hit) else None
 
 
+def _beside_power(groups: list[dict[str, Any]]) -> None:
+    """A clock group whose cards (GPU, count, load mode, model) also have a power group gets
+    ``versus_power``: the fleet lock's pooled TPS/W and TPS per card against the fleet cap's."""
+    power = {_cards_key(g): g for g in groups if (g.get("axis") or {}).get("name", POWER) == POWER}
+    for g in groups:
+        axis = g.get("axis") or {}
+        other = power.get(_cards_key(g))
+        if axis.get("name", POWER) == POWER or other is None:
+            continue
+        lock, cap = g[axis["answer_key"]], other["fleet_cap"]
+        g["versus_power"] = {
+            "fleet_cap_w": cap.get("cap_w"),
+            "fleet_cap_tps_per_w": cap.get("fleet_tps_per_w"),
+            "fleet_cap_tps_per_card": cap.get("tps_per_card"),
+            "tps_per_w_vs_fleet_cap_pct": _pct(
+                lock.get("fleet_tps_per_w"), cap.get("fleet_tps_per_w")
+            ),
+            "tps_per_card_vs_fleet_cap_pct": _pct(
+                lock.get("tps_per_card"), cap.get("tps_per_card")
+            ),
+        }
+
+
+def _cards_key(g: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (g.get("gpu_name"), g.get("n_gpus"), g.get("load_mode"), g.get("model"))
+
+
+def _pct(a: Any, b: Any) -> float:
+    try:
+        return (float(a) / float(b) - 1.0) * 100.0
+    except (TypeError, ValueError, ZeroDivisionError):
+        return NAN
+
+
 def group_title(group: Mapping[str, Any]) -> str:
-    """A group's name in headings and charts: GPU (times count), load mode, model."""
+    """A group's name in headings and charts: GPU (times count), load mode, model, and the
+    axis when it is not the power cap."""
     gpu = str(group.get("gpu_name") or "unknown GPU")
     n = int(group.get("n_gpus") or 1)
     if n > 1:
         gpu = f"{n} x {gpu}"
-    return f"{gpu} · {group.get('load_mode')} · {group.get('model')}"
+    axis = (group.get("axis") or {}).get("name", POWER)
+    tail = "" if axis == POWER else f" · {axis}"
+    return f"{gpu} · {group.get('load_mode')} · {group.get('model')}{tail}"

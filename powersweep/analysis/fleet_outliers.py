@@ -50,6 +50,8 @@ def find_outliers(
     power: np.ndarray,
     temp: np.ndarray,
     thr: np.ndarray,
+    *,
+    unit: str = "W",
 ) -> dict[str, list[dict[str, str]]]:
     """Cards that depart from their group, each with its likely causes (most likely first).
 
@@ -57,9 +59,10 @@ def find_outliers(
         labels: Each card's name.
         envelopes: Each card's (min, default, max) limit, W.
         throttle_from_w: Each card's lowest cap with thermal throttling, or None.
-        grid: The group's caps, W.
-        tps, power, temp, thr: Cards x caps: TPS, draw, hottest reading and % of samples
-            thermally throttled (NaN where a card did not measure a cap).
+        grid: The group's settings: caps, W (or clock locks, MHz, on a clock axis).
+        tps, power, temp, thr: Cards x settings: TPS, draw, hottest reading and % of samples
+            thermally throttled (NaN where a card did not measure a setting).
+        unit: The settings' unit in the messages (``W`` or ``MHz``).
 
     Returns:
         Label to causes (``{code, message}``) for the cards that depart; empty for groups of
@@ -106,14 +109,14 @@ def find_outliers(
         if hot[i]:
             text = f"hot card: {d_temp[i]:+.0f} °C against the group at the same caps"
             if thr_from is not None:
-                text += f", thermal throttling from {thr_from:.0f} W"
+                text += f", thermal throttling from {thr_from:.0f} {unit}"
             causes.append({"code": "hot", "message": text + " (check airflow, fans, paste)"})
         elif throttled[i] and not group_throttles and thr_from is not None:
             causes.append(
                 {
                     "code": "throttling",
-                    "message": f"thermal throttling from {thr_from:.0f} W while the group does "
-                    "not (slowdown threshold or sensor)",
+                    "message": f"thermal throttling from {thr_from:.0f} {unit} while the group "
+                    "does not (slowdown threshold or sensor)",
                 }
             )
         # a hot or throttling card's lower draw and TPS are its heat's doing, not other causes
@@ -122,7 +125,8 @@ def find_outliers(
             causes.append(
                 {
                     "code": "tps",
-                    "message": f"{d_tps[i] * 100:+.1f}% TPS against the group at the upper caps",
+                    "message": f"{d_tps[i] * 100:+.1f}% TPS against the group at the upper "
+                    + ("caps" if unit == "W" else "locks"),
                 }
             )
         if draw[i] and not explained:
@@ -130,7 +134,8 @@ def find_outliers(
                 {
                     "code": "draw",
                     "message": f"draws {d_power[i] * 100:+.1f}% against the group at the same "
-                    "caps (silicon leakage, fans, or a different power reading)",
+                    + ("caps" if unit == "W" else "locks")
+                    + " (silicon leakage, fans, or a different power reading)",
                 }
             )
         if eff[i] and not explained:

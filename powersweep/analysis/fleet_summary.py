@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.analysis.fleet import group_title
+from powersweep.analysis.fleet_axis import FleetAxis, axis_from_group
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT, escape_md
 from powersweep.errors import PowersweepError
 
@@ -33,11 +34,11 @@ def _plural(n: Any, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _dist_row(name: str, d: Mapping[str, Any]) -> str:
+def _dist_row(name: str, d: Mapping[str, Any], unit: str = "W") -> str:
     return (
-        f"| {name} | {_n(d.get('median'), '.0f', ' W')} | "
-        f"{_n(d.get('q1'))}-{_n(d.get('q3'), '.0f', ' W')} | "
-        f"{_n(d.get('min'))}-{_n(d.get('max'), '.0f', ' W')} |\n"
+        f"| {name} | {_n(d.get('median'), '.0f', f' {unit}')} | "
+        f"{_n(d.get('q1'))}-{_n(d.get('q3'), '.0f', f' {unit}')} | "
+        f"{_n(d.get('min'))}-{_n(d.get('max'), '.0f', f' {unit}')} |\n"
     )
 
 
@@ -49,8 +50,76 @@ def _pct_row(name: str, d: Mapping[str, Any]) -> str:
     )
 
 
+def setting_text(axis: FleetAxis, setting: Mapping[str, Any]) -> str:
+    """``280 W`` or ``SM 1425 MHz`` (a grid: ``SM 1425 MHz / mem 2619 MHz``)."""
+    if axis.name == "power":
+        return _n(setting.get("cap_w"), "g", " W")
+    parts = []
+    for key, name in (("sm_lock_mhz", "SM"), ("mem_lock_mhz", "mem")):
+        if setting.get(key) is not None:
+            parts.append(f"{name} {_n(setting.get(key), '.0f', ' MHz')}")
+    return " / ".join(parts) or "unlocked"
+
+
+def _noise_text(fc: Mapping[str, Any], unit: str) -> str:
+    """``270-290 W within noise`` from the resampled cards (or why no noise is known)."""
+    noise = fc.get("within_noise") or {}
+    xs = [float(x) for x in noise.get("x") or [] if x is not None]
+    if not noise.get("resamples"):
+        return "fewer than 3 cards: the median of their own best, no noise known"
+    if len(xs) <= 1:
+        return "no other setting within noise, resampling the cards"
+    return f"{min(xs):.0f}-{max(xs):.0f} {unit} within noise, resampling the cards"
+
+
+def _answer_md(g: Mapping[str, Any], axis: FleetAxis, unit: str) -> str:
+    """The fleet cap (or lock) line: the setting, its noise, fleet TPS/W against the reference."""
+    fc = g.get(axis.answer_key) or {}
+    if axis.name == "power":
+        by_gpu = fc.get("pct_of_default_by_gpu") or []
+        share = (
+            ", ".join(
+                f"{_n(b.get('pct_of_default'), '.0f', '%')} of the "
+                f"{escape_md(str(b.get('gpu_name')))}'s {_n(b.get('default_w'), '.0f', ' W')} "
+                "default"
+                for b in by_gpu
+            )
+            if by_gpu
+            else f"{_n(fc.get('pct_of_default'), '.0f', '%')} of the default limit"
+        )
+        against = "at the default limit"
+    else:
+        held = fc.get("held_cap_w")
+        share = (
+            f"under the {_n(held, 'g', ' W')} limit the runs held"
+            if held
+            else ("under the limit in force")
+        )
+        against = "at the highest lock measured"
+    return (
+        f"**Fleet {axis.noun if axis.name != 'power' else 'cap'}: "
+        f"{setting_text(axis, fc)}** ({share}; {_noise_text(fc, axis.unit)}): fleet "
+        f"{_n(fc.get('fleet_tps_per_w'), '.4f')} {unit}/W against "
+        f"{_n(fc.get('fleet_tps_per_w_at_reference'), '.4f')} {against} "
+        f"(outliers left out of the choice: {fc.get('excluded_outliers', 0)}).\n\n"
+    )
+
+
+def _versus_power_md(g: Mapping[str, Any], axis: FleetAxis, unit: str) -> str:
+    vp = g.get("versus_power")
+    if not vp:
+        return ""
+    return (
+        f"Beside the power axis (the same GPU, load and model): the fleet "
+        f"{axis.noun} gives {_n(vp.get('tps_per_w_vs_fleet_cap_pct'), '+.1f', '%')} {unit}/W "
+        f"and {_n(vp.get('tps_per_card_vs_fleet_cap_pct'), '+.1f', '%')} {unit} per card "
+        f"against the fleet cap of {_n(vp.get('fleet_cap_w'), 'g', ' W')} "
+        f"({_n(vp.get('fleet_cap_tps_per_w'), '.4f')} {unit}/W).\n\n"
+    )
+
+
 def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
-    fc = g.get("fleet_cap") or {}
+    axis = axis_from_group(g)
     sv = g.get("savings") or {}
     env = g.get("envelope_w") or {}
     unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
@@ -59,100 +128,106 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
         f"{_plural(g.get('n_cards'), 'card')}; envelope "
         f"{_n(env.get('min'))}/{_n(env.get('default'))}/"
         f"{_n(env.get('max'), '.0f', ' W')} (min/default/max, most cards); "
-        f"step {_n(g.get('step_w'), '.0f', ' W')}.\n\n"
+        f"step {_n(g.get(axis.key('step')), '.0f', ' ' + axis.unit)}.\n\n"
     )
-    by_gpu = fc.get("pct_of_default_by_gpu") or []
-    share = (
-        ", ".join(
-            f"{_n(b.get('pct_of_default'), '.0f', '%')} of the {escape_md(str(b.get('gpu_name')))}"
-            f"'s {_n(b.get('default_w'), '.0f', ' W')} default"
-            for b in by_gpu
-        )
-        if by_gpu
-        else f"{_n(fc.get('pct_of_default'), '.0f', '%')} of the default limit"
-    )
-    out.append(
-        f"**Fleet cap: {_n(fc.get('cap_w'), '.0f', ' W')}** ({share}): fleet "
-        f"{_n(fc.get('fleet_tps_per_w'), '.4f')} {unit}/W against "
-        f"{_n(fc.get('fleet_tps_per_w_at_default'), '.4f')} at the default limit "
-        f"(outliers left out of the choice: {fc.get('excluded_outliers', 0)}).\n\n"
-    )
+    out.append(_answer_md(g, axis, unit))
+    out.append(_versus_power_md(g, axis, unit))
+    fc = g.get(axis.answer_key) or {}
+    near = "near-peak cap" if axis.name == "power" else "near-peak lock"
+    best = "sweet spot" if axis.name == "power" else "efficiency peak"
     out.append("| per card | median | IQR | min-max |\n|---|---|---|---|\n")
-    out.append(_dist_row("sweet spot", g.get("sweet_spot_w") or {}))
-    out.append(_dist_row("near-peak cap", g.get("near_peak_w") or {}))
+    out.append(_dist_row(best, g.get(axis.key("sweet_spot")) or {}, axis.unit))
+    out.append(_dist_row(near, g.get(axis.key("near_peak")) or {}, axis.unit))
+    if axis.tier_key:
+        out.append(_dist_row("its memory lock", g.get("sweet_spot_tier_mhz") or {}, "MHz"))
+    what = axis.answer()
     out.append(
-        _pct_row(
-            f"{unit}/W at the fleet cap vs own best", fc.get("tps_per_w_vs_own_best_pct") or {}
-        )
+        _pct_row(f"{unit}/W at the {what} vs own best", fc.get("tps_per_w_vs_own_best_pct") or {})
     )
-    out.append(
-        _pct_row(f"{unit} at the fleet cap vs own best", fc.get("tps_vs_own_best_pct") or {})
-    )
+    out.append(_pct_row(f"{unit} at the {what} vs own best", fc.get("tps_vs_own_best_pct") or {}))
     out.append("\n")
-    if not sv.get("n_cards"):
-        out.append("No savings: no card's sweep measured its default limit.\n\n")
-    else:
-        out.append(
-            f"Every card at the fleet cap instead of its default limit "
-            f"({_plural(sv['n_cards'], 'card')}, "
-            f"measured {unit}, {duty * 100:.0f}% duty): **{_n(sv.get('kw_saved'), '.2f', ' kW')}** "
-            f"less ({_n(sv.get('kw_default'), '.2f')} → "
-            f"{_n(sv.get('kw_fleet_cap'), '.2f', ' kW')}), "
-            f"**{_n(sv.get('mwh_per_year_saved'), '.1f', ' MWh/year')}**, "
-            f"{_n(sv.get('tps_change_pct'), '+.1f', '%')} {unit}. Energy per 1M tokens: "
-            f"{_n(sv.get('kwh_per_mtok_default'), '.3f')} → "
-            f"{_n(sv.get('kwh_per_mtok_fleet_cap'), '.3f', ' kWh')}"
-        )
-        if tariff is not None:
-            out.append(
-                f"; cost per 1M tokens at {tariff:g}/kWh: "
-                f"{_n(sv.get('cost_per_mtok_default'), '.4f')} → "
-                f"{_n(sv.get('cost_per_mtok_fleet_cap'), '.4f')}"
-            )
-        out.append(".")
-        if sv.get("n_cards_unpriced"):
-            out.append(
-                f" {_plural(sv['n_cards_unpriced'], 'card')} left out: the sweep did not "
-                "measure the default limit."
-            )
-        out.append("\n\n")
+    out.append(_savings_md(sv, axis, unit, tariff, duty))
     out.append(_cards_md(g, unit))
+    out.append(_outliers_md(g, axis))
+    return "".join(out)
+
+
+def _savings_md(
+    sv: Mapping[str, Any], axis: FleetAxis, unit: str, tariff: float | None, duty: float
+) -> str:
+    if not sv.get("n_cards"):
+        return f"No savings: no card's sweep measured {axis.reference}.\n\n"
+    ref = "its default limit" if axis.name == "power" else axis.reference
+    out = [
+        f"Every card at the {axis.answer()} instead of {ref} "
+        f"({_plural(sv['n_cards'], 'card')}, "
+        f"measured {unit}, {duty * 100:.0f}% duty): **{_n(sv.get('kw_saved'), '.2f', ' kW')}** "
+        f"less ({_n(sv.get('kw_default'), '.2f')} → "
+        f"{_n(sv.get('kw_fleet_cap'), '.2f', ' kW')}), "
+        f"**{_n(sv.get('mwh_per_year_saved'), '.1f', ' MWh/year')}**, "
+        f"{_n(sv.get('tps_change_pct'), '+.1f', '%')} {unit}. Energy per 1M tokens: "
+        f"{_n(sv.get('kwh_per_mtok_default'), '.3f')} → "
+        f"{_n(sv.get('kwh_per_mtok_fleet_cap'), '.3f', ' kWh')}"
+    ]
+    if tariff is not None:
+        out.append(
+            f"; cost per 1M tokens at {tariff:g}/kWh: "
+            f"{_n(sv.get('cost_per_mtok_default'), '.4f')} → "
+            f"{_n(sv.get('cost_per_mtok_fleet_cap'), '.4f')}"
+        )
+    out.append(".")
+    if sv.get("n_cards_unpriced"):
+        out.append(
+            f" {_plural(sv['n_cards_unpriced'], 'card')} left out: the sweep did not "
+            f"measure {axis.reference}."
+        )
+    out.append("\n\n")
+    return "".join(out)
+
+
+def _outliers_md(g: Mapping[str, Any], axis: FleetAxis) -> str:
     outliers: Sequence[Mapping[str, Any]] = g.get("outliers") or []
     if int(g.get("n_cards") or 0) < 5:
-        out.append("_Outliers need at least 5 cards in a group._\n\n")
-    elif not outliers:
-        out.append("No outliers: every card's curve, draw and temperature fit the group.\n\n")
-    else:
+        return "_Outliers need at least 5 cards in a group._\n\n"
+    if not outliers:
+        return "No outliers: every card's curve, draw and temperature fit the group.\n\n"
+    best = "sweet spot" if axis.name == "power" else "efficiency peak"
+    out = [
+        f"**Outliers ({len(outliers)})** (`fleet apply` sets each its own {best})\n\n"
+        f"| card | {best} | likely cause |\n|---|---|---|\n"
+    ]
+    for o in outliers[:MAX_OUTLIER_ROWS]:
+        causes = "; ".join(str(c.get("message")) for c in o.get("causes") or [])
         out.append(
-            f"**Outliers ({len(outliers)})**\n\n"
-            "| card | sweet spot | likely cause |\n|---|---|---|\n"
+            f"| {escape_md(o.get('label'))} | {setting_text(axis, o.get('own_best') or {})} | "
+            f"{escape_md(causes)} |\n"
         )
-        for o in outliers[:MAX_OUTLIER_ROWS]:
-            causes = "; ".join(str(c.get("message")) for c in o.get("causes") or [])
-            out.append(
-                f"| {escape_md(o.get('label'))} | {_n(o.get('sweet_spot_w'), '.0f', ' W')} | "
-                f"{escape_md(causes)} |\n"
-            )
-        if len(outliers) > MAX_OUTLIER_ROWS:
-            out.append(f"| … and {len(outliers) - MAX_OUTLIER_ROWS} more (see fleet.json) | | |\n")
-        out.append("\n")
+    if len(outliers) > MAX_OUTLIER_ROWS:
+        out.append(f"| … and {len(outliers) - MAX_OUTLIER_ROWS} more (see fleet.json) | | |\n")
+    out.append("\n")
     return "".join(out)
 
 
 def _cards_md(g: Mapping[str, Any], unit: str) -> str:
-    """Per card: its own sweet spot and what the fleet cap costs or gains it."""
+    """Per card: its own best and what the fleet cap (or lock) costs or gains it."""
+    axis = axis_from_group(g)
     cards: Sequence[Mapping[str, Any]] = g.get("cards") or []
     if not cards:
         return ""
+    what = axis.answer()
     if len(cards) <= MAX_CARD_ROWS:
-        title, rows = "Every card at the fleet cap", list(cards)
+        title, rows = f"Every card at the {what}", list(cards)
     else:
-        title = f"The {MOST_AFFECTED_ROWS} cards the fleet cap costs most {unit}/W"
+        title = f"The {MOST_AFFECTED_ROWS} cards the {what} costs most {unit}/W"
         rows = sorted(cards, key=lambda c: _key(c.get("tps_per_w_vs_own_best_pct")))
         rows = rows[:MOST_AFFECTED_ROWS]
+    best = "own sweet spot" if axis.name == "power" else "own peak"
+    short = axis.answer_key.removeprefix("fleet_")
+    at_key = axis.key(f"{short}_at_{axis.answer_key}")
+    u = f" {axis.unit}"
     out = [
         f"<details><summary>{title}</summary>\n\n"
-        f"| card | own sweet spot | near-peak | runs at | {unit}/W vs own best | "
+        f"| card | {best} | near-peak | runs at | {unit}/W vs own best | "
         f"{unit} vs own best |\n|---|--:|--:|--:|--:|--:|\n"
     ]
     for c in rows:
@@ -160,9 +235,10 @@ def _cards_md(g: Mapping[str, Any], unit: str) -> str:
         notes += ["outlier"] if c.get("outlier") else []
         flag = f" ({', '.join(notes)})" if notes else ""
         out.append(
-            f"| {escape_md(c.get('label'))}{flag} | {_n(c.get('sweet_spot_w'), '.0f', ' W')} | "
-            f"{_n(c.get('near_peak_w'), '.0f', ' W')} | "
-            f"{_n(c.get('cap_at_fleet_cap_w'), '.0f', ' W')} | "
+            f"| {escape_md(c.get('label'))}{flag} | "
+            f"{_n(c.get(axis.key('sweet_spot')), '.0f', u)} | "
+            f"{_n(c.get(axis.key('near_peak')), '.0f', u)} | "
+            f"{_n(c.get(at_key), '.0f', u)} | "
             f"{_n(c.get('tps_per_w_vs_own_best_pct'), '+.1f', '%')} | "
             f"{_n(c.get('tps_vs_own_best_pct'), '+.1f', '%')} |\n"
         )
@@ -189,10 +265,16 @@ def render_fleet_summary(fleet: Mapping[str, Any]) -> str:
     duty = float(opts.get("duty") or 1.0)
     groups: Sequence[Mapping[str, Any]] = fleet.get("groups") or []
     totals = fleet.get("totals") or {}
+    clocks = any((g.get("axis") or {}).get("name", "power") != "power" for g in groups)
+    what = (
+        "fleet cap (or lock) instead of the default limit (or its highest lock)"
+        if clocks
+        else "fleet cap instead of the default limit"
+    )
     head = (
         f"## Fleet report: {_plural(fleet.get('n_cards'), 'run')} in "
         f"{_plural(len(groups), 'group')}\n\n"
-        f"Every card at its group's fleet cap instead of the default limit saves "
+        f"Every card at its group's {what} saves "
         f"**{_n(totals.get('kw_saved'), '.2f', ' kW')}**, "
         f"**{_n(totals.get('mwh_per_year_saved'), '.1f', ' MWh/year')}** at {duty * 100:.0f}% "
         "duty.\n\n"

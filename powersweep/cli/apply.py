@@ -19,6 +19,7 @@ from powersweep.sweep.options import Backend
 
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
+    from powersweep.sweep.records.journal import Journal
     from powersweep.sweep.settings.apply import CapChange, CapResult
     from powersweep.sweep.settings.clocks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
@@ -206,7 +207,7 @@ def apply_command(
         caps, clocks = _plan(targets, named, reset, strict)
         _Apply(
             rig, targets, caps, clocks, source, unit_dir, persist, print_unit, dry_run, reset,
-            at_boot, force,
+            at_boot, force, journal_for(state_dir, at_boot),
         ).run()  # fmt: skip
 
 
@@ -342,9 +343,23 @@ def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> No
         warn(f"{why}; applying anyway (--force)")
 
 
+def journal_for(state_dir: Path | None, at_boot: bool) -> Journal | None:
+    """The restore journal an apply writes before its first change, so a SIGKILL half way
+    leaves what `powersweep restore` needs. None at boot (the boot unit's own settings are the
+    ones to keep) and where a killed sweep's journal already is (``--force``: that journal's
+    originals stay for `powersweep restore`, as without this apply)."""
+    from powersweep.sweep.records.journal import Journal, default_state_dir
+
+    if at_boot:
+        return None
+    journal = Journal(state_dir or default_state_dir())
+    return None if journal.exists() else journal
+
+
 @dataclass(frozen=True)
 class _Apply:
-    """The steps after the plan: print, write, verify, persist (each a short method)."""
+    """The steps after the plan: print, write, verify, persist (each a short method), shared by
+    ``apply`` and ``fleet apply``."""
 
     rig: SettingsRig
     targets: Sequence[Target]
@@ -358,6 +373,7 @@ class _Apply:
     reset: bool
     at_boot: bool
     force: bool
+    journal: Journal | None = None
 
     def run(self) -> None:
         unit = BootUnit(
@@ -396,9 +412,13 @@ class _Apply:
         return line
 
     def _write(self) -> tuple[list[CapResult], list[ClockResult]]:
-        from powersweep.sweep.settings.apply import apply_settings
+        from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
+        from powersweep.sweep.signals import raise_on_signals
 
-        caps, clocks = apply_settings(self.caps, self.clocks, warn)
+        entry = journal_entry(self.targets, self.caps, self.clocks, self.rig.journal_backend)
+        # SIGTERM or SIGHUP half way (scancel, a lost session) puts back what was set, as Ctrl-C
+        with raise_on_signals():
+            caps, clocks = apply_journaled(self.journal, entry, self.caps, self.clocks, warn)
         for r in caps:
             typer.echo(self._line(r.change, r.readback_w))
             if r.note:

@@ -91,3 +91,13 @@ def report_command(
         info(f"warning: {skipped} run(s) left out, without a usable curve (listed in fleet.md)")
     for path in written:
         info(f"wrote {path}")
+
+
+def _register_apply() -> None:
+    # its own module (the apply machinery it shares is large); registered under `fleet`
+    from powersweep.cli.fleet_apply import fleet_apply_command
+
+    fleet_app.command("apply")(fleet_apply_command)
+
+
+_register_apply()

@@ -406,19 +406,26 @@ class SettingsRig:
         backend: The GPUs.
         simulated: True for ``--simulate`` (no root needed, settings live in ``--sim-state``).
         rig_args: The ``powersweep`` options that rebuild this rig (for the boot unit).
+        journal_backend: How ``powersweep restore`` rebuilds it (the restore journal's
+            ``backend``).
     """
 
     backend: GpuBackend
     simulated: bool
     rig_args: tuple[str, ...] = ()
+    journal_backend: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"kind": "nvml"})
 
 
 @contextlib.contextmanager
 def build_settings_rig(
-    simulate: str | None, sim_state: Path | None, backend: str = "auto"
+    simulate: str | None,
+    sim_state: Path | None,
+    backend: str = "auto",
+    sim_node: str | None = None,
 ) -> Iterator[SettingsRig]:
     """Real GPUs (``backend``: auto, nvml, amdsmi) without ``simulate``, else simulated cards
-    whose settings live in ``sim_state``.
+    whose settings live in ``sim_state`` (a fleet card's spread seeded by ``sim_node``, else
+    ``POWERSWEEP_SIM_NODE``, else the host name).
 
     Raises:
         PowersweepError: No GPU library can start, or an unknown or replayed simulation profile.
@@ -427,7 +434,7 @@ def build_settings_rig(
         gpus, kind = open_backend(backend)
         try:
             again = ("--backend", kind) if kind != "auto" else ()
-            yield SettingsRig(gpus, simulated=False, rig_args=again)
+            yield SettingsRig(gpus, simulated=False, rig_args=again, journal_backend={"kind": kind})
         finally:
             gpus.close()
         return
@@ -435,7 +442,7 @@ def build_settings_rig(
         raise UsageError("status and apply simulate profiles, not replayed curves (replay:...)")
     names = [n.strip() for n in simulate.split("+") if n.strip()]
     # fleet cards (NAME~SPREAD) are the same cards the sweep on this node simulated
-    node = os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
+    node = sim_node or os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
     profiles = _card_profiles(names, node)
     check_sim_backend(backend, profiles)
     clock = ScaledClock(1.0)
@@ -443,5 +450,14 @@ def build_settings_rig(
     args: tuple[str, ...] = ("--simulate", "+".join(names))
     if sim_state is not None:
         args += ("--sim-state", str(sim_state.resolve()))
+    journal = {
+        "kind": "sim",
+        "profiles": names,
+        "node": node,
+        "sim_state": str(sim_state.resolve()) if sim_state is not None else None,
+        "seed": 0,
+    }
     with _user_keeps(sim_state):
-        yield SettingsRig(vendor_backend(rig, clock), simulated=True, rig_args=args)
+        yield SettingsRig(
+            vendor_backend(rig, clock), simulated=True, rig_args=args, journal_backend=journal
+        )

@@ -32,11 +32,42 @@ def _title(group: Mapping[str, Any]) -> str:
     gpu = str(group.get("gpu_name") or "unknown GPU").replace("NVIDIA ", "")
     n = int(group.get("n_gpus") or 1)
     gpu = f"{n} x {gpu}" if n > 1 else gpu
-    return f"{gpu} · {group.get('load_mode')} · {group.get('model')} ({group.get('n_cards')} cards)"
+    axis = _axis(group)["name"]
+    tail = "" if axis == "power" else f" · {axis}"
+    return (
+        f"{gpu} · {group.get('load_mode')} · {group.get('model')}{tail} "
+        f"({group.get('n_cards')} cards)"
+    )
+
+
+# A group's axis as fleet.json names it (a report from before axes: the power cap).
+_POWER_AXIS = {
+    "name": "power",
+    "setting_key": "cap_w",
+    "unit": "W",
+    "noun": "cap",
+    "answer_key": "fleet_cap",
+    "suffix": "w",
+}
+
+
+def _axis(group: Mapping[str, Any]) -> Mapping[str, Any]:
+    axis = group.get("axis")
+    return axis if isinstance(axis, Mapping) and axis.get("setting_key") else _POWER_AXIS
+
+
+def _xlabel(axis: Mapping[str, Any]) -> str:
+    return "power cap (W)" if axis["name"] == "power" else f"{axis['noun']} ({axis['unit']})"
+
+
+def _answer_name(axis: Mapping[str, Any]) -> str:
+    return "fleet cap" if axis["name"] == "power" else "fleet lock"
 
 
 def _groups(fleet: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    groups = [g for g in fleet.get("groups") or [] if (g.get("band") or {}).get("cap_w")]
+    groups = [
+        g for g in fleet.get("groups") or [] if (g.get("band") or {}).get(_axis(g)["setting_key"])
+    ]
     if not groups:
         raise UsageError("the fleet report has no group with a usable curve to draw")
     return groups
@@ -58,7 +89,8 @@ def _more_note(fig: Figure, groups: Sequence[Mapping[str, Any]]) -> None:
 
 
 def band_figure(fleet: Mapping[str, Any]) -> Figure:
-    """TPS/W against cap per group: median, IQR band, min-max envelope, outliers listed.
+    """TPS/W against the cap (or clock lock) per group: median, IQR band, min-max envelope,
+    outliers listed.
 
     Raises:
         UsageError: No group has a curve.
@@ -67,7 +99,9 @@ def band_figure(fleet: Mapping[str, Any]) -> Figure:
     shown = groups[:MAX_GROUPS]
     with style():
         fig = new_figure(height_in=3.3 * len(shown) + 0.4)
-        fig.suptitle("Fleet: tokens per watt against the power cap")
+        axes = {_axis(g)["name"] for g in shown}
+        what = "the power cap" if axes == {"power"} else "the setting swept"
+        fig.suptitle(f"Fleet: tokens per watt against {what}")
         grid = fig.add_gridspec(len(shown), 2, width_ratios=(3.2, 1.25))
         for row, g in enumerate(shown):
             ax = fig.add_subplot(grid[row, 0])
@@ -79,8 +113,9 @@ def band_figure(fleet: Mapping[str, Any]) -> Figure:
 
 
 def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
+    axis = _axis(g)
     band = g["band"]
-    caps = _arr(band["cap_w"])
+    caps = _arr(band[axis["setting_key"]])
     ax.set_title(_title(g), loc="left", fontsize=8.5)
     ax.fill_between(
         caps, _arr(band["min"]), _arr(band["max"]), color=_BAND, alpha=0.12, lw=0, label="min-max"
@@ -94,7 +129,7 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     for i, o in enumerate((g.get("outliers") or [])[:MAX_OUTLIER_CURVES]):
         curve = o.get("curve") or {}
         ys = _arr(curve.get("tps_per_w") or [])
-        xs = _arr(curve.get("cap_w") or [])
+        xs = _arr(curve.get(axis["setting_key"]) or [])
         color = _OUTLIER_COLORS[i % len(_OUTLIER_COLORS)]
         ax.plot(xs, ys, color=color, lw=0.9, ls="--", zorder=3)
         if len(xs):
@@ -109,20 +144,32 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
             )
             ymax = max(ymax, float(np.nanmax(ys)))
             ymin = min(ymin, float(np.nanmin(ys)))
-    fc = (g.get("fleet_cap") or {}).get("cap_w")
+    name = _answer_name(axis)
+    answer = g.get(axis["answer_key"]) or {}
+    fc = answer.get(axis["setting_key"])
+    noise = [float(x) for x in (answer.get("within_noise") or {}).get("x") or [] if x is not None]
+    if len(noise) > 1:
+        ax.axvspan(
+            min(noise),
+            max(noise),
+            color=COLORS["sweet_spot"],
+            alpha=0.15,
+            lw=0,
+            label="within noise",
+        )
     if fc is not None:
-        ax.axvline(float(fc), color=COLORS["sweet_spot"], lw=1.6, zorder=2, label="fleet cap")
+        ax.axvline(float(fc), color=COLORS["sweet_spot"], lw=1.6, zorder=2, label=name)
         ax.annotate(
-            f"fleet cap {float(fc):.0f} W",
+            f"{name} {float(fc):.0f} {axis['unit']}",
             (float(fc), ymax),
             xytext=(3, 0),
             textcoords="offset points",
             fontsize=7,
         )
     default = (g.get("envelope_w") or {}).get("default")
-    if default is not None:
+    if default is not None and axis["name"] == "power":
         ax.axvline(float(default), color=COLORS["default_tdp"], lw=0.9, ls="-.", label="default")
-    ax.set_xlabel("power cap (W)")
+    ax.set_xlabel(_xlabel(axis))
     unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
     ax.set_ylabel(f"{unit}/W")
     # zoomed to the curves: the spread between cards is the point of this chart
@@ -167,7 +214,8 @@ def _short(text: str, n: int) -> str:
 
 
 def histogram_figure(fleet: Mapping[str, Any]) -> Figure:
-    """Where the cards' own sweet spots and near-peak caps fall, per group, with the fleet cap.
+    """Where the cards' own sweet spots (or efficiency peaks) and near-peak settings fall, per
+    group, with the fleet cap (or lock).
 
     Raises:
         UsageError: No group has a curve.
@@ -176,7 +224,7 @@ def histogram_figure(fleet: Mapping[str, Any]) -> Figure:
     shown = groups[:MAX_GROUPS]
     with style():
         fig = new_figure(height_in=2.6 * len(shown) + 0.4)
-        fig.suptitle("Fleet: each card's own sweet spot and near-peak cap")
+        fig.suptitle("Fleet: each card's own best and near-peak setting")
         for row, g in enumerate(shown):
             ax = fig.add_subplot(len(shown), 1, row + 1)
             _histogram_axes(ax, g)
@@ -185,15 +233,17 @@ def histogram_figure(fleet: Mapping[str, Any]) -> Figure:
 
 
 def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
+    axis = _axis(g)
+    sfx = axis["suffix"]
     cards = g.get("cards") or []
-    sweet = _arr([c.get("sweet_spot_w") for c in cards])
-    near = _arr([c.get("near_peak_w") for c in cards])
+    sweet = _arr([c.get(f"sweet_spot_{sfx}") for c in cards])
+    near = _arr([c.get(f"near_peak_{sfx}") for c in cards])
     both = np.concatenate([sweet, near])
     both = both[np.isfinite(both)]
     if not len(both):
         ax.axis("off")
         return
-    step = g.get("step_w")
+    step = g.get(f"step_{sfx}")
     step = float(step) if step is not None and float(step) > 0 else 10.0
     lo, hi = float(both.min()), float(both.max())
     edges = np.arange(lo - step / 2, hi + step, step)
@@ -202,7 +252,7 @@ def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
         bins=edges.tolist(),
         color=COLORS["sweet_spot"],
         alpha=0.9,
-        label="sweet spot",
+        label="sweet spot" if axis["name"] == "power" else "efficiency peak",
         edgecolor="#8a6d00",
         linewidth=0.5,
     )
@@ -212,15 +262,19 @@ def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
         histtype="step",
         color=COLORS["near_peak"],
         linewidth=1.4,
-        label="near-peak cap",
+        label=f"near-peak {axis['noun']}",
     )
-    fc = (g.get("fleet_cap") or {}).get("cap_w")
+    fc = (g.get(axis["answer_key"]) or {}).get(axis["setting_key"])
     if fc is not None:
         ax.axvline(
-            float(fc), color="#333333", lw=1.2, ls="--", label=f"fleet cap {float(fc):.0f} W"
+            float(fc),
+            color="#333333",
+            lw=1.2,
+            ls="--",
+            label=f"{_answer_name(axis)} {float(fc):.0f} {axis['unit']}",
         )
     ax.set_title(_title(g), loc="left", fontsize=8.5)
-    ax.set_xlabel("power cap (W)")
+    ax.set_xlabel(_xlabel(axis))
     ax.set_ylabel("cards")
     ax.legend(loc="upper right", fontsize=7)
 

@@ -26,6 +26,8 @@ from powersweep.sweep.settings.targets import Target, Warn
 
 # A limit counts as unchanged (and as taken) within this distance, as the NVML backend judges.
 TOLERANCE_W = 0.5
+# How an undo's note says a card kept the new value (the restore journal must then stay).
+NOT_PUT_BACK = "NOT put back"
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ def apply_settings(
         failed = undo_clocks(touched, warn)
         undone = undo([r.change for r in cap_results], warn, bool(touched), failed)
         if isinstance(exc, KeyboardInterrupt):
+            exc.add_note(undone)  # whether everything was put back, for the journal's keeper
             raise
         raise GpuError(f"{exc}{undone}") from exc
     return cap_results, clock_results
@@ -189,7 +192,7 @@ def undo(
             failed.append(f"GPU {c.target.identity.index} ({c.before_w:g} W)")
     if failed or clocks_failed:
         return (
-            "; NOT put back: "
+            f"; {NOT_PUT_BACK}: "
             + ", ".join([*failed, *clocks_failed])
             + " (set them with nvidia-smi -pl / -lgc / -lmc)"
         )

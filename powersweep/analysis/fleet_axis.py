@@ -1,0 +1,115 @@
+"""What a fleet group sweeps: the power cap, or clock locks (one lock, or a grid of two).
+
+The fleet logic (:mod:`.fleet`) is one code path for every axis: a card's curve is its measured
+settings ``x`` (a cap in W, or an SM or memory lock in MHz) with, on a grid, the second lock as
+its ``tier`` (the memory lock; NaN on a one-axis sweep). A :class:`FleetAxis` says which column
+of a run's rows is which, how the report's keys are named (``sweet_spot_w`` on the power axis,
+``sweet_spot_mhz`` on a clock axis) and what a card's savings are counted against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+POWER = "power"
+CLOCK_AXES = ("sm-clock", "mem-clock", "grid")
+
+
+@dataclass(frozen=True)
+class FleetAxis:
+    """One axis a fleet group can be swept on.
+
+    Attributes:
+        name: ``power``, ``sm-clock``, ``mem-clock`` or ``grid``.
+        setting_key: The row column that is a card's setting (``cap_w``, ``sm_lock_mhz`` or
+            ``mem_lock_mhz``).
+        tier_key: A grid's second lock (``mem_lock_mhz``); None on a one-axis sweep.
+        unit: ``W`` or ``MHz``.
+        noun: What one setting is called (``cap``, ``SM lock``, ``memory lock``).
+        answer_key: The group's key of the fleet's answer (``fleet_cap`` or ``fleet_lock``).
+        reference: What savings are counted against, in words.
+    """
+
+    name: str
+    setting_key: str
+    tier_key: str | None
+    unit: str
+    noun: str
+    answer_key: str
+    reference: str
+
+    @property
+    def suffix(self) -> str:
+        """The unit as a key suffix: ``w`` or ``mhz``."""
+        return self.unit.lower()
+
+    @property
+    def is_clock(self) -> bool:
+        """True for clock locks (not the power cap)."""
+        return self.name != POWER
+
+    def key(self, stem: str) -> str:
+        """A report key with this axis's unit: ``sweet_spot`` -> ``sweet_spot_w``."""
+        return f"{stem}_{self.suffix}"
+
+    def answer(self) -> str:
+        """``fleet cap`` or ``fleet lock``: the answer's name in words."""
+        return self.answer_key.replace("_", " ")
+
+    def to_dict(self) -> dict[str, Any]:
+        """What fleet.json says about the axis (so its readers need not know the names)."""
+        return {
+            "name": self.name,
+            "setting_key": self.setting_key,
+            "tier_key": self.tier_key,
+            "unit": self.unit,
+            "noun": self.noun,
+            "answer_key": self.answer_key,
+            "suffix": self.suffix,
+            "reference": self.reference,
+        }
+
+
+_TOP_LOCK = "the highest lock each card measured (the nearest to running unlocked)"
+AXES: dict[str, FleetAxis] = {
+    POWER: FleetAxis(POWER, "cap_w", None, "W", "cap", "fleet_cap", "the default limit"),
+    "sm-clock": FleetAxis(
+        "sm-clock", "sm_lock_mhz", None, "MHz", "SM lock", "fleet_lock", _TOP_LOCK
+    ),
+    "mem-clock": FleetAxis(
+        "mem-clock", "mem_lock_mhz", None, "MHz", "memory lock", "fleet_lock", _TOP_LOCK
+    ),
+    "grid": FleetAxis(
+        "grid", "sm_lock_mhz", "mem_lock_mhz", "MHz", "SM lock", "fleet_lock", _TOP_LOCK
+    ),
+}
+
+
+def axis_of_analysis(result: Mapping[str, Any]) -> FleetAxis:
+    """The axis an analysis (analysis.json) was made on: a clock analysis names its own."""
+    if result.get("kind") == "clocks":
+        return AXES.get(str(result.get("axis")), AXES["sm-clock"])
+    return AXES[POWER]
+
+
+def axis_from_group(group: Mapping[str, Any]) -> FleetAxis:
+    """The axis of a fleet.json group (a report written before axes were named: power)."""
+    axis = group.get("axis")
+    name = axis.get("name") if isinstance(axis, Mapping) else None
+    return AXES.get(str(name), AXES[POWER])
+
+
+def rows_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An analysis's measured settings, one row each: the caps (status ok) of a power run, the
+    usable points (repeats pooled) of a clock run."""
+    if result.get("kind") == "clocks":
+        return [p for p in result.get("points") or [] if isinstance(p, Mapping)]
+    return [r for r in result.get("caps") or [] if r.get("status") == "ok"]
+
+
+def best_of(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The card's own best: its sweet spot (a power run) or efficiency peak (a clock run)."""
+    best = result.get("peak") if result.get("kind") == "clocks" else result.get("sweet_spot")
+    return best if isinstance(best, Mapping) else None
