@@ -15,6 +15,7 @@ import pytest
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu import Gpu, GpuBackend
+from powersweep.sweep.gpu import nvidia as nvidia_package
 from powersweep.sweep.gpu import nvml as nvml_backend
 from powersweep.sweep.gpu.nvml import NVML_API_USED, NvmlBackend, NvmlGpu
 
@@ -460,10 +461,12 @@ def test_fake_constants_match_the_real_module() -> None:
     assert {n: getattr(FakeNvml(), n) for n in names} == {n: getattr(pynvml, n) for n in names}
 
 
-def test_the_module_uses_no_pynvml_name_missing_from_the_list() -> None:
-    tree = ast.parse(Path(nvml_backend.__file__).read_text())
+def test_the_backend_uses_no_pynvml_name_missing_from_the_list() -> None:
+    # every module of the NVIDIA backend (the facade and the nvidia/ subpackage it names)
+    package = Path(nvidia_package.__file__).parent
+    trees = [ast.parse(p.read_text()) for p in [Path(nvml_backend.__file__), *package.glob("*.py")]]
     used = set()
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if not isinstance(node, ast.Attribute):
             continue
         base = node.value

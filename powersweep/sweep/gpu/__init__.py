@@ -1,7 +1,7 @@
 """GPU backends: the :class:`Gpu` protocol every backend implements, and one module per vendor.
 
-``protocol`` holds the interface and its value types (re-exported here); ``nvml`` is the NVIDIA
-backend and the only module of powersweep that imports ``pynvml``. A backend may import the
+``protocol`` holds the interface and its value types (re-exported here); ``nvml`` names the NVIDIA
+backend (``nvidia/``, whose ``api`` is the only module of powersweep that imports ``pynvml``). A backend may import the
 base modules (``powersweep.errors``, ``powersweep.clock``) and nothing else of the package.
 """
 
