@@ -30,6 +30,7 @@ SAMPLES_COLUMNS = (
     "sm_lock_mhz",
     "mem_lock_mhz",
     "confirm",
+    "power_instant_w",
 )
 REQUESTS_COLUMNS = (
     "cap_w",

@@ -16,6 +16,7 @@ import os
 import random
 import tempfile
 import threading
+from collections import deque
 from pathlib import Path
 
 from powersweep.clock import Clock
@@ -49,10 +50,12 @@ from powersweep.sweep.gpu import (
 )
 
 _UTIL_TIME_CONSTANT_S = 0.25
-# NVML's power reading averages over a short window (about 0.1 s for the instantaneous field,
-# 1 s for the classic reading), so a few milliseconds between two requests do not show as a
-# drop to idle draw.
+# The instantaneous field (and a pre-Ampere card's power usage) still averages over a short
+# window, about 0.1 s, so a few milliseconds between two requests do not show as a drop to idle
+# draw.
 _POWER_READING_TIME_CONSTANT_S = 0.1
+# A one-second average of ten such readings: its noise is the instant reading's over sqrt(10).
+_AVERAGE_NOISE_SHARE = 1.0 / math.sqrt(10.0)
 _THERMAL_RELEASE_C = 2.0
 
 
@@ -172,7 +175,18 @@ class SimGpu:
         self._workload = IDLE
         th = profile.thermal
         self._temp_c = th.ambient_c + th.resistance_c_per_w * profile.idle_w
-        self._energy_mj = 0.0
+        self._energy_mj = 0.0  # the true energy since the start, exact
+        self._counter_mj = 0.0  # what the driver's counter holds: its last update
+        period = profile.energy_counter_period_s
+        # each card's counter updates on its own phase, unrelated to the sampler's ticks
+        self._counter_phase_s = random.Random(seed * 7919 + index).random() * period
+        # (run seconds, true energy mJ) at each advance over the last average window; before
+        # the start the card idled
+        window = profile.power_usage_average_s
+        self._energy_trail: deque[tuple[float, float]] = deque(
+            [(clock.now() - window, -profile.idle_w * window * 1000.0), (clock.now(), 0.0)]
+        )
+        self._avg_rng = random.Random(seed * 1009 + index + 104729)
         self._power_reading_w = profile.idle_w
         self._util = 0.0
         self._thermal_active = False
@@ -223,15 +237,23 @@ class SimGpu:
         with self._lock:
             self._advance()
             op = self._op()
-            averaged_w = self._power_reading_w
+            short_w = self._power_reading_w
+            window_w = self._moving_average_w()
             temp = self._temp_c
-            energy = self._energy_mj
+            energy = self._counter_mj
             util = self._util
             thermal = self._thermal_active
             busy = self._workload.kind != "idle"
         rng = self._rng
         p = self.profile
-        power = averaged_w * (1.0 + rng.gauss(0.0, p.power_noise_pct / 100.0))
+        noise = p.power_noise_pct / 100.0
+        short = round(short_w * (1.0 + rng.gauss(0.0, noise)), 2)
+        if p.power_usage_average_s > 0:
+            usage = round(
+                window_w * (1.0 + self._avg_rng.gauss(0.0, noise * _AVERAGE_NOISE_SHARE)), 2
+            )
+        else:
+            usage = short  # before Ampere the power usage is itself the short reading
         sm = op.sm_low_mhz
         if op.high_fraction > 0 and rng.random() < op.high_fraction:
             sm = op.sm_high_mhz
@@ -246,7 +268,8 @@ class SimGpu:
             bits |= CLOCK_EVENT_APP_CLOCKS
         return GpuSample(
             gpu_index=self._index,
-            power_w=round(power, 2),
+            power_w=usage,
+            power_instant_w=short if p.instant_power_field else math.nan,
             energy_mj=float(math.floor(energy)),
             temp_c=float(round(temp + rng.gauss(0.0, 0.2))),
             sm_clock_mhz=sm,
@@ -373,6 +396,14 @@ class SimGpu:
         return self._locks
 
     @property
+    def true_energy_mj(self) -> float:
+        """The true energy drawn since the start (the counter lags it by up to one update
+        period, and runs at ``energy_counter_gain`` of it)."""
+        with self._lock:
+            self._advance()
+            return self._energy_mj
+
+    @property
     def temp_c(self) -> float:
         """Current temperature (noise-free)."""
         with self._lock:
@@ -433,7 +464,7 @@ class SimGpu:
         th = self.profile.thermal
         t_eq = th.ambient_c + th.resistance_c_per_w * power
         self._temp_c = t_eq + (self._temp_c - t_eq) * math.exp(-dt / th.time_constant_s)
-        self._energy_mj += power * dt * 1000.0
+        self._count_energy(now - dt, now, power)
         k = math.exp(-dt / _POWER_READING_TIME_CONSTANT_S)
         self._power_reading_w = power + (self._power_reading_w - power) * k
         busy = 0.0 if self._workload.kind == "idle" else 1.0
@@ -443,6 +474,42 @@ class SimGpu:
             self._thermal_active = True
         elif self._temp_c < slowdown - _THERMAL_RELEASE_C:
             self._thermal_active = False
+
+    def _count_energy(self, t0: float, t1: float, power_w: float) -> None:
+        """Integrate the true draw over ``[t0, t1]`` (constant ``power_w``) and advance the
+        driver's counter to its last update instant in it, at the card's update period."""
+        p = self.profile
+        e0 = self._energy_mj
+        self._energy_mj = e0 + power_w * (t1 - t0) * 1000.0
+        period = p.energy_counter_period_s
+        if period > 0:
+            phase = self._counter_phase_s
+            last_update = phase + math.floor((t1 - phase) / period) * period
+            if last_update > t0:
+                # the true energy at the update instant: the draw is constant over the step
+                at_update = e0 + power_w * (last_update - t0) * 1000.0
+                self._counter_mj = p.energy_counter_gain * at_update
+        else:
+            self._counter_mj = p.energy_counter_gain * self._energy_mj
+        window = p.power_usage_average_s
+        trail = self._energy_trail
+        trail.append((t1, self._energy_mj))
+        while len(trail) > 2 and trail[1][0] <= t1 - window:
+            trail.popleft()
+
+    def _moving_average_w(self) -> float:
+        """The true draw averaged over the last ``power_usage_average_s`` (NaN for none)."""
+        window = self.profile.power_usage_average_s
+        if window <= 0:
+            return math.nan
+        trail = self._energy_trail
+        t_end, e_end = trail[-1]
+        start = t_end - window
+        (ta, ea), (tb, eb) = trail[0], trail[1]
+        # the draw is constant between two advances: the energy at the window's start is on
+        # the straight line between the breakpoints around it
+        e_start = ea + (eb - ea) * (start - ta) / (tb - ta) if tb > ta else ea
+        return (e_end - e_start) / window / 1000.0
 
 
 def _same_work(a: Workload, b: Workload) -> bool:

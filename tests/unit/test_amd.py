@@ -168,7 +168,8 @@ def test_unsupported_fields_are_nan_not_errors_and_not_asked_again() -> None:
     assert all(s.read_errors == 0 and s.clock_event_bits is None for s in samples)
     assert fake.calls_to("amdsmi_get_energy_count") == 1
     assert fake.calls_to("amdsmi_get_violation_status") == 1
-    assert gpu.unsupported_fields == frozenset({"energy", "clock_events", "util"})
+    # an MI300X fills no average socket power: a capability, asked for no more
+    assert gpu.unsupported_fields == frozenset({"energy", "clock_events", "util", "power_average"})
 
 
 def test_energy_counter_follows_the_draw_and_its_resolution() -> None:

@@ -114,7 +114,8 @@ class Tick:
 
 
 def group_ticks(rows: Sequence[SampleRow], busy_gpus: Collection[int] | None = None) -> list[Tick]:
-    """Combine rows of the same tick: draw summed, temperature and utilization max, flags OR'd.
+    """Combine rows of the same tick: draw summed (each card's :attr:`~GpuSample.draw_w`, the
+    instant reading where the driver has one), temperature and utilization max, flags OR'd.
 
     ``busy_gpus`` are the GPUs serving the model: the tick's utilization is theirs (the busiest
     of them), so a card in the set that does other work does not make an idle tick look loaded.
@@ -135,7 +136,7 @@ def group_ticks(rows: Sequence[SampleRow], busy_gpus: Collection[int] | None = N
             Tick(
                 t_s=group[0].t_s,
                 phase=group[0].phase,
-                power_w=math.fsum(s.power_w for s in samples),
+                power_w=math.fsum(s.draw_w for s in samples),
                 energy_mj=tuple(s.energy_mj for s in samples),
                 temp_max_c=max(temps) if temps else NAN,
                 # the busiest card: an idle card beside a loaded one must not hide the load
@@ -192,7 +193,11 @@ def _median(values: Iterable[float]) -> float:
 def energy_counter_j(ticks: Sequence[Tick]) -> float:
     """Combined NVML energy-counter delta from the first to the last tick, in J.
 
-    NaN when any GPU's counter is missing at either end (unsupported before Volta).
+    The same span as :func:`energy_sampled_j`'s integral: the counter holds the energy of its
+    last update, so each end lags its tick by up to one update period (10-100 ms), at a phase
+    unrelated to the ticks; the delta covers the ticks' span within one period (unbiased, and
+    under 1% of a window of 10 s or more). NaN when any GPU's counter is missing at either end
+    (unsupported before Volta).
     """
     if len(ticks) < 2:
         return NAN
@@ -206,7 +211,8 @@ def energy_counter_j(ticks: Sequence[Tick]) -> float:
 
 
 def energy_sampled_j(ticks: Sequence[Tick]) -> float:
-    """Trapezoid integral of combined draw over the same ticks, in J (NaN if < 2 ticks)."""
+    """Trapezoid integral of combined draw (each card's instant reading where it has one) over
+    the same ticks, in J (NaN if < 2 ticks)."""
     pts = [(t.t_s, t.power_w) for t in ticks if math.isfinite(t.power_w)]
     if len(pts) < 2:
         return NAN
@@ -279,7 +285,7 @@ def cap_row(
         # every card's own medians (the columns above are the first card's)
         "sm_clock_mhz_by_gpu": _per_gpu(ticks, "sm_clock_mhz"),
         "mem_clock_mhz_by_gpu": _per_gpu(ticks, "mem_clock_mhz"),
-        "power_w_by_gpu": _per_gpu(ticks, "power_w"),
+        "power_w_by_gpu": _per_gpu(ticks, "draw_w"),
         "pwr_throttle_pct": 100.0 * sum(t.throttle_power for t in ticks) / n if n else NAN,
         "thermal_throttle_pct": 100.0 * sum(t.throttle_thermal for t in ticks) / n if n else NAN,
         "pstate": pstates.most_common(1)[0][0] if pstates else None,

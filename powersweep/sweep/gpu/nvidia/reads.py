@@ -23,9 +23,11 @@ _T = TypeVar("_T")
 class NvmlReads:
     """Reads one GPU's samples (:class:`~powersweep.sweep.gpu.nvidia.gpu.NvmlGpu` hands them on).
 
-    At construction it probes whether the instantaneous power field
-    (``NVML_FI_DEV_POWER_INSTANT``) works and records the choice in ``power_source``; otherwise
-    power comes from ``nvmlDeviceGetPowerUsage`` (a ~1 s average on recent drivers).
+    Every sample carries both draw readings: ``power_w`` from ``nvmlDeviceGetPowerUsage`` (a
+    one-second moving average on Ampere and newer) and ``power_instant_w`` from the
+    instantaneous field ``NVML_FI_DEV_POWER_INSTANT``. At construction it probes whether that
+    field works (``power_source``); where it does not, the instant reading is NaN and the figures
+    use the average.
 
     Args:
         nvml: The ``pynvml`` module (or a fake with the same surface).
@@ -33,9 +35,10 @@ class NvmlReads:
         index: NVML index of the device.
 
     Attributes:
-        power_source: ``"instant"`` or ``"average"``: the reading ``read_sample`` uses for power.
+        power_source: ``"instant"`` or ``"average"``: the reading the figures use for the draw.
         read_error_count: Failed field reads in ``read_sample`` so far.
-        instant_fallbacks: Reads where the instant power failed and the average was used instead.
+        instant_fallbacks: Reads where the instant power failed (each also counts as a read
+            error) and the draw fell back to the average.
     """
 
     def __init__(self, nvml: ModuleType, handle: object, index: int) -> None:
@@ -62,7 +65,8 @@ class NvmlReads:
         nvml = self._nvml
         h = self._handle
         self._pending_errors = 0
-        power_w = self._read_power_w()
+        instant_w = self._read_instant_w()
+        average_mw = self._try("power", lambda: float(nvml.nvmlDeviceGetPowerUsage(h)))
         energy = self._try("energy", lambda: float(nvml.nvmlDeviceGetTotalEnergyConsumption(h)))
         temp = self._try(
             "temp", lambda: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
@@ -82,7 +86,8 @@ class NvmlReads:
         self.read_error_count += errors
         return GpuSample(
             gpu_index=self._index,
-            power_w=power_w,
+            power_w=average_mw / 1000.0 if average_mw is not None else NAN,
+            power_instant_w=instant_w,
             energy_mj=or_nan(energy),
             temp_c=or_nan(temp),
             sm_clock_mhz=or_nan(sm),
@@ -110,17 +115,17 @@ class NvmlReads:
             self._pending_errors += 1
             return None
 
-    def _read_power_w(self) -> float:
-        if self.power_source == "instant":
-            instant_mw = self._instant_power_mw()
-            if instant_mw is not None:
-                return instant_mw / 1000.0
-            # One bad instant read should not lose the sample: the average still tells.
+    def _read_instant_w(self) -> float:
+        """The instant field in W; NaN where the driver has none (not counted) or the read
+        failed (counted: the sample's draw then falls back to the average)."""
+        if self.power_source != "instant":
+            return NAN
+        instant_mw = self._instant_power_mw()
+        if instant_mw is None:
             self.instant_fallbacks += 1
-        nvml = self._nvml
-        h = self._handle
-        mw = self._try("power", lambda: float(nvml.nvmlDeviceGetPowerUsage(h)))
-        return mw / 1000.0 if mw is not None else NAN
+            self._pending_errors += 1
+            return NAN
+        return instant_mw / 1000.0
 
     def _instant_power_mw(self) -> float | None:
         """Read ``NVML_FI_DEV_POWER_INSTANT`` in mW, or None if it failed in any way."""
