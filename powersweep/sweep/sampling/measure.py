@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.sampler import SampleRow
+from powersweep.sweep.sampling.thermal import slope_c_per_min
 
 NAN = math.nan
 LOAD_UTIL_PCT = 50.0
@@ -279,6 +280,8 @@ def cap_row(
         "energy_sampled_j": energy_sampled_j(ticks),
         "tps_per_w": metric / power if math.isfinite(metric) and power > 0 else NAN,
         "temp_max_c": max((t.temp_max_c for t in ticks), default=NAN),
+        # how fast the hottest card's temperature still moved while the figures were taken
+        "temp_drift_c_per_min": slope_c_per_min((t.t_s, t.temp_max_c) for t in ticks),
         "sm_clock_mhz": _median(s.sm_clock_mhz for s in firsts),
         "mem_clock_mhz": _median(s.mem_clock_mhz for s in firsts),
         "util_pct": _median(t.util_pct for t in ticks),
