@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from powersweep.analysis.steadiness import DRIFT_C_PER_MIN
+from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
 CAPS = "250,290,330"
@@ -17,7 +18,7 @@ CAPS = "250,290,330"
 def _sweep(tmp_path: Path, simulate: str) -> Path:
     done = powersweep(
         "--simulate", simulate, "--cooling", "air", "--load-mode", "decode-single",
-        "--caps", CAPS, "--target-cap-seconds", "6", "--no-confirm", "--no-charts", "-q",
+        "--caps", CAPS, "--no-confirm", "--no-charts", "-q",
         "--out", str(tmp_path / "runs"), "--state-dir", str(tmp_path / "sd"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -37,14 +38,14 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
         counter, sampled = float(r["energy_j"]), float(r["energy_sampled_j"])
         # J/token from the counter and from the samples: the same tokens, so the same ratio
         assert abs(counter - sampled) / counter < 0.03, r["cap_w"]
-        assert 0.0 <= float(r["thermal_wait_s"]) <= 30.0 + 0.6  # its bound, and a tick
+        assert 0.0 <= float(r["thermal_wait_s"]) <= DEFAULT_THERMAL_WAIT_S + 0.6  # and a tick
     assert "energy_mismatch" not in _codes(run)
-    # the window's drift is recorded; a card the wait let through (before its 30 s bound) is
+    # the window's drift is recorded; a card the wait let through (before its bound) is
     # steady, and only a card measured at the bound may still be heating, and then is named
     drifts = {r["cap_w"]: float(r["temp_drift_c_per_min"]) for r in caps}
     hot = {c for c, d in drifts.items() if abs(d) > DRIFT_C_PER_MIN}
     for r in caps:
-        if float(r["thermal_wait_s"]) < 29.0:
+        if float(r["thermal_wait_s"]) < DEFAULT_THERMAL_WAIT_S - 1.0:
             assert r["cap_w"] not in hot, (r["cap_w"], drifts)
     findings = read_json(run / "analysis.json")["findings"]
     heating = [f for f in findings if f["code"] == "still_heating"]
@@ -57,7 +58,7 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
     # both readings are kept: the driver's one-second average and the instant field
     assert all(s["power_instant_w"] != "" and s["power_w"] != "" for s in samples)
     meta = read_json(run / "run.json")
-    assert meta["options"]["thermal_wait_seconds"] == 30.0
+    assert meta["options"]["thermal_wait_seconds"] == DEFAULT_THERMAL_WAIT_S
 
 
 @pytest.mark.slow

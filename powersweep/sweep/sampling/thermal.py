@@ -31,7 +31,7 @@ STEADY_TEMP_C_PER_MIN = 3.0
 # The trailing window the slope is fitted over, run seconds.
 THERMAL_TRAIL_S = 10.0
 # The longest the protocol waits for a steady temperature after a point settled, run seconds.
-DEFAULT_THERMAL_WAIT_S = 30.0
+DEFAULT_THERMAL_WAIT_S = 10.0
 
 
 class TempSlopes(Protocol):
