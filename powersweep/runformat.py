@@ -30,6 +30,7 @@ SAMPLES_COLUMNS = (
     "sm_lock_mhz",
     "mem_lock_mhz",
     "confirm",
+    "power_instant_w",
 )
 REQUESTS_COLUMNS = (
     "cap_w",
@@ -120,6 +121,8 @@ CAPS_COLUMNS = (
     "mem_clock_mhz_by_gpu",
     "power_w_by_gpu",
     "tps_blocks",
+    "temp_drift_c_per_min",
+    "thermal_wait_s",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import noise, serving
+from powersweep.analysis import noise, serving, steadiness
 from powersweep.analysis.load import Curve
 from powersweep.analysis.trust import ignored_rows, run_findings
 
@@ -291,6 +291,10 @@ def analyze_clocks(
     findings: list[dict[str, Any]] = result["findings"]
     findings += ignored_rows(curve) + run_findings(curve.run, curve.requests)
     findings += _status_findings(curve.caps)
+    ok_rows = curve.caps
+    if "status" in ok_rows.columns:
+        ok_rows = ok_rows.filter(pl.col("status").is_null() | (pl.col("status") == "ok"))
+    findings += steadiness.findings(ok_rows.iter_rows(named=True), point_label)
     if not points:
         findings.append(
             _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")

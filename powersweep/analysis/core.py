@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import cap_points, noise, serving, structure, trust
+from powersweep.analysis import cap_points, noise, serving, steadiness, structure, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
@@ -24,7 +24,6 @@ from powersweep.runformat import CONFIRM_REASON
 
 NAN = math.nan
 OBJECTIVES = ("tps-per-w", "near-peak", "cost")
-ENERGY_MISMATCH_FRAC = 0.05
 # A finding lists at most this many caps tied with the best; more are given as a count and range.
 TIED_LISTED_MAX = 8
 
@@ -165,7 +164,8 @@ def analyze(
     findings += _recommendation_findings(result)
     findings += _structure_findings(points, regions, run, slowdown)
     findings += _regime_findings(points, result["regimes"], slowdown)
-    findings += _energy_findings(ok)
+    # issue 24: counter against sampled draw, and a card still heating while measured
+    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: _w(r["cap_w"]))
     return sanitize(result)
 
 
@@ -845,32 +845,6 @@ def _regime_findings(
             )
         )
     return out
-
-
-def _energy_findings(ok: pl.DataFrame) -> list[dict[str, Any]]:
-    both = ok.filter(
-        pl.col("energy_j").is_not_null()
-        & pl.col("energy_sampled_j").is_not_null()
-        & (pl.col("energy_sampled_j") > 0)
-    )
-    bad = [
-        (row["cap_w"], (row["energy_j"] - row["energy_sampled_j"]) / row["energy_sampled_j"])
-        for row in both.iter_rows(named=True)
-        if abs(row["energy_j"] - row["energy_sampled_j"]) / row["energy_sampled_j"]
-        > ENERGY_MISMATCH_FRAC
-    ]
-    if not bad:
-        return []
-    detail = ", ".join(f"{_w(c)} ({d * 100:+.0f}%)" for c, d in bad)
-    return [
-        _finding(
-            "warning",
-            "energy_mismatch",
-            f"the NVML energy counter and the sampled draw disagree by more than 5% at {detail}",
-            "sample faster (a shorter sampling interval) or trust the energy counter; "
-            "the draw median may miss short spikes",
-        )
-    ]
 
 
 def _tied_text(caps_w: Sequence[float]) -> str:

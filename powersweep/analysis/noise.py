@@ -428,9 +428,17 @@ def _tick_power(
     samples: pl.DataFrame, serving: Sequence[int] | None = None, keys: Sequence[str] = CAP_KEYS
 ) -> Mapping[Key, np.ndarray]:
     """Per point: combined draw of every load tick (GPUs summed per tick), util > 50 % on the
-    busiest serving GPU (every GPU when ``serving`` is unknown)."""
+    busiest serving GPU (every GPU when ``serving`` is unknown).
+
+    Each card's draw is its instant reading where samples.csv has one, else ``power_w`` (the
+    driver's average, and the only reading of runs older than the instant column), as the
+    sweep's own figures take it."""
     if not {*keys, "cap_w", "power_w"} <= set(samples.columns):
         return {}
+    if "power_instant_w" in samples.columns:
+        instant = pl.col("power_instant_w")
+        draw = pl.when(instant.is_finite()).then(instant).otherwise(pl.col("power_w"))
+        samples = samples.with_columns(draw.alias("power_w"))
     # Ticks before the first cap was set (cap_w empty) belong to no cap.
     df = samples.filter(pl.col("power_w").is_finite() & pl.col("cap_w").is_not_null())
     if "phase" in df.columns:

@@ -29,6 +29,7 @@ from powersweep.sweep.options import (
     Strategy,
     SweepOptions,
 )
+from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
 
 LOAD = "Load"
 CAPS = "Caps"
@@ -184,6 +185,15 @@ SettleOpt = Annotated[
 
 SettleSecondsOpt = Annotated[
     float, typer.Option(help="Seconds to wait after a cap change.", rich_help_panel=CAPS)
+]
+
+ThermalWaitSecondsOpt = Annotated[
+    float,
+    typer.Option(
+        help="Most seconds each point waits, after settling, for the card's temperature to "
+        "stop drifting (under 3 C/min; 0: no wait).",
+        rich_help_panel=CAPS,
+    ),
 ]
 
 NoConfirmOpt = Annotated[
@@ -438,6 +448,7 @@ def sweep_command(
     strategy: StrategyOpt = Strategy.DENSE,
     settle: SettleOpt = SettleMode.AUTO,
     settle_seconds: SettleSecondsOpt = 3.0,
+    thermal_wait_seconds: ThermalWaitSecondsOpt = DEFAULT_THERMAL_WAIT_S,
     no_confirm: NoConfirmOpt = False,
     sample_interval: SampleIntervalOpt = 0.5,
     max_failed_caps: MaxFailedCapsOpt = 3,
@@ -493,6 +504,7 @@ def sweep_command(
         step_size_w=step_size,
         target_cap_seconds=target_cap_seconds,
         settle_seconds=settle_seconds,
+        thermal_wait_seconds=thermal_wait_seconds,
         url=url,
         model=model,
         api_key=api_key or None,

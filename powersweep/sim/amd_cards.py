@@ -7,6 +7,7 @@ units, quirks and verified writes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,9 +85,10 @@ class SimAmdsmi(FakeAmdsmi):
         card.read_at_s = now
         gpu, p = card.gpu, card.gpu.profile
         s = gpu.read_sample()
-        draw = round(s.power_w)
-        card.current_power_w = draw if "current" in p.amd_power_fields else None
-        card.average_power_w = draw if "average" in p.amd_power_fields else None
+        # current socket power is the instant reading, the average the driver's own average
+        instant = s.power_instant_w if math.isfinite(s.power_instant_w) else s.power_w
+        card.current_power_w = round(instant) if "current" in p.amd_power_fields else None
+        card.average_power_w = round(s.power_w) if "average" in p.amd_power_fields else None
         card.cap_uw = round(gpu.limit_w * 1e6)
         card.energy_ticks = round(s.energy_mj * 1000.0 / card.energy_resolution_uj)
         card.hotspot_c = round(s.temp_c)

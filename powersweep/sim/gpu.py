@@ -10,16 +10,14 @@ process that set them, so tests can check that an interrupted sweep put the limi
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import random
-import tempfile
 import threading
-from pathlib import Path
+from collections import deque
 
 from powersweep.clock import Clock
-from powersweep.errors import GpuError
+from powersweep.sim.limit_store import LimitStore
 from powersweep.sim.physics import (
     IDLE,
     UNLOCKED,
@@ -49,85 +47,13 @@ from powersweep.sweep.gpu import (
 )
 
 _UTIL_TIME_CONSTANT_S = 0.25
-# NVML's power reading averages over a short window (about 0.1 s for the instantaneous field,
-# 1 s for the classic reading), so a few milliseconds between two requests do not show as a
-# drop to idle draw.
+# The instantaneous field (and a pre-Ampere card's power usage) still averages over a short
+# window, about 0.1 s, so a few milliseconds between two requests do not show as a drop to idle
+# draw.
 _POWER_READING_TIME_CONSTANT_S = 0.1
+# A one-second average of ten such readings: its noise is the instant reading's over sqrt(10).
+_AVERAGE_NOISE_SHARE = 1.0 / math.sqrt(10.0)
 _THERMAL_RELEASE_C = 2.0
-
-
-class LimitStore:
-    """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
-    ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
-    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks.
-
-    Args:
-        path: The state file; created on first write.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def get(self, uuid: str) -> float | None:
-        """The stored limit of a GPU, or None."""
-        value = self.get_value(uuid)
-        return float(value) if isinstance(value, int | float) else None
-
-    def put(self, uuid: str, watts: float) -> None:
-        """Store a GPU's limit atomically.
-
-        Raises:
-            GpuError: The file cannot be written.
-        """
-        self.put_value(uuid, watts)
-
-    def get_value(self, key: str) -> object:
-        """The stored value under ``key``, or None."""
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data.get(key) if isinstance(data, dict) else None
-
-    def put_value(self, key: str, value: object) -> None:
-        """Store a value atomically.
-
-        Raises:
-            GpuError: The file cannot be written.
-        """
-        with self._lock:
-            try:
-                data = json.loads(self.path.read_text()) if self.path.exists() else {}
-            except (OSError, ValueError):
-                data = {}
-            data[key] = value
-            try:
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".simstate-")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(data, f)
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                raise GpuError(f"cannot write simulated GPU state {self.path}: {exc}") from exc
-
-    def get_locks(self, uuid: str) -> Locks:
-        """The stored clock locks of a GPU (unlocked when none)."""
-        value = self.get_value(f"{uuid}#locks")
-        if not isinstance(value, dict):
-            return UNLOCKED
-        sm, mem = value.get("sm"), value.get("mem")
-        return Locks(
-            float(sm) if isinstance(sm, int | float) else None,
-            float(mem) if isinstance(mem, int | float) else None,
-        )
-
-    def put_locks(self, uuid: str, locks: Locks) -> None:
-        """Store a GPU's clock locks atomically.
-
-        Raises:
-            GpuError: The file cannot be written.
-        """
-        self.put_value(f"{uuid}#locks", {"sm": locks.sm_mhz, "mem": locks.mem_mhz})
 
 
 class SimGpu:
@@ -172,7 +98,18 @@ class SimGpu:
         self._workload = IDLE
         th = profile.thermal
         self._temp_c = th.ambient_c + th.resistance_c_per_w * profile.idle_w
-        self._energy_mj = 0.0
+        self._energy_mj = 0.0  # the true energy since the start, exact
+        self._counter_mj = 0.0  # what the driver's counter holds: its last update
+        period = profile.energy_counter_period_s
+        # each card's counter updates on its own phase, unrelated to the sampler's ticks
+        self._counter_phase_s = random.Random(seed * 7919 + index).random() * period
+        # (run seconds, true energy mJ) at each advance over the last average window; before
+        # the start the card idled
+        window = profile.power_usage_average_s
+        self._energy_trail: deque[tuple[float, float]] = deque(
+            [(clock.now() - window, -profile.idle_w * window * 1000.0), (clock.now(), 0.0)]
+        )
+        self._avg_rng = random.Random(seed * 1009 + index + 104729)
         self._power_reading_w = profile.idle_w
         self._util = 0.0
         self._thermal_active = False
@@ -223,15 +160,23 @@ class SimGpu:
         with self._lock:
             self._advance()
             op = self._op()
-            averaged_w = self._power_reading_w
+            short_w = self._power_reading_w
+            window_w = self._moving_average_w()
             temp = self._temp_c
-            energy = self._energy_mj
+            energy = self._counter_mj
             util = self._util
             thermal = self._thermal_active
             busy = self._workload.kind != "idle"
         rng = self._rng
         p = self.profile
-        power = averaged_w * (1.0 + rng.gauss(0.0, p.power_noise_pct / 100.0))
+        noise = p.power_noise_pct / 100.0
+        short = round(short_w * (1.0 + rng.gauss(0.0, noise)), 2)
+        if p.power_usage_average_s > 0:
+            usage = round(
+                window_w * (1.0 + self._avg_rng.gauss(0.0, noise * _AVERAGE_NOISE_SHARE)), 2
+            )
+        else:
+            usage = short  # before Ampere the power usage is itself the short reading
         sm = op.sm_low_mhz
         if op.high_fraction > 0 and rng.random() < op.high_fraction:
             sm = op.sm_high_mhz
@@ -246,7 +191,8 @@ class SimGpu:
             bits |= CLOCK_EVENT_APP_CLOCKS
         return GpuSample(
             gpu_index=self._index,
-            power_w=round(power, 2),
+            power_w=usage,
+            power_instant_w=short if p.instant_power_field else math.nan,
             energy_mj=float(math.floor(energy)),
             temp_c=float(round(temp + rng.gauss(0.0, 0.2))),
             sm_clock_mhz=sm,
@@ -373,6 +319,14 @@ class SimGpu:
         return self._locks
 
     @property
+    def true_energy_mj(self) -> float:
+        """The true energy drawn since the start (the counter lags it by up to one update
+        period, and runs at ``energy_counter_gain`` of it)."""
+        with self._lock:
+            self._advance()
+            return self._energy_mj
+
+    @property
     def temp_c(self) -> float:
         """Current temperature (noise-free)."""
         with self._lock:
@@ -433,7 +387,7 @@ class SimGpu:
         th = self.profile.thermal
         t_eq = th.ambient_c + th.resistance_c_per_w * power
         self._temp_c = t_eq + (self._temp_c - t_eq) * math.exp(-dt / th.time_constant_s)
-        self._energy_mj += power * dt * 1000.0
+        self._count_energy(now - dt, now, power)
         k = math.exp(-dt / _POWER_READING_TIME_CONSTANT_S)
         self._power_reading_w = power + (self._power_reading_w - power) * k
         busy = 0.0 if self._workload.kind == "idle" else 1.0
@@ -443,6 +397,42 @@ class SimGpu:
             self._thermal_active = True
         elif self._temp_c < slowdown - _THERMAL_RELEASE_C:
             self._thermal_active = False
+
+    def _count_energy(self, t0: float, t1: float, power_w: float) -> None:
+        """Integrate the true draw over ``[t0, t1]`` (constant ``power_w``) and advance the
+        driver's counter to its last update instant in it, at the card's update period."""
+        p = self.profile
+        e0 = self._energy_mj
+        self._energy_mj = e0 + power_w * (t1 - t0) * 1000.0
+        period = p.energy_counter_period_s
+        if period > 0:
+            phase = self._counter_phase_s
+            last_update = phase + math.floor((t1 - phase) / period) * period
+            if last_update > t0:
+                # the true energy at the update instant: the draw is constant over the step
+                at_update = e0 + power_w * (last_update - t0) * 1000.0
+                self._counter_mj = p.energy_counter_gain * at_update
+        else:
+            self._counter_mj = p.energy_counter_gain * self._energy_mj
+        window = p.power_usage_average_s
+        trail = self._energy_trail
+        trail.append((t1, self._energy_mj))
+        while len(trail) > 2 and trail[1][0] <= t1 - window:
+            trail.popleft()
+
+    def _moving_average_w(self) -> float:
+        """The true draw averaged over the last ``power_usage_average_s`` (NaN for none)."""
+        window = self.profile.power_usage_average_s
+        if window <= 0:
+            return math.nan
+        trail = self._energy_trail
+        t_end, e_end = trail[-1]
+        start = t_end - window
+        (ta, ea), (tb, eb) = trail[0], trail[1]
+        # the draw is constant between two advances: the energy at the window's start is on
+        # the straight line between the breakpoints around it
+        e_start = ea + (eb - ea) * (start - ta) / (tb - ta) if tb > ta else ea
+        return (e_end - e_start) / window / 1000.0
 
 
 def _same_work(a: Workload, b: Workload) -> bool:

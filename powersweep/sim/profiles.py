@@ -102,6 +102,16 @@ class GpuProfile:
         amd_power_fields: Which of amdsmi's socket-power readings an AMD card fills
             (``current``, ``average``); the other reads ``N/A``.
         amd_violation_status: Whether an AMD card reports its throttle (violation) status.
+        power_usage_average_s: The window of the driver's power usage reading
+            (``nvmlDeviceGetPowerUsage``): a one-second moving average on Ampere and newer; 0
+            for an older card, whose reading is a short average like the instant one.
+        instant_power_field: Whether the driver fills the instantaneous power field
+            (``NVML_FI_DEV_POWER_INSTANT``; amdsmi's current socket power is chosen by
+            ``amd_power_fields``).
+        energy_counter_period_s: How often the total-energy counter advances: it holds the energy
+            of its last update between updates (0: continuously).
+        energy_counter_gain: How fast the energy counter runs against the true draw (1: exact; a
+            drifting or miscalibrated sensor is planted with another value).
     """
 
     name: str
@@ -144,6 +154,13 @@ class GpuProfile:
     vendor: str = "nvidia"
     amd_power_fields: tuple[str, ...] = ("current", "average")
     amd_violation_status: bool = True
+    # Every built-in NVIDIA card is Ampere or newer: a 1 s power usage beside an instant field.
+    power_usage_average_s: float = 1.0
+    instant_power_field: bool = True
+    # NVIDIA counters advance every 10-100 ms by card and driver (Zeus infers "as slow as 10 Hz";
+    # a Volta was seen near 10 ms): the slowest, 100 ms, quantises a window's energy the most.
+    energy_counter_period_s: float = 0.1
+    energy_counter_gain: float = 1.0
 
     def supported_mem_clocks_mhz(self) -> tuple[float, ...]:
         """Memory clocks NVML would list, descending: the load tiers, then the idle clock."""
@@ -474,7 +491,10 @@ OUTLIERS: dict[str, str] = {
     "hot": "badly cooled card: intake 12 C warmer, 50% more thermal resistance",
     "low-envelope": "different firmware: default and maximum limit 85% of the model's",
     "throttling": "slowdown threshold 25 C lower (firmware or sensor): throttles while not hot",
+    "energy-drift": "energy counter runs 5% fast (a drifting sensor): counter and draw disagree",
 }
+# How fast the planted ``energy-drift`` card's counter runs against its true draw.
+ENERGY_DRIFT_GAIN = 1.05
 
 
 @dataclass(frozen=True)
@@ -566,6 +586,8 @@ def fleet_card(spec: CardSpec, node: str, index: int = 0) -> GpuProfile:
         )
     elif spec.outlier == "throttling":
         card = replace(card, slowdown_temp_c=card.slowdown_temp_c - 25.0)
+    elif spec.outlier == "energy-drift":
+        card = replace(card, energy_counter_gain=ENERGY_DRIFT_GAIN)
     elif spec.outlier == "low-envelope":
         low = round(card.default_limit_w * 0.85 / 5.0) * 5.0
         card = replace(

@@ -51,6 +51,7 @@ from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.sampling.consistency import ratio_outliers
 from powersweep.sweep.sampling.sampler import Sampler
+from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
 from powersweep.sweep.signals import (
     SweepInterrupted,
     raise_on_signals,
@@ -87,6 +88,8 @@ class SweepPlan:
         axis: ``power``, ``sm-clock``, ``mem-clock`` or ``grid``.
         confirm: At the end, measure the points statistically tied with the best once more
             (at most two, the metric's prompt only) and pool their readings.
+        thermal_wait_s: The most run seconds each point waits, after settling, for its
+            temperature to stop drifting (0: no wait).
     """
 
     load_mode: str
@@ -104,6 +107,7 @@ class SweepPlan:
     points: tuple[SweepPoint, ...] = ()
     axis: str = "power"
     confirm: bool = True
+    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
 
     def all_points(self) -> list[SweepPoint]:
         """Every planned point, in measuring order (caps from the highest down)."""
@@ -240,6 +244,7 @@ class Sweep:
                 sample_interval_s=plan.sample_interval_s,
                 max_failed=plan.max_failed_caps,
                 observe_only=plan.observe_only,
+                thermal_wait_s=plan.thermal_wait_s,
             ),
             self.gpus,
             clock,

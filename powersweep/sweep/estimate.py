@@ -1,7 +1,9 @@
 """How long a sweep takes, in run seconds, from its options alone (the dry run says it).
 
 The model follows the protocol every point goes through (:mod:`powersweep.sweep.measurement`):
-a settle under load, each prompt's time-bounded window, and the margin and hand-over between
+a settle under load, the wait for a steady temperature (at least the trailing window its slope
+is fitted over, the usual case: caps 10-20 W apart move the temperature by a degree or two),
+each prompt's time-bounded window, and the margin and hand-over between
 points; before the first point, the warm-up (time-bounded: usually to its bound on a cold card,
 which is still heating) and the load's set-up (the concurrency probe, the prefill calibration);
 after the last, the confirm phase's re-measurements (metric prompt only) of the points tied with
@@ -17,6 +19,7 @@ from powersweep.sweep.loads.warmup import WARMUP_REQUEST_SHARE, WARMUP_WINDOWS
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.confirm import CONFIRM_MAX_CAPS
 from powersweep.sweep.planning.strategy import DEFAULT_COARSE_STEPS, MAX_CAPS_SHARE
+from powersweep.sweep.sampling.thermal import THERMAL_TRAIL_S
 
 PROMPTS_PER_POINT = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
 # What auto settle takes under load (the detector's trailing window plus the first busy
@@ -57,6 +60,9 @@ def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None
     settle = min(AUTO_SETTLE_S, options.settle_seconds) if options.settle == "auto" else 0.0
     if options.settle == "fixed":
         settle = options.settle_seconds
+    if not options.observe_only and options.thermal_wait_seconds > 0:
+        # the slope is judged once its trailing window since the point was set is full
+        settle += max(0.0, min(THERMAL_TRAIL_S - settle, options.thermal_wait_seconds))
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
     per_point = settle + prompts * (window + ramp) * options.bench_runs + POINT_OVERHEAD_S
     confirm = 0.0

@@ -14,6 +14,7 @@ from typing import Any
 
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
+from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
 from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
 
 
@@ -100,6 +101,7 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     # under a second of load is a handful of tokens: no rate, no draw median worth the name
     ("--target-cap-seconds", "target_cap_seconds", 1.0, 3600.0, True),
     ("--settle-seconds", "settle_seconds", 0.0, 600.0, True),
+    ("--thermal-wait-seconds", "thermal_wait_seconds", 0.0, 3600.0, True),
     ("--sample-interval", "sample_interval_s", 0.01, 60.0, True),
     ("--step-size", "step_size_w", 0.1, 1000.0, True),
     ("--target-prefill-seconds", "target_prefill_seconds", 0.0, 600.0, False),
@@ -127,6 +129,7 @@ class SweepOptions:
     step_size_w: float = 10.0
     target_cap_seconds: float = 10.0
     settle_seconds: float = 3.0
+    thermal_wait_seconds: float = DEFAULT_THERMAL_WAIT_S
     url: str | None = None
     model: str | None = None
     api_key: str | None = None

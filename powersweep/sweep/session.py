@@ -374,6 +374,7 @@ def _sweep_plan(
         caps_w=tuple(caps),
         target_cap_s=options.target_cap_seconds,
         settle_s=options.settle_seconds,
+        thermal_wait_s=options.thermal_wait_seconds,
         sample_interval_s=options.sample_interval_s,
         warmup_requests=options.warmup_requests,
         no_reset=options.no_reset,

@@ -168,7 +168,8 @@ def test_unsupported_fields_are_nan_not_errors_and_not_asked_again() -> None:
     assert all(s.read_errors == 0 and s.clock_event_bits is None for s in samples)
     assert fake.calls_to("amdsmi_get_energy_count") == 1
     assert fake.calls_to("amdsmi_get_violation_status") == 1
-    assert gpu.unsupported_fields == frozenset({"energy", "clock_events", "util"})
+    # an MI300X fills no average socket power: a capability, asked for no more
+    assert gpu.unsupported_fields == frozenset({"energy", "clock_events", "util", "power_average"})
 
 
 def test_energy_counter_follows_the_draw_and_its_resolution() -> None:
@@ -445,3 +446,17 @@ def test_combined_backend_numbers_nvidia_first_then_amd() -> None:
     with pytest.raises(UsageError, match="no GPU 2"):
         both.gpu(2)
     both.close()
+
+
+def test_a_card_with_both_socket_powers_reads_average_as_usage_and_current_as_instant() -> None:
+    # issue 24: the current socket power is the instant reading the figures use; the average is
+    # the driver's own (its window is firmware's)
+    _, gpu = _gpu(mi300x(current_power_w=540, average_power_w=500))
+    assert gpu.power_source == "current"
+    s = gpu.read_sample()
+    assert (s.power_w, s.power_instant_w, s.draw_w) == (500.0, 540.0, 540.0)
+    assert s.read_errors == 0
+    # an average-only card has no instant reading: its draw is the average
+    _, radeon = _gpu(mi210(average_power_w=233))
+    r = radeon.read_sample()
+    assert math.isnan(r.power_instant_w) and r.draw_w == 233.0 and r.read_errors == 0

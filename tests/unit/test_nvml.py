@@ -15,6 +15,7 @@ import pytest
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu import Gpu, GpuBackend
+from powersweep.sweep.gpu import nvidia as nvidia_package
 from powersweep.sweep.gpu import nvml as nvml_backend
 from powersweep.sweep.gpu.nvml import NVML_API_USED, NvmlBackend, NvmlGpu
 
@@ -121,7 +122,9 @@ def test_sample_converts_units_and_uses_instant_power() -> None:
     assert gpu.power_source == "instant"
     s = gpu.read_sample()
     assert s.gpu_index == 0
-    assert s.power_w == 262.5
+    # both readings: the driver's (averaged) power usage and the instant field, which the
+    # figures use
+    assert (s.power_w, s.power_instant_w, s.draw_w) == (250.0, 262.5, 262.5)
     assert s.energy_mj == 123_456_789.0
     assert (s.temp_c, s.sm_clock_mhz, s.mem_clock_mhz, s.util_pct) == (71.0, 1695.0, 9501.0, 98.0)
     assert s.pstate == 2
@@ -140,7 +143,9 @@ def test_sample_power_is_clamped_by_the_fake_to_the_cap() -> None:
 def test_average_power_when_instant_field_is_unsupported() -> None:
     fake, gpu = _gpu(power_mw=250_000, instant_power_mw=None)
     assert gpu.power_source == "average"
-    assert gpu.read_sample().power_w == 250.0
+    s = gpu.read_sample()
+    assert s.power_w == 250.0 and s.draw_w == 250.0
+    assert math.isnan(s.power_instant_w) and s.read_errors == 0  # a capability, not a failure
     assert fake.calls_to("nvmlDeviceGetFieldValues") == 1  # the probe only
 
 
@@ -154,13 +159,14 @@ def test_average_power_when_instant_field_is_unsupported() -> None:
 def test_average_power_when_instant_read_fails_at_probe(failure: dict[str, Any]) -> None:
     _, gpu = _gpu(power_mw=240_000, instant_power_mw=260_000, **failure)
     assert gpu.power_source == "average"
-    assert gpu.read_sample().power_w == 240.0
+    assert gpu.read_sample().draw_w == 240.0
 
 
 def test_zero_instant_next_to_nonzero_average_means_instant_is_not_measured() -> None:
     _, gpu = _gpu(power_mw=80_000, instant_power_mw=0)
     assert gpu.power_source == "average"
-    assert gpu.read_sample().power_w == 80.0
+    s = gpu.read_sample()
+    assert s.draw_w == 80.0 and math.isnan(s.power_instant_w)
 
 
 def test_instant_falls_back_to_average_per_read() -> None:
@@ -168,12 +174,13 @@ def test_instant_falls_back_to_average_per_read() -> None:
     assert gpu.power_source == "instant"
     fake.devices[0].fail_fields[fake_pynvml.NVML_FI_DEV_POWER_INSTANT] = 999
     s = gpu.read_sample()
-    assert s.power_w == 250.0
-    assert s.read_errors == 0
+    assert math.isnan(s.power_instant_w)
+    assert s.draw_w == 250.0  # the sample is not lost: the average still tells
+    assert s.read_errors == 1  # a failed field, counted as every other
     assert gpu.instant_fallbacks == 1
     assert gpu.power_source == "instant"  # decided once; the next read tries instant again
     del fake.devices[0].fail_fields[fake_pynvml.NVML_FI_DEV_POWER_INSTANT]
-    assert gpu.read_sample().power_w == 262.0
+    assert gpu.read_sample().draw_w == 262.0
 
 
 def test_instant_field_decoded_by_its_value_type() -> None:
@@ -184,7 +191,7 @@ def test_instant_field_decoded_by_its_value_type() -> None:
         value=fake_pynvml.FakeValue(dVal=123_400.0),
     )
     fake.nvmlDeviceGetFieldValues = lambda handle, ids: [fv]
-    assert gpu.read_sample().power_w == pytest.approx(123.4)
+    assert gpu.read_sample().power_instant_w == pytest.approx(123.4)
 
 
 def test_failed_reads_become_nan_and_count_without_raising() -> None:
@@ -206,15 +213,17 @@ def test_failed_reads_become_nan_and_count_without_raising() -> None:
         assert math.isnan(value)
     assert math.isnan(first.mem_clock_mhz) and math.isnan(first.util_pct)
     assert first.pstate is None and first.clock_event_bits is None
-    assert first.read_errors == 8
-    assert gpu.read_sample().read_errors == 8
-    assert gpu.read_error_count == 16
+    assert math.isnan(first.power_instant_w) and math.isnan(first.draw_w)
+    # nine reads: the instant field and the average power are two
+    assert first.read_errors == 9
+    assert gpu.read_sample().read_errors == 9
+    assert gpu.read_error_count == 18
     # Transient errors are retried: the next good read has every field again.
     fake.devices[0].fail.clear()
     healed = gpu.read_sample()
     assert healed.read_errors == 0
-    assert healed.temp_c == 60.0 and healed.power_w == 260.0
-    assert gpu.read_error_count == 16
+    assert healed.temp_c == 60.0 and healed.power_w == 250.0 and healed.power_instant_w == 260.0
+    assert gpu.read_error_count == 18
 
 
 def test_lost_gpu_never_raises_from_read_sample() -> None:
@@ -223,7 +232,7 @@ def test_lost_gpu_never_raises_from_read_sample() -> None:
     names = [n for n in NVML_API_USED if n.startswith("nvmlDevice")]
     fake.devices[0].fail.update(dict.fromkeys(names, lost))
     s = gpu.read_sample()
-    assert math.isnan(s.power_w) and s.read_errors == 8
+    assert math.isnan(s.draw_w) and s.read_errors == 9
 
 
 def test_unsupported_energy_is_nan_not_an_error_and_not_asked_again() -> None:
@@ -460,10 +469,12 @@ def test_fake_constants_match_the_real_module() -> None:
     assert {n: getattr(FakeNvml(), n) for n in names} == {n: getattr(pynvml, n) for n in names}
 
 
-def test_the_module_uses_no_pynvml_name_missing_from_the_list() -> None:
-    tree = ast.parse(Path(nvml_backend.__file__).read_text())
+def test_the_backend_uses_no_pynvml_name_missing_from_the_list() -> None:
+    # every module of the NVIDIA backend (the facade and the nvidia/ subpackage it names)
+    package = Path(nvidia_package.__file__).parent
+    trees = [ast.parse(p.read_text()) for p in [Path(nvml_backend.__file__), *package.glob("*.py")]]
     used = set()
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if not isinstance(node, ast.Attribute):
             continue
         base = node.value
@@ -489,9 +500,9 @@ def test_real_result_structures_have_the_fields_read() -> None:
     values[0].nvmlReturn = pynvml.NVML_SUCCESS
     values[0].value.uiVal = 301_250
     fake.nvmlDeviceGetFieldValues = lambda handle, ids: values
-    assert gpu.read_sample().power_w == 301.25
+    assert gpu.read_sample().power_instant_w == 301.25
     values[0].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-    assert gpu.read_sample().power_w == 250.0  # fell back to the average reading
+    assert gpu.read_sample().draw_w == 250.0  # fell back to the average reading
 
 
 # --- clock locks (issue 15) ------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,13 @@ from powersweep.clock import ManualClock
 from powersweep.sim.gpu import SimGpu
 from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import get_profile
-from powersweep.sweep.sampling.settle import SettleDetector, combine, wait_settled
+from powersweep.sweep.sampling.settle import (
+    AVERAGED_READING_S,
+    DEFAULT_WINDOW_S,
+    SettleDetector,
+    combine,
+    wait_settled,
+)
 
 
 def feed(det: SettleDetector, trace: list[tuple[float, float, float]]) -> float | None:
@@ -92,7 +99,9 @@ def test_combine_sums_draw_and_takes_first_clock() -> None:
     gpu = SimGpu(get_profile("rtx3090-air"), ManualClock())
     s = gpu.read_sample()
     power, clock = combine([s, s])
-    assert power == pytest.approx(2 * s.power_w)
+    # the instant reading, not the driver's lagging one-second average
+    assert s.draw_w == s.power_instant_w
+    assert power == pytest.approx(2 * s.power_instant_w)
     assert clock == s.sm_clock_mhz
 
 
@@ -131,3 +140,37 @@ def test_wait_settled_ignores_idle_readings_when_asked() -> None:
 def test_wait_settled_rejects_bad_interval() -> None:
     with pytest.raises(ValueError):
         asyncio.run(wait_settled([], ManualClock(), interval_s=0.0))
+
+
+def _step_from_idle(profile_changes: dict[str, object]) -> float:
+    clock = ManualClock()
+    gpu = SimGpu(replace(get_profile("rtx3090-air"), **profile_changes), clock, seed=3)
+    gpu.set_workload(Workload("decode"))
+    clock.advance(20.0)
+    gpu.set_power_limit(300.0)
+    return asyncio.run(wait_settled([gpu], clock, interval_s=0.1))
+
+
+def test_settle_feeds_on_the_instant_reading_not_the_lagging_average() -> None:
+    # the instant reading follows the cap within a few ticks, while the card's one-second
+    # average still ramps: settle does not wait for the average
+    assert _step_from_idle({}) == pytest.approx(0.5)
+
+
+def test_a_card_with_only_an_averaged_reading_settles_after_its_window() -> None:
+    # no instant field, a one-second power usage: the ramp of a small step passes the
+    # tolerances, so the detector waits out the average's window and its own
+    settle = _step_from_idle({"instant_power_field": False})
+    assert settle >= AVERAGED_READING_S + DEFAULT_WINDOW_S - 1e-9
+    assert settle < AVERAGED_READING_S + DEFAULT_WINDOW_S + 0.25
+    # nor can the tool tell a pre-Ampere card's short average from it: it waits alike
+    pre_ampere = {"instant_power_field": False, "power_usage_average_s": 0.0}
+    assert _step_from_idle(pre_ampere) == pytest.approx(settle)
+
+
+def test_wait_at_least_stays_within_the_maximum() -> None:
+    det = SettleDetector(min_s=0.25, max_s=1.0)
+    det.wait_at_least(5.0)
+    assert det.min_s == 1.0
+    det.wait_at_least(0.1)
+    assert det.min_s == 1.0

@@ -1,8 +1,9 @@
 """GPU backends: the :class:`Gpu` protocol every backend implements, and one module per vendor.
 
-``protocol`` holds the interface and its value types (re-exported here); ``nvml`` is the NVIDIA
-backend and the only module of powersweep that imports ``pynvml``. A backend may import the
-base modules (``powersweep.errors``, ``powersweep.clock``) and nothing else of the package.
+``protocol`` holds the interface and its value types (re-exported here); ``nvml`` names the
+NVIDIA backend (``nvidia/``, whose ``api`` is the only module of powersweep that imports
+``pynvml``). A backend may import the base modules (``powersweep.errors``,
+``powersweep.clock``) and nothing else of the package.
 """
 
 from powersweep.sweep.gpu.protocol import (

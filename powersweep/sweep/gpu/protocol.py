@@ -94,10 +94,15 @@ class SetLimitResult:
 class GpuSample:
     """One reading of a GPU's state. Failed fields are NaN (or None for ``pstate``).
 
+    Two draw readings, because drivers differ in what they average (issue 24):
+
     Attributes:
         gpu_index: Index of the GPU read.
-        power_w: Board draw.
-        energy_mj: Total-energy counter since driver load (NaN where unsupported).
+        power_w: The driver's power usage (``nvmlDeviceGetPowerUsage``: a one-second moving
+            average on Ampere and newer, a short average before; amdsmi's average socket power),
+            NaN where the card has none.
+        energy_mj: Total-energy counter since driver load (NaN where unsupported); it advances
+            at the driver's own update period, not continuously.
         temp_c: GPU core temperature.
         sm_clock_mhz: Current SM clock.
         mem_clock_mhz: Current memory clock.
@@ -105,6 +110,8 @@ class GpuSample:
         pstate: Performance state, 0 (P0) to 15; None when unknown.
         clock_event_bits: Clock-event reason bitmask (NVML), None when unknown.
         read_errors: How many fields of this reading failed.
+        power_instant_w: The instantaneous draw (``NVML_FI_DEV_POWER_INSTANT``; amdsmi's current
+            socket power), NaN where the driver has none or the read failed.
     """
 
     gpu_index: int
@@ -117,6 +124,16 @@ class GpuSample:
     pstate: int | None
     clock_event_bits: int | None
     read_errors: int = 0
+    power_instant_w: float = NAN
+
+    @property
+    def draw_w(self) -> float:
+        """The draw every figure uses: the instant reading where there is one, else the
+        driver's power usage. A one-second average lags a cap change by a second and smears
+        it over the next readings, so it is only the fallback."""
+        if math.isfinite(self.power_instant_w):
+            return self.power_instant_w
+        return self.power_w
 
     @property
     def throttle_power(self) -> bool:

@@ -1,7 +1,8 @@
 """One operating point, measured by the one protocol every axis and load mode shares.
 
 journal (written by the driver before the first change) -> set the point's limit and locks
-(``rejected`` when a card does not take them) -> settle under the point's own load -> the
+(``rejected`` when a card does not take them) -> settle under the point's own load -> wait,
+bounded, until the temperature has stopped drifting -> the
 time-bounded load while the sampler reads the GPUs -> the locks checked against the measured
 clocks -> the load mode's consistency checks -> measured once more if disturbed -> ``suspect``
 if still disturbed -> the rows (caps.csv, samples.csv, requests.csv, run.json).
@@ -29,6 +30,7 @@ from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
 from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
+from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S, ThermalWait, wait_thermal
 from powersweep.sweep.verdict import FaultLog
 
 # Phase / prompt kind given to a measurement that was discarded and taken again.
@@ -63,6 +65,8 @@ class Protocol:
         sample_interval_s: Sampler interval, run seconds.
         max_failed: Stop after this many points in a row failed.
         observe_only: Never set anything: measure what is in force.
+        thermal_wait_s: The most run seconds to wait, after settling, for the temperature to
+            stop drifting (0: no wait).
     """
 
     load_mode: str
@@ -71,6 +75,25 @@ class Protocol:
     sample_interval_s: float = 0.5
     max_failed: int = 3
     observe_only: bool = False
+    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How a point settled before it was measured.
+
+    Attributes:
+        settle_s: Run seconds until draw and clock were stable (``settle_s`` in caps.csv).
+        thermal: The wait for a steady temperature after that; None when there was none.
+    """
+
+    settle_s: float
+    thermal: ThermalWait | None = None
+
+    @property
+    def thermal_wait_s(self) -> float:
+        """Run seconds waited for a steady temperature (0 when there was no wait)."""
+        return self.thermal.waited_s if self.thermal is not None else 0.0
 
 
 @dataclass
@@ -227,12 +250,14 @@ class PointMeasurer:
         rejection = self.apply(point)
         if rejection is not None:
             self.warn(f"{_name(point)} rejected: {rejection}")
-            row = self._row(point, reason, [], LoadRun(), 0.0, status="rejected", error=rejection)
+            row = self._row(
+                point, reason, [], LoadRun(), Settled(0.0), status="rejected", error=rejection
+            )
             await self._finish(point, index, total, row, [], LoadRun(), reason)
             return row
         self.pace.aim(point.position)
-        settle_s = await self.settle(cap)
-        run, rows, row = await self._checked(point, settle_s, reason)
+        settled = await self.settle(cap)
+        run, rows, row = await self._checked(point, settled, reason)
         if row["status"] == "ok":
             self.pace.remember(point.position)
         self.faults.requests(run.requests)
@@ -247,18 +272,18 @@ class PointMeasurer:
         return row
 
     async def _checked(
-        self, point: SweepPoint, settle_s: float, reason: str
+        self, point: SweepPoint, settled: Settled, reason: str
     ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
         """The point measured, checked by its load mode, and measured once more if disturbed
         (the doubtful attempt stays on record, marked discarded); ``suspect`` if still so."""
-        run, rows, row = await self._once(point, settle_s, reason)
+        run, rows, row = await self._once(point, settled, reason)
         doubt = self._doubt(point, run, row)
         if not doubt:
             return run, rows, row
         self.faults.add("remeasured", f"{point.label()}: {doubt}")
         self.warn(f"{_name(point)}: {doubt}; measuring it again")
         self._discard(rows, run, self.cap_of(point), point)
-        run, rows, row = await self._once(point, settle_s, reason)
+        run, rows, row = await self._once(point, settled, reason)
         again = self._doubt(point, run, row)
         if again:
             self.faults.add("suspect", f"{point.label()}: {again}")
@@ -270,35 +295,54 @@ class PointMeasurer:
             return ""
         return self.load.check(run, self.ledger.history(point))
 
-    async def settle(self, cap: float) -> float:
-        """Wait, under the point's own load, until the card has adjusted; run seconds waited.
+    async def settle(self, cap: float) -> Settled:
+        """Wait, under the point's own load, until the card has adjusted: its draw and clock
+        stable, then its temperature no longer drifting (at most ``thermal_wait_s``).
 
         The load that kept the card busy since the last point's windows (:meth:`keep_busy`)
         runs on while the readings are watched, so the card never idles between points and the
-        measured windows start on a settled card.
+        measured windows start on a settled card. Every axis and load mode settles here.
         """
         protocol = self.protocol
         self.sampler.label(cap, "settle")
-        if protocol.observe_only or protocol.settle_s <= 0:
+        set_at_s = self.clock.now()
+        if protocol.observe_only or (protocol.settle_s <= 0 and protocol.thermal_wait_s <= 0):
             await self.stop_busy()
-            return 0.0
+            return Settled(0.0)
         self.keep_busy(cap)
         try:
-            if protocol.settle_mode == "fixed":
-                await self.clock.asleep(protocol.settle_s)
-                return protocol.settle_s
-            return await wait_settled(
-                self.gpus,
-                self.clock,
-                interval_s=min(0.1, protocol.sample_interval_s),
-                detector_factory=lambda: SettleDetector(
-                    min_s=min(0.25, protocol.settle_s), max_s=protocol.settle_s
-                ),
-                busy_util_pct=LOAD_UTIL_PCT,
-                busy_gpus=self.busy_gpus,
-            )
+            settle_s = await self._settle_draw()
+            thermal = None
+            if protocol.thermal_wait_s > 0:
+                thermal = await wait_thermal(
+                    self.sampler,
+                    self.clock,
+                    set_at_s=set_at_s,
+                    max_s=protocol.thermal_wait_s,
+                    poll_s=protocol.sample_interval_s,
+                )
+            return Settled(settle_s, thermal)
         finally:
             await self.stop_busy()
+
+    async def _settle_draw(self) -> float:
+        """Until draw and clock are stable (``auto``) or ``settle_s`` (``fixed``); run seconds."""
+        protocol = self.protocol
+        if protocol.settle_s <= 0:
+            return 0.0
+        if protocol.settle_mode == "fixed":
+            await self.clock.asleep(protocol.settle_s)
+            return protocol.settle_s
+        return await wait_settled(
+            self.gpus,
+            self.clock,
+            interval_s=min(0.1, protocol.sample_interval_s),
+            detector_factory=lambda: SettleDetector(
+                min_s=min(0.25, protocol.settle_s), max_s=protocol.settle_s
+            ),
+            busy_util_pct=LOAD_UTIL_PCT,
+            busy_gpus=self.busy_gpus,
+        )
 
     def keep_busy(self, cap: float) -> None:
         """Keep the card at the point's load until the next measurement starts (or
@@ -317,14 +361,14 @@ class PointMeasurer:
                 await busy
 
     async def _once(
-        self, point: SweepPoint, settle_s: float, reason: str
+        self, point: SweepPoint, settled: Settled, reason: str
     ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
         cap = self.cap_of(point)
         await self.stop_busy()  # nothing but the measured load runs while it is measured
         run = await self.load.measure(cap, metric_only=reason == CONFIRM_REASON)
         self.keep_busy(cap)
         rows = relabel_outside(self.sampler.drain(), run.power_windows)
-        row = self._row(point, reason, rows, run, settle_s)
+        row = self._row(point, reason, rows, run, settled)
         if point.locks_clocks and row["status"] == "ok" and not self.protocol.observe_only:
             rejection = verify(point, row)
             if rejection is not None:
@@ -338,12 +382,12 @@ class PointMeasurer:
         reason: str,
         rows: Sequence[Any],
         run: LoadRun,
-        settle_s: float,
+        settled: Settled,
         *,
         status: str = "ok",
         error: str = "",
     ) -> dict[str, Any]:
-        extra: dict[str, Any] = {"reason": reason}
+        extra: dict[str, Any] = {"reason": reason, "thermal_wait_s": settled.thermal_wait_s}
         if point.locks_clocks:
             extra.update(sm_lock_mhz=point.sm_lock_mhz, mem_lock_mhz=point.mem_lock_mhz)
         return cap_row(
@@ -352,7 +396,7 @@ class PointMeasurer:
             rows=rows,
             requests=run.requests,
             n_gpus=len(self.gpus),
-            settle_s=settle_s,
+            settle_s=settled.settle_s,
             window_s=run.window_s,
             tps=run.tps or None,
             windows=run.power_windows or None,

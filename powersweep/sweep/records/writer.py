@@ -293,6 +293,7 @@ class RunWriter:
                     cell(r.sm_lock_mhz),
                     cell(r.mem_lock_mhz),
                     cell(confirm),
+                    cell(s.power_instant_w),
                 ]
             )
         self._append("samples.csv", out)

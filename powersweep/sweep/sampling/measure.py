@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.per_token import energy_per_token, latency_percentiles, metric_spans
 from powersweep.sweep.sampling.sampler import SampleRow
+from powersweep.sweep.sampling.thermal import slope_c_per_min
 
 NAN = math.nan
 LOAD_UTIL_PCT = 50.0
@@ -115,7 +116,8 @@ class Tick:
 
 
 def group_ticks(rows: Sequence[SampleRow], busy_gpus: Collection[int] | None = None) -> list[Tick]:
-    """Combine rows of the same tick: draw summed, temperature and utilization max, flags OR'd.
+    """Combine rows of the same tick: draw summed (each card's :attr:`~GpuSample.draw_w`, the
+    instant reading where the driver has one), temperature and utilization max, flags OR'd.
 
     ``busy_gpus`` are the GPUs serving the model: the tick's utilization is theirs (the busiest
     of them), so a card in the set that does other work does not make an idle tick look loaded.
@@ -136,7 +138,7 @@ def group_ticks(rows: Sequence[SampleRow], busy_gpus: Collection[int] | None = N
             Tick(
                 t_s=group[0].t_s,
                 phase=group[0].phase,
-                power_w=math.fsum(s.power_w for s in samples),
+                power_w=math.fsum(s.draw_w for s in samples),
                 energy_mj=tuple(s.energy_mj for s in samples),
                 temp_max_c=max(temps) if temps else NAN,
                 # the busiest card: an idle card beside a loaded one must not hide the load
@@ -193,7 +195,11 @@ def _median(values: Iterable[float]) -> float:
 def energy_counter_j(ticks: Sequence[Tick]) -> float:
     """Combined NVML energy-counter delta from the first to the last tick, in J.
 
-    NaN when any GPU's counter is missing at either end (unsupported before Volta).
+    The same span as :func:`energy_sampled_j`'s integral: the counter holds the energy of its
+    last update, so each end lags its tick by up to one update period (10-100 ms), at a phase
+    unrelated to the ticks; the delta covers the ticks' span within one period (unbiased, and
+    under 1% of a window of 10 s or more). NaN when any GPU's counter is missing at either end
+    (unsupported before Volta).
     """
     if len(ticks) < 2:
         return NAN
@@ -207,7 +213,8 @@ def energy_counter_j(ticks: Sequence[Tick]) -> float:
 
 
 def energy_sampled_j(ticks: Sequence[Tick]) -> float:
-    """Trapezoid integral of combined draw over the same ticks, in J (NaN if < 2 ticks)."""
+    """Trapezoid integral of combined draw (each card's instant reading where it has one) over
+    the same ticks, in J (NaN if < 2 ticks)."""
     pts = [(t.t_s, t.power_w) for t in ticks if math.isfinite(t.power_w)]
     if len(pts) < 2:
         return NAN
@@ -278,13 +285,15 @@ def cap_row(
         "energy_sampled_j": energy_sampled_j(ticks),
         "tps_per_w": metric / power if math.isfinite(metric) and power > 0 else NAN,
         "temp_max_c": max((t.temp_max_c for t in ticks), default=NAN),
+        # how fast the hottest card's temperature still moved while the figures were taken
+        "temp_drift_c_per_min": slope_c_per_min((t.t_s, t.temp_max_c) for t in ticks),
         "sm_clock_mhz": _median(s.sm_clock_mhz for s in firsts),
         "mem_clock_mhz": _median(s.mem_clock_mhz for s in firsts),
         "util_pct": _median(t.util_pct for t in ticks),
         # every card's own medians (the columns above are the first card's)
         "sm_clock_mhz_by_gpu": _per_gpu(ticks, "sm_clock_mhz"),
         "mem_clock_mhz_by_gpu": _per_gpu(ticks, "mem_clock_mhz"),
-        "power_w_by_gpu": _per_gpu(ticks, "power_w"),
+        "power_w_by_gpu": _per_gpu(ticks, "draw_w"),
         "pwr_throttle_pct": 100.0 * sum(t.throttle_power for t in ticks) / n if n else NAN,
         "thermal_throttle_pct": 100.0 * sum(t.throttle_thermal for t in ticks) / n if n else NAN,
         "pstate": pstates.most_common(1)[0][0] if pstates else None,

@@ -162,7 +162,7 @@ class Sampler:
             rows = [r for r in self._rows if t0_s <= r.t_s <= t1_s]
         ticks: dict[int, float] = {}
         for r in rows:
-            ticks[r.tick] = ticks.get(r.tick, 0.0) + r.sample.power_w
+            ticks[r.tick] = ticks.get(r.tick, 0.0) + r.sample.draw_w
         values = sorted(v for v in ticks.values() if math.isfinite(v))
         if not values:
             return math.nan

@@ -15,6 +15,15 @@ A transient (the draw or clock stepping to the new operating point) then stays i
 window until it has slid out, so the detector settles ``window_s`` after the last step, and at
 ``min_s`` when the card was already at its new operating point by the first reading.
 
+The draw fed is each card's instant reading (:attr:`~powersweep.sweep.gpu.GpuSample.draw_w`).
+A card that has only its driver's one-second average (no instant field) shows a cap change as a
+ramp that lasts a second, and a ramp of a small step stays within tolerance: such a card is never
+settled before :data:`AVERAGED_READING_S` plus the window, so the first measured reading averages
+only the new cap's draw (a pre-Ampere card, whose reading is a short average, waits alike: no
+reading says how long a driver averages, and a second per point is cheap). The energy counter is
+no substitute for the detector: at its 10-100 ms update period a draw derived from it over a
+0.3 s window is off by up to a third.
+
 Tolerances follow the noise of readings: NVML draw readings jitter by a fraction of a percent on
 a steady load (the simulated card uses 0.3 % at 1 sigma), the SM clock by one or two 15 MHz bins
 while the firmware dithers between them.
@@ -42,6 +51,10 @@ DEFAULT_POWER_TOL_W = 1.5
 # or a clock ramp is not.
 DEFAULT_CLOCK_TOL_MHZ = 45.0
 MIN_WINDOW_SAMPLES = 3
+# The window of the driver's average power reading (nvmlDeviceGetPowerUsage on Ampere and newer;
+# amdsmi's average socket power is taken alike): what a card without an instant reading needs
+# after a change before its reading holds nothing of the old draw.
+AVERAGED_READING_S = 1.0
 
 
 class SettleDetector:
@@ -99,6 +112,11 @@ class SettleDetector:
         """Run seconds from the start to the reading that settled it; None while unsettled."""
         return self._settled_at_s
 
+    def wait_at_least(self, seconds: float) -> None:
+        """Never settle earlier than ``seconds`` after the start (within ``max_s``): readings
+        that average over a window need it to have passed."""
+        self.min_s = min(self.max_s, max(self.min_s, seconds))
+
     @property
     def start_s(self) -> float | None:
         """When the cap was set (the first reading's time unless given)."""
@@ -142,11 +160,17 @@ class SettleDetector:
 
 
 def combine(samples: Sequence[GpuSample]) -> tuple[float, float]:
-    """Combined draw (sum over the set, NaN if any read failed) and the first GPU's SM clock."""
+    """Combined draw (sum over the set of each card's :attr:`~GpuSample.draw_w`, NaN if any read
+    failed) and the first GPU's SM clock."""
     if not samples:
         return math.nan, math.nan
-    power = math.fsum(s.power_w for s in samples)
+    power = math.fsum(s.draw_w for s in samples)
     return power, samples[0].sm_clock_mhz
+
+
+def averaged(samples: Sequence[GpuSample]) -> bool:
+    """Whether some card's draw is its driver's average (it read no instant power)."""
+    return any(math.isfinite(s.power_w) and not math.isfinite(s.power_instant_w) for s in samples)
 
 
 async def wait_settled(
@@ -193,6 +217,8 @@ async def wait_settled(
         if on_tick is not None:
             on_tick(t, samples)
         power, sm_clock = combine(samples)
+        if averaged(samples):
+            detector.wait_at_least(AVERAGED_READING_S + detector.window_s)
         serving = [s for s in samples if busy_gpus is None or s.gpu_index in busy_gpus]
         utils = [s.util_pct for s in serving or samples if math.isfinite(s.util_pct)]
         # the busiest card: with an idle card in the set, the first one may never be busy

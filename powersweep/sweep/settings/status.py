@@ -77,7 +77,7 @@ class GpuStatus:
             "now": None
             if s is None
             else {
-                "power_w": _finite(s.power_w),
+                "power_w": _finite(s.draw_w),
                 "temp_c": _finite(s.temp_c),
                 "sm_clock_mhz": _finite(s.sm_clock_mhz),
                 "mem_clock_mhz": _finite(s.mem_clock_mhz),
@@ -239,7 +239,7 @@ def _now_text(s: GpuSample | None) -> str:
         return "unknown"
     pstate = f"P{s.pstate}" if s.pstate is not None else "P?"
     return (
-        f"{_fmt(s.power_w, 'W', 1)}, {_fmt(s.temp_c, 'C', 0)}, "
+        f"{_fmt(s.draw_w, 'W', 1)}, {_fmt(s.temp_c, 'C', 0)}, "
         f"SM {_fmt(s.sm_clock_mhz, 'MHz', 0)}, memory {_fmt(s.mem_clock_mhz, 'MHz', 0)}, "
         f"util {_fmt(s.util_pct, '%', 0)}, {pstate}"
     )

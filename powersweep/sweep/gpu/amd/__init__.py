@@ -14,9 +14,12 @@ in degrees Celsius. A value it cannot read comes back as the string ``"N/A"``.
 What differs from NVML, and how the backend deals with it:
 
 * Draw: a card fills ``current_socket_power`` (MI300X), ``average_socket_power`` (MI210,
-  Radeon) or both; the one it has is probed once. The second die of an MI250X reads 0 W (its
-  module's draw is on the first die): it keeps 0 W, so summing both dies counts the module once,
-  and :attr:`AmdsmiGpu.power_reported_by` names the die that carries it.
+  Radeon) or both. A sample's ``power_instant_w`` is the current one, its ``power_w`` the
+  average (the current one where there is no average), so the figures use the instant reading
+  where the card has it, as on NVIDIA. The average's window is firmware's and not documented
+  (unverified: about a second on RDNA3, as amdgpu's ``power1_average``). The second die of an
+  MI250X reads 0 W (its module's draw is on the first die): it keeps 0 W, so summing both dies
+  counts the module once, and :attr:`AmdsmiGpu.power_reported_by` names the die that carries it.
 * Energy: a counter that runs backwards (a firmware reset or a wrap) is not used again; the
   sweep then integrates the sampled draw.
 * Clock locks: a locked clock is a range ``min = max`` (``amdsmi_set_gpu_clk_range``) in the

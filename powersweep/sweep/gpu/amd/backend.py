@@ -100,7 +100,7 @@ class AmdsmiBackend:
             return
         if not all("MI250" in n for n in names):
             return
-        if gpu.read_sample().power_w == 0.0 and first.read_sample().power_w > 0:
+        if gpu.read_sample().draw_w == 0.0 and first.read_sample().draw_w > 0:
             gpu.power_reported_by = first.index
 
     def _check_open(self) -> None:

@@ -58,8 +58,8 @@ class AmdsmiGpu:
         index: powersweep's index of the card.
 
     Attributes:
-        power_source: ``current``, ``average`` or ``none``: the socket power ``read_sample``
-            uses.
+        power_source: ``current``, ``average`` or ``none``: the socket power the figures use
+            for the draw (``current``, the instant reading, where the card fills it).
         power_reported_by: The index of the die whose draw includes this one's (the first die
             of an MI250X module), None for a card that reports its own.
         energy_fallback: Why the energy counter is no longer used (empty while it is).
@@ -275,7 +275,7 @@ class AmdsmiGpu:
         """
         smi, h = self._smi, self._handle
         self._pending_errors = 0
-        power = self._read_power_w()
+        power, instant = self._read_power_w()
         energy = self._read_energy_mj()
         temp = self._field(
             "temp",
@@ -296,6 +296,7 @@ class AmdsmiGpu:
         return GpuSample(
             gpu_index=self._index,
             power_w=power,
+            power_instant_w=instant,
             energy_mj=energy,
             temp_c=_or_nan(temp),
             sm_clock_mhz=_or_nan(sm),
@@ -360,18 +361,32 @@ class AmdsmiGpu:
         for source in ("current", "average"):
             try:
                 if self._socket_power(source) is not None:
-                    self._read_ok.add("power")
+                    self._read_ok.add(f"power_{source}")
                     return "current" if source == "current" else "average"
             except smi.AmdSmiException:
                 continue
         return "none"
 
-    def _read_power_w(self) -> float:
+    def _read_power_w(self) -> tuple[float, float]:
+        """The power usage and the instant draw, W, from one ``amdsmi_get_power_info``.
+
+        ``current_socket_power`` is the instant reading; the usage is ``average_socket_power``
+        where the card fills it (a firmware average: its window is not documented), else the
+        current one, the card's only reading. A reading ``N/A`` from the start is a capability
+        (NaN, not counted); a failed call counts once.
+        """
         if self.power_source == "none":
-            return NAN
-        source = self.power_source
-        watts = self._field("power", lambda: self._socket_power(source))
-        return NAN if watts is None else watts
+            return NAN, NAN
+        smi = self._smi
+        try:
+            info = smi.amdsmi_get_power_info(self._handle)
+        except smi.AmdSmiException:
+            self._pending_errors += 1
+            return NAN, NAN
+        current = self._field("power_current", lambda: info.get(_POWER_KEYS["current"]))
+        average = self._field("power_average", lambda: info.get(_POWER_KEYS["average"]))
+        usage = average if average is not None else current
+        return _or_nan(usage), _or_nan(current)
 
     def _read_energy_mj(self) -> float:
         if self.power_reported_by is not None or self.energy_fallback:

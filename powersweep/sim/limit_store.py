@@ -1,0 +1,87 @@
+"""Settings of simulated GPUs that outlive the process that set them, as a driver's do: power
+limits, persistence mode and clock locks in one JSON file, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from powersweep.errors import GpuError
+from powersweep.sim.physics import UNLOCKED, Locks
+
+
+class LimitStore:
+    """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
+    ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
+    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks.
+
+    Args:
+        path: The state file; created on first write.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def get(self, uuid: str) -> float | None:
+        """The stored limit of a GPU, or None."""
+        value = self.get_value(uuid)
+        return float(value) if isinstance(value, int | float) else None
+
+    def put(self, uuid: str, watts: float) -> None:
+        """Store a GPU's limit atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        self.put_value(uuid, watts)
+
+    def get_value(self, key: str) -> object:
+        """The stored value under ``key``, or None."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data.get(key) if isinstance(data, dict) else None
+
+    def put_value(self, key: str, value: object) -> None:
+        """Store a value atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        with self._lock:
+            try:
+                data = json.loads(self.path.read_text()) if self.path.exists() else {}
+            except (OSError, ValueError):
+                data = {}
+            data[key] = value
+            try:
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".simstate-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f)
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                raise GpuError(f"cannot write simulated GPU state {self.path}: {exc}") from exc
+
+    def get_locks(self, uuid: str) -> Locks:
+        """The stored clock locks of a GPU (unlocked when none)."""
+        value = self.get_value(f"{uuid}#locks")
+        if not isinstance(value, dict):
+            return UNLOCKED
+        sm, mem = value.get("sm"), value.get("mem")
+        return Locks(
+            float(sm) if isinstance(sm, int | float) else None,
+            float(mem) if isinstance(mem, int | float) else None,
+        )
+
+    def put_locks(self, uuid: str, locks: Locks) -> None:
+        """Store a GPU's clock locks atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        self.put_value(f"{uuid}#locks", {"sm": locks.sm_mhz, "mem": locks.mem_mhz})

@@ -1,0 +1,149 @@
+"""Clock locks of one NVIDIA GPU through NVML (issue 15): the supported clocks, locks, resets.
+
+NVML sets locks but has no call that reads them back; whether a card follows a lock shows in
+the clocks measured under load (:mod:`powersweep.sweep.locks`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import ModuleType
+
+from powersweep.errors import GpuError, UsageError
+from powersweep.sweep.gpu.nvidia.api import cause
+from powersweep.sweep.gpu.protocol import LockResult, SupportedClocks
+
+
+class NvmlClocks:
+    """The clock-lock calls of one GPU (:class:`~powersweep.sweep.gpu.nvidia.gpu.NvmlGpu` hands
+    them on).
+
+    Args:
+        nvml: The ``pynvml`` module (or a fake with the same surface).
+        handle: NVML device handle.
+        label: Names the GPU in messages (``GPU 0 (NVIDIA GeForce RTX 3090)``).
+    """
+
+    def __init__(self, nvml: ModuleType, handle: object, label: Callable[[], str]) -> None:
+        self._nvml = nvml
+        self._handle = handle
+        self._label = label
+
+    def supported_clocks(self) -> SupportedClocks:
+        """The memory clocks and, per memory clock, the SM clocks NVML lists, descending.
+
+        Raises:
+            GpuError: NVML cannot list them (not supported on this card or driver, or failed).
+        """
+        nvml = self._nvml
+        try:
+            mems = [float(m) for m in nvml.nvmlDeviceGetSupportedMemoryClocks(self._handle)]
+            by_mem = {
+                m: tuple(
+                    sorted(
+                        (
+                            float(f)
+                            for f in nvml.nvmlDeviceGetSupportedGraphicsClocks(self._handle, int(m))
+                        ),
+                        reverse=True,
+                    )
+                )
+                for m in mems
+            }
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
+            raise GpuError(
+                f"{self._label()} does not list its supported clocks{cause(exc)}: give "
+                "--sm-clocks (and --mem-clocks) by hand"
+            ) from exc
+        except nvml.NVMLError as exc:
+            raise GpuError(f"cannot list the supported clocks of {self._label()}: {exc}") from exc
+        if not mems:
+            raise GpuError(
+                f"{self._label()} lists no supported clocks: give --sm-clocks (and --mem-clocks)"
+            )
+        return SupportedClocks(tuple(sorted(mems, reverse=True)), by_mem)
+
+    def lock_sm_clock(self, mhz: float) -> LockResult:
+        """Lock the SM clock with ``nvmlDeviceSetGpuLockedClocks(min=max=mhz)``.
+
+        Raises:
+            GpuError: No permission (needs root) or an NVML failure.
+        """
+        nvml, h = self._nvml, self._handle
+        return self._lock_clock("SM", mhz, lambda v: nvml.nvmlDeviceSetGpuLockedClocks(h, v, v))
+
+    def lock_mem_clock(self, mhz: float) -> LockResult:
+        """Lock the memory clock with ``nvmlDeviceSetMemoryLockedClocks(min=max=mhz)``.
+
+        Raises:
+            GpuError: No permission (needs root) or an NVML failure.
+        """
+        nvml, h = self._nvml, self._handle
+        return self._lock_clock(
+            "memory", mhz, lambda v: nvml.nvmlDeviceSetMemoryLockedClocks(h, v, v)
+        )
+
+    def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
+        """Reset the locks (``nvmlDeviceResetGpuLockedClocks`` / ``...MemoryLockedClocks``).
+
+        A lock a card does not support was never set, so NOT_SUPPORTED on reset is no failure.
+
+        Raises:
+            GpuError: No permission or another NVML failure.
+        """
+        nvml, h = self._nvml, self._handle
+        calls: list[tuple[bool, str, Callable[[], object]]] = [
+            (sm, "SM", lambda: nvml.nvmlDeviceResetGpuLockedClocks(h)),
+            (mem, "memory", lambda: nvml.nvmlDeviceResetMemoryLockedClocks(h)),
+        ]
+        for wanted, what, reset in calls:
+            if not wanted:
+                continue
+            try:
+                reset()
+            except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+                continue
+            except nvml.NVMLError_NoPermission as exc:
+                raise GpuError(
+                    f"resetting the {what} clock lock of {self._label()} needs root: re-run "
+                    f"with sudo{cause(exc)}"
+                ) from exc
+            except nvml.NVMLError as exc:
+                raise GpuError(
+                    f"resetting the {what} clock lock of {self._label()} failed: {exc}"
+                ) from exc
+
+    def _lock_clock(self, what: str, mhz: float, lock: Callable[[int], object]) -> LockResult:
+        if not (math.isfinite(mhz) and mhz > 0):
+            raise UsageError(f"a clock lock must be a positive number of MHz, got {mhz}")
+        nvml = self._nvml
+        try:
+            lock(round(mhz))
+        except nvml.NVMLError_NoPermission as exc:
+            raise GpuError(
+                f"locking the {what} clock of {self._label()} needs root: re-run with sudo"
+                f"{cause(exc)}"
+            ) from exc
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
+            hint = (
+                "many GeForce cards and drivers refuse memory clock locks"
+                if what == "memory"
+                else "the driver is too old or the card does not allow it"
+            )
+            return LockResult(
+                mhz,
+                False,
+                f"{self._label()} does not support {what} clock locks{cause(exc)}: {hint}",
+            )
+        except nvml.NVMLError_InvalidArgument as exc:
+            return LockResult(
+                mhz,
+                False,
+                f"{self._label()} rejected a {mhz:g} MHz {what} lock as invalid{cause(exc)}",
+            )
+        except nvml.NVMLError as exc:
+            raise GpuError(
+                f"locking the {what} clock of {self._label()} at {mhz:g} MHz failed: {exc}"
+            ) from exc
+        return LockResult(mhz, True)
