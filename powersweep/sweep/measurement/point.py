@@ -30,7 +30,13 @@ from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
 from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
-from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S, ThermalWait, wait_thermal
+from powersweep.sweep.sampling.thermal import (
+    DEFAULT_THERMAL_WAIT_S,
+    Previous,
+    ThermalWait,
+    carried,
+    wait_thermal,
+)
 from powersweep.sweep.verdict import FaultLog
 
 # Phase / prompt kind given to a measurement that was discarded and taken again.
@@ -189,6 +195,8 @@ class PointMeasurer:
         on_point: Callable[[SweepPoint, Mapping[str, Any]], None] = lambda _p, _r: None,
     ) -> None:
         self.protocol = protocol
+        # the last point measured ok, whose steadiness a nearby next point carries
+        self._previous: Previous | None = None
         self.gpus = list(gpus)
         self.clock = clock
         self.load = load
@@ -256,7 +264,7 @@ class PointMeasurer:
             await self._finish(point, index, total, row, [], LoadRun(), reason)
             return row
         self.pace.aim(point.position)
-        settled = await self.settle(cap)
+        settled = await self.settle(cap, point)
         run, rows, row = await self._checked(point, settled, reason)
         if row["status"] == "ok":
             self.pace.remember(point.position)
@@ -295,7 +303,7 @@ class PointMeasurer:
             return ""
         return self.load.check(run, self.ledger.history(point))
 
-    async def settle(self, cap: float) -> Settled:
+    async def settle(self, cap: float, point: SweepPoint | None = None) -> Settled:
         """Wait, under the point's own load, until the card has adjusted: its draw and clock
         stable, then its temperature no longer drifting (at most ``thermal_wait_s``).
 
@@ -314,6 +322,12 @@ class PointMeasurer:
             settle_s = await self._settle_draw()
             thermal = None
             if protocol.thermal_wait_s > 0:
+                # the settled draw: the highest tick since the set (decode-single's gaps between
+                # requests dip; the operating point is the loaded draw)
+                draw = self.sampler.peak_power_w(set_at_s, self.clock.now())
+                locks = (point.sm_lock_mhz, point.mem_lock_mhz) if point else (None, None)
+                thermal = carried(self._previous, draw, cap * len(self.gpus), locks)
+            if protocol.thermal_wait_s > 0 and thermal is None:
                 thermal = await wait_thermal(
                     self.sampler,
                     self.clock,
@@ -428,6 +442,17 @@ class PointMeasurer:
     ) -> None:
         confirm = reason == CONFIRM_REASON
         locks = (point.sm_lock_mhz, point.mem_lock_mhz)
+        ok = row["status"] == "ok"
+        self._previous = (
+            Previous(
+                float(row["power_w"]),
+                float(row.get("temp_drift_c_per_min", math.nan)),
+                float(row["cap_w"]) * len(self.gpus),
+                locks,
+            )
+            if ok
+            else None
+        )
 
         def write() -> None:
             self.writer.append_samples(rows, confirm=confirm)

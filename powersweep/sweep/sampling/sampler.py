@@ -153,6 +153,17 @@ class Sampler:
             return math.nan
         return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
 
+    def peak_power_w(self, t0_s: float, t1_s: float) -> float:
+        """Highest combined draw of the ticks in ``[t0_s, t1_s]`` not yet drained (NaN if none):
+        the loaded draw even when a tick falls in the gap between two requests."""
+        with self._lock:
+            rows = [r for r in self._rows if t0_s <= r.t_s <= t1_s]
+        ticks: dict[int, float] = {}
+        for r in rows:
+            ticks[r.tick] = ticks.get(r.tick, 0.0) + r.sample.draw_w
+        values = [v for v in ticks.values() if math.isfinite(v)]
+        return max(values) if values else math.nan
+
     def median_power_w(self, t0_s: float, t1_s: float) -> float:
         """Median combined draw of the ticks in ``[t0_s, t1_s]`` not yet drained (NaN if none).
 

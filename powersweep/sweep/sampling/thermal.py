@@ -32,6 +32,19 @@ STEADY_TEMP_C_PER_MIN = 3.0
 THERMAL_TRAIL_S = 10.0
 # The longest the protocol waits for a steady temperature after a point settled, run seconds.
 DEFAULT_THERMAL_WAIT_S = 10.0
+# A point whose draw is within this of the last point measured carries its steadiness:
+# the card's temperature is continuous across a set, and a step this size moves its level by
+# R_th * dP (about 0.15 °C/W for an air-cooled card under load: 4-5 °C at most, approached over
+# the card's time constant, well under a 3 °C/min slope). A bigger jump (the first point, a
+# confirm re-measure, an adaptive or grid jump) waits.
+CARRY_DRAW_W = 30.0
+# ... when that point's window drifted no faster than this, °C/min: the summary's own flag for a
+# point measured on a drifting card (analysis.steadiness.DRIFT_C_PER_MIN). A dense sweep stepping
+# down cools its card by a few °C/min at every point (each step lowers the level by R_th * dP,
+# approached over a time constant longer than a point), a drift the bound could not remove (it
+# decays with that time constant) and that biases every point alike; waiting for it at each
+# point would cost the bound per point for no better answer.
+CARRY_DRIFT_C_PER_MIN = 6.0
 
 
 class TempSlopes(Protocol):
@@ -97,6 +110,59 @@ async def wait_thermal(
         if now - start >= max_s - 1e-9:
             return ThermalWait(now - start, slope, False)
         await clock.asleep(max(1e-3, min(poll_s, start + max_s - now)))
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The last point measured on this card, as the next one's wait reads it.
+
+    Attributes:
+        power_w: Its median combined draw, W.
+        drift_c_per_min: Its window's temperature drift, °C/min (NaN: unknown).
+        cap_total_w: Its combined power limit, W.
+        locks: Its clock locks (SM, memory; None: unlocked).
+    """
+
+    power_w: float
+    drift_c_per_min: float
+    cap_total_w: float = math.nan
+    locks: tuple[float | None, float | None] = (None, None)
+
+
+def carried(
+    previous: Previous | None,
+    draw_now_w: float,
+    cap_total_w: float = math.nan,
+    locks: tuple[float | None, float | None] = (None, None),
+) -> ThermalWait | None:
+    """The steadiness a point inherits from the last one measured, or None when it must wait.
+
+    A card whose last window drifted under :data:`CARRY_DRIFT_C_PER_MIN` and whose draw moved
+    less than :data:`CARRY_DRAW_W` at the set is already near its level: waiting would cost
+    the bound and change little (the remaining drift decays with the card's own time constant,
+    tens of seconds). Anything unknown waits: the first point, a jump, a point after a failed
+    one, a card that was still heating.
+
+    Under the same clock locks the draw moves by no more than the limit does (a card draws the
+    lesser of its limit and its demand), so the step is the limit's; a lock change moves the draw
+    by what the readings since the set show.
+
+    Args:
+        previous: The last point measured ok (None: none yet, or the last one failed).
+        draw_now_w: The settled draw at the new point, W (combined; NaN: no reading yet).
+        cap_total_w: The new point's combined limit, W.
+        locks: The new point's clock locks.
+    """
+    if previous is None:
+        return None
+    same_locks = locks == previous.locks
+    step = abs(cap_total_w - previous.cap_total_w if same_locks else draw_now_w - previous.power_w)
+    drift = previous.drift_c_per_min
+    if not (math.isfinite(drift) and math.isfinite(step)):
+        return None
+    if abs(drift) <= CARRY_DRIFT_C_PER_MIN and step <= CARRY_DRAW_W:
+        return ThermalWait(0.0, drift, True)
+    return None
 
 
 def slope_c_per_min(points: Iterable[tuple[float, float]]) -> float:
