@@ -41,6 +41,9 @@ ADAPTIVE_SHORT_OF_BUDGET = 1
 TIE_SPACING_W = 20.0
 # prefill-heavy: calibration requests, each about the prefill time asked for.
 CALIBRATION_REQUESTS = 3
+# Points that wait for a steady temperature in a dense sweep: the first two (the card still
+# heating from its warm-up); every later one a step from a steady one carries its steadiness.
+THERMAL_WAITING_POINTS = 2
 
 
 def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None = None) -> float:
@@ -60,19 +63,26 @@ def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None
     settle = min(AUTO_SETTLE_S, options.settle_seconds) if options.settle == "auto" else 0.0
     if options.settle == "fixed":
         settle = options.settle_seconds
+    thermal = 0.0
     if not options.observe_only and options.thermal_wait_seconds > 0:
         # the slope is judged once its trailing window since the point was set is full
-        settle += max(0.0, min(THERMAL_TRAIL_S - settle, options.thermal_wait_seconds))
+        thermal = max(0.0, min(THERMAL_TRAIL_S - settle, options.thermal_wait_seconds))
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
     per_point = settle + prompts * (window + ramp) * options.bench_runs + POINT_OVERHEAD_S
+    # a point next to a steady one carries its steadiness: the first points (a card still
+    # heating from the warm-up) and jumps wait
+    waits = min(measured, THERMAL_WAITING_POINTS) * thermal
+    if options.strategy == "adaptive" and not options.clock_axis:
+        waits += max(0, measured - THERMAL_WAITING_POINTS) * thermal / 2  # coarse steps jump
     confirm = 0.0
     spacing = options.step_size_w if spacing_w is None else spacing_w
     ties = options.clock_axis or spacing <= TIE_SPACING_W
     if options.confirm and not options.observe_only and measured >= 2 and ties:
         # an adaptive sweep measures caps a step apart only at the peak: ties there half the time
         expected = CONFIRM_MAX_CAPS if options.strategy != "adaptive" else CONFIRM_MAX_CAPS / 2
-        confirm = min(expected, measured) * (settle + window + ramp + POINT_OVERHEAD_S)
-    return _warmup_s(options) + _prepare_s(options) + measured * per_point + confirm
+        # a confirmed point is a jump back to the best: it waits for its temperature
+        confirm = min(expected, measured) * (settle + thermal + window + ramp + POINT_OVERHEAD_S)
+    return _warmup_s(options) + _prepare_s(options) + measured * per_point + waits + confirm
 
 
 def _points_measured(options: SweepOptions, n_points: int) -> int:
