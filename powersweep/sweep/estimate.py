@@ -79,7 +79,12 @@ def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None
     ties = options.clock_axis or spacing <= TIE_SPACING_W
     if options.confirm and not options.observe_only and measured >= 2 and ties:
         # an adaptive sweep measures caps a step apart only at the peak: ties there half the time
-        expected = CONFIRM_MAX_CAPS if options.strategy != "adaptive" else CONFIRM_MAX_CAPS / 2
+        # and so does a grid as coarse as the tie spacing, whose caps near the peak differ by
+        # about their noise
+        coarse = spacing >= TIE_SPACING_W and not options.clock_axis
+        expected = (
+            CONFIRM_MAX_CAPS / 2 if options.strategy == "adaptive" or coarse else (CONFIRM_MAX_CAPS)
+        )
         # a confirmed point is a jump back to the best: it waits for its temperature
         confirm = min(expected, measured) * (settle + thermal + window + ramp + POINT_OVERHEAD_S)
     return _warmup_s(options) + _prepare_s(options) + measured * per_point + waits + confirm

@@ -264,7 +264,7 @@ class PointMeasurer:
             await self._finish(point, index, total, row, [], LoadRun(), reason)
             return row
         self.pace.aim(point.position)
-        settled = await self.settle(cap, point, reason)
+        settled = await self.settle(cap, point)
         run, rows, row = await self._checked(point, settled, reason)
         if row["status"] == "ok":
             self.pace.remember(point.position)
@@ -303,9 +303,7 @@ class PointMeasurer:
             return ""
         return self.load.check(run, self.ledger.history(point))
 
-    async def settle(
-        self, cap: float, point: SweepPoint | None = None, reason: str = ""
-    ) -> Settled:
+    async def settle(self, cap: float, point: SweepPoint | None = None) -> Settled:
         """Wait, under the point's own load, until the card has adjusted: its draw and clock
         stable, then its temperature no longer drifting (at most ``thermal_wait_s``).
 
@@ -328,9 +326,7 @@ class PointMeasurer:
                 # requests dip; the operating point is the loaded draw)
                 draw = self.sampler.peak_power_w(set_at_s, self.clock.now())
                 locks = (point.sm_lock_mhz, point.mem_lock_mhz) if point else (None, None)
-                # the confirm phase returns to a point the sweep left long ago: always a jump
-                previous = None if reason == CONFIRM_REASON else self._previous
-                thermal = carried(previous, draw, cap * len(self.gpus), locks)
+                thermal = carried(self._previous, draw, cap * len(self.gpus), locks)
             if protocol.thermal_wait_s > 0 and thermal is None:
                 thermal = await wait_thermal(
                     self.sampler,
