@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from powersweep.sweep.gpu import GpuSample
-from powersweep.sweep.sampling.per_token import energy_per_token, latency_percentiles, metric_spans
+from powersweep.sweep.sampling.per_token import (
+    energy_counter_j,
+    energy_per_token,
+    energy_sampled_j,
+    latency_percentiles,
+    metric_spans,
+)
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.sampling.thermal import slope_c_per_min
 
@@ -190,35 +196,6 @@ def relabel_outside(
 def _median(values: Iterable[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return statistics.median(finite) if finite else NAN
-
-
-def energy_counter_j(ticks: Sequence[Tick]) -> float:
-    """Combined NVML energy-counter delta from the first to the last tick, in J.
-
-    The same span as :func:`energy_sampled_j`'s integral: the counter holds the energy of its
-    last update, so each end lags its tick by up to one update period (10-100 ms), at a phase
-    unrelated to the ticks; the delta covers the ticks' span within one period (unbiased, and
-    under 1% of a window of 10 s or more). NaN when any GPU's counter is missing at either end
-    (unsupported before Volta).
-    """
-    if len(ticks) < 2:
-        return NAN
-    first, last = ticks[0].energy_mj, ticks[-1].energy_mj
-    if len(first) != len(last):
-        return NAN
-    deltas = [b - a for a, b in zip(first, last, strict=True)]
-    if not all(math.isfinite(d) for d in deltas):
-        return NAN
-    return math.fsum(deltas) / 1000.0
-
-
-def energy_sampled_j(ticks: Sequence[Tick]) -> float:
-    """Trapezoid integral of combined draw (each card's instant reading where it has one) over
-    the same ticks, in J (NaN if < 2 ticks)."""
-    pts = [(t.t_s, t.power_w) for t in ticks if math.isfinite(t.power_w)]
-    if len(pts) < 2:
-        return NAN
-    return math.fsum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(pts))
 
 
 def cap_row(

@@ -104,17 +104,30 @@ def _prefill_tokens(requests: Iterable[Any], a: float, b: float) -> float:
     return total
 
 
-def _counter_j(first: Tick, last: Tick) -> float:
-    a, b = first.energy_mj, last.energy_mj
-    if len(a) != len(b):
+def energy_counter_j(ticks: Sequence[Tick]) -> float:
+    """Combined NVML energy-counter delta from the first to the last tick, in J.
+
+    The same span as :func:`energy_sampled_j`'s integral: the counter holds the energy of its
+    last update, so each end lags its tick by up to one update period (10-100 ms), at a phase
+    unrelated to the ticks; the delta covers the ticks' span within one period (unbiased, and
+    under 1% of a window of 10 s or more). NaN when any GPU's counter is missing at either end
+    (unsupported before Volta) or went back.
+    """
+    if len(ticks) < 2:
         return NAN
-    deltas = [y - x for x, y in zip(a, b, strict=True)]
+    first, last = ticks[0].energy_mj, ticks[-1].energy_mj
+    if len(first) != len(last):
+        return NAN
+    deltas = [b - a for a, b in zip(first, last, strict=True)]
+    # a counter that went back (a driver reload) measured nothing
     if not all(math.isfinite(d) and d >= 0 for d in deltas):
         return NAN
     return math.fsum(deltas) / 1000.0
 
 
-def _sampled_j(ticks: Sequence[Tick]) -> float:
+def energy_sampled_j(ticks: Sequence[Tick]) -> float:
+    """Trapezoid integral of combined draw (each card's instant reading where it has one) over
+    the same ticks, in J (NaN if < 2 ticks)."""
     pts = [(t.t_s, t.power_w) for t in ticks if math.isfinite(t.power_w)]
     if len(pts) < 2:
         return NAN
@@ -153,8 +166,8 @@ def energy_per_token(
         )
         if not n > 0:
             continue
-        counter += _counter_j(inside[0], inside[-1])
-        sampled += _sampled_j(inside)
+        counter += energy_counter_j(inside)
+        sampled += energy_sampled_j(inside)
         tokens += n
     if not tokens > 0:
         return {
