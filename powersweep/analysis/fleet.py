@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from powersweep import __version__
+from powersweep.analysis import serving
 from powersweep.analysis.core import sanitize
 from powersweep.analysis.fleet_axis import AXES, POWER, FleetAxis
 from powersweep.analysis.fleet_cards import (
@@ -62,21 +63,13 @@ class FleetOptions:
     reanalyze: bool = False
 
 
-# A price per kWh above this is a typo in any currency (the dearest are a few thousand).
-MAX_TARIFF_PER_KWH = 1_000_000.0
-
-
 def check_options(opts: FleetOptions) -> None:
     """Every number of a fleet report finite and in range (``--tariff inf`` prices nothing).
 
     Raises:
         UsageError: One line naming the option and its range.
     """
-    t = opts.tariff_per_kwh
-    if t is not None and not (math.isfinite(t) and 0.0 <= t <= MAX_TARIFF_PER_KWH):
-        raise UsageError(
-            f"--tariff must be a price per kWh from 0 to {MAX_TARIFF_PER_KWH:g}, not {t:g}"
-        )
+    serving.check_options(opts.tariff_per_kwh, None, None)
     if not (math.isfinite(opts.duty) and 0.0 < opts.duty <= 1.0):
         raise UsageError(f"--duty must be more than 0 and at most 1, not {opts.duty:g}")
     if not (math.isfinite(opts.max_tps_loss_pct) and 0.0 <= opts.max_tps_loss_pct < 100.0):

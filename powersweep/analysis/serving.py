@@ -22,8 +22,9 @@ from powersweep.errors import UsageError
 NAN = math.nan
 J_PER_KWH = 3.6e6
 SECONDS_PER_YEAR = 365.0 * 24.0 * 3600.0
-# A tariff above this per kWh is a typo (the dearest retail power is under 1 per kWh).
-MAX_TARIFF_PER_KWH = 100.0
+# A tariff above this per kWh is a typo in any currency (the dearest power is under 10,000 of the
+# smallest-unit currencies, e.g. won or dong, per kWh).
+MAX_TARIFF_PER_KWH = 1_000_000.0
 # Latency targets a user can mean (an hour to first token is no target).
 MAX_TARGET_MS = 3.6e6
 # Two noisy figures differ by more than 2 sigma of their difference (sqrt(2) sigma each) before
