@@ -98,9 +98,17 @@ def test_an_mi300x_sweep_finds_the_true_sweet_spot_and_restores_its_cap(
         t = by_cap[float(r["cap_w"])]
         # amdsmi reports whole watts: within 1 W plus the simulated noise
         assert float(r["power_w"]) == pytest.approx(t["power_w"], abs=1.5 + 0.01 * t["power_w"])
-        # the energy counter (15.3 uJ ticks) agrees with the sampled draw: a unit or resolution
-        # slip would be off by 1000x or 15x; 10% leaves room for sample timing on a busy CPU
-        assert float(r["energy_j"]) == pytest.approx(float(r["energy_sampled_j"]), rel=0.1)
+        # the energy counter (15.3 uJ ticks) in joules: a unit or resolution slip would be off
+        # by 1000x or 15x, outside what the card can draw over its window (at most its cap; the
+        # bursty prefill load averages above half its loaded draw)
+        mean_w = float(r["energy_j"]) / float(r["window_s"])
+        assert 0.5 * float(r["power_w"]) <= mean_w <= 1.02 * float(r["cap_w"])
+        # ... and near the sampled draw. Not the 3% of a steady load (test_energy_thermal_e2e):
+        # prefill's draw jumps between requests, and the simulated server shares the sampler's
+        # interpreter, so on a busy CPU the ticks slip out of the server's busy moments (the
+        # decode bursts, the lower draw) and the 0.5 s samples over-weigh the prefills (seen
+        # 11% high on a loaded 2-core machine, 0-4% on a quiet one)
+        assert float(r["energy_j"]) == pytest.approx(float(r["energy_sampled_j"]), rel=0.2)
     # the violation status shows the cap binding at the low caps
     assert float(next(r for r in rows if r["cap_w"] == "400.0")["pwr_throttle_pct"]) > 50
 

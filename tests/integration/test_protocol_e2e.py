@@ -175,7 +175,11 @@ def test_a_two_cap_sweep_in_real_time_takes_well_under_two_minutes(tmp_path: Pat
 
 ESTIMATED = {
     "dense": ("--caps", "390,370,350,330,310,290,270,250"),
-    "adaptive": ("--strategy", "adaptive"),
+    # An adaptive sweep's caps a step apart tie at its peak half the time, and the estimate
+    # counts half a confirm phase: one run re-measures two caps or none, 7% either way, which
+    # no single run can check. Its planner and thermal waits are checked here, the confirm
+    # phase's cost by the dense grids.
+    "adaptive": ("--strategy", "adaptive", "--no-confirm"),
     "concurrent": ("--load-mode", "decode-concurrent", "--concurrency", "4", "--caps", "350,300"),
     "prefill": ("--load-mode", "prefill-heavy", "--caps", "350,300,250"),
     "fixed-settle": ("--settle", "fixed", "--settle-seconds", "2", "--caps", "350,300,250"),

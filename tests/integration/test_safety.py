@@ -444,6 +444,10 @@ def test_credentials_never_reach_the_run(tmp_path: Path) -> None:
             "1",
             "--settle-seconds",
             "0",
+            # a real-time sweep: the wait for a steady temperature (10 s a point) tests nothing
+            # here
+            "--thermal-wait-seconds",
+            "0",
             "--no-charts",
             "--out",
             str(out),

@@ -29,9 +29,12 @@ ENV_CACHE = "POWERSWEEP_REAL_SERVERS"
 ENV_REQUIRE = "POWERSWEEP_REQUIRE_REAL_SERVERS"
 BUILD_HINT = "run scripts/build_real_servers.sh (about 11 min once)"
 # Context, slots (llama-server's default) and threads of every server here (the tests check them).
+# One thread, and llama-server without its spin-wait (--poll 0): on a 2-core CI machine a
+# server that spins on both cores delays the other pytest worker's simulated sweeps, whose
+# time-scaled clocks turn every millisecond of scheduling delay into tens of run milliseconds.
 CONTEXT_TOKENS = 4096
 SLOTS = 4
-THREADS = 2
+THREADS = 1
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
 
@@ -212,6 +215,8 @@ def llama_server_argv(
         str(CONTEXT_TOKENS),
         "-t",
         str(THREADS),
+        "--poll",
+        "0",
         "--metrics",
         "--no-webui",
     ]
@@ -346,6 +351,9 @@ def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: A
         # from (this tiny model decodes a short answer far faster than a long one)
         "warmup_requests": 2,
         "sample_interval_s": 0.1,
+        # in real time the wait for a steady temperature costs 10 s a point, and the simulated
+        # card beside a real server tests nothing of it
+        "thermal_wait_seconds": 0.0,
         "cooling": "air",
         "out": tmp_path,
         "state_dir": tmp_path / "state",
