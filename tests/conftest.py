@@ -2,8 +2,8 @@
 
 Each test goes to whichever worker is free, except tests that share an expensive module- or
 session-scoped fixture (a module's simulated sweep, the real servers): those form one group and
-run on one worker, so the fixture is built once. The slow end-to-end tests are handed out first,
-so the suite does not end on one worker running a long test while the other idles.
+run on one worker, so the fixture is built once. The modules of slow end-to-end tests are handed
+out first, so the suite does not end on one worker running a long test while the other idles.
 """
 
 from __future__ import annotations
@@ -37,4 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda it: it.get_closest_marker("slow") is None)  # stable: slow ones first
+    # Modules with slow tests first, each module's tests kept together in their own order (a
+    # module fixture is torn down when the next test is another module's: split, it would be
+    # built twice).
+    slow = {it.nodeid.split("::", 1)[0] for it in items if it.get_closest_marker("slow")}
+    items.sort(key=lambda it: it.nodeid.split("::", 1)[0] not in slow)  # stable

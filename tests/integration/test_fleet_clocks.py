@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,22 +22,36 @@ NODES = [f"node{k}" for k in range(6)]
 UUID = "GPU-sim-h100-sxm-0"
 
 
-def _sweep(root: Path, node: str, *extra: str) -> Path:
-    out = root / node
-    done = powersweep(
+def _sweep_args(root: Path, node: str, *extra: str) -> list[str]:
+    return [
         "--simulate", SPEC, "--sim-node", node, "--axis", "sm-clock", "--sm-clocks", SMS,
         "--load-mode", "decode-single", "--time-scale", "20", "--target-cap-seconds", "4",
         "--warmup-requests", "1", "--settle-seconds", "1", "--quiet", "--cooling", "air",
-        "--no-charts", "--out", str(out), "--state-dir", str(root / "state" / node), *extra,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(out)
+        "--no-charts", "--out", str(root / node), "--state-dir", str(root / "state" / node),
+        *extra,
+    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def clock_fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     root = tmp_path_factory.mktemp("h100-clocks")
-    return root, {node: _sweep(root / "runs", node) for node in NODES}
+    runs = root / "runs"
+    # The sweeps mostly wait on their simulated clocks: two at a time, as a fleet runs them
+    # side by side (each node its own card and state).
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    pending = list(NODES)
+    running: list[tuple[str, subprocess.Popen[str]]] = []
+    while pending or running:
+        while pending and len(running) < 2:
+            node = pending.pop(0)
+            cmd = [sys.executable, "-m", "powersweep", *_sweep_args(runs, node)]
+            running.append(
+                (node, subprocess.Popen(cmd, cwd=REPO, env=env, text=True, stderr=subprocess.PIPE))
+            )
+        node, proc = running.pop(0)
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, f"{node}: {err}"
+    return root, {node: only_run_dir(runs / node) for node in NODES}
 
 
 @pytest.fixture(scope="module")
