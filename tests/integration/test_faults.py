@@ -39,7 +39,8 @@ BASE = (
     "0.5",
     # these faults are timed against the measured windows (a fault at +T, a pause, the first
     # busy answers), which the wait for a steady temperature would move: the server's faults
-    # are what is tested here (the keep-busy load's own requests are not counted as faults)
+    # are what is tested here (the load that keeps the card busy meanwhile counts the faults
+    # of the requests it completes, not those of one cancelled when the window opens)
     "--thermal-wait-seconds",
     "0",
     "--quiet",

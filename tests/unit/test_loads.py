@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from powersweep.clock import ManualClock
 from powersweep.sim.server import count_prompt_tokens
+from powersweep.sweep.loads.base import MAX_CONSECUTIVE_FAILURES, Pace, keep_busy
 from powersweep.sweep.loads.concurrent import spread_pct, tokens_in_window, tokens_per_chunk
 from powersweep.sweep.loads.prefill import fit_ttft, make_prompt, tokens_for_ttft
+from powersweep.sweep.verdict import FaultLog
 
 
 @dataclass(frozen=True)
@@ -111,3 +116,26 @@ def test_probe_an_unreadable_draw_leaves_tps_to_decide() -> None:
     # every NaN draw is kept as measured (nothing invented), and TPS alone carried the pick
     assert pick == 8
     assert [math.isnan(r.power_w) for r in rows] == [False, True, True, False]
+
+
+class _FailingClient:
+    """Answers every chat request at once with a failed result (a server down between points)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def chat(self, prompt: str, **kwargs: Any) -> Any:
+        self.sent += 1
+        return SimpleNamespace(ok=False, error="HTTP 500: boom", prompt_kind=kwargs["prompt_kind"])
+
+
+def test_the_keep_busy_load_hands_every_result_on_and_its_failures_are_faults() -> None:
+    client = _FailingClient()
+    seen: list[Any] = []
+    asyncio.run(keep_busy(client, ManualClock(), "p", "narr", Pace(), 30.0, on_result=seen.append))
+    # it gives up after a few failures in a row, and every one of them was handed on
+    assert len(seen) == client.sent == MAX_CONSECUTIVE_FAILURES
+    faults = FaultLog()
+    faults.requests(seen)
+    (failed,) = faults.to_list()
+    assert failed["kind"] == "request_failed" and failed["count"] == MAX_CONSECUTIVE_FAILURES

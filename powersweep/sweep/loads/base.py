@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -375,6 +375,10 @@ class History:
     position: float = math.nan
 
 
+def ignore_result(result: Any) -> None:
+    """The default sink of the keep-busy load's results: nothing counts them."""
+
+
 class Load(Protocol):
     """A load mode."""
 
@@ -404,9 +408,12 @@ class Load(Protocol):
         """Why the point's own requests show a disturbance (empty when they do not)."""
         ...
 
-    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+    async def keep_busy(
+        self, cap_w: float, seconds: float, on_result: Callable[[Any], None] = ignore_result
+    ) -> None:
         """Load the card as the point's measurement will, for ``seconds`` or until cancelled
-        (while the card settles at a new point, and while the next points are planned)."""
+        (while the card settles at a new point, and while the next points are planned);
+        ``on_result`` gets each request's result, so the faults it met are counted."""
         ...
 
 
@@ -469,9 +476,11 @@ async def keep_busy(
     *,
     stream_index: int = 0,
     streams: int = 1,
+    on_result: Callable[[Any], None] = ignore_result,
 ) -> None:
     """Keep one stream of ``kind`` requests running for ``seconds`` (the caller may cancel it
-    sooner): the card stays at the point's load while nothing is measured (settle, planning)."""
+    sooner): the card stays at the point's load while nothing is measured (settle, planning).
+    Each result goes to ``on_result`` (the faults a server shows here are faults too)."""
     end = clock.now() + seconds
     failures = 0
     while clock.now() < end and failures < MAX_CONSECUTIVE_FAILURES:
@@ -483,4 +492,5 @@ async def keep_busy(
             stream_index=stream_index,
             deadline_s=end,
         )
+        on_result(r)
         failures = 0 if r.ok else failures + 1

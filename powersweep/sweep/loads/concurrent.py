@@ -25,6 +25,7 @@ from powersweep.sweep.loads.base import (
     LoadRun,
     Pace,
     PhaseLabel,
+    ignore_result,
     keep_busy,
 )
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS, with_nonce
@@ -378,7 +379,9 @@ class DecodeConcurrent:
         run.extra["tps_blocks"] = format_blocks(blocks)
         return run
 
-    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+    async def keep_busy(
+        self, cap_w: float, seconds: float, on_result: Callable[[Any], None] = ignore_result
+    ) -> None:
         """The point's N streams of the narrative prompt for ``seconds`` (or until cancelled)."""
         kind, prompt = DECODE_PROMPTS[0]
         await asyncio.gather(
@@ -392,6 +395,7 @@ class DecodeConcurrent:
                     seconds,
                     stream_index=i,
                     streams=self.n,
+                    on_result=on_result,
                 )
                 for i in range(self.n)
             )

@@ -23,6 +23,7 @@ from powersweep.sweep.loads.base import (
     History,
     LoadRun,
     PhaseLabel,
+    ignore_result,
     judge_cut,
     window_margin_s,
 )
@@ -455,7 +456,9 @@ class PrefillHeavy:
         neighbours = nearest(history.prefill_s_per_token, history.position)
         return ttft_outlier_reason(run.requests, neighbours)
 
-    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+    async def keep_busy(
+        self, cap_w: float, seconds: float, on_result: Callable[[Any], None] = ignore_result
+    ) -> None:
         """Prefill prompts of a quarter of the measured size for ``seconds`` (or until
         cancelled).
 
@@ -486,6 +489,7 @@ class PrefillHeavy:
                 with contextlib.suppress(Exception):
                     await request
                 raise
+            on_result(r)
             failures = 0 if r.ok else failures + 1
 
 

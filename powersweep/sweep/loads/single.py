@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from powersweep.clock import Clock
@@ -12,6 +13,7 @@ from powersweep.sweep.loads.base import (
     LoadRun,
     Pace,
     PhaseLabel,
+    ignore_result,
     keep_busy,
     run_prompts,
 )
@@ -73,10 +75,14 @@ class DecodeSingle:
             run.tps[f"{kind}_tps"] = decode_tps(run.requests, kind)
         return run
 
-    async def keep_busy(self, cap_w: float, seconds: float) -> None:
+    async def keep_busy(
+        self, cap_w: float, seconds: float, on_result: Callable[[Any], None] = ignore_result
+    ) -> None:
         """One stream of the narrative prompt for ``seconds`` (or until cancelled)."""
         kind, prompt = DECODE_PROMPTS[0]
-        await keep_busy(self.client, self.clock, prompt, kind, self.pace, seconds)
+        await keep_busy(
+            self.client, self.clock, prompt, kind, self.pace, seconds, on_result=on_result
+        )
 
     def check(self, run: LoadRun, history: History) -> str:
         """Token gaps of each request, and the narrative/code ratio against the other points."""

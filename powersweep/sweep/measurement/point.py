@@ -364,7 +364,14 @@ class PointMeasurer:
         planned or set, the card settling), and the card must not cool meanwhile."""
         if self._busy is None or self._busy.done():
             self.sampler.label(cap, "settle")
-            self._busy = asyncio.create_task(self.load.keep_busy(cap, KEEP_BUSY_MAX_S))
+            # its requests' faults (a busy or failing server between the windows) are the
+            # run's faults too, counted as the measured ones are
+            self._busy = asyncio.create_task(
+                self.load.keep_busy(cap, KEEP_BUSY_MAX_S, on_result=self._busy_result)
+            )
+
+    def _busy_result(self, result: Any) -> None:
+        self.faults.requests([result])
 
     async def stop_busy(self) -> None:
         """End the load :meth:`keep_busy` started (no-op when none runs)."""
