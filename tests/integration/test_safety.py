@@ -152,9 +152,15 @@ def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: 
         assert all(c["status"] == "ok" and float(c["narr_tps"]) > 0 for c in caps), what
         if meta["status"] == "interrupted":
             interrupted_mid_sweep += 1
-            assert meta["restored"] == [
-                {"gpu_index": 0, "limit_w": USER_LIMIT_W, "ok": True, "message": ""}
-            ], what
+            # once the first point was set (a tick read there), the user's own limit went
+            # back; a signal before any tick left the idle one may have come before the set,
+            # which then changed nothing and has nothing to put back (the limit is checked)
+            samples = read_csv(run / "samples.csv")
+            put_back = [{"gpu_index": 0, "limit_w": USER_LIMIT_W, "ok": True, "message": ""}]
+            if any(r["phase"] != "idle" for r in samples):
+                assert meta["restored"] == put_back, what
+            else:
+                assert meta["restored"] in (put_back, []), what
         else:
             assert meta["status"] in ("running", "complete") and (
                 meta["status"] == "complete" or not caps
