@@ -13,9 +13,15 @@ import pytest
 
 from powersweep.clock import ManualClock
 from powersweep.sim.server import count_prompt_tokens
-from powersweep.sweep.loads.base import MAX_CONSECUTIVE_FAILURES, Pace, keep_busy
-from powersweep.sweep.loads.concurrent import spread_pct, tokens_in_window, tokens_per_chunk
-from powersweep.sweep.loads.prefill import fit_ttft, make_prompt, tokens_for_ttft
+from powersweep.sweep.loads.base import MAX_CONSECUTIVE_FAILURES
+from powersweep.sweep.loads.concurrent import (
+    DecodeConcurrent,
+    spread_pct,
+    tokens_in_window,
+    tokens_per_chunk,
+)
+from powersweep.sweep.loads.prefill import PrefillHeavy, fit_ttft, make_prompt, tokens_for_ttft
+from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.verdict import FaultLog
 
 
@@ -129,13 +135,36 @@ class _FailingClient:
         return SimpleNamespace(ok=False, error="HTTP 500: boom", prompt_kind=kwargs["prompt_kind"])
 
 
-def test_the_keep_busy_load_hands_every_result_on_and_its_failures_are_faults() -> None:
+class _Labels:
+    def label(self, cap_w: float, phase: str) -> None:
+        pass
+
+
+def _loads(client: _FailingClient) -> dict[str, Any]:
+    clock, labels = ManualClock(), _Labels()
+    return {
+        "decode-single": DecodeSingle(client, clock, labels, 10.0),
+        # (keep-busy needs only chat of the client APIs)
+        "decode-concurrent": DecodeConcurrent(
+            client,  # type: ignore[arg-type]
+            clock,
+            labels,
+            10.0,
+            concurrency=2,
+        ),
+        "prefill-heavy": PrefillHeavy(client, clock, labels, 10.0),  # type: ignore[arg-type]
+    }
+
+
+@pytest.mark.parametrize("mode", ["decode-single", "decode-concurrent", "prefill-heavy"])
+def test_the_keep_busy_load_hands_every_result_on_and_its_failures_are_faults(mode: str) -> None:
     client = _FailingClient()
     seen: list[Any] = []
-    asyncio.run(keep_busy(client, ManualClock(), "p", "narr", Pace(), 30.0, on_result=seen.append))
-    # it gives up after a few failures in a row, and every one of them was handed on
-    assert len(seen) == client.sent == MAX_CONSECUTIVE_FAILURES
+    asyncio.run(_loads(client)[mode].keep_busy(300.0, 30.0, on_result=seen.append))
+    # each stream gives up after a few failures in a row, and every one was handed on
+    assert len(seen) == client.sent >= MAX_CONSECUTIVE_FAILURES
+    assert all(r.prompt_kind == "settle" for r in seen)
     faults = FaultLog()
     faults.requests(seen)
     (failed,) = faults.to_list()
-    assert failed["kind"] == "request_failed" and failed["count"] == MAX_CONSECUTIVE_FAILURES
+    assert failed["kind"] == "request_failed" and failed["count"] == client.sent
