@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import pytest
@@ -194,3 +195,80 @@ def test_a_busy_card_that_does_not_serve_does_not_make_ticks_loaded() -> None:
         settle_s=0, window_s=10, busy_gpus={0},
     )  # fmt: skip
     assert row["n_samples"] == 6 and row["util_pct"] == 95.0
+
+
+def _prefill_timeline(
+    n_gpus: int, *, counter: bool
+) -> tuple[list[SampleRow], list[Req], list[float]]:
+    """Five 2 s prefills at 300 W per card (card 1: 200 W), each followed by 0.3 s of answer and
+    gap at 120 W; a 1 s moving-average draw reading; an energy counter that advances every
+    0.1 s (holds the energy of its last step); ticks every 0.5 s at a phase unrelated to both."""
+    dt = 0.001
+    busy = [300.0, 200.0]
+    reqs, spans = [], []
+    t = 1.0
+    for _ in range(5):
+        spans.append((t, t + 2.0))
+        reqs.append(Req("prefill", True, 10, 4000, t, t + 2.0, t + 2.2))
+        t += 2.3
+    end = t + 1.0
+
+    def draw(gpu: int, x: float) -> float:
+        return busy[gpu] if any(a <= x < b for a, b in spans) else 120.0
+
+    steps = int(end / dt)
+    energy = [[0.0] * (steps + 1) for _ in range(n_gpus)]
+    for g in range(n_gpus):
+        for k in range(steps):
+            energy[g][k + 1] = energy[g][k] + draw(g, k * dt) * dt
+    rows = []
+    tick, x = 0, 0.137
+    while x < end - 0.01:
+        for g in range(n_gpus):
+            avg = sum(draw(g, x - j * 0.01) for j in range(100)) / 100  # the last second
+            held = int(x / 0.1) * int(0.1 / dt)  # the counter's last step
+            e_mj = 1000.0 * energy[g][held] if counter else math.nan
+            rows.append(SampleRow(x, tick, 300, "prefill", sample(g, avg, energy=e_mj)))
+        tick += 1
+        x += 0.5 + 0.0007 * (tick % 3)  # jitter: an interval holds 4, 5 or 6 counter steps
+    return rows, reqs, busy[:n_gpus]
+
+
+@pytest.mark.parametrize("counter", [True, False])
+@pytest.mark.parametrize("n_gpus", [1, 2])
+def test_prefill_draw_is_of_the_prompts_seconds(n_gpus: int, counter: bool) -> None:
+    rows, reqs, busy = _prefill_timeline(n_gpus, counter=counter)
+    row = cap_row(
+        cap_w=300,
+        load_mode="prefill-heavy",
+        rows=rows,
+        requests=reqs,
+        n_gpus=n_gpus,
+        settle_s=0,
+        window_s=12,
+    )
+    lagging = statistics.median(
+        sum(r.sample.power_w for r in rows if r.tick == k) for k in {r.tick for r in rows}
+    )
+    truth = sum(busy)
+    # every tick's median: the answers' draw and the reading's lag pull it well under the prompts'
+    assert lagging < 0.95 * truth
+    # the counter's steps read each prompt's draw; without a counter, the readings inside the
+    # prompts (the lag's part of them is a minority at a 2 s prefill)
+    assert row["power_w"] == pytest.approx(truth, rel=0.005 if counter else 0.02)
+    assert row["tps_per_w"] == pytest.approx(row["prefill_tps"] / row["power_w"])
+    by_gpu = dict(part.split(":") for part in row["power_w_by_gpu"].split(";"))
+    assert [float(by_gpu[str(g)]) for g in range(n_gpus)] == pytest.approx(
+        busy, rel=0.005 if counter else 0.02
+    )
+    # decode modes keep the median of every load tick
+    decode = cap_row(
+        cap_w=300,
+        load_mode="decode-single",
+        rows=rows,
+        requests=[],
+        n_gpus=n_gpus,
+        settle_s=0,
+        window_s=12,
+    )
+    assert decode["power_w"] == pytest.approx(lagging)

@@ -21,6 +21,8 @@ from powersweep.sweep.sampling.per_token import (
     energy_sampled_j,
     latency_percentiles,
     metric_spans,
+    prefill_spans,
+    span_power_w,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.sampling.thermal import slope_c_per_min
@@ -227,6 +229,14 @@ def cap_row(
     """
     ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
+    power_by_gpu = _per_gpu(ticks, "draw_w")
+    if load_mode == "prefill-heavy":
+        # the draw of the seconds prefill_tps counts (each prompt's time to first token), not
+        # of the short answers and gaps between them
+        spans = prefill_spans(requests)
+        spanned = span_power_w(ticks, spans)
+        if math.isfinite(spanned):
+            power, power_by_gpu = spanned, _per_gpu_span_power(ticks, spans)
     if tps is not None:
         narr = tps.get("narr_tps", NAN)
         code = tps.get("code_tps", NAN)
@@ -270,7 +280,7 @@ def cap_row(
         # every card's own medians (the columns above are the first card's)
         "sm_clock_mhz_by_gpu": _per_gpu(ticks, "sm_clock_mhz"),
         "mem_clock_mhz_by_gpu": _per_gpu(ticks, "mem_clock_mhz"),
-        "power_w_by_gpu": _per_gpu(ticks, "draw_w"),
+        "power_w_by_gpu": power_by_gpu,
         "pwr_throttle_pct": 100.0 * sum(t.throttle_power for t in ticks) / n if n else NAN,
         "thermal_throttle_pct": 100.0 * sum(t.throttle_thermal for t in ticks) / n if n else NAN,
         "pstate": pstates.most_common(1)[0][0] if pstates else None,
@@ -298,6 +308,28 @@ def _per_gpu(ticks: Sequence[Tick], field: str) -> str:
     for index in sorted(values):
         median = _median(values[index])
         parts.append(f"{index}:{round(median, 3):g}" if math.isfinite(median) else f"{index}:")
+    return ";".join(parts)
+
+
+@dataclass(frozen=True)
+class _GpuTick:
+    """One GPU's reading of a tick, in the shape the span figures read."""
+
+    t_s: float
+    power_w: float
+    energy_mj: tuple[float, ...]
+
+
+def _per_gpu_span_power(ticks: Sequence[Tick], spans: Sequence[tuple[float, float]]) -> str:
+    """``index:W;index:W`` of each GPU's own :func:`span_power_w` (as :func:`_per_gpu`)."""
+    by_gpu: dict[int, list[_GpuTick]] = defaultdict(list)
+    for t in ticks:
+        for sample in t.samples:
+            by_gpu[sample.gpu_index].append(_GpuTick(t.t_s, sample.draw_w, (sample.energy_mj,)))
+    parts = []
+    for index in sorted(by_gpu):
+        watts = span_power_w(by_gpu[index], spans)
+        parts.append(f"{index}:{round(watts, 3):g}" if math.isfinite(watts) else f"{index}:")
     return ";".join(parts)
 
 

@@ -125,6 +125,46 @@ def energy_counter_j(ticks: Sequence[Tick]) -> float:
     return math.fsum(deltas) / 1000.0
 
 
+def prefill_spans(requests: Iterable[Any]) -> list[tuple[float, float]]:
+    """``(t_start, t_first_token)`` of each completed prefill prompt: the seconds the metric
+    (prompt tokens over time to first token) counts."""
+    return [
+        (r.t_start_s, r.t_first_token_s)
+        for r in requests
+        if r.prompt_kind == "prefill"
+        and r.ok
+        and r.prompt_tokens
+        and r.t_first_token_s > r.t_start_s
+    ]
+
+
+def span_power_w(ticks: Sequence[Tick], spans: Sequence[tuple[float, float]]) -> float:
+    """Combined draw over ``spans``: the median of the energy counter's draw between each two
+    consecutive ticks inside a span, in W.
+
+    A prefill-heavy point alternates prefills at the cap with short answers and gaps at a lower
+    draw, and a moving-average draw reading (NVML before the instant field, AMD's average
+    socket power) lags each change by up to its averaging period: ticks read in a prompt's first
+    second still carry the draw before it. The counter holds the energy itself; but it advances
+    in steps (every 100 ms on many cards), so one half-second interval holds one step more or
+    less than its length (+-20%), and the spans are too short for that to average out: the median
+    of the intervals is the steady draw, as the sum is not. Without a counter, the median of the
+    draw readings inside the spans; NaN when no tick falls in one.
+    """
+    rates: list[float] = []
+    draws: list[float] = []
+    for t0, t1 in spans:
+        inside = [t for t in ticks if t0 <= t.t_s <= t1]
+        draws.extend(t.power_w for t in inside if math.isfinite(t.power_w))
+        for a, b in itertools.pairwise(inside):
+            energy = energy_counter_j((a, b))
+            if math.isfinite(energy) and b.t_s > a.t_s:
+                rates.append(energy / (b.t_s - a.t_s))
+    if rates:
+        return float(np.median(rates))
+    return float(np.median(draws)) if draws else NAN
+
+
 def energy_sampled_j(ticks: Sequence[Tick]) -> float:
     """Trapezoid integral of combined draw (each card's instant reading where it has one) over
     the same ticks, in J (NaN if < 2 ticks)."""
