@@ -24,6 +24,7 @@ from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import History, Load, LoadRun, Pace
 from powersweep.sweep.locks import ClockLocker, verify
+from powersweep.sweep.measurement.quiet import collector_held
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
@@ -386,7 +387,8 @@ class PointMeasurer:
     ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
         cap = self.cap_of(point)
         await self.stop_busy()  # nothing but the measured load runs while it is measured
-        run = await self.load.measure(cap, metric_only=reason == CONFIRM_REASON)
+        with collector_held():  # no collection pause inside the windows
+            run = await self.load.measure(cap, metric_only=reason == CONFIRM_REASON)
         self.keep_busy(cap)
         rows = relabel_outside(self.sampler.drain(), run.power_windows)
         row = self._row(point, reason, rows, run, settled)
