@@ -19,7 +19,7 @@ from powersweep.sweep.loads.warmup import WARMUP_REQUEST_SHARE, WARMUP_WINDOWS
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.confirm import CONFIRM_MAX_CAPS
 from powersweep.sweep.planning.strategy import DEFAULT_COARSE_STEPS, MAX_CAPS_SHARE
-from powersweep.sweep.sampling.thermal import THERMAL_TRAIL_S
+from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 
 PROMPTS_PER_POINT = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
 # What auto settle takes under load (the detector's trailing window plus the first busy
@@ -42,7 +42,8 @@ TIE_SPACING_W = 20.0
 # prefill-heavy: calibration requests, each about the prefill time asked for.
 CALIBRATION_REQUESTS = 3
 # Points that wait for a steady temperature in a dense sweep: the first two (the card still
-# heating from its warm-up); every later one a step from a steady one carries its steadiness.
+# heating from its warm-up); every later one a step from a steady one carries its steadiness,
+# unless the grid's steps are jumps (wider than the carry's CARRY_DRAW_W): then every point waits.
 THERMAL_WAITING_POINTS = 2
 
 
@@ -71,11 +72,16 @@ def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None
     per_point = settle + prompts * (window + ramp) * options.bench_runs + POINT_OVERHEAD_S
     # a point next to a steady one carries its steadiness: the first points (a card still
     # heating from the warm-up) and jumps wait
-    waits = min(measured, THERMAL_WAITING_POINTS) * thermal
-    if options.strategy == "adaptive" and not options.clock_axis:
-        waits += max(0, measured - THERMAL_WAITING_POINTS) * thermal / 2  # coarse steps jump
-    confirm = 0.0
     spacing = options.step_size_w if spacing_w is None else spacing_w
+    waiting = min(measured, THERMAL_WAITING_POINTS)
+    jumps = options.strategy == "adaptive" or spacing > CARRY_DRAW_W
+    if jumps and not options.clock_axis:
+        # no point carries the last one's steadiness: a grid's steps are wider than a carried
+        # point may move, and an adaptive sweep's points jump (its coarse pass, then back and
+        # forth between the regions it refines)
+        waiting = measured
+    waits = waiting * thermal
+    confirm = 0.0
     ties = options.clock_axis or spacing <= TIE_SPACING_W
     if options.confirm and not options.observe_only and measured >= 2 and ties:
         # an adaptive sweep measures caps a step apart only at the peak: ties there half the time

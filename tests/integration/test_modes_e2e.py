@@ -313,6 +313,7 @@ def test_reasoning_tokens_count_like_content(
         simulate="rtx3090-water",
         sim_server=flavour,
         sim_reasoning_tokens=_Reasoning.REASONING_TOKENS,
+        time_scale=float(DECODE[-1]),  # its rates are checked against the truth, as above
     )
     result = run_session(options, build_rig)
     assert result.outcome.status == "complete"

@@ -1,4 +1,4 @@
-"""The collector is held off inside a measured window and runs in full after it."""
+"""The collector is held off inside a measured window and back on after it."""
 
 from __future__ import annotations
 
@@ -34,13 +34,16 @@ def test_no_collection_inside_and_a_full_one_after(collections: list[int]) -> No
             a.append(a)  # cyclic garbage: only the collector frees it
         assert collections == []
     assert gc.isenabled()
-    assert collections == [2]
+    for _ in range(2_000):  # back on: the next allocations collect the young garbage
+        b: list[Any] = []
+        b.append(b)
+    assert collections and collections[0] == 0
 
 
 def test_an_exception_still_puts_the_collector_back(collections: list[int]) -> None:
     with pytest.raises(RuntimeError), collector_held():
         raise RuntimeError("window failed")
-    assert gc.isenabled() and collections == [2]
+    assert gc.isenabled() and collections == []
 
 
 def test_a_collector_already_off_is_left_off_and_nothing_collected(

@@ -1,0 +1,46 @@
+"""The dry run's estimate: which points wait for a steady temperature."""
+
+from __future__ import annotations
+
+import pytest
+
+from powersweep.sweep.estimate import THERMAL_WAITING_POINTS, estimate_run_s
+from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
+
+
+def _options(**kw: object) -> SweepOptions:
+    return SweepOptions(cooling="air", settle="fixed", settle_seconds=2.0, confirm=False, **kw)
+
+
+@pytest.mark.parametrize("spacing", [10.0, CARRY_DRAW_W])
+def test_a_grid_of_steps_waits_at_its_first_points_only(spacing: float) -> None:
+    options = _options()
+    wait = THERMAL_TRAIL_S - 2.0  # judged once its trailing window since the set is full
+    assert estimate_run_s(options, 6, spacing) - estimate_run_s(options, 5, spacing) == (
+        pytest.approx(
+            estimate_run_s(_options(thermal_wait_seconds=0.0), 6, spacing)
+            - estimate_run_s(_options(thermal_wait_seconds=0.0), 5, spacing)
+        )
+    )
+    no_wait = estimate_run_s(_options(thermal_wait_seconds=0.0), 6, spacing)
+    assert estimate_run_s(options, 6, spacing) - no_wait == pytest.approx(
+        THERMAL_WAITING_POINTS * wait
+    )
+
+
+def test_a_grid_of_jumps_waits_at_every_point() -> None:
+    # 50 W apart, the draw moves more than a carried point may: each point waits (a sweep of
+    # 350, 300, 250 W waited at all three)
+    options = _options()
+    no_wait = estimate_run_s(_options(thermal_wait_seconds=0.0), 3, 50.0)
+    assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(3 * (THERMAL_TRAIL_S - 2.0))
+
+
+def test_an_adaptive_sweep_waits_at_every_point_it_measures() -> None:
+    options = _options(strategy="adaptive")
+    no_wait = estimate_run_s(_options(strategy="adaptive", thermal_wait_seconds=0.0), 21, 10.0)
+    gap = estimate_run_s(options, 21, 10.0) - no_wait
+    per_point = THERMAL_TRAIL_S - 2.0
+    assert gap == pytest.approx(round(gap / per_point) * per_point)
+    assert round(gap / per_point) > THERMAL_WAITING_POINTS
