@@ -12,9 +12,10 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from powersweep import analysis, plots
+from powersweep import analysis
 from powersweep.analysis.clock_summary import (
     clocks_versus_power,
     render_clock_summary,
@@ -29,6 +30,14 @@ from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
 
 CROSS_MODE_STEM = "cross-mode"
+
+
+def _plots() -> ModuleType:
+    """The charts package, imported when a chart is drawn: matplotlib takes half a second to
+    load, which a run without charts (``--no-charts``, ``analyze`` of the summary) never needs."""
+    import powersweep.plots
+
+    return powersweep.plots
 
 
 @dataclass(frozen=True)
@@ -128,12 +137,12 @@ def build_report(
         if write_analysis:
             written += analysis.write_outputs(curve, result, target)
         if charts:
-            written += plots.render_charts(
+            written += _plots().render_charts(
                 result, target / "charts", samples=curve.samples, formats=formats, title=title
             )
         # without latency columns (an older run) the summary says so; there is nothing to draw
-        if (latency_chart or (charts and serving.has_target)) and plots.has_latency(result):
-            written += plots.render_latency_chart(
+        if (latency_chart or (charts and serving.has_target)) and _plots().has_latency(result):
+            written += _plots().render_latency_chart(
                 result, target / "charts", formats=formats, title=title
             )
     return Report(report.analysis, report.summary, tuple(written))
@@ -209,12 +218,12 @@ def _build_clock_report(
         if write_analysis:
             written += write_clock_outputs(curve, result, target)
         if charts:
-            written += plots.render_clock_charts(
+            written += _plots().render_clock_charts(
                 result, target / "charts", formats=formats, title=title
             )
         # without latency columns (an older run) the summary says so; there is nothing to draw
-        if (latency_chart or (charts and serving.has_target)) and plots.has_latency(result):
-            written += plots.render_latency_chart(
+        if (latency_chart or (charts and serving.has_target)) and _plots().has_latency(result):
+            written += _plots().render_latency_chart(
                 result, target / "charts", formats=formats, title=title
             )
     return Report(report.analysis, report.summary, tuple(written))
@@ -287,7 +296,7 @@ def build_clock_comparison(
             ) from exc
         written += [json_path, md_path]
         if charts:
-            written += plots.render_clock_charts(
+            written += _plots().render_clock_charts(
                 clocks, target / "charts", power_analysis=power, only_pareto=True
             )
     return ClockComparison(power, clocks, comparison, markdown, tuple(written))
