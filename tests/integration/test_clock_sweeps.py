@@ -95,10 +95,20 @@ def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path:
         "grid",
         "--sm-clocks",
         "1200,1800,2400,2880",
+        # The 12001 MHz tier's top TPS is 6.3% under the fastest tier's, against the 5% that
+        # makes a tier cap TPS: a few wall milliseconds of a busy CPU at a request's ends count
+        # `scale` times over, and at 25 on 3 s windows they were more than that margin once.
         "--time-scale",
-        "25",
+        "10",
         "--target-cap-seconds",
-        "3",
+        "4",
+        # Locked clocks under a limit that does not bind: a point's TPS does not depend on the
+        # card's temperature (within 0.6% of the truth at every point), and its draw is within
+        # about 1% of the steady one from the second point on (the first, on a card still cool
+        # from the warm-up, reads 2.5% under: the 2880 MHz locks, 14% below the peak's TPS/W).
+        # The wait has its own tests.
+        "--thermal-wait-seconds",
+        "0",
     )
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]
     true_tpw = {(p["sm_lock_mhz"], p["mem_lock_mhz"]): p["tps_per_w"] for p in truth["points"]}
