@@ -229,14 +229,14 @@ def cap_row(
     """
     ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
-    power_by_gpu = _per_gpu(ticks, "draw_w")
-    if load_mode == "prefill-heavy":
-        # the draw of the seconds prefill_tps counts (each prompt's time to first token), not
-        # of the short answers and gaps between them
-        spans = prefill_spans(requests)
-        spanned = span_power_w(ticks, spans)
-        if math.isfinite(spanned):
-            power, power_by_gpu = spanned, _per_gpu_span_power(ticks, spans)
+    ttft_spans = prefill_spans(requests) if load_mode == "prefill-heavy" else []
+    # prefill-heavy: the draw of the seconds prefill_tps counts (each prompt's time to first
+    # token), not of the short answers and gaps between them
+    spanned = span_power_w(ticks, ttft_spans) if ttft_spans else NAN
+    if math.isfinite(spanned):
+        power, power_by_gpu = spanned, _per_gpu_span_power(ticks, ttft_spans)
+    else:
+        power_by_gpu = _per_gpu(ticks, "draw_w")
     if tps is not None:
         narr = tps.get("narr_tps", NAN)
         code = tps.get("code_tps", NAN)
@@ -304,11 +304,7 @@ def _per_gpu(ticks: Sequence[Tick], field: str) -> str:
     for t in ticks:
         for sample in t.samples:
             values[sample.gpu_index].append(getattr(sample, field))
-    parts = []
-    for index in sorted(values):
-        median = _median(values[index])
-        parts.append(f"{index}:{round(median, 3):g}" if math.isfinite(median) else f"{index}:")
-    return ";".join(parts)
+    return _format_per_gpu({index: _median(v) for index, v in values.items()})
 
 
 @dataclass(frozen=True)
@@ -326,11 +322,15 @@ def _per_gpu_span_power(ticks: Sequence[Tick], spans: Sequence[tuple[float, floa
     for t in ticks:
         for sample in t.samples:
             by_gpu[sample.gpu_index].append(_GpuTick(t.t_s, sample.draw_w, (sample.energy_mj,)))
-    parts = []
-    for index in sorted(by_gpu):
-        watts = span_power_w(by_gpu[index], spans)
-        parts.append(f"{index}:{round(watts, 3):g}" if math.isfinite(watts) else f"{index}:")
-    return ";".join(parts)
+    return _format_per_gpu({index: span_power_w(v, spans) for index, v in by_gpu.items()})
+
+
+def _format_per_gpu(values: Mapping[int, float]) -> str:
+    """``index:value`` pairs by GPU index, ``;``-separated (a NaN value leaves it empty)."""
+    return ";".join(
+        f"{index}:{round(v, 3):g}" if math.isfinite(v) else f"{index}:"
+        for index, v in sorted(values.items())
+    )
 
 
 def _no_figure(requests: Sequence[Any], n_ok: int) -> str:
