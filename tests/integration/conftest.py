@@ -16,20 +16,61 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The test's environment plus ``env``, without the caller's API key unless ``env`` sets
+    one (a key from the shell would be sent to the simulated server)."""
+    full_env = {**os.environ, **(env or {})}
+    if env is None or "OPENAI_API_KEY" not in env:
+        full_env.pop("OPENAI_API_KEY", None)
+    return full_env
+
+
 def powersweep(
     *args: str, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m powersweep ARGS`` and capture its output."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("OPENAI_API_KEY", None) if env is None or "OPENAI_API_KEY" not in env else None
     return subprocess.run(
         [sys.executable, "-m", "powersweep", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=full_env,
+        env=_cli_env(env),
         cwd=REPO,
     )
+
+
+def powersweep_started(*args: str, stdout: int | None = subprocess.PIPE) -> subprocess.Popen[str]:
+    """Start ``python -m powersweep ARGS`` without waiting (sweeps run side by side), stderr
+    captured; ``stdout`` piped unless told otherwise."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "powersweep", *args],
+        cwd=REPO,
+        env=_cli_env(None),
+        text=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+    )
+
+
+def powersweeps_side_by_side(
+    arg_lists: list[list[str]], at_once: int = 3, timeout: float = 240
+) -> list[tuple[int, str]]:
+    """Run one ``python -m powersweep`` per argument list, ``at_once`` at a time (simulated
+    sweeps mostly wait on their clocks); each one's exit code and stderr, in the lists' order."""
+    results: list[tuple[int, str]] = []
+    running: list[subprocess.Popen[str]] = []
+
+    def finish(proc: subprocess.Popen[str]) -> None:
+        _, err = proc.communicate(timeout=timeout)
+        results.append((proc.returncode, err))
+
+    for args in arg_lists:
+        running.append(powersweep_started(*args, stdout=subprocess.DEVNULL))
+        if len(running) >= at_once:
+            finish(running.pop(0))
+    for proc in running:
+        finish(proc)
+    return results
 
 
 def only_run_dir(out: Path) -> Path:

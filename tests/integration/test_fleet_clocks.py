@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import (
+    REPO,
+    only_run_dir,
+    powersweep,
+    powersweep_started,
+    read_csv,
+    read_json,
+)
 
 SMS = "705,945,1185,1425,1665,1980"
 SPEC = "h100-sxm~0.05"
@@ -247,12 +253,4 @@ def _sweep_power(root: Path, node: str) -> subprocess.Popen[str]:
         "--quiet", "--cooling", "air", "--no-charts", "--out", str(root / node),
         "--state-dir", str(root / "state" / node),
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "powersweep", *args],
-        cwd=REPO,
-        env=env,
-        text=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    return powersweep_started(*args, stdout=subprocess.DEVNULL)

@@ -3,15 +3,18 @@ mode, and caps tied within noise are measured again and pooled."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import (
+    only_run_dir,
+    powersweep,
+    powersweeps_side_by_side,
+    read_csv,
+    read_json,
+)
 
 SEEDS = range(10)
 # The caps around the rtx3090-air decode-single peak (truth 290 W, 280 W 0.6% behind), with the
@@ -94,31 +97,8 @@ def _check_confirm(run: Path) -> bool:
 def test_ten_seeds_report_the_best_row_and_the_truth(tmp_path: Path) -> None:
     """The check the issue asks for, with the confirm phase checked in every run."""
     # The sweeps mostly wait on the simulated clock: run them side by side, a few at a time.
-    procs: list[tuple[int, subprocess.Popen[str]]] = []
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    results: dict[int, tuple[int, str]] = {}
-    for seed in SEEDS:
-        cmd = [sys.executable, "-m", "powersweep", *_sweep_args(tmp_path / str(seed), seed)]
-        procs.append(
-            (
-                seed,
-                subprocess.Popen(
-                    cmd,
-                    cwd=REPO,
-                    env=env,
-                    text=True,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                ),
-            )
-        )
-        if len(procs) >= 3:
-            s, p = procs.pop(0)
-            _out, err = p.communicate(timeout=240)
-            results[s] = (p.returncode, err)
-    for s, p in procs:
-        _out, err = p.communicate(timeout=240)
-        results[s] = (p.returncode, err)
+    done = powersweeps_side_by_side([_sweep_args(tmp_path / str(seed), seed) for seed in SEEDS])
+    results = dict(zip(SEEDS, done, strict=True))
 
     hits = confirmed = 0
     for seed in SEEDS:
@@ -242,22 +222,11 @@ def test_every_profile_and_mode_within_a_step_of_the_truth(tmp_path: Path, mode:
             *extra,  # last: a mode's own setting wins over the common one
         ]
         jobs.append((name, mode, out, args, flat))
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    running: list[tuple[tuple[str, str, Path, list[str], bool], subprocess.Popen[str]]] = []
-    finished = []
-    for job in jobs:
-        cmd = [sys.executable, "-m", "powersweep", *job[3]]
-        running.append(
-            (job, subprocess.Popen(cmd, cwd=REPO, env=env, text=True, stderr=subprocess.PIPE))
-        )
-        if len(running) >= 3:
-            done, proc = running.pop(0)
-            finished.append((done, proc.wait(timeout=240), proc.stderr))
-    for done, proc in running:
-        finished.append((done, proc.wait(timeout=240), proc.stderr))
+    done = powersweeps_side_by_side([job[3] for job in jobs])
+    finished = [(job, rc, err) for job, (rc, err) in zip(jobs, done, strict=True)]
     off = []
     for (name, mode, out, _, flat), rc, stderr in finished:
-        assert rc == 0, f"{name} {mode}: {stderr.read() if stderr else ''}"
+        assert rc == 0, f"{name} {mode}: {stderr}"
         run = only_run_dir(out)
         analysis = read_json(run / "analysis.json")
         truth = read_json(run / "run.json")["simulation"]["ground_truth"]["sweet_spot"]["cap_w"]

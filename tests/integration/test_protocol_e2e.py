@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +22,13 @@ import pytest
 
 from powersweep.sweep.estimate import estimate_run_s
 from powersweep.sweep.options import SweepOptions
-from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import (
+    only_run_dir,
+    powersweep,
+    powersweep_started,
+    read_csv,
+    read_json,
+)
 
 QUIET = ("--cooling", "air", "--quiet", "--no-charts")
 
@@ -191,12 +195,8 @@ def realtime_sweep(
         "--simulate", "rtx3090-air", "--time-scale", "1", "--caps", "300,250",
         "--target-cap-seconds", "4",
     )  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    cmd = [sys.executable, "-m", "powersweep", *QUIET, "--out", str(out), *args]
     started = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    proc = powersweep_started(*QUIET, "--out", str(out), *args)
     # its own duration: the moment it exits, not the moment the test gets to read it
     ended: list[float] = []
 
