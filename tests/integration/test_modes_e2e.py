@@ -41,6 +41,11 @@ PREFILL_REL = 0.03
 # at either end counts `scale` times over, which at decode-single's default (30) read 2% off on a
 # busy machine, and at 15 still 2.1% once on a 2-core CI machine. At 8 it weighs a quarter.
 DECODE = ("--time-scale", "8")
+# decode-concurrent counts the tokens that arrived inside the window: a client late by d wall
+# seconds at its end misses d x scale run seconds of every stream's tokens. At its default (15)
+# a 4 s window lasts 0.27 wall s, and a 21 ms lapse of a busy 2-core CI machine read 7.9% low;
+# at 4 the window lasts a wall second.
+CONCURRENT = ("--concurrency", "4", "--time-scale", "4")
 # (load mode, flavour, profile, caps, extra CLI args)
 MATRIX: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("decode-single", "llamacpp", "rtx3090-air", "330,310", DECODE),
@@ -50,11 +55,11 @@ MATRIX: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("decode-single", "plain", "rtx3090-water", "310,290", DECODE),
     # 340-350 W sit just under the 3090's concurrent boost plateau (360 W), which a card a few
     # degrees cooler than steady state reaches: 330 and 310 W stay clear of it
-    ("decode-concurrent", "llamacpp", "rtx3090-air", "330,310", ("--concurrency", "4")),
-    ("decode-concurrent", "vllm", "h100-sxm", "450,430", ("--concurrency", "4")),
-    ("decode-concurrent", "sglang", "rtx4090-air", "425,405", ("--concurrency", "4")),
-    ("decode-concurrent", "ollama", "h100-sxm", "550,530", ("--concurrency", "4")),
-    ("decode-concurrent", "plain", "rtx3090-water", "330,310", ("--concurrency", "4")),
+    ("decode-concurrent", "llamacpp", "rtx3090-air", "330,310", CONCURRENT),
+    ("decode-concurrent", "vllm", "h100-sxm", "450,430", CONCURRENT),
+    ("decode-concurrent", "sglang", "rtx4090-air", "425,405", CONCURRENT),
+    ("decode-concurrent", "ollama", "h100-sxm", "550,530", CONCURRENT),
+    ("decode-concurrent", "plain", "rtx3090-water", "330,310", CONCURRENT),
     ("prefill-heavy", "llamacpp", "rtx3090-air", "350,330", PREFILL),
     ("prefill-heavy", "vllm", "rtx4090-air", "450,430", PREFILL),
     ("prefill-heavy", "sglang", "rtx3090-water", "350,330", PREFILL),
