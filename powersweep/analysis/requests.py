@@ -102,29 +102,30 @@ def warning_findings(requests: pl.DataFrame | None) -> list[dict[str, Any]]:
 def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
     """Per cap: the tool's and the server's decode rate over the same completed requests.
 
-    Both are token-weighted: the tool's is ``sum(n - 1) / sum(t_last - t_first)``, the server's
-    ``sum(n) / sum(n / server_decode_tps)`` (its own decode time per request).
+    Both are token-weighted: the tool's is ``sum(n - 1) / sum((n - 1) / decode_tps)`` (each
+    request's decode time, as caps.csv's rates count it; ``t_last - t_first`` in a
+    requests.csv without ``decode_tps``), the server's ``sum(n) / sum(n / server_decode_tps)``
+    (its own decode time per request).
 
     Returns:
         ``[{cap_w, tool_tps, server_tps, diff_pct, n_requests}]``, ascending cap; empty when the
         server reported no rate.
     """
-    need = {
-        "cap_w",
-        "ok",
-        "completion_tokens",
-        "t_first_token_s",
-        "t_last_token_s",
-        "server_decode_tps",
-    }
+    need = {"cap_w", "ok", "completion_tokens", "server_decode_tps"}
     if requests is None or not need <= set(requests.columns):
+        return []
+    if "decode_tps" in requests.columns:
+        tool_s = (pl.col("completion_tokens") - 1) / pl.col("decode_tps")
+    elif {"t_first_token_s", "t_last_token_s"} <= set(requests.columns):
+        tool_s = pl.col("t_last_token_s") - pl.col("t_first_token_s")
+    else:
         return []
     df = requests.filter(
         (pl.col("ok").cast(pl.String).str.to_lowercase() == "true")
         & pl.col("server_decode_tps").is_not_null()
         & (pl.col("server_decode_tps") > 0)
         & (pl.col("completion_tokens") >= MIN_COMPARED_TOKENS)
-        & ((pl.col("t_last_token_s") - pl.col("t_first_token_s")) > 0)
+        & (tool_s.is_finite() & (tool_s > 0)).fill_null(False)
     )
     if "prompt_kind" in df.columns:
         df = df.filter(~pl.col("prompt_kind").is_in(list(_NOT_COMPARED_KINDS)))
@@ -133,7 +134,7 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
     per_cap = (
         df.with_columns(
             (pl.col("completion_tokens") - 1).alias("_tool_tok"),
-            (pl.col("t_last_token_s") - pl.col("t_first_token_s")).alias("_tool_s"),
+            tool_s.alias("_tool_s"),
             (pl.col("completion_tokens") / pl.col("server_decode_tps")).alias("_server_s"),
         )
         .group_by("cap_w")

@@ -16,6 +16,7 @@ import httpx
 
 from powersweep import runformat as rf
 from powersweep.clock import Clock
+from powersweep.sweep.sampling.stream_rate import fitted_span_s
 from powersweep.sweep.server.sse import StreamAccumulator, one_line
 
 NAN = math.nan
@@ -85,12 +86,14 @@ class RequestResult:
 
     @property
     def decode_tps(self) -> float:
-        """``(completion_tokens - 1) / (t_last_token_s - t_first_token_s)``; NaN if undefined.
+        """``(completion_tokens - 1)`` over the seconds from the first token to the last, on the
+        stream's own rhythm (:func:`~powersweep.sweep.sampling.stream_rate.fitted_span_s`: a line
+        through every chunk's arrival, so one late stamp does not move it); NaN if undefined.
 
         The first token is excluded because its time includes the prefill.
         """
         n = self.completion_tokens
-        dt = self.t_last_token_s - self.t_first_token_s
+        dt = fitted_span_s(self.token_times_s, self.t_first_token_s, self.t_last_token_s)
         if n is None or n < 2 or not math.isfinite(dt) or dt <= 0:
             return NAN
         return (n - 1) / dt

@@ -1,0 +1,53 @@
+"""The decode time of one token stream, from every chunk's arrival, not only its two ends.
+
+A request's decode rate is its tokens after the first over the time from the first token to the
+last. The client stamps each chunk when it reads it, and a client that was not scheduled for a
+moment (a busy host: the server, other processes, the client's own work) stamps late: a late
+first or last stamp moves the rate by the whole delay, and nothing else in the stream corrects
+it. The server went on generating meanwhile, so the chunks that fell due in the delay arrive
+together afterwards and the stream's rhythm is intact; a least-squares line through every
+chunk's arrival time gives that rhythm, and one late stamp among hundreds barely moves it.
+
+A stall of the server itself (no tokens, no catch-up) is not the client's noise: it is judged as
+lost time (``consistency.lost_time_s``), and the point is measured again.
+
+Pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+# Fewer stamps than this: the two ends are all there is.
+MIN_FITTED_CHUNKS = 3
+
+
+def fitted_span_s(times_s: Sequence[float] | None, first_s: float, last_s: float) -> float:
+    """Seconds from the first token-bearing chunk to the last, on the stream's own rhythm.
+
+    With at least :data:`MIN_FITTED_CHUNKS` arrival times, the slope of a least-squares line of
+    arrival time against chunk index (seconds per chunk) times the chunks after the first; else
+    (or when that is not positive) ``last_s - first_s``. For evenly spaced chunks both are the
+    same.
+
+    Args:
+        times_s: Arrival times of the token-bearing chunks, ascending (None: not recorded).
+        first_s: The first chunk's time.
+        last_s: The last chunk's time.
+
+    Returns:
+        The span in run seconds (NaN or non-positive when the ends give none).
+    """
+    ends = last_s - first_s
+    if times_s is None or len(times_s) < MIN_FITTED_CHUNKS:
+        return ends
+    m = len(times_s)
+    mean_i = (m - 1) / 2.0
+    t0 = times_s[0]
+    mean_t = math.fsum(times_s) / m - t0
+    # Sxx of 0..m-1 in closed form; the times are taken from the first to keep the sums small.
+    sxx = m * (m * m - 1) / 12.0
+    sxy = math.fsum((i - mean_i) * (t - t0 - mean_t) for i, t in enumerate(times_s))
+    span = sxy / sxx * (m - 1)
+    return span if span > 0 and math.isfinite(span) else ends
