@@ -126,7 +126,9 @@ def test_analyze_names_the_most_efficient_cap_that_meets_an_inter_token_target(
     assert pick["met"] is True
     # against the run's own (pooled) rows: the best TPS/W among those whose p95 meets it
     rows = [r for r in analysis["caps"] if r["status"] == "ok"]
-    meeting = [r for r in rows if r["itl_p95_ms"] <= round(target, 3)]
+    # (the target exactly, as the tool was given it: rounded, it can fall under the median
+    # cap's own p95 and leave out the cap the tool rightly picked)
+    meeting = [r for r in rows if r["itl_p95_ms"] <= target]
     best = max(meeting, key=lambda r: r["tps_per_w"])
     assert pick["point"]["cap_w"] == best["cap_w"]
     assert f"**{best['cap_w']:g} W**" in done.stdout
