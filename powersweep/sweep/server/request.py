@@ -88,7 +88,7 @@ class RequestResult:
     def decode_tps(self) -> float:
         """``(completion_tokens - 1)`` over the seconds from the first token to the last, on the
         stream's own rhythm (:func:`~powersweep.sweep.sampling.stream_rate.fitted_span_s`: a line
-        through every chunk's arrival, so one late stamp does not move it); NaN if undefined.
+        through every chunk's arrival, so one late stamp hardly moves it); NaN if undefined.
 
         The first token is excluded because its time includes the prefill.
         """
