@@ -1,9 +1,12 @@
-"""Clocks: real time for real GPUs, scaled time for the simulated rig.
+"""Clocks: real time for real GPUs, virtual or scaled time for the simulated rig.
 
 Every duration in a sweep (settle, measurement window, sampling interval, token pacing of the
-simulated server) is expressed in *run seconds* and goes through a :class:`Clock`. On real hardware
-run seconds are wall seconds; on the simulated rig a :class:`ScaledClock` makes them pass ``scale``
-times faster, so results do not depend on the scale.
+simulated server, timeouts, back-offs) is expressed in *run seconds* and goes through a
+:class:`Clock`. On real hardware run seconds are wall seconds. The simulated rig runs on virtual
+time by default (:mod:`powersweep.sim.virtual_time`: run time jumps to the next timer of one event
+loop, so the host's scheduling never enters a figure); a :class:`ScaledClock` makes run seconds
+pass ``scale`` times faster than the wall instead (``--time-scale``, and a real server driving a
+simulated GPU).
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+# Makes the event loop a sweep's coroutines run on.
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 
 class Clock(Protocol):
@@ -20,11 +27,32 @@ class Clock(Protocol):
 
     @property
     def scale(self) -> float:
-        """How many run seconds pass per wall second."""
+        """How many run seconds pass per second of the event loop's own time (wall seconds on a
+        real loop; 1 on a virtual loop, whose time is run time)."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """``real``, ``scaled``, ``virtual``, ``paced`` or ``manual`` (``run.json`` records it)."""
+        ...
+
+    @property
+    def runs_on_loop(self) -> bool:
+        """True when run time passes only inside the clock's own event loop: waits of a running
+        sweep (the sampler's ticks) must then be tasks on it, never threads."""
+        ...
+
+    @property
+    def loop_factory(self) -> LoopFactory | None:
+        """The event loop this clock's coroutines must run on (None: any, uvloop preferred)."""
         ...
 
     def now(self) -> float:
         """Run seconds since the clock was created (monotonic)."""
+        ...
+
+    def wall_s(self, run_s: float) -> float | None:
+        """Wall seconds that ``run_s`` run seconds take (None: as long as the CPU needs)."""
         ...
 
     def sleep(self, seconds: float) -> None:
@@ -57,8 +85,23 @@ class ScaledClock:
     def scale(self) -> float:
         return self._scale
 
+    @property
+    def kind(self) -> str:
+        return "real" if self._scale == 1.0 else "scaled"
+
+    @property
+    def runs_on_loop(self) -> bool:
+        return False
+
+    @property
+    def loop_factory(self) -> LoopFactory | None:
+        return None
+
     def now(self) -> float:
         return (time.monotonic() - self._t0) * self._scale
+
+    def wall_s(self, run_s: float) -> float | None:
+        return self.to_wall(run_s)
 
     def to_wall(self, seconds: float) -> float:
         """Convert run seconds to wall seconds."""
@@ -93,8 +136,23 @@ class ManualClock:
     def scale(self) -> float:
         return math.inf
 
+    @property
+    def kind(self) -> str:
+        return "manual"
+
+    @property
+    def runs_on_loop(self) -> bool:
+        return False
+
+    @property
+    def loop_factory(self) -> LoopFactory | None:
+        return None
+
     def now(self) -> float:
         return self._now
+
+    def wall_s(self, run_s: float) -> float | None:
+        return 0.0
 
     def advance(self, seconds: float) -> None:
         """Move run time forward."""

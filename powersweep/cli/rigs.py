@@ -29,18 +29,16 @@ from powersweep.errors import GpuError, UsageError
 from powersweep.sim.amd_cards import SimAmdsmi
 from powersweep.sim.faults import parse_fault
 from powersweep.sim.gpu import SimGpu
+from powersweep.sim.memory_net import MemoryNetwork
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.server import SimServer
+from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.gpu import Gpu, GpuBackend
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.combined import CombinedBackend
-from powersweep.sweep.options import (
-    DEFAULT_SIM_TIME_SCALE,
-    SIM_TIME_SCALE_BY_MODE,
-    SweepOptions,
-)
+from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.records.ownership import hand_over, invoking_user
 from powersweep.sweep.rig import Rig
 from powersweep.sweep.server.client import ChatClient
@@ -65,17 +63,8 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
         finally:
             backend.close()
         return
-    scale = options.time_scale or (
-        1.0
-        if options.url
-        else SIM_TIME_SCALE_BY_MODE.get(options.load_mode, DEFAULT_SIM_TIME_SCALE)
-    )
-    if scale > 1:
-        # The simulated server, the client and the sampler share one interpreter: at the default
-        # 5 ms GIL switch interval a token's arrival can be stamped up to 5 ms late, which is
-        # `scale` times more in run time. Finer switching keeps the stamps within 0.1%.
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
-    clock = ScaledClock(scale)
+    clock = sim_clock(options)
+    network = MemoryNetwork(seed=options.seed) if clock.runs_on_loop else None
     sim: Any
     profiles: list[Any]
     if options.simulate.startswith("replay:"):
@@ -114,6 +103,7 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             ignore_max_tokens=options.sim_ignore_max_tokens,
             fault=fault,
             current_cap_w=lambda: sim.gpu(0).envelope().current_w,
+            network=network,
         ) as server:
             yield server.url
 
@@ -140,13 +130,32 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             simulation={
                 "profile": options.simulate,
                 "seed": options.seed,
-                "time_scale": clock.scale,
+                "time_scale": clock.scale if clock.kind == "scaled" else None,
+                "clock": clock.kind,
+                "pace_run_s_per_s": options.sim_pace,
                 "server_flavour": options.sim_server if served else None,
                 "node": sim_node(options),
             },
             truth=truth,
             clock_truth=clock_truth,
+            connector=network.connect if network is not None else None,
         )
+
+
+def sim_clock(options: SweepOptions) -> Clock:
+    """The simulated rig's clock: virtual time (paced with ``--sim-pace``) by default; scaled
+    real time with ``--time-scale``; real time with ``--url`` (a real server answers in real
+    time, the simulated GPU follows it)."""
+    if options.url is not None or options.time_scale is not None:
+        scale = options.time_scale or 1.0
+        if scale > 1:
+            # The simulated server, the client and the sampler share one interpreter: at the
+            # default 5 ms GIL switch interval a token's arrival can be stamped up to 5 ms late,
+            # which is `scale` times more in run time. Finer switching keeps the stamps within
+            # 0.1%.
+            sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
+        return ScaledClock(scale)
+    return VirtualClock(pace_run_s_per_s=options.sim_pace)
 
 
 @contextlib.contextmanager
@@ -379,7 +388,7 @@ def restore_backend(
         )
         state = backend_spec.get("sim_state")
         state_file = Path(state) if state else None
-        clock = ScaledClock(1.0)
+        clock = VirtualClock()  # nothing is measured: run time stands still
         rig = SimRig(
             profiles,
             clock,
@@ -445,7 +454,7 @@ def build_settings_rig(
     node = sim_node or os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
     profiles = _card_profiles(names, node)
     check_sim_backend(backend, profiles)
-    clock = ScaledClock(1.0)
+    clock = VirtualClock()  # nothing is measured: run time stands still
     rig = SimRig(profiles, clock, state_file=sim_state)
     args: tuple[str, ...] = ("--simulate", "+".join(names))
     if sim_state is not None:

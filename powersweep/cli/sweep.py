@@ -312,7 +312,20 @@ SimServerOpt = Annotated[
 
 TimeScaleOpt = Annotated[
     float | None,
-    typer.Option(help="Run time passes this many times faster.", rich_help_panel=SIMULATION),
+    typer.Option(
+        help="Run on scaled real time, this many times faster than the wall (default: virtual "
+        "time, as fast as the CPU allows, the same figures on any machine).",
+        rich_help_panel=SIMULATION,
+    ),
+]
+
+SimPaceOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Virtual time passes at most this many run seconds per wall second (a watchable "
+        "run; the figures are those of the unpaced run).",
+        rich_help_panel=SIMULATION,
+    ),
 ]
 
 SeedOpt = Annotated[int | None, typer.Option(help="Noise seed.", rich_help_panel=SIMULATION)]
@@ -469,6 +482,7 @@ def sweep_command(
     list_profiles: ListProfilesOpt = False,
     sim_server: SimServerOpt = SimServerFlavour.LLAMACPP,
     time_scale: TimeScaleOpt = None,
+    sim_pace: SimPaceOpt = None,
     seed: SeedOpt = None,
     sim_state: SimStateOpt = None,
     sim_rejects_below: SimRejectsBelowOpt = None,
@@ -515,6 +529,7 @@ def sweep_command(
         max_failed_caps=max_failed_caps,
         simulate=simulate,
         time_scale=time_scale,
+        sim_pace=sim_pace,
         seed=seed or 0,
         sim_server=sim_server.value,
         sim_state=sim_state,

@@ -1,8 +1,17 @@
 """A real OpenAI-compatible HTTP server whose token rates come from a :class:`SimEngine`.
 
-It runs uvicorn on 127.0.0.1 (a free port) in a background thread with its own event loop, so
-sync code (the sweep driver, tests) can start and stop it. Every pacing sleep uses the engine's
-run clock, so a :class:`~powersweep.clock.ScaledClock` makes it stream ``scale`` times faster.
+On a virtual clock (the simulated rig's default) it holds a port on 127.0.0.1 (so its URL and the
+local-server detection behave as for a real server) and serves the client's in-memory
+connections (:mod:`powersweep.sim.memory_net`) with uvicorn's own HTTP protocol, on the sweep's
+event loop. Otherwise it runs uvicorn on that port in a background thread with its own event
+loop, so sync code (tests, a real-time run) can start and stop it. Every pacing sleep uses the
+engine's run clock, so a :class:`~powersweep.clock.ScaledClock` makes it stream ``scale`` times
+faster.
+
+Seeded noise of the model (the same on every machine): each token leaves the server a little
+after its due time, by an exponential delay of mean :data:`TOKEN_JITTER_FRACTION` of the token's
+step (at most :data:`TOKEN_JITTER_MAX_FRACTION` of it), drawn per request from the seed; the
+delays do not accumulate, so the long-run rate is the engine's exactly.
 
 Flavours imitate the quirks of real engines that the client must survive:
 
@@ -28,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import socket
 import threading
 import time
@@ -43,6 +53,7 @@ from starlette.routing import Route
 from powersweep.sim import faults
 from powersweep.sim.engine import SimEngine, WorkKind
 from powersweep.sim.faults import ServerFault
+from powersweep.sim.memory_net import MemoryNetwork, uvicorn_protocol_factory
 from powersweep.sim.server_chunks import (
     ChunkFormat,
     Plan,
@@ -66,6 +77,13 @@ _OLLAMA_IGNORED_LIMIT_FACTOR = 4
 # llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
 _PING_EVERY = 7
 _EVENT_LINE_EVERY = 5
+# Per-token jitter: a token leaves this share of its step after its due time on average
+# (exponential), never more than the cap; a llama.cpp or vLLM stream's inter-token gaps vary by a
+# few percent on a steady card.
+TOKEN_JITTER_FRACTION = 0.03
+TOKEN_JITTER_MAX_FRACTION = 0.5
+# The chunks' "created" stamp on virtual time (no wall clock in a simulated run's bytes).
+_VIRTUAL_EPOCH = 1_767_225_600
 
 
 class SimServer:
@@ -92,6 +110,9 @@ class SimServer:
             ignores the limit does).
         fault: A misbehaviour to inject (:mod:`powersweep.sim.faults`).
         current_cap_w: The card's cap now (for a fault limited to one cap).
+        network: Where a virtual-time server takes its connections (required when the
+            engine's clock runs on its loop; ignored otherwise).
+        token_jitter_fraction: Mean per-token delay after its due time, share of its step.
     """
 
     def __init__(
@@ -111,6 +132,8 @@ class SimServer:
         ignore_max_tokens: bool = False,
         fault: ServerFault | None = None,
         current_cap_w: Callable[[], float] | None = None,
+        network: MemoryNetwork | None = None,
+        token_jitter_fraction: float = TOKEN_JITTER_FRACTION,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
@@ -140,11 +163,16 @@ class SimServer:
         self.requests_total = 0
         self.tokens_generated = 0
         self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
         self._url = ""
         self._error: BaseException | None = None
-        self.created = int(time.time())
+        self._network = network
+        self._listening: socket.socket | None = None
+        self.token_jitter_fraction = max(0.0, token_jitter_fraction)
+        self._virtual = engine.clock.runs_on_loop
+        self.created = _VIRTUAL_EPOCH if self._virtual else int(time.time())
         # the bodies it writes (a test may count what goes out through it)
         self.chunks = ChunkFormat(flavour, model, self.created, seed)
 
@@ -156,7 +184,7 @@ class SimServer:
         Returns:
             The base URL, ``http://127.0.0.1:PORT``.
         """
-        if self._thread is not None:
+        if self._thread is not None or self._listening is not None:
             return self._url
         # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto
         # says TCP, and without it Nagle + delayed ACKs stall kept-alive streams for ~40 ms.
@@ -164,6 +192,8 @@ class SimServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+        if self._virtual:
+            return self._listen_in_memory(sock, port)
         config = uvicorn.Config(
             self.app(),
             log_config=None,
@@ -194,6 +224,17 @@ class SimServer:
         self._url = f"http://127.0.0.1:{port}"
         return self._url
 
+    def _listen_in_memory(self, sock: socket.socket, port: int) -> str:
+        """Hold the port (never accepted on) and serve the in-memory network's connections."""
+        if self._network is None:
+            sock.close()
+            raise RuntimeError("a simulated server on virtual time needs its in-memory network")
+        sock.listen()
+        self._listening = sock
+        self._network.listen("127.0.0.1", port, uvicorn_protocol_factory(self.app()))
+        self._url = f"http://127.0.0.1:{port}"
+        return self._url
+
     @property
     def url(self) -> str:
         """Base URL while running, else empty."""
@@ -201,6 +242,12 @@ class SimServer:
 
     def stop(self) -> None:
         """Stop serving (idempotent); open streams are cut after a second."""
+        if self._listening is not None:
+            port = self._listening.getsockname()[1]
+            if self._network is not None:
+                self._network.unlisten("127.0.0.1", port)
+            self._listening.close()
+            self._listening = None
         server, thread = self._server, self._thread
         if server is not None:
             server.should_exit = True
@@ -371,8 +418,10 @@ class SimServer:
     async def _work(self, plan: Plan, progress: Progress) -> AsyncGenerator[list[int], None]:
         """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
         engine, clock = self.engine, self.engine.clock
-        if self._slots is None and self.total_slots:
-            self._slots = asyncio.Semaphore(self.total_slots)
+        loop = asyncio.get_running_loop()
+        if self.total_slots and (self._slots is None or self._slots_loop is not loop):
+            # one semaphore per event loop: a virtual run's discovery and sweep use two loops
+            self._slots, self._slots_loop = asyncio.Semaphore(self.total_slots), loop
         slot = self._slots
         t_prefill = plan.arrived_s if math.isfinite(plan.arrived_s) else clock.now()
         if slot is not None:
@@ -406,9 +455,11 @@ class SimServer:
                 min_sleep = _MIN_WALL_SLEEP_S * clock.scale
                 step = plan.slow_factor / _positive(engine.decode_rate_tps())
                 due = clock.now() + step
+                jitter = self._jitter(plan.request_no)
+                late = jitter(step)
                 i = 0
                 while i < n:
-                    wait = due - clock.now()
+                    wait = due + late - clock.now()
                     if wait > 0:
                         await clock.asleep(wait if step >= min_sleep else max(wait, min_sleep))
                     if await self._paused("decode", due - step):
@@ -421,6 +472,7 @@ class SimServer:
                         if i < n:
                             step = plan.slow_factor / _positive(engine.decode_rate_tps())
                             due += step
+                            late = jitter(step)
                     if burst:
                         progress.last_token_s = now
                         self.tokens_generated += len(burst)
@@ -439,6 +491,20 @@ class SimServer:
             self.requests_processing -= 1
             if slot is not None:
                 slot.release()
+
+    def _jitter(self, request_no: int) -> Callable[[float], float]:
+        """A request's per-token delays (run seconds, given the token's step), seeded by the
+        server's seed and the request's number."""
+        fraction = self.token_jitter_fraction
+        if fraction <= 0:
+            return lambda _step: 0.0
+        rng = random.Random(self.seed * 1_000_003 + request_no)
+        rate = 1.0 / fraction
+
+        def late(step: float) -> float:
+            return step * min(TOKEN_JITTER_MAX_FRACTION, rng.expovariate(rate))
+
+        return late
 
     async def _paused(self, kind: WorkKind, since_s: float) -> bool:
         """Wait out a whole-server pause that began after ``since_s`` (the GPU idles meanwhile);

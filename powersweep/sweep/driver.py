@@ -305,8 +305,7 @@ class Sweep:
         try:
             with raise_on_signals():
                 self.restorer.write_journal(str(self.writer.path.resolve()))
-                self.sampler.start()
-                run_interruptible(self._main())
+                run_interruptible(self._main(), loop_factory=self.clock.loop_factory)
         except SweepInterrupted as exc:
             status, error, self._signum = "interrupted", str(exc), exc.signum
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -353,7 +352,8 @@ class Sweep:
 
     async def _main(self) -> None:
         try:
-            await self._measure_all()
+            async with self.sampler.running():
+                await self._measure_all()
         finally:
             await self.measurer.stop_busy()
             aclose = getattr(self.client, "aclose", None)

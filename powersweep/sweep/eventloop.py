@@ -9,10 +9,7 @@ asyncio's loop and 0.026-0.031 on uvloop's.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
-LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+from powersweep.clock import LoopFactory
 
 
 def event_loop_factory() -> LoopFactory | None:

@@ -140,6 +140,7 @@ class SweepOptions:
     max_failed_caps: int = 3
     simulate: str | None = None
     time_scale: float | None = None
+    sim_pace: float | None = None
     seed: int = 0
     sim_server: str = "llamacpp"
     sim_state: Path | None = None
@@ -234,6 +235,12 @@ def _check_ranges(options: SweepOptions) -> None:
     ):
         raise UsageError(
             f"--time-scale must be more than 0 and at most 1000, got {options.time_scale:g}"
+        )
+    if options.sim_pace is not None and not (
+        math.isfinite(options.sim_pace) and 0 < options.sim_pace <= 1_000_000
+    ):
+        raise UsageError(
+            f"--sim-pace must be more than 0 and at most 1000000, got {options.sim_pace:g}"
         )
     if options.load_target is not None and not math.isfinite(options.load_target):
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
@@ -352,8 +359,15 @@ def validate(options: SweepOptions) -> None:
     if options.simulate is None:
         if options.time_scale is not None:
             raise UsageError("--time-scale works only with --simulate")
+        if options.sim_pace is not None:
+            raise UsageError("--sim-pace works only with --simulate")
         if options.sim_state is not None:
             raise UsageError("--sim-state works only with --simulate")
+    elif options.sim_pace is not None and (options.time_scale is not None or options.url):
+        raise UsageError(
+            "--sim-pace paces the simulated rig's virtual time: not with --time-scale (scaled "
+            "real time) or --url (a real server, real time)"
+        )
     elif options.time_scale is not None:
         if not options.time_scale > 0:
             raise UsageError(f"--time-scale must be positive, got {options.time_scale:g}")

@@ -30,20 +30,23 @@ class DryRun:
         selection: Why these GPUs (``run.json``'s ``gpu_selection.reason``).
         envelope: The envelope every GPU shares (the intersection of theirs).
         caps_w: Caps in the order they would be measured.
-        estimated_wall_s: Rough wall time of the sweep.
+        estimated_wall_s: Rough wall time of the sweep (None on virtual time, which passes as
+            fast as the CPU allows).
         journal_path: Where the restore journal would go (None: not needed).
         points: Clock-lock points in measuring order (empty on the power axis).
         axis: The sweep's axis.
+        estimated_run_s: Rough run time of the sweep (as on real hardware).
     """
 
     gpus: tuple[dict[str, Any], ...]
     selection: str
     envelope: PowerEnvelope
     caps_w: tuple[float, ...]
-    estimated_wall_s: float
+    estimated_wall_s: float | None
     journal_path: Path | None
     points: tuple[SweepPoint, ...] = ()
     axis: str = "power"
+    estimated_run_s: float | None = None
 
     def lines(self) -> list[str]:
         """The plan as the CLI prints it."""
@@ -65,7 +68,12 @@ class DryRun:
         else:
             caps = ", ".join(f"{c:g}" for c in self.caps_w)
             out.append(f"caps ({len(self.caps_w)}, W per GPU): {caps}")
-        out.append(f"estimated wall time: {_duration(self.estimated_wall_s)}")
+        if self.estimated_wall_s is not None:
+            out.append(f"estimated wall time: {_duration(self.estimated_wall_s)}")
+        if self.estimated_run_s is not None and self.estimated_wall_s != self.estimated_run_s:
+            virtual = " (virtual time: the simulated run takes only the CPU it needs)"
+            extra = virtual if self.estimated_wall_s is None else ""
+            out.append(f"estimated run time: {_duration(self.estimated_run_s)}{extra}")
         if self.journal_path is not None:
             out.append(f"restore journal: {self.journal_path}")
         return out
@@ -480,8 +488,9 @@ def dry_run(
             selection=choice.reason,
             envelope=envelope,
             caps_w=tuple(sorted(caps, reverse=True)),
-            estimated_wall_s=estimate_wall_s(options, n, rig.clock.scale, caps),
+            estimated_wall_s=rig.clock.wall_s(estimate_wall_s(options, n, 1.0, caps)),
             journal_path=journal_for(options).path if options.needs_journal else None,
             points=tuple(points),
             axis=options.axis,
+            estimated_run_s=estimate_wall_s(options, n, 1.0, caps),
         )

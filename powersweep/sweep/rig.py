@@ -16,6 +16,7 @@ from typing import Any
 from powersweep.clock import Clock
 from powersweep.sweep.gpu import GpuBackend
 from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.server.transport import Connector, LeanTransport
 
 # A rig's noise-free answer for the planned caps and the load's set-up (probe, calibration).
 TruthFn = Callable[[Sequence[float], Mapping[str, Any]], "dict[str, Any] | None"]
@@ -52,6 +53,9 @@ class Rig:
         truth: The simulator's noise-free answer for the caps and the load's set-up; None on
             real hardware.
         clock_truth: The same for a clock sweep's lock points; None on real hardware.
+        connector: How the client reaches the rig's own server without a socket (the
+            simulated rig on virtual time, where client and server share one event loop);
+            None: real sockets.
     """
 
     backend: GpuBackend
@@ -62,6 +66,19 @@ class Rig:
     simulation: Mapping[str, Any] | None = None
     truth: TruthFn | None = None
     clock_truth: ClockTruthFn | None = None
+    connector: Connector | None = None
+
+    def transport(self, max_connections: int = 8) -> LeanTransport | None:
+        """The HTTP transport of a client outside the chat client (discovery): over
+        :attr:`connector` when the rig has one, else None (httpx's own)."""
+        if self.connector is None:
+            return None
+        return LeanTransport(
+            max_connections=max_connections,
+            connect_timeout_s=10.0,
+            read_timeout_s=300.0,
+            connector=self.connector,
+        )
 
 
 # Builds the rig for a sweep's options; the context closes the backend.

@@ -216,7 +216,14 @@ def _run_session(
         with rig.serve() as served_url:
             url = served_url or options.url
             info = run_interruptible(
-                discover_server(url, model=options.model, api_key=options.api_key, clock=rig.clock)
+                discover_server(
+                    url,
+                    model=options.model,
+                    api_key=options.api_key,
+                    clock=rig.clock,
+                    transport=rig.transport(),
+                ),
+                loop_factory=rig.clock.loop_factory,
             )
             # the server first: its process tells which GPUs serve the model
             choice = select_gpus(
@@ -254,6 +261,7 @@ def _run_session(
                     api_key=options.api_key,
                     max_connections=connections,
                     request_budget_s=_request_budget_s(options),
+                    connector=rig.connector,
                 )
             )
             truth_caps = list(caps) if resume is None else list(meta.get("caps_planned", caps))

@@ -83,6 +83,12 @@ def run_interruptible(
                 raise SweepInterrupted(hit[0]) from None
             raise
         finally:
+            # A loop that hosts both ends of its connections (the simulated rig's virtual one)
+            # lets the server's side finish what the client closed before the loop closes.
+            settle = getattr(loop, "settle", None)
+            if settle is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await settle()
             reinstall_handlers(loop, previous)
 
     factory = loop_factory or event_loop_factory()

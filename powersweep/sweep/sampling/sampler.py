@@ -1,15 +1,19 @@
 """The sampler: reads every GPU of the set at a fixed interval *while* the load runs.
 
-It runs in its own thread on the run clock with an absolute schedule (tick k at start + k *
-interval), so a slow read delays one tick, not all later ones. The driver labels what is going on
-(cap and phase); rows are drained after each cap.
+It runs on the run clock with an absolute schedule (tick k at start + k * interval), so a slow
+read delays one tick, not all later ones: in its own thread on real hardware (a slow NVML read
+never waits for the event loop), as a task on the sweep's event loop on a virtual clock (whose
+time passes only in that loop). The driver labels what is going on (cap and phase); rows are
+drained after each cap.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from powersweep.clock import Clock
@@ -81,9 +85,11 @@ class Sampler:
             self._locks = (sm_mhz, mem_mhz)
 
     def start(self) -> None:
-        """Start ticking (idempotent)."""
+        """Start ticking in a thread (idempotent); on a virtual clock use :meth:`running`."""
         if self._thread is not None:
             return
+        if self._clock.runs_on_loop:
+            raise RuntimeError("a sampler on a virtual clock ticks as a task: use running()")
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="powersweep-sampler", daemon=True)
         self._thread.start()
@@ -94,6 +100,24 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Tick while the block runs: a task on this loop on a virtual clock, else the thread."""
+        if not self._clock.runs_on_loop:
+            self.start()
+            try:
+                yield
+            finally:
+                self.stop()
+            return
+        task = asyncio.get_running_loop().create_task(self._arun(), name="powersweep-sampler")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def drain(self) -> list[SampleRow]:
         """Take the rows collected since the last drain."""
@@ -122,14 +146,27 @@ class Sampler:
         k = 0
         while not self._stop.is_set():
             self._take()
-            k += 1
-            due = start + k * self._interval_s
-            now = self._clock.now()
-            if due < now:  # fell behind (a slow read): skip missed ticks, keep the grid
-                k = int((now - start) / self._interval_s) + 1
-                due = start + k * self._interval_s
-            if self._clock.wait(self._stop, due - now):
+            k, wait_s = self._next_tick(start, k + 1)
+            if self._clock.wait(self._stop, wait_s):
                 break
+
+    async def _arun(self) -> None:
+        start = self._clock.now()
+        k = 0
+        while True:
+            self._take()
+            k, wait_s = self._next_tick(start, k + 1)
+            await self._clock.asleep(wait_s)
+
+    def _next_tick(self, start: float, k: int) -> tuple[int, float]:
+        """Tick ``k`` of the grid from ``start`` and the run seconds until it; a tick already
+        past (a slow read) is skipped, keeping the grid."""
+        due = start + k * self._interval_s
+        now = self._clock.now()
+        if due < now:
+            k = int((now - start) / self._interval_s) + 1
+            due = start + k * self._interval_s
+        return k, due - now
 
     def temp_slope_c_per_s(self, t0_s: float, t1_s: float) -> float:
         """How fast the hottest card's temperature moved over the ticks in ``[t0_s, t1_s]`` not

@@ -35,6 +35,7 @@ from powersweep.sweep.server.sse import (
 from powersweep.sweep.server.sse_fast import SseReader
 from powersweep.sweep.server.transport import (
     PUSH_EXTENSION,
+    Connector,
     LeanTransport,
     lean_transport_applies,
 )
@@ -82,6 +83,9 @@ class ChatClient:
             httpcore's CPU per read), anything else through httpx's own.
         request_budget_s: Run seconds any request may take when its caller sets no deadline
             (warm-up, probes, calibration): no request can hold a cap for longer.
+        connector: Opens the lean transport's connections (the simulated rig's in-memory
+            network on virtual time; None: sockets). The timeouts are then in run seconds, as
+            the virtual loop's own time is.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class ChatClient:
         read_timeout_s: float = 300,
         transport: httpx.AsyncBaseTransport | None = None,
         request_budget_s: float | None = None,
+        connector: Connector | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -117,11 +122,12 @@ class ChatClient:
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
-        if transport is None and lean_transport_applies(self._url):
+        if transport is None and (connector is not None or lean_transport_applies(self._url)):
             transport = LeanTransport(
                 max_connections=max_connections,
                 connect_timeout_s=connect_timeout_s,
                 read_timeout_s=read_timeout_s,
+                connector=connector,
             )
         self._http = httpx.AsyncClient(
             headers=headers, timeout=timeout, limits=limits, transport=transport

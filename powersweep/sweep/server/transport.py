@@ -30,6 +30,12 @@ from powersweep.sweep.server.http11 import Http11Connection, Sink
 PUSH_EXTENSION = "powersweep.push"
 
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
+# Opens a connection as ``loop.create_connection(protocol_factory, host, port)`` does: the
+# simulated rig's in-memory network on virtual time, real sockets otherwise.
+Connector = Callable[
+    [Callable[[], asyncio.Protocol], str, int],
+    Awaitable[tuple[asyncio.BaseTransport, asyncio.BaseProtocol]],
+]
 
 
 class _Pool:
@@ -123,16 +129,23 @@ class LeanTransport(httpx.AsyncBaseTransport):
             on the wait, as the client's pool timeout is none).
         connect_timeout_s: Wall seconds to connect when the request names none.
         read_timeout_s: Wall seconds of silence tolerated when the request names none.
+        connector: Opens connections (None: the running loop's ``create_connection``).
     """
 
     def __init__(
-        self, *, max_connections: int, connect_timeout_s: float, read_timeout_s: float
+        self,
+        *,
+        max_connections: int,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        connector: Connector | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         self._max_connections = max_connections
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
+        self._connector = connector
         self._pool: _Pool | None = None
 
     def _current_pool(self) -> _Pool:
@@ -200,7 +213,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         conn.key = key
         try:
             async with asyncio.timeout(timeout_s):
-                await pool.loop.create_connection(lambda: conn, key[0], key[1])
+                connect = self._connector or pool.loop.create_connection
+                await connect(lambda: conn, key[0], key[1])
         except TimeoutError as exc:
             raise httpx.ConnectTimeout("timed out", request=request) from exc
         except OSError as exc:
