@@ -33,7 +33,9 @@ ARGS = (
     "1800,1650,1350,1200,1050,900,750",
     "--cap",
     "300",
-    "--time-scale",
+    # paced virtual time (the unpaced run's figures): long enough in wall time for a signal or a
+    # kill to land mid-run
+    "--sim-pace",
     "10",
     "--target-cap-seconds",
     "2",

@@ -22,13 +22,10 @@ from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv,
 
 UUID = "GPU-sim-rtx3090-air-0"
 USER_LIMIT_W = 350.0
-# A low time scale: windows are one run second, and a loaded machine's wall hiccups are
-# multiplied by the scale (a first token 0.1 s late in wall time would miss the window at 30).
+# Virtual time: one-second windows are exact whatever the machine does meanwhile.
 BASE = (
     "--simulate",
     "rtx3090-air",
-    "--time-scale",
-    "10",
     "--target-cap-seconds",
     "1",
     "--warmup-requests",
@@ -179,9 +176,18 @@ def test_busy_server_is_retried(rig: Rig) -> None:
 
 def test_stall_once_is_measured_again(rig: Rig) -> None:
     # 3 s windows: a stall must lose more than a run second to be one (a 1 s window's request
-    # cut by it keeps a right rate from its few tokens)
+    # cut by it keeps a right rate from its few tokens). No settle: the first request at 300 W
+    # is then the measured one (during a settle the load that keeps the card busy would meet
+    # the one-off stall first, and a stall there is not recorded yet).
     proc, _ = rig.run(
-        "--caps", "350,300,250", "--sim-fault", "stall-once@300", "--target-cap-seconds", "3"
+        "--caps",
+        "350,300,250",
+        "--sim-fault",
+        "stall-once@300",
+        "--target-cap-seconds",
+        "3",
+        "--settle-seconds",
+        "0",
     )
     assert "stall" in proc.stderr
     meta, caps, summary = _run_dir(rig)
@@ -243,9 +249,11 @@ def test_too_few_caps_is_partial_with_a_non_zero_exit(rig: Rig) -> None:
     assert "ended partial" in summary
 
 
-def _start(rig: Rig, *extra: str) -> subprocess.Popen[str]:
+def _start(rig: Rig, *extra: str, pace: str = "10") -> subprocess.Popen[str]:
+    """A sweep in the background on paced virtual time (``pace`` run s per wall s, the figures
+    of the unpaced run), so it lasts long enough in wall time for the test to act mid-run."""
     return subprocess.Popen(
-        [sys.executable, "-m", "powersweep", *rig.args(*extra)],
+        [sys.executable, "-m", "powersweep", *rig.args("--sim-pace", pace, *extra)],
         cwd=REPO,
         env=rig.env,
         stdout=subprocess.PIPE,
@@ -315,8 +323,7 @@ def test_ctrl_c_ends_a_wide_concurrent_sweep_quickly(rig: Rig) -> None:
         "256",
         "--target-cap-seconds",
         "60",
-        "--time-scale",
-        "5",
+        pace="5",
     )
     restored_after = None
     try:
@@ -360,31 +367,49 @@ def test_two_quick_ctrl_c_still_print_the_restore(rig: Rig) -> None:
     assert rig.limit_w == USER_LIMIT_W and not rig.journal.exists()
 
 
-def test_a_paused_sweep_is_caught_as_a_stall(rig: Rig) -> None:
-    # Ctrl-Z: client, sampler and simulated server all stop; tokens then arrive in a burst.
-    # No thermal wait (BASE): the narrative window opens the fixed settle (0.5 run s) after the
-    # cap is set and runs 8 run s, so the pause, 0.15 s (1.5 run s at time scale 10) after the
-    # test sees the cap, lands inside it even when the poll of the state file is late.
-    proc = _start(rig, "--caps", "350,300,250", "--target-cap-seconds", "8")
+def test_a_paused_server_is_caught_as_a_stall(rig: Rig) -> None:
+    # The whole server stops for 6 run seconds, 2 s into the first request at 300 W: no token
+    # flows, nothing catches up, the GPU idles meanwhile (a swapping or paused server).
+    proc, _ = rig.run(
+        "--caps", "350,300,250", "--target-cap-seconds", "8", "--sim-fault", "pause-once@300"
+    )
+    assert proc.returncode == 0, proc.stderr
+    meta, caps, summary = _run_dir(rig)
+    assert _faults(meta).get("remeasured", 0) >= 1, proc.stderr
+    truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
+    for c in caps:
+        if c["status"] == "ok":
+            assert float(c["narr_tps"]) == pytest.approx(truth[float(c["cap_w"])], rel=0.02)
+    assert "stall" in summary
+
+
+def test_a_lapse_of_the_process_never_becomes_run_time(rig: Rig, tmp_path: Path) -> None:
+    # Ctrl-Z then fg mid-window: on virtual time the client, the sampler and the simulated server
+    # all stop together and run time with them, so the run's figures are those of a run that
+    # was never stopped (on scaled real time the lapse became 15 run seconds of stall).
+    args = ("--caps", "350,300,250", "--target-cap-seconds", "8", "--seed", "4")
+    proc = _start(rig, *args)
     try:
         _wait_for(lambda: rig.limit_w == 300.0, proc)
         time.sleep(0.15)
         proc.send_signal(signal.SIGSTOP)
-        time.sleep(1.5)  # 15 run seconds at time scale 10
+        time.sleep(1.5)
         proc.send_signal(signal.SIGCONT)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "Traceback" not in err
+    assert proc.returncode == 0, err
     assert rig.limit_w == USER_LIMIT_W
-    meta, caps, summary = _run_dir(rig)
-    assert _faults(meta).get("remeasured", 0) >= 1, err
-    truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
-    for c in caps:
-        if c["status"] == "ok":
-            assert float(c["narr_tps"]) == pytest.approx(truth[float(c["cap_w"])], rel=0.2)
-    assert "stall" in summary
+    meta, _, summary = _run_dir(rig)
+    assert "remeasured" not in _faults(meta) and "stall" not in summary
+    stopped = only_run_dir(rig.out)
+    (tmp_path / "never").mkdir()
+    never = Rig(tmp_path / "never")
+    done, _ = never.run(*args)
+    assert done.returncode == 0, done.stderr
+    for name in ("caps.csv", "requests.csv", "samples.csv"):
+        assert (stopped / name).read_bytes() == (only_run_dir(never.out) / name).read_bytes()
 
 
 def test_disagreeing_prompts_at_the_first_cap_are_rechecked_at_the_end(rig: Rig) -> None:

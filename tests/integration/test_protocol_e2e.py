@@ -73,20 +73,20 @@ PAUSES = {
 }
 
 
+CLOCKS = {"virtual": (), "paced": ("--sim-pace", "60")}
+
+
 @pytest.mark.slow
-# two time scales, the same result (at 30 a busy machine's scheduling delays alone move a
-# concurrent window's rates by 5%; at 20 a 100 ms lapse of a busy CI machine, 2 run seconds, was
-# a second stall once)
-@pytest.mark.parametrize("scale", ["8", "12"])
+@pytest.mark.parametrize("clock", sorted(CLOCKS))
 @pytest.mark.parametrize("mode", sorted(PAUSES))
 def test_a_paused_server_is_caught_measured_again_and_named(
-    tmp_path: Path, mode: str, scale: str
+    tmp_path: Path, mode: str, clock: str
 ) -> None:
-    # The server stops for 6 run seconds, 2 s into the first request at 310 W: at any time scale
-    # (the checks judge run seconds, never wall seconds) the point is caught and measured again.
+    # The server stops for 6 run seconds, 2 s into the first request at 310 W: at any pace (the
+    # checks judge run seconds, never wall seconds) the point is caught and measured again.
     run, meta = _sweep(
-        tmp_path, "--simulate", "rtx3090-air", "--time-scale", scale, "--target-cap-seconds",
-        "6", *PAUSES[mode],
+        tmp_path, "--simulate", "rtx3090-air", *CLOCKS[clock], "--target-cap-seconds", "6",
+        *PAUSES[mode],
     )  # fmt: skip
     remeasured = _faults(meta)["remeasured"]
     assert remeasured["count"] == 1 and remeasured["examples"][0].startswith("310 W: ")
@@ -114,7 +114,7 @@ def test_a_paused_server_in_an_sm_clock_sweep_is_caught_too(tmp_path: Path) -> N
     # in, past the warm-up, while one of the points is measured
     run, meta = _sweep(
         tmp_path, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
-        "1185,1425,1665,1980", "--time-scale", "10", "--target-cap-seconds", "6",
+        "1185,1425,1665,1980", "--target-cap-seconds", "6",
         "--sim-fault", "pause-once@+40",
     )  # fmt: skip
     remeasured = _faults(meta)["remeasured"]
@@ -136,7 +136,7 @@ def test_a_paused_server_in_an_sm_clock_sweep_is_caught_too(tmp_path: Path) -> N
 def test_clock_points_get_the_serving_check_and_the_warmup_record(tmp_path: Path) -> None:
     _, meta = _sweep(
         tmp_path, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
-        "1185,1665", "--time-scale", "20", "--target-cap-seconds", "3",
+        "1185,1665", "--target-cap-seconds", "3",
     )  # fmt: skip
     assert meta["gpu_selection"]["confirmed"] is True
     assert meta["gpu_selection"]["warmup_util_pct"]["0"] > 50
@@ -154,8 +154,8 @@ WINDOWED = {
 @pytest.mark.parametrize("server", sorted(WINDOWED))
 def test_every_window_ends_at_its_target(tmp_path: Path, server: str) -> None:
     run, meta = _sweep(
-        tmp_path, "--simulate", "rtx3090-air", "--time-scale", "10", "--target-cap-seconds",
-        "3", "--caps", "350,300,250", *WINDOWED[server],
+        tmp_path, "--simulate", "rtx3090-air", "--target-cap-seconds", "3", "--caps",
+        "350,300,250", *WINDOWED[server],
     )  # fmt: skip
     caps = read_csv(run / "caps.csv")
     assert caps and all(c["status"] == "ok" for c in caps)
@@ -250,17 +250,18 @@ ESTIMATED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ESTIMATED))
 def test_the_dry_run_estimate_is_what_the_sweep_takes(tmp_path: Path, case: str) -> None:
-    args = ("--simulate", "rtx3090-air", "--time-scale", "15", *ESTIMATED[case])
+    args = ("--simulate", "rtx3090-air", *ESTIMATED[case])
     dry = powersweep(*QUIET, "--out", str(tmp_path / "dry"), "--dry-run", *args)
     assert dry.returncode == 0, dry.stderr
-    assert "estimated wall time" in dry.stdout
+    # virtual time: the run time is estimated, the wall time is the CPU the run needs
+    assert "estimated wall time" not in dry.stdout
     _, meta = _sweep(tmp_path / "runs", *args)
     options = SweepOptions(**_options(meta["options"]))
     caps = sorted(meta["caps_planned"])
     planned = len(caps) if case != "adaptive" else 21
     steps = sorted(b - a for a, b in itertools.pairwise(caps))
     estimate = estimate_run_s(options, planned, steps[len(steps) // 2] if steps else None)
-    assert f"estimated wall time: {_duration(estimate / 15)}" in dry.stdout
+    assert f"estimated run time: {_duration(estimate)} (virtual time" in dry.stdout
     took = meta["timing"]["ended_s"] - meta["timing"]["started_s"]
     assert took == pytest.approx(estimate, rel=0.15), (took, estimate, meta["confirm"])
 

@@ -27,7 +27,9 @@ from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv,
 UUID = "GPU-sim-rtx3090-air-0"
 USER_LIMIT_W = 350.0  # the user's own limit: not the profile's 370 W default
 FAST = (
-    "--time-scale",
+    # paced virtual time: the sweep's figures are those of the unpaced run, but it lasts long
+    # enough in wall time (10 run s per wall s) for a signal, a kill or a restore to land mid-run
+    "--sim-pace",
     "10",
     # two-second windows: four ticks of 0.5 s per prompt, enough for a median of the draw
     "--target-cap-seconds",
@@ -253,7 +255,7 @@ def test_restore_force_never_takes_a_live_sweeps_journal_and_a_kill_leaves_it(
 ) -> None:
     # slow enough that the sweep stays on its first cap while restore is tried twice
     proc, state, journal, env = _live_sweep(
-        tmp_path, "--target-cap-seconds", "30", "--time-scale", "5"
+        tmp_path, "--target-cap-seconds", "30", "--sim-pace", "5"
     )
     try:
         before = journal.read_text()

@@ -27,11 +27,6 @@ def test_full_default_sweep_rtx3090_air(tmp_path: Path) -> None:
         "decode-single",
         "--cooling",
         "air",
-        # the README's sweep, at time scale 20 rather than the default 30: every cap is checked
-        # within 2% of the truth, and a few wall milliseconds of scheduling delay at either end
-        # of a 10 s window count scale times over (2% at 200 W, 18 TPS, on a loaded machine)
-        "--time-scale",
-        "20",
         "--out",
         str(tmp_path),
         "--quiet",
@@ -54,10 +49,13 @@ def test_full_default_sweep_rtx3090_air(tmp_path: Path) -> None:
     assert all(r["status"] == "ok" for r in every)
     assert meta["status"] == "complete"
     assert meta["restored"] == [{"gpu_index": 0, "limit_w": 370.0, "ok": True, "message": ""}]
+    assert meta["simulation"]["clock"] == "virtual"
     truth = meta["simulation"]["ground_truth"]
     analysis = read_json(run / "analysis.json")
     assert abs(analysis["sweet_spot"]["cap_w"] - truth["sweet_spot"]["cap_w"]) <= 10
-    # every cap's TPS and draw within 2% of the simulator's steady state
+    # every cap's TPS and draw within 2% of the simulator's steady state: on virtual time the
+    # model's own noise (per-token jitter, sensor noise, a card a few degrees off its steady
+    # temperature) moves a 10 s window's figures well under 1%
     by_cap = {c["cap_w"]: c for c in truth["caps"]}
     for r in caps:
         t = by_cap[float(r["cap_w"])]
@@ -69,8 +67,9 @@ def test_full_default_sweep_rtx3090_air(tmp_path: Path) -> None:
     assert abs(plateaus[0]["start_w"] - 340) <= 10 and abs(plateaus[0]["end_w"] - 370) <= 10
     summary = (run / "summary.md").read_text()
     assert "290" in summary and "RTX 3090" in summary
-    # loose bound only: the 60 s target is for an idle 2-core machine
-    assert wall < 180
+    # loose bound only (charts included, on a machine the other tests share): virtual time
+    # takes the CPU the sweep needs, a few seconds
+    assert wall < 60
 
 
 @pytest.mark.slow
@@ -85,8 +84,6 @@ def test_three_caps_match_ground_truth(tmp_path: Path) -> None:
         "--out",
         str(tmp_path),
         "--quiet",
-        "--time-scale",
-        "20",
         "--seed",
         "3",
         "--no-charts",
@@ -96,7 +93,7 @@ def test_three_caps_match_ground_truth(tmp_path: Path) -> None:
     caps = {float(r["cap_w"]): r for r in read_csv(run / "caps.csv")}
     assert sorted(caps) == [280.0, 300.0, 420.0]
     meta = read_json(run / "run.json")
-    assert meta["simulation"]["seed"] == 3 and meta["simulation"]["time_scale"] == 20
+    assert meta["simulation"]["seed"] == 3 and meta["simulation"]["clock"] == "virtual"
     truth = meta["simulation"]["ground_truth"]
     for t in truth["caps"]:
         assert float(caps[t["cap_w"]]["narr_tps"]) == pytest.approx(t["tps"], rel=0.02)
@@ -137,9 +134,10 @@ def test_signal_mid_sweep_restores_user_limit_and_keeps_partial_run(
             str(out),
             "--quiet",
             "--no-charts",
-            # the whole sweep takes a few wall seconds: the signal lands mid-sweep even when
-            # this test is scheduled late on a busy machine
-            "--time-scale",
+            # paced virtual time (20 run s per wall s, the figures of the unpaced run): the
+            # sweep lasts a few wall seconds, so the signal lands mid-sweep even when this test
+            # is scheduled late on a busy machine
+            "--sim-pace",
             "20",
             "--target-cap-seconds",
             "2",
@@ -207,8 +205,6 @@ def test_silently_truncated_prefill_fails_the_sweep_with_the_reason(tmp_path: Pa
         "--out",
         str(tmp_path),
         "--quiet",
-        "--time-scale",
-        "15",
         "--no-charts",
     )
     assert proc.returncode == 1
@@ -243,10 +239,6 @@ def test_reasoning_tokens_count_when_the_server_ignores_the_thinking_switch(
         "--no-charts",
         "--warmup-requests",
         "1",
-        # its rate is checked within 2% of the truth: at the default 30 a busy CPU's delays at a
-        # request's ends read 3% fast
-        "--time-scale",
-        "15",
     )
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(tmp_path)
@@ -260,4 +252,6 @@ def test_reasoning_tokens_count_when_the_server_ignores_the_thinking_switch(
     assert any(int(r["completion_tokens"]) > 150 for r in measured)
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]["caps"][0]
     (cap,) = read_csv(run / "caps.csv")
-    assert float(cap["narr_tps"]) == pytest.approx(truth["tps"], rel=0.02)
+    # within 1%: on virtual time only the model's noise moves the rate (per-token jitter that
+    # does not accumulate, the card a few degrees off its steady temperature)
+    assert float(cap["narr_tps"]) == pytest.approx(truth["tps"], rel=0.01)
