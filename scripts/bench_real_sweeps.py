@@ -13,6 +13,7 @@ between caps is the overhead itself.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import tempfile
@@ -69,6 +70,7 @@ def run_all(
     ``overhead_modes``, measure the per-cap overhead in real time (scale 1).
     """
     from powersweep.cli.rigs import build_rig
+    from powersweep.sim.options import SimOptions
     from powersweep.sweep.options import SweepOptions
     from powersweep.sweep.session import run_session
 
@@ -104,8 +106,6 @@ def run_all(
                         simulate=simulate,
                         load_mode=mode,
                         out=Path(tmp) / f"{label.replace(':', '_')}-{mode}-{strategy}-{seed}",
-                        seed=seed,
-                        time_scale=scale,
                         warmup_requests=1,
                         target_cap_seconds=target_s,
                         cooling="air",
@@ -113,7 +113,8 @@ def run_all(
                         settle=settle,
                         **MODE_OPTIONS[mode],
                     )
-                    result = run_session(options, build_rig)
+                    sim = SimOptions(seed=seed, time_scale=scale)
+                    result = run_session(options, functools.partial(build_rig, sim=sim))
                     if result.outcome.status != "complete":
                         print(f"{label} {mode}: {strategy} {result.outcome.status}: ", end="")
                         print(result.outcome.error)
@@ -160,6 +161,7 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
     next cap's first is the overhead itself: setting the cap, settle detection, writing the rows.
     """
     from powersweep.cli.rigs import build_rig
+    from powersweep.sim.options import SimOptions
     from powersweep.sweep.options import SweepOptions
     from powersweep.sweep.session import run_session
 
@@ -170,7 +172,6 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
                 simulate=OVERHEAD_PROFILE,
                 load_mode=mode,
                 out=Path(tmp) / mode,
-                time_scale=1.0,
                 warmup_requests=1,
                 target_cap_seconds=1.0,
                 cooling="air",
@@ -179,7 +180,8 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
                 confirm=False,
                 **MODE_OPTIONS[mode],
             )
-            result = run_session(options, build_rig)
+            real_time = functools.partial(build_rig, sim=SimOptions(time_scale=1.0))
+            result = run_session(options, real_time)
             over = overhead_per_cap_s(result.run_dir, 1.0)
             settle = statistics.median(
                 float(v) for v in load_curve(result.run_dir).caps["settle_s"].drop_nulls()

@@ -30,6 +30,7 @@ from powersweep.sim.amd_cards import SimAmdsmi
 from powersweep.sim.faults import parse_fault
 from powersweep.sim.gpu import SimGpu
 from powersweep.sim.memory_net import MemoryNetwork
+from powersweep.sim.options import SimOptions
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.rig import SimRig, clock_ground_truth, ground_truth
@@ -49,9 +50,9 @@ SIM_MODEL = "sim-qwen3.6-27b"
 
 
 @contextlib.contextmanager
-def build_rig(options: SweepOptions) -> Iterator[Rig]:
+def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[Rig]:
     """The rig for these options: real GPUs without ``--simulate``, else a simulated or replay
-    rig.
+    rig set up by ``sim`` (None: the simulated rig's defaults).
 
     Raises:
         PowersweepError: No GPU library can start, or an unknown simulation profile.
@@ -63,27 +64,34 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
         finally:
             backend.close()
         return
-    clock = sim_clock(options)
-    network = MemoryNetwork(seed=options.seed) if clock.runs_on_loop else None
-    sim: Any
+    with _simulated_rig(options, sim or SimOptions()) as rig:
+        yield rig
+
+
+@contextlib.contextmanager
+def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
+    assert options.simulate is not None
+    clock = sim_clock(sim, options.url)
+    network = MemoryNetwork(seed=sim.seed) if clock.runs_on_loop else None
+    engine: Any
     profiles: list[Any]
     if options.simulate.startswith("replay:"):
         curve = replay_profile(Path(options.simulate.removeprefix("replay:")))
-        sim = ReplayRig(curve, clock, seed=options.seed)
+        engine = ReplayRig(curve, clock, seed=sim.seed)
         profiles = [curve]
     else:
-        profiles = _profiles(options)
+        profiles = _profiles(options.simulate, sim)
         check_sim_backend(options.backend, profiles)
-        sim = SimRig(
+        engine = SimRig(
             profiles,
             clock,
-            seed=options.seed,
-            state_file=options.sim_state,
-            serving=options.sim_serving_gpus,
+            seed=sim.seed,
+            state_file=sim.state,
+            serving=sim.serving_gpus,
         )
-    backend = vendor_backend(sim, clock) if isinstance(sim, SimRig) else sim
+    backend = vendor_backend(engine, clock) if isinstance(engine, SimRig) else engine
     served = options.url is None
-    fault = parse_fault(options.sim_fault) if options.sim_fault else None
+    fault = parse_fault(sim.fault) if sim.fault else None
 
     @contextlib.contextmanager
     def serve() -> Iterator[str | None]:
@@ -91,24 +99,24 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             yield None
             return
         with SimServer(
-            sim,
-            flavour=options.sim_server,
+            engine,
+            flavour=sim.server,
             model=SIM_MODEL,
-            seed=options.seed,
-            http_error=options.sim_http_error,
-            total_slots=options.sim_slots,
-            hide_num_ctx=options.sim_hide_num_ctx,
-            reasoning_tokens=options.sim_reasoning_tokens,
-            tokens_per_chunk=options.sim_tokens_per_chunk,
-            ignore_max_tokens=options.sim_ignore_max_tokens,
+            seed=sim.seed,
+            http_error=sim.http_error,
+            total_slots=sim.slots,
+            hide_num_ctx=sim.hide_num_ctx,
+            reasoning_tokens=sim.reasoning_tokens,
+            tokens_per_chunk=sim.tokens_per_chunk,
+            ignore_max_tokens=sim.ignore_max_tokens,
             fault=fault,
-            current_cap_w=lambda: sim.gpu(0).envelope().current_w,
+            current_cap_w=lambda: engine.gpu(0).envelope().current_w,
             network=network,
         ) as server:
             yield server.url
 
     # the model's cards: what a sweep of the serving GPUs measures
-    serving = [profiles[i] for i in options.sim_serving_gpus or range(len(profiles))]
+    serving = [profiles[i] for i in sim.serving_gpus or range(len(profiles))]
 
     def truth(caps: Sequence[float], prep: Mapping[str, Any]) -> dict[str, Any] | None:
         return _truth(options, serving, list(caps), prep)
@@ -120,34 +128,37 @@ def build_rig(options: SweepOptions) -> Iterator[Rig]:
             return None
         return clock_ground_truth(profiles, options.load_mode, list(points), cap_w, **_kw(prep))
 
-    with _user_keeps(options.sim_state):
+    with _user_keeps(sim.state):
         yield Rig(
             backend=backend,
             clock=clock,
-            journal_backend=_journal_backend(options),
+            journal_backend=_journal_backend(options.simulate, sim),
             serve=serve,
-            wrap_client=(lambda c: c) if served else (lambda c: _RigDrivingClient(c, sim)),
+            wrap_client=(lambda c: c) if served else (lambda c: _RigDrivingClient(c, engine)),
             simulation={
                 "profile": options.simulate,
-                "seed": options.seed,
+                "seed": sim.seed,
                 "time_scale": clock.scale if clock.kind == "scaled" else None,
                 "clock": clock.kind,
-                "pace_run_s_per_s": options.sim_pace,
-                "server_flavour": options.sim_server if served else None,
-                "node": sim_node(options),
+                "pace_run_s_per_s": sim.pace,
+                "server_flavour": sim.server if served else None,
+                "node": sim_node(sim),
             },
             truth=truth,
             clock_truth=clock_truth,
             connector=network.connect if network is not None else None,
+            limits_outlive_process=sim.state is not None,
+            load_seed=sim.seed,
+            recorded_options=sim.recorded(),
         )
 
 
-def sim_clock(options: SweepOptions) -> Clock:
+def sim_clock(sim: SimOptions, url: str | None = None) -> Clock:
     """The simulated rig's clock: virtual time (paced with ``--sim-pace``) by default; scaled
     real time with ``--time-scale``; real time with ``--url`` (a real server answers in real
     time, the simulated GPU follows it)."""
-    if options.url is not None or options.time_scale is not None:
-        scale = options.time_scale or 1.0
+    if url is not None or sim.time_scale is not None:
+        scale = sim.time_scale or 1.0
         if scale > 1:
             # The simulated server, the client and the sampler share one interpreter: at the
             # default 5 ms GIL switch interval a token's arrival can be stamped up to 5 ms late,
@@ -155,7 +166,7 @@ def sim_clock(options: SweepOptions) -> Clock:
             # 0.1%.
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.0002))
         return ScaledClock(scale)
-    return VirtualClock(pace_run_s_per_s=options.sim_pace)
+    return VirtualClock(pace_run_s_per_s=sim.pace)
 
 
 @contextlib.contextmanager
@@ -169,10 +180,10 @@ def _user_keeps(state_file: Path | None) -> Iterator[None]:
             hand_over([state_file], invoking_user(), warn=warn)
 
 
-def sim_node(options: SweepOptions) -> str:
+def sim_node(sim: SimOptions) -> str:
     """The simulated node's name, which seeds its cards' spread: ``--sim-node``, else
     ``POWERSWEEP_SIM_NODE``, else the host name (so every node of a fleet gets its own cards)."""
-    return options.sim_node or os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
+    return sim.node or os.environ.get("POWERSWEEP_SIM_NODE") or socket.gethostname()
 
 
 def _card_profiles(specs: Sequence[str], node: str) -> list[GpuProfile]:
@@ -180,22 +191,19 @@ def _card_profiles(specs: Sequence[str], node: str) -> list[GpuProfile]:
     return [fleet_card(parse_card_spec(s), node, i) for i, s in enumerate(specs)]
 
 
-def _profiles(options: SweepOptions) -> list[GpuProfile]:
-    assert options.simulate is not None
-    names = [n.strip() for n in options.simulate.split("+") if n.strip()]
-    profiles = _card_profiles(names, sim_node(options))
-    if options.sim_rejects_below_w is not None:
-        profiles = [
-            dataclasses.replace(p, rejects_below_w=options.sim_rejects_below_w) for p in profiles
-        ]
-    if options.sim_context is not None:
-        profiles = [dataclasses.replace(p, context_tokens=options.sim_context) for p in profiles]
-    if options.sim_mem_locks_refused:
-        profiles = [dataclasses.replace(p, mem_locks_supported=False) for p in profiles]
-    if options.sim_sm_lock_ignored_below_mhz is not None:
-        below = options.sim_sm_lock_ignored_below_mhz
-        profiles = [dataclasses.replace(p, sm_lock_ignored_below_mhz=below) for p in profiles]
-    return profiles
+def _profiles(spec: str, sim: SimOptions) -> list[GpuProfile]:
+    names = [n.strip() for n in spec.split("+") if n.strip()]
+    profiles = _card_profiles(names, sim_node(sim))
+    changes: dict[str, Any] = {}
+    if sim.rejects_below_w is not None:
+        changes["rejects_below_w"] = sim.rejects_below_w
+    if sim.context is not None:
+        changes["context_tokens"] = sim.context
+    if sim.mem_locks_refused:
+        changes["mem_locks_supported"] = False
+    if sim.sm_lock_ignored_below_mhz is not None:
+        changes["sm_lock_ignored_below_mhz"] = sim.sm_lock_ignored_below_mhz
+    return [dataclasses.replace(p, **changes) for p in profiles] if changes else profiles
 
 
 class _RigDrivingClient:
@@ -251,17 +259,17 @@ def _kw(prep: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _journal_backend(options: SweepOptions) -> Mapping[str, Any]:
+def _journal_backend(spec: str, sim: SimOptions) -> Mapping[str, Any]:
     """How ``powersweep restore`` rebuilds a simulated rig (a real one records its backend's
     kind in :func:`build_rig`)."""
-    names = [n.strip() for n in (options.simulate or "").split("+") if n.strip()]
-    state = options.sim_state.resolve() if options.sim_state else None
+    names = [n.strip() for n in spec.split("+") if n.strip()]
+    state = sim.state.resolve() if sim.state else None
     return {
         "kind": "sim",
         "profiles": names,
-        "node": sim_node(options),
+        "node": sim_node(sim),
         "sim_state": str(state) if state else None,
-        "seed": options.seed,
+        "seed": sim.seed,
     }
 
 

@@ -7,6 +7,8 @@ composition root (:mod:`powersweep.cli.rigs`).
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import sys
 from pathlib import Path
@@ -19,13 +21,13 @@ from powersweep.analysis.serving import check_options
 from powersweep.cli._common import BackendOpt, info, is_root, state_dir_option, warn
 from powersweep.cli.analyze import TariffOpt
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.sim.options import SimOptions, SimServerFlavour, refuse_without_simulate
 from powersweep.sweep.options import (
     Axis,
     Backend,
     Cooling,
     LoadMode,
     SettleMode,
-    SimServerFlavour,
     Strategy,
     SweepOptions,
 )
@@ -506,8 +508,32 @@ def sweep_command(
     if list_profiles:
         _print_profiles()
         return
-    if simulate is None and seed is not None:
-        raise UsageError("--seed works only with --simulate")
+    sim = SimOptions(
+        time_scale=time_scale,
+        pace=sim_pace,
+        seed=seed or 0,
+        server=sim_server.value,
+        state=sim_state,
+        rejects_below_w=sim_rejects_below,
+        http_error=sim_http_error,
+        slots=sim_slots,
+        context=sim_context,
+        hide_num_ctx=sim_hide_num_ctx,
+        reasoning_tokens=sim_reasoning_tokens,
+        node=sim_node,
+        mem_locks_refused=sim_mem_locks_refused,
+        sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
+        tokens_per_chunk=sim_tokens_per_chunk,
+        ignore_max_tokens=sim_ignore_max_tokens,
+        serving_gpus=parse_gpus(sim_serving_gpus),
+        fault=sim_fault,
+    )
+    if simulate is None:
+        if seed is not None:
+            raise UsageError("--seed works only with --simulate")
+        refuse_without_simulate(sim)
+    else:
+        sim.validate(url)
     check_options(tariff, None, None)
     options = SweepOptions(
         cooling=cooling.value,
@@ -528,18 +554,11 @@ def sweep_command(
         warmup_requests=warmup_requests,
         max_failed_caps=max_failed_caps,
         simulate=simulate,
-        time_scale=time_scale,
-        sim_pace=sim_pace,
-        seed=seed or 0,
-        sim_server=sim_server.value,
-        sim_state=sim_state,
         force=force,
         dry_run=dry_run,
         observe_only=observe_only,
         resume=resume,
         state_dir=state_dir,
-        sim_rejects_below_w=sim_rejects_below,
-        sim_http_error=sim_http_error,
         concurrency=parse_concurrency(concurrency),
         bench_runs=bench_runs,
         max_concurrency_probe=max_concurrency_probe,
@@ -549,38 +568,40 @@ def sweep_command(
         strategy=strategy.value,
         settle=settle.value,
         confirm=not no_confirm,
-        sim_slots=sim_slots,
-        sim_context=sim_context,
-        sim_hide_num_ctx=sim_hide_num_ctx,
-        sim_reasoning_tokens=sim_reasoning_tokens,
-        sim_node=sim_node,
         axis=axis.value,
         sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,
         mem_clocks=parse_clocks(mem_clocks, "--mem-clocks") if mem_clocks is not None else None,
         hold_cap_w=cap,
-        sim_mem_locks_refused=sim_mem_locks_refused,
-        sim_sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
-        sim_tokens_per_chunk=sim_tokens_per_chunk,
-        sim_ignore_max_tokens=sim_ignore_max_tokens,
-        sim_serving_gpus=parse_gpus(sim_serving_gpus),
-        sim_fault=sim_fault,
         backend=backend.value,
         tariff_per_kwh=tariff,
     )
     if dry_run:
-        _print_dry_run(options)
+        _print_dry_run(options, sim)
         return
-    run_sweep(options, quiet=quiet, charts=not no_charts)
+    run_sweep(options, sim, quiet=quiet, charts=not no_charts)
 
 
-def _print_dry_run(options: SweepOptions) -> None:
+def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:
     from powersweep.cli.rigs import build_rig
     from powersweep.sweep.plan import dry_run
 
     if options.resume is not None:
         raise UsageError("--dry-run does not combine with --resume")
-    for line in dry_run(options, build_rig, warn=warn).lines():
+    rigs = functools.partial(build_rig, sim=sim)
+    for line in dry_run(options, rigs, warn=warn).lines():
         typer.echo(line)
+
+
+def _resumed_sim(options: SweepOptions, sim: SimOptions) -> SimOptions:
+    """A resumed run's simulated rig is the one it recorded (as its other options are); a run
+    directory that cannot be read keeps ``sim`` (the session names what is wrong with it)."""
+    if options.resume is None:
+        return sim
+    try:
+        recorded = json.loads((options.resume / "run.json").read_text())["options"]
+        return SimOptions.from_recorded(recorded) if recorded.get("simulate") else sim
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return sim
 
 
 class _Progress:
@@ -622,7 +643,7 @@ class _Progress:
             self.bar = None
 
 
-def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
+def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bool) -> None:
     """Run the sweep, print what was restored, write the report, and hand files to the user.
 
     Raises:
@@ -647,7 +668,7 @@ def run_sweep(options: SweepOptions, *, quiet: bool, charts: bool) -> None:
     try:
         result = run_session(
             options,
-            build_rig,
+            functools.partial(build_rig, sim=_resumed_sim(options, sim)),
             progress=bar.on_progress,
             warn=warn,
             on_plan=bar.on_plan,

@@ -498,7 +498,7 @@ class SimServer:
         fraction = self.token_jitter_fraction
         if fraction <= 0:
             return lambda _step: 0.0
-        rng = random.Random(self.seed * 1_000_003 + request_no)
+        rng = random.Random(f"token-jitter:{self.seed}:{request_no}")
         rate = 1.0 / fraction
 
         def late(step: float) -> float:

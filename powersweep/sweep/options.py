@@ -58,16 +58,6 @@ class SettleMode(StrEnum):
     FIXED = "fixed"
 
 
-class SimServerFlavour(StrEnum):
-    """The engine whose quirks the simulated server imitates."""
-
-    LLAMACPP = "llamacpp"
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    OLLAMA = "ollama"
-    PLAIN = "plain"
-
-
 class Backend(StrEnum):
     """Which GPU library drives the cards: NVML (NVIDIA), amdsmi (AMD) or whichever is there."""
 
@@ -81,12 +71,7 @@ BACKENDS = tuple(b.value for b in Backend)
 STRATEGIES = tuple(s.value for s in Strategy)
 AXES = tuple(a.value for a in Axis)
 SETTLE_MODES = tuple(s.value for s in SettleMode)
-SIM_SERVER_FLAVOURS = tuple(f.value for f in SimServerFlavour)
 COOLING = tuple(c.value for c in Cooling)
-DEFAULT_SIM_TIME_SCALE = 30.0
-# Many streams cost the one interpreter more CPU per run second, and a prefill's single long
-# wait weighs every millisecond of wall latency `scale` times: both run slower by default.
-SIM_TIME_SCALE_BY_MODE = {"decode-single": 30.0, "decode-concurrent": 15.0, "prefill-heavy": 15.0}
 # Streams one client (one interpreter, one connection pool) can drive and still measure: beyond
 # this, scheduling the streams costs more than the server's own time and Ctrl-C waits on them.
 MAX_STREAMS = 256
@@ -110,7 +95,6 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     ("--bench-runs", "bench_runs", 1, 50, True),
     ("--max-concurrency-probe", "max_concurrency_probe", 1, MAX_STREAMS, True),
     ("--concurrency-stretch", "concurrency_stretch", 0, MAX_STREAMS, True),
-    ("--sim-reasoning-tokens", "sim_reasoning_tokens", 0, 100_000, True),
 )
 
 
@@ -118,7 +102,9 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
 class SweepOptions:
     """Every option of a sweep (what ``run.json`` records under ``options``).
 
-    Attributes mirror the CLI flags; ``api_key`` is never recorded.
+    Attributes mirror the CLI flags; ``api_key`` is never recorded. ``simulate`` names the
+    simulated profile (the sweep skips the root check for it); how the simulated rig behaves is
+    :class:`powersweep.sim.options.SimOptions`, which only the composition root reads.
     """
 
     cooling: str = "unspecified"
@@ -139,18 +125,11 @@ class SweepOptions:
     warmup_requests: int = 3
     max_failed_caps: int = 3
     simulate: str | None = None
-    time_scale: float | None = None
-    sim_pace: float | None = None
-    seed: int = 0
-    sim_server: str = "llamacpp"
-    sim_state: Path | None = None
     force: bool = False
     dry_run: bool = False
     observe_only: bool = False
     resume: Path | None = None
     state_dir: Path | None = None
-    sim_rejects_below_w: float | None = None
-    sim_http_error: int | None = None
     concurrency: int | None = None
     bench_runs: int = 1
     max_concurrency_probe: int = 16
@@ -160,21 +139,10 @@ class SweepOptions:
     strategy: str = "dense"
     settle: str = "auto"
     confirm: bool = True
-    sim_slots: int | None = None
-    sim_context: int | None = None
-    sim_hide_num_ctx: bool = False
-    sim_reasoning_tokens: int = 0
-    sim_node: str | None = None
     axis: str = "power"
     sm_clocks: tuple[float, ...] | None = None
     mem_clocks: tuple[float, ...] | None = None
     hold_cap_w: float | None = None
-    sim_mem_locks_refused: bool = False
-    sim_sm_lock_ignored_below_mhz: float | None = None
-    sim_tokens_per_chunk: int = 1
-    sim_ignore_max_tokens: bool = False
-    sim_serving_gpus: tuple[int, ...] | None = None
-    sim_fault: str | None = None
     backend: str = "auto"
     # The price of a kWh the report prices tokens at (``--tariff``; analyze reuses it).
     tariff_per_kwh: float | None = None
@@ -198,7 +166,7 @@ class SweepOptions:
         data.pop("api_key")
         data["api_key_given"] = self.api_key is not None
         data["url"] = strip_credentials(self.url) if self.url else None
-        for key in ("out", "sim_state", "resume", "state_dir"):
+        for key in ("out", "resume", "state_dir"):
             value = getattr(self, key)
             data[key] = str(value) if value is not None else None
         return data
@@ -207,12 +175,6 @@ class SweepOptions:
     def changes_limits(self) -> bool:
         """True when this sweep sets power limits (not a dry run, not observe-only)."""
         return not (self.dry_run or self.observe_only)
-
-    @property
-    def needs_journal(self) -> bool:
-        """True when a limit this sweep sets would outlive the process (real GPUs, or a
-        simulated rig whose limits persist in ``--sim-state``)."""
-        return self.changes_limits and (self.simulate is None or self.sim_state is not None)
 
 
 def _check_ranges(options: SweepOptions) -> None:
@@ -229,18 +191,6 @@ def _check_ranges(options: SweepOptions) -> None:
         raise UsageError(
             f"--concurrency {options.concurrency} is more streams than one client can drive "
             f"(at most {MAX_STREAMS})"
-        )
-    if options.time_scale is not None and not (
-        math.isfinite(options.time_scale) and 0 < options.time_scale <= 1000
-    ):
-        raise UsageError(
-            f"--time-scale must be more than 0 and at most 1000, got {options.time_scale:g}"
-        )
-    if options.sim_pace is not None and not (
-        math.isfinite(options.sim_pace) and 0 < options.sim_pace <= 1_000_000
-    ):
-        raise UsageError(
-            f"--sim-pace must be more than 0 and at most 1000000, got {options.sim_pace:g}"
         )
     if options.load_target is not None and not math.isfinite(options.load_target):
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
@@ -263,14 +213,6 @@ def _check_ranges(options: SweepOptions) -> None:
                 f"{flag} {too_high[0]:g} {unit} is more than any card takes "
                 f"(at most {high:g} {unit})"
             )
-    if options.sim_rejects_below_w is not None and not (
-        math.isfinite(options.sim_rejects_below_w) and options.sim_rejects_below_w > 0
-    ):
-        raise UsageError("--sim-rejects-below takes a positive number of watts")
-    if options.sim_slots is not None and options.sim_slots > 4096:
-        raise UsageError("--sim-slots must be at most 4096")
-    if options.sim_context is not None and options.sim_context > 10_000_000:
-        raise UsageError("--sim-context must be at most 10000000 tokens")
     if options.url is not None:
         normalize_base_url(options.url)
 
@@ -291,11 +233,6 @@ def validate(options: SweepOptions) -> None:
         raise UsageError(f"--strategy must be dense or adaptive, not {options.strategy!r}")
     if options.settle not in SETTLE_MODES:
         raise UsageError(f"--settle must be auto or fixed, not {options.settle!r}")
-    if options.sim_server not in SIM_SERVER_FLAVOURS:
-        raise UsageError(
-            f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, "
-            f"not {options.sim_server!r}"
-        )
     if options.backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
     _validate_axis(options)
@@ -312,14 +249,6 @@ def validate(options: SweepOptions) -> None:
     prefill = options.target_prefill_seconds
     if prefill is not None and not prefill > 0:
         raise UsageError("--target-prefill-seconds must be positive")
-    if options.sim_slots is not None and options.sim_slots < 1:
-        raise UsageError("--sim-slots must be at least 1")
-    if options.sim_tokens_per_chunk < 1:
-        raise UsageError("--sim-tokens-per-chunk must be at least 1")
-    if options.sim_reasoning_tokens < 0:
-        raise UsageError("--sim-reasoning-tokens must be 0 or more")
-    if options.sim_context is not None and options.sim_context < 256:
-        raise UsageError("--sim-context must be at least 256 tokens")
     _check_ranges(options)
     if (
         options.load_mode == "prefill-heavy"
@@ -356,47 +285,12 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--max-failed-caps must be at least 1")
     if options.warmup_requests < 0:
         raise UsageError("--warmup-requests must be 0 or more")
-    if options.simulate is None:
-        if options.time_scale is not None:
-            raise UsageError("--time-scale works only with --simulate")
-        if options.sim_pace is not None:
-            raise UsageError("--sim-pace works only with --simulate")
-        if options.sim_state is not None:
-            raise UsageError("--sim-state works only with --simulate")
-    elif options.sim_pace is not None and (options.time_scale is not None or options.url):
-        raise UsageError(
-            "--sim-pace paces the simulated rig's virtual time: not with --time-scale (scaled "
-            "real time) or --url (a real server, real time)"
-        )
-    elif options.time_scale is not None:
-        if not options.time_scale > 0:
-            raise UsageError(f"--time-scale must be positive, got {options.time_scale:g}")
-        if options.url and options.time_scale != 1:
-            raise UsageError(
-                "--time-scale needs the simulated server: with --url a real server answers "
-                "in real time (drop --time-scale or --url)"
-            )
     if options.gpus is not None and any(i < 0 for i in options.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")
     if options.observe_only and options.caps:
         raise UsageError("--observe-only measures at the limit in force: drop --caps")
     if options.observe_only and options.dry_run:
         raise UsageError("--dry-run and --observe-only exclude each other")
-    if options.simulate is None and (
-        options.sim_rejects_below_w is not None
-        or options.sim_http_error is not None
-        or options.sim_node is not None
-        or options.sim_mem_locks_refused
-        or options.sim_sm_lock_ignored_below_mhz is not None
-        or options.sim_fault is not None
-    ):
-        raise UsageError("--sim-* options work only with --simulate")
-    if options.sim_http_error is not None and not 400 <= options.sim_http_error <= 599:
-        raise UsageError("--sim-http-error takes an HTTP error status (400-599)")
-    if options.simulate is not None and options.url and options.sim_http_error is not None:
-        raise UsageError("--sim-http-error needs the simulated server: drop --url")
-    if options.simulate is not None and options.url and options.sim_fault is not None:
-        raise UsageError("--sim-fault needs the simulated server: drop --url")
 
 
 def _validate_axis(options: SweepOptions) -> None:

@@ -489,7 +489,9 @@ def dry_run(
             envelope=envelope,
             caps_w=tuple(sorted(caps, reverse=True)),
             estimated_wall_s=rig.clock.wall_s(estimate_wall_s(options, n, 1.0, caps)),
-            journal_path=journal_for(options).path if options.needs_journal else None,
+            journal_path=journal_for(options).path
+            if options.changes_limits and rig.limits_outlive_process
+            else None,
             points=tuple(points),
             axis=options.axis,
             estimated_run_s=estimate_wall_s(options, n, 1.0, caps),

@@ -70,7 +70,7 @@ def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, di
     recorded = dict(meta["options"])
     known = {f.name for f in dataclasses.fields(SweepOptions)}
     kwargs = {k: v for k, v in recorded.items() if k in known}
-    for key in ("out", "sim_state", "resume", "state_dir"):
+    for key in ("out", "resume", "state_dir"):
         kwargs[key] = Path(kwargs[key]) if kwargs.get(key) else None
     for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
         kwargs[key] = tuple(kwargs[key]) if kwargs.get(key) is not None else None

@@ -56,6 +56,13 @@ class Rig:
         connector: How the client reaches the rig's own server without a socket (the
             simulated rig on virtual time, where client and server share one event loop);
             None: real sockets.
+        limits_outlive_process: A limit the sweep sets stays after the process ends (real
+            cards, or simulated ones whose settings persist in a file): the sweep then keeps a
+            restore journal.
+        load_seed: Seed of the generated prompt bodies (the simulated rig's ``--seed``, so a
+            seed reproduces a run; 0 on real hardware).
+        recorded_options: The rig's own settings, recorded among ``run.json``'s options (the
+            simulated rig's, under their flag names; empty on real hardware).
     """
 
     backend: GpuBackend
@@ -67,6 +74,9 @@ class Rig:
     truth: TruthFn | None = None
     clock_truth: ClockTruthFn | None = None
     connector: Connector | None = None
+    limits_outlive_process: bool = True
+    load_seed: int = 0
+    recorded_options: Mapping[str, Any] = field(default_factory=dict)
 
     def transport(self, max_connections: int = 8) -> LeanTransport | None:
         """The HTTP transport of a client outside the chat client (discovery): over

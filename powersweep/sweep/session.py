@@ -126,8 +126,14 @@ def run_session(
         )
 
 
+def needs_journal(options: SweepOptions, rig: Rig) -> bool:
+    """True when a limit this sweep sets would outlive the process (real GPUs, or a simulated
+    rig whose settings persist in a file)."""
+    return options.changes_limits and rig.limits_outlive_process
+
+
 def _open_journal(
-    options: SweepOptions, warn: Callable[[str], None]
+    options: SweepOptions, rig: Rig, warn: Callable[[str], None]
 ) -> tuple[Journal | None, JournalEntry | None]:
     """The restore journal (None when no limit outlives the process) and the journal a dead
     sweep left, if any (its limits are put back before this sweep starts).
@@ -136,7 +142,7 @@ def _open_journal(
         UsageError: Another sweep that still runs owns the journal (``--force`` or not), or the
             dead sweep's journal holds clock locks (``powersweep restore`` first).
     """
-    if not options.needs_journal:
+    if not needs_journal(options, rig):
         return None, None
     journal = journal_for(options)
     old = journal.read()
@@ -206,11 +212,11 @@ def _run_session(
     validate(options)
     if options.cooling == "unspecified" and resume_meta is None:
         warn("--cooling not given: results are labelled 'unspecified' (use air, water or aio)")
-    journal, stale = _open_journal(options, warn)
     if options.simulate is None and options.changes_limits:
         require_root()
     out_created = not options.out.exists()
     with rigs(options) as rig:
+        journal, stale = _open_journal(options, rig, warn)
         backend = rig.backend
         originals_by_uuid = _restore_dead_owner(stale, journal, rig, warn) if stale else {}
         with rig.serve() as served_url:
@@ -299,7 +305,9 @@ def _run_session(
                 },
                 caps_already_done=resume.caps_done if resume else (),
                 earlier_status=resume.cap_status if resume else None,
-                load_factory=_load_factory(options, client, rig.clock, info, warn),
+                load_factory=_load_factory(
+                    options, client, rig.clock, info, warn, seed=rig.load_seed
+                ),
                 prepared=resume.meta.get("load") if resume else None,
                 on_prepared=on_prepared,
                 points_already_done=resume.points_done if resume else (),
@@ -342,6 +350,7 @@ def _open_run(
         # modes that probe or calibrate get theirs once the load is set up
         simulation = {**rig.simulation, "ground_truth": truth}
     meta = _run_meta(options, gpus, info, caps, simulation)
+    meta["options"].update(rig.recorded_options)
     meta["gpu_selection"] = choice.meta()
     if points:
         meta["axis"] = options.axis
@@ -403,8 +412,10 @@ def _load_factory(
     clock: Clock,
     info: ServerInfo,
     warn: Callable[[str], None],
+    seed: int = 0,
 ) -> Callable[[Any, Pace], Load]:
-    """Builds the load of ``options.load_mode`` once the driver has its sampler."""
+    """Builds the load of ``options.load_mode`` once the driver has its sampler (``seed``: of
+    the generated prompt bodies)."""
 
     def make(sampler: Any, pace: Pace) -> Load:
         if options.load_mode == "decode-concurrent":
@@ -433,7 +444,7 @@ def _load_factory(
                 target_prefill_s=options.prefill_seconds,
                 context_tokens=info.context_tokens,
                 engine=info.engine,
-                seed=options.seed,
+                seed=seed,
                 warn=warn,
             )
         return DecodeSingle(client, clock, sampler, options.target_cap_seconds, pace)

@@ -22,7 +22,6 @@ from powersweep.sweep.planning.clocks import SweepPoint
         ({"axis": "mem-clock", "sm_clocks": (900.0, 1200.0)}, "one SM lock"),
         ({"axis": "grid", "hold_cap_w": -5.0}, "--cap must be a positive"),
         ({"axis": "grid", "observe_only": True, "sm_clocks": (900.0,)}, "--observe-only"),
-        ({"sim_mem_locks_refused": True}, r"--sim-\* options work only with --simulate"),
     ],
 )
 def test_bad_clock_options_are_one_line_usage_errors(kwargs: dict, message: str) -> None:

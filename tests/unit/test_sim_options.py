@@ -1,0 +1,72 @@
+"""The simulated rig's options: owned by the simulator, validated there, recorded in run.json under
+their flag names and read back for --resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from powersweep.errors import UsageError
+from powersweep.sim.options import FLAGS, SimOptions, refuse_without_simulate
+from powersweep.sweep.options import SweepOptions
+
+
+def test_the_sweep_options_hold_no_simulator_setting() -> None:
+    sweep_fields = set(SweepOptions.__dataclass_fields__)
+    assert sweep_fields.isdisjoint({"time_scale", "seed", "sim_pace", "sim_server", "sim_state"})
+    assert not [f for f in sweep_fields if f.startswith("sim_")]
+    assert set(FLAGS) == set(SimOptions.__dataclass_fields__)
+
+
+def test_run_json_records_them_under_their_flag_names_and_resume_reads_them_back() -> None:
+    sim = SimOptions(
+        time_scale=None,
+        pace=25.0,
+        seed=7,
+        server="vllm",
+        state=Path("/tmp/s.json"),
+        fault="pause-once@310",
+        serving_gpus=(0, 2),
+        reasoning_tokens=150,
+    )
+    recorded = sim.recorded()
+    assert recorded["seed"] == 7 and recorded["sim_server"] == "vllm"
+    assert recorded["sim_pace"] == 25.0 and recorded["time_scale"] is None
+    assert recorded["sim_state"] == "/tmp/s.json" and recorded["sim_fault"] == "pause-once@310"
+    assert SimOptions.from_recorded(recorded) == sim
+    # a run recorded before a setting existed keeps its default
+    assert SimOptions.from_recorded({"seed": 3}) == SimOptions(seed=3)
+
+
+@pytest.mark.parametrize(
+    ("sim", "url", "message"),
+    [
+        (SimOptions(time_scale=0.0), None, "--time-scale must be more than 0 and at most 1000"),
+        (SimOptions(pace=float("inf")), None, "--sim-pace must be more than 0 and at most"),
+        (SimOptions(pace=10.0, time_scale=5.0), None, "--sim-pace paces"),
+        (SimOptions(pace=10.0), "http://127.0.0.1:9", "--sim-pace paces"),
+        (SimOptions(time_scale=10.0), "http://127.0.0.1:9", "--time-scale needs the simulated"),
+        (SimOptions(server="tgi"), None, "--sim-server must be one of"),
+        (SimOptions(slots=0), None, "--sim-slots must be at least 1"),
+        (SimOptions(context=100), None, "--sim-context must be at least 256"),
+        (SimOptions(reasoning_tokens=-1), None, "--sim-reasoning-tokens must be 0 or more"),
+        (SimOptions(http_error=200), None, "--sim-http-error takes an HTTP error status"),
+        (SimOptions(fault="stall"), "http://127.0.0.1:9", "--sim-fault needs the simulated"),
+    ],
+)
+def test_bad_settings_are_one_line_usage_errors(
+    sim: SimOptions, url: str | None, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        sim.validate(url)
+
+
+def test_settings_without_simulate_are_refused_by_name() -> None:
+    refuse_without_simulate(SimOptions())
+    with pytest.raises(UsageError, match="--time-scale works only with --simulate"):
+        refuse_without_simulate(SimOptions(time_scale=5.0))
+    with pytest.raises(UsageError, match="--sim-pace works only with --simulate"):
+        refuse_without_simulate(SimOptions(pace=5.0))
+    with pytest.raises(UsageError, match=r"--sim-\* options work only with --simulate"):
+        refuse_without_simulate(SimOptions(mem_locks_refused=True))
