@@ -13,11 +13,12 @@ goal:
 - each point's measured window against the target, for a fast card (RTX 5090), a slow one (RTX
   3090, 31 TPS) and a server that ignores ``max_tokens``: every window <= 2 x target + 1.5 s.
 
-The run clock is scaled (``--time-scale``, default 10): wall-time costs of the simulation (the
-simulated server shares the interpreter) count ``scale`` times over, so a lower scale reads
-closer to a real card; the figures are an upper bound.
+The sweeps run on the simulated rig's virtual time (the default): their run seconds are the
+model's, whatever the machine does meanwhile, and one seed gives the same figures every time.
+``--time-scale X`` runs them on scaled real time instead, where the simulation's own wall-time
+costs count ``X`` times over (an upper bound).
 
-Usage: ``python scripts/bench_sweep_time.py [--time-scale 10] [--seed 1]``. Exit code 0.
+Usage: ``python scripts/bench_sweep_time.py [--time-scale X] [--seed 1]``. Exit code 0.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ WINDOW_S = 10.0
 MARGIN_PER_POINT_S = 1.5
 
 
-def sweep(out: Path, scale: float, seed: int, *args: str) -> Path:
-    """Run one simulated sweep through the CLI; its run directory."""
+def sweep(out: Path, scale: float | None, seed: int, *args: str) -> Path:
+    """Run one simulated sweep through the CLI (virtual time unless ``scale``); its run
+    directory."""
+    clock = ("--time-scale", f"{scale:g}") if scale is not None else ()
     cmd = [
         sys.executable, "-m", "powersweep", "--cooling", "air", "--quiet", "--no-charts",
-        "--time-scale", f"{scale:g}", "--seed", str(seed), "--out", str(out), *args,
+        *clock, "--seed", str(seed), "--out", str(out), *args,
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -84,8 +87,14 @@ def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
-def readme_sweeps(tmp: Path, scale: float, seed: int) -> None:
-    print(f"README sweep: rtx3090-air decode-single, 21 caps, 10 s windows (scale {scale:g})")
+def _clock(scale: float | None) -> str:
+    if scale is None:
+        return "virtual time: the model's run seconds"
+    return f"scale {scale:g}: wall costs count {scale:g}x"
+
+
+def readme_sweeps(tmp: Path, scale: float | None, seed: int) -> None:
+    print(f"README sweep: rtx3090-air decode-single, 21 caps, 10 s windows ({_clock(scale)})")
     print(f"  club-3090 power-cap-sweep.sh: {ANCHOR_S:.0f} s")
     base = ("--simulate", "rtx3090-air", "--load-mode", "decode-single")
     got: dict[str, dict[str, Any]] = {}
@@ -107,11 +116,11 @@ def readme_sweeps(tmp: Path, scale: float, seed: int) -> None:
         )
         print(
             f"           overhead beyond the windows {f['overhead_s']:.2f} s/point "
-            f"(settle, hand-over, margins; at scale {scale:g} wall costs count {scale:g}x)"
+            f"(settle, hand-over, margins; {_clock(scale)})"
         )
 
 
-def windows(tmp: Path, scale: float, seed: int) -> None:
+def windows(tmp: Path, scale: float | None, seed: int) -> None:
     print(f"windows against the target ({WINDOW_S:g} s per prompt, <= 2 x target + 1.5 s a point)")
     cases = {
         "fast card (rtx5090-air)": ("--simulate", "rtx5090-air", "--caps", "575,500,425,350"),
@@ -130,7 +139,7 @@ def windows(tmp: Path, scale: float, seed: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-scale", type=float, default=10.0)
+    parser.add_argument("--time-scale", type=float, default=None)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
