@@ -190,12 +190,12 @@ sim_args() {  # JOB_NAME: the simulated rig of each node of that job
     echo --simulate 'rtx4090-air~0.03' --cooling air --load-mode decode-single --no-charts \
         --sim-node '{host}-r{rank}' --sim-state "$tmp/simstate/$1-{host}-r{rank}.json"
 }
-fast=(--caps 240,280,320,400,480 --target-cap-seconds 2 --settle fixed --settle-seconds 1
-    --time-scale 5)
-# long sweeps, stopped part-way by scancel or the time limit
+# the simulated rig's virtual time: each sweep takes the seconds its CPU needs
+fast=(--caps 240,280,320,400,480 --target-cap-seconds 2 --settle fixed --settle-seconds 1)
+# long sweeps, stopped part-way by scancel or the time limit: virtual time paced to the wall
 # (about 2 minutes: longer than the time-limit job's first 80 s, so its SIGTERM stops them)
 slow=(--caps 480,440,400,360,320,280,240,200,160 --target-cap-seconds 6 --settle fixed
-    --settle-seconds 1 --time-scale 1)
+    --settle-seconds 1 --sim-pace 1)
 recipe="$repo/deploy/slurm/powersweep-fleet.sbatch"
 job_of() { sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' "$1"; }
 wait_gone() {  # JOB_ID SECONDS

@@ -339,7 +339,7 @@ def clock_swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     done = powersweep(
         "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
         "--axis", "sm-clock", "--sm-clocks", "1200,1500,1800", "--cap", "300",
-        "--time-scale", "50", "--target-cap-seconds", "1", "--warmup-requests", "1",
+        "--target-cap-seconds", "1", "--warmup-requests", "1",
         "--settle-seconds", "1", "--no-charts", "-q",
         "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
     )  # fmt: skip

@@ -46,13 +46,8 @@ def _sm_steps(points: list[dict[str, Any]]) -> list[float]:
 @pytest.mark.parametrize(
     ("mode", "extra"),
     [
-        # 4 s windows: a few wall milliseconds of a busy CPU at a request's ends count `scale`
-        # times over, 1.5% of its rate at 20 against a flat curve's neighbours
-        ("decode-single", ("--time-scale", "12", "--target-cap-seconds", "4")),
-        (
-            "decode-concurrent",
-            ("--concurrency", "8", "--time-scale", "12", "--target-cap-seconds", "4"),
-        ),
+        ("decode-single", ("--target-cap-seconds", "4")),
+        ("decode-concurrent", ("--concurrency", "8", "--target-cap-seconds", "4")),
     ],
 )
 def test_datacenter_sm_sweep_finds_the_peak_and_says_caps_do_not_bind(
@@ -96,11 +91,7 @@ def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path:
         "--sm-clocks",
         "1200,1800,2400,2880",
         # The 12001 MHz tier's top TPS is 6.3% under the fastest tier's, against the 5% that
-        # makes a tier cap TPS: a few wall milliseconds of a busy CPU at a request's ends count
-        # `scale` times over, and at 25 on 3 s windows they were more than that margin once,
-        # and at 10 on 4 s windows (0.4 wall s) once on a CI machine: at 5 a lapse weighs half.
-        "--time-scale",
-        "5",
+        # makes a tier cap TPS: 4 s windows keep the model's own noise well inside that margin.
         "--target-cap-seconds",
         "4",
         # Locked clocks under a limit that does not bind: a point's TPS does not depend on the
@@ -143,8 +134,6 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
         "1200,1500,1800",
         "--mem-clocks",
         "9751,9501",
-        "--time-scale",
-        "20",
         "--target-cap-seconds",
         "2",
         *FAST,
@@ -174,8 +163,6 @@ def test_a_lock_the_card_ignores_is_rejected_from_the_measured_clock(tmp_path: P
         "sm-clock",
         "--sm-clocks",
         "600,1500,2400",
-        "--time-scale",
-        "20",
         "--target-cap-seconds",
         "2",
     )
@@ -214,8 +201,6 @@ def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path
         "--axis",
         "sm-clock",
         "--observe-only",
-        "--time-scale",
-        "20",
         "--target-cap-seconds",
         "2",
     )
@@ -235,8 +220,6 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
         "sm-clock",
         "--sm-clocks",
         "900,1200,1500,1800",
-        "--time-scale",
-        "20",
         "--target-cap-seconds",
         "2",
         *FAST,
@@ -273,8 +256,6 @@ def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
         "705,945,1185,1425,1665,1800,1980",
         # the H100's decode efficiency is flat within 1% from 945 to 1665 MHz: the default
         # windows, long enough to tell a step apart
-        "--time-scale",
-        "30",
         "--target-cap-seconds",
         "10",
     )

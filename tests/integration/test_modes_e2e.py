@@ -15,6 +15,7 @@ flavours so that every profile is covered without more runs.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 
 from powersweep.cli import rigs
 from powersweep.cli.rigs import build_rig
+from powersweep.sim.options import SimOptions
 from powersweep.sim.physics import operating_point, steady_state
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import workload_for
@@ -31,21 +33,11 @@ from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
-# Long prompts (5 s of prefill) in 10 s windows: a prefill's time to first token carries the wall
-# latency of sending a long prompt between two threads of one interpreter, `scale` times over in
-# run time: on a busy 2-core machine that read 2-4% slow at the default scale (15), 1.6-2% at 4.
-# So these run at 4, checked within 3%.
-PREFILL = ("--target-cap-seconds", "10", "--target-prefill-seconds", "5", "--time-scale", "4")
-PREFILL_REL = 0.03
-# A decode request's TPS spans its first to last token, a couple of seconds of run time: wall jitter
-# at either end counts `scale` times over, which at decode-single's default (30) read 2% off on a
-# busy machine, and at 15 still 2.1% once on a 2-core CI machine. At 8 it weighs a quarter.
-DECODE = ("--time-scale", "8")
-# decode-concurrent counts the tokens that arrived inside the window: a client late by d wall
-# seconds at its end misses d x scale run seconds of every stream's tokens. At its default (15)
-# a 4 s window lasts 0.27 wall s, and a 21 ms lapse of a busy 2-core CI machine read 7.9% low;
-# at 4 the window lasts a wall second.
-CONCURRENT = ("--concurrency", "4", "--time-scale", "4")
+# Long prompts (5 s of prefill) in 10 s windows. On virtual time the client's per-request
+# overhead (about a millisecond) is all a prefill's time to first token carries beyond the model.
+PREFILL = ("--target-cap-seconds", "10", "--target-prefill-seconds", "5")
+DECODE: tuple[str, ...] = ()  # decode-single at its defaults
+CONCURRENT = ("--concurrency", "4")
 # (load mode, flavour, profile, caps, extra CLI args)
 MATRIX: list[tuple[str, str, str, str, tuple[str, ...]]] = [
     ("decode-single", "llamacpp", "rtx3090-air", "330,310", DECODE),
@@ -150,13 +142,16 @@ def test_mode_and_flavour_match_ground_truth(
     )
     assert meta["status"] == "complete" and meta["error"] is None
     assert meta["simulation"]["server_flavour"] == flavour
+    assert meta["simulation"]["clock"] == "virtual"
     truth = meta["simulation"]["ground_truth"]
     assert truth["load_mode"] == mode
     # the confirm phase's re-measurements (reason confirm) are checked in test_noise_e2e
     rows = {float(r["cap_w"]): r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"}
     assert sorted(rows) == sorted(float(c) for c in caps.split(","))
     metrics = ("prefill_tps",) if mode == "prefill-heavy" else ("narr_tps", "code_tps")
-    rel = PREFILL_REL if mode == "prefill-heavy" else 0.02
+    # within 2%, prefill too: on virtual time the model's own noise (per-token jitter, sensor
+    # noise, the client's per-request overhead) moves a row well under 0.5% from the truth
+    rel = 0.02
     samples = read_csv(run / "samples.csv")
     for t in truth["caps"]:
         row = rows[t["cap_w"]]
@@ -320,11 +315,9 @@ def test_reasoning_tokens_count_like_content(
         settle_seconds=0.5,
         out=tmp_path,
         simulate="rtx3090-water",
-        sim_server=flavour,
-        sim_reasoning_tokens=_Reasoning.REASONING_TOKENS,
-        time_scale=float(DECODE[-1]),  # its rates are checked against the truth, as above
     )
-    result = run_session(options, build_rig)
+    sim = SimOptions(server=flavour, reasoning_tokens=_Reasoning.REASONING_TOKENS)
+    result = run_session(options, functools.partial(build_rig, sim=sim))
     assert result.outcome.status == "complete"
     (server,) = _Reasoning.made
     requests = read_csv(result.run_dir / "requests.csv")

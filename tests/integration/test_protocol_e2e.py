@@ -275,7 +275,7 @@ def _options(recorded: dict[str, Any]) -> dict[str, Any]:
     """The run's recorded options, as SweepOptions takes them."""
     keep = {f for f in SweepOptions.__dataclass_fields__}
     out = {k: v for k, v in recorded.items() if k in keep}
-    for key in ("out", "sim_state", "resume", "state_dir"):
+    for key in ("out", "resume", "state_dir"):
         out[key] = Path(out[key]) if out.get(key) else None
     for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
         out[key] = tuple(out[key]) if out.get(key) is not None else None

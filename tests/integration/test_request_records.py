@@ -29,8 +29,6 @@ def _sweep(tmp_path: Path, *extra: str) -> Path:
         "fixed",
         "--settle-seconds",
         "1",
-        "--time-scale",
-        "10",
         *extra,
     )
     assert proc.returncode == 0, proc.stderr

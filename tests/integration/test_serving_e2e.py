@@ -43,8 +43,6 @@ def concurrent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "220,260,300,340,370",
         "--target-cap-seconds",
         "5",
-        "--time-scale",
-        "20",
         "--tariff",
         "0.25",
         "--no-charts",
@@ -186,8 +184,6 @@ def test_a_clock_run_answers_the_latency_target_with_its_locks(tmp_path: Path) -
         "decode-single",
         "--target-cap-seconds",
         "4",
-        "--time-scale",
-        "20",
         "--no-charts",
     )
     points = [r for r in read_csv(run / "caps.csv") if r["status"] == "ok"]

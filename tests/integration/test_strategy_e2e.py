@@ -17,8 +17,6 @@ import pytest
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 from tests.unit.test_strategy import staircase
 
-# Fast but still accurate: at this scale a millisecond of wall latency is 0.04 run seconds.
-TIME_SCALE = "40"
 AGREE_W = 10.0
 KNOWN_REASONS = {
     "coarse pass",
@@ -32,8 +30,8 @@ KNOWN_REASONS = {
 }
 
 
-def sweep(out: Path, *args: str, scale: str = TIME_SCALE) -> Path:
-    """Run a quick simulated sweep and return its run directory.
+def sweep(out: Path, *args: str) -> Path:
+    """Run a simulated sweep (virtual time: seconds of wall time) and return its run directory.
 
     The default windows and warm-up: the card's temperature decides a boost state at the edge
     of the 3090's plateau (370 W), and shorter windows leave it cooler than a user's sweep.
@@ -44,8 +42,6 @@ def sweep(out: Path, *args: str, scale: str = TIME_SCALE) -> Path:
         "air",
         "--quiet",
         "--no-charts",
-        "--time-scale",
-        scale,
         "--out",
         str(out),
     )
@@ -85,10 +81,7 @@ def plateau(analysis: dict[str, object], start_w: float, end_w: float) -> bool:
 
 
 def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> None:
-    # Decode TPS is tokens over the span the client read them in: a few wall milliseconds of a
-    # busy CPU at a request's ends count `scale` times over, and at 40 they were the 2% between
-    # 270 and 290 W on a 2-core CI machine (replayed curves below carry their own noise).
-    run = sweep(tmp_path, "--simulate", "rtx3090-air", "--strategy", "adaptive", scale="15")
+    run = sweep(tmp_path, "--simulate", "rtx3090-air", "--strategy", "adaptive")
     every = read_csv(run / "caps.csv")
     caps = [c for c in every if c["reason"] != "confirm"]
     assert len(every) - len(caps) == len(read_json(run / "run.json")["confirm"]["caps_w"])
@@ -212,8 +205,6 @@ def test_a_curve_with_more_structure_than_the_budget_says_what_it_left_out(
         "2",
         "--warmup-requests",
         "0",
-        "--time-scale",
-        TIME_SCALE,
         "--out",
         str(out),
     )
