@@ -202,3 +202,31 @@ def test_each_loop_of_one_clock_continues_its_run_time() -> None:
         _run(clock, clock.asleep(10.0))
     assert clock.now() == 30.0
     assert isinstance(clock.loop_factory(), VirtualEventLoop)
+
+
+def test_a_stall_inside_a_sweep_is_a_one_line_error_and_the_loop_closes() -> None:
+    """As the driver runs its coroutines: a stall ends them with a PowersweepError (the driver
+    records it, restores, and the CLI prints one ``error:`` line)."""
+    from powersweep.errors import PowersweepError
+    from powersweep.sweep.signals import run_interruptible
+
+    clock = VirtualClock()
+    cancelled: list[bool] = []
+
+    async def resends_a_cut_request_at_once() -> None:
+        try:
+            while True:
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def sweep() -> None:
+        helper = asyncio.create_task(resends_a_cut_request_at_once())
+        await clock.asleep(5.0)
+        await helper
+
+    with pytest.raises(PowersweepError, match="resends_a_cut_request_at_once") as err:
+        run_interruptible(sweep(), loop_factory=clock.loop_factory)
+    assert err.value.exit_code == 1 and "\n" not in str(err.value)
+    assert cancelled == [True]  # the loop's tasks were cancelled as it closed
