@@ -371,6 +371,8 @@ def _load(curve: Curve) -> str:
                 f"- **Clamped** to 90% of the server's {escape_md(load.get('context_tokens'))}"
                 "-token context: prefill takes less than the target."
             )
+    if len(lines) == 2:  # a set-up with nothing to show (decode-single): no empty section
+        return ""
     return "\n".join(lines) + "\n\n"
 
 

@@ -626,8 +626,12 @@ class _Progress:
     def on_progress(self, p: Any) -> None:
         if self.bar is None:
             return
-        if p.total != self.bar.total:  # an adaptive sweep plans more caps as it learns
-            self.bar.total = p.total
+        # each phase reports its own count (an adaptive sweep plans more caps as it learns; the
+        # rechecks and the confirm phase come after the planned points): the bar's total is
+        # what is done plus what this phase still has, and only grows
+        needed = self.bar.n + 1 + max(0, p.total - p.index)
+        if needed > self.bar.total:
+            self.bar.total = needed
         where = p.label or f"{p.cap_w:g} W"
         if p.status == "ok":
             self.bar.set_postfix_str(

@@ -103,3 +103,12 @@ def test_the_sweet_spot_and_its_ties_are_the_truth(runs: list[tuple[Path, float]
     by_cap = {c["cap_w"]: c["tps_per_w"] for c in truth["caps"]}
     for cap in analysis["sweet_spot"]["tied_caps"]:
         assert by_cap[cap] >= best * 0.985, cap
+
+
+@pytest.mark.slow
+def test_the_summary_has_no_empty_section(runs: list[tuple[Path, float]]) -> None:
+    lines = (runs[0][0] / "summary.md").read_text().splitlines()
+    headings = [i for i, line in enumerate(lines) if line.startswith("#")]
+    for i in headings:
+        after = next((line for line in lines[i + 1 :] if line.strip()), "")
+        assert after and not after.startswith("#"), f"empty section: {lines[i]!r}"

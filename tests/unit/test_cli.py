@@ -205,3 +205,27 @@ def test_help_shows_no_value_after_a_flag(
         line = next(ln for ln in out.splitlines() if "--target-cap-seconds" in ln)
         assert "<float>" in line
         assert "<" not in next(ln for ln in out.splitlines() if "--dry-run" in ln)
+
+
+def test_the_progress_bar_grows_with_the_confirm_phase_and_never_counts_past_it(
+    tmp_path: Path,
+) -> None:
+    from powersweep.cli.sweep import _Progress
+    from powersweep.sweep.measurement.point import PointProgress
+
+    bar = _Progress(quiet=False)
+    bar.on_plan(tmp_path, [390.0 - 10 * i for i in range(21)])
+    seen: list[tuple[int, int]] = []
+
+    def report(index: int, total: int) -> None:
+        bar.on_progress(PointProgress(index, total, 300.0, "ok", 30.0, 300.0, 0.1))
+        seen.append((bar.bar.n, bar.bar.total))
+
+    for i in range(1, 22):  # the planned caps
+        report(i, 21)
+    for i in range(1, 3):  # then two confirm points, counted from one again
+        report(i, 2)
+    assert seen[20] == (21, 21)
+    assert seen[-2:] == [(22, 23), (23, 23)]
+    assert all(n <= total for n, total in seen)
+    bar.close()
