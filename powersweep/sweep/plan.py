@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from powersweep.clock import Clock
 from powersweep.errors import GpuError, PowersweepError, UsageError
 from powersweep.sweep.estimate import estimate_run_s
 from powersweep.sweep.gpu import Gpu, GpuBackend, GpuProcess, PowerEnvelope, SupportedClocks
@@ -120,14 +121,22 @@ def estimate_wall_s(
 MAX_PLAN_S = 24 * 3600.0
 
 
-def check_plan_time(options: SweepOptions, n_points: int) -> None:
+def check_plan_time(options: SweepOptions, n_points: int, clock: Clock | None = None) -> None:
     """Refuse a plan whose estimated run time (:func:`estimate_wall_s` at real speed) passes
-    :data:`MAX_PLAN_S`, whatever its axis: caps and clock points alike.
+    :data:`MAX_PLAN_S`, whatever its axis: caps and clock points alike; and one whose wall time
+    on ``clock`` does (a simulated rig slowed far below real time).
 
     Raises:
         UsageError: One line with the plan's size, its estimate and what to change.
     """
     estimate_s = estimate_wall_s(options, n_points, 1.0)
+    wall_s = clock.wall_s(estimate_s) if clock is not None else None
+    if estimate_s <= MAX_PLAN_S and wall_s is not None and wall_s > MAX_PLAN_S:
+        raise UsageError(
+            f"this plan's {estimate_s / 3600:.1f} h of run time would take about "
+            f"{wall_s / 3600:.3g} h of wall time on the simulated rig's clock (more than a day): "
+            "raise --time-scale or --sim-pace, or drop it"
+        )
     if estimate_s <= MAX_PLAN_S:
         return
     what = "points" if options.clock_axis else "caps"
@@ -144,8 +153,14 @@ def check_plan_time(options: SweepOptions, n_points: int) -> None:
     )
 
 
-def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None]) -> list[float]:
-    """The caps to measure for this GPU set (ascending).
+def plan_caps(
+    options: SweepOptions,
+    gpus: list[Gpu],
+    warn: Callable[[str], None],
+    clock: Clock | None = None,
+) -> list[float]:
+    """The caps to measure for this GPU set (ascending); ``clock``: the rig's, whose wall time
+    bounds the plan too.
 
     Raises:
         UsageError: More than :data:`MAX_PLANNED_CAPS` caps, or a plan longer than a day.
@@ -171,12 +186,15 @@ def plan_caps(options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None
             f"{envelope.min_w:g} to {envelope.max_w:g} W; at most {MAX_PLANNED_CAPS} "
             "(use a larger --step-size or --caps)"
         )
-    check_plan_time(options, len(caps))
+    check_plan_time(options, len(caps), clock)
     return caps
 
 
 def plan_points(
-    options: SweepOptions, gpus: list[Gpu], warn: Callable[[str], None]
+    options: SweepOptions,
+    gpus: list[Gpu],
+    warn: Callable[[str], None],
+    clock: Clock | None = None,
 ) -> list[SweepPoint]:
     """The clock-lock points of a clock sweep (``--axis sm-clock|mem-clock|grid``).
 
@@ -211,7 +229,7 @@ def plan_points(
             cap_w=cap,
         )
     )
-    check_plan_time(options, len(points))
+    check_plan_time(options, len(points), clock)
     return points
 
 
@@ -480,8 +498,12 @@ def dry_run(
         )
         gpus = choice.gpus
         envelope = uniform_envelope([g.envelope() for g in gpus])
-        points = plan_points(options, gpus, warn) if options.clock_axis else []
-        caps = point_caps(options, gpus, points) if points else plan_caps(options, gpus, warn)
+        points = plan_points(options, gpus, warn, rig.clock) if options.clock_axis else []
+        caps = (
+            point_caps(options, gpus, points)
+            if points
+            else plan_caps(options, gpus, warn, rig.clock)
+        )
         n = len(points) or len(caps)
         return DryRun(
             gpus=tuple(gpu_meta(g) for g in gpus),

@@ -245,10 +245,12 @@ def _run_session(
                 warn(f"{name}: dropped a half-written last row (the run was cut mid-write)")
             points: list[SweepPoint] = []
             if options.clock_axis:
-                points = resume.points_left if resume else plan_points(options, gpus, warn)
+                points = (
+                    resume.points_left if resume else plan_points(options, gpus, warn, rig.clock)
+                )
                 caps = point_caps(options, gpus, points)
             else:
-                caps = resume.caps_left if resume else plan_caps(options, gpus, warn)
+                caps = resume.caps_left if resume else plan_caps(options, gpus, warn, rig.clock)
             if options.changes_limits and (
                 not options.clock_axis or options.hold_cap_w is not None
             ):
