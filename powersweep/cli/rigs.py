@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import socket
 import sys
@@ -52,7 +53,7 @@ SIM_MODEL = "sim-qwen3.6-27b"
 @contextlib.contextmanager
 def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[Rig]:
     """The rig for these options: real GPUs without ``--simulate``, else a simulated or replay
-    rig set up by ``sim`` (None: the simulated rig's defaults).
+    rig set up by ``sim`` (None: a resumed run's recorded settings, else the defaults).
 
     Raises:
         PowersweepError: No GPU library can start, or an unknown simulation profile.
@@ -64,8 +65,20 @@ def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[
         finally:
             backend.close()
         return
-    with _simulated_rig(options, sim or SimOptions()) as rig:
+    with _simulated_rig(options, sim or _recorded_sim(options) or SimOptions()) as rig:
         yield rig
+
+
+def _recorded_sim(options: SweepOptions) -> SimOptions | None:
+    """A resumed run's simulated rig, as its ``run.json`` recorded it (as its other options
+    are); None when there is none to read (the session names what is wrong with the run)."""
+    if options.resume is None:
+        return None
+    try:
+        recorded = json.loads((options.resume / "run.json").read_text())["options"]
+        return SimOptions.from_recorded(recorded)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ composition root (:mod:`powersweep.cli.rigs`).
 from __future__ import annotations
 
 import functools
-import json
 import math
 import sys
 from pathlib import Path
@@ -592,18 +591,6 @@ def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:
         typer.echo(line)
 
 
-def _resumed_sim(options: SweepOptions, sim: SimOptions) -> SimOptions:
-    """A resumed run's simulated rig is the one it recorded (as its other options are); a run
-    directory that cannot be read keeps ``sim`` (the session names what is wrong with it)."""
-    if options.resume is None:
-        return sim
-    try:
-        recorded = json.loads((options.resume / "run.json").read_text())["options"]
-        return SimOptions.from_recorded(recorded) if recorded.get("simulate") else sim
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return sim
-
-
 class _Progress:
     """The progress bar: opened once the caps are known, updated after each cap."""
 
@@ -672,7 +659,8 @@ def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bo
     try:
         result = run_session(
             options,
-            functools.partial(build_rig, sim=_resumed_sim(options, sim)),
+            # a resumed run's simulated rig is the one it recorded (build_rig reads it)
+            functools.partial(build_rig, sim=None if options.resume else sim),
             progress=bar.on_progress,
             warn=warn,
             on_plan=bar.on_plan,

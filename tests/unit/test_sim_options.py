@@ -70,3 +70,22 @@ def test_settings_without_simulate_are_refused_by_name() -> None:
         refuse_without_simulate(SimOptions(pace=5.0))
     with pytest.raises(UsageError, match=r"--sim-\* options work only with --simulate"):
         refuse_without_simulate(SimOptions(mem_locks_refused=True))
+
+
+def test_a_resumed_run_gets_the_simulated_rig_it_recorded(tmp_path: Path) -> None:
+    import json
+
+    from powersweep.cli.rigs import build_rig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    recorded = {"simulate": "rtx3090-air", **SimOptions(seed=7, server="vllm").recorded()}
+    (run / "run.json").write_text(json.dumps({"options": recorded}))
+    options = SweepOptions(simulate="rtx3090-air", resume=run)
+    with build_rig(options) as rig:
+        assert rig.simulation is not None
+        assert rig.simulation["seed"] == 7 and rig.simulation["server_flavour"] == "vllm"
+        assert rig.load_seed == 7 and rig.recorded_options["sim_server"] == "vllm"
+    # a run directory that cannot be read leaves the defaults (the session names the problem)
+    with build_rig(SweepOptions(simulate="rtx3090-air", resume=tmp_path / "nope")) as rig:
+        assert rig.simulation is not None and rig.simulation["seed"] == 0
