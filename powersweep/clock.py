@@ -68,7 +68,20 @@ class Clock(Protocol):
         ...
 
 
-class ScaledClock:
+class _AnyLoop:
+    """A clock whose time passes outside any event loop: its coroutines run on any loop, and a
+    sampler may tick in a thread."""
+
+    @property
+    def runs_on_loop(self) -> bool:
+        return False
+
+    @property
+    def loop_factory(self) -> LoopFactory | None:
+        return None
+
+
+class ScaledClock(_AnyLoop):
     """Monotonic clock running ``scale`` times faster than the wall (scale 1 is real time).
 
     Args:
@@ -88,14 +101,6 @@ class ScaledClock:
     @property
     def kind(self) -> str:
         return "real" if self._scale == 1.0 else "scaled"
-
-    @property
-    def runs_on_loop(self) -> bool:
-        return False
-
-    @property
-    def loop_factory(self) -> LoopFactory | None:
-        return None
 
     def now(self) -> float:
         return (time.monotonic() - self._t0) * self._scale
@@ -122,7 +127,7 @@ def real_clock() -> ScaledClock:
     return ScaledClock(1.0)
 
 
-class ManualClock:
+class ManualClock(_AnyLoop):
     """A clock that moves only when told to: sleeps advance it instantly.
 
     For tests and offline simulation, where run time must pass exactly and in no wall time.
@@ -139,14 +144,6 @@ class ManualClock:
     @property
     def kind(self) -> str:
         return "manual"
-
-    @property
-    def runs_on_loop(self) -> bool:
-        return False
-
-    @property
-    def loop_factory(self) -> LoopFactory | None:
-        return None
 
     def now(self) -> float:
         return self._now

@@ -64,6 +64,7 @@ from powersweep.sim.server_chunks import (
     message_text,
 )
 from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
+from powersweep.sim.server_requests import over_context, request_limit
 
 FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
 
@@ -71,9 +72,6 @@ FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
 # and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
 # at their due time.
 _MIN_WALL_SLEEP_S = 0.001
-# Generation length when a request names no limit (and Ollama's when it ignores the one given).
-_DEFAULT_MAX_TOKENS = 256
-_OLLAMA_IGNORED_LIMIT_FACTOR = 4
 # llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
 _PING_EVERY = 7
 _EVENT_LINE_EVERY = 5
@@ -312,13 +310,13 @@ class SimServer:
         slow_factor = 1.0
         if fault == "slow-code" and any("Python" in message_text(m) for m in messages):
             slow_factor = faults.SLOW_CODE_FACTOR
-        limit = self._limit(body)
+        limit = request_limit(self.flavour, body, ignore_max_tokens=self.ignore_max_tokens)
         if limit is None:
             return error_response(
                 400, "max_tokens must be a positive integer", "invalid_request_error"
             )
         ctx = self.engine.context_tokens
-        over = self._over_context(prompt_tokens, limit, ctx)
+        over = over_context(self.flavour, prompt_tokens, limit, ctx)
         if over is not None:
             return over
         if self.flavour == "ollama":
@@ -364,56 +362,6 @@ class SimServer:
                 return None
         self._fault_spent = True
         return f.kind
-
-    def _limit(self, body: dict[str, Any]) -> int | None:
-        values = {k: body.get(k) for k in ("max_tokens", "max_completion_tokens")}
-        for value in values.values():
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 1
-            ):
-                return None
-        mt, mct = values["max_tokens"], values["max_completion_tokens"]
-        if self.flavour == "ollama":
-            if mt is not None:
-                return int(mt)
-            return _OLLAMA_IGNORED_LIMIT_FACTOR * int(mct or _DEFAULT_MAX_TOKENS // 4)
-        given = [int(v) for v in (mt, mct) if v is not None]
-        limit = min(given) if given else _DEFAULT_MAX_TOKENS
-        return limit + max(1, limit // 10) if self.ignore_max_tokens else limit
-
-    def _over_context(self, prompt: int, limit: int, ctx: int) -> Response | None:
-        if self.flavour == "llamacpp" and prompt >= ctx:
-            return JSONResponse(
-                {
-                    "error": {
-                        "code": 400,
-                        "message": f"request ({prompt} tokens) exceeds the available context "
-                        f"size ({ctx} tokens), try increasing it",
-                        "type": "exceed_context_size_error",
-                        "n_prompt_tokens": prompt,
-                        "n_ctx": ctx,
-                    }
-                },
-                status_code=400,
-            )
-        if self.flavour in ("vllm", "sglang") and prompt + limit > ctx:
-            return JSONResponse(
-                {
-                    "object": "error",
-                    "message": f"This model's maximum context length is {ctx} tokens. However, "
-                    f"you requested {prompt + limit} tokens ({prompt} in the messages, {limit} "
-                    "in the completion). Please reduce the length of the messages or completion.",
-                    "type": "BadRequestError",
-                    "param": None,
-                    "code": 400,
-                },
-                status_code=400,
-            )
-        if self.flavour == "plain" and prompt > ctx:
-            return error_response(
-                400, f"prompt is {prompt} tokens, context is {ctx}", "invalid_request"
-            )
-        return None
 
     async def _work(self, plan: Plan, progress: Progress) -> AsyncGenerator[list[int], None]:
         """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
