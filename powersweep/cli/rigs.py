@@ -53,7 +53,8 @@ SIM_MODEL = "sim-qwen3.6-27b"
 @contextlib.contextmanager
 def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[Rig]:
     """The rig for these options: real GPUs without ``--simulate``, else a simulated or replay
-    rig set up by ``sim`` (None: a resumed run's recorded settings, else the defaults).
+    rig set up by ``sim`` (None: the defaults; a resumed run's are those it recorded, at the
+    pace ``sim`` gives).
 
     Raises:
         PowersweepError: No GPU library can start, or an unknown simulation profile.
@@ -65,13 +66,19 @@ def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[
         finally:
             backend.close()
         return
-    with _simulated_rig(options, sim or _recorded_sim(options) or SimOptions()) as rig:
+    given = sim or SimOptions()
+    recorded = _recorded_sim(options)
+    if recorded is not None:
+        # a resumed run's rig is the one it recorded; only the pace (which changes no figure)
+        # is the one given now
+        given = dataclasses.replace(recorded, pace=given.pace)
+    with _simulated_rig(options, given) as rig:
         yield rig
 
 
 def _recorded_sim(options: SweepOptions) -> SimOptions | None:
     """A resumed run's simulated rig, as its ``run.json`` recorded it (as its other options
-    are); None when there is none to read (the session names what is wrong with the run)."""
+    are); None when not resuming or there is none to read (the session names what is wrong)."""
     if options.resume is None:
         return None
     try:

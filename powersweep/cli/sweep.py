@@ -660,7 +660,7 @@ def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bo
         result = run_session(
             options,
             # a resumed run's simulated rig is the one it recorded (build_rig reads it)
-            functools.partial(build_rig, sim=None if options.resume else sim),
+            functools.partial(build_rig, sim=sim),
             progress=bar.on_progress,
             warn=warn,
             on_plan=bar.on_plan,

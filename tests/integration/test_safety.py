@@ -27,10 +27,6 @@ from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv,
 UUID = "GPU-sim-rtx3090-air-0"
 USER_LIMIT_W = 350.0  # the user's own limit: not the profile's 370 W default
 FAST = (
-    # paced virtual time: the sweep's figures are those of the unpaced run, but it lasts long
-    # enough in wall time (10 run s per wall s) for a signal, a kill or a restore to land mid-run
-    "--sim-pace",
-    "10",
     # two-second windows: four ticks of 0.5 s per prompt, enough for a median of the draw
     "--target-cap-seconds",
     "2",
@@ -43,6 +39,11 @@ FAST = (
     "--cooling",
     "air",
 )
+
+
+# paced virtual time: a sweep's figures are those of the unpaced run, but it lasts long enough in
+# wall time (10 run s per wall s) for a signal, a kill or a restore to land mid-run
+PACED = ("--sim-pace", "10")
 
 
 def _rig(tmp: Path) -> tuple[Path, Path, Path, dict[str, str]]:
@@ -89,7 +90,8 @@ def _one_random_signal(
     journal appears) when ``after_start`` (so a slow start-up cannot make every signal early)."""
     state, out, state_dir, env = _rig(tmp)
     proc = _popen(
-        ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST], env
+        ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST, *PACED],
+        env,
     )
     if after_start:
         deadline = time.monotonic() + 60
@@ -176,7 +178,7 @@ def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: 
 def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) -> None:
     state, out, state_dir, env = _rig(tmp_path)
     args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
-    proc = _popen(args, env)
+    proc = _popen([*args, *PACED], env)
     try:
         deadline = time.monotonic() + 60
         while _caps_rows(out) < 1:
@@ -214,7 +216,7 @@ def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) 
     assert not journal.exists()
 
     # restore from a journal left by another kill
-    proc = _popen(args, env)
+    proc = _popen([*args, *PACED], env)
     try:
         deadline = time.monotonic() + 60
         while not journal.exists() or _limit(state) == USER_LIMIT_W:
@@ -239,7 +241,7 @@ def _live_sweep(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Pa
     """A sweep in a subprocess, waited for until it owns the card (journal written, a cap set)."""
     state, out, state_dir, env = _rig(tmp)
     args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
-    proc = _popen([*args, *extra], env)
+    proc = _popen([*args, *PACED, *extra], env)
     journal = state_dir / "journal.json"
     deadline = time.monotonic() + 60
     while not journal.exists() or _limit(state) == USER_LIMIT_W:
@@ -548,7 +550,7 @@ def test_observe_only_measures_at_the_limit_in_force_and_sets_nothing(
 def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
     state, out, _, env = _rig(tmp_path)
     args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
-    proc = _popen([*args, "--caps", "250,270,290,310,330,350"], env)
+    proc = _popen([*args, *PACED, "--caps", "250,270,290,310,330,350"], env)
     try:
         deadline = time.monotonic() + 60
         while _caps_rows(out) < 2:

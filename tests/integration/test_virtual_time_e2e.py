@@ -42,8 +42,8 @@ def _readme_sweep(out: Path, *extra: str) -> tuple[Path, float]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, float]]:
     base = tmp_path_factory.mktemp("virtual")
-    out = [_readme_sweep(base / "a"), _readme_sweep(base / "b")]
-    with _cpu_hogs(2):
+    out = [_readme_sweep(base / "a")]
+    with _cpu_hogs(2):  # another process, another hash seed, and a machine with no core free
         out.append(_readme_sweep(base / "busy"))
     return out
 

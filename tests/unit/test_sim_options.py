@@ -86,6 +86,11 @@ def test_a_resumed_run_gets_the_simulated_rig_it_recorded(tmp_path: Path) -> Non
         assert rig.simulation is not None
         assert rig.simulation["seed"] == 7 and rig.simulation["server_flavour"] == "vllm"
         assert rig.load_seed == 7 and rig.recorded_options["sim_server"] == "vllm"
+        assert rig.clock.kind == "virtual"
+    # the flags given now do not change the rig, but the pace (which changes no figure) does
+    with build_rig(options, SimOptions(seed=1, server="plain", pace=50.0)) as rig:
+        assert rig.simulation is not None and rig.simulation["seed"] == 7
+        assert rig.clock.kind == "paced" and rig.simulation["pace_run_s_per_s"] == 50.0
     # a run directory that cannot be read leaves the defaults (the session names the problem)
     with build_rig(SweepOptions(simulate="rtx3090-air", resume=tmp_path / "nope")) as rig:
         assert rig.simulation is not None and rig.simulation["seed"] == 0
