@@ -26,10 +26,14 @@ FAST = (
     "--cooling",
     "air",
 )
+# the clock charts are drawn where they are checked (the datacenter SM sweep, the 5090 grid);
+# elsewhere they would only cost a second or two of matplotlib per sweep
+NO_CHARTS = ("--no-charts",)
 H100_SMS = "705,945,1185,1425,1665,1980"
 
 
 def _sweep(tmp: Path, *args: str) -> tuple[Path, dict[str, Any]]:
+    """A clock sweep with its charts (which the callers check)."""
     out = tmp / "runs"
     done = powersweep(*args, *FAST, "--out", str(out), "--state-dir", str(tmp / "state"))
     assert done.returncode == 0, done.stderr
@@ -137,6 +141,7 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
         "--target-cap-seconds",
         "2",
         *FAST,
+        *NO_CHARTS,
         "--out",
         str(out),
     )
@@ -155,6 +160,7 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
 def test_a_lock_the_card_ignores_is_rejected_from_the_measured_clock(tmp_path: Path) -> None:
     run, analysis = _sweep(
         tmp_path,
+        *NO_CHARTS,
         "--simulate",
         "rtx4090-air",
         "--sim-sm-lock-ignored-below",
@@ -194,6 +200,7 @@ def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path
     state.write_text(json.dumps({uuid: 700.0, f"{uuid}#locks": {"sm": 1200.0, "mem": None}}))
     run, analysis = _sweep(
         tmp_path,
+        *NO_CHARTS,
         "--simulate",
         "h100-sxm",
         "--sim-state",
@@ -223,6 +230,7 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
         "--target-cap-seconds",
         "2",
         *FAST,
+        *NO_CHARTS,
     )
     first = powersweep(*args, "--out", str(out))
     assert first.returncode == 0, first.stderr
@@ -246,6 +254,7 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
 def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
     run, analysis = _sweep(
         tmp_path,
+        *NO_CHARTS,
         "--simulate",
         "h100-sxm",
         "--axis",

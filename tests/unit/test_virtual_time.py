@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from powersweep.sim import virtual_time
 from powersweep.sim.virtual_time import (
     DEADLOCK_WALL_S,
     STALL_WALL_S,
@@ -111,7 +112,10 @@ def test_a_spinning_loop_fails_within_seconds_naming_where() -> None:
     assert "test_virtual_time.py" in str(err.value)
 
 
-def test_re_arming_a_timer_by_one_float_step_is_a_stall_too() -> None:
+def test_re_arming_a_timer_by_one_float_step_is_a_stall_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(virtual_time, "STALL_WALL_S", 0.3)  # the bound itself: the test above
     clock = VirtualClock(start_s=1000.0)
 
     async def creeping() -> None:
@@ -204,9 +208,12 @@ def test_each_loop_of_one_clock_continues_its_run_time() -> None:
     assert isinstance(clock.loop_factory(), VirtualEventLoop)
 
 
-def test_a_stall_inside_a_sweep_is_a_one_line_error_and_the_loop_closes() -> None:
+def test_a_stall_inside_a_sweep_is_a_one_line_error_and_the_loop_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """As the driver runs its coroutines: a stall ends them with a PowersweepError (the driver
     records it, restores, and the CLI prints one ``error:`` line)."""
+    monkeypatch.setattr(virtual_time, "STALL_WALL_S", 0.3)
     from powersweep.errors import PowersweepError
     from powersweep.sweep.signals import run_interruptible
 
