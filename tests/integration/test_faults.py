@@ -388,12 +388,12 @@ def test_a_lapse_of_the_process_never_becomes_run_time(rig: Rig, tmp_path: Path)
     # all stop together and run time with them, so the run's figures are those of a run that
     # was never stopped (on scaled real time the lapse became 15 run seconds of stall).
     args = ("--caps", "350,300,250", "--target-cap-seconds", "8", "--seed", "4")
-    proc = _start(rig, *args)
+    proc = _start(rig, *args, pace="20")
     try:
         _wait_for(lambda: rig.limit_w == 300.0, proc)
-        time.sleep(0.15)
+        time.sleep(0.1)
         proc.send_signal(signal.SIGSTOP)
-        time.sleep(1.5)
+        time.sleep(1.0)  # 20 run seconds at the pace: on scaled real time, a stall
         proc.send_signal(signal.SIGCONT)
         _, err = proc.communicate(timeout=120)
     finally:

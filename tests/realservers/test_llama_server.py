@@ -188,6 +188,9 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         state_dir=tmp_path / "state",
         warmup_requests=2,
         sample_interval_s=0.1,
+        # as sweep_options: in real time the wait for a steady temperature costs 10 s a point,
+        # and the simulated card beside a real server tests nothing of it
+        thermal_wait_seconds=0.0,
         cooling="air",
         out=tmp_path,
     )
