@@ -112,3 +112,27 @@ def test_the_summary_has_no_empty_section(runs: list[tuple[Path, float]]) -> Non
     for i in headings:
         after = next((line for line in lines[i + 1 :] if line.strip()), "")
         assert after and not after.startswith("#"), f"empty section: {lines[i]!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("--caps", "300,400", "--load-mode", "decode-concurrent", "--concurrency", "4"),
+        ("--caps", "300,400", "--load-mode", "prefill-heavy", "--target-prefill-seconds", "1"),
+        ("--axis", "sm-clock", "--sm-clocks", "1200,1800"),
+    ],
+    ids=["decode-concurrent", "prefill-heavy", "sm-clock"],
+)
+def test_every_load_mode_and_axis_is_deterministic_for_a_seed(
+    tmp_path: Path, case: tuple[str, ...]
+) -> None:
+    args = ("--simulate", "rtx4090-air", "--cooling", "air", "--seed", "3",
+            "--target-cap-seconds", "3", "--no-charts", "--quiet", *case)  # fmt: skip
+    runs = []
+    for name in ("a", "b"):
+        proc = powersweep(*args, "--out", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+        runs.append(only_run_dir(tmp_path / name))
+    for name in RUN_FILES:
+        assert (runs[0] / name).read_bytes() == (runs[1] / name).read_bytes(), name
