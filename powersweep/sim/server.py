@@ -54,6 +54,7 @@ from powersweep.sim import faults
 from powersweep.sim.engine import SimEngine, WorkKind
 from powersweep.sim.faults import ServerFault
 from powersweep.sim.memory_net import MemoryNetwork, uvicorn_protocol_factory
+from powersweep.sim.options import SIM_SERVER_FLAVOURS
 from powersweep.sim.server_chunks import (
     ChunkFormat,
     Plan,
@@ -66,7 +67,7 @@ from powersweep.sim.server_chunks import (
 from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
 from powersweep.sim.server_requests import over_context, request_limit
 
-FLAVOURS = ("llamacpp", "vllm", "sglang", "ollama", "plain")
+FLAVOURS = SIM_SERVER_FLAVOURS
 
 # When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
 # and then emits every token that has fallen due, each as its own chunk; slower tokens are sent

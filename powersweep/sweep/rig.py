@@ -16,7 +16,12 @@ from typing import Any
 from powersweep.clock import Clock
 from powersweep.sweep.gpu import GpuBackend
 from powersweep.sweep.options import SweepOptions
-from powersweep.sweep.server.transport import Connector, LeanTransport
+from powersweep.sweep.server.transport import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    Connector,
+    LeanTransport,
+)
 
 # A rig's noise-free answer for the planned caps and the load's set-up (probe, calibration).
 TruthFn = Callable[[Sequence[float], Mapping[str, Any]], "dict[str, Any] | None"]
@@ -85,8 +90,8 @@ class Rig:
             return None
         return LeanTransport(
             max_connections=max_connections,
-            connect_timeout_s=10.0,
-            read_timeout_s=300.0,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            read_timeout_s=READ_TIMEOUT_S,
             connector=self.connector,
         )
 

@@ -34,7 +34,9 @@ from powersweep.sweep.server.sse import (
 )
 from powersweep.sweep.server.sse_fast import SseReader
 from powersweep.sweep.server.transport import (
+    CONNECT_TIMEOUT_S,
     PUSH_EXTENSION,
+    READ_TIMEOUT_S,
     Connector,
     LeanTransport,
     lean_transport_applies,
@@ -95,8 +97,8 @@ class ChatClient:
         *,
         api_key: str | None = None,
         max_connections: int = 8,
-        connect_timeout_s: float = 10,
-        read_timeout_s: float = 300,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        read_timeout_s: float = READ_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
         request_budget_s: float | None = None,
         connector: Connector | None = None,

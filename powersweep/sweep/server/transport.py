@@ -30,6 +30,10 @@ from powersweep.sweep.server.http11 import Http11Connection, Sink
 PUSH_EXTENSION = "powersweep.push"
 
 Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
+# A client's bounds when its caller names none: wall seconds to connect, and of silence while a
+# response is read (run seconds on the simulated rig's virtual loop).
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 300.0
 # Opens a connection as ``loop.create_connection(protocol_factory, host, port)`` does: the
 # simulated rig's in-memory network on virtual time, real sockets otherwise.
 Connector = Callable[
