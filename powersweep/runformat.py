@@ -123,6 +123,14 @@ CAPS_COLUMNS = (
     "tps_blocks",
     "temp_drift_c_per_min",
     "thermal_wait_s",
+    "tps_u95_pct",
+    "power_u95_pct",
+    "tps_per_w_u95_pct",
+    "tps_per_w_stat_u95_pct",
+    "drift_bias_pct",
+    "thermal_tau_s",
+    "rounds",
+    "stop_reason",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.
@@ -137,6 +145,7 @@ CAPS_TEXT_COLUMNS: tuple[str, ...] = (
     "mem_clock_mhz_by_gpu",
     "power_w_by_gpu",
     "tps_blocks",
+    "stop_reason",
 )
 CAPS_FLOAT_COLUMNS: tuple[str, ...] = tuple(c for c in CAPS_COLUMNS if c not in CAPS_TEXT_COLUMNS)
 SAMPLES_FLOAT_COLUMNS: tuple[str, ...] = tuple(

@@ -31,6 +31,7 @@ from powersweep.sweep.options import (
     SweepOptions,
 )
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
+from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, DEFAULT_PRECISION_PCT
 
 LOAD = "Load"
 CAPS = "Caps"
@@ -90,8 +91,28 @@ LoadModeOpt = Annotated[
 TargetCapSecondsOpt = Annotated[
     float,
     typer.Option(
-        help="Run seconds of each prompt's window per point (a request may run on for a "
-        "margin of at most 10% of it, 1.5 s per point in all, then it is cut).",
+        help="The most run seconds of each point's metric window (all its rounds together; a "
+        "request may run on for a margin of at most 10% of a window, 1.5 s per point in all, "
+        "then it is cut).",
+        rich_help_panel=LOAD,
+    ),
+]
+
+MinCapSecondsOpt = Annotated[
+    float,
+    typer.Option(
+        help="Run seconds of each prompt's first window per point; the point measures on "
+        "(its metric's prompt only) until its TPS/W is known to --precision, is clearly apart "
+        "from the best point so far, or --target-cap-seconds is reached.",
+        rich_help_panel=LOAD,
+    ),
+]
+
+PrecisionOpt = Annotated[
+    float,
+    typer.Option(
+        help="Precision goal of each point: the 95% half-width of its TPS/W, in percent, from "
+        "its own measurements (0.5: a neighbour 10 W away near the sweet spot is told apart).",
         rich_help_panel=LOAD,
     ),
 ]
@@ -444,6 +465,8 @@ def sweep_command(
     cooling: CoolingOpt = Cooling.UNSPECIFIED,
     load_mode: LoadModeOpt = LoadMode.DECODE_SINGLE,
     target_cap_seconds: TargetCapSecondsOpt = 10.0,
+    min_cap_seconds: MinCapSecondsOpt = DEFAULT_MIN_WINDOW_S,
+    precision: PrecisionOpt = DEFAULT_PRECISION_PCT,
     warmup_requests: WarmupRequestsOpt = 3,
     concurrency: ConcurrencyOpt = None,
     bench_runs: BenchRunsOpt = 1,
@@ -542,6 +565,8 @@ def sweep_command(
         caps=tuple(parse_caps(caps)) if caps is not None else None,
         step_size_w=step_size,
         target_cap_seconds=target_cap_seconds,
+        min_cap_seconds=min_cap_seconds,
+        precision_pct=precision,
         settle_seconds=settle_seconds,
         thermal_wait_seconds=thermal_wait_seconds,
         url=url,

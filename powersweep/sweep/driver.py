@@ -52,6 +52,7 @@ from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.sampling.consistency import ratio_outliers
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.signals import (
     SweepInterrupted,
     raise_on_signals,
@@ -90,6 +91,7 @@ class SweepPlan:
             (at most two, the metric's prompt only) and pool their readings.
         thermal_wait_s: The most run seconds each point waits, after settling, for its
             temperature to stop drifting (0: no wait).
+        windows: How long each point measures (its maximum is ``target_cap_s``).
     """
 
     load_mode: str
@@ -108,6 +110,7 @@ class SweepPlan:
     axis: str = "power"
     confirm: bool = True
     thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
+    windows: WindowPolicy = field(default_factory=WindowPolicy)
 
     def all_points(self) -> list[SweepPoint]:
         """Every planned point, in measuring order (caps from the highest down)."""
@@ -245,6 +248,7 @@ class Sweep:
                 max_failed=plan.max_failed_caps,
                 observe_only=plan.observe_only,
                 thermal_wait_s=plan.thermal_wait_s,
+                windows=plan.windows,
             ),
             self.gpus,
             clock,
@@ -279,6 +283,7 @@ class Sweep:
             window_s=plan.target_cap_s,
             warmup_requests=plan.warmup_requests,
             warn=warn,
+            thermal=self.measurer.thermal,
         )
         # TPS/W of each point measured ok (the confirm phase keeps the card warm at the best)
         self._best: dict[SweepPoint, float] = {}

@@ -15,6 +15,7 @@ from typing import Any
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
+from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, DEFAULT_PRECISION_PCT
 from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
 
 
@@ -85,6 +86,9 @@ MAX_PLANNED_CAPS = 300
 _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     # under a second of load is a handful of tokens: no rate, no draw median worth the name
     ("--target-cap-seconds", "target_cap_seconds", 1.0, 3600.0, True),
+    ("--min-cap-seconds", "min_cap_seconds", 1.0, 3600.0, True),
+    # a goal finer than 0.01% would never be met before the maximum window
+    ("--precision", "precision_pct", 0.01, 100.0, True),
     ("--settle-seconds", "settle_seconds", 0.0, 600.0, True),
     ("--thermal-wait-seconds", "thermal_wait_seconds", 0.0, 3600.0, True),
     ("--sample-interval", "sample_interval_s", 0.01, 60.0, True),
@@ -114,6 +118,8 @@ class SweepOptions:
     caps: tuple[float, ...] | None = None
     step_size_w: float = 10.0
     target_cap_seconds: float = 10.0
+    min_cap_seconds: float = DEFAULT_MIN_WINDOW_S
+    precision_pct: float = DEFAULT_PRECISION_PCT
     settle_seconds: float = 3.0
     thermal_wait_seconds: float = DEFAULT_THERMAL_WAIT_S
     url: str | None = None

@@ -52,6 +52,7 @@ from powersweep.sweep.records.journal import (
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.resume import ResumeState, prepare_resume, resume_options
 from powersweep.sweep.rig import Rig, RigFactory
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.local import local_server_pids
@@ -394,6 +395,11 @@ def _sweep_plan(
         target_cap_s=options.target_cap_seconds,
         settle_s=options.settle_seconds,
         thermal_wait_s=options.thermal_wait_seconds,
+        windows=WindowPolicy(
+            min_s=options.min_cap_seconds,
+            max_s=options.target_cap_seconds,
+            precision_pct=options.precision_pct,
+        ),
         sample_interval_s=options.sample_interval_s,
         warmup_requests=options.warmup_requests,
         no_reset=options.no_reset,

@@ -358,6 +358,69 @@ class LoadRun:
         """Total measured seconds."""
         return sum(t1 - t0 for _, t0, t1 in self.windows)
 
+    def kind_s(self, kind: str) -> float:
+        """Measured seconds of the windows of one prompt kind."""
+        return sum(t1 - t0 for k, t0, t1 in self.windows if k == kind)
+
+    @classmethod
+    def merged(cls, runs: Sequence[LoadRun]) -> LoadRun:
+        """One point measured in several rounds, as one run.
+
+        Requests, windows and errors are pooled; each TPS figure is the rounds' figures
+        weighted by the seconds of their windows of that kind (the pooled rate of equal-rate
+        windows); ``tps_blocks`` are pooled, a spread is the largest of the rounds', and any
+        other column is the first round's (later rounds measure the metric's prompt only).
+        """
+        if len(runs) == 1:
+            return runs[0]
+        out = LoadRun()
+        for run in runs:
+            out.requests += run.requests
+            out.windows += run.windows
+            out.errors += run.errors
+            out.power_windows += run.power_windows
+        for column in dict.fromkeys(c for run in runs for c in run.tps):
+            out.tps[column] = _weighted(runs, lambda r: r.tps, column)
+        for run in reversed(runs):
+            for key, value in run.extra.items():
+                if key == "tps_blocks" or key in WEIGHTED_EXTRA:
+                    continue
+                if key.endswith("_spread_pct") and key in out.extra:
+                    finite = [v for v in (value, out.extra[key]) if _finite(v)]
+                    out.extra[key] = max(finite) if finite else value
+                    continue
+                out.extra[key] = value
+        for key in WEIGHTED_EXTRA:
+            if any(key in run.extra for run in runs):
+                out.extra[key] = _weighted(runs, lambda r: r.extra, key)
+        blocks = " ".join(str(run.extra.get("tps_blocks") or "") for run in runs).split()
+        if any("tps_blocks" in run.extra for run in runs):
+            out.extra["tps_blocks"] = " ".join(blocks)
+        return out
+
+
+# Rate columns a load adds beside its TPS figures, and the prompt kind whose windows weigh them.
+WEIGHTED_EXTRA = {"prefill_wall_tps": "prefill"}
+
+
+def _weighted(
+    runs: Sequence[LoadRun], table: Callable[[LoadRun], dict[str, Any]], column: str
+) -> float:
+    """A rate column of several rounds: weighted by the seconds of its kind's windows; NaN when
+    a round that measured that kind has no figure (its requests failed)."""
+    kind = WEIGHTED_EXTRA.get(column, column.removesuffix("_tps"))
+    pairs = [(float(table(r)[column]), r.kind_s(kind)) for r in runs if column in table(r)]
+    measured = [(v, w) for v, w in pairs if w > 0]
+    if not measured:
+        return pairs[0][0] if pairs else math.nan
+    if not all(math.isfinite(v) for v, _ in measured):
+        return math.nan
+    return sum(v * w for v, w in measured) / sum(w for _, w in measured)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
 
 @dataclass(frozen=True)
 class History:
@@ -385,18 +448,23 @@ class Load(Protocol):
     mode: str
     # Measured windows per point (two prompts in the decode modes, one in prefill-heavy).
     prompts: int
+    # The shortest first window a point may measure, run seconds (prefill-heavy: two prompts).
+    min_window_s: float
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         """Probe or calibrate at the first point, before the sweep; returns facts for run.json."""
         ...
 
-    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
+    async def measure(
+        self, cap_w: float, *, metric_only: bool = False, window_s: float | None = None
+    ) -> LoadRun:
         """Run the measured load at one point.
 
         Args:
             cap_w: The point's limit (labels the samples).
             metric_only: Only the prompt whose figure decides the sweet spot (the narrative
-                one in the decode modes): the confirm phase re-measures what it resolves.
+                one in the decode modes): a point measured on, and the confirm phase.
+            window_s: Run seconds of each prompt's window (None: the load's target).
         """
         ...
 

@@ -197,6 +197,7 @@ class DecodeConcurrent:
 
     mode = "decode-concurrent"
     prompts = len(DECODE_PROMPTS)
+    min_window_s = 0.0
 
     def __init__(
         self,
@@ -347,15 +348,16 @@ class DecodeConcurrent:
 
     # --- measurement ------------------------------------------------------------------------
 
-    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
+    async def measure(
+        self, cap_w: float, *, metric_only: bool = False, window_s: float | None = None
+    ) -> LoadRun:
         run = LoadRun()
+        length = self.target_s if window_s is None else window_s
         blocks: list[tuple[float, float]] = []
         for kind, prompt in DECODE_PROMPTS[:1] if metric_only else DECODE_PROMPTS:
             values = []
             for _ in range(self.bench_runs):
-                w, results = await self.window(
-                    cap_w, kind, prompt, self.n, self.target_s, "concurrent"
-                )
+                w, results = await self.window(cap_w, kind, prompt, self.n, length, "concurrent")
                 run.requests.extend(results)
                 run.windows.append((kind, w.t0_s, w.t1_s))
                 # the draw is the median of exactly the ticks of the window the TPS counts

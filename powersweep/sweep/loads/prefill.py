@@ -224,6 +224,13 @@ class PrefillHeavy:
         self._request_s = math.nan
 
     @property
+    def min_window_s(self) -> float:
+        """The shortest window: room for two prompts (each judged by a peer), as long as the
+        last one took (with the margin the window's last prompt is sized by)."""
+        last = FIT_MARGIN * self._request_s if math.isfinite(self._request_s) else 0.0
+        return 2.0 * max(self.target_prefill_s, last)
+
+    @property
     def max_prompt_tokens(self) -> int | None:
         """Largest prompt the context allows (90% of it, less generation and template room)."""
         if not self.context_tokens:
@@ -405,14 +412,17 @@ class PrefillHeavy:
             raise PrefillCalibrationError("the resumed run has no prefill prompt size")
         return dict(prepared)
 
-    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
+    async def measure(
+        self, cap_w: float, *, metric_only: bool = False, window_s: float | None = None
+    ) -> LoadRun:
         """Prefill prompts for one window: a prompt starts only while the window is open and
         the last one's duration says it ends within the margin."""
         run = LoadRun()
+        length = self.target_s if window_s is None else window_s
         self.sampler.label(cap_w, "prefill")
         t0 = self.clock.now()
-        end = t0 + self.target_s
-        deadline = end + window_margin_s(self.target_s, self.prompts)
+        end = t0 + length
+        deadline = end + window_margin_s(length, self.prompts)
         failures = 0
         tokens = 0.0
         seconds = 0.0

@@ -35,6 +35,7 @@ class DecodeSingle:
 
     mode = "decode-single"
     prompts = len(DECODE_PROMPTS)
+    min_window_s = 0.0
 
     def __init__(
         self,
@@ -56,10 +57,13 @@ class DecodeSingle:
     def apply(self, prepared: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    async def measure(self, cap_w: float, *, metric_only: bool = False) -> LoadRun:
+    async def measure(
+        self, cap_w: float, *, metric_only: bool = False, window_s: float | None = None
+    ) -> LoadRun:
         prompts = DECODE_PROMPTS[:1] if metric_only else DECODE_PROMPTS
+        length = self.target_s if window_s is None else window_s
         run = await run_prompts(
-            self.client, self.clock, self.sampler, cap_w, prompts, self.target_s, self.pace
+            self.client, self.clock, self.sampler, cap_w, prompts, length, self.pace
         )
         run.tps = {"narr_tps": math.nan, "code_tps": math.nan, "prefill_tps": math.nan}
         for kind, _ in prompts:

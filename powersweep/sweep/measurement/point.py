@@ -25,6 +25,7 @@ from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import History, Load, LoadRun, Pace
 from powersweep.sweep.locks import ClockLocker, verify
 from powersweep.sweep.measurement.quiet import collector_held
+from powersweep.sweep.measurement.thermal_fit import ThermalFit
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
@@ -37,6 +38,13 @@ from powersweep.sweep.sampling.thermal import (
     ThermalWait,
     carried,
     wait_thermal,
+)
+from powersweep.sweep.sampling.windows import (
+    STOP_FAILED,
+    Reading,
+    WindowPolicy,
+    next_round_s,
+    stop_reason,
 )
 from powersweep.sweep.verdict import FaultLog
 
@@ -74,6 +82,7 @@ class Protocol:
         observe_only: Never set anything: measure what is in force.
         thermal_wait_s: The most run seconds to wait, after settling, for the temperature to
             stop drifting (0: no wait).
+        windows: How long each point measures (sequential windows).
     """
 
     load_mode: str
@@ -83,6 +92,7 @@ class Protocol:
     max_failed: int = 3
     observe_only: bool = False
     thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
+    windows: WindowPolicy = field(default_factory=WindowPolicy)
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,12 @@ class PointLedger:
     ratios: dict[tuple[Any, Any, Any], float] = field(default_factory=dict)
     prefill_s_per_token: dict[float, float] = field(default_factory=dict)
     points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
+    readings: dict[tuple[Any, Any, Any], Reading] = field(default_factory=dict)
+
+    def best_other(self, point: SweepPoint) -> Reading | None:
+        """The reading with the highest TPS/W of the points measured ok but ``point``."""
+        others = [r for k, r in self.readings.items() if k != point.key]
+        return max(others, key=lambda r: r.tps_per_w, default=None)
 
     def history(self, point: SweepPoint) -> History:
         """The other points' figures, for the checks of ``point``."""
@@ -138,8 +154,12 @@ class PointLedger:
         self.status[key] = row["status"]
         self.ratios.pop(key, None)
         self.prefill_s_per_token.pop(point.position, None)
+        self.readings.pop(key, None)
         if row["status"] != "ok":
             return
+        reading = Reading.of(row)
+        if math.isfinite(reading.tps_per_w):
+            self.readings[key] = reading
         ratio = tps_ratio(row.get("narr_tps", math.nan), row.get("code_tps", math.nan))
         if math.isfinite(ratio):
             self.ratios[key] = ratio
@@ -216,6 +236,8 @@ class PointMeasurer:
         self.touched: set[int] = set()
         self._failed_in_a_row = 0
         self._busy: asyncio.Task[None] | None = None
+        # the card's thermal time constant, fitted from every point's readings so far
+        self.thermal = ThermalFit()
 
     def cap_of(self, point: SweepPoint) -> float:
         """The limit in force at ``point`` (W per GPU)."""
@@ -388,16 +410,44 @@ class PointMeasurer:
         cap = self.cap_of(point)
         await self.stop_busy()  # nothing but the measured load runs while it is measured
         with collector_held():  # no collection pause inside the windows
-            run = await self.load.measure(cap, metric_only=reason == CONFIRM_REASON)
+            run, stop, rounds = await self._rounds(point, settled, reason)
         self.keep_busy(cap)
-        rows = relabel_outside(self.sampler.drain(), run.power_windows)
+        drained = self.sampler.drain()
+        self.thermal.add(drained)
+        rows = relabel_outside(drained, run.power_windows)
         row = self._row(point, reason, rows, run, settled)
+        row.update(rounds=rounds, stop_reason=stop)
         if point.locks_clocks and row["status"] == "ok" and not self.protocol.observe_only:
             rejection = verify(point, row)
             if rejection is not None:
                 self.warn(f"{_name(point)} rejected: {rejection}")
                 row.update(status="rejected", error=rejection)
         return run, rows, row
+
+    async def _rounds(
+        self, point: SweepPoint, settled: Settled, reason: str
+    ) -> tuple[LoadRun, str, int]:
+        """The point's load, round after round until its precision is what the decision needs
+        (:mod:`.windows`); the pooled run, why it stopped and how many rounds it took."""
+        cap = self.cap_of(point)
+        policy = self.protocol.windows
+        metric_only = reason == CONFIRM_REASON
+        first = policy.first_s(self.load.min_window_s)
+        runs = [await self.load.measure(cap, metric_only=metric_only, window_s=first)]
+        kind = "prefill" if self.protocol.load_mode == "prefill-heavy" else "narr"
+        while True:
+            run = LoadRun.merged(runs)
+            if run.errors:
+                return run, STOP_FAILED, len(runs)
+            rows = relabel_outside(self.sampler.peek(), run.power_windows)
+            reading = Reading.of(self._row(point, reason, rows, run, settled))
+            measured_s = run.kind_s(kind)
+            best = self.ledger.best_other(point)
+            stop = stop_reason(policy, measured_s, reading, best, self.load.min_window_s)
+            if stop is not None:
+                return run, stop, len(runs)
+            more = next_round_s(policy, measured_s, reading, self.load.min_window_s)
+            runs.append(await self.load.measure(cap, metric_only=True, window_s=more))
 
     def _row(
         self,
@@ -425,6 +475,7 @@ class PointMeasurer:
             windows=run.power_windows or None,
             phase_windows=run.windows,
             busy_gpus=self.busy_gpus,
+            thermal=self.thermal.model(),
             extra={**extra, **run.extra},
             error=error or "; ".join(run.errors),
             status=status,

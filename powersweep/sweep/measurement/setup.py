@@ -19,6 +19,7 @@ from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import ChatApi, Load, Pace
 from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.warmup import Warmup, warmup
+from powersweep.sweep.measurement.thermal_fit import ThermalFit
 from powersweep.sweep.plan import confirm_serving, not_swept_busy
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.sampler import Sampler
@@ -43,6 +44,7 @@ class LoadSetup:
         window_s: The sweep's window (``--target-cap-seconds``).
         warmup_requests: At most this many warm-up requests per prompt (0: none).
         warn: Where warnings go.
+        thermal: Where the warm-up's readings go to fit the card's thermal time constant.
     """
 
     def __init__(
@@ -61,7 +63,9 @@ class LoadSetup:
         window_s: float,
         warmup_requests: int,
         warn: Callable[[str], None],
+        thermal: ThermalFit | None = None,
     ) -> None:
+        self.thermal = thermal
         self.client = client
         self.clock = clock
         self.load = load
@@ -110,6 +114,8 @@ class LoadSetup:
         prep = {**prep, "pace": self.pace.snapshot()}
         # warm-up, probe and calibration readings belong to no point, but the timeline keeps them
         rows = self.sampler.drain()
+        if self.thermal is not None:
+            self.thermal.add(rows)  # a card heating from idle: the fit's best excitation
         self._confirm_serving(rows)
         self.writer.append_samples(rows)
         self.meta["load"] = prep

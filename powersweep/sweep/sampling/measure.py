@@ -14,6 +14,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from powersweep.analysis.noise import parse_blocks
+from powersweep.analysis.precision import Precision, ThermalModel, point_precision
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.per_token import (
     energy_counter_j,
@@ -223,6 +225,7 @@ def cap_row(
     busy_gpus: Collection[int] | None = None,
     extra: Mapping[str, Any] | None = None,
     phase_windows: Sequence[tuple[str, float, float]] | None = None,
+    thermal: ThermalModel | None = None,
 ) -> dict[str, Any]:
     """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
 
@@ -233,6 +236,8 @@ def cap_row(
     (and may replace ``tps_blocks``, the resampling units of the metric's TPS).
     ``phase_windows`` are the load's ``(prompt kind, t0, t1)`` windows: energy per token and the
     latency percentiles are of the metric prompt's windows (NaN without them).
+    ``thermal`` is the card's thermal model fitted so far (None: not yet), which prices the
+    temperature's drift into the point's stated precision.
     """
     ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
@@ -266,6 +271,12 @@ def cap_row(
         else decode_blocks(requests, "narr")
     )
     spans = metric_spans(phase_windows, load_mode)
+    drift = slope_c_per_min((t.t_s, t.temp_max_c) for t in ticks)
+    # a load that counts its own units (decode-concurrent's window slices) gives them in extra
+    units = parse_blocks(str(extra["tps_blocks"])) if extra and "tps_blocks" in extra else blocks
+
+    tau = thermal.tau_s if thermal is not None else NAN
+    precision = point_precision(units, [t.power_w for t in ticks], drift, tau)
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
     n = len(ticks)
@@ -280,7 +291,7 @@ def cap_row(
         "tps_per_w": metric / power if math.isfinite(metric) and power > 0 else NAN,
         "temp_max_c": max((t.temp_max_c for t in ticks), default=NAN),
         # how fast the hottest card's temperature still moved while the figures were taken
-        "temp_drift_c_per_min": slope_c_per_min((t.t_s, t.temp_max_c) for t in ticks),
+        "temp_drift_c_per_min": drift,
         "sm_clock_mhz": _median(s.sm_clock_mhz for s in firsts),
         "mem_clock_mhz": _median(s.mem_clock_mhz for s in firsts),
         "util_pct": _median(t.util_pct for t in ticks),
@@ -299,9 +310,22 @@ def cap_row(
         "status": status,
         "error": error,
         "tps_blocks": format_blocks(blocks),
+        **precision_columns(precision, thermal),
         **energy_per_token(ticks, requests, spans, load_mode),
         **latency_percentiles(requests, spans, load_mode),
         **(extra or {}),
+    }
+
+
+def precision_columns(precision: Precision, thermal: ThermalModel | None) -> dict[str, float]:
+    """The caps.csv columns of a point's own precision (95% half-widths in percent)."""
+    return {
+        "tps_u95_pct": 100.0 * precision.tps_u95_rel,
+        "power_u95_pct": 100.0 * precision.power_u95_rel,
+        "tps_per_w_u95_pct": 100.0 * precision.u95_rel,
+        "tps_per_w_stat_u95_pct": 100.0 * precision.stat_u95_rel,
+        "drift_bias_pct": 100.0 * precision.drift_bias_rel,
+        "thermal_tau_s": thermal.tau_s if thermal is not None else NAN,
     }
 
 

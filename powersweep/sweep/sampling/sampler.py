@@ -119,6 +119,11 @@ class Sampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def peek(self) -> list[SampleRow]:
+        """The rows collected since the last drain, left in place (a point's figures so far)."""
+        with self._lock:
+            return list(self._rows)
+
     def drain(self) -> list[SampleRow]:
         """Take the rows collected since the last drain."""
         with self._lock:

@@ -1,0 +1,49 @@
+"""The card's thermal time constant, fitted from every point's readings as the sweep goes.
+
+A point's stated precision carries the bias of a temperature still moving (the slope times the
+time constant, :func:`powersweep.analysis.precision.drift_bias_rel`); the time constant is the
+card's own, fitted over the last readings of the whole sweep (every setting change excites it),
+so no figure rests on an assumed cooler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+
+from powersweep.analysis.precision import TAU_MAX_TICKS, ThermalModel, fit_thermal
+from powersweep.sweep.sampling.sampler import SampleRow
+
+
+class ThermalFit:
+    """Ticks of the sweep so far (the hottest card's temperature, the combined draw), bounded
+    to the last :data:`TAU_MAX_TICKS`, and the thermal model they fit."""
+
+    def __init__(self) -> None:
+        self._ticks: deque[tuple[float, float, float]] = deque(maxlen=TAU_MAX_TICKS)
+        self._model: ThermalModel | None = None
+        self._stale = True
+
+    def add(self, rows: Iterable[SampleRow]) -> None:
+        """Take a point's sample rows (every phase: settling excites the fit best)."""
+        by_tick: dict[int, list[SampleRow]] = {}
+        for r in rows:
+            by_tick.setdefault(r.tick, []).append(r)
+        for tick in sorted(by_tick):
+            group = by_tick[tick]
+            temps = [r.sample.temp_c for r in group if math.isfinite(r.sample.temp_c)]
+            draw = math.fsum(r.sample.draw_w for r in group)
+            if temps and math.isfinite(draw):
+                self._ticks.append((group[0].t_s, max(temps), draw))
+        self._stale = True
+
+    def model(self) -> ThermalModel | None:
+        """The fitted model (None until the readings fit one)."""
+        if self._stale:
+            self._stale = False
+            self._model = None
+            if self._ticks:
+                t, temp, draw = zip(*self._ticks, strict=True)
+                self._model = fit_thermal(t, temp, draw)
+        return self._model
