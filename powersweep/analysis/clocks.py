@@ -19,6 +19,7 @@ import polars as pl
 from powersweep import __version__
 from powersweep.analysis import noise, serving, steadiness
 from powersweep.analysis.load import Curve
+from powersweep.analysis.precision import Reading
 from powersweep.analysis.trust import ignored_rows, run_findings
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
@@ -354,10 +355,19 @@ def _peak_noise(
     curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint, n_boot: int, seed: int
 ) -> dict[str, Any]:
     """The points statistically tied with the peak: each point's TPS units and load ticks
-    resampled within what was measured there (as for caps, :mod:`.noise`). Without raw data
-    (a bare CSV) only the peak itself is named."""
+    resampled within what was measured there (as for caps, :mod:`.noise`), or, in runs that
+    state each point's own precision, the points within it of the peak. Without raw data (a
+    bare CSV) only the peak itself is named."""
     only = {"tied_points": [_locks(peak)], "noise_source": None, "best_share": None}
-    if curve.samples is None or n_boot <= 0:
+    if n_boot <= 0:
+        return only
+    keyed = [(_lock_key(p), p.tps / p.power_w) for p in points]
+    own = noise.own_readings(curve.caps, LOCK_KEYS, keyed)
+    if _lock_key(peak) in own and len(own) >= 2:
+        best = own[_lock_key(peak)]
+        close = [p for p in points if p is peak or _own_tied(own.get(_lock_key(p)), best)]
+        return {"tied_points": [_locks(p) for p in close], "noise_source": noise.OWN}
+    if curve.samples is None:
         return only
     draws = noise.resample_points(
         curve, LOCK_KEYS, [(_lock_key(p), p.tps, p.power_w) for p in points], n_boot, seed
@@ -370,6 +380,10 @@ def _peak_noise(
         "noise_source": noise.RESAMPLED,
         "best_share": [{**_locks(p), "share": float(share[k])} for k, p in enumerate(points)],
     }
+
+
+def _own_tied(reading: Reading | None, best: Reading) -> bool:
+    return reading is not None and reading.tied_with(best)
 
 
 def _locks(p: ClockPoint) -> dict[str, float | None]:

@@ -131,9 +131,17 @@ def analyze(
     sweet = _sweet_spot(points, default_w)
     near = _near_peak(points, groups, max_tps_loss_pct, default_w)
     if bootstrap > 0:
-        draws = noise.resample(curve, points, bootstrap, seed)
-        sweet.update(noise.sweet_spot_noise(points, sweet["cap_w"], draws))
-        near.update(noise.near_peak_noise(points, groups, near["cap_w"], max_tps_loss_pct, draws))
+        keyed = [((p.cap_w,), p.tps / p.power_w) for p in points]
+        own = {
+            float(k[0]): r
+            for k, r in noise.own_readings(curve.caps, noise.CAP_KEYS, keyed).items()
+            if k[0] is not None
+        }
+        draws = None if len(own) >= 2 else noise.resample(curve, points, bootstrap, seed)
+        sweet.update(noise.sweet_spot_noise(points, sweet["cap_w"], draws, own))
+        near.update(
+            noise.near_peak_noise(points, groups, near["cap_w"], max_tps_loss_pct, draws, own)
+        )
     else:
         sweet.update(
             {
@@ -142,6 +150,7 @@ def analyze(
                 "noise_source": None,
                 "bootstrap": None,
                 "estimate": None,
+                "tps_per_w_u95_pct": None,
             }
         )
         near.update({"tied_caps": None, "interval_w": None, "noise_source": None})

@@ -10,24 +10,29 @@ measured there:
   before ``tps_blocks`` existed;
 - draw from the cap's load ticks in ``samples.csv`` (GPUs summed per tick).
 
-A bare ``caps.csv`` has no raw data: the noise of one cap's TPS/W is then estimated from the
-curve's own scatter (second differences of adjacent caps), and the result says it is an estimate.
+A run written with each point's own precision (``tps_per_w_stat_u95_pct``, ``drift_bias_pct``
+in caps.csv, :mod:`.precision`) ties from those alone: a cap is tied with the best when their
+difference is within their half-widths (``own measurements``). A bare ``caps.csv`` has no raw
+data: its noise is unknown, and only caps within a documented typical repeatability of one reading
+(:data:`~.precision.TYPICAL_READING_U95_REL`) are called tied (``typical repeatability (noise
+unknown)``). The scatter of other caps around the curve is never a cap's noise: a knee is not
+noise.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from powersweep.analysis import cap_points
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import near_peak_index
+from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
 TIED_SHARE = 0.05
@@ -39,28 +44,93 @@ Z95 = 1.96
 IDLE_PHASES = ("warmup", "settle", "ramp")
 
 RESAMPLED = "resampled"
-SCATTER = "curve scatter (estimate)"
-BOTH = "resampled and curve scatter"
+OWN = "own measurements"
+TYPICAL = "typical repeatability (noise unknown)"
 
 
 def sweet_spot_noise(
-    points: Sequence[CapPoint], best_cap_w: float, draws: Draws | None
+    points: Sequence[CapPoint],
+    best_cap_w: float,
+    draws: Draws | None,
+    own: Mapping[float, Reading] | None = None,
 ) -> dict[str, Any]:
     """``tied_caps``, ``interval_w`` and how they were found, for the sweet spot ``best_cap_w``.
 
     Args:
         points: Measured caps, sorted by cap (repeats of a cap already pooled).
         best_cap_w: The sweet spot (the highest TPS/W of ``points``).
-        draws: The caps resampled within what was measured (:func:`resample`); None (no raw
-            data) estimates the noise from the curve's scatter.
+        draws: The caps resampled within what was measured (:func:`resample`): runs written
+            before each point stated its own precision.
+        own: Each cap's own reading (:func:`own_readings`), which decides when the best and
+            another cap have one.
 
     Returns:
-        ``{tied_caps, interval_w, noise_source, bootstrap | estimate}``; ``noise_source`` is
-        ``resampled`` or ``curve scatter (estimate)``.
+        ``{tied_caps, interval_w, noise_source, bootstrap, estimate, tps_per_w_u95_pct}``;
+        ``noise_source`` is ``own measurements``, ``resampled`` or ``typical repeatability
+        (noise unknown)``.
     """
+    if own and best_cap_w in own and len(own) >= 2:
+        return _own_ties(points, best_cap_w, own)
     if draws is not None:
         return _bootstrap(points, best_cap_w, draws)
-    return _scatter_estimate(points, best_cap_w)
+    return _typical_ties(points, best_cap_w)
+
+
+def own_readings(
+    caps: pl.DataFrame, keys: Sequence[str], points: Sequence[tuple[Key, float]]
+) -> dict[Key, Reading]:
+    """Each measured point's own reading from caps.csv's precision columns, its repeats pooled
+    around its pooled TPS/W (``points``: ``(key, tps_per_w)``); empty for runs written without
+    them."""
+    if "tps_per_w_stat_u95_pct" not in caps.columns or not set(keys) <= set(caps.columns):
+        return {}
+    ok = caps.filter(pl.col("status") == "ok") if "status" in caps.columns else caps
+    by_key: dict[Key, list[Reading]] = {}
+    for row in ok.iter_rows(named=True):
+        by_key.setdefault(point_key([row[k] for k in keys]), []).append(Reading.of(row))
+    out: dict[Key, Reading] = {}
+    for key, tpw in points:
+        pooled = Reading.pooled(by_key.get(key, []), tpw)
+        if pooled.known:
+            out[key] = pooled
+    return out
+
+
+def _own_ties(
+    points: Sequence[CapPoint], best_cap_w: float, own: Mapping[float, Reading]
+) -> dict[str, Any]:
+    best = own[best_cap_w]
+    tied = [
+        p.cap_w
+        for p in points
+        if p.cap_w == best_cap_w or (p.cap_w in own and own[p.cap_w].tied_with(best))
+    ]
+    return {
+        "tied_caps": tied,
+        "interval_w": [min(tied), max(tied)],
+        "noise_source": OWN,
+        "bootstrap": None,
+        "estimate": None,
+        "tps_per_w_u95_pct": {
+            str(cap): 100.0 * math.hypot(r.stat_u95_rel, r.bias_rel) for cap, r in own.items()
+        },
+    }
+
+
+def _typical_ties(points: Sequence[CapPoint], best_cap_w: float) -> dict[str, Any]:
+    best = next(p for p in points if p.cap_w == best_cap_w)
+    best_tpw = best.tps / best.power_w
+    # two readings, each within the typical repeatability
+    floor = best_tpw * (1.0 - math.sqrt(2.0) * TYPICAL_READING_U95_REL)
+    tied = [p.cap_w for p in points if p.cap_w == best_cap_w or p.tps / p.power_w >= floor]
+    return {
+        "tied_caps": tied,
+        "interval_w": [min(tied), max(tied)],
+        "noise_source": TYPICAL,
+        "bootstrap": None,
+        "estimate": {"reading_u95_pct": 100.0 * TYPICAL_READING_U95_REL},
+        "tps_per_w_u95_pct": None,
+    }
 
 
 Key = tuple[float | None, ...]
@@ -104,51 +174,6 @@ def parse_blocks(text: str) -> list[tuple[float, float]]:
         if math.isfinite(t) and math.isfinite(s) and t >= 0 and s > 0:
             out.append((t, s))
     return out
-
-
-def tpw_noise_rel(points: Sequence[CapPoint]) -> float:
-    """Relative 1-sigma noise of one cap's TPS/W, from the curve's own scatter.
-
-    Median absolute second difference of log TPS/W over adjacent caps (zero on any straight
-    stretch, so the few kinks barely count); no floor, so a noise-free curve ties nothing.
-    """
-    return _scatter_rel(points, lambda p: p.tps / p.power_w)
-
-
-def _scatter_rel(points: Sequence[CapPoint], figure: Callable[[CapPoint], float]) -> float:
-    step_w = cap_points.typical_step_w([p.cap_w for p in points])
-    d2: list[float] = []
-    for a, b, c in zip(points, points[1:], points[2:], strict=False):
-        gaps = (b.cap_w - a.cap_w, c.cap_w - b.cap_w)
-        if not all(0 < g <= cap_points.ADJACENT_STEPS * step_w + 1e-9 for g in gaps):
-            continue
-        ra, rb, rc = (figure(p) for p in (a, b, c))
-        if ra > 0 and rb > 0 and rc > 0:
-            d2.append(abs(math.log(ra) - 2 * math.log(rb) + math.log(rc)))
-    # Var(a - 2b + c) = 6 sigma^2 for independent noise; 1.4826 turns a MAD into a sigma.
-    return 1.4826 / math.sqrt(6.0) * float(np.median(d2)) if d2 else 0.0
-
-
-def tps_noise_rel(points: Sequence[CapPoint]) -> float:
-    """Relative 1-sigma noise of one cap's TPS, from the curve's own scatter (as
-    :func:`tpw_noise_rel` does for TPS/W)."""
-    return _scatter_rel(points, lambda p: p.tps)
-
-
-def _scatter_estimate(points: Sequence[CapPoint], best_cap_w: float) -> dict[str, Any]:
-    sigma = tpw_noise_rel(points) if len(points) >= 3 else 0.0
-    best = next(p for p in points if p.cap_w == best_cap_w)
-    best_tpw = best.tps / best.power_w
-    # The difference of two independent readings has sqrt(2) times one reading's noise.
-    floor = best_tpw * (1.0 - Z95 * math.sqrt(2.0) * sigma)
-    tied = [p.cap_w for p in points if p.cap_w == best_cap_w or p.tps / p.power_w >= floor]
-    return {
-        "tied_caps": tied,
-        "interval_w": [min(tied), max(tied)],
-        "noise_source": SCATTER,
-        "bootstrap": None,
-        "estimate": {"tps_per_w_noise_rel": sigma, "caps_used": len(points)},
-    }
 
 
 @dataclass(frozen=True)
@@ -280,6 +305,7 @@ def _bootstrap(points: Sequence[CapPoint], best_cap_w: float, resampled: Draws) 
             },
         },
         "estimate": None,
+        "tps_per_w_u95_pct": None,
     }
 
 
@@ -289,58 +315,55 @@ def near_peak_noise(
     near_cap_w: float,
     max_loss_pct: float,
     draws: Draws | None,
+    own: Mapping[float, Reading] | None = None,
 ) -> dict[str, Any]:
     """``tied_caps`` and ``interval_w`` of the near-peak cap: the caps noise could make it.
 
-    With raw data every resample of the caps' TPS (the sweet spot's resamples) picks its own
-    near-peak cap by the same rule (:func:`powersweep.analysis.near_peak.near_peak_index`), and
-    the caps picked in at least ``TIED_SHARE`` of them are tied. The curve's TPS scatter gives
-    the caps between the pick with the floor lowered by the noise of two readings and the pick
-    with it raised by as much; those are tied too (with raw data too: noise from cap to cap that
-    no resample within a cap sees). ``noise_source`` says which found the interval.
+    With each cap's own reading, the caps between the pick with the floor lowered by the TPS
+    half-widths of the fastest cap and the pick (in quadrature) and the pick with it raised by
+    as much; with raw data of an older run, every resample of the caps' TPS picks its own
+    near-peak cap by the same rule (:func:`powersweep.analysis.near_peak.near_peak_index`) and
+    the caps picked in at least ``TIED_SHARE`` of them are tied; a bare curve moves the floor by
+    the typical repeatability of two readings.
 
     Args:
         points: Measured caps, sorted by cap (repeats pooled).
         groups: Index ranges of the plateaus and ceilings, judged together.
         near_cap_w: The near-peak cap the analysis reports.
         max_loss_pct: The TPS loss the near-peak cap may cost.
-        draws: The caps resampled (:func:`resample`), or None (no raw data).
+        draws: The caps resampled (:func:`resample`), or None.
+        own: Each cap's own reading (:func:`own_readings`).
 
     Returns:
-        ``{tied_caps, interval_w, noise_source}``; ``noise_source`` is ``resampled``,
-        ``resampled and curve scatter`` or ``curve scatter (estimate)``.
+        ``{tied_caps, interval_w, noise_source}``.
     """
-    scatter = _near_peak_scatter(points, groups, near_cap_w, max_loss_pct)
-    if draws is None:
-        return {
-            "tied_caps": scatter,
-            "interval_w": [min(scatter), max(scatter)],
-            "noise_source": SCATTER,
-        }
-    picks = [near_peak_index(list(row), groups, max_loss_pct) for row in draws.tps]
-    share = np.bincount(picks, minlength=len(points)) / len(picks)
-    resampled = {p.cap_w for k, p in enumerate(points) if share[k] >= TIED_SHARE}
-    # Resampling within a cap sees its sampling noise, not the slow drift of the operating point
-    # from cap to cap that the curve's scatter shows; the wider of the two is the honest one.
-    tied = sorted(resampled | set(scatter) | {near_cap_w})
-    return {
-        "tied_caps": tied,
-        "interval_w": [min(tied), max(tied)],
-        "noise_source": RESAMPLED if set(scatter) <= resampled | {near_cap_w} else BOTH,
-    }
+    fastest = max(points, key=lambda p: p.tps).cap_w
+    if own and near_cap_w in own and fastest in own:
+        us = [own[near_cap_w].tps_u95_rel, own[fastest].tps_u95_rel]
+        if all(math.isfinite(u) for u in us):
+            tied = _near_peak_moved(points, groups, near_cap_w, max_loss_pct, math.hypot(*us))
+            return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": OWN}
+    if draws is not None:
+        picks = [near_peak_index(list(row), groups, max_loss_pct) for row in draws.tps]
+        share = np.bincount(picks, minlength=len(points)) / len(picks)
+        tied = sorted(
+            {p.cap_w for k, p in enumerate(points) if share[k] >= TIED_SHARE} | {near_cap_w}
+        )
+        return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": RESAMPLED}
+    margin = math.sqrt(2.0) * TYPICAL_READING_U95_REL
+    tied = _near_peak_moved(points, groups, near_cap_w, max_loss_pct, margin)
+    return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": TYPICAL}
 
 
-def _near_peak_scatter(
+def _near_peak_moved(
     points: Sequence[CapPoint],
     groups: Sequence[tuple[int, int]],
     near_cap_w: float,
     max_loss_pct: float,
+    margin: float,
 ) -> list[float]:
-    """The caps between the near-peak pick with the floor lowered by the noise of two readings
-    (the curve's TPS scatter) and the pick with it raised by as much."""
-    sigma = tps_noise_rel(points) if len(points) >= 3 else 0.0
-    # The floor moves with the best reading's noise, a cap's reading with its own.
-    margin = Z95 * math.sqrt(2.0) * sigma
+    """The caps between the near-peak pick with the floor lowered by ``margin`` (relative) and
+    the pick with it raised by as much."""
     keep = 1.0 - max_loss_pct / 100.0
     tps = [p.tps for p in points]
     could = near_peak_index(tps, groups, 100.0 * (1.0 - keep * (1.0 - margin)))
@@ -472,12 +495,11 @@ def sweet_spot_text(sweet: Mapping[str, Any]) -> str:
     text = f"{cap:g} W"
     interval = sweet.get("interval_w")
     tied = sweet.get("tied_caps") or []
-    estimate = sweet.get("noise_source") == SCATTER
+    typical = sweet.get("noise_source") == TYPICAL
     if not interval or len(interval) != 2:
         return text
     lo, hi = interval
+    how = ", noise unknown: a typical reading's" if typical else ""
     if len(tied) > 1 and lo < hi:
-        how = ", estimated from the curve's scatter" if estimate else ""
         return f"{text} ({lo:g}-{hi:g} W within noise{how})"
-    how = ", estimated from the curve's scatter" if estimate else ""
     return f"{text} (no other cap within noise{how})"

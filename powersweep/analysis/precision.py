@@ -25,8 +25,9 @@ freedom of TPS and draw together) and the drift bias in quadrature.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -222,6 +223,74 @@ def point_precision(
         u95_rel=math.hypot(stat, bias),
         dof=dof,
     )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A point's TPS/W and its own precision, as the stop rule and the confirm phase read them.
+
+    Attributes:
+        tps_per_w: The figure.
+        stat_u95_rel: Its statistical 95% half-width, relative.
+        bias_rel: The drift's expected bias, relative (signed).
+        tps_u95_rel: The statistical 95% half-width of its TPS, relative.
+    """
+
+    tps_per_w: float
+    stat_u95_rel: float
+    bias_rel: float
+    tps_u95_rel: float = math.nan
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Reading:
+        """The reading of a caps.csv row (NaN where it has none)."""
+
+        def num(key: str, default: float = math.nan) -> float:
+            value = row.get(key)
+            try:
+                out = float(value) if value is not None else default
+            except (TypeError, ValueError):
+                return default
+            return out if math.isfinite(out) else default
+
+        return cls(
+            num("tps_per_w"),
+            num("tps_per_w_stat_u95_pct") / 100.0,
+            num("drift_bias_pct", 0.0) / 100.0,
+            num("tps_u95_pct") / 100.0,
+        )
+
+    @property
+    def known(self) -> bool:
+        """True when the reading carries its own precision."""
+        return math.isfinite(self.tps_per_w) and math.isfinite(self.stat_u95_rel)
+
+    @classmethod
+    def pooled(cls, readings: Sequence[Reading], tps_per_w: float) -> Reading:
+        """Several readings of one point (a confirmed point) pooled around ``tps_per_w``: the
+        statistical half-widths by inverse variance, the biases averaged."""
+        known = [r for r in readings if r.known and r.stat_u95_rel > 0]
+        if not known:
+            return cls(tps_per_w, math.nan, 0.0)
+        stat = 1.0 / math.sqrt(sum(1.0 / r.stat_u95_rel**2 for r in known))
+        tps = [r.tps_u95_rel for r in known if math.isfinite(r.tps_u95_rel) and r.tps_u95_rel > 0]
+        return cls(
+            tps_per_w,
+            stat,
+            sum(r.bias_rel for r in known) / len(known),
+            1.0 / math.sqrt(sum(1.0 / u**2 for u in tps)) if tps else math.nan,
+        )
+
+    def tied_with(self, other: Reading) -> bool:
+        """True when the two readings are within their own noise of each other."""
+        return tied(
+            self.tps_per_w,
+            self.stat_u95_rel,
+            self.bias_rel,
+            other.tps_per_w,
+            other.stat_u95_rel,
+            other.bias_rel,
+        )
 
 
 def tied(

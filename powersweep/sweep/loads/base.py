@@ -448,8 +448,11 @@ class Load(Protocol):
     mode: str
     # Measured windows per point (two prompts in the decode modes, one in prefill-heavy).
     prompts: int
-    # The shortest first window a point may measure, run seconds (prefill-heavy: two prompts).
-    min_window_s: float
+
+    @property
+    def min_window_s(self) -> float:
+        """The shortest window a point may measure, run seconds (prefill-heavy: two prompts)."""
+        ...
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         """Probe or calibrate at the first point, before the sweep; returns facts for run.json."""

@@ -62,10 +62,16 @@ class ConfirmPhase:
         self.writer.write_run_json(self.meta)
         if not plan.points:
             return
+        after: dict[str, Any] = {}
         for i, point in enumerate(plan.points):
             await self.measurer.measure(point, CONFIRM_REASON, i, len(plan.points))
+            after = await asyncio.to_thread(self._analysis, "pooled")
+            rest = plan.points[i + 1 :]
+            if rest and not any(_still_tied(after, p, self.clock_axis) for p in rest):
+                # the readings pooled so far separate the rest from the best: stop there
+                plan.record.update(stopped=f"separated after {i + 1} of {len(plan.points)}")
+                break
         await self.measurer.stop_busy()  # nothing is measured after it
-        after = await asyncio.to_thread(self._analysis, "pooled")
         sweet: Mapping[str, Any] = after.get("sweet_spot") or {}
         plan.record.update(best_after_w=sweet.get("cap_w"), tied_after=sweet.get("tied_caps"))
         if self.clock_axis:
@@ -92,3 +98,17 @@ class ConfirmPhase:
         if point is not None and self.measurer.apply(point) is None:
             self.measurer.keep_busy(self.measurer.cap_of(point))
         return await asyncio.to_thread(work)
+
+
+def _still_tied(analysis: Mapping[str, Any], point: SweepPoint, clock_axis: bool) -> bool:
+    """True when the analysis still ties ``point`` with the best (or cannot tell)."""
+    if not analysis:
+        return True
+    if clock_axis:
+        peak: Mapping[str, Any] = analysis.get("peak") or {}
+        ties = [
+            (t.get("sm_lock_mhz"), t.get("mem_lock_mhz")) for t in peak.get("tied_points") or []
+        ]
+        return (point.sm_lock_mhz, point.mem_lock_mhz) in ties
+    sweet: Mapping[str, Any] = analysis.get("sweet_spot") or {}
+    return point.cap_w in [float(c) for c in sweet.get("tied_caps") or []]

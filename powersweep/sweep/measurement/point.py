@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from powersweep.analysis.precision import Reading
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
@@ -41,7 +42,6 @@ from powersweep.sweep.sampling.thermal import (
 )
 from powersweep.sweep.sampling.windows import (
     STOP_FAILED,
-    Reading,
     WindowPolicy,
     next_round_s,
     stop_reason,

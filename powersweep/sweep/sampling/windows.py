@@ -22,11 +22,9 @@ round's margin.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from powersweep.analysis.precision import tied
+from powersweep.analysis.precision import Reading
 
 # The shortest first round per prompt, run seconds: a slow card (16 TPS) still streams ~50
 # tokens and the sampler reads ~6 ticks per prompt.
@@ -65,50 +63,6 @@ class WindowPolicy:
         """The first round's window: the minimum (at least what the load needs), at most the
         maximum."""
         return min(self.max_s, max(self.min_s, load_min_s))
-
-
-@dataclass(frozen=True)
-class Reading:
-    """A point's TPS/W and its own precision, as the stop rule and the confirm phase read them.
-
-    Attributes:
-        tps_per_w: The figure.
-        stat_u95_rel: Its statistical 95% half-width, relative.
-        bias_rel: The drift's expected bias, relative (signed).
-    """
-
-    tps_per_w: float
-    stat_u95_rel: float
-    bias_rel: float
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> Reading:
-        """The reading of a caps.csv row (NaN where it has none)."""
-
-        def num(key: str, default: float = math.nan) -> float:
-            value = row.get(key)
-            try:
-                out = float(value) if value is not None else default
-            except (TypeError, ValueError):
-                return default
-            return out if math.isfinite(out) else default
-
-        return cls(
-            num("tps_per_w"),
-            num("tps_per_w_stat_u95_pct") / 100.0,
-            num("drift_bias_pct", 0.0) / 100.0,
-        )
-
-    def tied_with(self, other: Reading) -> bool:
-        """True when the two readings are within their own noise of each other."""
-        return tied(
-            self.tps_per_w,
-            self.stat_u95_rel,
-            self.bias_rel,
-            other.tps_per_w,
-            other.stat_u95_rel,
-            other.bias_rel,
-        )
 
 
 def stop_reason(
