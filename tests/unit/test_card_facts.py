@@ -44,7 +44,7 @@ def test_analyze_uses_the_given_card_facts(
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
         ("boost_plateau", 340.0, 370.0)
     ]
-    assert sweet["noise_source"] == "curve scatter (estimate)"
+    assert sweet["noise_source"] == "typical repeatability (noise unknown)"
 
 
 def test_boundary_finding_knows_the_given_limits(

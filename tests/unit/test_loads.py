@@ -168,3 +168,35 @@ def test_the_keep_busy_load_hands_every_result_on_and_its_failures_are_faults(mo
     faults.requests(seen)
     (failed,) = faults.to_list()
     assert failed["kind"] == "request_failed" and failed["count"] == client.sent
+
+
+def test_rounds_of_one_point_pool_into_one_run() -> None:
+    from powersweep.sweep.loads.base import LoadRun
+
+    first = LoadRun(
+        requests=["a", "b"],
+        windows=[("narr", 0.0, 3.0), ("code", 3.0, 6.0)],
+        tps={"narr_tps": 30.0, "code_tps": 29.0, "prefill_tps": math.nan},
+        extra={"narr_tps_spread_pct": 1.0, "code_tps_spread_pct": 2.0, "tps_blocks": "1:0.5"},
+    )
+    second = LoadRun(
+        requests=["c"],
+        windows=[("narr", 7.0, 13.0)],
+        tps={"narr_tps": 33.0, "code_tps": math.nan, "prefill_tps": math.nan},
+        extra={"narr_tps_spread_pct": 3.0, "tps_blocks": "2:0.6"},
+    )
+    run = LoadRun.merged([first, second])
+    assert run.requests == ["a", "b", "c"] and run.kind_s("narr") == 9.0
+    # weighted by the seconds of each round's windows of that kind: 3 s at 30, 6 s at 33
+    assert run.tps["narr_tps"] == pytest.approx(32.0)
+    assert run.tps["code_tps"] == 29.0  # the later round did not measure it
+    assert math.isnan(run.tps["prefill_tps"])
+    assert run.extra == {
+        "narr_tps_spread_pct": 3.0,
+        "code_tps_spread_pct": 2.0,
+        "tps_blocks": "1:0.5 2:0.6",
+    }
+    # a round whose requests failed leaves the pooled figure unknown
+    failed = LoadRun(windows=[("narr", 14.0, 16.0)], tps={"narr_tps": math.nan})
+    assert math.isnan(LoadRun.merged([first, failed]).tps["narr_tps"])
+    assert LoadRun.merged([first]) is first
