@@ -12,11 +12,12 @@ of other points around a curve:
 - **Drift**: a card whose temperature still moves reads away from its steady state. Its
   temperature approaches the steady level exponentially, so what is still to come is the slope
   times the card's thermal time constant (fitted from the run's own temperature and draw,
-  :func:`fit_thermal`; the slope is fitted over every reading since the point was set, enough
-  readings to resolve whole-degree steps); under a cap a warmer card runs slower, by up to
-  :data:`DRIFT_SENSITIVITY_PER_C` per degree. That expected bias is carried inside the stated
-  uncertainty (it is the same sign for every point measured while the card cools or heats at the
-  same pace, so it cancels from the difference of two such points, :func:`tied`).
+  :func:`fit_thermal`; the slope over the trailing readings, enough to resolve whole-degree
+  steps). A warmer card leaks more (:data:`LEAKAGE_W_PER_C`): under a binding cap those watts
+  come out of the clock, so TPS/W moves by the curve's own slope times them; a card under its
+  cap draws them instead (:func:`drift_sensitivity_per_c`). That expected bias is carried inside
+  the stated uncertainty (it is the same sign for every point measured while the card cools or
+  heats at the same pace, so it cancels from the difference of two such points, :func:`tied`).
 
 The 95% half-width adds the statistical part (Student's t on the Welch-Satterthwaite degrees of
 freedom of TPS and draw together) and the drift bias in quadrature.
@@ -31,11 +32,14 @@ from typing import Any
 
 import numpy as np
 
-# Under a cap a card reading this much warmer than its steady state runs this much slower per
-# degree: leakage grows 0.2-0.3% per degree of the static power, which is up to half the draw
-# near the voltage floor, and the clock (so decode TPS) follows the dynamic power left. The
-# simulated cards reach 0.5% at their lowest caps; real 3090s lose about 1% per 5 C around their
-# sweet spot (the warm-up's figure), so this bounds both.
+# A warmer card leaks more: this many watts per degree per card (a 300-450 W card's static power,
+# some 50-150 W under load, grows by a few tenths of a percent per degree; the simulated cards
+# leak 0.3-0.5 W per degree). Under a binding cap those watts come out of the clock, so TPS/W
+# moves by this times the curve's own slope d ln(TPS)/dP; a card drawing under its cap keeps its
+# clock and draws them.
+LEAKAGE_W_PER_C = 0.5
+# The sensitivity assumed where the curve's slope is not known yet (the first point): 0.5% per
+# degree, a card at its voltage floor (where TPS is nearly proportional to the cap's watts).
 DRIFT_SENSITIVITY_PER_C = 0.005
 # The time constant assumed when the run's own readings cannot fit one (a heatsink under a fan:
 # tens of seconds to about a minute and a half).
@@ -178,17 +182,39 @@ def fit_thermal(
     return ThermalModel(float(coef[0]) * tau, float(coef[1]) * tau, tau)
 
 
-def drift_bias_rel(slope_c_per_min: float, tau_s: float) -> float:
+def drift_sensitivity_per_c(
+    tps_slope_per_w: float, power_w: float, binding: bool, n_gpus: int = 1
+) -> float:
+    """How much TPS/W moves per degree the card still has to go (relative).
+
+    Args:
+        tps_slope_per_w: The curve's own slope at the point, d ln(TPS) / d(combined W), from the
+            nearest other point measured (NaN: not known yet).
+        power_w: The point's combined draw.
+        binding: The cap binds (the card draws at its cap).
+        n_gpus: Cards whose leakage adds up.
+    """
+    leak = LEAKAGE_W_PER_C * max(1, n_gpus)
+    if not binding and math.isfinite(power_w) and power_w > 0:
+        return leak / power_w  # the clock holds; the draw takes the leakage
+    if math.isfinite(tps_slope_per_w):
+        return leak * max(0.0, tps_slope_per_w)
+    return DRIFT_SENSITIVITY_PER_C
+
+
+def drift_bias_rel(
+    slope_c_per_min: float, tau_s: float, sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C
+) -> float:
     """Expected relative bias of TPS/W from a temperature still moving at ``slope_c_per_min``.
 
-    Still to come: ``slope * tau`` degrees (``tau`` NaN: :data:`DEFAULT_TAU_S`); a card still
-    heating will run slower once there, so it read high (positive bias), and one cooling read
-    low.
+    Still to come: ``slope * tau`` degrees (``tau`` NaN: :data:`DEFAULT_TAU_S`), each worth
+    ``sensitivity_per_c`` (:func:`drift_sensitivity_per_c`); a card still heating will run
+    slower once there, so it read high (positive bias), and one cooling read low.
     """
     if not math.isfinite(slope_c_per_min):
         return 0.0
     tau = tau_s if math.isfinite(tau_s) and tau_s > 0 else DEFAULT_TAU_S
-    return DRIFT_SENSITIVITY_PER_C * slope_c_per_min / 60.0 * tau
+    return sensitivity_per_c * slope_c_per_min / 60.0 * tau
 
 
 def point_precision(
@@ -196,6 +222,7 @@ def point_precision(
     power_ticks: Sequence[float],
     slope_c_per_min: float,
     tau_s: float,
+    sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C,
 ) -> Precision:
     """A point's :class:`Precision` from its own TPS blocks, load ticks and drift.
 
@@ -204,10 +231,11 @@ def point_precision(
         power_ticks: Combined draw of each load tick, in time order.
         slope_c_per_min: The hottest card's temperature slope since the point was set.
         tau_s: The card's thermal time constant (NaN: :data:`DEFAULT_TAU_S`).
+        sensitivity_per_c: TPS/W's relative move per degree (:func:`drift_sensitivity_per_c`).
     """
     tps_se, tps_dof = ratio_se_rel(blocks)
     pw_se, pw_dof = batch_se_rel(power_ticks)
-    bias = drift_bias_rel(slope_c_per_min, tau_s)
+    bias = drift_bias_rel(slope_c_per_min, tau_s, sensitivity_per_c)
     if not (math.isfinite(tps_se) and math.isfinite(pw_se)):
         return Precision(math.nan, math.nan, math.nan, bias, math.nan, math.nan)
     var = tps_se**2 + pw_se**2

@@ -164,7 +164,9 @@ def test_near_peak_noise_ties_a_cap_read_at_the_floor(tmp_path: Path) -> None:
     assert "(250-260 W within noise)" in sweet_spot_text(near)
 
 
-def test_near_peak_noise_of_a_bare_curve_moves_the_floor_by_a_typical_reading(tmp_path: Path) -> None:
+def test_near_peak_noise_of_a_bare_curve_moves_the_floor_by_a_typical_reading(
+    tmp_path: Path,
+) -> None:
     rng = np.random.default_rng(3)
     caps = np.arange(200.0, 401.0, 10.0)
     # a rising curve with a flat stretch at 95% of the top (300-340 W), 0.3% reading noise

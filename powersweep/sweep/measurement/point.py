@@ -30,7 +30,12 @@ from powersweep.sweep.measurement.thermal_fit import ThermalFit
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
-from powersweep.sweep.sampling.measure import LOAD_UTIL_PCT, cap_row, relabel_outside
+from powersweep.sweep.sampling.measure import (
+    DRIFT_TRAIL_S,
+    LOAD_UTIL_PCT,
+    cap_row,
+    relabel_outside,
+)
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 from powersweep.sweep.sampling.thermal import (
@@ -131,6 +136,16 @@ class PointLedger:
     prefill_s_per_token: dict[float, float] = field(default_factory=dict)
     points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
     readings: dict[tuple[Any, Any, Any], Reading] = field(default_factory=dict)
+    figures: dict[tuple[Any, Any, Any], tuple[float, float]] = field(default_factory=dict)
+
+    def nearest_figures(self, point: SweepPoint) -> tuple[float, float] | None:
+        """``(TPS, combined W)`` of the other point measured ok nearest to ``point`` on its
+        axis (None: none yet)."""
+        others = [k for k in self.figures if k != point.key]
+        if not others or not math.isfinite(point.position):
+            return None
+        near = min(others, key=lambda k: abs(self.points[k].position - point.position))
+        return self.figures[near]
 
     def best_other(self, point: SweepPoint) -> Reading | None:
         """The reading with the highest TPS/W of the points measured ok but ``point``."""
@@ -155,11 +170,13 @@ class PointLedger:
         self.ratios.pop(key, None)
         self.prefill_s_per_token.pop(point.position, None)
         self.readings.pop(key, None)
+        self.figures.pop(key, None)
         if row["status"] != "ok":
             return
         reading = Reading.of(row)
         if math.isfinite(reading.tps_per_w):
             self.readings[key] = reading
+            self.figures[key] = (reading.tps_per_w * row["power_w"], row["power_w"])
         ratio = tps_ratio(row.get("narr_tps", math.nan), row.get("code_tps", math.nan))
         if math.isfinite(ratio):
             self.ratios[key] = ratio
@@ -476,6 +493,8 @@ class PointMeasurer:
             phase_windows=run.windows,
             busy_gpus=self.busy_gpus,
             thermal=self.thermal.model(),
+            earlier=self.thermal.recent(self.clock.now() - 2 * DRIFT_TRAIL_S),
+            neighbour=self.ledger.nearest_figures(point),
             extra={**extra, **run.extra},
             error=error or "; ".join(run.errors),
             status=status,

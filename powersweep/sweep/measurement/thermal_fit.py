@@ -38,6 +38,10 @@ class ThermalFit:
                 self._ticks.append((group[0].t_s, max(temps), draw))
         self._stale = True
 
+    def recent(self, since_s: float) -> list[tuple[float, float]]:
+        """The ``(run s, °C)`` readings kept from ``since_s`` on."""
+        return [(t, c) for t, c, _ in self._ticks if t >= since_s]
+
     def model(self) -> ThermalModel | None:
         """The fitted model (None until the readings fit one)."""
         if self._stale:

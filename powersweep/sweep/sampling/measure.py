@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from powersweep.analysis.noise import parse_blocks
-from powersweep.analysis.precision import Precision, ThermalModel, point_precision
+from powersweep.analysis.precision import (
+    Precision,
+    ThermalModel,
+    drift_sensitivity_per_c,
+    point_precision,
+)
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.per_token import (
     energy_counter_j,
@@ -209,6 +214,18 @@ def _median(values: Iterable[float]) -> float:
     return statistics.median(finite) if finite else NAN
 
 
+# A cap binds when the card draws at least this share of it (its leakage then comes out of the
+# clock, not on top of the draw).
+BINDING_SHARE = 0.98
+# Two points' draws this close cannot tell the curve's slope.
+MIN_SLOPE_DRAW_W = 2.0
+# The trailing run seconds a point's temperature drift is fitted over: forty whole-degree readings
+# resolve about 1 C/min, where a 3 s window's six cannot tell 10 C/min from noise; a sweep's
+# drift changes over the card's time constant (tens of seconds), so a neighbour's end still
+# shows it.
+DRIFT_TRAIL_S = 20.0
+
+
 def cap_row(
     *,
     cap_w: float,
@@ -226,6 +243,8 @@ def cap_row(
     extra: Mapping[str, Any] | None = None,
     phase_windows: Sequence[tuple[str, float, float]] | None = None,
     thermal: ThermalModel | None = None,
+    earlier: Sequence[tuple[float, float]] = (),
+    neighbour: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
 
@@ -237,7 +256,10 @@ def cap_row(
     ``phase_windows`` are the load's ``(prompt kind, t0, t1)`` windows: energy per token and the
     latency percentiles are of the metric prompt's windows (NaN without them).
     ``thermal`` is the card's thermal model fitted so far (None: not yet), which prices the
-    temperature's drift into the point's stated precision.
+    temperature's drift into the point's stated precision; ``earlier`` are the ``(run s, °C)``
+    readings before ``rows`` (the last points'), which the drift's trailing fit may reach;
+    ``neighbour`` is the ``(TPS, combined W)`` of the nearest other point measured, whose slope
+    prices a degree of drift.
     """
     ticks = load_ticks(rows, windows, busy_gpus)
     power = _median(t.power_w for t in ticks)
@@ -271,12 +293,25 @@ def cap_row(
         else decode_blocks(requests, "narr")
     )
     spans = metric_spans(phase_windows, load_mode)
-    drift = slope_c_per_min((t.t_s, t.temp_max_c) for t in ticks)
     # a load that counts its own units (decode-concurrent's window slices) gives them in extra
     units = parse_blocks(str(extra["tps_blocks"])) if extra and "tps_blocks" in extra else blocks
 
     tau = thermal.tau_s if thermal is not None else NAN
-    precision = point_precision(units, [t.power_w for t in ticks], drift, tau)
+    # how fast the temperature still moved as the figures were taken: the slope over the
+    # trailing DRIFT_TRAIL_S of every reading up to the end of the windows (the settle before
+    # them and the last point's end included); a short window's few whole-degree readings alone
+    # cannot tell 3 C/min from noise
+    end_s = max((t.t_s for t in ticks), default=NAN)
+    mine = [(t.t_s, t.temp_max_c) for t in group_ticks(rows, busy_gpus)]
+    first_s = min((t for t, _ in mine), default=NAN)
+    readings = [*((t, c) for t, c in earlier if t < first_s), *mine]
+    trail = [(t, c) for t, c in readings if end_s - DRIFT_TRAIL_S <= t <= end_s]
+    drift = slope_c_per_min(trail or [(t.t_s, t.temp_max_c) for t in ticks])
+    binding = power >= BINDING_SHARE * cap_w * n_gpus
+    sensitivity = drift_sensitivity_per_c(
+        curve_slope(metric, power, neighbour), power, binding, n_gpus
+    )
+    precision = point_precision(units, [t.power_w for t in ticks], drift, tau, sensitivity)
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
     n = len(ticks)
@@ -315,6 +350,20 @@ def cap_row(
         **latency_percentiles(requests, spans, load_mode),
         **(extra or {}),
     }
+
+
+def curve_slope(tps: float, power_w: float, neighbour: tuple[float, float] | None) -> float:
+    """d ln(TPS) / dP between a point and its nearest measured neighbour (NaN: unknown, or
+    draws too close to tell)."""
+    if neighbour is None:
+        return NAN
+    n_tps, n_power = neighbour
+    values = (tps, power_w, n_tps, n_power)
+    if not all(math.isfinite(v) for v in values) or min(tps, n_tps) <= 0:
+        return NAN
+    if abs(power_w - n_power) < MIN_SLOPE_DRAW_W:
+        return NAN
+    return (math.log(tps) - math.log(n_tps)) / (power_w - n_power)
 
 
 def precision_columns(precision: Precision, thermal: ThermalModel | None) -> dict[str, float]:

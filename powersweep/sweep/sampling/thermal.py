@@ -38,13 +38,11 @@ DEFAULT_THERMAL_WAIT_S = 10.0
 # the card's time constant, well under a 3 °C/min slope). A bigger jump (the first point, a
 # confirm re-measure, an adaptive or grid jump) waits.
 CARRY_DRAW_W = 30.0
-# ... when that point's window drifted no faster than this, °C/min: the summary's own flag for a
-# point measured on a drifting card (analysis.steadiness.DRIFT_C_PER_MIN). A dense sweep stepping
-# down cools its card by a few °C/min at every point (each step lowers the level by R_th * dP,
-# approached over a time constant longer than a point), a drift the bound could not remove (it
-# decays with that time constant) and that biases every point alike; waiting for it at each
-# point would cost the bound per point for no better answer.
-CARRY_DRIFT_C_PER_MIN = 6.0
+# A nearby point carries the steadiness whatever drift the last point showed: a dense sweep
+# stepping down cools its card by a few °C/min at every point (each step lowers the level by
+# R_th * dP, approached over a time constant longer than a point), a drift a bounded wait could
+# not remove (it decays with that time constant and the next step restarts it). Each point states
+# the bias that drift leaves instead (``drift_bias_pct``, powersweep.analysis.precision).
 
 
 class TempSlopes(Protocol):
@@ -137,11 +135,11 @@ def carried(
 ) -> ThermalWait | None:
     """The steadiness a point inherits from the last one measured, or None when it must wait.
 
-    A card whose last window drifted under :data:`CARRY_DRIFT_C_PER_MIN` and whose draw moved
-    less than :data:`CARRY_DRAW_W` at the set is already near its level: waiting would cost
-    the bound and change little (the remaining drift decays with the card's own time constant,
-    tens of seconds). Anything unknown waits: the first point, a jump, a point after a failed
-    one, a card that was still heating.
+    A card whose draw moved less than :data:`CARRY_DRAW_W` at the set is already near its
+    level: waiting would cost the bound and change little (the remaining drift decays with the
+    card's own time constant, tens of seconds), and the point's stated precision carries the
+    bias of what is still to come. Anything unknown waits: the first point, a jump, a point after
+    a failed one.
 
     Under the same clock locks the draw moves by no more than the limit does (a card draws the
     lesser of its limit and its demand), so the step is the limit's; a lock change moves the draw
@@ -157,11 +155,8 @@ def carried(
         return None
     same_locks = locks == previous.locks
     step = abs(cap_total_w - previous.cap_total_w if same_locks else draw_now_w - previous.power_w)
-    drift = previous.drift_c_per_min
-    if not (math.isfinite(drift) and math.isfinite(step)):
-        return None
-    if abs(drift) <= CARRY_DRIFT_C_PER_MIN and step <= CARRY_DRAW_W:
-        return ThermalWait(0.0, drift, True)
+    if math.isfinite(step) and step <= CARRY_DRAW_W:
+        return ThermalWait(0.0, previous.drift_c_per_min, True)
     return None
 
 
