@@ -10,8 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from powersweep.analysis import noise
-from powersweep.analysis import analyze, load_curve, write_outputs
+from powersweep.analysis import analyze, load_curve, noise, write_outputs
 from powersweep.errors import PowersweepError, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
