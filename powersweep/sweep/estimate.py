@@ -1,14 +1,18 @@
 """How long a sweep takes, in run seconds, from its options alone (the dry run says it).
 
 The model follows the protocol every point goes through (:mod:`powersweep.sweep.measurement`):
-a settle under load, the wait for a steady temperature (at least the trailing window its slope
-is fitted over, the usual case: caps 10-20 W apart move the temperature by a degree or two),
-each prompt's time-bounded window, and the margin and hand-over between
+a settle under load, the wait for a steady temperature at the first point and at jumps (at
+least the trailing window its slope is fitted over; caps 10-20 W apart carry their neighbour's
+steadiness and state the drift's bias instead), each prompt's first window, the rounds a point
+near the best measures on (sequential windows: :data:`NEAR_BEST_POINTS` points, each for about
+:data:`MEASURED_ON_SHARE` of what the maximum leaves), and the margin and hand-over between
 points; before the first point, the warm-up (time-bounded: usually to its bound on a cold card,
 which is still heating) and the load's set-up (the concurrency probe, the prefill calibration);
 after the last, the confirm phase's re-measurements (metric prompt only) of the points tied with
-the best, which caps 10-20 W apart (and a clock sweep's flat curve) nearly always have. An
-adaptive sweep is counted at its budget.
+the best, about half the time. An adaptive sweep is counted at its budget.
+
+The bound (:func:`bound_run_s`) is the same sweep with every point measured to its maximum
+window, waiting its whole thermal bound, and the confirm phase at its most.
 """
 
 from __future__ import annotations
@@ -36,19 +40,25 @@ RAMP_S = 1.0
 SCHEDULING_CHECK_S = 2.0
 # An adaptive sweep usually settles its answer this many caps short of its budget.
 ADAPTIVE_SHORT_OF_BUDGET = 1
-# Caps this far apart or closer are usually tied with the best near a peak (TPS/W moves a
-# fraction of a percent per 10 W there): the confirm phase re-measures two of them.
-TIE_SPACING_W = 20.0
+# Caps this far apart or closer are tied with the best near a peak about half the time (TPS/W
+# moves about 1% per 10 W there, twice the default precision): the confirm phase re-measures two.
+TIE_SPACING_W = 10.0
 # prefill-heavy: calibration requests, each about the prefill time asked for.
 CALIBRATION_REQUESTS = 3
-# Points that wait for a steady temperature in a dense sweep: the first two (the card still
-# heating from its warm-up); every later one a step from a steady one carries its steadiness,
-# unless the grid's steps are jumps (wider than the carry's CARRY_DRAW_W): then every point waits.
-THERMAL_WAITING_POINTS = 2
+# Points that wait for a steady temperature in a dense sweep: the first (the card still heating
+# from its warm-up); every later one a step from the last carries its steadiness, unless the
+# grid's steps are jumps (wider than the carry's CARRY_DRAW_W): then every point waits.
+THERMAL_WAITING_POINTS = 1
+# Points far from the best stop after their first round; those near it (about this many on a
+# grid as fine as the tie spacing, one on a coarser one) measure on for about this share of
+# what the maximum window leaves, in a round or two (each with the load's fixed costs, a ramp).
+NEAR_BEST_POINTS = 3
+MEASURED_ON_SHARE = 0.5
+NEAR_BEST_ROUNDS = 1.5
 
 
 def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None = None) -> float:
-    """Run seconds a sweep of ``n_points`` planned points takes.
+    """Run seconds a sweep of ``n_points`` planned points is expected to take.
 
     Args:
         options: The sweep's options.
@@ -57,23 +67,53 @@ def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None
             further apart than :data:`TIE_SPACING_W` differ by more than their noise near a
             peak, so nothing is confirmed; a clock sweep's flat curve nearly always has ties.
     """
+    return _run_s(options, n_points, spacing_w, bound=False)
+
+
+def bound_run_s(options: SweepOptions, n_points: int, spacing_w: float | None = None) -> float:
+    """The most run seconds the same sweep may take: every point measured to its maximum
+    window, every wait to its bound, the confirm phase at its most (arguments as
+    :func:`estimate_run_s`)."""
+    return _run_s(options, n_points, spacing_w, bound=True)
+
+
+def first_window_s(options: SweepOptions) -> float:
+    """Run seconds of a point's first window per prompt (prefill-heavy: two prompts at least)."""
+    load_min = 2.0 * options.prefill_seconds if options.load_mode == "prefill-heavy" else 0.0
+    return min(options.target_cap_seconds, max(options.min_cap_seconds, load_min))
+
+
+def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bound: bool) -> float:
     mode = options.load_mode
-    window = options.target_cap_seconds
+    first = first_window_s(options)
+    left = options.target_cap_seconds - first
     prompts = PROMPTS_PER_POINT.get(mode, 1)
     measured = _points_measured(options, n_points)
     settle = min(AUTO_SETTLE_S, options.settle_seconds) if options.settle == "auto" else 0.0
-    if options.settle == "fixed":
+    if options.settle == "fixed" or bound:
         settle = options.settle_seconds
     thermal = 0.0
     if not options.observe_only and options.thermal_wait_seconds > 0:
         # the slope is judged once its trailing window since the point was set is full
         thermal = max(0.0, min(THERMAL_TRAIL_S - settle, options.thermal_wait_seconds))
+        if bound:
+            thermal = options.thermal_wait_seconds
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
-    per_point = settle + prompts * (window + ramp) * options.bench_runs + POINT_OVERHEAD_S
-    # a point next to a steady one carries its steadiness: the first points (a card still
-    # heating from the warm-up) and jumps wait
     spacing = options.step_size_w if spacing_w is None else spacing_w
-    waiting = min(measured, THERMAL_WAITING_POINTS)
+    per_point = settle + prompts * (first + ramp) * options.bench_runs + POINT_OVERHEAD_S
+    fine = options.clock_axis or (spacing <= TIE_SPACING_W and options.strategy != "adaptive")
+    # an adaptive sweep brackets its peak with one point; a grid has a few near its best
+    near = NEAR_BEST_POINTS if fine else 1
+    if left <= 0:
+        on = 0.0
+    elif bound:
+        # every point to its maximum, in rounds of at least half the first window
+        on = measured * (left + left / (first / 2) * ramp)
+    else:
+        on = min(near, measured) * (MEASURED_ON_SHARE * left + NEAR_BEST_ROUNDS * ramp)
+    # a point next to a steady one carries its steadiness: the first point (a card still
+    # heating from the warm-up) and jumps wait
+    waiting = measured if bound else min(measured, THERMAL_WAITING_POINTS)
     jumps = options.strategy == "adaptive" or spacing > CARRY_DRAW_W
     if jumps and not options.clock_axis:
         # no point carries the last one's steadiness: a grid's steps are wider than a carried
@@ -82,18 +122,17 @@ def estimate_run_s(options: SweepOptions, n_points: int, spacing_w: float | None
         waiting = measured
     waits = waiting * thermal
     confirm = 0.0
-    ties = options.clock_axis or spacing <= TIE_SPACING_W
+    ties = options.clock_axis or spacing <= TIE_SPACING_W or bound
     if options.confirm and not options.observe_only and measured >= 2 and ties:
-        # an adaptive sweep measures caps a step apart only at the peak: ties there half the time
-        # and so does a grid as coarse as the tie spacing, whose caps near the peak differ by
-        # about their noise
-        coarse = spacing >= TIE_SPACING_W and not options.clock_axis
-        expected = (
-            CONFIRM_MAX_CAPS / 2 if options.strategy == "adaptive" or coarse else (CONFIRM_MAX_CAPS)
-        )
-        # a confirmed point is a jump back to the best: it waits for its temperature
-        confirm = min(expected, measured) * (settle + thermal + window + ramp + POINT_OVERHEAD_S)
-    return _warmup_s(options) + _prepare_s(options) + measured * per_point + waits + confirm
+        # ties at the peak half the time: each point's own precision separates neighbours
+        # whose TPS/W differ by more than about half a percent
+        expected = CONFIRM_MAX_CAPS if bound else CONFIRM_MAX_CAPS / 2
+        # a confirmed point is a jump back to the best: it waits for its temperature; it
+        # measures the metric's prompt only
+        one = first + ramp + (left if bound else MEASURED_ON_SHARE * left)
+        confirm = min(expected, measured) * (settle + thermal + one + POINT_OVERHEAD_S)
+    setup = _warmup_s(options) + _prepare_s(options)
+    return setup + measured * per_point + on + waits + confirm
 
 
 def _points_measured(options: SweepOptions, n_points: int) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from powersweep.clock import Clock
 from powersweep.errors import GpuError, PowersweepError, UsageError
-from powersweep.sweep.estimate import estimate_run_s
+from powersweep.sweep.estimate import bound_run_s, estimate_run_s
 from powersweep.sweep.gpu import Gpu, GpuBackend, GpuProcess, PowerEnvelope, SupportedClocks
 from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions, validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
@@ -37,6 +37,7 @@ class DryRun:
         points: Clock-lock points in measuring order (empty on the power axis).
         axis: The sweep's axis.
         estimated_run_s: Rough run time of the sweep (as on real hardware).
+        bound_run_s: The most run time it may take (every point to its maximum window).
     """
 
     gpus: tuple[dict[str, Any], ...]
@@ -48,6 +49,7 @@ class DryRun:
     points: tuple[SweepPoint, ...] = ()
     axis: str = "power"
     estimated_run_s: float | None = None
+    bound_run_s: float | None = None
 
     def lines(self) -> list[str]:
         """The plan as the CLI prints it."""
@@ -75,6 +77,11 @@ class DryRun:
             virtual = " (virtual time: the simulated run takes only the CPU it needs)"
             extra = virtual if self.estimated_wall_s is None else ""
             out.append(f"estimated run time: {_duration(self.estimated_run_s)}{extra}")
+        if self.bound_run_s is not None:
+            out.append(
+                f"at most: {_duration(self.bound_run_s)} of run time (every point measured to "
+                "--target-cap-seconds, every wait to its bound)"
+            )
         if self.journal_path is not None:
             out.append(f"restore journal: {self.journal_path}")
         return out
@@ -110,10 +117,14 @@ def estimate_wall_s(
 ) -> float:
     """Wall time of a sweep of ``n_points`` points at ``time_scale``
     (:func:`~powersweep.sweep.estimate.estimate_run_s`; ``caps_w``: the planned caps)."""
+    return estimate_run_s(options, n_points, _spacing(caps_w)) / max(time_scale, 1e-9)
+
+
+def _spacing(caps_w: Sequence[float]) -> float | None:
+    """The median step between the planned caps (None: fewer than two)."""
     caps = sorted(set(caps_w))
     steps = sorted(b - a for a, b in itertools.pairwise(caps))
-    spacing = steps[len(steps) // 2] if steps else None
-    return estimate_run_s(options, n_points, spacing) / max(time_scale, 1e-9)
+    return steps[len(steps) // 2] if steps else None
 
 
 # The longest plan a sweep takes on: past a day (in run time, as on real hardware) the card,
@@ -517,4 +528,5 @@ def dry_run(
             points=tuple(points),
             axis=options.axis,
             estimated_run_s=estimate_wall_s(options, n, 1.0, caps),
+            bound_run_s=bound_run_s(options, n, _spacing(caps)),
         )

@@ -114,7 +114,7 @@ def test_a_paused_server_in_an_sm_clock_sweep_is_caught_too(tmp_path: Path) -> N
     # in, past the warm-up, while one of the points is measured
     run, meta = _sweep(
         tmp_path, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
-        "1185,1425,1665,1980", "--target-cap-seconds", "6",
+        "1185,1425,1665,1980", "--target-cap-seconds", "6", "--min-cap-seconds", "6",
         "--sim-fault", "pause-once@+40",
     )  # fmt: skip
     remeasured = _faults(meta)["remeasured"]
@@ -236,14 +236,26 @@ def test_a_two_cap_sweep_in_real_time_takes_well_under_two_minutes(
 
 
 ESTIMATED = {
+    # the README's sweep: 10 W apart, the confirm phase runs about half the time (it re-measures
+    # two caps of ~190 s of run time or none: 8% either way)
+    "readme": (),
     "dense": ("--caps", "390,370,350,330,310,290,270,250"),
     # An adaptive sweep's caps a step apart tie at its peak half the time, and the estimate
     # counts half a confirm phase: one run re-measures two caps or none, 7% either way, which
     # no single run can check. Its planner and thermal waits are checked here, the confirm
     # phase's cost by the dense grids.
     "adaptive": ("--strategy", "adaptive", "--no-confirm"),
-    "concurrent": ("--load-mode", "decode-concurrent", "--concurrency", "4", "--caps", "350,300"),
-    "prefill": ("--load-mode", "prefill-heavy", "--caps", "350,300,250"),
+    # a few points: a confirm phase would be two of them, which the estimate counts at half
+    "concurrent": (
+        "--load-mode",
+        "decode-concurrent",
+        "--concurrency",
+        "4",
+        "--caps",
+        "350,300",
+        "--no-confirm",
+    ),
+    "prefill": ("--load-mode", "prefill-heavy", "--caps", "350,300,250", "--no-confirm"),
     "fixed-settle": ("--settle", "fixed", "--settle-seconds", "2", "--caps", "350,300,250"),
 }
 

@@ -66,7 +66,8 @@ def test_the_readme_sweep_takes_seconds_not_its_run_time(runs: list[tuple[Path, 
     run, took = runs[0]
     timing = read_json(run / "run.json")["timing"]
     run_s = timing["ended_s"] - timing["started_s"]
-    assert run_s > 300  # 21 caps of two 10 s windows, settles and waits
+    # 21 caps of two 3 s windows or more (points near the best measure on), settles, the warm-up
+    assert run_s > 21 * 6.0
     # the whole CLI run, imports and report included: the bound is 10 s on 2 cores;
     # a test machine shares its cores with the other tests
     assert took < 30, took

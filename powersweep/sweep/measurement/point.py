@@ -43,6 +43,7 @@ from powersweep.sweep.sampling.thermal import (
     Previous,
     ThermalWait,
     carried,
+    fitted_wait_s,
     wait_thermal,
 )
 from powersweep.sweep.sampling.windows import (
@@ -368,6 +369,8 @@ class PointMeasurer:
                 locks = (point.sm_lock_mhz, point.mem_lock_mhz) if point else (None, None)
                 thermal = carried(self._previous, draw, cap * len(self.gpus), locks)
             if protocol.thermal_wait_s > 0 and thermal is None:
+                thermal = await self._fitted_wait(draw)
+            if protocol.thermal_wait_s > 0 and thermal is None:
                 thermal = await wait_thermal(
                     self.sampler,
                     self.clock,
@@ -378,6 +381,25 @@ class PointMeasurer:
             return Settled(settle_s, thermal)
         finally:
             await self.stop_busy()
+
+    async def _fitted_wait(self, draw_w: float) -> ThermalWait | None:
+        """Wait, under load, as long as the card's fitted thermal model says the temperature
+        still to come would bias the point past the precision goal (None: no model yet)."""
+        temps = [r.sample.temp_c for r in self.sampler.peek()[-3 * len(self.gpus) :]]
+        finite = [t for t in temps if math.isfinite(t)]
+        goal = self.protocol.windows.precision_pct / 100.0
+        wait_s = fitted_wait_s(
+            self.thermal.model(),
+            max(finite) if finite else math.nan,
+            draw_w,
+            goal,
+            self.protocol.thermal_wait_s,
+        )
+        if wait_s is None:
+            return None
+        if wait_s > 0:
+            await self.clock.asleep(wait_s)
+        return ThermalWait(wait_s, math.nan, wait_s < self.protocol.thermal_wait_s)
 
     async def _settle_draw(self) -> float:
         """Until draw and clock are stable (``auto``) or ``settle_s`` (``fixed``); run seconds."""

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from powersweep.analysis.precision import DRIFT_SENSITIVITY_PER_C, ThermalModel
 from powersweep.clock import Clock
 
 # The slope under which a card counts as steady, °C per minute (the warm-up's own bound, 0.05
@@ -108,6 +109,29 @@ async def wait_thermal(
         if now - start >= max_s - 1e-9:
             return ThermalWait(now - start, slope, False)
         await clock.asleep(max(1e-3, min(poll_s, start + max_s - now)))
+
+
+def fitted_wait_s(
+    model: ThermalModel | None,
+    temp_now_c: float,
+    draw_w: float,
+    goal_rel: float,
+    max_s: float,
+    sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C,
+) -> float | None:
+    """Run seconds a point set just now must wait, by the card's fitted thermal model, for the
+    bias of the temperature still to come to fall under ``goal_rel`` (None: no model to say).
+
+    The card approaches its steady level under ``draw_w`` exponentially: what is still to come
+    shrinks by ``exp(-t / tau)``, so the wait is ``tau * ln(bias / goal)``, at most ``max_s``;
+    what is left after it is the point's stated drift bias.
+    """
+    if model is None or not (math.isfinite(temp_now_c) and math.isfinite(draw_w)):
+        return None
+    bias = abs(sensitivity_per_c * (model.steady_c(draw_w) - temp_now_c))
+    if goal_rel <= 0 or bias <= goal_rel:
+        return 0.0
+    return min(max_s, model.tau_s * math.log(bias / goal_rel))
 
 
 @dataclass(frozen=True)
