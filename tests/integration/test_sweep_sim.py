@@ -239,6 +239,9 @@ def test_reasoning_tokens_count_when_the_server_ignores_the_thinking_switch(
         "--no-charts",
         "--warmup-requests",
         "1",
+        # windows long enough for requests that outlast the 150 reasoning tokens
+        "--min-cap-seconds",
+        "10",
     )
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(tmp_path)
