@@ -282,7 +282,9 @@ def _table(analysis: dict[str, Any]) -> str:
     cols += [label, "Code TPS", "Power (W" + (" combined)" if n_gpus > 1 else ")")]
     if n_gpus > 1:
         cols.append("Power (W/card)")
-    cols += ["TPS/W", "J/token"]
+    # each cap's own stated precision, where the run states it (sweet_spot.tps_per_w_u95_pct)
+    u95 = (analysis.get("sweet_spot") or {}).get("tps_per_w_u95_pct") or {}
+    cols += ["TPS/W"] + ["± (95%)"] * bool(u95) + ["J/token"]
     rows = analysis.get("caps") or []
     # latency and cost only where measured (runs older than the columns have none)
     itl = any(r.get("itl_p95_ms") is not None for r in rows)
@@ -311,7 +313,11 @@ def _table(analysis: dict[str, Any]) -> str:
             cells += [_fmt(row.get("tps"), 2), _fmt(row.get("code_tps"), 2), _fmt(power, 1)]
             if n_gpus > 1:
                 cells.append(_fmt(power / n_gpus if power is not None else None, 1))
-            cells += [_fmt(row.get("tps_per_w"), 4), _fmt(row.get("j_per_token"), 3)]
+            cells.append(_fmt(row.get("tps_per_w"), 4))
+            if u95:
+                u = u95.get(str(cap))
+                cells.append(f"{u:.2f}%" if isinstance(u, int | float) else "—")
+            cells.append(_fmt(row.get("j_per_token"), 3))
             cells += [_fmt(row.get("itl_p95_ms"), 1)] * itl
             cells += [_fmt(row.get("cost_per_mtok"), 3)] * cost
             cells += [
@@ -324,7 +330,7 @@ def _table(analysis: dict[str, Any]) -> str:
             # A cap that did not finish is shown as such, never as zeros.
             status = str(row.get("status") or "failed")
             error = row.get("error")
-            n_blank = 5 + (1 if n_gpus > 1 else 0) + itl + cost
+            n_blank = 5 + (1 if n_gpus > 1 else 0) + itl + cost + bool(u95)
             cells += [escape_md(status)] + ["—"] * n_blank + ["—", "—"]
             cells.append(escape_md(f"{status}: {error}" if error else status))
         lines.append("| " + " | ".join(cells) + " |")

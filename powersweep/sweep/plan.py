@@ -120,6 +120,17 @@ def estimate_wall_s(
     return estimate_run_s(options, n_points, _spacing(caps_w)) / max(time_scale, 1e-9)
 
 
+def bound_wall_s(
+    options: SweepOptions,
+    n_points: int,
+    time_scale: float = 1.0,
+    caps_w: Sequence[float] = (),
+) -> float:
+    """The most wall time a sweep of ``n_points`` points may take at ``time_scale``
+    (:func:`~powersweep.sweep.estimate.bound_run_s`: every point measured to its maximum)."""
+    return bound_run_s(options, n_points, _spacing(caps_w)) / max(time_scale, 1e-9)
+
+
 def _spacing(caps_w: Sequence[float]) -> float | None:
     """The median step between the planned caps (None: fewer than two)."""
     caps = sorted(set(caps_w))
@@ -133,14 +144,15 @@ MAX_PLAN_S = 24 * 3600.0
 
 
 def check_plan_time(options: SweepOptions, n_points: int, clock: Clock | None = None) -> None:
-    """Refuse a plan whose estimated run time (:func:`estimate_wall_s` at real speed) passes
-    :data:`MAX_PLAN_S`, whatever its axis: caps and clock points alike; and one whose wall time
-    on ``clock`` does (a simulated rig slowed far below real time).
+    """Refuse a plan whose run time may pass :data:`MAX_PLAN_S` (its bound, :func:`bound_wall_s`
+    at real speed: every point measured to its maximum window), whatever its axis: caps and clock
+    points alike; and one whose wall time on ``clock`` does (a simulated rig slowed far below real
+    time).
 
     Raises:
-        UsageError: One line with the plan's size, its estimate and what to change.
+        UsageError: One line with the plan's size, its bound and what to change.
     """
-    estimate_s = estimate_wall_s(options, n_points, 1.0)
+    estimate_s = bound_wall_s(options, n_points, 1.0)
     wall_s = clock.wall_s(estimate_s) if clock is not None else None
     if estimate_s <= MAX_PLAN_S and wall_s is not None and wall_s > MAX_PLAN_S:
         raise UsageError(
@@ -152,9 +164,9 @@ def check_plan_time(options: SweepOptions, n_points: int, clock: Clock | None = 
         return
     what = "points" if options.clock_axis else "caps"
     raise UsageError(
-        f"this plan measures {n_points} {what} and would take about "
-        f"{estimate_s / 3600:.1f} h (more than a day, {options.target_cap_seconds:g} s of load "
-        f"per prompt each): measure fewer {what} "
+        f"this plan measures {n_points} {what} and may take up to "
+        f"{estimate_s / 3600:.1f} h (more than a day, up to {options.target_cap_seconds:g} s of "
+        f"load per prompt each): measure fewer {what} "
         + (
             "(--sm-clocks / --mem-clocks)"
             if options.clock_axis

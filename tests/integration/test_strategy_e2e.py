@@ -84,7 +84,10 @@ def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> 
     run = sweep(tmp_path, "--simulate", "rtx3090-air", "--strategy", "adaptive")
     every = read_csv(run / "caps.csv")
     caps = [c for c in every if c["reason"] != "confirm"]
-    assert len(every) - len(caps) == len(read_json(run / "run.json")["confirm"]["caps_w"])
+    # the confirm phase measures its caps in order and stops once the rest is separated
+    confirmed = [float(c["cap_w"]) for c in every if c["reason"] == "confirm"]
+    planned = read_json(run / "run.json")["confirm"]["caps_w"]
+    assert confirmed == planned[: len(confirmed)] and (confirmed or not planned)
     meta = read_json(run / "run.json")
     analysis = read_json(run / "analysis.json")
     truth = meta["simulation"]["ground_truth"]
@@ -122,7 +125,7 @@ def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> 
     assert len(gaps) == len(caps) - 1
     # settling happens between caps, with the load running but outside the measured window
     rest = [g - s for g, s in zip(gaps, settles[1:], strict=True)]
-    assert all(r >= 0 for r in rest), rest
+    assert all(r >= -1e-9 for r in rest), rest  # run seconds summed in floats
 
 
 def test_fixed_settle_waits_the_full_time(tmp_path: Path) -> None:

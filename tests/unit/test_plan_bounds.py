@@ -1,7 +1,8 @@
 """Plans nobody can mean, and numbers out of range, in every command: one ``error:`` line.
 
-One bound for every plan, whatever its axis: what the dry run estimates (at real speed) above a
-day is refused, the dry run included; each numeric option is finite and within a sane range.
+One bound for every plan, whatever its axis: a plan whose run time may pass a day (the dry run's
+bound at real speed, every point measured to its maximum window) is refused, the dry run
+included; each numeric option is finite and within a sane range.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from powersweep.cli import main
 from powersweep.errors import UsageError
 from powersweep.sweep.options import SweepOptions
-from powersweep.sweep.plan import MAX_PLAN_S, check_plan_time, estimate_wall_s
+from powersweep.sweep.plan import MAX_PLAN_S, bound_wall_s, check_plan_time, estimate_wall_s
 
 SIM = ["--simulate", "rtx3090-air", "--cooling", "air"]
 SM_100 = ",".join(str(600 + 15 * i) for i in range(100))
@@ -54,16 +55,18 @@ def test_a_plan_nobody_means_is_refused_in_one_line(
     assert not (tmp_path / "runs").exists() and not (tmp_path / "state").exists()
 
 
-def test_the_bound_is_the_dry_runs_estimate_at_real_speed() -> None:
+def test_the_bound_is_the_dry_runs_bound_at_real_speed() -> None:
     options = SweepOptions(axis="grid", sm_clocks=(1000.0,), mem_clocks=(9000.0,))
     fits = 1
-    while estimate_wall_s(options, fits + 1, 1.0) <= MAX_PLAN_S:
+    while bound_wall_s(options, fits + 1, 1.0) <= MAX_PLAN_S:
         fits += 1
+    # the expected time of the same plan is shorter: sequential windows stop early
+    assert estimate_wall_s(options, fits, 1.0) < bound_wall_s(options, fits, 1.0)
     check_plan_time(options, fits)  # up to a day is taken
     with pytest.raises(UsageError, match=rf"measures {fits + 1} points .*\(more than a day"):
         check_plan_time(options, fits + 1)
     # a simulated rig runs faster, but refuses what real hardware would take a day for
-    assert estimate_wall_s(options, 10_000, 30.0) < MAX_PLAN_S < estimate_wall_s(options, 10_000)
+    assert bound_wall_s(options, 10_000, 30.0) < MAX_PLAN_S < bound_wall_s(options, 10_000)
 
 
 def test_the_longest_plan_a_day_allows_is_planned(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from powersweep.analysis.precision import Reading
+from powersweep.analysis.precision import Reading, drift_sensitivity_per_c
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
@@ -31,9 +31,11 @@ from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
 from powersweep.sweep.sampling.measure import (
+    BINDING_SHARE,
     DRIFT_TRAIL_S,
     LOAD_UTIL_PCT,
     cap_row,
+    curve_slope,
     relabel_outside,
 )
 from powersweep.sweep.sampling.sampler import Sampler
@@ -138,6 +140,17 @@ class PointLedger:
     points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
     readings: dict[tuple[Any, Any, Any], Reading] = field(default_factory=dict)
     figures: dict[tuple[Any, Any, Any], tuple[float, float]] = field(default_factory=dict)
+
+    def local_slope(self, point: SweepPoint) -> float:
+        """d ln(TPS) / dP between the two points measured ok nearest to ``point`` on its axis
+        (NaN: fewer than two, or draws too close to tell)."""
+        if not math.isfinite(point.position):
+            return math.nan
+        near = sorted(self.figures, key=lambda k: abs(self.points[k].position - point.position))
+        if len(near) < 2:
+            return math.nan
+        (tps_a, power_a), neighbour = self.figures[near[0]], self.figures[near[1]]
+        return curve_slope(tps_a, power_a, neighbour)
 
     def nearest_figures(self, point: SweepPoint) -> tuple[float, float] | None:
         """``(TPS, combined W)`` of the other point measured ok nearest to ``point`` on its
@@ -369,7 +382,7 @@ class PointMeasurer:
                 locks = (point.sm_lock_mhz, point.mem_lock_mhz) if point else (None, None)
                 thermal = carried(self._previous, draw, cap * len(self.gpus), locks)
             if protocol.thermal_wait_s > 0 and thermal is None:
-                thermal = await self._fitted_wait(draw)
+                thermal = await self._fitted_wait(draw, point)
             if protocol.thermal_wait_s > 0 and thermal is None:
                 thermal = await wait_thermal(
                     self.sampler,
@@ -382,18 +395,26 @@ class PointMeasurer:
         finally:
             await self.stop_busy()
 
-    async def _fitted_wait(self, draw_w: float) -> ThermalWait | None:
+    async def _fitted_wait(self, draw_w: float, point: SweepPoint | None) -> ThermalWait | None:
         """Wait, under load, as long as the card's fitted thermal model says the temperature
-        still to come would bias the point past the precision goal (None: no model yet)."""
+        still to come would bias the point past the precision goal (None: no model yet).
+
+        A degree is priced as the point's own will be: by the curve's slope between the points
+        measured nearest to it (0.5% per degree before two are)."""
         temps = [r.sample.temp_c for r in self.sampler.peek()[-3 * len(self.gpus) :]]
         finite = [t for t in temps if math.isfinite(t)]
         goal = self.protocol.windows.precision_pct / 100.0
+        cap_total = (self.cap_of(point) if point else self.default_cap_w) * len(self.gpus)
+        slope = self.ledger.local_slope(point) if point is not None else math.nan
+        binding = draw_w >= BINDING_SHARE * cap_total
+        sensitivity = drift_sensitivity_per_c(slope, draw_w, binding, len(self.gpus))
         wait_s = fitted_wait_s(
             self.thermal.model(),
             max(finite) if finite else math.nan,
             draw_w,
             goal,
             self.protocol.thermal_wait_s,
+            sensitivity,
         )
         if wait_s is None:
             return None
