@@ -49,6 +49,9 @@ CALIBRATION_REQUESTS = 3
 # from its warm-up); every later one a step from the last carries its steadiness, unless the
 # grid's steps are jumps (wider than the carry's CARRY_DRAW_W): then every point waits.
 THERMAL_WAITING_POINTS = 1
+# A jump after the first point waits, on average, this share of the thermal bound: as long as the
+# card's fitted thermal model says the drift's bias needs to fall under the precision goal.
+JUMP_WAIT_SHARE = 0.5
 # Points far from the best stop after their first round; those near it (about this many on a
 # grid as fine as the tie spacing, one on a coarser one) measure on for about this share of
 # what the maximum window leaves, in a round or two (each with the load's fixed costs, a ramp).
@@ -120,7 +123,10 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         # point may move, and an adaptive sweep's points jump (its coarse pass, then back and
         # forth between the regions it refines)
         waiting = measured
-    waits = waiting * thermal
+    # the first point waits for a card still heating from its warm-up; a later jump waits as
+    # long as the card's fitted model says, about half the bound on average
+    jump = thermal if bound else JUMP_WAIT_SHARE * thermal
+    waits = min(waiting, 1) * thermal + max(0, waiting - 1) * jump
     confirm = 0.0
     ties = options.clock_axis or spacing <= TIE_SPACING_W or bound
     if options.confirm and not options.observe_only and measured >= 2 and ties:
@@ -130,7 +136,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         # a confirmed point is a jump back to the best: it waits for its temperature; it
         # measures the metric's prompt only
         one = first + ramp + (left if bound else MEASURED_ON_SHARE * left)
-        confirm = min(expected, measured) * (settle + thermal + one + POINT_OVERHEAD_S)
+        confirm = min(expected, measured) * (settle + jump + one + POINT_OVERHEAD_S)
     setup = _warmup_s(options) + _prepare_s(options)
     return setup + measured * per_point + on + waits + confirm
 
