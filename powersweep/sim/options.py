@@ -31,6 +31,9 @@ class SimServerFlavour(StrEnum):
 
 SIM_SERVER_FLAVOURS = tuple(f.value for f in SimServerFlavour)
 MAX_TIME_SCALE = 1000.0
+# A scaled clock slower than this many run seconds per wall second is nobody's intent (a 21-cap
+# sweep would take weeks); virtual time (the default) or --sim-pace watch a run slowly.
+MIN_TIME_SCALE = 0.01
 MAX_PACE_RUN_S_PER_S = 1_000_000.0
 
 
@@ -111,7 +114,7 @@ class SimOptions:
             raise UsageError(
                 f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, not {self.server!r}"
             )
-        _check_range("--time-scale", self.time_scale, MAX_TIME_SCALE)
+        _check_range("--time-scale", self.time_scale, MAX_TIME_SCALE, MIN_TIME_SCALE)
         _check_range("--sim-pace", self.pace, MAX_PACE_RUN_S_PER_S)
         if self.rejects_below_w is not None and not (
             math.isfinite(self.rejects_below_w) and self.rejects_below_w > 0
@@ -185,9 +188,10 @@ FLAGS = {
 _RECORDED = {"time_scale": "time_scale", "seed": "seed"}
 
 
-def _check_range(flag: str, value: float | None, high: float) -> None:
-    if value is not None and not (math.isfinite(value) and 0 < value <= high):
-        raise UsageError(f"{flag} must be more than 0 and at most {high:.0f}, got {value:g}")
+def _check_range(flag: str, value: float | None, high: float, low: float = 0.0) -> None:
+    if value is not None and not (math.isfinite(value) and low < value <= high):
+        what = f"more than {low:g}" if low > 0 else "more than 0"
+        raise UsageError(f"{flag} must be {what} and at most {high:.0f}, got {value:g}")
 
 
 def refuse_without_simulate(sim: SimOptions) -> None:

@@ -93,7 +93,8 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     ("--thermal-wait-seconds", "thermal_wait_seconds", 0.0, 3600.0, True),
     ("--sample-interval", "sample_interval_s", 0.01, 60.0, True),
     ("--step-size", "step_size_w", 0.1, 1000.0, True),
-    ("--target-prefill-seconds", "target_prefill_seconds", 0.0, 600.0, False),
+    # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
+    ("--target-prefill-seconds", "target_prefill_seconds", 0.1, 600.0, True),
     ("--warmup-requests", "warmup_requests", 0, 100, True),
     ("--max-failed-caps", "max_failed_caps", 1, 1000, True),
     ("--bench-runs", "bench_runs", 1, 50, True),
