@@ -25,6 +25,8 @@ _FAULT_TEXT = {
     "measured again",
     "suspect": "point(s) stayed disturbed after a second measurement (status suspect)",
     "cap_retried": "failed point(s) were measured again at the end of the sweep",
+    "planner_repeat": "point(s) the adaptive planner asked for again after they failed or stayed "
+    "disturbed were not measured again (one attempt each; failed ones get one retry at the end)",
     "usage_untrusted": "request(s) reported usage the streamed text could not hold "
     "(token chunks counted instead)",
     "server_busy": "request(s) met a busy server (HTTP 429/503) and were retried",

@@ -426,22 +426,40 @@ class Sweep:
         return AdaptivePowerSchedule(planner, metric)
 
     async def _run_schedule(self, schedule: Schedule) -> None:
+        """The strategy's batches until it asks for nothing new. Each point is measured once
+        here (the protocol already measures a disturbed one twice): a point the planner asks for
+        again after it failed or stayed suspect is not measured again, so no planner can keep a
+        sweep going (failed points get their one retry at the end)."""
         measured: dict[SweepPoint, Mapping[str, Any]] = {}
-        batch = schedule.next(measured)
+        tried: set[SweepPoint] = set()
+        batch = self._new(schedule.next(measured), tried)
         planned, done = len(batch), 0
         while batch:
             for point, reason in batch:
+                tried.add(point)
                 row = await self.measurer.measure(point, reason, done, planned)
                 done += 1
                 if row["status"] == "ok":
                     measured[point] = row
-            batch = schedule.next(measured)
+            batch = self._new(schedule.next(measured), tried)
             planned += len(batch)
             if batch and not self.plan.points:
                 self.meta["caps_planned"] = sorted(
                     {*self.meta.get("caps_planned", []), *(p.cap_w for p, _ in batch)},
                     reverse=True,
                 )
+
+    def _new(
+        self, batch: Sequence[tuple[SweepPoint, str]], tried: set[SweepPoint]
+    ) -> list[tuple[SweepPoint, str]]:
+        """The batch less the points already measured (each asked-for repeat is a fault)."""
+        fresh = []
+        for point, reason in batch:
+            if point in tried:
+                self._faults.add("planner_repeat", f"{point.label()} ({reason})")
+            else:
+                fresh.append((point, reason))
+        return fresh
 
     async def _measure(self, reason: str, points: Sequence[SweepPoint]) -> None:
         for i, point in enumerate(points):

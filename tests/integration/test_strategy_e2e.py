@@ -256,3 +256,21 @@ def test_replay_adaptive_finds_a_long_flat_top_ceiling(tmp_path: Path) -> None:
     assert abs(dense_ceiling["start_w"] - 390.0) <= AGREE_W, dense_ceiling
     assert abs(adaptive_ceiling["start_w"] - dense_ceiling["start_w"]) <= AGREE_W, answers
     assert abs(answers["adaptive"][0] - answers["dense"][0]) <= AGREE_W, answers
+
+
+def test_a_point_that_stays_suspect_is_not_asked_for_again_without_end(tmp_path: Path) -> None:
+    # the code prompt is slowed at 290 W only: its rates disagree twice, so 290 W is suspect,
+    # and the adaptive planner, still wanting its peak bracketed there, asks for it again; the
+    # sweep measures each point once (issue 33: one replay measured a cap 113 times)
+    run = sweep(
+        tmp_path, "--simulate", "rtx3090-air", "--strategy", "adaptive",
+        "--sim-fault", "slow-code@290",
+    )  # fmt: skip
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "complete"
+    rows = [c for c in read_csv(run / "caps.csv") if c["cap_w"] == "290.0"]
+    assert [c["status"] for c in rows] == ["suspect"]
+    faults = {f["kind"]: f for f in meta["faults"]}
+    assert faults["planner_repeat"]["examples"] == ["290 W (bracket peak)"]
+    summary = (run / "summary.md").read_text()
+    assert "asked for again" in summary
