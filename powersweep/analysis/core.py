@@ -169,8 +169,15 @@ def analyze(
         row["regime"] = regime_of.get(row["cap_w"])
 
     _per_card_pct(result, run.get("default_limits_w"))
-    findings += _boundary_findings(sweet, points, run)
-    findings += _recommendation_findings(result)
+    binds = caps_bind(points, caps)
+    result["power_cap_binds"] = binds
+    sweet["caps_bind"] = binds["binds"]
+    if binds["binds"]:
+        findings += _boundary_findings(sweet, points, run)
+        findings += _recommendation_findings(result)
+    else:
+        # said first: no cap is an efficiency win, and no lower cap is advised
+        findings.insert(0, _no_bind_finding(binds))
     findings += _structure_findings(points, regions, run, slowdown)
     findings += _regime_findings(points, result["regimes"], slowdown)
     # issue 24: counter against sampled draw, and a card still heating while measured
@@ -690,6 +697,43 @@ def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
             "rerun those caps (a rejected cap may be outside the card's limits)",
         )
     ]
+
+
+# A cap binds where the card draws at least this share of it (a binding cap holds the draw
+# within a few percent of it) or the power-cap clock reason is set on most load ticks.
+BINDING_DRAW_SHARE = 0.9
+BINDING_THROTTLE_PCT = 50.0
+
+
+def caps_bind(points: Sequence[CapPoint], caps: pl.DataFrame) -> dict[str, Any]:
+    """Whether any measured cap bound: ``{binds, draw_w: [lo, hi], caps_w: [lo, hi]}``."""
+    throttled = set()
+    if {"cap_w", "pwr_throttle_pct"} <= set(caps.columns):
+        for cap, pct in caps.select("cap_w", "pwr_throttle_pct").iter_rows():
+            if isinstance(pct, int | float) and pct > BINDING_THROTTLE_PCT:
+                throttled.add(float(cap))
+    binding = [
+        p for p in points if p.power_w >= BINDING_DRAW_SHARE * p.cap_total_w or p.cap_w in throttled
+    ]
+    draws = [p.power_w for p in points]
+    return {
+        "binds": bool(binding),
+        "draw_w": [min(draws), max(draws)],
+        "caps_w": [min(p.cap_w for p in points), max(p.cap_w for p in points)],
+    }
+
+
+def _no_bind_finding(binds: dict[str, Any]) -> dict[str, Any]:
+    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+    return _finding(
+        "warning",
+        "no_cap_binds",
+        f"no cap binds: the card drew {d_lo:.0f}-{d_hi:.0f} W under caps of {c_lo:g}-{c_hi:g} "
+        "W, so power capping cannot save energy for this load; the TPS/W differences between "
+        "these caps are the draw's drift, not the caps', and none is an efficiency win",
+        "lock clocks instead, which bind at any draw: `powersweep --axis sm-clock` (or "
+        "mem-clock); or sweep caps below the draw, if the card allows them",
+    )
 
 
 def _w(value: float) -> str:

@@ -179,7 +179,14 @@ def _header(analysis: dict[str, Any]) -> str:
         f"| Tool version | {_unknown(run.get('tool_version') or tool.get('version'))} |",
     ]
     sweet = analysis.get("sweet_spot")
-    if sweet:
+    binds = analysis.get("power_cap_binds") or {}
+    if sweet and binds.get("binds") is False:
+        (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+        lines.append(
+            f"| Sweet spot | none: no cap binds (the card drew {d_lo:.0f}-{d_hi:.0f} W under caps "
+            f"of {c_lo:g}-{c_hi:g} W); lock clocks instead (--axis sm-clock) |"
+        )
+    elif sweet:
         lines.append(f"| Sweet spot | {escape_md(sweet_spot_text(sweet))} |")
     near = analysis.get("near_peak")
     if near and near.get("interval_w"):
@@ -229,6 +236,9 @@ def _findings(analysis: dict[str, Any]) -> str:
 
 
 def _recommendations(analysis: dict[str, Any]) -> str:
+    if (analysis.get("power_cap_binds") or {}).get("binds") is False:
+        # no cap is a win where none binds: the no_cap_binds finding says what to do instead
+        return ""
     rows = []
     for label, key in (
         ("Sweet spot (TPS/W)", "sweet_spot"),
@@ -297,7 +307,9 @@ def _table(analysis: dict[str, Any]) -> str:
         "| " + " | ".join(cols) + " |",
         "|" + "|".join("---:" if i < len(cols) - 2 else "---" for i in range(len(cols))) + "|",
     ]
-    sweet = (analysis.get("sweet_spot") or {}).get("cap_w")
+    sweet_spot = analysis.get("sweet_spot") or {}
+    # no star where no cap binds: the best reading there is the draw's drift
+    sweet = sweet_spot.get("cap_w") if sweet_spot.get("caps_bind", True) else None
     for row in rows:
         ok = row.get("status") == "ok"
         cap = row.get("cap_w")

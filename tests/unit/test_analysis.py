@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from powersweep.analysis import analyze, load_curve, noise, write_outputs
+from powersweep.analysis.summary import render_summary
 from powersweep.errors import PowersweepError, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -422,3 +423,37 @@ def test_near_peak_does_not_take_a_lucky_reading_below_a_plateau(tmp_path: Path)
     # the plateau's median (34.375) is under the floor: the near-peak cap is above it
     assert result["near_peak"]["cap_w"] == 380.0
     assert analyze(load_curve(path), objective="near-peak")["recommendation"]["cap_w"] == 380.0
+
+
+def test_caps_that_never_bind_are_said_first_and_nothing_is_starred(tmp_path: Path) -> None:
+    # a published-style sweep: the card draws 114-129 W under caps of 400-600 W
+    df = pl.DataFrame(
+        {
+            "cap_w": [400.0, 450.0, 500.0, 550.0, 600.0],
+            "power_w": [114.0, 120.0, 125.0, 129.0, 127.0],
+            "narr_tps": [30.1, 30.4, 30.3, 30.5, 30.4],
+        }
+    )
+    curve = load_curve(_write(tmp_path, df))
+    result = analyze(curve)
+    assert result["power_cap_binds"] == {
+        "binds": False,
+        "draw_w": [114.0, 129.0],
+        "caps_w": [400.0, 600.0],
+    }
+    first = result["findings"][0]
+    assert (
+        first["code"] == "no_cap_binds" and "114-129 W under caps of 400-600 W" in first["message"]
+    )
+    assert "--axis sm-clock" in first["hint"]
+    codes = {f["code"] for f in result["findings"]}
+    # no cap is called an efficiency win, and no lower cap is advised
+    assert not codes & {"sweet_spot", "sweet_spot_at_low_boundary", "near_peak"}
+    summary = render_summary(curve, result)
+    assert "★" not in summary and "### Recommendations" not in summary
+    assert "| Sweet spot | none: no cap binds" in summary
+    # one binding cap is enough for the usual answer
+    binding = df.with_columns(pl.Series("power_w", [399.0, 120.0, 125.0, 129.0, 127.0]))
+    (tmp_path / "b").mkdir()
+    again = analyze(load_curve(_write(tmp_path / "b", binding)))
+    assert again["power_cap_binds"]["binds"] and again["findings"][0]["code"] != "no_cap_binds"
