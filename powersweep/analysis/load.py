@@ -34,6 +34,11 @@ METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")
 MIN_PLAUSIBLE_W = 1.0
 MAX_PLAUSIBLE_W = 5000.0
 IMPLAUSIBLE = "implausible"
+# A draw more than this share over its cap is no reading of a card that holds its limit (meters
+# and the driver's average overshoot by a few percent at a step, never by half).
+OVER_CAP_SHARE = 1.5
+# A TPS/W (or a TPS) this many times the run's median is a broken reading.
+OUTLIER_FACTOR = 5.0
 # The caps.csv line each row came from (the header is line 1).
 SOURCE_LINE = "source_line"
 
@@ -254,27 +259,72 @@ def _first_row(caps: pl.DataFrame) -> str:
 
 
 def _mark_implausible(caps: pl.DataFrame) -> pl.DataFrame:
-    """Rows whose draw no card can show (under 1 W or over 5 kW per card) get status
-    ``implausible``: a unit mix-up or a broken reading must not become the sweet spot."""
+    """Rows no card can show get status ``implausible``: a unit mix-up, a broken reading or a
+    row cut mid-write must not become the sweet spot.
+
+    - a draw under 1 W or over 5 kW per card;
+    - a draw far over its cap (:data:`OVER_CAP_SHARE`): a card holds its limit, and the sampler
+      reads the draw the limit holds;
+    - a TPS/W (or a TPS) many times the run's median (:data:`OUTLIER_FACTOR`): a card's
+      efficiency moves by percents from one setting to the next, and by well under 2x across its
+      whole envelope, so a reading 5x the others is a broken one (a 2 W draw cut mid-write, a
+      TPS of 1e308).
+    """
     per_card = pl.col("power_w") / pl.col("n_gpus").clip(lower_bound=1.0)
-    bad = (
-        (pl.col("status") == "ok")
-        & pl.col("power_w").is_finite()
-        & (pl.col("power_w") > 0)
-        & ((per_card < MIN_PLAUSIBLE_W) | (per_card > MAX_PLAUSIBLE_W))
-    )
-    return caps.with_columns(
-        pl.when(bad).then(pl.lit(IMPLAUSIBLE)).otherwise(pl.col("status")).alias("status"),
-        pl.when(bad)
-        .then(
+    finite = pl.col("power_w").is_finite() & (pl.col("power_w") > 0)
+    ok = pl.col("status") == "ok"
+    reasons = [
+        (
+            (per_card < MIN_PLAUSIBLE_W) | (per_card > MAX_PLAUSIBLE_W),
             pl.format(
-                "draw {} W per card is implausible (under 1 W or over 5 kW)",
-                per_card.round(3),
+                "draw {} W per card is implausible (under 1 W or over 5 kW)", per_card.round(3)
+            ),
+        ),
+        (
+            per_card > OVER_CAP_SHARE * pl.col("cap_w"),
+            pl.format(
+                "draw {} W per card is far over its {} W cap (a card holds its limit)",
+                per_card.round(1),
+                pl.col("cap_w"),
+            ),
+        ),
+    ]
+    for metric in METRICS:
+        if metric not in caps.columns:
+            continue
+        tps = pl.col(metric)
+        usable = caps.filter(
+            (pl.col("status") == "ok")
+            & tps.is_finite()
+            & (tps > 0)
+            & pl.col("power_w").is_finite()
+            & (pl.col("power_w") > 0)
+        )
+        if usable.height < 3:
+            continue
+        mid_tps = float(usable[metric].median())  # type: ignore[arg-type]
+        mid_tpw = float((usable[metric] / usable["power_w"]).median())  # type: ignore[arg-type]
+        tpw = tps / pl.col("power_w")
+        reasons.append(
+            (
+                tps.is_finite()
+                & ((tpw > OUTLIER_FACTOR * mid_tpw) | (tps > OUTLIER_FACTOR * mid_tps)),
+                pl.format(
+                    "{} {} and TPS/W {} are implausible: many times the run's median "
+                    "(TPS/W {}); a broken or cut reading",
+                    pl.lit(metric),
+                    tps.round(3),
+                    tpw.round(4),
+                    pl.lit(round(mid_tpw, 4)),
+                ),
             )
         )
-        .otherwise(pl.col("error"))
-        .alias("error"),
-    )
+    status, error = pl.col("status"), pl.col("error")
+    for bad, why in reversed(reasons):
+        hit = ok & finite & bad
+        status = pl.when(hit).then(pl.lit(IMPLAUSIBLE)).otherwise(status)
+        error = pl.when(hit).then(why).otherwise(error)
+    return caps.with_columns(status.alias("status"), error.alias("error"))
 
 
 def _pick_metric(caps: pl.DataFrame) -> str | None:

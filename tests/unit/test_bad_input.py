@@ -40,7 +40,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("pace without sim", ["--sim-pace", "10"], "--sim-pace works only with --simulate"),
     ("pace and time scale", ["--sim-pace", "10", "--time-scale", "5", *SIM], "--sim-pace"),
     ("pace not positive", ["--sim-pace", "0", *SIM], "--sim-pace must be more than 0"),
-    ("a tiny time scale", ["--time-scale", "1e-300", *SIM], "more than a day"),
+    ("a tiny time scale", ["--time-scale", "1e-300", *SIM], "--time-scale must be more than 0.01"),
     ("a plan paced past a day", ["--sim-pace", "0.001", *SIM], "wall time"),
     ("a paced dry run past a day", ["--dry-run", "--sim-pace", "0.001", *SIM], "wall time"),
     ("observe-only with caps", ["--observe-only", "--caps", "300", *SIM], "--observe-only"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from powersweep.sweep.estimate import THERMAL_WAITING_POINTS, estimate_run_s
+from powersweep.sweep.estimate import JUMP_WAIT_SHARE, THERMAL_WAITING_POINTS, estimate_run_s
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 
@@ -31,10 +31,14 @@ def test_a_grid_of_steps_waits_at_its_first_points_only(spacing: float) -> None:
 
 def test_a_grid_of_jumps_waits_at_every_point() -> None:
     # 50 W apart, the draw moves more than a carried point may: each point waits (a sweep of
-    # 350, 300, 250 W waited at all three)
+    # 350, 300, 250 W waited at all three), the first for its whole wait, the jumps after it as
+    # long as the card's fitted thermal model says (about half the bound)
     options = _options()
     no_wait = estimate_run_s(_options(thermal_wait_seconds=0.0), 3, 50.0)
-    assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(3 * (THERMAL_TRAIL_S - 2.0))
+    per_point = THERMAL_TRAIL_S - 2.0
+    assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(
+        per_point * (1 + 2 * JUMP_WAIT_SHARE)
+    )
 
 
 def test_an_adaptive_sweep_waits_at_every_point_it_measures() -> None:
@@ -42,5 +46,6 @@ def test_an_adaptive_sweep_waits_at_every_point_it_measures() -> None:
     no_wait = estimate_run_s(_options(strategy="adaptive", thermal_wait_seconds=0.0), 21, 10.0)
     gap = estimate_run_s(options, 21, 10.0) - no_wait
     per_point = THERMAL_TRAIL_S - 2.0
-    assert gap == pytest.approx(round(gap / per_point) * per_point)
-    assert round(gap / per_point) > THERMAL_WAITING_POINTS
+    waits = 1 + round((gap / per_point - 1) / JUMP_WAIT_SHARE)
+    assert gap == pytest.approx(per_point * (1 + (waits - 1) * JUMP_WAIT_SHARE))
+    assert waits > THERMAL_WAITING_POINTS

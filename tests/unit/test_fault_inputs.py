@@ -112,7 +112,7 @@ def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
 def test_duplicate_caps_say_which_row_was_kept(tmp_path: Path) -> None:
     path = _csv(
         tmp_path / "caps.csv",
-        ["350,34,340,ok", "300,90,150,ok", "300,33,300,ok", "250,,,failed", "250,30,245,ok"],
+        ["350,34,340,ok", "300,40,310,ok", "300,33,300,ok", "250,,,failed", "250,30,245,ok"],
     )
     result = analyze(load_curve(path), bootstrap=0)
     dups = [f for f in result["findings"] if f["code"] == "duplicate_cap"]
@@ -597,3 +597,20 @@ def test_a_row_added_by_hand_to_a_finished_run_is_kept(tmp_path: Path) -> None:
     curve = load_curve(tmp_path)
     assert curve.caps["cap_w"].to_list() == [260.0, 280.0, 300.0]
     assert not any("cut short" in n for n in curve.notes)
+
+
+def test_rows_no_card_can_show_are_named_and_never_picked(tmp_path: Path) -> None:
+    # a row cut mid-write to a 2 W draw, a TPS of 1e308, a draw far over its cap: each would be
+    # the sweet spot by its TPS/W
+    path = tmp_path / "caps.csv"
+    path.write_text(
+        "cap_w,narr_tps,power_w\n200,20,199\n220,22,219\n240,23.5,2\n260,25,259\n"
+        "280,26,279\n300,1e308,299\n320,27,500\n340,27.5,339\n"
+    )
+    result = analyze(load_curve(path))
+    rows = {r["cap_w"]: r for r in result["caps"]}
+    for cap, why in ((240.0, "many times"), (300.0, "many times"), (320.0, "far over its")):
+        assert rows[cap]["status"] == "implausible" and why in rows[cap]["error"], cap
+    assert result["sweet_spot"]["cap_w"] not in (240.0, 300.0, 320.0)
+    (found,) = [f for f in result["findings"] if f["code"] == "implausible_rows"]
+    assert "3 cap(s) implausible" in found["message"]
