@@ -37,8 +37,10 @@ IMPLAUSIBLE = "implausible"
 # A draw more than this share over its cap is no reading of a card that holds its limit (meters
 # and the driver's average overshoot by a few percent at a step, never by half).
 OVER_CAP_SHARE = 1.5
-# A TPS/W (or a TPS) this many times the run's median is a broken reading.
+# A TPS/W (or a TPS) this many times the run's median is a broken reading (judged where the run
+# has at least this many usable rows).
 OUTLIER_FACTOR = 5.0
+MIN_OUTLIER_ROWS = 3
 # The caps.csv line each row came from (the header is line 1).
 SOURCE_LINE = "source_line"
 
@@ -258,7 +260,7 @@ def _first_row(caps: pl.DataFrame) -> str:
     return f"{caps.height} row(s); line {row[SOURCE_LINE]}: {cells}"
 
 
-def _mark_implausible(caps: pl.DataFrame) -> pl.DataFrame:
+def _mark_implausible(caps: pl.DataFrame, group: str | None = None) -> pl.DataFrame:
     """Rows no card can show get status ``implausible``: a unit mix-up, a broken reading or a
     row cut mid-write must not become the sweet spot.
 
@@ -269,9 +271,15 @@ def _mark_implausible(caps: pl.DataFrame) -> pl.DataFrame:
       efficiency moves by percents from one setting to the next, and by well under 2x across its
       whole envelope, so a reading 5x the others is a broken one (a 2 W draw cut mid-write, a
       TPS of 1e308).
+
+    ``group`` names the column that tells runs apart when many are marked at once (the
+    fleet's one scan); the medians are each run's own.
     """
+    key = group or "_plausible_group"
+    if group is None:
+        caps = caps.with_columns(pl.lit(0).alias(key))
     per_card = pl.col("power_w") / pl.col("n_gpus").clip(lower_bound=1.0)
-    finite = pl.col("power_w").is_finite() & (pl.col("power_w") > 0)
+    power_ok = pl.col("power_w").is_finite() & (pl.col("power_w") > 0)
     ok = pl.col("status") == "ok"
     reasons = [
         (
@@ -289,42 +297,34 @@ def _mark_implausible(caps: pl.DataFrame) -> pl.DataFrame:
             ),
         ),
     ]
-    for metric in METRICS:
-        if metric not in caps.columns:
-            continue
+    for metric in (m for m in METRICS if m in caps.columns):
         tps = pl.col(metric)
-        usable = caps.filter(
-            (pl.col("status") == "ok")
-            & tps.is_finite()
-            & (tps > 0)
-            & pl.col("power_w").is_finite()
-            & (pl.col("power_w") > 0)
-        )
-        if usable.height < 3:
-            continue
-        mid_tps = float(usable[metric].median())  # type: ignore[arg-type]
-        mid_tpw = float((usable[metric] / usable["power_w"]).median())  # type: ignore[arg-type]
         tpw = tps / pl.col("power_w")
+        usable = ok & tps.is_finite() & (tps > 0) & power_ok
+        enough = usable.sum().over(key) >= MIN_OUTLIER_ROWS
+        mid_tps = tps.filter(usable).median().over(key)
+        mid_tpw = tpw.filter(usable).median().over(key)
+        outlier = (tpw > OUTLIER_FACTOR * mid_tpw) | (tps > OUTLIER_FACTOR * mid_tps)
         reasons.append(
             (
-                tps.is_finite()
-                & ((tpw > OUTLIER_FACTOR * mid_tpw) | (tps > OUTLIER_FACTOR * mid_tps)),
+                enough & tps.is_finite() & outlier,
                 pl.format(
                     "{} {} and TPS/W {} are implausible: many times the run's median "
                     "(TPS/W {}); a broken or cut reading",
                     pl.lit(metric),
                     tps.round(3),
                     tpw.round(4),
-                    pl.lit(round(mid_tpw, 4)),
+                    mid_tpw.round(4),
                 ),
             )
         )
     status, error = pl.col("status"), pl.col("error")
     for bad, why in reversed(reasons):
-        hit = ok & finite & bad
+        hit = ok & power_ok & bad
         status = pl.when(hit).then(pl.lit(IMPLAUSIBLE)).otherwise(status)
         error = pl.when(hit).then(why).otherwise(error)
-    return caps.with_columns(status.alias("status"), error.alias("error"))
+    out = caps.with_columns(status.alias("status"), error.alias("error"))
+    return out.drop(key) if group is None else out
 
 
 def _pick_metric(caps: pl.DataFrame) -> str | None:
@@ -376,6 +376,8 @@ def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path,
     parts: dict[int, pl.DataFrame] = {}
     metrics: dict[int, str] = {}
     if caps_all is not None:
+        # rows no card can show are set aside here too, as one run's own load does
+        caps_all = _mark_implausible(caps_all, "_run")
         parts = {
             int(k[0]): v.drop("_run")
             for k, v in caps_all.partition_by("_run", as_dict=True).items()

@@ -614,3 +614,18 @@ def test_rows_no_card_can_show_are_named_and_never_picked(tmp_path: Path) -> Non
     assert result["sweet_spot"]["cap_w"] not in (240.0, 300.0, 320.0)
     (found,) = [f for f in result["findings"] if f["code"] == "implausible_rows"]
     assert "3 cap(s) implausible" in found["message"]
+
+
+def test_the_fleets_one_scan_sets_aside_the_same_rows(tmp_path: Path) -> None:
+    from powersweep.analysis.load import load_curves
+
+    good = "cap_w,narr_tps,power_w,status\n200,20,199,ok\n220,22,219,ok\n240,23.5,239,ok\n"
+    bad = "cap_w,narr_tps,power_w,status\n200,20,199,ok\n220,22,219,ok\n240,23.5,2,ok\n"
+    for name, text in (("a", good), ("b", bad)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "caps.csv").write_text(text)
+    curves, failed = load_curves([tmp_path / "a", tmp_path / "b"])
+    assert not failed
+    statuses = {c.out_dir.name: c.caps["status"].to_list() for c in curves}
+    # each run judged by its own median: run a keeps every row, run b loses its 2 W row
+    assert statuses == {"a": ["ok", "ok", "ok"], "b": ["ok", "ok", "implausible"]}
