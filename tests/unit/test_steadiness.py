@@ -185,3 +185,17 @@ def test_a_nearby_point_after_a_steady_one_carries_its_steadiness() -> None:
     assert carried(locked, 310.0, 700.0, (1395.0, None)) is not None
     assert carried(locked, 360.0, 700.0, (1980.0, None)) is None
     assert carried(locked, math.nan, 700.0, (1980.0, None)) is None
+
+
+def test_the_energy_tolerance_counts_the_sampled_draws_own_precision() -> None:
+    from powersweep.analysis.steadiness import energy_findings, energy_tolerance
+
+    # prefill's bursty draw: the sampled mean is known to 8%, so a 9% gap is no warning
+    bursty = {"energy_j": 1090.0, "energy_sampled_j": 1000.0, "window_s": 10.0,
+              "power_u95_pct": 8.0}  # fmt: skip
+    assert energy_tolerance(bursty) == pytest.approx(0.03 + 0.01 + 0.08)
+    assert energy_findings([bursty], lambda r: "300 W") == []
+    # a steady decode draw known to 0.3%: the same gap is a sensor to distrust
+    steady = {**bursty, "power_u95_pct": 0.3}
+    (found,) = energy_findings([steady], lambda r: "300 W")
+    assert "300 W (+9.0%)" in found["message"]
