@@ -52,14 +52,16 @@ def energy_gap(row: Mapping[str, Any]) -> float:
 
 
 def energy_tolerance(row: Mapping[str, Any]) -> float:
-    """The gap one row's figures may show: :data:`ENERGY_MISMATCH_FRAC`, what the counter's
-    update period can explain over the row's window, and the sampled draw's own 95% half-width
-    (``power_u95_pct``): the trapezoid over the ticks is the sampled mean draw times the window,
-    known no better than that mean, which a bursty load (prefill) widens."""
+    """The gap one row's figures may show: :data:`ENERGY_MISMATCH_FRAC`, or the sampled draw's
+    own 95% half-width (``power_u95_pct``) where that is wider (the trapezoid over the ticks is
+    the sampled mean draw times the window, known no better than that mean, which a bursty load
+    such as prefill widens), plus what the counter's update period can explain over the row's
+    window."""
     window = _number(row.get("window_s"))
     allowance = COUNTER_PERIOD_MAX_S / window if math.isfinite(window) and window > 0 else 0.0
     sampled = _number(row.get("power_u95_pct")) / 100.0
-    return ENERGY_MISMATCH_FRAC + allowance + (sampled if math.isfinite(sampled) else 0.0)
+    base = max(ENERGY_MISMATCH_FRAC, sampled) if math.isfinite(sampled) else ENERGY_MISMATCH_FRAC
+    return base + allowance
 
 
 def energy_findings(
@@ -83,7 +85,7 @@ def energy_findings(
             "warning",
             "energy_mismatch",
             f"the energy counter and the sampled draw disagree by more than "
-            f"{ENERGY_MISMATCH_FRAC * 100:g}% (plus the sampled draw's own precision) at "
+            f"{ENERGY_MISMATCH_FRAC * 100:g}% (or the sampled draw's own precision) at "
             f"{', '.join(bad)}",
             "a counter that runs fast or slow against the draw is a sensor to distrust; a draw "
             "that moves faster than the samples (spiky load) misses in the draw median too: "
