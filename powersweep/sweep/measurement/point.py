@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from powersweep.analysis.precision import Reading, drift_sensitivity_per_c
@@ -23,25 +22,24 @@ from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.loads.base import History, Load, LoadRun, Pace
+from powersweep.sweep.loads.base import Load, LoadRun, Pace
 from powersweep.sweep.locks import ClockLocker, verify
+from powersweep.sweep.measurement.ledger import PointLedger
 from powersweep.sweep.measurement.quiet import collector_held
 from powersweep.sweep.measurement.thermal_fit import ThermalFit
+from powersweep.sweep.measurement.types import PointProgress, Protocol, Settled
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
-from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
 from powersweep.sweep.sampling.measure import (
     BINDING_SHARE,
     DRIFT_TRAIL_S,
     LOAD_UTIL_PCT,
     cap_row,
-    curve_slope,
     relabel_outside,
 )
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 from powersweep.sweep.sampling.thermal import (
-    DEFAULT_THERMAL_WAIT_S,
     Previous,
     ThermalWait,
     carried,
@@ -50,7 +48,6 @@ from powersweep.sweep.sampling.thermal import (
 )
 from powersweep.sweep.sampling.windows import (
     STOP_FAILED,
-    WindowPolicy,
     next_round_s,
     stop_reason,
 )
@@ -60,148 +57,6 @@ from powersweep.sweep.verdict import FaultLog
 DISCARDED = "discarded"
 # The most run seconds the load keeps the card busy between two measurements.
 KEEP_BUSY_MAX_S = 600.0
-
-
-@dataclass(frozen=True)
-class PointProgress:
-    """Reported to the progress callback after each point (``label`` names a clock point)."""
-
-    index: int
-    total: int
-    cap_w: float
-    status: str
-    tps: float
-    power_w: float
-    tps_per_w: float
-    label: str = ""
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """How every point is measured.
-
-    Attributes:
-        load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
-        settle_s: Run seconds the card may take to settle at a new point (the most, in auto).
-        settle_mode: ``auto`` measures once readings are stable under load; ``fixed`` always
-            waits ``settle_s`` (under load too).
-        sample_interval_s: Sampler interval, run seconds.
-        max_failed: Stop after this many points in a row failed.
-        observe_only: Never set anything: measure what is in force.
-        thermal_wait_s: The most run seconds to wait, after settling, for the temperature to
-            stop drifting (0: no wait).
-        windows: How long each point measures (sequential windows).
-    """
-
-    load_mode: str
-    settle_s: float = 3.0
-    settle_mode: str = "auto"
-    sample_interval_s: float = 0.5
-    max_failed: int = 3
-    observe_only: bool = False
-    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
-    windows: WindowPolicy = field(default_factory=WindowPolicy)
-
-
-@dataclass(frozen=True)
-class Settled:
-    """How a point settled before it was measured.
-
-    Attributes:
-        settle_s: Run seconds until draw and clock were stable (``settle_s`` in caps.csv).
-        thermal: The wait for a steady temperature after that; None when there was none.
-    """
-
-    settle_s: float
-    thermal: ThermalWait | None = None
-
-    @property
-    def thermal_wait_s(self) -> float:
-        """Run seconds waited for a steady temperature (0 when there was no wait)."""
-        return self.thermal.waited_s if self.thermal is not None else 0.0
-
-
-@dataclass
-class PointLedger:
-    """What the measured points said: each point's last status, and the figures the
-    consistency checks compare a point with.
-
-    Attributes:
-        status: Final status per point key (a re-measurement replaces it).
-        ratios: code/narrative rate ratio of each point measured ok, by point key.
-        prefill_s_per_token: Median time to first token per prompt token of each ok point, by
-            the point's position on its axis.
-        points: The point of each key.
-    """
-
-    status: dict[tuple[Any, Any, Any], str] = field(default_factory=dict)
-    ratios: dict[tuple[Any, Any, Any], float] = field(default_factory=dict)
-    prefill_s_per_token: dict[float, float] = field(default_factory=dict)
-    points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
-    readings: dict[tuple[Any, Any, Any], Reading] = field(default_factory=dict)
-    figures: dict[tuple[Any, Any, Any], tuple[float, float]] = field(default_factory=dict)
-
-    def local_slope(self, point: SweepPoint) -> float:
-        """d ln(TPS) / dP between the two points measured ok nearest to ``point`` on its axis
-        (NaN: fewer than two, or draws too close to tell)."""
-        if not math.isfinite(point.position):
-            return math.nan
-        near = sorted(self.figures, key=lambda k: abs(self.points[k].position - point.position))
-        if len(near) < 2:
-            return math.nan
-        (tps_a, power_a), neighbour = self.figures[near[0]], self.figures[near[1]]
-        return curve_slope(tps_a, power_a, neighbour)
-
-    def nearest_figures(self, point: SweepPoint) -> tuple[float, float] | None:
-        """``(TPS, combined W)`` of the other point measured ok nearest to ``point`` on its
-        axis (None: none yet)."""
-        others = [k for k in self.figures if k != point.key]
-        if not others or not math.isfinite(point.position):
-            return None
-        near = min(others, key=lambda k: abs(self.points[k].position - point.position))
-        return self.figures[near]
-
-    def best_other(self, point: SweepPoint) -> Reading | None:
-        """The reading with the highest TPS/W of the points measured ok but ``point``."""
-        others = [r for k, r in self.readings.items() if k != point.key]
-        return max(others, key=lambda r: r.tps_per_w, default=None)
-
-    def history(self, point: SweepPoint) -> History:
-        """The other points' figures, for the checks of ``point``."""
-        return History(
-            ratios=tuple(r for k, r in self.ratios.items() if k != point.key),
-            prefill_s_per_token={
-                pos: v for pos, v in self.prefill_s_per_token.items() if pos != point.position
-            },
-            position=point.position,
-        )
-
-    def record(self, point: SweepPoint, row: Mapping[str, Any], run: LoadRun) -> None:
-        """Keep the point's status and, when it was measured ok, its figures."""
-        key = point.key
-        self.points[key] = point
-        self.status[key] = row["status"]
-        self.ratios.pop(key, None)
-        self.prefill_s_per_token.pop(point.position, None)
-        self.readings.pop(key, None)
-        self.figures.pop(key, None)
-        if row["status"] != "ok":
-            return
-        reading = Reading.of(row)
-        if math.isfinite(reading.tps_per_w):
-            self.readings[key] = reading
-            self.figures[key] = (reading.tps_per_w * row["power_w"], row["power_w"])
-        ratio = tps_ratio(row.get("narr_tps", math.nan), row.get("code_tps", math.nan))
-        if math.isfinite(ratio):
-            self.ratios[key] = ratio
-        per_token = prefill_s_per_token(run.requests)
-        if per_token:
-            per_token.sort()
-            self.prefill_s_per_token[point.position] = per_token[len(per_token) // 2]
-
-    def failed(self) -> list[SweepPoint]:
-        """The points whose last measurement failed."""
-        return [self.points[k] for k, st in self.status.items() if st == "failed"]
 
 
 class PointMeasurer:
