@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from powersweep.analysis.precision import Reading, drift_sensitivity_per_c
 from powersweep.clock import Clock
@@ -55,10 +55,6 @@ from powersweep.sweep.verdict import FaultLog
 
 # Phase / prompt kind given to a measurement that was discarded and taken again.
 DISCARDED = "discarded"
-# Run seconds between two checks that the restore journal is still this sweep's while a point is
-# settled and measured.
-JOURNAL_CHECK_S = 2.0
-T = TypeVar("T")
 # The most run seconds the load keeps the card busy between two measurements.
 KEEP_BUSY_MAX_S = 600.0
 
@@ -82,8 +78,7 @@ class PointMeasurer:
         busy_gpus: The serving GPUs, whose utilization marks a tick as loaded (None: all).
         warn: Where warnings go.
         progress: Called after each point.
-        before_change: Called before any setting is changed and every JOURNAL_CHECK_S run
-            seconds while a point settles and is measured (the driver checks its journal).
+        before_change: Called before any setting is changed (the driver checks its journal).
         on_point: Called after each point is written (the driver updates run.json).
     """
 
@@ -178,7 +173,8 @@ class PointMeasurer:
             await self._finish(point, index, total, row, [], LoadRun(), reason)
             return row
         self.pace.aim(point.position)
-        run, rows, row = await self._watched(self._settled_and_checked(cap, point, reason))
+        settled = await self.settle(cap, point)
+        run, rows, row = await self._checked(point, settled, reason)
         if row["status"] == "ok":
             self.pace.remember(point.position)
         self.faults.requests(run.requests)
@@ -191,30 +187,6 @@ class PointMeasurer:
                 "stopping — is the server still up?"
             )
         return row
-
-    async def _settled_and_checked(
-        self, cap: float, point: SweepPoint, reason: str
-    ) -> tuple[LoadRun, list[Any], dict[str, Any]]:
-        settled = await self.settle(cap, point)
-        return await self._checked(point, settled, reason)
-
-    async def _watched(self, work: Coroutine[Any, Any, T]) -> T:
-        """Run ``work`` while the journal is checked every :data:`JOURNAL_CHECK_S` run seconds
-        (``before_change``): a card set to this point's limit is never left for long without a
-        journal that would put it back after a crash. A lost journal cancels the work and
-        raises, and the driver puts the cards back."""
-        task = asyncio.ensure_future(work)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=JOURNAL_CHECK_S)
-                if done:
-                    return task.result()
-                self.before_change()
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
 
     async def _checked(
         self, point: SweepPoint, settled: Settled, reason: str
