@@ -89,9 +89,6 @@ class Precision:
         return math.isfinite(self.stat_u95_rel)
 
 
-UNKNOWN = Precision(math.nan, math.nan, math.nan, 0.0, math.nan, math.nan)
-
-
 def t_quantile(dof: float, confidence: float = CONFIDENCE) -> float:
     """Student's t quantile of a two-sided ``confidence`` interval (normal for huge ``dof``)."""
     from scipy.special import stdtrit

@@ -184,9 +184,14 @@ def load_ticks(
     With ``windows``, only ticks inside one of them (inclusive): the spans a load counted its
     TPS in, so draw and TPS describe the same seconds.
     """
+    return loaded(group_ticks(rows, busy_gpus), windows)
+
+
+def loaded(ticks: Sequence[Tick], windows: Sequence[tuple[float, float]] | None) -> list[Tick]:
+    """The grouped ``ticks`` taken while the measured load ran (as :func:`load_ticks`)."""
     return [
         t
-        for t in group_ticks(rows, busy_gpus)
+        for t in ticks
         if t.phase in LOAD_PHASES
         and math.isfinite(t.util_pct)
         and t.util_pct > LOAD_UTIL_PCT
@@ -261,7 +266,8 @@ def cap_row(
     ``neighbour`` is the ``(TPS, combined W)`` of the nearest other point measured, whose slope
     prices a degree of drift.
     """
-    ticks = load_ticks(rows, windows, busy_gpus)
+    every = group_ticks(rows, busy_gpus)
+    ticks = loaded(every, windows)
     power = _median(t.power_w for t in ticks)
     ttft_spans = prefill_spans(requests) if load_mode == "prefill-heavy" else []
     # prefill-heavy: the draw of the seconds prefill_tps counts (each prompt's time to first
@@ -302,7 +308,7 @@ def cap_row(
     # them and the last point's end included); a short window's few whole-degree readings alone
     # cannot tell 3 C/min from noise
     end_s = max((t.t_s for t in ticks), default=NAN)
-    mine = [(t.t_s, t.temp_max_c) for t in group_ticks(rows, busy_gpus)]
+    mine = [(t.t_s, t.temp_max_c) for t in every]
     first_s = min((t for t, _ in mine), default=NAN)
     readings = [*((t, c) for t, c in earlier if t < first_s), *mine]
     trail = [(t, c) for t, c in readings if end_s - DRIFT_TRAIL_S <= t <= end_s]

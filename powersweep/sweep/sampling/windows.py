@@ -41,7 +41,6 @@ STOP_SEPARATED = "separated"
 STOP_MAX = "max window"
 STOP_FAILED = "failed"
 STOP_ONE_ROUND = "one round"
-STOP_REASONS = (STOP_PRECISE, STOP_SEPARATED, STOP_MAX, STOP_FAILED, STOP_ONE_ROUND)
 
 
 @dataclass(frozen=True)
