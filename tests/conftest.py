@@ -22,3 +22,10 @@ def _module(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slow = Counter(_module(it) for it in items if it.get_closest_marker("slow"))
     items.sort(key=lambda it: -slow[_module(it)])  # stable: each file's tests stay in order
+
+
+@pytest.fixture(autouse=True)
+def _own_card_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Each test its own machine-wide card-lock directory: two workers' fake cards share UUIDs,
+    and a card lock held by one worker's test must not refuse the other's."""
+    monkeypatch.setenv("POWERSWEEP_LOCK_DIR", str(tmp_path_factory.mktemp("card-locks")))

@@ -412,12 +412,18 @@ class _Apply:
         return line
 
     def _write(self) -> tuple[list[CapResult], list[ClockResult]]:
+        from powersweep.sweep.records.cardlock import card_key, locks_for
+        from powersweep.sweep.records.journal import default_state_dir
         from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
         from powersweep.sweep.signals import raise_on_signals
 
-        entry = journal_entry(self.targets, self.caps, self.clocks, self.rig.journal_backend)
+        backend = self.rig.journal_backend
+        entry = journal_entry(self.targets, self.caps, self.clocks, backend)
+        state_dir = self.journal.state_dir if self.journal else default_state_dir()
         # SIGTERM or SIGHUP half way (scancel, a lost session) puts back what was set, as Ctrl-C
-        with raise_on_signals():
+        with raise_on_signals(), locks_for("apply", state_dir) as locks:
+            # a sweep from any state directory owns its cards: never write under it
+            locks.take((card_key(backend, t.identity.uuid), t.label) for t in self.targets)
             caps, clocks = apply_journaled(self.journal, entry, self.caps, self.clocks, warn)
         for r in caps:
             typer.echo(self._line(r.change, r.readback_w))

@@ -38,6 +38,7 @@ def restore_command(
     cannot be told from the sweep's).
     """
     from powersweep.cli.rigs import restore_backend
+    from powersweep.sweep.records.cardlock import card_key, locks_for
     from powersweep.sweep.records.journal import (
         Journal,
         default_state_dir,
@@ -65,7 +66,12 @@ def restore_command(
         )
     if owner.alive is None:
         warn(f"{owner.why}; restoring anyway (--force)")
-    with restore_backend(entry.backend, backend.value if backend else None) as gpus_backend:
+    with (
+        locks_for("restore", journal.state_dir) as locks,
+        restore_backend(entry.backend, backend.value if backend else None) as gpus_backend,
+    ):
+        # a sweep from another state directory may hold a card now: never write under it
+        locks.take((card_key(entry.backend, g.uuid), f"GPU {g.index}") for g in entry.gpus)
         results = restore_gpus(entry, gpus_backend, warn=warn)
     for r in results:
         where = f"GPU {r.index}" if r.index is not None else r.uuid

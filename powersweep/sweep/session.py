@@ -41,10 +41,12 @@ from powersweep.sweep.plan import (
     select_gpus,
 )
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.records.cardlock import card_key, locks_for
 from powersweep.sweep.records.journal import (
     Journal,
     JournalEntry,
     RestoreResult,
+    default_state_dir,
     owner_alive,
     owner_refusal,
     restore_gpus,
@@ -216,9 +218,16 @@ def _run_session(
     if options.simulate is None and options.changes_limits:
         require_root()
     out_created = not options.out.exists()
-    with rigs(options) as rig:
+    with (
+        rigs(options) as rig,
+        locks_for("sweep", options.state_dir or default_state_dir()) as locks,
+    ):
         journal, stale = _open_journal(options, rig, warn)
         backend = rig.backend
+        if stale is not None:
+            locks.take(
+                (card_key(rig.journal_backend, g.uuid), f"GPU {g.index}") for g in stale.gpus
+            )
         originals_by_uuid = _restore_dead_owner(stale, journal, rig, warn) if stale else {}
         with rig.serve() as served_url:
             url = served_url or options.url
@@ -241,6 +250,10 @@ def _run_session(
                 server_pids=local_server_pids(info.base_url),
             )
             gpus = choice.gpus
+            # before any change, whatever the state directory: one sweep per card
+            locks.take(
+                (card_key(rig.journal_backend, g.identity().uuid), f"GPU {g.index}") for g in gpus
+            )
             resume = prepare_resume(options, resume_meta, gpus) if resume_meta else None
             for name in resume.writer.dropped_partial if resume else ():
                 warn(f"{name}: dropped a half-written last row (the run was cut mid-write)")

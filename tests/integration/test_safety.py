@@ -578,3 +578,31 @@ def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
     assert _limit(state) == USER_LIMIT_W
     again = powersweep("--resume", str(run), env=env)
     assert again.returncode == 2 and "complete" in again.stderr
+
+
+@pytest.mark.slow
+def test_one_sweep_per_card_whatever_the_state_directory(tmp_path: Path) -> None:
+    proc, state, journal, env = _live_sweep(
+        tmp_path, "--target-cap-seconds", "30", "--sim-pace", "5"
+    )
+    try:
+        capped = _limit(state)
+        elsewhere = {**env, "POWERSWEEP_STATE_DIR": str(tmp_path / "other-state")}
+        args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(tmp_path)]
+        second = powersweep(*args, *FAST, env=elsewhere)
+        applied = powersweep("apply", "--cap", "300", "--gpus", "0", *args[:4], env=elsewhere)
+        for refused in (second, applied):
+            assert refused.returncode == 2, refused.stderr
+            (line,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("error:")]
+            assert line.startswith("error: GPU 0") and "one sweep per card" in line
+            assert f"is in use by another powersweep sweep (PID {proc.pid}" in line
+            assert f"state dir {journal.parent}" in line and "Traceback" not in refused.stderr
+        assert _limit(state) == capped and proc.poll() is None
+        assert not (tmp_path / "other-state" / "journal.json").exists()
+    finally:
+        proc.kill()  # SIGKILL: its lock goes with it, its journal stays
+        proc.communicate(timeout=30)
+    # the killed sweep's restore takes the card over
+    restored = powersweep("restore", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert _limit(state) == USER_LIMIT_W and not journal.exists()
