@@ -356,10 +356,21 @@ class Sweep:
     # --- the loop -----------------------------------------------------------------------------
 
     async def _main(self) -> None:
+        main = asyncio.current_task()
+        assert main is not None
+        watch = asyncio.get_running_loop().create_task(self.restorer.watch(self.clock, main))
         try:
             async with self.sampler.running():
                 await self._measure_all()
+        except asyncio.CancelledError:
+            if self.restorer.lost is None:
+                raise
+            main.uncancel()  # the stop is the lost journal's, not a signal's
+            raise self.restorer.lost from None
         finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
             await self.measurer.stop_busy()
             aclose = getattr(self.client, "aclose", None)
             if aclose is not None:

@@ -606,3 +606,27 @@ def test_one_sweep_per_card_whatever_the_state_directory(tmp_path: Path) -> None
     restored = powersweep("restore", env=env)
     assert restored.returncode == 0, restored.stderr
     assert _limit(state) == USER_LIMIT_W and not journal.exists()
+
+
+@pytest.mark.slow
+def test_a_journal_lost_in_the_middle_of_a_long_point_puts_the_card_back_within_seconds(
+    tmp_path: Path,
+) -> None:
+    # one point would measure for 600 run s: the loss must not wait for the next change
+    window = ("--target-cap-seconds", "600", "--min-cap-seconds", "600")
+    proc, state, journal, _ = _live_sweep(tmp_path, *window)
+    try:
+        time.sleep(0.5)  # into the point's settle or window
+        lost_at = read_json(journal)  # what the sweep wrote, for the run-time check below
+        journal.unlink()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert f"error: the restore journal {journal} was removed while this sweep ran" in err
+    assert _limit(state) == USER_LIMIT_W and lost_at["pid"] == proc.pid
+    meta = read_json(only_run_dir(tmp_path / "runs") / "run.json")
+    assert meta["restored"][0]["ok"] and meta["restored"][0]["limit_w"] == USER_LIMIT_W
+    # in run seconds, far short of the first point's window: the journal was checked within it
+    assert meta["timing"]["ended_s"] < 300, meta["timing"]

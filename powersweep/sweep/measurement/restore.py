@@ -9,15 +9,27 @@ written).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.locks import ClockLocker
-from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
+from powersweep.sweep.records.journal import (
+    Journal,
+    JournalEntry,
+    JournalGpu,
+    JournalLost,
+    process_start,
+)
 from powersweep.sweep.records.writer import utc_now_iso
+
+# Run seconds between two checks that the journal is still this sweep's, whatever the sweep is
+# doing: a card left at a sweep's cap is never long without a journal to put it back.
+JOURNAL_CHECK_S = 2.0
 
 
 class Restorer:
@@ -53,6 +65,8 @@ class Restorer:
         self.no_reset = no_reset
         self.warn = warn
         self.written = False
+        # why the watch stopped the sweep (None: it did not)
+        self.lost: JournalLost | None = None
 
     def write_journal(self, run_dir: str) -> None:
         """Record the original settings before the first change (raises: nothing changes)."""
@@ -87,6 +101,19 @@ class Restorer:
         """
         if self.journal is not None and self.written:
             self.journal.ensure_owned()
+
+    async def watch(self, clock: Clock, sweep: asyncio.Task[Any]) -> None:
+        """Check the journal every :data:`JOURNAL_CHECK_S` run seconds while ``sweep`` runs;
+        on a loss remember why (:attr:`lost`) and cancel it, so the cards are put back within
+        seconds rather than at the next change (a point may measure for many minutes)."""
+        while True:
+            await clock.asleep(JOURNAL_CHECK_S)
+            try:
+                self.ensure_owned()
+            except JournalLost as exc:
+                self.lost = exc
+                sweep.cancel()
+                return
 
     def _locks(self, index: int) -> dict[str, Any]:
         if self.locker is None:
