@@ -148,6 +148,24 @@ def build_report(
     return Report(report.analysis, report.summary, tuple(written))
 
 
+def build_failed_report(run_dir: Path, why: str) -> Path:
+    """Write ``summary.md`` for a run with no usable point: its status, each point's status,
+    the faults it met and the requests they cut (:mod:`powersweep.analysis.failed_run`).
+
+    Raises:
+        PowersweepError: It cannot be written (the message names the directory).
+    """
+    from powersweep.analysis.failed_run import failed_run_summary
+
+    path = run_dir / "summary.md"
+    with writing_into(run_dir, given=False):
+        try:
+            path.write_text(failed_run_summary(run_dir, why))
+        except OSError as exc:
+            raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def no_answer(path: Path, result: dict[str, Any]) -> str:
     """One line saying why a curve has no answer: what set each row aside."""
     why = [

@@ -66,6 +66,7 @@ WARN_PACKED_CHUNKS = "packed_chunks"  # fewer token chunks than the server's tok
 WARN_EXTRA_CHUNKS = "extra_chunks"  # more token chunks than the server's token count
 WARN_IGNORED_MAX_TOKENS = "ignored_max_tokens"  # generated more tokens than max_tokens
 WARN_USAGE_UNTRUSTED = "usage_untrusted"  # a token count the streamed text cannot hold
+WARN_CUT_BY_RESET = "cut_by_reset"  # the server reset the stream mid-body: its tokens count
 WARN_SERVER_BUSY = "server_busy"  # HTTP 429/503 answered first, retried honouring Retry-After
 REQUEST_WARNING_CODES: tuple[str, ...] = (
     WARN_NOT_STREAMED,
@@ -77,7 +78,13 @@ REQUEST_WARNING_CODES: tuple[str, ...] = (
     WARN_IGNORED_MAX_TOKENS,
     WARN_USAGE_UNTRUSTED,
     WARN_SERVER_BUSY,
+    WARN_CUT_BY_RESET,
 )
+# finish_reason of a request the client cut at its deadline, and of one the server reset
+# mid-stream after delivering tokens: both measured the rate up to the cut.
+CUT_BY_DEADLINE = "deadline"
+CUT_BY_RESET = "reset"
+CUT_FINISHES = (CUT_BY_DEADLINE, CUT_BY_RESET)
 CAPS_COLUMNS = (
     "cap_w",
     "narr_tps",

@@ -698,9 +698,11 @@ def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bo
     if not printed:
         _print_restored(outcome.restored)
     try:
-        if outcome.caps_done:
-            with raise_on_signals():
+        with raise_on_signals():
+            if outcome.caps_done:
                 _finish_report(result.run_dir, charts=charts)
+            else:
+                _failed_report(result.run_dir, outcome.error or "no point was measured")
     except SweepInterrupted as exc:
         info(
             f"{exc} while writing the report: the limits were already restored and the run is "
@@ -734,6 +736,16 @@ def _print_restored(restored: Any) -> None:
             info(f"GPU {r['gpu_index']}: {r['clocks']}")
 
 
+def _failed_report(run_dir: Path, why: str) -> None:
+    """The summary of a run with no usable point (what went wrong), or a warning."""
+    from powersweep.report import build_failed_report
+
+    try:
+        info(f"summary: {build_failed_report(run_dir, why)}")
+    except PowersweepError as exc:
+        warn(str(exc))
+
+
 def _finish_report(run_dir: Path, *, charts: bool) -> None:
     from powersweep.report import build_report
     from powersweep.sweep.signals import SweepInterrupted
@@ -742,6 +754,11 @@ def _finish_report(run_dir: Path, *, charts: bool) -> None:
         report = build_report(run_dir, charts=charts)
     except SweepInterrupted:
         raise
+    except UsageError as exc:
+        # no usable point: the user still gets the account of what went wrong
+        warn(f"could not analyse the run: {exc}")
+        _failed_report(run_dir, str(exc))
+        return
     except PowersweepError as exc:
         warn(f"could not analyse the run: {exc}")
         return

@@ -14,6 +14,9 @@ request stays time-bounded and every figure is either right or clearly marked:
 - ``slow``: the first token comes only after :data:`SLOW_FIRST_TOKEN_S` run seconds.
 - ``slow-code``: the code prompt decodes :data:`SLOW_CODE_FACTOR` times slower than the
   narrative one (a server disturbed on one prompt only).
+- ``reset``: every :data:`RESET_EVERY`-th request it meets is cut after
+  :data:`RESET_AFTER_TOKENS` tokens (half a shorter answer, at least two) by closing the connection mid-stream (a proxy or a server
+  that drops connections), so the client sees an incomplete chunked body.
 - ``pause``: :data:`PAUSE_AFTER_S` run seconds after the request that meets it arrives, the
   whole server stops for :data:`PAUSE_S` run seconds (a paused or swapping process): no stream
   sends a token, no prefill advances, the GPU idles, and nothing catches up afterwards.
@@ -27,6 +30,7 @@ cap (a cap measured again later is served normally).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -43,6 +47,7 @@ FAULT_KINDS = (
     "slow",
     "slow-code",
     "pause",
+    "reset",
 )
 STALL_S = 45.0
 STALL_AFTER_TOKENS = 10
@@ -54,6 +59,8 @@ ENDLESS_TOKENS = 100_000
 LONG_LINE_AFTER_TOKENS = 5
 PAUSE_S = 6.0
 PAUSE_AFTER_S = 2.0
+RESET_AFTER_TOKENS = 20
+RESET_EVERY = 2
 
 _SPEC = re.compile(
     r"^(?P<kind>[a-z-]+?)(?P<scope>-once|-first)?"
@@ -104,3 +111,28 @@ def parse_fault(spec: str) -> ServerFault:
         first_visit=scope == "-first",
         after_s=float(after) if after else None,
     )
+
+
+def reset_after(completion_tokens: int) -> int:
+    """Tokens a stream the ``reset`` fault cuts delivers first (a short prefill answer is cut
+    half way, so every load mode meets the fault)."""
+    return max(2, min(RESET_AFTER_TOKENS, completion_tokens // 2))
+
+
+class StreamReset(Exception):
+    """Raised by a stream the ``reset`` fault cuts: the server closes the connection mid-body."""
+
+
+class _QuietResets(logging.Filter):
+    """Drops uvicorn's report of a planted reset (it is the fault, not a bug in the simulator)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StreamReset)
+
+
+def quiet_resets() -> None:
+    """Keep planted resets out of the simulated server's error log (idempotent)."""
+    log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietResets) for f in log.filters):
+        log.addFilter(_QuietResets())

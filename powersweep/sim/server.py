@@ -155,6 +155,9 @@ class SimServer:
         self._fault_spent = False
         self._visit_over = False
         self._busy_left = faults.BUSY_ANSWERS
+        self._resets_met = 0
+        if fault is not None and fault.kind == "reset":
+            faults.quiet_resets()
         # a whole-server pause (fault ``pause``): run-time span in which nothing advances
         self._pause: tuple[float, float] | None = None
         self.requests_processing = 0
@@ -279,6 +282,9 @@ class SimServer:
                 self.http_error, f"simulated HTTP {self.http_error}", "server_error"
             )
         fault = self._fault_now()
+        if fault == "reset" and self.fault is not None and not self.fault.once:
+            self._resets_met += 1
+            fault = "reset" if self._resets_met % faults.RESET_EVERY == 0 else None
         if fault == "pause" and self._pause is None:
             start = arrived_s + faults.PAUSE_AFTER_S
             self._pause = (start, start + faults.PAUSE_S)
@@ -507,6 +513,9 @@ class SimServer:
                         }
                         yield out + b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
                         return
+                    if plan.fault == "reset" and sent >= faults.reset_after(plan.completion_tokens):
+                        yield out
+                        raise faults.StreamReset(f"connection closed after {sent} tokens")
                     if plan.fault == "long-line" and sent >= faults.LONG_LINE_AFTER_TOKENS:
                         yield out
                         async for part in endless_line():

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from powersweep.analysis.failures import cause_examples
-from powersweep.runformat import WARN_IGNORED_MAX_TOKENS
+from powersweep.runformat import WARN_CUT_BY_RESET, WARN_IGNORED_MAX_TOKENS
 from powersweep.sweep.loads.base import TOO_SLOW
 from powersweep.sweep.server.client import (
     ERR_NO_COUNTABLE_TOKENS,
@@ -68,7 +68,7 @@ class FaultLog:
         """Count one fault of ``kind``."""
         entry = self._faults.setdefault(kind, {"kind": kind, "count": 0, "examples": []})
         entry["count"] += 1
-        if len(entry["examples"]) < _EXAMPLES_KEPT:
+        if len(entry["examples"]) < _EXAMPLES_KEPT and detail not in entry["examples"]:
             entry["examples"].append(detail)
 
     def requests(self, requests: Sequence[Any]) -> None:
@@ -86,7 +86,14 @@ class FaultLog:
                     f"and was cut at its window's end after {r.chunk_tokens} token chunks",
                 )
             for w in warnings:
-                if WARN_USAGE_UNTRUSTED in w:
+                if w == WARN_CUT_BY_RESET:
+                    self.add(
+                        "cut_by_reset",
+                        f"a {r.prompt_kind} request was reset by the server after "
+                        f"{r.chunk_tokens} token chunks: its tokens count as the rate up to the "
+                        "reset, and the window went on with a new request",
+                    )
+                elif WARN_USAGE_UNTRUSTED in w:
                     self.add("usage_untrusted", w)
                 elif WARN_BUSY_RETRIED in w:
                     self.add("server_busy", w)

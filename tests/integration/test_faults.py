@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -136,9 +137,13 @@ def test_endless_line_fails_with_a_clear_reason(rig: Rig) -> None:
     assert proc.returncode == 1
     assert took < 60
     assert "line of more than" in proc.stderr.strip().splitlines()[-1]
-    meta, _, _ = _run_dir(rig)
+    meta, _, summary = _run_dir(rig)
     assert meta["status"] == "failed"
     assert _faults(meta)["line_too_long"] >= 3
+    # a failed run still says what went wrong: every point's status, the faults, the requests
+    assert summary.startswith("# powersweep: failed, no usable point")
+    assert "| 350.0 | failed |" in summary and "**line_too_long**" in summary
+    assert "requests failed:" in summary and "line of more than" in summary
 
 
 def test_unreadable_streams_do_not_end_complete(rig: Rig) -> None:
@@ -150,6 +155,8 @@ def test_unreadable_streams_do_not_end_complete(rig: Rig) -> None:
     assert meta["status"] == "failed"
     requests = read_csv(only_run_dir(rig.out) / "requests.csv")
     assert requests and all(r["ok"] == "false" for r in requests)
+    _, _, summary = _run_dir(rig)  # no point was measured, and still a summary
+    assert "**no_countable_tokens**" in summary and f"{len(requests)} of {len(requests)}" in summary
 
 
 def test_server_too_slow_for_the_window_says_what_to_change(rig: Rig) -> None:
@@ -423,3 +430,51 @@ def test_disagreeing_prompts_at_the_first_cap_are_rechecked_at_the_end(rig: Rig)
     assert all(last[c]["status"] == "ok" for c in (300.0, 250.0, 200.0))
     assert _faults(meta)["suspect"] == 1
     assert "suspect" in summary
+
+
+@pytest.mark.parametrize("mode", ["decode-single", "decode-concurrent", "prefill-heavy"])
+def test_a_server_that_resets_every_second_stream_is_measured_not_failed(
+    rig: Rig, mode: str
+) -> None:
+    extra = ("--concurrency", "4") if mode == "decode-concurrent" else ()
+    clean, _ = rig.run("--caps", "350,300,250", "--load-mode", mode, *extra)
+    assert clean.returncode == 0, clean.stderr
+    _, clean_caps, _ = _run_dir(rig)
+    for run in rig.out.iterdir():  # the next run alone in --out
+        run.rename(rig.out.parent / f"clean-{run.name}")
+    proc, took = rig.run(
+        "--caps", "350,300,250", "--load-mode", mode, *extra, "--sim-fault", "reset"
+    )
+    assert proc.returncode == 0, proc.stderr
+    meta, caps, summary = _run_dir(rig)
+    assert meta["status"] == "complete" and all(c["status"] == "ok" for c in caps)
+    requests = read_csv(only_run_dir(rig.out) / "requests.csv")
+    reset = [r for r in requests if r["finish_reason"] == "reset"]
+    assert reset and all(r["ok"] == "true" and "cut_by_reset" in r["warnings"] for r in reset)
+    # the fault's cut, counted: after 20 tokens, or half a shorter answer
+    assert all(int(r["chunk_tokens"]) == min(20, int(r["max_tokens"]) // 2) for r in reset)
+    # the requests that kept the card busy between windows met resets too: counted as well
+    assert _faults(meta)["cut_by_reset"] >= len(reset)
+    assert "cut_by_reset" in summary
+    # the rate up to each reset is the rate: a cut stream decoded as fast as a whole one (one
+    # stream alone: with four, a stream's rate also moves with how many others run meanwhile)
+    whole = read_csv(next(rig.out.parent.glob("clean-*")) / "requests.csv")
+    if mode == "decode-single":
+        rated = [r for r in reset if r["decode_tps"]]
+        assert len(rated) >= len(reset) / 2
+        for r in rated:
+            peers = [
+                float(w["decode_tps"])
+                for w in whole
+                if w["cap_w"] == r["cap_w"]
+                and w["prompt_kind"] == r["prompt_kind"]
+                and w["decode_tps"]
+            ]
+            assert float(r["decode_tps"]) == pytest.approx(statistics.median(peers), rel=0.05)
+    # and the point's figure is the clean server's; with 4 streams each restart also costs a
+    # new prefill that the clean run did not pay, so the aggregate served is that much lower
+    metric = "prefill_tps" if mode == "prefill-heavy" else "narr_tps"
+    first = {float(k["cap_w"]): float(k[metric]) for k in reversed(clean_caps)}
+    rel = 0.10 if mode == "decode-concurrent" else 0.05
+    for c in caps:
+        assert float(c[metric]) == pytest.approx(first[float(c["cap_w"])], rel=rel), c

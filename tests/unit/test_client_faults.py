@@ -9,8 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from powersweep.clock import ScaledClock
+from powersweep.runformat import CUT_BY_RESET, WARN_CUT_BY_RESET, WARN_NO_USAGE
 from powersweep.sweep.server.client import (
     ERR_NO_COUNTABLE_TOKENS,
     WARN_BUSY_RETRIED,
@@ -176,10 +178,31 @@ class _Reset(httpx.AsyncByteStream):
 def test_a_connection_reset_mid_stream_is_said_in_words() -> None:
     from powersweep.analysis.failures import failure_cause
 
-    body = sse_body(delta(content="a"), delta(content=" b"), done=False)
+    # one token measures no rate: the request failed
+    body = sse_body(delta(content="a"), done=False)
     result = _chat(lambda r: httpx.Response(200, headers=SSE, stream=_Reset([body])), 30)
     assert not result.ok
     # httpx says only "ReadError:"; the error says what happened and how far it got
     assert result.error.startswith("connection reset by the server while reading the answer")
-    assert "after 2 tokens" in result.error and "(ReadError)" in result.error
+    assert "after 1 tokens" in result.error and "(ReadError)" in result.error
     assert failure_cause(result.error) == "connection reset by the server"
+
+
+@pytest.mark.parametrize(
+    "error", [httpx.ReadError(""), httpx.RemoteProtocolError("incomplete chunked read")]
+)
+def test_a_stream_reset_after_tokens_keeps_them_as_a_measurement_of_the_rate(
+    error: httpx.HTTPError,
+) -> None:
+    class _Cut(_Reset):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for p in self.parts:
+                yield p
+            raise error
+
+    body = sse_body(*(delta(content=" w") for _ in range(5)), done=False)
+    result = _chat(lambda r: httpx.Response(200, headers=SSE, stream=_Cut([body])), 30)
+    assert result.ok and result.error == ""
+    assert result.finish_reason == CUT_BY_RESET and WARN_CUT_BY_RESET in result.warnings
+    assert result.completion_tokens == 5 and result.token_source == "chunks"
+    assert WARN_NO_USAGE not in result.warnings  # the window's load converts the chunks

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from powersweep.clock import Clock
 from powersweep.runformat import (
+    CUT_FINISHES,
     WARN_IGNORED_MAX_TOKENS,
     WARN_NO_USAGE,
     WARN_PACKED_CHUNKS,
@@ -106,7 +107,8 @@ def judge_cut(result: Any, budget_s: float) -> Any:
 
 
 def count_cut(result: Any, tokens_per_chunk: float | None) -> Any:
-    """A request cut at its deadline counts its chunks times the server's tokens per chunk.
+    """A request cut at its deadline (or by a reset) counts its chunks times the server's tokens
+    per chunk.
 
     A cut request has no server count; its chunks are converted with the tokens per chunk the
     server's own counts showed on completed requests (``token_source`` ``chunks-scaled`` when
@@ -117,7 +119,7 @@ def count_cut(result: Any, tokens_per_chunk: float | None) -> Any:
     """
     if not (
         result.ok
-        and result.finish_reason == "deadline"
+        and result.finish_reason in CUT_FINISHES
         and result.token_source == "chunks"
         and result.chunk_tokens > 0
     ):
@@ -149,7 +151,7 @@ def server_tokens_per_chunk(results: Iterable[Any]) -> float:
         float(r.completion_tokens) / float(r.chunk_tokens)
         for r in results
         if r.ok
-        and r.finish_reason != "deadline"
+        and r.finish_reason not in CUT_FINISHES
         and r.token_source in ("usage", "timings")
         and r.completion_tokens
         and r.chunk_tokens

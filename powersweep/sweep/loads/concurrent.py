@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
+from powersweep.runformat import CUT_FINISHES
 from powersweep.sweep.loads.base import (
     BUSY_TOKENS,
     ChatApi,
@@ -157,7 +158,7 @@ def tokens_per_chunk(result: Any, default: float) -> float:
     if (
         result.ok
         and result.token_source in ("usage", "timings")
-        and result.finish_reason != "deadline"
+        and result.finish_reason not in CUT_FINISHES
         and result.completion_tokens
         and result.chunk_tokens
     ):

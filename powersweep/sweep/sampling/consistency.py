@@ -28,6 +28,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from powersweep.runformat import CUT_FINISHES
+
 # A stream lost at least this many run seconds ...
 MIN_LOST_S = 1.0
 # ... and at least this share of its span: shorter pauses barely move its rate.
@@ -117,7 +119,7 @@ def stall_reason(requests: Iterable[Any]) -> str:
         times = getattr(r, "token_times_s", None)
         if not r.ok or r.prompt_kind not in DECODE_KINDS or not times or len(times) < 2:
             continue
-        end = r.t_end_s if r.finish_reason == "deadline" else None
+        end = r.t_end_s if r.finish_reason in CUT_FINISHES else None
         lost = lost_time_s(times, end)
         span = (times[-1] if end is None else max(end, times[-1])) - times[0]
         if is_stall(lost, span):

@@ -306,8 +306,10 @@ class ChatClient:
             run.fail(f"cannot connect to {self._info.base_url}: {one_line(str(exc)) or 'refused'}")
         except httpx.RemoteProtocolError as exc:
             got = run.acc.chunk_tokens
+            run.reset = True
             run.fail(f"server closed the connection mid-response after {got} tokens: {exc}")
         except httpx.HTTPError as exc:
+            run.reset = isinstance(exc, httpx.ReadError)
             run.fail(http_error_text(exc, run.acc.chunk_tokens))
         except OSError as exc:
             run.fail(f"network error: {one_line(str(exc)) or type(exc).__name__}")

@@ -115,6 +115,8 @@ class RequestRun:
         self.pending_drop: list[str] = []
         self.deadline_s: float | None = None
         self.busy_retries = 0
+        # the connection was closed or reset while the answer streamed
+        self.reset = False
 
     def wall_left_s(self) -> float | None:
         """Wall seconds until the deadline (None: no deadline)."""
@@ -151,6 +153,13 @@ class RequestRun:
             completion = None
             warnings.append(rf.WARN_NO_USAGE)
         ok = not error
+        if self.reset and error == self.error and streamed and acc.chunk_tokens >= 2:
+            # A stream reset after tokens flowed measured the rate up to the reset, as a window's
+            # end cuts a request: its tokens count, and the window goes on with a new request.
+            ok, error = True, ""
+            if finish is None:  # else the answer was whole: only its close was cut
+                finish, completion, source = rf.CUT_BY_RESET, acc.chunk_tokens, "chunks"
+            warnings.append(rf.WARN_CUT_BY_RESET)
         if self.busy_retries:
             warnings.append(WARN_BUSY_RETRIED)
         if self.deadline_hit and not error and acc.chunk_tokens == 0 and acc.events >= 3:
@@ -161,12 +170,14 @@ class RequestRun:
                 f"{ERR_NO_COUNTABLE_TOKENS} (no content, reasoning or tool_calls in "
                 f"{acc.events} events before the window's end)"
             )
-        elif self.deadline_hit and not error:
+        elif self.deadline_hit and not error and finish != rf.CUT_BY_RESET:
             # The caller set the deadline and judges a cut request (a window's end cuts requests
             # by design; a warm-up that got no token is a server too slow for the window). Cut
             # before the server's count arrived, it is cut whatever finish reason came.
             if finish is None or acc.chunk_tokens == 0 or source == "chunks":
                 finish = "deadline"
+        elif finish == rf.CUT_BY_RESET:
+            pass
         elif ok and not self.non_stream and acc.chunk_tokens == 0:
             ok = False
             if not acc.events:
@@ -206,6 +217,7 @@ class RequestRun:
             and not untrusted
             and not self.non_stream
             and not self.deadline_hit
+            and finish != rf.CUT_BY_RESET
             and source == "chunks"
         ):
             # Counted chunks undercount a server that packs tokens: the count is a guess.
