@@ -138,6 +138,8 @@ CAPS_COLUMNS = (
     "thermal_tau_s",
     "rounds",
     "stop_reason",
+    "ttft_p95_hi_ms",
+    "itl_p95_hi_ms",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

@@ -10,7 +10,7 @@ Reads CSV-derived data only (a :class:`~powersweep.analysis.load.Curve`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -338,13 +338,25 @@ def analyze_clocks(
         tariff=serving.run_tariff(curve.run, tariff_per_kwh),
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
-        noise_rel=serving.group_noise(serving.tiers(dicts, "mem_lock_mhz", "sm_lock_mhz")),
         name=point_label,
+        reading=_own_reading(curve, points, dicts),
     )
     binds = _power_binds(points, curve.caps, curve.run)
     result["power_cap_binds"] = binds
     findings += _findings(result, peak, fastest, binds, run)
     return sanitize(result)
+
+
+def _own_reading(
+    curve: Curve, points: Sequence[ClockPoint], dicts: Sequence[Mapping[str, Any]]
+) -> Callable[[Mapping[str, Any]], Reading]:
+    """Each point's own reading, its repeats pooled, by its analysis row (the row's own
+    columns where the run has none)."""
+    own = noise.own_readings(
+        curve.caps, LOCK_KEYS, [(_lock_key(p), p.tps / p.power_w) for p in points]
+    )
+    by_row = {id(d): own.get(_lock_key(p)) for p, d in zip(points, dicts, strict=True)}
+    return lambda r: by_row.get(id(r)) or Reading.of(r)
 
 
 def _lock_key(p: ClockPoint) -> tuple[float | None, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from powersweep.analysis import cap_points, noise, serving, steadiness, structur
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
+from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.errors import UsageError
 from powersweep.runformat import CONFIRM_REASON
@@ -161,7 +162,7 @@ def analyze(
     )
 
     tariff = serving.run_tariff(curve.run, tariff_per_kwh)
-    _attach_serving(result, rows, default_w, tariff, max_ttft_ms, max_itl_ms)
+    _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
     result["plateaus"] = [_region_dict(r) for r in regions]
     result["regimes"] = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
@@ -188,6 +189,7 @@ def analyze(
 def _attach_serving(
     result: dict[str, Any],
     rows: Sequence[dict[str, Any]],
+    caps: pl.DataFrame,
     default_w: float,
     tariff: float | None,
     max_ttft_ms: float | None,
@@ -213,9 +215,18 @@ def _attach_serving(
         tariff=tariff,
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
-        noise_rel=serving.relative_noise([r["tps_per_w"] for r in usable]),
         name=_serving_name,
+        reading=_own_reading(caps, usable),
     )
+
+
+def _own_reading(
+    caps: pl.DataFrame, usable: Sequence[Mapping[str, Any]]
+) -> Callable[[Mapping[str, Any]], Reading]:
+    """Each usable cap's own reading, its repeats pooled (a row's own columns otherwise)."""
+    keyed = [((r["cap_w"],), r["tps_per_w"]) for r in usable]
+    own = noise.own_readings(caps, noise.CAP_KEYS, keyed)
+    return lambda r: own.get((r.get("cap_w"),)) or Reading.of(r)
 
 
 def _serving_name(row: Mapping[str, Any]) -> str:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
+from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
+from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
 from powersweep.errors import UsageError
 
 NAN = math.nan
@@ -27,9 +29,6 @@ SECONDS_PER_YEAR = 365.0 * 24.0 * 3600.0
 MAX_TARIFF_PER_KWH = 1_000_000.0
 # Latency targets a user can mean (an hour to first token is no target).
 MAX_TARGET_MS = 3.6e6
-# Two noisy figures differ by more than 2 sigma of their difference (sqrt(2) sigma each) before
-# one is called better: the points within it are tied with the pick.
-TIE_SIGMAS = 2.0
 PER_TOKEN_COLUMNS = (
     "j_per_token",
     "j_per_token_sampled",
@@ -39,13 +38,24 @@ PER_TOKEN_COLUMNS = (
     "ttft_p95_ms",
     "itl_p50_ms",
     "itl_p95_ms",
+    "ttft_p95_hi_ms",
+    "itl_p95_hi_ms",
 )
 # How a point measured more than once (the confirm phase) pools each column: energy per token by
 # the tokens it counted, percentiles by the window (the percentile of the pooled gaps, near
 # enough for readings of one operating point; the worst reading would instead penalise exactly
 # the points the confirm phase measures more often: the best ones).
 _BY_TOKENS = ("j_per_token", "j_per_token_sampled")
-_BY_WINDOW = ("ttft_p50_ms", "itl_p50_ms", "ttft_p95_ms", "itl_p95_ms")
+_BY_WINDOW = (
+    "ttft_p50_ms",
+    "itl_p50_ms",
+    "ttft_p95_ms",
+    "itl_p95_ms",
+    "ttft_p95_hi_ms",
+    "itl_p95_hi_ms",
+)
+# A target's p95 column and the upper end of its own 95% confidence interval.
+_UPPER = {"ttft_p95_ms": "ttft_p95_hi_ms", "itl_p95_ms": "itl_p95_hi_ms"}
 
 
 @dataclass(frozen=True)
@@ -229,43 +239,39 @@ def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> di
     return None
 
 
-def relative_noise(tps_per_w: Sequence[float]) -> float:
-    """Relative standard deviation of one point's TPS/W, from second differences along the axis.
-
-    A second difference is zero on a straight stretch of the curve; for independent noise of
-    sigma per point it has a standard deviation of sqrt(6) sigma, so the median absolute one
-    (scaled for a normal distribution) over sqrt(6) estimates sigma. NaN with fewer than 3 points.
-    """
-    v = [x for x in tps_per_w if math.isfinite(x) and x > 0]
-    if len(v) < 3:
-        return NAN
-    d2 = [abs(a - 2 * b + c) for a, b, c in zip(v, v[1:], v[2:], strict=False)]
-    sigma = statistics.median(d2) / 0.6745 / math.sqrt(6.0)
-    return sigma / statistics.median(v)
-
-
 def latency_choice(
     candidates: Sequence[Mapping[str, Any]],
     *,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-    noise_rel: float,
     name: Callable[[Mapping[str, Any]], str],
+    reading: Callable[[Mapping[str, Any]], Reading] = Reading.of,
 ) -> dict[str, Any] | None:
-    """The most efficient point whose own measured p95 latencies meet the targets.
+    """The most efficient point whose own measured p95 latencies meet the targets, with a
+    margin where its p95 is itself too noisy to be sure.
+
+    A p95 is a noisy figure: a point whose p95 meets a target while the upper end of its own 95%
+    confidence interval (``*_p95_hi_ms``) does not meets it only within noise. The pick is then
+    the most efficient point that meets the targets with that margin, and the answer names the
+    more efficient point it passed over; when no point has the margin the best point stays the
+    pick and the answer says it meets the target only within noise.
 
     Args:
-        candidates: Usable points in axis order, with ``tps_per_w``, ``ttft_p95_ms`` and
-            ``itl_p95_ms``.
+        candidates: Usable points, with ``tps_per_w``, ``ttft_p95_ms`` and ``itl_p95_ms`` (and
+            their ``*_hi_ms`` and precision columns, where measured).
         max_ttft_ms: Target for the time to first token's p95 (None: none).
         max_itl_ms: Target for the inter-token latency's p95 (None: none).
-        noise_rel: Relative noise of one point's TPS/W (:func:`relative_noise`; NaN: unknown).
         name: How a point is named in the answer (``280 W``, ``SM 1410 MHz``).
+        reading: A point's TPS/W with its own precision (its repeats pooled; default: the
+            row's own columns).
 
     Returns:
         None without a target. Else ``met`` (bool), ``point`` (the pick, or the closest point
-        when none meets the targets), ``tied`` (the names of the points that meet them within
-        noise of the pick), ``misses`` (why the closest one fails) and the targets.
+        when none meets the targets), ``margin`` (its p95s' upper bounds meet the targets too),
+        ``within_noise`` (the more efficient point that meets them only within its p95's noise,
+        by name; None), ``unsure`` (why the pick's p95s are not sure, when ``margin`` is false),
+        ``tied`` (the points that meet them with the pick's margin and whose TPS/W is within
+        their own noise of the pick's), ``noise_source``, ``misses`` and the targets.
     """
     given = {"ttft_p95_ms": max_ttft_ms, "itl_p95_ms": max_itl_ms}
     targets = {k: v for k, v in given.items() if v is not None}
@@ -280,11 +286,7 @@ def latency_choice(
             ratios.append(math.inf if v is None else v / limit)
         return max(ratios)
 
-    base: dict[str, Any] = {
-        "max_ttft_ms": max_ttft_ms,
-        "max_itl_ms": max_itl_ms,
-        "noise_rel": noise_rel if math.isfinite(noise_rel) else None,
-    }
+    base: dict[str, Any] = {"max_ttft_ms": max_ttft_ms, "max_itl_ms": max_itl_ms}
     usable = [p for p in candidates if _num(p.get("tps_per_w")) is not None]
     meeting = [p for p in usable if over(p) <= 1.0]
     if not meeting:
@@ -301,10 +303,45 @@ def latency_choice(
         )
         return {**base, "met": False, "point": closest, "tied": [], "misses": misses}
     best = max(meeting, key=lambda p: p["tps_per_w"])
-    margin = TIE_SIGMAS * math.sqrt(2.0) * noise_rel if math.isfinite(noise_rel) else 0.0
-    floor = best["tps_per_w"] * (1.0 - margin)
-    tied = [name(p) for p in meeting if p["tps_per_w"] >= floor]
-    return {**base, "met": True, "point": best, "tied": tied, "misses": []}
+    sure = [p for p in meeting if not _unsure(p, targets)]
+    pick = max(sure, key=lambda p: p["tps_per_w"]) if sure else best
+    margin = not _unsure(pick, targets)
+    same = sure if margin else meeting
+    own = reading(pick)
+    tied = [name(p) for p in same if p is pick or _tied(own, reading(p))]
+    return {
+        **base,
+        "met": True,
+        "point": pick,
+        "margin": margin,
+        "within_noise": name(best) if best is not pick else None,
+        "within_noise_point": best if best is not pick else None,
+        "unsure": _unsure(best if best is not pick else pick, targets),
+        "tied": tied,
+        "noise_source": OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
+        "misses": [],
+    }
+
+
+def _unsure(p: Mapping[str, Any], targets: Mapping[str, float]) -> list[str]:
+    """Why a point's p95s meet the targets only within their own noise (empty: with margin)."""
+    out = []
+    for key, limit in targets.items():
+        what = "TTFT" if key.startswith("ttft") else "inter-token"
+        high = _num(p.get(_UPPER[key]))
+        if high is None:
+            out.append(f"its {what} p95 has too few samples to be bounded")
+        elif high > limit:
+            out.append(f"its {what} p95 may be up to {high:.4g} ms (95% bound) > {limit:g} ms")
+    return out
+
+
+def _tied(a: Reading, b: Reading) -> bool:
+    """Two points' TPS/W within their own noise (a typical reading's where one has none)."""
+    if a.known and b.known:
+        return a.tied_with(b)
+    gap = abs(a.tps_per_w - b.tps_per_w) / max(a.tps_per_w, b.tps_per_w)
+    return gap <= math.sqrt(2.0) * TYPICAL_READING_U95_REL
 
 
 def _position(p: Mapping[str, Any], key: str) -> float:
@@ -317,22 +354,6 @@ def axis_order(points: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[st
     return sorted(points, key=lambda p: _position(p, key))
 
 
-def group_noise(groups: Sequence[Sequence[Mapping[str, Any]]]) -> float:
-    """:func:`relative_noise` pooled over several runs of neighbours (a grid's memory tiers)."""
-    values = [relative_noise([float(p["tps_per_w"]) for p in g]) for g in groups if len(g) >= 3]
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.median(finite) if finite else NAN
-
-
-def tiers(
-    points: Sequence[Mapping[str, Any]], tier_key: str, along: str
-) -> list[list[Mapping[str, Any]]]:
-    """Points grouped by ``tier_key`` (a memory lock), each group ordered by ``along``."""
-    ordered = sorted(points, key=lambda p: _position(p, tier_key))
-    groups = itertools.groupby(ordered, key=lambda p: _position(p, tier_key))
-    return [axis_order(list(g), along) for _, g in groups]
-
-
 def attach(
     result: dict[str, Any],
     candidates: Sequence[Mapping[str, Any]],
@@ -342,8 +363,8 @@ def attach(
     tariff: float | None,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-    noise_rel: float,
     name: Callable[[Mapping[str, Any]], str],
+    reading: Callable[[Mapping[str, Any]], Reading] = Reading.of,
 ) -> None:
     """Add ``energy`` (:func:`cost_summary`) and ``latency_target`` (:func:`latency_choice`) to
     an analysis, and ``cost_per_mtok`` to each candidate row when a tariff is given."""
@@ -359,8 +380,8 @@ def attach(
         candidates,
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
-        noise_rel=noise_rel,
         name=name,
+        reading=reading,
     )
     if choice is not None and choice["point"] is not None:
         choice["name"] = name(choice["point"])
@@ -377,12 +398,24 @@ def _latency_finding(choice: Mapping[str, Any]) -> dict[str, Any]:
         if choice.get(key) is not None
     )
     if choice["met"]:
+        message = (
+            f"most efficient point with {goals}: {choice['name']} "
+            f"({choice['point']['tps_per_w']:.4f} TPS/W)"
+        )
+        unsure = "; ".join(choice.get("unsure") or [])
+        if choice.get("within_noise"):
+            message += (
+                f", with a margin: {choice['within_noise']} is more efficient but meets the "
+                f"target only within its own noise ({unsure})"
+            )
+        elif not choice.get("margin", True):
+            message += f", but only within its own noise ({unsure}): no point has a margin"
         return {
-            "severity": "info",
+            "severity": "info" if choice.get("margin", True) else "warning",
             "code": "latency_target",
-            "message": f"most efficient point with {goals}: {choice['name']} "
-            f"({choice['point']['tps_per_w']:.4f} TPS/W)",
-            "hint": "powersweep apply RUN --objective slo sets it",
+            "message": message,
+            "hint": "powersweep apply RUN --objective slo sets it"
+            + ("" if choice.get("margin", True) else "; longer windows sharpen a p95"),
         }
     closest = choice.get("name")
     return {

@@ -97,16 +97,27 @@ def latency_section(analysis: Mapping[str, Any]) -> str:
         f"{_g(point.get('itl_p95_ms'))} ms"
     )
     if target.get("met"):
-        noise = _num(target.get("noise_rel"))
         tied = [escape_md(t) for t in target.get("tied") or []]
         lines.append("")
-        lines.append(f"- Most efficient point that meets it: **{name}** ({figures}).")
-        if noise is not None:
+        margin = target.get("margin", True)
+        how = "with a margin (its p95s' own 95% bounds meet it too)" if margin else "meets it"
+        lines.append(f"- Most efficient point that meets it {how}: **{name}** ({figures}).")
+        unsure = "; ".join(escape_md(u) for u in target.get("unsure") or [])
+        if target.get("within_noise"):
             lines.append(
-                f"- Noise: {noise * 100:.1f}% per point (TPS/W); within it, also: "
-                + (", ".join(t for t in tied if t != name) or "none")
-                + "."
+                f"- {escape_md(target['within_noise'])} is more efficient and its p95 meets the "
+                f"target, but only within its own noise: {unsure}."
             )
+        elif not margin:
+            lines.append(
+                f"- **It meets the target only within its own noise**: {unsure}; no point meets "
+                "it with a margin (longer windows sharpen a p95)."
+            )
+        lines.append(
+            f"- Tied with it within noise (TPS/W, {escape_md(str(target.get('noise_source')))}): "
+            + (", ".join(t for t in tied if t != name) or "none")
+            + "."
+        )
     elif point:
         misses = "; ".join(escape_md(m) for m in target.get("misses") or [])
         lines += ["", f"- **No measured point meets it.** Closest: {name} ({figures}): {misses}."]

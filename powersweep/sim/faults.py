@@ -15,8 +15,9 @@ request stays time-bounded and every figure is either right or clearly marked:
 - ``slow-code``: the code prompt decodes :data:`SLOW_CODE_FACTOR` times slower than the
   narrative one (a server disturbed on one prompt only).
 - ``reset``: every :data:`RESET_EVERY`-th request it meets is cut after
-  :data:`RESET_AFTER_TOKENS` tokens (half a shorter answer, at least two) by closing the connection mid-stream (a proxy or a server
-  that drops connections), so the client sees an incomplete chunked body.
+  :data:`RESET_AFTER_TOKENS` tokens (half a shorter answer, at least two) by closing the
+  connection mid-stream (a proxy or a server that drops connections), so the client sees an
+  incomplete chunked body.
 - ``pause``: :data:`PAUSE_AFTER_S` run seconds after the request that meets it arrives, the
   whole server stops for :data:`PAUSE_S` run seconds (a paused or swapping process): no stream
   sends a token, no prefill advances, the GPU idles, and nothing catches up afterwards.

@@ -120,3 +120,21 @@ def test_failed_requests_and_other_prompts_have_no_latency() -> None:
     code = _stream("code", 0.0, 0.1, 0.01, 50)
     out = latency_percentiles([bad, code], [(0.0, 5.0)], "decode-single")
     assert all(math.isnan(v) for v in out.values())
+
+
+def test_the_p95_upper_bound_holds_the_true_p95_about_97_percent_of_the_time() -> None:
+    import numpy as np
+
+    from powersweep.sweep.sampling.per_token import p95_upper_ms
+
+    rng = np.random.default_rng(7)
+    true_p95 = -math.log(0.05) * 40.0  # exponential gaps of mean 40 ms
+    trials = [list(rng.exponential(40.0, size=300)) for _ in range(400)]
+    highs = [p95_upper_ms(t) for t in trials]
+    # a two-sided 95% interval: its upper end lies above the truth in about 97.5% of runs
+    above = sum(h >= true_p95 for h in highs) / len(highs)
+    assert 0.95 <= above <= 0.995, above
+    assert all(h >= float(np.percentile(t, 95)) for h, t in zip(highs, trials, strict=True))
+    # too few samples to bound a p95: no bound rather than a made-up one
+    assert math.isnan(p95_upper_ms(list(rng.exponential(40.0, size=60))))
+    assert math.isnan(p95_upper_ms([]))

@@ -43,44 +43,65 @@ def _name(p: Any) -> str:
 
 
 def test_the_most_efficient_point_that_meets_the_target_is_picked() -> None:
-    pick = serving.latency_choice(
-        CURVE, max_ttft_ms=None, max_itl_ms=80, noise_rel=math.nan, name=_name
-    )
+    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=80, name=_name)
     assert pick is not None and pick["met"]
     assert pick["point"]["cap_w"] == 300
     # a tighter target moves it up the curve, to the best of what still meets it
-    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=70, noise_rel=0.0, name=_name)
+    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=70, name=_name)
     assert pick is not None and pick["point"]["cap_w"] == 350
 
 
 def test_both_targets_must_hold_and_noise_names_the_tied_points() -> None:
     curve = [*CURVE[:3], _p(350, 0.228, 60, ttft=900), _p(400, 0.227, 55)]
-    pick = serving.latency_choice(curve, max_ttft_ms=500, max_itl_ms=70, noise_rel=0.01, name=_name)
+    pick = serving.latency_choice(curve, max_ttft_ms=500, max_itl_ms=70, name=_name)
     assert pick is not None and pick["point"]["cap_w"] == 400
     assert pick["tied"] == ["400 W"]
-    loose = serving.latency_choice(
-        curve, max_ttft_ms=None, max_itl_ms=80, noise_rel=0.01, name=_name
-    )
+    loose = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=80, name=_name)
     assert loose is not None and loose["point"]["cap_w"] == 300
     assert loose["tied"] == ["300 W", "350 W", "400 W"]
 
 
+def test_a_p95_that_meets_the_target_only_within_its_own_noise_gives_way_to_a_margin() -> None:
+    def bounded(p: dict[str, Any], hi: float | None, u95: float = 0.5) -> dict[str, Any]:
+        return {**p, "itl_p95_hi_ms": hi, "tps_per_w_stat_u95_pct": u95, "drift_bias_pct": 0.0}
+
+    curve = [
+        bounded(_p(300, 0.230, 68), 72.0),  # meets 70 ms, but its own bound says maybe not
+        bounded(_p(350, 0.229, 64), 66.0),  # meets it with a margin, as efficient within noise
+        bounded(_p(400, 0.220, 55), 57.0),
+    ]
+    pick = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=70, name=_name)
+    assert pick is not None and pick["met"] and pick["margin"]
+    assert pick["point"]["cap_w"] == 350 and pick["within_noise"] == "300 W"
+    assert pick["unsure"] == ["its inter-token p95 may be up to 72 ms (95% bound) > 70 ms"]
+    # ties come from each point's own precision: 400 W is 4% off, far outside 0.5% readings
+    assert pick["tied"] == ["350 W"] and pick["noise_source"] == "own measurements"
+    finding = serving._latency_finding({**pick, "name": "350 W"})
+    assert "with a margin: 300 W is more efficient" in finding["message"]
+    # a bound no point meets: the best stays the pick, and the answer says it is not sure
+    tight = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=56, name=_name)
+    assert tight is not None and tight["point"]["cap_w"] == 400 and not tight["margin"]
+    assert tight["within_noise"] is None
+    warned = serving._latency_finding({**tight, "name": "400 W"})
+    assert warned["severity"] == "warning" and "only within its own noise" in warned["message"]
+    # a p95 from too few samples has no bound: never called sure
+    few = [{**p, "itl_p95_hi_ms": None} for p in curve]
+    unsure = serving.latency_choice(few, max_ttft_ms=None, max_itl_ms=70, name=_name)
+    assert unsure is not None and not unsure["margin"] and unsure["point"]["cap_w"] == 300
+    assert unsure["unsure"] == ["its inter-token p95 has too few samples to be bounded"]
+
+
 def test_no_point_meets_it_and_the_closest_is_named_with_its_miss() -> None:
-    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=40, noise_rel=0.0, name=_name)
+    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=40, name=_name)
     assert pick is not None and not pick["met"]
     assert pick["point"]["cap_w"] == 400
     assert pick["misses"] == ["itl_p95 55 ms > 40 ms"]
-    assert (
-        serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=None, noise_rel=0.0, name=_name)
-        is None
-    )
+    assert serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=None, name=_name) is None
 
 
 def test_a_point_without_the_latency_columns_never_meets_a_target() -> None:
     curve = [{**p, "itl_p95_ms": None} for p in CURVE]
-    pick = serving.latency_choice(
-        curve, max_ttft_ms=None, max_itl_ms=1000, noise_rel=0.0, name=_name
-    )
+    pick = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=1000, name=_name)
     assert pick is not None and not pick["met"] and pick["point"] is None
 
 
