@@ -258,6 +258,36 @@ def test_replay_adaptive_finds_a_long_flat_top_ceiling(tmp_path: Path) -> None:
     assert abs(answers["adaptive"][0] - answers["dense"][0]) <= AGREE_W, answers
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lo", "hi", "start", "level"),
+    [(150, 600, 360, 372), (200, 700, 450, 470)],
+    ids=["4090", "h100"],
+)
+def test_replay_adaptive_finds_where_a_shouldered_ceiling_starts(
+    tmp_path: Path, lo: int, hi: int, start: int, level: float
+) -> None:
+    # the draw leaves the cap line 6 W short two caps before it levels off: physics pins only
+    # the level's first cap, the dense sweep's ceiling starts at the shoulder
+    curve = tmp_path / "shoulder.csv"
+    with curve.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["cap_w", "power_w", "narr_tps", "code_tps", "sm_clock_mhz", "status"])
+        for cap in range(lo, hi + 1, 10):
+            draw = cap - 0.5 if cap < start else min(cap - 6.0, level)
+            tps = round(60.0 * (1.0 - math.exp(-(draw - 80.0) / 110.0)), 4)
+            w.writerow([cap, draw, tps, tps, round(900 + 2 * draw), "ok"])
+    answers = {}
+    for strategy in ("dense", "adaptive"):
+        run = sweep(tmp_path / strategy, "--simulate", f"replay:{curve}", "--strategy", strategy)
+        analysis = read_json(run / "analysis.json")
+        (ceiling,) = [p for p in analysis["plateaus"] if p["kind"] == "draw_ceiling"]
+        answers[strategy] = (analysis["sweet_spot"]["cap_w"], ceiling["start_w"])
+    assert answers["dense"][1] == start, answers
+    assert abs(answers["adaptive"][1] - start) <= AGREE_W, answers
+    assert abs(answers["adaptive"][0] - answers["dense"][0]) <= AGREE_W, answers
+
+
 def test_a_point_that_stays_suspect_is_not_asked_for_again_without_end(tmp_path: Path) -> None:
     # the code prompt is slowed at 290 W only: its rates disagree twice, so 290 W is suspect,
     # and the adaptive planner, still wanting its peak bracketed there, asks for it again; the

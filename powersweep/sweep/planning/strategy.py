@@ -369,7 +369,27 @@ class AdaptivePlanner:
                 cap = self._fill(run, tried)
                 if cap is not None:
                     out.append(PlannedCap(cap, fill))
+                continue
+            cap = self._shoulder(run, caps, tried)
+            if cap is not None:
+                out.append(PlannedCap(cap, edge))
         return out
+
+    def _shoulder(
+        self, run: Sequence[float], caps: Sequence[float], tried: set[float]
+    ) -> float | None:
+        """A cap between a reported flat run and the measured cap below it, until they are
+        neighbours.
+
+        Physics pins a flat level's first cap (draw never exceeds the cap), but real draws
+        often leave the cap line before they level off (a shoulder: short of the cap while
+        still rising), and the dense sweep's region starts where the draw first falls short.
+        Asked once the region is reported, so the budget's last caps go to it.
+        """
+        below = [c for c in caps if c < run[0] - 1e-6]
+        if not below or self._steps(below[-1], run[0]) <= 1 + 1e-6:
+            return None
+        return self._grid_between((below[-1] + run[0]) / 2, below[-1], run[0], tried)
 
     # --- structure helpers --------------------------------------------------------------------
 
