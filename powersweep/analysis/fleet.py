@@ -122,7 +122,7 @@ def summarise(
     order = sorted(groups, key=lambda k: (k[:4], k[4] != POWER, k[4]))
     out_groups = [_group(groups[k], opts) for k in order]
     _beside_power(out_groups)
-    counted = [g for g in out_groups if "versus_power" not in g]
+    counted = _counted_once(out_groups)
     incomplete = [
         {"label": c.label, "run_dir": c.run_dir, "status": c.status, "error": c.error}
         for c in cards
@@ -142,7 +142,7 @@ def summarise(
             "unreadable": unusable,
             "incomplete": incomplete,
             "groups": out_groups,
-            # cards swept on both axes count once, on the power axis
+            # cards swept on several axes count once (see _counted_once)
             "totals": {
                 "kw_saved": float(sum(_f(g["savings"].get("kw_saved")) for g in counted)),
                 "mwh_per_year_saved": float(
@@ -457,6 +457,25 @@ def _beside_power(groups: list[dict[str, Any]]) -> None:
                 lock.get("tps_per_card"), cap.get("tps_per_card")
             ),
         }
+
+
+def _counted_once(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups the totals add up: one per set of cards (GPU, count, load mode, model), since
+    cards swept on several axes are set to one answer and save once: on the power axis where
+    they have one, else on the clock axis with the most tokens per joule (the one ``fleet
+    apply`` sets)."""
+
+    def rank(g: Mapping[str, Any]) -> tuple[bool, float]:
+        axis = g.get("axis") or {}
+        answer = g.get(axis.get("answer_key", "fleet_cap")) or {}
+        return axis.get("name", POWER) == POWER, _f(answer.get("fleet_tps_per_w"))
+
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for g in groups:
+        key = _cards_key(g)
+        if key not in best or rank(g) > rank(best[key]):
+            best[key] = g
+    return list(best.values())
 
 
 def _cards_key(g: Mapping[str, Any]) -> tuple[Any, ...]:

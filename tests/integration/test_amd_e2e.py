@@ -275,3 +275,175 @@ def test_a_killed_mi300x_sweep_leaves_a_sim_journal_that_restore_puts_back(tmp_p
     assert restored.returncode == 0, restored.stderr
     assert f"restored to {DEFAULT_W:g} W" in restored.stderr
     assert json.loads(state.read_text())[UUID] == DEFAULT_W and not journal.exists()
+
+
+# --- decode and clock-axis sweeps on the simulated AMD cards -----------------------------------
+
+DECODE_FAST = (
+    "--cooling", "air", "--warmup-requests", "1", "--settle-seconds", "1",
+    "--target-cap-seconds", "4", "--quiet", "--no-charts",
+)  # fmt: skip
+RADEON = "rx7900xtx"
+# SM locks on the MI300X's clock range (500-2100 MHz); the Radeon's are on its 15 MHz grid from
+# 500 MHz (1190, 1790 and its top bin, 2495)
+MI300X_SMS = "700,1000,1300,1600,1900,2100"
+RADEON_SMS = "1190,1790,2495"
+
+
+def _amd_sweep(tmp: Path, profile: str, *args: str) -> tuple[Path, dict[str, Any], Path]:
+    """A sweep of a simulated AMD card: its run directory, run.json and the card's state file."""
+    state = tmp / "state.json"
+    done = powersweep(
+        "--simulate", profile, *DECODE_FAST, *args, "--out", str(tmp / "runs"),
+        "--sim-state", str(state), "--state-dir", str(tmp / "sd"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    run = only_run_dir(tmp / "runs")
+    return run, read_json(run / "run.json"), state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "extra", "caps", "step_w"),
+    [
+        # the MI300X's decode draws far below its 750 W default: caps from 380 W bind
+        ("decode-single", (), "380,400,420,440,460,480,500,520", 20.0),
+        ("decode-concurrent", ("--concurrency", "8"), "380,420,460,500,540,580,620", 40.0),
+    ],
+    ids=["decode-single", "decode-concurrent"],
+)
+def test_an_mi300x_decode_sweep_finds_the_true_sweet_spot_and_restores_its_cap(
+    tmp_path: Path, mode: str, extra: tuple[str, ...], caps: str, step_w: float
+) -> None:
+    run, meta, state = _amd_sweep(tmp_path, PROFILE, "--load-mode", mode, "--caps", caps, *extra)
+    assert meta["status"] == "complete" and meta["error"] is None
+    (gpu,) = meta["gpus"]
+    assert (gpu["vendor"], gpu["power_source"], gpu["uuid"]) == ("amd", "current", UUID)
+    truth = meta["simulation"]["ground_truth"]
+    assert truth["load_mode"] == mode
+    # every cap measured, through amdsmi's whole watts, near the simulator's noise-free figures
+    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"]
+    assert sorted(float(r["cap_w"]) for r in rows) == [float(c) for c in caps.split(",")]
+    by_cap = {c["cap_w"]: c for c in truth["caps"]}
+    for r in rows:
+        assert r["status"] == "ok", r["error"]
+        t = by_cap[float(r["cap_w"])]
+        assert float(r["narr_tps"]) == pytest.approx(t["tps"], rel=0.03), r["cap_w"]
+        assert float(r["power_w"]) == pytest.approx(t["power_w"], rel=0.03), r["cap_w"]
+        assert float(r["power_w"]) <= float(r["cap_w"]) + 1.0  # whole watts, under the cap
+    # the violation status shows the lowest cap binding
+    low = min(rows, key=lambda r: float(r["cap_w"]))
+    assert float(low["pwr_throttle_pct"]) > 50
+    # the sweet spot: an interior cap, found within one step
+    true_w = truth["sweet_spot"]["cap_w"]
+    assert min(by_cap) < true_w < max(by_cap)
+    analysis = read_json(run / "analysis.json")
+    assert abs(analysis["sweet_spot"]["cap_w"] - true_w) <= step_w, (analysis["sweet_spot"], true_w)
+    assert analysis["power_cap_binds"]["binds"] is True
+    if mode == "decode-concurrent":
+        assert meta["load"]["concurrency"] == 8
+        measured = [q for q in read_csv(run / "requests.csv") if q["prompt_kind"] != "warmup"]
+        assert len({q["stream"] for q in measured}) == 8
+        # the simulated server serves fewer at once: the truth is at the concurrency it serves
+        assert truth["concurrency"] == meta["load"]["effective_concurrency"] > 1
+    # the user's own limit (the default here) is back on the card
+    assert meta["restored"] == [{"gpu_index": 0, "limit_w": DEFAULT_W, "ok": True, "message": ""}]
+    assert json.loads(state.read_text())[UUID] == DEFAULT_W
+
+
+def _steps(values: list[float | None]) -> list[float]:
+    return sorted({float(v) for v in values if v is not None})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("profile", "mode", "axis", "extra"),
+    [
+        (PROFILE, "decode-single", "sm-clock", ("--sm-clocks", MI300X_SMS)),
+        (
+            PROFILE,
+            "decode-concurrent",
+            "sm-clock",
+            ("--sm-clocks", MI300X_SMS, "--concurrency", "8"),
+        ),
+        # the Radeon takes memory locks: its load tiers (1249 and 772 MHz), and a grid
+        (RADEON, "decode-single", "mem-clock", ()),
+        (
+            RADEON,
+            "decode-single",
+            "grid",
+            ("--sm-clocks", RADEON_SMS, "--thermal-wait-seconds", "0"),
+        ),
+    ],
+    ids=["mi300x-sm-single", "mi300x-sm-concurrent", "radeon-mem", "radeon-grid"],
+)
+def test_an_amd_clock_sweep_finds_the_true_peak_and_unlocks_the_card(
+    tmp_path: Path, profile: str, mode: str, axis: str, extra: tuple[str, ...]
+) -> None:
+    run, meta, state = _amd_sweep(tmp_path, profile, "--load-mode", mode, "--axis", axis, *extra)
+    uuid = f"GPU-sim-{profile}-0"
+    assert meta["status"] == "complete" and meta["error"] is None
+    assert meta["gpus"][0]["vendor"] == "amd"
+    truth = meta["simulation"]["ground_truth"]
+    assert truth["axis"] == "clocks" and truth["load_mode"] == mode
+    analysis = read_json(run / "analysis.json")
+    assert analysis["axis"] == axis and len(analysis["points"]) == len(truth["points"])
+    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"]
+    assert len(rows) == len(truth["points"])
+    default_w = {PROFILE: DEFAULT_W, RADEON: 355.0}[profile]
+    for r in rows:
+        assert r["status"] == "ok", r["error"]
+        # the card followed each lock (amdsmi's range min = max under the level MANUAL)
+        if axis != "mem-clock":
+            assert float(r["sm_clock_mhz"]) == pytest.approx(float(r["sm_lock_mhz"]), abs=15)
+        if axis != "sm-clock":
+            assert float(r["mem_clock_mhz"]) == float(r["mem_lock_mhz"])
+        assert float(r["cap_w"]) == default_w  # a clock sweep without --cap leaves the limit
+    # the peak: within one step of the truth on each axis swept, and as good within noise
+    peak, true_peak = analysis["peak"], truth["peak"]
+    for key in ("sm_lock_mhz", "mem_lock_mhz"):
+        steps = _steps([p[key] for p in truth["points"]])
+        if len(steps) > 1:
+            found, true = steps.index(peak[key]), steps.index(true_peak[key])
+            assert abs(found - true) <= 1, (key, peak, true_peak)
+    true_tpw = {(p["sm_lock_mhz"], p["mem_lock_mhz"]): p["tps_per_w"] for p in truth["points"]}
+    at_peak = true_tpw[(true_peak["sm_lock_mhz"], true_peak["mem_lock_mhz"])]
+    found_key = (peak["sm_lock_mhz"], peak["mem_lock_mhz"] if axis != "sm-clock" else None)
+    assert true_tpw[found_key] >= 0.985 * at_peak
+    assert analysis["power_cap_binds"]["binds"] is False  # decode draws under the limit
+    # the card is unlocked again (the level AUTO) and its limit never moved
+    assert meta["restored"][0]["clocks"] == "clocks unlocked" and meta["restored"][0]["ok"]
+    saved = json.loads(state.read_text())
+    assert saved[f"{uuid}#locks"] == {"sm": None, "mem": None}
+    assert saved.get(uuid, default_w) == default_w
+
+
+@pytest.mark.slow
+def test_an_mi300x_refuses_memory_locks_a_grid_falls_back_and_a_memory_sweep_is_one_line(
+    tmp_path: Path,
+) -> None:
+    run, meta, state = _amd_sweep(
+        tmp_path / "grid", PROFILE, "--load-mode", "decode-single", "--axis", "grid",
+        "--sm-clocks", "700,1300,2100",
+    )  # fmt: skip
+    assert meta["axis_fallback"] == "sm-clock"
+    rows = read_csv(run / "caps.csv")
+    assert sorted(float(r["sm_lock_mhz"]) for r in rows if r["reason"] != "confirm") == [
+        700.0, 1300.0, 2100.0,
+    ]  # fmt: skip
+    assert all(r["mem_lock_mhz"] == "" and r["status"] == "ok" for r in rows)
+    assert read_json(run / "analysis.json")["peak"]["sm_lock_mhz"] == 1300.0  # the truth's
+    assert json.loads(state.read_text())[f"{UUID}#locks"] == {"sm": None, "mem": None}
+
+    state = tmp_path / "mem-state.json"
+    done = powersweep(
+        "--simulate", PROFILE, *DECODE_FAST, "--axis", "mem-clock", "--out",
+        str(tmp_path / "mem"), "--sim-state", str(state), "--state-dir", str(tmp_path / "sd"),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "memory clock locks refused" in errors[0], done.stderr
+    assert "HBM" in errors[0] and "Traceback" not in done.stderr
+    assert read_json(only_run_dir(tmp_path / "mem") / "run.json")["status"] == "failed"
+    assert json.loads(state.read_text())[f"{UUID}#locks"] == {"sm": None, "mem": None}

@@ -105,6 +105,63 @@ def test_a_clock_group_that_held_a_cap_sets_it_with_the_lock() -> None:
     assert c.describe() == "SM 1410 MHz at 500 W"
 
 
+def _clock_group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A memory-lock or grid group as fleet.json writes it (fleet_axis.AXES)."""
+    keys = {"mem-clock": ("mem_lock_mhz", None), "grid": ("sm_lock_mhz", "mem_lock_mhz")}
+    setting_key, tier_key = keys[axis]
+    return {
+        **_group("sm-clock", answer, **extra),
+        "axis": {
+            "name": axis,
+            "setting_key": setting_key,
+            "tier_key": tier_key,
+            "answer_key": "fleet_lock",
+        },
+    }
+
+
+def test_a_memory_lock_group_sets_the_memory_clock_alone() -> None:
+    answer = {"mem_lock_mhz": 12001.0, "held_cap_w": None, "fleet_tps_per_w": 0.09}
+    group = _clock_group("mem-clock", answer)
+    (c,), _ = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+    assert (c.axis, c.source, c.cap_w, c.sm_lock_mhz, c.mem_lock_mhz) == (
+        "mem-clock",
+        "fleet",
+        None,
+        None,
+        12001.0,
+    )
+    assert c.describe() == "memory 12001 MHz"
+
+
+def test_a_grid_group_sets_both_locks_and_its_outlier_gets_its_own_pair() -> None:
+    outlier = {
+        "label": "n2",
+        "host": "n2",
+        "gpus": [{"uuid": "GPU-b", "name": H100}],
+        "causes": [{"code": "hot", "message": "hot card"}],
+        "own_best": {"sm_lock_mhz": 1800.0, "mem_lock_mhz": 10001.0},
+        "apply": "own_best",
+    }
+    answer = {
+        "sm_lock_mhz": 2400.0,
+        "mem_lock_mhz": 12001.0,
+        "held_cap_w": 500.0,
+        "fleet_tps_per_w": 0.1,
+        "within_noise": {"x": [2400.0, 1800.0], "tier": 12001.0},
+    }
+    group = _clock_group("grid", answer, outliers=[outlier])
+    a, b = _target("GPU-a"), _target("GPU-b", index=1)
+    chosen, _ = choose_settings({"groups": [group]}, [a, b], "n2")
+    assert [(c.source, c.sm_lock_mhz, c.mem_lock_mhz, c.cap_w) for c in chosen] == [
+        ("fleet", 2400.0, 12001.0, 500.0),
+        # the outlier's own pair, under the limit its group held
+        ("own_best", 1800.0, 10001.0, 500.0),
+    ]
+    assert chosen[0].describe() == "SM 2400 MHz / memory 12001 MHz at 500 W"
+    assert "1800-2400 within noise" in chosen[0].why and "hot card" in chosen[1].why
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
