@@ -433,11 +433,15 @@ class History:
         prefill_s_per_token: Time to first token per prompt token of each other point (by the
             point's position: its cap, or its SM lock on a clock axis).
         position: The position of the point being checked, in the same units.
+        prefill_by_rank: Per other point, the time to first token per prompt token of the k-th
+            prefill prompt of its windows, by k (a difference between prompts that every point
+            shows is systematic, not a pause).
     """
 
     ratios: tuple[float, ...] = ()
     prefill_s_per_token: dict[float, float] = field(default_factory=dict)
     position: float = math.nan
+    prefill_by_rank: dict[float, dict[int, float]] = field(default_factory=dict)
 
 
 def ignore_result(result: Any) -> None:

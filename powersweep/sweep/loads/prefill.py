@@ -28,7 +28,7 @@ from powersweep.sweep.loads.base import (
     window_margin_s,
 )
 from powersweep.sweep.loads.prompts import with_nonce
-from powersweep.sweep.sampling.consistency import nearest, ttft_outlier_reason
+from powersweep.sweep.sampling.consistency import nearest, nearest_by_rank, ttft_outlier_reason
 
 PREFILL_MAX_TOKENS = 10
 CONTEXT_FRACTION = 0.9
@@ -462,9 +462,11 @@ class PrefillHeavy:
 
     def check(self, run: LoadRun, history: History) -> str:
         """Each prompt's time to first token against the point's other prompts (or the nearest
-        points measured)."""
+        points measured), let be where the same prompt of the window took as long at the
+        nearest points."""
         neighbours = nearest(history.prefill_s_per_token, history.position)
-        return ttft_outlier_reason(run.requests, neighbours)
+        same_rank = nearest_by_rank(history.prefill_by_rank, history.position)
+        return ttft_outlier_reason(run.requests, neighbours, run.windows, same_rank)
 
     async def keep_busy(
         self, cap_w: float, seconds: float, on_result: Callable[[Any], None] = ignore_result

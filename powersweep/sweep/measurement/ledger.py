@@ -15,7 +15,7 @@ from typing import Any
 from powersweep.analysis.precision import Reading
 from powersweep.sweep.loads.base import History, LoadRun
 from powersweep.sweep.planning.points import SweepPoint
-from powersweep.sweep.sampling.consistency import prefill_s_per_token, tps_ratio
+from powersweep.sweep.sampling.consistency import prefill_by_rank, prefill_s_per_token, tps_ratio
 from powersweep.sweep.sampling.measure import curve_slope
 
 
@@ -29,12 +29,15 @@ class PointLedger:
         ratios: code/narrative rate ratio of each point measured ok, by point key.
         prefill_s_per_token: Median time to first token per prompt token of each ok point, by
             the point's position on its axis.
+        prefill_by_rank: The same per rank of the prompt in its windows (each point measured
+            ok or suspect: a suspect point's prompts are what the next point is judged by too).
         points: The point of each key.
     """
 
     status: dict[tuple[Any, Any, Any], str] = field(default_factory=dict)
     ratios: dict[tuple[Any, Any, Any], float] = field(default_factory=dict)
     prefill_s_per_token: dict[float, float] = field(default_factory=dict)
+    prefill_by_rank: dict[float, dict[int, float]] = field(default_factory=dict)
     points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
     readings: dict[tuple[Any, Any, Any], Reading] = field(default_factory=dict)
     figures: dict[tuple[Any, Any, Any], tuple[float, float]] = field(default_factory=dict)
@@ -72,6 +75,9 @@ class PointLedger:
                 pos: v for pos, v in self.prefill_s_per_token.items() if pos != point.position
             },
             position=point.position,
+            prefill_by_rank={
+                pos: v for pos, v in self.prefill_by_rank.items() if pos != point.position
+            },
         )
 
     def record(self, point: SweepPoint, row: Mapping[str, Any], run: LoadRun) -> None:
@@ -83,6 +89,10 @@ class PointLedger:
         self.prefill_s_per_token.pop(point.position, None)
         self.readings.pop(key, None)
         self.figures.pop(key, None)
+        self.prefill_by_rank.pop(point.position, None)
+        by_rank = prefill_by_rank(run.requests, run.windows)
+        if by_rank and row["status"] in ("ok", "suspect"):
+            self.prefill_by_rank[point.position] = by_rank
         if row["status"] != "ok":
             return
         reading = Reading.of(row)

@@ -218,6 +218,26 @@ def prefill_s_per_token(requests: Iterable[Any]) -> list[float]:
     return out
 
 
+def _ranks(requests: Sequence[Any], windows: Sequence[tuple[str, float, float]]) -> dict[int, int]:
+    """Each prefill request's rank in its window, by ``id`` of the request."""
+    out: dict[int, int] = {}
+    for _kind, t0, t1 in windows:
+        inside = [r for r in requests if r.prompt_kind == "prefill" and t0 <= r.t_start_s <= t1]
+        for k, r in enumerate(sorted(inside, key=lambda r: r.t_start_s)):
+            out[id(r)] = k
+    return out
+
+
+def nearest_by_rank(
+    by_rank: Mapping[float, Mapping[int, float]], position: float, n: int = NEAREST_POINTS
+) -> dict[int, list[float]]:
+    """Per rank, the figures of the ``n`` points nearest to ``position`` that have it."""
+    ranks = {k for figures in by_rank.values() for k in figures}
+    return {
+        k: nearest({pos: f[k] for pos, f in by_rank.items() if k in f}, position, n) for k in ranks
+    }
+
+
 def nearest(
     figures: Mapping[float, float], position: float, n: int = NEAREST_POINTS
 ) -> list[float]:
@@ -237,14 +257,39 @@ def nearest(
     return out
 
 
-def ttft_outlier_reason(requests: Sequence[Any], neighbours_s_per_token: Sequence[float]) -> str:
+def prefill_by_rank(
+    requests: Sequence[Any], windows: Sequence[tuple[str, float, float]]
+) -> dict[int, float]:
+    """Median time to first token per prompt token of the k-th prefill prompt of each window
+    (k from 0), over the point's windows (a point measured in rounds has one per round)."""
+    ranks: dict[int, list[float]] = {}
+    rank_of = _ranks(requests, windows)
+    for r in requests:
+        ttft = r.t_first_token_s - r.t_start_s
+        if id(r) in rank_of and r.ok and r.prompt_tokens and ttft > 0:
+            ranks.setdefault(rank_of[id(r)], []).append(ttft / r.prompt_tokens)
+    return {k: statistics.median(v) for k, v in ranks.items()}
+
+
+def ttft_outlier_reason(
+    requests: Sequence[Any],
+    neighbours_s_per_token: Sequence[float],
+    windows: Sequence[tuple[str, float, float]] = (),
+    same_rank_nearby: Mapping[int, Sequence[float]] | None = None,
+) -> str:
     """Why a prefill prompt's time to first token stands out (empty when none does).
 
     Each prompt is judged against the point's other prompts (the same size at the same card
     state, so their times agree); with fewer than :data:`MIN_TTFT_PEERS` of them, against the
     per-token time of the nearest points measured (prefill time moves smoothly with the clock:
     no step of the envelope makes it half again as long).
+
+    A prompt that stands out is let be when the prompt of the same rank in its window took as
+    long, per token, at the nearest points (``same_rank_nearby``, by rank): a difference
+    between two prompts that every point shows is systematic (a first prompt after the
+    keep-busy load, a cache), not a pause.
     """
+    rank_of = _ranks(requests, windows)
     done = [
         r
         for r in requests
@@ -260,6 +305,13 @@ def ttft_outlier_reason(requests: Sequence[Any], neighbours_s_per_token: Sequenc
         expected = statistics.median(peers) * r.prompt_tokens
         ttft = r.t_first_token_s - r.t_start_s
         if ttft > TTFT_FACTOR * expected and ttft - expected >= MIN_LOST_S:
+            same = [
+                x
+                for x in (same_rank_nearby or {}).get(rank_of.get(id(r), -1), ())
+                if math.isfinite(x) and x > 0
+            ]
+            if same and ttft <= TTFT_FACTOR * statistics.median(same) * r.prompt_tokens:
+                continue  # as slow as its own rank elsewhere: systematic, not a pause
             return (
                 f"a prefill prompt took {ttft:.3g} s to its first token where its peers took "
                 f"{expected:.3g} s: the server paused"
