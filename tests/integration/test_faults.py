@@ -442,9 +442,7 @@ def test_a_server_that_resets_every_second_stream_is_measured_not_failed(
     _, clean_caps, _ = _run_dir(rig)
     for run in rig.out.iterdir():  # the next run alone in --out
         run.rename(rig.out.parent / f"clean-{run.name}")
-    proc, took = rig.run(
-        "--caps", "350,300,250", "--load-mode", mode, *extra, "--sim-fault", "reset"
-    )
+    proc, _ = rig.run("--caps", "350,300,250", "--load-mode", mode, *extra, "--sim-fault", "reset")
     assert proc.returncode == 0, proc.stderr
     meta, caps, summary = _run_dir(rig)
     assert meta["status"] == "complete" and all(c["status"] == "ok" for c in caps)

@@ -74,7 +74,9 @@ def test_a_killed_holders_cards_are_free_at_once(tmp_path: Path) -> None:
         "locks.take([('gpu:GPU-a', 'GPU 0')]); print('held', flush=True); time.sleep(60)\n"
     )
     env = {**os.environ, "POWERSWEEP_LOCK_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         with pytest.raises(UsageError, match=f"powersweep sweep \\(PID {proc.pid}"):
