@@ -19,6 +19,7 @@ import httpx
 from powersweep import runformat as rf
 from powersweep.clock import Clock
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
+from powersweep.sweep.server.http11 import MalformedResponse
 from powersweep.sweep.server.request import (
     ERR_NO_COUNTABLE_TOKENS,
     WARN_BUSY_RETRIED,
@@ -304,6 +305,10 @@ class ChatClient:
             run.fail(self._timeout_message(exc))
         except httpx.ConnectError as exc:
             run.fail(f"cannot connect to {self._info.base_url}: {one_line(str(exc)) or 'refused'}")
+        except MalformedResponse as exc:
+            # Framing the transport refused: the request fails, its tokens untrusted (not counted
+            # as a stream cut by the server's close would be).
+            run.fail(f"malformed HTTP answer after {run.acc.chunk_tokens} tokens: {exc}")
         except httpx.RemoteProtocolError as exc:
             got = run.acc.chunk_tokens
             run.reset = True
@@ -338,6 +343,8 @@ class ChatClient:
             )
             try:
                 response = await self._http.send(request, stream=True)
+            except MalformedResponse:
+                raise  # an answer came, malformed: sending it again would not mend it
             except httpx.RemoteProtocolError:
                 # The server closed a kept-alive connection as the request went out (llama-server
                 # does so now and then, without "Connection: close"): no answer came, so nothing

@@ -1,9 +1,31 @@
 """One HTTP/1.1 client connection as an asyncio protocol, for :mod:`.transport`.
 
-A read is one ``data_received`` callback: the response head is cut at its blank line, a chunked
-body with ``bytes.find``, and the body either waits for a reader (:meth:`Http11Connection.take`
-after :meth:`Http11Connection.wait`) or goes straight to a sink, read by read, from the callback
-itself. Failures are httpx's exceptions, as httpcore raises them.
+The response framing is llhttp's (``httptools.HttpResponseParser``, uvicorn's parser, in strict
+mode): a read is one ``data_received`` callback fed to the parser, whose ``on_body`` callback
+hands each piece of body either straight to a sink (the SSE reader: no buffer, task switch or
+await per read) or to a buffer a reader takes from (:meth:`Http11Connection.take` after
+:meth:`Http11Connection.wait`). Failures are httpx's exceptions, as httpcore raises them.
+
+On top of llhttp, checks for what it lets through, so that a response is either framed as a
+strict parser frames it or refused:
+
+- a ``Transfer-Encoding`` other than one ``chunked`` (``chunked, gzip``: a coding this client
+  never asked for, which llhttp would read until the connection closes and never decode);
+- a response that is not ``HTTP/1.0`` or ``HTTP/1.1`` (llhttp also reads RTSP, ICE, HTTP/2.0);
+- a ``101`` (this client asks for no upgrade);
+- more than :data:`MAX_INTERIM_HEADS` ``1xx`` heads, response heads (interim ones included) of
+  more than :data:`MAX_HEAD_BYTES`, more than :data:`MAX_TRAILERS` trailer lines, or
+  :data:`MAX_FRAMING_BYTES` of chunk framing in a row without a body byte (an endless run of
+  zeros in a chunk size, an endless extension or trailer line).
+
+Bytes that arrive while no request is on the connection, or after its response ended, close
+it: a stale answer must never answer the next request. (Within the read that ends a response,
+llhttp skips blank lines before the next message, as RFC 9112 2.2 allows; any other byte
+closes the connection.)
+
+The read timeout counts silence from the request's sending, the final head or the last body
+byte: interim heads, chunk framing and trailers do not restart it, so a server cannot hold a
+request with them past the timeout.
 """
 
 from __future__ import annotations
@@ -12,22 +34,47 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
+import httptools
 import httpx
 
-# Longest response head accepted (status line and headers).
+# Bytes of response heads accepted for one request, the 1xx ones included (their header lines,
+# and the reads before the final head ended).
 MAX_HEAD_BYTES = 65536
+# 1xx heads accepted before the final one.
+MAX_INTERIM_HEADS = 8
+# Trailer lines accepted after a chunked body.
+MAX_TRAILERS = 32
+# Body-phase bytes in a row that carry no body byte (chunk sizes, extensions, trailers).
+MAX_FRAMING_BYTES = 65536
 # Body bytes buffered for a reader that does not keep up before the socket stops being read.
 _PAUSE_BYTES = 4 << 20
-# Body framing of a response.
-_NONE, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(4)
-# Chunked decoder states besides "bytes left in this chunk" (a positive count).
-_SIZE_LINE, _DATA_END, _TRAILERS = -1, -2, -3
 
 Sink = Callable[[bytes], bool]
 
+# llhttp's reasons (lowercased), reworded for a user (the first match wins); others read "the
+# server sent a malformed response (llhttp: <its reason>)".
+_REASONS = (
+    ("chunk size", "the server sent a malformed chunk size"),
+    ("after chunk data", "the server sent a malformed chunk (no CRLF after its data)"),
+    ("content-length", "the server sent an invalid Content-Length"),
+    ("transfer-encoding", "the server sent an invalid Transfer-Encoding"),
+    ("whitespace after header", "the server sent a folded or malformed header line"),
+    ("header", "the server sent a malformed header line"),
+    ("status", "the server sent an invalid status line"),
+    ("http/", "the server did not answer HTTP/1.x"),
+)
+
+
+class MalformedResponse(httpx.RemoteProtocolError):
+    """The server's answer breaks HTTP/1.1's framing: it is refused, never read as a body."""
+
+
+class _Stop(Exception):
+    """Raised in a parser callback to stop parsing the read (the reason is kept elsewhere)."""
+
 
 class Http11Connection(asyncio.Protocol):
-    """One keep-alive connection: parses the response head, de-chunks the body as it arrives.
+    """One keep-alive connection: llhttp parses the response as it arrives.
 
     The transport sets ``request``, ``read_timeout_s``, ``no_body`` and (to push) ``sink`` for
     each exchange and reads ``head``, ``body_done``, ``error`` and ``reusable``.
@@ -45,12 +92,20 @@ class Http11Connection(asyncio.Protocol):
     def reset(self) -> None:
         """Forget the last exchange: the connection is ready for the next request."""
         self.request: httpx.Request | None = None
-        self.head_buf = b""
+        # A parser per exchange: nothing of the last response can leak into the next.
+        self.parser = httptools.HttpResponseParser(self)
         self.head: tuple[int, bytes, list[tuple[bytes, bytes]]] | None = None
         self.no_body = False
-        self.mode = _NONE
-        self.left = 0
-        self.tail = b""
+        self.until_close = False
+        self.first = b""
+        self.head_bytes = 0
+        self.header_bytes = 0
+        self.interim = 0
+        self.trailers = 0
+        self.framing_run = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.progress = False
         self.pending: list[bytes] = []
         self.pending_bytes = 0
         self.paused = False
@@ -74,38 +129,44 @@ class Http11Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self.last_rx = self.loop.time()
-        if self.head is None:
-            self._head(data)
-        elif self.mode == _CHUNKED:
-            self._chunked(data)
-        elif self.mode == _LENGTH:
-            self._length(data)
-        elif self.mode == _UNTIL_CLOSE:
-            self._push(data)
-        # Bytes past a complete response (or before any request) are a server's mistake:
-        # the connection is not reused.
-        elif data:
-            self.reusable = False
-        if self.sink is None:
-            self._wake()
+        if self.request is None or self.body_done or self.error is not None:
+            if self.error is None:
+                self._stale()
             return
-        if self.pending:
-            self._deliver()
-        # A pushed body wakes its reader only at the end: that is the point of pushing.
-        if self.body_done or self.error is not None or self.sink_stopped:
-            self._wake()
-
-    def _deliver(self) -> None:
-        assert self.sink is not None
+        if self.head is None:
+            self.head_bytes += len(data)
+            if len(self.first) < 8:
+                self.first += data[:8]
+        self.progress = False
         try:
-            stop = self.sink(self.take())
-        except Exception as exc:  # raised in the reader's task, not in the event loop
-            self.sink_error = exc
-            stop = True
-        if stop:
-            self.sink_stopped = True
-            self.sink = None
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_failed(exc)
+        if self.progress:
+            # Only a final head or body bytes restart the read timeout.
+            self.last_rx = self.loop.time()
+            self.framing_run = 0
+        elif self.error is None and not self.body_done:
+            if self.head is None:
+                if self.head_bytes > MAX_HEAD_BYTES:
+                    self._fail(
+                        f"the server sent response heads of more than {MAX_HEAD_BYTES} bytes"
+                    )
+            else:
+                self.framing_run += len(data)
+                if self.framing_run > MAX_FRAMING_BYTES:
+                    self._fail(
+                        f"the server sent more than {MAX_FRAMING_BYTES} bytes of chunk framing "
+                        "without a body byte"
+                    )
+        if self.sink is None:
+            # A waiter is woken only for what it waits for: a head, body bytes, the end or an
+            # error (a wake restarts its wait, so framing alone must not).
+            if self.progress or self.body_done or self.error is not None:
+                self._wake()
+        elif self.body_done or self.error is not None or self.sink_stopped:
+            # A pushed body wakes its reader only at the end: that is the point of pushing.
+            self._wake()
 
     def eof_received(self) -> bool:
         self._lost(None)
@@ -126,7 +187,7 @@ class Http11Connection(asyncio.Protocol):
                         "Server disconnected without sending a response.", request=self.request
                     )
                 )
-            elif self.mode == _UNTIL_CLOSE and exc is None:
+            elif self.until_close and exc is None:
                 self.body_done = True
             elif exc is not None:
                 self.error = httpx.ReadError(str(exc), request=self.request)
@@ -137,146 +198,129 @@ class Http11Connection(asyncio.Protocol):
                 )
         self._wake()
 
-    # -- parsing ---------------------------------------------------------------------------
+    # -- llhttp's callbacks ----------------------------------------------------------------
 
-    def _fail(self, message: str) -> None:
-        self.error = httpx.RemoteProtocolError(message, request=self.request)
-        self.reusable = False
-        if self.transport is not None:
-            self.transport.close()
+    def on_message_begin(self) -> None:
+        if self.head is not None:
+            # a second response in the read that ended this one: stale, never reused
+            raise _Stop
+        self.reason = b""
+        self.headers = []
 
-    def _head(self, data: bytes) -> None:
-        buf = self.head_buf + data
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    self._fail("the server sent a response head of more than 64 KiB")
-                self.head_buf = buf
-                return
-            if end > MAX_HEAD_BYTES:
-                self._fail("the server sent a response head of more than 64 KiB")
-                return
-            lines = buf[:end].split(b"\r\n")
-            buf = buf[end + 4 :]
-            version, _, rest = lines[0].partition(b" ")
-            code, _, reason = rest.partition(b" ")
-            if not version.startswith(b"HTTP/1.") or not code.isdigit() or len(code) != 3:
-                self._fail(f"the server did not answer HTTP/1.x: {lines[0][:80]!r}")
-                return
-            status = int(code)
-            if 100 <= status < 200 and status != 101:
-                continue  # informational: the real answer follows
-            headers = []
-            for line in lines[1:]:
-                name, sep, value = line.partition(b":")
-                if sep:
-                    headers.append((name.strip(), value.strip()))
-            self.head_buf = b""
-            self._framing(version, status, reason, headers)
-            if buf and self.error is None:
-                self._body(buf)
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason  # a reason split across reads comes in pieces
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head is None:
+            self.headers.append((name, value))
+            # Counted here too: heads that end within one read escape the count per read.
+            self.header_bytes += len(name) + len(value) + 4
+            if self.header_bytes > MAX_HEAD_BYTES:
+                self._fail(f"the server sent response heads of more than {MAX_HEAD_BYTES} bytes")
+                raise _Stop
             return
+        self.trailers += 1  # after the head: a trailer of a chunked body
+        if self.trailers > MAX_TRAILERS:
+            self._fail(f"the server sent more than {MAX_TRAILERS} trailer lines")
+            raise _Stop
 
-    def _framing(
-        self, version: bytes, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]
-    ) -> None:
-        self.head = (status, reason, headers)
-        lowered = {name.lower(): value for name, value in headers}
-        connection = lowered.get(b"connection", b"").lower()
-        self.reusable = version == b"HTTP/1.1" and b"close" not in connection
-        if self.no_body or status in (204, 304):
-            self.mode = _NONE
-            self.body_done = True
-        elif b"chunked" in lowered.get(b"transfer-encoding", b"").lower():
-            self.mode = _CHUNKED
-            self.left = _SIZE_LINE
-        elif b"content-length" in lowered:
-            raw = lowered[b"content-length"]
-            if not raw.isdigit():
-                self._fail(f"the server sent an invalid Content-Length: {raw[:40]!r}")
-                return
-            self.mode = _LENGTH
-            self.left = int(raw)
-            self.body_done = self.left == 0
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        status = parser.get_status_code()
+        version = parser.get_http_version()
+        if not self.first.startswith(b"HTTP/1.") or version not in ("1.0", "1.1"):
+            self._fail(f"the server did not answer HTTP/1.x: {self.first!r}...")
+            raise _Stop
+        if status == 101:
+            self._fail(
+                "the server switched protocols (101), though this client asked for no upgrade"
+            )
+            raise _Stop
+        if status < 200:
+            self.interim += 1
+            if self.interim > MAX_INTERIM_HEADS:
+                self._fail(f"the server sent more than {MAX_INTERIM_HEADS} interim (1xx) heads")
+                raise _Stop
+            return  # informational: the real answer follows
+        headers = self.headers
+        chunked = False
+        length = False
+        codings = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+        if codings:
+            # Only "chunked", once: any other coding was not asked for and would be read raw.
+            if len(codings) > 1 or codings[0].strip().lower() != b"chunked":
+                shown = b", ".join(codings)[:60]
+                self._fail(
+                    f"the server sent Transfer-Encoding {shown!r}: this client asked for no "
+                    "coding and reads only 'chunked'"
+                )
+                raise _Stop
+            chunked = True
         else:
-            self.mode = _UNTIL_CLOSE
+            length = any(n.lower() == b"content-length" for n, _ in headers)
+        no_body = self.no_body or status in (204, 304)
+        self.until_close = not (chunked or length or no_body)
+        self.reusable = version == "1.1" and parser.should_keep_alive() and not self.until_close
+        self.head = (status, self.reason, headers)
+        self.progress = True
+        if self.no_body:
+            # llhttp cannot be told that a HEAD answer has no body: the head ends the exchange,
+            # and the connection is not reused (a body after it would be stray bytes).
             self.reusable = False
+            self.body_done = True
+            raise _Stop
 
-    def _body(self, data: bytes) -> None:
-        if self.mode == _CHUNKED:
-            self._chunked(data)
-        elif self.mode == _LENGTH:
-            self._length(data)
-        elif self.mode == _UNTIL_CLOSE:
-            self._push(data)
-
-    def _push(self, data: bytes) -> None:
-        self.pending.append(data)
-        self.pending_bytes += len(data)
+    def on_body(self, body: bytes) -> None:
+        self.progress = True
+        sink = self.sink
+        if sink is not None:
+            try:
+                stop = sink(body)
+            except Exception as exc:  # raised in the reader's task, not in the event loop
+                self.sink_error = exc
+                stop = True
+            if stop:
+                self.sink_stopped = True
+                self.sink = None
+            return
+        self.pending.append(body)
+        self.pending_bytes += len(body)
         if self.pending_bytes > _PAUSE_BYTES and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
 
-    def _length(self, data: bytes) -> None:
-        if len(data) >= self.left:
-            data = data[: self.left]
+    def on_message_complete(self) -> None:
+        if self.head is not None:  # not an interim head's end
             self.body_done = True
-        self.left -= len(data)
-        if data:
-            self._push(data)
 
-    def _chunked(self, data: bytes) -> None:
-        if self.tail:
-            data = self.tail + data
-            self.tail = b""
-        pos, n = 0, len(data)
-        while pos < n:
-            left = self.left
-            if left > 0:
-                end = pos + left
-                if end <= n:
-                    self._push(data[pos:end] if pos or end < n else data)
-                    self.left = _DATA_END
-                    pos = end
-                else:
-                    self._push(data[pos:] if pos else data)
-                    self.left = left - (n - pos)
-                    return
-            elif left == _DATA_END:
-                if n - pos < 2:
-                    self.tail = data[pos:]
-                    return
-                if data[pos : pos + 2] != b"\r\n":
-                    self._fail("the server sent a malformed chunk (no CRLF after its data)")
-                    return
-                pos += 2
-                self.left = _SIZE_LINE
-            else:
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    self.tail = data[pos:]
-                    if len(self.tail) > MAX_HEAD_BYTES:
-                        self._fail("the server sent a chunk header of more than 64 KiB")
-                    return
-                line = data[pos:eol]
-                pos = eol + 2
-                if left == _TRAILERS:
-                    if not line:
-                        self.body_done = True
-                        if pos < n:
-                            self.reusable = False
-                        return
-                    continue
-                size_text = line.split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    size = -1
-                if size < 0 or not size_text:
-                    self._fail(f"the server sent a malformed chunk size: {line[:40]!r}")
-                    return
-                self.left = size if size else _TRAILERS
+    # -- failures --------------------------------------------------------------------------
+
+    def _parse_failed(self, exc: Exception) -> None:
+        if self.error is not None:
+            return  # one of our checks stopped the parser: its reason is set
+        if self.body_done:
+            # bytes after the response ended: the answer is whole, the connection is not reused
+            self._stale()
+            return
+        text = "unexpected upgrade" if isinstance(exc, httptools.HttpParserUpgrade) else str(exc)
+        lowered = text.lower()
+        ours = next(
+            (o for key, o in _REASONS if key in lowered), "the server sent a malformed response"
+        )
+        self._fail(f"{ours} (llhttp: {text})")
+
+    def _fail(self, message: str) -> None:
+        self.error = MalformedResponse(message, request=self.request)
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def _stale(self) -> None:
+        """Bytes no request asked for: close the connection, so none answers the next one."""
+        self.reusable = False
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
 
     # -- waiting ---------------------------------------------------------------------------
 

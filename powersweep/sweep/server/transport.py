@@ -4,19 +4,22 @@ Why it exists: httpx's default transport (httpcore over anyio, with h11 parsing 
 pure Python) costs about 60-90 microseconds of CPU per network read; a token stream is one read
 per token, so at tens of thousands of tokens per second the sweep process would need cores of
 its own and compete with the server it measures. Here a read is one ``data_received`` callback
-that cuts the chunked framing with ``bytes.find`` and wakes the reader, and a read timeout is
-one timer per wait instead of a cancel scope per read.
+that llhttp (C, strict) parses, its body handed to the reader from the parser's callback, and a
+read timeout is one timer per wait instead of a cancel scope per read.
 
 It speaks plain ``http://`` only (local inference servers); the client keeps httpx's own
 transport for ``https://`` and proxies. Failures raise httpx's exceptions (``ConnectError``,
 ``ConnectTimeout``, ``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``), as httpcore's
-mapping does, so callers see no difference.
+mapping does, so callers see no difference; a response this transport refuses to frame raises
+:class:`~powersweep.sweep.server.http11.MalformedResponse` (a ``RemoteProtocolError``), and a
+request header with CR, LF or NUL in it ``LocalProtocolError`` before anything is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -40,6 +43,9 @@ Connector = Callable[
     [Callable[[], asyncio.Protocol], str, int],
     Awaitable[tuple[asyncio.BaseTransport, asyncio.BaseProtocol]],
 ]
+# What may not be in a request header: written raw, CR or LF would start a header (or a request)
+# of the value's choosing, and NUL is refused by servers in ways that differ.
+_UNSAFE_HEADER_BYTES = re.compile(rb"[\r\n\0]")
 
 
 class _Pool:
@@ -169,6 +175,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         timeouts = request.extensions.get("timeout") or {}
         connect_s = timeouts.get("connect", self._connect_timeout_s)
         read_s = timeouts.get("read", self._read_timeout_s)
+        head = _request_head(request)
         key = (url.host, url.port or 80)
         pool = self._current_pool()
         await pool.slots.acquire()
@@ -182,7 +189,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             if trace is not None:
                 await trace("http11.send_request_headers.started", {"request": request})
             assert conn.transport is not None
-            conn.transport.write(_request_bytes(request, await request.aread()))
+            conn.transport.write(_request_bytes(head, request, await request.aread()))
             conn.last_rx = pool.loop.time()
             while conn.head is None:
                 if conn.error is not None:
@@ -243,15 +250,27 @@ def lean_transport_applies(url: str) -> bool:
     return bool(urllib.request.proxy_bypass(parsed.host))
 
 
-def _request_bytes(request: httpx.Request, body: bytes) -> bytes:
-    """The request head and body as one write."""
-    raw = request.headers.raw
-    chunked = any(k.lower() == b"transfer-encoding" for k, _ in raw)
+def _request_head(request: httpx.Request) -> list[bytes]:
+    """The request line and headers, refused (``LocalProtocolError``) before anything is sent
+    when a header name or value holds CR, LF or NUL."""
     parts = [request.method.encode("ascii"), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
-    for name, value in raw:
+    for name, value in request.headers.raw:
+        if _UNSAFE_HEADER_BYTES.search(name) or _UNSAFE_HEADER_BYTES.search(value):
+            shown = name.decode("ascii", "replace")
+            raise httpx.LocalProtocolError(
+                f"request header {shown!r} holds CR, LF or NUL: refused before sending (written "
+                "raw, CR or LF would start headers of the value's choosing)",
+                request=request,
+            )
         parts += (name, b": ", value, b"\r\n")
     parts.append(b"\r\n")
-    if chunked:
+    return parts
+
+
+def _request_bytes(head: list[bytes], request: httpx.Request, body: bytes) -> bytes:
+    """The request head and body as one write."""
+    parts = list(head)
+    if any(k.lower() == b"transfer-encoding" for k, _ in request.headers.raw):
         if body:
             parts += (f"{len(body):x}\r\n".encode(), body, b"\r\n")
         parts.append(b"0\r\n\r\n")
