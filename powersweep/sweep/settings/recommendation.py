@@ -119,6 +119,7 @@ def read_recommendation(
         analysis = {**analysis, "slo": _slo_pick(run_dir, analysis, max_ttft_ms, max_itl_ms)}
     if analysis.get("kind") == "clocks":
         return _clock_recommendation(run_dir, run, analysis, chosen, gpus)
+    _refuse_if_no_cap_binds(analysis, run_dir)
     pick = _pick(analysis, chosen, run_dir, eta)
     if pick is None:
         raise UsageError(
@@ -136,6 +137,28 @@ def read_recommendation(
         tps=_number(pick.get("tps")),
         gpus=gpus,
         notes=_notes(run, analysis, chosen),
+    )
+
+
+def _refuse_if_no_cap_binds(analysis: dict[str, Any], run_dir: Path) -> None:
+    """A run whose caps never bound has no cap to apply: every cap in it draws the same.
+
+    Raises:
+        UsageError: The analysis says no cap binds (one line: the draw, the caps, the lever).
+    """
+    binds = analysis.get("power_cap_binds")
+    if not isinstance(binds, dict) or binds.get("binds") is not False:
+        return
+    draw, caps = binds.get("draw_w") or [None, None], binds.get("caps_w") or [None, None]
+    seen = (
+        f": the card drew {draw[0]:.0f}-{draw[1]:.0f} W under caps of {caps[0]:g}-{caps[1]:g} W"
+        if None not in (*draw, *caps)
+        else ""
+    )
+    raise UsageError(
+        f"no cap binds in {run_dir}{seen}, so no cap saves energy for this load and none is "
+        "applied; lock clocks instead: `powersweep --axis sm-clock`, then `powersweep apply` "
+        "that run"
     )
 
 
