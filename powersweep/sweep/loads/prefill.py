@@ -244,6 +244,18 @@ class PrefillHeavy:
             extra["cache_prompt"] = False
         return extra
 
+    async def _expected_tokens(self, prompt: str, words: int) -> tuple[int, str]:
+        """The prompt's tokens by the server's tokenizer (``tokenize``), else estimated from the
+        rate measured so far (``estimate``: a tokenizer that timed out must not let an
+        over-context prompt through)."""
+        counted = await self.client.count_tokens(prompt)
+        if counted is not None:
+            self.tokens_per_word = counted / words
+            return counted, "tokenize"
+        if self.tokens_per_char is not None:
+            return round(len(prompt) * self.tokens_per_char), "estimate"
+        return round(words * self.tokens_per_word), "estimate"
+
     async def _send(
         self, words: int, cap_w: float, deadline_s: float | None = None, *, judge: bool = True
     ) -> tuple[Any, str, int]:
@@ -255,24 +267,14 @@ class PrefillHeavy:
         self._n += 1
         nonce = f"{cap_w:g}-{self._n}-{self.rng.random():.6f}"
         prompt = make_prompt(words, nonce, self.rng)
-        expected = await self.client.count_tokens(prompt)
-        source = "tokenize"
+        expected, source = await self._expected_tokens(prompt, words)
         limit = self.max_prompt_tokens
-        if expected is not None:
-            self.tokens_per_word = expected / words
-            if limit is not None and expected > limit:
-                # the word estimate overshot: shrink before sending an over-context prompt
-                words = max(16, int(words * limit / expected))
-                prompt = make_prompt(words, nonce, self.rng)
-                expected = await self.client.count_tokens(prompt) or round(
-                    words * self.tokens_per_word
-                )
-        elif self.tokens_per_char is not None:
-            expected = round(len(prompt) * self.tokens_per_char)
-            source = "estimate"
-        else:
-            expected = round(words * self.tokens_per_word)
-            source = "estimate"
+        if limit is not None and expected > limit:
+            # the word estimate overshot (by the server's tokenizer or, when it did not answer,
+            # by the rate measured so far): shrink before sending an over-context prompt
+            words = max(16, int(words * limit / expected))
+            prompt = make_prompt(words, nonce, self.rng)
+            expected, source = await self._expected_tokens(prompt, words)
         self._last_prompt_chars = len(prompt)
         result = await self.client.chat(
             prompt,
@@ -359,10 +361,10 @@ class PrefillHeavy:
                     self.tokens_per_word = largest.prompt_tokens / largest.words
                     self.clamped = True
                     break
-                if steps or limit is not None or backoffs >= MAX_FIRST_PROMPT_BACKOFFS:
+                if steps or backoffs >= MAX_FIRST_PROMPT_BACKOFFS:
                     raise PrefillCalibrationError(f"prefill calibration failed: {error}")
-                # The server names no context and no tokenizer: the first guess may simply not
-                # fit its context (or its tokenizer makes more tokens of a word). Go smaller.
+                # Without an answer from the server's tokenizer the first guess may simply not
+                # fit its context (its tokenizer makes more tokens of a word). Go smaller.
                 backoffs += 1
                 self.warn(
                     f"prefill calibration: a {words}-word prompt failed ({error}); trying shorter"
