@@ -18,6 +18,7 @@ import polars as pl
 
 from powersweep import __version__
 from powersweep.analysis import noise, serving, steadiness
+from powersweep.analysis.findings import finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.trust import ignored_rows, run_findings
@@ -298,7 +299,7 @@ def analyze_clocks(
     findings += steadiness.findings(ok_rows.iter_rows(named=True), point_label)
     if not points:
         findings.append(
-            _finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
+            finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
         )
         return sanitize(result)
     peak = max(points, key=lambda p: p.tps_per_w)
@@ -461,10 +462,6 @@ def _power_binds(
     }
 
 
-def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
-    return {"severity": severity, "code": code, "message": message, "hint": hint}
-
-
 def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
     out = []
     for status in ("rejected", "failed"):
@@ -473,7 +470,7 @@ def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
             first = bad.row(0, named=True)
             where = _label(_f(first.get("sm_lock_mhz")), _f(first.get("mem_lock_mhz")))
             out.append(
-                _finding(
+                finding(
                     "warning",
                     f"points_{status}",
                     f"{bad.height} point(s) {status} (first: {where}: {first.get('error') or '?'})",
@@ -510,7 +507,7 @@ def _findings(
     out = []
     vs = result["peak"]
     out.append(
-        _finding(
+        finding(
             "info",
             "clock_peak",
             f"efficiency peak at {_label(peak.sm_lock_mhz, peak.mem_lock_mhz)}: "
@@ -528,7 +525,7 @@ def _findings(
         )
         if tier["caps_tps"]:
             out.append(
-                _finding(
+                finding(
                     "info",
                     "tier_caps_tps",
                     f"{where} caps TPS at {tier['top_tps']:.1f} "
@@ -539,7 +536,7 @@ def _findings(
             )
         if sat is not None:
             out.append(
-                _finding(
+                finding(
                     "info",
                     "bandwidth_bound",
                     f"with {where}, TPS stops rising with the SM clock at about {sat:.0f} MHz "
@@ -551,7 +548,7 @@ def _findings(
         mode = run.get("load_mode") or "this load"
         kind = "decode" if str(mode).startswith("decode") else str(mode)
         out.append(
-            _finding(
+            finding(
                 "info",
                 "power_cap_does_not_bind",
                 f"the draw peaked at {binds['max_draw_w']:.0f} W, "

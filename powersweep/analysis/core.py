@@ -16,6 +16,7 @@ import polars as pl
 from powersweep import __version__
 from powersweep.analysis import cap_points, noise, serving, steadiness, structure, trust
 from powersweep.analysis.cap_points import CapPoint, Region
+from powersweep.analysis.findings import finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
 from powersweep.analysis.precision import Reading
@@ -81,7 +82,7 @@ def analyze(
     ok = _usable(caps, metric)
     points = _points(ok, metric)
     findings: list[dict[str, Any]] = [
-        _finding("warning", "input_note", note, "check the run directory's files")
+        finding("warning", "input_note", note, "check the run directory's files")
         for note in curve.notes
     ]
     slowdown = _float(run.get("slowdown_temp_c"))
@@ -113,7 +114,7 @@ def analyze(
     findings += trust.input_findings(curve)  # issue 12: rows set aside, suspect caps, faults
     if not points:
         findings.append(
-            _finding(
+            finding(
                 "warning",
                 "no_usable_caps",
                 "no cap finished with status ok and a finite TPS and draw",
@@ -178,7 +179,7 @@ def analyze(
         findings += _recommendation_findings(result)
     else:
         # said first: no cap is an efficiency win, and no lower cap is advised
-        findings.insert(0, _no_bind_finding(binds))
+        findings.insert(0, _no_bindfinding(binds))
     findings += _structure_findings(points, regions, run, slowdown)
     findings += _regime_findings(points, result["regimes"], slowdown)
     # issue 24: counter against sampled draw, and a card still heating while measured
@@ -342,10 +343,6 @@ def sanitize(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
-    return {"severity": severity, "code": code, "message": message, "hint": hint}
 
 
 def _float(value: Any) -> float:
@@ -701,7 +698,7 @@ def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
         why = f": {row['error']}" if row.get("error") else ""
         parts.append(f"{_w(row['cap_w'])} {row['status']}{why}")
     return [
-        _finding(
+        finding(
             "warning",
             "caps_not_measured",
             f"{bad.height} cap(s) not measured and left out of the analysis: " + "; ".join(parts),
@@ -734,9 +731,9 @@ def caps_bind(points: Sequence[CapPoint], caps: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def _no_bind_finding(binds: dict[str, Any]) -> dict[str, Any]:
+def _no_bindfinding(binds: dict[str, Any]) -> dict[str, Any]:
     (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
-    return _finding(
+    return finding(
         "warning",
         "no_cap_binds",
         f"no cap binds: the card drew {d_lo:.0f}-{d_hi:.0f} W under caps of {c_lo:g}-{c_hi:g} "
@@ -776,7 +773,7 @@ def _boundary_findings(
         extend = f"this is already the card's {bound_name} limit, so it cannot go further"
         hint = "this is the best the card allows"
     return [
-        _finding(
+        finding(
             "warning",
             f"sweet_spot_at_{side}_boundary",
             f"the sweet spot {_w(cap)} is the {'lowest' if side == 'low' else 'highest'} cap "
@@ -810,7 +807,7 @@ def _structure_findings(
         )
         if r.kind == cap_points.BOOST_PLATEAU:
             out.append(
-                _finding(
+                finding(
                     "info",
                     "boost_plateau",
                     f"boost plateau {r.start_w:g}-{r.end_w:g} W{missing}: draw stays at "
@@ -845,7 +842,7 @@ def _structure_findings(
         if not hot and not measured_temps:
             hint += " (no temperatures were measured: check that cooling is not the limit)"
         out.append(
-            _finding(
+            finding(
                 "info",
                 "draw_ceiling",
                 f"draw ceiling from {_w(r.start_w)} to the top of the sweep ({_w(r.end_w)})"
@@ -864,7 +861,7 @@ def _regime_findings(
     thermal = [r["cap_w"] for r in regimes if r["regime"] == cap_points.THERMAL_LIMITED]
     if thermal:
         out.append(
-            _finding(
+            finding(
                 "warning",
                 "thermal_limited",
                 f"thermal-limited at {', '.join(_w(c) for c in thermal)}: heat, not the cap, "
@@ -878,7 +875,7 @@ def _regime_findings(
     flat_everywhere = len(points) >= 3 and (max(draws) - min(draws)) < 0.05 * max(draws)
     if (loaded and len(under) == len(points)) or (under and flat_everywhere):
         out.append(
-            _finding(
+            finding(
                 "warning",
                 "workload_too_small",
                 "utilization stays low"
@@ -890,7 +887,7 @@ def _regime_findings(
         )
     elif under:
         out.append(
-            _finding(
+            finding(
                 "warning",
                 "under_loaded",
                 f"utilization under 50% at {', '.join(_w(c) for c in under)}",
@@ -900,7 +897,7 @@ def _regime_findings(
     bandwidth = [r["cap_w"] for r in regimes if r.get("bound") == "bandwidth"]
     if len(bandwidth) >= 2:
         out.append(
-            _finding(
+            finding(
                 "info",
                 "bandwidth_bound",
                 f"SM clock keeps rising with the cap but TPS does not at "
@@ -949,7 +946,7 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
             "serves this load as well; choose by the other loads the card runs"
         )
     out = [
-        _finding(
+        finding(
             "info",
             "sweet_spot",
             f"best efficiency at {noise.sweet_spot_text(sweet)}: {sweet['tps_per_w']:.4f} TPS/W "
@@ -962,7 +959,7 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
             ),
             hint,
         ),
-        _finding(
+        finding(
             "info",
             "near_peak",
             f"near-peak: {noise.sweet_spot_text(near)} keeps TPS within "
@@ -973,7 +970,7 @@ def _recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     if rec["objective"] == "cost":
         out.append(
-            _finding(
+            finding(
                 "info",
                 "cost_objective",
                 f"cost objective (eta {rec['eta']:g}): {_w(rec['cap_w'])}" + _default_note(rec),

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from powersweep import runformat as rf
+from powersweep.analysis.findings import finding
 
 # Tool vs server decode rate: a cap whose rates differ by more than this is a finding.
 RATE_MISMATCH_PCT = 5.0
@@ -59,10 +60,6 @@ _WARNING_TEXT: dict[str, tuple[str, str]] = {
 }
 
 
-def _finding(severity: str, code: str, message: str, hint: str | None) -> dict[str, Any]:
-    return {"severity": severity, "code": code, "message": message, "hint": hint}
-
-
 def _caps_text(caps: set[float]) -> str:
     ordered = sorted(caps)
     shown = ", ".join(f"{c:g}" for c in ordered[:12])
@@ -89,7 +86,7 @@ def warning_findings(requests: pl.DataFrame | None) -> list[dict[str, Any]]:
         what, todo = _WARNING_TEXT.get(code, (f"the client warned {code!r}", ""))
         where = f" at {_caps_text(caps[code])}" if caps[code] else ""
         out.append(
-            _finding(
+            finding(
                 "warning",
                 f"request_{code}",
                 f"{count[code]} of {requests.height} requests{where}: {what}",
@@ -177,7 +174,7 @@ def rate_findings(rates: list[dict[str, float]]) -> list[dict[str, Any]]:
             for r in off[:8]
         )
         return [
-            _finding(
+            finding(
                 "warning",
                 "server_rate_mismatch",
                 f"the tool's decode TPS differs from the server's own "
@@ -189,7 +186,7 @@ def rate_findings(rates: list[dict[str, float]]) -> list[dict[str, Any]]:
         ]
     n = sum(int(r["n_requests"]) for r in rates)
     return [
-        _finding(
+        finding(
             "info",
             "server_rates_agree",
             f"the tool's decode TPS agrees with the server's own rate "

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.findings import finding
 from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
 from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
@@ -410,18 +411,18 @@ def _latency_finding(choice: Mapping[str, Any]) -> dict[str, Any]:
             )
         elif not choice.get("margin", True):
             message += f", but only within its own noise ({unsure}): no point has a margin"
-        return {
-            "severity": "info" if choice.get("margin", True) else "warning",
-            "code": "latency_target",
-            "message": message,
-            "hint": "powersweep apply RUN --objective slo sets it"
+        return finding(
+            "info" if choice.get("margin", True) else "warning",
+            "latency_target",
+            message,
+            "powersweep apply RUN --objective slo sets it"
             + ("" if choice.get("margin", True) else "; longer windows sharpen a p95"),
-        }
+        )
     closest = choice.get("name")
-    return {
-        "severity": "warning",
-        "code": "latency_target_unmet",
-        "message": f"no measured point meets {goals}"
+    return finding(
+        "warning",
+        "latency_target_unmet",
+        f"no measured point meets {goals}"
         + (f"; the closest is {closest} ({'; '.join(choice['misses'])})" if closest else ""),
-        "hint": "loosen the target, lower the concurrency, or measure higher caps or clocks",
-    }
+        "loosen the target, lower the concurrency, or measure higher caps or clocks",
+    )

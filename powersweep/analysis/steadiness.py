@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from powersweep.analysis.findings import finding
+
 # At steady load the instant draw moves little within the sampler's half-second ticks, so the
 # trapezoid over a window's ticks carries only the readings' own noise (a fraction of a
 # percent over tens of readings) and the counter's quantisation (below). The counter is the
@@ -29,10 +31,6 @@ COUNTER_PERIOD_MAX_S = 0.1
 # only slows its drift during the window, and a fit of whole-degree readings over a short window
 # carries about 1 °C/min of noise, which must not read as heating.
 DRIFT_C_PER_MIN = 6.0
-
-
-def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
-    return {"severity": severity, "code": code, "message": message, "hint": hint}
 
 
 def _number(value: Any) -> float:
@@ -81,7 +79,7 @@ def energy_findings(
     if not bad:
         return []
     return [
-        _finding(
+        finding(
             "warning",
             "energy_mismatch",
             f"the energy counter and the sampled draw disagree by more than "
@@ -118,7 +116,7 @@ def thermal_findings(
     if not parts:
         return []
     return [
-        _finding(
+        finding(
             "warning",
             "still_heating",
             f"the card's temperature moved faster than {DRIFT_C_PER_MIN:g} C/min while it was "

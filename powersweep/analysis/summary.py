@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.findings import Finding, Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
 from powersweep.errors import PowersweepError
@@ -221,16 +222,16 @@ def _md_keep_code(value: Any) -> str:
 
 
 def _findings(analysis: dict[str, Any]) -> str:
-    findings = analysis.get("findings") or []
+    findings = [Finding.from_json(f) for f in analysis.get("findings") or []]
     lines = ["### Findings", ""]
     if not findings:
         lines.append("- nothing to report")
-    order = {"warning": 0, "info": 1}
-    for f in sorted(findings, key=lambda f: order.get(str(f.get("severity")), 2)):
-        mark = "**warning**" if f.get("severity") == "warning" else "info"
-        line = f"- {mark} **{escape_md(f.get('code'))}**: {_md_keep_code(f.get('message'))}"
-        if f.get("hint"):
-            line += f"  \n  _Try:_ {_md_keep_code(f['hint'])}"
+    # warnings first, each kind in the analysis' own order (a stable sort)
+    for f in sorted(findings, key=lambda f: f.severity != Severity.WARNING):
+        mark = "**warning**" if f.severity == Severity.WARNING else "info"
+        line = f"- {mark} **{escape_md(f.code)}**: {_md_keep_code(f.message)}"
+        if f.hint:
+            line += f"  \n  _Try:_ {_md_keep_code(f.hint)}"
         lines.append(line)
     return "\n".join(lines) + "\n\n"
 

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis.failures import cause_examples, counted_elsewhere
+from powersweep.analysis.findings import finding
 from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
 from powersweep.runformat import CONFIRM_REASON
 
@@ -39,10 +40,6 @@ _FAULT_TEXT = {
     "request_failed": "request(s) failed",
 }
 _LIST_MAX = 12
-
-
-def _finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
-    return {"severity": severity, "code": code, "message": message, "hint": hint}
 
 
 def usable_mask(metric: str) -> pl.Expr:
@@ -79,7 +76,7 @@ def ignored_rows(curve: Curve) -> list[dict[str, Any]]:
     if SOURCE_LINE not in caps.columns:
         caps = caps.with_columns(pl.Series(SOURCE_LINE, range(2, caps.height + 2)))
     notes = [
-        _finding("warning", "input_note", note, "check the run directory's files")
+        finding("warning", "input_note", note, "check the run directory's files")
         for note in curve.notes
     ]
     return notes + _ignored_rows(
@@ -120,7 +117,7 @@ def _ignored_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
     listed = "; ".join(f"{_line(r)}: {_why_ignored(r, metric)}" for r in rows[:_LIST_MAX])
     more = f"; and {len(rows) - _LIST_MAX} more" if len(rows) > _LIST_MAX else ""
     return [
-        _finding(
+        finding(
             "warning",
             "rows_ignored",
             f"{len(rows)} row(s) of caps.csv ignored, their figures are not usable: {listed}{more}",
@@ -148,7 +145,7 @@ def _own_statuses(caps: pl.DataFrame) -> list[dict[str, Any]]:
             continue
         listed = "; ".join(f"{_line(r)}: {r.get('error') or status}" for r in rows[:_LIST_MAX])
         out.append(
-            _finding(
+            finding(
                 "warning",
                 code,
                 f"{len(rows)} cap(s) {status}, left out of the sweet spot: {listed}",
@@ -168,7 +165,7 @@ def _duplicates(caps: pl.DataFrame) -> list[dict[str, Any]]:
         usable = [r for r in rows if r["_usable"]]
         if not usable:
             out.append(
-                _finding(
+                finding(
                     "warning",
                     "duplicate_cap",
                     f"{_w(cap)} appears in {len(rows)} rows (lines {lines}); none is usable",
@@ -188,7 +185,7 @@ def _duplicates(caps: pl.DataFrame) -> list[dict[str, Any]]:
             else "the last usable row, the latest measurement; the others are ignored"
         )
         out.append(
-            _finding(
+            finding(
                 "info" if earlier_bad else "warning",
                 "duplicate_cap",
                 f"{_w(cap)} appears in {len(rows)} rows (lines {lines}): kept line "
@@ -220,7 +217,7 @@ def _pooled(
             f"; line(s) {', '.join(str(r[SOURCE_LINE]) for r in left)} were set aside "
             "(failed, or an earlier attempt measured again)"
         )
-    return _finding("info", "confirm_pooled", message)
+    return finding("info", "confirm_pooled", message)
 
 
 def _failed_requests(requests: pl.DataFrame | None) -> dict[str, Any] | None:
@@ -267,7 +264,7 @@ def run_findings(
         faults += [failed] if failed else []
     if faults:
         out.append(
-            _finding(
+            finding(
                 "warning",
                 "run_faults",
                 "the run met faults: " + "; ".join(_fault_part(f) for f in faults),
@@ -284,7 +281,7 @@ def run_findings(
             if isinstance(c, dict)
         )
         out.append(
-            _finding(
+            finding(
                 "warning",
                 "adaptive_budget",
                 f"the adaptive sweep stopped at its budget of {adaptive.get('max_caps', '?')} "
@@ -296,7 +293,7 @@ def run_findings(
     status = run.get("status")
     if status in ("partial", "failed"):
         out.append(
-            _finding(
+            finding(
                 "warning",
                 f"run_{status}",
                 f"the run ended {status}: {run.get('error') or 'no reason recorded'}",

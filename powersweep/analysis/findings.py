@@ -1,0 +1,69 @@
+"""A finding: one thing the analysis tells the user (a warning or a fact), typed once.
+
+``analysis.json`` keeps findings as ``{severity, code, message, hint}`` objects; every module of
+the analysis builds them through :func:`finding`, and a reader turns one back into a
+:class:`Finding` with :meth:`Finding.from_json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Severity(StrEnum):
+    """How much a finding matters: ``warning`` (a figure to doubt or an action to take) or
+    ``info`` (what the curve shows)."""
+
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding.
+
+    Attributes:
+        severity: ``warning`` or ``info``.
+        code: A stable short name (``sweet_spot``, ``no_cap_binds``...), for tools.
+        message: The finding in words, one paragraph.
+        hint: What to do about it (None: nothing to do).
+    """
+
+    severity: Severity
+    code: str
+    message: str
+    hint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as ``analysis.json`` holds it."""
+        return {
+            "severity": str(self.severity),
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding from ``analysis.json`` (an unknown severity reads as ``info``)."""
+        raw = str(data.get("severity"))
+        severity = Severity(raw) if raw in Severity._value2member_map_ else Severity.INFO
+        hint = data.get("hint")
+        return cls(
+            severity,
+            str(data.get("code") or ""),
+            str(data.get("message") or ""),
+            str(hint) if hint is not None else None,
+        )
+
+
+def finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
+    """A finding as ``analysis.json`` holds it (``severity`` is ``warning`` or ``info``).
+
+    Raises:
+        ValueError: An unknown severity (a programming error).
+    """
+    return Finding(Severity(severity), code, message, hint).to_json()
