@@ -1,0 +1,345 @@
+"""The findings of a power-cap curve: caps not measured, whether any cap binds, a sweet spot
+at the envelope's edge, plateaus and ceilings, regimes, and the recommendation in words.
+
+Each function returns findings (:func:`~powersweep.analysis.findings.finding`) from the figures
+:func:`~powersweep.analysis.core.analyze` computed; nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from powersweep.analysis import cap_points, noise, trust
+from powersweep.analysis.cap_points import CapPoint, Region
+from powersweep.analysis.findings import finding
+
+NAN = math.nan
+# A finding lists at most this many caps tied with the best; more are given as a count and range.
+TIED_LISTED_MAX = 8
+
+
+def as_float(value: Any) -> float:
+    """A number from a JSON value (NaN when it is none)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return NAN
+    return out
+
+
+def status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
+    # suspect/implausible rows and caps re-measured successfully are trust's findings
+    remeasured = caps.filter(pl.col("status") == "ok")["cap_w"]
+    bad = caps.filter(
+        (pl.col("status") != "ok")
+        & ~pl.col("status").is_in(list(trust.OWN_STATUSES))
+        & ~pl.col("cap_w").is_in(remeasured.to_list())
+    )
+    if bad.height == 0:
+        return []
+    parts = []
+    for row in bad.iter_rows(named=True):
+        why = f": {row['error']}" if row.get("error") else ""
+        parts.append(f"{watts(row['cap_w'])} {row['status']}{why}")
+    return [
+        finding(
+            "warning",
+            "caps_not_measured",
+            f"{bad.height} cap(s) not measured and left out of the analysis: " + "; ".join(parts),
+            "rerun those caps (a rejected cap may be outside the card's limits)",
+        )
+    ]
+
+
+# A cap binds where the card draws at least this share of it (a binding cap holds the draw
+# within a few percent of it) or the power-cap clock reason is set on most load ticks.
+BINDING_DRAW_SHARE = 0.9
+BINDING_THROTTLE_PCT = 50.0
+
+
+def caps_bind(points: Sequence[CapPoint], caps: pl.DataFrame) -> dict[str, Any]:
+    """Whether any measured cap bound: ``{binds, draw_w: [lo, hi], caps_w: [lo, hi]}``."""
+    throttled = set()
+    if {"cap_w", "pwr_throttle_pct"} <= set(caps.columns):
+        for cap, pct in caps.select("cap_w", "pwr_throttle_pct").iter_rows():
+            if isinstance(pct, int | float) and pct > BINDING_THROTTLE_PCT:
+                throttled.add(float(cap))
+    binding = [
+        p for p in points if p.power_w >= BINDING_DRAW_SHARE * p.cap_total_w or p.cap_w in throttled
+    ]
+    draws = [p.power_w for p in points]
+    return {
+        "binds": bool(binding),
+        "draw_w": [min(draws), max(draws)],
+        "caps_w": [min(p.cap_w for p in points), max(p.cap_w for p in points)],
+    }
+
+
+def no_bind_finding(binds: dict[str, Any]) -> dict[str, Any]:
+    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+    return finding(
+        "warning",
+        "no_cap_binds",
+        f"no cap binds: the card drew {d_lo:.0f}-{d_hi:.0f} W under caps of {c_lo:g}-{c_hi:g} "
+        "W, so power capping cannot save energy for this load; the TPS/W differences between "
+        "these caps are the draw's drift, not the caps', and none is an efficiency win",
+        "lock clocks instead, which bind at any draw: `powersweep --axis sm-clock` (or "
+        "mem-clock); or sweep caps below the draw, if the card allows them",
+    )
+
+
+def watts(value: float) -> str:
+    return f"{value:g} W"
+
+
+def boundary_findings(
+    sweet: dict[str, Any], points: Sequence[CapPoint], run: dict[str, Any]
+) -> list[dict[str, Any]]:
+    side = sweet.get("at_boundary")
+    if side is None:
+        return []
+    cap = sweet["cap_w"]
+    if side == "low":
+        limit = as_float(run.get("min_limit_w"))
+        room = cap - limit if math.isfinite(limit) else NAN
+        direction, bound_name = "lower", "minimum"
+    else:
+        limit = as_float(run.get("max_limit_w"))
+        room = limit - cap if math.isfinite(limit) else NAN
+        direction, bound_name = "higher", "maximum"
+    if not math.isfinite(limit):
+        extend = f"the card's {bound_name} limit is unknown (no run.json)"
+        hint = f"extend the sweep {direction} than {watts(cap)} if the card allows it"
+    elif room > 0.5:
+        extend = (
+            f"the card's {bound_name} limit is {watts(limit)}: the sweep can extend {watts(room)}"
+        )
+        hint = f"extend the sweep {direction}, to {watts(limit)}"
+    else:
+        extend = f"this is already the card's {bound_name} limit, so it cannot go further"
+        hint = "this is the best the card allows"
+    return [
+        finding(
+            "warning",
+            f"sweet_spot_at_{side}_boundary",
+            f"the sweet spot {watts(cap)} is the {'lowest' if side == 'low' else 'highest'} cap "
+            f"measured; the true optimum may lie {direction}; {extend}",
+            hint,
+        )
+    ]
+
+
+def _is_hot(points: Sequence[CapPoint], slowdown: float) -> bool:
+    for p in points:
+        if math.isfinite(p.thermal_throttle_pct) and p.thermal_throttle_pct > 5.0:
+            return True
+        if math.isfinite(p.temp_max_c):
+            limit = slowdown - 8.0 if math.isfinite(slowdown) else 83.0
+            if p.temp_max_c >= limit:
+                return True
+    return False
+
+
+def structure_findings(
+    points: Sequence[CapPoint], regions: Sequence[Region], run: dict[str, Any], slowdown: float
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for r in regions:
+        members = [p for p in points if p.cap_w in r.caps_w]
+        missing = (
+            f" ({', '.join(watts(c) for c in r.missing_caps_w)} not measured inside it)"
+            if r.missing_caps_w
+            else ""
+        )
+        if r.kind == cap_points.BOOST_PLATEAU:
+            out.append(
+                finding(
+                    "info",
+                    "boost_plateau",
+                    f"boost plateau {r.start_w:g}-{r.end_w:g} W{missing}: draw stays at "
+                    f"~{r.power_w:.0f} W and TPS at ~{r.tps:.3g} while the cap rises; the card "
+                    f"escapes at {watts(r.escape_w or NAN)}",
+                    f"caps above {watts(r.start_w)} up to {watts(r.end_w)} buy nothing: set "
+                    f"{watts(r.start_w)} for the same TPS, or {watts(r.escape_w or NAN)} or more "
+                    "if you need the next boost state",
+                )
+            )
+            continue
+        hot = _is_hot(members, slowdown)
+        # "Stays cool" is a claim about temperatures: only measured ones may make it.
+        measured_temps = any(math.isfinite(p.temp_max_c) for p in members)
+        if hot:
+            hint = (
+                "the card runs hot at the ceiling: this is cooling, not software; improve "
+                "airflow or cooling before raising the cap"
+            )
+        elif run.get("load_mode") in (None, "decode-single"):
+            hint = (
+                ("the card stays cool, so " if measured_temps else "")
+                + "the workload cannot use more power: try "
+                "`--load-mode prefill-heavy` or more concurrency (decode-concurrent)"
+            )
+        else:
+            hint = (
+                ("the card stays cool: " if measured_temps else "")
+                + "the workload or memory bandwidth limits it; caps above "
+                f"{watts(r.start_w)} only waste headroom"
+            )
+        if not hot and not measured_temps:
+            hint += " (no temperatures were measured: check that cooling is not the limit)"
+        out.append(
+            finding(
+                "info",
+                "draw_ceiling",
+                f"draw ceiling from {watts(r.start_w)} to the top of the sweep ({watts(r.end_w)})"
+                f"{missing}: draw stalls at ~{r.power_w:.0f} W, clearly under the cap, while "
+                "TPS only jitters",
+                hint,
+            )
+        )
+    return out
+
+
+def regime_findings(
+    points: Sequence[CapPoint], regimes: Sequence[dict[str, Any]], slowdown: float
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    thermal = [r["cap_w"] for r in regimes if r["regime"] == cap_points.THERMAL_LIMITED]
+    if thermal:
+        out.append(
+            finding(
+                "warning",
+                "thermal_limited",
+                f"thermal-limited at {', '.join(watts(c) for c in thermal)}: heat, not the cap, "
+                "holds the clocks there",
+                "improve cooling (airflow, fan curve, repaste); software will not help",
+            )
+        )
+    loaded = [p for p in points if math.isfinite(p.util_pct)]
+    under = [r["cap_w"] for r in regimes if r["regime"] == cap_points.UNDER_LOADED]
+    draws = [p.power_w for p in points]
+    flat_everywhere = len(points) >= 3 and (max(draws) - min(draws)) < 0.05 * max(draws)
+    if (loaded and len(under) == len(points)) or (under and flat_everywhere):
+        out.append(
+            finding(
+                "warning",
+                "workload_too_small",
+                "utilization stays low"
+                + (" and the draw is flat at every cap" if flat_everywhere else "")
+                + ": the load never kept the GPU busy, so the caps were not tested",
+                "use a larger model or more concurrency (decode-concurrent), or "
+                "`--load-mode prefill-heavy`",
+            )
+        )
+    elif under:
+        out.append(
+            finding(
+                "warning",
+                "under_loaded",
+                f"utilization under 50% at {', '.join(watts(c) for c in under)}",
+                "check that nothing else used the server during the sweep",
+            )
+        )
+    bandwidth = [r["cap_w"] for r in regimes if r.get("bound") == "bandwidth"]
+    if len(bandwidth) >= 2:
+        out.append(
+            finding(
+                "info",
+                "bandwidth_bound",
+                f"SM clock keeps rising with the cap but TPS does not at "
+                f"{', '.join(watts(c) for c in bandwidth)}: decode is memory-bandwidth-bound there",
+                "caps there buy clock, not tokens; a memory overclock would help more",
+            )
+        )
+    return out
+
+
+def _tied_text(caps_w: Sequence[float]) -> str:
+    if len(caps_w) <= TIED_LISTED_MAX:
+        return ", ".join(watts(c) for c in caps_w)
+    return f"{len(caps_w)} caps from {watts(min(caps_w))} to {watts(max(caps_w))}"
+
+
+def _unbound_ceiling(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The draw ceiling the sweet spot sits on when every cap of it ties with the best.
+
+    Its caps run one operating point (the workload cannot use more power), so the cap does not
+    bind there and the best reading among them is noise.
+    """
+    sweet = result["sweet_spot"]
+    tied = set(sweet.get("tied_caps") or [])
+    for region in result.get("plateaus") or []:
+        caps = region.get("caps_w") or []
+        if (
+            region.get("kind") == "draw_ceiling"
+            and sweet["cap_w"] in caps
+            and len(caps) > 1
+            and set(caps) <= tied
+        ):
+            return region
+    return None
+
+
+def recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
+    sweet, near, rec = result["sweet_spot"], result["near_peak"], result["recommendation"]
+    hint = f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt"
+    ceiling = _unbound_ceiling(result)
+    if ceiling is not None:
+        hint = (
+            f"every cap from {watts(ceiling['start_w'])} to {watts(ceiling['end_w'])} runs one "
+            "operating point (the draw ceiling) and is as efficient within noise: the cap does "
+            "not bind there, so any of them "
+            f"(`nvidia-smi -pl {ceiling['start_w']:g}` is the lowest) serves this load as well; "
+            "choose by the other loads the card runs"
+        )
+    out = [
+        finding(
+            "info",
+            "sweet_spot",
+            f"best efficiency at {noise.sweet_spot_text(sweet)}: {sweet['tps_per_w']:.4f} TPS/W "
+            f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W)"
+            + _default_note(sweet)
+            + (
+                f"; statistically tied: {_tied_text(sweet['tied_caps'])}"
+                if sweet.get("tied_caps") and len(sweet["tied_caps"]) > 1
+                else ""
+            ),
+            hint,
+        ),
+        finding(
+            "info",
+            "near_peak",
+            f"near-peak: {noise.sweet_spot_text(near)} keeps TPS within "
+            f"{near['max_tps_loss_pct']:g}% of the best (loses {near['tps_loss_pct']:.1f}%) at "
+            f"{near['tps_per_w']:.4f} TPS/W" + _default_note(near),
+            "use it when speed matters more than the last bit of efficiency",
+        ),
+    ]
+    if rec["objective"] == "cost":
+        out.append(
+            finding(
+                "info",
+                "cost_objective",
+                f"cost objective (eta {rec['eta']:g}): {watts(rec['cap_w'])}" + _default_note(rec),
+                None,
+            )
+        )
+    return out
+
+
+def _default_note(rec: dict[str, Any]) -> str:
+    pct = rec.get("pct_of_default")
+    gain = rec.get("tps_per_w_gain_vs_default_pct")
+    parts = []
+    by_gpu = rec.get("pct_of_default_by_gpu")
+    if by_gpu:
+        parts.append(" / ".join(f"{p:.0f}%" for p in by_gpu) + " of each card's default limit")
+    elif pct is not None and math.isfinite(pct):
+        parts.append(f"{pct:.0f}% of the default limit")
+    if gain is not None and math.isfinite(gain):
+        parts.append(f"{gain:+.1f}% TPS/W vs the default limit")
+    return f" ({', '.join(parts)})" if parts else ""
