@@ -132,6 +132,15 @@ def _with_top_ceiling(
     def under(p: CapPoint) -> bool:
         return p.cap_total_w - p.power_w > margin
 
+    def joined(a: CapPoint, b: CapPoint) -> bool:
+        # Neighbours on the grid, or a gap physics fills: a higher cap never lowers the draw,
+        # so every cap between draws at most b's draw, and when that is under a's own cap by
+        # the margin, every one of them draws clearly under its cap too (an adaptive sweep's
+        # sparse caps on a long ceiling).
+        return adjacent(a, b, step_w, ONE_MISSING_STEPS) or (
+            under(a) and b.power_w < a.cap_total_w - margin
+        )
+
     if top < MIN_REGION_CAPS - 1 or not eligible[top] or not under(points[top]):
         return regions
     start = top
@@ -141,7 +150,7 @@ def _with_top_ceiling(
         rise_ok = b.power_w - a.power_w < CEILING_STEP_RISE_FRAC * d_cap + 2.0 * noise.power_w
         if not (eligible[start - 1] and under(a) and rise_ok):
             break
-        if not adjacent(a, b, step_w, ONE_MISSING_STEPS):
+        if not joined(a, b):
             break
         start -= 1
     # Another kind of region (a plateau) keeps its caps.
@@ -164,7 +173,7 @@ def _with_top_ceiling(
         a, b = points[start - 1], points[start]
         if not (eligible[start - 1] and under(a) and a.cap_w > floor_w):
             break
-        if not adjacent(a, b, step_w, ONE_MISSING_STEPS):
+        if not joined(a, b):
             break
         start -= 1
     ceilings = [r for r in regions if r.kind == DRAW_CEILING]

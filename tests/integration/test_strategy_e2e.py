@@ -288,6 +288,35 @@ def test_replay_adaptive_finds_where_a_shouldered_ceiling_starts(
     assert abs(answers["adaptive"][0] - answers["dense"][0]) <= AGREE_W, answers
 
 
+@pytest.mark.slow
+def test_replay_adaptive_finds_a_long_soft_ceiling(tmp_path: Path) -> None:
+    # a 4090-like decode: the draw leaves the cap at 300 W and rises at half the cap's rate to
+    # 360 W, flat from 420 W to the top; the dense sweep's ceiling starts at the first cap
+    # short of its cap (310 W). An adaptive sweep cannot measure every other cap of 30 steps:
+    # its ceiling is joined across gaps physics fills (a higher cap never lowers the draw)
+    curve = tmp_path / "soft.csv"
+    with curve.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["cap_w", "power_w", "narr_tps", "code_tps", "sm_clock_mhz", "status"])
+        for cap in range(150, 610, 10):
+            draw = cap - 0.5 if cap < 300 else min(300 + 0.5 * (cap - 300), 360.0)
+            tps = round(60.0 * (1.0 - math.exp(-(draw - 80.0) / 120.0)), 4)
+            w.writerow([cap, draw, tps, tps, round(900 + 2 * draw), "ok"])
+    answers = {}
+    for strategy in ("dense", "adaptive"):
+        run = sweep(tmp_path / strategy, "--simulate", f"replay:{curve}", "--strategy", strategy)
+        analysis = read_json(run / "analysis.json")
+        (ceiling,) = [p for p in analysis["plateaus"] if p["kind"] == "draw_ceiling"]
+        answers[strategy] = (
+            analysis["sweet_spot"]["cap_w"],
+            ceiling["start_w"],
+            analysis["near_peak"]["cap_w"],
+        )
+    assert answers["dense"][1] == 310.0, answers
+    for k in range(3):
+        assert abs(answers["adaptive"][k] - answers["dense"][k]) <= AGREE_W, answers
+
+
 def test_a_point_that_stays_suspect_is_not_asked_for_again_without_end(tmp_path: Path) -> None:
     # the code prompt is slowed at 290 W only: its rates disagree twice, so 290 W is suspect,
     # and the adaptive planner, still wanting its peak bracketed there, asks for it again; the

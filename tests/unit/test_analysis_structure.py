@@ -312,3 +312,21 @@ def test_a_cap_short_only_by_noise_does_not_start_the_ceiling() -> None:
         dataclasses.replace(p, power_w=p.cap_w - 0.5) if p.cap_w == 350.0 else p for p in points
     ]
     assert _found(back)[0][1] == 360.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_ceiling_measured_sparsely_is_joined_where_physics_fills_the_gaps(seed: int) -> None:
+    # the 4090 curve's ceiling measured only every fourth cap (an adaptive sweep's coarse pass)
+    # plus the caps around its start: a higher cap never lowers the draw, so a gap whose upper
+    # end draws under the lower end's own cap is under the cap all through
+    dense = _curve_4090(seed)
+    keep = {390.0, 400.0, 410.0, *(float(c) for c in range(440, 601, 40)), 600.0}
+    sparse = [p for p in dense if p.cap_w in keep or p.cap_w < 390]
+    grid = [p.cap_w for p in dense]
+    found = [(r.kind, r.start_w, r.end_w) for r in find_regions(sparse, grid, step_w=10.0)]
+    assert found == [("draw_ceiling", 400.0, 600.0)]
+    # a gap the draw could cross (its upper end draws above the lower end's cap) is not joined
+    rising = [dataclasses.replace(p, power_w=p.cap_w - 1.0) if p.cap_w < 560 else p for p in sparse]
+    assert not any(
+        r.start_w < 560 for r in find_regions(rising, grid, step_w=10.0) if r.kind == "draw_ceiling"
+    )
