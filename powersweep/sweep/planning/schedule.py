@@ -13,6 +13,7 @@ Pure: no I/O and no clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -77,18 +78,25 @@ class AdaptivePowerSchedule:
     def __init__(self, planner: AdaptivePlanner, metric: str) -> None:
         self.planner = planner
         self.metric = metric
-        self._started = False
+        # every cap asked for: one that failed (not in ``measured``) is tried, not unmeasured
+        self._asked: set[float] = set()
 
     def next(self, measured: Measured) -> Batch:
-        if not self._started:
-            self._started = True
-            return [(SweepPoint(c), COARSE) for c in coarse_order(self.planner.initial_caps())]
+        if not self._asked:
+            first = coarse_order(self.planner.initial_caps())
+            self._asked.update(first)
+            return [(SweepPoint(c), COARSE) for c in first]
         caps = {
             p.cap_w: CapMeasurement.from_row(row, self.metric)
             for p, row in measured.items()
             if p.cap_w is not None
         }
+        # a cap asked for that gave no usable row: tried (the planner never asks for it again)
+        # and unusable (it takes no part in the answer)
+        for cap in self._asked - caps.keys():
+            caps[cap] = CapMeasurement(math.nan, math.nan)
         wanted = dict(self.planner.next_caps(caps))
+        self._asked.update(wanted)
         return [(SweepPoint(c), wanted[c]) for c in plan_order(wanted)]
 
     def record(self) -> dict[str, Any] | None:
