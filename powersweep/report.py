@@ -16,13 +16,13 @@ from types import ModuleType
 from typing import Any
 
 from powersweep import analysis
+from powersweep.analysis.clock_analysis import analyze_clocks, is_clock_curve
 from powersweep.analysis.clock_summary import (
     clocks_versus_power,
     render_clock_summary,
     render_clocks_versus_power,
     write_clock_outputs,
 )
-from powersweep.analysis.clocks import analyze_clocks, is_clock_curve
 from powersweep.analysis.context import CardFacts, with_card_facts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from powersweep.analysis import analyze, load_curve
-from powersweep.analysis.fleet import FleetOptions, fleet_report
+from powersweep.analysis.fleet_answer import FleetOptions, fleet_report
 from powersweep.analysis.fleet_summary import write_fleet_outputs
-from powersweep.plots.fleet import render_fleet_charts
-from powersweep.sim.fleet import synthetic_fleet
+from powersweep.plots.fleet_charts import render_fleet_charts
+from powersweep.sim.synthetic_fleet import synthetic_fleet
 
 TARGET_S = 10.0
 

@@ -4,7 +4,7 @@ Reads CSVs only (``caps.csv`` and, when present, ``run.json``, ``samples.csv``, 
 never imports :mod:`powersweep.sweep`.
 """
 
-from powersweep.analysis.clocks import analyze_clocks
+from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.core import OBJECTIVES, analyze
 from powersweep.analysis.cross import cross_mode
 from powersweep.analysis.importer import import_summary

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from powersweep.analysis.clocks import point_label
+from powersweep.analysis.clock_analysis import point_label
 from powersweep.analysis.load import Curve
 from powersweep.analysis.serving_summary import energy_section, latency_section
 from powersweep.analysis.summary import escape_md

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from powersweep.analysis.fleet import group_title
+from powersweep.analysis.fleet_answer import group_title
 from powersweep.analysis.fleet_axis import FleetAxis, axis_from_group
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT, escape_md
 from powersweep.errors import PowersweepError

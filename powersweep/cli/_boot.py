@@ -23,7 +23,7 @@ from powersweep.errors import PowersweepError, UsageError
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
     from powersweep.sweep.settings.apply import CapChange, CapResult
-    from powersweep.sweep.settings.clocks import ClockChange, ClockResult
+    from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
     from powersweep.sweep.settings.unit import BootCommand, BootSetting
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
     from powersweep.sweep.records.journal import Journal
     from powersweep.sweep.settings.apply import CapChange, CapResult
-    from powersweep.sweep.settings.clocks import ClockChange, ClockResult
+    from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
 
 SIMULATION = "Simulation"
@@ -263,7 +263,7 @@ def _plan(
 ) -> tuple[list[CapChange], list[ClockChange]]:
     """Each card's limit and locks, checked before any is written (bad input changes nothing)."""
     from powersweep.sweep.settings.apply import plan_caps
-    from powersweep.sweep.settings.clocks import plan_clocks, plan_unlock
+    from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
 
     if reset:
         return plan_caps(targets, None, strict=strict, warn=warn), plan_unlock(targets)
@@ -286,7 +286,7 @@ def _check_options(
     sim_state: Path | None,
 ) -> None:
     """Refuse contradictory options and impossible values before anything is read or changed."""
-    from powersweep.sweep.settings.clocks import check_clock
+    from powersweep.sweep.settings.clock_locks import check_clock
 
     values = [flag for flag, _ in named.given()]
     asked = [n for n, v in (("RUN_DIR", run_dir), ("--reset", reset)) if v] + values
@@ -452,7 +452,7 @@ class _Apply:
 
 def _clock_line(c: ClockChange, result: ClockResult | None = None) -> str:
     """``GPU 0 (...): clock locks SM unlocked -> SM 1410 MHz (verified: ...)``."""
-    from powersweep.sweep.settings.clocks import describe_after, describe_locks
+    from powersweep.sweep.settings.clock_locks import describe_after, describe_locks
 
     line = (
         f"{c.target.label}: clock locks {describe_locks(c.before, c.kinds())} -> "

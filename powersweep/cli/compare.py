@@ -55,7 +55,7 @@ def compare_command(
     card = card_facts(gpu_name, default_limit, min_limit, max_limit)
     labelled = []
     curves = []
-    from powersweep.analysis.clocks import is_clock_curve
+    from powersweep.analysis.clock_analysis import is_clock_curve
 
     for p in paths:
         # The card facts fill in what each curve's run.json lacks (a bare caps.csv has none).
@@ -97,8 +97,8 @@ def _chart(
         return plots.render_compare(
             labelled, stem, x=x.value, normalize=normalize, formats=formats(fmt)
         )
-    from powersweep.analysis.fleet import FleetOptions, summarise
-    from powersweep.plots.fleet import render_band
+    from powersweep.analysis.fleet_answer import FleetOptions, summarise
+    from powersweep.plots.fleet_charts import render_band
 
     info(
         f"{len(curves)} runs: drawing the band view (median, IQR and min-max per GPU, load "

@@ -61,7 +61,7 @@ def report_command(
 
     Writes fleet.md (paste-ready), fleet.json and charts/ into --out.
     """
-    from powersweep.analysis.fleet import FleetOptions, fleet_report
+    from powersweep.analysis.fleet_answer import FleetOptions, fleet_report
     from powersweep.analysis.fleet_summary import render_fleet_summary, write_fleet_outputs
 
     if not 0 <= max_tps_loss < 100:
@@ -80,7 +80,7 @@ def report_command(
     try:
         written += write_fleet_outputs(fleet, out)
         if not no_charts:
-            from powersweep.plots.fleet import render_fleet_charts
+            from powersweep.plots.fleet_charts import render_fleet_charts
 
             written += render_fleet_charts(fleet, out / "charts", chart_formats)
     finally:

@@ -39,8 +39,8 @@ from powersweep.sweep.options import Backend
 
 if TYPE_CHECKING:
     from powersweep.sweep.settings.apply import CapChange
-    from powersweep.sweep.settings.clocks import ClockChange
-    from powersweep.sweep.settings.fleet import FleetSetting
+    from powersweep.sweep.settings.clock_locks import ClockChange
+    from powersweep.sweep.settings.fleet_targets import FleetSetting
 
 ReportArg = Annotated[
     Path,
@@ -106,7 +106,7 @@ def fleet_apply_command(
     """Set a fleet report's cap or clock lock on this node's cards (matched by GPU model; an
     outlier gets its own best), with --dry-run and --persist as `apply` has them."""
     from powersweep.cli.rigs import build_settings_rig
-    from powersweep.sweep.settings.fleet import choose_settings, read_fleet
+    from powersweep.sweep.settings.fleet_targets import choose_settings, read_fleet
     from powersweep.sweep.settings.targets import parse_gpu_selection, select_gpus
 
     if axis is not None and axis not in AXES:
@@ -165,7 +165,7 @@ def _plan(
     """Each card's own limit and locks, all checked before any is written (apply's planners,
     card by card, since an outlier's value differs from the others')."""
     from powersweep.sweep.settings.apply import plan_caps
-    from powersweep.sweep.settings.clocks import plan_clocks
+    from powersweep.sweep.settings.clock_locks import plan_clocks
 
     caps: list[CapChange] = []
     clocks: list[ClockChange] = []

@@ -525,7 +525,7 @@ def sweep_command(
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
-    from powersweep.sweep.planning.clocks import parse_clocks
+    from powersweep.sweep.planning.clock_points import parse_clocks
 
     if list_profiles:
         _print_profiles()
@@ -763,7 +763,7 @@ def _finish_report(run_dir: Path, *, charts: bool) -> None:
         warn(f"could not analyse the run: {exc}")
         return
     if report.analysis.get("kind") == "clocks":
-        from powersweep.analysis.clocks import point_label
+        from powersweep.analysis.clock_analysis import point_label
 
         peak = report.analysis.get("peak")
         if peak:

@@ -1,7 +1,7 @@
 """Charts of a clock-lock sweep: TPS/W against the SM clock per memory tier (peak called out),
 and TPS against draw with the Pareto front (and the power-cap curve of another run overlaid).
 
-Drawn from the clock analysis dict alone (``powersweep.analysis.clocks``).
+Drawn from the clock analysis dict alone (``powersweep.analysis.clock_analysis``).
 """
 
 from __future__ import annotations

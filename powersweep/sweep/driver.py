@@ -36,9 +36,9 @@ from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker, usable_points
 from powersweep.sweep.measurement.confirm import ConfirmPhase
 from powersweep.sweep.measurement.point import PointMeasurer, PointProgress, Protocol
-from powersweep.sweep.measurement.restore import Restorer
+from powersweep.sweep.measurement.restorer import Restorer
 from powersweep.sweep.measurement.setup import LoadSetup
-from powersweep.sweep.planning.clocks import measure_order
+from powersweep.sweep.planning.clock_points import measure_order
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.schedule import (
     AdaptiveClockSchedule,

@@ -14,7 +14,7 @@ from typing import Any
 
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu, LockedClocks
-from powersweep.sweep.planning.clocks import measure_order
+from powersweep.sweep.planning.clock_points import measure_order
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.journal import put_back_locks
 

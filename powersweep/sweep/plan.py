@@ -15,7 +15,7 @@ from powersweep.sweep.estimate import bound_run_s, estimate_run_s
 from powersweep.sweep.gpu import Gpu, GpuBackend, GpuProcess, PowerEnvelope, SupportedClocks
 from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions, validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
-from powersweep.sweep.planning.clocks import SweepPoint, measure_order, plan_clock_points
+from powersweep.sweep.planning.clock_points import SweepPoint, measure_order, plan_clock_points
 from powersweep.sweep.records.journal import Journal, default_state_dir
 from powersweep.sweep.rig import RigFactory
 from powersweep.sweep.server.discovery import DEFAULT_PORTS

@@ -12,7 +12,7 @@ from powersweep.sim.engine import ConstantEngine
 from powersweep.sim.server import SimServer
 from powersweep.sweep.driver import Sweep, SweepPlan
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.planning.clock_points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import discover_server

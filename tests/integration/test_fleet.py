@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.analysis.fleet import FleetOptions, discover_runs, fleet_report
+from powersweep.analysis.fleet_answer import FleetOptions, discover_runs, fleet_report
 from powersweep.analysis.fleet_summary import render_fleet_summary
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT
 from powersweep.cli import main
 from powersweep.errors import UsageError
-from powersweep.sim.fleet import FleetCard, synthetic_fleet
 from powersweep.sim.profiles import fleet_card, parse_card_spec
 from powersweep.sim.rig import ground_truth
+from powersweep.sim.synthetic_fleet import FleetCard, synthetic_fleet
 from tests.integration.conftest import only_run_dir, powersweep, read_json
 
 PLANTED = {"node007": "hot", "node042": "low-envelope", "node100": "throttling", "node150": "hot"}

@@ -16,7 +16,7 @@ from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import SimRig
 from powersweep.sweep.gpu.nvml import NvmlBackend
 from powersweep.sweep.settings.apply import apply_settings, plan_caps
-from powersweep.sweep.settings.clocks import plan_clocks, plan_unlock
+from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
 from powersweep.sweep.settings.recommendation import read_recommendation
 from powersweep.sweep.settings.targets import select_gpus
 from powersweep.sweep.settings.unit import BootCommand, BootSetting, read_unit, render_unit

@@ -11,13 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from powersweep.analysis import load_curve
+from powersweep.analysis.clock_analysis import analyze_clocks, clock_points, pareto_front
 from powersweep.analysis.clock_summary import clocks_versus_power
-from powersweep.analysis.clocks import analyze_clocks, clock_points, pareto_front
 from powersweep.cli import app
 from powersweep.errors import UsageError
 from powersweep.report import build_clock_comparison, build_report
 from powersweep.sweep.gpu import SupportedClocks
-from powersweep.sweep.planning.clocks import (
+from powersweep.sweep.planning.clock_points import (
     SweepPoint,
     coarse_points,
     parse_clocks,

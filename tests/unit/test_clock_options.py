@@ -8,7 +8,7 @@ from powersweep.cli import main
 from powersweep.errors import UsageError
 from powersweep.sweep.locks import verify
 from powersweep.sweep.options import SweepOptions, validate
-from powersweep.sweep.planning.clocks import SweepPoint
+from powersweep.sweep.planning.clock_points import SweepPoint
 
 
 @pytest.mark.parametrize(

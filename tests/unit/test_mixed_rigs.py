@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from powersweep.analysis.fleet import fleet_report
+from powersweep.analysis.fleet_answer import fleet_report
 from powersweep.analysis.fleet_summary import render_fleet_summary
 
 CARDS = [

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from powersweep.sweep.planning.clocks import coarse_points, measure_order
+from powersweep.sweep.planning.clock_points import coarse_points, measure_order
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.schedule import (
     REFINE_CLOCKS,

@@ -82,7 +82,7 @@ class ConfirmPhase:
     def _analysis(self, when: str) -> dict[str, Any]:
         # Imported here: the analysis is only needed at the end of a sweep.
         from powersweep.analysis import analyze, load_curve
-        from powersweep.analysis.clocks import analyze_clocks
+        from powersweep.analysis.clock_analysis import analyze_clocks
 
         try:
             curve = load_curve(self.writer.path)

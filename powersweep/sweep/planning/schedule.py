@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from powersweep.sweep.planning.clocks import coarse_points, measure_order, refine_points
+from powersweep.sweep.planning.clock_points import coarse_points, measure_order, refine_points
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.strategy import (
     COARSE,

@@ -32,7 +32,7 @@ from powersweep.sweep.records.owner import (
     owner_state,
     process_start,
 )
-from powersweep.sweep.records.restore import RestoreResult, put_back_locks, restore_gpus
+from powersweep.sweep.records.put_back import RestoreResult, put_back_locks, restore_gpus
 
 __all__ = [
     "BACKEND_KINDS",

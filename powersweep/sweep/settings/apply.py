@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
 from powersweep.sweep.gpu import MAX_CARD_W
-from powersweep.sweep.settings.clocks import (
+from powersweep.sweep.settings.clock_locks import (
     ClockChange,
     ClockKind,
     ClockResult,

@@ -16,7 +16,7 @@ from typing import Any
 from powersweep.errors import GpuError
 from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
 from powersweep.sweep.settings.apply import NOT_PUT_BACK, CapChange, CapResult, apply_settings
-from powersweep.sweep.settings.clocks import ClockChange, ClockResult
+from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
 from powersweep.sweep.settings.targets import Target, Warn
 
 
