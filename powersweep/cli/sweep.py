@@ -11,14 +11,77 @@ import functools
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from tqdm import tqdm
 
 from powersweep.analysis.serving import check_options
-from powersweep.cli._common import BackendOpt, info, is_root, state_dir_option, warn
+from powersweep.cli._common import BackendOpt, info, is_root, warn
 from powersweep.cli.analyze import TariffOpt
+from powersweep.cli.sweep_flags import (
+    ApiKeyOpt,
+    AxisOpt,
+    BenchRunsOpt,
+    CapsOpt,
+    ConcurrencyOpt,
+    ConcurrencyStretchOpt,
+    CoolingOpt,
+    DryRunOpt,
+    ForceOpt,
+    GpuOpt,
+    HoldCapOpt,
+    ListProfilesOpt,
+    LoadModeOpt,
+    LoadTargetOpt,
+    MaxConcurrencyProbeOpt,
+    MaxFailedCapsOpt,
+    MemClocksOpt,
+    MinCapSecondsOpt,
+    ModelOpt,
+    NoChartsOpt,
+    NoConfirmOpt,
+    NoResetOpt,
+    ObserveOnlyOpt,
+    OutOpt,
+    PrecisionOpt,
+    QuietOpt,
+    ResumeOpt,
+    SampleIntervalOpt,
+    SeedOpt,
+    SettleOpt,
+    SettleSecondsOpt,
+    SimContextOpt,
+    SimFaultOpt,
+    SimHideNumCtxOpt,
+    SimHttpErrorOpt,
+    SimIgnoreMaxTokensOpt,
+    SimMemLocksRefusedOpt,
+    SimNodeOpt,
+    SimPaceOpt,
+    SimReasoningTokensOpt,
+    SimRejectsBelowOpt,
+    SimServerOpt,
+    SimServingGpusOpt,
+    SimSlotsOpt,
+    SimSmLockIgnoredBelowOpt,
+    SimStateOpt,
+    SimTokensPerChunkOpt,
+    SimulateOpt,
+    SmClocksOpt,
+    StateDirOpt,
+    StepSizeOpt,
+    StrategyOpt,
+    TargetCapSecondsOpt,
+    TargetPrefillSecondsOpt,
+    ThermalWaitSecondsOpt,
+    TimeScaleOpt,
+    UrlOpt,
+    WarmupRequestsOpt,
+    is_all,
+    parse_concurrency,
+    parse_gpus,
+)
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.options import SimOptions, SimServerFlavour, refuse_without_simulate
 from powersweep.sweep.options import (
@@ -33,432 +96,8 @@ from powersweep.sweep.options import (
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
 from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, DEFAULT_PRECISION_PCT
 
-LOAD = "Load"
-CAPS = "Caps"
-CLOCKS = "Clock locks"
-SERVER = "Server"
-SAFETY = "Safety"
-OUTPUT = "Output"
-SIMULATION = "Simulation"
 # Exit code of a run that ended but measured too few caps to answer.
 PARTIAL_EXIT = 3
-
-
-def parse_concurrency(text: str | None) -> int | None:
-    """``--concurrency``: a number of streams, or auto (None).
-
-    Raises:
-        UsageError: Anything else.
-    """
-    if text is None or text.strip().lower() == "auto":
-        return None
-    if not text.strip().isdigit() or int(text) < 1:
-        raise UsageError(f"--concurrency takes a number of streams or auto, not {text!r}")
-    return int(text)
-
-
-def _all(text: str | None) -> bool:
-    return text is not None and text.strip().lower() == "all"
-
-
-def parse_gpus(text: str | None) -> tuple[int, ...] | None:
-    """``--gpu``: GPU indices like 0 or 0,1 (None: not given).
-
-    Raises:
-        UsageError: Anything else.
-    """
-    if text is None:
-        return None
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise UsageError(f"--gpu takes GPU indices like 0 or 0,1 (or all), not {text!r}")
-        out.append(int(part))
-    if not out:
-        raise UsageError("--gpu is empty")
-    return tuple(out)
-
-
-# Each option of `powersweep sweep`, with its help panel (one alias per option keeps the
-# command's signature short and lets other commands share an option).
-CoolingOpt = Annotated[Cooling, typer.Option(help="Cooling class; thermal findings depend on it.")]
-
-LoadModeOpt = Annotated[
-    LoadMode, typer.Option(help="The load run at each cap.", rich_help_panel=LOAD)
-]
-
-TargetCapSecondsOpt = Annotated[
-    float,
-    typer.Option(
-        help="The most run seconds of each point's metric window (all its rounds together; a "
-        "request may run on for a margin of at most 10% of a window, 1.5 s per point in all, "
-        "then it is cut).",
-        rich_help_panel=LOAD,
-    ),
-]
-
-MinCapSecondsOpt = Annotated[
-    float,
-    typer.Option(
-        help="Run seconds of each prompt's first window per point; the point measures on "
-        "(its metric's prompt only) until its TPS/W is known to --precision, is clearly apart "
-        "from the best point so far, or --target-cap-seconds is reached.",
-        rich_help_panel=LOAD,
-    ),
-]
-
-PrecisionOpt = Annotated[
-    float,
-    typer.Option(
-        help="Precision goal of each point: the 95% half-width of its TPS/W, in percent, from "
-        "its own measurements (0.5: a neighbour 10 W away near the sweet spot is told apart).",
-        rich_help_panel=LOAD,
-    ),
-]
-
-WarmupRequestsOpt = Annotated[
-    int,
-    typer.Option(
-        help="At most this many warm-up requests per prompt; the warm-up ends sooner once rate "
-        "and draw are steady, and after 3 windows at most (0: none).",
-        rich_help_panel=LOAD,
-    ),
-]
-
-ConcurrencyOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="decode-concurrent: streams, or auto (probe; the default).",
-        rich_help_panel=LOAD,
-    ),
-]
-
-BenchRunsOpt = Annotated[
-    int,
-    typer.Option(
-        help="decode-concurrent: windows per direction per cap (median).",
-        rich_help_panel=LOAD,
-    ),
-]
-
-MaxConcurrencyProbeOpt = Annotated[
-    int, typer.Option(help="decode-concurrent auto: highest N probed.", rich_help_panel=LOAD)
-]
-
-LoadTargetOpt = Annotated[
-    float | None,
-    typer.Option(
-        help="decode-concurrent auto: stop probing at this fraction of the cap.",
-        rich_help_panel=LOAD,
-    ),
-]
-
-ConcurrencyStretchOpt = Annotated[
-    int,
-    typer.Option(help="decode-concurrent auto: streams added to the pick.", rich_help_panel=LOAD),
-]
-
-TargetPrefillSecondsOpt = Annotated[
-    float | None,
-    typer.Option(
-        help=(
-            "prefill-heavy: prefill time each prompt is sized for at the first point (default: "
-            "a quarter of --target-cap-seconds; at most half)."
-        ),
-        rich_help_panel=LOAD,
-    ),
-]
-
-GpuOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--gpu",
-        "--gpus",
-        help="GPU index or list (0 or 0,1), or all (default: the GPUs serving the model).",
-        rich_help_panel=CAPS,
-    ),
-]
-
-CapsOpt = Annotated[
-    str | None,
-    typer.Option(help="Caps to measure, W per GPU (260,280,300).", rich_help_panel=CAPS),
-]
-
-StepSizeOpt = Annotated[
-    float, typer.Option(help="Step between default caps, W.", rich_help_panel=CAPS)
-]
-
-StrategyOpt = Annotated[
-    Strategy,
-    typer.Option(
-        help="dense (every cap) or adaptive (coarse pass, then refine).",
-        rich_help_panel=CAPS,
-    ),
-]
-
-SettleOpt = Annotated[
-    SettleMode,
-    typer.Option(
-        help="auto: measure once readings are stable (at most --settle-seconds).",
-        rich_help_panel=CAPS,
-    ),
-]
-
-SettleSecondsOpt = Annotated[
-    float, typer.Option(help="Seconds to wait after a cap change.", rich_help_panel=CAPS)
-]
-
-ThermalWaitSecondsOpt = Annotated[
-    float,
-    typer.Option(
-        help="Most seconds each point waits, after settling, for the card's temperature to "
-        "stop drifting (under 3 C/min; 0: no wait).",
-        rich_help_panel=CAPS,
-    ),
-]
-
-NoConfirmOpt = Annotated[
-    bool,
-    typer.Option(
-        "--no-confirm",
-        help="Skip re-measuring the caps tied with the best within noise at the end.",
-        rich_help_panel=CAPS,
-    ),
-]
-
-SampleIntervalOpt = Annotated[
-    float, typer.Option(help="Seconds between GPU samples.", rich_help_panel=CAPS)
-]
-
-MaxFailedCapsOpt = Annotated[
-    int,
-    typer.Option(help="Stop after this many failed caps in a row.", rich_help_panel=CAPS),
-]
-
-UrlOpt = Annotated[
-    str | None,
-    typer.Option(help="Server URL (default: probe local ports).", rich_help_panel=SERVER),
-]
-
-ModelOpt = Annotated[
-    str | None, typer.Option(help="Model id (default: the server's).", rich_help_panel=SERVER)
-]
-
-ApiKeyOpt = Annotated[
-    str | None,
-    typer.Option(
-        envvar="OPENAI_API_KEY",
-        show_envvar=True,
-        help="Bearer token, never stored.",
-        rich_help_panel=SERVER,
-    ),
-]
-
-DryRunOpt = Annotated[
-    bool,
-    typer.Option(
-        "--dry-run",
-        help="Print the plan (GPUs, envelope, caps, time); change nothing.",
-        rich_help_panel=SAFETY,
-    ),
-]
-
-ObserveOnlyOpt = Annotated[
-    bool,
-    typer.Option(
-        "--observe-only",
-        help="Run the load at the limit in force; change no setting.",
-        rich_help_panel=SAFETY,
-    ),
-]
-
-NoResetOpt = Annotated[
-    bool,
-    typer.Option(
-        "--no-reset", help="Leave the last cap instead of restoring.", rich_help_panel=SAFETY
-    ),
-]
-
-ResumeOpt = Annotated[
-    Path | None,
-    typer.Option(
-        help="Continue an interrupted run directory from its first unfinished cap.",
-        rich_help_panel=SAFETY,
-    ),
-]
-
-ForceOpt = Annotated[
-    bool,
-    typer.Option(
-        "--force",
-        hidden=True,
-        help="Accepted for old scripts: a killed sweep's journal is always put back first, and a "
-        "running sweep's card is never taken.",
-    ),
-]
-
-StateDirOpt = Annotated[Path | None, state_dir_option(SAFETY)]
-
-OutOpt = Annotated[
-    Path, typer.Option(help="Directory for run directories.", rich_help_panel=OUTPUT)
-]
-
-NoChartsOpt = Annotated[
-    bool, typer.Option("--no-charts", help="Skip the charts.", rich_help_panel=OUTPUT)
-]
-
-QuietOpt = Annotated[
-    bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
-]
-
-SimulateOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Simulate the GPU with a profile (see --list-profiles).",
-        rich_help_panel=SIMULATION,
-    ),
-]
-
-ListProfilesOpt = Annotated[
-    bool,
-    typer.Option(
-        "--list-profiles", help="List simulation profiles and exit.", rich_help_panel=SIMULATION
-    ),
-]
-
-SimServerOpt = Annotated[
-    SimServerFlavour,
-    typer.Option(help="Simulated server flavour.", rich_help_panel=SIMULATION),
-]
-
-TimeScaleOpt = Annotated[
-    float | None,
-    typer.Option(
-        help="Run on scaled real time, this many times faster than the wall (default: virtual "
-        "time, as fast as the CPU allows, the same figures on any machine).",
-        rich_help_panel=SIMULATION,
-    ),
-]
-
-SimPaceOpt = Annotated[
-    float | None,
-    typer.Option(
-        help="Virtual time passes at most this many run seconds per wall second (a watchable "
-        "run; the figures are those of the unpaced run).",
-        rich_help_panel=SIMULATION,
-    ),
-]
-
-SeedOpt = Annotated[int | None, typer.Option(help="Noise seed.", rich_help_panel=SIMULATION)]
-
-SimStateOpt = Annotated[
-    Path | None,
-    typer.Option(help="File where simulated power limits persist.", rich_help_panel=SIMULATION),
-]
-
-SimRejectsBelowOpt = Annotated[
-    float | None, typer.Option(hidden=True, help="Simulation: cards keep caps under W.")
-]
-
-SimHttpErrorOpt = Annotated[
-    int | None, typer.Option(hidden=True, help="Simulation: chat requests get this status.")
-]
-
-SimSlotsOpt = Annotated[
-    int | None, typer.Option(hidden=True, help="Simulation: requests served at once.")
-]
-
-SimContextOpt = Annotated[
-    int | None, typer.Option(hidden=True, help="Simulation: the model's context, tokens.")
-]
-
-SimReasoningTokensOpt = Annotated[
-    int, typer.Option(hidden=True, help="Simulation: reasoning tokens before the answer.")
-]
-
-SimNodeOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Simulation: node name that seeds a fleet card's spread (PROFILE~0.03); "
-        "default $POWERSWEEP_SIM_NODE or the host name.",
-        rich_help_panel=SIMULATION,
-    ),
-]
-
-SimFaultOpt = Annotated[
-    str | None,
-    typer.Option(hidden=True, help="Simulation: the server misbehaves (see sim/faults.py)."),
-]
-
-SimHideNumCtxOpt = Annotated[
-    bool,
-    typer.Option(
-        "--sim-hide-num-ctx", hidden=True, help="Simulation (ollama): /api/show no num_ctx."
-    ),
-]
-
-SimTokensPerChunkOpt = Annotated[
-    int, typer.Option(hidden=True, help="Simulation: tokens packed into one stream event.")
-]
-
-SimServingGpusOpt = Annotated[
-    str | None,
-    typer.Option(hidden=True, help="Simulation: the cards the model is loaded on (0,1)."),
-]
-
-SimIgnoreMaxTokensOpt = Annotated[
-    bool,
-    typer.Option(
-        "--sim-ignore-max-tokens", hidden=True, help="Simulation: generate past max_tokens."
-    ),
-]
-
-
-AxisOpt = Annotated[
-    Axis,
-    typer.Option(
-        help="What to sweep: the power limit, the SM clock lock, the memory clock lock, or a "
-        "grid of both (under one power limit).",
-        rich_help_panel=CLOCKS,
-    ),
-]
-
-SmClocksOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="SM lock set-points, MHz, e.g. 900,1200 (default: about 11 supported clocks).",
-        rich_help_panel=CLOCKS,
-    ),
-]
-
-MemClocksOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Memory lock set-points, MHz (default: every supported load tier).",
-        rich_help_panel=CLOCKS,
-    ),
-]
-
-HoldCapOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--cap",
-        help="Power limit held during a clock sweep, W (default: the limit in force).",
-        rich_help_panel=CLOCKS,
-    ),
-]
-
-
-SimMemLocksRefusedOpt = Annotated[
-    bool,
-    typer.Option("--sim-mem-locks-refused", hidden=True, help="Simulation: memory locks refused."),
-]
-
-SimSmLockIgnoredBelowOpt = Annotated[
-    float | None,
-    typer.Option(hidden=True, help="Simulation: SM locks under MHz silently ignored."),
-]
 
 
 def sweep_command(
@@ -560,8 +199,8 @@ def sweep_command(
     options = SweepOptions(
         cooling=cooling.value,
         load_mode=load_mode.value,
-        gpus=None if _all(gpu) else parse_gpus(gpu),
-        all_gpus=_all(gpu),
+        gpus=None if is_all(gpu) else parse_gpus(gpu),
+        all_gpus=is_all(gpu),
         caps=tuple(parse_caps(caps)) if caps is not None else None,
         step_size_w=step_size,
         target_cap_seconds=target_cap_seconds,
