@@ -4,18 +4,27 @@ A profile is not a lookup table of answers: it holds the constants of the physic
 :mod:`powersweep.sim.physics` (voltage/frequency curve, clock bins, static and dynamic power, the
 roofline of decode and prefill, the thermal path). Curves, plateaus and ceilings emerge from them.
 
-``rtx3090-air`` is fitted to the club-3090 rig (air-cooled RTX 3090, 100/370/390 W envelope,
-Qwen3.6-27B Q3 on llama.cpp): decode sweet spot near 290 W, a firmware boost plateau at
-340-370 W (SM held at 1560 MHz, ~334 W) that escapes at 380 W.
+The values are data, ``profiles.toml`` beside this module: read on first use, once per process
+(:func:`builtin_catalogue`), and validated field by field against :class:`GpuProfile`.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import reprlib
+import tomllib
+import typing
 import zlib
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass, replace
+from importlib import resources
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from powersweep.errors import UsageError
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -145,22 +154,19 @@ class GpuProfile:
     context_tokens: int
     thermal: ThermalPath
     slowdown_temp_c: float
-    power_noise_pct: float = 0.3
-    mem_tiers_mhz: tuple[float, ...] = ()
-    mem_static_w: float = 0.0
-    decode_overlap: float = 0.0
-    mem_locks_supported: bool = True
-    sm_lock_ignored_below_mhz: float = 0.0
-    vendor: str = "nvidia"
-    amd_power_fields: tuple[str, ...] = ("current", "average")
-    amd_violation_status: bool = True
-    # Every built-in NVIDIA card is Ampere or newer: a 1 s power usage beside an instant field.
-    power_usage_average_s: float = 1.0
-    instant_power_field: bool = True
-    # NVIDIA counters advance every 10-100 ms by card and driver (Zeus infers "as slow as 10 Hz";
-    # a Volta was seen near 10 ms): the slowest, 100 ms, quantises a window's energy the most.
-    energy_counter_period_s: float = 0.1
-    energy_counter_gain: float = 1.0
+    power_noise_pct: float
+    mem_tiers_mhz: tuple[float, ...]
+    mem_static_w: float
+    decode_overlap: float
+    mem_locks_supported: bool
+    sm_lock_ignored_below_mhz: float
+    vendor: str
+    amd_power_fields: tuple[str, ...]
+    amd_violation_status: bool
+    power_usage_average_s: float
+    instant_power_field: bool
+    energy_counter_period_s: float
+    energy_counter_gain: float
 
     def supported_mem_clocks_mhz(self) -> tuple[float, ...]:
         """Memory clocks NVML would list, descending: the load tiers, then the idle clock."""
@@ -181,294 +187,139 @@ class GpuProfile:
         return fine + tuple(s for s in self.boost_states_mhz if s > self.sm_fine_max_mhz)
 
 
-AIR_GEFORCE = ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.12, time_constant_s=25.0)
-WATER = ThermalPath("water", ambient_c=30.0, resistance_c_per_w=0.045, time_constant_s=40.0)
+DATA_FILE = "profiles.toml"
+_VENDORS = ("nvidia", "amd")
+_AMD_POWER_FIELDS = ("current", "average")
 
-_RTX3090_AIR = GpuProfile(
-    name="rtx3090-air",
-    gpu_name="NVIDIA GeForce RTX 3090 (simulated)",
-    vram_mib=24576,
-    min_limit_w=100.0,
-    default_limit_w=370.0,
-    max_limit_w=390.0,
-    user_limit_w=370.0,
-    rejects_below_w=0.0,
-    sm_min_mhz=210.0,
-    sm_fine_max_mhz=1560.0,
-    sm_step_mhz=15.0,
-    boost_states_mhz=(1635.0, 1680.0, 1740.0, 1800.0, 1860.0),
-    voltage_curve=(
-        (210.0, 0.70),
-        (1445.0, 0.75),
-        (1545.0, 0.803),
-        (1635.0, 0.866),
-        (1680.0, 0.881),
-        (1740.0, 0.93),
-        (1860.0, 1.0),
-    ),
-    idle_sm_mhz=210.0,
-    mem_clock_mhz=9751.0,
-    idle_mem_clock_mhz=405.0,
-    idle_w=32.0,
-    static_w=108.0,
-    leakage_per_c=0.003,
-    dyn_w_per_mhz_v2=0.275,
-    mem_dyn_w=35.0,
-    decode_compute_mhz_s=34.13,
-    decode_memory_s=0.007262,
-    batch_compute=0.35,
-    batch_memory=0.03,
-    prefill_tps_per_mhz=0.62,
-    prefill_attn_tokens=24000.0,
-    prefill_compute_util=0.9,
-    context_tokens=32768,
-    thermal=AIR_GEFORCE,
-    slowdown_temp_c=88.0,
-)
 
-_RTX4090_AIR = GpuProfile(
-    name="rtx4090-air",
-    gpu_name="NVIDIA GeForce RTX 4090 (simulated)",
-    vram_mib=24564,
-    min_limit_w=150.0,
-    default_limit_w=450.0,
-    max_limit_w=600.0,
-    user_limit_w=450.0,
-    rejects_below_w=0.0,
-    sm_min_mhz=210.0,
-    sm_fine_max_mhz=2790.0,
-    sm_step_mhz=15.0,
-    boost_states_mhz=(),
-    voltage_curve=((210.0, 0.88), (2250.0, 0.88), (2600.0, 0.98), (2790.0, 1.07)),
-    idle_sm_mhz=210.0,
-    mem_clock_mhz=10501.0,
-    idle_mem_clock_mhz=405.0,
-    idle_w=22.0,
-    static_w=95.0,
-    leakage_per_c=0.003,
-    dyn_w_per_mhz_v2=0.17,
-    mem_dyn_w=45.0,
-    decode_compute_mhz_s=30.0,
-    decode_memory_s=0.0105,
-    batch_compute=0.35,
-    batch_memory=0.03,
-    prefill_tps_per_mhz=1.1,
-    prefill_attn_tokens=24000.0,
-    prefill_compute_util=0.92,
-    context_tokens=32768,
-    thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.1, time_constant_s=25.0),
-    slowdown_temp_c=88.0,
-)
+class ProfileDataError(ValueError):
+    """Malformed profile data; the one-line message names the profile and the field."""
 
-_RTX5090_AIR = GpuProfile(
-    name="rtx5090-air",
-    gpu_name="NVIDIA GeForce RTX 5090 (simulated)",
-    vram_mib=32607,
-    min_limit_w=400.0,
-    default_limit_w=575.0,
-    max_limit_w=600.0,
-    user_limit_w=575.0,
-    rejects_below_w=0.0,
-    sm_min_mhz=210.0,
-    sm_fine_max_mhz=2880.0,
-    sm_step_mhz=15.0,
-    boost_states_mhz=(),
-    voltage_curve=((210.0, 0.85), (2600.0, 0.87), (2800.0, 0.97), (2880.0, 1.02)),
-    idle_sm_mhz=210.0,
-    mem_clock_mhz=14001.0,
-    idle_mem_clock_mhz=405.0,
-    idle_w=30.0,
-    static_w=106.0,
-    leakage_per_c=0.003,
-    dyn_w_per_mhz_v2=0.19,
-    mem_dyn_w=10.0,
-    decode_compute_mhz_s=36.0,
-    decode_memory_s=0.0085,
-    batch_compute=0.3,
-    batch_memory=0.03,
-    prefill_tps_per_mhz=1.5,
-    prefill_attn_tokens=24000.0,
-    prefill_compute_util=0.93,
-    context_tokens=32768,
-    thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.1, time_constant_s=25.0),
-    slowdown_temp_c=88.0,
-    # GDDR7 tiers as nvidia-smi -lmc offers them; the interface's draw follows the tier
-    mem_tiers_mhz=(14001.0, 12001.0, 10001.0, 7001.0),
-    mem_static_w=90.0,
-)
 
-_H100_SXM = GpuProfile(
-    name="h100-sxm",
-    gpu_name="NVIDIA H100 80GB HBM3 (simulated)",
-    vram_mib=81559,
-    min_limit_w=200.0,
-    default_limit_w=700.0,
-    max_limit_w=700.0,
-    user_limit_w=700.0,
-    rejects_below_w=0.0,
-    sm_min_mhz=345.0,
-    sm_fine_max_mhz=1980.0,
-    sm_step_mhz=15.0,
-    boost_states_mhz=(),
-    voltage_curve=((345.0, 0.70), (1400.0, 0.70), (1700.0, 0.80), (1980.0, 0.90)),
-    idle_sm_mhz=345.0,
-    mem_clock_mhz=2619.0,
-    idle_mem_clock_mhz=2619.0,
-    idle_w=70.0,
-    static_w=90.0,
-    leakage_per_c=0.002,
-    dyn_w_per_mhz_v2=0.36,
-    mem_dyn_w=110.0,
-    decode_compute_mhz_s=8.0,
-    decode_memory_s=0.022,
-    batch_compute=0.5,
-    batch_memory=0.02,
-    prefill_tps_per_mhz=4.5,
-    prefill_attn_tokens=32000.0,
-    prefill_compute_util=0.95,
-    context_tokens=65536,
-    thermal=ThermalPath("air", ambient_c=25.0, resistance_c_per_w=0.06, time_constant_s=30.0),
-    slowdown_temp_c=87.0,
-    # HBM3 has one clock under load; decode overlaps most of its compute with memory traffic,
-    # so it draws well under the 700 W cap and barely slows with the SM clock
-    mem_tiers_mhz=(2619.0,),
-    mem_static_w=25.0,
-    decode_overlap=0.7,
-)
+@dataclass(frozen=True)
+class ProfileCatalogue:
+    """The built-in profiles by name, in file order, and the line ``--list-profiles`` prints."""
 
-# H200: the H100's compute with HBM3e (4.8 TB/s): decode steps move the same bytes faster.
-_H200_SXM = replace(
-    _H100_SXM,
-    name="h200-sxm",
-    gpu_name="NVIDIA H200 (simulated)",
-    vram_mib=143771,
-    mem_clock_mhz=3201.0,
-    idle_mem_clock_mhz=3201.0,
-    mem_tiers_mhz=(3201.0,),
-    decode_memory_s=0.0155,
-    mem_dyn_w=95.0,
-    context_tokens=131072,
-)
+    profiles: Mapping[str, GpuProfile]
+    descriptions: Mapping[str, str]
 
-# MI300X (OAM, CDNA3): 750 W board power, the default and highest cap; amdsmi reports 0 W as its
-# lowest. Gfx clock up to 2100 MHz; 192 GB HBM3 at one clock (1300 MHz, 5.3 TB/s), which amdsmi
-# cannot lock. It fills current socket power only (no average) and reports violation status.
-# Decode is bandwidth-bound: the step is mostly HBM traffic, overlapped with compute (vLLM),
-# so decode draws far below the cap and a lower cap costs little speed.
-_MI300X = GpuProfile(
-    name="mi300x",
-    gpu_name="AMD Instinct MI300X (simulated)",
-    vram_mib=196592,
-    min_limit_w=0.0,
-    default_limit_w=750.0,
-    max_limit_w=750.0,
-    user_limit_w=750.0,
-    rejects_below_w=0.0,
-    sm_min_mhz=500.0,
-    sm_fine_max_mhz=2100.0,
-    sm_step_mhz=25.0,
-    boost_states_mhz=(),
-    voltage_curve=((500.0, 0.70), (1300.0, 0.70), (1400.0, 0.78), (2100.0, 1.00)),
-    idle_sm_mhz=500.0,
-    mem_clock_mhz=1300.0,
-    idle_mem_clock_mhz=1300.0,
-    idle_w=150.0,
-    static_w=190.0,
-    leakage_per_c=0.002,
-    dyn_w_per_mhz_v2=0.34,
-    mem_dyn_w=140.0,
-    decode_compute_mhz_s=7.0,
-    decode_memory_s=0.0145,
-    batch_compute=0.5,
-    batch_memory=0.02,
-    prefill_tps_per_mhz=5.0,
-    prefill_attn_tokens=32000.0,
-    prefill_compute_util=0.95,
-    context_tokens=131072,
-    thermal=ThermalPath("air", ambient_c=25.0, resistance_c_per_w=0.07, time_constant_s=30.0),
-    slowdown_temp_c=100.0,
-    mem_tiers_mhz=(1300.0,),
-    mem_static_w=30.0,
-    decode_overlap=0.7,
-    mem_locks_supported=False,
-    vendor="amd",
-    amd_power_fields=("current",),
-    amd_violation_status=True,
-)
 
-# RX 7900 XTX (reference board, RDNA3): 355 W total board power; amdgpu lets the cap move from
-# -10% to +15% of it (320-408 W). Gfx clock 500 MHz up to 2500 MHz boost (no discrete boost
-# states: RDNA3 clocks move in small steps); 24 GB GDDR6 at 20 Gbps (960 GB/s; amdsmi's MCLK
-# 1249 MHz, idle 96 MHz). It fills average socket power only and has no violation status.
-# llama.cpp on HIP reaches less of the bandwidth than CUDA on an RTX 3090: a longer memory step.
-_RX7900XTX = GpuProfile(
-    name="rx7900xtx",
-    gpu_name="AMD Radeon RX 7900 XTX (simulated)",
-    vram_mib=24560,
-    min_limit_w=320.0,
-    default_limit_w=355.0,
-    max_limit_w=408.0,
-    user_limit_w=355.0,
-    rejects_below_w=0.0,
-    sm_min_mhz=500.0,
-    sm_fine_max_mhz=2500.0,
-    sm_step_mhz=15.0,
-    boost_states_mhz=(),
-    voltage_curve=((500.0, 0.70), (1500.0, 0.75), (2100.0, 0.86), (2500.0, 1.02)),
-    idle_sm_mhz=500.0,
-    mem_clock_mhz=1249.0,
-    idle_mem_clock_mhz=96.0,
-    idle_w=22.0,
-    static_w=75.0,
-    leakage_per_c=0.003,
-    dyn_w_per_mhz_v2=0.125,
-    mem_dyn_w=60.0,
-    decode_compute_mhz_s=10.0,
-    decode_memory_s=0.017,
-    batch_compute=0.35,
-    batch_memory=0.03,
-    prefill_tps_per_mhz=0.55,
-    prefill_attn_tokens=24000.0,
-    prefill_compute_util=0.9,
-    context_tokens=32768,
-    thermal=ThermalPath("air", ambient_c=30.0, resistance_c_per_w=0.15, time_constant_s=25.0),
-    slowdown_temp_c=110.0,
-    mem_tiers_mhz=(1249.0, 772.0, 456.0),
-    mem_static_w=25.0,
-    vendor="amd",
-    amd_power_fields=("average",),
-    amd_violation_status=False,
-)
+@functools.cache
+def builtin_catalogue() -> ProfileCatalogue:
+    """The profiles of the packaged ``profiles.toml``, read and validated once per process."""
+    text = resources.files("powersweep.sim").joinpath(DATA_FILE).read_text(encoding="utf-8")
+    return parse_profiles(text)
 
-_BUILTIN: dict[str, GpuProfile] = {
-    p.name: p
-    for p in (
-        _RTX3090_AIR,
-        replace(_RTX3090_AIR, name="rtx3090-water", thermal=WATER),
-        _RTX4090_AIR,
-        _RTX5090_AIR,
-        _H100_SXM,
-        _H200_SXM,
-        _MI300X,
-        _RX7900XTX,
+
+def parse_profiles(text: str, source: str = DATA_FILE) -> ProfileCatalogue:
+    """Profiles from TOML text: ``[defaults]``, then one ``[profiles.NAME]`` table each.
+
+    A profile's fields are the defaults, overlaid by those of its ``base`` (a profile defined
+    above it) if it names one, overlaid by its own; its ``description`` is not inherited.
+
+    Raises:
+        ProfileDataError: Bad TOML, or a field missing, unknown or of the wrong type.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileDataError(f"{source}: not valid TOML: {e}") from None
+    if unknown := sorted(set(data) - {"defaults", "profiles"}):
+        raise ProfileDataError(f"{source}: unknown table {unknown[0]!r}")
+    field_names = {f.name for f in fields(GpuProfile)} - {"name"}
+    defaults = _table(data.get("defaults", {}), f"{source}: [defaults]")
+    if unknown := sorted(set(defaults) - field_names):
+        raise ProfileDataError(f"{source}: [defaults]: unknown field {unknown[0]!r}")
+    merged: dict[str, dict[str, Any]] = {}
+    profiles: dict[str, GpuProfile] = {}
+    descriptions: dict[str, str] = {}
+    for name, value in _table(data.get("profiles"), f"{source}: [profiles]").items():
+        where = f"{source}: profile {name!r}"
+        own = dict(_table(value, where))
+        base = own.pop("base", None)
+        if unknown := sorted(set(own) - field_names - {"description"}):
+            raise ProfileDataError(f"{where}: unknown field {unknown[0]!r}")
+        if base is not None and _typed(base, str, where, "base") not in merged:
+            raise ProfileDataError(f"{where}: base {base!r} is not a profile defined above it")
+        descriptions[name] = _typed(own.pop("description", None), str, where, "description")
+        merged[name] = {**defaults, **(merged[base] if base else {}), **own, "name": name}
+        profiles[name] = _checked(_build(GpuProfile, merged[name], where), where)
+    if not profiles:
+        raise ProfileDataError(f"{source}: no [profiles.NAME] table")
+    return ProfileCatalogue(MappingProxyType(profiles), MappingProxyType(descriptions))
+
+
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ProfileDataError(f"{where}: must be a table, not {reprlib.repr(value)}")
+    return value
+
+
+def _build(cls: type[_T], table: Mapping[str, Any], where: str, prefix: str = "") -> _T:
+    """An instance of the dataclass ``cls`` from a table holding exactly its fields."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    if unknown := sorted(set(table) - set(names)):
+        raise ProfileDataError(f"{where}: unknown field {prefix + unknown[0]!r}")
+    if missing := [n for n in names if n not in table]:
+        raise ProfileDataError(f"{where}: missing field {prefix + missing[0]!r}")
+    hints = typing.get_type_hints(cls)
+    return cls(**{n: _typed(table[n], hints[n], where, prefix + n) for n in names})
+
+
+def _typed(value: Any, hint: Any, where: str, field: str) -> Any:
+    """``value`` as the type ``hint`` (a TOML array as a tuple, an integer as a float)."""
+    args = typing.get_args(hint)
+    if is_dataclass(hint):
+        if isinstance(value, dict):
+            return _build(hint, value, where, f"{field}.")  # type: ignore[arg-type]
+        expected = "a table"
+    elif typing.get_origin(hint) is tuple:
+        items = [args[0]] * len(value) if isinstance(value, list) and args[-1] is ... else args
+        if isinstance(value, list) and len(items) == len(value):
+            return tuple(
+                _typed(v, h, where, f"{field}[{i}]")
+                for i, (v, h) in enumerate(zip(value, items, strict=True))
+            )
+        expected = "an array" if args[-1] is ... else f"an array of {len(args)}"
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        expected = "a number"
+    elif hint in (int, str, bool):
+        if type(value) is hint:
+            return value
+        expected = {int: "a whole number", str: "a string", bool: "true or false"}[hint]
+    else:
+        raise TypeError(f"no reader for a field of type {hint!r}")
+    if value is None:
+        raise ProfileDataError(f"{where}: missing field {field!r}")
+    raise ProfileDataError(
+        f"{where}: field {field!r} must be {expected}, not {reprlib.repr(value)}"
     )
-}
 
-PROFILE_DESCRIPTIONS: dict[str, str] = {
-    "rtx3090-air": "RTX 3090, air: 100/370/390 W, boost plateau 340-370 W (club-3090 rig)",
-    "rtx3090-water": "RTX 3090, water: same card, cooler and leaner than air",
-    "rtx4090-air": "RTX 4090, air: 150/450/600 W, decode draw ceiling near 395 W",
-    "rtx5090-air": "RTX 5090, air: 400/575/600 W (no cap below 400 W), hot; four memory tiers",
-    "h100-sxm": "H100 SXM: 200/700/700 W, decode far below the cap; SM locks save energy",
-    "h200-sxm": "H200 SXM: 200/700/700 W, HBM3e; decode far below the cap, SM locks save energy",
-    "mi300x": "AMD Instinct MI300X (amdsmi): 0/750/750 W, HBM3; decode far below the cap",
-    "rx7900xtx": "AMD Radeon RX 7900 XTX (amdsmi): 320/355/408 W, only -10%/+15% of its TBP",
-}
+
+def _checked(p: GpuProfile, where: str) -> GpuProfile:
+    """``p`` if its values agree with each other (their types are checked already)."""
+    for ok, problem in (
+        (p.vendor in _VENDORS, f"field 'vendor' must be one of {_VENDORS}"),
+        (
+            set(p.amd_power_fields) <= set(_AMD_POWER_FIELDS),
+            f"field 'amd_power_fields' may hold only {_AMD_POWER_FIELDS}",
+        ),
+        (
+            p.min_limit_w <= p.default_limit_w <= p.max_limit_w,
+            "min_limit_w <= default_limit_w <= max_limit_w must hold",
+        ),
+        (p.sm_step_mhz > 0, "field 'sm_step_mhz' must be above 0"),
+    ):
+        if not ok:
+            raise ProfileDataError(f"{where}: {problem}")
+    return p
 
 
 def profile_names() -> list[str]:
     """Names of the built-in profiles, in a stable order."""
-    return list(_BUILTIN)
+    return list(builtin_catalogue().profiles)
 
 
 def get_profile(name: str) -> GpuProfile:
@@ -477,13 +328,21 @@ def get_profile(name: str) -> GpuProfile:
     Raises:
         UsageError: Unknown name (the message lists the known ones).
     """
+    profiles = builtin_catalogue().profiles
     try:
-        return _BUILTIN[name]
+        return profiles[name]
     except KeyError:
         raise UsageError(
-            f"unknown simulation profile {name!r}; known: {', '.join(_BUILTIN)} "
+            f"unknown simulation profile {name!r}; known: {', '.join(profiles)} "
             "(see --list-profiles)"
         ) from None
+
+
+def __getattr__(name: str) -> Mapping[str, str]:
+    # PROFILE_DESCRIPTIONS (name -> the line --list-profiles prints) is read on first use
+    if name == "PROFILE_DESCRIPTIONS":
+        return builtin_catalogue().descriptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Planted outliers of a simulated fleet: what makes one card of a model unlike the others.
