@@ -25,21 +25,13 @@ from powersweep.sweep.driver import (
     SweepPlan,
 )
 from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.gpu_choice import GpuChoice, check_settable, gpu_meta, select_gpus
 from powersweep.sweep.loads.base import Load, Pace, request_budget_s
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import SweepOptions, validate
-from powersweep.sweep.plan import (
-    GpuChoice,
-    check_settable,
-    gpu_meta,
-    journal_for,
-    plan_caps,
-    plan_points,
-    point_caps,
-    select_gpus,
-)
+from powersweep.sweep.plan import journal_for, plan_caps, plan_points, point_caps
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.cardlock import card_key, locks_for
 from powersweep.sweep.records.journal import (

@@ -12,7 +12,7 @@ from powersweep.sweep.gpu import Gpu, GpuBackend
 from powersweep.sweep.gpu.amd import AmdsmiBackend, AmdsmiGpu
 from powersweep.sweep.gpu.combined import CombinedBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.plan import select_gpus
+from powersweep.sweep.gpu_choice import select_gpus
 from tests.fakes.fake_amdsmi import (
     AMDSMI_STATUS_NO_PERM,
     AMDSMI_STATUS_NOT_SUPPORTED,

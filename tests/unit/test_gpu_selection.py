@@ -11,7 +11,7 @@ import pytest
 
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.plan import confirm_serving, not_swept_busy, select_gpus
+from powersweep.sweep.gpu_choice import confirm_serving, not_swept_busy, select_gpus
 from tests.fakes.fake_pynvml import (
     NVML_ERROR_NOT_SUPPORTED,
     FakeDevice,

@@ -11,7 +11,7 @@ import pytest
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.plan import check_settable
+from powersweep.sweep.gpu_choice import check_settable
 from powersweep.sweep.records.journal import (
     ROOT_STATE_DIR,
     Journal,

@@ -16,11 +16,11 @@ from typing import Any
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.gpu_choice import confirm_serving, not_swept_busy
 from powersweep.sweep.loads.base import ChatApi, Load, Pace
 from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.warmup import Warmup, warmup
 from powersweep.sweep.measurement.thermal_fit import ThermalFit
-from powersweep.sweep.plan import confirm_serving, not_swept_busy
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.verdict import FaultLog
