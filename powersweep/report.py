@@ -16,7 +16,8 @@ from types import ModuleType
 from typing import Any
 
 from powersweep import analysis
-from powersweep.analysis.clock_analysis import analyze_clocks, is_clock_curve
+from powersweep.analysis.clock_analysis import analyze_clocks
+from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.clock_summary import (
     clocks_versus_power,
     render_clock_summary,

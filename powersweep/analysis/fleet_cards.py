@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from powersweep import __version__
-from powersweep.analysis.clock_analysis import analyze_clocks, is_clock_curve
+from powersweep.analysis.clock_analysis import analyze_clocks
+from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.core import analyze
 from powersweep.analysis.fleet_axis import FleetAxis, axis_of_analysis, best_of, rows_of
 from powersweep.analysis.load import Curve

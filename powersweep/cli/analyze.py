@@ -190,6 +190,6 @@ def _cross(
 def _has_clock_run(paths: list[Path]) -> bool:
     """True when one of the runs is a clock-lock sweep (its rows carry clock locks)."""
     from powersweep.analysis import load_curve
-    from powersweep.analysis.clock_analysis import is_clock_curve
+    from powersweep.analysis.clock_curve import is_clock_curve
 
     return any(is_clock_curve(load_curve(p).caps) for p in paths)

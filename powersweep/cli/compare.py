@@ -55,7 +55,7 @@ def compare_command(
     card = card_facts(gpu_name, default_limit, min_limit, max_limit)
     labelled = []
     curves = []
-    from powersweep.analysis.clock_analysis import is_clock_curve
+    from powersweep.analysis.clock_curve import is_clock_curve
 
     for p in paths:
         # The card facts fill in what each curve's run.json lacks (a bare caps.csv has none).

@@ -21,7 +21,7 @@ from powersweep.analysis.cap_points import (
     estimate_noise,
     typical_step_w,
 )
-from powersweep.analysis.clock_analysis import is_clock_curve
+from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.structure import find_regions, regimes
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import PowerEnvelope

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from powersweep.analysis.clock_analysis import TIER_CAP_FRACTION
+from powersweep.analysis.clock_curve import TIER_CAP_FRACTION
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
 from powersweep.sim.engine import WorkKind

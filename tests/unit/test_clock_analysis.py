@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from powersweep.analysis import load_curve
-from powersweep.analysis.clock_analysis import analyze_clocks, clock_points, pareto_front
+from powersweep.analysis.clock_analysis import analyze_clocks
+from powersweep.analysis.clock_curve import clock_points, pareto_front
 from powersweep.analysis.clock_summary import clocks_versus_power
 from powersweep.cli import app
 from powersweep.errors import UsageError
