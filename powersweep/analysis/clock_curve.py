@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis import serving
+from powersweep.analysis.pooling import current_rows, pool_repeats
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
 TIER_CAP_FRACTION = 0.05
@@ -93,9 +94,8 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
 
     A point measured more than once is one point: the confirm phase's readings pooled, any other
     repeat (a retry, a recheck) replacing the earlier reading
-    (:func:`~powersweep.analysis.core.pool_repeats`).
+    (:func:`~powersweep.analysis.pooling.pool_repeats`).
     """
-    from powersweep.analysis.core import current_rows, pool_repeats
 
     out = []
     usable = []

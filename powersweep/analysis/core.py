@@ -19,6 +19,7 @@ from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.findings import finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
+from powersweep.analysis.pooling import cap_rows, curve_points, table_rows, usable
 from powersweep.analysis.power_findings import (
     as_float,
     boundary_findings,
@@ -33,7 +34,6 @@ from powersweep.analysis.power_findings import (
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.errors import UsageError
-from powersweep.runformat import CONFIRM_REASON
 
 NAN = math.nan
 OBJECTIVES = ("tps-per-w", "near-peak", "cost")
@@ -88,8 +88,8 @@ def analyze(
     run = run_facts(curve, default_limit_w)
     caps = curve.caps
     metric = curve.metric
-    ok = _usable(caps, metric)
-    points = _points(ok, metric)
+    ok = usable(caps, metric)
+    points = curve_points(ok, metric)
     findings: list[dict[str, Any]] = [
         finding("warning", "input_note", note, "check the run directory's files")
         for note in curve.notes
@@ -98,7 +98,7 @@ def analyze(
 
     # One row per cap: a cap measured again (the confirm phase) shows its pooled figures, so the
     # starred row is always the best row of the table.
-    rows = _cap_rows(_table_rows(caps, ok), metric)
+    rows = cap_rows(table_rows(caps, ok), metric)
     result: dict[str, Any] = {
         "schema_version": 1,
         "tool": {"name": "powersweep", "version": __version__},
@@ -354,179 +354,6 @@ def sanitize(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def current_rows(caps: pl.DataFrame, by: Sequence[str] = ("cap_w",)) -> pl.DataFrame:
-    """The rows of each point that stand: its last measurement that is not a confirm
-    re-measurement, with the confirm rows after it; a point whose last such measurement did not
-    end ok (a recheck found it suspect, a retry failed) has none: an earlier reading it replaced
-    must not stand in for it."""
-    keys = [c for c in by if c in caps.columns]
-    if caps.height == 0 or not keys or "status" not in caps.columns:
-        return caps
-    confirm = (
-        pl.col("reason").fill_null("") == CONFIRM_REASON
-        if "reason" in caps.columns
-        else pl.lit(False)
-    )
-    last_status = (
-        pl.col("status").filter(~confirm).last().over(keys)
-        if "reason" in caps.columns
-        else pl.col("status").last().over(keys)
-    )
-    return caps.filter(last_status.fill_null("ok") == "ok")
-
-
-def _usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
-    """Rows that count: status ok, finite positive draw and TPS; one per cap, repeats pooled
-    (:func:`pool_repeats`); a cap whose last measurement did not end ok has none
-    (:func:`current_rows`)."""
-    ok = current_rows(caps).filter(
-        (pl.col("status") == "ok")
-        & pl.col(metric).is_not_null()
-        & pl.col(metric).is_finite()
-        & (pl.col(metric) > 0)
-        & pl.col("power_w").is_not_null()
-        & pl.col("power_w").is_finite()
-        & (pl.col("power_w") > 0)
-    )
-    return pool_repeats(ok, metric).sort("cap_w")
-
-
-def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) -> pl.DataFrame:
-    """One row per point: the confirm phase's re-measurements are pooled with its reading.
-
-    A point measured again to resolve noise (``reason`` ``confirm``) keeps every reading: TPS
-    figures are weighted by each measurement's window (``window_s``, else equally), draw by its
-    load samples (``n_samples``, else equally); counts add up; everything else is the last
-    measurement's. ``n_measurements`` says how many were pooled. Any other repeat (a retried or
-    re-checked point) replaces the earlier reading: the last one before the confirm phase counts.
-
-    Args:
-        ok: The usable rows.
-        metric: The TPS column the sweep optimises.
-        by: The columns that name a point (a cap; the locks of a clock point).
-    """
-    keys = [c for c in by if c in ok.columns]
-    if ok.height == 0 or not keys:
-        return ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
-    if "reason" in ok.columns:
-        confirm = pl.col("reason").fill_null("") == CONFIRM_REASON
-        ok = (
-            ok.with_row_index("_i")
-            .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over(keys)))
-            .drop("_i")
-        )
-    tps_cols = [c for c in ("narr_tps", "code_tps", "prefill_tps", metric) if c in ok.columns]
-    tps_cols = list(dict.fromkeys(tps_cols))
-
-    def weight(col: str) -> pl.Expr:
-        return pl.col(col).fill_null(1.0) if col in ok.columns else pl.lit(1.0)
-
-    df = ok.with_columns(weight("window_s").alias("_wt"), weight("n_samples").alias("_wp"))
-
-    def weighted(col: str, weight: str) -> pl.Expr:
-        valid = pl.col(col).is_not_null() & pl.col(col).is_finite()
-        num = pl.when(valid).then(pl.col(col) * pl.col(weight)).otherwise(0.0).sum()
-        den = pl.when(valid).then(pl.col(weight)).otherwise(0.0).sum()
-        return pl.when(den > 0).then(num / den).otherwise(None).alias(col)
-
-    pooled_cols = {
-        *tps_cols,
-        "power_w",
-        "n_samples",
-        "n_requests",
-        "energy_j",
-        "energy_sampled_j",
-        *(c for c in serving.pooled_names() if c != "kwh_per_mtok"),
-    }
-    aggs = [weighted(c, "_wt") for c in tps_cols]
-    aggs += [
-        weighted("power_w", "_wp"),
-        *(
-            # A sum over a missing reading is unknown, not smaller.
-            pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).otherwise(None).alias(c)
-            for c in ("n_samples", "n_requests", "energy_j", "energy_sampled_j")
-            if c in ok.columns
-        ),
-        pl.len().alias("n_measurements"),
-        *serving.pooled_columns(ok.columns),
-    ]
-    aggs += [pl.col(c).last() for c in ok.columns if c not in pooled_cols and c not in keys]
-    pooled = df.group_by(keys, maintain_order=True).agg(aggs)
-    tpw = pl.col(metric) / pl.col("power_w")
-    pooled = serving.with_kwh(pooled.with_columns(tpw.alias("tps_per_w")))
-    return pooled.select([*ok.columns, "n_measurements"])
-
-
-def _table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
-    """The per-cap table: each usable cap once (pooled), and the caps that never finished ok."""
-    done = set(ok["cap_w"].to_list())
-    rest = caps.filter(~pl.col("cap_w").is_in(list(done))).with_columns(
-        pl.lit(1, dtype=pl.Int64).alias("n_measurements")
-    )
-    return pl.concat([ok, rest], how="diagonal_relaxed").sort("cap_w", maintain_order=True)
-
-
-def _points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
-    def f(row: dict[str, Any], key: str) -> float:
-        v = row.get(key)
-        return NAN if v is None else float(v)
-
-    out: list[CapPoint] = []
-    for row in ok.iter_rows(named=True):
-        n = f(row, "n_gpus")
-        n = n if math.isfinite(n) and n >= 1 else 1.0
-        out.append(
-            CapPoint(
-                cap_w=float(row["cap_w"]),
-                cap_total_w=float(row["cap_w"]) * n,
-                power_w=float(row["power_w"]),
-                tps=float(row[metric]),
-                sm_clock_mhz=f(row, "sm_clock_mhz"),
-                pstate=f(row, "pstate"),
-                util_pct=f(row, "util_pct"),
-                temp_max_c=f(row, "temp_max_c"),
-                thermal_throttle_pct=f(row, "thermal_throttle_pct"),
-                pwr_throttle_pct=f(row, "pwr_throttle_pct"),
-            )
-        )
-    return out
-
-
-def _cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for row in caps.iter_rows(named=True):
-        tps, power = row.get(metric), row.get("power_w")
-        tpw = (
-            tps / power
-            if tps is not None and power is not None and math.isfinite(tps) and power > 0
-            else None
-        )
-        rows.append(
-            {
-                "cap_w": row["cap_w"],
-                "tps": tps,
-                "code_tps": row.get("code_tps"),
-                "power_w": power,
-                "tps_per_w": tpw,
-                "sm_clock_mhz": row.get("sm_clock_mhz"),
-                "mem_clock_mhz": row.get("mem_clock_mhz"),
-                "temp_max_c": row.get("temp_max_c"),
-                "status": row.get("status"),
-                "error": row.get("error"),
-                "util_pct": row.get("util_pct"),
-                "pstate": row.get("pstate"),
-                "pwr_throttle_pct": row.get("pwr_throttle_pct"),
-                "thermal_throttle_pct": row.get("thermal_throttle_pct"),
-                "energy_j": row.get("energy_j"),
-                "energy_sampled_j": row.get("energy_sampled_j"),
-                "n_gpus": row.get("n_gpus"),
-                "n_measurements": row.get("n_measurements"),
-                **serving.row_fields(row),
-            }
-        )
-    return rows
 
 
 def _pct_of_default(cap_w: float, default_w: float) -> float:

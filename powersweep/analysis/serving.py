@@ -85,7 +85,7 @@ class ServingOptions:
 
 
 def pooled_columns(columns: Sequence[str]) -> list[pl.Expr]:
-    """Aggregations of the per-token columns for ``core.pool_repeats`` (``_wt``: the window).
+    """Aggregations of the per-token columns for ``pooling.pool_repeats`` (``_wt``: the window).
 
     Args:
         columns: The columns of the frame being pooled (old runs lack the per-token ones).

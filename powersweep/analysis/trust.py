@@ -203,7 +203,7 @@ def _pooled(
     confirm: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """A cap the confirm phase measured again: its readings are pooled, as the analysis does
-    (:func:`powersweep.analysis.core.pool_repeats`), so no reading of it is ignored."""
+    (:func:`powersweep.analysis.pooling.pool_repeats`), so no reading of it is ignored."""
     base = [r for r in usable if (r.get("reason") or "") != CONFIRM_REASON][-1:]
     pooled = base + confirm
     lines = ", ".join(str(r[SOURCE_LINE]) for r in pooled)

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from powersweep.analysis import serving
-from powersweep.analysis.core import pool_repeats
+from powersweep.analysis.pooling import pool_repeats
 from powersweep.errors import UsageError
 
 
