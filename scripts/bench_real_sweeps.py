@@ -71,7 +71,8 @@ def run_all(
     """
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
-    from powersweep.sweep.options import SweepOptions
+    from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+    from powersweep.sweep.sampling.windows import WindowPolicy
     from powersweep.sweep.session import run_session
 
     head = (
@@ -107,10 +108,11 @@ def run_all(
                         load_mode=mode,
                         out=Path(tmp) / f"{label.replace(':', '_')}-{mode}-{strategy}-{seed}",
                         warmup_requests=1,
-                        target_cap_seconds=target_s,
+                        measure=MeasureOptions(
+                            settle_mode=SettleMode(settle), windows=WindowPolicy(max_s=target_s)
+                        ),
                         cooling="air",
                         strategy=strategy,
-                        settle=settle,
                         **MODE_OPTIONS[mode],
                     )
                     sim = SimOptions(seed=seed, time_scale=scale)
@@ -162,7 +164,8 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
     """
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
-    from powersweep.sweep.options import SweepOptions
+    from powersweep.sweep.options import MeasureOptions, SweepOptions
+    from powersweep.sweep.sampling.windows import WindowPolicy
     from powersweep.sweep.session import run_session
 
     worst = 0.0
@@ -173,10 +176,9 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
                 load_mode=mode,
                 out=Path(tmp) / mode,
                 warmup_requests=1,
-                target_cap_seconds=1.0,
+                measure=MeasureOptions(windows=WindowPolicy(max_s=1.0)),
                 cooling="air",
                 caps=OVERHEAD_CAPS_W,
-                settle="auto",
                 confirm=False,
                 **MODE_OPTIONS[mode],
             )

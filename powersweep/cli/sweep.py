@@ -89,12 +89,11 @@ from powersweep.sweep.options import (
     Backend,
     Cooling,
     LoadMode,
-    SettleMode,
+    MeasureOptions,
     Strategy,
     SweepOptions,
 )
-from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
-from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, DEFAULT_PRECISION_PCT
+from powersweep.sweep.sampling.windows import WindowPolicy
 
 # Exit code of a run that ended but measured too few caps to answer.
 PARTIAL_EXIT = 3
@@ -103,9 +102,9 @@ PARTIAL_EXIT = 3
 def sweep_command(
     cooling: CoolingOpt = Cooling.UNSPECIFIED,
     load_mode: LoadModeOpt = LoadMode.DECODE_SINGLE,
-    target_cap_seconds: TargetCapSecondsOpt = 10.0,
-    min_cap_seconds: MinCapSecondsOpt = DEFAULT_MIN_WINDOW_S,
-    precision: PrecisionOpt = DEFAULT_PRECISION_PCT,
+    target_cap_seconds: TargetCapSecondsOpt = WindowPolicy.max_s,
+    min_cap_seconds: MinCapSecondsOpt = WindowPolicy.min_s,
+    precision: PrecisionOpt = WindowPolicy.precision_pct,
     warmup_requests: WarmupRequestsOpt = 3,
     concurrency: ConcurrencyOpt = None,
     bench_runs: BenchRunsOpt = 1,
@@ -122,11 +121,11 @@ def sweep_command(
     mem_clocks: MemClocksOpt = None,
     cap: HoldCapOpt = None,
     strategy: StrategyOpt = Strategy.DENSE,
-    settle: SettleOpt = SettleMode.AUTO,
-    settle_seconds: SettleSecondsOpt = 3.0,
-    thermal_wait_seconds: ThermalWaitSecondsOpt = DEFAULT_THERMAL_WAIT_S,
+    settle: SettleOpt = MeasureOptions.settle_mode,
+    settle_seconds: SettleSecondsOpt = MeasureOptions.settle_s,
+    thermal_wait_seconds: ThermalWaitSecondsOpt = MeasureOptions.thermal_wait_s,
     no_confirm: NoConfirmOpt = False,
-    sample_interval: SampleIntervalOpt = 0.5,
+    sample_interval: SampleIntervalOpt = MeasureOptions.sample_interval_s,
     max_failed_caps: MaxFailedCapsOpt = 3,
     url: UrlOpt = None,
     model: ModelOpt = None,
@@ -203,17 +202,20 @@ def sweep_command(
         all_gpus=is_all(gpu),
         caps=tuple(parse_caps(caps)) if caps is not None else None,
         step_size_w=step_size,
-        target_cap_seconds=target_cap_seconds,
-        min_cap_seconds=min_cap_seconds,
-        precision_pct=precision,
-        settle_seconds=settle_seconds,
-        thermal_wait_seconds=thermal_wait_seconds,
+        measure=MeasureOptions(
+            settle_s=settle_seconds,
+            settle_mode=settle,
+            thermal_wait_s=thermal_wait_seconds,
+            sample_interval_s=sample_interval,
+            windows=WindowPolicy(
+                min_s=min_cap_seconds, max_s=target_cap_seconds, precision_pct=precision
+            ),
+        ),
         url=url,
         model=model,
         api_key=api_key or None,
         out=out,
         no_reset=no_reset,
-        sample_interval_s=sample_interval,
         warmup_requests=warmup_requests,
         max_failed_caps=max_failed_caps,
         simulate=simulate,
@@ -229,7 +231,6 @@ def sweep_command(
         concurrency_stretch=concurrency_stretch,
         target_prefill_seconds=target_prefill_seconds,
         strategy=strategy.value,
-        settle=settle.value,
         confirm=not no_confirm,
         axis=axis.value,
         sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,

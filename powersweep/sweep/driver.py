@@ -38,6 +38,7 @@ from powersweep.sweep.measurement.confirm import ConfirmPhase
 from powersweep.sweep.measurement.point import PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
 from powersweep.sweep.measurement.setup import LoadSetup
+from powersweep.sweep.options import MeasureOptions
 from powersweep.sweep.planning.clock_points import measure_order
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.schedule import (
@@ -51,8 +52,6 @@ from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.sampling.consistency import ratio_outliers
 from powersweep.sweep.sampling.sampler import Sampler
-from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
-from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.signals import (
     SweepInterrupted,
     raise_on_signals,
@@ -72,9 +71,8 @@ class SweepPlan:
     Attributes:
         load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
         caps_w: Caps to measure (power axis), or the one limit a clock sweep runs under.
-        target_cap_s: Run seconds of each prompt's window per point.
-        settle_s: Run seconds to wait (at most, in auto) after setting a point.
-        sample_interval_s: Sampler interval, run seconds.
+        measure: How every point is measured (settling, the thermal wait, the sampler's
+            interval, the windows).
         warmup_requests: At most this many warm-up requests per prompt at the first point.
         no_reset: Leave the last settings in force instead of restoring.
         max_failed_caps: Stop after this many consecutive failed points.
@@ -82,35 +80,25 @@ class SweepPlan:
         strategy: ``dense`` measures every point; ``adaptive`` a coarse pass, then refinement
             where the answer is decided.
         step_w: Finest step between caps (adaptive refinement).
-        settle_mode: ``auto`` measures as soon as readings are stable under load (at most
-            ``settle_s``); ``fixed`` always waits ``settle_s``.
         points: Clock-lock points (``--axis sm-clock|mem-clock|grid``); empty on the power axis,
             where ``caps_w`` are the points.
         axis: ``power``, ``sm-clock``, ``mem-clock`` or ``grid``.
         confirm: At the end, measure the points statistically tied with the best once more
             (at most two, the metric's prompt only) and pool their readings.
-        thermal_wait_s: The most run seconds each point waits, after settling, for its
-            temperature to stop drifting (0: no wait).
-        windows: How long each point measures (its maximum is ``target_cap_s``).
     """
 
     load_mode: str
     caps_w: tuple[float, ...]
-    target_cap_s: float = 10.0
-    settle_s: float = 3.0
-    sample_interval_s: float = 0.5
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
     warmup_requests: int = 3
     no_reset: bool = False
     max_failed_caps: int = 3
     observe_only: bool = False
     strategy: str = "dense"
     step_w: float = 10.0
-    settle_mode: str = "auto"
     points: tuple[SweepPoint, ...] = ()
     axis: str = "power"
     confirm: bool = True
-    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
-    windows: WindowPolicy = field(default_factory=WindowPolicy)
 
     def all_points(self) -> list[SweepPoint]:
         """Every planned point, in measuring order (caps from the highest down)."""
@@ -210,11 +198,11 @@ class Sweep:
         self.writer = writer
         self.meta = dict(run_meta)
         self.warn = warn
-        self.sampler = Sampler(self.gpus, clock, plan.sample_interval_s)
+        self.sampler = Sampler(self.gpus, clock, plan.measure.sample_interval_s)
         self.pace = Pace(context_tokens)
         if load_factory is None:
             self.load: Load = DecodeSingle(
-                client, clock, self.sampler, plan.target_cap_s, self.pace
+                client, clock, self.sampler, plan.measure.windows.max_s, self.pace
             )
         else:
             self.load = load_factory(self.sampler, self.pace)
@@ -242,13 +230,9 @@ class Sweep:
         self.measurer = PointMeasurer(
             Protocol(
                 load_mode=plan.load_mode,
-                settle_s=plan.settle_s,
-                settle_mode=plan.settle_mode,
-                sample_interval_s=plan.sample_interval_s,
+                measure=plan.measure,
                 max_failed=plan.max_failed_caps,
                 observe_only=plan.observe_only,
-                thermal_wait_s=plan.thermal_wait_s,
-                windows=plan.windows,
             ),
             self.gpus,
             clock,
@@ -280,7 +264,7 @@ class Sweep:
             gpus=self.gpus,
             watch=watch,
             meta=self.meta,
-            window_s=plan.target_cap_s,
+            window_s=plan.measure.windows.max_s,
             warmup_requests=plan.warmup_requests,
             warn=warn,
             thermal=self.measurer.thermal,

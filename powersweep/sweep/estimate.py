@@ -83,24 +83,28 @@ def bound_run_s(options: SweepOptions, n_points: int, spacing_w: float | None = 
 def first_window_s(options: SweepOptions) -> float:
     """Run seconds of a point's first window per prompt (prefill-heavy: two prompts at least)."""
     load_min = 2.0 * options.prefill_seconds if options.load_mode == "prefill-heavy" else 0.0
-    return min(options.target_cap_seconds, max(options.min_cap_seconds, load_min))
+    return min(options.measure.windows.max_s, max(options.measure.windows.min_s, load_min))
 
 
 def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bound: bool) -> float:
     mode = options.load_mode
     first = first_window_s(options)
-    left = options.target_cap_seconds - first
+    left = options.measure.windows.max_s - first
     prompts = PROMPTS_PER_POINT.get(mode, 1)
     measured = _points_measured(options, n_points)
-    settle = min(AUTO_SETTLE_S, options.settle_seconds) if options.settle == "auto" else 0.0
-    if options.settle == "fixed" or bound:
-        settle = options.settle_seconds
+    settle = (
+        min(AUTO_SETTLE_S, options.measure.settle_s)
+        if options.measure.settle_mode == "auto"
+        else 0.0
+    )
+    if options.measure.settle_mode == "fixed" or bound:
+        settle = options.measure.settle_s
     thermal = 0.0
-    if not options.observe_only and options.thermal_wait_seconds > 0:
+    if not options.observe_only and options.measure.thermal_wait_s > 0:
         # the slope is judged once its trailing window since the point was set is full
-        thermal = max(0.0, min(THERMAL_TRAIL_S - settle, options.thermal_wait_seconds))
+        thermal = max(0.0, min(THERMAL_TRAIL_S - settle, options.measure.thermal_wait_s))
         if bound:
-            thermal = options.thermal_wait_seconds
+            thermal = options.measure.thermal_wait_s
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
     spacing = options.step_size_w if spacing_w is None else spacing_w
     per_point = settle + prompts * (first + ramp) * options.bench_runs + POINT_OVERHEAD_S
@@ -157,9 +161,9 @@ def _warmup_s(options: SweepOptions) -> float:
         return 0.0
     kinds = 2
     sized = (
-        (options.warmup_requests - 1) * kinds * WARMUP_REQUEST_SHARE * options.target_cap_seconds
+        (options.warmup_requests - 1) * kinds * WARMUP_REQUEST_SHARE * options.measure.windows.max_s
     )
-    return min(WARMUP_WINDOWS * options.target_cap_seconds, kinds * PROBE_S + sized)
+    return min(WARMUP_WINDOWS * options.measure.windows.max_s, kinds * PROBE_S + sized)
 
 
 def _prepare_s(options: SweepOptions) -> float:
@@ -169,7 +173,7 @@ def _prepare_s(options: SweepOptions) -> float:
         return 0.0
     if options.concurrency is not None:
         return SCHEDULING_CHECK_S
-    length = max(2.0, options.target_cap_seconds / 3.0) + RAMP_S
+    length = max(2.0, options.measure.windows.max_s / 3.0) + RAMP_S
     steps = math.floor(math.log2(max(1, options.max_concurrency_probe))) + 1
     # the probe usually stops a step past the knee, about half way up to its limit
     return SCHEDULING_CHECK_S + length * max(1, math.ceil(steps / 2))

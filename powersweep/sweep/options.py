@@ -7,7 +7,8 @@ them back. Choices are :class:`~enum.StrEnum` members, so a field compares equal
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
-from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, DEFAULT_PRECISION_PCT
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
 
 
@@ -85,13 +86,13 @@ MAX_PLANNED_CAPS = 300
 # Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
 _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     # under a second of load is a handful of tokens: no rate, no draw median worth the name
-    ("--target-cap-seconds", "target_cap_seconds", 1.0, 3600.0, True),
-    ("--min-cap-seconds", "min_cap_seconds", 1.0, 3600.0, True),
+    ("--target-cap-seconds", "measure.windows.max_s", 1.0, 3600.0, True),
+    ("--min-cap-seconds", "measure.windows.min_s", 1.0, 3600.0, True),
     # a goal finer than 0.01% would never be met before the maximum window
-    ("--precision", "precision_pct", 0.01, 100.0, True),
-    ("--settle-seconds", "settle_seconds", 0.0, 600.0, True),
-    ("--thermal-wait-seconds", "thermal_wait_seconds", 0.0, 3600.0, True),
-    ("--sample-interval", "sample_interval_s", 0.01, 60.0, True),
+    ("--precision", "measure.windows.precision_pct", 0.01, 100.0, True),
+    ("--settle-seconds", "measure.settle_s", 0.0, 600.0, True),
+    ("--thermal-wait-seconds", "measure.thermal_wait_s", 0.0, 3600.0, True),
+    ("--sample-interval", "measure.sample_interval_s", 0.01, 60.0, True),
     ("--step-size", "step_size_w", 0.1, 1000.0, True),
     # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
     ("--target-prefill-seconds", "target_prefill_seconds", 0.1, 600.0, True),
@@ -101,6 +102,61 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     ("--max-concurrency-probe", "max_concurrency_probe", 1, MAX_STREAMS, True),
     ("--concurrency-stretch", "concurrency_stretch", 0, MAX_STREAMS, True),
 )
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How every point is measured, whatever the axis or load: how it settles, how long it
+    waits for a steady temperature, how often the cards are read and how long it measures.
+
+    The CLI builds it from ``--settle``, ``--settle-seconds``, ``--thermal-wait-seconds``,
+    ``--sample-interval``, ``--min-cap-seconds``, ``--target-cap-seconds`` and ``--precision``;
+    the measurer takes it as it is.
+
+    Attributes:
+        settle_s: The most run seconds a point may take to settle (in ``auto``; ``fixed``
+            always waits it).
+        settle_mode: ``auto`` measures once draw and clock are stable under load.
+        thermal_wait_s: The most run seconds a point waits, after settling, for its
+            temperature to stop drifting (0: no wait).
+        sample_interval_s: Run seconds between two readings of the cards.
+        windows: How long each point measures (its first round, its maximum, its precision
+            goal).
+    """
+
+    settle_s: float = 3.0
+    settle_mode: SettleMode = SettleMode.AUTO
+    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
+    sample_interval_s: float = 0.5
+    windows: WindowPolicy = field(default_factory=WindowPolicy)
+
+    def recorded(self) -> dict[str, Any]:
+        """The group as ``run.json`` ``options`` has always held it (flat, by flag name)."""
+        return {
+            "target_cap_seconds": self.windows.max_s,
+            "min_cap_seconds": self.windows.min_s,
+            "precision_pct": self.windows.precision_pct,
+            "settle_seconds": self.settle_s,
+            "thermal_wait_seconds": self.thermal_wait_s,
+            "sample_interval_s": self.sample_interval_s,
+            "settle": str(self.settle_mode),
+        }
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> MeasureOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        base, windows = cls(), WindowPolicy()
+        return cls(
+            settle_s=float(data.get("settle_seconds", base.settle_s)),
+            settle_mode=SettleMode(data.get("settle", base.settle_mode)),
+            thermal_wait_s=float(data.get("thermal_wait_seconds", base.thermal_wait_s)),
+            sample_interval_s=float(data.get("sample_interval_s", base.sample_interval_s)),
+            windows=WindowPolicy(
+                min_s=float(data.get("min_cap_seconds", windows.min_s)),
+                max_s=float(data.get("target_cap_seconds", windows.max_s)),
+                precision_pct=float(data.get("precision_pct", windows.precision_pct)),
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -118,17 +174,12 @@ class SweepOptions:
     all_gpus: bool = False
     caps: tuple[float, ...] | None = None
     step_size_w: float = 10.0
-    target_cap_seconds: float = 10.0
-    min_cap_seconds: float = DEFAULT_MIN_WINDOW_S
-    precision_pct: float = DEFAULT_PRECISION_PCT
-    settle_seconds: float = 3.0
-    thermal_wait_seconds: float = DEFAULT_THERMAL_WAIT_S
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
     url: str | None = None
     model: str | None = None
     api_key: str | None = None
     out: Path = Path("powersweep-runs")
     no_reset: bool = False
-    sample_interval_s: float = 0.5
     warmup_requests: int = 3
     max_failed_caps: int = 3
     simulate: str | None = None
@@ -144,7 +195,6 @@ class SweepOptions:
     concurrency_stretch: int = 0
     target_prefill_seconds: float | None = None
     strategy: str = "dense"
-    settle: str = "auto"
     confirm: bool = True
     axis: str = "power"
     sm_clocks: tuple[float, ...] | None = None
@@ -160,7 +210,7 @@ class SweepOptions:
         else a quarter of the window (a few prompts per point, so each is judged by its peers)."""
         if self.target_prefill_seconds is not None:
             return self.target_prefill_seconds
-        return PREFILL_SHARE_OF_WINDOW * self.target_cap_seconds
+        return PREFILL_SHARE_OF_WINDOW * self.measure.windows.max_s
 
     @property
     def clock_axis(self) -> bool:
@@ -171,12 +221,36 @@ class SweepOptions:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
         data = asdict(self)
         data.pop("api_key")
+        del data["measure"]
+        data.update(self.measure.recorded())  # flat, as every run.json has held them
         data["api_key_given"] = self.api_key is not None
         data["url"] = strip_credentials(self.url) if self.url else None
         for key in ("out", "resume", "state_dir"):
             value = getattr(self, key)
             data[key] = str(value) if value is not None else None
         return data
+
+    @classmethod
+    def from_recorded(cls, recorded: Mapping[str, Any]) -> SweepOptions:
+        """The options a ``run.json`` recorded (:meth:`recorded`; keys this version does not
+        know are left out, keys it lacks keep their defaults).
+
+        Raises:
+            TypeError: A recorded value this version cannot take.
+        """
+        known = {f.name for f in fields(cls)} - {"measure"}
+        kwargs: dict[str, Any] = {k: v for k, v in recorded.items() if k in known}
+        for key in ("out", "resume", "state_dir"):
+            if key in kwargs:
+                kwargs[key] = Path(kwargs[key]) if kwargs[key] else None
+        for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        try:
+            measure = MeasureOptions.from_recorded(recorded)
+        except ValueError as exc:
+            raise TypeError(str(exc)) from None
+        return cls(measure=measure, **kwargs)
 
     @property
     def changes_limits(self) -> bool:
@@ -187,7 +261,9 @@ class SweepOptions:
 def _check_ranges(options: SweepOptions) -> None:
     """Every numeric option finite and within a sane range (``inf`` would never end a cap)."""
     for flag, attr, low, high, low_ok in _RANGES:
-        value = getattr(options, attr)
+        value: Any = options
+        for part in attr.split("."):
+            value = getattr(value, part)
         if value is None:  # not given: its default applies
             continue
         inside = low <= value <= high if low_ok else low < value <= high
@@ -238,8 +314,8 @@ def validate(options: SweepOptions) -> None:
         )
     if options.strategy not in STRATEGIES:
         raise UsageError(f"--strategy must be dense or adaptive, not {options.strategy!r}")
-    if options.settle not in SETTLE_MODES:
-        raise UsageError(f"--settle must be auto or fixed, not {options.settle!r}")
+    if options.measure.settle_mode not in SETTLE_MODES:
+        raise UsageError(f"--settle must be auto or fixed, not {options.measure.settle_mode!r}")
     if options.backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
     _validate_axis(options)
@@ -260,12 +336,13 @@ def validate(options: SweepOptions) -> None:
     if (
         options.load_mode == "prefill-heavy"
         and prefill is not None
-        and prefill > MAX_PREFILL_SHARE * options.target_cap_seconds
+        and prefill > MAX_PREFILL_SHARE * options.measure.windows.max_s
     ):
+        window_s = options.measure.windows.max_s
         raise UsageError(
-            f"--target-prefill-seconds {prefill:g} does not fit a {options.target_cap_seconds:g} s "
+            f"--target-prefill-seconds {prefill:g} does not fit a {window_s:g} s "
             f"window: lower caps prefill slower, and every prompt must end inside its window; "
-            f"use at most {MAX_PREFILL_SHARE * options.target_cap_seconds:g} (half of "
+            f"use at most {MAX_PREFILL_SHARE * window_s:g} (half of "
             "--target-cap-seconds) or a longer --target-cap-seconds"
         )
     if options.load_mode != "decode-concurrent" and (
@@ -280,14 +357,14 @@ def validate(options: SweepOptions) -> None:
         )
     positive = {
         "--step-size": options.step_size_w,
-        "--target-cap-seconds": options.target_cap_seconds,
-        "--sample-interval": options.sample_interval_s,
+        "--target-cap-seconds": options.measure.windows.max_s,
+        "--sample-interval": options.measure.sample_interval_s,
     }
     for flag, value in positive.items():
         if not value > 0:
             raise UsageError(f"{flag} must be positive, got {value:g}")
-    if options.settle_seconds < 0:
-        raise UsageError(f"--settle-seconds must be 0 or more, got {options.settle_seconds:g}")
+    if options.measure.settle_s < 0:
+        raise UsageError(f"--settle-seconds must be 0 or more, got {options.measure.settle_s:g}")
     if options.max_failed_caps < 1:
         raise UsageError("--max-failed-caps must be at least 1")
     if options.warmup_requests < 0:

@@ -165,7 +165,7 @@ def check_plan_time(options: SweepOptions, n_points: int, clock: Clock | None = 
     what = "points" if options.clock_axis else "caps"
     raise UsageError(
         f"this plan measures {n_points} {what} and may take up to "
-        f"{estimate_s / 3600:.1f} h (more than a day, up to {options.target_cap_seconds:g} s of "
+        f"{estimate_s / 3600:.1f} h (more than a day, up to {options.measure.windows.max_s:g} s of "
         f"load per prompt each): measure fewer {what} "
         + (
             "(--sm-clocks / --mem-clocks)"

@@ -68,19 +68,13 @@ def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, di
     if meta.get("status") == "complete":
         raise UsageError(f"--resume: {run_dir} is complete; nothing to resume")
     recorded = dict(meta["options"])
-    known = {f.name for f in dataclasses.fields(SweepOptions)}
-    kwargs = {k: v for k, v in recorded.items() if k in known}
-    for key in ("out", "resume", "state_dir"):
-        kwargs[key] = Path(kwargs[key]) if kwargs.get(key) else None
-    for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
-        kwargs[key] = tuple(kwargs[key]) if kwargs.get(key) is not None else None
     # the GPUs the run picked, not a fresh pick (prepare_resume checks they are the same cards)
     picked = [g.get("index") for g in meta.get("gpus", []) if isinstance(g, dict)]
     if picked and all(isinstance(i, int) for i in picked):
-        kwargs["gpus"], kwargs["all_gpus"] = tuple(picked), False
+        recorded["gpus"], recorded["all_gpus"] = picked, False
     try:
-        options = SweepOptions(**kwargs)
-    except TypeError as exc:
+        options = SweepOptions.from_recorded(recorded)
+    except (TypeError, ValueError) as exc:
         raise UsageError(f"--resume: {path} has unusable options ({exc})") from None
     options = dataclasses.replace(
         options,

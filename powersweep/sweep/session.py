@@ -46,7 +46,6 @@ from powersweep.sweep.records.journal import (
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.resume import ResumeState, prepare_resume, resume_options
 from powersweep.sweep.rig import Rig, RigFactory
-from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.local import local_server_pids
@@ -384,7 +383,7 @@ def _clock_truth(
 def _request_budget_s(options: SweepOptions) -> float:
     """Run seconds any request without its own deadline may take (probes, calibration): the
     longest window the options ask for, twice, plus the margin every measured request gets."""
-    longest = max(options.target_cap_seconds, options.prefill_seconds)
+    longest = max(options.measure.windows.max_s, options.prefill_seconds)
     return request_budget_s(2 * longest)
 
 
@@ -397,22 +396,13 @@ def _sweep_plan(
     return SweepPlan(
         load_mode=options.load_mode,
         caps_w=tuple(caps),
-        target_cap_s=options.target_cap_seconds,
-        settle_s=options.settle_seconds,
-        thermal_wait_s=options.thermal_wait_seconds,
-        windows=WindowPolicy(
-            min_s=options.min_cap_seconds,
-            max_s=options.target_cap_seconds,
-            precision_pct=options.precision_pct,
-        ),
-        sample_interval_s=options.sample_interval_s,
+        measure=options.measure,
         warmup_requests=options.warmup_requests,
         no_reset=options.no_reset,
         max_failed_caps=options.max_failed_caps,
         observe_only=options.observe_only,
         strategy="dense" if options.observe_only or resume else options.strategy,
         step_w=options.step_size_w,
-        settle_mode=options.settle,
         points=tuple(points or ()),
         axis=options.axis,
         confirm=options.confirm,
@@ -436,7 +426,7 @@ def _load_factory(
                 client,
                 clock,
                 sampler,
-                options.target_cap_seconds,
+                options.measure.windows.max_s,
                 concurrency=options.concurrency,
                 bench_runs=options.bench_runs,
                 max_probe=options.max_concurrency_probe,
@@ -453,14 +443,14 @@ def _load_factory(
                 client,
                 clock,
                 sampler,
-                options.target_cap_seconds,
+                options.measure.windows.max_s,
                 target_prefill_s=options.prefill_seconds,
                 context_tokens=info.context_tokens,
                 engine=info.engine,
                 seed=seed,
                 warn=warn,
             )
-        return DecodeSingle(client, clock, sampler, options.target_cap_seconds, pace)
+        return DecodeSingle(client, clock, sampler, options.measure.windows.max_s, pace)
 
     return make
 

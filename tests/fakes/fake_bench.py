@@ -21,6 +21,7 @@ from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.locks import ClockLocker
 from powersweep.sweep.measurement.point import PointMeasurer
 from powersweep.sweep.measurement.types import PointProgress, Protocol
+from powersweep.sweep.options import MeasureOptions, SettleMode
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.windows import WindowPolicy
@@ -108,13 +109,15 @@ class Bench:
         self.points: list[tuple[SweepPoint, dict[str, Any]]] = []
         self.protocol = Protocol(
             load_mode=load_mode,
-            settle_s=settle_s,
-            settle_mode=settle_mode,
-            sample_interval_s=sample_interval_s,
+            measure=MeasureOptions(
+                settle_s=settle_s,
+                settle_mode=SettleMode(settle_mode),
+                sample_interval_s=sample_interval_s,
+                thermal_wait_s=thermal_wait_s,
+                windows=windows or WindowPolicy(min_s=3.0, max_s=10.0),
+            ),
             max_failed=max_failed,
             observe_only=observe_only,
-            thermal_wait_s=thermal_wait_s,
-            windows=windows or WindowPolicy(min_s=3.0, max_s=10.0),
         )
         self.measurer = PointMeasurer(
             self.protocol,

@@ -29,7 +29,8 @@ from powersweep.sim.physics import operating_point, steady_state
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import workload_for
 from powersweep.sim.server import SimServer
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
@@ -309,10 +310,10 @@ def test_reasoning_tokens_count_like_content(
         cooling="air",
         load_mode="decode-single",
         caps=(300.0, 280.0),
-        target_cap_seconds=4.0,
+        measure=MeasureOptions(
+            settle_s=0.5, settle_mode=SettleMode.FIXED, windows=WindowPolicy(max_s=4.0)
+        ),
         warmup_requests=1,
-        settle="fixed",
-        settle_seconds=0.5,
         out=tmp_path,
         simulate="rtx3090-water",
     )

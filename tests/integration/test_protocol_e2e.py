@@ -269,7 +269,7 @@ def test_the_dry_run_estimate_is_what_the_sweep_takes(tmp_path: Path, case: str)
     # virtual time: the run time is estimated, the wall time is the CPU the run needs
     assert "estimated wall time" not in dry.stdout
     _, meta = _sweep(tmp_path / "runs", *args)
-    options = SweepOptions(**_options(meta["options"]))
+    options = SweepOptions.from_recorded(meta["options"])
     caps = sorted(meta["caps_planned"])
     planned = len(caps) if case != "adaptive" else 21
     steps = sorted(b - a for a, b in itertools.pairwise(caps))
@@ -282,14 +282,3 @@ def test_the_dry_run_estimate_is_what_the_sweep_takes(tmp_path: Path, case: str)
 def _duration(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
-
-
-def _options(recorded: dict[str, Any]) -> dict[str, Any]:
-    """The run's recorded options, as SweepOptions takes them."""
-    keep = {f for f in SweepOptions.__dataclass_fields__}
-    out = {k: v for k, v in recorded.items() if k in keep}
-    for key in ("out", "resume", "state_dir"):
-        out[key] = Path(out[key]) if out.get(key) else None
-    for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
-        out[key] = tuple(out[key]) if out.get(key) is not None else None
-    return out

@@ -12,7 +12,8 @@ from powersweep.cli.rigs import build_rig
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv
 
@@ -48,13 +49,15 @@ def test_no_collection_inside_a_window_of_any_load(
                 cooling="air",
                 load_mode=mode,
                 caps=(300.0, 280.0),
-                target_cap_seconds=3.0,
+                measure=MeasureOptions(
+                    settle_s=0.5,
+                    settle_mode=SettleMode.FIXED,
+                    thermal_wait_s=0.0,
+                    windows=WindowPolicy(max_s=3.0),
+                ),
                 target_prefill_seconds=1.0,
                 concurrency=2 if mode == "decode-concurrent" else None,
                 warmup_requests=1,
-                settle="fixed",
-                settle_seconds=0.5,
-                thermal_wait_seconds=0.0,
                 out=tmp_path,
                 simulate="rtx3090-air",
             ),

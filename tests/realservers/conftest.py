@@ -22,7 +22,8 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.sampling.windows import WindowPolicy
 from tests.realservers.tinymodel import MEDIUM, TINY, ModelSpec, write_model
 
 ENV_CACHE = "POWERSWEEP_REAL_SERVERS"
@@ -337,6 +338,17 @@ def sse_payloads(body: bytes) -> list[dict[str, Any]]:
     return out
 
 
+# Short windows, a fixed settle; in real time the wait for a steady temperature costs 10 s a
+# point, and the simulated card beside a real server tests nothing of it.
+REAL_TIME_MEASURE = MeasureOptions(
+    settle_s=0.5,
+    settle_mode=SettleMode.FIXED,
+    thermal_wait_s=0.0,
+    sample_interval_s=0.1,
+    windows=WindowPolicy(max_s=2.0),
+)
+
+
 def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: Any) -> SweepOptions:
     """A one-cap sweep on the simulated GPU against a real server, short and quiet."""
     base: dict[str, Any] = {
@@ -344,16 +356,10 @@ def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: A
         "load_mode": load_mode,
         "url": server.url,
         "caps": (300.0,),
-        "target_cap_seconds": 2.0,
-        "settle": "fixed",
-        "settle_seconds": 0.5,
+        "measure": REAL_TIME_MEASURE,
         # the short first request, then one of half a window: the pace the first window is sized
         # from (this tiny model decodes a short answer far faster than a long one)
         "warmup_requests": 2,
-        "sample_interval_s": 0.1,
-        # in real time the wait for a steady temperature costs 10 s a point, and the simulated
-        # card beside a real server tests nothing of it
-        "thermal_wait_seconds": 0.0,
         "cooling": "air",
         "out": tmp_path,
         "state_dir": tmp_path / "state",

@@ -7,17 +7,25 @@ counting token-bearing chunks, and must not invent a context length.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.server.discovery import ServerInfo, discover_server
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
-from tests.realservers.conftest import RealServer, TeeTransport, sse_payloads, sweep_options
+from tests.realservers.conftest import (
+    REAL_TIME_MEASURE,
+    RealServer,
+    TeeTransport,
+    sse_payloads,
+    sweep_options,
+)
 from tests.realservers.tinymodel import chatml_prompt_tokens
 
 pytestmark = pytest.mark.realserver
@@ -162,8 +170,9 @@ def test_concurrent_streams_the_server_interrupts_fail_the_cap_with_the_hint(
         tmp_path,
         "decode-concurrent",
         concurrency=2,
-        target_cap_seconds=1.0,
-        settle_seconds=0.2,
+        measure=dataclasses.replace(
+            REAL_TIME_MEASURE, settle_s=0.2, windows=WindowPolicy(max_s=1.0)
+        ),
         max_failed_caps=1,
     )
     run = run_session(options, build_rig, warn=warnings.append).run_dir

@@ -14,7 +14,8 @@ from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
 from powersweep.report import build_report
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.server.discovery import ServerInfo, discover_server
 from powersweep.sweep.session import run_session
@@ -182,15 +183,17 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         simulate="rtx3090-air",
         url=llama_server.url,
         caps=(300.0,),
-        target_cap_seconds=2.0,
-        settle="fixed",
-        settle_seconds=0.5,
-        state_dir=tmp_path / "state",
-        warmup_requests=2,
-        sample_interval_s=0.1,
         # as sweep_options: in real time the wait for a steady temperature costs 10 s a point,
         # and the simulated card beside a real server tests nothing of it
-        thermal_wait_seconds=0.0,
+        measure=MeasureOptions(
+            settle_s=0.5,
+            settle_mode=SettleMode.FIXED,
+            thermal_wait_s=0.0,
+            sample_interval_s=0.1,
+            windows=WindowPolicy(max_s=2.0),
+        ),
+        state_dir=tmp_path / "state",
+        warmup_requests=2,
         cooling="air",
         out=tmp_path,
     )

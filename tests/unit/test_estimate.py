@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from powersweep.sweep.estimate import JUMP_WAIT_SHARE, THERMAL_WAITING_POINTS, estimate_run_s
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
 from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 
 
-def _options(**kw: object) -> SweepOptions:
-    return SweepOptions(cooling="air", settle="fixed", settle_seconds=2.0, confirm=False, **kw)
+def _options(thermal_wait_s: float = MeasureOptions.thermal_wait_s, **kw: object) -> SweepOptions:
+    measure = MeasureOptions(
+        settle_s=2.0, settle_mode=SettleMode.FIXED, thermal_wait_s=thermal_wait_s
+    )
+    return SweepOptions(cooling="air", measure=measure, confirm=False, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("spacing", [10.0, CARRY_DRAW_W])
@@ -19,11 +22,11 @@ def test_a_grid_of_steps_waits_at_its_first_points_only(spacing: float) -> None:
     wait = THERMAL_TRAIL_S - 2.0  # judged once its trailing window since the set is full
     assert estimate_run_s(options, 6, spacing) - estimate_run_s(options, 5, spacing) == (
         pytest.approx(
-            estimate_run_s(_options(thermal_wait_seconds=0.0), 6, spacing)
-            - estimate_run_s(_options(thermal_wait_seconds=0.0), 5, spacing)
+            estimate_run_s(_options(thermal_wait_s=0.0), 6, spacing)
+            - estimate_run_s(_options(thermal_wait_s=0.0), 5, spacing)
         )
     )
-    no_wait = estimate_run_s(_options(thermal_wait_seconds=0.0), 6, spacing)
+    no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 6, spacing)
     assert estimate_run_s(options, 6, spacing) - no_wait == pytest.approx(
         THERMAL_WAITING_POINTS * wait
     )
@@ -34,7 +37,7 @@ def test_a_grid_of_jumps_waits_at_every_point() -> None:
     # 350, 300, 250 W waited at all three), the first for its whole wait, the jumps after it as
     # long as the card's fitted thermal model says (about half the bound)
     options = _options()
-    no_wait = estimate_run_s(_options(thermal_wait_seconds=0.0), 3, 50.0)
+    no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 3, 50.0)
     per_point = THERMAL_TRAIL_S - 2.0
     assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(
         per_point * (1 + 2 * JUMP_WAIT_SHARE)
@@ -43,7 +46,7 @@ def test_a_grid_of_jumps_waits_at_every_point() -> None:
 
 def test_an_adaptive_sweep_waits_at_every_point_it_measures() -> None:
     options = _options(strategy="adaptive")
-    no_wait = estimate_run_s(_options(strategy="adaptive", thermal_wait_seconds=0.0), 21, 10.0)
+    no_wait = estimate_run_s(_options(strategy="adaptive", thermal_wait_s=0.0), 21, 10.0)
     gap = estimate_run_s(options, 21, 10.0) - no_wait
     per_point = THERMAL_TRAIL_S - 2.0
     waits = 1 + round((gap / per_point - 1) / JUMP_WAIT_SHARE)

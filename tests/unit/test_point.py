@@ -175,7 +175,7 @@ def test_the_thermal_wait_is_bounded_on_a_card_that_never_steadies() -> None:
     # 30 °C/min, forever: only the bound ends the wait
     bench = Bench(windows=POLICY, thermal_wait_s=20.0, gpu={"heat_c_per_min": 30.0})
     first, near = bench.measure(SweepPoint(250.0), SweepPoint(240.0))
-    assert 20.0 - 1e-6 <= first["thermal_wait_s"] <= 20.0 + bench.protocol.sample_interval_s
+    assert 20.0 - 1e-6 <= first["thermal_wait_s"] <= 20.0 + bench.protocol.measure.sample_interval_s
     assert bench.load.calls_at(250.0)[0].started_s >= 20.0 - 1e-6
     # a point 10 W away carries the last one's steadiness: no second wait
     assert near["thermal_wait_s"] == 0.0

@@ -223,28 +223,29 @@ class PointMeasurer:
         protocol = self.protocol
         self.sampler.label(cap, "settle")
         set_at_s = self.clock.now()
-        if protocol.observe_only or (protocol.settle_s <= 0 and protocol.thermal_wait_s <= 0):
+        measure = protocol.measure
+        if protocol.observe_only or (measure.settle_s <= 0 and measure.thermal_wait_s <= 0):
             await self.stop_busy()
             return Settled(0.0)
         self.keep_busy(cap)
         try:
             settle_s = await self._settle_draw()
             thermal = None
-            if protocol.thermal_wait_s > 0:
+            if protocol.measure.thermal_wait_s > 0:
                 # the settled draw: the highest tick since the set (decode-single's gaps between
                 # requests dip; the operating point is the loaded draw)
                 draw = self.sampler.peak_power_w(set_at_s, self.clock.now())
                 locks = (point.sm_lock_mhz, point.mem_lock_mhz) if point else (None, None)
                 thermal = carried(self._previous, draw, cap * len(self.gpus), locks)
-            if protocol.thermal_wait_s > 0 and thermal is None:
+            if protocol.measure.thermal_wait_s > 0 and thermal is None:
                 thermal = await self._fitted_wait(draw, point)
-            if protocol.thermal_wait_s > 0 and thermal is None:
+            if protocol.measure.thermal_wait_s > 0 and thermal is None:
                 thermal = await wait_thermal(
                     self.sampler,
                     self.clock,
                     set_at_s=set_at_s,
-                    max_s=protocol.thermal_wait_s,
-                    poll_s=protocol.sample_interval_s,
+                    max_s=protocol.measure.thermal_wait_s,
+                    poll_s=protocol.measure.sample_interval_s,
                 )
             return Settled(settle_s, thermal)
         finally:
@@ -258,7 +259,7 @@ class PointMeasurer:
         measured nearest to it (0.5% per degree before two are)."""
         temps = [r.sample.temp_c for r in self.sampler.peek()[-3 * len(self.gpus) :]]
         finite = [t for t in temps if math.isfinite(t)]
-        goal = self.protocol.windows.precision_pct / 100.0
+        goal = self.protocol.measure.windows.precision_pct / 100.0
         cap_total = (self.cap_of(point) if point else self.default_cap_w) * len(self.gpus)
         slope = self.ledger.local_slope(point) if point is not None else math.nan
         binding = draw_w >= BINDING_SHARE * cap_total
@@ -268,29 +269,29 @@ class PointMeasurer:
             max(finite) if finite else math.nan,
             draw_w,
             goal,
-            self.protocol.thermal_wait_s,
+            self.protocol.measure.thermal_wait_s,
             sensitivity,
         )
         if wait_s is None:
             return None
         if wait_s > 0:
             await self.clock.asleep(wait_s)
-        return ThermalWait(wait_s, math.nan, wait_s < self.protocol.thermal_wait_s)
+        return ThermalWait(wait_s, math.nan, wait_s < self.protocol.measure.thermal_wait_s)
 
     async def _settle_draw(self) -> float:
         """Until draw and clock are stable (``auto``) or ``settle_s`` (``fixed``); run seconds."""
         protocol = self.protocol
-        if protocol.settle_s <= 0:
+        if protocol.measure.settle_s <= 0:
             return 0.0
-        if protocol.settle_mode == "fixed":
-            await self.clock.asleep(protocol.settle_s)
-            return protocol.settle_s
+        if protocol.measure.settle_mode == "fixed":
+            await self.clock.asleep(protocol.measure.settle_s)
+            return protocol.measure.settle_s
         return await wait_settled(
             self.gpus,
             self.clock,
-            interval_s=min(0.1, protocol.sample_interval_s),
+            interval_s=min(0.1, protocol.measure.sample_interval_s),
             detector_factory=lambda: SettleDetector(
-                min_s=min(0.25, protocol.settle_s), max_s=protocol.settle_s
+                min_s=min(0.25, protocol.measure.settle_s), max_s=protocol.measure.settle_s
             ),
             busy_util_pct=LOAD_UTIL_PCT,
             busy_gpus=self.busy_gpus,
@@ -345,7 +346,7 @@ class PointMeasurer:
         """The point's load, round after round until its precision is what the decision needs
         (:mod:`.windows`); the pooled run, why it stopped and how many rounds it took."""
         cap = self.cap_of(point)
-        policy = self.protocol.windows
+        policy = self.protocol.measure.windows
         metric_only = reason == CONFIRM_REASON
         first = policy.first_s(self.load.min_window_s)
         runs = [await self.load.measure(cap, metric_only=metric_only, window_s=first)]

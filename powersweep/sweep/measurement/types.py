@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S, ThermalWait
-from powersweep.sweep.sampling.windows import WindowPolicy
+from powersweep.sweep.options import MeasureOptions
+from powersweep.sweep.sampling.thermal import ThermalWait
 
 
 @dataclass(frozen=True)
@@ -29,25 +29,16 @@ class Protocol:
 
     Attributes:
         load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
-        settle_s: Run seconds the card may take to settle at a new point (the most, in auto).
-        settle_mode: ``auto`` measures once readings are stable under load; ``fixed`` always
-            waits ``settle_s`` (under load too).
-        sample_interval_s: Sampler interval, run seconds.
+        measure: Settling, the wait for a steady temperature, the sampler's interval and the
+            windows (the options as the CLI built them).
         max_failed: Stop after this many points in a row failed.
         observe_only: Never set anything: measure what is in force.
-        thermal_wait_s: The most run seconds to wait, after settling, for the temperature to
-            stop drifting (0: no wait).
-        windows: How long each point measures (sequential windows).
     """
 
     load_mode: str
-    settle_s: float = 3.0
-    settle_mode: str = "auto"
-    sample_interval_s: float = 0.5
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
     max_failed: int = 3
     observe_only: bool = False
-    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
-    windows: WindowPolicy = field(default_factory=WindowPolicy)
 
 
 @dataclass(frozen=True)

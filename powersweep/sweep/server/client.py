@@ -135,6 +135,12 @@ class ChatClient:
         self._http = httpx.AsyncClient(
             headers=headers, timeout=timeout, limits=limits, transport=transport
         )
+        # Parsed once: httpx would parse the URL string again for every request.
+        self._chat_url = httpx.URL(self._url)
+        # The lean transport is called directly: AsyncClient.send's auth, redirect and cookie
+        # handling (no auth flow, no redirect followed, no cookie kept here) cost as much per
+        # request as the transport itself, and a sweep at 256 streams sends hundreds a second.
+        self._lean = transport if isinstance(transport, LeanTransport) else None
         self._refused: set[str] = set()
         self._switch_accepted: bool | None = info.accepts_thinking_switch
 
@@ -339,10 +345,10 @@ class ChatClient:
         resent = False
         while True:
             request = self._http.build_request(
-                "POST", self._url, json=body, extensions={"trace": run.trace}
+                "POST", self._chat_url, json=body, extensions={"trace": run.trace}
             )
             try:
-                response = await self._http.send(request, stream=True)
+                response = await self._send(request)
             except MalformedResponse:
                 raise  # an answer came, malformed: sending it again would not mend it
             except httpx.RemoteProtocolError:
@@ -406,6 +412,14 @@ class ChatClient:
             finally:
                 await response.aclose()
             return
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """Send a request and return its streamed response (its body not read yet)."""
+        if self._lean is None:
+            return await self._http.send(request, stream=True)
+        response = await self._lean.handle_async_request(request)
+        response.request = request
+        return response
 
     async def _read(self, response: httpx.Response, stream: bool, run: RequestRun) -> None:
         ctype = response.headers.get("content-type", "").lower()
