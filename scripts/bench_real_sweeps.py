@@ -39,7 +39,7 @@ PREFILL_MAX_SCALE = 20.0
 MODE_OPTIONS: dict[str, dict[str, Any]] = {
     "decode-single": {},
     "decode-concurrent": {"concurrency": 4},
-    "prefill-heavy": {"target_prefill_seconds": 2.0},
+    "prefill-heavy": {"target_prefill_s": 2.0},
 }
 
 
@@ -71,7 +71,13 @@ def run_all(
     """
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
-    from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+    from powersweep.sweep.options import (
+        LoadMode,
+        LoadOptions,
+        MeasureOptions,
+        SettleMode,
+        SweepOptions,
+    )
     from powersweep.sweep.sampling.windows import WindowPolicy
     from powersweep.sweep.session import run_session
 
@@ -105,15 +111,15 @@ def run_all(
                 for strategy, settle, seed in plans:
                     options = SweepOptions(
                         simulate=simulate,
-                        load_mode=mode,
+                        load=LoadOptions(
+                            mode=LoadMode(mode), warmup_requests=1, **MODE_OPTIONS[mode]
+                        ),
                         out=Path(tmp) / f"{label.replace(':', '_')}-{mode}-{strategy}-{seed}",
-                        warmup_requests=1,
                         measure=MeasureOptions(
                             settle_mode=SettleMode(settle), windows=WindowPolicy(max_s=target_s)
                         ),
                         cooling="air",
                         strategy=strategy,
-                        **MODE_OPTIONS[mode],
                     )
                     sim = SimOptions(seed=seed, time_scale=scale)
                     result = run_session(options, functools.partial(build_rig, sim=sim))
@@ -164,7 +170,7 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
     """
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
-    from powersweep.sweep.options import MeasureOptions, SweepOptions
+    from powersweep.sweep.options import LoadMode, LoadOptions, MeasureOptions, SweepOptions
     from powersweep.sweep.sampling.windows import WindowPolicy
     from powersweep.sweep.session import run_session
 
@@ -173,14 +179,12 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
         for mode in modes:
             options = SweepOptions(
                 simulate=OVERHEAD_PROFILE,
-                load_mode=mode,
+                load=LoadOptions(mode=LoadMode(mode), warmup_requests=1, **MODE_OPTIONS[mode]),
                 out=Path(tmp) / mode,
-                warmup_requests=1,
                 measure=MeasureOptions(windows=WindowPolicy(max_s=1.0)),
                 cooling="air",
                 caps=OVERHEAD_CAPS_W,
                 confirm=False,
-                **MODE_OPTIONS[mode],
             )
             real_time = functools.partial(build_rig, sim=SimOptions(time_scale=1.0))
             result = run_session(options, real_time)

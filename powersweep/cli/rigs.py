@@ -146,7 +146,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
     ) -> dict[str, Any] | None:
         if isinstance(profiles[0], ReplayCurve):
             return None
-        return clock_ground_truth(profiles, options.load_mode, list(points), cap_w, **_kw(prep))
+        return clock_ground_truth(profiles, options.load.mode, list(points), cap_w, **_kw(prep))
 
     with _user_keeps(sim.state):
         yield Rig(
@@ -266,7 +266,7 @@ def _truth(
     """The simulator's noise-free answer for this load."""
     if isinstance(profiles[0], ReplayCurve):
         return replay_truth(profiles[0], caps)
-    return ground_truth(profiles, options.load_mode, caps, **_kw(prep)).to_dict()
+    return ground_truth(profiles, options.load.mode, caps, **_kw(prep)).to_dict()
 
 
 def _kw(prep: Mapping[str, Any]) -> dict[str, Any]:

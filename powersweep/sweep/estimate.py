@@ -82,12 +82,12 @@ def bound_run_s(options: SweepOptions, n_points: int, spacing_w: float | None = 
 
 def first_window_s(options: SweepOptions) -> float:
     """Run seconds of a point's first window per prompt (prefill-heavy: two prompts at least)."""
-    load_min = 2.0 * options.prefill_seconds if options.load_mode == "prefill-heavy" else 0.0
+    load_min = 2.0 * options.prefill_seconds if options.load.mode == "prefill-heavy" else 0.0
     return min(options.measure.windows.max_s, max(options.measure.windows.min_s, load_min))
 
 
 def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bound: bool) -> float:
-    mode = options.load_mode
+    mode = options.load.mode
     first = first_window_s(options)
     left = options.measure.windows.max_s - first
     prompts = PROMPTS_PER_POINT.get(mode, 1)
@@ -107,7 +107,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
             thermal = options.measure.thermal_wait_s
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
     spacing = options.step_size_w if spacing_w is None else spacing_w
-    per_point = settle + prompts * (first + ramp) * options.bench_runs + POINT_OVERHEAD_S
+    per_point = settle + prompts * (first + ramp) * options.load.bench_runs + POINT_OVERHEAD_S
     fine = options.clock_axis or (spacing <= TIE_SPACING_W and options.strategy != "adaptive")
     # an adaptive sweep brackets its peak with one point; a grid has a few near its best
     near = NEAR_BEST_POINTS if fine else 1
@@ -157,23 +157,26 @@ def _points_measured(options: SweepOptions, n_points: int) -> int:
 
 
 def _warmup_s(options: SweepOptions) -> float:
-    if options.warmup_requests <= 0:
+    if options.load.warmup_requests <= 0:
         return 0.0
     kinds = 2
     sized = (
-        (options.warmup_requests - 1) * kinds * WARMUP_REQUEST_SHARE * options.measure.windows.max_s
+        (options.load.warmup_requests - 1)
+        * kinds
+        * WARMUP_REQUEST_SHARE
+        * options.measure.windows.max_s
     )
     return min(WARMUP_WINDOWS * options.measure.windows.max_s, kinds * PROBE_S + sized)
 
 
 def _prepare_s(options: SweepOptions) -> float:
-    if options.load_mode == "prefill-heavy":
+    if options.load.mode == "prefill-heavy":
         return CALIBRATION_REQUESTS * options.prefill_seconds
-    if options.load_mode != "decode-concurrent":
+    if options.load.mode != "decode-concurrent":
         return 0.0
-    if options.concurrency is not None:
+    if options.load.concurrency is not None:
         return SCHEDULING_CHECK_S
     length = max(2.0, options.measure.windows.max_s / 3.0) + RAMP_S
-    steps = math.floor(math.log2(max(1, options.max_concurrency_probe))) + 1
+    steps = math.floor(math.log2(max(1, options.load.max_concurrency_probe))) + 1
     # the probe usually stops a step past the knee, about half way up to its limit
     return SCHEDULING_CHECK_S + length * max(1, math.ceil(steps / 2))

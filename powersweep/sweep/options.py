@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
@@ -95,12 +95,12 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     ("--sample-interval", "measure.sample_interval_s", 0.01, 60.0, True),
     ("--step-size", "step_size_w", 0.1, 1000.0, True),
     # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
-    ("--target-prefill-seconds", "target_prefill_seconds", 0.1, 600.0, True),
-    ("--warmup-requests", "warmup_requests", 0, 100, True),
+    ("--target-prefill-seconds", "load.target_prefill_s", 0.1, 600.0, True),
+    ("--warmup-requests", "load.warmup_requests", 0, 100, True),
     ("--max-failed-caps", "max_failed_caps", 1, 1000, True),
-    ("--bench-runs", "bench_runs", 1, 50, True),
-    ("--max-concurrency-probe", "max_concurrency_probe", 1, MAX_STREAMS, True),
-    ("--concurrency-stretch", "concurrency_stretch", 0, MAX_STREAMS, True),
+    ("--bench-runs", "load.bench_runs", 1, 50, True),
+    ("--max-concurrency-probe", "load.max_concurrency_probe", 1, MAX_STREAMS, True),
+    ("--concurrency-stretch", "load.concurrency_stretch", 0, MAX_STREAMS, True),
 )
 
 
@@ -160,6 +160,54 @@ class MeasureOptions:
 
 
 @dataclass(frozen=True)
+class LoadOptions:
+    """The load each point runs (the ``Load`` panel's flags).
+
+    Attributes:
+        mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
+        warmup_requests: At most this many warm-up requests per prompt at the first point.
+        concurrency: decode-concurrent: streams (None: the probe picks them).
+        bench_runs: decode-concurrent: windows per direction per point (median).
+        max_concurrency_probe: decode-concurrent auto: the highest N probed.
+        load_target: decode-concurrent auto: stop probing at this fraction of the cap.
+        concurrency_stretch: decode-concurrent auto: streams added to the pick.
+        target_prefill_s: prefill-heavy: the prefill time each prompt is sized for at the first
+            point (None: a share of the window, :attr:`SweepOptions.prefill_seconds`).
+    """
+
+    mode: LoadMode = LoadMode.DECODE_SINGLE
+    warmup_requests: int = 3
+    concurrency: int | None = None
+    bench_runs: int = 1
+    max_concurrency_probe: int = 16
+    load_target: float | None = None
+    concurrency_stretch: int = 0
+    target_prefill_s: float | None = None
+
+    # run.json's flat key of each field that is not recorded under its own name
+    RECORDED_AS: ClassVar[dict[str, str]] = {
+        "mode": "load_mode",
+        "target_prefill_s": "target_prefill_seconds",
+    }
+
+    def recorded(self) -> dict[str, Any]:
+        """The group as ``run.json`` ``options`` has always held it (flat, by flag name)."""
+        return {self.RECORDED_AS.get(k, k): v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> LoadOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        kwargs = {
+            f.name: data[cls.RECORDED_AS.get(f.name, f.name)]
+            for f in fields(cls)
+            if cls.RECORDED_AS.get(f.name, f.name) in data
+        }
+        if "mode" in kwargs:
+            kwargs["mode"] = LoadMode(kwargs["mode"])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
 class SweepOptions:
     """Every option of a sweep (what ``run.json`` records under ``options``).
 
@@ -169,7 +217,7 @@ class SweepOptions:
     """
 
     cooling: str = "unspecified"
-    load_mode: str = "decode-single"
+    load: LoadOptions = field(default_factory=LoadOptions)
     gpus: tuple[int, ...] | None = None
     all_gpus: bool = False
     caps: tuple[float, ...] | None = None
@@ -180,7 +228,6 @@ class SweepOptions:
     api_key: str | None = None
     out: Path = Path("powersweep-runs")
     no_reset: bool = False
-    warmup_requests: int = 3
     max_failed_caps: int = 3
     simulate: str | None = None
     force: bool = False
@@ -188,12 +235,6 @@ class SweepOptions:
     observe_only: bool = False
     resume: Path | None = None
     state_dir: Path | None = None
-    concurrency: int | None = None
-    bench_runs: int = 1
-    max_concurrency_probe: int = 16
-    load_target: float | None = None
-    concurrency_stretch: int = 0
-    target_prefill_seconds: float | None = None
     strategy: str = "dense"
     confirm: bool = True
     axis: str = "power"
@@ -208,8 +249,8 @@ class SweepOptions:
     def prefill_seconds(self) -> float:
         """Prefill time each prefill-heavy prompt is sized for: ``--target-prefill-seconds``,
         else a quarter of the window (a few prompts per point, so each is judged by its peers)."""
-        if self.target_prefill_seconds is not None:
-            return self.target_prefill_seconds
+        if self.load.target_prefill_s is not None:
+            return self.load.target_prefill_s
         return PREFILL_SHARE_OF_WINDOW * self.measure.windows.max_s
 
     @property
@@ -221,8 +262,10 @@ class SweepOptions:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
         data = asdict(self)
         data.pop("api_key")
-        del data["measure"]
-        data.update(self.measure.recorded())  # flat, as every run.json has held them
+        del data["measure"], data["load"]
+        # flat, as every run.json has held them
+        data.update(self.load.recorded())
+        data.update(self.measure.recorded())
         data["api_key_given"] = self.api_key is not None
         data["url"] = strip_credentials(self.url) if self.url else None
         for key in ("out", "resume", "state_dir"):
@@ -238,7 +281,7 @@ class SweepOptions:
         Raises:
             TypeError: A recorded value this version cannot take.
         """
-        known = {f.name for f in fields(cls)} - {"measure"}
+        known = {f.name for f in fields(cls)} - {"measure", "load"}
         kwargs: dict[str, Any] = {k: v for k, v in recorded.items() if k in known}
         for key in ("out", "resume", "state_dir"):
             if key in kwargs:
@@ -248,9 +291,10 @@ class SweepOptions:
                 kwargs[key] = tuple(kwargs[key])
         try:
             measure = MeasureOptions.from_recorded(recorded)
+            load = LoadOptions.from_recorded(recorded)
         except ValueError as exc:
             raise TypeError(str(exc)) from None
-        return cls(measure=measure, **kwargs)
+        return cls(load=load, measure=measure, **kwargs)
 
     @property
     def changes_limits(self) -> bool:
@@ -270,12 +314,12 @@ def _check_ranges(options: SweepOptions) -> None:
         if not (math.isfinite(value) and inside):
             low_txt = f"{low:g} or more" if low_ok else f"more than {low:g}"
             raise UsageError(f"{flag} must be {low_txt} and at most {high:g}, got {value:g}")
-    if options.concurrency is not None and options.concurrency > MAX_STREAMS:
+    if options.load.concurrency is not None and options.load.concurrency > MAX_STREAMS:
         raise UsageError(
-            f"--concurrency {options.concurrency} is more streams than one client can drive "
+            f"--concurrency {options.load.concurrency} is more streams than one client can drive "
             f"(at most {MAX_STREAMS})"
         )
-    if options.load_target is not None and not math.isfinite(options.load_target):
+    if options.load.load_target is not None and not math.isfinite(options.load.load_target):
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
     if options.caps is not None and len(options.caps) > MAX_PLANNED_CAPS:
         raise UsageError(f"--caps lists {len(options.caps)} caps; at most {MAX_PLANNED_CAPS}")
@@ -308,9 +352,9 @@ def validate(options: SweepOptions) -> None:
     """
     if options.cooling not in COOLING:
         raise UsageError(f"--cooling must be one of {', '.join(COOLING)}, not {options.cooling!r}")
-    if options.load_mode not in LOAD_MODES:
+    if options.load.mode not in LOAD_MODES:
         raise UsageError(
-            f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load_mode!r}"
+            f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load.mode!r}"
         )
     if options.strategy not in STRATEGIES:
         raise UsageError(f"--strategy must be dense or adaptive, not {options.strategy!r}")
@@ -319,22 +363,22 @@ def validate(options: SweepOptions) -> None:
     if options.backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
     _validate_axis(options)
-    if options.concurrency is not None and options.concurrency < 1:
+    if options.load.concurrency is not None and options.load.concurrency < 1:
         raise UsageError("--concurrency takes a number of streams (1 or more) or auto")
-    if options.bench_runs < 1:
+    if options.load.bench_runs < 1:
         raise UsageError("--bench-runs must be at least 1")
-    if options.max_concurrency_probe < 1:
+    if options.load.max_concurrency_probe < 1:
         raise UsageError("--max-concurrency-probe must be at least 1")
-    if options.load_target is not None and not 0 < options.load_target <= 1:
+    if options.load.load_target is not None and not 0 < options.load.load_target <= 1:
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
-    if options.concurrency_stretch < 0:
+    if options.load.concurrency_stretch < 0:
         raise UsageError("--concurrency-stretch must be 0 or more")
-    prefill = options.target_prefill_seconds
+    prefill = options.load.target_prefill_s
     if prefill is not None and not prefill > 0:
         raise UsageError("--target-prefill-seconds must be positive")
     _check_ranges(options)
     if (
-        options.load_mode == "prefill-heavy"
+        options.load.mode == "prefill-heavy"
         and prefill is not None
         and prefill > MAX_PREFILL_SHARE * options.measure.windows.max_s
     ):
@@ -345,11 +389,11 @@ def validate(options: SweepOptions) -> None:
             f"use at most {MAX_PREFILL_SHARE * window_s:g} (half of "
             "--target-cap-seconds) or a longer --target-cap-seconds"
         )
-    if options.load_mode != "decode-concurrent" and (
-        options.concurrency is not None
-        or options.bench_runs != 1
-        or options.load_target is not None
-        or options.concurrency_stretch
+    if options.load.mode != "decode-concurrent" and (
+        options.load.concurrency is not None
+        or options.load.bench_runs != 1
+        or options.load.load_target is not None
+        or options.load.concurrency_stretch
     ):
         raise UsageError(
             "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
@@ -367,7 +411,7 @@ def validate(options: SweepOptions) -> None:
         raise UsageError(f"--settle-seconds must be 0 or more, got {options.measure.settle_s:g}")
     if options.max_failed_caps < 1:
         raise UsageError("--max-failed-caps must be at least 1")
-    if options.warmup_requests < 0:
+    if options.load.warmup_requests < 0:
         raise UsageError("--warmup-requests must be 0 or more")
     if options.gpus is not None and any(i < 0 for i in options.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")

@@ -265,8 +265,8 @@ def _run_session(
                 on_points(writer.path, points)
             elif on_plan:
                 on_plan(writer.path, caps)
-            streams = options.concurrency or options.max_concurrency_probe
-            connections = max(8, streams + 2) if options.load_mode == "decode-concurrent" else 8
+            streams = options.load.concurrency or options.load.max_concurrency_probe
+            connections = max(8, streams + 2) if options.load.mode == "decode-concurrent" else 8
             client = rig.wrap_client(
                 ChatClient(
                     info,
@@ -287,7 +287,7 @@ def _run_session(
                 sim = meta.get("simulation")
                 if not isinstance(sim, dict) or rig.truth is None:
                     return {}
-                if options.load_mode == "decode-single":
+                if options.load.mode == "decode-single":
                     return {}
                 if options.clock_axis:
                     truth = _clock_truth(rig, all_points, caps[0], prep)
@@ -348,7 +348,7 @@ def _open_run(
         return meta, resume.writer
     simulation = None
     if rig.simulation is not None:
-        single = options.load_mode == "decode-single"
+        single = options.load.mode == "decode-single"
         truth = None
         if single and points:
             truth = _clock_truth(rig, points, caps[0], {})
@@ -365,7 +365,7 @@ def _open_run(
     writer = RunWriter(
         options.out,
         [g.identity().name for g in gpus],
-        options.load_mode,
+        options.load.mode,
         initial_meta={**meta, "status": "running", "caps_done": []},
     )
     return meta, writer
@@ -394,10 +394,10 @@ def _sweep_plan(
     points: list[SweepPoint] | None = None,
 ) -> SweepPlan:
     return SweepPlan(
-        load_mode=options.load_mode,
+        load_mode=options.load.mode,
         caps_w=tuple(caps),
         measure=options.measure,
-        warmup_requests=options.warmup_requests,
+        warmup_requests=options.load.warmup_requests,
         no_reset=options.no_reset,
         max_failed_caps=options.max_failed_caps,
         observe_only=options.observe_only,
@@ -417,28 +417,28 @@ def _load_factory(
     warn: Callable[[str], None],
     seed: int = 0,
 ) -> Callable[[Any, Pace], Load]:
-    """Builds the load of ``options.load_mode`` once the driver has its sampler (``seed``: of
+    """Builds the load of ``options.load.mode`` once the driver has its sampler (``seed``: of
     the generated prompt bodies)."""
 
     def make(sampler: Any, pace: Pace) -> Load:
-        if options.load_mode == "decode-concurrent":
+        if options.load.mode == "decode-concurrent":
             return DecodeConcurrent(
                 client,
                 clock,
                 sampler,
                 options.measure.windows.max_s,
-                concurrency=options.concurrency,
-                bench_runs=options.bench_runs,
-                max_probe=options.max_concurrency_probe,
-                load_target=options.load_target,
-                stretch=options.concurrency_stretch,
+                concurrency=options.load.concurrency,
+                bench_runs=options.load.bench_runs,
+                max_probe=options.load.max_concurrency_probe,
+                load_target=options.load.load_target,
+                stretch=options.load.concurrency_stretch,
                 engine=info.engine,
                 total_slots=info.total_slots,
                 context_tokens=info.context_tokens,
                 warn=warn,
                 pace=pace,
             )
-        if options.load_mode == "prefill-heavy":
+        if options.load.mode == "prefill-heavy":
             return PrefillHeavy(
                 client,
                 clock,
@@ -467,7 +467,7 @@ def _run_meta(
         "tool": {"name": "powersweep", "version": __version__},
         "gpus": [gpu_meta(g) for g in gpus],
         "cooling": options.cooling,
-        "load_mode": options.load_mode,
+        "load_mode": options.load.mode,
         "options": options.recorded(),
         "server": {
             "url": strip_credentials(info.base_url),

@@ -29,7 +29,13 @@ from powersweep.sim.physics import operating_point, steady_state
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import workload_for
 from powersweep.sim.server import SimServer
-from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import (
+    LoadMode,
+    LoadOptions,
+    MeasureOptions,
+    SettleMode,
+    SweepOptions,
+)
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
@@ -308,12 +314,11 @@ def test_reasoning_tokens_count_like_content(
     monkeypatch.setattr(_Reasoning, "made", [])
     options = SweepOptions(
         cooling="air",
-        load_mode="decode-single",
+        load=LoadOptions(mode=LoadMode.DECODE_SINGLE, warmup_requests=1),
         caps=(300.0, 280.0),
         measure=MeasureOptions(
             settle_s=0.5, settle_mode=SettleMode.FIXED, windows=WindowPolicy(max_s=4.0)
         ),
-        warmup_requests=1,
         out=tmp_path,
         simulate="rtx3090-water",
     )

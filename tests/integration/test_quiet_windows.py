@@ -12,7 +12,13 @@ from powersweep.cli.rigs import build_rig
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
-from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import (
+    LoadMode,
+    LoadOptions,
+    MeasureOptions,
+    SettleMode,
+    SweepOptions,
+)
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv
@@ -47,7 +53,12 @@ def test_no_collection_inside_a_window_of_any_load(
         result = run_session(
             SweepOptions(
                 cooling="air",
-                load_mode=mode,
+                load=LoadOptions(
+                    mode=LoadMode(mode),
+                    target_prefill_s=1.0,
+                    concurrency=2 if mode == "decode-concurrent" else None,
+                    warmup_requests=1,
+                ),
                 caps=(300.0, 280.0),
                 measure=MeasureOptions(
                     settle_s=0.5,
@@ -55,9 +66,6 @@ def test_no_collection_inside_a_window_of_any_load(
                     thermal_wait_s=0.0,
                     windows=WindowPolicy(max_s=3.0),
                 ),
-                target_prefill_seconds=1.0,
-                concurrency=2 if mode == "decode-concurrent" else None,
-                warmup_requests=1,
                 out=tmp_path,
                 simulate="rtx3090-air",
             ),

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
-from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import LoadMode, LoadOptions, MeasureOptions, SettleMode, SweepOptions
 from powersweep.sweep.sampling.windows import WindowPolicy
 from tests.realservers.tinymodel import MEDIUM, TINY, ModelSpec, write_model
 
@@ -349,17 +349,25 @@ REAL_TIME_MEASURE = MeasureOptions(
 )
 
 
-def sweep_options(server: RealServer, tmp_path: Path, load_mode: str, **extra: Any) -> SweepOptions:
-    """A one-cap sweep on the simulated GPU against a real server, short and quiet."""
+def sweep_options(
+    server: RealServer,
+    tmp_path: Path,
+    load_mode: str,
+    *,
+    load: dict[str, Any] | None = None,
+    **extra: Any,
+) -> SweepOptions:
+    """A one-cap sweep on the simulated GPU against a real server, short and quiet (``load``:
+    more of its load's options)."""
     base: dict[str, Any] = {
         "simulate": "rtx3090-air",
-        "load_mode": load_mode,
+        # two warm-up requests, the short first one, then one of half a window: the pace the
+        # first window is sized from (this tiny model decodes a short answer far faster than a
+        # long one)
+        "load": LoadOptions(mode=LoadMode(load_mode), warmup_requests=2, **(load or {})),
         "url": server.url,
         "caps": (300.0,),
         "measure": REAL_TIME_MEASURE,
-        # the short first request, then one of half a window: the pace the first window is sized
-        # from (this tiny model decodes a short answer far faster than a long one)
-        "warmup_requests": 2,
         "cooling": "air",
         "out": tmp_path,
         "state_dir": tmp_path / "state",

@@ -147,7 +147,9 @@ def test_prefill_session_takes_prompt_tokens_from_a_whole_answer(
 ) -> None:
     # No usage in streams: prefill-heavy asks the same prompt once more without streaming to
     # learn how many tokens the server processed (and so whether it truncated it).
-    run = _session(llama_cpp_python_server, tmp_path, "prefill-heavy", target_prefill_seconds=0.5)
+    run = _session(
+        llama_cpp_python_server, tmp_path, "prefill-heavy", load={"target_prefill_s": 0.5}
+    )
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete", meta["error"]
     (cap,) = read_csv(run / "caps.csv")
@@ -169,7 +171,7 @@ def test_concurrent_streams_the_server_interrupts_fail_the_cap_with_the_hint(
         llama_cpp_python_server,
         tmp_path,
         "decode-concurrent",
-        concurrency=2,
+        load={"concurrency": 2},
         measure=dataclasses.replace(
             REAL_TIME_MEASURE, settle_s=0.2, windows=WindowPolicy(max_s=1.0)
         ),

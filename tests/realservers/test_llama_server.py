@@ -14,7 +14,7 @@ from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
 from powersweep.report import build_report
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
-from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import LoadOptions, MeasureOptions, SettleMode, SweepOptions
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.server.discovery import ServerInfo, discover_server
@@ -193,7 +193,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
             windows=WindowPolicy(max_s=2.0),
         ),
         state_dir=tmp_path / "state",
-        warmup_requests=2,
+        load=LoadOptions(warmup_requests=2),
         cooling="air",
         out=tmp_path,
     )
@@ -246,7 +246,7 @@ def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object
 def test_decode_concurrent_session_runs_one_stream_per_slot(
     llama_server: RealServer, tmp_path: Path
 ) -> None:
-    run = _session(llama_server, tmp_path, "decode-concurrent", concurrency=SLOTS)
+    run = _session(llama_server, tmp_path, "decode-concurrent", load={"concurrency": SLOTS})
     assert read_json(run / "run.json")["status"] == "complete"
     (cap,) = read_csv(run / "caps.csv")
     assert cap["status"] == "ok"
@@ -266,7 +266,7 @@ def test_prefill_heavy_session_keeps_prompts_inside_the_context(
 ) -> None:
     # The byte-level tokenizer makes ~8 tokens per word: the prompt must be sized from the
     # server's /tokenize count, never sent over the 4096-token context.
-    run = _session(llama_server, tmp_path, "prefill-heavy", target_prefill_seconds=0.2)
+    run = _session(llama_server, tmp_path, "prefill-heavy", load={"target_prefill_s": 0.2})
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete", meta["error"]
     for row in read_csv(run / "requests.csv"):
