@@ -75,7 +75,9 @@ def run_all(
         LoadMode,
         LoadOptions,
         MeasureOptions,
+        PointOptions,
         SettleMode,
+        Strategy,
         SweepOptions,
     )
     from powersweep.sweep.sampling.windows import WindowPolicy
@@ -119,7 +121,7 @@ def run_all(
                             settle_mode=SettleMode(settle), windows=WindowPolicy(max_s=target_s)
                         ),
                         cooling="air",
-                        strategy=strategy,
+                        points=PointOptions(strategy=Strategy(strategy)),
                     )
                     sim = SimOptions(seed=seed, time_scale=scale)
                     result = run_session(options, functools.partial(build_rig, sim=sim))
@@ -170,7 +172,13 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
     """
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
-    from powersweep.sweep.options import LoadMode, LoadOptions, MeasureOptions, SweepOptions
+    from powersweep.sweep.options import (
+        LoadMode,
+        LoadOptions,
+        MeasureOptions,
+        PointOptions,
+        SweepOptions,
+    )
     from powersweep.sweep.sampling.windows import WindowPolicy
     from powersweep.sweep.session import run_session
 
@@ -183,8 +191,7 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
                 out=Path(tmp) / mode,
                 measure=MeasureOptions(windows=WindowPolicy(max_s=1.0)),
                 cooling="air",
-                caps=OVERHEAD_CAPS_W,
-                confirm=False,
+                points=PointOptions(caps=OVERHEAD_CAPS_W, confirm=False),
             )
             real_time = functools.partial(build_rig, sim=SimOptions(time_scale=1.0))
             result = run_session(options, real_time)

@@ -60,7 +60,7 @@ def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[
         PowersweepError: No GPU library can start, or an unknown simulation profile.
     """
     if options.simulate is None:
-        backend, kind = open_backend(options.backend)
+        backend, kind = open_backend(options.cards.backend)
         try:
             yield Rig(backend, real_clock(), journal_backend={"kind": kind})
         finally:
@@ -101,7 +101,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
         profiles = [curve]
     else:
         profiles = _profiles(options.simulate, sim)
-        check_sim_backend(options.backend, profiles)
+        check_sim_backend(options.cards.backend, profiles)
         engine = SimRig(
             profiles,
             clock,

@@ -85,12 +85,11 @@ from powersweep.cli.sweep_flags import (
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.options import SimOptions, SimServerFlavour, refuse_without_simulate
 from powersweep.sweep.options import (
-    Axis,
-    Backend,
+    CardOptions,
     Cooling,
     LoadOptions,
     MeasureOptions,
-    Strategy,
+    PointOptions,
     SweepOptions,
 )
 from powersweep.sweep.sampling.windows import WindowPolicy
@@ -113,14 +112,14 @@ def sweep_command(
     concurrency_stretch: ConcurrencyStretchOpt = LoadOptions.concurrency_stretch,
     target_prefill_seconds: TargetPrefillSecondsOpt = LoadOptions.target_prefill_s,
     gpu: GpuOpt = None,
-    backend: BackendOpt = Backend.AUTO,
+    backend: BackendOpt = CardOptions.backend,
     caps: CapsOpt = None,
-    step_size: StepSizeOpt = 10.0,
-    axis: AxisOpt = Axis.POWER,
+    step_size: StepSizeOpt = PointOptions.step_size_w,
+    axis: AxisOpt = PointOptions.axis,
     sm_clocks: SmClocksOpt = None,
     mem_clocks: MemClocksOpt = None,
     cap: HoldCapOpt = None,
-    strategy: StrategyOpt = Strategy.DENSE,
+    strategy: StrategyOpt = PointOptions.strategy,
     settle: SettleOpt = MeasureOptions.settle_mode,
     settle_seconds: SettleSecondsOpt = MeasureOptions.settle_s,
     thermal_wait_seconds: ThermalWaitSecondsOpt = MeasureOptions.thermal_wait_s,
@@ -207,10 +206,19 @@ def sweep_command(
             concurrency_stretch=concurrency_stretch,
             target_prefill_s=target_prefill_seconds,
         ),
-        gpus=None if is_all(gpu) else parse_gpus(gpu),
-        all_gpus=is_all(gpu),
-        caps=tuple(parse_caps(caps)) if caps is not None else None,
-        step_size_w=step_size,
+        points=PointOptions(
+            axis=axis,
+            caps=tuple(parse_caps(caps)) if caps is not None else None,
+            step_size_w=step_size,
+            sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,
+            mem_clocks=parse_clocks(mem_clocks, "--mem-clocks") if mem_clocks is not None else None,
+            hold_cap_w=cap,
+            strategy=strategy,
+            confirm=not no_confirm,
+        ),
+        cards=CardOptions(
+            gpus=None if is_all(gpu) else parse_gpus(gpu), all_gpus=is_all(gpu), backend=backend
+        ),
         measure=MeasureOptions(
             settle_s=settle_seconds,
             settle_mode=settle,
@@ -232,13 +240,6 @@ def sweep_command(
         observe_only=observe_only,
         resume=resume,
         state_dir=state_dir,
-        strategy=strategy.value,
-        confirm=not no_confirm,
-        axis=axis.value,
-        sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,
-        mem_clocks=parse_clocks(mem_clocks, "--mem-clocks") if mem_clocks is not None else None,
-        hold_cap_w=cap,
-        backend=backend.value,
         tariff_per_kwh=tariff,
     )
     if dry_run:

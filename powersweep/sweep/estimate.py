@@ -106,9 +106,11 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         if bound:
             thermal = options.measure.thermal_wait_s
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
-    spacing = options.step_size_w if spacing_w is None else spacing_w
+    spacing = options.points.step_size_w if spacing_w is None else spacing_w
     per_point = settle + prompts * (first + ramp) * options.load.bench_runs + POINT_OVERHEAD_S
-    fine = options.clock_axis or (spacing <= TIE_SPACING_W and options.strategy != "adaptive")
+    fine = options.points.clock_axis or (
+        spacing <= TIE_SPACING_W and options.points.strategy != "adaptive"
+    )
     # an adaptive sweep brackets its peak with one point; a grid has a few near its best
     near = NEAR_BEST_POINTS if fine else 1
     if left <= 0:
@@ -121,8 +123,8 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     # a point next to a steady one carries its steadiness: the first point (a card still
     # heating from the warm-up) and jumps wait
     waiting = measured if bound else min(measured, THERMAL_WAITING_POINTS)
-    jumps = options.strategy == "adaptive" or spacing > CARRY_DRAW_W
-    if jumps and not options.clock_axis:
+    jumps = options.points.strategy == "adaptive" or spacing > CARRY_DRAW_W
+    if jumps and not options.points.clock_axis:
         # no point carries the last one's steadiness: a grid's steps are wider than a carried
         # point may move, and an adaptive sweep's points jump (its coarse pass, then back and
         # forth between the regions it refines)
@@ -132,8 +134,8 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     jump = thermal if bound else JUMP_WAIT_SHARE * thermal
     waits = min(waiting, 1) * thermal + max(0, waiting - 1) * jump
     confirm = 0.0
-    ties = options.clock_axis or spacing <= TIE_SPACING_W or bound
-    if options.confirm and not options.observe_only and measured >= 2 and ties:
+    ties = options.points.clock_axis or spacing <= TIE_SPACING_W or bound
+    if options.points.confirm and not options.observe_only and measured >= 2 and ties:
         # ties at the peak half the time: each point's own precision separates neighbours
         # whose TPS/W differ by more than about half a percent
         expected = CONFIRM_MAX_CAPS if bound else CONFIRM_MAX_CAPS / 2
@@ -148,7 +150,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
 def _points_measured(options: SweepOptions, n_points: int) -> int:
     if options.observe_only:
         return min(1, n_points)
-    if options.strategy != "adaptive" or options.clock_axis:
+    if options.points.strategy != "adaptive" or options.points.clock_axis:
         return n_points
     coarse = math.ceil(n_points / DEFAULT_COARSE_STEPS) + 1
     budget = min(n_points, max(coarse, int(MAX_CAPS_SHARE * n_points)))

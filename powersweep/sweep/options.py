@@ -93,7 +93,7 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     ("--settle-seconds", "measure.settle_s", 0.0, 600.0, True),
     ("--thermal-wait-seconds", "measure.thermal_wait_s", 0.0, 3600.0, True),
     ("--sample-interval", "measure.sample_interval_s", 0.01, 60.0, True),
-    ("--step-size", "step_size_w", 0.1, 1000.0, True),
+    ("--step-size", "points.step_size_w", 0.1, 1000.0, True),
     # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
     ("--target-prefill-seconds", "load.target_prefill_s", 0.1, 600.0, True),
     ("--warmup-requests", "load.warmup_requests", 0, 100, True),
@@ -208,6 +208,79 @@ class LoadOptions:
 
 
 @dataclass(frozen=True)
+class PointOptions:
+    """What a sweep varies and where (the ``Caps`` and ``Clock locks`` panels' flags).
+
+    Attributes:
+        axis: ``power`` steps the limit; ``sm-clock``, ``mem-clock`` or ``grid`` lock clocks
+            under one limit.
+        caps: The caps to measure, W per GPU (None: the envelope at ``step_size_w``).
+        step_size_w: Step between the default caps (and the adaptive refinement's), W.
+        sm_clocks: SM lock set-points, MHz (None: about 11 supported clocks).
+        mem_clocks: Memory lock set-points, MHz (None: every supported load tier).
+        hold_cap_w: The limit a clock sweep holds, W (None: the limit in force).
+        strategy: ``dense`` measures every point; ``adaptive`` a coarse pass, then refines.
+        confirm: At the end, measure the points tied with the best once more.
+    """
+
+    axis: Axis = Axis.POWER
+    caps: tuple[float, ...] | None = None
+    step_size_w: float = 10.0
+    sm_clocks: tuple[float, ...] | None = None
+    mem_clocks: tuple[float, ...] | None = None
+    hold_cap_w: float | None = None
+    strategy: Strategy = Strategy.DENSE
+    confirm: bool = True
+
+    @property
+    def clock_axis(self) -> bool:
+        """True when the sweep locks clocks instead of stepping the power limit."""
+        return self.axis != Axis.POWER
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> PointOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        kwargs = _recorded_fields(cls, data)
+        for key in ("caps", "sm_clocks", "mem_clocks"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        for key, kind in (("axis", Axis), ("strategy", Strategy)):
+            if key in kwargs:
+                kwargs[key] = kind(kwargs[key])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class CardOptions:
+    """Which cards a sweep measures, through which library (``--gpu``, ``--backend``).
+
+    Attributes:
+        gpus: GPU indices (None: the cards serving the model).
+        all_gpus: Every card (``--gpu all``).
+        backend: ``nvml``, ``amdsmi`` or ``auto`` (whichever sees cards).
+    """
+
+    gpus: tuple[int, ...] | None = None
+    all_gpus: bool = False
+    backend: Backend = Backend.AUTO
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> CardOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        kwargs = _recorded_fields(cls, data)
+        if kwargs.get("gpus") is not None:
+            kwargs["gpus"] = tuple(kwargs["gpus"])
+        if "backend" in kwargs:
+            kwargs["backend"] = Backend(kwargs["backend"])
+        return cls(**kwargs)
+
+
+def _recorded_fields(cls: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a group recorded under their own names."""
+    return {f.name: data[f.name] for f in fields(cls) if f.name in data}
+
+
+@dataclass(frozen=True)
 class SweepOptions:
     """Every option of a sweep (what ``run.json`` records under ``options``).
 
@@ -218,10 +291,8 @@ class SweepOptions:
 
     cooling: str = "unspecified"
     load: LoadOptions = field(default_factory=LoadOptions)
-    gpus: tuple[int, ...] | None = None
-    all_gpus: bool = False
-    caps: tuple[float, ...] | None = None
-    step_size_w: float = 10.0
+    points: PointOptions = field(default_factory=PointOptions)
+    cards: CardOptions = field(default_factory=CardOptions)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
     url: str | None = None
     model: str | None = None
@@ -235,13 +306,6 @@ class SweepOptions:
     observe_only: bool = False
     resume: Path | None = None
     state_dir: Path | None = None
-    strategy: str = "dense"
-    confirm: bool = True
-    axis: str = "power"
-    sm_clocks: tuple[float, ...] | None = None
-    mem_clocks: tuple[float, ...] | None = None
-    hold_cap_w: float | None = None
-    backend: str = "auto"
     # The price of a kWh the report prices tokens at (``--tariff``; analyze reuses it).
     tariff_per_kwh: float | None = None
 
@@ -253,18 +317,15 @@ class SweepOptions:
             return self.load.target_prefill_s
         return PREFILL_SHARE_OF_WINDOW * self.measure.windows.max_s
 
-    @property
-    def clock_axis(self) -> bool:
-        """True when the sweep locks clocks instead of stepping the power limit."""
-        return self.axis != Axis.POWER
-
     def recorded(self) -> dict[str, Any]:
         """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
         data = asdict(self)
         data.pop("api_key")
-        del data["measure"], data["load"]
+        del data["measure"], data["load"], data["points"], data["cards"]
         # flat, as every run.json has held them
         data.update(self.load.recorded())
+        data.update(asdict(self.points))
+        data.update(asdict(self.cards))
         data.update(self.measure.recorded())
         data["api_key_given"] = self.api_key is not None
         data["url"] = strip_credentials(self.url) if self.url else None
@@ -281,20 +342,20 @@ class SweepOptions:
         Raises:
             TypeError: A recorded value this version cannot take.
         """
-        known = {f.name for f in fields(cls)} - {"measure", "load"}
+        groups = {"measure", "load", "points", "cards"}
+        known = {f.name for f in fields(cls)} - groups
         kwargs: dict[str, Any] = {k: v for k, v in recorded.items() if k in known}
         for key in ("out", "resume", "state_dir"):
             if key in kwargs:
                 kwargs[key] = Path(kwargs[key]) if kwargs[key] else None
-        for key in ("gpus", "caps", "sm_clocks", "mem_clocks"):
-            if kwargs.get(key) is not None:
-                kwargs[key] = tuple(kwargs[key])
         try:
             measure = MeasureOptions.from_recorded(recorded)
             load = LoadOptions.from_recorded(recorded)
+            points = PointOptions.from_recorded(recorded)
+            cards = CardOptions.from_recorded(recorded)
         except ValueError as exc:
             raise TypeError(str(exc)) from None
-        return cls(load=load, measure=measure, **kwargs)
+        return cls(load=load, measure=measure, points=points, cards=cards, **kwargs)
 
     @property
     def changes_limits(self) -> bool:
@@ -321,18 +382,20 @@ def _check_ranges(options: SweepOptions) -> None:
         )
     if options.load.load_target is not None and not math.isfinite(options.load.load_target):
         raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
-    if options.caps is not None and len(options.caps) > MAX_PLANNED_CAPS:
-        raise UsageError(f"--caps lists {len(options.caps)} caps; at most {MAX_PLANNED_CAPS}")
+    if options.points.caps is not None and len(options.points.caps) > MAX_PLANNED_CAPS:
+        raise UsageError(
+            f"--caps lists {len(options.points.caps)} caps; at most {MAX_PLANNED_CAPS}"
+        )
     for flag, values, high, unit in (
-        ("--caps", options.caps, MAX_CARD_W, "W"),
+        ("--caps", options.points.caps, MAX_CARD_W, "W"),
         (
             "--cap",
-            (options.hold_cap_w,) if options.hold_cap_w is not None else None,
+            (options.points.hold_cap_w,) if options.points.hold_cap_w is not None else None,
             MAX_CARD_W,
             "W",
         ),
-        ("--sm-clocks", options.sm_clocks, MAX_CLOCK_MHZ, "MHz"),
-        ("--mem-clocks", options.mem_clocks, MAX_CLOCK_MHZ, "MHz"),
+        ("--sm-clocks", options.points.sm_clocks, MAX_CLOCK_MHZ, "MHz"),
+        ("--mem-clocks", options.points.mem_clocks, MAX_CLOCK_MHZ, "MHz"),
     ):
         too_high = [v for v in values or () if math.isfinite(v) and v > high]
         if too_high:
@@ -356,12 +419,14 @@ def validate(options: SweepOptions) -> None:
         raise UsageError(
             f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load.mode!r}"
         )
-    if options.strategy not in STRATEGIES:
-        raise UsageError(f"--strategy must be dense or adaptive, not {options.strategy!r}")
+    if options.points.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy must be dense or adaptive, not {options.points.strategy!r}")
     if options.measure.settle_mode not in SETTLE_MODES:
         raise UsageError(f"--settle must be auto or fixed, not {options.measure.settle_mode!r}")
-    if options.backend not in BACKENDS:
-        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, not {options.backend!r}")
+    if options.cards.backend not in BACKENDS:
+        raise UsageError(
+            f"--backend must be one of {', '.join(BACKENDS)}, not {options.cards.backend!r}"
+        )
     _validate_axis(options)
     if options.load.concurrency is not None and options.load.concurrency < 1:
         raise UsageError("--concurrency takes a number of streams (1 or more) or auto")
@@ -400,7 +465,7 @@ def validate(options: SweepOptions) -> None:
             "--load-mode decode-concurrent"
         )
     positive = {
-        "--step-size": options.step_size_w,
+        "--step-size": options.points.step_size_w,
         "--target-cap-seconds": options.measure.windows.max_s,
         "--sample-interval": options.measure.sample_interval_s,
     }
@@ -413,9 +478,9 @@ def validate(options: SweepOptions) -> None:
         raise UsageError("--max-failed-caps must be at least 1")
     if options.load.warmup_requests < 0:
         raise UsageError("--warmup-requests must be 0 or more")
-    if options.gpus is not None and any(i < 0 for i in options.gpus):
+    if options.cards.gpus is not None and any(i < 0 for i in options.cards.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")
-    if options.observe_only and options.caps:
+    if options.observe_only and options.points.caps:
         raise UsageError("--observe-only measures at the limit in force: drop --caps")
     if options.observe_only and options.dry_run:
         raise UsageError("--dry-run and --observe-only exclude each other")
@@ -423,14 +488,15 @@ def validate(options: SweepOptions) -> None:
 
 def _validate_axis(options: SweepOptions) -> None:
     """The clock-sweep flags: only on a clock axis, and consistent with it."""
-    if options.axis not in AXES:
-        raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {options.axis!r}")
+    points = options.points
+    if points.axis not in AXES:
+        raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {points.axis!r}")
     clock_flags = {
-        "--sm-clocks": options.sm_clocks,
-        "--mem-clocks": options.mem_clocks,
-        "--cap": options.hold_cap_w,
+        "--sm-clocks": points.sm_clocks,
+        "--mem-clocks": points.mem_clocks,
+        "--cap": points.hold_cap_w,
     }
-    if not options.clock_axis:
+    if not points.clock_axis:
         given = [flag for flag, value in clock_flags.items() if value is not None]
         if given:
             raise UsageError(
@@ -438,27 +504,30 @@ def _validate_axis(options: SweepOptions) -> None:
                 "grid); the power axis takes --caps"
             )
         return
-    if options.caps:
+    if points.caps:
         raise UsageError(
-            f"--caps steps the power limit; --axis {options.axis} holds one limit: use --cap W"
+            f"--caps steps the power limit; --axis {points.axis} holds one limit: use --cap W"
         )
-    if options.hold_cap_w is not None and not (
-        math.isfinite(options.hold_cap_w) and options.hold_cap_w > 0
+    if points.hold_cap_w is not None and not (
+        math.isfinite(points.hold_cap_w) and points.hold_cap_w > 0
     ):
         raise UsageError("--cap must be a positive number of watts")
-    for flag, values in (("--sm-clocks", options.sm_clocks), ("--mem-clocks", options.mem_clocks)):
+    for flag, values in (
+        ("--sm-clocks", points.sm_clocks),
+        ("--mem-clocks", points.mem_clocks),
+    ):
         if values is not None and (not values or any(not v > 0 for v in values)):
             raise UsageError(f"{flag} takes positive MHz like {flag} 900,1200")
-    if options.axis == Axis.SM_CLOCK and options.mem_clocks and len(options.mem_clocks) > 1:
+    if points.axis == Axis.SM_CLOCK and points.mem_clocks and len(points.mem_clocks) > 1:
         raise UsageError(
             "--axis sm-clock holds one memory lock: give one --mem-clocks value, or use --axis grid"
         )
-    if options.axis == Axis.MEM_CLOCK and options.sm_clocks and len(options.sm_clocks) > 1:
+    if points.axis == Axis.MEM_CLOCK and points.sm_clocks and len(points.sm_clocks) > 1:
         raise UsageError(
             "--axis mem-clock holds one SM lock: give one --sm-clocks value, or use --axis grid"
         )
     if options.observe_only and (
-        options.sm_clocks or options.mem_clocks or options.hold_cap_w is not None
+        points.sm_clocks or points.mem_clocks or points.hold_cap_w is not None
     ):
         raise UsageError(
             "--observe-only measures at the clocks and limit in force: drop --sm-clocks, "

@@ -162,14 +162,14 @@ def check_plan_time(options: SweepOptions, n_points: int, clock: Clock | None = 
         )
     if estimate_s <= MAX_PLAN_S:
         return
-    what = "points" if options.clock_axis else "caps"
+    what = "points" if options.points.clock_axis else "caps"
     raise UsageError(
         f"this plan measures {n_points} {what} and may take up to "
         f"{estimate_s / 3600:.1f} h (more than a day, up to {options.measure.windows.max_s:g} s of "
         f"load per prompt each): measure fewer {what} "
         + (
             "(--sm-clocks / --mem-clocks)"
-            if options.clock_axis
+            if options.points.clock_axis
             else "(--caps, a larger --step-size)"
         )
         + " or shorter windows (--target-cap-seconds)"
@@ -199,13 +199,13 @@ def plan_caps(
             )
         return [currents[0]]
     caps = (
-        clamp_caps(options.caps, envelope, warn)
-        if options.caps
-        else default_caps(envelope, options.step_size_w)
+        clamp_caps(options.points.caps, envelope, warn)
+        if options.points.caps
+        else default_caps(envelope, options.points.step_size_w)
     )
     if len(caps) > MAX_PLANNED_CAPS:
         raise UsageError(
-            f"--step-size {options.step_size_w:g} W plans {len(caps)} caps from "
+            f"--step-size {options.points.step_size_w:g} W plans {len(caps)} caps from "
             f"{envelope.min_w:g} to {envelope.max_w:g} W; at most {MAX_PLANNED_CAPS} "
             "(use a larger --step-size or --caps)"
         )
@@ -232,23 +232,23 @@ def plan_points(
     if options.observe_only:
         locks = gpus[0].locked_clocks()
         return [SweepPoint(None, locks.sm_mhz, locks.mem_mhz)]
-    need_sm = options.axis != "mem-clock" and not options.sm_clocks
-    need_mem = options.axis != "sm-clock" and not options.mem_clocks
+    need_sm = options.points.axis != "mem-clock" and not options.points.sm_clocks
+    need_mem = options.points.axis != "sm-clock" and not options.points.mem_clocks
     supported: SupportedClocks | None = None
     if need_sm or need_mem:
         try:
             supported = gpus[0].supported_clocks()
         except GpuError as exc:
-            raise GpuError(f"cannot plan --axis {options.axis}: {exc}") from exc
-    cap = options.hold_cap_w
+            raise GpuError(f"cannot plan --axis {options.points.axis}: {exc}") from exc
+    cap = options.points.hold_cap_w
     if cap is not None:
         cap = clamp_caps([cap], uniform_envelope([g.envelope() for g in gpus]), warn)[0]
     points = measure_order(
         plan_clock_points(
-            options.axis,
+            options.points.axis,
             supported,
-            sm_clocks=options.sm_clocks,
-            mem_clocks=options.mem_clocks,
+            sm_clocks=options.points.sm_clocks,
+            mem_clocks=options.points.mem_clocks,
             cap_w=cap,
         )
     )
@@ -288,11 +288,11 @@ def dry_run(
         urls = [options.url] if options.url else [f"http://127.0.0.1:{p}" for p, _ in DEFAULT_PORTS]
         pids = frozenset().union(*(local_server_pids(u) for u in urls))
         choice = select_gpus(
-            rig.backend, options.gpus, warn, all_gpus=options.all_gpus, server_pids=pids
+            rig.backend, options.cards.gpus, warn, all_gpus=options.cards.all_gpus, server_pids=pids
         )
         gpus = choice.gpus
         envelope = uniform_envelope([g.envelope() for g in gpus])
-        points = plan_points(options, gpus, warn, rig.clock) if options.clock_axis else []
+        points = plan_points(options, gpus, warn, rig.clock) if options.points.clock_axis else []
         caps = (
             point_caps(options, gpus, points)
             if points
@@ -309,7 +309,7 @@ def dry_run(
             if options.changes_limits and rig.limits_outlive_process
             else None,
             points=tuple(points),
-            axis=options.axis,
+            axis=options.points.axis,
             estimated_run_s=estimate_wall_s(options, n, 1.0, caps),
             bound_run_s=bound_run_s(options, n, _spacing(caps)),
         )

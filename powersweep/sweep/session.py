@@ -235,9 +235,9 @@ def _run_session(
             # the server first: its process tells which GPUs serve the model
             choice = select_gpus(
                 backend,
-                options.gpus,
+                options.cards.gpus,
                 warn,
-                all_gpus=options.all_gpus,
+                all_gpus=options.cards.all_gpus,
                 server_pids=local_server_pids(info.base_url),
             )
             gpus = choice.gpus
@@ -249,7 +249,7 @@ def _run_session(
             for name in resume.writer.dropped_partial if resume else ():
                 warn(f"{name}: dropped a half-written last row (the run was cut mid-write)")
             points: list[SweepPoint] = []
-            if options.clock_axis:
+            if options.points.clock_axis:
                 points = (
                     resume.points_left if resume else plan_points(options, gpus, warn, rig.clock)
                 )
@@ -257,7 +257,7 @@ def _run_session(
             else:
                 caps = resume.caps_left if resume else plan_caps(options, gpus, warn, rig.clock)
             if options.changes_limits and (
-                not options.clock_axis or options.hold_cap_w is not None
+                not options.points.clock_axis or options.points.hold_cap_w is not None
             ):
                 check_settable(gpus)
             meta, writer = _open_run(options, rig, gpus, info, caps, resume, choice, points)
@@ -289,7 +289,7 @@ def _run_session(
                     return {}
                 if options.load.mode == "decode-single":
                     return {}
-                if options.clock_axis:
+                if options.points.clock_axis:
                     truth = _clock_truth(rig, all_points, caps[0], prep)
                     return {"simulation": {**sim, "ground_truth": truth}}
                 return {"simulation": {**sim, "ground_truth": rig.truth(truth_caps, prep)}}
@@ -360,7 +360,7 @@ def _open_run(
     meta["options"].update(rig.recorded_options)
     meta["gpu_selection"] = choice.meta()
     if points:
-        meta["axis"] = options.axis
+        meta["axis"] = options.points.axis
         meta["points_planned"] = [p.to_dict() for p in points]
     writer = RunWriter(
         options.out,
@@ -401,11 +401,11 @@ def _sweep_plan(
         no_reset=options.no_reset,
         max_failed_caps=options.max_failed_caps,
         observe_only=options.observe_only,
-        strategy="dense" if options.observe_only or resume else options.strategy,
-        step_w=options.step_size_w,
+        strategy="dense" if options.observe_only or resume else options.points.strategy,
+        step_w=options.points.step_size_w,
         points=tuple(points or ()),
-        axis=options.axis,
-        confirm=options.confirm,
+        axis=options.points.axis,
+        confirm=options.points.confirm,
     )
 
 

@@ -33,6 +33,7 @@ from powersweep.sweep.options import (
     LoadMode,
     LoadOptions,
     MeasureOptions,
+    PointOptions,
     SettleMode,
     SweepOptions,
 )
@@ -315,7 +316,7 @@ def test_reasoning_tokens_count_like_content(
     options = SweepOptions(
         cooling="air",
         load=LoadOptions(mode=LoadMode.DECODE_SINGLE, warmup_requests=1),
-        caps=(300.0, 280.0),
+        points=PointOptions(caps=(300.0, 280.0)),
         measure=MeasureOptions(
             settle_s=0.5, settle_mode=SettleMode.FIXED, windows=WindowPolicy(max_s=4.0)
         ),

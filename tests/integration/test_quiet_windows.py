@@ -16,6 +16,7 @@ from powersweep.sweep.options import (
     LoadMode,
     LoadOptions,
     MeasureOptions,
+    PointOptions,
     SettleMode,
     SweepOptions,
 )
@@ -59,7 +60,7 @@ def test_no_collection_inside_a_window_of_any_load(
                     concurrency=2 if mode == "decode-concurrent" else None,
                     warmup_requests=1,
                 ),
-                caps=(300.0, 280.0),
+                points=PointOptions(caps=(300.0, 280.0)),
                 measure=MeasureOptions(
                     settle_s=0.5,
                     settle_mode=SettleMode.FIXED,

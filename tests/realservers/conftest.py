@@ -22,7 +22,14 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
-from powersweep.sweep.options import LoadMode, LoadOptions, MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import (
+    LoadMode,
+    LoadOptions,
+    MeasureOptions,
+    PointOptions,
+    SettleMode,
+    SweepOptions,
+)
 from powersweep.sweep.sampling.windows import WindowPolicy
 from tests.realservers.tinymodel import MEDIUM, TINY, ModelSpec, write_model
 
@@ -366,7 +373,7 @@ def sweep_options(
         # long one)
         "load": LoadOptions(mode=LoadMode(load_mode), warmup_requests=2, **(load or {})),
         "url": server.url,
-        "caps": (300.0,),
+        "points": PointOptions(caps=(300.0,)),
         "measure": REAL_TIME_MEASURE,
         "cooling": "air",
         "out": tmp_path,

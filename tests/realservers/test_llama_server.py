@@ -14,7 +14,13 @@ from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
 from powersweep.report import build_report
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
-from powersweep.sweep.options import LoadOptions, MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import (
+    LoadOptions,
+    MeasureOptions,
+    PointOptions,
+    SettleMode,
+    SweepOptions,
+)
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.server.discovery import ServerInfo, discover_server
@@ -182,7 +188,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
     options = SweepOptions(
         simulate="rtx3090-air",
         url=llama_server.url,
-        caps=(300.0,),
+        points=PointOptions(caps=(300.0,)),
         # as sweep_options: in real time the wait for a steady temperature costs 10 s a point,
         # and the simulated card beside a real server tests nothing of it
         measure=MeasureOptions(

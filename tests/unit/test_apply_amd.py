@@ -188,11 +188,11 @@ def test_auto_opens_the_libraries_that_see_cards(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_journal_names_the_backend_that_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    from powersweep.sweep.options import SweepOptions
+    from powersweep.sweep.options import Backend, CardOptions, SweepOptions
 
     fake = FakeAmdsmi([mi300x()])
     monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
-    with rigs.build_rig(SweepOptions(backend="amdsmi")) as rig:
+    with rigs.build_rig(SweepOptions(cards=CardOptions(backend=Backend.AMDSMI))) as rig:
         assert rig.journal_backend == {"kind": "amdsmi"}
         assert rig.backend.gpu(0).identity().vendor == "amd"
     assert fake.shutdown_calls == 1

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from powersweep.cli import main
 from powersweep.errors import UsageError
 from powersweep.sweep.locks import verify
-from powersweep.sweep.options import SweepOptions, validate
+from powersweep.sweep.options import Axis, PointOptions, SweepOptions, validate
 from powersweep.sweep.planning.clock_points import SweepPoint
+
+
+def _options(**kwargs: Any) -> SweepOptions:
+    """Options with the axis-and-points fields in their group, the rest at the top."""
+    names = {f.name for f in dataclasses.fields(PointOptions)}
+    points = PointOptions(**{k: v for k, v in kwargs.items() if k in names})
+    return SweepOptions(points=points, **{k: v for k, v in kwargs.items() if k not in names})
 
 
 @pytest.mark.parametrize(
@@ -26,13 +36,13 @@ from powersweep.sweep.planning.clock_points import SweepPoint
 )
 def test_bad_clock_options_are_one_line_usage_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        validate(SweepOptions(**kwargs))
+        validate(_options(**kwargs))
 
 
 def test_good_clock_options_pass() -> None:
-    validate(SweepOptions(axis="grid", sm_clocks=(900.0, 1200.0), hold_cap_w=300.0))
-    validate(SweepOptions(axis="sm-clock", mem_clocks=(9501.0,)))
-    assert SweepOptions(axis="grid").clock_axis and not SweepOptions().clock_axis
+    validate(_options(axis=Axis.GRID, sm_clocks=(900.0, 1200.0), hold_cap_w=300.0))
+    validate(_options(axis=Axis.SM_CLOCK, mem_clocks=(9501.0,)))
+    assert _options(axis=Axis.GRID).points.clock_axis and not SweepOptions().points.clock_axis
 
 
 def test_cli_refuses_caps_on_a_clock_axis_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,15 +5,25 @@ from __future__ import annotations
 import pytest
 
 from powersweep.sweep.estimate import JUMP_WAIT_SHARE, THERMAL_WAITING_POINTS, estimate_run_s
-from powersweep.sweep.options import MeasureOptions, SettleMode, SweepOptions
+from powersweep.sweep.options import (
+    MeasureOptions,
+    PointOptions,
+    SettleMode,
+    Strategy,
+    SweepOptions,
+)
 from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 
 
-def _options(thermal_wait_s: float = MeasureOptions.thermal_wait_s, **kw: object) -> SweepOptions:
+def _options(
+    thermal_wait_s: float = MeasureOptions.thermal_wait_s,
+    strategy: Strategy = PointOptions.strategy,
+) -> SweepOptions:
     measure = MeasureOptions(
         settle_s=2.0, settle_mode=SettleMode.FIXED, thermal_wait_s=thermal_wait_s
     )
-    return SweepOptions(cooling="air", measure=measure, confirm=False, **kw)  # type: ignore[arg-type]
+    points = PointOptions(strategy=strategy, confirm=False)
+    return SweepOptions(cooling="air", measure=measure, points=points)
 
 
 @pytest.mark.parametrize("spacing", [10.0, CARRY_DRAW_W])
@@ -45,8 +55,8 @@ def test_a_grid_of_jumps_waits_at_every_point() -> None:
 
 
 def test_an_adaptive_sweep_waits_at_every_point_it_measures() -> None:
-    options = _options(strategy="adaptive")
-    no_wait = estimate_run_s(_options(strategy="adaptive", thermal_wait_s=0.0), 21, 10.0)
+    options = _options(strategy=Strategy.ADAPTIVE)
+    no_wait = estimate_run_s(_options(strategy=Strategy.ADAPTIVE, thermal_wait_s=0.0), 21, 10.0)
     gap = estimate_run_s(options, 21, 10.0) - no_wait
     per_point = THERMAL_TRAIL_S - 2.0
     waits = 1 + round((gap / per_point - 1) / JUMP_WAIT_SHARE)

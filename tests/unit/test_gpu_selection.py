@@ -141,12 +141,12 @@ def test_dry_run_picks_the_local_servers_card_without_contacting_it(
 def test_a_resumed_run_keeps_the_gpus_it_picked(tmp_path: Path) -> None:
     import json
 
-    from powersweep.sweep.options import SweepOptions
+    from powersweep.sweep.options import CardOptions, SweepOptions
     from powersweep.sweep.resume import resume_options
 
     run = tmp_path / "run"
     run.mkdir()
-    recorded = SweepOptions(all_gpus=True).recorded()
+    recorded = SweepOptions(cards=CardOptions(all_gpus=True)).recorded()
     meta = {
         "schema_version": 1,
         "status": "interrupted",
@@ -155,4 +155,4 @@ def test_a_resumed_run_keeps_the_gpus_it_picked(tmp_path: Path) -> None:
     }
     (run / "run.json").write_text(json.dumps(meta))
     options, _ = resume_options(run, SweepOptions())
-    assert options.gpus == (1,) and options.all_gpus is False
+    assert options.cards.gpus == (1,) and options.cards.all_gpus is False

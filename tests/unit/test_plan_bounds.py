@@ -13,7 +13,7 @@ import pytest
 
 from powersweep.cli import main
 from powersweep.errors import UsageError
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import Axis, PointOptions, SweepOptions
 from powersweep.sweep.plan import MAX_PLAN_S, bound_wall_s, check_plan_time, estimate_wall_s
 
 SIM = ["--simulate", "rtx3090-air", "--cooling", "air"]
@@ -62,7 +62,9 @@ def test_a_plan_nobody_means_is_refused_in_one_line(
 
 
 def test_the_bound_is_the_dry_runs_bound_at_real_speed() -> None:
-    options = SweepOptions(axis="grid", sm_clocks=(1000.0,), mem_clocks=(9000.0,))
+    options = SweepOptions(
+        points=PointOptions(axis=Axis.GRID, sm_clocks=(1000.0,), mem_clocks=(9000.0,))
+    )
     fits = 1
     while bound_wall_s(options, fits + 1, 1.0) <= MAX_PLAN_S:
         fits += 1
