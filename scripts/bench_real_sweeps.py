@@ -72,9 +72,11 @@ def run_all(
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
     from powersweep.sweep.options import (
+        Cooling,
         LoadMode,
         LoadOptions,
         MeasureOptions,
+        OutputOptions,
         PointOptions,
         SettleMode,
         Strategy,
@@ -116,11 +118,13 @@ def run_all(
                         load=LoadOptions(
                             mode=LoadMode(mode), warmup_requests=1, **MODE_OPTIONS[mode]
                         ),
-                        out=Path(tmp) / f"{label.replace(':', '_')}-{mode}-{strategy}-{seed}",
+                        output=OutputOptions(
+                            out=Path(tmp) / f"{label.replace(':', '_')}-{mode}-{strategy}-{seed}",
+                            cooling=Cooling.AIR,
+                        ),
                         measure=MeasureOptions(
                             settle_mode=SettleMode(settle), windows=WindowPolicy(max_s=target_s)
                         ),
-                        cooling="air",
                         points=PointOptions(strategy=Strategy(strategy)),
                     )
                     sim = SimOptions(seed=seed, time_scale=scale)
@@ -173,9 +177,11 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
     from powersweep.cli.rigs import build_rig
     from powersweep.sim.options import SimOptions
     from powersweep.sweep.options import (
+        Cooling,
         LoadMode,
         LoadOptions,
         MeasureOptions,
+        OutputOptions,
         PointOptions,
         SweepOptions,
     )
@@ -188,9 +194,8 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
             options = SweepOptions(
                 simulate=OVERHEAD_PROFILE,
                 load=LoadOptions(mode=LoadMode(mode), warmup_requests=1, **MODE_OPTIONS[mode]),
-                out=Path(tmp) / mode,
+                output=OutputOptions(out=Path(tmp) / mode, cooling=Cooling.AIR),
                 measure=MeasureOptions(windows=WindowPolicy(max_s=1.0)),
-                cooling="air",
                 points=PointOptions(caps=OVERHEAD_CAPS_W, confirm=False),
             )
             real_time = functools.partial(build_rig, sim=SimOptions(time_scale=1.0))

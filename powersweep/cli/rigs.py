@@ -79,10 +79,10 @@ def build_rig(options: SweepOptions, sim: SimOptions | None = None) -> Iterator[
 def _recorded_sim(options: SweepOptions) -> SimOptions | None:
     """A resumed run's simulated rig, as its ``run.json`` recorded it (as its other options
     are); None when not resuming or there is none to read (the session names what is wrong)."""
-    if options.resume is None:
+    if options.output.resume is None:
         return None
     try:
-        recorded = json.loads((options.resume / "run.json").read_text())["options"]
+        recorded = json.loads((options.output.resume / "run.json").read_text())["options"]
         return SimOptions.from_recorded(recorded)
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -91,7 +91,7 @@ def _recorded_sim(options: SweepOptions) -> SimOptions | None:
 @contextlib.contextmanager
 def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
     assert options.simulate is not None
-    clock = sim_clock(sim, options.url)
+    clock = sim_clock(sim, options.server.url)
     network = MemoryNetwork(seed=sim.seed) if clock.runs_on_loop else None
     engine: Any
     profiles: list[Any]
@@ -110,7 +110,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
             serving=sim.serving_gpus,
         )
     backend = vendor_backend(engine, clock) if isinstance(engine, SimRig) else engine
-    served = options.url is None
+    served = options.server.url is None
     fault = parse_fault(sim.fault) if sim.fault else None
 
     @contextlib.contextmanager

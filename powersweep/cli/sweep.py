@@ -86,10 +86,12 @@ from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.options import SimOptions, SimServerFlavour, refuse_without_simulate
 from powersweep.sweep.options import (
     CardOptions,
-    Cooling,
     LoadOptions,
     MeasureOptions,
+    OutputOptions,
     PointOptions,
+    SafetyOptions,
+    ServerOptions,
     SweepOptions,
 )
 from powersweep.sweep.sampling.windows import WindowPolicy
@@ -99,7 +101,7 @@ PARTIAL_EXIT = 3
 
 
 def sweep_command(
-    cooling: CoolingOpt = Cooling.UNSPECIFIED,
+    cooling: CoolingOpt = OutputOptions.cooling,
     load_mode: LoadModeOpt = LoadOptions.mode,
     target_cap_seconds: TargetCapSecondsOpt = WindowPolicy.max_s,
     min_cap_seconds: MinCapSecondsOpt = WindowPolicy.min_s,
@@ -125,7 +127,7 @@ def sweep_command(
     thermal_wait_seconds: ThermalWaitSecondsOpt = MeasureOptions.thermal_wait_s,
     no_confirm: NoConfirmOpt = False,
     sample_interval: SampleIntervalOpt = MeasureOptions.sample_interval_s,
-    max_failed_caps: MaxFailedCapsOpt = 3,
+    max_failed_caps: MaxFailedCapsOpt = SafetyOptions.max_failed_caps,
     url: UrlOpt = None,
     model: ModelOpt = None,
     api_key: ApiKeyOpt = None,
@@ -135,7 +137,7 @@ def sweep_command(
     resume: ResumeOpt = None,
     force: ForceOpt = False,
     state_dir: StateDirOpt = None,
-    out: OutOpt = Path("powersweep-runs"),
+    out: OutOpt = OutputOptions.out,
     no_charts: NoChartsOpt = False,
     tariff: TariffOpt = None,
     quiet: QuietOpt = False,
@@ -195,7 +197,6 @@ def sweep_command(
         sim.validate(url)
     check_options(tariff, None, None)
     options = SweepOptions(
-        cooling=cooling.value,
         load=LoadOptions(
             mode=load_mode,
             warmup_requests=warmup_requests,
@@ -228,19 +229,17 @@ def sweep_command(
                 min_s=min_cap_seconds, max_s=target_cap_seconds, precision_pct=precision
             ),
         ),
-        url=url,
-        model=model,
-        api_key=api_key or None,
-        out=out,
-        no_reset=no_reset,
-        max_failed_caps=max_failed_caps,
+        server=ServerOptions(url=url, model=model, api_key=api_key or None),
+        safety=SafetyOptions(
+            dry_run=dry_run,
+            observe_only=observe_only,
+            no_reset=no_reset,
+            force=force,
+            state_dir=state_dir,
+            max_failed_caps=max_failed_caps,
+        ),
+        output=OutputOptions(out=out, resume=resume, cooling=cooling, tariff_per_kwh=tariff),
         simulate=simulate,
-        force=force,
-        dry_run=dry_run,
-        observe_only=observe_only,
-        resume=resume,
-        state_dir=state_dir,
-        tariff_per_kwh=tariff,
     )
     if dry_run:
         _print_dry_run(options, sim)
@@ -252,7 +251,7 @@ def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:
     from powersweep.cli.rigs import build_rig
     from powersweep.sweep.plan import dry_run
 
-    if options.resume is not None:
+    if options.output.resume is not None:
         raise UsageError("--dry-run does not combine with --resume")
     rigs = functools.partial(build_rig, sim=sim)
     for line in dry_run(options, rigs, warn=warn).lines():
@@ -355,7 +354,11 @@ def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bo
     finally:
         if is_root():
             # under sudo the run belongs to the user who typed sudo, not to root
-            top = options.out if result.out_created and options.resume is None else result.run_dir
+            top = (
+                options.output.out
+                if result.out_created and options.output.resume is None
+                else result.run_dir
+            )
             hand_over([top], invoking_user(), warn=warn)
     if outcome.status == "interrupted":
         info(f"interrupted: partial run kept in {result.run_dir}")

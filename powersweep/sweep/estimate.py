@@ -100,7 +100,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     if options.measure.settle_mode == "fixed" or bound:
         settle = options.measure.settle_s
     thermal = 0.0
-    if not options.observe_only and options.measure.thermal_wait_s > 0:
+    if not options.safety.observe_only and options.measure.thermal_wait_s > 0:
         # the slope is judged once its trailing window since the point was set is full
         thermal = max(0.0, min(THERMAL_TRAIL_S - settle, options.measure.thermal_wait_s))
         if bound:
@@ -135,7 +135,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     waits = min(waiting, 1) * thermal + max(0, waiting - 1) * jump
     confirm = 0.0
     ties = options.points.clock_axis or spacing <= TIE_SPACING_W or bound
-    if options.points.confirm and not options.observe_only and measured >= 2 and ties:
+    if options.points.confirm and not options.safety.observe_only and measured >= 2 and ties:
         # ties at the peak half the time: each point's own precision separates neighbours
         # whose TPS/W differ by more than about half a percent
         expected = CONFIRM_MAX_CAPS if bound else CONFIRM_MAX_CAPS / 2
@@ -148,7 +148,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
 
 
 def _points_measured(options: SweepOptions, n_points: int) -> int:
-    if options.observe_only:
+    if options.safety.observe_only:
         return min(1, n_points)
     if options.points.strategy != "adaptive" or options.points.clock_axis:
         return n_points

@@ -97,7 +97,7 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
     ("--target-prefill-seconds", "load.target_prefill_s", 0.1, 600.0, True),
     ("--warmup-requests", "load.warmup_requests", 0, 100, True),
-    ("--max-failed-caps", "max_failed_caps", 1, 1000, True),
+    ("--max-failed-caps", "safety.max_failed_caps", 1, 1000, True),
     ("--bench-runs", "load.bench_runs", 1, 50, True),
     ("--max-concurrency-probe", "load.max_concurrency_probe", 1, MAX_STREAMS, True),
     ("--concurrency-stretch", "load.concurrency_stretch", 0, MAX_STREAMS, True),
@@ -281,33 +281,115 @@ def _recorded_fields(cls: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class SweepOptions:
-    """Every option of a sweep (what ``run.json`` records under ``options``).
+class ServerOptions:
+    """The server the load runs against (the ``Server`` panel's flags).
 
-    Attributes mirror the CLI flags; ``api_key`` is never recorded. ``simulate`` names the
+    Attributes:
+        url: Its URL (None: probe the local ports).
+        model: The model id (None: the server's).
+        api_key: Bearer token, never recorded.
+    """
+
+    url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The group as ``run.json`` holds it: no secret, the URL without credentials."""
+        return {
+            "url": strip_credentials(self.url) if self.url else None,
+            "model": self.model,
+            "api_key_given": self.api_key is not None,
+        }
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> ServerOptions:
+        """The group a ``run.json`` recorded (never a key: the one given now is used)."""
+        return cls(url=data.get("url"), model=data.get("model"))
+
+
+@dataclass(frozen=True)
+class SafetyOptions:
+    """What a sweep may change, and where its restore journal lives (the ``Safety`` panel).
+
+    Attributes:
+        dry_run: Print the plan, change nothing.
+        observe_only: Run the load at the settings in force, change nothing.
+        no_reset: Leave the last setting in force instead of putting the user's back.
+        force: Accepted for old scripts (a killed sweep's journal is always put back first).
+        state_dir: Where the restore journal lives (None: the default for the user).
+        max_failed_caps: Stop after this many points in a row failed.
+    """
+
+    dry_run: bool = False
+    observe_only: bool = False
+    no_reset: bool = False
+    force: bool = False
+    state_dir: Path | None = None
+    max_failed_caps: int = 3
+
+    @property
+    def changes_limits(self) -> bool:
+        """True when this sweep sets power limits (not a dry run, not observe-only)."""
+        return not (self.dry_run or self.observe_only)
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> SafetyOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        kwargs = _recorded_fields(cls, data)
+        if "state_dir" in kwargs:
+            kwargs["state_dir"] = Path(kwargs["state_dir"]) if kwargs["state_dir"] else None
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where a run goes and how it is labelled (the ``Output`` panel).
+
+    Attributes:
+        out: The directory run directories are made in.
+        resume: An interrupted run directory to continue (None: a new run).
+        cooling: How the card is cooled (labels the run; thermal findings depend on it).
+        tariff_per_kwh: The price of a kWh the report prices tokens at (None: energy only).
+    """
+
+    out: Path = Path("powersweep-runs")
+    resume: Path | None = None
+    cooling: Cooling = Cooling.UNSPECIFIED
+    tariff_per_kwh: float | None = None
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> OutputOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        kwargs = _recorded_fields(cls, data)
+        if kwargs.get("out"):
+            kwargs["out"] = Path(kwargs["out"])
+        else:
+            kwargs.pop("out", None)
+        if "resume" in kwargs:
+            kwargs["resume"] = Path(kwargs["resume"]) if kwargs["resume"] else None
+        if "cooling" in kwargs:
+            kwargs["cooling"] = Cooling(kwargs["cooling"])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Every option of a sweep, by concern (what ``run.json`` records under ``options``).
+
+    Each group is built by the CLI and taken as it is by what uses it; ``simulate`` names the
     simulated profile (the sweep skips the root check for it); how the simulated rig behaves is
     :class:`powersweep.sim.options.SimOptions`, which only the composition root reads.
     """
 
-    cooling: str = "unspecified"
     load: LoadOptions = field(default_factory=LoadOptions)
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
     points: PointOptions = field(default_factory=PointOptions)
     cards: CardOptions = field(default_factory=CardOptions)
-    measure: MeasureOptions = field(default_factory=MeasureOptions)
-    url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
-    out: Path = Path("powersweep-runs")
-    no_reset: bool = False
-    max_failed_caps: int = 3
+    server: ServerOptions = field(default_factory=ServerOptions)
+    safety: SafetyOptions = field(default_factory=SafetyOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
     simulate: str | None = None
-    force: bool = False
-    dry_run: bool = False
-    observe_only: bool = False
-    resume: Path | None = None
-    state_dir: Path | None = None
-    # The price of a kWh the report prices tokens at (``--tariff``; analyze reuses it).
-    tariff_per_kwh: float | None = None
 
     @property
     def prefill_seconds(self) -> float:
@@ -318,20 +400,18 @@ class SweepOptions:
         return PREFILL_SHARE_OF_WINDOW * self.measure.windows.max_s
 
     def recorded(self) -> dict[str, Any]:
-        """The options as stored in ``run.json`` (no secrets, URL without credentials)."""
-        data = asdict(self)
-        data.pop("api_key")
-        del data["measure"], data["load"], data["points"], data["cards"]
-        # flat, as every run.json has held them
+        """The options as stored in ``run.json``: flat, by flag name, as every run has held
+        them (no secrets, the URL without credentials, paths as text)."""
+        data: dict[str, Any] = {"simulate": self.simulate}
         data.update(self.load.recorded())
+        data.update(self.measure.recorded())
         data.update(asdict(self.points))
         data.update(asdict(self.cards))
-        data.update(self.measure.recorded())
-        data["api_key_given"] = self.api_key is not None
-        data["url"] = strip_credentials(self.url) if self.url else None
+        data.update(self.server.recorded())
+        data.update(asdict(self.safety))
+        data.update(asdict(self.output))
         for key in ("out", "resume", "state_dir"):
-            value = getattr(self, key)
-            data[key] = str(value) if value is not None else None
+            data[key] = str(data[key]) if data[key] is not None else None
         return data
 
     @classmethod
@@ -342,25 +422,19 @@ class SweepOptions:
         Raises:
             TypeError: A recorded value this version cannot take.
         """
-        groups = {"measure", "load", "points", "cards"}
-        known = {f.name for f in fields(cls)} - groups
-        kwargs: dict[str, Any] = {k: v for k, v in recorded.items() if k in known}
-        for key in ("out", "resume", "state_dir"):
-            if key in kwargs:
-                kwargs[key] = Path(kwargs[key]) if kwargs[key] else None
         try:
-            measure = MeasureOptions.from_recorded(recorded)
-            load = LoadOptions.from_recorded(recorded)
-            points = PointOptions.from_recorded(recorded)
-            cards = CardOptions.from_recorded(recorded)
+            return cls(
+                load=LoadOptions.from_recorded(recorded),
+                measure=MeasureOptions.from_recorded(recorded),
+                points=PointOptions.from_recorded(recorded),
+                cards=CardOptions.from_recorded(recorded),
+                server=ServerOptions.from_recorded(recorded),
+                safety=SafetyOptions.from_recorded(recorded),
+                output=OutputOptions.from_recorded(recorded),
+                simulate=recorded.get("simulate"),
+            )
         except ValueError as exc:
             raise TypeError(str(exc)) from None
-        return cls(load=load, measure=measure, points=points, cards=cards, **kwargs)
-
-    @property
-    def changes_limits(self) -> bool:
-        """True when this sweep sets power limits (not a dry run, not observe-only)."""
-        return not (self.dry_run or self.observe_only)
 
 
 def _check_ranges(options: SweepOptions) -> None:
@@ -403,8 +477,8 @@ def _check_ranges(options: SweepOptions) -> None:
                 f"{flag} {too_high[0]:g} {unit} is more than any card takes "
                 f"(at most {high:g} {unit})"
             )
-    if options.url is not None:
-        normalize_base_url(options.url)
+    if options.server.url is not None:
+        normalize_base_url(options.server.url)
 
 
 def validate(options: SweepOptions) -> None:
@@ -413,8 +487,10 @@ def validate(options: SweepOptions) -> None:
     Raises:
         UsageError: One line naming the bad option.
     """
-    if options.cooling not in COOLING:
-        raise UsageError(f"--cooling must be one of {', '.join(COOLING)}, not {options.cooling!r}")
+    if options.output.cooling not in COOLING:
+        raise UsageError(
+            f"--cooling must be one of {', '.join(COOLING)}, not {options.output.cooling!r}"
+        )
     if options.load.mode not in LOAD_MODES:
         raise UsageError(
             f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load.mode!r}"
@@ -474,15 +550,15 @@ def validate(options: SweepOptions) -> None:
             raise UsageError(f"{flag} must be positive, got {value:g}")
     if options.measure.settle_s < 0:
         raise UsageError(f"--settle-seconds must be 0 or more, got {options.measure.settle_s:g}")
-    if options.max_failed_caps < 1:
+    if options.safety.max_failed_caps < 1:
         raise UsageError("--max-failed-caps must be at least 1")
     if options.load.warmup_requests < 0:
         raise UsageError("--warmup-requests must be 0 or more")
     if options.cards.gpus is not None and any(i < 0 for i in options.cards.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")
-    if options.observe_only and options.points.caps:
+    if options.safety.observe_only and options.points.caps:
         raise UsageError("--observe-only measures at the limit in force: drop --caps")
-    if options.observe_only and options.dry_run:
+    if options.safety.observe_only and options.safety.dry_run:
         raise UsageError("--dry-run and --observe-only exclude each other")
 
 
@@ -526,7 +602,7 @@ def _validate_axis(options: SweepOptions) -> None:
         raise UsageError(
             "--axis mem-clock holds one SM lock: give one --sm-clocks value, or use --axis grid"
         )
-    if options.observe_only and (
+    if options.safety.observe_only and (
         points.sm_clocks or points.mem_clocks or points.hold_cap_w is not None
     ):
         raise UsageError(

@@ -189,7 +189,7 @@ def plan_caps(
         UsageError: More than :data:`MAX_PLANNED_CAPS` caps, or a plan longer than a day.
     """
     envelope = uniform_envelope([g.envelope() for g in gpus])
-    if options.observe_only:
+    if options.safety.observe_only:
         currents = sorted({g.envelope().current_w for g in gpus})
         if len(currents) > 1:
             warn(
@@ -229,7 +229,7 @@ def plan_points(
         GpuError: The card cannot list its clocks and none were given.
         UsageError: No clock to sweep, or a plan longer than a day.
     """
-    if options.observe_only:
+    if options.safety.observe_only:
         locks = gpus[0].locked_clocks()
         return [SweepPoint(None, locks.sm_mhz, locks.mem_mhz)]
     need_sm = options.points.axis != "mem-clock" and not options.points.sm_clocks
@@ -265,7 +265,7 @@ def point_caps(options: SweepOptions, gpus: list[Gpu], points: list[SweepPoint])
 
 def journal_for(options: SweepOptions) -> Journal:
     """The restore journal these options use (``--state-dir``, env, or the default)."""
-    return Journal(options.state_dir or default_state_dir())
+    return Journal(options.safety.state_dir or default_state_dir())
 
 
 def dry_run(
@@ -285,7 +285,11 @@ def dry_run(
     with rigs(options) as rig:
         # no server is contacted: the processes listening on --url's port (or on the ports a
         # sweep would probe) still name the server's process
-        urls = [options.url] if options.url else [f"http://127.0.0.1:{p}" for p, _ in DEFAULT_PORTS]
+        urls = (
+            [options.server.url]
+            if options.server.url
+            else [f"http://127.0.0.1:{p}" for p, _ in DEFAULT_PORTS]
+        )
         pids = frozenset().union(*(local_server_pids(u) for u in urls))
         choice = select_gpus(
             rig.backend, options.cards.gpus, warn, all_gpus=options.cards.all_gpus, server_pids=pids
@@ -306,7 +310,7 @@ def dry_run(
             caps_w=tuple(sorted(caps, reverse=True)),
             estimated_wall_s=rig.clock.wall_s(estimate_wall_s(options, n, 1.0, caps)),
             journal_path=journal_for(options).path
-            if options.changes_limits and rig.limits_outlive_process
+            if options.safety.changes_limits and rig.limits_outlive_process
             else None,
             points=tuple(points),
             axis=options.points.axis,

@@ -12,7 +12,7 @@ from typing import Any
 from powersweep.errors import UsageError
 from powersweep.runformat import SCHEMA_VERSION
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import ServerOptions, SweepOptions
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 
@@ -78,14 +78,18 @@ def resume_options(run_dir: Path, given: SweepOptions) -> tuple[SweepOptions, di
         raise UsageError(f"--resume: {path} has unusable options ({exc})") from None
     options = dataclasses.replace(
         options,
-        out=run_dir.parent,
-        url=given.url or options.url,
-        api_key=given.api_key,
-        model=given.model or options.model,
-        state_dir=given.state_dir,
-        force=given.force,
-        resume=run_dir,
-        dry_run=False,
+        output=dataclasses.replace(options.output, out=run_dir.parent, resume=run_dir),
+        server=ServerOptions(
+            url=given.server.url or options.server.url,
+            model=given.server.model or options.server.model,
+            api_key=given.server.api_key,
+        ),
+        safety=dataclasses.replace(
+            options.safety,
+            state_dir=given.safety.state_dir,
+            force=given.safety.force,
+            dry_run=False,
+        ),
     )
     return options, meta
 
@@ -96,7 +100,7 @@ def prepare_resume(options: SweepOptions, meta: dict[str, Any], gpus: list[Gpu])
     Raises:
         UsageError: Another GPU set, or nothing left to measure.
     """
-    assert options.resume is not None
+    assert options.output.resume is not None
     want = [g.get("uuid") for g in meta.get("gpus", []) if isinstance(g, dict)]
     have = [g.identity().uuid for g in gpus]
     if want != have:
@@ -109,19 +113,19 @@ def prepare_resume(options: SweepOptions, meta: dict[str, Any], gpus: list[Gpu])
         done_points = [SweepPoint.from_dict(p) for p in meta.get("points_done") or []]
         left_points = [p for p in planned_points if p not in done_points]
         if not left_points:
-            raise UsageError(f"--resume: every planned point of {options.resume} is done")
+            raise UsageError(f"--resume: every planned point of {options.output.resume} is done")
         caps = [float(c) for c in meta.get("caps_planned", [])]
         return ResumeState(
-            meta, RunWriter.reopen(options.resume), caps, [], left_points, done_points
+            meta, RunWriter.reopen(options.output.resume), caps, [], left_points, done_points
         )
     planned = [float(c) for c in meta.get("caps_planned", [])]
     done = [float(c) for c in meta.get("caps_done", [])]
     left = [c for c in planned if c not in done]
     if not left:
-        raise UsageError(f"--resume: every planned cap of {options.resume} is done")
-    writer = RunWriter.reopen(options.resume)
+        raise UsageError(f"--resume: every planned cap of {options.output.resume} is done")
+    writer = RunWriter.reopen(options.output.resume)
     return ResumeState(
-        meta, writer, left, done, cap_status=_cap_status(options.resume / "caps.csv", done)
+        meta, writer, left, done, cap_status=_cap_status(options.output.resume / "caps.csv", done)
     )
 
 

@@ -123,7 +123,7 @@ def run_session(
 def needs_journal(options: SweepOptions, rig: Rig) -> bool:
     """True when a limit this sweep sets would outlive the process (real GPUs, or a simulated
     rig whose settings persist in a file)."""
-    return options.changes_limits and rig.limits_outlive_process
+    return options.safety.changes_limits and rig.limits_outlive_process
 
 
 def _open_journal(
@@ -201,17 +201,17 @@ def _run_session(
     on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
 ) -> SessionResult:
     resume_meta: dict[str, Any] | None = None
-    if options.resume is not None:
-        options, resume_meta = resume_options(options.resume, options)
+    if options.output.resume is not None:
+        options, resume_meta = resume_options(options.output.resume, options)
     validate(options)
-    if options.cooling == "unspecified" and resume_meta is None:
+    if options.output.cooling == "unspecified" and resume_meta is None:
         warn("--cooling not given: results are labelled 'unspecified' (use air, water or aio)")
-    if options.simulate is None and options.changes_limits:
+    if options.simulate is None and options.safety.changes_limits:
         require_root()
-    out_created = not options.out.exists()
+    out_created = not options.output.out.exists()
     with (
         rigs(options) as rig,
-        locks_for("sweep", options.state_dir or default_state_dir()) as locks,
+        locks_for("sweep", options.safety.state_dir or default_state_dir()) as locks,
     ):
         journal, stale = _open_journal(options, rig, warn)
         backend = rig.backend
@@ -221,12 +221,12 @@ def _run_session(
             )
         originals_by_uuid = _restore_dead_owner(stale, journal, rig, warn) if stale else {}
         with rig.serve() as served_url:
-            url = served_url or options.url
+            url = served_url or options.server.url
             info = run_interruptible(
                 discover_server(
                     url,
-                    model=options.model,
-                    api_key=options.api_key,
+                    model=options.server.model,
+                    api_key=options.server.api_key,
                     clock=rig.clock,
                     transport=rig.transport(),
                 ),
@@ -256,7 +256,7 @@ def _run_session(
                 caps = point_caps(options, gpus, points)
             else:
                 caps = resume.caps_left if resume else plan_caps(options, gpus, warn, rig.clock)
-            if options.changes_limits and (
+            if options.safety.changes_limits and (
                 not options.points.clock_axis or options.points.hold_cap_w is not None
             ):
                 check_settable(gpus)
@@ -271,7 +271,7 @@ def _run_session(
                 ChatClient(
                     info,
                     rig.clock,
-                    api_key=options.api_key,
+                    api_key=options.server.api_key,
                     max_connections=connections,
                     request_budget_s=_request_budget_s(options),
                     connector=rig.connector,
@@ -363,7 +363,7 @@ def _open_run(
         meta["axis"] = options.points.axis
         meta["points_planned"] = [p.to_dict() for p in points]
     writer = RunWriter(
-        options.out,
+        options.output.out,
         [g.identity().name for g in gpus],
         options.load.mode,
         initial_meta={**meta, "status": "running", "caps_done": []},
@@ -398,10 +398,10 @@ def _sweep_plan(
         caps_w=tuple(caps),
         measure=options.measure,
         warmup_requests=options.load.warmup_requests,
-        no_reset=options.no_reset,
-        max_failed_caps=options.max_failed_caps,
-        observe_only=options.observe_only,
-        strategy="dense" if options.observe_only or resume else options.points.strategy,
+        no_reset=options.safety.no_reset,
+        max_failed_caps=options.safety.max_failed_caps,
+        observe_only=options.safety.observe_only,
+        strategy="dense" if options.safety.observe_only or resume else options.points.strategy,
         step_w=options.points.step_size_w,
         points=tuple(points or ()),
         axis=options.points.axis,
@@ -466,7 +466,7 @@ def _run_meta(
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "powersweep", "version": __version__},
         "gpus": [gpu_meta(g) for g in gpus],
-        "cooling": options.cooling,
+        "cooling": options.output.cooling,
         "load_mode": options.load.mode,
         "options": options.recorded(),
         "server": {
@@ -477,7 +477,7 @@ def _run_meta(
         },
         "simulation": simulation,
         "caps_planned": sorted(caps, reverse=True),
-        "observe_only": options.observe_only,
+        "observe_only": options.safety.observe_only,
         # a fleet report names each card by the node it ran on
         "host": socket.gethostname(),
     }

@@ -30,9 +30,11 @@ from powersweep.sim.profiles import get_profile
 from powersweep.sim.rig import workload_for
 from powersweep.sim.server import SimServer
 from powersweep.sweep.options import (
+    Cooling,
     LoadMode,
     LoadOptions,
     MeasureOptions,
+    OutputOptions,
     PointOptions,
     SettleMode,
     SweepOptions,
@@ -314,13 +316,12 @@ def test_reasoning_tokens_count_like_content(
     monkeypatch.setattr(rigs, "SimServer", _Reasoning)  # the composition root builds it
     monkeypatch.setattr(_Reasoning, "made", [])
     options = SweepOptions(
-        cooling="air",
         load=LoadOptions(mode=LoadMode.DECODE_SINGLE, warmup_requests=1),
         points=PointOptions(caps=(300.0, 280.0)),
         measure=MeasureOptions(
             settle_s=0.5, settle_mode=SettleMode.FIXED, windows=WindowPolicy(max_s=4.0)
         ),
-        out=tmp_path,
+        output=OutputOptions(out=tmp_path, cooling=Cooling.AIR),
         simulate="rtx3090-water",
     )
     sim = SimOptions(server=flavour, reasoning_tokens=_Reasoning.REASONING_TOKENS)

@@ -13,9 +13,11 @@ from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import (
+    Cooling,
     LoadMode,
     LoadOptions,
     MeasureOptions,
+    OutputOptions,
     PointOptions,
     SettleMode,
     SweepOptions,
@@ -53,7 +55,6 @@ def test_no_collection_inside_a_window_of_any_load(
     try:
         result = run_session(
             SweepOptions(
-                cooling="air",
                 load=LoadOptions(
                     mode=LoadMode(mode),
                     target_prefill_s=1.0,
@@ -67,7 +68,7 @@ def test_no_collection_inside_a_window_of_any_load(
                     thermal_wait_s=0.0,
                     windows=WindowPolicy(max_s=3.0),
                 ),
-                out=tmp_path,
+                output=OutputOptions(out=tmp_path, cooling=Cooling.AIR),
                 simulate="rtx3090-air",
             ),
             build_rig,

@@ -23,10 +23,14 @@ import httpx
 import pytest
 
 from powersweep.sweep.options import (
+    Cooling,
     LoadMode,
     LoadOptions,
     MeasureOptions,
+    OutputOptions,
     PointOptions,
+    SafetyOptions,
+    ServerOptions,
     SettleMode,
     SweepOptions,
 )
@@ -372,11 +376,10 @@ def sweep_options(
         # first window is sized from (this tiny model decodes a short answer far faster than a
         # long one)
         "load": LoadOptions(mode=LoadMode(load_mode), warmup_requests=2, **(load or {})),
-        "url": server.url,
+        "server": ServerOptions(url=server.url),
         "points": PointOptions(caps=(300.0,)),
         "measure": REAL_TIME_MEASURE,
-        "cooling": "air",
-        "out": tmp_path,
-        "state_dir": tmp_path / "state",
+        "output": OutputOptions(out=tmp_path, cooling=Cooling.AIR),
+        "safety": SafetyOptions(state_dir=tmp_path / "state"),
     }
     return SweepOptions(**{**base, **extra})

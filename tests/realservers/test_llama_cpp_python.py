@@ -14,6 +14,7 @@ import pytest
 
 from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
+from powersweep.sweep.options import SafetyOptions
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.server.discovery import ServerInfo, discover_server
@@ -175,7 +176,7 @@ def test_concurrent_streams_the_server_interrupts_fail_the_cap_with_the_hint(
         measure=dataclasses.replace(
             REAL_TIME_MEASURE, settle_s=0.2, windows=WindowPolicy(max_s=1.0)
         ),
-        max_failed_caps=1,
+        safety=SafetyOptions(state_dir=tmp_path / "state", max_failed_caps=1),
     )
     run = run_session(options, build_rig, warn=warnings.append).run_dir
     (cap,) = read_csv(run / "caps.csv")

@@ -15,9 +15,13 @@ from powersweep.clock import real_clock
 from powersweep.report import build_report
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
 from powersweep.sweep.options import (
+    Cooling,
     LoadOptions,
     MeasureOptions,
+    OutputOptions,
     PointOptions,
+    SafetyOptions,
+    ServerOptions,
     SettleMode,
     SweepOptions,
 )
@@ -187,7 +191,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
     # GPU simulated, server real: the whole sweep path (discovery, warm-up, load, CSVs).
     options = SweepOptions(
         simulate="rtx3090-air",
-        url=llama_server.url,
+        server=ServerOptions(url=llama_server.url),
         points=PointOptions(caps=(300.0,)),
         # as sweep_options: in real time the wait for a steady temperature costs 10 s a point,
         # and the simulated card beside a real server tests nothing of it
@@ -198,10 +202,9 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
             sample_interval_s=0.1,
             windows=WindowPolicy(max_s=2.0),
         ),
-        state_dir=tmp_path / "state",
+        safety=SafetyOptions(state_dir=tmp_path / "state"),
         load=LoadOptions(warmup_requests=2),
-        cooling="air",
-        out=tmp_path,
+        output=OutputOptions(out=tmp_path, cooling=Cooling.AIR),
     )
     session = run_session(options, build_rig)
     run = session.run_dir

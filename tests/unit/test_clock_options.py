@@ -10,15 +10,16 @@ import pytest
 from powersweep.cli import main
 from powersweep.errors import UsageError
 from powersweep.sweep.locks import verify
-from powersweep.sweep.options import Axis, PointOptions, SweepOptions, validate
+from powersweep.sweep.options import Axis, PointOptions, SafetyOptions, SweepOptions, validate
 from powersweep.sweep.planning.clock_points import SweepPoint
 
 
 def _options(**kwargs: Any) -> SweepOptions:
-    """Options with the axis-and-points fields in their group, the rest at the top."""
+    """Options with the axis-and-points fields in their group, the rest in the safety one."""
     names = {f.name for f in dataclasses.fields(PointOptions)}
     points = PointOptions(**{k: v for k, v in kwargs.items() if k in names})
-    return SweepOptions(points=points, **{k: v for k, v in kwargs.items() if k not in names})
+    safety = SafetyOptions(**{k: v for k, v in kwargs.items() if k not in names})
+    return SweepOptions(points=points, safety=safety)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,9 @@ import pytest
 
 from powersweep.sweep.estimate import JUMP_WAIT_SHARE, THERMAL_WAITING_POINTS, estimate_run_s
 from powersweep.sweep.options import (
+    Cooling,
     MeasureOptions,
+    OutputOptions,
     PointOptions,
     SettleMode,
     Strategy,
@@ -23,7 +25,7 @@ def _options(
         settle_s=2.0, settle_mode=SettleMode.FIXED, thermal_wait_s=thermal_wait_s
     )
     points = PointOptions(strategy=strategy, confirm=False)
-    return SweepOptions(cooling="air", measure=measure, points=points)
+    return SweepOptions(output=OutputOptions(cooling=Cooling.AIR), measure=measure, points=points)
 
 
 @pytest.mark.parametrize("spacing", [10.0, CARRY_DRAW_W])

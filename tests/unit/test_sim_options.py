@@ -9,7 +9,7 @@ import pytest
 
 from powersweep.errors import UsageError
 from powersweep.sim.options import FLAGS, SimOptions, refuse_without_simulate
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import OutputOptions, SweepOptions
 
 
 def test_the_sweep_options_hold_no_simulator_setting() -> None:
@@ -82,7 +82,7 @@ def test_a_resumed_run_gets_the_simulated_rig_it_recorded(tmp_path: Path) -> Non
     run.mkdir()
     recorded = {"simulate": "rtx3090-air", **SimOptions(seed=7, server="vllm").recorded()}
     (run / "run.json").write_text(json.dumps({"options": recorded}))
-    options = SweepOptions(simulate="rtx3090-air", resume=run)
+    options = SweepOptions(simulate="rtx3090-air", output=OutputOptions(resume=run))
     with build_rig(options) as rig:
         assert rig.simulation is not None
         assert rig.simulation["seed"] == 7 and rig.simulation["server_flavour"] == "vllm"
@@ -93,5 +93,6 @@ def test_a_resumed_run_gets_the_simulated_rig_it_recorded(tmp_path: Path) -> Non
         assert rig.simulation is not None and rig.simulation["seed"] == 7
         assert rig.clock.kind == "paced" and rig.simulation["pace_run_s_per_s"] == 50.0
     # a run directory that cannot be read leaves the defaults (the session names the problem)
-    with build_rig(SweepOptions(simulate="rtx3090-air", resume=tmp_path / "nope")) as rig:
+    nope = OutputOptions(resume=tmp_path / "nope")
+    with build_rig(SweepOptions(simulate="rtx3090-air", output=nope)) as rig:
         assert rig.simulation is not None and rig.simulation["seed"] == 0
