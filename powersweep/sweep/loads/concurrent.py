@@ -54,6 +54,12 @@ STREAM_SLACK = 1.25
 # A window whose requests failed more often than this measured a different load: not a figure.
 MAX_FAILED_SHARE = 0.1
 
+# Engines whose reported context is each request's own (vLLM's and SGLang's ``max_model_len``,
+# Ollama's ``num_ctx``, allocated per parallel request): concurrent streams do not divide it.
+# Elsewhere (llama.cpp's ``n_ctx`` is split among its slots or shared by them, and an engine not
+# known) each stream asks for no more than its share.
+PER_REQUEST_CONTEXT = frozenset({"vllm", "sglang", "ollama"})
+
 SERVER_LIMIT_HINTS = {
     "llamacpp": "llama-server --parallel (-np)",
     "vllm": "vLLM --max-num-seqs",
@@ -190,8 +196,9 @@ class DecodeConcurrent:
         stretch: Streams added to the probe's pick.
         engine: Server engine (for hints naming its concurrency limit).
         total_slots: Requests the server runs at once, when it says (llama.cpp ``/props``).
-        context_tokens: The server's context; streams share it (llama.cpp's unified cache), so
-            each asks for no more than its share.
+        context_tokens: The server's context; where streams share it (llama.cpp's slots or
+            unified cache, not :data:`PER_REQUEST_CONTEXT`'s engines) each asks for no more than
+            its share.
         warn: Where warnings go.
         pace: The server's pace (shared with the warm-up), which sizes the requests.
     """
@@ -237,6 +244,15 @@ class DecodeConcurrent:
         self.ramp_s = 1.0
         self.per_chunk = 1.0
         self._nonce = itertools.count()
+
+    def sharing(self, n: int) -> int:
+        """Streams that share the server's context when ``n`` run (1: each request has its own).
+
+        Dividing a vLLM server's per-request ``max_model_len`` among 256 streams would cap each
+        request at a few tokens: every stream would restart every second, paying a request's
+        round trip, prefill and client overhead per handful of tokens.
+        """
+        return 1 if self.engine in PER_REQUEST_CONTEXT else n
 
     # --- preparation ------------------------------------------------------------------------
 
@@ -397,7 +413,7 @@ class DecodeConcurrent:
                     self.pace,
                     seconds,
                     stream_index=i,
-                    streams=self.n,
+                    streams=self.sharing(self.n),
                     on_result=on_result,
                 )
                 for i in range(self.n)
@@ -443,7 +459,11 @@ class DecodeConcurrent:
                 r = await self.client.chat(
                     with_nonce(prompt, f"{cap_w:g}-{i}-{next(self._nonce)}"),
                     max_tokens=self.pace.max_tokens(
-                        kind, t1 - clock.now(), streams=n, slack=STREAM_SLACK, unknown=BUSY_TOKENS
+                        kind,
+                        t1 - clock.now(),
+                        streams=self.sharing(n),
+                        slack=STREAM_SLACK,
+                        unknown=BUSY_TOKENS,
                     ),
                     prompt_kind=kind,
                     stream_index=i,
