@@ -38,7 +38,7 @@ from powersweep.sweep.measurement.confirm import ConfirmPhase
 from powersweep.sweep.measurement.point import PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
 from powersweep.sweep.measurement.setup import LoadSetup
-from powersweep.sweep.options import MeasureOptions
+from powersweep.sweep.options import LoadOptions, MeasureOptions, PointOptions, SafetyOptions
 from powersweep.sweep.planning.clock_points import measure_order
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.schedule import (
@@ -66,45 +66,32 @@ CapProgress = PointProgress
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """What to measure and how.
+    """What to measure, and the option groups as the CLI built them (taken as they are).
 
     Attributes:
-        load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
         caps_w: Caps to measure (power axis), or the one limit a clock sweep runs under.
+        clock_points: Clock-lock points (``--axis sm-clock|mem-clock|grid``); empty on the power
+            axis, where ``caps_w`` are the points.
+        load: The load each point runs.
         measure: How every point is measured (settling, the thermal wait, the sampler's
             interval, the windows).
-        warmup_requests: At most this many warm-up requests per prompt at the first point.
-        no_reset: Leave the last settings in force instead of restoring.
-        max_failed_caps: Stop after this many consecutive failed points.
-        observe_only: Never set anything: measure at the settings in force.
-        strategy: ``dense`` measures every point; ``adaptive`` a coarse pass, then refinement
-            where the answer is decided.
-        step_w: Finest step between caps (adaptive refinement).
-        points: Clock-lock points (``--axis sm-clock|mem-clock|grid``); empty on the power axis,
-            where ``caps_w`` are the points.
-        axis: ``power``, ``sm-clock``, ``mem-clock`` or ``grid``.
-        confirm: At the end, measure the points statistically tied with the best once more
-            (at most two, the metric's prompt only) and pool their readings.
+        points: The axis, strategy, refinement step and confirm phase (for a resumed or
+            observe-only sweep, the session sets the strategy to ``dense``).
+        safety: Observe-only, no reset, failed points in a row before the sweep stops.
     """
 
-    load_mode: str
     caps_w: tuple[float, ...]
+    clock_points: tuple[SweepPoint, ...] = ()
+    load: LoadOptions = field(default_factory=LoadOptions)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
-    warmup_requests: int = 3
-    no_reset: bool = False
-    max_failed_caps: int = 3
-    observe_only: bool = False
-    strategy: str = "dense"
-    step_w: float = 10.0
-    points: tuple[SweepPoint, ...] = ()
-    axis: str = "power"
-    confirm: bool = True
+    points: PointOptions = field(default_factory=PointOptions)
+    safety: SafetyOptions = field(default_factory=SafetyOptions)
 
     def all_points(self) -> list[SweepPoint]:
         """Every planned point, in measuring order (caps from the highest down)."""
-        if self.points:
-            return measure_order(self.points)
-        if self.observe_only:
+        if self.clock_points:
+            return measure_order(self.clock_points)
+        if self.safety.observe_only:
             return [SweepPoint(None) for _ in self.caps_w[:1]]
         return [SweepPoint(c) for c in sorted(self.caps_w, reverse=True)]
 
@@ -206,8 +193,8 @@ class Sweep:
             )
         else:
             self.load = load_factory(self.sampler, self.pace)
-        if self.load.mode != plan.load_mode:
-            raise PowersweepError(f"load {self.load.mode} does not match {plan.load_mode}")
+        if self.load.mode != plan.load.mode:
+            raise PowersweepError(f"load {self.load.mode} does not match {plan.load.mode}")
         self._prepared = dict(prepared) if prepared else None
         self._on_prepared = on_prepared
         self._on_restored = on_restored
@@ -217,23 +204,18 @@ class Sweep:
         self._points_done = list(points_already_done)
         self._signum: int | None = None
         self._faults = FaultLog()
-        locker = ClockLocker(self.gpus, warn) if plan.points else None
+        locker = ClockLocker(self.gpus, warn) if plan.clock_points else None
         self.restorer = Restorer(
             self.gpus,
             original,
-            journal=None if plan.observe_only else journal,
+            journal=None if plan.safety.observe_only else journal,
             backend=journal_backend or {"kind": "nvml"},
             locker=locker,
-            no_reset=plan.no_reset,
+            no_reset=plan.safety.no_reset,
             warn=warn,
         )
         self.measurer = PointMeasurer(
-            Protocol(
-                load_mode=plan.load_mode,
-                measure=plan.measure,
-                max_failed=plan.max_failed_caps,
-                observe_only=plan.observe_only,
-            ),
+            Protocol(load_mode=plan.load.mode, measure=plan.measure, safety=plan.safety),
             self.gpus,
             clock,
             self.load,
@@ -265,7 +247,7 @@ class Sweep:
             watch=watch,
             meta=self.meta,
             window_s=plan.measure.windows.max_s,
-            warmup_requests=plan.warmup_requests,
+            warmup_requests=plan.load.warmup_requests,
             warn=warn,
             thermal=self.measurer.thermal,
         )
@@ -391,13 +373,13 @@ class Sweep:
         for p in failed:
             self._faults.add("cap_retried", f"{p.label()} failed and was measured again at the end")
         await self._measure("retry", failed)
-        if plan.confirm and not plan.observe_only:
+        if plan.points.confirm and not plan.safety.observe_only:
             confirm = ConfirmPhase(
                 self.measurer,
                 self.writer,
                 self.meta,
                 plan.all_points(),
-                clock_axis=bool(plan.points),
+                clock_axis=bool(plan.clock_points),
                 warn=self.warn,
             )
             await confirm.run(self._best_so_far())
@@ -407,15 +389,15 @@ class Sweep:
 
     def _schedule(self, points: list[SweepPoint]) -> Schedule:
         plan = self.plan
-        metric = "prefill_tps" if plan.load_mode == "prefill-heavy" else "narr_tps"
-        if plan.strategy != "adaptive" or plan.observe_only:
+        metric = "prefill_tps" if plan.load.mode == "prefill-heavy" else "narr_tps"
+        if plan.points.strategy != "adaptive" or plan.safety.observe_only:
             return DenseSchedule(points)
-        if plan.points:
+        if plan.clock_points:
             return AdaptiveClockSchedule(points, metric)
         slowdown = [g.slowdown_temp_c() for g in self.gpus]
         planner = AdaptivePlanner(
             list(plan.caps_w),
-            plan.step_w,
+            plan.points.step_size_w,
             slowdown_temp_c=min((t for t in slowdown if math.isfinite(t)), default=math.nan),
         )
         return AdaptivePowerSchedule(planner, metric)
@@ -438,7 +420,7 @@ class Sweep:
                     measured[point] = row
             batch = self._new(schedule.next(measured), tried)
             planned += len(batch)
-            if batch and not self.plan.points:
+            if batch and not self.plan.clock_points:
                 self.meta["caps_planned"] = sorted(
                     {*self.meta.get("caps_planned", []), *(p.cap_w for p, _ in batch)},
                     reverse=True,
@@ -471,7 +453,7 @@ class Sweep:
         """The points the cards can take: memory locks probed once (after the journal); a card
         that refuses them sweeps the SM axis, and says so."""
         locker = self.restorer.locker
-        if self.plan.observe_only or locker is None:
+        if self.plan.safety.observe_only or locker is None:
             return points
         kept = usable_points(points, locker, self.measurer.before_change, self.warn)
         if kept is not points:
@@ -494,7 +476,7 @@ class Sweep:
         if row["cap_w"] not in self._caps_done:
             self._caps_done.append(row["cap_w"])
         self.meta["caps_done"] = list(self._caps_done)
-        if self.plan.points and point not in self._points_done:
+        if self.plan.clock_points and point not in self._points_done:
             self._points_done.append(point)
             self.meta["points_done"] = [p.to_dict() for p in self._points_done]
         self.writer.write_run_json(self.meta)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from powersweep.sweep.loads.base import Load, Pace, request_budget_s
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
-from powersweep.sweep.options import SweepOptions, validate
+from powersweep.sweep.options import Strategy, SweepOptions, validate
 from powersweep.sweep.plan import journal_for, plan_caps, plan_points, point_caps
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.cardlock import card_key, locks_for
@@ -393,19 +393,15 @@ def _sweep_plan(
     resume: ResumeState | None,
     points: list[SweepPoint] | None = None,
 ) -> SweepPlan:
+    dense = options.safety.observe_only or resume is not None
     return SweepPlan(
-        load_mode=options.load.mode,
         caps_w=tuple(caps),
+        clock_points=tuple(points or ()),
+        load=options.load,
         measure=options.measure,
-        warmup_requests=options.load.warmup_requests,
-        no_reset=options.safety.no_reset,
-        max_failed_caps=options.safety.max_failed_caps,
-        observe_only=options.safety.observe_only,
-        strategy="dense" if options.safety.observe_only or resume else options.points.strategy,
-        step_w=options.points.step_size_w,
-        points=tuple(points or ()),
-        axis=options.points.axis,
-        confirm=options.points.confirm,
+        # a resumed or observe-only sweep measures what is left, every point
+        points=replace(options.points, strategy=Strategy.DENSE) if dense else options.points,
+        safety=options.safety,
     )
 
 

@@ -21,7 +21,7 @@ from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.locks import ClockLocker
 from powersweep.sweep.measurement.point import PointMeasurer
 from powersweep.sweep.measurement.types import PointProgress, Protocol
-from powersweep.sweep.options import MeasureOptions, SettleMode
+from powersweep.sweep.options import MeasureOptions, SafetyOptions, SettleMode
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.windows import WindowPolicy
@@ -116,8 +116,7 @@ class Bench:
                 thermal_wait_s=thermal_wait_s,
                 windows=windows or WindowPolicy(min_s=3.0, max_s=10.0),
             ),
-            max_failed=max_failed,
-            observe_only=observe_only,
+            safety=SafetyOptions(max_failed_caps=max_failed, observe_only=observe_only),
         )
         self.measurer = PointMeasurer(
             self.protocol,

@@ -12,8 +12,10 @@ from powersweep.sim.engine import ConstantEngine
 from powersweep.sim.server import SimServer
 from powersweep.sweep.driver import Sweep, SweepPlan
 from powersweep.sweep.gpu.nvml import NvmlBackend
+from powersweep.sweep.options import Axis, LoadMode, LoadOptions, MeasureOptions, PointOptions
 from powersweep.sweep.planning.clock_points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient
 from powersweep.sweep.server.discovery import discover_server
 from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
@@ -40,14 +42,11 @@ def run_sweep(
         client = ChatClient(info, clock)
         writer = RunWriter(tmp_path, [g.identity().name for g in gpus], "decode-single")
         plan = SweepPlan(
-            "decode-single",
             caps,
-            target_cap_s=3.0,
-            settle_s=0.5,
-            warmup_requests=1,
-            points=points,
-            axis="grid" if points else "power",
-            confirm=False,
+            clock_points=points,
+            load=LoadOptions(mode=LoadMode.DECODE_SINGLE, warmup_requests=1),
+            measure=MeasureOptions(settle_s=0.5, windows=WindowPolicy(max_s=3.0)),
+            points=PointOptions(axis=Axis.GRID if points else Axis.POWER, confirm=False),
         )
         meta = {"schema_version": 1, "gpus": [{"index": g.index} for g in gpus]}
         sink: list[str] = warnings if warnings is not None else []

@@ -318,9 +318,9 @@ def test_replay_adaptive_finds_a_long_soft_ceiling(tmp_path: Path) -> None:
 
 
 def test_a_point_that_stays_suspect_is_not_asked_for_again_without_end(tmp_path: Path) -> None:
-    # the code prompt is slowed at 290 W only: its rates disagree twice, so 290 W is suspect,
-    # and the adaptive planner, still wanting its peak bracketed there, asks for it again; the
-    # sweep measures each point once (issue 33: one replay measured a cap 113 times)
+    # the code prompt is slowed at 290 W only: its rates disagree twice, so 290 W is suspect;
+    # the adaptive planner, still wanting its peak bracketed there, must not ask for it again
+    # (issue 33: one replay measured a cap 113 times)
     run = sweep(
         tmp_path, "--simulate", "rtx3090-air", "--strategy", "adaptive",
         "--sim-fault", "slow-code@290",
@@ -329,7 +329,6 @@ def test_a_point_that_stays_suspect_is_not_asked_for_again_without_end(tmp_path:
     assert meta["status"] == "complete"
     rows = [c for c in read_csv(run / "caps.csv") if c["cap_w"] == "290.0"]
     assert [c["status"] for c in rows] == ["suspect"]
-    faults = {f["kind"]: f for f in meta["faults"]}
-    assert faults["planner_repeat"]["examples"] == ["290 W (bracket peak)"]
-    summary = (run / "summary.md").read_text()
-    assert "asked for again" in summary
+    # the schedule remembers what it asked for: the suspect cap is not asked for again at all
+    # (the driver's guard against a planner that would, a counted fault, is a unit test)
+    assert "planner_repeat" not in {f["kind"] for f in meta["faults"]}

@@ -183,3 +183,16 @@ def test_adaptive_clock_never_asks_again_for_a_failed_point() -> None:
     schedule = AdaptiveClockSchedule(points, "narr_tps")
     batches, _ = drive(schedule, lambda p: None if p == failed else clock_row(p))
     assert asked(batches)[failed] == 1
+
+
+def test_the_driver_measures_a_point_a_schedule_asks_for_again_never_and_counts_it() -> None:
+    from powersweep.sweep.driver import Sweep
+    from powersweep.sweep.verdict import FaultLog
+
+    sweep = object.__new__(Sweep)
+    sweep._faults = FaultLog()  # type: ignore[attr-defined]
+    tried = {SweepPoint(290.0)}
+    batch = [(SweepPoint(290.0), "bracket peak"), (SweepPoint(280.0), "bracket peak")]
+    assert sweep._new(batch, tried) == [(SweepPoint(280.0), "bracket peak")]
+    (fault,) = sweep._faults.to_list()  # type: ignore[attr-defined]
+    assert fault["kind"] == "planner_repeat" and fault["examples"] == ["290 W (bracket peak)"]

@@ -135,7 +135,7 @@ class PointMeasurer:
         Raises:
             GpuError: No permission, or the backend failed (the sweep stops and restores).
         """
-        if self.protocol.observe_only:
+        if self.protocol.safety.observe_only:
             return None
         self.before_change()
         problems = []
@@ -180,7 +180,7 @@ class PointMeasurer:
         self.faults.requests(run.requests)
         await self._finish(point, index, total, row, rows, run, reason)
         self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
-        if self._failed_in_a_row >= self.protocol.max_failed:
+        if self._failed_in_a_row >= self.protocol.safety.max_failed_caps:
             what = "points" if point.locks_clocks else "caps"
             raise PowersweepError(
                 f"{self._failed_in_a_row} {what} in a row failed (last: {row['error']}); "
@@ -224,7 +224,7 @@ class PointMeasurer:
         self.sampler.label(cap, "settle")
         set_at_s = self.clock.now()
         measure = protocol.measure
-        if protocol.observe_only or (measure.settle_s <= 0 and measure.thermal_wait_s <= 0):
+        if protocol.safety.observe_only or (measure.settle_s <= 0 and measure.thermal_wait_s <= 0):
             await self.stop_busy()
             return Settled(0.0)
         self.keep_busy(cap)
@@ -333,7 +333,7 @@ class PointMeasurer:
         rows = relabel_outside(drained, run.power_windows)
         row = self._row(point, reason, rows, run, settled)
         row.update(rounds=rounds, stop_reason=stop)
-        if point.locks_clocks and row["status"] == "ok" and not self.protocol.observe_only:
+        if point.locks_clocks and row["status"] == "ok" and not self.protocol.safety.observe_only:
             rejection = verify(point, row)
             if rejection is not None:
                 self.warn(f"{_name(point)} rejected: {rejection}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from powersweep.sweep.options import MeasureOptions
+from powersweep.sweep.options import MeasureOptions, SafetyOptions
 from powersweep.sweep.sampling.thermal import ThermalWait
 
 
@@ -25,20 +25,19 @@ class PointProgress:
 
 @dataclass(frozen=True)
 class Protocol:
-    """How every point is measured.
+    """How every point is measured: the option groups as the CLI built them.
 
     Attributes:
         load_mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
         measure: Settling, the wait for a steady temperature, the sampler's interval and the
-            windows (the options as the CLI built them).
-        max_failed: Stop after this many points in a row failed.
-        observe_only: Never set anything: measure what is in force.
+            windows.
+        safety: Whether anything may be set (``observe_only``) and how many points in a row
+            may fail before the sweep stops (``max_failed_caps``).
     """
 
     load_mode: str
     measure: MeasureOptions = field(default_factory=MeasureOptions)
-    max_failed: int = 3
-    observe_only: bool = False
+    safety: SafetyOptions = field(default_factory=SafetyOptions)
 
 
 @dataclass(frozen=True)
