@@ -31,7 +31,8 @@ from typing import Any
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.loads.base import ChatApi, Load, Pace
+from powersweep.sweep.loads.base import ChatApi, Load
+from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker, usable_points
 from powersweep.sweep.measurement.confirm import ConfirmPhase

@@ -26,8 +26,9 @@ from powersweep.sweep.driver import (
 )
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.gpu_choice import GpuChoice, check_settable, gpu_meta, select_gpus
-from powersweep.sweep.loads.base import Load, Pace, request_budget_s
+from powersweep.sweep.loads.base import Load, request_budget_s
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
+from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import Strategy, SweepOptions, validate

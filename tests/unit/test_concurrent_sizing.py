@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from powersweep.clock import ManualClock
-from powersweep.sweep.loads.base import MIN_REQUEST_TOKENS, PROMPT_ROOM_TOKENS, Pace
 from powersweep.sweep.loads.concurrent import PER_REQUEST_CONTEXT, DecodeConcurrent
+from powersweep.sweep.loads.pace import MIN_REQUEST_TOKENS, PROMPT_ROOM_TOKENS, Pace
 
 RATE_TPS = 12.0  # one stream's rate with 256 streams on a 3,000 tokens/s server
 CONTEXT = 32768

@@ -21,7 +21,7 @@ CODE_PROMPT = (
 )
 
 # (kind, prompt): each request's max_tokens is sized from the measured rate to end with its
-# window (:class:`powersweep.sweep.loads.base.Pace`).
+# window (:class:`powersweep.sweep.loads.pace.Pace`).
 DECODE_PROMPTS: tuple[tuple[str, str], ...] = (
     ("narr", NARRATIVE_PROMPT),
     ("code", CODE_PROMPT),

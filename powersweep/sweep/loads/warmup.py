@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from powersweep.clock import Clock
-from powersweep.sweep.loads.base import ChatApi, Pace, judge_cut, window_margin_s
+from powersweep.sweep.loads.base import ChatApi, judge_cut, window_margin_s
+from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS
 
 # The warm-up lasts at most this many windows ...

@@ -22,7 +22,8 @@ from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.gpu import Gpu
-from powersweep.sweep.loads.base import Load, LoadRun, Pace
+from powersweep.sweep.loads.base import Load, LoadRun
+from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.locks import ClockLocker, verify
 from powersweep.sweep.measurement.ledger import PointLedger
 from powersweep.sweep.measurement.quiet import collector_held

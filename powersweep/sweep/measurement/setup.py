@@ -17,7 +17,8 @@ from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.gpu_choice import confirm_serving, not_swept_busy
-from powersweep.sweep.loads.base import ChatApi, Load, Pace
+from powersweep.sweep.loads.base import ChatApi, Load
+from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prefill import PrefillCalibrationError
 from powersweep.sweep.loads.warmup import Warmup, warmup
 from powersweep.sweep.measurement.thermal_fit import ThermalFit
