@@ -36,8 +36,9 @@ from powersweep.analysis.fleet_cards import (
     unreadable,
 )
 from powersweep.analysis.fleet_grid import Grid, fleet_setting, group_grid, within_noise
+from powersweep.analysis.fleet_load import load_curves
 from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
-from powersweep.analysis.load import Curve, load_curves
+from powersweep.analysis.load import Curve
 from powersweep.errors import UsageError
 
 __all__ = ["FleetOptions", "check_options", "discover_runs", "fleet_report", "summarise"]

@@ -7,10 +7,7 @@ polars traceback.
 
 from __future__ import annotations
 
-import csv
 import json
-import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,11 +100,11 @@ def load_curve(path: Path) -> Curve:
 
     notes: list[str] = []
     run = (
-        _read_run_json(run_dir / "run.json")
+        read_run_json(run_dir / "run.json")
         if run_dir and (run_dir / "run.json").is_file()
         else None
     )
-    caps, metric = _read_caps(caps_path, notes, run)
+    caps, metric = read_caps(caps_path, notes, run)
     samples = requests = None
     if run_dir is not None:
         samples = _read_optional(run_dir / "samples.csv", SAMPLES_FLOAT_COLUMNS, notes, run)
@@ -143,7 +140,7 @@ def write_caps_csv(df: pl.DataFrame, path: Path) -> None:
         raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def _read_run_json(path: Path) -> dict[str, Any]:
+def read_run_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -163,7 +160,7 @@ def _read_run_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_caps(
+def read_caps(
     path: Path, notes: list[str] | None = None, run: dict[str, Any] | None = None
 ) -> tuple[pl.DataFrame, str]:
     df = read_text_csv(path, notes, run=run, known=CAPS_COLUMNS)
@@ -238,9 +235,9 @@ def _read_caps(
     caps = caps.with_columns(pl.col("n_gpus").fill_null(1.0))
     if not clocks:
         caps = caps.sort("cap_w", maintain_order=True)
-    caps = _mark_implausible(caps)
+    caps = mark_implausible(caps)
 
-    metric = _pick_metric(caps)
+    metric = pick_metric(caps)
     if metric is None:
         raise UsageError(
             f"{path}: nothing to analyse: no row has a numeric cap_w, a positive finite "
@@ -260,7 +257,7 @@ def _first_row(caps: pl.DataFrame) -> str:
     return f"{caps.height} row(s); line {row[SOURCE_LINE]}: {cells}"
 
 
-def _mark_implausible(caps: pl.DataFrame, group: str | None = None) -> pl.DataFrame:
+def mark_implausible(caps: pl.DataFrame, group: str | None = None) -> pl.DataFrame:
     """Rows no card can show get status ``implausible``: a unit mix-up, a broken reading or a
     row cut mid-write must not become the sweet spot.
 
@@ -327,7 +324,7 @@ def _mark_implausible(caps: pl.DataFrame, group: str | None = None) -> pl.DataFr
     return out.drop(key) if group is None else out
 
 
-def _pick_metric(caps: pl.DataFrame) -> str | None:
+def pick_metric(caps: pl.DataFrame) -> str | None:
     """Prefer decode TPS; use prefill TPS for a prefill-only curve."""
     for metric in METRICS:
         usable = caps.filter(
@@ -355,183 +352,3 @@ def _read_optional(
     except UsageError as exc:
         notes.append(f"{path.name} ignored: {exc}")
         return None
-
-
-def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path, str]]]:
-    """Load many run directories' caps.csv and run.json at once (no samples or requests).
-
-    Files with the same header are read by one polars scan and every column is converted in one
-    pass, which is what keeps a fleet of a thousand runs fast. A run whose caps.csv does not
-    parse is loaded alone, so its error names the file, line and column.
-
-    Args:
-        run_dirs: Run directories, each holding caps.csv (and usually run.json).
-
-    Returns:
-        The curves that loaded (in the order given) and ``(run_dir, error)`` for those that
-        did not.
-    """
-    dirs = [Path(d) for d in run_dirs]
-    caps_all, slow = _scan_caps(dirs)
-    parts: dict[int, pl.DataFrame] = {}
-    metrics: dict[int, str] = {}
-    if caps_all is not None:
-        # rows no card can show are set aside here too, as one run's own load does
-        caps_all = _mark_implausible(caps_all, "_run")
-        parts = {
-            int(k[0]): v.drop("_run")
-            for k, v in caps_all.partition_by("_run", as_dict=True).items()
-        }
-        metrics = _metrics_by_run(caps_all)
-    curves: list[Curve | None] = [None] * len(dirs)
-    failed: dict[int, str] = {}
-    for i, d in enumerate(dirs):
-        caps = parts.get(i)
-        metric = metrics.get(i)
-        if i in slow or caps is None or metric is None:
-            slow.add(i)  # the slow path says what is wrong with it
-            continue
-        try:
-            run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
-        except UsageError as exc:
-            failed[i] = str(exc)
-            continue
-        curves[i] = Curve(caps, metric, run, None, None, d, d)
-    for i in sorted(slow | {i for i in range(len(dirs)) if curves[i] is None} - set(failed)):
-        loaded, bad = _load_one_by_one([dirs[i]])
-        if loaded:
-            curves[i] = loaded[0]
-        else:
-            failed[i] = bad[0][1]
-    return [c for c in curves if c is not None], [(dirs[i], failed[i]) for i in sorted(failed)]
-
-
-def _metrics_by_run(caps_all: pl.DataFrame) -> dict[int, str]:
-    """Each run's metric as :func:`_pick_metric` picks it, for all runs in one pass; runs
-    without one, or with a cap that is not positive, are left out."""
-    power_ok = pl.col("power_w").is_finite() & (pl.col("power_w") > 0)
-    usable = [(pl.col(m).is_finite() & (pl.col(m) > 0) & power_ok).any().alias(m) for m in METRICS]
-    table = caps_all.group_by("_run").agg(*usable, (pl.col("cap_w") <= 0).any().alias("_bad"))
-    out: dict[int, str] = {}
-    for row in table.iter_rows(named=True):
-        metric = next((m for m in METRICS if row[m]), None)
-        if metric is not None and not row["_bad"]:
-            out[int(row["_run"])] = metric
-    return out
-
-
-def _scan_caps(dirs: Sequence[Path]) -> tuple[pl.DataFrame | None, set[int]]:
-    """Every caps.csv as one typed frame with a ``_run`` index column, plus the indices of runs
-    that need the slow path (unreadable, malformed, or a cell that is not a number)."""
-    slow: set[int] = set()
-    by_header: dict[str, list[int]] = {}
-    for i, d in enumerate(dirs):
-        header = _plain_header(d / "caps.csv")
-        if header is None:
-            slow.add(i)
-        else:
-            by_header.setdefault(header, []).append(i)
-    frames: list[pl.DataFrame] = []
-    for header, idx in by_header.items():
-        names = next(csv.reader([header]), [])
-        frame = _scan_group([dirs[i] for i in idx], idx, names, slow)
-        if frame is not None:
-            frames.append(frame)
-    if not frames:
-        return None, slow | set(range(len(dirs)))
-    typed = pl.concat(frames, how="diagonal_relaxed")
-    exprs: list[pl.Expr] = [pl.col("_run")]
-    for name in CAPS_FLOAT_COLUMNS:
-        col = pl.col(name) if name in typed.columns else pl.lit(None, dtype=pl.Float64)
-        exprs.append(col.cast(pl.Float64).fill_nan(None).alias(name))
-    status = pl.col("status") if "status" in typed.columns else pl.lit(None, dtype=pl.String)
-    error = pl.col("error") if "error" in typed.columns else pl.lit(None, dtype=pl.String)
-    status = status.cast(pl.String).str.strip_chars().str.to_lowercase()
-    error = error.cast(pl.String).str.strip_chars()
-    exprs.append(
-        pl.when(status.is_null() | (status == ""))
-        .then(pl.lit("ok"))
-        .otherwise(status)
-        .alias("status")
-    )
-    exprs.append(pl.when(error == "").then(None).otherwise(error).alias("error"))
-    caps_all = (
-        typed.select(exprs)
-        .filter(pl.col("cap_w").is_not_null())
-        .with_columns(pl.col("n_gpus").fill_null(1.0))
-        .sort(["_run", "cap_w"], maintain_order=True)
-    )
-    return caps_all, slow
-
-
-def _plain_header(path: Path) -> str | None:
-    """The header of a caps.csv the fast scan reads as the sweep wrote it (ASCII, comma-
-    separated, unique names, every line ended); None sends it to the slow path, which names
-    what is unusual about it."""
-    try:
-        with open(path, "rb") as f:
-            head = f.readline()
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
-                return None
-            f.seek(-1, os.SEEK_END)
-            last = f.read(1)
-    except OSError:
-        return None
-    if last != b"\n" or not head.isascii() or b"\x00" in head:
-        return None
-    header = head.decode("ascii")
-    names = [n.strip() for n in next(csv.reader([header]), [])]
-    if len(set(names)) != len(names) or "cap_w" not in names:
-        return None
-    return header
-
-
-def _scan_group(
-    dirs: Sequence[Path], idx: Sequence[int], names: Sequence[str], slow: set[int]
-) -> pl.DataFrame | None:
-    """caps.csv files sharing one header, read by one scan: numbers parsed as they are read
-    (the sweep's own files); when a cell is not a plain number, as text judged run by run."""
-    index = {str(d / "caps.csv"): i for d, i in zip(dirs, idx, strict=True)}
-    numeric = {n: pl.Float64 for n in names if n.strip() in CAPS_FLOAT_COLUMNS}
-    run = pl.col("_path").replace_strict(index, return_dtype=pl.Int32).alias("_run")
-    try:
-        df = pl.scan_csv(
-            list(index), infer_schema=False, schema_overrides=numeric, include_file_paths="_path"
-        ).collect()
-        return df.rename({c: c.strip() for c in df.columns}).with_columns(run).drop("_path")
-    except (pl.exceptions.PolarsError, OSError):
-        pass
-    try:
-        text = pl.scan_csv(list(index), infer_schema=False, include_file_paths="_path").collect()
-    except (pl.exceptions.PolarsError, OSError):
-        slow.update(idx)
-        return None
-    text = text.rename({c: c.strip() for c in text.columns}).with_columns(run).drop("_path")
-    good: list[pl.DataFrame] = []
-    for key, part in text.partition_by("_run", as_dict=True).items():
-        try:
-            converted = to_floats(Path("caps.csv"), part, CAPS_FLOAT_COLUMNS)
-        except UsageError:
-            slow.add(int(key[0]))
-            continue
-        good.append(part.with_columns(list(converted.values())))
-    return pl.concat(good, how="diagonal_relaxed") if good else None
-
-
-def _load_one_by_one(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path, str]]]:
-    """The slow path: each run's caps.csv and run.json alone (raw samples are not needed)."""
-    curves: list[Curve] = []
-    failed: list[tuple[Path, str]] = []
-    for d in run_dirs:
-        d = Path(d)
-        try:
-            if not (d / "caps.csv").is_file():
-                raise UsageError(f"{d}: no caps.csv here")
-            run = _read_run_json(d / "run.json") if (d / "run.json").is_file() else None
-            caps, metric = _read_caps(d / "caps.csv", run=run)
-        except UsageError as exc:
-            failed.append((d, str(exc)))
-            continue
-        curves.append(Curve(caps, metric, run, None, None, d, d))
-    return curves, failed

@@ -617,7 +617,7 @@ def test_rows_no_card_can_show_are_named_and_never_picked(tmp_path: Path) -> Non
 
 
 def test_the_fleets_one_scan_sets_aside_the_same_rows(tmp_path: Path) -> None:
-    from powersweep.analysis.load import load_curves
+    from powersweep.analysis.fleet_load import load_curves
 
     good = "cap_w,narr_tps,power_w,status\n200,20,199,ok\n220,22,219,ok\n240,23.5,239,ok\n"
     bad = "cap_w,narr_tps,power_w,status\n200,20,199,ok\n220,22,219,ok\n240,23.5,2,ok\n"
