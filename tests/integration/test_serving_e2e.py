@@ -127,9 +127,12 @@ def test_analyze_names_the_most_efficient_cap_that_meets_an_inter_token_target(
     # (the target exactly, as the tool was given it: rounded, it can fall under the median
     # cap's own p95 and leave out the cap the tool rightly picked)
     meeting = [r for r in rows if r["itl_p95_ms"] <= target]
-    best = max(meeting, key=lambda r: r["tps_per_w"])
+    best = _margin_pick(meeting, target)
     assert pick["point"]["cap_w"] == best["cap_w"]
     assert f"**{best['cap_w']:g} W**" in done.stdout
+    top = max(meeting, key=lambda r: r["tps_per_w"])
+    if top is not best:  # the more efficient cap meets it only within its p95's own noise
+        assert pick["within_noise"] == f"{top['cap_w']:g} W"
     # against the simulator's truth: one stream's true mean gap there is within the target
     truth = read_json(concurrent_run / "run.json")["simulation"]["ground_truth"]
     true_at = {c["cap_w"]: c for c in truth["caps"]}
@@ -170,6 +173,15 @@ def test_apply_objective_slo_sets_the_latency_pick(concurrent_run: Path, tmp_pat
     assert "Traceback" not in done.stderr
 
 
+def _margin_pick(meeting: list[dict[str, Any]], target: float) -> dict[str, Any]:
+    """The tool's rule: the most efficient point whose p95's own 95% upper bound meets the
+    target too (a p95 at the target is itself a noisy figure); without one, the best meeting it."""
+    sure = [
+        r for r in meeting if r.get("itl_p95_hi_ms") is not None and r["itl_p95_hi_ms"] <= target
+    ]
+    return max(sure or meeting, key=lambda r: r["tps_per_w"])
+
+
 @pytest.mark.slow
 def test_a_clock_run_answers_the_latency_target_with_its_locks(tmp_path: Path) -> None:
     run = _sweep(
@@ -197,7 +209,7 @@ def test_a_clock_run_answers_the_latency_target_with_its_locks(tmp_path: Path) -
     analysis: dict[str, Any] = json.loads((tmp_path / "a" / "analysis.json").read_text())
     pick = analysis["latency_target"]
     meeting = [p for p in analysis["points"] if p["itl_p95_ms"] <= target]
-    best = max(meeting, key=lambda p: p["tps_per_w"])
+    best = _margin_pick(meeting, target)
     assert pick["met"] and pick["point"]["sm_lock_mhz"] == best["sm_lock_mhz"]
     assert "### Latency target" in done.stdout and "### Energy and cost" in done.stdout
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]
