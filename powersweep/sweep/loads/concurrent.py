@@ -24,11 +24,11 @@ from powersweep.sweep.loads.base import (
     ChatApi,
     History,
     LoadRun,
-    Pace,
     PhaseLabel,
     ignore_result,
     keep_busy,
 )
+from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS, with_nonce
 from powersweep.sweep.sampling.consistency import (
     aggregate_stall_reason,
