@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from powersweep.clock import ManualClock
-from powersweep.sweep.loads.single import MIN_MEASURED_SHARE, DecodeSingle, measured_share
+from powersweep.sweep.loads.base import MIN_MEASURED_SHARE, measured_share
+from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.server.request import RequestResult
 
 TPS = 30.0

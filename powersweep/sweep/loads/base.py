@@ -56,6 +56,30 @@ PACKED_SHARE = 0.1
 CHUNKS_SCALED = "chunks-scaled"
 
 
+# A prompt's figure stands when requests that completed (or were cut by a reset after tokens)
+# streamed for at least this share of its window: the failed rest, the card idle, moves the
+# point's median draw by little. decode-single and prefill-heavy judge their failed requests by
+# it; decode-concurrent, whose streams overlap, by their count (at most 10% failed).
+MIN_MEASURED_SHARE = 0.9
+
+
+def measured_share(
+    requests: Sequence[Any], windows: Sequence[tuple[str, float, float]], kind: str
+) -> float:
+    """The share of ``kind``'s windows its usable requests streamed in (0 without a window)."""
+    total = sum(t1 - t0 for k, t0, t1 in windows if k == kind)
+    if not total > 0:
+        return 0.0
+    covered = 0.0
+    for k, t0, t1 in windows:
+        if k != kind:
+            continue
+        for r in requests:
+            if r.ok and math.isfinite(r.t_start_s) and math.isfinite(r.t_end_s):
+                covered += max(0.0, min(r.t_end_s, t1) - max(r.t_start_s, t0))
+    return min(1.0, covered / total)
+
+
 def window_margin_s(window_s: float, prompts: int = 1) -> float:
     """Run seconds a request started inside a ``window_s`` window may run past it.
 

@@ -19,12 +19,14 @@ from typing import Any, Protocol
 from powersweep.clock import Clock
 from powersweep.sweep.loads.base import (
     MAX_CONSECUTIVE_FAILURES,
+    MIN_MEASURED_SHARE,
     ChatApi,
     History,
     LoadRun,
     PhaseLabel,
     ignore_result,
     judge_cut,
+    measured_share,
     window_margin_s,
 )
 from powersweep.sweep.loads.prompts import with_nonce
@@ -458,6 +460,15 @@ class PrefillHeavy:
             "code_tps": math.nan,
             "prefill_tps": tokens / seconds if seconds > 0 else math.nan,
         }
+        failed = [r for r in run.requests if not r.ok]
+        share = measured_share(run.requests, run.windows, "prefill")
+        if failed and share < MIN_MEASURED_SHARE:
+            # the prompts that finished measured the rate, but the card idled through much of
+            # the window: its draw is not the load's (measured once more at the end)
+            run.errors.append(
+                f"{len(failed)} of {len(run.requests)} prefill requests failed "
+                f"({failed[0].error or 'failed'}); {share:.0%} of the window was measured"
+            )
         run.extra["prefill_wall_tps"] = tokens / wall if wall > 0 else math.nan
         run.extra["prompt_tokens"] = round(self.words * self.tokens_per_word)
         return run

@@ -3,45 +3,25 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from powersweep.clock import Clock
 from powersweep.sweep.loads.base import (
+    MIN_MEASURED_SHARE,
     ChatApi,
     History,
     LoadRun,
     PhaseLabel,
     ignore_result,
     keep_busy,
+    measured_share,
     run_prompts,
 )
 from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS
 from powersweep.sweep.sampling.consistency import ratio_reason, stall_reason
 from powersweep.sweep.sampling.measure import decode_tps
-
-# A prompt's figure stands when requests that completed (or were cut by a reset after tokens)
-# streamed for at least this share of its window: the failed rest, the card idle, moves the
-# point's median draw by little (decode-concurrent's windows allow 10% of requests to fail).
-MIN_MEASURED_SHARE = 0.9
-
-
-def measured_share(
-    requests: Sequence[Any], windows: Sequence[tuple[str, float, float]], kind: str
-) -> float:
-    """The share of ``kind``'s windows its usable requests streamed in (0 without a window)."""
-    total = sum(t1 - t0 for k, t0, t1 in windows if k == kind)
-    if not total > 0:
-        return 0.0
-    covered = 0.0
-    for k, t0, t1 in windows:
-        if k != kind:
-            continue
-        for r in requests:
-            if r.ok and math.isfinite(r.t_start_s) and math.isfinite(r.t_end_s):
-                covered += max(0.0, min(r.t_end_s, t1) - max(r.t_start_s, t0))
-    return min(1.0, covered / total)
 
 
 class DecodeSingle:
