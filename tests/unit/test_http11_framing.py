@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx
@@ -26,60 +26,11 @@ from powersweep.sweep.server.http11 import (
 )
 from powersweep.sweep.server.transport import LeanTransport
 from tests.unit.test_client import delta, finish, sse_body, usage
+from tests.unit.test_transport import CLOSE, HOLD, Piece, Scripted
+from tests.unit.test_transport import run as serve
 
-CLOSE = b"<close>"
-HOLD = b"<hold>"
-# A piece of a script: bytes to write, CLOSE, HOLD, or seconds to wait before the next piece.
-Piece = bytes | float
 BODY = sse_body(delta(content="a"), delta(content=" b"), finish(), usage(3, 2))
 STALE = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"
-
-
-class Server:
-    """Answers the n-th request (on any connection) with ``script[n]``, piece by piece."""
-
-    def __init__(self, script: list[list[Piece]]) -> None:
-        self.script = list(script)
-        self.requests: list[bytes] = []
-        self.peers: list[int] = []
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while self.script:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                self.requests.append(head + await reader.readexactly(length))
-                self.peers.append(writer.get_extra_info("peername")[1])
-                for piece in self.script.pop(0):
-                    if isinstance(piece, float):
-                        await asyncio.sleep(piece)
-                    elif piece == CLOSE:
-                        return
-                    elif piece == HOLD:
-                        await asyncio.sleep(3600)
-                    else:
-                        writer.write(piece)
-                        await writer.drain()
-        finally:
-            writer.close()
-
-
-def serve(script: list[list[Piece]], go: Callable[[str, Server], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        server = Server(script)
-        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        try:
-            return await go(f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}", server)
-        finally:
-            listener.close()
-
-    return asyncio.run(main())
 
 
 def head(status: str, *headers: str, version: str = "HTTP/1.1") -> bytes:
@@ -241,7 +192,7 @@ def _pieces(wire: bytes | list[Piece]) -> list[Piece]:
 def test_the_lean_transport_refuses_each_malformed_answer(
     name: str, wire: bytes | list[Piece], reason: str, _httpx: str | bytes
 ) -> None:
-    async def go(url: str, server: Server) -> None:
+    async def go(url: str, server: Scripted) -> None:
         async with client("lean") as http:
             with pytest.raises(MalformedResponse) as refused:
                 await fetch(http, url)
@@ -258,7 +209,7 @@ def test_the_lean_transport_refuses_each_malformed_answer(
 def test_httpx_own_transport_on_the_same_bytes(
     name: str, wire: bytes | list[Piece], _reason: str, httpx_does: str | bytes
 ) -> None:
-    async def go(url: str, server: Server) -> None:
+    async def go(url: str, server: Scripted) -> None:
         async with client("httpx") as http:
             if isinstance(httpx_does, bytes):
                 assert await fetch(http, url) == (200, httpx_does)
@@ -286,7 +237,7 @@ def _chat(url: str, **kwargs: Any) -> RequestResult:
 def test_a_chat_over_a_malformed_answer_fails_in_bounded_time_and_counts_no_token(
     name: str, wire: bytes | list[Piece], reason: str, _httpx: str | bytes
 ) -> None:
-    async def go(url: str, server: Server) -> tuple[RequestResult, float]:
+    async def go(url: str, server: Scripted) -> tuple[RequestResult, float]:
         t0 = time.monotonic()
         result = await asyncio.to_thread(_chat, url, read_timeout_s=2.0)
         return result, time.monotonic() - t0
@@ -318,7 +269,7 @@ def test_leading_zeros_in_a_chunk_size_read_as_the_number_they_spell() -> None:
     16 frame the right 16 bytes, never a wrong body (h11 refuses more than 20 digits)."""
     wire = CHUNKED + b"0" * 31 + b"10\r\n" + BODY[:16] + b"\r\n" + chunks(BODY[16:])
 
-    async def go(url: str, server: Server) -> tuple[int, bytes]:
+    async def go(url: str, server: Scripted) -> tuple[int, bytes]:
         async with client("lean") as http:
             return await fetch(http, url)
 
@@ -330,7 +281,7 @@ def test_leading_zeros_in_a_chunk_size_read_as_the_number_they_spell() -> None:
 def test_bytes_on_an_idle_connection_never_answer_the_next_request(
     transport: str, stale: bytes
 ) -> None:
-    async def go(url: str, server: Server) -> list[tuple[int, bytes]]:
+    async def go(url: str, server: Scripted) -> list[tuple[int, bytes]]:
         async with client(transport) as http:
             first = await fetch(http, url)
             await asyncio.sleep(0.2)  # the stale bytes arrive while the connection is idle
@@ -346,7 +297,7 @@ def test_a_response_after_the_body_in_the_same_read_never_answers_the_next_reque
     """httpx's own transport (h11) keeps these bytes and returns them as the next answer: the
     ``https://`` path is exposed to it; the lean transport closes the connection."""
 
-    async def go(url: str, server: Server) -> list[tuple[int, bytes]]:
+    async def go(url: str, server: Scripted) -> list[tuple[int, bytes]]:
         async with client("lean") as http:
             return [await fetch(http, url), await fetch(http, url)]
 
@@ -355,7 +306,7 @@ def test_a_response_after_the_body_in_the_same_read_never_answers_the_next_reque
     assert peers[0] != peers[1]
 
 
-async def _with_peers(result: Awaitable[Any], server: Server) -> tuple[Any, list[int]]:
+async def _with_peers(result: Awaitable[Any], server: Scripted) -> tuple[Any, list[int]]:
     return await result, server.peers
 
 
@@ -366,7 +317,7 @@ async def _with_peers(result: Awaitable[Any], server: Server) -> tuple[Any, list
 def test_a_header_value_with_cr_lf_or_nul_is_refused_before_sending(
     transport: str, value: str
 ) -> None:
-    async def go(url: str, server: Server) -> None:
+    async def go(url: str, server: Scripted) -> None:
         async with client(transport) as http:
             with pytest.raises(httpx.LocalProtocolError):
                 await fetch(http, url, headers={"authorization": value})
@@ -377,7 +328,7 @@ def test_a_header_value_with_cr_lf_or_nul_is_refused_before_sending(
 
 
 def test_a_chat_with_an_injecting_api_key_fails_and_sends_nothing() -> None:
-    async def go(url: str, server: Server) -> tuple[RequestResult, int]:
+    async def go(url: str, server: Scripted) -> tuple[RequestResult, int]:
         result = await asyncio.to_thread(_chat, url, api_key="k\r\nX-Injected: 1")
         return result, len(server.requests)
 
@@ -401,7 +352,7 @@ def test_a_chat_with_an_injecting_api_key_fails_and_sends_nothing() -> None:
 def test_interim_heads_trailers_and_framing_do_not_restart_the_read_timeout(
     pieces: list[Piece],
 ) -> None:
-    async def go(url: str, server: Server) -> float:
+    async def go(url: str, server: Scripted) -> float:
         async with client("lean", read_timeout_s=0.25) as http:
             t0 = time.monotonic()
             with pytest.raises(httpx.ReadTimeout):
@@ -416,7 +367,7 @@ def test_body_bytes_do_restart_the_read_timeout() -> None:
     for i in range(0, len(BODY), 16):
         pieces += [0.1, f"{len(BODY[i : i + 16]):x}\r\n".encode() + BODY[i : i + 16] + b"\r\n"]
 
-    async def go(url: str, server: Server) -> tuple[int, bytes]:
+    async def go(url: str, server: Scripted) -> tuple[int, bytes]:
         async with client("lean", read_timeout_s=0.25) as http:
             return await fetch(http, url)
 
@@ -425,7 +376,7 @@ def test_body_bytes_do_restart_the_read_timeout() -> None:
 
 
 def test_a_head_answer_ends_at_its_head_and_its_connection_is_not_reused() -> None:
-    async def go(url: str, server: Server) -> list[tuple[int, bytes]]:
+    async def go(url: str, server: Scripted) -> list[tuple[int, bytes]]:
         async with client("lean") as http:
             async with http.stream("HEAD", url + "/") as r:
                 first = (r.status_code, b"".join([d async for d in r.aiter_raw()]))

@@ -18,13 +18,15 @@ from tests.unit.test_client import SSE, delta, finish, sse_body, usage
 
 CLOSE = b"<close>"
 HOLD = b"<hold>"
-Script = list[list[bytes]]
+# A piece of a script: bytes to write, CLOSE, HOLD, or seconds to wait before the next piece.
+Piece = bytes | float
+Script = list[list[Piece]]
 
 
 class Scripted:
     """A server that answers the n-th request on any connection with ``script[n]``, written
     piece by piece (each piece its own read); ``CLOSE`` closes the connection there, ``HOLD``
-    keeps it silent."""
+    keeps it silent, a number of seconds waits before the next piece."""
 
     def __init__(self, script: Script) -> None:
         self.script = list(script)
@@ -49,6 +51,9 @@ class Scripted:
                 self.requests.append(head + await reader.readexactly(length))
                 self.peers.append(writer.get_extra_info("peername")[1])
                 for piece in self.script.pop(0):
+                    if isinstance(piece, float):
+                        await asyncio.sleep(piece)
+                        continue
                     if piece == CLOSE:
                         return
                     if piece == HOLD:
