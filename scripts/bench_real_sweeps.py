@@ -70,7 +70,7 @@ def run_all(
     ``overhead_modes``, measure the per-cap overhead in real time (scale 1).
     """
     from powersweep.cli.rigs import build_rig
-    from powersweep.sim.options import SimOptions
+    from powersweep.sim.sim_options import SimOptions
     from powersweep.sweep.options import (
         Cooling,
         LoadMode,
@@ -175,7 +175,7 @@ def print_overhead_at_scale_1(modes: Sequence[str]) -> None:
     next cap's first is the overhead itself: setting the cap, settle detection, writing the rows.
     """
     from powersweep.cli.rigs import build_rig
-    from powersweep.sim.options import SimOptions
+    from powersweep.sim.sim_options import SimOptions
     from powersweep.sweep.options import (
         Cooling,
         LoadMode,

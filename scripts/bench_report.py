@@ -22,7 +22,7 @@ from pathlib import Path
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.report import build_report
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 

@@ -59,11 +59,11 @@ from bench_real_sweeps import AGREE_W, agreement, verdict_text
 
 from powersweep.analysis import analyze, load_curve, write_caps_csv
 from powersweep.clock import ManualClock
-from powersweep.sim.gpu import SimGpu
 from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.replay import ReplayCurve, ReplayGpu, replay_profile
-from powersweep.sim.rig import ground_truth, workload_for
+from powersweep.sim.sim_gpu import SimGpu
+from powersweep.sim.sim_rig import ground_truth, workload_for
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.planning.caps import default_caps
 from powersweep.sweep.planning.strategy import AdaptivePlanner, CapMeasurement, plan_order

@@ -22,7 +22,7 @@ from powersweep.errors import PowersweepError, UsageError
 
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
-    from powersweep.sweep.settings.apply import CapChange, CapResult
+    from powersweep.sweep.settings.applier import CapChange, CapResult
     from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
     from powersweep.sweep.settings.unit import BootCommand, BootSetting
@@ -206,7 +206,7 @@ class BootUnit:
         unit_dir: Path | None,
         results: tuple[list[CapResult], list[ClockResult]],
     ) -> None:
-        from powersweep.sweep.settings.apply import undo_settings
+        from powersweep.sweep.settings.applier import undo_settings
         from powersweep.sweep.settings.unit import (
             enable_unit,
             install_unit,

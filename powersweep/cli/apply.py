@@ -20,7 +20,7 @@ from powersweep.sweep.options import Backend
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
     from powersweep.sweep.records.journal import Journal
-    from powersweep.sweep.settings.apply import CapChange, CapResult
+    from powersweep.sweep.settings.applier import CapChange, CapResult
     from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
 
@@ -262,7 +262,7 @@ def _plan(
     targets: Sequence[Target], named: _Named, reset: bool, strict: bool
 ) -> tuple[list[CapChange], list[ClockChange]]:
     """Each card's limit and locks, checked before any is written (bad input changes nothing)."""
-    from powersweep.sweep.settings.apply import plan_caps
+    from powersweep.sweep.settings.applier import plan_caps
     from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
 
     if reset:
@@ -434,7 +434,7 @@ class _Apply:
         return caps, clocks
 
     def _persistence_on(self) -> None:
-        from powersweep.sweep.settings.apply import enable_persistence
+        from powersweep.sweep.settings.applier import enable_persistence
 
         for t, before, after in enable_persistence(self.targets, warn):
             if before is not True and after is True:

@@ -38,7 +38,7 @@ from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import Backend
 
 if TYPE_CHECKING:
-    from powersweep.sweep.settings.apply import CapChange
+    from powersweep.sweep.settings.applier import CapChange
     from powersweep.sweep.settings.clock_locks import ClockChange
     from powersweep.sweep.settings.fleet_targets import FleetSetting
 
@@ -164,7 +164,7 @@ def _plan(
 ) -> tuple[list[CapChange], list[ClockChange]]:
     """Each card's own limit and locks, all checked before any is written (apply's planners,
     card by card, since an outlier's value differs from the others')."""
-    from powersweep.sweep.settings.apply import plan_caps
+    from powersweep.sweep.settings.applier import plan_caps
     from powersweep.sweep.settings.clock_locks import plan_clocks
 
     caps: list[CapChange] = []

@@ -29,13 +29,13 @@ from powersweep.clock import Clock, ScaledClock, real_clock
 from powersweep.errors import GpuError, UsageError
 from powersweep.sim.amd_cards import SimAmdsmi
 from powersweep.sim.faults import parse_fault
-from powersweep.sim.gpu import SimGpu
 from powersweep.sim.memory_net import MemoryNetwork
-from powersweep.sim.options import SimOptions
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
-from powersweep.sim.rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.server import SimServer
+from powersweep.sim.sim_gpu import SimGpu
+from powersweep.sim.sim_options import SimOptions
+from powersweep.sim.sim_rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.gpu import Gpu, GpuBackend
 from powersweep.sweep.gpu.amd import AmdsmiBackend

@@ -39,7 +39,7 @@ def status_command(
     """Show each GPU's power limits, clock locks, persistence mode and readings (no root)."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.records.journal import ROOT_STATE_DIR, default_state_dir
-    from powersweep.sweep.settings.status import (
+    from powersweep.sweep.settings.card_status import (
         read_gpu_status,
         read_journal_status,
         render_status,

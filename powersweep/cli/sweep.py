@@ -83,7 +83,7 @@ from powersweep.cli.sweep_flags import (
     parse_gpus,
 )
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sim.options import SimOptions, SimServerFlavour, refuse_without_simulate
+from powersweep.sim.sim_options import SimOptions, SimServerFlavour, refuse_without_simulate
 from powersweep.sweep.options import (
     CardOptions,
     LoadOptions,

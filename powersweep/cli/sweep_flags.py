@@ -14,7 +14,7 @@ import typer
 
 from powersweep.cli._common import state_dir_option
 from powersweep.errors import UsageError
-from powersweep.sim.options import SimServerFlavour
+from powersweep.sim.sim_options import SimServerFlavour
 from powersweep.sweep.options import (
     Axis,
     Cooling,

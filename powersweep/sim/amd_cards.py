@@ -1,6 +1,6 @@
 """Simulated AMD cards behind an ``amdsmi``-shaped module.
 
-:class:`SimAmdsmi` reads :class:`~powersweep.sim.gpu.SimGpu` physics and sets its settings
+:class:`SimAmdsmi` reads :class:`~powersweep.sim.sim_gpu.SimGpu` physics and sets its settings
 through the surface of :class:`~powersweep.sim.amdsmi.FakeAmdsmi`, so ``--simulate mi300x`` (or
 ``rx7900xtx``) runs the real AMD backend (:mod:`powersweep.sweep.gpu.amd`) end to end: its
 units, quirks and verified writes."""
@@ -19,7 +19,7 @@ from powersweep.sim.amdsmi import (
     AmdSmiLibraryException,
     FakeAmdsmi,
 )
-from powersweep.sim.gpu import SimGpu
+from powersweep.sim.sim_gpu import SimGpu
 from powersweep.sweep.gpu import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL
 
 # amdsmi's energy counter ticks (15.3 uJ on MI200/MI300 and RDNA3)

@@ -1,8 +1,8 @@
 """The physics of a simulated GPU: DVFS under a power cap, the decode/prefill roofline, heat.
 
 Pure functions of a :class:`GpuProfile`, a :class:`Workload`, a power limit and a temperature.
-The live :class:`~powersweep.sim.gpu.SimGpu` and the noise-free ground truth both use them, so the
-truth is exactly what the simulated card would settle at.
+The live :class:`~powersweep.sim.sim_gpu.SimGpu` and the noise-free ground truth both use them, so
+the truth is exactly what the simulated card would settle at.
 """
 
 from __future__ import annotations

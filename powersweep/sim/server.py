@@ -54,7 +54,6 @@ from powersweep.sim import faults
 from powersweep.sim.engine import SimEngine, WorkKind
 from powersweep.sim.faults import ServerFault
 from powersweep.sim.memory_net import MemoryNetwork, uvicorn_protocol_factory
-from powersweep.sim.options import SIM_SERVER_FLAVOURS
 from powersweep.sim.server_chunks import (
     ChunkFormat,
     Plan,
@@ -66,6 +65,7 @@ from powersweep.sim.server_chunks import (
 )
 from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
 from powersweep.sim.server_requests import over_context, request_limit
+from powersweep.sim.sim_options import SIM_SERVER_FLAVOURS
 
 FLAVOURS = SIM_SERVER_FLAVOURS
 

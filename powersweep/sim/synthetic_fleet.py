@@ -3,7 +3,7 @@
 A thousand real simulated sweeps would take hours; a fleet report test or benchmark needs only
 what a sweep leaves behind. Each card here is a fleet card of :mod:`powersweep.sim.profiles`
 (perturbed by its node name exactly as ``--simulate NAME~SPREAD --sim-node NODE`` perturbs it),
-its noise-free curve comes from :func:`powersweep.sim.rig.ground_truth`, and
+its noise-free curve comes from :func:`powersweep.sim.sim_rig.ground_truth`, and
 :func:`powersweep.analysis.synthetic.synthesize_run` measures it with realistic noise into a run
 directory that follows the run contract. ``run.json`` records the node and the card's truth.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.sim.profiles import CardSpec, fleet_card, parse_card_spec
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 

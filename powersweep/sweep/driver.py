@@ -35,7 +35,7 @@ from powersweep.sweep.loads.base import ChatApi, Load
 from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker, usable_points
-from powersweep.sweep.measurement.confirm import ConfirmPhase
+from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
 from powersweep.sweep.measurement.point import PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
 from powersweep.sweep.measurement.setup import LoadSetup

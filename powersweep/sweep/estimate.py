@@ -21,7 +21,7 @@ import math
 
 from powersweep.sweep.loads.warmup import WARMUP_REQUEST_SHARE, WARMUP_WINDOWS
 from powersweep.sweep.options import SweepOptions
-from powersweep.sweep.planning.confirm import CONFIRM_MAX_CAPS
+from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
 from powersweep.sweep.planning.strategy import DEFAULT_COARSE_STEPS, MAX_CAPS_SHARE
 from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 

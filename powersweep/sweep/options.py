@@ -379,7 +379,7 @@ class SweepOptions:
 
     Each group is built by the CLI and taken as it is by what uses it; ``simulate`` names the
     simulated profile (the sweep skips the root check for it); how the simulated rig behaves is
-    :class:`powersweep.sim.options.SimOptions`, which only the composition root reads.
+    :class:`powersweep.sim.sim_options.SimOptions`, which only the composition root reads.
     """
 
     load: LoadOptions = field(default_factory=LoadOptions)

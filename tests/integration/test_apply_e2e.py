@@ -496,7 +496,7 @@ def test_a_lock_the_card_refuses_puts_the_cap_and_the_other_lock_back(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from powersweep.sim.gpu import SimGpu
+    from powersweep.sim.sim_gpu import SimGpu
     from powersweep.sweep.gpu import LockResult
 
     _, state = clock_rig

@@ -27,7 +27,7 @@ from powersweep.plots import efficiency_figure
 from powersweep.plots._layout import text_extent
 from powersweep.report import build_report
 from powersweep.sim.profiles import get_profile, profile_names
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 

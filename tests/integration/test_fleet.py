@@ -15,7 +15,7 @@ from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT
 from powersweep.cli import main
 from powersweep.errors import UsageError
 from powersweep.sim.profiles import fleet_card, parse_card_spec
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sim.synthetic_fleet import FleetCard, synthetic_fleet
 from tests.integration.conftest import only_run_dir, powersweep, read_json
 

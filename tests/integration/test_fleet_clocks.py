@@ -179,7 +179,7 @@ def test_fleet_apply_sets_the_lock_journals_first_and_a_kill_half_way_is_restore
     state.write_text(json.dumps({UUID: 650.0}))
     kill_after_write = (
         "import os, sys\n"
-        "import powersweep.sweep.settings.apply as a\n"
+        "import powersweep.sweep.settings.applier as a\n"
         "real = a.write_clocks\n"
         "def write_then_die(*args, **kw):\n"
         "    real(*args, **kw)\n"

@@ -12,8 +12,8 @@ import pytest
 from powersweep.sim.engine import ConstantEngine, SimEngine
 from powersweep.sim.memory_net import MemoryNetwork
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import SimRig, ground_truth
 from powersweep.sim.server import SimServer
+from powersweep.sim.sim_rig import SimRig, ground_truth
 from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.prefill import PrefillCalibrationError, PrefillHeavy

@@ -24,11 +24,11 @@ import pytest
 
 from powersweep.cli import rigs
 from powersweep.cli.rigs import build_rig
-from powersweep.sim.options import SimOptions
 from powersweep.sim.physics import operating_point, steady_state
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import workload_for
 from powersweep.sim.server import SimServer
+from powersweep.sim.sim_options import SimOptions
+from powersweep.sim.sim_rig import workload_for
 from powersweep.sweep.options import (
     Cooling,
     LoadMode,

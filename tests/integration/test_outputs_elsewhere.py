@@ -18,7 +18,7 @@ import pytest
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.cli import main
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 

@@ -21,7 +21,7 @@ import pytest
 
 from powersweep.sim import amdsmi as fake_module
 from powersweep.sweep.gpu import amd as backend_pkg
-from powersweep.sweep.gpu.amd import api
+from powersweep.sweep.gpu.amd import amdsmi_api as api
 from tests.fakes.fake_amdsmi import FakeAmdsmi
 
 BACKEND_DIR = Path(backend_pkg.__file__).parent

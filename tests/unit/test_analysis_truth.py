@@ -26,7 +26,7 @@ from powersweep.analysis.core import pick_sweet_spot
 from powersweep.analysis.structure import find_regions, regimes
 from powersweep.analysis.synthetic import synthesize_run
 from powersweep.sim.profiles import GpuProfile, get_profile, profile_names
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 

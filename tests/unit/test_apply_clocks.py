@@ -13,9 +13,9 @@ import pytest
 from powersweep.clock import ScaledClock
 from powersweep.errors import GpuError, UsageError
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import SimRig
+from powersweep.sim.sim_rig import SimRig
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.settings.apply import apply_settings, plan_caps
+from powersweep.sweep.settings.applier import apply_settings, plan_caps
 from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
 from powersweep.sweep.settings.recommendation import read_recommendation
 from powersweep.sweep.settings.targets import select_gpus

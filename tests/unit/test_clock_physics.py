@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from powersweep.clock import ScaledClock
-from powersweep.sim.gpu import LimitStore, SimGpu
 from powersweep.sim.physics import Locks, Workload, steady_state
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import clock_ground_truth, workload_for
+from powersweep.sim.sim_gpu import LimitStore, SimGpu
+from powersweep.sim.sim_rig import clock_ground_truth, workload_for
 
 DECODE = Workload("decode", batch=1)
 

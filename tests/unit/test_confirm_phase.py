@@ -1,4 +1,4 @@
-"""The confirm phase (``sweep/measurement/confirm.py``) on fake cards and a fake load.
+"""The confirm phase (``sweep/measurement/confirm_phase.py``) on fake cards and a fake load.
 
 The phase reads the analysis of the run so far; here the analysis is scripted (a subclass
 answers :meth:`ConfirmPhase._analysis`), so what is tested is the phase itself: the card kept
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from powersweep.runformat import CONFIRM_REASON
-from powersweep.sweep.measurement.confirm import ConfirmPhase
-from powersweep.sweep.planning.confirm import CONFIRM_MAX_CAPS, NOTHING_TIED
+from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
+from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS, NOTHING_TIED
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.sampling.windows import WindowPolicy
 from tests.fakes.fake_bench import Bench

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from powersweep.sweep.planning.confirm import NO_USABLE_CAP, NOTHING_TIED, plan_confirm
+from powersweep.sweep.planning.confirm_plan import NO_USABLE_CAP, NOTHING_TIED, plan_confirm
 
 
 def _analysis(tied: list[float], tpw: dict[float, float]) -> dict[str, object]:

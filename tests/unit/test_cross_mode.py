@@ -16,7 +16,7 @@ from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.errors import UsageError
 from powersweep.report import build_cross_report
 from powersweep.sim.profiles import get_profile
-from powersweep.sim.rig import ground_truth
+from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 

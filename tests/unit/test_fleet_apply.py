@@ -14,7 +14,7 @@ from powersweep.cli import main
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu import GpuIdentity
 from powersweep.sweep.records.journal import Journal
-from powersweep.sweep.settings.apply import plan_caps
+from powersweep.sweep.settings.applier import plan_caps
 from powersweep.sweep.settings.fleet_targets import choose_settings, read_fleet
 from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
 from powersweep.sweep.settings.targets import Target

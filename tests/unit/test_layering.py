@@ -46,7 +46,7 @@ def test_contracts_hold() -> None:
     [
         ("analysis/core.py", "import pynvml", "Only the NVML backend imports pynvml"),
         ("sweep/gpu/nvml.py", "import amdsmi", "Only the AMD backend imports amdsmi"),
-        ("sweep/driver.py", "import powersweep.sim.rig", "The simulator is used by"),
+        ("sweep/driver.py", "import powersweep.sim.sim_rig", "The simulator is used by"),
         ("analysis/load.py", "import powersweep.sweep.driver", "Analysis and plots read CSVs"),
         ("sweep/session.py", "import tqdm", "Only the CLI draws progress"),
         ("sweep/plan.py", "import matplotlib", "Only plots import matplotlib"),

@@ -9,10 +9,10 @@ import pytest
 
 from powersweep.clock import ManualClock, ScaledClock
 from powersweep.errors import UsageError
-from powersweep.sim.gpu import LimitStore, SimGpu
 from powersweep.sim.physics import Workload, operating_point, power_at, steady_state, voltage
 from powersweep.sim.profiles import get_profile, profile_names
-from powersweep.sim.rig import SimRig, ground_truth
+from powersweep.sim.sim_gpu import LimitStore, SimGpu
+from powersweep.sim.sim_rig import SimRig, ground_truth
 from powersweep.sweep.gpu import CLOCK_EVENT_SW_POWER_CAP
 from powersweep.sweep.planning.caps import default_caps
 

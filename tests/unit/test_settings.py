@@ -10,9 +10,13 @@ import pytest
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.settings.apply import apply_caps, enable_persistence, plan_caps
+from powersweep.sweep.settings.applier import apply_caps, enable_persistence, plan_caps
+from powersweep.sweep.settings.card_status import (
+    read_gpu_status,
+    read_journal_status,
+    render_status,
+)
 from powersweep.sweep.settings.recommendation import MeasuredGpu, read_recommendation
-from powersweep.sweep.settings.status import read_gpu_status, read_journal_status, render_status
 from powersweep.sweep.settings.targets import match_run_gpus, parse_gpu_selection, select_gpus
 from tests.fakes import fake_pynvml
 from tests.fakes.fake_pynvml import FakeDevice, FakeNvml

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from powersweep.clock import ManualClock
-from powersweep.sim.gpu import SimGpu
 from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import get_profile
+from powersweep.sim.sim_gpu import SimGpu
 from powersweep.sweep.sampling.settle import (
     AVERAGED_READING_S,
     DEFAULT_WINDOW_S,

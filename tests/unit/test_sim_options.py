@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from powersweep.errors import UsageError
-from powersweep.sim.options import FLAGS, SimOptions, refuse_without_simulate
+from powersweep.sim.sim_options import FLAGS, SimOptions, refuse_without_simulate
 from powersweep.sweep.options import OutputOptions, SweepOptions
 
 

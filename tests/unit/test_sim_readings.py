@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from powersweep.clock import ManualClock
-from powersweep.sim.gpu import SimGpu
 from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import ENERGY_DRIFT_GAIN, get_profile
+from powersweep.sim.sim_gpu import SimGpu
 
 
 def _loaded(**changes: object) -> tuple[ManualClock, SimGpu]:

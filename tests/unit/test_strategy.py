@@ -18,7 +18,7 @@ from powersweep.analysis.near_peak import near_peak_index, region_groups
 from powersweep.analysis.structure import find_regions
 from powersweep.analysis.summary import render_summary
 from powersweep.sim.profiles import get_profile, profile_names
-from powersweep.sim.rig import TruthCap, ground_truth
+from powersweep.sim.sim_rig import TruthCap, ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
 from powersweep.sweep.planning.strategy import (

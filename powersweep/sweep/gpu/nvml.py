@@ -9,9 +9,9 @@ fake (``tests/fakes/fake_pynvml.py``).
 
 from __future__ import annotations
 
-from powersweep.sweep.gpu.nvidia.api import NVML_API_USED
-from powersweep.sweep.gpu.nvidia.backend import NvmlBackend
-from powersweep.sweep.gpu.nvidia.gpu import ACCEPT_TOLERANCE_W, NvmlGpu
+from powersweep.sweep.gpu.nvidia.nvml_api import NVML_API_USED
+from powersweep.sweep.gpu.nvidia.nvml_backend import NvmlBackend
+from powersweep.sweep.gpu.nvidia.nvml_gpu import ACCEPT_TOLERANCE_W, NvmlGpu
 from powersweep.sweep.gpu.nvidia.reads import PowerSource
 from powersweep.sweep.gpu.protocol import CLOCK_EVENT_APP_CLOCKS
 

@@ -219,7 +219,7 @@ class Gpu(Protocol):
     """One GPU a sweep can read and cap.
 
     Implementations: :class:`powersweep.sweep.gpu.nvml.NvmlGpu` and
-    :class:`powersweep.sim.gpu.SimGpu`.
+    :class:`powersweep.sim.sim_gpu.SimGpu`.
     """
 
     @property

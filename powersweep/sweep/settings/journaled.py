@@ -15,7 +15,7 @@ from typing import Any
 
 from powersweep.errors import GpuError
 from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
-from powersweep.sweep.settings.apply import NOT_PUT_BACK, CapChange, CapResult, apply_settings
+from powersweep.sweep.settings.applier import NOT_PUT_BACK, CapChange, CapResult, apply_settings
 from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
 from powersweep.sweep.settings.targets import Target, Warn
 
@@ -72,7 +72,7 @@ def apply_journaled(
     clocks: Sequence[ClockChange],
     warn: Warn,
 ) -> tuple[list[CapResult], list[ClockResult]]:
-    """:func:`~powersweep.sweep.settings.apply.apply_settings` with the journal written first.
+    """:func:`~powersweep.sweep.settings.applier.apply_settings` with the journal written first.
 
     Args:
         journal: Where the originals go before the first write (None: nothing outlives the

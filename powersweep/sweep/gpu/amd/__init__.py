@@ -28,8 +28,8 @@ What differs from NVML, and how the backend deals with it:
 * A VM guest cannot set caps or clocks (the host owns them): the error says so.
 """
 
-from powersweep.sweep.gpu.amd.api import AMDSMI_API_USED, INSTALL_HINT, import_amdsmi
-from powersweep.sweep.gpu.amd.backend import AmdsmiBackend
-from powersweep.sweep.gpu.amd.gpu import AmdsmiGpu
+from powersweep.sweep.gpu.amd.amd_backend import AmdsmiBackend
+from powersweep.sweep.gpu.amd.amd_gpu import AmdsmiGpu
+from powersweep.sweep.gpu.amd.amdsmi_api import AMDSMI_API_USED, INSTALL_HINT, import_amdsmi
 
 __all__ = ["AMDSMI_API_USED", "INSTALL_HINT", "AmdsmiBackend", "AmdsmiGpu", "import_amdsmi"]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Literal, TypeVar
 
-from powersweep.sweep.gpu.nvidia.api import available, field_number, or_nan
+from powersweep.sweep.gpu.nvidia.nvml_api import available, field_number, or_nan
 from powersweep.sweep.gpu.protocol import NAN, GpuSample
 
 PowerSource = Literal["instant", "average"]
@@ -21,7 +21,7 @@ _T = TypeVar("_T")
 
 
 class NvmlReads:
-    """Reads one GPU's samples (:class:`~powersweep.sweep.gpu.nvidia.gpu.NvmlGpu` hands them on).
+    """Reads one GPU's samples (:class:`~.nvml_gpu.NvmlGpu` hands them on).
 
     Every sample carries both draw readings: ``power_w`` from ``nvmlDeviceGetPowerUsage`` (a
     one-second moving average on Ampere and newer) and ``power_instant_w`` from the

@@ -3,7 +3,7 @@ card, their readings pooled by the analysis.
 
 One reading per point cannot tell points a fraction of a percent apart: when the analysis of the
 sweep so far finds others within noise of the best, the best few of them
-(:func:`~powersweep.sweep.planning.confirm.plan_confirm`) are measured again by the same
+(:func:`~powersweep.sweep.planning.confirm_plan.plan_confirm`) are measured again by the same
 protocol, the metric's prompt only. While the analysis runs (in a thread), the load keeps the
 card at the best point so far, so the re-measured points see the thermal state they were first
 measured in. Their rows are marked (``reason`` ``confirm``); ``run.json`` ``confirm`` records
@@ -19,7 +19,7 @@ from typing import Any
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.measurement.point import PointMeasurer
-from powersweep.sweep.planning.confirm import plan_confirm
+from powersweep.sweep.planning.confirm_plan import plan_confirm
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 

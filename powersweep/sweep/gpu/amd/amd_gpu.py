@@ -11,7 +11,8 @@ from types import ModuleType
 from typing import Any, Literal
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu.amd.api import (
+from powersweep.sweep.gpu.amd.amd_clocks import AmdClocks
+from powersweep.sweep.gpu.amd.amdsmi_api import (
     AMDSMI_STATUS_INVAL,
     AMDSMI_STATUS_NO_PERM,
     UNSUPPORTED,
@@ -19,7 +20,6 @@ from powersweep.sweep.gpu.amd.api import (
     number,
     status_code,
 )
-from powersweep.sweep.gpu.amd.clocks import AmdClocks
 from powersweep.sweep.gpu.protocol import (
     CLOCK_EVENT_HW_SLOWDOWN,
     CLOCK_EVENT_HW_THERMAL,

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu.nvidia.api import cause
+from powersweep.sweep.gpu.nvidia.nvml_api import cause
 from powersweep.sweep.gpu.protocol import LockResult, SupportedClocks
 
 
 class NvmlClocks:
-    """The clock-lock calls of one GPU (:class:`~powersweep.sweep.gpu.nvidia.gpu.NvmlGpu` hands
+    """The clock-lock calls of one GPU (:class:`~powersweep.sweep.gpu.nvidia.nvml_gpu.NvmlGpu` hands
     them on).
 
     Args:

@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import Any
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu.nvidia.api import NOT_AVAILABLE, available, cause, text
-from powersweep.sweep.gpu.nvidia.clocks import NvmlClocks
+from powersweep.sweep.gpu.nvidia.nvml_api import NOT_AVAILABLE, available, cause, text
+from powersweep.sweep.gpu.nvidia.nvml_clocks import NvmlClocks
 from powersweep.sweep.gpu.nvidia.reads import NvmlReads, PowerSource
 from powersweep.sweep.gpu.protocol import (
     CLOCK_EVENT_APP_CLOCKS,

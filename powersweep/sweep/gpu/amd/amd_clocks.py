@@ -3,7 +3,7 @@
 amdsmi locks a clock as a range (``amdsmi_set_gpu_clk_range``, MHz) under the performance level
 ``MANUAL``, and frees the clocks with the level ``AUTO`` (both at once: it has no per-clock
 reset). It lists a few levels per clock (in Hz) but takes any clock between the lowest and the
-highest. :class:`~powersweep.sweep.gpu.amd.gpu.AmdsmiGpu` delegates its clock calls here.
+highest. :class:`~powersweep.sweep.gpu.amd.amd_gpu.AmdsmiGpu` delegates its clock calls here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu.amd.api import (
+from powersweep.sweep.gpu.amd.amdsmi_api import (
     AMDSMI_STATUS_INVAL,
     UNSUPPORTED,
     cause,

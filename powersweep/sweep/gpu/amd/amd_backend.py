@@ -6,8 +6,8 @@ import contextlib
 from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu.amd.api import cause, import_amdsmi
-from powersweep.sweep.gpu.amd.gpu import AmdsmiGpu
+from powersweep.sweep.gpu.amd.amd_gpu import AmdsmiGpu
+from powersweep.sweep.gpu.amd.amdsmi_api import cause, import_amdsmi
 
 
 class AmdsmiBackend:

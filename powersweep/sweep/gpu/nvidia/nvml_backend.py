@@ -6,8 +6,8 @@ import contextlib
 from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu.nvidia.api import load_pynvml
-from powersweep.sweep.gpu.nvidia.gpu import NvmlGpu
+from powersweep.sweep.gpu.nvidia.nvml_api import load_pynvml
+from powersweep.sweep.gpu.nvidia.nvml_gpu import NvmlGpu
 
 
 class NvmlBackend:

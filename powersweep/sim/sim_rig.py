@@ -17,7 +17,6 @@ from powersweep.analysis.clock_curve import TIER_CAP_FRACTION
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
 from powersweep.sim.engine import WorkKind
-from powersweep.sim.gpu import LimitStore, SimGpu
 from powersweep.sim.physics import (
     IDLE,
     Locks,
@@ -27,6 +26,7 @@ from powersweep.sim.physics import (
     steady_state,
 )
 from powersweep.sim.profiles import GpuProfile
+from powersweep.sim.sim_gpu import LimitStore, SimGpu
 
 MIN_PLATEAU_CAPS = 3
 # Truth TPS/W this close (relative) is one value: the steady-state solve rounds at about 1e-9.
