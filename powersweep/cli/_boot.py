@@ -23,9 +23,9 @@ from powersweep.errors import PowersweepError, UsageError
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
     from powersweep.sweep.settings.applier import CapChange, CapResult
+    from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting
     from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
     from powersweep.sweep.settings.targets import Target
-    from powersweep.sweep.settings.unit import BootCommand, BootSetting
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class BootUnit:
     force: bool
 
     def dry_run(self, unit_dir: Path) -> None:
-        from powersweep.sweep.settings.unit import read_unit
+        from powersweep.sweep.settings.boot_unit import read_unit
 
         installed = read_unit(unit_dir)
         if not self.reset:
@@ -67,14 +67,14 @@ class BootUnit:
 
     def installed_dir(self) -> Path | None:
         """Where an installed unit would be read from for ``--print-unit`` (None: nowhere)."""
-        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR
+        from powersweep.sweep.settings.boot_unit import SYSTEM_UNIT_DIR
 
         return self.unit_dir or (None if self.rig.simulated else SYSTEM_UNIT_DIR)
 
     def merged(self, boot: Sequence[BootSetting], unit_dir: Path | None) -> list[BootSetting]:
         """This apply's settings merged by UUID into what the installed unit sets, so one
         card's ``--persist`` keeps the other cards' lines."""
-        from powersweep.sweep.settings.unit import merge_settings, read_unit
+        from powersweep.sweep.settings.boot_unit import merge_settings, read_unit
 
         installed = read_unit(unit_dir) if unit_dir is not None else None
         if installed is None or not installed.ours:
@@ -87,7 +87,7 @@ class BootUnit:
 
     def kept(self, unit_dir: Path) -> list[BootSetting]:
         """``--reset --persist``: the installed unit's lines of the cards not reset."""
-        from powersweep.sweep.settings.unit import merge_settings, read_unit
+        from powersweep.sweep.settings.boot_unit import merge_settings, read_unit
 
         installed = read_unit(unit_dir)
         if not installed.ours:
@@ -99,7 +99,7 @@ class BootUnit:
 
     def warn_if_stale(self) -> None:
         """An installed unit sets its own values again at the next boot: say so."""
-        from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
+        from powersweep.sweep.settings.boot_unit import SYSTEM_UNIT_DIR, read_unit
 
         unit = read_unit(self.unit_dir or SYSTEM_UNIT_DIR)
         if not unit.installed:
@@ -131,7 +131,7 @@ class BootUnit:
     def settings(self) -> list[BootSetting]:
         """What the unit sets on each card: what this apply sets, and what it leaves in force
         (so a lock alone does not drop an earlier cap at the next boot, nor a cap a lock)."""
-        from powersweep.sweep.settings.unit import BootSetting
+        from powersweep.sweep.settings.boot_unit import BootSetting
 
         caps = {c.target.identity.uuid: c.after_w for c in self.caps}
         clocks = {c.target.identity.uuid: c for c in self.clocks}
@@ -151,7 +151,7 @@ class BootUnit:
         return out
 
     def text(self, settings: Sequence[BootSetting]) -> str:
-        from powersweep.sweep.settings.unit import render_unit
+        from powersweep.sweep.settings.boot_unit import render_unit
 
         return render_unit(settings, self.command(settings), self.source)
 
@@ -159,7 +159,7 @@ class BootUnit:
         """Each vendor's own tool by absolute path, for every card the unit sets (the merged
         unit's other cards too); this powersweep when one is missing (or on a simulated rig,
         whose cards only powersweep can set)."""
-        from powersweep.sweep.settings.unit import BootCommand
+        from powersweep.sweep.settings.boot_unit import BootCommand
 
         fallback = BootCommand("powersweep", (*_own_command(), "apply", *self.rig.rig_args))
         if self.rig.simulated:
@@ -174,7 +174,7 @@ class BootUnit:
 
     def resolve_dir(self) -> Path | None:
         """Where the unit goes (checked now, before any change); None: no systemd here."""
-        from powersweep.sweep.settings.unit import (
+        from powersweep.sweep.settings.boot_unit import (
             SYSTEM_UNIT_DIR,
             check_unit_dir,
             read_unit,
@@ -207,7 +207,7 @@ class BootUnit:
         results: tuple[list[CapResult], list[ClockResult]],
     ) -> None:
         from powersweep.sweep.settings.applier import undo_settings
-        from powersweep.sweep.settings.unit import (
+        from powersweep.sweep.settings.boot_unit import (
             enable_unit,
             install_unit,
             remove_unit,
@@ -271,7 +271,7 @@ _VENDOR_TOOLS = {
 
 def _vendor_tool(vendor: str) -> BootCommand | None:
     """``nvidia-smi`` or ``amd-smi`` by absolute path; None when it is not installed."""
-    from powersweep.sweep.settings.unit import BootCommand
+    from powersweep.sweep.settings.boot_unit import BootCommand
 
     name, fallback_path = _VENDOR_TOOLS.get(vendor, ("", ""))
     found = name and (shutil.which(name) or shutil.which(name, path=fallback_path))

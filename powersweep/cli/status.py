@@ -39,12 +39,12 @@ def status_command(
     """Show each GPU's power limits, clock locks, persistence mode and readings (no root)."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.records.journal import ROOT_STATE_DIR, default_state_dir
+    from powersweep.sweep.settings.boot_unit import SYSTEM_UNIT_DIR, read_unit
     from powersweep.sweep.settings.card_status import (
         read_gpu_status,
         read_journal_status,
         render_status,
     )
-    from powersweep.sweep.settings.unit import SYSTEM_UNIT_DIR, read_unit
 
     with build_settings_rig(simulate, sim_state, backend.value) as rig:
         gpus = read_gpu_status(rig.backend)

@@ -193,7 +193,7 @@ def test_print_unit_prints_only_the_unit(
 def test_no_systemd_says_so_and_prints_the_unit(
     rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from powersweep.sweep.settings import unit
+    from powersweep.sweep.settings import boot_unit as unit
 
     run, state = rig
     monkeypatch.setattr(unit, "systemd_running", lambda *_a: False)
@@ -535,7 +535,7 @@ def _pair(capsys: pytest.CaptureFixture[str], state: Path, units: Path, *args: s
 
 
 def _at_boot(units: Path) -> dict[str, float | None]:
-    from powersweep.sweep.settings.unit import read_unit
+    from powersweep.sweep.settings.boot_unit import read_unit
 
     unit = read_unit(units)
     assert unit.installed and unit.ours
@@ -592,7 +592,7 @@ def test_persist_card_by_card_keeps_one_unit_for_every_card(
 def test_a_card_the_unit_cannot_set_does_not_stop_the_others(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from powersweep.sweep.settings.unit import BootSetting, merge_settings, read_unit
+    from powersweep.sweep.settings.boot_unit import BootSetting, merge_settings, read_unit
 
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
     state, units = tmp_path / "state.json", tmp_path / "units"

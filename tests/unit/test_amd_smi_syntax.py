@@ -26,7 +26,7 @@ from powersweep.cli import main, rigs
 from powersweep.errors import GpuError
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
-from powersweep.sweep.settings.unit import BootCommand, BootSetting, render_unit
+from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting, render_unit
 from tests.fakes.fake_amdsmi import FakeAmdsmi, mi300x, rx7900xtx
 
 MI300X_UUID = "1fff74a1-0000-1000-8000-0000000000a0"

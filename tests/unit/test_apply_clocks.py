@@ -16,10 +16,10 @@ from powersweep.sim.profiles import get_profile
 from powersweep.sim.sim_rig import SimRig
 from powersweep.sweep.gpu.nvml import NvmlBackend
 from powersweep.sweep.settings.applier import apply_settings, plan_caps
+from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting, read_unit, render_unit
 from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
 from powersweep.sweep.settings.recommendation import read_recommendation
 from powersweep.sweep.settings.targets import select_gpus
-from powersweep.sweep.settings.unit import BootCommand, BootSetting, read_unit, render_unit
 from tests.fakes import fake_pynvml
 from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.settings.unit import (
+from powersweep.sweep.settings.boot_unit import (
     UNIT_NAME,
     BootCommand,
     BootSetting,
@@ -212,7 +212,7 @@ def test_a_failed_enable_keeps_the_unit_and_says_how_to_enable_it(tmp_path: Path
 
 
 def test_merge_settings_replaces_adds_and_drops_by_uuid() -> None:
-    from powersweep.sweep.settings.unit import merge_settings
+    from powersweep.sweep.settings.boot_unit import merge_settings
 
     a2 = BootSetting(UUID_A, "NVIDIA GeForce RTX 3090", 250.0, source="--cap 250")
     c = BootSetting("GPU-c", "NVIDIA GeForce RTX 4090", 400.0)

@@ -15,7 +15,7 @@ from typing import Any
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import GpuBackend, GpuIdentity, GpuSample, LockedClocks, PowerEnvelope
 from powersweep.sweep.records.journal import Journal
-from powersweep.sweep.settings.unit import UnitStatus
+from powersweep.sweep.settings.boot_unit import UnitStatus
 
 # The limit in force counts as the default within this distance.
 _SAME_W = 0.5
