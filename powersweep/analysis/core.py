@@ -19,6 +19,12 @@ from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.findings import finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
+from powersweep.analysis.objectives import (
+    Objective,
+    SelectionContext,
+    objective_named,
+    pick_sweet_spot,
+)
 from powersweep.analysis.pooling import cap_rows, curve_points, table_rows, usable
 from powersweep.analysis.power_findings import (
     as_float,
@@ -36,7 +42,6 @@ from powersweep.analysis.requests import rate_findings, server_rates, warning_fi
 from powersweep.errors import UsageError
 
 NAN = math.nan
-OBJECTIVES = ("tps-per-w", "near-peak", "cost")
 
 
 def analyze(
@@ -75,9 +80,8 @@ def analyze(
     Raises:
         UsageError: An option is out of range.
     """
-    if objective not in OBJECTIVES:
-        raise UsageError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    if not 0.0 <= eta <= 1.0:
+    selector = objective_named(objective, eta=eta)
+    if not 0.0 <= eta <= 1.0:  # said whatever the objective: a typo in a script shows early
         raise UsageError(f"--eta must be between 0 and 1, got {eta}")
     if not 0.0 <= max_tps_loss_pct < 100.0:
         raise UsageError(f"--max-tps-loss must be between 0 and 100 %, got {max_tps_loss_pct}")
@@ -167,9 +171,7 @@ def analyze(
         near.update({"tied_caps": None, "interval_w": None, "noise_source": None})
     result["sweet_spot"] = sweet
     result["near_peak"] = near
-    result["recommendation"] = _recommend(
-        points, near["cap_w"], objective, eta, default_w, run, n_gpus
-    )
+    result["recommendation"] = _recommend(points, near["cap_w"], selector, default_w, run, n_gpus)
 
     tariff = serving.run_tariff(curve.run, tariff_per_kwh)
     _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
@@ -396,24 +398,6 @@ def _point_dict(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> di
     }
 
 
-def pick_sweet_spot(points: Sequence[CapPoint]) -> CapPoint:
-    """The sweet spot: the measured cap with the highest TPS/W, at full precision.
-
-    No fit or smoothing overrides a reading: near a boost-state transition the TPS/W curve has a
-    kink that no smooth model follows, and a starred row that is not the best one breaks trust.
-    Noise is shown (the caps tied with it, :mod:`powersweep.analysis.noise`) and resolved by
-    measuring again (the sweep's confirm phase), never hidden in the pick. An exact tie goes to
-    the lower (cheaper) cap.
-
-    Args:
-        points: Measured caps (repeats of a cap pooled).
-
-    Returns:
-        The cap with the highest TPS/W.
-    """
-    return max(points, key=lambda p: (p.tps / p.power_w, -p.cap_w))
-
-
 def _planned_step_w(run: dict[str, Any] | None) -> float | None:
     """The step of the planned grid (run.json ``caps_planned``), None when unknown.
 
@@ -465,36 +449,18 @@ def _near_peak(
 def _recommend(
     points: Sequence[CapPoint],
     near_cap_w: float,
-    objective: str,
-    eta: float,
+    objective: Objective,
     default_w: float,
     run: dict[str, Any],
     n_gpus: int,
 ) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    if objective == "tps-per-w":
-        pick = pick_sweet_spot(points)
-    elif objective == "near-peak":
-        pick = next(p for p in points if p.cap_w == near_cap_w)
-    else:
-        max_limit = as_float(run.get("max_limit_w"))
-        # Zeus normalises time by the highest power the card could draw.
-        max_power = (
-            max_limit * n_gpus if math.isfinite(max_limit) else max(p.cap_total_w for p in points)
-        )
-        costs = [
-            (
-                eta * p.power_w / p.tps + (1.0 - eta) * max_power / p.tps
-                if p.tps > 0
-                else math.inf,
-                p.cap_w,
-                p,
-            )
-            for p in points
-        ]
-        cost, _, pick = min(costs, key=lambda c: (c[0], c[1]))
-        extra = {"eta": eta, "cost": cost, "max_power_w": max_power}
-    return {"objective": objective, **_point_dict(points, pick, default_w), **extra}
+    context = SelectionContext(near_cap_w, as_float(run.get("max_limit_w")), n_gpus)
+    pick = objective.select(points, context)
+    return {
+        "objective": objective.name,
+        **_point_dict(points, pick.point, default_w),
+        **pick.extra,
+    }
 
 
 def _region_dict(r: Region) -> dict[str, Any]:

@@ -11,18 +11,14 @@ from typing import Annotated
 import typer
 
 from powersweep.analysis.context import CardFacts
+from powersweep.analysis.objectives import OBJECTIVES, TpsPerW
 from powersweep.analysis.serving import ServingOptions, check_options
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
 from powersweep.errors import UsageError
 
-
-class Objective(StrEnum):
-    """What the recommended cap optimises."""
-
-    TPS_PER_W = "tps-per-w"
-    NEAR_PEAK = "near-peak"
-    COST = "cost"
+# What the recommended cap optimises: the analysis's selectors name the choices.
+Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})  # type: ignore[misc]
 
 
 TariffOpt = Annotated[
@@ -69,7 +65,7 @@ def analyze_command(
     max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
     objective: Annotated[
         Objective, typer.Option(help="What the recommended cap optimises.")
-    ] = Objective.TPS_PER_W,
+    ] = Objective(TpsPerW.name),
     eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
     tariff: TariffOpt = None,
     max_ttft_ms: MaxTtftOpt = None,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.cli._boot import BootUnit
 from powersweep.cli._common import BackendOpt, StateDirOpt, info, is_root, warn
 from powersweep.cli.analyze import MaxItlOpt, MaxTtftOpt
@@ -41,14 +42,12 @@ RunDirArg = Annotated[
 ]
 
 
-class ApplyObjective(StrEnum):
-    """Which of a run's recommendations to set (``slo``: the most efficient point that meets
-    the latency targets)."""
-
-    TPS_PER_W = "tps-per-w"
-    NEAR_PEAK = "near-peak"
-    COST = "cost"
-    SLO = "slo"
+# Which of a run's recommendations to set: an objective's, or ``slo`` (the most efficient point
+# that meets the latency targets).
+SLO = "slo"
+ApplyObjective = StrEnum(  # type: ignore[misc]
+    "ApplyObjective", {name: name for name in (*OBJECTIVES, SLO)}
+)
 
 
 ObjectiveOpt = Annotated[
@@ -178,7 +177,7 @@ def apply_command(
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
     latency = (max_ttft_ms, max_itl_ms)
-    if any(v is not None for v in latency) and (objective != ApplyObjective.SLO or run_dir is None):
+    if any(v is not None for v in latency) and (objective != SLO or run_dir is None):
         raise UsageError(
             "--max-ttft-ms and --max-itl-ms choose a run's point: use them with "
             "RUN_DIR --objective slo"

@@ -22,7 +22,7 @@ import pytest
 
 from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.cap_points import CapPoint
-from powersweep.analysis.core import pick_sweet_spot
+from powersweep.analysis.objectives import pick_sweet_spot
 from powersweep.analysis.structure import find_regions, regimes
 from powersweep.analysis.synthetic import synthesize_run
 from powersweep.sim.profiles import GpuProfile, get_profile, profile_names

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
 
@@ -267,7 +268,7 @@ def _slo_pick(
 
 def _analysed_objective(analysis: dict[str, Any]) -> str:
     rec = analysis.get("recommendation")
-    if isinstance(rec, dict) and rec.get("objective") in ("tps-per-w", "near-peak", "cost"):
+    if isinstance(rec, dict) and rec.get("objective") in OBJECTIVES:
         return str(rec["objective"])
     return "tps-per-w"
 
