@@ -16,19 +16,16 @@ from types import ModuleType
 from typing import Any
 
 from powersweep import analysis
-from powersweep.analysis.clock_analysis import analyze_clocks
-from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.clock_summary import (
     clocks_versus_power,
-    render_clock_summary,
     render_clocks_versus_power,
-    write_clock_outputs,
 )
-from powersweep.analysis.context import CardFacts, with_card_facts
+from powersweep.analysis.context import CardFacts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.axes import AnalysisSettings, axis_of
 
 CROSS_MODE_STEM = "cross-mode"
 
@@ -101,48 +98,25 @@ def build_report(
             ``--out``.
     """
     curve = analysis.load_curve(path)
-    serving = serving or ServingOptions()
-    if is_clock_curve(curve.caps):
-        return _build_clock_report(
-            curve,
-            out_dir,
-            charts,
-            formats,
-            title,
-            write_analysis,
-            max_tps_loss_pct,
-            on_analysis,
-            require_answer,
-            serving,
-            latency_chart,
-        )
-    if card is not None:
-        curve = with_card_facts(curve, card)
-    result = analysis.analyze(
-        curve,
-        max_tps_loss_pct=max_tps_loss_pct,
-        objective=objective,
-        eta=eta,
-        tariff_per_kwh=serving.tariff_per_kwh,
-        max_ttft_ms=serving.max_ttft_ms,
-        max_itl_ms=serving.max_itl_ms,
-    )
-    if require_answer and result.get("sweet_spot") is None:
+    axis = axis_of(curve)
+    settings = AnalysisSettings(max_tps_loss_pct, objective, eta, serving or ServingOptions(), card)
+    result = axis.analyze(curve, settings)
+    if require_answer and axis.answer(result) is None:
         raise UsageError(no_answer(path, result))
-    report = Report(result, analysis.render_summary(curve, result), ())
+    report = Report(result, axis.summary(curve, result), ())
     if on_analysis is not None:
         on_analysis(report)
     target = out_dir or curve.out_dir
     written: list[Path] = []
     with writing_into(target, given=out_dir is not None):
         if write_analysis:
-            written += analysis.write_outputs(curve, result, target)
+            written += axis.write_outputs(curve, result, target)
         if charts:
-            written += _plots().render_charts(
-                result, target / "charts", samples=curve.samples, formats=formats, title=title
-            )
+            written += axis.charts(curve, result, target / "charts", formats=formats, title=title)
         # without latency columns (an older run) the summary says so; there is nothing to draw
-        if (latency_chart or (charts and serving.has_target)) and _plots().has_latency(result):
+        if (latency_chart or (charts and settings.serving.has_target)) and _plots().has_latency(
+            result
+        ):
             written += _plots().render_latency_chart(
                 result, target / "charts", formats=formats, title=title
             )
@@ -204,50 +178,6 @@ def writing_into(target: Path, *, given: bool) -> Iterator[None]:
         ) from exc
 
 
-def _build_clock_report(
-    curve: analysis.Curve,
-    out_dir: Path | None,
-    charts: bool,
-    formats: Sequence[str],
-    title: str | None,
-    write_analysis: bool,
-    max_tps_loss_pct: float,
-    on_analysis: Callable[[Report], None] | None = None,
-    require_answer: bool = False,
-    serving: ServingOptions | None = None,
-    latency_chart: bool = False,
-) -> Report:
-    """The derived outputs of a clock-lock sweep (or a bare clock caps.csv)."""
-    serving = serving or ServingOptions()
-    result = analyze_clocks(
-        curve,
-        max_tps_loss_pct=max_tps_loss_pct,
-        tariff_per_kwh=serving.tariff_per_kwh,
-        max_ttft_ms=serving.max_ttft_ms,
-        max_itl_ms=serving.max_itl_ms,
-    )
-    if require_answer and result.get("peak") is None:
-        raise UsageError(no_answer(curve.source, result))
-    report = Report(result, render_clock_summary(curve, result), ())
-    if on_analysis is not None:
-        on_analysis(report)
-    target = out_dir or curve.out_dir
-    written: list[Path] = []
-    with writing_into(target, given=out_dir is not None):
-        if write_analysis:
-            written += write_clock_outputs(curve, result, target)
-        if charts:
-            written += _plots().render_clock_charts(
-                result, target / "charts", formats=formats, title=title
-            )
-        # without latency columns (an older run) the summary says so; there is nothing to draw
-        if (latency_chart or (charts and serving.has_target)) and _plots().has_latency(result):
-            written += _plots().render_latency_chart(
-                result, target / "charts", formats=formats, title=title
-            )
-    return Report(report.analysis, report.summary, tuple(written))
-
-
 @dataclass(frozen=True)
 class ClockComparison:
     """A power-cap run and a clock-lock run of one GPU, compared.
@@ -284,21 +214,22 @@ def build_clock_comparison(
         UsageError: Not exactly one power run and one clock run.
         PowersweepError: An output cannot be written.
     """
-    curves = [analysis.load_curve(p) for p in paths]
-    clock_curves = [c for c in curves if is_clock_curve(c.caps)]
-    power_curves = [c for c in curves if not is_clock_curve(c.caps)]
+    curves = [(axis_of(c), c) for c in (analysis.load_curve(p) for p in paths)]
+    clock_curves = [(a, c) for a, c in curves if a.locks_clocks]
+    power_curves = [(a, c) for a, c in curves if not a.locks_clocks]
     if len(clock_curves) != 1 or len(power_curves) != 1:
         raise UsageError(
             "comparing clock locks with power caps takes one power-axis run and one clock run"
         )
-    power = analysis.analyze(power_curves[0], max_tps_loss_pct=max_tps_loss_pct)
-    clocks = analyze_clocks(clock_curves[0], max_tps_loss_pct=max_tps_loss_pct)
+    settings = AnalysisSettings(max_tps_loss_pct)
+    power = power_curves[0][0].analyze(power_curves[0][1], settings)
+    clocks = clock_curves[0][0].analyze(clock_curves[0][1], settings)
     comparison = clocks_versus_power(power, clocks)
     markdown = render_clocks_versus_power(comparison)
     written: list[Path] = []
     if write:
         target = out_dir or Path(
-            os.path.commonpath([c.out_dir.resolve().parent for c in (*power_curves, *clock_curves)])
+            os.path.commonpath([c.out_dir.resolve().parent for _, c in curves])
         )
         json_path = target / "clocks-vs-power.json"
         md_path = target / "clocks-vs-power.md"

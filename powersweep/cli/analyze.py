@@ -186,6 +186,6 @@ def _cross(
 def _has_clock_run(paths: list[Path]) -> bool:
     """True when one of the runs is a clock-lock sweep (its rows carry clock locks)."""
     from powersweep.analysis import load_curve
-    from powersweep.analysis.clock_curve import is_clock_curve
+    from powersweep.sweep.axes import axis_of
 
-    return any(is_clock_curve(load_curve(p).caps) for p in paths)
+    return any(axis_of(load_curve(p)).locks_clocks for p in paths)

@@ -55,12 +55,12 @@ def compare_command(
     card = card_facts(gpu_name, default_limit, min_limit, max_limit)
     labelled = []
     curves = []
-    from powersweep.analysis.clock_curve import is_clock_curve
+    from powersweep.sweep.axes import axis_of
 
     for p in paths:
         # The card facts fill in what each curve's run.json lacks (a bare caps.csv has none).
         curve = with_card_facts(analysis.load_curve(p), card)
-        if is_clock_curve(curve.caps):
+        if axis_of(curve).locks_clocks:
             raise UsageError(
                 f"{p} is a clock-lock sweep: compare overlays power-cap curves; use "
                 "`powersweep analyze RUN_POWER RUN_CLOCKS` to set clock locks against caps"

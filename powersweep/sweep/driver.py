@@ -380,7 +380,6 @@ class Sweep:
                 self.writer,
                 self.meta,
                 plan.all_points(),
-                clock_axis=bool(plan.clock_points),
                 warn=self.warn,
             )
             await confirm.run(self._best_so_far())

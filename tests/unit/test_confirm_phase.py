@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from powersweep.runformat import CONFIRM_REASON
+from powersweep.sweep.axes import AXES
 from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
 from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS, NOTHING_TIED
 from powersweep.sweep.planning.points import SweepPoint
@@ -46,9 +47,9 @@ class ScriptedConfirm(ConfirmPhase):
             bench.writer,  # type: ignore[arg-type]
             self.meta,
             [SweepPoint(c) for c in CAPS],
-            clock_axis=False,
             warn=bench.warnings.append,
         )
+        self.axis = AXES["power"]  # what analysing the bench's curve would find
         self.bench = bench
         self.script = list(analyses)
         self.asked: list[tuple[str, float, bool]] = []

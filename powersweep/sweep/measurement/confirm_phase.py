@@ -18,6 +18,7 @@ from typing import Any
 
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
+from powersweep.sweep.axes import AnalysisSettings, SweepAxis, axis_of
 from powersweep.sweep.measurement.point import PointMeasurer
 from powersweep.sweep.planning.confirm_plan import plan_confirm
 from powersweep.sweep.planning.points import SweepPoint
@@ -32,8 +33,10 @@ class ConfirmPhase:
         writer: The run directory (analysed so far, and where the record goes).
         meta: ``run.json`` content (``confirm`` is set).
         planned: The sweep's planned points (a clock sweep's ties are matched to them).
-        clock_axis: The points lock clocks (a clock sweep's analysis finds the ties).
         warn: Where warnings go.
+
+    The curve's axis (:func:`powersweep.sweep.axes.axis_of`) analyses it and says which points
+    are still tied.
     """
 
     def __init__(
@@ -43,14 +46,13 @@ class ConfirmPhase:
         meta: dict[str, Any],
         planned: Sequence[SweepPoint],
         *,
-        clock_axis: bool,
         warn: Callable[[str], None],
     ) -> None:
         self.measurer = measurer
         self.writer = writer
         self.meta = meta
         self.planned = list(planned)
-        self.clock_axis = clock_axis
+        self.axis: SweepAxis | None = None  # the curve's, once analysed
         self.warn = warn
 
     async def run(self, best: SweepPoint | None) -> None:
@@ -67,29 +69,35 @@ class ConfirmPhase:
             await self.measurer.measure(point, CONFIRM_REASON, i, len(plan.points))
             after = await asyncio.to_thread(self._analysis, "pooled")
             rest = plan.points[i + 1 :]
-            if rest and not any(_still_tied(after, p, self.clock_axis) for p in rest):
+            if rest and not any(self._still_tied(after, p) for p in rest):
                 # the readings pooled so far separate the rest from the best: stop there
                 plan.record.update(stopped=f"separated after {i + 1} of {len(plan.points)}")
                 break
         await self.measurer.stop_busy()  # nothing is measured after it
-        sweet: Mapping[str, Any] = after.get("sweet_spot") or {}
-        plan.record.update(best_after_w=sweet.get("cap_w"), tied_after=sweet.get("tied_caps"))
-        if self.clock_axis:
-            plan.record.update(tied_points_after=sweet.get("tied_points"))
+        if self.axis is not None:
+            plan.record.update(self.axis.confirm_record(after))
+        else:
+            plan.record.update(best_after_w=None, tied_after=None)
         self.meta["confirm"] = plan.record
         self.writer.write_run_json(self.meta)
 
     def _analysis(self, when: str) -> dict[str, Any]:
         # Imported here: the analysis is only needed at the end of a sweep.
-        from powersweep.analysis import analyze, load_curve
-        from powersweep.analysis.clock_analysis import analyze_clocks
+        from powersweep.analysis import load_curve
 
         try:
             curve = load_curve(self.writer.path)
-            return analyze_clocks(curve) if self.clock_axis else analyze(curve)
+            self.axis = axis_of(curve)
+            return self.axis.analyze(curve, AnalysisSettings())
         except PowersweepError as exc:  # nothing usable measured: nothing to confirm
             self.warn(f"confirm phase: cannot analyse the readings {when}: {exc}")
             return {}
+
+    def _still_tied(self, analysis: Mapping[str, Any], point: SweepPoint) -> bool:
+        """True when the analysis still ties ``point`` with the best (or cannot tell)."""
+        if not analysis or self.axis is None:
+            return True
+        return self.axis.tied(analysis, point)
 
     async def _keeping_warm(
         self, point: SweepPoint | None, work: Callable[[], dict[str, Any]]
@@ -98,17 +106,3 @@ class ConfirmPhase:
         if point is not None and self.measurer.apply(point) is None:
             self.measurer.keep_busy(self.measurer.cap_of(point))
         return await asyncio.to_thread(work)
-
-
-def _still_tied(analysis: Mapping[str, Any], point: SweepPoint, clock_axis: bool) -> bool:
-    """True when the analysis still ties ``point`` with the best (or cannot tell)."""
-    if not analysis:
-        return True
-    if clock_axis:
-        peak: Mapping[str, Any] = analysis.get("peak") or {}
-        ties = [
-            (t.get("sm_lock_mhz"), t.get("mem_lock_mhz")) for t in peak.get("tied_points") or []
-        ]
-        return (point.sm_lock_mhz, point.mem_lock_mhz) in ties
-    sweet: Mapping[str, Any] = analysis.get("sweet_spot") or {}
-    return point.cap_w in [float(c) for c in sweet.get("tied_caps") or []]

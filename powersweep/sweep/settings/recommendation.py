@@ -236,18 +236,13 @@ def _slo_pick(
     """
     target = analysis.get("latency_target")
     if max_ttft_ms is not None or max_itl_ms is not None:
-        from powersweep import analysis as analysis_pkg
+        from powersweep.analysis import load_curve
+        from powersweep.analysis.serving import ServingOptions
+        from powersweep.sweep.axes import AnalysisSettings, axis_of
 
-        curve = analysis_pkg.load_curve(run_dir)
-        fresh = (
-            analysis_pkg.analyze_clocks(
-                curve, bootstrap=0, max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms
-            )
-            if analysis.get("kind") == "clocks"
-            else analysis_pkg.analyze(
-                curve, bootstrap=0, max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms
-            )
-        )
+        curve = load_curve(run_dir)
+        targets = ServingOptions(max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms)
+        fresh = axis_of(curve).analyze(curve, AnalysisSettings(serving=targets, bootstrap=0))
         target = fresh.get("latency_target")
     if not isinstance(target, dict):
         raise UsageError(

@@ -1,0 +1,113 @@
+"""What an axis is: the one seam between what a sweep varies and everything that reads it.
+
+A sweep varies one thing per point (the power limit, an SM clock lock, a memory clock lock, both
+locks on a grid). Whatever it varies, the point is measured by the one protocol
+(:mod:`powersweep.sweep.measurement`) and written to the same ``caps.csv``; what differs is read
+here. An axis says which saved curves are its own, how they are analysed, what answers the user's
+question, the summary and the charts, the outputs it writes and which points the confirm phase
+still finds tied. The report, ``analyze``, ``plot`` and the confirm phase hold no ``if`` on the
+axis: they ask the curve's axis (:func:`powersweep.sweep.axes.axis_of`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from powersweep.analysis.context import CardFacts
+from powersweep.analysis.load import Curve
+from powersweep.analysis.objectives import TpsPerW
+from powersweep.analysis.serving import ServingOptions
+from powersweep.sweep.planning.points import SweepPoint
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    """What the user asked of an analysis (``analyze`` flags, the sweep's own report).
+
+    Attributes:
+        max_tps_loss_pct: TPS loss against the best that the near-peak point may cost.
+        objective: The recommendation's objective (:mod:`powersweep.analysis.objectives`).
+        eta: Weight of energy in the ``cost`` objective.
+        serving: A tariff and latency targets.
+        card: Facts about the card a bare caps.csv lacks (name, limits).
+        bootstrap: Resamples for the intervals where a point has no repeats (0: none).
+    """
+
+    max_tps_loss_pct: float = 5.0
+    objective: str = TpsPerW.name
+    eta: float = 0.5
+    serving: ServingOptions = field(default_factory=ServingOptions)
+    card: CardFacts | None = None
+    bootstrap: int = 1000
+
+
+class SweepAxis(ABC):
+    """One axis: its name (the ``--axis`` value), its words, and how its curves are read.
+
+    Attributes:
+        name: The ``--axis`` value (``power``, ``sm-clock``...).
+        noun: What one point is called in messages (``cap``, ``point``).
+        locks_clocks: Its points lock clocks (the restore journal records locks).
+    """
+
+    name: ClassVar[str]
+    noun: ClassVar[str]
+    locks_clocks: ClassVar[bool]
+
+    @abstractmethod
+    def matches(self, curve: Curve) -> bool:
+        """True when a saved curve was measured on this axis (its columns, its run.json)."""
+
+    @abstractmethod
+    def analyze(self, curve: Curve, settings: AnalysisSettings) -> dict[str, Any]:
+        """The curve's analysis, as ``analysis.json`` holds it.
+
+        Raises:
+            UsageError: A setting is out of range.
+        """
+
+    @abstractmethod
+    def answer(self, result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The point that answers the question (None: no usable point)."""
+
+    @abstractmethod
+    def summary(self, curve: Curve, result: dict[str, Any]) -> str:
+        """The paste-ready markdown summary."""
+
+    @abstractmethod
+    def write_outputs(self, curve: Curve, result: dict[str, Any], out_dir: Path) -> list[Path]:
+        """Write ``analysis.json`` and ``summary.md`` (and what else the axis keeps).
+
+        Raises:
+            PowersweepError: A file cannot be written.
+        """
+
+    @abstractmethod
+    def charts(
+        self,
+        curve: Curve,
+        result: dict[str, Any],
+        out_dir: Path,
+        *,
+        formats: Sequence[str],
+        title: str | None,
+    ) -> list[Path]:
+        """Draw the axis's charts into ``out_dir`` (matplotlib is imported here, when drawn).
+
+        Raises:
+            UsageError: A bad format, or nothing to plot.
+            PowersweepError: A file cannot be written.
+        """
+
+    @abstractmethod
+    def tied(self, result: Mapping[str, Any], point: SweepPoint) -> bool:
+        """True when the analysis still ties ``point`` with the best (the confirm phase)."""
+
+    def confirm_record(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """What run.json's ``confirm`` records of the analysis after the confirm phase."""
+        sweet: Mapping[str, Any] = result.get("sweet_spot") or {}
+        return {"best_after_w": sweet.get("cap_w"), "tied_after": sweet.get("tied_caps")}

@@ -1,0 +1,124 @@
+"""The axis seam (sweep/axes): each saved curve finds its axis, and the axis reads it whole --
+analysis, answer, summary, outputs, charts and the confirm phase's ties -- with no ``if`` on
+the axis left to the caller."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from powersweep.analysis import load_curve
+from powersweep.analysis.serving import ServingOptions
+from powersweep.errors import UsageError
+from powersweep.report import build_report
+from powersweep.sweep.axes import AXES, AnalysisSettings, axis_named, axis_of
+from powersweep.sweep.options import Axis
+from powersweep.sweep.planning.points import SweepPoint
+
+
+def _power_csv(tmp_path: Path) -> Path:
+    # TPS/W peaks at 250 W (0.45), 300 W is within 2.5% of it
+    lines = ["cap_w,narr_tps,power_w"]
+    for cap, tps, draw in ((200, 80.0, 200.0), (250, 108.0, 240.0), (300, 118.8, 270.0)):
+        lines.append(f"{cap},{tps},{draw}")
+    path = tmp_path / "power" / "caps.csv"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _clock_csv(tmp_path: Path, mems: tuple[int, ...] = (10001,), run: dict | None = None) -> Path:
+    lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w"]
+    for mem in mems:
+        for sm, tps, draw in ((1200, 30.0, 200.0), (1500, 36.0, 220.0), (1800, 38.0, 260.0)):
+            lines.append(f"{sm},{mem},{tps},{draw + mem / 1000}")
+    folder = tmp_path / f"clocks-{len(mems)}"
+    folder.mkdir()
+    (folder / "caps.csv").write_text("\n".join(lines) + "\n")
+    if run is not None:
+        (folder / "run.json").write_text(json.dumps(run))
+    return folder / "caps.csv"
+
+
+def test_every_axis_the_cli_offers_is_registered_under_its_name() -> None:
+    assert list(AXES) == [a.value for a in Axis]
+    assert all(AXES[name].name == name for name in AXES)
+    assert axis_named("grid") is AXES["grid"]
+    with pytest.raises(UsageError, match="unknown axis 'volts'; use one of power, sm-clock"):
+        axis_named("volts")
+
+
+def test_a_power_curve_is_read_by_the_power_axis(tmp_path: Path) -> None:
+    curve = load_curve(_power_csv(tmp_path))
+    axis = axis_of(curve)
+    assert axis.name == "power" and axis.noun == "cap" and not axis.locks_clocks
+    result = axis.analyze(curve, AnalysisSettings(bootstrap=0))
+    answer = axis.answer(result)
+    assert answer is not None and answer["cap_w"] == 250.0
+    assert "| Sweet spot | 250 W |" in axis.summary(curve, result)
+
+
+def test_clock_curves_find_their_axis_from_the_data_or_from_run_json(tmp_path: Path) -> None:
+    assert axis_of(load_curve(_clock_csv(tmp_path))).name == "sm-clock"
+    assert axis_of(load_curve(_clock_csv(tmp_path, (10001, 7001)))).name == "grid"
+    # a grid whose card refused memory locks fell back to the SM axis, and says so
+    recorded = {"options": {"axis": "grid"}, "axis_fallback": "sm-clock"}
+    fallback = tmp_path / "fb"
+    fallback.mkdir()
+    assert axis_of(load_curve(_clock_csv(fallback, (10001,), recorded))).name == "sm-clock"
+
+
+def test_the_clock_axis_answers_with_the_peak_and_matches_ties_by_locks(tmp_path: Path) -> None:
+    curve = load_curve(_clock_csv(tmp_path))
+    axis = axis_of(curve)
+    result = axis.analyze(curve, AnalysisSettings(bootstrap=0))
+    peak = axis.answer(result)
+    assert peak is not None and peak["sm_lock_mhz"] == 1500
+    assert "1500" in axis.summary(curve, result)
+    tied = {"peak": {"tied_points": [{"sm_lock_mhz": 1500.0, "mem_lock_mhz": 10001.0}]}}
+    assert axis.tied(tied, SweepPoint(300.0, sm_lock_mhz=1500.0, mem_lock_mhz=10001.0))
+    assert not axis.tied(tied, SweepPoint(300.0, sm_lock_mhz=1800.0, mem_lock_mhz=10001.0))
+    record = axis.confirm_record({"sweet_spot": {"cap_w": 300.0, "tied_points": [1]}})
+    assert record == {"best_after_w": 300.0, "tied_after": None, "tied_points_after": [1]}
+
+
+def test_the_power_axis_matches_ties_by_cap_and_records_no_points() -> None:
+    axis = AXES["power"]
+    result = {"sweet_spot": {"cap_w": 250.0, "tied_caps": [250.0, 300.0]}}
+    assert axis.tied(result, SweepPoint(300.0))
+    assert not axis.tied(result, SweepPoint(200.0))
+    assert axis.confirm_record(result) == {"best_after_w": 250.0, "tied_after": [250.0, 300.0]}
+
+
+def test_a_curve_with_no_usable_point_has_no_answer_on_either_axis(tmp_path: Path) -> None:
+    power = tmp_path / "caps.csv"
+    power.write_text("cap_w,narr_tps,power_w,status\n200,80,200,failed\n")
+    curve = load_curve(power)
+    assert axis_of(curve).answer(axis_of(curve).analyze(curve, AnalysisSettings())) is None
+    with pytest.raises(UsageError, match="nothing to analyse"):
+        build_report(power, charts=False, write_analysis=False, require_answer=True)
+
+
+def test_the_report_reads_each_axis_through_its_own_outputs(tmp_path: Path) -> None:
+    settings = ServingOptions(max_itl_ms=1000.0)
+    power = build_report(_power_csv(tmp_path), charts=False, serving=settings)
+    assert power.analysis["sweet_spot"]["cap_w"] == 250.0
+    assert [p.name for p in power.paths] == ["analysis.json", "summary.md"]
+    clocks = build_report(_clock_csv(tmp_path), charts=False)
+    assert clocks.analysis["kind"] == "clocks" and clocks.analysis["peak"]["sm_lock_mhz"] == 1500
+    assert {p.name for p in clocks.paths} == {"analysis.json", "summary.md"}
+
+
+def test_each_axis_draws_its_own_charts(tmp_path: Path) -> None:
+    for csv, names in (
+        (_power_csv(tmp_path), {"efficiency.png", "power.png"}),
+        (_clock_csv(tmp_path), {"clock-efficiency.png", "clock-pareto.png"}),
+    ):
+        curve = load_curve(csv)
+        axis = axis_of(curve)
+        result = axis.analyze(curve, AnalysisSettings(bootstrap=0))
+        drawn = axis.charts(curve, result, csv.parent / "charts", formats=("png",), title=None)
+        assert names <= {p.name for p in drawn}
+        assert all(p.stat().st_size > 0 for p in drawn)
