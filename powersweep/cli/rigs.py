@@ -1,14 +1,16 @@
 """The composition root: builds the rig a sweep runs on (real NVML or amdsmi, simulated,
 replayed).
 
-This is the one place outside the tests that imports :mod:`powersweep.sim`: the sweep receives a
+This (with the backends it builds on, :mod:`powersweep.cli.gpu_backends`) is the one place
+outside the tests that imports :mod:`powersweep.sim`: the sweep receives a
 :class:`~powersweep.sweep.rig.Rig` and never knows whether its GPUs are real. A new kind of rig
 (another vendor's backend, another simulator) is added here.
 
 ``--backend auto`` (the default) takes the NVIDIA cards (NVML) and the AMD cards (amdsmi) that
 are there, NVIDIA's first; ``nvml`` or ``amdsmi`` takes one library only. Simulated AMD profiles
 are read and set through the amdsmi backend over :class:`~powersweep.sim.amdsmi.SimAmdsmi`, so
-their sweeps, ``status`` and ``apply`` run the AMD code path.
+their sweeps, ``status`` and ``apply`` run the AMD code path (both in
+:mod:`powersweep.cli.gpu_backends`).
 """
 
 from __future__ import annotations
@@ -25,21 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.cli._common import is_root, warn
+from powersweep.cli.gpu_backends import check_sim_backend, open_backend, vendor_backend
 from powersweep.clock import Clock, ScaledClock, real_clock
-from powersweep.errors import GpuError, UsageError
-from powersweep.sim.amd_cards import SimAmdsmi
+from powersweep.errors import UsageError
 from powersweep.sim.faults import parse_fault
 from powersweep.sim.memory_net import MemoryNetwork
 from powersweep.sim.profiles import GpuProfile, fleet_card, parse_card_spec
 from powersweep.sim.replay import ReplayCurve, ReplayRig, replay_profile, replay_truth
 from powersweep.sim.server import SimServer
-from powersweep.sim.sim_gpu import SimGpu
 from powersweep.sim.sim_options import SimOptions
 from powersweep.sim.sim_rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.virtual_time import VirtualClock
-from powersweep.sweep.gpu import Gpu, GpuBackend
-from powersweep.sweep.gpu.amd import AmdsmiBackend
-from powersweep.sweep.gpu.combined import CombinedBackend
+from powersweep.sweep.gpu import GpuBackend
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.records.ownership import hand_over, invoking_user
 from powersweep.sweep.rig import Rig
@@ -291,109 +290,6 @@ def _journal_backend(spec: str, sim: SimOptions) -> Mapping[str, Any]:
         "sim_state": str(state) if state else None,
         "seed": sim.seed,
     }
-
-
-def open_backend(kind: str) -> tuple[GpuBackend, str]:
-    """The real GPUs' backend for ``--backend``, and the kind the restore journal records.
-
-    ``auto`` opens both libraries and keeps those that see cards: NVML's first (their indices
-    are ``nvidia-smi``'s), then amdsmi's; on a machine with neither, one error names both
-    causes.
-
-    Raises:
-        GpuError: The library asked for (or, for ``auto``, every library) cannot start.
-        UsageError: An unknown kind.
-    """
-    from powersweep.sweep.gpu.nvml import NvmlBackend
-
-    if kind == "nvml":
-        return NvmlBackend(), "nvml"
-    if kind == "amdsmi":
-        return AmdsmiBackend(), "amdsmi"
-    if kind != "auto":
-        raise UsageError(f"--backend must be auto, nvml or amdsmi, not {kind!r}")
-    reasons = []
-    nvml: GpuBackend | None = None
-    try:
-        nvml = NvmlBackend()
-        nvidia_cards = nvml.device_count()
-    except GpuError as exc:
-        reasons.append(str(exc))
-        nvidia_cards = 0
-    amd: GpuBackend | None = None
-    try:
-        amd = AmdsmiBackend(first_index=nvidia_cards)
-        amd_cards = amd.device_count()
-    except GpuError as exc:
-        reasons.append(str(exc))
-        amd_cards = 0
-    if nvml is not None and amd is not None and nvidia_cards and amd_cards:
-        return CombinedBackend([nvml, amd]), "auto"
-    if amd is not None and (amd_cards or nvml is None):
-        if nvml is not None:
-            nvml.close()
-        return amd, "amdsmi"
-    if nvml is not None:
-        if amd is not None:
-            amd.close()
-        return nvml, "nvml"
-    raise GpuError("no GPU library could start: " + "; ".join(reasons))
-
-
-def check_sim_backend(kind: str, profiles: Sequence[Any]) -> None:
-    """``--backend nvml`` or ``amdsmi`` with ``--simulate`` must match the simulated cards.
-
-    Raises:
-        UsageError: A simulated card of the other vendor.
-    """
-    vendor = {"nvml": "nvidia", "amdsmi": "amd"}.get(kind)
-    if vendor is None:
-        return
-    other = [p.name for p in profiles if getattr(p, "vendor", "nvidia") != vendor]
-    if other:
-        raise UsageError(
-            f"--backend {kind} cannot drive the simulated {', '.join(other)}: drop --backend "
-            "(auto) or simulate cards of that vendor"
-        )
-
-
-class _FirstCards:
-    """The first ``count`` cards of a simulated rig (its NVIDIA-flavoured ones)."""
-
-    def __init__(self, rig: SimRig, count: int) -> None:
-        self._rig = rig
-        self._count = count
-
-    def device_count(self) -> int:
-        return self._count
-
-    def gpu(self, index: int) -> Gpu:
-        return self._rig.gpu(index)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def vendor_backend(rig: SimRig, clock: Clock) -> GpuBackend:
-    """A simulated rig's cards behind the backend of their vendor: NVIDIA profiles as they are,
-    AMD profiles through the amdsmi backend over :class:`SimAmdsmi` (numbered after NVIDIA's,
-    as on a real machine with both).
-
-    Raises:
-        UsageError: An AMD profile listed before an NVIDIA one.
-    """
-    gpus: list[SimGpu] = rig.gpus
-    amd = [g for g in gpus if g.profile.vendor == "amd"]
-    if not amd:
-        return rig
-    first = len(gpus) - len(amd)
-    if any(g.profile.vendor == "amd" for g in gpus[:first]):
-        raise UsageError(
-            "--simulate: list the NVIDIA cards before the AMD ones (the backends number "
-            "NVIDIA's first), e.g. rtx4090-air+mi300x"
-        )
-    amd_backend = AmdsmiBackend(SimAmdsmi(amd, clock), first_index=first)
-    return amd_backend if first == 0 else CombinedBackend([_FirstCards(rig, first), amd_backend])
 
 
 def restore_backend(

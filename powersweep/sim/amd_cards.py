@@ -12,12 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from powersweep.clock import Clock
-from powersweep.sim.amdsmi import (
+from powersweep.sim.amdsmi import AmdCard, FakeAmdsmi
+from powersweep.sim.amdsmi_types import (
     AMDSMI_STATUS_INVAL,
-    AmdCard,
     AmdSmiDevPerfLevel,
     AmdSmiLibraryException,
-    FakeAmdsmi,
 )
 from powersweep.sim.sim_gpu import SimGpu
 from powersweep.sweep.gpu import CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL

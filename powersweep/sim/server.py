@@ -34,15 +34,12 @@ must be thread-safe.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import math
 import random
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import uvicorn
 from starlette.applications import Starlette
@@ -51,31 +48,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from powersweep.sim import faults
-from powersweep.sim.engine import SimEngine, WorkKind
+from powersweep.sim.engine import SimEngine
 from powersweep.sim.faults import ServerFault
 from powersweep.sim.memory_net import MemoryNetwork, uvicorn_protocol_factory
 from powersweep.sim.server_chunks import (
     ChunkFormat,
     Plan,
-    Progress,
     WatchedResponse,
     count_prompt_tokens,
-    endless_line,
     message_text,
 )
 from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
 from powersweep.sim.server_requests import over_context, request_limit
+from powersweep.sim.server_streaming import ServerStreaming
 from powersweep.sim.sim_options import SIM_SERVER_FLAVOURS
 
 FLAVOURS = SIM_SERVER_FLAVOURS
 
-# When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
-# and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
-# at their due time.
-_MIN_WALL_SLEEP_S = 0.001
-# llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
-_PING_EVERY = 7
-_EVENT_LINE_EVERY = 5
 # Per-token jitter: a token leaves this share of its step after its due time on average
 # (exponential), never more than the cap; a llama.cpp or vLLM stream's inter-token gaps vary by a
 # few percent on a steady card.
@@ -85,7 +74,7 @@ TOKEN_JITTER_MAX_FRACTION = 0.5
 _VIRTUAL_EPOCH = 1_767_225_600
 
 
-class SimServer:
+class SimServer(ServerStreaming):
     """An OpenAI-compatible server paced by a :class:`SimEngine`.
 
     Args:
@@ -370,83 +359,6 @@ class SimServer:
         self._fault_spent = True
         return f.kind
 
-    async def _work(self, plan: Plan, progress: Progress) -> AsyncGenerator[list[int], None]:
-        """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
-        engine, clock = self.engine, self.engine.clock
-        loop = asyncio.get_running_loop()
-        if self.total_slots and (self._slots is None or self._slots_loop is not loop):
-            # one semaphore per event loop: a virtual run's discovery and sweep use two loops
-            self._slots, self._slots_loop = asyncio.Semaphore(self.total_slots), loop
-        slot = self._slots
-        t_prefill = plan.arrived_s if math.isfinite(plan.arrived_s) else clock.now()
-        if slot is not None:
-            if slot.locked():
-                self.requests_deferred += 1
-                try:
-                    await slot.acquire()
-                finally:
-                    self.requests_deferred -= 1
-                t_prefill = clock.now()  # queued: the prefill starts when a slot frees
-            else:
-                await slot.acquire()
-        self.requests_processing += 1
-        try:
-            if plan.fault == "slow":
-                await clock.asleep(faults.SLOW_FIRST_TOKEN_S)
-            engine.work_started("prefill")
-            try:
-                if plan.prompt_tokens > 0:
-                    rate = _positive(engine.prefill_rate_tps(plan.prompt_tokens))
-                    await clock.asleep(t_prefill + plan.prompt_tokens / rate - clock.now())
-                    await self._paused("prefill", t_prefill)
-            finally:
-                engine.work_finished("prefill")
-            progress.prefill_s = clock.now() - t_prefill
-            progress.decode_start_s = clock.now()
-            engine.work_started("decode")
-            try:
-                n = plan.completion_tokens
-                # Absolute due times keep the long-run rate exact however the sleeps round.
-                min_sleep = _MIN_WALL_SLEEP_S * clock.scale
-                step = plan.slow_factor / _positive(engine.decode_rate_tps())
-                due = clock.now() + step
-                jitter = self._jitter(plan.request_no)
-                late = jitter(step)
-                i = 0
-                while i < n:
-                    wait = due + late - clock.now()
-                    if wait > 0:
-                        await clock.asleep(wait if step >= min_sleep else max(wait, min_sleep))
-                    if await self._paused("decode", due - step):
-                        due = clock.now() + step  # a paused server does not catch up
-                    now = clock.now()
-                    burst: list[int] = []
-                    while i < n and due <= now:
-                        burst.append(i)
-                        i += 1
-                        if i < n:
-                            step = plan.slow_factor / _positive(engine.decode_rate_tps())
-                            due += step
-                            late = jitter(step)
-                    if burst:
-                        progress.last_token_s = now
-                        self.tokens_generated += len(burst)
-                        yield burst
-                    if plan.fault == "stall" and i - len(burst) < faults.STALL_AFTER_TOKENS <= i:
-                        # a stalled server: nothing flows and the GPU idles meanwhile
-                        engine.work_finished("decode")
-                        try:
-                            await clock.asleep(faults.STALL_S)
-                        finally:
-                            engine.work_started("decode")
-                        due = clock.now() + step
-            finally:
-                engine.work_finished("decode")
-        finally:
-            self.requests_processing -= 1
-            if slot is not None:
-                slot.release()
-
     def _jitter(self, request_no: int) -> Callable[[float], float]:
         """A request's per-token delays (run seconds, given the token's step), seeded by the
         server's seed and the request's number."""
@@ -460,112 +372,3 @@ class SimServer:
             return step * min(TOKEN_JITTER_MAX_FRACTION, rng.expovariate(rate))
 
         return late
-
-    async def _paused(self, kind: WorkKind, since_s: float) -> bool:
-        """Wait out a whole-server pause that began after ``since_s`` (the GPU idles meanwhile);
-        True when there was one."""
-        if self._pause is None:
-            return False
-        start, end = self._pause
-        clock = self.engine.clock
-        now = clock.now()
-        if not (start < now and since_s < end):
-            return False
-        # the work that fell in the pause did not happen: it is done after it
-        owed = min(now, end) - max(start, since_s)
-        self.engine.work_finished(kind)
-        try:
-            await clock.asleep(end - now)
-        finally:
-            self.engine.work_started(kind)
-        await clock.asleep(max(0.0, owed))
-        return True
-
-    async def _sse(self, plan: Plan) -> AsyncGenerator[bytes, None]:
-        texts = self.chunks.texts(plan)
-        yield self.chunks.chunk(
-            plan,
-            [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
-        )
-        progress = Progress()
-        sent = 0
-        pending: list[int] = []  # tokens held back to share one chunk (tokens_per_chunk > 1)
-
-        def flush() -> bytes:
-            if not pending:
-                return b""
-            text = "".join(texts[j % len(texts)] for j in pending)
-            delta = self.chunks.delta(plan, pending[0], text)
-            pending.clear()
-            return self.chunks.chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
-
-        async with contextlib.aclosing(self._work(plan, progress)) as bursts:
-            async for burst in bursts:
-                # Tokens that fell due together go out in one write, each as its own event
-                # (or packed tokens_per_chunk to an event, as some servers do under load).
-                out = b""
-                for i in burst:
-                    if self.fail_after_tokens is not None and sent >= self.fail_after_tokens:
-                        err = {
-                            "code": 500,
-                            "message": f"simulated failure after {sent} tokens",
-                            "type": "server_error",
-                        }
-                        yield out + b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
-                        return
-                    if plan.fault == "reset" and sent >= faults.reset_after(plan.completion_tokens):
-                        yield out
-                        raise faults.StreamReset(f"connection closed after {sent} tokens")
-                    if plan.fault == "long-line" and sent >= faults.LONG_LINE_AFTER_TOKENS:
-                        yield out
-                        async for part in endless_line():
-                            yield part
-                        return
-                    if self.flavour == "llamacpp" and i % _PING_EVERY == _PING_EVERY - 1:
-                        out += b": ping\n\n"
-                    elif self.flavour == "plain" and i % _EVENT_LINE_EVERY == 0:
-                        out += b"event: chunk\n"
-                    reasoning_now = i < plan.reasoning_tokens
-                    if pending and (pending[0] < plan.reasoning_tokens) != reasoning_now:
-                        out += flush()
-                    pending.append(i)
-                    # the first token goes out alone, as servers that pack tokens under load
-                    # (vLLM's and SGLang's stream intervals) send it: the prefill ended with it
-                    if len(pending) >= self.tokens_per_chunk or i == 0:
-                        out += flush()
-                    sent += 1
-                if out:
-                    yield out
-        tail = flush()
-        if tail:
-            yield tail
-        extra: dict[str, Any] = {}
-        if self.flavour == "llamacpp":
-            extra["timings"] = self.chunks.timings(
-                plan, sent, progress.prefill_s, progress.decode_s
-            )
-        final = {"index": 0, "delta": {}, "finish_reason": "length"}
-        with_usage = plan.include_usage and self.flavour != "plain"
-        # llama-server puts timings on the usage chunk when there is one, else on the final chunk
-        yield self.chunks.chunk(plan, [final], **({} if with_usage else extra))
-        if with_usage:
-            yield self.chunks.chunk(plan, [], usage=self.chunks.usage(plan, sent), **extra)
-        if plan.fault == "no-done":
-            # holds the socket: the watched response cancels this when the client hangs up
-            await asyncio.sleep(3600)
-        yield b"data: [DONE]\n\n"
-
-    async def _whole(self, plan: Plan) -> AsyncGenerator[bytes, None]:
-        texts = self.chunks.texts(plan)
-        progress = Progress()
-        n = 0
-        async with contextlib.aclosing(self._work(plan, progress)) as bursts:
-            async for burst in bursts:
-                n += len(burst)
-        payload = self.chunks.whole(plan, texts, n, progress)
-        yield json.dumps(payload).encode()
-
-
-def _positive(rate: float) -> float:
-    # A zero or broken rate from an engine must not divide by zero or stall forever.
-    return rate if rate > 1e-9 else 1e-9

@@ -13,7 +13,8 @@ from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.estimate import bound_run_s, estimate_run_s
 from powersweep.sweep.gpu import Gpu, PowerEnvelope, SupportedClocks
 from powersweep.sweep.gpu_choice import gpu_meta, select_gpus
-from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions, validate
+from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions
+from powersweep.sweep.options_check import validate
 from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
 from powersweep.sweep.planning.clock_points import SweepPoint, measure_order, plan_clock_points
 from powersweep.sweep.records.journal import Journal, default_state_dir

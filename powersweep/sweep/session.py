@@ -31,7 +31,8 @@ from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
-from powersweep.sweep.options import Strategy, SweepOptions, validate
+from powersweep.sweep.options import Strategy, SweepOptions
+from powersweep.sweep.options_check import validate
 from powersweep.sweep.plan import journal_for, plan_caps, plan_points, point_caps
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.cardlock import card_key, locks_for

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from powersweep.sim.amdsmi import (
+from powersweep.sim.amdsmi import AmdCard, FakeAmdsmi
+from powersweep.sim.amdsmi_types import (
     AMDSMI_STATUS_INVAL,
     AMDSMI_STATUS_NO_PERM,
     AMDSMI_STATUS_NOT_SUPPORTED,
     AMDSMI_STATUS_UNKNOWN_ERROR,
-    AmdCard,
     AmdSmiDevPerfLevel,
     AmdSmiVirtualizationMode,
-    FakeAmdsmi,
 )
 
 __all__ = [

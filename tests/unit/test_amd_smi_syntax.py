@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from powersweep.cli import apply as apply_cli
-from powersweep.cli import main, rigs
+from powersweep.cli import gpu_backends, main
 from powersweep.errors import GpuError
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
@@ -221,7 +221,9 @@ def amd_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[FakeAm
         raise GpuError("NVML not available: is the NVIDIA driver installed? (test)")
 
     monkeypatch.setattr("powersweep.sweep.gpu.nvml.NvmlBackend", no_nvml)
-    monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
+    monkeypatch.setattr(
+        gpu_backends, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw)
+    )
     monkeypatch.setattr(apply_cli, "is_root", lambda: True)
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
     rocm = tmp_path / "opt-rocm-bin"

@@ -7,6 +7,10 @@ library is missing). So the package's source is read instead, with ``ast``: the 
 ``amdsmi_exception.py`` define (with their parameter names), the enum members and their values
 (which ``amdsmi_interface.py`` takes from ``amdsmi_wrapper.py``'s constants), the status codes,
 and the keys of the dicts the functions return.
+
+Then the helpers the backend shares: amdsmi's readings (``"N/A"``), its error codes and texts,
+its performance level names, and the quiet import that names the fix when the package or ROCm's
+library is missing.
 """
 
 from __future__ import annotations
@@ -14,15 +18,24 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import math
+import sys
+from collections.abc import Callable, Iterator
 from enum import IntEnum
 from pathlib import Path
 
 import pytest
 
+from powersweep.errors import GpuError
 from powersweep.sim import amdsmi as fake_module
+from powersweep.sim import amdsmi_types as fake_types
 from powersweep.sweep.gpu import amd as backend_pkg
 from powersweep.sweep.gpu.amd import amdsmi_api as api
-from tests.fakes.fake_amdsmi import FakeAmdsmi
+from tests.fakes.fake_amdsmi import (
+    AMDSMI_STATUS_INVAL,
+    AmdSmiDevPerfLevel,
+    FakeAmdsmi,
+)
 
 BACKEND_DIR = Path(backend_pkg.__file__).parent
 
@@ -133,7 +146,7 @@ def test_every_enum_member_used_exists_with_the_fakes_value() -> None:
         assert isinstance(cls, ast.ClassDef)
         real = _enum_members(cls)
         assert member in real, used
-        assert getattr(getattr(fake_module, enum), member) == real[member], used
+        assert getattr(getattr(fake_types, enum), member) == real[member], used
 
 
 def test_the_fakes_enums_match_the_real_ones_member_by_member() -> None:
@@ -151,7 +164,7 @@ def test_the_fakes_enums_match_the_real_ones_member_by_member() -> None:
 
 def test_status_codes_match_the_wrapper() -> None:
     constants = _wrapper_constants()
-    for module in (api, fake_module):
+    for module in (api, fake_types):
         codes = {n: v for n, v in vars(module).items() if n.startswith("AMDSMI_STATUS_")}
         assert codes
         assert {n: constants.get(n) for n in codes} == codes, module.__name__
@@ -181,7 +194,7 @@ def test_the_exceptions_carry_the_attributes_read() -> None:
     assert {"err_code", "err_info"} <= assigned
     assert isinstance(library, ast.ClassDef)
     assert [b.id for b in library.bases if isinstance(b, ast.Name)] == ["AmdSmiException"]
-    assert issubclass(fake_module.AmdSmiLibraryException, fake_module.AmdSmiException)
+    assert issubclass(fake_types.AmdSmiLibraryException, fake_types.AmdSmiException)
 
 
 # The keys the backend reads from what amdsmi returns (a renamed key would read as N/A forever).
@@ -223,3 +236,109 @@ def test_every_key_read_is_one_the_installed_amdsmi_returns() -> None:
     assert [k for k in KEYS_READ if k not in strings] == []
     source = "\n".join(p.read_text() for p in BACKEND_DIR.glob("*.py"))
     assert [k for k in KEYS_READ if f'"{k}"' not in source] == []  # and the backend reads them
+
+
+# --- the helpers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        (560, 560.0),
+        (15.259, 15.259),
+        (0, 0.0),
+        ("N/A", None),
+        ("560", None),
+        (None, None),
+        (True, None),  # a bool is not a reading
+        (math.nan, None),
+        (math.inf, None),
+    ],
+)
+def test_a_reading_is_a_finite_number_or_none(value: object, read: float | None) -> None:
+    assert api.number(value) == read
+
+
+def test_status_codes_and_causes_of_amdsmis_exceptions() -> None:
+    exc = fake_module.AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
+    assert api.status_code(exc) == AMDSMI_STATUS_INVAL
+    # the library's own str() spans two lines: the one-line description is used
+    assert "\n" in str(exc)
+    assert api.cause(exc) == " (amdsmi: AMDSMI_STATUS_INVAL - Invalid parameters)"
+    # a parameter error has no status code, and its text is squeezed onto one line
+    param = fake_module.AmdSmiParameterException(1, str, "bad\n  handle")
+    assert api.status_code(param) is None
+    assert api.cause(param) == " (amdsmi: bad handle)"
+    assert api.status_code(ValueError("x")) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        ("AMDSMI_DEV_PERF_LEVEL_AUTO", "AUTO"),
+        ("AMDSMI_DEV_PERF_LEVEL_MANUAL", "MANUAL"),
+        (AmdSmiDevPerfLevel.MANUAL, "MANUAL"),  # older amdsmi: the enum itself
+        ("stable_peak", "STABLE_PEAK"),
+    ],
+)
+def test_performance_levels_read_by_their_short_name(value: object, name: str) -> None:
+    assert api.perf_level_name(value) == name
+
+
+@pytest.fixture
+def amdsmi_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str], None]]:
+    """Write an ``amdsmi`` module that shadows the installed one (its import is the test)."""
+    saved = sys.modules.pop("amdsmi", None)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(source: str) -> None:
+        (tmp_path / "amdsmi.py").write_text(source)
+        importlib.invalidate_caches()
+
+    yield write
+    sys.modules.pop("amdsmi", None)
+    if saved is not None:
+        sys.modules["amdsmi"] = saved
+
+
+def test_the_import_is_quiet_and_returns_the_module(
+    amdsmi_source: Callable[[str], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    amdsmi_source("print('amdsmi says hello on stdout')\nMARK = 7\n")
+    module = api.import_amdsmi()
+    assert module.MARK == 7
+    assert capsys.readouterr().out == ""
+
+
+def test_a_library_that_cannot_load_names_rocm_and_the_fix_quietly(
+    amdsmi_source: Callable[[str], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # what the real package does without ROCm: print, then raise KeyError
+    amdsmi_source("print('libamd_smi.so not found')\nraise KeyError('ROCM_PATH')\n")
+    with pytest.raises(GpuError) as info:
+        api.import_amdsmi()
+    message = str(info.value)
+    assert message.startswith("amdsmi not available: the amdsmi package cannot load ROCm's")
+    assert "(KeyError: 'ROCM_PATH')" in message and api.INSTALL_HINT in message
+    assert capsys.readouterr().out == ""
+
+
+def test_a_missing_dependency_inside_amdsmi_is_not_a_missing_amdsmi(
+    amdsmi_source: Callable[[str], None],
+) -> None:
+    amdsmi_source("import powersweep_no_such_module_xyz\n")
+    with pytest.raises(GpuError, match=r"cannot load ROCm's libamd_smi.so \(ModuleNotFoundError"):
+        api.import_amdsmi()
+
+
+def test_without_the_package_the_error_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "amdsmi", None)  # makes the import fail
+    with pytest.raises(GpuError) as info:
+        api.import_amdsmi()
+    assert str(info.value) == (
+        f"amdsmi not available: the amdsmi package is not installed ({api.INSTALL_HINT})"
+    )

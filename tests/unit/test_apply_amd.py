@@ -10,7 +10,7 @@ import pytest
 
 from powersweep.cli import _boot as boot_cli
 from powersweep.cli import apply as apply_cli
-from powersweep.cli import main, rigs
+from powersweep.cli import gpu_backends, main, rigs
 from powersweep.errors import GpuError
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.combined import CombinedBackend
@@ -31,7 +31,9 @@ def amd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeAmdsmi:
         raise GpuError("NVML not available: is the NVIDIA driver installed? (test)")
 
     monkeypatch.setattr("powersweep.sweep.gpu.nvml.NvmlBackend", open_nvml)
-    monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
+    monkeypatch.setattr(
+        gpu_backends, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw)
+    )
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
     monkeypatch.setattr(apply_cli, "is_root", lambda: True)
@@ -130,7 +132,9 @@ def test_a_machine_with_both_vendors_gets_each_vendors_tool(
     nvml = FakeNvml(devices=[FakeDevice(uuid=NV_UUID, limit_mw=300_000)])
     fake = FakeAmdsmi([mi300x(uuid=UUID)])
     monkeypatch.setattr("powersweep.sweep.gpu.nvml.NvmlBackend", lambda: NvmlBackend(nvml=nvml))
-    monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
+    monkeypatch.setattr(
+        gpu_backends, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw)
+    )
     tools = _tool(tmp_path, monkeypatch, "amd-smi", "nvidia-smi")
     code, out, err = cli(capsys, "apply", "--cap", "300", "--print-unit")
     assert code == 0, err
@@ -148,7 +152,9 @@ def test_one_cards_persist_keeps_the_other_vendors_line_with_its_own_tool(
     nvml = FakeNvml(devices=[FakeDevice(uuid=NV_UUID, limit_mw=300_000)])
     fake = FakeAmdsmi([mi300x(uuid=UUID)])
     monkeypatch.setattr("powersweep.sweep.gpu.nvml.NvmlBackend", lambda: NvmlBackend(nvml=nvml))
-    monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
+    monkeypatch.setattr(
+        gpu_backends, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw)
+    )
     monkeypatch.setattr(apply_cli, "is_root", lambda: True)
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
     tools = _tool(tmp_path, monkeypatch, "amd-smi", "nvidia-smi")
@@ -169,20 +175,22 @@ def test_auto_opens_the_libraries_that_see_cards(monkeypatch: pytest.MonkeyPatch
     nvml = FakeNvml(devices=[FakeDevice(), FakeDevice(uuid="GPU-b")])
     fake = FakeAmdsmi([mi300x()])
     monkeypatch.setattr("powersweep.sweep.gpu.nvml.NvmlBackend", lambda: NvmlBackend(nvml=nvml))
-    monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
-    backend, kind = rigs.open_backend("auto")
+    monkeypatch.setattr(
+        gpu_backends, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw)
+    )
+    backend, kind = gpu_backends.open_backend("auto")
     assert kind == "auto" and isinstance(backend, CombinedBackend)
     assert backend.device_count() == 3 and backend.gpu(2).identity().vendor == "amd"
     assert backend.gpu(2).index == 2
     backend.close()
     fake.cards.clear()  # no AMD card: NVML alone, amdsmi shut down again
-    backend, kind = rigs.open_backend("auto")
+    backend, kind = gpu_backends.open_backend("auto")
     assert kind == "nvml" and backend.device_count() == 2
     assert fake.init_count == 0
     backend.close()
     nvml.devices.clear()
     fake.cards.append(mi300x())
-    backend, kind = rigs.open_backend("auto")
+    backend, kind = gpu_backends.open_backend("auto")
     assert kind == "amdsmi" and backend.gpu(0).index == 0
     backend.close()
 
@@ -191,7 +199,9 @@ def test_the_journal_names_the_backend_that_started(monkeypatch: pytest.MonkeyPa
     from powersweep.sweep.options import Backend, CardOptions, SweepOptions
 
     fake = FakeAmdsmi([mi300x()])
-    monkeypatch.setattr(rigs, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw))
+    monkeypatch.setattr(
+        gpu_backends, "AmdsmiBackend", lambda **kw: AmdsmiBackend(amdsmi=fake, **kw)
+    )
     with rigs.build_rig(SweepOptions(cards=CardOptions(backend=Backend.AMDSMI))) as rig:
         assert rig.journal_backend == {"kind": "amdsmi"}
         assert rig.backend.gpu(0).identity().vendor == "amd"

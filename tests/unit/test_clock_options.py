@@ -10,7 +10,8 @@ import pytest
 from powersweep.cli import main
 from powersweep.errors import UsageError
 from powersweep.sweep.locks import verify
-from powersweep.sweep.options import Axis, PointOptions, SafetyOptions, SweepOptions, validate
+from powersweep.sweep.options import Axis, PointOptions, SafetyOptions, SweepOptions
+from powersweep.sweep.options_check import validate
 from powersweep.sweep.planning.clock_points import SweepPoint
 
 

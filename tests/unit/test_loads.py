@@ -14,13 +14,14 @@ import pytest
 from powersweep.clock import ManualClock
 from powersweep.sim.server import count_prompt_tokens
 from powersweep.sweep.loads.base import MAX_CONSECUTIVE_FAILURES
-from powersweep.sweep.loads.concurrent import (
-    DecodeConcurrent,
+from powersweep.sweep.loads.concurrent import DecodeConcurrent
+from powersweep.sweep.loads.concurrent_window import (
     spread_pct,
     tokens_in_window,
     tokens_per_chunk,
 )
-from powersweep.sweep.loads.prefill import PrefillHeavy, fit_ttft, make_prompt, tokens_for_ttft
+from powersweep.sweep.loads.prefill import PrefillHeavy
+from powersweep.sweep.loads.prefill_sizing import fit_ttft, make_prompt, tokens_for_ttft
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.verdict import FaultLog
 
@@ -80,7 +81,8 @@ class _ScriptedProbe:
     @staticmethod
     def make(tps_by_n: dict[int, float], draws: list[float]) -> tuple[Any, list[tuple[int, float]]]:
         from powersweep.clock import ScaledClock
-        from powersweep.sweep.loads.concurrent import DecodeConcurrent, Window
+        from powersweep.sweep.loads.concurrent import DecodeConcurrent
+        from powersweep.sweep.loads.concurrent_window import Window
 
         asked: list[tuple[int, float]] = []
         left = list(draws)

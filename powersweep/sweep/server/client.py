@@ -28,6 +28,7 @@ from powersweep.sweep.server.request import (
     RequestRun,
     http_error_text,
 )
+from powersweep.sweep.server.server_queries import ServerQueries
 from powersweep.sweep.server.sse import (
     SseLineTooLong,
     describe_body,
@@ -70,7 +71,7 @@ class _Refused(Exception):
     """Internal: the server refused optional body keys; carries the HTTP error for reporting."""
 
 
-class ChatClient:
+class ChatClient(ServerQueries):
     """Streams chat completions from one server, one ``httpx.AsyncClient`` per sweep.
 
     Args:
@@ -164,57 +165,6 @@ class ChatClient:
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
-
-    async def queued_requests(self) -> int | None:
-        """Requests the server holds waiting for a slot now (None when it does not say).
-
-        Reads llama.cpp's ``llamacpp:requests_deferred`` or vLLM's ``vllm:num_requests_waiting``
-        from ``/metrics`` (llama-server needs ``--metrics``).
-        """
-        base = self._info.base_url.rstrip("/")
-        try:
-            response = await self._http.get(f"{base}/metrics", timeout=5.0)
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
-            return None
-        total: float | None = None
-        for line in response.text.splitlines():
-            if line.startswith("#"):
-                continue
-            name, _, value = line.partition(" ")
-            metric = name.split("{", 1)[0]
-            if metric in ("llamacpp:requests_deferred", "vllm:num_requests_waiting"):
-                try:
-                    total = (total or 0.0) + float(value.split()[0])
-                except (ValueError, IndexError):
-                    continue
-        return None if total is None else int(total)
-
-    async def count_tokens(self, text: str) -> int | None:
-        """Tokens the server's tokenizer makes of ``text`` (None when it has no tokenize API).
-
-        llama.cpp answers ``POST /tokenize {"content"}`` with ``{"tokens": [...]}``; vLLM answers
-        ``POST /tokenize {"model", "prompt"}`` with ``{"count"}``.
-        """
-        base = self._info.base_url.rstrip("/")
-        if self._info.engine == "llamacpp":
-            body: dict[str, Any] = {"content": text, "add_special": False}
-        elif self._info.engine == "vllm":
-            body = {"model": self._info.model, "prompt": text, "add_special_tokens": False}
-        else:
-            return None
-        try:
-            response = await self._http.post(f"{base}/tokenize", json=body, timeout=60.0)
-            data = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        if isinstance(data.get("count"), int):
-            return int(data["count"])
-        tokens = data.get("tokens")
-        return len(tokens) if isinstance(tokens, list) else None
 
     async def __aenter__(self) -> ChatClient:
         return self

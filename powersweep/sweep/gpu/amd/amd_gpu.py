@@ -1,17 +1,17 @@
-"""One AMD GPU through amdsmi: identity, power caps (verified), readings, processes.
+"""One AMD GPU through amdsmi: identity, power caps (verified), processes.
 
-Clock locks are :mod:`.clocks`'; the names and helpers of the amdsmi package are :mod:`.api`'s.
+Its readings are :mod:`.amd_reads`' (a base of :class:`AmdsmiGpu`); clock locks are
+:mod:`.clocks`'; the names and helpers of the amdsmi package are :mod:`.api`'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Literal
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.amd.amd_clocks import AmdClocks
+from powersweep.sweep.gpu.amd.amd_reads import AmdReads, PowerSource
 from powersweep.sweep.gpu.amd.amdsmi_api import (
     AMDSMI_STATUS_INVAL,
     AMDSMI_STATUS_NO_PERM,
@@ -21,14 +21,9 @@ from powersweep.sweep.gpu.amd.amdsmi_api import (
     status_code,
 )
 from powersweep.sweep.gpu.protocol import (
-    CLOCK_EVENT_HW_SLOWDOWN,
-    CLOCK_EVENT_HW_THERMAL,
-    CLOCK_EVENT_SW_POWER_CAP,
-    CLOCK_EVENT_SW_THERMAL,
     NAN,
     GpuIdentity,
     GpuProcess,
-    GpuSample,
     LockedClocks,
     LockResult,
     PowerEnvelope,
@@ -36,15 +31,11 @@ from powersweep.sweep.gpu.protocol import (
     SupportedClocks,
 )
 
-PowerSource = Literal["current", "average", "none"]
-
-# The socket-power readings of ``amdsmi_get_power_info``, by power source.
-_POWER_KEYS = {"current": "current_socket_power", "average": "average_socket_power"}
 # A set cap counts as taken when the read-back is this close to the request.
 ACCEPT_TOLERANCE_W = 0.5
 
 
-class AmdsmiGpu:
+class AmdsmiGpu(AmdReads):
     """One AMD GPU read and capped through amdsmi (implements :class:`~powersweep.sweep.gpu.Gpu`).
 
     Built by :meth:`AmdsmiBackend.gpu`. A sample field amdsmi does not support (the call says
@@ -267,46 +258,6 @@ class AmdsmiGpu:
 
     # --- sampling ---------------------------------------------------------------------------
 
-    def read_sample(self) -> GpuSample:
-        """Read draw, energy, temperature, clocks, utilization and throttle (violation) status.
-
-        Never raises for an amdsmi error: the field becomes NaN/None and counts in
-        ``read_errors``. amdsmi has no P-states: ``pstate`` is None.
-        """
-        smi, h = self._smi, self._handle
-        self._pending_errors = 0
-        power, instant = self._read_power_w()
-        energy = self._read_energy_mj()
-        temp = self._field(
-            "temp",
-            lambda: smi.amdsmi_get_temp_metric(
-                h, smi.AmdSmiTemperatureType.HOTSPOT, smi.AmdSmiTemperatureMetric.CURRENT
-            ),
-        )
-        sm = self._field(
-            "sm_clock", lambda: smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.GFX)["clk"]
-        )
-        mem = self._field(
-            "mem_clock", lambda: smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.MEM)["clk"]
-        )
-        util = self._field("util", lambda: smi.amdsmi_get_gpu_activity(h)["gfx_activity"])
-        events = self._events()
-        errors = self._pending_errors
-        self.read_error_count += errors
-        return GpuSample(
-            gpu_index=self._index,
-            power_w=power,
-            power_instant_w=instant,
-            energy_mj=energy,
-            temp_c=_or_nan(temp),
-            sm_clock_mhz=_or_nan(sm),
-            mem_clock_mhz=_or_nan(mem),
-            util_pct=_or_nan(util),
-            pstate=None,
-            clock_event_bits=events,
-            read_errors=errors,
-        )
-
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:
         """Processes using this GPU (``amdsmi_get_gpu_process_list``); None when unreadable."""
         smi = self._smi
@@ -326,120 +277,6 @@ class AmdsmiGpu:
         return tuple(out)
 
     # --- internals --------------------------------------------------------------------------
-
-    def _field(self, name: str, read: Callable[[], Any]) -> float | None:
-        """One field of ``read_sample``: None when unsupported (not counted) or failed (counted)."""
-        if name in self._unsupported:
-            return None
-        smi = self._smi
-        try:
-            value = number(read())
-        except smi.AmdSmiException as exc:
-            if status_code(exc) in UNSUPPORTED:
-                self._unsupported.add(name)
-            else:
-                self._pending_errors += 1
-            return None
-        except (KeyError, TypeError):
-            self._pending_errors += 1
-            return None
-        if value is None:
-            if name in self._read_ok:
-                self._pending_errors += 1
-            else:
-                self._unsupported.add(name)  # N/A from the start: the card does not report it
-            return None
-        self._read_ok.add(name)
-        return value
-
-    def _socket_power(self, source: str) -> float | None:
-        info = self._smi.amdsmi_get_power_info(self._handle)
-        return number(info.get(_POWER_KEYS[source]))
-
-    def _probe_power_source(self) -> PowerSource:
-        smi = self._smi
-        for source in ("current", "average"):
-            try:
-                if self._socket_power(source) is not None:
-                    self._read_ok.add(f"power_{source}")
-                    return "current" if source == "current" else "average"
-            except smi.AmdSmiException:
-                continue
-        return "none"
-
-    def _read_power_w(self) -> tuple[float, float]:
-        """The power usage and the instant draw, W, from one ``amdsmi_get_power_info``.
-
-        ``current_socket_power`` is the instant reading; the usage is ``average_socket_power``
-        where the card fills it (a firmware average: its window is not documented), else the
-        current one, the card's only reading. A reading ``N/A`` from the start is a capability
-        (NaN, not counted); a failed call counts once.
-        """
-        if self.power_source == "none":
-            return NAN, NAN
-        smi = self._smi
-        try:
-            info = smi.amdsmi_get_power_info(self._handle)
-        except smi.AmdSmiException:
-            self._pending_errors += 1
-            return NAN, NAN
-        current = self._field("power_current", lambda: info.get(_POWER_KEYS["current"]))
-        average = self._field("power_average", lambda: info.get(_POWER_KEYS["average"]))
-        usage = average if average is not None else current
-        return _or_nan(usage), _or_nan(current)
-
-    def _read_energy_mj(self) -> float:
-        if self.power_reported_by is not None or self.energy_fallback:
-            return NAN
-
-        def read() -> float | None:
-            counter = self._smi.amdsmi_get_energy_count(self._handle)
-            # amdsmi < 6.2.1 named the accumulator "power"
-            ticks = number(counter.get("energy_accumulator", counter.get("power")))
-            resolution = number(counter.get("counter_resolution"))
-            if ticks is None or resolution is None:
-                return None
-            return ticks * resolution / 1000.0  # microjoules to millijoules
-
-        energy = self._field("energy", read)
-        if energy is None:
-            return NAN
-        last, self._last_energy_mj = self._last_energy_mj, energy
-        if last is not None and energy < last:
-            self.energy_fallback = (
-                f"the energy counter of {self._label()} ran backwards ({last:.0f} -> "
-                f"{energy:.0f} mJ): energy comes from the sampled draw"
-            )
-            return NAN
-        return energy
-
-    def _events(self) -> int | None:
-        """Clock-event bits from the violation status (MI300 and newer); None where unknown."""
-        if "clock_events" in self._unsupported:
-            return None
-        smi = self._smi
-        try:
-            status = smi.amdsmi_get_violation_status(self._handle)
-        except smi.AmdSmiException as exc:
-            if status_code(exc) in UNSUPPORTED:
-                self._unsupported.add("clock_events")
-            else:
-                self._pending_errors += 1
-            return None
-        power, socket, prochot = (
-            status.get(k) for k in ("active_ppt_pwr", "active_socket_thrm", "active_prochot_thrm")
-        )
-        if not any(isinstance(v, bool) for v in (power, socket, prochot)):
-            self._unsupported.add("clock_events")  # every flag N/A: the card does not say
-            return None
-        hw = status.get("active_vr_thrm") is True or status.get("active_hbm_thrm") is True
-        flags = {
-            CLOCK_EVENT_SW_POWER_CAP: power is True,
-            CLOCK_EVENT_SW_THERMAL: socket is True,
-            CLOCK_EVENT_HW_THERMAL: prochot is True,
-            CLOCK_EVENT_HW_SLOWDOWN: hw,
-        }
-        return sum(bit for bit, on in flags.items() if on)
 
     def _cap_w(self) -> float:
         smi = self._smi
@@ -496,7 +333,3 @@ class AmdsmiGpu:
             f"{self._label()} has no settable power cap{where} ({cause}): powersweep cannot "
             "sweep it"
         )
-
-
-def _or_nan(value: float | None) -> float:
-    return NAN if value is None else value

@@ -1,0 +1,239 @@
+"""How the simulated server answers a chat request it accepted: the work, paced on the engine's
+run clock, and the answer it streams (SSE) or returns whole.
+
+:class:`ServerStreaming` is a base of :class:`~powersweep.sim.server.SimServer`: a request's
+slot, its prefill and its decode (tokens due at absolute times, each a little late by the
+server's seeded jitter), the stall and pause faults, and the bytes of its answer. Kept apart
+from :mod:`powersweep.sim.server`, which holds the server's lifecycle, its routes and the
+parsing of a request into a :class:`~powersweep.sim.server_chunks.Plan`, so each module holds
+one concern.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+from collections.abc import AsyncGenerator, Callable
+from typing import TYPE_CHECKING, Any
+
+from powersweep.sim import faults
+from powersweep.sim.engine import SimEngine, WorkKind
+from powersweep.sim.server_chunks import ChunkFormat, Plan, Progress, endless_line
+
+# When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
+# and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
+# at their due time.
+_MIN_WALL_SLEEP_S = 0.001
+# llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
+_PING_EVERY = 7
+_EVENT_LINE_EVERY = 5
+
+
+class ServerStreaming:
+    """The pacing and the answers of :class:`~powersweep.sim.server.SimServer` (its base; the
+    attributes below are set by its constructor)."""
+
+    engine: SimEngine
+    flavour: str
+    fail_after_tokens: int | None
+    total_slots: int | None
+    tokens_per_chunk: int
+    requests_processing: int
+    requests_deferred: int
+    tokens_generated: int
+    chunks: ChunkFormat
+    _slots: asyncio.Semaphore | None
+    _slots_loop: asyncio.AbstractEventLoop | None
+    _pause: tuple[float, float] | None
+
+    if TYPE_CHECKING:
+
+        def _jitter(self, request_no: int) -> Callable[[float], float]: ...
+
+    async def _work(self, plan: Plan, progress: Progress) -> AsyncGenerator[list[int], None]:
+        """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
+        engine, clock = self.engine, self.engine.clock
+        loop = asyncio.get_running_loop()
+        if self.total_slots and (self._slots is None or self._slots_loop is not loop):
+            # one semaphore per event loop: a virtual run's discovery and sweep use two loops
+            self._slots, self._slots_loop = asyncio.Semaphore(self.total_slots), loop
+        slot = self._slots
+        t_prefill = plan.arrived_s if math.isfinite(plan.arrived_s) else clock.now()
+        if slot is not None:
+            if slot.locked():
+                self.requests_deferred += 1
+                try:
+                    await slot.acquire()
+                finally:
+                    self.requests_deferred -= 1
+                t_prefill = clock.now()  # queued: the prefill starts when a slot frees
+            else:
+                await slot.acquire()
+        self.requests_processing += 1
+        try:
+            if plan.fault == "slow":
+                await clock.asleep(faults.SLOW_FIRST_TOKEN_S)
+            engine.work_started("prefill")
+            try:
+                if plan.prompt_tokens > 0:
+                    rate = _positive(engine.prefill_rate_tps(plan.prompt_tokens))
+                    await clock.asleep(t_prefill + plan.prompt_tokens / rate - clock.now())
+                    await self._paused("prefill", t_prefill)
+            finally:
+                engine.work_finished("prefill")
+            progress.prefill_s = clock.now() - t_prefill
+            progress.decode_start_s = clock.now()
+            engine.work_started("decode")
+            try:
+                n = plan.completion_tokens
+                # Absolute due times keep the long-run rate exact however the sleeps round.
+                min_sleep = _MIN_WALL_SLEEP_S * clock.scale
+                step = plan.slow_factor / _positive(engine.decode_rate_tps())
+                due = clock.now() + step
+                jitter = self._jitter(plan.request_no)
+                late = jitter(step)
+                i = 0
+                while i < n:
+                    wait = due + late - clock.now()
+                    if wait > 0:
+                        await clock.asleep(wait if step >= min_sleep else max(wait, min_sleep))
+                    if await self._paused("decode", due - step):
+                        due = clock.now() + step  # a paused server does not catch up
+                    now = clock.now()
+                    burst: list[int] = []
+                    while i < n and due <= now:
+                        burst.append(i)
+                        i += 1
+                        if i < n:
+                            step = plan.slow_factor / _positive(engine.decode_rate_tps())
+                            due += step
+                            late = jitter(step)
+                    if burst:
+                        progress.last_token_s = now
+                        self.tokens_generated += len(burst)
+                        yield burst
+                    if plan.fault == "stall" and i - len(burst) < faults.STALL_AFTER_TOKENS <= i:
+                        # a stalled server: nothing flows and the GPU idles meanwhile
+                        engine.work_finished("decode")
+                        try:
+                            await clock.asleep(faults.STALL_S)
+                        finally:
+                            engine.work_started("decode")
+                        due = clock.now() + step
+            finally:
+                engine.work_finished("decode")
+        finally:
+            self.requests_processing -= 1
+            if slot is not None:
+                slot.release()
+
+    async def _paused(self, kind: WorkKind, since_s: float) -> bool:
+        """Wait out a whole-server pause that began after ``since_s`` (the GPU idles meanwhile);
+        True when there was one."""
+        if self._pause is None:
+            return False
+        start, end = self._pause
+        clock = self.engine.clock
+        now = clock.now()
+        if not (start < now and since_s < end):
+            return False
+        # the work that fell in the pause did not happen: it is done after it
+        owed = min(now, end) - max(start, since_s)
+        self.engine.work_finished(kind)
+        try:
+            await clock.asleep(end - now)
+        finally:
+            self.engine.work_started(kind)
+        await clock.asleep(max(0.0, owed))
+        return True
+
+    async def _sse(self, plan: Plan) -> AsyncGenerator[bytes, None]:
+        texts = self.chunks.texts(plan)
+        yield self.chunks.chunk(
+            plan,
+            [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
+        )
+        progress = Progress()
+        sent = 0
+        pending: list[int] = []  # tokens held back to share one chunk (tokens_per_chunk > 1)
+
+        def flush() -> bytes:
+            if not pending:
+                return b""
+            text = "".join(texts[j % len(texts)] for j in pending)
+            delta = self.chunks.delta(plan, pending[0], text)
+            pending.clear()
+            return self.chunks.chunk(plan, [{"index": 0, "delta": delta, "finish_reason": None}])
+
+        async with contextlib.aclosing(self._work(plan, progress)) as bursts:
+            async for burst in bursts:
+                # Tokens that fell due together go out in one write, each as its own event
+                # (or packed tokens_per_chunk to an event, as some servers do under load).
+                out = b""
+                for i in burst:
+                    if self.fail_after_tokens is not None and sent >= self.fail_after_tokens:
+                        err = {
+                            "code": 500,
+                            "message": f"simulated failure after {sent} tokens",
+                            "type": "server_error",
+                        }
+                        yield out + b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+                        return
+                    if plan.fault == "reset" and sent >= faults.reset_after(plan.completion_tokens):
+                        yield out
+                        raise faults.StreamReset(f"connection closed after {sent} tokens")
+                    if plan.fault == "long-line" and sent >= faults.LONG_LINE_AFTER_TOKENS:
+                        yield out
+                        async for part in endless_line():
+                            yield part
+                        return
+                    if self.flavour == "llamacpp" and i % _PING_EVERY == _PING_EVERY - 1:
+                        out += b": ping\n\n"
+                    elif self.flavour == "plain" and i % _EVENT_LINE_EVERY == 0:
+                        out += b"event: chunk\n"
+                    reasoning_now = i < plan.reasoning_tokens
+                    if pending and (pending[0] < plan.reasoning_tokens) != reasoning_now:
+                        out += flush()
+                    pending.append(i)
+                    # the first token goes out alone, as servers that pack tokens under load
+                    # (vLLM's and SGLang's stream intervals) send it: the prefill ended with it
+                    if len(pending) >= self.tokens_per_chunk or i == 0:
+                        out += flush()
+                    sent += 1
+                if out:
+                    yield out
+        tail = flush()
+        if tail:
+            yield tail
+        extra: dict[str, Any] = {}
+        if self.flavour == "llamacpp":
+            extra["timings"] = self.chunks.timings(
+                plan, sent, progress.prefill_s, progress.decode_s
+            )
+        final = {"index": 0, "delta": {}, "finish_reason": "length"}
+        with_usage = plan.include_usage and self.flavour != "plain"
+        # llama-server puts timings on the usage chunk when there is one, else on the final chunk
+        yield self.chunks.chunk(plan, [final], **({} if with_usage else extra))
+        if with_usage:
+            yield self.chunks.chunk(plan, [], usage=self.chunks.usage(plan, sent), **extra)
+        if plan.fault == "no-done":
+            # holds the socket: the watched response cancels this when the client hangs up
+            await asyncio.sleep(3600)
+        yield b"data: [DONE]\n\n"
+
+    async def _whole(self, plan: Plan) -> AsyncGenerator[bytes, None]:
+        texts = self.chunks.texts(plan)
+        progress = Progress()
+        n = 0
+        async with contextlib.aclosing(self._work(plan, progress)) as bursts:
+            async for burst in bursts:
+                n += len(burst)
+        payload = self.chunks.whole(plan, texts, n, progress)
+        yield json.dumps(payload).encode()
+
+
+def _positive(rate: float) -> float:
+    # A zero or broken rate from an engine must not divide by zero or stall forever.
+    return rate if rate > 1e-9 else 1e-9

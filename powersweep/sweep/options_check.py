@@ -1,0 +1,222 @@
+"""The validation of a sweep's options: ranges, choices and combinations (no I/O).
+
+:func:`validate` rejects what cannot work before anything is touched, with one line naming the
+bad option. It is kept apart from :mod:`powersweep.sweep.options`, which defines the options, their
+groups and how ``run.json`` records them, so each module holds one concern.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from powersweep.errors import UsageError
+from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
+from powersweep.sweep.options import (
+    AXES,
+    BACKENDS,
+    COOLING,
+    LOAD_MODES,
+    MAX_PLANNED_CAPS,
+    MAX_PREFILL_SHARE,
+    MAX_STREAMS,
+    SETTLE_MODES,
+    STRATEGIES,
+    Axis,
+    SweepOptions,
+)
+from powersweep.sweep.server.discovery import normalize_base_url
+
+# Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
+_RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
+    # under a second of load is a handful of tokens: no rate, no draw median worth the name
+    ("--target-cap-seconds", "measure.windows.max_s", 1.0, 3600.0, True),
+    ("--min-cap-seconds", "measure.windows.min_s", 1.0, 3600.0, True),
+    # a goal finer than 0.01% would never be met before the maximum window
+    ("--precision", "measure.windows.precision_pct", 0.01, 100.0, True),
+    ("--settle-seconds", "measure.settle_s", 0.0, 600.0, True),
+    ("--thermal-wait-seconds", "measure.thermal_wait_s", 0.0, 3600.0, True),
+    ("--sample-interval", "measure.sample_interval_s", 0.01, 60.0, True),
+    ("--step-size", "points.step_size_w", 0.1, 1000.0, True),
+    # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
+    ("--target-prefill-seconds", "load.target_prefill_s", 0.1, 600.0, True),
+    ("--warmup-requests", "load.warmup_requests", 0, 100, True),
+    ("--max-failed-caps", "safety.max_failed_caps", 1, 1000, True),
+    ("--bench-runs", "load.bench_runs", 1, 50, True),
+    ("--max-concurrency-probe", "load.max_concurrency_probe", 1, MAX_STREAMS, True),
+    ("--concurrency-stretch", "load.concurrency_stretch", 0, MAX_STREAMS, True),
+)
+
+
+def _check_ranges(options: SweepOptions) -> None:
+    """Every numeric option finite and within a sane range (``inf`` would never end a cap)."""
+    for flag, attr, low, high, low_ok in _RANGES:
+        value: Any = options
+        for part in attr.split("."):
+            value = getattr(value, part)
+        if value is None:  # not given: its default applies
+            continue
+        inside = low <= value <= high if low_ok else low < value <= high
+        if not (math.isfinite(value) and inside):
+            low_txt = f"{low:g} or more" if low_ok else f"more than {low:g}"
+            raise UsageError(f"{flag} must be {low_txt} and at most {high:g}, got {value:g}")
+    if options.load.concurrency is not None and options.load.concurrency > MAX_STREAMS:
+        raise UsageError(
+            f"--concurrency {options.load.concurrency} is more streams than one client can drive "
+            f"(at most {MAX_STREAMS})"
+        )
+    if options.load.load_target is not None and not math.isfinite(options.load.load_target):
+        raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
+    if options.points.caps is not None and len(options.points.caps) > MAX_PLANNED_CAPS:
+        raise UsageError(
+            f"--caps lists {len(options.points.caps)} caps; at most {MAX_PLANNED_CAPS}"
+        )
+    for flag, values, high, unit in (
+        ("--caps", options.points.caps, MAX_CARD_W, "W"),
+        (
+            "--cap",
+            (options.points.hold_cap_w,) if options.points.hold_cap_w is not None else None,
+            MAX_CARD_W,
+            "W",
+        ),
+        ("--sm-clocks", options.points.sm_clocks, MAX_CLOCK_MHZ, "MHz"),
+        ("--mem-clocks", options.points.mem_clocks, MAX_CLOCK_MHZ, "MHz"),
+    ):
+        too_high = [v for v in values or () if math.isfinite(v) and v > high]
+        if too_high:
+            raise UsageError(
+                f"{flag} {too_high[0]:g} {unit} is more than any card takes "
+                f"(at most {high:g} {unit})"
+            )
+    if options.server.url is not None:
+        normalize_base_url(options.server.url)
+
+
+def validate(options: SweepOptions) -> None:
+    """Reject option combinations that cannot work, before touching anything.
+
+    Raises:
+        UsageError: One line naming the bad option.
+    """
+    if options.output.cooling not in COOLING:
+        raise UsageError(
+            f"--cooling must be one of {', '.join(COOLING)}, not {options.output.cooling!r}"
+        )
+    if options.load.mode not in LOAD_MODES:
+        raise UsageError(
+            f"--load-mode must be one of {', '.join(LOAD_MODES)}, not {options.load.mode!r}"
+        )
+    if options.points.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy must be dense or adaptive, not {options.points.strategy!r}")
+    if options.measure.settle_mode not in SETTLE_MODES:
+        raise UsageError(f"--settle must be auto or fixed, not {options.measure.settle_mode!r}")
+    if options.cards.backend not in BACKENDS:
+        raise UsageError(
+            f"--backend must be one of {', '.join(BACKENDS)}, not {options.cards.backend!r}"
+        )
+    _validate_axis(options)
+    if options.load.concurrency is not None and options.load.concurrency < 1:
+        raise UsageError("--concurrency takes a number of streams (1 or more) or auto")
+    if options.load.bench_runs < 1:
+        raise UsageError("--bench-runs must be at least 1")
+    if options.load.max_concurrency_probe < 1:
+        raise UsageError("--max-concurrency-probe must be at least 1")
+    if options.load.load_target is not None and not 0 < options.load.load_target <= 1:
+        raise UsageError("--load-target is a fraction of the cap, between 0 and 1")
+    if options.load.concurrency_stretch < 0:
+        raise UsageError("--concurrency-stretch must be 0 or more")
+    prefill = options.load.target_prefill_s
+    if prefill is not None and not prefill > 0:
+        raise UsageError("--target-prefill-seconds must be positive")
+    _check_ranges(options)
+    if (
+        options.load.mode == "prefill-heavy"
+        and prefill is not None
+        and prefill > MAX_PREFILL_SHARE * options.measure.windows.max_s
+    ):
+        window_s = options.measure.windows.max_s
+        raise UsageError(
+            f"--target-prefill-seconds {prefill:g} does not fit a {window_s:g} s "
+            f"window: lower caps prefill slower, and every prompt must end inside its window; "
+            f"use at most {MAX_PREFILL_SHARE * window_s:g} (half of "
+            "--target-cap-seconds) or a longer --target-cap-seconds"
+        )
+    if options.load.mode != "decode-concurrent" and (
+        options.load.concurrency is not None
+        or options.load.bench_runs != 1
+        or options.load.load_target is not None
+        or options.load.concurrency_stretch
+    ):
+        raise UsageError(
+            "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
+            "--load-mode decode-concurrent"
+        )
+    positive = {
+        "--step-size": options.points.step_size_w,
+        "--target-cap-seconds": options.measure.windows.max_s,
+        "--sample-interval": options.measure.sample_interval_s,
+    }
+    for flag, value in positive.items():
+        if not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value:g}")
+    if options.measure.settle_s < 0:
+        raise UsageError(f"--settle-seconds must be 0 or more, got {options.measure.settle_s:g}")
+    if options.safety.max_failed_caps < 1:
+        raise UsageError("--max-failed-caps must be at least 1")
+    if options.load.warmup_requests < 0:
+        raise UsageError("--warmup-requests must be 0 or more")
+    if options.cards.gpus is not None and any(i < 0 for i in options.cards.gpus):
+        raise UsageError("--gpu takes GPU indices 0, 1, ...")
+    if options.safety.observe_only and options.points.caps:
+        raise UsageError("--observe-only measures at the limit in force: drop --caps")
+    if options.safety.observe_only and options.safety.dry_run:
+        raise UsageError("--dry-run and --observe-only exclude each other")
+
+
+def _validate_axis(options: SweepOptions) -> None:
+    """The clock-sweep flags: only on a clock axis, and consistent with it."""
+    points = options.points
+    if points.axis not in AXES:
+        raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {points.axis!r}")
+    clock_flags = {
+        "--sm-clocks": points.sm_clocks,
+        "--mem-clocks": points.mem_clocks,
+        "--cap": points.hold_cap_w,
+    }
+    if not points.clock_axis:
+        given = [flag for flag, value in clock_flags.items() if value is not None]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} work only on a clock axis (--axis sm-clock, mem-clock or "
+                "grid); the power axis takes --caps"
+            )
+        return
+    if points.caps:
+        raise UsageError(
+            f"--caps steps the power limit; --axis {points.axis} holds one limit: use --cap W"
+        )
+    if points.hold_cap_w is not None and not (
+        math.isfinite(points.hold_cap_w) and points.hold_cap_w > 0
+    ):
+        raise UsageError("--cap must be a positive number of watts")
+    for flag, values in (
+        ("--sm-clocks", points.sm_clocks),
+        ("--mem-clocks", points.mem_clocks),
+    ):
+        if values is not None and (not values or any(not v > 0 for v in values)):
+            raise UsageError(f"{flag} takes positive MHz like {flag} 900,1200")
+    if points.axis == Axis.SM_CLOCK and points.mem_clocks and len(points.mem_clocks) > 1:
+        raise UsageError(
+            "--axis sm-clock holds one memory lock: give one --mem-clocks value, or use --axis grid"
+        )
+    if points.axis == Axis.MEM_CLOCK and points.sm_clocks and len(points.sm_clocks) > 1:
+        raise UsageError(
+            "--axis mem-clock holds one SM lock: give one --sm-clocks value, or use --axis grid"
+        )
+    if options.safety.observe_only and (
+        points.sm_clocks or points.mem_clocks or points.hold_cap_w is not None
+    ):
+        raise UsageError(
+            "--observe-only measures at the clocks and limit in force: drop --sm-clocks, "
+            "--mem-clocks and --cap"
+        )
