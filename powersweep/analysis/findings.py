@@ -20,6 +20,11 @@ class Severity(StrEnum):
     WARNING = "warning"
     INFO = "info"
 
+    @classmethod
+    def _missing_(cls, value: object) -> Severity:
+        """An unknown severity (a hand-edited or newer file) reads as ``info``."""
+        return cls.INFO
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -49,8 +54,7 @@ class Finding:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Finding:
         """A finding from ``analysis.json`` (an unknown severity reads as ``info``)."""
-        raw = str(data.get("severity"))
-        severity = Severity(raw) if raw in Severity._value2member_map_ else Severity.INFO
+        severity = Severity(str(data.get("severity")))
         hint = data.get("hint")
         return cls(
             severity,
@@ -66,4 +70,6 @@ def finding(severity: str, code: str, message: str, hint: str | None = None) -> 
     Raises:
         ValueError: An unknown severity (a programming error).
     """
+    if severity not in Severity._value2member_map_:
+        raise ValueError(f"unknown severity {severity!r}")
     return Finding(Severity(severity), code, message, hint).to_json()

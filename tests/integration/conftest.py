@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.result_types import PowerAnalysis
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
@@ -84,7 +87,13 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+    """A JSON file; an analysis.json is also checked against its typed model, both ways, so every
+    end-to-end run proves the model holds all the analysis writes (no key lost or mistyped)."""
+    data = json.loads(path.read_text())
+    if path.name == "analysis.json" and isinstance(data, dict):
+        typed = ClockAnalysis if data.get("kind") == "clocks" else PowerAnalysis
+        assert typed.from_json(data).to_json() == data, f"{path} does not round-trip"
+    return data
 
 
 @pytest.fixture

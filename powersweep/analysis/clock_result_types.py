@@ -1,0 +1,150 @@
+"""The analysis of a clock-lock curve, typed (``analysis.json`` with ``kind`` ``clocks``).
+
+The same rules as :mod:`powersweep.analysis.result_types`: frozen dataclasses, one
+``to_json``/``from_json`` each, null as ``None``, a key only some analyses write as ``UNSET``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from msgspec import UNSET, UnsetType
+
+from powersweep.analysis.findings import Finding
+from powersweep.analysis.result_types import (
+    Energy,
+    JsonRecord,
+    LatencyTarget,
+    Num,
+    OptNum,
+    RunFacts,
+    ToolInfo,
+)
+
+
+@dataclass(frozen=True)
+class LockPoint(JsonRecord):
+    """One set of clock locks measured (repeats pooled), with its serving figures.
+
+    The peak (``sweet_spot``) adds how it compares with the fastest point and the points tied
+    with it; near-peak adds the TPS it gives up.
+    """
+
+    sm_lock_mhz: Num = None
+    mem_lock_mhz: Num = None
+    cap_w: Num = None
+    tps: Num = None
+    power_w: Num = None
+    tps_per_w: Num = None
+    sm_clock_mhz: Num = None
+    mem_clock_mhz: Num = None
+    j_per_token: Num = None
+    j_per_token_sampled: Num = None
+    kwh_per_mtok: Num = None
+    energy_tokens: Num = None
+    ttft_p50_ms: Num = None
+    ttft_p95_ms: Num = None
+    itl_p50_ms: Num = None
+    itl_p95_ms: Num = None
+    ttft_p95_hi_ms: OptNum = UNSET
+    itl_p95_hi_ms: OptNum = UNSET
+    cost_per_mtok: OptNum = UNSET
+    tps_per_w_vs_fastest_pct: OptNum = UNSET
+    tps_vs_fastest_pct: OptNum = UNSET
+    energy_per_token_saving_pct: OptNum = UNSET
+    tied_points: list[Locks] | UnsetType | None = UNSET
+    noise_source: str | UnsetType | None = UNSET
+    best_share: list[LockShare] | UnsetType | None = UNSET
+    tps_loss_pct: OptNum = UNSET
+    max_tps_loss_pct: OptNum = UNSET
+
+
+@dataclass(frozen=True)
+class Locks(JsonRecord):
+    """A point's clock locks alone (a tie, the saturation point)."""
+
+    sm_lock_mhz: Num = None
+    mem_lock_mhz: Num = None
+
+
+@dataclass(frozen=True)
+class LockShare(JsonRecord):
+    """How often a point came out best when its readings were resampled."""
+
+    sm_lock_mhz: Num = None
+    mem_lock_mhz: Num = None
+    share: Num = None
+
+
+@dataclass(frozen=True)
+class LockRow(JsonRecord):
+    """One row of the table as measured (status and error kept; the metric's own column)."""
+
+    sm_lock_mhz: Num = None
+    mem_lock_mhz: Num = None
+    cap_w: Num = None
+    narr_tps: OptNum = UNSET
+    code_tps: OptNum = UNSET
+    prefill_tps: OptNum = UNSET
+    decode_tps: OptNum = UNSET
+    power_w: Num = None
+    sm_clock_mhz: Num = None
+    mem_clock_mhz: Num = None
+    pwr_throttle_pct: Num = None
+    status: str | None = None
+    error: str | None = None
+    tps: Num = None
+    tps_per_w: Num = None
+
+
+@dataclass(frozen=True)
+class Tier(JsonRecord):
+    """The points of one memory clock, and where its TPS stops rising with the SM clock."""
+
+    mem_lock_mhz: Num = None
+    n_points: int = 0
+    peak: LockPoint | None = None
+    top_tps: Num = None
+    top_tps_sm_lock_mhz: Num = None
+    below_fastest_tier_pct: Num = None
+    caps_tps: bool | None = None
+    tps_stops_rising_at_sm_mhz: Num = None
+    points: list[LockPoint] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LimitBinds(JsonRecord):
+    """Whether the one power limit a clock sweep held ever bound its draw."""
+
+    limit_w: Num = None
+    max_draw_w: Num = None
+    max_draw_pct_of_limit: Num = None
+    binds: bool | None = None
+
+
+@dataclass(frozen=True)
+class ClockAnalysis(JsonRecord):
+    """The analysis of a clock-lock curve (``--axis sm-clock``, ``mem-clock`` or ``grid``)."""
+
+    schema_version: int = 1
+    tool: ToolInfo | None = None
+    kind: str = "clocks"
+    axis: str = "sm-clock"
+    metric: str = "narr_tps"
+    source: str = ""
+    run: RunFacts = field(default_factory=RunFacts)
+    points: list[LockPoint] = field(default_factory=list)
+    rows: list[LockRow] = field(default_factory=list)
+    peak: LockPoint | None = None
+    sweet_spot: LockPoint | None = None
+    near_peak: LockPoint | None = None
+    pareto_front: list[LockPoint] = field(default_factory=list)
+    pareto_knee: LockPoint | None = None
+    tiers: list[Tier] = field(default_factory=list)
+    bandwidth_capped_tiers: list[Num] = field(default_factory=list)
+    saturation: Locks | None = None
+    power_cap_binds: LimitBinds | None = None
+    energy: Energy | None = None
+    latency_target: LatencyTarget | None = None
+    findings: list[Finding] = field(default_factory=list)
+    fastest: LockPoint | UnsetType | None = UNSET

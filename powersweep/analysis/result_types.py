@@ -1,0 +1,288 @@
+"""The analysis result, typed: what ``analysis.json`` holds, as frozen dataclasses.
+
+Every record has one ``to_json()`` (the object ``analysis.json`` holds) and one ``from_json()``
+(a typed view of such an object), both through msgspec, so no reader parses the JSON by hand and
+a wrong type is one clear error. The schema is unchanged (``schema_version`` 1): a key that is
+null in the file is ``None``; a key that only some analyses write (a cost objective's ``eta``,
+the newer upper bounds of the p95 latencies) is :data:`UNSET` when absent, and ``to_json`` leaves
+it out again, so ``X.from_json(doc).to_json() == doc`` for every analysis the tool writes.
+:func:`known` reads either as "not given".
+
+The power axis's analysis is :class:`PowerAnalysis`; the clock axes' is
+:class:`~powersweep.analysis.clock_result_types.ClockAnalysis`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from powersweep.analysis.findings import Finding
+from powersweep.errors import UsageError
+
+T = TypeVar("T")
+
+# A number the analysis may not know (null in analysis.json).
+Num = float | None
+# A number only some analyses write.
+OptNum = float | None | UnsetType
+
+
+def known(value: T | UnsetType | None) -> T | None:
+    """The value, or None where it was null or not written."""
+    return None if value is UNSET or isinstance(value, UnsetType) else value
+
+
+class JsonRecord:
+    """One ``to_json`` / ``from_json`` pair for every result record (msgspec does the work)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as ``analysis.json`` holds it (keys not written are left out)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """A typed view of a record from ``analysis.json``.
+
+        Raises:
+            UsageError: A key holds a value of the wrong type (the message names it).
+        """
+        try:
+            return msgspec.convert(data, type=cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise UsageError(f"analysis.json does not follow its schema: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ToolInfo(JsonRecord):
+    """Which tool wrote the analysis."""
+
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class RunFacts(JsonRecord):
+    """The run's facts the analysis read (run.json, else the card facts given)."""
+
+    gpu_name: str | None = None
+    gpu_label: str | None = None
+    gpu_names: list[str] | None = None
+    n_gpus: int | None = None
+    cooling: str | None = None
+    load_mode: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    date: str | None = None
+    tool_version: str | None = None
+    default_limit_w: Num = None
+    default_limits_w: list[float] | None = None
+    min_limit_w: Num = None
+    max_limit_w: Num = None
+    slowdown_temp_c: Num = None
+    status: str | None = None
+    simulated: bool | None = None
+    gpu_selection: str | None = None
+
+
+@dataclass(frozen=True)
+class CapRow(JsonRecord):
+    """One cap's row of the table (repeats pooled), as the summary shows it."""
+
+    cap_w: float
+    tps: Num = None
+    code_tps: Num = None
+    power_w: Num = None
+    tps_per_w: Num = None
+    sm_clock_mhz: Num = None
+    mem_clock_mhz: Num = None
+    temp_max_c: Num = None
+    status: str | None = None
+    error: str | None = None
+    util_pct: Num = None
+    pstate: Num = None
+    pwr_throttle_pct: Num = None
+    thermal_throttle_pct: Num = None
+    energy_j: Num = None
+    energy_sampled_j: Num = None
+    n_gpus: int | None = None
+    n_measurements: int | None = None
+    j_per_token: Num = None
+    j_per_token_sampled: Num = None
+    kwh_per_mtok: Num = None
+    energy_tokens: Num = None
+    ttft_p50_ms: Num = None
+    ttft_p95_ms: Num = None
+    itl_p50_ms: Num = None
+    itl_p95_ms: Num = None
+    regime: str | UnsetType | None = UNSET
+    cost_per_mtok: OptNum = UNSET
+    ttft_p95_hi_ms: OptNum = UNSET
+    itl_p95_hi_ms: OptNum = UNSET
+
+
+@dataclass(frozen=True)
+class Pick(JsonRecord):
+    """A headline cap: the sweet spot, near-peak or the recommendation.
+
+    The noise fields (``tied_caps``, ``interval_w``, ``noise_source``...) belong to the sweet
+    spot and near-peak, ``objective`` (and a cost objective's ``eta``, ``cost``,
+    ``max_power_w``) to the recommendation, ``tps_loss_pct`` to near-peak.
+    """
+
+    cap_w: float
+    tps_per_w: Num = None
+    tps: Num = None
+    power_w: Num = None
+    pct_of_default: Num = None
+    tps_per_w_at_default: Num = None
+    tps_per_w_gain_vs_default_pct: Num = None
+    objective: str | UnsetType = UNSET
+    eta: OptNum = UNSET
+    cost: OptNum = UNSET
+    max_power_w: OptNum = UNSET
+    at_boundary: str | UnsetType | None = UNSET
+    tps_loss_pct: OptNum = UNSET
+    max_tps_loss_pct: OptNum = UNSET
+    tied_caps: list[float] | UnsetType | None = UNSET
+    interval_w: list[float] | UnsetType | None = UNSET
+    noise_source: str | UnsetType | None = UNSET
+    bootstrap: dict[str, Any] | UnsetType | None = UNSET
+    estimate: dict[str, Any] | UnsetType | None = UNSET
+    tps_per_w_u95_pct: dict[str, Num] | UnsetType | None = UNSET
+    j_per_token: OptNum = UNSET
+    kwh_per_mtok: OptNum = UNSET
+    pct_of_default_by_gpu: list[float] | UnsetType = UNSET
+    caps_bind: bool | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class Plateau(JsonRecord):
+    """A run of caps with one TPS (a boost plateau) or one draw (a ceiling)."""
+
+    kind: str
+    start_w: float
+    end_w: float
+    power_w: Num = None
+    tps: Num = None
+    caps_w: list[float] = field(default_factory=list)
+    missing_caps_w: list[float] = field(default_factory=list)
+    escape_w: Num = None
+
+
+@dataclass(frozen=True)
+class Regime(JsonRecord):
+    """What limits one cap (``power``, ``boost``, ``ceiling``...) and the bound it hit."""
+
+    cap_w: float
+    regime: str | None = None
+    bound: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerRate(JsonRecord):
+    """The server's own token rate at a cap against the tool's."""
+
+    cap_w: float
+    tool_tps: Num = None
+    server_tps: Num = None
+    diff_pct: Num = None
+    n_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class CapsBind(JsonRecord):
+    """Whether the power caps bound the draw (where none does, no cap is a win)."""
+
+    binds: bool | None = None
+    draw_w: list[Num] | None = None
+    caps_w: list[Num] | None = None
+
+
+@dataclass(frozen=True)
+class EnergyFigures(JsonRecord):
+    """Energy and cost per token at one point."""
+
+    j_per_token: Num = None
+    kwh_per_mtok: Num = None
+    cost_per_mtok: Num = None
+    tps: Num = None
+
+
+@dataclass(frozen=True)
+class Energy(JsonRecord):
+    """Energy per token at the chosen point against a reference, and the savings."""
+
+    tariff_per_kwh: Num = None
+    chosen: EnergyFigures | None = None
+    reference: EnergyFigures | None = None
+    kwh_saved_per_mtok: OptNum = UNSET
+    kwh_saved_per_year: OptNum = UNSET
+    mtok_per_year: OptNum = UNSET
+    cost_saved_per_mtok: OptNum = UNSET
+    cost_saved_per_year: OptNum = UNSET
+    chosen_name: str | UnsetType | None = UNSET
+    reference_name: str | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class LatencyTarget(JsonRecord):
+    """The latency targets, and the most efficient point that meets them (or the closest)."""
+
+    max_ttft_ms: Num = None
+    max_itl_ms: Num = None
+    noise_rel: Num = None
+    met: bool | None = None
+    point: dict[str, Any] | None = None
+    margin: bool | UnsetType | None = UNSET
+    within_noise: str | UnsetType | None = UNSET
+    within_noise_point: dict[str, Any] | UnsetType | None = UNSET
+    unsure: list[str] | UnsetType | None = UNSET
+    tied: list[Any] | None = None
+    noise_source: str | UnsetType | None = UNSET
+    misses: list[str] | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ConfirmRecord(JsonRecord):
+    """What the sweep's confirm phase measured again, and why (run.json ``confirm``)."""
+
+    caps_w: list[float] = field(default_factory=list)
+    reason: str | None = None
+    skipped: str | UnsetType | None = UNSET
+    tied_before: list[float] | UnsetType | None = UNSET
+    best_before_w: OptNum = UNSET
+    best_after_w: OptNum = UNSET
+    tied_after: list[float] | UnsetType | None = UNSET
+    stopped: str | UnsetType | None = UNSET
+    points: list[dict[str, Any]] | UnsetType | None = UNSET
+    tied_points_after: list[dict[str, Any]] | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class PowerAnalysis(JsonRecord):
+    """The analysis of a power-cap curve (``analysis.json`` of ``--axis power``)."""
+
+    schema_version: int = 1
+    tool: ToolInfo | None = None
+    metric: str = "narr_tps"
+    source: str = ""
+    run: RunFacts = field(default_factory=RunFacts)
+    caps: list[CapRow] = field(default_factory=list)
+    sweet_spot: Pick | None = None
+    near_peak: Pick | None = None
+    recommendation: Pick | None = None
+    plateaus: list[Plateau] = field(default_factory=list)
+    regimes: list[Regime] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    confirm: ConfirmRecord | None = None
+    energy: Energy | None = None
+    latency_target: LatencyTarget | None = None
+    server_rates: list[ServerRate] = field(default_factory=list)
+    power_cap_binds: CapsBind | UnsetType = UNSET

@@ -1,0 +1,95 @@
+"""The typed analysis result: every analysis the tool writes reads back into its model and out
+again unchanged, a key of the wrong type is one clear error, and readers see attributes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from msgspec import UNSET
+
+from powersweep.analysis import analyze, load_curve
+from powersweep.analysis.clock_analysis import analyze_clocks
+from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.findings import Finding, Severity
+from powersweep.analysis.result_types import PowerAnalysis, known
+from powersweep.errors import UsageError
+
+REAL_3090 = Path(__file__).resolve().parents[3] / "shared" / "data" / "power-cap-3090-qwen36.csv"
+
+
+def _power_csv(tmp_path: Path, with_latency: bool = True) -> Path:
+    head = "cap_w,narr_tps,power_w,status,j_per_token,kwh_per_mtok,itl_p95_ms,ttft_p95_ms"
+    lines = [head if with_latency else "cap_w,narr_tps,power_w,status"]
+    for cap, tps, draw in ((200, 80.0, 199.0), (250, 108.0, 240.0), (300, 118.8, 270.0)):
+        extra = f",{draw / tps},{draw / tps / 3.6},{1000 / tps},{cap}" if with_latency else ""
+        lines.append(f"{cap},{tps},{draw},ok{extra}")
+    lines.append("350,,,failed" + (",,,," if with_latency else ""))
+    path = tmp_path / "caps.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"objective": "cost", "eta": 0.3, "tariff_per_kwh": 0.3},
+        {"objective": "near-peak", "max_itl_ms": 9.5, "max_ttft_ms": 260.0, "bootstrap": 0},
+        {"max_itl_ms": 1.0},  # no point meets it: the closest is named
+    ],
+)
+def test_a_power_analysis_round_trips_through_its_model(tmp_path: Path, options: dict) -> None:
+    doc = json.loads(json.dumps(analyze(load_curve(_power_csv(tmp_path)), **options)))
+    typed = PowerAnalysis.from_json(doc)
+    assert typed.to_json() == doc
+    assert typed.sweet_spot is not None and typed.sweet_spot.cap_w == 250.0
+    assert [row.cap_w for row in typed.caps] == [200.0, 250.0, 300.0, 350.0]
+    assert typed.caps[-1].status == "failed" and typed.caps[-1].tps is None
+    assert all(isinstance(f, Finding) for f in typed.findings)
+
+
+def test_keys_only_some_analyses_write_are_unset_and_stay_unwritten(tmp_path: Path) -> None:
+    plain = PowerAnalysis.from_json(analyze(load_curve(_power_csv(tmp_path, with_latency=False))))
+    assert plain.recommendation is not None
+    assert plain.recommendation.eta is UNSET and known(plain.recommendation.eta) is None
+    assert "eta" not in plain.recommendation.to_json()
+    cost = PowerAnalysis.from_json(
+        analyze(load_curve(_power_csv(tmp_path, with_latency=False)), objective="cost", eta=0.3)
+    )
+    assert cost.recommendation is not None and known(cost.recommendation.eta) == 0.3
+
+
+def test_the_measured_3090_curve_round_trips() -> None:
+    if not REAL_3090.is_file():
+        pytest.skip(f"measured curve not found at {REAL_3090}")
+    doc = json.loads(json.dumps(analyze(load_curve(REAL_3090))))
+    assert PowerAnalysis.from_json(doc).to_json() == doc
+
+
+def test_a_clock_analysis_round_trips_through_its_model(tmp_path: Path) -> None:
+    lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w,status"]
+    for mem in (10001, 7001):
+        for sm, tps, draw in ((1200, 30.0, 200.0), (1500, 36.0, 220.0), (1800, 38.0, 260.0)):
+            lines.append(f"{sm},{mem},{tps * mem / 10001},{draw + mem / 1000},ok")
+    lines.append("2100,10001,,,failed")
+    path = tmp_path / "clocks.csv"
+    path.write_text("\n".join(lines) + "\n")
+    doc = json.loads(json.dumps(analyze_clocks(load_curve(path), max_itl_ms=50.0)))
+    typed = ClockAnalysis.from_json(doc)
+    assert typed.to_json() == doc
+    assert typed.axis == "grid" and typed.peak is not None
+    assert (typed.peak.sm_lock_mhz, typed.peak.mem_lock_mhz) == (1500.0, 10001.0)
+    assert {t.mem_lock_mhz for t in typed.tiers} == {10001.0, 7001.0}
+    assert typed.rows[-1].status == "failed"
+
+
+def test_a_wrong_type_is_one_error_naming_the_key() -> None:
+    with pytest.raises(UsageError, match=r"does not follow its schema: .*\$\.sweet_spot\.cap_w"):
+        PowerAnalysis.from_json({"schema_version": 1, "sweet_spot": {"cap_w": "high"}})
+
+
+def test_an_unknown_severity_reads_as_info_as_the_finding_type_says() -> None:
+    doc = {"findings": [{"severity": "shout", "code": "x", "message": "m", "hint": None}]}
+    assert PowerAnalysis.from_json(doc).findings[0].severity is Severity.INFO
