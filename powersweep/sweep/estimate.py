@@ -17,8 +17,12 @@ window, waiting its whole thermal bound, and the confirm phase at its most.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 
+from powersweep.clock import Clock
+from powersweep.errors import UsageError
 from powersweep.sweep.loads.warmup import WARMUP_REQUEST_SHARE, WARMUP_WINDOWS
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
@@ -182,3 +186,78 @@ def _prepare_s(options: SweepOptions) -> float:
     steps = math.floor(math.log2(max(1, options.load.max_concurrency_probe))) + 1
     # the probe usually stops a step past the knee, about half way up to its limit
     return SCHEDULING_CHECK_S + length * max(1, math.ceil(steps / 2))
+
+
+def estimate_wall_s(
+    options: SweepOptions,
+    n_points: int,
+    time_scale: float = 1.0,
+    caps_w: Sequence[float] = (),
+) -> float:
+    """Wall time of a sweep of ``n_points`` points at ``time_scale``
+    (:func:`~powersweep.sweep.estimate.estimate_run_s`; ``caps_w``: the planned caps)."""
+    return estimate_run_s(options, n_points, planned_spacing_w(caps_w)) / max(time_scale, 1e-9)
+
+
+def bound_wall_s(
+    options: SweepOptions,
+    n_points: int,
+    time_scale: float = 1.0,
+    caps_w: Sequence[float] = (),
+) -> float:
+    """The most wall time a sweep of ``n_points`` points may take at ``time_scale``
+    (:func:`~powersweep.sweep.estimate.bound_run_s`: every point measured to its maximum)."""
+    return bound_run_s(options, n_points, planned_spacing_w(caps_w)) / max(time_scale, 1e-9)
+
+
+def planned_spacing_w(caps_w: Sequence[float]) -> float | None:
+    """The median step between the planned caps (None: fewer than two)."""
+    caps = sorted(set(caps_w))
+    steps = sorted(b - a for a, b in itertools.pairwise(caps))
+    return steps[len(steps) // 2] if steps else None
+
+
+# The longest plan a sweep takes on: past a day (in run time, as on real hardware) the card,
+# the server or the machine changes under it, and nobody means it.
+MAX_PLAN_S = 24 * 3600.0
+
+
+def check_plan_time(
+    options: SweepOptions,
+    n_points: int,
+    clock: Clock | None = None,
+    *,
+    noun: str,
+    fewer: str,
+) -> None:
+    """Refuse a plan whose run time may pass :data:`MAX_PLAN_S` (its bound, :func:`bound_wall_s`
+    at real speed: every point measured to its maximum window), whatever its axis: caps and clock
+    points alike; and one whose wall time on ``clock`` does (a simulated rig slowed far below real
+    time).
+
+    Args:
+        options: The sweep's options.
+        n_points: The points planned.
+        clock: The rig's clock (its wall time bounds the plan too).
+        noun: What the axis calls its points (``caps``, ``points``).
+        fewer: The flags that plan fewer of them.
+
+    Raises:
+        UsageError: One line with the plan's size, its bound and what to change.
+    """
+    estimate_s = bound_wall_s(options, n_points, 1.0)
+    wall_s = clock.wall_s(estimate_s) if clock is not None else None
+    if estimate_s <= MAX_PLAN_S and wall_s is not None and wall_s > MAX_PLAN_S:
+        raise UsageError(
+            f"this plan's {estimate_s / 3600:.1f} h of run time would take about "
+            f"{wall_s / 3600:.3g} h of wall time on the simulated rig's clock (more than a day): "
+            "raise --time-scale or --sim-pace, or drop it"
+        )
+    if estimate_s <= MAX_PLAN_S:
+        return
+    raise UsageError(
+        f"this plan measures {n_points} {noun} and may take up to "
+        f"{estimate_s / 3600:.1f} h (more than a day, up to {options.measure.windows.max_s:g} s of "
+        f"load per prompt each): measure fewer {noun} ({fewer}) or shorter windows "
+        "(--target-cap-seconds)"
+    )

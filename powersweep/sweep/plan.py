@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from powersweep.clock import Clock
-from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.estimate import bound_run_s, estimate_run_s
-from powersweep.sweep.gpu import Gpu, PowerEnvelope, SupportedClocks
+from powersweep.sweep.axes import axis_named
+from powersweep.sweep.estimate import bound_run_s, estimate_wall_s, planned_spacing_w
+from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.gpu_choice import gpu_meta, select_gpus
-from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions
+from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.options_check import validate
-from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
-from powersweep.sweep.planning.clock_points import SweepPoint, measure_order, plan_clock_points
+from powersweep.sweep.planning.caps import uniform_envelope
+from powersweep.sweep.planning.clock_points import SweepPoint
 from powersweep.sweep.records.journal import Journal, default_state_dir
 from powersweep.sweep.rig import RigFactory
 from powersweep.sweep.server.discovery import DEFAULT_PORTS
@@ -110,160 +108,6 @@ def _duration(seconds: float) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
-def estimate_wall_s(
-    options: SweepOptions,
-    n_points: int,
-    time_scale: float = 1.0,
-    caps_w: Sequence[float] = (),
-) -> float:
-    """Wall time of a sweep of ``n_points`` points at ``time_scale``
-    (:func:`~powersweep.sweep.estimate.estimate_run_s`; ``caps_w``: the planned caps)."""
-    return estimate_run_s(options, n_points, _spacing(caps_w)) / max(time_scale, 1e-9)
-
-
-def bound_wall_s(
-    options: SweepOptions,
-    n_points: int,
-    time_scale: float = 1.0,
-    caps_w: Sequence[float] = (),
-) -> float:
-    """The most wall time a sweep of ``n_points`` points may take at ``time_scale``
-    (:func:`~powersweep.sweep.estimate.bound_run_s`: every point measured to its maximum)."""
-    return bound_run_s(options, n_points, _spacing(caps_w)) / max(time_scale, 1e-9)
-
-
-def _spacing(caps_w: Sequence[float]) -> float | None:
-    """The median step between the planned caps (None: fewer than two)."""
-    caps = sorted(set(caps_w))
-    steps = sorted(b - a for a, b in itertools.pairwise(caps))
-    return steps[len(steps) // 2] if steps else None
-
-
-# The longest plan a sweep takes on: past a day (in run time, as on real hardware) the card,
-# the server or the machine changes under it, and nobody means it.
-MAX_PLAN_S = 24 * 3600.0
-
-
-def check_plan_time(options: SweepOptions, n_points: int, clock: Clock | None = None) -> None:
-    """Refuse a plan whose run time may pass :data:`MAX_PLAN_S` (its bound, :func:`bound_wall_s`
-    at real speed: every point measured to its maximum window), whatever its axis: caps and clock
-    points alike; and one whose wall time on ``clock`` does (a simulated rig slowed far below real
-    time).
-
-    Raises:
-        UsageError: One line with the plan's size, its bound and what to change.
-    """
-    estimate_s = bound_wall_s(options, n_points, 1.0)
-    wall_s = clock.wall_s(estimate_s) if clock is not None else None
-    if estimate_s <= MAX_PLAN_S and wall_s is not None and wall_s > MAX_PLAN_S:
-        raise UsageError(
-            f"this plan's {estimate_s / 3600:.1f} h of run time would take about "
-            f"{wall_s / 3600:.3g} h of wall time on the simulated rig's clock (more than a day): "
-            "raise --time-scale or --sim-pace, or drop it"
-        )
-    if estimate_s <= MAX_PLAN_S:
-        return
-    what = "points" if options.points.clock_axis else "caps"
-    raise UsageError(
-        f"this plan measures {n_points} {what} and may take up to "
-        f"{estimate_s / 3600:.1f} h (more than a day, up to {options.measure.windows.max_s:g} s of "
-        f"load per prompt each): measure fewer {what} "
-        + (
-            "(--sm-clocks / --mem-clocks)"
-            if options.points.clock_axis
-            else "(--caps, a larger --step-size)"
-        )
-        + " or shorter windows (--target-cap-seconds)"
-    )
-
-
-def plan_caps(
-    options: SweepOptions,
-    gpus: list[Gpu],
-    warn: Callable[[str], None],
-    clock: Clock | None = None,
-) -> list[float]:
-    """The caps to measure for this GPU set (ascending); ``clock``: the rig's, whose wall time
-    bounds the plan too.
-
-    Raises:
-        UsageError: More than :data:`MAX_PLANNED_CAPS` caps, or a plan longer than a day.
-    """
-    envelope = uniform_envelope([g.envelope() for g in gpus])
-    if options.safety.observe_only:
-        currents = sorted({g.envelope().current_w for g in gpus})
-        if len(currents) > 1:
-            warn(
-                "the GPUs run at different limits ("
-                + ", ".join(f"{c:g}" for c in currents)
-                + f" W); the run is labelled with the lowest, {currents[0]:g} W"
-            )
-        return [currents[0]]
-    caps = (
-        clamp_caps(options.points.caps, envelope, warn)
-        if options.points.caps
-        else default_caps(envelope, options.points.step_size_w)
-    )
-    if len(caps) > MAX_PLANNED_CAPS:
-        raise UsageError(
-            f"--step-size {options.points.step_size_w:g} W plans {len(caps)} caps from "
-            f"{envelope.min_w:g} to {envelope.max_w:g} W; at most {MAX_PLANNED_CAPS} "
-            "(use a larger --step-size or --caps)"
-        )
-    check_plan_time(options, len(caps), clock)
-    return caps
-
-
-def plan_points(
-    options: SweepOptions,
-    gpus: list[Gpu],
-    warn: Callable[[str], None],
-    clock: Clock | None = None,
-) -> list[SweepPoint]:
-    """The clock-lock points of a clock sweep (``--axis sm-clock|mem-clock|grid``).
-
-    Set-points come from ``--sm-clocks`` / ``--mem-clocks`` or the first GPU's supported clocks;
-    ``--cap`` is clamped into the envelope. ``--observe-only`` measures one point: the locks in
-    force (unknown on NVML, so unlocked as far as the run says).
-
-    Raises:
-        GpuError: The card cannot list its clocks and none were given.
-        UsageError: No clock to sweep, or a plan longer than a day.
-    """
-    if options.safety.observe_only:
-        locks = gpus[0].locked_clocks()
-        return [SweepPoint(None, locks.sm_mhz, locks.mem_mhz)]
-    need_sm = options.points.axis != "mem-clock" and not options.points.sm_clocks
-    need_mem = options.points.axis != "sm-clock" and not options.points.mem_clocks
-    supported: SupportedClocks | None = None
-    if need_sm or need_mem:
-        try:
-            supported = gpus[0].supported_clocks()
-        except GpuError as exc:
-            raise GpuError(f"cannot plan --axis {options.points.axis}: {exc}") from exc
-    cap = options.points.hold_cap_w
-    if cap is not None:
-        cap = clamp_caps([cap], uniform_envelope([g.envelope() for g in gpus]), warn)[0]
-    points = measure_order(
-        plan_clock_points(
-            options.points.axis,
-            supported,
-            sm_clocks=options.points.sm_clocks,
-            mem_clocks=options.points.mem_clocks,
-            cap_w=cap,
-        )
-    )
-    check_plan_time(options, len(points), clock)
-    return points
-
-
-def point_caps(options: SweepOptions, gpus: list[Gpu], points: list[SweepPoint]) -> list[float]:
-    """The limit a clock sweep runs under, as the one-entry cap list the rest of a sweep uses."""
-    if points and points[0].cap_w is not None:
-        return [points[0].cap_w]
-    return [min(g.envelope().current_w for g in gpus)]
-
-
 def journal_for(options: SweepOptions) -> Journal:
     """The restore journal these options use (``--state-dir``, env, or the default)."""
     return Journal(options.safety.state_dir or default_state_dir())
@@ -297,12 +141,8 @@ def dry_run(
         )
         gpus = choice.gpus
         envelope = uniform_envelope([g.envelope() for g in gpus])
-        points = plan_points(options, gpus, warn, rig.clock) if options.points.clock_axis else []
-        caps = (
-            point_caps(options, gpus, points)
-            if points
-            else plan_caps(options, gpus, warn, rig.clock)
-        )
+        planned = axis_named(options.points.axis).plan(options, gpus, warn, rig.clock)
+        caps, points = planned.caps_w, planned.points
         n = len(points) or len(caps)
         return DryRun(
             gpus=tuple(gpu_meta(g) for g in gpus),
@@ -316,5 +156,5 @@ def dry_run(
             points=tuple(points),
             axis=options.points.axis,
             estimated_run_s=estimate_wall_s(options, n, 1.0, caps),
-            bound_run_s=bound_run_s(options, n, _spacing(caps)),
+            bound_run_s=bound_run_s(options, n, planned_spacing_w(caps)),
         )

@@ -18,6 +18,7 @@ from powersweep import __version__
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
+from powersweep.sweep.axes import axis_named
 from powersweep.sweep.driver import (
     CapProgress,
     Sweep,
@@ -33,7 +34,7 @@ from powersweep.sweep.loads.prefill import PrefillHeavy
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import Strategy, SweepOptions
 from powersweep.sweep.options_check import validate
-from powersweep.sweep.plan import journal_for, plan_caps, plan_points, point_caps
+from powersweep.sweep.plan import journal_for
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.cardlock import card_key, locks_for
 from powersweep.sweep.records.journal import (
@@ -250,17 +251,14 @@ def _run_session(
             resume = prepare_resume(options, resume_meta, gpus) if resume_meta else None
             for name in resume.writer.dropped_partial if resume else ():
                 warn(f"{name}: dropped a half-written last row (the run was cut mid-write)")
-            points: list[SweepPoint] = []
-            if options.points.clock_axis:
-                points = (
-                    resume.points_left if resume else plan_points(options, gpus, warn, rig.clock)
-                )
-                caps = point_caps(options, gpus, points)
-            else:
-                caps = resume.caps_left if resume else plan_caps(options, gpus, warn, rig.clock)
-            if options.safety.changes_limits and (
-                not options.points.clock_axis or options.points.hold_cap_w is not None
-            ):
+            axis = axis_named(options.points.axis)
+            planned = (
+                axis.resumed(options, gpus, resume)
+                if resume
+                else axis.plan(options, gpus, warn, rig.clock)
+            )
+            caps, points = planned.caps_w, planned.points
+            if options.safety.changes_limits and axis.sets_limit(options):
                 check_settable(gpus)
             meta, writer = _open_run(options, rig, gpus, info, caps, resume, choice, points)
             if points and on_points:
@@ -291,7 +289,7 @@ def _run_session(
                     return {}
                 if options.load.mode == "decode-single":
                     return {}
-                if options.points.clock_axis:
+                if axis.locks_clocks:
                     truth = _clock_truth(rig, all_points, caps[0], prep)
                     return {"simulation": {**sim, "ground_truth": truth}}
                 return {"simulation": {**sim, "ground_truth": rig.truth(truth_caps, prep)}}

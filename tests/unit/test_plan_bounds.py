@@ -13,8 +13,9 @@ import pytest
 
 from powersweep.cli import main
 from powersweep.errors import UsageError
+from powersweep.sweep.axes import AXES
+from powersweep.sweep.estimate import MAX_PLAN_S, bound_wall_s, check_plan_time, estimate_wall_s
 from powersweep.sweep.options import Axis, PointOptions, SweepOptions
-from powersweep.sweep.plan import MAX_PLAN_S, bound_wall_s, check_plan_time, estimate_wall_s
 
 SIM = ["--simulate", "rtx3090-air", "--cooling", "air"]
 SM_100 = ",".join(str(600 + 15 * i) for i in range(100))
@@ -70,9 +71,15 @@ def test_the_bound_is_the_dry_runs_bound_at_real_speed() -> None:
         fits += 1
     # the expected time of the same plan is shorter: sequential windows stop early
     assert estimate_wall_s(options, fits, 1.0) < bound_wall_s(options, fits, 1.0)
-    check_plan_time(options, fits)  # up to a day is taken
-    with pytest.raises(UsageError, match=rf"measures {fits + 1} points .*\(more than a day"):
-        check_plan_time(options, fits + 1)
+    grid = AXES["grid"]
+    grid.check_time(options, fits, None)  # up to a day is taken
+    with pytest.raises(
+        UsageError,
+        match=rf"measures {fits + 1} points .*\(more than a day.*fewer points \(--sm-clocks",
+    ):
+        grid.check_time(options, fits + 1, None)
+    with pytest.raises(UsageError, match=r"measures \d+ caps .*fewer caps \(--caps, a larger"):
+        check_plan_time(options, fits + 1, None, noun="caps", fewer="--caps, a larger --step-size")
     # a simulated rig runs faster, but refuses what real hardware would take a day for
     assert bound_wall_s(options, 10_000, 30.0) < MAX_PLAN_S < bound_wall_s(options, 10_000)
 

@@ -12,7 +12,7 @@ axis: they ask the curve's axis (:func:`powersweep.sweep.axes.axis_of`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +21,25 @@ from powersweep.analysis.context import CardFacts
 from powersweep.analysis.load import Curve
 from powersweep.analysis.objectives import TpsPerW
 from powersweep.analysis.serving import ServingOptions
+from powersweep.clock import Clock
+from powersweep.sweep.estimate import check_plan_time
+from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.resume import ResumeState
+
+
+@dataclass(frozen=True)
+class PlannedPoints:
+    """What a sweep measures: its points and the caps they run under.
+
+    Attributes:
+        caps_w: The caps to measure (power axis), or the one limit a clock sweep holds.
+        points: The clock-lock points (empty on the power axis, where the caps are the points).
+    """
+
+    caps_w: list[float]
+    points: list[SweepPoint] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,39 @@ class SweepAxis(ABC):
     name: ClassVar[str]
     noun: ClassVar[str]
     locks_clocks: ClassVar[bool]
+    fewer_flags: ClassVar[str]
+
+    @abstractmethod
+    def plan(
+        self,
+        options: SweepOptions,
+        gpus: list[Gpu],
+        warn: Callable[[str], None],
+        clock: Clock | None = None,
+    ) -> PlannedPoints:
+        """The points to measure on these GPUs (``clock``: the rig's, whose wall time bounds the
+        plan too).
+
+        Raises:
+            UsageError: A plan too large or longer than a day.
+            GpuError: The card cannot say what the plan needs (its supported clocks).
+        """
+
+    @abstractmethod
+    def resumed(self, options: SweepOptions, gpus: list[Gpu], left: ResumeState) -> PlannedPoints:
+        """The points a resumed sweep has left."""
+
+    @abstractmethod
+    def sets_limit(self, options: SweepOptions) -> bool:
+        """True when the sweep sets the power limit (the cards must let it be set)."""
+
+    def check_time(self, options: SweepOptions, n_points: int, clock: Clock | None) -> None:
+        """Refuse a plan longer than a day, in this axis's words.
+
+        Raises:
+            UsageError: The plan may take more than a day.
+        """
+        check_plan_time(options, n_points, clock, noun=f"{self.noun}s", fewer=self.fewer_flags)
 
     @abstractmethod
     def matches(self, curve: Curve) -> bool:

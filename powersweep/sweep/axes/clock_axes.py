@@ -7,7 +7,7 @@ which locks their points set, which is what run.json's ``axis`` records.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -15,8 +15,15 @@ from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.clock_curve import clock_points, infer_axis, is_clock_curve
 from powersweep.analysis.clock_summary import render_clock_summary, write_clock_outputs
 from powersweep.analysis.load import Curve
-from powersweep.sweep.axes.axis_base import AnalysisSettings, SweepAxis
+from powersweep.clock import Clock
+from powersweep.errors import GpuError
+from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
+from powersweep.sweep.gpu import Gpu, SupportedClocks
+from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.planning.caps import clamp_caps, uniform_envelope
+from powersweep.sweep.planning.clock_points import measure_order, plan_clock_points
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.resume import ResumeState
 
 
 class ClockAxis(SweepAxis):
@@ -24,6 +31,67 @@ class ClockAxis(SweepAxis):
 
     noun: ClassVar[str] = "point"
     locks_clocks: ClassVar[bool] = True
+    fewer_flags: ClassVar[str] = "--sm-clocks / --mem-clocks"
+
+    def plan(
+        self,
+        options: SweepOptions,
+        gpus: list[Gpu],
+        warn: Callable[[str], None],
+        clock: Clock | None = None,
+    ) -> PlannedPoints:
+        """The clock-lock points, in measuring order, and the limit they run under.
+
+        Set-points come from ``--sm-clocks`` / ``--mem-clocks`` or the first GPU's supported
+        clocks; ``--cap`` is clamped into the envelope (else the limit in force is kept).
+        ``--observe-only`` measures one point: the locks in force (unknown on NVML, so unlocked
+        as far as the run says).
+
+        Raises:
+            GpuError: The card cannot list its clocks and none were given.
+            UsageError: No clock to sweep, or a plan longer than a day.
+        """
+        if options.safety.observe_only:
+            locks = gpus[0].locked_clocks()
+            return self._under_limit([SweepPoint(None, locks.sm_mhz, locks.mem_mhz)], gpus)
+        need_sm = options.points.axis != "mem-clock" and not options.points.sm_clocks
+        need_mem = options.points.axis != "sm-clock" and not options.points.mem_clocks
+        supported: SupportedClocks | None = None
+        if need_sm or need_mem:
+            try:
+                supported = gpus[0].supported_clocks()
+            except GpuError as exc:
+                raise GpuError(f"cannot plan --axis {options.points.axis}: {exc}") from exc
+        cap = options.points.hold_cap_w
+        if cap is not None:
+            cap = clamp_caps([cap], uniform_envelope([g.envelope() for g in gpus]), warn)[0]
+        points = measure_order(
+            plan_clock_points(
+                options.points.axis,
+                supported,
+                sm_clocks=options.points.sm_clocks,
+                mem_clocks=options.points.mem_clocks,
+                cap_w=cap,
+            )
+        )
+        self.check_time(options, len(points), clock)
+        return self._under_limit(points, gpus)
+
+    def resumed(self, options: SweepOptions, gpus: list[Gpu], left: ResumeState) -> PlannedPoints:
+        """The points not yet done, under the limit the run held."""
+        return self._under_limit(list(left.points_left), gpus)
+
+    def sets_limit(self, options: SweepOptions) -> bool:
+        """Only with ``--cap``: otherwise the limit in force is kept."""
+        return options.points.hold_cap_w is not None
+
+    @staticmethod
+    def _under_limit(points: list[SweepPoint], gpus: list[Gpu]) -> PlannedPoints:
+        """The points with the one-entry cap list the rest of a sweep uses: the held limit, else
+        the lowest limit in force."""
+        if points and points[0].cap_w is not None:
+            return PlannedPoints([points[0].cap_w], points)
+        return PlannedPoints([min(g.envelope().current_w for g in gpus)], points)
 
     def matches(self, curve: Curve) -> bool:
         """Rows with clock locks, on this axis as run.json records it (else as the data shows)."""

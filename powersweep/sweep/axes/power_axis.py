@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -11,8 +11,14 @@ from powersweep.analysis.context import with_card_facts
 from powersweep.analysis.core import analyze
 from powersweep.analysis.load import Curve
 from powersweep.analysis.summary import render_summary, write_outputs
-from powersweep.sweep.axes.axis_base import AnalysisSettings, SweepAxis
+from powersweep.clock import Clock
+from powersweep.errors import UsageError
+from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
+from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions
+from powersweep.sweep.planning.caps import clamp_caps, default_caps, uniform_envelope
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.resume import ResumeState
 
 
 class PowerAxis(SweepAxis):
@@ -21,6 +27,52 @@ class PowerAxis(SweepAxis):
     name: ClassVar[str] = "power"
     noun: ClassVar[str] = "cap"
     locks_clocks: ClassVar[bool] = False
+    fewer_flags: ClassVar[str] = "--caps, a larger --step-size"
+
+    def plan(
+        self,
+        options: SweepOptions,
+        gpus: list[Gpu],
+        warn: Callable[[str], None],
+        clock: Clock | None = None,
+    ) -> PlannedPoints:
+        """The caps (ascending): ``--caps`` clamped into the envelope, else the envelope in
+        ``--step-size`` steps; ``--observe-only`` measures the limit in force.
+
+        Raises:
+            UsageError: More than :data:`MAX_PLANNED_CAPS` caps, or a plan longer than a day.
+        """
+        envelope = uniform_envelope([g.envelope() for g in gpus])
+        if options.safety.observe_only:
+            currents = sorted({g.envelope().current_w for g in gpus})
+            if len(currents) > 1:
+                warn(
+                    "the GPUs run at different limits ("
+                    + ", ".join(f"{c:g}" for c in currents)
+                    + f" W); the run is labelled with the lowest, {currents[0]:g} W"
+                )
+            return PlannedPoints([currents[0]])
+        caps = (
+            clamp_caps(options.points.caps, envelope, warn)
+            if options.points.caps
+            else default_caps(envelope, options.points.step_size_w)
+        )
+        if len(caps) > MAX_PLANNED_CAPS:
+            raise UsageError(
+                f"--step-size {options.points.step_size_w:g} W plans {len(caps)} caps from "
+                f"{envelope.min_w:g} to {envelope.max_w:g} W; at most {MAX_PLANNED_CAPS} "
+                "(use a larger --step-size or --caps)"
+            )
+        self.check_time(options, len(caps), clock)
+        return PlannedPoints(caps)
+
+    def resumed(self, options: SweepOptions, gpus: list[Gpu], left: ResumeState) -> PlannedPoints:
+        """The caps not yet done."""
+        return PlannedPoints(list(left.caps_left))
+
+    def sets_limit(self, options: SweepOptions) -> bool:
+        """Always: the caps are the points."""
+        return True
 
     def matches(self, curve: Curve) -> bool:
         """Rows without clock locks."""
