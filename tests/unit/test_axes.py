@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from powersweep.analysis import load_curve
+from powersweep.analysis.load import Curve
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import UsageError
 from powersweep.report import build_report
 from powersweep.sweep.axes import AXES, AnalysisSettings, axis_named, axis_of
+from powersweep.sweep.axes.power_axis import PowerAxis
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.options import Axis, MeasureOptions, PointOptions, SweepOptions
 from powersweep.sweep.planning.caps import default_caps
@@ -166,3 +169,26 @@ def test_a_plan_longer_than_a_day_is_refused_in_the_axis_words() -> None:
     )
     with pytest.raises(UsageError, match=r"fewer caps \(--caps, a larger --step-size\)"):
         AXES["power"].plan(long, [FakeGpu(0)], lambda _m: None)
+
+
+class _ToyAxis(PowerAxis):
+    """A toy axis: power caps read with a summary of its own (as a new axis module would be)."""
+
+    name: ClassVar[str] = "toy"
+
+    def summary(self, curve: Curve, result: dict[str, Any]) -> str:
+        return "toy summary\n" + super().summary(curve, result)
+
+
+def test_a_new_axis_is_one_class_and_a_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AXES, "toy", _ToyAxis())  # type: ignore[index]
+    csv = _power_csv(tmp_path)
+    (csv.parent / "run.json").write_text(json.dumps({"options": {"axis": "toy"}}))
+    assert axis_of(load_curve(csv)).name == "toy"  # its run.json names it
+    report = build_report(csv, charts=False)
+    assert report.summary.startswith("toy summary\n")
+    # a curve recorded on no registered axis is read by the data's
+    (csv.parent / "run.json").write_text(json.dumps({"options": {"axis": "gone"}}))
+    assert axis_of(load_curve(csv)).name == "power"
