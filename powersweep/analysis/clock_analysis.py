@@ -30,7 +30,7 @@ from powersweep.analysis.clock_curve import (
     pareto_knee,
     tier_summaries,
 )
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.trust import ignored_rows, run_findings
@@ -94,7 +94,7 @@ def analyze_clocks(
         "latency_target": None,
         "findings": [],
     }
-    findings: list[dict[str, Any]] = result["findings"]
+    findings: list[Finding] = result["findings"]
     findings += ignored_rows(curve) + run_findings(curve.run, curve.requests)
     findings += _status_findings(curve.caps)
     ok_rows = curve.caps
@@ -266,7 +266,7 @@ def _power_binds(
     }
 
 
-def _status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
+def _status_findings(caps: pl.DataFrame) -> list[Finding]:
     out = []
     for status in ("rejected", "failed"):
         bad = caps.filter(pl.col("status") == status) if "status" in caps.columns else caps[:0]
@@ -307,7 +307,7 @@ def _findings(
     fastest: ClockPoint,
     binds: dict[str, Any] | None,
     run: dict[str, Any],
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     out = []
     vs = result["peak"]
     out.append(

@@ -16,7 +16,7 @@ import polars as pl
 from powersweep import __version__
 from powersweep.analysis import cap_points, noise, serving, steadiness, structure, trust
 from powersweep.analysis.cap_points import CapPoint, Region
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
 from powersweep.analysis.objectives import (
@@ -94,7 +94,7 @@ def analyze(
     metric = curve.metric
     ok = usable(caps, metric)
     points = curve_points(ok, metric)
-    findings: list[dict[str, Any]] = [
+    findings: list[Finding] = [
         finding("warning", "input_note", note, "check the run directory's files")
         for note in curve.notes
     ]
@@ -347,6 +347,8 @@ def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> N
 
 def sanitize(value: Any) -> Any:
     """Make a value JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(value, Finding):
+        return value.to_json()
     if isinstance(value, dict):
         return {str(k): sanitize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

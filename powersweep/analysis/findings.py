@@ -1,8 +1,8 @@
 """A finding: one thing the analysis tells the user (a warning or a fact), typed once.
 
 ``analysis.json`` keeps findings as ``{severity, code, message, hint}`` objects; every module of
-the analysis builds them through :func:`finding`, and a reader turns one back into a
-:class:`Finding` with :meth:`Finding.from_json`.
+the analysis builds them as :class:`Finding` through :func:`finding`, the analysis writes each
+with :meth:`Finding.to_json`, and a reader turns one back with :meth:`Finding.from_json`.
 """
 
 from __future__ import annotations
@@ -64,12 +64,12 @@ class Finding:
         )
 
 
-def finding(severity: str, code: str, message: str, hint: str | None = None) -> dict[str, Any]:
-    """A finding as ``analysis.json`` holds it (``severity`` is ``warning`` or ``info``).
+def finding(severity: str, code: str, message: str, hint: str | None = None) -> Finding:
+    """A finding (``severity`` is ``warning`` or ``info``).
 
     Raises:
         ValueError: An unknown severity (a programming error).
     """
     if severity not in Severity._value2member_map_:
         raise ValueError(f"unknown severity {severity!r}")
-    return Finding(Severity(severity), code, message, hint).to_json()
+    return Finding(Severity(severity), code, message, hint)

@@ -15,7 +15,7 @@ import polars as pl
 
 from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 
 NAN = math.nan
 # A finding lists at most this many caps tied with the best; more are given as a count and range.
@@ -31,7 +31,7 @@ def as_float(value: Any) -> float:
     return out
 
 
-def status_findings(caps: pl.DataFrame) -> list[dict[str, Any]]:
+def status_findings(caps: pl.DataFrame) -> list[Finding]:
     # suspect/implausible rows and caps re-measured successfully are trust's findings
     remeasured = caps.filter(pl.col("status") == "ok")["cap_w"]
     bad = caps.filter(
@@ -79,7 +79,7 @@ def caps_bind(points: Sequence[CapPoint], caps: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def no_bind_finding(binds: dict[str, Any]) -> dict[str, Any]:
+def no_bind_finding(binds: dict[str, Any]) -> Finding:
     (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
     return finding(
         "warning",
@@ -98,7 +98,7 @@ def watts(value: float) -> str:
 
 def boundary_findings(
     sweet: dict[str, Any], points: Sequence[CapPoint], run: dict[str, Any]
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     side = sweet.get("at_boundary")
     if side is None:
         return []
@@ -146,8 +146,8 @@ def _is_hot(points: Sequence[CapPoint], slowdown: float) -> bool:
 
 def structure_findings(
     points: Sequence[CapPoint], regions: Sequence[Region], run: dict[str, Any], slowdown: float
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+) -> list[Finding]:
+    out: list[Finding] = []
     for r in regions:
         members = [p for p in points if p.cap_w in r.caps_w]
         missing = (
@@ -206,8 +206,8 @@ def structure_findings(
 
 def regime_findings(
     points: Sequence[CapPoint], regimes: Sequence[dict[str, Any]], slowdown: float
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+) -> list[Finding]:
+    out: list[Finding] = []
     thermal = [r["cap_w"] for r in regimes if r["regime"] == cap_points.THERMAL_LIMITED]
     if thermal:
         out.append(
@@ -284,7 +284,7 @@ def _unbound_ceiling(result: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def recommendation_findings(result: dict[str, Any]) -> list[dict[str, Any]]:
+def recommendation_findings(result: dict[str, Any]) -> list[Finding]:
     sweet, near, rec = result["sweet_spot"], result["near_peak"], result["recommendation"]
     hint = f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt"
     ceiling = _unbound_ceiling(result)

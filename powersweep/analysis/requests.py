@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
 
 import polars as pl
 
 from powersweep import runformat as rf
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 
 # Tool vs server decode rate: a cap whose rates differ by more than this is a finding.
 RATE_MISMATCH_PCT = 5.0
@@ -67,7 +66,7 @@ def _caps_text(caps: set[float]) -> str:
     return f"{shown}{more} W"
 
 
-def warning_findings(requests: pl.DataFrame | None) -> list[dict[str, Any]]:
+def warning_findings(requests: pl.DataFrame | None) -> list[Finding]:
     """One finding per kind of request warning: how many requests, at which caps, what to do."""
     if requests is None or "warnings" not in requests.columns or "cap_w" not in requests.columns:
         return []
@@ -160,7 +159,7 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
     return out
 
 
-def rate_findings(rates: list[dict[str, float]]) -> list[dict[str, Any]]:
+def rate_findings(rates: list[dict[str, float]]) -> list[Finding]:
     """A warning naming the caps where tool and server decode rates differ by more than 5%,
     else one line saying they agree."""
     if not rates:
@@ -198,6 +197,6 @@ def rate_findings(rates: list[dict[str, float]]) -> list[dict[str, Any]]:
     ]
 
 
-def request_findings(requests: pl.DataFrame | None) -> list[dict[str, Any]]:
+def request_findings(requests: pl.DataFrame | None) -> list[Finding]:
     """Every requests.csv finding: warnings by kind, then the tool-vs-server rate check."""
     return warning_findings(requests) + rate_findings(server_rates(requests))

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
 from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
@@ -391,7 +391,7 @@ def attach(
         result.setdefault("findings", []).append(_latency_finding(choice))
 
 
-def _latency_finding(choice: Mapping[str, Any]) -> dict[str, Any]:
+def _latency_finding(choice: Mapping[str, Any]) -> Finding:
     """The latency target's answer as a finding (the summary's findings list shows it)."""
     goals = " and ".join(
         f"{what} p95 ≤ {choice[key]:g} ms"

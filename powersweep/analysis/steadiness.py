@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 
 # At steady load the instant draw moves little within the sampler's half-second ticks, so the
 # trapezoid over a window's ticks carries only the readings' own noise (a fraction of a
@@ -64,7 +64,7 @@ def energy_tolerance(row: Mapping[str, Any]) -> float:
 
 def energy_findings(
     rows: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """``energy_mismatch`` when the counter and the sampled integral of a point disagree.
 
     Args:
@@ -94,7 +94,7 @@ def energy_findings(
 
 def thermal_findings(
     rows: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """``still_heating`` when a point's temperature still drifted during its measured window.
 
     Args:
@@ -130,7 +130,7 @@ def thermal_findings(
 
 def findings(
     rows: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """Both checks over the ok rows of a curve."""
     rows = list(rows)
     return energy_findings(rows, label) + thermal_findings(rows, label)

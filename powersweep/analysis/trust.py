@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis.failures import cause_examples, counted_elsewhere
-from powersweep.analysis.findings import finding
+from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
 from powersweep.runformat import CONFIRM_REASON
 
@@ -55,7 +55,7 @@ def usable_mask(metric: str) -> pl.Expr:
     )
 
 
-def input_findings(curve: Curve) -> list[dict[str, Any]]:
+def input_findings(curve: Curve) -> list[Finding]:
     """Findings on rows the analysis ignores or chose between, and on the run's faults."""
     caps = curve.caps
     metric = curve.metric
@@ -69,7 +69,7 @@ def input_findings(curve: Curve) -> list[dict[str, Any]]:
     return out
 
 
-def ignored_rows(curve: Curve) -> list[dict[str, Any]]:
+def ignored_rows(curve: Curve) -> list[Finding]:
     """The ``rows_ignored`` finding alone, and the loader's notes (a clock curve, whose rows
     share one cap, has no duplicate caps to name)."""
     caps = curve.caps
@@ -108,7 +108,7 @@ def _why_ignored(row: dict[str, Any], metric: str) -> str:
     return ", ".join(parts) or "not usable"
 
 
-def _ignored_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
+def _ignored_rows(caps: pl.DataFrame, metric: str) -> list[Finding]:
     """Rows with status ok whose figures cannot be used (NaN, inf, zero or negative)."""
     bad = caps.filter((pl.col("status") == "ok") & ~pl.col("_usable"))
     if bad.height == 0:
@@ -126,7 +126,7 @@ def _ignored_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
     ]
 
 
-def _own_statuses(caps: pl.DataFrame) -> list[dict[str, Any]]:
+def _own_statuses(caps: pl.DataFrame) -> list[Finding]:
     out = []
     for status, code, hint in (
         (
@@ -155,9 +155,9 @@ def _own_statuses(caps: pl.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _duplicates(caps: pl.DataFrame) -> list[dict[str, Any]]:
+def _duplicates(caps: pl.DataFrame) -> list[Finding]:
     """A cap with several rows: which row counts and why."""
-    out = []
+    out: list[Finding] = []
     counts = caps.group_by("cap_w", maintain_order=True).len()
     for cap in counts.filter(pl.col("len") > 1)["cap_w"].to_list():
         rows = list(caps.filter(pl.col("cap_w") == cap).iter_rows(named=True))
@@ -201,7 +201,7 @@ def _pooled(
     rows: list[dict[str, Any]],
     usable: list[dict[str, Any]],
     confirm: list[dict[str, Any]],
-) -> dict[str, Any]:
+) -> Finding:
     """A cap the confirm phase measured again: its readings are pooled, as the analysis does
     (:func:`powersweep.analysis.pooling.pool_repeats`), so no reading of it is ignored."""
     base = [r for r in usable if (r.get("reason") or "") != CONFIRM_REASON][-1:]
@@ -246,9 +246,7 @@ def _fault_part(f: dict[str, Any]) -> str:
     return f"{f.get('count', '?')} {text}{example}"
 
 
-def run_findings(
-    run: dict[str, Any] | None, requests: pl.DataFrame | None = None
-) -> list[dict[str, Any]]:
+def run_findings(run: dict[str, Any] | None, requests: pl.DataFrame | None = None) -> list[Finding]:
     """The run's own record of faults it met and of a status that is not ``complete``.
 
     Failed requests are among them, by cause in words: from run.json, or (a run that did not

@@ -39,15 +39,15 @@ def test_rates_agree_within_five_percent() -> None:
     assert [r["cap_w"] for r in rates] == [250.0, 300.0]
     assert rates[0]["diff_pct"] == pytest.approx(100 * (25.0 / 25.9 - 1), rel=1e-6)
     (f,) = rate_findings(rates)
-    assert f["code"] == "server_rates_agree" and f["severity"] == "info"
-    assert "all 2 caps" in f["message"] and "3 requests" in f["message"]
+    assert f.code == "server_rates_agree" and f.severity == "info"
+    assert "all 2 caps" in f.message and "3 requests" in f.message
 
 
 def test_a_cap_off_by_more_than_five_percent_is_a_warning() -> None:
     df = _df([_row(300, 30.0, 30.1), _row(250, 25.0, 27.0)])
     (f,) = rate_findings(server_rates(df))
-    assert f["code"] == "server_rate_mismatch" and f["severity"] == "warning"
-    assert "250 W" in f["message"] and "300 W" not in f["message"] and "1 of 2 caps" in f["message"]
+    assert f.code == "server_rate_mismatch" and f.severity == "warning"
+    assert "250 W" in f.message and "300 W" not in f.message and "1 of 2 caps" in f.message
 
 
 def test_rates_skip_failed_warmup_and_rateless_requests() -> None:
@@ -76,16 +76,16 @@ def test_one_finding_per_warning_kind_with_count_and_caps() -> None:
             _row(200, 30, None, warnings="something_new"),
         ]
     )
-    found = {f["code"]: f for f in warning_findings(df)}
+    found = {f.code: f for f in warning_findings(df)}
     assert set(found) == {
         "request_packed_chunks",
         "request_ignored_max_tokens",
         "request_something_new",
     }
     packed = found["request_packed_chunks"]
-    assert packed["message"].startswith("2 of 4 requests at 250, 300 W")
-    assert packed["hint"]
-    assert found["request_ignored_max_tokens"]["message"].startswith("1 of 4 requests at 300 W")
+    assert packed.message.startswith("2 of 4 requests at 250, 300 W")
+    assert packed.hint
+    assert found["request_ignored_max_tokens"].message.startswith("1 of 4 requests at 300 W")
 
 
 def test_old_runs_without_the_columns_give_nothing() -> None:

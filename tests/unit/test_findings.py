@@ -17,7 +17,7 @@ def test_a_finding_round_trips_through_its_json() -> None:
         "hint": "lock clocks",
     }
     assert Finding.from_json(data) == f
-    assert finding("info", "sweet_spot", "290 W") == {
+    assert finding("info", "sweet_spot", "290 W").to_json() == {
         "severity": "info",
         "code": "sweet_spot",
         "message": "290 W",

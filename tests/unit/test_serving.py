@@ -77,13 +77,13 @@ def test_a_p95_that_meets_the_target_only_within_its_own_noise_gives_way_to_a_ma
     # ties come from each point's own precision: 400 W is 4% off, far outside 0.5% readings
     assert pick["tied"] == ["350 W"] and pick["noise_source"] == "own measurements"
     finding = serving._latency_finding({**pick, "name": "350 W"})
-    assert "with a margin: 300 W is more efficient" in finding["message"]
+    assert "with a margin: 300 W is more efficient" in finding.message
     # a bound no point meets: the best stays the pick, and the answer says it is not sure
     tight = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=56, name=_name)
     assert tight is not None and tight["point"]["cap_w"] == 400 and not tight["margin"]
     assert tight["within_noise"] is None
     warned = serving._latency_finding({**tight, "name": "400 W"})
-    assert warned["severity"] == "warning" and "only within its own noise" in warned["message"]
+    assert warned.severity == "warning" and "only within its own noise" in warned.message
     # a p95 from too few samples has no bound: never called sure
     few = [{**p, "itl_p95_hi_ms": None} for p in curve]
     unsure = serving.latency_choice(few, max_ttft_ms=None, max_itl_ms=70, name=_name)

@@ -44,8 +44,8 @@ def test_energy_agreeing_within_3_percent_is_no_finding() -> None:
 
 def test_a_counter_off_by_more_than_3_percent_is_named_with_its_cap() -> None:
     found = energy_findings([_row(290, 1040.0, 1000.0), _row(300, 1001.0, 1000.0)], _label)
-    assert len(found) == 1 and found[0]["code"] == "energy_mismatch"
-    assert "290 W (+4.0%)" in found[0]["message"] and "300 W" not in found[0]["message"]
+    assert len(found) == 1 and found[0].code == "energy_mismatch"
+    assert "290 W (+4.0%)" in found[0].message and "300 W" not in found[0].message
 
 
 def test_the_counters_update_period_is_allowed_over_a_short_window() -> None:
@@ -72,8 +72,8 @@ def test_a_point_measured_while_heating_or_cooling_is_named() -> None:
         {"cap_w": 370.0},  # an older run: no column
     ]
     found = thermal_findings(rows, _label)
-    assert len(found) == 1 and found[0]["code"] == "still_heating"
-    message = found[0]["message"]
+    assert len(found) == 1 and found[0].code == "still_heating"
+    message = found[0].message
     assert DRIFT_C_PER_MIN == 2 * STEADY_TEMP_C_PER_MIN
     assert "still heating at 250 W (+7.5 C/min)" in message
     assert "still cooling at 330 W (-8.0 C/min)" in message
@@ -198,4 +198,4 @@ def test_the_energy_tolerance_counts_the_sampled_draws_own_precision() -> None:
     # a steady decode draw known to 0.3%: the same gap is a sensor to distrust
     steady = {**bursty, "power_u95_pct": 0.3}
     (found,) = energy_findings([steady], lambda r: "300 W")
-    assert "300 W (+9.0%)" in found["message"]
+    assert "300 W (+9.0%)" in found.message
