@@ -1,6 +1,6 @@
-"""`fleet apply`'s choice per card (group by GPU model, outliers' own best, axis), its bad
-input, and apply's journal written before the first change (kept when a card cannot be put
-back)."""
+"""`fleet apply`'s choice per card (``sweep/settings/fleet_targets.py``: group by GPU model or a
+mixed rig's cards, outliers' own best, axis), its bad input, and apply's journal written before
+the first change (kept when a card cannot be put back)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu import GpuIdentity
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.settings.applier import plan_caps
-from powersweep.sweep.settings.fleet_targets import choose_settings, read_fleet
+from powersweep.sweep.settings.fleet_targets import choose_settings, read_fleet, same_host
 from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
 from powersweep.sweep.settings.targets import Target
 
@@ -272,3 +272,52 @@ def test_a_refused_card_puts_the_others_back_and_the_journal_goes_unless_one_sta
     kept = journal.read()
     assert kept is not None and kept.gpus[0].original_limit_w == 400.0
     assert any("powersweep restore" in w for w in warned)
+
+
+# --- hosts, rigs of mixed cards, outliers the report keeps in the fleet, no answer ---------------
+
+
+def test_a_host_is_the_same_machine_by_its_short_name() -> None:
+    assert same_host("n2.cluster.local", "n2") and same_host("n2", "n2.ib")
+    assert not same_host("n2", "n20") and not same_host(None, "n2") and not same_host("", "")
+
+
+def test_a_card_of_a_mixed_rig_matches_the_rigs_group_and_reads_as_a_record() -> None:
+    group = {
+        **_group("power", {"cap_w": 380.0, "fleet_tps_per_w": 0.12}),
+        "gpu_name": "mixed rig",
+        "cards": [{"gpus": [{"name": "NVIDIA GeForce RTX 4090"}, {"name": H100}]}],
+    }
+    (c,), unmatched = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+    assert unmatched == [] and c.describe() == "380 W"
+    assert c.to_dict() == {
+        "index": 0,
+        "uuid": "GPU-a",
+        "name": H100,
+        "group": "mixed rig · decode-single · m · power",
+        "axis": "power",
+        "source": "fleet",
+        "cap_w": 380.0,
+        "sm_lock_mhz": None,
+        "mem_lock_mhz": None,
+        "why": "the group's fleet cap",
+    }
+
+
+def test_a_group_without_an_axis_is_a_power_group() -> None:
+    group = {"gpu_name": H100, "load_mode": "x", "model": "m", "fleet_cap": {"cap_w": 300}}
+    (c,), _ = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+    assert (c.axis, c.cap_w) == ("power", 300.0)
+
+
+def test_an_outlier_the_report_keeps_in_the_fleet_gets_the_fleets_answer() -> None:
+    outlier = {"host": "n1", "gpus": [{"uuid": "GPU-a"}], "apply": "fleet", "own_best": {}}
+    group = _group("power", {"cap_w": 300.0}, outliers=[outlier])
+    (c,), _ = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1.example")
+    assert (c.source, c.cap_w) == ("fleet", 300.0)
+
+
+def test_a_group_with_no_usable_answer_is_refused() -> None:
+    group = _group("power", {"cap_w": -1.0})
+    with pytest.raises(UsageError, match=r"GPU 0 .* has no answer to apply$"):
+        choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")

@@ -1,17 +1,20 @@
-"""decode-single: a failure that cost little of a window is a counted fault, not a failed point;
-a window the server served too little of still fails (measured again at the end)."""
+"""decode-single (``sweep/loads/single.py``): a failure that cost little of a window is a counted
+fault, not a failed point; a window the server served too little of still fails (measured again
+at the end); both prompts or the metric's alone; the keep-busy stream; the ratio check."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import pytest
 
 from powersweep.clock import ManualClock
-from powersweep.sweep.loads.base import MIN_MEASURED_SHARE, measured_share
+from powersweep.sweep.loads.base import MIN_MEASURED_SHARE, History, LoadRun, measured_share
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.server.request import RequestResult
+from tests.fakes.fake_chat import FakeChat
 
 TPS = 30.0
 
@@ -91,3 +94,42 @@ def test_the_measured_share_counts_usable_requests_inside_the_window_only() -> N
     assert measured_share([ok, early, bad], windows, "narr") == pytest.approx(0.25)
     assert measured_share([ok], windows, "prefill") == 0.0
     assert 0 < MIN_MEASURED_SHARE < 1
+
+
+# --- both prompts, the keep-busy stream and the check ------------------------------------------
+
+
+def test_both_prompts_are_measured_unless_only_the_metric_is_asked_for() -> None:
+    clock = ManualClock()
+    chat = FakeChat(clock, tps=TPS)
+    load = DecodeSingle(chat, clock, _Labels(), 10.0)
+    assert asyncio.run(load.prepare(300.0)) == {} and load.apply({"x": 1}) == {}
+    run = asyncio.run(load.measure(300.0))
+    assert [k for k, _, _ in run.windows] == ["narr", "code"]
+    assert run.tps["narr_tps"] == pytest.approx(TPS) and run.tps["code_tps"] == pytest.approx(TPS)
+    assert math.isnan(run.tps["prefill_tps"])
+    short = asyncio.run(load.measure(300.0, metric_only=True, window_s=4.0))
+    assert [k for k, _, _ in short.windows] == ["narr"]
+    assert short.windows[0][2] - short.windows[0][1] <= 4.0 + 0.4 + 1e-9
+    assert math.isnan(short.tps["code_tps"])
+
+
+def test_keep_busy_streams_the_narrative_prompt() -> None:
+    clock = ManualClock()
+    chat = FakeChat(clock, tps=TPS, max_stream_s=3.0)
+    seen: list[Any] = []
+    load = DecodeSingle(chat, clock, _Labels(), 10.0)
+    asyncio.run(load.keep_busy(300.0, 8.0, on_result=seen.append))
+    assert len(seen) == len(chat.calls) >= 2
+    assert {c.prompt_kind for c in chat.calls} == {"settle"}
+    assert clock.now() >= 8.0
+
+
+def test_the_check_names_a_ratio_far_off_the_other_points() -> None:
+    load = DecodeSingle(FakeChat(ManualClock()), ManualClock(), _Labels(), 10.0)
+    run = LoadRun(tps={"narr_tps": 30.0, "code_tps": 60.0})
+    assert load.check(run, History(ratios=(1.0, 1.05, 0.95))).startswith(
+        "code/narrative rate ratio 2 is 2x off the 1 of the other points"
+    )
+    assert load.check(run, History(ratios=(1.9, 2.0, 2.1))) == ""
+    assert load.check(run, History(ratios=(1.0, 1.0))) == ""  # too few points to judge

@@ -1,13 +1,22 @@
-"""requests.csv rows: warnings and the server's rates, and a resumed older run keeps its columns."""
+"""The run directory (``sweep/records/writer.py``): requests.csv rows (warnings, the server's
+rates), a resumed older run keeping its columns, rows counted in run.json, the folder's name, CSV
+cells, run.json replaced atomically, and samples and caps rows."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from powersweep.errors import PowersweepError
 from powersweep.runformat import REQUESTS_COLUMNS
-from powersweep.sweep.records.writer import RunWriter
+from powersweep.sweep.gpu import GpuSample
+from powersweep.sweep.records.writer import RunWriter, cell, write_json_atomic
+from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.server.client import RequestResult
 
 
@@ -105,3 +114,85 @@ def test_a_run_folder_names_every_card_model() -> None:
         "h100-80gb-hbm3+a100-sxm4-80gb"
     )
     assert gpu_slug([]) == "gpu"
+
+
+# --- cells, run.json, the run directory, samples and caps rows ------------------------------
+
+
+def test_cells_are_empty_for_missing_values_and_words_for_booleans() -> None:
+    assert [cell(None), cell(math.nan), cell(math.inf), cell(True), cell(False)] == [
+        "",
+        "",
+        "",
+        "true",
+        "false",
+    ]
+    assert (cell(1 / 3), cell(250.0), cell(7), cell("narr")) == ("0.333333", "250.0", "7", "narr")
+
+
+def test_run_json_is_strict_json_replaced_whole(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    write_json_atomic(path, {"a": math.nan, "b": [1.0, math.inf, (2, math.nan)], 3: {"c": 1}})
+    assert json.loads(path.read_text()) == {"a": None, "b": [1.0, None, [2, None]], "3": {"c": 1}}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary file left
+    with pytest.raises(PowersweepError, match=f"^cannot write {tmp_path / 'missing'}"):
+        write_json_atomic(tmp_path / "missing" / "run.json", {})
+
+
+def test_a_run_directory_never_merges_into_another(tmp_path: Path) -> None:
+    now = datetime(2026, 5, 1, 10, 0, 0, tzinfo=UTC)
+    first = RunWriter(tmp_path, ["NVIDIA GeForce RTX 3090"], "decode-single", now)
+    second = RunWriter(tmp_path, ["NVIDIA GeForce RTX 3090"], "decode-single", now)
+    assert first.path.name == "20260501-100000-rtx-3090-decode-single"
+    assert second.path.name == first.path.name + "-2"
+    assert sorted(p.name for p in second.path.iterdir()) == [
+        "caps.csv",
+        "requests.csv",
+        "samples.csv",
+    ]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run-")]
+
+
+def test_an_out_directory_that_cannot_be_made_is_one_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PowersweepError, match=r"cannot create the run directory under .*--out\)$"):
+        RunWriter(blocker / "runs", ["GPU"], "decode-single")
+
+
+def test_a_resumed_run_gets_the_csvs_it_lacks(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, ["GPU"], "decode-single")
+    (writer.path / "samples.csv").unlink()
+    (writer.path / "caps.csv").write_text("")
+    again = RunWriter.reopen(writer.path)
+    assert (writer.path / "samples.csv").read_text().startswith("t_s,")
+    assert (writer.path / "caps.csv").read_text().startswith("cap_w,")
+    assert again.rows_written() == {"caps.csv": 0, "requests.csv": 0, "samples.csv": 0}
+
+
+def test_samples_and_caps_rows_follow_their_columns(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, ["GPU"], "decode-single")
+    sample = GpuSample(1, 250.5, math.nan, 61.0, 1410.0, 9501.0, 97.0, 2, 0x4, 0, 252.25)
+    writer.append_samples([SampleRow(12.34567, 3, 300.0, "narr", sample, 1410.0)], confirm=True)
+    (row,) = _rows(writer.path / "samples.csv")
+    assert (row["t_s"], row["tick"], row["phase"], row["gpu_index"]) == ("12.346", "3", "narr", "1")
+    assert (row["energy_mj"], row["pstate"], row["sm_lock_mhz"], row["mem_lock_mhz"]) == (
+        "",
+        "2",
+        "1410.0",
+        "",
+    )
+    assert (row["throttle_power"], row["throttle_thermal"], row["confirm"]) == (
+        "true",
+        "false",
+        "true",
+    )
+    assert row["power_instant_w"] == "252.25"
+    writer.append_cap({"cap_w": 300.0, "status": "failed", "error": "HTTP 500:\n  boom  again"})
+    (cap,) = _rows(writer.path / "caps.csv")
+    assert (cap["cap_w"], cap["status"], cap["error"]) == (
+        "300.0",
+        "failed",
+        "HTTP 500: boom again",
+    )
+    assert cap["narr_tps"] == ""

@@ -1,0 +1,141 @@
+"""``apply`` through the restore journal (``sweep/settings/journaled.py``), on fake cards: what
+the journal holds, written before the first change, removed once the write is complete or undone,
+and kept only while a card still holds a value it could not be put back from."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powersweep.errors import GpuError, UsageError
+from powersweep.sweep.gpu import LockedClocks, SetLimitResult
+from powersweep.sweep.records.journal import Journal
+from powersweep.sweep.records.owner import process_start
+from powersweep.sweep.settings.applier import plan_caps
+from powersweep.sweep.settings.clock_locks import ClockChange
+from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
+from powersweep.sweep.settings.targets import Target
+from tests.fakes.fake_gpu import FakeGpu
+
+
+class _Watched(FakeGpu):
+    """Records whether the journal existed at each write; refuses ``refuse`` exactly."""
+
+    def __init__(self, index: int, journal: Journal | None, **kw: Any) -> None:
+        self.journal = journal
+        self.journal_at_write: list[bool] = []
+        self.stuck: float | None = kw.pop("stuck", None)
+        super().__init__(index, **kw)
+
+    def set_power_limit(self, watts: float) -> SetLimitResult:
+        if self.journal is not None:
+            self.journal_at_write.append(self.journal.exists())
+        if self.stuck is not None and watts != self.stuck:
+            # keeps the value it took: cannot be put back
+            return SetLimitResult(watts, self.limit_w, self.limit_w, False, "stuck")
+        return super().set_power_limit(watts)
+
+
+def _target(gpu: FakeGpu) -> Target:
+    return Target(gpu, gpu.identity(), None, "named")  # type: ignore[arg-type]
+
+
+def test_the_entry_holds_each_cards_limit_and_locks_before_the_apply() -> None:
+    a, b = FakeGpu(0, limit_w=320.0), FakeGpu(1, limit_w=300.0)
+    ta, tb = _target(a), _target(b)
+    caps = plan_caps([ta], 250.0, strict=False, warn=print)  # only GPU 0 gets a limit
+    clocks = [ClockChange(tb, LockedClocks(False, user_clock_setting_active=True), 1500.0)]
+    entry = journal_entry([ta, tb], caps, clocks, {"kind": "nvml"})
+    first, second = entry.gpus
+    assert (first.uuid, first.original_limit_w, first.clocks_locked) == ("GPU-fake-0", 320.0, False)
+    assert (second.original_limit_w, second.clocks_locked, second.locks_known) == (
+        300.0,
+        True,
+        False,
+    )
+    assert (second.original_sm_lock_mhz, second.original_mem_lock_mhz) == (None, None)
+    assert dict(entry.backend) == {"kind": "nvml"} and entry.pid == os.getpid()
+    assert entry.run_dir is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry.created_at)
+
+
+def _apply(
+    tmp_path: Path, gpus: list[_Watched], cap: float = 250.0
+) -> tuple[Journal, list[str], Any]:
+    journal = Journal(tmp_path)
+    for g in gpus:
+        g.journal = journal
+    targets = [_target(g) for g in gpus]
+    caps = plan_caps(targets, cap, strict=False, warn=print)
+    entry = journal_entry(targets, caps, [], {"kind": "nvml"})
+    warnings: list[str] = []
+    try:
+        return journal, warnings, apply_journaled(journal, entry, caps, [], warnings.append)
+    except (GpuError, KeyboardInterrupt) as exc:
+        return journal, warnings, exc
+
+
+def test_the_journal_is_written_before_the_first_change_and_removed_after(tmp_path: Path) -> None:
+    a, b = _Watched(0, None), _Watched(1, None)
+    journal, warnings, (caps, clocks) = _apply(tmp_path, [a, b])
+    assert a.journal_at_write == [True] and b.journal_at_write == [True]
+    assert [r.readback_w for r in caps] == [250.0, 250.0] and clocks == []
+    assert not journal.exists() and warnings == []
+
+
+def test_a_refusal_undone_everywhere_removes_the_journal(tmp_path: Path) -> None:
+    a, b = _Watched(0, None, limit_w=320.0), _Watched(1, None, refuse=(250.0,))
+    journal, warnings, exc = _apply(tmp_path, [a, b])
+    assert isinstance(exc, GpuError) and "put back" in str(exc)
+    assert a.limit_w == 320.0 and not journal.exists() and warnings == []
+
+
+def test_a_card_that_cannot_be_put_back_keeps_the_journal(tmp_path: Path) -> None:
+    a = _Watched(0, None, limit_w=320.0, stuck=250.0)  # takes 250 W, then keeps it
+    b = _Watched(1, None, refuse=(250.0,))
+    journal, warnings, exc = _apply(tmp_path, [a, b])
+    assert isinstance(exc, GpuError) and "NOT put back: GPU 0 (320 W)" in str(exc)
+    assert journal.exists()
+    assert warnings == [
+        f"the restore journal {journal.path} keeps the originals: `powersweep restore`"
+    ]
+    entry = journal.read()
+    assert entry is not None and entry.gpus[0].original_limit_w == 320.0
+
+
+def test_an_interrupt_follows_the_same_rule(tmp_path: Path) -> None:
+    class Interrupted(_Watched):
+        def set_power_limit(self, watts: float) -> SetLimitResult:
+            if watts == 250.0:
+                raise KeyboardInterrupt
+            return super().set_power_limit(watts)
+
+    a, b = _Watched(0, None, limit_w=320.0), Interrupted(1, None)
+    journal, _, exc = _apply(tmp_path, [a, b])
+    assert isinstance(exc, KeyboardInterrupt)
+    assert a.limit_w == 320.0 and not journal.exists()
+
+
+def test_without_a_journal_the_apply_is_the_same(tmp_path: Path) -> None:
+    gpu = FakeGpu(0)
+    caps = plan_caps([_target(gpu)], 260.0, strict=False, warn=print)
+    entry = journal_entry([_target(gpu)], caps, [], {"kind": "sim"})
+    results, _ = apply_journaled(None, entry, caps, [], print)
+    assert results[0].readback_w == 260.0 and gpu.limit_w == 260.0
+
+
+def test_a_live_sweeps_journal_refuses_the_apply_before_any_change(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    gpu = FakeGpu(0)
+    caps = plan_caps([_target(gpu)], 260.0, strict=False, warn=print)
+    entry = journal_entry([_target(gpu)], caps, [], {"kind": "nvml"})
+    parent = os.getppid()  # a live process that is not this one
+    journal.write(dataclasses.replace(entry, pid=parent, pid_start=process_start(parent)))
+    with pytest.raises(UsageError, match=rf"another sweep \(PID {parent}\) is running"):
+        apply_journaled(journal, entry, caps, [], print)
+    assert gpu.limits_set == []

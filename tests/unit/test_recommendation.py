@@ -1,0 +1,210 @@
+"""The setting a run recommends (``sweep/settings/recommendation.py``), read from hand-written
+``analysis.json`` and ``run.json``: the objective's pick, a clock run's locks with the cap it
+held, the caveats, the latency target's pick, and one-line refusals for what cannot be applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import SCHEMA_VERSION
+from powersweep.sweep.settings.recommendation import (
+    MeasuredGpu,
+    Recommendation,
+    read_recommendation,
+)
+
+UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+SWEET = {"cap_w": 280.0, "tps_per_w": 0.125, "tps": 35.0}
+NEAR = {"cap_w": 330.0, "tps_per_w": 0.11, "tps": 38.0}
+
+
+def _run_dir(tmp_path: Path, analysis: dict[str, Any], **run: Any) -> Path:
+    path = tmp_path / "run"
+    path.mkdir(exist_ok=True)
+    meta: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "complete",
+        "gpus": [{"index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": UUID}],
+        "options": {"hold_cap_w": None},
+        **run,
+    }
+    (path / "run.json").write_text(json.dumps(meta))
+    (path / "analysis.json").write_text(json.dumps(analysis))
+    return path
+
+
+def _power(**extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "power",
+        "recommendation": {"objective": "tps-per-w", **SWEET},
+        "sweet_spot": dict(SWEET),
+        "near_peak": dict(NEAR),
+        **extra,
+    }
+
+
+def test_a_power_runs_pick_for_each_objective(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, _power())
+    rec = read_recommendation(run)
+    assert rec == Recommendation(
+        run, "tps-per-w", 280.0, 0.125, 35.0, (MeasuredGpu(0, "NVIDIA GeForce RTX 3090", UUID),)
+    )
+    assert rec.describe() == "280 W per GPU" and not rec.clock_run
+    near = read_recommendation(run, "near-peak")
+    assert (near.objective, near.cap_w, near.tps) == ("near-peak", 330.0, 38.0)
+
+
+def test_an_analysis_made_for_near_peak_recommends_near_peak(tmp_path: Path) -> None:
+    analysis = _power(recommendation={"objective": "near-peak", **NEAR})
+    assert read_recommendation(_run_dir(tmp_path, analysis)).cap_w == 330.0
+    odd = _power(recommendation={"objective": "mystery", **NEAR})
+    assert read_recommendation(_run_dir(tmp_path, odd)).objective == "tps-per-w"
+
+
+def test_caveats_of_an_unfinished_run_and_a_pick_at_the_sweeps_edge(tmp_path: Path) -> None:
+    analysis = _power(sweet_spot={**SWEET, "at_boundary": "low"})
+    rec = read_recommendation(_run_dir(tmp_path, analysis, status="interrupted"))
+    assert rec.notes == (
+        "the run is interrupted: its recommendation covers only the caps it finished",
+        "the sweet spot is the lowest cap measured: the best cap may lie beyond the sweep",
+    )
+    high = _power(sweet_spot={**SWEET, "at_boundary": "high"})
+    (note,) = read_recommendation(_run_dir(tmp_path, high), "tps-per-w").notes
+    assert "the highest cap measured" in note
+    assert read_recommendation(_run_dir(tmp_path, high), "near-peak").notes == ()
+
+
+def test_a_clock_run_recommends_its_locks_at_the_cap_it_held(tmp_path: Path) -> None:
+    analysis = {
+        "kind": "clocks",
+        "sweet_spot": {"sm_lock_mhz": 1410.0, "mem_lock_mhz": 9501.0, "tps_per_w": 0.14},
+        "near_peak": {"sm_lock_mhz": 1710.0, "mem_lock_mhz": None, "tps": 40.0},
+    }
+    run = _run_dir(tmp_path, analysis, options={"hold_cap_w": 300.0}, status="failed")
+    rec = read_recommendation(run)
+    assert (rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.clock_run) == (
+        300.0,
+        1410.0,
+        9501.0,
+        True,
+    )
+    assert rec.describe() == "SM 1410 MHz, memory 9501 MHz at 300 W per GPU"
+    assert rec.notes == (
+        "the run is failed: its recommendation covers only the points it finished",
+    )
+    free = read_recommendation(_run_dir(tmp_path, analysis), "near-peak")
+    assert (free.cap_w, free.describe()) == (None, "SM 1710 MHz")
+
+
+@pytest.mark.parametrize(
+    ("analysis", "objective", "message"),
+    [
+        ({"kind": "clocks"}, "cost", "is a clock run: it recommends clock locks for"),
+        ({"kind": "clocks"}, "tps-per-w", "holds no tps-per-w clock recommendation"),
+        (
+            {"kind": "clocks", "sweet_spot": {"sm_lock_mhz": -5.0, "mem_lock_mhz": None}},
+            None,
+            "the tps-per-w recommendation has no valid clock lock",
+        ),
+    ],
+)
+def test_a_clock_run_without_a_usable_lock_is_refused(
+    tmp_path: Path, analysis: dict[str, Any], objective: str | None, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        read_recommendation(_run_dir(tmp_path, analysis), objective)
+
+
+@pytest.mark.parametrize(
+    ("analysis", "objective", "message"),
+    [
+        (_power(sweet_spot=None, recommendation=None), None, "holds no tps-per-w recommendation"),
+        (_power(near_peak={"cap_w": "330"}), "near-peak", "near-peak recommendation has no valid"),
+        (_power(), "fastest", "unknown objective 'fastest'"),
+    ],
+)
+def test_a_pick_that_is_not_there_is_refused(
+    tmp_path: Path, analysis: dict[str, Any], objective: str | None, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        read_recommendation(_run_dir(tmp_path, analysis), objective)
+
+
+def test_a_run_whose_caps_never_bound_has_no_cap_to_apply(tmp_path: Path) -> None:
+    binds = {"binds": False, "draw_w": [181.2, 184.9], "caps_w": [200.0, 350.0]}
+    with pytest.raises(UsageError) as info:
+        read_recommendation(_run_dir(tmp_path, _power(power_cap_binds=binds)))
+    message = str(info.value)
+    assert "the card drew 181-185 W under caps of 200-350 W, so no cap saves energy" in message
+    assert "lock clocks instead: `powersweep --axis sm-clock`" in message
+    unknown = {"binds": False, "draw_w": None, "caps_w": None}
+    with pytest.raises(UsageError, match=r"^no cap binds in .*run, so no cap"):
+        read_recommendation(_run_dir(tmp_path, _power(power_cap_binds=unknown)))
+
+
+def test_the_latency_targets_pick_from_the_analysis(tmp_path: Path) -> None:
+    met = {"met": True, "point": {"cap_w": 300.0, "tps_per_w": 0.12, "tps": 36.0}}
+    rec = read_recommendation(_run_dir(tmp_path, _power(latency_target=met)), "slo")
+    assert (rec.objective, rec.cap_w) == ("slo", 300.0)
+    with pytest.raises(UsageError, match="--objective slo needs a latency target"):
+        read_recommendation(_run_dir(tmp_path, _power()), "slo")
+    missed = {"met": False, "name": "280 W", "misses": ["p95 ITL 80 ms > 50 ms"]}
+    with pytest.raises(UsageError) as info:
+        read_recommendation(_run_dir(tmp_path, _power(latency_target=missed)), "slo")
+    assert "(the closest, 280 W, misses it: p95 ITL 80 ms > 50 ms)" in str(info.value)
+
+
+def test_an_observe_only_run_recommends_nothing(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is an --observe-only run"):
+        read_recommendation(_run_dir(tmp_path, _power(), observe_only=True))
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        (None, "lists no GPUs: set the cap by name"),
+        ([], "lists no GPUs"),
+        ([{"name": "x"}], "a GPU entry without an index"),
+    ],
+)
+def test_a_run_that_does_not_say_its_cards_is_refused(
+    tmp_path: Path, gpus: Any, message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        read_recommendation(_run_dir(tmp_path, _power(), gpus=gpus))
+
+
+def test_a_card_without_a_recorded_uuid_reads_as_none(tmp_path: Path) -> None:
+    rec = read_recommendation(_run_dir(tmp_path, _power(), gpus=[{"index": 2, "uuid": ""}]))
+    assert rec.gpus == (MeasuredGpu(2, "", None),)
+
+
+def test_files_that_are_not_a_run_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"is not a run directory$"):
+        read_recommendation(tmp_path / "nowhere")
+    run = _run_dir(tmp_path, _power())
+    (run / "analysis.json").unlink()
+    with pytest.raises(UsageError, match=r"has no analysis.json: run `powersweep analyze"):
+        read_recommendation(run)
+    (run / "analysis.json").write_text("{\n  oops")
+    with pytest.raises(UsageError, match=r"analysis.json: not valid JSON \(line 2: "):
+        read_recommendation(run)
+    (run / "analysis.json").write_text("[1, 2]")
+    with pytest.raises(UsageError, match=r"analysis.json: expected a JSON object$"):
+        read_recommendation(run)
+    (run / "analysis.json").write_text(json.dumps(_power()))
+    (run / "run.json").unlink()
+    with pytest.raises(UsageError, match=r"has no run.json, so it does not say which GPU"):
+        read_recommendation(run)
+
+
+def test_a_file_of_a_newer_powersweep_asks_for_an_upgrade(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, {**_power(), "schema_version": SCHEMA_VERSION + 1})
+    with pytest.raises(PowersweepError, match="written by a newer powersweep") as info:
+        read_recommendation(run)
+    assert info.value.exit_code == 2
