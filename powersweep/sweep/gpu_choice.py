@@ -231,8 +231,9 @@ def not_swept_busy(
         before, peak = before_pct.get(i, math.nan), peak_pct[i]
         rise = peak - (before if math.isfinite(before) else 0.0)
         if math.isfinite(rise) and rise >= UNSWEPT_RISE_PCT:
+            was = f"{before:.0f}%" if math.isfinite(before) else "no reading"
             warn(
-                f"GPU {i} got busy during the warm-up ({before:.0f}% -> {peak:.0f}% utilization) "
+                f"GPU {i} got busy during the warm-up ({was} -> {peak:.0f}% utilization) "
                 "but is not swept: it may serve the model too; use --gpus to include it"
             )
     return {
