@@ -93,7 +93,8 @@ def _points_lines(
     mems = sorted({p.mem_lock_mhz for p in points if p.mem_lock_mhz is not None}, reverse=True)
     held = points[0].cap_w
     limit = f"{held:g} W held (--cap)" if held is not None else f"{caps_w[0]:g} W (in force)"
-    out = [f"axis: {axis}, {len(points)} points under a {limit} power limit"]
+    noun = "point" if len(points) == 1 else "points"
+    out = [f"axis: {axis}, {len(points)} {noun} under a {limit} power limit"]
     out.append(
         "SM locks (MHz): " + (", ".join(f"{f:g}" for f in sms) if sms else "none (unlocked)")
     )

@@ -173,3 +173,15 @@ def test_a_clock_dry_run_lists_its_points_under_the_limit_in_force(tmp_path: Pat
     assert plan.points == (SweepPoint(None, 1500.0, None), SweepPoint(None, 900.0, None))
     assert "axis: sm-clock, 2 points under a 320 W (in force) power limit" in plan.lines()
     assert gpu.sm_lock_mhz is None and gpu.calls["lock_sm_clock"] == 0
+
+
+def test_a_one_point_plan_says_point() -> None:
+    lines = _dry(
+        points=(SweepPoint(None, 1500.0, None),),
+        axis="sm-clock",
+        caps_w=(320.0,),
+        estimated_wall_s=None,
+        estimated_run_s=60.0,
+        journal_path=None,
+    ).lines()
+    assert "axis: sm-clock, 1 point under a 320 W (in force) power limit" in lines
