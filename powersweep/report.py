@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from powersweep import analysis
+from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.clock_summary import (
     clocks_versus_power,
     render_clocks_versus_power,
@@ -23,6 +24,7 @@ from powersweep.analysis.clock_summary import (
 from powersweep.analysis.context import CardFacts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.axes import AnalysisSettings, axis_of
@@ -114,12 +116,12 @@ def build_report(
         if charts:
             written += axis.charts(curve, result, target / "charts", formats=formats, title=title)
         # without latency columns (an older run) the summary says so; there is nothing to draw
-        if (latency_chart or (charts and settings.serving.has_target)) and _plots().has_latency(
-            result
-        ):
-            written += _plots().render_latency_chart(
-                result, target / "charts", formats=formats, title=title
-            )
+        if latency_chart or (charts and settings.serving.has_target):
+            typed = (ClockAnalysis if axis.locks_clocks else PowerAnalysis).from_json(result)
+            if _plots().has_latency(typed):
+                written += _plots().render_latency_chart(
+                    typed, target / "charts", formats=formats, title=title
+                )
     return Report(report.analysis, report.summary, tuple(written))
 
 
@@ -224,7 +226,9 @@ def build_clock_comparison(
     settings = AnalysisSettings(max_tps_loss_pct)
     power = power_curves[0][0].analyze(power_curves[0][1], settings)
     clocks = clock_curves[0][0].analyze(clock_curves[0][1], settings)
-    comparison = clocks_versus_power(power, clocks)
+    comparison = clocks_versus_power(
+        PowerAnalysis.from_json(power), ClockAnalysis.from_json(clocks)
+    )
     markdown = render_clocks_versus_power(comparison)
     written: list[Path] = []
     if write:
@@ -247,7 +251,10 @@ def build_clock_comparison(
         written += [json_path, md_path]
         if charts:
             written += _plots().render_clock_charts(
-                clocks, target / "charts", power_analysis=power, only_pareto=True
+                ClockAnalysis.from_json(clocks),
+                target / "charts",
+                power_analysis=PowerAnalysis.from_json(power),
+                only_pareto=True,
             )
     return ClockComparison(power, clocks, comparison, markdown, tuple(written))
 
@@ -310,8 +317,9 @@ def build_cross_report(
             curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
         )
         pairs.append((curve, result))
-    cross = analysis.cross_mode(pairs)
-    markdown = render_cross_mode(cross)
+    typed_cross = analysis.cross_mode([(c, PowerAnalysis.from_json(a)) for c, a in pairs])
+    cross = typed_cross.to_json()
+    markdown = render_cross_mode(typed_cross)
     analyses = tuple(a for _, a in pairs)
     if on_analysis is not None:
         on_analysis(CrossReport(analyses, cross, markdown, ()))
@@ -320,7 +328,7 @@ def build_cross_report(
         for curve, result in pairs:
             target = out_dir / _run_name(curve.source) if out_dir else curve.out_dir
             with writing_into(target, given=out_dir is not None):
-                written += analysis.write_outputs(curve, result, target)
+                written += analysis.write_outputs(curve, PowerAnalysis.from_json(result), target)
         target = out_dir or Path(os.path.commonpath([c.out_dir.resolve().parent for c, _ in pairs]))
         json_path = target / f"{CROSS_MODE_STEM}.json"
         md_path = target / f"{CROSS_MODE_STEM}.md"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.fleet_answer import FleetOptions, fleet_report
+from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.analysis.fleet_summary import write_fleet_outputs
 from powersweep.plots.fleet_charts import render_fleet_charts
 from powersweep.sim.synthetic_fleet import synthetic_fleet
@@ -43,10 +44,10 @@ def make_fleet(root: Path, n: int) -> None:
         (card.run_dir / "analysis.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
-def time_report(root: Path, out: Path, repeat: int, reanalyze: bool) -> tuple[float, dict]:
+def time_report(root: Path, out: Path, repeat: int, reanalyze: bool) -> tuple[float, FleetReport]:
     """Median wall seconds of the whole fleet report, and the last report."""
     times = []
-    fleet: dict = {}
+    fleet = FleetReport()
     for _ in range(repeat):
         t0 = time.perf_counter()
         fleet = fleet_report([root], FleetOptions(tariff_per_kwh=0.3, reanalyze=reanalyze))
@@ -72,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet of {args.runs} runs ready in {time.perf_counter() - started:.1f} s")
         wall, fleet = time_report(root, tmp / "report", args.repeat, reanalyze=False)
         cold, _ = time_report(root, tmp / "cold", args.repeat, reanalyze=True)
-        groups = fleet["groups"]
+        groups = fleet.groups
         print(
-            f"fleet report over {fleet['n_runs']} runs: {wall:.2f} s "
+            f"fleet report over {fleet.n_runs} runs: {wall:.2f} s "
             f"(target {TARGET_S:.0f} s, ratio {wall / TARGET_S:.2f}); "
-            f"{len(groups)} group(s), {sum(len(g['outliers']) for g in groups)} outlier(s)"
+            f"{len(groups)} group(s), {sum(len(g.outliers) for g in groups)} outlier(s)"
         )
         print(
             f"with --reanalyze (every caps.csv analysed): {cold:.2f} s "

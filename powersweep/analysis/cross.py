@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import replace
 
-from powersweep.analysis.core import sanitize
+from powersweep.analysis.cross_result_types import CrossModeResult, ModeAtCap, SharedCap
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.summary import escape_md
 from powersweep.errors import UsageError
 
 
-def cross_mode(curves: list[tuple[Curve, dict[str, Any]]]) -> dict[str, Any]:
+def cross_mode(curves: list[tuple[Curve, PowerAnalysis]]) -> CrossModeResult:
     """Find the cap that serves every load mode best: the minimax TPS/W loss.
 
     For each cap measured (status ok) in every run, each mode loses
@@ -22,9 +23,9 @@ def cross_mode(curves: list[tuple[Curve, dict[str, Any]]]) -> dict[str, Any]:
         curves: ``(curve, analysis)`` pairs, one per load mode, of the same GPU model.
 
     Returns:
-        ``{cap_w, worst_loss_pct, modes: [{label, load_mode, metric, sweet_spot_cap_w,
-        sweet_spot_tps_per_w, tps_per_w, tps_per_w_loss_pct, tps, tps_change_vs_sweet_pct}],
-        caps: [{cap_w, worst_loss_pct}], warnings: [...]}``.
+        The shared cap and its worst loss, each mode at it against its own sweet spot, every
+        shared cap's worst loss, and warnings (``cross-mode.json`` is its ``to_json()``; a
+        non-finite number is None).
 
     Raises:
         UsageError: Fewer than two runs, a run without a sweet spot, or no cap common to all runs.
@@ -32,33 +33,33 @@ def cross_mode(curves: list[tuple[Curve, dict[str, Any]]]) -> dict[str, Any]:
     if len(curves) < 2:
         raise UsageError("cross-mode needs at least two runs (one per load mode)")
     tables: list[dict[float, tuple[float, float]]] = []
-    modes: list[dict[str, Any]] = []
+    modes: list[ModeAtCap] = []
+    sweet_tpw: list[float] = []
     warnings: list[str] = []
     gpu_names = set()
     for curve, analysis in curves:
-        sweet = analysis.get("sweet_spot")
-        if not sweet or sweet.get("tps_per_w") is None:
+        sweet = analysis.sweet_spot
+        if sweet is None or sweet.tps_per_w is None:
             raise UsageError(f"{curve.source}: no sweet spot (no cap measured ok)")
         table = {
-            round(float(row["cap_w"]), 1): (float(row["tps_per_w"]), float(row["tps"]))
-            for row in analysis.get("caps", [])
-            if row.get("status") == "ok"
-            and row.get("tps_per_w") is not None
-            and row.get("tps") is not None
+            round(float(row.cap_w), 1): (float(row.tps_per_w), float(row.tps))
+            for row in analysis.caps
+            if row.status == "ok" and row.tps_per_w is not None and row.tps is not None
         }
         tables.append(table)
-        run = analysis.get("run") or {}
-        gpu_names.add(run.get("gpu_name"))
+        run = analysis.run
+        gpu_names.add(run.gpu_name)
+        sweet_tpw.append(sweet.tps_per_w)
         modes.append(
-            {
-                "label": run.get("load_mode") or curve.source.name,
-                "load_mode": run.get("load_mode"),
-                "metric": analysis.get("metric"),
-                "source": str(curve.source),
-                "sweet_spot_cap_w": sweet["cap_w"],
-                "sweet_spot_tps_per_w": sweet["tps_per_w"],
-                "sweet_spot_tps": sweet.get("tps"),
-            }
+            ModeAtCap(
+                label=run.load_mode or curve.source.name,
+                load_mode=run.load_mode,
+                metric=analysis.metric,
+                source=str(curve.source),
+                sweet_spot_cap_w=_finite(sweet.cap_w),
+                sweet_spot_tps_per_w=_finite(sweet.tps_per_w),
+                sweet_spot_tps=_finite(sweet.tps),
+            )
         )
     if len(gpu_names - {None}) > 1:
         warnings.append(
@@ -71,51 +72,60 @@ def cross_mode(curves: list[tuple[Curve, dict[str, Any]]]) -> dict[str, Any]:
         raise UsageError("the runs share no measured cap; sweep the same caps in every mode")
 
     def losses(cap: float) -> list[float]:
-        return [
-            1.0 - table[cap][0] / mode["sweet_spot_tps_per_w"]
-            for table, mode in zip(tables, modes, strict=True)
-        ]
+        return [1.0 - table[cap][0] / tpw for table, tpw in zip(tables, sweet_tpw, strict=True)]
 
     scored = [(max(losses(cap)), cap) for cap in common]
     worst, best_cap = min(scored)
-    for table, mode in zip(tables, modes, strict=True):
+    at_cap: list[ModeAtCap] = []
+    for table, mode, own_tpw in zip(tables, modes, sweet_tpw, strict=True):
         tpw, tps = table[best_cap]
-        sweet_tps = mode.get("sweet_spot_tps")
-        mode["tps_per_w"] = tpw
-        mode["tps_per_w_loss_pct"] = (1.0 - tpw / mode["sweet_spot_tps_per_w"]) * 100.0
-        mode["tps"] = tps
-        mode["tps_change_vs_sweet_pct"] = (
-            (tps / sweet_tps - 1.0) * 100.0 if sweet_tps and math.isfinite(sweet_tps) else None
+        sweet_tps = mode.sweet_spot_tps
+        at_cap.append(
+            replace(
+                mode,
+                tps_per_w=_finite(tpw),
+                tps_per_w_loss_pct=_finite((1.0 - tpw / own_tpw) * 100.0),
+                tps=_finite(tps),
+                tps_change_vs_sweet_pct=(
+                    _finite((tps / sweet_tps - 1.0) * 100.0) if sweet_tps else None
+                ),
+            )
         )
-    return sanitize(
-        {
-            "cap_w": best_cap,
-            "worst_loss_pct": worst * 100.0,
-            "modes": modes,
-            "caps": [{"cap_w": cap, "worst_loss_pct": loss * 100.0} for loss, cap in scored],
-            "warnings": warnings,
-        }
+    return CrossModeResult(
+        cap_w=_finite(best_cap),
+        worst_loss_pct=_finite(worst * 100.0),
+        modes=at_cap,
+        caps=[
+            SharedCap(cap_w=_finite(cap), worst_loss_pct=_finite(loss * 100.0))
+            for loss, cap in scored
+        ],
+        warnings=warnings,
     )
 
 
-def render_cross_mode(result: dict[str, Any]) -> str:
+def _finite(value: float | None) -> float | None:
+    """The number, or None where it is not finite (as cross-mode.json writes NaN)."""
+    return value if value is None or math.isfinite(value) else None
+
+
+def render_cross_mode(result: CrossModeResult) -> str:
     """Render a :func:`cross_mode` result as a paste-ready markdown section.
 
     Args:
-        result: The dict from :func:`cross_mode`.
+        result: The result of :func:`cross_mode`.
 
     Returns:
         GitHub markdown: the mixed-workload cap, what it costs each mode against that mode's own
         sweet spot, the next-best shared caps and any warnings.
     """
-    cap = result.get("cap_w")
-    worst = result.get("worst_loss_pct")
-    modes = result.get("modes") or []
+    cap = result.cap_w
+    worst = result.worst_loss_pct
+    modes = result.modes
     lines = ["## Mixed workload: one cap for every load mode", ""]
     if cap is None:
         return "\n".join([*lines, "No cap was measured in every run.", ""])
-    costly = max(modes, key=lambda m: m.get("tps_per_w_loss_pct") or 0.0) if modes else None
-    who = f" ({escape_md(costly['label'])})" if costly and (worst or 0.0) > 0.05 else ""
+    costly = max(modes, key=lambda m: m.tps_per_w_loss_pct or 0.0) if modes else None
+    who = f" ({escape_md(costly.label)})" if costly and (worst or 0.0) > 0.05 else ""
     lines += [
         f"**Set {_num(cap, 0)} W.** Across the {len(modes)} load modes it gives up at most "
         f"**{_num(worst, 1)}%** of a mode's best TPS/W{who}.",
@@ -127,22 +137,22 @@ def render_cross_mode(result: dict[str, Any]) -> str:
     ]
     for m in modes:
         lines.append(
-            f"| {escape_md(m.get('label'))} "
-            f"| {escape_md(_METRIC_NAMES.get(str(m.get('metric')), m.get('metric')))} "
-            f"| {_num(m.get('sweet_spot_cap_w'), 0)} | {_num(m.get('sweet_spot_tps_per_w'), 4)} "
-            f"| {_num(m.get('tps_per_w'), 4)} | {_num(m.get('tps_per_w_loss_pct'), 1)} "
-            f"| {_num(m.get('tps'), 2)} | {_signed(m.get('tps_change_vs_sweet_pct'))} |"
+            f"| {escape_md(m.label)} "
+            f"| {escape_md(_METRIC_NAMES.get(str(m.metric), m.metric))} "
+            f"| {_num(m.sweet_spot_cap_w, 0)} | {_num(m.sweet_spot_tps_per_w, 4)} "
+            f"| {_num(m.tps_per_w, 4)} | {_num(m.tps_per_w_loss_pct, 1)} "
+            f"| {_num(m.tps, 2)} | {_signed(m.tps_change_vs_sweet_pct)} |"
         )
     ranked = sorted(
-        (c for c in result.get("caps") or [] if c.get("worst_loss_pct") is not None),
-        key=lambda c: (c["worst_loss_pct"], c["cap_w"]),
+        (c for c in result.caps if c.worst_loss_pct is not None),
+        key=lambda c: (c.worst_loss_pct, c.cap_w),
     )[:5]
     if len(ranked) > 1:
         lines += ["", "Shared caps by worst TPS/W loss over the modes (lower is better):", ""]
         lines.append(
-            ", ".join(f"{_num(c['cap_w'], 0)} W: {_num(c['worst_loss_pct'], 1)}%" for c in ranked)
+            ", ".join(f"{_num(c.cap_w, 0)} W: {_num(c.worst_loss_pct, 1)}%" for c in ranked)
         )
-    for warning in result.get("warnings") or []:
+    for warning in result.warnings:
         lines += ["", f"- **warning**: {escape_md(warning)}"]
     lines += [
         "",
@@ -156,13 +166,13 @@ def render_cross_mode(result: dict[str, Any]) -> str:
 _METRIC_NAMES = {"narr_tps": "decode TPS", "prefill_tps": "prefill TPS"}
 
 
-def _num(value: Any, digits: int) -> str:
+def _num(value: float | None, digits: int) -> str:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         return "—"
     return f"{value:.{digits}f}"
 
 
-def _signed(value: Any) -> str:
+def _signed(value: float | None) -> str:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         return "—"
     return f"{value:+.1f}"

@@ -7,8 +7,8 @@ whole group (a fleet cap on the power axis, a fleet SM and/or memory lock on a c
 code path, :mod:`.fleet_axis` says which), prices it against the default limit (or the highest
 lock measured) and names the cards whose curve, draw or temperature departs from their group.
 The answer is a setting every card measured (or the straight line between two it measured),
-never a fit. The result is the JSON-ready dict written as ``fleet.json``; the markdown and the
-charts are drawn from it alone.
+never a fit. The report is built as the JSON-ready dict ``fleet.json`` holds and handed on typed
+(:class:`~.fleet_result_types.FleetReport`); the markdown and the charts are drawn from it alone.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from powersweep.analysis.fleet_cards import (
 from powersweep.analysis.fleet_grid import Grid, fleet_setting, group_grid, within_noise
 from powersweep.analysis.fleet_load import load_curves
 from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
+from powersweep.analysis.fleet_result_types import FleetGroup, FleetReport
 from powersweep.analysis.load import Curve
 from powersweep.errors import UsageError
 
@@ -79,7 +80,7 @@ def check_options(opts: FleetOptions) -> None:
         )
 
 
-def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> dict[str, Any]:
+def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> FleetReport:
     """Load, analyse and summarise every run under ``paths``.
 
     Args:
@@ -87,7 +88,7 @@ def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> 
         options: Tariff, duty and near-peak tolerance.
 
     Returns:
-        The fleet report (``fleet.json``), NaN as None.
+        The fleet report (``fleet.json`` is its ``to_json()``), NaN as None.
 
     Raises:
         UsageError: A path holds no run, an option is out of range, or no run could be read.
@@ -104,7 +105,7 @@ def fleet_report(paths: Sequence[Path], options: FleetOptions | None = None) -> 
 
 def summarise(
     curves: Sequence[Curve], failed: Sequence[tuple[Path, str]], opts: FleetOptions
-) -> dict[str, Any]:
+) -> FleetReport:
     """The fleet report of loaded curves (see :func:`fleet_report`)."""
     root = common_root([c.source for c in curves])
     cards: list[CardCurve] = []
@@ -129,7 +130,7 @@ def summarise(
         for c in cards
         if c.status not in ("complete", "unknown")
     ]
-    return sanitize(
+    doc = sanitize(
         {
             "schema_version": 1,
             "tool": {"name": "powersweep", "version": __version__},
@@ -152,6 +153,7 @@ def summarise(
             },
         }
     )
+    return FleetReport.from_json(doc)
 
 
 def _f(value: Any) -> float:
@@ -490,13 +492,13 @@ def _pct(a: Any, b: Any) -> float:
         return NAN
 
 
-def group_title(group: Mapping[str, Any]) -> str:
+def group_title(group: FleetGroup) -> str:
     """A group's name in headings and charts: GPU (times count), load mode, model, and the
     axis when it is not the power cap."""
-    gpu = str(group.get("gpu_name") or "unknown GPU")
-    n = int(group.get("n_gpus") or 1)
+    gpu = str(group.gpu_name or "unknown GPU")
+    n = int(group.n_gpus or 1)
     if n > 1:
         gpu = f"{n} x {gpu}"
-    axis = (group.get("axis") or {}).get("name", POWER)
+    axis = group.axis_name
     tail = "" if axis == POWER else f" · {axis}"
-    return f"{gpu} · {group.get('load_mode')} · {group.get('model')}{tail}"
+    return f"{gpu} · {group.load_mode} · {group.model}{tail}"

@@ -9,9 +9,11 @@ of a run's rows is which, how the report's keys are named (``sweet_spot_w`` on t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
+from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis
 
 POWER = "power"
 CLOCK_AXES = ("sm-clock", "mem-clock", "grid")
@@ -87,29 +89,21 @@ AXES: dict[str, FleetAxis] = {
 }
 
 
-def axis_of_analysis(result: Mapping[str, Any]) -> FleetAxis:
+def axis_of_analysis(result: PowerAnalysis | ClockAnalysis) -> FleetAxis:
     """The axis an analysis (analysis.json) was made on: a clock analysis names its own."""
-    if result.get("kind") == "clocks":
-        return AXES.get(str(result.get("axis")), AXES["sm-clock"])
+    if isinstance(result, ClockAnalysis):
+        return AXES.get(result.axis, AXES["sm-clock"])
     return AXES[POWER]
 
 
-def axis_from_group(group: Mapping[str, Any]) -> FleetAxis:
-    """The axis of a fleet.json group (a report written before axes were named: power)."""
-    axis = group.get("axis")
-    name = axis.get("name") if isinstance(axis, Mapping) else None
-    return AXES.get(str(name), AXES[POWER])
-
-
-def rows_of(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def rows_of(result: PowerAnalysis | ClockAnalysis) -> list[CapRow] | list[LockPoint]:
     """An analysis's measured settings, one row each: the caps (status ok) of a power run, the
     usable points (repeats pooled) of a clock run."""
-    if result.get("kind") == "clocks":
-        return [p for p in result.get("points") or [] if isinstance(p, Mapping)]
-    return [r for r in result.get("caps") or [] if r.get("status") == "ok"]
+    if isinstance(result, ClockAnalysis):
+        return list(result.points)
+    return [r for r in result.caps if r.status == "ok"]
 
 
-def best_of(result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def best_of(result: PowerAnalysis | ClockAnalysis) -> Pick | LockPoint | None:
     """The card's own best: its sweet spot (a power run) or efficiency peak (a clock run)."""
-    best = result.get("peak") if result.get("kind") == "clocks" else result.get("sweet_spot")
-    return best if isinstance(best, Mapping) else None
+    return result.peak if isinstance(result, ClockAnalysis) else result.sweet_spot

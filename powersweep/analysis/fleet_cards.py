@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from powersweep import __version__
 from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.clock_curve import is_clock_curve
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.core import analyze
 from powersweep.analysis.fleet_axis import FleetAxis, axis_of_analysis, best_of, rows_of
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, RunFacts
 from powersweep.errors import UsageError
 
 NAN = math.nan
@@ -155,8 +158,8 @@ def unreadable(run_dir: Path, error: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return entry
     if isinstance(run, dict) and run.get("status") not in (None, "complete"):
-        entry["status"] = run.get("status")
-        entry["error"] = run.get("error") or f"{error} (no error recorded)"
+        entry["status"] = _text(run.get("status"))
+        entry["error"] = _text(run.get("error") or f"{error} (no error recorded)")
     return entry
 
 
@@ -174,43 +177,47 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
     result = None if reanalyze else _stored_analysis(curve, max_tps_loss_pct, clock)
     if result is None:
         result = (
-            analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct, bootstrap=0)
+            ClockAnalysis.from_json(
+                analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct, bootstrap=0)
+            )
             if clock
-            else analyze(curve, bootstrap=0, max_tps_loss_pct=max_tps_loss_pct)
+            else PowerAnalysis.from_json(
+                analyze(curve, bootstrap=0, max_tps_loss_pct=max_tps_loss_pct)
+            )
         )
     axis = axis_of_analysis(result)
     best = best_of(result)
-    rows = [r for r in rows_of(result) if _ok(r.get("tps")) and _ok(r.get("power_w"))]
+    rows = [r for r in rows_of(result) if _ok(r.tps) and _ok(r.power_w)]
     if not rows or best is None:
         return None
-    by_setting: dict[tuple[float, float], Mapping[str, Any]] = {}
+    by_setting: dict[tuple[float, float], CapRow | LockPoint] = {}
     for r in rows:  # one row per setting (the last measured), as the analysis uses
         by_setting[_setting(r, axis)] = r
     settings = sorted(by_setting, key=lambda s: (_tier_order(s[1]), s[0]))
     facts = _row_facts(curve, axis)
-    run = result["run"]
+    run = result.run
     meta = curve.run or {}
     sim = meta.get("simulation") or {}
     # a simulated card is named by its simulated node (many of them share one real host)
     host = (sim.get("node") if isinstance(sim, dict) else None) or meta.get("host")
     rel = os.path.relpath(curve.source, root) if curve.source != root else curve.source.name
-    temp = [_num(by_setting[s].get("temp_max_c")) for s in settings]
+    temp = [_num(_temp_of(by_setting[s])) for s in settings]
     return CardCurve(
         label=str(host or rel),
         run_dir=str(curve.source),
         key=(
-            str(run.get("gpu_name") or "unknown GPU"),
-            int(run.get("n_gpus") or 1),
-            str(run.get("load_mode") or "unknown mode"),
-            str(run.get("model") or "unknown model"),
+            str(run.gpu_name or "unknown GPU"),
+            int(run.n_gpus or 1),
+            str(run.load_mode or "unknown mode"),
+            str(run.model or "unknown model"),
             axis.name,
         ),
         axis=axis,
-        metric=str(result["metric"]),
+        metric=str(result.metric),
         x=np.array([s[0] for s in settings], dtype=float),
         tier=np.array([s[1] for s in settings], dtype=float),
-        tps=np.array([float(by_setting[s]["tps"]) for s in settings]),
-        power_w=np.array([float(by_setting[s]["power_w"]) for s in settings]),
+        tps=np.array([_num(by_setting[s].tps) for s in settings]),
+        power_w=np.array([_num(by_setting[s].power_w) for s in settings]),
         # the analysis's own reading where it has one, else caps.csv's (a clock point's)
         temp_c=np.array(
             [
@@ -220,15 +227,11 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
         ),
         thermal_pct=np.array([facts.get(s, (NAN, 0.0))[1] for s in settings]),
         best=_setting(best, axis),
-        near_peak=_setting(result.get("near_peak") or {}, axis),
-        envelope_w=(
-            _num(run.get("min_limit_w")),
-            _num(run.get("default_limit_w")),
-            _num(run.get("max_limit_w")),
-        ),
+        near_peak=_setting(result.near_peak, axis),
+        envelope_w=(_num(run.min_limit_w), _num(run.default_limit_w), _num(run.max_limit_w)),
         # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
-        status=str(meta.get("status") or run.get("status") or "unknown"),
-        error=meta.get("error"),
+        status=str(meta.get("status") or run.status or "unknown"),
+        error=_text(meta.get("error")),
         defaults_w=_defaults_by_gpu(run),
         host=str(host) if host else None,
         gpus=_gpus(meta),
@@ -236,9 +239,26 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
     )
 
 
-def _setting(row: Mapping[str, Any], axis: FleetAxis) -> tuple[float, float]:
+def _setting(row: CapRow | Pick | LockPoint | None, axis: FleetAxis) -> tuple[float, float]:
+    """An analysis row's (or pick's) setting on the axis: (x, tier); NaN where it has none."""
+    if row is None:
+        return NAN, NAN
+    keys: dict[str, float | None] = {"cap_w": row.cap_w}
+    if isinstance(row, LockPoint):
+        keys.update(sm_lock_mhz=row.sm_lock_mhz, mem_lock_mhz=row.mem_lock_mhz)
+    tier = _num(keys.get(axis.tier_key)) if axis.tier_key else NAN
+    return _num(keys.get(axis.setting_key)), tier
+
+
+def _csv_setting(row: Mapping[str, Any], axis: FleetAxis) -> tuple[float, float]:
+    """A caps.csv row's setting on the axis: (x, tier)."""
     tier = _num(row.get(axis.tier_key)) if axis.tier_key else NAN
     return _num(row.get(axis.setting_key)), tier
+
+
+def _temp_of(row: CapRow | LockPoint) -> float | None:
+    """The hottest reading the analysis kept for a setting (a cap's row has one)."""
+    return row.temp_max_c if isinstance(row, CapRow) else None
 
 
 def _tier_order(tier: float) -> float:
@@ -250,7 +270,7 @@ def _row_facts(curve: Curve, axis: FleetAxis) -> dict[tuple[float, float], tuple
     caps = curve.caps
     out: dict[tuple[float, float], tuple[float, float]] = {}
     for row in caps.iter_rows(named=True):
-        setting = _setting(row, axis)
+        setting = _csv_setting(row, axis)
         if not math.isfinite(setting[0]):
             continue
         thermal = _num(row.get("thermal_throttle_pct"))
@@ -271,19 +291,22 @@ def _held_cap(run: Mapping[str, Any]) -> float | None:
     return held if math.isfinite(held) and held > 0 else None
 
 
-def _defaults_by_gpu(run: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+def _defaults_by_gpu(run: RunFacts) -> tuple[tuple[str, float], ...]:
     """Each card's name and default limit on a rig of different cards (analysis ``run``)."""
-    defaults = run.get("default_limits_w") or []
-    names = run.get("gpu_names") or []
+    defaults = run.default_limits_w or []
+    names = run.gpu_names or []
     if not defaults or len(names) != len(defaults):
         return ()
     return tuple((str(n), float(d)) for n, d in zip(names, defaults, strict=True))
 
 
-def _stored_analysis(curve: Curve, max_tps_loss_pct: float, clock: bool) -> dict[str, Any] | None:
+def _stored_analysis(
+    curve: Curve, max_tps_loss_pct: float, clock: bool
+) -> PowerAnalysis | ClockAnalysis | None:
     """The run's analysis.json when it is what the analysis would say now: written by this
     powersweep version after caps.csv last changed, of the same kind, with the same near-peak
-    tolerance. A sweep always leaves one, and reading it is what keeps a thousand runs fast."""
+    tolerance. A sweep always leaves one, and reading it is what keeps a thousand runs fast. A
+    file that does not follow the schema is analysed again, as a stale one is."""
     path = curve.source / "analysis.json"
     try:
         if path.stat().st_mtime < (curve.source / "caps.csv").stat().st_mtime:
@@ -293,16 +316,26 @@ def _stored_analysis(curve: Curve, max_tps_loss_pct: float, clock: bool) -> dict
         return None
     if not isinstance(data, dict) or data.get("schema_version") != 1:
         return None
-    near = data.get("near_peak") or {}
+    # the kind picks the model; the keys a model would default must have been written
+    if (data.get("kind") == "clocks") != clock or not {
+        "run",
+        "metric",
+        "points" if clock else "caps",
+    } <= data.keys():
+        return None
+    try:
+        result = ClockAnalysis.from_json(data) if clock else PowerAnalysis.from_json(data)
+    except UsageError:
+        return None
+    near = result.near_peak
+    tolerance = UNSET if near is None else near.max_tps_loss_pct
     fresh = (
-        (data.get("tool") or {}).get("version") == __version__
-        and (data.get("kind") == "clocks") == clock
-        and isinstance(data.get("caps" if not clock else "points"), list)
-        and isinstance(data.get("run"), dict)
-        and data.get("metric") == curve.metric
-        and near.get("max_tps_loss_pct", max_tps_loss_pct) == max_tps_loss_pct
+        result.tool is not None
+        and result.tool.version == __version__
+        and result.metric == curve.metric
+        and (isinstance(tolerance, UnsetType) or tolerance == max_tps_loss_pct)
     )
-    return data if fresh else None
+    return result if fresh else None
 
 
 def unique_labels(cards: list[CardCurve], root: Path) -> list[CardCurve]:
@@ -325,3 +358,8 @@ def _num(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return NAN
+
+
+def _text(value: Any) -> str | None:
+    """A run.json field as text (None stays None): fleet.json's fields are strings."""
+    return value if value is None or isinstance(value, str) else str(value)

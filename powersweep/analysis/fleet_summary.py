@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from powersweep.analysis.fleet_answer import group_title
-from powersweep.analysis.fleet_axis import FleetAxis, axis_from_group
+from powersweep.analysis.fleet_axis import FleetAxis
+from powersweep.analysis.fleet_result_types import (
+    Dist,
+    Envelope,
+    FleetAnswer,
+    FleetCard,
+    FleetGroup,
+    FleetReport,
+    Savings,
+    Setting,
+    WithinNoise,
+)
+from powersweep.analysis.result_types import known
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT, escape_md
 from powersweep.errors import PowersweepError
 
@@ -21,7 +32,7 @@ MOST_AFFECTED_ROWS = 10
 MAX_PROBLEM_ROWS = 15
 
 
-def _n(value: Any, fmt: str = ".0f", unit: str = "") -> str:
+def _n(value: float | None, fmt: str = ".0f", unit: str = "") -> str:
     if value is None:
         return "—"
     try:
@@ -30,66 +41,69 @@ def _n(value: Any, fmt: str = ".0f", unit: str = "") -> str:
         return "—"
 
 
-def _plural(n: Any, noun: str) -> str:
+def _plural(n: int | None, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _dist_row(name: str, d: Mapping[str, Any], unit: str = "W") -> str:
+def _dist_row(name: str, d: Dist | None, unit: str = "W") -> str:
+    d = d or Dist()
     return (
-        f"| {name} | {_n(d.get('median'), '.0f', f' {unit}')} | "
-        f"{_n(d.get('q1'))}-{_n(d.get('q3'), '.0f', f' {unit}')} | "
-        f"{_n(d.get('min'))}-{_n(d.get('max'), '.0f', f' {unit}')} |\n"
+        f"| {name} | {_n(d.median, '.0f', f' {unit}')} | "
+        f"{_n(d.q1)}-{_n(d.q3, '.0f', f' {unit}')} | "
+        f"{_n(d.min)}-{_n(d.max, '.0f', f' {unit}')} |\n"
     )
 
 
-def _pct_row(name: str, d: Mapping[str, Any]) -> str:
+def _pct_row(name: str, d: Dist | None) -> str:
+    d = d or Dist()
     return (
-        f"| {name} | {_n(d.get('median'), '+.1f', '%')} | "
-        f"{_n(d.get('q1'), '+.1f')} to {_n(d.get('q3'), '+.1f', '%')} | "
-        f"{_n(d.get('min'), '+.1f')} to {_n(d.get('max'), '+.1f', '%')} |\n"
+        f"| {name} | {_n(d.median, '+.1f', '%')} | "
+        f"{_n(d.q1, '+.1f')} to {_n(d.q3, '+.1f', '%')} | "
+        f"{_n(d.min, '+.1f')} to {_n(d.max, '+.1f', '%')} |\n"
     )
 
 
-def setting_text(axis: FleetAxis, setting: Mapping[str, Any]) -> str:
+def setting_text(axis: FleetAxis, setting: Setting | FleetAnswer | None) -> str:
     """``280 W`` or ``SM 1425 MHz`` (a grid: ``SM 1425 MHz / mem 2619 MHz``)."""
+    setting = setting or Setting()
     if axis.name == "power":
-        return _n(setting.get("cap_w"), "g", " W")
+        return _n(known(setting.cap_w), "g", " W")
     parts = []
-    for key, name in (("sm_lock_mhz", "SM"), ("mem_lock_mhz", "mem")):
-        if setting.get(key) is not None:
-            parts.append(f"{name} {_n(setting.get(key), '.0f', ' MHz')}")
+    for value, name in ((known(setting.sm_lock_mhz), "SM"), (known(setting.mem_lock_mhz), "mem")):
+        if value is not None:
+            parts.append(f"{name} {_n(value, '.0f', ' MHz')}")
     return " / ".join(parts) or "unlocked"
 
 
-def _noise_text(fc: Mapping[str, Any], unit: str) -> str:
+def _noise_text(fc: FleetAnswer, unit: str) -> str:
     """``270-290 W within noise`` from the resampled cards (or why no noise is known)."""
-    noise = fc.get("within_noise") or {}
-    xs = [float(x) for x in noise.get("x") or [] if x is not None]
-    if not noise.get("resamples"):
+    noise = fc.within_noise or WithinNoise()
+    xs = [float(x) for x in noise.x if x is not None]
+    if not noise.resamples:
         return "fewer than 3 cards: the median of their own best, no noise known"
     if len(xs) <= 1:
         return "no other setting within noise, resampling the cards"
     return f"{min(xs):.0f}-{max(xs):.0f} {unit} within noise, resampling the cards"
 
 
-def _answer_md(g: Mapping[str, Any], axis: FleetAxis, unit: str) -> str:
+def _answer_md(g: FleetGroup, axis: FleetAxis, unit: str) -> str:
     """The fleet cap (or lock) line: the setting, its noise, fleet TPS/W against the reference."""
-    fc = g.get(axis.answer_key) or {}
+    fc = g.answer or FleetAnswer()
     if axis.name == "power":
-        by_gpu = fc.get("pct_of_default_by_gpu") or []
+        by_gpu = known(fc.pct_of_default_by_gpu) or []
         share = (
             ", ".join(
-                f"{_n(b.get('pct_of_default'), '.0f', '%')} of the "
-                f"{escape_md(str(b.get('gpu_name')))}'s {_n(b.get('default_w'), '.0f', ' W')} "
+                f"{_n(b.pct_of_default, '.0f', '%')} of the "
+                f"{escape_md(str(b.gpu_name))}'s {_n(b.default_w, '.0f', ' W')} "
                 "default"
                 for b in by_gpu
             )
             if by_gpu
-            else f"{_n(fc.get('pct_of_default'), '.0f', '%')} of the default limit"
+            else f"{_n(known(fc.pct_of_default), '.0f', '%')} of the default limit"
         )
         against = "at the default limit"
     else:
-        held = fc.get("held_cap_w")
+        held = known(fc.held_cap_w)
         share = (
             f"under the {_n(held, 'g', ' W')} limit the runs held"
             if held
@@ -99,52 +113,50 @@ def _answer_md(g: Mapping[str, Any], axis: FleetAxis, unit: str) -> str:
     return (
         f"**Fleet {axis.noun if axis.name != 'power' else 'cap'}: "
         f"{setting_text(axis, fc)}** ({share}; {_noise_text(fc, axis.unit)}): fleet "
-        f"{_n(fc.get('fleet_tps_per_w'), '.4f')} {unit}/W against "
-        f"{_n(fc.get('fleet_tps_per_w_at_reference'), '.4f')} {against} "
-        f"(outliers left out of the choice: {fc.get('excluded_outliers', 0)}).\n\n"
+        f"{_n(fc.fleet_tps_per_w, '.4f')} {unit}/W against "
+        f"{_n(fc.fleet_tps_per_w_at_reference, '.4f')} {against} "
+        f"(outliers left out of the choice: {fc.excluded_outliers}).\n\n"
     )
 
 
-def _versus_power_md(g: Mapping[str, Any], axis: FleetAxis, unit: str) -> str:
-    vp = g.get("versus_power")
-    if not vp:
+def _versus_power_md(g: FleetGroup, axis: FleetAxis, unit: str) -> str:
+    vp = known(g.versus_power)
+    if vp is None:
         return ""
     return (
         f"Beside the power axis (the same GPU, load and model): the fleet "
-        f"{axis.noun} gives {_n(vp.get('tps_per_w_vs_fleet_cap_pct'), '+.1f', '%')} {unit}/W "
-        f"and {_n(vp.get('tps_per_card_vs_fleet_cap_pct'), '+.1f', '%')} {unit} per card "
-        f"against the fleet cap of {_n(vp.get('fleet_cap_w'), 'g', ' W')} "
-        f"({_n(vp.get('fleet_cap_tps_per_w'), '.4f')} {unit}/W).\n\n"
+        f"{axis.noun} gives {_n(vp.tps_per_w_vs_fleet_cap_pct, '+.1f', '%')} {unit}/W "
+        f"and {_n(vp.tps_per_card_vs_fleet_cap_pct, '+.1f', '%')} {unit} per card "
+        f"against the fleet cap of {_n(vp.fleet_cap_w, 'g', ' W')} "
+        f"({_n(vp.fleet_cap_tps_per_w, '.4f')} {unit}/W).\n\n"
     )
 
 
-def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
-    axis = axis_from_group(g)
-    sv = g.get("savings") or {}
-    env = g.get("envelope_w") or {}
-    unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
+def _group_md(g: FleetGroup, tariff: float | None, duty: float) -> str:
+    axis = g.fleet_axis
+    sv = g.savings or Savings()
+    env = g.envelope_w or Envelope()
+    unit = "prefill TPS" if g.metric == "prefill_tps" else "TPS"
     out = [f"### {escape_md(group_title(g))}\n\n"]
     out.append(
-        f"{_plural(g.get('n_cards'), 'card')}; envelope "
-        f"{_n(env.get('min'))}/{_n(env.get('default'))}/"
-        f"{_n(env.get('max'), '.0f', ' W')} (min/default/max, most cards); "
-        f"step {_n(g.get(axis.key('step')), '.0f', ' ' + axis.unit)}.\n\n"
+        f"{_plural(g.n_cards, 'card')}; envelope "
+        f"{_n(env.min)}/{_n(env.default)}/"
+        f"{_n(env.max, '.0f', ' W')} (min/default/max, most cards); "
+        f"step {_n(g.step, '.0f', ' ' + axis.unit)}.\n\n"
     )
     out.append(_answer_md(g, axis, unit))
     out.append(_versus_power_md(g, axis, unit))
-    fc = g.get(axis.answer_key) or {}
+    fc = g.answer or FleetAnswer()
     near = "near-peak cap" if axis.name == "power" else "near-peak lock"
     best = "sweet spot" if axis.name == "power" else "efficiency peak"
     out.append("| per card | median | IQR | min-max |\n|---|---|---|---|\n")
-    out.append(_dist_row(best, g.get(axis.key("sweet_spot")) or {}, axis.unit))
-    out.append(_dist_row(near, g.get(axis.key("near_peak")) or {}, axis.unit))
+    out.append(_dist_row(best, g.sweet_spot, axis.unit))
+    out.append(_dist_row(near, g.near_peak, axis.unit))
     if axis.tier_key:
-        out.append(_dist_row("its memory lock", g.get("sweet_spot_tier_mhz") or {}, "MHz"))
+        out.append(_dist_row("its memory lock", g.sweet_spot_tier, "MHz"))
     what = axis.answer()
-    out.append(
-        _pct_row(f"{unit}/W at the {what} vs own best", fc.get("tps_per_w_vs_own_best_pct") or {})
-    )
-    out.append(_pct_row(f"{unit} at the {what} vs own best", fc.get("tps_vs_own_best_pct") or {}))
+    out.append(_pct_row(f"{unit}/W at the {what} vs own best", fc.tps_per_w_vs_own_best_pct))
+    out.append(_pct_row(f"{unit} at the {what} vs own best", fc.tps_vs_own_best_pct))
     out.append("\n")
     out.append(_savings_md(sv, axis, unit, tariff, duty))
     out.append(_cards_md(g, unit))
@@ -152,42 +164,41 @@ def _group_md(g: Mapping[str, Any], tariff: float | None, duty: float) -> str:
     return "".join(out)
 
 
-def _savings_md(
-    sv: Mapping[str, Any], axis: FleetAxis, unit: str, tariff: float | None, duty: float
-) -> str:
-    if not sv.get("n_cards"):
+def _savings_md(sv: Savings, axis: FleetAxis, unit: str, tariff: float | None, duty: float) -> str:
+    if not sv.n_cards:
         return f"No savings: no card's sweep measured {axis.reference}.\n\n"
     ref = "its default limit" if axis.name == "power" else axis.reference
     out = [
         f"Every card at the {axis.answer()} instead of {ref} "
-        f"({_plural(sv['n_cards'], 'card')}, "
-        f"measured {unit}, {duty * 100:.0f}% duty): **{_n(sv.get('kw_saved'), '.2f', ' kW')}** "
-        f"less ({_n(sv.get('kw_default'), '.2f')} → "
-        f"{_n(sv.get('kw_fleet_cap'), '.2f', ' kW')}), "
-        f"**{_n(sv.get('mwh_per_year_saved'), '.1f', ' MWh/year')}**, "
-        f"{_n(sv.get('tps_change_pct'), '+.1f', '%')} {unit}. Energy per 1M tokens: "
-        f"{_n(sv.get('kwh_per_mtok_default'), '.3f')} → "
-        f"{_n(sv.get('kwh_per_mtok_fleet_cap'), '.3f', ' kWh')}"
+        f"({_plural(sv.n_cards, 'card')}, "
+        f"measured {unit}, {duty * 100:.0f}% duty): "
+        f"**{_n(known(sv.kw_saved), '.2f', ' kW')}** "
+        f"less ({_n(known(sv.kw_default), '.2f')} → "
+        f"{_n(known(sv.kw_fleet_cap), '.2f', ' kW')}), "
+        f"**{_n(known(sv.mwh_per_year_saved), '.1f', ' MWh/year')}**, "
+        f"{_n(known(sv.tps_change_pct), '+.1f', '%')} {unit}. Energy per 1M tokens: "
+        f"{_n(known(sv.kwh_per_mtok_default), '.3f')} → "
+        f"{_n(known(sv.kwh_per_mtok_fleet_cap), '.3f', ' kWh')}"
     ]
     if tariff is not None:
         out.append(
             f"; cost per 1M tokens at {tariff:g}/kWh: "
-            f"{_n(sv.get('cost_per_mtok_default'), '.4f')} → "
-            f"{_n(sv.get('cost_per_mtok_fleet_cap'), '.4f')}"
+            f"{_n(known(sv.cost_per_mtok_default), '.4f')} → "
+            f"{_n(known(sv.cost_per_mtok_fleet_cap), '.4f')}"
         )
     out.append(".")
-    if sv.get("n_cards_unpriced"):
+    if sv.n_cards_unpriced:
         out.append(
-            f" {_plural(sv['n_cards_unpriced'], 'card')} left out: the sweep did not "
+            f" {_plural(sv.n_cards_unpriced, 'card')} left out: the sweep did not "
             f"measure {axis.reference}."
         )
     out.append("\n\n")
     return "".join(out)
 
 
-def _outliers_md(g: Mapping[str, Any], axis: FleetAxis) -> str:
-    outliers: Sequence[Mapping[str, Any]] = g.get("outliers") or []
-    if int(g.get("n_cards") or 0) < 5:
+def _outliers_md(g: FleetGroup, axis: FleetAxis) -> str:
+    outliers = g.outliers
+    if int(g.n_cards or 0) < 5:
         return "_Outliers need at least 5 cards in a group._\n\n"
     if not outliers:
         return "No outliers: every card's curve, draw and temperature fit the group.\n\n"
@@ -197,10 +208,9 @@ def _outliers_md(g: Mapping[str, Any], axis: FleetAxis) -> str:
         f"| card | {best} | likely cause |\n|---|---|---|\n"
     ]
     for o in outliers[:MAX_OUTLIER_ROWS]:
-        causes = "; ".join(str(c.get("message")) for c in o.get("causes") or [])
+        causes = "; ".join(str(c.message) for c in o.causes)
         out.append(
-            f"| {escape_md(o.get('label'))} | {setting_text(axis, o.get('own_best') or {})} | "
-            f"{escape_md(causes)} |\n"
+            f"| {escape_md(o.label)} | {setting_text(axis, o.own_best)} | {escape_md(causes)} |\n"
         )
     if len(outliers) > MAX_OUTLIER_ROWS:
         out.append(f"| … and {len(outliers) - MAX_OUTLIER_ROWS} more (see fleet.json) | | |\n")
@@ -208,10 +218,10 @@ def _outliers_md(g: Mapping[str, Any], axis: FleetAxis) -> str:
     return "".join(out)
 
 
-def _cards_md(g: Mapping[str, Any], unit: str) -> str:
+def _cards_md(g: FleetGroup, unit: str) -> str:
     """Per card: its own best and what the fleet cap (or lock) costs or gains it."""
-    axis = axis_from_group(g)
-    cards: Sequence[Mapping[str, Any]] = g.get("cards") or []
+    axis = g.fleet_axis
+    cards: Sequence[FleetCard] = g.cards
     if not cards:
         return ""
     what = axis.answer()
@@ -219,11 +229,9 @@ def _cards_md(g: Mapping[str, Any], unit: str) -> str:
         title, rows = f"Every card at the {what}", list(cards)
     else:
         title = f"The {MOST_AFFECTED_ROWS} cards the {what} costs most {unit}/W"
-        rows = sorted(cards, key=lambda c: _key(c.get("tps_per_w_vs_own_best_pct")))
+        rows = sorted(cards, key=lambda c: _key(c.tps_per_w_vs_own_best_pct))
         rows = rows[:MOST_AFFECTED_ROWS]
     best = "own sweet spot" if axis.name == "power" else "own peak"
-    short = axis.answer_key.removeprefix("fleet_")
-    at_key = axis.key(f"{short}_at_{axis.answer_key}")
     u = f" {axis.unit}"
     out = [
         f"<details><summary>{title}</summary>\n\n"
@@ -231,52 +239,51 @@ def _cards_md(g: Mapping[str, Any], unit: str) -> str:
         f"{unit} vs own best |\n|---|--:|--:|--:|--:|--:|\n"
     ]
     for c in rows:
-        notes = [str(c.get("status"))] if c.get("status") not in ("complete", "unknown") else []
-        notes += ["outlier"] if c.get("outlier") else []
+        notes = [str(c.status)] if c.status not in ("complete", "unknown") else []
+        notes += ["outlier"] if c.outlier else []
         flag = f" ({', '.join(notes)})" if notes else ""
         out.append(
-            f"| {escape_md(c.get('label'))}{flag} | "
-            f"{_n(c.get(axis.key('sweet_spot')), '.0f', u)} | "
-            f"{_n(c.get(axis.key('near_peak')), '.0f', u)} | "
-            f"{_n(c.get(at_key), '.0f', u)} | "
-            f"{_n(c.get('tps_per_w_vs_own_best_pct'), '+.1f', '%')} | "
-            f"{_n(c.get('tps_vs_own_best_pct'), '+.1f', '%')} |\n"
+            f"| {escape_md(c.label)}{flag} | "
+            f"{_n(c.sweet_spot, '.0f', u)} | "
+            f"{_n(c.near_peak, '.0f', u)} | "
+            f"{_n(c.runs_at, '.0f', u)} | "
+            f"{_n(c.tps_per_w_vs_own_best_pct, '+.1f', '%')} | "
+            f"{_n(c.tps_vs_own_best_pct, '+.1f', '%')} |\n"
         )
     out.append("\n</details>\n\n")
     return "".join(out)
 
 
-def _key(value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
+def _key(value: float | None) -> float:
+    """A sort key: unknown (None or NaN) last."""
+    if value is None or value != value:
         return float("inf")
-    return v if v == v else float("inf")
+    return float(value)
 
 
-def render_fleet_summary(fleet: Mapping[str, Any]) -> str:
+def render_fleet_summary(fleet: FleetReport) -> str:
     """Render fleet.md: totals, then one section per group, then the runs that were left out.
 
     Returns:
         GitHub-flavoured markdown, always shorter than 65,536 characters.
     """
-    opts = fleet.get("options") or {}
-    tariff = opts.get("tariff_per_kwh")
-    duty = float(opts.get("duty") or 1.0)
-    groups: Sequence[Mapping[str, Any]] = fleet.get("groups") or []
-    totals = fleet.get("totals") or {}
-    clocks = any((g.get("axis") or {}).get("name", "power") != "power" for g in groups)
+    opts = fleet.options
+    tariff = opts.tariff_per_kwh
+    duty = float(opts.duty or 1.0)
+    groups = fleet.groups
+    totals = fleet.totals
+    clocks = any(g.axis_name != "power" for g in groups)
     what = (
         "fleet cap (or lock) instead of the default limit (or its highest lock)"
         if clocks
         else "fleet cap instead of the default limit"
     )
     head = (
-        f"## Fleet report: {_plural(fleet.get('n_cards'), 'run')} in "
+        f"## Fleet report: {_plural(fleet.n_cards, 'run')} in "
         f"{_plural(len(groups), 'group')}\n\n"
         f"Every card at its group's {what} saves "
-        f"**{_n(totals.get('kw_saved'), '.2f', ' kW')}**, "
-        f"**{_n(totals.get('mwh_per_year_saved'), '.1f', ' MWh/year')}** at {duty * 100:.0f}% "
+        f"**{_n(totals.kw_saved, '.2f', ' kW')}**, "
+        f"**{_n(totals.mwh_per_year_saved, '.1f', ' MWh/year')}** at {duty * 100:.0f}% "
         "duty.\n\n"
     )
     tail = "\n_Generated by powersweep fleet report; fleet.json holds every card._\n"
@@ -292,17 +299,16 @@ def render_fleet_summary(fleet: Mapping[str, Any]) -> str:
     return text
 
 
-def _problems(fleet: Mapping[str, Any]) -> str:
+def _problems(fleet: FleetReport) -> str:
     rows: list[str] = []
-    for r in fleet.get("incomplete") or []:
+    for r in fleet.incomplete:
         rows.append(
-            f"| {escape_md(r.get('label'))} | {escape_md(r.get('status'))} | "
-            f"{escape_md(r.get('error') or '')} |\n"
+            f"| {escape_md(r.label)} | {escape_md(r.status)} | {escape_md(r.error or '')} |\n"
         )
-    for r in fleet.get("unreadable") or []:
+    for u in fleet.unreadable:
         rows.append(
-            f"| {escape_md(r.get('run_dir'))} | {escape_md(r.get('status') or 'left out')} | "
-            f"{escape_md(r.get('error'))} |\n"
+            f"| {escape_md(u.run_dir)} | {escape_md(known(u.status) or 'left out')} | "
+            f"{escape_md(u.error)} |\n"
         )
     if not rows:
         return ""
@@ -318,7 +324,7 @@ def _problems(fleet: Mapping[str, Any]) -> str:
     )
 
 
-def write_fleet_outputs(fleet: Mapping[str, Any], out_dir: Path) -> list[Path]:
+def write_fleet_outputs(fleet: FleetReport, out_dir: Path) -> list[Path]:
     """Write fleet.json and fleet.md into ``out_dir``.
 
     Raises:
@@ -328,7 +334,9 @@ def write_fleet_outputs(fleet: Mapping[str, Any], out_dir: Path) -> list[Path]:
     json_path, md_path = out_dir / "fleet.json", out_dir / "fleet.md"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(fleet, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        json_path.write_text(
+            json.dumps(fleet.to_json(), indent=1, allow_nan=False) + "\n", encoding="utf-8"
+        )
         md_path.write_text(render_fleet_summary(fleet), encoding="utf-8")
     except OSError as exc:
         raise PowersweepError(

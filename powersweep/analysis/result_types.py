@@ -30,6 +30,8 @@ T = TypeVar("T")
 Num = float | None
 # A number only some analyses write.
 OptNum = float | None | UnsetType
+# A number copied from run.json as written there: an int stays an int (analysis.json keeps it).
+RawNum = int | float | None
 
 
 def known(value: T | UnsetType | None) -> T | None:
@@ -80,11 +82,11 @@ class RunFacts(JsonRecord):
     engine: str | None = None
     date: str | None = None
     tool_version: str | None = None
-    default_limit_w: Num = None
+    default_limit_w: RawNum = None
     default_limits_w: list[float] | None = None
-    min_limit_w: Num = None
-    max_limit_w: Num = None
-    slowdown_temp_c: Num = None
+    min_limit_w: RawNum = None
+    max_limit_w: RawNum = None
+    slowdown_temp_c: RawNum = None
     status: str | None = None
     simulated: bool | None = None
     gpu_selection: str | None = None
@@ -110,7 +112,7 @@ class CapRow(JsonRecord):
     thermal_throttle_pct: Num = None
     energy_j: Num = None
     energy_sampled_j: Num = None
-    n_gpus: int | None = None
+    n_gpus: Num = None  # the table's column: a float, as analysis.json writes it
     n_measurements: int | None = None
     j_per_token: Num = None
     j_per_token_sampled: Num = None
@@ -120,21 +122,24 @@ class CapRow(JsonRecord):
     ttft_p95_ms: Num = None
     itl_p50_ms: Num = None
     itl_p95_ms: Num = None
-    regime: str | UnsetType | None = UNSET
-    cost_per_mtok: OptNum = UNSET
+    # in the order the analysis adds them, so analysis.json reads back byte for byte
     ttft_p95_hi_ms: OptNum = UNSET
     itl_p95_hi_ms: OptNum = UNSET
+    cost_per_mtok: OptNum = UNSET
+    regime: str | UnsetType | None = UNSET
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pick(JsonRecord):
     """A headline cap: the sweet spot, near-peak or the recommendation.
 
     The noise fields (``tied_caps``, ``interval_w``, ``noise_source``...) belong to the sweet
     spot and near-peak, ``objective`` (and a cost objective's ``eta``, ``cost``,
-    ``max_power_w``) to the recommendation, ``tps_loss_pct`` to near-peak.
+    ``max_power_w``) to the recommendation, ``tps_loss_pct`` to near-peak. The recommendation
+    writes ``objective`` first, so it comes first here too (keyword-only: it has a default).
     """
 
+    objective: str | UnsetType = UNSET
     cap_w: float
     tps_per_w: Num = None
     tps: Num = None
@@ -142,7 +147,6 @@ class Pick(JsonRecord):
     pct_of_default: Num = None
     tps_per_w_at_default: Num = None
     tps_per_w_gain_vs_default_pct: Num = None
-    objective: str | UnsetType = UNSET
     eta: OptNum = UNSET
     cost: OptNum = UNSET
     max_power_w: OptNum = UNSET

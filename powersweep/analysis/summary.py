@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from msgspec import UnsetType
 
-from powersweep.analysis.findings import Finding, Severity
+from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
+from powersweep.analysis.result_types import CapsBind, Pick, PowerAnalysis, known
 from powersweep.errors import PowersweepError
 
 # GitHub refuses comments longer than this; stay well under it.
@@ -47,12 +49,12 @@ def escape_md(value: Any) -> str:
     return "".join(out)
 
 
-def render_summary(curve: Curve, analysis: dict[str, Any]) -> str:
+def render_summary(curve: Curve, analysis: PowerAnalysis) -> str:
     """Render summary.md: header, findings first, the per-cap table, raw details.
 
     Args:
         curve: The curve analysed (for the raw caps table).
-        analysis: The dict from :func:`powersweep.analysis.analyze`.
+        analysis: The analysis (:func:`powersweep.analysis.analyze`'s, typed).
 
     Returns:
         GitHub-flavoured markdown, always shorter than 65,536 characters.
@@ -64,8 +66,8 @@ def render_summary(curve: Curve, analysis: dict[str, Any]) -> str:
         _header(analysis)
         + _findings(analysis)
         + _recommendations(analysis)
-        + energy_section(analysis, "the default limit")
-        + latency_section(analysis)
+        + energy_section(analysis.energy, "the default limit")
+        + latency_section(analysis.latency_target)
         + _load(curve)
         + _measured_why(curve)
     )
@@ -93,8 +95,13 @@ def _write_atomic(path: Path, text: str) -> None:
             tmp.unlink()
 
 
-def write_outputs(curve: Curve, analysis: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_outputs(curve: Curve, analysis: PowerAnalysis, out_dir: Path) -> list[Path]:
     """Write analysis.json and summary.md into ``out_dir``.
+
+    Args:
+        curve: The curve analysed.
+        analysis: Its analysis (typed).
+        out_dir: Where to write.
 
     Returns:
         The paths written.
@@ -107,13 +114,14 @@ def write_outputs(curve: Curve, analysis: dict[str, Any], out_dir: Path) -> list
     md_path = out_dir / "summary.md"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(json_path, json.dumps(analysis, indent=2, allow_nan=False) + "\n")
+        text = json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
+        _write_atomic(json_path, text)
         _write_atomic(md_path, render_summary(curve, analysis))
     except OSError as exc:
         raise PowersweepError(
             f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"
         ) from exc
-    except ValueError as exc:  # NaN left in the dict: a bug, but say so in one line
+    except ValueError as exc:  # NaN left in the analysis: a bug, but say so in one line
         raise PowersweepError(f"cannot write analysis.json: {exc}") from exc
     return [json_path, md_path]
 
@@ -132,78 +140,88 @@ def _unknown(value: Any) -> str:
     return "unknown" if value is None or value == "" else escape_md(value)
 
 
-def _header(analysis: dict[str, Any]) -> str:
-    run = analysis.get("run") or {}
-    n_gpus = run.get("n_gpus") or 1
-    gpu = _unknown(run.get("gpu_name"))
-    if run.get("gpu_label"):
-        gpu = escape_md(run["gpu_label"])
-    elif n_gpus > 1:
-        gpu = f"{n_gpus} x {gpu}"
+def _w(value: float | None) -> str:
+    """A limit in watts, or ``?`` where unknown."""
+    return f"{value:g} W" if isinstance(value, int | float) else "?"
 
-    def w(key: str) -> str:
-        v = run.get(key)
-        return f"{v:g} W" if isinstance(v, int | float) else "?"
 
-    per_card = run.get("default_limits_w")
+def _envelope(analysis: PowerAnalysis) -> str:
+    """The power envelope: min / default / max, or ``unknown``."""
+    run = analysis.run
+    if all(v is None for v in (run.min_limit_w, run.default_limit_w, run.max_limit_w)):
+        return "unknown"
+    per_card = run.default_limits_w
     default = (
         " / ".join(f"{d:g}" for d in per_card) + " W default (per card)"
         if per_card
-        else f"{w('default_limit_w')} default"
+        else f"{_w(run.default_limit_w)} default"
     )
-    swept = " (shared by the cards)" if n_gpus > 1 else ""
-    envelope = (
-        "unknown"
-        if all(run.get(k) is None for k in ("min_limit_w", "default_limit_w", "max_limit_w"))
-        else f"{w('min_limit_w')} min / {default} / {w('max_limit_w')} max{swept}"
-    )
-    model = _unknown(run.get("model"))
-    engine = _unknown(run.get("engine"))
-    tool = analysis.get("tool") or {}
+    swept = " (shared by the cards)" if (run.n_gpus or 1) > 1 else ""
+    return f"{_w(run.min_limit_w)} min / {default} / {_w(run.max_limit_w)} max{swept}"
+
+
+def _header(analysis: PowerAnalysis) -> str:
+    run = analysis.run
+    n_gpus = run.n_gpus or 1
+    gpu = _unknown(run.gpu_name)
+    if run.gpu_label:
+        gpu = escape_md(run.gpu_label)
+    elif n_gpus > 1:
+        gpu = f"{n_gpus} x {gpu}"
+    tool_version = run.tool_version or (analysis.tool.version if analysis.tool else None)
     lines = [
         f"## powersweep: {gpu}",
         "",
         "| | |",
         "|---|---|",
         f"| GPU | {gpu} |",
-        *(
-            [f"| GPUs swept | {escape_md(run['gpu_selection'])} |"]
-            if run.get("gpu_selection")
-            else []
-        ),
-        f"| Power envelope | {escape_md(envelope)} |",
-        f"| Cooling | {_unknown(run.get('cooling'))} |",
-        f"| Model / engine | {model} / {engine} |",
-        f"| Load mode | {_unknown(run.get('load_mode'))} |",
-        f"| Metric | {escape_md(analysis.get('metric'))} |",
-        f"| Date | {_unknown(run.get('date'))} |",
-        f"| Tool version | {_unknown(run.get('tool_version') or tool.get('version'))} |",
+        *([f"| GPUs swept | {escape_md(run.gpu_selection)} |"] if run.gpu_selection else []),
+        f"| Power envelope | {escape_md(_envelope(analysis))} |",
+        f"| Cooling | {_unknown(run.cooling)} |",
+        f"| Model / engine | {_unknown(run.model)} / {_unknown(run.engine)} |",
+        f"| Load mode | {_unknown(run.load_mode)} |",
+        f"| Metric | {escape_md(analysis.metric)} |",
+        f"| Date | {_unknown(run.date)} |",
+        f"| Tool version | {_unknown(tool_version)} |",
+        *_pick_lines(analysis),
     ]
-    sweet = analysis.get("sweet_spot")
-    binds = analysis.get("power_cap_binds") or {}
-    if sweet and binds.get("binds") is False:
-        (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+    if run.simulated:
+        lines.append("| Note | simulated rig, not real hardware |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _no_cap_binds(analysis: PowerAnalysis) -> CapsBind | None:
+    """The caps' record where it says that no cap binds (else None)."""
+    binds = known(analysis.power_cap_binds)
+    return binds if binds is not None and binds.binds is False else None
+
+
+def _pick_lines(analysis: PowerAnalysis) -> list[str]:
+    """The header's sweet spot, near-peak and re-measured rows."""
+    lines = []
+    sweet, binds = analysis.sweet_spot, _no_cap_binds(analysis)
+    if sweet is not None and binds is not None:
+        (d_lo, d_hi), (c_lo, c_hi) = binds.draw_w or [], binds.caps_w or []
         lines.append(
             f"| Sweet spot | none: no cap binds (the card drew {d_lo:.0f}-{d_hi:.0f} W under caps "
             f"of {c_lo:g}-{c_hi:g} W); lock clocks instead (--axis sm-clock) |"
         )
-    elif sweet:
-        lines.append(f"| Sweet spot | {escape_md(sweet_spot_text(sweet))} |")
-    near = analysis.get("near_peak")
-    if near and near.get("interval_w"):
-        lines.append(f"| Near-peak | {escape_md(sweet_spot_text(near))} |")
-    confirm = analysis.get("confirm") or {}
-    if confirm.get("caps_w"):
-        caps = ", ".join(f"{c:g} W" for c in confirm["caps_w"])
+    elif sweet is not None:
+        lines.append(f"| Sweet spot | {escape_md(sweet_spot_text(sweet.to_json()))} |")
+    near = analysis.near_peak
+    interval = known(near.interval_w) if near is not None else None
+    if near is not None and interval:
+        lines.append(f"| Near-peak | {escape_md(sweet_spot_text(near.to_json()))} |")
+    confirm = analysis.confirm
+    skipped = known(confirm.skipped) if confirm is not None else None
+    if confirm is not None and confirm.caps_w:
+        caps = ", ".join(f"{c:g} W" for c in confirm.caps_w)
         lines.append(
-            f"| Re-measured | {escape_md(caps)}: {escape_md(confirm.get('reason'))}; readings "
-            "pooled |"
+            f"| Re-measured | {escape_md(caps)}: {escape_md(confirm.reason)}; readings pooled |"
         )
-    elif confirm.get("skipped"):
-        lines.append(f"| Re-measured | none: {escape_md(confirm.get('skipped'))} |")
-    if run.get("simulated"):
-        lines.append("| Note | simulated rig, not real hardware |")
-    return "\n".join(lines) + "\n\n"
+    elif skipped:
+        lines.append(f"| Re-measured | none: {escape_md(skipped)} |")
+    return lines
 
 
 def _md_keep_code(value: Any) -> str:
@@ -221,8 +239,8 @@ def _md_keep_code(value: Any) -> str:
     return "".join(f"`{part}`" if i % 2 else prose(part) for i, part in enumerate(parts))
 
 
-def _findings(analysis: dict[str, Any]) -> str:
-    findings = [Finding.from_json(f) for f in analysis.get("findings") or []]
+def _findings(analysis: PowerAnalysis) -> str:
+    findings = analysis.findings
     lines = ["### Findings", ""]
     if not findings:
         lines.append("- nothing to report")
@@ -236,25 +254,25 @@ def _findings(analysis: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _recommendations(analysis: dict[str, Any]) -> str:
-    if (analysis.get("power_cap_binds") or {}).get("binds") is False:
+def _recommendations(analysis: PowerAnalysis) -> str:
+    if _no_cap_binds(analysis) is not None:
         # no cap is a win where none binds: the no_cap_binds finding says what to do instead
         return ""
     rows = []
-    for label, key in (
-        ("Sweet spot (TPS/W)", "sweet_spot"),
-        ("Near-peak", "near_peak"),
-        ("Recommended", "recommendation"),
+    recommended = analysis.recommendation
+    objective = known(recommended.objective) if recommended is not None else None
+    for name, rec in (
+        ("Sweet spot (TPS/W)", analysis.sweet_spot),
+        ("Near-peak", analysis.near_peak),
+        (f"Recommended ({objective})", recommended),
     ):
-        rec = analysis.get(key)
-        if not rec:
+        if rec is None:
             continue
-        name = label if key != "recommendation" else f"{label} ({rec.get('objective')})"
         rows.append(
-            f"| {escape_md(name)} | {_fmt(rec.get('cap_w'), 0)} | "
-            f"{_fmt(rec.get('tps_per_w'), 4)} | {_fmt(rec.get('tps'), 2)} | "
-            f"{_fmt(rec.get('power_w'), 1)} | {_fmt(rec.get('j_per_token'), 3)} | "
-            f"{_pct_cell(rec)} | {_fmt(rec.get('tps_per_w_gain_vs_default_pct'), 1)} |"
+            f"| {escape_md(name)} | {_fmt(rec.cap_w, 0)} | "
+            f"{_fmt(rec.tps_per_w, 4)} | {_fmt(rec.tps, 2)} | "
+            f"{_fmt(rec.power_w, 1)} | {_fmt(known(rec.j_per_token), 3)} | "
+            f"{_pct_cell(rec)} | {_fmt(rec.tps_per_w_gain_vs_default_pct, 1)} |"
         )
     if not rows:
         return ""
@@ -265,28 +283,35 @@ def _recommendations(analysis: dict[str, Any]) -> str:
         "| TPS/W gain vs default (%) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    plateaus = analysis.get("plateaus") or []
     extra = [""]
-    for p in plateaus:
+    for p in analysis.plateaus:
         extra.append(
-            f"- {escape_md(p.get('kind'))}: {_fmt(p.get('start_w'), 0)}-{_fmt(p.get('end_w'), 0)} "
-            f"W/card at ~{_fmt(p.get('power_w'), 0)} W"
+            f"- {escape_md(p.kind)}: {_fmt(p.start_w, 0)}-{_fmt(p.end_w, 0)} "
+            f"W/card at ~{_fmt(p.power_w, 0)} W"
         )
     return "\n".join(head + rows + extra) + "\n\n"
 
 
-def _pct_cell(rec: dict[str, Any]) -> str:
+def _pct_cell(rec: Pick) -> str:
     """% of default: each card's own on a rig of different cards."""
-    by_gpu = rec.get("pct_of_default_by_gpu")
+    by_gpu = known(rec.pct_of_default_by_gpu)
     if by_gpu:
         return " / ".join(_fmt(float(p), 0) for p in by_gpu)
-    return _fmt(rec.get("pct_of_default"), 0)
+    return _fmt(rec.pct_of_default, 0)
 
 
-def _table(analysis: dict[str, Any]) -> str:
-    run = analysis.get("run") or {}
-    n_gpus = int(run.get("n_gpus") or 1)
-    label = _METRIC_LABEL.get(str(analysis.get("metric")), "TPS")
+def _starred_cap(analysis: PowerAnalysis) -> float | None:
+    """The sweet spot's cap, starred in the table; none where no cap binds (the best reading
+    there is the draw's drift)."""
+    sweet = analysis.sweet_spot
+    if sweet is None or not (isinstance(sweet.caps_bind, UnsetType) or sweet.caps_bind):
+        return None
+    return sweet.cap_w
+
+
+def _table(analysis: PowerAnalysis) -> str:
+    n_gpus = int(analysis.run.n_gpus or 1)
+    label = _METRIC_LABEL.get(analysis.metric, "TPS")
     cols = ["Cap (W/card)"]
     if n_gpus > 1:
         cols.append("Cap (W combined)")
@@ -294,12 +319,13 @@ def _table(analysis: dict[str, Any]) -> str:
     if n_gpus > 1:
         cols.append("Power (W/card)")
     # each cap's own stated precision, where the run states it (sweet_spot.tps_per_w_u95_pct)
-    u95 = (analysis.get("sweet_spot") or {}).get("tps_per_w_u95_pct") or {}
+    sweet_spot = analysis.sweet_spot
+    u95 = (known(sweet_spot.tps_per_w_u95_pct) if sweet_spot is not None else None) or {}
     cols += ["TPS/W"] + ["± (95%)"] * bool(u95) + ["J/token"]
-    rows = analysis.get("caps") or []
+    rows = analysis.caps
     # latency and cost only where measured (runs older than the columns have none)
-    itl = any(r.get("itl_p95_ms") is not None for r in rows)
-    cost = any(r.get("cost_per_mtok") is not None for r in rows)
+    itl = any(r.itl_p95_ms is not None for r in rows)
+    cost = any(known(r.cost_per_mtok) is not None for r in rows)
     cols += ["ITL p95 (ms)"] * itl + ["Cost / 1M tok"] * cost
     cols += ["SM clock (MHz)", "Temp max (°C)", "Regime", "Status"]
     lines = [
@@ -308,41 +334,39 @@ def _table(analysis: dict[str, Any]) -> str:
         "| " + " | ".join(cols) + " |",
         "|" + "|".join("---:" if i < len(cols) - 2 else "---" for i in range(len(cols))) + "|",
     ]
-    sweet_spot = analysis.get("sweet_spot") or {}
-    # no star where no cap binds: the best reading there is the draw's drift
-    sweet = sweet_spot.get("cap_w") if sweet_spot.get("caps_bind", True) else None
+    sweet = _starred_cap(analysis)
     for row in rows:
-        ok = row.get("status") == "ok"
-        cap = row.get("cap_w")
+        ok = row.status == "ok"
+        cap = row.cap_w
         cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and ok else "")
-        repeats = row.get("n_measurements")
+        repeats = row.n_measurements
         if ok and isinstance(repeats, int) and repeats > 1:
             cap_txt += f" (x{repeats}, pooled)"
         cells = [cap_txt]
         if n_gpus > 1:
-            cells.append(_fmt(cap * n_gpus if cap is not None else None, 0))
+            cells.append(_fmt(cap * n_gpus, 0))
         if ok:
-            power = row.get("power_w")
-            cells += [_fmt(row.get("tps"), 2), _fmt(row.get("code_tps"), 2), _fmt(power, 1)]
+            power = row.power_w
+            cells += [_fmt(row.tps, 2), _fmt(row.code_tps, 2), _fmt(power, 1)]
             if n_gpus > 1:
                 cells.append(_fmt(power / n_gpus if power is not None else None, 1))
-            cells.append(_fmt(row.get("tps_per_w"), 4))
+            cells.append(_fmt(row.tps_per_w, 4))
             if u95:
                 u = u95.get(str(cap))
                 cells.append(f"{u:.2f}%" if isinstance(u, int | float) else "—")
-            cells.append(_fmt(row.get("j_per_token"), 3))
-            cells += [_fmt(row.get("itl_p95_ms"), 1)] * itl
-            cells += [_fmt(row.get("cost_per_mtok"), 3)] * cost
+            cells.append(_fmt(row.j_per_token, 3))
+            cells += [_fmt(row.itl_p95_ms, 1)] * itl
+            cells += [_fmt(known(row.cost_per_mtok), 3)] * cost
             cells += [
-                _fmt(row.get("sm_clock_mhz"), 0),
-                _fmt(row.get("temp_max_c"), 0),
-                _fmt(row.get("regime")),
+                _fmt(row.sm_clock_mhz, 0),
+                _fmt(row.temp_max_c, 0),
+                _fmt(known(row.regime)),
                 "ok",
             ]
         else:
             # A cap that did not finish is shown as such, never as zeros.
-            status = str(row.get("status") or "failed")
-            error = row.get("error")
+            status = str(row.status or "failed")
+            error = row.error
             n_blank = 5 + (1 if n_gpus > 1 else 0) + itl + cost + bool(u95)
             cells += [escape_md(status)] + ["—"] * n_blank + ["—", "—"]
             cells.append(escape_md(f"{status}: {error}" if error else status))
@@ -442,14 +466,14 @@ def _reasons(curve: Curve) -> dict[float, str]:
     return out
 
 
-def _details(curve: Curve, analysis: dict[str, Any], budget: int) -> str:
+def _details(curve: Curve, analysis: PowerAnalysis, budget: int) -> str:
     """Raw caps.csv and the analysis JSON, folded; cut to fit the budget."""
     open_ = "<details><summary>Raw data</summary>\n\n"
     close = "</details>\n"
     # Backticks would end the fence early; the raw text is only for reading.
     csv_text = curve.caps.write_csv().replace("`", "'")
     json_text = json.dumps(
-        {k: v for k, v in analysis.items() if k != "caps"}, indent=1, allow_nan=False
+        {k: v for k, v in analysis.to_json().items() if k != "caps"}, indent=1, allow_nan=False
     ).replace("`", "'")
     room = budget - len(open_) - len(close) - 200
     if room <= 0:

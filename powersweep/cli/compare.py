@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, formats, info, run_label
 from powersweep.errors import UsageError
+
+if TYPE_CHECKING:
+    from powersweep.analysis.result_types import PowerAnalysis
 
 # Past this many runs an overlay's legend fills the figure: draw the band view instead.
 MAX_OVERLAY_RUNS = 8
@@ -48,6 +51,7 @@ def compare_command(
     """Overlay the efficiency curves of several runs and print their sweet spots."""
     from powersweep import analysis, plots
     from powersweep.analysis.context import with_card_facts
+    from powersweep.analysis.result_types import PowerAnalysis
     from powersweep.report import writing_into
 
     if len(paths) < 1:
@@ -66,7 +70,7 @@ def compare_command(
                 "`powersweep analyze RUN_POWER RUN_CLOCKS` to set clock locks against caps"
             )
         curves.append(curve)
-        labelled.append((run_label(p), analysis.analyze(curve)))
+        labelled.append((run_label(p), PowerAnalysis.from_json(analysis.analyze(curve))))
     # The table comes first: it is the answer even when the chart cannot be written.
     typer.echo(plots.compare_table(labelled))
     stem = _stem(out)
@@ -83,7 +87,7 @@ def compare_command(
 
 
 def _chart(
-    labelled: list[tuple[str, dict[str, Any]]],
+    labelled: list[tuple[str, PowerAnalysis]],
     curves: list[Any],
     stem: Path,
     x: XAxis,

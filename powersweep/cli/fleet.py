@@ -85,8 +85,8 @@ def report_command(
             written += render_fleet_charts(fleet, out / "charts", chart_formats)
     finally:
         handover.hand(written)
-    typer.echo(json.dumps(fleet, indent=1) if as_json else render_fleet_summary(fleet))
-    skipped = len(fleet.get("unreadable") or [])
+    typer.echo(json.dumps(fleet.to_json(), indent=1) if as_json else render_fleet_summary(fleet))
+    skipped = len(fleet.unreadable)
     if skipped:
         info(f"warning: {skipped} run(s) left out, without a usable curve (listed in fleet.md)")
     for path in written:

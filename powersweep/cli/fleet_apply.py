@@ -130,7 +130,7 @@ def fleet_apply_command(
         for t in unmatched:
             warn(f"{t.label}: no group of the report has this GPU model; left alone")
         if not chosen:
-            models = sorted({str(g.get("gpu_name")) for g in fleet["groups"]})
+            models = sorted({str(g.gpu_name) for g in fleet.groups})
             raise UsageError(
                 f"no card on {who} matches a group of {report} (its GPUs: "
                 f"{', '.join(models)}): nothing was changed"

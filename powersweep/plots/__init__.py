@@ -1,4 +1,4 @@
-"""Charts of a sweep, drawn only from its analysis dict (and, for the timeline, its samples).
+"""Charts of a sweep, drawn only from its typed analysis (and, for the timeline, its samples).
 
 Matplotlib is used through its object API on the Agg canvas, with a fixed style applied locally,
 so output is byte-identical for identical inputs and global state is never touched.

@@ -13,7 +13,8 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
-from powersweep.plots._data import AnalysisView, Plateau, fmt_w, gpu_label, subtitle
+from powersweep.analysis.result_types import Plateau
+from powersweep.plots._data import AnalysisView, card_defaults, fmt_w, gpu_label, num, subtitle
 from powersweep.plots._layout import Candidate, Obstacles, place_text, vline_points
 from powersweep.plots._style import COLORS
 
@@ -71,9 +72,10 @@ def draw_plateau_spans(ax: Axes, view: AnalysisView) -> list[Rectangle]:
 def _defaults(view: AnalysisView) -> list[tuple[str, float]]:
     """(label, W) of each default-limit line: the card's, or each card's on a rig of
     different cards."""
-    if view.run.card_defaults:
-        return [(f"{_short(name)} default {fmt_w(w)}", w) for name, w in view.run.card_defaults]
-    default_w = view.run.default_limit_w
+    per_card = card_defaults(view.run)
+    if per_card:
+        return [(f"{_short(name)} default {fmt_w(w)}", w) for name, w in per_card]
+    default_w = num(view.run.default_limit_w)
     return [(f"default limit {fmt_w(default_w)}", default_w)] if math.isfinite(default_w) else []
 
 
@@ -103,8 +105,9 @@ def draw_default_line(ax: Axes, view: AnalysisView, obstacles: Obstacles) -> Lin
 def plateau_label_text(plateau: Plateau) -> str:
     """``boost plateau`` / ``draw ceiling`` with its draw level when known."""
     name = PLATEAU_NAMES[plateau.kind]
-    if math.isfinite(plateau.power_w):
-        return f"{name}\n~{plateau.power_w:.0f} W draw"
+    draw_w = num(plateau.power_w)
+    if math.isfinite(draw_w):
+        return f"{name}\n~{draw_w:.0f} W draw"
     return name
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -13,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.plots._data import AnalysisView, FloatArray, parse_analysis
 from powersweep.plots._decor import (
@@ -51,14 +51,14 @@ def _finish(
     label_default(label_ax, view, renderer, obstacles, area)
 
 
-def power_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figure:
+def power_figure(analysis: PowerAnalysis, title: str | None = None) -> Figure:
     """Actual draw against the cap, with the ``draw = cap`` line.
 
     Where the points leave the line the card no longer uses what the cap allows (a boost
     plateau or a draw ceiling, both shaded).
 
     Args:
-        analysis: An analysis dict (analysis.json schema).
+        analysis: The typed analysis.
         title: Figure title; defaults to the GPU name.
     """
     view = parse_analysis(analysis)
@@ -102,17 +102,17 @@ def power_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figur
         return fig
 
 
-def has_clocks(analysis: Mapping[str, Any]) -> bool:
+def has_clocks(analysis: PowerAnalysis) -> bool:
     """True when the analysis carries at least one SM or memory clock reading."""
     curve = parse_analysis(analysis).curve
     return bool(np.isfinite(curve.sm_clock_mhz).any() or np.isfinite(curve.mem_clock_mhz).any())
 
 
-def clocks_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figure:
+def clocks_figure(analysis: PowerAnalysis, title: str | None = None) -> Figure:
     """SM clock (left axis) and memory clock (right axis) against the cap, plateaus shaded.
 
     Args:
-        analysis: An analysis dict (analysis.json schema).
+        analysis: The typed analysis.
         title: Figure title; defaults to the GPU name.
 
     Raises:
@@ -222,8 +222,41 @@ def per_tick(samples: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _draw_cap_steps(axes: Sequence[Axes], t: FloatArray, cap: FloatArray) -> None:
+    """A faint vertical line on every panel at each change of the cap."""
+    changes = t[1:][np.diff(cap) != 0] if len(cap) > 1 else np.empty(0)
+    for ax in axes:
+        if len(changes):
+            ax.vlines(
+                changes,
+                0.0,
+                1.0,
+                transform=ax.get_xaxis_transform(),
+                colors="#cccccc",
+                linewidth=0.6,
+                zorder=1,
+                gid="cap-steps",
+            )
+
+
+def _set_timeline_limits(
+    panels: Sequence[tuple[Axes, FloatArray]], ax_time: Axes, t: FloatArray
+) -> None:
+    """Each panel's y range around its readings (room above for the legend), and the time
+    range with a 1% margin."""
+    for ax, values in panels:
+        if len(values):
+            lo, hi = float(values.min()), float(values.max())
+            pad = 0.08 * max(hi - lo, 1.0)
+            ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad * 2.5)
+    finite_t = _finite(t)
+    if len(finite_t):
+        span = max(float(finite_t.max() - finite_t.min()), 1.0)
+        ax_time.set_xlim(float(finite_t.min()) - 0.01 * span, float(finite_t.max()) + 0.01 * span)
+
+
 def timeline_figure(
-    samples: pl.DataFrame, analysis: Mapping[str, Any] | None = None, title: str | None = None
+    samples: pl.DataFrame, analysis: PowerAnalysis | None = None, title: str | None = None
 ) -> Figure:
     """Draw (summed over GPUs), hottest temperature and SM clock over the whole sweep.
 
@@ -232,7 +265,7 @@ def timeline_figure(
 
     Args:
         samples: samples.csv as a DataFrame (docs/run-format.md columns).
-        analysis: Optional analysis dict, for the title and subtitle.
+        analysis: The typed analysis, for the title and subtitle.
         title: Figure title.
 
     Raises:
@@ -254,19 +287,7 @@ def timeline_figure(
         axes = fig.subplots(3, 1, sharex=True, height_ratios=[1.6, 1.0, 1.0])
         ax_p, ax_t, ax_c = axes
         set_header(fig, ax_p, view, title, "timeline of the sweep")
-        changes = t[1:][np.diff(cap) != 0] if len(cap) > 1 else np.empty(0)
-        for ax in axes:
-            if len(changes):
-                ax.vlines(
-                    changes,
-                    0.0,
-                    1.0,
-                    transform=ax.get_xaxis_transform(),
-                    colors="#cccccc",
-                    linewidth=0.6,
-                    zorder=1,
-                    gid="cap-steps",
-                )
+        _draw_cap_steps(axes, t, cap)
         ax_p.plot(
             t,
             combined_cap,
@@ -294,19 +315,8 @@ def timeline_figure(
         ax_c.plot(t, sm, color=COLORS["sm_clock"], linewidth=0.8, gid="sm_clock", zorder=3)
         ax_c.set_ylabel("SM clock (MHz)")
         ax_c.set_xlabel("run time (s)")
-        for ax, values in (
-            (ax_p, _finite(draw, combined_cap)),
-            (ax_t, _finite(temp)),
-            (ax_c, _finite(sm)),
-        ):
-            if len(values):
-                lo, hi = float(values.min()), float(values.max())
-                pad = 0.08 * max(hi - lo, 1.0)
-                ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad * 2.5)
-        finite_t = _finite(t)
-        if len(finite_t):
-            span = max(float(finite_t.max() - finite_t.min()), 1.0)
-            ax_c.set_xlim(float(finite_t.min()) - 0.01 * span, float(finite_t.max()) + 0.01 * span)
+        panels = ((ax_p, _finite(draw, combined_cap)), (ax_t, _finite(temp)), (ax_c, _finite(sm)))
+        _set_timeline_limits(panels, ax_c, t)
         fig.align_ylabels(axes)
         freeze_layout(fig)
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]

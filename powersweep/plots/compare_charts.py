@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from powersweep.analysis.result_types import Pick, PowerAnalysis
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.plots._data import (
     AnalysisView,
     FloatArray,
-    SweetSpot,
     fmt_w,
     gpu_label,
+    num,
     parse_analysis,
+    pct_by_gpu,
+    text,
 )
 from powersweep.plots._layout import Obstacles, line_points, place_legend
 from powersweep.plots._style import freeze_layout, new_figure, save_figure, style
@@ -31,7 +34,7 @@ _PALETTE = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X")
 
 
-def _views(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, AnalysisView]]:
+def _views(analyses: Sequence[tuple[str, PowerAnalysis]]) -> list[tuple[str, AnalysisView]]:
     if not analyses:
         raise UsageError("nothing to compare: give at least one run")
     out: list[tuple[str, AnalysisView]] = []
@@ -46,7 +49,7 @@ def _views(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str,
 def _x_values(label: str, view: AnalysisView, caps_w: FloatArray, x: str) -> FloatArray:
     if x == "watts":
         return caps_w
-    default_w = view.run.default_limit_w
+    default_w = num(view.run.default_limit_w)
     if not (math.isfinite(default_w) and default_w > 0):
         raise UsageError(
             f"{label}: the run does not record its default power limit; compare with --x watts"
@@ -60,14 +63,14 @@ def _peak(view: AnalysisView) -> float:
 
 
 def compare_figure(
-    analyses: Sequence[tuple[str, Mapping[str, Any]]],
+    analyses: Sequence[tuple[str, PowerAnalysis]],
     x: str = "watts",
     normalize: bool = False,
 ) -> Figure:
     """Overlays the TPS/W curves of several runs, each sweet spot marked with a star.
 
     Args:
-        analyses: ``(label, analysis dict)`` pairs, drawn in order.
+        analyses: ``(label, typed analysis)`` pairs, drawn in order.
         x: ``"watts"`` (cap in W) or ``"pct-tdp"`` (cap as % of each run's default limit).
         normalize: Divide each curve by its own peak TPS/W (shapes compare across GPUs).
 
@@ -93,51 +96,10 @@ def compare_figure(
         all_x: list[float] = []
         all_y: list[float] = []
         for i, (label, view) in enumerate(views):
-            color = _PALETTE[i % len(_PALETTE)]
-            xs = _x_values(label, view, view.curve.cap_w, x)
-            scale = _peak(view) if normalize else 1.0
-            ys = (
-                view.curve.tps_per_w / scale
-                if math.isfinite(scale) and scale > 0
-                else (view.curve.tps_per_w)
-            )
-            spot = view.sweet_spot
-            name = label
-            if spot is not None:
-                pct = f" ({_pct(spot)} of default)" if _pct(spot) else ""
-                name = f"{label}: {fmt_w(spot.cap_w)}{pct}, {fmt_tpw(spot.tps_per_w)} TPS/W"
-            (line,) = ax.plot(
-                xs,
-                ys,
-                marker=_MARKERS[i % len(_MARKERS)],
-                markersize=3.2,
-                color=color,
-                label=name,
-                gid=f"run:{i}",
-                zorder=3,
-            )
+            line = _plot_run(ax, i, label, view, x, normalize)
             handles.append(line)
-            all_x += [float(v) for v in xs if np.isfinite(v)]
-            all_y += [float(v) for v in ys if np.isfinite(v)]
-            if spot is not None:
-                sx = float(_x_values(label, view, np.array([spot.cap_w]), x)[0])
-                sy = (
-                    spot.tps_per_w / scale
-                    if math.isfinite(scale) and scale > 0
-                    else (spot.tps_per_w)
-                )
-                ax.plot(
-                    [sx],
-                    [sy],
-                    linestyle="none",
-                    marker="*",
-                    markersize=13,
-                    color=color,
-                    markeredgecolor="#222222",
-                    markeredgewidth=0.7,
-                    zorder=5,
-                    gid=f"sweet-spot:{i}",
-                )
+            all_x += [float(v) for v in np.asarray(line.get_xdata()) if np.isfinite(v)]
+            all_y += [float(v) for v in np.asarray(line.get_ydata()) if np.isfinite(v)]
         if x == "pct-tdp":
             default_line = ax.axvline(
                 100.0,
@@ -167,8 +129,52 @@ def compare_figure(
         return fig
 
 
+def _plot_run(ax: Axes, i: int, label: str, view: AnalysisView, x: str, normalize: bool) -> Line2D:
+    """Draws run ``i``'s TPS/W curve (named by its sweet spot) and the sweet spot's star.
+
+    Returns:
+        The curve, for the legend and the axis ranges.
+    """
+    color = _PALETTE[i % len(_PALETTE)]
+    xs = _x_values(label, view, view.curve.cap_w, x)
+    scale = _peak(view) if normalize else 1.0
+    scaled = math.isfinite(scale) and scale > 0
+    ys = view.curve.tps_per_w / scale if scaled else view.curve.tps_per_w
+    spot = view.sweet_spot
+    name = label
+    if spot is not None:
+        pct = f" ({_pct(spot)} of default)" if _pct(spot) else ""
+        name = f"{label}: {fmt_w(spot.cap_w)}{pct}, {fmt_tpw(num(spot.tps_per_w))} TPS/W"
+    (line,) = ax.plot(
+        xs,
+        ys,
+        marker=_MARKERS[i % len(_MARKERS)],
+        markersize=3.2,
+        color=color,
+        label=name,
+        gid=f"run:{i}",
+        zorder=3,
+    )
+    if spot is not None:
+        sx = float(_x_values(label, view, np.array([spot.cap_w]), x)[0])
+        spot_tpw = num(spot.tps_per_w)
+        ax.plot(
+            [sx],
+            [spot_tpw / scale if scaled else spot_tpw],
+            linestyle="none",
+            marker="*",
+            markersize=13,
+            color=color,
+            markeredgecolor="#222222",
+            markeredgewidth=0.7,
+            zorder=5,
+            gid=f"sweet-spot:{i}",
+        )
+    return line
+
+
 def render_compare(
-    analyses: Sequence[tuple[str, Mapping[str, Any]]],
+    analyses: Sequence[tuple[str, PowerAnalysis]],
     out_path_stem: Path,
     *,
     x: str = "watts",
@@ -191,18 +197,20 @@ def render_compare(
     return save_figure(fig, out_path_stem, formats)
 
 
-def _pct(spot: SweetSpot) -> str:
+def _pct(spot: Pick) -> str:
     """``78%``, or each card's own (``78% / 64%``) on a rig of different cards; empty if unknown."""
-    if spot.pct_of_default_by_gpu:
-        return " / ".join(f"{p:.0f}%" for p in spot.pct_of_default_by_gpu)
-    return f"{spot.pct_of_default:.0f}%" if math.isfinite(spot.pct_of_default) else ""
+    by_gpu = pct_by_gpu(spot)
+    if by_gpu:
+        return " / ".join(f"{p:.0f}%" for p in by_gpu)
+    pct = num(spot.pct_of_default)
+    return f"{pct:.0f}%" if math.isfinite(pct) else ""
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def compare_table(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+def compare_table(analyses: Sequence[tuple[str, PowerAnalysis]]) -> str:
     """A GitHub markdown table of each run's sweet spot (``—`` where unknown).
 
     Columns: run, GPU, load mode, sweet-spot cap, % of the default limit, TPS/W, TPS, draw,
@@ -215,8 +223,8 @@ def compare_table(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     )
     dash = "—"
 
-    def num(value: float, fmt: str) -> str:
-        return fmt.format(value) if math.isfinite(value) else dash
+    def known_num(value: float | None, fmt: str) -> str:
+        return fmt.format(num(value)) if math.isfinite(num(value)) else dash
 
     rows = [header]
     for label, view in views:
@@ -225,12 +233,12 @@ def compare_table(analyses: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
         cells = [
             _cell(label),
             _cell(gpu_label(view.run)),
-            _cell(view.run.load_mode or dash),
+            _cell(text(view.run.load_mode) or dash),
             fmt_w(spot.cap_w) if spot else dash,
             (_pct(spot) or dash) if spot else dash,
-            fmt_tpw(spot.tps_per_w) if spot else dash,
-            num(spot.tps, "{:.1f}") if spot else dash,
-            num(spot.power_w, "{:.0f} W") if spot else dash,
+            fmt_tpw(num(spot.tps_per_w)) if spot else dash,
+            known_num(spot.tps, "{:.1f}") if spot else dash,
+            known_num(spot.power_w, "{:.0f} W") if spot else dash,
             fmt_w(near.cap_w) if near else dash,
         ]
         rows.append("| " + " | ".join(cells) + " |")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.transforms import blended_transform_factory
+from matplotlib.transforms import Bbox, blended_transform_factory
 
-from powersweep.plots._data import AnalysisView, fmt_w, parse_analysis
+from powersweep.analysis.result_types import Pick, PowerAnalysis, known
+from powersweep.plots._data import AnalysisView, fmt_w, num, parse_analysis, pct_by_gpu
 from powersweep.plots._decor import (
     cap_axis_label,
     draw_default_line,
@@ -51,22 +51,25 @@ def sweet_spot_text(view: AnalysisView) -> str:
     spot = view.sweet_spot
     assert spot is not None
     lines = [f"Sweet spot: {fmt_w(spot.cap_w)}"]
-    facts = [f"{fmt_tpw(spot.tps_per_w)} TPS/W"]
-    if math.isfinite(spot.tps):
-        facts.append(f"{spot.tps:.1f} TPS")
+    facts = [f"{fmt_tpw(num(spot.tps_per_w))} TPS/W"]
+    tps, pct = num(spot.tps), num(spot.pct_of_default)
+    if math.isfinite(tps):
+        facts.append(f"{tps:.1f} TPS")
     lines.append("  ·  ".join(facts))
-    if spot.pct_of_default_by_gpu:
-        pcts = " / ".join(f"{p:.0f}%" for p in spot.pct_of_default_by_gpu)
+    by_gpu = pct_by_gpu(spot)
+    if by_gpu:
+        pcts = " / ".join(f"{p:.0f}%" for p in by_gpu)
         lines.append(f"{pcts} of each card's default")
-    elif math.isfinite(spot.pct_of_default):
-        lines.append(f"{spot.pct_of_default:.0f}% of default limit")
+    elif math.isfinite(pct):
+        lines.append(f"{pct:.0f}% of default limit")
     near = view.near_peak
     if near is not None and near.cap_w == spot.cap_w:
         # The near-peak diamond is not drawn on top of the star; the callout says it instead.
         lines.append("also the near-peak cap")
-    if spot.at_boundary == "low":
+    boundary = known(spot.at_boundary)
+    if boundary == "low":
         lines.append("lowest cap swept: try lower")
-    elif spot.at_boundary == "high":
+    elif boundary == "high":
         lines.append("highest cap swept: try higher")
     return "\n".join(lines)
 
@@ -77,7 +80,7 @@ def _ylim_top(*arrays: np.ndarray) -> float:
     return top * _HEADROOM if top > 0 else 1.0
 
 
-def efficiency_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figure:
+def efficiency_figure(analysis: PowerAnalysis, title: str | None = None) -> Figure:
     """Builds the efficiency chart: TPS (left axis) and TPS/W (right axis, dashed) per cap.
 
     Failed caps are gaps (NaN) with a grey cross on the x axis. The sweet spot gets a callout
@@ -86,7 +89,7 @@ def efficiency_figure(analysis: Mapping[str, Any], title: str | None = None) -> 
     legend, nor the curves.
 
     Args:
-        analysis: An analysis dict (analysis.json schema).
+        analysis: The typed analysis.
         title: Figure title; defaults to the GPU name.
 
     Returns:
@@ -214,7 +217,7 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
     if spot is not None:
         (spot_marker,) = ax2.plot(
             [spot.cap_w],
-            [spot.tps_per_w],
+            [num(spot.tps_per_w)],
             linestyle="none",
             marker="*",
             markersize=13,
@@ -230,7 +233,7 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
     if near is not None and (spot is None or near.cap_w != spot.cap_w):
         (near_marker,) = ax2.plot(
             [near.cap_w],
-            [near.tps_per_w],
+            [num(near.tps_per_w)],
             linestyle="none",
             marker="D",
             markersize=5.5,
@@ -249,15 +252,16 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
 def _callout_sweet_spot(
     ax2: Axes,
     view: AnalysisView,
-    spot: Any,
-    renderer: Any,
+    spot: Pick,
+    renderer: RendererBase,
     obstacles: Obstacles,
-    area: Any,
+    area: Bbox,
 ) -> None:
-    anchor = ax2.transData.transform((spot.cap_w, spot.tps_per_w))
+    xy = (spot.cap_w, num(spot.tps_per_w))
+    anchor = ax2.transData.transform(xy)
     callout = ax2.annotate(
         sweet_spot_text(view),
-        xy=(spot.cap_w, spot.tps_per_w),
+        xy=xy,
         xycoords="data",
         xytext=(0.5, 0.5),
         textcoords="axes fraction",
@@ -283,13 +287,15 @@ def _callout_sweet_spot(
 
 
 def _callout_near_peak(
-    ax2: Axes, near: Any, renderer: Any, obstacles: Obstacles, area: Any
+    ax2: Axes, near: Pick, renderer: RendererBase, obstacles: Obstacles, area: Bbox
 ) -> None:
-    anchor = ax2.transData.transform((near.cap_w, near.tps_per_w))
-    loss = f"\n{near.tps_loss_pct:.1f}% below peak TPS" if math.isfinite(near.tps_loss_pct) else ""
+    xy = (near.cap_w, num(near.tps_per_w))
+    anchor = ax2.transData.transform(xy)
+    loss_pct = num(near.tps_loss_pct)
+    loss = f"\n{loss_pct:.1f}% below peak TPS" if math.isfinite(loss_pct) else ""
     near_label = ax2.annotate(
         f"near peak: {fmt_w(near.cap_w)}{loss}",
-        xy=(near.cap_w, near.tps_per_w),
+        xy=xy,
         xycoords="data",
         xytext=(0.5, 0.5),
         textcoords="axes fraction",

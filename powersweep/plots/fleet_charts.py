@@ -8,14 +8,23 @@ beside the plot; the histogram shows where the cards' own sweet spots and near-p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from powersweep.analysis.fleet_axis import FleetAxis
+from powersweep.analysis.fleet_result_types import (
+    Band,
+    Envelope,
+    FleetAnswer,
+    FleetGroup,
+    FleetReport,
+    OutlierCurve,
+    WithinNoise,
+)
 from powersweep.errors import UsageError
 from powersweep.plots._style import COLORS, new_figure, save_figure, style
 
@@ -28,56 +37,35 @@ _BAND = "#1f5fa8"
 _OUTLIER_COLORS = ("#d55e00", "#cc79a7", "#e69f00", "#009e73", "#56b4e9", "#000000")
 
 
-def _title(group: Mapping[str, Any]) -> str:
-    gpu = str(group.get("gpu_name") or "unknown GPU").replace("NVIDIA ", "")
-    n = int(group.get("n_gpus") or 1)
+def _title(group: FleetGroup) -> str:
+    gpu = str(group.gpu_name or "unknown GPU").replace("NVIDIA ", "")
+    n = int(group.n_gpus or 1)
     gpu = f"{n} x {gpu}" if n > 1 else gpu
-    axis = _axis(group)["name"]
+    axis = group.fleet_axis.name
     tail = "" if axis == "power" else f" · {axis}"
-    return (
-        f"{gpu} · {group.get('load_mode')} · {group.get('model')}{tail} "
-        f"({group.get('n_cards')} cards)"
-    )
+    return f"{gpu} · {group.load_mode} · {group.model}{tail} ({group.n_cards} cards)"
 
 
-# A group's axis as fleet.json names it (a report from before axes: the power cap).
-_POWER_AXIS = {
-    "name": "power",
-    "setting_key": "cap_w",
-    "unit": "W",
-    "noun": "cap",
-    "answer_key": "fleet_cap",
-    "suffix": "w",
-}
+def _xlabel(axis: FleetAxis) -> str:
+    return "power cap (W)" if axis.name == "power" else f"{axis.noun} ({axis.unit})"
 
 
-def _axis(group: Mapping[str, Any]) -> Mapping[str, Any]:
-    axis = group.get("axis")
-    return axis if isinstance(axis, Mapping) and axis.get("setting_key") else _POWER_AXIS
+def _answer_name(axis: FleetAxis) -> str:
+    return "fleet cap" if axis.name == "power" else "fleet lock"
 
 
-def _xlabel(axis: Mapping[str, Any]) -> str:
-    return "power cap (W)" if axis["name"] == "power" else f"{axis['noun']} ({axis['unit']})"
-
-
-def _answer_name(axis: Mapping[str, Any]) -> str:
-    return "fleet cap" if axis["name"] == "power" else "fleet lock"
-
-
-def _groups(fleet: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    groups = [
-        g for g in fleet.get("groups") or [] if (g.get("band") or {}).get(_axis(g)["setting_key"])
-    ]
+def _groups(fleet: FleetReport) -> list[FleetGroup]:
+    groups = [g for g in fleet.groups if g.band is not None and g.band.settings]
     if not groups:
         raise UsageError("the fleet report has no group with a usable curve to draw")
     return groups
 
 
-def _arr(values: Sequence[Any]) -> np.ndarray:
+def _arr(values: Sequence[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
-def _more_note(fig: Figure, groups: Sequence[Mapping[str, Any]]) -> None:
+def _more_note(fig: Figure, groups: Sequence[FleetGroup]) -> None:
     if len(groups) > MAX_GROUPS:
         fig.text(
             0.01,
@@ -88,7 +76,7 @@ def _more_note(fig: Figure, groups: Sequence[Mapping[str, Any]]) -> None:
         )
 
 
-def band_figure(fleet: Mapping[str, Any]) -> Figure:
+def band_figure(fleet: FleetReport) -> Figure:
     """TPS/W against the cap (or clock lock) per group: median, IQR band, min-max envelope,
     outliers listed.
 
@@ -99,7 +87,7 @@ def band_figure(fleet: Mapping[str, Any]) -> Figure:
     shown = groups[:MAX_GROUPS]
     with style():
         fig = new_figure(height_in=3.3 * len(shown) + 0.4)
-        axes = {_axis(g)["name"] for g in shown}
+        axes = {g.fleet_axis.name for g in shown}
         what = "the power cap" if axes == {"power"} else "the setting swept"
         fig.suptitle(f"Fleet: tokens per watt against {what}")
         grid = fig.add_gridspec(len(shown), 2, width_ratios=(3.2, 1.25))
@@ -112,24 +100,22 @@ def band_figure(fleet: Mapping[str, Any]) -> Figure:
     return fig
 
 
-def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
-    axis = _axis(g)
-    band = g["band"]
-    caps = _arr(band[axis["setting_key"]])
+def _band_axes(ax: Axes, g: FleetGroup) -> None:
+    axis = g.fleet_axis
+    band = g.band or Band()
+    caps = _arr(band.settings)
     ax.set_title(_title(g), loc="left", fontsize=8.5)
     ax.fill_between(
-        caps, _arr(band["min"]), _arr(band["max"]), color=_BAND, alpha=0.12, lw=0, label="min-max"
+        caps, _arr(band.min), _arr(band.max), color=_BAND, alpha=0.12, lw=0, label="min-max"
     )
-    ax.fill_between(
-        caps, _arr(band["q1"]), _arr(band["q3"]), color=_BAND, alpha=0.32, lw=0, label="IQR"
-    )
-    ax.plot(caps, _arr(band["median"]), color=_BAND, lw=1.8, label="median card", zorder=4)
-    ymax = float(np.nanmax(_arr(band["max"])))
-    ymin = float(np.nanmin(_arr(band["min"])))
-    for i, o in enumerate((g.get("outliers") or [])[:MAX_OUTLIER_CURVES]):
-        curve = o.get("curve") or {}
-        ys = _arr(curve.get("tps_per_w") or [])
-        xs = _arr(curve.get(axis["setting_key"]) or [])
+    ax.fill_between(caps, _arr(band.q1), _arr(band.q3), color=_BAND, alpha=0.32, lw=0, label="IQR")
+    ax.plot(caps, _arr(band.median), color=_BAND, lw=1.8, label="median card", zorder=4)
+    ymax = float(np.nanmax(_arr(band.max)))
+    ymin = float(np.nanmin(_arr(band.min)))
+    for i, o in enumerate(g.outliers[:MAX_OUTLIER_CURVES]):
+        curve = o.curve or OutlierCurve()
+        ys = _arr(curve.tps_per_w)
+        xs = _arr(curve.settings)
         color = _OUTLIER_COLORS[i % len(_OUTLIER_COLORS)]
         ax.plot(xs, ys, color=color, lw=0.9, ls="--", zorder=3)
         if len(xs):
@@ -145,9 +131,9 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
             ymax = max(ymax, float(np.nanmax(ys)))
             ymin = min(ymin, float(np.nanmin(ys)))
     name = _answer_name(axis)
-    answer = g.get(axis["answer_key"]) or {}
-    fc = answer.get(axis["setting_key"])
-    noise = [float(x) for x in (answer.get("within_noise") or {}).get("x") or [] if x is not None]
+    answer = g.answer or FleetAnswer()
+    fc = answer.setting
+    noise = [float(x) for x in (answer.within_noise or WithinNoise()).x if x is not None]
     if len(noise) > 1:
         ax.axvspan(
             min(noise),
@@ -160,17 +146,17 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     if fc is not None:
         ax.axvline(float(fc), color=COLORS["sweet_spot"], lw=1.6, zorder=2, label=name)
         ax.annotate(
-            f"{name} {float(fc):.0f} {axis['unit']}",
+            f"{name} {float(fc):.0f} {axis.unit}",
             (float(fc), ymax),
             xytext=(3, 0),
             textcoords="offset points",
             fontsize=7,
         )
-    default = (g.get("envelope_w") or {}).get("default")
-    if default is not None and axis["name"] == "power":
+    default = (g.envelope_w or Envelope()).default
+    if default is not None and axis.name == "power":
         ax.axvline(float(default), color=COLORS["default_tdp"], lw=0.9, ls="-.", label="default")
     ax.set_xlabel(_xlabel(axis))
-    unit = "prefill TPS" if g.get("metric") == "prefill_tps" else "TPS"
+    unit = "prefill TPS" if g.metric == "prefill_tps" else "TPS"
     ax.set_ylabel(f"{unit}/W")
     # zoomed to the curves: the spread between cards is the point of this chart
     if math.isfinite(ymax) and math.isfinite(ymin) and ymax > ymin >= 0:
@@ -179,22 +165,21 @@ def _band_axes(ax: Axes, g: Mapping[str, Any]) -> None:
     ax.legend(loc="lower right", fontsize=7, ncols=2)
 
 
-def _outlier_list(ax: Axes, g: Mapping[str, Any]) -> None:
+def _outlier_list(ax: Axes, g: FleetGroup) -> None:
     """The outliers as numbered lines, each in its curve's colour (the curves carry the numbers)."""
     ax.axis("off")
-    outliers = g.get("outliers") or []
-    lines: list[tuple[str, str]] = [(f"Outliers: {len(outliers)} of {g.get('n_cards')}", "#222222")]
+    outliers = g.outliers
+    lines: list[tuple[str, str]] = [(f"Outliers: {len(outliers)} of {g.n_cards}", "#222222")]
     for i, o in enumerate(outliers[:MAX_OUTLIER_LINES]):
-        causes = o.get("causes") or []
-        cause = str(causes[0].get("code")) if causes else "?"
+        cause = str(o.causes[0].code) if o.causes else "?"
         drawn = i < MAX_OUTLIER_CURVES
         tag = f"{i + 1}. " if drawn else "   "
         color = _OUTLIER_COLORS[i % len(_OUTLIER_COLORS)] if drawn else "#555555"
-        lines.append((f"{tag}{_short(str(o.get('label')), 18)}: {cause.replace('_', ' ')}", color))
+        lines.append((f"{tag}{_short(str(o.label), 18)}: {cause.replace('_', ' ')}", color))
     if len(outliers) > MAX_OUTLIER_LINES:
         lines.append((f"... and {len(outliers) - MAX_OUTLIER_LINES} more (fleet.md)", "#555555"))
     if not outliers:
-        lines.append(("none" if int(g.get("n_cards") or 0) >= 5 else "(needs 5+ cards)", "#555555"))
+        lines.append(("none" if int(g.n_cards or 0) >= 5 else "(needs 5+ cards)", "#555555"))
     for k, (text, color) in enumerate(lines):
         ax.text(
             0.0,
@@ -213,7 +198,7 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else "…" + text[-(n - 1) :]
 
 
-def histogram_figure(fleet: Mapping[str, Any]) -> Figure:
+def histogram_figure(fleet: FleetReport) -> Figure:
     """Where the cards' own sweet spots (or efficiency peaks) and near-peak settings fall, per
     group, with the fleet cap (or lock).
 
@@ -232,18 +217,16 @@ def histogram_figure(fleet: Mapping[str, Any]) -> Figure:
     return fig
 
 
-def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
-    axis = _axis(g)
-    sfx = axis["suffix"]
-    cards = g.get("cards") or []
-    sweet = _arr([c.get(f"sweet_spot_{sfx}") for c in cards])
-    near = _arr([c.get(f"near_peak_{sfx}") for c in cards])
+def _histogram_axes(ax: Axes, g: FleetGroup) -> None:
+    axis = g.fleet_axis
+    sweet = _arr([c.sweet_spot for c in g.cards])
+    near = _arr([c.near_peak for c in g.cards])
     both = np.concatenate([sweet, near])
     both = both[np.isfinite(both)]
     if not len(both):
         ax.axis("off")
         return
-    step = g.get(f"step_{sfx}")
+    step = g.step
     step = float(step) if step is not None and float(step) > 0 else 10.0
     lo, hi = float(both.min()), float(both.max())
     edges = np.arange(lo - step / 2, hi + step, step)
@@ -252,7 +235,7 @@ def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
         bins=edges.tolist(),
         color=COLORS["sweet_spot"],
         alpha=0.9,
-        label="sweet spot" if axis["name"] == "power" else "efficiency peak",
+        label="sweet spot" if axis.name == "power" else "efficiency peak",
         edgecolor="#8a6d00",
         linewidth=0.5,
     )
@@ -262,16 +245,16 @@ def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
         histtype="step",
         color=COLORS["near_peak"],
         linewidth=1.4,
-        label=f"near-peak {axis['noun']}",
+        label=f"near-peak {axis.noun}",
     )
-    fc = (g.get(axis["answer_key"]) or {}).get(axis["setting_key"])
+    fc = (g.answer or FleetAnswer()).setting
     if fc is not None:
         ax.axvline(
             float(fc),
             color="#333333",
             lw=1.2,
             ls="--",
-            label=f"{_answer_name(axis)} {float(fc):.0f} {axis['unit']}",
+            label=f"{_answer_name(axis)} {float(fc):.0f} {axis.unit}",
         )
     ax.set_title(_title(g), loc="left", fontsize=8.5)
     ax.set_xlabel(_xlabel(axis))
@@ -280,7 +263,7 @@ def _histogram_axes(ax: Axes, g: Mapping[str, Any]) -> None:
 
 
 def render_band(
-    fleet: Mapping[str, Any], out_path_stem: Path, formats: Sequence[str] = ("png",)
+    fleet: FleetReport, out_path_stem: Path, formats: Sequence[str] = ("png",)
 ) -> list[Path]:
     """Write only the band chart as ``<out_path_stem>.<fmt>`` (``compare`` past a few runs).
 
@@ -293,7 +276,7 @@ def render_band(
 
 
 def render_fleet_charts(
-    fleet: Mapping[str, Any], out_dir: Path, formats: Sequence[str] = ("png",)
+    fleet: FleetReport, out_dir: Path, formats: Sequence[str] = ("png",)
 ) -> list[Path]:
     """Write ``fleet-band`` and ``fleet-sweet-spots`` charts into ``out_dir``.
 

@@ -1,58 +1,68 @@
 """TPS/W against inter-token latency p95: one point per cap (or clock point), the target drawn,
-the pick starred. Drawn from the analysis dict alone (its ``latency_target`` and table rows)."""
+the pick starred. Drawn from the typed analysis alone (its ``latency_target`` and table rows)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from matplotlib.figure import Figure
 
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
+from powersweep.analysis.result_types import CapRow, PowerAnalysis
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.plots._data import num
 from powersweep.plots._style import COLORS, check_formats, new_figure, save_figure, style
 
 LATENCY_STEM = "latency"
 PICK_GID = "latency-pick"
 TARGET_GID = "latency-target"
 
-
-def _f(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
+# A point of the chart: a cap's row, or a set of clock locks.
+Row = CapRow | LockPoint
 
 
-def _name(p: Mapping[str, Any]) -> str:
-    if "sm_lock_mhz" in p or "mem_lock_mhz" in p:
+def _name(p: Row) -> str:
+    if isinstance(p, LockPoint):
         parts = [
-            f"{what} {_f(p.get(k)):.0f}"
-            for what, k in (("SM", "sm_lock_mhz"), ("mem", "mem_lock_mhz"))
-            if math.isfinite(_f(p.get(k)))
+            f"{what} {num(mhz):.0f}"
+            for what, mhz in (("SM", p.sm_lock_mhz), ("mem", p.mem_lock_mhz))
+            if math.isfinite(num(mhz))
         ]
         return " / ".join(parts) or "unlocked"
-    return f"{_f(p.get('cap_w')):g} W"
+    return f"{p.cap_w:g} W"
 
 
-def _points(analysis: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    rows = analysis.get("points") if analysis.get("kind") == "clocks" else analysis.get("caps")
+def _points(analysis: PowerAnalysis | ClockAnalysis) -> list[Row]:
+    """The measured points with an inter-token p95 and a TPS/W (a cap without a status is a
+    bare caps.csv's, measured)."""
+    rows: Sequence[Row] = analysis.points if isinstance(analysis, ClockAnalysis) else analysis.caps
     return [
         r
-        for r in rows or []
-        if r.get("status", "ok") == "ok"
-        and math.isfinite(_f(r.get("itl_p95_ms")))
-        and math.isfinite(_f(r.get("tps_per_w")))
+        for r in rows
+        if (isinstance(r, LockPoint) or r.status in (None, "ok"))
+        and math.isfinite(num(r.itl_p95_ms))
+        and math.isfinite(num(r.tps_per_w))
     ]
 
 
-def has_latency(analysis: Mapping[str, Any]) -> bool:
+def _pick(analysis: PowerAnalysis | ClockAnalysis) -> Row | None:
+    """The point that meets the latency target (None where none does or none was set)."""
+    target = analysis.latency_target
+    if target is None or not target.met or not target.point:
+        return None
+    if isinstance(analysis, ClockAnalysis):
+        return LockPoint.from_json(target.point)
+    return CapRow.from_json(target.point)
+
+
+def has_latency(analysis: PowerAnalysis | ClockAnalysis) -> bool:
     """Whether any usable point has an inter-token p95 to plot."""
     return bool(_points(analysis))
 
 
-def latency_figure(analysis: Mapping[str, Any], title: str | None = None) -> Figure:
+def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = None) -> Figure:
     """TPS/W (y) against inter-token p95 (x), each point labelled, the pick starred.
 
     Raises:
@@ -64,20 +74,19 @@ def latency_figure(analysis: Mapping[str, Any], title: str | None = None) -> Fig
         raise UsageError(
             "nothing to plot: no point has an inter-token p95 (itl_p95_ms) in caps.csv"
         )
-    target = analysis.get("latency_target") or {}
-    pick = target.get("point") if target.get("met") else None
-    run = analysis.get("run") or {}
+    pick = _pick(analysis)
+    target = analysis.latency_target
+    limit = num(target.max_itl_ms) if target is not None else math.nan
     with style():
         fig = new_figure()
         ax = fig.add_subplot()
-        xs = [_f(p["itl_p95_ms"]) for p in pts]
-        ys = [_f(p["tps_per_w"]) for p in pts]
+        xs = [num(p.itl_p95_ms) for p in pts]
+        ys = [num(p.tps_per_w) for p in pts]
         ax.plot(
             xs, ys, linestyle="none", marker="o", color=COLORS["tps_per_w"], label="measured point"
         )
         for p, x, y in zip(pts, xs, ys, strict=True):
             ax.annotate(_name(p), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-        limit = _f(target.get("max_itl_ms"))
         if math.isfinite(limit):
             ax.axvline(limit, color=COLORS["default_tdp"], linestyle="--", gid=TARGET_GID)
             ax.annotate(
@@ -88,10 +97,10 @@ def latency_figure(analysis: Mapping[str, Any], title: str | None = None) -> Fig
                 xytext=(3, -10),
                 fontsize=7,
             )
-        if isinstance(pick, Mapping) and math.isfinite(_f(pick.get("itl_p95_ms"))):
+        if pick is not None and math.isfinite(num(pick.itl_p95_ms)):
             ax.plot(
-                [_f(pick["itl_p95_ms"])],
-                [_f(pick["tps_per_w"])],
+                [num(pick.itl_p95_ms)],
+                [num(pick.tps_per_w)],
                 marker="*",
                 markersize=12,
                 linestyle="none",
@@ -101,15 +110,15 @@ def latency_figure(analysis: Mapping[str, Any], title: str | None = None) -> Fig
             )
         ax.set_xlabel("inter-token latency p95 (ms)")
         ax.set_ylabel("TPS/W")
-        head = title or run.get("gpu_name") or "GPU"
-        mode = run.get("load_mode")
+        head = title or analysis.run.gpu_name or "GPU"
+        mode = analysis.run.load_mode
         ax.set_title(f"{head}: efficiency against latency" + (f" ({mode})" if mode else ""))
         ax.legend(loc="best")
     return fig
 
 
 def render_latency_chart(
-    analysis: Mapping[str, Any],
+    analysis: PowerAnalysis | ClockAnalysis,
     out_dir: Path,
     *,
     formats: Sequence[str] = ("png",),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import PowersweepError
 from powersweep.plots._style import check_formats, save_figure
 from powersweep.plots.companions import clocks_figure, has_clocks, power_figure, timeline_figure
@@ -15,7 +15,7 @@ from powersweep.plots.efficiency import efficiency_figure
 
 
 def render_charts(
-    analysis: Mapping[str, Any],
+    analysis: PowerAnalysis,
     out_dir: Path,
     *,
     samples: pl.DataFrame | None = None,
@@ -28,7 +28,7 @@ def render_charts(
     ``timeline`` (when ``samples`` is given and has rows) as ``<name>.<fmt>`` into ``out_dir``.
 
     Args:
-        analysis: An analysis dict (analysis.json schema).
+        analysis: The typed analysis.
         out_dir: Folder to write into (created if missing).
         samples: samples.csv as a DataFrame, for the timeline.
         formats: ``png`` and/or ``svg``.

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.cross_result_types import CrossModeResult
+from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.analysis.result_types import PowerAnalysis
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,12 +89,17 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def read_json(path: Path) -> Any:
-    """A JSON file; an analysis.json is also checked against its typed model, both ways, so every
-    end-to-end run proves the model holds all the analysis writes (no key lost or mistyped)."""
+    """A JSON file; an analysis.json, fleet.json or cross-mode.json is also checked against its
+    typed model, both ways, so every end-to-end run proves the model holds all the tool writes
+    (no key lost or mistyped)."""
     data = json.loads(path.read_text())
     if path.name == "analysis.json" and isinstance(data, dict):
         typed = ClockAnalysis if data.get("kind") == "clocks" else PowerAnalysis
         assert typed.from_json(data).to_json() == data, f"{path} does not round-trip"
+    if path.name == "fleet.json" and isinstance(data, dict):
+        assert FleetReport.from_json(data).to_json() == data, f"{path} does not round-trip"
+    if path.name == "cross-mode.json" and isinstance(data, dict):
+        assert CrossModeResult.from_json(data).to_json() == data, f"{path} does not round-trip"
     return data
 
 

@@ -22,6 +22,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.transforms import Bbox
 from PIL import Image
 
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.plots import efficiency_figure
 from powersweep.plots._layout import text_extent
@@ -146,7 +147,7 @@ def test_charts_of_every_profile(tmp_path: Path, name: str, mode: str) -> None:
         assert any(p["kind"] == "boost_plateau" for p in analysis["plateaus"]), where
     if mode == "decode-single" and name in ("rtx4090-air", "h100-sxm", "rtx5090-air"):
         assert any(p["kind"] == "draw_ceiling" for p in analysis["plateaus"]), where
-    _check_layout(efficiency_figure(analysis), analysis, where)
+    _check_layout(efficiency_figure(PowerAnalysis.from_json(analysis)), analysis, where)
 
 
 def test_charts_of_the_measured_3090_curve(tmp_path: Path) -> None:
@@ -156,7 +157,8 @@ def test_charts_of_the_measured_3090_curve(tmp_path: Path) -> None:
     assert (tmp_path / "charts" / "efficiency.png").is_file()
     analysis = report.analysis
     assert analysis["sweet_spot"]["cap_w"] == 290.0
-    _check_layout(efficiency_figure(analysis), analysis, "measured 3090")
+    typed = PowerAnalysis.from_json(analysis)
+    _check_layout(efficiency_figure(typed), analysis, "measured 3090")
 
 
 def test_near_peak_at_the_sweet_spot_is_said_not_drawn_over_the_star(tmp_path: Path) -> None:
@@ -165,7 +167,7 @@ def test_near_peak_at_the_sweet_spot_is_said_not_drawn_over_the_star(tmp_path: P
     ).analysis
     analysis = {**analysis, "near_peak": {**analysis["near_peak"]}}
     analysis["near_peak"]["cap_w"] = analysis["sweet_spot"]["cap_w"]
-    fig = efficiency_figure(analysis)
+    fig = efficiency_figure(PowerAnalysis.from_json(analysis))
     _, ax2 = fig.axes
     assert not [line for line in ax2.lines if line.get_gid() == "near-peak-marker"]
     (callout,) = [t for t in ax2.texts if t.get_gid() == "sweet-spot-callout"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from powersweep.analysis.fleet_answer import FleetOptions, discover_runs, fleet_report
+from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.analysis.fleet_summary import render_fleet_summary
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT
 from powersweep.cli import main
@@ -33,7 +34,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[FleetCar
 
 @pytest.fixture(scope="module")
 def report(fleet: tuple[Path, list[FleetCard]]) -> dict:
-    return fleet_report([fleet[0]], FleetOptions(tariff_per_kwh=0.3))
+    """The report as fleet.json holds it."""
+    return fleet_report([fleet[0]], FleetOptions(tariff_per_kwh=0.3)).to_json()
 
 
 def test_200_cards_sweet_spot_median_and_fleet_cap_match_truth(
@@ -102,7 +104,7 @@ def test_markdown_stays_under_the_limit_with_thousands_of_outliers(report: dict)
     (group,) = report["groups"]
     many = {**report, "groups": [{**group, "outliers": group["outliers"] * 1000}] * 30}
     many["incomplete"] = [{"label": "x" * 200, "status": "failed", "error": "e" * 300}] * 500
-    text = render_fleet_summary(many)
+    text = render_fleet_summary(FleetReport.from_json(many))
     assert len(text) < GITHUB_COMMENT_LIMIT
     assert "and 2975 more" in text or "truncated" in text
 
@@ -117,14 +119,15 @@ def test_groups_by_model_and_reports_broken_and_failed_runs(tmp_path: Path) -> N
     meta = read_json(failed.run_dir / "run.json")
     meta.update(status="failed", error="server went away")
     (failed.run_dir / "run.json").write_text(json.dumps(meta))
-    report = fleet_report([tmp_path])
+    typed = fleet_report([tmp_path])
+    report = typed.to_json()
     names = sorted(g["gpu_name"] for g in report["groups"])
     assert names == ["NVIDIA GeForce RTX 3090 (simulated)", "NVIDIA GeForce RTX 4090 (simulated)"]
     assert {g["n_cards"] for g in report["groups"]} == {5, 7}
     assert [u["run_dir"] for u in report["unreadable"]] == [str(broken.resolve())]
     assert "not a number" in report["unreadable"][0]["error"]
     assert [(r["label"], r["status"]) for r in report["incomplete"]] == [("f000", "failed")]
-    md = render_fleet_summary(report)
+    md = render_fleet_summary(typed)
     assert "server went away" in md and "left out" in md
     assert "Every card at the fleet cap" in md and "| f000 (failed) |" in md
 
@@ -195,7 +198,7 @@ def test_real_simulated_sweeps_join_a_synthetic_fleet_with_their_own_truth(tmp_p
     assert plain_truth["caps"][-1]["regime"] != "thermal_limited"
 
     synthetic_fleet(tmp_path / "synthetic", "rtx4090-air~0.03", 10, seed=9)
-    (group,) = fleet_report([tmp_path])["groups"]
+    (group,) = fleet_report([tmp_path]).to_json()["groups"]
     assert group["n_cards"] == 12
     named = {o["label"]: o["causes"][0]["code"] for o in group["outliers"]}
     assert named == {"rack3-node7": "hot"}
@@ -231,7 +234,7 @@ def test_fresh_analysis_json_is_reused_and_stale_one_is_not(tmp_path: Path) -> N
     os.utime(stale, (later, later))
 
     def sweet(opts: FleetOptions) -> dict[str, float]:
-        (group,) = fleet_report([tmp_path], opts)["groups"]
+        (group,) = fleet_report([tmp_path], opts).to_json()["groups"]
         return {c["label"]: c["sweet_spot_w"] for c in group["cards"]}
 
     assert sweet(FleetOptions()) == {"node000": 555.0, "node001": 555.0, "node002": 280.0}
@@ -254,9 +257,9 @@ def test_a_card_whose_sweep_stopped_below_its_default_limit_is_not_priced(tmp_pa
     cards = synthetic_fleet(tmp_path, "rtx4090-air~0.02", 5, seed=4)
     caps_csv = cards[0].run_dir / "caps.csv"
     pl.read_csv(caps_csv).filter(pl.col("cap_w") <= 400).write_csv(caps_csv)
-    report = fleet_report([tmp_path])
-    (group,) = report["groups"]
+    typed = fleet_report([tmp_path])
+    (group,) = typed.to_json()["groups"]
     assert (group["savings"]["n_cards"], group["savings"]["n_cards_unpriced"]) == (4, 1)
     assert "1 card left out: the sweep did not measure the default limit" in (
-        render_fleet_summary(report)
+        render_fleet_summary(typed)
     )

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from powersweep.analysis import analyze, load_curve, noise, write_outputs
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.summary import render_summary
 from powersweep.errors import PowersweepError, UsageError
 
@@ -315,9 +316,10 @@ def test_a_bare_curve_says_its_noise_is_unknown_and_ties_only_within_a_typical_r
 
 def test_write_outputs(tmp_path: Path, real_3090: Path) -> None:
     curve = load_curve(real_3090)
-    result = analyze(curve)
+    result = PowerAnalysis.from_json(analyze(curve))
     paths = write_outputs(curve, result, tmp_path / "out")
     assert [p.name for p in paths] == ["analysis.json", "summary.md"]
+    assert paths[0].read_text() == json.dumps(analyze(curve), indent=2, allow_nan=False) + "\n"
     saved = json.loads(paths[0].read_text())
     assert saved["sweet_spot"]["cap_w"] == 290.0
     assert saved["sweet_spot"]["pct_of_default"] is None  # NaN/unknown -> null
@@ -325,6 +327,24 @@ def test_write_outputs(tmp_path: Path, real_3090: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(PowersweepError, match="cannot write"):
         write_outputs(curve, result, blocker / "sub")
+
+
+def test_write_outputs_writes_the_analysis_byte_for_byte(tmp_path: Path) -> None:
+    """Typed and written back, analysis.json is what the analysis gave: its key order (the
+    recommendation's objective first) and run.json's integers (a slowdown of 90 C) kept."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    latency = {"itl_p95_ms": [9.0, 9.5, 10.0], "ttft_p95_ms": [200.0, 210.0, 220.0]}
+    _write(run_dir, _linear([200.0, 250.0, 300.0], [80.0, 108.0, 118.8], **latency))
+    card = {"name": "GPU", "min_limit_w": 100, "default_limit_w": 300, "slowdown_temp_c": 90}
+    (run_dir / "run.json").write_text(json.dumps({"schema_version": 1, "gpus": [card]}))
+    curve = load_curve(run_dir)
+    result = analyze(curve, objective="cost", eta=0.3, tariff_per_kwh=0.3, max_itl_ms=9.6)
+    paths = write_outputs(curve, PowerAnalysis.from_json(result), tmp_path / "out")
+    text = paths[0].read_text()
+    assert text == json.dumps(result, indent=2, allow_nan=False) + "\n"
+    assert '"slowdown_temp_c": 90,' in text
+    assert next(iter(json.loads(text)["recommendation"])) == "objective"
 
 
 def test_run_dir_loads_optional_files_and_tolerates_broken_ones(tmp_path: Path) -> None:
@@ -449,7 +469,7 @@ def test_caps_that_never_bind_are_said_first_and_nothing_is_starred(tmp_path: Pa
     codes = {f["code"] for f in result["findings"]}
     # no cap is called an efficiency win, and no lower cap is advised
     assert not codes & {"sweet_spot", "sweet_spot_at_low_boundary", "near_peak"}
-    summary = render_summary(curve, result)
+    summary = render_summary(curve, PowerAnalysis.from_json(result))
     assert "★" not in summary and "### Recommendations" not in summary
     assert "| Sweet spot | none: no cap binds" in summary
     # one binding cap is enough for the usual answer

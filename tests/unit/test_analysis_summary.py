@@ -17,6 +17,7 @@ from powersweep.analysis import (
     render_summary,
     write_caps_csv,
 )
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import UsageError
 
 PASTED = """Here is my 3090 sweep:
@@ -117,7 +118,7 @@ def test_summary_findings_first_failed_caps_and_escaping(tmp_path: Path) -> None
     df = df.with_columns(pl.lit(2).alias("n_gpus"))
     df.write_csv(run_dir / "caps.csv")
     curve = load_curve(run_dir)
-    text = render_summary(curve, analyze(curve))
+    text = render_summary(curve, PowerAnalysis.from_json(analyze(curve)))
     assert text.index("### Findings") < text.index("### Per-cap results")
     assert text.index("### Per-cap results") < text.index("<details>")
     assert "GPU \\| with pipe" in text and "qwen\\_3\\*27b" in text
@@ -150,7 +151,7 @@ def test_summary_of_a_huge_run_stays_under_the_github_limit(tmp_path: Path) -> N
     path = tmp_path / "caps.csv"
     df.write_csv(path)
     curve = load_curve(path)
-    text = render_summary(curve, analyze(curve))
+    text = render_summary(curve, PowerAnalysis.from_json(analyze(curve)))
     assert len(text) < 65_536
     assert "<details>" in text and "</details>" in text
     assert "### Findings" in text
@@ -169,7 +170,8 @@ def test_cross_mode_minimises_the_worst_loss(tmp_path: Path) -> None:
     # Single-stream peaks at 250 W, concurrent at 310 W; 270/290 W are the compromises.
     single = load_curve(_mode_run(tmp_path, "a", "decode-single", [30.0, 31.0, 31.9, 32.0]))
     conc = load_curve(_mode_run(tmp_path, "b", "decode-concurrent", [50.0, 58.0, 64.0, 70.0]))
-    result = cross_mode([(single, analyze(single)), (conc, analyze(conc))])
+    typed = [(c, PowerAnalysis.from_json(analyze(c))) for c in (single, conc)]
+    result = cross_mode(typed).to_json()
     tpw_single = {250: 0.12, 270: 31 / 270, 290: 31.9 / 290, 310: 32 / 310}
     tpw_conc = {250: 0.2, 270: 58 / 270, 290: 64 / 290, 310: 70 / 310}
     worst = {c: max(1 - tpw_single[c] / 0.12, 1 - tpw_conc[c] / (70 / 310)) for c in tpw_single}
@@ -182,7 +184,7 @@ def test_cross_mode_minimises_the_worst_loss(tmp_path: Path) -> None:
         (1 - tpw_conc[270] / (70 / 310)) * 100
     )
     with pytest.raises(UsageError):
-        cross_mode([(single, analyze(single))])
+        cross_mode(typed[:1])
 
 
 def test_hint_commands_stay_code_and_unpaired_backticks_are_escaped() -> None:

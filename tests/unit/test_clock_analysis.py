@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 from powersweep.analysis import load_curve
 from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.clock_curve import clock_points, pareto_front
+from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.clock_summary import clocks_versus_power
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.cli import app
 from powersweep.errors import UsageError
 from powersweep.report import build_clock_comparison, build_report
@@ -128,7 +130,7 @@ def test_clock_versus_power_states_the_gain_and_the_cost_in_tps() -> None:
             "tps_per_w": 28.0 / 180.0,
         }
     }
-    out = clocks_versus_power(power, clocks)
+    out = clocks_versus_power(PowerAnalysis.from_json(power), ClockAnalysis.from_json(clocks))
     assert out["tps_per_w_gain_pct"] == pytest.approx(24.4, abs=0.1)
     assert out["statement"].startswith("SM 1410 MHz / mem 9001 MHz gives 0.156 TPS/W, 24% more")
     assert "best cap (0.125 at 250 W)" in out["statement"]
@@ -138,11 +140,14 @@ def test_clock_versus_power_states_the_gain_and_the_cost_in_tps() -> None:
         {"cap_w": c, "status": "ok", "tps_per_w": 0.125 + 0.0001 * (c % 3)}
         for c in (350.0, 500.0, 700.0)
     ]
-    out = clocks_versus_power({**power, "caps": flat}, clocks)
+    out = clocks_versus_power(
+        PowerAnalysis.from_json({**power, "caps": flat}), ClockAnalysis.from_json(clocks)
+    )
     assert not out["caps_bind"]
     assert out["statement"].endswith("power caps do not bind here")
+    no_sweet_spot = PowerAnalysis.from_json({"sweet_spot": None})
     with pytest.raises(UsageError):
-        clocks_versus_power({"sweet_spot": None}, clocks)
+        clocks_versus_power(no_sweet_spot, ClockAnalysis.from_json(clocks))
 
 
 def test_analyze_a_power_run_and_a_clock_run_compares_them(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ import pytest
 
 from powersweep.analysis import analyze, cross_mode, load_curve
 from powersweep.analysis.cross import render_cross_mode
+from powersweep.analysis.cross_result_types import CrossModeResult
+from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.errors import UsageError
 from powersweep.report import build_cross_report
@@ -62,9 +65,16 @@ def _expected_cap() -> tuple[float, float, dict[str, float]]:
     return cap, worst * 100, {mode: tab[cap] * 100 for mode, tab in tables}
 
 
+def _pairs(root: Path) -> list[tuple[Curve, PowerAnalysis]]:
+    return [
+        (c, PowerAnalysis.from_json(analyze(c, bootstrap=0))) for c in map(load_curve, _runs(root))
+    ]
+
+
 def test_shared_cap_is_the_minimax_of_the_truth(tmp_path: Path) -> None:
-    pairs = [(c, analyze(c, bootstrap=0)) for c in map(load_curve, _runs(tmp_path))]
-    result = cross_mode(pairs)
+    typed = cross_mode(_pairs(tmp_path))
+    result = typed.to_json()
+    assert CrossModeResult.from_json(result) == typed
     cap, worst, losses = _expected_cap()
     assert result["cap_w"] == cap
     assert result["worst_loss_pct"] == pytest.approx(worst, abs=1e-6)
@@ -79,9 +89,7 @@ def test_shared_cap_is_the_minimax_of_the_truth(tmp_path: Path) -> None:
 
 
 def test_markdown_section_shows_the_cap_and_the_cost_to_each_mode(tmp_path: Path) -> None:
-    pairs = [(c, analyze(c, bootstrap=0)) for c in map(load_curve, _runs(tmp_path))]
-    result = cross_mode(pairs)
-    md = render_cross_mode(result)
+    md = render_cross_mode(cross_mode(_pairs(tmp_path)))
     cap, worst, losses = _expected_cap()
     assert md.startswith("## Mixed workload")
     assert f"**Set {cap:.0f} W.**" in md
@@ -119,7 +127,7 @@ def test_markdown_escapes_labels_and_renders_warnings() -> None:
         "caps": [{"cap_w": 300.0, "worst_loss_pct": 2.0}],
         "warnings": ["the runs come from different GPUs (x|y)"],
     }
-    md = render_cross_mode(result)
+    md = render_cross_mode(CrossModeResult.from_json(result))
     assert "a\\|b\\*c" in md and "x\\|y" in md
     assert "| — | — |" in md  # missing TPS shows a dash, not 0 or None
 
@@ -131,6 +139,7 @@ def test_build_cross_report_writes_beside_the_runs(tmp_path: Path) -> None:
     assert (folder / "cross-mode.md").read_text(encoding="utf-8") == report.markdown
     saved = json.loads((folder / "cross-mode.json").read_text(encoding="utf-8"))
     assert saved["cap_w"] == report.cross["cap_w"] == _expected_cap()[0]
+    assert CrossModeResult.from_json(saved).to_json() == saved == report.cross
     for run in runs:
         assert (run / "analysis.json").is_file() and (run / "summary.md").is_file()
     assert len(report.analyses) == 3

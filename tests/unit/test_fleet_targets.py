@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.cli import main
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu import GpuIdentity
@@ -25,6 +26,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 def _target(uuid: str, name: str = H100, index: int = 0) -> Target:
     ident = GpuIdentity(index=index, name=name, uuid=uuid, vram_mib=0, driver_version="t")
     return Target(gpu=None, identity=ident, measured=None, matched_by="named")  # type: ignore[arg-type]
+
+
+def _typed(fleet: dict[str, Any]) -> FleetReport:
+    """The report as ``fleet apply`` reads it (fleet.json, typed)."""
+    return FleetReport.from_json(fleet)
 
 
 def _group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -61,7 +67,7 @@ def test_cards_get_the_fleet_lock_and_a_named_outlier_its_own_best() -> None:
         ]
     }
     a, b = _target("GPU-a"), _target("GPU-b", index=1)
-    chosen, unmatched = choose_settings(fleet, [a, b], "n2")
+    chosen, unmatched = choose_settings(_typed(fleet), [a, b], "n2")
     assert unmatched == []
     assert [(c.source, c.sm_lock_mhz, c.cap_w) for c in chosen] == [
         ("fleet", 1425.0, None),
@@ -69,7 +75,7 @@ def test_cards_get_the_fleet_lock_and_a_named_outlier_its_own_best() -> None:
     ]
     assert "hot card" in chosen[1].why
     # the same UUID on another node is another card (simulated cards share UUIDs)
-    chosen, _ = choose_settings(fleet, [b], "n3")
+    chosen, _ = choose_settings(_typed(fleet), [b], "n3")
     assert chosen[0].source == "fleet"
 
 
@@ -81,9 +87,9 @@ def test_power_and_clock_groups_pick_the_better_axis_or_the_one_asked() -> None:
         ]
     }
     t = _target("GPU-a")
-    (best,), _ = choose_settings(fleet, [t], "n1")
+    (best,), _ = choose_settings(_typed(fleet), [t], "n1")
     assert (best.axis, best.sm_lock_mhz) == ("sm-clock", 1425.0)
-    (power,), _ = choose_settings(fleet, [t], "n1", axis="power")
+    (power,), _ = choose_settings(_typed(fleet), [t], "n1", axis="power")
     assert (power.axis, power.cap_w, power.sm_lock_mhz) == ("power", 400.0, None)
 
 
@@ -91,16 +97,16 @@ def test_several_workloads_for_one_gpu_need_a_choice_and_other_models_are_left()
     other = {**_group("power", {"cap_w": 300.0}), "load_mode": "prefill-heavy"}
     fleet = {"groups": [_group("power", {"cap_w": 400.0}), other]}
     with pytest.raises(UsageError, match="--load-mode"):
-        choose_settings(fleet, [_target("GPU-a")], "n1")
-    (c,), _ = choose_settings(fleet, [_target("GPU-a")], "n1", load_mode="prefill-heavy")
+        choose_settings(_typed(fleet), [_target("GPU-a")], "n1")
+    (c,), _ = choose_settings(_typed(fleet), [_target("GPU-a")], "n1", load_mode="prefill-heavy")
     assert c.cap_w == 300.0
-    chosen, unmatched = choose_settings(fleet, [_target("GPU-x", name="RTX 4090")], "n1")
+    chosen, unmatched = choose_settings(_typed(fleet), [_target("GPU-x", name="RTX 4090")], "n1")
     assert chosen == [] and [t.identity.uuid for t in unmatched] == ["GPU-x"]
 
 
 def test_a_clock_group_that_held_a_cap_sets_it_with_the_lock() -> None:
     answer = {"sm_lock_mhz": 1410.0, "held_cap_w": 500.0, "fleet_tps_per_w": 0.1}
-    (c,), _ = choose_settings({"groups": [_group("sm-clock", answer)]}, [_target("G")], "n")
+    (c,), _ = choose_settings(_typed({"groups": [_group("sm-clock", answer)]}), [_target("G")], "n")
     assert (c.sm_lock_mhz, c.cap_w) == (1410.0, 500.0)
     assert c.describe() == "SM 1410 MHz at 500 W"
 
@@ -123,7 +129,7 @@ def _clock_group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, A
 def test_a_memory_lock_group_sets_the_memory_clock_alone() -> None:
     answer = {"mem_lock_mhz": 12001.0, "held_cap_w": None, "fleet_tps_per_w": 0.09}
     group = _clock_group("mem-clock", answer)
-    (c,), _ = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+    (c,), _ = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
     assert (c.axis, c.source, c.cap_w, c.sm_lock_mhz, c.mem_lock_mhz) == (
         "mem-clock",
         "fleet",
@@ -152,7 +158,7 @@ def test_a_grid_group_sets_both_locks_and_its_outlier_gets_its_own_pair() -> Non
     }
     group = _clock_group("grid", answer, outliers=[outlier])
     a, b = _target("GPU-a"), _target("GPU-b", index=1)
-    chosen, _ = choose_settings({"groups": [group]}, [a, b], "n2")
+    chosen, _ = choose_settings(_typed({"groups": [group]}), [a, b], "n2")
     assert [(c.source, c.sm_lock_mhz, c.mem_lock_mhz, c.cap_w) for c in chosen] == [
         ("fleet", 2400.0, 12001.0, 500.0),
         # the outlier's own pair, under the limit its group held
@@ -288,7 +294,7 @@ def test_a_card_of_a_mixed_rig_matches_the_rigs_group_and_reads_as_a_record() ->
         "gpu_name": "mixed rig",
         "cards": [{"gpus": [{"name": "NVIDIA GeForce RTX 4090"}, {"name": H100}]}],
     }
-    (c,), unmatched = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+    (c,), unmatched = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
     assert unmatched == [] and c.describe() == "380 W"
     assert c.to_dict() == {
         "index": 0,
@@ -306,18 +312,18 @@ def test_a_card_of_a_mixed_rig_matches_the_rigs_group_and_reads_as_a_record() ->
 
 def test_a_group_without_an_axis_is_a_power_group() -> None:
     group = {"gpu_name": H100, "load_mode": "x", "model": "m", "fleet_cap": {"cap_w": 300}}
-    (c,), _ = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+    (c,), _ = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
     assert (c.axis, c.cap_w) == ("power", 300.0)
 
 
 def test_an_outlier_the_report_keeps_in_the_fleet_gets_the_fleets_answer() -> None:
     outlier = {"host": "n1", "gpus": [{"uuid": "GPU-a"}], "apply": "fleet", "own_best": {}}
     group = _group("power", {"cap_w": 300.0}, outliers=[outlier])
-    (c,), _ = choose_settings({"groups": [group]}, [_target("GPU-a")], "n1.example")
+    (c,), _ = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1.example")
     assert (c.source, c.cap_w) == ("fleet", 300.0)
 
 
 def test_a_group_with_no_usable_answer_is_refused() -> None:
     group = _group("power", {"cap_w": -1.0})
     with pytest.raises(UsageError, match=r"GPU 0 .* has no answer to apply$"):
-        choose_settings({"groups": [group]}, [_target("GPU-a")], "n1")
+        choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")

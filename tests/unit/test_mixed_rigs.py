@@ -49,7 +49,8 @@ def _mixed_run(root: Path, node: str, shift: float) -> None:
 def test_a_mixed_rigs_fleet_cap_is_a_share_of_each_cards_default(tmp_path: Path) -> None:
     for i, node in enumerate(("n1", "n2", "n3")):
         _mixed_run(tmp_path, node, shift=i - 1.0)
-    report = fleet_report([tmp_path])
+    typed = fleet_report([tmp_path])
+    report = typed.to_json()
     (group,) = report["groups"]
     assert group["gpu_name"] == "NVIDIA GeForce RTX 3090 + NVIDIA GeForce RTX 4090"
     fleet_cap = group["fleet_cap"]
@@ -60,7 +61,7 @@ def test_a_mixed_rigs_fleet_cap_is_a_share_of_each_cards_default(tmp_path: Path)
         {"gpu_name": CARDS[0]["name"], "default_w": 370.0, "pct_of_default": cap / 370 * 100},
         {"gpu_name": CARDS[1]["name"], "default_w": 450.0, "pct_of_default": cap / 450 * 100},
     ]
-    md = render_fleet_summary(report)
+    md = render_fleet_summary(typed)
     assert f"{cap / 370 * 100:.0f}% of the NVIDIA GeForce RTX 3090's 370 W default" in md
     assert f"{cap / 450 * 100:.0f}% of the NVIDIA GeForce RTX 4090's 450 W default" in md
 
@@ -71,7 +72,7 @@ def test_a_rig_of_one_model_keeps_its_one_default(tmp_path: Path) -> None:
         meta = json.loads((tmp_path / node / "run.json").read_text())
         meta["gpus"][1].update(name=CARDS[0]["name"], default_limit_w=370.0, max_limit_w=390.0)
         (tmp_path / node / "run.json").write_text(json.dumps(meta))
-    (group,) = fleet_report([tmp_path])["groups"]
+    (group,) = fleet_report([tmp_path]).to_json()["groups"]
     fleet_cap = group["fleet_cap"]
     assert fleet_cap["pct_of_default_by_gpu"] is None
     assert fleet_cap["pct_of_default"] == fleet_cap["cap_w"] / 370 * 100

@@ -19,6 +19,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.plots import (
     clocks_figure,
@@ -200,6 +201,15 @@ def samples_for(analysis: Analysis, n_gpus: int, ticks_per_cap: int = 8) -> pl.D
 # ---------------------------------------------------------------- helpers
 
 
+def _typed(a: Analysis) -> PowerAnalysis:
+    """The fixture as the charts take it: the typed analysis."""
+    return PowerAnalysis.from_json(a)
+
+
+def _typed_runs(runs: list[tuple[str, Analysis]]) -> list[tuple[str, PowerAnalysis]]:
+    return [(label, _typed(a)) for label, a in runs]
+
+
 def _axes_pair(fig: Figure) -> tuple[Axes, Axes]:
     """(TPS axes, TPS/W axes) of an efficiency figure."""
     ax, ax2 = fig.axes
@@ -260,7 +270,7 @@ def test_3090_fixture_reproduces_the_published_reading() -> None:
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
 def test_axes_ranges_cover_the_data(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
-    fig = efficiency_figure(a)
+    fig = efficiency_figure(_typed(a))
     ax, ax2 = _axes_pair(fig)
     caps = [c["cap_w"] for c in a["caps"]]
     x_lo, x_hi = ax.get_xlim()
@@ -274,7 +284,7 @@ def test_axes_ranges_cover_the_data(name: str, make: Callable[[], Analysis]) -> 
 
 def test_callout_points_at_the_sweet_spot() -> None:
     a = analysis_3090()
-    fig = efficiency_figure(a)
+    fig = efficiency_figure(_typed(a))
     _, ax2 = _axes_pair(fig)
     callout: Annotation = _by_gid(ax2.texts, "sweet-spot-callout")
     spot = a["sweet_spot"]
@@ -293,14 +303,14 @@ def test_callout_points_at_the_sweet_spot() -> None:
 def test_callout_says_when_the_sweet_spot_is_at_the_sweep_edge() -> None:
     a = analysis_5090()
     assert a["sweet_spot"]["at_boundary"] == "low"
-    _, ax2 = _axes_pair(efficiency_figure(a))
+    _, ax2 = _axes_pair(efficiency_figure(_typed(a)))
     assert "lowest cap swept" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
 
 
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
 def test_plateau_bands_equal_the_analysis_plateaus(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
-    ax, _ = _axes_pair(efficiency_figure(a))
+    ax, _ = _axes_pair(efficiency_figure(_typed(a)))
     spans = [p for p in ax.patches if str(p.get_gid()).startswith("plateau:")]
     got = sorted(
         (str(p.get_gid()), p.get_x(), p.get_x() + p.get_width())
@@ -321,7 +331,7 @@ def test_plateau_bands_equal_the_analysis_plateaus(name: str, make: Callable[[],
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
 def test_labels_legend_and_callout_do_not_collide(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
-    fig = efficiency_figure(a)
+    fig = efficiency_figure(_typed(a))
     boxes = _boxes(fig)
     gids = {gid for gid, _ in boxes}
     expected = {"sweet-spot-callout", "default-tdp-label", "legend"}
@@ -345,7 +355,7 @@ def test_labels_legend_and_callout_do_not_collide(name: str, make: Callable[[], 
 
 def test_failed_cap_is_a_gap_not_a_zero() -> None:
     a = analysis_5090()
-    ax, ax2 = _axes_pair(efficiency_figure(a))
+    ax, ax2 = _axes_pair(efficiency_figure(_typed(a)))
     for axes, gid in ((ax, "tps"), (ax, "code_tps"), (ax2, "tps_per_w")):
         line = _by_gid(axes.lines, gid)
         xs = np.asarray(line.get_xdata(), dtype=float)
@@ -363,9 +373,12 @@ def test_tolerates_nulls_and_missing_keys() -> None:
     a["sweet_spot"] = None
     del a["near_peak"]
     a["plateaus"] = [{"kind": "boost_plateau", "start_w": None, "end_w": 500}]
+    with pytest.raises(UsageError, match=r"\$\.plateaus\[0\]\.start_w"):
+        _typed(a)  # the schema refuses a plateau without a start before any chart
+    a["plateaus"] = [{"kind": "boost_plateau", "start_w": math.nan, "end_w": 500}]
     for cap in a["caps"]:
         cap["tps_per_w"] = None  # derived from tps / power_w when missing
-    fig = efficiency_figure(a)
+    fig = efficiency_figure(_typed(a))
     ax, ax2 = _axes_pair(fig)
     assert not ax2.texts or all(t.get_gid() != "sweet-spot-callout" for t in ax2.texts)
     assert not [p for p in ax.patches if str(p.get_gid()).startswith("plateau:")]
@@ -376,7 +389,7 @@ def test_tolerates_nulls_and_missing_keys() -> None:
 def test_prefill_metric_draws_prefill_tps_only() -> None:
     a = analysis_5090()
     a["metric"] = "prefill_tps"
-    ax, _ = _axes_pair(efficiency_figure(a))
+    ax, _ = _axes_pair(efficiency_figure(_typed(a)))
     assert [line.get_label() for line in ax.lines if line.get_gid() == "tps"] == ["prefill TPS"]
     assert not [line for line in ax.lines if line.get_gid() == "code_tps"]
     assert "prefill" in ax.get_ylabel()
@@ -384,7 +397,7 @@ def test_prefill_metric_draws_prefill_tps_only() -> None:
 
 def test_an_analysis_without_caps_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="no caps"):
-        efficiency_figure({"metric": "narr_tps", "caps": []})
+        efficiency_figure(_typed({"metric": "narr_tps", "caps": []}))
 
 
 # ---------------------------------------------------------------- companion charts and files
@@ -399,7 +412,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 def test_render_charts_writes_every_chart_identically_in_png_and_svg(tmp_path: Path) -> None:
     a = analysis_h100()
     samples = samples_for(a, 2)
-    first = render_charts(a, tmp_path / "a", samples=samples, formats=("png", "svg"))
+    first = render_charts(_typed(a), tmp_path / "a", samples=samples, formats=("png", "svg"))
     names = sorted(p.name for p in first)
     assert names == sorted(
         f"{chart}.{fmt}"
@@ -413,7 +426,7 @@ def test_render_charts_writes_every_chart_identically_in_png_and_svg(tmp_path: P
     width, height = _png_size(tmp_path / "a" / "efficiency.png")
     assert width == 1600 and 800 <= height <= 1100
     # Same inputs, fresh figures: byte-identical files (no dates, versions or random ids).
-    second = render_charts(a, tmp_path / "b", samples=samples, formats=("png", "svg"))
+    second = render_charts(_typed(a), tmp_path / "b", samples=samples, formats=("png", "svg"))
     for p, q in zip(first, second, strict=True):
         assert p.name == q.name
         assert p.read_bytes() == q.read_bytes(), p.name
@@ -423,21 +436,21 @@ def test_render_charts_leaves_out_clocks_and_timeline_without_data(tmp_path: Pat
     a = analysis_5090()
     for cap in a["caps"]:
         cap["sm_clock_mhz"] = cap["mem_clock_mhz"] = None
-    paths = render_charts(a, tmp_path)
+    paths = render_charts(_typed(a), tmp_path)
     assert sorted(p.name for p in paths) == ["efficiency.png", "power.png"]
     with pytest.raises(UsageError, match="no clock"):
-        clocks_figure(a)
+        clocks_figure(_typed(a))
 
 
 def test_render_charts_rejects_unknown_formats(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unsupported chart format 'jpg'"):
-        render_charts(analysis_5090(), tmp_path, formats=("png", "jpg"))
+        render_charts(_typed(analysis_5090()), tmp_path, formats=("png", "jpg"))
     assert not list(tmp_path.iterdir())
 
 
 def test_power_chart_has_the_draw_equals_cap_line() -> None:
     a = analysis_h100()
-    fig = power_figure(a)
+    fig = power_figure(_typed(a))
     ax = fig.axes[0]
     ideal = _by_gid(ax.lines, "draw-equals-cap")
     xs = np.asarray(ideal.get_xdata(), dtype=float)
@@ -455,7 +468,7 @@ def test_power_chart_has_the_draw_equals_cap_line() -> None:
 
 def test_clocks_chart_draws_sm_and_memory_clocks_with_plateaus() -> None:
     a = analysis_h100()
-    fig = clocks_figure(a)
+    fig = clocks_figure(_typed(a))
     sm = _by_gid(fig.axes[0].lines, "sm_clock")
     mem = _by_gid(fig.axes[1].lines, "mem_clock")
     assert np.nanmax(np.asarray(sm.get_ydata(), dtype=float)) == pytest.approx(
@@ -488,7 +501,7 @@ def test_per_tick_sums_draw_over_gpus_and_keeps_failed_reads_unknown() -> None:
 def test_timeline_draws_summed_draw_and_the_cap_steps() -> None:
     a = analysis_h100()
     samples = samples_for(a, 2, ticks_per_cap=4)
-    fig = timeline_figure(samples, a)
+    fig = timeline_figure(samples, _typed(a))
     ax_p = fig.axes[0]
     cap = np.asarray(_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
     draw = np.asarray(_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
@@ -512,7 +525,7 @@ def _runs() -> list[tuple[str, Analysis]]:
 
 def test_compare_in_percent_of_tdp_with_normalisation() -> None:
     runs = _runs()
-    fig = compare_figure(runs, x="pct-tdp", normalize=True)
+    fig = compare_figure(_typed_runs(runs), x="pct-tdp", normalize=True)
     ax = fig.axes[0]
     for i, (_, a) in enumerate(runs):
         line = _by_gid(ax.lines, f"run:{i}")
@@ -529,11 +542,11 @@ def test_compare_in_percent_of_tdp_with_normalisation() -> None:
 
 def test_compare_in_watts_keeps_raw_tps_per_w(tmp_path: Path) -> None:
     runs = _runs()
-    ax = compare_figure(runs).axes[0]
+    ax = compare_figure(_typed_runs(runs)).axes[0]
     star = _by_gid(ax.lines, "sweet-spot:1")
     assert star.get_xdata()[0] == runs[1][1]["sweet_spot"]["cap_w"]
     assert star.get_ydata()[0] == pytest.approx(runs[1][1]["sweet_spot"]["tps_per_w"])
-    paths = render_compare(runs, tmp_path / "cmp" / "compare", formats=("png", "svg"))
+    paths = render_compare(_typed_runs(runs), tmp_path / "cmp" / "compare", formats=("png", "svg"))
     assert [p.name for p in paths] == ["compare.png", "compare.svg"]
     assert all(p.is_file() for p in paths)
 
@@ -542,9 +555,9 @@ def test_compare_rejects_bad_input() -> None:
     runs = _runs()
     runs[1][1]["run"]["default_limit_w"] = None
     with pytest.raises(UsageError, match=r"H100 pair.*--x watts"):
-        compare_figure(runs, x="pct-tdp")
+        compare_figure(_typed_runs(runs), x="pct-tdp")
     with pytest.raises(UsageError, match="unknown x axis"):
-        compare_figure(runs, x="volts")
+        compare_figure(_typed_runs(runs), x="volts")
     with pytest.raises(UsageError, match="at least one run"):
         compare_figure([])
 
@@ -552,7 +565,7 @@ def test_compare_rejects_bad_input() -> None:
 def test_compare_table_lists_each_sweet_spot() -> None:
     runs = _runs()
     runs[1][1]["sweet_spot"] = None
-    table = compare_table(runs)
+    table = compare_table(_typed_runs(runs))
     lines = table.strip().splitlines()
     assert lines[0].startswith("| run | GPU | load | sweet spot |")
     assert len(lines) == 4
@@ -573,7 +586,7 @@ def test_charts_leave_global_matplotlib_state_alone() -> None:
     import matplotlib
 
     before = dict(matplotlib.rcParams)
-    efficiency_figure(analysis_5090())
+    efficiency_figure(_typed(analysis_5090()))
     assert dict(matplotlib.rcParams) == before
 
 
@@ -587,7 +600,7 @@ def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
         n_gpus=2,
     )
     a["sweet_spot"]["pct_of_default_by_gpu"] = [290 / 370 * 100, 290 / 450 * 100]
-    fig = efficiency_figure(a)
+    fig = efficiency_figure(_typed(a))
     ax, ax2 = _axes_pair(fig)
     lines = [ln for ln in ax.lines if ln.get_gid() == "default-tdp"]
     assert sorted(ln.get_xdata()[0] for ln in lines) == [370.0, 450.0]  # not the 410 W mean
@@ -595,5 +608,5 @@ def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
     assert labels == ["RTX 3090 default 370 W", "RTX 4090 default 450 W"]
     assert "78% / 64% of each card's default" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
     assert fig.get_suptitle().startswith("RTX 3090 + RTX 4090:")
-    table = compare_table([("mixed", a)])
+    table = compare_table([("mixed", _typed(a))])
     assert "| RTX 3090 + RTX 4090 |" in table and "| 78% / 64% |" in table

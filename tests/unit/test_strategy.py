@@ -15,6 +15,7 @@ import pytest
 from powersweep.analysis import analyze, load_curve, write_caps_csv
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.near_peak import near_peak_index, region_groups
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.structure import find_regions
 from powersweep.analysis.summary import render_summary
 from powersweep.sim.profiles import get_profile, profile_names
@@ -503,7 +504,7 @@ def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> N
     assert len(found) == 1 and found[0]["severity"] == "warning"
     assert "budget of 10 caps" in found[0]["message"]
     assert "330 W (plateau edge), 360 W (ceiling edge)" in found[0]["message"]
-    assert "330 W (plateau edge)" in render_summary(curve, result)
+    assert "330 W (plateau edge)" in render_summary(curve, PowerAnalysis.from_json(result))
     # nothing left out: no finding
     run["adaptive"] = {"max_caps": 10, "left_out": []}
     quiet = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0)

@@ -118,11 +118,15 @@ class ClockAxis(SweepAxis):
 
     def summary(self, curve: Curve, result: dict[str, Any]) -> str:
         """The clock summary (:mod:`powersweep.analysis.clock_summary`)."""
-        return render_clock_summary(curve, result)
+        from powersweep.analysis.clock_result_types import ClockAnalysis
+
+        return render_clock_summary(curve, ClockAnalysis.from_json(result))
 
     def write_outputs(self, curve: Curve, result: dict[str, Any], out_dir: Path) -> list[Path]:
         """``analysis.json`` and ``summary.md``."""
-        return write_clock_outputs(curve, result, out_dir)
+        from powersweep.analysis.clock_result_types import ClockAnalysis
+
+        return write_clock_outputs(curve, ClockAnalysis.from_json(result), out_dir)
 
     def charts(
         self,
@@ -134,9 +138,11 @@ class ClockAxis(SweepAxis):
         title: str | None,
     ) -> list[Path]:
         """``clock-efficiency`` and ``clock-pareto``."""
+        from powersweep.analysis.clock_result_types import ClockAnalysis
         from powersweep.plots import render_clock_charts
 
-        return render_clock_charts(result, out_dir, formats=formats, title=title)
+        typed = ClockAnalysis.from_json(result)
+        return render_clock_charts(typed, out_dir, formats=formats, title=title)
 
     def tied(self, result: Mapping[str, Any], point: SweepPoint) -> bool:
         """The point's locks are among the peak's tied points."""

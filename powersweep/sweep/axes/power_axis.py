@@ -100,11 +100,15 @@ class PowerAxis(SweepAxis):
 
     def summary(self, curve: Curve, result: dict[str, Any]) -> str:
         """The power summary (:mod:`powersweep.analysis.summary`)."""
-        return render_summary(curve, result)
+        from powersweep.analysis.result_types import PowerAnalysis
+
+        return render_summary(curve, PowerAnalysis.from_json(result))
 
     def write_outputs(self, curve: Curve, result: dict[str, Any], out_dir: Path) -> list[Path]:
         """``analysis.json``, ``summary.md`` and a caps.csv where the input was another table."""
-        return write_outputs(curve, result, out_dir)
+        from powersweep.analysis.result_types import PowerAnalysis
+
+        return write_outputs(curve, PowerAnalysis.from_json(result), out_dir)
 
     def charts(
         self,
@@ -116,9 +120,11 @@ class PowerAxis(SweepAxis):
         title: str | None,
     ) -> list[Path]:
         """``efficiency``, ``power``, ``clocks`` and the samples' ``timeline``."""
+        from powersweep.analysis.result_types import PowerAnalysis
         from powersweep.plots import render_charts
 
-        return render_charts(result, out_dir, samples=curve.samples, formats=formats, title=title)
+        typed = PowerAnalysis.from_json(result)
+        return render_charts(typed, out_dir, samples=curve.samples, formats=formats, title=title)
 
     def tied(self, result: Mapping[str, Any], point: SweepPoint) -> bool:
         """The cap is among the sweet spot's tied caps."""

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msgspec import UnsetType
+
+from powersweep.analysis.fleet_result_types import (
+    FleetAnswer,
+    FleetGroup,
+    FleetReport,
+    Outlier,
+    Setting,
+    WithinNoise,
+)
 from powersweep.errors import UsageError
 from powersweep.sweep.settings.targets import Target
 
@@ -74,11 +84,12 @@ class FleetSetting:
         }
 
 
-def read_fleet(report: Path) -> dict[str, Any]:
-    """``fleet.json`` from a report folder (or the file itself).
+def read_fleet(report: Path) -> FleetReport:
+    """``fleet.json`` from a report folder (or the file itself), typed.
 
     Raises:
-        UsageError: No such folder or file, or not a fleet report with groups.
+        UsageError: No such folder or file, not a fleet report with groups, or a value of the
+            wrong type.
     """
     path = report / FLEET_JSON if report.is_dir() else report
     if not report.exists():
@@ -95,7 +106,10 @@ def read_fleet(report: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not a fleet report (no groups)")
     if not data["groups"]:
         raise UsageError(f"{path}: the fleet report has no group with an answer to apply")
-    return data
+    try:
+        return FleetReport.from_json(data)
+    except UsageError as exc:
+        raise UsageError(f"{path}: {exc}") from None
 
 
 def same_host(a: str | None, b: str | None) -> bool:
@@ -104,7 +118,7 @@ def same_host(a: str | None, b: str | None) -> bool:
 
 
 def choose_settings(
-    fleet: Mapping[str, Any],
+    fleet: FleetReport,
     targets: Sequence[Target],
     node: str,
     *,
@@ -131,11 +145,11 @@ def choose_settings(
     for t in targets:
         groups = [
             g
-            for g in fleet["groups"]
+            for g in fleet.groups
             if _same_model(g, t.identity.name)
-            and (axis is None or _axis(g).get("name") == axis)
-            and (load_mode is None or g.get("load_mode") == load_mode)
-            and (model is None or g.get("model") == model)
+            and (axis is None or g.fleet_axis.name == axis)
+            and (load_mode is None or g.load_mode == load_mode)
+            and (model is None or g.model == model)
         ]
         if not groups:
             unmatched.append(t)
@@ -144,32 +158,20 @@ def choose_settings(
     return chosen, unmatched
 
 
-def _axis(group: Mapping[str, Any]) -> Mapping[str, Any]:
-    axis = group.get("axis")
-    if isinstance(axis, Mapping) and axis.get("setting_key"):
-        return axis
-    return {"name": "power", "setting_key": "cap_w", "tier_key": None, "answer_key": "fleet_cap"}
-
-
-def _same_model(group: Mapping[str, Any], name: str) -> bool:
-    if group.get("gpu_name") == name:
+def _same_model(group: FleetGroup, name: str) -> bool:
+    if group.gpu_name == name:
         return True
     # a rig of different cards: its group names the rig; its cards name each GPU
-    return any(
-        g.get("name") == name
-        for c in group.get("cards") or []
-        for g in c.get("gpus") or []
-        if isinstance(g, Mapping)
-    )
+    return any(g.name == name for c in group.cards for g in c.gpus)
 
 
-def _title(g: Mapping[str, Any]) -> str:
-    return f"{g.get('gpu_name')} · {g.get('load_mode')} · {g.get('model')} · {_axis(g)['name']}"
+def _title(g: FleetGroup) -> str:
+    return f"{g.gpu_name} · {g.load_mode} · {g.model} · {g.fleet_axis.name}"
 
 
-def _pick(groups: Sequence[Mapping[str, Any]], t: Target) -> Mapping[str, Any]:
+def _pick(groups: Sequence[FleetGroup], t: Target) -> FleetGroup:
     """One group: the only one, or the better axis of one load mode and model."""
-    workloads = {(g.get("load_mode"), g.get("model")) for g in groups}
+    workloads = {(g.load_mode, g.model) for g in groups}
     if len(workloads) > 1:
         names = "; ".join(sorted(_title(g) for g in groups))
         raise UsageError(
@@ -177,51 +179,48 @@ def _pick(groups: Sequence[Mapping[str, Any]], t: Target) -> Mapping[str, Any]:
             "pick one with --load-mode and/or --model"
         )
 
-    def fleet_tpw(g: Mapping[str, Any]) -> float:
-        answer = g.get(_axis(g)["answer_key"]) or {}
-        v = answer.get("fleet_tps_per_w")
+    def fleet_tpw(g: FleetGroup) -> float:
+        v = g.answer.fleet_tps_per_w if g.answer is not None else None
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else -math.inf
 
     return max(groups, key=fleet_tpw)
 
 
-def _setting(g: Mapping[str, Any], t: Target, node: str) -> FleetSetting:
-    axis = _axis(g)
-    answer = g.get(axis["answer_key"]) or {}
-    outlier = next(
-        (o for o in g.get("outliers") or [] if _is_this_card(o, t, node)),
-        None,
-    )
-    if outlier is not None and outlier.get("apply", "own_best") == "own_best":
-        values: Mapping[str, Any] = outlier.get("own_best") or {}
-        causes = "; ".join(str(c.get("message")) for c in outlier.get("causes") or [])
+def _setting(g: FleetGroup, t: Target, node: str) -> FleetSetting:
+    axis = g.fleet_axis
+    answer = g.answer or FleetAnswer()
+    outlier = next((o for o in g.outliers if _is_this_card(o, t, node)), None)
+    values: Setting | FleetAnswer
+    if outlier is not None and outlier.apply == "own_best":
+        values = outlier.own_best or Setting()
+        causes = "; ".join(str(c.message) for c in outlier.causes)
         source, why = "own_best", f"outlier: {causes}"
     else:
         values = answer
-        noise = (answer.get("within_noise") or {}).get("x") or []
+        noise = [x for x in (answer.within_noise or WithinNoise()).x if x is not None]
         source = "fleet"
-        why = f"the group's {axis['answer_key'].replace('_', ' ')}" + (
+        why = f"the group's {axis.answer_key.replace('_', ' ')}" + (
             f" ({min(noise):g}-{max(noise):g} within noise)" if len(noise) > 1 else ""
         )
-    if axis["name"] == "power":
-        cap, sm, mem = _num(values.get("cap_w")), None, None
+    if axis.name == "power":
+        cap, sm, mem = _num(values.cap_w), None, None
     else:
-        cap = _num(answer.get("held_cap_w"))
-        sm, mem = _num(values.get("sm_lock_mhz")), _num(values.get("mem_lock_mhz"))
+        cap = _num(answer.held_cap_w)
+        sm, mem = _num(values.sm_lock_mhz), _num(values.mem_lock_mhz)
     if cap is None and sm is None and mem is None:
         raise UsageError(f"{t.label}: the report's group {_title(g)} has no answer to apply")
-    return FleetSetting(t, _title(g), str(axis["name"]), source, cap, sm, mem, why)
+    return FleetSetting(t, _title(g), axis.name, source, cap, sm, mem, why)
 
 
-def _is_this_card(outlier: Mapping[str, Any], t: Target, node: str) -> bool:
-    uuids = {str(g.get("uuid")) for g in outlier.get("gpus") or [] if isinstance(g, Mapping)}
+def _is_this_card(outlier: Outlier, t: Target, node: str) -> bool:
+    uuids = {g.uuid for g in outlier.gpus}
     if t.identity.uuid not in uuids:
         return False
-    host = outlier.get("host") or outlier.get("label")
+    host = outlier.host or outlier.label
     return same_host(str(host) if host else None, node)
 
 
-def _num(value: Any) -> float | None:
+def _num(value: float | UnsetType | None) -> float | None:
     if isinstance(value, int | float) and math.isfinite(value) and value > 0:
         return float(value)
     return None
