@@ -1,19 +1,27 @@
-"""The simulated GPUs' profiles as data: ``powersweep/sim/profiles.toml``, read once, validated."""
+"""powersweep.sim.profiles: the simulated GPUs' profiles as data (``powersweep/sim/profiles.toml``,
+read once, validated), their clock bins, and the cards of a simulated fleet (``NAME~SPREAD~OUTLIER``
+specs, each card perturbed reproducibly by its node)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from importlib import resources
 
 import pytest
 
+from powersweep.errors import UsageError
 from powersweep.sim import profiles
 from powersweep.sim.profiles import (
+    ENERGY_DRIFT_GAIN,
+    CardSpec,
     GpuProfile,
     ProfileDataError,
     ThermalPath,
     builtin_catalogue,
+    fleet_card,
     get_profile,
+    parse_card_spec,
     parse_profiles,
     profile_names,
 )
@@ -233,3 +241,88 @@ def test_bad_data_is_refused_in_one_line_naming_the_profile_and_field(
 def test_an_unknown_module_attribute_is_still_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="PROFILE_DESCRIPTION'"):
         _ = profiles.PROFILE_DESCRIPTION
+
+
+def test_an_unknown_profile_is_a_usage_error_listing_the_known_ones() -> None:
+    with pytest.raises(UsageError) as refused:
+        get_profile("rtx9090")
+    message = str(refused.value)
+    assert message.startswith("unknown simulation profile 'rtx9090'; known: rtx3090-air, ")
+    assert message.endswith("(see --list-profiles)")
+
+
+def test_sm_bins_are_the_fine_steps_then_the_boost_states_above_them() -> None:
+    bins = RTX3090_AIR.sm_bins_mhz()
+    assert bins[:3] == (210.0, 225.0, 240.0)
+    assert bins[-6:] == (1560.0, 1635.0, 1680.0, 1740.0, 1800.0, 1860.0)
+    assert len(bins) == 91 + 5  # (1560 - 210) / 15 + 1 fine bins, then 1635..1860
+    assert list(bins) == sorted(bins)
+
+
+def test_supported_clocks_descend_and_the_idle_memory_clock_lists_few_sm_clocks() -> None:
+    assert RTX3090_AIR.supported_mem_clocks_mhz() == (9751.0, 405.0)
+    at_load = RTX3090_AIR.supported_sm_clocks_mhz(9751.0)
+    assert at_load[0] == 1860.0 and list(at_load) == sorted(at_load, reverse=True)
+    at_idle = RTX3090_AIR.supported_sm_clocks_mhz(405.0)
+    assert max(at_idle) <= 1000.0 and at_idle[-1] == 210.0
+    tiers = get_profile("rtx5090-air").supported_mem_clocks_mhz()
+    assert tiers == (14001.0, 12001.0, 10001.0, 7001.0, 405.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("rtx4090-air", CardSpec("rtx4090-air", 0.0, None)),
+        (" rtx4090-air~0.03 ", CardSpec("rtx4090-air", 0.03, None)),
+        ("rtx4090-air~0.3~hot", CardSpec("rtx4090-air", 0.3, "hot")),
+        ("rtx4090-air~~energy-drift", CardSpec("rtx4090-air", 0.0, "energy-drift")),
+        ("rtx4090-air~0", CardSpec("rtx4090-air", 0.0, None)),
+    ],
+)
+def test_card_specs_parse(text: str, spec: CardSpec) -> None:
+    assert parse_card_spec(text) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rtx9090~0.03", "unknown simulation profile 'rtx9090'"),
+        ("rtx4090-air~3%", "the spread after ~ must be a fraction like 0.03"),
+        ("rtx4090-air~0.31", "the spread must be between 0 and 0.3"),
+        ("rtx4090-air~-0.01", "the spread must be between 0 and 0.3"),
+        ("rtx4090-air~0.03~melted", "unknown outlier 'melted'; known: hot, low-envelope"),
+    ],
+)
+def test_bad_card_specs_are_one_usage_error(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)) as refused:
+        parse_card_spec(text)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_fleet_card_is_seeded_by_its_node_and_index_and_stays_within_its_spread() -> None:
+    spec = parse_card_spec("rtx4090-air~0.05")
+    base = get_profile("rtx4090-air")
+    card = fleet_card(spec, "node7")
+    assert card == fleet_card(spec, "node7")
+    assert card != fleet_card(spec, "node8")
+    assert card != fleet_card(spec, "node7", index=1)
+    assert (card.name, card.gpu_name) == (base.name, base.gpu_name)
+    for field in ("dyn_w_per_mhz_v2", "static_w"):
+        assert abs(getattr(card, field) / getattr(base, field) - 1.0) <= 0.05
+    assert abs(card.decode_memory_s / base.decode_memory_s - 1.0) <= 0.3 * 0.05
+    assert abs(card.thermal.ambient_c - base.thermal.ambient_c) <= 5.0
+    assert fleet_card(parse_card_spec("rtx4090-air"), "node7") == base  # no spread: the model
+
+
+def test_planted_outliers_change_what_their_description_says() -> None:
+    base = get_profile("rtx4090-air")
+    hot = fleet_card(CardSpec("rtx4090-air", 0.0, "hot"), "n")
+    assert hot.thermal.ambient_c == base.thermal.ambient_c + 12.0
+    assert hot.thermal.resistance_c_per_w == pytest.approx(base.thermal.resistance_c_per_w * 1.5)
+    throttling = fleet_card(CardSpec("rtx4090-air", 0.0, "throttling"), "n")
+    assert throttling.slowdown_temp_c == base.slowdown_temp_c - 25.0
+    drift = fleet_card(CardSpec("rtx4090-air", 0.0, "energy-drift"), "n")
+    assert drift.energy_counter_gain == ENERGY_DRIFT_GAIN
+    low = fleet_card(CardSpec("rtx4090-air", 0.0, "low-envelope"), "n")
+    assert low.default_limit_w == low.max_limit_w == round(base.default_limit_w * 0.85 / 5) * 5
+    assert low.user_limit_w <= low.max_limit_w

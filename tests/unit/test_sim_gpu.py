@@ -1,19 +1,26 @@
-"""The simulated card's readings behave as real drivers' do (issue 24): a one-second moving
-average for the power usage of Ampere and newer, an instant field that follows the draw, and an
-energy counter that advances in steps at its update period while integrating the true draw."""
+"""powersweep.sim.sim_gpu: the simulated card.
+
+Its readings behave as real drivers' do (issue 24): a one-second moving average for the power
+usage of Ampere and newer, an instant field that follows the draw, and an energy counter that
+advances in steps at its update period while integrating the true draw. Its settings (limit,
+persistence mode, clock locks) are checked against the profile, and persist in a state file."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from powersweep.clock import ManualClock
-from powersweep.sim.physics import Workload
+from powersweep.sim.limit_store import LimitStore
+from powersweep.sim.physics import IDLE, Locks, Workload
 from powersweep.sim.profiles import ENERGY_DRIFT_GAIN, get_profile
 from powersweep.sim.sim_gpu import SimGpu
+from powersweep.sweep.gpu import CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_SW_POWER_CAP
 
 
 def _loaded(**changes: object) -> tuple[ManualClock, SimGpu]:
@@ -96,3 +103,115 @@ def test_a_planted_drift_makes_the_counter_run_fast() -> None:
         clock.advance(0.1)
     counter1, true1 = gpu.read_sample().energy_mj, gpu.true_energy_mj
     assert (counter1 - counter0) / (true1 - true0) == pytest.approx(ENERGY_DRIFT_GAIN, abs=0.005)
+
+
+def test_identity_and_envelope_come_from_the_profile_and_the_index() -> None:
+    gpu = SimGpu(get_profile("rtx3090-air"), ManualClock(), index=2)
+    ident = gpu.identity()
+    assert (ident.index, ident.uuid, ident.vram_mib, ident.driver_version) == (
+        2,
+        "GPU-sim-rtx3090-air-2",
+        24576,
+        "sim",
+    )
+    assert ident.name == "NVIDIA GeForce RTX 3090 (simulated)"
+    env = gpu.envelope()
+    assert (env.min_w, env.default_w, env.max_w, env.current_w) == (100.0, 370.0, 390.0, 370.0)
+    assert gpu.slowdown_temp_c() == 88.0
+
+
+def test_a_limit_outside_the_envelope_is_refused_and_keeps_the_old_one() -> None:
+    gpu = SimGpu(get_profile("rtx3090-air"), ManualClock())
+    refused = gpu.set_power_limit(400.0)
+    assert not refused.accepted and refused.readback_w == 370.0
+    assert refused.message == "400 W is outside the envelope 100-390 W"
+    done = gpu.set_power_limit(250.0)
+    assert done.accepted and done.readback_w == 250.0 and done.message == ""
+    assert gpu.limit_w == 250.0
+
+
+def test_an_idle_card_reads_idle_and_a_loaded_one_at_its_cap_reads_power_capped() -> None:
+    clock, gpu = _loaded()
+    gpu.set_power_limit(200.0)
+    clock.advance(30.0)
+    busy = gpu.read_sample()
+    assert busy.clock_event_bits == CLOCK_EVENT_SW_POWER_CAP
+    assert (busy.pstate, busy.util_pct) == (2, 100.0)
+    assert busy.power_w == pytest.approx(200.0, rel=0.02)
+    assert busy.mem_clock_mhz == 9751.0
+    gpu.set_workload(IDLE)
+    clock.advance(30.0)
+    idle = gpu.read_sample()
+    assert idle.clock_event_bits == CLOCK_EVENT_GPU_IDLE
+    assert (idle.pstate, idle.util_pct, idle.mem_clock_mhz) == (8, 0.0, 405.0)
+
+
+def test_clock_locks_outside_the_cards_range_are_refused_in_one_line() -> None:
+    gpu = SimGpu(get_profile("rtx3090-air"), ManualClock())
+    low = gpu.lock_sm_clock(100.0)
+    assert not low.accepted and low.message == "100 MHz is outside the SM clock range 210-1860"
+    high = gpu.lock_mem_clock(20000.0)
+    assert not high.accepted
+    assert high.message == "20000 MHz is outside the memory clocks 405-9751"
+    assert gpu.locks == Locks(None, None)
+
+
+def test_a_memory_lock_runs_at_the_nearest_load_tier_and_resets_one_clock_at_a_time() -> None:
+    clock = ManualClock()
+    gpu = SimGpu(get_profile("rtx5090-air"), clock)
+    assert gpu.lock_sm_clock(1500.0).accepted
+    assert gpu.lock_mem_clock(12600.0).accepted
+    gpu.set_workload(Workload("decode"))
+    clock.advance(1.0)
+    assert gpu.read_sample().mem_clock_mhz == 12001.0  # 12600 asked: the nearest load tier
+    gpu.reset_clock_locks(sm=True, mem=False)
+    assert gpu.locks == Locks(None, 12600.0)
+    held = gpu.locked_clocks()
+    assert (held.known, held.sm_mhz, held.mem_mhz, held.user_clock_setting_active) == (
+        True,
+        None,
+        12600.0,
+        True,
+    )
+    gpu.reset_clock_locks()
+    assert not gpu.locked_clocks().user_clock_setting_active
+
+
+def test_limit_and_persistence_mode_outlive_the_card_object(tmp_path: Path) -> None:
+    store = LimitStore(tmp_path / "state.json")
+    profile = get_profile("rtx3090-air")
+    first = SimGpu(profile, ManualClock(), store=store)
+    assert first.persistence_mode() is False
+    assert first.set_persistence_mode(True) is True
+    first.set_power_limit(280.0)
+    again = SimGpu(profile, ManualClock(), store=store)
+    assert again.persistence_mode() is True
+    assert again.envelope().current_w == 280.0
+    other = SimGpu(profile, ManualClock(), index=1, store=store)  # another card: its own
+    assert other.persistence_mode() is False and other.limit_w == 370.0
+
+
+def test_only_a_serving_card_shows_the_servers_process() -> None:
+    profile = get_profile("rtx3090-air")
+    (proc,) = SimGpu(profile, ManualClock()).compute_processes() or ()
+    assert proc.pid == os.getpid()
+    assert proc.used_memory_mib == pytest.approx(0.9 * 24576)
+    assert SimGpu(profile, ManualClock(), serving=False).compute_processes() == ()
+
+
+def test_rate_of_other_work_runs_at_the_clock_the_current_work_sets() -> None:
+    _, gpu = _loaded()
+    decode = gpu.rate_tps()
+    assert gpu.rate_tps(Workload("decode")) == decode
+    # four streams at the single stream's clock: more aggregate tokens, less than four times
+    batch = gpu.rate_tps(Workload("decode", batch=4))
+    assert decode < batch < 4 * decode
+
+
+def test_set_temperature_moves_the_card_there_now() -> None:
+    clock, gpu = _loaded()
+    gpu.set_temperature(80.0)
+    assert gpu.temp_c == pytest.approx(80.0)
+    gpu.set_workload(IDLE)
+    clock.advance(600.0)
+    assert gpu.temp_c < 50.0  # and it cools back towards its idle temperature

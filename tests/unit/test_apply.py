@@ -1,0 +1,205 @@
+"""powersweep.cli.apply: ``powersweep apply`` on a simulated rig. Named caps and clock locks set,
+verified and said per card; values outside a card's range clamped (or refused with --strict);
+--dry-run and --print-unit change nothing; --reset puts the defaults back; contradictory options,
+a killed sweep's journal and a running sweep are refused in one ``error:`` line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from powersweep.cli import main
+from powersweep.sim.limit_store import LimitStore
+from powersweep.sweep.records.owner import process_start
+
+UUID = "GPU-sim-rtx3090-air-0"
+LABEL = f"GPU 0 (NVIDIA GeForce RTX 3090 (simulated), {UUID})"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def sim(tmp_path: Path) -> list[str]:
+    return [
+        "--simulate", "rtx3090-air", "--sim-state", str(tmp_path / "sim.json"),
+        "--state-dir", str(tmp_path / "sd"),
+    ]  # fmt: skip
+
+
+def _limit(tmp_path: Path) -> float | None:
+    return LimitStore(tmp_path / "sim.json").get(UUID)
+
+
+def test_a_named_cap_is_set_verified_and_said(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "apply", "--cap", "250", *sim(tmp_path))
+    assert code == 0, err
+    assert out == f"{LABEL}: power limit 370 W -> 250 W (verified: reads back 250 W)\n"
+    assert err.startswith("warning: persistence mode is off on GPU 0: ")
+    assert _limit(tmp_path) == 250.0
+    assert not (tmp_path / "sd" / "journal.json").exists()  # apply's own journal is gone
+
+
+def test_a_cap_outside_the_range_is_clamped_or_with_strict_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "apply", "--cap", "500", "--strict", *sim(tmp_path))
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        f"error: 500 W is outside the range of {LABEL}, 100-390 W (--strict): nothing was changed"
+    )
+    assert _limit(tmp_path) is None
+    code, out, err = run(capsys, "apply", "--cap", "500", *sim(tmp_path))
+    assert code == 0
+    assert err.splitlines()[0] == (
+        f"warning: 500 W is outside the range of {LABEL}, 100-390 W: clamped to 390 W"
+    )
+    assert out.startswith(f"{LABEL}: power limit 370 W -> 390 W")
+    assert _limit(tmp_path) == 390.0
+
+
+def test_a_clock_lock_is_snapped_to_a_supported_clock(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "apply", "--sm-clock", "1400", *sim(tmp_path))
+    assert code == 0, err
+    assert "1400 MHz is not a supported SM clock" in err and "snapped to 1395 MHz" in err
+    assert out == (
+        f"{LABEL}: clock locks SM unlocked -> SM 1395 MHz (verified: reads back SM 1395 MHz)\n"
+    )
+    assert LimitStore(tmp_path / "sim.json").get_locks(UUID).sm_mhz == 1395.0
+
+
+def test_a_dry_run_and_a_printed_unit_change_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(capsys, "apply", "--cap", "300", "--dry-run", *sim(tmp_path))
+    assert code == 0
+    assert out == f"{LABEL}: power limit 370 W -> 300 W (dry run: nothing changed)\n"
+    code, out, err = run(
+        capsys, "apply", "--cap", "300", "--print-unit", "--unit-dir", str(tmp_path), *sim(tmp_path)
+    )
+    assert code == 0, err
+    assert err.splitlines() == [f"{LABEL}: the unit sets 300 W at boot"]
+    assert out.startswith("# Written by `powersweep apply --persist` from --cap 300.\n")
+    (exec_start,) = [line for line in out.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.endswith(
+        f"apply --simulate rtx3090-air --sim-state {tmp_path / 'sim.json'} "
+        f"--at-boot --cap 300 --gpus {UUID}"
+    )
+    assert _limit(tmp_path) is None and not (tmp_path / "powersweep-apply.service").exists()
+    # --simulate without --sim-state is fine when nothing is changed
+    code, _, err = run(capsys, "apply", "--cap", "300", "--dry-run", "--simulate", "rtx3090-air")
+    assert code == 0, err
+
+
+def test_persist_writes_the_unit_and_reset_persist_removes_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    unit = tmp_path / "powersweep-apply.service"
+    args = ["--unit-dir", str(tmp_path), *sim(tmp_path)]
+    code, out, err = run(capsys, "apply", "--cap", "300", "--persist", *args)
+    assert code == 0, err
+    assert out.splitlines()[1:] == [
+        f"{LABEL}: persistence mode off -> on",
+        f"wrote {unit} (mode 0644, not enabled (run: systemctl enable powersweep-apply.service)): "
+        "these settings are set again at boot",
+    ]
+    assert oct(unit.stat().st_mode & 0o777) == "0o644"
+    code, out, err = run(capsys, "apply", "--reset", "--persist", *args)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"{LABEL}: power limit 300 W -> 370 W (verified: reads back 370 W)"
+    assert lines[-1] == f"removed {unit}"
+    assert not unit.exists() and _limit(tmp_path) == 370.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "error: give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock MHZ, or --reset "
+         "(got nothing)"),
+        (["--cap", "250", "--reset"], "(got --reset and --cap)"),
+        (["run-dir", "--cap", "250"], "(got RUN_DIR and --cap)"),
+        (["--sm-clock", "-5"], "error: --sm-clock"),
+        (["--cap", "250", "--eta", "2"], "error: --eta must be between 0 and 1"),
+        (["--cap", "250", "--max-itl-ms", "50"], "error: --max-ttft-ms and --max-itl-ms choose "
+         "a run's point: use them with RUN_DIR --objective slo"),
+        (["--reset", "--print-unit"], "error: --reset --persist removes the boot unit; there is "
+         "no unit to print"),
+        (["--cap", "250", "--at-boot"], "error: --at-boot is what the boot unit runs: it takes "
+         "--cap, --sm-clock, --mem-clock and --gpus only"),
+    ],
+)  # fmt: skip
+def test_contradictory_options_are_refused_before_anything_changes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "apply", *args, *sim(tmp_path))
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "sim.json").exists()
+
+
+def test_a_simulated_apply_needs_a_state_file_to_hold_what_it_sets(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "apply", "--cap", "250", "--simulate", "rtx3090-air")
+    assert code == 2
+    assert err.strip() == "error: --simulate needs --sim-state FILE to hold what apply sets"
+
+
+def _journal(tmp_path: Path, **changes: object) -> Path:
+    entry = {
+        "version": 1,
+        "pid": os.getpid(),
+        "created_at": "2025-01-01T00:00:00Z",
+        "backend": {"kind": "sim", "profiles": ["rtx3090-air"]},
+        "gpus": [{"uuid": UUID, "index": 0, "name": "x", "original_limit_w": 370.0}],
+        **changes,
+    }
+    (tmp_path / "sd").mkdir(exist_ok=True)
+    path = tmp_path / "sd" / "journal.json"
+    path.write_text(json.dumps(entry))
+    return path
+
+
+def test_a_killed_sweeps_journal_is_refused_unless_forced(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    journal = _journal(tmp_path)
+    code, _, err = run(capsys, "apply", "--cap", "250", *sim(tmp_path))
+    assert code == 2
+    assert err.strip() == (
+        f"error: a killed sweep left a restore journal ({journal}); `powersweep restore` would "
+        "overwrite this setting: run `powersweep restore` first, or pass --force"
+    )
+    assert _limit(tmp_path) is None
+    code, _, err = run(capsys, "apply", "--cap", "250", "--dry-run", *sim(tmp_path))
+    assert code == 0 and "apply would refuse (run `powersweep restore` first" in err
+    code, _, err = run(capsys, "apply", "--cap", "250", "--force", *sim(tmp_path))
+    assert code == 0, err
+    assert "; applying anyway (--force)" in err.splitlines()[0]
+    assert _limit(tmp_path) == 250.0
+    assert json.loads(journal.read_text())["gpus"][0]["original_limit_w"] == 370.0  # kept
+
+
+def test_a_running_sweep_keeps_its_cards_even_with_force(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    parent = os.getppid()
+    _journal(tmp_path, pid=parent, pid_start=process_start(parent))
+    code, _, err = run(capsys, "apply", "--cap", "250", "--force", *sim(tmp_path))
+    assert code == 2
+    assert err.strip() == (
+        f"error: a sweep is running (PID {parent}) and will put its original limits back when "
+        "it ends: wait for it to end (--force does not override a live sweep)"
+    )
+    assert _limit(tmp_path) is None

@@ -1,0 +1,102 @@
+"""powersweep.plots.compare_charts: several runs as one markdown table (each sweet spot, ``—``
+where unknown, cells that cannot break the table) and as one overlay chart (labels, normalised
+curves, the x axis in watts or % of each run's default, errors naming the run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from powersweep.analysis.result_types import PowerAnalysis
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.plots.compare_charts import compare_figure, compare_table, render_compare
+
+
+def _analysis(default: float | None = 370.0, **changes: Any) -> PowerAnalysis:
+    base: dict[str, Any] = {
+        "run": {"gpu_name": "RTX 3090", "n_gpus": 1, "load_mode": "decode-single"},
+        "caps": [
+            {"cap_w": 200, "tps": 20.0, "power_w": 200.0, "tps_per_w": 0.100},
+            {"cap_w": 250, "tps": 27.5, "power_w": 250.0, "tps_per_w": 0.110},
+            {"cap_w": 300, "tps": 30.0, "power_w": 300.0, "tps_per_w": 0.100},
+        ],
+        "sweet_spot": {
+            "cap_w": 250,
+            "tps_per_w": 0.11,
+            "tps": 27.5,
+            "power_w": 250.0,
+            "pct_of_default": 67.6,
+        },
+        "near_peak": {"cap_w": 287.5, "tps_per_w": 0.105, "tps_loss_pct": 4},
+    }
+    base["run"]["default_limit_w"] = default
+    return PowerAnalysis.from_json({**base, **changes})
+
+
+def _rows(table: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in table.splitlines()[2:]]
+
+
+def test_the_table_has_one_row_per_run_with_its_sweet_spot() -> None:
+    table = compare_table([("run a", _analysis())])
+    lines = table.splitlines()
+    assert lines[0].startswith("| run | GPU | load | sweet spot | % of default | TPS/W |")
+    assert table.endswith("\n")
+    assert _rows(table) == [
+        ["run a", "RTX 3090", "decode-single", "250 W", "68%", "0.110", "27.5", "250 W", "287.5 W"]
+    ]
+
+
+def test_unknowns_are_dashes_and_a_cell_cannot_break_the_table() -> None:
+    bare = _analysis(sweet_spot=None, near_peak=None, run={})
+    partial = _analysis(sweet_spot={"cap_w": 250, "tps_per_w": 0.11})
+    table = compare_table([("a|b\nc", bare), ("partial", partial)])
+    first, second = _rows(table)
+    assert first[0] == "a\\|b c"
+    assert first[1:] == ["GPU", "—", "—", "—", "—", "—", "—", "—"]
+    assert second[3:8] == ["250 W", "—", "0.110", "—", "—"]
+
+
+def test_a_rig_of_different_cards_gives_each_cards_share_of_its_default() -> None:
+    spot = {"cap_w": 300, "tps_per_w": 0.1, "pct_of_default": 71, "pct_of_default_by_gpu": [81, 67]}
+    (row,) = _rows(compare_table([("mixed", _analysis(sweet_spot=spot))]))
+    assert row[4] == "81% / 67%"
+
+
+def test_a_run_that_cannot_be_read_is_named() -> None:
+    with pytest.raises(UsageError, match="nothing to compare"):
+        compare_table([])
+    broken = PowerAnalysis.from_json({"caps": []})
+    with pytest.raises(UsageError, match=r"^broken: analysis has no caps to plot"):
+        compare_table([("ok", _analysis()), ("broken", broken)])
+    with pytest.raises(UsageError, match=r"does not follow its schema: .*\$\.caps"):
+        PowerAnalysis.from_json({"caps": None})  # no caps list: refused before any chart
+
+
+def test_the_overlay_labels_each_run_and_normalises_each_to_its_own_peak() -> None:
+    runs = [("a", _analysis()), ("b", _analysis(sweet_spot=None))]
+    ax = compare_figure(runs, normalize=True).axes[0]
+    a_line, b_line = (next(x for x in ax.lines if x.get_gid() == f"run:{i}") for i in (0, 1))
+    assert a_line.get_label() == "a: 250 W (68% of default), 0.110 TPS/W"
+    assert b_line.get_label() == "b"
+    assert np.asarray(a_line.get_ydata(), dtype=float) == pytest.approx([1 / 1.1, 1.0, 1 / 1.1])
+    assert [x.get_gid() for x in ax.lines].count("sweet-spot:1") == 0  # b has none
+    assert ax.get_ylabel() == "TPS/W (share of run's peak)"
+
+
+def test_percent_of_default_needs_each_runs_default() -> None:
+    runs = [("a", _analysis()), ("no default", _analysis(default=None))]
+    with pytest.raises(UsageError, match=r"^no default: the run does not record its default"):
+        compare_figure(runs, x="pct-tdp")
+
+
+def test_render_makes_the_folder_and_refuses_one_it_cannot(tmp_path: Path) -> None:
+    (path,) = render_compare([("a", _analysis())], tmp_path / "new" / "cmp", formats=("svg",))
+    assert path == tmp_path / "new" / "cmp.svg" and path.is_file()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(PowersweepError, match="cannot create"):
+        render_compare([("a", _analysis())], blocker / "cmp", formats=("svg",))

@@ -1,0 +1,175 @@
+"""powersweep.cli.sweep: the sweep command's quick paths (the profile list, a dry run, refused
+option combinations) and the pieces around a sweep: the progress bar, the restored-limit lines
+and the closing report (the sweet spot, or the account of a run without an answer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from powersweep.cli import main
+from powersweep.cli.sweep import _finish_report, _print_restored, _Progress
+from powersweep.sim.profiles import OUTLIERS, profile_names
+from powersweep.sim.synthetic_fleet import synthetic_fleet
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_profiles_names_every_profile_and_the_other_forms(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "--list-profiles")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[: len(profile_names())]] == profile_names()
+    assert lines[0].startswith("rtx3090-air      RTX 3090")
+    assert [line.split()[0] for line in lines[len(profile_names()) :]] == [
+        "replay:PATH",
+        "A+B",
+        "NAME~SPREAD",
+        "NAME~S~OUTLIER",
+    ]
+    assert all(f"{name} ({text})" in lines[-1] for name, text in OUTLIERS.items())
+
+
+def test_a_dry_run_prints_the_plan_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    state = tmp_path / "state.json"
+    code, out, err = run(
+        capsys,
+        "--simulate", "rtx3090-air", "--dry-run", "--caps", "300,250", "--cooling", "air",
+        "--sim-state", str(state), "--out", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0] == "dry run: nothing will be changed"
+    assert "caps (2, W per GPU): 300, 250" in out
+    assert not state.exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--simulate", "rtx3090-air", "--dry-run", "--resume", "x"],
+            "error: --dry-run does not combine with --resume",
+        ),
+        (["--seed", "3", "--cooling", "air"], "error: --seed works only with --simulate"),
+        (
+            ["--simulate", "rtx3090-air", "--tariff", "-1"],
+            "error: --tariff must be a price per kWh from 0 to",
+        ),
+    ],
+)
+def test_refused_combinations_are_one_error_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], error: str
+) -> None:
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith(error), err
+
+
+def _point(**changes: object) -> SimpleNamespace:
+    base: dict[str, object] = {
+        "total": 3,
+        "index": 0,
+        "label": None,
+        "cap_w": 300.0,
+        "status": "ok",
+        "tps": 30.04,
+        "power_w": 280.4,
+        "tps_per_w": 0.10714,
+    }
+    return SimpleNamespace(**{**base, **changes})
+
+
+def test_the_progress_bar_says_each_point_and_only_grows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bar = _Progress(quiet=False)
+    bar.on_progress(_point())  # before the plan: no bar, nothing happens
+    bar.on_plan(tmp_path, [300.0, 250.0, 200.0])
+    assert bar.bar.total == 3
+    bar.on_progress(_point(index=0))
+    assert bar.bar.postfix == "300 W: 30.0 TPS, 280 W, 0.1071 TPS/W"
+    bar.on_progress(_point(index=1, total=5, cap_w=250.0))  # an adaptive plan grew
+    assert bar.bar.total == 6 and bar.bar.n == 2
+    bar.on_progress(_point(index=0, total=1, label="recheck 250 W", status="failed"))
+    assert bar.bar.total == 6 and bar.bar.postfix == "recheck 250 W: failed"
+    bar.close()
+    bar.close()  # twice is harmless
+    err = capsys.readouterr().err
+    assert f"run directory: {tmp_path}\n" in err
+    assert "caps: 3 from 300 W down to 200 W\n" in err
+
+
+def test_a_quiet_progress_has_no_bar_but_says_the_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bar = _Progress(quiet=True)
+    bar.on_points(tmp_path, [SimpleNamespace(label=lambda: "SM 1800 MHz")])
+    bar.on_progress(_point())
+    assert bar.bar is None
+    assert capsys.readouterr().err.splitlines() == [
+        f"run directory: {tmp_path}",
+        "clock points: 1, from SM 1800 MHz down",
+    ]
+
+
+def test_restored_limits_and_clocks_are_said_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    _print_restored(
+        [
+            {"gpu_index": 0, "limit_w": 370.0, "ok": True},
+            {"gpu_index": 1, "limit_w": 350.5, "ok": False, "clocks": "clock locks reset"},
+            {"gpu_index": 2, "limit_w": None, "ok": True},
+        ]
+    )
+    assert capsys.readouterr().err.splitlines() == [
+        "GPU 0: power limit restored to 370 W",
+        "GPU 1: power limit NOT restored to 350.5 W",
+        "GPU 1: clock locks reset",
+    ]
+
+
+def test_the_closing_report_says_the_sweet_spot_and_writes_the_summary(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (card,) = synthetic_fleet(tmp_path, "rtx3090-air", 1, step_w=25.0)
+    _finish_report(card.run_dir, charts=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("sweet spot: ") and " W, " in err[0] and "TPS/W" in err[0]
+    assert err[-1] == f"summary: {card.run_dir / 'summary.md'}"
+    assert (card.run_dir / "summary.md").is_file()
+
+
+def test_a_run_whose_points_all_failed_has_no_sweet_spot_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (card,) = synthetic_fleet(tmp_path, "rtx3090-air", 1, step_w=100.0)
+    caps = card.run_dir / "caps.csv"
+    lines = caps.read_text().splitlines()
+    status = lines[0].split(",").index("status")
+    rows = [line.split(",") for line in lines[1:]]
+    for row in rows:
+        row[status] = "failed"
+    caps.write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
+    _finish_report(card.run_dir, charts=False)
+    assert capsys.readouterr().err.splitlines() == [f"summary: {card.run_dir / 'summary.md'}"]
+
+
+def test_a_run_that_cannot_be_analysed_gets_the_account_of_what_went_wrong(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (card,) = synthetic_fleet(tmp_path, "rtx3090-air", 1, step_w=100.0)
+    (card.run_dir / "caps.csv").unlink()
+    _finish_report(card.run_dir, charts=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("warning: could not analyse the run: ")
+    assert err[-1] == f"summary: {card.run_dir / 'summary.md'}"
+    assert (card.run_dir / "summary.md").is_file()
