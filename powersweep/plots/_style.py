@@ -116,6 +116,21 @@ def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def make_folder(folder: Path) -> None:
+    """Create a chart folder (and its parents).
+
+    Raises:
+        PowersweepError: It cannot be made (a file in the way, no permission); the message
+            names it.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PowersweepError(
+            f"cannot create chart folder {folder}: {exc.strerror or exc}"
+        ) from exc
+
+
 def save_figure(fig: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:
     """Writes ``stem.<fmt>`` for each format, byte-identically for identical figures.
 

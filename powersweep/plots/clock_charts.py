@@ -16,8 +16,15 @@ from msgspec import UnsetType
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Tier
 from powersweep.analysis.result_types import PowerAnalysis, known
-from powersweep.errors import PowersweepError, UsageError
-from powersweep.plots._style import COLORS, check_formats, new_figure, save_figure, style
+from powersweep.errors import UsageError
+from powersweep.plots._style import (
+    COLORS,
+    check_formats,
+    make_folder,
+    new_figure,
+    save_figure,
+    style,
+)
 
 # One colour per memory tier, fastest first (colour-blind friendly, distinct in greyscale).
 TIER_COLORS = ("#1f5fa8", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#7f8c8d", "#16a085")
@@ -254,12 +261,7 @@ def render_clock_charts(
         PowersweepError: The folder or a file cannot be written.
     """
     fmts = check_formats(formats)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PowersweepError(
-            f"cannot create chart folder {out_dir}: {exc.strerror or exc}"
-        ) from exc
+    make_folder(out_dir)
     paths: list[Path] = []
     if not only_pareto:
         paths += save_figure(

@@ -190,8 +190,9 @@ def per_tick(samples: pl.DataFrame) -> pl.DataFrame:
     """
     if "t_s" not in samples.columns:
         raise UsageError("samples.csv has no t_s column; is it a powersweep samples.csv?")
-    key = "tick" if "tick" in samples.columns else "t_s"
     df = samples
+    if "tick" not in df.columns:  # an older samples.csv: one tick per sampled time
+        df = df.with_columns(pl.col("t_s").alias("tick"))
     for name in ("t_s", "cap_w", "power_w", "temp_c", "sm_clock_mhz", "gpu_index"):
         if name in df.columns:
             df = df.with_columns(pl.col(name).cast(pl.Float64, strict=False))
@@ -206,7 +207,7 @@ def per_tick(samples: pl.DataFrame) -> pl.DataFrame:
         pl.col("gpu_index").fill_null(-1),
     )
     return (
-        df.group_by(key)
+        df.group_by("tick")
         .agg(
             pl.col("t_s").min(),
             pl.col("cap_w").max(),

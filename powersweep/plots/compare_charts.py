@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from powersweep.analysis.result_types import Pick, PowerAnalysis
-from powersweep.errors import PowersweepError, UsageError
+from powersweep.errors import UsageError
 from powersweep.plots._data import (
     AnalysisView,
     FloatArray,
@@ -24,7 +24,7 @@ from powersweep.plots._data import (
     text,
 )
 from powersweep.plots._layout import Obstacles, line_points, place_legend
-from powersweep.plots._style import freeze_layout, new_figure, save_figure, style
+from powersweep.plots._style import freeze_layout, make_folder, new_figure, save_figure, style
 from powersweep.plots.efficiency import fmt_tpw
 
 X_MODES = ("watts", "pct-tdp")
@@ -188,12 +188,7 @@ def render_compare(
         PowersweepError: A file cannot be written.
     """
     fig = compare_figure(analyses, x=x, normalize=normalize)
-    try:
-        out_path_stem.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PowersweepError(
-            f"cannot create {out_path_stem.parent}: {exc.strerror or exc}"
-        ) from exc
+    make_folder(out_path_stem.parent)
     return save_figure(fig, out_path_stem, formats)
 
 

@@ -26,7 +26,7 @@ from powersweep.analysis.fleet_result_types import (
     WithinNoise,
 )
 from powersweep.errors import UsageError
-from powersweep.plots._style import COLORS, new_figure, save_figure, style
+from powersweep.plots._style import COLORS, make_folder, new_figure, save_figure, style
 
 # Groups drawn per figure; the rest are named in a note (fleet.json has them all).
 MAX_GROUPS = 4
@@ -271,7 +271,7 @@ def render_band(
         UsageError: No group has a curve, or an unsupported format.
         PowersweepError: A file cannot be written.
     """
-    out_path_stem.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(out_path_stem.parent)
     return save_figure(band_figure(fleet), out_path_stem, formats)
 
 
@@ -284,7 +284,7 @@ def render_fleet_charts(
         UsageError: No group has a curve, or an unsupported format.
         PowersweepError: A file cannot be written.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir)
     written = save_figure(band_figure(fleet), out_dir / "fleet-band", formats)
     written += save_figure(histogram_figure(fleet), out_dir / "fleet-sweet-spots", formats)
     return written

@@ -11,9 +11,16 @@ from matplotlib.figure import Figure
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.result_types import CapRow, PowerAnalysis
-from powersweep.errors import PowersweepError, UsageError
+from powersweep.errors import UsageError
 from powersweep.plots._data import num
-from powersweep.plots._style import COLORS, check_formats, new_figure, save_figure, style
+from powersweep.plots._style import (
+    COLORS,
+    check_formats,
+    make_folder,
+    new_figure,
+    save_figure,
+    style,
+)
 
 LATENCY_STEM = "latency"
 PICK_GID = "latency-pick"
@@ -132,10 +139,5 @@ def render_latency_chart(
     """
     fmts = check_formats(formats)
     fig = latency_figure(analysis, title)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PowersweepError(
-            f"cannot create chart folder {out_dir}: {exc.strerror or exc}"
-        ) from exc
+    make_folder(out_dir)
     return save_figure(fig, out_dir / LATENCY_STEM, fmts)

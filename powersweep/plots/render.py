@@ -8,8 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from powersweep.analysis.result_types import PowerAnalysis
-from powersweep.errors import PowersweepError
-from powersweep.plots._style import check_formats, save_figure
+from powersweep.plots._style import check_formats, make_folder, save_figure
 from powersweep.plots.companions import clocks_figure, has_clocks, power_figure, timeline_figure
 from powersweep.plots.efficiency import efficiency_figure
 
@@ -42,12 +41,7 @@ def render_charts(
         PowersweepError: The folder or a file cannot be written.
     """
     fmts = check_formats(formats)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PowersweepError(
-            f"cannot create chart folder {out_dir}: {exc.strerror or exc}"
-        ) from exc
+    make_folder(out_dir)
     paths = save_figure(efficiency_figure(analysis, title), out_dir / "efficiency", fmts)
     paths += save_figure(power_figure(analysis, title), out_dir / "power", fmts)
     if has_clocks(analysis):

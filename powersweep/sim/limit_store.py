@@ -58,6 +58,8 @@ class LimitStore:
                 data = json.loads(self.path.read_text()) if self.path.exists() else {}
             except (OSError, ValueError):
                 data = {}
+            if not isinstance(data, dict):  # a damaged file reads as empty, as get_value says
+                data = {}
             data[key] = value
             try:
                 fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".simstate-")

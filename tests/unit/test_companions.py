@@ -91,11 +91,6 @@ def test_per_tick_fills_missing_columns_as_unknown() -> None:
     assert ticks["cap_w"].to_list() == [None] and ticks["temp_c"].to_list() == [None]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: without a tick column per_tick groups by t_s and also aggregates t_s, "
-    "which polars refuses (DuplicateError)",
-)
 def test_per_tick_groups_by_time_without_a_tick_column() -> None:
     samples = pl.DataFrame(
         {

@@ -171,14 +171,10 @@ def test_render_writes_the_band_and_the_histogram(tmp_path: Path) -> None:
     assert band == tmp_path / "new" / "compare.svg" and band.is_file()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: render_band and render_fleet_charts create the folder without catching "
-    "OSError, so an unwritable place is a raw FileExistsError, not the documented "
-    "PowersweepError",
-)
 def test_a_folder_that_cannot_be_made_is_a_powersweep_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(PowersweepError):
+    with pytest.raises(PowersweepError, match="cannot create chart folder"):
         render_fleet_charts(_report(_group()), blocker / "charts", formats=("svg",))
+    with pytest.raises(PowersweepError, match="cannot create chart folder"):
+        render_band(_report(_group()), blocker / "band" / "compare", formats=("svg",))

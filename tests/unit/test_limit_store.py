@@ -63,15 +63,7 @@ def test_a_value_that_is_not_a_number_is_no_limit(tmp_path: Path) -> None:
     [
         "not json",
         "",
-        pytest.param(
-            "[1, 2]",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=TypeError,
-                reason="bug: put_value indexes a JSON list as a dict (TypeError) although "
-                "get_value reads the same file as empty",
-            ),
-        ),
+        "[1, 2]",
     ],
 )
 def test_a_damaged_file_reads_as_empty_and_is_rewritten_on_put(tmp_path: Path, text: str) -> None:
