@@ -186,7 +186,7 @@ def sweep_command(
         sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
         tokens_per_chunk=sim_tokens_per_chunk,
         ignore_max_tokens=sim_ignore_max_tokens,
-        serving_gpus=parse_gpus(sim_serving_gpus),
+        serving_gpus=parse_gpus(sim_serving_gpus, "--sim-serving-gpus"),
         fault=sim_fault,
     )
     if simulate is None:

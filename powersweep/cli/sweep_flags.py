@@ -40,7 +40,8 @@ def parse_concurrency(text: str | None) -> int | None:
     """
     if text is None or text.strip().lower() == "auto":
         return None
-    if not text.strip().isdigit() or int(text) < 1:
+    # ASCII digits only: str.isdigit() also takes superscripts, which int() refuses
+    if not (text.strip().isascii() and text.strip().isdigit()) or int(text) < 1:
         raise UsageError(f"--concurrency takes a number of streams or auto, not {text!r}")
     return int(text)
 
@@ -50,22 +51,24 @@ def is_all(text: str | None) -> bool:
     return text is not None and text.strip().lower() == "all"
 
 
-def parse_gpus(text: str | None) -> tuple[int, ...] | None:
-    """``--gpu``: GPU indices like 0 or 0,1 (None: not given).
+def parse_gpus(text: str | None, flag: str = "--gpu") -> tuple[int, ...] | None:
+    """``--gpu`` (or ``flag``, which takes no ``all``): GPU indices like 0 or 0,1 (None: not
+    given).
 
     Raises:
-        UsageError: Anything else.
+        UsageError: Anything else, naming ``flag``.
     """
     if text is None:
         return None
     out = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
-            raise UsageError(f"--gpu takes GPU indices like 0 or 0,1 (or all), not {text!r}")
+        if not (part.isascii() and part.isdigit()):
+            also = " (or all)" if flag == "--gpu" else ""
+            raise UsageError(f"{flag} takes GPU indices like 0 or 0,1{also}, not {text!r}")
         out.append(int(part))
     if not out:
-        raise UsageError("--gpu is empty")
+        raise UsageError(f"{flag} is empty")
     return tuple(out)
 
 

@@ -41,11 +41,6 @@ def test_every_column_is_documented_once_in_its_files_section(
     assert sorted(documented) == sorted(columns)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/run-format.md: the requests.csv `warnings` row does not name the codes "
-    "usage_untrusted and server_busy, which the client writes",
-)
 def test_the_warnings_column_names_every_request_warning_code() -> None:
     text = DOC.read_text(encoding="utf-8")
     (row,) = [line for line in text.splitlines() if line.startswith("| `warnings` |")]

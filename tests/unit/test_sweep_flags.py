@@ -39,12 +39,6 @@ def test_all_means_every_gpu() -> None:
     assert not is_all(None) and not is_all("0") and not is_all("al")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="bug: str.isdigit() accepts digits int() refuses (superscripts such as '²'), so "
-    "--concurrency ² and --gpu ² end in an internal ValueError instead of a usage error",
-)
 @pytest.mark.parametrize("parse", [parse_concurrency, parse_gpus])
 def test_a_superscript_digit_is_a_usage_error(parse: object) -> None:
     with pytest.raises(UsageError):
@@ -62,10 +56,6 @@ def test_a_bad_value_on_the_command_line_is_one_error_line(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: --sim-serving-gpus is parsed by parse_gpus, whose error names --gpu",
-)
 def test_a_bad_serving_gpu_list_names_its_own_option(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--simulate", "rtx3090-air+rtx3090-air", "--sim-serving-gpus", "0,x"])
     err = capsys.readouterr().err
