@@ -24,6 +24,7 @@ from powersweep.analysis.clock_summary import (
 from powersweep.analysis.context import CardFacts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
+from powersweep.analysis.findings import Finding
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
@@ -45,14 +46,16 @@ class Report:
     """What was regenerated.
 
     Attributes:
-        analysis: The analysis (the content of ``analysis.json``).
+        analysis: The analysis as ``analysis.json`` holds it.
         summary: The markdown summary.
         paths: Files written.
+        result: The analysis, typed (its axis's result type).
     """
 
     analysis: dict[str, Any]
     summary: str
     paths: tuple[Path, ...]
+    result: PowerAnalysis | ClockAnalysis | None = None
 
 
 def build_report(
@@ -103,26 +106,26 @@ def build_report(
     axis = axis_of(curve)
     settings = AnalysisSettings(max_tps_loss_pct, objective, eta, serving or ServingOptions(), card)
     result = axis.analyze(curve, settings)
+    doc = result.to_json()
     if require_answer and axis.answer(result) is None:
-        raise UsageError(no_answer(path, result))
-    report = Report(result, axis.summary(curve, result), ())
+        raise UsageError(no_answer(path, result.findings))
+    summary = axis.summary(curve, result)
     if on_analysis is not None:
-        on_analysis(report)
+        on_analysis(Report(doc, summary, (), result))
     target = out_dir or curve.out_dir
     written: list[Path] = []
     with writing_into(target, given=out_dir is not None):
         if write_analysis:
-            written += axis.write_outputs(curve, result, target)
+            written += axis.write_outputs(result, summary, target)
         if charts:
             written += axis.charts(curve, result, target / "charts", formats=formats, title=title)
         # without latency columns (an older run) the summary says so; there is nothing to draw
-        if latency_chart or (charts and settings.serving.has_target):
-            typed = (ClockAnalysis if axis.locks_clocks else PowerAnalysis).from_json(result)
-            if _plots().has_latency(typed):
-                written += _plots().render_latency_chart(
-                    typed, target / "charts", formats=formats, title=title
-                )
-    return Report(report.analysis, report.summary, tuple(written))
+        wanted = latency_chart or (charts and settings.serving.has_target)
+        if wanted and _plots().has_latency(result):
+            written += _plots().render_latency_chart(
+                result, target / "charts", formats=formats, title=title
+            )
+    return Report(doc, summary, tuple(written), result)
 
 
 def build_failed_report(run_dir: Path, why: str) -> Path:
@@ -143,14 +146,14 @@ def build_failed_report(run_dir: Path, why: str) -> Path:
     return path
 
 
-def no_answer(path: Path, result: dict[str, Any]) -> str:
+def no_answer(path: Path, findings: Sequence[Finding]) -> str:
     """One line saying why a curve has no answer: what set each row aside."""
     why = [
-        f["message"]
-        for f in result.get("findings", [])
-        if f.get("code")
+        f.message
+        for f in findings
+        if f.code
         in ("rows_ignored", "suspect_caps", "implausible_rows", "caps_not_measured", "input_note")
-        or str(f.get("code", "")).startswith("points_")
+        or f.code.startswith("points_")
     ]
     detail = f" ({'; '.join(why)})" if why else ""
     line = (
@@ -226,9 +229,9 @@ def build_clock_comparison(
     settings = AnalysisSettings(max_tps_loss_pct)
     power = power_curves[0][0].analyze(power_curves[0][1], settings)
     clocks = clock_curves[0][0].analyze(clock_curves[0][1], settings)
-    comparison = clocks_versus_power(
-        PowerAnalysis.from_json(power), ClockAnalysis.from_json(clocks)
-    )
+    if not isinstance(power, PowerAnalysis) or not isinstance(clocks, ClockAnalysis):
+        raise UsageError("comparing clock locks with power caps takes a power run and a clock run")
+    comparison = clocks_versus_power(power, clocks)
     markdown = render_clocks_versus_power(comparison)
     written: list[Path] = []
     if write:
@@ -251,12 +254,9 @@ def build_clock_comparison(
         written += [json_path, md_path]
         if charts:
             written += _plots().render_clock_charts(
-                ClockAnalysis.from_json(clocks),
-                target / "charts",
-                power_analysis=PowerAnalysis.from_json(power),
-                only_pareto=True,
+                clocks, target / "charts", power_analysis=power, only_pareto=True
             )
-    return ClockComparison(power, clocks, comparison, markdown, tuple(written))
+    return ClockComparison(power.to_json(), clocks.to_json(), comparison, markdown, tuple(written))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Loc
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import Num, PowerAnalysis, known
 from powersweep.analysis.serving_summary import energy_section, latency_section
-from powersweep.analysis.summary import escape_md
-from powersweep.errors import PowersweepError, UsageError
+from powersweep.analysis.summary import escape_md, write_analysis
+from powersweep.errors import UsageError
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
 # A power curve whose TPS/W varies less than this over its caps is flat: no cap binds.
@@ -166,26 +165,10 @@ def _row(name: str, p: LockPoint) -> str:
 def write_clock_outputs(curve: Curve, analysis: ClockAnalysis, out_dir: Path) -> list[Path]:
     """Write analysis.json and summary.md of a clock sweep into ``out_dir``.
 
-    Args:
-        curve: The curve analysed.
-        analysis: Its analysis (typed).
-        out_dir: Where to write.
-
     Raises:
         PowersweepError: A file cannot be written.
     """
-    json_path, md_path = out_dir / "analysis.json", out_dir / "summary.md"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(
-            json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-        )
-        md_path.write_text(render_clock_summary(curve, analysis), encoding="utf-8")
-    except OSError as exc:
-        raise PowersweepError(
-            f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"
-        ) from exc
-    return [json_path, md_path]
+    return write_analysis(analysis, render_clock_summary(curve, analysis), out_dir)
 
 
 def _change_pct(new: Num, old: Num) -> float:

@@ -15,7 +15,7 @@ from msgspec import UnsetType
 from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
-from powersweep.analysis.result_types import CapsBind, Pick, PowerAnalysis, known
+from powersweep.analysis.result_types import CapsBind, JsonRecord, Pick, PowerAnalysis, known
 from powersweep.errors import PowersweepError
 
 # GitHub refuses comments longer than this; stay well under it.
@@ -96,12 +96,17 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_outputs(curve: Curve, analysis: PowerAnalysis, out_dir: Path) -> list[Path]:
-    """Write analysis.json and summary.md into ``out_dir``.
+    """Write analysis.json and summary.md of a power curve into ``out_dir``.
 
-    Args:
-        curve: The curve analysed.
-        analysis: Its analysis (typed).
-        out_dir: Where to write.
+    Raises:
+        PowersweepError: A file cannot be written.
+    """
+    return write_analysis(analysis, render_summary(curve, analysis), out_dir)
+
+
+def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Path]:
+    """Write ``analysis.json`` (the typed analysis, any axis) and ``summary.md`` into
+    ``out_dir``, each whole or not at all.
 
     Returns:
         The paths written.
@@ -116,7 +121,7 @@ def write_outputs(curve: Curve, analysis: PowerAnalysis, out_dir: Path) -> list[
         out_dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
         _write_atomic(json_path, text)
-        _write_atomic(md_path, render_summary(curve, analysis))
+        _write_atomic(md_path, summary)
     except OSError as exc:
         raise PowersweepError(
             f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"

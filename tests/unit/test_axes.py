@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from powersweep.analysis import load_curve
+from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import UsageError
 from powersweep.report import build_report
@@ -63,7 +65,7 @@ def test_a_power_curve_is_read_by_the_power_axis(tmp_path: Path) -> None:
     assert axis.name == "power" and axis.noun == "cap" and not axis.locks_clocks
     result = axis.analyze(curve, AnalysisSettings(bootstrap=0))
     answer = axis.answer(result)
-    assert answer is not None and answer["cap_w"] == 250.0
+    assert answer is not None and answer.to_json()["cap_w"] == 250.0
     assert "| Sweet spot | 250 W |" in axis.summary(curve, result)
 
 
@@ -82,18 +84,26 @@ def test_the_clock_axis_answers_with_the_peak_and_matches_ties_by_locks(tmp_path
     axis = axis_of(curve)
     result = axis.analyze(curve, AnalysisSettings(bootstrap=0))
     peak = axis.answer(result)
-    assert peak is not None and peak["sm_lock_mhz"] == 1500
+    assert peak is not None and peak.to_json()["sm_lock_mhz"] == 1500
     assert "1500" in axis.summary(curve, result)
-    tied = {"peak": {"tied_points": [{"sm_lock_mhz": 1500.0, "mem_lock_mhz": 10001.0}]}}
+    tied = ClockAnalysis.from_json(
+        {"peak": {"tied_points": [{"sm_lock_mhz": 1500.0, "mem_lock_mhz": 10001.0}]}}
+    )
     assert axis.tied(tied, SweepPoint(300.0, sm_lock_mhz=1500.0, mem_lock_mhz=10001.0))
     assert not axis.tied(tied, SweepPoint(300.0, sm_lock_mhz=1800.0, mem_lock_mhz=10001.0))
-    record = axis.confirm_record({"sweet_spot": {"cap_w": 300.0, "tied_points": [1]}})
-    assert record == {"best_after_w": 300.0, "tied_after": None, "tied_points_after": [1]}
+    locks = {"sm_lock_mhz": 1500.0, "mem_lock_mhz": None}
+    after = {"sweet_spot": {"cap_w": 300.0, "tied_points": [locks]}}
+    record = axis.confirm_record(ClockAnalysis.from_json(after))
+    assert record == {
+        "best_after_w": 300.0,
+        "tied_after": None,
+        "tied_points_after": [{"sm_lock_mhz": 1500.0, "mem_lock_mhz": None}],
+    }
 
 
 def test_the_power_axis_matches_ties_by_cap_and_records_no_points() -> None:
     axis = AXES["power"]
-    result = {"sweet_spot": {"cap_w": 250.0, "tied_caps": [250.0, 300.0]}}
+    result = PowerAnalysis.from_json({"sweet_spot": {"cap_w": 250.0, "tied_caps": [250.0, 300.0]}})
     assert axis.tied(result, SweepPoint(300.0))
     assert not axis.tied(result, SweepPoint(200.0))
     assert axis.confirm_record(result) == {"best_after_w": 250.0, "tied_after": [250.0, 300.0]}
@@ -176,7 +186,7 @@ class _ToyAxis(PowerAxis):
 
     name: ClassVar[str] = "toy"
 
-    def summary(self, curve: Curve, result: dict[str, Any]) -> str:
+    def summary(self, curve: Curve, result: PowerAnalysis) -> str:
         return "toy summary\n" + super().summary(curve, result)
 
 
@@ -189,6 +199,7 @@ def test_a_new_axis_is_one_class_and_a_registration(
     assert axis_of(load_curve(csv)).name == "toy"  # its run.json names it
     report = build_report(csv, charts=False)
     assert report.summary.startswith("toy summary\n")
+    assert (csv.parent / "summary.md").read_text().startswith("toy summary\n")
     # a curve recorded on no registered axis is read by the data's
     (csv.parent / "run.json").write_text(json.dumps({"options": {"axis": "gone"}}))
     assert axis_of(load_curve(csv)).name == "power"

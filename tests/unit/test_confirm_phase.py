@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.axes import AXES
 from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
@@ -56,10 +57,11 @@ class ScriptedConfirm(ConfirmPhase):
         # whether the load still kept the card busy once the phase was over
         self.busy_after: bool | None = None
 
-    def _analysis(self, when: str) -> dict[str, Any]:
+    def _analysis(self, when: str) -> PowerAnalysis | None:
         busy = self.bench.load.busy_in_flight()
         self.asked.append((when, self.bench.gpus[0].limit_w, busy))
-        return self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        scripted = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        return PowerAnalysis.from_json(scripted) if scripted else None  # {}: nothing analysed
 
 
 def confirm(analyses: list[dict[str, Any]]) -> tuple[Bench, ScriptedConfirm]:

@@ -15,18 +15,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from powersweep.analysis.context import CardFacts
 from powersweep.analysis.load import Curve
 from powersweep.analysis.objectives import TpsPerW
+from powersweep.analysis.result_types import JsonRecord
 from powersweep.analysis.serving import ServingOptions
+from powersweep.analysis.summary import write_analysis
 from powersweep.clock import Clock
 from powersweep.sweep.estimate import check_plan_time
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.resume import ResumeState
+
+R = TypeVar("R", bound=JsonRecord)
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,11 @@ class AnalysisSettings:
     bootstrap: int = 1000
 
 
-class SweepAxis(ABC):
+class SweepAxis(ABC, Generic[R]):
     """One axis: its name (the ``--axis`` value), its words, and how its curves are read.
+
+    ``R`` is the axis's typed analysis (:class:`~powersweep.analysis.result_types.PowerAnalysis`,
+    :class:`~powersweep.analysis.clock_result_types.ClockAnalysis`).
 
     Attributes:
         name: The ``--axis`` value (``power``, ``sm-clock``...).
@@ -114,34 +121,42 @@ class SweepAxis(ABC):
         """True when a saved curve was measured on this axis (its columns, its run.json)."""
 
     @abstractmethod
-    def analyze(self, curve: Curve, settings: AnalysisSettings) -> dict[str, Any]:
-        """The curve's analysis, as ``analysis.json`` holds it.
+    def analyze(self, curve: Curve, settings: AnalysisSettings) -> R:
+        """The curve's analysis, typed (``to_json()`` is what ``analysis.json`` holds).
 
         Raises:
             UsageError: A setting is out of range.
         """
 
     @abstractmethod
-    def answer(self, result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def read(self, data: Mapping[str, Any]) -> R:
+        """A saved analysis of this axis, typed.
+
+        Raises:
+            UsageError: It does not follow the schema.
+        """
+
+    @abstractmethod
+    def answer(self, result: R) -> JsonRecord | None:
         """The point that answers the question (None: no usable point)."""
 
     @abstractmethod
-    def summary(self, curve: Curve, result: dict[str, Any]) -> str:
+    def summary(self, curve: Curve, result: R) -> str:
         """The paste-ready markdown summary."""
 
-    @abstractmethod
-    def write_outputs(self, curve: Curve, result: dict[str, Any], out_dir: Path) -> list[Path]:
-        """Write ``analysis.json`` and ``summary.md`` (and what else the axis keeps).
+    def write_outputs(self, result: R, summary: str, out_dir: Path) -> list[Path]:
+        """Write ``analysis.json`` and the summary as ``summary.md``, each whole.
 
         Raises:
             PowersweepError: A file cannot be written.
         """
+        return write_analysis(result, summary, out_dir)
 
     @abstractmethod
     def charts(
         self,
         curve: Curve,
-        result: dict[str, Any],
+        result: R,
         out_dir: Path,
         *,
         formats: Sequence[str],
@@ -155,10 +170,9 @@ class SweepAxis(ABC):
         """
 
     @abstractmethod
-    def tied(self, result: Mapping[str, Any], point: SweepPoint) -> bool:
+    def tied(self, result: R, point: SweepPoint) -> bool:
         """True when the analysis still ties ``point`` with the best (the confirm phase)."""
 
-    def confirm_record(self, result: Mapping[str, Any]) -> dict[str, Any]:
+    @abstractmethod
+    def confirm_record(self, result: R) -> dict[str, Any]:
         """What run.json's ``confirm`` records of the analysis after the confirm phase."""
-        sweet: Mapping[str, Any] = result.get("sweet_spot") or {}
-        return {"best_after_w": sweet.get("cap_w"), "tied_after": sweet.get("tied_caps")}

@@ -13,8 +13,10 @@ from typing import Any, ClassVar
 
 from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.clock_curve import clock_points, infer_axis, is_clock_curve
-from powersweep.analysis.clock_summary import render_clock_summary, write_clock_outputs
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
+from powersweep.analysis.clock_summary import render_clock_summary
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import known
 from powersweep.clock import Clock
 from powersweep.errors import GpuError
 from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
@@ -26,7 +28,7 @@ from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.resume import ResumeState
 
 
-class ClockAxis(SweepAxis):
+class ClockAxis(SweepAxis[ClockAnalysis]):
     """Clock locks under one power limit: the peak TPS/W point and the points tied with it."""
 
     noun: ClassVar[str] = "point"
@@ -99,63 +101,63 @@ class ClockAxis(SweepAxis):
             return False
         return infer_axis(clock_points(curve.caps, curve.metric), curve.run) == self.name
 
-    def analyze(self, curve: Curve, settings: AnalysisSettings) -> dict[str, Any]:
+    def analyze(self, curve: Curve, settings: AnalysisSettings) -> ClockAnalysis:
         """:func:`~powersweep.analysis.clock_analysis.analyze_clocks` (there is no objective:
         the peak is the answer, near-peak the faster alternative)."""
-        return analyze_clocks(
-            curve,
-            max_tps_loss_pct=settings.max_tps_loss_pct,
-            bootstrap=settings.bootstrap,
-            tariff_per_kwh=settings.serving.tariff_per_kwh,
-            max_ttft_ms=settings.serving.max_ttft_ms,
-            max_itl_ms=settings.serving.max_itl_ms,
+        return ClockAnalysis.from_json(
+            analyze_clocks(
+                curve,
+                max_tps_loss_pct=settings.max_tps_loss_pct,
+                bootstrap=settings.bootstrap,
+                tariff_per_kwh=settings.serving.tariff_per_kwh,
+                max_ttft_ms=settings.serving.max_ttft_ms,
+                max_itl_ms=settings.serving.max_itl_ms,
+            )
         )
 
-    def answer(self, result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def read(self, data: Mapping[str, Any]) -> ClockAnalysis:
+        """A saved clock analysis."""
+        return ClockAnalysis.from_json(data)
+
+    def answer(self, result: ClockAnalysis) -> LockPoint | None:
         """The peak TPS/W point."""
-        peak: Mapping[str, Any] | None = result.get("peak")
-        return peak
+        return result.peak
 
-    def summary(self, curve: Curve, result: dict[str, Any]) -> str:
+    def summary(self, curve: Curve, result: ClockAnalysis) -> str:
         """The clock summary (:mod:`powersweep.analysis.clock_summary`)."""
-        from powersweep.analysis.clock_result_types import ClockAnalysis
-
-        return render_clock_summary(curve, ClockAnalysis.from_json(result))
-
-    def write_outputs(self, curve: Curve, result: dict[str, Any], out_dir: Path) -> list[Path]:
-        """``analysis.json`` and ``summary.md``."""
-        from powersweep.analysis.clock_result_types import ClockAnalysis
-
-        return write_clock_outputs(curve, ClockAnalysis.from_json(result), out_dir)
+        return render_clock_summary(curve, result)
 
     def charts(
         self,
         curve: Curve,
-        result: dict[str, Any],
+        result: ClockAnalysis,
         out_dir: Path,
         *,
         formats: Sequence[str],
         title: str | None,
     ) -> list[Path]:
         """``clock-efficiency`` and ``clock-pareto``."""
-        from powersweep.analysis.clock_result_types import ClockAnalysis
         from powersweep.plots import render_clock_charts
 
-        typed = ClockAnalysis.from_json(result)
-        return render_clock_charts(typed, out_dir, formats=formats, title=title)
+        return render_clock_charts(result, out_dir, formats=formats, title=title)
 
-    def tied(self, result: Mapping[str, Any], point: SweepPoint) -> bool:
+    def tied(self, result: ClockAnalysis, point: SweepPoint) -> bool:
         """The point's locks are among the peak's tied points."""
-        peak: Mapping[str, Any] = result.get("peak") or {}
-        ties = [
-            (t.get("sm_lock_mhz"), t.get("mem_lock_mhz")) for t in peak.get("tied_points") or []
+        peak = result.peak
+        ties = known(peak.tied_points) if peak else None
+        return (point.sm_lock_mhz, point.mem_lock_mhz) in [
+            (t.sm_lock_mhz, t.mem_lock_mhz) for t in ties or []
         ]
-        return (point.sm_lock_mhz, point.mem_lock_mhz) in ties
 
-    def confirm_record(self, result: Mapping[str, Any]) -> dict[str, Any]:
-        """The caps' record and the points tied with the peak after the confirm phase."""
-        sweet: Mapping[str, Any] = result.get("sweet_spot") or {}
-        return {**super().confirm_record(result), "tied_points_after": sweet.get("tied_points")}
+    def confirm_record(self, result: ClockAnalysis) -> dict[str, Any]:
+        """The best point's cap after the confirm phase and the points still tied with it."""
+        sweet = result.sweet_spot
+        ties = known(sweet.tied_points) if sweet else None
+        return {
+            "best_after_w": sweet.cap_w if sweet else None,
+            "tied_after": None,  # a clock sweep ties points, not caps
+            "tied_points_after": [t.to_json() for t in ties] if ties is not None else None,
+        }
 
 
 class SmClockAxis(ClockAxis):

@@ -10,7 +10,8 @@ from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.context import with_card_facts
 from powersweep.analysis.core import analyze
 from powersweep.analysis.load import Curve
-from powersweep.analysis.summary import render_summary, write_outputs
+from powersweep.analysis.result_types import Pick, PowerAnalysis, known
+from powersweep.analysis.summary import render_summary
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
 from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
@@ -21,7 +22,7 @@ from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.resume import ResumeState
 
 
-class PowerAxis(SweepAxis):
+class PowerAxis(SweepAxis[PowerAnalysis]):
     """Power caps: the sweet spot, near-peak, the plateaus and ceilings of the draw."""
 
     name: ClassVar[str] = "power"
@@ -78,55 +79,58 @@ class PowerAxis(SweepAxis):
         """Rows without clock locks."""
         return not is_clock_curve(curve.caps)
 
-    def analyze(self, curve: Curve, settings: AnalysisSettings) -> dict[str, Any]:
+    def analyze(self, curve: Curve, settings: AnalysisSettings) -> PowerAnalysis:
         """:func:`powersweep.analysis.analyze`, with the card's facts where the CSV lacks them."""
         if settings.card is not None:
             curve = with_card_facts(curve, settings.card)
-        return analyze(
-            curve,
-            max_tps_loss_pct=settings.max_tps_loss_pct,
-            bootstrap=settings.bootstrap,
-            objective=settings.objective,
-            eta=settings.eta,
-            tariff_per_kwh=settings.serving.tariff_per_kwh,
-            max_ttft_ms=settings.serving.max_ttft_ms,
-            max_itl_ms=settings.serving.max_itl_ms,
+        return PowerAnalysis.from_json(
+            analyze(
+                curve,
+                max_tps_loss_pct=settings.max_tps_loss_pct,
+                bootstrap=settings.bootstrap,
+                objective=settings.objective,
+                eta=settings.eta,
+                tariff_per_kwh=settings.serving.tariff_per_kwh,
+                max_ttft_ms=settings.serving.max_ttft_ms,
+                max_itl_ms=settings.serving.max_itl_ms,
+            )
         )
 
-    def answer(self, result: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def read(self, data: Mapping[str, Any]) -> PowerAnalysis:
+        """A saved power analysis."""
+        return PowerAnalysis.from_json(data)
+
+    def answer(self, result: PowerAnalysis) -> Pick | None:
         """The sweet spot."""
-        sweet: Mapping[str, Any] | None = result.get("sweet_spot")
-        return sweet
+        return result.sweet_spot
 
-    def summary(self, curve: Curve, result: dict[str, Any]) -> str:
+    def summary(self, curve: Curve, result: PowerAnalysis) -> str:
         """The power summary (:mod:`powersweep.analysis.summary`)."""
-        from powersweep.analysis.result_types import PowerAnalysis
-
-        return render_summary(curve, PowerAnalysis.from_json(result))
-
-    def write_outputs(self, curve: Curve, result: dict[str, Any], out_dir: Path) -> list[Path]:
-        """``analysis.json``, ``summary.md`` and a caps.csv where the input was another table."""
-        from powersweep.analysis.result_types import PowerAnalysis
-
-        return write_outputs(curve, PowerAnalysis.from_json(result), out_dir)
+        return render_summary(curve, result)
 
     def charts(
         self,
         curve: Curve,
-        result: dict[str, Any],
+        result: PowerAnalysis,
         out_dir: Path,
         *,
         formats: Sequence[str],
         title: str | None,
     ) -> list[Path]:
         """``efficiency``, ``power``, ``clocks`` and the samples' ``timeline``."""
-        from powersweep.analysis.result_types import PowerAnalysis
         from powersweep.plots import render_charts
 
-        typed = PowerAnalysis.from_json(result)
-        return render_charts(typed, out_dir, samples=curve.samples, formats=formats, title=title)
+        return render_charts(result, out_dir, samples=curve.samples, formats=formats, title=title)
 
-    def tied(self, result: Mapping[str, Any], point: SweepPoint) -> bool:
+    def tied(self, result: PowerAnalysis, point: SweepPoint) -> bool:
         """The cap is among the sweet spot's tied caps."""
-        sweet: Mapping[str, Any] = result.get("sweet_spot") or {}
-        return point.cap_w in [float(c) for c in sweet.get("tied_caps") or []]
+        sweet = result.sweet_spot
+        return sweet is not None and point.cap_w in (known(sweet.tied_caps) or [])
+
+    def confirm_record(self, result: PowerAnalysis) -> dict[str, Any]:
+        """The best cap after the confirm phase and the caps still tied with it."""
+        sweet = result.sweet_spot
+        return {
+            "best_after_w": sweet.cap_w if sweet else None,
+            "tied_after": known(sweet.tied_caps) if sweet else None,
+        }

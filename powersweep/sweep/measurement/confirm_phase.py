@@ -13,9 +13,10 @@ which and why.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from powersweep.analysis.result_types import JsonRecord
 from powersweep.errors import PowersweepError
 from powersweep.runformat import CONFIRM_REASON
 from powersweep.sweep.axes import AnalysisSettings, SweepAxis, axis_of
@@ -59,12 +60,14 @@ class ConfirmPhase:
         """Confirm the points tied with the best (``best``: the best TPS/W measured so far, where
         the card is kept warm while the next points are chosen)."""
         analysis = await self._keeping_warm(best, lambda: self._analysis("so far"))
-        plan = plan_confirm(analysis, planned=self.planned)
+        plan = plan_confirm(
+            analysis.to_json() if analysis is not None else {}, planned=self.planned
+        )
         self.meta["confirm"] = plan.record
         self.writer.write_run_json(self.meta)
         if not plan.points:
             return
-        after: dict[str, Any] = {}
+        after: JsonRecord | None = None
         for i, point in enumerate(plan.points):
             await self.measurer.measure(point, CONFIRM_REASON, i, len(plan.points))
             after = await asyncio.to_thread(self._analysis, "pooled")
@@ -74,14 +77,14 @@ class ConfirmPhase:
                 plan.record.update(stopped=f"separated after {i + 1} of {len(plan.points)}")
                 break
         await self.measurer.stop_busy()  # nothing is measured after it
-        if self.axis is not None:
+        if self.axis is not None and after is not None:
             plan.record.update(self.axis.confirm_record(after))
         else:
             plan.record.update(best_after_w=None, tied_after=None)
         self.meta["confirm"] = plan.record
         self.writer.write_run_json(self.meta)
 
-    def _analysis(self, when: str) -> dict[str, Any]:
+    def _analysis(self, when: str) -> JsonRecord | None:
         # Imported here: the analysis is only needed at the end of a sweep.
         from powersweep.analysis import load_curve
 
@@ -91,17 +94,17 @@ class ConfirmPhase:
             return self.axis.analyze(curve, AnalysisSettings())
         except PowersweepError as exc:  # nothing usable measured: nothing to confirm
             self.warn(f"confirm phase: cannot analyse the readings {when}: {exc}")
-            return {}
+            return None
 
-    def _still_tied(self, analysis: Mapping[str, Any], point: SweepPoint) -> bool:
+    def _still_tied(self, analysis: JsonRecord | None, point: SweepPoint) -> bool:
         """True when the analysis still ties ``point`` with the best (or cannot tell)."""
-        if not analysis or self.axis is None:
+        if analysis is None or self.axis is None:
             return True
         return self.axis.tied(analysis, point)
 
     async def _keeping_warm(
-        self, point: SweepPoint | None, work: Callable[[], dict[str, Any]]
-    ) -> dict[str, Any]:
+        self, point: SweepPoint | None, work: Callable[[], JsonRecord | None]
+    ) -> JsonRecord | None:
         """Run ``work`` in a thread while the load keeps the card busy at ``point``."""
         if point is not None and self.measurer.apply(point) is None:
             self.measurer.keep_busy(self.measurer.cap_of(point))

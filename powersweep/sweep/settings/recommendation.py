@@ -243,7 +243,7 @@ def _slo_pick(
         curve = load_curve(run_dir)
         targets = ServingOptions(max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms)
         fresh = axis_of(curve).analyze(curve, AnalysisSettings(serving=targets, bootstrap=0))
-        target = fresh.get("latency_target")
+        target = fresh.latency_target.to_json() if fresh.latency_target is not None else None
     if not isinstance(target, dict):
         raise UsageError(
             "--objective slo needs a latency target: give --max-itl-ms and/or --max-ttft-ms "
