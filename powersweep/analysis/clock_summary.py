@@ -9,9 +9,10 @@ from typing import Any
 from powersweep.analysis.clock_analysis import point_label
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Locks, Tier
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import Num, PowerAnalysis, known
 from powersweep.analysis.serving_summary import energy_section, latency_section
-from powersweep.analysis.summary import escape_md, write_analysis
+from powersweep.analysis.summary import escape_md
 from powersweep.errors import UsageError
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}

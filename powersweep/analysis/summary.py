@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +13,8 @@ from msgspec import UnsetType
 from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
-from powersweep.analysis.result_types import CapsBind, JsonRecord, Pick, PowerAnalysis, known
-from powersweep.errors import PowersweepError
+from powersweep.analysis.result_files import write_analysis
+from powersweep.analysis.result_types import CapsBind, Pick, PowerAnalysis, known
 
 # GitHub refuses comments longer than this; stay well under it.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -84,17 +82,6 @@ def render_summary(curve: Curve, analysis: PowerAnalysis) -> str:
     return text
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write a temporary file beside ``path`` and rename it: never half a file."""
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
 def write_outputs(curve: Curve, analysis: PowerAnalysis, out_dir: Path) -> list[Path]:
     """Write analysis.json and summary.md of a power curve into ``out_dir``.
 
@@ -102,33 +89,6 @@ def write_outputs(curve: Curve, analysis: PowerAnalysis, out_dir: Path) -> list[
         PowersweepError: A file cannot be written.
     """
     return write_analysis(analysis, render_summary(curve, analysis), out_dir)
-
-
-def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Path]:
-    """Write ``analysis.json`` (the typed analysis, any axis) and ``summary.md`` into
-    ``out_dir``, each whole or not at all.
-
-    Returns:
-        The paths written.
-
-    Raises:
-        PowersweepError: A file cannot be written.
-    """
-    out_dir = Path(out_dir)
-    json_path = out_dir / "analysis.json"
-    md_path = out_dir / "summary.md"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
-        _write_atomic(json_path, text)
-        _write_atomic(md_path, summary)
-    except OSError as exc:
-        raise PowersweepError(
-            f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"
-        ) from exc
-    except ValueError as exc:  # NaN left in the analysis: a bug, but say so in one line
-        raise PowersweepError(f"cannot write analysis.json: {exc}") from exc
-    return [json_path, md_path]
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

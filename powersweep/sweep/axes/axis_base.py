@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 from powersweep.analysis.context import CardFacts
 from powersweep.analysis.load import Curve
 from powersweep.analysis.objectives import TpsPerW
+from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import JsonRecord
 from powersweep.analysis.serving import ServingOptions
-from powersweep.analysis.summary import write_analysis
 from powersweep.clock import Clock
 from powersweep.sweep.estimate import check_plan_time
 from powersweep.sweep.gpu import Gpu

@@ -1,0 +1,53 @@
+"""Writing an analysis: ``analysis.json`` and ``summary.md``, each whole or not at all.
+
+Every axis writes through :func:`write_analysis`, so a run directory never holds half a file,
+whichever summary the axis rendered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from powersweep.analysis.result_types import JsonRecord
+from powersweep.errors import PowersweepError
+
+
+def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Path]:
+    """Write ``analysis.json`` (the typed analysis, any axis) and ``summary.md`` into
+    ``out_dir``, each whole or not at all.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        PowersweepError: A file cannot be written.
+    """
+    out_dir = Path(out_dir)
+    json_path = out_dir / "analysis.json"
+    md_path = out_dir / "summary.md"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
+        _write_atomic(json_path, text)
+        _write_atomic(md_path, summary)
+    except OSError as exc:
+        raise PowersweepError(
+            f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"
+        ) from exc
+    except ValueError as exc:  # NaN left in the analysis: a bug, but say so in one line
+        raise PowersweepError(f"cannot write analysis.json: {exc}") from exc
+    return [json_path, md_path]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write a temporary file beside ``path`` and rename it: never half a file."""
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
