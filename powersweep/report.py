@@ -50,12 +50,14 @@ class Report:
         summary: The markdown summary.
         paths: Files written.
         result: The analysis, typed (its axis's result type).
+        headline: The answer in one line (None: no answer).
     """
 
     analysis: dict[str, Any]
     summary: str
     paths: tuple[Path, ...]
     result: PowerAnalysis | ClockAnalysis | None = None
+    headline: str | None = None
 
 
 def build_report(
@@ -125,7 +127,7 @@ def build_report(
             written += _plots().render_latency_chart(
                 result, target / "charts", formats=formats, title=title
             )
-    return Report(doc, summary, tuple(written), result)
+    return Report(doc, summary, tuple(written), result, axis.headline(result))
 
 
 def build_failed_report(run_dir: Path, why: str) -> Path:

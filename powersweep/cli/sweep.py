@@ -8,7 +8,6 @@ composition root (:mod:`powersweep.cli.rigs`).
 from __future__ import annotations
 
 import functools
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -408,24 +407,8 @@ def _finish_report(run_dir: Path, *, charts: bool) -> None:
     except PowersweepError as exc:
         warn(f"could not analyse the run: {exc}")
         return
-    if report.analysis.get("kind") == "clocks":
-        from powersweep.analysis.clock_analysis import point_label
-
-        peak = report.analysis.get("peak")
-        if peak:
-            info(
-                f"efficiency peak: {point_label(peak)}, {peak['tps_per_w']:.4f} TPS/W, "
-                f"{peak['tps']:.1f} TPS, {peak['power_w']:.0f} W"
-            )
-        info(f"summary: {run_dir / 'summary.md'}")
-        return
-    spot = report.analysis.get("sweet_spot") or {}
-    cap = spot.get("cap_w")
-    if cap is not None:
-        info(
-            f"sweet spot: {cap:g} W, {spot.get('tps_per_w', math.nan):.4f} TPS/W, "
-            f"{spot.get('tps', math.nan):.1f} TPS"
-        )
+    if report.headline:
+        info(report.headline)
     info(f"summary: {run_dir / 'summary.md'}")
 
 

@@ -203,3 +203,19 @@ def test_a_new_axis_is_one_class_and_a_registration(
     # a curve recorded on no registered axis is read by the data's
     (csv.parent / "run.json").write_text(json.dumps({"options": {"axis": "gone"}}))
     assert axis_of(load_curve(csv)).name == "power"
+
+
+def test_each_axis_says_its_answer_in_one_line(tmp_path: Path) -> None:
+    power_curve = load_curve(_power_csv(tmp_path))
+    power = AXES["power"]
+    line = power.headline(power.analyze(power_curve, AnalysisSettings(bootstrap=0)))
+    assert line == "sweet spot: 250 W, 0.4500 TPS/W, 108.0 TPS"
+    clock_curve = load_curve(_clock_csv(tmp_path))
+    sm = axis_of(clock_curve)
+    line = sm.headline(sm.analyze(clock_curve, AnalysisSettings(bootstrap=0)))
+    # 36 TPS at 220 W + 10 W of memory: 0.1565 TPS/W
+    assert line == "efficiency peak: SM 1500 MHz / mem 10001 MHz, 0.1565 TPS/W, 36.0 TPS, 230 W"
+    empty = tmp_path / "failed.csv"
+    empty.write_text("cap_w,narr_tps,power_w,status\n200,80,200,failed\n")
+    failed = load_curve(empty)
+    assert power.headline(power.analyze(failed, AnalysisSettings())) is None

@@ -144,6 +144,10 @@ class SweepAxis(ABC, Generic[R]):
     def summary(self, curve: Curve, result: R) -> str:
         """The paste-ready markdown summary."""
 
+    @abstractmethod
+    def headline(self, result: R) -> str | None:
+        """The answer in one line, printed when a sweep ends (None: no answer)."""
+
     def write_outputs(self, result: R, summary: str, out_dir: Path) -> list[Path]:
         """Write ``analysis.json`` and the summary as ``summary.md``, each whole.
 

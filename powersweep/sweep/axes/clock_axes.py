@@ -11,12 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from powersweep.analysis.clock_analysis import analyze_clocks
+from powersweep.analysis.clock_analysis import analyze_clocks, point_label
 from powersweep.analysis.clock_curve import clock_points, infer_axis, is_clock_curve
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.clock_summary import render_clock_summary
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import known
+from powersweep.analysis.result_types import known, number
 from powersweep.clock import Clock
 from powersweep.errors import GpuError
 from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
@@ -126,6 +126,17 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
     def summary(self, curve: Curve, result: ClockAnalysis) -> str:
         """The clock summary (:mod:`powersweep.analysis.clock_summary`)."""
         return render_clock_summary(curve, result)
+
+    def headline(self, result: ClockAnalysis) -> str | None:
+        """``efficiency peak: SM 1500 MHz, 0.1500 TPS/W, 36.0 TPS, 240 W``."""
+        peak = result.peak
+        if peak is None:
+            return None
+        locks = {"sm_lock_mhz": peak.sm_lock_mhz, "mem_lock_mhz": peak.mem_lock_mhz}
+        return (
+            f"efficiency peak: {point_label(locks)}, {number(peak.tps_per_w):.4f} TPS/W, "
+            f"{number(peak.tps):.1f} TPS, {number(peak.power_w):.0f} W"
+        )
 
     def charts(
         self,

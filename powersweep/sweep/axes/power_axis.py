@@ -10,7 +10,7 @@ from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.context import with_card_facts
 from powersweep.analysis.core import analyze
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Pick, PowerAnalysis, known
+from powersweep.analysis.result_types import Pick, PowerAnalysis, known, number
 from powersweep.analysis.summary import render_summary
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
@@ -107,6 +107,14 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
     def summary(self, curve: Curve, result: PowerAnalysis) -> str:
         """The power summary (:mod:`powersweep.analysis.summary`)."""
         return render_summary(curve, result)
+
+    def headline(self, result: PowerAnalysis) -> str | None:
+        """``sweet spot: 250 W, 0.4500 TPS/W, 108.0 TPS``."""
+        spot = result.sweet_spot
+        if spot is None:
+            return None
+        tpw, tps = number(spot.tps_per_w), number(spot.tps)
+        return f"sweet spot: {spot.cap_w:g} W, {tpw:.4f} TPS/W, {tps:.1f} TPS"
 
     def charts(
         self,
