@@ -122,6 +122,10 @@ def _scan_caps(dirs: Sequence[Path]) -> tuple[pl.DataFrame | None, set[int]]:
         .alias("status")
     )
     exprs.append(pl.when(error == "").then(None).otherwise(error).alias("error"))
+    # why a row was measured: a confirm re-measurement is pooled, any other repeat replaces the
+    # reading before it (pooling.pool_repeats), as load_curve reads the same file
+    reason = pl.col("reason") if "reason" in typed.columns else pl.lit(None, dtype=pl.String)
+    exprs.append(reason.cast(pl.String).str.strip_chars().alias("reason"))
     caps_all = (
         typed.select(exprs)
         .filter(pl.col("cap_w").is_not_null())

@@ -124,11 +124,26 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
 
 
 def table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
-    """The per-cap table: each usable cap once (pooled), and the caps that never finished ok."""
+    """The per-cap table: each usable cap once (pooled), and the rows of the caps that did not
+    end ok. An ok reading that a later measurement of its cap replaced (a recheck found the cap
+    suspect, a retry failed) is left out: it does not stand, so no reader may take it for one."""
     done = set(ok["cap_w"].to_list())
-    rest = caps.filter(~pl.col("cap_w").is_in(list(done))).with_columns(
-        pl.lit(1, dtype=pl.Int64).alias("n_measurements")
-    )
+    rest = caps.filter(~pl.col("cap_w").is_in(list(done)))
+    if rest.height and "status" in rest.columns:
+        latest = (
+            pl.col("reason").fill_null("") != CONFIRM_REASON
+            if "reason" in rest.columns
+            else pl.lit(True)
+        )
+        rest = (
+            rest.with_row_index("_i")
+            .filter(
+                (pl.col("status").fill_null("ok") != "ok")
+                | (pl.col("_i") >= pl.col("_i").filter(latest).max().over("cap_w"))
+            )
+            .drop("_i")
+        )
+    rest = rest.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
     return pl.concat([ok, rest], how="diagonal_relaxed").sort("cap_w", maintain_order=True)
 
 
