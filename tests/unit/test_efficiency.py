@@ -1,0 +1,163 @@
+"""powersweep.plots.efficiency: the main chart, read from its artists. TPS/W printed to three
+significant digits; the sweet spot's callout (cap, TPS/W, TPS, share of the default or of each
+card's, the near-peak cap when it is the same, the sweep's edge); the near-peak label with its TPS
+loss; the axes' labels, limits and legend; the code TPS line only where it was measured. (The
+layout, plateau bands and failed caps are in ``test_plots.py``.)"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from powersweep.analysis.result_types import PowerAnalysis
+from powersweep.plots._data import parse_analysis
+from powersweep.plots.efficiency import (
+    NEAR_PEAK_GID,
+    SWEET_GID,
+    efficiency_figure,
+    fmt_tpw,
+    sweet_spot_text,
+)
+
+CAPS = [
+    {"cap_w": 200, "tps": 20.0, "code_tps": 19.0, "power_w": 195.0, "tps_per_w": 0.1026},
+    {"cap_w": 250, "tps": 27.5, "code_tps": 26.0, "power_w": 240.0, "tps_per_w": 0.1146},
+    {"cap_w": 300, "tps": 30.0, "code_tps": 29.0, "power_w": 290.0, "tps_per_w": 0.1034},
+]
+
+
+def _analysis(**changes: Any) -> PowerAnalysis:
+    base: dict[str, Any] = {
+        "run": {"gpu_name": "RTX 3090", "n_gpus": 1, "default_limit_w": 350.0},
+        "caps": CAPS,
+        "sweet_spot": {"cap_w": 250, "tps_per_w": 0.1146, "tps": 27.5, "pct_of_default": 71.4},
+        "near_peak": {"cap_w": 300, "tps_per_w": 0.1034, "tps_loss_pct": 0.0},
+    }
+    return PowerAnalysis.from_json({**base, **changes})
+
+
+def _axes(fig: Figure) -> tuple[Axes, Axes]:
+    ax, ax2 = fig.axes
+    return ax, ax2
+
+
+def _text(ax2: Axes, gid: str) -> str:
+    (found,) = [t for t in ax2.texts if t.get_gid() == gid]
+    return found.get_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.24, "0.240"),  # significant trailing zeros kept
+        (0.1146, "0.115"),
+        (1.0, "1.00"),
+        (12.34, "12.3"),
+        (123.4, "123"),  # no bare trailing point
+        (0.001, "0.00100"),
+        (0.0009, "9.00e-04"),  # too small for three digits after the point
+        (math.nan, "nan"),
+    ],
+)
+def test_tps_per_w_has_three_significant_digits(value: float, text: str) -> None:
+    assert fmt_tpw(value) == text
+
+
+def test_the_callout_names_the_cap_its_figures_and_its_share_of_the_default() -> None:
+    text = sweet_spot_text(parse_analysis(_analysis()))
+    assert text == "Sweet spot: 250 W\n0.115 TPS/W  ·  27.5 TPS\n71% of default limit"
+
+
+@pytest.mark.parametrize(
+    ("spot", "last"),
+    [
+        ({"pct_of_default_by_gpu": [81.0, 67.0]}, "81% / 67% of each card's default"),
+        ({"at_boundary": "low"}, "lowest cap swept: try lower"),
+        ({"at_boundary": "high"}, "highest cap swept: try higher"),
+    ],
+)
+def test_the_callout_says_each_cards_share_and_the_sweeps_edge(
+    spot: dict[str, Any], last: str
+) -> None:
+    base = {"cap_w": 250, "tps_per_w": 0.1146, "tps": 27.5, "pct_of_default": 71.4}
+    text = sweet_spot_text(parse_analysis(_analysis(sweet_spot={**base, **spot})))
+    assert text.splitlines()[-1] == last
+    if "pct_of_default_by_gpu" in spot:
+        assert "of default limit" not in text  # each card's share replaces the rig's
+
+
+def test_the_callout_leaves_out_what_is_unknown_and_names_a_shared_near_peak() -> None:
+    spot = {"cap_w": 262.5, "tps_per_w": 0.1146}
+    near = {"cap_w": 262.5, "tps_per_w": 0.1146}
+    text = sweet_spot_text(parse_analysis(_analysis(sweet_spot=spot, near_peak=near)))
+    assert text == "Sweet spot: 262.5 W\n0.115 TPS/W\nalso the near-peak cap"
+
+
+def test_the_chart_marks_the_sweet_spot_and_labels_the_near_peak_with_its_loss() -> None:
+    near = {"cap_w": 300, "tps_per_w": 0.1034, "tps_loss_pct": 2.345}
+    fig = efficiency_figure(_analysis(near_peak=near))
+    _, ax2 = _axes(fig)
+    gids = {str(line.get_gid()) for line in ax2.lines}
+    assert {"sweet-spot-marker", "near-peak-marker", "tps_per_w"} <= gids
+    assert _text(ax2, NEAR_PEAK_GID) == "near peak: 300 W\n2.3% below peak TPS"
+    assert _text(ax2, SWEET_GID).startswith("Sweet spot: 250 W")
+    near_unknown = efficiency_figure(_analysis(near_peak={"cap_w": 300, "tps_per_w": 0.1034}))
+    assert _text(_axes(near_unknown)[1], NEAR_PEAK_GID) == "near peak: 300 W"
+
+
+def test_a_near_peak_at_the_sweet_spot_gets_no_marker_of_its_own() -> None:
+    near = {"cap_w": 250, "tps_per_w": 0.1146, "tps_loss_pct": 0.0}
+    _, ax2 = _axes(efficiency_figure(_analysis(near_peak=near)))
+    assert "near-peak-marker" not in {line.get_gid() for line in ax2.lines}
+    assert NEAR_PEAK_GID not in {t.get_gid() for t in ax2.texts}
+    assert _text(ax2, SWEET_GID).endswith("also the near-peak cap")
+
+
+def test_the_axes_leave_headroom_above_the_highest_point() -> None:
+    ax, ax2 = _axes(efficiency_figure(_analysis()))
+    assert ax.get_ylim() == pytest.approx((0.0, 30.0 * 1.32))
+    assert ax2.get_ylim() == pytest.approx((0.0, 0.1146 * 1.32))
+    assert ax.get_ylabel() == "decode TPS (tokens/s)"
+    assert ax2.get_ylabel() == "TPS/W (narrative tokens/s per W)"
+    assert ax.get_xlabel() == "power cap (W)"
+
+
+def test_the_legend_lists_the_curves_and_marks() -> None:
+    _, ax2 = _axes(efficiency_figure(_analysis()))
+    legend = ax2.get_legend()
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "narrative TPS",
+        "code TPS",
+        "TPS/W",
+        "sweet spot",
+        "near-peak cap",
+    ]
+
+
+def test_code_tps_is_drawn_only_where_it_was_measured() -> None:
+    caps = [{k: v for k, v in c.items() if k != "code_tps"} for c in CAPS]
+    ax, _ = _axes(efficiency_figure(_analysis(caps=caps)))
+    assert "code_tps" not in {line.get_gid() for line in ax.lines}
+    tps = next(line for line in ax.lines if line.get_gid() == "tps")
+    assert np.asarray(tps.get_ydata(), dtype=float).tolist() == [20.0, 27.5, 30.0]
+
+
+def test_a_rig_names_its_cards_and_the_cap_per_gpu_and_a_title_replaces_the_name() -> None:
+    run = {"gpu_name": "RTX 3090", "n_gpus": 2, "default_limit_w": 350.0}
+    fig = efficiency_figure(_analysis(run=run))
+    assert fig.get_suptitle() == "2x RTX 3090: tokens per watt vs power cap"
+    assert _axes(fig)[0].get_xlabel() == "power cap (W per GPU)"
+    titled = efficiency_figure(_analysis(), title="my card")
+    assert titled.get_suptitle() == "my card"
+
+
+def test_without_a_sweet_spot_there_is_no_callout() -> None:
+    _, ax2 = _axes(efficiency_figure(_analysis(sweet_spot=None, near_peak=None)))
+    assert {t.get_gid() for t in ax2.texts}.isdisjoint({SWEET_GID, NEAR_PEAK_GID})
+    assert "sweet-spot-marker" not in {line.get_gid() for line in ax2.lines}

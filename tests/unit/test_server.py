@@ -1,0 +1,207 @@
+"""powersweep.sim.server: the simulated server's chat endpoint, answered in process (httpx over
+its ASGI app, a constant engine on a clock 1,000 times faster than the wall: no socket). Each
+flavour's defaults, the requests it refuses and in what words, an over-long prompt Ollama keeps
+the tail of, the thinking switch, the requests counted, and the faults a request meets: busy
+answers, a fault once, at one cap or its first visit, or after a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from powersweep.clock import ScaledClock
+from powersweep.sim import faults
+from powersweep.sim.engine import ConstantEngine
+from powersweep.sim.faults import parse_fault
+from powersweep.sim.server import FLAVOURS, SimServer
+from powersweep.sim.virtual_time import VirtualClock
+
+CONTEXT = 4096
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def _server(**kw: Any) -> SimServer:
+    engine = ConstantEngine(
+        ScaledClock(1000.0), decode_tps=100.0, prefill_tps=50_000.0, context_tokens=CONTEXT
+    )
+    return SimServer(engine, **kw)
+
+
+def _post(server: SimServer, *bodies: Any) -> list[httpx.Response]:
+    """Each body posted to /v1/chat/completions in turn (a dict as JSON, bytes as they are)."""
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=server.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+            out = []
+            for body in bodies:
+                if isinstance(body, bytes):
+                    out.append(await client.post("/v1/chat/completions", content=body))
+                else:
+                    out.append(await client.post("/v1/chat/completions", json=body))
+            return out
+
+    return asyncio.run(run())
+
+
+def _ask(max_tokens: int = 4, **extra: Any) -> dict[str, Any]:
+    return {"messages": HELLO, "max_tokens": max_tokens, **extra}
+
+
+def _error(response: httpx.Response) -> str:
+    return str(response.json()["error"]["message"])
+
+
+def test_each_flavour_has_its_defaults() -> None:
+    llama, vllm, plain = (_server(flavour=f) for f in ("llamacpp", "vllm", "plain"))
+    assert llama.total_slots == 4 and vllm.total_slots is None
+    assert _server(flavour="vllm", total_slots=8).total_slots == 8
+    assert plain.rejected_keys == ("chat_template_kwargs",) and llama.rejected_keys == ()
+    odd = _server(reasoning_tokens=-3, tokens_per_chunk=0, token_jitter_fraction=-1.0)
+    assert (odd.reasoning_tokens, odd.tokens_per_chunk, odd.token_jitter_fraction) == (0, 1, 0.0)
+    assert llama.url == "" and FLAVOURS == ("llamacpp", "vllm", "sglang", "ollama", "plain")
+    llama.stop()  # never started: nothing to stop, no error
+    with pytest.raises(ValueError, match=r"unknown flavour 'tgi'; expected one of \('llamacpp'"):
+        _server(flavour="tgi")
+
+
+def test_a_virtual_time_server_stamps_its_chunks_with_a_fixed_epoch() -> None:
+    engine = ConstantEngine(VirtualClock())
+    assert SimServer(engine).created == 1_767_225_600
+    assert abs(_server().created - time.time()) < 60  # a scaled clock's chunks: the wall's
+
+
+def test_a_whole_answer_has_the_tokens_asked_for_and_counts_the_request() -> None:
+    server = _server(flavour="vllm")
+    (response,) = _post(server, _ask(5))
+    body = response.json()
+    assert response.status_code == 200 and body["object"] == "chat.completion"
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 5 and body["usage"]["prompt_tokens"] == 4
+    assert len(body["choices"][0]["message"]["content"].split()) == 5
+    assert server.requests_total == 1 and server.tokens_generated == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"[1, 2]", 400, "request body is not a JSON object"),
+        (b"{not json", 400, "request body is not a JSON object"),
+        ({"messages": []}, 400, "'messages' must be a non-empty list"),
+        ({"messages": "hi"}, 400, "'messages' must be a non-empty list"),
+        ({"messages": HELLO, "max_tokens": 0}, 400, "max_tokens must be a positive integer"),
+    ],
+)
+def test_a_malformed_request_is_refused_and_not_counted(
+    body: Any, status: int, message: str
+) -> None:
+    server = _server()
+    (response,) = _post(server, body)
+    assert response.status_code == status and _error(response) == message
+    assert server.requests_total == 0
+
+
+def test_a_strict_server_refuses_keys_it_does_not_know_with_422() -> None:
+    server = _server(flavour="plain")
+    kwargs = {"chat_template_kwargs": {"enable_thinking": False}}
+    (response,) = _post(server, _ask(**kwargs))
+    assert response.status_code == 422
+    assert response.json() == {
+        "detail": [
+            {
+                "type": "extra_forbidden",
+                "loc": ["body", "chat_template_kwargs"],
+                "msg": "Extra inputs are not permitted",
+            }
+        ]
+    }
+    ok, refused = _post(_server(rejected_keys=("seed",)), _ask(), _ask(seed=1))
+    assert ok.status_code == 200 and refused.status_code == 422
+
+
+def test_an_http_error_answers_every_chat_request() -> None:
+    server = _server(http_error=503)
+    responses = _post(server, _ask(), b"junk")
+    assert [r.status_code for r in responses] == [503, 503]
+    assert _error(responses[0]) == "simulated HTTP 503"
+
+
+def test_a_prompt_over_the_context_is_refused_but_ollama_keeps_its_tail() -> None:
+    long = [{"role": "user", "content": "word " * (CONTEXT + 100)}]
+    (refused,) = _post(_server(flavour="vllm"), {"messages": long, "max_tokens": 4})
+    assert refused.status_code == 400
+    ollama = _server(flavour="ollama")
+    (kept,) = _post(ollama, {"messages": long, "max_tokens": 4})
+    assert kept.status_code == 200 and kept.json()["usage"]["prompt_tokens"] == CONTEXT
+
+
+def _reasoning_deltas(response: httpx.Response) -> list[dict[str, Any]]:
+    events = [
+        e.removeprefix("data: ") for e in response.text.split("\n\n") if e.startswith("data: {")
+    ]
+    deltas = [c["delta"] for e in events for c in json.loads(e)["choices"]]
+    return [d for d in deltas if "reasoning_content" in d or "reasoning" in d]
+
+
+def test_the_thinking_switch_turns_reasoning_off_except_on_ollama() -> None:
+    off = _ask(6, stream=True, chat_template_kwargs={"enable_thinking": False})
+    on = _ask(6, stream=True)
+    think_off, think_on = _post(_server(reasoning_tokens=3), off, on)
+    assert _reasoning_deltas(think_off) == [] and len(_reasoning_deltas(think_on)) == 3
+    (ollama,) = _post(_server(flavour="ollama", reasoning_tokens=3), off)
+    assert len(_reasoning_deltas(ollama)) == 3  # Ollama ignores the switch
+
+
+def test_a_busy_server_answers_its_first_requests_503_with_a_retry_after() -> None:
+    server = _server(fault=parse_fault("busy"))
+    responses = _post(server, *([_ask()] * (faults.BUSY_ANSWERS + 1)))
+    assert [r.status_code for r in responses] == [503] * faults.BUSY_ANSWERS + [200]
+    assert responses[0].headers["retry-after"] == "0.001"  # one run second, in wall seconds
+    assert _error(responses[0]) == "Loading model"
+    assert server.requests_total == 1
+
+
+def _usage_tokens(response: httpx.Response) -> int:
+    return int(response.json()["usage"]["completion_tokens"])
+
+
+def test_a_fault_once_meets_only_the_first_request() -> None:
+    server = _server(fault=parse_fault("inflated-usage-once"))
+    first, second = _post(server, _ask(4), _ask(4))
+    assert _usage_tokens(first) == 4 * faults.INFLATE_FACTOR and _usage_tokens(second) == 4
+
+
+def test_a_fault_at_a_cap_meets_only_the_requests_served_at_that_cap() -> None:
+    cap = {"w": 300.0}
+    server = _server(fault=parse_fault("inflated-usage@300"), current_cap_w=lambda: cap["w"])
+    at_cap = _post(server, _ask(4))[0]
+    cap["w"] = 250.0
+    elsewhere = _post(server, _ask(4))[0]
+    cap["w"] = 300.0
+    again = _post(server, _ask(4))[0]
+    assert [_usage_tokens(r) for r in (at_cap, elsewhere, again)] == [200, 4, 200]
+    blind = _server(fault=parse_fault("inflated-usage@300"))  # the cap cannot be read
+    assert _usage_tokens(_post(blind, _ask(4))[0]) == 4
+
+
+def test_a_fault_of_the_first_visit_spares_the_cap_measured_again() -> None:
+    cap = {"w": 300.0}
+    server = _server(fault=parse_fault("inflated-usage-first@300"), current_cap_w=lambda: cap["w"])
+    first = _post(server, _ask(4), _ask(4))
+    cap["w"] = 250.0
+    _post(server, _ask(4))
+    cap["w"] = 300.0
+    later = _post(server, _ask(4))[0]
+    assert [_usage_tokens(r) for r in first] == [200, 200] and _usage_tokens(later) == 4
+
+
+def test_a_fault_after_a_time_spares_the_requests_before_it() -> None:
+    server = _server(fault=parse_fault("inflated-usage@+1000000"))
+    assert _usage_tokens(_post(server, _ask(4))[0]) == 4
+    soon = _server(fault=parse_fault("inflated-usage@+0"))
+    assert _usage_tokens(_post(soon, _ask(4))[0]) == 200
