@@ -7,30 +7,16 @@ the fields are in the order the file writes them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
-
-import msgspec
+from typing import ClassVar
 
 from powersweep.analysis.result_types import JsonRecord, Num
-from powersweep.errors import UsageError
 
 
 class CrossRecord(JsonRecord):
     """A record of ``cross-mode.json`` (its schema errors name that file)."""
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        """A typed view of a record from ``cross-mode.json``.
-
-        Raises:
-            UsageError: A key holds a value of the wrong type (the message names it).
-        """
-        try:
-            return msgspec.convert(data, type=cls, strict=False)
-        except msgspec.ValidationError as exc:
-            raise UsageError(f"cross-mode.json does not follow its schema: {exc}") from None
+    FILE: ClassVar[str] = "cross-mode.json"
 
 
 @dataclass(frozen=True)

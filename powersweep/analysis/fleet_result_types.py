@@ -14,16 +14,13 @@ axis; ``fleet_cap`` or ``fleet_lock``; a setting's ``cap_w``, ``sm_lock_mhz`` or
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import ClassVar, TypeVar
 
-import msgspec
 from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.fleet_axis import AXES, POWER, FleetAxis
 from powersweep.analysis.result_types import JsonRecord, Num, OptNum, ToolInfo
-from powersweep.errors import UsageError
 
 T = TypeVar("T")
 
@@ -39,17 +36,7 @@ def _written(*values: T | UnsetType) -> T | None:
 class FleetRecord(JsonRecord):
     """A record of ``fleet.json`` (its schema errors name that file)."""
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
-        """A typed view of a record from ``fleet.json``.
-
-        Raises:
-            UsageError: A key holds a value of the wrong type (the message names it).
-        """
-        try:
-            return msgspec.convert(data, type=cls, strict=False)
-        except msgspec.ValidationError as exc:
-            raise UsageError(f"fleet.json does not follow its schema: {exc}") from None
+    FILE: ClassVar[str] = "fleet.json"
 
 
 @dataclass(frozen=True)

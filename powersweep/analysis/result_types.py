@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -47,16 +47,22 @@ def number(value: float | UnsetType | None) -> float:
 
 
 class JsonRecord:
-    """One ``to_json`` / ``from_json`` pair for every result record (msgspec does the work)."""
+    """One ``to_json`` / ``from_json`` pair for every result record (msgspec does the work).
+
+    Attributes:
+        FILE: The file the record lives in, named by a schema error.
+    """
+
+    FILE: ClassVar[str] = "analysis.json"
 
     def to_json(self) -> dict[str, Any]:
-        """The record as ``analysis.json`` holds it (keys not written are left out)."""
+        """The record as its file holds it (keys not written are left out)."""
         out: dict[str, Any] = msgspec.to_builtins(self)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
-        """A typed view of a record from ``analysis.json``.
+        """A typed view of a record from its file.
 
         Raises:
             UsageError: A key holds a value of the wrong type (the message names it).
@@ -64,7 +70,7 @@ class JsonRecord:
         try:
             return msgspec.convert(data, type=cls, strict=False)
         except msgspec.ValidationError as exc:
-            raise UsageError(f"analysis.json does not follow its schema: {exc}") from None
+            raise UsageError(f"{cls.FILE} does not follow its schema: {exc}") from None
 
 
 @dataclass(frozen=True)
