@@ -173,6 +173,21 @@ def _duplicates(caps: pl.DataFrame) -> list[Finding]:
                 )
             )
             continue
+        last = [r for r in rows if (r.get("reason") or "") != CONFIRM_REASON][-1:]
+        if last and str(last[0].get("status") or "ok") != "ok":
+            # a recheck found it suspect, a retry failed: the reading it replaced does not
+            # stand either (pooling.current_rows), and the suspect/failed finding says why
+            out.append(
+                finding(
+                    "warning",
+                    "duplicate_cap",
+                    f"{_w(cap)} appears in {len(rows)} rows (lines {lines}): its last "
+                    f"measurement, line {last[0][SOURCE_LINE]}, ended {last[0].get('status')}, "
+                    "so the earlier reading it replaced is left out too",
+                    "rerun that cap",
+                )
+            )
+            continue
         confirm = [r for r in usable if (r.get("reason") or "") == CONFIRM_REASON]
         if confirm:
             out.append(_pooled(cap, rows, usable, confirm))

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pytest
 
 from powersweep.analysis.findings import Finding, Severity
 from powersweep.analysis.load import Curve, load_curve
@@ -130,17 +129,14 @@ def test_a_confirmed_cap_names_the_rows_set_aside(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a cap read ok and then found suspect on its recheck is left out of the "
-    "analysis (pooling.current_rows), yet duplicate_cap says its first row was 'kept', "
-    "contradicting the suspect_caps finding beside it",
-)
 def test_a_reading_replaced_by_a_suspect_recheck_is_not_said_to_be_kept(tmp_path: Path) -> None:
     curve = _curve(tmp_path, "200,20,199,ok,,\n300,36,299,ok,,\n300,,,suspect,stalled twice,\n")
     found = _by_code(input_findings(curve))
     assert "suspect_caps" in found
     assert not any("kept line 3" in f.message for f in found.get("duplicate_cap", []))
+    (dup,) = found["duplicate_cap"]
+    assert "its last measurement, line 4, ended suspect" in dup.message
+    assert "left out too" in dup.message
 
 
 def test_loader_notes_become_input_notes_in_ignored_rows(tmp_path: Path) -> None:
