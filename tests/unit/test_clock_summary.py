@@ -204,16 +204,10 @@ def test_runs_of_other_gpus_or_load_modes_are_warned_and_rendered() -> None:
     assert out["warnings"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a power run with one cap measured ok is said to give 'the same TPS/W within "
-    "1%' at 'every cap measured (250-250 W)' and caps_bind is False: one cap cannot show that "
-    "caps do not bind (no caps at all is taken as binding)",
-)
 def test_one_measured_cap_does_not_say_the_caps_do_not_bind() -> None:
     one = {**POWER, "caps": [{"cap_w": 250.0, "status": "ok", "tps_per_w": 0.125}]}
     out = clocks_versus_power(PowerAnalysis.from_json(one), ClockAnalysis.from_json(CLOCKS))
-    assert "power caps do not bind here" not in out["statement"]
+    assert "power caps do not bind here" not in out["statement"] and out["caps_bind"] is True
 
 
 def test_a_clock_run_without_a_peak_is_refused() -> None:
