@@ -41,6 +41,7 @@ from powersweep.sim.replay_curve import (
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
+    ClockOffset,
     GpuIdentity,
     GpuProcess,
     GpuSample,
@@ -178,6 +179,12 @@ class ReplayGpu:
 
     def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
         return None
+
+    def sm_clock_offset(self) -> ClockOffset:
+        return ClockOffset(False, message="a replayed power-cap curve has no clock offset")
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        return LockResult(mhz, False, "a replayed power-cap curve has no clock offset")
 
     # --- which cards serve the model (issue 14) ---------------------------------------------
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from powersweep.clock import Clock
 from powersweep.sweep.gpu import (
+    ClockOffset,
     GpuIdentity,
     GpuProcess,
     GpuSample,
@@ -105,6 +106,7 @@ class FakeGpu:
         self.calls: Counter[str] = Counter()
         self.limits_set: list[float] = []
         self.sm_lock_mhz: float | None = None
+        self.sm_offset_mhz = 0.0
         self.mem_lock_mhz: float | None = None
         self._rng = random.Random(seed * 1000 + index)
         self._energy_mj = 0.0
@@ -204,6 +206,17 @@ class FakeGpu:
             self.sm_lock_mhz = None
         if mem:
             self.mem_lock_mhz = None
+
+    def sm_clock_offset(self) -> ClockOffset:
+        self.calls["sm_clock_offset"] += 1
+        return ClockOffset(True, self.sm_offset_mhz, -200.0, 1000.0)
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        self.calls["set_sm_clock_offset"] += 1
+        if not -200.0 <= mhz <= 1000.0:
+            return LockResult(mhz, False, f"{mhz:g} MHz is outside -200..1000 MHz")
+        self.sm_offset_mhz = mhz
+        return LockResult(mhz, True)
 
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:
         self.calls["compute_processes"] += 1

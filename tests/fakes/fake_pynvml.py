@@ -30,6 +30,12 @@ What it can do:
   NOT_SUPPORTED (GeForce cards refuse memory locks); a lock outside the listed range, or with
   min > max, is INVALID_ARGUMENT. ``locked_sm`` / ``locked_mem`` hold the ``(min, max)`` set;
   the clocks read follow them unless ``clocks_follow_locks`` is False (a lock silently ignored).
+* SM clock offset (the voltage/frequency curve, issue 36): ``sm_offset_mhz`` (0 by default) in
+  ``sm_offset_range_mhz`` (``(min, max)``, default -200..+1000 MHz); a set outside the range, or
+  not a whole number, is INVALID_ARGUMENT; ``sm_offset_supported=False`` makes the three calls
+  NOT_SUPPORTED; ``sm_offset_applies=False`` makes a set succeed but leave the offset unchanged.
+  Permission errors as for the locks: ``fail={"nvmlDeviceSetGpcClkVfOffset":
+  NVML_ERROR_NO_PERMISSION}``.
 * ``FakeNvml.calls`` records every call as ``(function name, device index or None)``.
 
 Only the standard library is imported, so tests can load this file by path.
@@ -260,6 +266,10 @@ class FakeDevice:
         clamp_power: Clamp both power readings to the enforced limit.
         persistence_mode: ``NVML_FEATURE_ENABLED`` or ``NVML_FEATURE_DISABLED``.
         persistence_supported: False makes the persistence-mode calls NOT_SUPPORTED.
+        sm_offset_mhz: The SM (GPC) clock offset in force, MHz.
+        sm_offset_range_mhz: ``(min, max)`` offsets the driver accepts, MHz.
+        sm_offset_supported: False makes the offset calls NOT_SUPPORTED.
+        sm_offset_applies: False makes a set succeed but keep the offset it had.
     """
 
     name: str = "NVIDIA GeForce RTX 3090"
@@ -295,6 +305,10 @@ class FakeDevice:
     locked_sm: tuple[int, int] | None = None
     locked_mem: tuple[int, int] | None = None
     clocks_follow_locks: bool = True
+    sm_offset_mhz: int = 0
+    sm_offset_range_mhz: tuple[int, int] = (-200, 1000)
+    sm_offset_supported: bool = True
+    sm_offset_applies: bool = True
     processes: list[FakeProcessInfo] = field(default_factory=list)
 
     def graphics_clocks(self, mem_mhz: int) -> list[int]:
@@ -630,3 +644,26 @@ class FakeNvml(ModuleType):
         if not device.mem_locks_supported:
             raise NVMLError_NotSupported()
         device.locked_mem = None
+
+    # --- SM clock offset ---------------------------------------------------------------------
+
+    def _offset_device(self, name: str, handle: Any) -> FakeDevice:
+        device = self._device_call(name, handle)
+        if not device.sm_offset_supported:
+            raise NVMLError_NotSupported()
+        return device
+
+    def nvmlDeviceGetGpcClkVfOffset(self, handle: Any) -> int:
+        return self._offset_device("nvmlDeviceGetGpcClkVfOffset", handle).sm_offset_mhz
+
+    def nvmlDeviceGetGpcClkMinMaxVfOffset(self, handle: Any) -> tuple[int, int]:
+        device = self._offset_device("nvmlDeviceGetGpcClkMinMaxVfOffset", handle)
+        return device.sm_offset_range_mhz
+
+    def nvmlDeviceSetGpcClkVfOffset(self, handle: Any, offset: int) -> None:
+        device = self._offset_device("nvmlDeviceSetGpcClkVfOffset", handle)
+        lo, hi = device.sm_offset_range_mhz
+        if not isinstance(offset, int) or not lo <= offset <= hi:
+            raise NVMLError_InvalidArgument()
+        if device.sm_offset_applies:
+            device.sm_offset_mhz = offset

@@ -203,6 +203,27 @@ class LockResult:
 
 
 @dataclass(frozen=True)
+class ClockOffset:
+    """The SM clock's offset on the voltage/frequency curve (what Linux users call an
+    undervolt, with a locked maximum clock): a positive offset runs each clock at the voltage of
+    a lower one.
+
+    Attributes:
+        supported: Whether the card reports an offset it can set at all.
+        sm_offset_mhz: The offset in force (None: unsupported or unreadable).
+        min_mhz: Lowest offset the driver accepts (None: unknown).
+        max_mhz: Highest offset the driver accepts (None: unknown).
+        message: Why it is unsupported or unreadable (one line), empty otherwise.
+    """
+
+    supported: bool
+    sm_offset_mhz: float | None = None
+    min_mhz: float | None = None
+    max_mhz: float | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class GpuProcess:
     """A process running compute work on a GPU (what finds the cards that serve the model).
 
@@ -303,6 +324,23 @@ class Gpu(Protocol):
 
         Raises:
             GpuError: The driver refused or failed.
+        """
+        ...
+
+    # --- the voltage/frequency curve's offset (issue 36) ---------------------------------------
+
+    def sm_clock_offset(self) -> ClockOffset:
+        """The SM clock offset in force and the range the driver accepts (never raises: an
+        unsupported or failed read says so in the result)."""
+        ...
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        """Set the SM clock offset to ``mhz`` (0 puts the curve back); not accepted when the
+        driver refuses or the value is outside its range. The caller journals the offset in
+        force before the first change.
+
+        Raises:
+            GpuError: No permission (needs root), or the driver failed.
         """
         ...
 

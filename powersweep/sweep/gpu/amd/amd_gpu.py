@@ -22,6 +22,7 @@ from powersweep.sweep.gpu.amd.amdsmi_api import (
 )
 from powersweep.sweep.gpu.protocol import (
     NAN,
+    ClockOffset,
     GpuIdentity,
     GpuProcess,
     LockedClocks,
@@ -32,6 +33,12 @@ from powersweep.sweep.gpu.protocol import (
 )
 
 # A set cap counts as taken when the read-back is this close to the request.
+# AMD exposes its voltage/frequency curve through amdsmi's overdrive (the od_volt curve
+# points), not as one clock offset: left for later (issue 36).
+AMD_OFFSET_UNSUPPORTED = (
+    "clock offsets are not supported on AMD cards yet (their equivalent is the overdrive "
+    "voltage curve)"
+)
 ACCEPT_TOLERANCE_W = 0.5
 
 
@@ -255,6 +262,16 @@ class AmdsmiGpu(AmdReads):
             GpuError: No permission, a VM guest, or amdsmi failed.
         """
         self._clocks.reset(sm, mem)
+
+    # --- the voltage/frequency curve ---------------------------------------------------------
+
+    def sm_clock_offset(self) -> ClockOffset:
+        """Not read: AMD's equivalent is the overdrive voltage curve, not yet supported."""
+        return ClockOffset(supported=False, message=AMD_OFFSET_UNSUPPORTED)
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        """Never set on AMD cards (not accepted, with the reason)."""
+        return LockResult(mhz, False, AMD_OFFSET_UNSUPPORTED)
 
     # --- sampling ---------------------------------------------------------------------------
 

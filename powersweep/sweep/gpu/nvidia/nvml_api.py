@@ -74,6 +74,11 @@ NVML_API_USED: tuple[str, ...] = (
     "nvmlDeviceResetGpuLockedClocks",
     "nvmlDeviceSetMemoryLockedClocks",
     "nvmlDeviceResetMemoryLockedClocks",
+    # the SM clock's voltage/frequency offset (issue 36); not nvmlDevice{Get,Set}ClockOffsets,
+    # whose bindings ignore NVML's return code (nvml_clocks.py says more)
+    "nvmlDeviceGetGpcClkVfOffset",
+    "nvmlDeviceGetGpcClkMinMaxVfOffset",
+    "nvmlDeviceSetGpcClkVfOffset",
     # which cards serve the model (issue 14)
     "nvmlDeviceGetComputeRunningProcesses",
 )

@@ -1,5 +1,5 @@
 """One NVIDIA GPU through NVML: identity, power limits (verified), persistence mode, processes;
-its readings are :mod:`.reads`', its clock locks :mod:`.clocks`'.
+its readings are :mod:`.reads`', its clock locks and clock offset :mod:`.nvml_clocks`'.
 
 NVML reports power in milliwatts, energy in millijoules, clocks in MHz and temperatures in degrees
 Celsius; the backend converts power to watts and leaves the rest as NVML counts it.
@@ -19,6 +19,7 @@ from powersweep.sweep.gpu.nvidia.reads import NvmlReads, PowerSource
 from powersweep.sweep.gpu.protocol import (
     CLOCK_EVENT_APP_CLOCKS,
     NAN,
+    ClockOffset,
     GpuIdentity,
     GpuProcess,
     GpuSample,
@@ -317,6 +318,25 @@ class NvmlGpu:
             GpuError: No permission or another NVML failure.
         """
         self._clocks.reset_clock_locks(sm, mem)
+
+    # --- the voltage/frequency curve's offset (issue 36) -----------------------------------
+
+    def sm_clock_offset(self) -> ClockOffset:
+        """The SM clock offset in force and the range the driver accepts
+        (``nvmlDeviceGetGpcClkVfOffset`` / ``...GetGpcClkMinMaxVfOffset``); never raises."""
+        return self._clocks.sm_clock_offset()
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        """Set the SM clock offset (``nvmlDeviceSetGpcClkVfOffset``, whole MHz) and read it back.
+
+        Not accepted: outside the driver's range (not sent), not supported, invalid, or a
+        read-back that differs.
+
+        Raises:
+            UsageError: ``mhz`` is not a finite number of MHz.
+            GpuError: No permission (needs root) or an NVML failure.
+        """
+        return self._clocks.set_sm_clock_offset(mhz)
 
     # --- sampling -------------------------------------------------------------------------
 
