@@ -1,9 +1,11 @@
 """Settings of simulated GPUs that outlive the process that set them, as a driver's do: power
-limits, persistence mode and clock locks in one JSON file, written atomically."""
+limits, persistence mode, clock locks and the SM clock offset in one JSON file, written
+atomically."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import threading
@@ -16,7 +18,8 @@ from powersweep.sim.physics import UNLOCKED, Locks
 class LimitStore:
     """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
     ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
-    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks.
+    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks and
+    ``{"<uuid>#sm_offset_mhz": MHz}`` for the SM clock offset on the voltage/frequency curve.
 
     Args:
         path: The state file; created on first write.
@@ -87,3 +90,19 @@ class LimitStore:
             GpuError: The file cannot be written.
         """
         self.put_value(f"{uuid}#locks", {"sm": locks.sm_mhz, "mem": locks.mem_mhz})
+
+    def get_sm_offset(self, uuid: str) -> float:
+        """The stored SM clock offset of a GPU, MHz (0, the unshifted curve, when none or not a
+        finite number)."""
+        value = self.get_value(f"{uuid}#sm_offset_mhz")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return 0.0
+        return float(value) if math.isfinite(value) else 0.0
+
+    def put_sm_offset(self, uuid: str, mhz: float) -> None:
+        """Store a GPU's SM clock offset atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        self.put_value(f"{uuid}#sm_offset_mhz", float(mhz))

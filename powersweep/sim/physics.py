@@ -78,8 +78,15 @@ class OperatingPoint:
     limited_by: str
 
 
-def voltage(profile: GpuProfile, f_mhz: float) -> float:
-    """Core voltage at an SM clock (piecewise linear, clamped at the ends)."""
+def voltage(profile: GpuProfile, f_mhz: float, sm_offset_mhz: float = 0.0) -> float:
+    """Core voltage at an SM clock (piecewise linear, clamped at the ends).
+
+    An SM clock offset shifts the voltage/frequency curve: with ``sm_offset_mhz`` the card runs
+    ``f_mhz`` at the voltage the unshifted curve gives ``f_mhz - sm_offset_mhz`` (not below the
+    lowest SM bin), so a positive offset (an undervolt) draws less at the same clock.
+    """
+    if sm_offset_mhz:
+        f_mhz = max(f_mhz - sm_offset_mhz, profile.sm_min_mhz)
     pts = profile.voltage_curve
     if f_mhz <= pts[0][0]:
         return pts[0][1]
@@ -133,13 +140,20 @@ def rate_tps(
 
 
 def power_at(
-    profile: GpuProfile, work: Workload, f_mhz: float, temp_c: float, mem_mhz: float | None = None
+    profile: GpuProfile,
+    work: Workload,
+    f_mhz: float,
+    temp_c: float,
+    mem_mhz: float | None = None,
+    *,
+    sm_offset_mhz: float = 0.0,
 ) -> float:
     """Draw at an SM (and memory) clock while running ``work`` at ``temp_c``.
 
     Memory power is the traffic's (``mem_dyn_w`` at full bandwidth, scaled by the memory clock
     and the share of time memory is busy) plus the interface's ``mem_static_w``, which scales
-    with the memory clock whether or not data moves: a lower memory tier saves it.
+    with the memory clock whether or not data moves: a lower memory tier saves it. An SM clock
+    offset lowers the core voltage at the clock (:func:`voltage`), so the SM's dynamic power.
     """
     if work.kind == "idle":
         return profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
@@ -152,7 +166,7 @@ def power_at(
     else:
         u_compute = profile.prefill_compute_util
         u_memory = 0.3
-    v = voltage(profile, f_mhz)
+    v = voltage(profile, f_mhz, sm_offset_mhz)
     dynamic = profile.dyn_w_per_mhz_v2 * f_mhz * v * v * u_compute
     memory_w = (profile.mem_dyn_w * u_memory + profile.mem_static_w) * ratio
     return static_power_w(profile, temp_c) + dynamic + memory_w
@@ -177,6 +191,8 @@ def operating_point(
     limit_w: float,
     temp_c: float,
     locks: Locks = UNLOCKED,
+    *,
+    sm_offset_mhz: float = 0.0,
 ) -> OperatingPoint:
     """Choose the SM clock the firmware settles at under ``limit_w`` (and any clock locks).
 
@@ -184,7 +200,8 @@ def operating_point(
     dithers so the draw meets the limit exactly; across a boost-state gap it cannot, so the watts
     between the states go unused (a plateau). If even the top bin fits, the card draws less than
     the cap (a ceiling). An SM lock removes the bins above it (the top allowed bin is then a
-    ``max_clock`` ceiling); a memory lock sets the bandwidth and the memory power.
+    ``max_clock`` ceiling); a memory lock sets the bandwidth and the memory power. An SM clock
+    offset (``sm_offset_mhz``) keeps the bins and lowers the draw of each (:func:`voltage`).
     """
     if work.kind == "idle":
         p = power_at(profile, work, profile.idle_sm_mhz, temp_c)
@@ -192,7 +209,7 @@ def operating_point(
         return OperatingPoint(f, f, f, 0.0, p, 0.0, "idle")
     mem = locks.mem_mhz
     bins = locked_bins(profile, locks.sm_mhz)
-    powers = [power_at(profile, work, f, temp_c, mem) for f in bins]
+    powers = [power_at(profile, work, f, temp_c, mem, sm_offset_mhz=sm_offset_mhz) for f in bins]
     # powers rise with f, so the affordable bins are a prefix
     i = bisect.bisect_right(powers, limit_w) - 1
     if i < 0:
@@ -223,19 +240,25 @@ def thermal_budget_w(profile: GpuProfile) -> float:
 
 
 def steady_state(
-    profile: GpuProfile, work: Workload, cap_w: float, locks: Locks = UNLOCKED
+    profile: GpuProfile,
+    work: Workload,
+    cap_w: float,
+    locks: Locks = UNLOCKED,
+    *,
+    sm_offset_mhz: float = 0.0,
 ) -> tuple[OperatingPoint, float, bool]:
     """Noise-free equilibrium at a cap: (operating point, temperature, thermally limited).
 
     Solves the fixed point of temperature and draw; when the equilibrium would pass the
     slowdown threshold, the thermal controller holds the temperature there by lowering the
-    effective limit to the thermal budget.
+    effective limit to the thermal budget. ``sm_offset_mhz`` is the SM clock offset in force.
     """
     th = profile.thermal
+    offset = sm_offset_mhz
     temp = th.ambient_c + th.resistance_c_per_w * cap_w * 0.8
-    op = operating_point(profile, work, cap_w, temp, locks)
+    op = operating_point(profile, work, cap_w, temp, locks, sm_offset_mhz=offset)
     for _ in range(60):
-        op = operating_point(profile, work, cap_w, temp, locks)
+        op = operating_point(profile, work, cap_w, temp, locks, sm_offset_mhz=offset)
         new_temp = th.ambient_c + th.resistance_c_per_w * op.power_w
         if abs(new_temp - temp) < 1e-6:
             break
@@ -243,7 +266,8 @@ def steady_state(
     if temp <= profile.slowdown_temp_c:
         return op, temp, False
     temp = profile.slowdown_temp_c
-    op = operating_point(profile, work, min(cap_w, thermal_budget_w(profile)), temp, locks)
+    budget = min(cap_w, thermal_budget_w(profile))
+    op = operating_point(profile, work, budget, temp, locks, sm_offset_mhz=offset)
     return (
         dataclasses.replace(op, limited_by="thermal"),
         temp,

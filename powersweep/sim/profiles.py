@@ -121,6 +121,15 @@ class GpuProfile:
             of its last update between updates (0: continuously).
         energy_counter_gain: How fast the energy counter runs against the true draw (1: exact; a
             drifting or miscalibrated sensor is planted with another value).
+        vf_offset_min_mhz: Lowest SM clock offset the driver accepts on the voltage/frequency
+            curve (negative: each clock at a higher voltage).
+        vf_offset_max_mhz: Highest SM clock offset the driver accepts (a positive offset runs
+            each clock at the voltage of a lower one: the Linux "undervolt"). Both 0: the card
+            has no offset to set (AMD and datacenter profiles).
+        stable_offset_mhz: The silicon's stable margin: the largest positive offset the
+            profile's typical card runs without errors.
+        stable_offset_spread_mhz: Card-to-card spread of that margin (the silicon lottery): a
+            card's true margin is drawn within +- this from its seed.
     """
 
     name: str
@@ -167,6 +176,15 @@ class GpuProfile:
     instant_power_field: bool
     energy_counter_period_s: float
     energy_counter_gain: float
+    vf_offset_min_mhz: float = 0.0
+    vf_offset_max_mhz: float = 0.0
+    stable_offset_mhz: float = 0.0
+    stable_offset_spread_mhz: float = 0.0
+
+    @property
+    def vf_offset_supported(self) -> bool:
+        """Whether the driver lets the SM clock offset be set at all (a range to set it in)."""
+        return self.vf_offset_min_mhz < self.vf_offset_max_mhz
 
     def supported_mem_clocks_mhz(self) -> tuple[float, ...]:
         """Memory clocks NVML would list, descending: the load tiers, then the idle clock."""
@@ -311,6 +329,15 @@ def _checked(p: GpuProfile, where: str) -> GpuProfile:
             "min_limit_w <= default_limit_w <= max_limit_w must hold",
         ),
         (p.sm_step_mhz > 0, "field 'sm_step_mhz' must be above 0"),
+        (
+            p.vf_offset_min_mhz <= 0.0 <= p.vf_offset_max_mhz,
+            "vf_offset_min_mhz <= 0 <= vf_offset_max_mhz must hold (0 puts the curve back)",
+        ),
+        (
+            0.0 <= p.stable_offset_spread_mhz <= p.stable_offset_mhz,
+            "0 <= stable_offset_spread_mhz <= stable_offset_mhz must hold (a margin is never "
+            "negative)",
+        ),
     ):
         if not ok:
             raise ProfileDataError(f"{where}: {problem}")
@@ -400,10 +427,11 @@ def parse_card_spec(text: str) -> CardSpec:
 def fleet_card(spec: CardSpec, node: str, index: int = 0) -> GpuProfile:
     """The profile of one card of a fleet, perturbed reproducibly by its node name.
 
-    Silicon (switching power, leakage, memory timing) and cooling (intake temperature, thermal
-    resistance) vary uniformly within +-``spread``; the node name and card index seed the draw,
-    so a node always gets the same card and different nodes get different ones. The ground truth
-    follows the perturbed card because it is computed from this profile.
+    Silicon (switching power, leakage, memory timing, the stable margin of the SM clock offset)
+    and cooling (intake temperature, thermal resistance) vary uniformly within +-``spread``; the
+    node name and card index seed the draw, so a node always gets the same card and different
+    nodes get different ones. The ground truth follows the perturbed card because it is computed
+    from this profile.
 
     Args:
         spec: Profile, spread and planted outlier.
@@ -434,6 +462,8 @@ def fleet_card(spec: CardSpec, node: str, index: int = 0) -> GpuProfile:
                 ambient_c=th.ambient_c + 100.0 * spec.spread * rng.uniform(-1.0, 1.0),
                 resistance_c_per_w=th.resistance_c_per_w * vary(),
             ),
+            # drawn last, so the draws above are what they were before cards had a margin
+            stable_offset_mhz=base.stable_offset_mhz * vary(),
         )
     if spec.outlier == "hot":
         th = card.thermal

@@ -2,9 +2,14 @@
 
 Its state (temperature, energy counter, utilisation) evolves in run time on the injected clock;
 its operating point comes from :mod:`powersweep.sim.physics`; readings carry seeded noise. Its
-power limit and persistence mode can persist in a state file, like a driver's settings outlive the
-process that set them, so tests can check that an interrupted sweep put the limit back and that
-``powersweep apply`` set what it said.
+power limit, persistence mode, clock locks and SM clock offset can persist in a state file, like a
+driver's settings outlive the process that set them, so tests can check that an interrupted sweep
+put the limit back and that ``powersweep apply`` set what it said.
+
+The SM clock offset shifts the card's voltage/frequency curve (issue 36): a positive offset runs
+each clock at a lower voltage and so draws less. Each card's silicon holds only so much of it
+(its true stable margin, drawn from its seed); :attr:`SimGpu.unstable_by_mhz` says how far the
+offset in force goes beyond it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 import os
 import random
 import threading
+import zlib
 from collections import deque
 
 from powersweep.clock import Clock
@@ -36,6 +42,7 @@ from powersweep.sweep.gpu import (
     CLOCK_EVENT_GPU_IDLE,
     CLOCK_EVENT_SW_POWER_CAP,
     CLOCK_EVENT_SW_THERMAL,
+    ClockOffset,
     GpuIdentity,
     GpuProcess,
     GpuSample,
@@ -63,8 +70,10 @@ class SimGpu:
         profile: Its physics.
         clock: Run clock (shared with the simulated server and the sampler).
         index: NVML-style index.
-        seed: Seed of the reading noise.
-        store: Where the power limit persists; None keeps it in memory.
+        seed: Seed of the reading noise and of the card's silicon lottery (its stable SM clock
+            offset margin).
+        store: Where the power limit, locks and clock offset persist; None keeps them in
+            memory.
         share: Fraction of the model's work on this card (1/n for n-way tensor parallel).
         serving: Whether the model is loaded on this card (its process shows in
             :meth:`compute_processes`); an idle card beside the serving ones has none.
@@ -94,6 +103,9 @@ class SimGpu:
         persistence = store.get_value(self._persistence_key) if store else None
         self._persistence = persistence is True
         self._locks = store.get_locks(self._uuid) if store else UNLOCKED
+        offset = store.get_sm_offset(self._uuid) if store else 0.0
+        self._sm_offset_mhz = offset if profile.vf_offset_supported else 0.0
+        self._stable_offset_mhz = _stable_margin_mhz(profile, seed, index)
         self._lock = threading.Lock()
         self._workload = IDLE
         th = profile.thermal
@@ -114,7 +126,7 @@ class SimGpu:
         self._util = 0.0
         self._thermal_active = False
         self._t = clock.now()
-        self._op_cache: dict[tuple[Workload, float, float, Locks], OperatingPoint] = {}
+        self._op_cache: dict[tuple[Workload, float, float, Locks, float], OperatingPoint] = {}
 
     # --- Gpu protocol -------------------------------------------------------------------------
 
@@ -269,6 +281,36 @@ class SimGpu:
             Locks(None if sm else self._locks.sm_mhz, None if mem else self._locks.mem_mhz)
         )
 
+    # --- the voltage/frequency curve's offset (issue 36) ---------------------------------------
+
+    def sm_clock_offset(self) -> ClockOffset:
+        p = self.profile
+        if not p.vf_offset_supported:
+            return ClockOffset(False, message=self._no_offset_message())
+        return ClockOffset(True, self._sm_offset_mhz, p.vf_offset_min_mhz, p.vf_offset_max_mhz)
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        p = self.profile
+        if not p.vf_offset_supported:
+            return LockResult(mhz, False, self._no_offset_message())
+        lo, hi = p.vf_offset_min_mhz, p.vf_offset_max_mhz
+        if not lo <= mhz <= hi:
+            return LockResult(
+                mhz, False, f"{mhz:+g} MHz is outside the SM clock offset range {lo:+g}..{hi:+g}"
+            )
+        with self._lock:
+            self._advance()
+            self._sm_offset_mhz = float(mhz)
+            if self._store:
+                self._store.put_sm_offset(self._uuid, self._sm_offset_mhz)
+        return LockResult(mhz, True)
+
+    def _no_offset_message(self) -> str:
+        p = self.profile
+        driver = "amdsmi" if p.vendor == "amd" else "NVML"
+        where = f"GPU {self._index} ({p.gpu_name})"
+        return f"{where} has no SM clock offset to set ({driver}: Not Supported)"
+
     # --- which cards serve the model (issue 14) ---------------------------------------------
 
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:
@@ -319,6 +361,22 @@ class SimGpu:
         return self._locks
 
     @property
+    def sm_offset_mhz(self) -> float:
+        """The SM clock offset in force, MHz (0: the unshifted curve)."""
+        return self._sm_offset_mhz
+
+    @property
+    def truth_stable_offset_mhz(self) -> float:
+        """The largest offset this card's silicon runs without errors, MHz: the profile's
+        margin moved within its spread by the card's seed and index (the silicon lottery)."""
+        return self._stable_offset_mhz
+
+    @property
+    def unstable_by_mhz(self) -> float:
+        """How far the offset in force goes beyond the stable margin, MHz (0: stable)."""
+        return max(0.0, self._sm_offset_mhz - self._stable_offset_mhz)
+
+    @property
     def true_energy_mj(self) -> float:
         """The true energy drawn since the start (the counter lags it by up to one update
         period, and runs at ``energy_counter_gain`` of it)."""
@@ -365,12 +423,15 @@ class SimGpu:
     def _op(self) -> OperatingPoint:
         # temperature only moves static power; 0.1 C steps keep the cache small and exact enough
         locks = self._effective_locks()
-        key = (self._workload, self._effective_limit_w(), round(self._temp_c, 1), locks)
+        offset = self._sm_offset_mhz
+        key = (self._workload, self._effective_limit_w(), round(self._temp_c, 1), locks, offset)
         op = self._op_cache.get(key)
         if op is None:
             if len(self._op_cache) > 4096:
                 self._op_cache.clear()
-            op = operating_point(self.profile, self._workload, key[1], key[2], locks)
+            op = operating_point(
+                self.profile, self._workload, key[1], key[2], locks, sm_offset_mhz=offset
+            )
             if self._thermal_active and key[1] < self._limit_w and op.limited_by != "max_clock":
                 op = dataclasses.replace(op, limited_by="thermal")
             self._op_cache[key] = op
@@ -433,6 +494,15 @@ class SimGpu:
         # the straight line between the breakpoints around it
         e_start = ea + (eb - ea) * (start - ta) / (tb - ta) if tb > ta else ea
         return (e_end - e_start) / window / 1000.0
+
+
+def _stable_margin_mhz(profile: GpuProfile, seed: int, index: int) -> float:
+    """A card's true stable SM clock offset, whole MHz: the profile's margin, moved uniformly
+    within +-``stable_offset_spread_mhz`` by the seed, the index and the profile (the silicon
+    lottery). Its own generator, so the reading noise is what it was without it."""
+    rng = random.Random(zlib.crc32(f"{seed}/{index}/{profile.name}/stable-offset".encode()))
+    spread = profile.stable_offset_spread_mhz * rng.uniform(-1.0, 1.0)
+    return float(max(0, round(profile.stable_offset_mhz + spread)))
 
 
 def _same_work(a: Workload, b: Workload) -> bool:

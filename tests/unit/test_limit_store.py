@@ -87,3 +87,22 @@ def test_an_unwritable_place_is_a_gpu_error_naming_the_file(tmp_path: Path) -> N
     path = tmp_path / "no-such-dir" / "state.json"
     with pytest.raises(GpuError, match=r"cannot write simulated GPU state .*no-such-dir"):
         LimitStore(path).put("GPU-a", 200.0)
+
+
+def test_the_sm_clock_offset_persists_under_its_key_and_junk_reads_as_none(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.json"
+    first = LimitStore(path)
+    assert first.get_sm_offset("GPU-a") == 0.0  # nothing stored: the unshifted curve
+    first.put_sm_offset("GPU-a", 150)
+    first.put_locks("GPU-a", Locks(1560.0, None))
+    again = LimitStore(path)
+    assert again.get_sm_offset("GPU-a") == 150.0 and isinstance(again.get_sm_offset("GPU-a"), float)
+    assert again.get_locks("GPU-a") == Locks(1560.0, None)  # beside the locks, not in them
+    assert json.loads(path.read_text())["GPU-a#sm_offset_mhz"] == 150.0
+    path.write_text(
+        '{"GPU-a#sm_offset_mhz": "fast", "GPU-b#sm_offset_mhz": true, '
+        '"GPU-c#sm_offset_mhz": Infinity, "GPU-d#sm_offset_mhz": -100}'
+    )
+    assert [again.get_sm_offset(f"GPU-{c}") for c in "abcd"] == [0.0, 0.0, 0.0, -100.0]

@@ -80,6 +80,10 @@ RTX3090_AIR = GpuProfile(
     instant_power_field=True,
     energy_counter_period_s=0.1,
     energy_counter_gain=1.0,
+    vf_offset_min_mhz=-200.0,
+    vf_offset_max_mhz=1000.0,
+    stable_offset_mhz=175.0,
+    stable_offset_spread_mhz=25.0,
 )
 
 
@@ -138,6 +142,23 @@ def test_loaded_profiles_equal_the_reference_values() -> None:
     assert (mi300x.min_limit_w, mi300x.default_limit_w, mi300x.max_limit_w) == (0.0, 750.0, 750.0)
     assert mi300x.thermal == ThermalPath("air", 25.0, 0.07, 30.0)
     assert mi300x.energy_counter_period_s == 0.1  # from [defaults]
+
+
+def test_geforce_profiles_have_an_sm_clock_offset_and_a_plausible_stable_margin() -> None:
+    margins = {"rtx3090-air": (150, 200), "rtx4090-air": (200, 250), "rtx5090-air": (225, 275)}
+    for name, (low, high) in margins.items():
+        card = get_profile(name)
+        assert card.vf_offset_supported
+        assert (card.vf_offset_min_mhz, card.vf_offset_max_mhz) == (-200.0, 1000.0)
+        spread = card.stable_offset_spread_mhz
+        assert low <= card.stable_offset_mhz - spread <= card.stable_offset_mhz + spread <= high
+    assert get_profile("rtx3090-water").stable_offset_mhz == 175.0  # inherited from its base
+    # AMD and datacenter profiles have none (the [defaults])
+    for name in ("h100-sxm", "h200-sxm", "mi300x", "rx7900xtx"):
+        card = get_profile(name)
+        assert not card.vf_offset_supported
+        assert (card.vf_offset_min_mhz, card.vf_offset_max_mhz) == (0.0, 0.0)
+        assert (card.stable_offset_mhz, card.stable_offset_spread_mhz) == (0.0, 0.0)
 
 
 def test_a_whole_number_is_read_as_a_float_and_types_are_exact() -> None:
@@ -224,6 +245,26 @@ def test_a_whole_number_is_read_as_a_float_and_types_are_exact() -> None:
             "profile 'mi300x': field 'vendor' must be one of ('nvidia', 'amd')",
         ),
         ("max_limit_w = 390.0", "max_limit_w = 300.0", "profile 'rtx3090-air': min_limit_w <="),
+        (
+            "vf_offset_min_mhz = -200.0",
+            "vf_offset_min_mhz = 50.0",
+            "profile 'rtx3090-air': vf_offset_min_mhz <= 0 <= vf_offset_max_mhz must hold",
+        ),
+        (
+            "stable_offset_spread_mhz = 25.0",
+            "stable_offset_spread_mhz = 200.0",
+            "profile 'rtx3090-air': 0 <= stable_offset_spread_mhz <= stable_offset_mhz",
+        ),
+        (
+            "stable_offset_mhz = 175.0",
+            'stable_offset_mhz = "high"',
+            "profile 'rtx3090-air': field 'stable_offset_mhz' must be a number, not 'high'",
+        ),
+        (
+            "stable_offset_spread_mhz = 0.0\n",
+            "",
+            "profiles.toml: profile 'h100-sxm': missing field 'stable_offset_spread_mhz'",
+        ),
         ("[profiles.rtx3090-air]", "[profiles.rtx3090-air", "profiles.toml: not valid TOML:"),
     ],
 )
@@ -311,6 +352,8 @@ def test_a_fleet_card_is_seeded_by_its_node_and_index_and_stays_within_its_sprea
         assert abs(getattr(card, field) / getattr(base, field) - 1.0) <= 0.05
     assert abs(card.decode_memory_s / base.decode_memory_s - 1.0) <= 0.3 * 0.05
     assert abs(card.thermal.ambient_c - base.thermal.ambient_c) <= 5.0
+    assert card.stable_offset_mhz != base.stable_offset_mhz  # the silicon's margin too
+    assert abs(card.stable_offset_mhz / base.stable_offset_mhz - 1.0) <= 0.05
     assert fleet_card(parse_card_spec("rtx4090-air"), "node7") == base  # no spread: the model
 
 
