@@ -75,6 +75,8 @@ def restore_command(
         results = restore_gpus(entry, gpus_backend, warn=warn)
     for r in results:
         where = f"GPU {r.index}" if r.index is not None else r.uuid
+        if r.offset:
+            (info if r.ok else warn)(f"{where} ({r.uuid}): {r.offset}")
         if r.clocks:
             (info if r.ok else warn)(f"{where} ({r.uuid}): {r.clocks}")
         if r.ok:

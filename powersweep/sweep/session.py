@@ -187,6 +187,8 @@ def _restore_dead_owner(
 
 
 def _say_restored(r: RestoreResult, pid: int, warn: Callable[[str], None]) -> None:
+    if r.offset:
+        warn(f"GPU {r.index}: {r.offset} (left by PID {pid})")
     if r.ok:
         warn(f"GPU {r.index}: power limit restored to {r.limit_w:g} W (left by PID {pid})")
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.sweep.gpu import GpuIdentity, GpuSample, LockedClocks, PowerEnvelope
+from powersweep.sweep.gpu import ClockOffset, GpuIdentity, GpuSample, LockedClocks, PowerEnvelope
 from powersweep.sweep.gpu.nvml import NvmlBackend
 from powersweep.sweep.records.entry import JournalEntry, JournalGpu
 from powersweep.sweep.records.journal import Journal
@@ -201,3 +201,23 @@ def test_the_text_of_journals_and_the_boot_unit() -> None:
     )
     empty = dataclasses.replace(unit, settings=(), enabled=None)
     assert render_status([], [], empty).endswith("(enabled state unknown): no powersweep settings")
+
+
+def test_the_clock_offset_in_force_and_its_range_are_shown() -> None:
+    offset = ClockOffset(True, 150.0, -200.0, 1000.0)
+    lines = render_status([_status(clock_offset=offset)], [], None).splitlines()
+    assert "  clock offset  SM +150 MHz (range -200 to +1000 MHz)" in lines
+    assert _status(clock_offset=offset).to_dict()["clock_offset"] == {
+        "supported": True,
+        "sm_offset_mhz": 150.0,
+        "min_mhz": -200.0,
+        "max_mhz": 1000.0,
+    }
+    unsupported = ClockOffset(False, message="not on this card")
+    text = render_status([_status(clock_offset=unsupported)], [], None)
+    assert "  clock offset  not supported (not on this card)" in text.splitlines()
+    unread = ClockOffset(True, None, message="driver failed")
+    assert (
+        "  clock offset  unknown (driver failed)"
+        in render_status([_status(clock_offset=unread)], [], None).splitlines()
+    )

@@ -99,7 +99,7 @@ def test_an_older_journal_reads_with_the_defaults() -> None:
                     }
                 ],
             },
-            "bad clock lock True",
+            "bad clock setting True",
         ),
     ],
 )

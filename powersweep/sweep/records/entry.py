@@ -31,6 +31,9 @@ class JournalGpu:
         original_sm_lock_mhz: SM lock in force before the sweep (None: unlocked or unknown).
         original_mem_lock_mhz: Memory lock in force before the sweep (None: unlocked or unknown).
         locks_known: Whether the backend could read the locks before (NVML cannot: a reset).
+        offset_set: The sweep sets this GPU's SM clock offset (so restoring puts it back).
+        original_sm_offset_mhz: The offset in force before the sweep (None: unknown, put back
+            to 0).
     """
 
     uuid: str
@@ -41,6 +44,8 @@ class JournalGpu:
     original_sm_lock_mhz: float | None = None
     original_mem_lock_mhz: float | None = None
     locks_known: bool = True
+    offset_set: bool = False
+    original_sm_offset_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,11 @@ class JournalEntry:
         """True when the sweep that wrote it locked clocks (they may still be locked)."""
         return any(g.clocks_locked for g in self.gpus)
 
+    @property
+    def holds_clock_offsets(self) -> bool:
+        """True when the sweep that wrote it set clock offsets (they may still be set)."""
+        return any(g.offset_set for g in self.gpus)
+
     @classmethod
     def from_dict(cls, data: Any, source: Path) -> JournalEntry:
         """Parse the JSON form.
@@ -110,6 +120,8 @@ class JournalEntry:
                     original_sm_lock_mhz=_mhz(g.get("original_sm_lock_mhz")),
                     original_mem_lock_mhz=_mhz(g.get("original_mem_lock_mhz")),
                     locks_known=bool(g.get("locks_known", True)),
+                    offset_set=bool(g.get("offset_set", False)),
+                    original_sm_offset_mhz=_mhz(g.get("original_sm_offset_mhz")),
                 )
                 for g in data["gpus"]
             )
@@ -143,6 +155,8 @@ def _gpu_dict(g: JournalGpu) -> dict[str, Any]:
             original_mem_lock_mhz=g.original_mem_lock_mhz,
             locks_known=g.locks_known,
         )
+    if g.offset_set:
+        out.update(offset_set=True, original_sm_offset_mhz=g.original_sm_offset_mhz)
     return out
 
 
@@ -150,5 +164,5 @@ def _mhz(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"bad clock lock {value!r}")
+        raise ValueError(f"bad clock setting {value!r}")
     return float(value)

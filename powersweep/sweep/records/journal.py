@@ -280,21 +280,22 @@ class Journal:
             )
 
     def refuse_if_locked(self) -> None:
-        """Refuse to start, even with --force, while the journal holds clock locks.
+        """Refuse to start, even with --force, while the journal holds clock locks or offsets.
 
         A forced sweep takes the journal's original limits over, but locks it would reset or
         relock could not be told apart from the killed sweep's: only ``powersweep restore``
         (which knows the originals) puts them back.
 
         Raises:
-            UsageError: The journal holds clock locks.
+            UsageError: The journal holds clock locks or offsets.
             PowersweepError: It exists and cannot be read.
         """
         entry = self.read()
-        if entry is not None and entry.holds_clock_locks:
+        if entry is not None and (entry.holds_clock_locks or entry.holds_clock_offsets):
+            what = "clock locks" if entry.holds_clock_locks else "clock offsets"
             raise UsageError(
-                f"a previous sweep left clock locks (journal {self.path}): run "
-                "`powersweep restore` first (--force does not override locks)"
+                f"a previous sweep left {what} (journal {self.path}): run "
+                f"`powersweep restore` first (--force does not override {what})"
             )
 
 

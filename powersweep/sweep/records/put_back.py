@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RestoreResult:
     """What ``restore`` did for one GPU of the journal (``clocks``: what happened to its
-    clock locks, empty when the sweep locked none)."""
+    clock locks, empty when the sweep locked none; ``offset``: to its SM clock offset, empty when
+    the sweep set none)."""
 
     uuid: str
     index: int | None
@@ -24,6 +25,7 @@ class RestoreResult:
     ok: bool
     message: str
     clocks: str = ""
+    offset: str = ""
 
 
 def put_back_locks(
@@ -54,6 +56,24 @@ def put_back_locks(
     return "clocks locked back to " + " / ".join(back) if back else "clocks unlocked"
 
 
+def put_back_offset(gpu: Gpu, original_mhz: float | None) -> str:
+    """Put a GPU's SM clock offset back to what it was (0 when that was unknown).
+
+    Returns:
+        What was done, for the user.
+
+    Raises:
+        PowersweepError: The driver refused (the caller reports it and keeps the journal).
+    """
+    target = 0.0 if original_mhz is None else original_mhz
+    r = gpu.set_sm_clock_offset(target)
+    if not r.accepted:
+        raise PowersweepError(
+            f"could not put the SM clock offset back to {target:g} MHz: {r.message}"
+        )
+    return f"SM clock offset put back to {target:g} MHz"
+
+
 def restore_gpus(
     entry: JournalEntry, backend: GpuBackend, warn: Callable[[str], None] = lambda _m: None
 ) -> list[RestoreResult]:
@@ -75,6 +95,13 @@ def restore_gpus(
         if found is None:
             results.append(RestoreResult(g.uuid, None, g.original_limit_w, False, "GPU not found"))
             continue
+        offset = ""
+        if g.offset_set:
+            # the offset first: an unstable one can reset the card under whatever runs next
+            try:
+                offset = put_back_offset(found, g.original_sm_offset_mhz)
+            except PowersweepError as exc:
+                offset = f"SM clock offset NOT put back: {exc}"
         clocks = ""
         if g.clocks_locked:
             # clocks first: a lock left in place would skew whatever runs next
@@ -89,6 +116,8 @@ def restore_gpus(
             ok, message = r.accepted, r.message
         except PowersweepError as exc:
             ok, message = False, str(exc)
-        ok = ok and not clocks.startswith("clock locks NOT")
-        results.append(RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message, clocks))
+        ok = ok and not clocks.startswith("clock locks NOT") and " NOT put back" not in offset
+        results.append(
+            RestoreResult(g.uuid, found.index, g.original_limit_w, ok, message, clocks, offset)
+        )
     return results

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError
-from powersweep.sweep.gpu import GpuBackend, GpuIdentity, GpuSample, LockedClocks, PowerEnvelope
+from powersweep.sweep.gpu import (
+    ClockOffset,
+    GpuBackend,
+    GpuIdentity,
+    GpuSample,
+    LockedClocks,
+    PowerEnvelope,
+)
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.settings.boot_unit import UnitStatus
 
@@ -33,6 +40,7 @@ class GpuStatus:
         persistence_mode: On, off, or None when unknown.
         locked_clocks: Clock locks as far as they can be read.
         sample: Draw, temperature and clocks now.
+        clock_offset: The SM clock's voltage/frequency offset and its range (None: not read).
     """
 
     index: int
@@ -42,6 +50,7 @@ class GpuStatus:
     persistence_mode: bool | None
     locked_clocks: LockedClocks
     sample: GpuSample | None
+    clock_offset: ClockOffset | None = None
 
     @property
     def limit_differs_from_default(self) -> bool | None:
@@ -72,6 +81,14 @@ class GpuStatus:
                 "sm_mhz": lock.sm_mhz,
                 "mem_mhz": lock.mem_mhz,
                 "user_clock_setting_active": lock.user_clock_setting_active,
+            },
+            "clock_offset": None
+            if self.clock_offset is None
+            else {
+                "supported": self.clock_offset.supported,
+                "sm_offset_mhz": self.clock_offset.sm_offset_mhz,
+                "min_mhz": self.clock_offset.min_mhz,
+                "max_mhz": self.clock_offset.max_mhz,
             },
             "persistence_mode": self.persistence_mode,
             "now": None
@@ -155,6 +172,7 @@ def read_gpu_status(backend: GpuBackend) -> list[GpuStatus]:
                 persistence_mode=gpu.persistence_mode(),
                 locked_clocks=gpu.locked_clocks(),
                 sample=gpu.read_sample(),
+                clock_offset=gpu.sm_clock_offset(),
             )
         )
     return out
@@ -212,13 +230,28 @@ def _gpu_lines(g: GpuStatus) -> list[str]:
             f"range {env.min_w:g}-{env.max_w:g} W"
         )
     persistence = {True: "on", False: "off", None: "unknown"}[g.persistence_mode]
+    offset = [] if g.clock_offset is None else [f"  clock offset  {_offset_text(g.clock_offset)}"]
     return [
         head,
         f"  power limit   {power}",
         f"  clock locks   {_locks_text(g.locked_clocks)}",
+        *offset,
         f"  persistence   {persistence}",
         f"  now           {_now_text(g.sample)}",
     ]
+
+
+def _offset_text(offset: ClockOffset) -> str:
+    if not offset.supported:
+        return f"not supported ({offset.message})" if offset.message else "not supported"
+    now = (
+        f"SM {offset.sm_offset_mhz:+g} MHz"
+        if offset.sm_offset_mhz is not None
+        else f"unknown ({offset.message or 'unreadable'})"
+    )
+    if offset.min_mhz is not None and offset.max_mhz is not None:
+        now += f" (range {offset.min_mhz:+g} to {offset.max_mhz:+g} MHz)"
+    return now
 
 
 def _locks_text(lock: LockedClocks) -> str:
