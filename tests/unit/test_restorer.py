@@ -16,6 +16,7 @@ from powersweep.errors import GpuError
 from powersweep.sweep.gpu import SetLimitResult
 from powersweep.sweep.locks import ClockLocker
 from powersweep.sweep.measurement.restorer import JOURNAL_CHECK_S, Restorer
+from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.records.journal import Journal, JournalLost
 from tests.fakes.fake_gpu import FakeGpu
 
@@ -209,3 +210,30 @@ def test_an_outcome_that_cannot_be_recorded_is_warned_and_the_journal_goes(
     restorer.close_journal([{"gpu_index": 0, "ok": True}], {}, record_error="disk full")
     assert warnings == [f"the restore journal {journal.path} is gone: cannot record"]
     assert not journal.exists()
+
+
+def test_offsets_are_journalled_and_put_back_first(tmp_path: Path) -> None:
+    gpu = FakeGpu(0, limit_w=320.0)
+    gpu.sm_offset_mhz = 40.0
+    journal = Journal(tmp_path)
+    warnings: list[str] = []
+    offsets = ClockOffsetter([gpu], warnings.append)
+    restorer = Restorer(
+        [gpu],
+        {0: 320.0},
+        journal=journal,
+        backend={"kind": "sim", "profiles": ["x"]},
+        locker=None,
+        no_reset=False,
+        warn=warnings.append,
+        offsetter=offsets,
+    )
+    restorer.write_journal("/runs/r1")
+    entry = journal.read()
+    assert entry is not None and entry.holds_clock_offsets
+    assert entry.gpus[0].original_sm_offset_mhz == 40.0
+    offsets.apply(200.0)
+    gpu.set_power_limit(250.0)
+    (done,) = restorer.restore({0})
+    assert done["ok"] and done["offset"] == "SM clock offset put back to 40 MHz"
+    assert gpu.sm_offset_mhz == 40.0 and gpu.limit_w == 320.0

@@ -1,5 +1,5 @@
 """Everything a sweep changes goes through the restore journal first and is put back on every
-exit path: the user's own limit (not the default TDP) and clock locks.
+exit path: the user's own limit (not the default TDP), clock locks and clock offsets.
 
 :class:`Restorer` writes the journal before the first change, puts every touched card back at the
 end, and removes the journal only once nothing is left to restore (it stays, for ``powersweep
@@ -18,6 +18,7 @@ from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.locks import ClockLocker
+from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.records.journal import (
     Journal,
     JournalEntry,
@@ -42,6 +43,7 @@ class Restorer:
             outlives the process, e.g. a simulated rig without ``--sim-state``).
         backend: How ``powersweep restore`` rebuilds the backend (journal ``backend``).
         locker: The clock locks (None on the power axis).
+        offsetter: The SM clock offsets (None unless the sweep sets them).
         no_reset: Leave the last settings in force.
         warn: Where warnings go.
     """
@@ -56,12 +58,14 @@ class Restorer:
         locker: ClockLocker | None,
         no_reset: bool,
         warn: Callable[[str], None],
+        offsetter: ClockOffsetter | None = None,
     ) -> None:
         self.gpus = list(gpus)
         self.originals = dict(originals)
         self.journal = journal
         self.backend = dict(backend)
         self.locker = locker
+        self.offsetter = offsetter
         self.no_reset = no_reset
         self.warn = warn
         self.written = False
@@ -81,6 +85,7 @@ class Restorer:
                     name=g.identity().name,
                     original_limit_w=self.originals[g.index],
                     **self._locks(g.index),
+                    **self._offset(g.index),
                 )
                 for g in self.gpus
             ),
@@ -126,15 +131,30 @@ class Restorer:
             "locks_known": orig.known,
         }
 
+    def _offset(self, index: int) -> dict[str, Any]:
+        if self.offsetter is None:
+            return {}
+        return {
+            "offset_set": True,
+            "original_sm_offset_mhz": self.offsetter.originals[index].sm_offset_mhz,
+        }
+
     def restore(self, touched: set[int]) -> list[dict[str, Any]]:
-        """Put back the limit of every card in ``touched`` and every lock; what was done."""
+        """Put back every offset first (an unstable one can reset the card), then every lock,
+        then the limit of every card in ``touched``; what was done."""
         if self.no_reset:
             return []
+        offsets = self.offsetter.put_back() if self.offsetter is not None else {}
         clocks = self.locker.put_back() if self.locker is not None else {}
         restored: list[dict[str, Any]] = [
             {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "clocks": note}
             for i, (ok, note) in clocks.items()
             if i not in touched
+        ]
+        restored += [
+            {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "offset": note}
+            for i, (ok, note) in offsets.items()
+            if i not in touched and i not in clocks
         ]
         for g in self.gpus:
             if g.index not in touched:
@@ -153,6 +173,8 @@ class Restorer:
             entry = {"gpu_index": g.index, "limit_w": limit, "ok": ok, "message": message}
             if g.index in clocks:
                 entry.update(ok=ok and clocks[g.index][0], clocks=clocks[g.index][1])
+            if g.index in offsets:
+                entry.update(ok=entry["ok"] and offsets[g.index][0], offset=offsets[g.index][1])
             restored.append(entry)
         return restored
 

@@ -1,0 +1,94 @@
+"""SM clock offsets during a sweep (the undervolt search, issue 36): what each card had before,
+the offset of each point, and putting every card back.
+
+Kept beside :mod:`.locks` (the clock locks) and used the same way: the restore journal records
+the offsets in force before the first change (:class:`~.measurement.restorer.Restorer`), the
+driver's ``finally`` and ``powersweep restore`` put them back, first of all settings, because an
+unstable offset can reset the card under whatever runs next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from powersweep.errors import PowersweepError, UsageError
+from powersweep.sweep.gpu import ClockOffset, Gpu
+from powersweep.sweep.records.put_back import put_back_offset
+
+
+class ClockOffsetter:
+    """The SM clock offsets of a sweep's GPUs.
+
+    Args:
+        gpus: The GPU set.
+        warn: Where warnings go.
+    """
+
+    def __init__(self, gpus: Sequence[Gpu], warn: Callable[[str], None]) -> None:
+        self.gpus = list(gpus)
+        self.warn = warn
+        self.originals: dict[int, ClockOffset] = {g.index: g.sm_clock_offset() for g in self.gpus}
+        self.touched: set[int] = set()
+
+    def check_supported(self) -> None:
+        """Refuse a card that does not report an offset it can set, or whose offset in force
+        cannot be read (it could not be put back).
+
+        Raises:
+            UsageError: One line naming each such card and why.
+        """
+        problems = []
+        for index, offset in sorted(self.originals.items()):
+            if not offset.supported:
+                problems.append(
+                    f"GPU {index} has no clock offset ({offset.message or 'unsupported'})"
+                )
+            elif offset.sm_offset_mhz is None:
+                why = offset.message or "unreadable"
+                problems.append(f"GPU {index}'s clock offset in force cannot be read ({why})")
+        if problems:
+            raise UsageError("; ".join(problems) + ": an undervolt search needs both")
+
+    def range_mhz(self) -> tuple[float, float] | None:
+        """The offsets every card accepts (None: a card does not say its range)."""
+        lows = [o.min_mhz for o in self.originals.values()]
+        highs = [o.max_mhz for o in self.originals.values()]
+        if not lows or any(v is None for v in (*lows, *highs)):
+            return None
+        return max(v for v in lows if v is not None), min(v for v in highs if v is not None)
+
+    def apply(self, mhz: float) -> list[str]:
+        """Set ``mhz`` on every card; the refusals, one line each (empty: every card took it).
+
+        Raises:
+            GpuError: No permission, or the driver failed (the caller restores).
+        """
+        refused = []
+        for g in self.gpus:
+            self.touched.add(g.index)  # a failed call may still have changed the card
+            result = g.set_sm_clock_offset(mhz)
+            if not result.accepted:
+                refused.append(f"GPU {g.index}: {result.message}")
+        return refused
+
+    def put_back(self) -> dict[int, tuple[bool, str]]:
+        """Put back the offset every touched card had (0 where it was unknown).
+
+        Never raises: ``{gpu index: (ok, what was done or why not)}``.
+        """
+        out: dict[int, tuple[bool, str]] = {}
+        for g in self.gpus:
+            if g.index not in self.touched:
+                continue
+            original = self.originals[g.index].sm_offset_mhz
+            try:
+                out[g.index] = (True, put_back_offset(g, original))
+            except Exception as exc:  # keep putting the other cards back
+                if not isinstance(exc, PowersweepError):
+                    exc = PowersweepError(f"{type(exc).__name__}: {exc}")
+                self.warn(
+                    f"could not put back the clock offset of GPU {g.index}: {exc}; run "
+                    "`powersweep restore`, or reboot to clear it"
+                )
+                out[g.index] = (False, str(exc))
+        return out
