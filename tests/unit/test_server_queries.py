@@ -70,11 +70,6 @@ def test_vllm_waiting_requests_are_summed_over_its_series() -> None:
     assert _queued("vllm", handler) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Prometheus label value holding a space (vLLM --served-model-name 'Qwen 3') cuts "
-    "the line at that space: the sample is skipped and the queue reads unknown",
-)
 def test_a_label_value_with_a_space_still_counts() -> None:
     handler, _ = _metrics('vllm:num_requests_waiting{model_name="Qwen 3"} 4.0\n')
     assert _queued("vllm", handler) == 4

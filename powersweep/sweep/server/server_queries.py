@@ -41,7 +41,9 @@ class ServerQueries:
         for line in response.text.splitlines():
             if line.startswith("#"):
                 continue
-            name, _, value = line.partition(" ")
+            # ``name{labels} value [timestamp]``: a label value may hold spaces, a value never
+            end = line.rfind("}") + 1 if "{" in line else line.find(" ")
+            name, value = line[:end], line[end:]
             metric = name.split("{", 1)[0]
             if metric in ("llamacpp:requests_deferred", "vllm:num_requests_waiting"):
                 try:
