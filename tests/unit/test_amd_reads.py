@@ -112,18 +112,14 @@ def test_a_probe_whose_first_read_fails_tries_the_next_source() -> None:
     assert (s.power_w, s.power_instant_w) == (500.0, 520.0)  # the sample reads both
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a power probe whose calls failed (an error, not N/A) sets power_source 'none' for "
-    "good: the card then reads NaN draw every sample, with no read error counted",
-)
 def test_a_probe_whose_every_read_failed_is_not_taken_for_a_card_without_power() -> None:
     card = mi300x(current_power_w=520)
     smi = _FailingCurrent([card])
     smi.failures_left = 2  # both the current and the average reads of the probe fail
     _, gpu = _gpu(smi=smi)
+    assert gpu.power_source == "unknown"
     s = gpu.read_sample()
-    assert s.power_w == 520.0 or s.read_errors > 0
+    assert s.power_w == 520.0 and gpu.power_source == "current"  # probed again, now answered
 
 
 class _Shapeless(FakeAmdsmi):

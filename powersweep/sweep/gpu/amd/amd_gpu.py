@@ -57,7 +57,8 @@ class AmdsmiGpu(AmdReads):
 
     Attributes:
         power_source: ``current``, ``average`` or ``none``: the socket power the figures use
-            for the draw (``current``, the instant reading, where the card fills it).
+            for the draw (``current``, the instant reading, where the card fills it);
+            ``unknown`` while the probe's calls fail (probed again at the next reading).
         power_reported_by: The index of the die whose draw includes this one's (the first die
             of an MI250X module), None for a card that reports its own.
         energy_fallback: Why the energy counter is no longer used (empty while it is).

@@ -24,7 +24,9 @@ from powersweep.sweep.gpu.protocol import (
     GpuSample,
 )
 
-PowerSource = Literal["current", "average", "none"]
+# ``unknown``: the probe's calls failed (an error, not N/A), so it is probed again at the next
+# reading rather than taken for a card without a power reading.
+PowerSource = Literal["current", "average", "none", "unknown"]
 
 # The socket-power readings of ``amdsmi_get_power_info``, by power source.
 _POWER_KEYS = {"current": "current_socket_power", "average": "average_socket_power"}
@@ -121,14 +123,15 @@ class AmdReads:
 
     def _probe_power_source(self) -> PowerSource:
         smi = self._smi
+        failed = False
         for source in ("current", "average"):
             try:
                 if self._socket_power(source) is not None:
                     self._read_ok.add(f"power_{source}")
                     return "current" if source == "current" else "average"
             except smi.AmdSmiException:
-                continue
-        return "none"
+                failed = True
+        return "unknown" if failed else "none"
 
     def _read_power_w(self) -> tuple[float, float]:
         """The power usage and the instant draw, W, from one ``amdsmi_get_power_info``.
@@ -138,6 +141,11 @@ class AmdReads:
         current one, the card's only reading. A reading ``N/A`` from the start is a capability
         (NaN, not counted); a failed call counts once.
         """
+        if self.power_source == "unknown":
+            self.power_source = self._probe_power_source()
+            if self.power_source == "unknown":
+                self._pending_errors += 1  # the probe failed again: a failed read, counted
+                return NAN, NAN
         if self.power_source == "none":
             return NAN, NAN
         smi = self._smi
