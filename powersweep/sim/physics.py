@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Literal
@@ -157,6 +158,19 @@ def power_at(
     """
     if work.kind == "idle":
         return profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
+    dynamic, memory_w = _load_parts(profile, work, f_mhz, mem_mhz, sm_offset_mhz)
+    return static_power_w(profile, temp_c) + dynamic + memory_w
+
+
+def _load_parts(
+    profile: GpuProfile,
+    work: Workload,
+    f_mhz: float,
+    mem_mhz: float | None,
+    sm_offset_mhz: float,
+) -> tuple[float, float]:
+    """(SM dynamic, memory) draw at a clock under ``work``: what does not follow the
+    temperature."""
     ratio = mem_ratio(profile, mem_mhz)
     if work.kind == "decode":
         compute, memory = _step_times(profile, work, f_mhz, mem_mhz)
@@ -168,8 +182,20 @@ def power_at(
         u_memory = 0.3
     v = voltage(profile, f_mhz, sm_offset_mhz)
     dynamic = profile.dyn_w_per_mhz_v2 * f_mhz * v * v * u_compute
-    memory_w = (profile.mem_dyn_w * u_memory + profile.mem_static_w) * ratio
-    return static_power_w(profile, temp_c) + dynamic + memory_w
+    return dynamic, (profile.mem_dyn_w * u_memory + profile.mem_static_w) * ratio
+
+
+@functools.lru_cache(maxsize=256)
+def _bin_parts(
+    profile: GpuProfile,
+    work: Workload,
+    bins: tuple[float, ...],
+    mem_mhz: float | None,
+    sm_offset_mhz: float,
+) -> tuple[tuple[float, float], ...]:
+    """:func:`_load_parts` of each bin, kept: the simulated card asks for its operating point at
+    every 0.1 C, and only the static part follows the temperature."""
+    return tuple(_load_parts(profile, work, f, mem_mhz, sm_offset_mhz) for f in bins)
 
 
 def locked_bins(profile: GpuProfile, sm_lock_mhz: float | None) -> tuple[float, ...]:
@@ -209,7 +235,13 @@ def operating_point(
         return OperatingPoint(f, f, f, 0.0, p, 0.0, "idle")
     mem = locks.mem_mhz
     bins = locked_bins(profile, locks.sm_mhz)
-    powers = [power_at(profile, work, f, temp_c, mem, sm_offset_mhz=sm_offset_mhz) for f in bins]
+    static = static_power_w(profile, temp_c)
+    # power_at's own sum, in its order (static + dynamic + memory): the same floats, with the
+    # parts that do not depend on the temperature worked out once per bin set
+    powers = [
+        static + dynamic + memory_w
+        for dynamic, memory_w in _bin_parts(profile, work, bins, mem, sm_offset_mhz)
+    ]
     # powers rise with f, so the affordable bins are a prefix
     i = bisect.bisect_right(powers, limit_w) - 1
     if i < 0:

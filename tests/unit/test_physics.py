@@ -204,3 +204,18 @@ def test_truth_breaks_an_exact_tie_towards_the_lowest_cap(profile: str) -> None:
     top = max(c.tps_per_w for c in truth.caps)
     assert all(c.tps_per_w == pytest.approx(top, rel=1e-6) for c in truth.caps)
     assert truth.sweet_spot_cap_w == 350.0
+
+
+def test_the_kept_parts_of_each_bin_give_power_at_to_the_last_bit() -> None:
+    """operating_point adds the static draw to each bin's kept (dynamic, memory) parts: the
+    same floats power_at gives, at any temperature, lock, memory clock and offset."""
+    from powersweep.sim.physics import _bin_parts, locked_bins, static_power_w
+
+    profile = get_profile("rtx3090-air")
+    for work, mem, offset in ((DECODE, None, 0.0), (Workload("decode", batch=8), 5001.0, 150.0)):
+        bins = locked_bins(profile, 1500.0)
+        for temp in (41.3, 67.9):
+            static = static_power_w(profile, temp)
+            kept = [static + d + m for d, m in _bin_parts(profile, work, bins, mem, offset)]
+            direct = [power_at(profile, work, f, temp, mem, sm_offset_mhz=offset) for f in bins]
+            assert kept == direct
