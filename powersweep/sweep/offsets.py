@@ -51,11 +51,12 @@ class ClockOffsetter:
 
     def range_mhz(self) -> tuple[float, float] | None:
         """The offsets every card accepts (None: a card does not say its range)."""
-        lows = [o.min_mhz for o in self.originals.values()]
-        highs = [o.max_mhz for o in self.originals.values()]
-        if not lows or any(v is None for v in (*lows, *highs)):
+        ranges = [(o.min_mhz, o.max_mhz) for o in self.originals.values()]
+        lows = [lo for lo, _ in ranges if lo is not None]
+        highs = [hi for _, hi in ranges if hi is not None]
+        if not ranges or len(lows) < len(ranges) or len(highs) < len(ranges):
             return None
-        return max(v for v in lows if v is not None), min(v for v in highs if v is not None)
+        return max(lows), min(highs)
 
     def apply(self, mhz: float) -> list[str]:
         """Set ``mhz`` on every card; the refusals, one line each (empty: every card took it).

@@ -47,6 +47,9 @@ from powersweep.sweep.gpu import (
 )
 from powersweep.sweep.gpu.protocol import CLOCK_EVENT_SW_POWER_CAP
 
+# the SM clock offsets the fake card accepts, MHz
+OFFSET_RANGE_MHZ = (-200.0, 1000.0)
+
 
 class FakeGpu:
     """One fake card (satisfies the ``Gpu`` protocol).
@@ -209,11 +212,12 @@ class FakeGpu:
 
     def sm_clock_offset(self) -> ClockOffset:
         self.calls["sm_clock_offset"] += 1
-        return ClockOffset(True, self.sm_offset_mhz, -200.0, 1000.0)
+        return ClockOffset(True, self.sm_offset_mhz, *OFFSET_RANGE_MHZ)
 
     def set_sm_clock_offset(self, mhz: float) -> LockResult:
         self.calls["set_sm_clock_offset"] += 1
-        if not -200.0 <= mhz <= 1000.0:
+        low, high = OFFSET_RANGE_MHZ
+        if not low <= mhz <= high:
             return LockResult(mhz, False, f"{mhz:g} MHz is outside -200..1000 MHz")
         self.sm_offset_mhz = mhz
         return LockResult(mhz, True)

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from powersweep.analysis.context import CardFacts
 from powersweep.analysis.load import Curve
@@ -83,6 +83,8 @@ class SweepAxis(ABC, Generic[R]):
     noun: ClassVar[str]
     locks_clocks: ClassVar[bool]
     fewer_flags: ClassVar[str]
+    # the axis's result type (R): what analyze builds and read reads
+    result_type: ClassVar[type[JsonRecord]]
 
     @abstractmethod
     def plan(
@@ -128,13 +130,13 @@ class SweepAxis(ABC, Generic[R]):
             UsageError: A setting is out of range.
         """
 
-    @abstractmethod
     def read(self, data: Mapping[str, Any]) -> R:
         """A saved analysis of this axis, typed.
 
         Raises:
             UsageError: It does not follow the schema.
         """
+        return cast(R, self.result_type.from_json(data))
 
     @abstractmethod
     def answer(self, result: R) -> JsonRecord | None:

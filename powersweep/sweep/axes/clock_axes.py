@@ -7,7 +7,7 @@ which locks their points set, which is what run.json's ``axis`` records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,6 +33,7 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
 
     noun: ClassVar[str] = "point"
     locks_clocks: ClassVar[bool] = True
+    result_type: ClassVar[type[ClockAnalysis]] = ClockAnalysis
     fewer_flags: ClassVar[str] = "--sm-clocks / --mem-clocks"
 
     def plan(
@@ -104,7 +105,7 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
     def analyze(self, curve: Curve, settings: AnalysisSettings) -> ClockAnalysis:
         """:func:`~powersweep.analysis.clock_analysis.analyze_clocks` (there is no objective:
         the peak is the answer, near-peak the faster alternative)."""
-        return ClockAnalysis.from_json(
+        return self.read(
             analyze_clocks(
                 curve,
                 max_tps_loss_pct=settings.max_tps_loss_pct,
@@ -114,10 +115,6 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
                 max_itl_ms=settings.serving.max_itl_ms,
             )
         )
-
-    def read(self, data: Mapping[str, Any]) -> ClockAnalysis:
-        """A saved clock analysis."""
-        return ClockAnalysis.from_json(data)
 
     def answer(self, result: ClockAnalysis) -> LockPoint | None:
         """The peak TPS/W point."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,6 +28,7 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
     name: ClassVar[str] = "power"
     noun: ClassVar[str] = "cap"
     locks_clocks: ClassVar[bool] = False
+    result_type: ClassVar[type[PowerAnalysis]] = PowerAnalysis
     fewer_flags: ClassVar[str] = "--caps, a larger --step-size"
 
     def plan(
@@ -83,7 +84,7 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
         """:func:`powersweep.analysis.analyze`, with the card's facts where the CSV lacks them."""
         if settings.card is not None:
             curve = with_card_facts(curve, settings.card)
-        return PowerAnalysis.from_json(
+        return self.read(
             analyze(
                 curve,
                 max_tps_loss_pct=settings.max_tps_loss_pct,
@@ -95,10 +96,6 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
                 max_itl_ms=settings.serving.max_itl_ms,
             )
         )
-
-    def read(self, data: Mapping[str, Any]) -> PowerAnalysis:
-        """A saved power analysis."""
-        return PowerAnalysis.from_json(data)
 
     def answer(self, result: PowerAnalysis) -> Pick | None:
         """The sweet spot."""
