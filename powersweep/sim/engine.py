@@ -1,7 +1,10 @@
 """What the simulated server needs from the simulated rig: token rates that follow the GPU.
 
 The server registers each request's work with the engine while it runs (so the GPUs draw power
-and heat up) and asks the engine, before every token, how fast tokens flow *now*.
+and heat up) and asks the engine, before every token, how fast tokens flow *now*. It also asks
+whether the cards compute right (an SM clock offset past their stable margin corrupts greedy
+answers) and whether one reset (requests in flight on it fail, as do those arriving while it is
+off the bus).
 """
 
 from __future__ import annotations
@@ -42,6 +45,19 @@ class SimEngine(Protocol):
         """Prompt tokens per run second for a prompt of this length right now."""
         ...
 
+    def instability_mhz(self) -> float:
+        """How far the serving cards' SM clock offsets go beyond their stable margin right now,
+        MHz (the worst card; 0.0 when stable): past it they compute wrong results."""
+        ...
+
+    def reset_count(self) -> int:
+        """How many times a serving card has reset so far (work in flight on it was lost)."""
+        ...
+
+    def off_bus(self) -> bool:
+        """Whether a serving card is off the bus now, recovering from a reset (no work runs)."""
+        ...
+
 
 class ConstantEngine:
     """A :class:`SimEngine` with fixed rates: a test double and a benchmark baseline.
@@ -51,6 +67,11 @@ class ConstantEngine:
         decode_tps: Per-stream decode rate (tokens per run second), whatever the batch.
         prefill_tps: Prompt tokens per run second.
         context_tokens: Context length reported by the server.
+
+    Attributes:
+        instability_mhz_now: What :meth:`instability_mhz` reports (a test sets it).
+        resets_so_far: What :meth:`reset_count` reports (a test sets it).
+        off_bus_now: What :meth:`off_bus` reports (a test sets it).
     """
 
     def __init__(
@@ -66,6 +87,9 @@ class ConstantEngine:
         self._context_tokens = context_tokens
         self.active: dict[str, int] = {"decode": 0, "prefill": 0}
         self.peak_active: dict[str, int] = {"decode": 0, "prefill": 0}
+        self.instability_mhz_now = 0.0
+        self.resets_so_far = 0
+        self.off_bus_now = False
 
     @property
     def clock(self) -> Clock:
@@ -87,3 +111,12 @@ class ConstantEngine:
 
     def prefill_rate_tps(self, prompt_tokens: int) -> float:
         return self._prefill_tps
+
+    def instability_mhz(self) -> float:
+        return self.instability_mhz_now
+
+    def reset_count(self) -> int:
+        return self.resets_so_far
+
+    def off_bus(self) -> bool:
+        return self.off_bus_now

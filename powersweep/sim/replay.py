@@ -320,3 +320,12 @@ class ReplayRig:
         limit = min(g.limit_w for g in self.gpus)
         _, d_tps = self.gpus[0].offsets(limit)
         return max(self.curve.prefill_at(limit) * (1.0 + d_tps), 1e-3)
+
+    def instability_mhz(self) -> float:
+        return 0.0  # a replayed curve has no clock offset to push past a margin
+
+    def reset_count(self) -> int:
+        return 0
+
+    def off_bus(self) -> bool:
+        return False

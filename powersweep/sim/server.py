@@ -27,6 +27,11 @@ Flavours imitate the quirks of real engines that the client must survive:
 
 Any flavour can also misbehave on purpose (:mod:`powersweep.sim.faults`).
 
+A greedy request (``temperature`` 0) gets the answer its prompt and ``seed`` decide, diverged
+when it decodes on a card past its stable SM clock offset margin; a request in flight on a card
+that resets, or arriving while one is off the bus, fails with a CUDA error (the engine says so:
+:class:`~powersweep.sim.engine.SimEngine`).
+
 Engine methods are called from the server thread: a :class:`SimEngine` shared with the driver
 must be thread-safe.
 """
@@ -56,11 +61,13 @@ from powersweep.sim.server_chunks import (
     Plan,
     WatchedResponse,
     count_prompt_tokens,
+    greedy_key,
+    is_greedy,
     message_text,
 )
 from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
 from powersweep.sim.server_requests import over_context, request_limit
-from powersweep.sim.server_streaming import ServerStreaming
+from powersweep.sim.server_streaming import GPU_LOST_MESSAGE, ServerStreaming
 from powersweep.sim.sim_options import SIM_SERVER_FLAVOURS
 
 FLAVOURS = SIM_SERVER_FLAVOURS
@@ -336,10 +343,16 @@ class SimServer(ServerStreaming):
             arrived_s=arrived_s,
             fault=fault,
             slow_factor=slow_factor,
+            greedy_key=greedy_key(messages, body.get("seed")) if is_greedy(body) else None,
         )
+        if self.engine.off_bus():
+            # a serving card is recovering from a reset: nothing runs on it
+            if plan.stream:
+                return WatchedResponse(self._off_bus_sse(plan), "text/event-stream")
+            return error_response(500, GPU_LOST_MESSAGE, "server_error")
         if plan.stream:
             return WatchedResponse(self._sse(plan), "text/event-stream")
-        return WatchedResponse(self._whole(plan), "application/json")
+        return WatchedResponse(self._whole(plan), "application/json", hold_headers=True)
 
     def _fault_now(self) -> str | None:
         """The fault the request arriving now meets (None: it is served normally)."""

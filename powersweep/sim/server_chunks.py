@@ -1,10 +1,18 @@
 """What the simulated server streams: each request's plan and progress, its text, the chunk,
-usage and timings bodies as each flavour writes them, and the response that streams them."""
+usage and timings bodies as each flavour writes them, and the response that streams them.
+
+A greedy request (``temperature`` 0) is answered as a model decoding greedily would: its text is
+a function of its messages and its ``seed`` alone (the same streamed or not, and an answer cut
+shorter by ``max_tokens`` is the start of a longer one). Decoded on a card whose SM clock offset
+goes past its stable margin, it diverges from that answer (:meth:`ChunkFormat.diverged`), as an
+undervolted card's wrong arithmetic changes a greedy model's choices.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import random
@@ -33,6 +41,12 @@ _REASONING = (
 )
 _WORDS = tuple(_PROSE.split())
 _REASON_WORDS = tuple(_REASONING.split())
+# The words of a diverged answer: each word once, so the word where it diverges can always be
+# another.
+_DIVERGED_WORDS = tuple(dict.fromkeys(_WORDS))
+_DIVERGED_REASON_WORDS = tuple(dict.fromkeys(_REASON_WORDS))
+# Mixed into a greedy answer's key: the stream its diverged words come from.
+_DIVERGED_SALT = 0x5EED_D1CE
 
 
 def count_prompt_tokens(text: str) -> int:
@@ -45,13 +59,43 @@ def count_prompt_tokens(text: str) -> int:
     return len(TOKEN_RE.findall(text))
 
 
+def greedy_key(messages: list[Any], seed: Any) -> int:
+    """What a greedy request's answer follows from: its messages (role and text) and its seed.
+
+    One hash of the prompt per request (not per token), so a long prompt costs little.
+
+    Args:
+        messages: The request's ``messages``.
+        seed: The request's ``seed`` (None when absent: 0).
+
+    Returns:
+        A 64-bit key.
+    """
+    h = hashlib.blake2b(json.dumps(0 if seed is None else seed).encode(), digest_size=8)
+    for m in messages:
+        role = m.get("role") if isinstance(m, dict) else None
+        h.update(b"\x1e" + str(role).encode("utf-8", "surrogatepass") + b"\x1f")
+        h.update(message_text(m).encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big")
+
+
+def is_greedy(body: dict[str, Any]) -> bool:
+    """Whether a request asks for greedy decoding: ``temperature`` 0 (an int or a float)."""
+    t = body.get("temperature")
+    return isinstance(t, int | float) and not isinstance(t, bool) and t == 0
+
+
 class Progress:
-    """Run times of one request's phases, filled in by ``SimServer._work``."""
+    """Run times of one request's phases, filled in by ``SimServer._work``; whether its decode
+    started on a card past its stable offset margin (a greedy request's answer then diverges)
+    and whether a serving card reset under it (its work was lost)."""
 
     def __init__(self) -> None:
         self.prefill_s = 0.0
         self.decode_start_s = float("nan")
         self.last_token_s = float("nan")
+        self.unstable = False
+        self.lost = False
 
     @property
     def decode_s(self) -> float:
@@ -76,6 +120,9 @@ class Plan:
     fault: str | None = None
     # Decode this many times slower than the engine says (a fault on one prompt).
     slow_factor: float = 1.0
+    # A greedy request's key (:func:`greedy_key`): its text follows from its prompt and seed.
+    # None: sampled, from the server's seed and the request's number.
+    greedy_key: int | None = None
 
 
 class ChunkFormat:
@@ -95,7 +142,10 @@ class ChunkFormat:
         self.seed = seed
 
     def texts(self, plan: Plan) -> list[str]:
-        rng = random.Random(self.seed * 1_000_003 + plan.request_no)
+        """The answer's tokens: a greedy request's from its key, any other's from the server's
+        seed and the request's number."""
+        key = plan.greedy_key
+        rng = random.Random(self.seed * 1_000_003 + plan.request_no if key is None else key)
         out: list[str] = []
         # An endless stream repeats its text: building 100k words would cost wall time that the
         # time scale turns into minutes of prefill.
@@ -105,6 +155,29 @@ class ChunkFormat:
             first = i == 0 or i == plan.reasoning_tokens
             word = rng.choice(words)
             out.append(word if first else " " + word)
+        return out
+
+    def diverged(self, plan: Plan, texts: list[str]) -> list[str]:
+        """A greedy answer decoded on an unstable card: the same up to a token drawn from its
+        key (in the first half of the answer, never the first token), another word there and
+        words of another stream after it. Every answer of two tokens or more differs.
+
+        Args:
+            plan: The request (a greedy one; any other's text is returned as it is).
+            texts: Its stable answer (:meth:`texts`).
+        """
+        key, n = plan.greedy_key, len(texts)
+        if key is None or n < 2:
+            return texts
+        at = 1 + (key >> 16) % max(1, (n - 1) // 2)
+        rng = random.Random(key ^ _DIVERGED_SALT)
+        out = texts[:at]
+        for i in range(at, n):
+            words = _DIVERGED_REASON_WORDS if i < plan.reasoning_tokens else _DIVERGED_WORDS
+            word = rng.choice(words)
+            if i == at and word == texts[i].lstrip(" "):
+                word = words[(words.index(word) + 1) % len(words)]
+            out.append(word if i == plan.reasoning_tokens else " " + word)
         return out
 
     def delta(self, plan: Plan, i: int, text: str) -> dict[str, Any]:
@@ -172,15 +245,45 @@ class ChunkFormat:
         return payload
 
 
+class FailedAnswer(Exception):
+    """A whole (non-streamed) answer that failed before its headers went out: answered with
+    this status and body instead.
+
+    Args:
+        status: The HTTP status.
+        body: The body (JSON).
+    """
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+def error_event(message: str) -> bytes:
+    """A server error as an event of the stream (as vLLM sends one mid-stream)."""
+    err = {"code": 500, "message": message, "type": "server_error"}
+    return b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+
+
 class WatchedResponse(Response):
     """Streams an async byte iterator and cancels it as soon as the client disconnects.
 
     Starlette's own streaming response may not notice a disconnect until the next write and
     leaves closing the generator to garbage collection; the engine must hear ``work_finished``
     promptly, so the producer is cancelled the moment ``http.disconnect`` arrives.
+
+    Args:
+        body: The bytes to send.
+        media_type: Their content type.
+        hold_headers: Send the headers only with the first bytes (a whole answer, as servers
+            send one when it is done), so a :class:`FailedAnswer` raised before them becomes
+            its status and body.
     """
 
-    def __init__(self, body: AsyncIterator[bytes], media_type: str) -> None:
+    def __init__(
+        self, body: AsyncIterator[bytes], media_type: str, *, hold_headers: bool = False
+    ) -> None:
         # Not Response.__init__: it would declare Content-Length 0 for the empty initial body.
         self.status_code = 200
         self.background = None
@@ -189,10 +292,20 @@ class WatchedResponse(Response):
             (b"cache-control", b"no-cache"),
         ]
         self._iter = body
+        self._hold_headers = hold_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def produce() -> None:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            status, head = 200, b""
+            if self._hold_headers:
+                try:
+                    head = await anext(self._iter, b"")
+                except FailedAnswer as failed:
+                    status, head = failed.status, failed.body
+            start = {"type": "http.response.start", "status": status, "headers": self.raw_headers}
+            await send(start)
+            if head:
+                await send({"type": "http.response.body", "body": head, "more_body": True})
             async for chunk in self._iter:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 # A write to a socket the client closed only fails; the loss is noticed once

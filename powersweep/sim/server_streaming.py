@@ -3,10 +3,11 @@ run clock, and the answer it streams (SSE) or returns whole.
 
 :class:`ServerStreaming` is a base of :class:`~powersweep.sim.server.SimServer`: a request's
 slot, its prefill and its decode (tokens due at absolute times, each a little late by the
-server's seeded jitter), the stall and pause faults, and the bytes of its answer. Kept apart
-from :mod:`powersweep.sim.server`, which holds the server's lifecycle, its routes and the
-parsing of a request into a :class:`~powersweep.sim.server_chunks.Plan`, so each module holds
-one concern.
+server's seeded jitter), the stall and pause faults, a card reset that kills the requests in
+flight (a streamed one ends with an error event, a whole one is answered 500), and the bytes of
+its answer. Kept apart from :mod:`powersweep.sim.server`, which holds the server's lifecycle, its
+routes and the parsing of a request into a :class:`~powersweep.sim.server_chunks.Plan`, so each
+module holds one concern.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from powersweep.sim import faults
 from powersweep.sim.engine import SimEngine, WorkKind
-from powersweep.sim.server_chunks import ChunkFormat, Plan, Progress, endless_line
+from powersweep.sim.server_chunks import (
+    ChunkFormat,
+    FailedAnswer,
+    Plan,
+    Progress,
+    endless_line,
+    error_event,
+)
 
 # When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
 # and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
@@ -29,6 +37,8 @@ _MIN_WALL_SLEEP_S = 0.001
 # llama.cpp flavour: a ": ping" comment before every Nth token; plain: an "event:" line.
 _PING_EVERY = 7
 _EVENT_LINE_EVERY = 5
+# What a request on a card that reset (or is off the bus) gets, in vLLM's words after an Xid 79.
+GPU_LOST_MESSAGE = "CUDA error: an illegal memory access was encountered"
 
 
 class ServerStreaming:
@@ -53,8 +63,13 @@ class ServerStreaming:
         def _jitter(self, request_no: int) -> Callable[[float], float]: ...
 
     async def _work(self, plan: Plan, progress: Progress) -> AsyncGenerator[list[int], None]:
-        """Prefill, then decode: yields the indices of the tokens that fell due, in bursts."""
+        """Prefill, then decode: yields the indices of the tokens that fell due, in bursts.
+
+        A serving card that reset since the request arrived ends it early (seen when it wakes),
+        with ``progress.lost`` set.
+        """
         engine, clock = self.engine, self.engine.clock
+        resets = engine.reset_count()
         loop = asyncio.get_running_loop()
         if self.total_slots and (self._slots is None or self._slots_loop is not loop):
             # one semaphore per event loop: a virtual run's discovery and sweep use two loops
@@ -73,6 +88,8 @@ class ServerStreaming:
                 await slot.acquire()
         self.requests_processing += 1
         try:
+            if _lost(engine, resets, progress):
+                return
             if plan.fault == "slow":
                 await clock.asleep(faults.SLOW_FIRST_TOKEN_S)
             engine.work_started("prefill")
@@ -83,10 +100,15 @@ class ServerStreaming:
                     await self._paused("prefill", t_prefill)
             finally:
                 engine.work_finished("prefill")
+            if _lost(engine, resets, progress):
+                return
             progress.prefill_s = clock.now() - t_prefill
             progress.decode_start_s = clock.now()
             engine.work_started("decode")
             try:
+                if plan.greedy_key is not None:
+                    # a greedy answer is decided by the card it starts decoding on
+                    progress.unstable = engine.instability_mhz() > 0
                 n = plan.completion_tokens
                 # Absolute due times keep the long-run rate exact however the sleeps round.
                 min_sleep = _MIN_WALL_SLEEP_S * clock.scale
@@ -101,6 +123,8 @@ class ServerStreaming:
                         await clock.asleep(wait if step >= min_sleep else max(wait, min_sleep))
                     if await self._paused("decode", due - step):
                         due = clock.now() + step  # a paused server does not catch up
+                    if _lost(engine, resets, progress):
+                        return
                     now = clock.now()
                     burst: list[int] = []
                     while i < n and due <= now:
@@ -151,11 +175,9 @@ class ServerStreaming:
 
     async def _sse(self, plan: Plan) -> AsyncGenerator[bytes, None]:
         texts = self.chunks.texts(plan)
-        yield self.chunks.chunk(
-            plan,
-            [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
-        )
+        yield self._role_chunk(plan)
         progress = Progress()
+        diverged = False
         sent = 0
         pending: list[int] = []  # tokens held back to share one chunk (tokens_per_chunk > 1)
 
@@ -169,17 +191,14 @@ class ServerStreaming:
 
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
+                if progress.unstable and not diverged:
+                    texts, diverged = self.chunks.diverged(plan, texts), True
                 # Tokens that fell due together go out in one write, each as its own event
                 # (or packed tokens_per_chunk to an event, as some servers do under load).
                 out = b""
                 for i in burst:
                     if self.fail_after_tokens is not None and sent >= self.fail_after_tokens:
-                        err = {
-                            "code": 500,
-                            "message": f"simulated failure after {sent} tokens",
-                            "type": "server_error",
-                        }
-                        yield out + b"data: " + json.dumps({"error": err}).encode() + b"\n\n"
+                        yield out + error_event(f"simulated failure after {sent} tokens")
                         return
                     if plan.fault == "reset" and sent >= faults.reset_after(plan.completion_tokens):
                         yield out
@@ -204,6 +223,10 @@ class ServerStreaming:
                     sent += 1
                 if out:
                     yield out
+        if progress.lost:
+            # the card reset under the request: what it generated goes out, then the error
+            yield flush() + error_event(GPU_LOST_MESSAGE)
+            return
         tail = flush()
         if tail:
             yield tail
@@ -224,14 +247,43 @@ class ServerStreaming:
         yield b"data: [DONE]\n\n"
 
     async def _whole(self, plan: Plan) -> AsyncGenerator[bytes, None]:
+        """A whole answer, sent when done (:class:`FailedAnswer` 500 when a card reset)."""
         texts = self.chunks.texts(plan)
         progress = Progress()
         n = 0
         async with contextlib.aclosing(self._work(plan, progress)) as bursts:
             async for burst in bursts:
                 n += len(burst)
+        if progress.lost:
+            raise FailedAnswer(500, _lost_body())
+        if progress.unstable:
+            texts = self.chunks.diverged(plan, texts)
         payload = self.chunks.whole(plan, texts, n, progress)
         yield json.dumps(payload).encode()
+
+    def _role_chunk(self, plan: Plan) -> bytes:
+        return self.chunks.chunk(
+            plan,
+            [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}],
+        )
+
+    async def _off_bus_sse(self, plan: Plan) -> AsyncGenerator[bytes, None]:
+        """The stream of a request that arrived while a serving card is off the bus."""
+        yield self._role_chunk(plan) + error_event(GPU_LOST_MESSAGE)
+
+
+def _lost_body() -> bytes:
+    # as error_response writes it: a client reads the same error either way
+    err = {"code": 500, "message": GPU_LOST_MESSAGE, "type": "server_error"}
+    return json.dumps({"error": err}, separators=(",", ":")).encode()
+
+
+def _lost(engine: SimEngine, resets: int, progress: Progress) -> bool:
+    """Whether a serving card reset since a request saw ``resets`` (marked in ``progress``)."""
+    if engine.reset_count() == resets:
+        return False
+    progress.lost = True
+    return True
 
 
 def _positive(rate: float) -> float:

@@ -9,7 +9,8 @@ put the limit back and that ``powersweep apply`` set what it said.
 The SM clock offset shifts the card's voltage/frequency curve (issue 36): a positive offset runs
 each clock at a lower voltage and so draws less. Each card's silicon holds only so much of it
 (its true stable margin, drawn from its seed); :attr:`SimGpu.unstable_by_mhz` says how far the
-offset in force goes beyond it.
+offset in force goes beyond it. Put to work too far beyond it, the card resets and is off the bus
+for a while (:mod:`powersweep.sim.vf_stability`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import math
 import os
 import random
 import threading
-import zlib
-from collections import deque
 
 from powersweep.clock import Clock
+from powersweep.sim.energy_meter import EnergyMeter
 from powersweep.sim.limit_store import LimitStore
 from powersweep.sim.physics import (
     IDLE,
@@ -37,6 +37,7 @@ from powersweep.sim.physics import (
     rate_tps as rate_at,
 )
 from powersweep.sim.profiles import GpuProfile
+from powersweep.sim.vf_stability import DEFAULT_RESET_BEYOND_MHZ, BusState, stable_margin_mhz
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_APP_CLOCKS,
     CLOCK_EVENT_GPU_IDLE,
@@ -77,6 +78,8 @@ class SimGpu:
         share: Fraction of the model's work on this card (1/n for n-way tensor parallel).
         serving: Whether the model is loaded on this card (its process shows in
             :meth:`compute_processes`); an idle card beside the serving ones has none.
+        vf_reset_beyond_mhz: Under load with its offset more than this past its stable margin,
+            the card resets (0: at any instability).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class SimGpu:
         store: LimitStore | None = None,
         share: float = 1.0,
         serving: bool = True,
+        vf_reset_beyond_mhz: float = DEFAULT_RESET_BEYOND_MHZ,
     ) -> None:
         self.profile = profile
         self.serving = serving
@@ -105,22 +109,13 @@ class SimGpu:
         self._locks = store.get_locks(self._uuid) if store else UNLOCKED
         offset = store.get_sm_offset(self._uuid) if store else 0.0
         self._sm_offset_mhz = offset if profile.vf_offset_supported else 0.0
-        self._stable_offset_mhz = _stable_margin_mhz(profile, seed, index)
+        self._stable_offset_mhz = stable_margin_mhz(profile, seed, index)
+        self._bus = BusState(index, vf_reset_beyond_mhz)
         self._lock = threading.Lock()
         self._workload = IDLE
         th = profile.thermal
         self._temp_c = th.ambient_c + th.resistance_c_per_w * profile.idle_w
-        self._energy_mj = 0.0  # the true energy since the start, exact
-        self._counter_mj = 0.0  # what the driver's counter holds: its last update
-        period = profile.energy_counter_period_s
-        # each card's counter updates on its own phase, unrelated to the sampler's ticks
-        self._counter_phase_s = random.Random(seed * 7919 + index).random() * period
-        # (run seconds, true energy mJ) at each advance over the last average window; before
-        # the start the card idled
-        window = profile.power_usage_average_s
-        self._energy_trail: deque[tuple[float, float]] = deque(
-            [(clock.now() - window, -profile.idle_w * window * 1000.0), (clock.now(), 0.0)]
-        )
+        self._energy = EnergyMeter(profile, clock.now(), seed, index)
         self._avg_rng = random.Random(seed * 1009 + index + 104729)
         self._power_reading_w = profile.idle_w
         self._util = 0.0
@@ -148,6 +143,7 @@ class SimGpu:
         return PowerEnvelope(p.min_limit_w, p.default_limit_w, p.max_limit_w, self._limit_w)
 
     def set_power_limit(self, watts: float) -> SetLimitResult:
+        self._bus.refuse_off_bus(self._clock.now(), "set its power limit")
         p = self.profile
         if not p.min_limit_w <= watts <= p.max_limit_w:
             return SetLimitResult(
@@ -171,11 +167,13 @@ class SimGpu:
     def read_sample(self) -> GpuSample:
         with self._lock:
             self._advance()
+            if self._bus.off_bus(self._t):
+                return self._bus.lost_sample(self.profile.instant_power_field)
             op = self._op()
             short_w = self._power_reading_w
-            window_w = self._moving_average_w()
+            window_w = self._energy.moving_average_w()
             temp = self._temp_c
-            energy = self._counter_mj
+            energy = self._energy.counter_mj
             util = self._util
             thermal = self._thermal_active
             busy = self._workload.kind != "idle"
@@ -249,6 +247,7 @@ class SimGpu:
         return SupportedClocks(mems, {m: p.supported_sm_clocks_mhz(m) for m in mems})
 
     def lock_sm_clock(self, mhz: float) -> LockResult:
+        self._bus.refuse_off_bus(self._clock.now(), "lock its SM clock")
         bins = self.profile.sm_bins_mhz()
         if not bins[0] <= mhz <= bins[-1]:
             return LockResult(
@@ -290,6 +289,7 @@ class SimGpu:
         return ClockOffset(True, self._sm_offset_mhz, p.vf_offset_min_mhz, p.vf_offset_max_mhz)
 
     def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        self._bus.refuse_off_bus(self._clock.now(), "set its SM clock offset")
         p = self.profile
         if not p.vf_offset_supported:
             return LockResult(mhz, False, self._no_offset_message())
@@ -303,6 +303,7 @@ class SimGpu:
             self._sm_offset_mhz = float(mhz)
             if self._store:
                 self._store.put_sm_offset(self._uuid, self._sm_offset_mhz)
+            self._reset_if_unstable()
         return LockResult(mhz, True)
 
     def _no_offset_message(self) -> str:
@@ -329,6 +330,7 @@ class SimGpu:
             self._workload = Workload(
                 workload.kind, workload.batch, workload.prompt_tokens, self._share
             )
+            self._reset_if_unstable()
 
     def rate_tps(self, work: Workload | None = None) -> float:
         """Aggregate token rate of ``work`` (default: the current work) at the current clock.
@@ -377,12 +379,21 @@ class SimGpu:
         return max(0.0, self._sm_offset_mhz - self._stable_offset_mhz)
 
     @property
+    def resets(self) -> int:
+        """How many times the card reset (an offset too far past its margin met load)."""
+        return self._bus.resets
+
+    def off_bus(self) -> bool:
+        """Whether the card is off the bus now, a reset's recovery not over yet."""
+        return self._bus.off_bus(self._clock.now())
+
+    @property
     def true_energy_mj(self) -> float:
         """The true energy drawn since the start (the counter lags it by up to one update
         period, and runs at ``energy_counter_gain`` of it)."""
         with self._lock:
             self._advance()
-            return self._energy_mj
+            return self._energy.true_mj
 
     @property
     def temp_c(self) -> float:
@@ -399,6 +410,23 @@ class SimGpu:
             self._locks = locks
             if self._store:
                 self._store.put_locks(self._uuid, locks)
+
+    def _reset_if_unstable(self) -> None:
+        """Reset the card, as the driver recovers it after an Xid 79, when it works with its
+        offset too far past its margin: offset 0, no clock locks, the default power limit (each
+        stored as its setter stores it), and off the bus for a while. Checked whenever the
+        offset or the work changes, the only moments the condition can start, so a reset falls
+        at an exact run time."""
+        if not self._bus.must_reset(self.unstable_by_mhz, self._workload.kind != "idle"):
+            return
+        self._sm_offset_mhz = 0.0
+        self._locks = UNLOCKED
+        self._limit_w = self.profile.default_limit_w
+        if self._store:
+            self._store.put_sm_offset(self._uuid, 0.0)
+            self._store.put_locks(self._uuid, UNLOCKED)
+            self._store.put(self._uuid, self._limit_w)
+        self._bus.reset(self._t)
 
     def _effective_locks(self) -> Locks:
         """The locks as the physics sees them: a memory lock runs at the nearest load tier."""
@@ -448,7 +476,7 @@ class SimGpu:
         th = self.profile.thermal
         t_eq = th.ambient_c + th.resistance_c_per_w * power
         self._temp_c = t_eq + (self._temp_c - t_eq) * math.exp(-dt / th.time_constant_s)
-        self._count_energy(now - dt, now, power)
+        self._energy.count(now - dt, now, power)
         k = math.exp(-dt / _POWER_READING_TIME_CONSTANT_S)
         self._power_reading_w = power + (self._power_reading_w - power) * k
         busy = 0.0 if self._workload.kind == "idle" else 1.0
@@ -458,51 +486,6 @@ class SimGpu:
             self._thermal_active = True
         elif self._temp_c < slowdown - _THERMAL_RELEASE_C:
             self._thermal_active = False
-
-    def _count_energy(self, t0: float, t1: float, power_w: float) -> None:
-        """Integrate the true draw over ``[t0, t1]`` (constant ``power_w``) and advance the
-        driver's counter to its last update instant in it, at the card's update period."""
-        p = self.profile
-        e0 = self._energy_mj
-        self._energy_mj = e0 + power_w * (t1 - t0) * 1000.0
-        period = p.energy_counter_period_s
-        if period > 0:
-            phase = self._counter_phase_s
-            last_update = phase + math.floor((t1 - phase) / period) * period
-            if last_update > t0:
-                # the true energy at the update instant: the draw is constant over the step
-                at_update = e0 + power_w * (last_update - t0) * 1000.0
-                self._counter_mj = p.energy_counter_gain * at_update
-        else:
-            self._counter_mj = p.energy_counter_gain * self._energy_mj
-        window = p.power_usage_average_s
-        trail = self._energy_trail
-        trail.append((t1, self._energy_mj))
-        while len(trail) > 2 and trail[1][0] <= t1 - window:
-            trail.popleft()
-
-    def _moving_average_w(self) -> float:
-        """The true draw averaged over the last ``power_usage_average_s`` (NaN for none)."""
-        window = self.profile.power_usage_average_s
-        if window <= 0:
-            return math.nan
-        trail = self._energy_trail
-        t_end, e_end = trail[-1]
-        start = t_end - window
-        (ta, ea), (tb, eb) = trail[0], trail[1]
-        # the draw is constant between two advances: the energy at the window's start is on
-        # the straight line between the breakpoints around it
-        e_start = ea + (eb - ea) * (start - ta) / (tb - ta) if tb > ta else ea
-        return (e_end - e_start) / window / 1000.0
-
-
-def _stable_margin_mhz(profile: GpuProfile, seed: int, index: int) -> float:
-    """A card's true stable SM clock offset, whole MHz: the profile's margin, moved uniformly
-    within +-``stable_offset_spread_mhz`` by the seed, the index and the profile (the silicon
-    lottery). Its own generator, so the reading noise is what it was without it."""
-    rng = random.Random(zlib.crc32(f"{seed}/{index}/{profile.name}/stable-offset".encode()))
-    spread = profile.stable_offset_spread_mhz * rng.uniform(-1.0, 1.0)
-    return float(max(0, round(profile.stable_offset_mhz + spread)))
 
 
 def _same_work(a: Workload, b: Workload) -> bool:

@@ -60,6 +60,9 @@ class SimOptions:
         ignore_max_tokens: The server streams past ``max_tokens`` (hidden).
         serving_gpus: The cards the model is loaded on (hidden; None: all).
         fault: A planted server fault (hidden; :mod:`powersweep.sim.faults`).
+        vf_reset_beyond_mhz: A card under load resets when its SM clock offset goes more than
+            this past its stable margin, MHz (hidden; 0: at any instability; as
+            :data:`powersweep.sim.vf_stability.DEFAULT_RESET_BEYOND_MHZ`).
     """
 
     time_scale: float | None = None
@@ -80,6 +83,7 @@ class SimOptions:
     ignore_max_tokens: bool = False
     serving_gpus: tuple[int, ...] | None = None
     fault: str | None = None
+    vf_reset_beyond_mhz: float = 50.0
 
     def recorded(self) -> dict[str, Any]:
         """The settings as ``run.json`` records them (its ``options``, under the flag names)."""
@@ -143,6 +147,8 @@ class SimOptions:
             )
         if self.http_error is not None and not 400 <= self.http_error <= 599:
             raise UsageError("--sim-http-error takes an HTTP error status (400-599)")
+        if not (math.isfinite(self.vf_reset_beyond_mhz) and self.vf_reset_beyond_mhz >= 0):
+            raise UsageError("--sim-vf-reset-beyond-mhz takes 0 or more MHz")
         self._validate_clock(url)
 
     def _validate_clock(self, url: str | None) -> None:
@@ -183,6 +189,7 @@ FLAGS = {
     "ignore_max_tokens": "--sim-ignore-max-tokens",
     "serving_gpus": "--sim-serving-gpus",
     "fault": "--sim-fault",
+    "vf_reset_beyond_mhz": "--sim-vf-reset-beyond-mhz",
 }
 # run.json's names for the settings whose flag has no ``--sim-`` prefix
 _RECORDED = {"time_scale": "time_scale", "seed": "seed"}

@@ -27,6 +27,7 @@ from powersweep.sim.physics import (
 )
 from powersweep.sim.profiles import GpuProfile
 from powersweep.sim.sim_gpu import LimitStore, SimGpu
+from powersweep.sim.vf_stability import DEFAULT_RESET_BEYOND_MHZ
 
 MIN_PLATEAU_CAPS = 3
 # Truth TPS/W this close (relative) is one value: the steady-state solve rounds at about 1e-9.
@@ -45,6 +46,8 @@ class SimRig:
         state_file: Where the cards' power limits persist (None: in memory).
         serving: Indices of the cards the model is loaded on (tensor parallel across them);
             None: every card. The others stay idle whatever the server does.
+        vf_reset_beyond_mhz: A serving card under load with its SM clock offset more than this
+            past its stable margin resets (0: at any instability).
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class SimRig:
         seed: int = 0,
         state_file: Path | None = None,
         serving: tuple[int, ...] | None = None,
+        vf_reset_beyond_mhz: float = DEFAULT_RESET_BEYOND_MHZ,
     ) -> None:
         if not profiles:
             raise UsageError("a simulated rig needs at least one GPU profile")
@@ -69,8 +73,18 @@ class SimRig:
         self._clock = clock
         store = LimitStore(state_file) if state_file else None
         share = 1.0 / len(serving)
+        self.vf_reset_beyond_mhz = vf_reset_beyond_mhz
         self.gpus = [
-            SimGpu(p, clock, index=i, seed=seed, store=store, share=share, serving=i in serving)
+            SimGpu(
+                p,
+                clock,
+                index=i,
+                seed=seed,
+                store=store,
+                share=share,
+                serving=i in serving,
+                vf_reset_beyond_mhz=vf_reset_beyond_mhz,
+            )
             for i, p in enumerate(profiles)
         ]
         self._serving_gpus = [g for g in self.gpus if g.serving]
@@ -138,6 +152,23 @@ class SimRig:
             sharing = max(1, self._prefilling)
         work = Workload("prefill", prompt_tokens=prompt_tokens)
         return min(g.rate_tps(work) for g in self._serving_gpus) / sharing
+
+    # Read without the cards' locks or advancing them (the server asks at every token): the
+    # cards' state moves only on their own calls, so these reads change no figure.
+
+    def instability_mhz(self) -> float:
+        return max(g.unstable_by_mhz for g in self._serving_gpus)
+
+    def reset_count(self) -> int:
+        return sum(g.resets for g in self._serving_gpus)
+
+    def off_bus(self) -> bool:
+        return any(g.off_bus() for g in self._serving_gpus)
+
+    def truth_stable_offsets_mhz(self) -> dict[int, float]:
+        """Each serving card's true stable SM clock offset margin, MHz, by card index (the
+        simulator's answer to an undervolt search)."""
+        return {g.index: g.truth_stable_offset_mhz for g in self._serving_gpus}
 
     def preheat(self, load_mode: str, concurrency: int = 1, prompt_tokens: int = 8000) -> None:
         """Jump every card to its steady temperature for a load at its current limit.

@@ -1,5 +1,6 @@
 """powersweep.sim.engine: the fixed-rate engine (a test double and benchmark baseline) keeps count
-of the requests in each phase and their peak, and its rates do not depend on the load."""
+of the requests in each phase and their peak, its rates do not depend on the load, and its cards'
+stability and resets are what a test sets."""
 
 from __future__ import annotations
 
@@ -41,3 +42,12 @@ def test_active_and_peak_counts_follow_each_phase_separately() -> None:
     engine.work_finished("prefill")
     assert engine.active == {"decode": 0, "prefill": 0}
     assert engine.peak_active == {"decode": 2, "prefill": 1}
+
+
+def test_the_cards_are_stable_and_on_the_bus_until_a_test_says_otherwise() -> None:
+    engine = ConstantEngine(ManualClock())
+    assert (engine.instability_mhz(), engine.reset_count(), engine.off_bus()) == (0.0, 0, False)
+    engine.instability_mhz_now = 12.5
+    engine.resets_so_far = 2
+    engine.off_bus_now = True
+    assert (engine.instability_mhz(), engine.reset_count(), engine.off_bus()) == (12.5, 2, True)

@@ -2,7 +2,10 @@
 its ASGI app, a constant engine on a clock 1,000 times faster than the wall: no socket). Each
 flavour's defaults, the requests it refuses and in what words, an over-long prompt Ollama keeps
 the tail of, the thinking switch, the requests counted, and the faults a request meets: busy
-answers, a fault once, at one cap or its first visit, or after a time."""
+answers, a fault once, at one cap or its first visit, or after a time. Greedy requests (temperature
+0) get the answer their prompt and seed decide, streamed or not, diverged while the engine reports
+an unstable card; a card off the bus fails the requests that arrive, one that resets those in
+flight."""
 
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ def _server(**kw: Any) -> SimServer:
 
 
 def _post(server: SimServer, *bodies: Any) -> list[httpx.Response]:
-    """Each body posted to /v1/chat/completions in turn (a dict as JSON, bytes as they are)."""
+    """Each body posted to /v1/chat/completions in turn (a dict as JSON, bytes as they are), on
+    the virtual loop of a server on virtual time."""
 
     async def run() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=server.app())
@@ -46,6 +50,10 @@ def _post(server: SimServer, *bodies: Any) -> list[httpx.Response]:
                     out.append(await client.post("/v1/chat/completions", json=body))
             return out
 
+    clock = server.engine.clock
+    if isinstance(clock, VirtualClock):
+        with asyncio.Runner(loop_factory=clock.loop_factory) as runner:
+            return runner.run(run())
     return asyncio.run(run())
 
 
@@ -205,3 +213,142 @@ def test_a_fault_after_a_time_spares_the_requests_before_it() -> None:
     assert _usage_tokens(_post(server, _ask(4))[0]) == 4
     soon = _server(fault=parse_fault("inflated-usage@+0"))
     assert _usage_tokens(_post(soon, _ask(4))[0]) == 200
+
+
+# --- greedy answers and an unstable or reset card (issue 36) --------------------------------
+
+
+def _greedy(n: int = 12, prompt: str = "What is 2+2?", **extra: Any) -> dict[str, Any]:
+    return {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": n,
+        "temperature": 0,
+        "seed": 11,
+        **extra,
+    }
+
+
+def _text(response: httpx.Response) -> str:
+    """The answer's text, streamed (its content deltas) or whole."""
+    assert response.status_code == 200
+    if response.headers["content-type"].startswith("text/event-stream"):
+        events = [e.removeprefix("data: ") for e in response.text.split("\n\n")]
+        chunks = [json.loads(e) for e in events if e.startswith("{")]
+        assert not any("error" in c for c in chunks)
+        return "".join(
+            c["delta"].get("content") or "" for chunk in chunks for c in chunk.get("choices", [])
+        )
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def test_a_greedy_answer_is_the_prompts_streamed_or_not_whatever_the_request_or_server() -> None:
+    one, other = _server(seed=1), _server(seed=2, flavour="vllm", tokens_per_chunk=3)
+    texts = [
+        _text(r) for r in _post(one, _greedy(), _greedy(stream=True), _greedy(temperature=0.0))
+    ]
+    texts += [_text(r) for r in _post(other, _greedy(stream=True), _greedy())]
+    assert len(set(texts)) == 1 and len(texts[0].split()) == 12
+    # a shorter limit: the start of the same answer
+    (short,) = _post(one, _greedy(5, stream=True))
+    assert _text(short).split() == texts[0].split()[:5]
+    # another prompt or seed: another answer; no seed is seed 0
+    changed = _post(one, _greedy(prompt="What is 2+3?"), _greedy(seed=12), _greedy(seed=None))
+    no_seed = _greedy()
+    del no_seed["seed"]
+    (seed_zero, absent) = _post(one, _greedy(seed=0), no_seed)
+    assert len({texts[0], *(_text(r) for r in changed)}) == 4
+    assert _text(seed_zero) == _text(absent) == _text(changed[2])
+
+
+def test_a_sampled_answer_is_still_the_request_numbers() -> None:
+    warm = _greedy(temperature=0.7)
+    first, second = _post(_server(seed=1), warm, warm)
+    assert _text(first) != _text(second)
+    again = _post(_server(seed=1), warm)[0]
+    assert _text(again) == _text(first)  # the same server seed and request number
+
+
+def test_greedy_answers_diverge_exactly_while_the_engine_is_unstable() -> None:
+    server = _server()
+    prompts = [f"Question {i}: what is {i} squared?" for i in range(8)]
+    asks = [
+        _greedy(n, prompt=p) for n, p in zip((2, 3, 5, 8, 12, 20, 40, 64), prompts, strict=True)
+    ]
+    stable = [_text(r) for r in _post(server, *asks)]
+    engine = server.engine
+    assert isinstance(engine, ConstantEngine)
+    engine.instability_mhz_now = 0.5
+    wrong = [_text(r) for r in _post(server, *asks)]
+    wrong_streamed = [_text(r) for r in _post(server, *(dict(a, stream=True) for a in asks))]
+    assert all(w != s for w, s in zip(wrong, stable, strict=True))
+    assert wrong_streamed == wrong  # the same wrong answer, streamed or not
+    # a sampled request is no check of the card: its text does not change
+    warm = _greedy(temperature=0.7)
+    engine.instability_mhz_now = 0.0
+    plain = _post(_server(), warm)[0]
+    engine.instability_mhz_now = 0.5
+    assert _text(_post(_server(), warm)[0]) == _text(plain)
+    shaky = _server()
+    shaky.engine.instability_mhz_now = 0.5  # type: ignore[attr-defined]
+    assert _text(_post(shaky, warm)[0]) == _text(plain)
+    engine.instability_mhz_now = 0.0  # stable again: the stable answers again
+    assert [_text(r) for r in _post(server, *asks)] == stable
+
+
+def _last_event(response: httpx.Response) -> dict[str, Any]:
+    events = [e for e in response.text.split("\n\n") if e.startswith("data: ")]
+    return dict(json.loads(events[-1].removeprefix("data: ")))
+
+
+LOST = {
+    "error": {
+        "code": 500,
+        "message": "CUDA error: an illegal memory access was encountered",
+        "type": "server_error",
+    }
+}
+
+
+def test_requests_arriving_while_a_card_is_off_the_bus_fail_with_a_cuda_error() -> None:
+    server = _server()
+    engine = server.engine
+    assert isinstance(engine, ConstantEngine)
+    engine.off_bus_now = True
+    whole, streamed = _post(server, _greedy(), _greedy(stream=True, temperature=0.7))
+    assert whole.status_code == 500 and whole.json() == LOST
+    assert streamed.status_code == 200 and _last_event(streamed) == LOST
+    assert server.requests_total == 2 and server.tokens_generated == 0
+    assert engine.peak_active == {"decode": 0, "prefill": 0}  # nothing ran on the card
+    engine.off_bus_now = False
+    assert [r.status_code for r in _post(server, _greedy(), _greedy(stream=True))] == [200, 200]
+
+
+class _ResettingEngine(ConstantEngine):
+    """A card that resets while the request decodes, at its ``at``-th rate asked (on virtual
+    time, so each token falls due on its own and the reset between two of them)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(VirtualClock(), decode_tps=100.0, prefill_tps=50_000.0)
+        self.at = at
+        self.asked = 0
+
+    def decode_rate_tps(self) -> float:
+        self.asked += 1
+        if self.asked == self.at:
+            self.resets_so_far += 1
+        return super().decode_rate_tps()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_card_that_resets_fails_the_requests_in_flight(stream: bool) -> None:
+    engine = _ResettingEngine(at=4)
+    server = SimServer(engine, flavour="vllm")
+    (lost,) = _post(server, _greedy(12, stream=stream))
+    if stream:
+        assert lost.status_code == 200 and _last_event(lost) == LOST
+        assert lost.text.count('"content":"') == 3  # the tokens before the reset went out
+    else:
+        assert lost.status_code == 500 and lost.json() == LOST
+    assert engine.active == {"decode": 0, "prefill": 0}  # its work ended with it
+    # the next request sees no new reset: it is served
+    assert _text(_post(server, _greedy(12, stream=stream))[0])

@@ -1,7 +1,8 @@
 """powersweep.sim.server_chunks: what the simulated server streams. The tokenizer's count, each
-request's generated text (seeded, reasoning first), the chunk, usage and timings bodies as each
-flavour writes them, the non-streamed answer, and the response that stops its stream the moment
-the client hangs up."""
+request's generated text (seeded, reasoning first; a greedy request's from its prompt and seed,
+diverged on an unstable card), the chunk, usage and timings bodies as each flavour writes them,
+the non-streamed answer, an error event, and the response that stops its stream the moment the
+client hangs up (and holds a whole answer's headers, so a failed one gets its own status)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ import pytest
 from powersweep.sim import faults
 from powersweep.sim.server_chunks import (
     ChunkFormat,
+    FailedAnswer,
     Plan,
     Progress,
     WatchedResponse,
     count_prompt_tokens,
+    error_event,
+    greedy_key,
+    is_greedy,
     message_text,
 )
 
@@ -71,6 +76,104 @@ def test_texts_are_seeded_per_request_and_start_each_part_without_a_space() -> N
     assert not texts[0].startswith(" ") and not texts[2].startswith(" ")
     assert all(t.startswith(" ") for i, t in enumerate(texts) if i not in (0, 2))
     assert len(fmt.texts(_plan(completion_tokens=100_000))) == 8192  # longer streams repeat
+
+
+def test_sampled_texts_are_what_they_were_before_greedy_answers() -> None:
+    # pinned from the simulator before greedy requests existed: a sweep's load is unchanged
+    texts = ChunkFormat("llamacpp", "m", 0, seed=3).texts(_plan(request_no=2))
+    assert texts == ["let", " I", "card", " sets", " and", " it"]
+
+
+def _ask(text: str = "What is 2+2?", role: str = "user") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "Be brief."}, {"role": role, "content": text}]
+
+
+def test_the_greedy_key_is_the_prompt_and_the_seed() -> None:
+    key = greedy_key(_ask(), 5)
+    assert key == greedy_key(_ask(), 5) and 0 <= key < 2**64
+    assert greedy_key(_ask(), None) == greedy_key(_ask(), 0)  # no seed: seed 0
+    others = [
+        greedy_key(_ask(), 6),
+        greedy_key(_ask(), "5"),
+        greedy_key(_ask("What is 2+3?"), 5),
+        greedy_key(_ask(role="assistant"), 5),
+        greedy_key(_ask()[1:], 5),
+        greedy_key([{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}], 5),
+    ]
+    assert len({key, *others}) == len(others) + 1
+
+
+@pytest.mark.parametrize(
+    ("temperature", "greedy"),
+    [
+        (0, True),
+        (0.0, True),
+        (-0.0, True),
+        (0.7, False),
+        (None, False),
+        (False, False),
+        ("0", False),
+    ],
+)
+def test_greedy_means_temperature_zero(temperature: Any, greedy: bool) -> None:
+    assert is_greedy({"temperature": temperature}) is greedy
+    assert is_greedy({}) is False
+
+
+def test_a_greedy_text_follows_its_key_alone_and_a_shorter_one_is_its_start() -> None:
+    key = greedy_key(_ask(), 5)
+    text = ChunkFormat("vllm", "m", 1, seed=3).texts(_plan(greedy_key=key, completion_tokens=40))
+    # not the request's number, nor the server's seed, nor its flavour
+    again = ChunkFormat("llamacpp", "m", 9, seed=4).texts(
+        _plan(greedy_key=key, completion_tokens=40, request_no=99)
+    )
+    assert again == text
+    for n in (1, 2, 7, 39):
+        assert (
+            ChunkFormat("vllm", "m", 1, 3).texts(_plan(greedy_key=key, completion_tokens=n))
+            == (text[:n])
+        )
+    other = ChunkFormat("vllm", "m", 1, 3).texts(
+        _plan(greedy_key=greedy_key(_ask(), 6), completion_tokens=40)
+    )
+    assert other != text
+    # a sampled request with the same number is another text
+    assert ChunkFormat("vllm", "m", 1, 3).texts(_plan(completion_tokens=40)) != text
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 33, 256])
+def test_a_diverged_answer_keeps_a_start_from_the_prompt_and_always_differs(n: int) -> None:
+    fmt = ChunkFormat("llamacpp", "m", 1, 0)
+    starts = set()
+    for seed in range(60):
+        plan = _plan(greedy_key=greedy_key(_ask(), seed), completion_tokens=n)
+        stable = fmt.texts(plan)
+        wrong = fmt.diverged(plan, stable)
+        assert wrong == fmt.diverged(plan, stable)  # deterministic
+        assert len(wrong) == n and wrong != stable
+        at = next(i for i, (a, b) in enumerate(zip(stable, wrong, strict=True)) if a != b)
+        assert 1 <= at <= max(1, n // 2)  # never the first token, within the first half
+        starts.add(at)
+        # every token keeps its spacing: parts still start without a space
+        assert [t.startswith(" ") for t in wrong] == [t.startswith(" ") for t in stable]
+    if n >= 8:
+        assert len(starts) > 2  # drawn from the prompt, not one fixed place
+
+
+def test_only_a_greedy_answer_of_two_tokens_or_more_diverges() -> None:
+    fmt = ChunkFormat("llamacpp", "m", 1, 0)
+    one = _plan(greedy_key=greedy_key(_ask(), 1), completion_tokens=1)
+    assert fmt.diverged(one, fmt.texts(one)) == fmt.texts(one)
+    sampled = _plan(completion_tokens=20)
+    assert fmt.diverged(sampled, fmt.texts(sampled)) == fmt.texts(sampled)
+
+
+def test_an_error_event_is_one_server_error_event() -> None:
+    raw = error_event("boom")
+    assert raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2
+    assert json.loads(raw[len(b"data: ") :]) == {
+        "error": {"code": 500, "message": "boom", "type": "server_error"}
+    }
 
 
 @pytest.mark.parametrize(
@@ -171,7 +274,9 @@ def test_message_text(message: Any, text: str) -> None:
     assert message_text(message) == text
 
 
-def _run_watched(body: AsyncIterator[bytes], disconnect_after: int | None) -> list[dict[str, Any]]:
+def _run_watched(
+    body: AsyncIterator[bytes], disconnect_after: int | None, hold_headers: bool = False
+) -> list[dict[str, Any]]:
     """Runs a WatchedResponse; the client hangs up after ``disconnect_after`` body messages."""
     sent: list[dict[str, Any]] = []
     hung_up = asyncio.Event()
@@ -187,7 +292,8 @@ def _run_watched(body: AsyncIterator[bytes], disconnect_after: int | None) -> li
         return {"type": "http.disconnect"}
 
     async def go() -> None:
-        await WatchedResponse(body, "text/event-stream")({"type": "http"}, receive, send)
+        response = WatchedResponse(body, "text/event-stream", hold_headers=hold_headers)
+        await response({"type": "http"}, receive, send)
 
     asyncio.run(asyncio.wait_for(go(), 5.0))
     return sent
@@ -232,3 +338,26 @@ def test_watched_response_raises_a_bug_in_its_generator() -> None:
 
     with pytest.raises(ZeroDivisionError):
         _run_watched(broken(), None)
+
+
+def test_a_whole_answer_that_fails_before_its_headers_gets_its_own_status() -> None:
+    async def failed() -> AsyncIterator[bytes]:
+        raise FailedAnswer(500, b'{"error": 1}')
+        yield b"never"  # an async generator
+
+    async def whole() -> AsyncIterator[bytes]:
+        await asyncio.sleep(0)
+        yield b"{}"
+
+    sent = _run_watched(failed(), None, hold_headers=True)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 500
+    assert [(m["body"], m["more_body"]) for m in sent[1:]] == [
+        (b'{"error": 1}', True),
+        (b"", False),
+    ]
+    sent = _run_watched(whole(), None, hold_headers=True)
+    assert sent[0]["status"] == 200
+    assert [m["body"] for m in sent[1:]] == [b"{}", b""]
+    # without held headers the failure is a bug in the generator: 200 has gone out already
+    with pytest.raises(FailedAnswer):
+        _run_watched(failed(), None)

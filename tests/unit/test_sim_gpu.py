@@ -3,7 +3,10 @@
 Its readings behave as real drivers' do (issue 24): a one-second moving average for the power
 usage of Ampere and newer, an instant field that follows the draw, and an energy counter that
 advances in steps at its update period while integrating the true draw. Its settings (limit,
-persistence mode, clock locks) are checked against the profile, and persist in a state file."""
+persistence mode, clock locks) are checked against the profile, and persist in a state file. A card
+put to work with its SM clock offset too far past its stable margin resets (issue 36): its
+settings go back to their defaults and it is off the bus for a while, its readings failing and its
+setters refused."""
 
 from __future__ import annotations
 
@@ -16,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from powersweep.clock import ManualClock
+from powersweep.errors import GpuError
 from powersweep.sim.limit_store import LimitStore
-from powersweep.sim.physics import IDLE, Locks, Workload
+from powersweep.sim.physics import IDLE, UNLOCKED, Locks, Workload
 from powersweep.sim.profiles import ENERGY_DRIFT_GAIN, get_profile
 from powersweep.sim.sim_gpu import SimGpu
+from powersweep.sim.vf_stability import RESET_OFF_BUS_S
 from powersweep.sweep.gpu import CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_SW_POWER_CAP
 
 
@@ -215,3 +220,96 @@ def test_set_temperature_moves_the_card_there_now() -> None:
     gpu.set_workload(IDLE)
     clock.advance(600.0)
     assert gpu.temp_c < 50.0  # and it cools back towards its idle temperature
+
+
+# --- a reset past the stable margin (issue 36) ------------------------------------------------
+
+
+def _tuned(tmp_path: Path | None = None, **kw: object) -> tuple[ManualClock, SimGpu]:
+    """An idle 3090 locked at 1560 MHz (SM) and 9751 MHz (memory), capped at 300 W."""
+    clock = ManualClock()
+    store = LimitStore(tmp_path / "state.json") if tmp_path else None
+    gpu = SimGpu(get_profile("rtx3090-air"), clock, seed=4, store=store, **kw)  # type: ignore[arg-type]
+    assert gpu.set_power_limit(300.0).accepted and gpu.lock_sm_clock(1560.0).accepted
+    assert gpu.lock_mem_clock(9751.0).accepted
+    return clock, gpu
+
+
+def test_a_card_under_load_past_its_margin_by_the_threshold_resets(tmp_path: Path) -> None:
+    clock, gpu = _tuned(tmp_path)
+    margin = gpu.truth_stable_offset_mhz
+    gpu.set_workload(Workload("decode"))
+    # up to the threshold past the margin: unstable, but the card keeps running
+    assert gpu.set_sm_clock_offset(margin + 50.0).accepted
+    assert (gpu.resets, gpu.unstable_by_mhz, gpu.off_bus()) == (0, 50.0, False)
+    clock.advance(30.0)
+    assert gpu.resets == 0 and math.isfinite(gpu.read_sample().power_w)
+    # beyond it: the driver recovers the card as after an Xid 79, at once
+    assert gpu.set_sm_clock_offset(margin + 50.5).accepted
+    assert gpu.resets == 1 and gpu.off_bus()
+    assert (gpu.sm_offset_mhz, gpu.unstable_by_mhz, gpu.locks) == (0.0, 0.0, UNLOCKED)
+    assert gpu.limit_w == gpu.profile.default_limit_w == 370.0
+    # and the state file says so, as each setter writes it
+    again = SimGpu(
+        get_profile("rtx3090-air"), clock, seed=4, store=LimitStore(tmp_path / "state.json")
+    )
+    assert (again.sm_offset_mhz, again.locks, again.limit_w) == (0.0, UNLOCKED, 370.0)
+
+
+def test_a_card_off_the_bus_fails_its_reads_and_refuses_its_settings_until_it_is_back() -> None:
+    clock, gpu = _tuned()
+    assert gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz + 120.0).accepted
+    gpu.set_workload(Workload("decode"))  # the work meets the offset: the card resets
+    assert gpu.resets == 1
+    clock.advance(RESET_OFF_BUS_S - 0.01)
+    lost = gpu.read_sample()
+    assert lost.gpu_index == 0 and lost.read_errors == 9  # NVML's nine reads, each failed
+    for value in (lost.power_w, lost.power_instant_w, lost.energy_mj, lost.temp_c):
+        assert math.isnan(value)
+    assert math.isnan(lost.sm_clock_mhz) and math.isnan(lost.mem_clock_mhz)
+    assert math.isnan(lost.util_pct) and lost.pstate is None and lost.clock_event_bits is None
+    for setter in (
+        lambda: gpu.set_power_limit(300.0),
+        lambda: gpu.lock_sm_clock(1560.0),
+        lambda: gpu.set_sm_clock_offset(0.0),
+    ):
+        with pytest.raises(GpuError, match=r"^GPU 0 has fallen off the bus") as err:
+            setter()
+        assert "\n" not in str(err.value)
+    assert gpu.limit_w == 370.0 and gpu.locks == UNLOCKED  # nothing was set
+    clock.advance(0.01)  # the recovery is over: back on the bus, at offset 0 and stable
+    assert not gpu.off_bus() and gpu.read_sample().read_errors == 0
+    assert gpu.set_power_limit(300.0).accepted and gpu.lock_sm_clock(1560.0).accepted
+    assert gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz).accepted
+    assert gpu.resets == 1  # at its margin it runs on
+
+
+def test_an_idle_card_holds_any_offset_and_resets_when_work_arrives() -> None:
+    clock, gpu = _tuned()
+    assert gpu.set_sm_clock_offset(1000.0).accepted
+    clock.advance(60.0)
+    assert gpu.resets == 0 and not gpu.off_bus() and gpu.unstable_by_mhz > 50.0
+    gpu.set_workload(Workload("prefill", prompt_tokens=8000))
+    assert gpu.resets == 1 and gpu.sm_offset_mhz == 0.0
+    gpu.set_workload(IDLE)
+    clock.advance(RESET_OFF_BUS_S)
+    gpu.set_workload(Workload("decode"))  # offset 0 now: no second reset
+    assert gpu.resets == 1
+
+
+def test_a_zero_threshold_resets_at_any_instability_and_none_at_the_margin() -> None:
+    _, gpu = _tuned(vf_reset_beyond_mhz=0.0)
+    gpu.set_workload(Workload("decode"))
+    assert gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz).accepted
+    assert gpu.resets == 0
+    assert gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz + 1.0).accepted
+    assert gpu.resets == 1 and gpu.off_bus()
+
+
+def test_a_pre_ampere_card_off_the_bus_counts_no_instant_read_it_never_had() -> None:
+    clock = ManualClock()
+    profile = replace(get_profile("rtx3090-air"), instant_power_field=False)
+    gpu = SimGpu(profile, clock, vf_reset_beyond_mhz=0.0)
+    gpu.set_workload(Workload("decode"))
+    gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz + 1.0)
+    assert gpu.read_sample().read_errors == 8

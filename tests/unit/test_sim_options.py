@@ -3,12 +3,15 @@ their flag names and read back for --resume."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from powersweep.errors import UsageError
 from powersweep.sim.sim_options import FLAGS, SimOptions, refuse_without_simulate
+from powersweep.sim.vf_stability import DEFAULT_RESET_BEYOND_MHZ
 from powersweep.sweep.options import OutputOptions, SweepOptions
 
 
@@ -53,6 +56,8 @@ def test_run_json_records_them_under_their_flag_names_and_resume_reads_them_back
         (SimOptions(context=100), None, "--sim-context must be at least 256"),
         (SimOptions(reasoning_tokens=-1), None, "--sim-reasoning-tokens must be 0 or more"),
         (SimOptions(http_error=200), None, "--sim-http-error takes an HTTP error status"),
+        (SimOptions(vf_reset_beyond_mhz=-1.0), None, "--sim-vf-reset-beyond-mhz takes 0 or more"),
+        (SimOptions(vf_reset_beyond_mhz=math.nan), None, "--sim-vf-reset-beyond-mhz takes 0"),
         (SimOptions(fault="stall"), "http://127.0.0.1:9", "--sim-fault needs the simulated"),
     ],
 )
@@ -96,3 +101,40 @@ def test_a_resumed_run_gets_the_simulated_rig_it_recorded(tmp_path: Path) -> Non
     nope = OutputOptions(resume=tmp_path / "nope")
     with build_rig(SweepOptions(simulate="rtx3090-air", output=nope)) as rig:
         assert rig.simulation is not None and rig.simulation["seed"] == 0
+
+
+def test_the_hidden_reset_threshold_is_parsed_recorded_and_rebuilt_on_resume(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import json
+
+    from powersweep.cli import main
+    from powersweep.cli import sweep as sweep_cli
+    from powersweep.cli.rigs import build_rig
+    from powersweep.sim.sim_rig import SimRig
+
+    assert SimOptions().vf_reset_beyond_mhz == DEFAULT_RESET_BEYOND_MHZ == 50.0
+    given: list[SimOptions] = []
+
+    def run_sweep(options: SweepOptions, sim: SimOptions, **kw: Any) -> None:
+        given.append(sim)
+
+    monkeypatch.setattr(sweep_cli, "run_sweep", run_sweep)
+    assert main(["--simulate", "rtx3090-air", "--sim-vf-reset-beyond-mhz", "0"]) == 0
+    assert main(["--simulate", "rtx3090-air"]) == 0
+    assert [s.vf_reset_beyond_mhz for s in given] == [0.0, 50.0]
+    assert main(["--simulate", "rtx3090-air", "--sim-vf-reset-beyond-mhz", "-5"]) == 2
+    assert "--sim-vf-reset-beyond-mhz takes 0 or more MHz" in capsys.readouterr().err
+    assert main(["sweep", "--help"]) == 0
+    assert "--sim-vf-reset-beyond-mhz" not in capsys.readouterr().out  # a hidden test switch
+    recorded = given[0].recorded()
+    assert recorded["sim_vf_reset_beyond_mhz"] == 0.0
+    assert SimOptions.from_recorded(recorded) == given[0]
+    # --resume rebuilds the rig it recorded: its cards reset at any instability
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"options": {"simulate": "rtx3090-air", **recorded}}))
+    options = SweepOptions(simulate="rtx3090-air", output=OutputOptions(resume=run))
+    with build_rig(options) as rig:
+        assert isinstance(rig.backend, SimRig) and rig.backend.vf_reset_beyond_mhz == 0.0
+        assert rig.simulation is not None and rig.simulation["vf_reset_beyond_mhz"] == 0.0

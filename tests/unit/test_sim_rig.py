@@ -1,17 +1,23 @@
 """powersweep.sim.sim_rig: the simulated rig as a GPU backend and as the engine the simulated
-server asks for token rates (which cards serve, what load each request puts on them), and the
-simulator's own noise-free answers (``ground_truth``, ``clock_ground_truth``)."""
+server asks for token rates (which cards serve, what load each request puts on them), whether its
+serving cards compute right or reset (issue 36: an undervolt search against the simulated server,
+end to end), and the simulator's own noise-free answers (``ground_truth``,
+``clock_ground_truth``, each card's stable offset margin)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+from typing import Any
 
+import httpx
 import pytest
 
 from powersweep.clock import ManualClock
 from powersweep.errors import UsageError
 from powersweep.sim.physics import Workload, steady_state
 from powersweep.sim.profiles import get_profile
+from powersweep.sim.server import SimServer
 from powersweep.sim.sim_rig import (
     LONG_PROMPT_TOKENS,
     MIN_PLATEAU_CAPS,
@@ -20,6 +26,8 @@ from powersweep.sim.sim_rig import (
     ground_truth,
     workload_for,
 )
+from powersweep.sim.vf_stability import RESET_OFF_BUS_S
+from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.gpu import CLOCK_EVENT_GPU_IDLE
 
 R3090 = get_profile("rtx3090-air")
@@ -114,6 +122,29 @@ def test_preheat_puts_serving_cards_at_their_steady_temperature() -> None:
     _, steady, _ = steady_state(R3090, Workload("decode", share=1.0), 300.0)
     assert rig.gpu(0).temp_c == pytest.approx(steady)
     assert rig.gpu(1).temp_c == pytest.approx(cold)
+
+
+def test_the_engine_reports_the_worst_serving_cards_instability_and_resets() -> None:
+    clock, rig = _rig(3, serving=(0, 1), vf_reset_beyond_mhz=20.0)
+    assert rig.vf_reset_beyond_mhz == 20.0
+    margins = rig.truth_stable_offsets_mhz()
+    assert margins == {
+        0: rig.gpus[0].truth_stable_offset_mhz,
+        1: rig.gpus[1].truth_stable_offset_mhz,
+    }
+    assert (rig.instability_mhz(), rig.reset_count(), rig.off_bus()) == (0.0, 0, False)
+    rig.gpus[0].set_sm_clock_offset(margins[0] + 5.0)
+    rig.gpus[1].set_sm_clock_offset(margins[1] + 15.0)
+    rig.gpus[2].set_sm_clock_offset(1000.0)  # not serving: neither checked nor ever loaded
+    assert rig.instability_mhz() == 15.0
+    rig.work_started("decode")  # under the threshold: wrong answers, no reset
+    assert rig.reset_count() == 0 and not rig.off_bus()
+    rig.gpus[1].set_sm_clock_offset(margins[1] + 25.0)  # past it, under load: card 1 resets
+    assert rig.reset_count() == 1 and rig.off_bus() and rig.gpus[1].sm_offset_mhz == 0.0
+    assert rig.instability_mhz() == 5.0  # card 0 still runs past its margin
+    assert rig.gpus[2].resets == 0 and rig.gpus[2].sm_offset_mhz == 1000.0
+    clock.advance(RESET_OFF_BUS_S)
+    assert not rig.off_bus() and rig.reset_count() == 1
 
 
 def test_workload_of_each_load_mode() -> None:
@@ -214,3 +245,61 @@ def test_clock_truth_finds_the_peak_the_pareto_front_and_the_tiers() -> None:
     assert [t["mem_lock_mhz"] for t in truth["tiers"]] == [14001.0, 7200.0, None]
     assert truth["default_limit_w"] == 575.0
     assert truth["unlocked_power_w"] == pytest.approx(rows[0]["power_w"])
+
+
+# --- an undervolt search against the simulated server (issue 36) ---------------------------
+
+
+def test_greedy_answers_go_wrong_past_the_margin_and_fail_across_a_reset() -> None:
+    clock = VirtualClock()
+    rig = SimRig([R3090], clock, seed=1)
+    gpu = rig.gpus[0]
+    server = SimServer(rig, seed=1)
+    margin = gpu.truth_stable_offset_mhz
+    lost = "CUDA error: an illegal memory access was encountered"
+
+    async def search() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=server.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+
+            async def ask(stream: bool = False) -> httpx.Response:
+                body = {
+                    "messages": [{"role": "user", "content": "Name the planets."}],
+                    "max_tokens": 16,
+                    "temperature": 0,
+                    "seed": 1,
+                    "stream": stream,
+                }
+                return await client.post("/v1/chat/completions", json=body)
+
+            out: dict[str, Any] = {"stable": (await ask()).json()}
+            assert gpu.lock_sm_clock(1560.0).accepted
+            assert gpu.set_sm_clock_offset(margin).accepted
+            out["at_margin"] = (await ask()).json()
+            assert gpu.set_sm_clock_offset(margin + 30.0).accepted
+            out["past_margin"] = (await ask()).json()
+            assert gpu.set_sm_clock_offset(margin + 80.0).accepted  # idle: it holds, for now
+            out["reset"] = await ask(stream=True)
+            out["after"] = (gpu.sm_offset_mhz, gpu.locks.sm_mhz, gpu.resets, rig.off_bus())
+            out["off_bus"] = await ask()
+            await clock.asleep(RESET_OFF_BUS_S)
+            out["back"] = (await ask()).json()
+            return out
+
+    with asyncio.Runner(loop_factory=clock.loop_factory) as runner:
+        out = runner.run(search())
+
+    def text(body: dict[str, Any]) -> str:
+        return str(body["choices"][0]["message"]["content"])
+
+    assert text(out["at_margin"]) == text(out["stable"])  # at its margin the card computes right
+    assert text(out["past_margin"]) != text(out["stable"])
+    assert gpu.resets == 1
+    events = [e for e in out["reset"].text.split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == (
+        'data: {"error": {"code": 500, "message": "' + lost + '", "type": "server_error"}}'
+    )
+    assert out["after"] == (0.0, None, 1, True)
+    assert out["off_bus"].status_code == 500 and out["off_bus"].json()["error"]["message"] == lost
+    assert text(out["back"]) == text(out["stable"])  # back at offset 0, stable
+    assert not rig.off_bus() and gpu.resets == 1
