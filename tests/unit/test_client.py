@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -14,8 +15,11 @@ import pytest
 
 from powersweep.clock import ScaledClock
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.sim.engine import ConstantEngine
+from powersweep.sim.server import SimServer
 from powersweep.sweep.server.client import ChatClient, RequestResult, ServerInfo
 from powersweep.sweep.server.discovery import normalize_base_url, strip_credentials
+from powersweep.sweep.server.greedy_answer import GreedyAnswer
 
 INFO = ServerInfo(
     base_url="http://sim.test:8080",
@@ -402,3 +406,216 @@ def test_normalize_rejects_non_http() -> None:
 
 def test_strip_credentials() -> None:
     assert strip_credentials("http://user:pass@h:1/v1?key=abc#x") == "http://h:1/v1"
+
+
+def run_greedy(
+    handler: Handler | httpx.AsyncBaseTransport, *, client_kw: Any = None, **kwargs: Any
+) -> tuple[GreedyAnswer, ChatClient, float]:
+    """One greedy answer from a client on ``handler`` (or a transport); also the wall seconds
+    it took."""
+
+    async def go() -> tuple[GreedyAnswer, ChatClient, float]:
+        transport = (
+            handler
+            if isinstance(handler, httpx.AsyncBaseTransport)
+            else httpx.MockTransport(handler)
+        )
+        client = ChatClient(
+            INFO, ScaledClock(1.0), api_key=KEY, transport=transport, **(client_kw or {})
+        )
+        kwargs.setdefault("max_tokens", 8)
+        kwargs.setdefault("seed", 1234)
+        t0 = time.monotonic()
+        try:
+            answer = await client.greedy("hello", **kwargs)
+        finally:
+            await client.aclose()
+        return answer, client, time.monotonic() - t0
+
+    return asyncio.run(go())
+
+
+def completion(message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+        **extra,
+    }
+
+
+def test_greedy_sends_one_unstreamed_greedy_request_with_the_thinking_switch() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        message = {"role": "assistant", "content": " The answer.", "reasoning_content": "Hm."}
+        usage = {"prompt_tokens": 3, "completion_tokens": 5}
+        return httpx.Response(200, json=completion(message, usage=usage))
+
+    answer, client, _ = run_greedy(handler, max_tokens=5, seed=77)
+    assert len(seen) == 1
+    body = json.loads(seen[0].content)
+    assert (body["temperature"], body["top_p"], body["seed"]) == (0, 1, 77)
+    assert body["stream"] is False and "stream_options" not in body
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_tokens"] == 5
+    assert body["messages"] == [{"role": "user", "content": "hello"}]
+    assert seen[0].headers["authorization"] == f"Bearer {KEY}"
+    assert answer == GreedyAnswer(
+        text="Hm. The answer.", completion_tokens=5, finish_reason="length"
+    )
+    assert answer.ok
+    assert client.accepts_thinking_switch is True
+
+
+def test_greedy_drops_a_refused_thinking_switch_as_chat_does() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if "chat_template_kwargs" in body:
+            detail = [{"loc": ["body", "chat_template_kwargs"], "msg": "extra"}]
+            return httpx.Response(422, json={"detail": detail})
+        if body["stream"]:
+            return httpx.Response(200, headers=SSE, content=sse_body(delta(content="a"), finish()))
+        return httpx.Response(200, json=completion({"content": "a"}))
+
+    async def go() -> tuple[GreedyAnswer, RequestResult, GreedyAnswer, ChatClient]:
+        client = ChatClient(INFO, ScaledClock(1.0), transport=httpx.MockTransport(handler))
+        first = await client.greedy("p", max_tokens=2, seed=1)
+        chat = await client.chat("p", max_tokens=2, prompt_kind="narr")
+        again = await client.greedy("p", max_tokens=2, seed=1)
+        await client.aclose()
+        return first, chat, again, client
+
+    first, chat, again, client = asyncio.run(go())
+    assert first.ok and chat.ok and again.ok
+    assert ["chat_template_kwargs" in b for b in bodies] == [True, False, False, False]
+    assert client.refused_keys == {"chat_template_kwargs"}
+    assert client.accepts_thinking_switch is False
+    assert all(b["temperature"] == 0 for b in (bodies[1], bodies[3]))
+
+
+@pytest.mark.parametrize(
+    ("status", "content", "expected"),
+    [
+        (500, b"<html><title>oops</title></html>", "HTTP 500: an HTML page (oops)"),
+        (401, json.dumps({"error": f"bad key {KEY}"}), "HTTP 401: bad key ***"),
+        (400, json.dumps({"error": {"message": "seed not supported"}}), "seed not supported"),
+    ],
+)
+def test_greedy_http_errors_are_answers_with_an_error(
+    status: int, content: bytes | str, expected: str
+) -> None:
+    answer, _, _ = run_greedy(lambda r: httpx.Response(status, content=content))
+    assert not answer.ok and answer.text == ""
+    assert answer.error.endswith(expected) and answer.error.startswith(f"HTTP {status}: ")
+    assert KEY not in answer.error
+
+
+def test_greedy_body_that_is_not_a_chat_completion_is_an_error() -> None:
+    answer, _, _ = run_greedy(lambda r: httpx.Response(200, json={"data": [{"id": f"m {KEY}"}]}))
+    assert not answer.ok
+    assert answer.error == "server answered a chat completion without choices"
+    answer, _, _ = run_greedy(lambda r: httpx.Response(200, json={"error": f"no {KEY}"}))
+    assert answer.error == "no ***"
+
+
+def test_greedy_retries_a_busy_server() -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            return httpx.Response(503, headers={"retry-after": "0.01"}, json={"error": "loading"})
+        return httpx.Response(200, json=completion({"content": "ok"}))
+
+    answer, _, _ = run_greedy(handler)
+    assert answer.ok and answer.text == "ok" and len(calls) == 2
+
+
+def test_greedy_transport_errors_are_answers_with_an_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("boom")
+
+    answer, _, _ = run_greedy(refuse)
+    assert not answer.ok
+    assert answer.error == "cannot connect to http://sim.test:8080: [Errno 111] Connection refused"
+    answer, _, _ = run_greedy(broken)
+    assert answer.error == "client error while reading the answer: RuntimeError: boom"
+
+
+def test_greedy_real_connection_refused(dead_port: int) -> None:
+    info = ServerInfo(f"http://127.0.0.1:{dead_port}", "m", "vllm", None, None, None)
+
+    async def go() -> GreedyAnswer:
+        async with ChatClient(info, ScaledClock(1.0), api_key=KEY) as client:
+            return await client.greedy("p", max_tokens=2, seed=0)
+
+    answer = asyncio.run(go())
+    assert not answer.ok
+    assert answer.error.startswith(f"cannot connect to http://127.0.0.1:{dead_port}")
+
+
+async def _never(request: httpx.Request) -> httpx.Response:
+    await asyncio.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+def test_greedy_is_bounded_by_the_deadline() -> None:
+    clock = ScaledClock(1.0)
+
+    async def go() -> tuple[GreedyAnswer, GreedyAnswer, float]:
+        client = ChatClient(INFO, clock, transport=httpx.MockTransport(_never))
+        t0 = time.monotonic()
+        cut = await client.greedy("p", max_tokens=2, seed=0, deadline_s=clock.now() + 0.1)
+        took = time.monotonic() - t0
+        late = await client.greedy("p", max_tokens=2, seed=0, deadline_s=clock.now() - 1.0)
+        await client.aclose()
+        return cut, late, took
+
+    cut, late, took = asyncio.run(go())
+    assert not cut.ok and cut.error == "no answer within 0.1 s (the deadline)"
+    assert took < 5
+    assert late.error == "no answer: the deadline had passed before the request was sent"
+
+
+def test_greedy_without_a_deadline_is_bounded_by_the_read_timeout() -> None:
+    # A server that never answers, behind a transport that applies no read timeout of its own:
+    # the client's read timeout still bounds the whole request.
+    answer, _, took = run_greedy(_never, client_kw={"read_timeout_s": 0.2})
+    assert answer.error == "no answer within 0.2 s (the client's read timeout)"
+    assert took < 5
+    answer, _, _ = run_greedy(_never, client_kw={"read_timeout_s": 60, "request_budget_s": 0.1})
+    assert answer.error == "no answer within 0.1 s (the client's request budget)"
+
+
+def test_greedy_real_read_timeout(silent_port: int) -> None:
+    info = ServerInfo(f"http://127.0.0.1:{silent_port}", "m", "vllm", None, None, None)
+
+    async def go() -> GreedyAnswer:
+        async with ChatClient(info, ScaledClock(1.0), read_timeout_s=0.2) as client:
+            return await client.greedy("p", max_tokens=2, seed=0)
+
+    answer = asyncio.run(go())
+    assert not answer.ok and "0.2 s" in answer.error
+
+
+@pytest.mark.parametrize(
+    ("flavour", "switch"),
+    [("llamacpp", True), ("vllm", True), ("ollama", True), ("plain", False)],
+)
+def test_greedy_against_the_simulated_server(flavour: str, switch: bool) -> None:
+    engine = ConstantEngine(ScaledClock(1000.0), decode_tps=100.0, prefill_tps=50_000.0)
+    server = SimServer(engine, flavour=flavour, reasoning_tokens=3)
+    transport = httpx.ASGITransport(app=server.app())
+    answer, client, _ = run_greedy(transport, max_tokens=6, seed=5)
+    assert answer.ok, answer.error
+    assert answer.completion_tokens == 6 and answer.finish_reason == "length"
+    assert answer.text.strip()
+    assert server.requests_total == 1
+    assert client.accepts_thinking_switch is switch

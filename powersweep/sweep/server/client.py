@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ import httpx
 from powersweep import runformat as rf
 from powersweep.clock import Clock
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
+from powersweep.sweep.server.greedy_answer import GreedyAnswer, parse_greedy
 from powersweep.sweep.server.http11 import MalformedResponse
 from powersweep.sweep.server.request import (
     ERR_NO_COUNTABLE_TOKENS,
@@ -49,6 +51,7 @@ __all__ = [
     "WARN_BUSY_RETRIED",
     "WARN_USAGE_UNTRUSTED",
     "ChatClient",
+    "GreedyAnswer",
     "RequestResult",
     "ServerInfo",
     "discover_server",
@@ -257,28 +260,103 @@ class ChatClient(ServerQueries):
                 run.deadline_hit = True
             else:
                 run.fail(f"timeout: {one_line(str(exc)) or type(exc).__name__}")
-        except httpx.TimeoutException as exc:
-            run.fail(self._timeout_message(exc))
-        except httpx.ConnectError as exc:
-            run.fail(f"cannot connect to {self._info.base_url}: {one_line(str(exc)) or 'refused'}")
-        except MalformedResponse as exc:
-            # Framing the transport refused: the request fails, its tokens untrusted (not counted
-            # as a stream cut by the server's close would be).
-            run.fail(f"malformed HTTP answer after {run.acc.chunk_tokens} tokens: {exc}")
-        except httpx.RemoteProtocolError as exc:
-            got = run.acc.chunk_tokens
-            run.reset = True
-            run.fail(f"server closed the connection mid-response after {got} tokens: {exc}")
-        except httpx.HTTPError as exc:
-            run.reset = isinstance(exc, httpx.ReadError)
-            run.fail(http_error_text(exc, run.acc.chunk_tokens))
-        except OSError as exc:
-            run.fail(f"network error: {one_line(str(exc)) or type(exc).__name__}")
         except Exception as exc:  # chat() must never raise: one bad answer must not end a sweep
-            run.fail(f"client error while reading the answer: {type(exc).__name__}: {exc}")
+            message, run.reset = self._failure(exc, run.acc.chunk_tokens)
+            run.fail(message)
         run.t_end_s = self._clock.now()
         limit = _limit(body)
         return run.result(prompt_kind, stream_index, stream, limit, self._clean)
+
+    async def greedy(
+        self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
+    ) -> GreedyAnswer:
+        """Ask for one greedy answer (temperature 0, fixed seed), not streamed. Never raises for
+        server or network failures.
+
+        The body is built as :meth:`chat` builds it (keys the server refused are left out, the
+        thinking switch is sent while the server takes it), so the answers of one prompt at
+        different clock offsets differ only where the card computed differently.
+
+        Args:
+            prompt: User message.
+            max_tokens: Generation limit sent as ``max_tokens``.
+            seed: Sampling seed sent as ``seed`` (a server that samples despite temperature 0
+                then still samples the same way each time).
+            deadline_s: Run-clock time by which the answer must have come; None: within the
+                client's read timeout (or its request budget, if shorter).
+
+        Returns:
+            The answer, or a failed one whose ``error`` says why in one line.
+        """
+        run = RequestRun(self._clock, False)
+        run.t_start_s = self._clock.now()
+        if deadline_s is None:
+            # One bound for the whole exchange, busy retries included: the read timeout alone
+            # bounds only each silence.
+            wall_s, bound = self._read_timeout_s, "the client's read timeout"
+            if self._budget_s is not None and self._budget_s / self._clock.scale < wall_s:
+                wall_s, bound = self._budget_s / self._clock.scale, "the client's request budget"
+        else:
+            wall_s, bound = (deadline_s - run.t_start_s) / self._clock.scale, "the deadline"
+        run.deadline_s = run.t_start_s + wall_s * self._clock.scale
+        extra = {"temperature": 0, "top_p": 1, "seed": seed}
+        body = self._body(prompt, max_tokens, False, extra)
+        answers: list[GreedyAnswer] = []
+
+        async def read(response: httpx.Response) -> None:
+            raw = await response.aread()
+            answers.append(parse_greedy(raw, response.headers.get("content-type", "")))
+
+        scope: asyncio.Timeout | None = None
+        try:
+            if wall_s <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(wall_s) as scope:
+                await self._exchange(body, False, run, read)
+        except Exception as exc:  # as chat(): one bad answer must not end a search
+            # Builtin TimeoutError is also a socket's: only the expired scope is the bound.
+            if isinstance(exc, TimeoutError) and scope is None:
+                run.fail("no answer: the deadline had passed before the request was sent")
+            elif isinstance(exc, TimeoutError) and scope is not None and scope.expired():
+                # three digits: the deadline's wall seconds are a difference of clock reads
+                shown = f"{wall_s:.3g}" if wall_s < 1000 else f"{wall_s:.0f}"
+                run.fail(f"no answer within {shown} s ({bound})")
+            else:
+                run.fail(self._failure(exc, 0)[0])
+        if run.error:
+            return GreedyAnswer.failed(self._clean(run.error))
+        if not answers:  # _exchange returns either after a failure or after reading
+            return GreedyAnswer.failed("client error: no answer was read")
+        answer = answers[0]
+        return replace(answer, error=self._clean(answer.error)) if answer.error else answer
+
+    def _failure(self, exc: Exception, tokens: int) -> tuple[str, bool]:
+        """A request's exception in one line, and whether the connection was reset.
+
+        Args:
+            exc: What the exchange raised (the caller's deadline excluded).
+            tokens: Token-bearing chunks read before it.
+        """
+        if isinstance(exc, httpx.TimeoutException):
+            return self._timeout_message(exc), False
+        if isinstance(exc, httpx.ConnectError):
+            return (
+                f"cannot connect to {self._info.base_url}: {one_line(str(exc)) or 'refused'}",
+                False,
+            )
+        if isinstance(exc, MalformedResponse):
+            # Framing the transport refused: the request fails, its tokens untrusted (not counted
+            # as a stream cut by the server's close would be).
+            return f"malformed HTTP answer after {tokens} tokens: {exc}", False
+        if isinstance(exc, httpx.RemoteProtocolError):
+            return f"server closed the connection mid-response after {tokens} tokens: {exc}", True
+        if isinstance(exc, httpx.HTTPError):
+            return http_error_text(exc, tokens), isinstance(exc, httpx.ReadError)
+        if isinstance(exc, TimeoutError):
+            return f"timeout: {one_line(str(exc)) or type(exc).__name__}", False
+        if isinstance(exc, OSError):
+            return f"network error: {one_line(str(exc)) or type(exc).__name__}", False
+        return f"client error while reading the answer: {type(exc).__name__}: {exc}", False
 
     def _timeout_message(self, exc: httpx.TimeoutException) -> str:
         if isinstance(exc, httpx.ConnectTimeout):
@@ -290,7 +368,16 @@ class ChatClient(ServerQueries):
             return f"read timeout: server sent nothing for {self._read_timeout_s:g} s"
         return f"timeout: {type(exc).__name__}"
 
-    async def _exchange(self, body: dict[str, Any], stream: bool, run: RequestRun) -> None:
+    async def _exchange(
+        self,
+        body: dict[str, Any],
+        stream: bool,
+        run: RequestRun,
+        read: Callable[[httpx.Response], Awaitable[None]] | None = None,
+    ) -> None:
+        """Send ``body`` (refused keys dropped, busy answers retried) and read the 200 answer:
+        by ``read`` when given, else into ``run``'s accounting. Any other answer fails ``run``.
+        """
         retried = False
         resent = False
         while True:
@@ -358,7 +445,10 @@ class ChatClient(ServerQueries):
                         self._switch_accepted = False
                 elif "chat_template_kwargs" in body and self._switch_accepted is None:
                     self._switch_accepted = True
-                await self._read(response, stream, run)
+                if read is None:
+                    await self._read(response, stream, run)
+                else:
+                    await read(response)
             finally:
                 await response.aclose()
             return

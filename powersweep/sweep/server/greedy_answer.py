@@ -1,0 +1,113 @@
+"""One greedy (temperature 0, fixed seed) chat answer, as the undervolt search compares them.
+
+At each clock offset the search asks the same prompts again and compares the answers token for
+token with those at offset 0: a card that computes wrongly at an offset changes the text.
+:func:`parse_greedy` reads a non-streamed ``chat.completion`` body into a :class:`GreedyAnswer`;
+the counts, finish reason and error texts come from the same accounting as a measured request
+(:class:`~powersweep.sweep.server.sse.StreamAccumulator`), so a greedy answer and a measured one
+describe one body alike.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# The delta/message keys the accumulator counts as generated text (content first, then the
+# reasoning aliases): one list, so a server's new alias is learnt in one place.
+from powersweep.sweep.server.sse import _TEXT_KEYS, StreamAccumulator, describe_body, one_line
+
+_CONTENT_KEY = _TEXT_KEYS[0]
+_REASONING_KEYS = _TEXT_KEYS[1:]
+# Error texts are one line of at most this many characters, as a measured request's are.
+_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class GreedyAnswer:
+    """A greedy answer, or why there is none.
+
+    Attributes:
+        text: The message's reasoning text followed by its content (the order the model
+            generated them in); empty when the request failed.
+        completion_tokens: Generated tokens as the server reported them (``usage``, else
+            llama.cpp ``timings``); None when it did not say.
+        finish_reason: As the server said (``stop``, ``length``...), None if it did not.
+        error: One-line reason the answer is missing or unusable; empty when it is ok.
+    """
+
+    text: str
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the server gave an answer whose text can be compared."""
+        return not self.error
+
+    @classmethod
+    def failed(cls, error: str) -> GreedyAnswer:
+        """A missing answer: ``error`` (collapsed to one line) says why.
+
+        Args:
+            error: The reason; must not be empty (an empty reason would read as ok).
+
+        Returns:
+            The failed answer.
+        """
+        return cls(text="", error=one_line(error, _ERROR_CHARS) or "no answer")
+
+
+def parse_greedy(raw: bytes, content_type: str = "") -> GreedyAnswer:
+    """Read a non-streamed ``chat.completion`` body. Never raises.
+
+    Args:
+        raw: The response body (HTTP status 200).
+        content_type: The response's ``Content-Type``, to describe a body that is not JSON.
+
+    Returns:
+        The answer; failed (with the reason) when the body is not JSON, carries an error object,
+        or is not a chat completion with a message.
+    """
+    try:
+        payload = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError included
+        return GreedyAnswer.failed(
+            f"server answered {describe_body(raw, content_type)} instead of JSON"
+        )
+    acc = StreamAccumulator()
+    acc.add_completion(payload)
+    totals = acc.totals()
+    if totals.error:
+        return GreedyAnswer.failed(totals.error)
+    # add_completion checked that the choices are a non-empty list.
+    first = payload["choices"][0]
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        return GreedyAnswer.failed("server answered a chat completion without a message")
+    text = _message_text(message)
+    if text is None:
+        return GreedyAnswer.failed(
+            "server answered a chat completion whose message has no content or reasoning text"
+        )
+    # The accumulator falls back on a count of stream chunks, and a whole answer has none.
+    counted = totals.token_source != "chunks"
+    return GreedyAnswer(
+        text=text,
+        completion_tokens=totals.completion_tokens if counted else None,
+        finish_reason=totals.finish_reason,
+    )
+
+
+def _message_text(message: dict[str, Any]) -> str | None:
+    """Reasoning then content; None when the message has text under none of the keys."""
+    reasonings = [v for k in _REASONING_KEYS if isinstance(v := message.get(k), str)]
+    content = message.get(_CONTENT_KEY)
+    if not reasonings and not isinstance(content, str):
+        return None
+    # A server that sends one reasoning text under two aliases (both at once) means it once;
+    # the longest is kept, as the accumulator counts that one's bytes.
+    reasoning = max(reasonings, key=len, default="")
+    return reasoning + (content if isinstance(content, str) else "")
