@@ -140,6 +140,9 @@ CAPS_COLUMNS = (
     "stop_reason",
     "ttft_p95_hi_ms",
     "itl_p95_hi_ms",
+    "sm_offset_mhz",
+    "answers_checked",
+    "answers_differ",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

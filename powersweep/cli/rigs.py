@@ -107,6 +107,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
             seed=sim.seed,
             state_file=sim.state,
             serving=sim.serving_gpus,
+            vf_reset_beyond_mhz=sim.vf_reset_beyond_mhz,
         )
     backend = vendor_backend(engine, clock) if isinstance(engine, SimRig) else engine
     served = options.server.url is None
@@ -162,6 +163,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
                 "pace_run_s_per_s": sim.pace,
                 "server_flavour": sim.server if served else None,
                 "node": sim_node(sim),
+                **_offset_truth(engine, sim),
             },
             truth=truth,
             clock_truth=clock_truth,
@@ -170,6 +172,19 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
             load_seed=sim.seed,
             recorded_options=sim.recorded(),
         )
+
+
+def _offset_truth(engine: Any, sim: SimOptions) -> dict[str, Any]:
+    """``run.json``'s truth of an undervolt search: each serving card's stable SM clock offset
+    margin (by card index, as JSON keys are text) and how far past it a card resets under
+    load; None for a replayed curve, which has no offset."""
+    if not isinstance(engine, SimRig):
+        return {"stable_offset_mhz": None, "vf_reset_beyond_mhz": None}
+    margins = engine.truth_stable_offsets_mhz()
+    return {
+        "stable_offset_mhz": {str(i): mhz for i, mhz in margins.items()},
+        "vf_reset_beyond_mhz": sim.vf_reset_beyond_mhz,
+    }
 
 
 def sim_clock(sim: SimOptions, url: str | None = None) -> Clock:
@@ -248,6 +263,13 @@ class _RigDrivingClient:
             return await self._client.chat(prompt, **kwargs)
         finally:
             self._rig.work_finished(kind)
+
+    async def greedy(self, prompt: str, **kwargs: Any) -> Any:
+        self._rig.work_started("decode")
+        try:
+            return await self._client.greedy(prompt, **kwargs)
+        finally:
+            self._rig.work_finished("decode")
 
     async def queued_requests(self) -> int | None:
         return await self._client.queued_requests()

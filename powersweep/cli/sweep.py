@@ -35,6 +35,7 @@ from powersweep.cli.sweep_flags import (
     LoadTargetOpt,
     MaxConcurrencyProbeOpt,
     MaxFailedCapsOpt,
+    MaxOffsetOpt,
     MemClocksOpt,
     MinCapSecondsOpt,
     ModelOpt,
@@ -42,6 +43,8 @@ from powersweep.cli.sweep_flags import (
     NoConfirmOpt,
     NoResetOpt,
     ObserveOnlyOpt,
+    OffsetBackoffOpt,
+    OffsetStepOpt,
     OutOpt,
     PrecisionOpt,
     QuietOpt,
@@ -67,7 +70,9 @@ from powersweep.cli.sweep_flags import (
     SimStateOpt,
     SimTokensPerChunkOpt,
     SimulateOpt,
+    SimVfResetBeyondOpt,
     SmClocksOpt,
+    SoakSecondsOpt,
     StateDirOpt,
     StepSizeOpt,
     StrategyOpt,
@@ -92,6 +97,7 @@ from powersweep.sweep.options import (
     SafetyOptions,
     ServerOptions,
     SweepOptions,
+    UndervoltOptions,
 )
 from powersweep.sweep.sampling.windows import WindowPolicy
 
@@ -120,6 +126,10 @@ def sweep_command(
     sm_clocks: SmClocksOpt = None,
     mem_clocks: MemClocksOpt = None,
     cap: HoldCapOpt = None,
+    offset_step: OffsetStepOpt = UndervoltOptions.offset_step_mhz,
+    offset_backoff_steps: OffsetBackoffOpt = UndervoltOptions.backoff_steps,
+    soak_seconds: SoakSecondsOpt = UndervoltOptions.soak_s,
+    max_offset: MaxOffsetOpt = None,
     strategy: StrategyOpt = PointOptions.strategy,
     settle: SettleOpt = MeasureOptions.settle_mode,
     settle_seconds: SettleSecondsOpt = MeasureOptions.settle_s,
@@ -160,6 +170,7 @@ def sweep_command(
     sim_ignore_max_tokens: SimIgnoreMaxTokensOpt = False,
     sim_serving_gpus: SimServingGpusOpt = None,
     sim_fault: SimFaultOpt = None,
+    sim_vf_reset_beyond_mhz: SimVfResetBeyondOpt = SimOptions.vf_reset_beyond_mhz,
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -187,6 +198,7 @@ def sweep_command(
         ignore_max_tokens=sim_ignore_max_tokens,
         serving_gpus=parse_gpus(sim_serving_gpus, "--sim-serving-gpus"),
         fault=sim_fault,
+        vf_reset_beyond_mhz=sim_vf_reset_beyond_mhz,
     )
     if simulate is None:
         if seed is not None:
@@ -238,6 +250,12 @@ def sweep_command(
             max_failed_caps=max_failed_caps,
         ),
         output=OutputOptions(out=out, resume=resume, cooling=cooling, tariff_per_kwh=tariff),
+        undervolt=UndervoltOptions(
+            offset_step_mhz=offset_step,
+            backoff_steps=offset_backoff_steps,
+            soak_s=soak_seconds,
+            max_offset_mhz=max_offset,
+        ),
         simulate=simulate,
     )
     if dry_run:
@@ -272,7 +290,14 @@ class _Progress:
 
     def on_points(self, run_dir: Path, planned: list[Any]) -> None:
         info(f"run directory: {run_dir}")
-        info(f"clock points: {len(planned)}, from {planned[0].label()} down")
+        first = planned[0]
+        if first.sm_offset_mhz is not None:
+            info(
+                f"undervolt search: the {first.cap_w:g} W cap, then the SM clock offset up "
+                "from 0 at a locked clock until a step is unstable"
+            )
+        else:
+            info(f"clock points: {len(planned)}, from {first.label()} down")
         if not self.quiet:
             self.bar = tqdm(total=len(planned), unit="point", file=sys.stderr, dynamic_ncols=True)
 
@@ -379,6 +404,8 @@ def _print_restored(restored: Any) -> None:
             info(f"GPU {r['gpu_index']}: power limit {state} to {r['limit_w']:g} W")
         if r.get("clocks"):
             info(f"GPU {r['gpu_index']}: {r['clocks']}")
+        if r.get("offset"):
+            info(f"GPU {r['gpu_index']}: {r['offset']}")
 
 
 def _failed_report(run_dir: Path, why: str) -> None:

@@ -26,6 +26,7 @@ from powersweep.sweep.options import (
 LOAD = "Load"
 CAPS = "Caps"
 CLOCKS = "Clock locks"
+UNDERVOLT = "Undervolt (--axis undervolt)"
 SERVER = "Server"
 SAFETY = "Safety"
 OUTPUT = "Output"
@@ -410,9 +411,46 @@ SimIgnoreMaxTokensOpt = Annotated[
 AxisOpt = Annotated[
     Axis,
     typer.Option(
-        help="What to sweep: the power limit, the SM clock lock, the memory clock lock, or a "
-        "grid of both (under one power limit).",
+        help="What to sweep: the power limit, the SM clock lock, the memory clock lock, a "
+        "grid of both (under one power limit), or the SM clock offset at one locked clock "
+        "(undervolt: checked for stability, beside the --cap it starts from).",
         rich_help_panel=CLOCKS,
+    ),
+]
+
+OffsetStepOpt = Annotated[
+    float,
+    typer.Option(
+        "--offset-step",
+        help="Undervolt: step between SM clock offsets, MHz.",
+        rich_help_panel=UNDERVOLT,
+    ),
+]
+
+OffsetBackoffOpt = Annotated[
+    int,
+    typer.Option(
+        "--offset-backoff-steps",
+        help="Undervolt: steps the answer backs off from the last stable offset.",
+        rich_help_panel=UNDERVOLT,
+    ),
+]
+
+SoakSecondsOpt = Annotated[
+    float,
+    typer.Option(
+        "--soak-seconds",
+        help="Undervolt: seconds the chosen offset runs under the load before its last check.",
+        rich_help_panel=UNDERVOLT,
+    ),
+]
+
+MaxOffsetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-offset",
+        help="Undervolt: the highest offset to try, MHz (default: the driver's maximum).",
+        rich_help_panel=UNDERVOLT,
     ),
 ]
 
@@ -450,4 +488,14 @@ SimMemLocksRefusedOpt = Annotated[
 SimSmLockIgnoredBelowOpt = Annotated[
     float | None,
     typer.Option(hidden=True, help="Simulation: SM locks under MHz silently ignored."),
+]
+
+SimVfResetBeyondOpt = Annotated[
+    float,
+    typer.Option(
+        "--sim-vf-reset-beyond-mhz",
+        hidden=True,
+        help="Simulation: a card under load resets when its SM clock offset is more than MHz "
+        "past its stable margin (0: at any instability).",
+    ),
 ]

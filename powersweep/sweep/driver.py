@@ -25,8 +25,7 @@ import contextlib
 import math
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
@@ -36,11 +35,11 @@ from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker, usable_points
 from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
-from powersweep.sweep.measurement.point import PointMeasurer, PointProgress, Protocol
+from powersweep.sweep.measurement.point import SOAK, PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
 from powersweep.sweep.measurement.setup import LoadSetup
-from powersweep.sweep.options import LoadOptions, MeasureOptions, PointOptions, SafetyOptions
-from powersweep.sweep.planning.clock_points import measure_order
+from powersweep.sweep.measurement.stability import GreedyApi, StabilityCheck
+from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.schedule import (
     AdaptiveClockSchedule,
@@ -49,6 +48,7 @@ from powersweep.sweep.planning.schedule import (
     Schedule,
 )
 from powersweep.sweep.planning.strategy import AdaptivePlanner
+from powersweep.sweep.planning.undervolt_steps import UndervoltSchedule
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.sampling.consistency import ratio_outliers
@@ -59,62 +59,11 @@ from powersweep.sweep.signals import (
     run_interruptible,
     signals_ignored,
 )
+from powersweep.sweep.sweep_plan import SweepOutcome, SweepPlan
 from powersweep.sweep.verdict import FaultLog, judge
 
 # Kept for callers of the old name: one progress record per point.
 CapProgress = PointProgress
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """What to measure, and the option groups as the CLI built them (taken as they are).
-
-    Attributes:
-        caps_w: Caps to measure (power axis), or the one limit a clock sweep runs under.
-        clock_points: Clock-lock points (``--axis sm-clock|mem-clock|grid``); empty on the power
-            axis, where ``caps_w`` are the points.
-        load: The load each point runs.
-        measure: How every point is measured (settling, the thermal wait, the sampler's
-            interval, the windows).
-        points: The axis, strategy, refinement step and confirm phase (for a resumed or
-            observe-only sweep, the session sets the strategy to ``dense``).
-        safety: Observe-only, no reset, failed points in a row before the sweep stops.
-    """
-
-    caps_w: tuple[float, ...]
-    clock_points: tuple[SweepPoint, ...] = ()
-    load: LoadOptions = field(default_factory=LoadOptions)
-    measure: MeasureOptions = field(default_factory=MeasureOptions)
-    points: PointOptions = field(default_factory=PointOptions)
-    safety: SafetyOptions = field(default_factory=SafetyOptions)
-
-    def all_points(self) -> list[SweepPoint]:
-        """Every planned point, in measuring order (caps from the highest down)."""
-        if self.clock_points:
-            return measure_order(self.clock_points)
-        if self.safety.observe_only:
-            return [SweepPoint(None) for _ in self.caps_w[:1]]
-        return [SweepPoint(c) for c in sorted(self.caps_w, reverse=True)]
-
-
-@dataclass(frozen=True)
-class SweepOutcome:
-    """How a sweep ended.
-
-    Attributes:
-        status: ``complete``, ``partial`` (too few points succeeded to answer),
-            ``interrupted`` or ``failed``.
-        error: One-line reason when not complete.
-        signum: The signal that interrupted it, if any.
-        caps_done: Caps that finished (any status).
-        restored: What was put back.
-    """
-
-    status: str
-    error: str | None
-    signum: int | None
-    caps_done: tuple[float, ...]
-    restored: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
 
 LoadFactory = Callable[[Sampler, Pace], Load]
@@ -206,12 +155,14 @@ class Sweep:
         self._signum: int | None = None
         self._faults = FaultLog()
         locker = ClockLocker(self.gpus, warn) if plan.clock_points else None
+        offsetter = ClockOffsetter(self.gpus, warn) if plan.undervolt else None
         self.restorer = Restorer(
             self.gpus,
             original,
             journal=None if plan.safety.observe_only else journal,
             backend=journal_backend or {"kind": "nvml"},
             locker=locker,
+            offsetter=offsetter,
             no_reset=plan.safety.no_reset,
             warn=warn,
         )
@@ -226,6 +177,9 @@ class Sweep:
             default_cap_w=min(original.values()),
             pace=self.pace,
             locker=locker,
+            offsetter=offsetter,
+            stability=self._stability_check(context_tokens),
+            soak_s=plan.undervolt.soak_s if plan.undervolt else 0.0,
             busy_gpus=frozenset(busy_gpus) if busy_gpus else None,
             warn=warn,
             progress=progress,
@@ -256,6 +210,21 @@ class Sweep:
         self._best: dict[SweepPoint, float] = {}
         self._n_measured = 0
         self._extra_check = before_change
+
+    def _stability_check(self, context_tokens: int | None) -> StabilityCheck | None:
+        """The undervolt search's check of each step (None on every other axis)."""
+        if self.plan.undervolt is None:
+            return None
+        metric = "prefill_tps" if self.plan.load.mode == "prefill-heavy" else "narr_tps"
+        if not callable(getattr(self.client, "greedy", None)):
+            raise PowersweepError("this client cannot send greedy probes: no undervolt search")
+        return StabilityCheck(
+            cast(GreedyApi, self.client),
+            self.gpus,
+            self.clock,
+            metric=metric,
+            context_tokens=context_tokens,
+        )
 
     def _before_change(self) -> None:
         """Every change goes through the restore journal: it must still be this sweep's."""
@@ -360,6 +329,13 @@ class Sweep:
             self._on_prepared,
         )
         schedule = self._schedule(points)
+        if isinstance(schedule, UndervoltSchedule):
+            try:
+                await self._run_schedule(schedule)
+                await self._soak(schedule)
+            finally:  # how far the search got, however it ended (run.json is written last)
+                self.meta["undervolt"] = schedule.record()
+            return
         await self._run_schedule(schedule)
         record = schedule.record()
         if record is not None:
@@ -387,9 +363,20 @@ class Sweep:
             self.meta["confirm"] = {"caps_w": [], "reason": None, "skipped": "--no-confirm"}
             self.writer.write_run_json(self.meta)
 
+    async def _soak(self, schedule: UndervoltSchedule) -> None:
+        """The undervolt search's end: the chosen offset soaked and checked (backed off a step
+        per failed soak, so at most one soak per stable step). No recheck, retry or confirm
+        phase: each would set an offset again outside the search's order."""
+        while (point := schedule.soak()) is not None:
+            row = await self.measurer.measure(point, SOAK, 0, 1)
+            schedule.soaked(str(row["status"]))
+
     def _schedule(self, points: list[SweepPoint]) -> Schedule:
         plan = self.plan
         metric = "prefill_tps" if plan.load.mode == "prefill-heavy" else "narr_tps"
+        if plan.undervolt is not None:
+            ledger = self.measurer.ledger
+            return UndervoltSchedule(plan.undervolt, lambda p: ledger.status.get(p.key))
         if plan.points.strategy != "adaptive" or plan.safety.observe_only:
             return DenseSchedule(points)
         if plan.clock_points:

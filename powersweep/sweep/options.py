@@ -49,6 +49,7 @@ class Axis(StrEnum):
     SM_CLOCK = "sm-clock"
     MEM_CLOCK = "mem-clock"
     GRID = "grid"
+    UNDERVOLT = "undervolt"
 
 
 class SettleMode(StrEnum):
@@ -353,6 +354,30 @@ class OutputOptions:
 
 
 @dataclass(frozen=True)
+class UndervoltOptions:
+    """How the undervolt search steps the SM clock offset (the ``Undervolt`` panel).
+
+    Attributes:
+        offset_step_mhz: Step between offsets, MHz. 30 by default: two of the 15 MHz bins the
+            voltage/frequency curve of Ampere and later cards moves in, so every step moves it.
+        backoff_steps: Steps the answer backs off from the last stable offset.
+        soak_s: Run seconds the chosen offset is held under the load, before it is measured and
+            checked once more (the card at its hottest).
+        max_offset_mhz: The highest offset to try (None: the driver's maximum).
+    """
+
+    offset_step_mhz: float = 30.0
+    backoff_steps: int = 2
+    soak_s: float = 120.0
+    max_offset_mhz: float | None = None
+
+    @classmethod
+    def from_recorded(cls, data: Mapping[str, Any]) -> UndervoltOptions:
+        """The group a ``run.json`` recorded (keys it lacks keep their defaults)."""
+        return cls(**_recorded_fields(cls, data))
+
+
+@dataclass(frozen=True)
 class SweepOptions:
     """Every option of a sweep, by concern (what ``run.json`` records under ``options``).
 
@@ -368,6 +393,7 @@ class SweepOptions:
     server: ServerOptions = field(default_factory=ServerOptions)
     safety: SafetyOptions = field(default_factory=SafetyOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
+    undervolt: UndervoltOptions = field(default_factory=UndervoltOptions)
     simulate: str | None = None
 
     @property
@@ -389,6 +415,7 @@ class SweepOptions:
         data.update(self.server.recorded())
         data.update(asdict(self.safety))
         data.update(asdict(self.output))
+        data.update(asdict(self.undervolt))
         for key in ("out", "resume", "state_dir"):
             data[key] = str(data[key]) if data[key] is not None else None
         return data
@@ -410,6 +437,7 @@ class SweepOptions:
                 server=ServerOptions.from_recorded(recorded),
                 safety=SafetyOptions.from_recorded(recorded),
                 output=OutputOptions.from_recorded(recorded),
+                undervolt=UndervoltOptions.from_recorded(recorded),
                 simulate=recorded.get("simulate"),
             )
         except ValueError as exc:

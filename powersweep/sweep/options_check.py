@@ -24,6 +24,7 @@ from powersweep.sweep.options import (
     STRATEGIES,
     Axis,
     SweepOptions,
+    UndervoltOptions,
 )
 from powersweep.sweep.server.discovery import normalize_base_url
 
@@ -220,3 +221,36 @@ def _validate_axis(options: SweepOptions) -> None:
             "--observe-only measures at the clocks and limit in force: drop --sm-clocks, "
             "--mem-clocks and --cap"
         )
+    if points.axis == Axis.UNDERVOLT:
+        _validate_undervolt(options)
+    elif options.undervolt != UndervoltOptions():
+        raise UsageError(
+            "--offset-step, --offset-backoff-steps, --soak-seconds and --max-offset work only "
+            "with --axis undervolt"
+        )
+
+
+def _validate_undervolt(options: SweepOptions) -> None:
+    """The undervolt search: one SM lock (or none: the clock its cap holds), no memory locks,
+    a search that changes the card, and offsets it can step."""
+    points, uv = options.points, options.undervolt
+    if points.sm_clocks is not None and len(points.sm_clocks) != 1:
+        raise UsageError("--axis undervolt locks one SM clock: give one --sm-clocks value")
+    if points.mem_clocks is not None:
+        raise UsageError("--axis undervolt leaves the memory clock alone: drop --mem-clocks")
+    if options.safety.observe_only:
+        raise UsageError("--axis undervolt sets clock offsets: it cannot be --observe-only")
+    if options.output.resume is not None:
+        raise UsageError(
+            "an undervolt search cannot be resumed (each step depends on the last): start it again"
+        )
+    if not (math.isfinite(uv.offset_step_mhz) and uv.offset_step_mhz > 0):
+        raise UsageError("--offset-step must be a positive number of MHz")
+    if uv.backoff_steps < 0:
+        raise UsageError("--offset-backoff-steps must be 0 or more")
+    if not (math.isfinite(uv.soak_s) and uv.soak_s >= 0):
+        raise UsageError("--soak-seconds must be 0 or more")
+    if uv.max_offset_mhz is not None and not (
+        math.isfinite(uv.max_offset_mhz) and uv.max_offset_mhz >= uv.offset_step_mhz
+    ):
+        raise UsageError("--max-offset must be at least one --offset-step")

@@ -15,6 +15,7 @@ from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.options_check import validate
 from powersweep.sweep.planning.caps import uniform_envelope
 from powersweep.sweep.planning.clock_points import SweepPoint
+from powersweep.sweep.planning.undervolt_steps import UndervoltPlan
 from powersweep.sweep.records.journal import Journal, default_state_dir
 from powersweep.sweep.rig import RigFactory
 from powersweep.sweep.server.discovery import DEFAULT_PORTS
@@ -37,6 +38,7 @@ class DryRun:
         axis: The sweep's axis.
         estimated_run_s: Rough run time of the sweep (as on real hardware).
         bound_run_s: The most run time it may take (every point to its maximum window).
+        undervolt: The undervolt search's steps (``--axis undervolt``).
     """
 
     gpus: tuple[dict[str, Any], ...]
@@ -49,6 +51,7 @@ class DryRun:
     axis: str = "power"
     estimated_run_s: float | None = None
     bound_run_s: float | None = None
+    undervolt: UndervoltPlan | None = None
 
     def lines(self) -> list[str]:
         """The plan as the CLI prints it."""
@@ -65,7 +68,9 @@ class DryRun:
         e = self.envelope
         shared = "shared by the GPUs" if len(self.gpus) > 1 else "GPU"
         out.append(f"envelope ({shared}): {e.min_w:g}-{e.max_w:g} W")
-        if self.points:
+        if self.undervolt is not None:
+            out += _undervolt_lines(self.undervolt)
+        elif self.points:
             out += _points_lines(self.axis, self.points, self.caps_w)
         else:
             caps = ", ".join(f"{c:g}" for c in self.caps_w)
@@ -102,6 +107,25 @@ def _points_lines(
         "memory locks (MHz): " + (", ".join(f"{m:g}" for m in mems) if mems else "none (unlocked)")
     )
     return out
+
+
+def _undervolt_lines(plan: UndervoltPlan) -> list[str]:
+    """The undervolt search's steps, as far as they are known before it starts."""
+    lock = (
+        f"SM {plan.lock_mhz:g} MHz (--sm-clocks)"
+        if plan.lock_mhz is not None
+        else f"the SM clock the {plan.cap_w:g} W cap holds (measured first)"
+    )
+    offsets = [k * plan.step_mhz for k in range(plan.max_steps + 1)]
+    shown = ", ".join(f"{o:+g}" for o in offsets[:8]) + (", ..." if len(offsets) > 8 else "")
+    soak = f"soaked {plan.soak_s:g} s" if plan.soak_s > 0 else "not soaked (--soak-seconds 0)"
+    return [
+        f"axis: undervolt, at most {len(offsets) + 2} points under a {plan.cap_w:g} W limit",
+        f"baseline: the {plan.cap_w:g} W cap, unlocked, offset 0 (the answer is compared with it)",
+        f"then locked at {lock}, SM clock offsets (MHz): {shown} up to {plan.max_mhz:+g}",
+        f"each step checked for stability; the first unstable one ends the search; the answer "
+        f"backs off {plan.backoff_steps} step(s) from the last stable one and is {soak}",
+    ]
 
 
 def _duration(seconds: float) -> str:
@@ -145,17 +169,23 @@ def dry_run(
         planned = axis_named(options.points.axis).plan(options, gpus, warn, rig.clock)
         caps, points = planned.caps_w, planned.points
         n = len(points) or len(caps)
+        extra_s = 0.0
+        uv = planned.undervolt
+        if uv is not None:
+            # every step up to the highest offset, the baseline, the reference and one soak
+            n, extra_s = uv.max_steps + 3, uv.soak_s
         return DryRun(
             gpus=tuple(gpu_meta(g) for g in gpus),
             selection=choice.reason,
             envelope=envelope,
             caps_w=tuple(sorted(caps, reverse=True)),
-            estimated_wall_s=rig.clock.wall_s(estimate_wall_s(options, n, 1.0, caps)),
+            estimated_wall_s=rig.clock.wall_s(estimate_wall_s(options, n, 1.0, caps) + extra_s),
             journal_path=journal_for(options).path
             if options.safety.changes_limits and rig.limits_outlive_process
             else None,
             points=tuple(points),
             axis=options.points.axis,
-            estimated_run_s=estimate_wall_s(options, n, 1.0, caps),
-            bound_run_s=bound_run_s(options, n, planned_spacing_w(caps)),
+            estimated_run_s=estimate_wall_s(options, n, 1.0, caps) + extra_s,
+            bound_run_s=bound_run_s(options, n, planned_spacing_w(caps)) + extra_s,
+            undervolt=planned.undervolt,
         )

@@ -36,6 +36,7 @@ from powersweep.sweep.options import Strategy, SweepOptions
 from powersweep.sweep.options_check import validate
 from powersweep.sweep.plan import journal_for
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.planning.undervolt_steps import UndervoltPlan
 from powersweep.sweep.records.cardlock import card_key, locks_for
 from powersweep.sweep.records.journal import (
     Journal,
@@ -297,7 +298,7 @@ def _run_session(
                 return {"simulation": {**sim, "ground_truth": rig.truth(truth_caps, prep)}}
 
             sweep = Sweep(
-                _sweep_plan(options, caps, resume, points),
+                _sweep_plan(options, caps, resume, points, planned.undervolt),
                 gpus,
                 rig.clock,
                 client,
@@ -394,6 +395,7 @@ def _sweep_plan(
     caps: list[float],
     resume: ResumeState | None,
     points: list[SweepPoint] | None = None,
+    undervolt: UndervoltPlan | None = None,
 ) -> SweepPlan:
     dense = options.safety.observe_only or resume is not None
     return SweepPlan(
@@ -404,6 +406,7 @@ def _sweep_plan(
         # a resumed or observe-only sweep measures what is left, every point
         points=replace(options.points, strategy=Strategy.DENSE) if dense else options.points,
         safety=options.safety,
+        undervolt=undervolt,
     )
 
 

@@ -15,7 +15,8 @@ import pytest
 from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.cross_result_types import CrossModeResult
 from powersweep.analysis.fleet_result_types import FleetReport
-from powersweep.analysis.result_types import PowerAnalysis
+from powersweep.analysis.result_types import JsonRecord, PowerAnalysis
+from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -94,7 +95,11 @@ def read_json(path: Path) -> Any:
     (no key lost or mistyped)."""
     data = json.loads(path.read_text())
     if path.name == "analysis.json" and isinstance(data, dict):
-        typed = ClockAnalysis if data.get("kind") == "clocks" else PowerAnalysis
+        kinds: dict[Any, type[JsonRecord]] = {
+            "clocks": ClockAnalysis,
+            "undervolt": UndervoltAnalysis,
+        }
+        typed = kinds.get(data.get("kind"), PowerAnalysis)
         assert typed.from_json(data).to_json() == data, f"{path} does not round-trip"
     if path.name == "fleet.json" and isinstance(data, dict):
         assert FleetReport.from_json(data).to_json() == data, f"{path} does not round-trip"

@@ -41,7 +41,7 @@ def _json_round_trip(options: SweepOptions) -> SweepOptions:
 def test_choices_are_their_strings_in_the_order_the_cli_lists_them() -> None:
     assert LoadMode.PREFILL_HEAVY == "prefill-heavy" and Axis.GRID == "grid"
     assert LOAD_MODES == ("decode-single", "decode-concurrent", "prefill-heavy")
-    assert AXES == ("power", "sm-clock", "mem-clock", "grid")
+    assert AXES == ("power", "sm-clock", "mem-clock", "grid", "undervolt")
     assert BACKENDS == ("auto", "nvml", "amdsmi")
     assert f"{Cooling.AIO}" == "aio"
 

@@ -62,6 +62,8 @@ def test_the_node_is_the_flag_else_the_environment_else_the_host(
 def test_a_simulated_sweeps_rig_records_what_rebuilds_it() -> None:
     options = SweepOptions(simulate="rtx3090-air + mi300x")
     with rigs.build_rig(options, SimOptions(seed=3, server="vllm")) as rig:
+        assert rig.simulation is not None
+        margins = rig.simulation["stable_offset_mhz"]
         assert rig.simulation == {
             "profile": "rtx3090-air + mi300x",
             "seed": 3,
@@ -70,7 +72,12 @@ def test_a_simulated_sweeps_rig_records_what_rebuilds_it() -> None:
             "pace_run_s_per_s": None,
             "server_flavour": "vllm",
             "node": "node7",
+            # the truth of an undervolt search: each serving card's margin, and the reset
+            "stable_offset_mhz": margins,
+            "vf_reset_beyond_mhz": 50.0,
         }
+        assert list(margins) == ["0", "1"] and 150.0 <= margins["0"] <= 200.0
+        assert margins["1"] == 0.0  # an AMD card has no offset to undervolt with
         assert rig.journal_backend == {
             "kind": "sim",
             "profiles": ["rtx3090-air", "mi300x"],
@@ -98,6 +105,24 @@ def test_the_simulators_settings_reach_the_cards(tmp_path: Path) -> None:
         assert profile.mem_locks_supported is False
         assert rig.limits_outlive_process  # settings kept in a file outlive the process
         assert rig.journal_backend["sim_state"] == str(state.resolve())
+
+
+def test_the_stable_margins_recorded_are_the_serving_cards_and_a_replay_has_none(
+    tmp_path: Path,
+) -> None:
+    sim = SimOptions(seed=5, serving_gpus=(1,), vf_reset_beyond_mhz=0.0)
+    with rigs.build_rig(SweepOptions(simulate="rtx4090-air+rtx4090-air"), sim) as rig:
+        assert isinstance(rig.backend, SimRig) and rig.simulation is not None
+        assert rig.simulation["stable_offset_mhz"] == {
+            "1": rig.backend.gpus[1].truth_stable_offset_mhz
+        }
+        assert rig.simulation["vf_reset_beyond_mhz"] == 0.0
+    csv = tmp_path / "caps.csv"
+    csv.write_text("cap_w,power_w,narr_tps\n200,199,20\n250,249,27\n300,295,31\n350,330,33\n")
+    with rigs.build_rig(SweepOptions(simulate=f"replay:{csv}")) as rig:
+        assert rig.simulation is not None
+        assert rig.simulation["stable_offset_mhz"] is None
+        assert rig.simulation["vf_reset_beyond_mhz"] is None
 
 
 def test_a_simulated_card_the_backend_cannot_drive_is_refused() -> None:

@@ -13,6 +13,7 @@ from powersweep.cli import main
 from powersweep.cli.sweep import _finish_report, _print_restored, _Progress
 from powersweep.sim.profiles import OUTLIERS, profile_names
 from powersweep.sim.synthetic_fleet import synthetic_fleet
+from powersweep.sweep.planning.points import SweepPoint
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -113,13 +114,37 @@ def test_a_quiet_progress_has_no_bar_but_says_the_plan(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bar = _Progress(quiet=True)
-    bar.on_points(tmp_path, [SimpleNamespace(label=lambda: "SM 1800 MHz")])
+    bar.on_points(tmp_path, [SweepPoint(None, 1800.0)])
     bar.on_progress(_point())
     assert bar.bar is None
     assert capsys.readouterr().err.splitlines() == [
         f"run directory: {tmp_path}",
         "clock points: 1, from SM 1800 MHz down",
     ]
+
+
+def test_an_undervolt_search_says_what_it_will_do(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _Progress(quiet=True).on_points(tmp_path, [SweepPoint(300.0, sm_offset_mhz=0.0)])
+    assert capsys.readouterr().err.splitlines()[1] == (
+        "undervolt search: the 300 W cap, then the SM clock offset up from 0 at a locked clock "
+        "until a step is unstable"
+    )
+
+
+def test_a_restored_offset_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    _print_restored(
+        [
+            {
+                "gpu_index": 0,
+                "limit_w": 370.0,
+                "ok": True,
+                "offset": "SM clock offset put back to 0 MHz",
+            }
+        ]
+    )
+    assert capsys.readouterr().err.splitlines()[-1] == "GPU 0: SM clock offset put back to 0 MHz"
 
 
 def test_restored_limits_and_clocks_are_said_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:

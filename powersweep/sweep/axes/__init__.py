@@ -16,9 +16,11 @@ from powersweep.errors import UsageError
 from powersweep.sweep.axes.axis_base import AnalysisSettings, SweepAxis
 from powersweep.sweep.axes.clock_axes import GridAxis, MemClockAxis, SmClockAxis
 from powersweep.sweep.axes.power_axis import PowerAxis
+from powersweep.sweep.axes.undervolt_axis import UndervoltAxis
 
 AXES: Mapping[str, SweepAxis] = {
-    axis.name: axis for axis in (PowerAxis(), SmClockAxis(), MemClockAxis(), GridAxis())
+    axis.name: axis
+    for axis in (PowerAxis(), SmClockAxis(), MemClockAxis(), GridAxis(), UndervoltAxis())
 }
 
 

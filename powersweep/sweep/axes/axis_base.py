@@ -28,6 +28,7 @@ from powersweep.sweep.estimate import check_plan_time
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.planning.undervolt_steps import UndervoltPlan
 from powersweep.sweep.resume import ResumeState
 
 R = TypeVar("R", bound=JsonRecord)
@@ -40,10 +41,12 @@ class PlannedPoints:
     Attributes:
         caps_w: The caps to measure (power axis), or the one limit a clock sweep holds.
         points: The clock-lock points (empty on the power axis, where the caps are the points).
+        undervolt: The undervolt search's bounds (its steps are chosen as it goes).
     """
 
     caps_w: list[float]
     points: list[SweepPoint] = field(default_factory=list)
+    undervolt: UndervoltPlan | None = None
 
 
 @dataclass(frozen=True)

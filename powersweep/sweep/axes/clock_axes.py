@@ -17,6 +17,7 @@ from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.clock_summary import render_clock_summary
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import known, number
+from powersweep.analysis.undervolt import is_undervolt_curve
 from powersweep.clock import Clock
 from powersweep.errors import GpuError
 from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
@@ -97,8 +98,9 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
         return PlannedPoints([min(g.envelope().current_w for g in gpus)], points)
 
     def matches(self, curve: Curve) -> bool:
-        """Rows with clock locks, on this axis as run.json records it (else as the data shows)."""
-        if not is_clock_curve(curve.caps):
+        """Rows with clock locks, on this axis as run.json records it (else as the data shows);
+        not an undervolt search's (its rows hold an offset)."""
+        if not is_clock_curve(curve.caps) or is_undervolt_curve(curve):
             return False
         return infer_axis(clock_points(curve.caps, curve.metric), curve.run) == self.name
 

@@ -34,13 +34,13 @@ class PointLedger:
         points: The point of each key.
     """
 
-    status: dict[tuple[Any, Any, Any], str] = field(default_factory=dict)
-    ratios: dict[tuple[Any, Any, Any], float] = field(default_factory=dict)
+    status: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    ratios: dict[tuple[Any, ...], float] = field(default_factory=dict)
     prefill_s_per_token: dict[float, float] = field(default_factory=dict)
     prefill_by_rank: dict[float, dict[int, float]] = field(default_factory=dict)
-    points: dict[tuple[Any, Any, Any], SweepPoint] = field(default_factory=dict)
-    readings: dict[tuple[Any, Any, Any], Reading] = field(default_factory=dict)
-    figures: dict[tuple[Any, Any, Any], tuple[float, float]] = field(default_factory=dict)
+    points: dict[tuple[Any, ...], SweepPoint] = field(default_factory=dict)
+    readings: dict[tuple[Any, ...], Reading] = field(default_factory=dict)
+    figures: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
 
     def local_slope(self, point: SweepPoint) -> float:
         """d ln(TPS) / dP between the two points measured ok nearest to ``point`` on its axis

@@ -27,8 +27,10 @@ from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.locks import ClockLocker, verify
 from powersweep.sweep.measurement.ledger import PointLedger
 from powersweep.sweep.measurement.quiet import collector_held
+from powersweep.sweep.measurement.stability import StabilityCheck, check_step
 from powersweep.sweep.measurement.thermal_fit import ThermalFit
 from powersweep.sweep.measurement.types import PointProgress, Protocol, Settled
+from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.measure import (
@@ -58,6 +60,9 @@ from powersweep.sweep.verdict import FaultLog
 DISCARDED = "discarded"
 # The most run seconds the load keeps the card busy between two measurements.
 KEEP_BUSY_MAX_S = 600.0
+# The reason of the undervolt search's last point: the chosen offset, held under the load for
+# the soak before it is measured and checked once more.
+SOAK = "soak"
 
 
 class PointMeasurer:
@@ -76,6 +81,9 @@ class PointMeasurer:
         pace: The server's pace the load sizes its requests by: aimed at each point from the
             points measured nearest to it, and kept per point once measured.
         locker: The clock locks (None on the power axis).
+        offsetter: The SM clock offsets (None but on the undervolt axis).
+        stability: Checks each offset step after its windows (None but on the undervolt axis).
+        soak_s: Run seconds a :data:`SOAK` point is held under the load before it is measured.
         busy_gpus: The serving GPUs, whose utilization marks a tick as loaded (None: all).
         warn: Where warnings go.
         progress: Called after each point.
@@ -96,6 +104,9 @@ class PointMeasurer:
         default_cap_w: float,
         pace: Pace | None = None,
         locker: ClockLocker | None = None,
+        offsetter: ClockOffsetter | None = None,
+        stability: StabilityCheck | None = None,
+        soak_s: float = 0.0,
         busy_gpus: frozenset[int] | None = None,
         warn: Callable[[str], None] = lambda _m: None,
         progress: Callable[[PointProgress], None] | None = None,
@@ -114,6 +125,9 @@ class PointMeasurer:
         self.default_cap_w = default_cap_w
         self.pace = pace or Pace()
         self.locker = locker
+        self.offsetter = offsetter
+        self.stability = stability
+        self.soak_s = soak_s
         self.busy_gpus = busy_gpus
         self.warn = warn
         self.progress = progress
@@ -148,6 +162,8 @@ class PointMeasurer:
                     problems.append(f"GPU {g.index}: {result.message or 'not applied'}")
         if point.locks_clocks and self.locker is not None:
             problems.append(self.locker.apply(point) or "")
+        if point.sm_offset_mhz is not None and self.offsetter is not None:
+            problems += self.offsetter.apply(point.sm_offset_mhz)
         rejection = "; ".join(p for p in problems if p) or None
         if rejection is None:
             # the ticks from here on are read at this point (nothing is measured until it
@@ -165,6 +181,7 @@ class PointMeasurer:
             PowersweepError: Too many points in a row failed (the server is likely gone).
         """
         cap = self.cap_of(point)
+        read_errors = self.sampler.read_errors
         rejection = self.apply(point)
         if rejection is not None:
             self.warn(f"{_name(point)} rejected: {rejection}")
@@ -175,11 +192,17 @@ class PointMeasurer:
             return row
         self.pace.aim(point.position)
         settled = await self.settle(cap, point)
+        if reason == SOAK and self.soak_s > 0:
+            self.keep_busy(cap)
+            await self.clock.asleep(self.soak_s)
         run, rows, row = await self._checked(point, settled, reason)
         if row["status"] == "ok":
             self.pace.remember(point.position)
         self.faults.requests(run.requests)
+        refused = await self._stability(point, row, self.sampler.read_errors - read_errors)
         await self._finish(point, index, total, row, rows, run, reason)
+        if refused is not None:
+            raise refused
         self._failed_in_a_row = self._failed_in_a_row + 1 if row["status"] == "failed" else 0
         if self._failed_in_a_row >= self.protocol.safety.max_failed_caps:
             what = "points" if point.locks_clocks else "caps"
@@ -188,6 +211,20 @@ class PointMeasurer:
                 "stopping — is the server still up?"
             )
         return row
+
+    async def _stability(
+        self, point: SweepPoint, row: dict[str, Any], read_errors: int
+    ) -> PowersweepError | None:
+        """Check an undervolt step after its windows (:func:`.stability.check_step`), the
+        probes alone on the card; the error that ends the sweep, if any."""
+        check = self.stability
+        if check is None or point.sm_offset_mhz is None or point.sm_lock_mhz is None:
+            return None
+        await self.stop_busy()  # the probes run alone, batched as the reference's were
+        try:
+            return await check_step(check, point, row, read_errors, self.faults, self.warn)
+        finally:
+            self.keep_busy(self.cap_of(point))
 
     async def _checked(
         self, point: SweepPoint, settled: Settled, reason: str
@@ -380,6 +417,8 @@ class PointMeasurer:
         extra: dict[str, Any] = {"reason": reason, "thermal_wait_s": settled.thermal_wait_s}
         if point.locks_clocks:
             extra.update(sm_lock_mhz=point.sm_lock_mhz, mem_lock_mhz=point.mem_lock_mhz)
+        if point.sm_offset_mhz is not None:
+            extra.update(sm_offset_mhz=point.sm_offset_mhz)
         return cap_row(
             cap_w=self.cap_of(point),
             load_mode=self.protocol.load_mode,

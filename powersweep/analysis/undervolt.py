@@ -1,0 +1,242 @@
+"""The analysis of an undervolt search, from its caps.csv and run.json alone.
+
+The rows are the baseline cap (no lock, offset 0), the steps at the locked SM clock (the
+reference at offset 0, then up one step at a time until the first that failed its stability
+check) and the soaks of the chosen offset. The answer is the last stable step less the back-off,
+as soaked (a soak that failed backs off one step more); it is compared with the baseline cap,
+each figure's uncertainty from the two points' own stated half-widths.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from powersweep import __version__
+from powersweep.analysis.findings import Finding, finding
+from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import RunFacts, ToolInfo, number
+from powersweep.analysis.trust import ignored_rows, run_findings
+from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
+
+SOAK = "soak"
+# The options' defaults where a bare caps.csv has no run.json to say them.
+DEFAULT_BACKOFF_STEPS = 2
+
+
+def is_undervolt_curve(curve: Curve) -> bool:
+    """True when the curve has points at a locked SM clock with a clock offset."""
+    caps = curve.caps
+    if "sm_offset_mhz" not in caps.columns or "sm_lock_mhz" not in caps.columns:
+        return False
+    both = caps.filter(caps["sm_offset_mhz"].is_not_null() & caps["sm_lock_mhz"].is_not_null())
+    return both.height > 0
+
+
+def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
+    """The search's answer and how it compares with the baseline cap (docs/run-format.md)."""
+    from powersweep.analysis.core import run_facts
+
+    rows = [_step(r, curve.metric) for r in curve.caps.iter_rows(named=True)]
+    locked = [r for r in rows if r.sm_lock_mhz is not None and r.sm_offset_mhz is not None]
+    baselines = [r for r in rows if r.sm_lock_mhz is None and r.status == "ok"]
+    steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: number(r.sm_offset_mhz))
+    soaks = [r for r in locked if r.reason == SOAK]
+    options = _options(curve.run)
+    step_mhz = _step_mhz(options, steps)
+    backoff = _int(options.get("backoff_steps"), DEFAULT_BACKOFF_STEPS)
+    last_stable, first_bad = _search_edges(steps)
+    chosen = _chosen(steps, soaks, last_stable, step_mhz, backoff)
+    baseline = baselines[-1] if baselines else None
+    findings: list[Finding] = ignored_rows(curve) + run_findings(curve.run, curve.requests)
+    versus = _versus(chosen, baseline)
+    findings += _findings(steps, soaks, first_bad, chosen, versus, curve.run)
+    return UndervoltAnalysis(
+        tool=ToolInfo("powersweep", __version__),
+        metric=curve.metric,
+        source=str(curve.source),
+        run=RunFacts.from_json(run_facts(curve)),
+        sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
+        step_mhz=step_mhz,
+        backoff_steps=backoff,
+        baseline=baseline,
+        steps=steps,
+        soaks=soaks,
+        last_stable_mhz=last_stable.sm_offset_mhz if last_stable else None,
+        first_unstable_mhz=first_bad.sm_offset_mhz if first_bad else None,
+        first_unstable_reason=first_bad.error if first_bad else None,
+        chosen=chosen,
+        versus_cap=versus,
+        findings=findings,
+    )
+
+
+def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
+    def num(key: str) -> float | None:
+        value = row.get(key)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    def text(key: str) -> str | None:
+        value = row.get(key)
+        return str(value) if value not in (None, "") else None
+
+    return OffsetStep(
+        sm_offset_mhz=num("sm_offset_mhz"),
+        sm_lock_mhz=num("sm_lock_mhz"),
+        cap_w=num("cap_w"),
+        reason=text("reason"),
+        status=text("status"),
+        error=text("error"),
+        tps=num(metric),
+        power_w=num("power_w"),
+        tps_per_w=num("tps_per_w"),
+        j_per_token=num("j_per_token"),
+        tps_u95_pct=num("tps_u95_pct"),
+        tps_per_w_u95_pct=num("tps_per_w_u95_pct"),
+        sm_clock_mhz=num("sm_clock_mhz"),
+        temp_max_c=num("temp_max_c"),
+        answers_checked=num("answers_checked"),
+        answers_differ=num("answers_differ"),
+    )
+
+
+def _options(run: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    options = (run or {}).get("options")
+    return options if isinstance(options, Mapping) else {}
+
+
+def _int(value: Any, default: int) -> int:
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) else default
+
+
+def _step_mhz(options: Mapping[str, Any], steps: list[OffsetStep]) -> float | None:
+    """The search's step: as run.json records it, else the smallest gap between offsets."""
+    recorded = options.get("offset_step_mhz")
+    if isinstance(recorded, int | float) and recorded > 0:
+        return float(recorded)
+    offsets = sorted({number(s.sm_offset_mhz) for s in steps})
+    gaps = [b - a for a, b in itertools.pairwise(offsets) if b > a]
+    return min(gaps) if gaps else None
+
+
+def _search_edges(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetStep | None]:
+    """The last step that held, counting up from offset 0, and the first that did not."""
+    last_stable = None
+    for s in steps:
+        if s.status != "ok":
+            return last_stable, s
+        last_stable = s
+    return last_stable, None
+
+
+def _chosen(
+    steps: list[OffsetStep],
+    soaks: list[OffsetStep],
+    last_stable: OffsetStep | None,
+    step_mhz: float | None,
+    backoff: int,
+) -> OffsetStep | None:
+    """The answer: the soak that held (the last one: each failed soak backs off a step), else
+    the step the back-off lands on (offset 0 needs no soak; a search without soaks reports the
+    step as measured)."""
+    held = [s for s in soaks if s.status == "ok"]
+    if held:
+        return held[-1]
+    if last_stable is None or step_mhz is None:
+        return None
+    want = max(0.0, number(last_stable.sm_offset_mhz) - backoff * step_mhz)
+    if soaks:
+        want = 0.0  # every soak failed: only the card's own curve is left
+    for s in steps:
+        if s.status == "ok" and abs(number(s.sm_offset_mhz) - want) < 0.5:
+            return s
+    return None
+
+
+def _versus(chosen: OffsetStep | None, baseline: OffsetStep | None) -> VersusCap | None:
+    if chosen is None or baseline is None:
+        return None
+
+    def change(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None or not b:
+            return None
+        return 100.0 * (a / b - 1.0)
+
+    gain = change(chosen.tps_per_w, baseline.tps_per_w)
+    u_a, u_b = chosen.tps_per_w_u95_pct, baseline.tps_per_w_u95_pct
+    u95 = math.hypot(u_a, u_b) if u_a is not None and u_b is not None else None
+    return VersusCap(
+        cap_w=baseline.cap_w,
+        tps_per_w_gain_pct=gain,
+        tps_per_w_gain_u95_pct=u95,
+        tps_change_pct=change(chosen.tps, baseline.tps),
+        power_change_pct=change(chosen.power_w, baseline.power_w),
+        j_per_token_change_pct=change(chosen.j_per_token, baseline.j_per_token),
+        tied=abs(gain) <= u95 if gain is not None and u95 is not None else None,
+    )
+
+
+def _findings(
+    steps: list[OffsetStep],
+    soaks: list[OffsetStep],
+    first_bad: OffsetStep | None,
+    chosen: OffsetStep | None,
+    versus: VersusCap | None,
+    run: Mapping[str, Any] | None,
+) -> list[Finding]:
+    out = []
+    if first_bad is not None:
+        out.append(
+            finding(
+                "info",
+                "undervolt_unstable",
+                f"{first_bad.sm_offset_mhz:+g} MHz was {first_bad.status}: {first_bad.error}; "
+                "the search ended there",
+            )
+        )
+    resets = [f for f in (run or {}).get("faults") or [] if f.get("kind") == "gpu_reset"]
+    if resets:
+        out.append(
+            finding(
+                "warning",
+                "gpu_reset",
+                f"the card was reset during the search ({resets[0].get('count')} time(s)): "
+                f"{(resets[0].get('examples') or [''])[0]}",
+                "a reset interrupts whatever runs on the card, the server included; the offsets "
+                "and locks were put back",
+            )
+        )
+    for s in soaks:
+        if s.status != "ok":
+            out.append(
+                finding(
+                    "warning",
+                    "soak_failed",
+                    f"the soak at {s.sm_offset_mhz:+g} MHz was {s.status} ({s.error}): backed "
+                    "off one step more",
+                )
+            )
+    if chosen is not None and not number(chosen.sm_offset_mhz) > 0:
+        out.append(
+            finding(
+                "info",
+                "no_undervolt",
+                "no offset above 0 held with the back-off margin: the card's own curve is the "
+                "answer at this clock",
+            )
+        )
+    if versus is not None and versus.tied:
+        out.append(
+            finding(
+                "info",
+                "undervolt_tied",
+                f"the undervolt point's TPS/W is within noise of the {versus.cap_w:g} W cap's "
+                f"({versus.tps_per_w_gain_pct:+.1f}% +-{versus.tps_per_w_gain_u95_pct:.1f}%): "
+                "the power cap alone does as well",
+            )
+        )
+    if not steps:
+        out.append(finding("warning", "no_steps", "no offset step was measured"))
+    return out

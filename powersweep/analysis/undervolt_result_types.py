@@ -1,0 +1,76 @@
+"""The analysis of an undervolt search, typed (``analysis.json`` with ``kind`` ``undervolt``).
+
+The same rules as :mod:`powersweep.analysis.result_types`: frozen dataclasses, one
+``to_json``/``from_json`` each, null as ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from powersweep.analysis.findings import Finding
+from powersweep.analysis.result_types import JsonRecord, Num, RunFacts, ToolInfo
+
+
+@dataclass(frozen=True)
+class OffsetStep(JsonRecord):
+    """One measured point of the search: the baseline cap, a step, or a soak."""
+
+    sm_offset_mhz: Num = None
+    sm_lock_mhz: Num = None
+    cap_w: Num = None
+    reason: str | None = None
+    status: str | None = None
+    error: str | None = None
+    tps: Num = None
+    power_w: Num = None
+    tps_per_w: Num = None
+    j_per_token: Num = None
+    tps_u95_pct: Num = None
+    tps_per_w_u95_pct: Num = None
+    sm_clock_mhz: Num = None
+    temp_max_c: Num = None
+    answers_checked: Num = None
+    answers_differ: Num = None
+
+
+@dataclass(frozen=True)
+class VersusCap(JsonRecord):
+    """The chosen undervolt point against the baseline cap, in % of the cap's figures.
+
+    ``tps_per_w_gain_u95_pct`` is the two points' own stated TPS/W half-widths in quadrature;
+    ``tied`` says the gain is within it.
+    """
+
+    cap_w: Num = None
+    tps_per_w_gain_pct: Num = None
+    tps_per_w_gain_u95_pct: Num = None
+    tps_change_pct: Num = None
+    power_change_pct: Num = None
+    j_per_token_change_pct: Num = None
+    tied: bool | None = None
+
+
+@dataclass(frozen=True)
+class UndervoltAnalysis(JsonRecord):
+    """The analysis of an undervolt search (``--axis undervolt``)."""
+
+    schema_version: int = 1
+    tool: ToolInfo | None = None
+    kind: str = "undervolt"
+    axis: str = "undervolt"
+    metric: str = "narr_tps"
+    source: str = ""
+    run: RunFacts = field(default_factory=RunFacts)
+    sm_lock_mhz: Num = None
+    step_mhz: Num = None
+    backoff_steps: int | None = None
+    baseline: OffsetStep | None = None
+    steps: list[OffsetStep] = field(default_factory=list)
+    soaks: list[OffsetStep] = field(default_factory=list)
+    last_stable_mhz: Num = None
+    first_unstable_mhz: Num = None
+    first_unstable_reason: str | None = None
+    chosen: OffsetStep | None = None
+    versus_cap: VersusCap | None = None
+    findings: list[Finding] = field(default_factory=list)

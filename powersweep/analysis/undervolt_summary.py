@@ -1,0 +1,115 @@
+"""summary.md of an undervolt search: the answer beside the best cap, then every step."""
+
+from __future__ import annotations
+
+import math
+
+from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import Num
+from powersweep.analysis.summary import escape_md
+from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
+
+_METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
+
+
+def _fmt(value: Num, digits: int = 1, sign: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def point_name(step: OffsetStep) -> str:
+    """``SM 1695 MHz +120 MHz offset`` (``280 W cap`` for the baseline)."""
+    if step.sm_lock_mhz is None:
+        return f"{_fmt(step.cap_w, 0)} W cap"
+    return f"SM {step.sm_lock_mhz:g} MHz {_fmt(step.sm_offset_mhz, 0, sign=True)} MHz offset"
+
+
+def headline(result: UndervoltAnalysis) -> str | None:
+    """``undervolt: SM 1695 MHz +120 MHz offset, 0.1650 TPS/W (+8.1% +-1.2% vs the 280 W cap),
+    36.0 TPS`` (None: no answer)."""
+    chosen = result.chosen
+    if chosen is None:
+        return None
+    versus = result.versus_cap
+    against = ""
+    if versus is not None and versus.tps_per_w_gain_pct is not None:
+        against = (
+            f" ({versus.tps_per_w_gain_pct:+.1f}% +-{_fmt(versus.tps_per_w_gain_u95_pct)}% vs "
+            f"the {_fmt(versus.cap_w, 0)} W cap)"
+        )
+    return (
+        f"undervolt: {point_name(chosen)}, {_fmt(chosen.tps_per_w, 4)} TPS/W{against}, "
+        f"{_fmt(chosen.tps)} TPS, {_fmt(chosen.power_w, 0)} W"
+    )
+
+
+def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
+    """Render summary.md: header, findings, the answer against the best cap, the steps."""
+    run = analysis.run
+    metric = _METRIC_LABEL.get(analysis.metric, "TPS")
+    gpu = escape_md(run.gpu_name or "unknown GPU")
+    mode = escape_md(run.load_mode or "unknown load")
+    lines = [f"## powersweep undervolt search: {gpu}, {mode}", ""]
+    lines.append(
+        f"SM clock locked at {_fmt(analysis.sm_lock_mhz, 0)} MHz, offset stepped by "
+        f"{_fmt(analysis.step_mhz, 0)} MHz from 0; the answer backs off "
+        f"{analysis.backoff_steps} step(s) from the last stable offset and was soaked. Each "
+        "step's greedy answers were compared token for token with offset 0's."
+    )
+    lines += ["", "### Findings", ""]
+    for f in analysis.findings:
+        hint = f" — {escape_md(f.hint)}" if f.hint else ""
+        lines.append(f"- **{escape_md(f.severity)}**: {escape_md(f.message)}{hint}")
+    if not analysis.findings:
+        lines.append("- none")
+    lines += ["", "### Answer beside the best cap", ""]
+    lines += _versus_table(analysis, metric)
+    lines += ["", "### Steps", ""]
+    lines.append(
+        f"| point | reason | status | {metric} | W | TPS/W (±95%) | J/token | SM MHz | "
+        "answers differ |"
+    )
+    lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    ordered = ([analysis.baseline] if analysis.baseline else []) + analysis.steps + analysis.soaks
+    for s in ordered:
+        differ = (
+            f"{s.answers_differ:.0f} of {s.answers_checked:.0f}"
+            if s.answers_checked is not None and s.answers_differ is not None
+            else "—"
+        )
+        status = s.status or "—"
+        if s.error and s.status != "ok":
+            status = f"{status}: {s.error}"
+        lines.append(
+            f"| {escape_md(point_name(s))} | {escape_md(s.reason or '')} | {escape_md(status)} "
+            f"| {_fmt(s.tps)} | {_fmt(s.power_w, 0)} | {_fmt(s.tps_per_w, 4)} "
+            f"(±{_fmt(s.tps_per_w_u95_pct)}%) | {_fmt(s.j_per_token, 3)} | "
+            f"{_fmt(s.sm_clock_mhz, 0)} | {differ} |"
+        )
+    lines += ["", f"Source: `{escape_md(str(curve.source))}`", ""]
+    return "\n".join(lines)
+
+
+def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
+    chosen, base, versus = analysis.chosen, analysis.baseline, analysis.versus_cap
+    if chosen is None:
+        return ["No stable offset was found (see the findings)."]
+    out = [f"| | {metric} | W | TPS/W | J/token |", "|---|---:|---:|---:|---:|"]
+    for s in (base, chosen):
+        if s is not None:
+            out.append(
+                f"| {escape_md(point_name(s))} | {_fmt(s.tps)} | {_fmt(s.power_w, 0)} | "
+                f"{_fmt(s.tps_per_w, 4)} | {_fmt(s.j_per_token, 3)} |"
+            )
+    if versus is not None:
+        out.append(
+            f"| change | {_fmt(versus.tps_change_pct, 1, True)}% | "
+            f"{_fmt(versus.power_change_pct, 1, True)}% | "
+            f"{_fmt(versus.tps_per_w_gain_pct, 1, True)}% "
+            f"(±{_fmt(versus.tps_per_w_gain_u95_pct)}%) | "
+            f"{_fmt(versus.j_per_token_change_pct, 1, True)}% |"
+        )
+        if versus.tied:
+            out += ["", "The gain is within the two points' noise: a tie with the cap."]
+    return out

@@ -1,0 +1,354 @@
+"""Is a clock offset stable? The undervolt search's check after each step's windows (issue 36).
+
+A voltage too low for its clock does not slow a card down first: it computes wrong. A wrong bit in
+a matmul turns one greedy token into another, and the answer diverges from there; further out the
+card raises errors, or the driver resets it. So each step is checked three ways, against the
+reference taken at offset 0 at the same locked clock:
+
+- **answers**: fixed greedy prompts (temperature 0, a fixed seed), decode and prefill alike, sent
+  alone so the server batches them as it did at the reference, must come back token-identical;
+- **the card**: no read errors while the step was measured, and every card still holds the offset
+  and the lock it was given (a driver reset puts both back at their defaults);
+- **no clock stretching**: at a locked clock an offset changes the voltage, never the frequency,
+  so the step's TPS may not fall below the reference's beyond the two points' own noise.
+
+The reference itself is checked first: its answers are taken twice, and a server whose greedy
+answers differ between two runs at offset 0 cannot show corruption, so the search is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from powersweep.clock import Clock
+from powersweep.errors import GpuError, PowersweepError
+from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
+from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.verdict import FaultLog
+
+# The request seed every greedy probe carries (servers that sample despite temperature 0, or
+# that seed their own noise, then still answer the same).
+GREEDY_SEED = 20261202
+# Tokens each decode probe generates: long enough that a corrupted step shows in most answers.
+DECODE_PROBE_TOKENS = 128
+# Tokens the prefill probe generates after its long prompt (the prefill is what it checks).
+PREFILL_PROBE_TOKENS = 24
+# The prefill probe's prompt, in the simulator's and BPE tokenizers' ~4 characters per token.
+PREFILL_PROBE_TOKENS_IN = 2000
+# Run seconds one probe may take before it counts as failed (the check is bounded).
+PROBE_BUDGET_S = 120.0
+# Share of TPS a step may lose against the reference before noise is asked (at a locked clock
+# it should lose none; this keeps a tiny, precisely measured difference from ending a search).
+MIN_STRETCH_PCT = 1.0
+# The reference's TPS uncertainty assumed where a point states none (one window, few requests).
+UNKNOWN_U95_PCT = 3.0
+# Run seconds a reset card is given to come back on the bus (a driver recovery after an Xid 79
+# takes seconds; one that takes minutes needs a reboot), and how often it is asked.
+RECOVERY_MAX_S = 120.0
+# How much of a failed measurement's error a step's reasons quote (the row keeps it all).
+ERROR_QUOTE_CHARS = 160
+RECOVERY_POLL_S = 1.0
+
+_PREFILL_TEXT = (
+    "The keeper's log records the weather, the lamp's hours, the oil burned and the ships seen "
+    "each night; on the third of December the entry reads that the lamp lit itself an hour "
+    "before dusk and signalled three short flashes and one long toward the empty north. "
+)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One fixed greedy prompt.
+
+    Attributes:
+        kind: ``narr``, ``code`` or ``prefill``.
+        prompt: The prompt.
+        max_tokens: Tokens it asks for.
+    """
+
+    kind: str
+    prompt: str
+    max_tokens: int
+
+
+def probes(context_tokens: int | None = None) -> tuple[Probe, ...]:
+    """The fixed greedy prompts: two decode prompts and one long prompt whose answer depends on
+    its prefill (shortened to half the server's context where that is smaller)."""
+    size = PREFILL_PROBE_TOKENS_IN
+    if context_tokens:
+        size = max(64, min(size, context_tokens // 2))
+    repeats = max(1, round(size * 4 / len(_PREFILL_TEXT)))
+    long_prompt = _PREFILL_TEXT * repeats + "\nIn one sentence: what did the lamp do?"
+    return (
+        Probe("narr", NARRATIVE_PROMPT, DECODE_PROBE_TOKENS),
+        Probe("code", CODE_PROMPT, DECODE_PROBE_TOKENS),
+        Probe("prefill", long_prompt, PREFILL_PROBE_TOKENS),
+    )
+
+
+class GreedyApi(Protocol):
+    """The client call the check needs (``ChatClient.greedy``)."""
+
+    async def greedy(
+        self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
+    ) -> Any:
+        """One greedy answer (``text``, ``completion_tokens``, ``error``); never raises."""
+        ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a step's check found.
+
+    Attributes:
+        checked: Greedy answers compared with the reference.
+        differ: How many of them were not token-identical to it.
+        problems: Why the step is unstable, one line each (empty: stable).
+        reset: A card was found reset (its offset or lock back at the default).
+    """
+
+    checked: int
+    differ: int
+    problems: tuple[str, ...] = ()
+    reset: bool = False
+
+    @property
+    def stable(self) -> bool:
+        """True when nothing was found."""
+        return not self.problems
+
+    def columns(self) -> dict[str, Any]:
+        """Its ``caps.csv`` columns."""
+        return {"answers_checked": self.checked, "answers_differ": self.differ}
+
+
+class StabilityCheck:
+    """The stability check of an undervolt search.
+
+    Args:
+        client: Sends the greedy probes.
+        gpus: The GPU set (each is read after a step).
+        clock: The run clock (the probes' deadlines, the wait for a reset card).
+        metric: The ``caps.csv`` column whose TPS must not fall (``narr_tps``, ``prefill_tps``).
+        context_tokens: The server's context (the prefill probe fits half of it).
+    """
+
+    def __init__(
+        self,
+        client: GreedyApi,
+        gpus: Sequence[Gpu],
+        clock: Clock,
+        *,
+        metric: str = "narr_tps",
+        context_tokens: int | None = None,
+    ) -> None:
+        self.client = client
+        self.gpus = list(gpus)
+        self.clock = clock
+        self.metric = metric
+        self.probes = probes(context_tokens)
+        self.reference: tuple[str, ...] | None = None
+        self.reference_tps: tuple[float, float] | None = None
+
+    async def answers(self) -> tuple[list[str | None], list[str]]:
+        """Each probe's answer (its token count and text; None where it failed), and why the
+        probes that failed did."""
+        texts: list[str | None] = []
+        failed: list[str] = []
+        for probe in self.probes:
+            answer = await self.client.greedy(
+                probe.prompt,
+                max_tokens=probe.max_tokens,
+                seed=GREEDY_SEED,
+                deadline_s=self.clock.now() + PROBE_BUDGET_S,
+            )
+            if answer.error:
+                failed.append(f"the {probe.kind} probe failed: {answer.error}")
+                texts.append(None)
+            else:
+                texts.append(f"{answer.completion_tokens}\0{answer.text}")
+        return texts, failed
+
+    async def take_reference(self, row: Mapping[str, Any]) -> Verdict:
+        """Take the reference at offset 0 (the answers twice) and its TPS.
+
+        Raises:
+            PowersweepError: The probes fail, or the server's greedy answers differ between two
+                runs at offset 0 (no answer could then show corruption).
+        """
+        first, failed = await self.answers()
+        if failed:
+            raise PowersweepError(
+                f"the stability check's reference at offset 0 failed ({failed[0]}): an undervolt "
+                "search needs the server's greedy answers"
+            )
+        second, failed = await self.answers()
+        differ = [p.kind for p, a, b in zip(self.probes, first, second, strict=True) if a != b]
+        if failed or differ:
+            why = failed[0] if failed else f"the {', '.join(differ)} answer(s) differ"
+            raise PowersweepError(
+                f"the server's greedy answers are not repeatable at offset 0 ({why}): they "
+                "cannot show corruption, so the undervolt search stops. Run the server with "
+                "deterministic sampling (one slot, no speculative decoding) and try again"
+            )
+        self.reference = tuple(a or "" for a in first)
+        self.reference_tps = (_num(row.get(self.metric)), _num(row.get("tps_u95_pct")))
+        return Verdict(checked=2 * len(first), differ=0)
+
+    async def check(self, point: SweepPoint, row: Mapping[str, Any], read_errors: int) -> Verdict:
+        """Check one step after its windows (``read_errors``: the card reads that failed while
+        it was measured)."""
+        problems: list[str] = []
+        if row.get("status") not in ("ok", None):
+            why = str(row.get("error") or "no reason given")
+            why = why if len(why) <= ERROR_QUOTE_CHARS else why[: ERROR_QUOTE_CHARS - 3] + "..."
+            problems.append(f"its measurement {row.get('status')} ({why})")
+        if read_errors:
+            problems.append(f"{read_errors} GPU read(s) failed while it was measured")
+        reset = self._card_problems(point, problems)
+        texts, failed = await self.answers()
+        problems += failed
+        checked, differ = 0, 0
+        if self.reference is not None:
+            for probe, got, want in zip(self.probes, texts, self.reference, strict=True):
+                if got is None:
+                    continue  # a failed probe is a problem already, not a compared answer
+                checked += 1
+                if got != want:
+                    differ += 1
+                    problems.append(f"the {probe.kind} answer differs from offset 0's")
+        stretch = self._stretch(row)
+        if stretch:
+            problems.append(stretch)
+        return Verdict(checked, differ, tuple(problems), reset)
+
+    async def wait_back(self) -> float:
+        """Wait, bounded, until every card reads again after a reset; the run seconds waited.
+
+        Raises:
+            PowersweepError: A card stayed off the bus for :data:`RECOVERY_MAX_S`.
+        """
+        start = self.clock.now()
+        while True:
+            lost = []
+            for g in self.gpus:
+                try:
+                    g.sm_clock_offset()
+                    sample = g.read_sample()
+                except GpuError as exc:
+                    lost.append(f"GPU {g.index} ({exc})")
+                    continue
+                # reads tolerate failure: a card off the bus reads nothing, not an error
+                if not (math.isfinite(sample.power_w) or math.isfinite(sample.temp_c)):
+                    lost.append(f"GPU {g.index} (nothing can be read from it)")
+            waited = self.clock.now() - start
+            if not lost:
+                return waited
+            if waited >= RECOVERY_MAX_S:
+                raise PowersweepError(
+                    f"{', '.join(lost)} did not come back within {RECOVERY_MAX_S:g} s of a reset: "
+                    "the driver could not recover it (a reboot may be needed); run `powersweep "
+                    "restore` once it is back"
+                )
+            await self.clock.asleep(RECOVERY_POLL_S)
+
+    def _card_problems(self, point: SweepPoint, problems: list[str]) -> bool:
+        """Each card still holds the point's offset and lock (False: none was found reset)."""
+        reset = False
+        for g in self.gpus:
+            try:
+                offset = g.sm_clock_offset()
+                locks = g.locked_clocks()
+            except GpuError as exc:
+                problems.append(f"GPU {g.index} cannot be read ({exc}): it may be off the bus")
+                reset = True
+                continue
+            want = point.sm_offset_mhz
+            got = offset.sm_offset_mhz
+            if want is not None and got is not None and abs(got - want) > 0.5:
+                problems.append(
+                    f"GPU {g.index}'s clock offset reads {got:+g} MHz, not {want:+g}: the card "
+                    "was reset (a reset puts the offset back at 0)"
+                )
+                reset = True
+            elif locks.known and point.sm_lock_mhz is not None and locks.sm_mhz is None:
+                problems.append(f"GPU {g.index}'s SM lock is gone: the card was reset")
+                reset = True
+        return reset
+
+    def _stretch(self, row: Mapping[str, Any]) -> str:
+        """Why the step's TPS shows clock stretching ("" where it does not)."""
+        if self.reference_tps is None:
+            return ""
+        ref, ref_u95 = self.reference_tps
+        tps, u95 = _num(row.get(self.metric)), _num(row.get("tps_u95_pct"))
+        if not (math.isfinite(ref) and math.isfinite(tps) and ref > 0):
+            return ""
+        drop_pct = 100.0 * (1.0 - tps / ref)
+        noise_pct = math.hypot(
+            ref_u95 if math.isfinite(ref_u95) else UNKNOWN_U95_PCT,
+            u95 if math.isfinite(u95) else UNKNOWN_U95_PCT,
+        )
+        if drop_pct > max(MIN_STRETCH_PCT, noise_pct):
+            return (
+                f"TPS {tps:.2f} is {drop_pct:.1f}% below offset 0's {ref:.2f} at the same locked "
+                f"clock (noise +-{noise_pct:.1f}%): the clock stretches"
+            )
+        return ""
+
+
+async def check_step(
+    check: StabilityCheck,
+    point: SweepPoint,
+    row: dict[str, Any],
+    read_errors: int,
+    faults: FaultLog,
+    warn: Callable[[str], None],
+) -> PowersweepError | None:
+    """Check a step and mark its row: the reference at offset 0 when none is taken yet, else
+    the step against it (``unstable`` with the reasons, the answers' columns, a reset's fault).
+
+    Returns:
+        The error that ends the sweep when the reference cannot be taken (its row is marked
+        ``failed`` and is still written by the caller), else None.
+    """
+    if check.reference is None:
+        if row["status"] != "ok":
+            return None  # the search ends here (the schedule reads the status)
+        try:
+            verdict = await check.take_reference(row)
+        except PowersweepError as exc:
+            row.update(status="failed", error=str(exc))
+            return exc
+    else:
+        verdict = await check.check(point, row, read_errors)
+    row.update(verdict.columns())
+    where = point.label()
+    if verdict.reset:
+        faults.add("gpu_reset", f"{where}: {'; '.join(verdict.problems)}")
+        try:
+            waited = await check.wait_back()
+        except PowersweepError as exc:
+            row.update(status="unstable", error="; ".join((*verdict.problems, str(exc))))
+            return exc
+        warn(
+            f"{where}: a GPU was reset by this offset; it came back after {waited:.0f} s at "
+            "offset 0 and its default clocks and limit (the search ends here)"
+        )
+    if not verdict.stable:
+        why = "; ".join(verdict.problems)
+        faults.add("unstable_offset", f"{where}: {why}")
+        warn(f"{where} unstable: {why}")
+        row.update(status="unstable", error=why)
+    return None
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan

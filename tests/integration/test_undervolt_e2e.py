@@ -1,0 +1,205 @@
+"""The undervolt search end to end on the simulated rig (issue 36).
+
+The simulated card's silicon holds a seeded stable margin; past it the server's greedy answers
+diverge, further out the card resets. The search must stop at the first unstable step, answer
+the last stable one less the back-off (within one step of the truth), compare it with the best
+cap, and put the user's own limit, locks and offset back on every exit path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import REPO, powersweep, read_json
+
+STEP = 30.0
+BACKOFF = 2
+USER_LIMIT_W = 350.0
+
+
+def _uuid(profile: str) -> str:
+    return f"GPU-sim-{profile}-0"
+
+
+def _rig(tmp: Path, profile: str, lock: float | None = None) -> tuple[Path, dict[str, str]]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = tmp / "sim-state.json"
+    uuid = _uuid(profile)
+    data: dict[str, Any] = {uuid: USER_LIMIT_W}
+    if lock is not None:
+        data[f"{uuid}#locks"] = {"sm": lock}
+    state.write_text(json.dumps(data))
+    env = {**os.environ, "POWERSWEEP_STATE_DIR": str(tmp / "state")}
+    env.pop("OPENAI_API_KEY", None)
+    return state, env
+
+
+def _card(state: Path, profile: str) -> tuple[float, Any, float]:
+    data = json.loads(state.read_text())
+    uuid = _uuid(profile)
+    locks = data.get(f"{uuid}#locks") or {}
+    return float(data[uuid]), locks.get("sm"), float(data.get(f"{uuid}#sm_offset_mhz", 0.0))
+
+
+def _args(profile: str, state: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--simulate",
+        profile,
+        "--axis",
+        "undervolt",
+        "--cap",
+        "300",
+        "--cooling",
+        "air",
+        "--quiet",
+        "--no-charts",
+        "--sim-state",
+        str(state),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _run_dir(out: Path) -> Path:
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
+@pytest.mark.parametrize("profile", ["rtx3090-air", "rtx4090-air"])
+def test_the_search_answers_the_stable_margin_less_the_backoff(
+    tmp_path: Path, profile: str
+) -> None:
+    state, env = _rig(tmp_path, profile)
+    done = powersweep(*_args(profile, state, tmp_path / "runs"), env=env)
+    assert done.returncode == 0, done.stderr
+    run_dir = _run_dir(tmp_path / "runs")
+    run = read_json(run_dir / "run.json")
+    truth = run["simulation"]["stable_offset_mhz"]["0"]
+    analysis = read_json(run_dir / "analysis.json")
+    assert analysis["kind"] == "undervolt"
+    chosen = analysis["chosen"]
+    # within one step of the truth less the back-off, and never past the truth
+    assert abs(chosen["sm_offset_mhz"] - (truth - BACKOFF * STEP)) < STEP
+    assert chosen["reason"] == "soak" and chosen["status"] == "ok"
+    # the corruption is caught on the first unstable step: the first step past the margin
+    first_bad = (math.floor(truth / STEP) + 1) * STEP
+    assert analysis["first_unstable_mhz"] == first_bad
+    steps = {s["sm_offset_mhz"]: s for s in analysis["steps"]}
+    assert steps[first_bad]["status"] == "unstable"
+    assert steps[first_bad]["answers_differ"] == steps[first_bad]["answers_checked"] == 3
+    assert max(steps) == first_bad  # the search ended there
+    assert all(
+        s["status"] == "ok" and s["answers_differ"] == 0 for o, s in steps.items() if o < first_bad
+    )
+    # beside the best cap, from the same run
+    versus = analysis["versus_cap"]
+    assert versus["cap_w"] == 300.0 and versus["tps_per_w_gain_pct"] is not None
+    summary = (run_dir / "summary.md").read_text()
+    assert "Answer beside the best cap" in summary and "300 W cap" in summary
+    assert f"{chosen['sm_offset_mhz']:+.0f} MHz offset" in done.stderr  # the closing line
+    # the user's own settings are back: no offset left applied, no lock, the limit
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert run["undervolt"]["chosen_mhz"] == chosen["sm_offset_mhz"]
+
+
+def test_a_card_that_resets_at_the_first_unstable_step_ends_cleanly_and_says_so(
+    tmp_path: Path,
+) -> None:
+    profile = "rtx3090-air"
+    state, env = _rig(tmp_path, profile)
+    done = powersweep(
+        *_args(profile, state, tmp_path / "runs", "--sim-vf-reset-beyond-mhz", "0"), env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "was reset by this offset; it came back" in done.stderr
+    run_dir = _run_dir(tmp_path / "runs")
+    analysis = read_json(run_dir / "analysis.json")
+    assert "gpu_reset" in [f["code"] for f in analysis["findings"]]
+    bad = [s for s in analysis["steps"] if s["status"] != "ok"]
+    assert len(bad) == 1 and "reset" in bad[0]["error"]
+    assert analysis["chosen"]["status"] == "ok"  # soaked after the card came back
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+
+
+def test_dry_run_shows_the_steps_and_the_warning(tmp_path: Path) -> None:
+    done = powersweep(
+        "--simulate", "rtx3090-air", "--axis", "undervolt", "--dry-run", "--max-offset", "120"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SM clock offsets (MHz): +0, +30, +60, +90, +120 up to +120" in done.stdout
+    assert "can corrupt answers, raise GPU errors or reset the GPU" in done.stderr
+
+
+PACED = ("--sim-pace", "20", "--warmup-requests", "0", "--target-cap-seconds", "4")
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "powersweep", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_an_offset(proc: subprocess.Popen[str], state: Path, profile: str) -> None:
+    deadline = time.monotonic() + 90
+    while _card(state, profile)[2] <= 0:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no offset set in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> None:
+    profile = "rtx3090-air"
+    state, env = _rig(tmp_path, profile, lock=1500.0)
+    proc = _start(_args(profile, state, tmp_path / "runs", *PACED), env)
+    try:
+        _wait_for_an_offset(proc, state, profile)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr
+    assert _card(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
+    assert "SM clock offset put back to 0 MHz" in stderr
+    assert not (tmp_path / "state" / "journal.json").exists()
+
+
+@pytest.mark.slow
+def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
+    profile = "rtx3090-air"
+    state, env = _rig(tmp_path, profile, lock=1500.0)
+    proc = _start(_args(profile, state, tmp_path / "runs", *PACED), env)
+    try:
+        _wait_for_an_offset(proc, state, profile)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    journal = tmp_path / "state" / "journal.json"
+    (gpu,) = json.loads(journal.read_text())["gpus"]
+    assert gpu["offset_set"] and gpu["original_sm_offset_mhz"] == 0.0
+    assert _card(state, profile)[2] > 0  # SIGKILL: nothing could put it back
+    restored = powersweep("restore", env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert _card(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
+    assert not journal.exists()

@@ -1,0 +1,257 @@
+"""The undervolt search's stability check: answers, the card, clock stretching."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from powersweep.errors import GpuError, PowersweepError
+from powersweep.sweep.gpu import ClockOffset, LockedClocks
+from powersweep.sweep.measurement.stability import (
+    GREEDY_SEED,
+    StabilityCheck,
+    Verdict,
+    check_step,
+    probes,
+)
+from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.verdict import FaultLog
+
+
+@dataclass(frozen=True)
+class _Answer:
+    text: str
+    completion_tokens: int | None = 5
+    error: str = ""
+
+
+class _Client:
+    """Answers each prompt with its own text, corrupted or failing on demand."""
+
+    def __init__(self) -> None:
+        self.corrupt = False
+        self.flaky = False
+        self.fail = ""
+        self.calls: list[dict[str, Any]] = []
+
+    async def greedy(
+        self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
+    ) -> _Answer:
+        self.calls.append({"max_tokens": max_tokens, "seed": seed, "deadline_s": deadline_s})
+        if self.fail:
+            return _Answer("", None, self.fail)
+        text = prompt[-20:]
+        if self.corrupt or (self.flaky and len(self.calls) % 2 == 0):
+            text += " garbled"
+        return _Answer(text)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def asleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@dataclass(frozen=True)
+class _Sample:
+    power_w: float
+    temp_c: float
+
+
+class _Card:
+    def __init__(self, clock: _Clock | None = None) -> None:
+        self.index = 0
+        self.offset = 60.0
+        self.lock: float | None = 1680.0
+        self.lost = False
+        self.clock = clock
+        self.back_at = float("inf")
+
+    def _check_bus(self) -> None:
+        if self.lost and not (self.clock and self.clock.t >= self.back_at):
+            raise GpuError("GPU 0 has fallen off the bus")
+
+    def sm_clock_offset(self) -> ClockOffset:
+        self._check_bus()
+        return ClockOffset(True, self.offset, -200.0, 1000.0)
+
+    def read_sample(self) -> object:
+        if self.lost and not (self.clock and self.clock.t >= self.back_at):
+            return _Sample(float("nan"), float("nan"))  # an off-bus read fails, NaN
+        return _Sample(300.0, 60.0)
+
+    def locked_clocks(self) -> LockedClocks:
+        return LockedClocks(True, self.lock, None)
+
+
+POINT = SweepPoint(280.0, 1680.0, None, 60.0)
+
+
+def _check(client: _Client, card: _Card | None = None) -> StabilityCheck:
+    clock = card.clock if card and card.clock else _Clock()
+    return StabilityCheck(client, [card or _Card()], clock)  # type: ignore[list-item,arg-type]
+
+
+def _ref(check: StabilityCheck, tps: float = 40.0, u95: float = 1.0) -> Verdict:
+    return asyncio.run(check.take_reference({"narr_tps": tps, "tps_u95_pct": u95}))
+
+
+def test_probes_cover_decode_and_prefill_and_fit_the_context() -> None:
+    kinds = [p.kind for p in probes()]
+    assert kinds == ["narr", "code", "prefill"]
+    long_prompt = probes()[2].prompt
+    short = probes(context_tokens=1024)[2].prompt
+    assert len(short) < len(long_prompt)
+    assert len(short) / 4 <= 1024 // 2 + 100
+
+
+def test_the_reference_is_taken_twice_with_the_fixed_seed() -> None:
+    client = _Client()
+    check = _check(client)
+    verdict = _ref(check)
+    assert verdict.stable and verdict.checked == 6
+    assert len(client.calls) == 6
+    assert {c["seed"] for c in client.calls} == {GREEDY_SEED}
+    assert all(c["deadline_s"] > 100.0 for c in client.calls)
+    assert check.reference is not None and len(check.reference) == 3
+
+
+def test_a_server_whose_greedy_answers_differ_at_offset_zero_is_refused() -> None:
+    client = _Client()
+    client.flaky = True
+    with pytest.raises(PowersweepError, match="not repeatable at offset 0"):
+        _ref(_check(client))
+
+
+def test_a_failing_reference_is_refused() -> None:
+    client = _Client()
+    client.fail = "HTTP 500"
+    with pytest.raises(PowersweepError, match=r"reference at offset 0 failed.*HTTP 500"):
+        _ref(_check(client))
+
+
+def _step(check: StabilityCheck, row: dict[str, Any] | None = None, errors: int = 0) -> Verdict:
+    row = {"status": "ok", "narr_tps": 40.0, "tps_u95_pct": 1.0} if row is None else row
+    return asyncio.run(check.check(POINT, row, errors))
+
+
+def test_a_step_with_identical_answers_is_stable() -> None:
+    client = _Client()
+    check = _check(client)
+    _ref(check)
+    verdict = _step(check)
+    assert verdict.stable and (verdict.checked, verdict.differ) == (3, 0)
+    assert verdict.columns() == {"answers_checked": 3, "answers_differ": 0}
+
+
+def test_corrupted_answers_make_the_step_unstable() -> None:
+    client = _Client()
+    check = _check(client)
+    _ref(check)
+    client.corrupt = True
+    verdict = _step(check)
+    assert not verdict.stable and verdict.differ == 3
+    assert any("narr answer differs" in p for p in verdict.problems)
+
+
+def test_failed_probes_are_problems_not_compared_answers() -> None:
+    client = _Client()
+    check = _check(client)
+    _ref(check)
+    client.fail = "CUDA error: an illegal memory access was encountered"
+    verdict = _step(check)
+    assert not verdict.stable and (verdict.checked, verdict.differ) == (0, 0)
+    assert "illegal memory access" in verdict.problems[0]
+
+
+def test_a_reset_card_is_found_by_its_offset_or_its_lock_or_its_reads() -> None:
+    for change in ("offset", "lock", "lost"):
+        client, card = _Client(), _Card()
+        check = _check(client, card)
+        _ref(check)
+        if change == "offset":
+            card.offset = 0.0
+        elif change == "lock":
+            card.lock = None
+        else:
+            card.lost = True
+        verdict = _step(check)
+        assert verdict.reset and not verdict.stable, change
+
+
+def test_read_errors_and_a_failed_measurement_are_problems() -> None:
+    check = _check(_Client())
+    _ref(check)
+    assert "2 GPU read(s) failed" in _step(check, errors=2).problems[0]
+    failed = {"status": "failed", "error": "server closed the connection", "narr_tps": None}
+    assert "failed (server closed the connection)" in _step(check, failed).problems[0]
+
+
+def test_clock_stretching_is_a_drop_beyond_both_points_noise() -> None:
+    check = _check(_Client())
+    _ref(check, tps=40.0, u95=1.0)
+    # 2% below with +-1% on each: beyond the 1.4% combined noise
+    assert any(
+        "clock stretches" in p
+        for p in _step(check, {"status": "ok", "narr_tps": 39.2, "tps_u95_pct": 1.0}).problems
+    )
+    # 1.2% below: within it
+    assert _step(check, {"status": "ok", "narr_tps": 39.52, "tps_u95_pct": 1.0}).stable
+    # no stated noise: 3% assumed for it (1% stated for the reference: 3.2% together)
+    assert _step(check, {"status": "ok", "narr_tps": 38.9, "tps_u95_pct": None}).stable
+    # faster is never stretching
+    assert _step(check, {"status": "ok", "narr_tps": 45.0, "tps_u95_pct": 1.0}).stable
+
+
+def _marked(check: StabilityCheck, row: dict[str, Any]) -> tuple[Any, FaultLog, list[str]]:
+    faults, said = FaultLog(), []
+    error = asyncio.run(check_step(check, POINT, row, 0, faults, said.append))
+    return error, faults, said
+
+
+def test_check_step_takes_the_reference_then_marks_an_unstable_step() -> None:
+    client = _Client()
+    check = _check(client)
+    row: dict[str, Any] = {"status": "ok", "narr_tps": 40.0, "tps_u95_pct": 1.0}
+    assert _marked(check, row)[0] is None and row["answers_differ"] == 0
+    client.corrupt = True
+    row = {"status": "ok", "narr_tps": 40.0, "tps_u95_pct": 1.0}
+    error, faults, said = _marked(check, row)
+    assert error is None and row["status"] == "unstable" and row["answers_differ"] == 3
+    assert "differs" in row["error"] and any("unstable" in s for s in said)
+    assert [f["kind"] for f in faults.to_list()] == ["unstable_offset"]
+
+
+def test_check_step_fails_a_reference_it_cannot_take_and_keeps_the_row() -> None:
+    client = _Client()
+    client.flaky = True
+    row: dict[str, Any] = {"status": "ok", "narr_tps": 40.0}
+    error, _, _ = _marked(_check(client), row)
+    assert isinstance(error, PowersweepError) and row["status"] == "failed"
+
+
+def test_a_reset_card_is_waited_for_and_the_wait_is_bounded() -> None:
+    clock = _Clock()
+    card = _Card(clock)
+    check = _check(_Client(), card)
+    _ref(check)
+    card.lost, card.offset, card.back_at = True, 0.0, clock.t + 7.0
+    row: dict[str, Any] = {"status": "failed", "error": "x" * 500, "narr_tps": None}
+    error, faults, said = _marked(check, row)
+    assert error is None and row["status"] == "unstable"
+    assert clock.t >= card.back_at and any("came back after 7 s" in s for s in said)
+    assert "gpu_reset" in [f["kind"] for f in faults.to_list()]
+    assert "x" * 200 not in row["error"]  # the measurement's error is quoted, not repeated
+    card.lost, card.back_at = True, float("inf")
+    row = {"status": "ok", "narr_tps": 40.0}
+    error, _, _ = _marked(check, row)
+    assert isinstance(error, PowersweepError) and "did not come back" in str(error)
+    assert clock.t - card.back_at < 0 and row["status"] == "unstable"

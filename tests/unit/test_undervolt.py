@@ -1,0 +1,113 @@
+"""The undervolt analysis, from caps.csv rows alone (and run.json's options where present)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from powersweep.analysis.load import load_curve
+from powersweep.analysis.undervolt import analyze_undervolt, is_undervolt_curve
+from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
+from powersweep.analysis.undervolt_summary import headline, render_undervolt_summary
+from powersweep.runformat import CAPS_COLUMNS
+
+LOCK = 1485.0
+
+
+def _row(offset: float | None, status: str = "ok", reason: str = "search", **kw: Any) -> dict:
+    row = {
+        "cap_w": 300.0,
+        "narr_tps": 33.0,
+        "power_w": 300.0 - (offset or 0.0) / 10,
+        "sm_lock_mhz": LOCK,
+        "sm_offset_mhz": offset,
+        "status": status,
+        "reason": reason,
+        "tps_per_w_u95_pct": 0.5,
+        "j_per_token": 9.0,
+    }
+    row.update(kw)
+    row["tps_per_w"] = row["narr_tps"] / row["power_w"]
+    return row
+
+
+def _curve(tmp: Path, rows: list[dict], run: dict | None = None) -> Any:
+    lines = [",".join(CAPS_COLUMNS)]
+    for r in rows:
+        lines.append(",".join("" if r.get(c) is None else str(r[c]) for c in CAPS_COLUMNS))
+    (tmp / "caps.csv").write_text("\n".join(lines) + "\n")
+    if run is not None:
+        (tmp / "run.json").write_text(json.dumps(run))
+        return load_curve(tmp)
+    return load_curve(tmp / "caps.csv")
+
+
+def _search(stable_to: float, step: float = 30.0, soaks: tuple = ()) -> list[dict]:
+    rows = [_row(0.0, reason="baseline", sm_lock_mhz=None, tps_per_w_u95_pct=1.0)]
+    rows.append(_row(0.0, reason="reference"))
+    k = 1
+    while True:
+        o = k * step
+        ok = o <= stable_to
+        rows.append(_row(o, "ok" if ok else "unstable", error=None if ok else "answers differ"))
+        if not ok:
+            break
+        k += 1
+    for offset, status in soaks:
+        rows.append(_row(offset, status, reason="soak"))
+    return rows
+
+
+def test_the_answer_is_the_soak_that_held_beside_the_baseline_cap(tmp_path: Path) -> None:
+    curve = _curve(tmp_path, _search(150.0, soaks=((90.0, "unstable"), (60.0, "ok"))))
+    assert is_undervolt_curve(curve)
+    a = analyze_undervolt(curve)
+    assert a.last_stable_mhz == 150.0 and a.first_unstable_mhz == 180.0
+    assert a.first_unstable_reason == "answers differ"
+    assert a.chosen is not None and a.chosen.sm_offset_mhz == 60.0 and a.chosen.reason == "soak"
+    assert a.baseline is not None and a.baseline.sm_lock_mhz is None
+    v = a.versus_cap
+    assert v is not None and v.tps_per_w_gain_pct is not None and v.tps_per_w_gain_pct > 0
+    assert v.tps_per_w_gain_u95_pct == (0.5**2 + 1.0**2) ** 0.5
+    codes = [f.code for f in a.findings]
+    assert "undervolt_unstable" in codes and "soak_failed" in codes
+    assert UndervoltAnalysis.from_json(a.to_json()).to_json() == a.to_json()
+
+
+def test_without_soaks_the_backoff_lands_on_a_measured_step(tmp_path: Path) -> None:
+    run = {"options": {"offset_step_mhz": 30.0, "backoff_steps": 1}}
+    a = analyze_undervolt(_curve(tmp_path, _search(120.0), run))
+    assert a.backoff_steps == 1 and a.chosen is not None and a.chosen.sm_offset_mhz == 90.0
+
+
+def test_no_stable_offset_above_zero_answers_the_cards_own_curve(tmp_path: Path) -> None:
+    a = analyze_undervolt(_curve(tmp_path, _search(30.0)))
+    assert a.chosen is not None and a.chosen.sm_offset_mhz == 0.0
+    assert "no_undervolt" in [f.code for f in a.findings]
+
+
+def test_a_gain_within_noise_is_a_tie(tmp_path: Path) -> None:
+    rows = _search(150.0, soaks=((90.0, "ok"),))
+    rows[-1]["tps_per_w_u95_pct"] = 10.0
+    a = analyze_undervolt(_curve(tmp_path, rows))
+    assert a.versus_cap is not None and a.versus_cap.tied
+    assert "undervolt_tied" in [f.code for f in a.findings]
+
+
+def test_the_summary_and_headline_show_the_answer_beside_the_cap(tmp_path: Path) -> None:
+    curve = _curve(tmp_path, _search(150.0, soaks=((90.0, "ok"),)))
+    a = analyze_undervolt(curve)
+    text = render_undervolt_summary(curve, a)
+    assert "### Answer beside the best cap" in text and "| 300 W cap |" in text
+    assert "SM 1485 MHz +90 MHz offset" in text and "unstable: answers differ" in text
+    line = headline(a)
+    assert line is not None and line.startswith("undervolt: SM 1485 MHz +90 MHz offset")
+    assert "vs the 300 W cap" in line
+
+
+def test_a_search_without_steps_has_no_answer(tmp_path: Path) -> None:
+    rows = [_row(0.0, reason="baseline", sm_lock_mhz=None), _row(0.0, "failed", "reference")]
+    a = analyze_undervolt(_curve(tmp_path, rows))
+    assert a.chosen is None and a.versus_cap is None and headline(a) is None
+    assert "No stable offset was found" in render_undervolt_summary(_curve(tmp_path, rows), a)

@@ -1,0 +1,130 @@
+"""The undervolt search's steps: one at a time, bounded, backed off and soaked."""
+
+from __future__ import annotations
+
+import pytest
+
+from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.planning.undervolt_steps import (
+    BASELINE,
+    REFERENCE,
+    SEARCH,
+    UndervoltPlan,
+    UndervoltSchedule,
+    snap_lock,
+)
+
+
+def _plan(**kw: object) -> UndervoltPlan:
+    base = dict(
+        cap_w=280.0,
+        lock_mhz=None,
+        sm_clocks_mhz=(1695.0, 1680.0, 1665.0, 1650.0),
+        step_mhz=30.0,
+        max_mhz=1000.0,
+        backoff_steps=2,
+        soak_s=120.0,
+    )
+    base.update(kw)
+    return UndervoltPlan(**base)  # type: ignore[arg-type]
+
+
+def _run(schedule: UndervoltSchedule, stable_up_to: float, clock: float = 1690.0) -> list:
+    """Drive the schedule like the driver: every step up to ``stable_up_to`` is ok."""
+    status: dict[SweepPoint, str] = {}
+    schedule.status_of = status.get
+    measured: dict[SweepPoint, dict] = {}
+    asked = []
+    batch = schedule.next(measured)
+    while batch:
+        for point, reason in batch:
+            asked.append((point, reason))
+            offset = point.sm_offset_mhz or 0.0
+            ok = point.sm_lock_mhz is None or offset <= stable_up_to
+            status[point] = "ok" if ok else "unstable"
+            if ok:
+                measured[point] = {"sm_clock_mhz": clock}
+        batch = schedule.next(measured)
+    return asked
+
+
+def test_baseline_then_reference_then_steps_until_the_first_unstable() -> None:
+    s = UndervoltSchedule(_plan(), lambda _p: None)
+    asked = _run(s, stable_up_to=150.0)
+    assert asked[0] == (SweepPoint(280.0, sm_offset_mhz=0.0), BASELINE)
+    assert asked[1] == (SweepPoint(280.0, 1680.0, None, 0.0), REFERENCE)
+    offsets = [p.sm_offset_mhz for p, r in asked[2:]]
+    assert offsets == [30.0, 60.0, 90.0, 120.0, 150.0, 180.0]
+    assert all(r == SEARCH for _, r in asked[2:])
+    assert s.last_stable_k == 5 and s.first_unstable_k == 6
+    assert "unstable" in s.ended
+
+
+def test_the_lock_given_is_kept_and_the_measured_clock_is_snapped() -> None:
+    s = UndervoltSchedule(_plan(lock_mhz=1500.0), lambda _p: None)
+    asked = _run(s, stable_up_to=0.0)
+    assert asked[1][0].sm_lock_mhz == 1500.0
+    clocks = (1695.0, 1680.0, 1665.0)
+    assert snap_lock(1672.0, clocks) == 1665.0  # between two bins: the lower
+    assert snap_lock(1694.5, clocks) == 1695.0  # a reading's rounding
+    assert snap_lock(1600.0, clocks) == 1665.0  # below every listed clock: the lowest
+    assert snap_lock(1500.0, ()) == 1500.0
+    assert snap_lock(1514.0, ()) == 1500.0
+    assert snap_lock(float("nan"), (1695.0,)) is None
+
+
+def test_the_soak_backs_off_and_a_failed_soak_backs_off_one_more() -> None:
+    s = UndervoltSchedule(_plan(), lambda _p: None)
+    _run(s, stable_up_to=150.0)
+    first = s.soak()
+    assert first == SweepPoint(280.0, 1680.0, None, 90.0)
+    assert s.soak() == first  # asked again before its status: the same soak
+    s.soaked("unstable")
+    assert s.soak() == SweepPoint(280.0, 1680.0, None, 60.0)
+    s.soaked("ok")
+    assert s.soak() is None
+    record = s.record()
+    assert record is not None
+    assert record["chosen_mhz"] == 60.0 and record["last_stable_mhz"] == 150.0
+    assert record["first_unstable_mhz"] == 180.0
+    assert [x["status"] for x in record["soaks"]] == ["unstable", "ok"]
+
+
+def test_failed_soaks_end_at_offset_zero_without_soaking_it() -> None:
+    s = UndervoltSchedule(_plan(backoff_steps=0), lambda _p: None)
+    _run(s, stable_up_to=60.0)
+    n = 0
+    while (p := s.soak()) is not None:
+        n += 1
+        assert p.sm_offset_mhz and p.sm_offset_mhz > 0
+        s.soaked("unstable")
+    assert n == 2  # 60, then 30: one soak per stable step at most
+    assert s.chosen_k == 0
+
+
+def test_the_search_stops_at_the_highest_offset() -> None:
+    s = UndervoltSchedule(_plan(max_mhz=100.0), lambda _p: None)
+    asked = _run(s, stable_up_to=1e9)
+    assert [p.sm_offset_mhz for p, _ in asked[1:]] == [0.0, 30.0, 60.0, 90.0]
+    assert "highest offset" in s.ended
+    assert s.first_unstable_k is None
+
+
+@pytest.mark.parametrize("status", ["failed", "rejected", None])
+def test_a_reference_that_did_not_hold_ends_the_search(status: str | None) -> None:
+    seen: dict[SweepPoint, str | None] = {}
+    s = UndervoltSchedule(_plan(lock_mhz=1500.0), seen.get)
+    s.next({})
+    ((ref, _),) = s.next({})
+    if status is not None:
+        seen[ref] = status
+    assert s.next({}) == []
+    assert "offset 0 itself" in s.ended
+    assert s.soak() is None
+
+
+def test_a_failed_baseline_without_a_lock_ends_with_a_reason() -> None:
+    s = UndervoltSchedule(_plan(), lambda _p: None)
+    s.next({})
+    assert s.next({}) == []
+    assert "--sm-clocks" in s.ended
