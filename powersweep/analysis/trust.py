@@ -8,6 +8,7 @@ used or visibly set aside. Pure functions over a loaded :class:`~powersweep.anal
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -310,7 +311,15 @@ def run_findings(run: dict[str, Any] | None, requests: pl.DataFrame | None = Non
                 "warning",
                 f"run_{status}",
                 f"the run ended {status}: {run.get('error') or 'no reason recorded'}",
-                "rerun the missing caps (--resume does not repeat finished ones)",
+                "start the search again (each step depends on the one before it)"
+                if _axis(run) == "undervolt"
+                else "rerun the missing caps (--resume does not repeat finished ones)",
             )
         )
     return out
+
+
+def _axis(run: Mapping[str, Any]) -> str | None:
+    options = run.get("options")
+    axis = options.get("axis") if isinstance(options, Mapping) else None
+    return axis if isinstance(axis, str) else None

@@ -76,12 +76,20 @@ def _run_dir(out: Path) -> Path:
     return run
 
 
-@pytest.mark.parametrize("profile", ["rtx3090-air", "rtx4090-air"])
+@pytest.mark.parametrize(
+    ("profile", "mode"),
+    [
+        ("rtx3090-air", "decode-single"),
+        ("rtx4090-air", "decode-single"),
+        ("rtx4090-air", "decode-concurrent"),
+        ("rtx4090-air", "prefill-heavy"),
+    ],
+)
 def test_the_search_answers_the_stable_margin_less_the_backoff(
-    tmp_path: Path, profile: str
+    tmp_path: Path, profile: str, mode: str
 ) -> None:
     state, env = _rig(tmp_path, profile)
-    done = powersweep(*_args(profile, state, tmp_path / "runs"), env=env)
+    done = powersweep(*_args(profile, state, tmp_path / "runs", "--load-mode", mode), env=env)
     assert done.returncode == 0, done.stderr
     run_dir = _run_dir(tmp_path / "runs")
     run = read_json(run_dir / "run.json")

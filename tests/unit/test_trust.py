@@ -178,6 +178,10 @@ def test_run_findings_name_faults_budget_and_status() -> None:
     assert run_findings({"status": "failed"})[0].message == (
         "the run ended failed: no reason recorded"
     )
+    assert "--resume" in (found["run_partial"][0].hint or "")
+    # an undervolt search is started again, not resumed
+    undervolt = run_findings({"status": "failed", "options": {"axis": "undervolt"}})
+    assert undervolt[0].hint == "start the search again (each step depends on the one before it)"
     assert run_findings({"status": "complete", "faults": "none"}) == []
     assert run_findings(None) == run_findings({}) == []
 
