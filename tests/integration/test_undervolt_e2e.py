@@ -211,3 +211,29 @@ def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
     assert restored.returncode == 0, restored.stderr
     assert _card(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
     assert not journal.exists()
+
+
+def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path) -> None:
+    done = powersweep(
+        "--simulate",
+        "rtx3090-air+rtx3090-air",
+        "--axis",
+        "undervolt",
+        "--cap",
+        "300",
+        "--cooling",
+        "air",
+        "--quiet",
+        "--no-charts",
+        "--out",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    run_dir = _run_dir(tmp_path)
+    truths = read_json(run_dir / "run.json")["simulation"]["stable_offset_mhz"]
+    assert len(set(truths.values())) == 2  # two different pieces of silicon
+    weakest = min(truths.values())
+    analysis = read_json(run_dir / "analysis.json")
+    assert analysis["first_unstable_mhz"] == (math.floor(weakest / STEP) + 1) * STEP
+    assert abs(analysis["chosen"]["sm_offset_mhz"] - (weakest - BACKOFF * STEP)) < STEP
+    assert "GPU 1: SM clock offset put back to 0 MHz" in done.stderr
