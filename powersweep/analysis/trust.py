@@ -39,6 +39,9 @@ _FAULT_TEXT = {
     "cut_at_deadline": "request(s) streamed past their max_tokens (the server ignores it) and "
     "were cut at their window's end (what arrived counts)",
     "request_failed": "request(s) failed",
+    "unstable_offset": "undervolt step(s) failed their stability check",
+    "gpu_reset": "GPU reset(s) by an unstable offset (the card came back at offset 0)",
+    "xid_unreadable": "card set(s) could not report Xid errors (steps checked without them)",
 }
 _LIST_MAX = 12
 

@@ -192,6 +192,10 @@ class ReplayGpu:
         """The replayed server: this process, on every replayed card (memory unknown)."""
         return (GpuProcess(os.getpid(), math.nan),)
 
+    def xid_events(self) -> tuple[int, ...] | None:
+        """None: a replayed power-cap curve has no driver to report GPU faults."""
+        return None
+
     # --- rig side -----------------------------------------------------------------------------
 
     @property

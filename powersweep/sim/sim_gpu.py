@@ -321,6 +321,14 @@ class SimGpu:
             return ()
         return (GpuProcess(os.getpid(), 0.9 * self.profile.vram_mib),)
 
+    def xid_events(self) -> tuple[int, ...] | None:
+        """Xid 79 for each reset since the last call (the card fell off the bus); None on an
+        AMD card, as amdsmi reports no Xids."""
+        if self.profile.vendor == "amd":
+            return None
+        with self._lock:
+            return self._bus.take_xids()
+
     # --- engine side --------------------------------------------------------------------------
 
     def set_workload(self, workload: Workload) -> None:

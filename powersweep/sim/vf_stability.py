@@ -16,7 +16,7 @@ import zlib
 
 from powersweep.errors import GpuError
 from powersweep.sim.profiles import GpuProfile
-from powersweep.sweep.gpu import GpuSample
+from powersweep.sweep.gpu import XID_FALLEN_OFF_BUS, GpuSample
 
 # Run seconds a reset card is off the bus (a driver recovery takes seconds on a real rig).
 RESET_OFF_BUS_S = 5.0
@@ -61,15 +61,23 @@ class BusState:
         self.reset_beyond_mhz = reset_beyond_mhz
         self.resets = 0
         self.back_at_s = -math.inf
+        self._xids: list[int] = []
 
     def must_reset(self, unstable_by_mhz: float, busy: bool) -> bool:
         """Whether a card working (``busy``) this far past its margin crashes now."""
         return busy and unstable_by_mhz > 0 and unstable_by_mhz > self.reset_beyond_mhz
 
     def reset(self, now_s: float) -> None:
-        """Count a reset at ``now_s``: the card is off the bus for :data:`RESET_OFF_BUS_S`."""
+        """Count a reset at ``now_s``: the card is off the bus for :data:`RESET_OFF_BUS_S`, and
+        the driver reports it as Xid 79 (:meth:`take_xids`)."""
         self.resets += 1
         self.back_at_s = now_s + RESET_OFF_BUS_S
+        self._xids.append(XID_FALLEN_OFF_BUS)
+
+    def take_xids(self) -> tuple[int, ...]:
+        """The Xids reported since the last call (one 79 per reset), oldest first."""
+        xids, self._xids = tuple(self._xids), []
+        return xids
 
     def off_bus(self, now_s: float) -> bool:
         """Whether the card is off the bus at ``now_s`` (a reset's recovery not over yet)."""

@@ -218,13 +218,19 @@ class Sweep:
         metric = "prefill_tps" if self.plan.load.mode == "prefill-heavy" else "narr_tps"
         if not callable(getattr(self.client, "greedy", None)):
             raise PowersweepError("this client cannot send greedy probes: no undervolt search")
-        return StabilityCheck(
+        check = StabilityCheck(
             cast(GreedyApi, self.client),
             self.gpus,
             self.clock,
             metric=metric,
             context_tokens=context_tokens,
         )
+        blind = [g.index for g, ok in zip(self.gpus, check.xids_readable, strict=True) if not ok]
+        if blind:
+            what = f"GPU {', '.join(map(str, blind))} cannot report Xid errors"
+            self._faults.add("xid_unreadable", what)
+            self.warn(f"{what}: each step is checked by its answers, the card's state and TPS")
+        return check
 
     def _before_change(self) -> None:
         """Every change goes through the restore journal: it must still be this sweep's."""

@@ -20,6 +20,8 @@ What it can do:
   0, a card that never settles above it.
 * Clock locks: taken and read back; the clocks read follow them unless ``follow_locks`` is
   False (a card that ignores a lock it accepted).
+* Xids: ``xids`` is a list a test appends Xid codes to; ``xid_events`` returns them and clears
+  it (``()`` by default); set it to None for a card whose Xids cannot be read.
 * ``calls`` counts every call by method name; ``limits_set`` lists the requests in order;
   ``events`` (a list shared with the test, optional) gets ``("set_power_limit", index, W, run s)``
   for each request, so a test can order them against its own callbacks.
@@ -111,6 +113,7 @@ class FakeGpu:
         self.sm_lock_mhz: float | None = None
         self.sm_offset_mhz = 0.0
         self.mem_lock_mhz: float | None = None
+        self.xids: list[int] | None = []
         self._rng = random.Random(seed * 1000 + index)
         self._energy_mj = 0.0
         self._energy_t_s: float | None = None
@@ -225,6 +228,14 @@ class FakeGpu:
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:
         self.calls["compute_processes"] += 1
         return ()
+
+    def xid_events(self) -> tuple[int, ...] | None:
+        self.calls["xid_events"] += 1
+        if self.xids is None:
+            return None
+        xids = tuple(self.xids)
+        self.xids.clear()
+        return xids
 
     # --- what the test reads ------------------------------------------------------------------
 

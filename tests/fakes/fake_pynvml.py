@@ -36,6 +36,12 @@ What it can do:
   NOT_SUPPORTED; ``sm_offset_applies=False`` makes a set succeed but leave the offset unchanged.
   Permission errors as for the locks: ``fail={"nvmlDeviceSetGpcClkVfOffset":
   NVML_ERROR_NO_PERMISSION}``.
+* Xid events: ``FakeNvml.inject_xid(index, xid)`` delivers an Xid to every live event set the
+  device is registered in (none registered: lost, as with NVML); ``FakeNvml.event_sets`` holds
+  every set created (``queue`` of :class:`FakeEventData`, ``freed``), so a test can also queue
+  events of its own. ``xid_events_supported=False`` leaves ``nvmlEventTypeXidCriticalError``
+  out of ``nvmlDeviceGetSupportedEventTypes`` and makes registering for it NOT_SUPPORTED; an
+  empty set's ``nvmlEventSetWait_v2`` raises ``NVMLError_Timeout`` at once (it never waits).
 * ``FakeNvml.calls`` records every call as ``(function name, device index or None)``.
 
 Only the standard library is imported, so tests can load this file by path.
@@ -86,6 +92,12 @@ NVML_PSTATE_UNKNOWN = 32
 
 NVML_FEATURE_DISABLED = 0
 NVML_FEATURE_ENABLED = 1
+
+nvmlEventTypeSingleBitEccError = 0x1
+nvmlEventTypeDoubleBitEccError = 0x2
+nvmlEventTypePState = 0x4
+nvmlEventTypeXidCriticalError = 0x8
+nvmlEventTypeClock = 0x10
 
 _ERROR_STRINGS = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
@@ -246,6 +258,27 @@ class FakeProcessInfo:
     computeInstanceId: int = 0xFFFFFFFF
 
 
+@dataclass
+class FakeEventData:
+    """Like ``c_nvmlEventData_t``: ``eventData`` is the Xid of an Xid event."""
+
+    device: Any
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass(eq=False)
+class FakeEventSet:
+    """Like ``c_nvmlEventSet_t``: the devices registered (with their event mask), the events
+    not yet waited for (oldest first), and whether it was freed."""
+
+    registered: list[tuple[Any, int]] = field(default_factory=list)
+    queue: list[FakeEventData] = field(default_factory=list)
+    freed: bool = False
+
+
 # --- devices -------------------------------------------------------------------------------
 
 
@@ -270,6 +303,7 @@ class FakeDevice:
         sm_offset_range_mhz: ``(min, max)`` offsets the driver accepts, MHz.
         sm_offset_supported: False makes the offset calls NOT_SUPPORTED.
         sm_offset_applies: False makes a set succeed but keep the offset it had.
+        xid_events_supported: False: no Xid events (not listed as supported, refused).
     """
 
     name: str = "NVIDIA GeForce RTX 3090"
@@ -310,6 +344,13 @@ class FakeDevice:
     sm_offset_supported: bool = True
     sm_offset_applies: bool = True
     processes: list[FakeProcessInfo] = field(default_factory=list)
+    xid_events_supported: bool = True
+
+    @property
+    def supported_event_types(self) -> int:
+        """What ``nvmlDeviceGetSupportedEventTypes`` returns (a bit mask)."""
+        xid = nvmlEventTypeXidCriticalError if self.xid_events_supported else 0
+        return nvmlEventTypePState | nvmlEventTypeClock | xid
 
     def graphics_clocks(self, mem_mhz: int) -> list[int]:
         """SM clocks listed for a memory clock, descending."""
@@ -382,6 +423,11 @@ class FakeNvml(ModuleType):
     NVML_PSTATE_UNKNOWN = NVML_PSTATE_UNKNOWN
     NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
     NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
+    nvmlEventTypeSingleBitEccError = nvmlEventTypeSingleBitEccError
+    nvmlEventTypeDoubleBitEccError = nvmlEventTypeDoubleBitEccError
+    nvmlEventTypePState = nvmlEventTypePState
+    nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
+    nvmlEventTypeClock = nvmlEventTypeClock
 
     NVMLError = NVMLError
     NVMLError_Uninitialized = NVMLError_Uninitialized
@@ -412,6 +458,7 @@ class FakeNvml(ModuleType):
         self.init_count = 0
         self.shutdown_calls = 0
         self.calls: list[tuple[str, int | None]] = []
+        self.event_sets: list[FakeEventSet] = []
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -667,3 +714,48 @@ class FakeNvml(ModuleType):
             raise NVMLError_InvalidArgument()
         if device.sm_offset_applies:
             device.sm_offset_mhz = offset
+
+    # --- events (Xids) -------------------------------------------------------------------------
+
+    def inject_xid(self, index: int, xid: int) -> int:
+        """The driver reports Xid ``xid`` on device ``index``: queued in every live set the
+        device is registered in for Xid events. Returns how many sets got it."""
+        device = self.devices[index]
+        reached = 0
+        for event_set in self.event_sets:
+            mask = sum(m for d, m in event_set.registered if d is device)
+            if not event_set.freed and mask & nvmlEventTypeXidCriticalError:
+                event_set.queue.append(FakeEventData(device, nvmlEventTypeXidCriticalError, xid))
+                reached += 1
+        return reached
+
+    def _live_set(self, event_set: Any) -> FakeEventSet:
+        if not isinstance(event_set, FakeEventSet) or event_set.freed:
+            raise NVMLError_InvalidArgument()
+        return event_set
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        return self._device_call("nvmlDeviceGetSupportedEventTypes", handle).supported_event_types
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._module_call("nvmlEventSetCreate")
+        self.event_sets.append(FakeEventSet())
+        return self.event_sets[-1]
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
+        device = self._device_call("nvmlDeviceRegisterEvents", handle)
+        event_set = self._live_set(eventSet)
+        if eventTypes & ~device.supported_event_types:
+            raise NVMLError_NotSupported()
+        event_set.registered.append((device, eventTypes))
+
+    def nvmlEventSetWait_v2(self, eventSet: Any, timeoutms: int) -> FakeEventData:
+        self._module_call("nvmlEventSetWait_v2")
+        event_set = self._live_set(eventSet)
+        if not event_set.queue:
+            raise NVMLError_Timeout()
+        return event_set.queue.pop(0)
+
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        self._module_call("nvmlEventSetFree")
+        self._live_set(eventSet).freed = True

@@ -137,6 +137,7 @@ def test_a_card_that_resets_at_the_first_unstable_step_ends_cleanly_and_says_so(
     assert "gpu_reset" in [f["code"] for f in analysis["findings"]]
     bad = [s for s in analysis["steps"] if s["status"] != "ok"]
     assert len(bad) == 1 and "reset" in bad[0]["error"]
+    assert "Xid 79 (fallen off the bus)" in bad[0]["error"]
     assert analysis["chosen"]["status"] == "ok"  # soaked after the card came back
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
 

@@ -212,3 +212,8 @@ def test_the_index_given_is_the_cards_index() -> None:
     gpu = AmdsmiGpu(fake, fake.cards[0], 5)
     assert gpu.index == 5 and gpu.read_sample().gpu_index == 5
     assert gpu.identity().index == 5
+
+
+def test_an_amd_card_has_no_xids_to_report() -> None:
+    _, gpu = _gpu()
+    assert gpu.xid_events() is None

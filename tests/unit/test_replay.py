@@ -137,3 +137,8 @@ def test_bad_files_are_usage_errors(tmp_path: Path) -> None:
     one.write_text("cap_w,narr_tps,power_w\n200,20,199\n")
     with pytest.raises(UsageError, match="at least two caps"):
         replay_profile(one)
+
+
+def test_a_replayed_card_has_no_xids_to_report(curve_path: Path) -> None:
+    rig = ReplayRig(replay_profile(curve_path), ManualClock(), seed=1)
+    assert rig.gpu(0).xid_events() is None

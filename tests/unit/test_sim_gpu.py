@@ -313,3 +313,20 @@ def test_a_pre_ampere_card_off_the_bus_counts_no_instant_read_it_never_had() -> 
     gpu.set_workload(Workload("decode"))
     gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz + 1.0)
     assert gpu.read_sample().read_errors == 8
+
+
+def test_a_reset_is_reported_once_as_xid_79_the_card_falling_off_the_bus() -> None:
+    clock, gpu = _tuned()
+    assert gpu.xid_events() == ()
+    gpu.set_workload(Workload("decode"))
+    assert gpu.set_sm_clock_offset(gpu.truth_stable_offset_mhz + 120.0).accepted
+    assert gpu.resets == 1
+    assert gpu.xid_events() == (79,)  # read while the card is still off the bus
+    assert gpu.xid_events() == ()
+    clock.advance(RESET_OFF_BUS_S)
+    assert gpu.xid_events() == ()
+
+
+def test_a_simulated_amd_card_has_no_xids_to_report() -> None:
+    gpu = SimGpu(get_profile("mi300x"), ManualClock())
+    assert gpu.xid_events() is None

@@ -74,6 +74,13 @@ class _Card:
         self.lost = False
         self.clock = clock
         self.back_at = float("inf")
+        self.xids: list[int] | None = []
+
+    def xid_events(self) -> tuple[int, ...] | None:
+        if self.xids is None:
+            return None
+        out, self.xids = tuple(self.xids), []
+        return out
 
     def _check_bus(self) -> None:
         if self.lost and not (self.clock and self.clock.t >= self.back_at):
@@ -255,3 +262,35 @@ def test_a_reset_card_is_waited_for_and_the_wait_is_bounded() -> None:
     error, _, _ = _marked(check, row)
     assert isinstance(error, PowersweepError) and "did not come back" in str(error)
     assert clock.t - card.back_at < 0 and row["status"] == "unstable"
+
+
+def test_xids_the_driver_reports_make_a_step_unstable() -> None:
+    client, card = _Client(), _Card()
+    check = _check(client, card)
+    assert check.xids_readable == [True]
+    _ref(check)
+    card.xids = [13]
+    verdict = _step(check)
+    assert not verdict.stable and not verdict.reset
+    assert verdict.problems[0] == "GPU 0 reported Xid 13 (graphics engine exception)"
+    card.xids = [79, 999]
+    verdict = _step(check)
+    assert verdict.reset and "Xid 79 (fallen off the bus), Xid 999" in verdict.problems[0]
+    assert _step(check).stable  # each Xid is reported once
+
+
+def test_an_xid_at_offset_zero_stops_the_search() -> None:
+    card = _Card()
+    check = _check(_Client(), card)
+    card.xids = [48]
+    with pytest.raises(PowersweepError, match=r"double-bit ECC error.*at offset 0"):
+        _ref(check)
+
+
+def test_a_backend_without_xids_is_checked_without_them() -> None:
+    card = _Card()
+    card.xids = None
+    check = _check(_Client(), card)
+    assert check.xids_readable == [False]
+    _ref(check)
+    assert _step(check).stable

@@ -17,6 +17,7 @@ from powersweep.sim.vf_stability import (
     BusState,
     stable_margin_mhz,
 )
+from powersweep.sweep.gpu import XID_FALLEN_OFF_BUS
 
 
 @pytest.mark.parametrize(
@@ -67,3 +68,12 @@ def test_the_stable_margin_is_the_profiles_within_its_spread() -> None:
     assert all(200.0 <= m <= 250.0 and m == round(m) for m in margins) and len(margins) > 5
     assert stable_margin_mhz(p, 9, 1) == stable_margin_mhz(p, 9, 1)
     assert stable_margin_mhz(get_profile("h100-sxm"), 9, 0) == 0.0  # no offset, no margin
+
+
+def test_each_reset_is_reported_once_as_xid_79() -> None:
+    bus = BusState(0)
+    assert bus.take_xids() == ()
+    bus.reset(10.0)
+    bus.reset(20.0)
+    assert bus.take_xids() == (XID_FALLEN_OFF_BUS, XID_FALLEN_OFF_BUS) == (79, 79)
+    assert bus.take_xids() == ()

@@ -30,6 +30,9 @@ CLOCK_EVENT_DISPLAY_CLOCKS = 0x100
 POWER_EVENT_MASK = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
 THERMAL_EVENT_MASK = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL | CLOCK_EVENT_HW_SLOWDOWN
 
+# The Xid the NVIDIA driver reports when a card falls off the bus (stops answering on PCIe).
+XID_FALLEN_OFF_BUS = 79
+
 
 @dataclass(frozen=True)
 class GpuIdentity:
@@ -350,6 +353,24 @@ class Gpu(Protocol):
         """Processes running compute work on this GPU now; None when it cannot be read.
 
         Never raises: an unsupported or failed read is None.
+        """
+        ...
+
+    # --- GPU faults (issue 36's stability checks) ----------------------------------------------
+
+    def xid_events(self) -> tuple[int, ...] | None:
+        """The Xid codes the driver reported for this card since the last call.
+
+        Xids are the NVIDIA driver's GPU fault reports (13 graphics engine exception, 31 MMU
+        fault, 43 GPU stopped processing, 48 double-bit ECC error, 79 fallen off the bus, ...).
+        A backend that must register for them first does so on the first call, which then
+        returns ``()``: call it once before the work to watch.
+
+        Never raises: a failed poll is None (and counts where the backend counts read errors).
+
+        Returns:
+            The codes in the order reported, ``()`` when there were none; None when the backend
+            cannot read them (not supported, not permitted, not an NVIDIA card).
         """
         ...
 

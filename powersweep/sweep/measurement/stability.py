@@ -53,6 +53,26 @@ RECOVERY_MAX_S = 120.0
 ERROR_QUOTE_CHARS = 160
 RECOVERY_POLL_S = 1.0
 
+# What the driver's Xid codes a check may meet say (others are named by number).
+XID_NAMES = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement",
+    64: "ECC page retirement failure",
+    74: "NVLink error",
+    79: "fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP timeout",
+    120: "GSP error",
+}
+
 _PREFILL_TEXT = (
     "The keeper's log records the weather, the lamp's hours, the oil burned and the ships seen "
     "each night; on the third of December the entry reads that the lamp lit itself an hour "
@@ -153,6 +173,9 @@ class StabilityCheck:
         self.probes = probes(context_tokens)
         self.reference: tuple[str, ...] | None = None
         self.reference_tps: tuple[float, float] | None = None
+        # the driver reports only the Xids that come after a card is registered: now, before
+        # the first point is set
+        self.xids_readable = [g.xid_events() is not None for g in self.gpus]
 
     async def answers(self) -> tuple[list[str | None], list[str]]:
         """Each probe's answer (its token count and text; None where it failed), and why the
@@ -186,6 +209,12 @@ class StabilityCheck:
                 f"the stability check's reference at offset 0 failed ({failed[0]}): an undervolt "
                 "search needs the server's greedy answers"
             )
+        xids = self._xids()
+        if xids:
+            raise PowersweepError(
+                f"{'; '.join(xids)} at offset 0 (the card's own curve): a card that reports "
+                "errors without an undervolt cannot be searched; check it first"
+            )
         second, failed = await self.answers()
         differ = [p.kind for p, a, b in zip(self.probes, first, second, strict=True) if a != b]
         if failed or differ:
@@ -209,7 +238,9 @@ class StabilityCheck:
             problems.append(f"its measurement {row.get('status')} ({why})")
         if read_errors:
             problems.append(f"{read_errors} GPU read(s) failed while it was measured")
-        reset = self._card_problems(point, problems)
+        xids = self._xids()
+        problems += xids
+        reset = self._card_problems(point, problems) or any("Xid 79" in x for x in xids)
         texts, failed = await self.answers()
         problems += failed
         checked, differ = 0, 0
@@ -225,6 +256,19 @@ class StabilityCheck:
         if stretch:
             problems.append(stretch)
         return Verdict(checked, differ, tuple(problems), reset)
+
+    def _xids(self) -> list[str]:
+        """The Xids each card reported since the last call, one line per card (empty: none,
+        or the backend cannot read them)."""
+        out = []
+        for g in self.gpus:
+            codes = g.xid_events() or ()
+            if codes:
+                named = ", ".join(
+                    f"Xid {c} ({XID_NAMES[c]})" if c in XID_NAMES else f"Xid {c}" for c in codes
+                )
+                out.append(f"GPU {g.index} reported {named}")
+        return out
 
     async def wait_back(self) -> float:
         """Wait, bounded, until every card reads again after a reset; the run seconds waited.

@@ -274,6 +274,12 @@ class AmdsmiGpu(AmdReads):
         """Never set on AMD cards (not accepted, with the reason)."""
         return LockResult(mhz, False, AMD_OFFSET_UNSUPPORTED)
 
+    # --- GPU faults ---------------------------------------------------------------------------
+
+    def xid_events(self) -> tuple[int, ...] | None:
+        """None: Xids are the NVIDIA driver's fault reports; amdsmi has no such events."""
+        return None
+
     # --- sampling ---------------------------------------------------------------------------
 
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:

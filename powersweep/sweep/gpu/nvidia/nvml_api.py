@@ -9,6 +9,7 @@ module object they are handed, which is how the tests drive them with a fake
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import math
 from types import ModuleType
@@ -81,6 +82,14 @@ NVML_API_USED: tuple[str, ...] = (
     "nvmlDeviceSetGpcClkVfOffset",
     # which cards serve the model (issue 14)
     "nvmlDeviceGetComputeRunningProcesses",
+    # Xid events, the driver's GPU fault reports (issue 36's stability checks)
+    "NVML_ERROR_TIMEOUT",
+    "nvmlEventTypeXidCriticalError",
+    "nvmlDeviceGetSupportedEventTypes",
+    "nvmlEventSetCreate",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventSetWait_v2",
+    "nvmlEventSetFree",
 )
 
 
@@ -129,6 +138,18 @@ def field_number(nvml: ModuleType, field: Any) -> float | None:
     if member is None:
         return None
     return float(getattr(field.value, member))
+
+
+def same_device(a: object, b: object) -> bool:
+    """Whether two NVML device handles name the same card.
+
+    Real handles are ctypes pointers, and NVML hands out a new pointer object each time (an
+    event's ``device`` is one), which ``==`` tells apart: they compare by the address they hold.
+    Any other handle (a fake's device object) compares by identity.
+    """
+    if isinstance(a, ctypes._Pointer) and isinstance(b, ctypes._Pointer):
+        return ctypes.cast(a, ctypes.c_void_p).value == ctypes.cast(b, ctypes.c_void_p).value
+    return a is b
 
 
 def cause(exc: Exception) -> str:

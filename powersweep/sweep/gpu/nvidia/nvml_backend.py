@@ -79,10 +79,13 @@ class NvmlBackend:
         return gpu
 
     def close(self) -> None:
-        """Shut NVML down; later calls do nothing."""
+        """Free the cards' event sets and shut NVML down; later calls do nothing."""
         if self._closed:
             return
         self._closed = True
+        # Each card's Xid event set is NVML's to free, so it goes before the shutdown.
+        for gpu in self._gpus.values():
+            gpu.close()
         self._gpus.clear()
         nvml = self._nvml
         # Shutting down is cleanup at the end of a run: nothing a user could do about a failure.

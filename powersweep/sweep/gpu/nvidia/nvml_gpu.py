@@ -1,5 +1,6 @@
 """One NVIDIA GPU through NVML: identity, power limits (verified), persistence mode, processes;
-its readings are :mod:`.reads`', its clock locks and clock offset :mod:`.nvml_clocks`'.
+its readings are :mod:`.reads`', its clock locks and clock offset :mod:`.nvml_clocks`', its Xid
+events :mod:`.nvml_events`'.
 
 NVML reports power in milliwatts, energy in millijoules, clocks in MHz and temperatures in degrees
 Celsius; the backend converts power to watts and leaves the rest as NVML counts it.
@@ -15,6 +16,7 @@ from typing import Any
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import NOT_AVAILABLE, available, cause, text
 from powersweep.sweep.gpu.nvidia.nvml_clocks import NvmlClocks
+from powersweep.sweep.gpu.nvidia.nvml_events import NvmlXidEvents
 from powersweep.sweep.gpu.nvidia.reads import NvmlReads, PowerSource
 from powersweep.sweep.gpu.protocol import (
     CLOCK_EVENT_APP_CLOCKS,
@@ -52,7 +54,7 @@ class NvmlGpu:
 
     Attributes:
         power_source: ``"instant"`` or ``"average"``: the reading ``read_sample`` uses for power.
-        read_error_count: Failed field reads in ``read_sample`` so far.
+        read_error_count: Failed reads so far: fields of ``read_sample`` and Xid polls.
         instant_fallbacks: Reads where the instant power failed and the average was used instead.
     """
 
@@ -63,6 +65,7 @@ class NvmlGpu:
         self._name: str | None = None
         self._reads = NvmlReads(nvml, handle, index)
         self._clocks = NvmlClocks(nvml, handle, self._label)
+        self._xids = NvmlXidEvents(nvml, handle)
 
     @property
     def index(self) -> int:
@@ -81,8 +84,8 @@ class NvmlGpu:
 
     @property
     def read_error_count(self) -> int:
-        """Failed field reads in ``read_sample`` so far."""
-        return self._reads.read_error_count
+        """Failed reads so far: fields of ``read_sample`` and Xid polls."""
+        return self._reads.read_error_count + self._xids.poll_errors
 
     @property
     def instant_fallbacks(self) -> int:
@@ -370,6 +373,23 @@ class NvmlGpu:
             known = isinstance(used, int) and available(float(used))
             out.append(GpuProcess(pid, used / 2**20 if known else NAN))  # type: ignore[operator]
         return tuple(out)
+
+    # --- GPU faults (issue 36's stability checks) --------------------------------------------
+
+    def xid_events(self) -> tuple[int, ...] | None:
+        """The Xids the driver reported for this card since the last call (empty: none).
+
+        The first call registers for them (``nvmlDeviceRegisterEvents``) and returns ``()``.
+        None when they cannot be read: not supported on this card or driver (some GeForce
+        drivers, WSL), no permission, a failed poll (counted in ``read_error_count``), or the
+        backend closed. Never raises.
+        """
+        return self._xids.poll()
+
+    def close(self) -> None:
+        """Free what this card holds in NVML (its Xid event set); :meth:`NvmlBackend.close`
+        calls it before NVML shuts down. Idempotent."""
+        self._xids.close()
 
     def _limit_w(self) -> float:
         return self._watts(self._nvml.nvmlDeviceGetPowerManagementLimit)
