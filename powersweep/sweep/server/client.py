@@ -28,8 +28,8 @@ from powersweep.sweep.server.request import (
     WARN_USAGE_UNTRUSTED,
     RequestResult,
     RequestRun,
-    http_error_text,
 )
+from powersweep.sweep.server.request_errors import failure_text
 from powersweep.sweep.server.server_queries import ServerQueries
 from powersweep.sweep.server.sse import (
     SseLineTooLong,
@@ -331,42 +331,14 @@ class ChatClient(ServerQueries):
         return replace(answer, error=self._clean(answer.error)) if answer.error else answer
 
     def _failure(self, exc: Exception, tokens: int) -> tuple[str, bool]:
-        """A request's exception in one line, and whether the connection was reset.
-
-        Args:
-            exc: What the exchange raised (the caller's deadline excluded).
-            tokens: Token-bearing chunks read before it.
-        """
-        if isinstance(exc, httpx.TimeoutException):
-            return self._timeout_message(exc), False
-        if isinstance(exc, httpx.ConnectError):
-            return (
-                f"cannot connect to {self._info.base_url}: {one_line(str(exc)) or 'refused'}",
-                False,
-            )
-        if isinstance(exc, MalformedResponse):
-            # Framing the transport refused: the request fails, its tokens untrusted (not counted
-            # as a stream cut by the server's close would be).
-            return f"malformed HTTP answer after {tokens} tokens: {exc}", False
-        if isinstance(exc, httpx.RemoteProtocolError):
-            return f"server closed the connection mid-response after {tokens} tokens: {exc}", True
-        if isinstance(exc, httpx.HTTPError):
-            return http_error_text(exc, tokens), isinstance(exc, httpx.ReadError)
-        if isinstance(exc, TimeoutError):
-            return f"timeout: {one_line(str(exc)) or type(exc).__name__}", False
-        if isinstance(exc, OSError):
-            return f"network error: {one_line(str(exc)) or type(exc).__name__}", False
-        return f"client error while reading the answer: {type(exc).__name__}: {exc}", False
-
-    def _timeout_message(self, exc: httpx.TimeoutException) -> str:
-        if isinstance(exc, httpx.ConnectTimeout):
-            return (
-                f"connect timeout: {self._info.base_url} did not answer "
-                f"in {self._connect_timeout_s:g} s"
-            )
-        if isinstance(exc, httpx.ReadTimeout):
-            return f"read timeout: server sent nothing for {self._read_timeout_s:g} s"
-        return f"timeout: {type(exc).__name__}"
+        """A request's exception in one line, and whether the connection was reset."""
+        return failure_text(
+            exc,
+            tokens,
+            base_url=self._info.base_url,
+            connect_timeout_s=self._connect_timeout_s,
+            read_timeout_s=self._read_timeout_s,
+        )
 
     async def _exchange(
         self,
