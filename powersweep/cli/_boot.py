@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from powersweep.sweep.settings.applier import CapChange, CapResult
     from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting
     from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
+    from powersweep.sweep.settings.clock_offsets import OffsetChange, OffsetResult
     from powersweep.sweep.settings.targets import Target
+
+    # What an apply set: limits, locks and (optional, for older callers) SM clock offsets.
+    Results = (
+        tuple[list[CapResult], list[ClockResult]]
+        | tuple[list[CapResult], list[ClockResult], list[OffsetResult]]
+    )
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class BootUnit:
         unit_dir: ``--unit-dir`` (None: the system's, through systemctl).
         reset: ``--reset``: this apply drops its cards' lines.
         force: Replace a unit powersweep did not write.
+        offsets: Their SM clock offset changes (an undervolt run's answer).
     """
 
     rig: SettingsRig
@@ -51,6 +59,7 @@ class BootUnit:
     unit_dir: Path | None
     reset: bool
     force: bool
+    offsets: Sequence[OffsetChange] = ()
 
     def dry_run(self, unit_dir: Path) -> None:
         from powersweep.sweep.settings.boot_unit import read_unit
@@ -105,17 +114,27 @@ class BootUnit:
         if not unit.installed:
             return
         at_boot = {s.uuid: s for s in unit.settings}
-        stale = [
-            c
-            for c in self.caps
-            if c.target.identity.uuid in at_boot
-            and abs((at_boot[c.target.identity.uuid].power_limit_w or 0.0) - c.after_w) > 0.5
-        ] + [
-            c
-            for c in self.clocks
-            if c.target.identity.uuid in at_boot
-            and _boot_locks(at_boot[c.target.identity.uuid], c) != [c.after(k) for k in c.kinds()]
-        ]
+        stale = (
+            [
+                c
+                for c in self.caps
+                if c.target.identity.uuid in at_boot
+                and abs((at_boot[c.target.identity.uuid].power_limit_w or 0.0) - c.after_w) > 0.5
+            ]
+            + [
+                c
+                for c in self.clocks
+                if c.target.identity.uuid in at_boot
+                and _boot_locks(at_boot[c.target.identity.uuid], c)
+                != [c.after(k) for k in c.kinds()]
+            ]
+            + [
+                o
+                for o in self.offsets
+                if o.target.identity.uuid in at_boot
+                and abs((at_boot[o.target.identity.uuid].sm_offset_mhz or 0.0) - o.after_mhz) > 0.5
+            ]
+        )
         reset_here = self.reset and (
             not at_boot or any(t.identity.uuid in at_boot for t in self.targets)
         )
@@ -135,6 +154,7 @@ class BootUnit:
 
         caps = {c.target.identity.uuid: c.after_w for c in self.caps}
         clocks = {c.target.identity.uuid: c for c in self.clocks}
+        offsets = {o.target.identity.uuid: o.after_mhz for o in self.offsets}
         out = []
         for t in self.targets:
             uuid = t.identity.uuid
@@ -145,8 +165,18 @@ class BootUnit:
             if change is not None:
                 sm = change.after("sm") if "sm" in change.kinds() else sm
                 mem = change.after("mem") if "mem" in change.kinds() else mem
+            offset = offsets[uuid] if uuid in offsets else _offset_in_force(t, sm)
             out.append(
-                BootSetting(uuid, t.identity.name, cap_w, sm, mem, self.source, t.identity.vendor)
+                BootSetting(
+                    uuid,
+                    t.identity.name,
+                    cap_w,
+                    sm,
+                    mem,
+                    self.source,
+                    t.identity.vendor,
+                    offset if offset is not None and abs(offset) > 0.5 else None,
+                )
             )
         return out
 
@@ -165,11 +195,14 @@ class BootUnit:
         if self.rig.simulated:
             return fallback
         tools: dict[str, BootCommand] = {}
-        for vendor in sorted({s.vendor for s in settings}):
+        for vendor in sorted({s.vendor for s in settings if s.sm_offset_mhz is None}):
             tool = _vendor_tool(vendor)
             if tool is None:
                 return fallback
             tools[vendor] = tool
+        if any(s.sm_offset_mhz is not None for s in settings):
+            # no vendor tool sets an SM clock offset: those cards' lines run powersweep
+            tools["powersweep"] = fallback
         return tools
 
     def resolve_dir(self) -> Path | None:
@@ -204,7 +237,7 @@ class BootUnit:
         self,
         text: str | None,
         unit_dir: Path | None,
-        results: tuple[list[CapResult], list[ClockResult]],
+        results: Results,
     ) -> None:
         from powersweep.sweep.settings.applier import undo_settings
         from powersweep.sweep.settings.boot_unit import (
@@ -240,7 +273,9 @@ class BootUnit:
         try:
             path = install_unit(text, unit_dir)
         except PowersweepError as exc:
-            raise PowersweepError(f"{exc}{undo_settings(*results, warn)}") from exc
+            caps, clocks, *offsets = results
+            undone = undo_settings(caps, clocks, warn, *offsets)
+            raise PowersweepError(f"{exc}{undone}") from exc
         if systemctl is not None:
             enable_unit(path, systemctl)  # the settings stay: they are set, the unit is written
         enabled = (
@@ -251,6 +286,26 @@ class BootUnit:
 
 def _boot_locks(setting: BootSetting, c: ClockChange) -> list[float | None]:
     return [setting.sm_clock_mhz if k == "sm" else setting.mem_clock_mhz for k in c.kinds()]
+
+
+def _offset_in_force(t: Target, sm_lock_mhz: float | None) -> float | None:
+    """The SM clock offset a card has now, for the unit to keep, when an SM lock goes with it.
+
+    An offset shifts the whole curve: set at boot without a lock, it would let the card boost
+    past its stock clocks. Where the unit knows no lock (NVML cannot read one back), the
+    offset is left out and the user told how to keep both.
+    """
+    offset = t.gpu.sm_clock_offset().sm_offset_mhz
+    if offset is None or abs(offset) <= 0.5:
+        return None
+    if sm_lock_mhz is None:
+        warn(
+            f"{t.label}: its SM clock offset {offset:+g} MHz is not written into the boot unit, "
+            "which knows no SM clock lock to go with it: apply the undervolt run again with "
+            "--persist to keep both"
+        )
+        return None
+    return offset
 
 
 def _limit_in_force(t: Target) -> float | None:

@@ -1,5 +1,6 @@
-"""``powersweep apply``: set what a sweep recommended (or a named cap or clock lock) on the right
-GPUs, verify it, and with ``--persist`` install a systemd unit that sets it again at every boot."""
+"""``powersweep apply``: set what a sweep recommended (or a named cap, clock lock or SM clock
+offset) on the right GPUs, verify it, and with ``--persist`` install a systemd unit that sets it
+again at every boot."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from powersweep.sweep.records.journal import Journal
     from powersweep.sweep.settings.applier import CapChange, CapResult
     from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
+    from powersweep.sweep.settings.clock_offsets import OffsetChange, OffsetResult
     from powersweep.sweep.settings.targets import Target
 
 SIMULATION = "Simulation"
@@ -35,8 +37,8 @@ RunDirArg = Annotated[
     Path | None,
     typer.Argument(
         metavar="RUN_DIR",
-        help="A run directory: set the cap (or, for a clock run, the clock locks) it recommends "
-        "on the GPUs it measured.",
+        help="A run directory: set the cap (for a clock run, the clock locks; for an undervolt "
+        "run, the cap, SM lock and SM clock offset) it recommends on the GPUs it measured.",
         show_default=False,
     ),
 ]
@@ -82,9 +84,22 @@ MemClockOpt = Annotated[
         "refuse).",
     ),
 ]
+SmOffsetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sm-offset",
+        metavar="MHZ",
+        help="Set the SM clock offset (an undervolt, with --sm-clock): one an undervolt run "
+        "found stable on this card.",
+    ),
+]
 ResetOpt = Annotated[
     bool,
-    typer.Option("--reset", help="Put each card's default power limit back and unlock its clocks."),
+    typer.Option(
+        "--reset",
+        help="Put each card's default power limit back, unlock its clocks and put its SM clock "
+        "offset back to 0.",
+    ),
 ]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
@@ -151,6 +166,7 @@ def apply_command(
     cap: CapOpt = None,
     sm_clock: SmClockOpt = None,
     mem_clock: MemClockOpt = None,
+    sm_offset: SmOffsetOpt = None,
     gpus: GpusOpt = None,
     reset: ResetOpt = False,
     dry_run: DryRunOpt = False,
@@ -165,12 +181,12 @@ def apply_command(
     backend: BackendOpt = Backend.AUTO,
     at_boot: AtBootOpt = False,
 ) -> None:
-    """Set a run's recommended power limit or clock locks (or --cap W, --sm-clock / --mem-clock
-    MHZ, or --reset) on the right GPUs."""
+    """Set a run's recommended power limit, clock locks or undervolt (or --cap W, --sm-clock /
+    --mem-clock / --sm-offset MHZ, or --reset) on the right GPUs."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.targets import parse_gpu_selection
 
-    named = _Named(cap, sm_clock, mem_clock)
+    named = _Named(cap, sm_clock, mem_clock, sm_offset)
     _check_options(
         run_dir, named, reset, persist, print_unit or dry_run, at_boot, gpus, simulate, sim_state
     )
@@ -203,10 +219,10 @@ def apply_command(
             targets, named, source = _from_run(rig, run_dir, choice, eta, selection, force, latency)
         else:
             targets = select_gpus(rig.backend, selection, warn)
-        caps, clocks = _plan(targets, named, reset, strict)
+        caps, clocks, offsets = _plan(targets, named, reset, strict)
         _Apply(
             rig, targets, caps, clocks, source, unit_dir, persist, print_unit, dry_run, reset,
-            at_boot, force, journal_for(state_dir, at_boot),
+            at_boot, force, journal_for(state_dir, at_boot), offsets,
         ).run()  # fmt: skip
 
 
@@ -231,17 +247,19 @@ def _from_run(
     for note in rec.notes:
         warn(note)
     targets = match_run_gpus(rig.backend, rec.gpus, selection=selection, force=force, warn=warn)
-    named = _Named(rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz)
+    named = _Named(rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.sm_offset_mhz)
     return targets, named, f"{run_dir.resolve()} ({rec.objective})"
 
 
 @dataclass(frozen=True)
 class _Named:
-    """The values named on the command line (or read from a run): a cap and clock locks."""
+    """The values named on the command line (or read from a run): a cap, clock locks and an SM
+    clock offset."""
 
     cap_w: float | None
     sm_clock_mhz: float | None
     mem_clock_mhz: float | None
+    sm_offset_mhz: float | None = None
 
     def given(self) -> list[tuple[str, float]]:
         """``[("--cap", 290.0), ...]``: the values given, by option."""
@@ -249,6 +267,7 @@ class _Named:
             ("--cap", self.cap_w),
             ("--sm-clock", self.sm_clock_mhz),
             ("--mem-clock", self.mem_clock_mhz),
+            ("--sm-offset", self.sm_offset_mhz),
         )
         return [(flag, v) for flag, v in flags if v is not None]
 
@@ -259,18 +278,23 @@ class _Named:
 
 def _plan(
     targets: Sequence[Target], named: _Named, reset: bool, strict: bool
-) -> tuple[list[CapChange], list[ClockChange]]:
-    """Each card's limit and locks, checked before any is written (bad input changes nothing)."""
+) -> tuple[list[CapChange], list[ClockChange], list[OffsetChange]]:
+    """Each card's limit, locks and offset, checked before any is written (bad input changes
+    nothing)."""
     from powersweep.sweep.settings.applier import plan_caps
     from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
+    from powersweep.sweep.settings.clock_offsets import plan_offset_reset, plan_offsets
 
     if reset:
-        return plan_caps(targets, None, strict=strict, warn=warn), plan_unlock(targets)
+        caps = plan_caps(targets, None, strict=strict, warn=warn)
+        return caps, plan_unlock(targets), plan_offset_reset(targets, warn)
+    # the offset first: a card without one is refused before the others' warnings
+    offsets = plan_offsets(targets, named.sm_offset_mhz)
     caps = (
         plan_caps(targets, named.cap_w, strict=strict, warn=warn) if named.cap_w is not None else []
     )
     clocks = plan_clocks(targets, named.sm_clock_mhz, named.mem_clock_mhz, strict=strict, warn=warn)
-    return caps, clocks
+    return caps, clocks, offsets
 
 
 def _check_options(
@@ -286,6 +310,7 @@ def _check_options(
 ) -> None:
     """Refuse contradictory options and impossible values before anything is read or changed."""
     from powersweep.sweep.settings.clock_locks import check_clock
+    from powersweep.sweep.settings.clock_offsets import check_offset
 
     values = [flag for flag, _ in named.given()]
     asked = [n for n, v in (("RUN_DIR", run_dir), ("--reset", reset)) if v] + values
@@ -293,14 +318,22 @@ def _check_options(
     if not asked or (len(asked) > 1 and asked != values):
         what = " and ".join(asked) if asked else "nothing"
         raise UsageError(
-            f"give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock MHZ, or --reset (got {what})"
+            "give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock / --sm-offset MHZ, or "
+            f"--reset (got {what})"
         )
     check_clock(named.sm_clock_mhz, "--sm-clock")
     check_clock(named.mem_clock_mhz, "--mem-clock")
+    check_offset(named.sm_offset_mhz, "--sm-offset")
+    if named.sm_offset_mhz and named.sm_clock_mhz is None:
+        # an offset shifts the whole curve: unlocked, the card would boost past its stock clocks
+        raise UsageError(
+            "--sm-offset shifts the whole voltage/frequency curve, so without an SM clock lock "
+            "the card would boost past its stock clocks: give --sm-clock MHZ with it"
+        )
     if at_boot and (not values or gpus is None or persist or changes_nothing):
         raise UsageError(
-            "--at-boot is what the boot unit runs: it takes --cap, --sm-clock, --mem-clock and "
-            "--gpus only"
+            "--at-boot is what the boot unit runs: it takes --cap, --sm-clock, --mem-clock, "
+            "--sm-offset and --gpus only"
         )
     if simulate is not None and sim_state is None and not changes_nothing:
         raise UsageError("--simulate needs --sim-state FILE to hold what apply sets")
@@ -373,11 +406,12 @@ class _Apply:
     at_boot: bool
     force: bool
     journal: Journal | None = None
+    offsets: Sequence[OffsetChange] = ()
 
     def run(self) -> None:
         unit = BootUnit(
             self.rig, self.targets, self.caps, self.clocks, self.source, self.unit_dir,
-            self.reset, self.force,
+            self.reset, self.force, self.offsets,
         )  # fmt: skip
         boot = None if self.reset or not self.persist else unit.settings()
         if self.print_unit:
@@ -388,7 +422,16 @@ class _Apply:
             return
         unit_dir = unit.resolve_dir() if self.persist else None
         if self.dry_run:
-            for line in [*map(self._line, self.caps), *map(_clock_line, self.clocks)]:
+            from powersweep.sweep.settings.clock_locks import clock_line
+            from powersweep.sweep.settings.clock_offsets import offset_line
+
+            lines = [
+                *map(self._line, self.caps),
+                *(offset_line(o) for o in self.offsets if not o.raises),
+                *map(clock_line, self.clocks),
+                *(offset_line(o) for o in self.offsets if o.raises),
+            ]
+            for line in lines:
                 typer.echo(f"{line} (dry run: nothing changed)")
             if self.persist and unit_dir is not None:
                 unit.dry_run(unit_dir)
@@ -410,27 +453,36 @@ class _Apply:
             line += f" (verified: reads back {readback_w:g} W)"
         return line
 
-    def _write(self) -> tuple[list[CapResult], list[ClockResult]]:
+    def _write(self) -> tuple[list[CapResult], list[ClockResult], list[OffsetResult]]:
         from powersweep.sweep.records.cardlock import card_key, locks_for
         from powersweep.sweep.records.journal import default_state_dir
-        from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
+        from powersweep.sweep.settings.clock_locks import clock_line
+        from powersweep.sweep.settings.clock_offsets import offset_line
+        from powersweep.sweep.settings.journaled import apply_all_journaled, journal_entry
         from powersweep.sweep.signals import raise_on_signals
 
         backend = self.rig.journal_backend
-        entry = journal_entry(self.targets, self.caps, self.clocks, backend)
+        entry = journal_entry(self.targets, self.caps, self.clocks, backend, self.offsets)
         state_dir = self.journal.state_dir if self.journal else default_state_dir()
         # SIGTERM or SIGHUP half way (scancel, a lost session) puts back what was set, as Ctrl-C
         with raise_on_signals(), locks_for("apply", state_dir) as locks:
             # a sweep from any state directory owns its cards: never write under it
             locks.take((card_key(backend, t.identity.uuid), t.label) for t in self.targets)
-            caps, clocks = apply_journaled(self.journal, entry, self.caps, self.clocks, warn)
+            caps, clocks, offsets = apply_all_journaled(
+                self.journal, entry, self.caps, self.clocks, self.offsets, warn
+            )
         for r in caps:
             typer.echo(self._line(r.change, r.readback_w))
             if r.note:
                 warn(r.note)
+        # in the order written: an offset comes off before a lock is removed, on after it is set
+        for o in (o for o in offsets if not o.change.raises):
+            typer.echo(offset_line(o.change, o))
         for c in clocks:
-            typer.echo(_clock_line(c.change, c))
-        return caps, clocks
+            typer.echo(clock_line(c.change, c))
+        for o in (o for o in offsets if o.change.raises):
+            typer.echo(offset_line(o.change, o))
+        return caps, clocks, offsets
 
     def _persistence_on(self) -> None:
         from powersweep.sweep.settings.applier import enable_persistence
@@ -447,18 +499,3 @@ class _Apply:
                 f"persistence mode is off on {which}: the driver may drop the setting when no "
                 "program uses the card, and a reboot always does; --persist keeps it"
             )
-
-
-def _clock_line(c: ClockChange, result: ClockResult | None = None) -> str:
-    """``GPU 0 (...): clock locks SM unlocked -> SM 1410 MHz (verified: ...)``."""
-    from powersweep.sweep.settings.clock_locks import describe_after, describe_locks
-
-    line = (
-        f"{c.target.label}: clock locks {describe_locks(c.before, c.kinds())} -> "
-        f"{describe_after(c)}"
-    )
-    if result is None:
-        return line
-    if result.verified:
-        return f"{line} (verified: reads back {describe_locks(result.readback, c.kinds())})"
-    return f"{line} (set; not verified: NVML cannot read clock locks back)"

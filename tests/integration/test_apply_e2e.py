@@ -615,3 +615,180 @@ def test_a_card_the_unit_cannot_set_does_not_stop_the_others(
     codes = _boot(units)
     assert codes[0] != 0 and codes[1:] == [0, 0]  # the gone card fails first, the others set
     assert _limits(state) == {UUIDS[0]: 250.0, UUIDS[1]: 320.0}
+
+
+# --- an undervolt run: the cap it held, its SM lock and its SM clock offset ----------------
+
+
+@pytest.fixture(scope="module")
+def undervolt_swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """One short simulated undervolt search (the card's default cap, a locked SM clock)."""
+    base = tmp_path_factory.mktemp("undervolt-swept")
+    state = base / "state.json"
+    done = powersweep(
+        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
+        "--axis", "undervolt", "--target-cap-seconds", "1", "--warmup-requests", "1",
+        "--settle-seconds", "1", "--no-charts", "-q",
+        "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return only_run_dir(base / "runs"), state.read_bytes()
+
+
+@pytest.fixture
+def undervolt_rig(
+    undervolt_swept: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Path]]:
+    """A copy of the undervolt run and a fresh state file (offset 0, unlocked, as before)."""
+    yield _copy_of(undervolt_swept, tmp_path, monkeypatch)
+
+
+def _chosen(run: Path) -> tuple[float, float, float]:
+    """The cap, SM lock and offset of the run's answer (an offset above 0, or the test is moot)."""
+    chosen = read_json(run / "analysis.json")["chosen"]
+    assert chosen["sm_offset_mhz"] > 0, chosen
+    return chosen["cap_w"], chosen["sm_lock_mhz"], chosen["sm_offset_mhz"]
+
+
+def test_apply_an_undervolt_run_sets_cap_lock_and_offset_and_reset_puts_them_back(
+    undervolt_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = undervolt_rig
+    cap, lock, offset = _chosen(run)
+    assert status(capsys, state)["gpus"][0]["clock_offset"]["sm_offset_mhz"] == 0.0
+
+    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    assert code == 0, err
+    assert (
+        f"undervolt recommendation SM {lock:g} MHz {offset:+g} MHz offset at {cap:g} W per GPU"
+        in err
+    )
+    lines = out.splitlines()
+    assert lines[-1].endswith(
+        f"SM clock offset +0 MHz -> {offset:+g} MHz (verified: reads back {offset:+g} MHz)"
+    )
+    assert f"clock locks SM unlocked -> SM {lock:g} MHz" in lines[-2]  # the lock first
+    after = status(capsys, state)["gpus"][0]
+    assert after["locked_clocks"]["sm_mhz"] == lock
+    assert after["clock_offset"]["sm_offset_mhz"] == offset
+    assert after["power_limit"]["current_w"] == cap
+    code, text, _ = cli(capsys, "status", *sim(state))
+    assert code == 0 and f"clock offset  SM {offset:+g} MHz" in text
+
+    code, out, err = cli(capsys, "apply", "--reset", *sim(state))
+    assert code == 0, err
+    assert f"SM clock offset {offset:+g} MHz -> +0 MHz (verified: reads back +0 MHz)" in out
+    again = status(capsys, state)["gpus"][0]
+    assert again["locked_clocks"] == UNLOCKED and again["clock_offset"]["sm_offset_mhz"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["RUN", "--objective", "near-peak"], "is an undervolt run: its search has one answer"),
+        (["RUN", "--objective", "slo", "--max-itl-ms", "50"], "not a slo pick; apply it without"),
+        (["NOANSWER"], "undervolt search has no answer: no point at its locked SM clock held"),
+        (["RUN", "--sm-offset", "30"], "got RUN_DIR and --sm-offset"),
+    ],
+)
+def test_bad_undervolt_input_is_one_line_and_changes_nothing(
+    undervolt_rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: list[str],
+    needle: str,
+) -> None:
+    run, state = undervolt_rig
+    no_answer = _without(run, tmp_path / "no-answer", "chosen", "versus_cap")
+    paths = {"RUN": str(run), "NOANSWER": str(no_answer)}
+    _assert_refused(capsys, state, [paths.get(a, a) for a in args], needle)
+
+
+def test_a_card_without_an_offset_is_refused_in_one_line(
+    undervolt_rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from powersweep.sim.sim_gpu import SimGpu
+    from powersweep.sweep.gpu import ClockOffset
+
+    run, state = undervolt_rig
+    offset = _chosen(run)[2]
+    monkeypatch.setattr(
+        SimGpu,
+        "sm_clock_offset",
+        lambda self: ClockOffset(False, message="GPU 0 has no SM clock offset to set (test)"),
+    )
+    _assert_refused(
+        capsys,
+        state,
+        [str(run)],
+        f"GPU 0 has no SM clock offset to set (test): the {offset:+g} MHz SM clock offset cannot "
+        "be applied; nothing was changed",
+    )
+
+
+def test_a_refused_offset_puts_the_cap_and_lock_back_and_leaves_no_journal(
+    undervolt_rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from powersweep.sim.sim_gpu import SimGpu
+    from powersweep.sweep.gpu import LockResult
+
+    run, state = undervolt_rig
+    code, _, err = cli(capsys, "apply", "--cap", "300", *sim(state))
+    assert code == 0, err
+    real = SimGpu.set_sm_clock_offset
+    monkeypatch.setattr(
+        SimGpu,
+        "set_sm_clock_offset",
+        lambda self, mhz: real(self, mhz) if mhz == 0 else LockResult(mhz, False, "refused (test)"),
+    )
+    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    assert code != 0 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        "error: refused (test); the GPUs already changed were put back"
+    )
+    after = status(capsys, state)["gpus"][0]
+    assert after["power_limit"]["current_w"] == 300.0
+    assert after["locked_clocks"] == UNLOCKED and after["clock_offset"]["sm_offset_mhz"] == 0.0
+    assert not (tmp_path / "statedir" / "journal.json").exists()
+
+
+def test_persist_sets_the_undervolt_again_after_a_reboot_and_status_shows_it(
+    undervolt_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, state = undervolt_rig
+    cap, lock, offset = _chosen(run)
+    units = tmp_path / "units"
+    units.mkdir()
+    code, _, err = cli(
+        capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
+    )
+    assert code == 0, err
+    unit = units / "powersweep-apply.service"
+    shown = status(capsys, state, "--unit-dir", str(units))
+    (setting,) = shown["unit"]["settings"]
+    assert (setting["power_limit_w"], setting["sm_clock_mhz"], setting["sm_offset_mhz"]) == (
+        cap, lock, offset
+    )  # fmt: skip
+    code, text, _ = cli(capsys, "status", *sim(state), "--unit-dir", str(units))
+    assert code == 0 and f"SM {lock:g} MHz {offset:+g} MHz offset" in text.splitlines()[-1]
+    analyze = shutil.which("systemd-analyze")
+    if analyze:
+        done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
+        assert done.returncode == 0 and unit.name not in done.stderr, done.stderr
+
+    # A reboot: the lock and the offset are gone; the unit's one powersweep line sets all three.
+    state.write_text(json.dumps({UUID: DEFAULT_W}))
+    (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(exec_line.removeprefix("ExecStart=-"))
+    assert f"--sm-offset={offset:g}" in argv and "--at-boot" in argv
+    booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert booted.returncode == 0, booted.stderr
+    again = status(capsys, state)["gpus"][0]
+    assert again["locked_clocks"]["sm_mhz"] == lock
+    assert again["clock_offset"]["sm_offset_mhz"] == offset
+    assert again["power_limit"]["current_w"] == cap and again["persistence_mode"] is True

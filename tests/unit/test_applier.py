@@ -1,6 +1,8 @@
-"""Setting power limits and clock locks on chosen cards (``sweep/settings/applier.py``), on fake
-cards: the plan clamped to each card's own range, writes verified card by card, all or nothing
-(an interrupt included), the note that says what was put back, and persistence mode."""
+"""Setting power limits, clock locks and SM clock offsets on chosen cards
+(``sweep/settings/applier.py``), on fake cards: the plan clamped to each card's own range, writes
+verified card by card in a safe order (an offset on only after its lock, off before an unlock),
+all or nothing (an interrupt included), the note that says what was put back, and persistence
+mode."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from powersweep.errors import GpuError, PowersweepError, UsageError
 from powersweep.sweep.gpu import LockResult, SetLimitResult
 from powersweep.sweep.settings.applier import (
     NOT_PUT_BACK,
+    apply_all,
     apply_caps,
     apply_settings,
     enable_persistence,
@@ -20,7 +23,8 @@ from powersweep.sweep.settings.applier import (
     undo,
     undo_settings,
 )
-from powersweep.sweep.settings.clock_locks import plan_clocks
+from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
+from powersweep.sweep.settings.clock_offsets import plan_offset_reset, plan_offsets
 from powersweep.sweep.settings.targets import Target
 from tests.fakes.fake_gpu import FakeGpu
 
@@ -181,3 +185,133 @@ def test_a_powersweep_error_from_the_write_is_a_gpu_error_with_the_note() -> Non
     with pytest.raises(GpuError, match=r"^GPU 0: NVML failed; nothing was changed$") as info:
         apply_caps(caps, print)
     assert isinstance(info.value.__cause__, PowersweepError)
+
+
+# --- SM clock offsets (an undervolt run's answer) ------------------------------------------
+
+
+class _Ordered(_Card):
+    """Records every write in order; can refuse offsets (exact MHz) or fail to take one back."""
+
+    def __init__(self, index: int, log: list[str], **kw: Any) -> None:
+        self.log = log
+        self.refused_offsets: set[float] = set(kw.pop("refuse_offsets", ()))
+        super().__init__(index, **kw)
+
+    def set_power_limit(self, watts: float) -> SetLimitResult:
+        self.log.append(f"{self.index} limit {watts:g}")
+        return super().set_power_limit(watts)
+
+    def lock_sm_clock(self, mhz: float) -> LockResult:
+        self.log.append(f"{self.index} lock {mhz:g}")
+        return super().lock_sm_clock(mhz)
+
+    def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
+        self.log.append(f"{self.index} unlock")
+        super().reset_clock_locks(sm, mem)
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        self.log.append(f"{self.index} offset {mhz:+g}")
+        if mhz in self.refused_offsets:
+            return LockResult(mhz, False, f"GPU {self.index} refused {mhz:+g} MHz")
+        return super().set_sm_clock_offset(mhz)
+
+
+def test_an_undervolt_goes_on_after_its_lock_and_a_reset_takes_it_off_before_the_unlock() -> None:
+    log: list[str] = []
+    card = _Ordered(0, log, limit_w=320.0)
+    targets = [_target(card)]
+    caps, clocks, offsets = apply_all(
+        plan_caps(targets, 300.0, strict=False, warn=print),
+        plan_clocks(targets, 1500.0, None, strict=False, warn=print),
+        plan_offsets(targets, 180.0),
+        print,
+    )
+    assert log == ["0 limit 300", "0 lock 1500", "0 offset +180"]
+    assert [r.readback_w for r in caps] == [300.0] and clocks[0].verified
+    assert [(r.change.before_mhz, r.readback_mhz) for r in offsets] == [(0.0, 180.0)]
+    assert (card.limit_w, card.sm_lock_mhz, card.sm_offset_mhz) == (300.0, 1500.0, 180.0)
+
+    log.clear()
+    apply_all(
+        plan_caps(targets, None, strict=False, warn=print),
+        plan_unlock(targets),
+        plan_offset_reset(targets, print),
+        print,
+    )
+    assert log == ["0 limit 350", "0 offset +0", "0 unlock"]
+    assert (card.sm_lock_mhz, card.sm_offset_mhz) == (None, 0.0)
+
+
+def test_a_refused_offset_puts_back_every_limit_lock_and_offset_already_set() -> None:
+    log: list[str] = []
+    a = _Ordered(0, log, limit_w=320.0)
+    b = _Ordered(1, log, limit_w=330.0, refuse_offsets=(180.0,))
+    targets = [_target(a), _target(b)]
+    with pytest.raises(GpuError) as info:
+        apply_all(
+            plan_caps(targets, 300.0, strict=False, warn=print),
+            plan_clocks(targets, 1500.0, None, strict=False, warn=print),
+            plan_offsets(targets, 180.0),
+            print,
+        )
+    assert str(info.value) == "GPU 1 refused +180 MHz; the GPUs already changed were put back"
+    assert [(g.limit_w, g.sm_lock_mhz, g.sm_offset_mhz) for g in (a, b)] == [
+        (320.0, None, 0.0),
+        (330.0, None, 0.0),
+    ]
+    # the offsets come off first (newest first), then the locks, then the limits
+    assert log[log.index("1 offset +180") + 1 :] == [
+        "1 offset +0",
+        "0 offset +0",
+        "1 unlock",
+        "0 unlock",
+        "1 limit 330",
+        "0 limit 320",
+    ]
+
+
+def test_a_refused_lock_leaves_the_offset_unwritten() -> None:
+    log: list[str] = []
+    card = _Ordered(0, log, refuse_sm=True)
+    targets = [_target(card)]
+    with pytest.raises(GpuError) as info:
+        apply_all(
+            [],
+            plan_clocks(targets, 1500.0, None, strict=False, warn=print),
+            plan_offsets(targets, 180.0),
+            print,
+        )
+    assert str(info.value) == "GPU 0 refused the SM lock; nothing was changed"
+    assert log == ["0 lock 1500"] and card.sm_offset_mhz == 0.0
+
+
+def test_an_offset_that_cannot_be_put_back_is_named_and_restore_is_the_way_back() -> None:
+    card = _Ordered(0, [], refuse_offsets=(0.0,))
+    caps, clocks, done = apply_all([], [], plan_offsets([_target(card)], 180.0), print)
+    warnings: list[str] = []
+    assert undo_settings(caps, clocks, warnings.append, done) == (
+        f"; {NOT_PUT_BACK}: GPU 0 (SM clock offset +0 MHz) (set them with nvidia-smi -pl / -lgc "
+        "/ -lmc; `powersweep restore` puts back the offset)"
+    )
+    assert warnings == [
+        "GPU 0 (Fake GPU, GPU-fake-0): could not put back its SM clock offset +0 MHz: GPU 0 "
+        "refused +0 MHz"
+    ]
+    assert card.sm_offset_mhz == 180.0
+
+
+def test_undo_settings_puts_back_an_offset_before_the_lock() -> None:
+    log: list[str] = []
+    card = _Ordered(0, log)
+    targets = [_target(card)]
+    caps, clocks, offsets = apply_all(
+        [],
+        plan_clocks(targets, 1500.0, None, strict=False, warn=print),
+        plan_offsets(targets, 90.0),
+        print,
+    )
+    log.clear()
+    assert undo_settings(caps, clocks, print, offsets) == "; the GPUs already changed were put back"
+    assert log == ["0 offset +0", "0 unlock"]
+    assert (card.sm_lock_mhz, card.sm_offset_mhz) == (None, 0.0)

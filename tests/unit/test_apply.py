@@ -124,8 +124,8 @@ def test_persist_writes_the_unit_and_reset_persist_removes_it(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "error: give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock MHZ, or --reset "
-         "(got nothing)"),
+        ([], "error: give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock / --sm-offset MHZ, "
+         "or --reset (got nothing)"),
         (["--cap", "250", "--reset"], "(got --reset and --cap)"),
         (["run-dir", "--cap", "250"], "(got RUN_DIR and --cap)"),
         (["--sm-clock", "-5"], "error: --sm-clock"),
@@ -135,7 +135,15 @@ def test_persist_writes_the_unit_and_reset_persist_removes_it(
         (["--reset", "--print-unit"], "error: --reset --persist removes the boot unit; there is "
          "no unit to print"),
         (["--cap", "250", "--at-boot"], "error: --at-boot is what the boot unit runs: it takes "
-         "--cap, --sm-clock, --mem-clock and --gpus only"),
+         "--cap, --sm-clock, --mem-clock, --sm-offset and --gpus only"),
+        (["--sm-offset", "100"], "error: --sm-offset shifts the whole voltage/frequency curve, so "
+         "without an SM clock lock the card would boost past its stock clocks: give --sm-clock "
+         "MHZ with it"),
+        (["--sm-offset", "nan", "--sm-clock", "1500"], "error: --sm-offset takes a number of MHz"),
+        (["--sm-offset", "100", "--sm-clock", "1500", "--reset"], "(got --reset and --sm-clock "
+         "and --sm-offset)"),
+        (["--sm-offset", "1200", "--sm-clock", "1500"], "error: +1200 MHz is outside the SM "
+         f"clock offsets of {LABEL} (-200 to +1000 MHz); nothing was changed"),
     ],
 )  # fmt: skip
 def test_contradictory_options_are_refused_before_anything_changes(
@@ -146,6 +154,29 @@ def test_contradictory_options_are_refused_before_anything_changes(
     (line,) = err.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "sim.json").exists()
+
+
+def test_a_named_offset_goes_on_after_its_lock_and_reset_takes_it_off_first(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "apply", "--sm-clock", "1500", "--sm-offset", "60", *sim(tmp_path))
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"{LABEL}: clock locks SM unlocked -> SM 1500 MHz (verified: reads back SM 1500 MHz)",
+        f"{LABEL}: SM clock offset +0 MHz -> +60 MHz (verified: reads back +60 MHz)",
+    ]
+    assert LimitStore(tmp_path / "sim.json").get_sm_offset(UUID) == 60.0
+    code, out, err = run(capsys, "apply", "--reset", *sim(tmp_path))
+    assert code == 0, err
+    lines = out.splitlines()
+    offset = lines.index(
+        f"{LABEL}: SM clock offset +60 MHz -> +0 MHz (verified: reads back +0 MHz)"
+    )
+    unlock = next(i for i, ln in enumerate(lines) if "clock locks SM 1500 MHz" in ln)
+    assert offset < unlock  # off before the unlock: never a raised curve on a free clock
+    assert LimitStore(tmp_path / "sim.json").get_sm_offset(UUID) == 0.0
+    code, out, _ = run(capsys, "apply", "--reset", *sim(tmp_path))
+    assert code == 0 and "SM clock offset" not in out  # already 0: nothing to put back
 
 
 def test_a_simulated_apply_needs_a_state_file_to_hold_what_it_sets(

@@ -16,13 +16,14 @@ from powersweep.cli import _boot
 from powersweep.cli._boot import BootUnit
 from powersweep.cli.rigs import SettingsRig
 from powersweep.clock import ManualClock
-from powersweep.errors import UsageError
+from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.sim_rig import SimRig
 from powersweep.sweep.settings import boot_unit
-from powersweep.sweep.settings.applier import plan_caps
+from powersweep.sweep.settings.applier import apply_all, plan_caps
 from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting
 from powersweep.sweep.settings.clock_locks import plan_clocks
+from powersweep.sweep.settings.clock_offsets import plan_offsets
 from powersweep.sweep.settings.targets import Target, select_gpus
 
 UUID = "GPU-sim-rtx3090-air-0"
@@ -204,3 +205,81 @@ def test_an_installed_unit_that_sets_other_values_is_said_stale(
     assert capsys.readouterr().err == (
         f"warning: {path} still sets other values at boot: --reset --persist removes it\n"
     )
+
+
+# --- an SM clock offset (an undervolt run's answer) -----------------------------------------
+
+
+def _undervolt(rig: SettingsRig, unit_dir: Path | None = None) -> BootUnit:
+    targets = _targets(rig)
+    clocks = plan_clocks(targets, 1395.0, None, strict=False, warn=lambda _m: None)
+    offsets = plan_offsets(targets, 180.0)
+    return BootUnit(rig, targets, [], clocks, "run-uv", unit_dir, False, False, offsets)
+
+
+def test_an_undervolt_sets_its_offset_with_its_lock_at_boot() -> None:
+    rig = _rig()
+    name = rig.backend.gpu(0).identity().name
+    assert _undervolt(rig).settings() == [
+        BootSetting(UUID, name, None, 1395.0, None, "run-uv", "nvidia", 180.0)
+    ]
+
+
+def test_an_offset_in_force_is_kept_with_a_known_lock_and_left_out_without_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rig = _rig()
+    gpu = rig.backend.gpu(0)
+    gpu.lock_sm_clock(1500.0)
+    gpu.set_sm_clock_offset(90.0)
+    (cap_only,) = _unit(rig, cap=250.0).settings()
+    assert (cap_only.sm_clock_mhz, cap_only.sm_offset_mhz) == (1500.0, 90.0)
+    assert capsys.readouterr().err == ""
+    gpu.reset_clock_locks()  # an offset with no lock the unit knows of: never raised at boot
+    (bare,) = _unit(rig, cap=250.0).settings()
+    assert (bare.sm_clock_mhz, bare.sm_offset_mhz) == (None, None)
+    label = _targets(rig)[0].label
+    assert capsys.readouterr().err == (
+        f"warning: {label}: its SM clock offset +90 MHz is not written into the boot unit, which "
+        "knows no SM clock lock to go with it: apply the undervolt run again with --persist to "
+        "keep both\n"
+    )
+
+
+def test_real_cards_with_an_offset_are_set_by_powersweep_the_others_by_their_tool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unit = _unit(_rig(simulated=False), cap=250.0)
+    found = {"nvidia-smi": "/usr/bin/nvidia-smi"}
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: found.get(name))
+    shifted = BootSetting(UUID, "a", 450.0, 2790.0, sm_offset_mhz=180.0)
+    command = unit.command([shifted, BootSetting(OTHER, "b", 300.0)])
+    assert isinstance(command, dict) and set(command) == {"nvidia", "powersweep"}
+    assert command["nvidia"] == BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",))
+    assert command["powersweep"].kind == "powersweep" and "apply" in command["powersweep"].argv
+    # the offset card's line runs powersweep even with every vendor tool installed
+    assert f"--sm-offset=180 --gpus {UUID}" in unit.text([shifted, BootSetting(OTHER, "b", 300.0)])
+
+
+def test_an_installed_unit_with_another_offset_is_said_stale(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = _install_ours(tmp_path, BootSetting(UUID, "a", None, 1395.0, sm_offset_mhz=120.0))
+    _undervolt(_rig(), unit_dir=tmp_path).warn_if_stale()
+    assert capsys.readouterr().err == (
+        f"warning: {path} still sets other values at boot: add --persist to update it\n"
+    )
+    _install_ours(tmp_path, BootSetting(UUID, "a", None, 1395.0, sm_offset_mhz=180.0))
+    _undervolt(_rig(), unit_dir=tmp_path).warn_if_stale()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_unit_that_cannot_be_written_puts_the_offset_and_lock_back(tmp_path: Path) -> None:
+    rig = _rig()
+    unit = _undervolt(rig)
+    results = apply_all([], unit.clocks, unit.offsets, lambda _m: None)
+    gpu = rig.backend.gpu(0)
+    assert (gpu.locked_clocks().sm_mhz, gpu.sm_clock_offset().sm_offset_mhz) == (1395.0, 180.0)
+    with pytest.raises(PowersweepError, match=r"; the GPUs already changed were put back$"):
+        unit.install("[Unit]\n", tmp_path / "missing", results)
+    assert (gpu.locked_clocks().sm_mhz, gpu.sm_clock_offset().sm_offset_mhz) == (None, 0.0)

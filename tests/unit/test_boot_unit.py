@@ -1,4 +1,5 @@
-"""The boot unit: its keys and ordering, systemd-analyze's verdict, install and removal."""
+"""The boot unit: its keys and ordering (a card with an SM clock offset set by powersweep),
+systemd-analyze's verdict, install and removal."""
 
 from __future__ import annotations
 
@@ -222,3 +223,63 @@ def test_merge_settings_replaces_adds_and_drops_by_uuid() -> None:
     # each card's line says where its values came from; the marker carries it back
     text = render_unit([a2, SETTINGS[1]], BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",)), "x")
     assert f"# {UUID_A} (NVIDIA GeForce RTX 3090): 250 W, from --cap 250" in text
+
+
+# --- an SM clock offset (an undervolt run's answer): powersweep sets that card -------------
+
+UNDERVOLT = BootSetting(
+    UUID_A, "NVIDIA GeForce RTX 4090", 450.0, 2790.0, None, "run-uv (undervolt)", "nvidia", 180.0
+)
+NVIDIA_SMI = BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",))
+POWERSWEEP = BootCommand("powersweep", ("/opt/ps/bin/powersweep", "apply"))
+
+
+def test_an_offset_round_trips_through_the_marker_and_an_older_marker_has_none(
+    tmp_path: Path,
+) -> None:
+    assert UNDERVOLT.to_dict()["sm_offset_mhz"] == 180.0
+    assert BootSetting.from_dict(UNDERVOLT.to_dict()) == UNDERVOLT
+    older = {k: v for k, v in SETTINGS[0].to_dict().items() if k != "sm_offset_mhz"}
+    assert BootSetting.from_dict(older) == SETTINGS[0]
+    install_unit(render_unit([UNDERVOLT, SETTINGS[1]], POWERSWEEP, "x"), tmp_path, None)
+    assert read_unit(tmp_path).settings == (UNDERVOLT, SETTINGS[1])
+    assert UNDERVOLT.describe() == "450 W, SM 2790 MHz +180 MHz offset"
+
+
+def test_the_offset_card_is_set_by_powersweep_and_the_others_by_nvidia_smi() -> None:
+    text = render_unit(
+        [UNDERVOLT, SETTINGS[1]], {"nvidia": NVIDIA_SMI, "powersweep": POWERSWEEP}, "x"
+    )
+    assert _values(_sections(text)["Service"], "ExecStart") == [
+        # limit, lock and offset in one call: the offset goes on only once the lock holds
+        f"-/opt/ps/bin/powersweep apply --at-boot --cap 450 --sm-clock 2790 --sm-offset=180 "
+        f"--gpus {UUID_A}",
+        f"-/usr/bin/nvidia-smi -i {UUID_B} --persistence-mode=1",
+        f"-/usr/bin/nvidia-smi -i {UUID_B} --power-limit=300.5",
+    ]
+    assert f"# {UUID_A} (NVIDIA GeForce RTX 4090): 450 W, SM 2790 MHz +180 MHz offset" in text
+    negative = BootSetting(UUID_A, "x", None, 1500.0, sm_offset_mhz=-50.0)
+    (line,) = _values(_sections(render_unit([negative], POWERSWEEP, "x"))["Service"], "ExecStart")
+    assert line.endswith(f"--sm-clock 1500 --sm-offset=-50 --gpus {UUID_A}")
+
+
+@pytest.mark.parametrize("command", [NVIDIA_SMI, {"nvidia": NVIDIA_SMI}])
+def test_an_offset_without_a_powersweep_command_is_refused(
+    command: BootCommand | dict[str, BootCommand],
+) -> None:
+    with pytest.raises(UsageError) as info:
+        render_unit([UNDERVOLT], command, "x")
+    assert str(info.value) == (
+        f"the SM clock offset of {UUID_A} can be set at boot only by powersweep (nvidia-smi has "
+        "no option for it), and the unit was given no powersweep command"
+    )
+
+
+def test_systemd_analyze_verify_accepts_the_undervolt_unit(tmp_path: Path) -> None:
+    analyze = _systemd_analyze()
+    cmd = BootCommand("powersweep", (sys.executable, "-m", "powersweep", "apply"))
+    path = install_unit(render_unit([UNDERVOLT], cmd, "run-uv"), tmp_path, None)
+    done = subprocess.run(
+        [analyze, "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and UNIT_NAME not in done.stderr, done.stderr

@@ -221,3 +221,18 @@ def test_the_clock_offset_in_force_and_its_range_are_shown() -> None:
         "  clock offset  unknown (driver failed)"
         in render_status([_status(clock_offset=unread)], [], None).splitlines()
     )
+
+
+def test_a_persisted_offset_shows_in_the_boot_units_line_and_its_json() -> None:
+    unit = UnitStatus(
+        Path("/etc/systemd/system/powersweep-apply.service"),
+        True,
+        True,
+        (BootSetting(UUID, "x", 450.0, sm_clock_mhz=2790.0, sm_offset_mhz=180.0),),
+        True,
+    )
+    assert render_status([], [], unit) == (
+        f"boot unit:       installed at {unit.path} (enabled): {UUID} 450 W, SM 2790 MHz +180 MHz "
+        "offset"
+    )
+    assert unit.to_dict()["settings"][0]["sm_offset_mhz"] == 180.0

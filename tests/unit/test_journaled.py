@@ -1,5 +1,6 @@
 """``apply`` through the restore journal (``sweep/settings/journaled.py``), on fake cards: what
-the journal holds, written before the first change, removed once the write is complete or undone,
+the journal holds (SM clock offsets included, so ``restore`` puts them back), written before the
+first change, removed once the write is complete or undone,
 and kept only while a card still holds a value it could not be put back from."""
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from typing import Any
 import pytest
 
 from powersweep.errors import GpuError, UsageError
-from powersweep.sweep.gpu import LockedClocks, SetLimitResult
+from powersweep.sweep.gpu import LockedClocks, LockResult, SetLimitResult
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.owner import process_start
+from powersweep.sweep.records.put_back import restore_gpus
 from powersweep.sweep.settings.applier import plan_caps
-from powersweep.sweep.settings.clock_locks import ClockChange
-from powersweep.sweep.settings.journaled import apply_journaled, journal_entry
+from powersweep.sweep.settings.clock_locks import ClockChange, plan_clocks
+from powersweep.sweep.settings.clock_offsets import plan_offsets
+from powersweep.sweep.settings.journaled import (
+    apply_all_journaled,
+    apply_journaled,
+    journal_entry,
+)
 from powersweep.sweep.settings.targets import Target
 from tests.fakes.fake_gpu import FakeGpu
 
@@ -139,3 +146,76 @@ def test_a_live_sweeps_journal_refuses_the_apply_before_any_change(tmp_path: Pat
     with pytest.raises(UsageError, match=rf"another sweep \(PID {parent}\) is running"):
         apply_journaled(journal, entry, caps, [], print)
     assert gpu.limits_set == []
+
+
+# --- SM clock offsets (an undervolt run's answer) ------------------------------------------
+
+
+class _Backend:
+    """The cards ``restore`` finds by UUID."""
+
+    def __init__(self, *gpus: FakeGpu) -> None:
+        self.gpus = gpus
+
+    def device_count(self) -> int:
+        return len(self.gpus)
+
+    def gpu(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+
+class _Killed(FakeGpu):
+    """Dies (as under SIGKILL: nothing runs after) once its offset is set."""
+
+    def set_sm_clock_offset(self, mhz: float) -> LockResult:
+        result = super().set_sm_clock_offset(mhz)
+        if mhz != 0.0:
+            raise SystemExit("killed (test)")
+        return result
+
+
+def test_the_entry_records_the_offset_in_force_only_on_the_cards_that_get_one() -> None:
+    a, b = FakeGpu(0), FakeGpu(1)
+    a.sm_offset_mhz = 30.0
+    ta, tb = _target(a), _target(b)
+    offsets = plan_offsets([ta], 180.0)
+    entry = journal_entry([ta, tb], [], [], {"kind": "nvml"}, offsets)
+    first, second = entry.gpus
+    assert (first.offset_set, first.original_sm_offset_mhz) == (True, 30.0)
+    assert (second.offset_set, second.original_sm_offset_mhz) == (False, None)
+    assert entry.holds_clock_offsets
+
+
+def test_a_killed_undervolt_apply_leaves_what_restore_needs_to_put_the_offset_back(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path)
+    card = _Killed(0, limit_w=320.0)
+    targets = [_target(card)]
+    caps = plan_caps(targets, 300.0, strict=False, warn=print)
+    clocks = plan_clocks(targets, 1500.0, None, strict=False, warn=print)
+    offsets = plan_offsets(targets, 180.0)
+    entry = journal_entry(targets, caps, clocks, {"kind": "nvml"}, offsets)
+    with pytest.raises(SystemExit):
+        apply_all_journaled(journal, entry, caps, clocks, offsets, print)
+    assert (card.limit_w, card.sm_lock_mhz, card.sm_offset_mhz) == (300.0, 1500.0, 180.0)
+    kept = journal.read()
+    assert kept is not None and kept.gpus[0].offset_set
+    (result,) = restore_gpus(kept, _Backend(card))  # type: ignore[arg-type]
+    assert result.ok and result.offset == "SM clock offset put back to 0 MHz"
+    assert (card.limit_w, card.sm_lock_mhz, card.sm_offset_mhz) == (320.0, None, 0.0)
+
+
+def test_a_complete_undervolt_apply_removes_the_journal_and_keeps_the_offset(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path)
+    card = _Watched(0, journal)
+    targets = [_target(card)]
+    clocks = plan_clocks(targets, 1500.0, None, strict=False, warn=print)
+    offsets = plan_offsets(targets, 180.0)
+    entry = journal_entry(targets, [], clocks, {"kind": "nvml"}, offsets)
+    caps, locks, done = apply_all_journaled(journal, entry, [], clocks, offsets, print)
+    assert caps == [] and len(locks) == 1
+    assert [r.readback_mhz for r in done] == [180.0] and card.sm_offset_mhz == 180.0
+    assert not journal.exists()

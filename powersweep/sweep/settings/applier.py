@@ -1,5 +1,5 @@
-"""Set power limits (and clock locks) on chosen GPUs: plan (clamped to each envelope), write,
-verify, roll back.
+"""Set power limits (and clock locks and SM clock offsets) on chosen GPUs: plan (clamped to each
+envelope), write, verify, roll back.
 
 Every value is checked before the first write, so bad input changes nothing. The writes then go
 card by card, each verified by reading the limit back; if one card refuses (or the user
@@ -21,6 +21,12 @@ from powersweep.sweep.settings.clock_locks import (
     ClockResult,
     undo_clocks,
     write_clocks,
+)
+from powersweep.sweep.settings.clock_offsets import (
+    OffsetChange,
+    OffsetResult,
+    undo_offsets,
+    write_offset,
 )
 from powersweep.sweep.settings.targets import Target, Warn
 
@@ -138,9 +144,34 @@ def apply_settings(
             worked).
         KeyboardInterrupt: After putting the changed settings back.
     """
+    caps_done, clocks_done, _ = apply_all(caps, clocks, (), warn)
+    return caps_done, clocks_done
+
+
+def apply_all(
+    caps: Sequence[CapChange],
+    clocks: Sequence[ClockChange],
+    offsets: Sequence[OffsetChange],
+    warn: Warn,
+) -> tuple[list[CapResult], list[ClockResult], list[OffsetResult]]:
+    """Set the power limits, the clock locks and the SM clock offsets, verifying each; all or
+    nothing.
+
+    The order keeps a card from boosting past its stock clocks with a larger offset at any
+    moment: limits first, then offsets that shrink (``--reset``), then the locks, then offsets
+    that grow (an undervolt run's, once its lock holds). A failure undoes them in reverse.
+
+    Raises:
+        GpuError: A card refused a setting or the write failed; every setting already changed
+            (on every card) was put back (the message says whether that worked).
+        KeyboardInterrupt: After putting the changed settings back.
+    """
     cap_results: list[CapResult] = []
     clock_results: list[ClockResult] = []
+    offset_results: list[OffsetResult] = []
     touched: list[tuple[ClockChange, ClockKind]] = []
+    shrunk: list[OffsetChange] = []
+    grown: list[OffsetChange] = []
     try:
         for change in caps:
             r = change.target.gpu.set_power_limit(change.after_w)
@@ -149,16 +180,34 @@ def apply_settings(
                     r.message or f"{change.target.label} did not take {change.after_w:g} W"
                 )
             cap_results.append(CapResult(change, r.readback_w, r.message))
+        for offset in (o for o in offsets if not o.raises):
+            offset_results.append(write_offset(offset, shrunk))
         for clock in clocks:
             clock_results.append(write_clocks(clock, touched))
+        for offset in (o for o in offsets if o.raises):
+            offset_results.append(write_offset(offset, grown))
     except (PowersweepError, KeyboardInterrupt) as exc:
-        failed = undo_clocks(touched, warn)
-        undone = undo([r.change for r in cap_results], warn, bool(touched), failed)
+        undone = _undo_all([r.change for r in cap_results], touched, shrunk, grown, warn)
         if isinstance(exc, KeyboardInterrupt):
             exc.add_note(undone)  # whether everything was put back, for the journal's keeper
             raise
         raise GpuError(f"{exc}{undone}") from exc
-    return cap_results, clock_results
+    return cap_results, clock_results, offset_results
+
+
+def _undo_all(
+    caps: Sequence[CapChange],
+    clocks: Sequence[tuple[ClockChange, ClockKind]],
+    shrunk: Sequence[OffsetChange],
+    grown: Sequence[OffsetChange],
+    warn: Warn,
+) -> str:
+    """Put back what :func:`apply_all` wrote, in reverse (never raises); the note for the
+    message, as :func:`undo` gives it."""
+    failed = undo_offsets(grown, warn)
+    failed += undo_clocks(clocks, warn)
+    failed += undo_offsets(shrunk, warn)
+    return undo(caps, warn, bool(clocks or shrunk or grown), failed)
 
 
 def undo(
@@ -172,8 +221,8 @@ def undo(
     Args:
         changed: The limits already set.
         warn: Where warnings go.
-        clocks_touched: Clock locks were changed too (and put back by the caller).
-        clocks_failed: The locks the caller could not put back.
+        clocks_touched: Clock locks or offsets were changed too (and put back by the caller).
+        clocks_failed: The locks and offsets the caller could not put back.
 
     Returns:
         A note for the error message that made it necessary: ``; nothing was changed``, ``; the
@@ -191,10 +240,16 @@ def undo(
         if not ok:
             failed.append(f"GPU {c.target.identity.index} ({c.before_w:g} W)")
     if failed or clocks_failed:
+        # nvidia-smi has no option for an offset: the kept restore journal puts it back
+        how = (
+            "; `powersweep restore` puts back the offset"
+            if any("clock offset" in f for f in clocks_failed)
+            else ""
+        )
         return (
             f"; {NOT_PUT_BACK}: "
             + ", ".join([*failed, *clocks_failed])
-            + " (set them with nvidia-smi -pl / -lgc / -lmc)"
+            + f" (set them with nvidia-smi -pl / -lgc / -lmc{how})"
         )
     return "; the GPUs already changed were put back"
 
@@ -221,9 +276,15 @@ def enable_persistence(
     return out
 
 
-def undo_settings(caps: Sequence[CapResult], clocks: Sequence[ClockResult], warn: Warn) -> str:
-    """Put back every limit and lock an apply set (never raises), e.g. when the boot unit
-    cannot be written; the note for the error message, as :func:`undo` gives it."""
+def undo_settings(
+    caps: Sequence[CapResult],
+    clocks: Sequence[ClockResult],
+    warn: Warn,
+    offsets: Sequence[OffsetResult] = (),
+) -> str:
+    """Put back every limit, lock and offset an apply set (never raises), e.g. when the boot
+    unit cannot be written; the note for the error message, as :func:`undo` gives it."""
     touched = [(r.change, kind) for r in clocks for kind in r.change.kinds()]
-    failed = undo_clocks(touched, warn)
-    return undo([r.change for r in caps], warn, bool(touched), failed)
+    shrunk = [r.change for r in offsets if not r.change.raises]
+    grown = [r.change for r in offsets if r.change.raises]
+    return _undo_all([r.change for r in caps], touched, shrunk, grown, warn)

@@ -6,7 +6,9 @@ installed with the NVIDIA driver; ``amd-smi``, installed with ROCm) or the insta
 ``powersweep``, each by its absolute path, so it never depends on ``PATH`` (``sudo``'s
 ``secure_path`` lacks a virtualenv). With NVIDIA cards it runs after the driver's persistence
 daemon, and is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it
-again; AMD cards have no such daemon (amdgpu keeps settings while loaded).
+again; AMD cards have no such daemon (amdgpu keeps settings while loaded). A card with an SM
+clock offset (an undervolt run's answer) is set by ``powersweep`` alone, limit and lock included:
+the vendor tools have no option for the offset, and the offset must go on after the lock.
 
 Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
 ``systemctl`` then enables it. A comment line carries the settings as JSON so
@@ -56,6 +58,8 @@ class BootSetting:
         mem_clock_mhz: The memory clock lock, MHz (None: not locked).
         source: Where this card's values came from (a run directory, ``--cap 290``).
         vendor: ``nvidia`` or ``amd``: which vendor tool sets the card.
+        sm_offset_mhz: The SM clock offset, MHz (None: the card's own curve); set through
+            ``powersweep``, which no vendor tool can stand in for.
     """
 
     uuid: str
@@ -65,6 +69,26 @@ class BootSetting:
     mem_clock_mhz: float | None = None
     source: str = ""
     vendor: str = "nvidia"
+    sm_offset_mhz: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BootSetting:
+        """The inverse of :meth:`to_dict` (a unit written before offsets existed has none).
+
+        Raises:
+            KeyError: No ``uuid``.
+            TypeError, ValueError: A value that is not a number where one belongs.
+        """
+        return cls(
+            str(data["uuid"]),
+            str(data.get("name", "")),
+            _opt_float(data.get("power_limit_w")),
+            _opt_float(data.get("sm_clock_mhz")),
+            _opt_float(data.get("mem_clock_mhz")),
+            str(data.get("source") or ""),
+            str(data.get("vendor") or "nvidia"),
+            _opt_float(data.get("sm_offset_mhz")),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (the unit's marker line, ``powersweep status --json``)."""
@@ -76,13 +100,18 @@ class BootSetting:
             "mem_clock_mhz": self.mem_clock_mhz,
             "source": self.source,
             "vendor": self.vendor,
+            "sm_offset_mhz": self.sm_offset_mhz,
         }
 
     def describe(self) -> str:
-        """``290 W, SM 1410 MHz``: what the unit sets on this card."""
+        """``290 W, SM 1410 MHz`` or ``450 W, SM 2790 MHz +180 MHz offset``: what the unit
+        sets on this card."""
         parts = [f"{self.power_limit_w:g} W"] if self.power_limit_w is not None else []
+        offset = f" {self.sm_offset_mhz:+g} MHz offset" if self.sm_offset_mhz is not None else ""
         if self.sm_clock_mhz is not None:
-            parts.append(f"SM {self.sm_clock_mhz:g} MHz")
+            parts.append(f"SM {self.sm_clock_mhz:g} MHz{offset}")
+        elif offset:
+            parts.append(f"SM clock{offset}")
         if self.mem_clock_mhz is not None:
             parts.append(f"memory {self.mem_clock_mhz:g} MHz")
         return ", ".join(parts) or "persistence mode only"
@@ -171,7 +200,8 @@ def render_unit(
     Args:
         settings: One entry per GPU.
         command: The program that applies them, or one per vendor (``{"nvidia": ...,
-            "amd": ...}``) on a machine with both.
+            "amd": ...}``) on a machine with both, with ``"powersweep"`` for the cards with an
+            SM clock offset when the vendors' programs are vendor tools.
         source: Where the values come from (a run directory, ``--cap 290``), for the comment.
 
     Raises:
@@ -223,9 +253,7 @@ def _exec_lines(
             )
     lines = []
     for s in settings:
-        cmd = command if isinstance(command, BootCommand) else command.get(s.vendor)
-        if cmd is None:
-            raise UsageError(f"no program sets the {s.vendor} card {s.uuid} at boot")
+        cmd = _command_for(s, command)
         if cmd.kind == "nvidia-smi":
             lines += _nvidia_smi_lines(cmd, s)
         elif cmd.kind == "amd-smi":
@@ -235,6 +263,27 @@ def _exec_lines(
     # '-': a line that fails (a card gone, one that refuses a value or persistence mode) is
     # logged and the next runs: one card must not keep the others from their settings
     return ["-" + line for line in lines]
+
+
+def _command_for(s: BootSetting, command: BootCommand | Mapping[str, BootCommand]) -> BootCommand:
+    """The program that sets one card: ``powersweep`` when it has an SM clock offset (no
+    vendor tool sets one), else its vendor's.
+
+    Raises:
+        UsageError: No program for its vendor, or none that can set its offset.
+    """
+    if s.sm_offset_mhz is not None:
+        cmd = command if isinstance(command, BootCommand) else command.get("powersweep")
+        if cmd is None or cmd.kind != "powersweep":
+            raise UsageError(
+                f"the SM clock offset of {s.uuid} can be set at boot only by powersweep "
+                "(nvidia-smi has no option for it), and the unit was given no powersweep command"
+            )
+        return cmd
+    cmd = command if isinstance(command, BootCommand) else command.get(s.vendor)
+    if cmd is None:
+        raise UsageError(f"no program sets the {s.vendor} card {s.uuid} at boot")
+    return cmd
 
 
 def _nvidia_smi_lines(cmd: BootCommand, s: BootSetting) -> list[str]:
@@ -280,6 +329,9 @@ def _at_boot_args(s: BootSetting) -> list[str]:
         args += ["--sm-clock", f"{s.sm_clock_mhz:g}"]
     if s.mem_clock_mhz is not None:
         args += ["--mem-clock", f"{s.mem_clock_mhz:g}"]
+    if s.sm_offset_mhz is not None:
+        # "=": a negative offset must not read as an option
+        args.append(f"--sm-offset={s.sm_offset_mhz:g}")
     return [*args, "--gpus", s.uuid]
 
 
@@ -416,18 +468,7 @@ def read_unit(unit_dir: Path) -> UnitStatus:
             ours = True
             with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
                 data = json.loads(line[len(_MARKER) :])
-                settings = [
-                    BootSetting(
-                        str(g["uuid"]),
-                        str(g.get("name", "")),
-                        _opt_float(g.get("power_limit_w")),
-                        _opt_float(g.get("sm_clock_mhz")),
-                        _opt_float(g.get("mem_clock_mhz")),
-                        str(g.get("source") or ""),
-                        str(g.get("vendor") or "nvidia"),
-                    )
-                    for g in data["gpus"]
-                ]
+                settings = [BootSetting.from_dict(g) for g in data["gpus"]]
     return UnitStatus(path, True, _exists(wants), tuple(settings), ours)
 
 

@@ -256,3 +256,17 @@ def describe_locks(locks: LockedClocks, kinds: Sequence[ClockKind] = _KINDS) -> 
 def describe_after(change: ClockChange) -> str:
     """What the change sets: ``SM 1410 MHz``, ``SM unlocked, memory unlocked``."""
     return ", ".join(f"{_WHAT[k]} {_lock_text(change.after(k))}" for k in change.kinds())
+
+
+def clock_line(c: ClockChange, result: ClockResult | None = None) -> str:
+    """``GPU 0 (...): clock locks SM unlocked -> SM 1410 MHz (verified: ...)``: one card's change,
+    as ``apply`` says it (with the read-back once written)."""
+    line = (
+        f"{c.target.label}: clock locks {describe_locks(c.before, c.kinds())} -> "
+        f"{describe_after(c)}"
+    )
+    if result is None:
+        return line
+    if result.verified:
+        return f"{line} (verified: reads back {describe_locks(result.readback, c.kinds())})"
+    return f"{line} (set; not verified: NVML cannot read clock locks back)"

@@ -1,6 +1,6 @@
-"""``apply`` through the restore journal: the cards' settings before the write go to the journal
-first, so a SIGKILL (or a power cut) half way through leaves what ``powersweep restore`` (or
-the Slurm epilog) needs to put every card back.
+"""``apply`` through the restore journal: the cards' settings before the write (limits, clock
+locks and SM clock offsets) go to the journal first, so a SIGKILL (or a power cut) half way
+through leaves what ``powersweep restore`` (or the Slurm epilog) needs to put every card back.
 
 The journal is removed once the write is complete (the new settings are meant to stay) or once
 a failed write was undone; it stays only when a card could not be put back.
@@ -15,8 +15,9 @@ from typing import Any
 
 from powersweep.errors import GpuError
 from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
-from powersweep.sweep.settings.applier import NOT_PUT_BACK, CapChange, CapResult, apply_settings
+from powersweep.sweep.settings.applier import NOT_PUT_BACK, CapChange, CapResult, apply_all
 from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
+from powersweep.sweep.settings.clock_offsets import OffsetChange, OffsetResult
 from powersweep.sweep.settings.targets import Target, Warn
 
 
@@ -25,17 +26,20 @@ def journal_entry(
     caps: Sequence[CapChange],
     clocks: Sequence[ClockChange],
     backend: Mapping[str, Any],
+    offsets: Sequence[OffsetChange] = (),
 ) -> JournalEntry:
-    """What the journal holds for this apply: each target's limit and locks before it.
+    """What the journal holds for this apply: each target's limit, locks and offset before it.
 
     Args:
         targets: The cards the apply sets.
         caps: Their planned limits (``before_w`` is the limit to put back).
         clocks: Their planned locks (``before`` the locks to put back, where readable).
         backend: How ``powersweep restore`` rebuilds the backend (the journal's ``backend``).
+        offsets: Their planned SM clock offsets (``before_mhz`` the offset to put back).
     """
     limits = {c.target.identity.uuid: c.before_w for c in caps}
     locks = {c.target.identity.uuid: c.before for c in clocks}
+    shifts = {o.target.identity.uuid: o.before_mhz for o in offsets}
     gpus = []
     for t in targets:
         uuid = t.identity.uuid
@@ -52,6 +56,8 @@ def journal_entry(
                 original_sm_lock_mhz=held.sm_mhz if held is not None else None,
                 original_mem_lock_mhz=held.mem_mhz if held is not None else None,
                 locks_known=held.known if held is not None else True,
+                offset_set=uuid in shifts,
+                original_sm_offset_mhz=shifts.get(uuid),
             )
         )
     pid = os.getpid()
@@ -72,14 +78,29 @@ def apply_journaled(
     clocks: Sequence[ClockChange],
     warn: Warn,
 ) -> tuple[list[CapResult], list[ClockResult]]:
-    """:func:`~powersweep.sweep.settings.applier.apply_settings` with the journal written first.
+    """:func:`~powersweep.sweep.settings.applier.apply_settings` with the journal written first
+    (:func:`apply_all_journaled` without offsets)."""
+    caps_done, clocks_done, _ = apply_all_journaled(journal, entry, caps, clocks, (), warn)
+    return caps_done, clocks_done
+
+
+def apply_all_journaled(
+    journal: Journal | None,
+    entry: JournalEntry,
+    caps: Sequence[CapChange],
+    clocks: Sequence[ClockChange],
+    offsets: Sequence[OffsetChange],
+    warn: Warn,
+) -> tuple[list[CapResult], list[ClockResult], list[OffsetResult]]:
+    """:func:`~powersweep.sweep.settings.applier.apply_all` with the journal written first.
 
     Args:
         journal: Where the originals go before the first write (None: nothing outlives the
             process, e.g. a boot unit setting a card at boot).
-        entry: What the journal holds (:func:`journal_entry`).
+        entry: What the journal holds (:func:`journal_entry`, given the same offsets).
         caps: The planned limits.
         clocks: The planned locks.
+        offsets: The planned SM clock offsets.
         warn: Where warnings go.
 
     Raises:
@@ -92,7 +113,7 @@ def apply_journaled(
     if journal is not None:
         journal.claim(entry)
     try:
-        results = apply_settings(caps, clocks, warn)
+        results = apply_all(caps, clocks, offsets, warn)
     except (GpuError, KeyboardInterrupt) as exc:
         # a card that kept the new value keeps the journal, for `powersweep restore`
         said = [str(exc), *getattr(exc, "__notes__", [])]

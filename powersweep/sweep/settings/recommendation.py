@@ -1,5 +1,5 @@
-"""The cap (or, for a clock run, the clock locks) a run recommends, and the GPUs it measured,
-read from its run directory."""
+"""The cap (or, for a clock run, the clock locks; for an undervolt run, the lock and SM clock
+offset) a run recommends, and the GPUs it measured, read from its run directory."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
+from powersweep.sweep.settings.undervolt_pick import UNDERVOLT, is_undervolt_run, pick_undervolt
 
 # The analysis.json key that holds each objective's pick (the cost objective has none of its own;
 # ``slo`` is the latency target's pick, put under that key by read_recommendation).
@@ -39,15 +40,17 @@ class Recommendation:
 
     Attributes:
         run_dir: The run directory.
-        objective: ``tps-per-w``, ``near-peak`` or ``cost``.
-        cap_w: The recommended power limit per GPU, W; for a clock run, the limit it held
-            (``--cap``), or None when it left the limit in force alone.
+        objective: ``tps-per-w``, ``near-peak``, ``cost``, ``slo``, or ``undervolt`` (an
+            undervolt run's one answer).
+        cap_w: The recommended power limit per GPU, W; for a clock or undervolt run, the limit
+            it held (``--cap``), or None when it left the limit in force alone.
         tps_per_w: TPS/W at that setting (None when unknown).
         tps: TPS at that setting (None when unknown).
         gpus: The GPUs the run measured.
         notes: Caveats the user should see (an interrupted run, a cap at the sweep's edge).
         sm_clock_mhz: A clock run's SM lock, MHz (None: not locked, or a power run).
         mem_clock_mhz: A clock run's memory lock, MHz (None: not locked, or a power run).
+        sm_offset_mhz: An undervolt run's SM clock offset, MHz (None: none to set).
     """
 
     run_dir: Path
@@ -59,6 +62,7 @@ class Recommendation:
     notes: tuple[str, ...] = ()
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
+    sm_offset_mhz: float | None = None
 
     @property
     def clock_run(self) -> bool:
@@ -66,11 +70,13 @@ class Recommendation:
         return self.sm_clock_mhz is not None or self.mem_clock_mhz is not None
 
     def describe(self) -> str:
-        """``290 W per GPU`` or ``SM 1410 MHz, memory 9751 MHz at 300 W per GPU``."""
+        """``290 W per GPU``, ``SM 1410 MHz, memory 9751 MHz at 300 W per GPU`` or
+        ``SM 2790 MHz +180 MHz offset at 450 W per GPU``."""
         if not self.clock_run:
             return f"{self.cap_w:g} W per GPU"
+        offset = f" {self.sm_offset_mhz:+g} MHz offset" if self.sm_offset_mhz is not None else ""
         locks = [
-            f"{what} {mhz:g} MHz"
+            f"{what} {mhz:g} MHz" + (offset if what == "SM" else "")
             for what, mhz in (("SM", self.sm_clock_mhz), ("memory", self.mem_clock_mhz))
             if mhz is not None
         ]
@@ -95,6 +101,10 @@ def read_recommendation(
     the targets: those given here (the CSVs analysed again in memory), else the ones
     ``analysis.json`` was made with (``powersweep analyze --max-itl-ms``).
 
+    An undervolt run (``--axis undervolt``) has one answer, its ``chosen`` point: the cap it held,
+    its SM lock and its SM clock offset (:mod:`.undervolt_pick`); an objective other than
+    ``tps-per-w`` is refused.
+
     Args:
         run_dir: A run directory with ``run.json`` and ``analysis.json``.
         objective: ``tps-per-w``, ``near-peak``, ``cost``, ``slo`` or None.
@@ -103,8 +113,8 @@ def read_recommendation(
         max_itl_ms: ``slo``: the target for the inter-token latency's p95.
 
     Raises:
-        UsageError: Not a run directory, no analysis, no recommendation, or a run that does not
-            say which GPU it measured.
+        UsageError: Not a run directory, no analysis, no recommendation, a run that does not
+            say which GPU it measured, or another objective for an undervolt run.
     """
     analysis_path, run_path = _run_files(run_dir)
     analysis = _read_json(analysis_path)
@@ -115,6 +125,8 @@ def read_recommendation(
             "no cap"
         )
     gpus = _measured_gpus(run, run_path)
+    if is_undervolt_run(run, analysis, run_dir):
+        return _undervolt_recommendation(run_dir, run, analysis, objective, gpus)
     chosen = objective or _analysed_objective(analysis)
     if chosen == "slo":
         analysis = {**analysis, "slo": _slo_pick(run_dir, analysis, max_ttft_ms, max_itl_ms)}
@@ -219,6 +231,29 @@ def _clock_recommendation(
         notes=notes,
         sm_clock_mhz=sm,
         mem_clock_mhz=mem,
+    )
+
+
+def _undervolt_recommendation(
+    run_dir: Path,
+    run: dict[str, Any],
+    analysis: dict[str, Any],
+    objective: str | None,
+    gpus: tuple[MeasuredGpu, ...],
+) -> Recommendation:
+    """An undervolt run's one answer (:func:`~.undervolt_pick.pick_undervolt`): the limit it
+    held, its SM lock and its SM clock offset, with the run's caveats first."""
+    pick = pick_undervolt(run_dir, run, analysis, objective)
+    return Recommendation(
+        run_dir=run_dir,
+        objective=UNDERVOLT,
+        cap_w=pick.cap_w,
+        tps_per_w=pick.tps_per_w,
+        tps=pick.tps,
+        gpus=gpus,
+        notes=(*_notes(run, analysis, "clocks"), *pick.notes),
+        sm_clock_mhz=pick.sm_lock_mhz,
+        sm_offset_mhz=pick.sm_offset_mhz,
     )
 
 

@@ -1,0 +1,214 @@
+"""What an undervolt run (``--axis undervolt``) recommends setting: the power limit it held, the
+SM clock lock and the SM clock offset of its ``chosen`` point.
+
+The search has one answer (the largest offset that held, less its back-off margin), so the
+objectives of a power or clock run do not apply to it. When no offset above 0 held, the lock and
+the limit are recommended alone, and only if that point beats the baseline cap beyond noise:
+otherwise the cap alone does as well and nothing is recommended.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from powersweep.errors import UsageError
+
+UNDERVOLT = "undervolt"
+# The objective an undervolt run's answer serves (the search maximises TPS/W at its lock).
+_SAME_OBJECTIVE = "tps-per-w"
+# An offset this close to 0 is the card's own curve.
+_ZERO_MHZ = 0.5
+
+
+@dataclass(frozen=True)
+class UndervoltPick:
+    """An undervolt run's answer, as ``apply`` sets it.
+
+    Attributes:
+        cap_w: The power limit the run held, W (None: the limit in force stays).
+        sm_lock_mhz: The SM clock lock, MHz.
+        sm_offset_mhz: The SM clock offset, MHz (None: no offset above 0 held; the lock and the
+            limit are set alone).
+        tps_per_w: TPS/W at that point (None when unknown).
+        tps: TPS at that point (None when unknown).
+        notes: Caveats of the answer itself (no offset, not soaked, no better than the cap).
+    """
+
+    cap_w: float | None
+    sm_lock_mhz: float
+    sm_offset_mhz: float | None
+    tps_per_w: float | None
+    tps: float | None
+    notes: tuple[str, ...] = ()
+
+
+def is_undervolt_run(run: dict[str, Any], analysis: dict[str, Any], run_dir: Path) -> bool:
+    """The run is an undervolt search (``--axis undervolt``).
+
+    Raises:
+        UsageError: ``run.json`` says undervolt but ``analysis.json`` is of another kind (made
+            by an older analysis): applying it would set the wrong kind of answer.
+    """
+    if analysis.get("kind") == UNDERVOLT:
+        return True
+    if _dict(run.get("options")).get("axis") == UNDERVOLT or run.get("axis") == UNDERVOLT:
+        raise UsageError(
+            f"{run_dir} is an undervolt run but its analysis.json is of kind "
+            f"{analysis.get('kind')!r}: run `powersweep analyze {run_dir}` again"
+        )
+    return False
+
+
+def pick_undervolt(
+    run_dir: Path, run: dict[str, Any], analysis: dict[str, Any], objective: str | None
+) -> UndervoltPick:
+    """An undervolt run's answer: its limit, SM lock and SM clock offset.
+
+    Args:
+        run_dir: The run directory.
+        run: Its ``run.json``.
+        analysis: Its ``analysis.json`` (``kind`` ``undervolt``).
+        objective: What the user asked for (None or ``tps-per-w``: the answer; others refused).
+
+    Raises:
+        UsageError: Another objective, no answer, an answer without a valid lock, or an answer
+            at offset 0 that does no better than the baseline cap (one line each).
+    """
+    if objective not in (None, _SAME_OBJECTIVE):
+        raise UsageError(
+            f"{run_dir} is an undervolt run: its search has one answer (the SM clock offset "
+            f"that held at its locked clock), not a {objective} pick; apply it without "
+            "--objective"
+        )
+    chosen = analysis.get("chosen")
+    if not isinstance(chosen, dict):
+        raise UsageError(_no_answer(run_dir, analysis))
+    record = _dict(run.get("undervolt"))
+    options = _dict(run.get("options"))
+    where = run_dir / "analysis.json"
+    lock = _first(chosen.get("sm_lock_mhz"), analysis.get("sm_lock_mhz"), record.get("sm_lock_mhz"))
+    if lock is None or lock <= 0:
+        raise UsageError(f"{where}: the undervolt answer has no valid SM clock lock")
+    offset = _number(chosen.get("sm_offset_mhz"))
+    if offset is None:
+        raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
+    cap = _first(chosen.get("cap_w"), record.get("cap_w"), options.get("hold_cap_w"))
+    cap = cap if cap is not None and cap > 0 else None
+    versus = _dict(analysis.get("versus_cap"))
+    notes = []
+    if abs(offset) <= _ZERO_MHZ:
+        _refuse_unless_the_lock_beats_the_cap(run_dir, versus, cap)
+        notes.append(
+            "no SM clock offset above 0 held with the back-off margin: only the SM clock lock "
+            "and the power limit are set (the SM clock offset in force is left as it is)"
+        )
+    else:
+        notes += _offset_notes(chosen, versus)
+    return UndervoltPick(
+        cap_w=cap,
+        sm_lock_mhz=lock,
+        sm_offset_mhz=offset if abs(offset) > _ZERO_MHZ else None,
+        tps_per_w=_number(chosen.get("tps_per_w")),
+        tps=_number(chosen.get("tps")),
+        notes=tuple(notes),
+    )
+
+
+def _no_answer(run_dir: Path, analysis: dict[str, Any]) -> str:
+    """Why an undervolt run has no ``chosen`` point, for the refusal."""
+    first_bad, reason = (
+        _number(analysis.get("first_unstable_mhz")),
+        analysis.get("first_unstable_reason"),
+    )
+    seen = (
+        f" (the first unstable step, {first_bad:+g} MHz: {reason})"
+        if first_bad is not None and reason
+        else ""
+    )
+    return (
+        f"{run_dir}'s undervolt search has no answer: no point at its locked SM clock held"
+        f"{seen}, so there is nothing to apply; see {run_dir / 'summary.md'}"
+    )
+
+
+def _refuse_unless_the_lock_beats_the_cap(
+    run_dir: Path, versus: dict[str, Any], cap: float | None
+) -> None:
+    """At offset 0 the answer is the SM lock alone: worth setting only when it beats the
+    baseline cap beyond noise (else the cap alone does as well, without a lock to keep).
+
+    Raises:
+        UsageError: It does not, or it was not compared.
+    """
+    gain, u95 = (
+        _number(versus.get("tps_per_w_gain_pct")),
+        _number(versus.get("tps_per_w_gain_u95_pct")),
+    )
+    tied = versus.get("tied")
+    if gain is not None and gain > 0 and tied is False:
+        return
+    the_cap = f"the {cap:g} W cap" if cap is not None else "the power limit in force"
+    if gain is None:
+        compared = f"its SM clock lock alone was not compared with {the_cap}"
+    else:
+        spread = f" +-{u95:.1f}%" if u95 is not None else ""
+        compared = (
+            f"its SM clock lock alone does no better than {the_cap} ({gain:+.1f}%{spread} TPS/W)"
+        )
+    instead = (
+        f"set the cap alone with `powersweep apply --cap {cap:g}`"
+        if cap is not None
+        else "keep the limit in force"
+    )
+    raise UsageError(
+        f"no SM clock offset above 0 held in {run_dir}'s undervolt search and {compared}: "
+        f"nothing is applied; {instead}"
+    )
+
+
+def _offset_notes(chosen: dict[str, Any], versus: dict[str, Any]) -> list[str]:
+    """Caveats of an answer with an offset: not soaked, or no better than the cap."""
+    out = []
+    if chosen.get("reason") != "soak":
+        out.append(
+            "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
+            "find it unstable"
+        )
+    gain, u95 = (
+        _number(versus.get("tps_per_w_gain_pct")),
+        _number(versus.get("tps_per_w_gain_u95_pct")),
+    )
+    cap = _number(versus.get("cap_w"))
+    the_cap = f"the {cap:g} W cap's" if cap is not None else "the cap's"
+    spread = f" +-{u95:.1f}%" if u95 is not None else ""
+    if gain is not None and versus.get("tied"):
+        out.append(
+            f"the undervolt point's TPS/W is within noise of {the_cap} ({gain:+.1f}%{spread}): "
+            "the cap alone may do as well"
+        )
+    elif gain is not None and gain < 0:
+        out.append(f"the undervolt point's TPS/W is below {the_cap} ({gain:+.1f}%{spread})")
+    return out
+
+
+def _first(*values: Any) -> float | None:
+    """The first finite number among ``values``."""
+    for value in values:
+        found = _number(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number as a float; None for anything else (a bool, null, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,186 @@
+"""What an undervolt run recommends (``sweep/settings/undervolt_pick.py``, through
+``read_recommendation``), from hand-written ``analysis.json`` and ``run.json``: the cap, lock and
+offset of its ``chosen`` point, the caveats, and one-line refusals: another objective, no answer,
+and an answer at offset 0 that does no better than the cap."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powersweep.errors import UsageError
+from powersweep.runformat import SCHEMA_VERSION
+from powersweep.sweep.settings.recommendation import (
+    MeasuredGpu,
+    Recommendation,
+    read_recommendation,
+)
+
+UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+GPUS = (MeasuredGpu(0, "NVIDIA GeForce RTX 4090", UUID),)
+CHOSEN = {
+    "sm_offset_mhz": 180.0,
+    "sm_lock_mhz": 2790.0,
+    "cap_w": 450.0,
+    "reason": "soak",
+    "status": "ok",
+    "tps": 47.05,
+    "tps_per_w": 0.1341,
+}
+GAIN = {
+    "cap_w": 450.0,
+    "tps_per_w_gain_pct": 11.8,
+    "tps_per_w_gain_u95_pct": 1.9,
+    "tied": False,
+}
+
+
+def _analysis(**extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "undervolt",
+        "axis": "undervolt",
+        "sm_lock_mhz": 2790.0,
+        "chosen": dict(CHOSEN),
+        "versus_cap": dict(GAIN),
+        "first_unstable_mhz": 270.0,
+        "first_unstable_reason": "the narr answer differs from offset 0's",
+        **extra,
+    }
+
+
+def _run_dir(tmp_path: Path, analysis: dict[str, Any], **run: Any) -> Path:
+    path = tmp_path / "run"
+    path.mkdir(exist_ok=True)
+    meta: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "complete",
+        "gpus": [{"index": 0, "name": "NVIDIA GeForce RTX 4090", "uuid": UUID}],
+        "options": {"axis": "undervolt", "hold_cap_w": None},
+        "undervolt": {"cap_w": 450.0, "sm_lock_mhz": 2790.0, "chosen_mhz": 180.0},
+        **run,
+    }
+    (path / "run.json").write_text(json.dumps(meta))
+    (path / "analysis.json").write_text(json.dumps(analysis))
+    return path
+
+
+def test_the_chosen_points_cap_lock_and_offset_are_the_recommendation(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, _analysis())
+    rec = read_recommendation(run)
+    assert rec == Recommendation(
+        run, "undervolt", 450.0, 0.1341, 47.05, GPUS, (), sm_clock_mhz=2790.0, sm_offset_mhz=180.0
+    )
+    assert rec.clock_run
+    assert rec.describe() == "SM 2790 MHz +180 MHz offset at 450 W per GPU"
+    assert replace(rec, cap_w=None).describe() == "SM 2790 MHz +180 MHz offset"
+    # tps-per-w is what the search maximises: the same answer
+    assert read_recommendation(run, "tps-per-w") == rec
+
+
+@pytest.mark.parametrize("objective", ["near-peak", "cost", "slo"])
+def test_another_objective_is_refused_the_search_has_one_answer(
+    tmp_path: Path, objective: str
+) -> None:
+    run = _run_dir(tmp_path, _analysis())
+    with pytest.raises(UsageError) as info:
+        read_recommendation(run, objective)
+    assert str(info.value) == (
+        f"{run} is an undervolt run: its search has one answer (the SM clock offset that held "
+        f"at its locked clock), not a {objective} pick; apply it without --objective"
+    )
+
+
+def test_no_answer_is_refused_with_the_step_that_ended_the_search(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, _analysis(chosen=None, versus_cap=None))
+    with pytest.raises(UsageError) as info:
+        read_recommendation(run)
+    assert str(info.value) == (
+        f"{run}'s undervolt search has no answer: no point at its locked SM clock held (the "
+        "first unstable step, +270 MHz: the narr answer differs from offset 0's), so there is "
+        f"nothing to apply; see {run / 'summary.md'}"
+    )
+
+
+def test_offset_zero_that_beats_the_cap_is_the_lock_and_cap_alone(tmp_path: Path) -> None:
+    zero = _analysis(chosen={**CHOSEN, "sm_offset_mhz": 0.0, "reason": "reference"})
+    rec = read_recommendation(_run_dir(tmp_path, zero))
+    assert (rec.cap_w, rec.sm_clock_mhz, rec.sm_offset_mhz) == (450.0, 2790.0, None)
+    assert rec.describe() == "SM 2790 MHz at 450 W per GPU"
+    assert rec.notes == (
+        "no SM clock offset above 0 held with the back-off margin: only the SM clock lock and "
+        "the power limit are set (the SM clock offset in force is left as it is)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("versus", "compared"),
+    [
+        (
+            {**GAIN, "tps_per_w_gain_pct": 0.4, "tied": True},
+            "its SM clock lock alone does no better than the 450 W cap (+0.4% +-1.9% TPS/W)",
+        ),
+        (
+            {**GAIN, "tps_per_w_gain_pct": -6.0, "tps_per_w_gain_u95_pct": None, "tied": None},
+            "its SM clock lock alone does no better than the 450 W cap (-6.0% TPS/W)",
+        ),
+        (None, "its SM clock lock alone was not compared with the 450 W cap"),
+    ],
+)
+def test_offset_zero_no_better_than_the_cap_is_refused(
+    tmp_path: Path, versus: dict[str, Any] | None, compared: str
+) -> None:
+    zero = _analysis(chosen={**CHOSEN, "sm_offset_mhz": 0.0}, versus_cap=versus)
+    run = _run_dir(tmp_path, zero)
+    with pytest.raises(UsageError) as info:
+        read_recommendation(run)
+    assert str(info.value) == (
+        f"no SM clock offset above 0 held in {run}'s undervolt search and {compared}: nothing "
+        "is applied; set the cap alone with `powersweep apply --cap 450`"
+    )
+
+
+def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
+    tmp_path: Path,
+) -> None:
+    tied = _analysis(
+        chosen={**CHOSEN, "reason": "search"},
+        versus_cap={
+            **GAIN,
+            "tps_per_w_gain_pct": 7.5,
+            "tps_per_w_gain_u95_pct": 35.9,
+            "tied": True,
+        },
+    )
+    rec = read_recommendation(_run_dir(tmp_path, tied, status="interrupted"))
+    assert rec.sm_offset_mhz == 180.0
+    assert rec.notes == (
+        "the run is interrupted: its recommendation covers only the points it finished",
+        "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
+        "find it unstable",
+        "the undervolt point's TPS/W is within noise of the 450 W cap's (+7.5% +-35.9%): the cap "
+        "alone may do as well",
+    )
+
+
+def test_the_lock_and_cap_come_from_run_json_when_the_point_lacks_them(tmp_path: Path) -> None:
+    bare = _analysis(chosen={**CHOSEN, "sm_lock_mhz": None, "cap_w": None}, sm_lock_mhz=None)
+    rec = read_recommendation(_run_dir(tmp_path, bare))
+    assert (rec.cap_w, rec.sm_clock_mhz) == (450.0, 2790.0)
+    nothing = _run_dir(tmp_path, bare, undervolt={})
+    with pytest.raises(UsageError, match="the undervolt answer has no valid SM clock lock"):
+        read_recommendation(nothing)
+
+
+def test_an_undervolt_run_with_another_kind_of_analysis_is_refused(tmp_path: Path) -> None:
+    power = {"kind": "power", "sweet_spot": {"cap_w": 300.0}}
+    run = _run_dir(tmp_path, power)
+    with pytest.raises(UsageError) as info:
+        read_recommendation(run)
+    assert str(info.value) == (
+        f"{run} is an undervolt run but its analysis.json is of kind 'power': run "
+        f"`powersweep analyze {run}` again"
+    )
