@@ -87,7 +87,7 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
             f"(±{_fmt(s.tps_per_w_u95_pct)}%) | {_fmt(s.j_per_token, 3)} | "
             f"{_fmt(s.sm_clock_mhz, 0)} | {differ} |"
         )
-    lines += ["", f"Source: `{escape_md(str(curve.source))}`", ""]
+    lines += ["", f"<sub>source: {escape_md(str(curve.source))}</sub>", ""]
     return "\n".join(lines)
 
 

@@ -45,13 +45,15 @@ def powersweep(
     )
 
 
-def powersweep_started(*args: str, stdout: int | None = subprocess.PIPE) -> subprocess.Popen[str]:
-    """Start ``python -m powersweep ARGS`` without waiting (sweeps run side by side), stderr
-    captured; ``stdout`` piped unless told otherwise."""
+def powersweep_started(
+    *args: str, stdout: int | None = subprocess.PIPE, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``python -m powersweep ARGS`` without waiting (sweeps run side by side, or one a
+    test signals), stderr captured; ``stdout`` piped unless told otherwise."""
     return subprocess.Popen(
         [sys.executable, "-m", "powersweep", *args],
         cwd=REPO,
-        env=_cli_env(None),
+        env=_cli_env(env),
         text=True,
         stdout=stdout,
         stderr=subprocess.PIPE,

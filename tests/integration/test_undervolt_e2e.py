@@ -13,14 +13,13 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import REPO, powersweep, read_json
+from tests.integration.conftest import powersweep, powersweep_started, read_json
 
 STEP = 30.0
 BACKOFF = 2
@@ -154,17 +153,6 @@ def test_dry_run_shows_the_steps_and_the_warning(tmp_path: Path) -> None:
 PACED = ("--sim-pace", "20", "--warmup-requests", "0", "--target-cap-seconds", "4")
 
 
-def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "powersweep", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def _wait_for_an_offset(proc: subprocess.Popen[str], state: Path, profile: str) -> None:
     deadline = time.monotonic() + 90
     while _card(state, profile)[2] <= 0:
@@ -177,7 +165,7 @@ def _wait_for_an_offset(proc: subprocess.Popen[str], state: Path, profile: str) 
 def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> None:
     profile = "rtx3090-air"
     state, env = _rig(tmp_path, profile, lock=1500.0)
-    proc = _start(_args(profile, state, tmp_path / "runs", *PACED), env)
+    proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
     try:
         _wait_for_an_offset(proc, state, profile)
         proc.send_signal(signal.SIGTERM)
@@ -196,7 +184,7 @@ def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> 
 def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
     profile = "rtx3090-air"
     state, env = _rig(tmp_path, profile, lock=1500.0)
-    proc = _start(_args(profile, state, tmp_path / "runs", *PACED), env)
+    proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
     try:
         _wait_for_an_offset(proc, state, profile)
         proc.kill()
