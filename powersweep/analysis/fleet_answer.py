@@ -40,6 +40,7 @@ from powersweep.analysis.fleet_load import load_curves
 from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
 from powersweep.analysis.fleet_result_types import FleetGroup, FleetReport
 from powersweep.analysis.load import Curve
+from powersweep.analysis.undervolt import is_undervolt_curve
 from powersweep.errors import UsageError
 
 __all__ = ["FleetOptions", "check_options", "discover_runs", "fleet_report", "summarise"]
@@ -111,6 +112,11 @@ def summarise(
     cards: list[CardCurve] = []
     unusable: list[dict[str, Any]] = [unreadable(p, e) for p, e in failed]
     for curve in curves:
+        if is_undervolt_curve(curve):
+            # one offset search per card set, with its own answer: not a curve to pool
+            why = "an undervolt search: not pooled across a fleet (see its own summary.md)"
+            unusable.append(unreadable(curve.source, why))
+            continue
         card = card_of(curve, root, opts.max_tps_loss_pct, opts.reanalyze)
         if card is None:
             unusable.append(unreadable(curve.source, "no usable cap or clock point"))

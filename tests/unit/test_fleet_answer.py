@@ -185,6 +185,20 @@ def test_runs_left_out_and_incomplete_are_listed(fleet: Path) -> None:
     }
 
 
+def test_an_undervolt_search_is_listed_not_pooled(fleet: Path) -> None:
+    uv = fleet / "undervolt"
+    uv.mkdir()
+    (uv / "caps.csv").write_text(
+        "cap_w,narr_tps,power_w,sm_lock_mhz,sm_offset_mhz,reason\n"
+        "300,30,299,,0,baseline\n300,30,290,1500,0,reference\n300,30,280,1500,30,search\n"
+    )
+    doc = fleet_report([fleet]).to_json()
+    assert (doc["n_runs"], doc["n_cards"]) == (4, 3)
+    (left,) = doc["unreadable"]
+    assert Path(left["run_dir"]).name == "undervolt"
+    assert left["error"].startswith("an undervolt search: not pooled across a fleet")
+
+
 def test_no_readable_run_is_one_usage_error(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
