@@ -232,7 +232,11 @@ def build_clock_comparison(
     power = power_curves[0][0].analyze(power_curves[0][1], settings)
     clocks = clock_curves[0][0].analyze(clock_curves[0][1], settings)
     if not isinstance(power, PowerAnalysis) or not isinstance(clocks, ClockAnalysis):
-        raise UsageError("comparing clock locks with power caps takes a power run and a clock run")
+        raise UsageError(
+            "comparing clock locks with power caps takes a power run and an sm-clock, mem-clock "
+            f"or grid run, not an --axis {clock_curves[0][0].name} one (an undervolt search sets "
+            "its answer beside its own cap, in its summary.md: analyze it alone)"
+        )
     comparison = clocks_versus_power(power, clocks)
     markdown = render_clocks_versus_power(comparison)
     written: list[Path] = []

@@ -64,10 +64,12 @@ def compare_command(
     for p in paths:
         # The card facts fill in what each curve's run.json lacks (a bare caps.csv has none).
         curve = with_card_facts(analysis.load_curve(p), card)
-        if axis_of(curve).locks_clocks:
+        axis = axis_of(curve)
+        if axis.locks_clocks:
             raise UsageError(
-                f"{p} is a clock-lock sweep: compare overlays power-cap curves; use "
-                "`powersweep analyze RUN_POWER RUN_CLOCKS` to set clock locks against caps"
+                f"{p} is an --axis {axis.name} run: compare overlays power-cap curves (a clock "
+                "sweep is set against caps by `powersweep analyze RUN_POWER RUN_CLOCKS`; an "
+                "undervolt search beside its own cap, in its summary.md)"
             )
         curves.append(curve)
         labelled.append((run_label(p), PowerAnalysis.from_json(analysis.analyze(curve))))

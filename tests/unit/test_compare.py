@@ -73,8 +73,21 @@ def test_a_clock_lock_run_is_refused_with_what_to_use_instead(
     code, out, err = run(capsys, "compare", *_curves(tmp_path, 1), str(clocks))
     assert code == 2 and out == ""
     (line,) = err.strip().splitlines()
-    assert line.startswith(f"error: {clocks} is a clock-lock sweep: compare overlays power-cap")
+    assert line.startswith(f"error: {clocks} is an --axis sm-clock run: compare overlays power")
     assert "powersweep analyze RUN_POWER RUN_CLOCKS" in line
+
+
+def test_an_undervolt_run_is_refused_and_pointed_at_its_own_summary(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    uv = tmp_path / "uv.csv"
+    uv.write_text(
+        "cap_w,power_w,narr_tps,sm_lock_mhz,sm_offset_mhz\n300,300,30,,0\n300,290,30,1500,0\n"
+        "300,280,30,1500,30\n"
+    )
+    code, _, err = run(capsys, "compare", *_curves(tmp_path, 1), str(uv))
+    assert code == 2
+    assert f"{uv} is an --axis undervolt run" in err and "in its summary.md" in err
 
 
 def test_past_the_overlay_limit_the_band_view_is_drawn(

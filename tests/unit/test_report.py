@@ -144,6 +144,17 @@ def test_a_failed_runs_summary_says_why(tmp_path: Path) -> None:
         build_failed_report(run, "every cap failed")
 
 
+def test_an_undervolt_search_is_not_set_against_a_power_run(tmp_path: Path) -> None:
+    folder = tmp_path / "uv"
+    folder.mkdir()
+    (folder / "caps.csv").write_text(
+        "cap_w,narr_tps,power_w,sm_lock_mhz,sm_offset_mhz\n"
+        "300,30,300,,0\n300,30,290,1500,0\n300,30,280,1500,30\n"
+    )
+    with pytest.raises(UsageError, match="not an --axis undervolt one.*analyze it alone"):
+        build_clock_comparison([_power(tmp_path), folder / "caps.csv"], write=False)
+
+
 def test_the_clock_comparison_takes_one_run_of_each_axis_and_writes_beside_them(
     tmp_path: Path,
 ) -> None:
