@@ -151,7 +151,7 @@ def test_an_undervolt_search_is_not_set_against_a_power_run(tmp_path: Path) -> N
         "cap_w,narr_tps,power_w,sm_lock_mhz,sm_offset_mhz\n"
         "300,30,300,,0\n300,30,290,1500,0\n300,30,280,1500,30\n"
     )
-    with pytest.raises(UsageError, match="not an --axis undervolt one.*analyze it alone"):
+    with pytest.raises(UsageError, match=r"not an --axis undervolt one.*analyze it alone"):
         build_clock_comparison([_power(tmp_path), folder / "caps.csv"], write=False)
 
 
