@@ -15,6 +15,7 @@ from powersweep.sweep.measurement.stability import (
     StabilityCheck,
     Verdict,
     check_step,
+    fitted_probes,
     probes,
 )
 from powersweep.sweep.planning.points import SweepPoint
@@ -294,3 +295,25 @@ def test_a_backend_without_xids_is_checked_without_them() -> None:
     assert check.xids_readable == [False]
     _ref(check)
     assert _step(check).stable
+
+
+def test_the_prefill_probe_is_fitted_by_the_servers_tokenizer() -> None:
+    class Counting(_Client):
+        def __init__(self, chars_per_token: float | None) -> None:
+            super().__init__()
+            self.chars_per_token = chars_per_token
+            self.counted = 0
+
+        async def count_tokens(self, text: str) -> int | None:
+            self.counted += 1
+            return None if self.chars_per_token is None else int(len(text) / self.chars_per_token)
+
+    estimate = probes(4096)[2].prompt
+    # a tokenizer of one token per character: the prompt shrinks to fit half the context
+    byte_level = Counting(1.0)
+    fitted = asyncio.run(fitted_probes(byte_level, 4096))
+    assert len(fitted[2].prompt) <= 2048 + 100 and byte_level.counted <= 2
+    # ~4 characters a token, or no tokenizer to ask: the estimate stands
+    assert asyncio.run(fitted_probes(Counting(4.2), 4096))[2].prompt == estimate
+    assert asyncio.run(fitted_probes(Counting(None), 4096))[2].prompt == estimate
+    assert asyncio.run(fitted_probes(_Client(), 4096))[2].prompt == estimate

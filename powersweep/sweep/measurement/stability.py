@@ -95,19 +95,44 @@ class Probe:
     max_tokens: int
 
 
-def probes(context_tokens: int | None = None) -> tuple[Probe, ...]:
+def probes(context_tokens: int | None = None, repeats: int | None = None) -> tuple[Probe, ...]:
     """The fixed greedy prompts: two decode prompts and one long prompt whose answer depends on
-    its prefill (shortened to half the server's context where that is smaller)."""
-    size = PREFILL_PROBE_TOKENS_IN
-    if context_tokens:
-        size = max(64, min(size, context_tokens // 2))
-    repeats = max(1, round(size * 4 / len(_PREFILL_TEXT)))
-    long_prompt = _PREFILL_TEXT * repeats + "\nIn one sentence: what did the lamp do?"
+    its prefill (shortened to half the server's context where that is smaller, at ~4 characters
+    a token; ``repeats``: its paragraph this many times instead, as the server's tokenizer
+    sized it)."""
+    if repeats is None:
+        repeats = max(1, round(_prefill_budget(context_tokens) * 4 / len(_PREFILL_TEXT)))
+    long_prompt = _PREFILL_TEXT * max(1, repeats) + "\nIn one sentence: what did the lamp do?"
     return (
         Probe("narr", NARRATIVE_PROMPT, DECODE_PROBE_TOKENS),
         Probe("code", CODE_PROMPT, DECODE_PROBE_TOKENS),
         Probe("prefill", long_prompt, PREFILL_PROBE_TOKENS),
     )
+
+
+def _prefill_budget(context_tokens: int | None) -> int:
+    """Prompt tokens the prefill probe may take: its size, at most half the context."""
+    if not context_tokens:
+        return PREFILL_PROBE_TOKENS_IN
+    return max(64, min(PREFILL_PROBE_TOKENS_IN, context_tokens // 2))
+
+
+async def fitted_probes(client: Any, context_tokens: int | None) -> tuple[Probe, ...]:
+    """The probes with the prefill prompt sized by the server's own tokenizer where it has one
+    (``count_tokens``): a tokenizer far from ~4 characters a token would otherwise overrun the
+    context. One count, and one more after the paragraph count is scaled (bounded)."""
+    fixed = probes(context_tokens)
+    count = getattr(client, "count_tokens", None)
+    if not callable(count):
+        return fixed
+    budget = _prefill_budget(context_tokens)
+    repeats = fixed[2].prompt.count(_PREFILL_TEXT)
+    for _ in range(2):
+        tokens = await count(probes(context_tokens, repeats)[2].prompt)
+        if not isinstance(tokens, int) or tokens <= 0 or tokens <= budget:
+            break
+        repeats = max(1, int(repeats * budget / tokens))
+    return probes(context_tokens, repeats)
 
 
 class GreedyApi(Protocol):
@@ -170,6 +195,7 @@ class StabilityCheck:
         self.gpus = list(gpus)
         self.clock = clock
         self.metric = metric
+        self.context_tokens = context_tokens
         self.probes = probes(context_tokens)
         self.reference: tuple[str, ...] | None = None
         self.reference_tps: tuple[float, float] | None = None
@@ -203,6 +229,7 @@ class StabilityCheck:
             PowersweepError: The probes fail, or the server's greedy answers differ between two
                 runs at offset 0 (no answer could then show corruption).
         """
+        self.probes = await fitted_probes(self.client, self.context_tokens)
         first, failed = await self.answers()
         if failed:
             raise PowersweepError(

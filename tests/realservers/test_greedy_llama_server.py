@@ -1,0 +1,67 @@
+"""The undervolt search's stability check against llama.cpp's real ``llama-server``: its greedy
+answers repeat token for token (the reference holds on a real server, so a difference would be
+the card's), and an undervolt session runs its whole path against it (the GPU simulated, whose
+offsets cannot change a real server's answers: every step holds)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from powersweep.cli.rigs import build_rig
+from powersweep.clock import real_clock
+from powersweep.sweep.measurement.stability import GREEDY_SEED, StabilityCheck, probes
+from powersweep.sweep.options import Axis, PointOptions, UndervoltOptions
+from powersweep.sweep.server.client import ChatClient
+from powersweep.sweep.server.discovery import discover_server
+from powersweep.sweep.session import run_session
+from tests.integration.conftest import read_json
+from tests.realservers.conftest import RealServer, sweep_options
+
+pytestmark = pytest.mark.realserver
+
+
+def test_greedy_probes_repeat_and_the_reference_holds(llama_server: RealServer) -> None:
+    async def go() -> tuple[list[str], StabilityCheck]:
+        info = await discover_server(llama_server.url, model=None, api_key=None, clock=real_clock())
+        async with ChatClient(info, real_clock()) as client:
+            texts = []
+            for probe in probes(info.context_tokens)[:2]:
+                answer = await client.greedy(probe.prompt, max_tokens=24, seed=GREEDY_SEED)
+                assert answer.ok, answer.error
+                assert answer.completion_tokens == 24
+                again = await client.greedy(probe.prompt, max_tokens=24, seed=GREEDY_SEED)
+                assert again.text == answer.text
+                texts.append(answer.text)
+            check = StabilityCheck(client, [], real_clock(), context_tokens=info.context_tokens)
+            verdict = await check.take_reference({"narr_tps": 10.0, "tps_u95_pct": 1.0})
+            assert verdict.stable and verdict.checked == 6
+            return texts, check
+
+    texts, check = asyncio.run(go())
+    assert all(texts)
+    # the prefill probe was sized by the server's tokenizer to fit half its context (this tiny
+    # model's tokenizer makes far more than one token of every four characters)
+    assert len(check.probes[2].prompt) < len(probes(4096)[2].prompt)
+
+
+def test_an_undervolt_session_runs_against_a_real_server(
+    llama_server: RealServer, tmp_path: Path
+) -> None:
+    options = sweep_options(
+        llama_server,
+        tmp_path,
+        "decode-single",
+        points=PointOptions(axis=Axis.UNDERVOLT, hold_cap_w=300.0),
+        undervolt=UndervoltOptions(max_offset_mhz=60.0, soak_s=1.0),
+    )
+    run = run_session(options, build_rig).run_dir
+    meta = read_json(run / "run.json")
+    assert meta["status"] == "complete", meta.get("error")
+    record = meta["undervolt"]
+    # a real server's answers do not follow a simulated card: every step holds
+    assert record["last_stable_mhz"] == 60.0 and record["first_unstable_mhz"] is None
+    assert record["chosen_mhz"] == 0.0  # 60 less two steps of 30
+    assert "highest offset" in record["ended"]
