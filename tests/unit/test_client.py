@@ -462,7 +462,7 @@ def test_greedy_sends_one_unstreamed_greedy_request_with_the_thinking_switch() -
     assert body["messages"] == [{"role": "user", "content": "hello"}]
     assert seen[0].headers["authorization"] == f"Bearer {KEY}"
     assert answer == GreedyAnswer(
-        text="Hm. The answer.", completion_tokens=5, finish_reason="length"
+        text="Hm. The answer.", completion_tokens=5, finish_reason="length", prompt_tokens=3
     )
     assert answer.ok
     assert client.accepts_thinking_switch is True

@@ -26,7 +26,9 @@ def test_content_usage_and_finish_reason() -> None:
         usage={"prompt_tokens": 9, "completion_tokens": 3},
     )
     answer = parse_greedy(raw, "application/json")
-    assert answer == GreedyAnswer(text="Paris.", completion_tokens=3, finish_reason="stop")
+    assert answer == GreedyAnswer(
+        text="Paris.", completion_tokens=3, finish_reason="stop", prompt_tokens=9
+    )
     assert answer.ok and answer.error == ""
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from powersweep.errors import GpuError, PowersweepError
 from powersweep.sweep.gpu import ClockOffset, LockedClocks
+from powersweep.sweep.loads.prompts import NARRATIVE_PROMPT
 from powersweep.sweep.measurement.stability import (
     GREEDY_SEED,
     StabilityCheck,
@@ -27,6 +28,7 @@ class _Answer:
     text: str
     completion_tokens: int | None = 5
     error: str = ""
+    prompt_tokens: int | None = None
 
 
 class _Client:
@@ -37,6 +39,7 @@ class _Client:
         self.flaky = False
         self.fail = ""
         self.calls: list[dict[str, Any]] = []
+        self.prompt_tokens: int | None = None
 
     async def greedy(
         self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
@@ -44,6 +47,8 @@ class _Client:
         self.calls.append({"max_tokens": max_tokens, "seed": seed, "deadline_s": deadline_s})
         if self.fail:
             return _Answer("", None, self.fail)
+        if max_tokens == 1:
+            return _Answer("x", 1, prompt_tokens=self.prompt_tokens)
         text = prompt[-20:]
         if self.corrupt or (self.flaky and len(self.calls) % 2 == 0):
             text += " garbled"
@@ -126,9 +131,11 @@ def test_the_reference_is_taken_twice_with_the_fixed_seed() -> None:
     check = _check(client)
     verdict = _ref(check)
     assert verdict.stable and verdict.checked == 6
-    assert len(client.calls) == 6
+    # one short request sizes the prefill probe (this client has no tokenizer to ask), then
+    # the three probes twice
+    assert len(client.calls) == 7 and client.calls[0]["max_tokens"] == 1
     assert {c["seed"] for c in client.calls} == {GREEDY_SEED}
-    assert all(c["deadline_s"] > 100.0 for c in client.calls)
+    assert all(c["deadline_s"] > 100.0 for c in client.calls[1:])
     assert check.reference is not None and len(check.reference) == 3
 
 
@@ -317,3 +324,8 @@ def test_the_prefill_probe_is_fitted_by_the_servers_tokenizer() -> None:
     assert asyncio.run(fitted_probes(Counting(4.2), 4096))[2].prompt == estimate
     assert asyncio.run(fitted_probes(Counting(None), 4096))[2].prompt == estimate
     assert asyncio.run(fitted_probes(_Client(), 4096))[2].prompt == estimate
+    # no tokenizer: a short request's usage gives the characters per token
+    byte_usage = _Client()
+    byte_usage.prompt_tokens = len(NARRATIVE_PROMPT)  # one token per character
+    fitted = asyncio.run(fitted_probes(byte_usage, 4096))
+    assert len(fitted[2].prompt) <= 2048 + 100

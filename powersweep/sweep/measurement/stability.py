@@ -118,20 +118,34 @@ def _prefill_budget(context_tokens: int | None) -> int:
 
 
 async def fitted_probes(client: Any, context_tokens: int | None) -> tuple[Probe, ...]:
-    """The probes with the prefill prompt sized by the server's own tokenizer where it has one
-    (``count_tokens``): a tokenizer far from ~4 characters a token would otherwise overrun the
-    context. One count, and one more after the paragraph count is scaled (bounded)."""
+    """The probes with the prefill prompt sized by the server's own tokenizer: a tokenizer far
+    from ~4 characters a token would otherwise overrun the context.
+
+    Its tokenize API (``count_tokens``) counts the prompt where the server has one: one count,
+    and one more after the paragraph count is scaled. Where it has none, one short greedy
+    request's ``usage.prompt_tokens`` gives the characters per token (the chat template counted
+    in, so the prompt comes out shorter, never longer). Neither: the estimate stands.
+    """
     fixed = probes(context_tokens)
-    count = getattr(client, "count_tokens", None)
-    if not callable(count):
-        return fixed
     budget = _prefill_budget(context_tokens)
     repeats = fixed[2].prompt.count(_PREFILL_TEXT)
-    for _ in range(2):
-        tokens = await count(probes(context_tokens, repeats)[2].prompt)
-        if not isinstance(tokens, int) or tokens <= 0 or tokens <= budget:
+    count = getattr(client, "count_tokens", None)
+    counted = False
+    for _ in range(2 if callable(count) else 0):
+        tokens = await count(probes(context_tokens, repeats)[2].prompt)  # type: ignore[misc]
+        if not isinstance(tokens, int) or tokens <= 0:
             break
+        counted = True
+        if tokens <= budget:
+            return probes(context_tokens, repeats)
         repeats = max(1, int(repeats * budget / tokens))
+    if counted:
+        return probes(context_tokens, repeats)
+    short = await client.greedy(NARRATIVE_PROMPT, max_tokens=1, seed=GREEDY_SEED)
+    used = getattr(short, "prompt_tokens", None)
+    if isinstance(used, int) and used > 0:
+        chars_per_token = len(NARRATIVE_PROMPT) / used
+        repeats = min(repeats, max(1, int(budget * chars_per_token / len(_PREFILL_TEXT))))
     return probes(context_tokens, repeats)
 
 

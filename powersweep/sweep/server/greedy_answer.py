@@ -35,12 +35,15 @@ class GreedyAnswer:
             llama.cpp ``timings``); None when it did not say.
         finish_reason: As the server said (``stop``, ``length``...), None if it did not.
         error: One-line reason the answer is missing or unusable; empty when it is ok.
+        prompt_tokens: The prompt's tokens as the server reported them (chat template
+            included); None when it did not say.
     """
 
     text: str
     completion_tokens: int | None = None
     finish_reason: str | None = None
     error: str = ""
+    prompt_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -98,6 +101,7 @@ def parse_greedy(raw: bytes, content_type: str = "") -> GreedyAnswer:
         text=text,
         completion_tokens=totals.completion_tokens if counted else None,
         finish_reason=totals.finish_reason,
+        prompt_tokens=totals.prompt_tokens,
     )
 
 
