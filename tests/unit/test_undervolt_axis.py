@@ -42,11 +42,20 @@ def test_the_plan_is_the_baseline_cap_and_the_search_bounds() -> None:
 
 
 def test_the_limit_in_force_is_the_baseline_without_cap_and_sm_clocks_lock() -> None:
+    said: list[str] = []
     planned = UndervoltAxis().plan(
-        _options(sm_clocks=(1500.0,)), [FakeGpu(limit_w=320.0)], lambda _m: None
+        _options(sm_clocks=(1500.0,)), [FakeGpu(limit_w=320.0)], said.append
     )
     assert planned.caps_w == [320.0]
     assert planned.undervolt is not None and planned.undervolt.lock_mhz == 1500.0
+    assert said == [RISK_WARNING]  # a limit of the user's own: their cap, nothing to say
+
+
+def test_a_default_limit_as_the_baseline_is_said() -> None:
+    said: list[str] = []
+    planned = UndervoltAxis().plan(_options(), [FakeGpu()], said.append)
+    assert planned.caps_w == [350.0]
+    assert said[0].startswith("the baseline is the limit in force, 350 W, the card's default")
 
 
 def test_max_offset_lowers_the_driver_range() -> None:

@@ -81,6 +81,12 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
             )
         cap = options.points.hold_cap_w
         envelope = uniform_envelope([g.envelope() for g in gpus])
+        if cap is None and abs(envelope.current_w - envelope.default_w) < 0.5:
+            warn(
+                f"the baseline is the limit in force, {envelope.current_w:g} W, the card's "
+                "default: give --cap W (your best cap, from a power sweep) to set the undervolt "
+                "beside it"
+            )
         cap = clamp_caps([cap], envelope, warn)[0] if cap is not None else envelope.current_w
         plan = UndervoltPlan(
             cap_w=cap,
