@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
 from powersweep.errors import UsageError
 
 UNDERVOLT = "undervolt"
@@ -83,21 +84,22 @@ def pick_undervolt(
             f"that held at its locked clock), not a {objective} pick; apply it without "
             "--objective"
         )
-    chosen = analysis.get("chosen")
-    if not isinstance(chosen, dict):
-        raise UsageError(_no_answer(run_dir, analysis))
+    typed = UndervoltAnalysis.from_json(analysis)
+    chosen = typed.chosen
+    if chosen is None:
+        raise UsageError(_no_answer(run_dir, typed))
     record = _dict(run.get("undervolt"))
     options = _dict(run.get("options"))
     where = run_dir / "analysis.json"
-    lock = _first(chosen.get("sm_lock_mhz"), analysis.get("sm_lock_mhz"), record.get("sm_lock_mhz"))
+    lock = _first(chosen.sm_lock_mhz, typed.sm_lock_mhz, record.get("sm_lock_mhz"))
     if lock is None or lock <= 0:
         raise UsageError(f"{where}: the undervolt answer has no valid SM clock lock")
-    offset = _number(chosen.get("sm_offset_mhz"))
+    offset = _number(chosen.sm_offset_mhz)
     if offset is None:
         raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
-    cap = _first(chosen.get("cap_w"), record.get("cap_w"), options.get("hold_cap_w"))
+    cap = _first(chosen.cap_w, record.get("cap_w"), options.get("hold_cap_w"))
     cap = cap if cap is not None and cap > 0 else None
-    versus = _dict(analysis.get("versus_cap"))
+    versus = typed.versus_cap or VersusCap()
     notes = []
     if abs(offset) <= _ZERO_MHZ:
         _refuse_unless_the_lock_beats_the_cap(run_dir, versus, cap)
@@ -111,18 +113,15 @@ def pick_undervolt(
         cap_w=cap,
         sm_lock_mhz=lock,
         sm_offset_mhz=offset if abs(offset) > _ZERO_MHZ else None,
-        tps_per_w=_number(chosen.get("tps_per_w")),
-        tps=_number(chosen.get("tps")),
+        tps_per_w=_number(chosen.tps_per_w),
+        tps=_number(chosen.tps),
         notes=tuple(notes),
     )
 
 
-def _no_answer(run_dir: Path, analysis: dict[str, Any]) -> str:
+def _no_answer(run_dir: Path, analysis: UndervoltAnalysis) -> str:
     """Why an undervolt run has no ``chosen`` point, for the refusal."""
-    first_bad, reason = (
-        _number(analysis.get("first_unstable_mhz")),
-        analysis.get("first_unstable_reason"),
-    )
+    first_bad, reason = _number(analysis.first_unstable_mhz), analysis.first_unstable_reason
     seen = (
         f" (the first unstable step, {first_bad:+g} MHz: {reason})"
         if first_bad is not None and reason
@@ -135,7 +134,7 @@ def _no_answer(run_dir: Path, analysis: dict[str, Any]) -> str:
 
 
 def _refuse_unless_the_lock_beats_the_cap(
-    run_dir: Path, versus: dict[str, Any], cap: float | None
+    run_dir: Path, versus: VersusCap, cap: float | None
 ) -> None:
     """At offset 0 the answer is the SM lock alone: worth setting only when it beats the
     baseline cap beyond noise (else the cap alone does as well, without a lock to keep).
@@ -143,12 +142,8 @@ def _refuse_unless_the_lock_beats_the_cap(
     Raises:
         UsageError: It does not, or it was not compared.
     """
-    gain, u95 = (
-        _number(versus.get("tps_per_w_gain_pct")),
-        _number(versus.get("tps_per_w_gain_u95_pct")),
-    )
-    tied = versus.get("tied")
-    if gain is not None and gain > 0 and tied is False:
+    gain, u95 = _number(versus.tps_per_w_gain_pct), _number(versus.tps_per_w_gain_u95_pct)
+    if gain is not None and gain > 0 and versus.tied is False:
         return
     the_cap = f"the {cap:g} W cap" if cap is not None else "the power limit in force"
     if gain is None:
@@ -169,22 +164,19 @@ def _refuse_unless_the_lock_beats_the_cap(
     )
 
 
-def _offset_notes(chosen: dict[str, Any], versus: dict[str, Any]) -> list[str]:
+def _offset_notes(chosen: OffsetStep, versus: VersusCap) -> list[str]:
     """Caveats of an answer with an offset: not soaked, or no better than the cap."""
     out = []
-    if chosen.get("reason") != "soak":
+    if chosen.reason != "soak":
         out.append(
             "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
             "find it unstable"
         )
-    gain, u95 = (
-        _number(versus.get("tps_per_w_gain_pct")),
-        _number(versus.get("tps_per_w_gain_u95_pct")),
-    )
-    cap = _number(versus.get("cap_w"))
+    gain, u95 = _number(versus.tps_per_w_gain_pct), _number(versus.tps_per_w_gain_u95_pct)
+    cap = _number(versus.cap_w)
     the_cap = f"the {cap:g} W cap's" if cap is not None else "the cap's"
     spread = f" +-{u95:.1f}%" if u95 is not None else ""
-    if gain is not None and versus.get("tied"):
+    if gain is not None and versus.tied:
         out.append(
             f"the undervolt point's TPS/W is within noise of {the_cap} ({gain:+.1f}%{spread}): "
             "the cap alone may do as well"
