@@ -29,14 +29,15 @@ def judge(statuses: Iterable[str]) -> tuple[str, str | None]:
 
     Enough: at least :data:`MIN_OK_CAPS` (every measurable cap when fewer were planned), and no
     fewer than the caps that failed or stayed suspect. Rejected caps (the card refused them) do
-    not count either way.
+    not count either way, nor do an undervolt search's unstable steps: finding the first one is
+    what the search is for.
 
     Returns:
         The status and, when not complete, a one-line reason.
     """
     statuses = list(statuses)
     ok = statuses.count("ok")
-    measurable = [x for x in statuses if x != "rejected"]
+    measurable = [x for x in statuses if x not in ("rejected", "unstable")]
     bad = {x: statuses.count(x) for x in ("failed", "suspect") if x in statuses}
     what = ", ".join(f"{n} {x}" for x, n in bad.items())
     if ok == 0:

@@ -226,3 +226,18 @@ def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path)
     assert analysis["first_unstable_mhz"] == (math.floor(weakest / STEP) + 1) * STEP
     assert abs(analysis["chosen"]["sm_offset_mhz"] - (weakest - BACKOFF * STEP)) < STEP
     assert "GPU 1: SM clock offset put back to 0 MHz" in done.stderr
+
+
+def test_a_first_step_already_unstable_answers_offset_zero_and_completes(tmp_path: Path) -> None:
+    profile = "rtx3090-air"
+    state, env = _rig(tmp_path, profile)
+    # the 3090's margin is 175 +-25 MHz: a first step of 210 is past it on every card
+    done = powersweep(*_args(profile, state, tmp_path / "runs", "--offset-step", "210"), env=env)
+    assert done.returncode == 0, done.stderr
+    run_dir = _run_dir(tmp_path / "runs")
+    assert read_json(run_dir / "run.json")["status"] == "complete"
+    analysis = read_json(run_dir / "analysis.json")
+    assert analysis["first_unstable_mhz"] == 210.0 and analysis["last_stable_mhz"] == 0.0
+    assert analysis["chosen"]["sm_offset_mhz"] == 0.0 and analysis["soaks"] == []
+    assert "no_undervolt" in [f["code"] for f in analysis["findings"]]
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)

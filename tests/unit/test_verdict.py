@@ -59,6 +59,14 @@ def test_fewer_caps_planned_than_the_minimum_need_all_of_them() -> None:
     assert judge(["ok", "ok", "failed", "failed", "failed"])[0] == "partial"
 
 
+def test_an_undervolt_searchs_unstable_step_is_its_answer_not_a_failure() -> None:
+    # the baseline, the reference, and a first step that was already unstable
+    assert judge(["ok", "ok", "unstable"]) == ("complete", None)
+    assert judge(["ok", "ok", "ok", "ok", "unstable", "ok"]) == ("complete", None)
+    status, why = judge(["ok", "failed", "unstable"])
+    assert status == "partial" and why is not None and "1 failed" in why
+
+
 def test_a_fault_kind_counts_every_one_and_keeps_three_different_examples() -> None:
     log = FaultLog()
     for detail in ("a", "b", "a", "c", "d"):
