@@ -47,7 +47,9 @@ class ClockOffsetter:
                 why = offset.message or "unreadable"
                 problems.append(f"GPU {index}'s clock offset in force cannot be read ({why})")
         if problems:
-            raise UsageError("; ".join(problems) + ": an undervolt search needs both")
+            raise UsageError(
+                "; ".join(problems) + ": an undervolt search needs an offset it can read and set"
+            )
 
     def range_mhz(self) -> tuple[float, float] | None:
         """The offsets every card accepts (None: a card does not say its range)."""

@@ -55,7 +55,7 @@ def test_a_card_without_an_offset_or_an_unreadable_one_is_refused() -> None:
         offsets.check_supported()
     assert str(caught.value) == (
         "GPU 0 has no clock offset (an AMD card); GPU 1's clock offset in force cannot be read "
-        "(driver failed): an undervolt search needs both"
+        "(driver failed): an undervolt search needs an offset it can read and set"
     )
     assert offsets.range_mhz() is None  # a card that does not say its range
 
