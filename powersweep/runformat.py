@@ -31,6 +31,7 @@ SAMPLES_COLUMNS = (
     "mem_lock_mhz",
     "confirm",
     "power_instant_w",
+    "sm_offset_mhz",
 )
 REQUESTS_COLUMNS = (
     "cap_w",
@@ -55,6 +56,7 @@ REQUESTS_COLUMNS = (
     "server_prompt_tps",
     "confirm",
     "max_tokens",
+    "sm_offset_mhz",
 )
 # Short codes of requests.csv ``warnings`` (``;``-separated): what makes a request's numbers
 # doubtful. Readers must tolerate codes they do not know.

@@ -326,7 +326,7 @@ class Sweep:
         first = points[0]
         # The first point is set before the warm-up, so the load is set up where it is
         # measured; a card that refuses it still gets a prepared load for the other points.
-        self.sampler.set_locks(first.sm_lock_mhz, first.mem_lock_mhz)
+        self.sampler.set_locks(first.sm_lock_mhz, first.mem_lock_mhz, first.sm_offset_mhz)
         self.measurer.apply(first)
         await self.setup.run(
             self.measurer.cap_of(first),

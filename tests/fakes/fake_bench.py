@@ -39,6 +39,8 @@ class FakeWriter:
         self.samples: list[tuple[list[Any], bool]] = []
         self.requests: list[tuple[float, list[Any], Any, bool]] = []
         self.caps: list[dict[str, Any]] = []
+        # the SM clock offset each append_requests call named (undervolt steps)
+        self.offsets: list[float | None] = []
         self.run_json: list[dict[str, Any]] = []
 
     def append_samples(self, rows: Sequence[Any], *, confirm: bool = False) -> None:
@@ -51,8 +53,10 @@ class FakeWriter:
         locks: Any = (None, None),
         *,
         confirm: bool = False,
+        offset_mhz: float | None = None,
     ) -> None:
         self.requests.append((cap_w, list(requests), locks, confirm))
+        self.offsets.append(offset_mhz)
 
     def append_cap(self, row: Mapping[str, Any]) -> None:
         self.caps.append(dict(row))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import powersweep, powersweep_started, read_json
+from tests.integration.conftest import powersweep, powersweep_started, read_csv, read_json
 
 STEP = 30.0
 BACKOFF = 2
@@ -118,6 +118,12 @@ def test_the_search_answers_the_stable_margin_less_the_backoff(
     # the user's own settings are back: no offset left applied, no lock, the limit
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
     assert run["undervolt"]["chosen_mhz"] == chosen["sm_offset_mhz"]
+    # every reading and request says the offset it ran at: the points are told apart
+    requests = read_csv(run_dir / "requests.csv")
+    measured = {float(r["sm_offset_mhz"]) for r in requests if r["sm_offset_mhz"]}
+    assert measured == set(steps)
+    samples = read_csv(run_dir / "samples.csv")
+    assert {float(r["sm_offset_mhz"]) for r in samples if r["sm_offset_mhz"]} == set(steps)
 
 
 def test_a_card_that_resets_at_the_first_unstable_step_ends_cleanly_and_says_so(

@@ -65,6 +65,18 @@ def test_warnings_and_server_rates_are_written(tmp_path: Path) -> None:
     assert second["warnings"] == second["server_decode_tps"] == second["server_prompt_tps"] == ""
 
 
+def test_an_undervolt_steps_offset_labels_its_readings_and_requests(tmp_path: Path) -> None:
+    writer = RunWriter(tmp_path, ["GPU"], "decode-single")
+    sample = GpuSample(0, 280.0, 1.0, 60.0, 1380.0, 9751.0, 99.0, 2, 0)
+    writer.append_samples([SampleRow(0.0, 0, 300.0, "narr", sample, 1380.0, None, 60.0)])
+    writer.append_requests(300.0, [_result()], (1380.0, None), offset_mhz=60.0)
+    writer.append_requests(300.0, [_result()])
+    (reading,) = _rows(writer.path / "samples.csv")
+    assert (reading["sm_lock_mhz"], reading["sm_offset_mhz"]) == ("1380.0", "60.0")
+    step, plain = _rows(writer.path / "requests.csv")
+    assert step["sm_offset_mhz"] == "60.0" and plain["sm_offset_mhz"] == ""
+
+
 def test_a_resumed_older_run_keeps_its_requests_columns(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, ["GPU"], "decode-single")
     old = [c for c in REQUESTS_COLUMNS if "server" not in c and c != "warnings"]

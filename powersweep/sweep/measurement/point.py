@@ -168,7 +168,7 @@ class PointMeasurer:
         if rejection is None:
             # the ticks from here on are read at this point (nothing is measured until it
             # settles); a point the card refused leaves them labelled with what it holds
-            self.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz)
+            self.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz, point.sm_offset_mhz)
             self.sampler.label(self.cap_of(point), "settle")
         return rejection
 
@@ -446,6 +446,7 @@ class PointMeasurer:
             cap,
             [_relabel(r, prompt_kind=f"{DISCARDED}-{r.prompt_kind}") for r in run.requests],
             (point.sm_lock_mhz, point.mem_lock_mhz),
+            offset_mhz=point.sm_offset_mhz,
         )
 
     async def _finish(
@@ -474,7 +475,9 @@ class PointMeasurer:
 
         def write() -> None:
             self.writer.append_samples(rows, confirm=confirm)
-            self.writer.append_requests(row["cap_w"], run.requests, locks, confirm=confirm)
+            self.writer.append_requests(
+                row["cap_w"], run.requests, locks, confirm=confirm, offset_mhz=point.sm_offset_mhz
+            )
             self.writer.append_cap(row)
             self.ledger.record(point, row, run)
             self.on_point(point, row)

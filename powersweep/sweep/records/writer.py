@@ -294,6 +294,7 @@ class RunWriter:
                     cell(r.mem_lock_mhz),
                     cell(confirm),
                     cell(s.power_instant_w),
+                    cell(r.sm_offset_mhz),
                 ]
             )
         self._append("samples.csv", out)
@@ -305,9 +306,11 @@ class RunWriter:
         locks: tuple[float | None, float | None] = (None, None),
         *,
         confirm: bool = False,
+        offset_mhz: float | None = None,
     ) -> None:
         """Append the client's request results to ``requests.csv`` (``locks``: the clock point's
-        SM and memory locks, on a clock sweep; ``confirm``: see :meth:`append_samples`)."""
+        SM and memory locks, on a clock sweep; ``confirm``: see :meth:`append_samples`;
+        ``offset_mhz``: the undervolt step's SM clock offset)."""
         out = []
         for r in results:
             out.append(
@@ -334,6 +337,7 @@ class RunWriter:
                     cell(getattr(r, "server_prompt_tps", None)),
                     cell(confirm),
                     cell(getattr(r, "max_tokens", None)),
+                    cell(offset_mhz),
                 ]
             )
         self._append("requests.csv", out)

@@ -32,6 +32,7 @@ class SampleRow:
         sample: The reading.
         sm_lock_mhz: SM lock of the clock point measured (None: none).
         mem_lock_mhz: Memory lock of the clock point measured (None: none).
+        sm_offset_mhz: SM clock offset of the undervolt point measured (None: none set).
     """
 
     t_s: float
@@ -41,6 +42,7 @@ class SampleRow:
     sample: GpuSample
     sm_lock_mhz: float | None = None
     mem_lock_mhz: float | None = None
+    sm_offset_mhz: float | None = None
 
 
 class Sampler:
@@ -62,7 +64,7 @@ class Sampler:
         self._rows: list[SampleRow] = []
         self._cap_w = float("nan")
         self._phase = "idle"
-        self._locks: tuple[float | None, float | None] = (None, None)
+        self._locks: tuple[float | None, float | None, float | None] = (None, None, None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tick = 0
@@ -79,10 +81,13 @@ class Sampler:
             self._cap_w = cap_w
             self._phase = phase
 
-    def set_locks(self, sm_mhz: float | None, mem_mhz: float | None) -> None:
-        """Set the clock locks (of a clock sweep's point) that the following ticks carry."""
+    def set_locks(
+        self, sm_mhz: float | None, mem_mhz: float | None, offset_mhz: float | None = None
+    ) -> None:
+        """Set the clock locks (of a clock sweep's point) and the SM clock offset (of an
+        undervolt step) that the following ticks carry."""
         with self._lock:
-            self._locks = (sm_mhz, mem_mhz)
+            self._locks = (sm_mhz, mem_mhz, offset_mhz)
 
     def start(self) -> None:
         """Start ticking in a thread (idempotent); on a virtual clock use :meth:`running`."""
