@@ -71,6 +71,9 @@ LOAD_MODES = tuple(m.value for m in LoadMode)
 BACKENDS = tuple(b.value for b in Backend)
 STRATEGIES = tuple(s.value for s in Strategy)
 AXES = tuple(a.value for a in Axis)
+# The most run seconds the load keeps the card busy between two measurements (and so the
+# longest an undervolt soak can hold it under load).
+KEEP_BUSY_MAX_S = 600.0
 SETTLE_MODES = tuple(s.value for s in SettleMode)
 COOLING = tuple(c.value for c in Cooling)
 # Streams one client (one interpreter, one connection pool) can drive and still measure: beyond

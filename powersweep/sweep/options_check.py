@@ -16,6 +16,7 @@ from powersweep.sweep.options import (
     AXES,
     BACKENDS,
     COOLING,
+    KEEP_BUSY_MAX_S,
     LOAD_MODES,
     MAX_PLANNED_CAPS,
     MAX_PREFILL_SHARE,
@@ -179,6 +180,11 @@ def _validate_axis(options: SweepOptions) -> None:
     points = options.points
     if points.axis not in AXES:
         raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {points.axis!r}")
+    if points.axis != Axis.UNDERVOLT and options.undervolt != UndervoltOptions():
+        raise UsageError(
+            "--offset-step, --offset-backoff-steps, --soak-seconds and --max-offset work only "
+            "with --axis undervolt"
+        )
     clock_flags = {
         "--sm-clocks": points.sm_clocks,
         "--mem-clocks": points.mem_clocks,
@@ -223,11 +229,6 @@ def _validate_axis(options: SweepOptions) -> None:
         )
     if points.axis == Axis.UNDERVOLT:
         _validate_undervolt(options)
-    elif options.undervolt != UndervoltOptions():
-        raise UsageError(
-            "--offset-step, --offset-backoff-steps, --soak-seconds and --max-offset work only "
-            "with --axis undervolt"
-        )
 
 
 def _validate_undervolt(options: SweepOptions) -> None:
@@ -248,8 +249,11 @@ def _validate_undervolt(options: SweepOptions) -> None:
         raise UsageError("--offset-step must be a positive number of MHz")
     if uv.backoff_steps < 0:
         raise UsageError("--offset-backoff-steps must be 0 or more")
-    if not (math.isfinite(uv.soak_s) and uv.soak_s >= 0):
-        raise UsageError("--soak-seconds must be 0 or more")
+    if not (math.isfinite(uv.soak_s) and 0 <= uv.soak_s <= KEEP_BUSY_MAX_S):
+        raise UsageError(
+            f"--soak-seconds takes 0 to {KEEP_BUSY_MAX_S:g} (the longest the load keeps a card "
+            "busy between two measurements)"
+        )
     if uv.max_offset_mhz is not None and not (
         math.isfinite(uv.max_offset_mhz) and uv.max_offset_mhz >= uv.offset_step_mhz
     ):

@@ -7,6 +7,8 @@ server URL, and observe-only and dry-run combinations. (The clock-axis combinati
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from powersweep.sweep.options import (
     SafetyOptions,
     ServerOptions,
     SweepOptions,
+    UndervoltOptions,
 )
 from powersweep.sweep.options_check import validate
 from powersweep.sweep.sampling.windows import WindowPolicy
@@ -223,3 +226,52 @@ def test_cards_safety_and_server_combinations(groups: dict[str, Any], message: s
     with pytest.raises(UsageError) as caught:
         _check(**groups)
     assert str(caught.value) == message
+
+
+UV = PointOptions(axis=Axis.UNDERVOLT)
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        (
+            {"points": PointOptions(axis=Axis.UNDERVOLT, sm_clocks=(1500.0, 1600.0))},
+            "one --sm-clocks value",
+        ),
+        ({"points": PointOptions(axis=Axis.UNDERVOLT, mem_clocks=(9501.0,))}, "drop --mem-clocks"),
+        ({"points": UV, "safety": SafetyOptions(observe_only=True)}, "cannot be --observe-only"),
+        ({"points": UV, "output": OutputOptions(resume=Path("run"))}, "cannot be resumed"),
+        (
+            {"points": UV, "undervolt": UndervoltOptions(offset_step_mhz=0.0)},
+            "--offset-step must be",
+        ),
+        ({"points": UV, "undervolt": UndervoltOptions(offset_step_mhz=math.nan)}, "--offset-step"),
+        ({"points": UV, "undervolt": UndervoltOptions(backoff_steps=-1)}, "--offset-backoff-steps"),
+        (
+            {"points": UV, "undervolt": UndervoltOptions(soak_s=-1.0)},
+            "--soak-seconds takes 0 to 600",
+        ),
+        (
+            {"points": UV, "undervolt": UndervoltOptions(soak_s=601.0)},
+            "--soak-seconds takes 0 to 600",
+        ),
+        (
+            {"points": UV, "undervolt": UndervoltOptions(max_offset_mhz=10.0)},
+            "at least one --offset-step",
+        ),
+        ({"undervolt": UndervoltOptions(soak_s=60.0)}, "work only with --axis undervolt"),
+        ({"points": PointOptions(axis=Axis.UNDERVOLT, caps=(300.0,))}, "use --cap W"),
+    ],
+)
+def test_undervolt_flags_are_checked(groups: dict[str, Any], message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        _check(**groups)
+
+
+def test_an_undervolt_search_with_its_flags_passes() -> None:
+    _check(
+        points=PointOptions(axis=Axis.UNDERVOLT, sm_clocks=(1695.0,), hold_cap_w=280.0),
+        undervolt=UndervoltOptions(
+            offset_step_mhz=15.0, backoff_steps=0, soak_s=600.0, max_offset_mhz=15.0
+        ),
+    )

@@ -31,6 +31,7 @@ from powersweep.sweep.measurement.stability import StabilityCheck, check_step
 from powersweep.sweep.measurement.thermal_fit import ThermalFit
 from powersweep.sweep.measurement.types import PointProgress, Protocol, Settled
 from powersweep.sweep.offsets import ClockOffsetter
+from powersweep.sweep.options import KEEP_BUSY_MAX_S
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.measure import (
@@ -58,8 +59,6 @@ from powersweep.sweep.verdict import FaultLog
 
 # Phase / prompt kind given to a measurement that was discarded and taken again.
 DISCARDED = "discarded"
-# The most run seconds the load keeps the card busy between two measurements.
-KEEP_BUSY_MAX_S = 600.0
 # The reason of the undervolt search's last point: the chosen offset, held under the load for
 # the soak before it is measured and checked once more.
 SOAK = "soak"
