@@ -194,8 +194,8 @@ def _validate_axis(options: SweepOptions) -> None:
         given = [flag for flag, value in clock_flags.items() if value is not None]
         if given:
             raise UsageError(
-                f"{', '.join(given)} work only on a clock axis (--axis sm-clock, mem-clock or "
-                "grid); the power axis takes --caps"
+                f"{', '.join(given)} work only on a clock axis (--axis sm-clock, mem-clock, "
+                "grid or undervolt); the power axis takes --caps"
             )
         return
     if points.caps:
