@@ -1,29 +1,66 @@
-"""The sweep's plan (``sweep/driver.py``'s :class:`SweepPlan`): every planned point in measuring
-order. The driver's loop itself runs end to end in the integration tests."""
+"""The driver's undervolt wiring: the stability check it builds (the loop itself runs end to end
+in tests/integration; SweepPlan is tested in test_sweep_plan.py)."""
 
 from __future__ import annotations
 
-from powersweep.sweep.driver import SweepPlan
-from powersweep.sweep.options import SafetyOptions
+from typing import Any
+
+import pytest
+
+from powersweep.errors import PowersweepError
+from powersweep.sweep.driver import Sweep
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.planning.undervolt_steps import UndervoltPlan
+from powersweep.sweep.sweep_plan import SweepPlan
+from powersweep.sweep.verdict import FaultLog
+from tests.fakes.fake_gpu import FakeGpu
+
+PLAN = SweepPlan(
+    caps_w=(300.0,),
+    clock_points=(SweepPoint(300.0, sm_offset_mhz=0.0),),
+    undervolt=UndervoltPlan(300.0, None, (), 30.0, 300.0, 2, 120.0),
+)
 
 
-def test_caps_are_measured_from_the_highest_down() -> None:
-    plan = SweepPlan(caps_w=(250.0, 350.0, 300.0))
-    assert plan.all_points() == [SweepPoint(350.0), SweepPoint(300.0), SweepPoint(250.0)]
+class _Clock:
+    def now(self) -> float:
+        return 0.0
 
 
-def test_clock_points_are_measured_top_tier_and_top_lock_first() -> None:
-    points = (
-        SweepPoint(300.0, 900.0, 5001.0),
-        SweepPoint(300.0, 1500.0, 9501.0),
-        SweepPoint(300.0, 900.0, 9501.0),
-    )
-    plan = SweepPlan(caps_w=(300.0,), clock_points=points)
-    assert plan.all_points() == [points[1], points[2], points[0]]
+def _sweep(client: Any, gpus: list[FakeGpu], plan: SweepPlan = PLAN) -> tuple[Sweep, list[str]]:
+    said: list[str] = []
+    sweep = object.__new__(Sweep)
+    sweep.plan, sweep.client, sweep.gpus = plan, client, gpus  # type: ignore[assignment]
+    sweep.clock, sweep.warn = _Clock(), said.append  # type: ignore[assignment]
+    sweep._faults = FaultLog()  # type: ignore[attr-defined]
+    return sweep, said
 
 
-def test_an_observe_only_sweep_measures_the_limit_in_force_once() -> None:
-    plan = SweepPlan(caps_w=(280.0, 300.0), safety=SafetyOptions(observe_only=True))
-    assert plan.all_points() == [SweepPoint(None)]
-    assert SweepPlan(caps_w=(), safety=SafetyOptions(observe_only=True)).all_points() == []
+class _Greedy:
+    async def greedy(self, prompt: str, **kw: Any) -> Any:
+        raise AssertionError("not sent while the check is built")
+
+
+def test_only_an_undervolt_plan_gets_a_stability_check() -> None:
+    sweep, _ = _sweep(_Greedy(), [FakeGpu()], SweepPlan(caps_w=(300.0,)))
+    assert sweep._stability_check(None) is None
+
+
+def test_a_client_that_cannot_send_greedy_probes_is_refused() -> None:
+    sweep, _ = _sweep(object(), [FakeGpu()])
+    with pytest.raises(PowersweepError, match="cannot send greedy probes"):
+        sweep._stability_check(4096)
+
+
+def test_cards_that_cannot_report_xids_are_said_and_counted() -> None:
+    blind, seeing = FakeGpu(index=0), FakeGpu(index=1)
+    blind.xids = None
+    sweep, said = _sweep(_Greedy(), [blind, seeing])
+    check = sweep._stability_check(4096)
+    assert check is not None and check.xids_readable == [False, True]
+    assert said == [
+        "GPU 0 cannot report Xid errors: each step is checked by its answers, the card's state "
+        "and TPS"
+    ]
+    (fault,) = sweep._faults.to_list()  # type: ignore[attr-defined]
+    assert fault["kind"] == "xid_unreadable"

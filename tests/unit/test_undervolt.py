@@ -95,17 +95,6 @@ def test_a_gain_within_noise_is_a_tie(tmp_path: Path) -> None:
     assert "undervolt_tied" in [f.code for f in a.findings]
 
 
-def test_the_summary_and_headline_show_the_answer_beside_the_cap(tmp_path: Path) -> None:
-    curve = _curve(tmp_path, _search(150.0, soaks=((90.0, "ok"),)))
-    a = analyze_undervolt(curve)
-    text = render_undervolt_summary(curve, a)
-    assert "### Answer beside the best cap" in text and "| 300 W cap |" in text
-    assert "SM 1485 MHz +90 MHz offset" in text and "unstable: answers differ" in text
-    line = headline(a)
-    assert line is not None and line.startswith("undervolt: SM 1485 MHz +90 MHz offset")
-    assert "vs the 300 W cap" in line
-
-
 def test_a_search_without_steps_has_no_answer(tmp_path: Path) -> None:
     rows = [_row(0.0, reason="baseline", sm_lock_mhz=None), _row(0.0, "failed", "reference")]
     a = analyze_undervolt(_curve(tmp_path, rows))
