@@ -21,18 +21,26 @@ UUID = f"GPU-sim-{PROFILE}-0"
 DEFAULT_W = 370.0
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
-    """One short simulated sweep: its run directory and the state file it left."""
-    base = tmp_path_factory.mktemp("swept")
+def _short_sweep(factory: pytest.TempPathFactory, name: str, *args: str) -> tuple[Path, bytes]:
+    """One short simulated decode-single sweep (``args``: its axis and timing flags): its run
+    directory and the state file it left."""
+    base = factory.mktemp(name)
     state = base / "state.json"
     done = powersweep(
-        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
-        "--caps", "230,260,290,320,350", "--target-cap-seconds", "2", "--no-charts", "-q",
+        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single", *args,
+        "--no-charts", "-q",
         "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return only_run_dir(base / "runs"), state.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """One short simulated power sweep."""
+    return _short_sweep(
+        tmp_path_factory, "swept", "--caps", "230,260,290,320,350", "--target-cap-seconds", "2"
+    )
 
 
 @pytest.fixture
@@ -334,17 +342,11 @@ def test_a_foreign_unit_is_not_replaced_and_a_stale_one_is_pointed_out(
 @pytest.fixture(scope="module")
 def clock_swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     """One short simulated SM-clock sweep under a held 300 W cap."""
-    base = tmp_path_factory.mktemp("clock-swept")
-    state = base / "state.json"
-    done = powersweep(
-        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
+    return _short_sweep(
+        tmp_path_factory, "clock-swept",
         "--axis", "sm-clock", "--sm-clocks", "1200,1500,1800", "--cap", "300",
-        "--target-cap-seconds", "1", "--warmup-requests", "1",
-        "--settle-seconds", "1", "--no-charts", "-q",
-        "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
+        "--target-cap-seconds", "1", "--warmup-requests", "1", "--settle-seconds", "1",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(base / "runs"), state.read_bytes()
 
 
 @pytest.fixture
@@ -623,16 +625,11 @@ def test_a_card_the_unit_cannot_set_does_not_stop_the_others(
 @pytest.fixture(scope="module")
 def undervolt_swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     """One short simulated undervolt search (the card's default cap, a locked SM clock)."""
-    base = tmp_path_factory.mktemp("undervolt-swept")
-    state = base / "state.json"
-    done = powersweep(
-        "--simulate", PROFILE, "--cooling", "air", "--load-mode", "decode-single",
+    return _short_sweep(
+        tmp_path_factory, "undervolt-swept",
         "--axis", "undervolt", "--target-cap-seconds", "1", "--warmup-requests", "1",
-        "--settle-seconds", "1", "--no-charts", "-q",
-        "--out", str(base / "runs"), "--sim-state", str(state), "--state-dir", str(base / "sd"),
+        "--settle-seconds", "1",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(base / "runs"), state.read_bytes()
 
 
 @pytest.fixture
