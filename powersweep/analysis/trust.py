@@ -42,6 +42,8 @@ _FAULT_TEXT = {
     "unstable_offset": "undervolt step(s) failed their stability check",
     "gpu_reset": "GPU reset(s) by an unstable offset (the card came back at offset 0)",
     "xid_unreadable": "card set(s) could not report Xid errors (steps checked without them)",
+    "stretch_unchecked": "undervolt search(es) whose TPS does not follow the card (a simulated "
+    "card beside a real server): steps not judged by their TPS",
 }
 _LIST_MAX = 12
 

@@ -171,6 +171,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
             limits_outlive_process=sim.state is not None,
             load_seed=sim.seed,
             recorded_options=sim.recorded(),
+            tps_follows_card=served,
         )
 
 

@@ -100,6 +100,8 @@ class Sweep:
         context_tokens: The server's context (requests ask for no more than fits).
         before_change: Called before any setting is changed, after the check that the journal
             is still this sweep's.
+        tps_follows_card: The server's token rate follows the cards' clocks (False: an
+            undervolt search cannot see clock stretching in it).
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class Sweep:
         earlier_status: Mapping[float, str] | None = None,
         context_tokens: int | None = None,
         before_change: Callable[[], None] = lambda: None,
+        tps_follows_card: bool = True,
     ) -> None:
         self.plan = plan
         self.gpus = list(gpus)
@@ -178,7 +181,7 @@ class Sweep:
             pace=self.pace,
             locker=locker,
             offsetter=offsetter,
-            stability=self._stability_check(context_tokens),
+            stability=self._stability_check(context_tokens, tps_follows_card),
             soak_s=plan.undervolt.soak_s if plan.undervolt else 0.0,
             busy_gpus=frozenset(busy_gpus) if busy_gpus else None,
             warn=warn,
@@ -211,7 +214,9 @@ class Sweep:
         self._n_measured = 0
         self._extra_check = before_change
 
-    def _stability_check(self, context_tokens: int | None) -> StabilityCheck | None:
+    def _stability_check(
+        self, context_tokens: int | None, tps_follows_card: bool = True
+    ) -> StabilityCheck | None:
         """The undervolt search's check of each step (None on every other axis)."""
         if self.plan.undervolt is None:
             return None
@@ -224,7 +229,12 @@ class Sweep:
             self.clock,
             metric=metric,
             context_tokens=context_tokens,
+            check_stretch=tps_follows_card,
         )
+        if not tps_follows_card:
+            what = "the TPS comes from a server the simulated card does not drive"
+            self._faults.add("stretch_unchecked", what)
+            self.warn(f"{what}: no step is judged by its TPS (clock stretching)")
         blind = [g.index for g, ok in zip(self.gpus, check.xids_readable, strict=True) if not ok]
         if blind:
             what = f"GPU {', '.join(map(str, blind))} cannot report Xid errors"

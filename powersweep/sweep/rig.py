@@ -68,6 +68,8 @@ class Rig:
             seed reproduces a run; 0 on real hardware).
         recorded_options: The rig's own settings, recorded among ``run.json``'s options (the
             simulated rig's, under their flag names; empty on real hardware).
+        tps_follows_card: The server's token rate follows the cards' clocks (False: a
+            simulated card beside a real server, whose speed the card does not set).
     """
 
     backend: GpuBackend
@@ -81,6 +83,7 @@ class Rig:
     connector: Connector | None = None
     limits_outlive_process: bool = True
     load_seed: int = 0
+    tps_follows_card: bool = True
     recorded_options: Mapping[str, Any] = field(default_factory=dict)
 
     def transport(self, max_connections: int = 8) -> LeanTransport | None:

@@ -329,6 +329,7 @@ def _run_session(
                 busy_gpus=choice.busy_gpus,
                 on_restored=on_restored,
                 context_tokens=info.context_tokens,
+                tps_follows_card=rig.tps_follows_card,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)

@@ -64,3 +64,14 @@ def test_cards_that_cannot_report_xids_are_said_and_counted() -> None:
     ]
     (fault,) = sweep._faults.to_list()  # type: ignore[attr-defined]
     assert fault["kind"] == "xid_unreadable"
+
+
+def test_a_tps_the_card_does_not_drive_is_not_judged_and_that_is_said() -> None:
+    sweep, said = _sweep(_Greedy(), [FakeGpu()])
+    check = sweep._stability_check(4096, tps_follows_card=False)
+    assert check is not None and not check.check_stretch
+    assert said == [
+        "the TPS comes from a server the simulated card does not drive: no step is judged by "
+        "its TPS (clock stretching)"
+    ]
+    assert [f["kind"] for f in sweep._faults.to_list()] == ["stretch_unchecked"]  # type: ignore[attr-defined]

@@ -91,6 +91,7 @@ def test_a_simulated_sweeps_rig_records_what_rebuilds_it() -> None:
         assert isinstance(rig.backend, CombinedBackend) and rig.backend.device_count() == 2
         client = object()
         assert rig.wrap_client(client) is client  # its own server does the work
+        assert rig.tps_follows_card  # the simulated server's rate follows the simulated card
         truth = rig.truth([300.0], {})
         assert truth is not None and [c["cap_w"] for c in truth["caps"]] == [300.0]
 
@@ -162,6 +163,7 @@ def test_a_real_servers_requests_drive_the_simulated_card(monkeypatch: pytest.Mo
     with rigs.build_rig(options) as rig:
         assert rig.clock.kind == "real" and rig.connector is None
         assert rig.simulation is not None and rig.simulation["server_flavour"] is None
+        assert not rig.tps_follows_card  # a real server's rate is its own
         with rig.serve() as url:
             assert url is None  # the sweep talks to --url
         client = rig.wrap_client(Client())

@@ -329,3 +329,9 @@ def test_the_prefill_probe_is_fitted_by_the_servers_tokenizer() -> None:
     byte_usage.prompt_tokens = len(NARRATIVE_PROMPT)  # one token per character
     fitted = asyncio.run(fitted_probes(byte_usage, 4096))
     assert len(fitted[2].prompt) <= 2048 + 100
+
+
+def test_without_a_card_driven_tps_a_slower_step_is_no_stretching() -> None:
+    check = StabilityCheck(_Client(), [_Card()], _Clock(), check_stretch=False)  # type: ignore[list-item,arg-type]
+    _ref(check, tps=40.0, u95=1.0)
+    assert _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable
