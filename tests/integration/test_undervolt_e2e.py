@@ -50,23 +50,13 @@ def _card(state: Path, profile: str) -> tuple[float, Any, float]:
     return float(data[uuid]), locks.get("sm"), float(data.get(f"{uuid}#sm_offset_mhz", 0.0))
 
 
-def _args(profile: str, state: Path, out: Path, *extra: str) -> list[str]:
+def _args(profile: str, state: Path | None, out: Path, *extra: str) -> list[str]:
+    """A quiet undervolt search from the 300 W cap (``state``: the simulated cards' settings
+    file; None: they live in memory)."""
+    kept = ["--sim-state", str(state)] if state is not None else []
     return [
-        "--simulate",
-        profile,
-        "--axis",
-        "undervolt",
-        "--cap",
-        "300",
-        "--cooling",
-        "air",
-        "--quiet",
-        "--no-charts",
-        "--sim-state",
-        str(state),
-        "--out",
-        str(out),
-        *extra,
+        *("--simulate", profile, "--axis", "undervolt", "--cap", "300", "--cooling", "air"),
+        *("--quiet", "--no-charts", *kept, "--out", str(out), *extra),
     ]
 
 
@@ -209,20 +199,7 @@ def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
 
 
 def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path) -> None:
-    done = powersweep(
-        "--simulate",
-        "rtx3090-air+rtx3090-air",
-        "--axis",
-        "undervolt",
-        "--cap",
-        "300",
-        "--cooling",
-        "air",
-        "--quiet",
-        "--no-charts",
-        "--out",
-        str(tmp_path),
-    )
+    done = powersweep(*_args("rtx3090-air+rtx3090-air", None, tmp_path))
     assert done.returncode == 0, done.stderr
     run_dir = _run_dir(tmp_path)
     truths = read_json(run_dir / "run.json")["simulation"]["stable_offset_mhz"]
