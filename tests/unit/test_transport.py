@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from powersweep.clock import ScaledClock
+from powersweep.sweep.server import http11, transport
 from powersweep.sweep.server.client import ChatClient, RequestResult, ServerInfo
 from powersweep.sweep.server.transport import LeanTransport, lean_transport_applies
 from tests.unit.test_client import SSE, delta, finish, sse_body, usage
@@ -307,3 +308,79 @@ def test_an_endless_line_pushed_through_the_socket_fails_at_the_limit() -> None:
     result = run([[line, *([more] * 20), HOLD]], go)
     assert not result.ok
     assert "line of more than 1048576 bytes" in result.error
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+# A stream that reaches its finish reason and usage (the reader stops there), and its rest.
+_TOKENS = CHUNKED_HEAD + _chunk(
+    sse_body(delta(content="a"), delta(content=" b"), finish(), usage(3, 2), done=False)
+)
+_REST = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+
+def _two_chats(script: Script, pause_s: float) -> tuple[list[RequestResult], Scripted]:
+    """Two chats, ``pause_s`` apart, each answered by a piece of ``script``."""
+
+    async def go(url: str, scripted: Scripted) -> tuple[list[RequestResult], Scripted]:
+        client = ChatClient(ServerInfo(url, "m", "vllm", None, None, None), ScaledClock(1.0))
+        try:
+            first = await client.chat("hi", max_tokens=8, prompt_kind="narr")
+            await asyncio.sleep(pause_s)
+            second = await client.chat("hi", max_tokens=8, prompt_kind="narr")
+            return [first, second], scripted
+        finally:
+            await client.aclose()
+
+    return run(script, go)
+
+
+def test_a_stream_stopped_at_its_finish_is_read_to_its_end_and_its_connection_kept() -> None:
+    """The reader stops at finish reason and usage; "[DONE]" and the last chunk come later: the
+    connection drains them and serves the next request (one connection opened, not two)."""
+    results, scripted = _two_chats([[_TOKENS, 0.1, _REST], [CHUNKED_HEAD + chunked(BODY)]], 0.4)
+    assert all(r.ok and r.completion_tokens == 2 for r in results)
+    assert results[0].t_end_s - results[0].t_start_s < 0.1  # it did not wait for the rest
+    assert len(scripted.peers) == 2 and len(set(scripted.peers)) == 1
+
+
+@pytest.mark.parametrize(
+    ("rest", "why"),
+    [
+        ([0.3, _REST], "the rest came after the drain's bound"),
+        ([_REST + b"HTTP/1.1 200 OK\r\n\r\n"], "stale bytes after the end"),
+        ([_chunk(b": " + b"x" * 400 + b"\n") * 3, _REST], "more body than the drain's bound"),
+        ([CLOSE], "the server closed it"),
+    ],
+)
+def test_a_drained_connection_is_closed_when_its_rest_is_late_large_or_stale(
+    monkeypatch: pytest.MonkeyPatch, rest: list[Piece], why: str
+) -> None:
+    monkeypatch.setattr(http11, "DRAIN_S", 0.15)
+    monkeypatch.setattr(http11, "DRAIN_MAX_BYTES", 1000)
+    results, scripted = _two_chats([[_TOKENS, *rest], [CHUNKED_HEAD + chunked(BODY)]], 0.5)
+    assert all(r.ok and r.completion_tokens == 2 for r in results), why
+    assert len(scripted.peers) == 2 and len(set(scripted.peers)) == 2, why
+
+
+def test_closing_the_pool_closes_connections_still_draining(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    released: list[http11.Http11Connection] = []
+    release = transport._Pool.release
+    monkeypatch.setattr(
+        transport._Pool, "release", lambda pool, conn: (released.append(conn), release(pool, conn))
+    )
+
+    async def go(url: str, scripted: Scripted) -> None:
+        client = ChatClient(ServerInfo(url, "m", "vllm", None, None, None), ScaledClock(1.0))
+        result = await client.chat("hi", max_tokens=8, prompt_kind="narr")
+        assert result.ok
+        (conn,) = released
+        assert conn.drained is not None and not conn.closed  # draining
+        await client.aclose()
+        assert conn.closed and conn.transport is not None and conn.transport.is_closing()
+
+    run([[_TOKENS, HOLD]], go)

@@ -21,7 +21,9 @@ strict parser frames it or refused:
 Bytes that arrive while no request is on the connection, or after its response ended, close
 it: a stale answer must never answer the next request. (Within the read that ends a response,
 llhttp skips blank lines before the next message, as RFC 9112 2.2 allows; any other byte
-closes the connection.)
+closes the connection.) A response its reader stopped reading early is read on, discarded, to
+its end (:meth:`Http11Connection.drain`, bounded by :data:`DRAIN_S` and
+:data:`DRAIN_MAX_BYTES`) before its connection is kept.
 
 The read timeout counts silence from the request's sending, the final head or the last body
 byte: interim heads, chunk framing and trailers do not restart it, so a server cannot hold a
@@ -48,6 +50,13 @@ MAX_TRAILERS = 32
 MAX_FRAMING_BYTES = 65536
 # Body bytes buffered for a reader that does not keep up before the socket stops being read.
 _PAUSE_BYTES = 4 << 20
+# A response whose reader stopped early (a chat stream stops at its finish reason and usage) is
+# read on to its end so that its connection can be kept, within these bounds (loop seconds: run
+# seconds on the simulated rig's virtual loop; body bytes): the rest, "[DONE]" and the last
+# chunk, follows within moments, and a connection opened per request costs more CPU than the
+# request's tokens. Beyond them the connection is closed.
+DRAIN_S = 2.0
+DRAIN_MAX_BYTES = 65536
 
 Sink = Callable[[bytes], bool]
 
@@ -121,6 +130,23 @@ class Http11Connection(asyncio.Protocol):
         self.sink: Sink | None = None
         self.sink_stopped = False
         self.sink_error: Exception | None = None
+        self.drained: Callable[[Http11Connection], None] | None = None
+        self.drain_bytes = 0
+
+    def drain(self, drained: Callable[[Http11Connection], None]) -> None:
+        """Read the rest of a response no one reads any more, discarding its body; then call
+        ``drained(self)`` (outside the parser), once: the response ended whole (the connection
+        can be kept), or the connection closed (past :data:`DRAIN_S` or
+        :data:`DRAIN_MAX_BYTES`, stale bytes, the peer's close)."""
+        self.pending.clear()
+        self.pending_bytes = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        if self.timer is not None:
+            self.timer.cancel()
+        self.drained = drained
+        self.timer = self.loop.call_later(DRAIN_S, self._drain_expired)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -196,6 +222,8 @@ class Http11Connection(asyncio.Protocol):
                     "peer closed connection without sending complete message body",
                     request=self.request,
                 )
+        if self.drained is not None:
+            self.loop.call_soon(self._drain_done)
         self._wake()
 
     # -- llhttp's callbacks ----------------------------------------------------------------
@@ -283,6 +311,12 @@ class Http11Connection(asyncio.Protocol):
                 self.sink_stopped = True
                 self.sink = None
             return
+        if self.drained is not None:
+            self.drain_bytes += len(body)
+            if self.drain_bytes > DRAIN_MAX_BYTES and not self.closed:
+                self.close()
+                self.loop.call_soon(self._drain_done)
+            return
         self.pending.append(body)
         self.pending_bytes += len(body)
         if self.pending_bytes > _PAUSE_BYTES and not self.paused and self.transport is not None:
@@ -292,6 +326,23 @@ class Http11Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.head is not None:  # not an interim head's end
             self.body_done = True
+            if self.drained is not None and not self.closed:
+                # Not from inside the parser: the rest of this read must be parsed (and refused
+                # as stale, should there be any) before the connection is reset for reuse.
+                self.loop.call_soon(self._drain_done)
+
+    def _drain_expired(self) -> None:
+        self.timer = None
+        self.close()
+        self._drain_done()
+
+    def _drain_done(self) -> None:
+        drained, self.drained = self.drained, None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if drained is not None:
+            drained(self)
 
     # -- failures --------------------------------------------------------------------------
 

@@ -55,6 +55,8 @@ class _Pool:
         self.loop = loop
         self.slots = asyncio.Semaphore(max_connections)
         self.idle: dict[tuple[str, int], list[Http11Connection]] = {}
+        self.draining: set[Http11Connection] = set()
+        self.closed = False
 
     def idle_connection(self, key: tuple[str, int]) -> Http11Connection | None:
         conns = self.idle.get(key)
@@ -65,18 +67,35 @@ class _Pool:
         return None
 
     def release(self, conn: Http11Connection) -> None:
-        if conn.reusable and conn.body_done and conn.error is None and not conn.closed:
-            conn.reset()
-            self.idle.setdefault(conn.key, []).append(conn)
+        """Give a connection's slot back; keep the connection when its response ended whole, or
+        when its reader stopped early and the rest arrives within the drain's bounds (the
+        connection is then not counted against the slots while it drains)."""
+        if conn.reusable and conn.error is None and not conn.closed:
+            if conn.body_done:
+                self._keep(conn)
+            elif conn.sink_stopped and conn.sink_error is None:
+                self.draining.add(conn)
+                conn.drain(self._keep)
+            else:
+                conn.close()
         else:
             conn.close()
         self.slots.release()
 
+    def _keep(self, conn: Http11Connection) -> None:
+        self.draining.discard(conn)
+        if self.closed or conn.closed or conn.error is not None or not conn.body_done:
+            conn.close()
+            return
+        conn.reset()
+        self.idle.setdefault(conn.key, []).append(conn)
+
     def close(self) -> None:
-        for conns in self.idle.values():
-            for conn in conns:
-                with contextlib.suppress(RuntimeError):  # its loop may be closed already
-                    conn.close()
+        self.closed = True
+        for conn in [*self.draining, *(c for conns in self.idle.values() for c in conns)]:
+            with contextlib.suppress(RuntimeError):  # its loop may be closed already
+                conn.close()
+        self.draining.clear()
         self.idle.clear()
 
 
@@ -112,6 +131,7 @@ class _Body(httpx.AsyncByteStream):
         """
         conn = self._conn
         if conn.pending and sink(conn.take()):
+            conn.sink_stopped = True
             return False
         conn.sink = sink
         try:
