@@ -185,7 +185,9 @@ def _load_parts(
     return dynamic, (profile.mem_dyn_w * u_memory + profile.mem_static_w) * ratio
 
 
-@functools.lru_cache(maxsize=256)
+# An entry per workload (a decode batch is one: 256 streams pass through 256 of them, and a
+# cache smaller than that recomputes every bin at each request's start and end), about 10 KB each.
+@functools.lru_cache(maxsize=1024)
 def _bin_parts(
     profile: GpuProfile,
     work: Workload,

@@ -200,9 +200,19 @@ class GpuProfile:
 
     def sm_bins_mhz(self) -> tuple[float, ...]:
         """All SM clock bins, ascending: fine bins then boost states."""
-        n = round((self.sm_fine_max_mhz - self.sm_min_mhz) / self.sm_step_mhz)
-        fine = tuple(self.sm_min_mhz + i * self.sm_step_mhz for i in range(n + 1))
-        return fine + tuple(s for s in self.boost_states_mhz if s > self.sm_fine_max_mhz)
+        return _sm_bins_mhz(
+            self.sm_min_mhz, self.sm_step_mhz, self.sm_fine_max_mhz, self.boost_states_mhz
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _sm_bins_mhz(
+    min_mhz: float, step_mhz: float, fine_max_mhz: float, boost_states_mhz: tuple[float, ...]
+) -> tuple[float, ...]:
+    # kept: the simulated card asks at every operating point it works out
+    n = round((fine_max_mhz - min_mhz) / step_mhz)
+    fine = tuple(min_mhz + i * step_mhz for i in range(n + 1))
+    return fine + tuple(s for s in boost_states_mhz if s > fine_max_mhz)
 
 
 DATA_FILE = "profiles.toml"
