@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,3 +232,31 @@ def test_the_progress_bar_grows_with_the_confirm_phase_and_never_counts_past_it(
     assert seen[-2:] == [(22, 23), (23, 23)]
     assert all(n <= total for n, total in seen)
     bar.close()
+
+
+@pytest.mark.parametrize(
+    ("program", "env", "expected"),
+    [
+        ("powersweep", {}, "1"),  # the command: one BLAS thread
+        ("powersweep", {"OPENBLAS_NUM_THREADS": "3"}, "3"),  # the user's own setting kept
+        ("some-program", {}, None),  # a program importing the CLI: its environment untouched
+    ],
+)
+def test_the_command_runs_blas_on_one_thread_before_numpy_loads(
+    program: str, env: dict[str, str], expected: str | None
+) -> None:
+    """OpenBLAS spins a thread per core after each call: CPU the measured server needs."""
+    code = (
+        f"import sys; sys.argv = [{program!r}]\n"
+        "import json, os, powersweep.cli, numpy\n"
+        "print(json.dumps(os.environ.get('OPENBLAS_NUM_THREADS')))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(out.stdout) == expected
