@@ -384,3 +384,29 @@ def test_closing_the_pool_closes_connections_still_draining(
         assert conn.closed and conn.transport is not None and conn.transport.is_closing()
 
     run([[_TOKENS, HOLD]], go)
+
+
+@pytest.mark.parametrize("api_key", [None, "sk-test"])
+def test_a_chat_request_for_the_lean_transport_is_the_one_build_request_gives(
+    api_key: str | None,
+) -> None:
+    """Built once and filled per request (headers, timeouts, compact JSON), not merged anew."""
+    info = ServerInfo("http://127.0.0.1:9", "m", "vllm", None, None, None)
+    client = ChatClient(info, ScaledClock(1.0), api_key=api_key, read_timeout_s=7.0)
+    body = client._body('hi ünïcode \u2028 "q"', 8, True, {"top_p": 0.5, "n": [1, None]})
+    run = type("Run", (), {"trace": None})()
+    ours = client._chat_request(body, run)  # type: ignore[arg-type]
+    theirs = client._http.build_request(
+        "POST", client._chat_url, json=body, extensions={"trace": None}
+    )
+    assert sorted((k.lower(), v) for k, v in ours.headers.raw) == sorted(
+        (k.lower(), v) for k, v in theirs.headers.raw
+    )
+    assert ours.read() == theirs.read()
+    assert (ours.method, ours.url, ours.extensions) == (
+        theirs.method,
+        theirs.url,
+        theirs.extensions,
+    )
+    assert ours.extensions["timeout"]["read"] == 7.0
+    asyncio.run(client.aclose())

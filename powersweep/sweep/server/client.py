@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import msgspec
 
 from powersweep import runformat as rf
 from powersweep.clock import Clock
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 NAN = math.nan
+_encode_json = msgspec.json.Encoder().encode
 # Body keys a strict server may refuse (400/422); dropped once and remembered.
 _OPTIONAL_KEYS = ("chat_template_kwargs", "max_completion_tokens")
 # How much of an unexpected body is read to explain it.
@@ -145,6 +147,14 @@ class ChatClient(ServerQueries):
         # handling (no auth flow, no redirect followed, no cookie kept here) cost as much per
         # request as the transport itself, and a sweep at 256 streams sends hundreds a second.
         self._lean = transport if isinstance(transport, LeanTransport) else None
+        # What build_request would give every chat request (its headers and timeouts), worked
+        # out once: building it per request cost twice the rest of the request's setup.
+        proto = self._http.build_request("POST", self._chat_url, content=b"")
+        self._chat_headers = [
+            (name, value) for name, value in proto.headers.raw if name.lower() != b"content-length"
+        ]
+        self._chat_headers.append((b"Content-Type", b"application/json"))
+        self._chat_timeouts = proto.extensions["timeout"]
         self._refused: set[str] = set()
         self._switch_accepted: bool | None = info.accepts_thinking_switch
 
@@ -353,9 +363,7 @@ class ChatClient(ServerQueries):
         retried = False
         resent = False
         while True:
-            request = self._http.build_request(
-                "POST", self._chat_url, json=body, extensions={"trace": run.trace}
-            )
+            request = self._chat_request(body, run)
             try:
                 response = await self._send(request)
             except MalformedResponse:
@@ -424,6 +432,21 @@ class ChatClient(ServerQueries):
             finally:
                 await response.aclose()
             return
+
+    def _chat_request(self, body: dict[str, Any], run: RequestRun) -> httpx.Request:
+        """``body`` as a chat request: what ``build_request(json=body)`` builds (same headers,
+        timeouts and compact JSON), for the lean transport without its per-request merging."""
+        if self._lean is None:
+            return self._http.build_request(
+                "POST", self._chat_url, json=body, extensions={"trace": run.trace}
+            )
+        return httpx.Request(
+            "POST",
+            self._chat_url,
+            headers=self._chat_headers,
+            content=_encode_json(body),
+            extensions={"trace": run.trace, "timeout": self._chat_timeouts},
+        )
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """Send a request and return its streamed response (its body not read yet)."""
