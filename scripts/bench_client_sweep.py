@@ -13,6 +13,9 @@ load between them and requests that restart inside windows. It prints:
   window against what the server generated over the same span (the server samples its token
   counter every 5 ms; the sweep's run seconds are mapped to the server's clock by the
   monotonic offset the child records at each window);
+- where the CPU went: before the first window, inside the windows, and the imports alone (the
+  modules the sweep loaded, imported apart in a fresh process: a fixed cost no sweep length
+  changes, so a short sweep's figure carries more of it);
 - per window, where a difference went: tokens of the window's own requests that the server sent
   inside the window but the client did not count (cut at the window's end, restarts), and tokens
   the server sent inside the window for requests that are not the window's (the keep-busy load
@@ -175,11 +178,18 @@ SERVER = textwrap.dedent(
 HOOK = textwrap.dedent(
     """
     import atexit, json, os, runpy, sys, time
+    sys.argv[0] = "powersweep"  # before the CLI loads: it sets up as the real command does
     from powersweep.sweep.loads import concurrent
     from powersweep.sweep.server import client
 
     LOG = open(os.environ["POWERSWEEP_BENCH_LOG"], "w")
     atexit.register(LOG.close)
+
+    def modules():
+        with open(os.environ["POWERSWEEP_BENCH_MODULES"], "w") as out:
+            json.dump(sorted(sys.modules), out)
+
+    atexit.register(modules)
     nonces = {}
     chat = client.ChatClient.chat
 
@@ -268,6 +278,9 @@ class SweepFigures:
     window_tokens: float = math.nan
     before_cpu_s: float = math.nan
     before_tokens: float = math.nan
+    # the CPU of importing the modules the sweep loaded (and the interpreter's start), measured
+    # apart in a fresh process: the part of the figure that no sweep length changes
+    imports_cpu_s: float = math.nan
 
     @property
     def window_cpu_s_per_1k(self) -> float:
@@ -389,7 +402,12 @@ def run_sweep(
     server = _Server(aggregate / streams, restart_s)
     work = Path(tempfile.mkdtemp(prefix=f"bench-sweep-{streams}-", dir=keep))
     log = work / "windows.jsonl"
-    env = {**os.environ, "POWERSWEEP_BENCH_LOG": str(log), "POWERSWEEP_STATE_DIR": str(work)}
+    env = {
+        **os.environ,
+        "POWERSWEEP_BENCH_LOG": str(log),
+        "POWERSWEEP_BENCH_MODULES": str(work / "modules.json"),
+        "POWERSWEEP_STATE_DIR": str(work),
+    }
     env.pop("MPLBACKEND", None)
     if profile:
         env["POWERSWEEP_BENCH_PROFILE"] = str(work / "child.prof")
@@ -455,9 +473,49 @@ def run_sweep(
             window_tokens=window_tokens,
             before_cpu_s=records[0]["cpu0"] if records else math.nan,
             before_tokens=server.tokens_between(mono0, records[0]["mono0"]) if records else 0,
+            imports_cpu_s=imports_cpu_s(work / "modules.json"),
         )
     finally:
         server.close()
+
+
+# Imports the modules named in a JSON list (not the entry points, which would run a command)
+# and prints the process's CPU seconds, the interpreter's start included.
+IMPORTS = textwrap.dedent(
+    """
+    import importlib, json, sys, time
+    for name in json.load(open(sys.argv[1])):
+        if name.split(".")[-1] in ("__main__", "__mp_main__") or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    print(time.process_time())
+    """
+)
+
+
+def imports_cpu_s(modules: Path) -> float:
+    """CPU seconds a fresh process spends importing the modules a sweep loaded (the lowest of
+    three tries: the figure is the import work, not the machine's noise)."""
+    if not modules.exists():
+        return math.nan
+    tries = []
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORTS, str(modules)],
+            capture_output=True,
+            text=True,
+            check=True,
+            # as the sweep's own process: no backend chosen, one BLAS thread (as the CLI sets)
+            env={
+                **{k: v for k, v in os.environ.items() if k != "MPLBACKEND"},
+                "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
+            },
+        )
+        tries.append(float(out.stdout.strip().splitlines()[-1]))
+    return min(tries)
 
 
 def print_windows(f: SweepFigures) -> None:
@@ -499,7 +557,15 @@ def plumbing_problems(rows: list[SweepFigures]) -> list[str]:
     """Figures that could not have been measured (NaN, zero, no window): the smoke check."""
     problems = []
     for f in rows:
-        for name in ("cpu_s", "tokens_sent", "measured", "true", "ratio", "cpu_s_per_1k"):
+        for name in (
+            "cpu_s",
+            "tokens_sent",
+            "measured",
+            "true",
+            "ratio",
+            "cpu_s_per_1k",
+            "imports_cpu_s",
+        ):
             value = getattr(f, name)
             if not (math.isfinite(value) and value > 0):
                 problems.append(f"{name} at {f.streams} streams is {value!r}")
@@ -575,7 +641,8 @@ def main() -> int:
                 f"  where: {f.before_cpu_s:.2f} CPU s for {f.before_tokens:.0f} tokens before "
                 f"the first window (imports, warm-up, checks); {f.window_cpu_s:.2f} CPU s for "
                 f"{f.window_tokens:.0f} tokens inside the load's window calls "
-                f"({f.window_cpu_s_per_1k:.4f} s/1k)"
+                f"({f.window_cpu_s_per_1k:.4f} s/1k); imports alone {f.imports_cpu_s:.2f} CPU s "
+                f"({1000 * f.imports_cpu_s / f.tokens_sent:.4f} s/1k of this sweep's figure)"
             )
             if args.windows or args.smoke:
                 print_windows(f)

@@ -51,4 +51,8 @@ def test_the_smoke_sweep_prints_its_figures(tmp_path: Path) -> None:
     )
     assert re.search(r"^measured/true at   8 streams: [\d.]+ \(goal >= 0\.98\)", out, re.M)
     assert re.search(r"load average [\d.]+", out)
+    # the imports' share, measured apart: positive, and below the whole process's CPU
+    imports = re.search(r"imports alone ([\d.]+) CPU s \(([\d.]+) s/1k", out)
+    assert imports, out
+    assert 0 < float(imports.group(1)) < cpu, out
     assert "smoke: figures finite and positive" in out
