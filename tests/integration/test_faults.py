@@ -436,7 +436,12 @@ def test_disagreeing_prompts_at_the_first_cap_are_rechecked_at_the_end(rig: Rig)
 def test_a_server_that_resets_every_second_stream_is_measured_not_failed(
     rig: Rig, mode: str
 ) -> None:
-    extra = ("--concurrency", "4") if mode == "decode-concurrent" else ()
+    # Four streams in one-second windows state 7-17% of 95% uncertainty on their TPS, as wide
+    # as the 10% compared below: any change of the runs' event order (a connection kept instead
+    # of opened) moved a point past it. Three-second windows state 3-5%.
+    extra = (
+        ("--concurrency", "4", "--target-cap-seconds", "3") if mode == "decode-concurrent" else ()
+    )
     clean, _ = rig.run("--caps", "350,300,250", "--load-mode", mode, *extra)
     assert clean.returncode == 0, clean.stderr
     _, clean_caps, _ = _run_dir(rig)
