@@ -20,6 +20,12 @@ import msgspec
 
 from powersweep import runformat as rf
 from powersweep.clock import Clock
+from powersweep.sweep.server.busy_answers import (
+    BUSY_RETRIES,
+    BUSY_STATUSES,
+    read_limited,
+    retry_after_s,
+)
 from powersweep.sweep.server.discovery import ServerInfo, discover_server, strip_credentials
 from powersweep.sweep.server.greedy_answer import GreedyAnswer, parse_greedy
 from powersweep.sweep.server.http11 import MalformedResponse
@@ -63,13 +69,6 @@ NAN = math.nan
 _encode_json = msgspec.json.Encoder().encode
 # Body keys a strict server may refuse (400/422); dropped once and remembered.
 _OPTIONAL_KEYS = ("chat_template_kwargs", "max_completion_tokens")
-# How much of an unexpected body is read to explain it.
-_MAX_ERROR_BODY_BYTES = 65536
-# Statuses a busy or loading server answers; retried with back-off within the deadline.
-_BUSY_STATUSES = (429, 503)
-_BUSY_RETRIES = 6
-_BUSY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 8.0)
-_RETRY_AFTER_MAX_S = 60.0
 
 
 class _Refused(Exception):
@@ -377,19 +376,19 @@ class ChatClient(ServerQueries):
                 resent = True
                 continue
             try:
-                retries = 0 if self._busy_gave_up else _BUSY_RETRIES
-                if response.status_code in _BUSY_STATUSES and run.busy_retries < retries:
-                    wait_s = _retry_after_s(response, run.busy_retries)
+                retries = 0 if self._busy_gave_up else BUSY_RETRIES
+                if response.status_code in BUSY_STATUSES and run.busy_retries < retries:
+                    wait_s = retry_after_s(response, run.busy_retries)
                     left_s = run.wall_left_s()
                     if left_s is None or wait_s < left_s:
-                        await _read_limited(response)
+                        await read_limited(response)
                         run.busy_retries += 1
                         await asyncio.sleep(wait_s)
                         continue
                 if response.status_code in (400, 422) and not retried:
                     tried = [k for k in _OPTIONAL_KEYS if k in body]
                     if tried:
-                        raw = await _read_limited(response)
+                        raw = await read_limited(response)
                         text = raw.decode("utf-8", errors="replace")
                         named = [k for k in tried if k in text]
                         drop = named or tried
@@ -403,14 +402,14 @@ class ChatClient(ServerQueries):
                         retried = True
                         continue
                 if response.status_code != 200:
-                    raw = await _read_limited(response)
+                    raw = await read_limited(response)
                     status, raw = (
                         run.first_refusal
                         if run.first_refusal and response.status_code in (400, 422)
                         else (response.status_code, raw)
                     )
                     msg = describe_body(raw, response.headers.get("content-type", ""))
-                    if status in _BUSY_STATUSES and run.busy_retries:
+                    if status in BUSY_STATUSES and run.busy_retries:
                         msg += f" (still busy after {run.busy_retries} retries)"
                         # A server that stays busy through one request's retries is not
                         # retried again until it answers: no minutes of waiting per request.
@@ -505,19 +504,6 @@ class ChatClient(ServerQueries):
             run.fail(f"server answered {what} instead of an event stream")
 
 
-def _retry_after_s(response: httpx.Response, attempt: int) -> float:
-    """Wall seconds to wait before retrying a busy answer: ``Retry-After`` when it is a number of
-    seconds, else an exponential back-off."""
-    header = response.headers.get("retry-after", "").strip()
-    try:
-        value = float(header)
-    except ValueError:
-        value = math.nan
-    if math.isfinite(value) and value >= 0:
-        return min(value, _RETRY_AFTER_MAX_S)
-    return _BUSY_BACKOFF_S[min(attempt, len(_BUSY_BACKOFF_S) - 1)]
-
-
 def _limit(body: Mapping[str, Any]) -> int | None:
     limits = [
         v
@@ -525,12 +511,3 @@ def _limit(body: Mapping[str, Any]) -> int | None:
         if isinstance(v := body.get(k), int) and not isinstance(v, bool)
     ]
     return min(limits) if limits else None
-
-
-async def _read_limited(response: httpx.Response) -> bytes:
-    out = b""
-    async for data in response.aiter_bytes():
-        out += data
-        if len(out) >= _MAX_ERROR_BODY_BYTES:
-            break
-    return out
