@@ -138,11 +138,7 @@ class Http11Connection(asyncio.Protocol):
         ``drained(self)`` (outside the parser), once: the response ended whole (the connection
         can be kept), or the connection closed (past :data:`DRAIN_S` or
         :data:`DRAIN_MAX_BYTES`, stale bytes, the peer's close)."""
-        self.pending.clear()
-        self.pending_bytes = 0
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
+        self.take()  # what was buffered is discarded, and a paused socket read again
         if self.timer is not None:
             self.timer.cancel()
         self.drained = drained
