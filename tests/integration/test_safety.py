@@ -292,7 +292,11 @@ def test_a_sweep_whose_journal_is_gone_or_replaced_stops_restores_and_says_so(
         else:
             other = json.loads(journal.read_text())
             other.update(pid=1, pid_start="1", created_at="2000-01-01T00:00:00Z")
-            journal.write_text(json.dumps(other))
+            # replaced whole, as another writer's rename does: written in place, the sweep could
+            # read it half-written and stop on a damaged journal instead (seen once in CI)
+            written = journal.with_suffix(".other")
+            written.write_text(json.dumps(other))
+            os.replace(written, journal)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
