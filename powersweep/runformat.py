@@ -10,6 +10,11 @@ SCHEMA_VERSION = 1
 
 # caps.csv ``reason`` of a cap the confirm phase measured again: its readings are pooled.
 CONFIRM_REASON = "confirm"
+# caps.csv ``reason`` of the run's reference point read again at its end (the run-to-run term):
+# its readings are pooled too.
+REFERENCE_REASON = "reference"
+# Repeats of a point that are pooled with its reading (any other repeat replaces it).
+REPEAT_REASONS = frozenset({CONFIRM_REASON, REFERENCE_REASON})
 
 SAMPLES_COLUMNS = (
     "t_s",
@@ -145,6 +150,17 @@ CAPS_COLUMNS = (
     "sm_offset_mhz",
     "answers_checked",
     "answers_differ",
+    "tps_per_w_dof",
+    "tps_per_w_within_u95_pct",
+    "tps_per_w_within_dof",
+    "tps_within_u95_pct",
+    "tps_within_dof",
+    "tps_drift_bias_pct",
+    "power_step_w",
+    "run_to_run_tps_sd_pct",
+    "run_to_run_sd_pct",
+    "run_to_run_dof",
+    "run_to_run_pairs",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

@@ -15,7 +15,8 @@ import polars as pl
 
 from powersweep.analysis import serving
 from powersweep.analysis.cap_points import CapPoint
-from powersweep.runformat import CONFIRM_REASON
+from powersweep.analysis.precision import Reading
+from powersweep.runformat import REPEAT_REASONS
 
 NAN = math.nan
 
@@ -29,7 +30,7 @@ def current_rows(caps: pl.DataFrame, by: Sequence[str] = ("cap_w",)) -> pl.DataF
     if caps.height == 0 or not keys or "status" not in caps.columns:
         return caps
     confirm = (
-        pl.col("reason").fill_null("") == CONFIRM_REASON
+        pl.col("reason").fill_null("").is_in(list(REPEAT_REASONS))
         if "reason" in caps.columns
         else pl.lit(False)
     )
@@ -75,7 +76,7 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
     if ok.height == 0 or not keys:
         return ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
     if "reason" in ok.columns:
-        confirm = pl.col("reason").fill_null("") == CONFIRM_REASON
+        confirm = pl.col("reason").fill_null("").is_in(list(REPEAT_REASONS))
         ok = (
             ok.with_row_index("_i")
             .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over(keys)))
@@ -120,7 +121,43 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
     pooled = df.group_by(keys, maintain_order=True).agg(aggs)
     tpw = pl.col(metric) / pl.col("power_w")
     pooled = serving.with_kwh(pooled.with_columns(tpw.alias("tps_per_w")))
-    return pooled.select([*ok.columns, "n_measurements"])
+    return _pooled_precision(ok, keys, pooled).select([*ok.columns, "n_measurements"])
+
+
+# The precision columns a pooled point states anew (its repeats' own, pooled).
+POOLED_PRECISION = ("tps_u95_pct", "tps_per_w_stat_u95_pct", "drift_bias_pct", "tps_per_w_u95_pct")
+
+
+def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFrame) -> pl.DataFrame:
+    """A point read more than once states its readings' pooled precision
+    (:meth:`~powersweep.analysis.precision.Reading.pooled`: narrower where they agree, wider
+    where they disagree beyond their widths), not its last reading's."""
+    if not set(POOLED_PRECISION) <= set(ok.columns) or pooled.height == 0:
+        return pooled
+    multi = pooled.filter(pl.col("n_measurements") > 1)
+    if multi.height == 0:
+        return pooled
+    rows: dict[tuple[Any, ...], list[Reading]] = {}
+    for row in ok.iter_rows(named=True):
+        rows.setdefault(tuple(row[k] for k in keys), []).append(Reading.of(row))
+    updates: list[dict[str, Any]] = []
+    for row in multi.iter_rows(named=True):
+        key = tuple(row[k] for k in keys)
+        r = Reading.pooled(rows.get(key, []), float(row["tps_per_w"]))
+        updates.append(
+            {
+                **{k: row[k] for k in keys},
+                "tps_u95_pct": 100.0 * r.tps_u95_rel,
+                "tps_per_w_stat_u95_pct": 100.0 * r.stat_u95_rel,
+                "drift_bias_pct": 100.0 * r.bias_rel,
+                "tps_per_w_u95_pct": 100.0 * math.hypot(r.stat_u95_rel, r.bias_rel),
+            }
+        )
+    new = pl.DataFrame(updates).with_columns(
+        [pl.col(c).cast(pl.Float64).fill_nan(None) for c in POOLED_PRECISION]
+    )
+    new = new.with_columns([pl.col(k).cast(pooled.schema[k]) for k in keys])
+    return pooled.update(new, on=list(keys), include_nulls=True)
 
 
 def table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
@@ -131,7 +168,7 @@ def table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
     rest = caps.filter(~pl.col("cap_w").is_in(list(done)))
     if rest.height and "status" in rest.columns:
         latest = (
-            pl.col("reason").fill_null("") != CONFIRM_REASON
+            ~pl.col("reason").fill_null("").is_in(list(REPEAT_REASONS))
             if "reason" in rest.columns
             else pl.lit(True)
         )

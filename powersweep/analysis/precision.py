@@ -1,30 +1,17 @@
 """Each point's own precision: how far its TPS, draw and TPS/W may lie from the card's steady state.
 
-Every figure's uncertainty comes from what was measured at that point, never from the scatter
-of other points around a curve:
-
-- **TPS**: the ``tps_blocks`` of the point (consecutive inter-token intervals of each request
-  in decode-single, equal time slices of the aggregate window in decode-concurrent, whole
-  requests in prefill-heavy). The figure is a ratio (tokens over seconds), so its standard error
-  is the ratio estimator's: ``sum((t_i - R s_i)^2) * n / (n - 1)`` over ``(sum s)^2``.
-- **Draw**: the point's load ticks in time order, cut into consecutive batches whose means are
-  nearly independent although neighbouring ticks are not (batch means).
-- **Drift**: a card whose temperature still moves reads away from its steady state. Its
-  temperature approaches the steady level exponentially, so what is still to come is the slope
-  times the card's thermal time constant (fitted from the run's own temperature and draw,
-  :func:`fit_thermal`; the slope over the trailing readings, enough to resolve whole-degree
-  steps). A warmer card leaks more (:data:`LEAKAGE_W_PER_C`): under a binding cap those watts
-  come out of the clock, so TPS/W moves by the curve's own slope times them; a card under its
-  cap draws them instead (:func:`drift_sensitivity_per_c`). That expected bias is carried inside
-  the stated uncertainty (it is the same sign for every point measured while the card cools or
-  heats at the same pace, so it cancels from the difference of two such points, :func:`tied`).
-
-The 95% half-width adds the statistical part (Student's t on the Welch-Satterthwaite degrees of
-freedom of TPS and draw together) and the drift bias in quadrature.
+Each figure's 95% half-width adds, in variance, what the point's own readings show (its
+``tps_blocks`` by the ratio estimator, its load ticks, the power sensor's step), the run-to-run
+term the run measured by reading points again (:class:`RunToRun`, never below
+:data:`READING_FLOOR_REL`), and the drift's expected bias. Consecutive units are batched as long
+as their own autocorrelation says they are not independent (:func:`batch_count`). Repeats of one
+point that disagree beyond their widths widen its pooled reading (:meth:`Reading.pooled`).
+The reasoning and the measurements behind each term: docs/precision.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,25 +19,43 @@ from typing import Any
 
 import numpy as np
 
-# A warmer card leaks more: this many watts per degree per card (a 300-450 W card's static power,
-# some 50-150 W under load, grows by a few tenths of a percent per degree; the simulated cards
-# leak 0.3-0.5 W per degree). Under a binding cap those watts come out of the clock, so TPS/W
-# moves by this times the curve's own slope d ln(TPS)/dP; a card drawing under its cap keeps its
-# clock and draws them.
-LEAKAGE_W_PER_C = 0.5
-# The sensitivity assumed where the curve's slope is not known yet (the first point): 0.5% per
-# degree, a card at its voltage floor (where TPS is nearly proportional to the cap's watts).
-DRIFT_SENSITIVITY_PER_C = 0.005
-# The time constant assumed when the run's own readings cannot fit one (a heatsink under a fan:
-# tens of seconds to about a minute and a half).
-DEFAULT_TAU_S = 60.0
-# A fitted time constant outside this range is not believed (too few or too flat readings).
-TAU_RANGE_S = (5.0, 600.0)
-# The fewest ticks a time constant is fitted from, and the most kept for it (the last ones).
-TAU_MIN_TICKS = 60
-TAU_MAX_TICKS = 4000
-# Batches the draw's ticks are cut into (at least two ticks each).
-POWER_BATCHES = 8
+from powersweep.analysis.thermal_drift import (
+    DEFAULT_TAU_S as DEFAULT_TAU_S,
+)
+from powersweep.analysis.thermal_drift import (
+    DRIFT_SENSITIVITY_PER_C as DRIFT_SENSITIVITY_PER_C,
+)
+from powersweep.analysis.thermal_drift import (
+    LEAKAGE_W_PER_C as LEAKAGE_W_PER_C,
+)
+from powersweep.analysis.thermal_drift import TAU_MAX_TICKS as TAU_MAX_TICKS
+from powersweep.analysis.thermal_drift import TAU_MIN_TICKS as TAU_MIN_TICKS
+from powersweep.analysis.thermal_drift import TAU_RANGE_S as TAU_RANGE_S
+from powersweep.analysis.thermal_drift import ThermalModel as ThermalModel
+from powersweep.analysis.thermal_drift import drift_bias_rel as drift_bias_rel
+from powersweep.analysis.thermal_drift import (
+    drift_sensitivity_per_c as drift_sensitivity_per_c,
+)
+from powersweep.analysis.thermal_drift import fit_thermal as fit_thermal
+
+# Fewer consecutive units than this cannot show their own autocorrelation: they are taken as
+# independent (prefill's few whole prompts, a short first round).
+MIN_ACF_UNITS = 8
+# The autocorrelation of a series is read up to this share of its length (beyond, its estimate is
+# noise).
+ACF_MAX_LAG_SHARE = 1 / 3
+# Batches of correlated units are this many integrated autocorrelation times long: batches one
+# time long are still correlated with their neighbours and understate the error (synthetic AR(1)
+# token gaps, docs/precision.md: 86% coverage at one, 91% at two, the same as one on independent
+# units).
+BATCH_TAUS = 2.0
+# At least this many batches (where there are as many units): two batches leave one degree of
+# freedom, whose t quantile (12.7) states intervals no reader can use.
+MIN_BATCHES = 3
+# The smallest between-reading standard deviation a reading states (relative): what one point
+# read again and again against a real llama.cpp server showed beyond every term a run measures
+# (scripts/bench_repeat_point.py, docs/precision.md).
+READING_FLOOR_REL = 0.0
 # Two-sided confidence of every stated interval.
 CONFIDENCE = 0.95
 # Typical repeatability of one reading of a curve with no raw data (a bare caps.csv), as a 95%
@@ -64,16 +69,26 @@ TYPICAL_READING_U95_REL = 0.01
 
 @dataclass(frozen=True)
 class Precision:
-    """A point's figures with their own uncertainty (relative, 95% half-widths).
+    """A point's figures with their uncertainty (relative, 95% half-widths).
 
     Attributes:
-        tps_u95_rel: Statistical half-width of the metric's TPS.
-        power_u95_rel: Statistical half-width of the draw.
-        stat_u95_rel: Statistical half-width of TPS/W (TPS and draw together).
+        tps_u95_rel: The stated half-width of the metric's TPS: its statistics (the point's own
+            and the run-to-run term) and its drift bias.
+        power_u95_rel: Half-width of the draw (the ticks' batch means, the sensor's step).
+        stat_u95_rel: Statistical half-width of TPS/W: TPS and draw together, and the run-to-run
+            term.
         drift_bias_rel: Expected bias of TPS/W from the temperature still moving (signed:
             negative when the card was warmer than its steady state, so it read low).
         u95_rel: The stated half-width of TPS/W (and of J/token): statistics and drift.
-        dof: Degrees of freedom of the statistical part (NaN: no units).
+        dof: Degrees of freedom of ``stat_u95_rel`` (NaN: no units).
+        within_u95_rel: TPS/W's half-width from the point's own readings alone (what the stop
+            rule reads: more time at the point shrinks it).
+        within_dof: Its degrees of freedom.
+        tps_within_u95_rel: TPS's half-width from the point's own blocks alone.
+        tps_within_dof: Its degrees of freedom.
+        tps_bias_rel: Expected bias of TPS from the temperature still moving (signed).
+        power_step_w: The power sensor's step the readings showed (NaN: not seen).
+        run_to_run: The run-to-run term carried.
     """
 
     tps_u95_rel: float
@@ -82,11 +97,91 @@ class Precision:
     drift_bias_rel: float
     u95_rel: float
     dof: float
+    within_u95_rel: float = math.nan
+    within_dof: float = math.nan
+    tps_within_u95_rel: float = math.nan
+    tps_within_dof: float = math.nan
+    tps_bias_rel: float = 0.0
+    power_step_w: float = math.nan
+    run_to_run: RunToRun | None = None
 
     @property
     def known(self) -> bool:
         """True when the statistical part could be estimated."""
         return math.isfinite(self.stat_u95_rel)
+
+
+@dataclass(frozen=True)
+class RunToRun:
+    """How far two readings of one point taken apart in a run differ beyond their own widths: a
+    between-reading standard deviation (relative), carried in every reading's interval.
+
+    Attributes:
+        tps_sd_rel: Of the metric's TPS.
+        tps_per_w_sd_rel: Of TPS/W.
+        tps_dof: Degrees of freedom of ``tps_sd_rel`` (infinite where the floor decides).
+        dof: Degrees of freedom of ``tps_per_w_sd_rel``.
+        pairs: Pairs of readings it was measured from (0: the floor alone).
+    """
+
+    tps_sd_rel: float = READING_FLOOR_REL
+    tps_per_w_sd_rel: float = READING_FLOOR_REL
+    tps_dof: float = math.inf
+    dof: float = math.inf
+    pairs: int = 0
+
+    @classmethod
+    def of_pairs(
+        cls, pairs: Sequence[tuple[Reading, Reading]], floor_rel: float = READING_FLOOR_REL
+    ) -> RunToRun:
+        """The term from readings of one point taken apart (a reference read again at the end of
+        the run, a confirmed point's repeat).
+
+        Each pair's squared log-difference less what both readings' own variances and the
+        difference of their drift biases explain is twice the between-reading variance (method
+        of moments, DerSimonian-Laird's for pairs); their mean, never below ``floor_rel``. Its
+        degrees of freedom are the pairs' count (infinite where the floor decides).
+        """
+        usable = [(a, b) for a, b in pairs if a.known and b.known]
+
+        def term(tps: bool) -> tuple[float, float, int]:
+            excess = []
+            for a, b in usable:
+                fa, fb = (a.tps, b.tps) if tps else (a.tps_per_w, b.tps_per_w)
+                va, vb = (
+                    (a.tps_within_var, b.tps_within_var) if tps else (a.within_var, b.within_var)
+                )
+                ba, bb = (a.tps_bias_rel, b.tps_bias_rel) if tps else (a.bias_rel, b.bias_rel)
+                if not (fa > 0 and fb > 0 and math.isfinite(va) and math.isfinite(vb)):
+                    continue
+                d = math.log(fa / fb)
+                excess.append((d * d - va - vb - (ba - bb) ** 2) / 2.0)
+            if not excess:
+                return floor_rel, math.inf, 0
+            sd = math.sqrt(max(0.0, sum(excess) / len(excess)))
+            if sd <= floor_rel:
+                return floor_rel, math.inf, len(excess)
+            return sd, float(len(excess)), len(excess)
+
+        tps_sd, tps_dof, n_tps = term(True)
+        tpw_sd, tpw_dof, n_tpw = term(False)
+        return cls(tps_sd, tpw_sd, tps_dof, tpw_dof, max(n_tps, n_tpw))
+
+
+def _combined(parts: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Variance of a sum of independent estimated variances ``(variance, dof)``, and its
+    Welch-Satterthwaite degrees of freedom (NaN, NaN when one is unknown)."""
+    if not all(math.isfinite(v) and v >= 0 for v, _ in parts):
+        return math.nan, math.nan
+    var = sum(v for v, _ in parts)
+    denom = sum(v * v / d for v, d in parts if v > 0 and math.isfinite(d) and d > 0)
+    if not var > 0:
+        return 0.0, math.inf
+    return var, (var * var / denom if denom > 0 else math.inf)
+
+
+def _half_width(var: float, dof: float) -> float:
+    return t_quantile(dof) * math.sqrt(var) if math.isfinite(var) else math.nan
 
 
 def t_quantile(dof: float, confidence: float = CONFIDENCE) -> float:
@@ -96,9 +191,53 @@ def t_quantile(dof: float, confidence: float = CONFIDENCE) -> float:
     return float(stdtrit(max(1.0, dof), 0.5 + confidence / 2.0))
 
 
+def integrated_autocorrelation(resid: np.ndarray) -> float:
+    """How many consecutive units of ``resid`` count as one independent one: ``1 + 2 * sum`` of
+    its autocorrelations up to the first lag at which they stop being positive (the initial
+    positive sequence), read up to a third of its length; 1 for independent units."""
+    n = len(resid)
+    centred = resid - resid.mean()
+    c0 = float(np.dot(centred, centred))
+    if n < MIN_ACF_UNITS or not c0 > 0:
+        return 1.0
+    tau = 1.0
+    for lag in range(1, max(1, int(n * ACF_MAX_LAG_SHARE)) + 1):
+        rho = float(np.dot(centred[lag:], centred[:-lag])) / c0
+        if rho <= 0:
+            break
+        tau += 2.0 * rho
+    return tau
+
+
+def batch_count(resid: Sequence[float] | np.ndarray) -> int:
+    """Batches a time-ordered series is cut into so that their sums are nearly independent:
+    batches :data:`BATCH_TAUS` times as long as :func:`integrated_autocorrelation` (every unit
+    its own batch when they are independent), at least :data:`MIN_BATCHES`."""
+    arr = np.asarray(resid, dtype=float)
+    n = len(arr)
+    if n < 2:
+        return n
+    k = math.floor(n / (BATCH_TAUS * integrated_autocorrelation(arr)))
+    return int(max(min(MIN_BATCHES, n), min(n, k)))
+
+
+def _sum_var(resid: np.ndarray) -> tuple[float, float]:
+    """Variance of the sum of time-ordered residuals (mean zero) by batch means, and its degrees
+    of freedom."""
+    k = batch_count(resid)
+    sums = np.array([b.sum() for b in np.array_split(resid, k)])
+    return float(np.sum(sums**2)) * k / (k - 1), float(k - 1)
+
+
 def ratio_se_rel(blocks: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Relative standard error of ``sum(tokens) / sum(seconds)`` over ``(tokens, seconds)``
-    blocks, and its degrees of freedom (NaN, NaN with fewer than two blocks)."""
+    """Relative standard error of ``sum(tokens) / sum(seconds)`` over time-ordered ``(tokens,
+    seconds)`` blocks, and its degrees of freedom (NaN, NaN with fewer than two blocks).
+
+    The ratio estimator's residuals ``t_i - R s_i`` are summed in batches of consecutive blocks
+    (:func:`batch_count`): blocks a few tokens long from a stream whose speed wanders over
+    seconds are not independent, and treating them so understates the error several-fold.
+    Independent blocks give the classic ``sum(r_i^2) n / (n - 1) / (sum s)^2``.
+    """
     arr = np.asarray(blocks, dtype=float).reshape(-1, 2)
     n = len(arr)
     if n < 2:
@@ -108,110 +247,34 @@ def ratio_se_rel(blocks: Sequence[tuple[float, float]]) -> tuple[float, float]:
     rate = float(tok.sum()) / total_s if total_s > 0 else math.nan
     if not (math.isfinite(rate) and rate > 0):
         return math.nan, math.nan
-    resid = tok - rate * sec
-    var = float(np.sum(resid**2)) * n / (n - 1) / total_s**2
-    return math.sqrt(var) / rate, float(n - 1)
+    var, dof = _sum_var(tok - rate * sec)
+    return math.sqrt(var) / total_s / rate, dof
 
 
-def batch_se_rel(values: Sequence[float], batches: int = POWER_BATCHES) -> tuple[float, float]:
-    """Relative standard error of the mean of time-ordered ``values`` by batch means, and its
-    degrees of freedom (NaN, NaN with fewer than four finite values)."""
+def batch_se_rel(values: Sequence[float]) -> tuple[float, float]:
+    """Relative standard error of the mean of time-ordered ``values`` by batch means (batches as
+    long as the series' own autocorrelation, :func:`batch_count`), and its degrees of freedom
+    (NaN, NaN with fewer than four finite values)."""
     arr = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    k = min(batches, len(arr) // 2)
-    if k < 2:
+    if len(arr) < 4:
         return math.nan, math.nan
-    means = np.array([b.mean() for b in np.array_split(arr, k)])
     mean = float(arr.mean())
     if not mean > 0:
         return math.nan, math.nan
-    return float(means.std(ddof=1)) / math.sqrt(k) / mean, float(k - 1)
+    var, dof = _sum_var(arr - mean)
+    return math.sqrt(var) / len(arr) / mean, dof
 
 
-@dataclass(frozen=True)
-class ThermalModel:
-    """The card's first-order thermal model: ``dT/dt = (ambient_c + r_c_per_w * P - T) / tau_s``.
-
-    Attributes:
-        ambient_c: The level at no draw.
-        r_c_per_w: Degrees per watt of combined draw at steady state.
-        tau_s: Time constant, run seconds.
-    """
-
-    ambient_c: float
-    r_c_per_w: float
-    tau_s: float
-
-    def steady_c(self, power_w: float) -> float:
-        """The temperature the card settles at under ``power_w``."""
-        return self.ambient_c + self.r_c_per_w * power_w
-
-
-def fit_thermal(
-    t_s: Sequence[float], temp_c: Sequence[float], power_w: Sequence[float]
-) -> ThermalModel | None:
-    """The card's :class:`ThermalModel`, fitted from its own readings (None: not fittable).
-
-    Least squares over consecutive readings: whole-degree readings and a noisy draw average out
-    over a few hundred ticks, and each change of setting excites the fit.
-    """
-    t = np.asarray(t_s, dtype=float)
-    temp = np.asarray(temp_c, dtype=float)
-    power = np.asarray(power_w, dtype=float)
-    ok = np.isfinite(t) & np.isfinite(temp) & np.isfinite(power)
-    t, temp, power = t[ok][-TAU_MAX_TICKS:], temp[ok][-TAU_MAX_TICKS:], power[ok][-TAU_MAX_TICKS:]
-    if len(t) < TAU_MIN_TICKS:
-        return None
-    dt = np.diff(t)
-    keep = dt > 0
-    if keep.sum() < TAU_MIN_TICKS // 2:
-        return None
-    rate = np.diff(temp)[keep] / dt[keep]
-    mid_t = ((temp[1:] + temp[:-1]) / 2)[keep]
-    mid_p = ((power[1:] + power[:-1]) / 2)[keep]
-    design = np.column_stack([np.ones_like(mid_t), mid_p, mid_t])
-    coef, *_ = np.linalg.lstsq(design, rate, rcond=None)
-    if not coef[2] < 0:
-        return None
-    tau = -1.0 / float(coef[2])
-    lo, hi = TAU_RANGE_S
-    if not lo <= tau <= hi:
-        return None
-    return ThermalModel(float(coef[0]) * tau, float(coef[1]) * tau, tau)
-
-
-def drift_sensitivity_per_c(
-    tps_slope_per_w: float, power_w: float, binding: bool, n_gpus: int = 1
-) -> float:
-    """How much TPS/W moves per degree the card still has to go (relative).
-
-    Args:
-        tps_slope_per_w: The curve's own slope at the point, d ln(TPS) / d(combined W), from the
-            nearest other point measured (NaN: not known yet).
-        power_w: The point's combined draw.
-        binding: The cap binds (the card draws at its cap).
-        n_gpus: Cards whose leakage adds up.
-    """
-    leak = LEAKAGE_W_PER_C * max(1, n_gpus)
-    if not binding and math.isfinite(power_w) and power_w > 0:
-        return leak / power_w  # the clock holds; the draw takes the leakage
-    if math.isfinite(tps_slope_per_w):
-        return leak * max(0.0, tps_slope_per_w)
-    return DRIFT_SENSITIVITY_PER_C
-
-
-def drift_bias_rel(
-    slope_c_per_min: float, tau_s: float, sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C
-) -> float:
-    """Expected relative bias of TPS/W from a temperature still moving at ``slope_c_per_min``.
-
-    Still to come: ``slope * tau`` degrees (``tau`` NaN: :data:`DEFAULT_TAU_S`), each worth
-    ``sensitivity_per_c`` (:func:`drift_sensitivity_per_c`); a card still heating will run
-    slower once there, so it read high (positive bias), and one cooling read low.
-    """
-    if not math.isfinite(slope_c_per_min):
-        return 0.0
-    tau = tau_s if math.isfinite(tau_s) and tau_s > 0 else DEFAULT_TAU_S
-    return sensitivity_per_c * slope_c_per_min / 60.0 * tau
+def sensor_step(values: Sequence[float]) -> float:
+    """The sensor's resolution as its readings show it: the smallest step between two distinct
+    readings (NaN: fewer than two distinct ones)."""
+    distinct = np.unique(np.asarray([v for v in values if math.isfinite(v)], dtype=float))
+    if len(distinct) < 2:
+        return math.nan
+    steps = np.diff(distinct)
+    # steps under a microwatt are a float's rounding, not the sensor's
+    steps = steps[steps > 1e-6]
+    return float(steps.min()) if len(steps) else math.nan
 
 
 def point_precision(
@@ -220,51 +283,140 @@ def point_precision(
     slope_c_per_min: float,
     tau_s: float,
     sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C,
+    *,
+    tps_sensitivity_per_c: float = 0.0,
+    power_step_w: float = math.nan,
+    n_cards: int = 1,
+    run_to_run: RunToRun | None = None,
 ) -> Precision:
-    """A point's :class:`Precision` from its own TPS blocks, load ticks and drift.
+    """A point's :class:`Precision` from its own TPS blocks, load ticks and drift, with the
+    run-to-run term.
 
     Args:
-        blocks: ``(tokens, seconds)`` units of the metric's TPS.
+        blocks: ``(tokens, seconds)`` units of the metric's TPS, in time order.
         power_ticks: Combined draw of each load tick, in time order.
         slope_c_per_min: The hottest card's temperature slope since the point was set.
         tau_s: The card's thermal time constant (NaN: :data:`DEFAULT_TAU_S`).
         sensitivity_per_c: TPS/W's relative move per degree (:func:`drift_sensitivity_per_c`).
+        tps_sensitivity_per_c: TPS's (under a binding cap the leakage comes out of the clock,
+            as TPS/W's; under a cap that does not bind the clock holds: 0).
+        power_step_w: The power sensor's step (:func:`sensor_step`; NaN: not seen). A quantised
+            reading's error is uniform over one step: variance ``step^2 / 12`` (GUM, type B),
+            which no averaging removes when the draw is steadier than the step.
+        n_cards: Cards whose readings ``power_ticks`` add up (each quantised on its own).
+        run_to_run: The run-to-run term (None: the floor alone, before the run measured it).
     """
     tps_se, tps_dof = ratio_se_rel(blocks)
     pw_se, pw_dof = batch_se_rel(power_ticks)
-    bias = drift_bias_rel(slope_c_per_min, tau_s, sensitivity_per_c)
-    if not (math.isfinite(tps_se) and math.isfinite(pw_se)):
-        return Precision(math.nan, math.nan, math.nan, bias, math.nan, math.nan)
-    var = tps_se**2 + pw_se**2
-    # Welch-Satterthwaite: the degrees of freedom of a sum of two estimated variances
-    parts = tps_se**4 / tps_dof + pw_se**4 / pw_dof
-    dof = var**2 / parts if parts > 0 else tps_dof + pw_dof
-    stat = t_quantile(dof) * math.sqrt(var)
+    finite = [p for p in power_ticks if math.isfinite(p)]
+    mean_w = sum(finite) / len(finite) if finite else math.nan
+    if math.isfinite(power_step_w) and power_step_w > 0 and mean_w > 0:
+        pw_var, pw_dof = _combined(
+            [(pw_se**2, pw_dof), (max(1, n_cards) * (power_step_w / mean_w) ** 2 / 12, math.inf)]
+        )
+    else:
+        pw_var = pw_se**2
+    within = Within(tps_se**2, tps_dof, pw_var, pw_dof)
+    return within.stated(
+        drift_bias_rel(slope_c_per_min, tau_s, sensitivity_per_c),
+        drift_bias_rel(slope_c_per_min, tau_s, tps_sensitivity_per_c),
+        run_to_run or RunToRun(),
+        power_step_w,
+    )
+
+
+@dataclass(frozen=True)
+class Within:
+    """What a point's own readings say: relative variances of its TPS and draw, and their
+    degrees of freedom."""
+
+    tps_var: float
+    tps_dof: float
+    power_var: float
+    power_dof: float
+
+    def stated(
+        self, bias: float, tps_bias: float, run_to_run: RunToRun, power_step_w: float = math.nan
+    ) -> Precision:
+        """The point's :class:`Precision`: these variances, the run-to-run term's, the biases."""
+        tpw = _combined([(self.tps_var, self.tps_dof), (self.power_var, self.power_dof)])
+        return compose(
+            (self.tps_var, self.tps_dof),
+            tpw,
+            _half_width(self.power_var, self.power_dof),
+            (bias, tps_bias),
+            run_to_run,
+            power_step_w,
+        )
+
+
+def compose(
+    tps: tuple[float, float],
+    tps_per_w: tuple[float, float],
+    power_u95_rel: float,
+    biases: tuple[float, float],
+    run_to_run: RunToRun,
+    power_step_w: float = math.nan,
+) -> Precision:
+    """A :class:`Precision` from the within-point ``(variance, dof)`` of TPS and TPS/W, the
+    draw's half-width, the ``(TPS/W, TPS)`` drift biases and the run-to-run term: variances
+    add (Welch-Satterthwaite degrees of freedom, Student's t), biases add in quadrature."""
+    bias, tps_bias = biases
+    stat_var, stat_dof = _combined([tps_per_w, (run_to_run.tps_per_w_sd_rel**2, run_to_run.dof)])
+    tps_var, tps_dof = _combined([tps, (run_to_run.tps_sd_rel**2, run_to_run.tps_dof)])
+    stat = _half_width(stat_var, stat_dof)
     return Precision(
-        tps_u95_rel=t_quantile(tps_dof) * tps_se,
-        power_u95_rel=t_quantile(pw_dof) * pw_se,
+        tps_u95_rel=math.hypot(_half_width(tps_var, tps_dof), tps_bias),
+        power_u95_rel=power_u95_rel,
         stat_u95_rel=stat,
         drift_bias_rel=bias,
         u95_rel=math.hypot(stat, bias),
-        dof=dof,
+        dof=stat_dof,
+        within_u95_rel=_half_width(*tps_per_w),
+        within_dof=tps_per_w[1],
+        tps_within_u95_rel=_half_width(*tps),
+        tps_within_dof=tps[1],
+        tps_bias_rel=tps_bias,
+        power_step_w=power_step_w,
+        run_to_run=run_to_run,
     )
 
 
 @dataclass(frozen=True)
 class Reading:
-    """A point's TPS/W and its own precision, as the stop rule and the confirm phase read them.
+    """A point's TPS/W and its precision, as the stop rule, the confirm phase and the analysis
+    read them from a caps.csv row.
 
     Attributes:
         tps_per_w: The figure.
-        stat_u95_rel: Its statistical 95% half-width, relative.
+        stat_u95_rel: Its statistical 95% half-width, relative (the run-to-run term included).
         bias_rel: The drift's expected bias, relative (signed).
-        tps_u95_rel: The statistical 95% half-width of its TPS, relative.
+        tps_u95_rel: The stated 95% half-width of its TPS, relative.
+        tps: The metric's TPS (NaN: not known).
+        dof: Degrees of freedom of ``stat_u95_rel`` (NaN: not recorded: normal).
+        within_u95_rel: TPS/W's half-width from the point's own readings (NaN: a row written
+            before it was recorded, whose ``stat_u95_rel`` is that).
+        within_dof: Its degrees of freedom.
+        tps_within_u95_rel: TPS's from its own blocks.
+        tps_within_dof: Its degrees of freedom.
+        tps_bias_rel: TPS's drift bias (signed).
+        power_u95_rel: The draw's half-width.
+        power_step_w: The sensor step the point's readings showed.
     """
 
     tps_per_w: float
     stat_u95_rel: float
     bias_rel: float
     tps_u95_rel: float = math.nan
+    tps: float = math.nan
+    dof: float = math.nan
+    within_u95_rel: float = math.nan
+    within_dof: float = math.nan
+    tps_within_u95_rel: float = math.nan
+    tps_within_dof: float = math.nan
+    tps_bias_rel: float = 0.0
+    power_u95_rel: float = math.nan
+    power_step_w: float = math.nan
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Reading:
@@ -273,16 +425,26 @@ class Reading:
         def num(key: str, default: float = math.nan) -> float:
             value = row.get(key)
             try:
-                out = float(value) if value is not None else default
+                out = float(value) if value is not None and value != "" else default
             except (TypeError, ValueError):
                 return default
-            return out if math.isfinite(out) else default
+            return out if not math.isnan(out) else default
 
+        tpw, power = num("tps_per_w"), num("power_w")
         return cls(
-            num("tps_per_w"),
-            num("tps_per_w_stat_u95_pct") / 100.0,
-            num("drift_bias_pct", 0.0) / 100.0,
-            num("tps_u95_pct") / 100.0,
+            tps_per_w=tpw,
+            stat_u95_rel=num("tps_per_w_stat_u95_pct") / 100.0,
+            bias_rel=num("drift_bias_pct", 0.0) / 100.0,
+            tps_u95_rel=num("tps_u95_pct") / 100.0,
+            tps=tpw * power if math.isfinite(tpw) and math.isfinite(power) else math.nan,
+            dof=num("tps_per_w_dof"),
+            within_u95_rel=num("tps_per_w_within_u95_pct") / 100.0,
+            within_dof=num("tps_per_w_within_dof"),
+            tps_within_u95_rel=num("tps_within_u95_pct") / 100.0,
+            tps_within_dof=num("tps_within_dof"),
+            tps_bias_rel=num("tps_drift_bias_pct", 0.0) / 100.0,
+            power_u95_rel=num("power_u95_pct") / 100.0,
+            power_step_w=num("power_step_w"),
         )
 
     @property
@@ -290,20 +452,80 @@ class Reading:
         """True when the reading carries its own precision."""
         return math.isfinite(self.tps_per_w) and math.isfinite(self.stat_u95_rel)
 
+    @property
+    def within_rel(self) -> float:
+        """TPS/W's half-width from the point's own readings (the stop rule's): the statistical
+        one of a row written before the two were told apart."""
+        return self.within_u95_rel if math.isfinite(self.within_u95_rel) else self.stat_u95_rel
+
+    @property
+    def within_var(self) -> float:
+        """TPS/W's relative variance from the point's own readings."""
+        return _variance(self.within_rel, self.within_dof)
+
+    @property
+    def tps_within_var(self) -> float:
+        """TPS's relative variance from the point's own blocks (its stated half-width, less its
+        drift bias, for a row written before the two were told apart)."""
+        if math.isfinite(self.tps_within_u95_rel):
+            return _variance(self.tps_within_u95_rel, self.tps_within_dof)
+        stat = math.sqrt(max(0.0, self.tps_u95_rel**2 - self.tps_bias_rel**2))
+        return _variance(stat, math.nan)
+
+    def restated(self, run_to_run: RunToRun) -> Precision:
+        """The reading's precision with ``run_to_run`` in place of the term it carried."""
+        return compose(
+            (self.tps_within_var, self.tps_within_dof),
+            (self.within_var, self.within_dof),
+            self.power_u95_rel,
+            (self.bias_rel, self.tps_bias_rel),
+            run_to_run,
+            self.power_step_w,
+        )
+
     @classmethod
     def pooled(cls, readings: Sequence[Reading], tps_per_w: float) -> Reading:
-        """Several readings of one point (a confirmed point) pooled around ``tps_per_w``: the
-        statistical half-widths by inverse variance, the biases averaged."""
+        """Several readings of one point (a confirmed point) pooled around ``tps_per_w``.
+
+        The half-widths pool by inverse variance, widened by the Birge ratio where the readings
+        disagree beyond them (the Particle Data Group's scale factor ``sqrt(chi2 / (m - 1))``
+        when above 1): repeats that agree narrow the interval, repeats that disagree never do so
+        silently. The biases are averaged.
+        """
         known = [r for r in readings if r.known and r.stat_u95_rel > 0]
         if not known:
             return cls(tps_per_w, math.nan, 0.0)
-        stat = 1.0 / math.sqrt(sum(1.0 / r.stat_u95_rel**2 for r in known))
-        tps = [r.tps_u95_rel for r in known if math.isfinite(r.tps_u95_rel) and r.tps_u95_rel > 0]
+        if len(known) == 1:
+            return dataclasses.replace(known[0], tps_per_w=tps_per_w)
+        stat, dof = _pooled_half_width(
+            [(r.tps_per_w, _variance(r.stat_u95_rel, r.dof), r.dof) for r in known]
+        )
+        tps_stats = [
+            (
+                r.tps,
+                _variance(
+                    math.sqrt(max(0.0, r.tps_u95_rel**2 - r.tps_bias_rel**2)), r.tps_within_dof
+                ),
+                r.tps_within_dof,
+            )
+            for r in known
+            if math.isfinite(r.tps_u95_rel) and r.tps_u95_rel > 0
+        ]
+        tps_bias = sum(r.tps_bias_rel for r in known) / len(known)
+        tps_stat, _ = _pooled_half_width(tps_stats) if tps_stats else (math.nan, math.nan)
+        within, within_dof = _pooled_half_width(
+            [(r.tps_per_w, r.within_var, r.within_dof) for r in known], scale=False
+        )
         return cls(
             tps_per_w,
             stat,
             sum(r.bias_rel for r in known) / len(known),
-            1.0 / math.sqrt(sum(1.0 / u**2 for u in tps)) if tps else math.nan,
+            math.hypot(tps_stat, tps_bias),
+            tps=math.nan,
+            dof=dof,
+            within_u95_rel=within,
+            within_dof=within_dof,
+            tps_bias_rel=tps_bias,
         )
 
     def tied_with(self, other: Reading) -> bool:
@@ -316,6 +538,34 @@ class Reading:
             other.stat_u95_rel,
             other.bias_rel,
         )
+
+
+def _variance(u95_rel: float, dof: float) -> float:
+    """The relative variance behind a 95% half-width on ``dof`` degrees of freedom (NaN:
+    normal)."""
+    q = t_quantile(dof) if math.isfinite(dof) and dof > 0 else t_quantile(math.inf)
+    return (u95_rel / q) ** 2 if math.isfinite(u95_rel) else math.nan
+
+
+def _pooled_half_width(
+    readings: Sequence[tuple[float, float, float]], *, scale: bool = True
+) -> tuple[float, float]:
+    """The 95% half-width (relative) of the inverse-variance mean of ``(figure, variance,
+    dof)`` readings, Birge-scaled where they disagree (``scale``), and its degrees of freedom
+    (their sum)."""
+    ok = [(f, v, d) for f, v, d in readings if f > 0 and math.isfinite(v) and v > 0]
+    if not ok:
+        return math.nan, math.nan
+    weights = [1.0 / v for _, v, _ in ok]
+    var = 1.0 / sum(weights)
+    dofs = [d if math.isfinite(d) and d > 0 else math.inf for _, _, d in ok]
+    dof = sum(dofs)
+    logs = [math.log(f) for f, _, _ in ok]
+    mean = sum(w * y for w, y in zip(weights, logs, strict=True)) * var
+    if scale and len(ok) > 1:
+        chi2 = sum(w * (y - mean) ** 2 for w, y in zip(weights, logs, strict=True))
+        var *= max(1.0, chi2 / (len(ok) - 1))
+    return _half_width(var, dof), dof
 
 
 def tied(

@@ -15,6 +15,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
 from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import CapsBind, Pick, PowerAnalysis, known
+from powersweep.runformat import REPEAT_REASONS
 
 # GitHub refuses comments longer than this; stay well under it.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -425,8 +426,8 @@ def _reasons(curve: Curve) -> dict[float, str]:
         except (TypeError, ValueError):
             continue
         why = str(reason or "").strip()
-        # The confirm phase's re-measurements have their own line in the header.
-        if math.isfinite(cap_w) and why != "confirm":
+        # The confirm phase's and the reference's re-measurements have their own line.
+        if math.isfinite(cap_w) and why not in REPEAT_REASONS:
             out[cap_w] = why
     return out
 

@@ -16,7 +16,7 @@ import polars as pl
 from powersweep.analysis.failures import cause_examples, counted_elsewhere
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
-from powersweep.runformat import CONFIRM_REASON
+from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS
 
 SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
@@ -179,7 +179,7 @@ def _duplicates(caps: pl.DataFrame) -> list[Finding]:
                 )
             )
             continue
-        last = [r for r in rows if (r.get("reason") or "") != CONFIRM_REASON][-1:]
+        last = [r for r in rows if (r.get("reason") or "") not in REPEAT_REASONS][-1:]
         if last and str(last[0].get("status") or "ok") != "ok":
             # a recheck found it suspect, a retry failed: the reading it replaced does not
             # stand either (pooling.current_rows), and the suspect/failed finding says why
@@ -194,7 +194,7 @@ def _duplicates(caps: pl.DataFrame) -> list[Finding]:
                 )
             )
             continue
-        confirm = [r for r in usable if (r.get("reason") or "") == CONFIRM_REASON]
+        confirm = [r for r in usable if (r.get("reason") or "") in REPEAT_REASONS]
         if confirm:
             out.append(_pooled(cap, rows, usable, confirm))
             continue
@@ -225,12 +225,20 @@ def _pooled(
 ) -> Finding:
     """A cap the confirm phase measured again: its readings are pooled, as the analysis does
     (:func:`powersweep.analysis.pooling.pool_repeats`), so no reading of it is ignored."""
-    base = [r for r in usable if (r.get("reason") or "") != CONFIRM_REASON][-1:]
+    base = [r for r in usable if (r.get("reason") or "") not in REPEAT_REASONS][-1:]
     pooled = base + confirm
     lines = ", ".join(str(r[SOURCE_LINE]) for r in pooled)
     left = [r for r in rows if all(r is not p for p in pooled)]
+    who = " and ".join(
+        name
+        for reason, name in (
+            (CONFIRM_REASON, "the confirm phase"),
+            (REFERENCE_REASON, "the run's reference re-read"),
+        )
+        if any((r.get("reason") or "") == reason for r in confirm)
+    )
     message = (
-        f"{_w(cap)} appears in {len(rows)} rows: the confirm phase measured it again, and "
+        f"{_w(cap)} appears in {len(rows)} rows: {who} measured it again, and "
         f"lines {lines} are pooled into its figures"
     )
     if left:

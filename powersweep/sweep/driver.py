@@ -10,6 +10,8 @@ load mode:
     -> points whose narrative/code ratio stands out from all the others, measured again
     -> failed points, measured once more
     -> points statistically tied with the best, measured again on a warm card (confirm)
+    -> the first point measured ok, read again: the run-to-run term every point's interval
+       carries (:mod:`.measurement.run_to_run`)
     always: restore the user's own settings, close the journal, write run.json
 
 Whatever happens (an error, SIGINT, SIGTERM, SIGHUP), every GPU that was touched gets its
@@ -37,6 +39,7 @@ from powersweep.sweep.locks import ClockLocker, usable_points
 from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
 from powersweep.sweep.measurement.point import SOAK, PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
+from powersweep.sweep.measurement.run_to_run import RunToRunPhase
 from powersweep.sweep.measurement.setup import LoadSetup
 from powersweep.sweep.measurement.stability import GreedyApi, StabilityCheck
 from powersweep.sweep.offsets import ClockOffsetter
@@ -212,6 +215,8 @@ class Sweep:
         # TPS/W of each point measured ok (the confirm phase keeps the card warm at the best)
         self._best: dict[SweepPoint, float] = {}
         self._n_measured = 0
+        # the first point measured ok: read again at the end (the run-to-run term)
+        self._reference: SweepPoint | None = None
         self._extra_check = before_change
 
     def _stability_check(
@@ -351,6 +356,7 @@ class Sweep:
                 await self._soak(schedule)
             finally:  # how far the search got, however it ended (run.json is written last)
                 self.meta["undervolt"] = schedule.record()
+            await self._run_to_run()
             return
         await self._run_schedule(schedule)
         record = schedule.record()
@@ -378,6 +384,13 @@ class Sweep:
         elif len(plan.all_points()) > 1:
             self.meta["confirm"] = {"caps_w": [], "reason": None, "skipped": "--no-confirm"}
             self.writer.write_run_json(self.meta)
+        await self._run_to_run()
+
+    async def _run_to_run(self) -> None:
+        """The first point measured ok, read again last: every point's stated interval carries
+        how far the two readings (and the confirm phase's) differ beyond their own widths."""
+        phase = RunToRunPhase(self.measurer, self.writer, self.meta, warn=self.warn)
+        await phase.run(self._reference)
 
     async def _soak(self, schedule: UndervoltSchedule) -> None:
         """The undervolt search's end: the chosen offset soaked and checked (backed off a step
@@ -476,6 +489,8 @@ class Sweep:
         tpw = row.get("tps_per_w", math.nan)
         if row["status"] == "ok" and isinstance(tpw, float) and math.isfinite(tpw):
             self._best[point] = tpw
+            if self._reference is None:
+                self._reference = point
         if row["cap_w"] not in self._caps_done:
             self._caps_done.append(row["cap_w"])
         self.meta["caps_done"] = list(self._caps_done)

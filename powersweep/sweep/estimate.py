@@ -9,7 +9,8 @@ near the best measures on (sequential windows: :data:`NEAR_BEST_POINTS` points, 
 points; before the first point, the warm-up (time-bounded: usually to its bound on a cold card,
 which is still heating) and the load's set-up (the concurrency probe, the prefill calibration);
 after the last, the confirm phase's re-measurements (metric prompt only) of the points tied with
-the best, about half the time. An adaptive sweep is counted at its budget.
+the best, about half the time, and the first point read again (the run-to-run term). An adaptive
+sweep is counted at its budget.
 
 The bound (:func:`bound_run_s`) is the same sweep with every point measured to its maximum
 window, waiting its whole thermal bound, and the confirm phase at its most.
@@ -147,8 +148,14 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         # measures the metric's prompt only
         one = first + ramp + (left if bound else MEASURED_ON_SHARE * left)
         confirm = min(expected, measured) * (settle + jump + one + POINT_OVERHEAD_S)
+    # the run's first point read again at its end (the run-to-run term): a jump back to it, its
+    # metric's prompt, as a confirmed point
+    reference = 0.0
+    if measured >= 1:
+        again = first + ramp + (left if bound else 0.0)
+        reference = settle + (thermal if bound else jump) + again + POINT_OVERHEAD_S
     setup = _warmup_s(options) + _prepare_s(options)
-    return setup + measured * per_point + on + waits + confirm
+    return setup + measured * per_point + on + waits + confirm + reference
 
 
 def _points_measured(options: SweepOptions, n_points: int) -> int:

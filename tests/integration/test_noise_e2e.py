@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from powersweep.analysis.precision import Reading
 from tests.integration.conftest import (
     only_run_dir,
     powersweep,
@@ -72,7 +73,9 @@ def _check_confirm(run: Path) -> bool:
     assert again == confirm["caps_w"][: len(again)] and again
     if len(again) < len(confirm["caps_w"]):
         assert confirm["stopped"].startswith("separated after")
-    marked_caps = set(again)
+    # (the run's reference point, read again at its end, is marked as a repeat too)
+    reference = meta["run_to_run"]["reference"]["cap_w"]
+    marked_caps = {*again, reference}
     assert "tied with the best" in confirm["reason"]
     # The re-measured readings are kept, marked, in the raw CSVs...
     requests = read_csv(run / "requests.csv")
@@ -83,15 +86,16 @@ def _check_confirm(run: Path) -> bool:
     # ... pooled in the analysis (one row per cap in the table, two measurements behind it) ...
     rows = {r["cap_w"]: r for r in analysis["caps"]}
     assert len(rows) == len(analysis["caps"])
+    # (the reference is a third reading where confirmed)
     for cap in again:
-        assert rows[cap]["n_measurements"] == 2
-        first, second = (float(r["narr_tps"]) for r in caps if float(r["cap_w"]) == cap)
-        assert min(first, second) <= rows[cap]["tps"] <= max(first, second)
+        assert rows[cap]["n_measurements"] == 2 + (cap == reference)
+        readings = [float(r["narr_tps"]) for r in caps if float(r["cap_w"]) == cap]
+        assert min(readings) <= rows[cap]["tps"] <= max(readings)
     assert analysis["sweet_spot"]["cap_w"] == confirm["best_after_w"]
     # ... and said to be pooled, never "ignored" as a plain repeat would be ...
     codes = [f["code"] for f in analysis["findings"]]
     assert "duplicate_cap" not in codes
-    assert codes.count("confirm_pooled") == len(again)
+    assert codes.count("confirm_pooled") == len(marked_caps)
     # ... and listed, with why, in the summary.
     summary = (run / "summary.md").read_text()
     assert "| Re-measured |" in summary and "tied with the best" in summary
@@ -176,9 +180,19 @@ def test_decode_concurrent_states_the_aggregate_windows_precision(tmp_path: Path
         bias = float(row["drift_bias_pct"])
         assert 0.0 < stat < 5.0
         assert float(row["tps_per_w_u95_pct"]) == pytest.approx(math.hypot(stat, bias), rel=1e-3)
-        assert sweet["tps_per_w_u95_pct"][str(float(row["cap_w"]))] == pytest.approx(
-            float(row["tps_per_w_u95_pct"])
+    # each cap's stated half-width is its row's; the run's reference point, read twice, states
+    # its two readings pooled
+    rows = read_csv(run / "caps.csv")
+    for row in rows:
+        cap = float(row["cap_w"])
+        readings = [Reading.of(r) for r in rows if float(r["cap_w"]) == cap]
+        pooled = Reading.pooled(readings, readings[0].tps_per_w) if len(readings) > 1 else None
+        stated = (
+            100.0 * math.hypot(pooled.stat_u95_rel, pooled.bias_rel)
+            if pooled is not None
+            else float(row["tps_per_w_u95_pct"])
         )
+        assert sweet["tps_per_w_u95_pct"][str(cap)] == pytest.approx(stated)
 
 
 # Truth per profile and mode over the default caps (decode-concurrent at 4 streams); a prefill

@@ -25,12 +25,13 @@ def test_ratio_se_matches_the_spread_of_many_repeated_points() -> None:
 
 
 def test_batch_means_see_correlated_draw_that_a_naive_se_misses() -> None:
-    # a slow wander of the draw (neighbouring ticks alike): batch means widen the error
+    # a slow wander of the draw (neighbouring ticks alike): batches as long as the series'
+    # own autocorrelation widen the error, and fewer of them count
     rng = np.random.default_rng(2)
     wander = np.cumsum(rng.normal(0, 0.3, 40)) + 250
     se, dof = P.batch_se_rel(wander.tolist())
     naive = wander.std(ddof=1) / math.sqrt(len(wander)) / wander.mean()
-    assert se > naive and dof == 7
+    assert se > naive and dof < 39
     assert P.batch_se_rel([250.0, 251.0, 249.0]) == (pytest.approx(math.nan, nan_ok=True),) * 2
 
 

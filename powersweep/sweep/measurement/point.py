@@ -20,7 +20,7 @@ from typing import Any
 from powersweep.analysis.precision import Reading, drift_sensitivity_per_c
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
-from powersweep.runformat import CONFIRM_REASON
+from powersweep.runformat import REPEAT_REASONS
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.loads.base import Load, LoadRun
 from powersweep.sweep.loads.pace import Pace
@@ -384,7 +384,7 @@ class PointMeasurer:
         (:mod:`.windows`); the pooled run, why it stopped and how many rounds it took."""
         cap = self.cap_of(point)
         policy = self.protocol.measure.windows
-        metric_only = reason == CONFIRM_REASON
+        metric_only = reason in REPEAT_REASONS
         first = policy.first_s(self.load.min_window_s)
         runs = [await self.load.measure(cap, metric_only=metric_only, window_s=first)]
         kind = "prefill" if self.protocol.load_mode == "prefill-heavy" else "narr"
@@ -458,7 +458,8 @@ class PointMeasurer:
         run: LoadRun,
         reason: str,
     ) -> None:
-        confirm = reason == CONFIRM_REASON
+        # a repeat's samples and requests are marked: the analysis pools them with the point's
+        confirm = reason in REPEAT_REASONS
         locks = (point.sm_lock_mhz, point.mem_lock_mhz)
         ok = row["status"] == "ok"
         self._previous = (

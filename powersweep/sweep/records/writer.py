@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -341,6 +341,39 @@ class RunWriter:
                 ]
             )
         self._append("requests.csv", out)
+
+    def restate_caps(self, update: Callable[[dict[str, str]], Mapping[str, Any]]) -> None:
+        """Rewrite caps.csv with ``update``'s cells in place of each row's (the same rows and
+        columns; a column the file lacks is left out): a figure known only at the end of the run
+        (the run-to-run term) carried into every row. Written whole beside it and renamed over
+        it: a crash leaves the old file or the new one, never half of each."""
+        target = self.path / "caps.csv"
+        try:
+            with open(target, newline="") as f:
+                reader = csv.reader(f)
+                header = next(reader, None)
+                rows = list(reader)
+            if not header:
+                return
+            out = io.StringIO()
+            writer = csv.writer(out)
+            writer.writerow(header)
+            for values in rows:
+                row = dict(zip(header, values, strict=False))
+                changed = {k: cell(v) for k, v in update(row).items() if k in row}
+                writer.writerow([changed.get(c, v) for c, v in zip(header, values, strict=False)])
+            staging = target.with_name(".caps.csv.restating")
+            with open(staging, "w", newline="") as f:
+                f.write(out.getvalue())
+                f.flush()
+                os.fsync(f.fileno())
+            st = target.stat()
+            os.chmod(staging, st.st_mode & 0o777)
+            with contextlib.suppress(OSError):  # kept the owner a sudo run handed it to
+                os.chown(staging, st.st_uid, st.st_gid)
+            os.replace(staging, target)
+        except OSError as exc:
+            raise PowersweepError(f"cannot rewrite {target}: {exc.strerror or exc}") from exc
 
     def append_cap(self, row: Mapping[str, Any]) -> None:
         """Append one row to ``caps.csv``."""

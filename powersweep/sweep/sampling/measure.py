@@ -17,9 +17,11 @@ from typing import Any, Protocol
 from powersweep.analysis.noise import parse_blocks
 from powersweep.analysis.precision import (
     Precision,
+    RunToRun,
     ThermalModel,
     drift_sensitivity_per_c,
     point_precision,
+    sensor_step,
 )
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.per_token import (
@@ -250,6 +252,8 @@ def cap_row(
     thermal: ThermalModel | None = None,
     earlier: Sequence[tuple[float, float]] = (),
     neighbour: tuple[float, float] | None = None,
+    power_step_w: float = NAN,
+    run_to_run: RunToRun | None = None,
 ) -> dict[str, Any]:
     """The ``caps.csv`` row of one cap (columns as in docs/run-format.md).
 
@@ -264,7 +268,9 @@ def cap_row(
     temperature's drift into the point's stated precision; ``earlier`` are the ``(run s, °C)``
     readings before ``rows`` (the last points'), which the drift's trailing fit may reach;
     ``neighbour`` is the ``(TPS, combined W)`` of the nearest other point measured, whose slope
-    prices a degree of drift.
+    prices a degree of drift; ``power_step_w`` the power sensor's step seen so far in the run
+    (each card's, NaN: none), which a point whose own readings never change still states;
+    ``run_to_run`` the run-to-run term carried (None: the floor alone).
     """
     every = group_ticks(rows, busy_gpus)
     ticks = loaded(every, windows)
@@ -317,7 +323,19 @@ def cap_row(
     sensitivity = drift_sensitivity_per_c(
         curve_slope(metric, power, neighbour), power, binding, n_gpus
     )
-    precision = point_precision(units, [t.power_w for t in ticks], drift, tau, sensitivity)
+    precision = point_precision(
+        units,
+        [t.power_w for t in ticks],
+        drift,
+        tau,
+        sensitivity,
+        # under a binding cap a degree's leakage comes out of the clock: TPS moves as TPS/W
+        # does; under a cap that does not bind the clock holds
+        tps_sensitivity_per_c=sensitivity if binding else 0.0,
+        power_step_w=_finest(power_step_w, card_step_w(every)),
+        n_cards=n_gpus,
+        run_to_run=run_to_run,
+    )
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
     n = len(ticks)
@@ -373,15 +391,50 @@ def curve_slope(tps: float, power_w: float, neighbour: tuple[float, float] | Non
 
 
 def precision_columns(precision: Precision, thermal: ThermalModel | None) -> dict[str, float]:
-    """The caps.csv columns of a point's own precision (95% half-widths in percent)."""
+    """The caps.csv columns of a point's precision (95% half-widths in percent) and the card's
+    thermal time constant."""
+    return {
+        **stated_columns(precision),
+        "thermal_tau_s": thermal.tau_s if thermal is not None else NAN,
+    }
+
+
+def stated_columns(precision: Precision) -> dict[str, float]:
+    """The caps.csv columns of a point's precision: 95% half-widths and biases in percent, their
+    degrees of freedom, the sensor's step and the run-to-run term carried."""
+    rtr = precision.run_to_run or RunToRun()
     return {
         "tps_u95_pct": 100.0 * precision.tps_u95_rel,
         "power_u95_pct": 100.0 * precision.power_u95_rel,
         "tps_per_w_u95_pct": 100.0 * precision.u95_rel,
         "tps_per_w_stat_u95_pct": 100.0 * precision.stat_u95_rel,
         "drift_bias_pct": 100.0 * precision.drift_bias_rel,
-        "thermal_tau_s": thermal.tau_s if thermal is not None else NAN,
+        "tps_per_w_dof": precision.dof,
+        "tps_per_w_within_u95_pct": 100.0 * precision.within_u95_rel,
+        "tps_per_w_within_dof": precision.within_dof,
+        "tps_within_u95_pct": 100.0 * precision.tps_within_u95_rel,
+        "tps_within_dof": precision.tps_within_dof,
+        "tps_drift_bias_pct": 100.0 * precision.tps_bias_rel,
+        "power_step_w": precision.power_step_w,
+        "run_to_run_tps_sd_pct": 100.0 * rtr.tps_sd_rel,
+        "run_to_run_sd_pct": 100.0 * rtr.tps_per_w_sd_rel,
+        "run_to_run_dof": rtr.dof,
+        "run_to_run_pairs": rtr.pairs,
     }
+
+
+def card_step_w(ticks: Sequence[Tick]) -> float:
+    """The finest step any card's power sensor showed over ``ticks`` (NaN: none seen)."""
+    by_gpu: dict[int, list[float]] = defaultdict(list)
+    for t in ticks:
+        for sample in t.samples:
+            by_gpu[sample.gpu_index].append(sample.draw_w)
+    return _finest(*(sensor_step(v) for v in by_gpu.values()))
+
+
+def _finest(*steps: float) -> float:
+    finite = [s for s in steps if math.isfinite(s) and s > 0]
+    return min(finite) if finite else NAN
 
 
 def _per_gpu(ticks: Sequence[Tick], field: str) -> str:

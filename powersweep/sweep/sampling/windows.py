@@ -6,9 +6,10 @@ predicts (a half-width shrinks as one over the square root of the time measured)
 maximum (``--target-cap-seconds``, the metric's window seconds in all). After each round the
 point's own precision (:mod:`powersweep.analysis.precision`) decides:
 
-- ``precise``: its TPS/W is known to the goal (``--precision``, a 95% half-width): enough to
-  separate it from a neighbour one 10 W step away near the sweet spot, where TPS/W moves by
-  about 1% per step;
+- ``precise``: its TPS/W is known to the goal (``--precision``, a 95% half-width of what its own
+  readings show): enough to separate it from a neighbour one 10 W step away near the sweet spot,
+  where TPS/W moves by about 1% per step. A round that saw no rare event (a stall every few
+  seconds) cannot know of it: the run-to-run term every stated interval carries does;
 - ``separated``: it is clearly apart from the best point measured so far (not a contender, or
   clearly the new best): more time would not change the decision;
 - ``max window``: the bound; ``failed``: a round's requests failed (measured again or recorded
@@ -84,7 +85,10 @@ def stop_reason(
         return STOP_ONE_ROUND
     if measured_s >= policy.max_s - 1e-6 or not math.isfinite(reading.tps_per_w):
         return STOP_MAX
-    if math.isfinite(reading.stat_u95_rel) and reading.stat_u95_rel <= policy.precision_pct / 100:
+    # what more time at the point shrinks: its own readings' half-width (the run-to-run term is
+    # carried in every point's stated interval, and no longer window removes it)
+    within = reading.within_rel
+    if math.isfinite(within) and within <= policy.precision_pct / 100:
         return STOP_PRECISE
     if best is not None and math.isfinite(reading.stat_u95_rel) and not reading.tied_with(best):
         return STOP_SEPARATED
@@ -109,7 +113,7 @@ def next_round_s(
     left = policy.max_s - measured_s
     floor = round_floor_s(policy, load_min_s)
     goal = policy.precision_pct / 100.0
-    u = reading.stat_u95_rel
+    u = reading.within_rel
     if goal > 0 and math.isfinite(u) and u > 0:
         wanted = measured_s * ((u / goal) ** 2 - 1.0)
     else:

@@ -1,0 +1,122 @@
+"""The card's temperature still moving as a point is read: its thermal model, fitted from the
+run's own readings, and the bias that the temperature still to come leaves in a point's figures.
+
+A card whose temperature still moves reads away from its steady state. Its temperature approaches
+the steady level exponentially, so what is still to come is the slope times the card's thermal
+time constant (:func:`fit_thermal`). A warmer card leaks more (:data:`LEAKAGE_W_PER_C`): under a
+binding cap those watts come out of the clock, so TPS and TPS/W move by the curve's own slope
+times them; a card under its cap draws them instead (:func:`drift_sensitivity_per_c`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# A warmer card leaks more: this many watts per degree per card (a 300-450 W card's static power,
+# some 50-150 W under load, grows by a few tenths of a percent per degree; the simulated cards
+# leak 0.3-0.5 W per degree). Under a binding cap those watts come out of the clock, so TPS/W
+# moves by this times the curve's own slope d ln(TPS)/dP; a card drawing under its cap keeps its
+# clock and draws them.
+LEAKAGE_W_PER_C = 0.5
+# The sensitivity assumed where the curve's slope is not known yet (the first point): 0.5% per
+# degree, a card at its voltage floor (where TPS is nearly proportional to the cap's watts).
+DRIFT_SENSITIVITY_PER_C = 0.005
+# The time constant assumed when the run's own readings cannot fit one (a heatsink under a fan:
+# tens of seconds to about a minute and a half).
+DEFAULT_TAU_S = 60.0
+# A fitted time constant outside this range is not believed (too few or too flat readings).
+TAU_RANGE_S = (5.0, 600.0)
+# The fewest ticks a time constant is fitted from, and the most kept for it (the last ones).
+TAU_MIN_TICKS = 60
+TAU_MAX_TICKS = 4000
+
+
+@dataclass(frozen=True)
+class ThermalModel:
+    """The card's first-order thermal model: ``dT/dt = (ambient_c + r_c_per_w * P - T) / tau_s``.
+
+    Attributes:
+        ambient_c: The level at no draw.
+        r_c_per_w: Degrees per watt of combined draw at steady state.
+        tau_s: Time constant, run seconds.
+    """
+
+    ambient_c: float
+    r_c_per_w: float
+    tau_s: float
+
+    def steady_c(self, power_w: float) -> float:
+        """The temperature the card settles at under ``power_w``."""
+        return self.ambient_c + self.r_c_per_w * power_w
+
+
+def fit_thermal(
+    t_s: Sequence[float], temp_c: Sequence[float], power_w: Sequence[float]
+) -> ThermalModel | None:
+    """The card's :class:`ThermalModel`, fitted from its own readings (None: not fittable).
+
+    Least squares over consecutive readings: whole-degree readings and a noisy draw average out
+    over a few hundred ticks, and each change of setting excites the fit.
+    """
+    t = np.asarray(t_s, dtype=float)
+    temp = np.asarray(temp_c, dtype=float)
+    power = np.asarray(power_w, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(temp) & np.isfinite(power)
+    t, temp, power = t[ok][-TAU_MAX_TICKS:], temp[ok][-TAU_MAX_TICKS:], power[ok][-TAU_MAX_TICKS:]
+    if len(t) < TAU_MIN_TICKS:
+        return None
+    dt = np.diff(t)
+    keep = dt > 0
+    if keep.sum() < TAU_MIN_TICKS // 2:
+        return None
+    rate = np.diff(temp)[keep] / dt[keep]
+    mid_t = ((temp[1:] + temp[:-1]) / 2)[keep]
+    mid_p = ((power[1:] + power[:-1]) / 2)[keep]
+    design = np.column_stack([np.ones_like(mid_t), mid_p, mid_t])
+    coef, *_ = np.linalg.lstsq(design, rate, rcond=None)
+    if not coef[2] < 0:
+        return None
+    tau = -1.0 / float(coef[2])
+    lo, hi = TAU_RANGE_S
+    if not lo <= tau <= hi:
+        return None
+    return ThermalModel(float(coef[0]) * tau, float(coef[1]) * tau, tau)
+
+
+def drift_sensitivity_per_c(
+    tps_slope_per_w: float, power_w: float, binding: bool, n_gpus: int = 1
+) -> float:
+    """How much TPS/W moves per degree the card still has to go (relative).
+
+    Args:
+        tps_slope_per_w: The curve's own slope at the point, d ln(TPS) / d(combined W), from the
+            nearest other point measured (NaN: not known yet).
+        power_w: The point's combined draw.
+        binding: The cap binds (the card draws at its cap).
+        n_gpus: Cards whose leakage adds up.
+    """
+    leak = LEAKAGE_W_PER_C * max(1, n_gpus)
+    if not binding and math.isfinite(power_w) and power_w > 0:
+        return leak / power_w  # the clock holds; the draw takes the leakage
+    if math.isfinite(tps_slope_per_w):
+        return leak * max(0.0, tps_slope_per_w)
+    return DRIFT_SENSITIVITY_PER_C
+
+
+def drift_bias_rel(
+    slope_c_per_min: float, tau_s: float, sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C
+) -> float:
+    """Expected relative bias of TPS/W from a temperature still moving at ``slope_c_per_min``.
+
+    Still to come: ``slope * tau`` degrees (``tau`` NaN: :data:`DEFAULT_TAU_S`), each worth
+    ``sensitivity_per_c`` (:func:`drift_sensitivity_per_c`); a card still heating will run
+    slower once there, so it read high (positive bias), and one cooling read low.
+    """
+    if not math.isfinite(slope_c_per_min):
+        return 0.0
+    tau = tau_s if math.isfinite(tau_s) and tau_s > 0 else DEFAULT_TAU_S
+    return sensitivity_per_c * slope_c_per_min / 60.0 * tau

@@ -1,0 +1,156 @@
+"""The run-to-run term: how far two readings of one point taken apart in a run differ beyond their
+own widths, measured in every run and carried in every point's stated interval.
+
+At the end of a sweep the first point measured ok is read again by the same protocol (``reason``
+``reference``, the metric's prompt only), on every axis and load mode: a drift between points
+(ambient, a server's other tenants, a stall no short window saw) shows as a difference between
+its two readings. With the confirm phase's repeats, the pairs give the between-reading standard
+deviation (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), and every row of caps.csv
+is restated with it (``run.json`` ``run_to_run`` records the pairs and the term).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from powersweep.analysis.precision import READING_FLOOR_REL, Reading, RunToRun
+from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON
+from powersweep.sweep.measurement.point import PointMeasurer
+from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.records.writer import RunWriter
+from powersweep.sweep.sampling.measure import stated_columns
+
+NO_REFERENCE = "no point was measured ok: nothing to read again"
+REFERENCE_NOT_OK = "the reference point's second reading did not end ok"
+# The columns that name a point in caps.csv.
+POINT_COLUMNS = ("cap_w", "sm_lock_mhz", "mem_lock_mhz", "sm_offset_mhz")
+
+Key = tuple[float | None, ...]
+
+
+class RunToRunPhase:
+    """Reads the reference point again and carries the run-to-run term into every row.
+
+    Args:
+        measurer: The protocol every point is measured by.
+        writer: The run directory (its caps.csv is restated).
+        meta: ``run.json`` content (``run_to_run`` is set).
+        warn: Where warnings go.
+    """
+
+    def __init__(
+        self,
+        measurer: PointMeasurer,
+        writer: RunWriter,
+        meta: dict[str, Any],
+        *,
+        warn: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.measurer = measurer
+        self.writer = writer
+        self.meta = meta
+        self.warn = warn
+
+    async def run(self, reference: SweepPoint | None) -> None:
+        """Read ``reference`` (the first point measured ok; None: none) again, then carry the
+        term measured from every pair of the run into each caps.csv row."""
+        skipped = None
+        if reference is None:
+            skipped = NO_REFERENCE
+        else:
+            row = await self.measurer.measure(reference, REFERENCE_REASON, 0, 1)
+            if row["status"] != "ok":
+                skipped = f"{REFERENCE_NOT_OK} ({row['status']}: {row.get('error') or ''})"
+        await self.measurer.stop_busy()  # nothing is measured after it
+        self.carry(reference, skipped)
+
+    def carry(self, reference: SweepPoint | None, skipped: str | None = None) -> RunToRun:
+        """Measure the term from the run's pairs, restate caps.csv and record it."""
+        rows = read_rows(self.writer)
+        pairs = repeat_pairs(rows)
+        term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs])
+        self.writer.restate_caps(lambda row: restated(row, term))
+        self.meta["run_to_run"] = record(term, pairs, reference, skipped)
+        self.writer.write_run_json(self.meta)
+        return term
+
+
+def read_rows(writer: RunWriter) -> list[dict[str, str]]:
+    """caps.csv's rows as written so far."""
+    with open(writer.path / "caps.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _key(row: Mapping[str, Any]) -> Key:
+    out: list[float | None] = []
+    for c in POINT_COLUMNS:
+        try:
+            v = float(row.get(c) or "nan")
+        except ValueError:
+            v = math.nan
+        out.append(None if math.isnan(v) else v)
+    return tuple(out)
+
+
+def repeat_pairs(
+    rows: Sequence[Mapping[str, Any]],
+) -> list[tuple[Key, str, Reading, Reading]]:
+    """``(point key, reason, first reading, repeat)`` of each repeat of a point in the run: a
+    ``reference`` or ``confirm`` row paired with the point's reading that stood before it (its
+    last ok row of any other reason)."""
+    standing: dict[Key, Mapping[str, Any]] = {}
+    out: list[tuple[Key, str, Reading, Reading]] = []
+    for row in rows:
+        if row.get("status") != "ok":
+            continue
+        key, reason = _key(row), row.get("reason") or ""
+        if reason in (REFERENCE_REASON, CONFIRM_REASON):
+            first = standing.get(key)
+            if first is not None:
+                out.append((key, reason, Reading.of(first), Reading.of(row)))
+        else:
+            standing[key] = row
+    return out
+
+
+def restated(row: Mapping[str, Any], term: RunToRun) -> dict[str, Any]:
+    """The row's precision columns with ``term`` carried (a row without a reading unchanged)."""
+    reading = Reading.of(row)
+    if not reading.known:
+        return {}
+    return stated_columns(reading.restated(term))
+
+
+def record(
+    term: RunToRun,
+    pairs: Sequence[tuple[Key, str, Reading, Reading]],
+    reference: SweepPoint | None,
+    skipped: str | None,
+) -> dict[str, Any]:
+    """``run.json`` ``run_to_run``."""
+
+    def pct(v: float) -> float | None:
+        return round(100.0 * v, 4) if math.isfinite(v) else None
+
+    return {
+        "reference": reference.to_dict() if reference is not None else None,
+        "skipped": skipped,
+        "pairs": [
+            {
+                "point": dict(zip(POINT_COLUMNS, key, strict=True)),
+                "reason": reason,
+                "tps": [a.tps, b.tps],
+                "tps_per_w": [a.tps_per_w, b.tps_per_w],
+                "tps_per_w_within_u95_pct": [pct(a.within_rel), pct(b.within_rel)],
+            }
+            for key, reason, a, b in pairs
+        ],
+        "tps_sd_pct": pct(term.tps_sd_rel),
+        "tps_per_w_sd_pct": pct(term.tps_per_w_sd_rel),
+        "tps_dof": term.tps_dof if math.isfinite(term.tps_dof) else None,
+        "dof": term.dof if math.isfinite(term.dof) else None,
+        "floor_sd_pct": pct(READING_FLOOR_REL),
+    }
