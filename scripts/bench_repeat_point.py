@@ -9,8 +9,11 @@ stated 95% half-width (``tps_u95_pct``), then the scatter of the repeats (SD, ra
 many stated intervals contain the median of all the repeats (the goal: at least 7 of 8). Every
 figure is in the run's own seconds; each sweep is bounded by its windows (``--max-window``).
 
-The floor of :data:`powersweep.analysis.precision.READING_FLOOR_REL` comes from this
-measurement (docs/precision.md).
+It also prints the between-run floor this measurement asks for: the variance of the repeats'
+log-rates less the mean variance each run stated for its own reading (its blocks' and its
+run-to-run term's, the floor it already carried left out), as a standard deviation (0 where the
+runs' own terms explain the scatter). :data:`powersweep.analysis.precision.REAL_SERVER_FLOOR_REL`
+comes from it (docs/precision.md).
 
 Usage: python scripts/bench_repeat_point.py [--repeats 8] [--model medium] [--max-window 6]
            [--load-mode decode-single] [--out DIR]
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -132,6 +136,17 @@ def first_row(run: Path) -> dict[str, str]:
     return rows[0]
 
 
+def own_variance(row: dict[str, str]) -> float:
+    """The relative variance a run stated for its reading's TPS from what it measured: its own
+    blocks' and its run-to-run term's (not the floor)."""
+    from powersweep.analysis.precision import t_quantile
+
+    dof = num(row, "tps_within_dof")
+    within = num(row, "tps_within_u95_pct") / 100.0 / t_quantile(dof if dof > 0 else math.inf)
+    between = num(row, "run_to_run_tps_sd_pct") / 100.0
+    return within**2 + (between**2 if math.isfinite(between) else 0.0)
+
+
 def num(row: dict[str, str], key: str) -> float:
     try:
         return float(row.get(key) or "nan")
@@ -175,6 +190,7 @@ def main() -> int:
                         "tps_per_w": num(row, "tps_per_w"),
                         "tps_per_w_u95_pct": num(row, "tps_per_w_u95_pct"),
                         "stop_reason": row.get("stop_reason", ""),
+                        "own_var": own_variance(row),
                         "run_to_run": meta.get("run_to_run"),
                         "wall_s": time.monotonic() - t0,
                     }
@@ -195,8 +211,19 @@ def main() -> int:
         f"{max(r['tps_u95_pct'] for r in rows):.2f}%; {sum(inside)} of {len(rows)} intervals "
         "contain the median"
     )
+    logs = [math.log(t) for t in tps]
+    own = [r["own_var"] for r in rows if math.isfinite(r["own_var"])]
+    excess = statistics.variance(logs) - (statistics.mean(own) if own else 0.0)
+    floor = math.sqrt(max(0.0, excess))
+    print(
+        f"between-run SD {100 * statistics.stdev(logs):.2f}%, the runs' own terms "
+        f"{100 * math.sqrt(statistics.mean(own)) if own else math.nan:.2f}%: floor "
+        f"{100 * floor:.2f}%"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "median": med, "inside": sum(inside)}))
+        args.json.write_text(
+            json.dumps({"rows": rows, "median": med, "inside": sum(inside), "floor": floor})
+        )
     return 0
 
 

@@ -150,7 +150,7 @@ def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFram
                 "tps_u95_pct": 100.0 * r.tps_u95_rel,
                 "tps_per_w_stat_u95_pct": 100.0 * r.stat_u95_rel,
                 "drift_bias_pct": 100.0 * r.bias_rel,
-                "tps_per_w_u95_pct": 100.0 * math.hypot(r.stat_u95_rel, r.bias_rel),
+                "tps_per_w_u95_pct": 100.0 * r.u95_rel,
             }
         )
     new = pl.DataFrame(updates).with_columns(

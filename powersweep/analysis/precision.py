@@ -2,10 +2,11 @@
 
 Each figure's 95% half-width adds, in variance, what the point's own readings show (its
 ``tps_blocks`` by the ratio estimator, its load ticks, the power sensor's step), the run-to-run
-term the run measured by reading points again (:class:`RunToRun`, never below
-:data:`READING_FLOOR_REL`), and the drift's expected bias. Consecutive units are batched as long
-as their own autocorrelation says they are not independent (:func:`batch_count`). Repeats of one
-point that disagree beyond their widths widen its pooled reading (:meth:`Reading.pooled`).
+term the run measured by reading points again (:class:`RunToRun`), a real server's between-run
+floor (:data:`REAL_SERVER_FLOOR_REL`), and the drift's expected bias. Consecutive units are
+batched as long as their own autocorrelation says they are not independent
+(:func:`batch_count`). Repeats of one point that disagree beyond their widths widen its pooled
+reading (:meth:`Reading.pooled`).
 The reasoning and the measurements behind each term: docs/precision.md.
 """
 
@@ -17,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from powersweep.analysis.batch_means import batch_count as batch_count
+from powersweep.analysis.batch_means import batch_se_rel as batch_se_rel
+from powersweep.analysis.batch_means import ratio_se_rel as ratio_se_rel
+from powersweep.analysis.batch_means import sensor_step as sensor_step
 from powersweep.analysis.thermal_drift import (
     DEFAULT_TAU_S as DEFAULT_TAU_S,
 )
@@ -38,24 +41,12 @@ from powersweep.analysis.thermal_drift import (
 )
 from powersweep.analysis.thermal_drift import fit_thermal as fit_thermal
 
-# Fewer consecutive units than this cannot show their own autocorrelation: they are taken as
-# independent (prefill's few whole prompts, a short first round).
-MIN_ACF_UNITS = 8
-# The autocorrelation of a series is read up to this share of its length (beyond, its estimate is
-# noise).
-ACF_MAX_LAG_SHARE = 1 / 3
-# Batches of correlated units are this many integrated autocorrelation times long: batches one
-# time long are still correlated with their neighbours and understate the error (synthetic AR(1)
-# token gaps, docs/precision.md: 86% coverage at one, 91% at two, the same as one on independent
-# units).
-BATCH_TAUS = 2.0
-# At least this many batches (where there are as many units): two batches leave one degree of
-# freedom, whose t quantile (12.7) states intervals no reader can use.
-MIN_BATCHES = 3
-# The smallest between-reading standard deviation a reading states (relative): what one point
-# read again and again against a real llama.cpp server showed beyond every term a run measures
-# (scripts/bench_repeat_point.py, docs/precision.md).
-READING_FLOOR_REL = 0.0
+# How far a reading against a real server may lie from another run's beyond everything its own
+# run measures (a standard deviation, relative, common to a run's points: it cancels from the
+# difference of two points of one run, so ties leave it out): one point read in eight separate
+# runs against a real llama.cpp server on the CPU (scripts/bench_repeat_point.py,
+# docs/precision.md). The simulated server's runs measure their own (its world models).
+REAL_SERVER_FLOOR_REL = 0.0
 # Two-sided confidence of every stated interval.
 CONFIDENCE = 0.95
 # Typical repeatability of one reading of a curve with no raw data (a bare caps.csv), as a 95%
@@ -119,33 +110,39 @@ class RunToRun:
     Attributes:
         tps_sd_rel: Of the metric's TPS.
         tps_per_w_sd_rel: Of TPS/W.
-        tps_dof: Degrees of freedom of ``tps_sd_rel`` (infinite where the floor decides).
+        tps_dof: Degrees of freedom of ``tps_sd_rel`` (infinite: measured as 0).
         dof: Degrees of freedom of ``tps_per_w_sd_rel``.
-        pairs: Pairs of readings it was measured from (0: the floor alone).
+        pairs: Pairs of readings it was measured from (0: none yet).
+        floor_rel: The between-run floor common to the run's points (a standard deviation,
+            relative: :data:`REAL_SERVER_FLOOR_REL` against a real server, 0 against the
+            simulated one), in the stated intervals, not in the statistical half-widths that
+            ties between points of one run read.
     """
 
-    tps_sd_rel: float = READING_FLOOR_REL
-    tps_per_w_sd_rel: float = READING_FLOOR_REL
+    tps_sd_rel: float = 0.0
+    tps_per_w_sd_rel: float = 0.0
     tps_dof: float = math.inf
     dof: float = math.inf
     pairs: int = 0
+    floor_rel: float = 0.0
 
     @classmethod
-    def of_pairs(
-        cls, pairs: Sequence[tuple[Reading, Reading]], floor_rel: float = READING_FLOOR_REL
-    ) -> RunToRun:
+    def of_pairs(cls, pairs: Sequence[tuple[Reading, Reading]], floor_rel: float = 0.0) -> RunToRun:
         """The term from readings of one point taken apart (a reference read again at the end of
         the run, a confirmed point's repeat).
 
-        Each pair's squared log-difference less what both readings' own variances and the
-        difference of their drift biases explain is twice the between-reading variance (method
-        of moments, DerSimonian-Laird's for pairs); their mean, never below ``floor_rel``. Its
-        degrees of freedom are the pairs' count (infinite where the floor decides).
+        Each pair's log-difference ``d`` has the variance of both readings' own (``v``, and the
+        difference of their drift biases, which the intervals carry apart) plus twice the
+        between-reading variance. DerSimonian and Laird's method of moments, for pairs whose
+        difference is 0 in expectation: ``Q = sum(w d^2)`` with ``w = 1 / v``, the variance
+        ``max(0, (Q - K) / (2 sum w))``; a pair whose own variance is large (a first point
+        still heating) weighs little. Its degrees of freedom are the pairs' effective count
+        ``(sum w)^2 / sum w^2`` (infinite where it is 0). ``floor_rel`` is carried as it is.
         """
         usable = [(a, b) for a, b in pairs if a.known and b.known]
 
         def term(tps: bool) -> tuple[float, float, int]:
-            excess = []
+            weights, q = [], 0.0
             for a, b in usable:
                 fa, fb = (a.tps, b.tps) if tps else (a.tps_per_w, b.tps_per_w)
                 va, vb = (
@@ -154,18 +151,23 @@ class RunToRun:
                 ba, bb = (a.tps_bias_rel, b.tps_bias_rel) if tps else (a.bias_rel, b.bias_rel)
                 if not (fa > 0 and fb > 0 and math.isfinite(va) and math.isfinite(vb)):
                     continue
+                own = va + vb + (ba - bb) ** 2
+                if not own > 0:
+                    continue
                 d = math.log(fa / fb)
-                excess.append((d * d - va - vb - (ba - bb) ** 2) / 2.0)
-            if not excess:
-                return floor_rel, math.inf, 0
-            sd = math.sqrt(max(0.0, sum(excess) / len(excess)))
-            if sd <= floor_rel:
-                return floor_rel, math.inf, len(excess)
-            return sd, float(len(excess)), len(excess)
+                weights.append(1.0 / own)
+                q += d * d / own
+            if not weights:
+                return 0.0, math.inf, 0
+            total = sum(weights)
+            sd = math.sqrt(max(0.0, (q - len(weights)) / (2.0 * total)))
+            if sd == 0.0:
+                return 0.0, math.inf, len(weights)
+            return sd, total * total / sum(w * w for w in weights), len(weights)
 
         tps_sd, tps_dof, n_tps = term(True)
         tpw_sd, tpw_dof, n_tpw = term(False)
-        return cls(tps_sd, tpw_sd, tps_dof, tpw_dof, max(n_tps, n_tpw))
+        return cls(tps_sd, tpw_sd, tps_dof, tpw_dof, max(n_tps, n_tpw), floor_rel)
 
 
 def _combined(parts: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -191,92 +193,6 @@ def t_quantile(dof: float, confidence: float = CONFIDENCE) -> float:
     return float(stdtrit(max(1.0, dof), 0.5 + confidence / 2.0))
 
 
-def integrated_autocorrelation(resid: np.ndarray) -> float:
-    """How many consecutive units of ``resid`` count as one independent one: ``1 + 2 * sum`` of
-    its autocorrelations up to the first lag at which they stop being positive (the initial
-    positive sequence), read up to a third of its length; 1 for independent units."""
-    n = len(resid)
-    centred = resid - resid.mean()
-    c0 = float(np.dot(centred, centred))
-    if n < MIN_ACF_UNITS or not c0 > 0:
-        return 1.0
-    tau = 1.0
-    for lag in range(1, max(1, int(n * ACF_MAX_LAG_SHARE)) + 1):
-        rho = float(np.dot(centred[lag:], centred[:-lag])) / c0
-        if rho <= 0:
-            break
-        tau += 2.0 * rho
-    return tau
-
-
-def batch_count(resid: Sequence[float] | np.ndarray) -> int:
-    """Batches a time-ordered series is cut into so that their sums are nearly independent:
-    batches :data:`BATCH_TAUS` times as long as :func:`integrated_autocorrelation` (every unit
-    its own batch when they are independent), at least :data:`MIN_BATCHES`."""
-    arr = np.asarray(resid, dtype=float)
-    n = len(arr)
-    if n < 2:
-        return n
-    k = math.floor(n / (BATCH_TAUS * integrated_autocorrelation(arr)))
-    return int(max(min(MIN_BATCHES, n), min(n, k)))
-
-
-def _sum_var(resid: np.ndarray) -> tuple[float, float]:
-    """Variance of the sum of time-ordered residuals (mean zero) by batch means, and its degrees
-    of freedom."""
-    k = batch_count(resid)
-    sums = np.array([b.sum() for b in np.array_split(resid, k)])
-    return float(np.sum(sums**2)) * k / (k - 1), float(k - 1)
-
-
-def ratio_se_rel(blocks: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Relative standard error of ``sum(tokens) / sum(seconds)`` over time-ordered ``(tokens,
-    seconds)`` blocks, and its degrees of freedom (NaN, NaN with fewer than two blocks).
-
-    The ratio estimator's residuals ``t_i - R s_i`` are summed in batches of consecutive blocks
-    (:func:`batch_count`): blocks a few tokens long from a stream whose speed wanders over
-    seconds are not independent, and treating them so understates the error several-fold.
-    Independent blocks give the classic ``sum(r_i^2) n / (n - 1) / (sum s)^2``.
-    """
-    arr = np.asarray(blocks, dtype=float).reshape(-1, 2)
-    n = len(arr)
-    if n < 2:
-        return math.nan, math.nan
-    tok, sec = arr[:, 0], arr[:, 1]
-    total_s = float(sec.sum())
-    rate = float(tok.sum()) / total_s if total_s > 0 else math.nan
-    if not (math.isfinite(rate) and rate > 0):
-        return math.nan, math.nan
-    var, dof = _sum_var(tok - rate * sec)
-    return math.sqrt(var) / total_s / rate, dof
-
-
-def batch_se_rel(values: Sequence[float]) -> tuple[float, float]:
-    """Relative standard error of the mean of time-ordered ``values`` by batch means (batches as
-    long as the series' own autocorrelation, :func:`batch_count`), and its degrees of freedom
-    (NaN, NaN with fewer than four finite values)."""
-    arr = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if len(arr) < 4:
-        return math.nan, math.nan
-    mean = float(arr.mean())
-    if not mean > 0:
-        return math.nan, math.nan
-    var, dof = _sum_var(arr - mean)
-    return math.sqrt(var) / len(arr) / mean, dof
-
-
-def sensor_step(values: Sequence[float]) -> float:
-    """The sensor's resolution as its readings show it: the smallest step between two distinct
-    readings (NaN: fewer than two distinct ones)."""
-    distinct = np.unique(np.asarray([v for v in values if math.isfinite(v)], dtype=float))
-    if len(distinct) < 2:
-        return math.nan
-    steps = np.diff(distinct)
-    # steps under a microwatt are a float's rounding, not the sensor's
-    steps = steps[steps > 1e-6]
-    return float(steps.min()) if len(steps) else math.nan
-
-
 def point_precision(
     blocks: Sequence[tuple[float, float]],
     power_ticks: Sequence[float],
@@ -285,6 +201,7 @@ def point_precision(
     sensitivity_per_c: float = DRIFT_SENSITIVITY_PER_C,
     *,
     tps_sensitivity_per_c: float = 0.0,
+    power_sensitivity_per_c: float = 0.0,
     power_step_w: float = math.nan,
     n_cards: int = 1,
     run_to_run: RunToRun | None = None,
@@ -300,11 +217,14 @@ def point_precision(
         sensitivity_per_c: TPS/W's relative move per degree (:func:`drift_sensitivity_per_c`).
         tps_sensitivity_per_c: TPS's (under a binding cap the leakage comes out of the clock,
             as TPS/W's; under a cap that does not bind the clock holds: 0).
+        power_sensitivity_per_c: The draw's (under a cap that does not bind the card draws the
+            leakage: its share of the draw; under a binding cap the draw holds: 0). Its bias
+            is carried in the draw's half-width.
         power_step_w: The power sensor's step (:func:`sensor_step`; NaN: not seen). A quantised
             reading's error is uniform over one step: variance ``step^2 / 12`` (GUM, type B),
             which no averaging removes when the draw is steadier than the step.
         n_cards: Cards whose readings ``power_ticks`` add up (each quantised on its own).
-        run_to_run: The run-to-run term (None: the floor alone, before the run measured it).
+        run_to_run: The run-to-run term (None: none, before the run measured it).
     """
     tps_se, tps_dof = ratio_se_rel(blocks)
     pw_se, pw_dof = batch_se_rel(power_ticks)
@@ -317,11 +237,13 @@ def point_precision(
     else:
         pw_var = pw_se**2
     within = Within(tps_se**2, tps_dof, pw_var, pw_dof)
+    power_bias = drift_bias_rel(slope_c_per_min, tau_s, power_sensitivity_per_c)
     return within.stated(
         drift_bias_rel(slope_c_per_min, tau_s, sensitivity_per_c),
         drift_bias_rel(slope_c_per_min, tau_s, tps_sensitivity_per_c),
         run_to_run or RunToRun(),
         power_step_w,
+        power_bias,
     )
 
 
@@ -336,14 +258,20 @@ class Within:
     power_dof: float
 
     def stated(
-        self, bias: float, tps_bias: float, run_to_run: RunToRun, power_step_w: float = math.nan
+        self,
+        bias: float,
+        tps_bias: float,
+        run_to_run: RunToRun,
+        power_step_w: float = math.nan,
+        power_bias: float = 0.0,
     ) -> Precision:
-        """The point's :class:`Precision`: these variances, the run-to-run term's, the biases."""
+        """The point's :class:`Precision`: these variances, the run-to-run term's, the biases
+        (the draw's in its half-width)."""
         tpw = _combined([(self.tps_var, self.tps_dof), (self.power_var, self.power_dof)])
         return compose(
             (self.tps_var, self.tps_dof),
             tpw,
-            _half_width(self.power_var, self.power_dof),
+            math.hypot(_half_width(self.power_var, self.power_dof), power_bias),
             (bias, tps_bias),
             run_to_run,
             power_step_w,
@@ -360,17 +288,23 @@ def compose(
 ) -> Precision:
     """A :class:`Precision` from the within-point ``(variance, dof)`` of TPS and TPS/W, the
     draw's half-width, the ``(TPS/W, TPS)`` drift biases and the run-to-run term: variances
-    add (Welch-Satterthwaite degrees of freedom, Student's t), biases add in quadrature."""
+    add (Welch-Satterthwaite degrees of freedom, Student's t), biases add in quadrature; the
+    between-run floor is in the stated half-widths (TPS, TPS/W), not the statistical one."""
     bias, tps_bias = biases
-    stat_var, stat_dof = _combined([tps_per_w, (run_to_run.tps_per_w_sd_rel**2, run_to_run.dof)])
-    tps_var, tps_dof = _combined([tps, (run_to_run.tps_sd_rel**2, run_to_run.tps_dof)])
+    rtr = run_to_run
+    stat_var, stat_dof = _combined([tps_per_w, (rtr.tps_per_w_sd_rel**2, rtr.dof)])
+    tps_var, tps_dof = _combined([tps, (rtr.tps_sd_rel**2, rtr.tps_dof)])
+    floor = (rtr.floor_rel**2, math.inf)
     stat = _half_width(stat_var, stat_dof)
+    # the stated intervals add the between-run floor (common to the run's points)
+    stated = _half_width(*_combined([(stat_var, stat_dof), floor]))
+    tps_stated = _half_width(*_combined([(tps_var, tps_dof), floor]))
     return Precision(
-        tps_u95_rel=math.hypot(_half_width(tps_var, tps_dof), tps_bias),
+        tps_u95_rel=math.hypot(tps_stated, tps_bias),
         power_u95_rel=power_u95_rel,
         stat_u95_rel=stat,
         drift_bias_rel=bias,
-        u95_rel=math.hypot(stat, bias),
+        u95_rel=math.hypot(stated, bias),
         dof=stat_dof,
         within_u95_rel=_half_width(*tps_per_w),
         within_dof=tps_per_w[1],
@@ -402,6 +336,8 @@ class Reading:
         tps_bias_rel: TPS's drift bias (signed).
         power_u95_rel: The draw's half-width.
         power_step_w: The sensor step the point's readings showed.
+        floor_rel: The between-run floor its stated intervals carry (an SD, relative; common
+            to the run's points, so left out of ``stat_u95_rel`` and of ties).
     """
 
     tps_per_w: float
@@ -417,6 +353,7 @@ class Reading:
     tps_bias_rel: float = 0.0
     power_u95_rel: float = math.nan
     power_step_w: float = math.nan
+    floor_rel: float = 0.0
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Reading:
@@ -445,12 +382,24 @@ class Reading:
             tps_bias_rel=num("tps_drift_bias_pct", 0.0) / 100.0,
             power_u95_rel=num("power_u95_pct") / 100.0,
             power_step_w=num("power_step_w"),
+            floor_rel=num("run_to_run_floor_pct", 0.0) / 100.0,
         )
 
     @property
     def known(self) -> bool:
         """True when the reading carries its own precision."""
         return math.isfinite(self.tps_per_w) and math.isfinite(self.stat_u95_rel)
+
+    @property
+    def u95_rel(self) -> float:
+        """The stated 95% half-width of TPS/W: statistics, the between-run floor, the bias."""
+        return math.hypot(self.stat_u95_rel, t_quantile(math.inf) * self.floor_rel, self.bias_rel)
+
+    @property
+    def tps_stat_u95_rel(self) -> float:
+        """TPS's statistical half-width: its stated one less its bias and the floor."""
+        common = self.tps_bias_rel**2 + (t_quantile(math.inf) * self.floor_rel) ** 2
+        return math.sqrt(max(0.0, self.tps_u95_rel**2 - common))
 
     @property
     def within_rel(self) -> float:
@@ -469,8 +418,7 @@ class Reading:
         drift bias, for a row written before the two were told apart)."""
         if math.isfinite(self.tps_within_u95_rel):
             return _variance(self.tps_within_u95_rel, self.tps_within_dof)
-        stat = math.sqrt(max(0.0, self.tps_u95_rel**2 - self.tps_bias_rel**2))
-        return _variance(stat, math.nan)
+        return _variance(self.tps_stat_u95_rel, math.nan)
 
     def restated(self, run_to_run: RunToRun) -> Precision:
         """The reading's precision with ``run_to_run`` in place of the term it carried."""
@@ -490,7 +438,7 @@ class Reading:
         The half-widths pool by inverse variance, widened by the Birge ratio where the readings
         disagree beyond them (the Particle Data Group's scale factor ``sqrt(chi2 / (m - 1))``
         when above 1): repeats that agree narrow the interval, repeats that disagree never do so
-        silently. The biases are averaged.
+        silently. The biases are averaged; the between-run floor, common to them, stays.
         """
         known = [r for r in readings if r.known and r.stat_u95_rel > 0]
         if not known:
@@ -501,13 +449,7 @@ class Reading:
             [(r.tps_per_w, _variance(r.stat_u95_rel, r.dof), r.dof) for r in known]
         )
         tps_stats = [
-            (
-                r.tps,
-                _variance(
-                    math.sqrt(max(0.0, r.tps_u95_rel**2 - r.tps_bias_rel**2)), r.tps_within_dof
-                ),
-                r.tps_within_dof,
-            )
+            (r.tps, _variance(r.tps_stat_u95_rel, r.tps_within_dof), r.tps_within_dof)
             for r in known
             if math.isfinite(r.tps_u95_rel) and r.tps_u95_rel > 0
         ]
@@ -516,16 +458,18 @@ class Reading:
         within, within_dof = _pooled_half_width(
             [(r.tps_per_w, r.within_var, r.within_dof) for r in known], scale=False
         )
+        floor = max(r.floor_rel for r in known)  # common to the run: no repeat averages it
         return cls(
             tps_per_w,
             stat,
             sum(r.bias_rel for r in known) / len(known),
-            math.hypot(tps_stat, tps_bias),
+            math.hypot(tps_stat, t_quantile(math.inf) * floor, tps_bias),
             tps=math.nan,
             dof=dof,
             within_u95_rel=within,
             within_dof=within_dof,
             tps_bias_rel=tps_bias,
+            floor_rel=floor,
         )
 
     def tied_with(self, other: Reading) -> bool:

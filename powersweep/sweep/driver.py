@@ -29,6 +29,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from powersweep.analysis.precision import REAL_SERVER_FLOOR_REL, RunToRun
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu
@@ -105,6 +106,9 @@ class Sweep:
             is still this sweep's.
         tps_follows_card: The server's token rate follows the cards' clocks (False: an
             undervolt search cannot see clock stretching in it).
+        server_is_real: The server is a real one, not the simulated rig's own: every point's
+            stated interval carries a real server's between-run floor
+            (:data:`~powersweep.analysis.precision.REAL_SERVER_FLOOR_REL`).
     """
 
     def __init__(
@@ -133,6 +137,7 @@ class Sweep:
         context_tokens: int | None = None,
         before_change: Callable[[], None] = lambda: None,
         tps_follows_card: bool = True,
+        server_is_real: bool = True,
     ) -> None:
         self.plan = plan
         self.gpus = list(gpus)
@@ -192,6 +197,8 @@ class Sweep:
             before_change=self._before_change,
             on_point=self._point_done,
         )
+        floor = REAL_SERVER_FLOOR_REL if server_is_real else 0.0
+        self.measurer.run_to_run = RunToRun(floor_rel=floor)
         for c in caps_already_done:
             done = SweepPoint(c)
             self.measurer.ledger.points[done.key] = done

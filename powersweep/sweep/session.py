@@ -330,6 +330,7 @@ def _run_session(
                 on_restored=on_restored,
                 context_tokens=info.context_tokens,
                 tps_follows_card=rig.tps_follows_card,
+                server_is_real=served_url is None,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)

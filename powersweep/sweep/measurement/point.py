@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from powersweep.analysis.precision import Reading, drift_sensitivity_per_c
+from powersweep.analysis.precision import Reading, RunToRun, drift_sensitivity_per_c
 from powersweep.clock import Clock
 from powersweep.errors import PowersweepError
 from powersweep.runformat import REPEAT_REASONS
@@ -138,6 +138,12 @@ class PointMeasurer:
         self._busy: asyncio.Task[None] | None = None
         # the card's thermal time constant, fitted from every point's readings so far
         self.thermal = ThermalFit()
+        # the run-to-run term each row carries until the run measures it (the driver sets a
+        # real server's floor)
+        self.run_to_run = RunToRun()
+        # the finest step the power sensor showed so far in the run (NaN: none): a point whose
+        # own readings never change still states it
+        self.power_step_w = math.nan
 
     def cap_of(self, point: SweepPoint) -> float:
         """The limit in force at ``point`` (W per GPU)."""
@@ -433,6 +439,8 @@ class PointMeasurer:
             thermal=self.thermal.model(),
             earlier=self.thermal.recent(self.clock.now() - 2 * DRIFT_TRAIL_S),
             neighbour=self.ledger.nearest_figures(point),
+            run_to_run=self.run_to_run,
+            power_step_w=self.power_step_w,
             extra={**extra, **run.extra},
             error=error or "; ".join(run.errors),
             status=status,
@@ -472,6 +480,10 @@ class PointMeasurer:
             if ok
             else None
         )
+
+        step = row.get("power_step_w", math.nan)
+        if isinstance(step, float) and step > 0 and not step >= self.power_step_w:
+            self.power_step_w = step
 
         def write() -> None:
             self.writer.append_samples(rows, confirm=confirm)

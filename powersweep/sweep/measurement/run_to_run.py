@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from powersweep.analysis.precision import READING_FLOOR_REL, Reading, RunToRun
+from powersweep.analysis.precision import Reading, RunToRun
 from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON
 from powersweep.sweep.measurement.point import PointMeasurer
 from powersweep.sweep.planning.points import SweepPoint
@@ -71,7 +71,9 @@ class RunToRunPhase:
         """Measure the term from the run's pairs, restate caps.csv and record it."""
         rows = read_rows(self.writer)
         pairs = repeat_pairs(rows)
-        term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs])
+        floor = self.measurer.run_to_run.floor_rel
+        term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs], floor)
+        self.measurer.run_to_run = term
         self.writer.restate_caps(lambda row: restated(row, term))
         self.meta["run_to_run"] = record(term, pairs, reference, skipped)
         self.writer.write_run_json(self.meta)
@@ -152,5 +154,5 @@ def record(
         "tps_per_w_sd_pct": pct(term.tps_per_w_sd_rel),
         "tps_dof": term.tps_dof if math.isfinite(term.tps_dof) else None,
         "dof": term.dof if math.isfinite(term.dof) else None,
-        "floor_sd_pct": pct(READING_FLOOR_REL),
+        "floor_sd_pct": pct(term.floor_rel),
     }

@@ -332,6 +332,7 @@ def cap_row(
         # under a binding cap a degree's leakage comes out of the clock: TPS moves as TPS/W
         # does; under a cap that does not bind the clock holds
         tps_sensitivity_per_c=sensitivity if binding else 0.0,
+        power_sensitivity_per_c=0.0 if binding else sensitivity,
         power_step_w=_finest(power_step_w, card_step_w(every)),
         n_cards=n_gpus,
         run_to_run=run_to_run,
@@ -420,6 +421,7 @@ def stated_columns(precision: Precision) -> dict[str, float]:
         "run_to_run_sd_pct": 100.0 * rtr.tps_per_w_sd_rel,
         "run_to_run_dof": rtr.dof,
         "run_to_run_pairs": rtr.pairs,
+        "run_to_run_floor_pct": 100.0 * rtr.floor_rel,
     }
 
 
