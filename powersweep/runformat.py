@@ -11,8 +11,8 @@ SCHEMA_VERSION = 1
 # caps.csv ``reason`` of a cap the confirm phase measured again: its readings are pooled.
 CONFIRM_REASON = "confirm"
 # caps.csv ``reason`` of the run's reference point read again at its end (the run-to-run term):
-# its readings are pooled too.
-REFERENCE_REASON = "reference"
+# its readings are pooled too. (An undervolt search's ``reference`` step is another point.)
+REFERENCE_REASON = "reread"
 # Repeats of a point that are pooled with its reading (any other repeat replaces it).
 REPEAT_REASONS = frozenset({CONFIRM_REASON, REFERENCE_REASON})
 

@@ -20,6 +20,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import RunFacts, ToolInfo, number
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
+from powersweep.runformat import REFERENCE_REASON
 
 SOAK = "soak"
 # The options' defaults where a bare caps.csv has no run.json to say them.
@@ -41,7 +42,10 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
 
     rows = [_step(r, curve.metric) for r in curve.caps.iter_rows(named=True)]
     locked = [r for r in rows if r.sm_lock_mhz is not None and r.sm_offset_mhz is not None]
+    # the baseline's own reading (the run's re-read of it, for the run-to-run term, is the
+    # reading only where its own did not stand)
     baselines = [r for r in rows if r.sm_lock_mhz is None and r.status == "ok"]
+    baselines = [r for r in baselines if r.reason != REFERENCE_REASON] or baselines
     steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: number(r.sm_offset_mhz))
     soaks = [r for r in locked if r.reason == SOAK]
     options = _options(curve.run)

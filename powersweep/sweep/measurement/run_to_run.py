@@ -2,7 +2,7 @@
 own widths, measured in every run and carried in every point's stated interval.
 
 At the end of a sweep the first point measured ok is read again by the same protocol (``reason``
-``reference``, the metric's prompt only), on every axis and load mode: a drift between points
+``reread``, the metric's prompt only), on every axis and load mode: a drift between points
 (ambient, a server's other tenants, a stall no short window saw) shows as a difference between
 its two readings. With the confirm phase's repeats, the pairs give the between-reading standard
 deviation (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), and every row of caps.csv
@@ -101,7 +101,7 @@ def repeat_pairs(
     rows: Sequence[Mapping[str, Any]],
 ) -> list[tuple[Key, str, Reading, Reading]]:
     """``(point key, reason, first reading, repeat)`` of each repeat of a point in the run: a
-    ``reference`` or ``confirm`` row paired with the point's reading that stood before it (its
+    ``reread`` or ``confirm`` row paired with the point's reading that stood before it (its
     last ok row of any other reason)."""
     standing: dict[Key, Mapping[str, Any]] = {}
     out: list[tuple[Key, str, Reading, Reading]] = []
