@@ -162,6 +162,7 @@ CAPS_COLUMNS = (
     "run_to_run_dof",
     "run_to_run_pairs",
     "run_to_run_floor_pct",
+    "power_drift_bias_pct",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

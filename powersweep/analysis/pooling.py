@@ -63,8 +63,10 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
 
     A point measured again to resolve noise (``reason`` ``confirm``) keeps every reading: TPS
     figures are weighted by each measurement's window (``window_s``, else equally), draw by its
-    load samples (``n_samples``, else equally); counts add up; everything else is the last
-    measurement's. ``n_measurements`` says how many were pooled. Any other repeat (a retried or
+    load samples (``n_samples``, else equally); counts, energies and windows add up; the
+    precision is the readings' pooled one (:meth:`~.precision.Reading.pooled`); everything else
+    is the last measurement's. ``n_measurements`` says how many were pooled. A ``reread`` (the
+    run's reference read again) pools as a confirm does. Any other repeat (a retried or
     re-checked point) replaces the earlier reading: the last one before the confirm phase counts.
 
     Args:
@@ -103,6 +105,7 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
         "n_requests",
         "energy_j",
         "energy_sampled_j",
+        "window_s",
         *(c for c in serving.pooled_names() if c != "kwh_per_mtok"),
     }
     aggs = [weighted(c, "_wt") for c in tps_cols]
@@ -111,7 +114,8 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
         *(
             # A sum over a missing reading is unknown, not smaller.
             pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).otherwise(None).alias(c)
-            for c in ("n_samples", "n_requests", "energy_j", "energy_sampled_j")
+            # the seconds measured add up too: the energies above are over all of them
+            for c in ("n_samples", "n_requests", "energy_j", "energy_sampled_j", "window_s")
             if c in ok.columns
         ),
         pl.len().alias("n_measurements"),

@@ -69,7 +69,8 @@ class Precision:
     Attributes:
         tps_u95_rel: The stated half-width of the metric's TPS: its statistics (the point's own
             and the run-to-run term) and its drift bias.
-        power_u95_rel: Half-width of the draw (the ticks' batch means, the sensor's step).
+        power_u95_rel: Half-width of the draw (the ticks' batch means, the sensor's step, its
+            drift bias).
         stat_u95_rel: Statistical half-width of TPS/W: TPS and draw together, and the run-to-run
             term.
         drift_bias_rel: Expected bias of TPS/W from the temperature still moving (signed:
@@ -99,6 +100,7 @@ class Precision:
     tps_bias_rel: float = 0.0
     power_step_w: float = math.nan
     run_to_run: RunToRun | None = None
+    power_bias_rel: float = 0.0
 
     @property
     def known(self) -> bool:
@@ -272,7 +274,7 @@ class Within:
         """The point's :class:`Precision`: these variances, the run-to-run term's, the biases
         (the draw's in its half-width)."""
         tpw = _combined([(self.tps_var, self.tps_dof), (self.power_var, self.power_dof)])
-        return compose(
+        stated = compose(
             (self.tps_var, self.tps_dof),
             tpw,
             math.hypot(_half_width(self.power_var, self.power_dof), power_bias),
@@ -280,6 +282,7 @@ class Within:
             run_to_run,
             power_step_w,
         )
+        return dataclasses.replace(stated, power_bias_rel=power_bias)
 
 
 def compose(
@@ -358,6 +361,7 @@ class Reading:
     power_u95_rel: float = math.nan
     power_step_w: float = math.nan
     floor_rel: float = 0.0
+    power_bias_rel: float = 0.0
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Reading:
@@ -387,6 +391,7 @@ class Reading:
             power_u95_rel=num("power_u95_pct") / 100.0,
             power_step_w=num("power_step_w"),
             floor_rel=num("run_to_run_floor_pct", 0.0) / 100.0,
+            power_bias_rel=num("power_drift_bias_pct", 0.0) / 100.0,
         )
 
     @property
@@ -404,6 +409,12 @@ class Reading:
         """TPS's statistical half-width: its stated one less its bias and the floor."""
         common = self.tps_bias_rel**2 + (t_quantile(math.inf) * self.floor_rel) ** 2
         return math.sqrt(max(0.0, self.tps_u95_rel**2 - common))
+
+    @property
+    def tps_tie_u95_rel(self) -> float:
+        """TPS's half-width as a tie between two points of one run reads it: its statistics and
+        its bias, not the between-run floor they share."""
+        return math.hypot(self.tps_stat_u95_rel, self.tps_bias_rel)
 
     @property
     def within_rel(self) -> float:
@@ -426,7 +437,7 @@ class Reading:
 
     def restated(self, run_to_run: RunToRun) -> Precision:
         """The reading's precision with ``run_to_run`` in place of the term it carried."""
-        return compose(
+        stated = compose(
             (self.tps_within_var, self.tps_within_dof),
             (self.within_var, self.within_dof),
             self.power_u95_rel,
@@ -434,6 +445,7 @@ class Reading:
             run_to_run,
             self.power_step_w,
         )
+        return dataclasses.replace(stated, power_bias_rel=self.power_bias_rel)
 
     @classmethod
     def pooled(cls, readings: Sequence[Reading], tps_per_w: float) -> Reading:

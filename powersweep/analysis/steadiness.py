@@ -57,7 +57,11 @@ def energy_tolerance(row: Mapping[str, Any]) -> float:
     window."""
     window = _number(row.get("window_s"))
     allowance = COUNTER_PERIOD_MAX_S / window if math.isfinite(window) and window > 0 else 0.0
-    sampled = _number(row.get("power_u95_pct")) / 100.0
+    # the sampled mean's own precision: the drift's bias (what the draw will be once steady) is
+    # no gap between two figures of the same seconds
+    stated = _number(row.get("power_u95_pct")) / 100.0
+    bias = _number(row.get("power_drift_bias_pct")) / 100.0
+    sampled = math.sqrt(max(0.0, stated**2 - bias**2)) if math.isfinite(bias) else stated
     base = max(ENERGY_MISMATCH_FRAC, sampled) if math.isfinite(sampled) else ENERGY_MISMATCH_FRAC
     return base + allowance
 

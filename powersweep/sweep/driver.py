@@ -222,8 +222,9 @@ class Sweep:
         # TPS/W of each point measured ok (the confirm phase keeps the card warm at the best)
         self._best: dict[SweepPoint, float] = {}
         self._n_measured = 0
-        # the first point measured ok: read again at the end (the run-to-run term)
-        self._reference: SweepPoint | None = None
+        # the points measured ok, in the order they first were: the first whose reading still
+        # stands is read again at the end (the run-to-run term)
+        self._measured_ok: list[SweepPoint] = []
         self._extra_check = before_change
 
     def _stability_check(
@@ -396,8 +397,10 @@ class Sweep:
     async def _run_to_run(self) -> None:
         """The first point measured ok, read again last: every point's stated interval carries
         how far the two readings (and the confirm phase's) differ beyond their own widths."""
+        status = self.measurer.ledger.status
+        reference = next((p for p in self._measured_ok if status.get(p.key) == "ok"), None)
         phase = RunToRunPhase(self.measurer, self.writer, self.meta, warn=self.warn)
-        await phase.run(self._reference)
+        await phase.run(reference)
 
     async def _soak(self, schedule: UndervoltSchedule) -> None:
         """The undervolt search's end: the chosen offset soaked and checked (backed off a step
@@ -496,8 +499,8 @@ class Sweep:
         tpw = row.get("tps_per_w", math.nan)
         if row["status"] == "ok" and isinstance(tpw, float) and math.isfinite(tpw):
             self._best[point] = tpw
-            if self._reference is None:
-                self._reference = point
+            if point not in self._measured_ok:
+                self._measured_ok.append(point)
         if row["cap_w"] not in self._caps_done:
             self._caps_done.append(row["cap_w"])
         self.meta["caps_done"] = list(self._caps_done)

@@ -17,6 +17,7 @@ import pytest
 
 from powersweep.cli import main
 from powersweep.errors import GpuError
+from powersweep.runformat import REPEAT_REASONS
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
 from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
@@ -92,7 +93,7 @@ def test_an_mi300x_sweep_finds_the_true_sweet_spot_and_restores_its_cap(
     assert truth["sweet_spot"]["cap_w"] not in (min(CAPS), max(CAPS))  # an interior answer
     analysis = read_json(run / "analysis.json")
     assert abs(analysis["sweet_spot"]["cap_w"] - truth["sweet_spot"]["cap_w"]) <= 50
-    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"]
+    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] not in REPEAT_REASONS]
     by_cap = {c["cap_w"]: c for c in truth["caps"]}
     for r in rows:
         t = by_cap[float(r["cap_w"])]
@@ -323,7 +324,7 @@ def test_an_mi300x_decode_sweep_finds_the_true_sweet_spot_and_restores_its_cap(
     truth = meta["simulation"]["ground_truth"]
     assert truth["load_mode"] == mode
     # every cap measured, through amdsmi's whole watts, near the simulator's noise-free figures
-    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"]
+    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] not in REPEAT_REASONS]
     assert sorted(float(r["cap_w"]) for r in rows) == [float(c) for c in caps.split(",")]
     by_cap = {c["cap_w"]: c for c in truth["caps"]}
     for r in rows:
@@ -389,7 +390,7 @@ def test_an_amd_clock_sweep_finds_the_true_peak_and_unlocks_the_card(
     assert truth["axis"] == "clocks" and truth["load_mode"] == mode
     analysis = read_json(run / "analysis.json")
     assert analysis["axis"] == axis and len(analysis["points"]) == len(truth["points"])
-    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"]
+    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] not in REPEAT_REASONS]
     assert len(rows) == len(truth["points"])
     default_w = {PROFILE: DEFAULT_W, RADEON: 355.0}[profile]
     for r in rows:
@@ -429,7 +430,7 @@ def test_an_mi300x_refuses_memory_locks_a_grid_falls_back_and_a_memory_sweep_is_
     )  # fmt: skip
     assert meta["axis_fallback"] == "sm-clock"
     rows = read_csv(run / "caps.csv")
-    assert sorted(float(r["sm_lock_mhz"]) for r in rows if r["reason"] != "confirm") == [
+    assert sorted(float(r["sm_lock_mhz"]) for r in rows if r["reason"] not in REPEAT_REASONS) == [
         700.0, 1300.0, 2100.0,
     ]  # fmt: skip
     assert all(r["mem_lock_mhz"] == "" and r["status"] == "ok" for r in rows)

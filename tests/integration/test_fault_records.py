@@ -25,9 +25,12 @@ def test_a_cut_last_row_is_dropped_and_resume_measures_its_cap(tmp_path: Path) -
     proc, _ = rig.run("--caps", "350,300,250", "--no-confirm")
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(rig.out)
-    # as if killed while writing the 250 W row: its power cell cut short, run.json not updated
+    # as if killed while writing the 250 W row (before the first cap was read again): its power
+    # cell cut short, run.json not updated
     text = (run / "caps.csv").read_text()
-    head, last = text.rstrip("\n").rsplit("\n", 1)
+    text, reread = text.rstrip("\n").rsplit("\n", 1)
+    assert ",reread," in reread
+    head, last = text.rsplit("\n", 1)
     cells = last.split(",")
     cut = ",".join(cells[:4]) + "," + cells[4][:1]
     (run / "caps.csv").write_text(head + "\n" + cut)
@@ -45,7 +48,13 @@ def test_a_cut_last_row_is_dropped_and_resume_measures_its_cap(tmp_path: Path) -
     assert resumed.returncode == 0, resumed.stderr
     assert "dropped a half-written last row" in resumed.stderr
     caps = read_csv(run / "caps.csv")
-    assert [float(c["cap_w"]) for c in caps] == [350.0, 300.0, 250.0]
+    # the resumed run reads its first point (250 W) again at its end
+    assert [(float(c["cap_w"]), c["reason"]) for c in caps] == [
+        (350.0, "dense"),
+        (300.0, "dense"),
+        (250.0, "dense"),
+        (250.0, "reread"),
+    ]
     assert all(c["status"] == "ok" and float(c["power_w"]) > 100 for c in caps)
     assert rig.limit_w == USER_LIMIT_W
 
@@ -133,8 +142,9 @@ def test_resume_retries_a_cap_that_failed_before_and_judges_every_cap(tmp_path: 
     proc, _ = rig.run("--caps", "350,300,250", "--no-confirm")
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(rig.out)
-    # as if 250 W had failed and the sweep was interrupted before 200 W
-    rows = read_csv(run / "caps.csv")
+    # as if 250 W had failed and the sweep was interrupted before 200 W (and before its first cap
+    # was read again)
+    rows = [r for r in read_csv(run / "caps.csv") if r["reason"] != "reread"]
     header = list(rows[0])
     rows[-1].update(narr_tps="", code_tps="", tps_per_w="", status="failed", error="boom")
     lines = [",".join(header)] + [",".join(r[c] for c in header) for r in rows]
@@ -152,8 +162,10 @@ def test_resume_retries_a_cap_that_failed_before_and_judges_every_cap(tmp_path: 
         (250.0, "failed"),
         (200.0, "ok"),
         (250.0, "ok"),
+        (200.0, "ok"),
     ]
-    assert caps[-1]["reason"] == "retry"
+    # the retry, then the resumed run's first point read again
+    assert [c["reason"] for c in caps[-2:]] == ["retry", "reread"]
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete"
     assert {f["kind"] for f in meta["faults"]} == {"cap_retried"}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from powersweep.runformat import REPEAT_REASONS
 from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
 
 UUID = "GPU-sim-rtx3090-air-0"
@@ -125,7 +126,7 @@ def test_endless_stream_is_cut_and_still_measured(rig: Rig) -> None:
     for c in caps:
         assert float(c["narr_tps"]) == pytest.approx(truth[float(c["cap_w"])], rel=0.15)
         # it costs each window and its margin, never more (1 s windows, 0.1 s margin each)
-        prompts = 1 if c["reason"] == "confirm" else 2
+        prompts = 1 if c["reason"] in REPEAT_REASONS else 2
         assert float(c["window_s"]) <= prompts * 1.1 + 0.1, c
     # the requests that streamed past their max_tokens show the server ignores it
     assert _faults(meta)["cut_at_deadline"] >= 1
@@ -238,7 +239,7 @@ def test_a_failed_cap_is_retried_at_the_end(rig: Rig) -> None:
     assert proc.returncode == 0, proc.stderr
     meta, caps, _summary = _run_dir(rig)
     # (a confirm row may follow when 300 W ties with the best)
-    rows = [c for c in caps if float(c["cap_w"]) == 300 and c["reason"] != "confirm"]
+    rows = [c for c in caps if float(c["cap_w"]) == 300 and c["reason"] not in REPEAT_REASONS]
     assert [r["status"] for r in rows] == ["failed", "ok"]
     assert rows[-1]["reason"] == "retry"
     assert _faults(meta)["cap_retried"] == 1

@@ -24,6 +24,7 @@ import pytest
 
 from powersweep.cli import rigs
 from powersweep.cli.rigs import build_rig
+from powersweep.runformat import REPEAT_REASONS
 from powersweep.sim.physics import operating_point, steady_state
 from powersweep.sim.profiles import get_profile
 from powersweep.sim.server import SimServer
@@ -156,7 +157,11 @@ def test_mode_and_flavour_match_ground_truth(
     truth = meta["simulation"]["ground_truth"]
     assert truth["load_mode"] == mode
     # the confirm phase's re-measurements (reason confirm) are checked in test_noise_e2e
-    rows = {float(r["cap_w"]): r for r in read_csv(run / "caps.csv") if r["reason"] != "confirm"}
+    rows = {
+        float(r["cap_w"]): r
+        for r in read_csv(run / "caps.csv")
+        if r["reason"] not in REPEAT_REASONS
+    }
     assert sorted(rows) == sorted(float(c) for c in caps.split(","))
     metrics = ("prefill_tps",) if mode == "prefill-heavy" else ("narr_tps", "code_tps")
     # within 2%, prefill too: on virtual time the model's own noise (per-token jitter, sensor
@@ -345,7 +350,7 @@ def test_reasoning_tokens_count_like_content(
     meta = read_json(result.run_dir / "run.json")
     # each cap's own row (a confirm row re-measures the narrative prompt only)
     caps = read_csv(result.run_dir / "caps.csv")
-    rows = {float(r["cap_w"]): r for r in caps if r["reason"] != "confirm"}
+    rows = {float(r["cap_w"]): r for r in caps if r["reason"] not in REPEAT_REASONS}
     samples = read_csv(result.run_dir / "samples.csv")
     for t in meta["simulation"]["ground_truth"]["caps"]:
         tps_factor, _ = _warmth("rtx3090-water", "decode-single", meta, t, samples)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from powersweep.runformat import REPEAT_REASONS
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
 
@@ -80,7 +81,7 @@ def test_a_server_ignoring_max_tokens_is_cut_and_named(tmp_path: Path) -> None:
     assert any(int(r["completion_tokens"]) > int(r["max_tokens"]) for r in rows)
     caps = read_csv(run / "caps.csv")
     for c in caps:  # each window costs its 4 s and its margin, never more
-        prompts = 1 if c["reason"] == "confirm" else 2
+        prompts = 1 if c["reason"] in REPEAT_REASONS else 2
         assert float(c["window_s"]) <= prompts * 4.4 + 0.2, c
     analysis = read_json(run / "analysis.json")
     by_code = {f["code"]: f for f in analysis["findings"]}

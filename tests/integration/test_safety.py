@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from powersweep.cli import main
+from powersweep.runformat import REPEAT_REASONS
 from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
 
 UUID = "GPU-sim-rtx3090-air-0"
@@ -339,7 +340,11 @@ def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
     # a mixed rig's folder names every card model (it was named after GPU 0 alone)
     assert run.name.split("-", 2)[2] == "rtx-3090+rtx-4090-decode-single"
     # each cap's own row (a confirm row re-measures a tie; its ticks are marked confirm)
-    caps = {float(c["cap_w"]): c for c in read_csv(run / "caps.csv") if c["reason"] != "confirm"}
+    caps = {
+        float(c["cap_w"]): c
+        for c in read_csv(run / "caps.csv")
+        if c["reason"] not in REPEAT_REASONS
+    }
     assert sorted(caps) == [150.0, 300.0, 390.0]
     meta = read_json(run / "run.json")
     assert [g["max_limit_w"] for g in meta["gpus"]] == [390.0, 600.0]
@@ -545,7 +550,11 @@ def test_observe_only_measures_at_the_limit_in_force_and_sets_nothing(
     assert not state_dir.exists()
     run = only_run_dir(out)
     caps = read_csv(run / "caps.csv")
-    assert [(c["cap_w"], c["status"]) for c in caps] == [("350.0", "ok")]
+    # the limit in force, read again at the end (the run-to-run term): nothing is set for it
+    assert [(c["cap_w"], c["status"], c["reason"]) for c in caps] == [
+        ("350.0", "ok", "dense"),
+        ("350.0", "ok", "reread"),
+    ]
     meta = read_json(run / "run.json")
     assert meta["observe_only"] is True and meta["restored"] == []
 
@@ -574,10 +583,13 @@ def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete" and len(meta["resumed_at"]) == 1
     caps = [float(c["cap_w"]) for c in read_csv(run / "caps.csv")]
-    # Every cap once (caps_done), then the caps the confirm phase measured again at the very end.
+    # Every cap once (caps_done), then the caps the confirm phase measured again at the very end,
+    # then the resumed run's first cap read again (the run-to-run term).
     again_w = meta["confirm"]["caps_w"]
     assert meta["caps_done"] == [350.0, 330.0, 310.0, 290.0, 270.0, 250.0]
-    assert caps == [*meta["caps_done"], *again_w]
+    reread = meta["run_to_run"]["reference"]["cap_w"]
+    assert reread == meta["caps_done"][len(first["caps_done"])]
+    assert caps == [*meta["caps_done"], *again_w, reread]
     assert meta["caps_done"][: len(first["caps_done"])] == first["caps_done"]
     assert _limit(state) == USER_LIMIT_W
     again = powersweep("--resume", str(run), env=env)

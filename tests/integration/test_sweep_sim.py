@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from powersweep.runformat import REPEAT_REASONS
 from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
 
 RUN_FILES = ("run.json", "samples.csv", "requests.csv", "caps.csv", "analysis.json", "summary.md")
@@ -41,7 +42,7 @@ def test_full_default_sweep_rtx3090_air(tmp_path: Path) -> None:
     every = read_csv(run / "caps.csv")
     meta = read_json(run / "run.json")
     # Every cap once, then the caps tied with the best measured again (pooled in the analysis).
-    caps = [r for r in every if r["reason"] != "confirm"]
+    caps = [r for r in every if r["reason"] not in REPEAT_REASONS]
     assert [float(r["cap_w"]) for r in every if r["reason"] == "confirm"] == meta["confirm"][
         "caps_w"
     ]
@@ -254,7 +255,9 @@ def test_reasoning_tokens_count_when_the_server_ignores_the_thinking_switch(
             assert int(r["completion_tokens"]) == int(r["max_tokens"])
     assert any(int(r["completion_tokens"]) > 150 for r in measured)
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]["caps"][0]
-    (cap,) = read_csv(run / "caps.csv")
+    # the one cap, then read again at the end (the run-to-run term)
+    cap, again = read_csv(run / "caps.csv")
+    assert again["reason"] == "reread" and again["cap_w"] == cap["cap_w"]
     # within 1%: on virtual time only the model's noise moves the rate (per-token jitter that
     # does not accumulate, the card a few degrees off its steady temperature)
     assert float(cap["narr_tps"]) == pytest.approx(truth["tps"], rel=0.01)

@@ -39,22 +39,23 @@ def test_a_grid_of_steps_waits_at_its_first_points_only(spacing: float) -> None:
         )
     )
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 6, spacing)
-    # and the run's first point, read again at its end, is a jump back to it
+    # and the run's first point, read again at its end, is the jump back across the sweep: it
+    # waits its whole bound
     assert estimate_run_s(options, 6, spacing) - no_wait == pytest.approx(
-        THERMAL_WAITING_POINTS * wait + JUMP_WAIT_SHARE * wait
+        THERMAL_WAITING_POINTS * wait + wait
     )
 
 
 def test_a_grid_of_jumps_waits_at_every_point() -> None:
     # 50 W apart, the draw moves more than a carried point may: each point waits (a sweep of
     # 350, 300, 250 W waited at all three), the first for its whole wait, the jumps after it as
-    # long as the card's fitted thermal model says (about half the bound), and so does the
-    # first point read again at the end
+    # long as the card's fitted thermal model says (about half the bound); the first point read
+    # again at the end, the jump back across the sweep, waits its whole bound
     options = _options()
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 3, 50.0)
     per_point = THERMAL_TRAIL_S - 2.0
     assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(
-        per_point * (1 + 3 * JUMP_WAIT_SHARE)
+        per_point * (2 + 2 * JUMP_WAIT_SHARE)
     )
 
 

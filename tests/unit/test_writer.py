@@ -208,3 +208,23 @@ def test_samples_and_caps_rows_follow_their_columns(tmp_path: Path) -> None:
         "HTTP 500: boom again",
     )
     assert cap["narr_tps"] == ""
+
+
+def test_caps_are_restated_in_place_row_for_row(tmp_path: Path) -> None:
+    # the run-to-run term, known at the end of the run, carried into every row already written
+    writer = RunWriter(tmp_path, ["GPU"], "decode-single")
+    writer.append_cap({"cap_w": 300.0, "status": "ok", "error": "a, b", "tps_u95_pct": 0.5})
+    writer.append_cap({"cap_w": 290.0, "status": "failed", "error": "boom"})
+    before = writer.rows_written()
+    writer.restate_caps(
+        lambda row: {"tps_u95_pct": 1.25, "not_a_column": 1.0} if row["status"] == "ok" else {}
+    )
+    with open(writer.path / "caps.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["cap_w"], r["tps_u95_pct"], r["error"]) for r in rows] == [
+        ("300.0", "1.25", "a, b"),
+        ("290.0", "", "boom"),
+    ]
+    assert "not_a_column" not in rows[0]
+    assert writer.rows_written() == before
+    assert not list(writer.path.glob(".caps.csv*"))  # nothing left beside it

@@ -23,7 +23,7 @@ from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.measure import stated_columns
 
-NO_REFERENCE = "no point was measured ok: nothing to read again"
+NO_REFERENCE = "no point's reading stands (none was measured ok): nothing to read again"
 REFERENCE_NOT_OK = "the reference point's second reading did not end ok"
 # The columns that name a point in caps.csv.
 POINT_COLUMNS = ("cap_w", "sm_lock_mhz", "mem_lock_mhz", "sm_offset_mhz")
@@ -55,8 +55,9 @@ class RunToRunPhase:
         self.warn = warn
 
     async def run(self, reference: SweepPoint | None) -> None:
-        """Read ``reference`` (the first point measured ok; None: none) again, then carry the
-        term measured from every pair of the run into each caps.csv row."""
+        """Read ``reference`` (the first point measured ok whose reading still stands; None:
+        none) again, then carry the term measured from every pair of the run into each caps.csv
+        row."""
         skipped = None
         if reference is None:
             skipped = NO_REFERENCE

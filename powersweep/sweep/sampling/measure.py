@@ -416,6 +416,7 @@ def stated_columns(precision: Precision) -> dict[str, float]:
         "tps_within_u95_pct": 100.0 * precision.tps_within_u95_rel,
         "tps_within_dof": precision.tps_within_dof,
         "tps_drift_bias_pct": 100.0 * precision.tps_bias_rel,
+        "power_drift_bias_pct": 100.0 * precision.power_bias_rel,
         "power_step_w": precision.power_step_w,
         "run_to_run_tps_sd_pct": 100.0 * rtr.tps_sd_rel,
         "run_to_run_sd_pct": 100.0 * rtr.tps_per_w_sd_rel,

@@ -1,0 +1,64 @@
+"""The run-to-run term's pairs, restated rows and record (sweep.measurement.run_to_run)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from powersweep.analysis.precision import RunToRun
+from powersweep.sweep.measurement.run_to_run import (
+    NO_REFERENCE,
+    record,
+    repeat_pairs,
+    restated,
+)
+
+
+def _row(cap: float, reason: str, tpw: float, status: str = "ok") -> dict[str, str]:
+    return {
+        "cap_w": str(cap),
+        "reason": reason,
+        "status": status,
+        "tps_per_w": str(tpw),
+        "power_w": "300.0",
+        "tps_per_w_stat_u95_pct": "0.5",
+        "tps_per_w_within_u95_pct": "0.5",
+        "tps_per_w_within_dof": "30",
+        "tps_u95_pct": "0.4",
+        "tps_within_u95_pct": "0.4",
+        "tps_within_dof": "30",
+        "drift_bias_pct": "0.0",
+    }
+
+
+def test_each_repeat_pairs_with_the_reading_that_stood_before_it() -> None:
+    rows = [
+        _row(300, "dense", 0.110),
+        _row(290, "dense", 0.111),
+        _row(290, "retry", 0.112),  # a retry replaces the reading: the one that stands
+        _row(280, "dense", 0.109, status="failed"),
+        _row(290, "confirm", 0.1125),
+        _row(280, "reread", 0.109),  # nothing of 280 W stood: no pair
+        _row(300, "reread", 0.1102),
+    ]
+    pairs = repeat_pairs(rows)
+    assert [(key[0], reason, a.tps_per_w, b.tps_per_w) for key, reason, a, b in pairs] == [
+        (290.0, "confirm", 0.112, 0.1125),
+        (300.0, "reread", 0.110, 0.1102),
+    ]
+
+
+def test_a_row_is_restated_with_the_term_and_one_without_a_reading_is_left() -> None:
+    term = RunToRun(0.02, 0.02, 3.0, 3.0, pairs=3)
+    cols = restated(_row(300, "dense", 0.110), term)
+    assert cols["run_to_run_sd_pct"] == pytest.approx(2.0)
+    assert cols["tps_per_w_stat_u95_pct"] > 5.0  # t(3 dof) times the term, at least
+    assert restated({"status": "failed", "tps_per_w": ""}, term) == {}
+
+
+def test_the_record_says_why_nothing_was_read_again() -> None:
+    out = record(RunToRun(), [], None, NO_REFERENCE)
+    assert out["reference"] is None and out["skipped"] == NO_REFERENCE
+    assert out["tps_per_w_sd_pct"] == 0.0 and out["dof"] is None and out["pairs"] == []
+    assert math.isfinite(out["floor_sd_pct"])
