@@ -12,6 +12,7 @@ from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.findings import Finding
 from powersweep.analysis.result_types import (
+    Answer,
     Energy,
     JsonRecord,
     LatencyTarget,
@@ -135,6 +136,7 @@ class ClockAnalysis(JsonRecord):
     run: RunFacts = field(default_factory=RunFacts)
     points: list[LockPoint] = field(default_factory=list)
     rows: list[LockRow] = field(default_factory=list)
+    answer: Answer | UnsetType | None = UNSET
     peak: LockPoint | None = None
     sweet_spot: LockPoint | None = None
     near_peak: LockPoint | None = None

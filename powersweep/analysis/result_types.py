@@ -214,11 +214,35 @@ class ServerRate(JsonRecord):
 
 @dataclass(frozen=True)
 class CapsBind(JsonRecord):
-    """Whether the power caps bound the draw (where none does, no cap is a win)."""
+    """Whether the power caps bind (where none does, no cap is a win), and how it shows:
+    ``draw`` (a card draws at its cap) or ``tps`` (TPS follows the cap; the averaged draw sits
+    under it)."""
 
     binds: bool | None = None
     draw_w: list[Num] | None = None
     caps_w: list[Num] | None = None
+    by: str | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class Answer(JsonRecord):
+    """What the evidence lets the analysis claim (:mod:`powersweep.analysis.claims`).
+
+    Attributes:
+        kind: ``answer``, ``boundary`` (the best point is the first or last measured) or
+            ``none`` (the run did not finish, too few points, or caps that never bind).
+        why: Why it is a boundary or none, in one line (None for an answer).
+        points_usable: The points the answer stands on.
+    """
+
+    kind: str
+    why: str | None = None
+    points_usable: int = 0
+
+    @property
+    def given(self) -> bool:
+        """The analysis answers (a sweet spot, or a boundary named as such)."""
+        return self.kind != "none"
 
 
 @dataclass(frozen=True)
@@ -292,6 +316,7 @@ class PowerAnalysis(JsonRecord):
     source: str = ""
     run: RunFacts = field(default_factory=RunFacts)
     caps: list[CapRow] = field(default_factory=list)
+    answer: Answer | UnsetType | None = UNSET
     sweet_spot: Pick | None = None
     near_peak: Pick | None = None
     recommendation: Pick | None = None

@@ -282,7 +282,10 @@ class Sweep:
                     with contextlib.suppress(Exception):
                         self._on_restored(restored)
                 if status == "complete":
-                    status, error = judge(self.measurer.ledger.status.values())
+                    status, error = judge(
+                        self.measurer.ledger.status.values(),
+                        curve=self.plan.undervolt is None and not self.plan.safety.observe_only,
+                    )
                 self.meta.update(
                     status=status,
                     error=error,
