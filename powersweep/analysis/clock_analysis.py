@@ -254,8 +254,9 @@ def _peak_noise(
 
 def _curve_ties(curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint) -> dict[str, Any]:
     """A bare clock curve's ties: the points within its own reading noise of the peak, that
-    noise measured along each lock where physics forbids any scatter (:mod:`.curve_noise`)."""
-    scatter = noise.curve_noise(curve.caps, curve.metric)
+    noise measured along the peak's own locks where physics forbids any scatter
+    (:mod:`.curve_noise`)."""
+    scatter = noise.curve_noise(curve.caps, curve.metric, through=_locks(peak))
     close = [p for p in points if p is peak or scatter.tied(p.tps_per_w, peak.tps_per_w)]
     return {
         "tied_points": [_locks(p) for p in close],

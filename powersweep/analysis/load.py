@@ -15,7 +15,12 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis.csvtext import read_text_csv, to_floats
-from powersweep.analysis.plausibility import mark_implausible, mark_outliers
+from powersweep.analysis.plausibility import (
+    METRICS,
+    mark_implausible,
+    mark_outliers,
+    pick_metric,
+)
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import (
     CAPS_COLUMNS,
@@ -25,8 +30,6 @@ from powersweep.runformat import (
     SAMPLES_FLOAT_COLUMNS,
     SCHEMA_VERSION,
 )
-
-METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")
 
 # The caps.csv line each row came from (the header is line 1).
 SOURCE_LINE = "source_line"
@@ -245,22 +248,6 @@ def _first_row(caps: pl.DataFrame) -> str:
         if c in caps.columns and (c == "power_w" or caps.get_column(c).null_count() < caps.height)
     )
     return f"{caps.height} row(s); line {row[SOURCE_LINE]}: {cells}"
-
-
-def pick_metric(caps: pl.DataFrame) -> str | None:
-    """Prefer decode TPS; use prefill TPS for a prefill-only curve."""
-    for metric in METRICS:
-        usable = caps.filter(
-            pl.col(metric).is_not_null()
-            & pl.col(metric).is_finite()
-            & (pl.col(metric) > 0)
-            & pl.col("power_w").is_not_null()
-            & pl.col("power_w").is_finite()
-            & (pl.col("power_w") > 0)
-        )
-        if usable.height:
-            return metric
-    return None
 
 
 def _read_optional(

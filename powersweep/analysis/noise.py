@@ -155,15 +155,24 @@ def _pct(value: float) -> float | None:
     return 100.0 * value if math.isfinite(value) else None
 
 
-def curve_noise(caps: pl.DataFrame, metric: str) -> CurveNoise:
+def curve_noise(
+    caps: pl.DataFrame, metric: str, through: Mapping[str, float | None] | None = None
+) -> CurveNoise:
     """The reading noise a curve's own scatter shows (:func:`~.curve_noise.estimate`) along
     each of its lines (its caps; a clock curve's locks), every reading that stands counted
-    (repeats of a point too)."""
+    (repeats of a point too).
+
+    ``through`` (a clock point's locks) keeps the lines through that point: a grid's tiers run
+    in different regimes (a bandwidth-starved tier's readings at its lowest clocks are no sample
+    of the noise at the peak), and the peak is compared with the readings of its own lines.
+    """
     from powersweep.analysis.plausibility import curve_lines, standing_ok
 
     ok = standing_ok(caps).filter(pl.col(metric).is_finite() & (pl.col(metric) > 0))
     lines = []
     for axis, _, frame in curve_lines(ok):
+        if through is not None and not _passes(frame, axis, through):
+            continue
         by_x = frame.group_by(axis).agg(metric, "power_w").sort(axis)
         lines.append(
             Line(
@@ -173,6 +182,17 @@ def curve_noise(caps: pl.DataFrame, metric: str) -> CurveNoise:
             )
         )
     return estimate(lines)
+
+
+def _passes(frame: pl.DataFrame, axis: str, point: Mapping[str, float | None]) -> bool:
+    """The line (its rows) runs through the point: it shares every lock but its own axis'."""
+    for column, value in point.items():
+        if column == axis or column not in frame.columns:
+            continue
+        held = frame[column].drop_nulls().unique().to_list()
+        if held != ([] if value is None or value != value else [value]):
+            return False
+    return True
 
 
 Key = tuple[float | None, ...]

@@ -87,6 +87,24 @@ def mark_outliers(caps: pl.DataFrame, group: str | None = None) -> pl.DataFrame:
     )
 
 
+def pick_metric(caps: pl.DataFrame) -> str | None:
+    """The TPS a curve is judged by: decode TPS, or prefill TPS for a prefill-only curve."""
+    for metric in METRICS:
+        if metric not in caps.columns:
+            continue
+        usable = caps.filter(
+            pl.col(metric).is_not_null()
+            & pl.col(metric).is_finite()
+            & (pl.col(metric) > 0)
+            & pl.col("power_w").is_not_null()
+            & pl.col("power_w").is_finite()
+            & (pl.col("power_w") > 0)
+        )
+        if usable.height:
+            return metric
+    return None
+
+
 def standing_ok(caps: pl.DataFrame) -> pl.DataFrame:
     """The rows that stand for their point (:mod:`.standing`) and read ok with a draw."""
     keys = [c for c in ("cap_w", *CLOCK_LOCK_COLUMNS) if c in caps.columns]
@@ -102,8 +120,11 @@ def _part_outliers(caps: pl.DataFrame) -> dict[int, str]:
     if ok.height < 3:
         return {}
     out: dict[int, str] = {}
+    metric = pick_metric(ok)
+    if metric is None:
+        return {}
     for axis, key, line in curve_lines(ok):
-        for series, why in _line_outliers(line, axis):
+        for series, why in _line_outliers(line, axis, metric):
             for index in line.filter(pl.col(axis) == series)["_index"].to_list():
                 out.setdefault(int(index), why + key)
     return out
@@ -132,28 +153,25 @@ _NAMES = {"sm_lock_mhz": "SM lock", "mem_lock_mhz": "memory lock", "cap_w": "cap
 _UNITS = {"cap_w": "W", "sm_lock_mhz": "MHz", "mem_lock_mhz": "MHz"}
 
 
-def _line_outliers(line: pl.DataFrame, axis: str) -> list[tuple[float, str]]:
-    """The settings of one line whose TPS or draw is an outlier, with why."""
+def _line_outliers(line: pl.DataFrame, axis: str, metric: str) -> list[tuple[float, str]]:
+    """The settings of one line whose TPS (the curve's metric) or draw is an outlier, with why."""
     by_x = line.group_by(axis).agg(pl.all()).sort(axis)
     if by_x.height < 3:
         return []
     x = by_x[axis].to_list()
-    draw = _means(by_x, "power_w")
     found: dict[float, str] = {}
-    series = [(m, _means(by_x, m), "tps_u95_pct") for m in METRICS if m in by_x.columns]
-    series.append(("power_w", draw, "power_u95_pct"))
-    for name, values, own_col in series:
+    series = [(metric, "tps_u95_pct"), ("power_w", "power_u95_pct")]
+    for name, own_col in series:
+        values = _means(by_x, name)
         if sum(v > 0 for v in values) < 3:
             continue
         robust = curve_noise.robust_fall_sigma([values])
         own = _means(by_x, own_col) if own_col in by_x.columns else [math.nan] * len(x)
-        sigma = [
-            max([curve_noise.FLOOR_SIGMA_REL, *(s for s in (robust, u / 100.0 / _Z95) if s == s)])
-            for u in own
-        ]
-        # the draw buys TPS only along a power cap: a memory lock raises TPS for a few watts
-        rise_draw = draw if name != "power_w" and axis == "cap_w" else None
-        for i in curve_noise.outliers(x, values, sigma, rise_draw):
+        floor = curve_noise.OUTLIER_FLOOR_SIGMA_REL
+        sigma = [max([floor, *(s for s in (robust, u / 100.0 / _Z95) if s == s)]) for u in own]
+        # the cap bounds how fast TPS may rise along power caps; a lock raises TPS for few watts
+        caps = x if name != "power_w" and axis == "cap_w" else None
+        for i in curve_noise.outliers(x, values, sigma, caps):
             found.setdefault(x[i], _why(name, x, values, i, axis))
     return list(found.items())
 

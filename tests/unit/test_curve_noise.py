@@ -10,7 +10,7 @@ import pytest
 
 from powersweep.analysis import curve_noise
 from powersweep.analysis.curve_noise import FLOOR_SIGMA_REL, Line, estimate, outliers
-from powersweep.analysis.precision import TYPICAL_READING_U95_REL
+from powersweep.analysis.precision import TYPICAL_READING_U95_REL, t_quantile
 
 
 def _line(x: list[float], tps: list[float], power: list[float] | None = None) -> Line:
@@ -26,9 +26,12 @@ def test_a_flat_noisy_curve_states_its_own_scatter() -> None:
     found = []
     for _ in range(200):
         tps = list(100.0 * np.exp(0.03 * rng.standard_normal(15)))
-        found.append(estimate([_line(list(range(15)), tps)]).tps_rel)
+        found.append(estimate([_line(list(range(15)), tps)]))
     # the isotonic fit's residuals over their degrees of freedom: close to the true 3%
-    assert np.median(found) == pytest.approx(0.03, rel=0.15)
+    assert np.median([n.measured_tps_rel for n in found]) == pytest.approx(0.03, rel=0.15)
+    # pooled with the typical repeatability's 4 degrees of freedom, a little under it
+    pooled = np.median([n.tps_rel for n in found])
+    assert FLOOR_SIGMA_REL < pooled < 0.03
 
 
 def test_a_steep_curve_that_never_falls_shows_no_noise_and_keeps_the_floor() -> None:
@@ -52,10 +55,16 @@ def test_repeats_of_one_setting_count_as_scatter() -> None:
     line = Line((1.0, 2.0), ((100.0, 104.0), (110.0,)), ((), ()))
     noise = estimate([line])
     # two readings of one setting, 4% apart: sigma = the difference over sqrt(2)
-    assert noise.measured_tps_rel == pytest.approx(math.log(1.04) / math.sqrt(2), rel=1e-9)
-    assert noise.dof == 1 and not noise.from_floor
-    # one degree of freedom is honest about itself: Student's t at 1 dof, not 1.96
-    assert noise.u95_rel() == pytest.approx(12.706 * noise.tps_per_w_rel, rel=1e-3)
+    measured = math.log(1.04) / math.sqrt(2)
+    assert noise.measured_tps_rel == pytest.approx(measured, rel=1e-9)
+    assert noise.tps_dof == 5 and noise.power_dof == 4 and not noise.from_floor
+    # one degree of freedom is pooled with the prior's four: neither 1.96 on the one reading
+    # nor Student's t at 1 dof (12.7)
+    pooled = math.sqrt((4 * FLOOR_SIGMA_REL**2 + measured**2) / 5)
+    assert noise.tps_rel == pytest.approx(pooled, rel=1e-9)
+    assert noise.u95_rel() == pytest.approx(
+        t_quantile(noise.dof) * math.hypot(pooled, FLOOR_SIGMA_REL), rel=1e-9
+    )
 
 
 def test_a_fall_counts_as_noise_where_a_rise_is_the_curves_own() -> None:
