@@ -38,6 +38,7 @@ from powersweep.sim.server import SimServer
 from powersweep.sim.sim_options import SimOptions
 from powersweep.sim.sim_rig import SimRig, clock_ground_truth, ground_truth
 from powersweep.sim.virtual_time import VirtualClock
+from powersweep.sim.world import World
 from powersweep.sweep.gpu import GpuBackend
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.records.ownership import hand_over, invoking_user
@@ -92,9 +93,15 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
     assert options.simulate is not None
     clock = sim_clock(sim, options.server.url)
     network = MemoryNetwork(seed=sim.seed) if clock.runs_on_loop else None
+    # the world's noise models, shared by the cards and the server (one burst, one gap)
+    world = World.build(sim.world, sim.seed)
     engine: Any
     profiles: list[Any]
     if options.simulate.startswith("replay:"):
+        if world is not None:
+            raise UsageError(
+                "--sim-world models a simulated card, not a replayed curve (replay:...)"
+            )
         curve = replay_profile(Path(options.simulate.removeprefix("replay:")))
         engine = ReplayRig(curve, clock, seed=sim.seed)
         profiles = [curve]
@@ -108,6 +115,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
             state_file=sim.state,
             serving=sim.serving_gpus,
             vf_reset_beyond_mhz=sim.vf_reset_beyond_mhz,
+            world=world,
         )
     backend = vendor_backend(engine, clock) if isinstance(engine, SimRig) else engine
     served = options.server.url is None
@@ -132,6 +140,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
             fault=fault,
             current_cap_w=lambda: engine.gpu(0).envelope().current_w,
             network=network,
+            world=world,
         ) as server:
             yield server.url
 
@@ -139,14 +148,16 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
     serving = [profiles[i] for i in sim.serving_gpus or range(len(profiles))]
 
     def truth(caps: Sequence[float], prep: Mapping[str, Any]) -> dict[str, Any] | None:
-        return _truth(options, serving, list(caps), prep)
+        return _truth(options, serving, list(caps), prep, world)
 
     def clock_truth(
         points: Sequence[tuple[float | None, float | None]], cap_w: float, prep: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         if isinstance(profiles[0], ReplayCurve):
             return None
-        return clock_ground_truth(profiles, options.load.mode, list(points), cap_w, **_kw(prep))
+        return clock_ground_truth(
+            profiles, options.load.mode, list(points), cap_w, world=world, **_kw(prep)
+        )
 
     with _user_keeps(sim.state):
         yield Rig(
@@ -163,6 +174,7 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
                 "pace_run_s_per_s": sim.pace,
                 "server_flavour": sim.server if served else None,
                 "node": sim_node(sim),
+                "world": world.record() if world is not None else None,
                 **_offset_truth(engine, sim),
             },
             truth=truth,
@@ -283,12 +295,17 @@ class _RigDrivingClient:
 
 
 def _truth(
-    options: SweepOptions, profiles: list[Any], caps: list[float], prep: Mapping[str, Any]
+    options: SweepOptions,
+    profiles: list[Any],
+    caps: list[float],
+    prep: Mapping[str, Any],
+    world: World | None,
 ) -> dict[str, Any] | None:
-    """The simulator's noise-free answer for this load."""
+    """The simulator's noise-free answer for this load (with the world's noise, its long-run
+    steady value: docs/world-noise.md)."""
     if isinstance(profiles[0], ReplayCurve):
         return replay_truth(profiles[0], caps)
-    return ground_truth(profiles, options.load.mode, caps, **_kw(prep)).to_dict()
+    return ground_truth(profiles, options.load.mode, caps, world=world, **_kw(prep)).to_dict()
 
 
 def _kw(prep: Mapping[str, Any]) -> dict[str, Any]:

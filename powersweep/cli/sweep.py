@@ -71,6 +71,7 @@ from powersweep.cli.sweep_flags import (
     SimTokensPerChunkOpt,
     SimulateOpt,
     SimVfResetBeyondOpt,
+    SimWorldOpt,
     SmClocksOpt,
     SoakSecondsOpt,
     StateDirOpt,
@@ -88,6 +89,7 @@ from powersweep.cli.sweep_flags import (
 )
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sim.sim_options import SimOptions, SimServerFlavour, refuse_without_simulate
+from powersweep.sim.world import parse_world
 from powersweep.sweep.options import (
     CardOptions,
     LoadOptions,
@@ -171,6 +173,7 @@ def sweep_command(
     sim_serving_gpus: SimServingGpusOpt = None,
     sim_fault: SimFaultOpt = None,
     sim_vf_reset_beyond_mhz: SimVfResetBeyondOpt = SimOptions.vf_reset_beyond_mhz,
+    sim_world: SimWorldOpt = None,
 ) -> None:
     """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
     from powersweep.sweep.planning.caps import parse_caps
@@ -199,6 +202,7 @@ def sweep_command(
         serving_gpus=parse_gpus(sim_serving_gpus, "--sim-serving-gpus"),
         fault=sim_fault,
         vf_reset_beyond_mhz=sim_vf_reset_beyond_mhz,
+        world=parse_world(sim_world or ()),
     )
     if simulate is None:
         if seed is not None:

@@ -350,6 +350,18 @@ SimStateOpt = Annotated[
     typer.Option(help="File where simulated power limits persist.", rich_help_panel=SIMULATION),
 ]
 
+SimWorldOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--sim-world",
+        help="Simulation: give the rig a noise of the real world, NAME[=PARAM], repeatable: "
+        "bursty-draw[=DUTY] (0.7), sensor-lag[=STEP_W] (5), ar-jitter[=SD_PCT] (2), "
+        "context-slowdown[=PCT_PER_1K_TOKENS] (0.6), hiccups[=PERIOD_S] (6), "
+        "drift[=AMPLITUDE_PCT] (3), outlier-window[=FACTOR] (1.36). Off by default.",
+        rich_help_panel=SIMULATION,
+    ),
+]
+
 SimRejectsBelowOpt = Annotated[
     float | None, typer.Option(hidden=True, help="Simulation: cards keep caps under W.")
 ]

@@ -267,10 +267,34 @@ def operating_point(
     return OperatingPoint(f_lo + x * (f_hi - f_lo), f_lo, f_hi, x, p, r, "power")
 
 
-def thermal_budget_w(profile: GpuProfile) -> float:
-    """Draw at which the card's steady temperature reaches its slowdown threshold."""
+def gap_power_w(profile: GpuProfile, temp_c: float, mem_mhz: float | None = None) -> float:
+    """Draw between two bursts of work (``--sim-world bursty-draw``): the clocks stay up and
+    the SMs wait, so the static draw and the memory interface's, no dynamic SM draw."""
+    return static_power_w(profile, temp_c) + profile.mem_static_w * mem_ratio(profile, mem_mhz)
+
+
+def thermal_budget_w(profile: GpuProfile, duty: float = 1.0, mem_mhz: float | None = None) -> float:
+    """Draw at which the card's steady temperature reaches its slowdown threshold.
+
+    With bursty work (``duty`` < 1) the temperature follows the mean draw, so the budget is the
+    burst draw that, with the gaps' draw (:func:`gap_power_w`), averages to it.
+    """
     th = profile.thermal
-    return (profile.slowdown_temp_c - th.ambient_c) / th.resistance_c_per_w
+    budget = (profile.slowdown_temp_c - th.ambient_c) / th.resistance_c_per_w
+    if duty >= 1.0:
+        return budget
+    gap = gap_power_w(profile, profile.slowdown_temp_c, mem_mhz)
+    return (budget - (1.0 - duty) * gap) / duty
+
+
+def mean_power_w(
+    profile: GpuProfile, burst_w: float, temp_c: float, duty: float, mem_mhz: float | None = None
+) -> float:
+    """The time-averaged draw of bursty work: ``duty`` of the time at ``burst_w``, the rest at
+    the gaps' draw (``burst_w`` itself when ``duty`` is 1)."""
+    if duty >= 1.0:
+        return burst_w
+    return duty * burst_w + (1.0 - duty) * gap_power_w(profile, temp_c, mem_mhz)
 
 
 def steady_state(
@@ -280,27 +304,34 @@ def steady_state(
     locks: Locks = UNLOCKED,
     *,
     sm_offset_mhz: float = 0.0,
+    duty: float = 1.0,
 ) -> tuple[OperatingPoint, float, bool]:
     """Noise-free equilibrium at a cap: (operating point, temperature, thermally limited).
 
     Solves the fixed point of temperature and draw; when the equilibrium would pass the
     slowdown threshold, the thermal controller holds the temperature there by lowering the
     effective limit to the thermal budget. ``sm_offset_mhz`` is the SM clock offset in force.
+    With bursty work (``duty`` < 1, ``--sim-world bursty-draw``) the operating point is the
+    bursts' (the firmware holds each burst at the cap) and the temperature follows the mean
+    draw (:func:`mean_power_w`).
     """
     th = profile.thermal
     offset = sm_offset_mhz
+    mem = locks.mem_mhz
     temp = th.ambient_c + th.resistance_c_per_w * cap_w * 0.8
     op = operating_point(profile, work, cap_w, temp, locks, sm_offset_mhz=offset)
     for _ in range(60):
         op = operating_point(profile, work, cap_w, temp, locks, sm_offset_mhz=offset)
-        new_temp = th.ambient_c + th.resistance_c_per_w * op.power_w
+        new_temp = th.ambient_c + th.resistance_c_per_w * mean_power_w(
+            profile, op.power_w, temp, duty, mem
+        )
         if abs(new_temp - temp) < 1e-6:
             break
         temp = new_temp
     if temp <= profile.slowdown_temp_c:
         return op, temp, False
     temp = profile.slowdown_temp_c
-    budget = min(cap_w, thermal_budget_w(profile))
+    budget = min(cap_w, thermal_budget_w(profile, duty, mem))
     op = operating_point(profile, work, budget, temp, locks, sm_offset_mhz=offset)
     return (
         dataclasses.replace(op, limited_by="thermal"),

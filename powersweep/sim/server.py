@@ -11,7 +11,8 @@ faster.
 Seeded noise of the model (the same on every machine): each token leaves the server a little
 after its due time, by an exponential delay of mean :data:`TOKEN_JITTER_FRACTION` of the token's
 step (at most :data:`TOKEN_JITTER_MAX_FRACTION` of it), drawn per request from the seed; the
-delays do not accumulate, so the long-run rate is the engine's exactly.
+delays do not accumulate, so the long-run rate is the engine's exactly. The world's noise
+(``--sim-world``) stretches the work further (:mod:`powersweep.sim.server_pacing`).
 
 Flavours imitate the quirks of real engines that the client must survive:
 
@@ -66,9 +67,11 @@ from powersweep.sim.server_chunks import (
     message_text,
 )
 from powersweep.sim.server_meta import MetaRoutes, error_response, json_or_none
+from powersweep.sim.server_pacing import Pacing
 from powersweep.sim.server_requests import over_context, request_limit
 from powersweep.sim.server_streaming import GPU_LOST_MESSAGE, ServerStreaming
 from powersweep.sim.sim_options import SIM_SERVER_FLAVOURS
+from powersweep.sim.world import World
 
 FLAVOURS = SIM_SERVER_FLAVOURS
 
@@ -108,6 +111,8 @@ class SimServer(ServerStreaming):
         network: Where a virtual-time server takes its connections (required when the
             engine's clock runs on its loop; ignored otherwise).
         token_jitter_fraction: Mean per-token delay after its due time, share of its step.
+        world: The world's noise models on (None: none); the server paces its work by those
+            that stretch it (:mod:`powersweep.sim.server_pacing`).
     """
 
     def __init__(
@@ -129,6 +134,7 @@ class SimServer(ServerStreaming):
         current_cap_w: Callable[[], float] | None = None,
         network: MemoryNetwork | None = None,
         token_jitter_fraction: float = TOKEN_JITTER_FRACTION,
+        world: World | None = None,
     ) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; expected one of {FLAVOURS}")
@@ -169,6 +175,7 @@ class SimServer(ServerStreaming):
         self._network = network
         self._listening: socket.socket | None = None
         self.token_jitter_fraction = max(0.0, token_jitter_fraction)
+        self.pacing = Pacing(world) if world is not None and world.paces_server() else None
         self._virtual = engine.clock.runs_on_loop
         self.created = _VIRTUAL_EPOCH if self._virtual else int(time.time())
         # the bodies it writes (a test may count what goes out through it)

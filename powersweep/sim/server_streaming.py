@@ -29,6 +29,7 @@ from powersweep.sim.server_chunks import (
     endless_line,
     error_event,
 )
+from powersweep.sim.server_pacing import Pacing
 
 # When tokens fall due faster than this (wall seconds apart), the server sleeps at least this long
 # and then emits every token that has fallen due, each as its own chunk; slower tokens are sent
@@ -57,6 +58,7 @@ class ServerStreaming:
     _slots: asyncio.Semaphore | None
     _slots_loop: asyncio.AbstractEventLoop | None
     _pause: tuple[float, float] | None
+    pacing: Pacing | None
 
     if TYPE_CHECKING:
 
@@ -96,7 +98,11 @@ class ServerStreaming:
             try:
                 if plan.prompt_tokens > 0:
                     rate = _positive(engine.prefill_rate_tps(plan.prompt_tokens))
-                    await clock.asleep(t_prefill + plan.prompt_tokens / rate - clock.now())
+                    if self.pacing is None:
+                        end = t_prefill + plan.prompt_tokens / rate
+                    else:
+                        end = self.pacing.prefill_end(t_prefill, plan.prompt_tokens / rate)
+                    await clock.asleep(end - clock.now())
                     await self._paused("prefill", t_prefill)
             finally:
                 engine.work_finished("prefill")
@@ -113,7 +119,14 @@ class ServerStreaming:
                 # Absolute due times keep the long-run rate exact however the sleeps round.
                 min_sleep = _MIN_WALL_SLEEP_S * clock.scale
                 step = plan.slow_factor / _positive(engine.decode_rate_tps())
-                due = clock.now() + step
+                pacing = self.pacing
+                if pacing is None:
+                    due = clock.now() + step
+                else:
+                    step = pacing.decode_step(
+                        step, clock.now(), plan.request_no, plan.prompt_tokens
+                    )
+                    due = pacing.finish(clock.now(), step)
                 jitter = self._jitter(plan.request_no)
                 late = jitter(step)
                 i = 0
@@ -132,7 +145,13 @@ class ServerStreaming:
                         i += 1
                         if i < n:
                             step = plan.slow_factor / _positive(engine.decode_rate_tps())
-                            due += step
+                            if pacing is None:
+                                due += step
+                            else:
+                                step = pacing.decode_step(
+                                    step, due, plan.request_no, plan.prompt_tokens + i
+                                )
+                                due = pacing.finish(due, step)
                             late = jitter(step)
                     if burst:
                         progress.last_token_s = now

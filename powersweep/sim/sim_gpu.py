@@ -11,6 +11,9 @@ each clock at a lower voltage and so draws less. Each card's silicon holds only 
 (its true stable margin, drawn from its seed); :attr:`SimGpu.unstable_by_mhz` says how far the
 offset in force goes beyond it. Put to work too far beyond it, the card resets and is off the bus
 for a while (:mod:`powersweep.sim.vf_stability`).
+
+With ``--sim-world bursty-draw`` (:mod:`powersweep.sim.world`) it works in bursts held at the
+cap, drawing its static and memory power between them; ``sensor-lag`` is its readings' own.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from powersweep.sim.physics import (
     Locks,
     OperatingPoint,
     Workload,
+    gap_power_w,
     operating_point,
     thermal_budget_w,
 )
@@ -38,6 +42,7 @@ from powersweep.sim.physics import (
 )
 from powersweep.sim.profiles import GpuProfile
 from powersweep.sim.vf_stability import DEFAULT_RESET_BEYOND_MHZ, BusState, stable_margin_mhz
+from powersweep.sim.world import World
 from powersweep.sweep.gpu import (
     CLOCK_EVENT_APP_CLOCKS,
     CLOCK_EVENT_GPU_IDLE,
@@ -59,8 +64,6 @@ _UTIL_TIME_CONSTANT_S = 0.25
 # window, about 0.1 s, so a few milliseconds between two requests do not show as a drop to idle
 # draw.
 _POWER_READING_TIME_CONSTANT_S = 0.1
-# A one-second average of ten such readings: its noise is the instant reading's over sqrt(10).
-_AVERAGE_NOISE_SHARE = 1.0 / math.sqrt(10.0)
 _THERMAL_RELEASE_C = 2.0
 
 
@@ -80,6 +83,8 @@ class SimGpu:
             :meth:`compute_processes`); an idle card beside the serving ones has none.
         vf_reset_beyond_mhz: Under load with its offset more than this past its stable margin,
             the card resets (0: at any instability).
+        world: The world's noise models on (None: none); this card models ``bursty-draw``
+            and ``sensor-lag``.
     """
 
     def __init__(
@@ -93,9 +98,12 @@ class SimGpu:
         share: float = 1.0,
         serving: bool = True,
         vf_reset_beyond_mhz: float = DEFAULT_RESET_BEYOND_MHZ,
+        world: World | None = None,
     ) -> None:
         self.profile = profile
         self.serving = serving
+        self._bursts = world.bursts if world is not None else None
+        self._duty = world.duty if world is not None else 1.0
         self._clock = clock
         self._index = index
         self._rng = random.Random(seed * 1009 + index)
@@ -115,7 +123,8 @@ class SimGpu:
         self._workload = IDLE
         th = profile.thermal
         self._temp_c = th.ambient_c + th.resistance_c_per_w * profile.idle_w
-        self._energy = EnergyMeter(profile, clock.now(), seed, index)
+        quantum_w = world.sensor_quantum_w if world is not None else None
+        self._energy = EnergyMeter(profile, clock.now(), seed, index, quantum_w)
         self._avg_rng = random.Random(seed * 1009 + index + 104729)
         self._power_reading_w = profile.idle_w
         self._util = 0.0
@@ -170,8 +179,7 @@ class SimGpu:
             if self._bus.off_bus(self._t):
                 return self._bus.lost_sample(self.profile.instant_power_field)
             op = self._op()
-            short_w = self._power_reading_w
-            window_w = self._energy.moving_average_w()
+            short, usage = self._energy.readings(self._power_reading_w, self._rng, self._avg_rng)
             temp = self._temp_c
             energy = self._energy.counter_mj
             util = self._util
@@ -179,14 +187,6 @@ class SimGpu:
             busy = self._workload.kind != "idle"
         rng = self._rng
         p = self.profile
-        noise = p.power_noise_pct / 100.0
-        short = round(short_w * (1.0 + rng.gauss(0.0, noise)), 2)
-        if p.power_usage_average_s > 0:
-            usage = round(
-                window_w * (1.0 + self._avg_rng.gauss(0.0, noise * _AVERAGE_NOISE_SHARE)), 2
-            )
-        else:
-            usage = short  # before Ampere the power usage is itself the short reading
         sm = op.sm_low_mhz
         if op.high_fraction > 0 and rng.random() < op.high_fraction:
             sm = op.sm_high_mhz
@@ -453,7 +453,8 @@ class SimGpu:
 
     def _effective_limit_w(self) -> float:
         if self._thermal_active:
-            return min(self._limit_w, thermal_budget_w(self.profile))
+            budget = thermal_budget_w(self.profile, self._duty, self._effective_locks().mem_mhz)
+            return min(self._limit_w, budget)
         return self._limit_w
 
     def _op(self) -> OperatingPoint:
@@ -478,9 +479,20 @@ class SimGpu:
         dt = now - self._t
         if dt <= 0:
             return
-        self._t = now
+        t0, self._t = self._t, now
         # piecewise constant power over dt; the callers switch work at the right instants
         power = self._op().power_w
+        if self._bursts is None or self._workload.kind == "idle":
+            self._run(now, dt, power)
+            return
+        # bursty work: the burst's draw, and between bursts the gaps' (held clocks, idle SMs)
+        mem = self._effective_locks().mem_mhz
+        for start, end, working in self._bursts.segments(t0, now):
+            draw = power if working else gap_power_w(self.profile, self._temp_c, mem)
+            self._run(end, end - start, draw)
+
+    def _run(self, now: float, dt: float, power: float) -> None:
+        """The card's state after ``dt`` run seconds ending at ``now`` at a constant draw."""
         th = self.profile.thermal
         t_eq = th.ambient_c + th.resistance_c_per_w * power
         self._temp_c = t_eq + (self._temp_c - t_eq) * math.exp(-dt / th.time_constant_s)

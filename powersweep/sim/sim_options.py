@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import UsageError
+from powersweep.sim.world import parse_world
 
 
 class SimServerFlavour(StrEnum):
@@ -63,6 +64,8 @@ class SimOptions:
         vf_reset_beyond_mhz: A card under load resets when its SM clock offset goes more than
             this past its stable margin, MHz (hidden; 0: at any instability; as
             :data:`powersweep.sim.vf_stability.DEFAULT_RESET_BEYOND_MHZ`).
+        world: The world's noise models on, ``NAME=PARAM`` each (:mod:`powersweep.sim.world`;
+            empty: the simulator's own noise only).
     """
 
     time_scale: float | None = None
@@ -84,11 +87,13 @@ class SimOptions:
     serving_gpus: tuple[int, ...] | None = None
     fault: str | None = None
     vf_reset_beyond_mhz: float = 50.0
+    world: tuple[str, ...] = ()
 
     def recorded(self) -> dict[str, Any]:
         """The settings as ``run.json`` records them (its ``options``, under the flag names)."""
         out = {_RECORDED.get(f.name, f"sim_{f.name}"): getattr(self, f.name) for f in _FIELDS}
         out["sim_state"] = str(self.state) if self.state is not None else None
+        out["sim_world"] = list(self.world)
         return out
 
     @classmethod
@@ -103,6 +108,8 @@ class SimOptions:
             kwargs["state"] = Path(kwargs["state"])
         if kwargs.get("serving_gpus") is not None:
             kwargs["serving_gpus"] = tuple(kwargs["serving_gpus"])
+        if kwargs.get("world") is not None:
+            kwargs["world"] = tuple(kwargs["world"])
         return cls(**kwargs)
 
     def validate(self, url: str | None) -> None:
@@ -149,6 +156,7 @@ class SimOptions:
             raise UsageError("--sim-http-error takes an HTTP error status (400-599)")
         if not (math.isfinite(self.vf_reset_beyond_mhz) and self.vf_reset_beyond_mhz >= 0):
             raise UsageError("--sim-vf-reset-beyond-mhz takes 0 or more MHz")
+        parse_world(self.world)
         self._validate_clock(url)
 
     def _validate_clock(self, url: str | None) -> None:
@@ -166,6 +174,8 @@ class SimOptions:
             raise UsageError("--sim-http-error needs the simulated server: drop --url")
         if url and self.fault is not None:
             raise UsageError("--sim-fault needs the simulated server: drop --url")
+        if url and self.world:
+            raise UsageError("--sim-world models a simulated card and server together: drop --url")
 
 
 _FIELDS = dataclasses.fields(SimOptions)
@@ -190,6 +200,7 @@ FLAGS = {
     "serving_gpus": "--sim-serving-gpus",
     "fault": "--sim-fault",
     "vf_reset_beyond_mhz": "--sim-vf-reset-beyond-mhz",
+    "world": "--sim-world",
 }
 # run.json's names for the settings whose flag has no ``--sim-`` prefix
 _RECORDED = {"time_scale": "time_scale", "seed": "seed"}

@@ -22,12 +22,14 @@ from powersweep.sim.physics import (
     Locks,
     OperatingPoint,
     Workload,
+    mean_power_w,
     regime_of,
     steady_state,
 )
 from powersweep.sim.profiles import GpuProfile
 from powersweep.sim.sim_gpu import LimitStore, SimGpu
 from powersweep.sim.vf_stability import DEFAULT_RESET_BEYOND_MHZ
+from powersweep.sim.world import World
 
 MIN_PLATEAU_CAPS = 3
 # Truth TPS/W this close (relative) is one value: the steady-state solve rounds at about 1e-9.
@@ -48,6 +50,7 @@ class SimRig:
             None: every card. The others stay idle whatever the server does.
         vf_reset_beyond_mhz: A serving card under load with its SM clock offset more than this
             past its stable margin resets (0: at any instability).
+        world: The world's noise models on (None: none), shared with the simulated server.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class SimRig:
         state_file: Path | None = None,
         serving: tuple[int, ...] | None = None,
         vf_reset_beyond_mhz: float = DEFAULT_RESET_BEYOND_MHZ,
+        world: World | None = None,
     ) -> None:
         if not profiles:
             raise UsageError("a simulated rig needs at least one GPU profile")
@@ -74,6 +78,7 @@ class SimRig:
         store = LimitStore(state_file) if state_file else None
         share = 1.0 / len(serving)
         self.vf_reset_beyond_mhz = vf_reset_beyond_mhz
+        self._duty = world.duty if world is not None else 1.0
         self.gpus = [
             SimGpu(
                 p,
@@ -84,6 +89,7 @@ class SimRig:
                 share=share,
                 serving=i in serving,
                 vf_reset_beyond_mhz=vf_reset_beyond_mhz,
+                world=world,
             )
             for i, p in enumerate(profiles)
         ]
@@ -177,7 +183,7 @@ class SimRig:
         """
         work = workload_for(load_mode, concurrency, prompt_tokens)
         for g in self._serving_gpus:
-            _, temp, _ = steady_state(g.profile, work, g.limit_w)
+            _, temp, _ = steady_state(g.profile, work, g.limit_w, duty=self._duty)
             g.set_temperature(temp)
 
     def _apply(self) -> None:
@@ -264,25 +270,34 @@ def ground_truth(
     *,
     concurrency: int = 1,
     prompt_tokens: int = 8000,
+    world: World | None = None,
 ) -> GroundTruth:
     """Noise-free steady state of the rig at each cap, the true sweet spot and plateaus.
 
     TPS is per stream for ``decode-single``, aggregate over streams for ``decode-concurrent``
-    and prompt tokens per second for ``prefill-heavy``; draw is combined over the GPUs.
+    and prompt tokens per second for ``prefill-heavy``; draw is combined over the GPUs. With
+    the world's noise (``world``) the truth is the long-run steady value: the bursts' mean
+    draw and the share of the rate the bursts and hiccups leave (:meth:`World.tps_share`);
+    docs/world-noise.md gives each model's truth.
     """
     work = workload_for(load_mode, concurrency, prompt_tokens)
     work = Workload(work.kind, work.batch, work.prompt_tokens, 1.0 / len(profiles))
+    duty = world.duty if world is not None else 1.0
     rows: list[TruthCap] = []
     ops: list[list[OperatingPoint]] = []
     for cap in sorted(set(caps_w)):
-        states = [steady_state(p, work, cap) for p in profiles]
+        states = [steady_state(p, work, cap, duty=duty) for p in profiles]
         rate = min(op.rate_tps for op, _, _ in states)
         if work.kind == "prefill":
             # measured as prompt tokens over time to first token, which holds one decode step
             one_step = Workload("decode", batch=1, share=work.share)
-            step_s = max(1.0 / steady_state(p, one_step, cap)[0].rate_tps for p in profiles)
+            step_s = max(
+                1.0 / steady_state(p, one_step, cap, duty=duty)[0].rate_tps for p in profiles
+            )
             rate = prompt_tokens / (prompt_tokens / rate + step_s)
-        power = sum(op.power_w for op, _, _ in states)
+        if world is not None:
+            rate *= world.tps_share()
+        power = _mean_power(profiles, states, duty)
         first = states[0][0]
         regimes = {regime_of(op) for op, _, _ in states}
         regime = next(
@@ -357,30 +372,38 @@ def clock_ground_truth(
     *,
     concurrency: int = 1,
     prompt_tokens: int = 8000,
+    world: World | None = None,
 ) -> dict[str, Any]:
     """Noise-free steady state at each clock-lock point under a held limit (``--axis`` clocks).
 
     Each point is ``(sm_lock_mhz, mem_lock_mhz)`` (None: that clock unlocked). TPS is measured
     as :func:`ground_truth` measures it. Adds the true peak (best TPS/W), the Pareto front of
     (TPS up, W down), per memory tier its top TPS and whether it caps TPS, and the draw of the
-    unlocked card at the default limit (whether a power cap could bind at all).
+    unlocked card at the default limit (whether a power cap could bind at all). With the
+    world's noise, as :func:`ground_truth`.
     """
     work = workload_for(load_mode, concurrency, prompt_tokens)
     work = Workload(work.kind, work.batch, work.prompt_tokens, 1.0 / len(profiles))
+    duty = world.duty if world is not None else 1.0
     rows: list[dict[str, Any]] = []
     for sm, mem in points:
         locks = [Locks(sm, _load_tier(p, mem)) for p in profiles]
-        states = [steady_state(p, work, cap_w, lk) for p, lk in zip(profiles, locks, strict=True)]
+        states = [
+            steady_state(p, work, cap_w, lk, duty=duty)
+            for p, lk in zip(profiles, locks, strict=True)
+        ]
         rate = min(op.rate_tps for op, _, _ in states)
         if work.kind == "prefill":
             # measured as prompt tokens over time to first token, which holds one decode step
             one = Workload("decode", batch=1, share=work.share)
             step_s = max(
-                1.0 / steady_state(p, one, cap_w, lk)[0].rate_tps
+                1.0 / steady_state(p, one, cap_w, lk, duty=duty)[0].rate_tps
                 for p, lk in zip(profiles, locks, strict=True)
             )
             rate = prompt_tokens / (prompt_tokens / rate + step_s)
-        power = sum(op.power_w for op, _, _ in states)
+        if world is not None:
+            rate *= world.tps_share()
+        power = _mean_power(profiles, states, duty, [lk.mem_mhz for lk in locks])
         rows.append(
             {
                 "sm_lock_mhz": sm,
@@ -411,7 +434,7 @@ def clock_ground_truth(
     for r in rows:
         tier_tps[r["mem_lock_mhz"]] = max(tier_tps.get(r["mem_lock_mhz"], 0.0), r["tps"])
     best_tier_tps = max(tier_tps.values())
-    unlocked = [steady_state(p, work, p.default_limit_w)[0] for p in profiles]
+    unlocked = [steady_state(p, work, p.default_limit_w, duty=duty) for p in profiles]
     return {
         "axis": "clocks",
         "load_mode": load_mode,
@@ -434,9 +457,24 @@ def clock_ground_truth(
             }
             for mem, tps in sorted(tier_tps.items(), key=lambda kv: -(kv[0] or 0.0))
         ],
-        "unlocked_power_w": sum(op.power_w for op in unlocked),
+        "unlocked_power_w": _mean_power(profiles, unlocked, duty),
         "default_limit_w": sum(p.default_limit_w for p in profiles),
     }
+
+
+def _mean_power(
+    profiles: list[GpuProfile],
+    states: list[tuple[OperatingPoint, float, bool]],
+    duty: float,
+    mems: list[float | None] | None = None,
+) -> float:
+    """The combined draw of the cards' steady states, averaged over bursts and gaps (their
+    burst draw when ``duty`` is 1)."""
+    mems = mems or [None] * len(profiles)
+    return sum(
+        mean_power_w(p, op.power_w, temp, duty, mem)
+        for p, (op, temp, _), mem in zip(profiles, states, mems, strict=True)
+    )
 
 
 def _load_tier(profile: GpuProfile, mem_mhz: float | None) -> float | None:

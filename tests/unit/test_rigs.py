@@ -72,6 +72,7 @@ def test_a_simulated_sweeps_rig_records_what_rebuilds_it() -> None:
             "pace_run_s_per_s": None,
             "server_flavour": "vllm",
             "node": "node7",
+            "world": None,  # no --sim-world model on
             # the truth of an undervolt search: each serving card's margin, and the reset
             "stable_offset_mhz": margins,
             "vf_reset_beyond_mhz": 50.0,

@@ -1,0 +1,61 @@
+"""The world's noise end to end (issue 44): a sweep with every model of ``--sim-world`` on
+completes, records the models among its options and in its simulation block (what ``--resume``
+and a truth script read), is the same run again for its seed, and compares with the truth
+``powersweep.sim.world_truth`` gives; a bad model is refused in one line before anything runs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from powersweep.sim.world import MODELS, parse_world
+from powersweep.sim.world_truth import point_truths
+from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+
+COMMON = ("--simulate", "rtx3090-air", "--cooling", "air", "--caps", "260,320", "--quiet")
+
+
+def test_a_sweep_with_every_model_on_completes_and_records_them(tmp_path: Path) -> None:
+    every = ",".join(MODELS)
+    runs = []
+    for k in range(2):
+        out = tmp_path / str(k)
+        args = (*COMMON, "--no-charts", "--seed", "5", "--sim-world", every, "--out", str(out))
+        proc = powersweep(*args)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(only_run_dir(out))
+    run = runs[0]
+    meta = read_json(run / "run.json")
+    assert meta["options"]["sim_world"] == list(parse_world([every]))
+    world = meta["simulation"]["world"]
+    assert list(world["models"]) == list(MODELS)
+    assert world["models"]["hiccups"] == {"period_s": 6.0, "stall_s": 0.4}
+    assert world["tps_share"] == 0.7 * (1 - 0.4 / 6)
+    rows = read_csv(run / "caps.csv")
+    assert {float(r["cap_w"]) for r in rows if r["status"] == "ok"} == {260.0, 320.0}
+    # the truth each point is compared with, the world's noise in it
+    truths = point_truths(run)
+    assert len(truths) == len(rows) and all(t is not None for t in truths)
+    gt = {c["cap_w"]: c for c in meta["simulation"]["ground_truth"]["caps"]}
+    for row, truth in zip(rows, truths, strict=True):
+        assert truth is not None
+        steady = gt[float(row["cap_w"])]
+        assert truth.power_w == steady["power_w"]
+        # drift (within 3%) and the requests' context (about 100 tokens: 0.06%) move the rate
+        assert math.isclose(truth.tps, steady["tps"], rel_tol=0.035)
+        assert math.isclose(truth.tps_per_w, truth.tps / truth.power_w)
+    # one seed, one run, the world's noise included
+    for name in ("caps.csv", "requests.csv", "samples.csv"):
+        assert (run / name).read_bytes() == (runs[1] / name).read_bytes(), name
+
+
+def test_a_bad_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    proc = powersweep(*COMMON, "--sim-world", "fog", "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert "unknown model 'fog'" in proc.stderr
+    proc = powersweep("--sim-world", "drift", "--dry-run", "--out", str(tmp_path))
+    assert proc.returncode != 0 and "--simulate" in proc.stderr
+    replay = ("--simulate", "replay:nothing.csv", "--cooling", "air", "--quiet")
+    proc = powersweep(*replay, "--sim-world", "drift", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "not a replayed curve" in proc.stderr
+    assert not list(tmp_path.iterdir())
