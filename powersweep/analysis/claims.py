@@ -22,10 +22,20 @@ UNFINISHED = ("interrupted", "partial", "failed", "running")
 
 
 def status_reason(run: Mapping[str, Any] | None, source: str, what: str = "caps") -> str | None:
-    """Why the run's own status withholds an answer (None: complete, or a bare curve).
+    """Why the run's own status withholds an answer, and what gives one (None: complete, or a
+    bare curve, which has no status to judge by): :func:`status_claim` in one line (the answer's
+    ``why``, which the summary and the headline print after "no answer:")."""
+    claim = status_claim(run, source, what)
+    return None if claim is None else "; ".join(claim)
+
+
+def status_claim(
+    run: Mapping[str, Any] | None, source: str, what: str = "caps"
+) -> tuple[str, str] | None:
+    """``(why, remedy)``: why the run's own status withholds an answer, and what would give one.
 
     Args:
-        run: run.json (None for a bare CSV, which has no status to judge by).
+        run: run.json (None for a bare CSV).
         source: The run directory, named in the command that measures the rest.
         what: ``caps`` or ``points``.
     """
@@ -34,17 +44,23 @@ def status_reason(run: Mapping[str, Any] | None, source: str, what: str = "caps"
         return None
     done, planned = _counts(run or {}, what)
     counted = f" after {done} of {planned} {what}" if done is not None and planned else ""
-    rest = f"`powersweep --resume {source}` measures the rest"
+    left = done is None or planned is None or done < planned
+    if left:
+        remedy = f"`powersweep --resume {source}` measures the rest"
+    else:
+        remedy = f"measure at least {MIN_ANSWER_POINTS} {what} that finish ok" + (
+            " (`--caps`, or the whole envelope)" if what == "caps" else ""
+        )
     if status == "interrupted":
-        return f"interrupted{counted}: no answer yet; {rest}"
+        return f"interrupted{counted}", remedy
     if status == "running":
         return (
             f"the run did not finish{counted} (run.json still says running: it was killed, or "
-            f"is still going): no answer yet; {rest}"
+            "is still going)",
+            remedy,
         )
     error = (run or {}).get("error")
-    why = f" ({error})" if error else ""
-    return f"the run ended {status}{counted}{why}: no answer; {rest}"
+    return f"the run ended {status}{counted if left else ''}{f': {error}' if error else ''}", remedy
 
 
 def _counts(run: Mapping[str, Any], what: str) -> tuple[int | None, int | None]:

@@ -323,22 +323,29 @@ def run_findings(
         )
     undervolt = _axis(run) == "undervolt"
     what = "caps" if _axis(run) in (None, "power") else "points"
-    why = claims.status_reason(run, source, what)
-    if why is not None:
-        if undervolt:  # each step depends on the one before it: nothing to resume
-            why = why.split("; `powersweep --resume", 1)[0]
+    claim = claims.status_claim(run, source, what)
+    if claim is not None:
+        why, remedy = claim
         out.append(
             finding(
                 "warning",
                 f"run_{run.get('status')}",
-                why,
+                _no_answer(why, str(run.get("status"))) + ("" if undervolt else f"; {remedy}"),
+                # each step depends on the one before it: nothing to resume
                 "start the search again (each step depends on the one before it)"
                 if undervolt
-                else f"`powersweep --resume {source}` measures the rest (it does not repeat "
-                "finished ones); nothing the run measured is applied until it completes",
+                else f"{remedy} (finished {what} are not measured again); nothing the run "
+                "measured is applied until it answers",
             )
         )
     return out
+
+
+def _no_answer(why: str, status: str) -> str:
+    """``interrupted after 9 of 21 caps: no answer yet`` (unless the reason says it already)."""
+    if "answer" in why:
+        return why
+    return f"{why}: no answer" + (" yet" if status in ("interrupted", "running") else "")
 
 
 def _axis(run: Mapping[str, Any]) -> str | None:

@@ -177,11 +177,17 @@ def test_run_findings_name_faults_budget_and_status() -> None:
         "285 W (edge), ? W (?)"
     )
     assert found["run_partial"][0].message == (
-        "the run ended partial (interrupted): no answer; `powersweep --resume RUN` measures the "
-        "rest"
+        "the run ended partial: interrupted: no answer; `powersweep --resume RUN` measures the rest"
     )
     assert run_findings({"status": "failed"}, source="runs/a")[0].message == (
         "the run ended failed: no answer; `powersweep --resume runs/a` measures the rest"
+    )
+    # every planned cap measured, too few ok: resuming measures nothing more
+    done = {"status": "partial", "error": "only 1 cap measured (an answer needs 3): too few to "
+            "answer", "caps_done": [390.0], "caps_planned": [390.0]}  # fmt: skip
+    assert run_findings(done, source="r")[0].message == (
+        "the run ended partial: only 1 cap measured (an answer needs 3): too few to answer; "
+        "measure at least 3 caps that finish ok (`--caps`, or the whole envelope)"
     )
     counted = {"status": "interrupted", "caps_done": [1, 2], "caps_planned": [1, 2, 3]}
     assert run_findings(counted, source="r")[0].message == (

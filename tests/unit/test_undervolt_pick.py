@@ -171,9 +171,7 @@ def test_an_undervolt_search_that_did_not_finish_is_started_again_not_applied(
     run = _run_dir(tmp_path, _analysis(), status="interrupted")
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
-    assert str(info.value) == (
-        f"{run} has no answer to apply: interrupted: no answer yet; start the search again"
-    )
+    assert str(info.value) == (f"{run} has no answer to apply: interrupted; start the search again")
 
 
 def test_the_lock_and_cap_come_from_run_json_when_the_point_lacks_them(tmp_path: Path) -> None:

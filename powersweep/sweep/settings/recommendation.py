@@ -165,9 +165,10 @@ def _refuse_without_answer(run: dict[str, Any], analysis: dict[str, Any], run_di
     """
     undervolt = is_undervolt_run(run, analysis, run_dir)
     what = "caps" if analysis.get("kind") != "clocks" and not undervolt else "points"
-    why = claims.status_reason(run, str(run_dir), what)
-    if why is not None and undervolt:
-        why = why.split("; `powersweep --resume", 1)[0] + "; start the search again"
+    claim = claims.status_claim(run, str(run_dir), what)
+    why = None if claim is None else "; ".join(claim)
+    if claim is not None and undervolt:
+        why = f"{claim[0]}; start the search again"
     if why is None:
         answer = analysis.get("answer")
         if isinstance(answer, dict) and answer.get("kind") == claims.NONE:
