@@ -282,10 +282,7 @@ class Sweep:
                     with contextlib.suppress(Exception):
                         self._on_restored(restored)
                 if status == "complete":
-                    status, error = judge(
-                        self.measurer.ledger.status.values(),
-                        curve=self.plan.undervolt is None and not self.plan.safety.observe_only,
-                    )
+                    status, error = judge(self.measurer.ledger.status.values())
                 self.meta.update(
                     status=status,
                     error=error,

@@ -24,15 +24,15 @@ MIN_OK_CAPS = 3
 _EXAMPLES_KEPT = 3
 
 
-def judge(statuses: Iterable[str], *, curve: bool = True) -> tuple[str, str | None]:
-    """``complete`` when enough caps succeeded to answer, else ``partial`` or ``failed``.
+def judge(statuses: Iterable[str]) -> tuple[str, str | None]:
+    """``complete`` when the run measured what it was asked, else ``partial`` or ``failed``.
 
-    Enough: at least :data:`MIN_OK_CAPS` on a curve (a best point needs a measured one on each
-    side: fewer planned cannot answer either), every measurable step of a search that is no
-    curve (``curve`` False: an undervolt search, or an observe-only reading) when fewer were
-    planned; and no fewer than the caps that failed or stayed suspect. Rejected caps (the card
-    refused them) do not count either way, nor do an undervolt search's unstable steps: finding
-    the first one is what the search is for.
+    Enough: at least :data:`MIN_OK_CAPS` (every measurable cap when fewer were planned: a run
+    asked for one or two caps completes, and its analysis says that so few give no answer,
+    :mod:`powersweep.analysis.claims`), and no
+    fewer than the caps that failed or stayed suspect. Rejected caps (the card refused them) do
+    not count either way, nor do an undervolt search's unstable steps: finding the first one is
+    what the search is for.
 
     Returns:
         The status and, when not complete, a one-line reason.
@@ -46,12 +46,12 @@ def judge(statuses: Iterable[str], *, curve: bool = True) -> tuple[str, str | No
         if not statuses:
             return "failed", "no cap was measured"
         return "failed", f"no cap was measured successfully ({what or 'all rejected'})"
-    needed = MIN_OK_CAPS if curve else min(MIN_OK_CAPS, len(measurable))
+    needed = min(MIN_OK_CAPS, len(measurable))
     if ok < needed or ok < len(measurable) - ok:
-        counted = f"only {ok} of {len(measurable)} caps were measured successfully"
-        if not what and ok < needed:
-            counted = f"only {ok} cap{'s' * (ok != 1)} measured (an answer needs {needed})"
-        return "partial", f"{counted}{f' ({what})' if what else ''}: too few to answer"
+        return "partial", (
+            f"only {ok} of {len(measurable)} caps were measured successfully ({what}): "
+            "too few to answer"
+        )
     return "complete", None
 
 

@@ -430,7 +430,7 @@ def test_journal_keeps_pid_start_and_outcome(tmp_path: Path) -> None:
         (["ok"] * 10, "complete"),
         (["ok"] * 9 + ["failed"], "complete"),
         (["ok", "ok", "ok", "rejected", "rejected"], "complete"),
-        (["ok"], "partial"),  # one cap cannot place a best one (observe-only: no curve)
+        (["ok"], "complete"),  # observe-only: one cap planned
         (["ok", "ok", "suspect"], "partial"),
         (["ok", "ok", "failed", "failed", "suspect"], "partial"),
         (["failed", "failed"], "failed"),
