@@ -152,12 +152,13 @@ def analyze(
     default_w = as_float(run.get("default_limit_w"))
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
     all_caps = [float(c) for c in caps["cap_w"].to_list()]
-    scatter = noise.curve_noise(caps, metric)
     regions = structure.find_regions(
         points, all_caps, slowdown_temp_c=slowdown, step_w=_planned_step_w(curve.run)
     )
+    regimes = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     groups = region_groups([p.cap_w for p in points], regions)
     sweet = _sweet_spot(points, default_w)
+    scatter = _scatter(caps, metric, regimes, sweet["cap_w"])
     near = _near_peak(points, groups, max_tps_loss_pct, default_w)
     _attach_noise(sweet, near, curve, points, groups, max_tps_loss_pct, bootstrap, seed, scatter)
     binds = binding.caps_bind(points, scatter)
@@ -178,7 +179,7 @@ def analyze(
     tariff = serving.run_tariff(curve.run, tariff_per_kwh)
     _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
     result["plateaus"] = [_region_dict(r) for r in regions]
-    result["regimes"] = structure.regimes(points, regions, slowdown_temp_c=slowdown)
+    result["regimes"] = regimes
     regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
     for row in rows:
         row["regime"] = regime_of.get(row["cap_w"])
@@ -194,6 +195,19 @@ def analyze(
     # what withholds the answer (or the caps that never bind) is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
     return sanitize(result)
+
+
+def _scatter(
+    caps: pl.DataFrame, metric: str, regimes: Sequence[dict[str, Any]], best_cap_w: float
+) -> CurveNoise:
+    """The reading noise of a bare curve where its best cap is: among the caps the cap binds
+    (whose speed the clock it allows sets), or among those it does not (whose speed the server
+    and the workload set, and may wander more): a single-stream decode's scatter above a card's
+    draw ceiling is no noise of the clock-limited readings under the cap."""
+    binding = {r["cap_w"] for r in regimes if r["regime"] == cap_points.POWER_LIMITED}
+    alike = (lambda c: c in binding) if best_cap_w in binding else (lambda c: c not in binding)
+    keep = [c for c in {r["cap_w"] for r in regimes} if alike(c)]
+    return noise.curve_noise(caps.filter(pl.col("cap_w").is_in(keep)), metric)
 
 
 def _attach_noise(

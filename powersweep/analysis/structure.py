@@ -209,7 +209,7 @@ def _flat_top(members: Sequence[CapPoint], noise: Noise) -> list[CapPoint]:
     and a cap that does not bind cannot change TPS."""
     members = list(members)
     while len(members) >= MIN_REGION_CAPS:
-        sigma = _sigmas(members, noise)
+        sigma = tps_sigmas(members, noise)
         rest = np.log([p.tps for p in members[1:]])
         below = (float(rest.mean()) - math.log(members[0].tps)) / (
             sigma[0] * math.sqrt(1.0 + 1.0 / len(rest))
@@ -220,7 +220,7 @@ def _flat_top(members: Sequence[CapPoint], noise: Noise) -> list[CapPoint]:
     return members
 
 
-def _sigmas(points: Sequence[CapPoint], noise: Noise) -> list[float]:
+def tps_sigmas(points: Sequence[CapPoint], noise: Noise) -> list[float]:
     """Each point's TPS noise: its own, the curve's (what its TPS falls show: a curvature is no
     noise, so not the second differences' ``noise.tps_rel`` here), never under the floor."""
     line = Line(tuple(p.cap_w for p in points), tuple((p.tps,) for p in points), ())
@@ -229,13 +229,17 @@ def _sigmas(points: Sequence[CapPoint], noise: Noise) -> list[float]:
     return [max(FLOOR_SIGMA_REL, curve, s) for s in own]
 
 
-def _follows_cap(points: Sequence[CapPoint], k: int, noise: Noise) -> bool:
-    """Cap ``k``'s TPS rises beyond noise from the cap below, into the cap above or across the
-    two while the draw rises no faster than the caps: the cap binds a bursty load whose averaged
-    draw sits under it (a draw that jumps by more than the cap's step is a boost state escaping
-    instead)."""
-    sigma = _sigmas(points, noise)
-    for a, b in ((k - 1, k), (k, k + 1), (k - 1, k + 1)):
+def follows_cap(
+    points: Sequence[CapPoint], k: int, noise: Noise, *, upward_only: bool = False
+) -> bool:
+    """Cap ``k`` (its draw under it) binds a bursty load: TPS rises beyond noise from the cap
+    below, into the cap above or across the two, while the draw rises no faster than the caps.
+    A cap that does not bind cannot change TPS; a draw jumping past the cap's step is a boost
+    state escaping instead. ``upward_only``: only into the cap above (the adaptive planner's
+    sparse caps: a rise from a binding cap far below says nothing of this one)."""
+    sigma = tps_sigmas(points, noise)
+    pairs = ((k, k + 1),) if upward_only else ((k - 1, k), (k, k + 1), (k - 1, k + 1))
+    for a, b in pairs:
         if a < 0 or b >= len(points):
             continue
         pa, pb = points[a], points[b]
@@ -275,7 +279,7 @@ def regimes(
             regime = THERMAL_LIMITED
         elif p.cap_w in by_cap:
             regime = by_cap[p.cap_w]
-        elif power_limited(p, margin) or _follows_cap(points, k, noise):
+        elif power_limited(p, margin) or follows_cap(points, k, noise):
             regime = POWER_LIMITED
         else:
             regime = _unheld_regime(points, k)
@@ -374,7 +378,7 @@ def _joins(
     # TPS only jitters on a flat region, within its noise: a cap that does not bind cannot
     # change TPS (a run of caps whose TPS moves 8-10% a step is no plateau, whatever the draw).
     tps_level = statistics.median(p.tps for p in recent)
-    tps_tol = FLAT_SIGMAS * math.sqrt(2.0) * max(_sigmas([*recent, new], noise))
+    tps_tol = FLAT_SIGMAS * math.sqrt(2.0) * max(tps_sigmas([*recent, new], noise))
     if tps_level > 0 and abs(new.tps - tps_level) / tps_level > tps_tol:
         return False
     if len(grown) >= 3:
