@@ -22,6 +22,9 @@ from powersweep.analysis.precision import DEFAULT_TAU_S
 # counter, or a draw that moves faster than the ticks see (spiky load, or a card whose instant
 # reading samples only part of each 100 ms), where the draw median used for TPS/W is off too.
 ENERGY_MISMATCH_FRAC = 0.03
+# Gaps that agree within this at every point (three or more) are one sensor's gain, not a
+# draw the samples miss (that moves with the load from point to point).
+SAME_GAIN_SPREAD = 0.01
 # The slowest update period of an energy counter (NVIDIA: 10-100 ms by card and driver). Each end
 # of a window's counter delta lags its tick by up to one period, so a window of W seconds may
 # differ by this over W without anything being wrong: allowed on top of the 3%.
@@ -86,6 +89,7 @@ def energy_findings(
         rows: The ok rows of caps.csv.
         label: Names a row's point (``290 W``, ``SM 1410 MHz``).
     """
+    rows = list(rows)
     bad = []
     for row in rows:
         gap = energy_gap(row)
@@ -100,11 +104,28 @@ def energy_findings(
             f"the energy counter and the sampled draw disagree by more than "
             f"{ENERGY_MISMATCH_FRAC * 100:g}% (or the sampled draw's own precision) at "
             f"{', '.join(bad)}",
-            "a counter that runs fast or slow against the draw is a sensor to distrust; a draw "
-            "that moves faster than the samples (spiky load) misses in the draw median too: "
-            "sample faster (--sample-interval) and compare",
+            _energy_advice(rows),
         )
     ]
+
+
+def _energy_advice(rows: Iterable[Mapping[str, Any]]) -> str:
+    """What to do: a counter off by one gain at every point is a sensor, which no sampling
+    changes; gaps that differ between points are a draw faster than the samples see."""
+    gaps = [g for g in (energy_gap(r) for r in rows) if math.isfinite(g)]
+    if len(gaps) >= 3 and max(gaps) - min(gaps) <= SAME_GAIN_SPREAD:
+        mean = sum(gaps) / len(gaps)
+        return (
+            f"the counter reads {abs(mean) * 100:.1f}% {'more' if mean > 0 else 'less'} than "
+            "the sampled draw at every point alike: one of the two sensors is off by a gain "
+            "that no sampling changes (J/token, the counter's, and TPS/W, the draw's, differ by "
+            "it); check the card's power reading against a meter at the wall or the PSU"
+        )
+    return (
+        "the gap differs from point to point: a draw that moves faster than the samples (a "
+        "spiky load) misses in the draw median too: sample faster (--sample-interval 0.1) and "
+        "compare"
+    )
 
 
 def drift_bias(row: Mapping[str, Any]) -> float:

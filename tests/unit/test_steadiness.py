@@ -138,3 +138,14 @@ def test_the_energy_tolerance_counts_the_sampled_draws_own_precision() -> None:
     steady = {**bursty, "power_u95_pct": 0.3}
     (found,) = energy_findings([steady], lambda r: "300 W")
     assert "300 W (+9.0%)" in found.message
+
+
+def test_one_gain_at_every_point_is_a_sensor_and_scattered_gaps_a_draw_the_samples_miss() -> None:
+    gain = [_row(c, 1050.0, 1000.0) for c in (250, 290, 330)]
+    (found,) = energy_findings(gain, _label)
+    # sampling faster cannot change a gain: the advice names the check that can
+    assert "reads 5.0% more than the sampled draw at every point alike" in found.hint
+    assert "--sample-interval" not in found.hint
+    scattered = [_row(250, 1050.0, 1000.0), _row(290, 1001.0, 1000.0), _row(330, 960.0, 1000.0)]
+    (found,) = energy_findings(scattered, _label)
+    assert "sample faster (--sample-interval 0.1)" in found.hint
