@@ -288,6 +288,10 @@ class PointMeasurer:
         # the settled draw: the highest tick since the set (decode-single's gaps between
         # requests dip; the operating point is the loaded draw)
         draw_w = self.sampler.peak_power_w(set_at_s, now)
+        if not math.isfinite(draw_w):
+            # settled before its first tick: the draw is read at the next one
+            await self.clock.asleep(measure.sample_interval_s)
+            draw_w = self.sampler.peak_power_w(set_at_s, self.clock.now())
         slope = self.ledger.local_slope(point) if point is not None else math.nan
         # a degree priced the dearer way, the cap binding or not: a draw a hair under its cap
         # may read as binding in the point's row, and a wait that priced it the cheaper way
