@@ -40,6 +40,7 @@ class LockPoint(JsonRecord):
     sm_clock_mhz: Num = None
     mem_clock_mhz: Num = None
     j_per_token: Num = None
+    j_per_token_u95_pct: Num = None
     j_per_token_sampled: Num = None
     kwh_per_mtok: Num = None
     energy_tokens: Num = None

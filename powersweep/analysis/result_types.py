@@ -128,6 +128,7 @@ class CapRow(JsonRecord):
     n_gpus: Num = None  # the table's column: a float, as analysis.json writes it
     n_measurements: int | None = None
     j_per_token: Num = None
+    j_per_token_u95_pct: Num = None
     j_per_token_sampled: Num = None
     kwh_per_mtok: Num = None
     energy_tokens: Num = None
@@ -250,6 +251,7 @@ class EnergyFigures(JsonRecord):
     """Energy and cost per token at one point."""
 
     j_per_token: Num = None
+    j_per_token_u95_pct: OptNum = UNSET
     kwh_per_mtok: Num = None
     cost_per_mtok: Num = None
     tps: Num = None

@@ -43,15 +43,20 @@ class PointLedger:
     figures: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
 
     def local_slope(self, point: SweepPoint) -> float:
-        """d ln(TPS) / dP between the two points measured ok nearest to ``point`` on its axis
-        (NaN: fewer than two, or draws too close to tell)."""
+        """d ln(TPS) / dP between the point measured ok nearest to ``point`` on its axis and the
+        next nearest whose draw tells a slope (a plateau's points draw alike: the first one off
+        it does); NaN: fewer than two, or no draws far enough apart."""
         if not math.isfinite(point.position):
             return math.nan
         near = sorted(self.figures, key=lambda k: abs(self.points[k].position - point.position))
         if len(near) < 2:
             return math.nan
-        (tps_a, power_a), neighbour = self.figures[near[0]], self.figures[near[1]]
-        return curve_slope(tps_a, power_a, neighbour)
+        tps_a, power_a = self.figures[near[0]]
+        for other in near[1:]:
+            slope = curve_slope(tps_a, power_a, self.figures[other])
+            if math.isfinite(slope):
+                return slope
+        return math.nan
 
     def nearest_figures(self, point: SweepPoint) -> tuple[float, float] | None:
         """``(TPS, combined W)`` of the other point measured ok nearest to ``point`` on its
