@@ -47,6 +47,9 @@ def status_claim(
     left = done is None or planned is None or done < planned
     if left:
         remedy = f"`powersweep --resume {source}` measures the rest"
+    elif status == "failed":
+        # every planned point was tried (a failed one counts as done): resuming measures none
+        remedy = f"sweep again once the cause is fixed (`--resume` would measure no {what})"
     else:
         remedy = f"measure at least {MIN_ANSWER_POINTS} {what} that finish ok" + (
             " (`--caps`, or the whole envelope)" if what == "caps" else ""

@@ -42,6 +42,12 @@ STILL_HEATING_BIAS_REL = 0.01
 # rate is known (by its neighbours' slope), and whole-degree readings scatter a slope by about
 # 0.5 °C/min: a point the wait let through reads under the finding's bound.
 WAIT_SHARE_OF_FINDING = 0.6
+# A point's drift can change the answer only where its TPS/W lies this close to the best's:
+# twice the bias the finding names (the point's and the best's, of opposite signs) and a 10 W
+# step's worth of TPS/W near a sweet spot (about 1%). A point further under the best keeps its
+# bias inside its stated precision, where it changes no pick: the sweep does not wait for it,
+# and the finding does not name it.
+CONTENDS_MARGIN_REL = 3.0 * STILL_HEATING_BIAS_REL
 # Runs older than ``drift_bias_pct`` are judged by the slope alone: at 6 °C/min a card with a
 # thermal time constant up to 100 s still has up to 10 °C to go (a 2% bias under a binding cap).
 DRIFT_C_PER_MIN = 6.0
@@ -144,6 +150,15 @@ def still_heating(row: Mapping[str, Any]) -> bool:
     return math.isfinite(drift) and abs(drift) > DRIFT_C_PER_MIN
 
 
+def contends(tps_per_w: float, best_tps_per_w: float, bias_rel: float = 0.0) -> bool:
+    """A point's TPS/W is close enough to the best's for its drift to change the answer
+    (:data:`CONTENDS_MARGIN_REL`, plus the point's own bias); unknown figures contend."""
+    if not (math.isfinite(tps_per_w) and math.isfinite(best_tps_per_w) and best_tps_per_w > 0):
+        return True
+    bias = bias_rel if math.isfinite(bias_rel) else 0.0
+    return tps_per_w >= best_tps_per_w * (1.0 - CONTENDS_MARGIN_REL - bias)
+
+
 def needed_wait_s(row: Mapping[str, Any]) -> float:
     """Run seconds the point would have needed to wait for its drift's bias to fall to the
     sweep's goal (:data:`WAIT_SHARE_OF_FINDING` of :data:`STILL_HEATING_BIAS_REL`): what it
@@ -171,11 +186,14 @@ def thermal_findings(
         rows: The ok rows of caps.csv.
         label: Names a row's point.
     """
+    rows = list(rows)
+    tpw = [_number(r.get("tps_per_w")) for r in rows]
+    best = max((v for v in tpw if math.isfinite(v)), default=math.nan)
     heating: list[str] = []
     cooling: list[str] = []
     flagged: list[dict[str, Any]] = []
-    for row in rows:
-        if not still_heating(row):
+    for row, value in zip(rows, tpw, strict=True):
+        if not still_heating(row) or not contends(value, best, abs(drift_bias(row))):
             continue
         flagged.append(row)
         drift = _number(row.get("temp_drift_c_per_min"))
@@ -198,7 +216,8 @@ def thermal_findings(
             "still_heating",
             f"the card's temperature still moved while these points were measured: "
             f"{'; '.join(parts)}: the temperature still to come moves their TPS/W by more "
-            f"than {100.0 * STILL_HEATING_BIAS_REL:g}% (inside each point's stated ±)",
+            f"than {100.0 * STILL_HEATING_BIAS_REL:g}% (inside each point's stated ±), close "
+            "enough to the best to change the answer",
             _wait_advice(flagged),
         )
     ]

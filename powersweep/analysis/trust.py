@@ -334,8 +334,7 @@ def run_findings(
                 # each step depends on the one before it: nothing to resume
                 "start the search again (each step depends on the one before it)"
                 if undervolt
-                else f"{remedy} (finished {what} are not measured again); nothing the run "
-                "measured is applied until it answers",
+                else f"{remedy}; nothing the run measured is applied until it answers",
             )
         )
     return out

@@ -108,20 +108,22 @@ def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _sweep(tmp_path_factory.mktemp("readme"), *README)
 
 
-def test_still_heating_waits_as_its_advice_says_and_shrinks(
-    readme_run: Path, tmp_path: Path
-) -> None:
-    found = _findings(readme_run)["still_heating"]
+def test_still_heating_waits_as_its_advice_says_and_shrinks(tmp_path: Path) -> None:
+    # four caps around the sweet spot: the first is measured while the card still heats from
+    # its warm-up, close enough to the best for its bias to change the answer
+    near_best = (*README, "--caps", "300,290,280,270")
+    first = _sweep(tmp_path / "a", *near_best)
+    found = _findings(first)["still_heating"]
     named = _named_points(found["message"])
     assert named
     (seconds,) = re.findall(r"--thermal-wait-seconds (\d+)", found["hint"])
-    again = _sweep(tmp_path, *README, "--thermal-wait-seconds", seconds)
+    again = _sweep(tmp_path / "b", *near_best, "--thermal-wait-seconds", seconds)
     after = _findings(again).get("still_heating")
     still = _named_points(after["message"]) if after else set()
     assert len(still) < len(named), (named, still)
     # the points it named waited longer (as their neighbours did: a point after a longer wait
     # may need less), each within the bound the advice gave
-    before_rows, after_rows = _rows(readme_run), _rows(again)
+    before_rows, after_rows = _rows(first), _rows(again)
 
     def waited(rows: dict[str, dict[str, str]]) -> float:
         return sum(float(rows[p]["thermal_wait_s"]) for p in named)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.steadiness import contends
 from powersweep.sweep.loads.base import History, LoadRun
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.sampling.consistency import prefill_by_rank, prefill_s_per_token, tps_ratio
@@ -66,6 +67,16 @@ class PointLedger:
             return None
         near = min(others, key=lambda k: abs(self.points[k].position - point.position))
         return self.figures[near]
+
+    def contends(self, point: SweepPoint) -> bool:
+        """``point`` may still be the best: the point measured ok nearest to it reads within
+        :data:`~powersweep.analysis.steadiness.CONTENDS_MARGIN_REL` of the best so far (or
+        fewer than two are measured). Its drift's bias matters only then."""
+        near = self.nearest_figures(point)
+        best = self.best_other(point)
+        if near is None or best is None or near[1] <= 0:
+            return True
+        return contends(near[0] / near[1], best.tps_per_w)
 
     def best_other(self, point: SweepPoint) -> Reading | None:
         """The reading with the highest TPS/W of the points measured ok but ``point``."""

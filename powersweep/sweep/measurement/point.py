@@ -284,6 +284,10 @@ class PointMeasurer:
         between the points measured nearest to it (0.5% per degree before two are)."""
         measure = self.protocol.measure
         bound = measure.thermal_wait_s
+        if point is not None and not self.ledger.contends(point):
+            # a step further under the best than its drift could close: the bias stays inside
+            # its stated precision and changes no pick (the still_heating finding agrees)
+            bound = 0.0
         now = self.clock.now()
         # the settled draw: the highest tick since the set (decode-single's gaps between
         # requests dip; the operating point is the loaded draw)
