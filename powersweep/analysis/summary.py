@@ -14,7 +14,7 @@ from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
 from powersweep.analysis.result_files import write_analysis
-from powersweep.analysis.result_types import CapsBind, Pick, PowerAnalysis, known
+from powersweep.analysis.result_types import CapRow, CapsBind, Pick, PowerAnalysis, known
 
 # GitHub refuses comments longer than this; stay well under it.
 GITHUB_COMMENT_LIMIT = 65_536
@@ -293,6 +293,15 @@ def _starred_cap(analysis: PowerAnalysis) -> float | None:
     return sweet.cap_w if answer is None or answer.given else None
 
 
+def _j_per_token(row: CapRow) -> str:
+    """J/token with its own 95% precision where the run states one (``9.506 ±0.4%``)."""
+    text = _fmt(row.j_per_token, 3)
+    u95 = row.j_per_token_u95_pct
+    if row.j_per_token is None or u95 is None or not math.isfinite(u95):
+        return text
+    return f"{text} ±{u95:.1f}%"
+
+
 def _table(analysis: PowerAnalysis) -> str:
     n_gpus = int(analysis.run.n_gpus or 1)
     label = _METRIC_LABEL.get(analysis.metric, "TPS")
@@ -339,7 +348,7 @@ def _table(analysis: PowerAnalysis) -> str:
             if u95:
                 u = u95.get(str(cap))
                 cells.append(f"{u:.2f}%" if isinstance(u, int | float) else "—")
-            cells.append(_fmt(row.j_per_token, 3))
+            cells.append(_j_per_token(row))
             cells += [_fmt(row.itl_p95_ms, 1)] * itl
             cells += [_fmt(known(row.cost_per_mtok), 3)] * cost
             cells += [
