@@ -102,6 +102,7 @@ CAPS_COLUMNS = (
     "energy_sampled_j",
     "tps_per_w",
     "j_per_token",
+    "j_per_token_u95_pct",
     "j_per_token_sampled",
     "kwh_per_mtok",
     "energy_tokens",

@@ -34,7 +34,8 @@ the real analysis (``powersweep.analysis.analyze``) from a caps.csv, as ``powers
 would.
 
 Usage: ``python scripts/bench_strategies.py [--model [--seeds N]] [--profiles a,b] [--modes m,n]
-[--replay PATH.csv ...] [--verbose]``. Exit code 0.
+[--replay PATH.csv ...] [--verbose]``; the replayed curves default to the published ones of ten
+caps or more (tests/data/published). Exit code 0.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import math
 import random
 import sys
 import tempfile
+import tomllib
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -70,7 +72,26 @@ from powersweep.sweep.planning.strategy import AdaptivePlanner, CapMeasurement, 
 from powersweep.sweep.sampling.settle import wait_settled
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_REPLAYS = (REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv",)
+PUBLISHED = REPO / "tests" / "data" / "published"
+# A grid this coarse is swept nearly whole by the adaptive planner (MIN_ADAPTIVE_CAPS): nothing
+# to compare.
+MIN_REPLAY_CAPS = 10
+
+
+def published_replays() -> list[Path]:
+    """The published power curves with a draw (tests/data/published) of ten caps or more: the
+    outside truth the planner is replayed on."""
+    manifest = tomllib.loads((PUBLISHED / "corpus.toml").read_text())["curve"]
+    out = []
+    for c in manifest:
+        path = PUBLISHED / c["file"]
+        if c["axis"] != "power" or c["draw"] not in ("measured", "derived"):
+            continue
+        if len(path.read_text().splitlines()) - 1 >= MIN_REPLAY_CAPS:
+            out.append(path)
+    return out
+
+
 MODES: tuple[tuple[str, dict[str, int]], ...] = (
     ("decode-single", {}),
     ("decode-concurrent", {"concurrency": 8}),
@@ -259,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
-    replays = args.replay or [p for p in DEFAULT_REPLAYS if p.is_file()]
+    replays = args.replay or published_replays()
     profiles = args.profiles.split(",") if args.profiles else profile_names()
     modes = args.modes.split(",") if args.modes else [m for m, _ in MODES]
     if not args.model:

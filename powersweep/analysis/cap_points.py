@@ -66,6 +66,8 @@ class CapPoint:
         temp_max_c: Hottest reading (NaN if unknown).
         thermal_throttle_pct: Share of samples thermally throttled (NaN if unknown).
         pwr_throttle_pct: Share of samples power throttled (NaN if unknown).
+        tps_sigma_rel: The point's own TPS noise, 1 sigma relative (NaN if unknown: a bare
+            curve states none).
     """
 
     cap_w: float
@@ -78,6 +80,7 @@ class CapPoint:
     temp_max_c: float = NAN
     thermal_throttle_pct: float = NAN
     pwr_throttle_pct: float = NAN
+    tps_sigma_rel: float = NAN
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import noise, serving, steadiness
+from powersweep.analysis import claims, noise, serving, steadiness
 from powersweep.analysis.clock_curve import (
     LOCK_KEYS,
     NO_BIND_FRACTION,
@@ -32,6 +32,7 @@ from powersweep.analysis.clock_curve import (
 )
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
+from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.trust import ignored_rows, run_findings
 
@@ -81,6 +82,7 @@ def analyze_clocks(
         "run": run,
         "points": [p.as_dict() for p in points],
         "rows": _rows(curve.caps, curve.metric),
+        "answer": None,
         "peak": None,
         "sweet_spot": None,
         "near_peak": None,
@@ -95,7 +97,8 @@ def analyze_clocks(
         "findings": [],
     }
     findings: list[Finding] = result["findings"]
-    findings += ignored_rows(curve) + run_findings(curve.run, curve.requests)
+    status_why = claims.status_reason(curve.run, str(curve.source), "points")
+    findings += ignored_rows(curve) + run_findings(curve.run, curve.requests, str(curve.source))
     findings += _status_findings(curve.caps)
     ok_rows = curve.caps
     if "status" in ok_rows.columns:
@@ -105,6 +108,7 @@ def analyze_clocks(
         findings.append(
             finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
         )
+        result["answer"] = claims.answer_of(status_why=status_why, usable=0, what="points")
         return sanitize(result)
     peak = max(points, key=lambda p: p.tps_per_w)
     fastest = max(points, key=lambda p: p.tps)
@@ -116,6 +120,13 @@ def analyze_clocks(
         **_peak_noise(curve, points, peak, bootstrap, seed),
     }
     result["sweet_spot"] = result["peak"]
+    answer = claims.answer_of(
+        status_why=status_why,
+        usable=len(points),
+        boundary_why=_boundary(points, peak),
+        what="points",
+    )
+    result["answer"] = answer
     result["fastest"] = fastest.as_dict()
     result["near_peak"] = {
         **near.as_dict(),
@@ -135,21 +146,63 @@ def analyze_clocks(
         {"sm_lock_mhz": sat, "mem_lock_mhz": fastest_tier["mem_lock_mhz"]} if sat else None
     )
     dicts = result["points"]
-    serving.attach(
-        result,
-        dicts,
-        dicts[points.index(peak)],
-        dicts[points.index(fastest)],
-        tariff=serving.run_tariff(curve.run, tariff_per_kwh),
-        max_ttft_ms=max_ttft_ms,
-        max_itl_ms=max_itl_ms,
-        name=point_label,
-        reading=_own_reading(curve, points, dicts),
-    )
+    if claims.given(answer):  # nothing is chosen without an answer, so nothing is saved
+        serving.attach(
+            result,
+            dicts,
+            dicts[points.index(peak)],
+            dicts[points.index(fastest)],
+            tariff=serving.run_tariff(curve.run, tariff_per_kwh),
+            max_ttft_ms=max_ttft_ms,
+            max_itl_ms=max_itl_ms,
+            name=point_label,
+            reading=_own_reading(curve, points, dicts),
+        )
     binds = _power_binds(points, curve.caps, curve.run)
     result["power_cap_binds"] = binds
-    findings += _findings(result, peak, fastest, binds, run)
+    if answer["kind"] == claims.NONE:
+        findings.insert(0, _no_answer(answer, peak))
+    else:
+        findings += _findings(result, peak, fastest, binds, run)
+    # what withholds the answer is said first
+    findings.sort(key=lambda f: f.code not in FIRST_CODES)
     return sanitize(result)
+
+
+def _boundary(points: Sequence[ClockPoint], peak: ClockPoint) -> str | None:
+    """Why the peak is a boundary: the lowest or highest SM lock measured on its memory tier
+    (a memory tier is one of the card's few, so the lowest one is no boundary to extend)."""
+    tier = [
+        p.sm_lock_mhz
+        for p in points
+        if math.isfinite(p.sm_lock_mhz) and _same(p.mem_lock_mhz, peak.mem_lock_mhz)
+    ]
+    if len(set(tier)) < 2 or not math.isfinite(peak.sm_lock_mhz):
+        return None
+    if peak.sm_lock_mhz == min(tier):
+        return "the peak is the lowest SM lock measured: the optimum may lie lower"
+    if peak.sm_lock_mhz == max(tier):
+        return "the peak is the highest SM lock measured: the optimum may lie higher"
+    return None
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _no_answer(answer: Mapping[str, Any], peak: ClockPoint) -> Finding:
+    """The best point measured, named as such, with why it is no answer."""
+    code = "too_few_points" if str(answer["why"]).startswith("only ") else "best_measured"
+    return finding(
+        "warning",
+        code,
+        f"no answer: {answer['why']}; best of the points measured: "
+        f"{_label(peak.sm_lock_mhz, peak.mem_lock_mhz)}, {peak.tps_per_w:.4g} TPS/W "
+        f"({peak.tps:.1f} TPS at {peak.power_w:.0f} W), not an answer",
+        "measure at least three locks around it (--sm-clocks)"
+        if code == "too_few_points"
+        else None,
+    )
 
 
 def _own_reading(
@@ -185,17 +238,30 @@ def _peak_noise(
         close = [p for p in points if p is peak or _own_tied(own.get(_lock_key(p)), best)]
         return {"tied_points": [_locks(p) for p in close], "noise_source": noise.OWN}
     if curve.samples is None:
-        return only
+        return _curve_ties(curve, points, peak)
     draws = noise.resample_points(
         curve, LOCK_KEYS, [(_lock_key(p), p.tps, p.power_w) for p in points], n_boot, seed
     )
     if draws is None:
-        return only
+        return _curve_ties(curve, points, peak)
     tied, share, _ = noise.tied_with_best(draws, list(points).index(peak))
     return {
         "tied_points": [_locks(points[k]) for k in tied],
         "noise_source": noise.RESAMPLED,
         "best_share": [{**_locks(p), "share": float(share[k])} for k, p in enumerate(points)],
+    }
+
+
+def _curve_ties(curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint) -> dict[str, Any]:
+    """A bare clock curve's ties: the points within its own reading noise of the peak, that
+    noise measured along the peak's own locks where physics forbids any scatter
+    (:mod:`.curve_noise`)."""
+    scatter = noise.curve_noise(curve.caps, curve.metric, through=_locks(peak))
+    close = [p for p in points if p is peak or scatter.tied(p.tps_per_w, peak.tps_per_w)]
+    return {
+        "tied_points": [_locks(p) for p in close],
+        "noise_source": noise.TYPICAL if scatter.from_floor else noise.CURVE,
+        "best_share": None,
     }
 
 

@@ -12,6 +12,7 @@ from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.findings import Finding
 from powersweep.analysis.result_types import (
+    Answer,
     Energy,
     JsonRecord,
     LatencyTarget,
@@ -39,6 +40,7 @@ class LockPoint(JsonRecord):
     sm_clock_mhz: Num = None
     mem_clock_mhz: Num = None
     j_per_token: Num = None
+    j_per_token_u95_pct: Num = None
     j_per_token_sampled: Num = None
     kwh_per_mtok: Num = None
     energy_tokens: Num = None
@@ -135,6 +137,7 @@ class ClockAnalysis(JsonRecord):
     run: RunFacts = field(default_factory=RunFacts)
     points: list[LockPoint] = field(default_factory=list)
     rows: list[LockRow] = field(default_factory=list)
+    answer: Answer | UnsetType | None = UNSET
     peak: LockPoint | None = None
     sweet_spot: LockPoint | None = None
     near_peak: LockPoint | None = None

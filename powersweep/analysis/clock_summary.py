@@ -47,6 +47,10 @@ def render_clock_summary(curve: Curve, analysis: ClockAnalysis) -> str:
     gpu = escape_md(run.gpu_name or "unknown GPU")
     mode = escape_md(run.load_mode or "unknown load")
     lines = [f"## powersweep clock sweep: {gpu}, {mode} ({escape_md(analysis.axis)})", ""]
+    answer = known(analysis.answer)
+    if answer is not None and answer.kind != "answer":
+        what = "No answer" if answer.kind == "none" else "Boundary"
+        lines += [f"**{what}: {escape_md(answer.why)}.**", ""]
     binds = analysis.power_cap_binds
     if binds is not None:
         lines.append(f"Power limit in force: {_fmt(binds.limit_w, 0)} W.")
@@ -94,8 +98,12 @@ def _operating_points(analysis: ClockAnalysis, metric: str) -> list[str]:
         "",
         "| point | clocks | TPS/W | " + metric + " | W | J/token | ITL p95 (ms) |",
         "|---|---|---:|---:|---:|---:|---:|",
-        _row("efficiency peak", peak),
     ]
+    answer = known(analysis.answer)
+    if answer is not None and not answer.given:
+        lines.append(_row("best measured (not an answer)", peak))
+        return lines
+    lines.append(_row("efficiency peak", peak))
     if near is not None:
         loss = _fmt(known(near.max_tps_loss_pct), 0)
         lines.append(_row(f"near-peak (≤{loss}% TPS loss)", near))

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from powersweep.analysis.load import MAX_PLAUSIBLE_W, Curve
+from powersweep.analysis.load import Curve
+from powersweep.analysis.plausibility import MAX_PLAUSIBLE_W
 from powersweep.errors import UsageError
 
 _KEYS = ("default_limit_w", "min_limit_w", "max_limit_w")

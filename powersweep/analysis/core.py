@@ -4,7 +4,6 @@ analysis.json."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -14,8 +13,18 @@ import numpy as np
 import polars as pl
 
 from powersweep import __version__
-from powersweep.analysis import cap_points, noise, serving, steadiness, structure, trust
+from powersweep.analysis import (
+    binding,
+    cap_points,
+    claims,
+    noise,
+    serving,
+    steadiness,
+    structure,
+    trust,
+)
 from powersweep.analysis.cap_points import CapPoint, Region
+from powersweep.analysis.curve_noise import CurveNoise
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import judged_tps, near_peak_index, region_groups
@@ -27,11 +36,11 @@ from powersweep.analysis.objectives import (
 )
 from powersweep.analysis.pooling import cap_rows, curve_points, table_rows, usable
 from powersweep.analysis.power_findings import (
+    FIRST_CODES,
+    answer_findings,
     as_float,
-    boundary_findings,
-    caps_bind,
-    no_bind_finding,
-    recommendation_findings,
+    boundary_text,
+    no_bind_text,
     regime_findings,
     status_findings,
     structure_findings,
@@ -110,6 +119,7 @@ def analyze(
         "source": str(curve.source),
         "run": run,
         "caps": rows,
+        "answer": None,
         "sweet_spot": None,
         "near_peak": None,
         "recommendation": None,
@@ -134,6 +144,9 @@ def analyze(
                 "rerun the sweep; see the error column of caps.csv",
             )
         )
+        result["answer"] = claims.answer_of(
+            status_why=claims.status_reason(curve.run, str(curve.source)), usable=0
+        )
         return sanitize(result)
 
     default_w = as_float(run.get("default_limit_w"))
@@ -142,22 +155,76 @@ def analyze(
     regions = structure.find_regions(
         points, all_caps, slowdown_temp_c=slowdown, step_w=_planned_step_w(curve.run)
     )
+    regimes = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     groups = region_groups([p.cap_w for p in points], regions)
     sweet = _sweet_spot(points, default_w)
+    scatter = _scatter(caps, metric, regimes, sweet["cap_w"])
     near = _near_peak(points, groups, max_tps_loss_pct, default_w)
-    if bootstrap > 0:
-        keyed = [((p.cap_w,), p.tps / p.power_w) for p in points]
-        own = {
-            float(k[0]): r
-            for k, r in noise.own_readings(curve.caps, noise.CAP_KEYS, keyed).items()
-            if k[0] is not None
-        }
-        draws = None if len(own) >= 2 else noise.resample(curve, points, bootstrap, seed)
-        sweet.update(noise.sweet_spot_noise(points, sweet["cap_w"], draws, own))
-        near.update(
-            noise.near_peak_noise(points, groups, near["cap_w"], max_tps_loss_pct, draws, own)
+    _attach_noise(sweet, near, curve, points, groups, max_tps_loss_pct, bootstrap, seed, scatter)
+    binds = binding.caps_bind(points, scatter)
+    answer = claims.answer_of(
+        status_why=claims.status_reason(curve.run, str(curve.source)),
+        usable=len(points),
+        binds_why=None if binds["binds"] else no_bind_text(binds),
+        boundary_why=boundary_text(sweet, run),
+    )
+    result["answer"] = answer
+    result["sweet_spot"] = sweet
+    result["near_peak"] = near
+    if claims.given(answer):
+        result["recommendation"] = _recommend(
+            points, near["cap_w"], selector, default_w, run, n_gpus
         )
-    else:
+
+    tariff = serving.run_tariff(curve.run, tariff_per_kwh)
+    _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
+    result["plateaus"] = [_region_dict(r) for r in regions]
+    result["regimes"] = regimes
+    regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
+    for row in rows:
+        row["regime"] = regime_of.get(row["cap_w"])
+
+    _per_card_pct(result, run.get("default_limits_w"))
+    result["power_cap_binds"] = binds
+    sweet["caps_bind"] = binds["binds"]
+    findings += answer_findings(result, points, run, binding.tps_sigmas(points, scatter))
+    findings += structure_findings(points, regions, run, slowdown)
+    findings += regime_findings(points, result["regimes"], slowdown)
+    # issue 24: counter against sampled draw, and a card still heating while measured
+    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
+    # what withholds the answer (or the caps that never bind) is said first
+    findings.sort(key=lambda f: f.code not in FIRST_CODES)
+    return sanitize(result)
+
+
+def _scatter(
+    caps: pl.DataFrame, metric: str, regimes: Sequence[dict[str, Any]], best_cap_w: float
+) -> CurveNoise:
+    """The reading noise of a bare curve where its best cap is: among the caps the cap binds
+    (whose speed the clock it allows sets), or among those it does not (whose speed the server
+    and the workload set, and may wander more): a single-stream decode's scatter above a card's
+    draw ceiling is no noise of the clock-limited readings under the cap."""
+    binding = {r["cap_w"] for r in regimes if r["regime"] == cap_points.POWER_LIMITED}
+    alike = (lambda c: c in binding) if best_cap_w in binding else (lambda c: c not in binding)
+    keep = [c for c in {r["cap_w"] for r in regimes} if alike(c)]
+    return noise.curve_noise(caps.filter(pl.col("cap_w").is_in(keep)), metric)
+
+
+def _attach_noise(
+    sweet: dict[str, Any],
+    near: dict[str, Any],
+    curve: Curve,
+    points: Sequence[CapPoint],
+    groups: Sequence[tuple[int, int]],
+    max_tps_loss_pct: float,
+    bootstrap: int,
+    seed: int,
+    scatter: CurveNoise,
+) -> None:
+    """The caps tied with the sweet spot and the near-peak cap: each cap's own readings, a run
+    resampled (older runs), or the curve's own scatter (a bare curve); none with
+    ``bootstrap`` 0."""
+    if bootstrap <= 0:
         sweet.update(
             {
                 "tied_caps": None,
@@ -169,33 +236,18 @@ def analyze(
             }
         )
         near.update({"tied_caps": None, "interval_w": None, "noise_source": None})
-    result["sweet_spot"] = sweet
-    result["near_peak"] = near
-    result["recommendation"] = _recommend(points, near["cap_w"], selector, default_w, run, n_gpus)
-
-    tariff = serving.run_tariff(curve.run, tariff_per_kwh)
-    _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
-    result["plateaus"] = [_region_dict(r) for r in regions]
-    result["regimes"] = structure.regimes(points, regions, slowdown_temp_c=slowdown)
-    regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
-    for row in rows:
-        row["regime"] = regime_of.get(row["cap_w"])
-
-    _per_card_pct(result, run.get("default_limits_w"))
-    binds = caps_bind(points, caps)
-    result["power_cap_binds"] = binds
-    sweet["caps_bind"] = binds["binds"]
-    if binds["binds"]:
-        findings += boundary_findings(sweet, points, run)
-        findings += recommendation_findings(result)
-    else:
-        # said first: no cap is an efficiency win, and no lower cap is advised
-        findings.insert(0, no_bind_finding(binds))
-    findings += structure_findings(points, regions, run, slowdown)
-    findings += regime_findings(points, result["regimes"], slowdown)
-    # issue 24: counter against sampled draw, and a card still heating while measured
-    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
-    return sanitize(result)
+        return
+    keyed = [((p.cap_w,), p.tps / p.power_w) for p in points]
+    own = {
+        float(k[0]): r
+        for k, r in noise.own_readings(curve.caps, noise.CAP_KEYS, keyed).items()
+        if k[0] is not None
+    }
+    draws = None if len(own) >= 2 else noise.resample(curve, points, bootstrap, seed)
+    sweet.update(noise.sweet_spot_noise(points, sweet["cap_w"], draws, own, scatter))
+    near.update(
+        noise.near_peak_noise(points, groups, near["cap_w"], max_tps_loss_pct, draws, own, scatter)
+    )
 
 
 def _attach_serving(
@@ -215,10 +267,10 @@ def _attach_serving(
         if pick:
             row = by_cap.get(pick["cap_w"], {})
             pick.update(j_per_token=row.get("j_per_token"), kwh_per_mtok=row.get("kwh_per_mtok"))
-    # as the TPS/W gain against the default is: measured there, else between its neighbours
-    reference = (
-        serving.interpolated(usable, "cap_w", default_w) if math.isfinite(default_w) else None
-    )
+    if result.get("recommendation") is None:
+        return  # no answer: nothing is chosen, so nothing is saved
+    # as the TPS/W gain against the default is: only where the default was measured
+    reference = by_cap.get(default_w) if math.isfinite(default_w) else None
     serving.attach(
         result,
         usable,
@@ -242,12 +294,7 @@ def _own_reading(
 
 
 def _serving_name(row: Mapping[str, Any]) -> str:
-    """A cap as the energy and latency answers name it (an interpolated one says so)."""
-    around = row.get("interpolated_from")
-    if around:
-        return (
-            f"{watts(row['cap_w'])}, interpolated between {watts(around[0])} and {watts(around[1])}"
-        )
+    """A cap as the energy and latency answers name it."""
     return watts(row["cap_w"])
 
 
@@ -365,15 +412,10 @@ def _pct_of_default(cap_w: float, default_w: float) -> float:
 
 
 def _tpw_at(points: Sequence[CapPoint], cap_w: float) -> float:
-    """TPS/W at a cap: measured, or linearly interpolated between the caps around it."""
+    """TPS/W measured at a cap (NaN where no cap was measured there: never interpolated)."""
     for p in points:
         if abs(p.cap_w - cap_w) < 1e-6:
             return p.tps / p.power_w
-    for a, b in itertools.pairwise(points):
-        if a.cap_w < cap_w < b.cap_w:
-            frac = (cap_w - a.cap_w) / (b.cap_w - a.cap_w)
-            ta, tb = a.tps / a.power_w, b.tps / b.power_w
-            return ta + frac * (tb - ta)
     return NAN
 
 

@@ -13,13 +13,8 @@ from pathlib import Path
 import polars as pl
 
 from powersweep.analysis.csvtext import to_floats
-from powersweep.analysis.load import (
-    METRICS,
-    Curve,
-    mark_implausible,
-    read_caps,
-    read_run_json,
-)
+from powersweep.analysis.load import METRICS, Curve, read_caps, read_run_json
+from powersweep.analysis.plausibility import mark_implausible, mark_outliers
 from powersweep.errors import UsageError
 from powersweep.runformat import CAPS_FLOAT_COLUMNS
 
@@ -44,7 +39,7 @@ def load_curves(run_dirs: Sequence[Path]) -> tuple[list[Curve], list[tuple[Path,
     metrics: dict[int, str] = {}
     if caps_all is not None:
         # rows no card can show are set aside here too, as one run's own load does
-        caps_all = mark_implausible(caps_all, "_run")
+        caps_all = mark_outliers(mark_implausible(caps_all), "_run")
         parts = {
             int(k[0]): v.drop("_run")
             for k, v in caps_all.partition_by("_run", as_dict=True).items()

@@ -15,6 +15,12 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis.csvtext import read_text_csv, to_floats
+from powersweep.analysis.plausibility import (
+    METRICS,
+    mark_implausible,
+    mark_outliers,
+    pick_metric,
+)
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import (
     CAPS_COLUMNS,
@@ -25,19 +31,6 @@ from powersweep.runformat import (
     SCHEMA_VERSION,
 )
 
-METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")
-
-# Plausible draw of one card, W: anything outside is a broken reading or a unit mix-up.
-MIN_PLAUSIBLE_W = 1.0
-MAX_PLAUSIBLE_W = 5000.0
-IMPLAUSIBLE = "implausible"
-# A draw more than this share over its cap is no reading of a card that holds its limit (meters
-# and the driver's average overshoot by a few percent at a step, never by half).
-OVER_CAP_SHARE = 1.5
-# A TPS/W (or a TPS) this many times the run's median is a broken reading (judged where the run
-# has at least this many usable rows).
-OUTLIER_FACTOR = 5.0
-MIN_OUTLIER_ROWS = 3
 # The caps.csv line each row came from (the header is line 1).
 SOURCE_LINE = "source_line"
 
@@ -235,7 +228,7 @@ def read_caps(
     caps = caps.with_columns(pl.col("n_gpus").fill_null(1.0))
     if not clocks:
         caps = caps.sort("cap_w", maintain_order=True)
-    caps = mark_implausible(caps)
+    caps = mark_outliers(mark_implausible(caps))
 
     metric = pick_metric(caps)
     if metric is None:
@@ -255,89 +248,6 @@ def _first_row(caps: pl.DataFrame) -> str:
         if c in caps.columns and (c == "power_w" or caps.get_column(c).null_count() < caps.height)
     )
     return f"{caps.height} row(s); line {row[SOURCE_LINE]}: {cells}"
-
-
-def mark_implausible(caps: pl.DataFrame, group: str | None = None) -> pl.DataFrame:
-    """Rows no card can show get status ``implausible``: a unit mix-up, a broken reading or a
-    row cut mid-write must not become the sweet spot.
-
-    - a draw under 1 W or over 5 kW per card;
-    - a draw far over its cap (:data:`OVER_CAP_SHARE`): a card holds its limit, and the sampler
-      reads the draw the limit holds;
-    - a TPS/W (or a TPS) many times the run's median (:data:`OUTLIER_FACTOR`): a card's
-      efficiency moves by percents from one setting to the next, and by well under 2x across its
-      whole envelope, so a reading 5x the others is a broken one (a 2 W draw cut mid-write, a
-      TPS of 1e308).
-
-    ``group`` names the column that tells runs apart when many are marked at once (the
-    fleet's one scan); the medians are each run's own.
-    """
-    key = group or "_plausible_group"
-    if group is None:
-        caps = caps.with_columns(pl.lit(0).alias(key))
-    per_card = pl.col("power_w") / pl.col("n_gpus").clip(lower_bound=1.0)
-    power_ok = pl.col("power_w").is_finite() & (pl.col("power_w") > 0)
-    ok = pl.col("status") == "ok"
-    reasons = [
-        (
-            (per_card < MIN_PLAUSIBLE_W) | (per_card > MAX_PLAUSIBLE_W),
-            pl.format(
-                "draw {} W per card is implausible (under 1 W or over 5 kW)", per_card.round(3)
-            ),
-        ),
-        (
-            per_card > OVER_CAP_SHARE * pl.col("cap_w"),
-            pl.format(
-                "draw {} W per card is far over its {} W cap (a card holds its limit)",
-                per_card.round(1),
-                pl.col("cap_w"),
-            ),
-        ),
-    ]
-    for metric in (m for m in METRICS if m in caps.columns):
-        tps = pl.col(metric)
-        tpw = tps / pl.col("power_w")
-        usable = ok & tps.is_finite() & (tps > 0) & power_ok
-        enough = usable.sum().over(key) >= MIN_OUTLIER_ROWS
-        mid_tps = tps.filter(usable).median().over(key)
-        mid_tpw = tpw.filter(usable).median().over(key)
-        outlier = (tpw > OUTLIER_FACTOR * mid_tpw) | (tps > OUTLIER_FACTOR * mid_tps)
-        reasons.append(
-            (
-                enough & tps.is_finite() & outlier,
-                pl.format(
-                    "{} {} and TPS/W {} are implausible: many times the run's median "
-                    "(TPS/W {}); a broken or cut reading",
-                    pl.lit(metric),
-                    tps.round(3),
-                    tpw.round(4),
-                    mid_tpw.round(4),
-                ),
-            )
-        )
-    status, error = pl.col("status"), pl.col("error")
-    for bad, why in reversed(reasons):
-        hit = ok & power_ok & bad
-        status = pl.when(hit).then(pl.lit(IMPLAUSIBLE)).otherwise(status)
-        error = pl.when(hit).then(why).otherwise(error)
-    out = caps.with_columns(status.alias("status"), error.alias("error"))
-    return out.drop(key) if group is None else out
-
-
-def pick_metric(caps: pl.DataFrame) -> str | None:
-    """Prefer decode TPS; use prefill TPS for a prefill-only curve."""
-    for metric in METRICS:
-        usable = caps.filter(
-            pl.col(metric).is_not_null()
-            & pl.col(metric).is_finite()
-            & (pl.col(metric) > 0)
-            & pl.col("power_w").is_not_null()
-            & pl.col("power_w").is_finite()
-            & (pl.col("power_w") > 0)
-        )
-        if usable.height:
-            return metric
-    return None
 
 
 def _read_optional(

@@ -13,10 +13,11 @@ measured there:
 A run written with each point's own precision (``tps_per_w_stat_u95_pct``, ``drift_bias_pct``
 in caps.csv, :mod:`.precision`) ties from those alone: a cap is tied with the best when their
 difference is within their half-widths (``own measurements``). A bare ``caps.csv`` has no raw
-data: its noise is unknown, and only caps within a documented typical repeatability of one reading
-(:data:`~.precision.TYPICAL_READING_U95_REL`) are called tied (``typical repeatability (noise
-unknown)``). The scatter of other caps around the curve is never a cap's noise: a knee is not
-noise.
+data: its noise is what its own scatter shows where physics forbids any (TPS or draw falling as
+the cap rises, the spread of a flat stretch, repeats: :mod:`.curve_noise`), never under a
+documented typical repeatability of one reading (:data:`~.precision.TYPICAL_READING_U95_REL`):
+``the curve's scatter``, or ``typical repeatability (noise unknown)`` where the curve shows less.
+A rise of the curve is never noise: a knee is not noise.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import numpy as np
 import polars as pl
 
 from powersweep.analysis.cap_points import CapPoint
+from powersweep.analysis.curve_noise import FLOOR_SIGMA_REL, CurveNoise, Line, estimate
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import near_peak_index
-from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
+from powersweep.analysis.precision import Reading
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
 TIED_SHARE = 0.05
@@ -46,6 +48,7 @@ IDLE_PHASES = ("warmup", "settle", "ramp")
 RESAMPLED = "resampled"
 OWN = "own measurements"
 TYPICAL = "typical repeatability (noise unknown)"
+CURVE = "the curve's scatter"
 
 
 def sweet_spot_noise(
@@ -53,6 +56,7 @@ def sweet_spot_noise(
     best_cap_w: float,
     draws: Draws | None,
     own: Mapping[float, Reading] | None = None,
+    curve: CurveNoise | None = None,
 ) -> dict[str, Any]:
     """``tied_caps``, ``interval_w`` and how they were found, for the sweet spot ``best_cap_w``.
 
@@ -63,17 +67,19 @@ def sweet_spot_noise(
             before each point stated its own precision.
         own: Each cap's own reading (:func:`own_readings`), which decides when the best and
             another cap have one.
+        curve: The curve's own scatter (:func:`curve_noise`), for a bare curve (None: the
+            typical repeatability alone).
 
     Returns:
         ``{tied_caps, interval_w, noise_source, bootstrap, estimate, tps_per_w_u95_pct}``;
-        ``noise_source`` is ``own measurements``, ``resampled`` or ``typical repeatability
-        (noise unknown)``.
+        ``noise_source`` is ``own measurements``, ``resampled``, ``the curve's scatter`` or
+        ``typical repeatability (noise unknown)``.
     """
     if own and best_cap_w in own and len(own) >= 2:
         return _own_ties(points, best_cap_w, own)
     if draws is not None:
         return _bootstrap(points, best_cap_w, draws)
-    return _typical_ties(points, best_cap_w)
+    return _curve_ties(points, best_cap_w, curve or estimate([]))
 
 
 def own_readings(
@@ -117,20 +123,76 @@ def _own_ties(
     }
 
 
-def _typical_ties(points: Sequence[CapPoint], best_cap_w: float) -> dict[str, Any]:
+def _curve_ties(points: Sequence[CapPoint], best_cap_w: float, curve: CurveNoise) -> dict[str, Any]:
+    """A bare curve's ties: two readings within the curve's own reading noise of each other."""
     best = next(p for p in points if p.cap_w == best_cap_w)
     best_tpw = best.tps / best.power_w
-    # two readings, each within the typical repeatability
-    floor = best_tpw * (1.0 - math.sqrt(2.0) * TYPICAL_READING_U95_REL)
-    tied = [p.cap_w for p in points if p.cap_w == best_cap_w or p.tps / p.power_w >= floor]
+    tied = [
+        p.cap_w for p in points if p.cap_w == best_cap_w or curve.tied(p.tps / p.power_w, best_tpw)
+    ]
     return {
         "tied_caps": tied,
         "interval_w": [min(tied), max(tied)],
-        "noise_source": TYPICAL,
+        "noise_source": TYPICAL if curve.from_floor else CURVE,
         "bootstrap": None,
-        "estimate": {"reading_u95_pct": 100.0 * TYPICAL_READING_U95_REL},
+        "estimate": curve_estimate(curve),
         "tps_per_w_u95_pct": None,
     }
+
+
+def curve_estimate(curve: CurveNoise) -> dict[str, Any]:
+    """What analysis.json says of a bare curve's noise: one reading's 95% half-width and the
+    scatter it came from."""
+    return {
+        "reading_u95_pct": 100.0 * curve.u95_rel(),
+        "tps_scatter_pct": _pct(curve.measured_tps_rel),
+        "power_scatter_pct": _pct(curve.measured_power_rel),
+        "dof": curve.dof,
+    }
+
+
+def _pct(value: float) -> float | None:
+    return 100.0 * value if math.isfinite(value) else None
+
+
+def curve_noise(
+    caps: pl.DataFrame, metric: str, through: Mapping[str, float | None] | None = None
+) -> CurveNoise:
+    """The reading noise a curve's own scatter shows (:func:`~.curve_noise.estimate`) along
+    each of its lines (its caps; a clock curve's locks), every reading that stands counted
+    (repeats of a point too).
+
+    ``through`` (a clock point's locks) keeps the lines through that point: a grid's tiers run
+    in different regimes (a bandwidth-starved tier's readings at its lowest clocks are no sample
+    of the noise at the peak), and the peak is compared with the readings of its own lines.
+    """
+    from powersweep.analysis.plausibility import curve_lines, standing_ok
+
+    ok = standing_ok(caps).filter(pl.col(metric).is_finite() & (pl.col(metric) > 0))
+    lines = []
+    for axis, _, frame in curve_lines(ok):
+        if through is not None and not _passes(frame, axis, through):
+            continue
+        by_x = frame.group_by(axis).agg(metric, "power_w").sort(axis)
+        lines.append(
+            Line(
+                tuple(by_x[axis].to_list()),
+                tuple(tuple(v) for v in by_x[metric].to_list()),
+                tuple(tuple(v) for v in by_x["power_w"].to_list()),
+            )
+        )
+    return estimate(lines)
+
+
+def _passes(frame: pl.DataFrame, axis: str, point: Mapping[str, float | None]) -> bool:
+    """The line (its rows) runs through the point: it shares every lock but its own axis'."""
+    for column, value in point.items():
+        if column == axis or column not in frame.columns:
+            continue
+        held = frame[column].drop_nulls().unique().to_list()
+        if held != ([] if value is None or value != value else [value]):
+            return False
+    return True
 
 
 Key = tuple[float | None, ...]
@@ -316,6 +378,7 @@ def near_peak_noise(
     max_loss_pct: float,
     draws: Draws | None,
     own: Mapping[float, Reading] | None = None,
+    curve: CurveNoise | None = None,
 ) -> dict[str, Any]:
     """``tied_caps`` and ``interval_w`` of the near-peak cap: the caps noise could make it.
 
@@ -333,6 +396,7 @@ def near_peak_noise(
         max_loss_pct: The TPS loss the near-peak cap may cost.
         draws: The caps resampled (:func:`resample`), or None.
         own: Each cap's own reading (:func:`own_readings`).
+        curve: The curve's own scatter (:func:`curve_noise`), for a bare curve.
 
     Returns:
         ``{tied_caps, interval_w, noise_source}``.
@@ -350,9 +414,11 @@ def near_peak_noise(
             {p.cap_w for k, p in enumerate(points) if share[k] >= TIED_SHARE} | {near_cap_w}
         )
         return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": RESAMPLED}
-    margin = math.sqrt(2.0) * TYPICAL_READING_U95_REL
+    curve = curve or estimate([])
+    margin = math.sqrt(2.0) * curve.tps_u95_rel()
     tied = _near_peak_moved(points, groups, near_cap_w, max_loss_pct, margin)
-    return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": TYPICAL}
+    source = TYPICAL if not curve.measured_tps_rel > FLOOR_SIGMA_REL else CURVE
+    return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": source}
 
 
 def _near_peak_moved(
@@ -495,11 +561,14 @@ def sweet_spot_text(sweet: Mapping[str, Any]) -> str:
     text = f"{cap:g} W"
     interval = sweet.get("interval_w")
     tied = sweet.get("tied_caps") or []
-    typical = sweet.get("noise_source") == TYPICAL
+    source = sweet.get("noise_source")
     if not interval or len(interval) != 2:
         return text
     lo, hi = interval
-    how = ", noise unknown: a typical reading's" if typical else ""
+    how = {
+        TYPICAL: ", noise unknown: a typical reading's",
+        CURVE: ", noise from the curve's own scatter",
+    }.get(str(source), "")
     if len(tied) > 1 and lo < hi:
         return f"{text} ({lo:g}-{hi:g} W within noise{how})"
     return f"{text} (no other cap within noise{how})"

@@ -16,30 +16,12 @@ import polars as pl
 from powersweep.analysis import serving
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.standing import current_rows, pooled_rows
 from powersweep.runformat import REPEAT_REASONS
 
 NAN = math.nan
-
-
-def current_rows(caps: pl.DataFrame, by: Sequence[str] = ("cap_w",)) -> pl.DataFrame:
-    """The rows of each point that stand: its last measurement that is not a confirm
-    re-measurement, with the confirm rows after it; a point whose last such measurement did not
-    end ok (a recheck found it suspect, a retry failed) has none: an earlier reading it replaced
-    must not stand in for it."""
-    keys = [c for c in by if c in caps.columns]
-    if caps.height == 0 or not keys or "status" not in caps.columns:
-        return caps
-    confirm = (
-        pl.col("reason").fill_null("").is_in(list(REPEAT_REASONS))
-        if "reason" in caps.columns
-        else pl.lit(False)
-    )
-    last_status = (
-        pl.col("status").filter(~confirm).last().over(keys)
-        if "reason" in caps.columns
-        else pl.col("status").last().over(keys)
-    )
-    return caps.filter(last_status.fill_null("ok") == "ok")
+# A stated 95% half-width over this is one standard deviation (the columns state 95%).
+Z95 = 1.96
 
 
 def usable(caps: pl.DataFrame, metric: str) -> pl.DataFrame:
@@ -77,13 +59,7 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
     keys = [c for c in by if c in ok.columns]
     if ok.height == 0 or not keys:
         return ok.with_columns(pl.lit(1, dtype=pl.Int64).alias("n_measurements"))
-    if "reason" in ok.columns:
-        confirm = pl.col("reason").fill_null("").is_in(list(REPEAT_REASONS))
-        ok = (
-            ok.with_row_index("_i")
-            .filter(confirm | (pl.col("_i") == pl.col("_i").filter(~confirm).max().over(keys)))
-            .drop("_i")
-        )
+    ok = pooled_rows(ok, keys)
     tps_cols = [c for c in ("narr_tps", "code_tps", "prefill_tps", metric) if c in ok.columns]
     tps_cols = list(dict.fromkeys(tps_cols))
 
@@ -209,6 +185,7 @@ def curve_points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
                 temp_max_c=f(row, "temp_max_c"),
                 thermal_throttle_pct=f(row, "thermal_throttle_pct"),
                 pwr_throttle_pct=f(row, "pwr_throttle_pct"),
+                tps_sigma_rel=f(row, "tps_u95_pct") / 100.0 / Z95,
             )
         )
     return out

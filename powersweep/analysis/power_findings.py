@@ -7,6 +7,7 @@ Each function returns findings (:func:`~powersweep.analysis.findings.finding`) f
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -15,11 +16,26 @@ import polars as pl
 
 from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
+from powersweep.analysis.curve_noise import OUTLIER_SIGMAS
 from powersweep.analysis.findings import Finding, finding
 
 NAN = math.nan
 # A finding lists at most this many caps tied with the best; more are given as a count and range.
 TIED_LISTED_MAX = 8
+# A fall of TPS between neighbouring caps this many standard deviations of their difference
+# deep is no noise (as an outlier's, curve_noise.OUTLIER_SIGMAS).
+FALL_SIGMAS = OUTLIER_SIGMAS
+# Findings that say why there is no answer come first, before anything the summary lists.
+FIRST_CODES = frozenset(
+    {
+        "run_interrupted",
+        "run_partial",
+        "run_failed",
+        "run_running",
+        "too_few_points",
+        "no_cap_binds",
+    }
+)
 
 
 def as_float(value: Any) -> float:
@@ -55,40 +71,71 @@ def status_findings(caps: pl.DataFrame) -> list[Finding]:
     ]
 
 
-# A cap binds where the card draws at least this share of it (a binding cap holds the draw
-# within a few percent of it) or the power-cap clock reason is set on most load ticks.
-BINDING_DRAW_SHARE = 0.9
-BINDING_THROTTLE_PCT = 50.0
-
-
-def caps_bind(points: Sequence[CapPoint], caps: pl.DataFrame) -> dict[str, Any]:
-    """Whether any measured cap bound: ``{binds, draw_w: [lo, hi], caps_w: [lo, hi]}``."""
-    throttled = set()
-    if {"cap_w", "pwr_throttle_pct"} <= set(caps.columns):
-        for cap, pct in caps.select("cap_w", "pwr_throttle_pct").iter_rows():
-            if isinstance(pct, int | float) and pct > BINDING_THROTTLE_PCT:
-                throttled.add(float(cap))
-    binding = [
-        p for p in points if p.power_w >= BINDING_DRAW_SHARE * p.cap_total_w or p.cap_w in throttled
-    ]
-    draws = [p.power_w for p in points]
-    return {
-        "binds": bool(binding),
-        "draw_w": [min(draws), max(draws)],
-        "caps_w": [min(p.cap_w for p in points), max(p.cap_w for p in points)],
-    }
+def no_bind_text(binds: dict[str, Any]) -> str:
+    """Why caps that never bind give no answer, in one line."""
+    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+    return (
+        f"no cap binds: the card drew {d_lo:.0f}-{d_hi:.0f} W under caps of {c_lo:g}-{c_hi:g} W "
+        "and its TPS stayed flat within noise, so power capping cannot save energy for this load"
+    )
 
 
 def no_bind_finding(binds: dict[str, Any]) -> Finding:
-    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
     return finding(
         "warning",
         "no_cap_binds",
-        f"no cap binds: the card drew {d_lo:.0f}-{d_hi:.0f} W under caps of {c_lo:g}-{c_hi:g} "
-        "W, so power capping cannot save energy for this load; the TPS/W differences between "
-        "these caps are the draw's drift, not the caps', and none is an efficiency win",
+        no_bind_text(binds) + "; the TPS/W differences between these caps are the draw's drift, "
+        "not the caps', and none is an efficiency win",
         "lock clocks instead, which bind at any draw: `powersweep --axis sm-clock` (or "
         "mem-clock); or sweep caps below the draw, if the card allows them",
+    )
+
+
+def binds_by_tps_finding(binds: dict[str, Any]) -> Finding:
+    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+    return finding(
+        "info",
+        "binds_by_tps",
+        f"the caps bind although the averaged draw ({d_lo:.0f}-{d_hi:.0f} W under caps of "
+        f"{c_lo:g}-{c_hi:g} W) sits under each cap: TPS follows the cap, which a cap that does "
+        "not bind cannot make it do. A bursty load draws in peaks the cap holds, and a draw "
+        "averaged over a window (NVML's ~1 s average) understates them",
+        None,
+    )
+
+
+def falls_finding(points: Sequence[CapPoint], sigmas: Sequence[float]) -> list[Finding]:
+    """``tps_falls_with_cap``: neighbouring caps whose TPS falls as the cap rises, beyond noise."""
+    pairs = [
+        (a, b)
+        for (a, sa), (b, sb) in itertools.pairwise(zip(points, sigmas, strict=True))
+        if math.log(a.tps / b.tps) > FALL_SIGMAS * math.hypot(sa, sb)
+    ]
+    if not pairs:
+        return []
+    listed = "; ".join(
+        f"{a.tps:.4g} at {watts(a.cap_w)} -> {b.tps:.4g} at {watts(b.cap_w)}" for a, b in pairs
+    )
+    caps = ",".join(f"{c:g}" for c in sorted({p.cap_w for pair in pairs for p in pair}))
+    return [
+        finding(
+            "warning",
+            "tps_falls_with_cap",
+            f"TPS fell as the cap rose, beyond the readings' noise: {listed}. A higher cap never "
+            "slows a card: something else changed between those points (another load on the GPU "
+            "or the server, the server's state, heat)",
+            f"measure those caps again (`--caps {caps}`) with nothing else running",
+        )
+    ]
+
+
+def too_few_finding(answer: dict[str, Any]) -> Finding:
+    return finding(
+        "warning",
+        "too_few_points",
+        str(answer["why"]),
+        "measure at least three caps around the one you care about (e.g. `--caps` with a "
+        "cap 10-20 W on each side), or sweep the whole envelope",
     )
 
 
@@ -343,3 +390,49 @@ def _default_note(rec: dict[str, Any]) -> str:
     if gain is not None and math.isfinite(gain):
         parts.append(f"{gain:+.1f}% TPS/W vs the default limit")
     return f" ({', '.join(parts)})" if parts else ""
+
+
+def boundary_text(sweet: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """Why the best cap is a boundary, not a sweet spot (None: a measured cap on each side)."""
+    side = sweet.get("at_boundary")
+    if side is None:
+        return None
+    limit = as_float(run.get("min_limit_w" if side == "low" else "max_limit_w"))
+    edge = "lowest" if side == "low" else "highest"
+    if math.isfinite(limit) and abs(limit - sweet["cap_w"]) <= 0.5:
+        return f"the best cap is the card's {'minimum' if side == 'low' else 'maximum'} limit"
+    return (
+        f"the best cap is the {edge} one measured: the optimum may lie "
+        f"{'lower' if side == 'low' else 'higher'}"
+    )
+
+
+def answer_findings(
+    result: dict[str, Any], points: Sequence[CapPoint], run: dict[str, Any], sigmas: Sequence[float]
+) -> list[Finding]:
+    """What the analysis can claim, in words: the sweet spot and near-peak (an answer), or why
+    there is none and the best cap measured; caps that bind by TPS alone; falls of TPS."""
+    answer, binds = result["answer"], result["power_cap_binds"]
+    out: list[Finding] = []
+    if answer["kind"] == "none":
+        if not binds["binds"] and answer["why"] == no_bind_text(binds):
+            out.append(no_bind_finding(binds))
+        elif answer["why"].startswith("only "):
+            out.append(too_few_finding(answer))
+        out.append(best_measured_finding(result["sweet_spot"], answer))
+    else:
+        out += boundary_findings(result["sweet_spot"], points, run)
+        out += recommendation_findings(result)
+    if binds.get("by") == "tps":
+        out.append(binds_by_tps_finding(binds))
+    return out + falls_finding(points, sigmas)
+
+
+def best_measured_finding(sweet: dict[str, Any], answer: dict[str, Any]) -> Finding:
+    return finding(
+        "info",
+        "best_measured",
+        f"best of the caps measured: {watts(sweet['cap_w'])}, {sweet['tps_per_w']:.4f} TPS/W "
+        f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W); not an answer: {answer['why']}",
+        None,
+    )

@@ -128,6 +128,7 @@ class CapRow(JsonRecord):
     n_gpus: Num = None  # the table's column: a float, as analysis.json writes it
     n_measurements: int | None = None
     j_per_token: Num = None
+    j_per_token_u95_pct: Num = None
     j_per_token_sampled: Num = None
     kwh_per_mtok: Num = None
     energy_tokens: Num = None
@@ -214,11 +215,35 @@ class ServerRate(JsonRecord):
 
 @dataclass(frozen=True)
 class CapsBind(JsonRecord):
-    """Whether the power caps bound the draw (where none does, no cap is a win)."""
+    """Whether the power caps bind (where none does, no cap is a win), and how it shows:
+    ``draw`` (a card draws at its cap) or ``tps`` (TPS follows the cap; the averaged draw sits
+    under it)."""
 
     binds: bool | None = None
     draw_w: list[Num] | None = None
     caps_w: list[Num] | None = None
+    by: str | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class Answer(JsonRecord):
+    """What the evidence lets the analysis claim (:mod:`powersweep.analysis.claims`).
+
+    Attributes:
+        kind: ``answer``, ``boundary`` (the best point is the first or last measured) or
+            ``none`` (the run did not finish, too few points, or caps that never bind).
+        why: Why it is a boundary or none, in one line (None for an answer).
+        points_usable: The points the answer stands on.
+    """
+
+    kind: str
+    why: str | None = None
+    points_usable: int = 0
+
+    @property
+    def given(self) -> bool:
+        """The analysis answers (a sweet spot, or a boundary named as such)."""
+        return self.kind != "none"
 
 
 @dataclass(frozen=True)
@@ -226,6 +251,7 @@ class EnergyFigures(JsonRecord):
     """Energy and cost per token at one point."""
 
     j_per_token: Num = None
+    j_per_token_u95_pct: OptNum = UNSET
     kwh_per_mtok: Num = None
     cost_per_mtok: Num = None
     tps: Num = None
@@ -292,6 +318,7 @@ class PowerAnalysis(JsonRecord):
     source: str = ""
     run: RunFacts = field(default_factory=RunFacts)
     caps: list[CapRow] = field(default_factory=list)
+    answer: Answer | UnsetType | None = UNSET
     sweet_spot: Pick | None = None
     near_peak: Pick | None = None
     recommendation: Pick | None = None

@@ -1,7 +1,8 @@
 """What serving costs at each point: energy per token, cost per 1M tokens, latency targets.
 
 The figures come from caps.csv's per-token columns (``j_per_token`` from the energy counter over
-the metric's windows, the latency percentiles of the same requests); nothing here is fitted. The
+the seconds the metric's TPS counts, with its own 95% half-width ``j_per_token_u95_pct``; the
+latency percentiles of the same requests); nothing here is fitted. The
 same functions serve power-cap runs (points named by their cap) and clock-lock runs (named by
 their locks), so both axes answer a tariff and a latency target alike.
 """
@@ -32,6 +33,7 @@ MAX_TARIFF_PER_KWH = 1_000_000.0
 MAX_TARGET_MS = 3.6e6
 PER_TOKEN_COLUMNS = (
     "j_per_token",
+    "j_per_token_u95_pct",
     "j_per_token_sampled",
     "kwh_per_mtok",
     "energy_tokens",
@@ -43,10 +45,11 @@ PER_TOKEN_COLUMNS = (
     "itl_p95_hi_ms",
 )
 # How a point measured more than once (the confirm phase) pools each column: energy per token by
-# the tokens it counted, percentiles by the window (the percentile of the pooled gaps, near
+# the tokens it counted (its half-width too: the pooled figure is stated no more precise than
+# the readings it averages), percentiles by the window (the percentile of the pooled gaps, near
 # enough for readings of one operating point; the worst reading would instead penalise exactly
 # the points the confirm phase measures more often: the best ones).
-_BY_TOKENS = ("j_per_token", "j_per_token_sampled")
+_BY_TOKENS = ("j_per_token", "j_per_token_u95_pct", "j_per_token_sampled")
 _BY_WINDOW = (
     "ttft_p50_ms",
     "itl_p50_ms",
@@ -192,6 +195,7 @@ def cost_summary(
         kwh = _num(p.get("kwh_per_mtok"))
         return {
             "j_per_token": _num(p.get("j_per_token")),
+            "j_per_token_u95_pct": _num(p.get("j_per_token_u95_pct")),
             "kwh_per_mtok": kwh,
             "cost_per_mtok": kwh * tariff if kwh is not None and tariff is not None else None,
             "tps": _num(p.get("tps")),

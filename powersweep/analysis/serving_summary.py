@@ -27,6 +27,19 @@ def _money(value: object) -> str:
     return "—" if v is None else f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
+# Which seconds J/token describes: those TPS/W describes, so the two agree.
+ENERGY_SECONDS = (
+    "energy counter over the seconds the TPS counts, as TPS/W: a request's time to first token "
+    "and the gaps between requests are not in a decode figure; ± its own 95% precision"
+)
+
+
+def _pm(figures: EnergyFigures) -> str:
+    """`` ±x.x%``: a J/token's own 95% half-width (empty where it has none)."""
+    u95 = _num(known(figures.j_per_token_u95_pct))
+    return f" ±{u95:.2g}%" if u95 is not None else ""
+
+
 def energy_section(energy: Energy | None, reference_kind: str) -> str:
     """``### Energy and cost``: the chosen point's J/token and kWh (and cost) per 1M tokens, and
     what it saves against the reference (the default limit; a clock run's fastest point).
@@ -47,9 +60,8 @@ def energy_section(energy: Energy | None, reference_kind: str) -> str:
         else ""
     )
     lines.append(
-        f"- At the recommendation ({name}): **{_g(chosen.j_per_token)} J/token**, "
-        f"{_g(chosen.kwh_per_mtok)} kWh per 1M tokens{cost} (energy counter over the "
-        "measured windows)."
+        f"- At the recommendation ({name}): **{_g(chosen.j_per_token)} J/token**"
+        f"{_pm(chosen)}, {_g(chosen.kwh_per_mtok)} kWh per 1M tokens{cost} ({ENERGY_SECONDS})."
     )
     ref = energy.reference
     ref_name = escape_md(known(energy.reference_name) or "")
@@ -66,7 +78,7 @@ def energy_section(energy: Energy | None, reference_kind: str) -> str:
             f"{_money(abs(known(energy.cost_saved_per_year) or 0.0))} a year)"
         )
     lines.append(
-        f"- Against {reference_kind} ({ref_name}: {_g(ref.j_per_token)} J/token, "
+        f"- Against {reference_kind} ({ref_name}: {_g(ref.j_per_token)} J/token{_pm(ref)}, "
         f"{_g(ref.kwh_per_mtok)} kWh per 1M tokens) it {verb} "
         f"{_g(abs(saved) if saved is not None else None, 3)} kWh per 1M tokens and "
         f"{_g(abs(year) if year is not None else None, 3)} kWh a year{money}, serving the "

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from powersweep.analysis.binding import FOLLOWS_Z, tps_rise_z
 from powersweep.analysis.cap_points import (
     BOOST_PLATEAU,
     CEILING_HEADROOM_FRAC,
@@ -47,6 +48,10 @@ from powersweep.analysis.cap_points import (
     power_limited,
     typical_step_w,
 )
+from powersweep.analysis.curve_noise import FLOOR_SIGMA_REL, Line, estimate
+
+# A cap's TPS joins a flat region within this many standard deviations of a difference.
+FLAT_SIGMAS = 3.0
 
 
 def find_regions(
@@ -178,7 +183,9 @@ def _with_top_ceiling(
         start -= 1
     ceilings = [r for r in regions if r.kind == DRAW_CEILING]
     lowest = min([points[start].cap_w, *(r.start_w for r in ceilings)])
-    members = [p for p in points if p.cap_w >= lowest]
+    members = _flat_top([p for p in points if p.cap_w >= lowest], noise)
+    if len(members) < MIN_REGION_CAPS:
+        return regions
     measured = {p.cap_w for p in members}
     start_w, end_w = members[0].cap_w, members[-1].cap_w
     ceiling = Region(
@@ -194,6 +201,53 @@ def _with_top_ceiling(
         escape_w=None,
     )
     return sorted([*others, ceiling], key=lambda r: r.start_w)
+
+
+def _flat_top(members: Sequence[CapPoint], noise: Noise) -> list[CapPoint]:
+    """A ceiling's caps from the lowest whose TPS no longer follows the cap: the draw under a
+    cap says nothing of a bursty load (its window average understates the peaks the cap holds),
+    and a cap that does not bind cannot change TPS."""
+    members = list(members)
+    while len(members) >= MIN_REGION_CAPS:
+        sigma = tps_sigmas(members, noise)
+        rest = np.log([p.tps for p in members[1:]])
+        below = (float(rest.mean()) - math.log(members[0].tps)) / (
+            sigma[0] * math.sqrt(1.0 + 1.0 / len(rest))
+        )
+        if not (below > FOLLOWS_Z or tps_rise_z(members, sigma) > FOLLOWS_Z):
+            break
+        members.pop(0)
+    return members
+
+
+def tps_sigmas(points: Sequence[CapPoint], noise: Noise) -> list[float]:
+    """Each point's TPS noise: its own, the curve's (what its TPS falls show: a curvature is no
+    noise, so not the second differences' ``noise.tps_rel`` here), never under the floor."""
+    line = Line(tuple(p.cap_w for p in points), tuple((p.tps,) for p in points), ())
+    curve = estimate([line]).tps_rel
+    own = [p.tps_sigma_rel if math.isfinite(p.tps_sigma_rel) else 0.0 for p in points]
+    return [max(FLOOR_SIGMA_REL, curve, s) for s in own]
+
+
+def follows_cap(
+    points: Sequence[CapPoint], k: int, noise: Noise, *, upward_only: bool = False
+) -> bool:
+    """Cap ``k`` (its draw under it) binds a bursty load: TPS rises beyond noise from the cap
+    below, into the cap above or across the two, while the draw rises no faster than the caps.
+    A cap that does not bind cannot change TPS; a draw jumping past the cap's step is a boost
+    state escaping instead. ``upward_only``: only into the cap above (the adaptive planner's
+    sparse caps: a rise from a binding cap far below says nothing of this one)."""
+    sigma = tps_sigmas(points, noise)
+    pairs = ((k, k + 1),) if upward_only else ((k - 1, k), (k, k + 1), (k - 1, k + 1))
+    for a, b in pairs:
+        if a < 0 or b >= len(points):
+            continue
+        pa, pb = points[a], points[b]
+        d_cap = pb.cap_total_w - pa.cap_total_w
+        rise = math.log(pb.tps / pa.tps) / math.hypot(sigma[a], sigma[b])
+        if d_cap > 0 and rise > FOLLOWS_Z and pb.power_w - pa.power_w <= d_cap:
+            return True
+    return False
 
 
 def regimes(
@@ -214,7 +268,9 @@ def regimes(
     """
     by_cap = {c: r.kind for r in regions for c in r.caps_w}
     bounds = _bounds(points)
-    margin = binding_margin_w(points, typical_step_w([p.cap_w for p in points]))
+    step_w = typical_step_w([p.cap_w for p in points])
+    margin = binding_margin_w(points, step_w)
+    noise = estimate_noise(points, step_w)
     out: list[dict[str, object]] = []
     for k, (p, bound) in enumerate(zip(points, bounds, strict=True)):
         if is_under_loaded(p):
@@ -223,7 +279,7 @@ def regimes(
             regime = THERMAL_LIMITED
         elif p.cap_w in by_cap:
             regime = by_cap[p.cap_w]
-        elif power_limited(p, margin):
+        elif power_limited(p, margin) or follows_cap(points, k, noise):
             regime = POWER_LIMITED
         else:
             regime = _unheld_regime(points, k)
@@ -319,9 +375,10 @@ def _joins(
         return False
     if len(grown) >= 3 and _slope([p.cap_total_w for p in grown], draws) > 0.2:
         return False
-    # TPS only jitters on a flat region.
+    # TPS only jitters on a flat region, within its noise: a cap that does not bind cannot
+    # change TPS (a run of caps whose TPS moves 8-10% a step is no plateau, whatever the draw).
     tps_level = statistics.median(p.tps for p in recent)
-    tps_tol = max(0.08, 3.0 * noise.tps_rel)
+    tps_tol = FLAT_SIGMAS * math.sqrt(2.0) * max(tps_sigmas([*recent, new], noise))
     if tps_level > 0 and abs(new.tps - tps_level) / tps_level > tps_tol:
         return False
     if len(grown) >= 3:

@@ -14,7 +14,7 @@ from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
 from powersweep.analysis.result_files import write_analysis
-from powersweep.analysis.result_types import CapsBind, Pick, PowerAnalysis, known
+from powersweep.analysis.result_types import CapRow, CapsBind, Pick, PowerAnalysis, known
 from powersweep.runformat import REPEAT_REASONS
 
 # GitHub refuses comments longer than this; stay well under it.
@@ -22,6 +22,8 @@ GITHUB_COMMENT_LIMIT = 65_536
 _BUDGET = GITHUB_COMMENT_LIMIT - 1_024
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
+# Rows whose readings the table shows: measured ok, or set aside by the analysis (still read).
+SHOWN_STATUSES = ("ok", "outlier", "implausible")
 
 
 def escape_md(value: Any) -> str:
@@ -138,6 +140,7 @@ def _header(analysis: PowerAnalysis) -> str:
     lines = [
         f"## powersweep: {gpu}",
         "",
+        *_banner(analysis),
         "| | |",
         "|---|---|",
         f"| GPU | {gpu} |",
@@ -162,21 +165,36 @@ def _no_cap_binds(analysis: PowerAnalysis) -> CapsBind | None:
     return binds if binds is not None and binds.binds is False else None
 
 
+def _banner(analysis: PowerAnalysis) -> list[str]:
+    """What withholds or bounds the answer, said before anything else."""
+    answer = known(analysis.answer)
+    if answer is None or answer.kind == "answer":
+        return []
+    what = "No answer" if answer.kind == "none" else "Boundary"
+    return [f"**{what}: {_md_keep_code(answer.why)}.**", ""]
+
+
 def _pick_lines(analysis: PowerAnalysis) -> list[str]:
     """The header's sweet spot, near-peak and re-measured rows."""
     lines = []
     sweet, binds = analysis.sweet_spot, _no_cap_binds(analysis)
+    answer = known(analysis.answer)
     if sweet is not None and binds is not None:
         (d_lo, d_hi), (c_lo, c_hi) = binds.draw_w or [], binds.caps_w or []
         lines.append(
             f"| Sweet spot | none: no cap binds (the card drew {d_lo:.0f}-{d_hi:.0f} W under caps "
             f"of {c_lo:g}-{c_hi:g} W); lock clocks instead (--axis sm-clock) |"
         )
+    elif sweet is not None and answer is not None and not answer.given:
+        lines.append("| Sweet spot | none: no answer (see above) |")
+        best = escape_md(sweet_spot_text(sweet.to_json()))
+        lines.append(f"| Best measured | {best}, of the caps measured: not an answer |")
     elif sweet is not None:
-        lines.append(f"| Sweet spot | {escape_md(sweet_spot_text(sweet.to_json()))} |")
+        label = "Best cap (boundary)" if answer is not None and answer.kind == "boundary" else None
+        lines.append(f"| {label or 'Sweet spot'} | {escape_md(sweet_spot_text(sweet.to_json()))} |")
     near = analysis.near_peak
     interval = known(near.interval_w) if near is not None else None
-    if near is not None and interval:
+    if near is not None and interval and (answer is None or answer.given):
         lines.append(f"| Near-peak | {escape_md(sweet_spot_text(near.to_json()))} |")
     confirm = analysis.confirm
     skipped = known(confirm.skipped) if confirm is not None else None
@@ -221,8 +239,9 @@ def _findings(analysis: PowerAnalysis) -> str:
 
 
 def _recommendations(analysis: PowerAnalysis) -> str:
-    if _no_cap_binds(analysis) is not None:
-        # no cap is a win where none binds: the no_cap_binds finding says what to do instead
+    answer = known(analysis.answer)
+    if _no_cap_binds(analysis) is not None or (answer is not None and not answer.given):
+        # no answer: nothing is recommended (the first finding says why and what to do)
         return ""
     rows = []
     recommended = analysis.recommendation
@@ -269,10 +288,19 @@ def _pct_cell(rec: Pick) -> str:
 def _starred_cap(analysis: PowerAnalysis) -> float | None:
     """The sweet spot's cap, starred in the table; none where no cap binds (the best reading
     there is the draw's drift)."""
-    sweet = analysis.sweet_spot
+    sweet, answer = analysis.sweet_spot, known(analysis.answer)
     if sweet is None or not (isinstance(sweet.caps_bind, UnsetType) or sweet.caps_bind):
         return None
-    return sweet.cap_w
+    return sweet.cap_w if answer is None or answer.given else None
+
+
+def _j_per_token(row: CapRow) -> str:
+    """J/token with its own 95% precision where the run states one (``9.506 ±0.4%``)."""
+    text = _fmt(row.j_per_token, 3)
+    u95 = row.j_per_token_u95_pct
+    if row.j_per_token is None or u95 is None or not math.isfinite(u95):
+        return text
+    return f"{text} ±{u95:.1f}%"
 
 
 def _table(analysis: PowerAnalysis) -> str:
@@ -302,9 +330,10 @@ def _table(analysis: PowerAnalysis) -> str:
     ]
     sweet = _starred_cap(analysis)
     for row in rows:
-        ok = row.status == "ok"
+        # a reading set aside (outlier, implausible) is kept in the table, named by its status
+        ok = row.status in SHOWN_STATUSES and row.tps is not None and row.power_w is not None
         cap = row.cap_w
-        cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and ok else "")
+        cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and row.status == "ok" else "")
         repeats = row.n_measurements
         if ok and isinstance(repeats, int) and repeats > 1:
             cap_txt += f" (x{repeats}, pooled)"
@@ -320,14 +349,14 @@ def _table(analysis: PowerAnalysis) -> str:
             if u95:
                 u = u95.get(str(cap))
                 cells.append(f"{u:.2f}%" if isinstance(u, int | float) else "—")
-            cells.append(_fmt(row.j_per_token, 3))
+            cells.append(_j_per_token(row))
             cells += [_fmt(row.itl_p95_ms, 1)] * itl
             cells += [_fmt(known(row.cost_per_mtok), 3)] * cost
             cells += [
                 _fmt(row.sm_clock_mhz, 0),
                 _fmt(row.temp_max_c, 0),
                 _fmt(known(row.regime)),
-                "ok",
+                escape_md(row.status or "ok"),
             ]
         else:
             # A cap that did not finish is shown as such, never as zeros.

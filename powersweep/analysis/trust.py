@@ -13,14 +13,16 @@ from typing import Any
 
 import polars as pl
 
+from powersweep.analysis import claims
 from powersweep.analysis.failures import cause_examples, counted_elsewhere
 from powersweep.analysis.findings import Finding, finding
-from powersweep.analysis.load import IMPLAUSIBLE, SOURCE_LINE, Curve
+from powersweep.analysis.load import SOURCE_LINE, Curve
+from powersweep.analysis.plausibility import IMPLAUSIBLE, OUTLIER
 from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS
 
 SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
-OWN_STATUSES = frozenset({SUSPECT, IMPLAUSIBLE})
+OWN_STATUSES = frozenset({SUSPECT, IMPLAUSIBLE, OUTLIER})
 _FAULT_TEXT = {
     "remeasured": "point(s) looked disturbed (a stall or a paused server, a stuck stream, a "
     "prefill far slower than its peers, or narrative and code rates that disagree) and were "
@@ -71,7 +73,7 @@ def input_findings(curve: Curve) -> list[Finding]:
     out = _ignored_rows(caps, metric)
     out += _own_statuses(caps)
     out += _duplicates(caps)
-    out += run_findings(curve.run, curve.requests)
+    out += run_findings(curve.run, curve.requests, str(curve.source))
     return out
 
 
@@ -145,6 +147,12 @@ def _own_statuses(caps: pl.DataFrame) -> list[Finding]:
             "implausible_rows",
             "check the file's units (W per card) and the readings",
         ),
+        (
+            OUTLIER,
+            "outlier_caps",
+            "measure those points again (--caps): a window disturbed by something else (another "
+            "load, a request that ended early, a stall) reads apart from the curve",
+        ),
     ):
         rows = list(caps.filter(pl.col("status") == status).iter_rows(named=True))
         if not rows:
@@ -154,7 +162,8 @@ def _own_statuses(caps: pl.DataFrame) -> list[Finding]:
             finding(
                 "warning",
                 code,
-                f"{len(rows)} cap(s) {status}, left out of the sweet spot: {listed}",
+                f"{len(rows)} cap(s) {status}, kept in the table and left out of every pick: "
+                f"{listed}",
                 hint,
             )
         )
@@ -275,8 +284,11 @@ def _fault_part(f: dict[str, Any]) -> str:
     return f"{f.get('count', '?')} {text}{example}"
 
 
-def run_findings(run: dict[str, Any] | None, requests: pl.DataFrame | None = None) -> list[Finding]:
-    """The run's own record of faults it met and of a status that is not ``complete``.
+def run_findings(
+    run: dict[str, Any] | None, requests: pl.DataFrame | None = None, source: str = "RUN"
+) -> list[Finding]:
+    """The run's own record of faults it met and of a status that withholds an answer
+    (:func:`~.claims.status_reason`; ``source`` the run directory its command names).
 
     Failed requests are among them, by cause in words: from run.json, or (a run that did not
     count them) from requests.csv.
@@ -317,19 +329,30 @@ def run_findings(run: dict[str, Any] | None, requests: pl.DataFrame | None = Non
                 "measure them with --caps, or sweep dense",
             )
         )
-    status = run.get("status")
-    if status in ("partial", "failed"):
+    undervolt = _axis(run) == "undervolt"
+    what = "caps" if _axis(run) in (None, "power") else "points"
+    claim = claims.status_claim(run, source, what)
+    if claim is not None:
+        why, remedy = claim
         out.append(
             finding(
                 "warning",
-                f"run_{status}",
-                f"the run ended {status}: {run.get('error') or 'no reason recorded'}",
+                f"run_{run.get('status')}",
+                _no_answer(why, str(run.get("status"))) + ("" if undervolt else f"; {remedy}"),
+                # each step depends on the one before it: nothing to resume
                 "start the search again (each step depends on the one before it)"
-                if _axis(run) == "undervolt"
-                else "rerun the missing caps (--resume does not repeat finished ones)",
+                if undervolt
+                else f"{remedy}; nothing the run measured is applied until it answers",
             )
         )
     return out
+
+
+def _no_answer(why: str, status: str) -> str:
+    """``interrupted after 9 of 21 caps: no answer yet`` (unless the reason says it already)."""
+    if "answer" in why:
+        return why
+    return f"{why}: no answer" + (" yet" if status in ("interrupted", "running") else "")
 
 
 def _axis(run: Mapping[str, Any]) -> str | None:

@@ -54,7 +54,9 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     last_stable, first_bad = _search_edges(steps)
     chosen = _chosen(steps, soaks, last_stable, step_mhz, backoff)
     baseline = baselines[-1] if baselines else None
-    findings: list[Finding] = ignored_rows(curve) + run_findings(curve.run, curve.requests)
+    findings: list[Finding] = ignored_rows(curve) + run_findings(
+        curve.run, curve.requests, str(curve.source)
+    )
     versus = _versus(chosen, baseline)
     findings += _findings(steps, soaks, first_bad, chosen, versus, curve.run)
     return UndervoltAnalysis(

@@ -23,6 +23,8 @@ from powersweep.errors import UsageError
 
 NAN = math.nan
 PLATEAU_KINDS = ("boost_plateau", "draw_ceiling")
+# Readings the analysis set aside (physics forbids them): drawn apart, never joined to the curve.
+SET_ASIDE = ("outlier", "implausible")
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -54,6 +56,8 @@ class Curve:
     sm_clock_mhz: FloatArray
     mem_clock_mhz: FloatArray
     failed: npt.NDArray[np.bool_]
+    set_aside_tps_per_w: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
+    set_aside_cap_w: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,12 @@ class AnalysisView:
         """True when TPS/W is computed from prefill TPS."""
         return self.metric == "prefill_tps"
 
+    @property
+    def answer_kind(self) -> str:
+        """``answer``, ``boundary`` or ``none`` (an analysis older than the record: answer)."""
+        answer = known(self.analysis.answer)
+        return answer.kind if answer is not None else "answer"
+
 
 def card_defaults(run: RunFacts) -> tuple[tuple[str, float], ...]:
     """Distinct (card, default W) pairs of a rig of different cards (its mean default is no
@@ -112,7 +122,16 @@ def _column(rows: Sequence[CapRow], get: Callable[[CapRow], float | None]) -> Fl
 
 
 def _curve(caps: Sequence[CapRow]) -> Curve:
-    rows = sorted((c for c in caps if math.isfinite(c.cap_w)), key=lambda c: c.cap_w)
+    every = sorted((c for c in caps if math.isfinite(c.cap_w)), key=lambda c: c.cap_w)
+    aside_rows = [r for r in every if (r.status or "ok") in SET_ASIDE]
+    aside_tpw = _column(aside_rows, lambda r: r.tps_per_w)
+    known_aside = np.isfinite(aside_tpw)
+    # a reading set aside is drawn apart: the curve joins its neighbours over it, no gap
+    rows = [
+        r
+        for r in every
+        if (r.status or "ok") not in SET_ASIDE or not math.isfinite(num(r.tps_per_w))
+    ]
     if not rows:
         raise UsageError("analysis has no caps to plot (the sweep finished no cap)")
     # A missing status means a bare caps.csv, whose rows are all measurements.
@@ -136,6 +155,8 @@ def _curve(caps: Sequence[CapRow]) -> Curve:
         sm_clock_mhz=measured[4],
         mem_clock_mhz=measured[5],
         failed=failed,
+        set_aside_tps_per_w=aside_tpw[known_aside],
+        set_aside_cap_w=_column(aside_rows, lambda r: r.cap_w)[known_aside],
     )
 
 

@@ -50,7 +50,10 @@ def sweet_spot_text(view: AnalysisView) -> str:
     """The callout text: cap, TPS/W, TPS and % of the default limit."""
     spot = view.sweet_spot
     assert spot is not None
-    lines = [f"Sweet spot: {fmt_w(spot.cap_w)}"]
+    title = {"none": "Best measured", "boundary": "Best cap (boundary)"}.get(
+        view.answer_kind, "Sweet spot"
+    )
+    lines = [f"{title}: {fmt_w(spot.cap_w)}"]
     facts = [f"{fmt_tpw(num(spot.tps_per_w))} TPS/W"]
     tps, pct = num(spot.tps), num(spot.pct_of_default)
     if math.isfinite(tps):
@@ -62,6 +65,9 @@ def sweet_spot_text(view: AnalysisView) -> str:
         lines.append(f"{pcts} of each card's default")
     elif math.isfinite(pct):
         lines.append(f"{pct:.0f}% of default limit")
+    if view.answer_kind == "none":
+        lines.append("no answer: see the summary")
+        return "\n".join(lines)
     near = view.near_peak
     if near is not None and near.cap_w == spot.cap_w:
         # The near-peak diamond is not drawn on top of the star; the callout says it instead.
@@ -141,7 +147,7 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
     spot = view.sweet_spot
     if spot is not None:
         _callout_sweet_spot(ax2, view, spot, renderer, obstacles, area)
-    near = view.near_peak
+    near = view.near_peak if view.answer_kind != "none" else None
     if near is not None and (spot is None or near.cap_w != spot.cap_w):
         _callout_near_peak(ax2, near, renderer, obstacles, area)
 
@@ -190,6 +196,20 @@ def _plot_curves(ax: Axes, ax2: Axes, view: AnalysisView) -> list[Line2D]:
         zorder=3,
     )
     handles.append(tpw_line)
+    if curve.set_aside_cap_w.size:
+        (aside_line,) = ax2.plot(
+            curve.set_aside_cap_w,
+            curve.set_aside_tps_per_w,
+            linestyle="none",
+            marker="o",
+            markersize=6,
+            markerfacecolor="none",
+            markeredgecolor=COLORS["failed"],
+            label="outlier (left out of the picks)",
+            gid="set_aside",
+            zorder=4,
+        )
+        handles.append(aside_line)
     if curve.failed.any():
         failed_caps = curve.cap_w[curve.failed]
         (failed_line,) = ax.plot(
@@ -214,6 +234,7 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
     """The sweet spot's star and the near-peak cap's diamond on the TPS/W curve."""
     handles: list[Line2D] = []
     spot = view.sweet_spot
+    answered = view.answer_kind != "none"
     if spot is not None:
         (spot_marker,) = ax2.plot(
             [spot.cap_w],
@@ -221,15 +242,18 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
             linestyle="none",
             marker="*",
             markersize=13,
-            markerfacecolor=COLORS["sweet_spot"],
+            # no answer: the best reading is hollow, never the gold star of a sweet spot
+            markerfacecolor=COLORS["sweet_spot"] if answered else "none",
             markeredgecolor="#333333",
             markeredgewidth=0.8,
             zorder=5,
             gid="sweet-spot-marker",
-            label="sweet spot",
+            label={"none": "best measured (no answer)", "boundary": "best cap (boundary)"}.get(
+                view.answer_kind, "sweet spot"
+            ),
         )
         handles.append(spot_marker)
-    near = view.near_peak
+    near = view.near_peak if answered else None
     if near is not None and (spot is None or near.cap_w != spot.cap_w):
         (near_marker,) = ax2.plot(
             [near.cap_w],

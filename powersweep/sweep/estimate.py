@@ -28,7 +28,6 @@ from powersweep.sweep.loads.warmup import WARMUP_REQUEST_SHARE, WARMUP_WINDOWS
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
 from powersweep.sweep.planning.strategy import DEFAULT_COARSE_STEPS, MAX_CAPS_SHARE
-from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 
 PROMPTS_PER_POINT = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
 # What auto settle takes under load (the detector's trailing window plus the first busy
@@ -50,13 +49,15 @@ ADAPTIVE_SHORT_OF_BUDGET = 1
 TIE_SPACING_W = 10.0
 # prefill-heavy: calibration requests, each about the prefill time asked for.
 CALIBRATION_REQUESTS = 3
-# Points that wait for a steady temperature in a dense sweep: the first (the card still heating
-# from its warm-up); every later one a step from the last carries its steadiness, unless the
-# grid's steps are jumps (wider than the carry's CARRY_DRAW_W): then every point waits.
-THERMAL_WAITING_POINTS = 1
-# A jump after the first point waits, on average, this share of the thermal bound: as long as the
-# card's fitted thermal model says the drift's bias needs to fall under the precision goal.
+# Every point waits as long as the temperature still to come would bias it (the first for its
+# whole bound: a card still heating from its warm-up). A step from the last point waits, on
+# average, this share of the bound (the README sweep at 10 s and 30 s: 0.3-0.4; a dense sweep
+# stepping down keeps its card cooling, most at its voltage floor), a jump (an adaptive sweep,
+# a coarse grid, the confirm phase) this one.
+STEP_WAIT_SHARE = 0.35
 JUMP_WAIT_SHARE = 0.5
+# A grid's steps wider than this are jumps.
+JUMP_SPACING_W = 30.0
 # Points far from the best stop after their first round; those near it (about this many on a
 # grid as fine as the tie spacing, one on a coarser one) measure on for about this share of
 # what the maximum window leaves, in a round or two (each with the load's fixed costs, a ramp).
@@ -106,10 +107,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         settle = options.measure.settle_s
     thermal = 0.0
     if not options.safety.observe_only and options.measure.thermal_wait_s > 0:
-        # the slope is judged once its trailing window since the point was set is full
-        thermal = max(0.0, min(THERMAL_TRAIL_S - settle, options.measure.thermal_wait_s))
-        if bound:
-            thermal = options.measure.thermal_wait_s
+        thermal = options.measure.thermal_wait_s
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
     spacing = options.points.step_size_w if spacing_w is None else spacing_w
     per_point = settle + prompts * (first + ramp) * options.load.bench_runs + POINT_OVERHEAD_S
@@ -125,19 +123,12 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         on = measured * (left + left / (first / 2) * ramp)
     else:
         on = min(near, measured) * (MEASURED_ON_SHARE * left + NEAR_BEST_ROUNDS * ramp)
-    # a point next to a steady one carries its steadiness: the first point (a card still
-    # heating from the warm-up) and jumps wait
-    waiting = measured if bound else min(measured, THERMAL_WAITING_POINTS)
-    jumps = options.points.strategy == "adaptive" or spacing > CARRY_DRAW_W
-    if jumps and not options.points.clock_axis:
-        # no point carries the last one's steadiness: a grid's steps are wider than a carried
-        # point may move, and an adaptive sweep's points jump (its coarse pass, then back and
-        # forth between the regions it refines)
-        waiting = measured
-    # the first point waits for a card still heating from its warm-up; a later jump waits as
-    # long as the card's fitted model says, about half the bound on average
+    # every point waits as its drift needs: the first its bound, a step or a jump a share of it
+    jumps = options.points.strategy == "adaptive" or spacing > JUMP_SPACING_W
+    later = JUMP_WAIT_SHARE if jumps and not options.points.clock_axis else STEP_WAIT_SHARE
     jump = thermal if bound else JUMP_WAIT_SHARE * thermal
-    waits = min(waiting, 1) * thermal + max(0, waiting - 1) * jump
+    step = thermal if bound else later * thermal
+    waits = min(measured, 1) * thermal + max(0, measured - 1) * step
     confirm = 0.0
     ties = options.points.clock_axis or spacing <= TIE_SPACING_W or bound
     if options.points.confirm and not options.safety.observe_only and measured >= 2 and ties:

@@ -25,9 +25,11 @@ _EXAMPLES_KEPT = 3
 
 
 def judge(statuses: Iterable[str]) -> tuple[str, str | None]:
-    """``complete`` when enough caps succeeded to answer, else ``partial`` or ``failed``.
+    """``complete`` when the run measured what it was asked, else ``partial`` or ``failed``.
 
-    Enough: at least :data:`MIN_OK_CAPS` (every measurable cap when fewer were planned), and no
+    Enough: at least :data:`MIN_OK_CAPS` (every measurable cap when fewer were planned: a run
+    asked for one or two caps completes, and its analysis says that so few give no answer,
+    :mod:`powersweep.analysis.claims`), and no
     fewer than the caps that failed or stayed suspect. Rejected caps (the card refused them) do
     not count either way, nor do an undervolt search's unstable steps: finding the first one is
     what the search is for.

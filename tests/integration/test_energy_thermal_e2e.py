@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.analysis.steadiness import DRIFT_C_PER_MIN
+from powersweep.analysis.steadiness import still_heating
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
@@ -23,6 +23,17 @@ def _sweep(tmp_path: Path, simulate: str, *extra: str) -> Path:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return only_run_dir(tmp_path / "runs")
+
+
+def r_num(row: dict[str, str]) -> dict[str, float]:
+    """A caps.csv row's numbers (as the analysis reads them)."""
+    out = {}
+    for k, v in row.items():
+        try:
+            out[k] = float(v)
+        except ValueError:
+            continue
+    return out
 
 
 def _codes(run: Path) -> set[str]:
@@ -41,10 +52,12 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
         assert abs(counter - sampled) / counter < 0.03, r["cap_w"]
         assert 0.0 <= float(r["thermal_wait_s"]) <= DEFAULT_THERMAL_WAIT_S + 0.6  # and a tick
     assert "energy_mismatch" not in _codes(run)
-    # the window's drift is recorded; a card the wait let through (before its bound) is
-    # steady, and only a card measured at the bound may still be heating, and then is named
-    drifts = {r["cap_w"]: float(r["temp_drift_c_per_min"]) for r in caps}
-    hot = {c for c, d in drifts.items() if abs(d) > DRIFT_C_PER_MIN}
+    # the window's drift and its bias are recorded; a card the wait let through (before its
+    # bound) is steady enough not to be named, and only a card measured at the bound may still
+    # bias its point beyond what still_heating names, and then is named
+    assert all(r["temp_drift_c_per_min"] and r["drift_bias_pct"] for r in caps)
+    drifts = {r["cap_w"]: float(r["drift_bias_pct"]) for r in caps}
+    hot = {r["cap_w"] for r in caps if still_heating(r_num(r))}
     for r in caps:
         if float(r["thermal_wait_s"]) < DEFAULT_THERMAL_WAIT_S - 1.0:
             assert r["cap_w"] not in hot, (r["cap_w"], drifts)

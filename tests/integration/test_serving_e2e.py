@@ -64,7 +64,10 @@ def test_caps_csv_carries_energy_per_token_and_latency_that_match_the_truth(
         assert abs(j / sampled - 1.0) < 0.03, r
         assert _f(r["kwh_per_mtok"]) == pytest.approx(j * 1e6 / 3.6e6, rel=1e-4)
         t = true_at[float(r["cap_w"])]
-        assert j == pytest.approx(t["j_per_token"], rel=0.06), (r["cap_w"], j, t)
+        # over the seconds the TPS counts, as the truth's draw over its rate: within its own
+        # stated precision (the figure over the whole windows was up to 6% off)
+        u95 = _f(r["j_per_token_u95_pct"]) / 100.0
+        assert j == pytest.approx(t["j_per_token"], rel=u95), (r["cap_w"], j, u95, t)
         # one stream's typical gap is the truth's; its p95 lies above it
         assert _f(r["itl_p50_ms"]) == pytest.approx(t["itl_ms"], rel=0.15), (r, t)
         assert _f(r["itl_p95_ms"]) >= _f(r["itl_p50_ms"])

@@ -272,8 +272,11 @@ def test_replay_adaptive_finds_a_long_flat_top_ceiling(tmp_path: Path) -> None:
 def test_replay_adaptive_finds_where_a_shouldered_ceiling_starts(
     tmp_path: Path, lo: int, hi: int, start: int, level: float
 ) -> None:
-    # the draw leaves the cap line 6 W short two caps before it levels off: physics pins only
-    # the level's first cap, the dense sweep's ceiling starts at the shoulder
+    # the draw leaves the cap line 6 W short two caps before it levels off, and TPS follows the
+    # draw: those shoulder caps still buy TPS (a cap that does not bind cannot change it), so
+    # the ceiling starts where TPS stops rising beyond noise: between the shoulder (on a curve
+    # as flat there as the H100's, its TPS is within noise of the level) and the level's first
+    # cap
     curve = tmp_path / "shoulder.csv"
     with curve.open("w", newline="") as f:
         w = csv.writer(f)
@@ -288,18 +291,23 @@ def test_replay_adaptive_finds_where_a_shouldered_ceiling_starts(
         analysis = read_json(run / "analysis.json")
         (ceiling,) = [p for p in analysis["plateaus"] if p["kind"] == "draw_ceiling"]
         answers[strategy] = (analysis["sweet_spot"]["cap_w"], ceiling["start_w"])
-    assert answers["dense"][1] == start, answers
-    assert abs(answers["adaptive"][1] - start) <= AGREE_W, answers
+    # between the shoulder and the level's first cap (the draw reaches the level there)
+    first_at_level = next(c for c in range(start, hi + 1, 10) if c - 6.0 >= level)
+    assert start <= answers["dense"][1] <= first_at_level, answers
+    assert abs(answers["adaptive"][1] - answers["dense"][1]) <= AGREE_W, answers
     assert abs(answers["adaptive"][0] - answers["dense"][0]) <= AGREE_W, answers
 
 
 @pytest.mark.slow
 def test_replay_adaptive_finds_a_long_soft_ceiling(tmp_path: Path) -> None:
     # a 4090-like decode: the draw leaves the cap at 300 W and rises at half the cap's rate to
-    # 360 W, flat from 420 W to the top; the dense sweep's ceiling starts at the first cap
-    # short of its cap (310 W). An adaptive sweep cannot measure every other cap of 30 steps:
-    # its ceiling is joined across gaps physics fills (a higher cap never lowers the draw)
+    # 360 W, flat from 420 W to the top, and TPS follows the draw: the caps from 310 W still buy
+    # TPS, so the ceiling starts where TPS stops rising beyond noise (400-420 W), not at the
+    # first cap short of its cap. An adaptive sweep cannot measure every other cap of 30 steps:
+    # its ceiling's start is within a step of the dense one's, or the run names the ceiling edge
+    # its budget left out (the adaptive_budget finding)
     curve = tmp_path / "soft.csv"
+    left_out: dict[str, list[float]] = {}
     with curve.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cap_w", "power_w", "narr_tps", "code_tps", "sm_clock_mhz", "status"])
@@ -317,9 +325,19 @@ def test_replay_adaptive_finds_a_long_soft_ceiling(tmp_path: Path) -> None:
             ceiling["start_w"],
             analysis["near_peak"]["cap_w"],
         )
-    assert answers["dense"][1] == 310.0, answers
-    for k in range(3):
+        left_out[strategy] = [
+            c["cap_w"]
+            for c in (read_json(run / "run.json").get("adaptive") or {}).get("left_out", [])
+            if c["reason"] == "ceiling edge"
+        ]
+    assert 400.0 <= answers["dense"][1] <= 420.0, answers
+    for k in (0, 2):
         assert abs(answers["adaptive"][k] - answers["dense"][k]) <= AGREE_W, answers
+    lo, hi = sorted((answers["adaptive"][1], answers["dense"][1]))
+    assert hi - lo <= AGREE_W or any(lo <= c < hi for c in left_out["adaptive"]), (
+        answers,
+        left_out,
+    )
 
 
 def test_a_point_that_stays_suspect_is_not_asked_for_again_without_end(tmp_path: Path) -> None:

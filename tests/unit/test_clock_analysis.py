@@ -113,10 +113,17 @@ def test_pareto_front_drops_dominated_points(tmp_path: Path) -> None:
     curve_path = tmp_path / "pareto.csv"
     curve_path.write_text(
         "sm_lock_mhz,mem_lock_mhz,narr_tps,power_w\n"
-        "1000,5000,10,100\n1200,5000,12,110\n1400,5000,11,120\n1600,5000,15,150\n"
+        "1000,5000,10,100\n1200,5000,12,110\n1400,5000,12.5,140\n1600,5000,15,150\n"
+        "1400,9000,13,130\n"
     )
     front = pareto_front(clock_points(load_curve(curve_path).caps, "narr_tps"))
-    assert [p.sm_lock_mhz for p in front] == [1000.0, 1200.0, 1600.0]
+    # SM 1400 MHz at memory 5000 MHz: slower and hungrier than at memory 9000 MHz
+    assert [(p.sm_lock_mhz, p.mem_lock_mhz) for p in front] == [
+        (1000.0, 5000.0),
+        (1200.0, 5000.0),
+        (1400.0, 9000.0),
+        (1600.0, 5000.0),
+    ]
 
 
 def test_clock_versus_power_states_the_gain_and_the_cost_in_tps() -> None:

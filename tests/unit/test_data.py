@@ -159,3 +159,23 @@ def test_subtitle_leaves_out_what_is_unknown() -> None:
 @pytest.mark.parametrize(("watts", "text_"), [(300.0, "300 W"), (300, "300 W"), (287.5, "287.5 W")])
 def test_fmt_w(watts: float, text_: str) -> None:
     assert fmt_w(watts) == text_
+
+
+def test_a_reading_set_aside_is_drawn_apart_and_the_curve_joins_over_it() -> None:
+    from powersweep.analysis.result_types import Answer, CapRow, PowerAnalysis
+    from powersweep.plots._data import parse_analysis
+
+    caps = [
+        CapRow(cap_w=200.0, tps=20.0, power_w=199.0, tps_per_w=0.1005, status="ok"),
+        CapRow(cap_w=210.0, tps=40.0, power_w=209.0, tps_per_w=0.1914, status="outlier"),
+        CapRow(cap_w=220.0, tps=22.0, power_w=219.0, tps_per_w=0.1005, status="ok"),
+        CapRow(cap_w=230.0, status="failed"),
+    ]
+    view = parse_analysis(
+        PowerAnalysis(caps=caps, answer=Answer(kind="none", why="only 2 usable caps"))
+    )
+    assert list(view.curve.cap_w) == [200.0, 220.0, 230.0]  # no gap where the outlier was
+    assert list(view.curve.failed) == [False, False, True]
+    assert list(view.curve.set_aside_cap_w) == [210.0]
+    assert list(view.curve.set_aside_tps_per_w) == [0.1914]
+    assert view.answer_kind == "none"

@@ -161,3 +161,26 @@ def test_without_a_sweet_spot_there_is_no_callout() -> None:
     _, ax2 = _axes(efficiency_figure(_analysis(sweet_spot=None, near_peak=None)))
     assert {t.get_gid() for t in ax2.texts}.isdisjoint({SWEET_GID, NEAR_PEAK_GID})
     assert "sweet-spot-marker" not in {line.get_gid() for line in ax2.lines}
+
+
+def test_a_run_without_an_answer_draws_its_best_reading_hollow_and_names_it() -> None:
+    from powersweep.analysis.result_types import Answer, CapRow, Pick, PowerAnalysis
+    from powersweep.plots.efficiency import efficiency_figure
+
+    caps = [
+        CapRow(cap_w=c, tps=t, power_w=c - 1, tps_per_w=t / (c - 1), status="ok")
+        for c, t in ((200.0, 20.0), (220.0, 23.0), (240.0, 24.0))
+    ]
+    best = Pick(cap_w=220.0, tps_per_w=23.0 / 219.0, tps=23.0, power_w=219.0)
+    analysis = PowerAnalysis(
+        caps=caps,
+        answer=Answer(kind="none", why="interrupted after 3 of 21 caps"),
+        sweet_spot=best,
+        near_peak=best,
+    )
+    fig = efficiency_figure(analysis)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any(t.startswith("Best measured: 220 W") and "no answer" in t for t in texts), texts
+    (star,) = [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "sweet-spot-marker"]
+    assert star.get_markerfacecolor() == "none" and star.get_label() == "best measured (no answer)"
+    assert not [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "near-peak-marker"]

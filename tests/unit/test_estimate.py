@@ -1,10 +1,10 @@
-"""The dry run's estimate: which points wait for a steady temperature."""
+"""The dry run's estimate: how long the points wait for a steady temperature."""
 
 from __future__ import annotations
 
 import pytest
 
-from powersweep.sweep.estimate import JUMP_WAIT_SHARE, THERMAL_WAITING_POINTS, estimate_run_s
+from powersweep.sweep.estimate import JUMP_WAIT_SHARE, STEP_WAIT_SHARE, estimate_run_s
 from powersweep.sweep.options import (
     Cooling,
     MeasureOptions,
@@ -14,7 +14,6 @@ from powersweep.sweep.options import (
     Strategy,
     SweepOptions,
 )
-from powersweep.sweep.sampling.thermal import CARRY_DRAW_W, THERMAL_TRAIL_S
 
 
 def _options(
@@ -28,42 +27,38 @@ def _options(
     return SweepOptions(output=OutputOptions(cooling=Cooling.AIR), measure=measure, points=points)
 
 
-@pytest.mark.parametrize("spacing", [10.0, CARRY_DRAW_W])
-def test_a_grid_of_steps_waits_at_its_first_points_only(spacing: float) -> None:
+def test_every_point_waits_the_first_its_bound_a_step_a_share_of_it() -> None:
+    # no point carries the last one's steadiness by distance alone (issue 44): the first waits
+    # for a card still heating from its warm-up, each step after it as long as its drift needs
     options = _options()
-    wait = THERMAL_TRAIL_S - 2.0  # judged once its trailing window since the set is full
-    assert estimate_run_s(options, 6, spacing) - estimate_run_s(options, 5, spacing) == (
-        pytest.approx(
-            estimate_run_s(_options(thermal_wait_s=0.0), 6, spacing)
-            - estimate_run_s(_options(thermal_wait_s=0.0), 5, spacing)
-        )
-    )
-    no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 6, spacing)
+    no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 6, 10.0)
+    bound = MeasureOptions.thermal_wait_s
     # and the run's first point, read again at its end, is the jump back across the sweep: it
     # waits its whole bound
-    assert estimate_run_s(options, 6, spacing) - no_wait == pytest.approx(
-        THERMAL_WAITING_POINTS * wait + wait
+    assert estimate_run_s(options, 6, 10.0) - no_wait == pytest.approx(
+        bound * (1 + 5 * STEP_WAIT_SHARE) + bound
+    )
+    # a longer bound, a longer estimate
+    assert estimate_run_s(_options(thermal_wait_s=30.0), 6, 10.0) - no_wait == pytest.approx(
+        30.0 * (1 + 5 * STEP_WAIT_SHARE) + 30.0
     )
 
 
-def test_a_grid_of_jumps_waits_at_every_point() -> None:
-    # 50 W apart, the draw moves more than a carried point may: each point waits (a sweep of
-    # 350, 300, 250 W waited at all three), the first for its whole wait, the jumps after it as
-    # long as the card's fitted thermal model says (about half the bound); the first point read
-    # again at the end, the jump back across the sweep, waits its whole bound
+def test_a_grid_of_jumps_waits_longer_at_every_point() -> None:
+    # 50 W apart: each jump waits, on average, a larger share of the bound
     options = _options()
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 3, 50.0)
-    per_point = THERMAL_TRAIL_S - 2.0
+    bound = MeasureOptions.thermal_wait_s
     assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(
-        per_point * (2 + 2 * JUMP_WAIT_SHARE)
+        bound * (1 + 2 * JUMP_WAIT_SHARE) + bound  # the first point read again: its bound
     )
 
 
-def test_an_adaptive_sweep_waits_at_every_point_it_measures() -> None:
+def test_an_adaptive_sweep_waits_as_at_jumps() -> None:
     options = _options(strategy=Strategy.ADAPTIVE)
     no_wait = estimate_run_s(_options(strategy=Strategy.ADAPTIVE, thermal_wait_s=0.0), 21, 10.0)
     gap = estimate_run_s(options, 21, 10.0) - no_wait
-    per_point = THERMAL_TRAIL_S - 2.0
-    waits = 1 + round((gap / per_point - 1) / JUMP_WAIT_SHARE)
-    assert gap == pytest.approx(per_point * (1 + (waits - 1) * JUMP_WAIT_SHARE))
-    assert waits > THERMAL_WAITING_POINTS
+    bound = MeasureOptions.thermal_wait_s
+    waits = 1 + round((gap / bound - 1) / JUMP_WAIT_SHARE)
+    assert gap == pytest.approx(bound * (1 + (waits - 1) * JUMP_WAIT_SHARE))
+    assert waits > 1

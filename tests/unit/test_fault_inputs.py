@@ -609,11 +609,19 @@ def test_rows_no_card_can_show_are_named_and_never_picked(tmp_path: Path) -> Non
     )
     result = analyze(load_curve(path))
     rows = {r["cap_w"]: r for r in result["caps"]}
-    for cap, why in ((240.0, "many times"), (300.0, "many times"), (320.0, "far over its")):
-        assert rows[cap]["status"] == "implausible" and why in rows[cap]["error"], cap
+    # the draw over its cap is no reading of a card that holds its limit; the 2 W draw and the
+    # 1e308 TPS stand apart from both neighbours, which the curve's physics forbids
+    for cap, status, why in (
+        (240.0, "outlier", "draw (W) 2 at 240 W stands below its neighbours"),
+        (300.0, "outlier", "narr_tps 1e+308 at 300 W stands above its neighbours"),
+        (320.0, "implausible", "over its 320.0 W cap beyond the sensor's 5% tolerance"),
+    ):
+        assert rows[cap]["status"] == status and why in rows[cap]["error"], cap
     assert result["sweet_spot"]["cap_w"] not in (240.0, 300.0, 320.0)
     (found,) = [f for f in result["findings"] if f["code"] == "implausible_rows"]
-    assert "3 cap(s) implausible" in found["message"]
+    assert "1 cap(s) implausible" in found["message"]
+    (found,) = [f for f in result["findings"] if f["code"] == "outlier_caps"]
+    assert "2 cap(s) outlier, kept in the table and left out of every pick" in found["message"]
 
 
 def test_the_fleets_one_scan_sets_aside_the_same_rows(tmp_path: Path) -> None:
@@ -627,5 +635,5 @@ def test_the_fleets_one_scan_sets_aside_the_same_rows(tmp_path: Path) -> None:
     curves, failed = load_curves([tmp_path / "a", tmp_path / "b"])
     assert not failed
     statuses = {c.out_dir.name: c.caps["status"].to_list() for c in curves}
-    # each run judged by its own median: run a keeps every row, run b loses its 2 W row
-    assert statuses == {"a": ["ok", "ok", "ok"], "b": ["ok", "ok", "implausible"]}
+    # each run judged by its own physics: run a keeps every row, run b loses its 2 W row
+    assert statuses == {"a": ["ok", "ok", "ok"], "b": ["ok", "ok", "outlier"]}

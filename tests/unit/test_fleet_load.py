@@ -11,7 +11,8 @@ import polars as pl
 
 from powersweep.analysis.core import analyze
 from powersweep.analysis.fleet_load import load_curves
-from powersweep.analysis.load import IMPLAUSIBLE, load_curve
+from powersweep.analysis.load import load_curve
+from powersweep.analysis.plausibility import IMPLAUSIBLE
 
 PLAIN = "cap_w,narr_tps,power_w,status\n300,30,299,\n200,20,199,ok\n250,25,249,FAILED\n"
 
@@ -46,7 +47,7 @@ def test_runs_sharing_a_header_load_in_order_as_load_curve_reads_them(tmp_path: 
     assert curves[0].caps["narr_tps"].to_list() == [20.0, 25.0, 31.0]
 
 
-def test_implausible_rows_are_marked_against_each_run_s_own_median(tmp_path: Path) -> None:
+def test_implausible_rows_are_marked_by_physics_in_each_run(tmp_path: Path) -> None:
     slow_card = "cap_w,narr_tps,power_w\n200,2,199\n250,2.5,249\n300,3,299\n"
     fast_card = "cap_w,narr_tps,power_w\n200,20,199\n250,25,249\n300,30,299\n350,35,9000\n"
     curves, _ = load_curves([_run(tmp_path, "slow", slow_card), _run(tmp_path, "fast", fast_card)])

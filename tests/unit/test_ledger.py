@@ -100,6 +100,10 @@ def test_the_local_slope_is_between_the_two_nearest_points_measured_ok() -> None
     expected = (math.log(30.0) - math.log(28.0)) / 50.0
     assert ledger.local_slope(SweepPoint(290.0)) == pytest.approx(expected)
     assert math.isnan(ledger.local_slope(SweepPoint()))  # no position on the axis
+    # a plateau's neighbour draws as much: the next point off it tells the slope
+    ledger.record(SweepPoint(310.0), _row(tps_per_w=30.0 / 301.0, power_w=301.0), LoadRun())
+    off = (math.log(30.0) - math.log(28.0)) / (301.0 - 250.0)
+    assert ledger.local_slope(SweepPoint(312.0)) == pytest.approx(off)
 
 
 def test_nearest_figures_and_best_other_leave_the_point_out() -> None:

@@ -1,6 +1,6 @@
 """powersweep.analysis.load: caps.csv read into its typed table (status, text columns, source
-lines, rows without a cap noted, a clock curve keyed by its locks), run.json's checks, the rows no
-card can show marked implausible, the metric picked, and caps.csv written back.
+lines, rows without a cap noted, a clock curve keyed by its locks), run.json's checks, the metric
+picked, and caps.csv written back.
 
 (test_core.py covers load_curve's one-line errors on broken files and paths.)"""
 
@@ -13,10 +13,8 @@ import polars as pl
 import pytest
 
 from powersweep.analysis.load import (
-    IMPLAUSIBLE,
     SOURCE_LINE,
     load_curve,
-    mark_implausible,
     pick_metric,
     read_caps,
     read_run_json,
@@ -90,60 +88,6 @@ def test_pick_metric_prefers_decode_and_needs_a_positive_draw() -> None:
     assert pick_metric(df) == "prefill_tps"  # decode's only row has no draw
     assert pick_metric(df.with_columns(pl.lit(299.0).alias("power_w"))) == "narr_tps"
     assert pick_metric(df.with_columns(pl.lit(None, pl.Float64).alias("power_w"))) is None
-
-
-def _caps(**cols: list) -> pl.DataFrame:
-    n = len(next(iter(cols.values())))
-    base = {"status": ["ok"] * n, "error": [None] * n, "n_gpus": [1.0] * n}
-    return pl.DataFrame({**base, **cols}, schema_overrides={"error": pl.String})
-
-
-def test_implausible_draws_are_marked_with_why() -> None:
-    caps = _caps(
-        cap_w=[300.0, 300.0, 300.0, 300.0, 300.0],
-        power_w=[0.5, 6000.0, 451.0, 450.0, 900.0],
-        narr_tps=[30.0, 30.0, 30.0, 30.0, 30.0],
-        n_gpus=[1.0, 1.0, 1.0, 1.0, 2.0],
-    )
-    out = mark_implausible(caps)
-    assert out["status"].to_list() == [IMPLAUSIBLE, IMPLAUSIBLE, IMPLAUSIBLE, "ok", "ok"]
-    assert out["error"].to_list()[:3] == [
-        "draw 0.5 W per card is implausible (under 1 W or over 5 kW)",
-        "draw 6000.0 W per card is implausible (under 1 W or over 5 kW)",
-        "draw 451.0 W per card is far over its 300.0 W cap (a card holds its limit)",
-    ]
-    assert out.columns == caps.columns  # the group column it adds is gone
-
-
-def test_a_reading_many_times_the_median_is_implausible_with_three_usable_rows() -> None:
-    caps = _caps(
-        cap_w=[200.0, 250.0, 300.0, 350.0],
-        power_w=[199.0, 249.0, 2.0, 349.0],
-        narr_tps=[20.0, 25.0, 29.0, 34.0],
-    )
-    out = mark_implausible(caps)
-    assert out["status"].to_list() == ["ok", "ok", IMPLAUSIBLE, "ok"]
-    assert out["error"][2] == (
-        "narr_tps 29.0 and TPS/W 14.5 are implausible: many times the run's median (TPS/W "
-        "0.1005); a broken or cut reading"
-    )
-    # with two usable rows there is no median to judge by
-    assert mark_implausible(caps.head(1).vstack(caps[2:3]))["status"].to_list() == ["ok", "ok"]
-
-
-def test_rows_not_ok_are_left_as_they_are_and_groups_have_their_own_medians() -> None:
-    caps = _caps(
-        cap_w=[200.0] * 6,
-        power_w=[150.0, 150.0, 150.0, 150.0, 150.0, 150.0],
-        narr_tps=[1.0, 1.0, 1.0, 10.0, 10.0, 10.0],
-        run=[0, 0, 0, 1, 1, 1],
-    ).with_columns(pl.Series("status", ["ok", "ok", "failed", "ok", "ok", "ok"]))
-    # together, the run of 10 TPS would be 10x a median of 1: judged per run it is fine
-    out = mark_implausible(caps, group="run")
-    assert out["status"].to_list() == ["ok", "ok", "failed", "ok", "ok", "ok"]
-    assert "run" in out.columns
-    bad = caps.with_columns(pl.Series("power_w", [150.0, 150.0, 9000.0, 150, 150, 150]))
-    assert mark_implausible(bad, group="run")["status"][2] == "failed"
 
 
 def test_read_run_json_checks_its_shape_and_version(tmp_path: Path) -> None:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 import pytest
 
+from powersweep.analysis.precision import Precision
 from powersweep.sweep.sampling.per_token import (
     energy_per_token,
     latency_percentiles,
-    metric_spans,
+    metric_seconds,
 )
 
 
@@ -32,6 +34,10 @@ class R:
     ok: bool = True
     prompt_tokens: int | None = None
 
+    @property
+    def t_last_token_s(self) -> float:
+        return self.token_times_s[-1] if self.token_times_s else math.nan
+
 
 def _ticks(t0: float, t1: float, watts: float, step: float = 0.5, n_gpus: int = 1) -> list[T]:
     """Steady draw ``watts`` per GPU, each counter integrating it exactly."""
@@ -49,52 +55,101 @@ def _stream(kind: str, start: float, first: float, gap: float, n: int, per_chunk
     return R(kind, start, first, times, n * per_chunk, n)
 
 
-def test_counter_and_tokens_of_the_same_span_give_joules_per_token() -> None:
-    ticks = _ticks(10.0, 20.0, 300.0)
-    # 20 tokens/s from 10.0 to 20.0: a token every 50 ms
-    req = _stream("narr", 9.9, 10.0, 0.05, 201)
-    spans = metric_spans([("narr", 10.0, 20.0), ("code", 20.0, 30.0)], "decode-single")
-    assert spans == [(10.0, 20.0)]
-    out = energy_per_token(ticks, [req], spans, "decode-single")
-    assert out["energy_tokens"] == pytest.approx(201)
-    assert out["j_per_token"] == pytest.approx(3000.0 / 201)
-    assert out["j_per_token_sampled"] == pytest.approx(3000.0 / 201)
-    assert out["kwh_per_mtok"] == pytest.approx(3000.0 / 201 * 1e6 / 3.6e6)
+def _precision(tps_u95: float = 0.004, bias: float = 0.0) -> Precision:
+    return Precision(tps_u95, 0.002, math.hypot(tps_u95, 0.002), bias, 0.0, 10.0)
 
 
-def test_packed_chunks_count_their_tokens_and_only_the_metric_prompt_counts() -> None:
+def test_decode_seconds_are_each_requests_first_to_last_token() -> None:
+    # a request's time to first token and the gap before the next one are not decode seconds
+    a = _stream("narr", 0.0, 0.2, 0.05, 41)  # decode 0.2-2.2 s
+    b = _stream("narr", 2.3, 2.5, 0.05, 21)  # decode 2.5-3.5 s
+    code = _stream("code", 3.6, 3.7, 0.05, 30)
+    one = R("narr", 3.6, 3.7, (3.7,), 1, 1)  # one token: no decode span
+    windows = [("narr", 0.0, 3.6), ("code", 3.6, 5.0)]
+    spans = metric_seconds([a, b, code, one], windows, "decode-single")
+    assert spans == [(0.2, pytest.approx(2.2)), (2.5, pytest.approx(3.5))]
+    # decode-concurrent counts its tokens over the metric's windows
+    assert metric_seconds([a, b], windows, "decode-concurrent") == [(0.0, 3.6)]
+    # prefill-heavy: each prompt's send to its first token
+    pre = R("prefill", 1.0, 1.8, (1.8,), 1, 1, prompt_tokens=4000)
+    assert metric_seconds([pre], [("prefill", 0.0, 5.0)], "prefill-heavy") == [(1.0, 1.8)]
+
+
+def _varying(spans: list[tuple[float, float]], inside_w: float, outside_w: float) -> list[T]:
+    """Ticks every 0.5 s from 0 to 10 s of a draw that is ``inside_w`` in ``spans`` and
+    ``outside_w`` elsewhere, with a counter that integrates it exactly."""
+    out, energy, t, step = [], 0.0, 0.0, 0.001
+    marks = {round(0.5 * i, 3) for i in range(21)}
+    while t <= 10.0 + 1e-9:
+        if round(t, 3) in marks:
+            inside = any(a <= t <= b for a, b in spans)
+            out.append(T(round(t, 3), inside_w if inside else outside_w, (energy,)))
+        inside = any(a <= t + step / 2 <= b for a, b in spans)
+        energy += (inside_w if inside else outside_w) * step * 1000.0
+        t += step
+    return out
+
+
+def test_the_energy_is_the_counters_over_the_decode_seconds_only() -> None:
+    # decode draws 300 W, prefill and gaps 150 W: a window's energy would understate the decode
+    spans = [(0.2, 3.1), (3.4, 6.6), (7.0, 9.9)]
+    ticks = _varying(spans, 300.0, 150.0)
+    out = energy_per_token(ticks, spans, 30.0, _precision())
+    # whole tick intervals inside a span only: 0.5-3.0, 3.5-6.5, 7.0-9.5 s
+    assert out["energy_tokens"] == pytest.approx(30.0 * (2.5 + 3.0 + 2.5))
+    assert out["j_per_token"] == pytest.approx(300.0 / 30.0, rel=1e-3)
+    assert out["j_per_token_sampled"] == pytest.approx(300.0 / 30.0, rel=1e-3)
+    assert out["kwh_per_mtok"] == pytest.approx(out["j_per_token"] * 1e6 / 3.6e6)
+    # the whole window's energy over the tokens served in it (the old figure) reads higher: it
+    # pays for the seconds between the decodes too
+    window = (ticks[-1].energy_mj[0] - ticks[0].energy_mj[0]) / 1000.0
+    assert window / (30.0 * 8.8) > 1.05 * out["j_per_token"]
+
+
+def test_the_stated_precision_adds_the_rate_the_counter_and_the_drift() -> None:
+    spans = [(0.0, 10.0)]
+    steady = energy_per_token(_ticks(0.0, 10.0, 250.0), spans, 25.0, _precision(0.004, 0.003))
+    # a steady counter: the TPS and the drift's bias alone, in quadrature
+    assert steady["j_per_token_u95_pct"] == pytest.approx(100.0 * math.hypot(0.004, 0.003))
+    # a counter whose intervals scatter +-2%: its own half-width joins them
+    rng = random.Random(3)
+    noisy, energy = [], 0.0
+    for i in range(21):
+        noisy.append(T(0.5 * i, 250.0, (energy,)))
+        energy += 250.0 * 0.5 * 1000.0 * (1.0 + rng.gauss(0.0, 0.02))
+    out = energy_per_token(noisy, spans, 25.0, _precision(0.004, 0.0))
+    assert out["j_per_token_u95_pct"] > 100.0 * 0.004 * 1.5
+    # the energy's part, a ratio over 8 batches of intervals, holds the truth at its 95%
+    gap = abs(out["j_per_token"] / 10.0 - 1.0)
+    assert gap < out["j_per_token_u95_pct"] / 100.0
+
+
+def test_multi_gpu_counters_add_up_and_packed_chunks_are_the_rates_business() -> None:
     ticks = _ticks(0.0, 4.0, 200.0, n_gpus=2)
-    packed = _stream("narr", 0.0, 0.1, 0.1, 40, per_chunk=3)  # 120 tokens in 40 chunks
-    code = _stream("code", 0.0, 0.1, 0.01, 400)
-    out = energy_per_token(ticks, [packed, code], [(0.0, 4.0)], "decode-concurrent")
-    assert out["energy_tokens"] == pytest.approx(120)
-    assert out["j_per_token"] == pytest.approx(2 * 200.0 * 4.0 / 120)
+    out = energy_per_token(ticks, [(0.0, 4.0)], 30.0, _precision())
+    assert out["j_per_token"] == pytest.approx(2 * 200.0 / 30.0)
+    assert out["energy_tokens"] == pytest.approx(120.0)
 
 
-def test_a_drifting_counter_shows_against_the_sampled_integral() -> None:
+def test_a_drifting_counter_shows_against_the_sampled_draw() -> None:
     ticks = [T(t.t_s, t.power_w, (t.energy_mj[0] * 1.05,)) for t in _ticks(0.0, 10.0, 250.0)]
-    req = _stream("narr", 0.0, 0.0, 0.1, 101)
-    out = energy_per_token(ticks, [req], [(0.0, 10.0)], "decode-single")
+    out = energy_per_token(ticks, [(0.0, 10.0)], 10.0, _precision())
     assert out["j_per_token"] / out["j_per_token_sampled"] == pytest.approx(1.05)
 
 
-def test_prefill_counts_each_prompts_share_inside_the_window() -> None:
-    ticks = _ticks(0.0, 10.0, 400.0)
-    # 8000 tokens over 2 s of prefill each; the last one straddles the window's end
-    reqs = [R("prefill", s, s + 2.0, (s + 2.0,), 1, 1, prompt_tokens=8000) for s in (0.0, 3.0, 9.0)]
-    out = energy_per_token(ticks, reqs, [(0.0, 10.0)], "prefill-heavy")
-    assert out["energy_tokens"] == pytest.approx(8000 + 8000 + 4000)
-    assert out["j_per_token"] == pytest.approx(4000.0 / 20000)
-
-
-def test_no_window_or_a_missing_counter_is_unknown_not_zero() -> None:
+def test_no_seconds_no_rate_or_a_missing_counter_is_unknown_not_zero() -> None:
     ticks = _ticks(0.0, 4.0, 200.0)
-    req = _stream("narr", 0.0, 0.1, 0.1, 30)
-    assert math.isnan(energy_per_token(ticks, [req], [], "decode-single")["j_per_token"])
+    assert math.isnan(energy_per_token(ticks, [], 20.0, _precision())["j_per_token"])
+    # a span shorter than one tick interval holds no whole interval
+    assert math.isnan(energy_per_token(ticks, [(1.1, 1.4)], 20.0, _precision())["j_per_token"])
+    assert math.isnan(energy_per_token(ticks, [(0.0, 4.0)], math.nan, _precision())["j_per_token"])
     broken = [T(t.t_s, t.power_w, (math.nan,)) for t in ticks]
-    out = energy_per_token(broken, [req], [(0.0, 4.0)], "decode-single")
-    assert math.isnan(out["j_per_token"])
-    assert out["j_per_token_sampled"] > 0
+    out = energy_per_token(broken, [(0.0, 4.0)], 20.0, _precision())
+    assert math.isnan(out["j_per_token"]) and math.isnan(out["j_per_token_u95_pct"])
+    assert out["j_per_token_sampled"] == pytest.approx(10.0)
+    # a rate without its own precision (one prefill prompt) states none
+    blind = Precision(math.nan, math.nan, math.nan, 0.0, math.nan, math.nan)
+    assert math.isnan(energy_per_token(ticks, [(0.0, 4.0)], 20.0, blind)["j_per_token_u95_pct"])
 
 
 def test_latency_percentiles_over_every_stream_of_the_window() -> None:

@@ -15,7 +15,6 @@ from powersweep.analysis.findings import Severity
 from powersweep.analysis.power_findings import (
     as_float,
     boundary_findings,
-    caps_bind,
     no_bind_finding,
     recommendation_findings,
     regime_findings,
@@ -50,23 +49,12 @@ def test_status_findings_list_caps_never_measured_ok() -> None:
     assert status_findings(caps.filter(pl.col("status") == "ok")) == []
 
 
-def test_a_cap_binds_by_draw_share_or_by_the_throttle_bit() -> None:
-    points = [_p(300, 200.0), _p(350, 210.0), _p(400, 220.0)]
-    caps = pl.DataFrame({"cap_w": [300.0, 350.0, 400.0], "pwr_throttle_pct": [0.0, 0.0, 0.0]})
-    binds = caps_bind(points, caps)
-    assert binds == {"binds": False, "draw_w": [200.0, 220.0], "caps_w": [300.0, 400.0]}
-    throttled = caps.with_columns(pl.Series("pwr_throttle_pct", [0.0, 51.0, 0.0]))
-    assert caps_bind(points, throttled)["binds"] is True
-    # 90% of the cap drawn binds, with no throttle column at all
-    assert caps_bind([_p(300, 270.0)], pl.DataFrame({"cap_w": [300.0]}))["binds"] is True
-    assert caps_bind([_p(300, 269.9)], pl.DataFrame({"cap_w": [300.0]}))["binds"] is False
-
-
 def test_no_bind_finding_states_the_draw_and_the_caps() -> None:
     f = no_bind_finding({"draw_w": [199.6, 221.4], "caps_w": [300.0, 400.0]})
     assert f.code == "no_cap_binds" and f.severity is Severity.WARNING
     assert f.message.startswith(
-        "no cap binds: the card drew 200-221 W under caps of 300-400 W, so power capping"
+        "no cap binds: the card drew 200-221 W under caps of 300-400 W and its TPS stayed flat "
+        "within noise, so power capping"
     )
     assert f.hint is not None and "`powersweep --axis sm-clock`" in f.hint
 

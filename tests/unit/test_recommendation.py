@@ -66,11 +66,10 @@ def test_an_analysis_made_for_near_peak_recommends_near_peak(tmp_path: Path) -> 
     assert read_recommendation(_run_dir(tmp_path, odd)).objective == "tps-per-w"
 
 
-def test_caveats_of_an_unfinished_run_and_a_pick_at_the_sweeps_edge(tmp_path: Path) -> None:
+def test_a_pick_at_the_sweeps_edge_carries_its_caveat(tmp_path: Path) -> None:
     analysis = _power(sweet_spot={**SWEET, "at_boundary": "low"})
-    rec = read_recommendation(_run_dir(tmp_path, analysis, status="interrupted"))
+    rec = read_recommendation(_run_dir(tmp_path, analysis))
     assert rec.notes == (
-        "the run is interrupted: its recommendation covers only the caps it finished",
         "the sweet spot is the lowest cap measured: the best cap may lie beyond the sweep",
     )
     high = _power(sweet_spot={**SWEET, "at_boundary": "high"})
@@ -79,13 +78,32 @@ def test_caveats_of_an_unfinished_run_and_a_pick_at_the_sweeps_edge(tmp_path: Pa
     assert read_recommendation(_run_dir(tmp_path, high), "near-peak").notes == ()
 
 
+@pytest.mark.parametrize("status", ["interrupted", "partial", "failed", "running"])
+def test_a_run_that_did_not_finish_has_nothing_to_apply(tmp_path: Path, status: str) -> None:
+    # whatever its analysis.json says: the run's own run.json decides
+    for analysis in (_power(), {"kind": "clocks", "sweet_spot": {"sm_lock_mhz": 1410.0}}):
+        run = _run_dir(tmp_path, analysis, status=status)
+        with pytest.raises(UsageError, match="has no answer to apply: ") as err:
+            read_recommendation(run)
+        assert f"`powersweep --resume {run}` measures the rest" in str(err.value)
+
+
+def test_an_analysis_without_an_answer_has_nothing_to_apply(tmp_path: Path) -> None:
+    why = "only 1 usable cap: an answer needs at least 3, a measured one on each side of the best"
+    analysis = _power(answer={"kind": "none", "why": why, "points_usable": 1})
+    with pytest.raises(UsageError, match="has no answer to apply: only 1 usable cap"):
+        read_recommendation(_run_dir(tmp_path, analysis))
+    boundary = _power(answer={"kind": "boundary", "why": "the lowest", "points_usable": 5})
+    assert read_recommendation(_run_dir(tmp_path, boundary)).cap_w == SWEET["cap_w"]
+
+
 def test_a_clock_run_recommends_its_locks_at_the_cap_it_held(tmp_path: Path) -> None:
     analysis = {
         "kind": "clocks",
         "sweet_spot": {"sm_lock_mhz": 1410.0, "mem_lock_mhz": 9501.0, "tps_per_w": 0.14},
         "near_peak": {"sm_lock_mhz": 1710.0, "mem_lock_mhz": None, "tps": 40.0},
     }
-    run = _run_dir(tmp_path, analysis, options={"hold_cap_w": 300.0}, status="failed")
+    run = _run_dir(tmp_path, analysis, options={"hold_cap_w": 300.0})
     rec = read_recommendation(run)
     assert (rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.clock_run) == (
         300.0,
@@ -94,9 +112,7 @@ def test_a_clock_run_recommends_its_locks_at_the_cap_it_held(tmp_path: Path) -> 
         True,
     )
     assert rec.describe() == "SM 1410 MHz, memory 9501 MHz at 300 W per GPU"
-    assert rec.notes == (
-        "the run is failed: its recommendation covers only the points it finished",
-    )
+    assert rec.notes == ()
     free = read_recommendation(_run_dir(tmp_path, analysis), "near-peak")
     assert (free.cap_w, free.describe()) == (None, "SM 1710 MHz")
 

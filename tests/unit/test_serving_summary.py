@@ -11,7 +11,9 @@ from powersweep.analysis.serving_summary import energy_section, latency_section
 def _energy(**kw: object) -> Energy:
     base: dict[str, object] = {
         "tariff_per_kwh": None,
-        "chosen": EnergyFigures(j_per_token=8.123456, kwh_per_mtok=2.25651, tps=32.26),
+        "chosen": EnergyFigures(
+            j_per_token=8.123456, j_per_token_u95_pct=0.4812, kwh_per_mtok=2.25651, tps=32.26
+        ),
         "reference": EnergyFigures(j_per_token=9.5, kwh_per_mtok=2.638889),
         "kwh_saved_per_mtok": 0.38238,
         "kwh_saved_per_year": 389.123,
@@ -30,8 +32,10 @@ def test_energy_section_states_the_pick_and_its_saving() -> None:
     assert energy_section(_energy(), "the default limit") == (
         "### Energy and cost\n"
         "\n"
-        "- At the recommendation (290 W): **8.123 J/token**, 2.257 kWh per 1M tokens (energy "
-        "counter over the measured windows).\n"
+        "- At the recommendation (290 W): **8.123 J/token** ±0.48%, 2.257 kWh per 1M tokens "
+        "(energy counter over the seconds the TPS counts, as TPS/W: a request's time to first "
+        "token and the gaps between requests are not in a decode figure; ± its own 95% "
+        "precision).\n"
         "- Against the default limit (370 W: 9.5 J/token, 2.639 kWh per 1M tokens) it saves "
         "0.382 kWh per 1M tokens and 389 kWh a year, serving the measured load around the clock "
         "at its 32.26 TPS.\n\n"
@@ -64,8 +68,10 @@ def test_an_unmeasured_reference_has_no_savings_and_names_default_in_words() -> 
     assert text == (
         "### Energy and cost\n"
         "\n"
-        "- At the recommendation (the recommendation): **— J/token**, — kWh per 1M tokens (energy "
-        "counter over the measured windows).\n"
+        "- At the recommendation (the recommendation): **— J/token**, — kWh per 1M tokens "
+        "(energy counter over the seconds the TPS counts, as TPS/W: a request's time to first "
+        "token and the gaps between requests are not in a decode figure; ± its own 95% "
+        "precision).\n"
         "- The default limit was not measured: no savings figure.\n\n"
     )
 

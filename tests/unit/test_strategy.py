@@ -26,6 +26,7 @@ from powersweep.sweep.planning.strategy import (
     BRACKET_PEAK,
     CEILING_EDGE,
     COARSE,
+    MIN_ADAPTIVE_CAPS,
     NEAR_PEAK_EDGE,
     PLATEAU_EDGE,
     PLATEAU_FILL,
@@ -343,10 +344,10 @@ def test_the_budget_stops_at_half_the_grid_and_names_the_caps_left_out() -> None
     assert {why for _, why in planner.left_out} <= {PLATEAU_EDGE, PLATEAU_FILL, CEILING_EDGE}
     # the peak (TPS/W falls with draw here: the floor) was found first; structure is left out
     assert max(measured, key=lambda c: measured[c].tps_per_w) == 190.0
-    # a grid too small for a coarse pass plus refinement still gets its coarse pass
-    assert AdaptivePlanner(grid[:4], 10.0).max_caps == len(
-        AdaptivePlanner(grid[:4], 10.0).initial_caps()
-    )
+    # a grid too small for a coarse pass plus refinement is swept whole: half of it could not
+    # place a best cap with a measured one on each side and its near-peak edge
+    assert AdaptivePlanner(grid[:4], 10.0).max_caps == 4
+    assert AdaptivePlanner(grid[:11], 10.0).max_caps == MIN_ADAPTIVE_CAPS
 
 
 def test_the_budget_leaves_nothing_out_when_the_answer_is_settled() -> None:

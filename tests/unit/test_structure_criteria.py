@@ -27,19 +27,20 @@ COARSE = [240.0, 280.0, 320.0, 360.0, 400.0]
 STRUCTURE = {CEILING_EDGE, CEILING_FILL, PLATEAU_EDGE, PLATEAU_FILL}
 
 
-def _tps(cap: float) -> float:
-    """Rises with the cap, flat once the draw is: a peak TPS/W far below the structure."""
-    return 100.0 * min(cap, 300.0) ** 0.5 / 17.32
+def _tps(draw_w: float) -> float:
+    """Follows the draw (per GPU), flat once the draw is: a peak TPS/W far below the structure
+    (a cap that does not bind cannot change TPS)."""
+    return 100.0 * min(draw_w, 300.0) ** 0.5 / 17.32
 
 
-def _measure(draw_w: float, cap: float, **changes: Any) -> CapMeasurement:
+def _measure(draw_w: float, tps: float, **changes: Any) -> CapMeasurement:
     base: dict[str, Any] = {
         "sm_clock_mhz": 1500.0,
         "util_pct": 95.0,
         "temp_max_c": 60.0,
         "thermal_throttle_pct": 0.0,
     }
-    return CapMeasurement(power_w=draw_w, tps=_tps(cap), **{**base, **changes})
+    return CapMeasurement(power_w=draw_w, tps=tps, **{**base, **changes})
 
 
 def _drive(
@@ -55,7 +56,7 @@ def _drive(
             break
         asked.append(batch)
         for cap, _reason in batch:
-            done[cap] = _measure(n_gpus * draw(cap), cap, **changes)
+            done[cap] = _measure(n_gpus * draw(cap), _tps(draw(cap)), **changes)
     return planner, done, asked
 
 
@@ -88,9 +89,12 @@ def test_a_plateau_asks_for_its_lower_edge_then_bisects_its_upper_edge() -> None
         return cap if cap < 280.0 or cap > 330.0 else 270.0
 
     planner, done, asked = _drive(plateau)
-    # flat at 270 W under 280-320 W caps: 270 W is the lowest cap that can; 360 W draws its cap,
-    # four steps above the run's last flat cap: the edge is bisected
-    assert _structure(asked) == [(270.0, PLATEAU_EDGE), (340.0, PLATEAU_EDGE)]
+    # flat at 270 W under 280-320 W caps: 270 W is the lowest cap that can, and the cap below
+    # the region it starts gives the analysis the slope; 360 W draws its cap, four steps above
+    # the run's last flat cap: the edge is bisected, at 340 W, which the near-peak edge (TPS
+    # rises again there) asked for in the same batch
+    assert _structure(asked) == [(270.0, PLATEAU_EDGE), (260.0, PLATEAU_EDGE)]
+    assert (340.0, "near-peak edge") in asked[1]
     (region,) = planner.regions(done)
     assert (region.kind, region.start_w, region.end_w) == ("boost_plateau", 270.0, 320.0)
 
@@ -148,6 +152,11 @@ def test_flat_caps_at_levels_apart_are_separate_runs() -> None:
             return cap
         return 270.0 if cap <= 330.0 else 340.0
 
-    _, _, asked = _drive(two_levels)
+    planner, done, asked = _drive(two_levels)
     first = _structure(asked[:2])
-    assert (270.0, PLATEAU_EDGE) in first and (340.0, CEILING_EDGE) in first
+    # the ceiling's lowest cap (340 W) is asked in the same batch as the near-peak edge
+    assert (270.0, PLATEAU_EDGE) in first and (340.0, "near-peak edge") in asked[1]
+    assert [(r.kind, r.start_w, r.end_w) for r in planner.regions(done)] == [
+        ("boost_plateau", 270.0, 320.0),
+        ("draw_ceiling", 340.0, 400.0),
+    ]

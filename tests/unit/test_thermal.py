@@ -1,6 +1,6 @@
-"""Thermal steadiness (``sweep/sampling/thermal.py``): the bounded wait for a steady temperature,
-the wait a fitted thermal model asks for, the steadiness a nearby point carries, and the
-least-squares slope of a card's temperature."""
+"""Thermal steadiness (``sweep/sampling/thermal.py``): the bounded wait on the trailing readings'
+drift, the wait a fitted thermal model asks for, the goal and trigger against what
+``still_heating`` names, and the least-squares slope and level of a card's temperature."""
 
 from __future__ import annotations
 
@@ -10,77 +10,137 @@ import math
 import pytest
 
 from powersweep.analysis.precision import ThermalModel
-from powersweep.clock import ManualClock
+from powersweep.analysis.steadiness import STILL_HEATING_BIAS_REL
+from powersweep.clock import ManualClock, ScaledClock
 from powersweep.sweep.sampling.thermal import (
-    CARRY_DRAW_W,
-    THERMAL_TRAIL_S,
-    Previous,
+    STEADY_TEMP_C_PER_MIN,
     ThermalWait,
-    carried,
     fitted_wait_s,
+    level_c,
     slope_c_per_min,
-    wait_thermal,
+    steady_slope_c_per_min,
+    wait_drift,
+    wait_goal_rel,
+    wait_trigger_rel,
 )
 
-
-class _Cooling:
-    """A slope (°C/s) that decays from ``start`` by ``per_s`` each run second; records asks."""
-
-    def __init__(self, clock: ManualClock, start: float, per_s: float = 0.0) -> None:
-        self.clock, self.start, self.per_s = clock, start, per_s
-        self.asked: list[tuple[float, float]] = []
-
-    def temp_slope_c_per_s(self, t0_s: float, t1_s: float) -> float:
-        self.asked.append((t0_s, t1_s))
-        return max(0.0, self.start - self.per_s * self.clock.now())
+SET_S = 30.0
 
 
-def _wait(slopes: _Cooling, clock: ManualClock, **kw: float) -> ThermalWait:
-    args = dict(set_at_s=0.0, max_s=30.0, poll_s=0.5)
-    return asyncio.run(wait_thermal(slopes, clock, **{**args, **kw}))  # type: ignore[arg-type]
+class _Card:
+    """Readings every 0.5 s from run second 0 of a card steady at ``start_c`` until the point is
+    set at :data:`SET_S`, then approaching ``level`` with time constant ``tau_s`` (no noise), up
+    to the clock's now; records the asks."""
+
+    def __init__(self, clock: ManualClock, start_c: float, level: float, tau_s: float) -> None:
+        self.clock, self.start_c, self.level, self.tau_s = clock, start_c, level, tau_s
+        self.asked: list[float] = []
+
+    def temp_at(self, t: float) -> float:
+        if t <= SET_S:
+            return self.start_c
+        return self.level + (self.start_c - self.level) * math.exp(-(t - SET_S) / self.tau_s)
+
+    def readings(self, since_s: float) -> list[tuple[float, float]]:
+        self.asked.append(since_s)
+        now = self.clock.now()
+        ticks = [0.5 * k for k in range(int(now / 0.5) + 1)]
+        return [(t, self.temp_at(t)) for t in ticks if t >= since_s]
 
 
-def test_a_steady_card_waits_only_for_its_trailing_window() -> None:
+def _drift(card: _Card, clock: ManualClock, steady: float, max_s: float = 60.0) -> ThermalWait:
+    return asyncio.run(
+        wait_drift(
+            card.readings,
+            clock,
+            max_s=max_s,
+            poll_s=0.5,
+            steady_c_per_min=lambda: steady,
+            trail_s=20.0,
+        )
+    )
+
+
+def test_a_card_whose_trailing_readings_are_steady_does_not_wait() -> None:
+    clock = ManualClock(SET_S + 1.0)
+    card = _Card(clock, 60.0, 60.2, 25.0)
+    got = _drift(card, clock, 1.0)
+    assert got.waited_s == 0.0 and got.steady
+    # the fit reaches back across the set: the last point's end is in it
+    assert card.asked == [pytest.approx(SET_S + 1.0 - 20.0)]
+
+
+def test_a_cooling_card_waits_until_its_trailing_slope_prices_under_the_goal() -> None:
+    # set 20 s ago, 6 °C to fall with tau 25 s: its trailing fit reads it cooling, and the wait
+    # lasts until that fit (the one its row will read) is under the goal
+    clock = ManualClock(SET_S + 20.0)
+    card = _Card(clock, 66.0, 60.0, 25.0)
+    got = _drift(card, clock, 2.0)
+    assert got.steady and abs(got.slope_c_per_min) <= 2.0
+    assert 10.0 < got.waited_s < 60.0
+    # what the row's fit over the same trailing seconds reads at that moment
+    now = clock.now()
+    assert abs(slope_c_per_min(card.readings(now - 20.0))) <= 2.0
+    # a jump from a steady card is the fitted model's to see (its trailing readings are still
+    # flat): the drift wait alone lets it go
+    fresh = ManualClock(SET_S + 1.0)
+    assert _drift(_Card(fresh, 64.0, 60.0, 25.0), fresh, 2.0).waited_s == 0.0
+
+
+def test_the_drift_wait_is_bounded_in_run_seconds_at_any_time_scale() -> None:
+    clock = ManualClock(SET_S + 1.0)
+    card = _Card(clock, 90.0, 40.0, 300.0)
+    got = _drift(card, clock, 0.1, max_s=12.0)
+    assert not got.steady and got.waited_s == pytest.approx(12.0)
+    assert clock.now() == pytest.approx(SET_S + 13.0)
+    fast = ScaledClock(100.0)
+    start = fast.now()
+
+    def hot(since_s: float) -> list[tuple[float, float]]:
+        now = fast.now()
+        return [(now - k, 90.0 - k) for k in range(20)]
+
+    result = asyncio.run(
+        wait_drift(hot, fast, max_s=4.0, poll_s=0.5, steady_c_per_min=lambda: 1.0, trail_s=20.0)
+    )
+    assert not result.steady
+    # a bound in wall seconds would wait 400 run seconds; the margin is the loop's wake-up
+    assert fast.now() - start == pytest.approx(4.0, abs=1.0)
+
+
+def test_an_unreadable_temperature_does_not_hold_the_point() -> None:
     clock = ManualClock()
-    slopes = _Cooling(clock, 0.01)  # 0.6 °C/min
-    got = _wait(slopes, clock)
-    assert got == ThermalWait(THERMAL_TRAIL_S, pytest.approx(0.6), True)
-    assert slopes.asked == [(0.0, THERMAL_TRAIL_S)]
+    got = asyncio.run(
+        wait_drift(
+            lambda since: [], clock, max_s=30.0, poll_s=0.5, steady_c_per_min=lambda: 1.0,
+            trail_s=20.0,
+        )
+    )  # fmt: skip
+    # it looked for a trailing window's worth of run seconds, and no longer
+    assert got.waited_s == pytest.approx(20.0) and not got.steady
+    assert math.isnan(got.slope_c_per_min)
 
 
-def test_a_card_still_heating_is_measured_once_its_slope_falls_under_the_bound() -> None:
-    clock = ManualClock()
-    slopes = _Cooling(clock, 0.2, per_s=0.0105)  # 3.18 °C/min at 14 s, 2.865 at 14.5 s
-    got = _wait(slopes, clock)
-    assert got.steady and got.waited_s == pytest.approx(14.5)
-    assert got.slope_c_per_min == pytest.approx(2.865)
-    # the fit is always over the trailing window, and looks once per reading
-    assert slopes.asked[-1] == (pytest.approx(4.5), pytest.approx(14.5))
-    assert len(slopes.asked) == 10
+def test_the_steady_slope_is_the_goal_priced_by_the_time_constant() -> None:
+    # 0.6% at 0.5% per degree: 1.2 °C still to come; over tau 25 s that is 2.88 °C/min
+    assert steady_slope_c_per_min(0.006, 0.005, 25.0) == pytest.approx(2.88)
+    # a card under its cap takes the watts instead: a degree is worth less, a steeper slope
+    assert steady_slope_c_per_min(0.006, 0.0015, 25.0) == pytest.approx(9.6)
+    assert steady_slope_c_per_min(0.006, 0.0, 25.0) == STEADY_TEMP_C_PER_MIN
 
 
-def test_the_wait_is_bounded_and_a_point_set_earlier_waits_less() -> None:
-    clock = ManualClock()
-    got = _wait(_Cooling(clock, 1.0), clock, max_s=12.0)
-    assert (got.waited_s, got.steady) == (pytest.approx(12.0), False)
-    assert got.slope_c_per_min == pytest.approx(60.0)
-    later = ManualClock(100.0)
-    got = _wait(_Cooling(later, 0.0), later, set_at_s=95.0)
-    assert got.waited_s == pytest.approx(5.0) and got.steady
+def test_a_point_waits_beyond_the_trigger_and_down_to_the_goal_under_the_finding() -> None:
+    # a point the wait let through must not be named: goal < trigger < what still_heating names
+    assert wait_goal_rel(0.005) < wait_trigger_rel() < STILL_HEATING_BIAS_REL
+    # a looser precision goal is a looser wait; never tighter than the share of the finding
+    assert wait_goal_rel(0.02) == 0.02
+    assert wait_goal_rel(0.001) == wait_goal_rel(0.005)
 
 
-def test_no_bound_and_an_unreadable_temperature_do_not_wait() -> None:
-    clock = ManualClock()
-    got = _wait(_Cooling(clock, 1.0), clock, max_s=0.0)
-    assert got.waited_s == 0.0 and not got.steady and math.isnan(got.slope_c_per_min)
-
-    class Unreadable:
-        def temp_slope_c_per_s(self, t0_s: float, t1_s: float) -> float:
-            return math.nan
-
-    clock = ManualClock()
-    got = asyncio.run(wait_thermal(Unreadable(), clock, set_at_s=-20.0, max_s=30.0, poll_s=0.5))
-    assert (got.waited_s, got.steady) == (0.0, False) and math.isnan(got.slope_c_per_min)
+def test_the_level_now_is_the_line_through_the_trailing_readings() -> None:
+    whole = [(0.5 * k, float(round(60.0 - 0.05 * 0.5 * k))) for k in range(11)]
+    assert level_c(whole, 5.0) == pytest.approx(59.75, abs=0.3)
+    assert math.isnan(level_c(whole[:2], 5.0))
 
 
 MODEL = ThermalModel(ambient_c=30.0, r_c_per_w=0.1, tau_s=40.0)
@@ -101,22 +161,6 @@ def test_no_model_or_no_reading_gives_no_fitted_wait() -> None:
     assert fitted_wait_s(None, 50.0, 300.0, 0.005, 60.0) is None
     assert fitted_wait_s(MODEL, math.nan, 300.0, 0.005, 60.0) is None
     assert fitted_wait_s(MODEL, 50.0, math.inf, 0.005, 60.0) is None
-
-
-def test_a_nearby_point_under_the_same_locks_carries_by_the_limits_step() -> None:
-    before = Previous(power_w=280.0, drift_c_per_min=-2.5, cap_total_w=600.0)
-    got = carried(before, math.nan, cap_total_w=600.0 - CARRY_DRAW_W)
-    assert got == ThermalWait(0.0, -2.5, True)  # the drift is carried, whatever it was
-    assert carried(before, 280.0, cap_total_w=600.0 - CARRY_DRAW_W - 1.0) is None
-    assert carried(None, 280.0, 600.0) is None
-    assert carried(before, 280.0) is None  # the new limit unknown: wait
-
-
-def test_a_lock_change_carries_by_the_draws_step() -> None:
-    before = Previous(280.0, 1.0, 600.0, locks=(1500.0, None))
-    assert carried(before, 300.0, 600.0, locks=(1410.0, None)) == ThermalWait(0.0, 1.0, True)
-    assert carried(before, 320.0, 600.0, locks=(1410.0, None)) is None
-    assert carried(before, math.nan, 600.0, locks=(1410.0, None)) is None
 
 
 def test_the_slope_is_a_least_squares_fit_in_degrees_per_minute() -> None:

@@ -75,11 +75,13 @@ def test_suspect_and_implausible_caps_are_their_own_findings(tmp_path: Path) -> 
     )
     found = _by_code(input_findings(curve))
     assert found["suspect_caps"][0].message == (
-        "1 cap(s) suspect, left out of the sweet spot: line 3 (240 W): stalled twice"
+        "1 cap(s) suspect, kept in the table and left out of every pick: line 3 (240 W): "
+        "stalled twice"
     )
     (implausible,) = found["implausible_rows"]
     assert implausible.message.startswith(
-        "1 cap(s) implausible, left out of the sweet spot: line 4 (250 W): draw 9000.0 W per card"
+        "1 cap(s) implausible, kept in the table and left out of every pick: line 4 (250 W): "
+        "draw 9000.0 W per card"
     )
     assert implausible.hint == "check the file's units (W per card) and the readings"
     assert "rows_ignored" not in found  # those rows have their own status
@@ -174,9 +176,22 @@ def test_run_findings_name_faults_budget_and_status() -> None:
         "the adaptive sweep stopped at its budget of 12 caps; still asked for, not measured: "
         "285 W (edge), ? W (?)"
     )
-    assert found["run_partial"][0].message == "the run ended partial: interrupted"
-    assert run_findings({"status": "failed"})[0].message == (
-        "the run ended failed: no reason recorded"
+    assert found["run_partial"][0].message == (
+        "the run ended partial: interrupted: no answer; `powersweep --resume RUN` measures the rest"
+    )
+    assert run_findings({"status": "failed"}, source="runs/a")[0].message == (
+        "the run ended failed: no answer; `powersweep --resume runs/a` measures the rest"
+    )
+    # every planned cap measured, too few ok: resuming measures nothing more
+    done = {"status": "partial", "error": "only 1 cap measured (an answer needs 3): too few to "
+            "answer", "caps_done": [390.0], "caps_planned": [390.0]}  # fmt: skip
+    assert run_findings(done, source="r")[0].message == (
+        "the run ended partial: only 1 cap measured (an answer needs 3): too few to answer; "
+        "measure at least 3 caps that finish ok (`--caps`, or the whole envelope)"
+    )
+    counted = {"status": "interrupted", "caps_done": [1, 2], "caps_planned": [1, 2, 3]}
+    assert run_findings(counted, source="r")[0].message == (
+        "interrupted after 2 of 3 caps: no answer yet; `powersweep --resume r` measures the rest"
     )
     assert "--resume" in (found["run_partial"][0].hint or "")
     # an undervolt search is started again, not resumed

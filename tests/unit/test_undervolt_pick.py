@@ -155,15 +155,23 @@ def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
             "tied": True,
         },
     )
-    rec = read_recommendation(_run_dir(tmp_path, tied, status="interrupted"))
+    rec = read_recommendation(_run_dir(tmp_path, tied))
     assert rec.sm_offset_mhz == 180.0
     assert rec.notes == (
-        "the run is interrupted: its recommendation covers only the points it finished",
         "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
         "find it unstable",
         "the undervolt point's TPS/W is within noise of the 450 W cap's (+7.5% +-35.9%): the cap "
         "alone may do as well",
     )
+
+
+def test_an_undervolt_search_that_did_not_finish_is_started_again_not_applied(
+    tmp_path: Path,
+) -> None:
+    run = _run_dir(tmp_path, _analysis(), status="interrupted")
+    with pytest.raises(UsageError) as info:
+        read_recommendation(run)
+    assert str(info.value) == (f"{run} has no answer to apply: interrupted; start the search again")
 
 
 def test_the_lock_and_cap_come_from_run_json_when_the_point_lacks_them(tmp_path: Path) -> None:

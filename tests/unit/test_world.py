@@ -91,14 +91,21 @@ def test_a_seed_gives_the_same_processes_and_another_seed_others() -> None:
     specs = [",".join(MODELS)]
     a, b, c = World(specs, 7), World(specs, 7), World(specs, 8)
     times = [0.1 * k for k in range(400)]
-    for w in (a, b, c):
+
+    def trace(w: World) -> tuple[list[Any], list[float], tuple[float, float]]:
         assert w.bursts is not None and w.hiccups is not None and w.wander is not None
-    assert [a.bursts.next_gap(t) for t in times] == [b.bursts.next_gap(t) for t in times]  # type: ignore[union-attr]
-    assert [a.wander.at(t) for t in times] == [b.wander.at(t) for t in times]  # type: ignore[union-attr]
-    assert a.record() == b.record()
-    assert [a.wander.at(t) for t in times] != [c.wander.at(t) for t in times]  # type: ignore[union-attr]
-    assert a.hiccups.next_gap(0.0) != c.hiccups.next_gap(0.0)  # type: ignore[union-attr]
+        wander = w.wander
+        return (
+            [w.bursts.next_gap(t) for t in times],
+            [wander.at(t) for t in times],
+            w.hiccups.next_gap(0.0),
+        )
+
+    assert trace(a) == trace(b) and a.record() == b.record()
+    other = trace(c)
+    assert all(x != y for x, y in zip(trace(a), other, strict=True))
     assert [a.is_outlier(n) for n in range(300)] == [b.is_outlier(n) for n in range(300)]
+    assert [a.is_outlier(n) for n in range(300)] != [c.is_outlier(n) for n in range(300)]
 
 
 # --- the card: bursty draw, a lagging quantised sensor ------------------------------------
@@ -110,6 +117,22 @@ def _card(specs: list[str], limit_w: float = 290.0) -> tuple[ManualClock, SimGpu
     gpu.set_power_limit(limit_w)
     gpu.set_workload(Workload("decode"))
     return clock, gpu
+
+
+def test_a_card_reads_the_same_without_its_own_models() -> None:
+    # the server's models leave the card's readings as they were, float for float
+    traces = []
+    for specs in ([], ["drift", "hiccups", "ar-jitter"]):
+        clock = ManualClock()
+        world = World.build(specs, 3)
+        gpu = SimGpu(R3090, clock, seed=3, world=world)
+        gpu.set_workload(Workload("decode"))
+        trace = []
+        for _ in range(50):
+            clock.advance(0.37)
+            trace.append(gpu.read_sample())
+        traces.append(trace)
+    assert traces[0] == traces[1]
 
 
 def test_bursty_draw_averages_well_under_a_cap_that_binds_each_burst() -> None:

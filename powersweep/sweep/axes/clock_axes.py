@@ -132,10 +132,16 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
         if peak is None:
             return None
         locks = {"sm_lock_mhz": peak.sm_lock_mhz, "mem_lock_mhz": peak.mem_lock_mhz}
-        return (
-            f"efficiency peak: {point_label(locks)}, {number(peak.tps_per_w):.4f} TPS/W, "
+        best = (
+            f"{point_label(locks)}, {number(peak.tps_per_w):.4f} TPS/W, "
             f"{number(peak.tps):.1f} TPS, {number(peak.power_w):.0f} W"
         )
+        answer = known(result.answer)
+        if answer is None or answer.kind == "answer":
+            return f"efficiency peak: {best}"
+        if answer.kind == "boundary":
+            return f"best point: {best} (a boundary: {answer.why})"
+        return f"no answer: {answer.why}\nbest of the points measured: {best} (not an answer)"
 
     def charts(
         self,

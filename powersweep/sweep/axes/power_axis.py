@@ -106,12 +106,22 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
         return render_summary(curve, result)
 
     def headline(self, result: PowerAnalysis) -> str | None:
-        """``sweet spot: 250 W, 0.4500 TPS/W, 108.0 TPS``."""
+        """``sweet spot: 250 W, 0.4500 TPS/W, 108.0 TPS``; a boundary or no answer says so
+        first, with the best cap measured named as such."""
         spot = result.sweet_spot
         if spot is None:
             return None
         tpw, tps = number(spot.tps_per_w), number(spot.tps)
-        return f"sweet spot: {spot.cap_w:g} W, {tpw:.4f} TPS/W, {tps:.1f} TPS"
+        best = f"{spot.cap_w:g} W, {tpw:.4f} TPS/W, {tps:.1f} TPS"
+        answer = known(result.answer)
+        if answer is None or answer.kind == "answer":
+            return f"sweet spot: {best}"
+        if answer.kind == "boundary":
+            return f"best cap: {best} (a boundary: {answer.why})"
+        binds = known(result.power_cap_binds)
+        if binds is not None and binds.binds is False:
+            return f"no answer: {answer.why}; lock clocks instead: powersweep --axis sm-clock"
+        return f"no answer: {answer.why}\nbest of the caps measured: {best} (not an answer)"
 
     def charts(
         self,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.steadiness import contends
 from powersweep.sweep.loads.base import History, LoadRun
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.sampling.consistency import prefill_by_rank, prefill_s_per_token, tps_ratio
@@ -43,15 +44,20 @@ class PointLedger:
     figures: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
 
     def local_slope(self, point: SweepPoint) -> float:
-        """d ln(TPS) / dP between the two points measured ok nearest to ``point`` on its axis
-        (NaN: fewer than two, or draws too close to tell)."""
+        """d ln(TPS) / dP between the point measured ok nearest to ``point`` on its axis and the
+        next nearest whose draw tells a slope (a plateau's points draw alike: the first one off
+        it does); NaN: fewer than two, or no draws far enough apart."""
         if not math.isfinite(point.position):
             return math.nan
         near = sorted(self.figures, key=lambda k: abs(self.points[k].position - point.position))
         if len(near) < 2:
             return math.nan
-        (tps_a, power_a), neighbour = self.figures[near[0]], self.figures[near[1]]
-        return curve_slope(tps_a, power_a, neighbour)
+        tps_a, power_a = self.figures[near[0]]
+        for other in near[1:]:
+            slope = curve_slope(tps_a, power_a, self.figures[other])
+            if math.isfinite(slope):
+                return slope
+        return math.nan
 
     def nearest_figures(self, point: SweepPoint) -> tuple[float, float] | None:
         """``(TPS, combined W)`` of the other point measured ok nearest to ``point`` on its
@@ -61,6 +67,16 @@ class PointLedger:
             return None
         near = min(others, key=lambda k: abs(self.points[k].position - point.position))
         return self.figures[near]
+
+    def contends(self, point: SweepPoint) -> bool:
+        """``point`` may still be the best: the point measured ok nearest to it reads within
+        :data:`~powersweep.analysis.steadiness.CONTENDS_MARGIN_REL` of the best so far (or
+        fewer than two are measured). Its drift's bias matters only then."""
+        near = self.nearest_figures(point)
+        best = self.best_other(point)
+        if near is None or best is None or near[1] <= 0:
+            return True
+        return contends(near[0] / near[1], best.tps_per_w)
 
     def best_other(self, point: SweepPoint) -> Reading | None:
         """The reading with the highest TPS/W of the points measured ok but ``point``."""

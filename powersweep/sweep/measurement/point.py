@@ -29,13 +29,13 @@ from powersweep.sweep.measurement.ledger import PointLedger
 from powersweep.sweep.measurement.quiet import collector_held
 from powersweep.sweep.measurement.stability import StabilityCheck, check_step
 from powersweep.sweep.measurement.thermal_fit import ThermalFit
+from powersweep.sweep.measurement.thermal_wait import ThermalWaiter
 from powersweep.sweep.measurement.types import PointProgress, Protocol, Settled
 from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.options import KEEP_BUSY_MAX_S
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.measure import (
-    BINDING_SHARE,
     DRIFT_TRAIL_S,
     LOAD_UTIL_PCT,
     cap_row,
@@ -44,11 +44,8 @@ from powersweep.sweep.sampling.measure import (
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 from powersweep.sweep.sampling.thermal import (
-    Previous,
     ThermalWait,
-    carried,
-    fitted_wait_s,
-    wait_thermal,
+    wait_goal_rel,
 )
 from powersweep.sweep.sampling.windows import (
     STOP_FAILED,
@@ -113,8 +110,6 @@ class PointMeasurer:
         on_point: Callable[[SweepPoint, Mapping[str, Any]], None] = lambda _p, _r: None,
     ) -> None:
         self.protocol = protocol
-        # the last point measured ok, whose steadiness a nearby next point carries
-        self._previous: Previous | None = None
         self.gpus = list(gpus)
         self.clock = clock
         self.load = load
@@ -138,6 +133,7 @@ class PointMeasurer:
         self._busy: asyncio.Task[None] | None = None
         # the card's thermal time constant, fitted from every point's readings so far
         self.thermal = ThermalFit()
+        self.waiter = ThermalWaiter(sampler, clock, self.thermal)
         # the run-to-run term each row carries until the run measures it (the driver sets a
         # real server's floor)
         self.run_to_run = RunToRun()
@@ -275,51 +271,46 @@ class PointMeasurer:
             settle_s = await self._settle_draw()
             thermal = None
             if protocol.measure.thermal_wait_s > 0:
-                # the settled draw: the highest tick since the set (decode-single's gaps between
-                # requests dip; the operating point is the loaded draw)
-                draw = self.sampler.peak_power_w(set_at_s, self.clock.now())
-                locks = (point.sm_lock_mhz, point.mem_lock_mhz) if point else (None, None)
-                thermal = carried(self._previous, draw, cap * len(self.gpus), locks)
-            if protocol.measure.thermal_wait_s > 0 and thermal is None:
-                thermal = await self._fitted_wait(draw, point)
-            if protocol.measure.thermal_wait_s > 0 and thermal is None:
-                thermal = await wait_thermal(
-                    self.sampler,
-                    self.clock,
-                    set_at_s=set_at_s,
-                    max_s=protocol.measure.thermal_wait_s,
-                    poll_s=protocol.measure.sample_interval_s,
-                )
+                thermal = await self._thermal_wait(cap, point, set_at_s)
             return Settled(settle_s, thermal)
         finally:
             await self.stop_busy()
 
-    async def _fitted_wait(self, draw_w: float, point: SweepPoint | None) -> ThermalWait | None:
-        """Wait, under load, as long as the card's fitted thermal model says the temperature
-        still to come would bias the point past the precision goal (None: no model yet).
+    async def _thermal_wait(
+        self, cap: float, point: SweepPoint | None, set_at_s: float
+    ) -> ThermalWait:
+        """Wait, under load and at most ``thermal_wait_s`` run seconds, until the temperature
+        still to come would bias the point by no more than the goal (:func:`wait_goal_rel`):
+        every point, a step or a jump alike.
 
-        A degree is priced as the point's own will be: by the curve's slope between the points
-        measured nearest to it (0.5% per degree before two are)."""
-        temps = [r.sample.temp_c for r in self.sampler.peek()[-3 * len(self.gpus) :]]
-        finite = [t for t in temps if math.isfinite(t)]
-        goal = self.protocol.measure.windows.precision_pct / 100.0
-        cap_total = (self.cap_of(point) if point else self.default_cap_w) * len(self.gpus)
+        How long: :class:`.thermal_wait.ThermalWaiter`. A degree is priced by the curve's slope
+        between the points measured nearest to it (0.5% per degree before two are)."""
+        measure = self.protocol.measure
+        bound = measure.thermal_wait_s
+        if point is not None and not self.ledger.contends(point):
+            # a step further under the best than its drift could close: the bias stays inside
+            # its stated precision and changes no pick (the still_heating finding agrees)
+            bound = 0.0
+        now = self.clock.now()
+        # the settled draw: the highest tick since the set (decode-single's gaps between
+        # requests dip; the operating point is the loaded draw)
+        draw_w = self.sampler.peak_power_w(set_at_s, now)
+        if not math.isfinite(draw_w):
+            # settled before its first tick: the draw is read at the next one
+            await self.clock.asleep(measure.sample_interval_s)
+            draw_w = self.sampler.peak_power_w(set_at_s, self.clock.now())
         slope = self.ledger.local_slope(point) if point is not None else math.nan
-        binding = draw_w >= BINDING_SHARE * cap_total
-        sensitivity = drift_sensitivity_per_c(slope, draw_w, binding, len(self.gpus))
-        wait_s = fitted_wait_s(
-            self.thermal.model(),
-            max(finite) if finite else math.nan,
-            draw_w,
-            goal,
-            self.protocol.measure.thermal_wait_s,
-            sensitivity,
+        # a degree priced the dearer way, the cap binding or not: a draw a hair under its cap
+        # may read as binding in the point's row, and a wait that priced it the cheaper way
+        # would let through a drift its row names
+        sensitivity = max(
+            drift_sensitivity_per_c(slope, draw_w, binding, len(self.gpus))
+            for binding in (True, False)
         )
-        if wait_s is None:
-            return None
-        if wait_s > 0:
-            await self.clock.asleep(wait_s)
-        return ThermalWait(wait_s, math.nan, wait_s < self.protocol.measure.thermal_wait_s)
+        goal = wait_goal_rel(measure.windows.precision_pct / 100.0)
+        return await self.waiter.wait(
+            draw_w, sensitivity, goal, bound=bound, poll_s=measure.sample_interval_s
+        )
 
     async def _settle_draw(self) -> float:
         """Until draw and clock are stable (``auto``) or ``settle_s`` (``fixed``); run seconds."""
@@ -469,17 +460,6 @@ class PointMeasurer:
         # a repeat's samples and requests are marked: the analysis pools them with the point's
         confirm = reason in REPEAT_REASONS
         locks = (point.sm_lock_mhz, point.mem_lock_mhz)
-        ok = row["status"] == "ok"
-        self._previous = (
-            Previous(
-                float(row["power_w"]),
-                float(row.get("temp_drift_c_per_min", math.nan)),
-                float(row["cap_w"]) * len(self.gpus),
-                locks,
-            )
-            if ok
-            else None
-        )
 
         step = row.get("power_step_w", math.nan)
         if isinstance(step, float) and step > 0 and not step >= self.power_step_w:

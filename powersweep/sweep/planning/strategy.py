@@ -28,7 +28,8 @@ Last, while the budget leaves a cap to spare, the near-peak crossing is narrowed
 caps (a two-step bracket leaves its middle cap to noise) and then the best cap's step
 neighbours are measured.
 
-Budget: at most half the grid's caps (``MAX_CAPS_SHARE``, never fewer than the coarse pass). A
+Budget: at most half the grid's caps (``MAX_CAPS_SHARE``, never fewer than the coarse pass, nor
+than ``MIN_ADAPTIVE_CAPS``: a small grid is swept nearly whole). A
 reading near a threshold can keep an edge moving; past the budget the caps still asked for are
 not measured but named in :attr:`AdaptivePlanner.left_out`, peak first, then the near-peak edge,
 then structure, so what is left out is what matters least.
@@ -75,6 +76,7 @@ __all__ = [
     "COARSE",
     "DEFAULT_COARSE_STEPS",
     "MAX_CAPS_SHARE",
+    "MIN_ADAPTIVE_CAPS",
     "NEAR_PEAK_EDGE",
     "PLATEAU_EDGE",
     "PLATEAU_FILL",
@@ -90,6 +92,10 @@ DEFAULT_COARSE_STEPS = 4
 # pass): past it, a dense sweep would cost little more. Noise can keep moving an edge a little;
 # the budget stops that chase, and the caps it leaves out are reported (``left_out``).
 MAX_CAPS_SHARE = 0.5
+# ... and never fewer than this many (the whole grid when it is smaller): a best cap with a
+# measured one on each side (an answer needs three, analysis.claims) and the near-peak edge
+# bracketed take about six; half a grid of ten or fewer caps cannot place them.
+MIN_ADAPTIVE_CAPS = 6
 # The near-peak crossing's and the best cap's step neighbours are measured only while this many
 # caps more would still leave the sweep under its budget: the extra reading may move the peak
 # or an edge, and those get their caps first.
@@ -138,7 +144,11 @@ class AdaptivePlanner(StructureCriteria):
         self.max_tps_loss_pct = max_tps_loss_pct
         self.peak_bracket_steps = max(1, peak_bracket_steps)
         self.slowdown_temp_c = slowdown_temp_c
-        self.max_caps = max(len(self.initial_caps()), int(MAX_CAPS_SHARE * len(self.grid)))
+        self.max_caps = max(
+            len(self.initial_caps()),
+            int(MAX_CAPS_SHARE * len(self.grid)),
+            min(MIN_ADAPTIVE_CAPS, len(self.grid)),
+        )
         self.left_out: list[tuple[float, str]] = []
 
     # --- public -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 :class:`StructureCriteria` is a base of
 :class:`~powersweep.sweep.planning.strategy.AdaptivePlanner`: the plateau and ceiling edges and
-fills (runs of caps whose draw stays clearly under the cap, as
+fills (runs of caps whose draw stays clearly under the cap while TPS stays flat, as
 :func:`powersweep.analysis.structure.find_regions` reports them), with the grid helpers
 (snapping, steps, the untried cap between two others) and the measured caps as the analysis
 reads them. Kept apart from :mod:`powersweep.sweep.planning.strategy`, which holds the planner,
@@ -13,6 +13,7 @@ concern.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -20,9 +21,11 @@ from powersweep.analysis.cap_points import (
     MIN_REGION_CAPS,
     CapPoint,
     Region,
+    estimate_noise,
     is_thermal,
     is_under_loaded,
 )
+from powersweep.analysis.structure import FLAT_SIGMAS, follows_cap, tps_sigmas
 from powersweep.sweep.planning.measured import (
     CEILING_EDGE,
     CEILING_FILL,
@@ -128,19 +131,25 @@ class StructureCriteria:
         """Runs of consecutive measured caps whose draw sits under the cap at one level."""
         runs: list[list[float]] = []
         current: list[float] = []
-        points = {p.cap_w: p for p in self._points(done)}
-        for c in sorted(done):
-            m = done[c]
+        ordered = self._points(done)
+        noise = estimate_noise(ordered, self.step_w)
+        sigma = tps_sigmas(ordered, noise)
+        for k, p in enumerate(ordered):
+            c, m = p.cap_w, done[p.cap_w]
             cap_total = c * self.n_gpus
             under = cap_total - m.power_w > max(UNDER_CAP_FRAC * cap_total, UNDER_CAP_MIN_W)
             # Heat or a starved GPU holds the draw there, not a boost state or the workload:
             # the analysis never reports such caps as a region, so there is nothing to refine.
-            p = points[c]
             if is_thermal(p, self.slowdown_temp_c) or is_under_loaded(p):
+                under = False
+            # a cap whose TPS follows it binds a bursty load under it: no flat run there
+            if under and follows_cap(ordered, k, noise, upward_only=True):
                 under = False
             if under and current:
                 level = statistics.median(done[x].power_w for x in current)
-                if abs(m.power_w - level) <= SAME_LEVEL_FRAC * level:
+                tps = statistics.median(done[x].tps for x in current)
+                flat_tps = abs(math.log(m.tps / tps)) <= FLAT_SIGMAS * math.sqrt(2.0) * sigma[k]
+                if abs(m.power_w - level) <= SAME_LEVEL_FRAC * level and flat_tps:
                     current.append(c)
                     continue
             if current:

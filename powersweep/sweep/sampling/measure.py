@@ -29,6 +29,7 @@ from powersweep.sweep.sampling.per_token import (
     energy_per_token,
     energy_sampled_j,
     latency_percentiles,
+    metric_seconds,
     metric_spans,
     prefill_spans,
     span_power_w,
@@ -371,7 +372,10 @@ def cap_row(
         "error": error,
         "tps_blocks": format_blocks(blocks),
         **precision_columns(precision, thermal),
-        **energy_per_token(ticks, requests, spans, load_mode),
+        # the counter's energy over the seconds the metric counts, per token served in them
+        **energy_per_token(
+            every, metric_seconds(requests, phase_windows, load_mode), metric, precision
+        ),
         **latency_percentiles(requests, spans, load_mode),
         **(extra or {}),
     }

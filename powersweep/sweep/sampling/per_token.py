@@ -1,15 +1,19 @@
-"""Energy per token and latency percentiles of one point, over exactly its measured windows.
+"""Energy per token and latency percentiles of one point, over exactly its measured seconds.
 
-Energy per token is what the power bill pays for: the energy the cards drew over a span divided
-by the tokens served in the same span. Both come from one interval per window: from the first to
-the last load tick inside the window (the energy counter is read at those ticks), with the tokens
-whose chunks arrived between them. The sampled-draw integral over the same ticks is kept beside
-the counter's figure so the two can be compared (the counter is the truth; a sampled integral
-misses what happens between samples and lags with a moving-average reading).
+Energy per token describes the seconds TPS/W describes: the energy the cards drew over the
+seconds the metric's TPS counts, over the tokens served in them (that rate times those seconds),
+so J/token is the inverse of TPS/W with the energy counter's draw in place of the sampled one,
+and the two agree within their stated precisions. A decode request's time to first token and
+the gap before the next request are not decode seconds: a figure over the whole windows paid
+for them (4-14% more per token on the README sweep, more on a point measured in several
+rounds of short requests). The counter is read at the sampler's ticks, so the energy is taken
+over the whole tick intervals inside those seconds; the sampled-draw integral over the same
+intervals is kept beside it (the counter is the truth; a sampled integral misses what happens
+between samples and lags with a moving-average reading).
 
-The figures describe the load mode's metric: the narrative prompt's windows and generated tokens
-in the decode modes, the prefill windows and prompt tokens in prefill-heavy, so
-``kwh_per_mtok`` and ``tps_per_w`` describe the same seconds of the same work.
+The figures describe the load mode's metric: the narrative prompt's decode in the decode modes,
+each prompt's prefill in prefill-heavy, so ``kwh_per_mtok`` and ``tps_per_w`` describe the same
+seconds of the same work.
 
 Latency percentiles are over the same requests: time to first token of each request that
 delivered a token in a window (a decode-concurrent stream's request that began before the window
@@ -27,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+
+from powersweep.analysis.precision import Precision, ratio_se_rel, t_quantile
 
 
 class Tick(Protocol):
@@ -74,34 +80,6 @@ def chunk_tokens(result: Any) -> float:
     if count and chunks:
         return float(count) / float(chunks)
     return 1.0
-
-
-def _decode_tokens(requests: Iterable[Any], kind: str, a: float, b: float) -> float:
-    total = 0.0
-    for r in requests:
-        times = getattr(r, "token_times_s", None)
-        if r.prompt_kind != kind or not times:
-            continue
-        inside = sum(1 for t in times if a <= t <= b)
-        if inside:
-            total += inside * chunk_tokens(r)
-    return total
-
-
-def _prefill_tokens(requests: Iterable[Any], a: float, b: float) -> float:
-    """Prompt tokens processed in ``[a, b]``: each prompt's prefill spread evenly over its
-    time to first token (a prefill straddling an edge counts its share)."""
-    total = 0.0
-    for r in requests:
-        if r.prompt_kind != "prefill" or not r.ok or not r.prompt_tokens:
-            continue
-        s, f = r.t_start_s, r.t_first_token_s
-        if not f > s:
-            continue
-        overlap = min(b, f) - max(a, s)
-        if overlap > 0:
-            total += r.prompt_tokens * overlap / (f - s)
-    return total
 
 
 def energy_counter_j(ticks: Sequence[Tick]) -> float:
@@ -174,55 +152,138 @@ def energy_sampled_j(ticks: Sequence[Tick]) -> float:
     return math.fsum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in itertools.pairwise(pts))
 
 
-def energy_per_token(
-    ticks: Sequence[Tick],
+def metric_seconds(
     requests: Sequence[Any],
-    spans: Sequence[tuple[float, float]],
+    windows: Sequence[tuple[str, float, float]] | None,
     load_mode: str,
-) -> dict[str, float]:
-    """``j_per_token``, ``j_per_token_sampled``, ``kwh_per_mtok`` and ``energy_tokens``.
+) -> list[tuple[float, float]]:
+    """The seconds the metric's TPS counts, as ``(t0, t1)`` spans.
 
-    Args:
-        ticks: The point's load ticks (all GPUs combined).
-        requests: The point's requests.
-        spans: The metric's windows (:func:`metric_spans`).
-        load_mode: The sweep's load mode (which tokens count).
-
-    Returns:
-        The columns; NaN where a window has fewer than two ticks, no tokens, or a counter
-        reading is missing (then the counter's figure only).
+    decode-single (and every clock axis's single stream): each completed request of the
+    metric's prompt from its first token to its last (the decode TPS's own span: the time to
+    first token and the gap before the next request are not in it); decode-concurrent: the
+    metric's windows (its TPS is the tokens that arrived in them over their length);
+    prefill-heavy: each prompt from its send to its first token (:func:`prefill_spans`).
     """
     kind = metric_kind(load_mode)
-    counter = sampled = tokens = 0.0
+    if kind == "prefill":
+        return prefill_spans(requests)
+    if load_mode in WINDOW_COUNTED:
+        return metric_spans(windows, load_mode)
+    return [
+        (r.t_first_token_s, r.t_last_token_s)
+        for r in requests
+        if r.prompt_kind == kind
+        and r.ok
+        and (r.completion_tokens or 0) >= 2
+        and r.t_last_token_s > r.t_first_token_s
+    ]
+
+
+# Load modes whose TPS counts the tokens that arrived in a window over the window's length.
+WINDOW_COUNTED = frozenset({"decode-concurrent"})
+# The most consecutive batches the counter's intervals are cut into for the draw's precision.
+ENERGY_BATCHES = 8
+
+
+def steady_intervals(
+    ticks: Sequence[Tick], spans: Sequence[tuple[float, float]]
+) -> list[tuple[Tick, Tick]]:
+    """Each two consecutive ticks that both lie inside one of ``spans``, in time order.
+
+    The energy counter is read at the ticks only: an interval with a tick outside the spans
+    would carry the draw of seconds the metric does not count (a prefill, the gap between two
+    requests), so only whole intervals inside a span are taken.
+    """
+    ordered = sorted(ticks, key=lambda t: t.t_s)
+    seen: set[int] = set()
+    out: list[tuple[Tick, Tick]] = []
     for t0, t1 in spans:
-        inside = [t for t in ticks if t0 <= t.t_s <= t1]
-        if len(inside) < 2:
-            continue
-        a, b = inside[0].t_s, inside[-1].t_s
-        n = (
-            _prefill_tokens(requests, a, b)
-            if kind == "prefill"
-            else (_decode_tokens(requests, kind, a, b))
-        )
-        if not n > 0:
-            continue
-        counter += energy_counter_j(inside)
-        sampled += energy_sampled_j(inside)
-        tokens += n
-    if not tokens > 0:
-        return {
-            "j_per_token": NAN,
-            "j_per_token_sampled": NAN,
-            "kwh_per_mtok": NAN,
-            "energy_tokens": NAN,
-        }
-    per_token = counter / tokens
+        inside = [i for i, t in enumerate(ordered) if t0 <= t.t_s <= t1]
+        for i, j in itertools.pairwise(inside):
+            if j == i + 1 and i not in seen and ordered[j].t_s > ordered[i].t_s:
+                seen.add(i)
+                out.append((ordered[i], ordered[j]))
+    return sorted(out, key=lambda pair: pair[0].t_s)
+
+
+def counter_draw(intervals: Sequence[tuple[Tick, Tick]]) -> tuple[float, float, float]:
+    """The energy counter's mean draw over ``intervals`` (W), its 95% half-width (relative) and
+    the seconds it covers; NaN where no interval has both counter readings.
+
+    The half-width is the ratio estimator's (energy over seconds) over the intervals cut into
+    at most :data:`ENERGY_BATCHES` consecutive batches, Student's t. Two neighbouring intervals
+    share a counter reading, whose lag behind its tick (up to one update period of the counter)
+    cancels from their sum: taken apart they overstate the variance, never understate it.
+    """
+    units = [(energy_counter_j(pair), pair[1].t_s - pair[0].t_s) for pair in intervals]
+    units = [(e, s) for e, s in units if math.isfinite(e)]
+    seconds = math.fsum(s for _, s in units)
+    if not seconds > 0:
+        return NAN, NAN, 0.0
+    draw = math.fsum(e for e, _ in units) / seconds
+    k = min(ENERGY_BATCHES, len(units))
+    batches = [
+        (float(sum(e for e, _ in part)), float(sum(s for _, s in part)))
+        for part in (units[i * len(units) // k : (i + 1) * len(units) // k] for i in range(k))
+    ]
+    se, dof = ratio_se_rel(batches)
+    u95 = t_quantile(dof) * se if math.isfinite(se) else NAN
+    return draw, u95, seconds
+
+
+def energy_per_token(
+    ticks: Sequence[Tick],
+    spans: Sequence[tuple[float, float]],
+    tps: float,
+    precision: Precision,
+) -> dict[str, float]:
+    """``j_per_token`` and its ``j_per_token_u95_pct``, ``j_per_token_sampled``,
+    ``kwh_per_mtok`` and ``energy_tokens``: the energy of the seconds the metric counts over
+    the tokens served in them.
+
+    The energy is the counter's over the whole tick intervals inside those seconds
+    (:func:`steady_intervals`), the tokens the metric's rate times the same seconds, so
+    J/token is the counter's mean draw over them divided by the TPS that TPS/W divides: the
+    two describe the same seconds, and J/token times TPS/W is the counter's draw over the
+    sampled one. Its 95% half-width adds the TPS's, the counter draw's
+    (:func:`counter_draw`) and the temperature drift's bias (the same as TPS/W's) in
+    quadrature.
+
+    Args:
+        ticks: The point's ticks (all GPUs combined), in any order.
+        spans: The metric's seconds (:func:`metric_seconds`).
+        tps: The metric's rate (decode or prefill TPS, all GPUs together).
+        precision: The point's precision (its TPS half-width and drift bias).
+
+    Returns:
+        The columns; NaN where no whole interval lies inside the seconds, the rate is unknown,
+        or a counter reading is missing (then ``j_per_token_sampled`` only).
+    """
+    intervals = steady_intervals(ticks, spans)
+    draw, draw_u95, seconds = counter_draw(intervals)
+    sampled = math.fsum(energy_sampled_j(pair) for pair in intervals)
+    sampled_s = math.fsum(b.t_s - a.t_s for a, b in intervals)
+    if not (math.isfinite(tps) and tps > 0 and sampled_s > 0):
+        return dict.fromkeys(ENERGY_COLUMNS, NAN)
+    per_token = draw / tps if seconds > 0 else NAN
+    u95 = math.sqrt(precision.tps_u95_rel**2 + draw_u95**2 + precision.drift_bias_rel**2)
     return {
         "j_per_token": per_token,
-        "j_per_token_sampled": sampled / tokens,
+        "j_per_token_u95_pct": 100.0 * u95 if math.isfinite(per_token) else NAN,
+        "j_per_token_sampled": sampled / sampled_s / tps if math.isfinite(sampled) else NAN,
         "kwh_per_mtok": per_token * 1e6 / J_PER_KWH,
-        "energy_tokens": tokens,
+        "energy_tokens": tps * (seconds if seconds > 0 else sampled_s),
     }
+
+
+ENERGY_COLUMNS = (
+    "j_per_token",
+    "j_per_token_u95_pct",
+    "j_per_token_sampled",
+    "kwh_per_mtok",
+    "energy_tokens",
+)
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -1,57 +1,56 @@
-"""Thermal steadiness: a point is measured once its card has stopped heating (or cooling).
+"""Thermal steadiness: a point is measured once the temperature still to come no longer biases it.
 
 A card still moving towards its temperature at a new cap biases the point: under a cap a cooler
-card runs faster (about 1% per 5 °C: less leakage leaves more of the cap to the clock), and its
-draw and energy per token follow the temperature (ML.ENERGY saw the same in energy figures). The
-temperature of a card approaches its new level exponentially, so what is still to come when the
-slope is ``s`` is ``s * tau``, ``tau`` the card's thermal time constant (tens of seconds to about a
-minute and a half for a heatsink under a fan). :data:`STEADY_TEMP_C_PER_MIN` keeps it under 5 °C
-(a bias under 1%) for a time constant up to 100 s.
+card runs faster (less leakage leaves more of the cap to the clock), and its draw and energy per
+token follow the temperature. The temperature approaches its level exponentially, so what is
+still to come when the slope is ``s`` is ``s * tau`` (``tau`` the card's thermal time constant),
+each degree worth the point's own sensitivity (``analysis.precision``): the point's stated drift
+bias, which ``still_heating`` names beyond a bound (``analysis.steadiness``).
 
-The slope is a least-squares fit over the hottest card's readings of the trailing
-:data:`THERMAL_TRAIL_S` run seconds since the point was set: NVML reads whole degrees, and a fit
-over twenty readings (every 0.5 s) resolves a fraction of a degree per minute, where a shorter
-one would not tell 3 °C/min from noise. The wait is bounded in run seconds (never wall seconds),
-so a card that never steadies delays a point by at most the bound, and the window's own drift
-(``temp_drift_c_per_min`` in caps.csv) shows how steady the measured card was.
+Every point, a step or a jump alike, waits when that bias would be named and then until it is
+well under it: as long as the card's fitted thermal model says, then until the trailing readings
+(the same ones the point's own drift is fitted over, the last point's end included) agree. A
+point next to the last one is no exception: in a sweep stepping down, each step adds to a lag
+the card has not made up. The wait is bounded in run seconds (never wall seconds).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from powersweep.analysis.precision import DRIFT_SENSITIVITY_PER_C, ThermalModel
+from powersweep.analysis.steadiness import STILL_HEATING_BIAS_REL, WAIT_SHARE_OF_FINDING
 from powersweep.clock import Clock
 
-# The slope under which a card counts as steady, °C per minute (the warm-up's own bound, 0.05
-# °C/s, is the same figure).
+# A point waits when its drift would bias it beyond this share of what ``still_heating`` names
+# (then down to :func:`wait_goal_rel`): one that would not be named does not pay for a wait. The
+# readings before the set show the last point's drift, and the set adds to it, so the share is
+# under one.
+WAIT_TRIGGER_SHARE = 0.8
+# The slope under which a card counts as steady where a degree's worth is unknown, °C per minute
+# (the warm-up's own bound, 0.05 °C/s, is the same figure).
 STEADY_TEMP_C_PER_MIN = 3.0
-# The trailing window the slope is fitted over, run seconds.
-THERMAL_TRAIL_S = 10.0
+# The trailing run seconds the card's temperature now is read over (a line through whole-degree
+# readings: ten of them place the level within a few tenths of a degree, where one reading is
+# off by up to half a degree, a share of a percent of TPS/W at a card's voltage floor).
+LEVEL_TRAIL_S = 5.0
 # The longest the protocol waits for a steady temperature after a point settled, run seconds.
 DEFAULT_THERMAL_WAIT_S = 10.0
-# A point whose draw is within this of the last point measured carries its steadiness:
-# the card's temperature is continuous across a set, and a step this size moves its level by
-# R_th * dP (about 0.15 °C/W for an air-cooled card under load: 4-5 °C at most, approached over
-# the card's time constant, well under a 3 °C/min slope). A bigger jump (the first point, a
-# confirm re-measure, an adaptive or grid jump) waits.
-CARRY_DRAW_W = 30.0
-# A nearby point carries the steadiness whatever drift the last point showed: a dense sweep
-# stepping down cools its card by a few °C/min at every point (each step lowers the level by
-# R_th * dP, approached over a time constant longer than a point), a drift a bounded wait could
-# not remove (it decays with that time constant and the next step restarts it). Each point states
-# the bias that drift leaves instead (``drift_bias_pct``, powersweep.analysis.precision).
 
 
-class TempSlopes(Protocol):
-    """What the wait reads: the sampler's fit of the hottest card's temperature."""
+def wait_trigger_rel() -> float:
+    """The bias of the temperature still to come beyond which a point waits: a share of the
+    bias ``still_heating`` names (:data:`WAIT_TRIGGER_SHARE`)."""
+    return WAIT_TRIGGER_SHARE * STILL_HEATING_BIAS_REL
 
-    def temp_slope_c_per_s(self, t0_s: float, t1_s: float) -> float:
-        """The hottest card's temperature slope between two run times, °C/s (NaN: unknown)."""
-        ...
+
+def wait_goal_rel(precision_goal_rel: float) -> float:
+    """The bias of the temperature still to come under which a point need not wait: a share of
+    the bias ``still_heating`` names (:data:`WAIT_SHARE_OF_FINDING`), or the run's precision
+    goal where that is looser (a point's stated precision carries the bias anyway)."""
+    return max(precision_goal_rel, WAIT_SHARE_OF_FINDING * STILL_HEATING_BIAS_REL)
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,8 @@ class ThermalWait:
     Attributes:
         waited_s: Run seconds waited (after the point settled).
         slope_c_per_min: The last trailing slope fitted, °C/min (NaN: not readable).
-        steady: The slope fell under :data:`STEADY_TEMP_C_PER_MIN`; False when the bound ended
-            the wait or no temperature could be read.
+        steady: The drift fell under what the wait aimed at; False when the bound ended the
+            wait or no temperature could be read.
     """
 
     waited_s: float
@@ -70,42 +69,50 @@ class ThermalWait:
     steady: bool
 
 
-async def wait_thermal(
-    slopes: TempSlopes,
+def steady_slope_c_per_min(goal_rel: float, sensitivity_per_c: float, tau_s: float) -> float:
+    """The temperature slope under which a card's drift biases a point by no more than
+    ``goal_rel``: what is still to come is the slope times ``tau_s``, each degree worth
+    ``sensitivity_per_c`` (:data:`STEADY_TEMP_C_PER_MIN` where a degree's worth is unknown)."""
+    if not (sensitivity_per_c > 0 and tau_s > 0):
+        return STEADY_TEMP_C_PER_MIN
+    return 60.0 * goal_rel / (sensitivity_per_c * tau_s)
+
+
+async def wait_drift(
+    readings: Callable[[float], list[tuple[float, float]]],
     clock: Clock,
     *,
-    set_at_s: float,
     max_s: float,
     poll_s: float,
-    trail_s: float = THERMAL_TRAIL_S,
-    steady_c_per_min: float = STEADY_TEMP_C_PER_MIN,
+    steady_c_per_min: Callable[[], float],
+    trail_s: float,
 ) -> ThermalWait:
-    """Wait until the temperature's trailing slope is under ``steady_c_per_min``, at most
-    ``max_s`` run seconds from now.
+    """Wait until the slope over the trailing ``trail_s`` of readings is under
+    ``steady_c_per_min``, at most ``max_s`` run seconds from now.
+
+    The trailing readings reach back across the set into the last point's end, as the point's
+    own drift will (``temp_drift_c_per_min``): a point the wait lets through reads no more drift
+    than it waited for, and a card still moving from the last point waits.
 
     Args:
-        slopes: The sampler (its readings since ``set_at_s`` not yet drained).
+        readings: The hottest card's ``(run s, °C)`` readings from a run time on.
         clock: Run clock.
-        set_at_s: When the point was set: readings before it belong to the previous one.
-        max_s: The bound of the wait, run seconds (0: no wait).
-        poll_s: Run seconds between looks (the sampler's interval: a new reading each time).
+        max_s: The bound of the wait, run seconds (0: look once).
+        poll_s: Run seconds between looks (the sampler's interval).
+        steady_c_per_min: The slope under which the card is steady enough, asked at each look
+            (the card's time constant that prices it may be fitted meanwhile).
         trail_s: The trailing window of the fit, run seconds.
-        steady_c_per_min: The slope under which the card is steady.
-
-    Returns:
-        How long it waited and the slope it ended on.
     """
     start = clock.now()
-    slope = math.nan
     while True:
         now = clock.now()
-        if now - set_at_s >= trail_s - 1e-9:
-            slope = 60.0 * slopes.temp_slope_c_per_s(max(set_at_s, now - trail_s), now)
-            if not math.isfinite(slope):
-                # no temperature to judge by: waiting would not make one readable
-                return ThermalWait(now - start, slope, False)
-            if abs(slope) <= steady_c_per_min:
-                return ThermalWait(now - start, slope, True)
+        slope = slope_c_per_min(readings(now - trail_s))
+        if not math.isfinite(slope) and now - start >= min(trail_s, max_s) - 1e-9:
+            # no temperature to judge by after a trailing window's wait: waiting would not make
+            # one readable
+            return ThermalWait(now - start, slope, False)
+        if math.isfinite(slope) and abs(slope) <= steady_c_per_min():
+            return ThermalWait(now - start, slope, True)
         if now - start >= max_s - 1e-9:
             return ThermalWait(now - start, slope, False)
         await clock.asleep(max(1e-3, min(poll_s, start + max_s - now)))
@@ -134,54 +141,17 @@ def fitted_wait_s(
     return min(max_s, model.tau_s * math.log(bias / goal_rel))
 
 
-@dataclass(frozen=True)
-class Previous:
-    """The last point measured on this card, as the next one's wait reads it.
-
-    Attributes:
-        power_w: Its median combined draw, W.
-        drift_c_per_min: Its window's temperature drift, °C/min (NaN: unknown).
-        cap_total_w: Its combined power limit, W.
-        locks: Its clock locks (SM, memory; None: unlocked).
-    """
-
-    power_w: float
-    drift_c_per_min: float
-    cap_total_w: float = math.nan
-    locks: tuple[float | None, float | None] = (None, None)
-
-
-def carried(
-    previous: Previous | None,
-    draw_now_w: float,
-    cap_total_w: float = math.nan,
-    locks: tuple[float | None, float | None] = (None, None),
-) -> ThermalWait | None:
-    """The steadiness a point inherits from the last one measured, or None when it must wait.
-
-    A card whose draw moved less than :data:`CARRY_DRAW_W` at the set is already near its
-    level: waiting would cost the bound and change little (the remaining drift decays with the
-    card's own time constant, tens of seconds), and the point's stated precision carries the
-    bias of what is still to come. Anything unknown waits: the first point, a jump, a point after
-    a failed one.
-
-    Under the same clock locks the draw moves by no more than the limit does (a card draws the
-    lesser of its limit and its demand), so the step is the limit's; a lock change moves the draw
-    by what the readings since the set show.
-
-    Args:
-        previous: The last point measured ok (None: none yet, or the last one failed).
-        draw_now_w: The settled draw at the new point, W (combined; NaN: no reading yet).
-        cap_total_w: The new point's combined limit, W.
-        locks: The new point's clock locks.
-    """
-    if previous is None:
-        return None
-    same_locks = locks == previous.locks
-    step = abs(cap_total_w - previous.cap_total_w if same_locks else draw_now_w - previous.power_w)
-    if math.isfinite(step) and step <= CARRY_DRAW_W:
-        return ThermalWait(0.0, previous.drift_c_per_min, True)
-    return None
+def level_c(points: Iterable[tuple[float, float]], at_s: float) -> float:
+    """The temperature at ``at_s`` on the least-squares line through ``(run s, °C)`` points: a
+    level finer than one whole-degree reading (NaN under three finite points or without a
+    spread in time)."""
+    pts = [(t, c) for t, c in points if math.isfinite(t) and math.isfinite(c)]
+    slope = slope_c_per_min(pts)
+    if not math.isfinite(slope):
+        return math.nan
+    mt = math.fsum(t for t, _ in pts) / len(pts)
+    mc = math.fsum(c for _, c in pts) / len(pts)
+    return mc + slope / 60.0 * (at_s - mt)
 
 
 def slope_c_per_min(points: Iterable[tuple[float, float]]) -> float:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis import claims
 from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
@@ -124,6 +125,7 @@ def read_recommendation(
             f"{run_dir} is an --observe-only run (one cap, the limit in force): it recommends "
             "no cap"
         )
+    _refuse_without_answer(run, analysis, run_dir)
     gpus = _measured_gpus(run, run_path)
     if is_undervolt_run(run, analysis, run_dir):
         return _undervolt_recommendation(run_dir, run, analysis, objective, gpus)
@@ -151,6 +153,30 @@ def read_recommendation(
         gpus=gpus,
         notes=_notes(run, analysis, chosen),
     )
+
+
+def _refuse_without_answer(run: dict[str, Any], analysis: dict[str, Any], run_dir: Path) -> None:
+    """A run that did not finish, or whose analysis found no answer, sets nothing.
+
+    The run's status is read from its own run.json, whatever analysis.json says.
+
+    Raises:
+        UsageError: One line: why there is no answer, and what would give one.
+    """
+    undervolt = is_undervolt_run(run, analysis, run_dir)
+    what = "caps" if analysis.get("kind") != "clocks" and not undervolt else "points"
+    claim = claims.status_claim(run, str(run_dir), what)
+    why = None if claim is None else "; ".join(claim)
+    if claim is not None and undervolt:
+        why = f"{claim[0]}; start the search again"
+    if why is None:
+        answer = analysis.get("answer")
+        if isinstance(answer, dict) and answer.get("kind") == claims.NONE:
+            why = str(answer.get("why") or "the analysis found no answer")
+            if "no cap binds" in why:
+                return  # said by the caps' own refusal, with the lever to pull instead
+    if why is not None:
+        raise UsageError(f"{run_dir} has no answer to apply: {why}")
 
 
 def _refuse_if_no_cap_binds(analysis: dict[str, Any], run_dir: Path) -> None:
@@ -350,10 +376,6 @@ def _measured_gpus(run: dict[str, Any], path: Path) -> tuple[MeasuredGpu, ...]:
 
 def _notes(run: dict[str, Any], analysis: dict[str, Any], objective: str) -> tuple[str, ...]:
     notes = []
-    status = run.get("status")
-    if status in ("interrupted", "failed", "running"):
-        what = "points" if objective == "clocks" else "caps"
-        notes.append(f"the run is {status}: its recommendation covers only the {what} it finished")
     sweet = analysis.get("sweet_spot")
     if objective == "tps-per-w" and isinstance(sweet, dict) and sweet.get("at_boundary"):
         edge = "lowest" if sweet["at_boundary"] == "low" else "highest"

@@ -1,0 +1,108 @@
+"""What a run's evidence lets its analysis claim: an answer, a boundary, or none.
+
+A run that did not finish (interrupted, partial, failed, or still running or killed), a curve of
+fewer than :data:`MIN_ANSWER_POINTS` usable points, and a power curve whose caps never bind give
+no answer: the best of the points measured is shown as such, with no recommendation, no command
+to set it and no savings. A best point at the edge of what was measured is named a boundary.
+Every axis reads its run the same way (:func:`answer_of`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# A best point needs a measured point on each side of it: three at least.
+MIN_ANSWER_POINTS = 3
+ANSWER = "answer"
+BOUNDARY = "boundary"
+NONE = "none"
+# Run statuses that leave the measurement unfinished.
+UNFINISHED = ("interrupted", "partial", "failed", "running")
+
+
+def status_reason(run: Mapping[str, Any] | None, source: str, what: str = "caps") -> str | None:
+    """Why the run's own status withholds an answer, and what gives one (None: complete, or a
+    bare curve, which has no status to judge by): :func:`status_claim` in one line (the answer's
+    ``why``, which the summary and the headline print after "no answer:")."""
+    claim = status_claim(run, source, what)
+    return None if claim is None else "; ".join(claim)
+
+
+def status_claim(
+    run: Mapping[str, Any] | None, source: str, what: str = "caps"
+) -> tuple[str, str] | None:
+    """``(why, remedy)``: why the run's own status withholds an answer, and what would give one.
+
+    Args:
+        run: run.json (None for a bare CSV).
+        source: The run directory, named in the command that measures the rest.
+        what: ``caps`` or ``points``.
+    """
+    status = (run or {}).get("status")
+    if status not in UNFINISHED:
+        return None
+    done, planned = _counts(run or {}, what)
+    counted = f" after {done} of {planned} {what}" if done is not None and planned else ""
+    left = done is None or planned is None or done < planned
+    if left:
+        remedy = f"`powersweep --resume {source}` measures the rest"
+    elif status == "failed":
+        # every planned point was tried (a failed one counts as done): resuming measures none
+        remedy = f"sweep again once the cause is fixed (`--resume` would measure no {what})"
+    else:
+        remedy = f"measure at least {MIN_ANSWER_POINTS} {what} that finish ok" + (
+            " (`--caps`, or the whole envelope)" if what == "caps" else ""
+        )
+    if status == "interrupted":
+        return f"interrupted{counted}", remedy
+    if status == "running":
+        return (
+            f"the run did not finish{counted} (run.json still says running: it was killed, or "
+            "is still going)",
+            remedy,
+        )
+    error = (run or {}).get("error")
+    return f"the run ended {status}{counted if left else ''}{f': {error}' if error else ''}", remedy
+
+
+def _counts(run: Mapping[str, Any], what: str) -> tuple[int | None, int | None]:
+    """How many points the run finished and planned (None where it does not say)."""
+    keys = ("caps_done", "caps_planned") if what == "caps" else ("points_done", "points_planned")
+    done, planned = (run.get(k) for k in keys)
+    if not isinstance(done, list) or not isinstance(planned, list):
+        return None, None
+    return len(done), len(planned)
+
+
+def answer_of(
+    *,
+    status_why: str | None,
+    usable: int,
+    binds_why: str | None = None,
+    boundary_why: str | None = None,
+    what: str = "caps",
+) -> dict[str, Any]:
+    """The analysis' ``answer``: ``{kind, why, points_usable}``.
+
+    ``kind`` is ``answer`` (the best point has a measured point on each side), ``boundary``
+    (it is the first or last measured: ``why`` says so) or ``none`` (``why`` says what withholds
+    it: the run's status first, then too few points, then caps that never bind).
+    """
+    why = status_why
+    if why is None and usable < MIN_ANSWER_POINTS:
+        why = (
+            f"only {usable} usable {what if usable != 1 else what.rstrip('s')}: an answer needs "
+            f"at least {MIN_ANSWER_POINTS}, a measured one on each side of the best"
+        )
+    why = why or binds_why
+    if why is not None:
+        return {"kind": NONE, "why": why, "points_usable": usable}
+    if boundary_why is not None:
+        return {"kind": BOUNDARY, "why": boundary_why, "points_usable": usable}
+    return {"kind": ANSWER, "why": None, "points_usable": usable}
+
+
+def given(answer: Mapping[str, Any] | None) -> bool:
+    """The analysis answers (a sweet spot, or a boundary named as such)."""
+    return answer is None or answer.get("kind") != NONE
