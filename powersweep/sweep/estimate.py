@@ -139,12 +139,12 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
         # measures the metric's prompt only
         one = first + ramp + (left if bound else MEASURED_ON_SHARE * left)
         confirm = min(expected, measured) * (settle + jump + one + POINT_OVERHEAD_S)
-    # the run's first point read again at its end (the run-to-run term): the jump back across the
-    # whole sweep waits its whole thermal bound; its metric's prompt, as a confirmed point
+    # the run's first point read again at its end (the run-to-run term): a jump back, waiting as
+    # a jump does; its metric's prompt, as a confirmed point
     reference = 0.0
     if measured >= 1:
         again = first + ramp + (left if bound else 0.0)
-        reference = settle + thermal + again + POINT_OVERHEAD_S
+        reference = settle + jump + again + POINT_OVERHEAD_S
     setup = _warmup_s(options) + _prepare_s(options)
     return setup + measured * per_point + on + waits + confirm + reference
 

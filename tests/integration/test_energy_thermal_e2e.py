@@ -57,10 +57,14 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
     # bias its point beyond what still_heating names, and then is named
     assert all(r["temp_drift_c_per_min"] and r["drift_bias_pct"] for r in caps)
     drifts = {r["cap_w"]: float(r["drift_bias_pct"]) for r in caps}
-    hot = {r["cap_w"] for r in caps if still_heating(r_num(r))}
+    # (by row: the first cap, read again at the end, has two, and the analysis judges their
+    # pooled reading, whose bias is their mean)
+    hot_rows = [r for r in caps if still_heating(r_num(r))]
+    reread = {r["cap_w"] for r in caps if r["reason"] == "reread"}
+    hot = {r["cap_w"] for r in hot_rows} - reread
     for r in caps:
         if float(r["thermal_wait_s"]) < DEFAULT_THERMAL_WAIT_S - 1.0:
-            assert r["cap_w"] not in hot, (r["cap_w"], drifts)
+            assert r not in hot_rows, (r["cap_w"], r["reason"], drifts)
     findings = read_json(run / "analysis.json")["findings"]
     heating = [f for f in findings if f["code"] == "still_heating"]
     if hot:

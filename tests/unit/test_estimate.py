@@ -33,14 +33,13 @@ def test_every_point_waits_the_first_its_bound_a_step_a_share_of_it() -> None:
     options = _options()
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 6, 10.0)
     bound = MeasureOptions.thermal_wait_s
-    # and the run's first point, read again at its end, is the jump back across the sweep: it
-    # waits its whole bound
+    # and the run's first point, read again at its end, is a jump back
     assert estimate_run_s(options, 6, 10.0) - no_wait == pytest.approx(
-        bound * (1 + 5 * STEP_WAIT_SHARE) + bound
+        bound * (1 + 5 * STEP_WAIT_SHARE + JUMP_WAIT_SHARE)
     )
     # a longer bound, a longer estimate
     assert estimate_run_s(_options(thermal_wait_s=30.0), 6, 10.0) - no_wait == pytest.approx(
-        30.0 * (1 + 5 * STEP_WAIT_SHARE) + 30.0
+        30.0 * (1 + 5 * STEP_WAIT_SHARE + JUMP_WAIT_SHARE)
     )
 
 
@@ -50,7 +49,7 @@ def test_a_grid_of_jumps_waits_longer_at_every_point() -> None:
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 3, 50.0)
     bound = MeasureOptions.thermal_wait_s
     assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(
-        bound * (1 + 2 * JUMP_WAIT_SHARE) + bound  # the first point read again: its bound
+        bound * (1 + 3 * JUMP_WAIT_SHARE)  # the first point read again: a jump too
     )
 
 
