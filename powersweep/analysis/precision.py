@@ -45,12 +45,12 @@ from powersweep.analysis.thermal_drift import fit_thermal as fit_thermal
 # run measures (a standard deviation, relative, common to a run's points: it cancels from the
 # difference of two points of one run, so ties leave it out). Measured by
 # scripts/bench_repeat_point.py: one point (the 768 x 12 model, decode-single) read in 8 separate
-# runs against a real llama.cpp server on the CPU, twice: its readings scattered by 7.3% and 8.7%
-# (log SD) where the runs' own terms stated 6.1% and 5.2%; the variance left over, pooled over
-# the two measurements (14 degrees of freedom), is 5.7%. The machine's two cores were shared with
-# other work (load average 3-4): a dedicated server scatters less (docs/precision.md). The
-# simulated rig's own server carries none: its runs measure their own (its world models).
-REAL_SERVER_FLOOR_REL = 0.057
+# runs against a real llama.cpp server on the CPU, three times: its readings scattered by 7.3%,
+# 8.7% and 6.9% (log SD) where the runs' own terms stated 6.1%, 5.2% and 5.8%; the variance left
+# over, pooled over the three (21 degrees of freedom), is 5.1%. The machine's two cores were
+# shared with other work: a dedicated server scatters less (docs/precision.md). The simulated
+# rig's own server carries none: its runs measure their own (its world models).
+REAL_SERVER_FLOOR_REL = 0.051
 # Two-sided confidence of every stated interval.
 CONFIDENCE = 0.95
 # Typical repeatability of one reading of a curve with no raw data (a bare caps.csv), as a 95%
