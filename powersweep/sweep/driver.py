@@ -106,9 +106,11 @@ class Sweep:
             is still this sweep's.
         tps_follows_card: The server's token rate follows the cards' clocks (False: an
             undervolt search cannot see clock stretching in it).
-        server_is_real: The server is a real one, not the simulated rig's own: every point's
-            stated interval carries a real server's between-run floor
-            (:data:`~powersweep.analysis.precision.REAL_SERVER_FLOOR_REL`).
+        server_sets_rate: A real server sets the rate, not the cards the sweep drives (a
+            simulated card beside a real server): every point's stated interval carries the
+            between-run floor measured for such a server
+            (:data:`~powersweep.analysis.precision.REAL_SERVER_FLOOR_REL`); a real card's runs
+            carry only the run-to-run term they measure themselves.
     """
 
     def __init__(
@@ -137,7 +139,7 @@ class Sweep:
         context_tokens: int | None = None,
         before_change: Callable[[], None] = lambda: None,
         tps_follows_card: bool = True,
-        server_is_real: bool = True,
+        server_sets_rate: bool = False,
     ) -> None:
         self.plan = plan
         self.gpus = list(gpus)
@@ -197,7 +199,7 @@ class Sweep:
             before_change=self._before_change,
             on_point=self._point_done,
         )
-        floor = REAL_SERVER_FLOOR_REL if server_is_real else 0.0
+        floor = REAL_SERVER_FLOOR_REL if server_sets_rate else 0.0
         self.measurer.run_to_run = RunToRun(floor_rel=floor)
         for c in caps_already_done:
             done = SweepPoint(c)

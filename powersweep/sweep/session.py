@@ -330,7 +330,10 @@ def _run_session(
                 on_restored=on_restored,
                 context_tokens=info.context_tokens,
                 tps_follows_card=rig.tps_follows_card,
-                server_is_real=served_url is None,
+                # the floor was measured where the server, not a card, sets the rate: a
+                # CPU llama.cpp server beside a simulated card; a real card's runs carry the
+                # run-to-run term they measure themselves
+                server_sets_rate=served_url is None and not rig.tps_follows_card,
             )
             outcome = sweep.run()
     return SessionResult(writer.path, outcome, out_created)

@@ -14,6 +14,7 @@ import pytest
 
 from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
+from powersweep.runformat import REFERENCE_REASON
 from powersweep.sweep.options import SafetyOptions
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
@@ -153,7 +154,9 @@ def test_prefill_session_takes_prompt_tokens_from_a_whole_answer(
     )
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete", meta["error"]
-    (cap,) = read_csv(run / "caps.csv")
+    # the cap, and the run's first point read again at its end (the run-to-run term)
+    cap, reread = read_csv(run / "caps.csv")
+    assert reread["reason"] == REFERENCE_REASON
     assert cap["status"] == "ok" and float(cap["prefill_tps"]) > 0
     # (a window's last prompt that did not fit is cut before its first token: it counts nothing)
     prefill = [

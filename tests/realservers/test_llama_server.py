@@ -10,9 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from powersweep.analysis.precision import REAL_SERVER_FLOOR_REL
 from powersweep.cli.rigs import build_rig
 from powersweep.clock import real_clock
 from powersweep.report import build_report
+from powersweep.runformat import REFERENCE_REASON
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
 from powersweep.sweep.options import (
     Cooling,
@@ -213,6 +215,9 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
     assert meta["server"]["engine"] == "llamacpp"
     assert meta["server"]["context_tokens"] == CONTEXT_TOKENS
     assert meta["server"]["url"] == llama_server.url
+    # the server, not the simulated card, sets the rate: the floor measured for such a server
+    # is carried (a real card's run carries only the run-to-run term it measures)
+    assert meta["run_to_run"]["floor_sd_pct"] == pytest.approx(100 * REAL_SERVER_FLOOR_REL)
 
     requests = read_csv(run / "requests.csv")
     prompts = {"narr": NARRATIVE_PROMPT, "code": CODE_PROMPT}
@@ -237,12 +242,14 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
     # then every measured request is cut, which the rows above allow)
     assert any(r["finish_reason"] == "length" for r in requests)
 
-    (cap,) = read_csv(run / "caps.csv")
-    assert float(cap["cap_w"]) == 300.0
+    # the cap, and the run's first point read again at its end (the run-to-run term)
+    cap, reread = read_csv(run / "caps.csv")
+    assert float(cap["cap_w"]) == float(reread["cap_w"]) == 300.0
+    assert reread["reason"] == REFERENCE_REASON
     measured = [r for r in requests if r["prompt_kind"] == "narr"]
     # (a point measured twice keeps its first attempt's requests, marked discarded)
     kept = [r for r in requests if r["prompt_kind"] in prompts]
-    assert int(cap["n_requests"]) == len(kept)
+    assert int(cap["n_requests"]) + int(reread["n_requests"]) == len(kept)
     tps = [float(r["decode_tps"]) for r in measured]
     assert min(tps) * 0.5 < float(cap["narr_tps"]) < max(tps) * 1.5
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
@@ -257,8 +264,9 @@ def test_decode_concurrent_session_runs_one_stream_per_slot(
 ) -> None:
     run = _session(llama_server, tmp_path, "decode-concurrent", load={"concurrency": SLOTS})
     assert read_json(run / "run.json")["status"] == "complete"
-    (cap,) = read_csv(run / "caps.csv")
-    assert cap["status"] == "ok"
+    # the cap, and the run's first point read again at its end (the run-to-run term)
+    cap, reread = read_csv(run / "caps.csv")
+    assert cap["status"] == reread["status"] == "ok" and reread["reason"] == REFERENCE_REASON
     assert int(cap["concurrency"]) == SLOTS
     measured = [r for r in read_csv(run / "requests.csv") if r["prompt_kind"] != "warmup"]
     assert {int(r["stream"]) for r in measured} == set(range(SLOTS))
