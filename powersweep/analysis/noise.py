@@ -118,7 +118,7 @@ def _own_ties(
         "bootstrap": None,
         "estimate": None,
         "tps_per_w_u95_pct": {
-            str(cap): 100.0 * math.hypot(r.stat_u95_rel, r.bias_rel) for cap, r in own.items()
+            str(cap): 100.0 * r.u95_rel for cap, r in own.items()
         },
     }
 
@@ -403,7 +403,8 @@ def near_peak_noise(
     """
     fastest = max(points, key=lambda p: p.tps).cap_w
     if own and near_cap_w in own and fastest in own:
-        us = [own[near_cap_w].tps_u95_rel, own[fastest].tps_u95_rel]
+        # a tie of two points of one run: the between-run floor they share cancels
+        us = [own[near_cap_w].tps_tie_u95_rel, own[fastest].tps_tie_u95_rel]
         if all(math.isfinite(u) for u in us):
             tied = _near_peak_moved(points, groups, near_cap_w, max_loss_pct, math.hypot(*us))
             return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": OWN}
