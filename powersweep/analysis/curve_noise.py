@@ -271,3 +271,35 @@ def _steepness(
     allowed = MAX_TPS_RISE_PER_CAP_RISE * max(0.0, math.log(c_hi / c_lo))
     excess = (logs[hi] - logs[lo] - allowed) / math.hypot(sigma[lo], sigma[hi])
     return max(0.0, excess - OUTLIER_SIGMAS)
+
+
+def excess_scatter(lines: Sequence[Sequence[tuple[float, float]]]) -> tuple[float, int]:
+    """The between-reading variance a run's own curve shows beyond its readings' own: each
+    line's ``(value, own variance of its log)`` in order along the limit, one reading a point.
+
+    The log values are fitted by a non-decreasing function (:func:`estimate`'s isotonic fit);
+    a pooled block of ``m`` readings leaves, by their own variances alone, ``sum v (m - 1) / m``
+    of its sum of squares; what the residuals hold beyond that, over the fit's degrees of
+    freedom, is the variance between readings taken apart in time (a drift, a stall some windows
+    met and others missed) that no reading's own statistics can see.
+
+    Returns:
+        ``(variance, dof)``; ``(0, 0)`` where nothing falls.
+    """
+    ss, own, dof = 0.0, 0.0, 0
+    for line in lines:
+        pairs = [(math.log(v), w) for v, w in line if v > 0 and math.isfinite(v) and w == w]
+        if len(pairs) < 2:
+            continue
+        y = np.array([p[0] for p in pairs])
+        var = np.array([max(0.0, p[1]) for p in pairs])
+        fit = isotonic_regression(y, increasing=True)
+        ss += float(((y - fit.x) ** 2).sum())
+        starts = list(fit.blocks)
+        for lo, hi in itertools.pairwise(starts):
+            m = hi - lo
+            own += float(var[lo:hi].sum()) * (m - 1) / m
+        dof += len(y) - (len(starts) - 1)
+    if dof <= 0:
+        return 0.0, 0
+    return max(0.0, (ss - own) / dof), dof

@@ -117,9 +117,7 @@ def _own_ties(
         "noise_source": OWN,
         "bootstrap": None,
         "estimate": None,
-        "tps_per_w_u95_pct": {
-            str(cap): 100.0 * r.u95_rel for cap, r in own.items()
-        },
+        "tps_per_w_u95_pct": {str(cap): 100.0 * r.u95_rel for cap, r in own.items()},
     }
 
 

@@ -175,6 +175,25 @@ class RunToRun:
         tpw_sd, tpw_dof, n_tpw = term(False)
         return cls(tps_sd, tpw_sd, tps_dof, tpw_dof, max(n_tps, n_tpw), floor_rel)
 
+    def with_curve(self, variance: float, dof: int) -> RunToRun:
+        """The term pooled with what the run's own curve shows between its points
+        (:func:`~powersweep.analysis.curve_noise.excess_scatter` of log TPS): both estimate the
+        variance between readings taken apart in time, weighted by their degrees of freedom (a
+        pair's one, a curve's several: a single pair that happened to agree, or to disagree, no
+        longer decides the run alone). TPS/W takes the rate's share as TPS does."""
+        if dof <= 0:
+            return self
+        n = max(1, self.pairs)
+
+        def pooled(sd: float, own_dof: float) -> tuple[float, float]:
+            weight = min(own_dof, n) if self.pairs else 0.0  # a zero measured on n pairs
+            var = (weight * sd * sd + dof * variance) / (weight + dof)
+            return math.sqrt(var), (weight + dof) if var > 0 else math.inf
+
+        tps_sd, tps_dof = pooled(self.tps_sd_rel, self.tps_dof)
+        tpw_sd, tpw_dof = pooled(self.tps_per_w_sd_rel, self.dof)
+        return RunToRun(tps_sd, tpw_sd, tps_dof, tpw_dof, self.pairs, self.floor_rel)
+
 
 def _combined(parts: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Variance of a sum of independent estimated variances ``(variance, dof)``, and its

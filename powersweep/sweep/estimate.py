@@ -49,12 +49,12 @@ ADAPTIVE_SHORT_OF_BUDGET = 1
 TIE_SPACING_W = 10.0
 # prefill-heavy: calibration requests, each about the prefill time asked for.
 CALIBRATION_REQUESTS = 3
-# Every point waits as long as the temperature still to come would bias it (the first for its
-# whole bound: a card still heating from its warm-up). A step from the last point waits, on
-# average, this share of the bound (the README sweep at 10 s and 30 s: 0.3-0.4; a dense sweep
-# stepping down keeps its card cooling, most at its voltage floor), a jump (an adaptive sweep,
-# a coarse grid, the confirm phase) this one.
-STEP_WAIT_SHARE = 0.35
+# A point waits as long as the temperature still to come would bias it where its drift could
+# change the answer (the first for its whole bound: a card still heating from its warm-up). A
+# step from the last point waits, on average, this share of the bound (the README sweep, seeds
+# 0-2: 0.05-0.2; only the steps near the best wait), a jump (an adaptive sweep, a coarse grid,
+# the confirm phase) this one.
+STEP_WAIT_SHARE = 0.12
 JUMP_WAIT_SHARE = 0.5
 # A grid's steps wider than this are jumps.
 JUMP_SPACING_W = 30.0

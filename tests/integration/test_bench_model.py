@@ -22,6 +22,8 @@ def test_seeded_offline_model_counts_disagreements_on_the_same_readings() -> Non
             "rtx3090-air,h100-sxm",
             "--modes",
             "decode-single",
+            "--replay",
+            str(REPO / "tests" / "data" / "published" / "club3090-3090-qwen36-decode.csv"),
         ],
         capture_output=True,
         text=True,

@@ -98,8 +98,15 @@ def test_adaptive_3090_half_the_caps_same_answer_fast_settle(tmp_path: Path) -> 
     assert len(truth["caps"]) == 21  # the dense grid 190-390 W
     assert 5 <= len(caps) <= 10, [c["cap_w"] for c in caps]
     assert all(c["status"] == "ok" for c in caps)
-    # half the 21-cap grid is the budget; this curve is settled well within it
-    assert meta["adaptive"] == {"max_caps": 10, "left_out": []}
+    # half the 21-cap grid is the budget. The card's temperature decides its boost state at the
+    # plateau's top edge (370 W): where the wait for it leaves the card cool enough to escape
+    # there, the edge takes one cap more than the budget, and the run names it
+    assert meta["adaptive"]["max_caps"] == 10
+    left_out = meta["adaptive"]["left_out"]
+    assert len(left_out) <= 1 and all(c["reason"] == "plateau edge" for c in left_out), left_out
+    if left_out:
+        codes = {f["code"] for f in analysis["findings"]}
+        assert "adaptive_budget" in codes
 
     # the answer: sweet spot within 10 W of the truth, the boost plateau found
     assert abs(analysis["sweet_spot"]["cap_w"] - truth["sweet_spot"]["cap_w"]) <= AGREE_W

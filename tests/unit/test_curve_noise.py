@@ -92,3 +92,21 @@ def test_outliers_are_named_worst_first_and_their_neighbours_judged_again() -> N
     # a reading that cannot be read (NaN, zero) is skipped, never named: the rest are judged
     assert outliers(x, [100.0, math.nan, 150.0, 0.0, 103.0], sigma) == [2]
     assert outliers(x, [100.0, math.nan, 101.0, 0.0, 103.0], sigma) == []
+
+
+def test_a_runs_curve_shows_the_scatter_between_its_points_beyond_their_own() -> None:
+    rng = np.random.default_rng(5)
+    # points 3% apart between readings (a stall some windows met), each stating 0.3%
+    found = []
+    for _ in range(100):
+        tps = 100.0 * np.exp(0.03 * rng.standard_normal(12))
+        var, dof = curve_noise.excess_scatter([[(float(v), 0.003**2) for v in tps]])
+        found.append(var)
+        assert dof > 0
+    assert math.sqrt(float(np.median(found))) == pytest.approx(0.03, rel=0.25)
+    # a clean rising curve, or scatter within the readings' own, shows none
+    rising = [(100.0 + 5 * k, 0.01**2) for k in range(10)]
+    assert curve_noise.excess_scatter([rising]) == (0.0, 0)
+    within = 100.0 * np.exp(0.01 * rng.standard_normal(12))
+    var, _ = curve_noise.excess_scatter([[(float(v), 0.01**2) for v in within]])
+    assert var < 0.01**2

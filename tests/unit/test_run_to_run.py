@@ -62,3 +62,17 @@ def test_the_record_says_why_nothing_was_read_again() -> None:
     assert out["reference"] is None and out["skipped"] == NO_REFERENCE
     assert out["tps_per_w_sd_pct"] == 0.0 and out["dof"] is None and out["pairs"] == []
     assert math.isfinite(out["floor_sd_pct"])
+
+
+def test_the_term_pools_the_pairs_with_what_the_runs_curve_shows() -> None:
+    from powersweep.analysis.precision import RunToRun
+
+    agreed = RunToRun(pairs=1)  # one pair that happened to agree: measured 0
+    pooled = agreed.with_curve(0.03**2, 6)
+    # six degrees of freedom of the curve's 3% against the one pair's 0
+    assert pooled.tps_sd_rel == pytest.approx(math.sqrt(6 * 0.03**2 / 7))
+    assert pooled.tps_dof == 7 and pooled.pairs == 1
+    # a curve that shows nothing leaves the pairs' term as it is
+    assert agreed.with_curve(0.0, 0) is agreed
+    # no pair at all: the curve's alone
+    assert RunToRun().with_curve(0.02**2, 4).tps_per_w_sd_rel == pytest.approx(0.02)

@@ -5,8 +5,10 @@ At the end of a sweep the first point measured ok is read again by the same prot
 ``reread``, the metric's prompt only), on every axis and load mode: a drift between points
 (ambient, a server's other tenants, a stall no short window saw) shows as a difference between
 its two readings. With the confirm phase's repeats, the pairs give the between-reading standard
-deviation (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), and every row of caps.csv
-is restated with it (``run.json`` ``run_to_run`` records the pairs and the term).
+deviation (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), pooled with what the run's
+own curve shows between its points beyond their own widths (TPS never falls as a limit rises:
+:func:`powersweep.analysis.curve_noise.excess_scatter`), and every row of caps.csv is restated
+with it (``run.json`` ``run_to_run`` records the pairs and the term).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from powersweep.analysis.curve_noise import excess_scatter
 from powersweep.analysis.precision import Reading, RunToRun
 from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON
 from powersweep.sweep.measurement.point import PointMeasurer
@@ -73,10 +76,16 @@ class RunToRunPhase:
         rows = read_rows(self.writer)
         pairs = repeat_pairs(rows)
         floor = self.measurer.run_to_run.floor_rel
+        curve_var, curve_dof = excess_scatter(curve_lines(rows))
         term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs], floor)
+        term = term.with_curve(curve_var, curve_dof)
         self.measurer.run_to_run = term
         self.writer.restate_caps(lambda row: restated(row, term))
-        self.meta["run_to_run"] = record(term, pairs, reference, skipped)
+        self.meta["run_to_run"] = {
+            **record(term, pairs, reference, skipped),
+            "curve_tps_sd_pct": round(100.0 * math.sqrt(curve_var), 4),
+            "curve_dof": curve_dof,
+        }
         self.writer.write_run_json(self.meta)
         return term
 
@@ -96,6 +105,33 @@ def _key(row: Mapping[str, Any]) -> Key:
             v = math.nan
         out.append(None if math.isnan(v) else v)
     return tuple(out)
+
+
+def curve_lines(rows: Sequence[Mapping[str, Any]]) -> list[list[tuple[float, float]]]:
+    """Each line of the run's curve: ``(TPS, its own variance)`` of every point's first ok
+    reading, in order along the limit (the caps; a clock run's SM locks at each memory lock and
+    memory locks at each SM lock). An undervolt search's offsets are no such line: none."""
+    first: dict[Key, Mapping[str, Any]] = {}
+    for row in rows:
+        reason = row.get("reason") or ""
+        if row.get("status") == "ok" and reason not in (REFERENCE_REASON, CONFIRM_REASON):
+            first.setdefault(_key(row), row)
+    keys = list(first)
+    if any(k[3] is not None for k in keys):
+        return []
+    locked = [i for i in (1, 2) if any(k[i] is not None for k in keys)] or [0]
+    out = []
+    for axis in locked:
+        others = [i for i in range(3) if i != axis]
+        groups: dict[tuple[float | None, ...], list[Key]] = {}
+        for k in keys:
+            if k[axis] is not None:
+                groups.setdefault(tuple(k[i] for i in others), []).append(k)
+        for members in groups.values():
+            members.sort(key=lambda k: k[axis] or 0.0)
+            readings = [Reading.of(first[k]) for k in members]
+            out.append([(r.tps, r.tps_within_var) for r in readings])
+    return out
 
 
 def repeat_pairs(
