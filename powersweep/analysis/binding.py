@@ -22,9 +22,12 @@ BY_TPS = "tps"
 
 
 def tps_sigmas(points: Sequence[CapPoint], noise: CurveNoise) -> list[float]:
-    """Each point's TPS noise: its own where it states one, never under the curve's."""
+    """Each point's TPS noise (1 sigma, relative): its own where it states one, never under the
+    scatter its curve shows; the curve's pooled with the typical repeatability where it states
+    none (a bare curve: that floor is for readings nobody measured the noise of)."""
+    shown = noise.measured_tps_rel if math.isfinite(noise.measured_tps_rel) else 0.0
     return [
-        max(noise.tps_rel, p.tps_sigma_rel) if math.isfinite(p.tps_sigma_rel) else noise.tps_rel
+        max(p.tps_sigma_rel, shown) if math.isfinite(p.tps_sigma_rel) else noise.tps_rel
         for p in points
     ]
 

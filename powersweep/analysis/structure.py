@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from powersweep.analysis.binding import FOLLOWS_Z, tps_rise_z
+from powersweep.analysis.binding import tps_sigmas as binding_sigmas
 from powersweep.analysis.cap_points import (
     BOOST_PLATEAU,
     CEILING_HEADROOM_FRAC,
@@ -48,7 +49,7 @@ from powersweep.analysis.cap_points import (
     power_limited,
     typical_step_w,
 )
-from powersweep.analysis.curve_noise import FLOOR_SIGMA_REL, Line, estimate
+from powersweep.analysis.curve_noise import Line, estimate
 
 # A cap's TPS joins a flat region within this many standard deviations of a difference.
 FLAT_SIGMAS = 3.0
@@ -183,7 +184,7 @@ def _with_top_ceiling(
         start -= 1
     ceilings = [r for r in regions if r.kind == DRAW_CEILING]
     lowest = min([points[start].cap_w, *(r.start_w for r in ceilings)])
-    members = _flat_top([p for p in points if p.cap_w >= lowest], noise)
+    members = _flat_top([p for p in points if p.cap_w >= lowest])
     if len(members) < MIN_REGION_CAPS:
         return regions
     measured = {p.cap_w for p in members}
@@ -203,41 +204,40 @@ def _with_top_ceiling(
     return sorted([*others, ceiling], key=lambda r: r.start_w)
 
 
-def _flat_top(members: Sequence[CapPoint], noise: Noise) -> list[CapPoint]:
+def _flat_top(members: Sequence[CapPoint]) -> list[CapPoint]:
     """A ceiling's caps from the lowest whose TPS no longer follows the cap: the draw under a
     cap says nothing of a bursty load (its window average understates the peaks the cap holds),
     and a cap that does not bind cannot change TPS."""
     members = list(members)
     while len(members) >= MIN_REGION_CAPS:
-        sigma = tps_sigmas(members, noise)
+        sigma = tps_sigmas(members)
+        # the lowest against the rest's level, weighted by their own noise (one noisy reading
+        # among precise ones must not hide a step)
+        weights = np.array([1.0 / (v * v) for v in sigma[1:]])
         rest = np.log([p.tps for p in members[1:]])
-        below = (float(rest.mean()) - math.log(members[0].tps)) / (
-            sigma[0] * math.sqrt(1.0 + 1.0 / len(rest))
-        )
+        level = float((weights * rest).sum() / weights.sum())
+        spread = math.hypot(sigma[0], 1.0 / math.sqrt(float(weights.sum())))
+        below = (level - math.log(members[0].tps)) / spread
         if not (below > FOLLOWS_Z or tps_rise_z(members, sigma) > FOLLOWS_Z):
             break
         members.pop(0)
     return members
 
 
-def tps_sigmas(points: Sequence[CapPoint], noise: Noise) -> list[float]:
-    """Each point's TPS noise: its own, the curve's (what its TPS falls show: a curvature is no
-    noise, so not the second differences' ``noise.tps_rel`` here), never under the floor."""
+def tps_sigmas(points: Sequence[CapPoint]) -> list[float]:
+    """Each point's TPS noise (:func:`~.binding.tps_sigmas`), the curve's scatter read off these
+    points' TPS falls (a curvature is no noise, so not the second differences' ``Noise``)."""
     line = Line(tuple(p.cap_w for p in points), tuple((p.tps,) for p in points), ())
-    curve = estimate([line]).tps_rel
-    own = [p.tps_sigma_rel if math.isfinite(p.tps_sigma_rel) else 0.0 for p in points]
-    return [max(FLOOR_SIGMA_REL, curve, s) for s in own]
+    return binding_sigmas(points, estimate([line]))
 
 
-def follows_cap(
-    points: Sequence[CapPoint], k: int, noise: Noise, *, upward_only: bool = False
-) -> bool:
+def follows_cap(points: Sequence[CapPoint], k: int, *, upward_only: bool = False) -> bool:
     """Cap ``k`` (its draw under it) binds a bursty load: TPS rises beyond noise from the cap
     below, into the cap above or across the two, while the draw rises no faster than the caps.
     A cap that does not bind cannot change TPS; a draw jumping past the cap's step is a boost
     state escaping instead. ``upward_only``: only into the cap above (the adaptive planner's
     sparse caps: a rise from a binding cap far below says nothing of this one)."""
-    sigma = tps_sigmas(points, noise)
+    sigma = tps_sigmas(points)
     pairs = ((k, k + 1),) if upward_only else ((k - 1, k), (k, k + 1), (k - 1, k + 1))
     for a, b in pairs:
         if a < 0 or b >= len(points):
@@ -270,7 +270,6 @@ def regimes(
     bounds = _bounds(points)
     step_w = typical_step_w([p.cap_w for p in points])
     margin = binding_margin_w(points, step_w)
-    noise = estimate_noise(points, step_w)
     out: list[dict[str, object]] = []
     for k, (p, bound) in enumerate(zip(points, bounds, strict=True)):
         if is_under_loaded(p):
@@ -279,7 +278,7 @@ def regimes(
             regime = THERMAL_LIMITED
         elif p.cap_w in by_cap:
             regime = by_cap[p.cap_w]
-        elif power_limited(p, margin) or follows_cap(points, k, noise):
+        elif power_limited(p, margin) or follows_cap(points, k):
             regime = POWER_LIMITED
         else:
             regime = _unheld_regime(points, k)
@@ -378,7 +377,9 @@ def _joins(
     # TPS only jitters on a flat region, within its noise: a cap that does not bind cannot
     # change TPS (a run of caps whose TPS moves 8-10% a step is no plateau, whatever the draw).
     tps_level = statistics.median(p.tps for p in recent)
-    tps_tol = FLAT_SIGMAS * math.sqrt(2.0) * max(tps_sigmas([*recent, new], noise))
+    # the new cap against the level of the recent ones (a median: its noise the smallest's)
+    sigma = tps_sigmas([*recent, new])
+    tps_tol = FLAT_SIGMAS * math.hypot(sigma[-1], min(sigma[:-1]))
     if tps_level > 0 and abs(new.tps - tps_level) / tps_level > tps_tol:
         return False
     if len(grown) >= 3:

@@ -21,7 +21,6 @@ from powersweep.analysis.cap_points import (
     MIN_REGION_CAPS,
     CapPoint,
     Region,
-    estimate_noise,
     is_thermal,
     is_under_loaded,
 )
@@ -132,8 +131,7 @@ class StructureCriteria:
         runs: list[list[float]] = []
         current: list[float] = []
         ordered = self._points(done)
-        noise = estimate_noise(ordered, self.step_w)
-        sigma = tps_sigmas(ordered, noise)
+        sigma = tps_sigmas(ordered)
         for k, p in enumerate(ordered):
             c, m = p.cap_w, done[p.cap_w]
             cap_total = c * self.n_gpus
@@ -143,7 +141,7 @@ class StructureCriteria:
             if is_thermal(p, self.slowdown_temp_c) or is_under_loaded(p):
                 under = False
             # a cap whose TPS follows it binds a bursty load under it: no flat run there
-            if under and follows_cap(ordered, k, noise, upward_only=True):
+            if under and follows_cap(ordered, k, upward_only=True):
                 under = False
             if under and current:
                 level = statistics.median(done[x].power_w for x in current)
