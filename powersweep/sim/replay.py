@@ -7,10 +7,10 @@ Outside the measured caps the curve is clamped to the nearest end; the replayed 
 measured range (lowest cap to highest), so a sweep never sets a limit there anyway.
 
 Noise has the measured size: the curve's cap-to-cap noise (estimated from second differences of
-adjacent caps, as the analysis does) becomes a per-cap offset, drawn once per cap from a seeded
-generator, on draw and TPS; each reading adds the simulated card's per-reading jitter (0.3 %) on
-top. A re-sweep therefore scatters around the measured curve as much as the measured curve
-scattered around its own trend.
+adjacent caps, as the analysis does) becomes an offset per operating point (the draw and SM clock
+the curve says: a plateau's caps share one), drawn from a seeded generator, on draw and TPS; each
+reading adds the simulated card's per-reading jitter (0.3 %) on top. A re-sweep therefore
+scatters around the measured curve as much as the measured curve scattered around its own trend.
 
 Not replayed: temperature (a constant, or the measured ``temp_max_c`` when present), the load
 mode (the curve's TPS is served whatever the batch: replay a curve under its own load mode) and
@@ -92,7 +92,7 @@ class ReplayGpu:
         self._util = 0.0
         self._energy_mj = 0.0
         self._t = clock.now()
-        self._offsets: dict[float, tuple[float, float]] = {}
+        self._offsets: dict[tuple[float, float], tuple[float, float]] = {}
         self._persistence = False
         self._uuid = f"GPU-replay-{zlib.crc32(str(curve.source).encode()):08x}-{index}"
 
@@ -212,11 +212,14 @@ class ReplayGpu:
     def offsets(self, cap_w: float) -> tuple[float, float]:
         """This cap's noise offsets: (draw in W, relative TPS); zero without noise.
 
-        Drawn once per cap from the seed, so revisiting a cap sees the same curve point.
+        Drawn once per operating point from the seed: caps where the measured card ran one
+        operating point (a boost plateau or a draw ceiling: the same draw and SM clock) share
+        it, as a real card there reads one TPS, and revisiting a cap sees the same curve point.
         """
-        key = round(cap_w, 3)
         if not self._noise:
             return 0.0, 0.0
+        draw, _, clock = self.curve.at(cap_w)
+        key = (float(round(draw)), round(clock, -1) if math.isfinite(clock) else round(cap_w, 3))
         if key not in self._offsets:
             rng = random.Random(zlib.crc32(f"{self._seed}:{key}".encode()))
             self._offsets[key] = (
