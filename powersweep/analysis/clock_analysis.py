@@ -30,6 +30,7 @@ from powersweep.analysis.clock_curve import (
     pareto_knee,
     tier_summaries,
 )
+from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.power_findings import FIRST_CODES
@@ -164,9 +165,51 @@ def analyze_clocks(
         findings.insert(0, _no_answer(answer, peak))
     else:
         findings += _findings(result, peak, fastest, binds, run)
+    findings += _falls_finding(curve, points)
     # what withholds the answer is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
     return sanitize(result)
+
+
+def _falls_finding(curve: Curve, points: Sequence[ClockPoint]) -> list[Finding]:
+    """``tps_falls_with_clock``: neighbouring SM locks of one memory tier (or memory locks at
+    one SM lock) whose TPS fell as the lock rose, beyond the readings' noise (each point's own,
+    else the curve's): as ``tps_falls_with_cap`` for caps."""
+    own = noise.own_readings(curve.caps, LOCK_KEYS, [(_lock_key(p), p.tps_per_w) for p in points])
+    scatter = noise.curve_noise(curve.caps, curve.metric)
+
+    def sigma(p: ClockPoint) -> float:
+        reading = own.get(_lock_key(p))
+        stated = reading.tps_tie_u95_rel / 1.96 if reading is not None else math.nan
+        return stated if math.isfinite(stated) and stated > 0 else scatter.tps_rel
+
+    found = []
+    for axis, other in (("sm_lock_mhz", "mem_lock_mhz"), ("mem_lock_mhz", "sm_lock_mhz")):
+        lines: dict[float | None, list[ClockPoint]] = {}
+        for p in points:
+            if math.isfinite(getattr(p, axis)):
+                held = getattr(p, other)
+                lines.setdefault(held if math.isfinite(held) else None, []).append(p)
+        for line in lines.values():
+            line.sort(key=lambda p: getattr(p, axis))
+            for i in falls([p.tps for p in line], [sigma(p) for p in line]):
+                a, b = line[i], line[i + 1]
+                found.append(
+                    f"{a.tps:.4g} at {_label(a.sm_lock_mhz, a.mem_lock_mhz)} -> {b.tps:.4g} at "
+                    f"{_label(b.sm_lock_mhz, b.mem_lock_mhz)}"
+                )
+    if not found:
+        return []
+    return [
+        finding(
+            "warning",
+            "tps_falls_with_clock",
+            f"TPS fell as a clock lock rose, beyond the readings' noise: {'; '.join(found)}. A "
+            "higher lock never slows a card: something else changed between those points "
+            "(another load on the GPU or the server, the server's state, heat)",
+            "measure those points again (--sm-clocks, --mem-clocks) with nothing else running",
+        )
+    ]
 
 
 def _boundary(points: Sequence[ClockPoint], peak: ClockPoint) -> str | None:

@@ -303,3 +303,17 @@ def excess_scatter(lines: Sequence[Sequence[tuple[float, float]]]) -> tuple[floa
     if dof <= 0:
         return 0.0, 0
     return max(0.0, (ss - own) / dof), dof
+
+
+def falls(values: Sequence[float], sigma_rel: Sequence[float]) -> list[int]:
+    """Indices ``i`` along a line (settings ascending) where the reading falls from ``i`` to
+    ``i + 1`` by more than :data:`OUTLIER_SIGMAS` standard deviations of their difference: a
+    higher limit never slows a card, so something else changed between them."""
+    return [
+        i
+        for i in range(len(values) - 1)
+        if values[i] > 0
+        and values[i + 1] > 0
+        and math.log(values[i] / values[i + 1])
+        > OUTLIER_SIGMAS * math.hypot(sigma_rel[i], sigma_rel[i + 1])
+    ]

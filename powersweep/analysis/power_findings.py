@@ -7,7 +7,6 @@ Each function returns findings (:func:`~powersweep.analysis.findings.finding`) f
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -16,15 +15,12 @@ import polars as pl
 
 from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
-from powersweep.analysis.curve_noise import OUTLIER_SIGMAS
+from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
 
 NAN = math.nan
 # A finding lists at most this many caps tied with the best; more are given as a count and range.
 TIED_LISTED_MAX = 8
-# A fall of TPS between neighbouring caps this many standard deviations of their difference
-# deep is no noise (as an outlier's, curve_noise.OUTLIER_SIGMAS).
-FALL_SIGMAS = OUTLIER_SIGMAS
 # Findings that say why there is no answer come first, before anything the summary lists.
 FIRST_CODES = frozenset(
     {
@@ -106,11 +102,7 @@ def binds_by_tps_finding(binds: dict[str, Any]) -> Finding:
 
 def falls_finding(points: Sequence[CapPoint], sigmas: Sequence[float]) -> list[Finding]:
     """``tps_falls_with_cap``: neighbouring caps whose TPS falls as the cap rises, beyond noise."""
-    pairs = [
-        (a, b)
-        for (a, sa), (b, sb) in itertools.pairwise(zip(points, sigmas, strict=True))
-        if math.log(a.tps / b.tps) > FALL_SIGMAS * math.hypot(sa, sb)
-    ]
+    pairs = [(points[i], points[i + 1]) for i in falls([p.tps for p in points], sigmas)]
     if not pairs:
         return []
     listed = "; ".join(

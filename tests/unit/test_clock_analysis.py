@@ -233,3 +233,25 @@ def test_pareto_knee_is_the_point_farthest_above_the_chord(tmp_path: Path) -> No
     )
     analysis = analyze_clocks(load_curve(path))
     assert analysis["pareto_knee"]["sm_lock_mhz"] == 1200.0
+
+
+def test_tps_falling_as_a_lock_rises_beyond_noise_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "falls.csv"
+    # a run that states each point's own precision (0.5%): a 5% fall is far beyond it
+    rows = [(900, 30, 150), (1200, 36, 180), (1500, 40, 210), (1800, 38, 240), (2100, 41, 270)]
+    path.write_text(
+        "sm_lock_mhz,mem_lock_mhz,narr_tps,power_w,tps_per_w,tps_u95_pct,tps_per_w_u95_pct,"
+        "tps_per_w_stat_u95_pct\n"
+        + "".join(f"{sm},9501,{t},{w},{t / w},0.5,0.6,0.6\n" for sm, t, w in rows)
+    )
+    found = [
+        f
+        for f in analyze_clocks(load_curve(path))["findings"]
+        if f["code"] == "tps_falls_with_clock"
+    ]
+    (fall,) = found
+    assert "40 at SM 1500 MHz / mem 9501 MHz -> 38 at SM 1800 MHz / mem 9501 MHz" in fall["message"]
+    # the grid of the same physics without the fall names none
+    _write_grid(tmp_path / "grid.csv")
+    codes = {f["code"] for f in analyze_clocks(load_curve(tmp_path / "grid.csv"))["findings"]}
+    assert "tps_falls_with_clock" not in codes

@@ -110,3 +110,9 @@ def test_a_runs_curve_shows_the_scatter_between_its_points_beyond_their_own() ->
     within = 100.0 * np.exp(0.01 * rng.standard_normal(12))
     var, _ = curve_noise.excess_scatter([[(float(v), 0.01**2) for v in within]])
     assert var < 0.01**2
+
+
+def test_a_fall_beyond_four_sigmas_of_a_difference_is_named_by_its_lower_setting() -> None:
+    assert curve_noise.falls([100.0, 110.0, 104.0, 112.0], [0.005] * 4) == [1]
+    assert curve_noise.falls([100.0, 110.0, 108.0, 112.0], [0.005] * 4) == []  # 1.8%: within
+    assert curve_noise.falls([100.0, 110.0, 104.0], [0.02] * 3) == []  # noisier readings
