@@ -6,6 +6,9 @@ column lists live here.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 SCHEMA_VERSION = 1
 
 # caps.csv ``reason`` of a cap the confirm phase measured again: its readings are pooled.
@@ -62,6 +65,7 @@ REQUESTS_COLUMNS = (
     "confirm",
     "max_tokens",
     "sm_offset_mhz",
+    "stall_s",
 )
 # Short codes of requests.csv ``warnings`` (``;``-separated): what makes a request's numbers
 # doubtful. Readers must tolerate codes they do not know.
@@ -164,6 +168,9 @@ CAPS_COLUMNS = (
     "run_to_run_pairs",
     "run_to_run_floor_pct",
     "power_drift_bias_pct",
+    "narr_stall_pct",
+    "code_stall_pct",
+    "stall_run_pct",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.
@@ -192,3 +199,11 @@ REQUESTS_FLOAT_COLUMNS: tuple[str, ...] = tuple(
     if c
     not in ("prompt_kind", "token_source", "finish_reason", "ok", "error", "warnings", "confirm")
 )
+
+
+def as_float(value: Any) -> float:
+    """A number from a run file's value, CSV cell or JSON (NaN when it is none or not a number)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan

@@ -38,7 +38,6 @@ from powersweep.analysis.pooling import cap_rows, curve_points, table_rows, usab
 from powersweep.analysis.power_findings import (
     FIRST_CODES,
     answer_findings,
-    as_float,
     boundary_text,
     no_bind_text,
     regime_findings,
@@ -49,6 +48,7 @@ from powersweep.analysis.power_findings import (
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 NAN = math.nan
 

@@ -17,6 +17,7 @@ from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
+from powersweep.runformat import as_float
 
 NAN = math.nan
 # A finding lists at most this many caps tied with the best; more are given as a count and range.
@@ -32,15 +33,6 @@ FIRST_CODES = frozenset(
         "no_cap_binds",
     }
 )
-
-
-def as_float(value: Any) -> float:
-    """A number from a JSON value (NaN when it is none)."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return NAN
-    return out
 
 
 def status_findings(caps: pl.DataFrame) -> list[Finding]:

@@ -18,7 +18,7 @@ from powersweep.analysis.failures import cause_examples, counted_elsewhere
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import SOURCE_LINE, Curve
 from powersweep.analysis.plausibility import IMPLAUSIBLE, OUTLIER
-from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS
+from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS, as_float
 
 SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
@@ -310,6 +310,7 @@ def run_findings(
                 "the figures above account for them; check the server if they repeat",
             )
         )
+    out += _stalls_finding(run.get("stalls"), str(run.get("load_mode") or ""))
     adaptive = run.get("adaptive")
     adaptive = adaptive if isinstance(adaptive, dict) else {}
     left_out = adaptive.get("left_out")
@@ -359,3 +360,29 @@ def _axis(run: Mapping[str, Any]) -> str | None:
     options = run.get("options")
     axis = options.get("axis") if isinstance(options, Mapping) else None
     return axis if isinstance(axis, str) else None
+
+
+def _stalls_finding(stalls: Any, load_mode: str) -> list[Finding]:
+    """``streams_stalled``: the share of the decode time the server's streams stalled (run.json
+    ``stalls``), and how the run's rates carry it."""
+    share = as_float(stalls.get("share_pct")) if isinstance(stalls, dict) else math.nan
+    if not share > 0:
+        return []
+    how = (
+        "each point's rates are stated at that share, whether or not its own short windows met "
+        "a stall, and its interval carries the share's uncertainty"
+        if load_mode == "decode-single"
+        else "each window's rate counts the stalls that fell in it"
+    )
+    sd = as_float(stalls.get("sd_pct"))
+    return [
+        finding(
+            "info",
+            "streams_stalled",
+            f"the server's token streams stalled for {share:.2g}% (±{1.96 * sd:.2g}%) of their "
+            f"decode time, in {stalls.get('requests')} requests (another tenant's slices, or "
+            f"the host's): the long-run rate counts them; {how}",
+            "if the GPU or the host is shared, sweep when nothing else runs: the stalls are the "
+            "other work's, not the card's",
+        )
+    ]

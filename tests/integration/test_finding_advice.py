@@ -46,6 +46,8 @@ tests are together in ``test_finding_advice_power.py``)
     run_faults               advice is about a hand-made file's rows or the server's faults:
                              the run's inputs, not an action of the tool (duplicate_cap's
                              "remove the rows" is the analysis's own unit tests')
+    streams_stalled          tested: swept again with nothing else on the card (the simulated
+                             rig's other tenant, ``--sim-world hiccups``, gone), as the hint says
 clock curve (``analysis/clock_analysis.py``)
     clock_peak, tier_caps_tps, power_cap_does_not_bind, bandwidth_bound, no_usable_points
                              informational
@@ -154,6 +156,14 @@ def test_a_counter_gain_is_named_a_sensor_that_sampling_faster_leaves(tmp_path: 
 
 
 # --- requests and serving -----------------------------------------------------------------------
+
+
+def test_stalls_go_when_nothing_else_runs_on_the_card(tmp_path: Path) -> None:
+    caps = (*README, "--caps", "280,300,320", "--no-confirm")
+    found = _findings(_sweep(tmp_path / "a", *caps, "--sim-world", "hiccups"))["streams_stalled"]
+    assert "stated at that share" in found["message"]
+    assert "sweep when nothing else runs" in found["hint"]
+    assert "streams_stalled" not in _findings(_sweep(tmp_path / "b", *caps))
 
 
 def test_no_usage_goes_with_a_server_that_reports_it(tmp_path: Path) -> None:

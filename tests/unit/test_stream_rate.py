@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from powersweep.analysis.requests import server_rates
-from powersweep.sweep.sampling.measure import decode_blocks, decode_tps
-from powersweep.sweep.sampling.stream_rate import fitted_span_s
+from powersweep.sweep.sampling.measure import decode_blocks, decode_stall_share, decode_tps
+from powersweep.sweep.sampling.stream_rate import fitted_span_s, stall_gaps, without_stalls
 from powersweep.sweep.server.request import RequestResult
 
 RATE = 100.0  # tokens per run second
@@ -121,3 +121,42 @@ def test_the_server_rate_comparison_uses_the_requests_decode_rate() -> None:
     old = pl.DataFrame(rows).drop("decode_tps")
     (rate,) = server_rates(old)
     assert rate["tool_tps"] < 0.9 * 30.0
+
+
+def _jittered(n: int, seed: int, stall_at: int | None = None, stall_s: float = 0.4) -> list[float]:
+    rng = np.random.default_rng(seed)
+    gaps = (1.0 + 0.05 * rng.standard_normal(n - 1)) / RATE
+    if stall_at is not None:
+        gaps[stall_at] += stall_s
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+@pytest.mark.parametrize("where", [1, 150, 298])
+def test_a_stall_anywhere_in_a_stream_is_named_with_the_seconds_it_lost(where: int) -> None:
+    lost = stall_gaps(_jittered(301, where, stall_at=where))
+    assert list(lost) == [where]
+    assert lost[where] == pytest.approx(0.4, abs=0.01)
+
+
+def test_jitter_and_a_late_reader_are_no_stall() -> None:
+    """A client that read late gets the chunks due meanwhile in a burst: the server lost
+    nothing, however long the gap; jitter alone never makes a gap four times the median."""
+    for seed in range(20):
+        assert stall_gaps(_jittered(301, seed)) == {}
+    late = _stream()
+    late[100:130] = [late[130]] * 30  # 0.3 s unread, then 30 chunks at once
+    assert stall_gaps(late) == {}
+    assert without_stalls(late) == late
+
+
+def test_the_stall_share_is_what_the_rate_loses_to_stalls() -> None:
+    """decode_tps counts the stall (on its fitted span, where a stall mid-stream weighs more
+    than one at an end); the share takes the rate back to the stream's rhythm."""
+    times = _jittered(301, 7, stall_at=120, stall_s=0.6)
+    requests = [_request(times)]
+    share = decode_stall_share(requests, "narr")
+    assert share > 0.6 / (times[-1] - times[0])
+    rhythm = decode_tps(requests, "narr") / (1.0 - share)
+    assert rhythm == pytest.approx(RATE, rel=0.01)
+    assert decode_stall_share([_request(_stream())], "narr") == 0.0
+    assert math.isnan(decode_stall_share([], "narr"))

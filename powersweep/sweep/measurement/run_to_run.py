@@ -22,6 +22,7 @@ from powersweep.analysis.curve_noise import excess_scatter
 from powersweep.analysis.precision import Reading, RunToRun
 from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON
 from powersweep.sweep.measurement.point import PointMeasurer
+from powersweep.sweep.measurement.stalls import RunStalls
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.measure import stated_columns
@@ -72,15 +73,23 @@ class RunToRunPhase:
         self.carry(reference, skipped)
 
     def carry(self, reference: SweepPoint | None, skipped: str | None = None) -> RunToRun:
-        """Measure the term from the run's pairs, restate caps.csv and record it."""
+        """Measure the term from the run's pairs, restate caps.csv and record it.
+
+        decode-single's rates are first stated at the run's stall share (:mod:`.stalls`), whose
+        standard error joins the floor: common to the run's points, as the share is."""
+        stalls = RunStalls.of(read_rows(self.writer, "requests.csv"))
         rows = read_rows(self.writer)
-        pairs = repeat_pairs(rows)
-        floor = self.measurer.run_to_run.floor_rel
-        curve_var, curve_dof = excess_scatter(curve_lines(rows))
+        if stalls.share > 0 and any(stalls.stated(row) for row in rows):
+            self.warn(stalls.note())
+        stated: list[dict[str, Any]] = [{**row, **stalls.stated(row)} for row in rows]
+        pairs = repeat_pairs(stated)
+        floor = math.hypot(self.measurer.run_to_run.floor_rel, stalls.sd_rel)
+        curve_var, curve_dof = excess_scatter(curve_lines(stated))
         term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs], floor)
         term = term.with_curve(curve_var, curve_dof)
         self.measurer.run_to_run = term
-        self.writer.restate_caps(lambda row: restated(row, term))
+        self.writer.restate_caps(lambda row: {**stalls.stated(row), **restated(row, term)})
+        self.meta["stalls"] = stalls.to_dict()
         self.meta["run_to_run"] = {
             **record(term, pairs, reference, skipped),
             "curve_tps_sd_pct": round(100.0 * math.sqrt(curve_var), 4),
@@ -90,10 +99,13 @@ class RunToRunPhase:
         return term
 
 
-def read_rows(writer: RunWriter) -> list[dict[str, str]]:
-    """caps.csv's rows as written so far."""
-    with open(writer.path / "caps.csv", newline="") as f:
-        return list(csv.DictReader(f))
+def read_rows(writer: RunWriter, name: str = "caps.csv") -> list[dict[str, str]]:
+    """The rows of one of the run's CSV files as written so far (none when it is missing)."""
+    try:
+        with open(writer.path / name, newline="") as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
 
 
 def _key(row: Mapping[str, Any]) -> Key:

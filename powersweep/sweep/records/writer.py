@@ -28,6 +28,7 @@ from powersweep.runformat import (
     SAMPLES_COLUMNS,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
+from powersweep.sweep.sampling.stream_rate import stall_gaps
 
 
 def cell(value: Any) -> str:
@@ -338,6 +339,7 @@ class RunWriter:
                     cell(confirm),
                     cell(getattr(r, "max_tokens", None)),
                     cell(offset_mhz),
+                    cell(_stall_s(r)),
                 ]
             )
         self._append("requests.csv", out)
@@ -401,3 +403,10 @@ def _umask() -> int:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:500]
+
+
+def _stall_s(result: Any) -> float | None:
+    """The seconds a request's token stream stalled (requests.csv ``stall_s``; None without its
+    chunks' arrival times)."""
+    times = getattr(result, "token_times_s", None)
+    return math.fsum(stall_gaps(times).values()) if times else None

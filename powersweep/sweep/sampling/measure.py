@@ -35,7 +35,7 @@ from powersweep.sweep.sampling.per_token import (
     span_power_w,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
-from powersweep.sweep.sampling.stream_rate import fitted_span_s
+from powersweep.sweep.sampling.stream_rate import fitted_span_s, without_stalls
 from powersweep.sweep.sampling.thermal import slope_c_per_min
 
 NAN = math.nan
@@ -107,6 +107,25 @@ def decode_tps(requests: Iterable[RequestTiming], kind: str) -> float:
 
 def _decode_span_s(r: Any) -> float:
     return fitted_span_s(getattr(r, "token_times_s", None), r.t_first_token_s, r.t_last_token_s)
+
+
+def decode_stall_share(requests: Iterable[RequestTiming], kind: str) -> float:
+    """The share of :func:`decode_tps`'s seconds that the streams' stalls took: 1 less its rate
+    over the rate on the streams' rhythm, their stalled gaps taken out
+    (:func:`~.stream_rate.without_stalls`). 0 where no stream stalled (or none recorded its
+    chunks' times); NaN where :func:`decode_tps` is."""
+    seconds = rhythm_s = 0.0
+    for r in requests:
+        if not r.ok or r.prompt_kind != kind or r.completion_tokens is None:
+            continue
+        span = _decode_span_s(r)
+        if r.completion_tokens < 2 or not span > 0:
+            continue
+        times = getattr(r, "token_times_s", None)
+        steady = fitted_span_s(without_stalls(times), 0.0, span) if times else span
+        seconds += span
+        rhythm_s += steady if steady > 0 else span
+    return 1.0 - rhythm_s / seconds if seconds > 0 else NAN
 
 
 def prefill_tps(requests: Iterable[RequestTiming]) -> float:
@@ -377,7 +396,20 @@ def cap_row(
             every, metric_seconds(requests, phase_windows, load_mode), metric, precision
         ),
         **latency_percentiles(requests, spans, load_mode),
+        **stall_columns(requests, load_mode),
         **(extra or {}),
+    }
+
+
+def stall_columns(requests: Sequence[RequestTiming], load_mode: str) -> dict[str, float]:
+    """decode-single's stall shares of each prompt kind, % (its rates are taken on the requests'
+    decode spans, which a stall between two windows never enters; the run states them at its
+    own share, ``stall_run_pct``, at its end). NaN in the modes whose figures count a window's
+    whole time (decode-concurrent) or each prompt's time to first token (prefill-heavy)."""
+    decode = load_mode == "decode-single"
+    return {
+        f"{kind}_stall_pct": 100.0 * decode_stall_share(requests, kind) if decode else NAN
+        for kind in ("narr", "code")
     }
 
 

@@ -8,15 +8,20 @@ it. The server went on generating meanwhile, so the chunks that fell due in the 
 together afterwards and the stream's rhythm is intact; a least-squares line through every
 chunk's arrival time gives that rhythm, and one late stamp among hundreds barely moves it.
 
-A stall of the server itself (no tokens, no catch-up) is not the client's noise: it is judged as
-lost time (``consistency.lost_time_s``), and the point is measured again.
+A stall of the server itself (no tokens, no catch-up) is not the client's noise. A long one is
+judged as lost time (``consistency.lost_time_s``), and the point is measured again; a short one
+(another tenant's slice) is the server's long-run rate, which a short window may meet or miss:
+:func:`stall_gaps` names what each stalled gap lost, and the run carries the share of its decode
+time such stalls took (docs/precision.md, "Stalls a window misses").
 
 Pure functions.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
 
 # Fewer stamps than this: the two ends are all there is.
@@ -51,3 +56,51 @@ def fitted_span_s(times_s: Sequence[float] | None, first_s: float, last_s: float
     sxy = math.fsum((i - mean_i) * (t - t0 - mean_t) for i, t in enumerate(times_s))
     span = sxy / sxx * (m - 1)
     return span if span > 0 and math.isfinite(span) else ends
+
+
+# A gap between two chunks is a stall when it is this many times the stream's median gap ...
+STALL_GAP_FACTOR = 4.0
+# ... and at least this many run seconds longer than it (a client's scheduling jitter is shorter).
+MIN_STALL_GAP_S = 0.1
+# Gaps under this share of the median, right after a long one, are a late reader's catch-up.
+BURST_SHARE = 0.5
+
+
+def stall_gaps(times_s: Sequence[float]) -> dict[int, float]:
+    """The seconds each stalled gap of a token stream lost beyond the stream's rhythm.
+
+    A gap (index ``i``: from chunk ``i`` to ``i + 1``) stalled when it is :data:`STALL_GAP_FACTOR`
+    times the median gap and :data:`MIN_STALL_GAP_S` longer. It lost its excess over the median
+    less what a burst right after it made up: a client that read late gets the chunks that fell
+    due meanwhile together (gaps under half the median), and the server lost nothing.
+
+    Returns:
+        Gap index -> seconds lost in it (empty: no stall).
+    """
+    if len(times_s) < MIN_FITTED_CHUNKS:
+        return {}
+    gaps = [b - a for a, b in itertools.pairwise(times_s)]
+    typical = statistics.median(gaps)
+    out: dict[int, float] = {}
+    for i, g in enumerate(gaps):
+        if not (g > STALL_GAP_FACTOR * typical and g - typical >= MIN_STALL_GAP_S):
+            continue
+        made_up = 0.0
+        for later in gaps[i + 1 :]:
+            if later >= BURST_SHARE * typical:
+                break
+            made_up += typical - later
+        lost = g - typical - made_up
+        if lost >= MIN_STALL_GAP_S:
+            out[i] = lost
+    return out
+
+
+def without_stalls(times_s: Sequence[float]) -> list[float]:
+    """The arrival times with each stalled gap's lost seconds taken out (the stream's rhythm)."""
+    lost = stall_gaps(times_s)
+    out, shift = [], 0.0
+    for i, t in enumerate(times_s):
+        shift += lost.get(i - 1, 0.0)
+        out.append(t - shift)
+    return out
