@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
+import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ from powersweep.analysis.cross_result_types import CrossModeResult
 from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.analysis.result_types import JsonRecord, PowerAnalysis
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
+from tests.integration import cli_child
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -34,15 +40,42 @@ def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
 def powersweep(
     *args: str, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m powersweep ARGS`` and capture its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "powersweep", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_cli_env(env),
-        cwd=REPO,
-    )
+    """Run ``python -m powersweep ARGS`` and capture its output (in a child forked from a
+    process that imported the package already: :mod:`tests.integration.cli_child`)."""
+    command = [sys.executable, "-m", "powersweep", *args]
+    with tempfile.TemporaryDirectory(prefix="powersweep-cli-") as tmp:
+        out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+        child = _forkserver().Process(
+            target=cli_child.run, args=(list(args), _cli_env(env), str(REPO), out, err)
+        )
+        child.start()
+        child.join(timeout)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+            raise subprocess.TimeoutExpired(command, timeout)
+        rc = child.exitcode
+        child.close()
+        stdout, stderr = Path(out).read_text(), Path(err).read_text()
+    return subprocess.CompletedProcess(command, rc, stdout, stderr)
+
+
+@functools.cache
+def _forkserver() -> multiprocessing.context.ForkServerContext:
+    """The forkserver of this test process, the package imported (one BLAS thread, as the
+    command itself runs)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["tests.integration.cli_child", "powersweep.cli"])
+    had = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if had is None:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = had
+    return ctx
 
 
 def powersweep_started(
