@@ -183,6 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:
+        signalled = _signal_within(exc)
+        if isinstance(signalled, PowersweepError):
+            print(f"error: {one_line(str(signalled))}", file=sys.stderr)
+            return signalled.exit_code
+        if signalled is not None:
+            print("error: interrupted", file=sys.stderr)
+            return 130
         if os.environ.get("POWERSWEEP_DEBUG"):
             raise
         print(
@@ -192,6 +199,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     return rc if isinstance(rc, int) else 0
+
+
+def _signal_within(exc: BaseException) -> BaseException | None:
+    """The Ctrl-C or handled signal (``SweepInterrupted``) an exception wraps, if any: Python
+    3.11 wraps one raised while a class is created (a module imported late, mid-command) in a
+    ``RuntimeError`` ("Error calling __set_name__"), which must still end as the signal does."""
+    seen: set[int] = set()
+    inner: BaseException | None = exc
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        if isinstance(inner, KeyboardInterrupt) or hasattr(inner, "signum"):
+            return inner
+        inner = inner.__cause__ or inner.__context__
+    return None
 
 
 if __name__ == "__main__":

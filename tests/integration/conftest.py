@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +43,34 @@ def powersweep(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m powersweep ARGS`` and capture its output (in a child forked from a
     process that imported the package already: :mod:`tests.integration.cli_child`)."""
-    command = [sys.executable, "-m", "powersweep", *args]
-    with tempfile.TemporaryDirectory(prefix="powersweep-cli-") as tmp:
-        out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
-        child = _forkserver().Process(
-            target=cli_child.run, args=(list(args), _cli_env(env), str(REPO), out, err)
+    return _Child(args, env).finish(timeout)
+
+
+class _Child:
+    """One ``python -m powersweep ARGS`` forked from this test process's forkserver, its
+    stdout and stderr in files of its own."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.command = [sys.executable, "-m", "powersweep", *args]
+        self.tmp = tempfile.TemporaryDirectory(prefix="powersweep-cli-")
+        self.out, self.err = (os.path.join(self.tmp.name, n) for n in ("out", "err"))
+        self.process = _forkserver().Process(
+            target=cli_child.run, args=(list(args), _cli_env(env), str(REPO), self.out, self.err)
         )
-        child.start()
-        child.join(timeout)
-        if child.exitcode is None:
-            child.kill()
-            child.join()
-            raise subprocess.TimeoutExpired(command, timeout)
-        rc = child.exitcode
-        child.close()
-        stdout, stderr = Path(out).read_text(), Path(err).read_text()
-    return subprocess.CompletedProcess(command, rc, stdout, stderr)
+        self.process.start()
+
+    def finish(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Wait for it (killed past ``timeout``: TimeoutExpired); its code and output."""
+        with self.tmp:
+            self.process.join(timeout)
+            if self.process.exitcode is None:
+                self.process.kill()
+                self.process.join()
+                raise subprocess.TimeoutExpired(self.command, timeout)
+            rc = self.process.exitcode
+            self.process.close()
+            stdout, stderr = Path(self.out).read_text(), Path(self.err).read_text()
+        return subprocess.CompletedProcess(self.command, rc, stdout, stderr)
 
 
 @functools.cache
@@ -99,18 +112,18 @@ def powersweeps_side_by_side(
     """Run one ``python -m powersweep`` per argument list, ``at_once`` at a time (simulated
     sweeps mostly wait on their clocks); each one's exit code and stderr, in the lists' order."""
     results: list[tuple[int, str]] = []
-    running: list[subprocess.Popen[str]] = []
+    running: list[_Child] = []
 
-    def finish(proc: subprocess.Popen[str]) -> None:
-        _, err = proc.communicate(timeout=timeout)
-        results.append((proc.returncode, err))
+    def finish(child: _Child) -> None:
+        done = child.finish(timeout)
+        results.append((done.returncode, done.stderr))
 
     for args in arg_lists:
-        running.append(powersweep_started(*args, stdout=subprocess.DEVNULL))
+        running.append(_Child(args))
         if len(running) >= at_once:
             finish(running.pop(0))
-    for proc in running:
-        finish(proc)
+    for child in running:
+        finish(child)
     return results
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import typer
 
 from powersweep.cli import main
+from powersweep.sweep.signals import SweepInterrupted
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
@@ -260,3 +263,34 @@ def test_the_command_runs_blas_on_one_thread_before_numpy_loads(
         check=True,
     )
     assert json.loads(out.stdout) == expected
+
+
+@pytest.mark.parametrize(
+    ("raised", "rc", "said"),
+    [
+        (KeyboardInterrupt(), 130, "error: interrupted"),
+        (SweepInterrupted(signal.SIGTERM), 128 + signal.SIGTERM, "interrupted by SIGTERM"),
+    ],
+)
+def test_a_signal_python_wraps_mid_import_still_ends_as_that_signal(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    raised: BaseException,
+    rc: int,
+    said: str,
+) -> None:
+    """A signal landing while a module is imported late (a class being created) reaches main()
+    wrapped in a RuntimeError ("Error calling __set_name__"): it still ends as the signal."""
+
+    class Command:
+        def main(self, **_: object) -> int:
+            try:
+                raise raised
+            except BaseException as exc:
+                raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    monkeypatch.setattr(typer.main, "get_command", lambda _app: Command())
+    monkeypatch.setattr("powersweep.cli._flags_take_no_value", lambda _c: None)
+    assert main(["analyze", "x"]) == rc
+    err = capsys.readouterr().err
+    assert said in err and "internal error" not in err
