@@ -33,10 +33,12 @@ class Scripted:
         self.script = list(script)
         self.requests: list[bytes] = []
         self.peers: list[int] = []
+        self.writers: list[asyncio.StreamWriter] = []
         self.open_now = 0
         self.open_peak = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
         self.open_now += 1
         self.open_peak = max(self.open_peak, self.open_now)
         try:
@@ -258,6 +260,29 @@ def test_a_kept_alive_connection_dropped_as_the_request_goes_out_is_sent_again()
 
     results = run([answer, answer], go)
     assert all(r.ok and r.completion_tokens == 2 for r in results)
+
+
+def test_idle_connections_the_server_dropped_together_are_not_tried_one_by_one() -> None:
+    """llama-server drops idle kept-alive connections, all at once: the request that met a
+    dead one goes once more on a new connection, not on the next idle one, as dead."""
+    answer = [CHUNKED_HEAD + chunked(BODY)]
+
+    async def go(url: str, scripted: Scripted) -> list[RequestResult]:
+        info = ServerInfo(url, "m", "vllm", None, None, None)
+        client = ChatClient(info, ScaledClock(1.0))
+        try:
+            both = await asyncio.gather(
+                *(client.chat("hi", max_tokens=8, prompt_kind="narr") for _ in range(2))
+            )
+            await asyncio.sleep(0.05)
+            for writer in scripted.writers:  # gone before the client hears of it
+                writer.transport.abort()
+            return [*both, await client.chat("hi", max_tokens=8, prompt_kind="narr")]
+        finally:
+            await client.aclose()
+
+    results = run([answer, answer, answer], go)
+    assert [r.ok for r in results] == [True, True, True], results[-1].error
 
 
 def test_lean_transport_applies_to_plain_http_without_a_proxy(

@@ -201,29 +201,29 @@ class LeanTransport(httpx.AsyncBaseTransport):
         await pool.slots.acquire()
         conn: Http11Connection | None = None
         try:
-            conn = pool.idle_connection(key) or await self._connect(pool, key, connect_s, request)
-            conn.request = request
-            conn.read_timeout_s = read_s
-            conn.no_body = request.method == "HEAD"
+            payload = _request_bytes(head, request, await request.aread())
             trace: Trace | None = request.extensions.get("trace")
             if trace is not None:
                 await trace("http11.send_request_headers.started", {"request": request})
-            assert conn.transport is not None
-            conn.transport.write(_request_bytes(head, request, await request.aread()))
-            conn.last_rx = pool.loop.time()
-            while conn.head is None:
-                if conn.error is not None:
-                    raise conn.error
-                if conn.closed:
-                    raise httpx.RemoteProtocolError(
-                        "Server disconnected without sending a response.", request=request
-                    )
-                await conn.wait()
+            reused = pool.idle_connection(key)
+            conn = reused or await self._connect(pool, key, connect_s, request)
+            try:
+                await _exchange_head(conn, request, payload, read_s)
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                if conn is not reused or conn.head_bytes:
+                    raise
+                # A kept-alive connection the server closed as the request went out (no byte of
+                # an answer: it never took the request). Its other idle connections may have
+                # gone with it, so the request goes once more on a new one (RFC 9112, 9.3.1).
+                conn.close()
+                conn = await self._connect(pool, key, connect_s, request)
+                await _exchange_head(conn, request, payload, read_s)
         except BaseException:
             if conn is not None:
                 conn.close()
             pool.slots.release()
             raise
+        assert conn.head is not None  # _exchange_head returns once it came
         status, reason, headers = conn.head
         body = _Body(conn, pool)
         return httpx.Response(
@@ -256,6 +256,26 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+async def _exchange_head(
+    conn: Http11Connection, request: httpx.Request, payload: bytes, read_s: float | None
+) -> None:
+    """Write the request on ``conn`` and wait for the answer's head."""
+    conn.request = request
+    conn.read_timeout_s = read_s
+    conn.no_body = request.method == "HEAD"
+    assert conn.transport is not None
+    conn.transport.write(payload)
+    conn.last_rx = conn.loop.time()
+    while conn.head is None:
+        if conn.error is not None:
+            raise conn.error
+        if conn.closed:
+            raise httpx.RemoteProtocolError(
+                "Server disconnected without sending a response.", request=request
+            )
+        await conn.wait()
 
 
 def lean_transport_applies(url: str) -> bool:
