@@ -9,7 +9,10 @@ test signals or runs side by side still start their own interpreter (``conftest`
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import pkgutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +20,19 @@ from pathlib import Path
 import powersweep
 
 MAIN = str(Path(powersweep.__file__).with_name("__main__.py"))
+
+
+def preload() -> None:
+    """Import every module of the package (the ones a command imports late too: the simulated
+    rig, the analysis, the charts), once, in the forkserver."""
+    for module in pkgutil.walk_packages(powersweep.__path__, "powersweep."):
+        if module.name.endswith("__main__"):
+            continue
+        with contextlib.suppress(ImportError):  # an optional backend (amdsmi) absent
+            importlib.import_module(module.name)
+
+
+preload()
 
 
 def run(args: Sequence[str], env: Mapping[str, str], cwd: str, out: str, err: str) -> None:
