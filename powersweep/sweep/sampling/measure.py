@@ -10,7 +10,7 @@ import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -94,15 +94,20 @@ def decode_tps(requests: Iterable[RequestTiming], kind: str) -> float:
     """
     tokens = 0.0
     seconds = 0.0
+    for r, span in _decoded(requests, kind):
+        tokens += r.completion_tokens - 1
+        seconds += span
+    return tokens / seconds if seconds > 0 else NAN
+
+
+def _decoded(requests: Iterable[RequestTiming], kind: str) -> Iterator[tuple[Any, float]]:
+    """Each completed request of ``kind`` that decoded, with its decode span (positive)."""
     for r in requests:
         if not r.ok or r.prompt_kind != kind or r.completion_tokens is None:
             continue
         span = _decode_span_s(r)
-        if r.completion_tokens < 2 or not span > 0:
-            continue
-        tokens += r.completion_tokens - 1
-        seconds += span
-    return tokens / seconds if seconds > 0 else NAN
+        if r.completion_tokens >= 2 and span > 0:
+            yield r, span
 
 
 def _decode_span_s(r: Any) -> float:
@@ -115,12 +120,7 @@ def decode_stall_share(requests: Iterable[RequestTiming], kind: str) -> float:
     (:func:`~.stream_rate.without_stalls`). 0 where no stream stalled (or none recorded its
     chunks' times); NaN where :func:`decode_tps` is."""
     seconds = rhythm_s = 0.0
-    for r in requests:
-        if not r.ok or r.prompt_kind != kind or r.completion_tokens is None:
-            continue
-        span = _decode_span_s(r)
-        if r.completion_tokens < 2 or not span > 0:
-            continue
+    for r, span in _decoded(requests, kind):
         times = getattr(r, "token_times_s", None)
         steady = fitted_span_s(without_stalls(times), 0.0, span) if times else span
         seconds += span
