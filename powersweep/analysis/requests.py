@@ -101,7 +101,8 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
     Both are token-weighted: the tool's is ``sum(n - 1) / sum((n - 1) / decode_tps)`` (each
     request's decode time, as caps.csv's rates count it; ``t_last - t_first`` in a
     requests.csv without ``decode_tps``), the server's ``sum(n) / sum(n / server_decode_tps)``
-    (its own decode time per request).
+    (its own decode time per request). Requests whose stream stalled (``stall_s`` above 0) are
+    left out.
 
     Returns:
         ``[{cap_w, tool_tps, server_tps, diff_pct, n_requests}]``, ascending cap; empty when the
@@ -125,6 +126,10 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
     )
     if "prompt_kind" in df.columns:
         df = df.filter(~pl.col("prompt_kind").is_in(list(_NOT_COMPARED_KINDS)))
+    if "stall_s" in df.columns:
+        # a stalled stream's rate depends on how each side weighs the stall (the server counts
+        # it whole, the tool's fitted span by where it fell): only steady streams compare clocks
+        df = df.filter(~(pl.col("stall_s").cast(pl.Float64, strict=False) > 0).fill_null(False))
     if df.height == 0:
         return []
     per_cap = (

@@ -67,6 +67,18 @@ def test_rates_skip_failed_warmup_and_rateless_requests() -> None:
     assert rate_findings([]) == []
 
 
+def test_a_stalled_stream_is_not_compared() -> None:
+    """The server counts a stall whole, the tool's fitted span by where it fell: a request that
+    stalled says nothing of either clock (runs before ``stall_s`` compare every request)."""
+    steady = {**_row(300, 30.0, 30.2), "stall_s": 0.0}
+    stalled = {**_row(300, 33.0, 30.0), "stall_s": 0.4}
+    rates = server_rates(_df([steady, stalled]))
+    assert [r["n_requests"] for r in rates] == [1]
+    assert rates[0]["diff_pct"] == pytest.approx(100 * (30.0 / 30.2 - 1), rel=1e-6)
+    without = [{k: v for k, v in r.items() if k != "stall_s"} for r in (steady, stalled)]
+    assert [r["n_requests"] for r in server_rates(_df(without))] == [2]
+
+
 def test_one_finding_per_warning_kind_with_count_and_caps() -> None:
     df = _df(
         [
