@@ -14,7 +14,8 @@ import pytest
 from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.noise import parse_blocks, sweet_spot_text
 from powersweep.sweep.loads.concurrent_window import tokens_in_window, window_blocks
-from powersweep.sweep.sampling.measure import decode_blocks, decode_tps, format_blocks
+from powersweep.sweep.sampling.measure import decode_blocks, format_blocks
+from powersweep.sweep.sampling.stream_rate import decode_tps
 
 
 def _request(times: list[float], tokens: int, kind: str = "narr") -> SimpleNamespace:

@@ -10,8 +10,14 @@ import polars as pl
 import pytest
 
 from powersweep.analysis.requests import server_rates
-from powersweep.sweep.sampling.measure import decode_blocks, decode_stall_share, decode_tps
-from powersweep.sweep.sampling.stream_rate import fitted_span_s, stall_gaps, without_stalls
+from powersweep.sweep.sampling.measure import decode_blocks
+from powersweep.sweep.sampling.stream_rate import (
+    decode_stall_share,
+    decode_tps,
+    fitted_span_s,
+    stall_gaps,
+    without_stalls,
+)
 from powersweep.sweep.server.request import RequestResult
 
 RATE = 100.0  # tokens per run second

@@ -21,7 +21,7 @@ from powersweep.sweep.loads.base import (
 from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prompts import DECODE_PROMPTS
 from powersweep.sweep.sampling.consistency import ratio_reason, stall_reason
-from powersweep.sweep.sampling.measure import decode_tps
+from powersweep.sweep.sampling.stream_rate import decode_tps
 
 
 class DecodeSingle:

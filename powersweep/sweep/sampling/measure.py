@@ -10,7 +10,7 @@ import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,7 +35,7 @@ from powersweep.sweep.sampling.per_token import (
     span_power_w,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
-from powersweep.sweep.sampling.stream_rate import fitted_span_s, without_stalls
+from powersweep.sweep.sampling.stream_rate import decode_span_s, decode_stall_share, decode_tps
 from powersweep.sweep.sampling.thermal import slope_c_per_min
 
 NAN = math.nan
@@ -80,52 +80,6 @@ class RequestTiming(Protocol):
     def t_last_token_s(self) -> float:
         """Last token-bearing chunk, run seconds."""
         ...
-
-
-def decode_tps(requests: Iterable[RequestTiming], kind: str) -> float:
-    """Token-weighted decode TPS of the completed requests of one prompt kind.
-
-    Each request contributes ``completion_tokens - 1`` tokens over its first to last token (the
-    first token's time is the prefill's, not the decode's; servers that pack tokens into chunks
-    under load still stream the first one alone), a span taken on the stream's own rhythm where
-    its chunks' arrival times are known (:func:`~.stream_rate.fitted_span_s`); the figure is
-    total tokens over total time, so long requests weigh more than short ones. NaN when nothing
-    qualifies.
-    """
-    tokens = 0.0
-    seconds = 0.0
-    for r, span in _decoded(requests, kind):
-        tokens += r.completion_tokens - 1
-        seconds += span
-    return tokens / seconds if seconds > 0 else NAN
-
-
-def _decoded(requests: Iterable[RequestTiming], kind: str) -> Iterator[tuple[Any, float]]:
-    """Each completed request of ``kind`` that decoded, with its decode span (positive)."""
-    for r in requests:
-        if not r.ok or r.prompt_kind != kind or r.completion_tokens is None:
-            continue
-        span = _decode_span_s(r)
-        if r.completion_tokens >= 2 and span > 0:
-            yield r, span
-
-
-def _decode_span_s(r: Any) -> float:
-    return fitted_span_s(getattr(r, "token_times_s", None), r.t_first_token_s, r.t_last_token_s)
-
-
-def decode_stall_share(requests: Iterable[RequestTiming], kind: str) -> float:
-    """The share of :func:`decode_tps`'s seconds that the streams' stalls took: 1 less its rate
-    over the rate on the streams' rhythm, their stalled gaps taken out
-    (:func:`~.stream_rate.without_stalls`). 0 where no stream stalled (or none recorded its
-    chunks' times); NaN where :func:`decode_tps` is."""
-    seconds = rhythm_s = 0.0
-    for r, span in _decoded(requests, kind):
-        times = getattr(r, "token_times_s", None)
-        steady = fitted_span_s(without_stalls(times), 0.0, span) if times else span
-        seconds += span
-        rhythm_s += steady if steady > 0 else span
-    return 1.0 - rhythm_s / seconds if seconds > 0 else NAN
 
 
 def prefill_tps(requests: Iterable[RequestTiming]) -> float:
@@ -544,9 +498,9 @@ def decode_blocks(
     Each completed request of ``kind`` with chunk arrival times is cut into up to ``n_blocks``
     runs of consecutive intervals; a block's tokens are its intervals scaled so that the request's
     blocks sum to ``completion_tokens - 1``, and its seconds scaled so that they sum to the
-    request's decode span (:func:`decode_tps`'s, on the stream's rhythm). Summed over all
-    blocks, the blocks give exactly :func:`decode_tps`; resampled, they show how much the rate
-    moved within the measured requests.
+    request's decode span (:func:`~.stream_rate.decode_tps`'s, on the stream's rhythm). Summed
+    over all blocks, the blocks give exactly :func:`~.stream_rate.decode_tps`; resampled, they
+    show how much the rate moved within the measured requests.
     """
     out: list[tuple[float, float]] = []
     for r in requests:
@@ -557,7 +511,7 @@ def decode_blocks(
         if r.completion_tokens < 2 or not span > 0 or len(times) < 3:
             continue
         per_interval = (r.completion_tokens - 1) / (len(times) - 1)
-        stretch = _decode_span_s(r) / (times[-1] - times[0]) if times[-1] > times[0] else 1.0
+        stretch = decode_span_s(r) / (times[-1] - times[0]) if times[-1] > times[0] else 1.0
         edges = _split_edges(len(times) - 1, n_blocks)
         for a, b in itertools.pairwise(edges):
             seconds = (times[b] - times[a]) * stretch

@@ -1,4 +1,5 @@
-"""The decode time of one token stream, from every chunk's arrival, not only its two ends.
+"""The decode time of one token stream, from every chunk's arrival, not only its two ends;
+the decode rate of a prompt kind's requests, and the share of it their stalls took.
 
 A request's decode rate is its tokens after the first over the time from the first token to the
 last. The client stamps each chunk when it reads it, and a client that was not scheduled for a
@@ -22,7 +23,10 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+NAN = math.nan
 
 # Fewer stamps than this: the two ends are all there is.
 MIN_FITTED_CHUNKS = 3
@@ -104,3 +108,50 @@ def without_stalls(times_s: Sequence[float]) -> list[float]:
         shift += lost.get(i - 1, 0.0)
         out.append(t - shift)
     return out
+
+
+def decode_tps(requests: Iterable[Any], kind: str) -> float:
+    """Token-weighted decode TPS of the completed requests of one prompt kind.
+
+    Each request contributes ``completion_tokens - 1`` tokens over its first to last token (the
+    first token's time is the prefill's, not the decode's; servers that pack tokens into chunks
+    under load still stream the first one alone), a span taken on the stream's own rhythm where
+    its chunks' arrival times are known (:func:`~.stream_rate.fitted_span_s`); the figure is
+    total tokens over total time, so long requests weigh more than short ones. NaN when nothing
+    qualifies.
+    """
+    tokens = 0.0
+    seconds = 0.0
+    for r, span in _decoded(requests, kind):
+        tokens += r.completion_tokens - 1
+        seconds += span
+    return tokens / seconds if seconds > 0 else NAN
+
+
+def _decoded(requests: Iterable[Any], kind: str) -> Iterator[tuple[Any, float]]:
+    """Each completed request of ``kind`` that decoded, with its decode span (positive)."""
+    for r in requests:
+        if not r.ok or r.prompt_kind != kind or r.completion_tokens is None:
+            continue
+        span = decode_span_s(r)
+        if r.completion_tokens >= 2 and span > 0:
+            yield r, span
+
+
+def decode_span_s(r: Any) -> float:
+    """A request's decode span on its stream's rhythm (:func:`fitted_span_s` of its chunks)."""
+    return fitted_span_s(getattr(r, "token_times_s", None), r.t_first_token_s, r.t_last_token_s)
+
+
+def decode_stall_share(requests: Iterable[Any], kind: str) -> float:
+    """The share of :func:`decode_tps`'s seconds that the streams' stalls took: 1 less its rate
+    over the rate on the streams' rhythm, their stalled gaps taken out
+    (:func:`~.stream_rate.without_stalls`). 0 where no stream stalled (or none recorded its
+    chunks' times); NaN where :func:`decode_tps` is."""
+    seconds = rhythm_s = 0.0
+    for r, span in _decoded(requests, kind):
+        times = getattr(r, "token_times_s", None)
+        steady = fitted_span_s(without_stalls(times), 0.0, span) if times else span
+        seconds += span
+        rhythm_s += steady if steady > 0 else span
+    return 1.0 - rhythm_s / seconds if seconds > 0 else NAN
