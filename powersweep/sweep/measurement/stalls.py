@@ -104,5 +104,4 @@ class RunStalls:
 
 
 def _span_s(row: Mapping[str, Any]) -> float:
-    span = as_float(row.get("t_last_token_s")) - as_float(row.get("t_first_token_s"))
-    return span if math.isfinite(span) else math.nan
+    return as_float(row.get("t_last_token_s")) - as_float(row.get("t_first_token_s"))
