@@ -171,6 +171,9 @@ CAPS_COLUMNS = (
     "narr_stall_pct",
     "code_stall_pct",
     "stall_run_pct",
+    "t_mid_s",
+    "run_drift_bias_pct",
+    "tps_run_drift_bias_pct",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

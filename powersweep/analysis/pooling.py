@@ -104,8 +104,10 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
     return _pooled_precision(ok, keys, pooled).select([*ok.columns, "n_measurements"])
 
 
-# The precision columns a pooled point states anew (its repeats' own, pooled).
+# The precision columns a pooled point states anew (its repeats' own, pooled); a run written
+# before readings carried the run's drift has no RUN_DRIFT column.
 POOLED_PRECISION = ("tps_u95_pct", "tps_per_w_stat_u95_pct", "drift_bias_pct", "tps_per_w_u95_pct")
+RUN_DRIFT = "run_drift_bias_pct"
 
 
 def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFrame) -> pl.DataFrame:
@@ -131,10 +133,12 @@ def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFram
                 "tps_per_w_stat_u95_pct": 100.0 * r.stat_u95_rel,
                 "drift_bias_pct": 100.0 * r.bias_rel,
                 "tps_per_w_u95_pct": 100.0 * r.u95_rel,
+                **({RUN_DRIFT: 100.0 * r.run_drift_rel} if RUN_DRIFT in ok.columns else {}),
             }
         )
-    new = pl.DataFrame(updates).with_columns(
-        [pl.col(c).cast(pl.Float64).fill_nan(None) for c in POOLED_PRECISION]
+    new = pl.DataFrame(updates)
+    new = new.with_columns(
+        [pl.col(c).cast(pl.Float64).fill_nan(None) for c in new.columns if c not in keys]
     )
     new = new.with_columns([pl.col(k).cast(pooled.schema[k]) for k in keys])
     return pooled.update(new, on=list(keys), include_nulls=True)

@@ -22,6 +22,7 @@ from powersweep.analysis.batch_means import batch_count as batch_count
 from powersweep.analysis.batch_means import batch_se_rel as batch_se_rel
 from powersweep.analysis.batch_means import ratio_se_rel as ratio_se_rel
 from powersweep.analysis.batch_means import sensor_step as sensor_step
+from powersweep.analysis.run_drift import DriftFit, PairGap, fit_drift
 from powersweep.analysis.thermal_drift import (
     DEFAULT_TAU_S as DEFAULT_TAU_S,
 )
@@ -85,6 +86,10 @@ class Precision:
         tps_bias_rel: Expected bias of TPS from the temperature still moving (signed).
         power_step_w: The power sensor's step the readings showed (NaN: not seen).
         run_to_run: The run-to-run term carried.
+        power_bias_rel: The draw's drift bias (in ``power_u95_rel``).
+        run_drift_rel: Expected bias of TPS/W from the run's drift (signed: the reading less
+            the run's middle; :meth:`RunToRun.drift_at`), in ``u95_rel`` with the thermal one.
+        tps_run_drift_rel: Of TPS, in ``tps_u95_rel``.
     """
 
     tps_u95_rel: float
@@ -101,6 +106,8 @@ class Precision:
     power_step_w: float = math.nan
     run_to_run: RunToRun | None = None
     power_bias_rel: float = 0.0
+    run_drift_rel: float = 0.0
+    tps_run_drift_rel: float = 0.0
 
     @property
     def known(self) -> bool:
@@ -123,6 +130,10 @@ class RunToRun:
             relative: :data:`REAL_SERVER_FLOOR_REL` against a real server, 0 against the
             simulated one), in the stated intervals, not in the statistical half-widths that
             ties between points of one run read.
+        tps_drift: The run's drift of TPS (:func:`~.run_drift.fit_drift`): a bias that grows
+            with a reading's distance in time from ``t_ref_s``.
+        drift: Of TPS/W.
+        t_ref_s: The run's middle (run seconds; NaN: no drift measured).
     """
 
     tps_sd_rel: float = 0.0
@@ -131,49 +142,83 @@ class RunToRun:
     dof: float = math.inf
     pairs: int = 0
     floor_rel: float = 0.0
+    tps_drift: DriftFit = dataclasses.field(default_factory=DriftFit)
+    drift: DriftFit = dataclasses.field(default_factory=DriftFit)
+    t_ref_s: float = math.nan
 
     @classmethod
-    def of_pairs(cls, pairs: Sequence[tuple[Reading, Reading]], floor_rel: float = 0.0) -> RunToRun:
+    def of_pairs(
+        cls,
+        pairs: Sequence[tuple[Reading, Reading]],
+        floor_rel: float = 0.0,
+        t_ref_s: float = math.nan,
+    ) -> RunToRun:
         """The term from readings of one point taken apart (a reference read again at the end of
         the run, a confirmed point's repeat).
 
-        Each pair's log-difference ``d`` has the variance of both readings' own (``v``, and the
-        difference of their drift biases, which the intervals carry apart) plus twice the
-        between-reading variance. DerSimonian and Laird's method of moments, for pairs whose
-        difference is 0 in expectation: ``Q = sum(w d^2)`` with ``w = 1 / v``, the variance
-        ``max(0, (Q - K) / (2 sum w))``; a pair whose own variance is large (a first point
-        still heating) weighs little. Its degrees of freedom are the pairs' effective count
-        ``(sum w)^2 / sum w^2`` (infinite where it is 0). ``floor_rel`` is carried as it is.
+        Each pair's log-difference has the variance of both readings' own (``v``, the
+        difference of their drift biases, which the intervals carry apart, and of their
+        temperatures at :data:`DRIFT_SENSITIVITY_PER_C`), the run's drift
+        over the seconds between them and twice the between-reading variance: the drift rate
+        and what the pairs leave beyond it come from :func:`~.run_drift.fit_drift` (the
+        between-reading SD is 0 with infinite degrees of freedom where it is measured as 0).
+        ``t_ref_s`` is the run's middle, where the drift's bias is 0 (NaN: no drift rate, every
+        pair's difference is the random term's). ``floor_rel`` is carried as it is.
         """
         usable = [(a, b) for a, b in pairs if a.known and b.known]
+        timed = math.isfinite(t_ref_s)
 
-        def term(tps: bool) -> tuple[float, float, int]:
-            weights, q = [], 0.0
-            for a, b in usable:
-                fa, fb = (a.tps, b.tps) if tps else (a.tps_per_w, b.tps_per_w)
-                va, vb = (
-                    (a.tps_within_var, b.tps_within_var) if tps else (a.within_var, b.within_var)
-                )
-                ba, bb = (a.tps_bias_rel, b.tps_bias_rel) if tps else (a.bias_rel, b.bias_rel)
-                if not (fa > 0 and fb > 0 and math.isfinite(va) and math.isfinite(vb)):
-                    continue
-                own = va + vb + (ba - bb) ** 2
-                if not own > 0:
-                    continue
-                d = math.log(fa / fb)
-                weights.append(1.0 / own)
-                q += d * d / own
-            if not weights:
-                return 0.0, math.inf, 0
-            total = sum(weights)
-            sd = math.sqrt(max(0.0, (q - len(weights)) / (2.0 * total)))
-            if sd == 0.0:
-                return 0.0, math.inf, len(weights)
-            return sd, total * total / sum(w * w for w in weights), len(weights)
+        def gap(a: Reading, b: Reading, tps: bool) -> PairGap | None:
+            fa, fb = (a.tps, b.tps) if tps else (a.tps_per_w, b.tps_per_w)
+            va, vb = (a.tps_within_var, b.tps_within_var) if tps else (a.within_var, b.within_var)
+            ba, bb = (a.tps_bias_rel, b.tps_bias_rel) if tps else (a.bias_rel, b.bias_rel)
+            if not (fa > 0 and fb > 0 and math.isfinite(va) and math.isfinite(vb)):
+                return None
+            # two readings at different temperatures differ by the boost and leakage of the
+            # degrees between them, which is no drift of the run
+            warmer = DRIFT_SENSITIVITY_PER_C * (b.temp_c - a.temp_c)
+            own = va + vb + (ba - bb) ** 2 + (warmer if math.isfinite(warmer) else 0.0) ** 2
+            dt = b.t_s - a.t_s if timed else math.nan
+            dofs = (a.tps_within_dof, b.tps_within_dof) if tps else (a.within_dof, b.within_dof)
+            own_dof = min((d for d in dofs if d > 0), default=math.inf)  # NaN: normal
+            return PairGap(math.log(fb / fa), dt, own, own_dof) if own > 0 else None
 
-        tps_sd, tps_dof, n_tps = term(True)
-        tpw_sd, tpw_dof, n_tpw = term(False)
-        return cls(tps_sd, tpw_sd, tps_dof, tpw_dof, max(n_tps, n_tpw), floor_rel)
+        def term(tps: bool) -> tuple[float, float, DriftFit, int]:
+            gaps = [g for g in (gap(a, b, tps) for a, b in usable) if g is not None]
+            fit = fit_drift(gaps)
+            sd = math.sqrt(fit.between_var)
+            return sd, fit.between_dof if sd > 0 else math.inf, fit, len(gaps)
+
+        tps_sd, tps_dof, tps_fit, n_tps = term(True)
+        tpw_sd, tpw_dof, tpw_fit, n_tpw = term(False)
+        return cls(
+            tps_sd,
+            tpw_sd,
+            tps_dof,
+            tpw_dof,
+            max(n_tps, n_tpw),
+            floor_rel,
+            tps_fit,
+            tpw_fit,
+            t_ref_s if timed else math.nan,
+        )
+
+    def drift_at(self, t_s: float) -> tuple[tuple[float, float], tuple[float, float]]:
+        """The run drift's ``(bias, variance)`` (relative) of a reading taken at run second
+        ``t_s``, of TPS/W and of TPS: the rate times its distance from the run's middle, and
+        the rate's variance times that distance squared, where the pairs show a drift
+        (:meth:`~.run_drift.DriftFit.shown`); zeros where they do not, or where either time is
+        unknown."""
+        lag = t_s - self.t_ref_s
+        if not math.isfinite(lag):
+            return (0.0, 0.0), (0.0, 0.0)
+
+        def at(fit: DriftFit) -> tuple[float, float]:
+            if not fit.shown:
+                return 0.0, 0.0
+            return fit.rate_per_s * lag, fit.rate_var * lag * lag
+
+        return at(self.drift), at(self.tps_drift)
 
     def with_curve(self, variance: float, dof: int) -> RunToRun:
         """The term pooled with what the run's own curve shows between its points
@@ -183,16 +228,18 @@ class RunToRun:
         longer decides the run alone). TPS/W takes the rate's share as TPS does."""
         if dof <= 0:
             return self
-        n = max(1, self.pairs)
 
-        def pooled(sd: float, own_dof: float) -> tuple[float, float]:
-            weight = min(own_dof, n) if self.pairs else 0.0  # a zero measured on n pairs
+        def pooled(sd: float, own_dof: float, fit: DriftFit) -> tuple[float, float]:
+            # a zero measured on the pairs the drift rate left over weighs as many
+            weight = min(own_dof, fit.between_dof) if self.pairs else 0.0
             var = (weight * sd * sd + dof * variance) / (weight + dof)
             return math.sqrt(var), (weight + dof) if var > 0 else math.inf
 
-        tps_sd, tps_dof = pooled(self.tps_sd_rel, self.tps_dof)
-        tpw_sd, tpw_dof = pooled(self.tps_per_w_sd_rel, self.dof)
-        return RunToRun(tps_sd, tpw_sd, tps_dof, tpw_dof, self.pairs, self.floor_rel)
+        tps_sd, tps_dof = pooled(self.tps_sd_rel, self.tps_dof, self.tps_drift)
+        tpw_sd, tpw_dof = pooled(self.tps_per_w_sd_rel, self.dof, self.drift)
+        return dataclasses.replace(
+            self, tps_sd_rel=tps_sd, tps_per_w_sd_rel=tpw_sd, tps_dof=tps_dof, dof=tpw_dof
+        )
 
 
 def _combined(parts: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -230,6 +277,7 @@ def point_precision(
     power_step_w: float = math.nan,
     n_cards: int = 1,
     run_to_run: RunToRun | None = None,
+    t_s: float = math.nan,
 ) -> Precision:
     """A point's :class:`Precision` from its own TPS blocks, load ticks and drift, with the
     run-to-run term.
@@ -269,6 +317,7 @@ def point_precision(
         run_to_run or RunToRun(),
         power_step_w,
         power_bias,
+        t_s,
     )
 
 
@@ -289,6 +338,7 @@ class Within:
         run_to_run: RunToRun,
         power_step_w: float = math.nan,
         power_bias: float = 0.0,
+        t_s: float = math.nan,
     ) -> Precision:
         """The point's :class:`Precision`: these variances, the run-to-run term's, the biases
         (the draw's in its half-width)."""
@@ -300,6 +350,7 @@ class Within:
             (bias, tps_bias),
             run_to_run,
             power_step_w,
+            t_s,
         )
         return dataclasses.replace(stated, power_bias_rel=power_bias)
 
@@ -311,15 +362,24 @@ def compose(
     biases: tuple[float, float],
     run_to_run: RunToRun,
     power_step_w: float = math.nan,
+    t_s: float = math.nan,
 ) -> Precision:
     """A :class:`Precision` from the within-point ``(variance, dof)`` of TPS and TPS/W, the
-    draw's half-width, the ``(TPS/W, TPS)`` drift biases and the run-to-run term: variances
-    add (Welch-Satterthwaite degrees of freedom, Student's t), biases add in quadrature; the
-    between-run floor is in the stated half-widths (TPS, TPS/W), not the statistical one."""
-    bias, tps_bias = biases
+    draw's half-width, the ``(TPS/W, TPS)`` drift biases and the run-to-run term at run second
+    ``t_s`` (the run's drift from its middle a bias, its rate's uncertainty a variance):
+    variances add (Welch-Satterthwaite degrees of freedom, Student's t), biases add in
+    quadrature; the between-run floor is in the stated half-widths (TPS, TPS/W), not the
+    statistical one."""
+    thermal, tps_thermal = biases
     rtr = run_to_run
-    stat_var, stat_dof = _combined([tps_per_w, (rtr.tps_per_w_sd_rel**2, rtr.dof)])
-    tps_var, tps_dof = _combined([tps, (rtr.tps_sd_rel**2, rtr.tps_dof)])
+    (run_drift, run_drift_var), (tps_run_drift, tps_run_drift_var) = rtr.drift_at(t_s)
+    bias, tps_bias = thermal + run_drift, tps_thermal + tps_run_drift
+    stat_var, stat_dof = _combined(
+        [tps_per_w, (rtr.tps_per_w_sd_rel**2, rtr.dof), (run_drift_var, rtr.drift.rate_dof)]
+    )
+    tps_var, tps_dof = _combined(
+        [tps, (rtr.tps_sd_rel**2, rtr.tps_dof), (tps_run_drift_var, rtr.tps_drift.rate_dof)]
+    )
     floor = (rtr.floor_rel**2, math.inf)
     stat = _half_width(stat_var, stat_dof)
     # the stated intervals add the between-run floor (common to the run's points)
@@ -329,16 +389,18 @@ def compose(
         tps_u95_rel=math.hypot(tps_stated, tps_bias),
         power_u95_rel=power_u95_rel,
         stat_u95_rel=stat,
-        drift_bias_rel=bias,
+        drift_bias_rel=thermal,
         u95_rel=math.hypot(stated, bias),
         dof=stat_dof,
         within_u95_rel=_half_width(*tps_per_w),
         within_dof=tps_per_w[1],
         tps_within_u95_rel=_half_width(*tps),
         tps_within_dof=tps[1],
-        tps_bias_rel=tps_bias,
+        tps_bias_rel=tps_thermal,
         power_step_w=power_step_w,
         run_to_run=run_to_run,
+        run_drift_rel=run_drift,
+        tps_run_drift_rel=tps_run_drift,
     )
 
 
@@ -364,6 +426,13 @@ class Reading:
         power_step_w: The sensor step the point's readings showed.
         floor_rel: The between-run floor its stated intervals carry (an SD, relative; common
             to the run's points, so left out of ``stat_u95_rel`` and of ties).
+        power_bias_rel: The draw's drift bias.
+        run_drift_rel: TPS/W's bias from the run's drift (signed; a neighbour read seconds
+            apart carries nearly the same, which cancels from their tie).
+        tps_run_drift_rel: TPS's.
+        t_s: The run second of the middle of its figures (NaN: a row written before readings
+            carried their time).
+        temp_c: The hottest card's temperature over its figures (NaN: not known).
     """
 
     tps_per_w: float
@@ -381,6 +450,10 @@ class Reading:
     power_step_w: float = math.nan
     floor_rel: float = 0.0
     power_bias_rel: float = 0.0
+    run_drift_rel: float = 0.0
+    tps_run_drift_rel: float = 0.0
+    t_s: float = math.nan
+    temp_c: float = math.nan
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Reading:
@@ -411,6 +484,10 @@ class Reading:
             power_step_w=num("power_step_w"),
             floor_rel=num("run_to_run_floor_pct", 0.0) / 100.0,
             power_bias_rel=num("power_drift_bias_pct", 0.0) / 100.0,
+            run_drift_rel=num("run_drift_bias_pct", 0.0) / 100.0,
+            tps_run_drift_rel=num("tps_run_drift_bias_pct", 0.0) / 100.0,
+            t_s=num("t_mid_s"),
+            temp_c=num("temp_max_c"),
         )
 
     @property
@@ -419,21 +496,33 @@ class Reading:
         return math.isfinite(self.tps_per_w) and math.isfinite(self.stat_u95_rel)
 
     @property
+    def total_bias_rel(self) -> float:
+        """TPS/W's expected bias: the temperature's drift and the run's."""
+        return self.bias_rel + self.run_drift_rel
+
+    @property
+    def tps_total_bias_rel(self) -> float:
+        """TPS's expected bias: the temperature's drift and the run's."""
+        return self.tps_bias_rel + self.tps_run_drift_rel
+
+    @property
     def u95_rel(self) -> float:
-        """The stated 95% half-width of TPS/W: statistics, the between-run floor, the bias."""
-        return math.hypot(self.stat_u95_rel, t_quantile(math.inf) * self.floor_rel, self.bias_rel)
+        """The stated 95% half-width of TPS/W: statistics, the between-run floor, the biases."""
+        return math.hypot(
+            self.stat_u95_rel, t_quantile(math.inf) * self.floor_rel, self.total_bias_rel
+        )
 
     @property
     def tps_stat_u95_rel(self) -> float:
-        """TPS's statistical half-width: its stated one less its bias and the floor."""
-        common = self.tps_bias_rel**2 + (t_quantile(math.inf) * self.floor_rel) ** 2
+        """TPS's statistical half-width: its stated one less its biases and the floor."""
+        common = self.tps_total_bias_rel**2 + (t_quantile(math.inf) * self.floor_rel) ** 2
         return math.sqrt(max(0.0, self.tps_u95_rel**2 - common))
 
     @property
     def tps_tie_u95_rel(self) -> float:
         """TPS's half-width as a tie between two points of one run reads it: its statistics and
-        its bias, not the between-run floor they share."""
-        return math.hypot(self.tps_stat_u95_rel, self.tps_bias_rel)
+        its biases, not the between-run floor they share."""
+        return math.hypot(self.tps_stat_u95_rel, self.tps_total_bias_rel)
 
     @property
     def within_rel(self) -> float:
@@ -463,6 +552,7 @@ class Reading:
             (self.bias_rel, self.tps_bias_rel),
             run_to_run,
             self.power_step_w,
+            self.t_s,
         )
         return dataclasses.replace(stated, power_bias_rel=self.power_bias_rel)
 
@@ -489,6 +579,7 @@ class Reading:
             if math.isfinite(r.tps_u95_rel) and r.tps_u95_rel > 0
         ]
         tps_bias = sum(r.tps_bias_rel for r in known) / len(known)
+        tps_run_drift = sum(r.tps_run_drift_rel for r in known) / len(known)
         tps_stat, _ = _pooled_half_width(tps_stats) if tps_stats else (math.nan, math.nan)
         within, within_dof = _pooled_half_width(
             [(r.tps_per_w, r.within_var, r.within_dof) for r in known], scale=False
@@ -498,13 +589,15 @@ class Reading:
             tps_per_w,
             stat,
             sum(r.bias_rel for r in known) / len(known),
-            math.hypot(tps_stat, t_quantile(math.inf) * floor, tps_bias),
+            math.hypot(tps_stat, t_quantile(math.inf) * floor, tps_bias + tps_run_drift),
             tps=math.nan,
             dof=dof,
             within_u95_rel=within,
             within_dof=within_dof,
             tps_bias_rel=tps_bias,
             floor_rel=floor,
+            run_drift_rel=sum(r.run_drift_rel for r in known) / len(known),
+            tps_run_drift_rel=tps_run_drift,
         )
 
     def tied_with(self, other: Reading) -> bool:
@@ -512,10 +605,10 @@ class Reading:
         return tied(
             self.tps_per_w,
             self.stat_u95_rel,
-            self.bias_rel,
+            self.total_bias_rel,
             other.tps_per_w,
             other.stat_u95_rel,
-            other.bias_rel,
+            other.total_bias_rel,
         )
 
 

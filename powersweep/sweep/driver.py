@@ -40,7 +40,7 @@ from powersweep.sweep.locks import ClockLocker, usable_points
 from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
 from powersweep.sweep.measurement.point import SOAK, PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
-from powersweep.sweep.measurement.run_to_run import RunToRunPhase
+from powersweep.sweep.measurement.run_to_run import RunToRunPhase, best_reference
 from powersweep.sweep.measurement.setup import LoadSetup
 from powersweep.sweep.measurement.stability import GreedyApi, StabilityCheck
 from powersweep.sweep.offsets import ClockOffsetter
@@ -397,12 +397,17 @@ class Sweep:
         await self._run_to_run()
 
     async def _run_to_run(self) -> None:
-        """The first point measured ok, read again last: every point's stated interval carries
-        how far the two readings (and the confirm phase's) differ beyond their own widths."""
-        status = self.measurer.ledger.status
-        reference = next((p for p in self._measured_ok if status.get(p.key) == "ok"), None)
+        """A point measured ok early, read again last: every point's stated interval carries
+        how far the two readings (and the confirm phase's) differ beyond their own widths, and
+        the drift over the seconds between them."""
         phase = RunToRunPhase(self.measurer, self.writer, self.meta, warn=self.warn)
-        await phase.run(reference)
+        await phase.run(self._reference())
+
+    def _reference(self) -> SweepPoint | None:
+        """The point to read again at the end (:func:`best_reference`)."""
+        ledger = self.measurer.ledger
+        ok = [p for p in self._measured_ok if ledger.status.get(p.key) == "ok"]
+        return best_reference([(p, ledger.readings.get(p.key)) for p in ok])
 
     async def _soak(self, schedule: UndervoltSchedule) -> None:
         """The undervolt search's end: the chosen offset soaked and checked (backed off a step

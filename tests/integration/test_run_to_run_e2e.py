@@ -1,5 +1,6 @@
-"""The run-to-run term end to end: every run reads its first point again at the end, on every
-axis and load mode, measures the term from its pairs and carries it in every row."""
+"""The run-to-run term end to end: every run reads its first settled point again at the end, on
+every axis and load mode, measures the term and the run's drift from its pairs and carries them
+in every row."""
 
 from __future__ import annotations
 
@@ -9,19 +10,31 @@ from pathlib import Path
 import pytest
 
 from powersweep.analysis.precision import Reading, t_quantile
+from powersweep.sweep.measurement.run_to_run import best_reference
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
 
 BASE = ("--simulate", "rtx3090-air", "--cooling", "air", "--no-charts", "--quiet")
 
 
-def _check(
-    run: Path, first: dict[str, float | None], *, power: bool = True
-) -> list[dict[str, str]]:
+def _reference(rows: list[dict[str, str]], keys: tuple[str, ...]) -> dict[str, float | None]:
+    """The point the run should have read again (:func:`best_reference` of its first
+    readings, which the end of the run restates without changing what it reads)."""
+    ok = [r for r in rows if r["status"] == "ok" and r["reason"] not in ("reread", "confirm")]
+    by_key = {tuple(r[k] for k in keys): r for r in ok}
+    points = [(key, Reading.of(r)) for key, r in by_key.items()]
+    best = best_reference(points)
+    assert best is not None
+    return {k: float(v) if v else None for k, v in zip(keys, best, strict=True)}
+
+
+def _check(run: Path, keys: tuple[str, ...], *, power: bool = True) -> list[dict[str, str]]:
     meta = read_json(run / "run.json")
     term = meta["run_to_run"]
     assert term["skipped"] is None
-    assert {k: term["reference"][k] for k in first} == first
     rows = read_csv(run / "caps.csv")
+    assert {k: term["reference"][k] for k in keys} == _reference(rows, keys)
+    t_ref = term["t_ref_s"]
+    assert t_ref == pytest.approx(max(float(r["t_mid_s"]) for r in rows) / 2.0)
     again = [r for r in rows if r["reason"] == "reread"]
     assert len(again) == 1 and again[0]["status"] == "ok"
     # the metric's prompt only, as the confirm phase
@@ -39,7 +52,17 @@ def _check(
         within = reading.within_rel / t_quantile(reading.within_dof or math.inf)
         stat = reading.stat_u95_rel / t_quantile(reading.dof if reading.dof > 0 else math.inf)
         sd = term["tps_per_w_sd_pct"] / 100.0
-        assert stat == pytest.approx(math.hypot(within, sd), rel=1e-3, abs=1e-6)
+        # the run's drift, where its pairs show one (its rate beyond the rate's own SD): a bias
+        # from the run's middle, its rate's uncertainty a variance
+        lag_min = (reading.t_s - t_ref) / 60.0
+        shown = abs(term["drift_pct_per_min"]) > term["drift_sd_pct_per_min"]
+        drift = term["drift_pct_per_min"] * lag_min if shown else 0.0
+        assert float(row["run_drift_bias_pct"]) == pytest.approx(drift, rel=1e-3, abs=1e-4)
+        rate_sd = term["drift_sd_pct_per_min"] / 100.0 * abs(lag_min) if shown else 0.0
+        assert stat == pytest.approx(math.hypot(within, sd, rate_sd), rel=2e-3, abs=1e-5)
+        assert reading.u95_rel == pytest.approx(
+            math.hypot(reading.stat_u95_rel, reading.bias_rel + drift / 100.0), rel=1e-3
+        )
     # the repeat is pooled with the point's reading (a power curve says so), never taken for
     # a duplicate
     codes = [f["code"] for f in read_json(run / "analysis.json")["findings"]]
@@ -65,7 +88,7 @@ def test_every_load_mode_reads_its_first_point_again(tmp_path: Path, mode: str) 
         str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
-    _check(only_run_dir(tmp_path), {"cap_w": 300.0})
+    _check(only_run_dir(tmp_path), ("cap_w",))
 
 
 def test_a_clock_sweep_reads_its_first_point_again(tmp_path: Path) -> None:
@@ -81,12 +104,13 @@ def test_a_clock_sweep_reads_its_first_point_again(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(tmp_path)
-    rows = _check(run, {"sm_lock_mhz": 1695.0}, power=False)
-    assert [r["sm_lock_mhz"] for r in rows if r["reason"] == "reread"] == ["1695.0"]
+    rows = _check(run, ("sm_lock_mhz",), power=False)
+    reference = read_json(run / "run.json")["run_to_run"]["reference"]["sm_lock_mhz"]
+    assert [float(r["sm_lock_mhz"]) for r in rows if r["reason"] == "reread"] == [reference]
 
 
 def test_a_one_cap_sweep_reads_its_cap_twice(tmp_path: Path) -> None:
     proc = powersweep(*BASE, "--caps", "300", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    rows = _check(only_run_dir(tmp_path), {"cap_w": 300.0})
+    rows = _check(only_run_dir(tmp_path), ("cap_w",))
     assert [r["reason"] for r in rows] == ["dense", "reread"]

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from powersweep.sweep.estimate import JUMP_WAIT_SHARE, STEP_WAIT_SHARE, estimate_run_s
+from powersweep.sweep.estimate import (
+    ADAPTIVE_WAIT_SHARE,
+    JUMP_WAIT_SHARE,
+    STEP_WAIT_SHARE,
+    estimate_run_s,
+)
 from powersweep.sweep.options import (
     Cooling,
     MeasureOptions,
@@ -33,13 +38,13 @@ def test_every_point_waits_the_first_its_bound_a_step_a_share_of_it() -> None:
     options = _options()
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 6, 10.0)
     bound = MeasureOptions.thermal_wait_s
-    # and the run's first point, read again at its end, is a jump back
+    # and the run's first settled point, read again at its end, waits as a step does
     assert estimate_run_s(options, 6, 10.0) - no_wait == pytest.approx(
-        bound * (1 + 5 * STEP_WAIT_SHARE + JUMP_WAIT_SHARE)
+        bound * (1 + 6 * STEP_WAIT_SHARE)
     )
     # a longer bound, a longer estimate
     assert estimate_run_s(_options(thermal_wait_s=30.0), 6, 10.0) - no_wait == pytest.approx(
-        30.0 * (1 + 5 * STEP_WAIT_SHARE + JUMP_WAIT_SHARE)
+        30.0 * (1 + 6 * STEP_WAIT_SHARE)
     )
 
 
@@ -49,7 +54,7 @@ def test_a_grid_of_jumps_waits_longer_at_every_point() -> None:
     no_wait = estimate_run_s(_options(thermal_wait_s=0.0), 3, 50.0)
     bound = MeasureOptions.thermal_wait_s
     assert estimate_run_s(options, 3, 50.0) - no_wait == pytest.approx(
-        bound * (1 + 3 * JUMP_WAIT_SHARE)  # the first point read again: a jump too
+        bound * (1 + 2 * JUMP_WAIT_SHARE + STEP_WAIT_SHARE)  # the reference read again: a step
     )
 
 
@@ -58,6 +63,8 @@ def test_an_adaptive_sweep_waits_as_at_jumps() -> None:
     no_wait = estimate_run_s(_options(strategy=Strategy.ADAPTIVE, thermal_wait_s=0.0), 21, 10.0)
     gap = estimate_run_s(options, 21, 10.0) - no_wait
     bound = MeasureOptions.thermal_wait_s
-    waits = 1 + round((gap / bound - 1) / JUMP_WAIT_SHARE)
-    assert gap == pytest.approx(bound * (1 + (waits - 1) * JUMP_WAIT_SHARE))
+    waits = 1 + round((gap / bound - 1 - STEP_WAIT_SHARE) / ADAPTIVE_WAIT_SHARE)
+    assert gap == pytest.approx(
+        bound * (1 + (waits - 1) * ADAPTIVE_WAIT_SHARE + STEP_WAIT_SHARE)  # the reference: a step
+    )
     assert waits > 1

@@ -66,13 +66,20 @@ def test_the_record_says_why_nothing_was_read_again() -> None:
 
 def test_the_term_pools_the_pairs_with_what_the_runs_curve_shows() -> None:
     from powersweep.analysis.precision import RunToRun
+    from powersweep.analysis.run_drift import DriftFit
 
-    agreed = RunToRun(pairs=1)  # one pair that happened to agree: measured 0
+    # two pairs that happened to agree: one spent on the run's drift rate, one measured 0
+    left = DriftFit(between_dof=1.0)
+    agreed = RunToRun(pairs=2, tps_drift=left, drift=left)
     pooled = agreed.with_curve(0.03**2, 6)
     # six degrees of freedom of the curve's 3% against the one pair's 0
     assert pooled.tps_sd_rel == pytest.approx(math.sqrt(6 * 0.03**2 / 7))
-    assert pooled.tps_dof == 7 and pooled.pairs == 1
+    assert pooled.tps_dof == 7 and pooled.pairs == 2
+    assert pooled.drift == left  # the rate is carried as it is
     # a curve that shows nothing leaves the pairs' term as it is
     assert agreed.with_curve(0.0, 0) is agreed
+    # one pair, spent on the rate, says nothing of the term: the curve's alone
+    spent = RunToRun(pairs=1).with_curve(0.03**2, 6)
+    assert spent.tps_sd_rel == pytest.approx(0.03) and spent.tps_dof == 6
     # no pair at all: the curve's alone
     assert RunToRun().with_curve(0.02**2, 4).tps_per_w_sd_rel == pytest.approx(0.02)

@@ -14,12 +14,13 @@ with it (``run.json`` ``run_to_run`` records the pairs and the term).
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from powersweep.analysis.curve_noise import excess_scatter
-from powersweep.analysis.precision import Reading, RunToRun
+from powersweep.analysis.precision import DRIFT_SENSITIVITY_PER_C, Reading, RunToRun
 from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON
 from powersweep.sweep.measurement.point import PointMeasurer
 from powersweep.sweep.measurement.stalls import RunStalls
@@ -33,6 +34,7 @@ REFERENCE_NOT_OK = "the reference point's second reading did not end ok"
 POINT_COLUMNS = ("cap_w", "sm_lock_mhz", "mem_lock_mhz", "sm_offset_mhz")
 
 Key = tuple[float | None, ...]
+P = TypeVar("P")
 
 
 class RunToRunPhase:
@@ -85,7 +87,7 @@ class RunToRunPhase:
         pairs = repeat_pairs(stated)
         floor = math.hypot(self.measurer.run_to_run.floor_rel, stalls.sd_rel)
         curve_var, curve_dof = excess_scatter(curve_lines(stated))
-        term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs], floor)
+        term = RunToRun.of_pairs([(a, b) for _, _, a, b in pairs], floor, run_middle_s(stated))
         term = term.with_curve(curve_var, curve_dof)
         self.measurer.run_to_run = term
         self.writer.restate_caps(lambda row: {**stalls.stated(row), **restated(row, term)})
@@ -99,6 +101,31 @@ class RunToRunPhase:
         return term
 
 
+def best_reference(measured: Sequence[tuple[P, Reading | None]]) -> P | None:
+    """Of the points measured ok (in order, with their readings), the one whose second reading,
+    one point's time after the last, measures the run's drift best: the smallest
+    ``sqrt(2 v + b^2 + (s dT)^2) / dt`` (``v`` its own variance, ``b`` its temperature's bias,
+    ``dT`` its temperature less the last point's, ``s`` TPS/W's move per degree, ``dt`` the
+    seconds between the readings). An early point gives the longest baseline; one read while
+    the card still heated, or read again at another temperature (a sweep's hot end read again
+    after its cool end), would price its own temperature as the run's drift. The first where
+    fewer than two readings carry their time."""
+    timed = [(p, r) for p, r in measured if r is not None and math.isfinite(r.t_s)]
+    if len(timed) < 2:
+        return measured[0][0] if measured else None
+    last = max((r for _, r in timed), key=lambda r: r.t_s)
+    times = sorted(r.t_s for _, r in timed)
+    again_s = times[-1] + (times[-1] - times[0]) / (len(times) - 1)
+
+    def rate_sd(reading: Reading) -> float:
+        warmer = DRIFT_SENSITIVITY_PER_C * (reading.temp_c - last.temp_c)
+        own = 2.0 * reading.within_var + reading.bias_rel**2
+        own += warmer**2 if math.isfinite(warmer) else 0.0
+        return math.sqrt(own) / (again_s - reading.t_s) if math.isfinite(own) else math.inf
+
+    return min(timed, key=lambda pr: rate_sd(pr[1]))[0]
+
+
 def read_rows(writer: RunWriter, name: str = "caps.csv") -> list[dict[str, str]]:
     """The rows of one of the run's CSV files as written so far (none when it is missing)."""
     try:
@@ -106,6 +133,18 @@ def read_rows(writer: RunWriter, name: str = "caps.csv") -> list[dict[str, str]]
             return list(csv.DictReader(f))
     except FileNotFoundError:
         return []
+
+
+def run_middle_s(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The run second halfway between the run's start (0: the warm-up's conditions are the
+    run's too) and its last ok reading, where the run's drift is taken as 0: the figures are
+    stated at the run's mean conditions. NaN where no reading carries its time, or where the
+    times go back (a resumed run's rows count from another start)."""
+    times = [Reading.of(row).t_s for row in rows if row.get("status") == "ok"]
+    finite = [t for t in times if math.isfinite(t)]
+    if not finite or any(b < a for a, b in itertools.pairwise(finite)):
+        return math.nan
+    return max(finite) / 2.0
 
 
 def _key(row: Mapping[str, Any]) -> Key:
@@ -204,4 +243,9 @@ def record(
         "tps_dof": term.tps_dof if math.isfinite(term.tps_dof) else None,
         "dof": term.dof if math.isfinite(term.dof) else None,
         "floor_sd_pct": pct(term.floor_rel),
+        "t_ref_s": term.t_ref_s if math.isfinite(term.t_ref_s) else None,
+        "drift_pct_per_min": pct(60.0 * term.drift.rate_per_s),
+        "drift_sd_pct_per_min": pct(60.0 * math.sqrt(term.drift.rate_var)),
+        "tps_drift_pct_per_min": pct(60.0 * term.tps_drift.rate_per_s),
+        "tps_drift_sd_pct_per_min": pct(60.0 * math.sqrt(term.tps_drift.rate_var)),
     }

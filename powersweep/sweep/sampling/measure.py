@@ -288,6 +288,8 @@ def cap_row(
     # them and the last point's end included); a short window's few whole-degree readings alone
     # cannot tell 3 C/min from noise
     end_s = max((t.t_s for t in ticks), default=NAN)
+    # when the figures were taken: the run's drift (its re-read points) is priced from there
+    mid_s = statistics.fmean(t.t_s for t in ticks) if ticks else NAN
     mine = [(t.t_s, t.temp_max_c) for t in every]
     first_s = min((t for t, _ in mine), default=NAN)
     readings = [*((t, c) for t, c in earlier if t < first_s), *mine]
@@ -310,6 +312,7 @@ def cap_row(
         power_step_w=_finest(power_step_w, card_step_w(every)),
         n_cards=n_gpus,
         run_to_run=run_to_run,
+        t_s=mid_s,
     )
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
@@ -341,6 +344,7 @@ def cap_row(
         "n_gpus": n_gpus,
         "settle_s": settle_s,
         "window_s": window_s,
+        "t_mid_s": mid_s,
         "status": status,
         "error": error,
         "tps_blocks": format_blocks(blocks),
@@ -407,6 +411,8 @@ def stated_columns(precision: Precision) -> dict[str, float]:
         "tps_within_dof": precision.tps_within_dof,
         "tps_drift_bias_pct": 100.0 * precision.tps_bias_rel,
         "power_drift_bias_pct": 100.0 * precision.power_bias_rel,
+        "run_drift_bias_pct": 100.0 * precision.run_drift_rel,
+        "tps_run_drift_bias_pct": 100.0 * precision.tps_run_drift_rel,
         "power_step_w": precision.power_step_w,
         "run_to_run_tps_sd_pct": 100.0 * rtr.tps_sd_rel,
         "run_to_run_sd_pct": 100.0 * rtr.tps_per_w_sd_rel,
