@@ -174,10 +174,7 @@ class RunToRun:
             ba, bb = (a.tps_bias_rel, b.tps_bias_rel) if tps else (a.bias_rel, b.bias_rel)
             if not (fa > 0 and fb > 0 and math.isfinite(va) and math.isfinite(vb)):
                 return None
-            # two readings at different temperatures differ by the boost and leakage of the
-            # degrees between them, which is no drift of the run
-            warmer = DRIFT_SENSITIVITY_PER_C * (b.temp_c - a.temp_c)
-            own = va + vb + (ba - bb) ** 2 + (warmer if math.isfinite(warmer) else 0.0) ** 2
+            own = va + vb + (ba - bb) ** 2 + a.temperature_var(b.temp_c)
             dt = b.t_s - a.t_s if timed else math.nan
             dofs = (a.tps_within_dof, b.tps_within_dof) if tps else (a.within_dof, b.within_dof)
             own_dof = min((d for d in dofs if d > 0), default=math.inf)  # NaN: normal
@@ -494,6 +491,13 @@ class Reading:
     def known(self) -> bool:
         """True when the reading carries its own precision."""
         return math.isfinite(self.tps_per_w) and math.isfinite(self.stat_u95_rel)
+
+    def temperature_var(self, temp_c: float) -> float:
+        """The relative variance between this reading and one of its point at ``temp_c``: the
+        boost and leakage of the degrees between them at :data:`DRIFT_SENSITIVITY_PER_C`, which
+        no drift of the run explains (0 where either temperature is unknown)."""
+        warmer = DRIFT_SENSITIVITY_PER_C * (temp_c - self.temp_c)
+        return warmer * warmer if math.isfinite(warmer) else 0.0
 
     @property
     def total_bias_rel(self) -> float:

@@ -7,7 +7,7 @@ the drift, its neighbour read 10 s later by nearly as much. Taken as a random te
 readings, one re-read pair states that drift with one degree of freedom (a t quantile of 12.7)
 on every point, which ties the whole curve; taken as a rate, it is a bias that grows with a
 point's distance in time from the run's middle and cancels between neighbours.
-docs/precision.md ("Drift over a run") gives the reasoning.
+docs/precision.md (term 4, "Drift as a rate") gives the reasoning and what it did.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def fit_drift(gaps: Sequence[PairGap]) -> DriftFit:
     timed = [g for g in usable if math.isfinite(g.dt_s) and g.dt_s != 0.0]
     if not usable:
         return DriftFit()
-    if len(timed) < len(usable) or not timed:
+    if len(timed) < len(usable):
         return _between_only(usable)
     weights = [1.0 / g.own_var for g in timed]
     sxx = sum(w * g.dt_s**2 for w, g in zip(weights, timed, strict=True))

@@ -127,10 +127,11 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     else:
         on = min(near, measured) * (MEASURED_ON_SHARE * left + NEAR_BEST_ROUNDS * ramp)
     # every point waits as its drift needs: the first its bound, a step or a jump a share of it
-    adaptive = options.points.strategy == "adaptive" and not options.points.clock_axis
-    jumps = adaptive or spacing > JUMP_SPACING_W
-    later = JUMP_WAIT_SHARE if jumps and not options.points.clock_axis else STEP_WAIT_SHARE
-    later = ADAPTIVE_WAIT_SHARE if adaptive else later
+    jumps = spacing > JUMP_SPACING_W and not options.points.clock_axis
+    if options.points.strategy == "adaptive" and not options.points.clock_axis:
+        later = ADAPTIVE_WAIT_SHARE
+    else:
+        later = JUMP_WAIT_SHARE if jumps else STEP_WAIT_SHARE
     jump = thermal if bound else JUMP_WAIT_SHARE * thermal
     step = thermal if bound else later * thermal
     waits = min(measured, 1) * thermal + max(0, measured - 1) * step

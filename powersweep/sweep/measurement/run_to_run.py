@@ -1,14 +1,15 @@
 """The run-to-run term: how far two readings of one point taken apart in a run differ beyond their
 own widths, measured in every run and carried in every point's stated interval.
 
-At the end of a sweep the first point measured ok is read again by the same protocol (``reason``
-``reread``, the metric's prompt only), on every axis and load mode: a drift between points
-(ambient, a server's other tenants, a stall no short window saw) shows as a difference between
-its two readings. With the confirm phase's repeats, the pairs give the between-reading standard
-deviation (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), pooled with what the run's
-own curve shows between its points beyond their own widths (TPS never falls as a limit rises:
-:func:`powersweep.analysis.curve_noise.excess_scatter`), and every row of caps.csv is restated
-with it (``run.json`` ``run_to_run`` records the pairs and the term).
+At the end of a sweep one point measured ok (the one that measures the run's drift best:
+:func:`best_reference`) is read again by the same protocol (``reason`` ``reread``, the metric's
+prompt only), on every axis and load mode: a drift between points (ambient, a server's other
+tenants, a stall no short window saw) shows as a difference between its two readings. With the
+confirm phase's repeats, the pairs give the run's drift rate and the between-reading standard
+deviation beyond it (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), pooled with what
+the run's own curve shows between its points beyond their own widths (TPS never falls as a limit
+rises: :func:`powersweep.analysis.curve_noise.excess_scatter`), and every row of caps.csv is
+restated with it (``run.json`` ``run_to_run`` records the pairs, the rate and the term).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from powersweep.analysis.curve_noise import excess_scatter
-from powersweep.analysis.precision import DRIFT_SENSITIVITY_PER_C, Reading, RunToRun
+from powersweep.analysis.precision import Reading, RunToRun
 from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON
 from powersweep.sweep.measurement.point import PointMeasurer
 from powersweep.sweep.measurement.stalls import RunStalls
@@ -118,9 +119,7 @@ def best_reference(measured: Sequence[tuple[P, Reading | None]]) -> P | None:
     again_s = times[-1] + (times[-1] - times[0]) / (len(times) - 1)
 
     def rate_sd(reading: Reading) -> float:
-        warmer = DRIFT_SENSITIVITY_PER_C * (reading.temp_c - last.temp_c)
-        own = 2.0 * reading.within_var + reading.bias_rel**2
-        own += warmer**2 if math.isfinite(warmer) else 0.0
+        own = 2.0 * reading.within_var + reading.bias_rel**2 + reading.temperature_var(last.temp_c)
         return math.sqrt(own) / (again_s - reading.t_s) if math.isfinite(own) else math.inf
 
     return min(timed, key=lambda pr: rate_sd(pr[1]))[0]
