@@ -134,6 +134,9 @@ class RunToRun:
             with a reading's distance in time from ``t_ref_s``.
         drift: Of TPS/W.
         t_ref_s: The run's middle (run seconds; NaN: no drift measured).
+        span_s: The first and last run second of the pairs' readings: the rate is what they
+            measured between, and a reading outside carries the drift of the nearest end (a
+            rate from a few seconds apart is not drawn out over the run).
     """
 
     tps_sd_rel: float = 0.0
@@ -145,6 +148,7 @@ class RunToRun:
     tps_drift: DriftFit = dataclasses.field(default_factory=DriftFit)
     drift: DriftFit = dataclasses.field(default_factory=DriftFit)
     t_ref_s: float = math.nan
+    span_s: tuple[float, float] = (math.nan, math.nan)
 
     @classmethod
     def of_pairs(
@@ -188,6 +192,7 @@ class RunToRun:
 
         tps_sd, tps_dof, tps_fit, n_tps = term(True)
         tpw_sd, tpw_dof, tpw_fit, n_tpw = term(False)
+        times = [r.t_s for pair in usable for r in pair if math.isfinite(r.t_s)]
         return cls(
             tps_sd,
             tpw_sd,
@@ -198,15 +203,17 @@ class RunToRun:
             tps_fit,
             tpw_fit,
             t_ref_s if timed else math.nan,
+            (min(times), max(times)) if timed and times else (math.nan, math.nan),
         )
 
     def drift_at(self, t_s: float) -> tuple[tuple[float, float], tuple[float, float]]:
         """The run drift's ``(bias, variance)`` (relative) of a reading taken at run second
-        ``t_s``, of TPS/W and of TPS: the rate times its distance from the run's middle, and
-        the rate's variance times that distance squared, where the pairs show a drift
-        (:meth:`~.run_drift.DriftFit.shown`); zeros where they do not, or where either time is
-        unknown."""
-        lag = t_s - self.t_ref_s
+        ``t_s``, of TPS/W and of TPS: the rate times its distance from the run's middle (both
+        taken within the pairs' :attr:`span_s`), and the rate's variance times that distance
+        squared, where the pairs show a drift (:meth:`~.run_drift.DriftFit.shown`); zeros where
+        they do not, or where either time is unknown."""
+        lo, hi = self.span_s
+        lag = _within(t_s, lo, hi) - _within(self.t_ref_s, lo, hi)
         if not math.isfinite(lag):
             return (0.0, 0.0), (0.0, 0.0)
 
@@ -237,6 +244,11 @@ class RunToRun:
         return dataclasses.replace(
             self, tps_sd_rel=tps_sd, tps_per_w_sd_rel=tpw_sd, tps_dof=tps_dof, dof=tpw_dof
         )
+
+
+def _within(t_s: float, lo: float, hi: float) -> float:
+    """``t_s`` moved into ``[lo, hi]`` (as it is where the span is unknown)."""
+    return min(max(t_s, lo), hi) if math.isfinite(lo) and math.isfinite(hi) else t_s
 
 
 def _combined(parts: Sequence[tuple[float, float]]) -> tuple[float, float]:

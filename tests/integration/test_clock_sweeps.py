@@ -151,7 +151,7 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
     assert len(fallback) == 1 and "GeForce" in fallback[0]
     run = only_run_dir(out)
     caps = read_csv(run / "caps.csv")
-    # (the first point is read again at the end: reason reread)
+    # (a point is read again at the end: reason reread)
     firsts = [r for r in caps if r["reason"] not in REPEAT_REASONS]
     assert sorted(float(r["sm_lock_mhz"]) for r in firsts) == [1200.0, 1500.0, 1800.0]
     assert all(r["mem_lock_mhz"] == "" for r in caps)

@@ -164,7 +164,7 @@ def test_resume_retries_a_cap_that_failed_before_and_judges_every_cap(tmp_path: 
         (250.0, "ok"),
         (200.0, "ok"),
     ]
-    # the retry, then the resumed run's first point read again
+    # the retry, then a point of the resumed run read again
     assert [c["reason"] for c in caps[-2:]] == ["retry", "reread"]
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete"

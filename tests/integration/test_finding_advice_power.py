@@ -79,7 +79,7 @@ def test_a_cap_not_measured_is_measured_when_rerun(tmp_path: Path) -> None:
     found = _findings(run)["caps_not_measured"]
     assert "300 W" in found["message"] and "rerun those caps" in found["hint"]
     again = _sweep(tmp_path / "b", *base, "--caps", "300")
-    # the cap, and the run's first point read again at its end (the run-to-run term): all ok
+    # the cap, and a point read again at the run's end (the run-to-run term): all ok
     assert {r["status"] for r in read_csv(again / "caps.csv")} == {"ok"}
     assert "caps_not_measured" not in _findings(again)
 

@@ -54,7 +54,9 @@ def _check(run: Path, keys: tuple[str, ...], *, power: bool = True) -> list[dict
         sd = term["tps_per_w_sd_pct"] / 100.0
         # the run's drift, where its pairs show one (its rate beyond the rate's own SD): a bias
         # from the run's middle, its rate's uncertainty a variance
-        lag_min = (reading.t_s - t_ref) / 60.0
+        # (within the pairs' span: a rate is not drawn out beyond the readings it came from)
+        lo, hi = term["span_s"]
+        lag_min = (min(max(reading.t_s, lo), hi) - min(max(t_ref, lo), hi)) / 60.0
         shown = abs(term["drift_pct_per_min"]) > term["drift_sd_pct_per_min"]
         drift = term["drift_pct_per_min"] * lag_min if shown else 0.0
         assert float(row["run_drift_bias_pct"]) == pytest.approx(drift, rel=1e-3, abs=1e-4)

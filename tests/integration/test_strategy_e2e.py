@@ -151,7 +151,7 @@ def test_fixed_settle_waits_the_full_time(tmp_path: Path) -> None:
         "--no-confirm",
     )
     caps = read_csv(run / "caps.csv")
-    # (the first cap is read again at the end, after the same fixed wait)
+    # (a cap is read again at the end, after the same fixed wait)
     assert [float(c["settle_s"]) for c in caps] == [2.0, 2.0, 2.0]
     assert [c["reason"] for c in caps] == ["dense", "dense", "reread"]
     # the fixed wait shows between caps too: auto settle is what makes the gap short
@@ -172,7 +172,7 @@ def test_replay_dense_reproduces_the_measured_curve(tmp_path: Path, shared_3090_
         "--no-confirm",
     )
     caps = read_csv(run / "caps.csv")
-    # (the first cap read again at the end: the run-to-run term)
+    # (a cap read again at the end: the run-to-run term, here the first)
     assert [float(c["cap_w"]) for c in caps] == [350.0, 290.0, 250.0, 350.0]
     for c in caps:
         want = measured[float(c["cap_w"])]

@@ -57,6 +57,16 @@ def test_a_reading_carries_the_drift_from_the_runs_middle() -> None:
     assert var == pytest.approx((0.00001 * 60.0) ** 2)
     assert term.drift_at(40.0)[0][0] == pytest.approx(-0.012)  # before it: reads low
     assert term.drift_at(math.nan) == ((0.0, 0.0), (0.0, 0.0))
+    # the rate is what its pairs measured between: outside their span a reading carries the
+    # drift of the nearest end, not the rate drawn out
+    spanned = RunToRun(drift=fit, tps_drift=fit, t_ref_s=100.0, span_s=(90.0, 130.0))
+    assert spanned.drift_at(160.0)[0][0] == pytest.approx(0.0002 * 30.0)
+    assert spanned.drift_at(20.0)[0][0] == pytest.approx(-0.0002 * 10.0)
+    # a middle outside the span (a one-cap run's two readings, late in a run that began with
+    # its warm-up) is moved into it too
+    late = RunToRun(drift=fit, tps_drift=fit, t_ref_s=10.0, span_s=(13.0, 21.0))
+    assert late.drift_at(13.0)[0][0] == 0.0
+    assert late.drift_at(21.0)[0][0] == pytest.approx(0.0002 * 8.0)
 
     # two points 0.9% apart, each +-0.5%: read 10 s apart their drift nearly cancels (not
     # tied), read two minutes apart it may be what parts them (tied)

@@ -243,6 +243,7 @@ def record(
         "dof": term.dof if math.isfinite(term.dof) else None,
         "floor_sd_pct": pct(term.floor_rel),
         "t_ref_s": term.t_ref_s if math.isfinite(term.t_ref_s) else None,
+        "span_s": list(term.span_s) if all(map(math.isfinite, term.span_s)) else None,
         "drift_pct_per_min": pct(60.0 * term.drift.rate_per_s),
         "drift_sd_pct_per_min": pct(60.0 * math.sqrt(term.drift.rate_var)),
         "tps_drift_pct_per_min": pct(60.0 * term.tps_drift.rate_per_s),
