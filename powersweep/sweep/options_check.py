@@ -241,6 +241,12 @@ def _validate_undervolt(options: SweepOptions) -> None:
         raise UsageError("--axis undervolt leaves the memory clock alone: drop --mem-clocks")
     if options.safety.observe_only:
         raise UsageError("--axis undervolt sets clock offsets: it cannot be --observe-only")
+    if options.safety.no_reset:
+        # the last step a search sets is the first that failed: it must never stay on the card
+        raise UsageError(
+            "--axis undervolt ends on the offset that failed its check, so its offsets always "
+            "come back: drop --no-reset (`powersweep apply RUN_DIR` sets the answer it measured)"
+        )
     if options.output.resume is not None:
         raise UsageError(
             "an undervolt search cannot be resumed (each step depends on the last): start it again"

@@ -237,3 +237,24 @@ def test_offsets_are_journalled_and_put_back_first(tmp_path: Path) -> None:
     (done,) = restorer.restore({0})
     assert done["ok"] and done["offset"] == "SM clock offset put back to 40 MHz"
     assert gpu.sm_offset_mhz == 40.0 and gpu.limit_w == 320.0
+
+
+def test_no_reset_never_leaves_an_offset(tmp_path: Path) -> None:
+    # the last offset a search set is the one that failed its check: --no-reset keeps the
+    # limit it left, never the offset (the options refuse the pair; this is the last guard)
+    gpu = FakeGpu(0, limit_w=320.0)
+    offsets = ClockOffsetter([gpu], lambda _m: None)
+    restorer = Restorer(
+        [gpu],
+        {0: 320.0},
+        journal=None,
+        backend={"kind": "sim", "profiles": ["x"]},
+        locker=None,
+        no_reset=True,
+        warn=lambda _m: None,
+        offsetter=offsets,
+    )
+    offsets.apply(180.0)
+    gpu.set_power_limit(250.0)
+    (done,) = restorer.restore({0})
+    assert done["ok"] and gpu.sm_offset_mhz == 0.0 and gpu.limit_w == 250.0

@@ -141,9 +141,14 @@ class Restorer:
 
     def restore(self, touched: set[int]) -> list[dict[str, Any]]:
         """Put back every offset first (an unstable one can reset the card), then every lock,
-        then the limit of every card in ``touched``; what was done."""
+        then the limit of every card in ``touched``; what was done. ``no_reset`` leaves the
+        limit and the locks, never an offset: the last one a search set is the one that failed."""
         if self.no_reset:
-            return []
+            offsets = self.offsetter.put_back() if self.offsetter is not None else {}
+            return [
+                {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "offset": note}
+                for i, (ok, note) in offsets.items()
+            ]
         offsets = self.offsetter.put_back() if self.offsetter is not None else {}
         clocks = self.locker.put_back() if self.locker is not None else {}
         restored: list[dict[str, Any]] = [
