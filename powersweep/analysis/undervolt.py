@@ -1,10 +1,11 @@
 """The analysis of an undervolt search, from its caps.csv and run.json alone.
 
 The rows are the baseline cap (no lock, offset 0), the steps at the locked SM clock (the
-reference at offset 0, then up one step at a time until the first that failed its stability
-check) and the soaks of the chosen offset. The answer is the last stable step less the back-off,
-as soaked (a soak that failed backs off one step more); it is compared with the baseline cap,
-each figure's uncertainty from the two points' own stated half-widths.
+reference at offset 0, then up the coarse step until the first that failed its stability check,
+then up the 15 MHz grid between the edge's two steps) and the soaks of the chosen offset. The
+answer is the last stable offset less the margin, on the grid, as measured there (a soak that
+failed backs off by the margin again); it is compared with the baseline cap, each figure's
+uncertainty from the two points' own stated half-widths.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnal
 from powersweep.runformat import REFERENCE_REASON
 
 SOAK = "soak"
-# The options' defaults where a bare caps.csv has no run.json to say them.
+# The options' defaults where a bare caps.csv has no run.json to say them: the margin (two 15 MHz
+# bins), and the back-off in steps that runs before issue 45 recorded instead.
+DEFAULT_MARGIN_MHZ = 30.0
 DEFAULT_BACKOFF_STEPS = 2
+# The grid the answer sits on (the bins an offset moves the voltage/frequency curve in).
+GRID_MHZ = 15.0
 
 
 def is_undervolt_curve(curve: Curve) -> bool:
@@ -50,9 +55,9 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     soaks = [r for r in locked if r.reason == SOAK]
     options = _options(curve.run)
     step_mhz = _step_mhz(options, steps)
-    backoff = _int(options.get("backoff_steps"), DEFAULT_BACKOFF_STEPS)
+    margin = _margin_mhz(options, step_mhz)
     last_stable, first_bad = _search_edges(steps)
-    chosen = _chosen(steps, soaks, last_stable, step_mhz, backoff)
+    chosen = _chosen(steps, soaks, last_stable, margin)
     baseline = baselines[-1] if baselines else None
     findings: list[Finding] = ignored_rows(curve) + run_findings(
         curve.run, curve.requests, str(curve.source)
@@ -66,7 +71,8 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         run=RunFacts.from_json(run_facts(curve)),
         sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
         step_mhz=step_mhz,
-        backoff_steps=backoff,
+        margin_mhz=margin,
+        soak_s=_float(options.get("soak_s")),
         baseline=baseline,
         steps=steps,
         soaks=soaks,
@@ -113,8 +119,22 @@ def _options(run: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return options if isinstance(options, Mapping) else {}
 
 
-def _int(value: Any, default: int) -> int:
-    return int(value) if isinstance(value, int | float) and math.isfinite(value) else default
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _margin_mhz(options: Mapping[str, Any], step_mhz: float | None) -> float:
+    """The margin as run.json records it; a run before issue 45 recorded steps to back off."""
+    margin = _float(options.get("margin_mhz"))
+    if margin is not None:
+        return margin
+    steps = _float(options.get("backoff_steps"))
+    return (DEFAULT_BACKOFF_STEPS if steps is None else steps) * (step_mhz or GRID_MHZ)
+
+
+def answer_mhz(last_stable_mhz: float, margin_mhz: float) -> float:
+    """Where the margin below the last stable offset lands: on the grid, never below 0."""
+    return max(0.0, math.floor((last_stable_mhz - margin_mhz) / GRID_MHZ + 1e-9) * GRID_MHZ)
 
 
 def _step_mhz(options: Mapping[str, Any], steps: list[OffsetStep]) -> float | None:
@@ -141,20 +161,17 @@ def _chosen(
     steps: list[OffsetStep],
     soaks: list[OffsetStep],
     last_stable: OffsetStep | None,
-    step_mhz: float | None,
-    backoff: int,
+    margin_mhz: float,
 ) -> OffsetStep | None:
-    """The answer: the soak that held (the last one: each failed soak backs off a step), else
-    the step the back-off lands on (offset 0 needs no soak; a search without soaks reports the
-    step as measured)."""
+    """The answer: the soak that held (the last one: each failed soak backs off by the margin
+    again), else a stable step where the margin lands (offset 0 needs no soak; a search without
+    soaks reports the step as measured), else offset 0 where every soak failed."""
     held = [s for s in soaks if s.status == "ok"]
     if held:
         return held[-1]
-    if last_stable is None or step_mhz is None:
+    if last_stable is None:
         return None
-    want = max(0.0, number(last_stable.sm_offset_mhz) - backoff * step_mhz)
-    if soaks:
-        want = 0.0  # every soak failed: only the card's own curve is left
+    want = 0.0 if soaks else answer_mhz(number(last_stable.sm_offset_mhz), margin_mhz)
     for s in steps:
         if s.status == "ok" and abs(number(s.sm_offset_mhz) - want) < 0.5:
             return s
@@ -229,7 +246,7 @@ def _findings(
             finding(
                 "info",
                 "no_undervolt",
-                "no offset above 0 held with the back-off margin: the card's own curve is the "
+                "no offset above 0 held with the margin: the card's own curve is the "
                 "answer at this clock",
             )
         )

@@ -64,7 +64,8 @@ class UndervoltAnalysis(JsonRecord):
     run: RunFacts = field(default_factory=RunFacts)
     sm_lock_mhz: Num = None
     step_mhz: Num = None
-    backoff_steps: int | None = None
+    margin_mhz: Num = None
+    soak_s: Num = None
     baseline: OffsetStep | None = None
     steps: list[OffsetStep] = field(default_factory=list)
     soaks: list[OffsetStep] = field(default_factory=list)

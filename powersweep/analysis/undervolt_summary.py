@@ -53,9 +53,8 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
     lines = [f"## powersweep undervolt search: {gpu}, {mode}", ""]
     lines.append(
         f"SM clock locked at {_fmt(analysis.sm_lock_mhz, 0)} MHz, offset stepped by "
-        f"{_fmt(analysis.step_mhz, 0)} MHz from 0; the answer backs off "
-        f"{analysis.backoff_steps} step(s) from the last stable offset and was soaked. Each "
-        "step's greedy answers were compared token for token with offset 0's."
+        f"{_fmt(analysis.step_mhz, 0)} MHz from 0{_refined(analysis)}; {what_ran(analysis)}. "
+        "Each step's greedy answers were compared token for token with offset 0's."
     )
     lines += ["", "### Findings", ""]
     for f in analysis.findings:
@@ -89,6 +88,49 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
         )
     lines += ["", f"<sub>source: {escape_md(str(curve.source))}</sub>", ""]
     return "\n".join(lines)
+
+
+def _refined(analysis: UndervoltAnalysis) -> str:
+    """``, then by 15 MHz from +240 to +285 MHz`` where grid steps refined the edge."""
+    grid = [
+        s.sm_offset_mhz
+        for s in analysis.steps
+        if s.reason == "refine" and s.sm_offset_mhz is not None
+    ]
+    if not grid:
+        return ""
+    if len(grid) == 1:
+        return f", then by 15 MHz ({_fmt(grid[0], 0, True)} MHz)"
+    return f", then by 15 MHz from {_fmt(min(grid), 0, True)} to {_fmt(max(grid), 0, True)} MHz"
+
+
+def what_ran(analysis: UndervoltAnalysis) -> str:
+    """How the answer was reached, as it ran: the margin, and the soak or why there was none."""
+    chosen, margin = analysis.chosen, analysis.margin_mhz
+    if chosen is None:
+        return "no answer"
+    last = analysis.last_stable_mhz
+    start = (
+        f"the answer stays {_fmt(margin, 0)} MHz below the last stable offset "
+        f"({_fmt(last, 0, True)} MHz)"
+        if margin is not None and last is not None
+        else "the answer"
+    )
+    offset = _fmt(chosen.sm_offset_mhz, 0, True)
+    soaks = analysis.soaks
+    failed = sum(1 for s in soaks if s.status != "ok")
+    backed = f" after {failed} failed soak(s), each backing off by the margin" if failed else ""
+    if chosen.reason == "soak":
+        held = analysis.soak_s
+        how = (
+            f"held {_fmt(held, 0)} s under the load, then measured and checked"
+            if held
+            else "measured and checked once more, not soaked (--soak-seconds 0)"
+        )
+        return f"{start}: {offset} MHz, {how}{backed}"
+    if not (chosen.sm_offset_mhz or 0) > 0:
+        return f"{start}: offset 0, the card's own curve{backed} (no soak needed)"
+    return f"{start}: {offset} MHz, a measured step, not soaked (--soak-seconds 0)"
 
 
 def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:

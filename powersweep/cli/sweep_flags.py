@@ -434,16 +434,17 @@ OffsetStepOpt = Annotated[
     float,
     typer.Option(
         "--offset-step",
-        help="Undervolt: step between SM clock offsets, MHz.",
+        help="Undervolt: coarse step between SM clock offsets, MHz (the edge it finds is then "
+        "refined in 15 MHz steps).",
         rich_help_panel=UNDERVOLT,
     ),
 ]
 
-OffsetBackoffOpt = Annotated[
-    int,
+OffsetMarginOpt = Annotated[
+    float,
     typer.Option(
-        "--offset-backoff-steps",
-        help="Undervolt: steps the answer backs off from the last stable offset.",
+        "--offset-margin",
+        help="Undervolt: MHz the answer stays below the last stable offset (on the 15 MHz grid).",
         rich_help_panel=UNDERVOLT,
     ),
 ]

@@ -410,9 +410,9 @@ class Sweep:
         return best_reference([(p, ledger.readings.get(p.key)) for p in ok])
 
     async def _soak(self, schedule: UndervoltSchedule) -> None:
-        """The undervolt search's end: the chosen offset soaked and checked (backed off a step
-        per failed soak, so at most one soak per stable step). No recheck, retry or confirm
-        phase: each would set an offset again outside the search's order."""
+        """The undervolt search's end: the chosen offset soaked and checked (backed off by the
+        margin per failed soak: the plan's ``max_soaks`` at most). No recheck, retry or
+        confirm phase: each would set an offset again outside the search's order."""
         while (point := schedule.soak()) is not None:
             row = await self.measurer.measure(point, SOAK, 0, 1)
             schedule.soaked(str(row["status"]))

@@ -361,16 +361,17 @@ class UndervoltOptions:
     """How the undervolt search steps the SM clock offset (the ``Undervolt`` panel).
 
     Attributes:
-        offset_step_mhz: Step between offsets, MHz. 30 by default: two of the 15 MHz bins the
-            voltage/frequency curve of Ampere and later cards moves in, so every step moves it.
-        backoff_steps: Steps the answer backs off from the last stable offset.
+        offset_step_mhz: The coarse step between offsets, MHz. 30 by default: two of the 15 MHz
+            bins the voltage/frequency curve of Ampere and later cards moves in, so every step
+            moves it; the edge it finds is refined in single bins.
+        margin_mhz: MHz the answer stays below the last stable offset. 30 by default: two bins.
         soak_s: Run seconds the chosen offset is held under the load, before it is measured and
             checked once more (the card at its hottest).
         max_offset_mhz: The highest offset to try (None: the driver's maximum).
     """
 
     offset_step_mhz: float = 30.0
-    backoff_steps: int = 2
+    margin_mhz: float = 30.0
     soak_s: float = 120.0
     max_offset_mhz: float | None = None
 

@@ -182,7 +182,7 @@ def _validate_axis(options: SweepOptions) -> None:
         raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {points.axis!r}")
     if points.axis != Axis.UNDERVOLT and options.undervolt != UndervoltOptions():
         raise UsageError(
-            "--offset-step, --offset-backoff-steps, --soak-seconds and --max-offset work only "
+            "--offset-step, --offset-margin, --soak-seconds and --max-offset work only "
             "with --axis undervolt"
         )
     clock_flags = {
@@ -253,8 +253,8 @@ def _validate_undervolt(options: SweepOptions) -> None:
         )
     if not (math.isfinite(uv.offset_step_mhz) and uv.offset_step_mhz > 0):
         raise UsageError("--offset-step must be a positive number of MHz")
-    if uv.backoff_steps < 0:
-        raise UsageError("--offset-backoff-steps must be 0 or more")
+    if not (math.isfinite(uv.margin_mhz) and uv.margin_mhz >= 0):
+        raise UsageError("--offset-margin must be 0 or more MHz")
     if not (math.isfinite(uv.soak_s) and 0 <= uv.soak_s <= KEEP_BUSY_MAX_S):
         raise UsageError(
             f"--soak-seconds takes 0 to {KEEP_BUSY_MAX_S:g} (the longest the load keeps a card "

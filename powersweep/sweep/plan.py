@@ -119,12 +119,18 @@ def _undervolt_lines(plan: UndervoltPlan) -> list[str]:
     offsets = [k * plan.step_mhz for k in range(plan.max_steps + 1)]
     shown = ", ".join(f"{o:+g}" for o in offsets[:8]) + (", ..." if len(offsets) > 8 else "")
     soak = f"soaked {plan.soak_s:g} s" if plan.soak_s > 0 else "not soaked (--soak-seconds 0)"
+    refine = (
+        "then 15 MHz steps between the last stable and the first unstable one; "
+        if plan.refine_steps
+        else ""
+    )
     return [
-        f"axis: undervolt, at most {len(offsets) + 2} points under a {plan.cap_w:g} W limit",
+        f"axis: undervolt, at most {plan.max_points} points under a {plan.cap_w:g} W limit",
         f"baseline: the {plan.cap_w:g} W cap, unlocked, offset 0 (the answer is compared with it)",
         f"then locked at {lock}, SM clock offsets (MHz): {shown} up to {plan.max_mhz:+g}",
-        f"each step checked for stability; the first unstable one ends the search; the answer "
-        f"backs off {plan.backoff_steps} step(s) from the last stable one and is {soak}",
+        f"each step checked for stability; the first unstable one ends the coarse search; "
+        f"{refine}the answer is {plan.margin_mhz:g} MHz below the last stable offset (on the "
+        f"15 MHz grid) and is {soak}",
     ]
 
 
@@ -172,8 +178,8 @@ def dry_run(
         extra_s = 0.0
         uv = planned.undervolt
         if uv is not None:
-            # every step up to the highest offset, the baseline, the reference and one soak
-            n, extra_s = uv.max_steps + 3, uv.soak_s
+            # every point the search may measure, and one soak's hold
+            n, extra_s = uv.max_points, uv.soak_s
         return DryRun(
             gpus=tuple(gpu_meta(g) for g in gpus),
             selection=choice.reason,

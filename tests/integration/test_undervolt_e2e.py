@@ -1,9 +1,9 @@
 """The undervolt search end to end on the simulated rig (issue 36).
 
 The simulated card's silicon holds a seeded stable margin; past it the server's greedy answers
-diverge, further out the card resets. The search must stop at the first unstable step, answer
-the last stable one less the back-off (within one step of the truth), compare it with the best
-cap, and put the user's own limit, locks and offset back on every exit path.
+diverge, further out the card resets. The search must stop at the first unstable step, refine
+the edge on the 15 MHz grid, answer the last stable offset less the margin (in MHz), compare it
+with the best cap, and put the user's own limit, locks and offset back on every exit path.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import pytest
 from tests.integration.conftest import powersweep, powersweep_started, read_csv, read_json
 
 STEP = 30.0
-BACKOFF = 2
+GRID = 15.0
+MARGIN = 30.0
 USER_LIMIT_W = 350.0
 
 
@@ -74,7 +75,7 @@ def _run_dir(out: Path) -> Path:
         ("rtx4090-air", "prefill-heavy"),
     ],
 )
-def test_the_search_answers_the_stable_margin_less_the_backoff(
+def test_the_search_answers_the_stable_margin_less_the_margin(
     tmp_path: Path, profile: str, mode: str
 ) -> None:
     state, env = _rig(tmp_path, profile)
@@ -86,18 +87,24 @@ def test_the_search_answers_the_stable_margin_less_the_backoff(
     analysis = read_json(run_dir / "analysis.json")
     assert analysis["kind"] == "undervolt"
     chosen = analysis["chosen"]
-    # within one step of the truth less the back-off, and never past the truth
-    assert abs(chosen["sm_offset_mhz"] - (truth - BACKOFF * STEP)) < STEP
+    # the edge to the grid bin: the last stable offset is the truth's bin, the answer the margin
+    # below it
+    last_ok = math.floor(truth / GRID) * GRID
+    assert analysis["last_stable_mhz"] == last_ok
+    assert chosen["sm_offset_mhz"] == last_ok - MARGIN
     assert chosen["reason"] == "soak" and chosen["status"] == "ok"
-    # the corruption is caught on the first unstable step: the first step past the margin
-    first_bad = (math.floor(truth / STEP) + 1) * STEP
+    # the corruption is caught on the first unstable step: the first step past the margin,
+    # then the grid bin above the last stable one
+    coarse_bad = (math.floor(truth / STEP) + 1) * STEP
+    first_bad = last_ok + GRID
     assert analysis["first_unstable_mhz"] == first_bad
     steps = {s["sm_offset_mhz"]: s for s in analysis["steps"]}
-    assert steps[first_bad]["status"] == "unstable"
-    assert steps[first_bad]["answers_differ"] == steps[first_bad]["answers_checked"] == 3
-    assert max(steps) == first_bad  # the search ended there
+    for bad in (coarse_bad, first_bad):
+        assert steps[bad]["status"] == "unstable"
+        assert steps[bad]["answers_differ"] == steps[bad]["answers_checked"] == 3
+    assert max(steps) == coarse_bad  # the coarse search ended there
     assert all(
-        s["status"] == "ok" and s["answers_differ"] == 0 for o, s in steps.items() if o < first_bad
+        s["status"] == "ok" and s["answers_differ"] == 0 for o, s in steps.items() if o <= last_ok
     )
     # beside the best cap, from the same run
     versus = analysis["versus_cap"]
@@ -111,9 +118,10 @@ def test_the_search_answers_the_stable_margin_less_the_backoff(
     # every reading and request says the offset it ran at: the points are told apart
     requests = read_csv(run_dir / "requests.csv")
     measured = {float(r["sm_offset_mhz"]) for r in requests if r["sm_offset_mhz"]}
-    assert measured == set(steps)
+    assert measured == set(steps) | {chosen["sm_offset_mhz"]}
     samples = read_csv(run_dir / "samples.csv")
-    assert {float(r["sm_offset_mhz"]) for r in samples if r["sm_offset_mhz"]} == set(steps)
+    sampled = {float(r["sm_offset_mhz"]) for r in samples if r["sm_offset_mhz"]}
+    assert sampled == set(steps) | {chosen["sm_offset_mhz"]}
 
 
 def test_a_card_that_resets_at_the_first_unstable_step_ends_cleanly_and_says_so(
@@ -206,21 +214,47 @@ def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path)
     assert len(set(truths.values())) == 2  # two different pieces of silicon
     weakest = min(truths.values())
     analysis = read_json(run_dir / "analysis.json")
-    assert analysis["first_unstable_mhz"] == (math.floor(weakest / STEP) + 1) * STEP
-    assert abs(analysis["chosen"]["sm_offset_mhz"] - (weakest - BACKOFF * STEP)) < STEP
+    last_ok = math.floor(weakest / GRID) * GRID
+    assert analysis["first_unstable_mhz"] == last_ok + GRID
+    assert analysis["chosen"]["sm_offset_mhz"] == last_ok - MARGIN
     assert "GPU 1: SM clock offset put back to 0 MHz" in done.stderr
 
 
-def test_a_first_step_already_unstable_answers_offset_zero_and_completes(tmp_path: Path) -> None:
+def test_a_coarse_first_step_already_unstable_is_refined_from_zero(tmp_path: Path) -> None:
+    # issue 45: the back-off counted steps, so a coarse step past the margin answered +0
     profile = "rtx3090-air"
     state, env = _rig(tmp_path, profile)
     # the 3090's margin is 175 +-25 MHz: a first step of 210 is past it on every card
     done = powersweep(*_args(profile, state, tmp_path / "runs", "--offset-step", "210"), env=env)
     assert done.returncode == 0, done.stderr
     run_dir = _run_dir(tmp_path / "runs")
+    run = read_json(run_dir / "run.json")
+    truth = run["simulation"]["stable_offset_mhz"]["0"]
+    analysis = read_json(run_dir / "analysis.json")
+    last_ok = math.floor(truth / GRID) * GRID
+    assert analysis["last_stable_mhz"] == last_ok
+    assert analysis["first_unstable_mhz"] == last_ok + GRID
+    assert analysis["chosen"]["sm_offset_mhz"] == last_ok - MARGIN
+    assert run["undervolt"]["refined_between_mhz"] == [0.0, 210.0]
+    summary = (run_dir / "summary.md").read_text()
+    assert "offset stepped by 210 MHz from 0, then by 15 MHz from +15 to" in summary
+    assert "held 120 s under the load, then measured and checked" in summary
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+
+
+def test_a_margin_past_every_stable_offset_answers_offset_zero_and_completes(
+    tmp_path: Path,
+) -> None:
+    profile = "rtx3090-air"
+    state, env = _rig(tmp_path, profile)
+    done = powersweep(*_args(profile, state, tmp_path / "runs", "--offset-margin", "600"), env=env)
+    assert done.returncode == 0, done.stderr
+    run_dir = _run_dir(tmp_path / "runs")
     assert read_json(run_dir / "run.json")["status"] == "complete"
     analysis = read_json(run_dir / "analysis.json")
-    assert analysis["first_unstable_mhz"] == 210.0 and analysis["last_stable_mhz"] == 0.0
     assert analysis["chosen"]["sm_offset_mhz"] == 0.0 and analysis["soaks"] == []
     assert "no_undervolt" in [f["code"] for f in analysis["findings"]]
+    summary = (run_dir / "summary.md").read_text()
+    assert "offset 0, the card's own curve (no soak needed)" in summary
+    assert "was soaked" not in summary
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)

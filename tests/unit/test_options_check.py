@@ -247,7 +247,8 @@ UV = PointOptions(axis=Axis.UNDERVOLT)
             "--offset-step must be",
         ),
         ({"points": UV, "undervolt": UndervoltOptions(offset_step_mhz=math.nan)}, "--offset-step"),
-        ({"points": UV, "undervolt": UndervoltOptions(backoff_steps=-1)}, "--offset-backoff-steps"),
+        ({"points": UV, "undervolt": UndervoltOptions(margin_mhz=-15.0)}, "--offset-margin"),
+        ({"points": UV, "undervolt": UndervoltOptions(margin_mhz=math.nan)}, "--offset-margin"),
         (
             {"points": UV, "undervolt": UndervoltOptions(soak_s=-1.0)},
             "--soak-seconds takes 0 to 600",
@@ -273,6 +274,6 @@ def test_an_undervolt_search_with_its_flags_passes() -> None:
     _check(
         points=PointOptions(axis=Axis.UNDERVOLT, sm_clocks=(1695.0,), hold_cap_w=280.0),
         undervolt=UndervoltOptions(
-            offset_step_mhz=15.0, backoff_steps=0, soak_s=600.0, max_offset_mhz=15.0
+            offset_step_mhz=15.0, margin_mhz=0.0, soak_s=600.0, max_offset_mhz=15.0
         ),
     )

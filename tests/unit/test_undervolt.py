@@ -75,10 +75,16 @@ def test_the_answer_is_the_soak_that_held_beside_the_baseline_cap(tmp_path: Path
     assert UndervoltAnalysis.from_json(a.to_json()).to_json() == a.to_json()
 
 
-def test_without_soaks_the_backoff_lands_on_a_measured_step(tmp_path: Path) -> None:
+def test_without_soaks_the_margin_lands_on_a_measured_step(tmp_path: Path) -> None:
+    run = {"options": {"offset_step_mhz": 30.0, "margin_mhz": 30.0}}
+    a = analyze_undervolt(_curve(tmp_path, _search(120.0), run))
+    assert a.margin_mhz == 30.0 and a.chosen is not None and a.chosen.sm_offset_mhz == 90.0
+
+
+def test_a_run_before_the_margin_backs_off_its_recorded_steps(tmp_path: Path) -> None:
     run = {"options": {"offset_step_mhz": 30.0, "backoff_steps": 1}}
     a = analyze_undervolt(_curve(tmp_path, _search(120.0), run))
-    assert a.backoff_steps == 1 and a.chosen is not None and a.chosen.sm_offset_mhz == 90.0
+    assert a.margin_mhz == 30.0 and a.chosen is not None and a.chosen.sm_offset_mhz == 90.0
 
 
 def test_no_stable_offset_above_zero_answers_the_cards_own_curve(tmp_path: Path) -> None:

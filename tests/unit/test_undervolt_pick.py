@@ -111,7 +111,7 @@ def test_offset_zero_that_beats_the_cap_is_the_lock_and_cap_alone(tmp_path: Path
     assert (rec.cap_w, rec.sm_clock_mhz, rec.sm_offset_mhz) == (450.0, 2790.0, None)
     assert rec.describe() == "SM 2790 MHz at 450 W per GPU"
     assert rec.notes == (
-        "no SM clock offset above 0 held with the back-off margin: only the SM clock lock and "
+        "no SM clock offset above 0 held with the margin: only the SM clock lock and "
         "the power limit are set (the SM clock offset in force is left as it is)",
     )
 

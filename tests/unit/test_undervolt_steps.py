@@ -1,4 +1,5 @@
-"""The undervolt search's steps: one at a time, bounded, backed off and soaked."""
+"""The undervolt search's steps: one at a time, bounded, refined on the 15 MHz grid, backed off
+in MHz and soaked."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.undervolt_steps import (
     BASELINE,
     REFERENCE,
+    REFINE,
     SEARCH,
     UndervoltPlan,
     UndervoltSchedule,
@@ -22,16 +24,21 @@ def _plan(**kw: object) -> UndervoltPlan:
         sm_clocks_mhz=(1695.0, 1680.0, 1665.0, 1650.0),
         step_mhz=30.0,
         max_mhz=1000.0,
-        backoff_steps=2,
+        margin_mhz=30.0,
         soak_s=120.0,
     )
     base.update(kw)
     return UndervoltPlan(**base)  # type: ignore[arg-type]
 
 
-def _run(schedule: UndervoltSchedule, stable_up_to: float, clock: float = 1690.0) -> list:
+def _run(
+    schedule: UndervoltSchedule,
+    stable_up_to: float,
+    clock: float = 1690.0,
+    status: dict[SweepPoint, str] | None = None,
+) -> list:
     """Drive the schedule like the driver: every step up to ``stable_up_to`` is ok."""
-    status: dict[SweepPoint, str] = {}
+    status = {} if status is None else status
     schedule.status_of = status.get
     measured: dict[SweepPoint, dict] = {}
     asked = []
@@ -54,10 +61,38 @@ def test_baseline_then_reference_then_steps_until_the_first_unstable() -> None:
     assert asked[0] == (SweepPoint(280.0, sm_offset_mhz=0.0), BASELINE)
     assert asked[1] == (SweepPoint(280.0, 1680.0, None, 0.0), REFERENCE)
     offsets = [p.sm_offset_mhz for p, r in asked[2:]]
-    assert offsets == [30.0, 60.0, 90.0, 120.0, 150.0, 180.0]
-    assert all(r == SEARCH for _, r in asked[2:])
-    assert s.last_stable_k == 5 and s.first_unstable_k == 6
+    # 30 MHz steps to the first unstable one, then the one grid bin between the edge's two
+    assert offsets == [30.0, 60.0, 90.0, 120.0, 150.0, 180.0, 165.0]
+    assert [r for _, r in asked[2:]] == [SEARCH] * 6 + [REFINE]
+    assert s.last_stable_mhz == 150.0 and s.first_unstable_mhz == 165.0
     assert "unstable" in s.ended
+
+
+def test_a_coarse_step_is_refined_in_15_mhz_bins_and_the_margin_is_mhz() -> None:
+    # issue 45: --offset-step 120 on a card stable to +249 found +240 and answered +0 (two
+    # 120 MHz steps back); in MHz it refines to +240, then answers 30 MHz below
+    s = UndervoltSchedule(_plan(step_mhz=120.0), lambda _p: None)
+    status: dict[SweepPoint, str] = {}
+    asked = _run(s, stable_up_to=249.0, status=status)
+    offsets = [p.sm_offset_mhz for p, _ in asked[2:]]
+    assert offsets == [120.0, 240.0, 360.0, 255.0]
+    assert s.last_stable_mhz == 240.0 and s.first_unstable_mhz == 255.0
+    assert s.refined == (240.0, 360.0)
+    soak = s.soak()
+    assert soak is not None and soak.sm_offset_mhz == 210.0
+    s.soaked("ok")
+    record = s.record()
+    assert record is not None and record["chosen_mhz"] == 210.0
+    assert record["margin_mhz"] == 30.0 and record["refined_between_mhz"] == [240.0, 360.0]
+
+
+def test_the_refinement_climbs_every_bin_below_the_first_unstable_step() -> None:
+    s = UndervoltSchedule(_plan(step_mhz=120.0), lambda _p: None)
+    asked = _run(s, stable_up_to=350.0)
+    offsets = [p.sm_offset_mhz for p, _ in asked[2:]]
+    assert offsets == [120.0, 240.0, 360.0, 255.0, 270.0, 285.0, 300.0, 315.0, 330.0, 345.0]
+    assert s.last_stable_mhz == 345.0 and s.first_unstable_mhz == 360.0
+    assert len(asked) <= _plan(step_mhz=120.0).max_points
 
 
 def test_the_lock_given_is_kept_and_the_measured_clock_is_snapped() -> None:
@@ -73,33 +108,51 @@ def test_the_lock_given_is_kept_and_the_measured_clock_is_snapped() -> None:
     assert snap_lock(float("nan"), (1695.0,)) is None
 
 
-def test_the_soak_backs_off_and_a_failed_soak_backs_off_one_more() -> None:
+def test_the_soak_backs_off_and_a_failed_soak_backs_off_by_the_margin_again() -> None:
     s = UndervoltSchedule(_plan(), lambda _p: None)
     _run(s, stable_up_to=150.0)
     first = s.soak()
-    assert first == SweepPoint(280.0, 1680.0, None, 90.0)
+    assert first == SweepPoint(280.0, 1680.0, None, 120.0)
     assert s.soak() == first  # asked again before its status: the same soak
     s.soaked("unstable")
-    assert s.soak() == SweepPoint(280.0, 1680.0, None, 60.0)
+    assert s.soak() == SweepPoint(280.0, 1680.0, None, 90.0)
     s.soaked("ok")
     assert s.soak() is None
     record = s.record()
     assert record is not None
-    assert record["chosen_mhz"] == 60.0 and record["last_stable_mhz"] == 150.0
-    assert record["first_unstable_mhz"] == 180.0
+    assert record["chosen_mhz"] == 90.0 and record["last_stable_mhz"] == 150.0
+    assert record["first_unstable_mhz"] == 165.0
     assert [x["status"] for x in record["soaks"]] == ["unstable", "ok"]
 
 
 def test_failed_soaks_end_at_offset_zero_without_soaking_it() -> None:
-    s = UndervoltSchedule(_plan(backoff_steps=0), lambda _p: None)
-    _run(s, stable_up_to=60.0)
+    s = UndervoltSchedule(_plan(margin_mhz=0.0), lambda _p: None)
+    _run(s, stable_up_to=30.0)
     n = 0
     while (p := s.soak()) is not None:
         n += 1
         assert p.sm_offset_mhz and p.sm_offset_mhz > 0
         s.soaked("unstable")
-    assert n == 2  # 60, then 30: one soak per stable step at most
-    assert s.chosen_k == 0
+    assert n == 2  # 30 (45 failed its refinement), then 15: one grid bin a soak at zero margin
+    assert s.chosen_mhz == 0.0
+    assert n <= _plan(margin_mhz=0.0).max_soaks
+
+
+def test_without_a_soak_a_measured_step_is_the_answer_and_an_unmeasured_one_is_measured() -> None:
+    s = UndervoltSchedule(_plan(soak_s=0.0), lambda _p: None)
+    status: dict[SweepPoint, str] = {}
+    _run(s, stable_up_to=150.0, status=status)
+    assert s.soak() is None and s.chosen_mhz == 120.0  # a 30 MHz step measured it
+    s = UndervoltSchedule(_plan(soak_s=0.0, margin_mhz=20.0), lambda _p: None)
+    status = {}
+    _run(s, stable_up_to=150.0, status=status)
+    # 150 - 20 = 130 lands on the grid at 120, measured; 45 would not be
+    assert s.soak() is None and s.chosen_mhz == 120.0
+    s = UndervoltSchedule(_plan(soak_s=0.0, margin_mhz=15.0), lambda _p: None)
+    status = {}
+    _run(s, stable_up_to=150.0, status=status)
+    soak = s.soak()  # 135 MHz: no step measured it, so it is measured before it is the answer
+    assert soak is not None and soak.sm_offset_mhz == 135.0 and s.chosen_mhz is None
 
 
 def test_the_search_stops_at_the_highest_offset() -> None:
@@ -107,7 +160,7 @@ def test_the_search_stops_at_the_highest_offset() -> None:
     asked = _run(s, stable_up_to=1e9)
     assert [p.sm_offset_mhz for p, _ in asked[1:]] == [0.0, 30.0, 60.0, 90.0]
     assert "highest offset" in s.ended
-    assert s.first_unstable_k is None
+    assert s.first_unstable_mhz is None
 
 
 @pytest.mark.parametrize("status", ["failed", "rejected", None])

@@ -94,11 +94,10 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
             sm_clocks_mhz=_sm_clocks(gpus[0]),
             step_mhz=uv.offset_step_mhz,
             max_mhz=top,
-            backoff_steps=uv.backoff_steps,
+            margin_mhz=uv.margin_mhz,
             soak_s=uv.soak_s,
         )
-        # the baseline, the reference, every step and one soak per stable step at most
-        self.check_time(options, 2 + 2 * plan.max_steps, clock)
+        self.check_time(options, plan.max_points, clock)
         warn(RISK_WARNING)
         return PlannedPoints([cap], [SweepPoint(cap, sm_offset_mhz=0.0)], undervolt=plan)
 

@@ -1,10 +1,10 @@
-"""The undervolt search's steps (issue 36): the baseline cap, then offsets up from 0 at one locked
-SM clock until the first unstable step, then the chosen offset's soak.
+"""The undervolt search's steps (issues 36, 45): the baseline cap, then offsets up from 0 at one
+locked SM clock until the first unstable step, then 15 MHz steps between the last stable and the
+first unstable one, then the chosen offset's soak, all in MHz.
 
 The search is sequential by nature (each step is only worth taking once the one before it held),
-so :class:`UndervoltSchedule` hands the driver one point per batch. It is bounded: at most
-``max_mhz / step_mhz + 1`` steps, and at most one soak per stable step (a soak that fails backs
-off one step more).
+so :class:`UndervoltSchedule` hands the driver one point per batch. It is bounded:
+:attr:`UndervoltPlan.max_points` (a soak that fails backs off by the margin again).
 
 Pure: no I/O and no clock (the driver reports each step's status).
 """
@@ -23,8 +23,11 @@ Batch = list[tuple[SweepPoint, str]]
 BASELINE = "baseline"
 REFERENCE = "reference"
 SEARCH = "search"
+REFINE = "refine"
+DONE = "done"
 # Where no supported clock is listed, a lock lands on the 15 MHz grid every NVIDIA card's
-# clocks sit on.
+# clocks sit on; offsets move the voltage/frequency curve in the same bins, so the search refines
+# its edge and places its answer on it.
 CLOCK_GRID_MHZ = 15.0
 # A measured clock within this below a supported one is taken as that clock (a reading's
 # rounding); a median between two bins (a clock dithering under the cap) takes the lower bin,
@@ -40,9 +43,9 @@ class UndervoltPlan:
         cap_w: The baseline cap (the best cap to compare with); held at every step.
         lock_mhz: The SM clock to lock (None: the clock the card holds at the baseline cap).
         sm_clocks_mhz: The SM clocks the card supports (where a measured clock is snapped).
-        step_mhz: Step between offsets.
+        step_mhz: The coarse step between offsets, which finds the edge.
         max_mhz: The highest offset to try.
-        backoff_steps: Steps the answer backs off from the last stable offset.
+        margin_mhz: MHz the answer stays below the last stable offset.
         soak_s: Run seconds the chosen offset is held before it is measured once more.
     """
 
@@ -51,13 +54,29 @@ class UndervoltPlan:
     sm_clocks_mhz: tuple[float, ...]
     step_mhz: float
     max_mhz: float
-    backoff_steps: int
+    margin_mhz: float
     soak_s: float
 
     @property
     def max_steps(self) -> int:
-        """Offsets the search may step to above 0."""
+        """Coarse offsets the search may step to above 0."""
         return max(0, math.floor(self.max_mhz / self.step_mhz + 1e-9))
+
+    @property
+    def refine_steps(self) -> int:
+        """Grid offsets between the last stable coarse step and the first unstable one."""
+        return max(0, math.ceil(self.step_mhz / CLOCK_GRID_MHZ - 1e-9) - 1)
+
+    @property
+    def max_soaks(self) -> int:
+        """Soaks at most: each failed one backs off by the margin (one grid bin at least)."""
+        return math.floor(self.max_mhz / max(self.margin_mhz, CLOCK_GRID_MHZ) + 1e-9) + 1
+
+    @property
+    def max_points(self) -> int:
+        """Every point the search may measure: the baseline, offset 0, the coarse steps, the
+        grid steps between the edge's two and the soaks."""
+        return 2 + self.max_steps + self.refine_steps + self.max_soaks
 
 
 def snap_lock(measured_mhz: float, supported: Sequence[float]) -> float | None:
@@ -73,8 +92,9 @@ def snap_lock(measured_mhz: float, supported: Sequence[float]) -> float | None:
 
 
 class UndervoltSchedule:
-    """One step at a time: the baseline, offset 0 (the reference), then up by one step while
-    each holds.
+    """One step at a time: the baseline, offset 0 (the reference), then up by the coarse step
+    while each holds, then up the 15 MHz grid from the last stable step to the first unstable
+    one; the answer is the last stable offset less the margin, on the grid, soaked.
 
     Args:
         plan: The search.
@@ -88,17 +108,18 @@ class UndervoltSchedule:
         self.baseline = SweepPoint(plan.cap_w, sm_offset_mhz=0.0)
         self.lock_mhz = plan.lock_mhz
         self._stage = BASELINE
-        self._k = 0
-        self.last_stable_k: int | None = None
-        self.first_unstable_k: int | None = None
+        self._at_mhz = 0.0
+        self.last_stable_mhz: float | None = None
+        self.first_unstable_mhz: float | None = None
         self.ended = ""
-        self._soak_k: int | None = None
+        self._soak_mhz: float | None = None
         self.soaks: list[tuple[float, str]] = []
-        self.chosen_k: int | None = None
+        self.chosen_mhz: float | None = None
+        self.refined: tuple[float, float] | None = None
 
-    def step(self, k: int) -> SweepPoint:
-        """The point of offset step ``k`` at the locked clock."""
-        return SweepPoint(self.plan.cap_w, self.lock_mhz, None, k * self.plan.step_mhz)
+    def at(self, mhz: float) -> SweepPoint:
+        """The point of offset ``mhz`` at the locked clock."""
+        return SweepPoint(self.plan.cap_w, self.lock_mhz, None, mhz)
 
     def next(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
         """The next step (empty: the search is over)."""
@@ -106,73 +127,107 @@ class UndervoltSchedule:
             self._stage = REFERENCE
             return [(self.baseline, BASELINE)]
         if self._stage == REFERENCE:
-            self._stage = SEARCH
-            if self.lock_mhz is None:
-                row = measured.get(self.baseline)
-                clock = float(row.get("sm_clock_mhz", math.nan)) if row else math.nan
-                self.lock_mhz = snap_lock(clock, self.plan.sm_clocks_mhz)
-            if self.lock_mhz is None:
-                self.ended = (
-                    "the baseline cap gave no SM clock to lock (it failed): give --sm-clocks"
-                )
-                return []
-            return [(self.step(0), REFERENCE)]
-        if self._stage != SEARCH:
+            return self._reference(measured)
+        if self._stage not in (SEARCH, REFINE):
             return []
-        status = self.status_of(self.step(self._k))
+        status = self.status_of(self.at(self._at_mhz))
         if status == "ok":
-            self.last_stable_k = self._k
-            if self._k + 1 <= self.plan.max_steps:
-                self._k += 1
-                return [(self.step(self._k), SEARCH)]
-            self.ended = f"reached the highest offset, {self._k * self.plan.step_mhz:+g} MHz"
-        elif self._k == 0:
+            self.last_stable_mhz = self._at_mhz
+            return self._up()
+        if self._at_mhz == 0:
             self.ended = f"offset 0 itself was {status or 'not measured'}: nothing to search from"
         else:
-            self.first_unstable_k = self._k
-            self.ended = f"{self.step(self._k).label()} was {status}"
-        self._stage = "done"
+            self.first_unstable_mhz = self._at_mhz
+            self.ended = f"{self.at(self._at_mhz).label()} was {status}"
+            if self._stage == SEARCH and self._refine_from() is not None:
+                return self._up()
+        self._stage = DONE
+        return []
+
+    def _reference(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
+        self._stage = SEARCH
+        if self.lock_mhz is None:
+            row = measured.get(self.baseline)
+            clock = float(row.get("sm_clock_mhz", math.nan)) if row else math.nan
+            self.lock_mhz = snap_lock(clock, self.plan.sm_clocks_mhz)
+        if self.lock_mhz is None:
+            self.ended = "the baseline cap gave no SM clock to lock (it failed): give --sm-clocks"
+            return []
+        return [(self.at(0.0), REFERENCE)]
+
+    def _refine_from(self) -> float | None:
+        """The first grid offset above the last stable one, where it lies below the first
+        unstable one (None: the coarse step was the grid's)."""
+        if self.last_stable_mhz is None or self.first_unstable_mhz is None:
+            return None
+        nxt = _grid_floor(self.last_stable_mhz) + CLOCK_GRID_MHZ
+        return nxt if nxt < self.first_unstable_mhz - 1e-9 else None
+
+    def _up(self) -> Batch:
+        """The next offset up: the coarse step, or the grid's between the edge's two steps."""
+        if self.first_unstable_mhz is not None:
+            nxt = self._refine_from()
+            if nxt is None:
+                self._stage = DONE
+                return []
+            if self._stage == SEARCH:
+                self.refined = (self.last_stable_mhz or 0.0, self.first_unstable_mhz)
+            self._stage, self._at_mhz = REFINE, nxt
+            return [(self.at(nxt), REFINE)]
+        nxt = self._at_mhz + self.plan.step_mhz
+        if nxt <= self.plan.max_mhz + 1e-9:
+            self._at_mhz = nxt
+            return [(self.at(nxt), SEARCH)]
+        self.ended = f"reached the highest offset, {self._at_mhz:+g} MHz"
+        self._stage = DONE
         return []
 
     def soak(self) -> SweepPoint | None:
-        """The next offset to soak (None: no soak is left). The first is the last stable step
-        less the back-off; offset 0 needs none (it is the card's own curve, measured already)."""
-        if self._stage != "done" or self.last_stable_k is None or self.chosen_k is not None:
+        """The next offset to soak (None: no soak is left). The first is the last stable offset
+        less the margin, on the grid; offset 0 needs none (it is the card's own curve, measured
+        already), nor does a measured stable step without ``--soak-seconds``. An offset the
+        margin lands on that no step measured is measured here, soak or not."""
+        if self._stage != DONE or self.last_stable_mhz is None or self.chosen_mhz is not None:
             return None
-        if self._soak_k is None:
-            self._soak_k = max(0, self.last_stable_k - self.plan.backoff_steps)
-        if self._soak_k <= 0 or self.plan.soak_s <= 0:
-            self.chosen_k = self._soak_k
+        if self._soak_mhz is None:
+            self._soak_mhz = max(0.0, _grid_floor(self.last_stable_mhz - self.plan.margin_mhz))
+        measured = self.status_of(self.at(self._soak_mhz)) == "ok"
+        if self._soak_mhz <= 0 or (self.plan.soak_s <= 0 and measured):
+            self.chosen_mhz = self._soak_mhz
             return None
-        return self.step(self._soak_k)
+        return self.at(self._soak_mhz)
 
     def soaked(self, status: str) -> None:
-        """Take the soak's status: ok chooses its offset, anything else backs off one step."""
-        if self._soak_k is None:
+        """Take the soak's status: ok chooses its offset, anything else backs off by the margin
+        again (one grid bin at least)."""
+        if self._soak_mhz is None:
             return
-        self.soaks.append((self._soak_k * self.plan.step_mhz, status))
+        self.soaks.append((self._soak_mhz, status))
         if status == "ok":
-            self.chosen_k = self._soak_k
+            self.chosen_mhz = self._soak_mhz
         else:
-            self._soak_k -= 1
+            back = max(self.plan.margin_mhz, CLOCK_GRID_MHZ)
+            self._soak_mhz = max(0.0, _grid_floor(self._soak_mhz - back))
 
     def record(self) -> dict[str, Any] | None:
         """``run.json``'s ``undervolt``: the lock, the steps' outcome and the chosen offset."""
-        step = self.plan.step_mhz
-
-        def mhz(k: int | None) -> float | None:
-            return None if k is None else k * step
-
         return {
             "cap_w": self.plan.cap_w,
             "sm_lock_mhz": self.lock_mhz,
-            "step_mhz": step,
+            "step_mhz": self.plan.step_mhz,
+            "grid_mhz": CLOCK_GRID_MHZ,
             "max_mhz": self.plan.max_mhz,
-            "backoff_steps": self.plan.backoff_steps,
+            "margin_mhz": self.plan.margin_mhz,
             "soak_s": self.plan.soak_s,
-            "last_stable_mhz": mhz(self.last_stable_k),
-            "first_unstable_mhz": mhz(self.first_unstable_k),
-            "chosen_mhz": mhz(self.chosen_k),
+            "last_stable_mhz": self.last_stable_mhz,
+            "first_unstable_mhz": self.first_unstable_mhz,
+            "refined_between_mhz": list(self.refined) if self.refined else None,
+            "chosen_mhz": self.chosen_mhz,
             "soaks": [{"sm_offset_mhz": o, "status": s} for o, s in self.soaks],
             "ended": self.ended,
         }
+
+
+def _grid_floor(mhz: float) -> float:
+    """``mhz`` down to the 15 MHz grid (offsets move the curve in its bins)."""
+    return math.floor(mhz / CLOCK_GRID_MHZ + 1e-9) * CLOCK_GRID_MHZ

@@ -1,7 +1,7 @@
 """What an undervolt run (``--axis undervolt``) recommends setting: the power limit it held, the
 SM clock lock and the SM clock offset of its ``chosen`` point.
 
-The search has one answer (the largest offset that held, less its back-off margin), so the
+The search has one answer (the largest offset that held, less its margin), so the
 objectives of a power or clock run do not apply to it. When no offset above 0 held, the lock and
 the limit are recommended alone, and only if that point beats the baseline cap beyond noise:
 otherwise the cap alone does as well and nothing is recommended.
@@ -104,7 +104,7 @@ def pick_undervolt(
     if abs(offset) <= _ZERO_MHZ:
         _refuse_unless_the_lock_beats_the_cap(run_dir, versus, cap)
         notes.append(
-            "no SM clock offset above 0 held with the back-off margin: only the SM clock lock "
+            "no SM clock offset above 0 held with the margin: only the SM clock lock "
             "and the power limit are set (the SM clock offset in force is left as it is)"
         )
     else:
