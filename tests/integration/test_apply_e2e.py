@@ -701,6 +701,31 @@ def test_bad_undervolt_input_is_one_line_and_changes_nothing(
     _assert_refused(capsys, state, [paths.get(a, a) for a in args], needle)
 
 
+@pytest.mark.parametrize("edit", ["unstable", "negative", "absurd"])
+def test_an_edited_undervolt_answer_is_refused_for_what_the_run_measured(
+    undervolt_rig: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    edit: str,
+) -> None:
+    # issue 45: an analysis.json edited to the step the run marked unstable, to an offset never
+    # measured, or to an absurd one was applied (or refused naming --sm-offset)
+    run, state = undervolt_rig
+    analysis = read_json(run / "analysis.json")
+    offset = {
+        "unstable": analysis["first_unstable_mhz"],
+        "negative": -150.0,
+        "absurd": 100000.0,
+    }[edit]
+    copy = tmp_path / "edited"
+    shutil.copytree(run, copy)
+    analysis["chosen"]["sm_offset_mhz"] = offset
+    (copy / "analysis.json").write_text(json.dumps(analysis))
+    _assert_refused(capsys, state, [str(copy)], f"{copy / 'analysis.json'} answers SM ")
+    _, _, err = cli(capsys, "apply", str(copy), *sim(state))
+    assert "--sm-offset" not in err and f"powersweep analyze {copy}` again" in err
+
+
 def test_a_card_without_an_offset_is_refused_in_one_line(
     undervolt_rig: tuple[Path, Path],
     capsys: pytest.CaptureFixture[str],

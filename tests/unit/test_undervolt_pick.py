@@ -1,7 +1,8 @@
 """What an undervolt run recommends (``sweep/settings/undervolt_pick.py``, through
 ``read_recommendation``), from hand-written ``analysis.json`` and ``run.json``: the cap, lock and
 offset of its ``chosen`` point, the caveats, and one-line refusals: another objective, no answer,
-and an answer at offset 0 that does no better than the cap."""
+an answer at offset 0 that does no better than the cap, and an answer its run's own caps.csv does
+not give (issue 45: an edited analysis.json)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from powersweep.errors import UsageError
-from powersweep.runformat import SCHEMA_VERSION
+from powersweep.runformat import CAPS_COLUMNS, SCHEMA_VERSION
 from powersweep.sweep.settings.recommendation import (
     MeasuredGpu,
     Recommendation,
@@ -39,6 +40,10 @@ GAIN = {
 }
 
 
+# run.json's record of a search whose answer is offset 0
+ZERO_RECORD = {"cap_w": 450.0, "sm_lock_mhz": 2790.0, "chosen_mhz": 0.0}
+
+
 def _analysis(**extra: Any) -> dict[str, Any]:
     return {
         "kind": "undervolt",
@@ -52,14 +57,47 @@ def _analysis(**extra: Any) -> dict[str, Any]:
     }
 
 
-def _run_dir(tmp_path: Path, analysis: dict[str, Any], **run: Any) -> Path:
+def _row(offset: float, status: str = "ok", reason: str = "search", **kw: Any) -> dict[str, Any]:
+    row = {
+        **{"cap_w": 450.0, "narr_tps": 47.05, "power_w": 350.8 - offset / 10, "status": status},
+        **{"sm_lock_mhz": 2790.0, "sm_offset_mhz": offset, "reason": reason},
+        **{"tps_per_w_u95_pct": 0.5, "j_per_token": 7.0, **kw},
+    }
+    row["tps_per_w"] = row["narr_tps"] / row["power_w"]
+    return row
+
+
+def _caps(stable_to: float = 180.0, soak: float | None = 180.0) -> list[dict[str, Any]]:
+    """A search at 2790 MHz in 90 MHz steps: stable to ``stable_to``, the next step unstable,
+    then the soak of ``soak`` (None: none)."""
+    rows = [_row(0.0, reason="baseline", sm_lock_mhz=None), _row(0.0, reason="reference")]
+    offset = 90.0
+    while offset <= stable_to:
+        rows.append(_row(offset))
+        offset += 90.0
+    rows.append(_row(offset, "unstable", error="the narr answer differs from offset 0's"))
+    if soak is not None:
+        rows.append(_row(soak, reason="soak"))
+    return rows
+
+
+def _run_dir(
+    tmp_path: Path,
+    analysis: dict[str, Any],
+    caps: list[dict[str, Any]] | None = None,
+    **run: Any,
+) -> Path:
     path = tmp_path / "run"
     path.mkdir(exist_ok=True)
+    lines = [",".join(CAPS_COLUMNS)]
+    for r in _caps() if caps is None else caps:
+        lines.append(",".join("" if r.get(c) is None else str(r[c]) for c in CAPS_COLUMNS))
+    (path / "caps.csv").write_text("\n".join(lines) + "\n")
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "status": "complete",
         "gpus": [{"index": 0, "name": "NVIDIA GeForce RTX 4090", "uuid": UUID}],
-        "options": {"axis": "undervolt", "hold_cap_w": None},
+        "options": {"axis": "undervolt", "hold_cap_w": None, "margin_mhz": 0.0},
         "undervolt": {"cap_w": 450.0, "sm_lock_mhz": 2790.0, "chosen_mhz": 180.0},
         **run,
     }
@@ -107,7 +145,9 @@ def test_no_answer_is_refused_with_the_step_that_ended_the_search(tmp_path: Path
 
 def test_offset_zero_that_beats_the_cap_is_the_lock_and_cap_alone(tmp_path: Path) -> None:
     zero = _analysis(chosen={**CHOSEN, "sm_offset_mhz": 0.0, "reason": "reference"})
-    rec = read_recommendation(_run_dir(tmp_path, zero))
+    rec = read_recommendation(
+        _run_dir(tmp_path, zero, _caps(stable_to=0.0, soak=None), undervolt=ZERO_RECORD)
+    )
     assert (rec.cap_w, rec.sm_clock_mhz, rec.sm_offset_mhz) == (450.0, 2790.0, None)
     assert rec.describe() == "SM 2790 MHz at 450 W per GPU"
     assert rec.notes == (
@@ -134,7 +174,7 @@ def test_offset_zero_no_better_than_the_cap_is_refused(
     tmp_path: Path, versus: dict[str, Any] | None, compared: str
 ) -> None:
     zero = _analysis(chosen={**CHOSEN, "sm_offset_mhz": 0.0}, versus_cap=versus)
-    run = _run_dir(tmp_path, zero)
+    run = _run_dir(tmp_path, zero, _caps(stable_to=0.0, soak=None), undervolt=ZERO_RECORD)
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
     assert str(info.value) == (
@@ -155,7 +195,7 @@ def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
             "tied": True,
         },
     )
-    rec = read_recommendation(_run_dir(tmp_path, tied))
+    rec = read_recommendation(_run_dir(tmp_path, tied, _caps(soak=None)))
     assert rec.sm_offset_mhz == 180.0
     assert rec.notes == (
         "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
@@ -192,3 +232,52 @@ def test_an_undervolt_run_with_another_kind_of_analysis_is_refused(tmp_path: Pat
         f"{run} is an undervolt run but its analysis.json is of kind 'power': run "
         f"`powersweep analyze {run}` again"
     )
+
+
+@pytest.mark.parametrize(
+    ("offset", "why"),
+    [
+        # the step the run itself found unstable
+        (270.0, "above the last offset its run measured stable (+180 MHz)"),
+        (100000.0, "above the last offset its run measured stable (+180 MHz)"),
+        # never measured at all
+        (-150.0, "an offset its run never measured stable at that lock"),
+        # measured stable, but not the answer: the soak chose +180
+        (90.0, "but its caps.csv and run.json give SM 2790 MHz +180 MHz at 450 W"),
+    ],
+)
+def test_an_edited_analysis_is_refused_for_what_the_run_measured(
+    tmp_path: Path, offset: float, why: str
+) -> None:
+    edited = _analysis(chosen={**CHOSEN, "sm_offset_mhz": offset})
+    run = _run_dir(tmp_path, edited)
+    with pytest.raises(UsageError) as info:
+        read_recommendation(run)
+    message = str(info.value)
+    assert message.startswith(f"{run / 'analysis.json'} answers SM 2790 MHz {offset:+g} MHz, ")
+    assert why in message
+    assert message.endswith(f"nothing is applied; run `powersweep analyze {run}` again")
+    assert "--sm-offset" not in message  # a flag the user never passed
+
+
+def test_an_edited_cap_or_lock_is_refused(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, _analysis(chosen={**CHOSEN, "cap_w": 600.0}))
+    with pytest.raises(UsageError, match=r"give SM 2790 MHz \+180 MHz at 450 W"):
+        read_recommendation(run)
+    run = _run_dir(tmp_path, _analysis(chosen={**CHOSEN, "sm_lock_mhz": 3000.0}))
+    with pytest.raises(UsageError, match="never measured stable at that lock"):
+        read_recommendation(run)
+
+
+def test_a_run_json_record_that_disagrees_is_refused(tmp_path: Path) -> None:
+    record = {"cap_w": 450.0, "sm_lock_mhz": 2790.0, "chosen_mhz": 90.0}
+    run = _run_dir(tmp_path, _analysis(), undervolt=record)
+    with pytest.raises(UsageError, match=r"run.json records \+90 MHz"):
+        read_recommendation(run)
+
+
+def test_a_run_without_its_measurements_applies_nothing(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, _analysis())
+    (run / "caps.csv").unlink()
+    with pytest.raises(UsageError, match="nothing is applied that the run did not measure"):
+        read_recommendation(run)

@@ -4,7 +4,9 @@ SM clock lock and the SM clock offset of its ``chosen`` point.
 The search has one answer (the largest offset that held, less its margin), so the
 objectives of a power or clock run do not apply to it. When no offset above 0 held, the lock and
 the limit are recommended alone, and only if that point beats the baseline cap beyond noise:
-otherwise the cap alone does as well and nothing is recommended.
+otherwise the cap alone does as well and nothing is recommended. The answer is derived again from
+the run's own measurements (caps.csv, run.json's record): an analysis.json that disagrees (edited,
+or made by another version) is refused, and so is any offset the run did not measure stable.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
-from powersweep.errors import UsageError
+from powersweep.errors import PowersweepError, UsageError
 
 UNDERVOLT = "undervolt"
 # The objective an undervolt run's answer serves (the search maximises TPS/W at its lock).
@@ -99,6 +101,7 @@ def pick_undervolt(
         raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
     cap = _first(chosen.cap_w, record.get("cap_w"), options.get("hold_cap_w"))
     cap = cap if cap is not None and cap > 0 else None
+    _refuse_unless_measured(run_dir, (cap, lock, offset), _measured(run_dir), record)
     versus = typed.versus_cap or VersusCap()
     notes = []
     if abs(offset) <= _ZERO_MHZ:
@@ -117,6 +120,80 @@ def pick_undervolt(
         tps=_number(chosen.tps),
         notes=tuple(notes),
     )
+
+
+def _measured(run_dir: Path) -> UndervoltAnalysis:
+    """The search's answer derived again from the run's caps.csv and run.json alone.
+
+    Raises:
+        UsageError: The measurements cannot be read.
+    """
+    from powersweep.analysis.load import load_curve
+    from powersweep.analysis.undervolt import analyze_undervolt
+
+    try:
+        return analyze_undervolt(load_curve(run_dir))
+    except PowersweepError as exc:
+        raise UsageError(
+            f"{run_dir}'s measurements cannot be read ({exc}): nothing is applied that the run "
+            "did not measure"
+        ) from None
+
+
+def _refuse_unless_measured(
+    run_dir: Path,
+    answer: tuple[float | None, float, float],
+    measured: UndervoltAnalysis,
+    record: dict[str, Any],
+) -> None:
+    """Refuse an answer (cap, lock, offset) the run's own measurements do not give: an offset
+    above the last one measured stable, one never measured stable at that lock (a negative one
+    included), or any other disagreement with the answer derived from caps.csv and run.json.
+
+    Raises:
+        UsageError: One line naming the run, what its analysis.json says and what it measured.
+    """
+    cap, lock, offset = answer
+    said = f"{run_dir / 'analysis.json'} answers SM {lock:g} MHz {offset:+g} MHz"
+    again = f": nothing is applied; run `powersweep analyze {run_dir}` again"
+    held = {
+        round(float(s.sm_offset_mhz))
+        for s in (*measured.steps, *measured.soaks)
+        if s.status == "ok" and s.sm_offset_mhz is not None and _same(s.sm_lock_mhz, lock)
+    }
+    last = _number(measured.last_stable_mhz)
+    if last is not None and offset > last + _ZERO_MHZ:
+        raise UsageError(
+            f"{said}, above the last offset its run measured stable ({last:+g} MHz)" + again
+        )
+    if round(offset) not in held:
+        raise UsageError(f"{said}, an offset its run never measured stable at that lock" + again)
+    derived = measured.chosen
+    recorded = _number(record.get("chosen_mhz"))
+    agrees = (
+        derived is not None
+        and _same(derived.sm_offset_mhz, offset)
+        and _same(derived.sm_lock_mhz, lock)
+        and (cap is None or derived.cap_w is None or _same(derived.cap_w, cap))
+        and (recorded is None or _same(recorded, offset))
+    )
+    if not agrees:
+        found = (
+            f"SM {derived.sm_lock_mhz:g} MHz {derived.sm_offset_mhz or 0.0:+g} MHz at "
+            f"{derived.cap_w:g} W"
+            if derived is not None and derived.sm_lock_mhz is not None and derived.cap_w is not None
+            else "no answer"
+        )
+        raise UsageError(
+            f"{said}, but its caps.csv and run.json give {found}"
+            + (f" (run.json records {recorded:+g} MHz)" if recorded is not None else "")
+            + again
+        )
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    """Two settings that are one (a reading's rounding apart)."""
+    return a is not None and b is not None and abs(a - b) <= _ZERO_MHZ
 
 
 def _no_answer(run_dir: Path, analysis: UndervoltAnalysis) -> str:
