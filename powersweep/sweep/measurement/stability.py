@@ -313,7 +313,8 @@ class StabilityCheck:
             texts.append(f"{answer.completion_tokens}\0{answer.text}")
             logprobs.append(getattr(answer, "logprobs", None))
             notes += self._cache_notes(probe, answer)
-        if not self._no_logprobs_said and texts and not any(logprobs):
+        answered = any(t is not None for t in texts)
+        if answered and not self._no_logprobs_said and not any(logprobs):
             self._no_logprobs_said = True
             notes.append(
                 Note(
