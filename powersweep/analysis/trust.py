@@ -44,6 +44,10 @@ _FAULT_TEXT = {
     "unstable_offset": "undervolt step(s) failed their stability check",
     "gpu_reset": "GPU reset(s) by an unstable offset (the card came back at offset 0)",
     "xid_unreadable": "card set(s) could not report Xid errors (steps checked without them)",
+    "probe_cached": "stability probe(s) the server served from its cache even when asked not "
+    "to and sent again (their prefill was not checked at that step)",
+    "cache_untold": "server(s) that report no cached prompt tokens: whether a stability probe "
+    "was served from cache could not be told",
     "stretch_unchecked": "undervolt search(es) whose TPS does not follow the card (a simulated "
     "card beside a real server): steps not judged by their TPS",
 }

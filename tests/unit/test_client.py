@@ -619,3 +619,53 @@ def test_greedy_against_the_simulated_server(flavour: str, switch: bool) -> None
     assert answer.text.strip()
     assert server.requests_total == 1
     assert client.accepts_thinking_switch is switch
+
+
+def test_greedy_asks_the_server_to_compute_the_prompt_and_for_logprobs() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        usage = {"prompt_tokens": 3, "completion_tokens": 1}
+        usage["prompt_tokens_details"] = {"cached_tokens": 2}  # type: ignore[assignment]
+        logprobs = {"content": [{"token": "a", "logprob": -0.25, "top_logprobs": []}]}
+        body = completion({"content": "a"}, usage=usage)
+        body["choices"][0]["logprobs"] = logprobs
+        return httpx.Response(200, json=body)
+
+    answer, _, _ = run_greedy(handler, cache_salt="s-1", logprobs=True)
+    # the prompt is the caller's, unchanged: the cache is switched off beside it
+    assert seen[0]["messages"] == [{"role": "user", "content": "hello"}]
+    assert seen[0]["cache_prompt"] is False and seen[0]["cache_salt"] == "s-1"
+    assert (seen[0]["logprobs"], seen[0]["top_logprobs"]) == (True, 1)
+    assert answer.cached_tokens == 2 and answer.logprobs == (-0.25,)
+    # without them asked for, neither a salt nor logprobs is sent; cache_prompt still is
+    run_greedy(handler)
+    assert "cache_salt" not in seen[1] and "logprobs" not in seen[1]
+    assert seen[1]["cache_prompt"] is False
+
+
+def test_greedy_drops_a_refused_cache_salt_and_logprobs_and_remembers() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if "cache_salt" in body or "logprobs" in body:
+            # as vLLM's V0 engine refuses a salt; this server refuses logprobs as well
+            text = "cache_salt is not supported with V0; logprobs are not supported"
+            return httpx.Response(400, json={"error": {"message": text}})
+        return httpx.Response(200, json=completion({"content": "a"}))
+
+    async def go() -> tuple[GreedyAnswer, GreedyAnswer, ChatClient]:
+        client = ChatClient(INFO, ScaledClock(1.0), transport=httpx.MockTransport(handler))
+        first = await client.greedy("p", max_tokens=2, seed=1, cache_salt="x", logprobs=True)
+        again = await client.greedy("p", max_tokens=2, seed=1, cache_salt="y", logprobs=True)
+        await client.aclose()
+        return first, again, client
+
+    first, again, client = asyncio.run(go())
+    assert first.ok and again.ok and len(bodies) == 3
+    assert not {"cache_salt", "logprobs", "top_logprobs"} & (bodies[1].keys() | bodies[2].keys())
+    assert bodies[2]["cache_prompt"] is False  # not named by the refusal: kept
+    assert {"cache_salt", "logprobs"} <= client.refused_keys

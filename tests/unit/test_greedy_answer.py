@@ -103,3 +103,26 @@ def test_the_answer_is_frozen() -> None:
     answer = GreedyAnswer(text="a")
     with pytest.raises(dataclasses.FrozenInstanceError):
         answer.text = "b"  # type: ignore[misc]
+
+
+def test_cached_tokens_from_usage_else_llama_timings_and_token_logprobs() -> None:
+    logprobs = {"content": [{"token": "P", "logprob": -0.5}, {"token": ".", "logprob": 0}]}
+    raw = json.dumps(
+        {
+            "choices": [{"message": {"content": "P."}, "logprobs": logprobs}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2},
+            "timings": {"cache_n": 8, "prompt_n": 1},
+        }
+    ).encode()
+    answer = parse_greedy(raw)
+    assert answer.cached_tokens == 8 and answer.logprobs == (-0.5, 0.0)
+    # a server that counts none says so with 0; one that reports no count leaves None
+    assert parse_greedy(_completion({"content": "a"}, timings={"cache_n": 0})).cached_tokens == 0
+    plain = parse_greedy(_completion({"content": "a"}, usage={"completion_tokens": 1}))
+    assert plain.cached_tokens is None and plain.logprobs is None
+
+
+@pytest.mark.parametrize("logprobs", [None, {"content": None}, {"content": "x"}, [1, 2]])
+def test_logprobs_in_another_shape_are_none(logprobs: Any) -> None:
+    raw = json.dumps({"choices": [{"message": {"content": "a"}, "logprobs": logprobs}]})
+    assert parse_greedy(raw.encode()).logprobs is None

@@ -42,9 +42,15 @@ class _Client:
         self.prompt_tokens: int | None = None
 
     async def greedy(
-        self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        seed: int,
+        deadline_s: float | None = None,
+        **kw: Any,
     ) -> _Answer:
-        self.calls.append({"max_tokens": max_tokens, "seed": seed, "deadline_s": deadline_s})
+        self.calls.append({"max_tokens": max_tokens, "seed": seed, "deadline_s": deadline_s, **kw})
         if self.fail:
             return _Answer("", None, self.fail)
         if max_tokens == 1:

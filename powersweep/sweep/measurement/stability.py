@@ -14,11 +14,20 @@ reference taken at offset 0 at the same locked clock:
 
 The reference itself is checked first: its answers are taken twice, and a server whose greedy
 answers differ between two runs at offset 0 cannot show corruption, so the search is refused.
+
+The server must compute each probe: a prompt served from its cache was computed at an earlier
+offset. Each probe asks for no cache without changing its prompt (``ChatClient.greedy``:
+llama.cpp ``cache_prompt: false``, a ``cache_salt`` of its own for vLLM and SGLang), and its
+answer's cached-token count is read. A probe served from cache anyway is sent once more with a
+fresh salt; still cached, the step says its prefill was not checked. A server that reports no
+count is named once a run. Where the server returns token logprobs, a token-identical answer's
+logprobs must also stay within the reference's own variation between its two runs.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,6 +46,19 @@ GREEDY_SEED = 20261202
 DECODE_PROBE_TOKENS = 128
 # Tokens the prefill probe generates after its long prompt (the prefill is what it checks).
 PREFILL_PROBE_TOKENS = 24
+# A probe served from the server's cache is sent again this many times, each with a fresh salt.
+CACHED_RETRIES = 1
+# How far (nats) a token-identical answer's token logprobs may move from offset 0's: beyond
+# this many times the reference's own variation between its two runs, and beyond the floor (a
+# deterministic server's variation is 0; the floor keeps printed-float noise from counting).
+LOGPROB_NOISE_FACTOR = 4.0
+LOGPROB_FLOOR_NATS = 0.02
+# What each engine needs to report cached prompt tokens, for the note when none is reported.
+_CACHE_REPORT_HINT = {
+    "vllm": "; start vLLM with --enable-prompt-tokens-details to have it report them",
+    "sglang": "; start SGLang with --enable-cache-report to have it report them",
+    "ollama": "; Ollama reports none (and has no per-request switch for its cache)",
+}
 # The prefill probe's prompt, in the simulator's and BPE tokenizers' ~4 characters per token.
 PREFILL_PROBE_TOKENS_IN = 2000
 # Run seconds one probe may take before it counts as failed (the check is bounded).
@@ -153,10 +175,48 @@ class GreedyApi(Protocol):
     """The client call the check needs (``ChatClient.greedy``)."""
 
     async def greedy(
-        self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        seed: int,
+        deadline_s: float | None = None,
+        cache_salt: str | None = None,
+        logprobs: bool = False,
     ) -> Any:
-        """One greedy answer (``text``, ``completion_tokens``, ``error``); never raises."""
+        """One greedy answer (``text``, ``completion_tokens``, ``error``, and where known
+        ``cached_tokens`` and ``logprobs``); never raises."""
         ...
+
+
+@dataclass(frozen=True)
+class Note:
+    """What a check met that leaves the step stable but must reach the user.
+
+    Attributes:
+        kind: Its ``run.json`` fault kind ("": a warning only).
+        text: What it says.
+    """
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ProbeRound:
+    """One round of the probes' answers, in probe order.
+
+    Attributes:
+        texts: Each answer (its token count and text); None where it failed.
+        failed: Why the probes that failed did.
+        logprobs: Each answer's token logprobs; None where the server returned none.
+        notes: What the round met (a probe served from cache, a count the server lacks).
+    """
+
+    texts: tuple[str | None, ...]
+    failed: tuple[str, ...]
+    logprobs: tuple[tuple[float, ...] | None, ...]
+    notes: tuple[Note, ...]
 
 
 @dataclass(frozen=True)
@@ -168,12 +228,14 @@ class Verdict:
         differ: How many of them were not token-identical to it.
         problems: Why the step is unstable, one line each (empty: stable).
         reset: A card was found reset (its offset or lock back at the default).
+        notes: What the check met that does not make the step unstable.
     """
 
     checked: int
     differ: int
     problems: tuple[str, ...] = ()
     reset: bool = False
+    notes: tuple[Note, ...] = ()
 
     @property
     def stable(self) -> bool:
@@ -217,28 +279,91 @@ class StabilityCheck:
         self.probes = probes(context_tokens)
         self.reference: tuple[str, ...] | None = None
         self.reference_tps: tuple[float, float] | None = None
+        # offset 0's token logprobs per probe, and how far its two runs' differed
+        self.reference_logprobs: tuple[tuple[float, ...] | None, ...] = ()
+        self.logprob_noise: tuple[float | None, ...] = ()
+        # each probe request's salt is new: no request can reuse another's cached blocks, this
+        # run's or another's
+        self._salt = f"powersweep-{secrets.token_hex(8)}"
+        self._sent = 0
+        self._untold_said = False
+        self._no_logprobs_said = False
         # the driver reports only the Xids that come after a card is registered: now, before
         # the first point is set
         self.xids_readable = [g.xid_events() is not None for g in self.gpus]
 
-    async def answers(self) -> tuple[list[str | None], list[str]]:
-        """Each probe's answer (its token count and text; None where it failed), and why the
-        probes that failed did."""
+    async def answers(self) -> ProbeRound:
+        """Each probe's answer, computed by the server: one served from its cache is sent again
+        (:data:`CACHED_RETRIES` times, a fresh salt each), and noted if still cached."""
         texts: list[str | None] = []
         failed: list[str] = []
+        logprobs: list[tuple[float, ...] | None] = []
+        notes: list[Note] = []
         for probe in self.probes:
-            answer = await self.client.greedy(
-                probe.prompt,
-                max_tokens=probe.max_tokens,
-                seed=GREEDY_SEED,
-                deadline_s=self.clock.now() + PROBE_BUDGET_S,
-            )
+            answer = await self._ask(probe)
+            for _ in range(CACHED_RETRIES):
+                if answer.error or not _cached(answer):
+                    break
+                answer = await self._ask(probe)
             if answer.error:
                 failed.append(f"the {probe.kind} probe failed: {answer.error}")
                 texts.append(None)
-            else:
-                texts.append(f"{answer.completion_tokens}\0{answer.text}")
-        return texts, failed
+                logprobs.append(None)
+                continue
+            texts.append(f"{answer.completion_tokens}\0{answer.text}")
+            logprobs.append(getattr(answer, "logprobs", None))
+            notes += self._cache_notes(probe, answer)
+        answered = any(t is not None for t in texts)
+        if answered and not self._no_logprobs_said and not any(logprobs):
+            self._no_logprobs_said = True
+            notes.append(
+                Note(
+                    "",
+                    "the server returns no token logprobs: answers are compared token for "
+                    "token only",
+                )
+            )
+        return ProbeRound(tuple(texts), tuple(failed), tuple(logprobs), tuple(notes))
+
+    async def _ask(self, probe: Probe) -> Any:
+        """One probe sent with a salt no other request had, asking for its logprobs."""
+        self._sent += 1
+        return await self.client.greedy(
+            probe.prompt,
+            max_tokens=probe.max_tokens,
+            seed=GREEDY_SEED,
+            deadline_s=self.clock.now() + PROBE_BUDGET_S,
+            cache_salt=f"{self._salt}-{self._sent}",
+            logprobs=True,
+        )
+
+    def _cache_notes(self, probe: Probe, answer: Any) -> list[Note]:
+        """What an answer's cached-token count says: served from cache (after its retries),
+        or, once a run, that the server does not say."""
+        cached = _cached(answer)
+        if cached:
+            return [
+                Note(
+                    "probe_cached",
+                    f"the server served the {probe.kind} probe from its cache ({cached} prompt "
+                    f"tokens, {1 + CACHED_RETRIES} times, each with a fresh cache salt): its "
+                    "prefill was not checked",
+                )
+            ]
+        if cached is not None or self._untold_said:
+            return []
+        self._untold_said = True
+        info = getattr(self.client, "info", None)
+        hint = _CACHE_REPORT_HINT.get(str(getattr(info, "engine", "")), "")
+        return [
+            Note(
+                "cache_untold",
+                "the server reports no cached prompt tokens (usage.prompt_tokens_details."
+                "cached_tokens, llama.cpp timings.cache_n): whether a probe was served from its "
+                "cache cannot be told; the probes ask for none (cache_prompt false, a cache_salt "
+                f"of their own){hint}",
+            )
+        ]
 
     async def take_reference(self, row: Mapping[str, Any]) -> Verdict:
         """Take the reference at offset 0 (the answers twice) and its TPS.
@@ -248,11 +373,11 @@ class StabilityCheck:
                 runs at offset 0 (no answer could then show corruption).
         """
         self.probes = await fitted_probes(self.client, self.context_tokens)
-        first, failed = await self.answers()
-        if failed:
+        first = await self.answers()
+        if first.failed:
             raise PowersweepError(
-                f"the stability check's reference at offset 0 failed ({failed[0]}): an undervolt "
-                "search needs the server's greedy answers"
+                f"the stability check's reference at offset 0 failed ({first.failed[0]}): an "
+                "undervolt search needs the server's greedy answers"
             )
         xids = self._xids()
         if xids:
@@ -260,18 +385,23 @@ class StabilityCheck:
                 f"{'; '.join(xids)} at offset 0 (the card's own curve): a card that reports "
                 "errors without an undervolt cannot be searched; check it first"
             )
-        second, failed = await self.answers()
-        differ = [p.kind for p, a, b in zip(self.probes, first, second, strict=True) if a != b]
-        if failed or differ:
-            why = failed[0] if failed else f"the {', '.join(differ)} answer(s) differ"
+        second = await self.answers()
+        pairs = zip(self.probes, first.texts, second.texts, strict=True)
+        differ = [p.kind for p, a, b in pairs if a != b]
+        if second.failed or differ:
+            why = second.failed[0] if second.failed else f"the {', '.join(differ)} answer(s) differ"
             raise PowersweepError(
                 f"the server's greedy answers are not repeatable at offset 0 ({why}): they "
                 "cannot show corruption, so the undervolt search stops. Run the server with "
                 "deterministic sampling (one slot, no speculative decoding) and try again"
             )
-        self.reference = tuple(a or "" for a in first)
+        self.reference = tuple(a or "" for a in first.texts)
+        self.reference_logprobs = first.logprobs
+        self.logprob_noise = tuple(
+            _drift(a, b) for a, b in zip(first.logprobs, second.logprobs, strict=True)
+        )
         self.reference_tps = (_num(row.get(self.metric)), _num(row.get("tps_u95_pct")))
-        return Verdict(checked=2 * len(first), differ=0)
+        return Verdict(2 * len(first.texts), 0, notes=first.notes + second.notes)
 
     async def check(self, point: SweepPoint, row: Mapping[str, Any], read_errors: int) -> Verdict:
         """Check one step after its windows (``read_errors``: the card reads that failed while
@@ -286,21 +416,40 @@ class StabilityCheck:
         xids = self._xids()
         problems += xids
         reset = self._card_problems(point, problems) or any("Xid 79" in x for x in xids)
-        texts, failed = await self.answers()
-        problems += failed
+        got = await self.answers()
+        problems += got.failed
         checked, differ = 0, 0
         if self.reference is not None:
-            for probe, got, want in zip(self.probes, texts, self.reference, strict=True):
-                if got is None:
+            for i, (probe, text) in enumerate(zip(self.probes, got.texts, strict=True)):
+                if text is None:
                     continue  # a failed probe is a problem already, not a compared answer
                 checked += 1
-                if got != want:
+                if text != self.reference[i]:
                     differ += 1
                     problems.append(f"the {probe.kind} answer differs from offset 0's")
+                elif moved := self._logprobs_moved(i, got.logprobs[i]):
+                    problems.append(f"the {probe.kind} answer's {moved}")
         stretch = self._stretch(row)
         if stretch:
             problems.append(stretch)
-        return Verdict(checked, differ, tuple(problems), reset)
+        return Verdict(checked, differ, tuple(problems), reset, got.notes)
+
+    def _logprobs_moved(self, i: int, logprobs: tuple[float, ...] | None) -> str:
+        """How a token-identical answer's logprobs moved beyond the reference's own variation
+        ("" where they did not, or either side has none)."""
+        if i >= len(self.reference_logprobs):
+            return ""
+        drift = _drift(self.reference_logprobs[i], logprobs)
+        noise = self.logprob_noise[i]
+        if drift is None or noise is None:
+            return ""
+        allowed = max(LOGPROB_FLOOR_NATS, LOGPROB_NOISE_FACTOR * noise)
+        if drift <= allowed:
+            return ""
+        return (
+            f"token logprobs moved up to {drift:.3g} nats from offset 0's (its two runs there "
+            f"differed by {noise:.3g}; allowed {allowed:.3g}): the card computes differently"
+        )
 
     def _xids(self) -> list[str]:
         """The Xids each card reported since the last call, one line per card (empty: none,
@@ -417,6 +566,10 @@ async def check_step(
         verdict = await check.check(point, row, read_errors)
     row.update(verdict.columns())
     where = point.label()
+    for note in verdict.notes:
+        if note.kind:
+            faults.add(note.kind, f"{where}: {note.text}")
+        warn(f"{where}: {note.text}")
     if verdict.reset:
         faults.add("gpu_reset", f"{where}: {'; '.join(verdict.problems)}")
         try:
@@ -434,6 +587,20 @@ async def check_step(
         warn(f"{where} unstable: {why}")
         row.update(status="unstable", error=why)
     return None
+
+
+def _cached(answer: Any) -> int | None:
+    """Prompt tokens an answer says the server took from its cache (None: it does not say)."""
+    cached = getattr(answer, "cached_tokens", None)
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) else None
+
+
+def _drift(a: Sequence[float] | None, b: Sequence[float] | None) -> float | None:
+    """The largest difference between two answers' token logprobs (None: either has none, or
+    they are not of one length, so not of one token sequence)."""
+    if not a or not b or len(a) != len(b):
+        return None
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def _num(value: Any) -> float:

@@ -67,8 +67,16 @@ __all__ = [
 
 NAN = math.nan
 _encode_json = msgspec.json.Encoder().encode
-# Body keys a strict server may refuse (400/422); dropped once and remembered.
-_OPTIONAL_KEYS = ("chat_template_kwargs", "max_completion_tokens")
+# Body keys a strict server may refuse (400/422); dropped once and remembered. The greedy
+# probes' cache and logprob keys are among them: a vLLM on its V0 engine refuses cache_salt.
+_OPTIONAL_KEYS = (
+    "chat_template_kwargs",
+    "max_completion_tokens",
+    "cache_prompt",
+    "cache_salt",
+    "logprobs",
+    "top_logprobs",
+)
 
 
 class _Refused(Exception):
@@ -211,6 +219,8 @@ class ChatClient(ServerQueries):
     @staticmethod
     def _drop(body: dict[str, Any], key: str) -> None:
         value = body.pop(key, None)
+        if key == "logprobs":
+            body.pop("top_logprobs", None)  # llama.cpp refuses top_logprobs without logprobs
         # Without max_completion_tokens the request must still be bounded.
         if key == "max_completion_tokens" and value is not None and "max_tokens" not in body:
             body["max_tokens"] = value
@@ -277,14 +287,26 @@ class ChatClient(ServerQueries):
         return run.result(prompt_kind, stream_index, stream, limit, self._clean)
 
     async def greedy(
-        self, prompt: str, *, max_tokens: int, seed: int, deadline_s: float | None = None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        seed: int,
+        deadline_s: float | None = None,
+        cache_salt: str | None = None,
+        logprobs: bool = False,
     ) -> GreedyAnswer:
         """Ask for one greedy answer (temperature 0, fixed seed), not streamed. Never raises for
         server or network failures.
 
         The body is built as :meth:`chat` builds it (keys the server refused are left out, the
         thinking switch is sent while the server takes it), so the answers of one prompt at
-        different clock offsets differ only where the card computed differently.
+        different clock offsets differ only where the card computed differently. It asks the
+        server to compute the whole prompt: ``cache_prompt: false`` (llama.cpp) and, given a
+        ``cache_salt``, that salt (vLLM, SGLang: blocks cached under another salt are not
+        reused). Every engine takes or ignores both; a strict server that refuses them has them
+        dropped, as any optional key. The prompt itself is never changed: the answers are
+        compared token for token.
 
         Args:
             prompt: User message.
@@ -293,6 +315,10 @@ class ChatClient(ServerQueries):
                 then still samples the same way each time).
             deadline_s: Run-clock time by which the answer must have come; None: within the
                 client's read timeout (or its request budget, if shorter).
+            cache_salt: Sent as ``cache_salt`` (a new one per request: no reuse of any other's
+                cached blocks); None: not sent.
+            logprobs: Ask for each token's logprob (``logprobs: true, top_logprobs: 1``; 1, not
+                0: llama.cpp computes none for 0).
 
         Returns:
             The answer, or a failed one whose ``error`` says why in one line.
@@ -308,7 +334,11 @@ class ChatClient(ServerQueries):
         else:
             wall_s, bound = (deadline_s - run.t_start_s) / self._clock.scale, "the deadline"
         run.deadline_s = run.t_start_s + wall_s * self._clock.scale
-        extra = {"temperature": 0, "top_p": 1, "seed": seed}
+        extra: dict[str, Any] = {"temperature": 0, "top_p": 1, "seed": seed, "cache_prompt": False}
+        if cache_salt:
+            extra["cache_salt"] = cache_salt
+        if logprobs:
+            extra.update(logprobs=True, top_logprobs=1)
         body = self._body(prompt, max_tokens, False, extra)
         answers: list[GreedyAnswer] = []
 

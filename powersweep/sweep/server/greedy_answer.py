@@ -5,7 +5,9 @@ token with those at offset 0: a card that computes wrongly at an offset changes 
 :func:`parse_greedy` reads a non-streamed ``chat.completion`` body into a :class:`GreedyAnswer`;
 the counts, finish reason and error texts come from the same accounting as a measured request
 (:class:`~powersweep.sweep.server.sse.StreamAccumulator`), so a greedy answer and a measured one
-describe one body alike.
+describe one body alike, the prompt tokens the server served from its cache included. The token
+logprobs (``choices[0].logprobs.content[].logprob``, asked for with ``logprobs``) are read by a
+typed msgspec conversion, as the stream's chunks are.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 # The delta/message keys the accumulator counts as generated text (content first, then the
 # reasoning aliases): one list, so a server's new alias is learnt in one place.
@@ -22,6 +26,14 @@ _CONTENT_KEY = _TEXT_KEYS[0]
 _REASONING_KEYS = _TEXT_KEYS[1:]
 # Error texts are one line of at most this many characters, as a measured request's are.
 _ERROR_CHARS = 300
+
+
+class _TokenLogprob(msgspec.Struct):
+    logprob: float
+
+
+class _ChoiceLogprobs(msgspec.Struct):
+    content: list[_TokenLogprob] | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,10 @@ class GreedyAnswer:
         error: One-line reason the answer is missing or unusable; empty when it is ok.
         prompt_tokens: The prompt's tokens as the server reported them (chat template
             included); None when it did not say.
+        cached_tokens: Prompt tokens the server took from its cache instead of computing them
+            (``usage.prompt_tokens_details.cached_tokens``, else llama.cpp ``timings.cache_n``);
+            None when it reports neither.
+        logprobs: Each generated token's logprob, where the server returned them.
     """
 
     text: str
@@ -44,6 +60,8 @@ class GreedyAnswer:
     finish_reason: str | None = None
     error: str = ""
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    logprobs: tuple[float, ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -102,7 +120,21 @@ def parse_greedy(raw: bytes, content_type: str = "") -> GreedyAnswer:
         completion_tokens=totals.completion_tokens if counted else None,
         finish_reason=totals.finish_reason,
         prompt_tokens=totals.prompt_tokens,
+        cached_tokens=totals.cached_tokens,
+        logprobs=_logprobs(first.get("logprobs")),
     )
+
+
+def _logprobs(value: Any) -> tuple[float, ...] | None:
+    """The tokens' logprobs of a choice's ``logprobs`` object; None where it holds none (not
+    asked for, not supported, or not in the OpenAI shape)."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        content = msgspec.convert(value, _ChoiceLogprobs).content
+    except msgspec.ValidationError:
+        return None
+    return tuple(t.logprob for t in content) if content else None
 
 
 def _message_text(message: dict[str, Any]) -> str | None:
