@@ -462,8 +462,8 @@ class FakeNvml(ModuleType):
             ``nvmlDeviceGetCount``, ``nvmlSystemGetDriverVersion``, ``nvmlDeviceGetHandleByIndex``)
             -> NVML error code it raises.
         strings_as_bytes: Return names, UUIDs and versions as bytes, like old bindings.
-        clock_offsets_api: The driver exports ``nvmlDevice{Get,Set}ClockOffsets`` (555 and
-            newer); False: the function-pointer lookup raises FUNCTION_NOT_FOUND for them.
+        clock_offsets_api: The driver exports ``nvmlDevice{Get,Set}ClockOffsets``; False: the
+            function-pointer lookup raises FUNCTION_NOT_FOUND for them.
         gpc_offset_api: The driver has the older ``nvmlDevice*GpcClk*VfOffset`` calls; False:
             they raise FUNCTION_NOT_FOUND.
     """

@@ -4,8 +4,8 @@ The current calls, ``nvmlDeviceGetClockOffsets`` / ``nvmlDeviceSetClockOffsets``
 versioned ``nvmlClockOffset_t`` and name a performance state. They are called here through
 pynvml's function-pointer lookup, not through nvidia-ml-py's bindings: those (13.615) return
 NVML_SUCCESS whatever the driver answered, so a refused offset would read as set. A driver without
-them (older than the 555 series) is driven through the deprecated ``nvmlDevice*GpcClk*VfOffset``
-calls instead; only when both are missing is the driver "too old".
+them is driven through the deprecated ``nvmlDevice*GpcClk*VfOffset`` calls instead; only when both
+are missing is the driver "too old".
 
 docs/architecture.md ("The NVIDIA clock offset through NVML") gives the reading of the calls.
 """
