@@ -30,12 +30,25 @@ What it can do:
   NOT_SUPPORTED (GeForce cards refuse memory locks); a lock outside the listed range, or with
   min > max, is INVALID_ARGUMENT. ``locked_sm`` / ``locked_mem`` hold the ``(min, max)`` set;
   the clocks read follow them unless ``clocks_follow_locks`` is False (a lock silently ignored).
-* SM clock offset (the voltage/frequency curve, issue 36): ``sm_offset_mhz`` (0 by default) in
-  ``sm_offset_range_mhz`` (``(min, max)``, default -200..+1000 MHz); a set outside the range, or
-  not a whole number, is INVALID_ARGUMENT; ``sm_offset_supported=False`` makes the three calls
-  NOT_SUPPORTED; ``sm_offset_applies=False`` makes a set succeed but leave the offset unchanged.
-  Permission errors as for the locks: ``fail={"nvmlDeviceSetGpcClkVfOffset":
-  NVML_ERROR_NO_PERMISSION}``.
+* SM clock offset (the voltage/frequency curve, issues 36 and 45), per performance state:
+  ``sm_offset_mhz`` is P0's (0 by default), ``sm_offset_p2_mhz`` P2's (None: P2 takes no offset,
+  and the current calls answer ``sm_offset_p2_refusal`` for it, INVALID_ARGUMENT by default; any
+  other pstate is INVALID_ARGUMENT), both in ``sm_offset_range_mhz`` (``(min, max)``, default
+  -200..+1000 MHz). Two APIs, as drivers have them: the current ``nvmlDevice{Get,Set}
+  ClockOffsets``, reached only through ``_nvmlGetFunctionPointer`` (as C functions: they take a
+  ``pointer`` to an ``nvmlClockOffset_t`` of version 1, type NVML_CLOCK_GRAPHICS, and return the
+  NVML code; ``FakeNvml(clock_offsets_api=False)``: an older driver, the lookup raises
+  FUNCTION_NOT_FOUND), and the older ``nvmlDevice*GpcClk*VfOffset`` bindings, which raise (they
+  read P0 and set P0 and P2, the offset of every pstate; ``FakeNvml(gpc_offset_api=False)``: a
+  driver that dropped them, FUNCTION_NOT_FOUND). A set outside the range, or not a whole number,
+  is INVALID_ARGUMENT; a struct of another version is ARGUMENT_VERSION_MISMATCH;
+  ``sm_offset_supported=False`` makes every offset call NOT_SUPPORTED; ``sm_offset_applies=False``
+  makes a set succeed but leave the offset unchanged; ``sm_offset_linked`` links P0 and P2
+  (setting one sets both); ``sm_offset_grid_mhz=15`` rounds a set offset toward 0 to the 15 MHz
+  grid; ``sm_offset_reported=False`` makes every read of an offset 0 (a driver that does not
+  report applied offsets). ``fail`` works for the current calls too, as the code they return:
+  ``fail={"nvmlDeviceSetClockOffsets": NVML_ERROR_NO_PERMISSION}``. ``FakeNvml.offset_structs``
+  records each current call's struct as ``(name, device index, version, type, pstate, MHz)``.
 * Xid events: ``FakeNvml.inject_xid(index, xid)`` delivers an Xid to every live event set the
   device is registered in (none registered: lost, as with NVML); ``FakeNvml.event_sets`` holds
   every set created (``queue`` of :class:`FakeEventData`, ``freed``), so a test can also queue
@@ -67,6 +80,7 @@ NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 NVML_ERROR_UNKNOWN = 999
 
 NVML_FI_DEV_POWER_AVERAGE = 185
@@ -88,7 +102,12 @@ NVML_CLOCK_GRAPHICS = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 
+NVML_PSTATE_0 = 0
+NVML_PSTATE_2 = 2
 NVML_PSTATE_UNKNOWN = 32
+
+# NVML_STRUCT_VERSION(ClockOffset, 1): the 24-byte nvmlClockOffset_t, version 1 in the top byte.
+nvmlClockOffset_v1 = 24 | (1 << 24)
 
 NVML_FEATURE_DISABLED = 0
 NVML_FEATURE_ENABLED = 1
@@ -110,6 +129,7 @@ _ERROR_STRINGS = {
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH: "Argument Version Mismatch",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -121,6 +141,12 @@ class NVMLError(Exception):
     """Base NVML error; ``value`` is the NVML return code."""
 
     code: ClassVar[int] = NVML_ERROR_UNKNOWN
+
+    def __new__(cls, value: int | None = None) -> NVMLError:
+        # As pynvml's: NVMLError(code) is the subclass of that code where there is one.
+        if cls is NVMLError and value is not None:
+            cls = _ERROR_CLASSES.get(value, NVMLError)
+        return super().__new__(cls)
 
     def __init__(self, value: int | None = None) -> None:
         self.value = type(self).code if value is None else value
@@ -170,6 +196,10 @@ class NVMLError_GpuIsLost(NVMLError):
     code = NVML_ERROR_GPU_IS_LOST
 
 
+class NVMLError_ArgumentVersionMismatch(NVMLError):
+    code = NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+
 class NVMLError_Unknown(NVMLError):
     code = NVML_ERROR_UNKNOWN
 
@@ -187,6 +217,7 @@ _ERROR_CLASSES: dict[int, type[NVMLError]] = {
         NVMLError_LibraryNotFound,
         NVMLError_FunctionNotFound,
         NVMLError_GpuIsLost,
+        NVMLError_ArgumentVersionMismatch,
         NVMLError_Unknown,
     )
 }
@@ -195,6 +226,9 @@ _ERROR_CLASSES: dict[int, type[NVMLError]] = {
 def make_error(code: int) -> NVMLError:
     """Return the error pynvml raises for ``code`` (its subclass when one exists)."""
     return _ERROR_CLASSES.get(code, NVMLError)(code)
+
+
+_CLOCK_OFFSET_CALLS = ("nvmlDeviceGetClockOffsets", "nvmlDeviceSetClockOffsets")
 
 
 # --- result structures ---------------------------------------------------------------------
@@ -299,10 +333,15 @@ class FakeDevice:
         clamp_power: Clamp both power readings to the enforced limit.
         persistence_mode: ``NVML_FEATURE_ENABLED`` or ``NVML_FEATURE_DISABLED``.
         persistence_supported: False makes the persistence-mode calls NOT_SUPPORTED.
-        sm_offset_mhz: The SM (GPC) clock offset in force, MHz.
-        sm_offset_range_mhz: ``(min, max)`` offsets the driver accepts, MHz.
+        sm_offset_mhz: The SM (GPC) clock offset in force in P0, MHz.
+        sm_offset_p2_mhz: P2's; None: P2 takes no offset.
+        sm_offset_p2_refusal: The code the current calls answer for P2 when it takes none.
+        sm_offset_range_mhz: ``(min, max)`` offsets the driver accepts, MHz (every pstate).
         sm_offset_supported: False makes the offset calls NOT_SUPPORTED.
         sm_offset_applies: False makes a set succeed but keep the offset it had.
+        sm_offset_linked: P0 and P2 share one offset: setting one sets both.
+        sm_offset_grid_mhz: A set offset is rounded toward 0 to a multiple of it.
+        sm_offset_reported: False: every read of an offset says 0.
         xid_events_supported: False: no Xid events (not listed as supported, refused).
     """
 
@@ -343,6 +382,11 @@ class FakeDevice:
     sm_offset_range_mhz: tuple[int, int] = (-200, 1000)
     sm_offset_supported: bool = True
     sm_offset_applies: bool = True
+    sm_offset_p2_mhz: int | None = 0
+    sm_offset_p2_refusal: int = NVML_ERROR_INVALID_ARGUMENT
+    sm_offset_linked: bool = False
+    sm_offset_grid_mhz: int = 1
+    sm_offset_reported: bool = True
     processes: list[FakeProcessInfo] = field(default_factory=list)
     xid_events_supported: bool = True
 
@@ -351,6 +395,33 @@ class FakeDevice:
         """What ``nvmlDeviceGetSupportedEventTypes`` returns (a bit mask)."""
         xid = nvmlEventTypeXidCriticalError if self.xid_events_supported else 0
         return nvmlEventTypePState | nvmlEventTypeClock | xid
+
+    def offset_of(self, pstate: int) -> int:
+        """A pstate's offset as the driver reads it (NVML error when it has none)."""
+        if pstate == 0:
+            value = self.sm_offset_mhz
+        elif pstate == 2 and self.sm_offset_p2_mhz is not None:
+            value = self.sm_offset_p2_mhz
+        else:
+            raise make_error(
+                self.sm_offset_p2_refusal if pstate == 2 else NVML_ERROR_INVALID_ARGUMENT
+            )
+        return value if self.sm_offset_reported else 0
+
+    def put_offset(self, pstates: Sequence[int], offset: int) -> None:
+        """Set the offset of ``pstates`` (after the range check) as the driver would."""
+        for pstate in pstates:
+            self.offset_of(pstate)  # a pstate without an offset refuses
+        if not self.sm_offset_applies:
+            return
+        grid = self.sm_offset_grid_mhz
+        applied = int(offset / grid) * grid
+        linked = {0, 2} if self.sm_offset_linked and set(pstates) & {0, 2} else set()
+        for pstate in set(pstates) | linked:
+            if pstate == 0:
+                self.sm_offset_mhz = applied
+            elif self.sm_offset_p2_mhz is not None:
+                self.sm_offset_p2_mhz = applied
 
     def graphics_clocks(self, mem_mhz: int) -> list[int]:
         """SM clocks listed for a memory clock, descending."""
@@ -391,6 +462,10 @@ class FakeNvml(ModuleType):
             ``nvmlDeviceGetCount``, ``nvmlSystemGetDriverVersion``, ``nvmlDeviceGetHandleByIndex``)
             -> NVML error code it raises.
         strings_as_bytes: Return names, UUIDs and versions as bytes, like old bindings.
+        clock_offsets_api: The driver exports ``nvmlDevice{Get,Set}ClockOffsets``; False: the
+            function-pointer lookup raises FUNCTION_NOT_FOUND for them.
+        gpc_offset_api: The driver has the older ``nvmlDevice*GpcClk*VfOffset`` calls; False:
+            they raise FUNCTION_NOT_FOUND.
     """
 
     NVML_SUCCESS = NVML_SUCCESS
@@ -404,6 +479,7 @@ class FakeNvml(ModuleType):
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
     NVML_ERROR_FUNCTION_NOT_FOUND = NVML_ERROR_FUNCTION_NOT_FOUND
     NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = NVML_ERROR_ARGUMENT_VERSION_MISMATCH
     NVML_ERROR_UNKNOWN = NVML_ERROR_UNKNOWN
     NVML_FI_DEV_POWER_AVERAGE = NVML_FI_DEV_POWER_AVERAGE
     NVML_FI_DEV_POWER_INSTANT = NVML_FI_DEV_POWER_INSTANT
@@ -420,7 +496,10 @@ class FakeNvml(ModuleType):
     NVML_CLOCK_GRAPHICS = NVML_CLOCK_GRAPHICS
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_PSTATE_0 = NVML_PSTATE_0
+    NVML_PSTATE_2 = NVML_PSTATE_2
     NVML_PSTATE_UNKNOWN = NVML_PSTATE_UNKNOWN
+    nvmlClockOffset_v1 = nvmlClockOffset_v1
     NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
     NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
     nvmlEventTypeSingleBitEccError = nvmlEventTypeSingleBitEccError
@@ -440,6 +519,7 @@ class FakeNvml(ModuleType):
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVMLError_ArgumentVersionMismatch = NVMLError_ArgumentVersionMismatch
     NVMLError_Unknown = NVMLError_Unknown
 
     def __init__(
@@ -449,6 +529,8 @@ class FakeNvml(ModuleType):
         driver_version: str = "570.133.07",
         fail: dict[str, int] | None = None,
         strings_as_bytes: bool = False,
+        clock_offsets_api: bool = True,
+        gpc_offset_api: bool = True,
     ) -> None:
         super().__init__("fake_pynvml")
         self.devices: list[FakeDevice] = list(devices) if devices is not None else [FakeDevice()]
@@ -459,6 +541,9 @@ class FakeNvml(ModuleType):
         self.shutdown_calls = 0
         self.calls: list[tuple[str, int | None]] = []
         self.event_sets: list[FakeEventSet] = []
+        self.clock_offsets_api = clock_offsets_api
+        self.gpc_offset_api = gpc_offset_api
+        self.offset_structs: list[tuple[str, int, int, int, int, int]] = []
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -696,12 +781,14 @@ class FakeNvml(ModuleType):
 
     def _offset_device(self, name: str, handle: Any) -> FakeDevice:
         device = self._device_call(name, handle)
+        if not self.gpc_offset_api:
+            raise NVMLError_FunctionNotFound()
         if not device.sm_offset_supported:
             raise NVMLError_NotSupported()
         return device
 
     def nvmlDeviceGetGpcClkVfOffset(self, handle: Any) -> int:
-        return self._offset_device("nvmlDeviceGetGpcClkVfOffset", handle).sm_offset_mhz
+        return self._offset_device("nvmlDeviceGetGpcClkVfOffset", handle).offset_of(0)
 
     def nvmlDeviceGetGpcClkMinMaxVfOffset(self, handle: Any) -> tuple[int, int]:
         device = self._offset_device("nvmlDeviceGetGpcClkMinMaxVfOffset", handle)
@@ -712,8 +799,46 @@ class FakeNvml(ModuleType):
         lo, hi = device.sm_offset_range_mhz
         if not isinstance(offset, int) or not lo <= offset <= hi:
             raise NVMLError_InvalidArgument()
-        if device.sm_offset_applies:
-            device.sm_offset_mhz = offset
+        device.put_offset([0] if device.sm_offset_p2_mhz is None else [0, 2], offset)
+
+    # --- the current offset API, as C functions behind the function-pointer lookup ----------
+
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        self._module_call("_nvmlGetFunctionPointer")
+        if not self.clock_offsets_api or name not in _CLOCK_OFFSET_CALLS:
+            raise NVMLError_FunctionNotFound()  # (only the offset calls are modelled)
+
+        def call(handle: Any, info: Any) -> int:
+            try:
+                self._clock_offsets(name, handle, info.contents)
+            except NVMLError as exc:
+                return exc.value
+            return NVML_SUCCESS
+
+        return call
+
+    def _clock_offsets(self, name: str, handle: Any, info: Any) -> None:
+        """``nvmlDeviceGetClockOffsets`` / ``nvmlDeviceSetClockOffsets`` on ``info``."""
+        device = self._device_call(name, handle)
+        index = self.devices.index(device)
+        self.offset_structs.append(
+            (name, index, info.version, info.type, info.pstate, info.clockOffsetMHz)
+        )
+        if info.version != nvmlClockOffset_v1:
+            raise NVMLError_ArgumentVersionMismatch()
+        if not device.sm_offset_supported:
+            raise NVMLError_NotSupported()
+        if info.type != NVML_CLOCK_GRAPHICS:
+            raise NVMLError_InvalidArgument()  # only the GPC (graphics) domain is modelled
+        lo, hi = device.sm_offset_range_mhz
+        if name == "nvmlDeviceGetClockOffsets":
+            info.clockOffsetMHz = device.offset_of(info.pstate)
+            info.minClockOffsetMHz, info.maxClockOffsetMHz = lo, hi
+            return
+        device.offset_of(info.pstate)  # a pstate without an offset refuses first
+        if not lo <= info.clockOffsetMHz <= hi:
+            raise NVMLError_InvalidArgument()
+        device.put_offset([info.pstate], info.clockOffsetMHz)
 
     # --- events (Xids) -------------------------------------------------------------------------
 

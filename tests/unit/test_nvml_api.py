@@ -98,4 +98,8 @@ def test_load_pynvml_without_nvidia_ml_py_is_a_gpu_error_naming_the_package(
 
 def test_the_api_list_names_each_attribute_once() -> None:
     assert len(NVML_API_USED) == len(set(NVML_API_USED))
-    assert all(name.startswith(("nvml", "NVML")) for name in NVML_API_USED)
+    # pynvml's function-pointer lookup is the one private name: it reaches the offset calls whose
+    # bindings drop the return code (nvml_offsets.py)
+    public = [name for name in NVML_API_USED if name != "_nvmlGetFunctionPointer"]
+    assert len(public) == len(NVML_API_USED) - 1
+    assert all(name.startswith(("nvml", "NVML")) for name in public)

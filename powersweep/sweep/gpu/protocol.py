@@ -192,17 +192,27 @@ class SupportedClocks:
 
 @dataclass(frozen=True)
 class LockResult:
-    """What happened when a clock was locked (whether the card follows shows under load).
+    """What happened when a clock was locked or its offset set (whether the card follows a lock
+    shows under load).
 
     Attributes:
-        requested_mhz: The lock asked for.
+        requested_mhz: The lock or offset asked for.
         accepted: True when the driver took the call.
-        message: Why it was not taken (one line), empty when accepted.
+        message: Why it was not taken (one line); when taken, empty or notes on how (an offset
+            the driver rounded, a performance state that refused it, a read-back it does not
+            report).
+        applied_mhz: The value the card reads back as applied (a driver rounds an offset to its
+            grid); None where the backend does not read it back or the driver does not report it.
+        verified: False when the driver took the call but its read-back cannot confirm it (a
+            driver that reads an offset back as 0 after a non-zero set); True otherwise, refusals
+            included.
     """
 
     requested_mhz: float
     accepted: bool
     message: str = ""
+    applied_mhz: float | None = None
+    verified: bool = True
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,12 @@ NVML_API_USED: tuple[str, ...] = (
     "nvmlDeviceResetGpuLockedClocks",
     "nvmlDeviceSetMemoryLockedClocks",
     "nvmlDeviceResetMemoryLockedClocks",
-    # the SM clock's voltage/frequency offset (issue 36); not nvmlDevice{Get,Set}ClockOffsets,
-    # whose bindings ignore NVML's return code (nvml_clocks.py says more)
+    # the SM clock's voltage/frequency offset (issues 36 and 45): nvmlDevice{Get,Set}ClockOffsets
+    # through the function-pointer lookup, not their bindings, which ignore NVML's return code
+    # (nvml_offsets.py says more); the older calls where the driver lacks them
+    "_nvmlGetFunctionPointer",
+    "NVML_CLOCK_GRAPHICS",
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
     "nvmlDeviceGetGpcClkVfOffset",
     "nvmlDeviceGetGpcClkMinMaxVfOffset",
     "nvmlDeviceSetGpcClkVfOffset",

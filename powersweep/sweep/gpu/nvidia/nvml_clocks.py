@@ -1,5 +1,6 @@
 """Clock locks of one NVIDIA GPU through NVML (issue 15): the supported clocks, locks, resets;
-and the SM clock's offset on the voltage/frequency curve (issue 36).
+and the SM clock's offset on the voltage/frequency curve (issue 36), which :mod:`.nvml_offsets`
+reads and sets.
 
 NVML sets locks but has no call that reads them back; whether a card follows a lock shows in
 the clocks measured under load (:mod:`powersweep.sweep.locks`). The offset it does read back.
@@ -13,15 +14,8 @@ from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import cause
-from powersweep.sweep.gpu.protocol import MAX_CLOCK_MHZ, ClockOffset, LockResult, SupportedClocks
-
-# The offset calls are nvmlDeviceGetGpcClkVfOffset / ...GetGpcClkMinMaxVfOffset /
-# ...SetGpcClkVfOffset, though nvidia-ml-py marks the setter deprecated in favour of
-# nvmlDeviceGetClockOffsets / nvmlDeviceSetClockOffsets: in nvidia-ml-py 13.615 those two bindings
-# never check NVML's return code (they return NVML_SUCCESS whatever the driver said), so a refused
-# or failed offset would read as set. A driver that drops the old calls answers
-# FUNCTION_NOT_FOUND, which reads as "not supported" here.
-_OFFSET_UNSUPPORTED_HINT = "the driver is too old or the card does not allow it"
+from powersweep.sweep.gpu.nvidia.nvml_offsets import NvmlOffsets
+from powersweep.sweep.gpu.protocol import ClockOffset, LockResult, SupportedClocks
 
 
 class NvmlClocks:
@@ -38,6 +32,7 @@ class NvmlClocks:
         self._nvml = nvml
         self._handle = handle
         self._label = label
+        self._offsets = NvmlOffsets(nvml, handle, label)
 
     def supported_clocks(self) -> SupportedClocks:
         """The memory clocks and, per memory clock, the SM clocks NVML lists, descending.
@@ -123,124 +118,26 @@ class NvmlClocks:
                     f"resetting the {what} clock lock of {self._label()} failed: {exc}"
                 ) from exc
 
-    # --- the voltage/frequency curve's offset (issue 36) ---------------------------------------
+    # --- the voltage/frequency curve's offset (issues 36 and 45): nvml_offsets ---------------
 
     def sm_clock_offset(self) -> ClockOffset:
-        """The SM (GPC) clock offset in force (``nvmlDeviceGetGpcClkVfOffset``) and the range the
-        driver accepts (``nvmlDeviceGetGpcClkMinMaxVfOffset``), in MHz.
+        """The SM clock offset in force (P0's) and the range the driver accepts, in MHz.
 
-        Never raises: ``supported`` is False only when the driver says the offset is not
-        supported (or lacks the call); another failed read leaves the value (or the range) None
-        and says why in ``message``.
+        Never raises: ``supported`` is False when the card says it has no offset or the driver
+        has neither offset API; another failed read leaves the value (or the range) None and
+        says why in ``message``, which also notes a P2 offset that differs from P0's.
         """
-        nvml = self._nvml
-        try:
-            offset: float | None = float(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
-            return ClockOffset(
-                supported=False,
-                message=f"{self._label()} does not support an SM clock offset{cause(exc)}: "
-                f"{_OFFSET_UNSUPPORTED_HINT}",
-            )
-        except nvml.NVMLError as exc:
-            offset = None
-            problems = [f"cannot read the SM clock offset of {self._label()}{cause(exc)}"]
-        else:
-            problems = []
-        bounds, problem = self._offset_range()
-        if problem:
-            problems.append(problem)
-        return ClockOffset(
-            supported=True,
-            sm_offset_mhz=offset,
-            min_mhz=None if bounds is None else float(bounds[0]),
-            max_mhz=None if bounds is None else float(bounds[1]),
-            message="; ".join(problems),
-        )
+        return self._offsets.read()
 
     def set_sm_clock_offset(self, mhz: float) -> LockResult:
-        """Set the SM clock offset to ``mhz`` rounded to whole MHz
-        (``nvmlDeviceSetGpcClkVfOffset``), then read it back.
-
-        Not accepted (no exception): a value outside the range the driver reports (refused
-        before the set), a card or driver without the offset, a value NVML calls invalid, and a
-        read-back that differs from the request or fails.
+        """Set the SM clock offset to ``mhz`` rounded to whole MHz, in P0 and P2, then read it
+        back (:meth:`.nvml_offsets.NvmlOffsets.set`).
 
         Raises:
             UsageError: ``mhz`` is not a finite number within ±MAX_CLOCK_MHZ.
             GpuError: No permission (needs root) or an NVML failure.
         """
-        if not (math.isfinite(mhz) and abs(mhz) <= MAX_CLOCK_MHZ):
-            raise UsageError(
-                f"a clock offset must be a number of MHz within ±{MAX_CLOCK_MHZ:g}, got {mhz}"
-            )
-        nvml = self._nvml
-        wanted = round(mhz)
-        bounds, _ = self._offset_range()
-        if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} accepts SM clock offsets from {bounds[0]} to {bounds[1]} MHz, "
-                f"not {mhz:g} MHz",
-            )
-        try:
-            nvml.nvmlDeviceSetGpcClkVfOffset(self._handle, wanted)
-        except nvml.NVMLError_NoPermission as exc:
-            raise GpuError(
-                f"setting the SM clock offset of {self._label()} needs root: re-run with sudo"
-                f"{cause(exc)}"
-            ) from exc
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} does not support an SM clock offset{cause(exc)}: "
-                f"{_OFFSET_UNSUPPORTED_HINT}",
-            )
-        except nvml.NVMLError_InvalidArgument as exc:
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} rejected a {mhz:g} MHz SM clock offset as invalid{cause(exc)}",
-            )
-        except nvml.NVMLError as exc:
-            raise GpuError(
-                f"setting the SM clock offset of {self._label()} to {mhz:g} MHz failed: {exc}"
-            ) from exc
-        try:
-            readback = int(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
-        except nvml.NVMLError as exc:
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} took a {mhz:g} MHz SM clock offset but it could not be read "
-                f"back{cause(exc)}",
-            )
-        if readback != wanted:
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} kept a {readback} MHz SM clock offset when {wanted} MHz was set",
-            )
-        return LockResult(mhz, True)
-
-    def _offset_range(self) -> tuple[tuple[int, int] | None, str]:
-        """The offsets the driver accepts, MHz; None when it cannot tell, with why (empty when
-        the driver does not support the call)."""
-        nvml = self._nvml
-        try:
-            # Called with the handle only: the binding then returns (min, max). (Its default
-            # arguments are ctypes ints shared by every call; read at once, they are harmless.)
-            lo, hi = nvml.nvmlDeviceGetGpcClkMinMaxVfOffset(self._handle)
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
-            return None, ""
-        except nvml.NVMLError as exc:
-            return None, f"cannot read the SM clock offset range of {self._label()}{cause(exc)}"
-        lo, hi = int(lo), int(hi)
-        if lo > hi:
-            return None, f"{self._label()} reports a {lo} to {hi} MHz SM clock offset range"
-        return (lo, hi), ""
+        return self._offsets.set(mhz)
 
     def _lock_clock(self, what: str, mhz: float, lock: Callable[[int], object]) -> LockResult:
         if not (math.isfinite(mhz) and mhz > 0):

@@ -325,15 +325,18 @@ class NvmlGpu:
     # --- the voltage/frequency curve's offset (issue 36) -----------------------------------
 
     def sm_clock_offset(self) -> ClockOffset:
-        """The SM clock offset in force and the range the driver accepts
-        (``nvmlDeviceGetGpcClkVfOffset`` / ``...GetGpcClkMinMaxVfOffset``); never raises."""
+        """The SM clock offset in force (P0's) and the range the driver accepts
+        (``nvmlDeviceGetClockOffsets``, or the older ``nvmlDeviceGetGpcClkVfOffset`` /
+        ``...MinMaxVfOffset``); never raises."""
         return self._clocks.sm_clock_offset()
 
     def set_sm_clock_offset(self, mhz: float) -> LockResult:
-        """Set the SM clock offset (``nvmlDeviceSetGpcClkVfOffset``, whole MHz) and read it back.
+        """Set the SM clock offset (whole MHz, in P0 and P2: ``nvmlDeviceSetClockOffsets``, or
+        the older ``nvmlDeviceSetGpcClkVfOffset``) and read it back.
 
         Not accepted: outside the driver's range (not sent), not supported, invalid, or a
-        read-back that differs.
+        read-back more than the driver's 15 MHz grid away. A driver that reads 0 back is
+        accepted unverified (``LockResult.verified``).
 
         Raises:
             UsageError: ``mhz`` is not a finite number of MHz.

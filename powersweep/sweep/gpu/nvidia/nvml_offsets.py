@@ -1,0 +1,384 @@
+"""The SM clock's offset on the voltage/frequency curve of one NVIDIA GPU (issues 36 and 45).
+
+The current calls, ``nvmlDeviceGetClockOffsets`` / ``nvmlDeviceSetClockOffsets``, take a
+versioned ``nvmlClockOffset_t`` and name a performance state. They are called here through
+pynvml's function-pointer lookup, not through nvidia-ml-py's bindings: those (13.615) return
+NVML_SUCCESS whatever the driver answered, so a refused offset would read as set. A driver without
+them is driven through the deprecated ``nvmlDevice*GpcClk*VfOffset`` calls instead; only when both
+are missing is the driver "too old".
+
+docs/architecture.md ("The NVIDIA clock offset through NVML") gives the reading of the calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+from powersweep.errors import GpuError, UsageError
+from powersweep.sweep.gpu.nvidia.nvml_api import cause
+from powersweep.sweep.gpu.protocol import MAX_CLOCK_MHZ, ClockOffset, LockResult
+
+# The C symbols looked up by name (not pynvml attributes, so not in NVML_API_USED).
+GET_CLOCK_OFFSETS = "nvmlDeviceGetClockOffsets"
+SET_CLOCK_OFFSETS = "nvmlDeviceSetClockOffsets"
+
+# Drivers snap an offset to the curve's 15 MHz grid (some to whole MHz), so a read-back one grid
+# step or less away from the request is the request, applied as the driver rounded it.
+GRID_MHZ = 15
+
+# The performance states an offset is set in: P0, and P2, where GeForce cards run CUDA work
+# (some link the two: setting one sets both). P0 decides; P2 refusing is said, not fatal.
+P0, P2 = 0, 2
+
+
+class ClockOffsetV1(ctypes.Structure):
+    """``nvmlClockOffset_v1_t`` (nvml.h; ``c_nvmlClockOffset_t`` in nvidia-ml-py), 24 bytes.
+
+    Declared here rather than taken from pynvml, so the call works with nvidia-ml-py releases
+    that predate the struct; a test checks it against the installed one.
+    """
+
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("type", ctypes.c_uint),  # nvmlClockType_t
+        ("pstate", ctypes.c_uint),  # nvmlPstates_t
+        ("clockOffsetMHz", ctypes.c_int),
+        ("minClockOffsetMHz", ctypes.c_int),
+        ("maxClockOffsetMHz", ctypes.c_int),
+    ]
+
+
+# NVML_STRUCT_VERSION(ClockOffset, 1): the struct's size with the version in the top byte.
+CLOCK_OFFSET_V1 = ctypes.sizeof(ClockOffsetV1) | (1 << 24)
+
+
+@dataclass(frozen=True)
+class PstateOffset:
+    """One performance state's offset as ``nvmlDeviceGetClockOffsets`` reads it, MHz."""
+
+    offset_mhz: int
+    min_mhz: int
+    max_mhz: int
+
+
+class NvmlOffsets:
+    """The SM clock offset of one GPU (:class:`~.nvml_clocks.NvmlClocks` hands it on).
+
+    Args:
+        nvml: The ``pynvml`` module (or a fake with the same surface).
+        handle: NVML device handle.
+        label: Names the GPU in messages.
+    """
+
+    def __init__(self, nvml: ModuleType, handle: object, label: Callable[[], str]) -> None:
+        self._nvml = nvml
+        self._handle = handle
+        self._label = label
+        # Set once a non-zero offset read back 0: this driver does not report applied offsets,
+        # so a 0 it reads from then on proves nothing.
+        self._unreported = False
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def read(self) -> ClockOffset:
+        """P0's offset and range (a note when P2's differs); never raises."""
+        nvml = self._nvml
+        try:
+            p0 = self._get(P0)
+        except nvml.NVMLError as exc:
+            if self._missing(exc):
+                return self._read_old()
+            if isinstance(exc, nvml.NVMLError_NotSupported):
+                return ClockOffset(False, message=self._not_supported(exc))
+            return ClockOffset(
+                True, message=f"cannot read the SM clock offset of {self._label()}{cause(exc)}"
+            )
+        offset, notes = self._in_force(p0.offset_mhz)
+        p2 = self._get_quietly(P2)
+        if p2 is not None and p2.offset_mhz != p0.offset_mhz:
+            notes.append(f"P2 has {p2.offset_mhz:+d} MHz (P0's is shown)")
+        bounds, problem = _range(p0.min_mhz, p0.max_mhz, self._label)
+        return _offset(offset, bounds, [*notes, problem])
+
+    def _read_old(self) -> ClockOffset:
+        nvml = self._nvml
+        try:
+            value = int(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
+            return ClockOffset(False, message=self._unsupported(exc))
+        except nvml.NVMLError as exc:
+            offset: float | None = None
+            problems = [f"cannot read the SM clock offset of {self._label()}{cause(exc)}"]
+        else:
+            offset, problems = self._in_force(value)
+        bounds, problem = self._old_range()
+        return _offset(offset, bounds, [*problems, problem])
+
+    def _in_force(self, value: int) -> tuple[float | None, list[str]]:
+        if self._unreported and value == 0:
+            return None, [
+                f"{self._label()} reads an SM clock offset of 0 MHz but its driver does not "
+                "report applied offsets: the one in force is unknown"
+            ]
+        return float(value), []
+
+    # --- setting ------------------------------------------------------------------------------
+
+    def set(self, mhz: float) -> LockResult:
+        """Set ``mhz`` (whole MHz) in P0 and P2, then read each back.
+
+        Not accepted (no exception): outside P0's range (not sent), unsupported, invalid, or a
+        read-back more than a grid step away. Accepted with ``verified`` False: the driver
+        reads 0 back (it does not report applied offsets).
+
+        Raises:
+            UsageError: ``mhz`` is not a finite number within ±MAX_CLOCK_MHZ.
+            GpuError: No permission (needs root) or an NVML failure.
+        """
+        if not (math.isfinite(mhz) and abs(mhz) <= MAX_CLOCK_MHZ):
+            raise UsageError(
+                f"a clock offset must be a number of MHz within ±{MAX_CLOCK_MHZ:g}, got {mhz}"
+            )
+        nvml, wanted = self._nvml, round(mhz)
+        try:
+            p0: PstateOffset | None = self._get(P0)
+        except nvml.NVMLError as exc:
+            if self._missing(exc):
+                return self._set_old(mhz, wanted)
+            p0 = None  # the range is unknown: the driver decides
+        bounds = None if p0 is None else _range(p0.min_mhz, p0.max_mhz, self._label)[0]
+        if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
+            return self._out_of_range(mhz, bounds)
+        try:
+            self._put(P0, wanted)
+        except nvml.NVMLError as exc:
+            if self._missing(exc):
+                return self._set_old(mhz, wanted)
+            return self._refused(exc, mhz)
+        notes: list[str] = []
+        pstates = [P0, *self._put_p2(mhz, wanted, notes)]
+        return self._check_new(mhz, wanted, pstates, notes)
+
+    def _put_p2(self, mhz: float, wanted: int, notes: list[str]) -> list[int]:
+        """Set P2 as well (P0 took it): ``[P2]``, or ``[]`` with why when the driver refuses.
+
+        Raises:
+            GpuError: No permission or a failure: a write fails loudly, whichever pstate.
+        """
+        nvml = self._nvml
+        try:
+            self._put(P2, wanted)
+        except (
+            nvml.NVMLError_NotSupported,
+            nvml.NVMLError_InvalidArgument,
+            nvml.NVMLError_FunctionNotFound,
+        ) as exc:
+            notes.append(f"P2 refused it{cause(exc)}: set in P0 only")
+            return []
+        except nvml.NVMLError as exc:
+            raise self._failure(exc, mhz) from exc
+        return [P2]
+
+    def _check_new(
+        self, mhz: float, wanted: int, pstates: list[int], notes: list[str]
+    ) -> LockResult:
+        """Read back each pstate set; P0's read failing is a refusal, P2's is said (and leaves
+        the result unverified)."""
+        readbacks: dict[int | None, int] = {}
+        for pstate in pstates:
+            try:
+                readbacks[pstate] = self._get(pstate).offset_mhz
+            except self._nvml.NVMLError as exc:
+                if pstate == P0:
+                    return self._unreadable(mhz, exc)
+                notes.append(f"P{pstate}'s could not be read back{cause(exc)}")
+        return self._judge(mhz, wanted, readbacks, notes, all_read=len(readbacks) == len(pstates))
+
+    def _set_old(self, mhz: float, wanted: int) -> LockResult:
+        nvml = self._nvml
+        bounds, _ = self._old_range()
+        if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
+            return self._out_of_range(mhz, bounds)
+        try:
+            nvml.nvmlDeviceSetGpcClkVfOffset(self._handle, wanted)
+        except nvml.NVMLError as exc:
+            return self._refused(exc, mhz)
+        try:
+            readback = int(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
+        except nvml.NVMLError as exc:
+            return self._unreadable(mhz, exc)
+        return self._judge(mhz, wanted, {None: readback}, [])
+
+    def _judge(
+        self,
+        mhz: float,
+        wanted: int,
+        readbacks: dict[int | None, int],
+        notes: list[str],
+        all_read: bool = True,
+    ) -> LockResult:
+        """Accepted when each pstate read back within a grid step of ``wanted``, or 0 (the
+        driver does not report applied offsets: accepted, not verified). The applied value is
+        the first read-back (P0's; the older call's only one)."""
+        silent: list[int | None] = []
+        for pstate, got in readbacks.items():
+            if got == 0 and (self._unreported or abs(wanted) >= GRID_MHZ):
+                silent.append(pstate)
+            elif abs(got - wanted) >= GRID_MHZ:
+                return LockResult(
+                    mhz,
+                    False,
+                    f"{self._label()} kept a {got} MHz SM clock offset{_where(pstate)} when "
+                    f"{wanted} MHz was set",
+                )
+        first = next(iter(readbacks))
+        applied = None if first in silent else readbacks[first]
+        if applied is not None and applied != wanted:
+            notes.insert(0, f"applied as {applied:+d} MHz (the driver's rounding)")
+        if silent:
+            self._unreported = self._unreported or wanted != 0
+            where = " and".join(_where(p) for p in silent)
+            notes.insert(
+                0,
+                f"{self._label()} took a {wanted:+d} MHz SM clock offset but reads back 0 MHz"
+                f"{where}: applied, not reported by this driver (unverified)",
+            )
+        return LockResult(
+            mhz,
+            True,
+            "; ".join(notes),
+            applied_mhz=None if applied is None else float(applied),
+            verified=all_read and not silent,
+        )
+
+    def _refused(self, exc: Exception, mhz: float) -> LockResult:
+        """A set the driver refused, as a result.
+
+        Raises:
+            GpuError: No permission, or another failure (:meth:`_failure`).
+        """
+        nvml = self._nvml
+        if isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)):
+            return LockResult(mhz, False, self._unsupported(exc))
+        if isinstance(exc, nvml.NVMLError_InvalidArgument):
+            return LockResult(
+                mhz,
+                False,
+                f"{self._label()} rejected a {mhz:g} MHz SM clock offset as invalid{cause(exc)}",
+            )
+        raise self._failure(exc, mhz) from exc
+
+    def _failure(self, exc: Exception, mhz: float) -> GpuError:
+        """The one-line error of a set that failed (no permission: it needs root)."""
+        if isinstance(exc, self._nvml.NVMLError_NoPermission):
+            return GpuError(
+                f"setting the SM clock offset of {self._label()} needs root: re-run with sudo"
+                f"{cause(exc)}"
+            )
+        return GpuError(
+            f"setting the SM clock offset of {self._label()} to {mhz:g} MHz failed: {exc}"
+        )
+
+    def _unreadable(self, mhz: float, exc: Exception) -> LockResult:
+        return LockResult(
+            mhz,
+            False,
+            f"{self._label()} took a {mhz:g} MHz SM clock offset but it could not be read "
+            f"back{cause(exc)}",
+        )
+
+    def _out_of_range(self, mhz: float, bounds: tuple[int, int]) -> LockResult:
+        return LockResult(
+            mhz,
+            False,
+            f"{self._label()} accepts SM clock offsets from {bounds[0]} to {bounds[1]} MHz, "
+            f"not {mhz:g} MHz",
+        )
+
+    # --- the calls ----------------------------------------------------------------------------
+
+    def _get(self, pstate: int) -> PstateOffset:
+        info = self._call(GET_CLOCK_OFFSETS, pstate, 0)
+        return PstateOffset(info.clockOffsetMHz, info.minClockOffsetMHz, info.maxClockOffsetMHz)
+
+    def _get_quietly(self, pstate: int) -> PstateOffset | None:
+        try:
+            return self._get(pstate)
+        except self._nvml.NVMLError:
+            return None  # a card without an offset in that pstate
+
+    def _put(self, pstate: int, mhz: int) -> None:
+        self._call(SET_CLOCK_OFFSETS, pstate, mhz)
+
+    def _call(self, name: str, pstate: int, mhz: int) -> ClockOffsetV1:
+        """One call of the current API, its return code checked.
+
+        Raises:
+            NVMLError: the subclass of the driver's code (``NVMLError(code)`` maps it), or
+                FunctionNotFound from the lookup when the driver lacks ``name``.
+        """
+        nvml = self._nvml
+        fn = nvml._nvmlGetFunctionPointer(name)
+        info = ClockOffsetV1(CLOCK_OFFSET_V1, nvml.NVML_CLOCK_GRAPHICS, pstate, mhz)
+        ret = fn(self._handle, ctypes.pointer(info))
+        if ret != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(ret)
+        return info
+
+    def _missing(self, exc: Exception) -> bool:
+        """The current API is not there (or knows no version 1 of its struct)."""
+        nvml = self._nvml
+        return isinstance(exc, nvml.NVMLError_FunctionNotFound) or (
+            getattr(exc, "value", None) == nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        )
+
+    def _old_range(self) -> tuple[tuple[int, int] | None, str]:
+        """The offsets the older call says the driver accepts, MHz; None when it cannot tell,
+        with why (empty when the driver does not support the call)."""
+        nvml = self._nvml
+        try:
+            # Called with the handle only: the binding then returns (min, max). (Its default
+            # arguments are ctypes ints shared by every call; read at once, they are harmless.)
+            lo, hi = nvml.nvmlDeviceGetGpcClkMinMaxVfOffset(self._handle)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            return None, ""
+        except nvml.NVMLError as exc:
+            return None, f"cannot read the SM clock offset range of {self._label()}{cause(exc)}"
+        return _range(int(lo), int(hi), self._label)
+
+    # --- messages -----------------------------------------------------------------------------
+
+    def _unsupported(self, exc: Exception) -> str:
+        """Why an older call failed: the driver has neither API, or the card says no."""
+        if isinstance(exc, self._nvml.NVMLError_FunctionNotFound):
+            return (
+                f"{self._label()} cannot have an SM clock offset: its driver is too old (it has "
+                f"neither nvmlDevice{{Get,Set}}ClockOffsets nor the older "
+                f"nvmlDevice{{Get,Set}}GpcClkVfOffset){cause(exc)}"
+            )
+        return self._not_supported(exc)
+
+    def _not_supported(self, exc: Exception) -> str:
+        return f"{self._label()} does not support an SM clock offset{cause(exc)}"
+
+
+def _range(lo: int, hi: int, label: Callable[[], str]) -> tuple[tuple[int, int] | None, str]:
+    """A range the driver reports; None, with why, when it says min above max."""
+    if lo > hi:
+        return None, f"{label()} reports a {lo} to {hi} MHz SM clock offset range"
+    return (lo, hi), ""
+
+
+def _offset(offset: float | None, bounds: tuple[int, int] | None, notes: list[str]) -> ClockOffset:
+    """A supported offset with its range and the non-empty notes on one line."""
+    lo, hi = (None, None) if bounds is None else (float(bounds[0]), float(bounds[1]))
+    return ClockOffset(True, offset, lo, hi, "; ".join(n for n in notes if n))
+
+
+def _where(pstate: int | None) -> str:
+    """`` in P2``; empty for the older call, which names no pstate."""
+    return "" if pstate is None else f" in P{pstate}"
