@@ -351,6 +351,7 @@ class SimServer(ServerStreaming):
             fault=fault,
             slow_factor=slow_factor,
             greedy_key=greedy_key(messages, body.get("seed")) if is_greedy(body) else None,
+            logprobs=body.get("logprobs") is True,
         )
         if self.engine.off_bus():
             # a serving card is recovering from a reset: nothing runs on it

@@ -123,6 +123,8 @@ class Plan:
     # A greedy request's key (:func:`greedy_key`): its text follows from its prompt and seed.
     # None: sampled, from the server's seed and the request's number.
     greedy_key: int | None = None
+    # The request asked for its tokens' logprobs (``logprobs: true``).
+    logprobs: bool = False
 
 
 class ChunkFormat:
@@ -240,9 +242,22 @@ class ChunkFormat:
             "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
             "usage": self.usage(plan, n),
         }
+        if plan.logprobs and plan.greedy_key is not None:
+            payload["choices"][0]["logprobs"] = {"content": _logprobs(plan.greedy_key, texts)}
         if self.flavour == "llamacpp":
             payload["timings"] = self.timings(plan, n, progress.prefill_s, progress.decode_s)
         return payload
+
+
+def _logprobs(key: int, texts: list[str]) -> list[dict[str, Any]]:
+    """A greedy answer's token logprobs, as a deterministic server returns them: each follows
+    from the answer's key, the token's place and the token itself, so an answer decoded again
+    the same way has the same logprobs, and a diverged one differs where its tokens do."""
+    out = []
+    for i, token in enumerate(texts):
+        draw = random.Random(f"{key}:{i}:{token}").random()
+        out.append({"token": token, "logprob": round(-2.0 * draw, 6), "top_logprobs": []})
+    return out
 
 
 class FailedAnswer(Exception):

@@ -168,6 +168,27 @@ def test_only_a_greedy_answer_of_two_tokens_or_more_diverges() -> None:
     assert fmt.diverged(sampled, fmt.texts(sampled)) == fmt.texts(sampled)
 
 
+def test_a_greedy_answer_asked_for_logprobs_has_them_the_same_each_time() -> None:
+    # a deterministic server's logprobs: the same answer decoded again has the same ones, a
+    # diverged one differs where its tokens do (the stability check compares both)
+    fmt = ChunkFormat("llamacpp", "m", 1, 0)
+    plan = _plan(greedy_key=greedy_key(_ask(), 3), completion_tokens=12, logprobs=True)
+    stable = fmt.texts(plan)
+
+    def logprobs(texts: list[str]) -> list[float]:
+        body = fmt.whole(plan, texts, len(texts), Progress())
+        return [t["logprob"] for t in body["choices"][0]["logprobs"]["content"]]
+
+    first = logprobs(stable)
+    assert first == logprobs(stable) and len(first) == 12
+    assert all(-2.0 <= lp <= 0.0 for lp in first)
+    wrong = fmt.diverged(plan, stable)
+    at = next(i for i, (a, b) in enumerate(zip(stable, wrong, strict=True)) if a != b)
+    assert logprobs(wrong)[:at] == first[:at]
+    unasked = fmt.whole(_plan(greedy_key=plan.greedy_key), stable, 12, Progress())
+    assert "logprobs" not in unasked["choices"][0]
+
+
 def test_an_error_event_is_one_server_error_event() -> None:
     raw = error_event("boom")
     assert raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2
