@@ -161,6 +161,15 @@ def test_a_refused_or_misread_offset_is_a_gpu_error_and_counts_as_touched() -> N
     )
 
 
+def test_the_drivers_rounding_to_its_grid_is_the_offset_set_and_is_said() -> None:
+    # a driver that snaps +100 MHz to its 15 MHz grid reads back +90: the offset set, as rounded
+    rounding = _Card(drift=-10.0)
+    (change,) = plan_offsets([_target(rounding)], 100.0)
+    result = write_offset(change, [])
+    assert result.readback_mhz == 90.0
+    assert offset_line(change, result).endswith("(verified: reads back +90 MHz)")
+
+
 def test_undo_puts_back_the_offset_read_before_and_names_the_ones_it_could_not() -> None:
     back, stuck = _Card(0, offset=30.0), _Card(1, offset=45.0, refuse_offsets=(45.0,))
     plan = plan_offsets([_target(back), _target(stuck)], 180.0)

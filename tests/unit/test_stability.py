@@ -208,6 +208,17 @@ def test_a_reset_card_is_found_by_its_offset_or_its_lock_or_its_reads() -> None:
         assert verdict.reset and not verdict.stable, change
 
 
+def test_an_offset_read_back_as_the_driver_rounded_it_is_no_reset() -> None:
+    # the step set +60 MHz; a driver that snaps to its 15 MHz grid may read back +50 or +65
+    for read in (50.0, 65.0):
+        client, card = _Client(), _Card()
+        check = _check(client, card)
+        _ref(check)
+        card.offset = read
+        verdict = _step(check)
+        assert not verdict.reset and verdict.stable, read
+
+
 def test_read_errors_and_a_failed_measurement_are_problems() -> None:
     check = _check(_Client())
     _ref(check)

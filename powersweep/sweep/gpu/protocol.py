@@ -15,6 +15,9 @@ NAN = math.nan
 # them, so anything above is a typo or a unit mix-up, refused rather than clamped.
 MAX_CARD_W = 5000.0
 MAX_CLOCK_MHZ = 50_000.0
+# Drivers snap a clock offset to the voltage/frequency curve's 15 MHz grid (some to whole MHz):
+# an offset read back less than one grid step from the one set is that offset, as rounded.
+OFFSET_GRID_MHZ = 15.0
 
 # Clock-event (throttle) reason bits, as NVML defines them (nvmlClocksEventReason*).
 CLOCK_EVENT_GPU_IDLE = 0x1

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from powersweep.clock import Clock
 from powersweep.errors import GpuError, PowersweepError
-from powersweep.sweep.gpu import Gpu
+from powersweep.sweep.gpu import OFFSET_GRID_MHZ, Gpu
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.verdict import FaultLog
@@ -507,7 +507,8 @@ class StabilityCheck:
                 continue
             want = point.sm_offset_mhz
             got = offset.sm_offset_mhz
-            if want is not None and got is not None and abs(got - want) > 0.5:
+            # within the driver's rounding to its grid, the offset set still holds
+            if want is not None and got is not None and abs(got - want) >= OFFSET_GRID_MHZ:
                 problems.append(
                     f"GPU {g.index}'s clock offset reads {got:+g} MHz, not {want:+g}: the card "
                     "was reset (a reset puts the offset back at 0)"

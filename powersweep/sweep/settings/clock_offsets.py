@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
-from powersweep.sweep.gpu import MAX_CLOCK_MHZ
+from powersweep.sweep.gpu import MAX_CLOCK_MHZ, OFFSET_GRID_MHZ
 from powersweep.sweep.settings.targets import Target, Warn
 
 # An offset reads back as taken within this distance (the driver takes whole MHz).
@@ -153,7 +153,8 @@ def write_offset(change: OffsetChange, touched: list[OffsetChange]) -> OffsetRes
     if not r.accepted:
         raise GpuError(r.message or f"{label} refused a {change.after_mhz:+g} MHz SM clock offset")
     got = gpu.sm_clock_offset().sm_offset_mhz
-    if got is not None and abs(got - change.after_mhz) > TOLERANCE_MHZ:
+    # the driver's rounding to its grid is the offset set, and the read-back is what applies
+    if got is not None and abs(got - change.after_mhz) >= OFFSET_GRID_MHZ:
         raise GpuError(
             f"{label} reads back an SM clock offset of {got:+g} MHz after "
             f"{change.after_mhz:+g} MHz was set"

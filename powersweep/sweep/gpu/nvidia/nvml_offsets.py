@@ -20,15 +20,19 @@ from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import cause
-from powersweep.sweep.gpu.protocol import MAX_CLOCK_MHZ, ClockOffset, LockResult
+from powersweep.sweep.gpu.protocol import (
+    MAX_CLOCK_MHZ,
+    OFFSET_GRID_MHZ,
+    ClockOffset,
+    LockResult,
+)
 
 # The C symbols looked up by name (not pynvml attributes, so not in NVML_API_USED).
 GET_CLOCK_OFFSETS = "nvmlDeviceGetClockOffsets"
 SET_CLOCK_OFFSETS = "nvmlDeviceSetClockOffsets"
 
-# Drivers snap an offset to the curve's 15 MHz grid (some to whole MHz), so a read-back one grid
-# step or less away from the request is the request, applied as the driver rounded it.
-GRID_MHZ = 15
+# A read-back less than one grid step from the request is the request, as the driver rounded it.
+GRID_MHZ = OFFSET_GRID_MHZ
 
 # The performance states an offset is set in: P0, and P2, where GeForce cards run CUDA work
 # (some link the two: setting one sets both). P0 decides; P2 refusing is said, not fatal.
