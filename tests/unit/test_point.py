@@ -211,3 +211,19 @@ def test_a_clock_point_whose_card_ignores_its_lock_is_rejected_after_it_is_measu
     assert row["status"] == "rejected"
     assert "SM ran at 1800 MHz under a 1410 MHz lock" in row["error"]
     assert len(ignored.load.calls) == 1  # measured, then judged by its clocks
+
+
+def test_an_offset_is_never_set_without_its_sm_lock() -> None:
+    # issue 45: a raised V/F curve on an unlocked card is an overclock
+    from powersweep.sweep.gpu import LockResult
+    from powersweep.sweep.offsets import ClockOffsetter
+
+    bench = Bench(clock_axis=True, windows=POLICY)
+    (gpu,) = bench.gpus
+    bench.measurer.offsetter = ClockOffsetter(bench.gpus, bench.warnings.append)
+    gpu.sm_offset_mhz = 60.0  # a step before it set one at the lock it held
+    gpu.lock_sm_clock = lambda mhz: LockResult(None, False, "locks need root (test)")  # type: ignore[method-assign]
+    (row,) = bench.measure(SweepPoint(300.0, 1500.0, None, 90.0))
+    assert row["status"] == "rejected"
+    assert "the +90 MHz offset was not set without its SM lock (offset 0 instead)" in row["error"]
+    assert gpu.sm_offset_mhz == 0.0 and bench.load.calls == []

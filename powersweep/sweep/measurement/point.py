@@ -161,10 +161,12 @@ class PointMeasurer:
                 result = g.set_power_limit(point.cap_w)
                 if not result.accepted:
                     problems.append(f"GPU {g.index}: {result.message or 'not applied'}")
+        locked = None
         if point.locks_clocks and self.locker is not None:
-            problems.append(self.locker.apply(point) or "")
+            locked = self.locker.apply(point)
+            problems.append(locked or "")
         if point.sm_offset_mhz is not None and self.offsetter is not None:
-            problems += self.offsetter.apply(point.sm_offset_mhz)
+            problems += self._offset(point.sm_offset_mhz, locked)
         rejection = "; ".join(p for p in problems if p) or None
         if rejection is None:
             # the ticks from here on are read at this point (nothing is measured until it
@@ -172,6 +174,19 @@ class PointMeasurer:
             self.sampler.set_locks(point.sm_lock_mhz, point.mem_lock_mhz, point.sm_offset_mhz)
             self.sampler.label(self.cap_of(point), "settle")
         return rejection
+
+    def _offset(self, mhz: float, lock_refused: str | None) -> list[str]:
+        """Set the point's offset, unless its lock was refused: a raised curve without its lock
+        is an overclock, so the cards go back to offset 0 instead (the refusals, one line each).
+        """
+        assert self.offsetter is not None
+        if lock_refused is None or not mhz:
+            return self.offsetter.apply(mhz)
+        refused = self.offsetter.apply(0.0)
+        return [
+            *refused,
+            f"the {mhz:+g} MHz offset was not set without its SM lock (offset 0 instead)",
+        ]
 
     async def measure(
         self, point: SweepPoint, reason: str, index: int, total: int
