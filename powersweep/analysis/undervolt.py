@@ -24,6 +24,7 @@ from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnal
 from powersweep.runformat import REFERENCE_REASON
 
 SOAK = "soak"
+RETRY_REASON = "retry"
 # The options' defaults where a bare caps.csv has no run.json to say them: the margin (two 15 MHz
 # bins), and the back-off in steps that runs before issue 45 recorded instead.
 DEFAULT_MARGIN_MHZ = 30.0
@@ -56,7 +57,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     options = _options(curve.run)
     step_mhz = _step_mhz(options, steps)
     margin = _margin_mhz(options, step_mhz)
-    last_stable, first_bad = _search_edges(steps)
+    last_stable, first_bad = _search_edges(_latest(steps))
     chosen = _chosen(steps, soaks, last_stable, margin)
     baseline = baselines[-1] if baselines else None
     findings: list[Finding] = ignored_rows(curve) + run_findings(
@@ -64,6 +65,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     )
     versus = _versus(chosen, baseline)
     findings += _findings(steps, soaks, first_bad, chosen, versus, curve.run)
+    findings += _retried(steps)
     return UndervoltAnalysis(
         tool=ToolInfo("powersweep", __version__),
         metric=curve.metric,
@@ -145,6 +147,37 @@ def _step_mhz(options: Mapping[str, Any], steps: list[OffsetStep]) -> float | No
     offsets = sorted({number(s.sm_offset_mhz) for s in steps})
     gaps = [b - a for a, b in itertools.pairwise(offsets) if b > a]
     return min(gaps) if gaps else None
+
+
+def _latest(steps: list[OffsetStep]) -> list[OffsetStep]:
+    """Each offset's latest reading (a step measured again, after a failure the world may have
+    caused, is judged by its second reading), by offset."""
+    latest: dict[float, OffsetStep] = {}
+    for s in steps:
+        latest[number(s.sm_offset_mhz)] = s
+    return [latest[o] for o in sorted(latest)]
+
+
+def _retried(steps: list[OffsetStep]) -> list[Finding]:
+    """The steps measured again, and how the second reading came out."""
+    out = []
+    for s in steps:
+        if s.reason != RETRY_REASON:
+            continue
+        first = next(
+            (f for f in steps if f.sm_offset_mhz == s.sm_offset_mhz and f.status != "ok"), None
+        )
+        why = f" ({first.error})" if first is not None and first.error else ""
+        outcome = "held" if s.status == "ok" else f"was {s.status} again"
+        out.append(
+            finding(
+                "info",
+                "step_retried",
+                f"{number(s.sm_offset_mhz):+g} MHz failed{why}, a failure the server or the world "
+                f"may cause: measured once more, it {outcome}",
+            )
+        )
+    return out
 
 
 def _search_edges(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetStep | None]:

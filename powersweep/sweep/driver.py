@@ -52,7 +52,7 @@ from powersweep.sweep.planning.schedule import (
     Schedule,
 )
 from powersweep.sweep.planning.strategy import AdaptivePlanner
-from powersweep.sweep.planning.undervolt_steps import UndervoltSchedule
+from powersweep.sweep.planning.undervolt_steps import REBASE, RETRY, UndervoltSchedule
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.writer import RunWriter, utc_now_iso
 from powersweep.sweep.sampling.consistency import ratio_outliers
@@ -227,6 +227,8 @@ class Sweep:
         # the points measured ok, in the order they first were: the first whose reading still
         # stands is read again at the end (the run-to-run term)
         self._measured_ok: list[SweepPoint] = []
+        # each point's latest row as the schedule measured it (a search reads why one failed)
+        self._last_rows: dict[SweepPoint, Mapping[str, Any]] = {}
         self._extra_check = before_change
 
     def _stability_check(
@@ -421,8 +423,12 @@ class Sweep:
         plan = self.plan
         metric = "prefill_tps" if plan.load.mode == "prefill-heavy" else "narr_tps"
         if plan.undervolt is not None:
-            ledger = self.measurer.ledger
-            return UndervoltSchedule(plan.undervolt, lambda p: ledger.status.get(p.key))
+            ledger, last = self.measurer.ledger, self._last_rows
+            return UndervoltSchedule(
+                plan.undervolt,
+                lambda p: ledger.status.get(p.key),
+                lambda p: str(last.get(p, {}).get("retry_kind") or ""),
+            )
         if plan.points.strategy != "adaptive" or plan.safety.observe_only:
             return DenseSchedule(points)
         if plan.clock_points:
@@ -448,6 +454,7 @@ class Sweep:
             for point, reason in batch:
                 tried.add(point)
                 row = await self.measurer.measure(point, reason, done, planned)
+                self._last_rows[point] = row
                 done += 1
                 if row["status"] == "ok":
                     measured[point] = row
@@ -465,7 +472,8 @@ class Sweep:
         """The batch less the points already measured (each asked-for repeat is a fault)."""
         fresh = []
         for point, reason in batch:
-            if point in tried:
+            # a search's bounded retries (its schedule counts them) measure a point again
+            if point in tried and reason not in (REBASE, RETRY):
                 self._faults.add("planner_repeat", f"{point.label()} ({reason})")
             else:
                 fresh.append((point, reason))

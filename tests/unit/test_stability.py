@@ -352,3 +352,36 @@ def test_without_a_card_driven_tps_a_slower_step_is_no_stretching() -> None:
     check = StabilityCheck(_Client(), [_Card()], _Clock(), check_stretch=False)  # type: ignore[list-item,arg-type]
     _ref(check, tps=40.0, u95=1.0)
     assert _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable
+
+
+def test_a_failure_the_world_may_cause_is_marked_for_a_retry() -> None:
+    # issue 45: TPS down at the locked clock with the answers identical, or a measurement the
+    # server failed with the card fine, may be the world's: the search measures it once more
+    client = _Client()
+    check = _check(client)
+    _ref(check)
+    stretched = _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0})
+    assert not stretched.stable and stretched.retry == "stretch"
+    failed = _step(check, {"status": "failed", "error": "HTTP 503 from the server"})
+    assert not failed.stable and failed.retry == "server"
+    client.corrupt = True
+    both = _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0})
+    assert not both.stable and both.retry == ""  # an answer differs: the offset's
+    client.corrupt = False
+    client.fail = "CUDA error: an illegal memory access was encountered"
+    cuda = _step(check)
+    assert not cuda.stable and cuda.retry == ""  # the card failed under the server
+
+
+def test_offset_zero_read_again_rebases_the_reference_tps() -> None:
+    client, card = _Client(), _Card()
+    check = _check(client, card)
+    _ref(check, tps=40.0)
+    zero = SweepPoint(POINT.cap_w, POINT.sm_lock_mhz, None, 0.0)
+    slower = {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}
+    card.offset = 0.0
+    verdict = asyncio.run(check.check(zero, slower, 0))
+    assert verdict.stable  # the card's own curve, as the world is now
+    assert check.reference_tps == (30.0, 1.0)
+    card.offset = 60.0
+    assert _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable

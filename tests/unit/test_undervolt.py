@@ -106,3 +106,20 @@ def test_a_search_without_steps_has_no_answer(tmp_path: Path) -> None:
     a = analyze_undervolt(_curve(tmp_path, rows))
     assert a.chosen is None and a.versus_cap is None and headline(a) is None
     assert "No stable offset was found" in render_undervolt_summary(_curve(tmp_path, rows), a)
+
+
+def test_a_step_measured_again_is_judged_by_its_second_reading(tmp_path: Path) -> None:
+    rows = _search(150.0)
+    # +60 first failed on TPS alone; offset 0 read again, +60 measured again held
+    at = next(i for i, r in enumerate(rows) if r["sm_offset_mhz"] == 60.0)
+    rows[at].update(status="unstable", error="TPS 30.00 is 9.1% below offset 0's")
+    rows[at + 1 : at + 1] = [_row(0.0, reason="rebase"), _row(60.0, reason="retry")]
+    a = analyze_undervolt(_curve(tmp_path, rows))
+    assert a.last_stable_mhz == 150.0 and a.first_unstable_mhz == 180.0
+    (retried,) = [f for f in a.findings if f.code == "step_retried"]
+    assert retried.message == (
+        "+60 MHz failed (TPS 30.00 is 9.1% below offset 0's), a failure the server or the "
+        "world may cause: measured once more, it held"
+    )
+    summary = render_undervolt_summary(_curve(tmp_path, rows), a)
+    assert "| rebase |" in summary and "| retry |" in summary

@@ -8,8 +8,11 @@ import pytest
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.undervolt_steps import (
     BASELINE,
+    MAX_RETRIES,
+    REBASE,
     REFERENCE,
     REFINE,
+    RETRY,
     SEARCH,
     UndervoltPlan,
     UndervoltSchedule,
@@ -181,3 +184,71 @@ def test_a_failed_baseline_without_a_lock_ends_with_a_reason() -> None:
     s.next({})
     assert s.next({}) == []
     assert "--sm-clocks" in s.ended
+
+
+def test_a_step_the_world_may_have_failed_is_measured_once_more() -> None:
+    # issue 45: TPS down at the locked clock with every answer identical is read against offset
+    # 0 read again; a step that failed on the server's errors is measured once more
+    why: dict[float, str] = {60.0: "stretch", 120.0: "server"}
+    status: dict[SweepPoint, str] = {}
+    s = UndervoltSchedule(_plan(), status.get, lambda p: why.get(p.sm_offset_mhz or 0.0, ""))
+    measured: dict[SweepPoint, dict] = {}
+    asked: list[tuple[SweepPoint, str]] = []
+    first_time = {60.0, 120.0}
+    batch = s.next(measured)
+    while batch:
+        for point, reason in batch:
+            asked.append((point, reason))
+            offset = point.sm_offset_mhz or 0.0
+            fails = offset in first_time or offset > 150.0
+            first_time.discard(offset)
+            status[point] = "unstable" if fails and point.sm_lock_mhz else "ok"
+            if not fails:
+                measured[point] = {"sm_clock_mhz": 1690.0}
+        batch = s.next(measured)
+    steps = [(p.sm_offset_mhz, r) for p, r in asked[2:]]
+    assert steps[:6] == [
+        (30.0, SEARCH),
+        (60.0, SEARCH),
+        (0.0, REBASE),
+        (60.0, RETRY),
+        (90.0, SEARCH),
+        (120.0, SEARCH),
+    ]
+    assert steps[6:8] == [(120.0, RETRY), (150.0, SEARCH)]
+    assert s.last_stable_mhz == 150.0
+    assert s.retried == [(60.0, "stretch"), (120.0, "server")]
+    record = s.record()
+    assert record is not None and record["retried"][0] == {"sm_offset_mhz": 60.0, "why": "stretch"}
+
+
+def test_retries_are_once_a_step_and_bounded_a_search() -> None:
+    # every step fails the first time and holds the second: three are retried, the fourth ends
+    # the coarse search
+    status: dict[SweepPoint, str] = {}
+    s = UndervoltSchedule(_plan(), status.get, lambda _p: "server")
+    measured: dict[SweepPoint, dict] = {}
+    asked = []
+    seen: set[float] = set()
+    batch = s.next(measured)
+    while batch:
+        for point, reason in batch:
+            offset = point.sm_offset_mhz or 0.0
+            asked.append((offset, reason))
+            bad = point.sm_lock_mhz is not None and offset > 0 and offset not in seen
+            seen.add(offset)
+            status[point] = "unstable" if bad else "ok"
+            if not bad:
+                measured[point] = {"sm_clock_mhz": 1690.0}
+        batch = s.next(measured)
+    assert asked[2:9] == [
+        (30.0, SEARCH),
+        (30.0, RETRY),
+        (60.0, SEARCH),
+        (60.0, RETRY),
+        (90.0, SEARCH),
+        (90.0, RETRY),
+        (120.0, SEARCH),
+    ]
+    assert len(s.retried) == MAX_RETRIES and s.first_unstable_mhz == 105.0
+    assert s.last_stable_mhz == 90.0  # +105, refined, failed too: a fourth retry is not taken

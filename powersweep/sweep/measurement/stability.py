@@ -48,6 +48,9 @@ DECODE_PROBE_TOKENS = 128
 PREFILL_PROBE_TOKENS = 24
 # A probe served from the server's cache is sent again this many times, each with a fresh salt.
 CACHED_RETRIES = 1
+# What a server's error says when the card failed under it (llama.cpp and PyTorch print CUDA's
+# errors, the driver's Xids reach the log): such a failure is the offset's, never retried.
+CARD_ERROR_MARKERS = ("cuda", "illegal memory access", "xid", "gpu", "device-side assert")
 # How far (nats) a token-identical answer's token logprobs may move from offset 0's: beyond
 # this many times the reference's own variation between its two runs, and beyond the floor (a
 # deterministic server's variation is 0; the floor keeps printed-float noise from counting).
@@ -229,6 +232,9 @@ class Verdict:
         problems: Why the step is unstable, one line each (empty: stable).
         reset: A card was found reset (its offset or lock back at the default).
         notes: What the check met that does not make the step unstable.
+        retry: Why the failure may be the world's, not the offset's: ``stretch`` (TPS fell at
+            the locked clock and nothing else was found), ``server`` (its measurement or probes
+            failed on the server's errors, the card and every answer fine); empty: the offset's.
     """
 
     checked: int
@@ -236,6 +242,7 @@ class Verdict:
     problems: tuple[str, ...] = ()
     reset: bool = False
     notes: tuple[Note, ...] = ()
+    retry: str = ""
 
     @property
     def stable(self) -> bool:
@@ -405,34 +412,49 @@ class StabilityCheck:
 
     async def check(self, point: SweepPoint, row: Mapping[str, Any], read_errors: int) -> Verdict:
         """Check one step after its windows (``read_errors``: the card reads that failed while
-        it was measured)."""
-        problems: list[str] = []
+        it was measured). Offset 0 read again (a re-base) is checked the same way, but its TPS
+        becomes the reference's: the card's own curve as the world is now."""
+        server: list[str] = []
         if row.get("status") not in ("ok", None):
             why = str(row.get("error") or "no reason given")
             why = why if len(why) <= ERROR_QUOTE_CHARS else why[: ERROR_QUOTE_CHARS - 3] + "..."
-            problems.append(f"its measurement {row.get('status')} ({why})")
+            server.append(f"its measurement {row.get('status')} ({why})")
+        card: list[str] = []
         if read_errors:
-            problems.append(f"{read_errors} GPU read(s) failed while it was measured")
+            card.append(f"{read_errors} GPU read(s) failed while it was measured")
         xids = self._xids()
-        problems += xids
-        reset = self._card_problems(point, problems) or any("Xid 79" in x for x in xids)
+        card += xids
+        reset = self._card_problems(point, card) or any("Xid 79" in x for x in xids)
         got = await self.answers()
-        problems += got.failed
-        checked, differ = 0, 0
-        if self.reference is not None:
-            for i, (probe, text) in enumerate(zip(self.probes, got.texts, strict=True)):
-                if text is None:
-                    continue  # a failed probe is a problem already, not a compared answer
-                checked += 1
-                if text != self.reference[i]:
-                    differ += 1
-                    problems.append(f"the {probe.kind} answer differs from offset 0's")
-                elif moved := self._logprobs_moved(i, got.logprobs[i]):
-                    problems.append(f"the {probe.kind} answer's {moved}")
-        stretch = self._stretch(row)
-        if stretch:
-            problems.append(stretch)
-        return Verdict(checked, differ, tuple(problems), reset, got.notes)
+        checked, differ, answers = self._compare(got)
+        rebase = not point.sm_offset_mhz
+        stretch = "" if rebase else self._stretch(row)
+        if rebase and not (server or card or answers):
+            self.reference_tps = (_num(row.get(self.metric)), _num(row.get("tps_u95_pct")))
+        # in the order a reader needs them: the measurement, the card, then the answers
+        problems = (*server, *card, *got.failed, *answers, *([stretch] if stretch else []))
+        server += got.failed
+        retry = ""
+        if not (card or answers or reset or _card_errors(server)):
+            retry = "server" if server else "stretch" if stretch else ""
+        return Verdict(checked, differ, problems, reset, got.notes, retry)
+
+    def _compare(self, got: ProbeRound) -> tuple[int, int, list[str]]:
+        """Answers compared with the reference's, those that differ, and why (a token that
+        differs, or token logprobs moved beyond the reference's own variation)."""
+        checked, differ, problems = 0, 0, []
+        if self.reference is None:
+            return 0, 0, []
+        for i, (probe, text) in enumerate(zip(self.probes, got.texts, strict=True)):
+            if text is None:
+                continue  # a failed probe is a problem already, not a compared answer
+            checked += 1
+            if text != self.reference[i]:
+                differ += 1
+                problems.append(f"the {probe.kind} answer differs from offset 0's")
+            elif moved := self._logprobs_moved(i, got.logprobs[i]):
+                problems.append(f"the {probe.kind} answer's {moved}")
+        return checked, differ, problems
 
     def _logprobs_moved(self, i: int, logprobs: tuple[float, ...] | None) -> str:
         """How a token-identical answer's logprobs moved beyond the reference's own variation
@@ -586,8 +608,14 @@ async def check_step(
         why = "; ".join(verdict.problems)
         faults.add("unstable_offset", f"{where}: {why}")
         warn(f"{where} unstable: {why}")
-        row.update(status="unstable", error=why)
+        # not a caps.csv column: what the search may do about it (measure once more)
+        row.update(status="unstable", error=why, retry_kind=verdict.retry)
     return None
+
+
+def _card_errors(failures: Sequence[str]) -> bool:
+    """Whether a failure's words say the card failed under the server (a CUDA error)."""
+    return any(m in f.lower() for f in failures for m in CARD_ERROR_MARKERS)
 
 
 def _cached(answer: Any) -> int | None:

@@ -25,6 +25,12 @@ REFERENCE = "reference"
 SEARCH = "search"
 REFINE = "refine"
 DONE = "done"
+# A failed step the world may have failed (:attr:`~..measurement.stability.Verdict.retry`) is
+# measured once more ("retry"), after offset 0 is read again ("rebase") where its TPS fell;
+# at most this many a search, so a noisy world cannot keep it going.
+RETRY = "retry"
+REBASE = "rebase"
+MAX_RETRIES = 3
 # Where no supported clock is listed, a lock lands on the 15 MHz grid every NVIDIA card's
 # clocks sit on; offsets move the voltage/frequency curve in the same bins, so the search refines
 # its edge and places its answer on it.
@@ -75,8 +81,8 @@ class UndervoltPlan:
     @property
     def max_points(self) -> int:
         """Every point the search may measure: the baseline, offset 0, the coarse steps, the
-        grid steps between the edge's two and the soaks."""
-        return 2 + self.max_steps + self.refine_steps + self.max_soaks
+        grid steps between the edge's two, the retries (each with its re-base) and the soaks."""
+        return 2 + self.max_steps + self.refine_steps + 2 * MAX_RETRIES + self.max_soaks
 
 
 def snap_lock(measured_mhz: float, supported: Sequence[float]) -> float | None:
@@ -99,12 +105,21 @@ class UndervoltSchedule:
     Args:
         plan: The search.
         status_of: A measured point's status (``ok``, ``unstable``, ``failed``...; None: not
-            measured).
+            measured), its latest reading's.
+        retry_of: Why a failed step may be the world's (``stretch``, ``server``; empty: the
+            offset's).
     """
 
-    def __init__(self, plan: UndervoltPlan, status_of: Callable[[SweepPoint], str | None]) -> None:
+    def __init__(
+        self,
+        plan: UndervoltPlan,
+        status_of: Callable[[SweepPoint], str | None],
+        retry_of: Callable[[SweepPoint], str] = lambda _p: "",
+    ) -> None:
         self.plan = plan
         self.status_of = status_of
+        self.retry_of = retry_of
+        self.retried: list[tuple[float, str]] = []
         self.baseline = SweepPoint(plan.cap_w, sm_offset_mhz=0.0)
         self.lock_mhz = plan.lock_mhz
         self._stage = BASELINE
@@ -134,6 +149,8 @@ class UndervoltSchedule:
         if status == "ok":
             self.last_stable_mhz = self._at_mhz
             return self._up()
+        if (again := self._retry()) is not None:
+            return again
         if self._at_mhz == 0:
             self.ended = f"offset 0 itself was {status or 'not measured'}: nothing to search from"
         else:
@@ -143,6 +160,20 @@ class UndervoltSchedule:
                 return self._up()
         self._stage = DONE
         return []
+
+    def _retry(self) -> Batch | None:
+        """The failed step once more where the world may have failed it: after offset 0 read
+        again where its TPS fell (the check then judges it against that reading), as it was
+        where the server failed it. Once a step, :data:`MAX_RETRIES` a search (None: no)."""
+        step = self.at(self._at_mhz)
+        kind = self.retry_of(step)
+        done = {mhz for mhz, _ in self.retried}
+        if not kind or self._at_mhz in done or len(self.retried) >= MAX_RETRIES:
+            return None
+        self.retried.append((self._at_mhz, kind))
+        if kind == "stretch":
+            return [(self.at(0.0), REBASE), (step, RETRY)]
+        return [(step, RETRY)]
 
     def _reference(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
         self._stage = SEARCH
@@ -222,6 +253,7 @@ class UndervoltSchedule:
             "last_stable_mhz": self.last_stable_mhz,
             "first_unstable_mhz": self.first_unstable_mhz,
             "refined_between_mhz": list(self.refined) if self.refined else None,
+            "retried": [{"sm_offset_mhz": o, "why": w} for o, w in self.retried],
             "chosen_mhz": self.chosen_mhz,
             "soaks": [{"sm_offset_mhz": o, "status": s} for o, s in self.soaks],
             "ended": self.ended,
