@@ -416,8 +416,17 @@ class Sweep:
         margin per failed soak: the plan's ``max_soaks`` at most). No recheck, retry or
         confirm phase: each would set an offset again outside the search's order."""
         while (point := schedule.soak()) is not None:
+            self._record_in_flight(schedule)
             row = await self.measurer.measure(point, SOAK, 0, 1)
             schedule.soaked(str(row["status"]))
+
+    def _record_in_flight(self, schedule: Schedule) -> None:
+        """An undervolt search's record, with the offset about to be set, in run.json before
+        it is set: a run that dies under it (a reset, a hang, a kill) leaves it on record, and
+        ``--resume`` never tries it again."""
+        if isinstance(schedule, UndervoltSchedule):
+            self.meta["undervolt"] = schedule.record()
+            self.writer.write_run_json(self.meta)
 
     def _schedule(self, points: list[SweepPoint]) -> Schedule:
         plan = self.plan
@@ -451,6 +460,7 @@ class Sweep:
         batch = self._new(schedule.next(measured), tried)
         planned, done = len(batch), 0
         while batch:
+            self._record_in_flight(schedule)
             for point, reason in batch:
                 tried.add(point)
                 row = await self.measurer.measure(point, reason, done, planned)

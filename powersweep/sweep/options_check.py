@@ -247,10 +247,6 @@ def _validate_undervolt(options: SweepOptions) -> None:
             "--axis undervolt ends on the offset that failed its check, so its offsets always "
             "come back: drop --no-reset (`powersweep apply RUN_DIR` sets the answer it measured)"
         )
-    if options.output.resume is not None:
-        raise UsageError(
-            "an undervolt search cannot be resumed (each step depends on the last): start it again"
-        )
     if not (math.isfinite(uv.offset_step_mhz) and uv.offset_step_mhz > 0):
         raise UsageError("--offset-step must be a positive number of MHz")
     if not (math.isfinite(uv.margin_mhz) and uv.margin_mhz >= 0):

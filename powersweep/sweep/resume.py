@@ -108,6 +108,9 @@ def prepare_resume(options: SweepOptions, meta: dict[str, Any], gpus: list[Gpu])
             f"--resume: the run was on GPUs {', '.join(map(str, want))}, this sweep would use "
             f"{', '.join(have)}; resume needs the same GPU set"
         )
+    if isinstance(meta.get("undervolt"), dict):
+        # a search's steps follow from its rows (UndervoltAxis.resumed): nothing planned is left
+        return ResumeState(meta, RunWriter.reopen(options.output.resume), [], [])
     if isinstance(meta.get("points_planned"), list):
         planned_points = [SweepPoint.from_dict(p) for p in meta["points_planned"]]
         done_points = [SweepPoint.from_dict(p) for p in meta.get("points_done") or []]

@@ -157,9 +157,11 @@ def test_dry_run_shows_the_steps_and_the_warning(tmp_path: Path) -> None:
 PACED = ("--sim-pace", "20", "--warmup-requests", "0", "--target-cap-seconds", "4")
 
 
-def _wait_for_an_offset(proc: subprocess.Popen[str], state: Path, profile: str) -> None:
+def _wait_for_an_offset(
+    proc: subprocess.Popen[str], state: Path, profile: str, at_least: float = 1.0
+) -> None:
     deadline = time.monotonic() + 90
-    while _card(state, profile)[2] <= 0:
+    while _card(state, profile)[2] < at_least:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no offset set in time"
         time.sleep(0.02)
@@ -204,6 +206,43 @@ def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
     assert restored.returncode == 0, restored.stderr
     assert _card(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
     assert not journal.exists()
+
+
+@pytest.mark.slow
+def test_a_search_killed_under_an_offset_resumes_and_never_tries_it_again(tmp_path: Path) -> None:
+    # issue 45: a search cut by a reset or a kill goes on (--resume) from its last stable step,
+    # the offset set when it died counted unstable
+    profile = "rtx3090-air"
+    state, env = _rig(tmp_path, profile)
+    proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
+    try:
+        _wait_for_an_offset(proc, state, profile, at_least=90.0)
+        killed_at = _card(state, profile)[2]
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert powersweep("restore", env=env).returncode == 0
+    run_dir = _run_dir(tmp_path / "runs")
+    record = read_json(run_dir / "run.json")["undervolt"]
+    assert record["in_flight"] == {"sm_offset_mhz": killed_at, "reason": "search"}
+    resumed = powersweep("--resume", str(run_dir), "--quiet", "--no-charts", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    run = read_json(run_dir / "run.json")
+    assert run["status"] == "complete"
+    again = run["undervolt"]
+    assert again["resumed_from"]["killed_at_mhz"] == killed_at
+    assert again["first_unstable_mhz"] <= killed_at
+    rows = read_csv(run_dir / "caps.csv")
+    tried = [float(r["sm_offset_mhz"]) for r in rows if r["sm_offset_mhz"]]
+    assert tried.count(killed_at) == 0  # never measured: it was set when the run died
+    analysis = read_json(run_dir / "analysis.json")
+    # on from the last step that held before it: the grid below it, the margin below that
+    assert again["resumed_from"]["last_stable_mhz"] == killed_at - STEP
+    assert analysis["chosen"]["sm_offset_mhz"] == analysis["last_stable_mhz"] - MARGIN
+    assert analysis["last_stable_mhz"] < killed_at
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
 
 
 def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path) -> None:

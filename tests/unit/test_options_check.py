@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,7 +239,6 @@ UV = PointOptions(axis=Axis.UNDERVOLT)
         ),
         ({"points": PointOptions(axis=Axis.UNDERVOLT, mem_clocks=(9501.0,))}, "drop --mem-clocks"),
         ({"points": UV, "safety": SafetyOptions(observe_only=True)}, "cannot be --observe-only"),
-        ({"points": UV, "output": OutputOptions(resume=Path("run"))}, "cannot be resumed"),
         ({"points": UV, "safety": SafetyOptions(no_reset=True)}, "drop --no-reset"),
         (
             {"points": UV, "undervolt": UndervoltOptions(offset_step_mhz=0.0)},

@@ -93,9 +93,24 @@ def test_a_range_below_one_step_is_refused() -> None:
         UndervoltAxis().plan(_options(), [gpu], lambda _m: None)
 
 
-def test_resuming_is_refused() -> None:
-    with pytest.raises(UsageError, match="cannot be resumed"):
-        UndervoltAxis().resumed(_options(), [FakeGpu()], None)  # type: ignore[arg-type]
+def test_a_resumed_search_goes_on_from_its_rows(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from powersweep.sweep.planning.undervolt_steps import ResumeFrom
+
+    (tmp_path / "caps.csv").write_text(
+        "cap_w,sm_lock_mhz,sm_offset_mhz,status,reason\n"
+        "280,,0,ok,baseline\n280,1680,0,ok,reference\n280,1680,30,ok,search\n"
+    )
+    record = {"sm_lock_mhz": 1680.0, "in_flight": {"sm_offset_mhz": 60.0, "reason": "search"}}
+    left = SimpleNamespace(meta={"undervolt": record}, writer=SimpleNamespace(path=tmp_path))
+    planned = UndervoltAxis().resumed(_options(hold_cap_w=280.0), [FakeGpu()], left)  # type: ignore[arg-type]
+    assert planned.undervolt is not None
+    assert planned.undervolt.resume == ResumeFrom(1680.0, 30.0, 60.0, 60.0)
+    assert planned.points == [SweepPoint(280.0, sm_offset_mhz=0.0)]  # set first, not measured
+    fresh = SimpleNamespace(meta={"undervolt": {"sm_lock_mhz": None}}, writer=left.writer)
+    again = UndervoltAxis().resumed(_options(hold_cap_w=280.0), [FakeGpu()], fresh)  # type: ignore[arg-type]
+    assert again.undervolt is not None and again.undervolt.resume is None
 
 
 def test_saved_undervolt_curves_are_its_own_not_a_clock_axis(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ from powersweep.sweep.planning.undervolt_steps import (
     REFINE,
     RETRY,
     SEARCH,
+    ResumeFrom,
     UndervoltPlan,
     UndervoltSchedule,
+    resume_from,
     snap_lock,
 )
 
@@ -252,3 +254,42 @@ def test_retries_are_once_a_step_and_bounded_a_search() -> None:
     ]
     assert len(s.retried) == MAX_RETRIES and s.first_unstable_mhz == 105.0
     assert s.last_stable_mhz == 90.0  # +105, refined, failed too: a fourth retry is not taken
+
+
+def _csv_row(offset: float, status: str = "ok", reason: str = "search") -> dict[str, str]:
+    return {
+        "sm_lock_mhz": "1680",
+        "sm_offset_mhz": f"{offset:g}",
+        "status": status,
+        "reason": reason,
+    }
+
+
+def test_an_interrupted_search_resumes_from_its_rows_and_its_offset_in_flight() -> None:
+    rows = [
+        {"sm_lock_mhz": "", "sm_offset_mhz": "0", "status": "ok", "reason": "baseline"},
+        _csv_row(0.0, reason="reference"),
+        _csv_row(30.0),
+        _csv_row(60.0),
+    ]
+    record = {"sm_lock_mhz": 1680.0, "in_flight": {"sm_offset_mhz": 90.0, "reason": "search"}}
+    resume = resume_from(record, rows)
+    assert resume == ResumeFrom(1680.0, 60.0, 90.0, killed_at_mhz=90.0)
+    # its row written, the offset in flight was answered: judged by it
+    answered = resume_from(record, [*rows, _csv_row(90.0)])
+    assert answered == ResumeFrom(1680.0, 90.0, None, None)
+    # an unstable row stands; no lock yet: start again
+    assert resume_from({"sm_lock_mhz": 1680.0}, [*rows, _csv_row(90.0, "unstable")]) == (
+        ResumeFrom(1680.0, 60.0, 90.0, None)
+    )
+    assert resume_from({"sm_lock_mhz": None}, rows) is None
+
+
+def test_a_resumed_search_takes_offset_zero_again_then_goes_on_between_its_edges() -> None:
+    plan = _plan(resume=ResumeFrom(1680.0, 60.0, 90.0, 90.0))
+    s = UndervoltSchedule(plan, lambda _p: None)
+    asked = _run(s, stable_up_to=75.0)
+    assert [(p.sm_offset_mhz, r) for p, r in asked] == [(0.0, REFERENCE), (75.0, REFINE)]
+    assert s.last_stable_mhz == 75.0 and s.first_unstable_mhz == 90.0
+    record = s.record()
+    assert record is not None and record["resumed_from"]["killed_at_mhz"] == 90.0

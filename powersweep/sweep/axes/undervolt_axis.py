@@ -8,6 +8,8 @@ UndervoltSchedule`); what is planned here is the baseline cap and the bounds of 
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +27,7 @@ from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.caps import clamp_caps, uniform_envelope
 from powersweep.sweep.planning.points import SweepPoint
-from powersweep.sweep.planning.undervolt_steps import UndervoltPlan
+from powersweep.sweep.planning.undervolt_steps import UndervoltPlan, resume_from
 from powersweep.sweep.resume import ResumeState
 
 # Said before the first step (and by --dry-run): what an unstable offset does.
@@ -102,12 +104,23 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
         return PlannedPoints([cap], [SweepPoint(cap, sm_offset_mhz=0.0)], undervolt=plan)
 
     def resumed(self, options: SweepOptions, gpus: list[Gpu], left: ResumeState) -> PlannedPoints:
-        """Never: each step depends on the one before it (the options refuse ``--resume``).
+        """The search on from where it stood (:func:`~..planning.undervolt_steps.resume_from`):
+        its baseline stands, offset 0's answers are taken again (the server may have restarted),
+        and the offset set when the run died counts as unstable. A run that died before its lock
+        was known starts again from its baseline.
 
         Raises:
-            UsageError: Always.
+            UsageError: The run's rows cannot be read.
         """
-        raise UsageError("an undervolt search cannot be resumed: start it again")
+        planned = self.plan(options, gpus, lambda _m: None)
+        plan = planned.undervolt
+        assert plan is not None
+        record = left.meta.get("undervolt") or {}
+        resume = resume_from(record, _rows(left.writer.path / "caps.csv"))
+        if resume is None:
+            return planned
+        # the baseline point stays the first set (the warm-up runs there), not measured again
+        return dataclasses.replace(planned, undervolt=dataclasses.replace(plan, resume=resume))
 
     def sets_limit(self, options: SweepOptions) -> bool:
         """Always: the baseline cap is held at every step."""
@@ -166,3 +179,18 @@ def _sm_clocks(gpu: Gpu) -> tuple[float, ...]:
     if not supported.mem_mhz:
         return ()
     return tuple(supported.sm_mhz_by_mem.get(max(supported.mem_mhz), ()))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    """An interrupted run's caps.csv rows (its writer dropped a half-written last one).
+
+    Raises:
+        UsageError: It cannot be read.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise UsageError(f"--resume: cannot read {path}: {exc}") from None

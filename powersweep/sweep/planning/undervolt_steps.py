@@ -12,6 +12,7 @@ Pure: no I/O and no clock (the driver reports each step's status).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,25 @@ SNAP_TOLERANCE_MHZ = 1.0
 
 
 @dataclass(frozen=True)
+class ResumeFrom:
+    """Where an interrupted search stands (``--resume``), from its own rows and record.
+
+    Attributes:
+        lock_mhz: The SM lock it searched at.
+        last_stable_mhz: The highest offset that held below every one that did not.
+        first_unstable_mhz: The lowest offset that did not hold, or that was set when the run
+            died (None: none).
+        killed_at_mhz: The offset set when the run died, if that was its end (None: it ended
+            otherwise, or at offset 0).
+    """
+
+    lock_mhz: float
+    last_stable_mhz: float
+    first_unstable_mhz: float | None
+    killed_at_mhz: float | None = None
+
+
+@dataclass(frozen=True)
 class UndervoltPlan:
     """What the undervolt search steps.
 
@@ -53,6 +73,7 @@ class UndervoltPlan:
         max_mhz: The highest offset to try.
         margin_mhz: MHz the answer stays below the last stable offset.
         soak_s: Run seconds the chosen offset is held before it is measured once more.
+        resume: Where an interrupted search stands (None: a new search).
     """
 
     cap_w: float
@@ -62,6 +83,7 @@ class UndervoltPlan:
     max_mhz: float
     margin_mhz: float
     soak_s: float
+    resume: ResumeFrom | None = None
 
     @property
     def max_steps(self) -> int:
@@ -121,8 +143,13 @@ class UndervoltSchedule:
         self.retry_of = retry_of
         self.retried: list[tuple[float, str]] = []
         self.baseline = SweepPoint(plan.cap_w, sm_offset_mhz=0.0)
-        self.lock_mhz = plan.lock_mhz
-        self._stage = BASELINE
+        self.lock_mhz = plan.lock_mhz if plan.resume is None else plan.resume.lock_mhz
+        # a resumed search has its baseline: it takes offset 0's answers again, then goes on
+        self._stage = BASELINE if plan.resume is None else REFERENCE
+        # the point set now, written to run.json before it is measured: a run that dies under
+        # it leaves it on record, never to be tried again (--resume)
+        self.in_flight: tuple[float, str] | None = None
+        self._resumed = False
         self._at_mhz = 0.0
         self.last_stable_mhz: float | None = None
         self.first_unstable_mhz: float | None = None
@@ -138,6 +165,11 @@ class UndervoltSchedule:
 
     def next(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
         """The next step (empty: the search is over)."""
+        batch = self._next(measured)
+        self.in_flight = _flight(batch[-1][0], batch[-1][1]) if batch else None
+        return batch
+
+    def _next(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
         if self._stage == BASELINE:
             self._stage = REFERENCE
             return [(self.baseline, BASELINE)]
@@ -146,6 +178,13 @@ class UndervoltSchedule:
         if self._stage not in (SEARCH, REFINE):
             return []
         status = self.status_of(self.at(self._at_mhz))
+        resume = self.plan.resume
+        if status == "ok" and resume is not None and not self._resumed:
+            # offset 0's answers taken again: on from where the interrupted search stood
+            self._resumed = True
+            self.last_stable_mhz, self._at_mhz = resume.last_stable_mhz, resume.last_stable_mhz
+            self.first_unstable_mhz = resume.first_unstable_mhz
+            return self._up()
         if status == "ok":
             self.last_stable_mhz = self._at_mhz
             return self._up()
@@ -225,7 +264,9 @@ class UndervoltSchedule:
         measured = self.status_of(self.at(self._soak_mhz)) == "ok"
         if self._soak_mhz <= 0 or (self.plan.soak_s <= 0 and measured):
             self.chosen_mhz = self._soak_mhz
+            self.in_flight = None
             return None
+        self.in_flight = (self._soak_mhz, "soak")
         return self.at(self._soak_mhz)
 
     def soaked(self, status: str) -> None:
@@ -255,9 +296,61 @@ class UndervoltSchedule:
             "refined_between_mhz": list(self.refined) if self.refined else None,
             "retried": [{"sm_offset_mhz": o, "why": w} for o, w in self.retried],
             "chosen_mhz": self.chosen_mhz,
+            "in_flight": (
+                {"sm_offset_mhz": self.in_flight[0], "reason": self.in_flight[1]}
+                if self.in_flight
+                else None
+            ),
+            "resumed_from": dataclasses.asdict(self.plan.resume) if self.plan.resume else None,
             "soaks": [{"sm_offset_mhz": o, "status": s} for o, s in self.soaks],
             "ended": self.ended,
         }
+
+
+def _flight(point: SweepPoint, reason: str) -> tuple[float, str] | None:
+    """A point set at an offset above 0 (offset 0 is the card's own curve: no risk to record)."""
+    offset = point.sm_offset_mhz or 0.0
+    return (offset, reason) if offset > 0 else None
+
+
+def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> ResumeFrom | None:
+    """Where an interrupted search stands, from its run.json ``undervolt`` record and its
+    caps.csv rows (as read, strings or numbers): each offset at its lock judged by its latest
+    row, and the offset set when the run died, which its last row does not answer, taken as
+    unstable (it may have killed the machine; it is never tried again). None: no lock yet (the
+    search starts again from its baseline).
+    """
+    lock = _number(record.get("sm_lock_mhz"))
+    if lock is None:
+        return None
+    latest: dict[float, str] = {}
+    last: tuple[float, str] | None = None
+    for row in rows:
+        offset, at = _number(row.get("sm_offset_mhz")), _number(row.get("sm_lock_mhz"))
+        if offset is None or at is None or abs(at - lock) > SNAP_TOLERANCE_MHZ:
+            continue
+        latest[offset] = str(row.get("status") or "")
+        last = (offset, str(row.get("reason") or ""))
+    bad = {o for o, status in latest.items() if status != "ok" and o > 0}
+    flight = record.get("in_flight")
+    killed = None
+    if isinstance(flight, Mapping):
+        offset = _number(flight.get("sm_offset_mhz"))
+        if offset is not None and offset > 0 and last != (offset, str(flight.get("reason"))):
+            killed = offset
+            bad.add(offset)
+    first_bad = min(bad) if bad else None
+    held = [o for o, s in latest.items() if s == "ok" and (first_bad is None or o < first_bad)]
+    return ResumeFrom(lock, max(held, default=0.0), first_bad, killed)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a record or a CSV cell (None: none)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
 
 
 def _grid_floor(mhz: float) -> float:
