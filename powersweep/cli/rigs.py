@@ -189,14 +189,21 @@ def _simulated_rig(options: SweepOptions, sim: SimOptions) -> Iterator[Rig]:
 
 def _offset_truth(engine: Any, sim: SimOptions) -> dict[str, Any]:
     """``run.json``'s truth of an undervolt search: each serving card's stable SM clock offset
-    margin (by card index, as JSON keys are text) and how far past it a card resets under
-    load; None for a replayed curve, which has no offset."""
+    margin (by card index, as JSON keys are text), how far past it a card resets under load,
+    and its stable memory clock offset (NVML's unit); None for a replayed curve, which has no
+    offset."""
     if not isinstance(engine, SimRig):
-        return {"stable_offset_mhz": None, "vf_reset_beyond_mhz": None}
+        return {
+            "stable_offset_mhz": None,
+            "vf_reset_beyond_mhz": None,
+            "stable_mem_offset_mhz": None,
+        }
     margins = engine.truth_stable_offsets_mhz()
+    mem_margins = engine.truth_stable_mem_offsets_mhz()
     return {
         "stable_offset_mhz": {str(i): mhz for i, mhz in margins.items()},
         "vf_reset_beyond_mhz": sim.vf_reset_beyond_mhz,
+        "stable_mem_offset_mhz": {str(i): mhz for i, mhz in mem_margins.items()},
     }
 
 

@@ -19,7 +19,8 @@ class LimitStore:
     """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
     ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
     ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks and
-    ``{"<uuid>#sm_offset_mhz": MHz}`` for the SM clock offset on the voltage/frequency curve.
+    ``{"<uuid>#sm_offset_mhz": MHz}`` for the SM clock offset on the voltage/frequency curve,
+    ``{"<uuid>#mem_offset_mhz": MHz}`` for the memory clock offset.
 
     Args:
         path: The state file; created on first write.
@@ -106,3 +107,18 @@ class LimitStore:
             GpuError: The file cannot be written.
         """
         self.put_value(f"{uuid}#sm_offset_mhz", float(mhz))
+
+    def get_mem_offset(self, uuid: str) -> float:
+        """The stored memory clock offset of a GPU, MHz (0 when none or not a finite number)."""
+        value = self.get_value(f"{uuid}#mem_offset_mhz")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return 0.0
+        return float(value) if math.isfinite(value) else 0.0
+
+    def put_mem_offset(self, uuid: str, mhz: float) -> None:
+        """Store a GPU's memory clock offset atomically.
+
+        Raises:
+            GpuError: The file cannot be written.
+        """
+        self.put_value(f"{uuid}#mem_offset_mhz", float(mhz))

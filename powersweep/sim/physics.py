@@ -110,14 +110,22 @@ def mem_ratio(profile: GpuProfile, mem_mhz: float | None) -> float:
 
 
 def _step_times(
-    profile: GpuProfile, work: Workload, f_mhz: float, mem_mhz: float | None = None
+    profile: GpuProfile,
+    work: Workload,
+    f_mhz: float,
+    mem_mhz: float | None = None,
+    mem_goodput: float = 1.0,
 ) -> tuple[float, float]:
-    """(compute seconds, memory seconds) of one unit of work at an SM and memory clock."""
+    """(compute seconds, memory seconds) of one unit of work at an SM and memory clock.
+
+    ``mem_goodput`` is the share of the memory clock's transfers that carry data: below 1,
+    GDDR6X's error detection and replay resends the rest (a memory offset past its margin), so
+    the same bytes take longer."""
     if work.kind == "decode":
         b = max(1, work.batch)
         compute = profile.decode_compute_mhz_s * (1 + profile.batch_compute * (b - 1)) / f_mhz
         memory = profile.decode_memory_s * (1 + profile.batch_memory * (b - 1))
-        memory /= mem_ratio(profile, mem_mhz)
+        memory /= mem_ratio(profile, mem_mhz) * mem_goodput
         return compute * work.share, memory * work.share
     raise ValueError(work.kind)
 
@@ -128,11 +136,18 @@ def _step_s(profile: GpuProfile, compute: float, memory: float) -> float:
 
 
 def rate_tps(
-    profile: GpuProfile, work: Workload, f_mhz: float, mem_mhz: float | None = None
+    profile: GpuProfile,
+    work: Workload,
+    f_mhz: float,
+    mem_mhz: float | None = None,
+    mem_goodput: float = 1.0,
 ) -> float:
-    """Aggregate token rate at an SM clock (decode: tokens of all streams; prefill: prompt)."""
+    """Aggregate token rate at an SM clock (decode: tokens of all streams; prefill: prompt).
+
+    Decode is bandwidth-bound: its memory phase follows the memory clock (``mem_mhz``, an
+    offset's rise included) times ``mem_goodput`` (:func:`_step_times`)."""
     if work.kind == "decode":
-        compute, memory = _step_times(profile, work, f_mhz, mem_mhz)
+        compute, memory = _step_times(profile, work, f_mhz, mem_mhz, mem_goodput)
         return max(1, work.batch) / _step_s(profile, compute, memory)
     if work.kind == "prefill":
         base = profile.prefill_tps_per_mhz * f_mhz / work.share
@@ -148,6 +163,7 @@ def power_at(
     mem_mhz: float | None = None,
     *,
     sm_offset_mhz: float = 0.0,
+    mem_goodput: float = 1.0,
 ) -> float:
     """Draw at an SM (and memory) clock while running ``work`` at ``temp_c``.
 
@@ -158,7 +174,7 @@ def power_at(
     """
     if work.kind == "idle":
         return profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
-    dynamic, memory_w = _load_parts(profile, work, f_mhz, mem_mhz, sm_offset_mhz)
+    dynamic, memory_w = _load_parts(profile, work, f_mhz, mem_mhz, sm_offset_mhz, mem_goodput)
     return static_power_w(profile, temp_c) + dynamic + memory_w
 
 
@@ -168,12 +184,13 @@ def _load_parts(
     f_mhz: float,
     mem_mhz: float | None,
     sm_offset_mhz: float,
+    mem_goodput: float = 1.0,
 ) -> tuple[float, float]:
     """(SM dynamic, memory) draw at a clock under ``work``: what does not follow the
-    temperature."""
+    temperature. Replays (``mem_goodput`` below 1) keep the memory busy longer: they draw."""
     ratio = mem_ratio(profile, mem_mhz)
     if work.kind == "decode":
-        compute, memory = _step_times(profile, work, f_mhz, mem_mhz)
+        compute, memory = _step_times(profile, work, f_mhz, mem_mhz, mem_goodput)
         step = _step_s(profile, compute, memory)
         u_compute = compute / step
         u_memory = memory / step
@@ -194,10 +211,11 @@ def _bin_parts(
     bins: tuple[float, ...],
     mem_mhz: float | None,
     sm_offset_mhz: float,
+    mem_goodput: float = 1.0,
 ) -> tuple[tuple[float, float], ...]:
     """:func:`_load_parts` of each bin, kept: the simulated card asks for its operating point at
     every 0.1 C, and only the static part follows the temperature."""
-    return tuple(_load_parts(profile, work, f, mem_mhz, sm_offset_mhz) for f in bins)
+    return tuple(_load_parts(profile, work, f, mem_mhz, sm_offset_mhz, mem_goodput) for f in bins)
 
 
 def locked_bins(profile: GpuProfile, sm_lock_mhz: float | None) -> tuple[float, ...]:
@@ -221,6 +239,7 @@ def operating_point(
     locks: Locks = UNLOCKED,
     *,
     sm_offset_mhz: float = 0.0,
+    mem_goodput: float = 1.0,
 ) -> OperatingPoint:
     """Choose the SM clock the firmware settles at under ``limit_w`` (and any clock locks).
 
@@ -229,7 +248,9 @@ def operating_point(
     between the states go unused (a plateau). If even the top bin fits, the card draws less than
     the cap (a ceiling). An SM lock removes the bins above it (the top allowed bin is then a
     ``max_clock`` ceiling); a memory lock sets the bandwidth and the memory power. An SM clock
-    offset (``sm_offset_mhz``) keeps the bins and lowers the draw of each (:func:`voltage`).
+    offset (``sm_offset_mhz``) keeps the bins and lowers the draw of each (:func:`voltage`). A
+    memory clock offset comes as ``locks.mem_mhz`` (the clock it runs at) and ``mem_goodput``
+    (its replays past the margin, :func:`_step_times`).
     """
     if work.kind == "idle":
         p = power_at(profile, work, profile.idle_sm_mhz, temp_c)
@@ -242,27 +263,28 @@ def operating_point(
     # parts that do not depend on the temperature worked out once per bin set
     powers = [
         static + dynamic + memory_w
-        for dynamic, memory_w in _bin_parts(profile, work, bins, mem, sm_offset_mhz)
+        for dynamic, memory_w in _bin_parts(profile, work, bins, mem, sm_offset_mhz, mem_goodput)
     ]
+    g = mem_goodput
     # powers rise with f, so the affordable bins are a prefix
     i = bisect.bisect_right(powers, limit_w) - 1
     if i < 0:
         f = bins[0]
-        return OperatingPoint(f, f, f, 0.0, powers[0], rate_tps(profile, work, f, mem), "power")
+        return OperatingPoint(f, f, f, 0.0, powers[0], rate_tps(profile, work, f, mem, g), "power")
     f_lo = bins[i]
     if i == len(bins) - 1:
         return OperatingPoint(
-            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo, mem), "max_clock"
+            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo, mem, g), "max_clock"
         )
     f_hi = bins[i + 1]
     if f_hi - f_lo > profile.sm_step_mhz + 1e-6:
         return OperatingPoint(
-            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo, mem), "boost_state"
+            f_lo, f_lo, f_lo, 0.0, powers[i], rate_tps(profile, work, f_lo, mem, g), "boost_state"
         )
     x = (limit_w - powers[i]) / (powers[i + 1] - powers[i])
     x = min(max(x, 0.0), 1.0)
     # time-share between the two bins: work done per second mixes linearly
-    r = (1 - x) * rate_tps(profile, work, f_lo, mem) + x * rate_tps(profile, work, f_hi, mem)
+    r = (1 - x) * rate_tps(profile, work, f_lo, mem, g) + x * rate_tps(profile, work, f_hi, mem, g)
     p = (1 - x) * powers[i] + x * powers[i + 1]
     return OperatingPoint(f_lo + x * (f_hi - f_lo), f_lo, f_hi, x, p, r, "power")
 

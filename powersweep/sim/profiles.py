@@ -130,6 +130,18 @@ class GpuProfile:
             profile's typical card runs without errors.
         stable_offset_spread_mhz: Card-to-card spread of that margin (the silicon lottery): a
             card's true margin is drawn within +- this from its seed.
+        mem_offset_min_mhz: Lowest memory clock offset the driver accepts, in NVML's unit
+            (twice the reported memory clock's MHz on GDDR6X/GDDR7: ``nvml_offsets``).
+        mem_offset_max_mhz: Highest one. Both 0: the card has no memory offset to set.
+        mem_offset_per_clock_mhz: Offset MHz per MHz of the reported memory clock it raises
+            (2 where NVML's offset is in the data rate's terms).
+        stable_mem_offset_mhz: The memory's stable margin (NVML's unit): the largest offset the
+            profile's typical card runs without error replays eating bandwidth.
+        stable_mem_offset_spread_mhz: Card-to-card spread of that margin (its seed draws it).
+        mem_replay_loss_per_mhz: Share of the memory bandwidth error replays take per MHz of
+            offset past the margin (a card's own slope is drawn within +-50% of it).
+        mem_corrupt_beyond_mhz: Past the margin by more than this (NVML's unit), errors escape
+            the replay and greedy answers go wrong.
     """
 
     name: str
@@ -180,6 +192,18 @@ class GpuProfile:
     vf_offset_max_mhz: float = 0.0
     stable_offset_mhz: float = 0.0
     stable_offset_spread_mhz: float = 0.0
+    mem_offset_min_mhz: float = 0.0
+    mem_offset_max_mhz: float = 0.0
+    mem_offset_per_clock_mhz: float = 2.0
+    stable_mem_offset_mhz: float = 0.0
+    stable_mem_offset_spread_mhz: float = 0.0
+    mem_replay_loss_per_mhz: float = 0.0
+    mem_corrupt_beyond_mhz: float = 0.0
+
+    @property
+    def mem_offset_supported(self) -> bool:
+        """Whether the driver lets the memory clock offset be set at all."""
+        return self.mem_offset_min_mhz < self.mem_offset_max_mhz
 
     @property
     def vf_offset_supported(self) -> bool:
@@ -347,6 +371,21 @@ def _checked(p: GpuProfile, where: str) -> GpuProfile:
             0.0 <= p.stable_offset_spread_mhz <= p.stable_offset_mhz,
             "0 <= stable_offset_spread_mhz <= stable_offset_mhz must hold (a margin is never "
             "negative)",
+        ),
+        (
+            p.mem_offset_min_mhz <= 0.0 <= p.mem_offset_max_mhz,
+            "mem_offset_min_mhz <= 0 <= mem_offset_max_mhz must hold (0 puts the clock back)",
+        ),
+        (
+            0.0 <= p.stable_mem_offset_spread_mhz <= p.stable_mem_offset_mhz,
+            "0 <= stable_mem_offset_spread_mhz <= stable_mem_offset_mhz must hold",
+        ),
+        (
+            p.mem_offset_per_clock_mhz > 0.0
+            and p.mem_replay_loss_per_mhz >= 0.0
+            and p.mem_corrupt_beyond_mhz >= 0.0,
+            "mem_offset_per_clock_mhz must be above 0, mem_replay_loss_per_mhz and "
+            "mem_corrupt_beyond_mhz not below 0",
         ),
     ):
         if not ok:

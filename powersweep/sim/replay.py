@@ -186,6 +186,12 @@ class ReplayGpu:
     def set_sm_clock_offset(self, mhz: float) -> LockResult:
         return LockResult(mhz, False, "a replayed power-cap curve has no clock offset")
 
+    def mem_clock_offset(self) -> ClockOffset:
+        return ClockOffset(False, message="a replayed power-cap curve has no clock offset")
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        return LockResult(mhz, False, "a replayed power-cap curve has no clock offset")
+
     # --- which cards serve the model (issue 14) ---------------------------------------------
 
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:

@@ -12,6 +12,11 @@ each clock at a lower voltage and so draws less. Each card's silicon holds only 
 offset in force goes beyond it. Put to work too far beyond it, the card resets and is off the bus
 for a while (:mod:`powersweep.sim.vf_stability`).
 
+The memory clock offset (issue 45, NVML's unit) raises the memory clock by
+``offset / mem_offset_per_clock_mhz`` under load, and with it the bandwidth-bound decode rate and
+a little memory draw; past the card's seeded memory margin error replays eat bandwidth, and
+further out answers go wrong (:mod:`powersweep.sim.mem_stability`).
+
 With ``--sim-world bursty-draw`` (:mod:`powersweep.sim.world`) it works in bursts held at the
 cap, drawing its static and memory power between them; ``sensor-lag`` is its readings' own.
 """
@@ -27,6 +32,7 @@ import threading
 from powersweep.clock import Clock
 from powersweep.sim.energy_meter import EnergyMeter
 from powersweep.sim.limit_store import LimitStore
+from powersweep.sim.mem_stability import mem_margin
 from powersweep.sim.physics import (
     IDLE,
     UNLOCKED,
@@ -118,6 +124,9 @@ class SimGpu:
         offset = store.get_sm_offset(self._uuid) if store else 0.0
         self._sm_offset_mhz = offset if profile.vf_offset_supported else 0.0
         self._stable_offset_mhz = stable_margin_mhz(profile, seed, index)
+        mem_offset = store.get_mem_offset(self._uuid) if store else 0.0
+        self._mem_offset_mhz = mem_offset if profile.mem_offset_supported else 0.0
+        self._mem_margin = mem_margin(profile, seed, index)
         self._bus = BusState(index, vf_reset_beyond_mhz)
         self._lock = threading.Lock()
         self._workload = IDLE
@@ -130,7 +139,9 @@ class SimGpu:
         self._util = 0.0
         self._thermal_active = False
         self._t = clock.now()
-        self._op_cache: dict[tuple[Workload, float, float, Locks, float], OperatingPoint] = {}
+        self._op_cache: dict[
+            tuple[Workload, float, float, Locks, float, float], OperatingPoint
+        ] = {}
 
     # --- Gpu protocol -------------------------------------------------------------------------
 
@@ -306,11 +317,36 @@ class SimGpu:
             self._reset_if_unstable()
         return LockResult(mhz, True)
 
-    def _no_offset_message(self) -> str:
+    def _no_offset_message(self, clock: str = "SM") -> str:
         p = self.profile
         driver = "amdsmi" if p.vendor == "amd" else "NVML"
         where = f"GPU {self._index} ({p.gpu_name})"
-        return f"{where} has no SM clock offset to set ({driver}: Not Supported)"
+        return f"{where} has no {clock} clock offset to set ({driver}: Not Supported)"
+
+    def mem_clock_offset(self) -> ClockOffset:
+        p = self.profile
+        if not p.mem_offset_supported:
+            return ClockOffset(False, message=self._no_offset_message("memory"))
+        return ClockOffset(True, self._mem_offset_mhz, p.mem_offset_min_mhz, p.mem_offset_max_mhz)
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        self._bus.refuse_off_bus(self._clock.now(), "set its memory clock offset")
+        p = self.profile
+        if not p.mem_offset_supported:
+            return LockResult(mhz, False, self._no_offset_message("memory"))
+        lo, hi = p.mem_offset_min_mhz, p.mem_offset_max_mhz
+        if not lo <= mhz <= hi:
+            return LockResult(
+                mhz,
+                False,
+                f"{mhz:+g} MHz is outside the memory clock offset range {lo:+g}..{hi:+g}",
+            )
+        with self._lock:
+            self._advance()
+            self._mem_offset_mhz = float(mhz)
+            if self._store:
+                self._store.put_mem_offset(self._uuid, self._mem_offset_mhz)
+        return LockResult(mhz, True, applied_mhz=float(mhz))
 
     # --- which cards serve the model (issue 14) ---------------------------------------------
 
@@ -352,7 +388,8 @@ class SimGpu:
             if work is None or _same_work(work, self._workload):
                 return op.rate_tps
         shared = Workload(work.kind, work.batch, work.prompt_tokens, self._share)
-        return rate_at(self.profile, shared, op.sm_clock_mhz, self._effective_locks().mem_mhz)
+        mem = self._physics_locks().mem_mhz
+        return rate_at(self.profile, shared, op.sm_clock_mhz, mem, self._mem_goodput())
 
     def set_temperature(self, temp_c: float) -> None:
         """Put the card at a temperature now (a pre-heated card)."""
@@ -385,6 +422,23 @@ class SimGpu:
     def unstable_by_mhz(self) -> float:
         """How far the offset in force goes beyond the stable margin, MHz (0: stable)."""
         return max(0.0, self._sm_offset_mhz - self._stable_offset_mhz)
+
+    @property
+    def mem_offset_mhz(self) -> float:
+        """The memory clock offset in force, MHz (NVML's unit; 0: the stock memory clock)."""
+        return self._mem_offset_mhz
+
+    @property
+    def truth_stable_mem_offset_mhz(self) -> float:
+        """The largest memory offset this card runs without error replays, MHz (NVML's unit):
+        the profile's margin moved within its spread by the card's seed and index."""
+        return self._mem_margin.stable_mhz
+
+    @property
+    def mem_corrupt_by_mhz(self) -> float:
+        """How far the memory offset goes past the point where answers go wrong, MHz (0:
+        they hold; replays may still cost bandwidth before it)."""
+        return self._mem_margin.corrupt_by_mhz(self._mem_offset_mhz)
 
     @property
     def resets(self) -> int:
@@ -444,30 +498,57 @@ class SimGpu:
         tiers = self.profile.mem_tiers_mhz or (self.profile.mem_clock_mhz,)
         return Locks(self._locks.sm_mhz, min(tiers, key=lambda t: abs(t - want)))
 
+    def _physics_locks(self) -> Locks:
+        """The locks the physics runs at under load: the memory clock an offset raises (by its
+        rise in reported MHz) over the lock's tier or the full clock."""
+        locks = self._effective_locks()
+        rise = self._mem_offset_mhz / self.profile.mem_offset_per_clock_mhz
+        if not rise:
+            return locks
+        base = self.profile.mem_clock_mhz if locks.mem_mhz is None else locks.mem_mhz
+        return Locks(locks.sm_mhz, base + rise)
+
+    def _mem_goodput(self) -> float:
+        """Share of the memory's transfers that carry data (replays past the margin)."""
+        return self._mem_margin.goodput(self._mem_offset_mhz)
+
     def _mem_clock_mhz(self, busy: bool) -> float:
         p = self.profile
-        mem = self._effective_locks().mem_mhz
-        if mem is not None:
-            return mem
-        return p.mem_clock_mhz if busy else p.idle_mem_clock_mhz
+        if not busy and self._locks.mem_mhz is None:
+            return p.idle_mem_clock_mhz  # an offset moves P0/P2, not the idle state
+        mem = self._physics_locks().mem_mhz
+        return p.mem_clock_mhz if mem is None else mem
 
     def _effective_limit_w(self) -> float:
         if self._thermal_active:
-            budget = thermal_budget_w(self.profile, self._duty, self._effective_locks().mem_mhz)
+            budget = thermal_budget_w(self.profile, self._duty, self._physics_locks().mem_mhz)
             return min(self._limit_w, budget)
         return self._limit_w
 
     def _op(self) -> OperatingPoint:
         # temperature only moves static power; 0.1 C steps keep the cache small and exact enough
-        locks = self._effective_locks()
-        offset = self._sm_offset_mhz
-        key = (self._workload, self._effective_limit_w(), round(self._temp_c, 1), locks, offset)
+        locks = self._physics_locks()
+        offset, goodput = self._sm_offset_mhz, self._mem_goodput()
+        key = (
+            self._workload,
+            self._effective_limit_w(),
+            round(self._temp_c, 1),
+            locks,
+            offset,
+            goodput,
+        )
         op = self._op_cache.get(key)
         if op is None:
             if len(self._op_cache) > 4096:
                 self._op_cache.clear()
             op = operating_point(
-                self.profile, self._workload, key[1], key[2], locks, sm_offset_mhz=offset
+                self.profile,
+                self._workload,
+                key[1],
+                key[2],
+                locks,
+                sm_offset_mhz=offset,
+                mem_goodput=goodput,
             )
             if self._thermal_active and key[1] < self._limit_w and op.limited_by != "max_clock":
                 op = dataclasses.replace(op, limited_by="thermal")
@@ -486,7 +567,7 @@ class SimGpu:
             self._run(now, dt, power)
             return
         # bursty work: the burst's draw, and between bursts the gaps' (held clocks, idle SMs)
-        mem = self._effective_locks().mem_mhz
+        mem = self._physics_locks().mem_mhz
         for start, end, working in self._bursts.segments(t0, now):
             draw = power if working else gap_power_w(self.profile, self._temp_c, mem)
             self._run(end, end - start, draw)

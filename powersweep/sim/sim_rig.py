@@ -163,7 +163,9 @@ class SimRig:
     # cards' state moves only on their own calls, so these reads change no figure.
 
     def instability_mhz(self) -> float:
-        return max(g.unstable_by_mhz for g in self._serving_gpus)
+        # an SM offset past its margin, or a memory offset past the point where errors escape
+        # the replay: either turns greedy answers wrong
+        return max(max(g.unstable_by_mhz, g.mem_corrupt_by_mhz) for g in self._serving_gpus)
 
     def reset_count(self) -> int:
         return sum(g.resets for g in self._serving_gpus)
@@ -175,6 +177,11 @@ class SimRig:
         """Each serving card's true stable SM clock offset margin, MHz, by card index (the
         simulator's answer to an undervolt search)."""
         return {g.index: g.truth_stable_offset_mhz for g in self._serving_gpus}
+
+    def truth_stable_mem_offsets_mhz(self) -> dict[int, float]:
+        """Each serving card's true stable memory clock offset, MHz in NVML's unit, by card
+        index (the simulator's answer to a memory offset search)."""
+        return {g.index: g.truth_stable_mem_offset_mhz for g in self._serving_gpus}
 
     def preheat(self, load_mode: str, concurrency: int = 1, prompt_tokens: int = 8000) -> None:
         """Jump every card to its steady temperature for a load at its current limit.

@@ -1,5 +1,5 @@
-"""SM clock offsets during a sweep (the undervolt search, issue 36): what each card had before,
-the offset of each point, and putting every card back.
+"""SM clock offsets during a sweep (the undervolt search, issue 36), or memory clock offsets
+(issue 45): what each card had before, the offset of each point, and putting every card back.
 
 Kept beside :mod:`.locks` (the clock locks) and used the same way: the restore journal records
 the offsets in force before the first change (:class:`~.measurement.restorer.Restorer`), the
@@ -10,6 +10,7 @@ unstable offset can reset the card under whatever runs next.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.gpu import ClockOffset, Gpu
@@ -17,17 +18,28 @@ from powersweep.sweep.records.put_back import put_back_offset
 
 
 class ClockOffsetter:
-    """The SM clock offsets of a sweep's GPUs.
+    """The SM (or memory) clock offsets of a sweep's GPUs.
 
     Args:
         gpus: The GPU set.
         warn: Where warnings go.
+        clock: ``sm`` (the default) or ``mem``: which clock's offset it sets.
     """
 
-    def __init__(self, gpus: Sequence[Gpu], warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        gpus: Sequence[Gpu],
+        warn: Callable[[str], None],
+        clock: Literal["sm", "mem"] = "sm",
+    ) -> None:
         self.gpus = list(gpus)
         self.warn = warn
-        self.originals: dict[int, ClockOffset] = {g.index: g.sm_clock_offset() for g in self.gpus}
+        self.clock: Literal["sm", "mem"] = clock
+        self.what = "memory clock offset" if clock == "mem" else "clock offset"
+        self.originals: dict[int, ClockOffset] = {
+            g.index: g.mem_clock_offset() if clock == "mem" else g.sm_clock_offset()
+            for g in self.gpus
+        }
         self.touched: set[int] = set()
 
     def check_supported(self) -> None:
@@ -69,7 +81,8 @@ class ClockOffsetter:
         refused = []
         for g in self.gpus:
             self.touched.add(g.index)  # a failed call may still have changed the card
-            result = g.set_sm_clock_offset(mhz)
+            set_offset = g.set_mem_clock_offset if self.clock == "mem" else g.set_sm_clock_offset
+            result = set_offset(mhz)
             if not result.accepted:
                 refused.append(f"GPU {g.index}: {result.message}")
         return refused
@@ -85,12 +98,12 @@ class ClockOffsetter:
                 continue
             original = self.originals[g.index].sm_offset_mhz
             try:
-                out[g.index] = (True, put_back_offset(g, original))
+                out[g.index] = (True, put_back_offset(g, original, self.clock))
             except Exception as exc:  # keep putting the other cards back
                 if not isinstance(exc, PowersweepError):
                     exc = PowersweepError(f"{type(exc).__name__}: {exc}")
                 self.warn(
-                    f"could not put back the clock offset of GPU {g.index}: {exc}; run "
+                    f"could not put back the {self.what} of GPU {g.index}: {exc}; run "
                     "`powersweep restore`, or reboot to clear it"
                 )
                 out[g.index] = (False, str(exc))

@@ -51,6 +51,8 @@ from powersweep.sweep.gpu.protocol import CLOCK_EVENT_SW_POWER_CAP
 
 # the SM clock offsets the fake card accepts, MHz
 OFFSET_RANGE_MHZ = (-200.0, 1000.0)
+# the memory clock offsets it accepts, MHz (NVML's unit)
+MEM_OFFSET_RANGE_MHZ = (-2000.0, 6000.0)
 
 
 class FakeGpu:
@@ -112,6 +114,7 @@ class FakeGpu:
         self.limits_set: list[float] = []
         self.sm_lock_mhz: float | None = None
         self.sm_offset_mhz = 0.0
+        self.mem_offset_mhz = 0.0
         self.mem_lock_mhz: float | None = None
         self.xids: list[int] | None = []
         self._rng = random.Random(seed * 1000 + index)
@@ -223,6 +226,18 @@ class FakeGpu:
         if not low <= mhz <= high:
             return LockResult(mhz, False, f"{mhz:g} MHz is outside -200..1000 MHz")
         self.sm_offset_mhz = mhz
+        return LockResult(mhz, True)
+
+    def mem_clock_offset(self) -> ClockOffset:
+        self.calls["mem_clock_offset"] += 1
+        return ClockOffset(True, self.mem_offset_mhz, *MEM_OFFSET_RANGE_MHZ)
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        self.calls["set_mem_clock_offset"] += 1
+        low, high = MEM_OFFSET_RANGE_MHZ
+        if not low <= mhz <= high:
+            return LockResult(mhz, False, f"{mhz:g} MHz is outside -2000..6000 MHz")
+        self.mem_offset_mhz = mhz
         return LockResult(mhz, True)
 
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:

@@ -49,6 +49,10 @@ What it can do:
   report applied offsets). ``fail`` works for the current calls too, as the code they return:
   ``fail={"nvmlDeviceSetClockOffsets": NVML_ERROR_NO_PERMISSION}``. ``FakeNvml.offset_structs``
   records each current call's struct as ``(name, device index, version, type, pstate, MHz)``.
+* Memory clock offset (issue 45): the same, with ``mem_offset_mhz`` / ``mem_offset_p2_mhz`` /
+  ``mem_offset_range_mhz`` (default -2000..+6000, NVML's unit) / ``mem_offset_supported``, the
+  current calls with type NVML_CLOCK_MEM and the older ``nvmlDevice*MemClk*VfOffset``; the SM
+  offset's ``applies``, ``linked``, ``grid`` and ``reported`` flags hold for it too.
 * Xid events: ``FakeNvml.inject_xid(index, xid)`` delivers an Xid to every live event set the
   device is registered in (none registered: lost, as with NVML); ``FakeNvml.event_sets`` holds
   every set created (``queue`` of :class:`FakeEventData`, ``freed``), so a test can also queue
@@ -342,6 +346,11 @@ class FakeDevice:
         sm_offset_linked: P0 and P2 share one offset: setting one sets both.
         sm_offset_grid_mhz: A set offset is rounded toward 0 to a multiple of it.
         sm_offset_reported: False: every read of an offset says 0.
+        mem_offset_mhz: The memory clock offset in force in P0, MHz (NVML's unit); the SM
+            offset's grid, linking, applying and reporting flags hold for it too.
+        mem_offset_p2_mhz: P2's; None: P2 takes no memory offset.
+        mem_offset_range_mhz: ``(min, max)`` memory offsets the driver accepts, MHz.
+        mem_offset_supported: False makes the memory offset calls NOT_SUPPORTED.
         xid_events_supported: False: no Xid events (not listed as supported, refused).
     """
 
@@ -387,6 +396,10 @@ class FakeDevice:
     sm_offset_linked: bool = False
     sm_offset_grid_mhz: int = 1
     sm_offset_reported: bool = True
+    mem_offset_mhz: int = 0
+    mem_offset_p2_mhz: int | None = 0
+    mem_offset_range_mhz: tuple[int, int] = (-2000, 6000)
+    mem_offset_supported: bool = True
     processes: list[FakeProcessInfo] = field(default_factory=list)
     xid_events_supported: bool = True
 
@@ -396,31 +409,49 @@ class FakeDevice:
         xid = nvmlEventTypeXidCriticalError if self.xid_events_supported else 0
         return nvmlEventTypePState | nvmlEventTypeClock | xid
 
-    def offset_of(self, pstate: int) -> int:
-        """A pstate's offset as the driver reads it (NVML error when it has none)."""
+    def offset_supported(self, clock: int) -> bool:
+        """Whether the card has an offset of ``clock`` (NVML_CLOCK_GRAPHICS or _MEM)."""
+        return self.mem_offset_supported if clock == NVML_CLOCK_MEM else self.sm_offset_supported
+
+    def offset_range(self, clock: int) -> tuple[int, int]:
+        """The offsets of ``clock`` the driver accepts, MHz."""
+        return self.mem_offset_range_mhz if clock == NVML_CLOCK_MEM else self.sm_offset_range_mhz
+
+    def offset_of(self, pstate: int, clock: int = NVML_CLOCK_GRAPHICS) -> int:
+        """A pstate's offset of ``clock`` as the driver reads it (NVML error when it has none)."""
+        mem = clock == NVML_CLOCK_MEM
+        p2 = self.mem_offset_p2_mhz if mem else self.sm_offset_p2_mhz
         if pstate == 0:
-            value = self.sm_offset_mhz
-        elif pstate == 2 and self.sm_offset_p2_mhz is not None:
-            value = self.sm_offset_p2_mhz
+            value = self.mem_offset_mhz if mem else self.sm_offset_mhz
+        elif pstate == 2 and p2 is not None:
+            value = p2
         else:
             raise make_error(
                 self.sm_offset_p2_refusal if pstate == 2 else NVML_ERROR_INVALID_ARGUMENT
             )
         return value if self.sm_offset_reported else 0
 
-    def put_offset(self, pstates: Sequence[int], offset: int) -> None:
-        """Set the offset of ``pstates`` (after the range check) as the driver would."""
+    def put_offset(
+        self, pstates: Sequence[int], offset: int, clock: int = NVML_CLOCK_GRAPHICS
+    ) -> None:
+        """Set the offset of ``clock`` in ``pstates`` (after the range check) as the driver
+        would."""
         for pstate in pstates:
-            self.offset_of(pstate)  # a pstate without an offset refuses
+            self.offset_of(pstate, clock)  # a pstate without an offset refuses
         if not self.sm_offset_applies:
             return
         grid = self.sm_offset_grid_mhz
         applied = int(offset / grid) * grid
         linked = {0, 2} if self.sm_offset_linked and set(pstates) & {0, 2} else set()
+        mem = clock == NVML_CLOCK_MEM
         for pstate in set(pstates) | linked:
-            if pstate == 0:
+            if pstate == 0 and mem:
+                self.mem_offset_mhz = applied
+            elif pstate == 0:
                 self.sm_offset_mhz = applied
-            elif self.sm_offset_p2_mhz is not None:
+            elif mem and self.mem_offset_p2_mhz is not None:
+                self.mem_offset_p2_mhz = applied
+            elif not mem and self.sm_offset_p2_mhz is not None:
                 self.sm_offset_p2_mhz = applied
 
     def graphics_clocks(self, mem_mhz: int) -> list[int]:
@@ -779,11 +810,13 @@ class FakeNvml(ModuleType):
 
     # --- SM clock offset ---------------------------------------------------------------------
 
-    def _offset_device(self, name: str, handle: Any) -> FakeDevice:
+    def _offset_device(
+        self, name: str, handle: Any, clock: int = NVML_CLOCK_GRAPHICS
+    ) -> FakeDevice:
         device = self._device_call(name, handle)
         if not self.gpc_offset_api:
             raise NVMLError_FunctionNotFound()
-        if not device.sm_offset_supported:
+        if not device.offset_supported(clock):
             raise NVMLError_NotSupported()
         return device
 
@@ -800,6 +833,24 @@ class FakeNvml(ModuleType):
         if not isinstance(offset, int) or not lo <= offset <= hi:
             raise NVMLError_InvalidArgument()
         device.put_offset([0] if device.sm_offset_p2_mhz is None else [0, 2], offset)
+
+    # the memory clock's older calls (``gpc_offset_api`` covers them too: the same drivers)
+
+    def nvmlDeviceGetMemClkVfOffset(self, handle: Any) -> int:
+        name = "nvmlDeviceGetMemClkVfOffset"
+        return self._offset_device(name, handle, NVML_CLOCK_MEM).offset_of(0, NVML_CLOCK_MEM)
+
+    def nvmlDeviceGetMemClkMinMaxVfOffset(self, handle: Any) -> tuple[int, int]:
+        device = self._offset_device("nvmlDeviceGetMemClkMinMaxVfOffset", handle, NVML_CLOCK_MEM)
+        return device.mem_offset_range_mhz
+
+    def nvmlDeviceSetMemClkVfOffset(self, handle: Any, offset: int) -> None:
+        device = self._offset_device("nvmlDeviceSetMemClkVfOffset", handle, NVML_CLOCK_MEM)
+        lo, hi = device.mem_offset_range_mhz
+        if not isinstance(offset, int) or not lo <= offset <= hi:
+            raise NVMLError_InvalidArgument()
+        pstates = [0] if device.mem_offset_p2_mhz is None else [0, 2]
+        device.put_offset(pstates, offset, NVML_CLOCK_MEM)
 
     # --- the current offset API, as C functions behind the function-pointer lookup ----------
 
@@ -826,19 +877,20 @@ class FakeNvml(ModuleType):
         )
         if info.version != nvmlClockOffset_v1:
             raise NVMLError_ArgumentVersionMismatch()
-        if not device.sm_offset_supported:
+        clock = info.type
+        if clock not in (NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM):
+            raise NVMLError_InvalidArgument()  # only the graphics and memory domains are modelled
+        if not device.offset_supported(clock):
             raise NVMLError_NotSupported()
-        if info.type != NVML_CLOCK_GRAPHICS:
-            raise NVMLError_InvalidArgument()  # only the GPC (graphics) domain is modelled
-        lo, hi = device.sm_offset_range_mhz
+        lo, hi = device.offset_range(clock)
         if name == "nvmlDeviceGetClockOffsets":
-            info.clockOffsetMHz = device.offset_of(info.pstate)
+            info.clockOffsetMHz = device.offset_of(info.pstate, clock)
             info.minClockOffsetMHz, info.maxClockOffsetMHz = lo, hi
             return
-        device.offset_of(info.pstate)  # a pstate without an offset refuses first
+        device.offset_of(info.pstate, clock)  # a pstate without an offset refuses first
         if not lo <= info.clockOffsetMHz <= hi:
             raise NVMLError_InvalidArgument()
-        device.put_offset([info.pstate], info.clockOffsetMHz)
+        device.put_offset([info.pstate], info.clockOffsetMHz, clock)
 
     # --- events (Xids) -------------------------------------------------------------------------
 

@@ -84,6 +84,13 @@ RTX3090_AIR = GpuProfile(
     vf_offset_max_mhz=1000.0,
     stable_offset_mhz=175.0,
     stable_offset_spread_mhz=25.0,
+    mem_offset_min_mhz=-2000.0,
+    mem_offset_max_mhz=6000.0,
+    mem_offset_per_clock_mhz=2.0,
+    stable_mem_offset_mhz=1500.0,
+    stable_mem_offset_spread_mhz=500.0,
+    mem_replay_loss_per_mhz=0.0002,
+    mem_corrupt_beyond_mhz=600.0,
 )
 
 

@@ -76,6 +76,8 @@ def test_a_simulated_sweeps_rig_records_what_rebuilds_it() -> None:
             # the truth of an undervolt search: each serving card's margin, and the reset
             "stable_offset_mhz": margins,
             "vf_reset_beyond_mhz": 50.0,
+            # and of a memory offset search: each card's memory margin (none on the MI300X)
+            "stable_mem_offset_mhz": rig.simulation["stable_mem_offset_mhz"],
         }
         assert list(margins) == ["0", "1"] and 150.0 <= margins["0"] <= 200.0
         assert margins["1"] == 0.0  # an AMD card has no offset to undervolt with

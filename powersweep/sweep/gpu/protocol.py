@@ -220,23 +220,30 @@ class LockResult:
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """The SM clock's offset on the voltage/frequency curve (what Linux users call an
-    undervolt, with a locked maximum clock): a positive offset runs each clock at the voltage of
-    a lower one.
+    """A clock's offset: the SM clock's on the voltage/frequency curve (what Linux users call an
+    undervolt, with a locked maximum clock: a positive offset runs each clock at the voltage of
+    a lower one), or the memory clock's (issue 45: a positive one raises the memory clock, in
+    the driver's unit, on NVIDIA twice the reported memory clock's MHz on GDDR6X).
 
     Attributes:
         supported: Whether the card reports an offset it can set at all.
-        sm_offset_mhz: The offset in force (None: unsupported or unreadable).
+        offset_mhz: The offset in force (None: unsupported or unreadable); ``sm_offset_mhz``
+            names it too, for the SM offset's many readers.
         min_mhz: Lowest offset the driver accepts (None: unknown).
         max_mhz: Highest offset the driver accepts (None: unknown).
         message: Why it is unsupported or unreadable (one line), empty otherwise.
     """
 
     supported: bool
-    sm_offset_mhz: float | None = None
+    offset_mhz: float | None = None
     min_mhz: float | None = None
     max_mhz: float | None = None
     message: str = ""
+
+    @property
+    def sm_offset_mhz(self) -> float | None:
+        """The offset in force (the name the SM offset's readers use)."""
+        return self.offset_mhz
 
 
 @dataclass(frozen=True)
@@ -354,6 +361,22 @@ class Gpu(Protocol):
         """Set the SM clock offset to ``mhz`` (0 puts the curve back); not accepted when the
         driver refuses or the value is outside its range. The caller journals the offset in
         force before the first change.
+
+        Raises:
+            GpuError: No permission (needs root), or the driver failed.
+        """
+        ...
+
+    def mem_clock_offset(self) -> ClockOffset:
+        """The memory clock offset in force and the range the driver accepts, in the driver's
+        unit (NVML's: twice the reported memory clock's MHz on GDDR6X); never raises, as
+        :meth:`sm_clock_offset`."""
+        ...
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        """Set the memory clock offset to ``mhz`` (the driver's unit; 0 puts it back), as
+        :meth:`set_sm_clock_offset` sets the SM one. The caller journals the offset in force
+        before the first change.
 
         Raises:
             GpuError: No permission (needs root), or the driver failed.

@@ -44,6 +44,7 @@ class Restorer:
         backend: How ``powersweep restore`` rebuilds the backend (journal ``backend``).
         locker: The clock locks (None on the power axis).
         offsetter: The SM clock offsets (None unless the sweep sets them).
+        mem_offsetter: The memory clock offsets (None unless the sweep sets them, issue 45).
         no_reset: Leave the last settings in force.
         warn: Where warnings go.
     """
@@ -59,6 +60,7 @@ class Restorer:
         no_reset: bool,
         warn: Callable[[str], None],
         offsetter: ClockOffsetter | None = None,
+        mem_offsetter: ClockOffsetter | None = None,
     ) -> None:
         self.gpus = list(gpus)
         self.originals = dict(originals)
@@ -66,6 +68,7 @@ class Restorer:
         self.backend = dict(backend)
         self.locker = locker
         self.offsetter = offsetter
+        self.mem_offsetter = mem_offsetter
         self.no_reset = no_reset
         self.warn = warn
         self.written = False
@@ -132,24 +135,41 @@ class Restorer:
         }
 
     def _offset(self, index: int) -> dict[str, Any]:
-        if self.offsetter is None:
-            return {}
-        return {
-            "offset_set": True,
-            "original_sm_offset_mhz": self.offsetter.originals[index].sm_offset_mhz,
-        }
+        out: dict[str, Any] = {}
+        if self.offsetter is not None:
+            out.update(
+                offset_set=True,
+                original_sm_offset_mhz=self.offsetter.originals[index].offset_mhz,
+            )
+        if self.mem_offsetter is not None:
+            out.update(
+                mem_offset_set=True,
+                original_mem_offset_mhz=self.mem_offsetter.originals[index].offset_mhz,
+            )
+        return out
+
+    def _put_back_offsets(self) -> dict[int, tuple[bool, str]]:
+        """Put back the memory offsets, then the SM ones; per card (ok, what was done)."""
+        out: dict[int, tuple[bool, str]] = {}
+        for offsetter in (self.mem_offsetter, self.offsetter):
+            if offsetter is None:
+                continue
+            for i, (ok, note) in offsetter.put_back().items():
+                was_ok, was = out.get(i, (True, ""))
+                out[i] = (was_ok and ok, f"{was}; {note}" if was else note)
+        return out
 
     def restore(self, touched: set[int]) -> list[dict[str, Any]]:
         """Put back every offset first (an unstable one can reset the card), then every lock,
         then the limit of every card in ``touched``; what was done. ``no_reset`` leaves the
         limit and the locks, never an offset: the last one a search set is the one that failed."""
         if self.no_reset:
-            offsets = self.offsetter.put_back() if self.offsetter is not None else {}
+            offsets = self._put_back_offsets()
             return [
                 {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "offset": note}
                 for i, (ok, note) in offsets.items()
             ]
-        offsets = self.offsetter.put_back() if self.offsetter is not None else {}
+        offsets = self._put_back_offsets()
         clocks = self.locker.put_back() if self.locker is not None else {}
         restored: list[dict[str, Any]] = [
             {"gpu_index": i, "limit_w": None, "ok": ok, "message": "", "clocks": note}

@@ -34,6 +34,10 @@ class JournalGpu:
         offset_set: The sweep sets this GPU's SM clock offset (so restoring puts it back).
         original_sm_offset_mhz: The offset in force before the sweep (None: unknown, put back
             to 0).
+        mem_offset_set: The sweep sets this GPU's memory clock offset (issue 45; a journal
+            written before it has none: nothing to put back).
+        original_mem_offset_mhz: The memory offset in force before (NVML's unit; None: unknown,
+            put back to 0).
     """
 
     uuid: str
@@ -46,6 +50,8 @@ class JournalGpu:
     locks_known: bool = True
     offset_set: bool = False
     original_sm_offset_mhz: float | None = None
+    mem_offset_set: bool = False
+    original_mem_offset_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ class JournalEntry:
     @property
     def holds_clock_offsets(self) -> bool:
         """True when the sweep that wrote it set clock offsets (they may still be set)."""
-        return any(g.offset_set for g in self.gpus)
+        return any(g.offset_set or g.mem_offset_set for g in self.gpus)
 
     @classmethod
     def from_dict(cls, data: Any, source: Path) -> JournalEntry:
@@ -122,6 +128,8 @@ class JournalEntry:
                     locks_known=bool(g.get("locks_known", True)),
                     offset_set=bool(g.get("offset_set", False)),
                     original_sm_offset_mhz=_mhz(g.get("original_sm_offset_mhz")),
+                    mem_offset_set=bool(g.get("mem_offset_set", False)),
+                    original_mem_offset_mhz=_mhz(g.get("original_mem_offset_mhz")),
                 )
                 for g in data["gpus"]
             )
@@ -157,6 +165,8 @@ def _gpu_dict(g: JournalGpu) -> dict[str, Any]:
         )
     if g.offset_set:
         out.update(offset_set=True, original_sm_offset_mhz=g.original_sm_offset_mhz)
+    if g.mem_offset_set:
+        out.update(mem_offset_set=True, original_mem_offset_mhz=g.original_mem_offset_mhz)
     return out
 
 

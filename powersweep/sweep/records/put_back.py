@@ -1,23 +1,24 @@
-"""Putting back what a restore journal holds: each card's original limit and clock locks."""
+"""Putting back what a restore journal holds: each card's original limit, clock locks and clock
+offsets (SM and memory)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu, GpuBackend
 
 if TYPE_CHECKING:
-    from powersweep.sweep.records.entry import JournalEntry
+    from powersweep.sweep.records.entry import JournalEntry, JournalGpu
 
 
 @dataclass(frozen=True)
 class RestoreResult:
     """What ``restore`` did for one GPU of the journal (``clocks``: what happened to its
-    clock locks, empty when the sweep locked none; ``offset``: to its SM clock offset, empty when
-    the sweep set none)."""
+    clock locks, empty when the sweep locked none; ``offset``: to its memory and SM clock offsets,
+    empty when the sweep set none)."""
 
     uuid: str
     index: int | None
@@ -56,8 +57,10 @@ def put_back_locks(
     return "clocks locked back to " + " / ".join(back) if back else "clocks unlocked"
 
 
-def put_back_offset(gpu: Gpu, original_mhz: float | None) -> str:
-    """Put a GPU's SM clock offset back to what it was (0 when that was unknown).
+def put_back_offset(
+    gpu: Gpu, original_mhz: float | None, clock: Literal["sm", "mem"] = "sm"
+) -> str:
+    """Put a GPU's SM (or memory) clock offset back to what it was (0 when that was unknown).
 
     Returns:
         What was done, for the user.
@@ -66,12 +69,31 @@ def put_back_offset(gpu: Gpu, original_mhz: float | None) -> str:
         PowersweepError: The driver refused (the caller reports it and keeps the journal).
     """
     target = 0.0 if original_mhz is None else original_mhz
-    r = gpu.set_sm_clock_offset(target)
+    what = "memory" if clock == "mem" else "SM"
+    setter = gpu.set_mem_clock_offset if clock == "mem" else gpu.set_sm_clock_offset
+    r = setter(target)
     if not r.accepted:
         raise PowersweepError(
-            f"could not put the SM clock offset back to {target:g} MHz: {r.message}"
+            f"could not put the {what} clock offset back to {target:g} MHz: {r.message}"
         )
-    return f"SM clock offset put back to {target:g} MHz"
+    return f"{what} clock offset put back to {target:g} MHz"
+
+
+def _put_back_offsets(gpu: Gpu, g: JournalGpu) -> str:
+    """Put back the memory offset, then the SM one, that a journal holds; what was done, one
+    line (`` NOT put back`` in it when one failed), empty when it holds neither."""
+    notes = []
+    if g.mem_offset_set:
+        try:
+            notes.append(put_back_offset(gpu, g.original_mem_offset_mhz, "mem"))
+        except PowersweepError as exc:
+            notes.append(f"memory clock offset NOT put back: {exc}")
+    if g.offset_set:
+        try:
+            notes.append(put_back_offset(gpu, g.original_sm_offset_mhz))
+        except PowersweepError as exc:
+            notes.append(f"SM clock offset NOT put back: {exc}")
+    return "; ".join(notes)
 
 
 def restore_gpus(
@@ -95,13 +117,8 @@ def restore_gpus(
         if found is None:
             results.append(RestoreResult(g.uuid, None, g.original_limit_w, False, "GPU not found"))
             continue
-        offset = ""
-        if g.offset_set:
-            # the offset first: an unstable one can reset the card under whatever runs next
-            try:
-                offset = put_back_offset(found, g.original_sm_offset_mhz)
-            except PowersweepError as exc:
-                offset = f"SM clock offset NOT put back: {exc}"
+        # the offsets first: an unstable one can reset the card under whatever runs next
+        offset = _put_back_offsets(found, g)
         clocks = ""
         if g.clocks_locked:
             # clocks first: a lock left in place would skew whatever runs next

@@ -32,13 +32,21 @@ from powersweep.sweep.gpu.protocol import (
     SupportedClocks,
 )
 
-# A set cap counts as taken when the read-back is this close to the request.
 # AMD exposes its voltage/frequency curve through amdsmi's overdrive (the od_volt curve
 # points), not as one clock offset: left for later (issue 36).
 AMD_OFFSET_UNSUPPORTED = (
     "clock offsets are not supported on AMD cards yet (their equivalent is the overdrive "
     "voltage curve)"
 )
+# amdsmi has no memory clock offset: it picks allowed memory clock levels
+# (amdsmi_set_clk_freq, a bitmask) or sets an overdrive level's frequency
+# (amdsmi_set_gpu_od_clk_info with AMDSMI_CLK_TYPE_MEM): a frequency, not an offset. Left for
+# later (issue 45).
+AMD_MEM_OFFSET_UNSUPPORTED = (
+    "memory clock offsets are not supported on AMD cards (amdsmi sets memory clock levels "
+    "and overdrive frequencies, not an offset)"
+)
+# A set cap counts as taken when the read-back is this close to the request.
 ACCEPT_TOLERANCE_W = 0.5
 
 
@@ -273,6 +281,14 @@ class AmdsmiGpu(AmdReads):
     def set_sm_clock_offset(self, mhz: float) -> LockResult:
         """Never set on AMD cards (not accepted, with the reason)."""
         return LockResult(mhz, False, AMD_OFFSET_UNSUPPORTED)
+
+    def mem_clock_offset(self) -> ClockOffset:
+        """Not read: amdsmi sets the memory clock as overdrive levels, not as an offset."""
+        return ClockOffset(supported=False, message=AMD_MEM_OFFSET_UNSUPPORTED)
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        """Never set on AMD cards (not accepted, with the reason)."""
+        return LockResult(mhz, False, AMD_MEM_OFFSET_UNSUPPORTED)
 
     # --- GPU faults ---------------------------------------------------------------------------
 

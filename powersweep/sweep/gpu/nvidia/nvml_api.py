@@ -84,6 +84,11 @@ NVML_API_USED: tuple[str, ...] = (
     "nvmlDeviceGetGpcClkVfOffset",
     "nvmlDeviceGetGpcClkMinMaxVfOffset",
     "nvmlDeviceSetGpcClkVfOffset",
+    # the memory clock's offset (issue 45): the same current calls with NVML_CLOCK_MEM, or the
+    # older memory calls (NVML_CLOCK_MEM is listed with the readings)
+    "nvmlDeviceGetMemClkVfOffset",
+    "nvmlDeviceGetMemClkMinMaxVfOffset",
+    "nvmlDeviceSetMemClkVfOffset",
     # which cards serve the model (issue 14)
     "nvmlDeviceGetComputeRunningProcesses",
     # Xid events, the driver's GPU fault reports (issue 36's stability checks)

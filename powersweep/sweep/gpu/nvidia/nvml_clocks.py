@@ -33,6 +33,7 @@ class NvmlClocks:
         self._handle = handle
         self._label = label
         self._offsets = NvmlOffsets(nvml, handle, label)
+        self._mem_offsets = NvmlOffsets(nvml, handle, label, clock="mem")
 
     def supported_clocks(self) -> SupportedClocks:
         """The memory clocks and, per memory clock, the SM clocks NVML lists, descending.
@@ -138,6 +139,22 @@ class NvmlClocks:
             GpuError: No permission (needs root) or an NVML failure.
         """
         return self._offsets.set(mhz)
+
+    def mem_clock_offset(self) -> ClockOffset:
+        """The memory clock offset in force (P0's) and its range, in NVML's unit (twice the
+        reported memory clock's MHz on GDDR6X: :mod:`.nvml_offsets`); never raises, as
+        :meth:`sm_clock_offset`."""
+        return self._mem_offsets.read()
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        """Set the memory clock offset to ``mhz`` (NVML's unit, whole MHz) in P0 and P2, then
+        read it back, as :meth:`set_sm_clock_offset`.
+
+        Raises:
+            UsageError: ``mhz`` is not a finite number within ±MAX_CLOCK_MHZ.
+            GpuError: No permission (needs root) or an NVML failure.
+        """
+        return self._mem_offsets.set(mhz)
 
     def _lock_clock(self, what: str, mhz: float, lock: Callable[[int], object]) -> LockResult:
         if not (math.isfinite(mhz) and mhz > 0):

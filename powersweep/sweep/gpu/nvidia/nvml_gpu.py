@@ -344,6 +344,22 @@ class NvmlGpu:
         """
         return self._clocks.set_sm_clock_offset(mhz)
 
+    def mem_clock_offset(self) -> ClockOffset:
+        """The memory clock offset in force (P0's) and its range, in NVML's unit (twice the
+        reported memory clock's MHz on GDDR6X); the same calls with ``NVML_CLOCK_MEM``, or the
+        older ``nvmlDeviceGetMemClkVfOffset`` / ``...MinMaxVfOffset``; never raises."""
+        return self._clocks.mem_clock_offset()
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        """Set the memory clock offset (NVML's unit, whole MHz, in P0 and P2) and read it back,
+        judged as :meth:`set_sm_clock_offset` is.
+
+        Raises:
+            UsageError: ``mhz`` is not a finite number of MHz.
+            GpuError: No permission (needs root) or an NVML failure.
+        """
+        return self._clocks.set_mem_clock_offset(mhz)
+
     # --- sampling -------------------------------------------------------------------------
 
     def read_sample(self) -> GpuSample:

@@ -1,11 +1,21 @@
-"""The SM clock's offset on the voltage/frequency curve of one NVIDIA GPU (issues 36 and 45).
+"""The SM clock's offset on the voltage/frequency curve of one NVIDIA GPU (issues 36 and 45),
+and the memory clock's offset (issue 45), through the same calls.
 
 The current calls, ``nvmlDeviceGetClockOffsets`` / ``nvmlDeviceSetClockOffsets``, take a
 versioned ``nvmlClockOffset_t`` and name a performance state. They are called here through
 pynvml's function-pointer lookup, not through nvidia-ml-py's bindings: those (13.615) return
 NVML_SUCCESS whatever the driver answered, so a refused offset would read as set. A driver without
-them is driven through the deprecated ``nvmlDevice*GpcClk*VfOffset`` calls instead; only when both
-are missing is the driver "too old".
+them is driven through the deprecated ``nvmlDevice*GpcClk*VfOffset`` (memory: ``*MemClk*``) calls
+instead; only when both are missing is the driver "too old".
+
+The memory offset's unit is NVML's own, not the memory clock NVML reports: on GDDR6X (and the
+RTX 5090's GDDR7) an offset of +X MHz raises the reported memory clock by X/2 MHz, so NVML's
+offset is in the data rate's terms (+3000 takes a 4090 from 21 to 24 Gbps, 10501 to ~12000 MHz
+reported) and is twice what Windows tools (MSI Afterburner) call the same overclock. Sources:
+LACT issue #418 (RTX 4090: +3000 through NVML for 24 Gbps, the reported clock +1500) and #1001
+(RTX 5090: "+3000MHz offset will actually be +1500MHz", the maintainer, on the Linux driver);
+GreenWithEnvy users' pynvml scripts double its offsets for ``nvmlDeviceSetMemClkVfOffset``.
+Nothing here converts: an offset is set, read and journalled in NVML's unit.
 
 docs/architecture.md ("The NVIDIA clock offset through NVML") gives the reading of the calls.
 """
@@ -17,6 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Literal
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import cause
@@ -33,6 +44,9 @@ SET_CLOCK_OFFSETS = "nvmlDeviceSetClockOffsets"
 
 # A read-back less than one grid step from the request is the request, as the driver rounded it.
 GRID_MHZ = OFFSET_GRID_MHZ
+
+# Which clock an offset moves: the SM (graphics) clock's, or the memory clock's (issue 45).
+OffsetClock = Literal["sm", "mem"]
 
 # The performance states an offset is set in: P0, and P2, where GeForce cards run CUDA work
 # (some link the two: setting one sets both). P0 decides; P2 refusing is said, not fatal.
@@ -70,16 +84,26 @@ class PstateOffset:
 
 
 class NvmlOffsets:
-    """The SM clock offset of one GPU (:class:`~.nvml_clocks.NvmlClocks` hands it on).
+    """The SM or memory clock offset of one GPU (:class:`~.nvml_clocks.NvmlClocks` hands it on).
 
     Args:
         nvml: The ``pynvml`` module (or a fake with the same surface).
         handle: NVML device handle.
         label: Names the GPU in messages.
+        clock: ``sm`` (the graphics clock's offset) or ``mem`` (the memory clock's).
     """
 
-    def __init__(self, nvml: ModuleType, handle: object, label: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        nvml: ModuleType,
+        handle: object,
+        label: Callable[[], str],
+        clock: OffsetClock = "sm",
+    ) -> None:
         self._nvml = nvml
+        self._mem = clock == "mem"
+        self._what = "memory clock offset" if self._mem else "SM clock offset"
+        self._a = "a memory" if self._mem else "an SM"
         self._handle = handle
         self._label = label
         # Set once a non-zero offset read back 0: this driver does not report applied offsets,
@@ -99,24 +123,24 @@ class NvmlOffsets:
             if isinstance(exc, nvml.NVMLError_NotSupported):
                 return ClockOffset(False, message=self._not_supported(exc))
             return ClockOffset(
-                True, message=f"cannot read the SM clock offset of {self._label()}{cause(exc)}"
+                True, message=f"cannot read the {self._what} of {self._label()}{cause(exc)}"
             )
         offset, notes = self._in_force(p0.offset_mhz)
         p2 = self._get_quietly(P2)
         if p2 is not None and p2.offset_mhz != p0.offset_mhz:
             notes.append(f"P2 has {p2.offset_mhz:+d} MHz (P0's is shown)")
-        bounds, problem = _range(p0.min_mhz, p0.max_mhz, self._label)
+        bounds, problem = self._range(p0.min_mhz, p0.max_mhz)
         return _offset(offset, bounds, [*notes, problem])
 
     def _read_old(self) -> ClockOffset:
         nvml = self._nvml
         try:
-            value = int(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
+            value = self._old_get()
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
             return ClockOffset(False, message=self._unsupported(exc))
         except nvml.NVMLError as exc:
             offset: float | None = None
-            problems = [f"cannot read the SM clock offset of {self._label()}{cause(exc)}"]
+            problems = [f"cannot read the {self._what} of {self._label()}{cause(exc)}"]
         else:
             offset, problems = self._in_force(value)
         bounds, problem = self._old_range()
@@ -125,7 +149,7 @@ class NvmlOffsets:
     def _in_force(self, value: int) -> tuple[float | None, list[str]]:
         if self._unreported and value == 0:
             return None, [
-                f"{self._label()} reads an SM clock offset of 0 MHz but its driver does not "
+                f"{self._label()} reads {self._a} clock offset of 0 MHz but its driver does not "
                 "report applied offsets: the one in force is unknown"
             ]
         return float(value), []
@@ -154,7 +178,7 @@ class NvmlOffsets:
             if self._missing(exc):
                 return self._set_old(mhz, wanted)
             p0 = None  # the range is unknown: the driver decides
-        bounds = None if p0 is None else _range(p0.min_mhz, p0.max_mhz, self._label)[0]
+        bounds = None if p0 is None else self._range(p0.min_mhz, p0.max_mhz)[0]
         if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
             return self._out_of_range(mhz, bounds)
         try:
@@ -208,11 +232,11 @@ class NvmlOffsets:
         if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
             return self._out_of_range(mhz, bounds)
         try:
-            nvml.nvmlDeviceSetGpcClkVfOffset(self._handle, wanted)
+            self._old_set(wanted)
         except nvml.NVMLError as exc:
             return self._refused(exc, mhz)
         try:
-            readback = int(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
+            readback = self._old_get()
         except nvml.NVMLError as exc:
             return self._unreadable(mhz, exc)
         return self._judge(mhz, wanted, {None: readback}, [])
@@ -236,7 +260,7 @@ class NvmlOffsets:
                 return LockResult(
                     mhz,
                     False,
-                    f"{self._label()} kept a {got} MHz SM clock offset{_where(pstate)} when "
+                    f"{self._label()} kept a {got} MHz {self._what}{_where(pstate)} when "
                     f"{wanted} MHz was set",
                 )
         first = next(iter(readbacks))
@@ -248,7 +272,7 @@ class NvmlOffsets:
             where = " and".join(_where(p) for p in silent)
             notes.insert(
                 0,
-                f"{self._label()} took a {wanted:+d} MHz SM clock offset but reads back 0 MHz"
+                f"{self._label()} took a {wanted:+d} MHz {self._what} but reads back 0 MHz"
                 f"{where}: applied, not reported by this driver (unverified)",
             )
         return LockResult(
@@ -272,7 +296,7 @@ class NvmlOffsets:
             return LockResult(
                 mhz,
                 False,
-                f"{self._label()} rejected a {mhz:g} MHz SM clock offset as invalid{cause(exc)}",
+                f"{self._label()} rejected a {mhz:g} MHz {self._what} as invalid{cause(exc)}",
             )
         raise self._failure(exc, mhz) from exc
 
@@ -280,18 +304,16 @@ class NvmlOffsets:
         """The one-line error of a set that failed (no permission: it needs root)."""
         if isinstance(exc, self._nvml.NVMLError_NoPermission):
             return GpuError(
-                f"setting the SM clock offset of {self._label()} needs root: re-run with sudo"
+                f"setting the {self._what} of {self._label()} needs root: re-run with sudo"
                 f"{cause(exc)}"
             )
-        return GpuError(
-            f"setting the SM clock offset of {self._label()} to {mhz:g} MHz failed: {exc}"
-        )
+        return GpuError(f"setting the {self._what} of {self._label()} to {mhz:g} MHz failed: {exc}")
 
     def _unreadable(self, mhz: float, exc: Exception) -> LockResult:
         return LockResult(
             mhz,
             False,
-            f"{self._label()} took a {mhz:g} MHz SM clock offset but it could not be read "
+            f"{self._label()} took a {mhz:g} MHz {self._what} but it could not be read "
             f"back{cause(exc)}",
         )
 
@@ -299,7 +321,7 @@ class NvmlOffsets:
         return LockResult(
             mhz,
             False,
-            f"{self._label()} accepts SM clock offsets from {bounds[0]} to {bounds[1]} MHz, "
+            f"{self._label()} accepts {self._what}s from {bounds[0]} to {bounds[1]} MHz, "
             f"not {mhz:g} MHz",
         )
 
@@ -327,7 +349,7 @@ class NvmlOffsets:
         """
         nvml = self._nvml
         fn = nvml._nvmlGetFunctionPointer(name)
-        info = ClockOffsetV1(CLOCK_OFFSET_V1, nvml.NVML_CLOCK_GRAPHICS, pstate, mhz)
+        info = ClockOffsetV1(CLOCK_OFFSET_V1, self._type(), pstate, mhz)
         ret = fn(self._handle, ctypes.pointer(info))
         if ret != nvml.NVML_SUCCESS:
             raise nvml.NVMLError(ret)
@@ -345,14 +367,53 @@ class NvmlOffsets:
         with why (empty when the driver does not support the call)."""
         nvml = self._nvml
         try:
-            # Called with the handle only: the binding then returns (min, max). (Its default
-            # arguments are ctypes ints shared by every call; read at once, they are harmless.)
-            lo, hi = nvml.nvmlDeviceGetGpcClkMinMaxVfOffset(self._handle)
+            lo, hi = self._old_minmax()
         except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
             return None, ""
         except nvml.NVMLError as exc:
-            return None, f"cannot read the SM clock offset range of {self._label()}{cause(exc)}"
-        return _range(int(lo), int(hi), self._label)
+            return None, f"cannot read the {self._what} range of {self._label()}{cause(exc)}"
+        return self._range(lo, hi)
+
+    def _range(self, lo: int, hi: int) -> tuple[tuple[int, int] | None, str]:
+        """A range the driver reports; None, with why, when it says min above max."""
+        if lo > hi:
+            return None, f"{self._label()} reports a {lo} to {hi} MHz {self._what} range"
+        return (lo, hi), ""
+
+    # --- the older calls, per clock (named as attributes: the API list is checked on them) ---
+
+    def _type(self) -> int:
+        """``nvmlClockType_t`` of this clock for the current calls."""
+        nvml = self._nvml
+        return int(nvml.NVML_CLOCK_MEM if self._mem else nvml.NVML_CLOCK_GRAPHICS)
+
+    @property
+    def _family(self) -> str:
+        """The older calls' name part: ``GpcClk`` or ``MemClk``."""
+        return "MemClk" if self._mem else "GpcClk"
+
+    def _old_get(self) -> int:
+        nvml = self._nvml
+        if self._mem:
+            return int(nvml.nvmlDeviceGetMemClkVfOffset(self._handle))
+        return int(nvml.nvmlDeviceGetGpcClkVfOffset(self._handle))
+
+    def _old_set(self, mhz: int) -> None:
+        nvml = self._nvml
+        if self._mem:
+            nvml.nvmlDeviceSetMemClkVfOffset(self._handle, mhz)
+        else:
+            nvml.nvmlDeviceSetGpcClkVfOffset(self._handle, mhz)
+
+    def _old_minmax(self) -> tuple[int, int]:
+        # Called with the handle only: the binding then returns (min, max). (Its default
+        # arguments are ctypes ints shared by every call; read at once, they are harmless.)
+        nvml = self._nvml
+        if self._mem:
+            lo, hi = nvml.nvmlDeviceGetMemClkMinMaxVfOffset(self._handle)
+        else:
+            lo, hi = nvml.nvmlDeviceGetGpcClkMinMaxVfOffset(self._handle)
+        return int(lo), int(hi)
 
     # --- messages -----------------------------------------------------------------------------
 
@@ -360,21 +421,14 @@ class NvmlOffsets:
         """Why an older call failed: the driver has neither API, or the card says no."""
         if isinstance(exc, self._nvml.NVMLError_FunctionNotFound):
             return (
-                f"{self._label()} cannot have an SM clock offset: its driver is too old (it has "
-                f"neither nvmlDevice{{Get,Set}}ClockOffsets nor the older "
-                f"nvmlDevice{{Get,Set}}GpcClkVfOffset){cause(exc)}"
+                f"{self._label()} cannot have {self._a} clock offset: its driver is too old "
+                f"(it has neither nvmlDevice{{Get,Set}}ClockOffsets nor the older "
+                f"nvmlDevice{{Get,Set}}{self._family}VfOffset){cause(exc)}"
             )
         return self._not_supported(exc)
 
     def _not_supported(self, exc: Exception) -> str:
-        return f"{self._label()} does not support an SM clock offset{cause(exc)}"
-
-
-def _range(lo: int, hi: int, label: Callable[[], str]) -> tuple[tuple[int, int] | None, str]:
-    """A range the driver reports; None, with why, when it says min above max."""
-    if lo > hi:
-        return None, f"{label()} reports a {lo} to {hi} MHz SM clock offset range"
-    return (lo, hi), ""
+        return f"{self._label()} does not support {self._a} clock offset{cause(exc)}"
 
 
 def _offset(offset: float | None, bounds: tuple[int, int] | None, notes: list[str]) -> ClockOffset:
