@@ -18,7 +18,8 @@ from powersweep.sim.physics import UNLOCKED, Locks
 class LimitStore:
     """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
     ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
-    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks and
+    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null, "sm_min": MHz or null}}`` for
+    clock locks (``sm_min``: the SM range's bottom, null for min = max) and
     ``{"<uuid>#sm_offset_mhz": MHz}`` for the SM clock offset on the voltage/frequency curve.
 
     Args:
@@ -77,10 +78,12 @@ class LimitStore:
         value = self.get_value(f"{uuid}#locks")
         if not isinstance(value, dict):
             return UNLOCKED
-        sm, mem = value.get("sm"), value.get("mem")
+        sm, mem, low = value.get("sm"), value.get("mem"), value.get("sm_min")
         return Locks(
             float(sm) if isinstance(sm, int | float) else None,
             float(mem) if isinstance(mem, int | float) else None,
+            # a state file from before ranges has none: a single-value lock, as it was set
+            float(low) if isinstance(low, int | float) and sm is not None else None,
         )
 
     def put_locks(self, uuid: str, locks: Locks) -> None:
@@ -89,7 +92,10 @@ class LimitStore:
         Raises:
             GpuError: The file cannot be written.
         """
-        self.put_value(f"{uuid}#locks", {"sm": locks.sm_mhz, "mem": locks.mem_mhz})
+        value = {"sm": locks.sm_mhz, "mem": locks.mem_mhz}
+        if locks.sm_min_mhz is not None:
+            value["sm_min"] = locks.sm_min_mhz
+        self.put_value(f"{uuid}#locks", value)
 
     def get_sm_offset(self, uuid: str) -> float:
         """The stored SM clock offset of a GPU, MHz (0, the unshifted curve, when none or not a

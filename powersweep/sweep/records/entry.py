@@ -34,6 +34,8 @@ class JournalGpu:
         offset_set: The sweep sets this GPU's SM clock offset (so restoring puts it back).
         original_sm_offset_mhz: The offset in force before the sweep (None: unknown, put back
             to 0).
+        original_sm_lock_min_mhz: The bottom of that SM lock (None: min = max, or a journal
+            from before lock ranges).
     """
 
     uuid: str
@@ -46,6 +48,7 @@ class JournalGpu:
     locks_known: bool = True
     offset_set: bool = False
     original_sm_offset_mhz: float | None = None
+    original_sm_lock_min_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class JournalEntry:
                     locks_known=bool(g.get("locks_known", True)),
                     offset_set=bool(g.get("offset_set", False)),
                     original_sm_offset_mhz=_mhz(g.get("original_sm_offset_mhz")),
+                    original_sm_lock_min_mhz=_mhz(g.get("original_sm_lock_min_mhz")),
                 )
                 for g in data["gpus"]
             )
@@ -155,6 +159,8 @@ def _gpu_dict(g: JournalGpu) -> dict[str, Any]:
             original_mem_lock_mhz=g.original_mem_lock_mhz,
             locks_known=g.locks_known,
         )
+        if g.original_sm_lock_min_mhz is not None:
+            out["original_sm_lock_min_mhz"] = g.original_sm_lock_min_mhz
     if g.offset_set:
         out.update(offset_set=True, original_sm_offset_mhz=g.original_sm_offset_mhz)
     return out
