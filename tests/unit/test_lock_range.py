@@ -118,3 +118,22 @@ def test_the_undervolt_summary_shows_the_idle_draw_beside_the_answer(tmp_path: P
     (tmp_path / "old").mkdir()
     bare = analyze_undervolt(_curve(tmp_path / "old", _search(150.0)))
     assert bare.idle is None and "Idle at the lock" not in render_undervolt_summary(curve, bare)
+
+
+def test_the_boot_unit_locks_sm_from_the_range_bottom_and_passes_it_to_powersweep() -> None:
+    from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting, render_unit
+
+    s = BootSetting("GPU-a", "RTX 3090", 290.0, 1485.0, None, "run-x", sm_clock_min_mhz=210.0)
+    text = render_unit([s], BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",)), "run-x")
+    assert "ExecStart=-/usr/bin/nvidia-smi -i GPU-a -lgc 210,1485" in text.splitlines()
+    assert s.describe() == "290 W, SM 210-1485 MHz"
+    assert BootSetting.from_dict(s.to_dict()) == s
+    undervolt = BootSetting("GPU-a", "RTX 3090", None, 1485.0, None, "x", "nvidia", 135.0, 210.0)
+    ours = BootCommand("powersweep", ("/usr/bin/powersweep", "apply"))
+    assert "--sm-clock 1485 --sm-clock-min 210 --sm-offset=135" in render_unit(
+        [undervolt], ours, "x"
+    )
+    # a unit written before lock ranges kept min = max
+    old = BootSetting.from_dict({"uuid": "GPU-a", "sm_clock_mhz": 1485.0, "power_limit_w": None})
+    legacy = render_unit([old], BootCommand("nvidia-smi", ("/usr/bin/nvidia-smi",)), "x")
+    assert "-lgc 1485,1485" in legacy
