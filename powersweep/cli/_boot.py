@@ -160,10 +160,11 @@ class BootUnit:
             uuid = t.identity.uuid
             cap_w = caps[uuid] if uuid in caps else _limit_in_force(t)
             held = t.gpu.locked_clocks()  # read before the write; None where NVML cannot
-            sm, mem = held.sm_mhz, held.mem_mhz
+            sm, mem, low = held.sm_mhz, held.mem_mhz, held.sm_min_mhz
             change = clocks.get(uuid)
+            if change is not None and "sm" in change.kinds():
+                sm, low = change.after("sm"), change.sm_min_mhz
             if change is not None:
-                sm = change.after("sm") if "sm" in change.kinds() else sm
                 mem = change.after("mem") if "mem" in change.kinds() else mem
             offset = offsets[uuid] if uuid in offsets else _offset_in_force(t, sm)
             out.append(
@@ -176,6 +177,7 @@ class BootUnit:
                     self.source,
                     t.identity.vendor,
                     offset if offset is not None and abs(offset) > 0.5 else None,
+                    low if sm is not None else None,
                 )
             )
         return out
