@@ -197,9 +197,11 @@ def test_fleet_apply_sets_the_memory_lock_or_the_grid_pair_and_keeps_the_users_l
     sm, mem = grid["sm_lock_mhz"], grid["mem_lock_mhz"]
     done = _apply(out, "node1", state, sd, "--axis", "grid", "--record", str(record))
     assert done.returncode == 0, done.stderr
-    assert f"(verified: reads back SM {sm:g} MHz, memory {mem:g} MHz)" in done.stdout
+    # the SM lock a range from the card's idle floor (issue 45)
+    assert f"(verified: reads back SM 210-{sm:g} MHz, memory {mem:g} MHz)" in done.stdout
     saved = read_json(state)
-    assert saved[f"{UUID}#locks"] == {"sm": sm, "mem": mem} and saved[UUID] == USER_W
+    assert saved[f"{UUID}#locks"] == {"sm": sm, "mem": mem, "sm_min": 210.0}
+    assert saved[UUID] == USER_W
     (card,) = read_json(record)["cards"]
     assert (card["axis"], card["sm_lock_mhz"], card["mem_lock_mhz"]) == ("grid", sm, mem)
 
@@ -229,7 +231,8 @@ def test_fleet_apply_persist_writes_a_boot_unit_that_sets_the_grid_pair_again_at
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     # the cards are set now
     saved = read_json(state)
-    assert saved[f"{UUID}#locks"] == {"sm": sm, "mem": mem} and saved[UUID] == USER_W
+    assert saved[f"{UUID}#locks"] == {"sm": sm, "mem": mem, "sm_min": 210.0}  # a range
+    assert saved[UUID] == USER_W
     assert saved[f"{UUID}:persistence_mode"] is True
 
     # the unit sets both locks and keeps the user's limit (not the default) at every boot
@@ -263,7 +266,8 @@ def test_fleet_apply_persist_writes_a_boot_unit_that_sets_the_grid_pair_again_at
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert booted.returncode == 0, booted.stderr
     saved = read_json(state)
-    assert saved[f"{UUID}#locks"] == {"sm": sm, "mem": mem} and saved[UUID] == USER_W
+    assert saved[f"{UUID}#locks"] == {"sm": sm, "mem": mem, "sm_min": 210.0}  # a range
+    assert saved[UUID] == USER_W
 
     # --reset --persist puts the default back, unlocks the card and removes the unit
     done = powersweep(

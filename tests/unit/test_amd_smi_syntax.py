@@ -137,10 +137,15 @@ def _amd_smi_calls(unit: str, tool: str) -> list[SetCall]:
 
 
 def _check_card(
-    calls: Sequence[SetCall], uuid: str, cap_w: float | None, locks: dict[str, float]
+    calls: Sequence[SetCall],
+    uuid: str,
+    cap_w: float | None,
+    locks: dict[str, float],
+    floors: dict[str, float] | None = None,
 ) -> None:
     """The card's calls set exactly its cap (whole W) and locks (MHz; MANUAL first, then each
-    clock's top before its bottom), each call naming the card alone."""
+    clock's top before its bottom: ``floors``, an SM lock's range bottom, else the top), each
+    call naming the card alone."""
     mine = [c for c in calls if c.gpu == [uuid]]
     assert all(c.gpu == [uuid] for c in calls if uuid in c.gpu)  # never two cards in one call
     caps = [c.power_cap_w for c in mine if c.power_cap_w is not None]
@@ -152,7 +157,12 @@ def _check_card(
         return
     assert [mine[i].perf_level for i in levels] == ["MANUAL"]
     assert all(i > levels[0] for i, _ in limits)  # the limits hold only under MANUAL
-    want = [(clk, lim, round(mhz)) for clk, mhz in locks.items() for lim in ("max", "min")]
+    bottoms = {**locks, **(floors or {})}
+    want = [
+        (clk, lim, round(mhz if lim == "max" else bottoms[clk]))
+        for clk, mhz in locks.items()
+        for lim in ("max", "min")
+    ]
     assert [lim for _, lim in limits] == want
 
 
@@ -259,8 +269,9 @@ def test_the_installed_unit_sets_each_amd_card_with_documented_amd_smi_calls(
     assert fake.cards[0].cap_uw == 500_000_000 and fake.cards[1].cap_uw == 340_000_000
     unit = (units / "powersweep-apply.service").read_text()
     calls = _amd_smi_calls(unit, tool)
-    _check_card(calls, MI300X_UUID, 500.0, {"sclk": 1500.0})
-    _check_card(calls, RADEON_UUID, 340.0, {"sclk": 2000.0, "mclk": 772.0})
+    # an SM lock is a range from the card's idle floor (issue 45), the memory lock one clock
+    _check_card(calls, MI300X_UUID, 500.0, {"sclk": 1500.0}, {"sclk": 500.0})
+    _check_card(calls, RADEON_UUID, 340.0, {"sclk": 2000.0, "mclk": 772.0}, {"sclk": 500.0})
     assert len(calls) == 4 + 6
     # a watt figure in range for each card: not milli- or microwatts
     for c, card in ((MI300X_UUID, fake.cards[0]), (RADEON_UUID, fake.cards[1])):

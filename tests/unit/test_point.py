@@ -222,7 +222,7 @@ def test_an_offset_is_never_set_without_its_sm_lock() -> None:
     (gpu,) = bench.gpus
     bench.measurer.offsetter = ClockOffsetter(bench.gpus, bench.warnings.append)
     gpu.sm_offset_mhz = 60.0  # a step before it set one at the lock it held
-    gpu.lock_sm_clock = lambda mhz: LockResult(None, False, "locks need root (test)")  # type: ignore[method-assign]
+    gpu.lock_sm_clock = lambda mhz, min_mhz=None: LockResult(None, False, "locks need root (test)")  # type: ignore[method-assign]
     (row,) = bench.measure(SweepPoint(300.0, 1500.0, None, 90.0))
     assert row["status"] == "rejected"
     assert "the +90 MHz offset was not set without its SM lock (offset 0 instead)" in row["error"]
