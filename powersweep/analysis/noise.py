@@ -42,8 +42,9 @@ TIED_SHARE = 0.05
 PAIR_TIE_SHARE = 0.025
 # Two-sided 95% bound used for the curve-scatter estimate.
 Z95 = 1.96
-# Phases of samples.csv that are not the measured load.
-IDLE_PHASES = ("warmup", "settle", "ramp")
+# Phases of samples.csv that are not the measured load ("idle": the cards left idle at the
+# answer's lock after the search, run.json's idle).
+IDLE_PHASES = ("warmup", "settle", "ramp", "idle")
 
 RESAMPLED = "resampled"
 OWN = "own measurements"

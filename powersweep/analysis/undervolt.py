@@ -20,7 +20,12 @@ from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import RunFacts, ToolInfo, number
 from powersweep.analysis.trust import ignored_rows, run_findings
-from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
+from powersweep.analysis.undervolt_result_types import (
+    IdleAtLock,
+    OffsetStep,
+    UndervoltAnalysis,
+    VersusCap,
+)
 from powersweep.runformat import REFERENCE_REASON
 
 SOAK = "soak"
@@ -84,6 +89,23 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         chosen=chosen,
         versus_cap=versus,
         findings=findings,
+        idle=idle_at_lock(curve.run),
+    )
+
+
+def idle_at_lock(run: Mapping[str, Any] | None) -> IdleAtLock | None:
+    """run.json's ``idle`` (None: a run before issue 45, or none was measured)."""
+    idle = (run or {}).get("idle")
+    if not isinstance(idle, Mapping):
+        return None
+    span = idle.get("sm_lock_range_mhz")
+    low, top = span if isinstance(span, list) and len(span) == 2 else (None, None)
+    return IdleAtLock(
+        sm_lock_min_mhz=_float(low),
+        sm_lock_mhz=_float(top) if top is not None else _float(idle.get("sm_lock_mhz")),
+        power_w=_float(idle.get("power_w")),
+        sm_clock_mhz=_float(idle.get("sm_clock_mhz")),
+        seconds=_float(idle.get("seconds")),
     )
 
 

@@ -52,6 +52,26 @@ class VersusCap(JsonRecord):
 
 
 @dataclass(frozen=True)
+class IdleAtLock(JsonRecord):
+    """The cards left idle at the answer's lock after the search (run.json's ``idle``): what
+    the lock costs while the server waits (a high minimum keeps the clock, and the draw, up)."""
+
+    sm_lock_min_mhz: Num = None
+    sm_lock_mhz: Num = None
+    power_w: Num = None
+    sm_clock_mhz: Num = None
+    seconds: Num = None
+
+    @property
+    def range_text(self) -> str:
+        """``SM 210-1485 MHz`` (``SM 1485 MHz`` for a single-value lock)."""
+        top, low = self.sm_lock_mhz, self.sm_lock_min_mhz
+        if top is None:
+            return "no SM lock"
+        return f"SM {top:g} MHz" if low is None or low == top else f"SM {low:g}-{top:g} MHz"
+
+
+@dataclass(frozen=True)
 class UndervoltAnalysis(JsonRecord):
     """The analysis of an undervolt search (``--axis undervolt``)."""
 
@@ -75,3 +95,4 @@ class UndervoltAnalysis(JsonRecord):
     chosen: OffsetStep | None = None
     versus_cap: VersusCap | None = None
     findings: list[Finding] = field(default_factory=list)
+    idle: IdleAtLock | None = None

@@ -7,7 +7,7 @@ import math
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import Num
 from powersweep.analysis.summary import escape_md
-from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
+from powersweep.analysis.undervolt_result_types import IdleAtLock, OffsetStep, UndervoltAnalysis
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
 
@@ -40,8 +40,27 @@ def headline(result: UndervoltAnalysis) -> str | None:
         )
     return (
         f"undervolt: {point_name(chosen)}, {_fmt(chosen.tps_per_w, 4)} TPS/W{against}, "
-        f"{_fmt(chosen.tps)} TPS, {_fmt(chosen.power_w, 0)} W"
+        f"{_fmt(chosen.tps)} TPS, {_fmt(chosen.power_w, 0)} W{_idle_note(result.idle)}"
     )
+
+
+def _idle_note(idle: IdleAtLock | None) -> str:
+    """``; idle at the lock: 34 W, SM 210 MHz`` (empty when not measured)."""
+    if idle is None or idle.power_w is None:
+        return ""
+    return f"; idle at the lock: {_fmt(idle.power_w, 0)} W, SM {_fmt(idle.sm_clock_mhz, 0)} MHz"
+
+
+def idle_line(idle: IdleAtLock | None) -> list[str]:
+    """The summary's line on the idle draw at the answer's lock (none when not measured)."""
+    if idle is None or idle.power_w is None:
+        return []
+    return [
+        "",
+        f"Idle at the lock ({idle.range_text}, {_fmt(idle.seconds, 0)} s with no requests): "
+        f"{_fmt(idle.power_w, 0)} W per card, SM {_fmt(idle.sm_clock_mhz, 0)} MHz. A lock's "
+        "minimum is what an idle card clocks down to: a high one keeps the idle draw up.",
+    ]
 
 
 def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
@@ -64,6 +83,7 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
         lines.append("- none")
     lines += ["", "### Answer beside the best cap", ""]
     lines += _versus_table(analysis, metric)
+    lines += idle_line(analysis.idle)
     lines += ["", "### Steps", ""]
     lines.append(
         f"| point | reason | status | {metric} | W | TPS/W (±95%) | J/token | SM MHz | "

@@ -164,15 +164,18 @@ class BootUnit:
             uuid = t.identity.uuid
             cap_w = caps[uuid] if uuid in caps else _limit_in_force(t)
             held = t.gpu.locked_clocks()  # read before the write; None where NVML cannot
-            sm, mem = held.sm_mhz, held.mem_mhz
+            sm, mem, low = held.sm_mhz, held.mem_mhz, held.sm_min_mhz
             change = clocks.get(uuid)
+            if change is not None and "sm" in change.kinds():
+                sm, low = change.after("sm"), change.sm_min_mhz
             if change is not None:
-                sm = change.after("sm") if "sm" in change.kinds() else sm
                 mem = change.after("mem") if "mem" in change.kinds() else mem
             offset = offsets[uuid] if uuid in offsets else _offset_in_force(t, sm)
             mem_offset = (
                 mem_offsets[uuid] if uuid in mem_offsets else _offset_in_force(t, sm, "mem")
             )
+            if mem_offset is not None and abs(mem_offset) <= 0.5:
+                mem_offset = None  # offset 0: nothing to set at boot
             setting = BootSetting(
                 uuid,
                 t.identity.name,
@@ -182,7 +185,8 @@ class BootUnit:
                 self.source,
                 t.identity.vendor,
                 offset if offset is not None and abs(offset) > 0.5 else None,
-                mem_offset if mem_offset is not None and abs(mem_offset) > 0.5 else None,
+                low if sm is not None else None,
+                mem_offset_mhz=mem_offset,
             )
             # the driver the offsets are trusted under: at a boot under another they are skipped
             driver = t.identity.driver_version if setting.offsets() else None

@@ -4,8 +4,9 @@ sets it again at every boot."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -73,6 +74,15 @@ SmClockOpt = Annotated[
         "--sm-clock",
         metavar="MHZ",
         help="Lock the SM clock at this (snapped to a supported clock), with or without --cap.",
+    ),
+]
+SmClockMinOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sm-clock-min",
+        metavar="MHZ",
+        help="Bottom of the SM lock, MHz: an idle card clocks down to it (default: the card's "
+        "lowest SM clock, else 210; a run's own when it recorded one).",
     ),
 ]
 MemClockOpt = Annotated[
@@ -193,6 +203,7 @@ def apply_command(
     max_itl_ms: MaxItlOpt = None,
     cap: CapOpt = None,
     sm_clock: SmClockOpt = None,
+    sm_clock_min: SmClockMinOpt = None,
     mem_clock: MemClockOpt = None,
     sm_offset: SmOffsetOpt = None,
     mem_offset: MemOffsetOpt = None,
@@ -217,7 +228,7 @@ def apply_command(
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.targets import parse_gpu_selection
 
-    named = _Named(cap, sm_clock, mem_clock, sm_offset, mem_offset)
+    named = _Named(cap, sm_clock, mem_clock, sm_offset, sm_clock_min, mem_offset)
     _check_options(
         run_dir, named, reset, persist, print_unit or dry_run, at_boot, gpus, simulate, sim_state
     )
@@ -249,6 +260,8 @@ def apply_command(
         if run_dir is not None:
             choice = objective.value if objective else None
             targets, named, source = _from_run(rig, run_dir, choice, eta, selection, force, latency)
+            if sm_clock_min is not None:  # given beside the run: it shapes the run's lock
+                named = dataclasses.replace(named, sm_clock_min_mhz=sm_clock_min)
         else:
             targets = select_gpus(rig.backend, selection, warn)
         named = _offsets_for_driver(named, targets, offset_driver)
@@ -281,7 +294,12 @@ def _from_run(
         warn(note)
     targets = match_run_gpus(rig.backend, rec.gpus, selection=selection, force=force, warn=warn)
     named = _Named(
-        rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.sm_offset_mhz, rec.mem_offset_mhz
+        rec.cap_w,
+        rec.sm_clock_mhz,
+        rec.mem_clock_mhz,
+        rec.sm_offset_mhz,
+        _recorded_sm_min(run_dir),
+        rec.mem_offset_mhz,
     )
     return targets, named, f"{run_dir.resolve()} ({rec.objective})"
 
@@ -295,6 +313,9 @@ class _Named:
     sm_clock_mhz: float | None
     mem_clock_mhz: float | None
     sm_offset_mhz: float | None = None
+    # the SM lock's bottom (None: the card's idle floor); not a value of its own: it shapes
+    # --sm-clock's lock
+    sm_clock_min_mhz: float | None = None
     mem_offset_mhz: float | None = None
 
     def given(self) -> list[tuple[str, float]]:
@@ -310,7 +331,25 @@ class _Named:
 
     def source(self) -> str:
         """``--cap 290 --sm-clock 1410``: where the values come from, for the unit's comment."""
-        return " ".join(f"{flag} {v:g}" for flag, v in self.given())
+        low = self.sm_clock_min_mhz
+        extra = [("--sm-clock-min", low)] if low is not None and self.sm_clock_mhz else []
+        return " ".join(f"{flag} {v:g}" for flag, v in [*self.given(), *extra])
+
+
+def _recorded_sm_min(run_dir: Path) -> float | None:
+    """The run's ``--sm-clock-min`` (run.json options); None for a run that recorded none,
+    whose locks then take the card's idle floor. Never raises: the recommendation has read the
+    run already."""
+    import json
+
+    try:
+        options = json.loads((run_dir / "run.json").read_text()).get("options")
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = options.get("sm_clock_min_mhz") if isinstance(options, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return None
+    return float(value)
 
 
 def _plan(
@@ -331,7 +370,14 @@ def _plan(
     caps = (
         plan_caps(targets, named.cap_w, strict=strict, warn=warn) if named.cap_w is not None else []
     )
-    clocks = plan_clocks(targets, named.sm_clock_mhz, named.mem_clock_mhz, strict=strict, warn=warn)
+    clocks = plan_clocks(
+        targets,
+        named.sm_clock_mhz,
+        named.mem_clock_mhz,
+        strict=strict,
+        warn=warn,
+        sm_min_mhz=named.sm_clock_min_mhz,
+    )
     return caps, clocks, offsets
 
 
@@ -360,6 +406,9 @@ def _check_options(
             f"--mem-offset MHZ, or --reset (got {what})"
         )
     check_clock(named.sm_clock_mhz, "--sm-clock")
+    check_clock(named.sm_clock_min_mhz, "--sm-clock-min")
+    if named.sm_clock_min_mhz is not None and named.sm_clock_mhz is None and run_dir is None:
+        raise UsageError("--sm-clock-min is the bottom of an SM lock: give --sm-clock MHZ with it")
     check_clock(named.mem_clock_mhz, "--mem-clock")
     check_offset(named.sm_offset_mhz, "--sm-offset")
     # unlike the SM offset, the memory one needs no SM lock: it raises the memory clock alone
@@ -408,7 +457,7 @@ def _offsets_for_driver(named: _Named, targets: Sequence[Target], driver: str | 
         f"{driver}, not this driver {now}: skipped at this boot (the power limit and clock locks "
         "are set); check them again and re-run apply --persist --trust-offset"
     )
-    return replace(named, sm_offset_mhz=None, mem_offset_mhz=None)
+    return dataclasses.replace(named, sm_offset_mhz=None, mem_offset_mhz=None)
 
 
 def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> None:

@@ -483,6 +483,17 @@ MemClocksOpt = Annotated[
     ),
 ]
 
+SmClockMinOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--sm-clock-min",
+        metavar="MHZ",
+        help="Bottom of every SM lock, MHz: a lock is MIN-to-the-clock so an idle card clocks "
+        "down (default: the card's lowest SM clock, else 210).",
+        rich_help_panel=CLOCKS,
+    ),
+]
+
 HoldCapOpt = Annotated[
     float | None,
     typer.Option(

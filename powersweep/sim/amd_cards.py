@@ -104,7 +104,7 @@ class SimAmdsmi(FakeAmdsmi):
                 "active_hbm_thrm": False,
             }
         locks = gpu.locks
-        card.gfx_range_mhz = None if locks.sm_mhz is None else _pair(locks.sm_mhz)
+        card.gfx_range_mhz = None if locks.sm_mhz is None else _pair(locks.sm_mhz, locks.sm_min_mhz)
         card.mem_range_mhz = None if locks.mem_mhz is None else _pair(locks.mem_mhz)
         if card.gfx_range_mhz or card.mem_range_mhz:
             card.perf_level = AmdSmiDevPerfLevel.MANUAL
@@ -127,9 +127,13 @@ class SimAmdsmi(FakeAmdsmi):
 
     def _range_set(self, card: AmdCard, clk: str, lo: int, hi: int) -> None:
         assert isinstance(card, _SimCard) and card.gpu is not None
-        # the firmware runs at most the range's top: the simulated lock
-        lock = card.gpu.lock_sm_clock if clk == "gfx" else card.gpu.lock_mem_clock
-        if not lock(float(hi)).accepted:
+        # the firmware runs at most the range's top (an idle card at its bottom)
+        gpu = card.gpu
+        if clk == "gfx":
+            taken = gpu.lock_sm_clock(float(hi), float(min(lo, hi)))
+        else:
+            taken = gpu.lock_mem_clock(float(hi))
+        if not taken.accepted:
             raise AmdSmiLibraryException(AMDSMI_STATUS_INVAL)
         card.read_at_s = -1.0
 
@@ -141,6 +145,6 @@ class SimAmdsmi(FakeAmdsmi):
         card.read_at_s = -1.0
 
 
-def _pair(mhz: float) -> tuple[int, int]:
-    """A lock as the range amdsmi holds: min = max."""
-    return round(mhz), round(mhz)
+def _pair(mhz: float, min_mhz: float | None = None) -> tuple[int, int]:
+    """A lock as the range amdsmi holds (min = max when it has no bottom of its own)."""
+    return round(mhz if min_mhz is None else min_mhz), round(mhz)

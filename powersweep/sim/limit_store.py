@@ -18,8 +18,9 @@ from powersweep.sim.physics import UNLOCKED, Locks
 class LimitStore:
     """Settings of simulated GPUs kept in a JSON file: ``{uuid: watts}`` for power limits,
     ``{"<uuid>:<setting>": value}`` for other settings (persistence mode) and
-    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null}}`` for clock locks and
-    ``{"<uuid>#sm_offset_mhz": MHz}`` for the SM clock offset on the voltage/frequency curve,
+    ``{"<uuid>#locks": {"sm": MHz or null, "mem": MHz or null, "sm_min": MHz or null}}`` for
+    clock locks (``sm_min``: the SM range's bottom, null for min = max),
+    ``{"<uuid>#sm_offset_mhz": MHz}`` for the SM clock offset on the voltage/frequency curve and
     ``{"<uuid>#mem_offset_mhz": MHz}`` for the memory clock offset.
 
     Args:
@@ -78,10 +79,12 @@ class LimitStore:
         value = self.get_value(f"{uuid}#locks")
         if not isinstance(value, dict):
             return UNLOCKED
-        sm, mem = value.get("sm"), value.get("mem")
+        sm, mem, low = value.get("sm"), value.get("mem"), value.get("sm_min")
         return Locks(
             float(sm) if isinstance(sm, int | float) else None,
             float(mem) if isinstance(mem, int | float) else None,
+            # a state file from before ranges has none: a single-value lock, as it was set
+            float(low) if isinstance(low, int | float) and sm is not None else None,
         )
 
     def put_locks(self, uuid: str, locks: Locks) -> None:
@@ -90,7 +93,10 @@ class LimitStore:
         Raises:
             GpuError: The file cannot be written.
         """
-        self.put_value(f"{uuid}#locks", {"sm": locks.sm_mhz, "mem": locks.mem_mhz})
+        value = {"sm": locks.sm_mhz, "mem": locks.mem_mhz}
+        if locks.sm_min_mhz is not None:
+            value["sm_min"] = locks.sm_min_mhz
+        self.put_value(f"{uuid}#locks", value)
 
     def get_sm_offset(self, uuid: str) -> float:
         """The stored SM clock offset of a GPU, MHz (0, the unshifted curve, when none or not a

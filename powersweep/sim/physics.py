@@ -44,12 +44,24 @@ class Locks:
     """Clock locks in force (``nvidia-smi -lgc`` / ``-lmc``); None: not locked.
 
     Attributes:
-        sm_mhz: SM clock lock (min = max): the firmware runs at most this bin.
+        sm_mhz: SM clock lock's top: the firmware runs at most this bin.
         mem_mhz: Memory clock lock: the memory tier, so the bandwidth.
+        sm_min_mhz: SM clock lock's bottom: an idle card clocks down no further (None with a
+            lock: min = max, the card idles at ``sm_mhz``).
     """
 
     sm_mhz: float | None = None
     mem_mhz: float | None = None
+    sm_min_mhz: float | None = None
+
+
+# Share of an SM clock's full-load dynamic draw an idle card still burns when a lock's minimum
+# holds its clock up (the clock tree and the P0 voltage stay, the SMs wait). Chosen so an RTX
+# 3090 held at ~1560 MHz idles above 100 W against ~30 W at 210 MHz, as users report: an RTX
+# 3090 Ti locked with a 1860 MHz minimum "constantly pulling over 100W at idle", fixed by
+# lowering the minimum (github.com/xor2k/gpu_undervolt/issues/2); peers lock 210-F for this
+# reason (github.com/ilya-zlobintsev/LACT/issues/908).
+IDLE_CLOCK_ACTIVITY = 0.35
 
 
 UNLOCKED = Locks()
@@ -173,9 +185,36 @@ def power_at(
     offset lowers the core voltage at the clock (:func:`voltage`), so the SM's dynamic power.
     """
     if work.kind == "idle":
-        return profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
+        return idle_power_w(profile, f_mhz, temp_c, sm_offset_mhz)
     dynamic, memory_w = _load_parts(profile, work, f_mhz, mem_mhz, sm_offset_mhz, mem_goodput)
     return static_power_w(profile, temp_c) + dynamic + memory_w
+
+
+def idle_sm_mhz(profile: GpuProfile, locks: Locks = UNLOCKED) -> float:
+    """The SM clock an idle card settles at: its idle clock, or the SM lock's minimum where
+    that is higher (a single-value lock's is its clock), never above the lock's top."""
+    if locks.sm_mhz is None or locks.sm_mhz < profile.sm_lock_ignored_below_mhz:
+        return profile.idle_sm_mhz
+    floor = locks.sm_mhz if locks.sm_min_mhz is None else locks.sm_min_mhz
+    bins = locked_bins(profile, locks.sm_mhz)
+    # the lowest bin the lock lets the card idle at (a bottom between bins holds the next up)
+    held = next((b for b in bins if b >= floor - 1e-6), bins[-1])
+    return max(profile.idle_sm_mhz, held)
+
+
+def idle_power_w(
+    profile: GpuProfile, f_mhz: float, temp_c: float, sm_offset_mhz: float = 0.0
+) -> float:
+    """Draw of an idle card at an SM clock: ``idle_w`` at its idle clock, plus
+    :data:`IDLE_CLOCK_ACTIVITY` of the dynamic draw the higher clock and voltage add (an SM
+    clock offset lowers that voltage, as under load)."""
+    base = profile.idle_w * (1.0 + profile.leakage_per_c * (temp_c - 40.0))
+    f0 = profile.idle_sm_mhz
+    if f_mhz <= f0:
+        return base
+    v, v0 = voltage(profile, f_mhz, sm_offset_mhz), voltage(profile, f0)
+    extra = profile.dyn_w_per_mhz_v2 * (f_mhz * v * v - f0 * v0 * v0) * IDLE_CLOCK_ACTIVITY
+    return base + extra
 
 
 def _load_parts(
@@ -253,8 +292,8 @@ def operating_point(
     (its replays past the margin, :func:`_step_times`).
     """
     if work.kind == "idle":
-        p = power_at(profile, work, profile.idle_sm_mhz, temp_c)
-        f = profile.idle_sm_mhz
+        f = idle_sm_mhz(profile, locks)
+        p = power_at(profile, work, f, temp_c, sm_offset_mhz=sm_offset_mhz)
         return OperatingPoint(f, f, f, 0.0, p, 0.0, "idle")
     mem = locks.mem_mhz
     bins = locked_bins(profile, locks.sm_mhz)

@@ -171,7 +171,7 @@ class ReplayGpu:
     def supported_clocks(self) -> SupportedClocks:
         raise GpuError("a replayed power-cap curve has no clocks to lock: sweep --axis power")
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         return LockResult(mhz, False, "a replayed power-cap curve cannot lock clocks")
 
     def lock_mem_clock(self, mhz: float) -> LockResult:

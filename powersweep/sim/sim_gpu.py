@@ -247,7 +247,11 @@ class SimGpu:
         locks = self._locks
         active = locks.sm_mhz is not None or locks.mem_mhz is not None
         return LockedClocks(
-            known=True, sm_mhz=locks.sm_mhz, mem_mhz=locks.mem_mhz, user_clock_setting_active=active
+            known=True,
+            sm_mhz=locks.sm_mhz,
+            mem_mhz=locks.mem_mhz,
+            user_clock_setting_active=active,
+            sm_min_mhz=locks.sm_min_mhz,
         )
 
     # --- clock locks (issue 15) ---------------------------------------------------------------
@@ -257,14 +261,17 @@ class SimGpu:
         mems = p.supported_mem_clocks_mhz()
         return SupportedClocks(mems, {m: p.supported_sm_clocks_mhz(m) for m in mems})
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         self._bus.refuse_off_bus(self._clock.now(), "lock its SM clock")
         bins = self.profile.sm_bins_mhz()
-        if not bins[0] <= mhz <= bins[-1]:
+        low = mhz if min_mhz is None else min_mhz
+        if not bins[0] <= low <= mhz <= bins[-1]:
+            asked = f"{mhz:g}" if min_mhz is None else f"{low:g}-{mhz:g}"
             return LockResult(
-                mhz, False, f"{mhz:g} MHz is outside the SM clock range {bins[0]:g}-{bins[-1]:g}"
+                mhz, False, f"{asked} MHz is outside the SM clock range {bins[0]:g}-{bins[-1]:g}"
             )
-        self._set_locks(Locks(float(mhz), self._locks.mem_mhz))
+        bottom = None if min_mhz is None else float(min_mhz)
+        self._set_locks(Locks(float(mhz), self._locks.mem_mhz, bottom))
         return LockResult(mhz, True)
 
     def lock_mem_clock(self, mhz: float) -> LockResult:
@@ -283,13 +290,14 @@ class SimGpu:
                 False,
                 f"{mhz:g} MHz is outside the memory clocks {min(tiers):g}-{max(tiers):g}",
             )
-        self._set_locks(Locks(self._locks.sm_mhz, float(mhz)))
+        self._set_locks(dataclasses.replace(self._locks, mem_mhz=float(mhz)))
         return LockResult(mhz, True)
 
     def reset_clock_locks(self, sm: bool = True, mem: bool = True) -> None:
-        self._set_locks(
-            Locks(None if sm else self._locks.sm_mhz, None if mem else self._locks.mem_mhz)
-        )
+        kept = self._locks
+        if sm:
+            kept = dataclasses.replace(kept, sm_mhz=None, sm_min_mhz=None)
+        self._set_locks(kept if not mem else dataclasses.replace(kept, mem_mhz=None))
 
     # --- the voltage/frequency curve's offset (issue 36) ---------------------------------------
 
@@ -496,7 +504,7 @@ class SimGpu:
         if want is None:
             return self._locks
         tiers = self.profile.mem_tiers_mhz or (self.profile.mem_clock_mhz,)
-        return Locks(self._locks.sm_mhz, min(tiers, key=lambda t: abs(t - want)))
+        return dataclasses.replace(self._locks, mem_mhz=min(tiers, key=lambda t: abs(t - want)))
 
     def _physics_locks(self) -> Locks:
         """The locks the physics runs at under load: the memory clock an offset raises (by its

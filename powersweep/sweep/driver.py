@@ -38,6 +38,7 @@ from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.locks import ClockLocker, usable_points
 from powersweep.sweep.measurement.confirm_phase import ConfirmPhase
+from powersweep.sweep.measurement.idle_draw import measure_idle
 from powersweep.sweep.measurement.point import SOAK, PointMeasurer, PointProgress, Protocol
 from powersweep.sweep.measurement.restorer import Restorer
 from powersweep.sweep.measurement.run_to_run import RunToRunPhase, best_reference
@@ -167,7 +168,11 @@ class Sweep:
         self._points_done = list(points_already_done)
         self._signum: int | None = None
         self._faults = FaultLog()
-        locker = ClockLocker(self.gpus, warn) if plan.clock_points else None
+        locker = (
+            ClockLocker(self.gpus, warn, plan.points.sm_clock_min_mhz)
+            if plan.clock_points
+            else None
+        )
         offsetter = ClockOffsetter(self.gpus, warn) if plan.undervolt else None
         self.restorer = Restorer(
             self.gpus,
@@ -369,6 +374,9 @@ class Sweep:
             finally:  # how far the search got, however it ended (run.json is written last)
                 self.meta["undervolt"] = schedule.record()
             await self._run_to_run()
+            chosen, lock = schedule.chosen_mhz, schedule.lock_mhz
+            if chosen is not None and lock is not None:
+                await self._idle_at(schedule.at(chosen))
             return
         await self._run_schedule(schedule)
         record = schedule.record()
@@ -397,6 +405,29 @@ class Sweep:
             self.meta["confirm"] = {"caps_w": [], "reason": None, "skipped": "--no-confirm"}
             self.writer.write_run_json(self.meta)
         await self._run_to_run()
+        best = self._best_so_far()
+        if plan.clock_points and best is not None and best.sm_lock_mhz is not None:
+            await self._idle_at(best)
+
+    async def _idle_at(self, point: SweepPoint) -> None:
+        """The cards left idle a few seconds at the answer's lock (:mod:`.idle_draw`): run.json's
+        ``idle``. A card that refuses the point, or fails, costs the reading only (a warning):
+        the search is over and stands."""
+        locker = self.restorer.locker
+        if self.plan.safety.observe_only or locker is None or point.sm_lock_mhz is None:
+            return
+        try:
+            rejection = self.measurer.apply(point)
+            if rejection is not None:
+                self.warn(f"idle draw not measured: {point.label()} rejected: {rejection}")
+                return
+            self.sampler.label(self.measurer.cap_of(point), "idle")
+            span = locker.sm_range(self.gpus[0], point.sm_lock_mhz)
+            idle = await measure_idle(self.gpus, self.clock, span)
+        except PowersweepError as exc:
+            self.warn(f"idle draw not measured: {exc}")
+            return
+        self.meta["idle"] = {"sm_lock_mhz": point.sm_lock_mhz, **idle.record()}
 
     async def _run_to_run(self) -> None:
         """A point measured ok early, read again last: every point's stated interval carries

@@ -1,6 +1,10 @@
 """Clock locks during a sweep: remember what was in force, lock each point, check that the card
 followed, and put everything back.
 
+A point's SM lock is a range (issue 45): its clock is the top, the card's idle floor (or
+``--sm-clock-min``) the bottom, so the card runs at the clock under load and still clocks down
+idle (:mod:`powersweep.sweep.gpu.lock_range`).
+
 The driver owns the loop; this keeps what a clock sweep changes on the cards in one place, so the
 restore paths (the driver's ``finally``, ``powersweep restore`` through the journal) share it.
 """
@@ -14,6 +18,7 @@ from typing import Any
 
 from powersweep.errors import PowersweepError
 from powersweep.sweep.gpu import Gpu, LockedClocks
+from powersweep.sweep.gpu.lock_range import card_idle_floor_mhz, range_min_mhz
 from powersweep.sweep.planning.clock_points import measure_order
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.journal import put_back_locks
@@ -46,11 +51,17 @@ class ClockLocker:
     Args:
         gpus: The GPU set.
         warn: Where warnings go.
+        sm_min_mhz: The SM locks' bottom (``--sm-clock-min``); None: each card's idle floor.
     """
 
-    def __init__(self, gpus: Sequence[Gpu], warn: Callable[[str], None]) -> None:
+    def __init__(
+        self, gpus: Sequence[Gpu], warn: Callable[[str], None], sm_min_mhz: float | None = None
+    ) -> None:
         self.gpus = list(gpus)
         self.warn = warn
+        self.sm_min_mhz = sm_min_mhz
+        # each card's idle floor, read at its first SM lock
+        self._floors: dict[int, float] = {}
         self.originals: dict[int, LockedClocks] = {g.index: g.locked_clocks() for g in self.gpus}
         self.touched: set[int] = set()
         unknown = [i for i, lk in self.originals.items() if not lk.known]
@@ -83,17 +94,28 @@ class ClockLocker:
         """
         problems = []
         for g in self.gpus:
-            for mhz, lock, what in (
-                (point.sm_lock_mhz, g.lock_sm_clock, "SM"),
-                (point.mem_lock_mhz, g.lock_mem_clock, "memory"),
-            ):
-                if mhz is None:
-                    continue
+            if point.sm_lock_mhz is not None:
                 self.touched.add(g.index)
-                r = lock(mhz)
+                low = self.sm_range(g, point.sm_lock_mhz)[0]
+                r = g.lock_sm_clock(point.sm_lock_mhz, low)
                 if not r.accepted:
-                    problems.append(f"GPU {g.index}: {what} {mhz:g} MHz: {r.message or 'refused'}")
+                    problems.append(
+                        f"GPU {g.index}: SM {low:g}-{point.sm_lock_mhz:g} MHz: "
+                        f"{r.message or 'refused'}"
+                    )
+            mem = point.mem_lock_mhz
+            if mem is not None:
+                self.touched.add(g.index)
+                r = g.lock_mem_clock(mem)
+                if not r.accepted:
+                    problems.append(f"GPU {g.index}: memory {mem:g} MHz: {r.message or 'refused'}")
         return "; ".join(problems) or None
+
+    def sm_range(self, gpu: Gpu, top_mhz: float) -> tuple[float, float]:
+        """The SM lock range a point locked at ``top_mhz`` sets on ``gpu``: (min, max) MHz."""
+        if gpu.index not in self._floors:
+            self._floors[gpu.index] = card_idle_floor_mhz(gpu)
+        return range_min_mhz(top_mhz, self.sm_min_mhz, self._floors[gpu.index]), top_mhz
 
     def put_back(self) -> dict[int, tuple[bool, str]]:
         """Reset the locks of every card touched, relocking what it had before.
@@ -106,7 +128,8 @@ class ClockLocker:
                 continue
             orig = self.originals[g.index]
             try:
-                out[g.index] = (True, put_back_locks(g, orig.sm_mhz, orig.mem_mhz, orig.known))
+                back = put_back_locks(g, orig.sm_mhz, orig.mem_mhz, orig.known, orig.sm_min_mhz)
+                out[g.index] = (True, back)
             except Exception as exc:  # keep putting the other cards back
                 if not isinstance(exc, PowersweepError):
                     exc = PowersweepError(f"{type(exc).__name__}: {exc}")

@@ -202,6 +202,9 @@ class PointOptions:
         sm_clocks: SM lock set-points, MHz (None: about 11 supported clocks).
         mem_clocks: Memory lock set-points, MHz (None: every supported load tier).
         hold_cap_w: The limit a clock sweep holds, W (None: the limit in force).
+        sm_clock_min_mhz: The bottom of every SM lock, MHz (a lock is the range from it to the
+            point's clock, so an idle card clocks down); None: each card's idle floor (the
+            lowest SM clock it lists, else 210 MHz). A run recorded without it used the floor.
         strategy: ``dense`` measures every point; ``adaptive`` a coarse pass, then refines.
         confirm: At the end, measure the points tied with the best once more.
     """
@@ -212,6 +215,7 @@ class PointOptions:
     sm_clocks: tuple[float, ...] | None = None
     mem_clocks: tuple[float, ...] | None = None
     hold_cap_w: float | None = None
+    sm_clock_min_mhz: float | None = None
     strategy: Strategy = Strategy.DENSE
     confirm: bool = True
 

@@ -189,6 +189,7 @@ def _validate_axis(options: SweepOptions) -> None:
         "--sm-clocks": points.sm_clocks,
         "--mem-clocks": points.mem_clocks,
         "--cap": points.hold_cap_w,
+        "--sm-clock-min": points.sm_clock_min_mhz,
     }
     if not points.clock_axis:
         given = [flag for flag, value in clock_flags.items() if value is not None]
@@ -206,6 +207,11 @@ def _validate_axis(options: SweepOptions) -> None:
         math.isfinite(points.hold_cap_w) and points.hold_cap_w > 0
     ):
         raise UsageError("--cap must be a positive number of watts")
+    low = points.sm_clock_min_mhz
+    if low is not None and not (math.isfinite(low) and low > 0):
+        raise UsageError("--sm-clock-min takes a positive number of MHz")
+    if low is not None and points.axis == Axis.MEM_CLOCK and not points.sm_clocks:
+        raise UsageError("--sm-clock-min is the bottom of an SM lock: --axis mem-clock sets none")
     for flag, values in (
         ("--sm-clocks", points.sm_clocks),
         ("--mem-clocks", points.mem_clocks),

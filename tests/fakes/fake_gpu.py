@@ -113,6 +113,8 @@ class FakeGpu:
         self.calls: Counter[str] = Counter()
         self.limits_set: list[float] = []
         self.sm_lock_mhz: float | None = None
+        # the SM lock's bottom (None: min = max)
+        self.sm_lock_min_mhz: float | None = None
         self.sm_offset_mhz = 0.0
         self.mem_offset_mhz = 0.0
         self.mem_lock_mhz: float | None = None
@@ -192,16 +194,19 @@ class FakeGpu:
 
     def locked_clocks(self) -> LockedClocks:
         self.calls["locked_clocks"] += 1
-        return LockedClocks(True, self.sm_lock_mhz, self.mem_lock_mhz)
+        return LockedClocks(
+            True, self.sm_lock_mhz, self.mem_lock_mhz, sm_min_mhz=self.sm_lock_min_mhz
+        )
 
     def supported_clocks(self) -> SupportedClocks:
         self.calls["supported_clocks"] += 1
         sm = tuple(float(m) for m in range(1800, 200, -15))
         return SupportedClocks((9501.0, 5001.0), {9501.0: sm, 5001.0: sm})
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         self.calls["lock_sm_clock"] += 1
         self.sm_lock_mhz = mhz
+        self.sm_lock_min_mhz = min_mhz
         return LockResult(mhz, True)
 
     def lock_mem_clock(self, mhz: float) -> LockResult:
@@ -213,6 +218,7 @@ class FakeGpu:
         self.calls["reset_clock_locks"] += 1
         if sm:
             self.sm_lock_mhz = None
+            self.sm_lock_min_mhz = None
         if mem:
             self.mem_lock_mhz = None
 

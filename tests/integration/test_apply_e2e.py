@@ -371,7 +371,10 @@ def test_apply_a_clock_run_sets_its_locks_and_held_cap_and_reset_unlocks(
     code, out, err = cli(capsys, "apply", str(run), *sim(state))
     assert code == 0, err
     assert f"tps-per-w recommendation SM {sm:g} MHz at 300 W per GPU" in err
-    assert f"clock locks SM unlocked -> SM {sm:g} MHz (verified: reads back SM {sm:g} MHz)" in out
+    assert (
+        f"clock locks SM unlocked -> SM 210-{sm:g} MHz (verified: reads back SM 210-{sm:g} MHz)"
+        in out
+    )
     assert f"power limit {DEFAULT_W:g} W -> 300 W" in out
     after = status(capsys, state)["gpus"][0]
     assert after["locked_clocks"]["sm_mhz"] == sm and after["locked_clocks"]["mem_mhz"] is None
@@ -379,7 +382,7 @@ def test_apply_a_clock_run_sets_its_locks_and_held_cap_and_reset_unlocks(
 
     code, out, err = cli(capsys, "apply", "--reset", *sim(state))
     assert code == 0, err
-    assert f"clock locks SM {sm:g} MHz, memory unlocked -> SM unlocked, memory unlocked" in out
+    assert f"clock locks SM 210-{sm:g} MHz, memory unlocked -> SM unlocked, memory unlocked" in out
     again = status(capsys, state)["gpus"][0]
     assert again["locked_clocks"] == UNLOCKED
     assert again["power_limit"]["current_w"] == DEFAULT_W
@@ -422,7 +425,7 @@ def test_clock_dry_runs_change_nothing_byte_for_byte(
         assert state.read_bytes() == original, args
     assert list(units.iterdir()) == []
     code, out, _ = cli(capsys, "apply", "--reset", "--dry-run", *sim(state))
-    assert "SM 1500 MHz, memory unlocked -> SM unlocked, memory unlocked (dry run" in out
+    assert "SM 210-1500 MHz, memory unlocked -> SM unlocked, memory unlocked (dry run" in out
 
 
 def test_persist_sets_the_clock_locks_again_after_a_reboot(
@@ -664,9 +667,11 @@ def test_apply_an_undervolt_run_sets_cap_lock_and_offset_and_reset_puts_them_bac
     assert lines[-1].endswith(
         f"SM clock offset +0 MHz -> {offset:+g} MHz (verified: reads back {offset:+g} MHz)"
     )
-    assert f"clock locks SM unlocked -> SM {lock:g} MHz" in lines[-2]  # the lock first
+    # the lock first, a range from the card's idle floor so the idle card clocks down
+    assert f"clock locks SM unlocked -> SM 210-{lock:g} MHz" in lines[-2]
     after = status(capsys, state)["gpus"][0]
     assert after["locked_clocks"]["sm_mhz"] == lock
+    assert read_json(state)[f"{UUID}#locks"]["sm_min"] == 210.0
     assert after["clock_offset"]["sm_offset_mhz"] == offset
     assert after["power_limit"]["current_w"] == cap
     code, text, _ = cli(capsys, "status", *sim(state))
@@ -677,6 +682,26 @@ def test_apply_an_undervolt_run_sets_cap_lock_and_offset_and_reset_puts_them_bac
     assert f"SM clock offset {offset:+g} MHz -> +0 MHz (verified: reads back +0 MHz)" in out
     again = status(capsys, state)["gpus"][0]
     assert again["locked_clocks"] == UNLOCKED and again["clock_offset"]["sm_offset_mhz"] == 0.0
+
+
+def test_an_undervolt_run_says_its_idle_draw_and_apply_keeps_a_recorded_minimum(
+    undervolt_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, state = undervolt_rig
+    _, lock, _ = _chosen(run)
+    idle = read_json(run / "run.json")["idle"]
+    assert idle["sm_lock_range_mhz"] == [210.0, lock] and idle["sm_clock_mhz"] == 210.0
+    assert 20.0 < idle["power_w"] < 60.0  # the card clocked down: near its 32 W idle
+    summary = (run / "summary.md").read_text()
+    assert f"Idle at the lock (SM 210-{lock:g} MHz, 5 s with no requests): " in summary
+    # a run that recorded --sm-clock-min has apply lock from it
+    meta = read_json(run / "run.json")
+    meta["options"]["sm_clock_min_mhz"] = 900.0
+    (run / "run.json").write_text(json.dumps(meta))
+    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    assert code == 0, err
+    assert f"clock locks SM unlocked -> SM 900-{lock:g} MHz" in out
+    assert read_json(state)[f"{UUID}#locks"]["sm_min"] == 900.0
 
 
 @pytest.mark.parametrize(
@@ -803,7 +828,7 @@ def test_persist_sets_the_undervolt_again_after_a_reboot_and_status_shows_it(
         cap, lock, offset
     )  # fmt: skip
     code, text, _ = cli(capsys, "status", *sim(state), "--unit-dir", str(units))
-    assert code == 0 and f"SM {lock:g} MHz {offset:+g} MHz offset" in text.splitlines()[-1]
+    assert code == 0 and f"SM 210-{lock:g} MHz {offset:+g} MHz offset" in text.splitlines()[-1]
     analyze = shutil.which("systemd-analyze")
     if analyze:
         done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)

@@ -142,7 +142,10 @@ def test_fleet_apply_dry_run_says_what_it_would_set_and_changes_nothing(
         "--sim-state", str(state), "--record", str(record), "--state-dir", str(root / "sd"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"clock locks SM unlocked -> SM {lock:g} MHz (dry run: nothing changed)" in done.stdout
+    # from the H100's idle floor (its lowest listed SM clock, 345 MHz) to the fleet lock
+    assert (
+        f"clock locks SM unlocked -> SM 345-{lock:g} MHz (dry run: nothing changed)" in done.stdout
+    )
     assert not state.exists() and not (root / "sd" / "journal.json").exists()
     data = read_json(record)
     assert data["dry_run"] is True and data["node"] == "node3"
@@ -165,8 +168,8 @@ def test_fleet_apply_sets_the_lock_journals_first_and_a_kill_half_way_is_restore
     ]  # fmt: skip
     done = powersweep(*args)
     assert done.returncode == 0, done.stderr
-    assert f"SM {lock:g} MHz (verified: reads back SM {lock:g} MHz)" in done.stdout
-    assert read_json(state)[f"{UUID}#locks"] == {"sm": lock, "mem": None}
+    assert f"SM 345-{lock:g} MHz (verified: reads back SM 345-{lock:g} MHz)" in done.stdout
+    assert read_json(state)[f"{UUID}#locks"] == {"sm": lock, "mem": None, "sm_min": 345.0}
     assert read_json(state)[UUID] == 650.0  # a lock alone leaves the limit alone
     assert not (sd / "journal.json").exists()  # done: the new setting is meant to stay
     assert read_json(out / "applied" / "node2.json")["cards"][0]["sm_lock_mhz"] == lock

@@ -109,10 +109,11 @@ def test_a_clock_range_locks_the_simulated_card_at_its_top_and_auto_unlocks_it()
     (card,) = smi.amdsmi_get_processor_handles()
     smi.amdsmi_set_gpu_clk_range(card, 500, 1500, AmdSmiClkType.GFX)
     smi.amdsmi_set_gpu_clk_range(card, 456, 772, AmdSmiClkType.MEM)
-    assert gpu.locks == Locks(1500.0, 772.0)
+    # the SM range keeps its bottom (an idle card clocks down to it); memory locks at its top
+    assert gpu.locks == Locks(1500.0, 772.0, 500.0)
     info = smi.amdsmi_get_clock_info(card, AmdSmiClkType.GFX)
     assert info["clk_locked"] is True
-    assert card.gfx_range_mhz == (1500, 1500) and card.mem_range_mhz == (772, 772)
+    assert card.gfx_range_mhz == (500, 1500) and card.mem_range_mhz == (772, 772)
     assert smi.amdsmi_get_gpu_perf_level(card) == "AMDSMI_DEV_PERF_LEVEL_MANUAL"
     smi.amdsmi_set_gpu_perf_level(card, AmdSmiDevPerfLevel.AUTO)
     assert gpu.locks == Locks(None, None)

@@ -47,7 +47,7 @@ class _Card(FakeGpu):
             raise GpuError(f"GPU {self.index}: NVML failed")
         return super().set_power_limit(watts)
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         if self.refuse_sm:
             return LockResult(mhz, False, f"GPU {self.index} refused the SM lock")
         return super().lock_sm_clock(mhz)
@@ -202,7 +202,7 @@ class _Ordered(_Card):
         self.log.append(f"{self.index} limit {watts:g}")
         return super().set_power_limit(watts)
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         self.log.append(f"{self.index} lock {mhz:g}")
         return super().lock_sm_clock(mhz)
 

@@ -72,7 +72,8 @@ def test_a_clock_lock_is_snapped_to_a_supported_clock(
     assert code == 0, err
     assert "1400 MHz is not a supported SM clock" in err and "snapped to 1395 MHz" in err
     assert out == (
-        f"{LABEL}: clock locks SM unlocked -> SM 1395 MHz (verified: reads back SM 1395 MHz)\n"
+        f"{LABEL}: clock locks SM unlocked -> SM 210-1395 MHz (verified: reads back SM "
+        "210-1395 MHz)\n"
     )
     assert LimitStore(tmp_path / "sim.json").get_locks(UUID).sm_mhz == 1395.0
 
@@ -179,7 +180,8 @@ def test_a_named_offset_goes_on_after_its_lock_and_reset_takes_it_off_first(
     code, out, err = run(capsys, "apply", "--sm-clock", "1500", "--sm-offset", "60", *sim(tmp_path))
     assert code == 0, err
     assert out.splitlines() == [
-        f"{LABEL}: clock locks SM unlocked -> SM 1500 MHz (verified: reads back SM 1500 MHz)",
+        f"{LABEL}: clock locks SM unlocked -> SM 210-1500 MHz (verified: reads back SM "
+        "210-1500 MHz)",
         f"{LABEL}: SM clock offset +0 MHz -> +60 MHz (verified: reads back +60 MHz)",
     ]
     assert LimitStore(tmp_path / "sim.json").get_sm_offset(UUID) == 60.0
@@ -189,7 +191,7 @@ def test_a_named_offset_goes_on_after_its_lock_and_reset_takes_it_off_first(
     offset = lines.index(
         f"{LABEL}: SM clock offset +60 MHz -> +0 MHz (verified: reads back +0 MHz)"
     )
-    unlock = next(i for i, ln in enumerate(lines) if "clock locks SM 1500 MHz" in ln)
+    unlock = next(i for i, ln in enumerate(lines) if "clock locks SM 210-1500 MHz" in ln)
     assert offset < unlock  # off before the unlock: never a raised curve on a free clock
     assert LimitStore(tmp_path / "sim.json").get_sm_offset(UUID) == 0.0
     code, out, _ = run(capsys, "apply", "--reset", *sim(tmp_path))

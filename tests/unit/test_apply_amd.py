@@ -99,7 +99,7 @@ def test_the_boot_unit_calls_amd_smi_by_absolute_path_per_setting(
         f"ExecStart=-{smi} set -g {UUID} -o 500",
         f"ExecStart=-{smi} set -g {UUID} -l MANUAL",
         f"ExecStart=-{smi} set -g {UUID} -L sclk max 1500",
-        f"ExecStart=-{smi} set -g {UUID} -L sclk min 1500",
+        f"ExecStart=-{smi} set -g {UUID} -L sclk min 500",  # the card's lowest level
     ]
     assert "WantedBy=multi-user.target" in lines
     assert not any("nvidia" in ln for ln in lines)

@@ -93,7 +93,8 @@ def test_nvml_locks_are_set_but_never_claimed_verified_and_reset_unlocks_both() 
     caps, (r,) = apply_settings([], clocks, _quiet)
     assert caps == [] and r.verified is False and r.readback.known is False
     dev = fake.devices[0]
-    assert (dev.locked_sm, dev.locked_mem) == ((1410, 1410), (9501, 9501))
+    # SM from the card's idle floor to the lock; memory min = max
+    assert (dev.locked_sm, dev.locked_mem) == ((210, 1410), (9501, 9501))
     apply_settings([], plan_unlock(targets), _quiet)
     assert (dev.locked_sm, dev.locked_mem) == (None, None)
     assert fake.calls_to("nvmlDeviceSetPowerManagementLimit") == 0
@@ -106,7 +107,12 @@ def test_sim_locks_are_verified_by_read_back(tmp_path: Path) -> None:
     r = apply_settings([], clocks, _quiet)[1][0]
     assert r.verified and (r.readback.sm_mhz, r.readback.mem_mhz) == (1500.0, 9751.0)
     state = json.loads((tmp_path / "state.json").read_text())
-    assert state[f"{targets[1].identity.uuid}#locks"] == {"sm": 1500.0, "mem": 9751.0}
+    assert state[f"{targets[1].identity.uuid}#locks"] == {
+        "sm": 1500.0,
+        "mem": 9751.0,
+        "sm_min": 210.0,
+    }
+    assert r.readback.sm_min_mhz == 210.0
 
 
 def test_a_card_that_refuses_its_lock_puts_every_cap_and_lock_back(tmp_path: Path) -> None:

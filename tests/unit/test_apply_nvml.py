@@ -109,13 +109,15 @@ def test_clock_locks_on_nvml_are_set_not_claimed_verified_and_reset_unlocks_them
     dev = fake.devices[0]
     code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--mem-clock", "9501", "--dry-run")
     assert code == 0, err
-    assert "clock locks unknown (NVML cannot read clock locks) -> SM 1410 MHz, memory 9501" in out
+    assert (
+        "clock locks unknown (NVML cannot read clock locks) -> SM 210-1410 MHz, memory 9501" in out
+    )
     assert fake.calls_to("nvmlDeviceSetGpuLockedClocks") == 0
     code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--mem-clock", "9501")
     assert code == 0, err
-    assert "-> SM 1410 MHz, memory 9501 MHz (set; not verified: NVML cannot read" in out
+    assert "-> SM 210-1410 MHz, memory 9501 MHz (set; not verified: NVML cannot read" in out
     assert "verified: reads back" not in out
-    assert (dev.locked_sm, dev.locked_mem) == ((1410, 1410), (9501, 9501))
+    assert (dev.locked_sm, dev.locked_mem) == ((210, 1410), (9501, 9501))
     assert dev.limit_mw == 370_000  # a lock alone leaves the power limit alone
     code, out, err = cli(capsys, "apply", "--reset")
     assert code == 0, err
@@ -134,7 +136,7 @@ def test_the_real_rigs_unit_locks_clocks_with_nvidia_smi(
     code, out, err = cli(capsys, "apply", "--sm-clock", "1401", "--print-unit")
     assert code == 0, err
     lines = out.splitlines()
-    assert f"ExecStart=-{smi} -i {UUID} -lgc 1395,1395" in lines  # snapped, with a warning
+    assert f"ExecStart=-{smi} -i {UUID} -lgc 210,1395" in lines  # snapped, with a warning
     assert "snapped to 1395 MHz" in err
     # the limit in force (370 W, not the 350 W default) stays at boot too
     assert f"ExecStart=-{smi} -i {UUID} --power-limit=370" in lines
@@ -143,6 +145,6 @@ def test_the_real_rigs_unit_locks_clocks_with_nvidia_smi(
     fake.devices[0].power_managed = False
     code, out, err = cli(capsys, "apply", "--sm-clock", "1410", "--print-unit")
     assert code == 0, err
-    assert f"ExecStart=-{smi} -i {UUID} -lgc 1410,1410" in out.splitlines()
+    assert f"ExecStart=-{smi} -i {UUID} -lgc 210,1410" in out.splitlines()
     assert "--power-limit" not in out
     assert fake.calls_to("nvmlDeviceSetGpuLockedClocks") == 0

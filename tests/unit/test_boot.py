@@ -65,7 +65,9 @@ def test_a_lock_alone_keeps_the_limit_in_force_and_a_cap_alone_keeps_the_locks()
     rig = _rig()
     gpu = rig.backend.gpu(0)
     assert _unit(rig, sm=1395.0).settings() == [
-        BootSetting(UUID, gpu.identity().name, None, 1395.0, None, "--cap 250", "nvidia")
+        BootSetting(
+            UUID, gpu.identity().name, None, 1395.0, None, "--cap 250", "nvidia", None, 210.0
+        )
     ]  # the default limit: the unit leaves it alone
     gpu.set_power_limit(280.0)
     gpu.lock_sm_clock(1500.0)
@@ -222,7 +224,9 @@ def test_an_undervolt_sets_its_offset_with_its_lock_at_boot() -> None:
     name = rig.backend.gpu(0).identity().name
     assert _undervolt(rig).settings() == [
         # the driver the offset is trusted under (issue 45): another skips it at boot
-        BootSetting(UUID, name, None, 1395.0, None, "run-uv", "nvidia", 180.0, offset_driver="sim")
+        BootSetting(
+            UUID, name, None, 1395.0, None, "run-uv", "nvidia", 180.0, 210.0, offset_driver="sim"
+        )
     ]
 
 

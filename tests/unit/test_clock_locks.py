@@ -47,7 +47,7 @@ class _Card(FakeGpu):
             raise GpuError(f"GPU {self.index} does not list its supported clocks")
         return self.listed
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         self.order.append(f"sm {mhz:g}")
         return super().lock_sm_clock(mhz)
 

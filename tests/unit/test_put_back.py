@@ -22,7 +22,7 @@ class _Refusing(FakeGpu):
         super().__init__(index)
         self.limit_error = limit_error
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
         return LockResult(mhz, False, "not today")
 
     def set_power_limit(self, watts: float) -> SetLimitResult:

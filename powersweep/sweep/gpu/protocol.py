@@ -165,16 +165,19 @@ class LockedClocks:
 
     Attributes:
         known: Whether the backend can read the locks at all.
-        sm_mhz: Locked SM clock, MHz; None when not locked or unknown.
+        sm_mhz: Locked SM clock (the range's top), MHz; None when not locked or unknown.
         mem_mhz: Locked memory clock, MHz; None when not locked or unknown.
         user_clock_setting_active: The card says a user clock setting limits its clocks now;
             None when that cannot be read.
+        sm_min_mhz: The SM lock's bottom, MHz (an idle card clocks down to it); None when not
+            locked, unknown, or a single-value lock (min = max).
     """
 
     known: bool
     sm_mhz: float | None = None
     mem_mhz: float | None = None
     user_clock_setting_active: bool | None = None
+    sm_min_mhz: float | None = None
 
 
 # --- clock locks (issue 15) -------------------------------------------------------------------
@@ -326,8 +329,9 @@ class Gpu(Protocol):
         """
         ...
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
-        """Lock the SM clock at ``mhz`` (min = max); not accepted when the driver refuses.
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
+        """Lock the SM clock to the range ``min_mhz``-``mhz`` (None: min = max, a single-value
+        lock that keeps an idle card at ``mhz``); not accepted when the driver refuses.
 
         Raises:
             GpuError: No permission (needs root), or NVML failed.

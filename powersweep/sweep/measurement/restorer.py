@@ -130,6 +130,7 @@ class Restorer:
         return {
             "clocks_locked": True,
             "original_sm_lock_mhz": orig.sm_mhz,
+            "original_sm_lock_min_mhz": orig.sm_min_mhz,
             "original_mem_lock_mhz": orig.mem_mhz,
             "locks_known": orig.known,
         }

@@ -38,6 +38,8 @@ class JournalGpu:
             written before it has none: nothing to put back).
         original_mem_offset_mhz: The memory offset in force before (NVML's unit; None: unknown,
             put back to 0).
+        original_sm_lock_min_mhz: The bottom of that SM lock (None: min = max, or a journal
+            from before lock ranges).
     """
 
     uuid: str
@@ -52,6 +54,7 @@ class JournalGpu:
     original_sm_offset_mhz: float | None = None
     mem_offset_set: bool = False
     original_mem_offset_mhz: float | None = None
+    original_sm_lock_min_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class JournalEntry:
                     original_sm_offset_mhz=_mhz(g.get("original_sm_offset_mhz")),
                     mem_offset_set=bool(g.get("mem_offset_set", False)),
                     original_mem_offset_mhz=_mhz(g.get("original_mem_offset_mhz")),
+                    original_sm_lock_min_mhz=_mhz(g.get("original_sm_lock_min_mhz")),
                 )
                 for g in data["gpus"]
             )
@@ -163,6 +167,8 @@ def _gpu_dict(g: JournalGpu) -> dict[str, Any]:
             original_mem_lock_mhz=g.original_mem_lock_mhz,
             locks_known=g.locks_known,
         )
+        if g.original_sm_lock_min_mhz is not None:
+            out["original_sm_lock_min_mhz"] = g.original_sm_lock_min_mhz
     if g.offset_set:
         out.update(offset_set=True, original_sm_offset_mhz=g.original_sm_offset_mhz)
     if g.mem_offset_set:

@@ -30,7 +30,11 @@ class RestoreResult:
 
 
 def put_back_locks(
-    gpu: Gpu, sm_mhz: float | None, mem_mhz: float | None, known: bool = True
+    gpu: Gpu,
+    sm_mhz: float | None,
+    mem_mhz: float | None,
+    known: bool = True,
+    sm_min_mhz: float | None = None,
 ) -> str:
     """Reset a GPU's clock locks, then relock the ones it had before the sweep.
 
@@ -45,10 +49,11 @@ def put_back_locks(
         return "clocks unlocked (the locks before the sweep could not be read)"
     back = []
     if sm_mhz is not None:
-        r = gpu.lock_sm_clock(sm_mhz)
+        r = gpu.lock_sm_clock(sm_mhz, sm_min_mhz)
+        what = f"{sm_mhz:g}" if sm_min_mhz is None else f"{sm_min_mhz:g}-{sm_mhz:g}"
         if not r.accepted:
-            raise PowersweepError(f"could not lock SM back to {sm_mhz:g} MHz: {r.message}")
-        back.append(f"SM {sm_mhz:g} MHz")
+            raise PowersweepError(f"could not lock SM back to {what} MHz: {r.message}")
+        back.append(f"SM {what} MHz")
     if mem_mhz is not None:
         r = gpu.lock_mem_clock(mem_mhz)
         if not r.accepted:
@@ -124,7 +129,11 @@ def restore_gpus(
             # clocks first: a lock left in place would skew whatever runs next
             try:
                 clocks = put_back_locks(
-                    found, g.original_sm_lock_mhz, g.original_mem_lock_mhz, g.locks_known
+                    found,
+                    g.original_sm_lock_mhz,
+                    g.original_mem_lock_mhz,
+                    g.locks_known,
+                    g.original_sm_lock_min_mhz,
                 )
             except PowersweepError as exc:
                 clocks = f"clock locks NOT put back: {exc}"

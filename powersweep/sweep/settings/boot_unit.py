@@ -67,6 +67,8 @@ class BootSetting:
         vendor: ``nvidia`` or ``amd``: which vendor tool sets the card.
         sm_offset_mhz: The SM clock offset, MHz (None: the card's own curve); set through
             ``powersweep``, which no vendor tool can stand in for.
+        sm_clock_min_mhz: The SM lock's bottom, MHz (an idle card clocks down to it); None:
+            min = max (a unit written before lock ranges).
         mem_offset_mhz: The memory clock offset, MHz in NVML's unit (None: none), the same.
         offset_driver: The driver version the offsets were trusted under (``--trust-offset``):
             at a boot under another one they are skipped (None: no offset, or a unit written
@@ -81,6 +83,7 @@ class BootSetting:
     source: str = ""
     vendor: str = "nvidia"
     sm_offset_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
     mem_offset_mhz: float | None = None
     offset_driver: str | None = None
 
@@ -101,6 +104,7 @@ class BootSetting:
             str(data.get("source") or ""),
             str(data.get("vendor") or "nvidia"),
             _opt_float(data.get("sm_offset_mhz")),
+            _opt_float(data.get("sm_clock_min_mhz")),
             _opt_float(data.get("mem_offset_mhz")),
             None if data.get("offset_driver") is None else str(data["offset_driver"]),
         )
@@ -116,6 +120,7 @@ class BootSetting:
             "source": self.source,
             "vendor": self.vendor,
             "sm_offset_mhz": self.sm_offset_mhz,
+            "sm_clock_min_mhz": self.sm_clock_min_mhz,
             "mem_offset_mhz": self.mem_offset_mhz,
             "offset_driver": self.offset_driver,
         }
@@ -134,7 +139,9 @@ class BootSetting:
         parts = [f"{self.power_limit_w:g} W"] if self.power_limit_w is not None else []
         offset = f" {self.sm_offset_mhz:+g} MHz offset" if self.sm_offset_mhz is not None else ""
         if self.sm_clock_mhz is not None:
-            parts.append(f"SM {self.sm_clock_mhz:g} MHz{offset}")
+            low = self.sm_clock_min_mhz
+            span = f"{low:g}-" if low is not None and low < self.sm_clock_mhz else ""
+            parts.append(f"SM {span}{self.sm_clock_mhz:g} MHz{offset}")
         elif offset:
             parts.append(f"SM clock{offset}")
         if self.mem_clock_mhz is not None:
@@ -321,9 +328,10 @@ def _nvidia_smi_lines(cmd: BootCommand, s: BootSetting) -> list[str]:
     lines = [_quote([*card, "--persistence-mode=1"])]
     if s.power_limit_w is not None:
         lines.append(_quote([*card, f"--power-limit={s.power_limit_w:g}"]))
-    # a lock is a range: min,max the same clock
+    # a lock is a range: the SM clock's from its bottom (an idle card clocks down to it) to the
+    # clock, the memory clock's min = max
     if s.sm_clock_mhz is not None:
-        lines.append(_quote([*card, "-lgc", _mhz_range(s.sm_clock_mhz)]))
+        lines.append(_quote([*card, "-lgc", _mhz_range(s.sm_clock_mhz, s.sm_clock_min_mhz)]))
     if s.mem_clock_mhz is not None:
         lines.append(_quote([*card, "-lmc", _mhz_range(s.mem_clock_mhz)]))
     return lines
@@ -336,19 +344,26 @@ def _amd_smi_lines(cmd: BootCommand, s: BootSetting) -> list[str]:
     lines = []
     if s.power_limit_w is not None:
         lines.append(_quote([*card, "-o", f"{round(s.power_limit_w)}"]))
-    locks = [(k, v) for k, v in (("sclk", s.sm_clock_mhz), ("mclk", s.mem_clock_mhz)) if v]
+    locks = [
+        (k, v, low)
+        for k, v, low in (
+            ("sclk", s.sm_clock_mhz, s.sm_clock_min_mhz),
+            ("mclk", s.mem_clock_mhz, None),
+        )
+        if v
+    ]
     if locks:
         lines.append(_quote([*card, "-l", "MANUAL"]))
-    for clk, mhz in locks:
+    for clk, mhz, low in locks:
         # the top first: a new top below the card's bottom would be refused
         lines.append(_quote([*card, "-L", clk, "max", f"{round(mhz)}"]))
-        lines.append(_quote([*card, "-L", clk, "min", f"{round(mhz)}"]))
+        lines.append(_quote([*card, "-L", clk, "min", f"{round(mhz if low is None else low)}"]))
     return lines
 
 
-def _mhz_range(mhz: float) -> str:
-    whole = round(mhz)  # nvidia-smi, like NVML, takes whole MHz
-    return f"{whole},{whole}"
+def _mhz_range(mhz: float, min_mhz: float | None = None) -> str:
+    """``MIN,MAX`` in whole MHz, as nvidia-smi (like NVML) takes them (min = max without one)."""
+    return f"{round(mhz if min_mhz is None else min_mhz)},{round(mhz)}"
 
 
 def _at_boot_args(s: BootSetting) -> list[str]:
@@ -357,6 +372,8 @@ def _at_boot_args(s: BootSetting) -> list[str]:
         args += ["--cap", f"{s.power_limit_w:g}"]
     if s.sm_clock_mhz is not None:
         args += ["--sm-clock", f"{s.sm_clock_mhz:g}"]
+        if s.sm_clock_min_mhz is not None:
+            args += ["--sm-clock-min", f"{s.sm_clock_min_mhz:g}"]
     if s.mem_clock_mhz is not None:
         args += ["--mem-clock", f"{s.mem_clock_mhz:g}"]
     if s.sm_offset_mhz is not None:

@@ -4,6 +4,9 @@ write, verify where the backend can read locks back, undo.
 Like power limits, every value is checked before the first write. NVML sets locks but has no
 call that reads them back, so on real cards a lock the driver took is reported as set, never as
 verified, and the lock in force before cannot be put back exactly (only unlocked).
+
+An SM lock is a range (issue 45): the asked clock is its top, its bottom ``--sm-clock-min`` or
+the card's idle floor (:mod:`powersweep.sweep.gpu.lock_range`), so an idle card clocks down.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Literal
 
 from powersweep.errors import GpuError, PowersweepError, UsageError
 from powersweep.sweep.gpu import MAX_CLOCK_MHZ, LockedClocks, SupportedClocks
+from powersweep.sweep.gpu.lock_range import idle_floor_mhz, range_min_mhz
 from powersweep.sweep.settings.targets import Target, Warn
 
 # A lock reads back as taken within this distance (NVML takes whole MHz).
@@ -35,6 +39,7 @@ class ClockChange:
         sm_mhz: SM lock to set (snapped to a supported clock); None: leave the SM clock alone.
         mem_mhz: Memory lock to set; None: leave the memory clock alone.
         unlock: Remove both locks instead (``--reset``).
+        sm_min_mhz: The SM lock's bottom (None: min = max).
     """
 
     target: Target
@@ -42,6 +47,7 @@ class ClockChange:
     sm_mhz: float | None = None
     mem_mhz: float | None = None
     unlock: bool = False
+    sm_min_mhz: float | None = None
 
     def kinds(self) -> tuple[ClockKind, ...]:
         """The clocks this change touches."""
@@ -93,34 +99,38 @@ def plan_clocks(
     *,
     strict: bool,
     warn: Warn,
+    sm_min_mhz: float | None = None,
 ) -> list[ClockChange]:
     """The locks each target gets: each clock snapped to the nearest one the card supports.
 
     Args:
         targets: The GPUs.
-        sm_mhz: SM lock, MHz (None: leave the SM clock alone).
+        sm_mhz: SM lock (the range's top), MHz (None: leave the SM clock alone).
         mem_mhz: Memory lock, MHz (None: leave the memory clock alone).
         strict: Refuse a clock the card does not list instead of snapping it.
         warn: Where snapping warnings go.
+        sm_min_mhz: The SM range's bottom (None: the card's idle floor); never above the top.
 
     Raises:
         UsageError: A clock that is not a positive number, or (``strict``) not supported.
     """
     check_clock(sm_mhz, "--sm-clock")
     check_clock(mem_mhz, "--mem-clock")
+    check_clock(sm_min_mhz, "--sm-clock-min")
     if sm_mhz is None and mem_mhz is None:
         return []
     plan = []
     for t in targets:
         supported = _supported(t, strict, warn)
-        mem = sm = None
+        mem = sm = low = None
         if mem_mhz is not None:
             listed = supported.mem_mhz if supported else ()
             mem = _snap(t, "mem", mem_mhz, listed, strict, warn)
         if sm_mhz is not None:
             listed = _sm_clocks(supported, mem) if supported else ()
             sm = _snap(t, "sm", sm_mhz, listed, strict, warn)
-        plan.append(ClockChange(t, t.gpu.locked_clocks(), sm, mem))
+            low = range_min_mhz(sm, sm_min_mhz, idle_floor_mhz(supported))
+        plan.append(ClockChange(t, t.gpu.locked_clocks(), sm, mem, sm_min_mhz=low))
     return plan
 
 
@@ -188,21 +198,22 @@ def write_clocks(change: ClockChange, touched: list[tuple[ClockChange, ClockKind
     for kind in reversed(change.kinds()) if not change.unlock else ():
         mhz = change.after(kind)
         assert mhz is not None  # kinds() lists the clocks with a lock to set
-        lock = gpu.lock_mem_clock if kind == "mem" else gpu.lock_sm_clock
-        r = lock(mhz)
+        r = gpu.lock_mem_clock(mhz) if kind == "mem" else gpu.lock_sm_clock(mhz, change.sm_min_mhz)
         if not r.accepted:
-            raise GpuError(r.message or f"{label} refused a {mhz:g} MHz {_WHAT[kind]} lock")
+            asked = _lock_text(mhz, change.sm_min_mhz if kind == "sm" else None)
+            raise GpuError(r.message or f"{label} refused a {asked} {_WHAT[kind]} lock")
         touched.append((change, kind))
     readback = gpu.locked_clocks()
     if readback.known:
         for kind in change.kinds():
             want, got = change.after(kind), _read(readback, kind)
-            if (want is None) != (got is None) or (
-                want is not None and got is not None and abs(want - got) > TOLERANCE_MHZ
-            ):
+            want_low = change.sm_min_mhz if kind == "sm" and want is not None else None
+            got_low = readback.sm_min_mhz if kind == "sm" else None
+            # a bottom is checked where the read-back has one (a backend may read the top only)
+            if _differ(want, got) or (got_low is not None and _differ(want_low or want, got_low)):
                 raise GpuError(
-                    f"{label} reads back {_lock_text(got)} for its {_WHAT[kind]} clock after "
-                    f"{_lock_text(want)} was set"
+                    f"{label} reads back {_lock_text(got, got_low)} for its {_WHAT[kind]} clock "
+                    f"after {_lock_text(want, want_low)} was set"
                 )
     return ClockResult(change, readback)
 
@@ -223,8 +234,9 @@ def undo_clocks(touched: Sequence[tuple[ClockChange, ClockKind]], warn: Warn) ->
         try:
             gpu.reset_clock_locks(sm=kind == "sm", mem=kind == "mem")
             if old is not None:
-                lock = gpu.lock_mem_clock if kind == "mem" else gpu.lock_sm_clock
-                if not lock(old).accepted:
+                low = before.sm_min_mhz if kind == "sm" else None
+                r = gpu.lock_mem_clock(old) if kind == "mem" else gpu.lock_sm_clock(old, low)
+                if not r.accepted:
                     raise PowersweepError(f"could not lock it back to {old:g} MHz")
         except PowersweepError as exc:
             warn(f"{change.target.label}: could not put back its {_WHAT[kind]} clock: {exc}")
@@ -242,20 +254,37 @@ def _read(locks: LockedClocks, kind: ClockKind) -> float | None:
     return locks.sm_mhz if kind == "sm" else locks.mem_mhz
 
 
-def _lock_text(mhz: float | None) -> str:
-    return "unlocked" if mhz is None else f"{mhz:g} MHz"
+def _differ(want: float | None, got: float | None) -> bool:
+    if want is None or got is None:
+        return (want is None) != (got is None)
+    return abs(want - got) > TOLERANCE_MHZ
+
+
+def _lock_text(mhz: float | None, min_mhz: float | None = None) -> str:
+    """``1410 MHz``, ``210-1410 MHz`` for a range, or ``unlocked``."""
+    if mhz is None:
+        return "unlocked"
+    if min_mhz is None or abs(min_mhz - mhz) <= TOLERANCE_MHZ:
+        return f"{mhz:g} MHz"
+    return f"{min_mhz:g}-{mhz:g} MHz"
 
 
 def describe_locks(locks: LockedClocks, kinds: Sequence[ClockKind] = _KINDS) -> str:
-    """``SM 1410 MHz, memory unlocked``; ``unknown`` where NVML cannot read locks."""
+    """``SM 210-1410 MHz, memory unlocked``; ``unknown`` where NVML cannot read locks."""
     if not locks.known:
         return "unknown (NVML cannot read clock locks)"
-    return ", ".join(f"{_WHAT[k]} {_lock_text(_read(locks, k))}" for k in kinds)
+    return ", ".join(
+        f"{_WHAT[k]} {_lock_text(_read(locks, k), locks.sm_min_mhz if k == 'sm' else None)}"
+        for k in kinds
+    )
 
 
 def describe_after(change: ClockChange) -> str:
-    """What the change sets: ``SM 1410 MHz``, ``SM unlocked, memory unlocked``."""
-    return ", ".join(f"{_WHAT[k]} {_lock_text(change.after(k))}" for k in change.kinds())
+    """What the change sets: ``SM 210-1410 MHz``, ``SM unlocked, memory unlocked``."""
+    return ", ".join(
+        f"{_WHAT[k]} {_lock_text(change.after(k), change.sm_min_mhz if k == 'sm' else None)}"
+        for k in change.kinds()
+    )
 
 
 def clock_line(c: ClockChange, result: ClockResult | None = None) -> str:

@@ -56,6 +56,7 @@ def journal_entry(
                 original_limit_w=original,
                 clocks_locked=held is not None,
                 original_sm_lock_mhz=held.sm_mhz if held is not None else None,
+                original_sm_lock_min_mhz=held.sm_min_mhz if held is not None else None,
                 original_mem_lock_mhz=held.mem_mhz if held is not None else None,
                 locks_known=held.known if held is not None else True,
                 offset_set=uuid in shifts,

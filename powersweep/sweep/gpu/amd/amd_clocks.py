@@ -54,7 +54,7 @@ class AmdClocks:
         self._refusal = refusal
         self._is_guest = is_guest
         # the locks this process set: an SM-only unlock goes through AUTO, which frees both
-        self._held: dict[str, int] = {}
+        self._held: dict[str, tuple[int, int]] = {}
 
     def locked(self) -> LockedClocks:
         """``AUTO`` is unlocked; under any other level the locks are unknown but held.
@@ -97,29 +97,36 @@ class AmdClocks:
         mems = tuple(sorted(set(mem), reverse=True))
         return SupportedClocks(mems, dict.fromkeys(mems, tuple(sm)))
 
-    def lock(self, kind: str, mhz: float) -> LockResult:
-        """Lock the ``sm`` (gfx) or ``mem`` clock at ``mhz``: level ``MANUAL``, range mhz-mhz.
+    def lock(self, kind: str, mhz: float, min_mhz: float | None = None) -> LockResult:
+        """Lock the ``sm`` (gfx) or ``mem`` clock to ``min_mhz``-``mhz`` (None: min = max):
+        level ``MANUAL``, then the range.
 
         Raises:
-            UsageError: ``mhz`` is not a positive number.
+            UsageError: ``mhz`` is not a positive number, or ``min_mhz`` not one at most it.
             GpuError: No permission (needs root), a VM guest, or amdsmi failed.
         """
         if not (math.isfinite(mhz) and mhz > 0):
             raise UsageError(f"a clock lock must be a positive number of MHz, got {mhz}")
+        if min_mhz is not None and not (math.isfinite(min_mhz) and 0 < min_mhz <= mhz):
+            raise UsageError(
+                f"a clock lock's minimum must be a positive number of MHz at most {mhz:g}, "
+                f"got {min_mhz:g}"
+            )
         smi = self._smi
         what = "SM" if kind == "sm" else "memory"
         clk = smi.AmdSmiClkType.GFX if kind == "sm" else smi.AmdSmiClkType.MEM
         value = round(mhz)
+        low = value if min_mhz is None else round(min_mhz)
         try:
             smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.MANUAL)
-            smi.amdsmi_set_gpu_clk_range(self._handle, value, value, clk)
+            smi.amdsmi_set_gpu_clk_range(self._handle, low, value, clk)
         except smi.AmdSmiException as exc:
             if not self._held:
                 # nothing else held: do not leave the card in MANUAL for a lock it refused
                 with contextlib.suppress(smi.AmdSmiException):
                     smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.AUTO)
             return self._refused(what, mhz, exc)
-        self._held[kind] = value
+        self._held[kind] = (low, value)
         return LockResult(mhz, True)
 
     def reset(self, sm: bool = True, mem: bool = True) -> None:
@@ -140,8 +147,8 @@ class AmdClocks:
                 return  # a card without performance levels was never locked
             raise GpuError(self._refusal("unlocking the clocks", "level AUTO", exc)) from exc
         self._held.clear()
-        for kind, value in keep.items():
-            self.lock(kind, float(value))
+        for kind, (low, value) in keep.items():
+            self.lock(kind, float(value), float(low))
 
     def _refused(self, what: str, mhz: float, exc: BaseException) -> LockResult:
         """A refused lock: a result where the card cannot (or will not), else a GpuError."""

@@ -248,13 +248,14 @@ class AmdsmiGpu(AmdReads):
         """
         return self._clocks.supported()
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
-        """Lock the SM (gfx) clock: level ``MANUAL``, then the range ``mhz``-``mhz``.
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
+        """Lock the SM (gfx) clock: level ``MANUAL``, then the range ``min_mhz``-``mhz``
+        (None: min = max).
 
         Raises:
             GpuError: No permission (needs root), a VM guest, or amdsmi failed.
         """
-        return self._clocks.lock("sm", mhz)
+        return self._clocks.lock("sm", mhz, min_mhz)
 
     def lock_mem_clock(self, mhz: float) -> LockResult:
         """Lock the memory clock (not accepted where the card refuses: MI300X, most HBM cards).

@@ -69,14 +69,19 @@ class NvmlClocks:
             )
         return SupportedClocks(tuple(sorted(mems, reverse=True)), by_mem)
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
-        """Lock the SM clock with ``nvmlDeviceSetGpuLockedClocks(min=max=mhz)``.
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
+        """Lock the SM clock with ``nvmlDeviceSetGpuLockedClocks(min_mhz, mhz)`` (min = max
+        when ``min_mhz`` is None).
 
         Raises:
+            UsageError: ``min_mhz`` is not a positive number of MHz at most ``mhz``.
             GpuError: No permission (needs root) or an NVML failure.
         """
         nvml, h = self._nvml, self._handle
-        return self._lock_clock("SM", mhz, lambda v: nvml.nvmlDeviceSetGpuLockedClocks(h, v, v))
+        low = _range_min(mhz, min_mhz)
+        return self._lock_clock(
+            "SM", mhz, lambda v: nvml.nvmlDeviceSetGpuLockedClocks(h, low or v, v)
+        )
 
     def lock_mem_clock(self, mhz: float) -> LockResult:
         """Lock the memory clock with ``nvmlDeviceSetMemoryLockedClocks(min=max=mhz)``.
@@ -189,3 +194,19 @@ class NvmlClocks:
                 f"locking the {what} clock of {self._label()} at {mhz:g} MHz failed: {exc}"
             ) from exc
         return LockResult(mhz, True)
+
+
+def _range_min(mhz: float, min_mhz: float | None) -> int | None:
+    """A lock range's bottom in whole MHz (None: min = max).
+
+    Raises:
+        UsageError: Not a positive number, or above the top.
+    """
+    if min_mhz is None:
+        return None
+    if not (math.isfinite(min_mhz) and 0 < min_mhz <= mhz):
+        raise UsageError(
+            f"a clock lock's minimum must be a positive number of MHz at most {mhz:g}, "
+            f"got {min_mhz:g}"
+        )
+    return round(min_mhz)

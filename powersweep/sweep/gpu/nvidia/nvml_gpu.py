@@ -298,13 +298,14 @@ class NvmlGpu:
         """
         return self._clocks.supported_clocks()
 
-    def lock_sm_clock(self, mhz: float) -> LockResult:
-        """Lock the SM clock with ``nvmlDeviceSetGpuLockedClocks(min=max=mhz)``.
+    def lock_sm_clock(self, mhz: float, min_mhz: float | None = None) -> LockResult:
+        """Lock the SM clock with ``nvmlDeviceSetGpuLockedClocks(min_mhz, mhz)`` (min = max
+        when ``min_mhz`` is None).
 
         Raises:
             GpuError: No permission (needs root) or an NVML failure.
         """
-        return self._clocks.lock_sm_clock(mhz)
+        return self._clocks.lock_sm_clock(mhz, min_mhz)
 
     def lock_mem_clock(self, mhz: float) -> LockResult:
         """Lock the memory clock with ``nvmlDeviceSetMemoryLockedClocks(min=max=mhz)``.
