@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from powersweep.sweep.settings.applier import CapChange, CapResult
     from powersweep.sweep.settings.boot_unit import BootCommand, BootSetting
     from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
-    from powersweep.sweep.settings.clock_offsets import OffsetChange, OffsetResult
+    from powersweep.sweep.settings.clock_offsets import OffsetChange, OffsetClock, OffsetResult
     from powersweep.sweep.settings.targets import Target
 
     # What an apply set: limits, locks and (optional, for older callers) SM clock offsets.
@@ -48,7 +48,7 @@ class BootUnit:
         unit_dir: ``--unit-dir`` (None: the system's, through systemctl).
         reset: ``--reset``: this apply drops its cards' lines.
         force: Replace a unit powersweep did not write.
-        offsets: Their SM clock offset changes (an undervolt run's answer).
+        offsets: Their SM and memory clock offset changes.
     """
 
     rig: SettingsRig
@@ -132,7 +132,8 @@ class BootUnit:
                 o
                 for o in self.offsets
                 if o.target.identity.uuid in at_boot
-                and abs((at_boot[o.target.identity.uuid].sm_offset_mhz or 0.0) - o.after_mhz) > 0.5
+                and abs((_boot_offset(at_boot[o.target.identity.uuid], o) or 0.0) - o.after_mhz)
+                > 0.5
             ]
         )
         reset_here = self.reset and (
@@ -154,7 +155,10 @@ class BootUnit:
 
         caps = {c.target.identity.uuid: c.after_w for c in self.caps}
         clocks = {c.target.identity.uuid: c for c in self.clocks}
-        offsets = {o.target.identity.uuid: o.after_mhz for o in self.offsets}
+        offsets = {o.target.identity.uuid: o.after_mhz for o in self.offsets if o.clock == "sm"}
+        mem_offsets = {
+            o.target.identity.uuid: o.after_mhz for o in self.offsets if o.clock == "mem"
+        }
         out = []
         for t in self.targets:
             uuid = t.identity.uuid
@@ -167,19 +171,26 @@ class BootUnit:
             if change is not None:
                 mem = change.after("mem") if "mem" in change.kinds() else mem
             offset = offsets[uuid] if uuid in offsets else _offset_in_force(t, sm)
-            out.append(
-                BootSetting(
-                    uuid,
-                    t.identity.name,
-                    cap_w,
-                    sm,
-                    mem,
-                    self.source,
-                    t.identity.vendor,
-                    offset if offset is not None and abs(offset) > 0.5 else None,
-                    low if sm is not None else None,
-                )
+            mem_offset = (
+                mem_offsets[uuid] if uuid in mem_offsets else _offset_in_force(t, sm, "mem")
             )
+            if mem_offset is not None and abs(mem_offset) <= 0.5:
+                mem_offset = None  # offset 0: nothing to set at boot
+            setting = BootSetting(
+                uuid,
+                t.identity.name,
+                cap_w,
+                sm,
+                mem,
+                self.source,
+                t.identity.vendor,
+                offset if offset is not None and abs(offset) > 0.5 else None,
+                low if sm is not None else None,
+                mem_offset_mhz=mem_offset,
+            )
+            # the driver the offsets are trusted under: at a boot under another they are skipped
+            driver = t.identity.driver_version if setting.offsets() else None
+            out.append(replace(setting, offset_driver=driver))
         return out
 
     def text(self, settings: Sequence[BootSetting]) -> str:
@@ -197,13 +208,13 @@ class BootUnit:
         if self.rig.simulated:
             return fallback
         tools: dict[str, BootCommand] = {}
-        for vendor in sorted({s.vendor for s in settings if s.sm_offset_mhz is None}):
+        for vendor in sorted({s.vendor for s in settings if not s.offsets()}):
             tool = _vendor_tool(vendor)
             if tool is None:
                 return fallback
             tools[vendor] = tool
-        if any(s.sm_offset_mhz is not None for s in settings):
-            # no vendor tool sets an SM clock offset: those cards' lines run powersweep
+        if any(s.offsets() for s in settings):
+            # no vendor tool sets a clock offset: those cards' lines run powersweep
             tools["powersweep"] = fallback
         return tools
 
@@ -290,17 +301,23 @@ def _boot_locks(setting: BootSetting, c: ClockChange) -> list[float | None]:
     return [setting.sm_clock_mhz if k == "sm" else setting.mem_clock_mhz for k in c.kinds()]
 
 
-def _offset_in_force(t: Target, sm_lock_mhz: float | None) -> float | None:
-    """The SM clock offset a card has now, for the unit to keep, when an SM lock goes with it.
+def _offset_in_force(
+    t: Target, sm_lock_mhz: float | None, clock: OffsetClock = "sm"
+) -> float | None:
+    """The SM (or memory) clock offset a card has now, for the unit to keep; an SM one only when
+    an SM lock goes with it.
 
-    An offset shifts the whole curve: set at boot without a lock, it would let the card boost
+    An SM offset shifts the whole curve: set at boot without a lock, it would let the card boost
     past its stock clocks. Where the unit knows no lock (NVML cannot read one back), the
-    offset is left out and the user told how to keep both.
+    offset is left out and the user told how to keep both. A memory offset leaves that curve
+    alone, so it is kept without a lock.
     """
-    offset = t.gpu.sm_clock_offset().sm_offset_mhz
+    from powersweep.sweep.settings.clock_offsets import read_offset
+
+    offset = read_offset(t.gpu, clock).offset_mhz
     if offset is None or abs(offset) <= 0.5:
         return None
-    if sm_lock_mhz is None:
+    if clock == "sm" and sm_lock_mhz is None:
         warn(
             f"{t.label}: its SM clock offset {offset:+g} MHz is not written into the boot unit, "
             "which knows no SM clock lock to go with it: apply the undervolt run again with "
@@ -308,6 +325,10 @@ def _offset_in_force(t: Target, sm_lock_mhz: float | None) -> float | None:
         )
         return None
     return offset
+
+
+def _boot_offset(setting: BootSetting, o: OffsetChange) -> float | None:
+    return setting.mem_offset_mhz if o.clock == "mem" else setting.sm_offset_mhz
 
 
 def _limit_in_force(t: Target) -> float | None:

@@ -1,6 +1,6 @@
-"""``powersweep apply``: set what a sweep recommended (or a named cap, clock lock or SM clock
-offset) on the right GPUs, verify it, and with ``--persist`` install a systemd unit that sets it
-again at every boot."""
+"""``powersweep apply``: set what a sweep recommended (or a named cap, clock lock, SM or memory
+clock offset) on the right GPUs, verify it, and with ``--persist`` install a systemd unit that
+sets it again at every boot."""
 
 from __future__ import annotations
 
@@ -103,12 +103,21 @@ SmOffsetOpt = Annotated[
         "found stable on this card.",
     ),
 ]
+MemOffsetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mem-offset",
+        metavar="MHZ",
+        help="Set the memory clock offset, in NVML's unit (twice what Afterburner shows on "
+        "GDDR6X/GDDR7): one found stable on this card. Needs no --sm-clock.",
+    ),
+]
 ResetOpt = Annotated[
     bool,
     typer.Option(
         "--reset",
-        help="Put each card's default power limit back, unlock its clocks and put its SM clock "
-        "offset back to 0.",
+        help="Put each card's default power limit back, unlock its clocks and put its SM and "
+        "memory clock offsets back to 0.",
     ),
 ]
 DryRunOpt = Annotated[
@@ -135,6 +144,17 @@ PersistOpt = Annotated[
         "--persist",
         help="Also install and enable powersweep-apply.service, which turns persistence mode "
         "on and sets the same values at boot (with --reset: remove it).",
+        rich_help_panel=PERSIST,
+    ),
+]
+TrustOffsetOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-offset",
+        help="Let --persist set an SM or memory clock offset at boot. A driver update moves the "
+        "voltage/frequency curve and the memory training, so an offset stable today may not be "
+        "after one: the unit records this driver's version and skips the offsets (the cap and "
+        "locks still set) at a boot under another driver.",
         rich_help_panel=PERSIST,
     ),
 ]
@@ -165,6 +185,14 @@ SimStateOpt = Annotated[
     typer.Option(help="File holding the simulated settings.", rich_help_panel=SIMULATION),
 ]
 AtBootOpt = Annotated[bool, typer.Option("--at-boot", hidden=True, help="What the boot unit runs.")]
+OffsetDriverOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--offset-driver",
+        hidden=True,
+        help="With --at-boot: the driver the offsets were persisted under (skipped under another).",
+    ),
+]
 
 
 def apply_command(
@@ -178,12 +206,14 @@ def apply_command(
     sm_clock_min: SmClockMinOpt = None,
     mem_clock: MemClockOpt = None,
     sm_offset: SmOffsetOpt = None,
+    mem_offset: MemOffsetOpt = None,
     gpus: GpusOpt = None,
     reset: ResetOpt = False,
     dry_run: DryRunOpt = False,
     strict: StrictOpt = False,
     force: ForceOpt = False,
     persist: PersistOpt = False,
+    trust_offset: TrustOffsetOpt = False,
     print_unit: PrintUnitOpt = False,
     unit_dir: UnitDirOpt = None,
     state_dir: StateDirOpt = None,
@@ -191,16 +221,18 @@ def apply_command(
     sim_state: SimStateOpt = None,
     backend: BackendOpt = Backend.AUTO,
     at_boot: AtBootOpt = False,
+    offset_driver: OffsetDriverOpt = None,
 ) -> None:
     """Set a run's recommended power limit, clock locks or undervolt (or --cap W, --sm-clock /
-    --mem-clock / --sm-offset MHZ, or --reset) on the right GPUs."""
+    --mem-clock / --sm-offset / --mem-offset MHZ, or --reset) on the right GPUs."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.targets import parse_gpu_selection
 
-    named = _Named(cap, sm_clock, mem_clock, sm_offset, sm_clock_min)
+    named = _Named(cap, sm_clock, mem_clock, sm_offset, sm_clock_min, mem_offset)
     _check_options(
         run_dir, named, reset, persist, print_unit or dry_run, at_boot, gpus, simulate, sim_state
     )
+    _check_offset_trust(trust_offset, offset_driver, persist or print_unit, at_boot)
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
     latency = (max_ttft_ms, max_itl_ms)
@@ -232,10 +264,11 @@ def apply_command(
                 named = dataclasses.replace(named, sm_clock_min_mhz=sm_clock_min)
         else:
             targets = select_gpus(rig.backend, selection, warn)
+        named = _offsets_for_driver(named, targets, offset_driver)
         caps, clocks, offsets = _plan(targets, named, reset, strict)
         _Apply(
             rig, targets, caps, clocks, source, unit_dir, persist, print_unit, dry_run, reset,
-            at_boot, force, journal_for(state_dir, at_boot), offsets,
+            at_boot, force, journal_for(state_dir, at_boot), offsets, trust_offset,
         ).run()  # fmt: skip
 
 
@@ -261,15 +294,20 @@ def _from_run(
         warn(note)
     targets = match_run_gpus(rig.backend, rec.gpus, selection=selection, force=force, warn=warn)
     named = _Named(
-        rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.sm_offset_mhz, _recorded_sm_min(run_dir)
+        rec.cap_w,
+        rec.sm_clock_mhz,
+        rec.mem_clock_mhz,
+        rec.sm_offset_mhz,
+        _recorded_sm_min(run_dir),
+        rec.mem_offset_mhz,
     )
     return targets, named, f"{run_dir.resolve()} ({rec.objective})"
 
 
 @dataclass(frozen=True)
 class _Named:
-    """The values named on the command line (or read from a run): a cap, clock locks and an SM
-    clock offset."""
+    """The values named on the command line (or read from a run): a cap, clock locks, an SM
+    and a memory clock offset."""
 
     cap_w: float | None
     sm_clock_mhz: float | None
@@ -278,6 +316,7 @@ class _Named:
     # the SM lock's bottom (None: the card's idle floor); not a value of its own: it shapes
     # --sm-clock's lock
     sm_clock_min_mhz: float | None = None
+    mem_offset_mhz: float | None = None
 
     def given(self) -> list[tuple[str, float]]:
         """``[("--cap", 290.0), ...]``: the values given, by option."""
@@ -286,6 +325,7 @@ class _Named:
             ("--sm-clock", self.sm_clock_mhz),
             ("--mem-clock", self.mem_clock_mhz),
             ("--sm-offset", self.sm_offset_mhz),
+            ("--mem-offset", self.mem_offset_mhz),
         )
         return [(flag, v) for flag, v in flags if v is not None]
 
@@ -324,8 +364,9 @@ def _plan(
     if reset:
         caps = plan_caps(targets, None, strict=strict, warn=warn)
         return caps, plan_unlock(targets), plan_offset_reset(targets, warn)
-    # the offset first: a card without one is refused before the others' warnings
+    # the offsets first: a card without one is refused before the others' warnings
     offsets = plan_offsets(targets, named.sm_offset_mhz)
+    offsets += plan_offsets(targets, named.mem_offset_mhz, "mem")
     caps = (
         plan_caps(targets, named.cap_w, strict=strict, warn=warn) if named.cap_w is not None else []
     )
@@ -361,8 +402,8 @@ def _check_options(
     if not asked or (len(asked) > 1 and asked != values):
         what = " and ".join(asked) if asked else "nothing"
         raise UsageError(
-            "give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock / --sm-offset MHZ, or "
-            f"--reset (got {what})"
+            "give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock / --sm-offset / "
+            f"--mem-offset MHZ, or --reset (got {what})"
         )
     check_clock(named.sm_clock_mhz, "--sm-clock")
     check_clock(named.sm_clock_min_mhz, "--sm-clock-min")
@@ -370,6 +411,9 @@ def _check_options(
         raise UsageError("--sm-clock-min is the bottom of an SM lock: give --sm-clock MHZ with it")
     check_clock(named.mem_clock_mhz, "--mem-clock")
     check_offset(named.sm_offset_mhz, "--sm-offset")
+    # unlike the SM offset, the memory one needs no SM lock: it raises the memory clock alone
+    # and leaves the SM voltage/frequency curve (along which an unlocked card boosts) as it was
+    check_offset(named.mem_offset_mhz, "--mem-offset")
     if named.sm_offset_mhz and named.sm_clock_mhz is None:
         # an offset shifts the whole curve: unlocked, the card would boost past its stock clocks
         raise UsageError(
@@ -379,10 +423,41 @@ def _check_options(
     if at_boot and (not values or gpus is None or persist or changes_nothing):
         raise UsageError(
             "--at-boot is what the boot unit runs: it takes --cap, --sm-clock, --mem-clock, "
-            "--sm-offset and --gpus only"
+            "--sm-offset, --mem-offset, --offset-driver and --gpus only"
         )
     if simulate is not None and sim_state is None and not changes_nothing:
         raise UsageError("--simulate needs --sim-state FILE to hold what apply sets")
+
+
+def _check_offset_trust(
+    trust_offset: bool, offset_driver: str | None, persist: bool, at_boot: bool
+) -> None:
+    """``--trust-offset`` goes with ``--persist``, ``--offset-driver`` with ``--at-boot``."""
+    if trust_offset and not persist:
+        raise UsageError("--trust-offset lets --persist keep a clock offset: give --persist too")
+    if offset_driver is not None and not at_boot:
+        raise UsageError("--offset-driver is what the boot unit passes with --at-boot")
+
+
+def _offsets_for_driver(named: _Named, targets: Sequence[Target], driver: str | None) -> _Named:
+    """At boot, the offsets without the ones persisted under another driver than the cards'.
+
+    A driver update moves the voltage/frequency curve and the memory training: an offset found
+    stable under the driver the unit recorded may not be under this one. The cap and locks are
+    still set; the offsets wait for ``apply --persist --trust-offset`` under this driver.
+    """
+    if driver is None or (named.sm_offset_mhz is None and named.mem_offset_mhz is None):
+        return named
+    moved = [t for t in targets if t.identity.driver_version != driver]
+    if not moved:
+        return named
+    now = ", ".join(sorted({t.identity.driver_version for t in moved}))
+    warn(
+        f"{', '.join(t.label for t in moved)}: the clock offsets were persisted under driver "
+        f"{driver}, not this driver {now}: skipped at this boot (the power limit and clock locks "
+        "are set); check them again and re-run apply --persist --trust-offset"
+    )
+    return dataclasses.replace(named, sm_offset_mhz=None, mem_offset_mhz=None)
 
 
 def _refuse_if_journal(state_dir: Path | None, force: bool, dry_run: bool) -> None:
@@ -453,6 +528,7 @@ class _Apply:
     force: bool
     journal: Journal | None = None
     offsets: Sequence[OffsetChange] = ()
+    trust_offset: bool = False
 
     def run(self) -> None:
         unit = BootUnit(
@@ -460,6 +536,10 @@ class _Apply:
             self.reset, self.force, self.offsets,
         )  # fmt: skip
         boot = None if self.reset or not self.persist else unit.settings()
+        if boot is not None:
+            from powersweep.sweep.settings.boot_unit import refuse_untrusted_offsets
+
+            refuse_untrusted_offsets(boot, self.trust_offset)
         if self.print_unit:
             assert boot is not None
             for t, b in zip(self.targets, boot, strict=True):
@@ -469,13 +549,13 @@ class _Apply:
         unit_dir = unit.resolve_dir() if self.persist else None
         if self.dry_run:
             from powersweep.sweep.settings.clock_locks import clock_line
-            from powersweep.sweep.settings.clock_offsets import offset_line
+            from powersweep.sweep.settings.clock_offsets import coming_off, going_on, offset_line
 
             lines = [
                 *map(self._line, self.caps),
-                *(offset_line(o) for o in self.offsets if not o.raises),
+                *map(offset_line, coming_off(self.offsets)),
                 *map(clock_line, self.clocks),
-                *(offset_line(o) for o in self.offsets if o.raises),
+                *map(offset_line, going_on(self.offsets)),
             ]
             for line in lines:
                 typer.echo(f"{line} (dry run: nothing changed)")
@@ -521,7 +601,8 @@ class _Apply:
             typer.echo(self._line(r.change, r.readback_w))
             if r.note:
                 warn(r.note)
-        # in the order written: an offset comes off before a lock is removed, on after it is set
+        # in the order written (apply_all gives the offsets so): an offset comes off before a
+        # lock is removed, on after it is set
         for o in (o for o in offsets if not o.change.raises):
             typer.echo(offset_line(o.change, o))
         for c in clocks:

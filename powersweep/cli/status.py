@@ -1,5 +1,6 @@
-"""``powersweep status``: every GPU's limits, clock locks, persistence mode and readings, the
-restore journal and the boot unit. Reads only; needs no root."""
+"""``powersweep status``: every GPU's limits, clock locks, SM and memory clock offsets,
+persistence mode and readings, the restore journal and the boot unit. Reads only; needs no
+root."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def status_command(
     sim_state: SimStateOpt = None,
     backend: BackendOpt = Backend.AUTO,
 ) -> None:
-    """Show each GPU's power limits, clock locks, persistence mode and readings (no root)."""
+    """Show each GPU's power limits, clock locks and offsets, persistence mode and readings (no
+    root)."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.records.journal import ROOT_STATE_DIR, default_state_dir
     from powersweep.sweep.settings.boot_unit import SYSTEM_UNIT_DIR, read_unit

@@ -811,9 +811,15 @@ def test_persist_sets_the_undervolt_again_after_a_reboot_and_status_shows_it(
     cap, lock, offset = _chosen(run)
     units = tmp_path / "units"
     units.mkdir()
-    code, _, err = cli(
-        capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
+    # issue 45: an offset is persisted only when the user trusts it past a driver update
+    _assert_refused(
+        capsys, state, [str(run), "--persist", "--unit-dir", str(units)], "pass --trust-offset"
     )
+    assert not (units / "powersweep-apply.service").exists()
+    code, _, err = cli(
+        capsys, "apply", str(run), "--persist", "--trust-offset", "--unit-dir", str(units),
+        *sim(state),
+    )  # fmt: skip
     assert code == 0, err
     unit = units / "powersweep-apply.service"
     shown = status(capsys, state, "--unit-dir", str(units))
@@ -833,9 +839,115 @@ def test_persist_sets_the_undervolt_again_after_a_reboot_and_status_shows_it(
     (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
     argv = shlex.split(exec_line.removeprefix("ExecStart=-"))
     assert f"--sm-offset={offset:g}" in argv and "--at-boot" in argv
+    assert "--offset-driver=sim" in argv
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
     again = status(capsys, state)["gpus"][0]
     assert again["locked_clocks"]["sm_mhz"] == lock
     assert again["clock_offset"]["sm_offset_mhz"] == offset
     assert again["power_limit"]["current_w"] == cap and again["persistence_mode"] is True
+
+
+# --- a memory clock offset (issue 45): named, on a card with one to set ---------------------
+
+MEM_PROFILE = "rtx4090-air"
+MEM_UUID = f"GPU-sim-{MEM_PROFILE}-0"
+
+
+def _mem_status(capsys: pytest.CaptureFixture[str], state: Path, *extra: str) -> dict[str, Any]:
+    code, out, err = cli(
+        capsys, "status", "--simulate", MEM_PROFILE, "--sim-state", str(state), "--json", *extra
+    )
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_a_memory_offset_is_set_shown_restored_on_failure_and_reset(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from powersweep.sim.sim_gpu import SimGpu
+    from powersweep.sweep.gpu import LockResult
+
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
+    state = tmp_path / "state.json"
+    rig = ["--simulate", MEM_PROFILE, "--sim-state", str(state)]
+    code, out, err = cli(capsys, "apply", "--mem-offset", "1000", "--sm-clock", "1995", *rig)
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith(
+        "memory clock offset +0 MHz -> +1000 MHz (verified: reads back +1000 MHz)"
+    )
+    gpu = _mem_status(capsys, state)["gpus"][0]
+    assert gpu["mem_clock_offset"]["mem_offset_mhz"] == 1000.0
+    assert gpu["clock_offset"]["sm_offset_mhz"] == 0.0
+    code, text, _ = cli(capsys, "status", *rig)
+    assert code == 0 and "  memory offset +1000 MHz (range " in text
+
+    # a card that refuses the next offset: the lock and the offset in force come back
+    real = SimGpu.set_mem_clock_offset
+    monkeypatch.setattr(
+        SimGpu,
+        "set_mem_clock_offset",
+        lambda self, mhz: real(self, mhz) if mhz == 1000 else LockResult(mhz, False, "no (test)"),
+    )
+    code, out, err = cli(capsys, "apply", "--mem-offset", "2000", "--sm-clock", "1500", *rig)
+    assert code != 0 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        "error: no (test); the GPUs already changed were put back"
+    )
+    gpu = _mem_status(capsys, state)["gpus"][0]
+    assert (gpu["mem_clock_offset"]["mem_offset_mhz"], gpu["locked_clocks"]["sm_mhz"]) == (
+        1000.0, 1995.0
+    )  # fmt: skip
+    assert not (tmp_path / "statedir" / "journal.json").exists()
+    monkeypatch.setattr(SimGpu, "set_mem_clock_offset", real)
+
+    code, out, err = cli(capsys, "apply", "--reset", *rig)
+    assert code == 0, err
+    assert any(
+        ln.endswith("memory clock offset +1000 MHz -> +0 MHz (verified: reads back +0 MHz)")
+        for ln in out.splitlines()
+    )
+    gpu = _mem_status(capsys, state)["gpus"][0]
+    assert gpu["mem_clock_offset"]["mem_offset_mhz"] == 0.0 and gpu["locked_clocks"] == UNLOCKED
+
+
+def test_a_persisted_memory_offset_is_set_again_at_boot_only_under_its_driver(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
+    state, units = tmp_path / "state.json", tmp_path / "units"
+    units.mkdir()
+    rig = ["--simulate", MEM_PROFILE, "--sim-state", str(state), "--unit-dir", str(units)]
+    named = ["--mem-offset", "1000", "--sm-clock", "1995", "--persist"]
+    code, out, err = cli(capsys, "apply", *named, *rig)
+    assert code == 2 and out == "" and "pass --trust-offset" in err
+    assert not state.exists() and not (units / "powersweep-apply.service").exists()
+    code, _, err = cli(capsys, "apply", *named, "--trust-offset", *rig)
+    assert code == 0, err
+    (setting,) = _mem_status(capsys, state, "--unit-dir", str(units))["unit"]["settings"]
+    assert (setting["mem_offset_mhz"], setting["offset_driver"]) == (1000.0, "sim")
+    unit = units / "powersweep-apply.service"
+    (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(exec_line.removeprefix("ExecStart=-"))
+    assert "--mem-offset=1000" in argv and "--offset-driver=sim" in argv
+
+    # a reboot under the same driver: lock and memory offset set again
+    state.unlink()
+    booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert booted.returncode == 0 and booted.stderr == "", booted.stderr
+    gpu = _mem_status(capsys, state)["gpus"][0]
+    assert (gpu["mem_clock_offset"]["mem_offset_mhz"], gpu["locked_clocks"]["sm_mhz"]) == (
+        1000.0, 1995.0
+    )  # fmt: skip
+
+    # a reboot after a driver update: the lock is set, the offset skipped with one warning
+    state.unlink()
+    moved = [a if not a.startswith("--offset-driver=") else "--offset-driver=550.54" for a in argv]
+    booted = subprocess.run(moved, capture_output=True, text=True, timeout=120)
+    assert booted.returncode == 0, booted.stderr
+    (warning,) = booted.stderr.splitlines()
+    assert warning.startswith("warning: ") and "persisted under driver 550.54" in warning
+    gpu = _mem_status(capsys, state)["gpus"][0]
+    assert (gpu["mem_clock_offset"]["mem_offset_mhz"], gpu["locked_clocks"]["sm_mhz"]) == (
+        0.0, 1995.0
+    )  # fmt: skip

@@ -216,6 +216,12 @@ class _Ordered(_Card):
             return LockResult(mhz, False, f"GPU {self.index} refused {mhz:+g} MHz")
         return super().set_sm_clock_offset(mhz)
 
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        self.log.append(f"{self.index} mem offset {mhz:+g}")
+        if mhz in self.refused_offsets:
+            return LockResult(mhz, False, f"GPU {self.index} refused {mhz:+g} MHz")
+        return super().set_mem_clock_offset(mhz)
+
 
 def test_an_undervolt_goes_on_after_its_lock_and_a_reset_takes_it_off_before_the_unlock() -> None:
     log: list[str] = []
@@ -315,3 +321,47 @@ def test_undo_settings_puts_back_an_offset_before_the_lock() -> None:
     assert undo_settings(caps, clocks, print, offsets) == "; the GPUs already changed were put back"
     assert log == ["0 offset +0", "0 unlock"]
     assert (card.sm_lock_mhz, card.sm_offset_mhz) == (None, 0.0)
+
+
+# --- memory clock offsets (issue 45): on after the SM offset, off before it ------------------
+
+
+def test_a_memory_offset_goes_on_after_the_sm_offset_and_comes_off_before_it() -> None:
+    log: list[str] = []
+    card = _Ordered(0, log, limit_w=320.0)
+    targets = [_target(card)]
+    # planned memory first: the order written is apply_all's, not the plan's
+    offsets = plan_offsets(targets, 1000.0, "mem") + plan_offsets(targets, 180.0)
+    _, _, done = apply_all(
+        [], plan_clocks(targets, 1500.0, None, strict=False, warn=print), offsets, print
+    )
+    assert log == ["0 lock 1500", "0 offset +180", "0 mem offset +1000"]
+    assert [(r.change.clock, r.readback_mhz) for r in done] == [("sm", 180.0), ("mem", 1000.0)]
+
+    log.clear()
+    apply_all([], plan_unlock(targets), plan_offset_reset(targets, print), print)
+    assert log == ["0 mem offset +0", "0 offset +0", "0 unlock"]
+    assert (card.sm_lock_mhz, card.sm_offset_mhz, card.mem_offset_mhz) == (None, 0.0, 0.0)
+
+
+def test_a_refused_memory_offset_puts_back_the_sm_offset_lock_and_limit() -> None:
+    log: list[str] = []
+    card = _Ordered(0, log, limit_w=320.0, refuse_offsets=(1000.0,))
+    targets = [_target(card)]
+    with pytest.raises(GpuError) as info:
+        apply_all(
+            plan_caps(targets, 300.0, strict=False, warn=print),
+            plan_clocks(targets, 1500.0, None, strict=False, warn=print),
+            plan_offsets(targets, 180.0) + plan_offsets(targets, 1000.0, "mem"),
+            print,
+        )
+    assert str(info.value) == "GPU 0 refused +1000 MHz; the GPUs already changed were put back"
+    assert log[log.index("0 mem offset +1000") + 1 :] == [
+        "0 mem offset +0",
+        "0 offset +0",
+        "0 unlock",
+        "0 limit 320",
+    ]
+    assert (card.limit_w, card.sm_lock_mhz, card.sm_offset_mhz, card.mem_offset_mhz) == (
+        320.0, None, 0.0, 0.0
+    )  # fmt: skip

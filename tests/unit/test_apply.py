@@ -125,8 +125,8 @@ def test_persist_writes_the_unit_and_reset_persist_removes_it(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "error: give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock / --sm-offset MHZ, "
-         "or --reset (got nothing)"),
+        ([], "error: give a RUN_DIR, --cap W and/or --sm-clock / --mem-clock / --sm-offset / "
+         "--mem-offset MHZ, or --reset (got nothing)"),
         (["--cap", "250", "--reset"], "(got --reset and --cap)"),
         (["run-dir", "--cap", "250"], "(got RUN_DIR and --cap)"),
         (["--sm-clock", "-5"], "error: --sm-clock"),
@@ -136,7 +136,24 @@ def test_persist_writes_the_unit_and_reset_persist_removes_it(
         (["--reset", "--print-unit"], "error: --reset --persist removes the boot unit; there is "
          "no unit to print"),
         (["--cap", "250", "--at-boot"], "error: --at-boot is what the boot unit runs: it takes "
-         "--cap, --sm-clock, --mem-clock, --sm-offset and --gpus only"),
+         "--cap, --sm-clock, --mem-clock, --sm-offset, --mem-offset, --offset-driver and --gpus "
+         "only"),
+        (["--mem-offset", "nan"], "error: --mem-offset takes a number of MHz"),
+        (["--mem-offset", "1000", "--reset"], "(got --reset and --mem-offset)"),
+        (["--mem-offset", "7000"], "error: +7000 MHz is outside the memory clock offsets of "
+         f"{LABEL} (-2000 to +6000 MHz); nothing was changed"),
+        (["--mem-offset", "1000", "--persist"], f"error: --persist would set {UUID}'s memory "
+         "clock offset +1000 MHz at every boot, but a driver update moves the voltage/frequency "
+         "curve and the memory training, so an offset stable today may not be after one: pass "
+         "--trust-offset to persist it (the unit then skips the offsets at a boot under another "
+         "driver), or apply it without --persist; nothing was changed"),
+        (["--sm-offset", "90", "--sm-clock", "1500", "--mem-offset", "1000", "--print-unit"],
+         f"error: --persist would set {UUID}'s SM clock offset +90 MHz, {UUID}'s memory clock "
+         "offset +1000 MHz at every boot"),
+        (["--mem-offset", "1000", "--trust-offset"], "error: --trust-offset lets --persist keep "
+         "a clock offset: give --persist too"),
+        (["--cap", "250", "--offset-driver", "550.1"], "error: --offset-driver is what the boot "
+         "unit passes with --at-boot"),
         (["--sm-offset", "100"], "error: --sm-offset shifts the whole voltage/frequency curve, so "
          "without an SM clock lock the card would boost past its stock clocks: give --sm-clock "
          "MHZ with it"),
@@ -236,3 +253,111 @@ def test_a_running_sweep_keeps_its_cards_even_with_force(
         "it ends: wait for it to end (--force does not override a live sweep)"
     )
     assert _limit(tmp_path) is None
+
+
+# --- a memory clock offset (issue 45) -------------------------------------------------------
+
+
+def _mem_offset(tmp_path: Path) -> float:
+    return LimitStore(tmp_path / "sim.json").get_mem_offset(UUID)
+
+
+def test_a_named_memory_offset_is_set_verified_and_reset_without_an_sm_lock(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "apply", "--mem-offset", "1000", *sim(tmp_path))
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"{LABEL}: memory clock offset +0 MHz -> +1000 MHz (verified: reads back +1000 MHz)"
+    ]
+    assert _mem_offset(tmp_path) == 1000.0
+    code, out, err = run(capsys, "status", "--simulate", "rtx3090-air", "--sim-state",
+                         str(tmp_path / "sim.json"), "--json")  # fmt: skip
+    assert json.loads(out)["gpus"][0]["mem_clock_offset"]["mem_offset_mhz"] == 1000.0
+    code, out, err = run(capsys, "apply", "--reset", *sim(tmp_path))
+    assert code == 0, err
+    assert f"{LABEL}: memory clock offset +1000 MHz -> +0 MHz (verified: reads back +0 MHz)" in (
+        out.splitlines()
+    )
+    assert _mem_offset(tmp_path) == 0.0
+
+
+def test_the_memory_offset_goes_on_after_the_sm_offset_and_comes_off_before_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["--sm-clock", "1500", "--sm-offset", "90", "--mem-offset", "1000", *sim(tmp_path)]
+    code, out, err = run(capsys, "apply", *args, "--dry-run")
+    assert code == 0, err
+    dry = [ln.split(": ", 1)[1] for ln in out.splitlines()]
+    assert [ln.split(" ", 2)[:2] for ln in dry] == [["clock", "locks"], ["SM", "clock"],
+                                                    ["memory", "clock"]]  # fmt: skip
+    code, out, err = run(capsys, "apply", *args)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[-2].endswith("SM clock offset +0 MHz -> +90 MHz (verified: reads back +90 MHz)")
+    assert lines[-1].endswith(
+        "memory clock offset +0 MHz -> +1000 MHz (verified: reads back +1000 MHz)"
+    )
+    code, out, err = run(capsys, "apply", "--reset", *sim(tmp_path))
+    assert code == 0, err
+    said = [ln for ln in out.splitlines() if "offset" in ln or "clock locks" in ln]
+    assert [ln.split(": ", 1)[1].split(" ", 2)[:2] for ln in said] == [
+        ["memory", "clock"],
+        ["SM", "clock"],
+        ["clock", "locks"],
+    ]
+
+
+def test_persist_with_trust_offset_records_the_driver_and_a_boot_under_another_skips_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    unit = tmp_path / "powersweep-apply.service"
+    args = ["--unit-dir", str(tmp_path), *sim(tmp_path)]
+    code, _, err = run(capsys, "apply", "--cap", "300", "--mem-offset", "1000", "--persist", *args)
+    assert code == 2 and "pass --trust-offset" in err and not unit.exists()
+    assert _mem_offset(tmp_path) == 0.0  # refused before any write
+    code, _, err = run(
+        capsys, "apply", "--cap", "300", "--mem-offset", "1000", "--persist", "--trust-offset",
+        *args,
+    )  # fmt: skip
+    assert code == 0, err
+    exec_line = next(ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart="))
+    assert exec_line.endswith(
+        f"--at-boot --cap 300 --mem-offset=1000 --offset-driver=sim --gpus {UUID}"
+    )
+
+    # a reboot under another driver: the cap is set, the offset skipped with one warning
+    (tmp_path / "sim.json").unlink()
+    boot = ["--at-boot", "--cap", "300", "--mem-offset=1000", "--gpus", UUID, *sim(tmp_path)]
+    code, _, err = run(capsys, "apply", *boot, "--offset-driver=570.1")
+    assert code == 0, err
+    assert err.splitlines() == [
+        f"warning: {LABEL}: the clock offsets were persisted under driver 570.1, not this driver "
+        "sim: skipped at this boot (the power limit and clock locks are set); check them again "
+        "and re-run apply --persist --trust-offset"
+    ]
+    assert (_limit(tmp_path), _mem_offset(tmp_path)) == (300.0, 0.0)
+    # under the driver it was trusted under, the offset is set again
+    code, _, err = run(capsys, "apply", *boot, "--offset-driver=sim")
+    assert code == 0 and err == ""
+    assert (_limit(tmp_path), _mem_offset(tmp_path)) == (300.0, 1000.0)
+
+
+def test_a_runs_memory_offset_is_applied_with_the_rest_of_its_recommendation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from powersweep.sweep.settings import recommendation
+    from powersweep.sweep.settings.recommendation import MeasuredGpu, Recommendation
+
+    rec = Recommendation(
+        tmp_path, "undervolt", 300.0, None, None, (MeasuredGpu(0, "x", UUID),),
+        sm_clock_mhz=1500.0, mem_offset_mhz=1000.0,
+    )  # fmt: skip
+    monkeypatch.setattr(recommendation, "read_recommendation", lambda *_a, **_k: rec)
+    code, out, err = run(capsys, "apply", str(tmp_path), *sim(tmp_path))
+    assert code == 0, err
+    assert "recommendation SM 1500 MHz, +1000 MHz memory offset at 300 W per GPU" in err
+    assert out.splitlines()[-1] == (
+        f"{LABEL}: memory clock offset +0 MHz -> +1000 MHz (verified: reads back +1000 MHz)"
+    )
+    assert (_limit(tmp_path), _mem_offset(tmp_path)) == (300.0, 1000.0)

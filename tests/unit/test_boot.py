@@ -223,7 +223,10 @@ def test_an_undervolt_sets_its_offset_with_its_lock_at_boot() -> None:
     rig = _rig()
     name = rig.backend.gpu(0).identity().name
     assert _undervolt(rig).settings() == [
-        BootSetting(UUID, name, None, 1395.0, None, "run-uv", "nvidia", 180.0, 210.0)
+        # the driver the offset is trusted under (issue 45): another skips it at boot
+        BootSetting(
+            UUID, name, None, 1395.0, None, "run-uv", "nvidia", 180.0, 210.0, offset_driver="sim"
+        )
     ]
 
 
@@ -285,3 +288,46 @@ def test_a_unit_that_cannot_be_written_puts_the_offset_and_lock_back(tmp_path: P
     with pytest.raises(PowersweepError, match=r"; the GPUs already changed were put back$"):
         unit.install("[Unit]\n", tmp_path / "missing", results)
     assert (gpu.locked_clocks().sm_mhz, gpu.sm_clock_offset().sm_offset_mhz) == (None, 0.0)
+
+
+# --- a memory clock offset (issue 45) -------------------------------------------------------
+
+
+def test_a_memory_offset_set_or_in_force_is_kept_without_a_lock_with_its_driver() -> None:
+    rig = _rig()
+    targets = _targets(rig)
+    name = rig.backend.gpu(0).identity().name
+    offsets = plan_offsets(targets, 1000.0, "mem")
+    unit = BootUnit(rig, targets, [], [], "--mem-offset 1000", None, False, False, offsets)
+    # a memory offset leaves the SM curve alone: no lock needed to keep it at boot
+    assert unit.settings() == [
+        BootSetting(
+            UUID, name, None, None, None, "--mem-offset 1000", "nvidia",
+            mem_offset_mhz=1000.0, offset_driver="sim",
+        )
+    ]  # fmt: skip
+    rig.backend.gpu(0).set_mem_clock_offset(-500.0)  # in force: a cap alone keeps it
+    (cap_only,) = _unit(rig, cap=250.0).settings()
+    assert (cap_only.power_limit_w, cap_only.mem_offset_mhz, cap_only.sm_offset_mhz) == (
+        250.0, -500.0, None
+    )  # fmt: skip
+    assert cap_only.offset_driver == "sim"
+    rig.backend.gpu(0).set_mem_clock_offset(0.0)
+    (plain,) = _unit(rig, cap=250.0).settings()
+    assert (plain.mem_offset_mhz, plain.offset_driver) == (None, None)  # no offset: no driver
+
+
+def test_an_installed_memory_offset_that_differs_is_said_stale(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rig = _rig()
+    targets = _targets(rig)
+    path = _install_ours(tmp_path, BootSetting(UUID, "a", None, mem_offset_mhz=500.0))
+    offsets = plan_offsets(targets, 1000.0, "mem")
+    BootUnit(rig, targets, [], [], "x", tmp_path, False, False, offsets).warn_if_stale()
+    assert capsys.readouterr().err == (
+        f"warning: {path} still sets other values at boot: add --persist to update it\n"
+    )
+    offsets = plan_offsets(targets, 500.0, "mem")
+    BootUnit(rig, targets, [], [], "x", tmp_path, False, False, offsets).warn_if_stale()
+    assert capsys.readouterr().err == ""

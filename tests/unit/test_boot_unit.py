@@ -1,5 +1,6 @@
-"""The boot unit: its keys and ordering (a card with an SM clock offset set by powersweep),
-systemd-analyze's verdict, install and removal."""
+"""The boot unit: its keys and ordering (a card with an SM or memory clock offset set by
+powersweep, with the driver it was trusted under), systemd-analyze's verdict, install and
+removal."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from powersweep.sweep.settings.boot_unit import (
     check_unit_dir,
     install_unit,
     read_unit,
+    refuse_untrusted_offsets,
     remove_unit,
     render_unit,
 )
@@ -283,3 +285,63 @@ def test_systemd_analyze_verify_accepts_the_undervolt_unit(tmp_path: Path) -> No
         [analyze, "verify", str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and UNIT_NAME not in done.stderr, done.stderr
+
+
+# --- a memory clock offset (issue 45), and the driver the offsets are trusted under ----------
+
+MEM_SHIFTED = BootSetting(
+    UUID_A, "NVIDIA GeForce RTX 4090", 450.0, 2790.0, None, "run-uv (undervolt)", "nvidia", 180.0,
+    mem_offset_mhz=1000.0, offset_driver="570.133.07",
+)  # fmt: skip
+
+
+def test_a_memory_offset_and_its_driver_round_trip_and_an_older_marker_has_neither(
+    tmp_path: Path,
+) -> None:
+    data = MEM_SHIFTED.to_dict()
+    assert (data["mem_offset_mhz"], data["offset_driver"]) == (1000.0, "570.133.07")
+    assert BootSetting.from_dict(data) == MEM_SHIFTED
+    older = {k: v for k, v in data.items() if k not in ("mem_offset_mhz", "offset_driver")}
+    assert BootSetting.from_dict(older) == UNDERVOLT
+    install_unit(render_unit([MEM_SHIFTED], POWERSWEEP, "x"), tmp_path, None)
+    assert read_unit(tmp_path).settings == (MEM_SHIFTED,)
+    assert MEM_SHIFTED.describe() == (
+        "450 W, SM 2790 MHz +180 MHz offset, +1000 MHz memory offset, offsets under driver "
+        "570.133.07 only"
+    )
+
+
+def test_a_memory_offset_card_is_set_by_powersweep_with_the_driver_it_was_trusted_under() -> None:
+    mem_only = BootSetting(UUID_B, "x", 300.0, mem_offset_mhz=-500.0, offset_driver="570.1")
+    text = render_unit(
+        [MEM_SHIFTED, mem_only, SETTINGS[0]], {"nvidia": NVIDIA_SMI, "powersweep": POWERSWEEP}, "x"
+    )
+    assert _values(_sections(text)["Service"], "ExecStart") == [
+        f"-/opt/ps/bin/powersweep apply --at-boot --cap 450 --sm-clock 2790 --sm-offset=180 "
+        f"--mem-offset=1000 --offset-driver=570.133.07 --gpus {UUID_A}",
+        # a memory offset needs no SM lock; "=": a negative one must not read as an option
+        f"-/opt/ps/bin/powersweep apply --at-boot --cap 300 --mem-offset=-500 "
+        f"--offset-driver=570.1 --gpus {UUID_B}",
+        f"-/usr/bin/nvidia-smi -i {UUID_A} --persistence-mode=1",
+        f"-/usr/bin/nvidia-smi -i {UUID_A} --power-limit=290",
+    ]
+    with pytest.raises(UsageError) as info:
+        render_unit([mem_only], NVIDIA_SMI, "x")
+    assert str(info.value) == (
+        f"the memory clock offset of {UUID_B} can be set at boot only by powersweep (nvidia-smi "
+        "has no option for it), and the unit was given no powersweep command"
+    )
+
+
+def test_persisting_an_offset_is_refused_without_trust_offset_naming_each_offset() -> None:
+    with pytest.raises(UsageError) as info:
+        refuse_untrusted_offsets([SETTINGS[0], MEM_SHIFTED], trusted=False)
+    assert str(info.value) == (
+        f"--persist would set {UUID_A}'s SM clock offset +180 MHz, {UUID_A}'s memory clock offset "
+        "+1000 MHz at every boot, but a driver update moves the voltage/frequency curve and the "
+        "memory training, so an offset stable today may not be after one: pass --trust-offset to "
+        "persist it (the unit then skips the offsets at a boot under another driver), or apply "
+        "it without --persist; nothing was changed"
+    )
+    refuse_untrusted_offsets([SETTINGS[0], MEM_SHIFTED], trusted=True)
+    refuse_untrusted_offsets(SETTINGS, trusted=False)  # no offset: nothing to trust

@@ -236,3 +236,45 @@ def test_a_persisted_offset_shows_in_the_boot_units_line_and_its_json() -> None:
         "offset"
     )
     assert unit.to_dict()["settings"][0]["sm_offset_mhz"] == 180.0
+
+
+def test_the_memory_clock_offset_shows_beside_the_sm_one_in_nvmls_unit() -> None:
+    # issue 45: the memory offset in force, its range and its unit, in the text and the JSON
+    sm, mem = ClockOffset(True, 150.0, -200.0, 1000.0), ClockOffset(True, 1000.0, -2000.0, 6000.0)
+    status = _status(clock_offset=sm, mem_clock_offset=mem)
+    lines = render_status([status], [], None).splitlines()
+    at = lines.index("  clock offset  SM +150 MHz (range -200 to +1000 MHz)")
+    assert lines[at + 1] == "  memory offset +1000 MHz (range -2000 to +6000 MHz, NVML unit)"
+    assert status.to_dict()["mem_clock_offset"] == {
+        "supported": True,
+        "mem_offset_mhz": 1000.0,
+        "min_mhz": -2000.0,
+        "max_mhz": 6000.0,
+    }
+    unsupported = _status(mem_clock_offset=ClockOffset(False, message="not on this card"))
+    text = render_status([unsupported], [], None).splitlines()
+    assert "  memory offset not supported (not on this card)" in text
+    unread = _status(mem_clock_offset=ClockOffset(True, None, message="driver failed"))
+    assert (
+        "  memory offset unknown (driver failed)" in render_status([unread], [], None).splitlines()
+    )
+    no_range = _status(mem_clock_offset=ClockOffset(True, 500.0))
+    assert (
+        "  memory offset +500 MHz (NVML unit)" in render_status([no_range], [], None).splitlines()
+    )
+    assert _status().to_dict()["mem_clock_offset"] is None  # not read: no line, null
+
+
+def test_a_persisted_memory_offset_and_its_driver_show_in_the_boot_units_line() -> None:
+    setting = BootSetting(
+        UUID, "x", None, mem_offset_mhz=1000.0, offset_driver="570.133.07", vendor="nvidia"
+    )
+    unit = UnitStatus(
+        Path("/etc/systemd/system/powersweep-apply.service"), True, True, (setting,), True
+    )
+    assert render_status([], [], unit) == (
+        f"boot unit:       installed at {unit.path} (enabled): {UUID} +1000 MHz memory offset, "
+        "offsets under driver 570.133.07 only"
+    )
+    data = unit.to_dict()["settings"][0]
+    assert (data["mem_offset_mhz"], data["offset_driver"]) == (1000.0, "570.133.07")

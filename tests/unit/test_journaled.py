@@ -1,6 +1,6 @@
 """``apply`` through the restore journal (``sweep/settings/journaled.py``), on fake cards: what
-the journal holds (SM clock offsets included, so ``restore`` puts them back), written before the
-first change, removed once the write is complete or undone,
+the journal holds (SM and memory clock offsets included, so ``restore`` puts them back), written
+before the first change, removed once the write is complete or undone,
 and kept only while a card still holds a value it could not be put back from."""
 
 from __future__ import annotations
@@ -219,3 +219,69 @@ def test_a_complete_undervolt_apply_removes_the_journal_and_keeps_the_offset(
     assert caps == [] and len(locks) == 1
     assert [r.readback_mhz for r in done] == [180.0] and card.sm_offset_mhz == 180.0
     assert not journal.exists()
+
+
+# --- memory clock offsets (issue 45) -------------------------------------------------------
+
+
+class _MemKilled(FakeGpu):
+    """Dies (as under SIGKILL) once its memory offset is set."""
+
+    def set_mem_clock_offset(self, mhz: float) -> LockResult:
+        result = super().set_mem_clock_offset(mhz)
+        if mhz != 0.0:
+            raise SystemExit("killed (test)")
+        return result
+
+
+def test_the_entry_records_the_memory_offset_in_force_apart_from_the_sm_one() -> None:
+    a, b = FakeGpu(0), FakeGpu(1)
+    a.mem_offset_mhz, b.sm_offset_mhz = 400.0, 30.0
+    ta, tb = _target(a), _target(b)
+    offsets = plan_offsets([ta], 1000.0, "mem") + plan_offsets([tb], 180.0)
+    first, second = journal_entry([ta, tb], [], [], {"kind": "nvml"}, offsets).gpus
+    assert (first.mem_offset_set, first.original_mem_offset_mhz) == (True, 400.0)
+    assert (first.offset_set, first.original_sm_offset_mhz) == (False, None)
+    assert (second.mem_offset_set, second.original_mem_offset_mhz) == (False, None)
+    assert (second.offset_set, second.original_sm_offset_mhz) == (True, 30.0)
+
+
+def test_a_killed_memory_offset_apply_leaves_what_restore_needs_to_put_both_offsets_back(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path)
+    card = _MemKilled(0, limit_w=320.0)
+    targets = [_target(card)]
+    clocks = plan_clocks(targets, 1500.0, None, strict=False, warn=print)
+    offsets = plan_offsets(targets, 180.0) + plan_offsets(targets, 1000.0, "mem")
+    entry = journal_entry(targets, [], clocks, {"kind": "nvml"}, offsets)
+    with pytest.raises(SystemExit):
+        apply_all_journaled(journal, entry, [], clocks, offsets, print)
+    assert (card.sm_lock_mhz, card.sm_offset_mhz, card.mem_offset_mhz) == (1500.0, 180.0, 1000.0)
+    kept = journal.read()
+    assert kept is not None and kept.gpus[0].mem_offset_set and kept.gpus[0].offset_set
+    (result,) = restore_gpus(kept, _Backend(card))  # type: ignore[arg-type]
+    assert result.ok and "memory clock offset put back to 0 MHz" in result.offset
+    assert (card.sm_lock_mhz, card.sm_offset_mhz, card.mem_offset_mhz) == (None, 0.0, 0.0)
+
+
+def test_a_refused_memory_offset_is_undone_and_the_journal_removed(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    card = _Watched(0, journal)
+    card.mem_offset_mhz = 200.0
+    targets = [_target(card)]
+    offsets = plan_offsets(targets, 5000.0, "mem")  # within range: the card refuses it below
+
+    def refuse(mhz: float) -> LockResult:
+        if mhz != 200.0:
+            return LockResult(mhz, False, "refused (test)")
+        card.mem_offset_mhz = mhz
+        return LockResult(mhz, True)
+
+    card.set_mem_clock_offset = refuse  # type: ignore[method-assign]
+    entry = journal_entry(targets, [], [], {"kind": "nvml"}, offsets)
+    with pytest.raises(
+        GpuError, match=r"^refused \(test\); the GPUs already changed were put back$"
+    ):
+        apply_all_journaled(journal, entry, [], [], offsets, print)
+    assert card.mem_offset_mhz == 200.0 and not journal.exists()

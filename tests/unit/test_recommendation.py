@@ -224,3 +224,21 @@ def test_a_file_of_a_newer_powersweep_asks_for_an_upgrade(tmp_path: Path) -> Non
     with pytest.raises(PowersweepError, match="written by a newer powersweep") as info:
         read_recommendation(run)
     assert info.value.exit_code == 2
+
+
+def test_a_memory_offset_is_carried_and_described_and_none_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    # issue 45: no analysis finds one yet; a recommendation that carries one says it
+    gpus = (MeasuredGpu(0, "x", UUID),)
+    base = Recommendation(tmp_path, "undervolt", 450.0, None, None, gpus, sm_clock_mhz=2790.0)
+    assert base.mem_offset_mhz is None and base.describe() == "SM 2790 MHz at 450 W per GPU"
+    undervolt = Recommendation(
+        tmp_path, "undervolt", 450.0, None, None, gpus,
+        sm_clock_mhz=2790.0, sm_offset_mhz=180.0, mem_offset_mhz=1000.0,
+    )  # fmt: skip
+    assert undervolt.describe() == (
+        "SM 2790 MHz +180 MHz offset, +1000 MHz memory offset at 450 W per GPU"
+    )
+    power = Recommendation(tmp_path, "tps-per-w", 280.0, None, None, gpus, mem_offset_mhz=1000.0)
+    assert power.describe() == "280 W per GPU, +1000 MHz memory offset"

@@ -25,6 +25,8 @@ from powersweep.sweep.settings.clock_locks import (
 from powersweep.sweep.settings.clock_offsets import (
     OffsetChange,
     OffsetResult,
+    coming_off,
+    going_on,
     undo_offsets,
     write_offset,
 )
@@ -154,12 +156,13 @@ def apply_all(
     offsets: Sequence[OffsetChange],
     warn: Warn,
 ) -> tuple[list[CapResult], list[ClockResult], list[OffsetResult]]:
-    """Set the power limits, the clock locks and the SM clock offsets, verifying each; all or
-    nothing.
+    """Set the power limits, the clock locks and the SM and memory clock offsets, verifying
+    each; all or nothing.
 
     The order keeps a card from boosting past its stock clocks with a larger offset at any
-    moment: limits first, then offsets that shrink (``--reset``), then the locks, then offsets
-    that grow (an undervolt run's, once its lock holds). A failure undoes them in reverse.
+    moment: limits first, then offsets that shrink (``--reset``; the memory one before the SM
+    one), then the locks, then offsets that grow (an undervolt run's, once its lock holds; the
+    SM one before the memory one). A failure undoes them in reverse.
 
     Raises:
         GpuError: A card refused a setting or the write failed; every setting already changed
@@ -180,11 +183,11 @@ def apply_all(
                     r.message or f"{change.target.label} did not take {change.after_w:g} W"
                 )
             cap_results.append(CapResult(change, r.readback_w, r.message))
-        for offset in (o for o in offsets if not o.raises):
+        for offset in coming_off(offsets):
             offset_results.append(write_offset(offset, shrunk))
         for clock in clocks:
             clock_results.append(write_clocks(clock, touched))
-        for offset in (o for o in offsets if o.raises):
+        for offset in going_on(offsets):
             offset_results.append(write_offset(offset, grown))
     except (PowersweepError, KeyboardInterrupt) as exc:
         undone = _undo_all([r.change for r in cap_results], touched, shrunk, grown, warn)
@@ -285,6 +288,6 @@ def undo_settings(
     """Put back every limit, lock and offset an apply set (never raises), e.g. when the boot
     unit cannot be written; the note for the error message, as :func:`undo` gives it."""
     touched = [(r.change, kind) for r in clocks for kind in r.change.kinds()]
-    shrunk = [r.change for r in offsets if not r.change.raises]
-    grown = [r.change for r in offsets if r.change.raises]
+    shrunk = coming_off([r.change for r in offsets])
+    grown = going_on([r.change for r in offsets])
     return _undo_all([r.change for r in caps], touched, shrunk, grown, warn)

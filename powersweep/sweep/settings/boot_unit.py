@@ -7,8 +7,15 @@ installed with the NVIDIA driver; ``amd-smi``, installed with ROCm) or the insta
 ``secure_path`` lacks a virtualenv). With NVIDIA cards it runs after the driver's persistence
 daemon, and is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it
 again; AMD cards have no such daemon (amdgpu keeps settings while loaded). A card with an SM
-clock offset (an undervolt run's answer) is set by ``powersweep`` alone, limit and lock included:
-the vendor tools have no option for the offset, and the offset must go on after the lock.
+clock offset (an undervolt run's answer) or a memory clock offset is set by ``powersweep`` alone,
+limit and lock included: the vendor tools have no option for an offset, and the SM offset must go
+on after the lock.
+
+An offset is persisted only with ``--trust-offset`` (issue 45): a driver update moves the
+voltage/frequency curve and the memory training, so an offset stable under today's driver may
+not be under the next. The unit records the driver it was trusted under (``--offset-driver``);
+at a boot under another driver ``apply --at-boot`` skips the offsets, with a warning in the
+journal, and sets the limit and locks alone.
 
 Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
 ``systemctl`` then enables it. A comment line carries the settings as JSON so
@@ -62,6 +69,10 @@ class BootSetting:
             ``powersweep``, which no vendor tool can stand in for.
         sm_clock_min_mhz: The SM lock's bottom, MHz (an idle card clocks down to it); None:
             min = max (a unit written before lock ranges).
+        mem_offset_mhz: The memory clock offset, MHz in NVML's unit (None: none), the same.
+        offset_driver: The driver version the offsets were trusted under (``--trust-offset``):
+            at a boot under another one they are skipped (None: no offset, or a unit written
+            before the check, whose offsets are set whatever the driver).
     """
 
     uuid: str
@@ -73,6 +84,8 @@ class BootSetting:
     vendor: str = "nvidia"
     sm_offset_mhz: float | None = None
     sm_clock_min_mhz: float | None = None
+    mem_offset_mhz: float | None = None
+    offset_driver: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BootSetting:
@@ -92,6 +105,8 @@ class BootSetting:
             str(data.get("vendor") or "nvidia"),
             _opt_float(data.get("sm_offset_mhz")),
             _opt_float(data.get("sm_clock_min_mhz")),
+            _opt_float(data.get("mem_offset_mhz")),
+            None if data.get("offset_driver") is None else str(data["offset_driver"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +121,17 @@ class BootSetting:
             "vendor": self.vendor,
             "sm_offset_mhz": self.sm_offset_mhz,
             "sm_clock_min_mhz": self.sm_clock_min_mhz,
+            "mem_offset_mhz": self.mem_offset_mhz,
+            "offset_driver": self.offset_driver,
         }
+
+    def offsets(self) -> list[tuple[str, float]]:
+        """``[("SM clock offset", 180.0), ("memory clock offset", 1000.0)]``: those it sets."""
+        named = (
+            ("SM clock offset", self.sm_offset_mhz),
+            ("memory clock offset", self.mem_offset_mhz),
+        )
+        return [(what, mhz) for what, mhz in named if mhz is not None]
 
     def describe(self) -> str:
         """``290 W, SM 1410 MHz`` or ``450 W, SM 2790 MHz +180 MHz offset``: what the unit
@@ -121,6 +146,10 @@ class BootSetting:
             parts.append(f"SM clock{offset}")
         if self.mem_clock_mhz is not None:
             parts.append(f"memory {self.mem_clock_mhz:g} MHz")
+        if self.mem_offset_mhz is not None:
+            parts.append(f"{self.mem_offset_mhz:+g} MHz memory offset")
+        if self.offset_driver is not None:
+            parts.append(f"offsets under driver {self.offset_driver} only")
         return ", ".join(parts) or "persistence mode only"
 
 
@@ -273,17 +302,18 @@ def _exec_lines(
 
 
 def _command_for(s: BootSetting, command: BootCommand | Mapping[str, BootCommand]) -> BootCommand:
-    """The program that sets one card: ``powersweep`` when it has an SM clock offset (no
-    vendor tool sets one), else its vendor's.
+    """The program that sets one card: ``powersweep`` when it has an SM or memory clock offset
+    (no vendor tool sets one), else its vendor's.
 
     Raises:
         UsageError: No program for its vendor, or none that can set its offset.
     """
-    if s.sm_offset_mhz is not None:
+    if s.offsets():
         cmd = command if isinstance(command, BootCommand) else command.get("powersweep")
         if cmd is None or cmd.kind != "powersweep":
+            what = " and ".join(what for what, _ in s.offsets())
             raise UsageError(
-                f"the SM clock offset of {s.uuid} can be set at boot only by powersweep "
+                f"the {what} of {s.uuid} can be set at boot only by powersweep "
                 "(nvidia-smi has no option for it), and the unit was given no powersweep command"
             )
         return cmd
@@ -349,7 +379,32 @@ def _at_boot_args(s: BootSetting) -> list[str]:
     if s.sm_offset_mhz is not None:
         # "=": a negative offset must not read as an option
         args.append(f"--sm-offset={s.sm_offset_mhz:g}")
+    if s.mem_offset_mhz is not None:
+        args.append(f"--mem-offset={s.mem_offset_mhz:g}")
+    if s.offset_driver is not None:
+        args.append(f"--offset-driver={s.offset_driver}")
     return [*args, "--gpus", s.uuid]
+
+
+def refuse_untrusted_offsets(settings: Sequence[BootSetting], trusted: bool) -> None:
+    """``--persist`` of a clock offset without ``--trust-offset`` (issue 45).
+
+    A driver update moves the voltage/frequency curve and the memory training: an offset set at
+    every boot would go on unchecked under a driver it was never found stable with. With
+    ``--trust-offset`` the unit records the driver (``offset_driver``) and skips the offsets at a
+    boot under another.
+
+    Raises:
+        UsageError: A card's setting holds an offset and ``trusted`` is False (nothing changed).
+    """
+    held = [f"{s.uuid}'s {what} {mhz:+g} MHz" for s in settings for what, mhz in s.offsets()]
+    if held and not trusted:
+        raise UsageError(
+            f"--persist would set {', '.join(held)} at every boot, but a driver update moves the "
+            "voltage/frequency curve and the memory training, so an offset stable today may not "
+            "be after one: pass --trust-offset to persist it (the unit then skips the offsets "
+            "at a boot under another driver), or apply it without --persist; nothing was changed"
+        )
 
 
 def _quote(argv: Sequence[str]) -> str:

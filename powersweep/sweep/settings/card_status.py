@@ -41,6 +41,7 @@ class GpuStatus:
         locked_clocks: Clock locks as far as they can be read.
         sample: Draw, temperature and clocks now.
         clock_offset: The SM clock's voltage/frequency offset and its range (None: not read).
+        mem_clock_offset: The memory clock's offset and its range, NVML's unit (None: not read).
     """
 
     index: int
@@ -51,6 +52,7 @@ class GpuStatus:
     locked_clocks: LockedClocks
     sample: GpuSample | None
     clock_offset: ClockOffset | None = None
+    mem_clock_offset: ClockOffset | None = None
 
     @property
     def limit_differs_from_default(self) -> bool | None:
@@ -89,6 +91,14 @@ class GpuStatus:
                 "sm_offset_mhz": self.clock_offset.sm_offset_mhz,
                 "min_mhz": self.clock_offset.min_mhz,
                 "max_mhz": self.clock_offset.max_mhz,
+            },
+            "mem_clock_offset": None
+            if self.mem_clock_offset is None
+            else {
+                "supported": self.mem_clock_offset.supported,
+                "mem_offset_mhz": self.mem_clock_offset.offset_mhz,
+                "min_mhz": self.mem_clock_offset.min_mhz,
+                "max_mhz": self.mem_clock_offset.max_mhz,
             },
             "persistence_mode": self.persistence_mode,
             "now": None
@@ -173,6 +183,7 @@ def read_gpu_status(backend: GpuBackend) -> list[GpuStatus]:
                 locked_clocks=gpu.locked_clocks(),
                 sample=gpu.read_sample(),
                 clock_offset=gpu.sm_clock_offset(),
+                mem_clock_offset=gpu.mem_clock_offset(),
             )
         )
     return out
@@ -231,6 +242,8 @@ def _gpu_lines(g: GpuStatus) -> list[str]:
         )
     persistence = {True: "on", False: "off", None: "unknown"}[g.persistence_mode]
     offset = [] if g.clock_offset is None else [f"  clock offset  {_offset_text(g.clock_offset)}"]
+    if g.mem_clock_offset is not None:
+        offset.append(f"  memory offset {_offset_text(g.mem_clock_offset, '', ', NVML unit')}")
     return [
         head,
         f"  power limit   {power}",
@@ -241,16 +254,19 @@ def _gpu_lines(g: GpuStatus) -> list[str]:
     ]
 
 
-def _offset_text(offset: ClockOffset) -> str:
+def _offset_text(offset: ClockOffset, clock: str = "SM ", unit: str = "") -> str:
+    """``SM +180 MHz (range -200 to +1000 MHz)``; ``clock`` names it, ``unit`` says its unit."""
     if not offset.supported:
         return f"not supported ({offset.message})" if offset.message else "not supported"
     now = (
-        f"SM {offset.sm_offset_mhz:+g} MHz"
-        if offset.sm_offset_mhz is not None
+        f"{clock}{offset.offset_mhz:+g} MHz"
+        if offset.offset_mhz is not None
         else f"unknown ({offset.message or 'unreadable'})"
     )
     if offset.min_mhz is not None and offset.max_mhz is not None:
-        now += f" (range {offset.min_mhz:+g} to {offset.max_mhz:+g} MHz)"
+        now += f" (range {offset.min_mhz:+g} to {offset.max_mhz:+g} MHz{unit})"
+    elif unit and offset.offset_mhz is not None:
+        now += f" ({unit.removeprefix(', ')})"
     return now
 
 

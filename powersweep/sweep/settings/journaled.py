@@ -1,5 +1,5 @@
 """``apply`` through the restore journal: the cards' settings before the write (limits, clock
-locks and SM clock offsets) go to the journal first, so a SIGKILL (or a power cut) half way
+locks, SM and memory clock offsets) go to the journal first, so a SIGKILL (or a power cut) half way
 through leaves what ``powersweep restore`` (or the Slurm epilog) needs to put every card back.
 
 The journal is removed once the write is complete (the new settings are meant to stay) or once
@@ -28,18 +28,20 @@ def journal_entry(
     backend: Mapping[str, Any],
     offsets: Sequence[OffsetChange] = (),
 ) -> JournalEntry:
-    """What the journal holds for this apply: each target's limit, locks and offset before it.
+    """What the journal holds for this apply: each target's limit, locks and offsets before it.
 
     Args:
         targets: The cards the apply sets.
         caps: Their planned limits (``before_w`` is the limit to put back).
         clocks: Their planned locks (``before`` the locks to put back, where readable).
         backend: How ``powersweep restore`` rebuilds the backend (the journal's ``backend``).
-        offsets: Their planned SM clock offsets (``before_mhz`` the offset to put back).
+        offsets: Their planned SM and memory clock offsets (``before_mhz`` the offset to put
+            back).
     """
     limits = {c.target.identity.uuid: c.before_w for c in caps}
     locks = {c.target.identity.uuid: c.before for c in clocks}
-    shifts = {o.target.identity.uuid: o.before_mhz for o in offsets}
+    shifts = {o.target.identity.uuid: o.before_mhz for o in offsets if o.clock == "sm"}
+    mem_shifts = {o.target.identity.uuid: o.before_mhz for o in offsets if o.clock == "mem"}
     gpus = []
     for t in targets:
         uuid = t.identity.uuid
@@ -59,6 +61,8 @@ def journal_entry(
                 locks_known=held.known if held is not None else True,
                 offset_set=uuid in shifts,
                 original_sm_offset_mhz=shifts.get(uuid),
+                mem_offset_set=uuid in mem_shifts,
+                original_mem_offset_mhz=mem_shifts.get(uuid),
             )
         )
     pid = os.getpid()
@@ -101,7 +105,10 @@ def apply_all_journaled(
         entry: What the journal holds (:func:`journal_entry`, given the same offsets).
         caps: The planned limits.
         clocks: The planned locks.
-        offsets: The planned SM clock offsets.
+        offsets: The planned SM and memory clock offsets (written in the order
+            :func:`~powersweep.sweep.settings.applier.apply_all` gives: those that shrink before
+            the locks change, the memory one first; those that grow once the locks hold, the
+            memory one last).
         warn: Where warnings go.
 
     Raises:

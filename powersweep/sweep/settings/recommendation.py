@@ -52,6 +52,8 @@ class Recommendation:
         sm_clock_mhz: A clock run's SM lock, MHz (None: not locked, or a power run).
         mem_clock_mhz: A clock run's memory lock, MHz (None: not locked, or a power run).
         sm_offset_mhz: An undervolt run's SM clock offset, MHz (None: none to set).
+        mem_offset_mhz: A memory clock offset, MHz in NVML's unit (None: none to set; issue 45,
+            carried through for the analysis that will find one).
     """
 
     run_dir: Path
@@ -64,6 +66,7 @@ class Recommendation:
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
     sm_offset_mhz: float | None = None
+    mem_offset_mhz: float | None = None
 
     @property
     def clock_run(self) -> bool:
@@ -72,9 +75,10 @@ class Recommendation:
 
     def describe(self) -> str:
         """``290 W per GPU``, ``SM 1410 MHz, memory 9751 MHz at 300 W per GPU`` or
-        ``SM 2790 MHz +180 MHz offset at 450 W per GPU``."""
+        ``SM 2790 MHz +180 MHz offset, +1000 MHz memory offset at 450 W per GPU``."""
+        mem = [f"{self.mem_offset_mhz:+g} MHz memory offset"] if self.mem_offset_mhz else []
         if not self.clock_run:
-            return f"{self.cap_w:g} W per GPU"
+            return ", ".join([f"{self.cap_w:g} W per GPU", *mem])
         offset = f" {self.sm_offset_mhz:+g} MHz offset" if self.sm_offset_mhz is not None else ""
         locks = [
             f"{what} {mhz:g} MHz" + (offset if what == "SM" else "")
@@ -82,7 +86,7 @@ class Recommendation:
             if mhz is not None
         ]
         held = f" at {self.cap_w:g} W per GPU" if self.cap_w is not None else ""
-        return ", ".join(locks) + held
+        return ", ".join(locks + mem) + held
 
 
 def read_recommendation(
