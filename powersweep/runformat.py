@@ -153,6 +153,7 @@ CAPS_COLUMNS = (
     "ttft_p95_hi_ms",
     "itl_p95_hi_ms",
     "sm_offset_mhz",
+    "mem_offset_mhz",
     "answers_checked",
     "answers_differ",
     "tps_per_w_dof",

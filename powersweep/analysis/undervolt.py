@@ -20,6 +20,7 @@ from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import RunFacts, ToolInfo, number
 from powersweep.analysis.trust import ignored_rows, run_findings
+from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
     IdleAtLock,
     OffsetStep,
@@ -53,6 +54,9 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
 
     rows = [_step(r, curve.metric) for r in curve.caps.iter_rows(named=True)]
     locked = [r for r in rows if r.sm_lock_mhz is not None and r.sm_offset_mhz is not None]
+    # the memory phase's rows (a memory offset at the SM answer) are its own
+    mem_rows = [r for r in locked if r.mem_offset_mhz is not None]
+    locked = [r for r in locked if r.mem_offset_mhz is None]
     # the baseline's own reading (the run's re-read of it, for the run-to-run term, is the
     # reading only where its own did not stand)
     baselines = [r for r in rows if r.sm_lock_mhz is None and r.status == "ok"]
@@ -68,9 +72,12 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     findings: list[Finding] = ignored_rows(curve) + run_findings(
         curve.run, curve.requests, str(curve.source)
     )
-    versus = _versus(chosen, baseline)
+    versus = VersusCap.between(chosen, baseline)
     findings += _findings(steps, soaks, first_bad, chosen, versus, curve.run)
     findings += _retried(steps)
+    record = (curve.run or {}).get("undervolt") or {}
+    memory = memory_answer(mem_rows, options, baseline, chosen, record.get("memory"))
+    findings += memory_findings(memory)
     return UndervoltAnalysis(
         tool=ToolInfo("powersweep", __version__),
         metric=curve.metric,
@@ -88,6 +95,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         first_unstable_reason=first_bad.error if first_bad else None,
         chosen=chosen,
         versus_cap=versus,
+        memory=memory,
         findings=findings,
         idle=idle_at_lock(curve.run),
     )
@@ -135,6 +143,8 @@ def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
         temp_max_c=num("temp_max_c"),
         answers_checked=num("answers_checked"),
         answers_differ=num("answers_differ"),
+        mem_offset_mhz=num("mem_offset_mhz"),
+        mem_clock_mhz=num("mem_clock_mhz"),
     )
 
 
@@ -231,29 +241,6 @@ def _chosen(
         if s.status == "ok" and abs(number(s.sm_offset_mhz) - want) < 0.5:
             return s
     return None
-
-
-def _versus(chosen: OffsetStep | None, baseline: OffsetStep | None) -> VersusCap | None:
-    if chosen is None or baseline is None:
-        return None
-
-    def change(a: float | None, b: float | None) -> float | None:
-        if a is None or b is None or not b:
-            return None
-        return 100.0 * (a / b - 1.0)
-
-    gain = change(chosen.tps_per_w, baseline.tps_per_w)
-    u_a, u_b = chosen.tps_per_w_u95_pct, baseline.tps_per_w_u95_pct
-    u95 = math.hypot(u_a, u_b) if u_a is not None and u_b is not None else None
-    return VersusCap(
-        cap_w=baseline.cap_w,
-        tps_per_w_gain_pct=gain,
-        tps_per_w_gain_u95_pct=u95,
-        tps_change_pct=change(chosen.tps, baseline.tps),
-        power_change_pct=change(chosen.power_w, baseline.power_w),
-        j_per_token_change_pct=change(chosen.j_per_token, baseline.j_per_token),
-        tied=abs(gain) <= u95 if gain is not None and u95 is not None else None,
-    )
 
 
 def _findings(

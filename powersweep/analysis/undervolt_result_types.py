@@ -6,6 +6,7 @@ The same rules as :mod:`powersweep.analysis.result_types`: frozen dataclasses, o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from powersweep.analysis.findings import Finding
@@ -32,6 +33,8 @@ class OffsetStep(JsonRecord):
     temp_max_c: Num = None
     answers_checked: Num = None
     answers_differ: Num = None
+    mem_offset_mhz: Num = None
+    mem_clock_mhz: Num = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,31 @@ class VersusCap(JsonRecord):
     power_change_pct: Num = None
     j_per_token_change_pct: Num = None
     tied: bool | None = None
+
+    @classmethod
+    def between(cls, chosen: OffsetStep | None, baseline: OffsetStep | None) -> VersusCap | None:
+        """``chosen`` against ``baseline``: each figure's change in % of the baseline's, the
+        TPS/W gain's half-width the two points' own in quadrature (None: either is missing)."""
+        if chosen is None or baseline is None:
+            return None
+
+        def change(a: float | None, b: float | None) -> float | None:
+            if a is None or b is None or not b:
+                return None
+            return 100.0 * (a / b - 1.0)
+
+        gain = change(chosen.tps_per_w, baseline.tps_per_w)
+        u_a, u_b = chosen.tps_per_w_u95_pct, baseline.tps_per_w_u95_pct
+        u95 = math.hypot(u_a, u_b) if u_a is not None and u_b is not None else None
+        return cls(
+            cap_w=baseline.cap_w,
+            tps_per_w_gain_pct=gain,
+            tps_per_w_gain_u95_pct=u95,
+            tps_change_pct=change(chosen.tps, baseline.tps),
+            power_change_pct=change(chosen.power_w, baseline.power_w),
+            j_per_token_change_pct=change(chosen.j_per_token, baseline.j_per_token),
+            tied=abs(gain) <= u95 if gain is not None and u95 is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -69,6 +97,27 @@ class IdleAtLock(JsonRecord):
         if top is None:
             return "no SM lock"
         return f"SM {top:g} MHz" if low is None or low == top else f"SM {low:g}-{top:g} MHz"
+
+
+@dataclass(frozen=True)
+class MemoryAnswer(JsonRecord):
+    """The memory phase at the SM answer (issue 45): the memory clock offset stepped up while
+    TPS rose beyond noise, its best less the margin, soaked (NVML's unit).
+
+    ``chosen`` is the SM answer with its memory offset; ``versus_cap`` compares it with the
+    baseline cap, ``versus_sm`` with the SM answer alone (offset 0 of the phase).
+    """
+
+    step_mhz: Num = None
+    margin_mhz: Num = None
+    steps: list[OffsetStep] = field(default_factory=list)
+    soaks: list[OffsetStep] = field(default_factory=list)
+    best_mhz: Num = None
+    stopped_mhz: Num = None
+    stopped_reason: str | None = None
+    chosen: OffsetStep | None = None
+    versus_cap: VersusCap | None = None
+    versus_sm: VersusCap | None = None
 
 
 @dataclass(frozen=True)
@@ -94,5 +143,6 @@ class UndervoltAnalysis(JsonRecord):
     first_unstable_reason: str | None = None
     chosen: OffsetStep | None = None
     versus_cap: VersusCap | None = None
+    memory: MemoryAnswer | None = None
     findings: list[Finding] = field(default_factory=list)
     idle: IdleAtLock | None = None

@@ -7,7 +7,13 @@ import math
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import Num
 from powersweep.analysis.summary import escape_md
-from powersweep.analysis.undervolt_result_types import IdleAtLock, OffsetStep, UndervoltAnalysis
+from powersweep.analysis.undervolt_result_types import (
+    IdleAtLock,
+    MemoryAnswer,
+    OffsetStep,
+    UndervoltAnalysis,
+    VersusCap,
+)
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
 
@@ -22,7 +28,10 @@ def point_name(step: OffsetStep) -> str:
     """``SM 1695 MHz +120 MHz offset`` (``280 W cap`` for the baseline)."""
     if step.sm_lock_mhz is None:
         return f"{_fmt(step.cap_w, 0)} W cap"
-    return f"SM {step.sm_lock_mhz:g} MHz {_fmt(step.sm_offset_mhz, 0, sign=True)} MHz offset"
+    name = f"SM {step.sm_lock_mhz:g} MHz {_fmt(step.sm_offset_mhz, 0, sign=True)} MHz offset"
+    if step.mem_offset_mhz is not None:
+        name += f", memory {_fmt(step.mem_offset_mhz, 0, sign=True)} MHz"
+    return name
 
 
 def headline(result: UndervoltAnalysis) -> str | None:
@@ -40,7 +49,26 @@ def headline(result: UndervoltAnalysis) -> str | None:
         )
     return (
         f"undervolt: {point_name(chosen)}, {_fmt(chosen.tps_per_w, 4)} TPS/W{against}, "
-        f"{_fmt(chosen.tps)} TPS, {_fmt(chosen.power_w, 0)} W{_idle_note(result.idle)}"
+        f"{_fmt(chosen.tps)} TPS, {_fmt(chosen.power_w, 0)} W{_memory_note(result)}"
+        f"{_idle_note(result.idle)}"
+    )
+
+
+def _memory_note(result: UndervoltAnalysis) -> str:
+    """``; with memory +1000 MHz: 47.8 TPS (+2.2% +-0.4% TPS/W ...)`` (empty: no phase)."""
+    memory = result.memory
+    if memory is None or memory.chosen is None or not memory.chosen.mem_offset_mhz:
+        return ""
+    c, v = memory.chosen, memory.versus_sm
+    change = (
+        f" ({_fmt(v.tps_change_pct, 1, True)}% TPS, {_fmt(v.tps_per_w_gain_pct, 1, True)}% "
+        f"+-{_fmt(v.tps_per_w_gain_u95_pct)}% TPS/W)"
+        if v is not None
+        else ""
+    )
+    return (
+        f"; with memory {_fmt(c.mem_offset_mhz, 0, True)} MHz: {_fmt(c.tps)} TPS, "
+        f"{_fmt(c.tps_per_w, 4)} TPS/W{change}"
     )
 
 
@@ -83,6 +111,7 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
         lines.append("- none")
     lines += ["", "### Answer beside the best cap", ""]
     lines += _versus_table(analysis, metric)
+    lines += memory_lines(analysis.memory)
     lines += idle_line(analysis.idle)
     lines += ["", "### Steps", ""]
     lines.append(
@@ -91,6 +120,8 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
     )
     lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
     ordered = ([analysis.baseline] if analysis.baseline else []) + analysis.steps + analysis.soaks
+    if analysis.memory is not None:
+        ordered += analysis.memory.steps
     for s in ordered:
         differ = (
             f"{s.answers_differ:.0f} of {s.answers_checked:.0f}"
@@ -158,7 +189,9 @@ def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
     if chosen is None:
         return ["No stable offset was found (see the findings)."]
     out = [f"| | {metric} | W | TPS/W | J/token |", "|---|---:|---:|---:|---:|"]
-    for s in (base, chosen):
+    memory = analysis.memory
+    with_memory = memory.chosen if memory is not None and memory.chosen is not None else None
+    for s in (base, chosen, with_memory):
         if s is not None:
             out.append(
                 f"| {escape_md(point_name(s))} | {_fmt(s.tps)} | {_fmt(s.power_w, 0)} | "
@@ -174,4 +207,41 @@ def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
         )
         if versus.tied:
             out += ["", "The gain is within the two points' noise: a tie with the cap."]
+    if memory is not None and memory.versus_cap is not None:
+        out.insert(
+            len(out) - (2 if versus is not None and versus.tied else 0),
+            _change_row("change with memory", memory.versus_cap),
+        )
     return out
+
+
+def _change_row(label: str, v: VersusCap) -> str:
+    return (
+        f"| {label} | {_fmt(v.tps_change_pct, 1, True)}% | {_fmt(v.power_change_pct, 1, True)}% | "
+        f"{_fmt(v.tps_per_w_gain_pct, 1, True)}% (±{_fmt(v.tps_per_w_gain_u95_pct)}%) | "
+        f"{_fmt(v.j_per_token_change_pct, 1, True)}% |"
+    )
+
+
+def memory_lines(memory: MemoryAnswer | None) -> list[str]:
+    """What the memory phase ran and found, in words (none: no phase)."""
+    if memory is None:
+        return []
+    chosen = memory.chosen
+    stop = f"; it stopped at {memory.stopped_reason}" if memory.stopped_reason else ""
+    if chosen is None:
+        answer = "no memory offset held"
+    elif chosen.reason == "soak":
+        answer = (
+            f"the answer stays {_fmt(memory.margin_mhz, 0)} MHz below the best "
+            f"({_fmt(memory.best_mhz, 0, True)} MHz): {_fmt(chosen.mem_offset_mhz, 0, True)} MHz, "
+            "held under the load, then measured and checked"
+        )
+    else:
+        answer = f"the answer is memory {_fmt(chosen.mem_offset_mhz, 0, True)} MHz, not soaked"
+    return [
+        "",
+        f"Memory phase, at the SM answer: the memory clock offset stepped by "
+        f"{_fmt(memory.step_mhz, 0)} MHz (NVML's unit: twice what Afterburner shows on GDDR6X "
+        f"and GDDR7) from 0 while TPS rose beyond both readings' noise{stop}; {answer}.",
+    ]

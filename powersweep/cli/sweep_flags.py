@@ -458,6 +458,36 @@ SoakSecondsOpt = Annotated[
     ),
 ]
 
+MemOffsetStepOpt = Annotated[
+    float,
+    typer.Option(
+        "--mem-offset-step",
+        help="Undervolt: then step the memory clock offset by MHz at the answer's SM settings "
+        "(NVML's unit, twice what Afterburner shows on GDDR6X/GDDR7) while TPS rises beyond "
+        "noise; 0: leave the memory alone.",
+        rich_help_panel=UNDERVOLT,
+    ),
+]
+
+MaxMemOffsetOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-mem-offset",
+        help="Undervolt: the highest memory clock offset to try, MHz (default: the driver's).",
+        rich_help_panel=UNDERVOLT,
+    ),
+]
+
+MemOffsetMarginOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mem-offset-margin",
+        help="Undervolt: MHz the memory answer stays below the best memory offset (default: "
+        "one --mem-offset-step).",
+        rich_help_panel=UNDERVOLT,
+    ),
+]
+
 MaxOffsetOpt = Annotated[
     float | None,
     typer.Option(

@@ -514,7 +514,7 @@ class SimGpu:
         if not rise:
             return locks
         base = self.profile.mem_clock_mhz if locks.mem_mhz is None else locks.mem_mhz
-        return Locks(locks.sm_mhz, base + rise)
+        return dataclasses.replace(locks, mem_mhz=base + rise)  # the SM lock's range kept
 
     def _mem_goodput(self) -> float:
         """Share of the memory's transfers that carry data (replays past the margin)."""

@@ -27,6 +27,7 @@ import contextlib
 import math
 import signal
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from powersweep.analysis.precision import REAL_SERVER_FLOOR_REL, RunToRun
@@ -45,6 +46,7 @@ from powersweep.sweep.measurement.run_to_run import RunToRunPhase, best_referenc
 from powersweep.sweep.measurement.setup import LoadSetup
 from powersweep.sweep.measurement.stability import GreedyApi, StabilityCheck
 from powersweep.sweep.offsets import ClockOffsetter
+from powersweep.sweep.planning.memory_steps import MemorySearch, tps_from
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.schedule import (
     AdaptiveClockSchedule,
@@ -174,6 +176,11 @@ class Sweep:
             else None
         )
         offsetter = ClockOffsetter(self.gpus, warn) if plan.undervolt else None
+        mem_offsetter = (
+            ClockOffsetter(self.gpus, warn, clock="mem")
+            if plan.undervolt and plan.undervolt.memory
+            else None
+        )
         self.restorer = Restorer(
             self.gpus,
             original,
@@ -181,6 +188,7 @@ class Sweep:
             backend=journal_backend or {"kind": "nvml"},
             locker=locker,
             offsetter=offsetter,
+            mem_offsetter=mem_offsetter,
             no_reset=plan.safety.no_reset,
             warn=warn,
         )
@@ -196,6 +204,7 @@ class Sweep:
             pace=self.pace,
             locker=locker,
             offsetter=offsetter,
+            mem_offsetter=mem_offsetter,
             stability=self._stability_check(context_tokens, tps_follows_card),
             soak_s=plan.undervolt.soak_s if plan.undervolt else 0.0,
             busy_gpus=frozenset(busy_gpus) if busy_gpus else None,
@@ -371,6 +380,7 @@ class Sweep:
             try:
                 await self._run_schedule(schedule)
                 await self._soak(schedule)
+                await self._memory(schedule)
             finally:  # how far the search got, however it ended (run.json is written last)
                 self.meta["undervolt"] = schedule.record()
             await self._run_to_run()
@@ -450,6 +460,48 @@ class Sweep:
             self._record_in_flight(schedule)
             row = await self.measurer.measure(point, SOAK, 0, 1)
             schedule.soaked(str(row["status"]))
+
+    async def _memory(self, schedule: UndervoltSchedule) -> None:
+        """The memory phase at the SM answer (:mod:`.planning.memory_steps`), where the search
+        asks for one and found an answer: each memory offset's step, then its soak."""
+        plan = schedule.plan.memory
+        if plan is None or schedule.chosen_mhz is None:
+            return
+        resume = schedule.plan.resume
+        if resume is not None and resume.mem_killed_at_mhz is not None:
+            # the memory offset set when the run died is never set again
+            plan = replace(plan, max_mhz=min(plan.max_mhz, resume.mem_killed_at_mhz - 1.0))
+        ledger = self.measurer.ledger
+        metric = "prefill_tps" if self.plan.load.mode == "prefill-heavy" else "narr_tps"
+        rows = self._last_rows
+        memory = MemorySearch(
+            plan,
+            schedule.at(schedule.chosen_mhz),
+            lambda p: ledger.status.get(p.key),
+            lambda p: tps_from(rows.get(p), metric),
+            schedule.plan.soak_s,
+        )
+        schedule.memory = memory
+        while batch := memory.next():
+            for point, reason in batch:
+                await self._measure_step(schedule, point, reason)
+        while (soak := memory.soak()) is not None:
+            row = await self._measure_step(schedule, soak, SOAK)
+            memory.soaked(str(row["status"]))
+        schedule.set_in_flight(None, "")
+        if self.measurer.mem_offsetter is not None:
+            # what is measured after (the re-read, the idle draw) runs at the card's own memory
+            self.measurer.mem_offsetter.put_back()
+
+    async def _measure_step(
+        self, schedule: UndervoltSchedule, point: SweepPoint, reason: str
+    ) -> Mapping[str, Any]:
+        """One point of the search measured, recorded in flight before it is set."""
+        schedule.set_in_flight(point, reason)
+        self._record_in_flight(schedule)
+        row = await self.measurer.measure(point, reason, 0, 1)
+        self._last_rows[point] = row
+        return row
 
     def _record_in_flight(self, schedule: Schedule) -> None:
         """An undervolt search's record, with the offset about to be set, in run.json before

@@ -53,14 +53,15 @@ class ClockOffsetter:
         for index, offset in sorted(self.originals.items()):
             if not offset.supported:
                 problems.append(
-                    f"GPU {index} has no clock offset ({offset.message or 'unsupported'})"
+                    f"GPU {index} has no {self.what} ({offset.message or 'unsupported'})"
                 )
             elif offset.sm_offset_mhz is None:
                 why = offset.message or "unreadable"
-                problems.append(f"GPU {index}'s clock offset in force cannot be read ({why})")
+                problems.append(f"GPU {index}'s {self.what} in force cannot be read ({why})")
         if problems:
             raise UsageError(
-                "; ".join(problems) + ": an undervolt search needs an offset it can read and set"
+                "; ".join(problems) + f": an undervolt search needs a {self.what} it can read "
+                "and set"
             )
 
     def range_mhz(self) -> tuple[float, float] | None:

@@ -372,12 +372,20 @@ class UndervoltOptions:
         soak_s: Run seconds the chosen offset is held under the load, before it is measured and
             checked once more (the card at its hottest).
         max_offset_mhz: The highest offset to try (None: the driver's maximum).
+        mem_offset_step_mhz: The memory phase's step between memory clock offsets, NVML's unit
+            (0: no memory phase).
+        max_mem_offset_mhz: The highest memory offset to try (None: the driver's maximum).
+        mem_margin_mhz: What the memory answer stays below the best memory offset (None: one
+            step).
     """
 
     offset_step_mhz: float = 30.0
     margin_mhz: float = 30.0
     soak_s: float = 120.0
     max_offset_mhz: float | None = None
+    mem_offset_step_mhz: float = 0.0
+    max_mem_offset_mhz: float | None = None
+    mem_margin_mhz: float | None = None
 
     @classmethod
     def from_recorded(cls, data: Mapping[str, Any]) -> UndervoltOptions:

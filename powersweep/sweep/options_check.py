@@ -182,8 +182,8 @@ def _validate_axis(options: SweepOptions) -> None:
         raise UsageError(f"--axis must be one of {', '.join(AXES)}, not {points.axis!r}")
     if points.axis != Axis.UNDERVOLT and options.undervolt != UndervoltOptions():
         raise UsageError(
-            "--offset-step, --offset-margin, --soak-seconds and --max-offset work only "
-            "with --axis undervolt"
+            "--offset-step, --offset-margin, --soak-seconds, --max-offset and the --mem-offset "
+            "flags work only with --axis undervolt"
         )
     clock_flags = {
         "--sm-clocks": points.sm_clocks,
@@ -262,6 +262,14 @@ def _validate_undervolt(options: SweepOptions) -> None:
             f"--soak-seconds takes 0 to {KEEP_BUSY_MAX_S:g} (the longest the load keeps a card "
             "busy between two measurements)"
         )
+    if not (math.isfinite(uv.mem_offset_step_mhz) and uv.mem_offset_step_mhz >= 0):
+        raise UsageError("--mem-offset-step must be 0 (no memory phase) or more MHz")
+    for flag, mhz in (
+        ("--max-mem-offset", uv.max_mem_offset_mhz),
+        ("--mem-offset-margin", uv.mem_margin_mhz),
+    ):
+        if mhz is not None and not (math.isfinite(mhz) and mhz >= 0):
+            raise UsageError(f"{flag} must be 0 or more MHz")
     if uv.max_offset_mhz is not None and not (
         math.isfinite(uv.max_offset_mhz) and uv.max_offset_mhz >= uv.offset_step_mhz
     ):

@@ -245,6 +245,44 @@ def test_a_search_killed_under_an_offset_resumes_and_never_tries_it_again(tmp_pa
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
 
 
+def test_the_memory_phase_finds_the_cards_margin_and_apply_sets_it(tmp_path: Path) -> None:
+    # issue 45: at the SM answer the memory offset climbs while TPS rises beyond noise (past
+    # the seeded margin the simulated GDDR6X replays, so TPS stops rising), backs off, soaks
+    profile, step = "rtx4090-air", 500.0
+    state, env = _rig(tmp_path, profile)
+    args = _args(profile, state, tmp_path / "runs", "--mem-offset-step", f"{step:g}")
+    done = powersweep(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    run_dir = _run_dir(tmp_path / "runs")
+    run = read_json(run_dir / "run.json")
+    truth = run["simulation"]["stable_mem_offset_mhz"]["0"]
+    memory = read_json(run_dir / "analysis.json")["memory"]
+    # the best within one step of the seeded margin, the answer one margin below it
+    assert abs(memory["best_mhz"] - truth) <= step
+    assert memory["chosen"]["mem_offset_mhz"] == max(0.0, memory["best_mhz"] - step)
+    assert memory["chosen"]["reason"] == "soak" and memory["chosen"]["status"] == "ok"
+    sm = read_json(run_dir / "analysis.json")["chosen"]["sm_offset_mhz"]
+    assert memory["chosen"]["sm_offset_mhz"] == sm  # at the SM answer
+    assert memory["versus_cap"]["cap_w"] == 300.0 and memory["versus_sm"]["tps_change_pct"] > 0
+    summary = (run_dir / "summary.md").read_text()
+    assert "Memory phase, at the SM answer" in summary and "| change with memory |" in summary
+    assert f"with memory {memory['chosen']['mem_offset_mhz']:+.0f} MHz" in done.stderr
+    # the card's own memory offset is back, as every other setting
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert json.loads(state.read_text()).get(f"{_uuid(profile)}#mem_offset_mhz", 0.0) == 0.0
+    applied = powersweep("apply", str(run_dir), "--simulate", profile, "--sim-state", str(state))
+    assert applied.returncode == 0, applied.stderr
+    mem = memory["chosen"]["mem_offset_mhz"]
+    assert f"memory clock offset +0 MHz -> {mem:+g} MHz (verified" in applied.stdout
+    assert json.loads(state.read_text())[f"{_uuid(profile)}#mem_offset_mhz"] == mem
+    # an analysis.json edited to the step that stopped the phase is refused
+    analysis = read_json(run_dir / "analysis.json")
+    analysis["memory"]["chosen"]["mem_offset_mhz"] = memory["stopped_mhz"]
+    (run_dir / "analysis.json").write_text(json.dumps(analysis))
+    edited = powersweep("apply", str(run_dir), "--simulate", profile, "--sim-state", str(state))
+    assert edited.returncode == 2 and "but its caps.csv and run.json give memory" in edited.stderr
+
+
 def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path) -> None:
     done = powersweep(*_args("rtx3090-air+rtx3090-air", None, tmp_path))
     assert done.returncode == 0, done.stderr

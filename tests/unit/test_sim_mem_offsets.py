@@ -142,3 +142,14 @@ def test_a_memory_lock_tier_is_raised_by_the_offset_too() -> None:
     gpu.set_workload(DECODE)
     assert gpu.set_mem_clock_offset(2000.0).accepted
     assert gpu.read_sample().mem_clock_mhz == 12001.0 + 1000.0
+
+
+def test_a_memory_offset_keeps_the_sm_locks_range() -> None:
+    # the memory clock an offset raises must not turn the SM range lock into min = max: an idle
+    # card still clocks down to the range's bottom
+    clock = ManualClock()
+    gpu = SimGpu(_quiet(), clock, seed=1)
+    assert gpu.lock_sm_clock(SM_LOCK_MHZ, 210.0).accepted
+    assert gpu.set_mem_clock_offset(1000.0).accepted
+    clock.advance(5.0)
+    assert gpu.read_sample().sm_clock_mhz == 210.0

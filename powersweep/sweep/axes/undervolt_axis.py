@@ -24,8 +24,9 @@ from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, Swe
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.gpu.vm_guest import vm_guest
 from powersweep.sweep.offsets import ClockOffsetter
-from powersweep.sweep.options import SweepOptions
+from powersweep.sweep.options import SweepOptions, UndervoltOptions
 from powersweep.sweep.planning.caps import clamp_caps, uniform_envelope
+from powersweep.sweep.planning.memory_steps import MemoryPlan
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.undervolt_steps import UndervoltPlan, resume_from
 from powersweep.sweep.resume import ResumeState
@@ -81,6 +82,7 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
             raise UsageError(
                 f"the card takes offsets up to {top:+g} MHz: less than one --offset-step"
             )
+        memory = _memory_plan(gpus, warn, uv)
         cap = options.points.hold_cap_w
         envelope = uniform_envelope([g.envelope() for g in gpus])
         if cap is None and abs(envelope.current_w - envelope.default_w) < 0.5:
@@ -98,6 +100,7 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
             max_mhz=top,
             margin_mhz=uv.margin_mhz,
             soak_s=uv.soak_s,
+            memory=memory,
         )
         self.check_time(options, plan.max_points, clock)
         warn(RISK_WARNING)
@@ -194,3 +197,32 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return []
     except (OSError, csv.Error, UnicodeDecodeError) as exc:
         raise UsageError(f"--resume: cannot read {path}: {exc}") from None
+
+
+def _memory_plan(
+    gpus: list[Gpu], warn: Callable[[str], None], uv: UndervoltOptions
+) -> MemoryPlan | None:
+    """The memory phase's bounds (None: ``--mem-offset-step 0``).
+
+    Raises:
+        UsageError: A card without a memory offset it can read and set, or a range below one
+            step.
+    """
+    if uv.mem_offset_step_mhz <= 0:
+        return None
+    offsets = ClockOffsetter(gpus, warn, clock="mem")
+    offsets.check_supported()
+    low_high = offsets.range_mhz()
+    top = low_high[1] if low_high is not None else uv.max_mem_offset_mhz
+    if top is None:
+        raise UsageError(
+            "the card does not say its memory clock offset range: give --max-mem-offset MHz"
+        )
+    if uv.max_mem_offset_mhz is not None:
+        top = min(top, uv.max_mem_offset_mhz)
+    if top < uv.mem_offset_step_mhz:
+        raise UsageError(
+            f"the card takes memory offsets up to {top:+g} MHz: less than one --mem-offset-step"
+        )
+    margin = uv.mem_margin_mhz if uv.mem_margin_mhz is not None else uv.mem_offset_step_mhz
+    return MemoryPlan(uv.mem_offset_step_mhz, top, margin)

@@ -78,6 +78,8 @@ class PointMeasurer:
             points measured nearest to it, and kept per point once measured.
         locker: The clock locks (None on the power axis).
         offsetter: The SM clock offsets (None but on the undervolt axis).
+        mem_offsetter: The memory clock offsets (None but in an undervolt search's memory
+            phase).
         stability: Checks each offset step after its windows (None but on the undervolt axis).
         soak_s: Run seconds a :data:`SOAK` point is held under the load before it is measured.
         busy_gpus: The serving GPUs, whose utilization marks a tick as loaded (None: all).
@@ -101,6 +103,7 @@ class PointMeasurer:
         pace: Pace | None = None,
         locker: ClockLocker | None = None,
         offsetter: ClockOffsetter | None = None,
+        mem_offsetter: ClockOffsetter | None = None,
         stability: StabilityCheck | None = None,
         soak_s: float = 0.0,
         busy_gpus: frozenset[int] | None = None,
@@ -120,6 +123,7 @@ class PointMeasurer:
         self.pace = pace or Pace()
         self.locker = locker
         self.offsetter = offsetter
+        self.mem_offsetter = mem_offsetter
         self.stability = stability
         self.soak_s = soak_s
         self.busy_gpus = busy_gpus
@@ -167,6 +171,9 @@ class PointMeasurer:
             problems.append(locked or "")
         if point.sm_offset_mhz is not None and self.offsetter is not None:
             problems += self._offset(point.sm_offset_mhz, locked)
+        if point.mem_offset_mhz is not None and self.mem_offsetter is not None:
+            # no lock needed: a memory offset does not move the SM clock's curve
+            problems += self.mem_offsetter.apply(point.mem_offset_mhz)
         rejection = "; ".join(p for p in problems if p) or None
         if rejection is None:
             # the ticks from here on are read at this point (nothing is measured until it
@@ -430,6 +437,8 @@ class PointMeasurer:
             extra.update(sm_lock_mhz=point.sm_lock_mhz, mem_lock_mhz=point.mem_lock_mhz)
         if point.sm_offset_mhz is not None:
             extra.update(sm_offset_mhz=point.sm_offset_mhz)
+        if point.mem_offset_mhz is not None:
+            extra.update(mem_offset_mhz=point.mem_offset_mhz)
         return cap_row(
             cap_w=self.cap_of(point),
             load_mode=self.protocol.load_mode,

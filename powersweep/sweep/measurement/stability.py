@@ -427,8 +427,9 @@ class StabilityCheck:
         reset = self._card_problems(point, card) or any("Xid 79" in x for x in xids)
         got = await self.answers()
         checked, differ, answers = self._compare(got)
-        rebase = not point.sm_offset_mhz
-        stretch = "" if rebase else self._stretch(row)
+        rebase = not point.sm_offset_mhz and not point.mem_offset_mhz
+        # a memory step's TPS is the memory phase's to judge (replays past the margin lower it)
+        stretch = "" if rebase or point.mem_offset_mhz is not None else self._stretch(row)
         if rebase and not (server or card or answers):
             self.reference_tps = (_num(row.get(self.metric)), _num(row.get("tps_u95_pct")))
         # in the order a reader needs them: the measurement, the card, then the answers
@@ -536,10 +537,29 @@ class StabilityCheck:
                     "was reset (a reset puts the offset back at 0)"
                 )
                 reset = True
+            elif self._mem_reset(g, point.mem_offset_mhz, problems):
+                reset = True
             elif locks.known and point.sm_lock_mhz is not None and locks.sm_mhz is None:
                 problems.append(f"GPU {g.index}'s SM lock is gone: the card was reset")
                 reset = True
         return reset
+
+    @staticmethod
+    def _mem_reset(g: Gpu, want: float | None, problems: list[str]) -> bool:
+        """A memory offset set and found back at 0 (or another value): the card was reset."""
+        if not want:
+            return False
+        try:
+            got = g.mem_clock_offset().sm_offset_mhz
+        except GpuError:
+            return False  # the SM offset's read already said whether the card answers
+        if got is None or abs(got - want) < OFFSET_GRID_MHZ:
+            return False
+        problems.append(
+            f"GPU {g.index}'s memory clock offset reads {got:+g} MHz, not {want:+g}: the card was "
+            "reset"
+        )
+        return True
 
     def _stretch(self, row: Mapping[str, Any]) -> str:
         """Why the step's TPS shows clock stretching ("" where it does not)."""

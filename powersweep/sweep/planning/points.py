@@ -24,12 +24,15 @@ class SweepPoint:
         mem_lock_mhz: Memory lock, None: unlocked.
         sm_offset_mhz: SM clock offset on the voltage/frequency curve (the undervolt axis);
             None: the offset in force is left alone.
+        mem_offset_mhz: Memory clock offset, NVML's unit (the undervolt search's memory
+            phase); None: the offset in force is left alone.
     """
 
     cap_w: float | None = None
     sm_lock_mhz: float | None = None
     mem_lock_mhz: float | None = None
     sm_offset_mhz: float | None = None
+    mem_offset_mhz: float | None = None
 
     @property
     def locks_clocks(self) -> bool:
@@ -48,6 +51,8 @@ class SweepPoint:
             if not parts and self.cap_w is not None:
                 parts.append(f"{self.cap_w:g} W,")
             parts.append(f"{self.sm_offset_mhz:+g} MHz offset")
+            if self.mem_offset_mhz is not None:
+                parts.append(f"memory {self.mem_offset_mhz:+g} MHz")
             return " ".join(parts)
         if not parts:
             return f"{self.cap_w:g} W" if self.cap_w is not None else "limit in force"
@@ -55,9 +60,11 @@ class SweepPoint:
 
     @property
     def key(self) -> tuple[float | None, ...]:
-        """``(cap_w, sm_lock_mhz, mem_lock_mhz[, sm_offset_mhz])``: one status and one row
-        history per point."""
+        """``(cap_w, sm_lock_mhz, mem_lock_mhz[, sm_offset_mhz[, mem_offset_mhz]])``: one
+        status and one row history per point."""
         base = (self.cap_w, self.sm_lock_mhz, self.mem_lock_mhz)
+        if self.mem_offset_mhz is not None:
+            return (*base, self.sm_offset_mhz, self.mem_offset_mhz)
         return base if self.sm_offset_mhz is None else (*base, self.sm_offset_mhz)
 
     @property
@@ -78,6 +85,8 @@ class SweepPoint:
         }
         if self.sm_offset_mhz is not None:
             out["sm_offset_mhz"] = self.sm_offset_mhz
+        if self.mem_offset_mhz is not None:
+            out["mem_offset_mhz"] = self.mem_offset_mhz
         return out
 
     @classmethod
@@ -88,4 +97,10 @@ class SweepPoint:
             value = data.get(key)
             return float(value) if isinstance(value, int | float) else None
 
-        return cls(num("cap_w"), num("sm_lock_mhz"), num("mem_lock_mhz"), num("sm_offset_mhz"))
+        return cls(
+            num("cap_w"),
+            num("sm_lock_mhz"),
+            num("mem_lock_mhz"),
+            num("sm_offset_mhz"),
+            num("mem_offset_mhz"),
+        )

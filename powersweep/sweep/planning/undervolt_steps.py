@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from powersweep.sweep.planning.memory_steps import MemoryPlan, MemorySearch
 from powersweep.sweep.planning.points import SweepPoint
 
 Batch = list[tuple[SweepPoint, str]]
@@ -53,12 +54,15 @@ class ResumeFrom:
             died (None: none).
         killed_at_mhz: The offset set when the run died, if that was its end (None: it ended
             otherwise, or at offset 0).
+        mem_killed_at_mhz: The memory offset set when the run died in the memory phase (the
+            phase stays below it).
     """
 
     lock_mhz: float
     last_stable_mhz: float
     first_unstable_mhz: float | None
     killed_at_mhz: float | None = None
+    mem_killed_at_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class UndervoltPlan:
         margin_mhz: MHz the answer stays below the last stable offset.
         soak_s: Run seconds the chosen offset is held before it is measured once more.
         resume: Where an interrupted search stands (None: a new search).
+        memory: The memory phase at the answer (None: the memory offset is left alone).
     """
 
     cap_w: float
@@ -84,6 +89,7 @@ class UndervoltPlan:
     margin_mhz: float
     soak_s: float
     resume: ResumeFrom | None = None
+    memory: MemoryPlan | None = None
 
     @property
     def max_steps(self) -> int:
@@ -104,7 +110,8 @@ class UndervoltPlan:
     def max_points(self) -> int:
         """Every point the search may measure: the baseline, offset 0, the coarse steps, the
         grid steps between the edge's two, the retries (each with its re-base) and the soaks."""
-        return 2 + self.max_steps + self.refine_steps + 2 * MAX_RETRIES + self.max_soaks
+        memory = self.memory.max_points if self.memory is not None else 0
+        return 2 + self.max_steps + self.refine_steps + 2 * MAX_RETRIES + self.max_soaks + memory
 
 
 def snap_lock(measured_mhz: float, supported: Sequence[float]) -> float | None:
@@ -148,7 +155,9 @@ class UndervoltSchedule:
         self._stage = BASELINE if plan.resume is None else REFERENCE
         # the point set now, written to run.json before it is measured: a run that dies under
         # it leaves it on record, never to be tried again (--resume)
-        self.in_flight: tuple[float, str] | None = None
+        self.in_flight: dict[str, Any] | None = None
+        # the memory phase at the answer, once the driver starts it
+        self.memory: MemorySearch | None = None
         self._resumed = False
         self._at_mhz = 0.0
         self.last_stable_mhz: float | None = None
@@ -166,7 +175,7 @@ class UndervoltSchedule:
     def next(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
         """The next step (empty: the search is over)."""
         batch = self._next(measured)
-        self.in_flight = _flight(batch[-1][0], batch[-1][1]) if batch else None
+        self.set_in_flight(*batch[-1] if batch else (None, ""))
         return batch
 
     def _next(self, measured: Mapping[SweepPoint, Mapping[str, Any]]) -> Batch:
@@ -252,6 +261,17 @@ class UndervoltSchedule:
         self._stage = DONE
         return []
 
+    def set_in_flight(self, point: SweepPoint | None, reason: str) -> None:
+        """Record ``point`` as the one about to be set, where it moves an offset above 0
+        (offset 0 is the card's own curve: no risk to record)."""
+        sm, mem = (point.sm_offset_mhz or 0.0, point.mem_offset_mhz) if point else (0.0, None)
+        if point is None or (sm <= 0 and not mem):
+            self.in_flight = None
+            return
+        self.in_flight = {"sm_offset_mhz": sm, "reason": reason}
+        if mem is not None:
+            self.in_flight["mem_offset_mhz"] = mem
+
     def soak(self) -> SweepPoint | None:
         """The next offset to soak (None: no soak is left). The first is the last stable offset
         less the margin, on the grid; offset 0 needs none (it is the card's own curve, measured
@@ -266,7 +286,7 @@ class UndervoltSchedule:
             self.chosen_mhz = self._soak_mhz
             self.in_flight = None
             return None
-        self.in_flight = (self._soak_mhz, "soak")
+        self.set_in_flight(self.at(self._soak_mhz), "soak")
         return self.at(self._soak_mhz)
 
     def soaked(self, status: str) -> None:
@@ -296,21 +316,12 @@ class UndervoltSchedule:
             "refined_between_mhz": list(self.refined) if self.refined else None,
             "retried": [{"sm_offset_mhz": o, "why": w} for o, w in self.retried],
             "chosen_mhz": self.chosen_mhz,
-            "in_flight": (
-                {"sm_offset_mhz": self.in_flight[0], "reason": self.in_flight[1]}
-                if self.in_flight
-                else None
-            ),
+            "in_flight": self.in_flight,
+            "memory": self.memory.record() if self.memory is not None else None,
             "resumed_from": dataclasses.asdict(self.plan.resume) if self.plan.resume else None,
             "soaks": [{"sm_offset_mhz": o, "status": s} for o, s in self.soaks],
             "ended": self.ended,
         }
-
-
-def _flight(point: SweepPoint, reason: str) -> tuple[float, str] | None:
-    """A point set at an offset above 0 (offset 0 is the card's own curve: no risk to record)."""
-    offset = point.sm_offset_mhz or 0.0
-    return (offset, reason) if offset > 0 else None
 
 
 def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> ResumeFrom | None:
@@ -325,23 +336,33 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
         return None
     latest: dict[float, str] = {}
     last: tuple[float, str] | None = None
+    mem_last: tuple[float, str] | None = None
     for row in rows:
         offset, at = _number(row.get("sm_offset_mhz")), _number(row.get("sm_lock_mhz"))
         if offset is None or at is None or abs(at - lock) > SNAP_TOLERANCE_MHZ:
             continue
+        mem = _number(row.get("mem_offset_mhz"))
+        if mem is not None:  # the memory phase's: its SM offset held already
+            mem_last = (mem, str(row.get("reason") or ""))
+            last = None
+            continue
         latest[offset] = str(row.get("status") or "")
         last = (offset, str(row.get("reason") or ""))
+        mem_last = None
     bad = {o for o, status in latest.items() if status != "ok" and o > 0}
     flight = record.get("in_flight")
-    killed = None
+    killed = mem_killed = None
     if isinstance(flight, Mapping):
-        offset = _number(flight.get("sm_offset_mhz"))
-        if offset is not None and offset > 0 and last != (offset, str(flight.get("reason"))):
+        offset, mem = _number(flight.get("sm_offset_mhz")), _number(flight.get("mem_offset_mhz"))
+        reason = str(flight.get("reason"))
+        if mem is not None and mem_last != (mem, reason):
+            mem_killed = mem
+        elif mem is None and offset is not None and offset > 0 and last != (offset, reason):
             killed = offset
             bad.add(offset)
     first_bad = min(bad) if bad else None
     held = [o for o, s in latest.items() if s == "ok" and (first_bad is None or o < first_bad)]
-    return ResumeFrom(lock, max(held, default=0.0), first_bad, killed)
+    return ResumeFrom(lock, max(held, default=0.0), first_bad, killed, mem_killed)
 
 
 def _number(value: Any) -> float | None:

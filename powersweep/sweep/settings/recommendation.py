@@ -284,6 +284,7 @@ def _undervolt_recommendation(
         notes=(*_notes(run, analysis, "clocks"), *pick.notes),
         sm_clock_mhz=pick.sm_lock_mhz,
         sm_offset_mhz=pick.sm_offset_mhz,
+        mem_offset_mhz=pick.mem_offset_mhz,
     )
 
 

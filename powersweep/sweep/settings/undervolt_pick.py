@@ -35,6 +35,8 @@ class UndervoltPick:
         sm_lock_mhz: The SM clock lock, MHz.
         sm_offset_mhz: The SM clock offset, MHz (None: no offset above 0 held; the lock and the
             limit are set alone).
+        mem_offset_mhz: The memory clock offset of the search's memory phase, NVML's unit
+            (None: no phase, or no memory offset above 0 held).
         tps_per_w: TPS/W at that point (None when unknown).
         tps: TPS at that point (None when unknown).
         notes: Caveats of the answer itself (no offset, not soaked, no better than the cap).
@@ -46,6 +48,7 @@ class UndervoltPick:
     tps_per_w: float | None
     tps: float | None
     notes: tuple[str, ...] = ()
+    mem_offset_mhz: float | None = None
 
 
 def is_undervolt_run(run: dict[str, Any], analysis: dict[str, Any], run_dir: Path) -> bool:
@@ -101,7 +104,12 @@ def pick_undervolt(
         raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
     cap = _first(chosen.cap_w, record.get("cap_w"), options.get("hold_cap_w"))
     cap = cap if cap is not None and cap > 0 else None
-    _refuse_unless_measured(run_dir, (cap, lock, offset), _measured(run_dir), record)
+    measured = _measured(run_dir)
+    _refuse_unless_measured(run_dir, (cap, lock, offset), measured, record)
+    mem = _memory_offset(run_dir, typed, measured)
+    applied = chosen
+    if mem is not None and measured.memory is not None and measured.memory.chosen is not None:
+        applied = measured.memory.chosen
     versus = typed.versus_cap or VersusCap()
     notes = []
     if abs(offset) <= _ZERO_MHZ:
@@ -116,9 +124,11 @@ def pick_undervolt(
         cap_w=cap,
         sm_lock_mhz=lock,
         sm_offset_mhz=offset if abs(offset) > _ZERO_MHZ else None,
-        tps_per_w=_number(chosen.tps_per_w),
-        tps=_number(chosen.tps),
+        # the figures of the point applied: with its memory offset where the phase set one
+        tps_per_w=_number(applied.tps_per_w),
+        tps=_number(applied.tps),
         notes=tuple(notes),
+        mem_offset_mhz=mem,
     )
 
 
@@ -189,6 +199,31 @@ def _refuse_unless_measured(
             + (f" (run.json records {recorded:+g} MHz)" if recorded is not None else "")
             + again
         )
+
+
+def _memory_offset(
+    run_dir: Path, analysis: UndervoltAnalysis, measured: UndervoltAnalysis
+) -> float | None:
+    """The memory phase's offset to set (None: no phase, or 0), as the run's own rows give it:
+    analysis.json's must be that one.
+
+    Raises:
+        UsageError: analysis.json answers another memory offset than its rows do.
+    """
+    said = analysis.memory.chosen if analysis.memory is not None else None
+    found = measured.memory.chosen if measured.memory is not None else None
+    said_mhz = _number(said.mem_offset_mhz) if said is not None else None
+    found_mhz = _number(found.mem_offset_mhz) if found is not None else None
+    if (said_mhz is None) != (found_mhz is None) or (
+        said_mhz is not None and not _same(said_mhz, found_mhz)
+    ):
+        what = f"memory {said_mhz:+g} MHz" if said_mhz is not None else "no memory offset"
+        rows = f"memory {found_mhz:+g} MHz" if found_mhz is not None else "none"
+        raise UsageError(
+            f"{run_dir / 'analysis.json'} answers {what}, but its caps.csv and run.json give "
+            f"{rows}: nothing is applied; run `powersweep analyze {run_dir}` again"
+        )
+    return found_mhz if found_mhz else None
 
 
 def _same(a: float | None, b: float | None) -> bool:
