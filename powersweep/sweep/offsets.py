@@ -59,9 +59,9 @@ class ClockOffsetter:
                 why = offset.message or "unreadable"
                 problems.append(f"GPU {index}'s {self.what} in force cannot be read ({why})")
         if problems:
+            needs = "an offset" if self.clock == "sm" else "a memory clock offset"
             raise UsageError(
-                "; ".join(problems) + f": an undervolt search needs a {self.what} it can read "
-                "and set"
+                "; ".join(problems) + f": an undervolt search needs {needs} it can read and set"
             )
 
     def range_mhz(self) -> tuple[float, float] | None:
