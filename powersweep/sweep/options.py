@@ -370,7 +370,8 @@ class UndervoltOptions:
             moves it; the edge it finds is refined in single bins.
         margin_mhz: MHz the answer stays below the last stable offset. 30 by default: two bins.
         soak_s: Run seconds the chosen offset is held under the load, before it is measured and
-            checked once more (the card at its hottest).
+            checked once more (the card at its hottest). 300 by default (issue 45: 120 was
+            shorter than the few minutes peers' stability runs hold); at most 600.
         max_offset_mhz: The highest offset to try (None: the driver's maximum).
         mem_offset_step_mhz: The memory phase's step between memory clock offsets, NVML's unit
             (0: no memory phase).
@@ -381,7 +382,7 @@ class UndervoltOptions:
 
     offset_step_mhz: float = 30.0
     margin_mhz: float = 30.0
-    soak_s: float = 120.0
+    soak_s: float = 300.0
     max_offset_mhz: float | None = None
     mem_offset_step_mhz: float = 0.0
     max_mem_offset_mhz: float | None = None

@@ -315,7 +315,7 @@ def test_a_coarse_first_step_already_unstable_is_refined_from_zero(tmp_path: Pat
     assert run["undervolt"]["refined_between_mhz"] == [0.0, 210.0]
     summary = (run_dir / "summary.md").read_text()
     assert "offset stepped by 210 MHz from 0, then by 15 MHz from +15 to" in summary
-    assert "held 120 s under the load, then measured and checked" in summary
+    assert "held 300 s under the load, then measured and checked" in summary
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
 
 

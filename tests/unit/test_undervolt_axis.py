@@ -37,7 +37,7 @@ def test_the_plan_is_the_baseline_cap_and_the_search_bounds() -> None:
     assert planned.points == [SweepPoint(280.0, sm_offset_mhz=0.0)]
     plan = planned.undervolt
     assert plan is not None and plan.lock_mhz is None and plan.max_mhz == 1000.0
-    assert plan.step_mhz == 30.0 and plan.margin_mhz == 30.0 and plan.soak_s == 120.0
+    assert plan.step_mhz == 30.0 and plan.margin_mhz == 30.0 and plan.soak_s == 300.0
     assert said == [RISK_WARNING]  # before anything changes
 
 

@@ -43,7 +43,9 @@ from powersweep.sweep.verdict import FaultLog
 # that seed their own noise, then still answer the same).
 GREEDY_SEED = 20261202
 # Tokens each decode probe generates: long enough that a corrupted step shows in most answers.
-DECODE_PROBE_TOKENS = 128
+# 256 (issue 45: 128 was one short pass where peers run minutes): a probe is still bounded by
+# PROBE_BUDGET_S, 51 s at 5 tokens/s.
+DECODE_PROBE_TOKENS = 256
 # Tokens the prefill probe generates after its long prompt (the prefill is what it checks).
 PREFILL_PROBE_TOKENS = 24
 # A probe served from the server's cache is sent again this many times, each with a fresh salt.
