@@ -187,6 +187,33 @@ def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_sigterm_in_the_memory_phase_puts_both_offsets_back(tmp_path: Path) -> None:
+    # issue 45: every phase's settings come back, the memory offset's included
+    profile = "rtx4090-air"
+    state, env = _rig(tmp_path, profile)
+    quick = ("--max-offset", "60", "--soak-seconds", "0", "--mem-offset-step", "500")
+    proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED, *quick), env=env)
+    key = f"{_uuid(profile)}#mem_offset_mhz"
+    try:
+        deadline = time.monotonic() + 90
+        while json.loads(state.read_text()).get(key, 0.0) <= 0:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no memory offset set in time"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr
+    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert json.loads(state.read_text())[key] == 0.0
+    assert "memory clock offset put back to 0 MHz" in stderr
+    assert not (tmp_path / "state" / "journal.json").exists()
+
+
+@pytest.mark.slow
 def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
     profile = "rtx3090-air"
     state, env = _rig(tmp_path, profile, lock=1500.0)
