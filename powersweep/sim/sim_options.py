@@ -32,8 +32,9 @@ class SimServerFlavour(StrEnum):
 
 SIM_SERVER_FLAVOURS = tuple(f.value for f in SimServerFlavour)
 MAX_TIME_SCALE = 1000.0
-# A scaled clock slower than this many run seconds per wall second is nobody's intent (a 21-cap
-# sweep would take weeks); virtual time (the default) or --sim-pace watch a run slowly.
+# A clock slower than this many run seconds per wall second is nobody's intent (a 21-cap sweep
+# would take weeks), scaled or paced alike: refused before anything starts, where a slower one
+# would hang in the server's discovery before the plan's own time bound is reached (issue 46).
 MIN_TIME_SCALE = 0.01
 MAX_PACE_RUN_S_PER_S = 1_000_000.0
 
@@ -126,7 +127,7 @@ class SimOptions:
                 f"--sim-server must be one of {', '.join(SIM_SERVER_FLAVOURS)}, not {self.server!r}"
             )
         _check_range("--time-scale", self.time_scale, MAX_TIME_SCALE, MIN_TIME_SCALE)
-        _check_range("--sim-pace", self.pace, MAX_PACE_RUN_S_PER_S)
+        _check_range("--sim-pace", self.pace, MAX_PACE_RUN_S_PER_S, MIN_TIME_SCALE)
         if self.rejects_below_w is not None and not (
             math.isfinite(self.rejects_below_w) and self.rejects_below_w > 0
         ):

@@ -47,7 +47,7 @@ def test_run_json_records_them_under_their_flag_names_and_resume_reads_them_back
     [
         (SimOptions(time_scale=0.0), None, "--time-scale must be more than 0.01 and at most 1000"),
         (SimOptions(time_scale=1e-300), None, "--time-scale must be more than 0.01"),
-        (SimOptions(pace=float("inf")), None, "--sim-pace must be more than 0 and at most"),
+        (SimOptions(pace=float("inf")), None, "--sim-pace must be more than 0.01 and at most"),
         (SimOptions(pace=10.0, time_scale=5.0), None, "--sim-pace paces"),
         (SimOptions(pace=10.0), "http://127.0.0.1:9", "--sim-pace paces"),
         (SimOptions(time_scale=10.0), "http://127.0.0.1:9", "--time-scale needs the simulated"),
