@@ -211,3 +211,20 @@ def as_float(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+# A text cell a spreadsheet would run as a formula starts with one of these (OWASP's CSV
+# injection rule: =, +, -, @, and the tab and carriage return that hide them).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` as a CSV cell no spreadsheet runs (issue 46): a cell that starts like a formula
+    gets a leading ``'`` (OWASP), a number (``-5``, ``+1e3``) is left as it is."""
+    if not text.startswith(FORMULA_STARTS):
+        return text
+    try:
+        float(text)
+    except ValueError:
+        return "'" + text
+    return text

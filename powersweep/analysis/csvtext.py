@@ -19,12 +19,15 @@ import polars as pl
 
 from powersweep.analysis.textfile import read_text
 from powersweep.errors import UsageError
+from powersweep.runformat import FORMULA_STARTS
 
 # Cells that mean "not measured" besides an empty one (tolerated in hand-made files).
 MISSING_TOKENS = frozenset({"", "nan", "none", "null", "na", "n/a", "?", "-", "—"})
 # run.json key: data rows of each CSV written whole when run.json was last written.
 ROWS_WRITTEN = "rows_written"
 _DELIMITERS = (",", "\t", ";")
+# A cell that starts like a spreadsheet formula (runformat.FORMULA_STARTS, as a regex).
+_FORMULA_START = "^[" + "".join("\\" + c if c in "-^]\\" else c for c in FORMULA_STARTS) + "]"
 # A run that ended this way wrote every row whole (older runs, without ``rows_written``).
 _ENDED_CLEANLY = frozenset({"complete", "partial"})
 
@@ -253,3 +256,23 @@ def to_floats(path: Path, df: pl.DataFrame, columns: Sequence[str]) -> dict[str,
             # Line numbers count the header as line 1.
             raise UsageError(f"{path} line {row + 2}: {column} {cell[:40]!r} is not a number{hint}")
     return {column: out.get_column(column) for column in present}
+
+
+def spreadsheet_safe_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every text cell a spreadsheet would run as a formula escaped as
+    :func:`~powersweep.runformat.spreadsheet_safe` escapes it (a leading ``'``), numbers and
+    numeric text left as they are: a table that is written out (a CSV, summary.md's block) may
+    hold cells a server or a pasted table put there (issue 46)."""
+    text = [c for c, t in df.schema.items() if t == pl.String]
+    if not text:
+        return df
+    return df.with_columns(
+        pl.when(
+            pl.col(c).str.contains(_FORMULA_START)
+            & pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).is_null()
+        )
+        .then(pl.lit("'") + pl.col(c))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in text
+    )

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from powersweep.analysis.csvtext import read_text_csv, to_floats
+from powersweep.analysis.csvtext import read_text_csv, spreadsheet_safe_frame, to_floats
 from powersweep.analysis.plausibility import (
     METRICS,
     mark_implausible,
@@ -128,7 +128,7 @@ def write_caps_csv(df: pl.DataFrame, path: Path) -> None:
         raise PowersweepError("cannot write caps.csv: the table has no cap_w column")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        df.write_csv(path)
+        spreadsheet_safe_frame(df).write_csv(path)
     except OSError as exc:
         raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
 

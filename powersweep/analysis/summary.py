@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 from msgspec import UnsetType
 
+from powersweep.analysis.csvtext import spreadsheet_safe_frame
 from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
@@ -466,7 +467,7 @@ def _details(curve: Curve, analysis: PowerAnalysis, budget: int) -> str:
     open_ = "<details><summary>Raw data</summary>\n\n"
     close = "</details>\n"
     # Backticks would end the fence early; the raw text is only for reading.
-    csv_text = curve.caps.write_csv().replace("`", "'")
+    csv_text = spreadsheet_safe_frame(curve.caps).write_csv().replace("`", "'")
     json_text = json.dumps(
         {k: v for k, v in analysis.to_json().items() if k != "caps"}, indent=1, allow_nan=False
     ).replace("`", "'")

@@ -230,3 +230,24 @@ def test_import_keeps_the_load_mode_of_a_prefill_table(tmp_path: Path) -> None:
     # The same table without a stated mode is decode.
     md.write_text("| Cap (W) | TPS | Power (W) |\n|---|---|---|\n| 300 | 30 | 299 |\n")
     assert import_summary(md)["narr_tps"].to_list() == [30.0]
+
+
+def test_the_raw_csv_block_runs_no_spreadsheet_formula(tmp_path: Path) -> None:
+    # issue 46: cells a server or a pasted table put there, copied into a spreadsheet
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    pl.DataFrame(
+        {
+            "cap_w": [200.0, 210.0, 220.0],
+            "narr_tps": [20.0, None, 22.0],
+            "power_w": [199.0, None, 219.0],
+            "status": ["ok", "failed", "ok"],
+            "error": ["", "=cmd|' /C calc'!A0", "@SUM(1+1)"],
+        }
+    ).write_csv(run_dir / "caps.csv")
+    curve = load_curve(run_dir)
+    text = render_summary(curve, PowerAnalysis.from_json(analyze(curve)))
+    block = text[text.index("```csv") : text.index("```json")]
+    assert "'=cmd|' /C calc'!A0" in block and "'@SUM(1+1)" in block
+    assert ",=cmd" not in block and ",@SUM" not in block
+    assert "200.0" in block  # numbers as they are

@@ -228,3 +228,13 @@ def test_caps_are_restated_in_place_row_for_row(tmp_path: Path) -> None:
     assert "not_a_column" not in rows[0]
     assert writer.rows_written() == before
     assert not list(writer.path.glob(".caps.csv*"))  # nothing left beside it
+
+
+def test_text_cells_run_no_spreadsheet_formula_and_numbers_stay() -> None:
+    from powersweep.sweep.records.writer import cell
+
+    # issue 46: a server's error or finish_reason is the server's words (OWASP's rule)
+    assert cell("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0"
+    assert cell("@SUM(1)") == "'@SUM(1)" and cell("+x") == "'+x" and cell("-x") == "'-x"
+    assert cell(-5) == "-5" and cell(-5.25) == "-5.25" and cell("-5") == "-5"
+    assert cell("HTTP 500") == "HTTP 500" and cell(True) == "true"

@@ -26,13 +26,16 @@ from powersweep.runformat import (
     CAPS_COLUMNS,
     REQUESTS_COLUMNS,
     SAMPLES_COLUMNS,
+    spreadsheet_safe,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.sampling.stream_rate import stall_gaps
 
 
 def cell(value: Any) -> str:
-    """Format one CSV cell: empty for missing/NaN, ``true``/``false`` for booleans."""
+    """Format one CSV cell: empty for missing/NaN, ``true``/``false`` for booleans, text no
+    spreadsheet runs as a formula (:func:`~powersweep.runformat.spreadsheet_safe`: a server's
+    error message is the server's words)."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -41,7 +44,9 @@ def cell(value: Any) -> str:
         if not math.isfinite(value):
             return ""
         return repr(round(value, 6))
-    return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return spreadsheet_safe(str(value))
 
 
 def gpu_slug(names: Sequence[str]) -> str:
@@ -402,7 +407,7 @@ def _umask() -> int:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())[:500]
+    return spreadsheet_safe(" ".join(str(text).split())[:500])
 
 
 def _stall_s(result: Any) -> float | None:
