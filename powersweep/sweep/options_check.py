@@ -27,6 +27,7 @@ from powersweep.sweep.options import (
     SweepOptions,
     UndervoltOptions,
 )
+from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, WindowPolicy
 from powersweep.sweep.server.discovery import normalize_base_url
 
 # Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
@@ -48,6 +49,18 @@ _RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
     ("--max-concurrency-probe", "load.max_concurrency_probe", 1, MAX_STREAMS, True),
     ("--concurrency-stretch", "load.concurrency_stretch", 0, MAX_STREAMS, True),
 )
+
+
+def _check_windows(windows: WindowPolicy) -> None:
+    """A first round longer than a point's whole windows cannot be run (issue 46: the windows
+    stopped at the maximum without a word). The default first round gives way to a shorter
+    maximum (it is only a default); one given is refused."""
+    if windows.min_s > windows.max_s and windows.min_s != DEFAULT_MIN_WINDOW_S:
+        raise UsageError(
+            f"--min-cap-seconds {windows.min_s:g} is more than --target-cap-seconds "
+            f"{windows.max_s:g} (a point's windows, every round together): give a minimum "
+            "at most the target, or a longer target"
+        )
 
 
 def _check_ranges(options: SweepOptions) -> None:
@@ -131,6 +144,7 @@ def validate(options: SweepOptions) -> None:
     if prefill is not None and not prefill > 0:
         raise UsageError("--target-prefill-seconds must be positive")
     _check_ranges(options)
+    _check_windows(options.measure.windows)
     if (
         options.load.mode == "prefill-heavy"
         and prefill is not None

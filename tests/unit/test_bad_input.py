@@ -40,6 +40,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("pace without sim", ["--sim-pace", "10"], "--sim-pace works only with --simulate"),
     ("pace and time scale", ["--sim-pace", "10", "--time-scale", "5", *SIM], "--sim-pace"),
     ("pace not positive", ["--sim-pace", "0", *SIM], "--sim-pace must be more than 0.01"),
+    # issue 46: a first round longer than a point's windows stopped at the maximum unsaid
+    (
+        "a minimum past the target",
+        ["--min-cap-seconds", "8", "--target-cap-seconds", "4", *SIM],
+        "--min-cap-seconds 8 is more than --target-cap-seconds 4",
+    ),
     # issue 46: 1e-300 hung in the server's discovery, before the plan's time bound
     ("a pace past any bound", ["--sim-pace", "1e-300", *SIM], "--sim-pace must be more than 0.01"),
     ("a tiny time scale", ["--time-scale", "1e-300", *SIM], "--time-scale must be more than 0.01"),
