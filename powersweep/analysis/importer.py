@@ -81,6 +81,7 @@ def import_summary(md_path: Path) -> pl.DataFrame:
             continue
         if not {"narr_tps", "prefill_tps", "code_tps"} & set(mapping.values()):
             continue
+        _check_cells(md_path, table)
         rows = [_parse_row(cells, mapping) for cells in table[1:]]
         rows = [r for r in rows if r["cap_w"] is not None]
         if not rows:
@@ -97,6 +98,23 @@ def import_summary(md_path: Path) -> pl.DataFrame:
         f"{md_path}: no power-cap table found (need a markdown table with Cap, Power and TPS "
         "columns)"
     )
+
+
+def _check_cells(md_path: Path, table: list[list[str]]) -> None:
+    """Every row as many cells as the header: a row with one more (an unescaped ``|`` in a
+    cell) or one fewer would read its figures from the wrong columns (issue 46).
+
+    Raises:
+        UsageError: The first row that does not fit, named by its number and its first cell.
+    """
+    width = len(table[0])
+    for n, cells in enumerate(table[1:], start=1):
+        if len(cells) != width:
+            raise UsageError(
+                f"{md_path}: row {n} of the power-cap table ({cells[0] or 'no first cell'!r}) "
+                f"has {len(cells)} cells where its header has {width}: its figures would be "
+                "read from the wrong columns; escape a | inside a cell as \\| or fix the row"
+            )
 
 
 def _cells(line: str) -> list[str]:

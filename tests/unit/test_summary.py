@@ -251,3 +251,19 @@ def test_the_raw_csv_block_runs_no_spreadsheet_formula(tmp_path: Path) -> None:
     assert "'=cmd|' /C calc'!A0" in block and "'@SUM(1+1)" in block
     assert ",=cmd" not in block and ",@SUM" not in block
     assert "200.0" in block  # numbers as they are
+
+
+def test_import_names_a_row_whose_cells_do_not_fit_its_header(tmp_path: Path) -> None:
+    # issue 46: one extra | shifted a row's columns silently (its TPS/W read 0.0)
+    md = tmp_path / "summary.md"
+    md.write_text(
+        "| Cap (W) | Power (W) | TPS | TPS/W |\n|---|---|---|---|\n"
+        "| 250 | 249.8 | 25.2 | 0.101 |\n| 290 | 289.6 | 32.3 | | 0.111 |\n"
+    )
+    with pytest.raises(UsageError) as info:
+        import_summary(md)
+    assert str(info.value) == (
+        f"{md}: row 2 of the power-cap table ('290') has 5 cells where its header has 4: its "
+        "figures would be read from the wrong columns; escape a | inside a cell as \\| or fix "
+        "the row"
+    )
