@@ -272,3 +272,22 @@ def test_prefill_draw_is_of_the_prompts_seconds(n_gpus: int, counter: bool) -> N
         window_s=12,
     )
     assert decode["power_w"] == pytest.approx(lagging)
+
+
+def test_a_server_slower_than_its_windows_is_named_as_such() -> None:
+    # issue 46: a server dripping 0.3 tokens/s under 2 s windows failed every point unsaid
+    from types import SimpleNamespace
+
+    from powersweep.sweep.sampling.measure import _no_figure
+
+    cut = [
+        SimpleNamespace(
+            finish_reason="deadline", completion_tokens=1, ok=True, t_start_s=t, t_end_s=t + 2.2
+        )
+        for t in (0.0, 2.2)
+    ]
+    why = _no_figure(cut, n_ok=2)
+    assert why.startswith("2 request(s) were cut at their window's end of up to 2.2 s with 1")
+    assert "--target-cap-seconds" in why
+    done = [SimpleNamespace(finish_reason="stop", completion_tokens=1, t_start_s=0, t_end_s=1)]
+    assert "none gave a rate" in _no_figure(done, n_ok=1)

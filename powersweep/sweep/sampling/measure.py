@@ -472,9 +472,20 @@ def _format_per_gpu(values: Mapping[int, float]) -> str:
 
 
 def _no_figure(requests: Sequence[Any], n_ok: int) -> str:
-    """Why a cap has no figure although no request reported an error."""
+    """Why a cap has no figure although no request reported an error: a server slower than the
+    windows are long (its requests cut at their end before two tokens, issue 46) says so."""
     if not requests:
         return "no request was sent"
+    cut = [r for r in requests if getattr(r, "finish_reason", None) == "deadline"]
+    if cut:
+        tokens = max(int(getattr(r, "completion_tokens", 0) or 0) for r in cut)
+        spans = [r.t_end_s - r.t_start_s for r in cut if r.t_end_s > r.t_start_s]
+        longest = f" of up to {max(spans):.1f} s" if spans else ""
+        return (
+            f"{len(cut)} request(s) were cut at their window's end{longest} with {tokens} "
+            "token(s) at most: the server streams slower than a window can rate (a rate needs "
+            "2 or more tokens); give longer windows (--min-cap-seconds, --target-cap-seconds)"
+        )
     if n_ok:
         return (
             f"{n_ok} request(s) completed but none gave a rate (a rate needs 2 or more tokens "
