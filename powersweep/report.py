@@ -28,6 +28,7 @@ from powersweep.analysis.findings import Finding
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.safe_files import write_atomic
 from powersweep.sweep.axes import AnalysisSettings, axis_of
 
 CROSS_MODE_STEM = "cross-mode"
@@ -142,7 +143,7 @@ def build_failed_report(run_dir: Path, why: str) -> Path:
     path = run_dir / "summary.md"
     with writing_into(run_dir, given=False):
         try:
-            path.write_text(failed_run_summary(run_dir, why))
+            write_atomic(path, failed_run_summary(run_dir, why), sync=False)
         except OSError as exc:
             raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
@@ -248,11 +249,12 @@ def build_clock_comparison(
         md_path = target / "clocks-vs-power.md"
         try:
             target.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(
+            write_atomic(
+                json_path,
                 json.dumps(analysis_sanitize(comparison), indent=2, allow_nan=False) + "\n",
-                encoding="utf-8",
+                sync=False,
             )
-            md_path.write_text(markdown, encoding="utf-8")
+            write_atomic(md_path, markdown, sync=False)
         except OSError as exc:
             raise PowersweepError(
                 f"cannot write the comparison into {target}: {exc.strerror or exc}"
@@ -341,10 +343,10 @@ def build_cross_report(
         with writing_into(target, given=out_dir is not None):
             try:
                 target.mkdir(parents=True, exist_ok=True)
-                json_path.write_text(
-                    json.dumps(cross, indent=2, allow_nan=False) + "\n", encoding="utf-8"
+                write_atomic(
+                    json_path, json.dumps(cross, indent=2, allow_nan=False) + "\n", sync=False
                 )
-                md_path.write_text(markdown, encoding="utf-8")
+                write_atomic(md_path, markdown, sync=False)
             except OSError as exc:
                 raise PowersweepError(
                     f"cannot write the cross-mode result into {target}: {exc.strerror or exc}"

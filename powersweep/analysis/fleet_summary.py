@@ -22,6 +22,7 @@ from powersweep.analysis.fleet_result_types import (
 from powersweep.analysis.result_types import known
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT, escape_md
 from powersweep.errors import PowersweepError
+from powersweep.safe_files import write_atomic
 
 _BUDGET = GITHUB_COMMENT_LIMIT - 1_024
 # Outliers listed per group before "and N more"; the rest are in fleet.json.
@@ -334,10 +335,10 @@ def write_fleet_outputs(fleet: FleetReport, out_dir: Path) -> list[Path]:
     json_path, md_path = out_dir / "fleet.json", out_dir / "fleet.md"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(
-            json.dumps(fleet.to_json(), indent=1, allow_nan=False) + "\n", encoding="utf-8"
+        write_atomic(
+            json_path, json.dumps(fleet.to_json(), indent=1, allow_nan=False) + "\n", sync=False
         )
-        md_path.write_text(render_fleet_summary(fleet), encoding="utf-8")
+        write_atomic(md_path, render_fleet_summary(fleet), sync=False)
     except OSError as exc:
         raise PowersweepError(
             f"cannot write the fleet report into {out_dir}: {exc.strerror or exc}"

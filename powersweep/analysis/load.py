@@ -30,6 +30,7 @@ from powersweep.runformat import (
     SAMPLES_FLOAT_COLUMNS,
     SCHEMA_VERSION,
 )
+from powersweep.safe_files import write_atomic
 
 # The caps.csv line each row came from (the header is line 1).
 SOURCE_LINE = "source_line"
@@ -128,7 +129,7 @@ def write_caps_csv(df: pl.DataFrame, path: Path) -> None:
         raise PowersweepError("cannot write caps.csv: the table has no cap_w column")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        spreadsheet_safe_frame(df).write_csv(path)
+        write_atomic(path, spreadsheet_safe_frame(df).write_csv())
     except OSError as exc:
         raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
 

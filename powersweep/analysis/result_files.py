@@ -6,13 +6,12 @@ whichever summary the axis rendered.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from pathlib import Path
 
 from powersweep.analysis.result_types import JsonRecord
 from powersweep.errors import PowersweepError
+from powersweep.safe_files import write_atomic
 
 
 def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Path]:
@@ -31,8 +30,8 @@ def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Pa
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
-        _write_atomic(json_path, text)
-        _write_atomic(md_path, summary)
+        write_atomic(json_path, text, sync=False)
+        write_atomic(md_path, summary, sync=False)
     except OSError as exc:
         raise PowersweepError(
             f"cannot write the analysis into {out_dir}: {exc.strerror or exc}"
@@ -40,14 +39,3 @@ def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Pa
     except ValueError as exc:  # NaN left in the analysis: a bug, but say so in one line
         raise PowersweepError(f"cannot write analysis.json: {exc}") from exc
     return [json_path, md_path]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write a temporary file beside ``path`` and rename it: never half a file."""
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()

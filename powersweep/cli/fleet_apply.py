@@ -35,6 +35,7 @@ from powersweep.cli.apply import (
     journal_for,
 )
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.safe_files import write_atomic
 from powersweep.sweep.options import Backend
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def _write_record(
     handover.expect(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(data, indent=1) + "\n")
     except OSError as exc:
         what = "would be set" if dry_run else "was set"
         raise PowersweepError(

@@ -6,8 +6,7 @@ inside :func:`style`, so the user's matplotlib configuration and global state st
 
 from __future__ import annotations
 
-import contextlib
-import os
+import io
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.safe_files import write_atomic
 
 # 8 in x 200 dpi = 1600 px: sharp on GitHub, which shows images about 880 px wide.
 FIG_WIDTH_IN = 8.0
@@ -144,17 +144,14 @@ def save_figure(fig: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:
         metadata: dict[str, Any] = {"Software": None} if fmt == "png" else {"Date": None}
         if fmt == "svg":
             metadata["Creator"] = None
-        # Drawn into a temporary file and renamed: a signal or a full disk mid-write leaves
-        # the previous chart or none, never half a file.
-        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        # Drawn in memory and written whole (safe_files): a signal or a full disk mid-write
+        # leaves the previous chart or none, and a link at its name is replaced, not followed.
+        drawn = io.BytesIO()
+        with style():
+            fig.savefig(drawn, format=fmt, dpi=DPI, metadata=metadata)
         try:
-            with style():
-                fig.savefig(tmp, format=fmt, dpi=DPI, metadata=metadata)
-            os.replace(tmp, path)
+            write_atomic(path, drawn.getvalue(), sync=False)
         except OSError as exc:
             raise PowersweepError(f"cannot write chart {path}: {exc.strerror or exc}") from exc
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
         paths.append(path)
     return paths

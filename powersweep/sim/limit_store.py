@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import threading
 from pathlib import Path
 
 from powersweep.errors import GpuError
+from powersweep.safe_files import write_atomic
 from powersweep.sim.physics import UNLOCKED, Locks
 
 
@@ -67,10 +66,7 @@ class LimitStore:
                 data = {}
             data[key] = value
             try:
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".simstate-")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(data, f)
-                os.replace(tmp, self.path)
+                write_atomic(self.path, json.dumps(data), sync=False)
             except OSError as exc:
                 raise GpuError(f"cannot write simulated GPU state {self.path}: {exc}") from exc
 

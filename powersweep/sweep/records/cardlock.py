@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.safe_files import open_no_follow, private_dir
 from powersweep.sweep.records.owner import process_start
 
 LOCK_DIR_ENV = "POWERSWEEP_LOCK_DIR"
@@ -55,7 +56,7 @@ def default_lock_dir(environ: Mapping[str, str] | None = None, euid: int | None 
 
     ``$POWERSWEEP_LOCK_DIR`` when set; ``/run/powersweep`` for root (every sudo run, whatever
     its ``--state-dir``: only root changes a real card's limits); else a per-user runtime
-    directory (a user's simulated cards).
+    directory (a user's simulated cards). Whichever it is must be private (``safe_files``).
     """
     env = os.environ if environ is None else environ
     if env.get(LOCK_DIR_ENV):
@@ -141,9 +142,11 @@ class CardLocks:
 
     def _take_one(self, key: str, label: str) -> None:
         path = self.lock_dir / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".lock")
+        # A private directory and no link followed: another user cannot plant a link that
+        # makes this process truncate a file of its choosing.
+        private_dir(self.lock_dir, fix=f"set {LOCK_DIR_ENV} to a directory of your own")
         try:
-            self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise PowersweepError(
                 f"cannot open the card lock {path}: {exc.strerror or exc} (set "

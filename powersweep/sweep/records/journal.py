@@ -15,12 +15,12 @@ import contextlib
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.safe_files import private_dir, read_bytes, write_atomic
 from powersweep.sweep.records.entry import BACKEND_KINDS, JOURNAL_VERSION, JournalEntry, JournalGpu
 
 # Who owns the cards (``owner``) and putting cards back (``restore``) live beside the journal;
@@ -55,6 +55,7 @@ __all__ = [
 JOURNAL_NAME = "journal.json"
 STATE_DIR_ENV = "POWERSWEEP_STATE_DIR"
 ROOT_STATE_DIR = Path("/var/lib/powersweep")
+_FIX = "choose another --state-dir"
 
 
 class _Taken(Exception):
@@ -110,14 +111,16 @@ class Journal:
         Raises:
             PowersweepError: It exists but cannot be read or parsed.
         """
+        # a journal decides what root writes to the cards: none from a directory others write
+        private_dir(self.state_dir, fix=_FIX, create=False)
         try:
-            text = self.path.read_text()
+            text = read_bytes(self.path).decode()
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:
             raise PowersweepError(
-                f"cannot read the restore journal {self.path}: {exc.strerror or exc} "
-                "(run with sudo?)"
+                f"cannot read the restore journal {self.path}: "
+                f"{getattr(exc, 'strerror', None) or exc} (run with sudo?)"
             ) from None
         try:
             data = json.loads(text)
@@ -164,35 +167,19 @@ class Journal:
         Raises:
             PowersweepError: It cannot be written (then no limit may be changed).
         """
+        # A private state directory, and a new file renamed (or linked) into place: a link
+        # planted at the journal's name is replaced, never written through.
+        private_dir(self.state_dir, fix=f"{_FIX}; no power limit was changed")
         try:
-            self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # mkstemp creates the file 0600 under a random name: no window with a wider mode
-            fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".journal-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(entry.to_dict(), f, indent=2, allow_nan=False)
-                    f.write("\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o600)
-                if exclusive:
-                    try:
-                        os.link(tmp, self.path)  # fails if the journal exists: no overwrite
-                    except FileExistsError:
-                        raise _Taken from None
-                    os.unlink(tmp)
-                else:
-                    os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            text = json.dumps(entry.to_dict(), indent=2, allow_nan=False) + "\n"
+            write_atomic(self.path, text, mode=0o600, exclusive=exclusive)
             _fsync_dir(self.state_dir)
         except (OSError, ValueError) as exc:
+            if exclusive and isinstance(exc, FileExistsError):
+                raise _Taken from None
             raise PowersweepError(
                 f"cannot write the restore journal {self.path}: "
-                f"{getattr(exc, 'strerror', None) or exc} (choose another --state-dir); "
-                "no power limit was changed"
+                f"{getattr(exc, 'strerror', None) or exc} ({_FIX}); no power limit was changed"
             ) from None
 
     def ensure_owned(self) -> None:

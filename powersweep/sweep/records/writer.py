@@ -6,7 +6,6 @@ crash or a kill leaves every finished cap readable.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -28,6 +27,7 @@ from powersweep.runformat import (
     SAMPLES_COLUMNS,
     spreadsheet_safe,
 )
+from powersweep.safe_files import append, open_no_follow, read_bytes, write_atomic
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.sampling.stream_rate import stall_gaps
 
@@ -80,19 +80,9 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     Raises:
         PowersweepError: The file cannot be written.
     """
+    text = json.dumps(_json_safe(data), indent=2, allow_nan=False) + "\n"
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(_json_safe(data), f, indent=2, allow_nan=False)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, text)
     except OSError as exc:
         raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -156,7 +146,7 @@ class RunWriter:
             while True:
                 try:
                     # rename onto an existing non-empty directory fails: never merges two runs
-                    if path.exists():
+                    if os.path.lexists(path):  # a link planted at the name too
                         raise FileExistsError(path)
                     os.rename(staging, path)
                     break
@@ -220,13 +210,13 @@ class RunWriter:
         """
         target = self.path / name
         try:
-            data = target.read_bytes()
+            data = read_bytes(target)
             lines = data.count(b"\n")
             if data.endswith(b"\n"):
                 self._lines[name] = lines
                 return False
             whole = not cut_by_crash(name, data.decode("utf-8", errors="replace"), meta)
-            with open(target, "r+b") as f:
+            with os.fdopen(open_no_follow(target, os.O_RDWR), "r+b") as f:
                 if whole:
                     f.seek(0, os.SEEK_END)
                     f.write(b"\r\n")
@@ -254,10 +244,7 @@ class RunWriter:
         if not text:
             return
         try:
-            with open(self.path / name, "a", newline="") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+            append(self.path / name, text.encode())
         except OSError as exc:
             raise PowersweepError(
                 f"cannot write {self.path / name}: {exc.strerror or exc}"
@@ -369,16 +356,10 @@ class RunWriter:
                 row = dict(zip(header, values, strict=False))
                 changed = {k: cell(v) for k, v in update(row).items() if k in row}
                 writer.writerow([changed.get(c, v) for c, v in zip(header, values, strict=False)])
-            staging = target.with_name(".caps.csv.restating")
-            with open(staging, "w", newline="") as f:
-                f.write(out.getvalue())
-                f.flush()
-                os.fsync(f.fileno())
-            st = target.stat()
-            os.chmod(staging, st.st_mode & 0o777)
-            with contextlib.suppress(OSError):  # kept the owner a sudo run handed it to
-                os.chown(staging, st.st_uid, st.st_gid)
-            os.replace(staging, target)
+            st = target.lstat()
+            # root keeps the owner a sudo run handed it to; a user keeps their own
+            owner = (st.st_uid, st.st_gid) if os.geteuid() == 0 else None
+            write_atomic(target, out.getvalue(), mode=st.st_mode & 0o777, owner=owner)
         except OSError as exc:
             raise PowersweepError(f"cannot rewrite {target}: {exc.strerror or exc}") from exc
 

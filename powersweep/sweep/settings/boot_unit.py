@@ -32,13 +32,13 @@ import contextlib
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.safe_files import write_atomic
 
 UNIT_NAME = "powersweep-apply.service"
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
@@ -452,22 +452,10 @@ def install_unit(text: str, unit_dir: Path, systemctl: Systemctl | None = None) 
         PowersweepError: It cannot be written, or enabling it failed (see :func:`enable_unit`).
     """
     path = unit_dir / UNIT_NAME
+    # root-owned whatever the directory's group (a setgid unit directory)
+    owner = (0, 0) if os.geteuid() == 0 else None
     try:
-        fd, tmp = tempfile.mkstemp(dir=unit_dir, prefix=f".{UNIT_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                if hasattr(os, "geteuid") and os.geteuid() == 0:
-                    # root-owned whatever the directory's group (a setgid unit directory)
-                    os.fchown(f.fileno(), 0, 0)
-                os.fchmod(f.fileno(), UNIT_MODE)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, text, mode=UNIT_MODE, owner=owner)
     except OSError as exc:
         raise PowersweepError(
             f"cannot write {path}: {exc.strerror or exc} (--unit-dir / {UNIT_DIR_ENV})"
