@@ -5,6 +5,7 @@ requests go on new connections, in bounded time. A well-behaved server keeps its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -70,8 +71,8 @@ class StaleServer:
                     await asyncio.sleep(self.delay_s)
                     writer.write(stale)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client left, or the loop ends (a cancelled handler would log a trace)
         finally:
             writer.close()
 
@@ -186,13 +187,14 @@ async def _connected(
     ready = asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await ready.wait()
-        if send:
-            writer.write(send)
-            await writer.drain()
-        if close:
-            writer.close()
-        await asyncio.sleep(0.2)
+        with contextlib.suppress(asyncio.CancelledError):  # the loop ends while it waits
+            await ready.wait()
+            if send:
+                writer.write(send)
+                await writer.drain()
+            if close:
+                writer.close()
+            await asyncio.sleep(0.2)
 
     listening = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = listening.sockets[0].getsockname()[1]
