@@ -21,9 +21,10 @@ strict parser frames it or refused:
 Bytes that arrive while no request is on the connection, or after its response ended, close
 it: a stale answer must never answer the next request. (Within the read that ends a response,
 llhttp skips blank lines before the next message, as RFC 9112 2.2 allows; any other byte
-closes the connection.) A response its reader stopped reading early is read on, discarded, to
-its end (:meth:`Http11Connection.drain`, bounded by :data:`DRAIN_S` and
-:data:`DRAIN_MAX_BYTES`) before its connection is kept.
+closes the connection; so do bytes the kernel holds when the connection is taken for its next
+request, :meth:`Http11Connection.check_unread`.) A response its reader stopped reading early
+is read on, discarded, to its end (:meth:`Http11Connection.drain`, bounded by :data:`DRAIN_S`
+and :data:`DRAIN_MAX_BYTES`) before its connection is kept.
 
 The read timeout counts silence from the request's sending, the final head or the last body
 byte: interim heads, chunk framing and trailers do not restart it, so a server cannot hold a
@@ -33,6 +34,7 @@ request with them past the timeout.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import cast
 
@@ -96,6 +98,8 @@ class Http11Connection(asyncio.Protocol):
         self.reusable = False
         self.closed = False
         self.timer: asyncio.TimerHandle | None = None
+        # Told once when bytes no request asked for closed the connection (the pool counts it).
+        self.on_stale: Callable[[Http11Connection], None] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -132,6 +136,9 @@ class Http11Connection(asyncio.Protocol):
         self.sink_error: Exception | None = None
         self.drained: Callable[[Http11Connection], None] | None = None
         self.drain_bytes = 0
+        # When the last exchange ended (loop seconds): the pool lets a connection rest before
+        # writing on it again.
+        self.idle_since = self.loop.time()
 
     def drain(self, drained: Callable[[Http11Connection], None]) -> None:
         """Read the rest of a response no one reads any more, discarding its body; then call
@@ -364,10 +371,40 @@ class Http11Connection(asyncio.Protocol):
 
     def _stale(self) -> None:
         """Bytes no request asked for: close the connection, so none answers the next one."""
-        self.reusable = False
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        if self.closed:
+            return
+        self.close()
+        if self.on_stale is not None:
+            self.on_stale(self)
+
+    def check_unread(self) -> bool:
+        """Before a request is written on a kept connection: True when it is still clean.
+
+        Bytes the kernel holds that the loop has not handed to :meth:`data_received` yet (they
+        came in the same loop turn as the reuse) are seen with a non-blocking peek, and close
+        the connection as stale; a peer's close closes it too. An in-memory transport has no
+        socket: its bytes reach ``data_received`` as they are sent.
+        """
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return False
+        sock = self.transport.get_extra_info("socket")
+        if sock is None or sock.fileno() < 0:
+            return True
+        try:
+            # A duplicate of the descriptor: asyncio's (and uvloop's) socket object offers no
+            # recv, and the loop keeps the original.
+            with socket.fromfd(sock.fileno(), sock.family, sock.type) as dup:
+                unread = dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True  # nothing waiting: clean
+        except OSError:
+            self.close()
+            return False
+        if unread:
+            self._stale()
+        else:
+            self.close()  # the peer closed it
+        return False
 
     # -- waiting ---------------------------------------------------------------------------
 

@@ -37,6 +37,15 @@ Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
 # response is read (run seconds on the simulated rig's virtual loop).
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
+# Loop seconds a kept connection rests after its response ended before a request is written on
+# it: a server's unrequested second response must arrive (and close the connection) before a
+# request could take it for its own answer, as HTTP/1.1 cannot tell it from the answer once the
+# request is out. A host's first reuse waits PROBATION_S (once per transport: a server that
+# sends such responses shows it then, and gets no kept connection again); later ones wait
+# REUSE_REST_S, short beside a request's seconds, so a closed loop of streams loses next to
+# nothing to it and opens no extra connection.
+PROBATION_S = 0.25
+REUSE_REST_S = 0.002
 # Opens a connection as ``loop.create_connection(protocol_factory, host, port)`` does: the
 # simulated rig's in-memory network on virtual time, real sockets otherwise.
 Connector = Callable[
@@ -48,15 +57,31 @@ Connector = Callable[
 _UNSAFE_HEADER_BYTES = re.compile(rb"[\r\n\0]")
 
 
+class _Hosts:
+    """What a transport learnt of each host's kept connections, kept across event loops."""
+
+    def __init__(self, rest_s: float, probation_s: float) -> None:
+        self.rest_s = rest_s
+        self.probation_s = probation_s
+        # Hosts whose connection rested PROBATION_S after a response and stayed clean.
+        self.proven: set[tuple[str, int]] = set()
+        # Hosts that sent bytes no request asked for: their connections are not kept.
+        self.stale: set[tuple[str, int]] = set()
+        self.stale_connections = 0
+
+
 class _Pool:
     """Connections of one event loop: a slot per connection allowed, idle ones by host."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_connections: int) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, max_connections: int, hosts: _Hosts
+    ) -> None:
         self.loop = loop
         self.slots = asyncio.Semaphore(max_connections)
         self.idle: dict[tuple[str, int], list[Http11Connection]] = {}
         self.draining: set[Http11Connection] = set()
         self.closed = False
+        self.hosts = hosts
 
     def idle_connection(self, key: tuple[str, int]) -> Http11Connection | None:
         conns = self.idle.get(key)
@@ -65,6 +90,35 @@ class _Pool:
             if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
         return None
+
+    async def clean_connection(self, key: tuple[str, int]) -> Http11Connection | None:
+        """An idle connection to ``key`` known clean, or None (the caller opens one).
+
+        Stale bytes are caught twice: while idle, by the protocol itself (``data_received``
+        with no request on the connection closes it), and here, once the connection rested
+        since its response ended, by a peek at what the kernel holds and the loop has not
+        delivered yet. Either closes the connection; the next one is tried.
+        """
+        hosts = self.hosts
+        while (conn := self.idle_connection(key)) is not None:
+            rest_s = hosts.rest_s if key in hosts.proven else hosts.probation_s
+            try:
+                wait_s = conn.idle_since + rest_s - self.loop.time()
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+            except BaseException:
+                conn.close()
+                raise
+            if conn.check_unread():
+                if rest_s >= hosts.probation_s:
+                    hosts.proven.add(key)  # it rested that long and stayed clean
+                return conn
+        return None
+
+    def stale(self, conn: Http11Connection) -> None:
+        """``conn`` was closed for bytes no request asked for: its host's are kept no more."""
+        self.hosts.stale.add(conn.key)
+        self.hosts.stale_connections += 1
 
     def release(self, conn: Http11Connection) -> None:
         """Give a connection's slot back; keep the connection when its response ended whole, or
@@ -84,7 +138,13 @@ class _Pool:
 
     def _keep(self, conn: Http11Connection) -> None:
         self.draining.discard(conn)
-        if self.closed or conn.closed or conn.error is not None or not conn.body_done:
+        if (
+            self.closed
+            or conn.closed
+            or conn.error is not None
+            or not conn.body_done
+            or conn.key in self.hosts.stale
+        ):
             conn.close()
             return
         conn.reset()
@@ -160,6 +220,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
         connect_timeout_s: Wall seconds to connect when the request names none.
         read_timeout_s: Wall seconds of silence tolerated when the request names none.
         connector: Opens connections (None: the running loop's ``create_connection``).
+        reuse_rest_s: Loop seconds a kept connection rests before its next request (None:
+            :data:`REUSE_REST_S` over sockets, 0 over a ``connector``'s in-memory network,
+            whose bytes arrive as they are sent).
+        probation_s: The rest of a host's first reuse (None: :data:`PROBATION_S` over
+            sockets, 0 over a ``connector``).
     """
 
     def __init__(
@@ -169,6 +234,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         connect_timeout_s: float,
         read_timeout_s: float,
         connector: Connector | None = None,
+        reuse_rest_s: float | None = None,
+        probation_s: float | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -176,14 +243,25 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._connector = connector
+        if reuse_rest_s is None:
+            reuse_rest_s = REUSE_REST_S if connector is None else 0.0
+        if probation_s is None:
+            probation_s = PROBATION_S if connector is None else 0.0
+        self._hosts = _Hosts(reuse_rest_s, probation_s)
         self._pool: _Pool | None = None
+
+    @property
+    def stale_connections(self) -> int:
+        """Connections closed for bytes no request asked for (a response after the one asked
+        for, bytes while idle); none of those bytes answered a request."""
+        return self._hosts.stale_connections
 
     def _current_pool(self) -> _Pool:
         loop = asyncio.get_running_loop()
         if self._pool is None or self._pool.loop is not loop:
             if self._pool is not None:
                 self._pool.close()
-            self._pool = _Pool(loop, self._max_connections)
+            self._pool = _Pool(loop, self._max_connections, self._hosts)
         return self._pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -202,10 +280,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
         conn: Http11Connection | None = None
         try:
             payload = _request_bytes(head, request, await request.aread())
+            # Before the trace: a kept connection's rest is no part of the request's time.
+            conn = reused = await pool.clean_connection(key)
             trace: Trace | None = request.extensions.get("trace")
             if trace is not None:
                 await trace("http11.send_request_headers.started", {"request": request})
-            reused = pool.idle_connection(key)
             conn = reused or await self._connect(pool, key, connect_s, request)
             try:
                 await _exchange_head(conn, request, payload, read_s)
@@ -242,6 +321,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
     ) -> Http11Connection:
         conn = Http11Connection(pool.loop)
         conn.key = key
+        conn.on_stale = pool.stale
         try:
             async with asyncio.timeout(timeout_s):
                 connect = self._connector or pool.loop.create_connection
