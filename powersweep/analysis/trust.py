@@ -48,6 +48,8 @@ _FAULT_TEXT = {
     "to and sent again (their prefill was not checked at that step)",
     "cache_untold": "server(s) that report no cached prompt tokens: whether a stability probe "
     "was served from cache could not be told",
+    "stale_bytes": "kept connection(s) that got bytes no request asked for (a second response "
+    "from the server): closed unread, later requests went on new connections",
     "stretch_unchecked": "undervolt search(es) whose TPS does not follow the card (a simulated "
     "card beside a real server): steps not judged by their TPS",
 }

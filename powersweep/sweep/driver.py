@@ -273,6 +273,19 @@ class Sweep:
             self.warn(f"{what}: each step is checked by its answers, the card's state and TPS")
         return check
 
+    def _stale_bytes(self) -> None:
+        """Connections the server sent unasked-for bytes on (the transport closed them unread):
+        a fault, and said, since the server misbehaved."""
+        stale = int(getattr(self.client, "stale_connections", 0) or 0)
+        if stale:
+            what = (
+                f"{stale} kept connection(s) got bytes no request asked for (a second response "
+                "from the server): closed unread; later requests went on new connections"
+            )
+            for _ in range(stale):
+                self._faults.add("stale_bytes", what)
+            self.warn(what)
+
     def _before_change(self) -> None:
         """Every change goes through the restore journal: it must still be this sweep's."""
         self.restorer.ensure_owned()
@@ -312,6 +325,7 @@ class Sweep:
                 if self._on_restored is not None:
                     with contextlib.suppress(Exception):
                         self._on_restored(restored)
+                self._stale_bytes()
                 if status == "complete":
                     status, error = judge(self.measurer.ledger.status.values())
                 self.meta.update(

@@ -75,3 +75,18 @@ def test_a_tps_the_card_does_not_drive_is_not_judged_and_that_is_said() -> None:
         "its TPS (clock stretching)"
     ]
     assert [f["kind"] for f in sweep._faults.to_list()] == ["stretch_unchecked"]  # type: ignore[attr-defined]
+
+
+def test_stale_bytes_the_transport_closed_are_a_fault_the_user_reads() -> None:
+    # issue 46: a server's unasked-for second response is a fault, said, never data
+    class _Stale:
+        stale_connections = 2
+
+    sweep, said = _sweep(_Stale(), [FakeGpu()])
+    sweep._stale_bytes()
+    (fault,) = sweep._faults.to_list()
+    assert fault["kind"] == "stale_bytes" and fault["count"] == 2
+    assert said == [fault["examples"][0]] and "closed unread" in said[0]
+    clean, quiet = _sweep(object(), [FakeGpu()])
+    clean._stale_bytes()
+    assert clean._faults.to_list() == [] and quiet == []

@@ -182,6 +182,12 @@ class ChatClient(ServerQueries):
         knows it is honoured or a request carrying it was accepted, None before that."""
         return self._switch_accepted
 
+    @property
+    def stale_connections(self) -> int:
+        """Kept connections closed because bytes no request asked for arrived on them (0: none,
+        or not the lean transport)."""
+        return self._lean.stale_connections if self._lean is not None else 0
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
