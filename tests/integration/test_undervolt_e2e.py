@@ -192,7 +192,10 @@ def test_sigterm_in_the_memory_phase_puts_both_offsets_back(tmp_path: Path) -> N
     profile = "rtx4090-air"
     state, env = _rig(tmp_path, profile)
     quick = ("--max-offset", "60", "--soak-seconds", "0", "--mem-offset-step", "500")
-    proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED, *quick), env=env)
+    # paced faster than PACED: the memory phase comes after the SM search (a memory step still
+    # lasts about 80 ms of wall time, for the 20 ms poll to catch)
+    faster = [("50" if a == "20" else a) for a in PACED]
+    proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *faster, *quick), env=env)
     key = f"{_uuid(profile)}#mem_offset_mhz"
     try:
         deadline = time.monotonic() + 90
@@ -243,7 +246,7 @@ def test_a_search_killed_under_an_offset_resumes_and_never_tries_it_again(tmp_pa
     state, env = _rig(tmp_path, profile)
     proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
     try:
-        _wait_for_an_offset(proc, state, profile, at_least=90.0)
+        _wait_for_an_offset(proc, state, profile, at_least=60.0)
         killed_at = _card(state, profile)[2]
         proc.kill()
         proc.communicate(timeout=30)
