@@ -21,6 +21,7 @@ from typing import Any
 
 from powersweep.analysis.undervolt_memory import rose_beyond_noise
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.planning.soaks import SoakLadder
 
 Batch = list[tuple[SweepPoint, str]]
 MEM_REFERENCE = "mem reference"
@@ -86,9 +87,7 @@ class MemorySearch:
         self.best_mhz: float | None = None
         self.stopped_mhz: float | None = None
         self.ended = ""
-        self._soak_mhz: float | None = None
-        self.soaks: list[tuple[float, str]] = []
-        self.chosen_mhz: float | None = None
+        self.ladder = SoakLadder(max(plan.margin_mhz, plan.step_mhz))
 
     def at(self, mhz: float) -> SweepPoint:
         """The SM answer with memory offset ``mhz``."""
@@ -125,29 +124,30 @@ class MemorySearch:
         (tps, u95), (best, best_u95) = self.tps_of(self.at(mhz)), self.tps_of(self.at(best_mhz))
         return rose_beyond_noise(tps, u95, best, best_u95)
 
+    @property
+    def chosen_mhz(self) -> float | None:
+        """The memory answer, once its soak held (or none was needed)."""
+        return self.ladder.chosen_mhz
+
+    @property
+    def soaks(self) -> list[tuple[float, str]]:
+        """Each soak's memory offset and status."""
+        return self.ladder.soaks
+
     def soak(self) -> SweepPoint | None:
-        """The next offset to soak (None: none left): the best less the margin; offset 0 needs
-        none, nor a measured step without a soak."""
-        if not self.ended or self.best_mhz is None or self.chosen_mhz is not None:
+        """The next offset to soak (None: none left): the best less the margin first."""
+        if not self.ended or self.best_mhz is None:
             return None
-        if self._soak_mhz is None:
-            self._soak_mhz = max(0.0, self.best_mhz - self.plan.margin_mhz)
-        measured = self.status_of(self.at(self._soak_mhz)) == "ok"
-        if self._soak_mhz <= 0 or (self.soak_s <= 0 and measured):
-            self.chosen_mhz = self._soak_mhz
-            return None
-        return self.at(self._soak_mhz)
+        mhz = self.ladder.next(
+            self.best_mhz - self.plan.margin_mhz,
+            lambda o: self.status_of(self.at(o)) == "ok",
+            self.soak_s,
+        )
+        return None if mhz is None else self.at(mhz)
 
     def soaked(self, status: str) -> None:
         """Take the soak's status: ok chooses it, anything else backs off by the margin."""
-        if self._soak_mhz is None:
-            return
-        self.soaks.append((self._soak_mhz, status))
-        if status == "ok":
-            self.chosen_mhz = self._soak_mhz
-        else:
-            back = max(self.plan.margin_mhz, self.plan.step_mhz)
-            self._soak_mhz = max(0.0, self._soak_mhz - back)
+        self.ladder.took(status)
 
     def record(self) -> dict[str, Any]:
         """``run.json``'s ``undervolt.memory``."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from powersweep.sweep.planning.memory_steps import MemoryPlan, MemorySearch
 from powersweep.sweep.planning.points import SweepPoint
+from powersweep.sweep.planning.soaks import SoakLadder
 
 Batch = list[tuple[SweepPoint, str]]
 BASELINE = "baseline"
@@ -163,9 +164,7 @@ class UndervoltSchedule:
         self.last_stable_mhz: float | None = None
         self.first_unstable_mhz: float | None = None
         self.ended = ""
-        self._soak_mhz: float | None = None
-        self.soaks: list[tuple[float, str]] = []
-        self.chosen_mhz: float | None = None
+        self.ladder = SoakLadder(max(plan.margin_mhz, CLOCK_GRID_MHZ), _grid_floor)
         self.refined: tuple[float, float] | None = None
 
     def at(self, mhz: float) -> SweepPoint:
@@ -272,34 +271,36 @@ class UndervoltSchedule:
         if mem is not None:
             self.in_flight["mem_offset_mhz"] = mem
 
+    @property
+    def chosen_mhz(self) -> float | None:
+        """The answer, once its soak held (or none was needed)."""
+        return self.ladder.chosen_mhz
+
+    @property
+    def soaks(self) -> list[tuple[float, str]]:
+        """Each soak's offset and status."""
+        return self.ladder.soaks
+
     def soak(self) -> SweepPoint | None:
-        """The next offset to soak (None: no soak is left). The first is the last stable offset
-        less the margin, on the grid; offset 0 needs none (it is the card's own curve, measured
-        already), nor does a measured stable step without ``--soak-seconds``. An offset the
-        margin lands on that no step measured is measured here, soak or not."""
-        if self._stage != DONE or self.last_stable_mhz is None or self.chosen_mhz is not None:
+        """The next offset to soak (None: no soak is left): the last stable offset less the
+        margin, on the grid, first (:class:`~.soaks.SoakLadder`)."""
+        if self._stage != DONE or self.last_stable_mhz is None:
             return None
-        if self._soak_mhz is None:
-            self._soak_mhz = max(0.0, _grid_floor(self.last_stable_mhz - self.plan.margin_mhz))
-        measured = self.status_of(self.at(self._soak_mhz)) == "ok"
-        if self._soak_mhz <= 0 or (self.plan.soak_s <= 0 and measured):
-            self.chosen_mhz = self._soak_mhz
+        mhz = self.ladder.next(
+            self.last_stable_mhz - self.plan.margin_mhz,
+            lambda o: self.status_of(self.at(o)) == "ok",
+            self.plan.soak_s,
+        )
+        if mhz is None:
             self.in_flight = None
             return None
-        self.set_in_flight(self.at(self._soak_mhz), "soak")
-        return self.at(self._soak_mhz)
+        self.set_in_flight(self.at(mhz), "soak")
+        return self.at(mhz)
 
     def soaked(self, status: str) -> None:
         """Take the soak's status: ok chooses its offset, anything else backs off by the margin
         again (one grid bin at least)."""
-        if self._soak_mhz is None:
-            return
-        self.soaks.append((self._soak_mhz, status))
-        if status == "ok":
-            self.chosen_mhz = self._soak_mhz
-        else:
-            back = max(self.plan.margin_mhz, CLOCK_GRID_MHZ)
-            self._soak_mhz = max(0.0, _grid_floor(self._soak_mhz - back))
+        self.ladder.took(status)
 
     def record(self) -> dict[str, Any] | None:
         """``run.json``'s ``undervolt``: the lock, the steps' outcome and the chosen offset."""
