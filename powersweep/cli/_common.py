@@ -125,7 +125,7 @@ BackendOpt = Annotated[
     typer.Option(
         "--backend",
         help="GPU library: auto (the NVIDIA and AMD cards there are), nvml (NVIDIA) or amdsmi "
-        "(AMD; pip install 'powersweep[amd]').",
+        "(AMD; pip install 'powersweep\\[amd]').",  # \[: Rich markup would eat [amd]
         case_sensitive=False,
     ),
 ]

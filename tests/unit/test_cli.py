@@ -170,6 +170,8 @@ def test_sweep_help_lists_choices_in_panels(
     ):
         assert choices in out, choices
     assert "--sim-http-error" not in out  # hidden test switches stay hidden
+    # issue 47: Rich took the extra's name for markup and printed `pip install 'powersweep'`
+    assert "'powersweep[amd]'" in out
 
 
 @pytest.mark.parametrize(
