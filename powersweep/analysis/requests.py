@@ -194,8 +194,9 @@ def rate_findings(rates: list[dict[str, float]]) -> list[Finding]:
             "info",
             "server_rates_agree",
             f"the tool's decode TPS agrees with the server's own rate "
-            f"(timings.predicted_per_second) within {RATE_MISMATCH_PCT:g}% at all {len(rates)} "
-            f"caps ({n} requests; largest difference {worst['diff_pct']:+.2f}% at "
+            f"(timings.predicted_per_second) within {RATE_MISMATCH_PCT:g}% "
+            f"{'at its one cap' if len(rates) == 1 else f'at all {len(rates)} caps'} "
+            f"({n} request{'' if n == 1 else 's'}; largest difference {worst['diff_pct']:+.2f}% at "
             f"{worst['cap_w']:g} W)",
             None,
         )

@@ -41,6 +41,9 @@ def test_rates_agree_within_five_percent() -> None:
     (f,) = rate_findings(rates)
     assert f.code == "server_rates_agree" and f.severity == "info"
     assert "all 2 caps" in f.message and "3 requests" in f.message
+    # issue 47: one cap is "its one cap", not "all 1 caps"
+    (one,) = rate_findings(server_rates(_df([_row(300, 30.0, 30.5)])))
+    assert "at its one cap (1 requests" not in one.message and "at its one cap (" in one.message
 
 
 def test_a_cap_off_by_more_than_five_percent_is_a_warning() -> None:
