@@ -217,3 +217,16 @@ def test_failed_requests_come_from_requests_csv_when_run_json_does_not_count_the
     counted = {"status": "complete", "faults": [{"kind": "request_failed", "count": 7}]}
     assert run_findings(counted, requests)[0].message == "the run met faults: 7 request(s) failed"
     assert run_findings({"status": "complete"}, requests.drop("error")) == []
+
+
+def test_the_step_an_undervolt_search_ends_on_is_no_fault_of_the_run() -> None:
+    # issue 47: the search's expected unstable step read "warning: the run met faults"
+    from powersweep.analysis.trust import run_findings
+
+    searched = {"faults": [{"kind": "unstable_offset", "count": 2, "examples": ["+270 MHz"]}]}
+    assert [f.code for f in run_findings(searched, None, "run")] == []
+    reset = {"kind": "gpu_reset", "count": 1, "examples": ["+360 MHz: Xid 79"]}
+    both = {"faults": [*searched["faults"], reset]}
+    (found,) = [f for f in run_findings(both, None, "run") if f.code == "run_faults"]
+    assert found.severity == "warning" and "reset" in found.message
+    assert "stability check" not in found.message
