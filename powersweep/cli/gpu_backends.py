@@ -21,6 +21,11 @@ from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.combined import CombinedBackend
 
 
+# Said where no GPU library starts: on a machine without a GPU the simulated rig is what a user
+# wants (issue 47: the error named only the drivers).
+NO_GPU_HINT = " (no GPU here? add --simulate rtx3090-air to run on the simulated rig)"
+
+
 def open_backend(kind: str) -> tuple[GpuBackend, str]:
     """The real GPUs' backend for ``--backend``, and the kind the restore journal records.
 
@@ -34,10 +39,13 @@ def open_backend(kind: str) -> tuple[GpuBackend, str]:
     """
     from powersweep.sweep.gpu.nvml import NvmlBackend
 
-    if kind == "nvml":
-        return NvmlBackend(), "nvml"
-    if kind == "amdsmi":
-        return AmdsmiBackend(), "amdsmi"
+    try:
+        if kind == "nvml":
+            return NvmlBackend(), "nvml"
+        if kind == "amdsmi":
+            return AmdsmiBackend(), "amdsmi"
+    except GpuError as exc:
+        raise GpuError(f"{exc}{NO_GPU_HINT}") from exc
     if kind != "auto":
         raise UsageError(f"--backend must be auto, nvml or amdsmi, not {kind!r}")
     reasons = []
@@ -65,7 +73,7 @@ def open_backend(kind: str) -> tuple[GpuBackend, str]:
         if amd is not None:
             amd.close()
         return nvml, "nvml"
-    raise GpuError("no GPU library could start: " + "; ".join(reasons))
+    raise GpuError("no GPU library could start: " + "; ".join(reasons) + NO_GPU_HINT)
 
 
 def check_sim_backend(kind: str, profiles: Sequence[Any]) -> None:

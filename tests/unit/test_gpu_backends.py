@@ -67,8 +67,9 @@ def test_a_named_library_that_cannot_start_is_its_own_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _libraries(monkeypatch, None, FakeAmdsmi([mi300x()]))
-    with pytest.raises(GpuError, match="NVML not available"):
+    with pytest.raises(GpuError, match="NVML not available") as caught:
         gpu_backends.open_backend("nvml")
+    assert str(caught.value).endswith("add --simulate rtx3090-air to run on the simulated rig)")
 
 
 def test_auto_without_either_library_names_both_causes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +78,7 @@ def test_auto_without_either_library_names_both_causes(monkeypatch: pytest.Monke
         gpu_backends.open_backend("auto")
     assert str(caught.value) == (
         f"no GPU library could start: {NO_NVML}; amdsmi cannot start: is the amdgpu driver "
-        "loaded? (test)"
+        "loaded? (test) (no GPU here? add --simulate rtx3090-air to run on the simulated rig)"
     )
 
 
