@@ -20,7 +20,6 @@ from powersweep.sweep.gpu import Gpu, GpuBackend
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.combined import CombinedBackend
 
-
 # Said where no GPU library starts: on a machine without a GPU the simulated rig is what a user
 # wants (issue 47: the error named only the drivers).
 NO_GPU_HINT = " (no GPU here? add --simulate rtx3090-air to run on the simulated rig)"
