@@ -337,6 +337,11 @@ class _Progress:
 
     def close(self) -> None:
         if self.bar is not None:
+            # a plan measures fewer points than it first counted when a phase has nothing to
+            # re-measure: what was done is all there was (issue 47: the bar ended at 92%)
+            if 0 < self.bar.n < self.bar.total:
+                self.bar.total = self.bar.n
+                self.bar.refresh()
             self.bar.close()
             self.bar = None
 

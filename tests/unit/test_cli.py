@@ -296,3 +296,17 @@ def test_a_signal_python_wraps_mid_import_still_ends_as_that_signal(
     assert main(["analyze", "x"]) == rc
     err = capsys.readouterr().err
     assert said in err and "internal error" not in err
+
+
+def test_the_progress_bar_ends_full_when_fewer_points_ran_than_counted(tmp_path: Path) -> None:
+    # issue 47: a clock sweep's bar ended at 92% (12/13)
+    from powersweep.cli.sweep import _Progress
+    from powersweep.sweep.measurement.point import PointProgress
+
+    bar = _Progress(quiet=False)
+    bar.on_plan(tmp_path, [300.0, 290.0, 280.0])
+    inner = bar.bar
+    for i in (1, 2):
+        bar.on_progress(PointProgress(i, 3, 300.0, "ok", 30.0, 300.0, 0.1))
+    bar.close()
+    assert (inner.n, inner.total) == (2, 2) and bar.bar is None
