@@ -92,6 +92,7 @@ from powersweep.cli.sweep_flags import (
     parse_gpus,
 )
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import REFERENCE_REASON
 from powersweep.sim.sim_options import SimOptions, SimServerFlavour, refuse_without_simulate
 from powersweep.sim.world import parse_world
 from powersweep.sweep.options import (
@@ -334,14 +335,14 @@ class _Progress:
         else:
             self.bar.set_postfix_str(f"{where}: {p.status}")
         self.bar.update(1)
+        if p.reason == REFERENCE_REASON:
+            # the run's last point: a plan that counted points it did not need ends full here
+            # (issue 47: the bar ended at 92%); an interrupted run never gets here
+            self.bar.total = self.bar.n
+            self.bar.refresh()
 
     def close(self) -> None:
         if self.bar is not None:
-            # a plan measures fewer points than it first counted when a phase has nothing to
-            # re-measure: what was done is all there was (issue 47: the bar ended at 92%)
-            if 0 < self.bar.n < self.bar.total:
-                self.bar.total = self.bar.n
-                self.bar.refresh()
             self.bar.close()
             self.bar = None
 

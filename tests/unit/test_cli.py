@@ -306,7 +306,8 @@ def test_the_progress_bar_ends_full_when_fewer_points_ran_than_counted(tmp_path:
     bar = _Progress(quiet=False)
     bar.on_plan(tmp_path, [300.0, 290.0, 280.0])
     inner = bar.bar
-    for i in (1, 2):
-        bar.on_progress(PointProgress(i, 3, 300.0, "ok", 30.0, 300.0, 0.1))
+    bar.on_progress(PointProgress(1, 3, 300.0, "ok", 30.0, 300.0, 0.1, reason="dense"))
+    assert (inner.n, inner.total) == (1, 3)  # cut here (a Ctrl-C), it shows as cut
+    bar.on_progress(PointProgress(1, 1, 300.0, "ok", 30.0, 300.0, 0.1, reason="reread"))
+    assert (inner.n, inner.total) == (2, 2)  # the run's last point: full
     bar.close()
-    assert (inner.n, inner.total) == (2, 2) and bar.bar is None

@@ -86,6 +86,7 @@ def _point(**changes: object) -> SimpleNamespace:
         "tps": 30.04,
         "power_w": 280.4,
         "tps_per_w": 0.10714,
+        "reason": "dense",
     }
     return SimpleNamespace(**{**base, **changes})
 

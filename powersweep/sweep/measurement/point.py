@@ -512,6 +512,7 @@ class PointMeasurer:
                     row["power_w"],
                     row["tps_per_w"],
                     point.label() if point.locks_clocks else "",
+                    reason,
                 )
             )
 

@@ -11,7 +11,8 @@ from powersweep.sweep.sampling.thermal import ThermalWait
 
 @dataclass(frozen=True)
 class PointProgress:
-    """Reported to the progress callback after each point (``label`` names a clock point)."""
+    """Reported to the progress callback after each point (``label`` names a clock point,
+    ``reason`` why it was measured: ``reread`` is the run's last)."""
 
     index: int
     total: int
@@ -21,6 +22,7 @@ class PointProgress:
     power_w: float
     tps_per_w: float
     label: str = ""
+    reason: str = ""
 
 
 @dataclass(frozen=True)
