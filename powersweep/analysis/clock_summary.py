@@ -12,7 +12,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import Num, PowerAnalysis, known
 from powersweep.analysis.serving_summary import energy_section, latency_section
-from powersweep.analysis.summary import escape_md
+from powersweep.analysis.summary import apply_line, escape_md, facts_table
 from powersweep.errors import UsageError
 
 _METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
@@ -47,10 +47,16 @@ def render_clock_summary(curve: Curve, analysis: ClockAnalysis) -> str:
     gpu = escape_md(run.gpu_name or "unknown GPU")
     mode = escape_md(run.load_mode or "unknown load")
     lines = [f"## powersweep clock sweep: {gpu}, {mode} ({escape_md(analysis.axis)})", ""]
+    version = run.tool_version or (analysis.tool.version if analysis.tool else None)
+    lines += facts_table(run, version, analysis.metric)
     answer = known(analysis.answer)
     if answer is not None and answer.kind != "answer":
         what = "No answer" if answer.kind == "none" else "Boundary"
         lines += [f"**{what}: {escape_md(answer.why)}.**", ""]
+    elif answer is not None:
+        lines += apply_line(
+            curve.source, "the clock locks and the limit; --persist keeps them across reboots"
+        )
     binds = analysis.power_cap_binds
     if binds is not None:
         lines.append(f"Power limit in force: {_fmt(binds.limit_w, 0)} W.")

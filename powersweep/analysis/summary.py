@@ -15,7 +15,14 @@ from powersweep.analysis.findings import Severity
 from powersweep.analysis.load import Curve
 from powersweep.analysis.noise import sweet_spot_text
 from powersweep.analysis.result_files import write_analysis
-from powersweep.analysis.result_types import CapRow, CapsBind, Pick, PowerAnalysis, known
+from powersweep.analysis.result_types import (
+    CapRow,
+    CapsBind,
+    Pick,
+    PowerAnalysis,
+    RunFacts,
+    known,
+)
 from powersweep.runformat import REPEAT_REASONS
 
 # GitHub refuses comments longer than this; stay well under it.
@@ -147,17 +154,49 @@ def _header(analysis: PowerAnalysis) -> str:
         f"| GPU | {gpu} |",
         *([f"| GPUs swept | {escape_md(run.gpu_selection)} |"] if run.gpu_selection else []),
         f"| Power envelope | {escape_md(_envelope(analysis))} |",
-        f"| Cooling | {_unknown(run.cooling)} |",
-        f"| Model / engine | {_unknown(run.model)} / {_unknown(run.engine)} |",
-        f"| Load mode | {_unknown(run.load_mode)} |",
-        f"| Metric | {escape_md(analysis.metric)} |",
-        f"| Date | {_unknown(run.date)} |",
-        f"| Tool version | {_unknown(tool_version)} |",
+        *run_rows(run, tool_version, analysis.metric),
         *_pick_lines(analysis),
     ]
     if run.simulated:
-        lines.append("| Note | simulated rig, not real hardware |")
+        lines.append(SIMULATED_ROW)
     return "\n".join(lines) + "\n\n"
+
+
+# The last row of a summary's header table on the simulated rig.
+SIMULATED_ROW = "| Note | simulated rig, not real hardware |"
+
+
+def run_rows(run: RunFacts, tool_version: str | None, metric: str | None = None) -> list[str]:
+    """The header table's rows every summary carries (power, clock and undervolt runs alike):
+    cooling, model and engine, load mode, the metric, date and tool version."""
+    return [
+        f"| Cooling | {_unknown(run.cooling)} |",
+        f"| Model / engine | {_unknown(run.model)} / {_unknown(run.engine)} |",
+        f"| Load mode | {_unknown(run.load_mode)} |",
+        *([f"| Metric | {escape_md(metric)} |"] if metric else []),
+        f"| Date | {_unknown(run.date)} |",
+        f"| Tool version | {_unknown(tool_version)} |",
+    ]
+
+
+def apply_line(source: object, what: str) -> list[str]:
+    """``Apply it: `sudo powersweep apply RUN` (what it sets)`` and a blank line: the run's path
+    as code (a backtick in it would end the span, so it becomes a quote)."""
+    path = " ".join(str(source).split()).replace("`", "'")
+    return [f"Apply it: `sudo powersweep apply {path}` ({escape_md(what)}).", ""]
+
+
+def facts_table(run: RunFacts, tool_version: str | None, metric: str | None = None) -> list[str]:
+    """A clock or undervolt summary's header table: the GPU, then :func:`run_rows`."""
+    gpu = escape_md(run.gpu_label) if run.gpu_label else _unknown(run.gpu_name)
+    return [
+        "| | |",
+        "|---|---|",
+        f"| GPU | {gpu} |",
+        *run_rows(run, tool_version, metric),
+        *([SIMULATED_ROW] if run.simulated else []),
+        "",
+    ]
 
 
 def _no_cap_binds(analysis: PowerAnalysis) -> CapsBind | None:

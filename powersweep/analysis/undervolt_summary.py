@@ -6,7 +6,7 @@ import math
 
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import Num
-from powersweep.analysis.summary import escape_md
+from powersweep.analysis.summary import apply_line, escape_md, facts_table
 from powersweep.analysis.undervolt_result_types import (
     IdleAtLock,
     MemoryAnswer,
@@ -98,6 +98,14 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
     gpu = escape_md(run.gpu_name or "unknown GPU")
     mode = escape_md(run.load_mode or "unknown load")
     lines = [f"## powersweep undervolt search: {gpu}, {mode}", ""]
+    version = run.tool_version or (analysis.tool.version if analysis.tool else None)
+    lines += facts_table(run, version, analysis.metric)
+    if analysis.chosen is not None:
+        lines += apply_line(
+            curve.source,
+            "the cap, the SM lock and offset, and any memory offset; --persist --trust-offset "
+            "keeps them across reboots",
+        )
     lines.append(
         f"SM clock locked at {_fmt(analysis.sm_lock_mhz, 0)} MHz, offset stepped by "
         f"{_fmt(analysis.step_mhz, 0)} MHz from 0{_refined(analysis)}; {what_ran(analysis)}. "

@@ -97,11 +97,17 @@ def test_a_hand_made_analysis_renders_every_section(tmp_path: Path) -> None:
         ],
     }
     text = render_clock_summary(_curve(tmp_path), ClockAnalysis.from_json(doc))
+    # the header table every summary carries (issue 47), then the answer's line
     assert text.startswith(
         "## powersweep clock sweep: RTX \\*3090\\*, prefill-heavy (sm-clock)\n\n"
+        "| | |\n|---|---|\n| GPU | RTX \\*3090\\* |\n| Cooling | unknown |\n"
+        "| Model / engine | unknown / unknown |\n| Load mode | prefill-heavy |\n"
+        "| Metric | prefill\\_tps |\n| Date | unknown |\n"
+    )
+    assert (
         "Power limit in force: 350 W.\n\n### Findings\n\n"
         "- **warning**: 1 &lt; 2 — do \\`x\\`\n- **info**: fine\n"
-    )
+    ) in text
     assert _section(text, "Operating points")[2:] == [
         "| efficiency peak | SM 1500 MHz / mem 9001 MHz | 0.1500 | 36.0 | 240 | 6.667 | 27.8 |",
         "| near-peak (≤5% TPS loss) | SM 1800 MHz / mem 9001 MHz | 0.1357 | 38.0 | 280 | 7.368 "

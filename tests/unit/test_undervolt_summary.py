@@ -26,3 +26,6 @@ def test_the_summary_and_headline_show_the_answer_beside_the_cap(tmp_path: Path)
     line = headline(a)
     assert line is not None and line.startswith("undervolt: SM 1485 MHz +90 MHz offset")
     assert "vs the 300 W cap" in line
+    # issue 47: the header table every summary carries, and how to apply the answer
+    assert "| Cooling | unknown |" in text and "| Tool version |" in text
+    assert f"Apply it: `sudo powersweep apply {curve.source}`" in text
