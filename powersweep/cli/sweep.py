@@ -106,6 +106,7 @@ from powersweep.sweep.options import (
     SweepOptions,
     UndervoltOptions,
 )
+from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
 from powersweep.sweep.sampling.windows import WindowPolicy
 
 # Exit code of a run that ended but measured too few caps to answer.
@@ -292,6 +293,17 @@ def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:
         typer.echo(line)
 
 
+# Points a sweep measures after its plan, at most, where nothing failed: the confirm phase's and
+# the re-read. The bar counts them from the start, so it does not run backwards when they come
+# (issue 47), and ends full at the re-read however many were needed.
+AFTER_PLAN = CONFIRM_MAX_CAPS + 1
+
+
+def _bar(planned: int, unit: str, headroom: bool = True) -> Any:
+    total = planned + (AFTER_PLAN if headroom else 0)
+    return tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
+
+
 class _Progress:
     """The progress bar: opened once the caps are known, updated after each cap."""
 
@@ -303,7 +315,7 @@ class _Progress:
         info(f"run directory: {run_dir}")
         info(f"caps: {len(planned)} from {max(planned):g} W down to {min(planned):g} W")
         if not self.quiet:
-            self.bar = tqdm(total=len(planned), unit="cap", file=sys.stderr, dynamic_ncols=True)
+            self.bar = _bar(len(planned), "cap")
 
     def on_points(self, run_dir: Path, planned: list[Any]) -> None:
         info(f"run directory: {run_dir}")
@@ -316,7 +328,8 @@ class _Progress:
         else:
             info(f"clock points: {len(planned)}, from {first.label()} down")
         if not self.quiet:
-            self.bar = tqdm(total=len(planned), unit="point", file=sys.stderr, dynamic_ncols=True)
+            search = first.sm_offset_mhz is not None  # an undervolt search's steps come as it goes
+            self.bar = _bar(len(planned), "step" if search else "point", not search)
 
     def on_progress(self, p: Any) -> None:
         if self.bar is None:

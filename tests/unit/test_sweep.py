@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from powersweep.cli import main
-from powersweep.cli.sweep import _finish_report, _print_restored, _Progress
+from powersweep.cli.sweep import AFTER_PLAN, _finish_report, _print_restored, _Progress
 from powersweep.sim.profiles import OUTLIERS, profile_names
 from powersweep.sim.synthetic_fleet import synthetic_fleet
 from powersweep.sweep.planning.points import SweepPoint
@@ -97,13 +97,13 @@ def test_the_progress_bar_says_each_point_and_only_grows(
     bar = _Progress(quiet=False)
     bar.on_progress(_point())  # before the plan: no bar, nothing happens
     bar.on_plan(tmp_path, [300.0, 250.0, 200.0])
-    assert bar.bar.total == 3
+    assert bar.bar.total == 3 + AFTER_PLAN  # the confirm phase and the re-read counted ahead
     bar.on_progress(_point(index=0))
     assert bar.bar.postfix == "300 W: 30.0 TPS, 280 W, 0.1071 TPS/W"
-    bar.on_progress(_point(index=1, total=5, cap_w=250.0))  # an adaptive plan grew
-    assert bar.bar.total == 6 and bar.bar.n == 2
+    bar.on_progress(_point(index=1, total=8, cap_w=250.0))  # an adaptive plan grew past it
+    assert bar.bar.total == 9 and bar.bar.n == 2
     bar.on_progress(_point(index=0, total=1, label="recheck 250 W", status="failed"))
-    assert bar.bar.total == 6 and bar.bar.postfix == "recheck 250 W: failed"
+    assert bar.bar.total == 9 and bar.bar.postfix == "recheck 250 W: failed"
     bar.close()
     bar.close()  # twice is harmless
     err = capsys.readouterr().err
