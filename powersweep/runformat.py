@@ -213,6 +213,12 @@ def as_float(value: Any) -> float:
         return math.nan
 
 
+def finite_or_none(value: Any) -> float | None:
+    """:func:`as_float`, None where it is not a finite number (a record's or a cell's)."""
+    out = as_float(value)
+    return out if math.isfinite(out) else None
+
+
 # A text cell a spreadsheet would run as a formula starts with one of these (OWASP's CSV
 # injection rule: =, +, -, @, and the tab and carriage return that hide them).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -27,7 +27,7 @@ from powersweep.analysis.undervolt_result_types import (
     UndervoltAnalysis,
     VersusCap,
 )
-from powersweep.runformat import REFERENCE_REASON
+from powersweep.runformat import REFERENCE_REASON, finite_or_none
 
 SOAK = "soak"
 RETRY_REASON = "retry"
@@ -86,7 +86,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
         step_mhz=step_mhz,
         margin_mhz=margin,
-        soak_s=_float(options.get("soak_s")),
+        soak_s=finite_or_none(options.get("soak_s")),
         baseline=baseline,
         steps=steps,
         soaks=soaks,
@@ -109,11 +109,11 @@ def idle_at_lock(run: Mapping[str, Any] | None) -> IdleAtLock | None:
     span = idle.get("sm_lock_range_mhz")
     low, top = span if isinstance(span, list) and len(span) == 2 else (None, None)
     return IdleAtLock(
-        sm_lock_min_mhz=_float(low),
-        sm_lock_mhz=_float(top) if top is not None else _float(idle.get("sm_lock_mhz")),
-        power_w=_float(idle.get("power_w")),
-        sm_clock_mhz=_float(idle.get("sm_clock_mhz")),
-        seconds=_float(idle.get("seconds")),
+        sm_lock_min_mhz=finite_or_none(low),
+        sm_lock_mhz=finite_or_none(top if top is not None else idle.get("sm_lock_mhz")),
+        power_w=finite_or_none(idle.get("power_w")),
+        sm_clock_mhz=finite_or_none(idle.get("sm_clock_mhz")),
+        seconds=finite_or_none(idle.get("seconds")),
     )
 
 
@@ -153,16 +153,12 @@ def _options(run: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return options if isinstance(options, Mapping) else {}
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
 def _margin_mhz(options: Mapping[str, Any], step_mhz: float | None) -> float:
     """The margin as run.json records it; a run before issue 45 recorded steps to back off."""
-    margin = _float(options.get("margin_mhz"))
+    margin = finite_or_none(options.get("margin_mhz"))
     if margin is not None:
         return margin
-    steps = _float(options.get("backoff_steps"))
+    steps = finite_or_none(options.get("backoff_steps"))
     return (DEFAULT_BACKOFF_STEPS if steps is None else steps) * (step_mhz or GRID_MHZ)
 
 

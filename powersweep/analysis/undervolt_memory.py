@@ -17,6 +17,7 @@ from typing import Any
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.result_types import number
 from powersweep.analysis.undervolt_result_types import MemoryAnswer, OffsetStep, VersusCap
+from powersweep.runformat import finite_or_none
 
 SOAK = "soak"
 
@@ -44,8 +45,8 @@ def memory_answer(
     steps = _latest([r for r in rows if r.reason != SOAK])
     soaks = [r for r in rows if r.reason == SOAK]
     best, stopped = _recorded_edge(steps, record or {}) or _edge(steps)
-    step_mhz = _num(options.get("mem_offset_step_mhz"))
-    margin = _num(options.get("mem_margin_mhz"))
+    step_mhz = finite_or_none(options.get("mem_offset_step_mhz"))
+    margin = finite_or_none(options.get("mem_margin_mhz"))
     margin = margin if margin is not None else step_mhz
     chosen = _chosen(steps, soaks, best, margin or 0.0)
     zero = next((s for s in steps if not number(s.mem_offset_mhz)), None)
@@ -114,7 +115,7 @@ def _edge(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetStep | None
         if s.status != "ok":
             return best, s
         if best is not None and not rose_beyond_noise(
-            _f(s.tps), _f(s.tps_u95_pct), _f(best.tps), _f(best.tps_u95_pct)
+            number(s.tps), number(s.tps_u95_pct), number(best.tps), number(best.tps_u95_pct)
         ):
             return best, s
         best = s
@@ -127,7 +128,10 @@ def _recorded_edge(
     """The best and stopping steps the run recorded, where its best is a step the rows hold
     measured ok (None: not recorded, or not so)."""
     by_mhz = {number(s.mem_offset_mhz): s for s in steps}
-    best_mhz, stopped_mhz = _num(record.get("best_mhz")), _num(record.get("stopped_mhz"))
+    best_mhz, stopped_mhz = (
+        finite_or_none(record.get("best_mhz")),
+        finite_or_none(record.get("stopped_mhz")),
+    )
     best = by_mhz.get(best_mhz) if best_mhz is not None else None
     if best is None or best.status != "ok":
         return None
@@ -159,11 +163,3 @@ def _why(stopped: OffsetStep | None, best: OffsetStep | None) -> str | None:
         return f"{where} was {stopped.status} ({stopped.error})"
     than = f" than at {number(best.mem_offset_mhz):+g} MHz" if best is not None else ""
     return f"{where}: TPS no higher beyond noise{than} (past the margin, replays eat bandwidth)"
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
-def _f(value: float | None) -> float:
-    return math.nan if value is None else value

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from powersweep.runformat import finite_or_none
 from powersweep.sweep.planning.memory_steps import MemoryPlan, MemorySearch
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.soaks import SoakLadder
@@ -332,17 +333,20 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     unstable (it may have killed the machine; it is never tried again). None: no lock yet (the
     search starts again from its baseline).
     """
-    lock = _number(record.get("sm_lock_mhz"))
+    lock = finite_or_none(record.get("sm_lock_mhz"))
     if lock is None:
         return None
     latest: dict[float, str] = {}
     last: tuple[float, str] | None = None
     mem_last: tuple[float, str] | None = None
     for row in rows:
-        offset, at = _number(row.get("sm_offset_mhz")), _number(row.get("sm_lock_mhz"))
+        offset, at = (
+            finite_or_none(row.get("sm_offset_mhz")),
+            finite_or_none(row.get("sm_lock_mhz")),
+        )
         if offset is None or at is None or abs(at - lock) > SNAP_TOLERANCE_MHZ:
             continue
-        mem = _number(row.get("mem_offset_mhz"))
+        mem = finite_or_none(row.get("mem_offset_mhz"))
         if mem is not None:  # the memory phase's: its SM offset held already
             mem_last = (mem, str(row.get("reason") or ""))
             last = None
@@ -354,7 +358,10 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     flight = record.get("in_flight")
     killed = mem_killed = None
     if isinstance(flight, Mapping):
-        offset, mem = _number(flight.get("sm_offset_mhz")), _number(flight.get("mem_offset_mhz"))
+        offset, mem = (
+            finite_or_none(flight.get("sm_offset_mhz")),
+            finite_or_none(flight.get("mem_offset_mhz")),
+        )
         reason = str(flight.get("reason"))
         if mem is not None and mem_last != (mem, reason):
             mem_killed = mem
@@ -364,15 +371,6 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     first_bad = min(bad) if bad else None
     held = [o for o, s in latest.items() if s == "ok" and (first_bad is None or o < first_bad)]
     return ResumeFrom(lock, max(held, default=0.0), first_bad, killed, mem_killed)
-
-
-def _number(value: Any) -> float | None:
-    """A finite number from a record or a CSV cell (None: none)."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _grid_floor(mhz: float) -> float:
