@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -157,14 +158,19 @@ def test_dry_run_shows_the_steps_and_the_warning(tmp_path: Path) -> None:
 PACED = ("--sim-pace", "20", "--warmup-requests", "0", "--target-cap-seconds", "4")
 
 
+def _wait_until(proc: subprocess.Popen[str], ready: Callable[[], bool], what: str) -> None:
+    """Poll ``ready`` every 20 ms while the sweep runs (at most 90 s)."""
+    deadline = time.monotonic() + 90
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"no {what} set in time"
+        time.sleep(0.02)
+
+
 def _wait_for_an_offset(
     proc: subprocess.Popen[str], state: Path, profile: str, at_least: float = 1.0
 ) -> None:
-    deadline = time.monotonic() + 90
-    while _card(state, profile)[2] < at_least:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no offset set in time"
-        time.sleep(0.02)
+    _wait_until(proc, lambda: _card(state, profile)[2] >= at_least, "offset")
 
 
 @pytest.mark.slow
@@ -198,11 +204,7 @@ def test_sigterm_in_the_memory_phase_puts_both_offsets_back(tmp_path: Path) -> N
     proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *faster, *quick), env=env)
     key = f"{_uuid(profile)}#mem_offset_mhz"
     try:
-        deadline = time.monotonic() + 90
-        while json.loads(state.read_text()).get(key, 0.0) <= 0:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no memory offset set in time"
-            time.sleep(0.02)
+        _wait_until(proc, lambda: json.loads(state.read_text()).get(key, 0.0) > 0, "memory offset")
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
