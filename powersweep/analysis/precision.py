@@ -287,6 +287,7 @@ def point_precision(
     n_cards: int = 1,
     run_to_run: RunToRun | None = None,
     t_s: float = math.nan,
+    power_headroom_rel: float = math.inf,
 ) -> Precision:
     """A point's :class:`Precision` from its own TPS blocks, load ticks and drift, with the
     run-to-run term.
@@ -307,6 +308,8 @@ def point_precision(
             which no averaging removes when the draw is steadier than the step.
         n_cards: Cards whose readings ``power_ticks`` add up (each quantised on its own).
         run_to_run: The run-to-run term (None: none, before the run measured it).
+        power_headroom_rel: How far under its cap the card draws (relative to the draw): a
+            heating card's draw rises no further (NaN or infinite: no cap).
     """
     tps_se, tps_dof = ratio_se_rel(blocks)
     pw_se, pw_dof = batch_se_rel(power_ticks)
@@ -320,6 +323,8 @@ def point_precision(
         pw_var = pw_se**2
     within = Within(tps_se**2, tps_dof, pw_var, pw_dof)
     power_bias = drift_bias_rel(slope_c_per_min, tau_s, power_sensitivity_per_c)
+    if power_headroom_rel >= 0:  # NaN: no bound
+        power_bias = min(power_bias, power_headroom_rel)
     return within.stated(
         drift_bias_rel(slope_c_per_min, tau_s, sensitivity_per_c),
         drift_bias_rel(slope_c_per_min, tau_s, tps_sensitivity_per_c),

@@ -83,3 +83,22 @@ def test_readings_pool_a_confirmed_point() -> None:
     assert pooled.stat_u95_rel == pytest.approx(0.004 / math.sqrt(2))
     assert pooled.tps_per_w == 0.111
     assert not P.Reading.of({"tps_per_w": "x"}).known
+
+
+def test_a_heating_cards_draw_rises_no_further_than_its_cap() -> None:
+    # issue 44: the first point of a descending sweep (the card 6 C under its level, 1% under
+    # its cap) drew 0.8% less than once warm while its draw stated +-0.2%; its leakage adds
+    # draw up to the cap and no further
+    blocks, ticks = [(4.0, 0.12)] * 20, [356.0 + (k % 3) * 0.1 for k in range(30)]
+    free = P.point_precision(blocks, ticks, 6.0, 60.0, power_sensitivity_per_c=0.5 / 356)
+    held = P.point_precision(
+        blocks, ticks, 6.0, 60.0, power_sensitivity_per_c=0.5 / 356, power_headroom_rel=0.005
+    )
+    assert free.power_bias_rel == pytest.approx(0.5 / 356 * 6.0)
+    assert held.power_bias_rel == pytest.approx(0.005)
+    assert held.power_u95_rel < free.power_u95_rel
+    # a cooling card's draw falls whatever its headroom
+    cool = P.point_precision(
+        blocks, ticks, -6.0, 60.0, power_sensitivity_per_c=0.5 / 356, power_headroom_rel=0.0
+    )
+    assert cool.power_bias_rel == pytest.approx(-0.5 / 356 * 6.0)

@@ -19,6 +19,7 @@ from powersweep.sweep.sampling.thermal import (
     level_c,
     slope_c_per_min,
     steady_slope_c_per_min,
+    still_to_come_c_per_min,
     wait_drift,
     wait_goal_rel,
     wait_trigger_rel,
@@ -172,3 +173,19 @@ def test_the_slope_is_a_least_squares_fit_in_degrees_per_minute() -> None:
     assert slope_c_per_min(with_gaps) == pytest.approx(30.0)
     assert math.isnan(slope_c_per_min([(0.0, 50.0), (1.0, 51.0)]))
     assert math.isnan(slope_c_per_min([(5.0, 50.0), (5.0, 51.0), (5.0, 52.0)]))
+
+
+def test_what_is_still_to_come_is_the_larger_of_the_slope_and_the_model() -> None:
+    # issue 44: a descending sweep's card heated up to the step and cools after it, so its
+    # trailing readings read flat while it sits 1.6 C above its new level; the fitted model
+    # (the run's own readings) says where it settles
+    model = ThermalModel(ambient_c=30.0, r_c_per_w=0.12, tau_s=60.0)  # 320 W: 68.4 C
+    flat = [(float(t), 70.0) for t in range(20)]
+    still = still_to_come_c_per_min(0.0, model, flat, 320.0, 19.0)
+    assert still == pytest.approx(60.0 * (68.4 - 70.0) / 60.0)
+    # the readings' own slope wins where it is the larger: a model is only a fit
+    assert still_to_come_c_per_min(-3.0, model, flat, 320.0, 19.0) == -3.0
+    # no model, or no level to read: the slope as it was
+    assert still_to_come_c_per_min(0.5, None, flat, 320.0, 19.0) == 0.5
+    assert still_to_come_c_per_min(0.5, model, [], 320.0, 19.0) == 0.5
+    assert still_to_come_c_per_min(0.5, model, flat, math.nan, 19.0) == 0.5

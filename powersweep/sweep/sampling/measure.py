@@ -36,7 +36,7 @@ from powersweep.sweep.sampling.per_token import (
 )
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.sampling.stream_rate import decode_span_s, decode_stall_share, decode_tps
-from powersweep.sweep.sampling.thermal import slope_c_per_min
+from powersweep.sweep.sampling.thermal import slope_c_per_min, still_to_come_c_per_min
 
 NAN = math.nan
 LOAD_UTIL_PCT = 50.0
@@ -195,6 +195,11 @@ def _median(values: Iterable[float]) -> float:
     return statistics.median(finite) if finite else NAN
 
 
+def _mean(values: Iterable[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.fmean(finite) if finite else NAN
+
+
 # A cap binds when the card draws at least this share of it (its leakage then comes out of the
 # clock, not on top of the draw).
 BINDING_SHARE = 0.98
@@ -294,7 +299,10 @@ def cap_row(
     first_s = min((t for t, _ in mine), default=NAN)
     readings = [*((t, c) for t, c in earlier if t < first_s), *mine]
     trail = [(t, c) for t, c in readings if end_s - DRIFT_TRAIL_S <= t <= end_s]
-    drift = slope_c_per_min(trail or [(t.t_s, t.temp_max_c) for t in ticks])
+    trail = trail or [(t.t_s, t.temp_max_c) for t in ticks]
+    # the card settles at the level its mean draw (gaps included) holds it at
+    mean_draw = _mean(t.power_w for t in every)
+    drift = still_to_come_c_per_min(slope_c_per_min(trail), thermal, trail, mean_draw, end_s)
     binding = power >= BINDING_SHARE * cap_w * n_gpus
     sensitivity = drift_sensitivity_per_c(
         curve_slope(metric, power, neighbour), power, binding, n_gpus
@@ -308,7 +316,12 @@ def cap_row(
         # under a binding cap a degree's leakage comes out of the clock: TPS moves as TPS/W
         # does; under a cap that does not bind the clock holds
         tps_sensitivity_per_c=sensitivity if binding else 0.0,
-        power_sensitivity_per_c=0.0 if binding else sensitivity,
+        # the card draws its leakage until the cap holds it: a card at its cap that cools
+        # keeps drawing the cap (its clock rises), one that heats draws more up to the cap
+        power_sensitivity_per_c=0.0
+        if binding and not drift > 0
+        else drift_sensitivity_per_c(NAN, power, False, n_gpus),
+        power_headroom_rel=max(0.0, cap_w * n_gpus - power) / power if power > 0 else NAN,
         power_step_w=_finest(power_step_w, card_step_w(every)),
         n_cards=n_gpus,
         run_to_run=run_to_run,

@@ -154,6 +154,31 @@ def level_c(points: Iterable[tuple[float, float]], at_s: float) -> float:
     return mc + slope / 60.0 * (at_s - mt)
 
 
+def still_to_come_c_per_min(
+    slope: float,
+    model: ThermalModel | None,
+    readings: Iterable[tuple[float, float]],
+    draw_w: float,
+    at_s: float,
+) -> float:
+    """The temperature still to come, as the slope that prices it (``slope * tau``): the larger
+    of the readings' own ``slope`` and what the fitted model says (its steady level under the
+    point's mean ``draw_w`` less the level at ``at_s``, over ``tau``).
+
+    A card's heat leaves through a die and a heatsink with different time constants: just after
+    a cap step the trailing slope still carries the last point's trend (a card that heated up
+    to the step and cools after it reads flat) while it is degrees off its new level; the model
+    fitted over the run sees where it settles. Either alone misses what the other sees.
+    """
+    if model is None or not (math.isfinite(draw_w) and model.tau_s > 0):
+        return slope
+    level = level_c(readings, at_s)
+    if not math.isfinite(level):
+        return slope
+    fitted = 60.0 * (model.steady_c(draw_w) - level) / model.tau_s
+    return fitted if not math.isfinite(slope) or abs(fitted) > abs(slope) else slope
+
+
 def slope_c_per_min(points: Iterable[tuple[float, float]]) -> float:
     """Least-squares slope of ``(run seconds, °C)`` points, °C/min (NaN under three finite
     points or without a spread in time)."""
