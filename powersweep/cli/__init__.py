@@ -56,17 +56,19 @@ from powersweep.cli.analyze import analyze_command  # noqa: E402
 from powersweep.cli.apply import apply_command  # noqa: E402
 from powersweep.cli.compare import compare_command  # noqa: E402
 from powersweep.cli.fleet import fleet_app  # noqa: E402
+from powersweep.cli.help_layout import HelpCommand, HelpGroup  # noqa: E402
 from powersweep.cli.import_table import import_command  # noqa: E402
 from powersweep.cli.plot import plot_command  # noqa: E402
 from powersweep.cli.restore import restore_command  # noqa: E402
 from powersweep.cli.status import status_command  # noqa: E402
-from powersweep.cli.sweep import sweep_command  # noqa: E402
+from powersweep.cli.sweep import SWEEP_EXAMPLES, sweep_command  # noqa: E402
 
 COMMANDS = ("sweep", "restore", "analyze", "plot", "compare", "import", "status", "apply", "fleet")
 # Options of ``powersweep`` itself; anything else before a command is the sweep's.
 ROOT_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
 
 app = typer.Typer(
+    cls=HelpGroup,
     add_completion=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
@@ -94,14 +96,14 @@ def _root(
     """Find the GPU power cap with the best LLM tokens per watt."""
 
 
-app.command("sweep")(sweep_command)
-app.command("restore")(restore_command)
-app.command("analyze")(analyze_command)
-app.command("plot")(plot_command)
-app.command("compare")(compare_command)
-app.command("import")(import_command)
-app.command("status")(status_command)
-app.command("apply")(apply_command)
+app.command("sweep", cls=HelpCommand, epilog=SWEEP_EXAMPLES)(sweep_command)
+app.command("restore", cls=HelpCommand)(restore_command)
+app.command("analyze", cls=HelpCommand)(analyze_command)
+app.command("plot", cls=HelpCommand)(plot_command)
+app.command("compare", cls=HelpCommand)(compare_command)
+app.command("import", cls=HelpCommand)(import_command)
+app.command("status", cls=HelpCommand)(status_command)
+app.command("apply", cls=HelpCommand)(apply_command)
 app.add_typer(fleet_app, name="fleet")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,21 +15,26 @@ from powersweep.analysis.objectives import OBJECTIVES, TpsPerW
 from powersweep.analysis.serving import ServingOptions, check_options
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
+from powersweep.cli.help_layout import option
 from powersweep.errors import UsageError
 
 # What the recommended cap optimises: the analysis's selectors name the choices.
 Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})  # type: ignore[misc]
 
 
-TariffOpt = Annotated[
-    float | None,
-    typer.Option(
+def tariff_option(panel: str | None = None) -> Any:
+    """``--tariff``, as ``analyze`` and ``sweep`` take it."""
+    return option(
         "--tariff",
         metavar="PRICE",
-        help="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
+        help="Price of a kWh: adds the cost per 1M tokens and the savings.",
+        doc="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
         "against the default limit, per 1M tokens and per year.",
-    ),
-]
+        panel=panel,
+    )
+
+
+TariffOpt = Annotated[float | None, tariff_option()]
 MaxTtftOpt = Annotated[
     float | None,
     typer.Option(

@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 
 from powersweep.cli._common import Handover, formats, info
+from powersweep.cli.help_layout import HelpCommand, HelpGroup
 from powersweep.errors import UsageError
 
 fleet_app = typer.Typer(
+    cls=HelpGroup,
     help="Fleets: merge many runs (one per node or card) into one report.",
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
@@ -27,7 +29,7 @@ def _fleet(ctx: typer.Context) -> None:
         raise typer.Exit(0)
 
 
-@fleet_app.command("report")
+@fleet_app.command("report", cls=HelpCommand)
 def report_command(
     paths: Annotated[
         list[Path],
@@ -97,7 +99,7 @@ def _register_apply() -> None:
     # its own module (the apply machinery it shares is large); registered under `fleet`
     from powersweep.cli.fleet_apply import fleet_apply_command
 
-    fleet_app.command("apply")(fleet_apply_command)
+    fleet_app.command("apply", cls=HelpCommand)(fleet_apply_command)
 
 
 _register_apply()
