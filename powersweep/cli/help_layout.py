@@ -31,6 +31,9 @@ OPTIONS = "Options"
 PANEL_ORDER = (
     ARGUMENTS,
     OPTIONS,
+    "Report group",
+    "Recommendation",
+    "Settings",
     "Load",
     "Measurement",
     "Points",
@@ -39,10 +42,11 @@ PANEL_ORDER = (
     "Server",
     "Safety",
     "Output",
+    "Boot persistence",
     "Simulation",
 )
-# Where --help goes when every other option has a panel of its own
-HELP_PANEL = "Output"
+# Where --help goes when every other option has a panel of its own: the first of these there
+HELP_PANELS = ("Output", "Safety")
 # The flag column's widest, as a share of the panel: the help column keeps the rest
 LABEL_SHARE = 3 / 8
 GAP = 2
@@ -95,8 +99,9 @@ def metavar(param: Param, ctx: typer.Context) -> str:
     """What follows the flag: its declared metavar, else typer's ``<type>`` or ``<a|b>``; an
     argument's name."""
     if isinstance(param, TyperArgument):
-        name = param.metavar or (param.name or "").upper()
-        return name + ("..." if param.nargs != 1 else "")
+        if param.metavar:
+            return param.metavar
+        return (param.name or "").upper() + ("..." if param.nargs != 1 else "")
     if param.is_flag and not param.count:
         return ""
     return param.display_type_rich(ctx) or ""
@@ -175,7 +180,7 @@ def panels(command: Command, ctx: typer.Context) -> list[tuple[str, list[Param]]
         default = ARGUMENTS if isinstance(param, TyperArgument) else OPTIONS
         grouped.setdefault(param.rich_help_panel or default, []).append(param)
     if help_option is not None:
-        where = OPTIONS if OPTIONS in grouped or HELP_PANEL not in grouped else HELP_PANEL
+        where = next((p for p in (OPTIONS, *HELP_PANELS) if p in grouped), OPTIONS)
         grouped.setdefault(where, []).append(help_option)
     late = PANEL_ORDER.index("Simulation") - 0.5
     order = {name: PANEL_ORDER.index(name) if name in PANEL_ORDER else late for name in grouped}
@@ -249,7 +254,7 @@ def _console() -> Console:
 
 def render_help(command: Command, ctx: typer.Context, console: Console) -> None:
     """Print the command's help: usage, description, panels, commands, examples."""
-    console.print(Text(command.get_usage(ctx), style="bold"))
+    console.print(Text(usage(command, ctx), style="bold"))
     console.print()
     for i, para in enumerate(_paragraphs(command.help or "")):
         console.print(Text(para, style="" if i == 0 else "dim"))
@@ -264,6 +269,22 @@ def render_help(command: Command, ctx: typer.Context, console: Console) -> None:
     if command.epilog:
         console.print()
         _print_epilog(command.epilog, console)
+
+
+def usage(command: Command, ctx: typer.Context) -> str:
+    """``Usage: powersweep CMD [OPTIONS] ARG...``: arguments by their metavar (typer 0.29
+    writes ``{paths}...``), an optional one in brackets."""
+    words = [f"Usage: {ctx.command_path}"]
+    params = command.get_params(ctx)
+    if any(isinstance(p, TyperOption) for p in params):
+        words.append("[OPTIONS]")
+    for param in params:
+        if isinstance(param, TyperArgument):
+            name = metavar(param, ctx)
+            words.append(name if param.required else f"[{name}]")
+    if isinstance(command, TyperGroup):
+        words.append("COMMAND [ARGS]...")
+    return " ".join(words)
 
 
 def _panel(title: str, body: Any) -> Panel:

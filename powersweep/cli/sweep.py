@@ -201,7 +201,10 @@ def sweep_command(
     sim_vf_reset_beyond_mhz: SimVfResetBeyondOpt = SimOptions.vf_reset_beyond_mhz,
     sim_world: SimWorldOpt = None,
 ) -> None:
-    """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
+    """Measure tokens per watt at each power cap (or clock lock).
+
+    Each point's TPS/W comes with its own 95% interval; the run ends with the sweet spot and
+    writes caps.csv, summary.md and charts into its run directory."""
     from powersweep.sweep.planning.caps import parse_caps
     from powersweep.sweep.planning.clock_points import parse_clocks
 
