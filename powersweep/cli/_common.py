@@ -113,7 +113,7 @@ def state_dir_option(rich_help_panel: str | None = None) -> Any:
         metavar="DIR",
         envvar="POWERSWEEP_STATE_DIR",
         show_envvar=True,
-        help="Where the restore journal lives (root: /var/lib/powersweep).",
+        help="Restore journal (root: /var/lib/powersweep).",
         doc="Where the restore journal lives: what a sweep or `apply` changed on the cards, put "
         "back by `powersweep restore` or the next run after a kill. Default "
         "/var/lib/powersweep as root; the directory must be private (0700, owned by this user "

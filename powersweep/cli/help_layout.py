@@ -175,6 +175,8 @@ def panels(command: Command, ctx: typer.Context) -> list[tuple[str, list[Param]]
     grouped: dict[str, list[Param]] = {}
     help_option = command.get_help_option(ctx)
     for param in command.get_params(ctx):
+        if not isinstance(param, TyperOption | TyperArgument):
+            continue
         if param.hidden or param is help_option:
             continue
         default = ARGUMENTS if isinstance(param, TyperArgument) else OPTIONS
@@ -234,7 +236,7 @@ def _styled_label(flag: str, value: str) -> Text:
     return text
 
 
-def _paragraphs(text: str) -> list[str]:
+def paragraphs(text: str) -> list[str]:
     """A docstring's paragraphs, each on one line (a paragraph starting with \\b keeps its
     line breaks), everything after \\f left out."""
     text = inspect.cleandoc(text).partition("\f")[0]
@@ -256,7 +258,7 @@ def render_help(command: Command, ctx: typer.Context, console: Console) -> None:
     """Print the command's help: usage, description, panels, commands, examples."""
     console.print(Text(usage(command, ctx), style="bold"))
     console.print()
-    for i, para in enumerate(_paragraphs(command.help or "")):
+    for i, para in enumerate(paragraphs(command.help or "")):
         console.print(Text(para, style="" if i == 0 else "dim"))
         console.print()
     for name, rows in option_rows(command, ctx, console.width):
@@ -303,7 +305,7 @@ def command_rows(group: TyperGroup, ctx: typer.Context, width: int) -> list[list
     help_w = width - PANEL_FRAME - name_w - GAP
     rows = []
     for name, cmd in commands:
-        short = cmd.short_help or next(iter(_paragraphs(cmd.help or "")), "")
+        short = cmd.short_help or next(iter(paragraphs(cmd.help or "")), "")
         body = list(Text(short).wrap(console, help_w)) or [Text("")]
         lines = []
         for i, line in enumerate(body):
@@ -326,14 +328,14 @@ def _print_epilog(epilog: str, console: Console) -> None:
 class HelpCommand(TyperCommand):
     """A typer command whose ``--help`` is drawn by :func:`render_help`."""
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         render_help(self, ctx, _console())
 
 
 class HelpGroup(TyperGroup):
     """A typer group whose ``--help`` is drawn by :func:`render_help`."""
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         render_help(self, ctx, _console())
 
 

@@ -85,7 +85,9 @@ def parse_gpus(text: str | None, flag: str = "--gpu") -> tuple[int, ...] | None:
 CoolingOpt = Annotated[
     Cooling,
     option(
-        help="How the card is cooled: labels the run; thermal findings depend on it.",
+        help="How the card is cooled: labels the run.",
+        doc="How the card is cooled: labels the run (its summary and run.json); the thermal "
+        "findings depend on it.",
         panel=CARD,
     ),
 ]
