@@ -35,7 +35,7 @@ def tariff_option(panel: str | None = None) -> Any:
     return option(
         "--tariff",
         metavar="PRICE",
-        help="Price of a kWh: adds the cost per 1M tokens and the savings.",
+        help="Price of a kWh: adds cost per 1M tokens.",
         doc="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
         "against the default limit, per 1M tokens and per year.",
         panel=panel,

@@ -85,7 +85,7 @@ def parse_gpus(text: str | None, flag: str = "--gpu") -> tuple[int, ...] | None:
 CoolingOpt = Annotated[
     Cooling,
     option(
-        help="How the card is cooled: labels the run.",
+        help="How the card is cooled.",
         doc="How the card is cooled: labels the run (its summary and run.json); the thermal "
         "findings depend on it.",
         panel=CARD,
@@ -98,7 +98,7 @@ GpuOpt = Annotated[
         "--gpu",
         "--gpus",
         metavar="LIST",
-        help="GPU indices (0 or 0,1) or all; default: the GPUs serving the model.",
+        help="GPUs: 0,1 or all (default: the model's).",
         doc="GPU index or list (0 or 0,1), or all (default: the GPUs serving the model, found "
         "from the server's processes).",
         panel=CARD,
@@ -110,7 +110,7 @@ BackendOpt = Annotated[Backend, backend_option(CARD)]
 LoadModeOpt = Annotated[
     LoadMode,
     option(
-        help="The load run at each point.",
+        help="Load at each point.",
         doc="The load run at each point: decode-single (one stream, the rate a chat user "
         "sees), decode-concurrent (many streams, a busy server's throughput) or prefill-heavy "
         "(long prompts, few tokens out).",
@@ -122,7 +122,7 @@ WarmupRequestsOpt = Annotated[
     int,
     option(
         metavar="N",
-        help="Most warm-up requests per prompt (0: none).",
+        help="Most warm-up requests per prompt.",
         doc="At most this many warm-up requests per prompt; the warm-up ends sooner once rate "
         "and draw are steady, and after 3 windows at most (0: none).",
         panel=LOAD,
@@ -133,7 +133,8 @@ ConcurrencyOpt = Annotated[
     str | None,
     option(
         metavar="N|auto",
-        help="decode-concurrent: streams, or auto (probe; the default).",
+        help="decode-concurrent: streams, or auto (probe).",
+        doc="decode-concurrent: streams, or auto (probe; the default).",
         panel=LOAD,
     ),
 ]
@@ -170,7 +171,7 @@ TargetPrefillSecondsOpt = Annotated[
     float | None,
     option(
         metavar="S",
-        help="prefill-heavy: prefill time each prompt is sized for.",
+        help="prefill-heavy: prefill time of each prompt.",
         doc="prefill-heavy: prefill time each prompt is sized for at the first point (default: "
         "a quarter of --target-cap-seconds; at most half).",
         panel=LOAD,
@@ -181,7 +182,7 @@ TargetCapSecondsOpt = Annotated[
     float,
     option(
         metavar="S",
-        help="Most run seconds each point measures (all its rounds).",
+        help="Most seconds each point measures.",
         doc="The most run seconds of each point's metric window (all its rounds together; a "
         "request may run on for a margin of at most 10% of a window, 1.5 s per point in all, "
         "then it is cut).",
@@ -193,7 +194,7 @@ MinCapSecondsOpt = Annotated[
     float,
     option(
         metavar="S",
-        help="Run seconds of each point's first window per prompt.",
+        help="Seconds of a point's first window.",
         doc="Run seconds of each prompt's first window per point; the point measures on "
         "(its metric's prompt only) until its TPS/W is known to --precision, is clearly apart "
         "from the best point so far, or --target-cap-seconds is reached.",
@@ -205,7 +206,7 @@ PrecisionOpt = Annotated[
     float,
     option(
         metavar="PCT",
-        help="Goal: each point's TPS/W to this 95% half-width, percent.",
+        help="Goal: TPS/W to ± this % (95%).",
         doc="Precision goal of each point: the 95% half-width of its TPS/W, in percent, from "
         "its own measurements (0.5: a neighbour 10 W away near the sweet spot is told apart).",
         panel=MEASUREMENT,
@@ -226,7 +227,7 @@ SettleSecondsOpt = Annotated[
     float,
     option(
         metavar="S",
-        help="Most seconds a point waits to settle after a change.",
+        help="Longest wait to settle, seconds.",
         doc="Seconds to wait after a cap (or clock) change: at most this in auto, always this "
         "in fixed.",
         panel=MEASUREMENT,
@@ -246,13 +247,18 @@ ThermalWaitSecondsOpt = Annotated[
 
 SampleIntervalOpt = Annotated[
     float,
-    option(metavar="S", help="Seconds between two readings of the cards.", panel=MEASUREMENT),
+    option(
+        metavar="S",
+        help="Seconds between card readings.",
+        doc="Seconds between two readings of the cards.",
+        panel=MEASUREMENT,
+    ),
 ]
 
 AxisOpt = Annotated[
     Axis,
     option(
-        help="What each point sets: a power limit, clock locks or a clock offset.",
+        help="What each point varies.",
         doc="What to sweep: the power limit, the SM clock lock, the memory clock lock, a "
         "grid of both (under one power limit), or the SM clock offset at one locked clock "
         "(undervolt: checked for stability, beside the --cap it starts from).",
@@ -264,7 +270,7 @@ CapsOpt = Annotated[
     str | None,
     option(
         metavar="W,W,...",
-        help="Caps to measure, W per GPU (default: the envelope in steps).",
+        help="Caps to measure, W (default: the envelope).",
         doc="Caps to measure, W per GPU, e.g. 260,280,300 (default: the card's envelope, "
         "from its maximum down in --step-size steps).",
         panel=POINTS,
@@ -272,7 +278,13 @@ CapsOpt = Annotated[
 ]
 
 StepSizeOpt = Annotated[
-    float, option(metavar="W", help="Step between the default caps, W.", panel=POINTS)
+    float,
+    option(
+        metavar="W",
+        help="Step between the default caps.",
+        doc="Step between the default caps, W.",
+        panel=POINTS,
+    ),
 ]
 
 StrategyOpt = Annotated[
@@ -289,7 +301,7 @@ NoConfirmOpt = Annotated[
     bool,
     option(
         "--no-confirm",
-        help="Skip re-measuring the points tied with the best at the end.",
+        help="Skip re-measuring the best's ties at the end.",
         doc="Skip re-measuring, at the end, the points tied with the best within noise.",
         panel=POINTS,
     ),
@@ -299,7 +311,7 @@ SmClocksOpt = Annotated[
     str | None,
     option(
         metavar="MHZ,...",
-        help="SM lock set-points (default: about 11 supported clocks).",
+        help="SM locks to measure (default: about 11).",
         doc="SM lock set-points, MHz, e.g. 900,1200 (default: about 11 supported clocks).",
         panel=POINTS,
     ),
@@ -309,7 +321,7 @@ MemClocksOpt = Annotated[
     str | None,
     option(
         metavar="MHZ,...",
-        help="Memory lock set-points (default: every supported tier).",
+        help="Memory locks to measure (default: all tiers).",
         doc="Memory lock set-points, MHz (default: every supported load tier).",
         panel=POINTS,
     ),
@@ -320,7 +332,7 @@ HoldCapOpt = Annotated[
     option(
         "--cap",
         metavar="W",
-        help="Power limit a clock or undervolt sweep holds (default: in force).",
+        help="Power limit held by a clock or undervolt run.",
         doc="Power limit held during a clock sweep or an undervolt search, W (default: the "
         "limit in force).",
         panel=POINTS,
@@ -332,7 +344,7 @@ SmClockMinOpt = Annotated[
     option(
         "--sm-clock-min",
         metavar="MHZ",
-        help="Bottom of every SM lock (default: the card's lowest clock).",
+        help="Bottom of every SM lock (default: lowest).",
         doc="Bottom of every SM lock, MHz: a lock is MIN-to-the-clock so an idle card clocks "
         "down (default: the card's lowest SM clock, else 210).",
         panel=POINTS,
@@ -344,7 +356,7 @@ OffsetStepOpt = Annotated[
     option(
         "--offset-step",
         metavar="MHZ",
-        help="Coarse step between SM clock offsets.",
+        help="Coarse step between SM offsets.",
         doc="Undervolt: coarse step between SM clock offsets, MHz (the edge it finds is then "
         "refined in 15 MHz steps). 30 by default: two of the 15 MHz bins the voltage/frequency "
         "curve of Ampere and later cards moves in, so every step moves it.",
@@ -380,7 +392,7 @@ MaxOffsetOpt = Annotated[
     option(
         "--max-offset",
         metavar="MHZ",
-        help="Highest SM clock offset to try (default: the driver's).",
+        help="Highest SM offset to try (default: driver's).",
         doc="Undervolt: the highest offset to try, MHz (default: the driver's maximum).",
         panel=UNDERVOLT,
     ),
@@ -404,7 +416,7 @@ MaxMemOffsetOpt = Annotated[
     option(
         "--max-mem-offset",
         metavar="MHZ",
-        help="Highest memory clock offset to try (default: the driver's).",
+        help="Highest memory offset (default: the driver's).",
         doc="Undervolt: the highest memory clock offset to try, MHz (default: the driver's).",
         panel=UNDERVOLT,
     ),
@@ -415,7 +427,7 @@ MemOffsetMarginOpt = Annotated[
     option(
         "--mem-offset-margin",
         metavar="MHZ",
-        help="How far the memory answer stays below the best (default: a step).",
+        help="Memory answer's margin (default: one step).",
         doc="Undervolt: MHz the memory answer stays below the best memory offset (default: "
         "one --mem-offset-step).",
         panel=UNDERVOLT,
@@ -446,7 +458,8 @@ DryRunOpt = Annotated[
     bool,
     option(
         "--dry-run",
-        help="Print the plan (GPUs, envelope, points, time); change nothing.",
+        help="Print the plan and its time; change nothing.",
+        doc="Print the plan (GPUs, envelope, points, time); change nothing.",
         panel=SAFETY,
     ),
 ]
@@ -455,7 +468,8 @@ ObserveOnlyOpt = Annotated[
     bool,
     option(
         "--observe-only",
-        help="Run the load at the settings in force; change nothing.",
+        help="Measure at the settings in force; change none.",
+        doc="Run the load at the settings in force; change nothing.",
         panel=SAFETY,
     ),
 ]
@@ -464,14 +478,20 @@ NoResetOpt = Annotated[
     bool,
     option(
         "--no-reset",
-        help="Leave the last setting in force instead of restoring.",
+        help="Leave the last setting in force at the end.",
+        doc="Leave the last setting in force instead of restoring.",
         panel=SAFETY,
     ),
 ]
 
 MaxFailedCapsOpt = Annotated[
     int,
-    option(metavar="N", help="Stop after this many failed points in a row.", panel=SAFETY),
+    option(
+        metavar="N",
+        help="Stop after N failures in a row.",
+        doc="Stop after this many failed points in a row.",
+        panel=SAFETY,
+    ),
 ]
 
 ForceOpt = Annotated[
@@ -490,7 +510,7 @@ ResumeOpt = Annotated[
     Path | None,
     option(
         metavar="RUN_DIR",
-        help="Continue an interrupted run from its first unfinished point.",
+        help="Continue an interrupted run where it stopped.",
         doc="Continue an interrupted run directory from its first unfinished point, with the "
         "options it recorded (a simulated run on the rig it recorded).",
         panel=OUTPUT,
@@ -498,7 +518,13 @@ ResumeOpt = Annotated[
 ]
 
 OutOpt = Annotated[
-    Path, option(metavar="DIR", help="Where run directories are made.", panel=OUTPUT)
+    Path,
+    option(
+        metavar="DIR",
+        help="Folder for the runs.",
+        doc="Where run directories are made.",
+        panel=OUTPUT,
+    ),
 ]
 
 TariffOpt = Annotated[float | None, tariff_option(OUTPUT)]
@@ -511,7 +537,7 @@ SimulateOpt = Annotated[
     str | None,
     option(
         metavar="PROFILE",
-        help="Simulate the GPU with a profile (see --list-profiles).",
+        help="Simulate this GPU (see --list-profiles).",
         doc="Simulate the GPU with a profile (see --list-profiles): a+b for two cards, "
         "replay:caps.csv replays a measured curve, rtx4090-air~0.03 one card of a fleet with "
         "±3% silicon and cooling spread; with --url, a real server and a simulated GPU.",
@@ -526,14 +552,18 @@ ListProfilesOpt = Annotated[
 
 SimServerOpt = Annotated[
     SimServerFlavour,
-    option(help="Simulated server flavour, with its engine's quirks.", panel=SIMULATION),
+    option(
+        help="Simulated server's engine.",
+        doc="Simulated server flavour, with its engine's quirks.",
+        panel=SIMULATION,
+    ),
 ]
 
 TimeScaleOpt = Annotated[
     float | None,
     option(
         metavar="X",
-        help="Run on real time, X times faster (default: virtual time).",
+        help="Real time X times faster (default: virtual).",
         doc="Run on scaled real time, this many times faster than the wall (default: virtual "
         "time, as fast as the CPU allows, the same figures on any machine).",
         panel=SIMULATION,
@@ -544,7 +574,7 @@ SimPaceOpt = Annotated[
     float | None,
     option(
         metavar="X",
-        help="At most X run seconds per wall second (a run one can watch).",
+        help="At most X run seconds per wall second.",
         doc="Virtual time passes at most this many run seconds per wall second (a watchable "
         "run; the figures are those of the unpaced run).",
         panel=SIMULATION,
@@ -571,7 +601,7 @@ SimWorldOpt = Annotated[
     option(
         "--sim-world",
         metavar="NAME[=PARAM]",
-        help="Add a noise of the real world, e.g. bursty-draw (repeatable).",
+        help="Add a real-world noise (repeatable).",
         doc="Simulation: give the rig a noise of the real world, NAME[=PARAM], repeatable: "
         "bursty-draw[=DUTY] (0.7), sensor-lag[=STEP_W] (5), ar-jitter[=SD_PCT] (2), "
         "context-slowdown[=PCT_PER_1K_TOKENS] (0.6), hiccups[=PERIOD_S] (6), "
@@ -585,7 +615,7 @@ SimNodeOpt = Annotated[
     str | None,
     option(
         metavar="NAME",
-        help="Node name that seeds a fleet card's spread (PROFILE~0.03).",
+        help="Node name seeding a fleet card's spread.",
         doc="Simulation: node name that seeds a fleet card's spread (PROFILE~0.03); "
         "default $POWERSWEEP_SIM_NODE or the host name.",
         panel=SIMULATION,
