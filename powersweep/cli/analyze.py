@@ -15,7 +15,7 @@ from powersweep.analysis.objectives import OBJECTIVES, TpsPerW
 from powersweep.analysis.serving import ServingOptions, check_options
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
-from powersweep.cli.help_layout import option
+from powersweep.cli.help_layout import argument, option
 from powersweep.errors import UsageError
 
 # `analyze --help`'s last lines
@@ -71,9 +71,12 @@ MaxItlOpt = Annotated[
 def analyze_command(
     paths: Annotated[
         list[Path],
-        typer.Argument(
+        argument(
             metavar="RUN...",
             help="Run directories or caps.csv files (several: see above).",
+            doc="Run directory or caps.csv; several runs of one GPU in different load modes "
+            "add a cross-mode answer (one cap for a mixed workload); a power run and a clock "
+            "run compare the best clock point with the best cap.",
         ),
     ],
     out: Annotated[

@@ -17,7 +17,7 @@ from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.cli._boot import BootUnit
 from powersweep.cli._common import backend_option, info, is_root, state_dir_option, warn
 from powersweep.cli.analyze import MaxItlOpt, MaxTtftOpt
-from powersweep.cli.help_layout import option
+from powersweep.cli.help_layout import argument, option
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import Backend
 
@@ -52,9 +52,11 @@ EXAMPLES = """Examples:
 # shares the rig and unit ones).
 RunDirArg = Annotated[
     Path | None,
-    typer.Argument(
+    argument(
         metavar="RUN_DIR",
         help="A run directory: set what it recommends on the GPUs it measured.",
+        doc="A run directory: set the cap (for a clock run, the clock locks; for an undervolt "
+        "run, the cap, SM lock and SM clock offset) it recommends on the GPUs it measured.",
         show_default=False,
     ),
 ]
@@ -73,9 +75,7 @@ ObjectiveOpt = Annotated[
     option(
         help="Which of the run's recommendations (default: its analysis's).",
         doc="Which recommendation of the run (default: the one its analysis made); slo: the "
-        "most efficient point whose measured p95 latencies meet --max-ttft-ms/--max-itl-ms. "
-        "For a clock run, the clock locks; for an undervolt run, the cap, SM lock and SM clock "
-        "offset.",
+        "most efficient point whose measured p95 latencies meet --max-ttft-ms/--max-itl-ms.",
         panel=RECOMMENDATION,
     ),
 ]

@@ -22,7 +22,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
-from typer.models import OptionInfo
+from typer.models import ArgumentInfo, OptionInfo
 
 ARGUMENTS = "Arguments"
 OPTIONS = "Options"
@@ -80,6 +80,19 @@ def option(
         rich_help_panel=panel,
         **kwargs,
     )
+
+
+class DocArgumentInfo(ArgumentInfo):
+    """A typer argument with its full explanation (``doc``), as :class:`DocOptionInfo`."""
+
+    def __init__(self, *, doc: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.doc = doc
+
+
+def argument(*, help: str, doc: str | None = None, **kwargs: Any) -> Any:
+    """``typer.Argument(help=help, **kwargs)`` that also keeps ``doc``, its full explanation."""
+    return DocArgumentInfo(default=..., help=help, doc=doc, **kwargs)
 
 
 def full_doc(command: Command, param: Param) -> str:
