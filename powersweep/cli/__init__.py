@@ -51,30 +51,34 @@ _one_blas_thread()
 import typer  # noqa: E402
 from typer.core import TyperGroup, TyperOption  # noqa: E402
 
+from powersweep.cli import analyze, apply, compare, import_table, plot, restore, status  # noqa: E402
 from powersweep.cli._common import one_line  # noqa: E402
-from powersweep.cli.analyze import analyze_command  # noqa: E402
-from powersweep.cli.apply import apply_command  # noqa: E402
-from powersweep.cli.compare import compare_command  # noqa: E402
 from powersweep.cli.fleet import fleet_app  # noqa: E402
-from powersweep.cli.import_table import import_command  # noqa: E402
-from powersweep.cli.plot import plot_command  # noqa: E402
-from powersweep.cli.restore import restore_command  # noqa: E402
-from powersweep.cli.status import status_command  # noqa: E402
-from powersweep.cli.sweep import sweep_command  # noqa: E402
+from powersweep.cli.help_layout import HelpCommand, HelpGroup  # noqa: E402
+from powersweep.cli.sweep import SWEEP_EXAMPLES, sweep_command  # noqa: E402
 
 COMMANDS = ("sweep", "restore", "analyze", "plot", "compare", "import", "status", "apply", "fleet")
 # Options of ``powersweep`` itself; anything else before a command is the sweep's.
 ROOT_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
 
 app = typer.Typer(
+    cls=HelpGroup,
     add_completion=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     no_args_is_help=False,
     help=(
-        "Find the GPU power cap with the best LLM tokens per watt. "
-        "`powersweep [OPTIONS]` runs `powersweep sweep [OPTIONS]`."
+        "Find the GPU power cap with the best LLM tokens per watt.\n\n"
+        "`powersweep [OPTIONS]` runs `powersweep sweep [OPTIONS]`; "
+        "`powersweep COMMAND --help` lists a command's options."
     ),
+    epilog="""Examples:
+  # the demo: a simulated RTX 3090, no GPU or root needed (seconds)
+  powersweep --simulate rtx3090-air --cooling air --load-mode decode-single
+  # a real card, against the local server (power limits need root)
+  sudo powersweep --cooling air --load-mode decode-single
+  # then set the sweet spot it found
+  sudo powersweep apply powersweep-runs/RUN""",
 )
 
 
@@ -94,14 +98,14 @@ def _root(
     """Find the GPU power cap with the best LLM tokens per watt."""
 
 
-app.command("sweep")(sweep_command)
-app.command("restore")(restore_command)
-app.command("analyze")(analyze_command)
-app.command("plot")(plot_command)
-app.command("compare")(compare_command)
-app.command("import")(import_command)
-app.command("status")(status_command)
-app.command("apply")(apply_command)
+app.command("sweep", cls=HelpCommand, epilog=SWEEP_EXAMPLES)(sweep_command)
+app.command("restore", cls=HelpCommand, epilog=restore.EXAMPLES)(restore.restore_command)
+app.command("analyze", cls=HelpCommand, epilog=analyze.EXAMPLES)(analyze.analyze_command)
+app.command("plot", cls=HelpCommand, epilog=plot.EXAMPLES)(plot.plot_command)
+app.command("compare", cls=HelpCommand, epilog=compare.EXAMPLES)(compare.compare_command)
+app.command("import", cls=HelpCommand, epilog=import_table.EXAMPLES)(import_table.import_command)
+app.command("status", cls=HelpCommand, epilog=status.EXAMPLES)(status.status_command)
+app.command("apply", cls=HelpCommand, epilog=apply.EXAMPLES)(apply.apply_command)
 app.add_typer(fleet_app, name="fleet")
 
 

@@ -5,32 +5,32 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from powersweep.analysis.context import CardFacts
+from powersweep.cli.help_layout import option
 
 CARD = "The card (for a bare caps.csv)"
 
 GpuName = Annotated[
-    str | None,
-    typer.Option("--gpu-name", help="The GPU's name.", rich_help_panel=CARD),
+    str | None, option("--gpu-name", metavar="NAME", help="The GPU's name.", panel=CARD)
 ]
 DefaultLimit = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--default-limit",
-        help="The card's default power limit, W: % of default, the default-limit line, "
+        metavar="W",
+        help="The card's default power limit (for % of default).",
+        doc="The card's default power limit, W: % of default, the default-limit line, "
         "compare --x pct-tdp.",
-        rich_help_panel=CARD,
+        panel=CARD,
     ),
 ]
 MinLimit = Annotated[
     float | None,
-    typer.Option("--min-limit", help="The card's lowest settable limit, W.", rich_help_panel=CARD),
+    option("--min-limit", metavar="W", help="The card's lowest settable limit.", panel=CARD),
 ]
 MaxLimit = Annotated[
     float | None,
-    typer.Option("--max-limit", help="The card's highest settable limit, W.", rich_help_panel=CARD),
+    option("--max-limit", metavar="W", help="The card's highest settable limit.", panel=CARD),
 ]
 
 

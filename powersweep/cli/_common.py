@@ -8,11 +8,11 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import typer
 from tqdm import tqdm
 
+from powersweep.cli.help_layout import option
 from powersweep.errors import UsageError
 from powersweep.sweep.options import Backend
 
@@ -107,25 +107,34 @@ class Handover:
         hand_over(list(paths), invoking_user(), warn=warn)
 
 
-def state_dir_option(rich_help_panel: str | None = None) -> typer.models.OptionInfo:
+def state_dir_option(rich_help_panel: str | None = None) -> Any:
     """``--state-dir``, as every command that reads or writes the restore journal takes it."""
-    return typer.Option(
+    return option(
+        metavar="DIR",
         envvar="POWERSWEEP_STATE_DIR",
         show_envvar=True,
-        help="Where the restore journal lives (default /var/lib/powersweep as root).",
-        rich_help_panel=rich_help_panel,
+        help="Restore journal (root: /var/lib/powersweep).",
+        doc="Where the restore journal lives: what a sweep or `apply` changed on the cards, put "
+        "back by `powersweep restore` or the next run after a kill. Default "
+        "/var/lib/powersweep as root; the directory must be private (0700, owned by this user "
+        "or root).",
+        panel=rich_help_panel,
     )
 
 
 StateDirOpt = Annotated[Path | None, state_dir_option()]
 
 
-BackendOpt = Annotated[
-    Backend,
-    typer.Option(
+def backend_option(rich_help_panel: str | None = None) -> Any:
+    """``--backend``, as every command that opens the GPU libraries takes it."""
+    return option(
         "--backend",
-        help="GPU library: auto (the NVIDIA and AMD cards there are), nvml (NVIDIA) or amdsmi "
-        "(AMD; pip install 'powersweep\\[amd]').",  # \[: Rich markup would eat [amd]
+        help="GPU library: auto, nvml or amdsmi (AMD: pip install 'powersweep[amd]').",
+        doc="GPU library: auto (the NVIDIA and AMD cards there are), nvml (NVIDIA) or amdsmi "
+        "(AMD; pip install 'powersweep[amd]', and ROCm's amd-smi library).",
         case_sensitive=False,
-    ),
-]
+        panel=rich_help_panel,
+    )
+
+
+BackendOpt = Annotated[Backend, backend_option()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,36 +15,55 @@ from powersweep.analysis.objectives import OBJECTIVES, TpsPerW
 from powersweep.analysis.serving import ServingOptions, check_options
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
+from powersweep.cli.help_layout import argument, option
 from powersweep.errors import UsageError
+
+# `analyze --help`'s last lines
+EXAMPLES = """Examples:
+  powersweep analyze powersweep-runs/RUN
+  # one cap for a mixed workload, from runs of one GPU in two load modes
+  powersweep analyze powersweep-runs/RUN_SINGLE powersweep-runs/RUN_CONCURRENT
+  # a bare caps.csv, with the card's facts
+  powersweep analyze caps.csv --gpu-name 'RTX 3090' --default-limit 350"""
 
 # What the recommended cap optimises: the analysis's selectors name the choices.
 Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})  # type: ignore[misc]
 
 
-TariffOpt = Annotated[
-    float | None,
-    typer.Option(
+def tariff_option(panel: str | None = None) -> Any:
+    """``--tariff``, as ``analyze`` and ``sweep`` take it."""
+    return option(
         "--tariff",
         metavar="PRICE",
-        help="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
+        help="Price of a kWh: adds cost per 1M tokens.",
+        doc="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
         "against the default limit, per 1M tokens and per year.",
-    ),
-]
+        panel=panel,
+    )
+
+
+TariffOpt = Annotated[float | None, tariff_option()]
+RECOMMENDATION = "Recommendation"
+
 MaxTtftOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--max-ttft-ms",
         metavar="MS",
-        help="Latency target: the most efficient point whose time-to-first-token p95 is at most "
+        help="Latency target: time-to-first-token p95 at most this.",
+        doc="Latency target: the most efficient point whose time-to-first-token p95 is at most "
         "this.",
+        panel=RECOMMENDATION,
     ),
 ]
 MaxItlOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--max-itl-ms",
         metavar="MS",
-        help="Latency target: the most efficient point whose inter-token p95 is at most this.",
+        help="Latency target: inter-token p95 at most this.",
+        doc="Latency target: the most efficient point whose inter-token p95 is at most this.",
+        panel=RECOMMENDATION,
     ),
 ]
 
@@ -52,21 +71,32 @@ MaxItlOpt = Annotated[
 def analyze_command(
     paths: Annotated[
         list[Path],
-        typer.Argument(
-            help="Run directory or caps.csv; several runs of one GPU in different load modes "
+        argument(
+            metavar="RUN...",
+            help="Run directories or caps.csv files (several: see above).",
+            doc="Run directory or caps.csv; several runs of one GPU in different load modes "
             "add a cross-mode answer (one cap for a mixed workload); a power run and a clock "
-            "run compare the best clock point with the best cap."
+            "run compare the best clock point with the best cap.",
         ),
     ],
-    out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
+    out: Annotated[
+        Path | None,
+        option(metavar="DIR", help="Where the files go (default: beside the run)."),
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the analysis JSON (and only it) on stdout.")
+        bool, option("--json", help="Print the analysis JSON (and only it) on stdout.")
     ] = False,
-    max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
+    max_tps_loss: Annotated[
+        float,
+        option(metavar="PCT", help="Near-peak: accept this % TPS loss.", panel=RECOMMENDATION),
+    ] = 5.0,
     objective: Annotated[
-        Objective, typer.Option(help="What the recommended cap optimises.")
+        Objective, option(help="What the recommended cap optimises.", panel=RECOMMENDATION)
     ] = Objective(TpsPerW.name),
-    eta: Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")] = 0.5,
+    eta: Annotated[
+        float,
+        option(metavar="0-1", help="cost objective: weight of energy.", panel=RECOMMENDATION),
+    ] = 0.5,
     tariff: TariffOpt = None,
     max_ttft_ms: MaxTtftOpt = None,
     max_itl_ms: MaxItlOpt = None,
@@ -75,10 +105,12 @@ def analyze_command(
     min_limit: MinLimit = None,
     max_limit: MaxLimit = None,
 ) -> None:
-    """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md.
+    """Analyse a run (or a caps.csv): write analysis.json and summary.md.
 
-    The analysis is printed before anything is written, so a read-only run directory still
-    shows it (and the error then names the directory and ``--out``).
+    Several runs of one GPU in different load modes add a cross-mode answer (one cap for a
+    mixed workload); a power run and a clock run compare the best clock point with the best
+    cap. The analysis is printed before anything is written, so a read-only run directory still
+    shows it (and the error then names the directory and --out).
     """
     from powersweep.report import build_clock_comparison
 

@@ -15,8 +15,9 @@ import typer
 
 from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.cli._boot import BootUnit
-from powersweep.cli._common import BackendOpt, StateDirOpt, info, is_root, warn
+from powersweep.cli._common import backend_option, info, is_root, state_dir_option, warn
 from powersweep.cli.analyze import MaxItlOpt, MaxTtftOpt
+from powersweep.cli.help_layout import argument, option
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import Backend
 
@@ -30,15 +31,31 @@ if TYPE_CHECKING:
 
 SIMULATION = "Simulation"
 PERSIST = "Boot persistence"
+RECOMMENDATION = "Recommendation"
+SETTINGS = "Settings"
+CARD = "Card"
+SAFETY = "Safety"
+
+# `apply --help`'s last lines
+EXAMPLES = """Examples:
+  # what would change, then set the run's sweet spot
+  sudo powersweep apply powersweep-runs/RUN --dry-run
+  sudo powersweep apply powersweep-runs/RUN
+  # ... and again at every boot
+  sudo powersweep apply powersweep-runs/RUN --persist
+  # a named clock lock on GPU 0, then the defaults back
+  sudo powersweep apply --sm-clock 1410 --gpus 0
+  sudo powersweep apply --reset"""
 
 
 # Each option of `powersweep apply` (one alias per option keeps the signature short; status
 # shares the rig and unit ones).
 RunDirArg = Annotated[
     Path | None,
-    typer.Argument(
+    argument(
         metavar="RUN_DIR",
-        help="A run directory: set the cap (for a clock run, the clock locks; for an undervolt "
+        help="A run directory: set what it recommends on the GPUs it measured.",
+        doc="A run directory: set the cap (for a clock run, the clock locks; for an undervolt "
         "run, the cap, SM lock and SM clock offset) it recommends on the GPUs it measured.",
         show_default=False,
     ),
@@ -55,135 +72,169 @@ ApplyObjective = StrEnum(  # type: ignore[misc]
 
 ObjectiveOpt = Annotated[
     ApplyObjective | None,
-    typer.Option(
-        help="Which recommendation of the run (default: the one its analysis made); slo: the "
-        "most efficient point whose measured p95 latencies meet --max-ttft-ms/--max-itl-ms."
+    option(
+        help="Which of the run's recommendations (default: its analysis's).",
+        doc="Which recommendation of the run (default: the one its analysis made); slo: the "
+        "most efficient point whose measured p95 latencies meet --max-ttft-ms/--max-itl-ms.",
+        panel=RECOMMENDATION,
     ),
 ]
-EtaOpt = Annotated[float, typer.Option(help="cost objective: weight of energy (0-1).")]
+EtaOpt = Annotated[
+    float,
+    option(metavar="0-1", help="cost objective: weight of energy.", panel=RECOMMENDATION),
+]
 CapOpt = Annotated[
-    float | None, typer.Option(help="Set this power limit (W per GPU) instead of a run's.")
+    float | None,
+    option(metavar="W", help="Set this power limit per GPU instead of a run's.", panel=SETTINGS),
 ]
 GpusOpt = Annotated[
     str | None,
-    typer.Option(help="Which GPUs: NVML indices and/or UUIDs, e.g. 0,1 (default: all)."),
+    option(
+        metavar="LIST",
+        help="Which GPUs: indices and/or UUIDs, e.g. 0,1 (default: all).",
+        doc="Which GPUs: NVML indices and/or UUIDs, e.g. 0,1 (default: all).",
+        panel=CARD,
+    ),
 ]
 SmClockOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--sm-clock",
         metavar="MHZ",
-        help="Lock the SM clock at this (snapped to a supported clock), with or without --cap.",
+        help="Lock the SM clock at this (snapped to a supported clock).",
+        doc="Lock the SM clock at this (snapped to a supported clock), with or without --cap.",
+        panel=SETTINGS,
     ),
 ]
 SmClockMinOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--sm-clock-min",
         metavar="MHZ",
-        help="Bottom of the SM lock, MHz: an idle card clocks down to it (default: the card's "
+        help="Bottom of the SM lock (default: the card's lowest clock).",
+        doc="Bottom of the SM lock, MHz: an idle card clocks down to it (default: the card's "
         "lowest SM clock, else 210; a run's own when it recorded one).",
+        panel=SETTINGS,
     ),
 ]
 MemClockOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--mem-clock",
         metavar="MHZ",
-        help="Lock the memory clock at this (snapped to a supported clock; many GeForce cards "
+        help="Lock the memory clock at this (many GeForce cards refuse).",
+        doc="Lock the memory clock at this (snapped to a supported clock; many GeForce cards "
         "refuse).",
+        panel=SETTINGS,
     ),
 ]
 SmOffsetOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--sm-offset",
         metavar="MHZ",
-        help="Set the SM clock offset (an undervolt, with --sm-clock): one an undervolt run "
+        help="Set the SM clock offset (an undervolt, with --sm-clock).",
+        doc="Set the SM clock offset (an undervolt, with --sm-clock): one an undervolt run "
         "found stable on this card.",
+        panel=SETTINGS,
     ),
 ]
 MemOffsetOpt = Annotated[
     float | None,
-    typer.Option(
+    option(
         "--mem-offset",
         metavar="MHZ",
-        help="Set the memory clock offset, in NVML's unit (twice what Afterburner shows on "
+        help="Set the memory clock offset, in NVML's unit.",
+        doc="Set the memory clock offset, in NVML's unit (twice what Afterburner shows on "
         "GDDR6X/GDDR7): one found stable on this card. Needs no --sm-clock.",
+        panel=SETTINGS,
     ),
 ]
 ResetOpt = Annotated[
     bool,
-    typer.Option(
+    option(
         "--reset",
-        help="Put each card's default power limit back, unlock its clocks and put its SM and "
+        help="Put the default limit back, unlock the clocks, zero the offsets.",
+        doc="Put each card's default power limit back, unlock its clocks and put its SM and "
         "memory clock offsets back to 0.",
+        panel=SETTINGS,
     ),
 ]
 DryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", help="Print what would change; change nothing.")
+    bool, option("--dry-run", help="Print what would change; change nothing.", panel=SAFETY)
 ]
 StrictOpt = Annotated[
     bool,
-    typer.Option(
+    option(
         "--strict",
-        help="Refuse a value outside a card's range, or a clock it does not list (no clamping, "
+        help="Refuse a value out of range or a clock not listed (no clamping).",
+        doc="Refuse a value outside a card's range, or a clock it does not list (no clamping, "
         "no snapping).",
+        panel=SAFETY,
     ),
 ]
 ForceOpt = Annotated[
     bool,
-    typer.Option(
+    option(
         "--force",
-        help="Apply to a card other than the one measured, or while a restore journal exists.",
+        help="Apply to a card other than the one measured, or despite a journal.",
+        doc="Apply to a card other than the one measured, or while a restore journal exists.",
+        panel=SAFETY,
     ),
 ]
 PersistOpt = Annotated[
     bool,
-    typer.Option(
+    option(
         "--persist",
-        help="Also install and enable powersweep-apply.service, which turns persistence mode "
+        help="Also set the same values at every boot (a systemd unit).",
+        doc="Also install and enable powersweep-apply.service, which turns persistence mode "
         "on and sets the same values at boot (with --reset: remove it).",
-        rich_help_panel=PERSIST,
+        panel=PERSIST,
     ),
 ]
 TrustOffsetOpt = Annotated[
     bool,
-    typer.Option(
+    option(
         "--trust-offset",
-        help="Let --persist set an SM or memory clock offset at boot. A driver update moves the "
+        help="Let --persist set a clock offset at boot (this driver only).",
+        doc="Let --persist set an SM or memory clock offset at boot. A driver update moves the "
         "voltage/frequency curve and the memory training, so an offset stable today may not be "
         "after one: the unit records this driver's version and skips the offsets (the cap and "
         "locks still set) at a boot under another driver.",
-        rich_help_panel=PERSIST,
+        panel=PERSIST,
     ),
 ]
 PrintUnitOpt = Annotated[
     bool,
-    typer.Option(
+    option(
         "--print-unit",
-        help="Print the boot unit on stdout instead of installing it; change nothing.",
-        rich_help_panel=PERSIST,
+        help="Print the boot unit instead of installing it; change nothing.",
+        doc="Print the boot unit on stdout instead of installing it; change nothing.",
+        panel=PERSIST,
     ),
 ]
 UnitDirOpt = Annotated[
     Path | None,
-    typer.Option(
+    option(
+        metavar="DIR",
         envvar="POWERSWEEP_UNIT_DIR",
         show_envvar=True,
-        help="Where the boot unit goes: written there without systemctl (packaging, tests). "
+        help="Write the boot unit here, without systemctl.",
+        doc="Where the boot unit goes: written there without systemctl (packaging, tests). "
         "Default /etc/systemd/system, then enabled.",
-        rich_help_panel=PERSIST,
+        panel=PERSIST,
     ),
 ]
 SimulateOpt = Annotated[
     str | None,
-    typer.Option(help="Simulated GPUs (a profile, a+b for two).", rich_help_panel=SIMULATION),
+    option(metavar="PROFILE", help="Simulated GPUs (a profile, a+b for two).", panel=SIMULATION),
 ]
 SimStateOpt = Annotated[
     Path | None,
-    typer.Option(help="File holding the simulated settings.", rich_help_panel=SIMULATION),
+    option(metavar="FILE", help="File holding the simulated settings.", panel=SIMULATION),
 ]
+CardBackendOpt = Annotated[Backend, backend_option(CARD)]
+SafetyStateDirOpt = Annotated[Path | None, state_dir_option(SAFETY)]
 AtBootOpt = Annotated[bool, typer.Option("--at-boot", hidden=True, help="What the boot unit runs.")]
 OffsetDriverOpt = Annotated[
     str | None,
@@ -216,15 +267,18 @@ def apply_command(
     trust_offset: TrustOffsetOpt = False,
     print_unit: PrintUnitOpt = False,
     unit_dir: UnitDirOpt = None,
-    state_dir: StateDirOpt = None,
+    state_dir: SafetyStateDirOpt = None,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
-    backend: BackendOpt = Backend.AUTO,
+    backend: CardBackendOpt = Backend.AUTO,
     at_boot: AtBootOpt = False,
     offset_driver: OffsetDriverOpt = None,
 ) -> None:
-    """Set a run's recommended power limit, clock locks or undervolt (or --cap W, --sm-clock /
-    --mem-clock / --sm-offset / --mem-offset MHZ, or --reset) on the right GPUs."""
+    """Set a run's recommendation (or named values) on the GPUs.
+
+    A run's power limit, clock locks or undervolt, on the GPUs it measured; or the values
+    named (--cap W, --sm-clock, --mem-clock, --sm-offset, --mem-offset MHZ), or --reset: the
+    defaults back."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.targets import parse_gpu_selection
 

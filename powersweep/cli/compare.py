@@ -10,6 +10,7 @@ import typer
 
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, formats, info, run_label
+from powersweep.cli.help_layout import option
 from powersweep.errors import UsageError
 
 if TYPE_CHECKING:
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
 # Past this many runs an overlay's legend fills the figure: draw the band view instead.
 MAX_OVERLAY_RUNS = 8
 DEFAULT_STEM = "powersweep-compare"
+# `compare --help`'s last lines
+EXAMPLES = """Examples:
+  powersweep compare powersweep-runs/RUN_A powersweep-runs/RUN_B
+  # cards of different sizes, by % of each one's default limit
+  powersweep compare runs/* --x pct-tdp --normalize"""
 
 
 class XAxis(StrEnum):
@@ -28,27 +34,29 @@ class XAxis(StrEnum):
 
 
 def compare_command(
-    paths: Annotated[list[Path], typer.Argument(help="Run directories or caps.csv files.")],
+    paths: Annotated[
+        list[Path], typer.Argument(metavar="RUN...", help="Run directories or caps.csv files.")
+    ],
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="Output directory (the chart is powersweep-compare.<fmt> there) or file stem "
-            "(default: ./powersweep-compare)."
+        option(
+            metavar="PATH",
+            help="Output folder, or file stem (default: ./powersweep-compare).",
+            doc="Output directory (the chart is powersweep-compare.<fmt> there) or file stem "
+            "(default: ./powersweep-compare).",
         ),
     ] = None,
-    x: Annotated[XAxis, typer.Option(help="x axis: watts or % of the default limit.")] = (
-        XAxis.WATTS
-    ),
+    x: Annotated[XAxis, option(help="x axis: watts or % of the default limit.")] = (XAxis.WATTS),
     normalize: Annotated[
-        bool, typer.Option("--normalize", help="TPS/W relative to each run's peak.")
+        bool, option("--normalize", help="TPS/W relative to each run's peak.")
     ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
+    fmt: Annotated[str, option("--format", metavar="FMT", help="png, svg or png,svg.")] = "png",
     gpu_name: GpuName = None,
     default_limit: DefaultLimit = None,
     min_limit: MinLimit = None,
     max_limit: MaxLimit = None,
 ) -> None:
-    """Overlay the efficiency curves of several runs and print their sweet spots."""
+    """Overlay several runs' efficiency curves; print their sweet spots."""
     from powersweep import analysis, plots
     from powersweep.analysis.context import with_card_facts
     from powersweep.analysis.result_types import PowerAnalysis

@@ -10,10 +10,17 @@ from typing import Annotated
 import typer
 
 from powersweep.cli._common import Handover, formats, info
+from powersweep.cli.help_layout import HelpCommand, HelpGroup, option
 from powersweep.errors import UsageError
 
+# `fleet report --help`'s last lines
+EXAMPLES = """Examples:
+  # every node's runs, copied into one folder
+  powersweep fleet report runs/ --tariff 0.30 --duty 0.5"""
+
 fleet_app = typer.Typer(
-    help="Fleets: merge many runs (one per node or card) into one report.",
+    cls=HelpGroup,
+    help="Fleets: many runs into one report, and apply it.",
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
@@ -21,45 +28,51 @@ fleet_app = typer.Typer(
 
 @fleet_app.callback(invoke_without_command=True)
 def _fleet(ctx: typer.Context) -> None:
-    """Fleets: merge many runs (one per node or card) into one report."""
+    """Fleets: many runs into one report, and apply it."""
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
 
 
-@fleet_app.command("report")
+@fleet_app.command("report", cls=HelpCommand, epilog=EXAMPLES)
 def report_command(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run directories, or folders holding them (searched recursively)."),
+        typer.Argument(
+            metavar="RUN...",
+            help="Run directories, or folders holding them (searched recursively).",
+        ),
     ],
-    out: Annotated[Path, typer.Option(help="Where fleet.md, fleet.json and charts/ go.")] = Path(
-        "powersweep-fleet"
-    ),
+    out: Annotated[
+        Path, option(metavar="DIR", help="Where fleet.md, fleet.json and charts/ go.")
+    ] = Path("powersweep-fleet"),
     tariff: Annotated[
         float | None,
-        typer.Option(help="Electricity price per kWh, for the cost per 1M tokens."),
+        option(metavar="PRICE", help="Electricity price per kWh, for the cost per 1M tokens."),
     ] = None,
     duty: Annotated[
         float,
-        typer.Option(help="Share of the year the cards serve at the measured load (0-1)."),
+        option(metavar="0-1", help="Share of the year the cards serve at the measured load."),
     ] = 1.0,
-    max_tps_loss: Annotated[float, typer.Option(help="Near-peak: accept this % TPS loss.")] = 5.0,
+    max_tps_loss: Annotated[
+        float, option(metavar="PCT", help="Near-peak: accept this % TPS loss.")
+    ] = 5.0,
     reanalyze: Annotated[
         bool,
-        typer.Option(
-            "--reanalyze", help="Analyse every caps.csv, even where a fresh analysis.json is."
-        ),
+        option("--reanalyze", help="Analyse every caps.csv, even beside a fresh analysis.json."),
     ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="Charts: png, svg or png,svg.")] = "png",
-    no_charts: Annotated[bool, typer.Option("--no-charts", help="Write no charts.")] = False,
+    fmt: Annotated[
+        str, option("--format", metavar="FMT", help="Charts: png, svg or png,svg.")
+    ] = "png",
+    no_charts: Annotated[bool, option("--no-charts", help="Write no charts.")] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print fleet.json on stdout instead of fleet.md.")
+        bool, option("--json", help="Print fleet.json on stdout instead of fleet.md.")
     ] = False,
 ) -> None:
-    """Group runs by GPU, load mode and model: sweet-spot spread, fleet cap, outliers, savings.
+    """One answer per GPU model over many runs (one per node or card).
 
-    Writes fleet.md (paste-ready), fleet.json and charts/ into --out.
+    The spread between cards, the fleet cap, the outliers and the savings. Runs are grouped by
+    GPU, load mode and model. Writes fleet.md (paste-ready), fleet.json and charts/ into --out.
     """
     from powersweep.analysis.fleet_answer import FleetOptions, fleet_report
     from powersweep.analysis.fleet_summary import render_fleet_summary, write_fleet_outputs
@@ -95,9 +108,10 @@ def report_command(
 
 def _register_apply() -> None:
     # its own module (the apply machinery it shares is large); registered under `fleet`
+    from powersweep.cli.fleet_apply import EXAMPLES as APPLY_EXAMPLES
     from powersweep.cli.fleet_apply import fleet_apply_command
 
-    fleet_app.command("apply")(fleet_apply_command)
+    fleet_app.command("apply", cls=HelpCommand, epilog=APPLY_EXAMPLES)(fleet_apply_command)
 
 
 _register_apply()

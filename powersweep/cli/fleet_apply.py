@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from powersweep.cli._common import BackendOpt, Handover, StateDirOpt, info, is_root, warn
+from powersweep.cli._common import Handover, info, is_root, warn
 from powersweep.cli.apply import (
+    SAFETY,
     SIMULATION,
+    CardBackendOpt,
     DryRunOpt,
     ForceOpt,
     GpusOpt,
     PersistOpt,
+    SafetyStateDirOpt,
     SimStateOpt,
     SimulateOpt,
     StrictOpt,
@@ -34,6 +37,7 @@ from powersweep.cli.apply import (
     _refuse_if_journal,
     journal_for,
 )
+from powersweep.cli.help_layout import option
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.safe_files import write_atomic
 from powersweep.sweep.options import Backend
@@ -43,44 +47,70 @@ if TYPE_CHECKING:
     from powersweep.sweep.settings.clock_locks import ClockChange
     from powersweep.sweep.settings.fleet_targets import FleetSetting
 
+GROUP = "Report group"
+# `fleet apply --help`'s last lines
+EXAMPLES = """Examples:
+  # on each node: what would change, then set it, and at every boot
+  sudo powersweep fleet apply fleet/ --dry-run
+  sudo powersweep fleet apply fleet/ --persist"""
+
 ReportArg = Annotated[
     Path,
     typer.Argument(
         metavar="REPORT_DIR",
-        help="A fleet report's folder (fleet.json), as `powersweep fleet report` wrote it.",
+        help="A fleet report's folder (fleet.json), as `fleet report` wrote it.",
         show_default=False,
     ),
 ]
 NodeOpt = Annotated[
     str | None,
-    typer.Option(
-        help="This node's name as the report names its cards (default: the short host name; "
+    option(
+        metavar="NAME",
+        help="This node's name in the report (default: the short host name).",
+        doc="This node's name as the report names its cards (default: the short host name; "
         "simulated: --sim-node).",
+        panel=GROUP,
     ),
 ]
 AxisOpt = Annotated[
     str | None,
-    typer.Option(
-        help="Only a group swept on this axis: power, sm-clock, mem-clock or grid (default: "
+    option(
+        metavar="AXIS",
+        help="Only a group swept on this axis: power, sm-clock, mem-clock, grid.",
+        doc="Only a group swept on this axis: power, sm-clock, mem-clock or grid (default: "
         "where a card has both, the one with more tokens per joule across the fleet).",
+        panel=GROUP,
     ),
 ]
 LoadModeOpt = Annotated[
-    str | None, typer.Option(help="Only a group of this load mode (the report has several).")
+    str | None,
+    option(
+        metavar="MODE",
+        help="Only a group of this load mode (the report has several).",
+        panel=GROUP,
+    ),
 ]
 ModelOpt = Annotated[
-    str | None, typer.Option(help="Only a group of this served model (the report has several).")
+    str | None,
+    option(
+        metavar="ID",
+        help="Only a group of this served model (the report has several).",
+        panel=GROUP,
+    ),
 ]
 RecordOpt = Annotated[
     Path | None,
-    typer.Option(
-        help="Where this node's record goes (JSON: what each card got and why; default "
+    option(
+        metavar="FILE",
+        help="This node's record (default REPORT_DIR/applied/NODE.json).",
+        doc="Where this node's record goes (JSON: what each card got and why; default "
         "REPORT_DIR/applied/<node>.json).",
+        panel=SAFETY,
     ),
 ]
 SimNodeOpt = Annotated[
     str | None,
-    typer.Option(help="The simulated node (its cards' spread).", rich_help_panel=SIMULATION),
+    option(metavar="NAME", help="The simulated node (its cards' spread).", panel=SIMULATION),
 ]
 AXES = ("power", "sm-clock", "mem-clock", "grid")
 
@@ -98,14 +128,16 @@ def fleet_apply_command(
     persist: PersistOpt = False,
     unit_dir: UnitDirOpt = None,
     record: RecordOpt = None,
-    state_dir: StateDirOpt = None,
+    state_dir: SafetyStateDirOpt = None,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
     sim_node: SimNodeOpt = None,
-    backend: BackendOpt = Backend.AUTO,
+    backend: CardBackendOpt = Backend.AUTO,
 ) -> None:
-    """Set a fleet report's cap or clock lock on this node's cards (matched by GPU model; an
-    outlier gets its own best), with --dry-run and --persist as `apply` has them."""
+    """Set a fleet report's cap or clock lock on this node's cards.
+
+    Cards are matched by GPU model; an outlier gets its own best. --dry-run and --persist work
+    as `apply` has them."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.settings.fleet_targets import choose_settings, read_fleet
     from powersweep.sweep.settings.targets import parse_gpu_selection, select_gpus

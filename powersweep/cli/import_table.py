@@ -8,11 +8,21 @@ from typing import Annotated
 import typer
 
 from powersweep.cli._common import Handover
+from powersweep.cli.help_layout import option
+
+# `import --help`'s last lines
+EXAMPLES = """Examples:
+  powersweep import pasted.md --out caps.csv
+  powersweep analyze caps.csv"""
 
 
 def import_command(
-    summary: Annotated[Path, typer.Argument(help="Markdown with a power-cap summary table.")],
-    out: Annotated[Path | None, typer.Option(help="caps.csv to write.")] = None,
+    summary: Annotated[
+        Path, typer.Argument(metavar="FILE", help="Markdown with a power-cap summary table.")
+    ],
+    out: Annotated[
+        Path | None, option(metavar="FILE", help="caps.csv to write (default: beside FILE).")
+    ] = None,
 ) -> None:
     """Turn a pasted power-cap-sweep.sh summary table into a caps.csv."""
     from powersweep import analysis

@@ -9,13 +9,22 @@ import typer
 
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, formats
+from powersweep.cli.help_layout import option
+
+# `plot --help`'s last lines
+EXAMPLES = """Examples:
+  powersweep plot powersweep-runs/RUN --format png,svg
+  # a community curve, with its card's default limit
+  powersweep plot caps.csv --gpu-name 'RTX 3090' --default-limit 350"""
 
 
 def plot_command(
-    path: Annotated[Path, typer.Argument(help="Run directory or caps.csv.")],
-    out: Annotated[Path | None, typer.Option(help="Output directory (default: beside).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="png, svg or png,svg.")] = "png",
-    title: Annotated[str | None, typer.Option(help="Chart title.")] = None,
+    path: Annotated[Path, typer.Argument(metavar="RUN", help="Run directory or caps.csv.")],
+    out: Annotated[
+        Path | None, option(metavar="DIR", help="Where charts/ goes (default: beside the run).")
+    ] = None,
+    fmt: Annotated[str, option("--format", metavar="FMT", help="png, svg or png,svg.")] = "png",
+    title: Annotated[str | None, option(metavar="TEXT", help="Chart title.")] = None,
     gpu_name: GpuName = None,
     default_limit: DefaultLimit = None,
     min_limit: MinLimit = None,

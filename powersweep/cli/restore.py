@@ -4,38 +4,44 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
 from powersweep.cli._common import StateDirOpt, info, warn
+from powersweep.cli.help_layout import option
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.sweep.options import Backend
+
+# `restore --help`'s last lines
+EXAMPLES = """Examples:
+  sudo powersweep restore
+  sudo powersweep restore --state-dir /tmp/my-journal"""
 
 
 def restore_command(
     state_dir: StateDirOpt = None,
     force: Annotated[
         bool,
-        typer.Option(
+        option(
             "--force",
-            help="Restore when it cannot be told whether the sweep that wrote the journal still "
+            help="Restore when it cannot be told if the journal's sweep still runs.",
+            doc="Restore when it cannot be told whether the sweep that wrote the journal still "
             "runs (never while it does).",
         ),
     ] = False,
     backend: Annotated[
         Backend | None,
-        typer.Option(
+        option(
             "--backend",
-            help="GPU library to restore through instead of the one the journal names "
+            help="GPU library to use instead of the journal's.",
+            doc="GPU library to restore through instead of the one the journal names "
             "(auto, nvml, amdsmi).",
             case_sensitive=False,
         ),
     ] = None,
 ) -> None:
-    """Put back the power limits (and clock locks) a killed sweep left (from its journal).
+    """Put back the settings a killed sweep left (from its journal).
 
-    A journal whose sweep still runs is never taken, ``--force`` or not: that sweep owns the
-    cards and puts them back itself. ``--force`` only overrides a doubt (a PID that runs but
-    cannot be told from the sweep's).
+    A journal whose sweep still runs is never taken, --force or not: that sweep owns the cards
+    and puts them back itself. --force only overrides a doubt (a PID that runs but cannot be
+    told from the sweep's).
     """
     from powersweep.cli.rigs import restore_backend
     from powersweep.sweep.records.cardlock import card_key, locks_for

@@ -12,33 +12,47 @@ import typer
 
 from powersweep.cli._common import BackendOpt, is_root, pid_alive
 from powersweep.cli.apply import SimStateOpt, SimulateOpt
+from powersweep.cli.help_layout import option
 from powersweep.sweep.options import Backend
+
+# `status --help`'s last lines
+EXAMPLES = """Examples:
+  powersweep status
+  powersweep status --json
+  # a simulated card after `apply --simulate ... --sim-state sim.json`
+  powersweep status --simulate rtx3090-air --sim-state sim.json"""
 
 
 def status_command(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    as_json: Annotated[bool, option("--json", help="Print the status as JSON.")] = False,
     state_dir: Annotated[
         Path | None,
-        typer.Option(
+        option(
+            metavar="DIR",
             envvar="POWERSWEEP_STATE_DIR",
             show_envvar=True,
-            help="Where the restore journal lives (default: yours and /var/lib/powersweep).",
+            help="Restore journal (default: yours and root's).",
+            doc="Where the restore journal lives (default: yours and /var/lib/powersweep).",
         ),
     ] = None,
     unit_dir: Annotated[
         Path | None,
-        typer.Option(
+        option(
+            metavar="DIR",
             envvar="POWERSWEEP_UNIT_DIR",
             show_envvar=True,
-            help="Where the boot unit is looked for (default /etc/systemd/system).",
+            help="Where to look for the boot unit.",
+            doc="Where the boot unit is looked for (default /etc/systemd/system).",
         ),
     ] = None,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
     backend: BackendOpt = Backend.AUTO,
 ) -> None:
-    """Show each GPU's power limits, clock locks and offsets, persistence mode and readings (no
-    root)."""
+    """Show each GPU's limits, clock locks, offsets and readings.
+
+    Also its persistence mode, a restore journal left behind and the boot unit; needs no
+    root."""
     from powersweep.cli.rigs import build_settings_rig
     from powersweep.sweep.records.journal import ROOT_STATE_DIR, default_state_dir
     from powersweep.sweep.settings.boot_unit import SYSTEM_UNIT_DIR, read_unit

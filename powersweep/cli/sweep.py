@@ -16,11 +16,11 @@ import typer
 from tqdm import tqdm
 
 from powersweep.analysis.serving import check_options
-from powersweep.cli._common import BackendOpt, info, is_root, warn
-from powersweep.cli.analyze import TariffOpt
+from powersweep.cli._common import info, is_root, warn
 from powersweep.cli.sweep_flags import (
     ApiKeyOpt,
     AxisOpt,
+    BackendOpt,
     BenchRunsOpt,
     CapsOpt,
     ConcurrencyOpt,
@@ -83,6 +83,7 @@ from powersweep.cli.sweep_flags import (
     StrategyOpt,
     TargetCapSecondsOpt,
     TargetPrefillSecondsOpt,
+    TariffOpt,
     ThermalWaitSecondsOpt,
     TimeScaleOpt,
     UrlOpt,
@@ -108,6 +109,21 @@ from powersweep.sweep.options import (
 )
 from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
 from powersweep.sweep.sampling.windows import WindowPolicy
+
+# `sweep --help`'s last lines: what a user types most
+SWEEP_EXAMPLES = """Examples:
+  # the demo: a simulated RTX 3090, no GPU or root needed (seconds)
+  powersweep --simulate rtx3090-air --cooling air --load-mode decode-single
+  # a real card, against the local server (power limits need root)
+  sudo powersweep --cooling air --load-mode decode-single
+  # lock the SM clock at each point instead of capping power
+  sudo powersweep --axis sm-clock --cooling air
+  # undervolt: step the SM clock offset at one locked clock, under 350 W
+  sudo powersweep --axis undervolt --cap 350 --cooling air
+  # continue an interrupted run from its first unfinished point
+  sudo powersweep --resume powersweep-runs/RUN
+  # the plan and its time, nothing changed
+  powersweep --dry-run"""
 
 # Exit code of a run that ended but measured too few caps to answer.
 PARTIAL_EXIT = 3
@@ -185,7 +201,10 @@ def sweep_command(
     sim_vf_reset_beyond_mhz: SimVfResetBeyondOpt = SimOptions.vf_reset_beyond_mhz,
     sim_world: SimWorldOpt = None,
 ) -> None:
-    """Sweep the power-limit envelope (or clock locks) and measure tokens per watt at each."""
+    """Measure tokens per watt at each power cap (or clock lock).
+
+    Each point's TPS/W comes with its own 95% interval; the run ends with the sweet spot and
+    writes caps.csv, summary.md and charts into its run directory."""
     from powersweep.sweep.planning.caps import parse_caps
     from powersweep.sweep.planning.clock_points import parse_clocks
 

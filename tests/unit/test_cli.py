@@ -159,7 +159,7 @@ def test_sweep_help_lists_choices_in_panels(
     monkeypatch.setenv("COLUMNS", "160")
     code, out, _ = run(capsys, "sweep", "--help")
     assert code == 0
-    for panel in ("Load", "Caps", "Server", "Safety", "Output", "Simulation"):
+    for panel in ("Load", "Points", "Server", "Safety", "Output", "Simulation"):
         assert f"─ {panel} " in out, panel
     for choices in (
         "decode-single|decode-concurrent|prefill-heavy",
@@ -209,9 +209,9 @@ def test_help_shows_no_value_after_a_flag(
     out = capsys.readouterr().out
     assert "--help" in out and "<bool>" not in out  # "--dry-run <bool>" read as taking a value
     if command == ["sweep"]:
-        # options that take a value still say which
+        # options that take a value still say which (issue 47: by what it is, seconds)
         line = next(ln for ln in out.splitlines() if "--target-cap-seconds" in ln)
-        assert "<float>" in line
+        assert "--target-cap-seconds S " in line
         assert "<" not in next(ln for ln in out.splitlines() if "--dry-run" in ln)
 
 

@@ -69,5 +69,16 @@ def test_help_groups_the_options_in_their_panels(
     monkeypatch.setenv("COLUMNS", "160")
     assert main(["sweep", "--help"]) == 0
     out = capsys.readouterr().out
-    for panel in ("Load", "Caps", "Clock locks", "Server", "Safety", "Output", "Simulation"):
+    # issue 47: one panel per concern (the caps and clock locks are one panel, Points)
+    for panel in (
+        "Load",
+        "Measurement",
+        "Points",
+        "Undervolt (--axis undervolt)",
+        "Card",
+        "Server",
+        "Safety",
+        "Output",
+        "Simulation",
+    ):
         assert f"─ {panel} ─" in out
