@@ -305,6 +305,15 @@ QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT)
 ]
 
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the analysis as JSON on stdout, not the table.",
+        rich_help_panel=OUTPUT,
+    ),
+]
+
 SimulateOpt = Annotated[
     str | None,
     typer.Option(
