@@ -10,13 +10,14 @@ most 80 columns, no colour or markup: a pipe or a file gets what a terminal show
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from powersweep.analysis.clock_analysis import point_label
-from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow, Locks
 from powersweep.analysis.result_types import PowerAnalysis, RunFacts, known
 from powersweep.analysis.summary import SHOWN_STATUSES, starred_cap
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
@@ -175,11 +176,9 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
 
 def _clock_rows(result: ClockAnalysis) -> tuple[str, list[Row], list[tuple[str, str]]]:
     answer = known(result.answer)
-    given = result.peak is not None and (answer is None or answer.given)
-    peak = _locks(result.peak) if given and result.peak is not None else None
-    tied = (
-        {_locks(p) for p in known(result.peak.tied_points) or []} if peak and result.peak else set()
-    )
+    best = result.peak if answer is None or answer.given else None
+    peak = _locks(best) if best is not None else None
+    tied = {_locks(p) for p in known(best.tied_points) or []} if best is not None else set()
     entries: dict[tuple[float | None, float | None], Row] = {}
     for p in result.points:
         key = _locks(p)
@@ -242,7 +241,7 @@ def _legend(what: str) -> list[tuple[str, str]]:
     ]
 
 
-def _locks(p: LockPoint | LockRow) -> tuple[float | None, float | None]:
+def _locks(p: LockPoint | LockRow | Locks) -> tuple[float | None, float | None]:
     return p.sm_lock_mhz, p.mem_lock_mhz
 
 
@@ -321,10 +320,16 @@ def _fmt(value: float | None, digits: int, unit: str = "") -> str:
 
 
 def _wrap(text: str) -> str:
+    """``text`` wrapped at 80 columns, a command in backticks kept on one line (to copy it)."""
+    keep = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", _GLUE), text)
     return "\n".join(
         textwrap.fill(line, WIDTH, break_long_words=False, break_on_hyphens=False)
-        for line in text.splitlines()
-    )
+        for line in keep.splitlines()
+    ).replace(_GLUE, " ")
+
+
+# stands for a space that must not break a line while wrapping (never in a printed text)
+_GLUE = "\0"
 
 
 def _fit(line: str) -> str:
