@@ -171,7 +171,9 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
         )
     answer = known(result.answer)
     what = "best cap (a boundary)" if answer is not None and answer.kind == "boundary" else None
-    return "cap W", rows, _legend(what or "sweet spot")
+    # a rig of several cards: the cap is each card's, the draw theirs together
+    header = "cap W/card" if (result.run.n_gpus or 1) > 1 else "cap W"
+    return header, rows, _legend(what or "sweet spot")
 
 
 def _clock_rows(result: ClockAnalysis) -> tuple[str, list[Row], list[tuple[str, str]]]:
@@ -231,7 +233,8 @@ def _undervolt_rows(result: UndervoltAnalysis) -> tuple[str, list[Row], list[tup
         )
         for s in steps
     ]
-    return "offset MHz", rows, [(ANSWER_MARK, f"{ANSWER_MARK} the answer (soaked)")]
+    soaked = " (soaked)" if result.chosen is not None and result.chosen.reason == "soak" else ""
+    return "offset MHz", rows, [(ANSWER_MARK, f"{ANSWER_MARK} the answer{soaked}")]
 
 
 def _legend(what: str) -> list[tuple[str, str]]:
@@ -281,11 +284,16 @@ def _status(status: str | None, repeats: int | None) -> str:
 
 
 def _title(run: RunFacts, n: int, noun: str) -> str:
-    what = [run.gpu_name or "unknown GPU", run.load_mode, run.cooling]
-    count = f"{n} {noun}{'s' if n != 1 else ''}"
+    """``GPU, load mode, cooling: 21 caps`` (and the run's status where it did not finish); a
+    long GPU name is what is cut to fit."""
+    what = ", ".join(w for w in (run.gpu_name or "unknown GPU", run.load_mode, run.cooling) if w)
+    count = f": {n} {noun}{'s' if n != 1 else ''}"
     if run.status and run.status != "complete":
         count += f", run {run.status}"
-    return _fit(", ".join(w for w in what if w) + f": {count}")
+    if (run.n_gpus or 1) > 1:
+        count += f", {run.n_gpus} GPUs"
+    room = WIDTH - len(count)
+    return (what if len(what) <= room else what[: room - 3] + "...") + count
 
 
 def _table(header: str, rows: Iterable[Row]) -> list[str]:

@@ -276,3 +276,24 @@ def test_a_dense_power_run_fits_a_screen(tmp_path: Path) -> None:
     assert report.headline is not None and report.headline in text
     assert all(len(line) <= 80 for line in lines if not line.startswith(("run:", "summary:")))
     assert "\x1b" not in text and text.isascii()
+
+
+def test_an_unsoaked_answer_is_not_called_soaked_and_a_long_title_keeps_the_status() -> None:
+    step = _step(90.0, "search")
+    run = RunFacts(
+        gpu_name="NVIDIA GeForce RTX 4090 (simulated)",
+        load_mode="decode-single",
+        cooling="air",
+        status="interrupted",
+    )
+    result = UndervoltAnalysis(run=run, steps=[_step(0.0, "reference"), step], chosen=step)
+    lines = _lines(render_body(result, undervolt_headline(result)))
+    assert "* the answer" in lines and "* the answer (soaked)" not in lines
+    assert len(lines[0]) <= 80 and lines[0].endswith("...: 2 steps, run interrupted")
+
+
+def test_a_rig_of_several_cards_says_the_cap_is_per_card() -> None:
+    result = _power(Answer(kind="answer"), RunFacts(gpu_name="NVIDIA GeForce RTX 3090", n_gpus=2))
+    lines = _lines(render_body(result, AXES["power"].headline(result)))
+    assert lines[0] == "NVIDIA GeForce RTX 3090: 5 caps, 2 GPUs"
+    assert lines[1].split()[:2] == ["cap", "W/card"]
