@@ -80,10 +80,10 @@ def analyze_command(
 ) -> None:
     """Analyse a run (or a bare caps.csv): writes analysis.json and summary.md.
 
-    Prints the points, the answer and the files written (``--full``: the whole summary;
-    ``--json``: the analysis). The analysis is printed before anything is written, so a
-    read-only run directory still shows it (and the error then names the directory and
-    ``--out``).
+    Prints the points, the answer and the files written; --full prints the
+    whole summary, --json the analysis. Printed before anything is written,
+    so a read-only run directory still shows it (the error then names the
+    directory and --out).
     """
     from powersweep.report import build_clock_comparison
 
