@@ -73,9 +73,10 @@ def render_points(result: Result) -> str:
     lines = [_title(result.run, len(rows), _noun(result))]
     lines += _table(header, rows)
     marks = {r.mark for r in rows}
-    said = [text for mark, text in legend if mark in marks]
+    said = [text for mark, text in legend if mark and mark in marks]
     if said:
         lines.append(_fit("  ".join(said)))
+    lines += [_fit(text) for mark, text in legend if not mark]  # notes on the columns
     return "\n".join(lines)
 
 
@@ -105,7 +106,10 @@ def render_paths(run: Path | None, paths: Sequence[Path]) -> str:
     """``run:`` and ``summary:`` in full, then the other files (``analysis.json``, the charts),
     named from the run directory where they are in it."""
     lines = [f"run:      {run}"] if run is not None else []
-    base = run if run is not None and run.is_dir() else run.parent if run is not None else None
+    # the rest named from the run directory (a caps.csv's own), else in full
+    base = run if run is not None and run.is_dir() else None
+    if run is not None and run.name == "caps.csv":
+        base = run.parent
     others = []
     for path in paths:
         if path.name == "summary.md":
@@ -145,6 +149,10 @@ def _noun(result: Result) -> str:
 def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, str]]]:
     sweet = result.sweet_spot
     u95 = (known(sweet.tps_per_w_u95_pct) if sweet is not None else None) or {}
+    # a bare curve states one reading's half-width, from its own scatter or the typical floor
+    estimate = (known(sweet.estimate) if sweet is not None and not u95 else None) or {}
+    per_reading = estimate.get("reading_u95_pct")
+    per_reading = float(per_reading) if isinstance(per_reading, int | float) else None
     star = starred_cap(result)
     tied = set(known(sweet.tied_caps) or []) if sweet is not None and star is not None else set()
     rows = []
@@ -165,7 +173,7 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
                 cap.tps if shown else None,
                 cap.power_w if shown else None,
                 cap.tps_per_w if shown else None,
-                u95.get(str(cap.cap_w)) if shown else None,
+                u95.get(str(cap.cap_w), per_reading) if shown else None,
                 _status(cap.status, cap.n_measurements if shown else None),
             )
         )
@@ -173,7 +181,10 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
     what = "best cap (a boundary)" if answer is not None and answer.kind == "boundary" else None
     # a rig of several cards: the cap is each card's, the draw theirs together
     header = "cap W/card" if (result.run.n_gpus or 1) > 1 else "cap W"
-    return header, rows, _legend(what or "sweet spot")
+    legend = _legend(what or "sweet spot")
+    if per_reading is not None and sweet is not None:
+        legend.append(("", f"+-95%: one reading's, {known(sweet.noise_source) or 'estimated'}"))
+    return header, rows, legend
 
 
 def _clock_rows(result: ClockAnalysis) -> tuple[str, list[Row], list[tuple[str, str]]]:

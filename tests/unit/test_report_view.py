@@ -297,3 +297,27 @@ def test_a_rig_of_several_cards_says_the_cap_is_per_card() -> None:
     lines = _lines(render_body(result, AXES["power"].headline(result)))
     assert lines[0] == "NVIDIA GeForce RTX 3090: 5 caps, 2 GPUs"
     assert lines[1].split()[:2] == ["cap", "W/card"]
+
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "published"
+
+
+def test_a_published_bare_curve_shows_its_outlier_and_its_one_reading_precision(
+    tmp_path: Path,
+) -> None:
+    # the R9700 decode curve: 290 W reads 19% above both neighbours (tests/data/published)
+    source = PUBLISHED / "tanguille-r9700-qwen36-27b-sglang.csv"
+    csv = tmp_path / "r9700.csv"
+    csv.write_bytes(source.read_bytes())
+    report = build_report(csv, charts=False, write_analysis=False)
+    assert isinstance(report.result, PowerAnalysis)
+    sweet = report.result.sweet_spot
+    assert sweet is not None and isinstance(sweet.estimate, dict)
+    u95 = f"{sweet.estimate['reading_u95_pct']:.2f}%"
+    text = render_view(report.result, report.headline, csv, [tmp_path / "out" / "summary.md"])
+    assert _row(text, "290")[-2:] == [u95, "outlier"]
+    starred = [line for line in _lines(text) if line.startswith("* ") and line[2:3] == " "]
+    assert len(starred) == 1 and "290" not in starred[0]  # never the pick
+    assert f"+-95%: one reading's, {sweet.noise_source}" in _lines(text)
+    # a file not beside the csv is named in full
+    assert _lines(text)[-1] == f"summary:  {tmp_path / 'out' / 'summary.md'}"
