@@ -114,7 +114,7 @@ def build_report(
         raise UsageError(no_answer(path, result.findings))
     summary = axis.summary(curve, result)
     if on_analysis is not None:
-        on_analysis(Report(doc, summary, (), result))
+        on_analysis(Report(doc, summary, (), result, axis.headline(result)))
     target = out_dir or curve.out_dir
     written: list[Path] = []
     with writing_into(target, given=out_dir is not None):

@@ -59,6 +59,8 @@ class LockPoint(JsonRecord):
     best_share: list[LockShare] | UnsetType | None = UNSET
     tps_loss_pct: OptNum = UNSET
     max_tps_loss_pct: OptNum = UNSET
+    # the stated 95% half-width of TPS/W, %, on ``points`` (runs that state each point's own)
+    tps_per_w_u95_pct: OptNum = UNSET
 
 
 @dataclass(frozen=True)

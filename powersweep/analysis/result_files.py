@@ -14,6 +14,15 @@ from powersweep.errors import PowersweepError
 from powersweep.safe_files import write_atomic
 
 
+def analysis_text(analysis: JsonRecord) -> str:
+    """The typed analysis as ``analysis.json`` holds it (what ``--json`` prints).
+
+    Raises:
+        ValueError: A NaN was left in it (a bug).
+    """
+    return json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
+
+
 def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Path]:
     """Write ``analysis.json`` (the typed analysis, any axis) and ``summary.md`` into
     ``out_dir``, each whole or not at all.
@@ -29,8 +38,7 @@ def write_analysis(analysis: JsonRecord, summary: str, out_dir: Path) -> list[Pa
     md_path = out_dir / "summary.md"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(analysis.to_json(), indent=2, allow_nan=False) + "\n"
-        write_atomic(json_path, text, sync=False)
+        write_atomic(json_path, analysis_text(analysis), sync=False)
         write_atomic(md_path, summary, sync=False)
     except OSError as exc:
         raise PowersweepError(

@@ -325,7 +325,7 @@ def _pct_cell(rec: Pick) -> str:
     return _fmt(rec.pct_of_default, 0)
 
 
-def _starred_cap(analysis: PowerAnalysis) -> float | None:
+def starred_cap(analysis: PowerAnalysis) -> float | None:
     """The sweet spot's cap, starred in the table; none where no cap binds (the best reading
     there is the draw's drift)."""
     sweet, answer = analysis.sweet_spot, known(analysis.answer)
@@ -368,7 +368,7 @@ def _table(analysis: PowerAnalysis) -> str:
         "| " + " | ".join(cols) + " |",
         "|" + "|".join("---:" if i < len(cols) - 2 else "---" for i in range(len(cols))) + "|",
     ]
-    sweet = _starred_cap(analysis)
+    sweet = starred_cap(analysis)
     for row in rows:
         # a reading set aside (outlier, implausible) is kept in the table, named by its status
         ok = row.status in SHOWN_STATUSES and row.tps is not None and row.power_w is not None

@@ -86,6 +86,9 @@ def analyze_command(
     as_json: Annotated[
         bool, option("--json", help="Print the analysis JSON (and only it) on stdout.")
     ] = False,
+    full: Annotated[
+        bool, option("--full", help="Print the whole summary.md, not the table.")
+    ] = False,
     max_tps_loss: Annotated[
         float,
         option(metavar="PCT", help="Near-peak: accept this % TPS loss.", panel=RECOMMENDATION),
@@ -107,10 +110,11 @@ def analyze_command(
 ) -> None:
     """Analyse a run (or a caps.csv): write analysis.json and summary.md.
 
-    Several runs of one GPU in different load modes add a cross-mode answer (one cap for a
-    mixed workload); a power run and a clock run compare the best clock point with the best
-    cap. The analysis is printed before anything is written, so a read-only run directory still
-    shows it (and the error then names the directory and --out).
+    Prints the points, the answer and the files written; --full prints the whole summary,
+    --json the analysis. Several runs of one GPU in different load modes add a cross-mode
+    answer (one cap for a mixed workload); a power run and a clock run compare the best clock
+    point with the best cap. Printed before anything is written, so a read-only run directory
+    still shows it (the error then names the directory and --out).
     """
     from powersweep.report import build_clock_comparison
 
@@ -118,6 +122,8 @@ def analyze_command(
         raise UsageError("--max-tps-loss must be between 0 and 100")
     if not 0 <= eta <= 1:
         raise UsageError("--eta must be between 0 and 1")
+    if as_json and full:
+        raise UsageError("--json and --full each choose what is printed: give one")
     clock_runs = len(paths) > 1 and _has_clock_run(paths)
     if clock_runs and len(paths) != 2:
         raise UsageError(
@@ -146,31 +152,41 @@ def analyze_command(
         elif len(paths) > 1:
             written = _cross(paths, out, as_json, max_tps_loss, objective, eta)
         else:
-            written = _single(paths[0], out, as_json, max_tps_loss, objective, eta, card, serving)
+            shown = _Shown.JSON if as_json else _Shown.FULL if full else _Shown.VIEW
+            written = _single(paths[0], out, shown, max_tps_loss, objective, eta, card, serving)
     finally:
         handover.hand(written)
+
+
+class _Shown(StrEnum):
+    """What ``analyze`` prints of one run."""
+
+    VIEW = "view"  # the points, the answer, the files (powersweep.report_view)
+    FULL = "full"  # summary.md
+    JSON = "json"  # analysis.json
 
 
 def _single(
     path: Path,
     out: Path | None,
-    as_json: bool,
+    shown: _Shown,
     max_tps_loss: float,
     objective: Objective,
     eta: float,
     card: CardFacts,
     serving: ServingOptions,
 ) -> tuple[Path, ...]:
-    """One run: printed (JSON or summary) before its files are written."""
+    """One run: printed before its files are written (the view's files after)."""
+    from powersweep.cli._view import show_analysis, show_paths
     from powersweep.report import Report, build_report
 
     def show(report: Report) -> None:
-        if as_json:
-            typer.echo(json.dumps(report.analysis, indent=2, allow_nan=False))
-        else:
+        if shown is _Shown.FULL:
             typer.echo(report.summary)
+        else:
+            show_analysis(report, as_json=shown is _Shown.JSON)
 
-    return build_report(
+    written = build_report(
         path,
         out_dir=out,
         # the one chart a latency target asks for (TPS/W against inter-token p95)
@@ -184,6 +200,9 @@ def _single(
         card=card,
         require_answer=True,
     ).paths
+    if shown is _Shown.VIEW:
+        show_paths(path, written, as_json=False)
+    return written
 
 
 def _cross(

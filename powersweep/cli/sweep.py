@@ -30,6 +30,7 @@ from powersweep.cli.sweep_flags import (
     ForceOpt,
     GpuOpt,
     HoldCapOpt,
+    JsonOpt,
     ListProfilesOpt,
     LoadModeOpt,
     LoadTargetOpt,
@@ -178,6 +179,7 @@ def sweep_command(
     no_charts: NoChartsOpt = False,
     tariff: TariffOpt = None,
     quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
     simulate: SimulateOpt = None,
     list_profiles: ListProfilesOpt = False,
     sim_server: SimServerOpt = SimServerFlavour.LLAMACPP,
@@ -296,9 +298,11 @@ def sweep_command(
         simulate=simulate,
     )
     if dry_run:
+        if as_json:
+            raise UsageError("--json prints a sweep's analysis; a --dry-run has none")
         _print_dry_run(options, sim)
         return
-    run_sweep(options, sim, quiet=quiet, charts=not no_charts)
+    run_sweep(options, sim, quiet=quiet, charts=not no_charts, as_json=as_json)
 
 
 def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:
@@ -379,8 +383,13 @@ class _Progress:
             self.bar = None
 
 
-def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bool) -> None:
+def run_sweep(
+    options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bool, as_json: bool = False
+) -> None:
     """Run the sweep, print what was restored, write the report, and hand files to the user.
+
+    The run's view (its points, the answer, the files) goes to stdout (``as_json``: its typed
+    analysis instead); the progress and every message to stderr.
 
     Raises:
         PowersweepError: The sweep could not start, or failed.
@@ -420,9 +429,11 @@ def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bo
     try:
         with raise_on_signals():
             if outcome.caps_done:
-                _finish_report(result.run_dir, charts=charts)
+                _finish_report(result.run_dir, charts=charts, as_json=as_json)
             else:
-                _failed_report(result.run_dir, outcome.error or "no point was measured")
+                _failed_report(
+                    result.run_dir, outcome.error or "no point was measured", as_json=as_json
+                )
     except SweepInterrupted as exc:
         info(
             f"{exc} while writing the report: the limits were already restored and the run is "
@@ -448,7 +459,6 @@ def run_sweep(options: SweepOptions, sim: SimOptions, *, quiet: bool, charts: bo
         raise PowersweepError(
             f"partial run: {outcome.error} (kept in {result.run_dir})", exit_code=PARTIAL_EXIT
         )
-    info(f"done: {result.run_dir}")
 
 
 def _print_restored(restored: Any) -> None:
@@ -462,35 +472,46 @@ def _print_restored(restored: Any) -> None:
             info(f"GPU {r['gpu_index']}: {r['offset']}")
 
 
-def _failed_report(run_dir: Path, why: str) -> None:
-    """The summary of a run with no usable point (what went wrong), or a warning."""
+def _failed_report(run_dir: Path, why: str, *, as_json: bool = False) -> None:
+    """The summary of a run with no usable point (what went wrong), or a warning; on stdout
+    why there is no answer and the files (nothing with ``--json``: there is no analysis)."""
+    from powersweep.cli._view import show_failed
     from powersweep.report import build_failed_report
 
+    written: list[Path] = []
     try:
-        info(f"summary: {build_failed_report(run_dir, why)}")
+        written.append(build_failed_report(run_dir, why))
     except PowersweepError as exc:
         warn(str(exc))
+    show_failed(why, run_dir, written, as_json=as_json)
 
 
-def _finish_report(run_dir: Path, *, charts: bool) -> None:
-    from powersweep.report import build_report
+def _finish_report(run_dir: Path, *, charts: bool, as_json: bool = False) -> None:
+    """Analyse the run and write its outputs; its view (or ``as_json`` its analysis) on stdout
+    as soon as the analysis is done, the files after they are written."""
+    from powersweep.cli._view import show_analysis, show_paths
+    from powersweep.report import Report, build_report
     from powersweep.sweep.signals import SweepInterrupted
 
+    shown: list[bool] = []
+
+    def show(report: Report) -> None:
+        show_analysis(report, as_json=as_json)
+        shown.append(True)
+
     try:
-        report = build_report(run_dir, charts=charts)
+        report = build_report(run_dir, charts=charts, on_analysis=show)
     except SweepInterrupted:
         raise
     except UsageError as exc:
         # no usable point: the user still gets the account of what went wrong
         warn(f"could not analyse the run: {exc}")
-        _failed_report(run_dir, str(exc))
+        _failed_report(run_dir, str(exc), as_json=as_json or bool(shown))
         return
     except PowersweepError as exc:
         warn(f"could not analyse the run: {exc}")
         return
-    if report.headline:
-        info(report.headline)
-    info(f"summary: {run_dir / 'summary.md'}")
+    show_paths(run_dir, report.paths, as_json=as_json)
 
 
 def _print_profiles() -> None:

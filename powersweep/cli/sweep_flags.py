@@ -533,6 +533,17 @@ NoChartsOpt = Annotated[bool, option("--no-charts", help="Skip the charts.", pan
 
 QuietOpt = Annotated[bool, option("--quiet", "-q", help="No progress bar.", panel=OUTPUT)]
 
+JsonOpt = Annotated[
+    bool,
+    option(
+        "--json",
+        help="Print the analysis as JSON, not the table.",
+        doc="Print the run's analysis.json on stdout instead of the table of points, the answer "
+        "and the paths (progress and logs stay on stderr).",
+        panel=OUTPUT,
+    ),
+]
+
 SimulateOpt = Annotated[
     str | None,
     option(

@@ -86,9 +86,11 @@ def test_analyze_prices_a_million_tokens_and_the_savings_against_the_default(
 ) -> None:
     # the sweep's own summary priced at its --tariff; analyze reuses it, or the one given
     assert "per 1M tokens at 0.25/kWh" in (concurrent_run / "summary.md").read_text()
-    again = powersweep("analyze", str(concurrent_run), "--out", str(tmp_path / "again"))
+    again = powersweep("analyze", str(concurrent_run), "--full", "--out", str(tmp_path / "again"))
     assert "per 1M tokens at 0.25/kWh" in again.stdout
-    done = powersweep("analyze", str(concurrent_run), "--tariff", "0.30", "--out", str(tmp_path))
+    done = powersweep(
+        "analyze", str(concurrent_run), "--tariff", "0.30", "--full", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert "### Energy and cost" in done.stdout
     assert "per 1M tokens at 0.3/kWh" in done.stdout
@@ -124,6 +126,7 @@ def test_analyze_names_the_most_efficient_cap_that_meets_an_inter_token_target(
         str(concurrent_run),
         "--max-itl-ms",
         repr(target),
+        "--full",
         "--out",
         str(tmp_path),
     )
@@ -148,7 +151,9 @@ def test_analyze_names_the_most_efficient_cap_that_meets_an_inter_token_target(
     assert true_at[best["cap_w"]]["itl_ms"] <= target
     assert (tmp_path / "charts" / "latency.png").is_file()
     # a target nothing meets says so, and names the closest cap
-    done = powersweep("analyze", str(concurrent_run), "--max-itl-ms", "1", "--out", str(tmp_path))
+    done = powersweep(
+        "analyze", str(concurrent_run), "--max-itl-ms", "1", "--full", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert "No measured point meets it" in done.stdout
     assert "latency_target_unmet" in done.stdout.replace("\\_", "_")
@@ -211,8 +216,8 @@ def test_a_clock_run_answers_the_latency_target_with_its_locks(tmp_path: Path) -
     assert points and all(r["j_per_token"] and r["itl_p95_ms"] for r in points)
     target = statistics.median(_f(r["itl_p95_ms"]) for r in points)
     done = powersweep(
-        "analyze", str(run), "--max-itl-ms", repr(target), "--tariff", "0.2", "--out",
-        str(tmp_path / "a"),
+        "analyze", str(run), "--max-itl-ms", repr(target), "--tariff", "0.2", "--full",
+        "--out", str(tmp_path / "a"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     analysis: dict[str, Any] = json.loads((tmp_path / "a" / "analysis.json").read_text())

@@ -112,7 +112,7 @@ def test_the_search_answers_the_stable_margin_less_the_margin(
     assert versus["cap_w"] == 300.0 and versus["tps_per_w_gain_pct"] is not None
     summary = (run_dir / "summary.md").read_text()
     assert "Answer beside the best cap" in summary and "300 W cap" in summary
-    assert f"{chosen['sm_offset_mhz']:+.0f} MHz offset" in done.stderr  # the closing line
+    assert f"{chosen['sm_offset_mhz']:+.0f} MHz offset" in done.stdout  # the closing line
     # the user's own settings are back: no offset left applied, no lock, the limit
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
     assert run["undervolt"]["chosen_mhz"] == chosen["sm_offset_mhz"]
@@ -298,7 +298,7 @@ def test_the_memory_phase_finds_the_cards_margin_and_apply_sets_it(tmp_path: Pat
     assert memory["versus_cap"]["cap_w"] == 300.0 and memory["versus_sm"]["tps_change_pct"] > 0
     summary = (run_dir / "summary.md").read_text()
     assert "Memory phase, at the SM answer" in summary and "| change with memory |" in summary
-    assert f"with memory {memory['chosen']['mem_offset_mhz']:+.0f} MHz" in done.stderr
+    assert f"with memory {memory['chosen']['mem_offset_mhz']:+.0f} MHz" in done.stdout
     # the card's own memory offset is back, as every other setting
     assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
     assert json.loads(state.read_text()).get(f"{_uuid(profile)}#mem_offset_mhz", 0.0) == 0.0

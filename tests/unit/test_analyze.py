@@ -1,6 +1,7 @@
-"""powersweep.cli.analyze: ``powersweep analyze`` of one run (summary or ``--json`` printed,
-analysis.json and summary.md written beside it or under ``--out``), of runs of one GPU in several
-load modes (the cross-mode answer), and its refusals, each one ``error:`` line and exit 2."""
+"""powersweep.cli.analyze: ``powersweep analyze`` of one run (its table and answer printed, or
+``--full`` the summary, or ``--json`` the analysis; analysis.json and summary.md written beside it
+or under ``--out``), of runs of one GPU in several load modes (the cross-mode answer), and its
+refusals, each one ``error:`` line and exit 2."""
 
 from __future__ import annotations
 
@@ -24,16 +25,32 @@ def _run(root: Path, load_mode: str = "decode-single") -> Path:
     return card.run_dir
 
 
-def test_one_run_prints_its_summary_and_writes_beside_it(
+def test_one_run_prints_its_table_answer_and_files_and_writes_beside_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     run_dir = _run(tmp_path)
     code, out, err = run(capsys, "analyze", str(run_dir))
     assert code == 0, err
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    spot = analysis["sweet_spot"]
+    lines = out.splitlines()
+    assert lines[0].startswith("NVIDIA GeForce RTX 3090 (simulated), decode-single")
+    assert lines[1].split() == ["cap", "W", "TPS", "draw", "W", "TPS/W", "+-95%", "status"]
+    starred = [line for line in lines if line.startswith("*  ")]
+    assert len(starred) == 1 and starred[0].split()[1] == f"{spot['cap_w']:g}"
+    assert f"sweet spot: {spot['cap_w']:g} W, {spot['tps_per_w']:.4f} TPS/W" in out
+    assert f"summary:  {run_dir / 'summary.md'}" in lines
+    assert "### " not in out and len(lines) < 40 and max(map(len, lines[:-3])) <= 80
+
+
+def test_full_prints_the_whole_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    run_dir = _run(tmp_path)
+    code, out, err = run(capsys, "analyze", str(run_dir), "--full")
+    assert code == 0, err
     assert out.startswith("## powersweep: NVIDIA GeForce RTX 3090 (simulated)")
     assert (run_dir / "summary.md").read_text() == out.removesuffix("\n")
-    analysis = json.loads((run_dir / "analysis.json").read_text())
-    assert analysis["sweet_spot"]["cap_w"] > 0
+    code, out, err = run(capsys, "analyze", str(run_dir), "--full", "--json")
+    assert code == 2 and out == "" and err.startswith("error: --json and --full")
 
 
 def test_json_prints_only_the_analysis_and_out_keeps_the_run_untouched(

@@ -207,7 +207,7 @@ def test_cli_analyze_of_a_run_older_than_the_columns_says_what_it_lacks(
     from powersweep.cli import main
 
     caps = _caps_csv(tmp_path, with_latency=False)
-    assert main(["analyze", str(caps), "--max-itl-ms", "75", "--tariff", "0.3"]) == 0
+    assert main(["analyze", str(caps), "--max-itl-ms", "75", "--tariff", "0.3", "--full"]) == 0
     out = capsys.readouterr().out
     assert "No point has the latency columns" in out
     assert "### Energy and cost" not in out  # no energy per token measured, nothing priced

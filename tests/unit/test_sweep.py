@@ -1,9 +1,11 @@
 """powersweep.cli.sweep: the sweep command's quick paths (the profile list, a dry run, refused
 option combinations) and the pieces around a sweep: the progress bar, the restored-limit lines
-and the closing report (the sweet spot, or the account of a run without an answer)."""
+and the closing report (on stdout: the table, the sweet spot and the files, or ``--json`` the
+analysis; the account of a run without an answer)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -163,15 +165,33 @@ def test_restored_limits_and_clocks_are_said_per_gpu(capsys: pytest.CaptureFixtu
     ]
 
 
-def test_the_closing_report_says_the_sweet_spot_and_writes_the_summary(
+def test_the_closing_report_prints_the_table_the_sweet_spot_and_the_files(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     (card,) = synthetic_fleet(tmp_path, "rtx3090-air", 1, step_w=25.0)
     _finish_report(card.run_dir, charts=False)
-    err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("sweet spot: ") and " W, " in err[0] and "TPS/W" in err[0]
-    assert err[-1] == f"summary: {card.run_dir / 'summary.md'}"
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[1].split()[:2] == ["cap", "W"]
+    (answer,) = [line for line in lines if line.startswith("sweet spot: ")]
+    assert " W, " in answer and "TPS/W" in answer
+    assert lines[-3:] == [
+        f"run:      {card.run_dir}",
+        f"summary:  {card.run_dir / 'summary.md'}",
+        "files:    analysis.json",
+    ]
     assert (card.run_dir / "summary.md").is_file()
+    assert err == ""  # the answer is on stdout, nothing said twice
+
+
+def test_the_closing_report_with_json_prints_the_analysis_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (card,) = synthetic_fleet(tmp_path, "rtx3090-air", 1, step_w=25.0)
+    _finish_report(card.run_dir, charts=False, as_json=True)
+    out = capsys.readouterr().out
+    assert out == (card.run_dir / "analysis.json").read_text()
+    assert json.loads(out)["sweet_spot"]["cap_w"] > 0
 
 
 def test_a_run_whose_points_all_failed_has_no_sweet_spot_line(
@@ -186,7 +206,13 @@ def test_a_run_whose_points_all_failed_has_no_sweet_spot_line(
         row[status] = "failed"
     caps.write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
     _finish_report(card.run_dir, charts=False)
-    assert capsys.readouterr().err.splitlines() == [f"summary: {card.run_dir / 'summary.md'}"]
+    out, err = capsys.readouterr()
+    assert err == "" and "sweet spot" not in out
+    # every cap in the table, failed, with no figures; the answer says there is none
+    table = [line.split() for line in out.splitlines()[2 : 2 + len(rows)]]
+    assert all(cells[1:] == ["-", "-", "-", "-", "failed"] for cells in table), out
+    assert any(line.startswith("no answer: ") for line in out.splitlines())
+    assert f"summary:  {card.run_dir / 'summary.md'}" in out.splitlines()
 
 
 def test_a_run_that_cannot_be_analysed_gets_the_account_of_what_went_wrong(
@@ -195,7 +221,10 @@ def test_a_run_that_cannot_be_analysed_gets_the_account_of_what_went_wrong(
     (card,) = synthetic_fleet(tmp_path, "rtx3090-air", 1, step_w=100.0)
     (card.run_dir / "caps.csv").unlink()
     _finish_report(card.run_dir, charts=False)
-    err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("warning: could not analyse the run: ")
-    assert err[-1] == f"summary: {card.run_dir / 'summary.md'}"
-    assert (card.run_dir / "summary.md").is_file()
+    out, err = capsys.readouterr()
+    assert err.startswith("warning: could not analyse the run: ")
+    assert out.startswith("no answer:") and "no caps.csv here" in out
+    assert out.splitlines()[-2:] == [
+        f"run:      {card.run_dir}",
+        f"summary:  {card.run_dir / 'summary.md'}",
+    ]
