@@ -375,6 +375,8 @@ def _open_run(
         [g.identity().name for g in gpus],
         options.load.mode,
         initial_meta={**meta, "status": "running", "caps_done": []},
+        axis=options.points.axis,
+        cooling=options.output.cooling,
     )
     return meta, writer
 
