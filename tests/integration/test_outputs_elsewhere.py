@@ -166,6 +166,7 @@ def test_every_command_under_sudo_hands_its_files_to_the_user(
     assert owner(shared_tmp / "new") == owner(shared_tmp / "new" / "cmp" / "compare.png") == NOBODY
     assert main(["import", str(table), "--out", str(shared_tmp / "imp" / "caps.csv")]) == 0
     assert owner(shared_tmp / "imp") == owner(shared_tmp / "imp" / "caps.csv") == NOBODY
+    assert owner(shared_tmp / "imp" / "run.json") == NOBODY
     assert owner(run / "caps.csv") == 0  # what the command did not write stays as it was
     # fleet report: fleet.md, fleet.json, the charts and the folders made for them
     fleet = shared_tmp / "fleet" / "out"
