@@ -352,9 +352,12 @@ class _Progress:
         self.expected = likely + (AFTER_PLAN if headroom else 0)
         if not self.quiet:
             self.bar = tqdm(
-                total=self.expected, file=sys.stderr, dynamic_ncols=True, bar_format=BAR_FORMAT
+                total=self.expected,
+                desc=self._counts(),
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format=BAR_FORMAT,
             )
-            self.bar.set_description_str(self._counts(), refresh=False)
 
     def _counts(self) -> str:
         return f"{self.done}/{self.expected} {self.unit}s"

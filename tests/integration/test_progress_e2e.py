@@ -19,8 +19,8 @@ class RecordingBar:
 
     made: ClassVar[list[RecordingBar]] = []
 
-    def __init__(self, total: float, **_: Any) -> None:
-        self.total, self.n, self.desc = total, 0, ""
+    def __init__(self, total: float, desc: str = "", **_: Any) -> None:
+        self.total, self.n, self.desc = total, 0, desc
         self.drawn: list[tuple[int, float, str]] = []
         self.closed = False
         RecordingBar.made.append(self)
