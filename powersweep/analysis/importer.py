@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -52,6 +53,16 @@ _PREFILL_MODE = re.compile(r"(load[\s_-]*mode|mode)\W{0,6}[^\n|]*prefill", re.IG
 # "combined (2 cards)" in the power header; "(GPUs 0,1)" in the title of older versions.
 _CARDS_IN_HEADER = re.compile(r"\((\d+)\s*cards?\)", re.IGNORECASE)
 _GPUS_IN_TITLE = re.compile(r"power-cap sweep\b[^\n]*\(GPUs?\s+([\d,\s]+)\)", re.IGNORECASE)
+LOAD_MODES = ("decode-single", "decode-concurrent", "prefill-heavy")
+# "**Load mode:** `decode-single`" (the script) and "| Load mode | decode-single |" (a summary)
+_LOAD_MODE = re.compile(r"load[\s_-]*mode\W{0,6}(" + "|".join(LOAD_MODES) + r")\b", re.IGNORECASE)
+# "# Power-cap sweep — NVIDIA GeForce RTX 3090 (GPUs 0,1)": the script's title names the card
+_GPU_IN_TITLE = re.compile(
+    r"^#+\s*power-cap sweep\s*[\u2014\u2013:-]+\s*(.+?)\s*(?:\(GPUs?\s[^)]*\))?\s*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+# a summary's "| GPU | 2 x NVIDIA H100 |" (or "2x ...")
+_COUNT_PREFIX = re.compile(r"^(\d+)\s*x\s+(.+)$", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _SEPARATOR = re.compile(r"^\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
@@ -98,6 +109,79 @@ def import_summary(md_path: Path) -> pl.DataFrame:
         f"{md_path}: no power-cap table found (need a markdown table with Cap, Power and TPS "
         "columns)"
     )
+
+
+def import_run(md_path: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The first power-cap table (:func:`import_summary`) and the run.json its text supports:
+    the GPU (a summary's ``| GPU |`` row, or the script's ``# Power-cap sweep — NAME`` title),
+    one entry per card the draw sums, the load mode, and a summary's cooling, model / engine and
+    date; only what the text states, and ``imported_from``.
+
+    Raises:
+        UsageError: As :func:`import_summary`.
+    """
+    df = import_summary(md_path)
+    text = read_text(Path(md_path))
+    facts = _header_facts(text)
+    meta: dict[str, Any] = {"schema_version": 1, "imported_from": str(md_path)}
+    names = facts.pop("gpu_names", None)
+    if names:
+        # the draw column's card count (caps.csv's n_gpus) wins over a summary's "2 x" label
+        known = df["n_gpus"].drop_nulls() if "n_gpus" in df.columns else None
+        n = int(known.max()) if known is not None and known.len() else len(names)  # type: ignore[arg-type]
+        cards = names if len(names) == n else [names[0]] * n
+        meta["gpus"] = [{"index": i, "name": name} for i, name in enumerate(cards)]
+    server = {k: facts.pop(k) for k in ("model", "engine") if k in facts}
+    if server:
+        meta["server"] = server
+    meta.update(facts)
+    return df, meta
+
+
+def _header_facts(text: str) -> dict[str, Any]:
+    """What a pasted summary's header says of the run, in run.json's keys (``gpu_names``: the
+    cards). A summary's two-column header table (read as the caps table is: :func:`_tables`)
+    first, then the script's title and its load-mode line."""
+    facts: dict[str, Any] = {}
+    for table in _tables(text):
+        for cells in table:
+            if len(cells) != 2:
+                continue
+            key, value = cells[0].strip().lower(), _unescaped(cells[1])
+            if not value or value == "unknown":
+                continue
+            if key == "gpu" and "gpu_names" not in facts:
+                facts["gpu_names"] = _gpu_names(value)
+            elif key == "cooling":
+                facts.setdefault("cooling", value)
+            elif key == "date":
+                facts.setdefault("started_at", value)
+            elif key == "model / engine":
+                model, _, engine = value.partition(" / ")
+                for name, part in (("model", model), ("engine", engine)):
+                    if part.strip() and part.strip() != "unknown":
+                        facts.setdefault(name, part.strip())
+    if "gpu_names" not in facts:
+        title = _GPU_IN_TITLE.search(text)
+        if title:
+            facts["gpu_names"] = _gpu_names(title.group(1))
+    mode = _LOAD_MODE.search(text)
+    if mode:
+        facts["load_mode"] = mode.group(1).lower()
+    return facts
+
+
+def _gpu_names(label: str) -> list[str]:
+    """The cards a GPU label names: ``2 x NAME`` two of them, ``A + B`` one of each."""
+    count = _COUNT_PREFIX.match(label)
+    if count:
+        return [count.group(2).strip()] * max(1, int(count.group(1)))
+    return [part.strip() for part in label.split(" + ") if part.strip()]
+
+
+def _unescaped(cell: str) -> str:
+    """A cell as written before markdown escaping (``\\|`` is ``|``), code spans unwrapped."""
+    return re.sub(r"\\(.)", r"\1", cell).strip().strip("`").strip()
 
 
 def _check_cells(md_path: Path, table: list[list[str]]) -> None:

@@ -300,7 +300,10 @@ def apply_command(
     persist = persist or print_unit
     selection = parse_gpu_selection(gpus) if gpus is not None else None
     changes_nothing = dry_run or print_unit
-    with build_settings_rig(simulate, sim_state, backend.value) as rig:
+    sim_node = None
+    if run_dir is not None and simulate is None:
+        simulate, sim_node = _simulated_run_rig(run_dir, changes_nothing)
+    with build_settings_rig(simulate, sim_state, backend.value, sim_node) as rig:
         if not rig.simulated and not changes_nothing and not is_root():
             raise UsageError(
                 'applying GPU settings needs root: re-run with sudo "$(command -v powersweep)" '
@@ -388,6 +391,39 @@ class _Named:
         low = self.sm_clock_min_mhz
         extra = [("--sm-clock-min", low)] if low is not None and self.sm_clock_mhz else []
         return " ".join(f"{flag} {v:g}" for flag, v in [*self.given(), *extra])
+
+
+def _simulated_run_rig(run_dir: Path, changes_nothing: bool) -> tuple[str | None, str | None]:
+    """A simulated run's own rig, as ``--simulate PROFILE`` builds it (its profile and node, from
+    run.json's ``simulation``), for a dry run or a printed unit; ``(None, None)`` for a real run.
+
+    Raises:
+        UsageError: A simulated run asked to change a card (its answer is no real card's; which
+            flags set it on the simulated rig instead), or a replayed one (no card to show).
+    """
+    import json
+
+    try:
+        simulation = json.loads((run_dir / "run.json").read_text()).get("simulation")
+    except (OSError, ValueError, AttributeError):
+        return None, None  # the recommendation reads the run and names what is wrong with it
+    profile = simulation.get("profile") if isinstance(simulation, dict) else None
+    if not isinstance(profile, str) or not profile:
+        return None, None
+    if profile.startswith("replay:"):
+        raise UsageError(
+            f"{run_dir} replayed a measured curve (--simulate {profile}): there is no card to "
+            "set; add --simulate PROFILE (e.g. rtx3090-air) to see its answer on a simulated card"
+        )
+    if not changes_nothing:
+        raise UsageError(
+            f"{run_dir} was measured on the simulated rig (--simulate {profile}): its answer is "
+            f"no real card's; add --dry-run to see what it sets, or --simulate {profile} "
+            "--sim-state FILE to set it on the simulated rig"
+        )
+    info(f"{run_dir} is a simulated run: shown on its own rig (--simulate {profile})")
+    node = simulation.get("node")
+    return profile, node if isinstance(node, str) and node else None
 
 
 def _recorded_sm_min(run_dir: Path) -> float | None:

@@ -317,30 +317,45 @@ def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:
 
 
 # Points a sweep measures after its plan, at most, where nothing failed: the confirm phase's and
-# the re-read. The bar counts them from the start, so it does not run backwards when they come
-# (issue 47), and ends full at the re-read however many were needed.
+# the re-read. The bar counts them from the start, so fewer ever come as a surprise.
 AFTER_PLAN = CONFIRM_MAX_CAPS + 1
-
-
-def _bar(planned: int, unit: str, headroom: bool = True) -> Any:
-    total = planned + (AFTER_PLAN if headroom else 0)
-    return tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
+# The share done, then the points done and expected: the shown total is not tqdm's count.
+BAR_FORMAT = "{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}{postfix}]"
 
 
 class _Progress:
-    """The progress bar: opened once the caps are known, updated after each cap."""
+    """The progress bar: opened once the plan is known, updated after each point.
 
-    def __init__(self, quiet: bool) -> None:
+    Its share done never goes down and reaches 100% only at the run's end (issue 47: it ran
+    back from 91% to 85% when re-measured points came, and ended at 92%). Each point takes its
+    share of what was left, 1 / (1 + the points still expected after it): where the plan holds,
+    that is exactly done / planned; where the plan grows (an adaptive plan, rechecks, retries,
+    an undervolt search's steps), the points still to come share what is left, and nothing
+    measured is taken back. An undervolt search counts its steps up to its top offset (the
+    edge ends it sooner). A run that ends (its last point, or the loop's end) shows 100%; a cut
+    one shows where it was cut.
+    """
+
+    def __init__(self, quiet: bool, options: SweepOptions | None = None) -> None:
         self.quiet = quiet
+        self.options = options  # how many points an adaptive plan likely measures
         self.bar: Any = None
+        self.unit = "point"
+        self.done = 0
+        self.expected = 0  # points the run is expected to measure in all; only grows
+        self.share = 0.0  # the share shown; only grows
 
     def on_plan(self, run_dir: Path, planned: list[float]) -> None:
         info(f"run directory: {run_dir}")
         info(f"caps: {len(planned)} from {max(planned):g} W down to {min(planned):g} W")
-        if not self.quiet:
-            self.bar = _bar(len(planned), "cap")
+        likely = len(planned)
+        if self.options is not None:
+            from powersweep.sweep.estimate import points_measured
 
-    def on_points(self, run_dir: Path, planned: list[Any]) -> None:
+            likely = points_measured(self.options, likely)
+        self._open(likely, "cap")
+
+    def on_points(self, run_dir: Path, planned: list[Any], likely: int | None = None) -> None:
         info(f"run directory: {run_dir}")
         first = planned[0]
         if first.sm_offset_mhz is not None:
@@ -350,32 +365,63 @@ class _Progress:
             )
         else:
             info(f"clock points: {len(planned)}, from {first.label()} down")
+        if likely is not None:  # an undervolt search's steps come as it goes, then its re-read
+            self._open(likely + 1, "step", headroom=False)
+        else:
+            self._open(len(planned), "point")
+
+    def _open(self, likely: int, unit: str, headroom: bool = True) -> None:
+        self.unit, self.done, self.share = unit, 0, 0.0
+        self.expected = likely + (AFTER_PLAN if headroom else 0)
         if not self.quiet:
-            search = first.sm_offset_mhz is not None  # an undervolt search's steps come as it goes
-            self.bar = _bar(len(planned), "step" if search else "point", not search)
+            self.bar = tqdm(
+                total=self.expected,
+                desc=self._counts(),
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format=BAR_FORMAT,
+            )
+
+    def _counts(self) -> str:
+        return f"{self.done}/{self.expected} {self.unit}s"
 
     def on_progress(self, p: Any) -> None:
         if self.bar is None:
             return
         # each phase reports its own count (an adaptive sweep plans more caps as it learns; the
-        # rechecks and the confirm phase come after the planned points): the bar's total is
-        # what is done plus what this phase still has, and only grows
-        needed = self.bar.n + 1 + max(0, p.total - p.index)
-        if needed > self.bar.total:
-            self.bar.total = needed
+        # rechecks and the confirm phase come after the planned points): what is still expected
+        # is what this phase has left, or what was expected before, whichever is more
+        self.done += 1
+        # the re-read comes last: until it has, one point at least is still to come (a run
+        # that reads none fills the bar as its loop ends: finish)
+        left = max(1, self.expected - self.done, p.total - p.index)
+        if p.reason == REFERENCE_REASON:
+            left = 0  # the run's last point: a plan that counted points it did not need ends
+        self.expected = self.done + left
+        self.share += (1.0 - self.share) / (1 + left)
         where = p.label or f"{p.cap_w:g} W"
         if p.status == "ok":
             self.bar.set_postfix_str(
-                f"{where}: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W"
+                f"{where}: {p.tps:.1f} TPS, {p.power_w:.0f} W, {p.tps_per_w:.4f} TPS/W",
+                refresh=False,
             )
         else:
-            self.bar.set_postfix_str(f"{where}: {p.status}")
-        self.bar.update(1)
-        if p.reason == REFERENCE_REASON:
-            # the run's last point: a plan that counted points it did not need ends full here
-            # (issue 47: the bar ended at 92%); an interrupted run never gets here
-            self.bar.total = self.bar.n
-            self.bar.refresh()
+            self.bar.set_postfix_str(f"{where}: {p.status}", refresh=False)
+        self._show()
+
+    def finish(self) -> None:
+        """The run's loop ended (not cut): whatever was still expected, it is done."""
+        if self.bar is None or self.done == 0:
+            return
+        self.expected, self.share = self.done, 1.0
+        self._show()
+
+    def _show(self) -> None:
+        # tqdm draws n / total: the total is set so that the share is the one kept here
+        self.bar.total = self.done / self.share if self.share < 1.0 else self.done
+        self.bar.set_description_str(self._counts(), refresh=False)
+        self.bar.update(self.done - self.bar.n)  # its rate and time left follow the points
+        self.bar.refresh()
 
     def close(self) -> None:
         if self.bar is not None:
@@ -400,12 +446,14 @@ def run_sweep(
     from powersweep.sweep.session import run_session
     from powersweep.sweep.signals import SweepInterrupted, raise_on_signals
 
-    bar = _Progress(quiet)
+    bar = _Progress(quiet, options)
     printed: list[bool] = []
 
-    def on_restored(restored: Any) -> None:
+    def on_restored(restored: Any, finished: bool) -> None:
         # Called while signals are ignored, right after the restore: a second Ctrl-C cannot
         # hide what was put back.
+        if finished:
+            bar.finish()
         bar.close()
         _print_restored(restored)
         printed.append(True)

@@ -10,7 +10,12 @@ from powersweep.plots.clock_charts import (
     render_clock_charts,
 )
 from powersweep.plots.companions import clocks_figure, power_figure, timeline_figure
-from powersweep.plots.compare_charts import compare_figure, compare_table, render_compare
+from powersweep.plots.compare_charts import (
+    compare_figure,
+    compare_labels,
+    compare_table,
+    render_compare,
+)
 from powersweep.plots.efficiency import efficiency_figure
 from powersweep.plots.latency import has_latency, latency_figure, render_latency_chart
 from powersweep.plots.render import render_charts
@@ -18,6 +23,7 @@ from powersweep.plots.render import render_charts
 __all__ = [
     "clocks_figure",
     "compare_figure",
+    "compare_labels",
     "compare_table",
     "efficiency_by_clock_figure",
     "efficiency_figure",

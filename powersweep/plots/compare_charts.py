@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from powersweep.analysis.result_types import Pick, PowerAnalysis
+from powersweep.analysis.result_types import Pick, PowerAnalysis, RunFacts
 from powersweep.errors import UsageError
 from powersweep.plots._data import (
     AnalysisView,
@@ -32,6 +33,56 @@ X_MODES = ("watts", "pct-tdp")
 # Colour-blind-safe palette (Okabe-Ito), cycled for more runs.
 _PALETTE = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000")
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
+def _short_gpu(run: RunFacts) -> str:
+    """``RTX 3090`` of ``NVIDIA GeForce RTX 3090`` (the vendor's words say nothing in a legend)."""
+    label = gpu_label(run)
+    for word in ("NVIDIA ", "GeForce "):
+        label = label.replace(word, "")
+    return label
+
+
+def _stamp(date: str | None) -> str:
+    """``2026-05-01 10:00:00`` of run.json's ``started_at`` (``2026-05-01T10:00:00Z``)."""
+    return (date or "").replace("T", " ").removesuffix("Z").split("+", 1)[0].split(".", 1)[0]
+
+
+def compare_labels(runs: Sequence[tuple[str, RunFacts, str]]) -> list[str]:
+    """Each run's name in the compare table and legend, from its run.json's facts: GPU, cooling,
+    axis and load (``RTX 3090, air, power, decode-single``); the start time is added only where
+    two labels would be equal, then the given name (its folder) where that is equal too.
+
+    Args:
+        runs: ``(name, facts, axis)`` per run; ``name`` (the folder or file name) labels a
+            curve whose facts name neither its GPU nor its load (a bare caps.csv).
+    """
+    labels = []
+    for name, facts, axis in runs:
+        if not (text(facts.gpu_name) or text(facts.gpu_label) or text(facts.load_mode)):
+            labels.append(name)
+            continue
+        cooling = text(facts.cooling)
+        parts = [
+            _short_gpu(facts),
+            cooling if cooling and cooling != "unspecified" else "",
+            axis,
+            text(facts.load_mode),
+        ]
+        labels.append(", ".join(p for p in parts if p))
+    for more in (lambda i: _stamp(runs[i][1].date), lambda i: runs[i][0]):
+        labels = _told_apart(labels, more)
+    return _told_apart(labels, lambda i: f"#{i + 1}")
+
+
+def _told_apart(labels: list[str], more: Callable[[int], str]) -> list[str]:
+    """``labels`` with ``more(i)`` added to each label that another one equals (where it adds)."""
+    counts = Counter(labels)
+    out = []
+    for i, label in enumerate(labels):
+        extra = more(i) if counts[label] > 1 else ""
+        out.append(f"{label}, {extra}" if extra and extra not in label else label)
+    return out
 
 
 def _views(analyses: Sequence[tuple[str, PowerAnalysis]]) -> list[tuple[str, AnalysisView]]:
@@ -208,13 +259,13 @@ def _cell(text: str) -> str:
 def compare_table(analyses: Sequence[tuple[str, PowerAnalysis]]) -> str:
     """A GitHub markdown table of each run's sweet spot (``—`` where unknown).
 
-    Columns: run, GPU, load mode, sweet-spot cap, % of the default limit, TPS/W, TPS, draw,
-    near-peak cap.
+    Columns: run (its label: :func:`compare_labels` names the GPU and load), sweet-spot cap,
+    % of the default limit, TPS/W, TPS, draw, near-peak cap.
     """
     views = _views(analyses)
     header = (
-        "| run | GPU | load | sweet spot | % of default | TPS/W | TPS | draw | near peak |\n"
-        "|---|---|---|--:|--:|--:|--:|--:|--:|"
+        "| run | sweet spot | % of default | TPS/W | TPS | draw | near peak |\n"
+        "|---|--:|--:|--:|--:|--:|--:|"
     )
     dash = "—"
 
@@ -227,8 +278,6 @@ def compare_table(analyses: Sequence[tuple[str, PowerAnalysis]]) -> str:
         near = view.near_peak
         cells = [
             _cell(label),
-            _cell(gpu_label(view.run)),
-            _cell(text(view.run.load_mode) or dash),
             fmt_w(spot.cap_w) if spot else dash,
             (_pct(spot) or dash) if spot else dash,
             fmt_tpw(num(spot.tps_per_w)) if spot else dash,

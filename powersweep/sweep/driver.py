@@ -102,7 +102,8 @@ class Sweep:
         watch: GPUs outside the set, only read during the warm-up.
         busy_gpus: Indices of the set's GPUs that serve the model (None: every GPU of the set).
         on_restored: Called with what was restored as soon as it is back, while signals are
-            still ignored (so a second Ctrl-C cannot hide it).
+            still ignored (so a second Ctrl-C cannot hide it), and whether the sweep's loop
+            ran to its end (no signal, no error: the progress bar ends full).
         earlier_status: Status of each cap a resumed run finished before (default ``ok``).
         context_tokens: The server's context (requests ask for no more than fits).
         before_change: Called before any setting is changed, after the check that the journal
@@ -137,7 +138,7 @@ class Sweep:
         points_already_done: Sequence[SweepPoint] = (),
         watch: Sequence[Gpu] = (),
         busy_gpus: Sequence[int] | None = None,
-        on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+        on_restored: Callable[[Sequence[Mapping[str, Any]], bool], None] | None = None,
         earlier_status: Mapping[float, str] | None = None,
         context_tokens: int | None = None,
         before_change: Callable[[], None] = lambda: None,
@@ -324,7 +325,7 @@ class Sweep:
                 restored = self.restorer.restore(self.measurer.touched)
                 if self._on_restored is not None:
                     with contextlib.suppress(Exception):
-                        self._on_restored(restored)
+                        self._on_restored(restored, status == "complete")
                 self._stale_bytes()
                 if status == "complete":
                     status, error = judge(self.measurer.ledger.status.values())

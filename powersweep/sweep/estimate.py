@@ -100,7 +100,7 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     first = first_window_s(options)
     left = options.measure.windows.max_s - first
     prompts = PROMPTS_PER_POINT.get(mode, 1)
-    measured = _points_measured(options, n_points)
+    measured = points_measured(options, n_points)
     settle = (
         min(AUTO_SETTLE_S, options.measure.settle_s)
         if options.measure.settle_mode == "auto"
@@ -158,7 +158,9 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     return setup + measured * per_point + on + waits + confirm + reference
 
 
-def _points_measured(options: SweepOptions, n_points: int) -> int:
+def points_measured(options: SweepOptions, n_points: int) -> int:
+    """The points a sweep of ``n_points`` planned likely measures before its confirm phase: an
+    adaptive sweep a cap or so short of its budget, an observe-only run one."""
     if options.safety.observe_only:
         return min(1, n_points)
     if options.points.strategy != "adaptive" or options.points.clock_axis:

@@ -92,8 +92,8 @@ def run_session(
     progress: Callable[[CapProgress], None] | None = None,
     warn: Callable[[str], None] = lambda _m: None,
     on_plan: Callable[[Path, list[float]], None] | None = None,
-    on_points: Callable[[Path, list[SweepPoint]], None] | None = None,
-    on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+    on_points: Callable[[Path, list[SweepPoint], int | None], None] | None = None,
+    on_restored: Callable[[Sequence[Mapping[str, Any]], bool], None] | None = None,
 ) -> SessionResult:
     """Run one sweep from options to a finished run directory.
 
@@ -104,8 +104,10 @@ def run_session(
         progress: Called after each cap.
         warn: Where warnings go (one line each).
         on_plan: Called with the run directory and the caps once they are known.
-        on_points: On a clock axis, called instead with the clock-lock points.
-        on_restored: Called with what was restored the moment it is back (signals ignored).
+        on_points: On a clock axis, called instead with the clock-lock points and, for an
+            undervolt search (whose steps come as it goes), the points it likely measures.
+        on_restored: Called with what was restored the moment it is back (signals ignored),
+            and whether the sweep's loop ran to its end.
 
     Raises:
         PowersweepError: Anything that stops the sweep before it starts (no root, no server,
@@ -203,8 +205,8 @@ def _run_session(
     progress: Callable[[CapProgress], None] | None,
     warn: Callable[[str], None],
     on_plan: Callable[[Path, list[float]], None] | None,
-    on_points: Callable[[Path, list[SweepPoint]], None] | None = None,
-    on_restored: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+    on_points: Callable[[Path, list[SweepPoint], int | None], None] | None = None,
+    on_restored: Callable[[Sequence[Mapping[str, Any]], bool], None] | None = None,
 ) -> SessionResult:
     resume_meta: dict[str, Any] | None = None
     if options.output.resume is not None:
@@ -265,7 +267,8 @@ def _run_session(
                 check_settable(gpus)
             meta, writer = _open_run(options, rig, gpus, info, caps, resume, choice, points)
             if points and on_points:
-                on_points(writer.path, points)
+                likely = planned.undervolt.likely_points if planned.undervolt else None
+                on_points(writer.path, points, likely)
             elif on_plan:
                 on_plan(writer.path, caps)
             streams = options.load.concurrency or options.load.max_concurrency_probe
@@ -375,6 +378,8 @@ def _open_run(
         [g.identity().name for g in gpus],
         options.load.mode,
         initial_meta={**meta, "status": "running", "caps_done": []},
+        axis=options.points.axis,
+        cooling=options.output.cooling,
     )
     return meta, writer
 

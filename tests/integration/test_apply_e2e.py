@@ -404,6 +404,34 @@ def test_named_clock_locks_are_snapped_status_shows_them_and_the_cap_stays(
     assert code == 0 and "clock locks   SM 1395 MHz, memory 9751 MHz" in text
 
 
+def test_a_simulated_runs_dry_run_uses_its_own_rig_and_a_real_apply_names_the_flags(
+    rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run, _ = rig  # no --simulate: run.json says the run was simulated, and on which profile
+    sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
+    code, out, err = cli(capsys, "apply", str(run), "--dry-run")
+    assert code == 0, err
+    assert f"{run} is a simulated run: shown on its own rig (--simulate {PROFILE})" in err
+    assert f"GPU 0 (NVIDIA GeForce RTX 3090 (simulated), {UUID})" in out  # the run's own card
+    assert f"power limit {DEFAULT_W:g} W -> {sweet_w:g} W (dry run: nothing changed)" in out
+    assert "NVML" not in err
+    code, out, err = cli(capsys, "apply", str(run))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"error: {run} was measured on the simulated rig (--simulate {PROFILE}): its answer "
+        f"is no real card's; add --dry-run to see what it sets, or --simulate {PROFILE} "
+        "--sim-state FILE to set it on the simulated rig"
+    )
+    replayed = tmp_path / "replayed"
+    shutil.copytree(run, replayed)
+    meta = read_json(replayed / "run.json")
+    meta["simulation"]["profile"] = "replay:caps.csv"
+    (replayed / "run.json").write_text(json.dumps(meta))
+    code, _, err = cli(capsys, "apply", str(replayed), "--dry-run")
+    assert code == 2 and "replayed a measured curve (--simulate replay:caps.csv)" in err
+    assert "add --simulate PROFILE" in err
+
+
 def test_clock_dry_runs_change_nothing_byte_for_byte(
     clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -211,12 +211,12 @@ def test_compare_overlays_a_handful_and_draws_bands_past_eight_runs(
     few = [str(c.run_dir) for c in cards[:3]]
     assert main(["compare", *few, "--out", str(tmp_path / "few")]) == 0
     err = capsys.readouterr().err
-    assert "band view" not in err and (tmp_path / "few.png").stat().st_size > 10_000
+    assert "band view" not in err and (tmp_path / "few" / "compare.png").stat().st_size > 10_000
     many = [str(c.run_dir) for c in cards[:40]]
     assert main(["compare", *many, "--out", str(tmp_path / "many")]) == 0
     captured = capsys.readouterr()
     assert "band view" in captured.err and "fleet report" in captured.err
-    assert (tmp_path / "many.png").stat().st_size > 10_000
+    assert (tmp_path / "many" / "compare.png").stat().st_size > 10_000
     assert captured.out.count("\n| ") >= 40  # the table still lists every run
 
 

@@ -126,9 +126,9 @@ def test_plot_and_compare_of_read_only_runs(shared_tmp: Path) -> None:
     proc = _as_user("compare", str(run), home=home, cwd=shared_tmp / "runs")
     assert proc.returncode == 1 and "--out" in proc.stderr and "runs" in proc.stderr
     assert "300" in proc.stdout or "|" in proc.stdout  # the table is printed first
-    proc = _as_user("compare", str(run), "--out", str(home), home=home)
+    proc = _as_user("compare", str(run), "--out", str(home / "cmp"), home=home)
     assert proc.returncode == 0, proc.stderr
-    assert (home / "powersweep-compare.png").is_file()
+    assert (home / "cmp" / "compare.png").is_file()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="handing files over needs root")
@@ -159,12 +159,14 @@ def test_every_command_under_sudo_hands_its_files_to_the_user(
     assert owner(shared_tmp / "plots") == NOBODY
     (shared_tmp / "cmp").mkdir()
     assert main(["compare", str(run), "--out", str(shared_tmp / "cmp")]) == 0
-    assert owner(shared_tmp / "cmp" / "powersweep-compare.png") == NOBODY
+    assert owner(shared_tmp / "cmp" / "compare.png") == NOBODY
+    assert owner(shared_tmp / "cmp" / "compare.md") == NOBODY
     assert owner(shared_tmp / "cmp") == 0  # the user's own folder (here root's) stays theirs
-    assert main(["compare", str(run), "--out", str(shared_tmp / "new" / "chart.png")]) == 0
-    assert owner(shared_tmp / "new") == owner(shared_tmp / "new" / "chart.png") == NOBODY
+    assert main(["compare", str(run), "--out", str(shared_tmp / "new" / "cmp")]) == 0
+    assert owner(shared_tmp / "new") == owner(shared_tmp / "new" / "cmp" / "compare.png") == NOBODY
     assert main(["import", str(table), "--out", str(shared_tmp / "imp" / "caps.csv")]) == 0
     assert owner(shared_tmp / "imp") == owner(shared_tmp / "imp" / "caps.csv") == NOBODY
+    assert owner(shared_tmp / "imp" / "run.json") == NOBODY
     assert owner(run / "caps.csv") == 0  # what the command did not write stays as it was
     # fleet report: fleet.md, fleet.json, the charts and the folders made for them
     fleet = shared_tmp / "fleet" / "out"

@@ -338,7 +338,7 @@ def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
     assert "cap 120 W is outside the envelope 150-390 W; using 150 W" in proc.stderr
     run = only_run_dir(out)
     # a mixed rig's folder names every card model (it was named after GPU 0 alone)
-    assert run.name.split("-", 2)[2] == "rtx-3090+rtx-4090-decode-single"
+    assert run.name.split("-", 2)[2] == "rtx-3090+rtx-4090-power-air-decode-single"
     # each cap's own row (a confirm row re-measures a tie; its ticks are marked confirm)
     caps = {
         float(c["cap_w"]): c

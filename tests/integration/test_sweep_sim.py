@@ -35,7 +35,7 @@ def test_full_default_sweep_rtx3090_air(tmp_path: Path) -> None:
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(tmp_path)
-    assert run.name.endswith("-rtx-3090-decode-single")
+    assert run.name.endswith("-rtx-3090-power-air-decode-single")
     for name in RUN_FILES:
         assert (run / name).stat().st_size > 0, name
     assert (run / "charts" / "efficiency.png").stat().st_size > 10_000

@@ -215,29 +215,31 @@ def test_help_shows_no_value_after_a_flag(
         assert "<" not in next(ln for ln in out.splitlines() if "--dry-run" in ln)
 
 
-def test_the_progress_bar_grows_with_the_confirm_phase_and_never_counts_past_it(
-    tmp_path: Path,
-) -> None:
-    from powersweep.cli.sweep import _Progress
+def test_the_progress_bar_never_runs_back_however_far_the_plan_grows(tmp_path: Path) -> None:
+    """Issue 47: a clock sweep's bar ran back from 91% to 85% when re-measured points came."""
+    from powersweep.cli.sweep import AFTER_PLAN, _Progress
     from powersweep.sweep.measurement.point import PointProgress
+    from powersweep.sweep.planning.points import SweepPoint
 
     bar = _Progress(quiet=False)
-    bar.on_plan(tmp_path, [390.0 - 10 * i for i in range(21)])
-    seen: list[tuple[int, int]] = []
+    bar.on_points(tmp_path, [SweepPoint(None, 1800.0 - 100 * i) for i in range(10)])
+    assert bar.bar.total == 10 + AFTER_PLAN
+    seen: list[tuple[int, float]] = []
 
-    def report(index: int, total: int) -> None:
-        bar.on_progress(PointProgress(index, total, 300.0, "ok", 30.0, 300.0, 0.1))
+    def report(index: int, total: int, reason: str = "") -> None:
+        bar.on_progress(PointProgress(index, total, 300.0, "ok", 30.0, 300.0, 0.1, "", reason))
         seen.append((bar.bar.n, bar.bar.total))
 
-    for i in range(1, 22):  # the planned caps
-        report(i, 21)
-    for i in range(1, 3):  # then two confirm points, counted from one again
-        report(i, 2)
-    # the confirm phase and the re-read were counted from the start: the bar never ran back
-    assert seen[20] == (21, 24)
-    assert seen[-2:] == [(22, 24), (23, 24)]
+    for i in range(1, 11):  # the planned points
+        report(i, 10)
+    for phase in ("recheck", "retry", "confirm"):  # more than the headroom: 3 phases of 3
+        for i in range(1, 4):
+            report(i, 3, phase)
     shares = [n / total for n, total in seen]
-    assert shares == sorted(shares) and all(n <= total for n, total in seen)
+    assert shares == sorted(shares) and all(n < total for n, total in seen)
+    assert bar.bar.desc == "19/20 points"  # the re-read still to come
+    report(1, 1, "reread")
+    assert seen[-1] == (20, 20) and bar.bar.desc == "20/20 points"
     bar.close()
 
 
@@ -305,11 +307,23 @@ def test_the_progress_bar_ends_full_when_fewer_points_ran_than_counted(tmp_path:
     from powersweep.cli.sweep import _Progress
     from powersweep.sweep.measurement.point import PointProgress
 
+    for finished in (False, True):
+        bar = _Progress(quiet=False)
+        bar.on_plan(tmp_path, [300.0, 290.0, 280.0])
+        inner = bar.bar
+        bar.on_progress(PointProgress(1, 3, 300.0, "ok", 30.0, 300.0, 0.1, reason="dense"))
+        assert inner.n / inner.total == pytest.approx(1 / 6)  # one of three, and the headroom
+        bar.on_progress(PointProgress(2, 3, 290.0, "ok", 30.0, 290.0, 0.1, reason="dense"))
+        if finished:  # the loop ended without a re-read (none stood): full
+            bar.finish()
+            assert (inner.n, inner.total) == (2, 2)
+        else:  # cut here (a Ctrl-C): it shows as cut
+            assert inner.n / inner.total == pytest.approx(2 / 6)
+        bar.close()
     bar = _Progress(quiet=False)
     bar.on_plan(tmp_path, [300.0, 290.0, 280.0])
     inner = bar.bar
     bar.on_progress(PointProgress(1, 3, 300.0, "ok", 30.0, 300.0, 0.1, reason="dense"))
-    assert (inner.n, inner.total) == (1, 6)  # cut here (a Ctrl-C), it shows as cut
     bar.on_progress(PointProgress(1, 1, 300.0, "ok", 30.0, 300.0, 0.1, reason="reread"))
     assert (inner.n, inner.total) == (2, 2)  # the run's last point: full
     bar.close()

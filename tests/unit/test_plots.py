@@ -24,6 +24,7 @@ from powersweep.errors import UsageError
 from powersweep.plots import (
     clocks_figure,
     compare_figure,
+    compare_labels,
     compare_table,
     efficiency_figure,
     power_figure,
@@ -567,19 +568,18 @@ def test_compare_table_lists_each_sweet_spot() -> None:
     runs[1][1]["sweet_spot"] = None
     table = compare_table(_typed_runs(runs))
     lines = table.strip().splitlines()
-    assert lines[0].startswith("| run | GPU | load | sweet spot |")
+    # the run's label names its GPU and load (compare_labels): no columns of their own
+    assert lines[0].startswith("| run | sweet spot |")
     assert len(lines) == 4
     spot = runs[0][1]["sweet_spot"]
     first = [c.strip() for c in lines[2].strip("|").split(" | ")]
     assert first[0] == "5090 \\| water"
-    assert first[1] == "NVIDIA GeForce RTX 5090"
-    assert first[3] == "400 W"
-    assert first[4] == f"{spot['pct_of_default']:.0f}%" == "70%"
-    assert first[5] == f"{spot['tps_per_w']:#.3g}"
-    assert first[8] == f"{runs[0][1]['near_peak']['cap_w']:.0f} W"
+    assert first[1] == "400 W"
+    assert first[2] == f"{spot['pct_of_default']:.0f}%" == "70%"
+    assert first[3] == f"{spot['tps_per_w']:#.3g}"
+    assert first[6] == f"{runs[0][1]['near_peak']['cap_w']:.0f} W"
     second = [c.strip() for c in lines[3].strip("|").split(" | ")]
-    assert second[1] == "2x NVIDIA H100 80GB HBM3"
-    assert second[3:8] == ["—"] * 5
+    assert second[1:6] == ["—"] * 5
 
 
 def test_charts_leave_global_matplotlib_state_alone() -> None:
@@ -608,5 +608,7 @@ def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
     assert labels == ["RTX 3090 default 370 W", "RTX 4090 default 450 W"]
     assert "78% / 64% of each card's default" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
     assert fig.get_suptitle().startswith("RTX 3090 + RTX 4090:")
-    table = compare_table([("mixed", _typed(a))])
-    assert "| RTX 3090 + RTX 4090 |" in table and "| 78% / 64% |" in table
+    typed = _typed(a)
+    (label,) = compare_labels([("mixed", typed.run, "power")])
+    assert label.startswith("RTX 3090 + RTX 4090, ")
+    assert "| 78% / 64% |" in compare_table([(label, typed)])

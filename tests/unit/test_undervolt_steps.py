@@ -293,3 +293,12 @@ def test_a_resumed_search_takes_offset_zero_again_then_goes_on_between_its_edges
     assert s.last_stable_mhz == 75.0 and s.first_unstable_mhz == 90.0
     record = s.record()
     assert record is not None and record["resumed_from"]["killed_at_mhz"] == 90.0
+
+
+def test_the_likely_points_are_a_search_stable_to_the_top_and_bound_it_below_the_most() -> None:
+    plan = _plan(step_mhz=120.0, max_mhz=360.0)
+    s = UndervoltSchedule(plan, lambda _p: None)
+    asked = _run(s, stable_up_to=360.0)  # every coarse step holds: no edge, no grid steps
+    # the baseline, offset 0 and three coarse steps, then the grid steps and one soak counted
+    assert len(asked) == 5 and plan.likely_points == 5 + plan.refine_steps + 1
+    assert plan.likely_points <= plan.max_points

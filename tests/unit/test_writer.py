@@ -15,7 +15,7 @@ import pytest
 from powersweep.errors import PowersweepError
 from powersweep.runformat import REQUESTS_COLUMNS
 from powersweep.sweep.gpu import GpuSample
-from powersweep.sweep.records.writer import RunWriter, cell, write_json_atomic
+from powersweep.sweep.records.writer import RunWriter, cell, run_dir_name, write_json_atomic
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.server.client import RequestResult
 
@@ -155,7 +155,7 @@ def test_a_run_directory_never_merges_into_another(tmp_path: Path) -> None:
     now = datetime(2026, 5, 1, 10, 0, 0, tzinfo=UTC)
     first = RunWriter(tmp_path, ["NVIDIA GeForce RTX 3090"], "decode-single", now)
     second = RunWriter(tmp_path, ["NVIDIA GeForce RTX 3090"], "decode-single", now)
-    assert first.path.name == "20260501-100000-rtx-3090-decode-single"
+    assert first.path.name == "20260501-100000-rtx-3090-power-decode-single"
     assert second.path.name == first.path.name + "-2"
     assert sorted(p.name for p in second.path.iterdir()) == [
         "caps.csv",
@@ -163,6 +163,21 @@ def test_a_run_directory_never_merges_into_another(tmp_path: Path) -> None:
         "samples.csv",
     ]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run-")]
+
+
+def test_a_run_directory_name_says_axis_cooling_and_load(tmp_path: Path) -> None:
+    now = datetime(2026, 5, 1, 10, 0, 0, tzinfo=UTC)
+    names = ["NVIDIA GeForce RTX 3090"]
+    clock = RunWriter(tmp_path, names, "decode-single", now, axis="sm-clock", cooling="water")
+    volt = RunWriter(tmp_path, names, "prefill-heavy", now, axis="undervolt", cooling="air")
+    power = RunWriter(tmp_path, names * 2, "decode-concurrent", now, cooling="aio")
+    assert clock.path.name == "20260501-100000-rtx-3090-sm-clock-water-decode-single"
+    assert volt.path.name == "20260501-100000-rtx-3090-undervolt-air-prefill-heavy"
+    assert power.path.name == "20260501-100000-2x-rtx-3090-power-aio-decode-concurrent"
+    # an unspecified cooling names nothing (it would tell runs apart by a word that says nothing)
+    assert run_dir_name("s", names, "decode-single", "grid", "unspecified") == (
+        "s-rtx-3090-grid-decode-single"
+    )
 
 
 def test_an_out_directory_that_cannot_be_made_is_one_error(tmp_path: Path) -> None:

@@ -115,6 +115,15 @@ class UndervoltPlan:
         memory = self.memory.max_points if self.memory is not None else 0
         return 2 + self.max_steps + self.refine_steps + 2 * MAX_RETRIES + self.max_soaks + memory
 
+    @property
+    def likely_points(self) -> int:
+        """The points a search that meets no retry measures where its coarse steps hold to the
+        top: the baseline, offset 0, the coarse and grid steps, one soak, and the memory phase's
+        offset 0, steps and soak. What a progress bar expects before the edge is found (the
+        edge ends the steps sooner; retries and failed soaks add points)."""
+        memory = 2 + self.memory.max_steps if self.memory is not None else 0
+        return 2 + self.max_steps + self.refine_steps + 1 + memory
+
 
 def snap_lock(measured_mhz: float, supported: Sequence[float]) -> float | None:
     """The lock for a measured SM clock: the highest supported clock not above it (within

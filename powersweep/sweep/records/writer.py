@@ -63,6 +63,19 @@ def gpu_slug(names: Sequence[str]) -> str:
     return "+".join(parts)[:120].rstrip("-+")
 
 
+def run_dir_name(
+    stamp: str, gpu_names: Sequence[str], load_mode: str, axis: str, cooling: str
+) -> str:
+    """A run directory's name that says what ran: ``<stamp>-<gpus>-<axis>[-<cooling>]-<load>``,
+    e.g. ``20260501-100000-rtx-3090-sm-clock-water-decode-single``; the cooling is left out
+    where it was not given (``unspecified`` names nothing)."""
+    parts = [stamp, gpu_slug(gpu_names), axis]
+    if cooling and cooling != "unspecified":
+        parts.append(cooling)
+    parts.append(load_mode)
+    return "-".join(parts)
+
+
 def _model_slug(name: str) -> str:
     name = re.sub(r"\(.*?\)", "", name)
     name = re.sub(r"\b(nvidia|geforce)\b", "", name, flags=re.IGNORECASE)
@@ -105,6 +118,8 @@ class RunWriter:
         gpu_names: Names of the GPUs of the set (for the directory name).
         load_mode: Load mode (for the directory name).
         now: Start time (UTC) naming the directory.
+        axis: What the sweep varies (for the directory name).
+        cooling: How the card is cooled (for the directory name; ``unspecified`` names nothing).
     """
 
     dropped_partial: list[str]
@@ -116,13 +131,16 @@ class RunWriter:
         load_mode: str,
         now: datetime | None = None,
         initial_meta: Mapping[str, Any] | None = None,
+        *,
+        axis: str = "power",
+        cooling: str = "unspecified",
     ) -> None:
         self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
         self._widths: dict[str, int] = {}
         self._lines: dict[str, int] = {}
         self.dropped_partial = []
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-        base = f"{stamp}-{gpu_slug(gpu_names)}-{load_mode}"
+        base = run_dir_name(stamp, gpu_names, load_mode, axis, cooling)
         try:
             out_root.mkdir(parents=True, exist_ok=True)
             # Built under a hidden temporary name and renamed into place, so a run directory
