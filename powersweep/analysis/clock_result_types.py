@@ -50,6 +50,9 @@ class LockPoint(JsonRecord):
     itl_p95_ms: Num = None
     ttft_p95_hi_ms: OptNum = UNSET
     itl_p95_hi_ms: OptNum = UNSET
+    # the point's stated 95% half-widths, % (repeats pooled); absent from analyses before them
+    tps_u95_pct: OptNum = UNSET
+    tps_per_w_u95_pct: OptNum = UNSET
     cost_per_mtok: OptNum = UNSET
     tps_per_w_vs_fastest_pct: OptNum = UNSET
     tps_vs_fastest_pct: OptNum = UNSET
