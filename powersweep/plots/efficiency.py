@@ -283,19 +283,23 @@ def _plot_curves(ax: Axes, ax2: Axes, view: AnalysisView) -> _Drawn:
     )
     drawn.add(line, handle, tpw_half)
     if curve.set_aside_cap_w.size:
-        (aside_line,) = ax2.plot(
+        aside_half = curve.half_width(curve.set_aside_tps_per_w, curve.set_aside_tps_per_w_u95_pct)
+        line, handle = _with_bars(
+            ax2,
             curve.set_aside_cap_w,
             curve.set_aside_tps_per_w,
+            aside_half,
+            "outlier (left out of the picks)",
             linestyle="none",
             marker="o",
             markersize=6,
             markerfacecolor="none",
             markeredgecolor=COLORS["failed"],
-            label="outlier (left out of the picks)",
+            color=COLORS["failed"],
             gid="set_aside",
             zorder=4,
         )
-        drawn.add(aside_line, aside_line)
+        drawn.add(line, handle, aside_half)
     if curve.failed.any():
         failed_caps = curve.cap_w[curve.failed]
         (failed_line,) = ax.plot(
