@@ -286,9 +286,10 @@ def pareto_figure(
 def _pareto_limits(ax: Axes, points: Sequence[LockPoint], caps: Sequence[CapRow]) -> None:
     """Every point and its bar inside the axes with a margin, so no marker is cut at the edge
     and the labels have room."""
-    xs = [_f(p.power_w) for p in [*points, *caps]]
+    marks: list[LockPoint | CapRow] = [*points, *caps]
+    xs = [_f(p.power_w) for p in marks]
     ys: list[float] = []
-    for p, h in zip([*points, *caps], _halves([*points, *caps], "tps"), strict=True):
+    for p, h in zip(marks, _halves(marks, "tps"), strict=True):
         h = h if math.isfinite(h) else 0.0
         ys += [_f(p.tps) - h, _f(p.tps) + h]
     xs, ys = [x for x in xs if math.isfinite(x)], [y for y in ys if math.isfinite(y)]

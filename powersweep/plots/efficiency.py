@@ -10,6 +10,7 @@ import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backend_bases import RendererBase
+from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox, blended_transform_factory
@@ -138,7 +139,7 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
     drawn = _plot_curves(ax, ax2, view)
     markers = _plot_markers(ax2, view)
     lines: list[Line2D] = drawn.lines + markers
-    handles: list[Artist] = drawn.handles + list(markers)
+    handles: list[Artist | Container] = drawn.handles + list(markers)
 
     curve = view.curve
     tps_top = curve.tps + np.nan_to_num(curve.half_width(curve.tps, curve.tps_u95_pct))
@@ -177,7 +178,7 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
 
 def _with_bars(
     ax: Axes, x: FloatArray, y: FloatArray, half: FloatArray, label: str, **style: Any
-) -> tuple[Line2D, Artist]:
+) -> tuple[Line2D, Artist | Container]:
     """A curve with each point's stated 95% interval as an error bar where one is stated.
 
     Returns the curve's line (its geometry for the layout) and its legend handle: the error bar
@@ -220,10 +221,10 @@ class _Drawn:
     """What the curves drew: lines (their geometry for the layout), legend handles, bar ends."""
 
     lines: list[Line2D] = field(default_factory=list)
-    handles: list[Artist] = field(default_factory=list)
+    handles: list[Artist | Container] = field(default_factory=list)
     bars: list[tuple[Line2D, FloatArray]] = field(default_factory=list)
 
-    def add(self, line: Line2D, handle: Artist, half: FloatArray | None = None) -> None:
+    def add(self, line: Line2D, handle: Artist | Container, half: FloatArray | None = None) -> None:
         self.lines.append(line)
         self.handles.append(handle)
         if half is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 from msgspec import UnsetType
@@ -43,7 +44,7 @@ def _half(steps: Sequence[OffsetStep], value: str, u95: str) -> list[float]:
 
 def _bars(
     ax: Axes, steps: Sequence[OffsetStep], value: str, u95: str, label: str, **style: Any
-) -> Artist:
+) -> Artist | Container:
     """The steps' ``value`` with their stated intervals as error bars (a plain line where no
     step states one); returns the legend handle."""
     x = [_f(s.sm_offset_mhz) for s in steps]
@@ -97,9 +98,9 @@ def undervolt_figure(analysis: UndervoltAnalysis, title: str | None = None) -> F
 
 def _draw(
     ax: Axes, right: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]
-) -> list[Artist]:
+) -> list[Artist | Container]:
     """Every curve and mark of the chart; returns the legend's handles in order."""
-    handles: list[Artist] = []
+    handles: list[Artist | Container] = []
     ok = [s for s in steps if s.status == "ok" and s.reason != "reread"]
     again = [s for s in steps if s.status == "ok" and s.reason == "reread"]
     bad = [s for s in steps if s.status != "ok"]
@@ -133,7 +134,12 @@ def _draw(
             )
         )
     read = [s for s in bad if math.isfinite(_f(s.tps_per_w))]
-    cross = {"marker": "x", "markersize": 12, "linestyle": "none", "color": "#c0392b"}
+    cross: dict[str, Any] = {
+        "marker": "x",
+        "markersize": 12,
+        "linestyle": "none",
+        "color": "#c0392b",
+    }
     if read:
         handles.append(_bars(ax, read, "tps_per_w", "tps_per_w_u95_pct", "unstable", **cross))
     unread = [s for s in bad if not math.isfinite(_f(s.tps_per_w))]
