@@ -33,7 +33,7 @@ from powersweep.plots import (
 from powersweep.plots.undervolt_chart import undervolt_figure
 from powersweep.report import build_report
 from tests.chart_layout import layout_problems, unnamed_artists
-from tests.integration.conftest import only_run_dir, powersweep
+from tests.integration.conftest import only_run_dir, powersweep, read_json
 
 SWEEPS = {
     "readme": ("--simulate", "rtx3090-air", "--load-mode", "decode-single"),
@@ -85,7 +85,10 @@ def _interrupted(run: Path, to: Path, keep: int) -> Path:
 
 
 def _analysis(run: Path) -> dict[str, Any]:
-    return json.loads((run / "analysis.json").read_text())
+    """The run's analysis.json, checked to read back whole into its typed record (the stated
+    half-widths each row now carries included)."""
+    data: dict[str, Any] = read_json(run / "analysis.json")
+    return data
 
 
 def _power(run: Path) -> PowerAnalysis:
