@@ -180,7 +180,9 @@ def _bars(
 def _legend(ax: Axes, **kwargs: Any) -> Legend:
     """The axes' legend, each label once (every tier's bars share one entry)."""
     handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
+    unique: dict[str, Any] = {}
+    for label, handle in zip(labels, handles, strict=True):
+        unique.setdefault(label, handle)  # the first tier's bars stand for all
     return ax.legend(list(unique.values()), list(unique.keys()), **kwargs)
 
 
