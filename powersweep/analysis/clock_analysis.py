@@ -121,7 +121,6 @@ def analyze_clocks(
         **_peak_noise(curve, points, peak, bootstrap, seed),
     }
     result["sweet_spot"] = result["peak"]
-    _state_precision(curve, points, result["points"])
     answer = claims.answer_of(
         status_why=status_why,
         usable=len(points),
@@ -259,21 +258,6 @@ def _own_reading(
     )
     by_row = {id(d): own.get(_lock_key(p)) for p, d in zip(points, dicts, strict=True)}
     return lambda r: by_row.get(id(r)) or Reading.of(r)
-
-
-def _state_precision(
-    curve: Curve, points: Sequence[ClockPoint], dicts: Sequence[dict[str, Any]]
-) -> None:
-    """Each point's stated 95% half-width of TPS/W, %, its repeats pooled (as the power axis's
-    ``sweet_spot.tps_per_w_u95_pct`` states each cap's); none where the run states no precision
-    (a bare CSV, an older run)."""
-    own = noise.own_readings(
-        curve.caps, LOCK_KEYS, [(_lock_key(p), p.tps / p.power_w) for p in points]
-    )
-    for p, d in zip(points, dicts, strict=True):
-        reading = own.get(_lock_key(p))
-        if reading is not None:
-            d["tps_per_w_u95_pct"] = 100.0 * reading.u95_rel
 
 
 def _lock_key(p: ClockPoint) -> tuple[float | None, ...]:

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from powersweep.analysis import serving
-from powersweep.analysis.pooling import current_rows, pool_repeats
+from powersweep.analysis.pooling import current_rows, pool_repeats, stated_u95
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
 TIER_CAP_FRACTION = 0.05
@@ -52,6 +52,7 @@ class ClockPoint:
     sm_clock_mhz: float = math.nan
     mem_clock_mhz: float = math.nan
     per_token: tuple[tuple[str, float | None], ...] = ()
+    stated_u95: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def tps_per_w(self) -> float:
@@ -70,6 +71,7 @@ class ClockPoint:
             "sm_clock_mhz": self.sm_clock_mhz,
             "mem_clock_mhz": self.mem_clock_mhz,
             **dict(self.per_token),
+            **dict(self.stated_u95),
         }
 
 
@@ -119,6 +121,7 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
                 sm_clock_mhz=number(row.get("sm_clock_mhz")),
                 mem_clock_mhz=number(row.get("mem_clock_mhz")),
                 per_token=tuple(serving.row_fields(row).items()),
+                stated_u95=tuple(stated_u95(row, pooled.columns).items()),
             )
         )
     return sorted(out, key=lambda p: (-_key(p.mem_lock_mhz), _key(p.sm_lock_mhz)))

@@ -50,6 +50,9 @@ class LockPoint(JsonRecord):
     itl_p95_ms: Num = None
     ttft_p95_hi_ms: OptNum = UNSET
     itl_p95_hi_ms: OptNum = UNSET
+    # the point's stated 95% half-widths, % (repeats pooled); absent from analyses before them
+    tps_u95_pct: OptNum = UNSET
+    tps_per_w_u95_pct: OptNum = UNSET
     cost_per_mtok: OptNum = UNSET
     tps_per_w_vs_fastest_pct: OptNum = UNSET
     tps_vs_fastest_pct: OptNum = UNSET
@@ -59,8 +62,6 @@ class LockPoint(JsonRecord):
     best_share: list[LockShare] | UnsetType | None = UNSET
     tps_loss_pct: OptNum = UNSET
     max_tps_loss_pct: OptNum = UNSET
-    # the stated 95% half-width of TPS/W, %, on ``points`` (runs that state each point's own)
-    tps_per_w_u95_pct: OptNum = UNSET
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,23 @@ def cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
                 "n_gpus": row.get("n_gpus"),
                 "n_measurements": row.get("n_measurements"),
                 **serving.row_fields(row),
+                **stated_u95(row, caps.columns),
             }
         )
     return rows
+
+
+# The stated 95% half-widths a table row carries (pooled where the point was read again), for
+# the charts' error bars: written only where the run states them, so older analyses read back.
+STATED_U95 = ("tps_u95_pct", "tps_per_w_u95_pct")
+
+
+def stated_u95(row: dict[str, Any], columns: Sequence[str]) -> dict[str, float | None]:
+    """The row's stated half-widths (:data:`STATED_U95`) present in ``columns``, a non-finite
+    or missing one as None."""
+    out: dict[str, float | None] = {}
+    for c in STATED_U95:
+        if c in columns:
+            value = row.get(c)
+            out[c] = float(value) if value is not None and math.isfinite(value) else None
+    return out

@@ -139,6 +139,9 @@ class CapRow(JsonRecord):
     # in the order the analysis adds them, so analysis.json reads back byte for byte
     ttft_p95_hi_ms: OptNum = UNSET
     itl_p95_hi_ms: OptNum = UNSET
+    # each row's stated 95% half-widths, % (repeats pooled); absent from analyses before them
+    tps_u95_pct: OptNum = UNSET
+    tps_per_w_u95_pct: OptNum = UNSET
     cost_per_mtok: OptNum = UNSET
     regime: str | UnsetType | None = UNSET
 

@@ -15,6 +15,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec import UNSET
+
 from powersweep import __version__
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
@@ -145,6 +147,8 @@ def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
         answers_differ=num("answers_differ"),
         mem_offset_mhz=num("mem_offset_mhz"),
         mem_clock_mhz=num("mem_clock_mhz"),
+        # written where the run states it, so an older analysis reads back whole
+        power_u95_pct=num("power_u95_pct") if "power_u95_pct" in row else UNSET,
     )
 
 

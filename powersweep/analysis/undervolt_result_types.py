@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from msgspec import UNSET
+
 from powersweep.analysis.findings import Finding
-from powersweep.analysis.result_types import JsonRecord, Num, RunFacts, ToolInfo
+from powersweep.analysis.result_types import JsonRecord, Num, OptNum, RunFacts, ToolInfo
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class OffsetStep(JsonRecord):
     answers_differ: Num = None
     mem_offset_mhz: Num = None
     mem_clock_mhz: Num = None
+    # the draw's stated 95% half-width, %; absent from analyses before it
+    power_u95_pct: OptNum = UNSET
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,16 @@ class Curve:
     failed: npt.NDArray[np.bool_]
     set_aside_tps_per_w: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
     set_aside_cap_w: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
+    # each cap's stated 95% half-widths, % (NaN: not stated), as the analysis gives them
+    tps_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
+    tps_per_w_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
+    set_aside_tps_per_w_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
+
+    def half_width(self, values: FloatArray, u95_pct: FloatArray) -> FloatArray:
+        """A stated half-width in the figure's own units (NaN where none is stated)."""
+        if len(u95_pct) != len(values):
+            return np.full(len(values), NAN)
+        return np.abs(values) * u95_pct / 100.0
 
 
 @dataclass(frozen=True)
@@ -121,10 +131,23 @@ def _column(rows: Sequence[CapRow], get: Callable[[CapRow], float | None]) -> Fl
     return np.array([num(get(r)) for r in rows], dtype=np.float64)
 
 
-def _curve(caps: Sequence[CapRow]) -> Curve:
+def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
+    """A row's stated TPS/W half-width: its own, else the sweet spot's map of each cap's (an
+    analysis written before the rows carried it)."""
+    by_cap = (known(spot.tps_per_w_u95_pct) if spot is not None else None) or {}
+
+    def get(row: CapRow) -> float | None:
+        own = known(row.tps_per_w_u95_pct)
+        return own if own is not None else by_cap.get(str(float(row.cap_w)))
+
+    return get
+
+
+def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
     every = sorted((c for c in caps if math.isfinite(c.cap_w)), key=lambda c: c.cap_w)
     aside_rows = [r for r in every if (r.status or "ok") in SET_ASIDE]
     aside_tpw = _column(aside_rows, lambda r: r.tps_per_w)
+    tpw_u95 = _tpw_u95(spot)
     known_aside = np.isfinite(aside_tpw)
     # a reading set aside is drawn apart: the curve joins its neighbours over it, no gap
     rows = [
@@ -144,6 +167,7 @@ def _curve(caps: Sequence[CapRow]) -> Curve:
     measured = [tps, _column(rows, lambda r: r.code_tps), power_w, tps_per_w]
     measured += [_column(rows, lambda r: r.sm_clock_mhz)]
     measured += [_column(rows, lambda r: r.mem_clock_mhz)]
+    measured += [_column(rows, lambda r: known(r.tps_u95_pct)), _column(rows, tpw_u95)]
     for arr in measured:
         arr[failed] = NAN
     return Curve(
@@ -157,6 +181,9 @@ def _curve(caps: Sequence[CapRow]) -> Curve:
         failed=failed,
         set_aside_tps_per_w=aside_tpw[known_aside],
         set_aside_cap_w=_column(aside_rows, lambda r: r.cap_w)[known_aside],
+        tps_u95_pct=measured[6],
+        tps_per_w_u95_pct=measured[7],
+        set_aside_tps_per_w_u95_pct=_column(aside_rows, tpw_u95)[known_aside],
     )
 
 
@@ -193,7 +220,7 @@ def parse_analysis(analysis: PowerAnalysis) -> AnalysisView:
     """
     return AnalysisView(
         analysis=analysis,
-        curve=_curve(analysis.caps),
+        curve=_curve(analysis.caps, analysis.sweet_spot),
         sweet_spot=_marked(analysis.sweet_spot),
         near_peak=_marked(analysis.near_peak),
         plateaus=_plateaus(analysis.plateaus),

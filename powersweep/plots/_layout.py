@@ -98,8 +98,23 @@ def line_points(line: Line2D) -> FloatArray:
     if not len(xy):
         return np.empty((0, 2))
     px = _transform(line.get_transform(), xy)
-    pts = densify(px) if line.get_linestyle() not in ("None", "none", "") else px
+    drawn = _steps(px, str(line.get_drawstyle())) if len(px) > 1 else px
+    pts = densify(drawn) if line.get_linestyle() not in ("None", "none", "") else px
     return np.vstack([pts, _marker_ring(line, px)])
+
+
+def _steps(px: FloatArray, drawstyle: str) -> FloatArray:
+    """The vertices of the polyline as drawn: a step line's corners added (``steps-post``: the
+    level holds until the next x; ``steps-pre`` / ``steps``: it jumps first)."""
+    if drawstyle not in ("steps-post", "steps-pre", "steps"):
+        return px
+    out = np.empty((2 * len(px) - 1, 2))
+    out[0::2] = px
+    if drawstyle == "steps-post":
+        out[1::2] = np.column_stack([px[1:, 0], px[:-1, 1]])
+    else:
+        out[1::2] = np.column_stack([px[:-1, 0], px[1:, 1]])
+    return out
 
 
 def _marker_ring(line: Line2D, px: FloatArray) -> FloatArray:
@@ -244,6 +259,33 @@ def place_text(
     box = text_extent(text, renderer, PAD_PX)
     obstacles.boxes.append(box)
     return box
+
+
+def place_or_drop(
+    text: Annotation,
+    candidates: Sequence[Candidate],
+    renderer: RendererBase,
+    obstacles: Obstacles,
+    area: Bbox,
+    *,
+    ignore_points: Iterable[str] = (),
+) -> bool:
+    """Moves ``text`` to the first candidate that collides with nothing, or removes it where
+    none does: how dense point labels are thinned (a label that would cover another, a point or
+    the axes' edge is left out, never drawn over them).
+
+    Returns:
+        True when the text was placed (its box is then an obstacle), False when removed.
+    """
+    pts = obstacles.all_points(ignore_points)
+    for cand in candidates:
+        _apply(text, cand)
+        box = text_extent(text, renderer, PAD_PX)
+        if _cost(box, area, obstacles, pts, None) == 0.0:
+            obstacles.boxes.append(box)
+            return True
+    text.remove()
+    return False
 
 
 def _apply(text: Annotation, cand: Candidate) -> None:

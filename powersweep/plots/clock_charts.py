@@ -9,17 +9,26 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.transforms import Bbox
 from msgspec import UnsetType
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Tier
-from powersweep.analysis.result_types import PowerAnalysis, known
+from powersweep.analysis.result_types import CapRow, PowerAnalysis, known
 from powersweep.errors import UsageError
+from powersweep.plots._data import FloatArray
+from powersweep.plots._layout import Candidate, Obstacles, line_points, place_or_drop
 from powersweep.plots._style import (
     COLORS,
     check_formats,
+    freeze_layout,
     make_folder,
     new_figure,
     save_figure,
@@ -29,6 +38,9 @@ from powersweep.plots._style import (
 # One colour per memory tier, fastest first (colour-blind friendly, distinct in greyscale).
 TIER_COLORS = ("#1f5fa8", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#7f8c8d", "#16a085")
 PEAK_GID = "clock-peak-callout"
+INTERVAL_LABEL = "each point's stated 95% interval"
+LOCK_LABEL_GID = "lock-label"
+CAP_LABEL_GID = "cap-label"
 
 
 def _tier_name(mem: float | None) -> str:
@@ -95,12 +107,14 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         )
         _callout_peak(ax, peak, [_lock(p, by_mem) for t in tiers for p in t.points], x, y)
         ax.set_ylabel("TPS per W")
-        ymax = max(_f(p.tps_per_w) for t in tiers for p in t.points)
-        ymin = min(_f(p.tps_per_w) for t in tiers for p in t.points)
+        every = [p for t in tiers for p in t.points]
+        halves = [h if math.isfinite(h) else 0.0 for h in _halves(every, "tps_per_w")]
+        ymax = max(_f(p.tps_per_w) + h for p, h in zip(every, halves, strict=True))
+        ymin = min(_f(p.tps_per_w) - h for p, h in zip(every, halves, strict=True))
         span = max(ymax - ymin, 0.05 * ymax)
         # headroom above the curves for the legend, room below the peak for its callout
         ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.55 * span)
-        ax.legend(loc="upper center", ncols=3)
+        _legend(ax, loc="upper center", ncols=3)
         fig.suptitle(_title(analysis, title, "efficiency against clock locks"))
     return fig
 
@@ -109,27 +123,67 @@ def _plot_tiers(ax: Axes, tiers: Sequence[Tier], by_mem: bool) -> None:
     """One TPS/W line per memory tier against the SM lock, or one against the memory lock."""
     if by_mem:
         pts = sorted((p for t in tiers for p in t.points), key=lambda p: _f(p.mem_lock_mhz))
-        ax.plot(
-            [_f(p.mem_lock_mhz) for p in pts],
-            [_f(p.tps_per_w) for p in pts],
-            marker="o",
-            color=TIER_COLORS[0],
-            label="TPS/W",
-        )
+        xs = [_f(p.mem_lock_mhz) for p in pts]
+        ax.plot(xs, [_f(p.tps_per_w) for p in pts], marker="o", color=TIER_COLORS[0], label="TPS/W")
+        _bars(ax, xs, pts, "tps_per_w", TIER_COLORS[0])
         ax.set_xlabel("memory clock lock (MHz)")
         return
     for i, t in enumerate(tiers):
         pts = [p for p in t.points if math.isfinite(_f(p.sm_lock_mhz))]
         name = _tier_name(t.mem_lock_mhz) + (" (caps TPS)" if t.caps_tps else "")
+        color = TIER_COLORS[i % len(TIER_COLORS)]
+        xs = [_f(p.sm_lock_mhz) for p in pts]
         ax.plot(
-            [_f(p.sm_lock_mhz) for p in pts],
+            xs,
             [_f(p.tps_per_w) for p in pts],
             marker="o",
-            color=TIER_COLORS[i % len(TIER_COLORS)],
+            color=color,
             linestyle="--" if t.caps_tps else "-",
             label=name,
         )
+        _bars(ax, xs, pts, "tps_per_w", color)
     ax.set_xlabel("SM clock lock (MHz)")
+
+
+def _halves(points: Sequence[LockPoint | CapRow], value: str) -> list[float]:
+    """Each point's stated 95% half-width of ``value`` (``tps`` or ``tps_per_w``), in its
+    units, as the analysis states it (NaN: none stated)."""
+    return [abs(_f(getattr(p, value))) * _f(getattr(p, f"{value}_u95_pct")) / 100.0 for p in points]
+
+
+def _bars(
+    ax: Axes,
+    xs: Sequence[float],
+    points: Sequence[LockPoint | CapRow],
+    value: str,
+    color: str,
+    zorder: float = 2.5,
+) -> None:
+    """Error bars of each point's stated 95% interval of ``value``, where any is stated; one
+    legend entry names them all (:func:`_legend`)."""
+    halves = _halves(points, value)
+    if not any(math.isfinite(h) for h in halves):
+        return
+    bars = ax.errorbar(
+        xs,
+        [_f(getattr(p, value)) for p in points],
+        yerr=halves,  # NaN: no interval stated, no bar
+        fmt="none",
+        ecolor=color,
+        elinewidth=0.9,
+        capsize=2.0,
+        zorder=zorder,
+    )
+    bars.set_label(INTERVAL_LABEL)
+
+
+def _legend(ax: Axes, **kwargs: Any) -> Legend:
+    """The axes' legend, each label once (every tier's bars share one entry)."""
+    handles, labels = ax.get_legend_handles_labels()
+    unique: dict[str, Any] = {}
+    for label, handle in zip(labels, handles, strict=True):
+        unique.setdefault(label, handle)  # the first tier's bars stand for all
+    return ax.legend(list(unique.values()), list(unique.keys()), **kwargs)
 
 
 def _callout_peak(ax: Axes, peak: LockPoint, xs: list[float], x: float, y: float) -> None:
@@ -159,8 +213,9 @@ def pareto_figure(
     title: str | None = None,
     power_analysis: PowerAnalysis | None = None,
 ) -> Figure:
-    """TPS against draw: every clock point (by tier), the Pareto front, and the power-cap curve
-    of a power-axis run when given.
+    """TPS against draw: every clock point (by tier) with its stated 95% interval, the Pareto
+    front with each point's lock in MHz, and the power-cap curve of a power-axis run when given
+    (its caps named in W where a label fits).
 
     Args:
         analysis: The typed clock analysis.
@@ -173,18 +228,21 @@ def pareto_figure(
     tiers, front = analysis.tiers, analysis.pareto_front
     if not tiers:
         raise UsageError("nothing to plot: no clock point measured ok")
+    by_mem = analysis.axis == "mem-clock"
     with style():
         fig = new_figure(height_in=5.6)
         ax = fig.add_subplot()
         for i, t in enumerate(tiers):
+            color = TIER_COLORS[i % len(TIER_COLORS)]
             ax.scatter(
                 [_f(p.power_w) for p in t.points],
                 [_f(p.tps) for p in t.points],
                 s=18,
-                color=TIER_COLORS[i % len(TIER_COLORS)],
+                color=color,
                 label=_tier_name(t.mem_lock_mhz),
                 zorder=3,
             )
+            _bars(ax, [_f(p.power_w) for p in t.points], t.points, "tps", color)
         ax.plot(
             [_f(p.power_w) for p in front],
             [_f(p.tps) for p in front],
@@ -194,8 +252,7 @@ def pareto_figure(
             label="Pareto front (clock locks)",
             zorder=4,
         )
-        if power_analysis is not None:
-            _plot_power_caps(ax, power_analysis)
+        caps = _plot_power_caps(ax, power_analysis) if power_analysis is not None else []
         peak = analysis.peak
         if peak is not None:
             ax.plot(
@@ -211,18 +268,128 @@ def pareto_figure(
             )
         ax.set_xlabel("draw (W)")
         ax.set_ylabel("TPS")
+        what = "memory" if by_mem else "SM"
+        ax.set_title(
+            f"numbers: each Pareto point's {what} clock lock (MHz)"
+            + ("; power caps in W" if caps else ""),
+            loc="left",
+            fontsize=8,
+            color="#555555",
+        )
+        _pareto_limits(ax, [p for t in tiers for p in t.points], caps)
         # legend outside the plot: points fill the whole TPS/W plane
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=3)
+        _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=3)
         fig.suptitle(_title(analysis, title, "TPS against draw"))
+        freeze_layout(fig)
+        _label_points(fig, ax, front, caps, by_mem)
     return fig
 
 
-def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> None:
-    """The power-cap curve (measured caps by draw) and its sweet spot, over the clock points."""
+def _pareto_limits(ax: Axes, points: Sequence[LockPoint], caps: Sequence[CapRow]) -> None:
+    """Every point and its bar inside the axes with a margin, so no marker is cut at the edge
+    and the labels have room."""
+    marks: list[LockPoint | CapRow] = [*points, *caps]
+    xs = [_f(p.power_w) for p in marks]
+    ys: list[float] = []
+    for p, h in zip(marks, _halves(marks, "tps"), strict=True):
+        h = h if math.isfinite(h) else 0.0
+        ys += [_f(p.tps) - h, _f(p.tps) + h]
+    xs, ys = [x for x in xs if math.isfinite(x)], [y for y in ys if math.isfinite(y)]
+    if not xs or not ys:
+        return
+    x_pad = 0.06 * max(max(xs) - min(xs), 0.05 * max(xs))
+    y_pad = 0.08 * max(max(ys) - min(ys), 0.05 * max(ys))
+    ax.set_xlim(min(xs) - x_pad, max(xs) + x_pad)
+    ax.set_ylim(min(ys) - y_pad, max(ys) + y_pad)
+
+
+# Where a point's label may go, in points from the point, nearest first.
+_LABEL_OFFSETS = (
+    *((0, 8), (0, -8), (13, 0), (-13, 0), (12, 8), (-12, 8), (12, -8), (-12, -8)),
+    # clear of a big marker (the peak's star)
+    *((0, 15), (0, -15), (20, 0), (-20, 0)),
+)
+
+
+def _label_points(
+    fig: Figure,
+    ax: Axes,
+    front: Sequence[LockPoint],
+    caps: Sequence[CapRow],
+    by_mem: bool,
+) -> None:
+    """Each Pareto point's lock in MHz, then each power cap's W, where a label fits: one that
+    would cover another, a point, a bar's end or leave the axes is left out (thinned)."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    area = ax.get_window_extent(renderer)
+    obstacles = Obstacles()
+    for k, coll in enumerate(ax.collections):
+        if isinstance(coll, PathCollection):
+            obstacles.add_points(f"points {k}", _ringed(ax, np.asarray(coll.get_offsets())))
+        elif isinstance(coll, LineCollection):  # the bars: their ends and middles
+            ends = [seg for seg in coll.get_segments() if len(seg)]
+            if ends:
+                obstacles.add_points(f"bars {k}", ax.transData.transform(np.vstack(ends)))
+    for line in ax.lines:
+        if line.get_gid() != LOCK_LABEL_GID:
+            obstacles.add_points(str(id(line)), line_points(line))
+    for p in front:
+        lock = _f(p.mem_lock_mhz if by_mem else p.sm_lock_mhz)
+        if math.isfinite(lock):
+            _point_label(ax, f"{lock:.0f}", p, "#222222", LOCK_LABEL_GID, renderer, obstacles, area)
+    for c in caps:
+        _point_label(
+            ax, f"{c.cap_w:.0f} W", c, COLORS["cap"], CAP_LABEL_GID, renderer, obstacles, area
+        )
+
+
+def _ringed(ax: Axes, xy: FloatArray, radius_px: float = 7.0) -> FloatArray:
+    """Display points at and around each marker, so no label sits on one."""
+    px = np.asarray(ax.transData.transform(xy), dtype=np.float64)
+    angles = np.linspace(0.0, 2.0 * np.pi, 8, endpoint=False)
+    ring = np.column_stack([np.cos(angles), np.sin(angles)]) * radius_px
+    return np.vstack([px, (px[:, None, :] + ring[None, :, :]).reshape(-1, 2)])
+
+
+def _point_label(
+    ax: Axes,
+    text: str,
+    point: LockPoint | CapRow,
+    color: str,
+    gid: str,
+    renderer: RendererBase,
+    obstacles: Obstacles,
+    area: Bbox,
+) -> None:
+    xy = (_f(point.power_w), _f(point.tps))
+    if not all(math.isfinite(v) for v in xy):
+        return
+    ann = ax.annotate(
+        text,
+        xy=xy,
+        xytext=_LABEL_OFFSETS[0],
+        textcoords="offset points",
+        ha="center",
+        va="center",
+        fontsize=6.5,
+        color=color,
+        zorder=7,
+        gid=gid,
+        annotation_clip=False,
+    )
+    ann.set_in_layout(False)
+    cands = [Candidate(off) for off in _LABEL_OFFSETS]
+    place_or_drop(ann, cands, renderer, obstacles, area)
+
+
+def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> list[CapRow]:
+    """The power-cap curve (measured caps by draw, each with its stated interval) and its sweet
+    spot, over the clock points; returns the caps drawn."""
     caps = [c for c in power_analysis.caps if c.status == "ok" and c.tps is not None]
     caps.sort(key=lambda c: _f(c.power_w))
+    xs = [_f(c.power_w) for c in caps]
     ax.plot(
-        [_f(c.power_w) for c in caps],
+        xs,
         [_f(c.tps) for c in caps],
         color=COLORS["cap"],
         linestyle=":",
@@ -231,6 +398,7 @@ def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> None:
         label="power caps",
         zorder=2,
     )
+    _bars(ax, xs, caps, "tps", COLORS["cap"], zorder=1.9)
     spot = power_analysis.sweet_spot
     if spot is not None:
         ax.plot(
@@ -243,6 +411,7 @@ def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> None:
             label=f"best cap ({spot.cap_w:.0f} W)",
             zorder=5,
         )
+    return caps
 
 
 def render_clock_charts(

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backend_bases import RendererBase
+from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox, blended_transform_factory
 
 from powersweep.analysis.result_types import Pick, PowerAnalysis, known
-from powersweep.plots._data import AnalysisView, fmt_w, num, parse_analysis, pct_by_gpu
+from powersweep.plots._data import (
+    AnalysisView,
+    FloatArray,
+    fmt_w,
+    num,
+    parse_analysis,
+    pct_by_gpu,
+)
 from powersweep.plots._decor import (
     cap_axis_label,
     draw_default_line,
@@ -125,12 +136,17 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
     ax2.tick_params(axis="y", colors=COLORS["tps_per_w"])
 
     draw_plateau_spans(ax, view)
-    handles = _plot_curves(ax, ax2, view) + _plot_markers(ax2, view)
+    drawn = _plot_curves(ax, ax2, view)
+    markers = _plot_markers(ax2, view)
+    lines: list[Line2D] = drawn.lines + markers
+    handles: list[Artist | Container] = drawn.handles + list(markers)
 
     curve = view.curve
+    tps_top = curve.tps + np.nan_to_num(curve.half_width(curve.tps, curve.tps_u95_pct))
+    tpw_half = curve.half_width(curve.tps_per_w, curve.tps_per_w_u95_pct)
     ax.set_xlim(*x_limits(view))
-    ax.set_ylim(0.0, _ylim_top(curve.tps, curve.code_tps))
-    ax2.set_ylim(0.0, _ylim_top(curve.tps_per_w))
+    ax.set_ylim(0.0, _ylim_top(tps_top, curve.code_tps))
+    ax2.set_ylim(0.0, _ylim_top(curve.tps_per_w + np.nan_to_num(tpw_half)))
 
     legend = ax2.legend(handles=handles, loc="upper left", ncols=1, fontsize=7.5)
     legend.set_zorder(7)
@@ -139,10 +155,15 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
     area = ax.get_window_extent(renderer)
 
     obstacles = Obstacles()
-    for line in handles:
+    for line in lines:
         obstacles.add_points(str(line.get_gid()), line_points(line))
+    for line, half in drawn.bars:
+        obstacles.add_points(str(line.get_gid()), _bar_points(line, half))
     draw_default_line(ax, view, obstacles)
     place_legend(legend, renderer, obstacles)
+    # The default limit's label has few places (beside its line): it goes before the callouts,
+    # whose arrows then steer round it.
+    label_default(ax2, view, renderer, obstacles, area)
 
     spot = view.sweet_spot
     if spot is not None:
@@ -152,64 +173,134 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
         _callout_near_peak(ax2, near, renderer, obstacles, area)
 
     label_plateaus(ax2, view, renderer, obstacles, area)
-    label_default(ax2, view, renderer, obstacles, area)
     return fig
 
 
-def _plot_curves(ax: Axes, ax2: Axes, view: AnalysisView) -> list[Line2D]:
-    """TPS (and code TPS) on the left axis, TPS/W on the right, failed caps along the bottom."""
+def _with_bars(
+    ax: Axes, x: FloatArray, y: FloatArray, half: FloatArray, label: str, **style: Any
+) -> tuple[Line2D, Artist | Container]:
+    """A curve with each point's stated 95% interval as an error bar where one is stated.
+
+    Returns the curve's line (its geometry for the layout) and its legend handle: the error bar
+    container, whose legend glyph shows the bar, or the line itself where no point states one.
+    """
+    if not np.isfinite(half).any():
+        (line,) = ax.plot(x, y, label=label, **style)
+        return line, line
+    bars = ax.errorbar(
+        x,
+        y,
+        yerr=half,  # NaN: no interval stated, no bar (never a zero-width one)
+        label=f"{label} ±95%",
+        elinewidth=0.9,
+        capsize=2.2,
+        capthick=0.9,
+        **style,
+    )
+    line = bars.lines[0]
+    line.set_gid(style.get("gid"))
+    for part in [*bars.lines[1], *bars.lines[2]]:
+        part.set_zorder(float(style.get("zorder", 3)) - 0.05)
+    return line, bars
+
+
+def _bar_points(line: Line2D, half: FloatArray) -> FloatArray:
+    """Display points at the ends of a line's error bars, so no label covers them."""
+    x = np.asarray(line.get_xdata(), dtype=np.float64)
+    y = np.asarray(line.get_ydata(), dtype=np.float64)
+    ok = np.isfinite(half) & np.isfinite(y)
+    if not ok.any():
+        return np.empty((0, 2))
+    ends = np.concatenate([y[ok] - half[ok], y[ok] + half[ok]])
+    xy = np.column_stack([np.concatenate([x[ok], x[ok]]), ends])
+    return np.asarray(line.get_transform().transform(xy), dtype=np.float64)
+
+
+@dataclass
+class _Drawn:
+    """What the curves drew: lines (their geometry for the layout), legend handles, bar ends."""
+
+    lines: list[Line2D] = field(default_factory=list)
+    handles: list[Artist | Container] = field(default_factory=list)
+    bars: list[tuple[Line2D, FloatArray]] = field(default_factory=list)
+
+    def add(self, line: Line2D, handle: Artist | Container, half: FloatArray | None = None) -> None:
+        self.lines.append(line)
+        self.handles.append(handle)
+        if half is not None:
+            self.bars.append((line, half))
+
+
+def _plot_curves(ax: Axes, ax2: Axes, view: AnalysisView) -> _Drawn:
+    """TPS (and code TPS) on the left axis, TPS/W on the right, each with its stated 95%
+    interval; failed caps along the bottom."""
     curve = view.curve
-    handles: list[Line2D] = []
+    drawn = _Drawn()
     main_label = "prefill TPS" if view.is_prefill else "narrative TPS"
-    (tps_line,) = ax.plot(
+    tps_half = curve.half_width(curve.tps, curve.tps_u95_pct)
+    line, handle = _with_bars(
+        ax,
         curve.cap_w,
         curve.tps,
+        tps_half,
+        main_label,
         marker="o",
         color=COLORS["tps"],
-        label=main_label,
         gid="tps",
         zorder=3,
     )
-    handles.append(tps_line)
+    drawn.add(line, handle, tps_half)
     if not view.is_prefill and np.isfinite(curve.code_tps).any():
+        # Code TPS often equals narrative TPS: hollow squares on top stay visible around the
+        # narrative dots, where a line under them would vanish.
         (code_line,) = ax.plot(
             curve.cap_w,
             curve.code_tps,
+            linestyle=":",
             marker="s",
-            markersize=2.8,
+            markersize=6.0,
+            markerfacecolor="none",
+            markeredgewidth=1.0,
             color=COLORS["code_tps"],
-            linewidth=1.2,
+            linewidth=1.0,
             label="code TPS",
             gid="code_tps",
-            zorder=2.9,
+            zorder=3.4,
         )
-        handles.append(code_line)
-    (tpw_line,) = ax2.plot(
+        drawn.add(code_line, code_line)
+    tpw_half = curve.half_width(curve.tps_per_w, curve.tps_per_w_u95_pct)
+    line, handle = _with_bars(
+        ax2,
         curve.cap_w,
         curve.tps_per_w,
+        tpw_half,
+        "TPS/W",
         linestyle="--",
         marker="o",
         markersize=3.0,
         color=COLORS["tps_per_w"],
-        label="TPS/W",
         gid="tps_per_w",
         zorder=3,
     )
-    handles.append(tpw_line)
+    drawn.add(line, handle, tpw_half)
     if curve.set_aside_cap_w.size:
-        (aside_line,) = ax2.plot(
+        aside_half = curve.half_width(curve.set_aside_tps_per_w, curve.set_aside_tps_per_w_u95_pct)
+        line, handle = _with_bars(
+            ax2,
             curve.set_aside_cap_w,
             curve.set_aside_tps_per_w,
+            aside_half,
+            "outlier (left out of the picks)",
             linestyle="none",
             marker="o",
             markersize=6,
             markerfacecolor="none",
             markeredgecolor=COLORS["failed"],
-            label="outlier (left out of the picks)",
+            color=COLORS["failed"],
             gid="set_aside",
             zorder=4,
         )
-        handles.append(aside_line)
+        drawn.add(line, handle, aside_half)
     if curve.failed.any():
         failed_caps = curve.cap_w[curve.failed]
         (failed_line,) = ax.plot(
@@ -225,9 +316,9 @@ def _plot_curves(ax: Axes, ax2: Axes, view: AnalysisView) -> list[Line2D]:
             clip_on=False,
             zorder=4,
         )
-        handles.append(failed_line)
+        drawn.add(failed_line, failed_line)
 
-    return handles
+    return drawn
 
 
 def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:

@@ -6,28 +6,61 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.container import Container
 from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
+from msgspec import UnsetType
 
-from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
+from powersweep.analysis.result_types import known
+from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
 from powersweep.errors import UsageError
+from powersweep.plots._layout import Obstacles, line_points, place_legend
 from powersweep.plots._style import (
     COLORS,
     check_formats,
+    freeze_layout,
     make_folder,
     new_figure,
     save_figure,
     style,
 )
 
+DRAW_COLOR = "#6e6e6e"
 
-def _f(value: float | None) -> float:
-    return math.nan if value is None else float(value)
+
+def _f(value: float | UnsetType | None) -> float:
+    given = known(value)
+    return math.nan if given is None else float(given)
+
+
+def _half(steps: Sequence[OffsetStep], value: str, u95: str) -> list[float]:
+    """Each step's stated 95% half-width of ``value``, in its units (NaN: none stated)."""
+    return [abs(_f(getattr(s, value))) * _f(getattr(s, u95)) / 100.0 for s in steps]
+
+
+def _bars(
+    ax: Axes, steps: Sequence[OffsetStep], value: str, u95: str, label: str, **style: Any
+) -> Artist | Container:
+    """The steps' ``value`` with their stated intervals as error bars (a plain line where no
+    step states one); returns the legend handle."""
+    x = [_f(s.sm_offset_mhz) for s in steps]
+    y = [_f(getattr(s, value)) for s in steps]
+    half = _half(steps, value, u95)
+    if not any(math.isfinite(h) for h in half):
+        style.pop("ecolor", None)
+        (line,) = ax.plot(x, y, label=label, **style)
+        return line
+    return ax.errorbar(x, y, yerr=half, label=f"{label} ±95%", elinewidth=0.9, capsize=2.2, **style)
 
 
 def undervolt_figure(analysis: UndervoltAnalysis, title: str | None = None) -> Figure:
-    """TPS/W of each step (stable steps joined, unstable ones crossed), the baseline cap's as a
-    dashed line, the chosen offset starred; draw on the right axis.
+    """TPS/W of each step (stable steps joined, unstable ones crossed, each with its stated 95%
+    interval), the baseline cap's as a dashed line in its interval's band, the chosen offset
+    starred; draw on the right axis, dotted, in the one legend.
 
     Raises:
         UsageError: No step measured.
@@ -38,60 +71,159 @@ def undervolt_figure(analysis: UndervoltAnalysis, title: str | None = None) -> F
     with style():
         fig = new_figure()
         ax = fig.add_subplot()
-        ok = [s for s in steps if s.status == "ok"]
-        ax.plot(
-            [_f(s.sm_offset_mhz) for s in ok],
-            [_f(s.tps_per_w) for s in ok],
+        right = ax.twinx()
+        right.grid(False)
+        # the TPS/W axis drawn over the draw axis, so its markers and legend sit on top
+        ax.set_zorder(right.get_zorder() + 1)
+        ax.patch.set_visible(False)
+        handles = _draw(ax, right, analysis, steps)
+        ax.set_xlabel(f"SM clock offset (MHz) at a {_f(analysis.sm_lock_mhz):.0f} MHz lock")
+        ax.set_ylabel("TPS per W")
+        right.set_ylabel("draw (W)", color=DRAW_COLOR)
+        right.tick_params(axis="y", colors=DRAW_COLOR)
+        name = analysis.run.gpu_name or "GPU"
+        fig.suptitle(title or f"{name}: undervolt search")
+        _limits(ax, analysis, steps)
+        legend = ax.legend(handles=handles, loc="upper left", fontsize=7.5)
+        legend.set_zorder(7)
+        freeze_layout(fig)
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        obstacles = Obstacles()
+        for axes in (ax, right):
+            for line in axes.lines:
+                obstacles.add_points(str(id(line)), line_points(line))
+        place_legend(legend, renderer, obstacles)
+    return fig
+
+
+def _draw(
+    ax: Axes, right: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]
+) -> list[Artist | Container]:
+    """Every curve and mark of the chart; returns the legend's handles in order."""
+    handles: list[Artist | Container] = []
+    ok = [s for s in steps if s.status == "ok" and s.reason != "reread"]
+    again = [s for s in steps if s.status == "ok" and s.reason == "reread"]
+    bad = [s for s in steps if s.status != "ok"]
+    gold = COLORS["sweet_spot"]
+    handles.append(
+        _bars(
+            ax,
+            ok,
+            "tps_per_w",
+            "tps_per_w_u95_pct",
+            "TPS/W (stable steps)",
             marker="o",
-            color=COLORS["sweet_spot"],
-            label="TPS/W (stable steps)",
+            color=gold,
+            zorder=3,
         )
-        bad = [s for s in steps if s.status != "ok"]
-        if bad:
-            ax.plot(
-                [_f(s.sm_offset_mhz) for s in bad],
-                [_f(s.tps_per_w) if math.isfinite(_f(s.tps_per_w)) else 0.0 for s in bad],
-                marker="x",
-                markersize=12,
+    )
+    if again:
+        handles.append(
+            _bars(
+                ax,
+                again,
+                "tps_per_w",
+                "tps_per_w_u95_pct",
+                "TPS/W read again",
+                marker="o",
+                markersize=6,
+                markerfacecolor="none",
                 linestyle="none",
-                color="#c0392b",
-                label="unstable",
+                color="#9a7d0a",
+                zorder=3,
             )
-        base = analysis.baseline
-        if base is not None and math.isfinite(_f(base.tps_per_w)):
-            ax.axhline(
-                _f(base.tps_per_w),
-                linestyle="--",
-                color="#555555",
-                label=f"{_f(base.cap_w):.0f} W cap, unlocked",
+        )
+    read = [s for s in bad if math.isfinite(_f(s.tps_per_w))]
+    cross: dict[str, Any] = {
+        "marker": "x",
+        "markersize": 12,
+        "linestyle": "none",
+        "color": "#c0392b",
+    }
+    if read:
+        handles.append(_bars(ax, read, "tps_per_w", "tps_per_w_u95_pct", "unstable", **cross))
+    unread = [s for s in bad if not math.isfinite(_f(s.tps_per_w))]
+    if unread:
+        # a step with no reading: a cross along the bottom, as a failed cap is on the cap chart
+        (line,) = ax.plot(
+            [_f(s.sm_offset_mhz) for s in unread],
+            [0.04] * len(unread),
+            transform=blended_transform_factory(ax.transData, ax.transAxes),
+            label="unstable" if not read else "_unstable, no reading",
+            zorder=4,
+            **cross,
+        )
+        handles.append(line)
+    base = analysis.baseline
+    if base is not None and math.isfinite(_f(base.tps_per_w)):
+        level = _f(base.tps_per_w)
+        label = f"{_f(base.cap_w):.0f} W cap, unlocked"
+        handles.append(ax.axhline(level, linestyle="--", color="#555555", label=label))
+        (half,) = _half([base], "tps_per_w", "tps_per_w_u95_pct")
+        if math.isfinite(half):
+            handles.append(
+                ax.axhspan(
+                    level - half,
+                    level + half,
+                    color="#555555",
+                    alpha=0.1,
+                    lw=0,
+                    label=f"{label} ±95%",
+                    zorder=0.5,
+                )
             )
-        chosen = analysis.chosen
-        if chosen is not None:
-            ax.plot(
-                [_f(chosen.sm_offset_mhz)],
-                [_f(chosen.tps_per_w)],
+    chosen = analysis.chosen
+    if chosen is not None:
+        handles.append(
+            _bars(
+                ax,
+                [chosen],
+                "tps_per_w",
+                "tps_per_w_u95_pct",
+                "answer (soaked)",
                 marker="*",
                 markersize=16,
                 markeredgecolor="#333333",
                 linestyle="none",
-                color=COLORS["sweet_spot"],
-                label="answer (soaked)",
+                color=gold,
+                ecolor="#333333",
+                zorder=5,
             )
-        ax.set_xlabel(f"SM clock offset (MHz) at a {_f(analysis.sm_lock_mhz):.0f} MHz lock")
-        ax.set_ylabel("TPS per W")
-        right = ax.twinx()
-        right.plot(
-            [_f(s.sm_offset_mhz) for s in ok],
-            [_f(s.power_w) for s in ok],
-            color="#888888",
-            linestyle=":",
-            marker=".",
         )
-        right.set_ylabel("draw (W)")
-        ax.legend(loc="best")
-        name = analysis.run.gpu_name or "GPU"
-        fig.suptitle(title or f"{name}: undervolt search")
-    return fig
+    draw = [s for s in ok if math.isfinite(_f(s.power_w))]
+    if draw:
+        handles.append(
+            _bars(
+                right,
+                draw,
+                "power_w",
+                "power_u95_pct",
+                "draw (right axis)",
+                color=DRAW_COLOR,
+                linestyle=":",
+                marker=".",
+                zorder=2,
+            )
+        )
+    return handles
+
+
+def _limits(ax: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]) -> None:
+    """Every step, bar, cross and band inside the axes, with room for the legend above."""
+    marks = [*steps, *(s for s in (analysis.baseline, analysis.chosen) if s is not None)]
+    ys: list[float] = []
+    for s, h in zip(marks, _half(marks, "tps_per_w", "tps_per_w_u95_pct"), strict=True):
+        y = _f(s.tps_per_w)
+        h = h if math.isfinite(h) else 0.0
+        ys += [y - h, y + h] if math.isfinite(y) else []
+    if not ys:
+        return
+    lo, hi = min(ys), max(ys)
+    pad = 0.06 * max(hi - lo, 0.01 * abs(hi))
+    ax.set_ylim(lo - pad, hi + 5 * pad)
+    xs = [_f(s.sm_offset_mhz) for s in marks if math.isfinite(_f(s.sm_offset_mhz))]
+    step = max(max(xs) - min(xs), 1.0)
+    ax.set_xlim(min(xs) - 0.05 * step, max(xs) + 0.05 * step)
 
 
 def render_undervolt_chart(

@@ -59,7 +59,7 @@ def test_a_sweep_prints_its_table_answer_and_files_on_stdout_and_progress_on_std
     assert "\x1b" not in out and len(out.splitlines()) <= 40
     # progress and messages on stderr, the answer not said twice
     err = done.stderr
-    assert f"run directory: {run}" in err and "cap/s" in err and "restored to 370 W" in err
+    assert f"run directory: {run}" in err and "7/7 caps" in err and "restored to 370 W" in err
     assert "sweet spot" not in err
 
 

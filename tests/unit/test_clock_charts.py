@@ -23,6 +23,7 @@ from powersweep.plots.clock_charts import (
     pareto_figure,
     render_clock_charts,
 )
+from tests.chart_layout import layout_problems, unnamed_artists
 
 
 def _point(sm: float | None, mem: float | None, tps: float, power: float) -> dict[str, Any]:
@@ -182,3 +183,64 @@ def test_render_writes_both_charts_or_the_comparison(tmp_path: Path) -> None:
     assert only.name == "clocks-vs-power.png"
     with pytest.raises(UsageError):
         render_clock_charts(_analysis(), out, formats=("bmp",))
+
+
+def _stated(point: dict[str, Any], u_tps: float, u_tpw: float) -> dict[str, Any]:
+    return {**point, "tps_u95_pct": u_tps, "tps_per_w_u95_pct": u_tpw}
+
+
+def _bar_halves(ax: Axes) -> list[list[float]]:
+    """Each error bar set's half-widths, in the order drawn."""
+    return [
+        [(seg[1][1] - seg[0][1]) / 2 for seg in c.lines[2][0].get_segments() if len(seg)]
+        for c in ax.containers
+    ]
+
+
+def test_each_clock_point_carries_its_stated_interval_on_both_charts() -> None:
+    fast = [_stated(p, 1.0 + i, 2.0 + i) for i, p in enumerate(FAST)]
+    analysis = _analysis(
+        tiers=[{"mem_lock_mhz": 9501, "points": fast}, {"mem_lock_mhz": 5001, "points": SLOW}]
+    )
+    (ax,) = efficiency_by_clock_figure(analysis).axes
+    # the tier that states none draws no bar
+    assert _bar_halves(ax) == [
+        pytest.approx([p["tps_per_w"] * p["tps_per_w_u95_pct"] / 100 for p in fast])
+    ]
+    legend = ax.get_legend()
+    assert legend is not None
+    assert "each point's stated 95% interval" in [t.get_text() for t in legend.get_texts()]
+    (ax,) = pareto_figure(analysis).axes
+    assert _bar_halves(ax) == [pytest.approx([p["tps"] * p["tps_u95_pct"] / 100 for p in fast])]
+
+
+def test_pareto_points_carry_their_lock_in_mhz_and_no_marker_is_cut() -> None:
+    fig = pareto_figure(_analysis())
+    (ax,) = fig.axes
+    labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "lock-label")
+    assert labels == ["1200", "1200", "1500", "1800"]  # the front: both tiers' 1200, 1500, 1800
+    x_lo, x_hi = ax.get_xlim()
+    y_lo, y_hi = ax.get_ylim()
+    for p in [*FAST, *SLOW]:
+        assert x_lo < p["power_w"] < x_hi and y_lo < p["tps"] < y_hi
+    # a margin of at least a marker's size on every side
+    px = ax.transData.transform([[p["power_w"], p["tps"]] for p in [*FAST, *SLOW]])
+    box = ax.get_window_extent()
+    assert (px[:, 0] - box.x0).min() > 10 and (box.x1 - px[:, 0]).min() > 10
+    assert (px[:, 1] - box.y0).min() > 10 and (box.y1 - px[:, 1]).min() > 10
+    assert not layout_problems(fig) and not unnamed_artists(fig)
+
+
+def test_power_caps_over_the_clock_points_are_named_in_w_where_a_label_fits() -> None:
+    caps = [
+        {"cap_w": w, "status": "ok", "tps": 25.0 + 0.05 * w, "power_w": w - 2.0}
+        for w in range(180, 310, 4)
+    ]
+    power = PowerAnalysis.from_json({"caps": caps, "sweet_spot": caps[10]})
+    fig = pareto_figure(_analysis(), power_analysis=power)
+    (ax,) = fig.axes
+    named = [t.get_text() for t in ax.texts if t.get_gid() == "cap-label"]
+    # 33 caps 4 W apart: some are named, never all of them on top of each other
+    assert named and len(named) < len(caps)
+    assert all(text.endswith(" W") for text in named)
+    assert not layout_problems(fig) and not unnamed_artists(fig)

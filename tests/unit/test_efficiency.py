@@ -184,3 +184,40 @@ def test_a_run_without_an_answer_draws_its_best_reading_hollow_and_names_it() ->
     (star,) = [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "sweet-spot-marker"]
     assert star.get_markerfacecolor() == "none" and star.get_label() == "best measured (no answer)"
     assert not [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "near-peak-marker"]
+
+
+def test_each_point_carries_its_stated_95_interval_as_an_error_bar() -> None:
+    stated = [
+        {**row, "tps_u95_pct": u_tps, "tps_per_w_u95_pct": u_tpw}
+        for row, u_tps, u_tpw in zip(CAPS, [1.0, 2.0, 4.0], [1.5, 3.0, 6.0], strict=True)
+    ]
+    ax, ax2 = _axes(efficiency_figure(_analysis(caps=stated)))
+    for axes, key, value_key, label in (
+        (ax, "tps_u95_pct", "tps", "narrative TPS ±95%"),
+        (ax2, "tps_per_w_u95_pct", "tps_per_w", "TPS/W ±95%"),
+    ):
+        (bars,) = [c for c in axes.containers if c.get_label() == label]
+        segments = bars.lines[2][0].get_segments()
+        halves = [(seg[1][1] - seg[0][1]) / 2 for seg in segments]
+        want = [row[value_key] * row[key] / 100 for row in stated]
+        assert halves == pytest.approx(want)
+    legend = ax2.get_legend()
+    assert legend is not None
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts[:3] == ["narrative TPS ±95%", "code TPS", "TPS/W ±95%"]
+
+
+def test_an_older_analysis_reads_each_caps_tps_per_w_interval_from_the_sweet_spot() -> None:
+    spot = {
+        "cap_w": 250,
+        "tps_per_w": 0.1146,
+        "tps": 27.5,
+        "tps_per_w_u95_pct": {"200.0": 2.0, "250.0": 1.0, "300.0": None},
+    }
+    _, ax2 = _axes(efficiency_figure(_analysis(sweet_spot=spot)))
+    (bars,) = [c for c in ax2.containers if c.get_label() == "TPS/W ±95%"]
+    segments = [seg for seg in bars.lines[2][0].get_segments() if len(seg)]
+    halves = [(seg[1][1] - seg[0][1]) / 2 for seg in segments]
+    # the cap that states none gets no bar, never a zero-width one
+    assert halves == pytest.approx([0.1026 * 0.02, 0.1146 * 0.01])
+    assert [seg[0][0] for seg in segments] == [200, 250]

@@ -18,6 +18,7 @@ from powersweep.plots._layout import (
     grid_candidates,
     line_points,
     place_legend,
+    place_or_drop,
     place_text,
     points_in,
     text_extent,
@@ -147,3 +148,28 @@ def test_vline_points_span_the_axes_height() -> None:
     bbox = ax.get_window_extent(fig.canvas.get_renderer())  # type: ignore[attr-defined]
     assert np.allclose(pts[:, 0], pts[0, 0])
     assert pts[:, 1].min() == pytest.approx(bbox.y0) and pts[:, 1].max() == pytest.approx(bbox.y1)
+
+
+def test_place_or_drop_places_where_clean_and_removes_the_label_where_nothing_is() -> None:
+    fig, ax = _axes()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    area = ax.get_window_extent(renderer)  # type: ignore[attr-defined]
+    obs = Obstacles()
+    first = ax.annotate("first", xy=(5, 5), xytext=(5, 5))  # type: ignore[attr-defined]
+    assert place_or_drop(first, [Candidate((50, 50)), Candidate((5, 5))], renderer, obs, area)
+    assert first.get_position() == (5, 5) and len(obs.boxes) == 1
+    # over the first label or outside the axes: thinned, never drawn over them
+    second = ax.annotate("second", xy=(5, 5), xytext=(0, 0))  # type: ignore[attr-defined]
+    assert not place_or_drop(second, [Candidate((5, 5)), Candidate((50, 5))], renderer, obs, area)
+    assert second not in ax.texts and len(obs.boxes) == 1  # type: ignore[attr-defined]
+
+
+def test_a_step_line_counts_its_corners_as_drawn() -> None:
+    _fig, ax = _axes()
+    (line,) = ax.plot([0, 10], [2, 8], drawstyle="steps-post")  # type: ignore[attr-defined]
+    corner = ax.transData.transform([[10, 2]])[0]  # type: ignore[attr-defined]
+    across = ax.transData.transform([[5, 5]])[0]  # type: ignore[attr-defined]
+    pts = line_points(line)
+    near = np.hypot(*(pts - corner).T).min()
+    assert near < 1.0  # the level runs to x=10 before it rises
+    assert np.hypot(*(pts - across).T).min() > 20.0  # no diagonal through the middle

@@ -161,3 +161,21 @@ def test_cap_rows_give_tps_per_w_only_where_both_figures_are_usable() -> None:
     assert rows[0]["tps"] == 20.0 and rows[0]["code_tps"] is None
     assert [r["j_per_token"] for r in rows] == [2.0, None, None]  # not finite: not measured
     assert rows[0]["n_measurements"] is None
+    # a run that states no precision writes no half-width keys (older analyses read back whole)
+    assert "tps_u95_pct" not in rows[0] and "tps_per_w_u95_pct" not in rows[0]
+
+
+def test_cap_rows_carry_each_rows_stated_half_widths_where_the_run_states_them() -> None:
+    caps = pl.DataFrame(
+        {
+            "cap_w": [200.0, 250.0],
+            "narr_tps": [20.0, 25.0],
+            "power_w": [200.0, 250.0],
+            "status": ["ok", "failed"],
+            "tps_u95_pct": [1.5, None],
+            "tps_per_w_u95_pct": [2.0, float("nan")],
+        }
+    )
+    rows = cap_rows(caps, "narr_tps")
+    assert (rows[0]["tps_u95_pct"], rows[0]["tps_per_w_u95_pct"]) == (1.5, 2.0)
+    assert (rows[1]["tps_u95_pct"], rows[1]["tps_per_w_u95_pct"]) == (None, None)
