@@ -37,11 +37,19 @@ def status_claim(
     Args:
         run: run.json (None for a bare CSV).
         source: The run directory, named in the command that measures the rest.
-        what: ``caps`` or ``points``.
+        what: ``caps``, ``points``, or ``steps`` (an undervolt search, planned as it goes).
     """
     status = (run or {}).get("status")
     if status not in UNFINISHED:
         return None
+    if what == "steps":
+        # a search plans its steps as it goes: only what it measured counts
+        done = len((run or {}).get("points_done") or [])
+        why = "interrupted" if status == "interrupted" else f"the run ended {status}"
+        return (
+            f"{why} after {done} steps of the search",
+            f"`powersweep --resume {source}` goes on from its last stable step",
+        )
     done, planned = _counts(run or {}, what)
     counted = f" after {done} of {planned} {what}" if done is not None and planned else ""
     left = done is None or planned is None or done < planned

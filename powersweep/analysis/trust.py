@@ -341,8 +341,8 @@ def run_findings(
                 "measure them with --caps, or sweep dense",
             )
         )
-    undervolt = _axis(run) == "undervolt"
-    what = "caps" if _axis(run) in (None, "power") else "points"
+    axis = _axis(run)
+    what = "caps" if axis in (None, "power") else "steps" if axis == "undervolt" else "points"
     claim = claims.status_claim(run, source, what)
     if claim is not None:
         why, remedy = claim
@@ -350,11 +350,8 @@ def run_findings(
             finding(
                 "warning",
                 f"run_{run.get('status')}",
-                _no_answer(why, str(run.get("status"))) + ("" if undervolt else f"; {remedy}"),
-                # each step depends on the one before it: nothing to resume
-                "start the search again (each step depends on the one before it)"
-                if undervolt
-                else f"{remedy}; nothing the run measured is applied until it answers",
+                f"{_no_answer(why, str(run.get('status')))}; {remedy}",
+                f"{remedy}; nothing the run measured is applied until it answers",
             )
         )
     return out

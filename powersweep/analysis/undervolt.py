@@ -18,9 +18,10 @@ from typing import Any
 from msgspec import UNSET
 
 from powersweep import __version__
+from powersweep.analysis import claims
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import RunFacts, ToolInfo, number
+from powersweep.analysis.result_types import Answer, RunFacts, ToolInfo, number
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
@@ -69,7 +70,9 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     step_mhz = _step_mhz(options, steps)
     margin = _margin_mhz(options, step_mhz)
     last_stable, first_bad = _search_edges(_latest(steps))
-    chosen = _chosen(steps, soaks, last_stable, margin)
+    # a search cut short has no answer: its last steps and the soak never ran
+    withheld = claims.status_claim(curve.run, str(curve.source), "steps")
+    chosen = None if withheld else _chosen(steps, soaks, last_stable, margin)
     baseline = baselines[-1] if baselines else None
     findings: list[Finding] = ignored_rows(curve) + run_findings(
         curve.run, curve.requests, str(curve.source)
@@ -100,6 +103,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         memory=memory,
         findings=findings,
         idle=idle_at_lock(curve.run),
+        answer=Answer("none", f"{withheld[0]}; {withheld[1]}") if withheld else UNSET,
     )
 
 

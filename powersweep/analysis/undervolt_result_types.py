@@ -9,10 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.findings import Finding
-from powersweep.analysis.result_types import JsonRecord, Num, OptNum, RunFacts, ToolInfo
+from powersweep.analysis.result_types import (
+    Answer,
+    JsonRecord,
+    Num,
+    OptNum,
+    RunFacts,
+    ToolInfo,
+)
 
 
 @dataclass(frozen=True)
@@ -150,3 +157,6 @@ class UndervoltAnalysis(JsonRecord):
     memory: MemoryAnswer | None = None
     findings: list[Finding] = field(default_factory=list)
     idle: IdleAtLock | None = None
+    # withheld where the run did not finish (``kind`` none, ``why`` the run's status); absent
+    # from a finished search's analysis
+    answer: Answer | UnsetType | None = UNSET

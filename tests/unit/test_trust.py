@@ -194,9 +194,16 @@ def test_run_findings_name_faults_budget_and_status() -> None:
         "interrupted after 2 of 3 caps: no answer yet; `powersweep --resume r` measures the rest"
     )
     assert "--resume" in (found["run_partial"][0].hint or "")
-    # an undervolt search is started again, not resumed
-    undervolt = run_findings({"status": "failed", "options": {"axis": "undervolt"}})
-    assert undervolt[0].hint == "start the search again (each step depends on the one before it)"
+    # an undervolt search plans its steps as it goes (issue 45: it resumes from its last stable
+    # step): its count is of steps measured, never "of 1 points"
+    undervolt = {"status": "interrupted", "options": {"axis": "undervolt"},
+                 "points_done": list(range(12)), "points_planned": [0]}  # fmt: skip
+    (said,) = run_findings(undervolt, source="r")
+    assert said.message == (
+        "interrupted after 12 steps of the search: no answer yet; `powersweep --resume r` goes "
+        "on from its last stable step"
+    )
+    assert (said.hint or "").startswith("`powersweep --resume r` goes on")
     assert run_findings({"status": "complete", "faults": "none"}) == []
     assert run_findings(None) == run_findings({}) == []
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.analysis.load import load_curve
+from powersweep.analysis.result_types import Answer
 from powersweep.analysis.undervolt import analyze_undervolt, is_undervolt_curve
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 from powersweep.analysis.undervolt_summary import headline, render_undervolt_summary
@@ -123,3 +124,31 @@ def test_a_step_measured_again_is_judged_by_its_second_reading(tmp_path: Path) -
     )
     summary = render_undervolt_summary(_curve(tmp_path, rows), a)
     assert "| rebase |" in summary and "| retry |" in summary
+
+
+def test_a_search_cut_short_withholds_its_answer(tmp_path: Path) -> None:
+    # issue 44, every axis: an interrupted search (its soak never ran) gives no answer, shows
+    # its steps, and says how to go on; the count is of the steps it measured
+    from powersweep.report_view import render_answer
+    from powersweep.sweep.axes.undervolt_axis import UndervoltAxis
+
+    run = {
+        "status": "interrupted",
+        "options": {"axis": "undervolt", "offset_step_mhz": 30.0, "margin_mhz": 30.0},
+        "points_done": list(range(7)),
+        "points_planned": [0],
+    }
+    a = analyze_undervolt(_curve(tmp_path, _search(150.0), run))
+    assert a.chosen is None and a.steps  # nothing chosen, every step kept
+    answer = a.answer
+    assert isinstance(answer, Answer) and answer.kind == "none"
+    assert answer.why is not None and answer.why.startswith("interrupted after 7 steps")
+    assert "--resume" in answer.why
+    assert headline(a) is None
+    assert render_answer(a, headline(a)).startswith("no answer: interrupted after 7 steps")
+    # `analyze` still shows it (its baseline is a usable reading), it is no answer to apply
+    assert UndervoltAxis().answer(a) is a.baseline
+    assert UndervoltAnalysis.from_json(a.to_json()).to_json() == a.to_json()
+    # a finished search's analysis has no such record
+    done = analyze_undervolt(_curve(tmp_path, _search(150.0), {**run, "status": "complete"}))
+    assert done.chosen is not None and "answer" not in done.to_json()

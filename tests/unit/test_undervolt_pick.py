@@ -205,13 +205,16 @@ def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
     )
 
 
-def test_an_undervolt_search_that_did_not_finish_is_started_again_not_applied(
+def test_an_undervolt_search_that_did_not_finish_is_resumed_not_applied(
     tmp_path: Path,
 ) -> None:
     run = _run_dir(tmp_path, _analysis(), status="interrupted")
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
-    assert str(info.value) == (f"{run} has no answer to apply: interrupted; start the search again")
+    assert str(info.value) == (
+        f"{run} has no answer to apply: interrupted after 0 steps of the search; "
+        f"`powersweep --resume {run}` goes on from its last stable step"
+    )
 
 
 def test_the_lock_and_cap_come_from_run_json_when_the_point_lacks_them(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import known
 from powersweep.analysis.undervolt import analyze_undervolt, is_undervolt_curve
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
 from powersweep.analysis.undervolt_summary import headline, render_undervolt_summary
@@ -139,7 +140,10 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
         return analyze_undervolt(curve)
 
     def answer(self, result: UndervoltAnalysis) -> OffsetStep | None:
-        """The chosen (soaked) offset."""
+        """The chosen (soaked) offset; a search cut short, whose answer is withheld, stands on
+        its baseline cap's reading (it is shown, with why there is no answer)."""
+        if result.chosen is None and known(result.answer) is not None:
+            return result.baseline
         return result.chosen
 
     def summary(self, curve: Curve, result: UndervoltAnalysis) -> str:

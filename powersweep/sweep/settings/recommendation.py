@@ -168,11 +168,9 @@ def _refuse_without_answer(run: dict[str, Any], analysis: dict[str, Any], run_di
         UsageError: One line: why there is no answer, and what would give one.
     """
     undervolt = is_undervolt_run(run, analysis, run_dir)
-    what = "caps" if analysis.get("kind") != "clocks" and not undervolt else "points"
+    what = "steps" if undervolt else "points" if analysis.get("kind") == "clocks" else "caps"
     claim = claims.status_claim(run, str(run_dir), what)
     why = None if claim is None else "; ".join(claim)
-    if claim is not None and undervolt:
-        why = f"{claim[0]}; start the search again"
     if why is None:
         answer = analysis.get("answer")
         if isinstance(answer, dict) and answer.get("kind") == claims.NONE:
