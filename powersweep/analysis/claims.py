@@ -44,10 +44,10 @@ def status_claim(
         return None
     if what == "steps":
         # a search plans its steps as it goes: only what it measured counts
-        done = len((run or {}).get("points_done") or [])
+        steps = len((run or {}).get("points_done") or [])
         why = "interrupted" if status == "interrupted" else f"the run ended {status}"
         return (
-            f"{why} after {done} steps of the search",
+            f"{why} after {steps} steps of the search",
             f"`powersweep --resume {source}` goes on from its last stable step",
         )
     done, planned = _counts(run or {}, what)
