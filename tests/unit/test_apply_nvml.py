@@ -25,7 +25,10 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 
     @contextlib.contextmanager
     def build(
-        simulate: str | None, sim_state: Path | None, backend: str = "auto"
+        simulate: str | None,
+        sim_state: Path | None,
+        backend: str = "auto",
+        sim_node: str | None = None,
     ) -> Iterator[rigs.SettingsRig]:
         assert simulate is None
         with NvmlBackend(nvml=nvml) as backend:
