@@ -175,6 +175,8 @@ CAPS_COLUMNS = (
     "t_mid_s",
     "run_drift_bias_pct",
     "tps_run_drift_bias_pct",
+    "tps_fast_u95_pct",
+    "tps_fast_dof",
 )
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.

@@ -61,22 +61,25 @@ def batch_count(resid: Sequence[float] | np.ndarray) -> int:
     return int(max(min(MIN_BATCHES, n), min(n, k)))
 
 
-def _sum_var(resid: np.ndarray) -> tuple[float, float]:
+def _sum_var(resid: np.ndarray, fast: bool = False) -> tuple[float, float]:
     """Variance of the sum of time-ordered residuals (mean zero) by batch means, and its degrees
-    of freedom."""
-    k = batch_count(resid)
+    of freedom (``fast``: every unit its own batch, as if they were independent)."""
+    k = len(resid) if fast else batch_count(resid)
     sums = np.array([b.sum() for b in np.array_split(resid, k)])
     return float(np.sum(sums**2)) * k / (k - 1), float(k - 1)
 
 
-def ratio_se_rel(blocks: Sequence[tuple[float, float]]) -> tuple[float, float]:
+def ratio_se_rel(blocks: Sequence[tuple[float, float]], fast: bool = False) -> tuple[float, float]:
     """Relative standard error of ``sum(tokens) / sum(seconds)`` over time-ordered ``(tokens,
     seconds)`` blocks, and its degrees of freedom (NaN, NaN with fewer than two blocks).
 
     The ratio estimator's residuals ``t_i - R s_i`` are summed in batches of consecutive blocks
     (:func:`batch_count`): blocks a few tokens long from a stream whose speed wanders over
     seconds are not independent, and treating them so understates the error several-fold.
-    Independent blocks give the classic ``sum(r_i^2) n / (n - 1) / (sum s)^2``.
+    Independent blocks give the classic ``sum(r_i^2) n / (n - 1) / (sum s)^2``, which ``fast``
+    states whatever the blocks' correlation: the variance at the blocks' own time scale, which
+    a wander slower than them leaves out (:class:`~.precision.RunToRun` measures that part
+    between readings).
     """
     arr = np.asarray(blocks, dtype=float).reshape(-1, 2)
     n = len(arr)
@@ -87,7 +90,7 @@ def ratio_se_rel(blocks: Sequence[tuple[float, float]]) -> tuple[float, float]:
     rate = float(tok.sum()) / total_s if total_s > 0 else math.nan
     if not (math.isfinite(rate) and rate > 0):
         return math.nan, math.nan
-    var, dof = _sum_var(tok - rate * sec)
+    var, dof = _sum_var(tok - rate * sec, fast)
     return math.sqrt(var) / total_s / rate, dof
 
 

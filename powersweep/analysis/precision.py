@@ -90,6 +90,10 @@ class Precision:
         run_drift_rel: Expected bias of TPS/W from the run's drift (signed: the reading less
             the run's middle; :meth:`RunToRun.drift_at`), in ``u95_rel`` with the thermal one.
         tps_run_drift_rel: Of TPS, in ``tps_u95_rel``.
+        tps_fast_u95_rel: TPS's half-width from its own blocks taken as independent: the
+            variance at the blocks' time scale, which the between-reading term adds to (NaN:
+            not known).
+        tps_fast_dof: Its degrees of freedom.
     """
 
     tps_u95_rel: float
@@ -108,6 +112,8 @@ class Precision:
     power_bias_rel: float = 0.0
     run_drift_rel: float = 0.0
     tps_run_drift_rel: float = 0.0
+    tps_fast_u95_rel: float = math.nan
+    tps_fast_dof: float = math.nan
 
     @property
     def known(self) -> bool:
@@ -174,14 +180,15 @@ class RunToRun:
 
         def gap(a: Reading, b: Reading, tps: bool) -> PairGap | None:
             fa, fb = (a.tps, b.tps) if tps else (a.tps_per_w, b.tps_per_w)
-            va, vb = (a.tps_within_var, b.tps_within_var) if tps else (a.within_var, b.within_var)
+            # beyond each reading's fast-scale variance: the term then holds every wander
+            # slower than a block, whether or not a reading's own batch means saw it
+            (va, da), (vb, db) = a.fast_or_within(tps), b.fast_or_within(tps)
             ba, bb = (a.tps_bias_rel, b.tps_bias_rel) if tps else (a.bias_rel, b.bias_rel)
             if not (fa > 0 and fb > 0 and math.isfinite(va) and math.isfinite(vb)):
                 return None
             own = va + vb + (ba - bb) ** 2 + a.temperature_var(b.temp_c)
             dt = b.t_s - a.t_s if timed else math.nan
-            dofs = (a.tps_within_dof, b.tps_within_dof) if tps else (a.within_dof, b.within_dof)
-            own_dof = min((d for d in dofs if d > 0), default=math.inf)  # NaN: normal
+            own_dof = min((d for d in (da, db) if d > 0), default=math.inf)  # NaN: normal
             return PairGap(math.log(fb / fa), dt, own, own_dof) if own > 0 else None
 
         def term(tps: bool) -> tuple[float, float, DriftFit, int]:
@@ -312,6 +319,7 @@ def point_precision(
             heating card's draw rises no further (NaN or infinite: no cap).
     """
     tps_se, tps_dof = ratio_se_rel(blocks)
+    fast_se, fast_dof = ratio_se_rel(blocks, fast=True)
     pw_se, pw_dof = batch_se_rel(power_ticks)
     finite = [p for p in power_ticks if math.isfinite(p)]
     mean_w = sum(finite) / len(finite) if finite else math.nan
@@ -321,7 +329,7 @@ def point_precision(
         )
     else:
         pw_var = pw_se**2
-    within = Within(tps_se**2, tps_dof, pw_var, pw_dof)
+    within = Within(tps_se**2, tps_dof, pw_var, pw_dof, fast_se**2, fast_dof)
     power_bias = drift_bias_rel(slope_c_per_min, tau_s, power_sensitivity_per_c)
     if power_headroom_rel >= 0:  # NaN: no bound
         power_bias = min(power_bias, power_headroom_rel)
@@ -344,6 +352,8 @@ class Within:
     tps_dof: float
     power_var: float
     power_dof: float
+    tps_fast_var: float = math.nan
+    tps_fast_dof: float = math.nan
 
     def stated(
         self,
@@ -357,6 +367,7 @@ class Within:
         """The point's :class:`Precision`: these variances, the run-to-run term's, the biases
         (the draw's in its half-width)."""
         tpw = _combined([(self.tps_var, self.tps_dof), (self.power_var, self.power_dof)])
+        fast = (self.tps_fast_var, self.tps_fast_dof)
         stated = compose(
             (self.tps_var, self.tps_dof),
             tpw,
@@ -365,6 +376,7 @@ class Within:
             run_to_run,
             power_step_w,
             t_s,
+            (fast, _combined([fast, (self.power_var, self.power_dof)])),
         )
         return dataclasses.replace(stated, power_bias_rel=power_bias)
 
@@ -377,22 +389,36 @@ def compose(
     run_to_run: RunToRun,
     power_step_w: float = math.nan,
     t_s: float = math.nan,
+    fast: tuple[tuple[float, float], tuple[float, float]] = ((math.nan, math.nan),) * 2,
 ) -> Precision:
     """A :class:`Precision` from the within-point ``(variance, dof)`` of TPS and TPS/W, the
     draw's half-width, the ``(TPS/W, TPS)`` drift biases and the run-to-run term at run second
     ``t_s`` (the run's drift from its middle a bias, its rate's uncertainty a variance):
     variances add (Welch-Satterthwaite degrees of freedom, Student's t), biases add in
     quadrature; the between-run floor is in the stated half-widths (TPS, TPS/W), not the
-    statistical one."""
+    statistical one.
+
+    ``fast`` holds the ``(variance, dof)`` of TPS and TPS/W with the point's blocks taken as
+    independent: the between-reading term is measured beyond those (:meth:`RunToRun.of_pairs`),
+    so a point states the larger of its own batch means and its fast variance with the term
+    (:func:`_own_or_fast`). Without them (a row before they were recorded) the term adds to its
+    own."""
     thermal, tps_thermal = biases
     rtr = run_to_run
     (run_drift, run_drift_var), (tps_run_drift, tps_run_drift_var) = rtr.drift_at(t_s)
     bias, tps_bias = thermal + run_drift, tps_thermal + tps_run_drift
+    tps_fast, tpw_fast = fast
     stat_var, stat_dof = _combined(
-        [tps_per_w, (rtr.tps_per_w_sd_rel**2, rtr.dof), (run_drift_var, rtr.drift.rate_dof)]
+        [
+            _own_or_fast(tps_per_w, tpw_fast, (rtr.tps_per_w_sd_rel**2, rtr.dof)),
+            (run_drift_var, rtr.drift.rate_dof),
+        ]
     )
     tps_var, tps_dof = _combined(
-        [tps, (rtr.tps_sd_rel**2, rtr.tps_dof), (tps_run_drift_var, rtr.tps_drift.rate_dof)]
+        [
+            _own_or_fast(tps, tps_fast, (rtr.tps_sd_rel**2, rtr.tps_dof)),
+            (tps_run_drift_var, rtr.tps_drift.rate_dof),
+        ]
     )
     floor = (rtr.floor_rel**2, math.inf)
     stat = _half_width(stat_var, stat_dof)
@@ -415,7 +441,25 @@ def compose(
         run_to_run=run_to_run,
         run_drift_rel=run_drift,
         tps_run_drift_rel=tps_run_drift,
+        tps_fast_u95_rel=_half_width(*tps_fast),
+        tps_fast_dof=tps_fast[1],
     )
+
+
+def _own_or_fast(
+    own: tuple[float, float], fast: tuple[float, float], between: tuple[float, float]
+) -> tuple[float, float]:
+    """A reading's ``(variance, dof)`` with the between-reading term: the larger of its own
+    (batch means, which see a wander slower than its blocks where its window is long enough)
+    and its fast-scale variance with the term (measured beyond the fast variances, so it holds
+    every wander slower than a block); its own with the term added where the fast one is not
+    known. Where no term was measured the larger of the two estimates of one variance stands:
+    on few units batch means and the independent estimator differ by chance, and the coverage
+    bench's decode-concurrent control went from 94% to 98% with it (docs/precision.md)."""
+    if not all(math.isfinite(v) for v in fast):
+        return _combined([own, between])
+    with_term = _combined([fast, between])
+    return with_term if with_term[0] > own[0] or not math.isfinite(own[0]) else own
 
 
 @dataclass(frozen=True)
@@ -447,6 +491,9 @@ class Reading:
         t_s: The run second of the middle of its figures (NaN: a row written before readings
             carried their time).
         temp_c: The hottest card's temperature over its figures (NaN: not known).
+        tps_fast_u95_rel: TPS's half-width from its blocks taken as independent (NaN: a row
+            before it was recorded).
+        tps_fast_dof: Its degrees of freedom.
     """
 
     tps_per_w: float
@@ -468,6 +515,8 @@ class Reading:
     tps_run_drift_rel: float = 0.0
     t_s: float = math.nan
     temp_c: float = math.nan
+    tps_fast_u95_rel: float = math.nan
+    tps_fast_dof: float = math.nan
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Reading:
@@ -502,6 +551,8 @@ class Reading:
             tps_run_drift_rel=num("tps_run_drift_bias_pct", 0.0) / 100.0,
             t_s=num("t_mid_s"),
             temp_c=num("temp_max_c"),
+            tps_fast_u95_rel=num("tps_fast_u95_pct") / 100.0,
+            tps_fast_dof=num("tps_fast_dof"),
         )
 
     @property
@@ -564,8 +615,32 @@ class Reading:
             return _variance(self.tps_within_u95_rel, self.tps_within_dof)
         return _variance(self.tps_stat_u95_rel, math.nan)
 
+    @property
+    def tps_fast_var(self) -> float:
+        """TPS's relative variance from its blocks taken as independent (NaN: not recorded)."""
+        return _variance(self.tps_fast_u95_rel, self.tps_fast_dof)
+
+    @property
+    def fast_var(self) -> float:
+        """TPS/W's: TPS's fast variance with the draw's own (NaN: not recorded)."""
+        return self.tps_fast_var + max(0.0, self.within_var - self.tps_within_var)
+
+    def fast_or_within(self, tps: bool) -> tuple[float, float]:
+        """``(variance, dof)`` of TPS (or TPS/W) at the blocks' own time scale, what the
+        between-reading term is measured beyond; the point's own where a row before the fast
+        one was recorded has none."""
+        if math.isfinite(self.tps_fast_var):
+            return (self.tps_fast_var if tps else self.fast_var), self.tps_fast_dof
+        return (
+            (self.tps_within_var, self.tps_within_dof)
+            if tps
+            else (self.within_var, self.within_dof)
+        )
+
     def restated(self, run_to_run: RunToRun) -> Precision:
         """The reading's precision with ``run_to_run`` in place of the term it carried."""
+        power = (max(0.0, self.within_var - self.tps_within_var), self.within_dof)
+        fast = (self.tps_fast_var, self.tps_fast_dof)
         stated = compose(
             (self.tps_within_var, self.tps_within_dof),
             (self.within_var, self.within_dof),
@@ -574,6 +649,7 @@ class Reading:
             run_to_run,
             self.power_step_w,
             self.t_s,
+            (fast, _combined([fast, power])),
         )
         return dataclasses.replace(stated, power_bias_rel=self.power_bias_rel)
 

@@ -46,9 +46,7 @@ def test_the_table_has_one_row_per_run_with_its_sweet_spot() -> None:
     # the run's label names its GPU, cooling, axis and load (issue 47): no columns of their own
     assert lines[0].startswith("| run | sweet spot | % of default | TPS/W |")
     assert table.endswith("\n")
-    assert _rows(table) == [
-        ["run a", "250 W", "68%", "0.110", "27.5", "250 W", "287.5 W"]
-    ]
+    assert _rows(table) == [["run a", "250 W", "68%", "0.110", "27.5", "250 W", "287.5 W"]]
 
 
 def test_unknowns_are_dashes_and_a_cell_cannot_break_the_table() -> None:

@@ -180,7 +180,7 @@ def curve_lines(rows: Sequence[Mapping[str, Any]]) -> list[list[tuple[float, flo
         for members in groups.values():
             members.sort(key=lambda k: k[axis] or 0.0)
             readings = [Reading.of(first[k]) for k in members]
-            out.append([(r.tps, r.tps_within_var) for r in readings])
+            out.append([(r.tps, r.fast_or_within(True)[0]) for r in readings])
     return out
 
 

@@ -422,6 +422,8 @@ def stated_columns(precision: Precision) -> dict[str, float]:
         "tps_per_w_within_dof": precision.within_dof,
         "tps_within_u95_pct": 100.0 * precision.tps_within_u95_rel,
         "tps_within_dof": precision.tps_within_dof,
+        "tps_fast_u95_pct": 100.0 * precision.tps_fast_u95_rel,
+        "tps_fast_dof": precision.tps_fast_dof,
         "tps_drift_bias_pct": 100.0 * precision.tps_bias_rel,
         "power_drift_bias_pct": 100.0 * precision.power_bias_rel,
         "run_drift_bias_pct": 100.0 * precision.run_drift_rel,
