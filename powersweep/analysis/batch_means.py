@@ -49,22 +49,26 @@ def integrated_autocorrelation(resid: np.ndarray) -> float:
     return tau
 
 
-def batch_count(resid: Sequence[float] | np.ndarray) -> int:
+def batch_count(resid: Sequence[float] | np.ndarray, fast: bool = False) -> int:
     """Batches a time-ordered series is cut into so that their sums are nearly independent:
     batches :data:`BATCH_TAUS` times as long as :func:`integrated_autocorrelation` (every unit
-    its own batch when they are independent), at least :data:`MIN_BATCHES`."""
+    its own batch when they are independent), at least :data:`MIN_BATCHES`. ``fast``: as if
+    the units were independent beyond their neighbours (batches of :data:`BATCH_TAUS`), the
+    shortest batches, which still sum away the negative correlation of two neighbouring units
+    (a late token shortens the next gap)."""
     arr = np.asarray(resid, dtype=float)
     n = len(arr)
     if n < 2:
         return n
-    k = math.floor(n / (BATCH_TAUS * integrated_autocorrelation(arr)))
+    tau = 1.0 if fast else integrated_autocorrelation(arr)
+    k = math.floor(n / (BATCH_TAUS * tau))
     return int(max(min(MIN_BATCHES, n), min(n, k)))
 
 
 def _sum_var(resid: np.ndarray, fast: bool = False) -> tuple[float, float]:
     """Variance of the sum of time-ordered residuals (mean zero) by batch means, and its degrees
-    of freedom (``fast``: every unit its own batch, as if they were independent)."""
-    k = len(resid) if fast else batch_count(resid)
+    of freedom (``fast``: the shortest batches, :func:`batch_count`)."""
+    k = batch_count(resid, fast)
     sums = np.array([b.sum() for b in np.array_split(resid, k)])
     return float(np.sum(sums**2)) * k / (k - 1), float(k - 1)
 
@@ -76,10 +80,9 @@ def ratio_se_rel(blocks: Sequence[tuple[float, float]], fast: bool = False) -> t
     The ratio estimator's residuals ``t_i - R s_i`` are summed in batches of consecutive blocks
     (:func:`batch_count`): blocks a few tokens long from a stream whose speed wanders over
     seconds are not independent, and treating them so understates the error several-fold.
-    Independent blocks give the classic ``sum(r_i^2) n / (n - 1) / (sum s)^2``, which ``fast``
-    states whatever the blocks' correlation: the variance at the blocks' own time scale, which
-    a wander slower than them leaves out (:class:`~.precision.RunToRun` measures that part
-    between readings).
+    ``fast`` takes the shortest batches whatever the blocks' correlation: the variance at the
+    blocks' own time scale, which a wander slower than them leaves out
+    (:class:`~.precision.RunToRun` measures that part between readings).
     """
     arr = np.asarray(blocks, dtype=float).reshape(-1, 2)
     n = len(arr)
