@@ -123,8 +123,10 @@ def test_cap_row_medians_flags_and_status() -> None:
     )
     assert row["status"] == "ok"
     assert row["narr_tps"] == pytest.approx(10) and row["code_tps"] == pytest.approx(10)
-    assert row["power_w"] == 300  # median of 300, 302, 298, 400, 300
-    assert row["tps_per_w"] == pytest.approx(10 / 300)
+    # the mean of 300, 302, 298, 400, 300 (too few ticks inside the decodes: every loaded
+    # one), energy over time: a median would read a bursty load's bursts (issue 44)
+    assert row["power_w"] == pytest.approx(320)
+    assert row["tps_per_w"] == pytest.approx(10 / 320)
     assert row["temp_max_c"] == 85
     assert row["thermal_throttle_pct"] == pytest.approx(20)
     assert row["pwr_throttle_pct"] == pytest.approx(80)
@@ -247,11 +249,11 @@ def test_prefill_draw_is_of_the_prompts_seconds(n_gpus: int, counter: bool) -> N
         settle_s=0,
         window_s=12,
     )
-    lagging = statistics.median(
+    lagging = statistics.fmean(
         sum(r.sample.power_w for r in rows if r.tick == k) for k in {r.tick for r in rows}
     )
     truth = sum(busy)
-    # every tick's median: the answers' draw and the reading's lag pull it well under the prompts'
+    # every tick's mean: the answers' draw and the reading's lag pull it well under the prompts'
     assert lagging < 0.95 * truth
     # the counter's steps read each prompt's draw; without a counter, the readings inside the
     # prompts (the lag's part of them is a minority at a 2 s prefill)
@@ -261,7 +263,7 @@ def test_prefill_draw_is_of_the_prompts_seconds(n_gpus: int, counter: bool) -> N
     assert [float(by_gpu[str(g)]) for g in range(n_gpus)] == pytest.approx(
         busy, rel=0.005 if counter else 0.02
     )
-    # decode modes keep the median of every load tick
+    # decode modes without decode spans keep the mean of every load tick
     decode = cap_row(
         cap_w=300,
         load_mode="decode-single",
@@ -291,3 +293,28 @@ def test_a_server_slower_than_its_windows_is_named_as_such() -> None:
     assert "--target-cap-seconds" in why
     done = [SimpleNamespace(finish_reason="stop", completion_tokens=1, t_start_s=0, t_end_s=1)]
     assert "none gave a rate" in _no_figure(done, n_ok=1)
+
+
+def test_a_decode_points_draw_is_the_mean_over_its_decodes() -> None:
+    # issue 44: a bursty load's instant readings swing between its bursts (350 W) and the gaps
+    # between them (150 W, a quarter of the time): the card draws 300 W on average, what the
+    # truth is (energy over time); the median read 350. A tick in the gap between two requests
+    # (the replayed rig's 22 W, the card idling) is no decode's draw and is left out
+    bursty = [150.0 if k % 4 == 3 else 350.0 for k in range(20)]
+    draws = [*bursty[:10], 22.0, *bursty[10:]]
+    rows = [SampleRow(k * 0.5, k, 400, "narr", sample(0, p)) for k, p in enumerate(draws)]
+    reqs = [
+        Req("narr", True, 51, 50, 0.0, 0.0, 4.9),  # ticks 0-9
+        Req("narr", True, 51, 50, 5.0, 5.5, 10.0),  # ticks 11-20; tick 10 its prefill
+    ]
+    row = cap_row(
+        cap_w=400,
+        load_mode="decode-single",
+        rows=rows,
+        requests=reqs,
+        n_gpus=1,
+        settle_s=0,
+        window_s=10,
+    )
+    assert row["power_w"] == pytest.approx(statistics.fmean(bursty))
+    assert row["power_w_by_gpu"] == f"0:{statistics.fmean(bursty):g}"

@@ -10,7 +10,7 @@ import itertools
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from powersweep.analysis.precision import (
 )
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.per_token import (
+    decode_spans,
     energy_counter_j,
     energy_per_token,
     energy_sampled_j,
@@ -190,6 +191,19 @@ def relabel_outside(
     ]
 
 
+# The fewest ticks a draw is taken over inside the decode spans; with fewer, every loaded tick.
+MIN_DRAW_TICKS = 4
+
+
+def _decoding(ticks: Sequence[Tick], requests: Sequence[RequestTiming]) -> list[Tick]:
+    """The loaded ticks inside a request's decode (its first token to its last): a tick in a
+    prompt's prefill or between two requests reads a card that waits, which the decode rates
+    do not count; every loaded tick where fewer than :data:`MIN_DRAW_TICKS` fall inside."""
+    spans = decode_spans(requests)
+    inside = [t for t in ticks if any(t0 <= t.t_s <= t1 for t0, t1 in spans)]
+    return inside if len(inside) >= MIN_DRAW_TICKS else list(ticks)
+
+
 def _median(values: Iterable[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return statistics.median(finite) if finite else NAN
@@ -253,7 +267,10 @@ def cap_row(
     """
     every = group_ticks(rows, busy_gpus)
     ticks = loaded(every, windows)
-    power = _median(t.power_w for t in ticks)
+    draw_ticks = _decoding(ticks, requests) if windows is None else ticks
+    # the mean, as energy over time: under a bursty load the median of instant readings sits
+    # at the bursts' draw, some 10% above what the card draws on average (issue 44)
+    power = _mean(t.power_w for t in draw_ticks)
     ttft_spans = prefill_spans(requests) if load_mode == "prefill-heavy" else []
     # prefill-heavy: the draw of the seconds prefill_tps counts (each prompt's time to first
     # token), not of the short answers and gaps between them
@@ -261,7 +278,7 @@ def cap_row(
     if math.isfinite(spanned):
         power, power_by_gpu = spanned, _per_gpu_span_power(ticks, ttft_spans)
     else:
-        power_by_gpu = _per_gpu(ticks, "draw_w")
+        power_by_gpu = _per_gpu(draw_ticks, "draw_w", _mean)
     if tps is not None:
         narr = tps.get("narr_tps", NAN)
         code = tps.get("code_tps", NAN)
@@ -309,7 +326,7 @@ def cap_row(
     )
     precision = point_precision(
         units,
-        [t.power_w for t in ticks],
+        [t.power_w for t in draw_ticks],
         drift,
         tau,
         sensitivity,
@@ -451,13 +468,16 @@ def _finest(*steps: float) -> float:
     return min(finite) if finite else NAN
 
 
-def _per_gpu(ticks: Sequence[Tick], field: str) -> str:
-    """``index:median;index:median`` of one reading over the ticks, per GPU (empty: none)."""
+def _per_gpu(
+    ticks: Sequence[Tick], field: str, average: Callable[[Iterable[float]], float] = _median
+) -> str:
+    """``index:value;index:value`` of one reading's ``average`` over the ticks, per GPU (the
+    median unless told; empty: none)."""
     values: dict[int, list[float]] = defaultdict(list)
     for t in ticks:
         for sample in t.samples:
             values[sample.gpu_index].append(getattr(sample, field))
-    return _format_per_gpu({index: _median(v) for index, v in values.items()})
+    return _format_per_gpu({index: average(v) for index, v in values.items()})
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,17 @@ def energy_counter_j(ticks: Sequence[Tick]) -> float:
     return math.fsum(deltas) / 1000.0
 
 
+def decode_spans(requests: Iterable[Any]) -> list[tuple[float, float]]:
+    """``(t_first_token, t_last_token)`` of each completed request that decoded: the seconds a
+    decode rate counts (a prompt's prefill and the gap before the next request are not in
+    them)."""
+    return [
+        (r.t_first_token_s, r.t_last_token_s)
+        for r in requests
+        if r.ok and (r.completion_tokens or 0) >= 2 and r.t_last_token_s > r.t_first_token_s
+    ]
+
+
 def prefill_spans(requests: Iterable[Any]) -> list[tuple[float, float]]:
     """``(t_start, t_first_token)`` of each completed prefill prompt: the seconds the metric
     (prompt tokens over time to first token) counts."""
