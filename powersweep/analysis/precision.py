@@ -217,17 +217,23 @@ class RunToRun:
         """The run drift's ``(bias, variance)`` (relative) of a reading taken at run second
         ``t_s``, of TPS/W and of TPS: the rate times its distance from the run's middle (both
         taken within the pairs' :attr:`span_s`), and the rate's variance times that distance
-        squared, where the pairs show a drift (:meth:`~.run_drift.DriftFit.shown`); zeros where
-        they do not, or where either time is unknown."""
+        squared, with the rate over the reading's own distance outside the span as a variance
+        (the drift beyond the pairs is unmeasured), where the pairs show a drift
+        (:meth:`~.run_drift.DriftFit.shown`); zeros where they do not, or where either time is
+        unknown."""
         lo, hi = self.span_s
         lag = _within(t_s, lo, hi) - _within(self.t_ref_s, lo, hi)
         if not math.isfinite(lag):
             return (0.0, 0.0), (0.0, 0.0)
+        # a reading outside the pairs' span: the drift went on or stopped between it and the
+        # span, which nothing measured; the rate over that distance is its uncertainty
+        outside = t_s - _within(t_s, lo, hi)
 
         def at(fit: DriftFit) -> tuple[float, float]:
             if not fit.shown:
                 return 0.0, 0.0
-            return fit.rate_per_s * lag, fit.rate_var * lag * lag
+            beyond = (fit.rate_per_s**2 + fit.rate_var) * outside * outside
+            return fit.rate_per_s * lag, fit.rate_var * lag * lag + beyond
 
         return at(self.drift), at(self.tps_drift)
 

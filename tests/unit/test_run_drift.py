@@ -62,6 +62,13 @@ def test_a_reading_carries_the_drift_from_the_runs_middle() -> None:
     spanned = RunToRun(drift=fit, tps_drift=fit, t_ref_s=100.0, span_s=(90.0, 130.0))
     assert spanned.drift_at(160.0)[0][0] == pytest.approx(0.0002 * 30.0)
     assert spanned.drift_at(20.0)[0][0] == pytest.approx(-0.0002 * 10.0)
+    # ... and the rate over its own distance outside the span as a variance: the drift went on
+    # or stopped there, which no pair measured (issue 44: a drifting run's first points, read
+    # before its pairs, missed at TPS 83% over 24 seeds)
+    (_, far_var), _ = spanned.drift_at(20.0)
+    assert far_var == pytest.approx(0.00001**2 * 10.0**2 + (0.0002**2 + 0.00001**2) * 70.0**2)
+    (_, in_var), _ = spanned.drift_at(120.0)
+    assert in_var == pytest.approx((0.00001 * 20.0) ** 2)
     # a middle outside the span (a one-cap run's two readings, late in a run that began with
     # its warm-up) is moved into it too
     late = RunToRun(drift=fit, tps_drift=fit, t_ref_s=10.0, span_s=(13.0, 21.0))
