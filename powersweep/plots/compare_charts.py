@@ -136,7 +136,8 @@ def compare_figure(
         ax = fig.add_subplot()
         fig.suptitle("Tokens per watt vs power cap")
         ax.set_title(
-            "TPS/W relative to each run's peak" if normalize else "stars: sweet spots",
+            ("TPS/W relative to each run's peak" if normalize else "stars: sweet spots")
+            + "; bands: each cap's stated 95% interval",
             loc="left",
             fontsize=8,
             color="#555555",
@@ -206,6 +207,15 @@ def _plot_run(ax: Axes, i: int, label: str, view: AnalysisView, x: str, normaliz
         gid=f"run:{i}",
         zorder=3,
     )
+    # each cap's stated 95% interval, a band in the run's colour (none where the run states
+    # none: an older run, a bare caps.csv)
+    half = view.curve.half_width(view.curve.tps_per_w, view.curve.tps_per_w_u95_pct)
+    if len(half) == len(ys) and np.isfinite(half).any():
+        band = half / scale if scaled else half
+        ax.fill_between(
+            xs, ys - band, ys + band, color=color, alpha=0.18, linewidth=0, zorder=2,
+            gid=f"interval:{i}",
+        )  # fmt: skip
     if spot is not None:
         sx = float(_x_values(label, view, np.array([spot.cap_w]), x)[0])
         spot_tpw = num(spot.tps_per_w)

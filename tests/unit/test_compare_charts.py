@@ -99,3 +99,16 @@ def test_render_makes_the_folder_and_refuses_one_it_cannot(tmp_path: Path) -> No
     blocker.write_text("")
     with pytest.raises(PowersweepError, match="cannot create"):
         render_compare([("a", _analysis())], blocker / "cmp", formats=("svg",))
+
+
+def test_each_run_draws_its_stated_intervals_as_a_band() -> None:
+    # issue 47: the curves carry each cap's stated 95% interval; a run that states none has
+    # no band
+    stated = _analysis()
+    caps = [{**c, "tps_per_w_u95_pct": 2.0} for c in stated.to_json()["caps"]]
+    stated = PowerAnalysis.from_json({**stated.to_json(), "caps": caps})
+    ax = compare_figure([("a", stated), ("b", _analysis())]).axes[0]
+    bands = {c.get_gid(): c for c in ax.collections if str(c.get_gid()).startswith("interval:")}
+    assert set(bands) == {"interval:0"}
+    ys = bands["interval:0"].get_paths()[0].vertices[:, 1]
+    assert max(ys) == pytest.approx(0.110 * 1.02) and min(ys) == pytest.approx(0.100 * 0.98)
