@@ -8,7 +8,7 @@ outside the tests that imports :mod:`powersweep.sim`: the sweep receives a
 
 ``--backend auto`` (the default) takes the NVIDIA cards (NVML) and the AMD cards (amdsmi) that
 are there, NVIDIA's first; ``nvml`` or ``amdsmi`` takes one library only. Simulated AMD profiles
-are read and set through the amdsmi backend over :class:`~powersweep.sim.amdsmi.SimAmdsmi`, so
+are read and set through the amdsmi backend over :class:`~powersweep.sim.amdsmi.FakeAmdsmi`, so
 their sweeps, ``status`` and ``apply`` run the AMD code path (both in
 :mod:`powersweep.cli.gpu_backends`).
 """

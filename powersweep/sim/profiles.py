@@ -107,7 +107,7 @@ class GpuProfile:
         sm_lock_ignored_below_mhz: SM locks below this are silently ignored (the card keeps
             boosting), as some drivers do.
         vendor: ``nvidia`` or ``amd``; an AMD card is read and set through the amdsmi backend
-            (over :class:`powersweep.sim.amdsmi.SimAmdsmi`).
+            (over :class:`powersweep.sim.amdsmi.FakeAmdsmi`).
         amd_power_fields: Which of amdsmi's socket-power readings an AMD card fills
             (``current``, ``average``); the other reads ``N/A``.
         amd_violation_status: Whether an AMD card reports its throttle (violation) status.

@@ -435,9 +435,9 @@ class Sweep:
             await self._idle_at(best)
 
     async def _idle_at(self, point: SweepPoint) -> None:
-        """The cards left idle a few seconds at the answer's lock (:mod:`.idle_draw`): run.json's
-        ``idle``. A card that refuses the point, or fails, costs the reading only (a warning):
-        the search is over and stands."""
+        """The cards left idle a few seconds at the answer's lock (:mod:`.measurement.idle_draw`):
+        run.json's ``idle``. A card that refuses the point, or fails, costs the reading only (a
+        warning): the search is over and stands."""
         locker = self.restorer.locker
         if self.plan.safety.observe_only or locker is None or point.sm_lock_mhz is None:
             return

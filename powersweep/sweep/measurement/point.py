@@ -400,7 +400,8 @@ class PointMeasurer:
         self, point: SweepPoint, settled: Settled, reason: str
     ) -> tuple[LoadRun, str, int]:
         """The point's load, round after round until its precision is what the decision needs
-        (:mod:`.windows`); the pooled run, why it stopped and how many rounds it took."""
+        (:mod:`powersweep.sweep.sampling.windows`); the pooled run, why it stopped and how many
+        rounds it took."""
         cap = self.cap_of(point)
         policy = self.protocol.measure.windows
         metric_only = reason in REPEAT_REASONS

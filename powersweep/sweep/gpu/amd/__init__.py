@@ -1,11 +1,11 @@
 """The AMD backend: AMD GPUs (Instinct, Radeon) through ``amdsmi``, the Python wrapper of
 ROCm's libamd_smi.
 
-Only this package touches ``amdsmi``: :mod:`.api` imports it lazily (the package is the optional
-extra ``powersweep[amd]``, and it needs ROCm's ``libamd_smi.so`` to load), or a module is
+Only this package touches ``amdsmi``: :mod:`.amdsmi_api` imports it lazily (the package is the
+optional extra ``powersweep[amd]``, and it needs ROCm's ``libamd_smi.so`` to load), or a module is
 injected: the tests drive the backend with a fake (``tests/fakes/fake_amdsmi.py``) and the
-simulator with its own (:mod:`powersweep.sim.amd_cards`). :mod:`.gpu` is one card (identity,
-caps, readings), :mod:`.clocks` its clock locks, :mod:`.backend` the machine's cards.
+simulator with its own (:mod:`powersweep.sim.amd_cards`). :mod:`.amd_gpu` is one card (identity,
+caps, readings), :mod:`.amd_clocks` its clock locks, :mod:`.amd_backend` the machine's cards.
 
 amdsmi reports power caps in microwatts, socket power in whole watts, energy as a counter of
 ``counter_resolution`` microjoule ticks, clocks in MHz (supported levels in Hz) and temperatures
