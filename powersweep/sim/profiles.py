@@ -2,10 +2,9 @@
 
 A profile is not a lookup table of answers: it holds the constants of the physics in
 :mod:`powersweep.sim.physics` (voltage/frequency curve, clock bins, static and dynamic power, the
-roofline of decode and prefill, the thermal path). Curves, plateaus and ceilings emerge from them.
+roofline of decode and prefill, the thermal path).
 
-The values are data, ``profiles.toml`` beside this module: read on first use, once per process
-(:func:`builtin_catalogue`), and validated field by field against :class:`GpuProfile`.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.profiles".
 """
 
 from __future__ import annotations

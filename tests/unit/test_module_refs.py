@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "powersweep"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+HEADER_MAX_WORDS = 120
 
 _REF = re.compile(r":(mod|func|class|meth|data|attr):`([^`]+)`")
 
@@ -212,6 +213,14 @@ def test_the_resolver_tells_a_real_target_from_a_missing_one(
 def header_words(path: Path) -> int:
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     return len(doc.split()) if doc else 0
+
+
+def test_every_module_header_is_a_few_lines() -> None:
+    """What the module is and why, in a few lines; the reasoning belongs in docs/."""
+    long = {
+        str(p.relative_to(ROOT)): n for p in SOURCES if (n := header_words(p)) > HEADER_MAX_WORDS
+    }
+    assert long == {}
 
 
 def test_every_module_has_a_header() -> None:
