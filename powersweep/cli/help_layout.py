@@ -4,7 +4,7 @@ its value, a short line), an option's full explanation kept beside it for docs/o
 Typer's own layout gives each panel a table of six columns that Rich shrinks to fit: at 80
 columns flag names were cut (``--max-concurrency-pro…``) and help ran to ten lines.
 
-The reasoning: docs/options.md, "powersweep.cli.help_layout".
+The reasoning: docs/architecture.md, "powersweep.cli.help_layout".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Each option has a short ``help`` (one line, two at most at 80 columns: ``--help`
 there is more to say, its full explanation in ``doc`` (docs/options.md, made by
 scripts/gen_options_doc.py).
 
-The reasoning: docs/options.md, "powersweep.cli.sweep_flags".
+The reasoning: docs/architecture.md, "powersweep.cli.sweep_flags".
 """
 
 from __future__ import annotations
