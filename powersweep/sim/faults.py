@@ -1,5 +1,8 @@
 """Misbehaving-server faults the simulated server can inject (hidden ``--sim-fault SPEC``).
 
+Each imitates a way real servers went wrong on real rigs, so the tests can show that every
+request stays time-bounded and every figure is either right or clearly marked.
+
 The reasoning: docs/simulated-rig.md, "powersweep.sim.faults".
 """
 

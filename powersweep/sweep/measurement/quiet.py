@@ -1,6 +1,8 @@
 """No garbage-collection pause inside a measured window.
 
-The client times each token as it reads it.
+The client times each token as it reads it, and a collection of the older generations stops
+every thread for tens of milliseconds: the collector is held off while a point's windows are
+measured, so its collections fall between windows.
 
 The reasoning: docs/reference.md, "powersweep.sweep.measurement.quiet".
 """

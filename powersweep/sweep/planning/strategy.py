@@ -1,5 +1,8 @@
 """Adaptive cap planning: a coarse pass, then refinement only where the answer can change.
 
+A dense sweep measures every cap of the envelope at ``--step-size``; most of them land far from
+anything a user acts on.
+
 The reasoning: docs/reference.md, "powersweep.sweep.planning.strategy".
 """
 

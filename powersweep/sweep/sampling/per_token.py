@@ -1,5 +1,9 @@
 """Energy per token and latency percentiles of one point, over exactly its measured seconds.
 
+Energy per token describes the seconds TPS/W describes (the energy counter over the seconds the
+metric's TPS counts), so J/token is the inverse of TPS/W and the two agree within their stated
+precisions.
+
 The reasoning: docs/figures.md, "powersweep.sweep.sampling.per_token".
 """
 

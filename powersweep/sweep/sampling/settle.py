@@ -1,5 +1,8 @@
 """Settle detection: measure as soon as a card's readings are stable after a cap change.
 
+A fixed wait after every cap change wastes seconds on cards that settle in a fraction of one, and
+is too short on the odd card that takes longer.
+
 The reasoning: docs/reference.md, "powersweep.sweep.sampling.settle".
 """
 

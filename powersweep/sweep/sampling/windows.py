@@ -1,6 +1,8 @@
 """Sequential windows: a point measures until its precision is what the decision needs.
 
-A point is measured in rounds.
+A point is measured in rounds, each as long as the precision still missing predicts, never past
+the maximum (``--target-cap-seconds``); after each round its own precision decides whether it is
+precise, clearly apart from the best, or measured on.
 
 The reasoning: docs/precision.md, "powersweep.sweep.sampling.windows".
 """

@@ -1,5 +1,8 @@
 """One HTTP/1.1 client connection as an asyncio protocol, for :mod:`.transport`.
 
+The response framing is llhttp's in strict mode, plus bounds of its own: a response is either
+framed as a strict parser frames it or refused, never read as a body.
+
 The reasoning: docs/architecture.md, "powersweep.sweep.server.http11".
 """
 

@@ -1,5 +1,8 @@
 """The fast way from a stream's bytes to its token accounting.
 
+The common chunk is framed in bytes and decoded by a typed msgspec decoder; anything out of the
+ordinary goes through :mod:`powersweep.sweep.server.sse`, so the accounting is always the same.
+
 The reasoning: docs/architecture.md, "powersweep.sweep.server.sse_fast".
 """
 

@@ -1,6 +1,8 @@
 """The systemd unit that puts the settings back at every boot: render, install, remove, read.
 
-``powersweep-apply.service`` is a oneshot unit.
+``powersweep-apply.service`` is a oneshot unit that sets each card's power limit and clock locks
+(clock offsets only with ``--trust-offset``), found by UUID, through tools named by absolute
+path, so it never depends on ``PATH``.
 
 The reasoning: docs/apply.md, "powersweep.sweep.settings.boot_unit".
 """
