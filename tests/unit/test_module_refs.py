@@ -225,3 +225,22 @@ def test_every_module_header_is_a_few_lines() -> None:
 
 def test_every_module_has_a_header() -> None:
     assert [str(p.relative_to(ROOT)) for p in SOURCES if header_words(p) == 0] == []
+
+
+_POINTER = re.compile(r'The reasoning: (docs/[\w.-]+\.md), "([\w.]+)"\.')
+
+
+def test_every_header_pointer_finds_its_design_note() -> None:
+    """A header that sends the reader to docs/ names a page with the module's own section."""
+    pointers = [
+        (str(p.relative_to(ROOT)), m.group(1), m.group(2))
+        for p in SOURCES
+        for m in _POINTER.finditer(p.read_text(encoding="utf-8"))
+    ]
+    assert pointers
+    missing = [
+        f"{where}: {page} has no section `{module}`"
+        for where, page, module in pointers
+        if f"### `{module}`\n" not in (ROOT / page).read_text(encoding="utf-8")
+    ]
+    assert missing == []
