@@ -2,11 +2,9 @@
 
 Every duration in a sweep (settle, measurement window, sampling interval, token pacing of the
 simulated server, timeouts, back-offs) is expressed in *run seconds* and goes through a
-:class:`Clock`. On real hardware run seconds are wall seconds. The simulated rig runs on virtual
-time by default (:mod:`powersweep.sim.virtual_time`: run time jumps to the next timer of one event
-loop, so the host's scheduling never enters a figure); a :class:`ScaledClock` makes run seconds
-pass ``scale`` times faster than the wall instead (``--time-scale``, and a real server driving a
-simulated GPU).
+:class:`Clock`.
+
+The reasoning: docs/architecture.md, "powersweep.clock".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """A run in one screen on the terminal: its points, the answer, the files written.
 
-What ``powersweep sweep`` prints on stdout when it ends and ``powersweep analyze`` prints by
-default (issue 47): a table of the points (caps, a clock run's locks, an undervolt search's
-offsets) with TPS, draw, TPS/W and its stated 95% half-width, and each point's status; the answer
-line the axis gives (its ``headline``, never worked out here); the paths. Plain aligned ASCII at
-most 80 columns, no colour or markup: a pipe or a file gets what a terminal shows.
+The reasoning: docs/architecture.md, "powersweep.report_view".
 """
 
 from __future__ import annotations

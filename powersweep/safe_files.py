@@ -1,11 +1,8 @@
 """Every file the tool writes goes through here: never through a link another user planted.
 
 The tool often runs as root, in directories others can write to (``/tmp``, a user's ``--out``).
-So a file is never opened by a path that may end in a symbolic link: appends and locks open with
-``O_NOFOLLOW`` (a planted link is refused, its target untouched), whole files are written to a
-fresh temporary file (``O_EXCL``) beside the target and renamed over it (a rename replaces a
-link itself, never writes through it), and the directories that hold locks and the restore
-journal must be private: a real directory owned by this user (or root), writable by no one else.
+
+The reasoning: docs/architecture.md, "powersweep.safe_files".
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 with batches as long as the series' own autocorrelation says, and the power sensor's step.
 
 A point's TPS blocks (a few tokens each) and its draw's ticks follow a stream whose speed and
-draw wander over seconds: taken as independent, they understate the error several-fold. Batches
-:data:`BATCH_TAUS` integrated autocorrelation times long (Geyer's initial positive sequence)
-are nearly independent; on independent units every unit is its own batch and the classic
-estimators come back. docs/precision.md gives the measurements behind the constants.
+draw wander over seconds: taken as independent, they understate the error several-fold.
+
+The reasoning: docs/precision.md, "powersweep.analysis.batch_means".
 """
 
 from __future__ import annotations

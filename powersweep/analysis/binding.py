@@ -1,7 +1,10 @@
 """Whether the power caps of a curve bind: a cap binds where the card draws at it, and a curve
 binds wherever its TPS follows the cap, whatever the averaged draw says (a cap that does not
 bind cannot change TPS; a bursty load's window-averaged draw sits under a cap that binds its
-bursts). "No cap binds" only when neither holds."""
+bursts). "No cap binds" only when neither holds.
+
+The reasoning: docs/precision.md, "powersweep.analysis.binding".
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """What a run's evidence lets its analysis claim: an answer, a boundary, or none.
 
-A run that did not finish (interrupted, partial, failed, or still running or killed), a curve of
-fewer than :data:`MIN_ANSWER_POINTS` usable points, and a power curve whose caps never bind give
-no answer: the best of the points measured is shown as such, with no recommendation, no command
-to set it and no savings. A best point at the edge of what was measured is named a boundary.
-Every axis reads its run the same way (:func:`answer_of`).
+The reasoning: docs/figures.md, "powersweep.analysis.claims".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Card facts given on the command line for curves that do not carry them (a bare caps.csv).
 
-A community curve pasted into a discussion has no run.json: without the card's default limit
-there is no % of default, no default-limit line on the chart and no ``compare --x pct-tdp``, and
-without its min/max limits no boundary finding can say how far the sweep could go.
+The reasoning: docs/analyze.md, "powersweep.analysis.context".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """A run's CSV (or a hand-made one) read as text, every problem named rather than guessed away.
 
-The file is decoded by :mod:`powersweep.analysis.textfile` (UTF-8, UTF-16 with its mark), its
-delimiter is the one its header uses (a comma, or a tab or semicolon from a spreadsheet), header
-cells are trimmed, and a duplicated or unknown column is noted, never used silently. A last line
-without its line end is kept unless the run's own record says it was cut by a crash.
+The reasoning: docs/analyze.md, "powersweep.analysis.csvtext".
 """
 
 from __future__ import annotations

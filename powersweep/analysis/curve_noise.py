@@ -2,10 +2,9 @@
 it forbids (outliers).
 
 Raising a power cap or a clock lock never slows or cools a card, so along a curve TPS and draw
-never fall as the limit rises; where the limit does not bind they stay put. The scatter that
-breaks this (a fall, the spread of a flat stretch, repeats of one point) is reading noise, and
-it is all the noise a bare curve can show: :func:`estimate` measures it, :func:`outliers` names
-the readings that break it by far. docs/precision.md gives the reasoning and the sources.
+never fall as the limit rises; where the limit does not bind they stay put.
+
+The reasoning: docs/precision.md, "powersweep.analysis.curve_noise".
 """
 
 from __future__ import annotations

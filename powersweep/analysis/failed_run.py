@@ -1,9 +1,7 @@
 """The account of a run with no usable point: why it ended, each point's status, the faults it
 met and the requests they cut.
 
-A run whose every point failed has no curve to analyse, but the user still needs to know what
-went wrong: this summary is written from run.json, caps.csv and requests.csv as they are (text,
-no figures derived), so it works on any run directory, however broken its rows.
+The reasoning: docs/analyze.md, "powersweep.analysis.failed_run".
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The client words its own errors, but runs of older versions kept httpx's bare exception names
 (``ReadError:`` with nothing after it); both read here as what happened: the server reset the
-connection, went silent, closed the stream, answered an HTTP error. The run's faults finding
-(:mod:`powersweep.analysis.trust`) lists failed requests by these causes.
+connection, went silent, closed the stream, answered an HTTP error.
+
+The reasoning: docs/analyze.md, "powersweep.analysis.failures".
 """
 
 from __future__ import annotations

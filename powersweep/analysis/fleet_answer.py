@@ -1,14 +1,7 @@
 """A fleet of runs: one answer per GPU model, load mode, served model and axis, and the cards
 that do not fit it.
 
-Every run is analysed (:mod:`.fleet_cards`: sweet spot or efficiency peak, near-peak setting);
-this module groups the runs, describes the spread of those answers, picks one setting for the
-whole group (a fleet cap on the power axis, a fleet SM and/or memory lock on a clock axis: one
-code path, :mod:`.fleet_axis` says which), prices it against the default limit (or the highest
-lock measured) and names the cards whose curve, draw or temperature departs from their group.
-The answer is a setting every card measured (or the straight line between two it measured),
-never a fit. The report is built as the JSON-ready dict ``fleet.json`` holds and handed on typed
-(:class:`~.fleet_result_types.FleetReport`); the markdown and the charts are drawn from it alone.
+The reasoning: docs/fleets.md, "powersweep.analysis.fleet_answer".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """What a fleet group sweeps: the power cap, or clock locks (one lock, or a grid of two).
 
-The fleet logic (:mod:`.fleet`) is one code path for every axis: a card's curve is its measured
-settings ``x`` (a cap in W, or an SM or memory lock in MHz) with, on a grid, the second lock as
-its ``tier`` (the memory lock; NaN on a one-axis sweep). A :class:`FleetAxis` says which column
-of a run's rows is which, how the report's keys are named (``sweet_spot_w`` on the power axis,
-``sweet_spot_mhz`` on a clock axis) and what a card's savings are counted against.
+The reasoning: docs/fleets.md, "powersweep.analysis.fleet_axis".
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A card is what one run measured, read back from its CSVs (through its ``analysis.json`` where
 that is fresh): its measured settings (caps, or clock locks), TPS, draw, temperature and thermal
-throttling at each, and its own answers (sweet spot or efficiency peak, near-peak). Nothing is
-fitted: a card's values between two measured settings are the straight line between them, and
-nothing outside its measured range.
+throttling at each, and its own answers (sweet spot or efficiency peak, near-peak).
+
+The reasoning: docs/fleets.md, "powersweep.analysis.fleet_cards".
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 measured, the setting with the most tokens per joule over the cards, and the settings tied with
 it within the card-to-card noise (the cards resampled).
 
-On every axis alike (:mod:`.fleet_axis`): a setting is ``(x, tier)``, the tier NaN except on a
-grid of two clock locks.
+The reasoning: docs/fleets.md, "powersweep.analysis.fleet_grid".
 """
 
 from __future__ import annotations

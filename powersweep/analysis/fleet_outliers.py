@@ -2,9 +2,7 @@
 each named with its likely cause (a different firmware envelope, a hot card, thermal throttling,
 lower TPS, different draw or efficiency).
 
-Departures are measured against the group's median card at the same caps, with robust
-(median-absolute-deviation) z-scores and absolute floors, so card-to-card spread and measurement
-noise do not flag a card; only what is far outside both does.
+The reasoning: docs/fleets.md, "powersweep.analysis.fleet_outliers".
 """
 
 from __future__ import annotations

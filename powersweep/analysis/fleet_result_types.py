@@ -3,13 +3,9 @@
 The same rules as :mod:`powersweep.analysis.result_types`: one ``to_json``/``from_json`` per
 record (msgspec), a null is ``None``, a key only some reports write is :data:`~msgspec.UNSET` and
 stays unwritten, so ``FleetReport.from_json(doc).to_json() == doc`` for every fleet.json the tool
-writes. The schema is unchanged (``schema_version`` 1).
+writes.
 
-A group's keys name its axis (``sweet_spot_w`` on the power axis, ``sweet_spot_mhz`` on a clock
-axis; ``fleet_cap`` or ``fleet_lock``; a setting's ``cap_w``, ``sm_lock_mhz`` or
-``mem_lock_mhz``): each spelling is a field of its own, and the properties
-(:attr:`FleetGroup.answer`, :attr:`FleetGroup.sweet_spot`, :attr:`Band.settings`,
-:attr:`FleetCard.runs_at`...) read the one the group's axis wrote, so no reader spells a key.
+The reasoning: docs/fleets.md, "powersweep.analysis.fleet_result_types".
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """``powersweep import``: turn a power-cap table pasted by users of the bash script into caps rows.
 
-The script has printed three headers over its history (tests/unit/test_import_headers.py holds
-them verbatim)::
-
-    | Cap (W) | Narr wall TPS | Code wall TPS | Actual power (W) | GPU temp (°C) | TPS/W (narr) |
-    | Cap (W) | Narr wall TPS | Code wall TPS | Actual power (W) | GPU temp (°C) | SM clk (MHz)
-      | Mem clk (MHz) | Pwr-throttle % | P-state | TPS/W (narr) |
-    | Cap (W/card) | Narr decode TPS | Code decode TPS | Actual power combined (2 cards) (W)
-      | GPU temp max (°C) | SM clk GPU 0 (MHz) | Mem clk GPU 0 (MHz) | Any-card pwr-throttle %
-      | P-state GPU 0 | Narr TPS/combined W |
-
-(the last with ``timed chunk TPS`` in decode-concurrent and ``prefill TPS`` in prefill-heavy).
-Column names also vary with hand edits, so columns are matched by keywords, and cells may carry
-units (``290 W``) or ``?`` / ``-`` / nothing for a missing value. Every column the table has that
-caps.csv knows is kept (temperature, SM and memory clock, P-state, throttle %, utilization). The
-load mode the text states decides what an unqualified TPS column is: in a prefill-heavy table the
-script's narrative column holds prefill TPS (its code column repeats it, or is the code prompt's
-prefill, which caps.csv has no column for). A draw summed over several cards (``combined (N
-cards)``, or ``GPUs 0,1`` in the title) sets ``n_gpus``, so the draw is judged per card.
+The reasoning: docs/analyze.md, "powersweep.analysis.importer".
 """
 
 from __future__ import annotations

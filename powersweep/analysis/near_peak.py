@@ -1,9 +1,6 @@
 """The near-peak cap: the lowest cap that keeps TPS within a given loss of the best.
 
-It is a threshold crossing, and near the top of a curve TPS runs flat (a boost plateau sitting at
-the floor, a draw ceiling, the slow rise of a compute-bound prefill), so readings a fraction of a
-percent apart can move it by several caps. Two physical facts keep it steady: throughput never
-falls when the cap rises, and on a plateau or ceiling every cap runs one operating point.
+The reasoning: docs/precision.md, "powersweep.analysis.near_peak".
 """
 
 from __future__ import annotations

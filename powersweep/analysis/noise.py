@@ -1,23 +1,9 @@
 """Noise of the sweet spot: which caps are statistically tied with the best one.
 
 The sweet spot itself is always the measured cap with the highest TPS/W; this module only says how
-sure that pick is. With raw data (a run directory), each cap's TPS/W is resampled within what was
-measured there:
+sure that pick is.
 
-- TPS from the ``tps_blocks`` of ``caps.csv`` (blocks of consecutive inter-token intervals of each
-  request in decode-single, equal time slices of the aggregate window in decode-concurrent, whole
-  requests in prefill-heavy), or from the per-request rates of ``requests.csv`` for runs written
-  before ``tps_blocks`` existed;
-- draw from the cap's load ticks in ``samples.csv`` (GPUs summed per tick).
-
-A run written with each point's own precision (``tps_per_w_stat_u95_pct``, ``drift_bias_pct``
-in caps.csv, :mod:`.precision`) ties from those alone: a cap is tied with the best when their
-difference is within their half-widths (``own measurements``). A bare ``caps.csv`` has no raw
-data: its noise is what its own scatter shows where physics forbids any (TPS or draw falling as
-the cap rises, the spread of a flat stretch, repeats: :mod:`.curve_noise`), never under a
-documented typical repeatability of one reading (:data:`~.precision.TYPICAL_READING_U95_REL`):
-``the curve's scatter``, or ``typical repeatability (noise unknown)`` where the curve shows less.
-A rise of the curve is never noise: a knee is not noise.
+The reasoning: docs/precision.md, "powersweep.analysis.noise".
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The recommendation's objectives: one small selector class each, named by ``--objective``.
 
 A selector picks one measured cap from the curve's points (repeats pooled); what else the pick
-reports (``eta``, ``cost``...) it returns beside it. Zeus's ``OptimumSelector`` classes are the
-model: a new objective is a class here and an entry in :data:`OBJECTIVES`, and the CLI's choices,
-the analysis and ``apply --objective`` follow.
+reports (``eta``, ``cost``...) it returns beside it.
+
+The reasoning: docs/figures.md, "powersweep.analysis.objectives".
 """
 
 from __future__ import annotations

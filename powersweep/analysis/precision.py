@@ -1,13 +1,6 @@
 """Each point's own precision: how far its TPS, draw and TPS/W may lie from the card's steady state.
 
-Each figure's 95% half-width adds, in variance, what the point's own readings show (its
-``tps_blocks`` by the ratio estimator, its load ticks, the power sensor's step), the run-to-run
-term the run measured by reading points again (:class:`RunToRun`), a real server's between-run
-floor (:data:`REAL_SERVER_FLOOR_REL`), and the drift's expected bias. Consecutive units are
-batched as long as their own autocorrelation says they are not independent
-(:func:`batch_count`). Repeats of one point that disagree beyond their widths widen its pooled
-reading (:meth:`Reading.pooled`).
-The reasoning and the measurements behind each term: docs/precision.md.
+The reasoning: docs/precision.md, "powersweep.analysis.precision".
 """
 
 from __future__ import annotations

@@ -2,14 +2,9 @@
 
 Every record has one ``to_json()`` (the object ``analysis.json`` holds) and one ``from_json()``
 (a typed view of such an object), both through msgspec, so no reader parses the JSON by hand and
-a wrong type is one clear error. The schema is unchanged (``schema_version`` 1): a key that is
-null in the file is ``None``; a key that only some analyses write (a cost objective's ``eta``,
-the newer upper bounds of the p95 latencies) is :data:`UNSET` when absent, and ``to_json`` leaves
-it out again, so ``X.from_json(doc).to_json() == doc`` for every analysis the tool writes.
-:func:`known` reads either as "not given".
+a wrong type is one clear error.
 
-The power axis's analysis is :class:`PowerAnalysis`; the clock axes' is
-:class:`~powersweep.analysis.clock_result_types.ClockAnalysis`.
+The reasoning: docs/figures.md, "powersweep.analysis.result_types".
 """
 
 from __future__ import annotations

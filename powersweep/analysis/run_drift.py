@@ -1,13 +1,7 @@
 """A run's slow drift, from readings of one point taken apart in time: the rate at which the server
 or the card changed over the run, and what is left between readings beyond it.
 
-A speed that wanders over minutes (ambient, a neighbour's load, a server warming its caches) moves
-every later reading alike: a point read 90 s after the middle of the run is off by about 90 s of
-the drift, its neighbour read 10 s later by nearly as much. Taken as a random term between
-readings, one re-read pair states that drift with one degree of freedom (a t quantile of 12.7)
-on every point, which ties the whole curve; taken as a rate, it is a bias that grows with a
-point's distance in time from the run's middle and cancels between neighbours.
-docs/precision.md (term 4, "Drift as a rate") gives the reasoning and what it did.
+The reasoning: docs/precision.md, "powersweep.analysis.run_drift".
 """
 
 from __future__ import annotations

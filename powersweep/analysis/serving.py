@@ -2,9 +2,9 @@
 
 The figures come from caps.csv's per-token columns (``j_per_token`` from the energy counter over
 the seconds the metric's TPS counts, with its own 95% half-width ``j_per_token_u95_pct``; the
-latency percentiles of the same requests); nothing here is fitted. The
-same functions serve power-cap runs (points named by their cap) and clock-lock runs (named by
-their locks), so both axes answer a tariff and a latency target alike.
+latency percentiles of the same requests); nothing here is fitted.
+
+The reasoning: docs/figures.md, "powersweep.analysis.serving".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Structure of a power-cap curve: boost plateaus, draw ceilings and the regime of every cap.
 
 A cap is *power-limited* while the board draws what the cap allows: draw rises one watt per watt
-of cap. A *flat region* is a run of caps where the draw stops following the cap: the cap rises but
-the draw (and TPS) stay put. A flat region followed by a cap where the draw rises again is a
-firmware *boost plateau* (the card sits in one boost state until enough headroom lets it step up);
-one that runs to the top of the sweep, clearly under the cap, is a *draw ceiling* (the workload or
-memory bandwidth, not power, limits the card).
+of cap.
 
-Flatness is judged neighbour to neighbour (against the local level of the last few caps, so a slow
-drift does not split a region) with a bound on the region's total span and slope, never against
-the first cap of the run, and with tolerances that follow the curve's own noise.
+The reasoning: docs/figures.md, "powersweep.analysis.structure".
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Synthetic measured runs: a noise-free curve plus realistic, seeded measurement noise.
 
-Tests, benchmarks and chart checks need run directories whose true answer is known. This module
-turns a noise-free curve in the form the simulator stores as ``simulation.ground_truth`` in
-run.json (``{load_mode, caps: [{cap_w, tps, power_w, sm_clock_mhz, temp_c, regime}], ...}``)
-into a run directory that looks like a sweep wrote it: ``run.json``, ``caps.csv``, ``samples.csv``
-and ``requests.csv``, with every figure derived from per-tick readings the way the sweep derives
-it (median draw over the load ticks, clocks in bins, integer temperatures).
+Tests, benchmarks and chart checks need run directories whose true answer is known.
 
-It takes plain data, so it needs neither the simulator nor the sweep package.
+The reasoning: docs/fleets.md, "powersweep.analysis.synthetic".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Reading a text file a user hands in (a CSV, a pasted table) without guessing silently.
 
-UTF-8 (with or without a byte-order mark) and UTF-16 with its mark (Excel's "Unicode text") are
-read; anything else is one :class:`~powersweep.errors.UsageError` that names what the bytes are
-(another encoding, a spreadsheet, an archive, an image), so a wrong encoding never reads as
-"missing required column(s)".
+The reasoning: docs/analyze.md, "powersweep.analysis.textfile".
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The card's temperature still moving as a point is read: its thermal model, fitted from the
 run's own readings, and the bias that the temperature still to come leaves in a point's figures.
 
-A card whose temperature still moves reads away from its steady state. Its temperature approaches
-the steady level exponentially, so what is still to come is the slope times the card's thermal
-time constant (:func:`fit_thermal`). A warmer card leaks more (:data:`LEAKAGE_W_PER_C`): under a
-binding cap those watts come out of the clock, so TPS and TPS/W move by the curve's own slope
-times them; a card under its cap draws them instead (:func:`drift_sensitivity_per_c`).
+A card whose temperature still moves reads away from its steady state.
+
+The reasoning: docs/precision.md, "powersweep.analysis.thermal_drift".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The analysis of an undervolt search, from its caps.csv and run.json alone.
 
-The rows are the baseline cap (no lock, offset 0), the steps at the locked SM clock (the
-reference at offset 0, then up the coarse step until the first that failed its stability check,
-then up the 15 MHz grid between the edge's two steps) and the soaks of the chosen offset. The
-answer is the last stable offset less the margin, on the grid, as measured there (a soak that
-failed backs off by the margin again); it is compared with the baseline cap, each figure's
-uncertainty from the two points' own stated half-widths.
+The reasoning: docs/undervolt.md, "powersweep.analysis.undervolt".
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 offset at the SM answer, stepped up while TPS rose beyond the readings' own noise.
 
 The rule that stops the phase (:func:`rose_beyond_noise`) is the one the sweep ran by
-(:mod:`powersweep.sweep.planning.memory_steps`). The sweep judged each step on its reading as
-it was taken; the run's end restates every reading (its drift, its stall share), so the edge the
-run recorded (run.json ``undervolt.memory``) is taken where it names a step the rows hold, and
-the rule is run on the rows only where it does not (a bare caps.csv).
+(:mod:`powersweep.sweep.planning.memory_steps`).
+
+The reasoning: docs/undervolt.md, "powersweep.analysis.undervolt_memory".
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The ``powersweep`` command line: one module per command, and the composition root.
 
 ``powersweep [OPTIONS]`` is ``powersweep sweep [OPTIONS]`` (that is how users type it:
-``sudo powersweep --cooling air --load-mode decode-single``). Every failure a user can cause ends
-in one ``error: ...`` line on stderr and a non-zero exit code, never a traceback.
+``sudo powersweep --cooling air --load-mode decode-single``).
 
-``rigs`` is the composition root (it alone builds real and simulated rigs); ``_common`` holds
-the message helpers. Commands import their heavy modules lazily, so ``--help`` stays quick.
+The reasoning: docs/architecture.md, "powersweep.cli".
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 Run once per node (the Slurm recipe's last step, or an ``srun``): each card gets its group's
 fleet cap or lock, matched by GPU model, or its own best where the report names it an outlier.
-The plan, the write (restore journal first, all or nothing, verified), ``--persist`` and the
-dry run are ``apply``'s own (:class:`powersweep.cli.apply._Apply`); what this node was given is
-written to a per-node record.
+
+The reasoning: docs/fleets.md, "powersweep.cli.fleet_apply".
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 its value, a short line), an option's full explanation kept beside it for docs/options.md.
 
 Typer's own layout gives each panel a table of six columns that Rich shrinks to fit: at 80
-columns flag names were cut (``--max-concurrency-pro…``) and help ran to ten lines. Here the
-flag column is as wide as the command's longest flag up to a bound; a longer flag takes its own
-line. Text is never read as Rich markup, so ``pip install 'powersweep[amd]'`` shows as written.
+columns flag names were cut (``--max-concurrency-pro…``) and help ran to ten lines.
+
+The reasoning: docs/architecture.md, "powersweep.cli.help_layout".
 """
 
 from __future__ import annotations

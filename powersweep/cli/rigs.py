@@ -3,14 +3,9 @@ replayed).
 
 This (with the backends it builds on, :mod:`powersweep.cli.gpu_backends`) is the one place
 outside the tests that imports :mod:`powersweep.sim`: the sweep receives a
-:class:`~powersweep.sweep.rig.Rig` and never knows whether its GPUs are real. A new kind of rig
-(another vendor's backend, another simulator) is added here.
+:class:`~powersweep.sweep.rig.Rig` and never knows whether its GPUs are real.
 
-``--backend auto`` (the default) takes the NVIDIA cards (NVML) and the AMD cards (amdsmi) that
-are there, NVIDIA's first; ``nvml`` or ``amdsmi`` takes one library only. Simulated AMD profiles
-are read and set through the amdsmi backend over :class:`~powersweep.sim.amdsmi.SimAmdsmi`, so
-their sweeps, ``status`` and ``apply`` run the AMD code path (both in
-:mod:`powersweep.cli.gpu_backends`).
+The reasoning: docs/architecture.md, "powersweep.cli.rigs".
 """
 
 from __future__ import annotations

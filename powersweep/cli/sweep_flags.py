@@ -3,8 +3,9 @@ the parsers of the flags typer takes as text (``--concurrency``, ``--gpu``).
 
 Each option has a short ``help`` (one line, two at most at 80 columns: ``--help``) and, where
 there is more to say, its full explanation in ``doc`` (docs/options.md, made by
-scripts/gen_options_doc.py). Choices are enums, so ``--help`` and shell completion list them;
-:mod:`powersweep.cli.sweep` builds :class:`~powersweep.sweep.options.SweepOptions` from them.
+scripts/gen_options_doc.py).
+
+The reasoning: docs/architecture.md, "powersweep.cli.sweep_flags".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """What the charts draw of a typed power analysis: its curve as arrays, NaN for an unknown number.
 
-The analysis arrives typed (:class:`~powersweep.analysis.result_types.PowerAnalysis`); this module
-turns its caps into arrays sorted by cap, an unknown number (null, not written, non-finite) into
-``NaN``, and a cap whose status is not ``ok`` into a gap (its measured columns blanked) instead of
-a fake zero. The sweet spot and near-peak are kept only where their cap and TPS/W are known, the
-plateaus only where their kind is known and both ends are.
+The reasoning: docs/figures.md, "powersweep.plots._data".
 """
 
 from __future__ import annotations

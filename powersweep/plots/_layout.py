@@ -2,8 +2,9 @@
 
 Every position is judged in display (pixel) coordinates after a layout pass: a candidate is
 rejected when its box leaves the axes, overlaps a box placed before it (text, legend) or covers
-points of the curves. Candidates are tried in order of preference; the first clean one wins, else
-the least bad one. This works at any power envelope because nothing is tied to watts.
+points of the curves.
+
+The reasoning: docs/figures.md, "powersweep.plots._layout".
 """
 
 from __future__ import annotations

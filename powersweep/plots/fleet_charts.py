@@ -1,8 +1,8 @@
 """Fleet charts drawn from a fleet report (``fleet.json``): readable at one run or a thousand.
 
-No chart has one legend entry per run. The band chart shows each group's median TPS/W curve with
-its IQR band and min-max envelope, the fleet cap, and the outliers as thin curves named in a list
-beside the plot; the histogram shows where the cards' own sweet spots and near-peak caps fall.
+No chart has one legend entry per run.
+
+The reasoning: docs/fleets.md, "powersweep.plots.fleet_charts".
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """An ``amdsmi``-shaped module: the simulated AMD cards, and the configurable fake the tests use.
 
-:class:`FakeAmdsmi` is a module object with the names of the part of ``amdsmi`` (the Python
-wrapper of ROCm's libamd_smi) that :mod:`powersweep.sweep.gpu.amd` uses, over :class:`AmdCard`
-states, in amdsmi's own units and shapes: caps in microwatts, socket power in whole watts or
-``"N/A"``, an energy counter in ``counter_resolution`` microjoule ticks, supported clock levels in
-Hz, the performance level as ``AMDSMI_DEV_PERF_LEVEL_*`` strings, errors as
-``AmdSmiLibraryException`` with amdsmi's status codes. A unit test checks every name, enum
-value, status code and parameter name against the installed amdsmi package.
-
-:class:`~powersweep.sim.amd_cards.SimAmdsmi` drives the same surface from simulated cards, so a
-simulated AMD rig is read and capped through the real AMD backend (``--simulate mi300x``).
+The reasoning: docs/amd.md, "powersweep.sim.amdsmi".
 """
 
 from __future__ import annotations

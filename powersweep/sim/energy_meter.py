@@ -3,8 +3,7 @@ advances only at its own update period, on a phase of its own) and the draw aver
 driver's power-usage window (``nvmlDeviceGetPowerUsage`` on Ampere and newer) or over a lagging
 sensor's window (``--sim-world sensor-lag``).
 
-Kept apart from :mod:`powersweep.sim.sim_gpu`, which integrates the draw step by step and reads
-these figures back.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.energy_meter".
 """
 
 from __future__ import annotations

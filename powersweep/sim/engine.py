@@ -1,10 +1,9 @@
 """What the simulated server needs from the simulated rig: token rates that follow the GPU.
 
 The server registers each request's work with the engine while it runs (so the GPUs draw power
-and heat up) and asks the engine, before every token, how fast tokens flow *now*. It also asks
-whether the cards compute right (an SM clock offset past their stable margin corrupts greedy
-answers) and whether one reset (requests in flight on it fail, as do those arriving while it is
-off the bus).
+and heat up) and asks the engine, before every token, how fast tokens flow *now*.
+
+The reasoning: docs/simulated-rig.md, "powersweep.sim.engine".
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """Misbehaving-server faults the simulated server can inject (hidden ``--sim-fault SPEC``).
 
 Each imitates a way real servers went wrong on real rigs, so the tests can show that every
-request stays time-bounded and every figure is either right or clearly marked:
+request stays time-bounded and every figure is either right or clearly marked.
 
-- ``no-done``: sends the finish reason and the usage, then holds the socket without ``[DONE]``.
-- ``endless``: ignores ``max_tokens`` and keeps streaming.
-- ``long-line``: after a few tokens, starts an event-stream line that never ends.
-- ``stall``: pauses :data:`STALL_S` run seconds mid-stream (the GPU idles meanwhile).
-- ``no-tokens``: streams its text under a key no client knows (``delta.text``), usage included.
-- ``inflated-usage``: usage claims :data:`INFLATE_FACTOR` times the tokens it streamed.
-- ``busy``: answers the first :data:`BUSY_ANSWERS` chat requests 503 with a ``Retry-After`` of
-  one run second.
-- ``slow``: the first token comes only after :data:`SLOW_FIRST_TOKEN_S` run seconds.
-- ``slow-code``: the code prompt decodes :data:`SLOW_CODE_FACTOR` times slower than the
-  narrative one (a server disturbed on one prompt only).
-- ``reset``: every :data:`RESET_EVERY`-th request it meets is cut after
-  :data:`RESET_AFTER_TOKENS` tokens (half a shorter answer, at least two) by closing the
-  connection mid-stream (a proxy or a server that drops connections), so the client sees an
-  incomplete chunked body.
-- ``pause``: :data:`PAUSE_AFTER_S` run seconds after the request that meets it arrives, the
-  whole server stops for :data:`PAUSE_S` run seconds (a paused or swapping process): no stream
-  sends a token, no prefill advances, the GPU idles, and nothing catches up afterwards.
-
-``KIND@CAP`` limits a fault to requests served while the card is capped at CAP watts;
-``KIND@+T`` to requests that arrive T run seconds or more after the server started (a clock
-sweep, whose points share one cap); ``KIND-once`` (and ``KIND-once@CAP``, ``KIND-once@+T``) to
-the first request it would hit; ``KIND-first@CAP`` to the requests of the first visit to that
-cap (a cap measured again later is served normally).
+The reasoning: docs/simulated-rig.md, "powersweep.sim.faults".
 """
 
 from __future__ import annotations

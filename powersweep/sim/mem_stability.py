@@ -1,12 +1,7 @@
 """Whether a simulated card's memory clock offset holds (issue 45): its memory's true stable
 margin, and what an offset past it costs.
 
-GDDR6X detects transfer errors and replays them (EDR), so an offset past the margin does not
-crash the card: it resends more and more, and the bandwidth that carries data falls with each
-MHz further out (a seeded slope per card). Further still, past ``mem_corrupt_beyond_mhz``,
-errors escape the replay and the simulated server's greedy answers diverge
-(:mod:`powersweep.sim.server_chunks`, as an SM offset past its margin does). Offsets are in
-NVML's unit (``profile.mem_offset_per_clock_mhz`` per reported memory clock MHz).
+The reasoning: docs/undervolt.md, "powersweep.sim.mem_stability".
 """
 
 from __future__ import annotations

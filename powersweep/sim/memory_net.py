@@ -2,18 +2,9 @@
 
 On a virtual clock the client and the server share one event loop, so their bytes need no
 socket: a connection is a pair of in-memory transports whose writes reach the other side's
-protocol as callbacks on that loop, in order. Both ends are the real protocols (the client's
-HTTP/1.1 connection, uvicorn's server protocol), so every byte is framed and parsed as over TCP;
-only the kernel, and with it the host's scheduling, is gone.
+protocol as callbacks on that loop, in order.
 
-One seeded noise source lives here: **a per-request client overhead**. Each write of the client (a
-request's head and body go out as one write) reaches the server after a delay drawn from a
-seeded distribution (:class:`ClientOverhead`), as a real client's work between two requests
-delays the next one. The server's answers arrive at once.
-
-:func:`uvicorn_protocol_factory` is the one place that uses uvicorn's internals (a loaded
-``Config``'s protocol class and ``ServerState``, as ``uvicorn.Server`` makes a protocol per
-accepted socket); a test fails loudly on a uvicorn without them.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.memory_net".
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 A profile is not a lookup table of answers: it holds the constants of the physics in
 :mod:`powersweep.sim.physics` (voltage/frequency curve, clock bins, static and dynamic power, the
-roofline of decode and prefill, the thermal path). Curves, plateaus and ceilings emerge from them.
+roofline of decode and prefill, the thermal path).
 
-The values are data, ``profiles.toml`` beside this module: read on first use, once per process
-(:func:`builtin_catalogue`), and validated field by field against :class:`GpuProfile`.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.profiles".
 """
 
 from __future__ import annotations
@@ -107,7 +106,7 @@ class GpuProfile:
         sm_lock_ignored_below_mhz: SM locks below this are silently ignored (the card keeps
             boosting), as some drivers do.
         vendor: ``nvidia`` or ``amd``; an AMD card is read and set through the amdsmi backend
-            (over :class:`powersweep.sim.amdsmi.SimAmdsmi`).
+            (over :class:`powersweep.sim.amdsmi.FakeAmdsmi`).
         amd_power_fields: Which of amdsmi's socket-power readings an AMD card fills
             (``current``, ``average``); the other reads ``N/A``.
         amd_violation_status: Whether an AMD card reports its throttle (violation) status.

@@ -3,18 +3,8 @@
 Any community curve can be re-swept under any strategy: at a power limit ``L`` the replayed card
 draws, decodes and clocks what the measured curve says at ``L``, linearly interpolated between
 the two measured caps around it (so it is exact at measured caps and monotone between them).
-Outside the measured caps the curve is clamped to the nearest end; the replayed envelope is the
-measured range (lowest cap to highest), so a sweep never sets a limit there anyway.
 
-Noise has the measured size: the curve's cap-to-cap noise (estimated from second differences of
-adjacent caps, as the analysis does) becomes an offset per operating point (the draw and SM clock
-the curve says: a plateau's caps share one), drawn from a seeded generator, on draw and TPS; each
-reading adds the simulated card's per-reading jitter (0.3 %) on top. A re-sweep therefore
-scatters around the measured curve as much as the measured curve scattered around its own trend.
-
-Not replayed: temperature (a constant, or the measured ``temp_max_c`` when present), the load
-mode (the curve's TPS is served whatever the batch: replay a curve under its own load mode) and
-prefill when the curve has no ``prefill_tps`` (a fixed rate stands in).
+The reasoning: docs/simulated-rig.md, "powersweep.sim.replay".
 """
 
 from __future__ import annotations

@@ -3,38 +3,9 @@
 On a virtual clock (the simulated rig's default) it holds a port on 127.0.0.1 (so its URL and the
 local-server detection behave as for a real server) and serves the client's in-memory
 connections (:mod:`powersweep.sim.memory_net`) with uvicorn's own HTTP protocol, on the sweep's
-event loop. Otherwise it runs uvicorn on that port in a background thread with its own event
-loop, so sync code (tests, a real-time run) can start and stop it. Every pacing sleep uses the
-engine's run clock, so a :class:`~powersweep.clock.ScaledClock` makes it stream ``scale`` times
-faster.
+event loop.
 
-Seeded noise of the model (the same on every machine): each token leaves the server a little
-after its due time, by an exponential delay of mean :data:`TOKEN_JITTER_FRACTION` of the token's
-step (at most :data:`TOKEN_JITTER_MAX_FRACTION` of it), drawn per request from the seed; the
-delays do not accumulate, so the long-run rate is the engine's exactly. The world's noise
-(``--sim-world``) stretches the work further (:mod:`powersweep.sim.server_pacing`).
-
-Flavours imitate the quirks of real engines that the client must survive:
-
-- ``llamacpp``: ``timings`` in the last chunks (even without ``include_usage``), ``/props``
-  (``default_generation_settings.n_ctx``, ``total_slots``; requests beyond the slots wait),
-  ``/metrics``, ``/tokenize``, ``: ping`` comments, ``reasoning_content``, over-context -> 400.
-- ``vllm``: ``max_model_len`` in ``/v1/models``, ``/metrics``, over-context -> 400.
-- ``sglang``: ``/get_model_info`` with ``context_length``.
-- ``ollama``: ``/api/tags`` and ``/api/show``; ignores ``max_completion_tokens``; reasoning in
-  ``reasoning``; ignores the thinking switch; silently keeps only the last ``n_ctx`` prompt tokens.
-- ``plain``: no usage in streams, no extras, ``event:`` lines, reasoning in both ``reasoning`` and
-  ``reasoning_content`` at once, and it refuses ``chat_template_kwargs`` with 422 (a strict server).
-
-Any flavour can also misbehave on purpose (:mod:`powersweep.sim.faults`).
-
-A greedy request (``temperature`` 0) gets the answer its prompt and ``seed`` decide, diverged
-when it decodes on a card past its stable SM clock offset margin; a request in flight on a card
-that resets, or arriving while one is off the bus, fails with a CUDA error (the engine says so:
-:class:`~powersweep.sim.engine.SimEngine`).
-
-Engine methods are called from the server thread: a :class:`SimEngine` shared with the driver
-must be thread-safe.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.server".
 """
 
 from __future__ import annotations

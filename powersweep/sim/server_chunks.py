@@ -1,11 +1,7 @@
 """What the simulated server streams: each request's plan and progress, its text, the chunk,
 usage and timings bodies as each flavour writes them, and the response that streams them.
 
-A greedy request (``temperature`` 0) is answered as a model decoding greedily would: its text is
-a function of its messages and its ``seed`` alone (the same streamed or not, and an answer cut
-shorter by ``max_tokens`` is the start of a longer one). Decoded on a card whose SM clock offset
-goes past its stable margin, it diverges from that answer (:meth:`ChunkFormat.diverged`), as an
-undervolted card's wrong arithmetic changes a greedy model's choices.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.server_chunks".
 """
 
 from __future__ import annotations

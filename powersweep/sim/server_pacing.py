@@ -1,19 +1,6 @@
 """The world's noise on the simulated server's pacing (``--sim-world``, :mod:`.world`).
 
-A request's work is the engine's (its prefill time, each token's step); these models stretch it
-as real servers do:
-
-- ``bursty-draw``: the card works in bursts, so no token and no prompt progresses in the gaps
-  between them (the same gaps as the card's draw, :class:`~powersweep.sim.world.World`);
-- ``hiccups``: another tenant's time slice stops the work for 0.4 s every period;
-- ``ar-jitter``: the server's speed wanders slowly (a step's length times an Ornstein-Uhlenbeck
-  factor of mean 1 and a correlation time of seconds), so neighbouring token gaps are
-  correlated while the long-run rate stays the engine's;
-- ``drift``: the speed drifts slowly over the run (a seeded sinusoid);
-- ``context-slowdown``: each token's step grows with the tokens already in the context (its
-  prompt and the tokens before it), as the KV cache read per token grows;
-- ``outlier-window``: a few requests fall into a repetition loop that the server's speculative
-  decoding drafts well, so they decode ``factor`` times faster than their neighbours.
+The reasoning: docs/world-noise.md, "powersweep.sim.server_pacing".
 """
 
 from __future__ import annotations

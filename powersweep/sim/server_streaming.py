@@ -1,13 +1,7 @@
 """How the simulated server answers a chat request it accepted: the work, paced on the engine's
 run clock, and the answer it streams (SSE) or returns whole.
 
-:class:`ServerStreaming` is a base of :class:`~powersweep.sim.server.SimServer`: a request's
-slot, its prefill and its decode (tokens due at absolute times, each a little late by the
-server's seeded jitter), the stall and pause faults, a card reset that kills the requests in
-flight (a streamed one ends with an error event, a whole one is answered 500), and the bytes of
-its answer. Kept apart from :mod:`powersweep.sim.server`, which holds the server's lifecycle, its
-routes and the parsing of a request into a :class:`~powersweep.sim.server_chunks.Plan`, so each
-module holds one concern.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.server_streaming".
 """
 
 from __future__ import annotations

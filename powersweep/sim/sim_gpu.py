@@ -1,24 +1,9 @@
 """A simulated GPU that implements the :class:`~powersweep.sweep.gpu.Gpu` protocol.
 
 Its state (temperature, energy counter, utilisation) evolves in run time on the injected clock;
-its operating point comes from :mod:`powersweep.sim.physics`; readings carry seeded noise. Its
-power limit, persistence mode, clock locks and SM clock offset can persist in a state file, like a
-driver's settings outlive the process that set them, so tests can check that an interrupted sweep
-put the limit back and that ``powersweep apply`` set what it said.
+its operating point comes from :mod:`powersweep.sim.physics`; readings carry seeded noise.
 
-The SM clock offset shifts the card's voltage/frequency curve (issue 36): a positive offset runs
-each clock at a lower voltage and so draws less. Each card's silicon holds only so much of it
-(its true stable margin, drawn from its seed); :attr:`SimGpu.unstable_by_mhz` says how far the
-offset in force goes beyond it. Put to work too far beyond it, the card resets and is off the bus
-for a while (:mod:`powersweep.sim.vf_stability`).
-
-The memory clock offset (issue 45, NVML's unit) raises the memory clock by
-``offset / mem_offset_per_clock_mhz`` under load, and with it the bandwidth-bound decode rate and
-a little memory draw; past the card's seeded memory margin error replays eat bandwidth, and
-further out answers go wrong (:mod:`powersweep.sim.mem_stability`).
-
-With ``--sim-world bursty-draw`` (:mod:`powersweep.sim.world`) it works in bursts held at the
-cap, drawing its static and memory power between them; ``sensor-lag`` is its readings' own.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.sim_gpu".
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What the simulated rig is asked: its clock, its noise seed, its server and the faults it plants.
 
 The sweep never reads these (it only knows ``--simulate``'s profile, to skip the root check): the
-composition root (:mod:`powersweep.cli.rigs`) builds the rig from them. ``run.json`` records them
-among the sweep's options under their flag names (``time_scale``, ``seed``, ``sim_server``, ...),
-so ``--resume`` rebuilds the same rig (:meth:`SimOptions.from_recorded`).
+composition root (:mod:`powersweep.cli.rigs`) builds the rig from them.
+
+The reasoning: docs/simulated-rig.md, "powersweep.sim.sim_options".
 """
 
 from __future__ import annotations

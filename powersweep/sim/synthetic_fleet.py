@@ -1,11 +1,9 @@
 """Synthetic fleets: many run directories with known spread and planted outliers, fast.
 
 A thousand real simulated sweeps would take hours; a fleet report test or benchmark needs only
-what a sweep leaves behind. Each card here is a fleet card of :mod:`powersweep.sim.profiles`
-(perturbed by its node name exactly as ``--simulate NAME~SPREAD --sim-node NODE`` perturbs it),
-its noise-free curve comes from :func:`powersweep.sim.sim_rig.ground_truth`, and
-:func:`powersweep.analysis.synthetic.synthesize_run` measures it with realistic noise into a run
-directory that follows the run contract. ``run.json`` records the node and the card's truth.
+what a sweep leaves behind.
+
+The reasoning: docs/fleets.md, "powersweep.sim.synthetic_fleet".
 """
 
 from __future__ import annotations

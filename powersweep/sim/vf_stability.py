@@ -2,10 +2,9 @@
 and the driver recovery when an offset too far past it meets load.
 
 A card whose offset goes past its margin computes wrong results under load (the simulated
-server's greedy answers diverge: :mod:`powersweep.sim.server_chunks`). Further out, by more than
-the rig's ``vf_reset_beyond_mhz``, it crashes as soon as it works: the driver recovers it as after
-an Xid 79 (its offset, clock locks and power limit back to their defaults) and it is off the bus
-for :data:`RESET_OFF_BUS_S` run seconds, its readings failing and its setters refused.
+server's greedy answers diverge: :mod:`powersweep.sim.server_chunks`).
+
+The reasoning: docs/undervolt.md, "powersweep.sim.vf_stability".
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """Virtual run time for the simulated rig: an event loop whose clock jumps to its next timer.
 
-A simulated sweep's figures must be the model's, never the host's. On a wall clock (even a scaled
-one) a few milliseconds in which the process is not scheduled become run time, and the figures
-measure the host's scheduler. Here run time passes only when every task on the loop waits: the
-loop then moves its clock to the next timer at once. The client, the simulated server and the
-sampler share this one loop and this one clock, so a run is deterministic for a seed, on any
-machine, however busy, and takes the CPU time it needs instead of its run time.
+A simulated sweep's figures must be the model's, never the host's.
 
-This module is the only place that reaches into CPython's event-loop internals (the selector the
-loop polls, its heap of timers and its ready queue, both private); :func:`check_loop_internals`
-fails loudly on a Python whose loop no longer has them, and a test calls it.
-
-Three safeguards:
-
-- **Executors run inline.** ``run_in_executor`` (and so ``asyncio.to_thread``) runs the function
-  in the loop's thread before it returns: no run time passes while it works, and no thread's
-  wall timing decides the order of anything.
-- **A pace** (``pace_run_s_per_s``): run time advances at most that many run seconds per wall
-  second, for a watchable demo or a test that sends signals; the figures stay identical, since
-  the pace only delays the jumps. A lapse of the process never becomes run time (nothing makes
-  run time pass but the timers), and after one the pace does not race to catch up.
-- **A watchdog**: a loop that keeps running callbacks while its time stands still (a deadline
-  that fires one float step early, a request re-sent as soon as it fails) raises
-  :class:`VirtualTimeStalled` within seconds, naming the code that spins; a loop with nothing
-  left to wait for raises it at once. Neither spins at 100% CPU until a timeout.
+The reasoning: docs/simulated-rig.md, "powersweep.sim.virtual_time".
 """
 
 from __future__ import annotations

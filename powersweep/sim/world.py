@@ -1,14 +1,9 @@
 """The world's noise on the simulated rig: what real rigs do that the estimators do not assume.
 
 Each model is off by default, switched on by ``--sim-world NAME[=PARAM]`` (repeatable) and seeded
-by ``--seed``; :data:`MODELS` names them, their parameter and its default. This module holds
-what they share: parsing and recording, and the seeded processes they are built from (spans of
-run time in which the served work stands still, a slowly wandering speed factor, a slow drift).
-Each model acts in the module that models it: the card's draw and readings in
-:mod:`.sim_gpu` (``bursty-draw``, ``sensor-lag``), the server's pacing in :mod:`.server_pacing`
-(the bursts' gaps, ``ar-jitter``, ``context-slowdown``, ``hiccups``, ``drift``,
-``outlier-window``), the truth in :mod:`.sim_rig` and :mod:`.world_truth`. docs/world-noise.md
-gives each model's mechanism, its source and its truth.
+by ``--seed``; :data:`MODELS` names them, their parameter and its default.
+
+The reasoning: docs/world-noise.md, "powersweep.sim.world".
 """
 
 from __future__ import annotations

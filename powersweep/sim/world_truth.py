@@ -2,20 +2,9 @@
 
 ``run.json``'s ``simulation.ground_truth`` holds each cap's (or clock point's) long-run steady
 value, which the bursts' mean draw and the hiccups' and bursts' share of the rate are already
-in; ``simulation.world`` records the models on (:meth:`~powersweep.sim.world.World.record`).
-Two models make a point's truth depend on what the run did, so they are applied here from the
-run's files:
+in.
 
-- ``drift``: a point's truth is its value at the run's mean drift state, the ground truth's rate
-  times the drift factor's mean over the run (its first to its last sample): the drift between
-  points is what their precision must carry;
-- ``context-slowdown``: a decode point's truth is the rate at the context its requests held,
-  the ground truth's rate (an empty context) over ``1 + slope * context`` weighted by the tokens
-  its metric's requests decoded (the prompt and half the answer: the step grows linearly).
-
-The other models leave the ground truth as it is: ``sensor-lag`` and ``ar-jitter`` (mean 1) do
-not move the steady value, and ``outlier-window``'s truth is the model without the outlier.
-Scripts and tests read this (``scripts/bench_coverage.py``); the sweep never does.
+The reasoning: docs/world-noise.md, "powersweep.sim.world_truth".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The sweep driver: one loop over operating points, then always restore and record.
 
 A sweep is a plan of operating points (a power limit, and optionally an SM and a memory lock,
-on one or several GPUs). The strategies only choose the next points (:mod:`.planning.schedule`);
-every point is measured by the same protocol (:mod:`.measurement.point`), whatever its axis or
-load mode:
+on one or several GPUs).
 
-    setup at the first point (warm-up, probe or calibration)
-    -> the strategy's batches (dense, adaptive power, adaptive clock)
-    -> points whose narrative/code ratio stands out from all the others, measured again
-    -> failed points, measured once more
-    -> points statistically tied with the best, measured again on a warm card (confirm)
-    -> the first point measured ok, read again: the run-to-run term every point's interval
-       carries (:mod:`.measurement.run_to_run`)
-    always: restore the user's own settings, close the journal, write run.json
-
-Whatever happens (an error, SIGINT, SIGTERM, SIGHUP), every GPU that was touched gets its
-*original* limit back — the user's own setting, not the default TDP — unless ``--no-reset``.
-Against what no handler survives (SIGKILL, a power cut), the original settings are written to a
-restore journal before the first change and the journal is removed only once they are back.
+The reasoning: docs/architecture.md, "powersweep.sweep.driver".
 """
 
 from __future__ import annotations
@@ -435,9 +421,9 @@ class Sweep:
             await self._idle_at(best)
 
     async def _idle_at(self, point: SweepPoint) -> None:
-        """The cards left idle a few seconds at the answer's lock (:mod:`.idle_draw`): run.json's
-        ``idle``. A card that refuses the point, or fails, costs the reading only (a warning):
-        the search is over and stands."""
+        """The cards left idle a few seconds at the answer's lock (:mod:`.measurement.idle_draw`):
+        run.json's ``idle``. A card that refuses the point, or fails, costs the reading only (a
+        warning): the search is over and stands."""
         locker = self.restorer.locker
         if self.plan.safety.observe_only or locker is None or point.sm_lock_mhz is None:
             return

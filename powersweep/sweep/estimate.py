@@ -1,19 +1,6 @@
 """How long a sweep takes, in run seconds, from its options alone (the dry run says it).
 
-The model follows the protocol every point goes through (:mod:`powersweep.sweep.measurement`):
-a settle under load, the wait for a steady temperature at the first point and at jumps (at
-least the trailing window its slope is fitted over; caps 10-20 W apart carry their neighbour's
-steadiness and state the drift's bias instead), each prompt's first window, the rounds a point
-near the best measures on (sequential windows: :data:`NEAR_BEST_POINTS` points, each for about
-:data:`MEASURED_ON_SHARE` of what the maximum leaves), and the margin and hand-over between
-points; before the first point, the warm-up (time-bounded: usually to its bound on a cold card,
-which is still heating) and the load's set-up (the concurrency probe, the prefill calibration);
-after the last, the confirm phase's re-measurements (metric prompt only) of the points tied with
-the best, about half the time, and one point read again (the run-to-run term). An adaptive sweep
-is counted at its budget.
-
-The bound (:func:`bound_run_s`) is the same sweep with every point measured to its maximum
-window, waiting its whole thermal bound, and the confirm phase at its most.
+The reasoning: docs/reference.md, "powersweep.sweep.estimate".
 """
 
 from __future__ import annotations

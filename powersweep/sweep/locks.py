@@ -5,8 +5,7 @@ A point's SM lock is a range (issue 45): its clock is the top, the card's idle f
 ``--sm-clock-min``) the bottom, so the card runs at the clock under load and still clocks down
 idle (:mod:`powersweep.sweep.gpu.lock_range`).
 
-The driver owns the loop; this keeps what a clock sweep changes on the cards in one place, so the
-restore paths (the driver's ``finally``, ``powersweep restore`` through the journal) share it.
+The reasoning: docs/clocks.md, "powersweep.sweep.locks".
 """
 
 from __future__ import annotations

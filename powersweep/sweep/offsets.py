@@ -1,10 +1,7 @@
 """SM clock offsets during a sweep (the undervolt search, issue 36), or memory clock offsets
 (issue 45): what each card had before, the offset of each point, and putting every card back.
 
-Kept beside :mod:`.locks` (the clock locks) and used the same way: the restore journal records
-the offsets in force before the first change (:class:`~.measurement.restorer.Restorer`), the
-driver's ``finally`` and ``powersweep restore`` put them back, first of all settings, because an
-unstable offset can reset the card under whatever runs next.
+The reasoning: docs/undervolt.md, "powersweep.sweep.offsets".
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What an axis is: the one seam between what a sweep varies and everything that reads it.
 
 A sweep varies one thing per point (the power limit, an SM clock lock, a memory clock lock, both
-locks on a grid). Whatever it varies, the point is measured by the one protocol
-(:mod:`powersweep.sweep.measurement`) and written to the same ``caps.csv``; what differs is read
-here. An axis says which saved curves are its own, how they are analysed, what answers the user's
-question, the summary and the charts, the outputs it writes and which points the confirm phase
-still finds tied. The report, ``analyze``, ``plot`` and the confirm phase hold no ``if`` on the
-axis: they ask the curve's axis (:func:`powersweep.sweep.axes.axis_of`).
+locks on a grid).
+
+The reasoning: docs/architecture.md, "powersweep.sweep.axes.axis_base".
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 stepped up from 0 until the first unstable step, the answer backed off and soaked, beside the
 best power cap measured in the same run.
 
-The steps are chosen as the search goes (:class:`~powersweep.sweep.planning.undervolt_steps.
-UndervoltSchedule`); what is planned here is the baseline cap and the bounds of the search.
+The steps are chosen as the search goes
+(:class:`~powersweep.sweep.planning.undervolt_steps.UndervoltSchedule`); what is planned here is
+the baseline cap and the bounds of the search.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The range an SM clock lock sets (issue 45): the locked clock is its top, and its bottom is the
 card's idle floor (or ``--sm-clock-min``), so an idle card still clocks down.
 
-A single-value lock (min = max, ``nvidia-smi -lgc F,F``) holds an idle card at F, at the P0
-voltage: users report 100 W and more at idle that way (an RTX 3090 Ti locked with a 1860 MHz
-minimum, github.com/xor2k/gpu_undervolt/issues/2), and peers lock 210-F for that reason
-(github.com/ilya-zlobintsev/LACT/issues/908). Under load the card runs at the top either way.
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.lock_range".
 """
 
 from __future__ import annotations

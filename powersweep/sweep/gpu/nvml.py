@@ -3,8 +3,9 @@
 The backend lives in :mod:`powersweep.sweep.gpu.nvidia` (``api`` is its only importer of
 ``pynvml``, lazily, so the package imports on machines without the NVIDIA driver); this module
 names its public parts, so callers and tests import ``powersweep.sweep.gpu.nvml`` whatever the
-split. Every part takes the ``pynvml`` module injected, which is how the tests drive it with a
-fake (``tests/fakes/fake_pynvml.py``).
+split.
+
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.nvml".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Whether this machine looks like a virtual machine guest.
 
-An undervolt search is refused in a guest: a card that faults at an offset may need a reset, and
-a passed-through GPU's reset can take the host's passthrough with it; a hypervisor may also drop
-the clock offset without a word, so the search would measure the card at offset 0 and call the
-offset stable. The evidence is what Linux shows any user: the CPU's ``hypervisor`` flag (set by
-every x86 hypervisor that announces itself) and the DMI vendor and product the virtual firmware
-names. Neither needs a privilege, and a file that cannot be read is no evidence either way.
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.vm_guest".
 """
 
 from __future__ import annotations

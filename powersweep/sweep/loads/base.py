@@ -1,18 +1,9 @@
 """The measured loads: what runs against the server at each operating point.
 
 Each load is time-bounded and labels the sampler with its phase, so the draw can be matched to
-the work. A load is prepared once at the first point (probe, calibration), then measured at every
-point; it reports its own TPS figures, since each mode defines them differently, and says whether
-its own requests show a disturbance (:meth:`Load.check`).
+the work.
 
-**Time-bounded windows.** Each prompt's window ends ``window_s`` run seconds after it opened; no
-request starts after that, and one that started inside it may run on for a margin
-(:func:`window_margin_s`) before it is cut. Requests are sized so that they end near the window's
-end with the server's own token count (``usage``): each asks for the tokens the rate measured at
-the previous point (:class:`Pace`) produces in the time left. A request still streaming past the
-margin is cut; its tokens count as token-bearing chunks times the server's tokens per chunk
-(``token_source`` ``chunks`` or ``chunks-scaled``), so a server that ignores ``max_tokens`` costs
-the window and the margin, never more.
+The reasoning: docs/reference.md, "powersweep.sweep.loads.base".
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """decode-concurrent: N streams, aggregate TPS over a fixed measurement window.
 
 Counting is by token arrival: a window ``[t0, t1]`` opens once the streams are running, and the
-aggregate TPS is the number of tokens that *arrived* inside it divided by its length. Requests cut
-off at ``t1`` count for their in-window part and nothing outside the window counts. Chunks are
-converted to tokens with the server's own counts (``usage``): counting chunks as tokens is what
-made the reference script read 2.6x low on servers that pack several tokens into a chunk.
+aggregate TPS is the number of tokens that *arrived* inside it divided by its length.
+
+The reasoning: docs/reference.md, "powersweep.sweep.loads.concurrent".
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Pure functions of the requests' chunk arrival times (no client, no clock): a window's aggregate
 TPS counts the tokens that arrived inside it, converted from chunks with each request's own
-server count. Kept apart from :mod:`powersweep.sweep.loads.concurrent`, which runs the streams
-(the scheduling check, the probe, the windows), so each module holds one concern.
+server count.
+
+The reasoning: docs/reference.md, "powersweep.sweep.loads.concurrent_window".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The server's pace: how fast it decodes one stream and answers a first token, per prompt kind,
 and how many tokens it packs into a chunk, as last measured; every request is sized from it.
 
-A request asks for the tokens the rate measured at the previous point produces in the time
-left in its window (:meth:`Pace.max_tokens`), within the server's context; a kind whose rate
-is not known yet sends a short probe first.
+The reasoning: docs/reference.md, "powersweep.sweep.loads.pace".
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """prefill-heavy: one large prompt per request, sized so its prefill takes the target time.
 
 Every prompt starts with a nonce and has a freshly varied body, so no prefix cache can serve it
-(and llama.cpp is told ``cache_prompt: false``). The server's ``prompt_tokens`` is checked against
-what was sent: a prompt the server silently truncated to its context is an error, never a fast
-cap; so is a prompt that a cache served.
+(and llama.cpp is told ``cache_prompt: false``).
+
+The reasoning: docs/reference.md, "powersweep.sweep.loads.prefill".
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ calibration sizes them by.
 
 Pure (no client, no clock): :func:`make_prompt` builds a prompt of a given number of words that
 no prefix cache can serve, :func:`fit_ttft` and :func:`tokens_for_ttft` turn calibration requests
-into the prompt length whose prefill takes the target time. Kept apart from
-:mod:`powersweep.sweep.loads.prefill`, which sends the prompts and judges them.
+into the prompt length whose prefill takes the target time.
+
+The reasoning: docs/reference.md, "powersweep.sweep.loads.prefill_sizing".
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 It warms the server (first requests can be slow) and the card, and measures the pace the first
 point's requests are sized from: a short first request of each prompt kind measures its rate,
-the next ones last half a window each. It ends once every prompt kind's last two rates
-and the last two draws agree within :data:`STEADY_PCT`, after ``max_requests`` requests of each
-kind, or after :data:`WARMUP_WINDOWS` windows, whichever comes first.
+the next ones last half a window each.
+
+The reasoning: docs/reference.md, "powersweep.sweep.loads.warmup".
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 :class:`~powersweep.sweep.measurement.point.PointMeasurer` measures one point (set and verify,
 settle under load, the time-bounded load, the load mode's consistency checks, measured once more
 if disturbed, ``suspect`` if still disturbed, rows); :mod:`.setup` warms up and prepares the load
-at the first point; :mod:`.restore` puts every setting back. The driver
-(:mod:`powersweep.sweep.driver`) runs the strategies' points through them.
+at the first point; :mod:`.restorer` puts every setting back.
+
+The reasoning: docs/reference.md, "powersweep.sweep.measurement".
 """

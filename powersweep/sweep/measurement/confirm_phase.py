@@ -1,13 +1,7 @@
 """The confirm phase: the points statistically tied with the best, measured once more on a warm
 card, their readings pooled by the analysis.
 
-One reading per point cannot tell points a fraction of a percent apart: when the analysis of the
-sweep so far finds others within noise of the best, the best few of them
-(:func:`~powersweep.sweep.planning.confirm_plan.plan_confirm`) are measured again by the same
-protocol, the metric's prompt only. While the analysis runs (in a thread), the load keeps the
-card at the best point so far, so the re-measured points see the thermal state they were first
-measured in. Their rows are marked (``reason`` ``confirm``); ``run.json`` ``confirm`` records
-which and why.
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.confirm_phase".
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The cards' draw at idle under the answer's lock, measured once the search is over (issue 45).
 
 A lock whose minimum is high keeps an idle card at that clock and its voltage: 100 W and more
-on a 3090 where the card would idle near 30 W. So the sweep leaves the cards idle a few seconds
-at the answer's lock (no request runs) and reads their draw and SM clock, and run.json's
-``idle`` says what the lock costs while the server waits. Bounded: :data:`SETTLE_S` for the
-driver's one-second power average to leave the load behind, then :data:`SAMPLE_S` of reads.
+on a 3090 where the card would idle near 30 W.
+
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.idle_draw".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """One operating point, measured by the one protocol every axis and load mode shares.
 
-journal (written by the driver before the first change) -> set the point's limit and locks
-(``rejected`` when a card does not take them) -> settle under the point's own load -> wait,
-bounded, until the temperature has stopped drifting -> the
-time-bounded load while the sampler reads the GPUs -> the locks checked against the measured
-clocks -> the load mode's consistency checks -> measured once more if disturbed -> ``suspect``
-if still disturbed -> the rows (caps.csv, samples.csv, requests.csv, run.json).
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.point".
 """
 
 from __future__ import annotations
@@ -400,7 +395,8 @@ class PointMeasurer:
         self, point: SweepPoint, settled: Settled, reason: str
     ) -> tuple[LoadRun, str, int]:
         """The point's load, round after round until its precision is what the decision needs
-        (:mod:`.windows`); the pooled run, why it stopped and how many rounds it took."""
+        (:mod:`powersweep.sweep.sampling.windows`); the pooled run, why it stopped and how many
+        rounds it took."""
         cap = self.cap_of(point)
         policy = self.protocol.measure.windows
         metric_only = reason in REPEAT_REASONS

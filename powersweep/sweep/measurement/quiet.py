@@ -1,15 +1,10 @@
 """No garbage-collection pause inside a measured window.
 
-The client times each token as it reads it. A collection of the interpreter's older generations
-stops every thread of the process, for tens of milliseconds once a run's records have grown (57 ms
-in a short simulated sweep, 1.6 ms for the middle generation, more than a dozen times), and a
-pause at a request's end lands in its span; in decode-concurrent it moves arrivals across a
-window's edge. So the collector is held off while a point's windows are measured; back on after
-them, its next collections fall between windows, where a pause delays nothing that is counted.
-No full collection is forced there: in a process holding much (a test runner, a program that
-embeds the sweep) one takes hundreds of milliseconds, a stall of every thread however it is
-placed. (On the simulated rig the server shares the interpreter and its run clock multiplies
-each wall delay by the time scale.)
+The client times each token as it reads it, and a collection of the older generations stops
+every thread for tens of milliseconds: the collector is held off while a point's windows are
+measured, so its collections fall between windows.
+
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.quiet".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Everything a sweep changes goes through the restore journal first and is put back on every
 exit path: the user's own limit (not the default TDP), clock locks and clock offsets.
 
-:class:`Restorer` writes the journal before the first change, puts every touched card back at the
-end, and removes the journal only once nothing is left to restore (it stays, for ``powersweep
-restore``, when a card could not be put back; it keeps the outcome when run.json could not be
-written).
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.restorer".
 """
 
 from __future__ import annotations

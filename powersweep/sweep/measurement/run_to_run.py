@@ -1,15 +1,7 @@
 """The run-to-run term: how far two readings of one point taken apart in a run differ beyond their
 own widths, measured in every run and carried in every point's stated interval.
 
-At the end of a sweep one point measured ok (the one that measures the run's drift best:
-:func:`best_reference`) is read again by the same protocol (``reason`` ``reread``, the metric's
-prompt only), on every axis and load mode: a drift between points (ambient, a server's other
-tenants, a stall no short window saw) shows as a difference between its two readings. With the
-confirm phase's repeats, the pairs give the run's drift rate and the between-reading standard
-deviation beyond it (:meth:`powersweep.analysis.precision.RunToRun.of_pairs`), pooled with what
-the run's own curve shows between its points beyond their own widths (TPS never falls as a limit
-rises: :func:`powersweep.analysis.curve_noise.excess_scatter`), and every row of caps.csv is
-restated with it (``run.json`` ``run_to_run`` records the pairs, the rate and the term).
+The reasoning: docs/precision.md, "powersweep.sweep.measurement.run_to_run".
 """
 
 from __future__ import annotations

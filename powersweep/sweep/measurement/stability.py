@@ -1,27 +1,8 @@
 """Is a clock offset stable? The undervolt search's check after each step's windows (issue 36).
 
-A voltage too low for its clock does not slow a card down first: it computes wrong. A wrong bit in
-a matmul turns one greedy token into another, and the answer diverges from there; further out the
-card raises errors, or the driver resets it. So each step is checked three ways, against the
-reference taken at offset 0 at the same locked clock:
+A voltage too low for its clock does not slow a card down first: it computes wrong.
 
-- **answers**: fixed greedy prompts (temperature 0, a fixed seed), decode and prefill alike, sent
-  alone so the server batches them as it did at the reference, must come back token-identical;
-- **the card**: no read errors while the step was measured, and every card still holds the offset
-  and the lock it was given (a driver reset puts both back at their defaults);
-- **no clock stretching**: at a locked clock an offset changes the voltage, never the frequency,
-  so the step's TPS may not fall below the reference's beyond the two points' own noise.
-
-The reference itself is checked first: its answers are taken twice, and a server whose greedy
-answers differ between two runs at offset 0 cannot show corruption, so the search is refused.
-
-The server must compute each probe: a prompt served from its cache was computed at an earlier
-offset. Each probe asks for no cache without changing its prompt (``ChatClient.greedy``:
-llama.cpp ``cache_prompt: false``, a ``cache_salt`` of its own for vLLM and SGLang), and its
-answer's cached-token count is read. A probe served from cache anyway is sent once more with a
-fresh salt; still cached, the step says its prefill was not checked. A server that reports no
-count is named once a run. Where the server returns token logprobs, a token-identical answer's
-logprobs must also stay within the reference's own variation between its two runs.
+The reasoning: docs/undervolt.md, "powersweep.sweep.measurement.stability".
 """
 
 from __future__ import annotations

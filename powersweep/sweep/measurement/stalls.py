@@ -1,8 +1,6 @@
 """The share of a run's decode time that short stalls took, and each point stated at it.
 
-decode-single takes its rates on the requests' decode spans: a stall (another tenant's slice, a
-host's pause) that fell between two windows, or in a window's code prompt, never enters the
-metric, and a short window can miss every one (docs/precision.md, "Stalls a window misses").
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.stalls".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The card's thermal time constant, fitted from every point's readings as the sweep goes.
 
-A point's stated precision carries the bias of a temperature still moving (the slope times the
-time constant, :func:`powersweep.analysis.precision.drift_bias_rel`); the time constant is the
-card's own, fitted over the last readings of the whole sweep (every setting change excites it),
-so no figure rests on an assumed cooler.
+The reasoning: docs/precision.md, "powersweep.sweep.measurement.thermal_fit".
 """
 
 from __future__ import annotations

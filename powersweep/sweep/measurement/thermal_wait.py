@@ -2,10 +2,9 @@
 
 Every point, a step or a jump alike, waits when the drift would bias it beyond a share of what
 ``still_heating`` names (:func:`~powersweep.sweep.sampling.thermal.wait_trigger_rel`): by the
-card's fitted thermal model, or by the slope of the trailing readings. It then waits down to the
-goal: as long as the model says (a jump's heating shows in it before the readings do), then until
-the trailing readings agree, the same readings the point's own drift is fitted over (the last
-point's end included), so a point let through is not named. Bounded in run seconds.
+card's fitted thermal model, or by the slope of the trailing readings.
+
+The reasoning: docs/reference.md, "powersweep.sweep.measurement.thermal_wait".
 """
 
 from __future__ import annotations

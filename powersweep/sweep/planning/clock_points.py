@@ -1,9 +1,8 @@
 """Which clock-lock points a clock sweep measures (``--axis sm-clock|mem-clock|grid``).
 
 A clock point is a pair of clock locks held under one power limit (:class:`SweepPoint`).
-Set-points come from ``--sm-clocks`` / ``--mem-clocks`` or from the card's supported clocks,
-thinned to about a dozen SM steps between a sensible floor and the top, and every memory tier a
-card runs a load at (the idle tiers are left out).
+
+The reasoning: docs/clocks.md, "powersweep.sweep.planning.clock_points".
 """
 
 from __future__ import annotations

@@ -2,14 +2,7 @@
 stepped up from 0 while TPS rises beyond the two readings' noise, then the best offset less the
 margin, soaked.
 
-Decode is bound by memory bandwidth, so below a card's margin each step raises TPS by the memory
-clock's rise; past it GDDR6X and GDDR7 retry what they read wrong (error detection and replay),
-so TPS stops rising and falls long before answers go wrong. A step whose TPS is not above the
-best so far beyond both readings' stated noise is where the phase stops; a step that fails its
-stability check ends it too. Bounded: ``max_mhz / step_mhz`` steps, one soak per margin below
-the best (a failed soak backs off by the margin again).
-
-Pure: no I/O and no clock (the driver reports each step's status and row).
+The reasoning: docs/undervolt.md, "powersweep.sweep.planning.memory_steps".
 """
 
 from __future__ import annotations

@@ -2,13 +2,9 @@
 
 A :class:`Schedule` hands the driver batches of ``(point, reason)``: the first batch when asked
 with nothing measured, the next from the rows of the points measured ok so far, and nothing once
-it is done. Dense measures every planned point in one batch; adaptive power refines a coarse pass
-of caps where the answer is decided (:class:`~powersweep.sweep.planning.strategy.AdaptivePlanner`);
-adaptive clock refines a coarse pass of locks around each tier's peak and the Pareto front. The
-phases after the main pass (points whose figures stand out, failed points, points tied with the
-best) are batches too, chosen by the driver from what was measured.
+it is done.
 
-Pure: no I/O and no clock.
+The reasoning: docs/reference.md, "powersweep.sweep.planning.schedule".
 """
 
 from __future__ import annotations

@@ -1,48 +1,9 @@
 """Adaptive cap planning: a coarse pass, then refinement only where the answer can change.
 
 A dense sweep measures every cap of the envelope at ``--step-size``; most of them land far from
-anything a user acts on. :class:`AdaptivePlanner` measures a coarse pass (about every fourth cap,
-both ends included), then refines at the step size:
+anything a user acts on.
 
-* **bracket peak**: around the best TPS/W cap until both of its step neighbours are measured (the
-  first probe into a wide gap goes where a parabola through the three best caps peaks);
-* **near-peak edge**: where TPS crosses ``(1 - max_tps_loss_pct)`` of the best TPS for the last
-  time below the best-TPS cap (the analysis' rule, :mod:`powersweep.analysis.near_peak`), until
-  the caps on either side of that crossing are at most two steps apart;
-* **plateau edge** / **ceiling edge**: around every run of caps whose draw stays clearly under the
-  cap. The lower edge is pinned by physics: draw never exceeds the cap, so the first cap that can
-  sit on a flat region at draw ``L`` is the lowest cap at or above ``L``; it is measured. The upper
-  edge of a plateau is bisected until the last flat cap and the first cap above it are at most
-  two steps apart. Then the region is filled (midpoints of its widest gaps) until the analysis
-  (:func:`powersweep.analysis.structure.find_regions`, run on the measured caps exactly as
-  ``powersweep analyze`` will) reports it. A short draw ceiling at the top of the envelope (three
-  caps) shows in the coarse pass as a top cap drawing clearly under its cap; the lowest cap that
-  can reach its draw and the fill between them are then measured. The analysis is asked with
-  the grid's step (as ``analyze`` takes it from run.json ``caps_planned``), so its ceiling
-  headroom rule is the dense sweep's. Caps the analysis calls thermal-limited or under-loaded
-  (thermal clock-event bit, temperature at slowdown, low utilization) never start a flat run:
-  heat, not a boost state or the workload, holds their draw, and no sweep reports them as a
-  region.
-
-Last, while the budget leaves a cap to spare, the near-peak crossing is narrowed to neighbouring
-caps (a two-step bracket leaves its middle cap to noise) and then the best cap's step
-neighbours are measured.
-
-Budget: at most half the grid's caps (``MAX_CAPS_SHARE``, never fewer than the coarse pass, nor
-than ``MIN_ADAPTIVE_CAPS``: a small grid is swept nearly whole). A
-reading near a threshold can keep an edge moving; past the budget the caps still asked for are
-not measured but named in :attr:`AdaptivePlanner.left_out`, peak first, then the near-peak edge,
-then structure, so what is left out is what matters least.
-
-Stop criteria: :meth:`AdaptivePlanner.next_caps` returns nothing when the budget is spent, or
-when every coarse cap is measured, the best TPS/W cap has both step neighbours measured (or is
-at an end of the envelope), the near-peak crossing is bracketed within two steps (one, with caps
-to spare), and every flat run has its lowest possible cap measured, its upper edge bracketed
-within two steps and is found by the analysis on the measured caps. Each criterion only ever
-asks for unmeasured caps of the envelope, so planning ends after at most every cap was measured.
-
-Pure: no I/O and no clock. The driver measures what it is told (in its usual descending order,
-see :func:`plan_order`) and calls :meth:`AdaptivePlanner.next_caps` again.
+The reasoning: docs/reference.md, "powersweep.sweep.planning.strategy".
 """
 
 from __future__ import annotations

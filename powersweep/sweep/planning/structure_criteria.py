@@ -1,13 +1,6 @@
 """The structure criterion of adaptive planning, and the grid of caps every criterion works on.
 
-:class:`StructureCriteria` is a base of
-:class:`~powersweep.sweep.planning.strategy.AdaptivePlanner`: the plateau and ceiling edges and
-fills (runs of caps whose draw stays clearly under the cap while TPS stays flat, as
-:func:`powersweep.analysis.structure.find_regions` reports them), with the grid helpers
-(snapping, steps, the untried cap between two others) and the measured caps as the analysis
-reads them. Kept apart from :mod:`powersweep.sweep.planning.strategy`, which holds the planner,
-its coarse pass, its budget and the peak and near-peak criteria, so each module holds one
-concern.
+The reasoning: docs/reference.md, "powersweep.sweep.planning.structure_criteria".
 """
 
 from __future__ import annotations

@@ -2,11 +2,7 @@
 locked SM clock until the first unstable step, then 15 MHz steps between the last stable and the
 first unstable one, then the chosen offset's soak, all in MHz.
 
-The search is sequential by nature (each step is only worth taking once the one before it held),
-so :class:`UndervoltSchedule` hands the driver one point per batch. It is bounded:
-:attr:`UndervoltPlan.max_points` (a soak that fails backs off by the margin again).
-
-Pure: no I/O and no clock (the driver reports each step's status).
+The reasoning: docs/undervolt.md, "powersweep.sweep.planning.undervolt_steps".
 """
 
 from __future__ import annotations

@@ -2,13 +2,9 @@
 
 The restore journal lives in a state directory, so two sweeps given two ``--state-dir`` would
 each own "their" journal and both change one card; the second then takes the first's cap for
-the user's own limit and puts it back at the end. Every command that changes a card (a sweep,
-``apply``, ``restore``) first takes an exclusive ``flock`` on the card's file in one
-machine-wide directory. The kernel drops the lock when its process dies however it dies, so a
-killed sweep's ``restore`` (or the next sweep) takes it over with nothing to clean up.
+the user's own limit and puts it back at the end.
 
-A card's key is its UUID on real hardware; a simulated card is shared between processes only
-through its ``--sim-state`` file, so its key names that file (an in-memory one has no key).
+The reasoning: docs/architecture.md, "powersweep.sweep.records.cardlock".
 """
 
 from __future__ import annotations

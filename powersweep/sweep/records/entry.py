@@ -1,7 +1,7 @@
 """What a restore journal holds: a sweep's GPUs, their original settings, and its owner.
 
 Kept apart from :mod:`.journal` (the file on disk) so that who owns the cards (:mod:`.owner`) and
-putting them back (:mod:`.restore`) read an entry without importing the journal that uses them.
+putting them back (:mod:`.put_back`) read an entry without importing the journal that uses them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The restore journal: the original power limits (and clock locks) of a sweep's GPUs, on disk.
 
 A signal handler cannot run after SIGKILL, a power cut or a kernel OOM kill, so before a sweep
-changes the first limit it writes every GPU's original limit to a root-only file. The file is
-removed only after every limit was put back; while it exists a new sweep refuses to start and
-``powersweep restore`` puts the limits back from it.
+changes the first limit it writes every GPU's original limit to a root-only file.
 
-GPUs are keyed by UUID because NVML indices can change between boots (or with
-``CUDA_VISIBLE_DEVICES``-style reordering by other tools).
+The reasoning: docs/architecture.md, "powersweep.sweep.records.journal".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Is one point's measurement self-consistent? Stalls, stuck streams, disagreeing prompts.
 
 A server that stalls mid-point (a paused process, a sweep paused with Ctrl-Z) leaves figures
-several times too low with nothing failed. Each load mode has its own signs, all judged in *run*
-seconds against the run's own data, never in wall seconds, so a result does not change with
-``--time-scale`` or a busy machine:
+several times too low with nothing failed.
 
-- **lost time** of a token stream (:func:`lost_time_s`): how long the stream produced no tokens
-  beyond its own rhythm. A stalled server loses that time for good; a client that was not
-  scheduled for a moment (or read a buffered burst late) sees a gap followed by a catch-up burst
-  and loses nothing, since the tokens were generated meanwhile. Counting lost time, not gaps, is
-  what keeps a loaded machine's hiccups from reading as stalls;
-- decode-single: each request's lost time, and the narrative/code rate ratio against the ratio
-  the other points showed (a figure in caps.csv is a figure a user reads, the code rate too);
-- decode-concurrent: each request's lost time (one stream stuck mid-answer), a stream that got
-  no token in the whole window, and the lost time of the aggregate arrivals (every stream paused);
-- prefill-heavy: a prompt's time to first token against the other prompts of the point (or the
-  nearest points measured, when the point had too few prompts).
-
-Pure functions.
+The reasoning: docs/reference.md, "powersweep.sweep.sampling.consistency".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Energy per token and latency percentiles of one point, over exactly its measured seconds.
 
-Energy per token describes the seconds TPS/W describes: the energy the cards drew over the
-seconds the metric's TPS counts, over the tokens served in them (that rate times those seconds),
-so J/token is the inverse of TPS/W with the energy counter's draw in place of the sampled one,
-and the two agree within their stated precisions. A decode request's time to first token and
-the gap before the next request are not decode seconds: a figure over the whole windows paid
-for them (4-14% more per token on the README sweep, more on a point measured in several
-rounds of short requests). The counter is read at the sampler's ticks, so the energy is taken
-over the whole tick intervals inside those seconds; the sampled-draw integral over the same
-intervals is kept beside it (the counter is the truth; a sampled integral misses what happens
-between samples and lags with a moving-average reading).
+Energy per token describes the seconds TPS/W describes (the energy counter over the seconds the
+metric's TPS counts), so J/token is the inverse of TPS/W and the two agree within their stated
+precisions.
 
-The figures describe the load mode's metric: the narrative prompt's decode in the decode modes,
-each prompt's prefill in prefill-heavy, so ``kwh_per_mtok`` and ``tps_per_w`` describe the same
-seconds of the same work.
-
-Latency percentiles are over the same requests: time to first token of each request that
-delivered a token in a window (a decode-concurrent stream's request that began before the window
-included: its time to first token is what its client waited), and the inter-token latency of
-every gap between two token-bearing chunks that ended in a window (in decode-concurrent, every
-stream's gaps together). A chunk that carries several tokens spreads its gap over them, as a
-client reading tokens would see it.
+The reasoning: docs/figures.md, "powersweep.sweep.sampling.per_token".
 """
 
 from __future__ import annotations

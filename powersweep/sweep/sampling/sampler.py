@@ -1,10 +1,6 @@
 """The sampler: reads every GPU of the set at a fixed interval *while* the load runs.
 
-It runs on the run clock with an absolute schedule (tick k at start + k * interval), so a slow
-read delays one tick, not all later ones: in its own thread on real hardware (a slow NVML read
-never waits for the event loop), as a task on the sweep's event loop on a virtual clock (whose
-time passes only in that loop). The driver labels what is going on (cap and phase); rows are
-drained after each cap.
+The reasoning: docs/reference.md, "powersweep.sweep.sampling.sampler".
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """Settle detection: measure as soon as a card's readings are stable after a cap change.
 
 A fixed wait after every cap change wastes seconds on cards that settle in a fraction of one, and
-is too short on the odd card that takes longer. :class:`SettleDetector` is fed readings (combined
-draw and SM clock) and says when they are *stable*: every reading of the trailing window lies
-within noise of the window's median. It never answers before ``min_s`` (a cap change takes a few
-driver ticks to act) and always answers by ``max_s`` (a card that never settles must not stall the
-sweep; the measurement then starts anyway and the recorded ``settle_s`` shows it).
+is too short on the odd card that takes longer.
 
-What "stable" means depends on what the card is doing. Fed while the card is idle (the load not
-yet started), the readings are stable at idle draw and say nothing about the capped operating
-point. The detector is therefore meant to be fed while the load already runs: the driver starts
-the load, waits for the first stable window and excludes the samples before it from the cap's row.
-A transient (the draw or clock stepping to the new operating point) then stays in the trailing
-window until it has slid out, so the detector settles ``window_s`` after the last step, and at
-``min_s`` when the card was already at its new operating point by the first reading.
-
-The draw fed is each card's instant reading (:attr:`~powersweep.sweep.gpu.GpuSample.draw_w`).
-A card that has only its driver's one-second average (no instant field) shows a cap change as a
-ramp that lasts a second, and a ramp of a small step stays within tolerance: such a card is never
-settled before :data:`AVERAGED_READING_S` plus the window, so the first measured reading averages
-only the new cap's draw (a pre-Ampere card, whose reading is a short average, waits alike: no
-reading says how long a driver averages, and a second per point is cheap). The energy counter is
-no substitute for the detector: at its 10-100 ms update period a draw derived from it over a
-0.3 s window is off by up to a third.
-
-Tolerances follow the noise of readings: NVML draw readings jitter by a fraction of a percent on
-a steady load (the simulated card uses 0.3 % at 1 sigma), the SM clock by one or two 15 MHz bins
-while the firmware dithers between them.
+The reasoning: docs/reference.md, "powersweep.sweep.sampling.settle".
 """
 
 from __future__ import annotations

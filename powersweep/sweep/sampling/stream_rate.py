@@ -2,20 +2,9 @@
 the decode rate of a prompt kind's requests, and the share of it their stalls took.
 
 A request's decode rate is its tokens after the first over the time from the first token to the
-last. The client stamps each chunk when it reads it, and a client that was not scheduled for a
-moment (a busy host: the server, other processes, the client's own work) stamps late: a late
-first or last stamp moves the rate by the whole delay, and nothing else in the stream corrects
-it. The server went on generating meanwhile, so the chunks that fell due in the delay arrive
-together afterwards and the stream's rhythm is intact; a least-squares line through every
-chunk's arrival time gives that rhythm, and one late stamp among hundreds barely moves it.
+last.
 
-A stall of the server itself (no tokens, no catch-up) is not the client's noise. A long one is
-judged as lost time (``consistency.lost_time_s``), and the point is measured again; a short one
-(another tenant's slice) is the server's long-run rate, which a short window may meet or miss:
-:func:`stall_gaps` names what each stalled gap lost, and the run carries the share of its decode
-time such stalls took (docs/precision.md, "Stalls a window misses").
-
-Pure functions.
+The reasoning: docs/precision.md, "powersweep.sweep.sampling.stream_rate".
 """
 
 from __future__ import annotations

@@ -2,16 +2,9 @@
 
 A card still moving towards its temperature at a new cap biases the point: under a cap a cooler
 card runs faster (less leakage leaves more of the cap to the clock), and its draw and energy per
-token follow the temperature. The temperature approaches its level exponentially, so what is
-still to come when the slope is ``s`` is ``s * tau`` (``tau`` the card's thermal time constant),
-each degree worth the point's own sensitivity (``analysis.precision``): the point's stated drift
-bias, which ``still_heating`` names beyond a bound (``analysis.steadiness``).
+token follow the temperature.
 
-Every point, a step or a jump alike, waits when that bias would be named and then until it is
-well under it: as long as the card's fitted thermal model says, then until the trailing readings
-(the same ones the point's own drift is fitted over, the last point's end included) agree. A
-point next to the last one is no exception: in a sweep stepping down, each step adds to a lag
-the card has not made up. The wait is bounded in run seconds (never wall seconds).
+The reasoning: docs/reference.md, "powersweep.sweep.sampling.thermal".
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Sequential windows: a point measures until its precision is what the decision needs.
 
-A point is measured in rounds. The first runs every prompt of the load mode for the minimum
-window; each next one runs the metric's prompt only, for as long as the precision still missing
-predicts (a half-width shrinks as one over the square root of the time measured), never past the
-maximum (``--target-cap-seconds``, the metric's window seconds in all). After each round the
-point's own precision (:mod:`powersweep.analysis.precision`) decides:
+A point is measured in rounds, each as long as the precision still missing predicts, never past
+the maximum (``--target-cap-seconds``); after each round its own precision decides whether it is
+precise, clearly apart from the best, or measured on.
 
-- ``precise``: its TPS/W is known to the goal (``--precision``, a 95% half-width of what its own
-  readings show): enough to separate it from a neighbour one 10 W step away near the sweet spot,
-  where TPS/W moves by about 1% per step. A round that saw no rare event (a stall every few
-  seconds) cannot know of it: the run-to-run term every stated interval carries does;
-- ``separated``: it is clearly apart from the best point measured so far (not a contender, or
-  clearly the new best): more time would not change the decision;
-- ``max window``: the bound; ``failed``: a round's requests failed (measured again or recorded
-  by the protocol, as before);
-- ``one round``: the minimum is the maximum (nothing to decide).
-
-Every bound is in run seconds: a point costs at most the maximum window per prompt, plus one
-round's margin.
+The reasoning: docs/precision.md, "powersweep.sweep.sampling.windows".
 """
 
 from __future__ import annotations

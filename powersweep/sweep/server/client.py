@@ -2,8 +2,9 @@
 
 Token counts come from the server when it reports them (``usage``, else llama.cpp ``timings``) and
 from the client's own count of token-bearing chunks otherwise; timestamps are run seconds taken
-from the sweep's clock as each chunk is parsed. ``chat`` never raises for a server problem: a
-failed request is a :class:`RequestResult` with ``ok=False`` and a one-line ``error``.
+from the sweep's clock as each chunk is parsed.
+
+The reasoning: docs/architecture.md, "powersweep.sweep.server.client".
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """One greedy (temperature 0, fixed seed) chat answer, as the undervolt search compares them.
 
-At each clock offset the search asks the same prompts again and compares the answers token for
-token with those at offset 0: a card that computes wrongly at an offset changes the text.
-:func:`parse_greedy` reads a non-streamed ``chat.completion`` body into a :class:`GreedyAnswer`;
-the counts, finish reason and error texts come from the same accounting as a measured request
-(:class:`~powersweep.sweep.server.sse.StreamAccumulator`), so a greedy answer and a measured one
-describe one body alike, the prompt tokens the server served from its cache included. The token
-logprobs (``choices[0].logprobs.content[].logprob``, asked for with ``logprobs``) are read by a
-typed msgspec conversion, as the stream's chunks are.
+The reasoning: docs/architecture.md, "powersweep.sweep.server.greedy_answer".
 """
 
 from __future__ import annotations

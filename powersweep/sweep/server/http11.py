@@ -1,34 +1,9 @@
 """One HTTP/1.1 client connection as an asyncio protocol, for :mod:`.transport`.
 
-The response framing is llhttp's (``httptools.HttpResponseParser``, uvicorn's parser, in strict
-mode): a read is one ``data_received`` callback fed to the parser, whose ``on_body`` callback
-hands each piece of body either straight to a sink (the SSE reader: no buffer, task switch or
-await per read) or to a buffer a reader takes from (:meth:`Http11Connection.take` after
-:meth:`Http11Connection.wait`). Failures are httpx's exceptions, as httpcore raises them.
+The response framing is llhttp's in strict mode, plus bounds of its own: a response is either
+framed as a strict parser frames it or refused, never read as a body.
 
-On top of llhttp, checks for what it lets through, so that a response is either framed as a
-strict parser frames it or refused:
-
-- a ``Transfer-Encoding`` other than one ``chunked`` (``chunked, gzip``: a coding this client
-  never asked for, which llhttp would read until the connection closes and never decode);
-- a response that is not ``HTTP/1.0`` or ``HTTP/1.1`` (llhttp also reads RTSP, ICE, HTTP/2.0);
-- a ``101`` (this client asks for no upgrade);
-- more than :data:`MAX_INTERIM_HEADS` ``1xx`` heads, response heads (interim ones included) of
-  more than :data:`MAX_HEAD_BYTES`, more than :data:`MAX_TRAILERS` trailer lines, or
-  :data:`MAX_FRAMING_BYTES` of chunk framing in a row without a body byte (an endless run of
-  zeros in a chunk size, an endless extension or trailer line).
-
-Bytes that arrive while no request is on the connection, or after its response ended, close
-it: a stale answer must never answer the next request. (Within the read that ends a response,
-llhttp skips blank lines before the next message, as RFC 9112 2.2 allows; any other byte
-closes the connection; so do bytes the kernel holds when the connection is taken for its next
-request, :meth:`Http11Connection.check_unread`.) A response its reader stopped reading early
-is read on, discarded, to its end (:meth:`Http11Connection.drain`, bounded by :data:`DRAIN_S`
-and :data:`DRAIN_MAX_BYTES`) before its connection is kept.
-
-The read timeout counts silence from the request's sending, the final head or the last body
-byte: interim heads, chunk framing and trailers do not restart it, so a server cannot hold a
-request with them past the timeout.
+The reasoning: docs/architecture.md, "powersweep.sweep.server.http11".
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Which local processes serve a URL: the PIDs listening on its port (and their children).
 
-The GPUs a sweep caps are the ones the server's process runs on; NVML lists processes by PID, so
-the server's PID is what ties a URL to its cards. Linux only (``/proc``); elsewhere, or for a
-server on another machine or in another PID namespace, nothing is found and the caller falls
-back to any process holding GPU memory.
+The GPUs a sweep caps are the ones the server's process runs on.
+
+The reasoning: docs/architecture.md, "powersweep.sweep.server.local".
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 :class:`ServerQueries` is a base of :class:`~powersweep.sweep.server.client.ChatClient`:
 ``queued_requests`` reads the requests waiting for a slot from ``/metrics`` (llama.cpp, vLLM),
-``count_tokens`` asks the server's ``/tokenize``. Neither is a measured request, and neither
-raises: None when the server does not say. Kept apart from
-:mod:`powersweep.sweep.server.client`, which sends and measures the chat requests, so each
-module holds one concern.
+``count_tokens`` asks the server's ``/tokenize``.
+
+The reasoning: docs/architecture.md, "powersweep.sweep.server.server_queries".
 """
 
 from __future__ import annotations

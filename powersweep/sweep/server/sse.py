@@ -1,10 +1,8 @@
 """Server-sent events: an incremental parser and the token accounting of one chat stream.
 
-Both parts are pure (no I/O, no clock): the client feeds them bytes and timestamps. The parser
-follows the WHATWG event-stream rules (``\\r\\n``, ``\\n`` or ``\\r`` line ends, ``data:`` with or
-without a space, ``:`` comments, ``event:``/``id:``/``retry:`` fields, multi-line data) and adds
-two things real inference servers need: llama.cpp's ``error: {...}`` lines become ``error`` events,
-and a body that is not an event stream at all (an HTML page, a bare JSON object) is flagged.
+Both parts are pure (no I/O, no clock): the client feeds them bytes and timestamps.
+
+The reasoning: docs/architecture.md, "powersweep.sweep.server.sse".
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """A lean HTTP/1.1 transport for httpx, on asyncio protocols.
 
-Why it exists: httpx's default transport (httpcore over anyio, with h11 parsing the framing, all
-pure Python) costs about 60-90 microseconds of CPU per network read; a token stream is one read
-per token, so at tens of thousands of tokens per second the sweep process would need cores of
-its own and compete with the server it measures. Here a read is one ``data_received`` callback
-that llhttp (C, strict) parses, its body handed to the reader from the parser's callback, and a
-read timeout is one timer per wait instead of a cancel scope per read.
+httpx's default transport costs about 60-90 microseconds of CPU per network read, one read per
+token: at tens of thousands of tokens per second the sweep would compete with the server it
+measures.
 
-It speaks plain ``http://`` only (local inference servers); the client keeps httpx's own
-transport for ``https://`` and proxies. Failures raise httpx's exceptions (``ConnectError``,
-``ConnectTimeout``, ``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``), as httpcore's
-mapping does, so callers see no difference; a response this transport refuses to frame raises
-:class:`~powersweep.sweep.server.http11.MalformedResponse` (a ``RemoteProtocolError``), and a
-request header with CR, LF or NUL in it ``LocalProtocolError`` before anything is sent.
+The reasoning: docs/architecture.md, "powersweep.sweep.server.transport".
 """
 
 from __future__ import annotations

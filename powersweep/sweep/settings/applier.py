@@ -1,10 +1,9 @@
 """Set power limits (and clock locks and SM clock offsets) on chosen GPUs: plan (clamped to each
 envelope), write, verify, roll back.
 
-Every value is checked before the first write, so bad input changes nothing. The writes then go
-card by card, each verified by reading the limit back; if one card refuses (or the user
-interrupts), the cards already changed get their previous limit back, so an ``apply`` either
-takes on every card or on none.
+Every value is checked before the first write, so bad input changes nothing.
+
+The reasoning: docs/apply.md, "powersweep.sweep.settings.applier".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """The systemd unit that puts the settings back at every boot: render, install, remove, read.
 
-``powersweep-apply.service`` is a oneshot unit. It turns persistence mode on and sets each
-card's power limit and clock locks, found by UUID, through the vendor's tool (``nvidia-smi``,
-installed with the NVIDIA driver; ``amd-smi``, installed with ROCm) or the installed
-``powersweep``, each by its absolute path, so it never depends on ``PATH`` (``sudo``'s
-``secure_path`` lacks a virtualenv). With NVIDIA cards it runs after the driver's persistence
-daemon, and is part of it, so a driver reload that restarts ``nvidia-persistenced`` applies it
-again; AMD cards have no such daemon (amdgpu keeps settings while loaded). A card with an SM
-clock offset (an undervolt run's answer) or a memory clock offset is set by ``powersweep`` alone,
-limit and lock included: the vendor tools have no option for an offset, and the SM offset must go
-on after the lock.
+``powersweep-apply.service`` is a oneshot unit that sets each card's power limit and clock locks
+(clock offsets only with ``--trust-offset``), found by UUID, through tools named by absolute
+path, so it never depends on ``PATH``.
 
-An offset is persisted only with ``--trust-offset`` (issue 45): a driver update moves the
-voltage/frequency curve and the memory training, so an offset stable under today's driver may
-not be under the next. The unit records the driver it was trusted under (``--offset-driver``);
-at a boot under another driver ``apply --at-boot`` skips the offsets, with a warning in the
-journal, and sets the limit and locks alone.
-
-Installing writes the unit file and nothing else (root-owned, mode 0644, written atomically);
-``systemctl`` then enables it. A comment line carries the settings as JSON so
-``powersweep status`` can tell what the unit applies, and so the next ``apply --persist`` can
-merge its cards into it (:func:`merge_settings`): there is one unit for every card, one card's
-setting or reset leaves the other cards' lines. Every command line may fail without stopping
-the ones after it (systemd's ``-`` prefix), so a card that is gone or refuses at boot does not
-keep the others from their settings.
+The reasoning: docs/apply.md, "powersweep.sweep.settings.boot_unit".
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Lock or unlock SM and memory clocks on chosen GPUs: plan (snapped to supported clocks),
 write, verify where the backend can read locks back, undo.
 
-Like power limits, every value is checked before the first write. NVML sets locks but has no
-call that reads them back, so on real cards a lock the driver took is reported as set, never as
-verified, and the lock in force before cannot be put back exactly (only unlocked).
+Like power limits, every value is checked before the first write.
 
-An SM lock is a range (issue 45): the asked clock is its top, its bottom ``--sm-clock-min`` or
-the card's idle floor (:mod:`powersweep.sweep.gpu.lock_range`), so an idle card clocks down.
+The reasoning: docs/clocks.md, "powersweep.sweep.settings.clock_locks".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Set or put back the SM clock offset (an undervolt run's answer) or the memory clock offset
 (issue 45) on chosen GPUs: plan, write, verify, undo.
 
-Like limits and locks, every card is checked before the first write: one without an offset to
-set, or whose offset in force cannot be read (so could not be put back), is refused and nothing
-changes. ``nvidia-smi`` has no option for the offset; it goes through the driver's API alone.
-A memory offset is in the driver's unit (NVML's: twice what Afterburner shows on GDDR6X/GDDR7).
+The reasoning: docs/undervolt.md, "powersweep.sweep.settings.clock_offsets".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """What a fleet report (``fleet.json``) asks of this node's cards, for ``powersweep fleet apply``.
 
-Each card of the node is matched to the report's group of its GPU model (and, where the report
-has several for that model, the load mode, served model and axis asked for); it gets the group's
-fleet cap or lock, or, when the report names this very card (its UUID, on this node) as an
-outlier, the card's own best, since the fleet's answer was chosen without it.
+The reasoning: docs/fleets.md, "powersweep.sweep.settings.fleet_targets".
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 locks, SM and memory clock offsets) go to the journal first, so a SIGKILL (or a power cut) half way
 through leaves what ``powersweep restore`` (or the Slurm epilog) needs to put every card back.
 
-The journal is removed once the write is complete (the new settings are meant to stay) or once
-a failed write was undone; it stays only when a card could not be put back.
+The reasoning: docs/apply.md, "powersweep.sweep.settings.journaled".
 """
 
 from __future__ import annotations

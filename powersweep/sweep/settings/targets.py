@@ -1,9 +1,8 @@
 """Which GPUs of this machine a setting goes to.
 
-A run's GPUs are found by UUID (NVML indices can change between boots). A run that did not record
-UUIDs falls back to the same index with the same name, with a warning. A card other than the one
-measured (another UUID, or another model) is refused unless forced: a cap measured on one card
-says little about another, and a typo in ``--gpus`` should not cap the wrong card.
+A run's GPUs are found by UUID (NVML indices can change between boots).
+
+The reasoning: docs/apply.md, "powersweep.sweep.settings.targets".
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 SM clock lock and the SM clock offset of its ``chosen`` point.
 
 The search has one answer (the largest offset that held, less its margin), so the
-objectives of a power or clock run do not apply to it. When no offset above 0 held, the lock and
-the limit are recommended alone, and only if that point beats the baseline cap beyond noise:
-otherwise the cap alone does as well and nothing is recommended. The answer is derived again from
-the run's own measurements (caps.csv, run.json's record): an analysis.json that disagrees (edited,
-or made by another version) is refused, and so is any offset the run did not measure stable.
+objectives of a power or clock run do not apply to it.
+
+The reasoning: docs/undervolt.md, "powersweep.sweep.settings.undervolt_pick".
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 amdsmi locks a clock as a range (``amdsmi_set_gpu_clk_range``, MHz) under the performance level
 ``MANUAL``, and frees the clocks with the level ``AUTO`` (both at once: it has no per-clock
-reset). It lists a few levels per clock (in Hz) but takes any clock between the lowest and the
-highest. :class:`~powersweep.sweep.gpu.amd.amd_gpu.AmdsmiGpu` delegates its clock calls here.
+reset).
+
+The reasoning: docs/amd.md, "powersweep.sweep.gpu.amd.amd_clocks".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One AMD GPU through amdsmi: identity, power caps (verified), processes.
 
 Its readings are :mod:`.amd_reads`' (a base of :class:`AmdsmiGpu`); clock locks are
-:mod:`.clocks`'; the names and helpers of the amdsmi package are :mod:`.api`'s.
+:mod:`.amd_clocks`'; the names and helpers of the amdsmi package are :mod:`.amdsmi_api`'s.
 """
 
 from __future__ import annotations

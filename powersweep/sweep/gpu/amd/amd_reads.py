@@ -3,9 +3,9 @@ and throttle (violation) status, each field NaN/None where the card does not rep
 
 :class:`AmdReads` is a base of :class:`~powersweep.sweep.gpu.amd.amd_gpu.AmdsmiGpu`: its
 ``read_sample`` and the per-field bookkeeping (a field unsupported from the first read is not
-asked for again; any other failure counts in ``read_errors``). Kept apart from
-:mod:`powersweep.sweep.gpu.amd.amd_gpu`, which holds the card's identity, power caps and clock
-locks, so each module holds one concern.
+asked for again; any other failure counts in ``read_errors``).
+
+The reasoning: docs/amd.md, "powersweep.sweep.gpu.amd.amd_reads".
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What powersweep knows of the ``amdsmi`` package: the names it uses, amdsmi's status codes,
 the quiet lazy import, and small helpers for its values and errors.
 
-Shared by the AMD backend's modules (:mod:`.gpu`, :mod:`.clocks`,
-:mod:`.backend`); this is the only module that imports ``amdsmi``.
+Shared by the AMD backend's modules (:mod:`.amd_gpu`, :mod:`.amd_clocks`,
+:mod:`.amd_backend`); this is the only module that imports ``amdsmi``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The names of ``pynvml`` (nvidia-ml-py) the NVIDIA backend uses, how it is loaded, and small
 helpers for NVML's values.
 
-This is the only module of powersweep that imports ``pynvml`` (:func:`load_pynvml`, lazily, so the
-package imports on machines without the NVIDIA driver); the other modules of the backend use the
-module object they are handed, which is how the tests drive them with a fake
-(``tests/fakes/fake_pynvml.py``).
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.nvidia.nvml_api".
 """
 
 from __future__ import annotations

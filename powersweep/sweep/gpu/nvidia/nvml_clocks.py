@@ -3,7 +3,9 @@ and the SM clock's offset on the voltage/frequency curve (issue 36), which :mod:
 reads and sets.
 
 NVML sets locks but has no call that reads them back; whether a card follows a lock shows in
-the clocks measured under load (:mod:`powersweep.sweep.locks`). The offset it does read back.
+the clocks measured under load (:mod:`powersweep.sweep.locks`).
+
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.nvidia.nvml_clocks".
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 graphics engine exception, 31 an MMU fault, 43 the GPU stopped processing, 48 a double-bit ECC
 error, 79 the card fell off the bus, ...), which an undervolt too deep provokes (issue 36).
 
-NVML delivers them through an event set: the card is registered for
-``nvmlEventTypeXidCriticalError`` once, and each poll drains what arrived since without waiting.
-Only events that arrive after the registration are delivered, so the first poll arms the watch.
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.nvidia.nvml_events".
 """
 
 from __future__ import annotations

@@ -39,9 +39,10 @@ ACCEPT_TOLERANCE_W = 0.5
 class NvmlGpu:
     """One NVIDIA GPU read and capped through NVML (implements :class:`~powersweep.sweep.gpu.Gpu`).
 
-    Built by :meth:`NvmlBackend.gpu`. At construction it probes whether the instantaneous power
-    field (``NVML_FI_DEV_POWER_INSTANT``) works and records the choice in ``power_source``;
-    otherwise power comes from ``nvmlDeviceGetPowerUsage`` (a ~1 s average on recent drivers).
+    Built by :meth:`.nvml_backend.NvmlBackend.gpu`. At construction it probes whether the
+    instantaneous power field (``NVML_FI_DEV_POWER_INSTANT``) works and records the choice in
+    ``power_source``; otherwise power comes from ``nvmlDeviceGetPowerUsage`` (a ~1 s average on
+    recent drivers).
 
     A sample field that NVML reports as not supported (or whose function the driver lacks) is NaN
     (or None) and is not asked for again; that is a capability, not a failure, so it does not
@@ -407,8 +408,8 @@ class NvmlGpu:
         return self._xids.poll()
 
     def close(self) -> None:
-        """Free what this card holds in NVML (its Xid event set); :meth:`NvmlBackend.close`
-        calls it before NVML shuts down. Idempotent."""
+        """Free what this card holds in NVML (its Xid event set);
+        :meth:`.nvml_backend.NvmlBackend.close` calls it before NVML shuts down. Idempotent."""
         self._xids.close()
 
     def _limit_w(self) -> float:

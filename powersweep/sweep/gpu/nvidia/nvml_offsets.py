@@ -2,22 +2,9 @@
 and the memory clock's offset (issue 45), through the same calls.
 
 The current calls, ``nvmlDeviceGetClockOffsets`` / ``nvmlDeviceSetClockOffsets``, take a
-versioned ``nvmlClockOffset_t`` and name a performance state. They are called here through
-pynvml's function-pointer lookup, not through nvidia-ml-py's bindings: those (13.615) return
-NVML_SUCCESS whatever the driver answered, so a refused offset would read as set. A driver without
-them is driven through the deprecated ``nvmlDevice*GpcClk*VfOffset`` (memory: ``*MemClk*``) calls
-instead; only when both are missing is the driver "too old".
+versioned ``nvmlClockOffset_t`` and name a performance state.
 
-The memory offset's unit is NVML's own, not the memory clock NVML reports: on GDDR6X (and the
-RTX 5090's GDDR7) an offset of +X MHz raises the reported memory clock by X/2 MHz, so NVML's
-offset is in the data rate's terms (+3000 takes a 4090 from 21 to 24 Gbps, 10501 to ~12000 MHz
-reported) and is twice what Windows tools (MSI Afterburner) call the same overclock. Sources:
-LACT issue #418 (RTX 4090: +3000 through NVML for 24 Gbps, the reported clock +1500) and #1001
-(RTX 5090: "+3000MHz offset will actually be +1500MHz", the maintainer, on the Linux driver);
-GreenWithEnvy users' pynvml scripts double its offsets for ``nvmlDeviceSetMemClkVfOffset``.
-Nothing here converts: an offset is set, read and journalled in NVML's unit.
-
-docs/architecture.md ("The NVIDIA clock offset through NVML") gives the reading of the calls.
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.nvidia.nvml_offsets".
 """
 
 from __future__ import annotations

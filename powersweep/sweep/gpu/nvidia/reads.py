@@ -3,7 +3,9 @@ P-state and clock events, each tolerant of failure.
 
 A sample field that NVML reports as not supported (or whose function the driver lacks) is NaN (or
 None) and is not asked for again; that is a capability, not a failure, so it does not count in
-``read_errors``. Any other NVML error makes the field NaN/None and counts.
+``read_errors``.
+
+The reasoning: docs/architecture.md, "powersweep.sweep.gpu.nvidia.reads".
 """
 
 from __future__ import annotations
