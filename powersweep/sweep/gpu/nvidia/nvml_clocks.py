@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
@@ -110,7 +111,7 @@ class NvmlClocks:
         ]
         for wanted, what, reset in calls:
             if wanted:
-                nvml_set(nvml, reset, lambda what=what: self._reset_setter(what))
+                nvml_set(nvml, reset, partial(self._reset_setter, what))
 
     # --- the voltage/frequency curve's offset (issues 36 and 45): nvml_offsets ---------------
 

@@ -2,9 +2,9 @@
 
 A setter runs through :func:`nvml_set`, with an :class:`NvmlSetter` that words its errors: no
 permission and failures raise :class:`~powersweep.errors.GpuError`, and the faults the setter
-takes as a refusal (unsupported, invalid) come back as a :class:`Refusal` its caller turns into a
-result that is not accepted. A read that tolerates failure goes through :func:`nvml_read`, which
-answers None (NVML's N/A), as nvitop's ``libnvml`` wrapper does.
+takes as a refusal (unsupported, invalid) come back as a ``Refusal`` (``sweep.gpu.protocol``) its
+caller turns into a result that is not accepted. A read that tolerates failure goes through
+:func:`nvml_read`, which answers None (NVML's N/A), as nvitop's ``libnvml`` wrapper does.
 """
 
 from __future__ import annotations
@@ -12,21 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Literal, NamedTuple, TypeVar
+from typing import TypeVar
 
 from powersweep.errors import GpuError
 from powersweep.sweep.gpu.nvidia.nvml_api import cause
-
-# What an NVML error means to a caller: no permission (needs root), unsupported (the card or
-# driver cannot: NOT_SUPPORTED, or the driver lacks the function), invalid (the value is
-# refused), or a failure (anything else: GPU lost, unknown, ...).
-Fault = Literal["no_permission", "unsupported", "invalid", "failed"]
+from powersweep.sweep.gpu.protocol import Fault, Refusal
 
 _T = TypeVar("_T")
 
 
-def fault_of(nvml: ModuleType, exc: BaseException) -> Fault:
-    """The :data:`Fault` an NVML error is (``NVMLError(code)`` makes the code's subclass)."""
+def fault_of(nvml: ModuleType, exc: Exception) -> Fault:
+    """The :data:`~powersweep.sweep.gpu.protocol.Fault` an NVML error is (``NVMLError(code)``
+    makes the code's subclass; a driver without the function is unsupported)."""
     if isinstance(exc, nvml.NVMLError_NoPermission):
         return "no_permission"
     if isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)):
@@ -36,14 +33,6 @@ def fault_of(nvml: ModuleType, exc: BaseException) -> Fault:
     return "failed"
 
 
-class Refusal(NamedTuple):
-    """A set the card or driver refused, which the setter reports as not accepted."""
-
-    fault: Fault
-    message: str
-    exc: BaseException
-
-
 @dataclass(frozen=True)
 class NvmlSetter:
     """How one NVML setter's errors read.
@@ -51,7 +40,7 @@ class NvmlSetter:
     Attributes:
         doing: What it does, naming the GPU (``setting the power limit of GPU 0 (...)``).
         target: The value, appended in the failure message (`` to 250 W``).
-        refuses: The faults that come back as a :class:`Refusal`; the others raise.
+        refuses: The faults that come back as a ``Refusal``; the others raise.
         unsupported: The message of an unsupported set (None: it reads as a failure).
         invalid: The message of an invalid value, before the cause (None: a failure).
         root_hint: Appended to "re-run with sudo" (`` (or as root)``).
@@ -60,11 +49,11 @@ class NvmlSetter:
     doing: str
     target: str = ""
     refuses: frozenset[Fault] = frozenset()
-    unsupported: Callable[[BaseException], str] | None = None
+    unsupported: Callable[[Exception], str] | None = None
     invalid: str | None = None
     root_hint: str = ""
 
-    def refusal(self, nvml: ModuleType, exc: BaseException) -> Refusal:
+    def refusal(self, nvml: ModuleType, exc: Exception) -> Refusal:
         """The refusal an NVML error is for this setter.
 
         Raises:
@@ -75,7 +64,7 @@ class NvmlSetter:
             return Refusal(fault, self._message(fault, exc), exc)
         raise GpuError(self._message(fault, exc)) from exc
 
-    def _message(self, fault: Fault, exc: BaseException) -> str:
+    def _message(self, fault: Fault, exc: Exception) -> str:
         if fault == "no_permission":
             return f"{self.doing} needs root: re-run with sudo{self.root_hint}{cause(exc)}"
         if fault == "unsupported" and self.unsupported is not None:
@@ -88,7 +77,7 @@ class NvmlSetter:
 def nvml_set(
     nvml: ModuleType, call: Callable[[], object], setter: Callable[[], NvmlSetter]
 ) -> Refusal | None:
-    """Run one NVML set: None when it took, the :class:`Refusal` when the card refused it.
+    """Run one NVML set: None when it took, the ``Refusal`` when the card refused it.
 
     ``setter`` words the errors; it is built only when one happens (naming the GPU may call
     NVML).

@@ -15,7 +15,8 @@ from types import ModuleType
 from typing import Any
 
 from powersweep.sweep.gpu.nvidia.nvml_api import same_device
-from powersweep.sweep.gpu.nvidia.nvml_errors import Fault, nvml_read
+from powersweep.sweep.gpu.nvidia.nvml_errors import nvml_read
+from powersweep.sweep.gpu.protocol import Fault
 
 # The most events one poll drains: a card in trouble can report an Xid storm, and a poll must
 # return promptly; what is left stays queued in NVML for the next poll.

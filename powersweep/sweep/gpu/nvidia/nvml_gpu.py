@@ -354,11 +354,13 @@ class NvmlGpu:
         containers). Returns None when the list cannot be read at all.
         """
         nvml = self._nvml
-        procs = nvml_read(nvml, lambda: nvml.nvmlDeviceGetComputeRunningProcesses(self._handle))
+        procs = nvml_read(
+            nvml, lambda: tuple(nvml.nvmlDeviceGetComputeRunningProcesses(self._handle) or ())
+        )
         if procs is None:
             return None
         out = []
-        for proc in procs or ():
+        for proc in procs:
             pid = getattr(proc, "pid", None)
             if not isinstance(pid, int):
                 continue

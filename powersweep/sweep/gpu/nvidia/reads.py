@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import Literal, TypeVar
 
 from powersweep.sweep.gpu.nvidia.nvml_api import available, field_number, or_nan
-from powersweep.sweep.gpu.nvidia.nvml_errors import Fault, nvml_read
-from powersweep.sweep.gpu.protocol import NAN, GpuSample
+from powersweep.sweep.gpu.nvidia.nvml_errors import nvml_read
+from powersweep.sweep.gpu.protocol import NAN, Fault, GpuSample
 
 PowerSource = Literal["instant", "average"]
 
