@@ -113,20 +113,12 @@ class AmdClocks:
         clk = smi.AmdSmiClkType.GFX if kind == "sm" else smi.AmdSmiClkType.MEM
         value = round(mhz)
         low = value if min_mhz is None else round(min_mhz)
-        h = self._handle
-
-        def set_range() -> None:
-            smi.amdsmi_set_gpu_perf_level(h, smi.AmdSmiDevPerfLevel.MANUAL)
-            smi.amdsmi_set_gpu_clk_range(h, low, value, clk)
-
         try:
-            refusal = amd_set(smi, set_range, self._lock_setter(what, mhz))
-        except GpuError:
+            smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.MANUAL)
+            smi.amdsmi_set_gpu_clk_range(self._handle, low, value, clk)
+        except smi.AmdSmiException as exc:
             self._unmanual()
-            raise
-        if refusal is not None:
-            self._unmanual()
-            return LockResult(mhz, False, refusal.message)
+            return LockResult(mhz, False, self._lock_setter(what, mhz).refusal(exc).message)
         self._held[kind] = (low, value)
         return LockResult(mhz, True)
 
@@ -147,10 +139,8 @@ class AmdClocks:
             refuses=frozenset({"unsupported"}),
         )
         auto = smi.AmdSmiDevPerfLevel.AUTO
-        if (
-            amd_set(smi, lambda: smi.amdsmi_set_gpu_perf_level(self._handle, auto), setter)
-            is not None
-        ):
+        refusal = amd_set(smi, lambda: smi.amdsmi_set_gpu_perf_level(self._handle, auto), setter)
+        if refusal is not None:
             return  # a card without performance levels was never locked
         self._held.clear()
         for kind, (low, value) in keep.items():
