@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, NamedTuple, Protocol
 
 NAN = math.nan
 # The highest power limit (W per card) and clock (MHz) a setting may name: no card comes near
@@ -32,6 +32,20 @@ CLOCK_EVENT_DISPLAY_CLOCKS = 0x100
 
 POWER_EVENT_MASK = CLOCK_EVENT_SW_POWER_CAP | CLOCK_EVENT_HW_POWER_BRAKE
 THERMAL_EVENT_MASK = CLOCK_EVENT_SW_THERMAL | CLOCK_EVENT_HW_THERMAL | CLOCK_EVENT_HW_SLOWDOWN
+
+# What a vendor library's error means to a caller (each backend maps its errors to one, in one
+# place): no permission (needs root), unsupported (the card or driver cannot), invalid (the
+# value is refused), or a failure (anything else: a lost GPU, an unknown error, ...).
+Fault = Literal["no_permission", "unsupported", "invalid", "failed"]
+
+
+class Refusal(NamedTuple):
+    """A set the card or driver refused, which the setter reports as not accepted."""
+
+    fault: Fault
+    message: str
+    exc: BaseException
+
 
 # The Xid the NVIDIA driver reports when a card falls off the bus (stops answering on PCIe).
 XID_FALLEN_OFF_BUS = 79

@@ -17,12 +17,13 @@ from typing import Any
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.amd.amdsmi_api import (
-    AMDSMI_STATUS_INVAL,
-    UNSUPPORTED,
+    AmdSetter,
+    amd_read,
+    amd_set,
     cause,
+    fault_of,
     number,
     perf_level_name,
-    status_code,
 )
 from powersweep.sweep.gpu.protocol import LockedClocks, LockResult, SupportedClocks
 
@@ -64,10 +65,7 @@ class AmdClocks:
         cannot be read, only that a user setting holds the clocks.
         """
         smi = self._smi
-        try:
-            level: str | None = perf_level_name(smi.amdsmi_get_gpu_perf_level(self._handle))
-        except smi.AmdSmiException:
-            level = None
+        level = amd_read(smi, lambda: perf_level_name(smi.amdsmi_get_gpu_perf_level(self._handle)))
         if level == "AUTO":
             return LockedClocks(known=True, user_clock_setting_active=False)
         return LockedClocks(known=False, user_clock_setting_active=None if level is None else True)
@@ -84,9 +82,7 @@ class AmdClocks:
             gfx = _levels_mhz(smi.amdsmi_get_clk_freq(self._handle, smi.AmdSmiClkType.GFX))
             mem = _levels_mhz(smi.amdsmi_get_clk_freq(self._handle, smi.AmdSmiClkType.MEM))
         except smi.AmdSmiException as exc:
-            hint = (
-                ": give --sm-clocks (and --mem-clocks)" if status_code(exc) in UNSUPPORTED else ""
-            )
+            hint = ": give --sm-clocks (and --mem-clocks)" if fault_of(exc) == "unsupported" else ""
             raise GpuError(f"cannot list the clocks of {self._label()}{cause(exc)}{hint}") from exc
         if not gfx or not mem:
             raise GpuError(
@@ -122,11 +118,8 @@ class AmdClocks:
             smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.MANUAL)
             smi.amdsmi_set_gpu_clk_range(self._handle, low, value, clk)
         except smi.AmdSmiException as exc:
-            if not self._held:
-                # nothing else held: do not leave the card in MANUAL for a lock it refused
-                with contextlib.suppress(smi.AmdSmiException):
-                    smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.AUTO)
-            return self._refused(what, mhz, exc)
+            self._unmanual()
+            return LockResult(mhz, False, self._lock_setter(what, mhz).refusal(exc).message)
         self._held[kind] = (low, value)
         return LockResult(mhz, True)
 
@@ -141,31 +134,47 @@ class AmdClocks:
             return
         keep = {k: v for k, v in self._held.items() if not (sm if k == "sm" else mem)}
         smi = self._smi
-        try:
-            smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.AUTO)
-        except smi.AmdSmiException as exc:
-            if status_code(exc) in UNSUPPORTED and not self._is_guest():
-                return  # a card without performance levels was never locked
-            raise GpuError(self._refusal("unlocking the clocks", "level AUTO", exc)) from exc
+        setter = AmdSetter(
+            lambda exc: self._refusal("unlocking the clocks", "level AUTO", exc),
+            self._is_guest,
+            refuses=frozenset({"unsupported"}),
+        )
+        auto = smi.AmdSmiDevPerfLevel.AUTO
+        refusal = amd_set(smi, lambda: smi.amdsmi_set_gpu_perf_level(self._handle, auto), setter)
+        if refusal is not None:
+            return  # a card without performance levels was never locked
         self._held.clear()
         for kind, (low, value) in keep.items():
             self.lock(kind, float(value), float(low))
 
-    def _refused(self, what: str, mhz: float, exc: BaseException) -> LockResult:
-        """A refused lock: a result where the card cannot (or will not), else a GpuError."""
-        code = status_code(exc)
-        if code in UNSUPPORTED and not self._is_guest():
-            hint = (
-                "HBM cards (MI300X) keep a fixed memory clock"
-                if what == "memory"
-                else "the card or driver does not allow it"
-            )
-            message = f"{self._label()} does not support {what} clock locks{cause(exc)}: {hint}"
-            return LockResult(mhz, False, message)
-        if code == AMDSMI_STATUS_INVAL:
-            message = f"{self._label()} rejected a {mhz:g} MHz {what} lock as invalid{cause(exc)}"
-            return LockResult(mhz, False, message)
-        raise GpuError(self._refusal(f"locking the {what} clock", f"{mhz:g} MHz", exc)) from exc
+    def _unmanual(self) -> None:
+        """Back to ``AUTO`` after a refused lock, unless another lock of this process holds:
+        the card is not left in ``MANUAL`` for a lock it refused."""
+        smi = self._smi
+        if not self._held:
+            with contextlib.suppress(smi.AmdSmiException):
+                smi.amdsmi_set_gpu_perf_level(self._handle, smi.AmdSmiDevPerfLevel.AUTO)
+
+    def _lock_setter(self, what: str, mhz: float) -> AmdSetter:
+        """A lock the card cannot take (not in a VM guest) or an invalid one is not accepted;
+        anything else is an error."""
+        hint = (
+            "HBM cards (MI300X) keep a fixed memory clock"
+            if what == "memory"
+            else "the card or driver does not allow it"
+        )
+        label = self._label
+        return AmdSetter(
+            lambda exc: self._refusal(f"locking the {what} clock", f"{mhz:g} MHz", exc),
+            self._is_guest,
+            refuses=frozenset({"unsupported", "invalid"}),
+            unsupported=lambda exc: (
+                f"{label()} does not support {what} clock locks{cause(exc)}: {hint}"
+            ),
+            invalid=lambda exc: (
+                f"{label()} rejected a {mhz:g} MHz {what} lock as invalid{cause(exc)}"
+            ),
+        )
 
 
 def _levels_mhz(freq: Any) -> list[float]:

@@ -13,12 +13,12 @@ from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.amd.amd_clocks import AmdClocks
 from powersweep.sweep.gpu.amd.amd_reads import AmdReads, PowerSource
 from powersweep.sweep.gpu.amd.amdsmi_api import (
-    AMDSMI_STATUS_INVAL,
-    AMDSMI_STATUS_NO_PERM,
-    UNSUPPORTED,
+    AmdSetter,
+    amd_read,
+    amd_set,
     cause,
+    fault_of,
     number,
-    status_code,
 )
 from powersweep.sweep.gpu.protocol import (
     NAN,
@@ -139,7 +139,7 @@ class AmdsmiGpu(AmdReads):
             uw = [number(info.get(k)) for k in ("min_power_cap", "default_power_cap")]
             uw += [number(info.get(k)) for k in ("max_power_cap", "power_cap")]
         except smi.AmdSmiException as exc:
-            if status_code(exc) in UNSUPPORTED:
+            if fault_of(exc) == "unsupported":
                 raise GpuError(self._no_power_cap(cause(exc).strip(" ()"))) from exc
             raise GpuError(f"cannot read the power cap of {self._label()}{cause(exc)}") from exc
         min_uw, default_uw, max_uw, current_uw = uw
@@ -163,14 +163,14 @@ class AmdsmiGpu(AmdReads):
     def slowdown_temp_c(self) -> float:
         """The hotspot (junction) temperature where the firmware throttles; NaN if unknown."""
         smi = self._smi
-        try:
-            value = smi.amdsmi_get_temp_metric(
+        value = amd_read(
+            smi,
+            lambda: smi.amdsmi_get_temp_metric(
                 self._handle,
                 smi.AmdSmiTemperatureType.HOTSPOT,
                 smi.AmdSmiTemperatureMetric.CRITICAL,
-            )
-        except smi.AmdSmiException:
-            return NAN
+            ),
+        )
         temp = number(value)
         return temp if temp is not None and temp > 0 else NAN
 
@@ -188,18 +188,20 @@ class AmdsmiGpu(AmdReads):
         if not (math.isfinite(watts) and watts > 0):
             raise UsageError(f"a power limit must be a positive number of watts, got {watts}")
         smi = self._smi
-        try:
-            smi.amdsmi_set_power_cap(self._handle, 0, round(watts * 1e6))
-        except smi.AmdSmiException as exc:
-            if status_code(exc) != AMDSMI_STATUS_INVAL:
-                raise GpuError(self._refusal("setting the power cap", f"{watts:g} W", exc)) from exc
-            return SetLimitResult(
-                watts,
-                self._cap_w(),
-                NAN,
-                False,
+        setter = AmdSetter(
+            lambda exc: self._refusal("setting the power cap", f"{watts:g} W", exc),
+            self._is_guest,
+            refuses=frozenset({"invalid"}),
+            invalid=lambda exc: (
                 f"{self._label()} rejected a {watts:g} W cap as invalid{cause(exc)}"
-                f"{self._range_hint()}",
+            ),
+        )
+        refusal = amd_set(
+            smi, lambda: smi.amdsmi_set_power_cap(self._handle, 0, round(watts * 1e6)), setter
+        )
+        if refusal is not None:
+            return SetLimitResult(
+                watts, self._cap_w(), NAN, False, refusal.message + self._range_hint()
             )
         readback_w = self._cap_w()
         if math.isnan(readback_w):
@@ -302,12 +304,11 @@ class AmdsmiGpu(AmdReads):
     def compute_processes(self) -> tuple[GpuProcess, ...] | None:
         """Processes using this GPU (``amdsmi_get_gpu_process_list``); None when unreadable."""
         smi = self._smi
-        try:
-            procs = smi.amdsmi_get_gpu_process_list(self._handle)
-        except smi.AmdSmiException:
+        procs = amd_read(smi, lambda: tuple(smi.amdsmi_get_gpu_process_list(self._handle) or ()))
+        if procs is None:
             return None
         out = []
-        for proc in procs or ():
+        for proc in procs:
             pid = proc.get("pid") if isinstance(proc, dict) else None
             if not isinstance(pid, int):
                 continue
@@ -321,10 +322,9 @@ class AmdsmiGpu(AmdReads):
 
     def _cap_w(self) -> float:
         smi = self._smi
-        try:
-            uw = number(smi.amdsmi_get_power_cap_info(self._handle).get("power_cap"))
-        except smi.AmdSmiException:
-            return NAN
+        uw = amd_read(
+            smi, lambda: number(smi.amdsmi_get_power_cap_info(self._handle).get("power_cap"))
+        )
         return uw / 1e6 if uw is not None and uw > 0 else NAN
 
     def _range_hint(self) -> str:
@@ -344,17 +344,17 @@ class AmdsmiGpu(AmdReads):
 
     def _refusal(self, doing: str, value: str, exc: BaseException) -> str:
         """The one-line error for a write the driver refused."""
-        code = status_code(exc)
+        fault = fault_of(exc)
         if self._is_guest():
             return (
                 f"{doing} of {self._label()} is not possible in a VM guest{cause(exc)}: the "
                 "host owns the card's power cap and clocks; run powersweep on the host"
             )
-        if code == AMDSMI_STATUS_NO_PERM:
+        if fault == "no_permission":
             return (
                 f"{doing} of {self._label()} needs root: re-run with sudo (or as root){cause(exc)}"
             )
-        if code in UNSUPPORTED:
+        if fault == "unsupported":
             return f"{self._label()} does not allow {doing}{cause(exc)}"
         return f"{doing} of {self._label()} to {value} failed{cause(exc)}"
 

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from powersweep.sweep.gpu.amd.amdsmi_api import UNSUPPORTED, number, status_code
+from powersweep.sweep.gpu.amd.amdsmi_api import amd_read, number
 from powersweep.sweep.gpu.protocol import (
     CLOCK_EVENT_HW_SLOWDOWN,
     CLOCK_EVENT_HW_THERMAL,
     CLOCK_EVENT_SW_POWER_CAP,
     CLOCK_EVENT_SW_THERMAL,
     NAN,
+    Fault,
     GpuSample,
 )
 
@@ -96,17 +97,13 @@ class AmdReads:
         """One field of ``read_sample``: None when unsupported (not counted) or failed (counted)."""
         if name in self._unsupported:
             return None
-        smi = self._smi
+        failed: list[Fault] = []
         try:
-            value = number(read())
-        except smi.AmdSmiException as exc:
-            if status_code(exc) in UNSUPPORTED:
-                self._unsupported.add(name)
-            else:
-                self._pending_errors += 1
-            return None
-        except (KeyError, TypeError):
-            self._pending_errors += 1
+            value = number(amd_read(self._smi, read, failed.append))
+        except (KeyError, TypeError):  # a malformed answer
+            failed.append("failed")
+        if failed:
+            self._failed(name, failed[0])
             return None
         if value is None:
             if name in self._read_ok:
@@ -116,6 +113,13 @@ class AmdReads:
             return None
         self._read_ok.add(name)
         return value
+
+    def _failed(self, name: str, fault: Fault) -> None:
+        """A field the card does not support is not asked for again; another fault counts."""
+        if fault == "unsupported":
+            self._unsupported.add(name)
+        else:
+            self._pending_errors += 1
 
     def _socket_power(self, source: str) -> float | None:
         info = self._smi.amdsmi_get_power_info(self._handle)
@@ -149,9 +153,8 @@ class AmdReads:
         if self.power_source == "none":
             return NAN, NAN
         smi = self._smi
-        try:
-            info = smi.amdsmi_get_power_info(self._handle)
-        except smi.AmdSmiException:
+        info = amd_read(smi, lambda: smi.amdsmi_get_power_info(self._handle))
+        if info is None:
             self._pending_errors += 1
             return NAN, NAN
         current = self._field("power_current", lambda: info.get(_POWER_KEYS["current"]))
@@ -189,13 +192,12 @@ class AmdReads:
         if "clock_events" in self._unsupported:
             return None
         smi = self._smi
-        try:
-            status = smi.amdsmi_get_violation_status(self._handle)
-        except smi.AmdSmiException as exc:
-            if status_code(exc) in UNSUPPORTED:
-                self._unsupported.add("clock_events")
-            else:
-                self._pending_errors += 1
+        status = amd_read(
+            smi,
+            lambda: smi.amdsmi_get_violation_status(self._handle),
+            lambda fault: self._failed("clock_events", fault),
+        )
+        if status is None:
             return None
         power, socket, prochot = (
             status.get(k) for k in ("active_ppt_pwr", "active_socket_thrm", "active_prochot_thrm")

@@ -11,10 +11,13 @@ import contextlib
 import importlib
 import io
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from powersweep.errors import GpuError
+from powersweep.sweep.gpu.protocol import Fault, Refusal
 
 # Every attribute of ``amdsmi`` the AMD backend uses. A unit test checks each one against the
 # installed package's source and the fakes, and that the backend uses no name missing here.
@@ -81,6 +84,8 @@ UNSUPPORTED = (
     AMDSMI_STATUS_SETTING_UNAVAILABLE,
 )
 
+_T = TypeVar("_T")
+
 INSTALL_HINT = "pip install 'powersweep[amd]', and ROCm's amd-smi library (apt install amd-smi-lib)"
 
 
@@ -94,6 +99,77 @@ def number(value: Any) -> float | None:
 def status_code(exc: BaseException) -> int | None:
     code = getattr(exc, "err_code", None)
     return code if isinstance(code, int) else None
+
+
+def fault_of(exc: BaseException) -> Fault:
+    """The :data:`~powersweep.sweep.gpu.protocol.Fault` an amdsmi error is, by its status code:
+    the one place amdsmi's codes are told apart."""
+    code = status_code(exc)
+    if code == AMDSMI_STATUS_NO_PERM:
+        return "no_permission"
+    if code in UNSUPPORTED:
+        return "unsupported"
+    if code == AMDSMI_STATUS_INVAL:
+        return "invalid"
+    return "failed"
+
+
+def amd_read(
+    smi: ModuleType, read: Callable[[], _T], on_fault: Callable[[Fault], object] | None = None
+) -> _T | None:
+    """Run one amdsmi read that tolerates failure: its value, or None (told to ``on_fault``)."""
+    try:
+        return read()
+    except smi.AmdSmiException as exc:
+        if on_fault is not None:
+            on_fault(fault_of(exc))
+        return None
+
+
+@dataclass(frozen=True)
+class AmdSetter:
+    """How one amdsmi setter's errors read (the AMD side of ``nvml_errors.NvmlSetter``).
+
+    Attributes:
+        error: The one-line error of a fault it does not take as a refusal (the card's
+            ``_refusal``, which names a VM guest, no permission, unsupported or a failure).
+        is_guest: Whether the card runs in a VM guest, whose host owns its settings: there an
+            unsupported set is an error, not a refusal. Called only on an error.
+        refuses: The faults that come back as a ``Refusal``; the others raise.
+        unsupported: The message of an unsupported set, from the error.
+        invalid: The message of an invalid value, from the error.
+    """
+
+    error: Callable[[BaseException], str]
+    is_guest: Callable[[], bool]
+    refuses: frozenset[Fault] = frozenset()
+    unsupported: Callable[[BaseException], str] | None = None
+    invalid: Callable[[BaseException], str] | None = None
+
+    def refusal(self, exc: BaseException) -> Refusal:
+        """The refusal an amdsmi error is for this setter.
+
+        Raises:
+            GpuError: A fault this setter does not take as a refusal.
+        """
+        fault = fault_of(exc)
+        words = {"invalid": self.invalid, "unsupported": self.unsupported}.get(fault)
+        if fault not in self.refuses or (fault == "unsupported" and self.is_guest()):
+            raise GpuError(self.error(exc)) from exc
+        return Refusal(fault, "" if words is None else words(exc), exc)
+
+
+def amd_set(smi: ModuleType, call: Callable[[], object], setter: AmdSetter) -> Refusal | None:
+    """Run one amdsmi set: None when it took, the ``Refusal`` when the card refused it.
+
+    Raises:
+        GpuError: A fault ``setter`` does not take as a refusal.
+    """
+    try:
+        call()
+    except smi.AmdSmiException as exc:
+        return setter.refusal(exc)
+    return None
 
 
 def cause(exc: BaseException) -> str:

@@ -158,7 +158,7 @@ def same_device(a: object, b: object) -> bool:
     return a is b
 
 
-def cause(exc: Exception) -> str:
+def cause(exc: BaseException) -> str:
     """`` (NVML: ...)``: an NVML error's text, appended to a message."""
     return f" (NVML: {exc})"
 

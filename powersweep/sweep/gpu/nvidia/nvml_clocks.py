@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import cause
+from powersweep.sweep.gpu.nvidia.nvml_errors import NvmlSetter, nvml_set
 from powersweep.sweep.gpu.nvidia.nvml_offsets import NvmlOffsets
 from powersweep.sweep.gpu.protocol import ClockOffset, LockResult, SupportedClocks
 
@@ -110,21 +112,8 @@ class NvmlClocks:
             (mem, "memory", lambda: nvml.nvmlDeviceResetMemoryLockedClocks(h)),
         ]
         for wanted, what, reset in calls:
-            if not wanted:
-                continue
-            try:
-                reset()
-            except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
-                continue
-            except nvml.NVMLError_NoPermission as exc:
-                raise GpuError(
-                    f"resetting the {what} clock lock of {self._label()} needs root: re-run "
-                    f"with sudo{cause(exc)}"
-                ) from exc
-            except nvml.NVMLError as exc:
-                raise GpuError(
-                    f"resetting the {what} clock lock of {self._label()} failed: {exc}"
-                ) from exc
+            if wanted:
+                nvml_set(nvml, reset, partial(self._reset_setter, what))
 
     # --- the voltage/frequency curve's offset (issues 36 and 45): nvml_offsets ---------------
 
@@ -166,36 +155,36 @@ class NvmlClocks:
     def _lock_clock(self, what: str, mhz: float, lock: Callable[[int], object]) -> LockResult:
         if not (math.isfinite(mhz) and mhz > 0):
             raise UsageError(f"a clock lock must be a positive number of MHz, got {mhz}")
-        nvml = self._nvml
-        try:
-            lock(round(mhz))
-        except nvml.NVMLError_NoPermission as exc:
-            raise GpuError(
-                f"locking the {what} clock of {self._label()} needs root: re-run with sudo"
-                f"{cause(exc)}"
-            ) from exc
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
-            hint = (
-                "many GeForce cards and drivers refuse memory clock locks"
-                if what == "memory"
-                else "the driver is too old or the card does not allow it"
-            )
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} does not support {what} clock locks{cause(exc)}: {hint}",
-            )
-        except nvml.NVMLError_InvalidArgument as exc:
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} rejected a {mhz:g} MHz {what} lock as invalid{cause(exc)}",
-            )
-        except nvml.NVMLError as exc:
-            raise GpuError(
-                f"locking the {what} clock of {self._label()} at {mhz:g} MHz failed: {exc}"
-            ) from exc
+        refusal = nvml_set(
+            self._nvml, lambda: lock(round(mhz)), lambda: self._lock_setter(what, mhz)
+        )
+        if refusal is not None:
+            return LockResult(mhz, False, refusal.message)
         return LockResult(mhz, True)
+
+    def _lock_setter(self, what: str, mhz: float) -> NvmlSetter:
+        label = self._label()
+        hint = (
+            "many GeForce cards and drivers refuse memory clock locks"
+            if what == "memory"
+            else "the driver is too old or the card does not allow it"
+        )
+        return NvmlSetter(
+            f"locking the {what} clock of {label}",
+            f" at {mhz:g} MHz",
+            refuses=frozenset({"unsupported", "invalid"}),
+            unsupported=lambda exc: (
+                f"{label} does not support {what} clock locks{cause(exc)}: {hint}"
+            ),
+            invalid=f"{label} rejected a {mhz:g} MHz {what} lock as invalid",
+        )
+
+    def _reset_setter(self, what: str) -> NvmlSetter:
+        # A lock a card does not support was never set: unsupported is no failure on reset.
+        return NvmlSetter(
+            f"resetting the {what} clock lock of {self._label()}",
+            refuses=frozenset({"unsupported"}),
+        )
 
 
 def _range_min(mhz: float, min_mhz: float | None) -> int | None:

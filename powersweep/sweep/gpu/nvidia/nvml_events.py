@@ -13,6 +13,8 @@ from types import ModuleType
 from typing import Any
 
 from powersweep.sweep.gpu.nvidia.nvml_api import same_device
+from powersweep.sweep.gpu.nvidia.nvml_errors import nvml_read
+from powersweep.sweep.gpu.protocol import Fault
 
 # The most events one poll drains: a card in trouble can report an Xid storm, and a poll must
 # return promptly; what is left stays queued in NVML for the next poll.
@@ -84,47 +86,35 @@ class NvmlXidEvents:
 
     # --- internals (lock held) ----------------------------------------------------------------
 
-    def _refusals(self) -> tuple[type[Exception], ...]:
-        """The NVML errors that mean "never here", not "failed this time"."""
-        nvml = self._nvml
-        return (
-            nvml.NVMLError_NotSupported,
-            nvml.NVMLError_NoPermission,
-            nvml.NVMLError_FunctionNotFound,
-        )
-
     def _arm(self) -> bool:
         """Create the event set and register the card for Xid events; False when not done
         (``_unsupported`` set when it never will be, ``poll_errors`` counted when it failed)."""
-        nvml = self._nvml
-        refused = self._refusals()
-        try:
-            types = int(nvml.nvmlDeviceGetSupportedEventTypes(self._handle))
-            if not types & nvml.nvmlEventTypeXidCriticalError:
-                self._unsupported = True
-                return False
-            event_set = nvml.nvmlEventSetCreate()
-        except refused:
+        nvml, h = self._nvml, self._handle
+        types = nvml_read(nvml, lambda: int(nvml.nvmlDeviceGetSupportedEventTypes(h)), self._fault)
+        if types is not None and not types & nvml.nvmlEventTypeXidCriticalError:
             self._unsupported = True
             return False
-        except nvml.NVMLError:
-            self.poll_errors += 1
+        event_set = None if types is None else nvml_read(nvml, nvml.nvmlEventSetCreate, self._fault)
+        if event_set is None:
             return False
-        try:
-            nvml.nvmlDeviceRegisterEvents(
-                self._handle, nvml.nvmlEventTypeXidCriticalError, event_set
-            )
-        except refused:
-            # Some cards list the event type and still refuse it (WSL, some GeForce drivers).
-            self._unsupported = True
-            self._free(event_set)
-            return False
-        except nvml.NVMLError:
-            self.poll_errors += 1
+        # Some cards list the event type and still refuse it (WSL, some GeForce drivers).
+        if nvml_read(nvml, lambda: self._register(event_set), self._fault) is None:
             self._free(event_set)
             return False
         self._set = event_set
         return True
+
+    def _register(self, event_set: Any) -> bool:
+        nvml = self._nvml
+        nvml.nvmlDeviceRegisterEvents(self._handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+        return True
+
+    def _fault(self, fault: Fault) -> None:
+        """Unsupported or no permission mean "never here"; another fault, "failed this time"."""
+        if fault in ("unsupported", "no_permission"):
+            self._unsupported = True
+        else:
+            self.poll_errors += 1
 
     def _drain(self) -> tuple[int, ...] | None:
         nvml = self._nvml

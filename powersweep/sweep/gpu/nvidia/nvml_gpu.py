@@ -16,6 +16,7 @@ from typing import Any
 from powersweep.errors import GpuError, UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import NOT_AVAILABLE, available, cause, text
 from powersweep.sweep.gpu.nvidia.nvml_clocks import NvmlClocks
+from powersweep.sweep.gpu.nvidia.nvml_errors import NvmlSetter, nvml_read, nvml_set
 from powersweep.sweep.gpu.nvidia.nvml_events import NvmlXidEvents
 from powersweep.sweep.gpu.nvidia.reads import NvmlReads, PowerSource
 from powersweep.sweep.gpu.protocol import (
@@ -147,15 +148,15 @@ class NvmlGpu:
     def slowdown_temp_c(self) -> float:
         """Temperature at which the card starts thermal slowdown (NaN if unknown)."""
         nvml = self._nvml
-        try:
-            temp = float(
+        temp = nvml_read(
+            nvml,
+            lambda: float(
                 nvml.nvmlDeviceGetTemperatureThreshold(
                     self._handle, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
                 )
-            )
-        except nvml.NVMLError:
-            return NAN
-        return temp if available(temp) and temp > 0 else NAN
+            ),
+        )
+        return temp if temp is not None and available(temp) and temp > 0 else NAN
 
     def set_power_limit(self, watts: float) -> SetLimitResult:
         """Set the power limit, read it back and report whether the card took it.
@@ -176,34 +177,21 @@ class NvmlGpu:
         """
         if not (math.isfinite(watts) and watts > 0):
             raise UsageError(f"a power limit must be a positive number of watts, got {watts}")
-        nvml = self._nvml
+        nvml, h = self._nvml, self._handle
         requested_mw = round(watts * 1000.0)
-        try:
-            nvml.nvmlDeviceSetPowerManagementLimit(self._handle, requested_mw)
-        except nvml.NVMLError_NoPermission as exc:
-            raise GpuError(
-                f"setting the power limit of {self._label()} needs root: re-run with sudo "
-                f"(or as root){cause(exc)}"
-            ) from exc
-        except nvml.NVMLError_NotSupported as exc:
-            raise GpuError(
-                f"{self._label()} does not let its power limit be set{cause(exc)}: laptop "
-                "GPUs, some VMs and containers without CAP_SYS_ADMIN cannot change it"
-            ) from exc
-        except nvml.NVMLError_InvalidArgument as exc:
-            readback_w = self._limit_w()
+        refusal = nvml_set(
+            nvml,
+            lambda: nvml.nvmlDeviceSetPowerManagementLimit(h, requested_mw),
+            lambda: self._power_setter(watts),
+        )
+        if refusal is not None:
             return SetLimitResult(
                 requested_w=watts,
-                readback_w=readback_w,
+                readback_w=self._limit_w(),
                 enforced_w=self.enforced_limit_w(),
                 accepted=False,
-                message=f"{self._label()} rejected a {watts:g} W limit as invalid"
-                f"{cause(exc)}{self._range_hint()}",
+                message=refusal.message + self._range_hint(),
             )
-        except nvml.NVMLError as exc:
-            raise GpuError(
-                f"setting the power limit of {self._label()} to {watts:g} W failed: {exc}"
-            ) from exc
         readback_w = self._limit_w()
         enforced_w = self.enforced_limit_w()
         if math.isnan(readback_w):
@@ -243,11 +231,8 @@ class NvmlGpu:
     def persistence_mode(self) -> bool | None:
         """Whether persistence mode is on; None when NVML cannot tell (e.g. on Windows)."""
         nvml = self._nvml
-        try:
-            mode = int(nvml.nvmlDeviceGetPersistenceMode(self._handle))
-        except nvml.NVMLError:
-            return None
-        return mode == nvml.NVML_FEATURE_ENABLED
+        mode = nvml_read(nvml, lambda: int(nvml.nvmlDeviceGetPersistenceMode(self._handle)))
+        return None if mode is None else mode == nvml.NVML_FEATURE_ENABLED
 
     def set_persistence_mode(self, enabled: bool) -> bool | None:
         """Turn persistence mode on or off and return the read-back (None if unreadable).
@@ -258,21 +243,11 @@ class NvmlGpu:
         nvml = self._nvml
         mode = nvml.NVML_FEATURE_ENABLED if enabled else nvml.NVML_FEATURE_DISABLED
         what = "on" if enabled else "off"
-        try:
-            nvml.nvmlDeviceSetPersistenceMode(self._handle, mode)
-        except nvml.NVMLError_NoPermission as exc:
-            raise GpuError(
-                f"turning persistence mode {what} on {self._label()} needs root: re-run with "
-                f"sudo{cause(exc)}"
-            ) from exc
-        except nvml.NVMLError_NotSupported as exc:
-            raise GpuError(
-                f"{self._label()} has no persistence mode to turn {what}{cause(exc)}"
-            ) from exc
-        except nvml.NVMLError as exc:
-            raise GpuError(
-                f"turning persistence mode {what} on {self._label()} failed: {exc}"
-            ) from exc
+        nvml_set(
+            nvml,
+            lambda: nvml.nvmlDeviceSetPersistenceMode(self._handle, mode),
+            lambda: self._persistence_setter(what),
+        )
         return self.persistence_mode()
 
     def locked_clocks(self) -> LockedClocks:
@@ -282,10 +257,9 @@ class NvmlGpu:
         the clocks right now, from the clock-event reasons.
         """
         nvml = self._nvml
-        try:
-            bits: int | None = int(nvml.nvmlDeviceGetCurrentClocksEventReasons(self._handle))
-        except nvml.NVMLError:
-            bits = None
+        bits = nvml_read(
+            nvml, lambda: int(nvml.nvmlDeviceGetCurrentClocksEventReasons(self._handle))
+        )
         active = None if bits is None else bool(bits & CLOCK_EVENT_APP_CLOCKS)
         return LockedClocks(known=False, user_clock_setting_active=active)
 
@@ -381,12 +355,13 @@ class NvmlGpu:
         containers). Returns None when the list cannot be read at all.
         """
         nvml = self._nvml
-        try:
-            procs = nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
-        except nvml.NVMLError:
+        procs = nvml_read(
+            nvml, lambda: tuple(nvml.nvmlDeviceGetComputeRunningProcesses(self._handle) or ())
+        )
+        if procs is None:
             return None
         out = []
-        for proc in procs or ():
+        for proc in procs:
             pid = getattr(proc, "pid", None)
             if not isinstance(pid, int):
                 continue
@@ -412,32 +387,51 @@ class NvmlGpu:
         :meth:`.nvml_backend.NvmlBackend.close` calls it before NVML shuts down. Idempotent."""
         self._xids.close()
 
+    def _power_setter(self, watts: float) -> NvmlSetter:
+        label = self._label()
+        return NvmlSetter(
+            f"setting the power limit of {label}",
+            f" to {watts:g} W",
+            refuses=frozenset({"invalid"}),
+            unsupported=lambda exc: (
+                f"{label} does not let its power limit be set{cause(exc)}: "
+                "laptop GPUs, some VMs and containers without CAP_SYS_ADMIN cannot change it"
+            ),
+            invalid=f"{label} rejected a {watts:g} W limit as invalid",
+            root_hint=" (or as root)",
+        )
+
+    def _persistence_setter(self, what: str) -> NvmlSetter:
+        label = self._label()
+        return NvmlSetter(
+            f"turning persistence mode {what} on {label}",
+            unsupported=lambda exc: f"{label} has no persistence mode to turn {what}{cause(exc)}",
+        )
+
     def _limit_w(self) -> float:
         return self._watts(self._nvml.nvmlDeviceGetPowerManagementLimit)
 
     def _watts(self, read_mw: Callable[[Any], Any]) -> float:
         """A milliwatt reading of this GPU in watts; NaN when it fails or is unavailable."""
-        try:
-            mw = float(read_mw(self._handle))
-        except self._nvml.NVMLError:
-            return NAN
-        return mw / 1000.0 if available(mw) else NAN
+        mw = nvml_read(self._nvml, lambda: float(read_mw(self._handle)))
+        return mw / 1000.0 if mw is not None and available(mw) else NAN
 
     def _range_hint(self) -> str:
         nvml = self._nvml
-        try:
-            min_mw, max_mw = nvml.nvmlDeviceGetPowerManagementLimitConstraints(self._handle)
-        except nvml.NVMLError:
+        limits = nvml_read(
+            nvml, lambda: nvml.nvmlDeviceGetPowerManagementLimitConstraints(self._handle)
+        )
+        if limits is None:
             return ""
+        min_mw, max_mw = limits
         return f"; it accepts {min_mw / 1000.0:g}-{max_mw / 1000.0:g} W"
 
     def _label(self) -> str:
         """``GPU 0 (NVIDIA GeForce RTX 3090)``, or ``GPU 0`` if the name cannot be read."""
         if self._name is None:
             nvml = self._nvml
-            try:
-                self._name = text(nvml.nvmlDeviceGetName(self._handle))
-            except nvml.NVMLError:
+            self._name = nvml_read(nvml, lambda: text(nvml.nvmlDeviceGetName(self._handle)))
+            if self._name is None:
                 return f"GPU {self._index}"
         return f"GPU {self._index} ({self._name})"
 

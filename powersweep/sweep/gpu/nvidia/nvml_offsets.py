@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
 
-from powersweep.errors import GpuError, UsageError
+from powersweep.errors import UsageError
 from powersweep.sweep.gpu.nvidia.nvml_api import cause
+from powersweep.sweep.gpu.nvidia.nvml_errors import NvmlSetter, fault_of, nvml_read, nvml_set
 from powersweep.sweep.gpu.protocol import (
     MAX_CLOCK_MHZ,
     OFFSET_GRID_MHZ,
@@ -107,7 +108,7 @@ class NvmlOffsets:
         except nvml.NVMLError as exc:
             if self._missing(exc):
                 return self._read_old()
-            if isinstance(exc, nvml.NVMLError_NotSupported):
+            if fault_of(nvml, exc) == "unsupported":
                 return ClockOffset(False, message=self._not_supported(exc))
             return ClockOffset(
                 True, message=f"cannot read the {self._what} of {self._label()}{cause(exc)}"
@@ -123,9 +124,9 @@ class NvmlOffsets:
         nvml = self._nvml
         try:
             value = self._old_get()
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound) as exc:
-            return ClockOffset(False, message=self._unsupported(exc))
         except nvml.NVMLError as exc:
+            if fault_of(nvml, exc) == "unsupported":
+                return ClockOffset(False, message=self._unsupported(exc))
             offset: float | None = None
             problems = [f"cannot read the {self._what} of {self._label()}{cause(exc)}"]
         else:
@@ -173,7 +174,7 @@ class NvmlOffsets:
         except nvml.NVMLError as exc:
             if self._missing(exc):
                 return self._set_old(mhz, wanted)
-            return self._refused(exc, mhz)
+            return LockResult(mhz, False, self._setter(mhz).refusal(nvml, exc).message)
         notes: list[str] = []
         pstates = [P0, *self._put_p2(mhz, wanted, notes)]
         return self._check_new(mhz, wanted, pstates, notes)
@@ -184,18 +185,10 @@ class NvmlOffsets:
         Raises:
             GpuError: No permission or a failure: a write fails loudly, whichever pstate.
         """
-        nvml = self._nvml
-        try:
-            self._put(P2, wanted)
-        except (
-            nvml.NVMLError_NotSupported,
-            nvml.NVMLError_InvalidArgument,
-            nvml.NVMLError_FunctionNotFound,
-        ) as exc:
-            notes.append(f"P2 refused it{cause(exc)}: set in P0 only")
+        refusal = nvml_set(self._nvml, lambda: self._put(P2, wanted), lambda: self._setter(mhz))
+        if refusal is not None:
+            notes.append(f"P2 refused it{cause(refusal.exc)}: set in P0 only")
             return []
-        except nvml.NVMLError as exc:
-            raise self._failure(exc, mhz) from exc
         return [P2]
 
     def _check_new(
@@ -218,10 +211,9 @@ class NvmlOffsets:
         bounds, _ = self._old_range()
         if bounds is not None and not bounds[0] <= wanted <= bounds[1]:
             return self._out_of_range(mhz, bounds)
-        try:
-            self._old_set(wanted)
-        except nvml.NVMLError as exc:
-            return self._refused(exc, mhz)
+        refusal = nvml_set(nvml, lambda: self._old_set(wanted), lambda: self._setter(mhz))
+        if refusal is not None:
+            return LockResult(mhz, False, refusal.message)
         try:
             readback = self._old_get()
         except nvml.NVMLError as exc:
@@ -270,31 +262,17 @@ class NvmlOffsets:
             verified=all_read and not silent,
         )
 
-    def _refused(self, exc: Exception, mhz: float) -> LockResult:
-        """A set the driver refused, as a result.
-
-        Raises:
-            GpuError: No permission, or another failure (:meth:`_failure`).
-        """
-        nvml = self._nvml
-        if isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)):
-            return LockResult(mhz, False, self._unsupported(exc))
-        if isinstance(exc, nvml.NVMLError_InvalidArgument):
-            return LockResult(
-                mhz,
-                False,
-                f"{self._label()} rejected a {mhz:g} MHz {self._what} as invalid{cause(exc)}",
-            )
-        raise self._failure(exc, mhz) from exc
-
-    def _failure(self, exc: Exception, mhz: float) -> GpuError:
-        """The one-line error of a set that failed (no permission: it needs root)."""
-        if isinstance(exc, self._nvml.NVMLError_NoPermission):
-            return GpuError(
-                f"setting the {self._what} of {self._label()} needs root: re-run with sudo"
-                f"{cause(exc)}"
-            )
-        return GpuError(f"setting the {self._what} of {self._label()} to {mhz:g} MHz failed: {exc}")
+    def _setter(self, mhz: float) -> NvmlSetter:
+        """How a set's errors read: unsupported and invalid are refusals (not accepted); no
+        permission and other failures raise, whichever pstate."""
+        label = self._label()
+        return NvmlSetter(
+            f"setting the {self._what} of {label}",
+            f" to {mhz:g} MHz",
+            refuses=frozenset({"unsupported", "invalid"}),
+            unsupported=self._unsupported,
+            invalid=f"{label} rejected a {mhz:g} MHz {self._what} as invalid",
+        )
 
     def _unreadable(self, mhz: float, exc: Exception) -> LockResult:
         return LockResult(
@@ -319,10 +297,8 @@ class NvmlOffsets:
         return PstateOffset(info.clockOffsetMHz, info.minClockOffsetMHz, info.maxClockOffsetMHz)
 
     def _get_quietly(self, pstate: int) -> PstateOffset | None:
-        try:
-            return self._get(pstate)
-        except self._nvml.NVMLError:
-            return None  # a card without an offset in that pstate
+        # None: a card without an offset in that pstate
+        return nvml_read(self._nvml, lambda: self._get(pstate))
 
     def _put(self, pstate: int, mhz: int) -> None:
         self._call(SET_CLOCK_OFFSETS, pstate, mhz)
@@ -355,9 +331,9 @@ class NvmlOffsets:
         nvml = self._nvml
         try:
             lo, hi = self._old_minmax()
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
-            return None, ""
         except nvml.NVMLError as exc:
+            if fault_of(nvml, exc) == "unsupported":
+                return None, ""
             return None, f"cannot read the {self._what} range of {self._label()}{cause(exc)}"
         return self._range(lo, hi)
 

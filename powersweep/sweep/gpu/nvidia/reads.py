@@ -15,7 +15,8 @@ from types import ModuleType
 from typing import Literal, TypeVar
 
 from powersweep.sweep.gpu.nvidia.nvml_api import available, field_number, or_nan
-from powersweep.sweep.gpu.protocol import NAN, GpuSample
+from powersweep.sweep.gpu.nvidia.nvml_errors import nvml_read
+from powersweep.sweep.gpu.protocol import NAN, Fault, GpuSample
 
 PowerSource = Literal["instant", "average"]
 
@@ -107,15 +108,14 @@ class NvmlReads:
         """Run one field read of ``read_sample``: None on failure, counting real errors."""
         if field in self._unsupported:
             return None
-        nvml = self._nvml
-        try:
-            return read()
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+        return nvml_read(self._nvml, read, lambda fault: self._failed(field, fault))
+
+    def _failed(self, field: str, fault: Fault) -> None:
+        """A capability the card lacks is not asked for again; any other fault counts."""
+        if fault == "unsupported":
             self._unsupported.add(field)
-            return None
-        except nvml.NVMLError:
+        else:
             self._pending_errors += 1
-            return None
 
     def _read_instant_w(self) -> float:
         """The instant field in W; NaN where the driver has none (not counted) or the read
@@ -132,11 +132,11 @@ class NvmlReads:
     def _instant_power_mw(self) -> float | None:
         """Read ``NVML_FI_DEV_POWER_INSTANT`` in mW, or None if it failed in any way."""
         nvml = self._nvml
-        try:
-            values = nvml.nvmlDeviceGetFieldValues(self._handle, [nvml.NVML_FI_DEV_POWER_INSTANT])
-        except nvml.NVMLError:
-            return None
-        if len(values) < 1:
+        values = nvml_read(
+            nvml,
+            lambda: nvml.nvmlDeviceGetFieldValues(self._handle, [nvml.NVML_FI_DEV_POWER_INSTANT]),
+        )
+        if values is None or len(values) < 1:
             return None
         field = values[0]
         # The call as a whole succeeds even when this one field failed: check its own status.
@@ -153,10 +153,7 @@ class NvmlReads:
             # A live GPU never draws 0 W: a zero instant reading next to a non-zero average
             # means the driver fills the field without measuring it.
             nvml = self._nvml
-            try:
-                average_mw = float(nvml.nvmlDeviceGetPowerUsage(self._handle))
-            except nvml.NVMLError:
-                return "instant"
-            if average_mw > 0:
+            average_mw = nvml_read(nvml, lambda: float(nvml.nvmlDeviceGetPowerUsage(self._handle)))
+            if average_mw is not None and average_mw > 0:
                 return "average"
         return "instant"
