@@ -70,7 +70,7 @@ class SseReader:
         self._max_line_bytes = max_line_bytes
         self._buf = b""
         self._data: list[bytes] = []
-        self._event = ""
+        self._event = "message"
         self._seen_line = False
         self._cr = False
         self._skip_lf = False
@@ -153,7 +153,7 @@ class SseReader:
         if name == "data":
             self._data.append(value.encode())
         elif name == "event":
-            self._event = value
+            self._event = value or "message"
         elif name == "error":
             # llama.cpp (some versions) writes "error: {json}" instead of a data line.
             self._event = "error"
@@ -163,11 +163,11 @@ class SseReader:
 
     def _dispatch(self, t_s: float) -> None:
         data = self._data
-        event, self._event = self._event, ""
+        event, self._event = self._event, "message"
         if not data:
             return
         self._data = []
-        self._on_event(event or "message", data[0] if len(data) == 1 else b"\n".join(data), t_s)
+        self._on_event(event, data[0] if len(data) == 1 else b"\n".join(data), t_s)
 
 
 class _Delta(msgspec.Struct):
