@@ -372,41 +372,34 @@ def test_the_common_stream_is_accounted_as_expected() -> None:
     assert set(acc.token_times) <= {1.0, 2.0} and acc.token_times[-1] == 2.0
 
 
-def feed_stream(lines: list[str], times: list[float] | None = None) -> StreamAccumulator:
-    """Each line a data event of its own read, at ``times[i]`` (else ``i``)."""
+def feed_stream(events: list[Any], times: list[float] | None = None) -> StreamAccumulator:
+    """Each event (a JSON object, or bytes as they are) a read of its own, at ``times[i]``
+    (else ``i``)."""
     acc = StreamAccumulator(record_token_times=True)
     reader = SseReader(acc.add_event)
-    for i, line in enumerate(lines):
-        reader.feed(f"data: {line}\n\n".encode(), times[i] if times else float(i))
-    reader.close(float(len(lines)))
+    for i, event in enumerate(events):
+        reader.feed(sse(event), times[i] if times else float(i))
+    reader.close(float(len(events)))
     return acc
-
-
-def text_chunk(delta: dict[str, object] | None = None, **extra: object) -> str:
-    payload: dict[str, object] = {"choices": [{"index": 0, "delta": delta or {}}]}
-    payload.update(extra)
-    return json.dumps(payload)
 
 
 def test_usage_wins_and_times_use_all_token_bearing_deltas() -> None:
     acc = feed_stream(
         [
-            text_chunk({"role": "assistant", "content": None}),
-            text_chunk({"reasoning_content": "think"}),
-            text_chunk({"reasoning": "a", "reasoning_content": "a"}),  # two aliases: one token
-            text_chunk({"content": "x"}),
-            text_chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "length"}]),
-            json.dumps(
-                {
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": 9,
-                        "completion_tokens": 3,
-                        "prompt_tokens_details": {"cached_tokens": 4},
-                    },
-                }
-            ),
-            "[DONE]",
+            chunk({"role": "assistant", "content": None}),
+            chunk({"reasoning_content": "think"}),
+            chunk({"reasoning": "a", "reasoning_content": "a"}),  # two aliases: one token
+            chunk({"content": "x"}),
+            chunk({}, "length"),
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 9,
+                    "completion_tokens": 3,
+                    "prompt_tokens_details": {"cached_tokens": 4},
+                },
+            },
+            b"[DONE]",
         ],
         times=[0.0, 1.0, 2.0, 3.5, 4.0, 4.0, 4.0],
     )
@@ -431,7 +424,7 @@ def test_timings_then_chunks_as_fallbacks() -> None:
         "predicted_per_second": 41.5,
         "prompt_per_second": 900.0,
     }
-    acc = feed_stream([text_chunk({"content": "a"}), text_chunk({}, timings=timings)])
+    acc = feed_stream([chunk({"content": "a"}), chunk({}, timings=timings)])
     totals = acc.totals()
     assert (totals.token_source, totals.completion_tokens) == ("timings", 4)
     assert totals.prompt_tokens == 7
@@ -439,7 +432,7 @@ def test_timings_then_chunks_as_fallbacks() -> None:
     assert totals.server_decode_tps == 41.5
     assert totals.server_prompt_tps == 900.0
 
-    acc = feed_stream([text_chunk({"content": "a"}), text_chunk({"content": "b"}), "[DONE]"])
+    acc = feed_stream([chunk({"content": "a"}), chunk({"content": "b"}), b"[DONE]"])
     totals = acc.totals()
     assert (totals.token_source, totals.completion_tokens, totals.prompt_tokens) == (
         "chunks",
@@ -449,15 +442,13 @@ def test_timings_then_chunks_as_fallbacks() -> None:
 
 
 def test_error_inside_stream_keeps_message() -> None:
-    acc = feed_stream(
-        [text_chunk({"content": "a"}), json.dumps({"error": {"message": "CUDA OOM", "code": 500}})]
-    )
+    acc = feed_stream([chunk({"content": "a"}), {"error": {"message": "CUDA OOM", "code": 500}}])
     assert acc.totals().error == "CUDA OOM"
     assert acc.chunk_tokens == 1
 
 
 def test_empty_or_missing_choices_and_garbage_events() -> None:
-    acc = feed_stream([json.dumps({"choices": []}), json.dumps({"id": "x"}), "not json", "[1]"])
+    acc = feed_stream([{"choices": []}, {"id": "x"}, b"not json", b"[1]"])
     assert acc.chunk_tokens == 0
     assert acc.bad_events == 2
     assert math.isnan(acc.t_first_token_s)

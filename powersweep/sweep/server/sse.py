@@ -2,9 +2,9 @@
 
 :class:`SseReader` frames the event stream's bytes (WHATWG rules, plus llama.cpp's ``error:``
 lines and a flag for a body that is not an event stream) and hands each event's type and data to
-a callback, in the client :meth:`StreamAccumulator.add_event`, which decodes the common chunk with
-a typed msgspec decoder and leaves anything unusual to the general JSON path. Pure: no I/O, no
-clock; the caller gives each read its run time.
+a callback, the client's :meth:`StreamAccumulator.add_event`: a typed msgspec decoder reads the
+common chunk, the general JSON path anything unusual. Pure: no I/O, no clock; the caller gives
+each read its run time.
 """
 
 from __future__ import annotations
