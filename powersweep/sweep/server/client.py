@@ -39,12 +39,7 @@ from powersweep.sweep.server.request import (
 )
 from powersweep.sweep.server.request_errors import failure_text
 from powersweep.sweep.server.server_queries import ServerQueries
-from powersweep.sweep.server.sse import (
-    SseLineTooLong,
-    describe_body,
-    one_line,
-)
-from powersweep.sweep.server.sse_fast import SseReader
+from powersweep.sweep.server.sse import SseLineTooLong, SseReader, describe_body, one_line
 from powersweep.sweep.server.transport import (
     CONNECT_TIMEOUT_S,
     PUSH_EXTENSION,
@@ -506,9 +501,9 @@ class ChatClient(ServerQueries):
                 run.warnings.append(rf.WARN_NOT_STREAMED)
             run.non_stream = True
             return
-        reader = SseReader(run.acc)
-        now = self._clock.now
         acc = run.acc
+        reader = SseReader(acc.add_event)
+        now = self._clock.now
 
         def take(data: bytes) -> bool:
             # One clock read per network read: its tokens arrived together.

@@ -11,12 +11,10 @@ from typing import Any
 
 import msgspec
 
-# The delta/message keys the accumulator counts as generated text (content first, then the
-# reasoning aliases): one list, so a server's new alias is learnt in one place.
-from powersweep.sweep.server.sse import _TEXT_KEYS, StreamAccumulator, describe_body, one_line
+from powersweep.sweep.server.sse import TEXT_KEYS, StreamAccumulator, describe_body, one_line
 
-_CONTENT_KEY = _TEXT_KEYS[0]
-_REASONING_KEYS = _TEXT_KEYS[1:]
+_CONTENT_KEY = TEXT_KEYS[0]
+_REASONING_KEYS = TEXT_KEYS[1:]
 # Error texts are one line of at most this many characters, as a measured request's are.
 _ERROR_CHARS = 300
 

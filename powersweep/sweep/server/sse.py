@@ -1,6 +1,7 @@
-"""Server-sent events: an incremental parser and the token accounting of one chat stream.
+"""Server-sent events: the one parser of a chat stream and the token accounting of its events.
 
-Both parts are pure (no I/O, no clock): the client feeds them bytes and timestamps.
+The reader frames the event stream's bytes and hands each event to the stream's token
+accounting. Both parts are pure (no I/O, no clock): the client feeds them bytes and timestamps.
 
 The reasoning: docs/architecture.md, "powersweep.sweep.server.sse".
 """
@@ -10,156 +11,194 @@ from __future__ import annotations
 import json
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 # Field names of the event-stream format; any other first line marks a body that is not SSE.
 SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
-# Delta keys whose non-empty value means the chunk carries generated tokens.
-_TEXT_KEYS = ("content", "reasoning_content", "reasoning")
+# Delta keys whose non-empty value means the chunk carries generated tokens (content first, then
+# the reasoning aliases): one list, so a server's new alias is learnt in one place.
+TEXT_KEYS = ("content", "reasoning_content", "reasoning")
 # How much of a non-SSE body is kept for the error message.
 RAW_KEEP_BYTES = 4096
 # Longest event-stream line accepted: a token chunk is well under a kilobyte, so a line this long
 # is a server that never ends it (memory would grow until the process is killed).
 MAX_LINE_BYTES = 1 << 20
 
+_DATA = b"data:"
+_SPACE = 0x20
+_COLON = 0x3A
+_LF = 0x0A
+_DONE = b"[DONE]"
+# len(json.dumps([])): what an empty tool_calls list adds to a token-bearing delta's bytes.
+_EMPTY_LIST_BYTES = 2
+
+# What the reader hands on: the event's type (``message`` unless the stream named one; ``error``
+# for llama.cpp's ``error:`` lines), its data lines joined with ``\n``, and the read's run time.
+EventSink = Callable[[str, bytes, float], None]
+
 
 class SseLineTooLong(ValueError):
     """A line of the event stream grew past :data:`MAX_LINE_BYTES` without ending."""
 
 
-@dataclass(frozen=True)
-class SseEvent:
-    """One dispatched event.
+class SseReader:
+    """Incremental event-stream parser: feed each network read with the run time it arrived, and
+    every event it completes goes to ``on_event`` with that time (when the client saw it).
+
+    Lines are cut with ``bytes.find`` and a line is decoded to text only when it is not a plain
+    ``data:`` line or comment. ``\\r\\n`` and lone ``\\r`` line ends are rewritten to ``\\n`` once
+    a ``\\r`` has been seen (a ``\\r`` ending one read and a ``\\n`` starting the next are one line
+    end). A last event without its blank line is dispatched by :meth:`close`.
+
+    Args:
+        on_event: Called with each event's type, data and run time.
+        max_line_bytes: Longest line accepted (:class:`SseLineTooLong` beyond).
 
     Attributes:
-        event: Event type (``message`` unless the stream named one; ``error`` for llama.cpp's
-            ``error:`` lines).
-        data: The data lines joined with ``\\n``.
-        id: Last event id seen, or None.
+        not_sse: The body's first line is not an event-stream line (an HTML page, a bare JSON
+            object): nothing after it is read.
+        raw_head: The body's first :data:`RAW_KEEP_BYTES` bytes, to describe such a body.
     """
 
-    event: str
-    data: str
-    id: str | None = None
-
-
-class SseParser:
-    """Incremental event-stream parser: feed bytes as they arrive, get whole events back.
-
-    Events split across reads are buffered; a trailing ``\\r`` waits for the next read in case a
-    ``\\n`` follows.
-    """
-
-    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(self, on_event: EventSink, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._on_event = on_event
         self._max_line_bytes = max_line_bytes
         self._buf = b""
-        self._data: list[str] = []
-        self._event = ""
-        self._id: str | None = None
+        self._data: list[bytes] = []
+        self._event = "message"
         self._seen_line = False
-        self._events = 0
+        self._cr = False
+        self._skip_lf = False
         self.not_sse = False
         self.raw_head = b""
 
-    @property
-    def events_dispatched(self) -> int:
-        """Events returned so far."""
-        return self._events
-
-    def feed(self, chunk: bytes) -> list[SseEvent]:
-        """Parse ``chunk`` and return the events it completed (possibly none).
+    def feed(self, chunk: bytes, t_s: float) -> None:
+        """Dispatch the events that ``chunk`` completes.
 
         Raises:
-            SseLineTooLong: The unfinished line is longer than the limit.
+            SseLineTooLong: The unfinished line is longer than the limit (nothing of this
+                chunk is dispatched then).
         """
         if len(self.raw_head) < RAW_KEEP_BYTES:
             self.raw_head += chunk[: RAW_KEEP_BYTES - len(self.raw_head)]
-        self._buf += chunk
-        out: list[SseEvent] = []
-        while True:
-            line, rest = split_line(self._buf, final=False)
-            if line is None:
-                break
-            self._buf = rest
-            ev = self._line(line)
-            if ev is not None:
-                out.append(ev)
-        if len(self._buf) > self._max_line_bytes:
+        if self._cr or b"\r" in chunk:
+            chunk = self._lf_ends(chunk)
+        buf = self._buf + chunk if self._buf else chunk
+        end = buf.rfind(b"\n") + 1
+        if len(buf) - end > self._max_line_bytes:
             raise SseLineTooLong(
                 f"the server sent an event-stream line of more than {self._max_line_bytes} bytes "
                 "without ending it"
             )
-        return out
+        self._buf = buf[end:] if end < len(buf) else b""
+        self._lines(buf, end, t_s)
 
-    def close(self) -> list[SseEvent]:
-        """End of body: parse what is left and dispatch a final unterminated event."""
-        out: list[SseEvent] = []
-        while self._buf:
-            line, rest = split_line(self._buf, final=True)
-            assert line is not None
-            self._buf = rest
-            ev = self._line(line)
-            if ev is not None:
-                out.append(ev)
-        ev = self._dispatch()
-        if ev is not None:
-            out.append(ev)
-        return out
+    def close(self, t_s: float) -> None:
+        """End of body: an unterminated last line ends, and so does a last event."""
+        if self.not_sse:
+            return
+        if self._buf:
+            buf, self._buf = self._buf + b"\n", b""
+            self._lines(buf, len(buf), t_s)
+        self._dispatch(t_s)
 
-    def _line(self, raw: bytes) -> SseEvent | None:
+    def _lf_ends(self, chunk: bytes) -> bytes:
+        """``chunk`` with ``\\r\\n`` and lone ``\\r`` line ends as ``\\n``."""
+        self._cr = True
+        if not chunk:
+            return chunk
+        if self._skip_lf and chunk[0] == _LF:
+            chunk = chunk[1:]
+        self._skip_lf = chunk.endswith(b"\r")
+        return chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+    def _lines(self, buf: bytes, end: int, t_s: float) -> None:
+        """Read the complete lines ``buf[:end]`` (each ends with ``\\n``)."""
+        find = buf.find
+        data = self._data
+        pos = 0
+        while pos < end:
+            i = find(b"\n", pos)
+            if i == pos:
+                self._dispatch(t_s)
+                data = self._data
+            elif buf.startswith(_DATA, pos):
+                self._seen_line = True
+                data.append(buf[pos + 6 if buf[pos + 5] == _SPACE else pos + 5 : i])
+            elif buf[pos] == _COLON:
+                self._seen_line = True
+            else:
+                self._field(buf[pos:i])
+                if self.not_sse:
+                    return
+            pos = i + 1
+
+    def _field(self, raw: bytes) -> None:
+        """Any line but a plain ``data:`` line, a comment or a blank: the general rules."""
         line = raw.decode("utf-8", errors="replace")
-        if line == "":
-            return self._dispatch()
         if line.startswith("\ufeff") and not self._seen_line:
             line = line[1:]
         first = not self._seen_line
         self._seen_line = True
         if line.startswith(":"):
-            return None
+            return
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):
             value = value[1:]
         if name == "data":
-            self._data.append(value)
+            self._data.append(value.encode())
         elif name == "event":
-            self._event = value
-        elif name == "id":
-            self._id = value if "\0" not in value else self._id
+            self._event = value or "message"
         elif name == "error":
             # llama.cpp (some versions) writes "error: {json}" instead of a data line.
             self._event = "error"
-            self._data.append(value)
-        elif name not in SSE_FIELDS and first and self._events == 0:
+            self._data.append(value.encode())
+        elif name not in SSE_FIELDS and first:
             self.not_sse = True
-        return None
 
-    def _dispatch(self) -> SseEvent | None:
-        if not self._data:
-            self._event = ""
-            return None
-        ev = SseEvent(event=self._event or "message", data="\n".join(self._data), id=self._id)
+    def _dispatch(self, t_s: float) -> None:
+        data = self._data
+        event, self._event = self._event, "message"
+        if not data:
+            return
         self._data = []
-        self._event = ""
-        self._events += 1
-        return ev
+        self._on_event(event, data[0] if len(data) == 1 else b"\n".join(data), t_s)
 
 
-def split_line(buf: bytes, *, final: bool) -> tuple[bytes | None, bytes]:
-    """Cut the first line off ``buf``; (None, buf) when no complete line is there yet."""
-    i_n = buf.find(b"\n")
-    i_r = buf.find(b"\r")
-    if i_r == -1 and i_n == -1:
-        return (buf, b"") if final else (None, buf)
-    if i_r == -1 or (i_n != -1 and i_n < i_r):
-        return buf[:i_n], buf[i_n + 1 :]
-    # A lone \r ends a line, but \r\n split across reads must not count twice.
-    if i_r + 1 < len(buf):
-        skip = 2 if buf[i_r + 1 : i_r + 2] == b"\n" else 1
-        return buf[:i_r], buf[i_r + skip :]
-    if final:
-        return buf[:i_r], b""
-    return None, buf
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[msgspec.Raw] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """The fields of a ``chat.completion.chunk`` that decide how it is accounted; the rest is
+    skipped unparsed. Present ``usage``, ``timings``, ``error`` or ``detail`` (whatever their
+    value) send the chunk to the general path, which knows what they mean.
+
+    Measured on one chunk of a vLLM stream (CPython 3.11): ``json.loads`` 2.5 us, msgspec untyped
+    0.57 us, typed to these structs 0.43 us, with no ``isinstance`` checks afterwards.
+    """
+
+    choices: list[_Choice] | None = None
+    usage: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    timings: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    detail: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    object: str | None = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
 def error_message(payload: Any) -> str | None:
@@ -251,7 +290,7 @@ def text_bytes(message: Any) -> int:
         return 0
     # Servers that send one reasoning text under two aliases count once.
     reasoning = max(
-        (len(v.encode()) for k in _TEXT_KEYS[1:] if isinstance(v := message.get(k), str)),
+        (len(v.encode()) for k in TEXT_KEYS[1:] if isinstance(v := message.get(k), str)),
         default=0,
     )
     content = message.get("content")
@@ -270,7 +309,7 @@ def is_token_bearing(message: Any) -> bool:
     """
     if not isinstance(message, dict):
         return False
-    for key in _TEXT_KEYS:
+    for key in TEXT_KEYS:
         value = message.get(key)
         if isinstance(value, str) and value:
             return True
@@ -308,9 +347,9 @@ class StreamTotals:
 class StreamAccumulator:
     """Token accounting over the JSON payloads of one response (streamed or not).
 
-    Feed it every event with the run time it was parsed at; read :meth:`totals` at the end.
-    :func:`powersweep.sweep.server.sse_fast.account_data` is the fast way in for a stream's
-    data; it gives the same accounting as :meth:`add_event`.
+    Feed it every event with the run time it arrived at (:meth:`add_event`, the reader's
+    callback) or a whole ``chat.completion`` (:meth:`add_completion`); read :meth:`totals` at the
+    end.
 
     Attributes:
         token_times: Arrival time of each token-bearing chunk (run seconds, 8 bytes each), when
@@ -329,7 +368,6 @@ class StreamAccumulator:
         self.done = False
         self.bad_events = 0
         self.events = 0
-        self.stream_ignored = False
         self.text_bytes = 0
 
     @property
@@ -337,13 +375,67 @@ class StreamAccumulator:
         """:attr:`token_times` as a list (a copy)."""
         return None if self.token_times is None else self.token_times.tolist()
 
-    def add_event(self, event: SseEvent, t_s: float) -> None:
-        """Account one SSE event parsed at run time ``t_s``."""
+    def add_event(self, event_type: str, data: bytes, t_s: float) -> None:
+        """Account one event of the stream that arrived at run time ``t_s``.
+
+        The common chunk is read by the typed decoder; anything else (usage, timings, errors,
+        tool calls, JSON the decoder refuses, an ``error`` event) by :meth:`add_event_text`,
+        which accounts it alike.
+        """
         self.events += 1
-        self.add_event_text(event.event, event.data, t_s)
+        if event_type == "error":
+            self.add_event_text(event_type, data.decode("utf-8", errors="replace"), t_s)
+            return
+        if data == _DONE:
+            self.done = True
+            return
+        try:
+            chunk = _decode_chunk(data)
+        except msgspec.MsgspecError:
+            chunk = None
+        if (
+            chunk is None
+            or chunk.usage is not msgspec.UNSET
+            or chunk.timings is not msgspec.UNSET
+            or chunk.error is not msgspec.UNSET
+            or chunk.detail is not msgspec.UNSET
+            or chunk.object == "error"
+        ):
+            self.add_event_text(event_type, data.decode("utf-8", errors="replace"), t_s)
+            return
+        bearing = False
+        n_bytes = 0
+        finish: str | None = None
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if delta is not None:
+                calls = delta.tool_calls
+                if calls:
+                    # Their bytes are counted as the general path writes them back out.
+                    self.add_event_text(event_type, data.decode("utf-8", errors="replace"), t_s)
+                    return
+                content, alias, alias2 = delta.content, delta.reasoning_content, delta.reasoning
+                if content or alias or alias2:
+                    bearing = True
+                    # One reasoning text under two aliases counts once (as text_bytes does).
+                    n_bytes += max(
+                        len(alias.encode()) if alias is not None else 0,
+                        len(alias2.encode()) if alias2 is not None else 0,
+                    )
+                    if content is not None:
+                        n_bytes += len(content.encode())
+                    if calls is not None:
+                        n_bytes += _EMPTY_LIST_BYTES
+            if choice.finish_reason:
+                finish = choice.finish_reason
+        if finish is not None:
+            self.finish_reason = finish
+        if bearing:
+            self.add_token(t_s, n_bytes)
 
     def add_event_text(self, event_type: str, text: str, t_s: float) -> None:
-        """Account the data of one event already counted in :attr:`events`."""
+        """The general path: account the data of one event already counted in :attr:`events`,
+        parsed with :mod:`json`."""
         data = text.strip()
         if data == "[DONE]":
             self.done = True
