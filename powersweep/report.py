@@ -279,7 +279,7 @@ class CrossReport:
             cross-mode.md).
     """
 
-    analyses: tuple[dict[str, Any], ...]
+    analyses: tuple[PowerAnalysis, ...]
     cross: dict[str, Any]
     markdown: str
     paths: tuple[Path, ...]
@@ -318,14 +318,14 @@ def build_cross_report(
     """
     if len(paths) < 2:
         raise UsageError("cross-mode analysis needs at least two runs (one per load mode)")
-    pairs: list[tuple[analysis.Curve, dict[str, Any]]] = []
+    pairs: list[tuple[analysis.Curve, PowerAnalysis]] = []
     for path in paths:
         curve = analysis.load_curve(path)
         result = analysis.analyze(
             curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
         )
         pairs.append((curve, result))
-    typed_cross = analysis.cross_mode([(c, PowerAnalysis.from_json(a)) for c, a in pairs])
+    typed_cross = analysis.cross_mode(pairs)
     cross = typed_cross.to_json()
     markdown = render_cross_mode(typed_cross)
     analyses = tuple(a for _, a in pairs)
@@ -336,7 +336,7 @@ def build_cross_report(
         for curve, result in pairs:
             target = out_dir / _run_name(curve.source) if out_dir else curve.out_dir
             with writing_into(target, given=out_dir is not None):
-                written += analysis.write_outputs(curve, PowerAnalysis.from_json(result), target)
+                written += analysis.write_outputs(curve, result, target)
         target = out_dir or Path(os.path.commonpath([c.out_dir.resolve().parent for c, _ in pairs]))
         json_path = target / f"{CROSS_MODE_STEM}.json"
         md_path = target / f"{CROSS_MODE_STEM}.md"

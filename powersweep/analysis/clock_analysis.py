@@ -30,6 +30,7 @@ from powersweep.analysis.clock_curve import (
     pareto_knee,
     tier_summaries,
 )
+from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
@@ -47,7 +48,7 @@ def analyze_clocks(
     tariff_per_kwh: float | None = None,
     max_ttft_ms: float | None = None,
     max_itl_ms: float | None = None,
-) -> dict[str, Any]:
+) -> ClockAnalysis:
     """Analyse a clock-lock curve (one axis or a grid).
 
     Args:
@@ -61,10 +62,10 @@ def analyze_clocks(
         max_itl_ms: Latency target for the inter-token latency's p95 (None: none).
 
     Returns:
-        analysis.json for a clock sweep (docs/run-format.md): ``axis``, ``points``, ``peak``
-        (also as ``sweet_spot``; with ``tied_points``, the points statistically tied with it,
-        and ``noise_source``), ``near_peak``, ``pareto_front``, ``tiers``,
-        ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
+        The typed analysis of a clock sweep (``to_json()``: its analysis.json, docs/run-format.md):
+        ``axis``, ``points``, ``peak`` (also as ``sweet_spot``; with ``tied_points``, the points
+        statistically tied with it, and ``noise_source``), ``near_peak``, ``pareto_front``,
+        ``tiers``, ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
     """
     from powersweep.analysis.core import run_facts, sanitize
 
@@ -110,7 +111,7 @@ def analyze_clocks(
             finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
         )
         result["answer"] = claims.answer_of(status_why=status_why, usable=0, what="points")
-        return sanitize(result)
+        return ClockAnalysis.from_json(sanitize(result))
     peak = max(points, key=lambda p: p.tps_per_w)
     fastest = max(points, key=lambda p: p.tps)
     floor = fastest.tps * (1.0 - max_tps_loss_pct / 100.0)
@@ -168,7 +169,7 @@ def analyze_clocks(
     findings += _falls_finding(curve, points)
     # what withholds the answer is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
-    return sanitize(result)
+    return ClockAnalysis.from_json(sanitize(result))
 
 
 def _falls_finding(curve: Curve, points: Sequence[ClockPoint]) -> list[Finding]:

@@ -47,6 +47,7 @@ from powersweep.analysis.power_findings import (
 )
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -65,7 +66,7 @@ def analyze(
     tariff_per_kwh: float | None = None,
     max_ttft_ms: float | None = None,
     max_itl_ms: float | None = None,
-) -> dict[str, Any]:
+) -> PowerAnalysis:
     """Analyse a curve.
 
     Args:
@@ -84,7 +85,7 @@ def analyze(
         max_itl_ms: Latency target for the inter-token latency's p95 (None: none).
 
     Returns:
-        A JSON-serialisable dict following analysis.json (docs/run-format.md), NaN as None.
+        The typed analysis; its ``to_json()`` is what analysis.json holds (docs/run-format.md).
 
     Raises:
         UsageError: An option is out of range.
@@ -147,7 +148,7 @@ def analyze(
         result["answer"] = claims.answer_of(
             status_why=claims.status_reason(curve.run, str(curve.source)), usable=0
         )
-        return sanitize(result)
+        return PowerAnalysis.from_json(sanitize(result))
 
     default_w = as_float(run.get("default_limit_w"))
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
@@ -194,7 +195,7 @@ def analyze(
     findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
     # what withholds the answer (or the caps that never bind) is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
-    return sanitize(result)
+    return PowerAnalysis.from_json(sanitize(result))
 
 
 def _scatter(

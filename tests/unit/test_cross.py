@@ -66,9 +66,7 @@ def _expected_cap() -> tuple[float, float, dict[str, float]]:
 
 
 def _pairs(root: Path) -> list[tuple[Curve, PowerAnalysis]]:
-    return [
-        (c, PowerAnalysis.from_json(analyze(c, bootstrap=0))) for c in map(load_curve, _runs(root))
-    ]
+    return [(c, analyze(c, bootstrap=0)) for c in map(load_curve, _runs(root))]
 
 
 def test_shared_cap_is_the_minimax_of_the_truth(tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ def test_ceiling_through_the_full_pipeline(tmp_path: Path) -> None:
     )
     path = tmp_path / "caps.csv"
     df.write_csv(path)
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
         ("draw_ceiling", 400.0, 600.0)
     ]

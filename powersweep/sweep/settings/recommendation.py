@@ -354,8 +354,7 @@ def _pick(
     fresh = analysis_pkg.analyze(
         analysis_pkg.load_curve(run_dir), objective="cost", eta=eta, bootstrap=0
     )
-    value = fresh.get("recommendation")
-    return value if isinstance(value, dict) else None
+    return fresh.recommendation.to_json() if fresh.recommendation is not None else None
 
 
 def _measured_gpus(run: dict[str, Any], path: Path) -> tuple[MeasuredGpu, ...]:
