@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powersweep.analysis.saved_analysis import SavedAnalysis, kind_of
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
 from powersweep.errors import PowersweepError, UsageError
 
@@ -51,32 +52,32 @@ class UndervoltPick:
     mem_offset_mhz: float | None = None
 
 
-def is_undervolt_run(run: dict[str, Any], analysis: dict[str, Any], run_dir: Path) -> bool:
+def is_undervolt_run(run: dict[str, Any], analysis: SavedAnalysis, run_dir: Path) -> bool:
     """The run is an undervolt search (``--axis undervolt``).
 
     Raises:
         UsageError: ``run.json`` says undervolt but ``analysis.json`` is of another kind (made
             by an older analysis): applying it would set the wrong kind of answer.
     """
-    if analysis.get("kind") == UNDERVOLT:
+    if isinstance(analysis, UndervoltAnalysis):
         return True
     if _dict(run.get("options")).get("axis") == UNDERVOLT or run.get("axis") == UNDERVOLT:
         raise UsageError(
             f"{run_dir} is an undervolt run but its analysis.json is of kind "
-            f"{analysis.get('kind')!r}: run `powersweep analyze {run_dir}` again"
+            f"{kind_of(analysis)!r}: run `powersweep analyze {run_dir}` again"
         )
     return False
 
 
 def pick_undervolt(
-    run_dir: Path, run: dict[str, Any], analysis: dict[str, Any], objective: str | None
+    run_dir: Path, run: dict[str, Any], typed: UndervoltAnalysis, objective: str | None
 ) -> UndervoltPick:
     """An undervolt run's answer: its limit, SM lock and SM clock offset.
 
     Args:
         run_dir: The run directory.
         run: Its ``run.json``.
-        analysis: Its ``analysis.json`` (``kind`` ``undervolt``).
+        typed: Its ``analysis.json``, typed.
         objective: What the user asked for (None or ``tps-per-w``: the answer; others refused).
 
     Raises:
@@ -89,7 +90,6 @@ def pick_undervolt(
             f"that held at its locked clock), not a {objective} pick; apply it without "
             "--objective"
         )
-    typed = UndervoltAnalysis.from_json(analysis)
     chosen = typed.chosen
     if chosen is None:
         raise UsageError(_no_answer(run_dir, typed))
