@@ -36,6 +36,7 @@ from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.result_types import Answer
 from powersweep.analysis.trust import ignored_rows, run_findings
 
 
@@ -148,7 +149,7 @@ def analyze_clocks(
         {"sm_lock_mhz": sat, "mem_lock_mhz": fastest_tier["mem_lock_mhz"]} if sat else None
     )
     dicts = result["points"]
-    if claims.given(answer):  # nothing is chosen without an answer, so nothing is saved
+    if answer.given:  # nothing is chosen without an answer, so nothing is saved
         serving.attach(
             result,
             dicts,
@@ -162,7 +163,7 @@ def analyze_clocks(
         )
     binds = _power_binds(points, curve.caps, curve.run)
     result["power_cap_binds"] = binds
-    if answer["kind"] == claims.NONE:
+    if answer.kind == claims.NONE:
         findings.insert(0, _no_answer(answer, peak))
     else:
         findings += _findings(result, peak, fastest, binds, run)
@@ -234,13 +235,13 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def _no_answer(answer: Mapping[str, Any], peak: ClockPoint) -> Finding:
+def _no_answer(answer: Answer, peak: ClockPoint) -> Finding:
     """The best point measured, named as such, with why it is no answer."""
-    code = "too_few_points" if str(answer["why"]).startswith("only ") else "best_measured"
+    code = "too_few_points" if str(answer.why).startswith("only ") else "best_measured"
     return finding(
         "warning",
         code,
-        f"no answer: {answer['why']}; best of the points measured: "
+        f"no answer: {answer.why}; best of the points measured: "
         f"{_label(peak.sm_lock_mhz, peak.mem_lock_mhz)}, {peak.tps_per_w:.4g} TPS/W "
         f"({peak.tps:.1f} TPS at {peak.power_w:.0f} W), not an answer",
         "measure at least three locks around it (--sm-clocks)"

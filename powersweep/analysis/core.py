@@ -47,7 +47,7 @@ from powersweep.analysis.power_findings import (
 )
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
-from powersweep.analysis.result_types import PowerAnalysis
+from powersweep.analysis.result_types import JsonRecord, PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -172,7 +172,7 @@ def analyze(
     result["answer"] = answer
     result["sweet_spot"] = sweet
     result["near_peak"] = near
-    if claims.given(answer):
+    if answer.given:
         result["recommendation"] = _recommend(
             points, near["cap_w"], selector, default_w, run, n_gpus
         )
@@ -395,7 +395,7 @@ def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> N
 
 def sanitize(value: Any) -> Any:
     """Make a value JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(value, Finding):
+    if isinstance(value, Finding | JsonRecord):
         return value.to_json()
     if isinstance(value, dict):
         return {str(k): sanitize(v) for k, v in value.items()}

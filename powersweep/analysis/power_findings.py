@@ -17,6 +17,7 @@ from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
+from powersweep.analysis.result_types import Answer
 from powersweep.runformat import as_float
 
 NAN = math.nan
@@ -113,11 +114,11 @@ def falls_finding(points: Sequence[CapPoint], sigmas: Sequence[float]) -> list[F
     ]
 
 
-def too_few_finding(answer: dict[str, Any]) -> Finding:
+def too_few_finding(answer: Answer) -> Finding:
     return finding(
         "warning",
         "too_few_points",
-        str(answer["why"]),
+        str(answer.why),
         "measure at least three caps around the one you care about (e.g. `--caps` with a "
         "cap 10-20 W on each side), or sweep the whole envelope",
     )
@@ -398,10 +399,10 @@ def answer_findings(
     there is none and the best cap measured; caps that bind by TPS alone; falls of TPS."""
     answer, binds = result["answer"], result["power_cap_binds"]
     out: list[Finding] = []
-    if answer["kind"] == "none":
-        if not binds["binds"] and answer["why"] == no_bind_text(binds):
+    if answer.kind == "none":
+        if not binds["binds"] and answer.why == no_bind_text(binds):
             out.append(no_bind_finding(binds))
-        elif answer["why"].startswith("only "):
+        elif str(answer.why).startswith("only "):
             out.append(too_few_finding(answer))
         out.append(best_measured_finding(result["sweet_spot"], answer))
     else:
@@ -412,11 +413,11 @@ def answer_findings(
     return out + falls_finding(points, sigmas)
 
 
-def best_measured_finding(sweet: dict[str, Any], answer: dict[str, Any]) -> Finding:
+def best_measured_finding(sweet: dict[str, Any], answer: Answer) -> Finding:
     return finding(
         "info",
         "best_measured",
         f"best of the caps measured: {watts(sweet['cap_w'])}, {sweet['tps_per_w']:.4f} TPS/W "
-        f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W); not an answer: {answer['why']}",
+        f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W); not an answer: {answer.why}",
         None,
     )
