@@ -249,3 +249,12 @@ def test_a_memory_offset_is_carried_and_described_and_none_changes_nothing(
 def test_an_analysis_of_an_unknown_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"analysis.json is of an unknown kind 'mystery'"):
         read_recommendation(_run_dir(tmp_path, {"kind": "mystery", "sweet_spot": SWEET}))
+
+
+def test_run_json_is_read_once_typed_with_its_sm_clock_floor(tmp_path: Path) -> None:
+    low = read_recommendation(_run_dir(tmp_path, _power(), options={"sm_clock_min_mhz": 900}))
+    assert low.sm_clock_min_mhz == 900.0
+    none = read_recommendation(_run_dir(tmp_path, _power(), options={"sm_clock_min_mhz": 0}))
+    assert none.sm_clock_min_mhz is None
+    with pytest.raises(UsageError, match=r"run.json does not follow its schema: .*\$\.gpus"):
+        read_recommendation(_run_dir(tmp_path, _power(), gpus="0"))

@@ -13,6 +13,7 @@ from powersweep.analysis import claims
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, known
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.saved_analysis import SavedAnalysis, typed_analysis
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 from powersweep.errors import PowersweepError, UsageError
@@ -57,6 +58,8 @@ class Recommendation:
         sm_offset_mhz: An undervolt run's SM clock offset, MHz (None: none to set).
         mem_offset_mhz: A memory clock offset, MHz in NVML's unit (None: none to set; issue 45,
             carried through for the analysis that will find one).
+        sm_clock_min_mhz: The run's ``--sm-clock-min`` (None: it recorded none; a lock then
+            takes the card's idle floor).
     """
 
     run_dir: Path
@@ -70,6 +73,7 @@ class Recommendation:
     mem_clock_mhz: float | None = None
     sm_offset_mhz: float | None = None
     mem_offset_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
 
     @property
     def clock_run(self) -> bool:
@@ -126,8 +130,8 @@ def read_recommendation(
     """
     analysis_path, run_path = _run_files(run_dir)
     analysis = typed_analysis(_read_json(analysis_path))
-    run = _read_json(run_path)
-    if run.get("observe_only"):
+    run = read_run(run_path)
+    if run.observe_only:
         raise UsageError(
             f"{run_dir} is an --observe-only run (one cap, the limit in force): it recommends "
             "no cap"
@@ -159,10 +163,11 @@ def read_recommendation(
         tps=_number(pick.tps),
         gpus=gpus,
         notes=_notes(analysis, chosen),
+        sm_clock_min_mhz=_sm_clock_min(run),
     )
 
 
-def _refuse_without_answer(run: dict[str, Any], analysis: SavedAnalysis, run_dir: Path) -> None:
+def _refuse_without_answer(run: RunRecord, analysis: SavedAnalysis, run_dir: Path) -> None:
     """A run that did not finish, or whose analysis found no answer, sets nothing.
 
     The run's status is read from its own run.json, whatever analysis.json says.
@@ -172,7 +177,7 @@ def _refuse_without_answer(run: dict[str, Any], analysis: SavedAnalysis, run_dir
     """
     undervolt = is_undervolt_run(run, analysis, run_dir)
     what = "steps" if undervolt else "points" if isinstance(analysis, ClockAnalysis) else "caps"
-    claim = claims.status_claim(run, str(run_dir), what)
+    claim = claims.status_claim(run.to_json(), str(run_dir), what)
     why = None if claim is None else "; ".join(claim)
     if why is None:
         answer = known(analysis.answer)
@@ -226,7 +231,7 @@ def _run_files(run_dir: Path) -> tuple[Path, Path]:
 
 def _clock_recommendation(
     run_dir: Path,
-    run: dict[str, Any],
+    run: RunRecord,
     analysis: ClockAnalysis,
     objective: str,
     gpus: tuple[MeasuredGpu, ...],
@@ -254,8 +259,7 @@ def _clock_recommendation(
     sm, mem = _number(pick.sm_lock_mhz), _number(pick.mem_lock_mhz)
     if (sm is None and mem is None) or any(v is not None and v <= 0 for v in (sm, mem)):
         raise UsageError(f"{where}: the {objective} recommendation has no valid clock lock")
-    options = run.get("options")
-    held = _number(options.get("hold_cap_w")) if isinstance(options, dict) else None
+    held = _number(run.options.hold_cap_w) if run.options is not None else None
     return Recommendation(
         run_dir=run_dir,
         objective=objective,
@@ -265,12 +269,13 @@ def _clock_recommendation(
         gpus=gpus,
         sm_clock_mhz=sm,
         mem_clock_mhz=mem,
+        sm_clock_min_mhz=_sm_clock_min(run),
     )
 
 
 def _undervolt_recommendation(
     run_dir: Path,
-    run: dict[str, Any],
+    run: RunRecord,
     analysis: UndervoltAnalysis,
     objective: str | None,
     gpus: tuple[MeasuredGpu, ...],
@@ -289,6 +294,7 @@ def _undervolt_recommendation(
         sm_clock_mhz=pick.sm_lock_mhz,
         sm_offset_mhz=pick.sm_offset_mhz,
         mem_offset_mhz=pick.mem_offset_mhz,
+        sm_clock_min_mhz=_sm_clock_min(run),
     )
 
 
@@ -370,22 +376,14 @@ def _pick(
     return fresh.recommendation
 
 
-def _measured_gpus(run: dict[str, Any], path: Path) -> tuple[MeasuredGpu, ...]:
-    raw = run.get("gpus")
-    if not isinstance(raw, list) or not raw:
+def _measured_gpus(run: RunRecord, path: Path) -> tuple[MeasuredGpu, ...]:
+    if not run.gpus:
         raise UsageError(f"{path} lists no GPUs: set the cap by name (powersweep apply --cap W)")
     gpus = []
-    for g in raw:
-        if not isinstance(g, dict) or not isinstance(g.get("index"), int):
-            raise UsageError(f"{path}: a GPU entry without an index: {g!r}")
-        uuid = g.get("uuid")
-        gpus.append(
-            MeasuredGpu(
-                index=int(g["index"]),
-                name=str(g.get("name") or ""),
-                uuid=str(uuid) if uuid else None,
-            )
-        )
+    for g in run.gpus:
+        if g.index is None:
+            raise UsageError(f"{path}: a GPU entry without an index: {g.to_json()!r}")
+        gpus.append(MeasuredGpu(index=g.index, name=g.name or "", uuid=g.uuid or None))
     return tuple(gpus)
 
 
@@ -399,6 +397,22 @@ def _notes(analysis: PowerAnalysis, objective: str) -> tuple[str, ...]:
             f"the sweet spot is the {edge} cap measured: the best cap may lie beyond the sweep"
         )
     return tuple(notes)
+
+
+def read_run(path: Path) -> RunRecord:
+    """A run's run.json, typed.
+
+    Raises:
+        UsageError: It cannot be read, is not a JSON object, or a key holds the wrong type.
+        PowersweepError: A newer powersweep wrote it.
+    """
+    return RunRecord.from_json(_read_json(path))
+
+
+def _sm_clock_min(run: RunRecord) -> float | None:
+    """The run's ``--sm-clock-min``, where it recorded one above 0."""
+    low = run.options.sm_clock_min_mhz if run.options is not None else None
+    return low if low is not None and low > 0 else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -420,7 +434,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+def _number(value: float | None) -> float | None:
+    """A finite number as a float; None for null or NaN."""
+    return float(value) if value is not None and math.isfinite(value) else None

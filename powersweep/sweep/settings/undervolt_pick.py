@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from powersweep.analysis.run_record import RunOptions, RunRecord, UndervoltRecord
 from powersweep.analysis.saved_analysis import SavedAnalysis, kind_of
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
 from powersweep.errors import PowersweepError, UsageError
@@ -52,7 +52,7 @@ class UndervoltPick:
     mem_offset_mhz: float | None = None
 
 
-def is_undervolt_run(run: dict[str, Any], analysis: SavedAnalysis, run_dir: Path) -> bool:
+def is_undervolt_run(run: RunRecord, analysis: SavedAnalysis, run_dir: Path) -> bool:
     """The run is an undervolt search (``--axis undervolt``).
 
     Raises:
@@ -61,7 +61,8 @@ def is_undervolt_run(run: dict[str, Any], analysis: SavedAnalysis, run_dir: Path
     """
     if isinstance(analysis, UndervoltAnalysis):
         return True
-    if _dict(run.get("options")).get("axis") == UNDERVOLT or run.get("axis") == UNDERVOLT:
+    options = run.options or RunOptions()
+    if options.axis == UNDERVOLT or run.axis == UNDERVOLT:
         raise UsageError(
             f"{run_dir} is an undervolt run but its analysis.json is of kind "
             f"{kind_of(analysis)!r}: run `powersweep analyze {run_dir}` again"
@@ -70,7 +71,7 @@ def is_undervolt_run(run: dict[str, Any], analysis: SavedAnalysis, run_dir: Path
 
 
 def pick_undervolt(
-    run_dir: Path, run: dict[str, Any], typed: UndervoltAnalysis, objective: str | None
+    run_dir: Path, run: RunRecord, typed: UndervoltAnalysis, objective: str | None
 ) -> UndervoltPick:
     """An undervolt run's answer: its limit, SM lock and SM clock offset.
 
@@ -93,16 +94,16 @@ def pick_undervolt(
     chosen = typed.chosen
     if chosen is None:
         raise UsageError(_no_answer(run_dir, typed))
-    record = _dict(run.get("undervolt"))
-    options = _dict(run.get("options"))
+    record = run.undervolt or UndervoltRecord()
+    options = run.options or RunOptions()
     where = run_dir / "analysis.json"
-    lock = _first(chosen.sm_lock_mhz, typed.sm_lock_mhz, record.get("sm_lock_mhz"))
+    lock = _first(chosen.sm_lock_mhz, typed.sm_lock_mhz, record.sm_lock_mhz)
     if lock is None or lock <= 0:
         raise UsageError(f"{where}: the undervolt answer has no valid SM clock lock")
     offset = _number(chosen.sm_offset_mhz)
     if offset is None:
         raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
-    cap = _first(chosen.cap_w, record.get("cap_w"), options.get("hold_cap_w"))
+    cap = _first(chosen.cap_w, record.cap_w, options.hold_cap_w)
     cap = cap if cap is not None and cap > 0 else None
     measured = _measured(run_dir)
     _refuse_unless_measured(run_dir, (cap, lock, offset), measured, record)
@@ -154,7 +155,7 @@ def _refuse_unless_measured(
     run_dir: Path,
     answer: tuple[float | None, float, float],
     measured: UndervoltAnalysis,
-    record: dict[str, Any],
+    record: UndervoltRecord,
 ) -> None:
     """Refuse an answer (cap, lock, offset) the run's own measurements do not give: an offset
     above the last one measured stable, one never measured stable at that lock (a negative one
@@ -179,7 +180,7 @@ def _refuse_unless_measured(
     if round(offset) not in held:
         raise UsageError(f"{said}, an offset its run never measured stable at that lock" + again)
     derived = measured.chosen
-    recorded = _number(record.get("chosen_mhz"))
+    recorded = _number(record.chosen_mhz)
     agrees = (
         derived is not None
         and _same(derived.sm_offset_mhz, offset)
@@ -298,7 +299,7 @@ def _offset_notes(chosen: OffsetStep, versus: VersusCap) -> list[str]:
     return out
 
 
-def _first(*values: Any) -> float | None:
+def _first(*values: float | None) -> float | None:
     """The first finite number among ``values``."""
     for value in values:
         found = _number(value)
@@ -307,12 +308,6 @@ def _first(*values: Any) -> float | None:
     return None
 
 
-def _number(value: Any) -> float | None:
-    """A finite number as a float; None for anything else (a bool, null, NaN)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _number(value: float | None) -> float | None:
+    """A finite number as a float; None for null or NaN."""
+    return float(value) if value is not None and math.isfinite(value) else None
