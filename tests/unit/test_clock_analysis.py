@@ -69,7 +69,7 @@ def _truth() -> tuple[tuple[int, int], set[tuple[int, int]]]:
 
 def test_a_bare_28_point_clock_grid_gives_peak_front_and_capped_tiers(tmp_path: Path) -> None:
     csv = _write_grid(tmp_path / "grid.csv")
-    analysis = build_report(csv, charts=True).analysis
+    analysis = build_report(csv, charts=True).result.to_json()
     peak, front = _truth()
     assert analysis["kind"] == "clocks" and analysis["axis"] == "grid"
     assert len(analysis["points"]) == 28

@@ -136,8 +136,8 @@ def test_build_cross_report_writes_beside_the_runs(tmp_path: Path) -> None:
     folder = tmp_path / "powersweep-runs"
     assert (folder / "cross-mode.md").read_text(encoding="utf-8") == report.markdown
     saved = json.loads((folder / "cross-mode.json").read_text(encoding="utf-8"))
-    assert saved["cap_w"] == report.cross["cap_w"] == _expected_cap()[0]
-    assert CrossModeResult.from_json(saved).to_json() == saved == report.cross
+    assert saved["cap_w"] == report.cross.cap_w == _expected_cap()[0]
+    assert CrossModeResult.from_json(saved).to_json() == saved == report.cross.to_json()
     for run in runs:
         assert (run / "analysis.json").is_file() and (run / "summary.md").is_file()
     assert len(report.analyses) == 3
@@ -148,7 +148,7 @@ def test_build_cross_report_writes_beside_the_runs(tmp_path: Path) -> None:
 
 def test_noisy_runs_still_agree_with_the_truth_within_a_step(tmp_path: Path) -> None:
     report = build_cross_report(_runs(tmp_path, NoiseModel()), write=False)
-    assert abs(report.cross["cap_w"] - _expected_cap()[0]) <= 10.0
+    assert abs(report.cross.cap_w - _expected_cap()[0]) <= 10.0
     assert report.paths == ()
 
 
