@@ -47,7 +47,7 @@ from powersweep.analysis.power_findings import (
 )
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
-from powersweep.analysis.result_types import JsonRecord, PowerAnalysis
+from powersweep.analysis.result_types import JsonRecord, Plateau, PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -166,7 +166,7 @@ def analyze(
     answer = claims.answer_of(
         status_why=claims.status_reason(curve.run, str(curve.source)),
         usable=len(points),
-        binds_why=None if binds["binds"] else no_bind_text(binds),
+        binds_why=None if binds.binds else no_bind_text(binds),
         boundary_why=boundary_text(sweet, run),
     )
     result["answer"] = answer
@@ -179,7 +179,7 @@ def analyze(
 
     tariff = serving.run_tariff(curve.run, tariff_per_kwh)
     _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
-    result["plateaus"] = [_region_dict(r) for r in regions]
+    result["plateaus"] = [_plateau(r) for r in regions]
     result["regimes"] = regimes
     regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
     for row in rows:
@@ -187,7 +187,7 @@ def analyze(
 
     _per_card_pct(result, run.get("default_limits_w"))
     result["power_cap_binds"] = binds
-    sweet["caps_bind"] = binds["binds"]
+    sweet["caps_bind"] = binds.binds
     findings += answer_findings(result, points, run, binding.tps_sigmas(points, scatter))
     findings += structure_findings(points, regions, run, slowdown)
     findings += regime_findings(points, result["regimes"], slowdown)
@@ -396,7 +396,7 @@ def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> N
 def sanitize(value: Any) -> Any:
     """Make a value JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
     if isinstance(value, Finding | JsonRecord):
-        return value.to_json()
+        return sanitize(value.to_json())
     if isinstance(value, dict):
         return {str(k): sanitize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -508,17 +508,17 @@ def _recommend(
     }
 
 
-def _region_dict(r: Region) -> dict[str, Any]:
-    return {
-        "kind": r.kind,
-        "start_w": r.start_w,
-        "end_w": r.end_w,
-        "power_w": r.power_w,
-        "tps": r.tps,
-        "caps_w": list(r.caps_w),
-        "missing_caps_w": list(r.missing_caps_w),
-        "escape_w": r.escape_w,
-    }
+def _plateau(r: Region) -> Plateau:
+    return Plateau(
+        kind=r.kind,
+        start_w=r.start_w,
+        end_w=r.end_w,
+        power_w=r.power_w,
+        tps=r.tps,
+        caps_w=list(r.caps_w),
+        missing_caps_w=list(r.missing_caps_w),
+        escape_w=r.escape_w,
+    )
 
 
 # --- findings ----------------------------------------------------------------------------------
