@@ -47,7 +47,7 @@ from powersweep.analysis.power_findings import (
 )
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
-from powersweep.analysis.result_types import JsonRecord, Plateau, PowerAnalysis
+from powersweep.analysis.result_types import JsonRecord, Plateau, PowerAnalysis, Regime
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -181,7 +181,7 @@ def analyze(
     _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
     result["plateaus"] = [_plateau(r) for r in regions]
     result["regimes"] = regimes
-    regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
+    regime_of = {r.cap_w: r.regime for r in regimes}
     for row in rows:
         row["regime"] = regime_of.get(row["cap_w"])
 
@@ -190,7 +190,7 @@ def analyze(
     sweet["caps_bind"] = binds.binds
     findings += answer_findings(result, points, run, binding.tps_sigmas(points, scatter))
     findings += structure_findings(points, regions, run, slowdown)
-    findings += regime_findings(points, result["regimes"], slowdown)
+    findings += regime_findings(points, regimes, slowdown)
     # issue 24: counter against sampled draw, and a card still heating while measured
     findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
     # what withholds the answer (or the caps that never bind) is said first
@@ -199,15 +199,15 @@ def analyze(
 
 
 def _scatter(
-    caps: pl.DataFrame, metric: str, regimes: Sequence[dict[str, Any]], best_cap_w: float
+    caps: pl.DataFrame, metric: str, regimes: Sequence[Regime], best_cap_w: float
 ) -> CurveNoise:
     """The reading noise of a bare curve where its best cap is: among the caps the cap binds
     (whose speed the clock it allows sets), or among those it does not (whose speed the server
     and the workload set, and may wander more): a single-stream decode's scatter above a card's
     draw ceiling is no noise of the clock-limited readings under the cap."""
-    binding = {r["cap_w"] for r in regimes if r["regime"] == cap_points.POWER_LIMITED}
+    binding = {r.cap_w for r in regimes if r.regime == cap_points.POWER_LIMITED}
     alike = (lambda c: c in binding) if best_cap_w in binding else (lambda c: c not in binding)
-    keep = [c for c in {r["cap_w"] for r in regimes} if alike(c)]
+    keep = [c for c in {r.cap_w for r in regimes} if alike(c)]
     return noise.curve_noise(caps.filter(pl.col("cap_w").is_in(keep)), metric)
 
 

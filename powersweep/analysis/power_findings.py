@@ -17,7 +17,7 @@ from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
-from powersweep.analysis.result_types import Answer, CapsBind, Plateau, number
+from powersweep.analysis.result_types import Answer, CapsBind, Plateau, Regime, number
 from powersweep.runformat import as_float
 
 NAN = math.nan
@@ -244,10 +244,10 @@ def structure_findings(
 
 
 def regime_findings(
-    points: Sequence[CapPoint], regimes: Sequence[dict[str, Any]], slowdown: float
+    points: Sequence[CapPoint], regimes: Sequence[Regime], slowdown: float
 ) -> list[Finding]:
     out: list[Finding] = []
-    thermal = [r["cap_w"] for r in regimes if r["regime"] == cap_points.THERMAL_LIMITED]
+    thermal = [r.cap_w for r in regimes if r.regime == cap_points.THERMAL_LIMITED]
     if thermal:
         out.append(
             finding(
@@ -259,7 +259,7 @@ def regime_findings(
             )
         )
     loaded = [p for p in points if math.isfinite(p.util_pct)]
-    under = [r["cap_w"] for r in regimes if r["regime"] == cap_points.UNDER_LOADED]
+    under = [r.cap_w for r in regimes if r.regime == cap_points.UNDER_LOADED]
     draws = [p.power_w for p in points]
     flat_everywhere = len(points) >= 3 and (max(draws) - min(draws)) < 0.05 * max(draws)
     if (loaded and len(under) == len(points)) or (under and flat_everywhere):
@@ -283,7 +283,7 @@ def regime_findings(
                 "check that nothing else used the server during the sweep",
             )
         )
-    bandwidth = [r["cap_w"] for r in regimes if r.get("bound") == "bandwidth"]
+    bandwidth = [r.cap_w for r in regimes if r.bound == "bandwidth"]
     if len(bandwidth) >= 2:
         out.append(
             finding(

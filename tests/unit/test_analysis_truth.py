@@ -233,7 +233,7 @@ def test_cool_bit_clear_ceiling_near_slowdown_is_a_ceiling_not_thermal() -> None
         for p in points
     ]
     got = regimes(hot, find_regions(hot, caps, slowdown_temp_c=88.0), slowdown_temp_c=88.0)
-    assert {r["cap_w"] for r in got if r["regime"] == "thermal_limited"} == set(caps[5:])
+    assert {r.cap_w for r in got if r.regime == "thermal_limited"} == set(caps[5:])
 
 
 def test_a_cap_the_level_above_exceeds_is_not_the_start_of_a_region() -> None:

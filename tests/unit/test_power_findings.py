@@ -21,7 +21,7 @@ from powersweep.analysis.power_findings import (
     status_findings,
     structure_findings,
 )
-from powersweep.analysis.result_types import CapsBind, Plateau
+from powersweep.analysis.result_types import CapsBind, Plateau, Regime
 
 
 def _p(cap: float, power: float, tps: float = 30.0, **kw: float) -> CapPoint:
@@ -158,8 +158,8 @@ def test_a_draw_ceiling_advice_follows_temperature_and_load_mode() -> None:
     assert hint(hot, {}, 93.0).startswith("the card stays cool")
 
 
-def _regimes(caps: list[float], regime: str, **extra: Any) -> list[dict[str, Any]]:
-    return [{"cap_w": c, "regime": regime, **extra} for c in caps]
+def _regimes(caps: list[float], regime: str, bound: str | None = None) -> list[Regime]:
+    return [Regime(cap_w=c, regime=regime, bound=bound) for c in caps]
 
 
 def test_regime_findings_thermal_underloaded_and_bandwidth() -> None:
