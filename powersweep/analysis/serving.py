@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+from msgspec import UNSET
 
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
 from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
+from powersweep.analysis.result_types import Energy, EnergyFigures
 from powersweep.errors import UsageError
 
 NAN = math.nan
@@ -173,7 +175,8 @@ def cost_summary(
     chosen: Mapping[str, Any] | None,
     reference: Mapping[str, Any] | None,
     tariff: float | None,
-) -> dict[str, Any] | None:
+    names: tuple[str | None, str | None] = (None, None),
+) -> Energy | None:
     """Energy and cost per 1M tokens at the chosen point against a reference point.
 
     Args:
@@ -182,6 +185,7 @@ def cost_summary(
         reference: The point it is compared with (the default limit; a clock run's fastest
             point); None when not measured.
         tariff: Price of a kWh (None: energy only).
+        names: How the chosen and the reference point are named (None: not named).
 
     Returns:
         ``chosen`` and ``reference`` figures, what the chosen point saves per 1M tokens and per
@@ -191,31 +195,34 @@ def cost_summary(
     if chosen is None or _num(chosen.get("kwh_per_mtok")) is None:
         return None
 
-    def figures(p: Mapping[str, Any]) -> dict[str, Any]:
+    def figures(p: Mapping[str, Any]) -> EnergyFigures:
         kwh = _num(p.get("kwh_per_mtok"))
-        return {
-            "j_per_token": _num(p.get("j_per_token")),
-            "j_per_token_u95_pct": _num(p.get("j_per_token_u95_pct")),
-            "kwh_per_mtok": kwh,
-            "cost_per_mtok": kwh * tariff if kwh is not None and tariff is not None else None,
-            "tps": _num(p.get("tps")),
-        }
+        return EnergyFigures(
+            j_per_token=_num(p.get("j_per_token")),
+            j_per_token_u95_pct=_num(p.get("j_per_token_u95_pct")),
+            kwh_per_mtok=kwh,
+            cost_per_mtok=kwh * tariff if kwh is not None and tariff is not None else None,
+            tps=_num(p.get("tps")),
+        )
 
-    out: dict[str, Any] = {"tariff_per_kwh": tariff, "chosen": figures(chosen), "reference": None}
-    if reference is None or _num(reference.get("kwh_per_mtok")) is None:
-        return out
-    ref = figures(reference)
-    out["reference"] = ref
-    saved_kwh = ref["kwh_per_mtok"] - out["chosen"]["kwh_per_mtok"]
-    tps = out["chosen"]["tps"] or 0.0
-    mtok_year = tps * SECONDS_PER_YEAR / 1e6
-    out["kwh_saved_per_mtok"] = saved_kwh
-    out["kwh_saved_per_year"] = saved_kwh * mtok_year
-    out["mtok_per_year"] = mtok_year
-    if tariff is not None:
-        out["cost_saved_per_mtok"] = saved_kwh * tariff
-        out["cost_saved_per_year"] = saved_kwh * mtok_year * tariff
-    return out
+    mine = figures(chosen)
+    ref = figures(reference) if reference is not None else None
+    if ref is None or ref.kwh_per_mtok is None or mine.kwh_per_mtok is None:
+        return Energy(tariff, mine, None, chosen_name=names[0], reference_name=names[1])
+    saved_kwh = ref.kwh_per_mtok - mine.kwh_per_mtok
+    mtok_year = (mine.tps or 0.0) * SECONDS_PER_YEAR / 1e6
+    return Energy(
+        tariff,
+        mine,
+        ref,
+        kwh_saved_per_mtok=saved_kwh,
+        kwh_saved_per_year=saved_kwh * mtok_year,
+        mtok_per_year=mtok_year,
+        cost_saved_per_mtok=saved_kwh * tariff if tariff is not None else UNSET,
+        cost_saved_per_year=saved_kwh * mtok_year * tariff if tariff is not None else UNSET,
+        chosen_name=names[0],
+        reference_name=names[1],
+    )
 
 
 def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> dict[str, Any] | None:
@@ -377,10 +384,8 @@ def attach(
         for row in result.get("caps") or result.get("points") or []:
             kwh = _num(row.get("kwh_per_mtok"))
             row["cost_per_mtok"] = kwh * tariff if kwh is not None else None
-    result["energy"] = cost_summary(candidates, chosen, reference, tariff)
-    if result["energy"] is not None:
-        result["energy"]["chosen_name"] = name(chosen) if chosen else None
-        result["energy"]["reference_name"] = name(reference) if reference else None
+    names = (name(chosen) if chosen else None, name(reference) if reference else None)
+    result["energy"] = cost_summary(candidates, chosen, reference, tariff, names)
     choice = latency_choice(
         candidates,
         max_ttft_ms=max_ttft_ms,

@@ -108,17 +108,17 @@ def test_a_point_without_the_latency_columns_never_meets_a_target() -> None:
 def test_savings_per_million_tokens_and_per_year_against_the_reference() -> None:
     chosen, ref = CURVE[2], CURVE[4]
     out = serving.cost_summary(CURVE, chosen, ref, 0.30)
-    assert out is not None
+    assert out is not None and out.chosen is not None
     saved = ref["kwh_per_mtok"] - chosen["kwh_per_mtok"]
-    assert out["kwh_saved_per_mtok"] == pytest.approx(saved)
-    assert out["cost_saved_per_mtok"] == pytest.approx(saved * 0.30)
+    assert out.kwh_saved_per_mtok == pytest.approx(saved)
+    assert out.cost_saved_per_mtok == pytest.approx(saved * 0.30)
     mtok_year = 50.0 * 365 * 24 * 3600 / 1e6
-    assert out["kwh_saved_per_year"] == pytest.approx(saved * mtok_year)
-    assert out["cost_saved_per_year"] == pytest.approx(saved * mtok_year * 0.30)
-    assert out["chosen"]["cost_per_mtok"] == pytest.approx(chosen["kwh_per_mtok"] * 0.30)
+    assert out.kwh_saved_per_year == pytest.approx(saved * mtok_year)
+    assert out.cost_saved_per_year == pytest.approx(saved * mtok_year * 0.30)
+    assert out.chosen.cost_per_mtok == pytest.approx(chosen["kwh_per_mtok"] * 0.30)
     energy_only = serving.cost_summary(CURVE, chosen, None, None)
-    assert energy_only is not None and energy_only["reference"] is None
-    assert "cost_saved_per_mtok" not in energy_only
+    assert energy_only is not None and energy_only.reference is None
+    assert "cost_saved_per_mtok" not in energy_only.to_json()
 
 
 def test_the_reference_between_two_measured_caps_is_interpolated_and_says_so() -> None:
