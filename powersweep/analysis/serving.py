@@ -22,7 +22,7 @@ from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
 from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
-from powersweep.analysis.result_types import Energy, EnergyFigures
+from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
 from powersweep.errors import UsageError
 
 NAN = math.nan
@@ -258,7 +258,7 @@ def latency_choice(
     max_itl_ms: float | None,
     name: Callable[[Mapping[str, Any]], str],
     reading: Callable[[Mapping[str, Any]], Reading] = Reading.of,
-) -> dict[str, Any] | None:
+) -> LatencyTarget | None:
     """The most efficient point whose own measured p95 latencies meet the targets, with a
     margin where its p95 is itself too noisy to be sure.
 
@@ -283,7 +283,8 @@ def latency_choice(
         ``within_noise`` (the more efficient point that meets them only within its p95's noise,
         by name; None), ``unsure`` (why the pick's p95s are not sure, when ``margin`` is false),
         ``tied`` (the points that meet them with the pick's margin and whose TPS/W is within
-        their own noise of the pick's), ``noise_source``, ``misses`` and the targets.
+        their own noise of the pick's), ``noise_source``, ``misses``, the targets and the
+        point's ``name``.
     """
     given = {"ttft_p95_ms": max_ttft_ms, "itl_p95_ms": max_itl_ms}
     targets = {k: v for k, v in given.items() if v is not None}
@@ -298,7 +299,6 @@ def latency_choice(
             ratios.append(math.inf if v is None else v / limit)
         return max(ratios)
 
-    base: dict[str, Any] = {"max_ttft_ms": max_ttft_ms, "max_itl_ms": max_itl_ms}
     usable = [p for p in candidates if _num(p.get("tps_per_w")) is not None]
     meeting = [p for p in usable if over(p) <= 1.0]
     if not meeting:
@@ -313,7 +313,15 @@ def latency_choice(
             if closest is not None
             else []
         )
-        return {**base, "met": False, "point": closest, "tied": [], "misses": misses}
+        return LatencyTarget(
+            max_ttft_ms=max_ttft_ms,
+            max_itl_ms=max_itl_ms,
+            met=False,
+            point=None if closest is None else _as_point(closest),
+            tied=[],
+            misses=misses,
+            name=UNSET if closest is None else name(closest),
+        )
     best = max(meeting, key=lambda p: p["tps_per_w"])
     sure = [p for p in meeting if not _unsure(p, targets)]
     pick = max(sure, key=lambda p: p["tps_per_w"]) if sure else best
@@ -321,18 +329,26 @@ def latency_choice(
     same = sure if margin else meeting
     own = reading(pick)
     tied = [name(p) for p in same if p is pick or _tied(own, reading(p))]
-    return {
-        **base,
-        "met": True,
-        "point": pick,
-        "margin": margin,
-        "within_noise": name(best) if best is not pick else None,
-        "within_noise_point": best if best is not pick else None,
-        "unsure": _unsure(best if best is not pick else pick, targets),
-        "tied": tied,
-        "noise_source": OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
-        "misses": [],
-    }
+    return LatencyTarget(
+        max_ttft_ms=max_ttft_ms,
+        max_itl_ms=max_itl_ms,
+        met=True,
+        point=_as_point(pick),
+        margin=margin,
+        within_noise=name(best) if best is not pick else None,
+        within_noise_point=_as_point(best) if best is not pick else None,
+        unsure=_unsure(best if best is not pick else pick, targets),
+        tied=tied,
+        noise_source=OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
+        misses=[],
+        name=name(pick),
+    )
+
+
+def _as_point(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A measured row as the answer holds it: the row itself (a dict), so that what the
+    analysis adds to its rows later (the power curve's regimes) shows in the answer too."""
+    return row if isinstance(row, dict) else dict(row)
 
 
 def _unsure(p: Mapping[str, Any], targets: Mapping[str, float]) -> list[str]:
@@ -393,45 +409,44 @@ def attach(
         name=name,
         reading=reading,
     )
-    if choice is not None and choice["point"] is not None:
-        choice["name"] = name(choice["point"])
     result["latency_target"] = choice
     if choice is not None:
         result.setdefault("findings", []).append(_latency_finding(choice))
 
 
-def _latency_finding(choice: Mapping[str, Any]) -> Finding:
+def _latency_finding(choice: LatencyTarget) -> Finding:
     """The latency target's answer as a finding (the summary's findings list shows it)."""
     goals = " and ".join(
-        f"{what} p95 ≤ {choice[key]:g} ms"
-        for what, key in (("TTFT", "max_ttft_ms"), ("inter-token", "max_itl_ms"))
-        if choice.get(key) is not None
+        f"{what} p95 ≤ {limit:g} ms"
+        for what, limit in (("TTFT", choice.max_ttft_ms), ("inter-token", choice.max_itl_ms))
+        if limit is not None
     )
-    if choice["met"]:
+    if choice.met and choice.point is not None:
         message = (
-            f"most efficient point with {goals}: {choice['name']} "
-            f"({choice['point']['tps_per_w']:.4f} TPS/W)"
+            f"most efficient point with {goals}: {known(choice.name)} "
+            f"({choice.point['tps_per_w']:.4f} TPS/W)"
         )
-        unsure = "; ".join(choice.get("unsure") or [])
-        if choice.get("within_noise"):
+        unsure = "; ".join(known(choice.unsure) or [])
+        margin = known(choice.margin) is not False
+        if known(choice.within_noise):
             message += (
-                f", with a margin: {choice['within_noise']} is more efficient but meets the "
+                f", with a margin: {known(choice.within_noise)} is more efficient but meets the "
                 f"target only within its own noise ({unsure})"
             )
-        elif not choice.get("margin", True):
+        elif not margin:
             message += f", but only within its own noise ({unsure}): no point has a margin"
         return finding(
-            "info" if choice.get("margin", True) else "warning",
+            "info" if margin else "warning",
             "latency_target",
             message,
             "powersweep apply RUN --objective slo sets it"
-            + ("" if choice.get("margin", True) else "; longer windows sharpen a p95"),
+            + ("" if margin else "; longer windows sharpen a p95"),
         )
-    closest = choice.get("name")
+    closest = known(choice.name)
     return finding(
         "warning",
         "latency_target_unmet",
         f"no measured point meets {goals}"
-        + (f"; the closest is {closest} ({'; '.join(choice['misses'])})" if closest else ""),
+        + (f"; the closest is {closest} ({'; '.join(choice.misses or [])})" if closest else ""),
         "loosen the target, lower the concurrency, or measure higher caps or clocks",
     )

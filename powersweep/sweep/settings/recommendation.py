@@ -327,7 +327,7 @@ def _slo_point(
         )
     point = target.point
     if not target.met or point is None:
-        closest = target.name
+        closest = known(target.name)
         misses = "; ".join(target.misses or [])
         raise UsageError(
             f"no measured point of {run_dir} meets the latency target"
