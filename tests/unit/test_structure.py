@@ -295,8 +295,7 @@ def test_a_draw_ceiling_starts_where_tps_stops_following_the_cap(seed: int) -> N
     ((kind, start, end),) = _found(points)
     assert (kind, end) == ("draw_ceiling", 470.0) and start in (390.0, 400.0)
     got = {
-        r.cap_w: r.regime
-        for r in regimes(points, find_regions(points, [p.cap_w for p in points]))
+        r.cap_w: r.regime for r in regimes(points, find_regions(points, [p.cap_w for p in points]))
     }
     assert {c for c, r in got.items() if r == "draw_ceiling"} == {
         p.cap_w for p in points if p.cap_w >= start
