@@ -24,8 +24,10 @@ from powersweep.analysis.clock_summary import (
 from powersweep.analysis.context import CardFacts
 from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
+from powersweep.analysis.cross_result_types import CrossModeResult
 from powersweep.analysis.findings import Finding
 from powersweep.analysis.result_types import PowerAnalysis
+from powersweep.analysis.saved_analysis import SavedAnalysis
 from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.safe_files import write_atomic
@@ -47,17 +49,16 @@ class Report:
     """What was regenerated.
 
     Attributes:
-        analysis: The analysis as ``analysis.json`` holds it.
+        result: The analysis, typed (its axis's record; ``to_json()`` is what ``analysis.json``
+            holds).
         summary: The markdown summary.
         paths: Files written.
-        result: The analysis, typed (its axis's result type).
         headline: The answer in one line (None: no answer).
     """
 
-    analysis: dict[str, Any]
+    result: SavedAnalysis
     summary: str
     paths: tuple[Path, ...]
-    result: PowerAnalysis | ClockAnalysis | None = None
     headline: str | None = None
 
 
@@ -109,12 +110,11 @@ def build_report(
     axis = axis_of(curve)
     settings = AnalysisSettings(max_tps_loss_pct, objective, eta, serving or ServingOptions(), card)
     result = axis.analyze(curve, settings)
-    doc = result.to_json()
     if require_answer and axis.answer(result) is None:
         raise UsageError(no_answer(path, result.findings))
     summary = axis.summary(curve, result)
     if on_analysis is not None:
-        on_analysis(Report(doc, summary, (), result, axis.headline(result)))
+        on_analysis(Report(result, summary, (), axis.headline(result)))
     target = out_dir or curve.out_dir
     written: list[Path] = []
     with writing_into(target, given=out_dir is not None):
@@ -128,7 +128,7 @@ def build_report(
             written += _plots().render_latency_chart(
                 result, target / "charts", formats=formats, title=title
             )
-    return Report(doc, summary, tuple(written), result, axis.headline(result))
+    return Report(result, summary, tuple(written), axis.headline(result))
 
 
 def build_failed_report(run_dir: Path, why: str) -> Path:
@@ -198,8 +198,8 @@ class ClockComparison:
         paths: Files written.
     """
 
-    power: dict[str, Any]
-    clocks: dict[str, Any]
+    power: PowerAnalysis
+    clocks: ClockAnalysis
     comparison: dict[str, Any]
     markdown: str
     paths: tuple[Path, ...]
@@ -264,7 +264,7 @@ def build_clock_comparison(
             written += _plots().render_clock_charts(
                 clocks, target / "charts", power_analysis=power, only_pareto=True
             )
-    return ClockComparison(power.to_json(), clocks.to_json(), comparison, markdown, tuple(written))
+    return ClockComparison(power, clocks, comparison, markdown, tuple(written))
 
 
 @dataclass(frozen=True)
@@ -273,14 +273,14 @@ class CrossReport:
 
     Attributes:
         analyses: Each run's analysis, in the order given.
-        cross: The :func:`powersweep.analysis.cross_mode` result.
+        cross: The :func:`powersweep.analysis.cross_mode` result (``to_json()``: cross-mode.json).
         markdown: The cross-mode section (paste-ready markdown).
         paths: Files written (each run's analysis.json and summary.md, then cross-mode.json and
             cross-mode.md).
     """
 
-    analyses: tuple[dict[str, Any], ...]
-    cross: dict[str, Any]
+    analyses: tuple[PowerAnalysis, ...]
+    cross: CrossModeResult
     markdown: str
     paths: tuple[Path, ...]
 
@@ -318,16 +318,15 @@ def build_cross_report(
     """
     if len(paths) < 2:
         raise UsageError("cross-mode analysis needs at least two runs (one per load mode)")
-    pairs: list[tuple[analysis.Curve, dict[str, Any]]] = []
+    pairs: list[tuple[analysis.Curve, PowerAnalysis]] = []
     for path in paths:
         curve = analysis.load_curve(path)
         result = analysis.analyze(
             curve, max_tps_loss_pct=max_tps_loss_pct, objective=objective, eta=eta
         )
         pairs.append((curve, result))
-    typed_cross = analysis.cross_mode([(c, PowerAnalysis.from_json(a)) for c, a in pairs])
-    cross = typed_cross.to_json()
-    markdown = render_cross_mode(typed_cross)
+    cross = analysis.cross_mode(pairs)
+    markdown = render_cross_mode(cross)
     analyses = tuple(a for _, a in pairs)
     if on_analysis is not None:
         on_analysis(CrossReport(analyses, cross, markdown, ()))
@@ -336,7 +335,7 @@ def build_cross_report(
         for curve, result in pairs:
             target = out_dir / _run_name(curve.source) if out_dir else curve.out_dir
             with writing_into(target, given=out_dir is not None):
-                written += analysis.write_outputs(curve, PowerAnalysis.from_json(result), target)
+                written += analysis.write_outputs(curve, result, target)
         target = out_dir or Path(os.path.commonpath([c.out_dir.resolve().parent for c, _ in pairs]))
         json_path = target / f"{CROSS_MODE_STEM}.json"
         md_path = target / f"{CROSS_MODE_STEM}.md"
@@ -344,7 +343,9 @@ def build_cross_report(
             try:
                 target.mkdir(parents=True, exist_ok=True)
                 write_atomic(
-                    json_path, json.dumps(cross, indent=2, allow_nan=False) + "\n", sync=False
+                    json_path,
+                    json.dumps(cross.to_json(), indent=2, allow_nan=False) + "\n",
+                    sync=False,
                 )
                 write_atomic(md_path, markdown, sync=False)
             except OSError as exc:

@@ -40,7 +40,7 @@ def make_fleet(root: Path, n: int) -> None:
     outliers.update({f"node{k:03d}": "low-envelope" for k in range(42, n, 211)})
     for card in synthetic_fleet(root, "rtx4090-air~0.03", n, outliers=outliers, seed=0):
         # what a sweep leaves beside its CSVs (its bootstrap does not change these fields)
-        result = analyze(load_curve(card.run_dir), bootstrap=0)
+        result = analyze(load_curve(card.run_dir), bootstrap=0).to_json()
         (card.run_dir / "analysis.json").write_text(json.dumps(result, indent=2) + "\n")
 
 

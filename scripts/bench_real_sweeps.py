@@ -227,7 +227,7 @@ def read_run(run_dir: Path, time_scale: float) -> RealRun:
         settle_s=statistics.median(
             float(v) for v in curve.caps["settle_s"].drop_nulls().to_list() or [math.nan]
         ),
-        analysis=analyze(curve, bootstrap=200),
+        analysis=analyze(curve, bootstrap=200).to_json(),
     )
 
 

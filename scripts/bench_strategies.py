@@ -476,7 +476,7 @@ def _analyse(case: Case, measured: dict[float, Truth]) -> dict[str, Any]:
         write_caps_csv(df, path)
         curve = dataclasses.replace(load_curve(path), run=run)
         # no raw readings: the noise intervals are the curve-scatter estimate
-        return analyze(curve, default_limit_w=case.default_w)
+        return analyze(curve, default_limit_w=case.default_w).to_json()
 
 
 def _cap(section: dict[str, Any] | None) -> str:

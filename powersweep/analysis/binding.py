@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from powersweep.analysis.cap_points import CapPoint, binding_margin_w, power_limited, typical_step_w
 from powersweep.analysis.curve_noise import CurveNoise
+from powersweep.analysis.result_types import CapsBind
 
 # TPS follows the cap when its rise with the cap stands this many standard errors above none
 # (one-sided, about 1 in 700 for a curve that does not move).
@@ -51,9 +51,9 @@ def tps_rise_z(points: Sequence[CapPoint], sigmas: Sequence[float]) -> float:
     return slope * math.sqrt(sxx)
 
 
-def caps_bind(points: Sequence[CapPoint], noise: CurveNoise) -> dict[str, Any]:
-    """``{binds, draw_w: [lo, hi], caps_w: [lo, hi], by}``: whether any cap binds, and how it
-    shows (``draw``: a card draws at its cap; ``tps``: only the TPS follows the cap)."""
+def caps_bind(points: Sequence[CapPoint], noise: CurveNoise) -> CapsBind:
+    """Whether any cap binds (the draw's and the caps' spans beside it), and how it shows
+    (``draw``: a card draws at its cap; ``tps``: only the TPS follows the cap)."""
     margin = binding_margin_w(points, typical_step_w([p.cap_w for p in points]))
     by = None
     if any(power_limited(p, margin) for p in points):
@@ -61,9 +61,9 @@ def caps_bind(points: Sequence[CapPoint], noise: CurveNoise) -> dict[str, Any]:
     elif tps_rise_z(points, tps_sigmas(points, noise)) > FOLLOWS_Z:
         by = BY_TPS
     draws = [p.power_w for p in points]
-    return {
-        "binds": by is not None,
-        "draw_w": [min(draws), max(draws)],
-        "caps_w": [min(p.cap_w for p in points), max(p.cap_w for p in points)],
-        "by": by,
-    }
+    return CapsBind(
+        binds=by is not None,
+        draw_w=[min(draws), max(draws)],
+        caps_w=[min(p.cap_w for p in points), max(p.cap_w for p in points)],
+        by=by,
+    )

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from powersweep.analysis.result_types import Answer
+
 # A best point needs a measured point on each side of it: three at least.
 MIN_ANSWER_POINTS = 3
 ANSWER = "answer"
@@ -86,8 +88,8 @@ def answer_of(
     binds_why: str | None = None,
     boundary_why: str | None = None,
     what: str = "caps",
-) -> dict[str, Any]:
-    """The analysis' ``answer``: ``{kind, why, points_usable}``.
+) -> Answer:
+    """The analysis' ``answer``.
 
     ``kind`` is ``answer`` (the best point has a measured point on each side), ``boundary``
     (it is the first or last measured: ``why`` says so) or ``none`` (``why`` says what withholds
@@ -101,12 +103,7 @@ def answer_of(
         )
     why = why or binds_why
     if why is not None:
-        return {"kind": NONE, "why": why, "points_usable": usable}
+        return Answer(NONE, why, usable)
     if boundary_why is not None:
-        return {"kind": BOUNDARY, "why": boundary_why, "points_usable": usable}
-    return {"kind": ANSWER, "why": None, "points_usable": usable}
-
-
-def given(answer: Mapping[str, Any] | None) -> bool:
-    """The analysis answers (a sweet spot, or a boundary named as such)."""
-    return answer is None or answer.get("kind") != NONE
+        return Answer(BOUNDARY, boundary_why, usable)
+    return Answer(ANSWER, None, usable)

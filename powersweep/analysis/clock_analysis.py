@@ -30,11 +30,13 @@ from powersweep.analysis.clock_curve import (
     pareto_knee,
     tier_summaries,
 )
+from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.result_types import Answer
 from powersweep.analysis.trust import ignored_rows, run_findings
 
 
@@ -47,7 +49,7 @@ def analyze_clocks(
     tariff_per_kwh: float | None = None,
     max_ttft_ms: float | None = None,
     max_itl_ms: float | None = None,
-) -> dict[str, Any]:
+) -> ClockAnalysis:
     """Analyse a clock-lock curve (one axis or a grid).
 
     Args:
@@ -61,10 +63,10 @@ def analyze_clocks(
         max_itl_ms: Latency target for the inter-token latency's p95 (None: none).
 
     Returns:
-        analysis.json for a clock sweep (docs/run-format.md): ``axis``, ``points``, ``peak``
-        (also as ``sweet_spot``; with ``tied_points``, the points statistically tied with it,
-        and ``noise_source``), ``near_peak``, ``pareto_front``, ``tiers``,
-        ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
+        The typed analysis of a clock sweep (``to_json()``: its analysis.json, docs/run-format.md):
+        ``axis``, ``points``, ``peak`` (also as ``sweet_spot``; with ``tied_points``, the points
+        statistically tied with it, and ``noise_source``), ``near_peak``, ``pareto_front``,
+        ``tiers``, ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
     """
     from powersweep.analysis.core import run_facts, sanitize
 
@@ -110,7 +112,7 @@ def analyze_clocks(
             finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
         )
         result["answer"] = claims.answer_of(status_why=status_why, usable=0, what="points")
-        return sanitize(result)
+        return ClockAnalysis.from_json(sanitize(result))
     peak = max(points, key=lambda p: p.tps_per_w)
     fastest = max(points, key=lambda p: p.tps)
     floor = fastest.tps * (1.0 - max_tps_loss_pct / 100.0)
@@ -147,7 +149,7 @@ def analyze_clocks(
         {"sm_lock_mhz": sat, "mem_lock_mhz": fastest_tier["mem_lock_mhz"]} if sat else None
     )
     dicts = result["points"]
-    if claims.given(answer):  # nothing is chosen without an answer, so nothing is saved
+    if answer.given:  # nothing is chosen without an answer, so nothing is saved
         serving.attach(
             result,
             dicts,
@@ -161,14 +163,14 @@ def analyze_clocks(
         )
     binds = _power_binds(points, curve.caps, curve.run)
     result["power_cap_binds"] = binds
-    if answer["kind"] == claims.NONE:
+    if answer.kind == claims.NONE:
         findings.insert(0, _no_answer(answer, peak))
     else:
         findings += _findings(result, peak, fastest, binds, run)
     findings += _falls_finding(curve, points)
     # what withholds the answer is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
-    return sanitize(result)
+    return ClockAnalysis.from_json(sanitize(result))
 
 
 def _falls_finding(curve: Curve, points: Sequence[ClockPoint]) -> list[Finding]:
@@ -233,13 +235,13 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def _no_answer(answer: Mapping[str, Any], peak: ClockPoint) -> Finding:
+def _no_answer(answer: Answer, peak: ClockPoint) -> Finding:
     """The best point measured, named as such, with why it is no answer."""
-    code = "too_few_points" if str(answer["why"]).startswith("only ") else "best_measured"
+    code = "too_few_points" if str(answer.why).startswith("only ") else "best_measured"
     return finding(
         "warning",
         code,
-        f"no answer: {answer['why']}; best of the points measured: "
+        f"no answer: {answer.why}; best of the points measured: "
         f"{_label(peak.sm_lock_mhz, peak.mem_lock_mhz)}, {peak.tps_per_w:.4g} TPS/W "
         f"({peak.tps:.1f} TPS at {peak.power_w:.0f} W), not an answer",
         "measure at least three locks around it (--sm-clocks)"

@@ -47,6 +47,7 @@ from powersweep.analysis.power_findings import (
 )
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
+from powersweep.analysis.result_types import JsonRecord, Plateau, PowerAnalysis, Regime
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -65,7 +66,7 @@ def analyze(
     tariff_per_kwh: float | None = None,
     max_ttft_ms: float | None = None,
     max_itl_ms: float | None = None,
-) -> dict[str, Any]:
+) -> PowerAnalysis:
     """Analyse a curve.
 
     Args:
@@ -84,7 +85,7 @@ def analyze(
         max_itl_ms: Latency target for the inter-token latency's p95 (None: none).
 
     Returns:
-        A JSON-serialisable dict following analysis.json (docs/run-format.md), NaN as None.
+        The typed analysis; its ``to_json()`` is what analysis.json holds (docs/run-format.md).
 
     Raises:
         UsageError: An option is out of range.
@@ -147,7 +148,7 @@ def analyze(
         result["answer"] = claims.answer_of(
             status_why=claims.status_reason(curve.run, str(curve.source)), usable=0
         )
-        return sanitize(result)
+        return PowerAnalysis.from_json(sanitize(result))
 
     default_w = as_float(run.get("default_limit_w"))
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
@@ -165,48 +166,48 @@ def analyze(
     answer = claims.answer_of(
         status_why=claims.status_reason(curve.run, str(curve.source)),
         usable=len(points),
-        binds_why=None if binds["binds"] else no_bind_text(binds),
+        binds_why=None if binds.binds else no_bind_text(binds),
         boundary_why=boundary_text(sweet, run),
     )
     result["answer"] = answer
     result["sweet_spot"] = sweet
     result["near_peak"] = near
-    if claims.given(answer):
+    if answer.given:
         result["recommendation"] = _recommend(
             points, near["cap_w"], selector, default_w, run, n_gpus
         )
 
     tariff = serving.run_tariff(curve.run, tariff_per_kwh)
     _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
-    result["plateaus"] = [_region_dict(r) for r in regions]
+    result["plateaus"] = [_plateau(r) for r in regions]
     result["regimes"] = regimes
-    regime_of = {r["cap_w"]: r["regime"] for r in result["regimes"]}
+    regime_of = {r.cap_w: r.regime for r in regimes}
     for row in rows:
         row["regime"] = regime_of.get(row["cap_w"])
 
     _per_card_pct(result, run.get("default_limits_w"))
     result["power_cap_binds"] = binds
-    sweet["caps_bind"] = binds["binds"]
+    sweet["caps_bind"] = binds.binds
     findings += answer_findings(result, points, run, binding.tps_sigmas(points, scatter))
     findings += structure_findings(points, regions, run, slowdown)
-    findings += regime_findings(points, result["regimes"], slowdown)
+    findings += regime_findings(points, regimes, slowdown)
     # issue 24: counter against sampled draw, and a card still heating while measured
     findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
     # what withholds the answer (or the caps that never bind) is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
-    return sanitize(result)
+    return PowerAnalysis.from_json(sanitize(result))
 
 
 def _scatter(
-    caps: pl.DataFrame, metric: str, regimes: Sequence[dict[str, Any]], best_cap_w: float
+    caps: pl.DataFrame, metric: str, regimes: Sequence[Regime], best_cap_w: float
 ) -> CurveNoise:
     """The reading noise of a bare curve where its best cap is: among the caps the cap binds
     (whose speed the clock it allows sets), or among those it does not (whose speed the server
     and the workload set, and may wander more): a single-stream decode's scatter above a card's
     draw ceiling is no noise of the clock-limited readings under the cap."""
-    binding = {r["cap_w"] for r in regimes if r["regime"] == cap_points.POWER_LIMITED}
+    binding = {r.cap_w for r in regimes if r.regime == cap_points.POWER_LIMITED}
     alike = (lambda c: c in binding) if best_cap_w in binding else (lambda c: c not in binding)
-    keep = [c for c in {r["cap_w"] for r in regimes} if alike(c)]
+    keep = [c for c in {r.cap_w for r in regimes} if alike(c)]
     return noise.curve_noise(caps.filter(pl.col("cap_w").is_in(keep)), metric)
 
 
@@ -394,8 +395,8 @@ def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> N
 
 def sanitize(value: Any) -> Any:
     """Make a value JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(value, Finding):
-        return value.to_json()
+    if isinstance(value, Finding | JsonRecord):
+        return sanitize(value.to_json())
     if isinstance(value, dict):
         return {str(k): sanitize(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -507,17 +508,17 @@ def _recommend(
     }
 
 
-def _region_dict(r: Region) -> dict[str, Any]:
-    return {
-        "kind": r.kind,
-        "start_w": r.start_w,
-        "end_w": r.end_w,
-        "power_w": r.power_w,
-        "tps": r.tps,
-        "caps_w": list(r.caps_w),
-        "missing_caps_w": list(r.missing_caps_w),
-        "escape_w": r.escape_w,
-    }
+def _plateau(r: Region) -> Plateau:
+    return Plateau(
+        kind=r.kind,
+        start_w=r.start_w,
+        end_w=r.end_w,
+        power_w=r.power_w,
+        tps=r.tps,
+        caps_w=list(r.caps_w),
+        missing_caps_w=list(r.missing_caps_w),
+        escape_w=r.escape_w,
+    )
 
 
 # --- findings ----------------------------------------------------------------------------------

@@ -177,13 +177,9 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
     result = None if reanalyze else _stored_analysis(curve, max_tps_loss_pct, clock)
     if result is None:
         result = (
-            ClockAnalysis.from_json(
-                analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct, bootstrap=0)
-            )
+            analyze_clocks(curve, max_tps_loss_pct=max_tps_loss_pct, bootstrap=0)
             if clock
-            else PowerAnalysis.from_json(
-                analyze(curve, bootstrap=0, max_tps_loss_pct=max_tps_loss_pct)
-            )
+            else analyze(curve, bootstrap=0, max_tps_loss_pct=max_tps_loss_pct)
         )
     axis = axis_of_analysis(result)
     best = best_of(result)

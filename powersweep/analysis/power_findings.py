@@ -17,6 +17,7 @@ from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
+from powersweep.analysis.result_types import Answer, CapsBind, Plateau, Regime, number
 from powersweep.runformat import as_float
 
 NAN = math.nan
@@ -59,16 +60,23 @@ def status_findings(caps: pl.DataFrame) -> list[Finding]:
     ]
 
 
-def no_bind_text(binds: dict[str, Any]) -> str:
+def _spans(binds: CapsBind) -> tuple[float, float, float, float]:
+    """The draw's and the caps' spans, W (NaN where not given)."""
+    d_lo, d_hi = binds.draw_w or (None, None)
+    c_lo, c_hi = binds.caps_w or (None, None)
+    return number(d_lo), number(d_hi), number(c_lo), number(c_hi)
+
+
+def no_bind_text(binds: CapsBind) -> str:
     """Why caps that never bind give no answer, in one line."""
-    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+    d_lo, d_hi, c_lo, c_hi = _spans(binds)
     return (
         f"no cap binds: the card drew {d_lo:.0f}-{d_hi:.0f} W under caps of {c_lo:g}-{c_hi:g} W "
         "and its TPS stayed flat within noise, so power capping cannot save energy for this load"
     )
 
 
-def no_bind_finding(binds: dict[str, Any]) -> Finding:
+def no_bind_finding(binds: CapsBind) -> Finding:
     return finding(
         "warning",
         "no_cap_binds",
@@ -79,8 +87,8 @@ def no_bind_finding(binds: dict[str, Any]) -> Finding:
     )
 
 
-def binds_by_tps_finding(binds: dict[str, Any]) -> Finding:
-    (d_lo, d_hi), (c_lo, c_hi) = binds["draw_w"], binds["caps_w"]
+def binds_by_tps_finding(binds: CapsBind) -> Finding:
+    d_lo, d_hi, c_lo, c_hi = _spans(binds)
     return finding(
         "info",
         "binds_by_tps",
@@ -113,11 +121,11 @@ def falls_finding(points: Sequence[CapPoint], sigmas: Sequence[float]) -> list[F
     ]
 
 
-def too_few_finding(answer: dict[str, Any]) -> Finding:
+def too_few_finding(answer: Answer) -> Finding:
     return finding(
         "warning",
         "too_few_points",
-        str(answer["why"]),
+        str(answer.why),
         "measure at least three caps around the one you care about (e.g. `--caps` with a "
         "cap 10-20 W on each side), or sweep the whole envelope",
     )
@@ -236,10 +244,10 @@ def structure_findings(
 
 
 def regime_findings(
-    points: Sequence[CapPoint], regimes: Sequence[dict[str, Any]], slowdown: float
+    points: Sequence[CapPoint], regimes: Sequence[Regime], slowdown: float
 ) -> list[Finding]:
     out: list[Finding] = []
-    thermal = [r["cap_w"] for r in regimes if r["regime"] == cap_points.THERMAL_LIMITED]
+    thermal = [r.cap_w for r in regimes if r.regime == cap_points.THERMAL_LIMITED]
     if thermal:
         out.append(
             finding(
@@ -251,7 +259,7 @@ def regime_findings(
             )
         )
     loaded = [p for p in points if math.isfinite(p.util_pct)]
-    under = [r["cap_w"] for r in regimes if r["regime"] == cap_points.UNDER_LOADED]
+    under = [r.cap_w for r in regimes if r.regime == cap_points.UNDER_LOADED]
     draws = [p.power_w for p in points]
     flat_everywhere = len(points) >= 3 and (max(draws) - min(draws)) < 0.05 * max(draws)
     if (loaded and len(under) == len(points)) or (under and flat_everywhere):
@@ -275,7 +283,7 @@ def regime_findings(
                 "check that nothing else used the server during the sweep",
             )
         )
-    bandwidth = [r["cap_w"] for r in regimes if r.get("bound") == "bandwidth"]
+    bandwidth = [r.cap_w for r in regimes if r.bound == "bandwidth"]
     if len(bandwidth) >= 2:
         out.append(
             finding(
@@ -295,7 +303,7 @@ def _tied_text(caps_w: Sequence[float]) -> str:
     return f"{len(caps_w)} caps from {watts(min(caps_w))} to {watts(max(caps_w))}"
 
 
-def _unbound_ceiling(result: dict[str, Any]) -> dict[str, Any] | None:
+def _unbound_ceiling(result: dict[str, Any]) -> Plateau | None:
     """The draw ceiling the sweet spot sits on when every cap of it ties with the best.
 
     Its caps run one operating point (the workload cannot use more power), so the cap does not
@@ -303,10 +311,11 @@ def _unbound_ceiling(result: dict[str, Any]) -> dict[str, Any] | None:
     """
     sweet = result["sweet_spot"]
     tied = set(sweet.get("tied_caps") or [])
+    region: Plateau
     for region in result.get("plateaus") or []:
-        caps = region.get("caps_w") or []
+        caps = region.caps_w
         if (
-            region.get("kind") == "draw_ceiling"
+            region.kind == "draw_ceiling"
             and sweet["cap_w"] in caps
             and len(caps) > 1
             and set(caps) <= tied
@@ -321,10 +330,10 @@ def recommendation_findings(result: dict[str, Any]) -> list[Finding]:
     ceiling = _unbound_ceiling(result)
     if ceiling is not None:
         hint = (
-            f"every cap from {watts(ceiling['start_w'])} to {watts(ceiling['end_w'])} runs one "
+            f"every cap from {watts(ceiling.start_w)} to {watts(ceiling.end_w)} runs one "
             "operating point (the draw ceiling) and is as efficient within noise: the cap does "
             "not bind there, so any of them "
-            f"(`nvidia-smi -pl {ceiling['start_w']:g}` is the lowest) serves this load as well; "
+            f"(`nvidia-smi -pl {ceiling.start_w:g}` is the lowest) serves this load as well; "
             "choose by the other loads the card runs"
         )
     out = [
@@ -398,25 +407,25 @@ def answer_findings(
     there is none and the best cap measured; caps that bind by TPS alone; falls of TPS."""
     answer, binds = result["answer"], result["power_cap_binds"]
     out: list[Finding] = []
-    if answer["kind"] == "none":
-        if not binds["binds"] and answer["why"] == no_bind_text(binds):
+    if answer.kind == "none":
+        if not binds.binds and answer.why == no_bind_text(binds):
             out.append(no_bind_finding(binds))
-        elif answer["why"].startswith("only "):
+        elif str(answer.why).startswith("only "):
             out.append(too_few_finding(answer))
         out.append(best_measured_finding(result["sweet_spot"], answer))
     else:
         out += boundary_findings(result["sweet_spot"], points, run)
         out += recommendation_findings(result)
-    if binds.get("by") == "tps":
+    if binds.by == "tps":
         out.append(binds_by_tps_finding(binds))
     return out + falls_finding(points, sigmas)
 
 
-def best_measured_finding(sweet: dict[str, Any], answer: dict[str, Any]) -> Finding:
+def best_measured_finding(sweet: dict[str, Any], answer: Answer) -> Finding:
     return finding(
         "info",
         "best_measured",
         f"best of the caps measured: {watts(sweet['cap_w'])}, {sweet['tps_per_w']:.4f} TPS/W "
-        f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W); not an answer: {answer['why']}",
+        f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W); not an answer: {answer.why}",
         None,
     )

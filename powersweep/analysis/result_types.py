@@ -277,17 +277,18 @@ class LatencyTarget(JsonRecord):
 
     max_ttft_ms: Num = None
     max_itl_ms: Num = None
-    noise_rel: Num = None
+    noise_rel: OptNum = UNSET  # written by older versions only
     met: bool | None = None
     point: dict[str, Any] | None = None
     margin: bool | UnsetType | None = UNSET
     within_noise: str | UnsetType | None = UNSET
     within_noise_point: dict[str, Any] | UnsetType | None = UNSET
     unsure: list[str] | UnsetType | None = UNSET
-    tied: list[Any] | None = None
+    tied: list[str] | None = None
     noise_source: str | UnsetType | None = UNSET
     misses: list[str] | None = None
-    name: str | None = None
+    # the point's name; unwritten where no point was measured against the targets
+    name: str | UnsetType | None = UNSET
 
 
 @dataclass(frozen=True)

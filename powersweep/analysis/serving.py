@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+from msgspec import UNSET
 
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
 from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
+from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
 from powersweep.errors import UsageError
 
 NAN = math.nan
@@ -173,7 +175,8 @@ def cost_summary(
     chosen: Mapping[str, Any] | None,
     reference: Mapping[str, Any] | None,
     tariff: float | None,
-) -> dict[str, Any] | None:
+    names: tuple[str | None, str | None] = (None, None),
+) -> Energy | None:
     """Energy and cost per 1M tokens at the chosen point against a reference point.
 
     Args:
@@ -182,6 +185,7 @@ def cost_summary(
         reference: The point it is compared with (the default limit; a clock run's fastest
             point); None when not measured.
         tariff: Price of a kWh (None: energy only).
+        names: How the chosen and the reference point are named (None: not named).
 
     Returns:
         ``chosen`` and ``reference`` figures, what the chosen point saves per 1M tokens and per
@@ -191,31 +195,34 @@ def cost_summary(
     if chosen is None or _num(chosen.get("kwh_per_mtok")) is None:
         return None
 
-    def figures(p: Mapping[str, Any]) -> dict[str, Any]:
+    def figures(p: Mapping[str, Any]) -> EnergyFigures:
         kwh = _num(p.get("kwh_per_mtok"))
-        return {
-            "j_per_token": _num(p.get("j_per_token")),
-            "j_per_token_u95_pct": _num(p.get("j_per_token_u95_pct")),
-            "kwh_per_mtok": kwh,
-            "cost_per_mtok": kwh * tariff if kwh is not None and tariff is not None else None,
-            "tps": _num(p.get("tps")),
-        }
+        return EnergyFigures(
+            j_per_token=_num(p.get("j_per_token")),
+            j_per_token_u95_pct=_num(p.get("j_per_token_u95_pct")),
+            kwh_per_mtok=kwh,
+            cost_per_mtok=kwh * tariff if kwh is not None and tariff is not None else None,
+            tps=_num(p.get("tps")),
+        )
 
-    out: dict[str, Any] = {"tariff_per_kwh": tariff, "chosen": figures(chosen), "reference": None}
-    if reference is None or _num(reference.get("kwh_per_mtok")) is None:
-        return out
-    ref = figures(reference)
-    out["reference"] = ref
-    saved_kwh = ref["kwh_per_mtok"] - out["chosen"]["kwh_per_mtok"]
-    tps = out["chosen"]["tps"] or 0.0
-    mtok_year = tps * SECONDS_PER_YEAR / 1e6
-    out["kwh_saved_per_mtok"] = saved_kwh
-    out["kwh_saved_per_year"] = saved_kwh * mtok_year
-    out["mtok_per_year"] = mtok_year
-    if tariff is not None:
-        out["cost_saved_per_mtok"] = saved_kwh * tariff
-        out["cost_saved_per_year"] = saved_kwh * mtok_year * tariff
-    return out
+    mine = figures(chosen)
+    ref = figures(reference) if reference is not None else None
+    if ref is None or ref.kwh_per_mtok is None or mine.kwh_per_mtok is None:
+        return Energy(tariff, mine, None, chosen_name=names[0], reference_name=names[1])
+    saved_kwh = ref.kwh_per_mtok - mine.kwh_per_mtok
+    mtok_year = (mine.tps or 0.0) * SECONDS_PER_YEAR / 1e6
+    return Energy(
+        tariff,
+        mine,
+        ref,
+        kwh_saved_per_mtok=saved_kwh,
+        kwh_saved_per_year=saved_kwh * mtok_year,
+        mtok_per_year=mtok_year,
+        cost_saved_per_mtok=saved_kwh * tariff if tariff is not None else UNSET,
+        cost_saved_per_year=saved_kwh * mtok_year * tariff if tariff is not None else UNSET,
+        chosen_name=names[0],
+        reference_name=names[1],
+    )
 
 
 def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> dict[str, Any] | None:
@@ -251,7 +258,7 @@ def latency_choice(
     max_itl_ms: float | None,
     name: Callable[[Mapping[str, Any]], str],
     reading: Callable[[Mapping[str, Any]], Reading] = Reading.of,
-) -> dict[str, Any] | None:
+) -> LatencyTarget | None:
     """The most efficient point whose own measured p95 latencies meet the targets, with a
     margin where its p95 is itself too noisy to be sure.
 
@@ -276,7 +283,8 @@ def latency_choice(
         ``within_noise`` (the more efficient point that meets them only within its p95's noise,
         by name; None), ``unsure`` (why the pick's p95s are not sure, when ``margin`` is false),
         ``tied`` (the points that meet them with the pick's margin and whose TPS/W is within
-        their own noise of the pick's), ``noise_source``, ``misses`` and the targets.
+        their own noise of the pick's), ``noise_source``, ``misses``, the targets and the
+        point's ``name``.
     """
     given = {"ttft_p95_ms": max_ttft_ms, "itl_p95_ms": max_itl_ms}
     targets = {k: v for k, v in given.items() if v is not None}
@@ -291,7 +299,6 @@ def latency_choice(
             ratios.append(math.inf if v is None else v / limit)
         return max(ratios)
 
-    base: dict[str, Any] = {"max_ttft_ms": max_ttft_ms, "max_itl_ms": max_itl_ms}
     usable = [p for p in candidates if _num(p.get("tps_per_w")) is not None]
     meeting = [p for p in usable if over(p) <= 1.0]
     if not meeting:
@@ -306,7 +313,15 @@ def latency_choice(
             if closest is not None
             else []
         )
-        return {**base, "met": False, "point": closest, "tied": [], "misses": misses}
+        return LatencyTarget(
+            max_ttft_ms=max_ttft_ms,
+            max_itl_ms=max_itl_ms,
+            met=False,
+            point=None if closest is None else _as_point(closest),
+            tied=[],
+            misses=misses,
+            name=UNSET if closest is None else name(closest),
+        )
     best = max(meeting, key=lambda p: p["tps_per_w"])
     sure = [p for p in meeting if not _unsure(p, targets)]
     pick = max(sure, key=lambda p: p["tps_per_w"]) if sure else best
@@ -314,18 +329,26 @@ def latency_choice(
     same = sure if margin else meeting
     own = reading(pick)
     tied = [name(p) for p in same if p is pick or _tied(own, reading(p))]
-    return {
-        **base,
-        "met": True,
-        "point": pick,
-        "margin": margin,
-        "within_noise": name(best) if best is not pick else None,
-        "within_noise_point": best if best is not pick else None,
-        "unsure": _unsure(best if best is not pick else pick, targets),
-        "tied": tied,
-        "noise_source": OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
-        "misses": [],
-    }
+    return LatencyTarget(
+        max_ttft_ms=max_ttft_ms,
+        max_itl_ms=max_itl_ms,
+        met=True,
+        point=_as_point(pick),
+        margin=margin,
+        within_noise=name(best) if best is not pick else None,
+        within_noise_point=_as_point(best) if best is not pick else None,
+        unsure=_unsure(best if best is not pick else pick, targets),
+        tied=tied,
+        noise_source=OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
+        misses=[],
+        name=name(pick),
+    )
+
+
+def _as_point(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A measured row as the answer holds it: the row itself (a dict), so that what the
+    analysis adds to its rows later (the power curve's regimes) shows in the answer too."""
+    return row if isinstance(row, dict) else dict(row)
 
 
 def _unsure(p: Mapping[str, Any], targets: Mapping[str, float]) -> list[str]:
@@ -377,10 +400,8 @@ def attach(
         for row in result.get("caps") or result.get("points") or []:
             kwh = _num(row.get("kwh_per_mtok"))
             row["cost_per_mtok"] = kwh * tariff if kwh is not None else None
-    result["energy"] = cost_summary(candidates, chosen, reference, tariff)
-    if result["energy"] is not None:
-        result["energy"]["chosen_name"] = name(chosen) if chosen else None
-        result["energy"]["reference_name"] = name(reference) if reference else None
+    names = (name(chosen) if chosen else None, name(reference) if reference else None)
+    result["energy"] = cost_summary(candidates, chosen, reference, tariff, names)
     choice = latency_choice(
         candidates,
         max_ttft_ms=max_ttft_ms,
@@ -388,45 +409,44 @@ def attach(
         name=name,
         reading=reading,
     )
-    if choice is not None and choice["point"] is not None:
-        choice["name"] = name(choice["point"])
     result["latency_target"] = choice
     if choice is not None:
         result.setdefault("findings", []).append(_latency_finding(choice))
 
 
-def _latency_finding(choice: Mapping[str, Any]) -> Finding:
+def _latency_finding(choice: LatencyTarget) -> Finding:
     """The latency target's answer as a finding (the summary's findings list shows it)."""
     goals = " and ".join(
-        f"{what} p95 ≤ {choice[key]:g} ms"
-        for what, key in (("TTFT", "max_ttft_ms"), ("inter-token", "max_itl_ms"))
-        if choice.get(key) is not None
+        f"{what} p95 ≤ {limit:g} ms"
+        for what, limit in (("TTFT", choice.max_ttft_ms), ("inter-token", choice.max_itl_ms))
+        if limit is not None
     )
-    if choice["met"]:
+    if choice.met and choice.point is not None:
         message = (
-            f"most efficient point with {goals}: {choice['name']} "
-            f"({choice['point']['tps_per_w']:.4f} TPS/W)"
+            f"most efficient point with {goals}: {known(choice.name)} "
+            f"({choice.point['tps_per_w']:.4f} TPS/W)"
         )
-        unsure = "; ".join(choice.get("unsure") or [])
-        if choice.get("within_noise"):
+        unsure = "; ".join(known(choice.unsure) or [])
+        margin = known(choice.margin) is not False
+        if known(choice.within_noise):
             message += (
-                f", with a margin: {choice['within_noise']} is more efficient but meets the "
+                f", with a margin: {known(choice.within_noise)} is more efficient but meets the "
                 f"target only within its own noise ({unsure})"
             )
-        elif not choice.get("margin", True):
+        elif not margin:
             message += f", but only within its own noise ({unsure}): no point has a margin"
         return finding(
-            "info" if choice.get("margin", True) else "warning",
+            "info" if margin else "warning",
             "latency_target",
             message,
             "powersweep apply RUN --objective slo sets it"
-            + ("" if choice.get("margin", True) else "; longer windows sharpen a p95"),
+            + ("" if margin else "; longer windows sharpen a p95"),
         )
-    closest = choice.get("name")
+    closest = known(choice.name)
     return finding(
         "warning",
         "latency_target_unmet",
         f"no measured point meets {goals}"
-        + (f"; the closest is {closest} ({'; '.join(choice['misses'])})" if closest else ""),
+        + (f"; the closest is {closest} ({'; '.join(choice.misses or [])})" if closest else ""),
         "loosen the target, lower the concurrency, or measure higher caps or clocks",
     )

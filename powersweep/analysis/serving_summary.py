@@ -105,7 +105,7 @@ def latency_section(target: LatencyTarget | None) -> str:
     ]
     lines = ["### Latency target", "", f"Target: {' and '.join(goals)} (each point's own p95)."]
     point = target.point or {}  # still a dict: the row of the point picked, as the table has it
-    name = escape_md(target.name or "")
+    name = escape_md(known(target.name) or "")
     figures = (
         f"{_g(point.get('tps_per_w'))} TPS/W, {_g(point.get('j_per_token'))} J/token, "
         f"TTFT p95 {_g(point.get('ttft_p95_ms'))} ms, inter-token p95 "

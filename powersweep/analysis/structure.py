@@ -44,6 +44,7 @@ from powersweep.analysis.cap_points import (
     typical_step_w,
 )
 from powersweep.analysis.curve_noise import Line, estimate
+from powersweep.analysis.result_types import Regime
 
 # A cap's TPS joins a flat region within this many standard deviations of a difference.
 FLAT_SIGMAS = 3.0
@@ -249,7 +250,7 @@ def regimes(
     regions: Sequence[Region],
     *,
     slowdown_temp_c: float = NAN,
-) -> list[dict[str, object]]:
+) -> list[Regime]:
     """The regime of every measured cap, with a ``bound`` hint where SM clocks are known.
 
     Args:
@@ -258,13 +259,13 @@ def regimes(
         slowdown_temp_c: The card's thermal slowdown threshold (NaN if unknown).
 
     Returns:
-        ``[{cap_w, regime, bound}]``; ``bound`` is ``bandwidth``, ``compute`` or None.
+        One :class:`Regime` a cap; its ``bound`` is ``bandwidth``, ``compute`` or None.
     """
     by_cap = {c: r.kind for r in regions for c in r.caps_w}
     bounds = _bounds(points)
     step_w = typical_step_w([p.cap_w for p in points])
     margin = binding_margin_w(points, step_w)
-    out: list[dict[str, object]] = []
+    out: list[Regime] = []
     for k, (p, bound) in enumerate(zip(points, bounds, strict=True)):
         if is_under_loaded(p):
             regime = UNDER_LOADED
@@ -276,7 +277,7 @@ def regimes(
             regime = POWER_LIMITED
         else:
             regime = _unheld_regime(points, k)
-        out.append({"cap_w": p.cap_w, "regime": regime, "bound": bound})
+        out.append(Regime(cap_w=p.cap_w, regime=regime, bound=bound))
     return out
 
 

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 def show_analysis(report: Report, *, as_json: bool) -> None:
     """The table and the answer, or the JSON; printed before the outputs are written, so a
     run directory one cannot write to still shows them."""
-    if report.result is None:
-        return
     if as_json:
         typer.echo(analysis_text(report.result), nl=False)
     else:

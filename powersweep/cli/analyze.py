@@ -218,7 +218,9 @@ def _cross(
 
     def show(cross: CrossReport) -> None:
         typer.echo(
-            json.dumps(cross.cross, indent=2, allow_nan=False) if as_json else cross.markdown
+            json.dumps(cross.cross.to_json(), indent=2, allow_nan=False)
+            if as_json
+            else cross.markdown
         )
 
     report = build_cross_report(

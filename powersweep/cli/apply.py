@@ -355,7 +355,7 @@ def _from_run(
         rec.sm_clock_mhz,
         rec.mem_clock_mhz,
         rec.sm_offset_mhz,
-        _recorded_sm_min(run_dir),
+        rec.sm_clock_min_mhz,
         rec.mem_offset_mhz,
     )
     return targets, named, f"{run_dir.resolve()} ({rec.objective})"
@@ -401,14 +401,14 @@ def _simulated_run_rig(run_dir: Path, changes_nothing: bool) -> tuple[str | None
         UsageError: A simulated run asked to change a card (its answer is no real card's; which
             flags set it on the simulated rig instead), or a replayed one (no card to show).
     """
-    import json
+    from powersweep.sweep.settings.recommendation import read_run
 
     try:
-        simulation = json.loads((run_dir / "run.json").read_text()).get("simulation")
-    except (OSError, ValueError, AttributeError):
+        simulation = read_run(run_dir / "run.json").simulation
+    except PowersweepError:
         return None, None  # the recommendation reads the run and names what is wrong with it
-    profile = simulation.get("profile") if isinstance(simulation, dict) else None
-    if not isinstance(profile, str) or not profile:
+    profile = simulation.profile if simulation is not None else None
+    if not profile:
         return None, None
     if profile.startswith("replay:"):
         raise UsageError(
@@ -422,24 +422,7 @@ def _simulated_run_rig(run_dir: Path, changes_nothing: bool) -> tuple[str | None
             "--sim-state FILE to set it on the simulated rig"
         )
     info(f"{run_dir} is a simulated run: shown on its own rig (--simulate {profile})")
-    node = simulation.get("node")
-    return profile, node if isinstance(node, str) and node else None
-
-
-def _recorded_sm_min(run_dir: Path) -> float | None:
-    """The run's ``--sm-clock-min`` (run.json options); None for a run that recorded none,
-    whose locks then take the card's idle floor. Never raises: the recommendation has read the
-    run already."""
-    import json
-
-    try:
-        options = json.loads((run_dir / "run.json").read_text()).get("options")
-    except (OSError, ValueError, AttributeError):
-        return None
-    value = options.get("sm_clock_min_mhz") if isinstance(options, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        return None
-    return float(value)
+    return profile, simulation.node if simulation is not None and simulation.node else None
 
 
 def _plan(

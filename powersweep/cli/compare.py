@@ -66,7 +66,6 @@ def compare_command(
     """Overlay several runs' efficiency curves; print their sweet spots."""
     from powersweep import analysis, plots
     from powersweep.analysis.context import with_card_facts
-    from powersweep.analysis.result_types import PowerAnalysis
     from powersweep.report import writing_into
 
     if len(paths) < 1:
@@ -88,7 +87,7 @@ def compare_command(
                 "undervolt search beside its own cap, in its summary.md)"
             )
         curves.append(curve)
-        named.append((run_label(p), PowerAnalysis.from_json(analysis.analyze(curve)), axis.name))
+        named.append((run_label(p), analysis.analyze(curve), axis.name))
     labels = plots.compare_labels([(name, a.run, axis) for name, a, axis in named])
     labelled = [(label, a) for label, (_, a, _) in zip(labels, named, strict=True)]
     # The table comes first: it is the answer even when the chart cannot be written.

@@ -187,7 +187,7 @@ def replay_truth(curve: ReplayCurve, caps_w: Sequence[float]) -> dict[str, Any]:
         )
     regions = find_regions(points, caps)
     for row, reg in zip(rows, regimes(points, regions), strict=True):
-        row["regime"] = reg["regime"]
+        row["regime"] = reg.regime
     best = max(rows, key=lambda r: (r["tps_per_w"], -r["cap_w"]))
     return {
         "load_mode": curve.load_mode,

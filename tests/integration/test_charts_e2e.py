@@ -142,7 +142,7 @@ def test_charts_of_every_profile(tmp_path: Path, name: str, mode: str) -> None:
         with Image.open(charts / png) as img:
             assert img.size[0] >= 1200 and img.size[1] >= 700
     where = f"{name} {mode}"
-    analysis = report.analysis
+    analysis = report.result.to_json()
     if name.startswith("rtx3090") and mode == "decode-single":
         assert any(p["kind"] == "boost_plateau" for p in analysis["plateaus"]), where
     if mode == "decode-single" and name in ("rtx4090-air", "h100-sxm", "rtx5090-air"):
@@ -155,7 +155,7 @@ def test_charts_of_the_measured_3090_curve(tmp_path: Path) -> None:
         pytest.skip(f"measured curve not found at {MEASURED_3090}")
     report = build_report(MEASURED_3090, out_dir=tmp_path)
     assert (tmp_path / "charts" / "efficiency.png").is_file()
-    analysis = report.analysis
+    analysis = report.result.to_json()
     assert analysis["sweet_spot"]["cap_w"] == 290.0
     typed = PowerAnalysis.from_json(analysis)
     _check_layout(efficiency_figure(typed), analysis, "measured 3090")
@@ -164,7 +164,7 @@ def test_charts_of_the_measured_3090_curve(tmp_path: Path) -> None:
 def test_near_peak_at_the_sweet_spot_is_said_not_drawn_over_the_star(tmp_path: Path) -> None:
     analysis = build_report(
         _run(tmp_path, "rtx5090-air", "prefill-heavy"), charts=False, write_analysis=False
-    ).analysis
+    ).result.to_json()
     analysis = {**analysis, "near_peak": {**analysis["near_peak"]}}
     analysis["near_peak"]["cap_w"] = analysis["sweet_spot"]["cap_w"]
     fig = efficiency_figure(PowerAnalysis.from_json(analysis))

@@ -225,7 +225,7 @@ def test_fresh_analysis_json_is_reused_and_stale_one_is_not(tmp_path: Path) -> N
 
     cards = synthetic_fleet(tmp_path, "rtx4090-air~0.02", 3, seed=5)
     for c in cards:
-        result = analysis.analyze(analysis.load_curve(c.run_dir), bootstrap=0)
+        result = analysis.analyze(analysis.load_curve(c.run_dir), bootstrap=0).to_json()
         result["sweet_spot"]["cap_w"] = 555.0  # a marker: only a reused file says this
         (c.run_dir / "analysis.json").write_text(json.dumps(result))
     stale = cards[2].run_dir / "caps.csv"

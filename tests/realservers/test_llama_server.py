@@ -311,9 +311,10 @@ def test_server_decode_rate_is_recorded_and_agrees_with_the_tools(
         assert float(row["server_decode_tps"]) > 0, row
         assert float(row["server_prompt_tps"]) > 0, row
     report = build_report(run, charts=False)
-    codes = {f["code"] for f in report.analysis["findings"]}
+    doc = report.result.to_json()
+    codes = {f["code"] for f in doc["findings"]}
     assert "server_rates_agree" in codes and "server_rate_mismatch" not in codes
-    (rate,) = report.analysis["server_rates"]
+    (rate,) = doc["server_rates"]
     timed = [r for r in requests if r["prompt_kind"] in ("narr", "code") and r["server_decode_tps"]]
     assert timed and rate["n_requests"] == len(timed)
     assert "agrees with the server's own rate" in report.summary

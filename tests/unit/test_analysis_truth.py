@@ -135,7 +135,7 @@ def test_measured_curve_matches_ground_truth(
     flat = best_tpw <= FLAT_TPW_RATIO * min(tpw)
     for seed in SEEDS:
         run = synthesize_run(truth, gpu, tmp_path / f"s{seed}", seed=seed, raw_files=False)
-        result = analyze(load_curve(run), bootstrap=100)
+        result = analyze(load_curve(run), bootstrap=100).to_json()
         where = f"{name} {mode} x{concurrency} seed {seed}"
         sweet = result["sweet_spot"]
         # The sweet spot is the best reading, always.
@@ -182,7 +182,7 @@ def test_the_3090_decode_single_truth_is_the_club_3090_answer(tmp_path: Path) ->
         ("boost_plateau", 340.0, 370.0)
     ]
     run = synthesize_run(truth, gpu_entry(get_profile("rtx3090-air")), tmp_path, seed=3)
-    result = analyze(load_curve(run), bootstrap=0)
+    result = analyze(load_curve(run), bootstrap=0).to_json()
     assert result["sweet_spot"]["cap_w"] == 290.0
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
         ("boost_plateau", 340.0, 370.0)
@@ -233,7 +233,7 @@ def test_cool_bit_clear_ceiling_near_slowdown_is_a_ceiling_not_thermal() -> None
         for p in points
     ]
     got = regimes(hot, find_regions(hot, caps, slowdown_temp_c=88.0), slowdown_temp_c=88.0)
-    assert {r["cap_w"] for r in got if r["regime"] == "thermal_limited"} == set(caps[5:])
+    assert {r.cap_w for r in got if r.regime == "thermal_limited"} == set(caps[5:])
 
 
 def test_a_cap_the_level_above_exceeds_is_not_the_start_of_a_region() -> None:

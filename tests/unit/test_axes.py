@@ -121,10 +121,11 @@ def test_a_curve_with_no_usable_point_has_no_answer_on_either_axis(tmp_path: Pat
 def test_the_report_reads_each_axis_through_its_own_outputs(tmp_path: Path) -> None:
     settings = ServingOptions(max_itl_ms=1000.0)
     power = build_report(_power_csv(tmp_path), charts=False, serving=settings)
-    assert power.analysis["sweet_spot"]["cap_w"] == 250.0
+    assert power.result.to_json()["sweet_spot"]["cap_w"] == 250.0
     assert [p.name for p in power.paths] == ["analysis.json", "summary.md"]
     clocks = build_report(_clock_csv(tmp_path), charts=False)
-    assert clocks.analysis["kind"] == "clocks" and clocks.analysis["peak"]["sm_lock_mhz"] == 1500
+    doc = clocks.result.to_json()
+    assert doc["kind"] == "clocks" and doc["peak"]["sm_lock_mhz"] == 1500
     assert {p.name for p in clocks.paths} == {"analysis.json", "summary.md"}
 
 

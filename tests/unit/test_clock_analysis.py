@@ -69,7 +69,7 @@ def _truth() -> tuple[tuple[int, int], set[tuple[int, int]]]:
 
 def test_a_bare_28_point_clock_grid_gives_peak_front_and_capped_tiers(tmp_path: Path) -> None:
     csv = _write_grid(tmp_path / "grid.csv")
-    analysis = build_report(csv, charts=True).analysis
+    analysis = build_report(csv, charts=True).result.to_json()
     peak, front = _truth()
     assert analysis["kind"] == "clocks" and analysis["axis"] == "grid"
     assert len(analysis["points"]) == 28
@@ -102,7 +102,7 @@ def test_one_sm_axis_finds_where_tps_stops_rising(tmp_path: Path) -> None:
     csv_rows = "\n".join(f"{sm},{t:.3f},{w:.1f}" for sm, (t, w) in points)
     path = tmp_path / "sm-axis.csv"
     path.write_text("sm_lock_mhz,narr_tps,power_w\n" + csv_rows + "\n")
-    analysis = analyze_clocks(load_curve(path))
+    analysis = analyze_clocks(load_curve(path)).to_json()
     assert analysis["axis"] == "sm-clock"
     assert analysis["saturation"]["sm_lock_mhz"] == 2100  # 29.6 TPS, within 3% of 30.2
     assert any(f["code"] == "bandwidth_bound" for f in analysis["findings"])
@@ -231,7 +231,7 @@ def test_pareto_knee_is_the_point_farthest_above_the_chord(tmp_path: Path) -> No
     path.write_text(
         "sm_lock_mhz,narr_tps,power_w\n900,20,200\n1200,38,240\n1500,40,300\n1800,41,400\n"
     )
-    analysis = analyze_clocks(load_curve(path))
+    analysis = analyze_clocks(load_curve(path)).to_json()
     assert analysis["pareto_knee"]["sm_lock_mhz"] == 1200.0
 
 
@@ -246,12 +246,14 @@ def test_tps_falling_as_a_lock_rises_beyond_noise_is_named(tmp_path: Path) -> No
     )
     found = [
         f
-        for f in analyze_clocks(load_curve(path))["findings"]
+        for f in analyze_clocks(load_curve(path)).to_json()["findings"]
         if f["code"] == "tps_falls_with_clock"
     ]
     (fall,) = found
     assert "40 at SM 1500 MHz / mem 9501 MHz -> 38 at SM 1800 MHz / mem 9501 MHz" in fall["message"]
     # the grid of the same physics without the fall names none
     _write_grid(tmp_path / "grid.csv")
-    codes = {f["code"] for f in analyze_clocks(load_curve(tmp_path / "grid.csv"))["findings"]}
+    codes = {
+        f["code"] for f in analyze_clocks(load_curve(tmp_path / "grid.csv")).to_json()["findings"]
+    }
     assert "tps_falls_with_clock" not in codes

@@ -148,7 +148,7 @@ def test_an_analysis_without_a_peak_or_locked_memory_leaves_those_sections_out(
 
 def test_write_clock_outputs_writes_the_analysis_and_its_summary(tmp_path: Path) -> None:
     curve = _curve(tmp_path)
-    doc = json.loads(json.dumps(analyze_clocks(curve, bootstrap=0)))
+    doc = json.loads(json.dumps(analyze_clocks(curve, bootstrap=0).to_json()))
     analysis = ClockAnalysis.from_json(doc)
     paths = write_clock_outputs(curve, analysis, tmp_path / "out")
     assert sorted(p.name for p in paths) == ["analysis.json", "summary.md"]

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.sweep.planning.confirm_plan import NO_USABLE_CAP, NOTHING_TIED, plan_confirm
 
 
-def _analysis(tied: list[float], tpw: dict[float, float]) -> dict[str, object]:
+def _analysis(tied: list[float], tpw: dict[float, float], **sweet: Any) -> PowerAnalysis:
     best = max(tpw, key=lambda c: (tpw[c], -c))
-    return {
-        "sweet_spot": {
-            "cap_w": best,
-            "tied_caps": tied,
-            "interval_w": [min(tied), max(tied)],
-            "noise_source": "resampled",
-        },
-        "caps": [{"cap_w": c, "tps_per_w": v, "status": "ok"} for c, v in tpw.items()],
-    }
+    return PowerAnalysis.from_json(
+        {
+            "sweet_spot": {
+                "cap_w": best,
+                "tied_caps": tied,
+                "interval_w": [min(tied), max(tied)],
+                "noise_source": "resampled",
+                **sweet,
+            },
+            "caps": [{"cap_w": c, "tps_per_w": v, "status": "ok"} for c, v in tpw.items()],
+        }
+    )
 
 
 def test_the_best_tied_caps_highest_first() -> None:
@@ -34,16 +40,15 @@ def test_the_best_tied_caps_highest_first() -> None:
 def test_nothing_tied_or_nothing_usable_measures_nothing() -> None:
     plan = plan_confirm(_analysis([290.0], {280.0: 0.1, 290.0: 0.2}))
     assert plan.caps_w == () and plan.record["skipped"] == NOTHING_TIED
-    assert plan_confirm({}).record["skipped"] == NO_USABLE_CAP
+    assert plan_confirm(None).record["skipped"] == NO_USABLE_CAP
+    assert plan_confirm(PowerAnalysis()).record["skipped"] == NO_USABLE_CAP
 
 
 def test_the_caps_most_often_best_go_first() -> None:
     # 370 W reads 9% lower, but one stalled block makes it best in a third of the resamples:
     # measuring it again settles more than measuring the quiet 300 W.
     tpw = {280.0: 0.1113, 290.0: 0.1119, 300.0: 0.1100, 370.0: 0.1020}
-    analysis = _analysis([280.0, 290.0, 300.0, 370.0], tpw)
-    analysis["sweet_spot"]["bootstrap"] = {  # type: ignore[index]
-        "best_share": {"280.0": 0.10, "290.0": 0.53, "300.0": 0.03, "370.0": 0.34}
-    }
+    share = {"280.0": 0.10, "290.0": 0.53, "300.0": 0.03, "370.0": 0.34}
+    analysis = _analysis([280.0, 290.0, 300.0, 370.0], tpw, bootstrap={"best_share": share})
     assert plan_confirm(analysis, max_caps=3).caps_w == (370.0, 290.0, 280.0)
     assert plan_confirm(analysis).caps_w == (370.0, 290.0)

@@ -40,7 +40,7 @@ def real_3090() -> Path:
 
 
 def test_real_3090_curve(real_3090: Path) -> None:
-    result = analyze(load_curve(real_3090))
+    result = analyze(load_curve(real_3090)).to_json()
     sweet = result["sweet_spot"]
     assert sweet["cap_w"] == 290.0
     assert sweet["tps_per_w"] == pytest.approx(32.26 / 289.55)
@@ -74,7 +74,7 @@ def test_a_flat_draw_ceiling_under_every_cap_binds_nowhere_and_gives_no_answer(
             "power_w": list(316.9 + rng.normal(0, 0.3, len(caps))),
         }
     )
-    result = analyze(load_curve(_write(tmp_path, df)))
+    result = analyze(load_curve(_write(tmp_path, df))).to_json()
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
         ("draw_ceiling", 350.0, 700.0)
     ]
@@ -84,12 +84,14 @@ def test_a_flat_draw_ceiling_under_every_cap_binds_nowhere_and_gives_no_answer(
     assert codes[0] == "no_cap_binds" and "best_measured" in codes
     assert not {"sweet_spot", "near_peak", "sweet_spot_at_high_boundary"} & set(codes)
     # a curve whose sweet spot binds keeps the plain advice
-    (real,) = [f for f in analyze(load_curve(real_3090))["findings"] if f["code"] == "sweet_spot"]
+    (real,) = [
+        f for f in analyze(load_curve(real_3090)).to_json()["findings"] if f["code"] == "sweet_spot"
+    ]
     assert real["hint"] == "`nvidia-smi -pl 290` for the most tokens per watt"
 
 
 def test_real_3090_with_default_limit_reports_pct_and_gain(real_3090: Path) -> None:
-    result = analyze(load_curve(real_3090), default_limit_w=370.0)
+    result = analyze(load_curve(real_3090), default_limit_w=370.0).to_json()
     sweet = result["sweet_spot"]
     assert sweet["pct_of_default"] == pytest.approx(290 / 370 * 100)
     gain = (32.26 / 289.55) / (34.66 / 334.00) * 100 - 100
@@ -106,7 +108,7 @@ def test_three_decimal_tie_is_resolved_at_full_precision(tmp_path: Path) -> None
             "tps_per_w": [0.107, 0.111, 0.111, 0.108],
         }
     )
-    result = analyze(load_curve(_write(tmp_path, df)))
+    result = analyze(load_curve(_write(tmp_path, df))).to_json()
     assert result["sweet_spot"]["cap_w"] == 300.0
 
 
@@ -120,7 +122,7 @@ def test_failed_cap_is_ignored_for_the_sweet_spot(tmp_path: Path) -> None:
             "error": ["", "3 of 4 requests failed", "", ""],
         }
     )
-    result = analyze(load_curve(_write(tmp_path, df)))
+    result = analyze(load_curve(_write(tmp_path, df))).to_json()
     assert result["sweet_spot"]["cap_w"] == 230.0
     codes = {f["code"]: f for f in result["findings"]}
     assert "210 W failed: 3 of 4 requests failed" in codes["caps_not_measured"]["message"]
@@ -139,7 +141,7 @@ def test_boundary_optimum_low_with_envelope(tmp_path: Path) -> None:
         ],
     }
     (run_dir / "run.json").write_text(json.dumps(run))
-    result = analyze(load_curve(run_dir))
+    result = analyze(load_curve(run_dir)).to_json()
     assert result["sweet_spot"]["cap_w"] == 150.0
     assert result["sweet_spot"]["at_boundary"] == "low"
     (finding,) = [f for f in result["findings"] if f["code"] == "sweet_spot_at_low_boundary"]
@@ -149,7 +151,9 @@ def test_boundary_optimum_low_with_envelope(tmp_path: Path) -> None:
 
 def test_boundary_optimum_high_without_envelope(tmp_path: Path) -> None:
     caps = [150.0, 160.0, 170.0, 180.0]
-    result = analyze(load_curve(_write(tmp_path, _linear(caps, [10.0, 12.0, 14.0, 16.5]))))
+    result = analyze(
+        load_curve(_write(tmp_path, _linear(caps, [10.0, 12.0, 14.0, 16.5])))
+    ).to_json()
     assert result["sweet_spot"]["at_boundary"] == "high"
     (finding,) = [f for f in result["findings"] if f["code"] == "sweet_spot_at_high_boundary"]
     assert "unknown" in finding["message"]
@@ -167,7 +171,7 @@ def test_prefill_only_curve(tmp_path: Path) -> None:
     )
     curve = load_curve(_write(tmp_path, df))
     assert curve.metric == "prefill_tps"
-    result = analyze(curve)
+    result = analyze(curve).to_json()
     assert result["metric"] == "prefill_tps"
     assert result["sweet_spot"]["cap_w"] == 250.0
     assert result["caps"][0]["tps"] == 1500.0
@@ -177,26 +181,26 @@ def test_objectives(tmp_path: Path) -> None:
     caps = [200.0, 250.0, 300.0, 350.0]
     tps = [20.0, 27.0, 31.0, 32.0]
     curve = load_curve(_write(tmp_path, _linear(caps, tps)))
-    assert analyze(curve)["recommendation"]["cap_w"] == 250.0  # 27/249 is the best TPS/W
-    assert analyze(curve, objective="near-peak")["recommendation"]["cap_w"] == 300.0
+    assert analyze(curve).to_json()["recommendation"]["cap_w"] == 250.0  # 27/249 is the best TPS/W
+    assert analyze(curve, objective="near-peak").to_json()["recommendation"]["cap_w"] == 300.0
     # eta = 1: pure energy per token, the sweet spot; eta = 0: pure time, the fastest cap.
-    assert analyze(curve, objective="cost", eta=1.0)["recommendation"]["cap_w"] == 250.0
-    assert analyze(curve, objective="cost", eta=0.0)["recommendation"]["cap_w"] == 350.0
-    rec = analyze(curve, objective="cost", eta=0.5)["recommendation"]
+    assert analyze(curve, objective="cost", eta=1.0).to_json()["recommendation"]["cap_w"] == 250.0
+    assert analyze(curve, objective="cost", eta=0.0).to_json()["recommendation"]["cap_w"] == 350.0
+    rec = analyze(curve, objective="cost", eta=0.5).to_json()["recommendation"]
     max_power = 350.0
     costs = {c: 0.5 * (c - 1) / t + 0.5 * max_power / t for c, t in zip(caps, tps, strict=True)}
     assert rec["cap_w"] == min(costs, key=lambda c: costs[c])
     assert rec["cost"] == pytest.approx(min(costs.values()))
     with pytest.raises(UsageError):
-        analyze(curve, objective="fastest")
+        analyze(curve, objective="fastest").to_json()
     with pytest.raises(UsageError):
-        analyze(curve, eta=1.5)
+        analyze(curve, eta=1.5).to_json()
 
 
 def test_thermal_limited_caps_give_a_warning(tmp_path: Path) -> None:
     caps = [300.0, 320.0, 340.0, 360.0]
     df = _linear(caps, [30.0, 31.0, 31.5, 31.6], thermal_throttle_pct=[0.0, 0.0, 60.0, 80.0])
-    result = analyze(load_curve(_write(tmp_path, df)))
+    result = analyze(load_curve(_write(tmp_path, df))).to_json()
     regimes = {r["cap_w"]: r["regime"] for r in result["regimes"]}
     assert regimes == {
         300.0: "power_limited",
@@ -215,7 +219,7 @@ def test_energy_counter_disagreement(tmp_path: Path) -> None:
         energy_j=[1000.0, 1300.0, 1500.0],
         energy_sampled_j=[1010.0, 1200.0, 1490.0],
     )
-    result = analyze(load_curve(_write(tmp_path, df)))
+    result = analyze(load_curve(_write(tmp_path, df))).to_json()
     (finding,) = [f for f in result["findings"] if f["code"] == "energy_mismatch"]
     assert "250 W" in finding["message"] and "200 W" not in finding["message"]
 
@@ -261,7 +265,7 @@ def _bootstrap_run(tmp_path: Path, seed: int = 0) -> Path:
 
 def test_bootstrap_ties_close_caps_and_excludes_clearly_worse(tmp_path: Path) -> None:
     curve = load_curve(_bootstrap_run(tmp_path))
-    result = analyze(curve, bootstrap=400, seed=1)
+    result = analyze(curve, bootstrap=400, seed=1).to_json()
     sweet = result["sweet_spot"]
     assert sweet["cap_w"] in (250.0, 260.0)
     assert set(sweet["tied_caps"]) == {250.0, 260.0}
@@ -270,8 +274,8 @@ def test_bootstrap_ties_close_caps_and_excludes_clearly_worse(tmp_path: Path) ->
     assert shares["300.0"] < 0.05
     assert sum(shares.values()) == pytest.approx(1.0)
     # Reproducible with a seed; disabled with 0.
-    assert analyze(curve, bootstrap=400, seed=1)["sweet_spot"] == sweet
-    assert analyze(curve, bootstrap=0)["sweet_spot"]["tied_caps"] is None
+    assert analyze(curve, bootstrap=400, seed=1).to_json()["sweet_spot"] == sweet
+    assert analyze(curve, bootstrap=0).to_json()["sweet_spot"]["tied_caps"] is None
 
 
 def test_a_bare_curve_takes_its_noise_from_its_own_scatter_and_a_clean_one_the_floor(
@@ -296,7 +300,7 @@ def test_a_bare_curve_takes_its_noise_from_its_own_scatter_and_a_clean_one_the_f
             }
         )
         (tmp_path / source[:3]).mkdir()
-        result = analyze(load_curve(_write(tmp_path / source[:3], df)))
+        result = analyze(load_curve(_write(tmp_path / source[:3], df))).to_json()
         sweet = result["sweet_spot"]
         usable = [r for r in result["caps"] if r["status"] == "ok"]
         best = max(usable, key=lambda r: r["tps_per_w"])
@@ -314,10 +318,13 @@ def test_a_bare_curve_takes_its_noise_from_its_own_scatter_and_a_clean_one_the_f
 
 def test_write_outputs(tmp_path: Path, real_3090: Path) -> None:
     curve = load_curve(real_3090)
-    result = PowerAnalysis.from_json(analyze(curve))
+    result = analyze(curve)
     paths = write_outputs(curve, result, tmp_path / "out")
     assert [p.name for p in paths] == ["analysis.json", "summary.md"]
-    assert paths[0].read_text() == json.dumps(analyze(curve), indent=2, allow_nan=False) + "\n"
+    assert (
+        paths[0].read_text()
+        == json.dumps(analyze(curve).to_json(), indent=2, allow_nan=False) + "\n"
+    )
     saved = json.loads(paths[0].read_text())
     assert saved["sweet_spot"]["cap_w"] == 290.0
     assert saved["sweet_spot"]["pct_of_default"] is None  # NaN/unknown -> null
@@ -337,7 +344,7 @@ def test_write_outputs_writes_the_analysis_byte_for_byte(tmp_path: Path) -> None
     card = {"name": "GPU", "min_limit_w": 100, "default_limit_w": 300, "slowdown_temp_c": 90}
     (run_dir / "run.json").write_text(json.dumps({"schema_version": 1, "gpus": [card]}))
     curve = load_curve(run_dir)
-    result = analyze(curve, objective="cost", eta=0.3, tariff_per_kwh=0.3, max_itl_ms=9.6)
+    result = analyze(curve, objective="cost", eta=0.3, tariff_per_kwh=0.3, max_itl_ms=9.6).to_json()
     paths = write_outputs(curve, PowerAnalysis.from_json(result), tmp_path / "out")
     text = paths[0].read_text()
     assert text == json.dumps(result, indent=2, allow_nan=False) + "\n"
@@ -351,7 +358,7 @@ def test_run_dir_loads_optional_files_and_tolerates_broken_ones(tmp_path: Path) 
     curve = load_curve(run_dir)
     assert curve.samples is None and curve.requests is not None
     assert curve.out_dir == run_dir
-    result = analyze(curve)
+    result = analyze(curve).to_json()
     assert any(f["code"] == "input_note" for f in result["findings"])
 
 
@@ -434,13 +441,16 @@ def test_near_peak_does_not_take_a_lucky_reading_below_a_plateau(tmp_path: Path)
             "narr_tps": [t for _, _, t in rows],
         }
     ).write_csv(path)
-    result = analyze(load_curve(path))
+    result = analyze(load_curve(path)).to_json()
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
         ("boost_plateau", 340.0, 370.0)
     ]
     # the plateau's median (34.375) is under the floor: the near-peak cap is above it
     assert result["near_peak"]["cap_w"] == 380.0
-    assert analyze(load_curve(path), objective="near-peak")["recommendation"]["cap_w"] == 380.0
+    assert (
+        analyze(load_curve(path), objective="near-peak").to_json()["recommendation"]["cap_w"]
+        == 380.0
+    )
 
 
 def test_caps_that_never_bind_are_said_first_and_nothing_is_starred(tmp_path: Path) -> None:
@@ -453,7 +463,7 @@ def test_caps_that_never_bind_are_said_first_and_nothing_is_starred(tmp_path: Pa
         }
     )
     curve = load_curve(_write(tmp_path, df))
-    result = analyze(curve)
+    result = analyze(curve).to_json()
     assert result["power_cap_binds"] == {
         "binds": False,
         "draw_w": [114.0, 129.0],
@@ -474,5 +484,5 @@ def test_caps_that_never_bind_are_said_first_and_nothing_is_starred(tmp_path: Pa
     # one binding cap is enough for the usual answer
     binding = df.with_columns(pl.Series("power_w", [399.0, 405.0, 406.0, 408.0, 407.0]))
     (tmp_path / "b").mkdir()
-    again = analyze(load_curve(_write(tmp_path / "b", binding)))
+    again = analyze(load_curve(_write(tmp_path / "b", binding))).to_json()
     assert again["power_cap_binds"]["binds"] and again["findings"][0]["code"] != "no_cap_binds"

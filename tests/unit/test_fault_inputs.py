@@ -89,7 +89,7 @@ def test_ignored_rows_are_each_named(tmp_path: Path) -> None:
             "250,30,245,ok",
         ],
     )
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     (f,) = [f for f in result["findings"] if f["code"] == "rows_ignored"]
     assert f["message"].startswith("4 row(s)")
     for line in ("line 3", "line 4", "line 5", "line 6"):
@@ -103,7 +103,7 @@ def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
         tmp_path / "caps.csv",
         ["350,34,340,ok", "300,33,0.2,ok", "250,30,245,ok", "200,29,90000,ok"],
     )
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     (f,) = [f for f in result["findings"] if f["code"] == "implausible_rows"]
     assert "line 3 (300 W)" in f["message"] and "line 5 (200 W)" in f["message"]
     assert result["sweet_spot"]["cap_w"] not in (300.0, 200.0)
@@ -114,7 +114,7 @@ def test_duplicate_caps_say_which_row_was_kept(tmp_path: Path) -> None:
         tmp_path / "caps.csv",
         ["350,34,340,ok", "300,40,310,ok", "300,33,300,ok", "250,,,failed", "250,30,245,ok"],
     )
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     dups = [f for f in result["findings"] if f["code"] == "duplicate_cap"]
     by_cap = {("300 W" in f["message"]): f for f in dups}
     assert "kept line 4" in by_cap[True]["message"] and by_cap[True]["severity"] == "warning"
@@ -132,7 +132,7 @@ def test_confirm_rows_are_pooled_not_ignored(tmp_path: Path) -> None:
         "250,29,245,ok,dense,10\n250,30,245,ok,retry,10\n"
         "300,32,300,ok,confirm,10\n300,34,300,ok,confirm,10\n"
     )
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     (pooled,) = [f for f in result["findings"] if f["code"] == "confirm_pooled"]
     assert pooled["severity"] == "info"
     assert "300 W appears in 4 rows" in pooled["message"]
@@ -152,7 +152,7 @@ def test_suspect_caps_stay_out_of_the_sweet_spot(tmp_path: Path) -> None:
         "cap_w,narr_tps,power_w,status,error\n350,34,340,ok,\n300,60,200,suspect,a stall\n"
         "250,30,245,ok,\n"
     )
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     assert result["sweet_spot"]["cap_w"] != 300.0
     (f,) = [f for f in result["findings"] if f["code"] == "suspect_caps"]
     assert "a stall" in f["message"]
@@ -177,7 +177,7 @@ def test_a_last_line_without_its_line_end_is_kept_unless_the_run_says_it_was_cut
     text = "cap_w,narr_tps,power_w\n300,30,299\n280,29.5,279\n260,29.4,259"
     bare = tmp_path / "bare.csv"
     bare.write_text(text)  # an editor's file: no final newline, nothing cut
-    result = analyze(load_curve(bare), bootstrap=0)
+    result = analyze(load_curve(bare), bootstrap=0).to_json()
     assert [c["cap_w"] for c in result["caps"]] == [260.0, 280.0, 300.0]
     assert result["sweet_spot"]["cap_w"] == 260.0
     assert not any("cut short" in f["message"] for f in result["findings"])
@@ -508,7 +508,9 @@ def test_failed_requests_reach_the_faults_finding_with_their_cause_in_words(
     meta = {"schema_version": 1, "status": "complete", "faults": log.to_list()}
     (run / "run.json").write_text(json.dumps(meta))
     (finding,) = [
-        f for f in analyze(load_curve(run), bootstrap=0)["findings"] if f["code"] == "run_faults"
+        f
+        for f in analyze(load_curve(run), bootstrap=0).to_json()["findings"]
+        if f["code"] == "run_faults"
     ]
     assert (
         "3 request(s) failed: connection reset by the server (x2); read timeout"
@@ -521,7 +523,9 @@ def test_failed_requests_reach_the_faults_finding_with_their_cause_in_words(
         "280,narr,false,ReadError: \n280,narr,false,HTTP 500: boom\n280,code,false,HTTP 503: busy\n"
     )
     (finding,) = [
-        f for f in analyze(load_curve(run), bootstrap=0)["findings"] if f["code"] == "run_faults"
+        f
+        for f in analyze(load_curve(run), bootstrap=0).to_json()["findings"]
+        if f["code"] == "run_faults"
     ]
     assert finding["message"] == (
         "the run met faults: 3 request(s) failed: connection reset by the server (x2); "
@@ -607,7 +611,7 @@ def test_rows_no_card_can_show_are_named_and_never_picked(tmp_path: Path) -> Non
         "cap_w,narr_tps,power_w\n200,20,199\n220,22,219\n240,23.5,2\n260,25,259\n"
         "280,26,279\n300,1e308,299\n320,27,500\n340,27.5,339\n"
     )
-    result = analyze(load_curve(path))
+    result = analyze(load_curve(path)).to_json()
     rows = {r["cap_w"]: r for r in result["caps"]}
     # the draw over its cap is no reading of a card that holds its limit; the 2 W draw and the
     # 1e308 TPS stand apart from both neighbours, which the curve's physics forbids

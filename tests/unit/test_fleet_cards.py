@@ -164,7 +164,7 @@ def _stored(run: Path, **changes: object) -> None:
 def _analysis_of(run: Path) -> dict:
     from powersweep.analysis.core import analyze
 
-    return analyze(load_curve(run), bootstrap=0, max_tps_loss_pct=5.0)
+    return analyze(load_curve(run), bootstrap=0, max_tps_loss_pct=5.0).to_json()
 
 
 def test_a_fresh_analysis_json_is_reused_and_a_stale_one_is_not(tmp_path: Path) -> None:

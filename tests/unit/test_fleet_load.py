@@ -109,8 +109,8 @@ def test_a_re_measured_cap_is_analysed_as_load_curve_reads_it(tmp_path: Path) ->
         "200,20,199,ok,\n250,30,240,ok,\n250,24,240,ok,\n300,27,299,ok,\n",
     )
     (fast,), _ = load_curves([run])
-    alone = analyze(load_curve(run), bootstrap=0)
-    scanned = analyze(fast, bootstrap=0)
+    alone = analyze(load_curve(run), bootstrap=0).to_json()
+    scanned = analyze(fast, bootstrap=0).to_json()
     assert alone["sweet_spot"]["cap_w"] == 200.0  # 250 W's last reading (24 TPS) counts
     assert scanned["sweet_spot"]["cap_w"] == alone["sweet_spot"]["cap_w"]
     assert [r["tps"] for r in scanned["caps"]] == [r["tps"] for r in alone["caps"]]

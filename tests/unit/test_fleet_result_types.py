@@ -193,7 +193,7 @@ def test_fleet_apply_names_the_file_whose_value_has_the_wrong_type(tmp_path: Pat
 def test_a_malformed_analysis_json_is_analysed_again_as_a_stale_one_is(tmp_path: Path) -> None:
     cards = synthetic_fleet(tmp_path, "rtx4090-air~0.02", 3, seed=5)
     for c in cards:
-        result = analysis.analyze(analysis.load_curve(c.run_dir), bootstrap=0)
+        result = analysis.analyze(analysis.load_curve(c.run_dir), bootstrap=0).to_json()
         result["sweet_spot"]["cap_w"] = 555.0  # a marker: only a reused file says this
         (c.run_dir / "analysis.json").write_text(json.dumps(result))
     bad = json.loads((cards[1].run_dir / "analysis.json").read_text())

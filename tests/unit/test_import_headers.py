@@ -130,7 +130,7 @@ def test_prefill_tables_become_prefill_tps(tmp_path: Path, header: str, sep: str
     assert got["n_gpus"] == [2.0, 2.0]
     out = tmp_path / "caps.csv"
     write_caps_csv(import_summary(tmp_path / "summary.md"), out)
-    assert analyze(load_curve(out), bootstrap=0)["metric"] == "prefill_tps"
+    assert analyze(load_curve(out), bootstrap=0).to_json()["metric"] == "prefill_tps"
 
 
 def test_a_two_card_import_says_its_draw_sums_two_cards(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_a_two_card_import_says_its_draw_sums_two_cards(tmp_path: Path) -> None:
     out = tmp_path / "caps.csv"
     assert main(["import", str(md), "--out", str(out)]) == 0
     assert out.read_text().splitlines()[0].endswith(",n_gpus")
-    result = analyze(load_curve(out), bootstrap=0)
+    result = analyze(load_curve(out), bootstrap=0).to_json()
     # the combined draw is two cards': the analysis compares it with twice the cap
     assert result["run"]["n_gpus"] == 2
     assert [c["n_gpus"] for c in result["caps"]] == [2.0] * 4

@@ -134,7 +134,7 @@ def test_a_summarys_header_table_travels_into_run_json_and_the_analysis(
     assert meta["load_mode"] == "decode-concurrent" and meta["cooling"] == "water"
     assert meta["server"] == {"model": "qwen|27b", "engine": "vllm"}  # the \\| unescaped
     assert meta["started_at"] == "2026-05-01T10:00:00Z"
-    facts = analyze(load_curve(out), bootstrap=0)["run"]
+    facts = analyze(load_curve(out), bootstrap=0).to_json()["run"]
     assert facts["gpu_name"] == "NVIDIA H100 80GB HBM3" and facts["n_gpus"] == 2
     assert (facts["load_mode"], facts["cooling"]) == ("decode-concurrent", "water")
     # importing again over its own import is fine; over a sweep's run folder it is refused

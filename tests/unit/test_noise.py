@@ -106,7 +106,9 @@ def _known_noise_run(tmp_path: Path, tps_cv: float, power_sd_w: float) -> Path:
 
 def test_interval_has_the_size_of_the_known_noise(tmp_path: Path) -> None:
     tps_cv, power_sd = 0.02, 3.0
-    result = analyze(load_curve(_known_noise_run(tmp_path, tps_cv, power_sd)), bootstrap=4000)
+    result = analyze(
+        load_curve(_known_noise_run(tmp_path, tps_cv, power_sd)), bootstrap=4000
+    ).to_json()
     sweet = result["sweet_spot"]
     assert sweet["noise_source"] == "resampled"
     assert sweet["bootstrap"]["tps_units"] == "tps_blocks"
@@ -126,7 +128,7 @@ def test_interval_has_the_size_of_the_known_noise(tmp_path: Path) -> None:
 
 
 def test_a_quiet_run_ties_nothing(tmp_path: Path) -> None:
-    result = analyze(load_curve(_known_noise_run(tmp_path, 0.001, 0.1)), bootstrap=1000)
+    result = analyze(load_curve(_known_noise_run(tmp_path, 0.001, 0.1)), bootstrap=1000).to_json()
     sweet = result["sweet_spot"]
     assert sweet["tied_caps"] == [260.0]
     assert sweet_spot_text(sweet) == "260 W (no other cap within noise)"
@@ -145,22 +147,25 @@ def test_concurrent_runs_never_resample_per_stream_rates(tmp_path: Path) -> None
     ]
     pl.DataFrame(rows).write_csv(run / "requests.csv")
     (run / "run.json").write_text('{"schema_version": 1, "load_mode": "decode-concurrent"}')
-    sweet = analyze(load_curve(run), bootstrap=200)["sweet_spot"]
+    sweet = analyze(load_curve(run), bootstrap=200).to_json()["sweet_spot"]
     assert sweet["noise_source"] == "typical repeatability (noise unknown)"
     (run / "run.json").write_text('{"schema_version": 1, "load_mode": "decode-single"}')
-    assert analyze(load_curve(run), bootstrap=200)["sweet_spot"]["noise_source"] == "resampled"
+    assert (
+        analyze(load_curve(run), bootstrap=200).to_json()["sweet_spot"]["noise_source"]
+        == "resampled"
+    )
 
 
 def test_near_peak_noise_ties_a_cap_read_at_the_floor(tmp_path: Path) -> None:
     run = _known_noise_run(tmp_path, 0.02, 3.0)
     # 5% under the best (27 TPS at 300 W) is 25.65: 260 W (26.05) clears it by three sigmas of
     # its 0.6% noise, 250 W (25.0) misses it by four: nothing is tied
-    near = analyze(load_curve(run), bootstrap=2000)["near_peak"]
+    near = analyze(load_curve(run), bootstrap=2000).to_json()["near_peak"]
     assert near["cap_w"] == 260.0
     assert (near["interval_w"], near["noise_source"]) == ([260.0, 260.0], "resampled")
     assert sweet_spot_text(near) == "260 W (no other cap within noise)"
     # 7.4% puts the floor at 25.0, right on 250 W's reading: either cap can be the near-peak one
-    near = analyze(load_curve(run), bootstrap=2000, max_tps_loss_pct=7.4)["near_peak"]
+    near = analyze(load_curve(run), bootstrap=2000, max_tps_loss_pct=7.4).to_json()["near_peak"]
     assert near["interval_w"] == [250.0, 260.0]
     assert "(250-260 W within noise)" in sweet_spot_text(near)
 
@@ -175,14 +180,14 @@ def test_near_peak_noise_of_a_bare_curve_moves_the_floor_by_a_typical_reading(
     tps = tps * (1.0 + rng.normal(0.0, 0.003, len(caps)))
     path = tmp_path / "caps.csv"
     pl.DataFrame({"cap_w": caps, "narr_tps": tps, "power_w": caps - 1.0}).write_csv(path)
-    near = analyze(load_curve(path))["near_peak"]
+    near = analyze(load_curve(path)).to_json()["near_peak"]
     assert near["noise_source"] == "typical repeatability (noise unknown)"
     lo, hi = near["interval_w"]
     # the flat stretch sits at the floor: the interval spans it, and no more than one step below
     assert 290.0 <= lo <= 300.0 and hi >= 340.0
     assert lo <= near["cap_w"] <= hi
     # without noise shown (bootstrap 0) nothing is claimed
-    assert analyze(load_curve(path), bootstrap=0)["near_peak"]["interval_w"] is None
+    assert analyze(load_curve(path), bootstrap=0).to_json()["near_peak"]["interval_w"] is None
 
 
 def test_near_peak_noise_never_comes_from_other_caps_scatter(
@@ -212,6 +217,6 @@ def test_near_peak_noise_never_comes_from_other_caps_scatter(
     run.mkdir()
     pl.DataFrame(caps).write_csv(run / "caps.csv")
     pl.DataFrame(samples).write_csv(run / "samples.csv")
-    near = analyze(load_curve(run), bootstrap=500, max_tps_loss_pct=10.0)["near_peak"]
+    near = analyze(load_curve(run), bootstrap=500, max_tps_loss_pct=10.0).to_json()["near_peak"]
     assert near["noise_source"] == "resampled"
     assert near["interval_w"] == [near["cap_w"], near["cap_w"]]

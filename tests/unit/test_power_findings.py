@@ -21,6 +21,7 @@ from powersweep.analysis.power_findings import (
     status_findings,
     structure_findings,
 )
+from powersweep.analysis.result_types import CapsBind, Plateau, Regime
 
 
 def _p(cap: float, power: float, tps: float = 30.0, **kw: float) -> CapPoint:
@@ -50,7 +51,7 @@ def test_status_findings_list_caps_never_measured_ok() -> None:
 
 
 def test_no_bind_finding_states_the_draw_and_the_caps() -> None:
-    f = no_bind_finding({"draw_w": [199.6, 221.4], "caps_w": [300.0, 400.0]})
+    f = no_bind_finding(CapsBind(binds=False, draw_w=[199.6, 221.4], caps_w=[300.0, 400.0]))
     assert f.code == "no_cap_binds" and f.severity is Severity.WARNING
     assert f.message.startswith(
         "no cap binds: the card drew 200-221 W under caps of 300-400 W and its TPS stayed flat "
@@ -157,8 +158,8 @@ def test_a_draw_ceiling_advice_follows_temperature_and_load_mode() -> None:
     assert hint(hot, {}, 93.0).startswith("the card stays cool")
 
 
-def _regimes(caps: list[float], regime: str, **extra: Any) -> list[dict[str, Any]]:
-    return [{"cap_w": c, "regime": regime, **extra} for c in caps]
+def _regimes(caps: list[float], regime: str, bound: str | None = None) -> list[Regime]:
+    return [Regime(cap_w=c, regime=regime, bound=bound) for c in caps]
 
 
 def test_regime_findings_thermal_underloaded_and_bandwidth() -> None:
@@ -225,7 +226,7 @@ def test_ties_are_listed_or_counted_and_a_tied_ceiling_changes_the_advice() -> N
     assert few.message.endswith("; statistically tied: 280 W, 290 W, 300 W")
     caps = [280.0 + 10 * k for k in range(9)]
     many = _result(tied_caps=caps)
-    many["plateaus"] = [{"kind": "draw_ceiling", "start_w": 280.0, "end_w": 360.0, "caps_w": caps}]
+    many["plateaus"] = [Plateau(kind="draw_ceiling", start_w=280.0, end_w=360.0, caps_w=caps)]
     f = recommendation_findings(many)[0]
     assert f.message.endswith("; statistically tied: 9 caps from 280 W to 360 W")
     assert f.hint is not None and f.hint.startswith(

@@ -140,7 +140,9 @@ def test_a_clock_run_without_a_usable_lock_is_refused(
     ("analysis", "objective", "message"),
     [
         (_power(sweet_spot=None, recommendation=None), None, "holds no tps-per-w recommendation"),
-        (_power(near_peak={"cap_w": "330"}), "near-peak", "near-peak recommendation has no valid"),
+        (_power(near_peak={"cap_w": -330.0}), "near-peak", "near-peak recommendation has no valid"),
+        # analysis.json is read once through its typed record, which names the key
+        (_power(near_peak={"cap_w": "high"}), "near-peak", r"schema: .*\$\.near_peak\.cap_w"),
         (_power(), "fastest", "unknown objective 'fastest'"),
     ],
 )
@@ -242,3 +244,17 @@ def test_a_memory_offset_is_carried_and_described_and_none_changes_nothing(
     )
     power = Recommendation(tmp_path, "tps-per-w", 280.0, None, None, gpus, mem_offset_mhz=1000.0)
     assert power.describe() == "280 W per GPU, +1000 MHz memory offset"
+
+
+def test_an_analysis_of_an_unknown_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"analysis.json is of an unknown kind 'mystery'"):
+        read_recommendation(_run_dir(tmp_path, {"kind": "mystery", "sweet_spot": SWEET}))
+
+
+def test_run_json_is_read_once_typed_with_its_sm_clock_floor(tmp_path: Path) -> None:
+    low = read_recommendation(_run_dir(tmp_path, _power(), options={"sm_clock_min_mhz": 900}))
+    assert low.sm_clock_min_mhz == 900.0
+    none = read_recommendation(_run_dir(tmp_path, _power(), options={"sm_clock_min_mhz": 0}))
+    assert none.sm_clock_min_mhz is None
+    with pytest.raises(UsageError, match=r"run.json does not follow its schema: .*\$\.gpus"):
+        read_recommendation(_run_dir(tmp_path, _power(), gpus="0"))

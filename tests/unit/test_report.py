@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from powersweep.analysis.findings import Finding
+from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.report import (
     Report,
@@ -84,9 +85,10 @@ def test_a_failed_write_names_the_directory_and_out_unless_out_was_given(tmp_pat
 def test_the_outputs_go_beside_the_input_or_into_out(tmp_path: Path) -> None:
     csv = _power(tmp_path)
     report = build_report(csv, charts=False)
-    assert isinstance(report, Report) and report.analysis["sweet_spot"]["cap_w"] == 250.0
+    assert isinstance(report, Report) and isinstance(report.result, PowerAnalysis)
+    assert report.result.sweet_spot is not None and report.result.sweet_spot.cap_w == 250.0
     assert report.paths == (csv.parent / "analysis.json", csv.parent / "summary.md")
-    assert json.loads(report.paths[0].read_text()) == report.analysis
+    assert json.loads(report.paths[0].read_text()) == report.result.to_json()
     assert report.paths[1].read_text() == report.summary
     out = tmp_path / "out"
     elsewhere = build_report(csv, out_dir=out, charts=False)
@@ -104,7 +106,7 @@ def test_the_analysis_is_shown_before_anything_is_written(tmp_path: Path) -> Non
     with pytest.raises(PowersweepError) as caught:
         build_report(csv, charts=False, on_analysis=seen.append)
     (shown,) = seen
-    assert shown.paths == () and shown.analysis["sweet_spot"]["cap_w"] == 250.0
+    assert shown.paths == () and shown.result.to_json()["sweet_spot"]["cap_w"] == 250.0
     message = str(caught.value)
     assert message.startswith(f"cannot write the analysis into {csv.parent}: ")
     assert message.endswith(
@@ -119,7 +121,8 @@ def test_a_curve_without_an_answer_is_refused_only_when_one_is_required(tmp_path
         build_report(csv, charts=False, require_answer=True)
     assert not (tmp_path / "analysis.json").exists()  # nothing written
     report = build_report(csv, charts=False)  # a sweep's own report still says why
-    assert report.analysis["sweet_spot"] is None and (tmp_path / "summary.md").exists()
+    assert isinstance(report.result, PowerAnalysis) and report.result.sweet_spot is None
+    assert (tmp_path / "summary.md").exists()
 
 
 def test_charts_are_drawn_into_the_charts_folder(tmp_path: Path) -> None:
@@ -166,8 +169,8 @@ def test_the_clock_comparison_takes_one_run_of_each_axis_and_writes_beside_them(
     assert all(p.parent == tmp_path for p in compared.paths)  # the folder holding both runs
     assert json.loads(compared.paths[0].read_text()) == json.loads(json.dumps(compared.comparison))
     assert compared.paths[1].read_text() == compared.markdown
-    assert compared.power["sweet_spot"]["cap_w"] == 250.0
-    assert compared.clocks["peak"]["sm_lock_mhz"] == 1500.0
+    assert compared.power.sweet_spot is not None and compared.power.sweet_spot.cap_w == 250.0
+    assert compared.clocks.peak is not None and compared.clocks.peak.sm_lock_mhz == 1500.0
     unwritten = build_clock_comparison([power, clocks], write=False)
     assert unwritten.paths == ()
 
@@ -186,7 +189,7 @@ def test_a_cross_mode_report_needs_two_runs_and_puts_each_in_its_folder(tmp_path
         "cross-mode.json",
         "cross-mode.md",
     }
-    assert json.loads((out / "cross-mode.json").read_text()) == report.cross
+    assert json.loads((out / "cross-mode.json").read_text()) == report.cross.to_json()
     assert build_cross_report([a, b], write=False).paths == ()
 
 

@@ -4,7 +4,9 @@ again unchanged, a key of the wrong type is one clear error, and readers see att
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from msgspec import UNSET
@@ -13,7 +15,7 @@ from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.findings import Finding, Severity
-from powersweep.analysis.result_types import PowerAnalysis, known
+from powersweep.analysis.result_types import JsonRecord, PowerAnalysis, known
 from powersweep.errors import UsageError
 
 REAL_3090 = Path(__file__).resolve().parents[3] / "shared" / "data" / "power-cap-3090-qwen36.csv"
@@ -31,6 +33,22 @@ def _power_csv(tmp_path: Path, with_latency: bool = True) -> Path:
     return path
 
 
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every document an analysis built its record from (JSON-normalised): the record must hold
+    each key the analysis computed, which a dropped key (msgspec ignores unknown ones) breaks."""
+    docs: list[dict[str, Any]] = []
+    convert = JsonRecord.from_json.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[JsonRecord], data: Mapping[str, Any]) -> JsonRecord:
+        docs.append(json.loads(json.dumps(data)))
+        return convert(cls, data)  # type: ignore[no-any-return]
+
+    for cls in (PowerAnalysis, ClockAnalysis):
+        monkeypatch.setattr(cls, "from_json", classmethod(spy))
+    return docs
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -40,8 +58,12 @@ def _power_csv(tmp_path: Path, with_latency: bool = True) -> Path:
         {"max_itl_ms": 1.0},  # no point meets it: the closest is named
     ],
 )
-def test_a_power_analysis_round_trips_through_its_model(tmp_path: Path, options: dict) -> None:
-    doc = json.loads(json.dumps(analyze(load_curve(_power_csv(tmp_path)), **options)))
+def test_a_power_analysis_round_trips_through_its_model(
+    tmp_path: Path, options: dict, built: list[dict[str, Any]]
+) -> None:
+    doc = json.loads(json.dumps(analyze(load_curve(_power_csv(tmp_path)), **options).to_json()))
+    assert built == [doc]  # the record holds every key the analysis computed, in its order
+    assert list(built[0]) == list(doc)
     typed = PowerAnalysis.from_json(doc)
     assert typed.to_json() == doc
     assert typed.sweet_spot is not None and typed.sweet_spot.cap_w == 250.0
@@ -51,24 +73,25 @@ def test_a_power_analysis_round_trips_through_its_model(tmp_path: Path, options:
 
 
 def test_keys_only_some_analyses_write_are_unset_and_stay_unwritten(tmp_path: Path) -> None:
-    plain = PowerAnalysis.from_json(analyze(load_curve(_power_csv(tmp_path, with_latency=False))))
+    plain = analyze(load_curve(_power_csv(tmp_path, with_latency=False)))
     assert plain.recommendation is not None
     assert plain.recommendation.eta is UNSET and known(plain.recommendation.eta) is None
     assert "eta" not in plain.recommendation.to_json()
-    cost = PowerAnalysis.from_json(
-        analyze(load_curve(_power_csv(tmp_path, with_latency=False)), objective="cost", eta=0.3)
-    )
+    cost = analyze(load_curve(_power_csv(tmp_path, with_latency=False)), objective="cost", eta=0.3)
     assert cost.recommendation is not None and known(cost.recommendation.eta) == 0.3
 
 
-def test_the_measured_3090_curve_round_trips() -> None:
+def test_the_measured_3090_curve_round_trips(built: list[dict[str, Any]]) -> None:
     if not REAL_3090.is_file():
         pytest.skip(f"measured curve not found at {REAL_3090}")
-    doc = json.loads(json.dumps(analyze(load_curve(REAL_3090))))
+    doc = json.loads(json.dumps(analyze(load_curve(REAL_3090)).to_json()))
+    assert built == [doc]
     assert PowerAnalysis.from_json(doc).to_json() == doc
 
 
-def test_a_clock_analysis_round_trips_through_its_model(tmp_path: Path) -> None:
+def test_a_clock_analysis_round_trips_through_its_model(
+    tmp_path: Path, built: list[dict[str, Any]]
+) -> None:
     lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w,status"]
     for mem in (10001, 7001):
         for sm, tps, draw in ((1200, 30.0, 200.0), (1500, 36.0, 220.0), (1800, 38.0, 260.0)):
@@ -76,7 +99,8 @@ def test_a_clock_analysis_round_trips_through_its_model(tmp_path: Path) -> None:
     lines.append("2100,10001,,,failed")
     path = tmp_path / "clocks.csv"
     path.write_text("\n".join(lines) + "\n")
-    doc = json.loads(json.dumps(analyze_clocks(load_curve(path), max_itl_ms=50.0)))
+    doc = json.loads(json.dumps(analyze_clocks(load_curve(path), max_itl_ms=50.0).to_json()))
+    assert built == [doc] and list(built[0]) == list(doc)
     typed = ClockAnalysis.from_json(doc)
     assert typed.to_json() == doc
     assert typed.axis == "grid" and typed.peak is not None

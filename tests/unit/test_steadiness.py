@@ -119,7 +119,7 @@ def test_a_planted_counter_drift_in_caps_csv_is_flagged_by_analyze(tmp_path: Pat
         lines.append(f"{cap},{30 + i},{cap - 10},{counter},{sampled},20,{drift}")
     (tmp_path / "caps.csv").write_text("\n".join(lines) + "\n")
     report = build_report(tmp_path / "caps.csv", charts=False)
-    by_code = {f["code"]: f["message"] for f in report.analysis["findings"]}
+    by_code = {f["code"]: f["message"] for f in report.result.to_json()["findings"]}
     assert "290 W (+6.0%)" in by_code["energy_mismatch"]
     assert "250 W" not in by_code["energy_mismatch"]
     assert "still heating at 250 W" in by_code["still_heating"]

@@ -479,13 +479,13 @@ def test_analyze_takes_the_step_from_caps_planned(tmp_path: Path) -> None:
     grid = GRID_21
     subset = [190.0, 230.0, 270.0, 290.0, 310.0, 350.0, 370.0, 380.0, 390.0]
     path = subset_csv(tmp_path / "caps.csv", subset, short_top_ceiling)
-    bare = analyze(load_curve(path), bootstrap=0)
+    bare = analyze(load_curve(path), bootstrap=0).to_json()
     # Without run.json the step is the subset's (20 W); the draw-only rule finds it all the same.
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in bare["plateaus"]] == [
         ("draw_ceiling", 370.0, 390.0)
     ]
     run = {"caps_planned": sorted(grid, reverse=True)}
-    planned = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0)
+    planned = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0).to_json()
     edges = [(p["kind"], p["start_w"], p["end_w"]) for p in planned["plateaus"]]
     assert edges == [("draw_ceiling", 370.0, 390.0)]
 
@@ -500,7 +500,7 @@ def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> N
         "adaptive": {"max_caps": 10, "left_out": left},
     }
     curve = dataclasses.replace(load_curve(path), run=run)
-    result = analyze(curve, bootstrap=0)
+    result = analyze(curve, bootstrap=0).to_json()
     found = [f for f in result["findings"] if f["code"] == "adaptive_budget"]
     assert len(found) == 1 and found[0]["severity"] == "warning"
     assert "budget of 10 caps" in found[0]["message"]
@@ -508,5 +508,5 @@ def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> N
     assert "330 W (plateau edge)" in render_summary(curve, PowerAnalysis.from_json(result))
     # nothing left out: no finding
     run["adaptive"] = {"max_caps": 10, "left_out": []}
-    quiet = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0)
+    quiet = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0).to_json()
     assert not [f for f in quiet["findings"] if f["code"] == "adaptive_budget"]

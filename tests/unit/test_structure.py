@@ -158,7 +158,7 @@ def test_regimes_thermal_underloaded_and_thermal_is_not_a_ceiling() -> None:
         )
     regions = find_regions(points, list(caps), slowdown_temp_c=88.0)
     assert regions == []
-    got = {r["cap_w"]: r["regime"] for r in regimes(points, regions, slowdown_temp_c=88.0)}
+    got = {r.cap_w: r.regime for r in regimes(points, regions, slowdown_temp_c=88.0)}
     assert got[250.0] == "under_loaded"
     assert got[300.0] == "power_limited"
     assert all(got[float(c)] == "thermal_limited" for c in caps if c >= 340)
@@ -176,7 +176,7 @@ def test_bandwidth_bound_hint_when_clock_follows_the_cap_but_tps_does_not() -> N
         )
         for c in caps
     ]
-    bounds = {r["cap_w"]: r["bound"] for r in regimes(points, [])}
+    bounds = {r.cap_w: r.bound for r in regimes(points, [])}
     assert bounds[270.0] == "bandwidth"
     assert bounds[220.0] is None
 
@@ -193,7 +193,7 @@ def test_ceiling_through_the_full_pipeline(tmp_path: Path) -> None:
     )
     path = tmp_path / "caps.csv"
     df.write_csv(path)
-    result = analyze(load_curve(path), bootstrap=0)
+    result = analyze(load_curve(path), bootstrap=0).to_json()
     assert [(p["kind"], p["start_w"], p["end_w"]) for p in result["plateaus"]] == [
         ("draw_ceiling", 400.0, 600.0)
     ]
@@ -243,7 +243,7 @@ def test_a_draw_ceiling_is_found_where_draw_stops_following_whatever_tps_does(
     caps = [p.cap_w for p in points]
     found = [(r.kind, r.start_w, r.end_w) for r in find_regions(points, caps)]
     assert found == [("draw_ceiling", 510.0, 600.0)]
-    got = {r["cap_w"]: r["regime"] for r in regimes(points, find_regions(points, caps))}
+    got = {r.cap_w: r.regime for r in regimes(points, find_regions(points, caps))}
     # power_limited only where the cap binds (bit set / draw at the cap), never 15-30 W under it
     assert {c for c, r in got.items() if r == "power_limited"} == {c for c in caps if c <= 500}
     assert all(got[c] == "draw_ceiling" for c in caps if c > 500)
@@ -295,8 +295,7 @@ def test_a_draw_ceiling_starts_where_tps_stops_following_the_cap(seed: int) -> N
     ((kind, start, end),) = _found(points)
     assert (kind, end) == ("draw_ceiling", 470.0) and start in (390.0, 400.0)
     got = {
-        r["cap_w"]: r["regime"]
-        for r in regimes(points, find_regions(points, [p.cap_w for p in points]))
+        r.cap_w: r.regime for r in regimes(points, find_regions(points, [p.cap_w for p in points]))
     }
     assert {c for c, r in got.items() if r == "draw_ceiling"} == {
         p.cap_w for p in points if p.cap_w >= start

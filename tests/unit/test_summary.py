@@ -17,7 +17,6 @@ from powersweep.analysis import (
     render_summary,
     write_caps_csv,
 )
-from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import UsageError
 
 PASTED = """Here is my 3090 sweep:
@@ -46,7 +45,7 @@ def test_import_pasted_table(tmp_path: Path) -> None:
     # Round trip: the imported table is a caps.csv the analysis reads.
     out = tmp_path / "imported" / "caps.csv"
     write_caps_csv(df, out)
-    result = analyze(load_curve(out))
+    result = analyze(load_curve(out)).to_json()
     assert result["sweet_spot"]["cap_w"] == 290.0
 
 
@@ -118,7 +117,7 @@ def test_summary_findings_first_failed_caps_and_escaping(tmp_path: Path) -> None
     df = df.with_columns(pl.lit(2).alias("n_gpus"))
     df.write_csv(run_dir / "caps.csv")
     curve = load_curve(run_dir)
-    text = render_summary(curve, PowerAnalysis.from_json(analyze(curve)))
+    text = render_summary(curve, analyze(curve))
     assert text.index("### Findings") < text.index("### Per-cap results")
     assert text.index("### Per-cap results") < text.index("<details>")
     assert "GPU \\| with pipe" in text and "qwen\\_3\\*27b" in text
@@ -151,7 +150,7 @@ def test_summary_of_a_huge_run_stays_under_the_github_limit(tmp_path: Path) -> N
     path = tmp_path / "caps.csv"
     df.write_csv(path)
     curve = load_curve(path)
-    text = render_summary(curve, PowerAnalysis.from_json(analyze(curve)))
+    text = render_summary(curve, analyze(curve))
     assert len(text) < 65_536
     assert "<details>" in text and "</details>" in text
     assert "### Findings" in text
@@ -170,7 +169,7 @@ def test_cross_mode_minimises_the_worst_loss(tmp_path: Path) -> None:
     # Single-stream peaks at 250 W, concurrent at 310 W; 270/290 W are the compromises.
     single = load_curve(_mode_run(tmp_path, "a", "decode-single", [30.0, 31.0, 31.9, 32.0]))
     conc = load_curve(_mode_run(tmp_path, "b", "decode-concurrent", [50.0, 58.0, 64.0, 70.0]))
-    typed = [(c, PowerAnalysis.from_json(analyze(c))) for c in (single, conc)]
+    typed = [(c, analyze(c)) for c in (single, conc)]
     result = cross_mode(typed).to_json()
     tpw_single = {250: 0.12, 270: 31 / 270, 290: 31.9 / 290, 310: 32 / 310}
     tpw_conc = {250: 0.2, 270: 58 / 270, 290: 64 / 290, 310: 70 / 310}
@@ -211,7 +210,7 @@ def test_import_keeps_every_known_column(tmp_path: Path) -> None:
     assert row["util_pct"] == 99.0 and row["narr_tps"] == 33.0
     out = tmp_path / "caps.csv"
     write_caps_csv(df, out)
-    result = analyze(load_curve(out))
+    result = analyze(load_curve(out)).to_json()
     assert result["caps"][1]["temp_max_c"] == 83.0
 
 
@@ -226,7 +225,7 @@ def test_import_keeps_the_load_mode_of_a_prefill_table(tmp_path: Path) -> None:
     assert df["narr_tps"].to_list() == [None, None]
     out = tmp_path / "caps.csv"
     write_caps_csv(df, out)
-    assert analyze(load_curve(out))["metric"] == "prefill_tps"
+    assert analyze(load_curve(out)).to_json()["metric"] == "prefill_tps"
     # The same table without a stated mode is decode.
     md.write_text("| Cap (W) | TPS | Power (W) |\n|---|---|---|\n| 300 | 30 | 299 |\n")
     assert import_summary(md)["narr_tps"].to_list() == [30.0]
@@ -246,7 +245,7 @@ def test_the_raw_csv_block_runs_no_spreadsheet_formula(tmp_path: Path) -> None:
         }
     ).write_csv(run_dir / "caps.csv")
     curve = load_curve(run_dir)
-    text = render_summary(curve, PowerAnalysis.from_json(analyze(curve)))
+    text = render_summary(curve, analyze(curve))
     block = text[text.index("```csv") : text.index("```json")]
     assert "'=cmd|' /C calc'!A0" in block and "'@SUM(1+1)" in block
     assert ",=cmd" not in block and ",@SUM" not in block

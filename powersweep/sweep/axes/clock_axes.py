@@ -107,15 +107,13 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
     def analyze(self, curve: Curve, settings: AnalysisSettings) -> ClockAnalysis:
         """:func:`~powersweep.analysis.clock_analysis.analyze_clocks` (there is no objective:
         the peak is the answer, near-peak the faster alternative)."""
-        return self.read(
-            analyze_clocks(
-                curve,
-                max_tps_loss_pct=settings.max_tps_loss_pct,
-                bootstrap=settings.bootstrap,
-                tariff_per_kwh=settings.serving.tariff_per_kwh,
-                max_ttft_ms=settings.serving.max_ttft_ms,
-                max_itl_ms=settings.serving.max_itl_ms,
-            )
+        return analyze_clocks(
+            curve,
+            max_tps_loss_pct=settings.max_tps_loss_pct,
+            bootstrap=settings.bootstrap,
+            tariff_per_kwh=settings.serving.tariff_per_kwh,
+            max_ttft_ms=settings.serving.max_ttft_ms,
+            max_itl_ms=settings.serving.max_itl_ms,
         )
 
     def answer(self, result: ClockAnalysis) -> LockPoint | None:

@@ -84,17 +84,15 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
         """:func:`powersweep.analysis.analyze`, with the card's facts where the CSV lacks them."""
         if settings.card is not None:
             curve = with_card_facts(curve, settings.card)
-        return self.read(
-            analyze(
-                curve,
-                max_tps_loss_pct=settings.max_tps_loss_pct,
-                bootstrap=settings.bootstrap,
-                objective=settings.objective,
-                eta=settings.eta,
-                tariff_per_kwh=settings.serving.tariff_per_kwh,
-                max_ttft_ms=settings.serving.max_ttft_ms,
-                max_itl_ms=settings.serving.max_itl_ms,
-            )
+        return analyze(
+            curve,
+            max_tps_loss_pct=settings.max_tps_loss_pct,
+            bootstrap=settings.bootstrap,
+            objective=settings.objective,
+            eta=settings.eta,
+            tariff_per_kwh=settings.serving.tariff_per_kwh,
+            max_ttft_ms=settings.serving.max_ttft_ms,
+            max_itl_ms=settings.serving.max_itl_ms,
         )
 
     def answer(self, result: PowerAnalysis) -> Pick | None:

@@ -54,9 +54,7 @@ class ConfirmPhase:
         """Confirm the points tied with the best (``best``: the best TPS/W measured so far, where
         the card is kept warm while the next points are chosen)."""
         analysis = await self._keeping_warm(best, lambda: self._analysis("so far"))
-        plan = plan_confirm(
-            analysis.to_json() if analysis is not None else {}, planned=self.planned
-        )
+        plan = plan_confirm(analysis, planned=self.planned)
         self.meta["confirm"] = plan.record
         self.writer.write_run_json(self.meta)
         if not plan.points:

@@ -1,6 +1,6 @@
 """The confirm phase's plan: which points tied with the best are measured once more, and why.
 
-Pure: it reads the analysis of the sweep so far (``analysis.json`` content: a power sweep's
+Pure: it reads the typed analysis of the sweep so far (a power sweep's
 ``sweet_spot.tied_caps``, a clock sweep's ``peak.tied_points``) and returns the points and the
 record ``run.json`` keeps under ``confirm``. The driver measures them.
 """
@@ -8,10 +8,12 @@ record ``run.json`` keeps under ``confirm``. The driver measures them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.result_types import JsonRecord, PowerAnalysis, known
 from powersweep.sweep.planning.points import SweepPoint
 
 # At most this many points tied with the best are measured again (the best included): the two
@@ -43,7 +45,7 @@ class ConfirmPlan:
 
 
 def plan_confirm(
-    analysis: Mapping[str, Any],
+    analysis: JsonRecord | None,
     max_caps: int = CONFIRM_MAX_CAPS,
     planned: Sequence[SweepPoint] = (),
 ) -> ConfirmPlan:
@@ -56,7 +58,8 @@ def plan_confirm(
     first.
 
     Args:
-        analysis: The analysis of the sweep so far (``{}`` when nothing could be analysed).
+        analysis: The analysis of the sweep so far (None when nothing could be analysed; an
+            axis with no ties to confirm, the undervolt search's, confirms nothing).
         max_caps: The most points to measure again.
         planned: The sweep's planned points (a clock sweep's tied points are matched to them by
             their locks).
@@ -64,63 +67,64 @@ def plan_confirm(
     Returns:
         The plan; with fewer than two tied points nothing is measured and ``skipped`` says why.
     """
-    if analysis.get("kind") == "clocks":
+    if isinstance(analysis, ClockAnalysis):
         return _plan_clock_confirm(analysis, max_caps, planned)
-    sweet: Mapping[str, Any] = analysis.get("sweet_spot") or {}
-    tied = [float(c) for c in sweet.get("tied_caps") or []]
+    power = analysis if isinstance(analysis, PowerAnalysis) else None
+    sweet = power.sweet_spot if power is not None else None
+    tied = [float(c) for c in (known(sweet.tied_caps) if sweet is not None else None) or []]
     record: dict[str, Any] = {"caps_w": [], "reason": None, "skipped": None}
-    if len(tied) < 2:
-        record["skipped"] = NOTHING_TIED if sweet else NO_USABLE_CAP
+    if power is None or sweet is None or len(tied) < 2:
+        record["skipped"] = NOTHING_TIED if sweet is not None else NO_USABLE_CAP
         return ConfirmPlan((), record)
     tpw = {
-        float(r["cap_w"]): float(r["tps_per_w"])
-        for r in analysis.get("caps") or []
-        if r.get("status") == "ok" and r.get("tps_per_w") is not None
+        float(r.cap_w): float(r.tps_per_w)
+        for r in power.caps
+        if r.status == "ok" and r.tps_per_w is not None
     }
-    boot = sweet.get("bootstrap") or {}
+    boot = known(sweet.bootstrap) or {}
     share = {float(k): float(v) for k, v in (boot.get("best_share") or {}).items()}
     ranked = sorted((c for c in tied if c in tpw), key=lambda c: (-share.get(c, 0.0), -tpw[c], c))
     picked = sorted(ranked[:max_caps], reverse=True)
-    lo, hi = sweet.get("interval_w") or (min(tied), max(tied))
+    lo, hi = known(sweet.interval_w) or (min(tied), max(tied))
     record.update(
         caps_w=picked,
         reason=(
             f"{len(tied)} caps ({lo:g}-{hi:g} W) were statistically tied with the best, "
-            f"{float(sweet['cap_w']):g} W ({sweet.get('noise_source')}); the {len(picked)} best "
+            f"{float(sweet.cap_w):g} W ({known(sweet.noise_source)}); the {len(picked)} best "
             "measured once more"
         ),
         tied_before=tied,
-        best_before_w=sweet["cap_w"],
+        best_before_w=sweet.cap_w,
     )
     return ConfirmPlan(tuple(SweepPoint(c) for c in picked), record)
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+def _num(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def _plan_clock_confirm(
-    analysis: Mapping[str, Any], max_caps: int, planned: Sequence[SweepPoint]
+    analysis: ClockAnalysis, max_caps: int, planned: Sequence[SweepPoint]
 ) -> ConfirmPlan:
-    peak: Mapping[str, Any] = analysis.get("peak") or {}
+    peak = analysis.peak
     record: dict[str, Any] = {"caps_w": [], "points": [], "reason": None, "skipped": None}
     by_locks = {(p.sm_lock_mhz, p.mem_lock_mhz): p for p in planned}
     tied = [
         by_locks[key]
-        for t in peak.get("tied_points") or []
-        if (key := (_num(t.get("sm_lock_mhz")), _num(t.get("mem_lock_mhz")))) in by_locks
+        for t in (known(peak.tied_points) if peak is not None else None) or []
+        if (key := (_num(t.sm_lock_mhz), _num(t.mem_lock_mhz))) in by_locks
     ]
-    if len(tied) < 2:
-        record["skipped"] = NOTHING_TIED_POINTS if peak else NO_USABLE_CAP
+    if peak is None or len(tied) < 2:
+        record["skipped"] = NOTHING_TIED_POINTS if peak is not None else NO_USABLE_CAP
         return ConfirmPlan((), record)
     tpw = {
-        (_num(p.get("sm_lock_mhz")), _num(p.get("mem_lock_mhz"))): float(p["tps_per_w"])
-        for p in analysis.get("points") or []
-        if p.get("tps_per_w") is not None
+        (_num(p.sm_lock_mhz), _num(p.mem_lock_mhz)): float(p.tps_per_w)
+        for p in analysis.points
+        if p.tps_per_w is not None
     }
     share = {
-        (_num(s.get("sm_lock_mhz")), _num(s.get("mem_lock_mhz"))): float(s.get("share") or 0.0)
-        for s in peak.get("best_share") or []
+        (_num(s.sm_lock_mhz), _num(s.mem_lock_mhz)): float(s.share or 0.0)
+        for s in known(peak.best_share) or []
     }
 
     def rank(p: SweepPoint) -> tuple[float, float]:
@@ -129,12 +133,12 @@ def _plan_clock_confirm(
 
     picked = sorted(tied, key=rank)[:max_caps]
     picked.sort(key=lambda p: (-(p.mem_lock_mhz or math.inf), -(p.sm_lock_mhz or math.inf)))
-    best = SweepPoint(None, _num(peak.get("sm_lock_mhz")), _num(peak.get("mem_lock_mhz")))
+    best = SweepPoint(None, _num(peak.sm_lock_mhz), _num(peak.mem_lock_mhz))
     record.update(
         points=[p.to_dict() for p in picked],
         reason=(
             f"{len(tied)} clock points were statistically tied with the best, {best.label()} "
-            f"({peak.get('noise_source')}); the {len(picked)} best measured once more"
+            f"({known(peak.noise_source)}); the {len(picked)} best measured once more"
         ),
         tied_before=[p.to_dict() for p in tied],
     )

@@ -10,14 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.analysis import claims
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.objectives import OBJECTIVES
+from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, known
+from powersweep.analysis.run_record import RunRecord
+from powersweep.analysis.saved_analysis import SavedAnalysis, typed_analysis
+from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import SCHEMA_VERSION
 from powersweep.sweep.settings.undervolt_pick import UNDERVOLT, is_undervolt_run, pick_undervolt
 
-# The analysis.json key that holds each objective's pick (the cost objective has none of its own;
-# ``slo`` is the latency target's pick, put under that key by read_recommendation).
-_OBJECTIVE_KEYS = {"tps-per-w": "sweet_spot", "near-peak": "near_peak", "slo": "slo"}
+# The objectives a clock run answers (its peak, near-peak, the latency target's pick).
+_CLOCK_OBJECTIVES = ("tps-per-w", "near-peak", "slo")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Recommendation:
         sm_offset_mhz: An undervolt run's SM clock offset, MHz (None: none to set).
         mem_offset_mhz: A memory clock offset, MHz in NVML's unit (None: none to set; issue 45,
             carried through for the analysis that will find one).
+        sm_clock_min_mhz: The run's ``--sm-clock-min`` (None: it recorded none; a lock then
+            takes the card's idle floor).
     """
 
     run_dir: Path
@@ -67,6 +73,7 @@ class Recommendation:
     mem_clock_mhz: float | None = None
     sm_offset_mhz: float | None = None
     mem_offset_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
 
     @property
     def clock_run(self) -> bool:
@@ -122,44 +129,45 @@ def read_recommendation(
             say which GPU it measured, or another objective for an undervolt run.
     """
     analysis_path, run_path = _run_files(run_dir)
-    analysis = _read_json(analysis_path)
-    run = _read_json(run_path)
-    if run.get("observe_only"):
+    analysis = typed_analysis(_read_json(analysis_path))
+    run = read_run(run_path)
+    if run.observe_only:
         raise UsageError(
             f"{run_dir} is an --observe-only run (one cap, the limit in force): it recommends "
             "no cap"
         )
     _refuse_without_answer(run, analysis, run_dir)
     gpus = _measured_gpus(run, run_path)
-    if is_undervolt_run(run, analysis, run_dir):
+    is_undervolt_run(run, analysis, run_dir)  # refuses an undervolt run analysed as another
+    if isinstance(analysis, UndervoltAnalysis):
         return _undervolt_recommendation(run_dir, run, analysis, objective, gpus)
     chosen = objective or _analysed_objective(analysis)
-    if chosen == "slo":
-        analysis = {**analysis, "slo": _slo_pick(run_dir, analysis, max_ttft_ms, max_itl_ms)}
-    if analysis.get("kind") == "clocks":
-        return _clock_recommendation(run_dir, run, analysis, chosen, gpus)
+    slo = _slo_point(run_dir, analysis, max_ttft_ms, max_itl_ms) if chosen == "slo" else None
+    if isinstance(analysis, ClockAnalysis):
+        return _clock_recommendation(run_dir, run, analysis, chosen, gpus, slo)
     _refuse_if_no_cap_binds(analysis, run_dir)
-    pick = _pick(analysis, chosen, run_dir, eta)
+    pick = _pick(analysis, chosen, run_dir, eta, slo)
     if pick is None:
         raise UsageError(
             f"{analysis_path} holds no {chosen} recommendation (no cap finished with status ok?): "
             f"see {run_dir / 'summary.md'}"
         )
-    cap_w = _number(pick.get("cap_w"))
+    cap_w = _number(pick.cap_w)
     if cap_w is None or cap_w <= 0:
         raise UsageError(f"{analysis_path}: the {chosen} recommendation has no valid cap_w")
     return Recommendation(
         run_dir=run_dir,
         objective=chosen,
         cap_w=cap_w,
-        tps_per_w=_number(pick.get("tps_per_w")),
-        tps=_number(pick.get("tps")),
+        tps_per_w=_number(pick.tps_per_w),
+        tps=_number(pick.tps),
         gpus=gpus,
-        notes=_notes(run, analysis, chosen),
+        notes=_notes(analysis, chosen),
+        sm_clock_min_mhz=_sm_clock_min(run),
     )
 
 
-def _refuse_without_answer(run: dict[str, Any], analysis: dict[str, Any], run_dir: Path) -> None:
+def _refuse_without_answer(run: RunRecord, analysis: SavedAnalysis, run_dir: Path) -> None:
     """A run that did not finish, or whose analysis found no answer, sets nothing.
 
     The run's status is read from its own run.json, whatever analysis.json says.
@@ -168,29 +176,29 @@ def _refuse_without_answer(run: dict[str, Any], analysis: dict[str, Any], run_di
         UsageError: One line: why there is no answer, and what would give one.
     """
     undervolt = is_undervolt_run(run, analysis, run_dir)
-    what = "steps" if undervolt else "points" if analysis.get("kind") == "clocks" else "caps"
-    claim = claims.status_claim(run, str(run_dir), what)
+    what = "steps" if undervolt else "points" if isinstance(analysis, ClockAnalysis) else "caps"
+    claim = claims.status_claim(run.to_json(), str(run_dir), what)
     why = None if claim is None else "; ".join(claim)
     if why is None:
-        answer = analysis.get("answer")
-        if isinstance(answer, dict) and answer.get("kind") == claims.NONE:
-            why = str(answer.get("why") or "the analysis found no answer")
+        answer = known(analysis.answer)
+        if answer is not None and answer.kind == claims.NONE:
+            why = answer.why or "the analysis found no answer"
             if "no cap binds" in why:
                 return  # said by the caps' own refusal, with the lever to pull instead
     if why is not None:
         raise UsageError(f"{run_dir} has no answer to apply: {why}")
 
 
-def _refuse_if_no_cap_binds(analysis: dict[str, Any], run_dir: Path) -> None:
+def _refuse_if_no_cap_binds(analysis: PowerAnalysis, run_dir: Path) -> None:
     """A run whose caps never bound has no cap to apply: every cap in it draws the same.
 
     Raises:
         UsageError: The analysis says no cap binds (one line: the draw, the caps, the lever).
     """
-    binds = analysis.get("power_cap_binds")
-    if not isinstance(binds, dict) or binds.get("binds") is not False:
+    binds = known(analysis.power_cap_binds)
+    if binds is None or binds.binds is not False:
         return
-    draw, caps = binds.get("draw_w") or [None, None], binds.get("caps_w") or [None, None]
+    draw, caps = binds.draw_w or [None, None], binds.caps_w or [None, None]
     seen = (
         f": the card drew {draw[0]:.0f}-{draw[1]:.0f} W under caps of {caps[0]:g}-{caps[1]:g} W"
         if None not in (*draw, *caps)
@@ -223,49 +231,52 @@ def _run_files(run_dir: Path) -> tuple[Path, Path]:
 
 def _clock_recommendation(
     run_dir: Path,
-    run: dict[str, Any],
-    analysis: dict[str, Any],
+    run: RunRecord,
+    analysis: ClockAnalysis,
     objective: str,
     gpus: tuple[MeasuredGpu, ...],
+    slo: dict[str, Any] | None,
 ) -> Recommendation:
-    """A clock run's pick: its efficiency peak (``tps-per-w``) or its ``near-peak`` point, with
-    the power limit the run held (``--cap``), if it held one."""
+    """A clock run's pick: its efficiency peak (``tps-per-w``), its ``near-peak`` point or the
+    latency target's pick (``slo``), with the power limit the run held (``--cap``), if it held
+    one."""
     where = run_dir / "analysis.json"
-    key = _OBJECTIVE_KEYS.get(objective)
-    if key is None:
+    if objective not in _CLOCK_OBJECTIVES:
         raise UsageError(
             f"{run_dir} is a clock run: it recommends clock locks for tps-per-w, near-peak or "
             f"slo, not {objective}"
         )
-    pick = analysis.get(key)
-    if not isinstance(pick, dict):
+    pick: LockPoint | None
+    if objective == "slo":
+        pick = LockPoint.from_json(slo) if slo is not None else None
+    else:
+        pick = analysis.sweet_spot if objective == "tps-per-w" else analysis.near_peak
+    if pick is None:
         raise UsageError(
             f"{where} holds no {objective} clock recommendation (no point finished with status "
             f"ok?): see {run_dir / 'summary.md'}"
         )
-    sm, mem = _number(pick.get("sm_lock_mhz")), _number(pick.get("mem_lock_mhz"))
+    sm, mem = _number(pick.sm_lock_mhz), _number(pick.mem_lock_mhz)
     if (sm is None and mem is None) or any(v is not None and v <= 0 for v in (sm, mem)):
         raise UsageError(f"{where}: the {objective} recommendation has no valid clock lock")
-    options = run.get("options")
-    held = _number(options.get("hold_cap_w")) if isinstance(options, dict) else None
-    notes = _notes(run, analysis, "clocks")
+    held = _number(run.options.hold_cap_w) if run.options is not None else None
     return Recommendation(
         run_dir=run_dir,
         objective=objective,
         cap_w=held if held is not None and held > 0 else None,
-        tps_per_w=_number(pick.get("tps_per_w")),
-        tps=_number(pick.get("tps")),
+        tps_per_w=_number(pick.tps_per_w),
+        tps=_number(pick.tps),
         gpus=gpus,
-        notes=notes,
         sm_clock_mhz=sm,
         mem_clock_mhz=mem,
+        sm_clock_min_mhz=_sm_clock_min(run),
     )
 
 
 def _undervolt_recommendation(
     run_dir: Path,
-    run: dict[str, Any],
-    analysis: dict[str, Any],
+    run: RunRecord,
+    analysis: UndervoltAnalysis,
     objective: str | None,
     gpus: tuple[MeasuredGpu, ...],
 ) -> Recommendation:
@@ -279,16 +290,17 @@ def _undervolt_recommendation(
         tps_per_w=pick.tps_per_w,
         tps=pick.tps,
         gpus=gpus,
-        notes=(*_notes(run, analysis, "clocks"), *pick.notes),
+        notes=pick.notes,
         sm_clock_mhz=pick.sm_lock_mhz,
         sm_offset_mhz=pick.sm_offset_mhz,
         mem_offset_mhz=pick.mem_offset_mhz,
+        sm_clock_min_mhz=_sm_clock_min(run),
     )
 
 
-def _slo_pick(
+def _slo_point(
     run_dir: Path,
-    analysis: dict[str, Any],
+    analysis: PowerAnalysis | ClockAnalysis,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
 ) -> dict[str, Any]:
@@ -298,7 +310,7 @@ def _slo_pick(
     Raises:
         UsageError: No target anywhere, or no measured point meets the targets.
     """
-    target = analysis.get("latency_target")
+    target = analysis.latency_target
     if max_ttft_ms is not None or max_itl_ms is not None:
         from powersweep.analysis import load_curve
         from powersweep.analysis.serving import ServingOptions
@@ -307,16 +319,16 @@ def _slo_pick(
         curve = load_curve(run_dir)
         targets = ServingOptions(max_ttft_ms=max_ttft_ms, max_itl_ms=max_itl_ms)
         fresh = axis_of(curve).analyze(curve, AnalysisSettings(serving=targets, bootstrap=0))
-        target = fresh.latency_target.to_json() if fresh.latency_target is not None else None
-    if not isinstance(target, dict):
+        target = fresh.latency_target if isinstance(fresh, PowerAnalysis | ClockAnalysis) else None
+    if target is None:
         raise UsageError(
             "--objective slo needs a latency target: give --max-itl-ms and/or --max-ttft-ms "
             f"(or run `powersweep analyze {run_dir} --max-itl-ms MS` first)"
         )
-    point = target.get("point")
-    if not target.get("met") or not isinstance(point, dict):
-        closest = target.get("name")
-        misses = "; ".join(target.get("misses") or [])
+    point = target.point
+    if not target.met or point is None:
+        closest = known(target.name)
+        misses = "; ".join(target.misses or [])
         raise UsageError(
             f"no measured point of {run_dir} meets the latency target"
             + (f" (the closest, {closest}, misses it: {misses})" if closest else "")
@@ -325,27 +337,34 @@ def _slo_pick(
     return dict(point)
 
 
-def _analysed_objective(analysis: dict[str, Any]) -> str:
-    rec = analysis.get("recommendation")
-    if isinstance(rec, dict) and rec.get("objective") in OBJECTIVES:
-        return str(rec["objective"])
-    return "tps-per-w"
+def _analysed_objective(analysis: PowerAnalysis | ClockAnalysis) -> str:
+    """The objective analysis.json was made for (a clock run's: its peak)."""
+    rec = analysis.recommendation if isinstance(analysis, PowerAnalysis) else None
+    made_for = known(rec.objective) if rec is not None else None
+    return made_for if made_for in OBJECTIVES and made_for is not None else "tps-per-w"
 
 
 def _pick(
-    analysis: dict[str, Any], objective: str, run_dir: Path, eta: float
-) -> dict[str, Any] | None:
-    rec = analysis.get("recommendation")
+    analysis: PowerAnalysis,
+    objective: str,
+    run_dir: Path,
+    eta: float,
+    slo: dict[str, Any] | None,
+) -> Pick | CapRow | None:
+    """A power run's pick for ``objective`` (``slo``: the latency target's point)."""
+    rec = analysis.recommendation
     if (
-        isinstance(rec, dict)
-        and rec.get("objective") == objective
-        and (objective != "cost" or rec.get("eta") == eta)
+        rec is not None
+        and known(rec.objective) == objective
+        and (objective != "cost" or known(rec.eta) == eta)
     ):
         return rec
-    key = _OBJECTIVE_KEYS.get(objective)
-    if key is not None:
-        value = analysis.get(key)
-        return value if isinstance(value, dict) else None
+    if objective == "tps-per-w":
+        return analysis.sweet_spot
+    if objective == "near-peak":
+        return analysis.near_peak
+    if objective == "slo":
+        return CapRow.from_json(slo) if slo is not None else None
     if objective != "cost":
         raise UsageError(f"unknown objective {objective!r}")
     # The cost objective depends on eta: analyse the run's CSVs again, in memory.
@@ -354,38 +373,46 @@ def _pick(
     fresh = analysis_pkg.analyze(
         analysis_pkg.load_curve(run_dir), objective="cost", eta=eta, bootstrap=0
     )
-    value = fresh.get("recommendation")
-    return value if isinstance(value, dict) else None
+    return fresh.recommendation
 
 
-def _measured_gpus(run: dict[str, Any], path: Path) -> tuple[MeasuredGpu, ...]:
-    raw = run.get("gpus")
-    if not isinstance(raw, list) or not raw:
+def _measured_gpus(run: RunRecord, path: Path) -> tuple[MeasuredGpu, ...]:
+    if not run.gpus:
         raise UsageError(f"{path} lists no GPUs: set the cap by name (powersweep apply --cap W)")
     gpus = []
-    for g in raw:
-        if not isinstance(g, dict) or not isinstance(g.get("index"), int):
-            raise UsageError(f"{path}: a GPU entry without an index: {g!r}")
-        uuid = g.get("uuid")
-        gpus.append(
-            MeasuredGpu(
-                index=int(g["index"]),
-                name=str(g.get("name") or ""),
-                uuid=str(uuid) if uuid else None,
-            )
-        )
+    for g in run.gpus:
+        if g.index is None:
+            raise UsageError(f"{path}: a GPU entry without an index: {g.to_json()!r}")
+        gpus.append(MeasuredGpu(index=g.index, name=g.name or "", uuid=g.uuid or None))
     return tuple(gpus)
 
 
-def _notes(run: dict[str, Any], analysis: dict[str, Any], objective: str) -> tuple[str, ...]:
+def _notes(analysis: PowerAnalysis, objective: str) -> tuple[str, ...]:
     notes = []
-    sweet = analysis.get("sweet_spot")
-    if objective == "tps-per-w" and isinstance(sweet, dict) and sweet.get("at_boundary"):
-        edge = "lowest" if sweet["at_boundary"] == "low" else "highest"
+    sweet = analysis.sweet_spot
+    at_boundary = known(sweet.at_boundary) if sweet is not None else None
+    if objective == "tps-per-w" and at_boundary:
+        edge = "lowest" if at_boundary == "low" else "highest"
         notes.append(
             f"the sweet spot is the {edge} cap measured: the best cap may lie beyond the sweep"
         )
     return tuple(notes)
+
+
+def read_run(path: Path) -> RunRecord:
+    """A run's run.json, typed.
+
+    Raises:
+        UsageError: It cannot be read, is not a JSON object, or a key holds the wrong type.
+        PowersweepError: A newer powersweep wrote it.
+    """
+    return RunRecord.from_json(_read_json(path))
+
+
+def _sm_clock_min(run: RunRecord) -> float | None:
+    """The run's ``--sm-clock-min``, where it recorded one above 0."""
+    low = run.options.sm_clock_min_mhz if run.options is not None else None
+    return low if low is not None and low > 0 else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -407,7 +434,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+def _number(value: float | None) -> float | None:
+    """A finite number as a float; None for null or NaN."""
+    return float(value) if value is not None and math.isfinite(value) else None

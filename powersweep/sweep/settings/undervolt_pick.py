@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from powersweep.analysis.run_record import RunOptions, RunRecord, UndervoltRecord
+from powersweep.analysis.saved_analysis import SavedAnalysis, kind_of
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
 from powersweep.errors import PowersweepError, UsageError
 
@@ -49,32 +50,33 @@ class UndervoltPick:
     mem_offset_mhz: float | None = None
 
 
-def is_undervolt_run(run: dict[str, Any], analysis: dict[str, Any], run_dir: Path) -> bool:
+def is_undervolt_run(run: RunRecord, analysis: SavedAnalysis, run_dir: Path) -> bool:
     """The run is an undervolt search (``--axis undervolt``).
 
     Raises:
         UsageError: ``run.json`` says undervolt but ``analysis.json`` is of another kind (made
             by an older analysis): applying it would set the wrong kind of answer.
     """
-    if analysis.get("kind") == UNDERVOLT:
+    if isinstance(analysis, UndervoltAnalysis):
         return True
-    if _dict(run.get("options")).get("axis") == UNDERVOLT or run.get("axis") == UNDERVOLT:
+    options = run.options or RunOptions()
+    if options.axis == UNDERVOLT or run.axis == UNDERVOLT:
         raise UsageError(
             f"{run_dir} is an undervolt run but its analysis.json is of kind "
-            f"{analysis.get('kind')!r}: run `powersweep analyze {run_dir}` again"
+            f"{kind_of(analysis)!r}: run `powersweep analyze {run_dir}` again"
         )
     return False
 
 
 def pick_undervolt(
-    run_dir: Path, run: dict[str, Any], analysis: dict[str, Any], objective: str | None
+    run_dir: Path, run: RunRecord, typed: UndervoltAnalysis, objective: str | None
 ) -> UndervoltPick:
     """An undervolt run's answer: its limit, SM lock and SM clock offset.
 
     Args:
         run_dir: The run directory.
         run: Its ``run.json``.
-        analysis: Its ``analysis.json`` (``kind`` ``undervolt``).
+        typed: Its ``analysis.json``, typed.
         objective: What the user asked for (None or ``tps-per-w``: the answer; others refused).
 
     Raises:
@@ -87,20 +89,19 @@ def pick_undervolt(
             f"that held at its locked clock), not a {objective} pick; apply it without "
             "--objective"
         )
-    typed = UndervoltAnalysis.from_json(analysis)
     chosen = typed.chosen
     if chosen is None:
         raise UsageError(_no_answer(run_dir, typed))
-    record = _dict(run.get("undervolt"))
-    options = _dict(run.get("options"))
+    record = run.undervolt or UndervoltRecord()
+    options = run.options or RunOptions()
     where = run_dir / "analysis.json"
-    lock = _first(chosen.sm_lock_mhz, typed.sm_lock_mhz, record.get("sm_lock_mhz"))
+    lock = _first(chosen.sm_lock_mhz, typed.sm_lock_mhz, record.sm_lock_mhz)
     if lock is None or lock <= 0:
         raise UsageError(f"{where}: the undervolt answer has no valid SM clock lock")
     offset = _number(chosen.sm_offset_mhz)
     if offset is None:
         raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
-    cap = _first(chosen.cap_w, record.get("cap_w"), options.get("hold_cap_w"))
+    cap = _first(chosen.cap_w, record.cap_w, options.hold_cap_w)
     cap = cap if cap is not None and cap > 0 else None
     measured = _measured(run_dir)
     _refuse_unless_measured(run_dir, (cap, lock, offset), measured, record)
@@ -152,7 +153,7 @@ def _refuse_unless_measured(
     run_dir: Path,
     answer: tuple[float | None, float, float],
     measured: UndervoltAnalysis,
-    record: dict[str, Any],
+    record: UndervoltRecord,
 ) -> None:
     """Refuse an answer (cap, lock, offset) the run's own measurements do not give: an offset
     above the last one measured stable, one never measured stable at that lock (a negative one
@@ -177,7 +178,7 @@ def _refuse_unless_measured(
     if round(offset) not in held:
         raise UsageError(f"{said}, an offset its run never measured stable at that lock" + again)
     derived = measured.chosen
-    recorded = _number(record.get("chosen_mhz"))
+    recorded = _number(record.chosen_mhz)
     agrees = (
         derived is not None
         and _same(derived.sm_offset_mhz, offset)
@@ -296,7 +297,7 @@ def _offset_notes(chosen: OffsetStep, versus: VersusCap) -> list[str]:
     return out
 
 
-def _first(*values: Any) -> float | None:
+def _first(*values: float | None) -> float | None:
     """The first finite number among ``values``."""
     for value in values:
         found = _number(value)
@@ -305,12 +306,6 @@ def _first(*values: Any) -> float | None:
     return None
 
 
-def _number(value: Any) -> float | None:
-    """A finite number as a float; None for anything else (a bool, null, NaN)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _number(value: float | None) -> float | None:
+    """A finite number as a float; None for null or NaN."""
+    return float(value) if value is not None and math.isfinite(value) else None
