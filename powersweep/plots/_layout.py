@@ -247,9 +247,7 @@ def place_text(
     pts = obstacles.all_points(ignore_points)
     best: tuple[float, Candidate] | None = None
     for cand in candidates:
-        _apply(text, cand)
-        box = text_extent(text, renderer, PAD_PX)
-        cost = _cost(box, area, obstacles, pts, anchor_px)
+        cost, _ = _tried(text, cand, renderer, (area, obstacles, pts, anchor_px))
         if best is None or cost < best[0]:
             best = (cost, cand)
         if cost == 0.0:
@@ -280,13 +278,26 @@ def place_or_drop(
     """
     pts = obstacles.all_points(ignore_points)
     for cand in candidates:
-        _apply(text, cand)
-        box = text_extent(text, renderer, PAD_PX)
-        if _cost(box, area, obstacles, pts, None) == 0.0:
+        cost, box = _tried(text, cand, renderer, (area, obstacles, pts, None))
+        if cost == 0.0:
             obstacles.boxes.append(box)
             return True
     text.remove()
     return False
+
+
+def _tried(
+    text: Annotation,
+    cand: Candidate,
+    renderer: RendererBase,
+    where: tuple[Bbox, Obstacles, FloatArray, FloatArray | None],
+) -> tuple[float, Bbox]:
+    """``text`` moved to ``cand``: what it collides with there (0: nothing) and its padded box;
+    ``where`` is the area, the obstacles, their points and the arrow's tip (:func:`_cost`)."""
+    _apply(text, cand)
+    box = text_extent(text, renderer, PAD_PX)
+    area, obstacles, pts, anchor_px = where
+    return _cost(box, area, obstacles, pts, anchor_px), box
 
 
 def _apply(text: Annotation, cand: Candidate) -> None:

@@ -61,24 +61,3 @@ def test_a_bad_serving_gpu_list_names_its_own_option(capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip().splitlines()[-1].startswith("error: --sim-serving-gpus ")
-
-
-def test_help_groups_the_options_in_their_panels(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "160")
-    assert main(["sweep", "--help"]) == 0
-    out = capsys.readouterr().out
-    # issue 47: one panel per concern (the caps and clock locks are one panel, Points)
-    for panel in (
-        "Load",
-        "Measurement",
-        "Points",
-        "Undervolt (--axis undervolt)",
-        "Card",
-        "Server",
-        "Safety",
-        "Output",
-        "Simulation",
-    ):
-        assert f"─ {panel} ─" in out
