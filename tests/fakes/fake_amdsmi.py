@@ -2,7 +2,7 @@
 
 The module surface is :class:`powersweep.sim.amdsmi.FakeAmdsmi` (the simulated AMD rig reads its
 cards through the same surface, so both are checked name by name against the installed amdsmi
-package by ``tests/unit/test_amd.py``). Pass it where the real module would go::
+package by ``tests/unit/sweep/gpu/amd/test_amd.py``). Pass it where the real module would go::
 
     fake = FakeAmdsmi([mi300x()])
     backend = AmdsmiBackend(amdsmi=fake)

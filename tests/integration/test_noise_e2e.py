@@ -200,7 +200,7 @@ def test_decode_concurrent_states_the_aggregate_windows_precision(tmp_path: Path
 def _truth_sweet_w(profile: str, mode: str) -> tuple[float, bool]:
     """The true sweet spot over the default caps, and whether the curve is flat (no cap binds:
     every cap within 1% of the best TPS/W, as decode on a datacenter card)."""
-    from tests.unit.test_analysis_truth import FLAT_TPW_RATIO, truth_of
+    from tests.unit.analysis.test_analysis_truth import FLAT_TPW_RATIO, truth_of
 
     truth = truth_of(profile, mode, 4 if mode == "decode-concurrent" else 1)
     tpw = [c["tps_per_w"] for c in truth["caps"]]

@@ -212,7 +212,8 @@ def test_in_stream_error_is_a_failed_request(served: tuple[SimServer, ConstantEn
     assert engine.active["decode"] == 0
 
 
-# 500, not 503: a 503 is "busy", retried with back-off (tests/unit/test_client_faults.py)
+# 500, not 503: a 503 is "busy", retried with back-off
+# (tests/unit/sweep/server/test_client_faults.py)
 @pytest.mark.parametrize("served", [{"http_error": 500, "flavour": "vllm"}], indirect=True)
 def test_http_error_is_a_failed_request(served: tuple[SimServer, ConstantEngine]) -> None:
     server, engine = served

@@ -16,7 +16,7 @@ import pytest
 
 from powersweep.runformat import REPEAT_REASONS
 from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
-from tests.unit.test_strategy import staircase
+from tests.unit.sweep.planning.test_strategy import staircase
 
 AGREE_W = 10.0
 KNOWN_REASONS = {

@@ -14,10 +14,10 @@ import pytest
 from tests.integration.test_energy_per_token_e2e import SWEEPS
 from tests.integration.test_finding_advice import README as FINDING_ADVICE_SWEEP
 from tests.integration.test_virtual_time_e2e import README_SWEEP
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-PAGES = sorted([README, *(ROOT / "docs").glob("*.md"), *(ROOT / "deploy").rglob("*.md")])
+README = REPO / "README.md"
+PAGES = sorted([README, *(REPO / "docs").glob("*.md"), *(REPO / "deploy").rglob("*.md")])
 README_MAX_WORDS = 1600
 DEMO_WITHIN_LINES = 25
 VENV_LINE = "python3 -m venv .venv && "
@@ -81,7 +81,7 @@ def broken_links(page: Path) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
     assert broken_links(page) == []
 
@@ -136,7 +136,7 @@ def test_the_demo_is_the_sweep_the_tests_call_the_readme_sweep() -> None:
 
 
 def test_ci_extracts_both_setup_lines_once() -> None:
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     patterns = re.findall(r'grep -E "([^"]+)" README\.md', ci)
     assert len(patterns) == 2, patterns
     lines = _readme_lines()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 LINT = Path(sys.executable).with_name("lint-imports")
 
 pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter not installed")
@@ -30,14 +31,14 @@ def _copy(tmp_path: Path) -> Path:
     dst = tmp_path / "tree"
     dst.mkdir()
     shutil.copytree(
-        ROOT / "powersweep", dst / "powersweep", ignore=shutil.ignore_patterns("__pycache__")
+        REPO / "powersweep", dst / "powersweep", ignore=shutil.ignore_patterns("__pycache__")
     )
-    shutil.copy(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    shutil.copy(REPO / "pyproject.toml", dst / "pyproject.toml")
     return dst
 
 
 def test_contracts_hold() -> None:
-    result = _lint(ROOT)
+    result = _lint(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

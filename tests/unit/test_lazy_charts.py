@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from powersweep import report
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
 
 
 def test_the_command_and_the_report_load_without_matplotlib() -> None:
@@ -16,7 +14,7 @@ def test_the_command_and_the_report_load_without_matplotlib() -> None:
         "import sys, powersweep.cli, powersweep.report, powersweep.sweep.session; "
         "sys.exit('matplotlib' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, timeout=60)
     assert done.returncode == 0
 
 

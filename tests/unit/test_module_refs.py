@@ -14,17 +14,18 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "powersweep"
+from tests.paths import REPO
+
+PACKAGE = REPO / "powersweep"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 HEADER_MAX_WORDS = 120
 
 _REF = re.compile(r":(mod|func|class|meth|data|attr):`([^`]+)`")
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -163,13 +164,13 @@ def references() -> list[Reference]:
     for path in SOURCES:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
-        where, module = str(path.relative_to(ROOT)), module_name(path)
+        where, module = str(path.relative_to(REPO)), module_name(path)
         for m in _REF.finditer(text):
             classes = _classes_around(tree, text.count("\n", 0, m.start()) + 1)
             out.append((where, module, classes, m.group(1), m.group(2)))
     for page in PAGES:
         for m in _REF.finditer(page.read_text(encoding="utf-8")):
-            out.append((str(page.relative_to(ROOT)), None, (), m.group(1), m.group(2)))
+            out.append((str(page.relative_to(REPO)), None, (), m.group(1), m.group(2)))
     return out
 
 
@@ -218,13 +219,13 @@ def header_words(path: Path) -> int:
 def test_every_module_header_is_a_few_lines() -> None:
     """What the module is and why, in a few lines; the reasoning belongs in docs/."""
     long = {
-        str(p.relative_to(ROOT)): n for p in SOURCES if (n := header_words(p)) > HEADER_MAX_WORDS
+        str(p.relative_to(REPO)): n for p in SOURCES if (n := header_words(p)) > HEADER_MAX_WORDS
     }
     assert long == {}
 
 
 def test_every_module_has_a_header() -> None:
-    assert [str(p.relative_to(ROOT)) for p in SOURCES if header_words(p) == 0] == []
+    assert [str(p.relative_to(REPO)) for p in SOURCES if header_words(p) == 0] == []
 
 
 _POINTER = re.compile(r'The reasoning: (docs/[\w.-]+\.md), "([\w.]+)"\.')
@@ -233,7 +234,7 @@ _POINTER = re.compile(r'The reasoning: (docs/[\w.-]+\.md), "([\w.]+)"\.')
 def test_every_header_pointer_finds_its_design_note() -> None:
     """A header that sends the reader to docs/ names a page with the module's own section."""
     pointers = [
-        (str(p.relative_to(ROOT)), m.group(1), m.group(2))
+        (str(p.relative_to(REPO)), m.group(1), m.group(2))
         for p in SOURCES
         for m in _POINTER.finditer(p.read_text(encoding="utf-8"))
     ]
@@ -241,6 +242,6 @@ def test_every_header_pointer_finds_its_design_note() -> None:
     missing = [
         f"{where}: {page} has no section `{module}`"
         for where, page, module in pointers
-        if f"### `{module}`\n" not in (ROOT / page).read_text(encoding="utf-8")
+        if f"### `{module}`\n" not in (REPO / page).read_text(encoding="utf-8")
     ]
     assert missing == []

@@ -18,6 +18,7 @@ from powersweep.report import build_report
 from powersweep.report_view import render_body, render_failed, render_paths, render_view
 from powersweep.sim.synthetic_fleet import synthetic_fleet
 from powersweep.sweep.axes import AXES
+from tests.paths import PUBLISHED
 
 RUN = RunFacts(gpu_name="NVIDIA GeForce RTX 3090", load_mode="decode-single", cooling="air")
 
@@ -297,9 +298,6 @@ def test_a_rig_of_several_cards_says_the_cap_is_per_card() -> None:
     lines = _lines(render_body(result, AXES["power"].headline(result)))
     assert lines[0] == "NVIDIA GeForce RTX 3090: 5 caps, 2 GPUs"
     assert lines[1].split()[:2] == ["cap", "W/card"]
-
-
-PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "published"
 
 
 def test_a_published_bare_curve_shows_its_outlier_and_its_one_reading_precision(

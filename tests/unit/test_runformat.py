@@ -5,13 +5,13 @@ section, every request warning code named), and the typed column lists partition
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from powersweep import runformat as rf
+from tests.paths import REPO
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
+DOC = REPO / "docs" / "run-format.md"
 
 
 def _documented_columns(section: str) -> list[str]:

@@ -17,9 +17,9 @@ import pytest
 from powersweep.analysis.load import load_curve
 from powersweep.errors import UsageError
 from powersweep.runformat import CAPS_COLUMNS, CLOCK_LOCK_COLUMNS
+from tests.paths import PUBLISHED
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "published"
-MANIFEST = CORPUS / "corpus.toml"
+MANIFEST = PUBLISHED / "corpus.toml"
 
 REQUIRED = (
     "id",
@@ -79,7 +79,7 @@ def _curves() -> list[dict[str, Any]]:
 
 
 def _rows(curve: dict[str, Any]) -> tuple[list[str], list[dict[str, str]]]:
-    with (CORPUS / curve["file"]).open(newline="", encoding="utf-8") as fh:
+    with (PUBLISHED / curve["file"]).open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         return list(reader.fieldnames or []), list(reader)
 
@@ -103,7 +103,7 @@ def test_ids_and_files_are_unique_and_every_csv_is_listed() -> None:
     assert len(set(IDS)) == len(IDS)
     files = [c["file"] for c in CURVES]
     assert len(set(files)) == len(files)
-    assert {p.name for p in CORPUS.glob("*.csv")} == set(files)
+    assert {p.name for p in PUBLISHED.glob("*.csv")} == set(files)
 
 
 def test_the_corpus_reaches_its_size() -> None:
@@ -118,7 +118,7 @@ def test_the_corpus_reaches_its_size() -> None:
 
 
 def test_the_readme_lists_every_curve_with_its_source() -> None:
-    readme = (CORPUS / "README.md").read_text(encoding="utf-8")
+    readme = (PUBLISHED / "README.md").read_text(encoding="utf-8")
     for curve in CURVES:
         row = next((ln for ln in readme.splitlines() if ln.startswith(f"| {curve['id']} |")), None)
         assert row is not None, curve["id"]
@@ -183,7 +183,7 @@ def test_csv_matches_its_manifest_entry(curve: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("curve", CURVES, ids=IDS)
 def test_the_loader_reads_every_curve_with_a_draw(curve: dict[str, Any]) -> None:
-    path = CORPUS / curve["file"]
+    path = PUBLISHED / curve["file"]
     _, rows = _rows(curve)
     if curve["draw"] in WITH_DRAW:
         loaded = load_curve(path)

@@ -18,6 +18,7 @@ from powersweep.sweep.gpu import Gpu, GpuBackend
 from powersweep.sweep.gpu import nvidia as nvidia_package
 from powersweep.sweep.gpu import nvml as nvml_backend
 from powersweep.sweep.gpu.nvml import NVML_API_USED, NvmlBackend, NvmlGpu
+from tests.paths import FAKES
 
 
 def _load_fake() -> ModuleType:
@@ -28,7 +29,7 @@ def _load_fake() -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError:
-        path = Path(__file__).resolve().parents[1] / "fakes" / "fake_pynvml.py"
+        path = FAKES / "fake_pynvml.py"
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

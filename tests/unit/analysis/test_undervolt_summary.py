@@ -7,7 +7,7 @@ from pathlib import Path
 from powersweep.analysis.undervolt import analyze_undervolt
 from powersweep.analysis.undervolt_result_types import OffsetStep
 from powersweep.analysis.undervolt_summary import headline, point_name, render_undervolt_summary
-from tests.unit.test_undervolt import _curve, _search
+from tests.unit.analysis.test_undervolt import _curve, _search
 
 
 def test_points_are_named_by_their_lock_and_offset_the_baseline_by_its_cap() -> None:

@@ -25,7 +25,7 @@ from powersweep.sweep.locks import ClockLocker
 from powersweep.sweep.measurement.idle_draw import measure_idle
 from powersweep.sweep.planning.points import SweepPoint
 from tests.fakes.fake_gpu import FakeGpu
-from tests.unit.test_undervolt import _curve, _search
+from tests.unit.analysis.test_undervolt import _curve, _search
 
 
 class _NoClockList(FakeGpu):

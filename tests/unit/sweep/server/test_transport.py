@@ -15,7 +15,7 @@ from powersweep.clock import ScaledClock
 from powersweep.sweep.server import http11, transport
 from powersweep.sweep.server.client import ChatClient, RequestResult, ServerInfo
 from powersweep.sweep.server.transport import LeanTransport, lean_transport_applies
-from tests.unit.test_client import SSE, delta, finish, sse_body, usage
+from tests.unit.sweep.server.test_client import SSE, delta, finish, sse_body, usage
 
 CLOSE = b"<close>"
 HOLD = b"<hold>"

@@ -17,7 +17,7 @@ from powersweep.clock import ScaledClock
 from powersweep.sweep.server.client import ChatClient, RequestResult, ServerInfo
 from powersweep.sweep.server.http11 import Http11Connection
 from powersweep.sweep.server.transport import LeanTransport
-from tests.unit.test_client import delta, finish, sse_body, usage
+from tests.unit.sweep.server.test_client import delta, finish, sse_body, usage
 
 REAL_PROMPT = 7
 STALE_PROMPT = 4242

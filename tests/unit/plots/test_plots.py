@@ -34,9 +34,7 @@ from powersweep.plots import (
 )
 from powersweep.plots._layout import text_extent
 from powersweep.plots.companions import per_tick
-
-REPO = Path(__file__).resolve().parents[2]
-CSV_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
+from tests.paths import SHARED_3090
 
 Analysis = dict[str, Any]
 
@@ -93,9 +91,9 @@ def _finish(caps: list[dict[str, Any]], run: dict[str, Any], plateaus: list[Any]
 
 def analysis_3090() -> Analysis:
     """The real measured 3090 curve (skips when ../shared/data is not beside the repo)."""
-    if not CSV_3090.is_file():
-        pytest.skip(f"measured curve not found at {CSV_3090}")
-    with CSV_3090.open(newline="") as fh:
+    if not SHARED_3090.is_file():
+        pytest.skip(f"measured curve not found at {SHARED_3090}")
+    with SHARED_3090.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     caps = []
     for r in rows:

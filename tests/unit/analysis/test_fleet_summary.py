@@ -21,7 +21,7 @@ from powersweep.analysis.fleet_summary import (
 )
 from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT
 from powersweep.errors import PowersweepError
-from tests.unit.test_fleet_answer import CARDS, _run
+from tests.unit.analysis.test_fleet_answer import CARDS, _run
 
 
 def test_setting_text_on_each_axis() -> None:

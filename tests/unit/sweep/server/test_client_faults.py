@@ -20,7 +20,7 @@ from powersweep.sweep.server.client import (
     ChatClient,
     RequestResult,
 )
-from tests.unit.test_client import INFO, SSE, delta, finish, run_chat, sse_body, usage
+from tests.unit.sweep.server.test_client import INFO, SSE, delta, finish, run_chat, sse_body, usage
 
 
 class _Stream(httpx.AsyncByteStream):

@@ -18,7 +18,7 @@ from powersweep.analysis.fleet_summary import write_fleet_outputs
 from powersweep.errors import UsageError
 from powersweep.sim.synthetic_fleet import synthetic_fleet
 from powersweep.sweep.settings.fleet_targets import read_fleet
-from tests.unit.test_mixed_rigs import _mixed_run
+from tests.unit.analysis.test_mixed_rigs import _mixed_run
 
 GPU = "Test GPU"
 RTX4090 = "NVIDIA GeForce RTX 4090 (simulated)"

@@ -25,9 +25,9 @@ from powersweep.sweep.server.http11 import (
     MalformedResponse,
 )
 from powersweep.sweep.server.transport import LeanTransport
-from tests.unit.test_client import delta, finish, sse_body, usage
-from tests.unit.test_transport import CLOSE, HOLD, Piece, Scripted
-from tests.unit.test_transport import run as serve
+from tests.unit.sweep.server.test_client import delta, finish, sse_body, usage
+from tests.unit.sweep.server.test_transport import CLOSE, HOLD, Piece, Scripted
+from tests.unit.sweep.server.test_transport import run as serve
 
 BODY = sse_body(delta(content="a"), delta(content=" b"), finish(), usage(3, 2))
 STALE = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale"

@@ -14,9 +14,7 @@ import typer
 
 from powersweep.cli import main
 from powersweep.sweep.signals import SweepInterrupted
-
-REPO = Path(__file__).resolve().parents[2]
-SHARED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
+from tests.paths import SHARED_3090
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

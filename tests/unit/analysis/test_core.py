@@ -15,9 +15,7 @@ from powersweep.analysis import analyze, load_curve, write_outputs
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.summary import render_summary
 from powersweep.errors import PowersweepError, UsageError
-
-REPO = Path(__file__).resolve().parents[2]
-REAL_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
+from tests.paths import SHARED_3090
 
 
 def _write(tmp_path: Path, df: pl.DataFrame, name: str = "caps.csv") -> Path:
@@ -34,9 +32,9 @@ def _linear(caps: list[float], tps: list[float], **extra: list[Any]) -> pl.DataF
 
 @pytest.fixture
 def real_3090() -> Path:
-    if not REAL_3090.is_file():
-        pytest.skip(f"measured curve not found at {REAL_3090} (../shared beside the repo)")
-    return REAL_3090
+    if not SHARED_3090.is_file():
+        pytest.skip(f"measured curve not found at {SHARED_3090} (../shared beside the repo)")
+    return SHARED_3090
 
 
 def test_real_3090_curve(real_3090: Path) -> None:

@@ -17,8 +17,7 @@ from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.findings import Finding, Severity
 from powersweep.analysis.result_types import JsonRecord, PowerAnalysis, known
 from powersweep.errors import UsageError
-
-REAL_3090 = Path(__file__).resolve().parents[3] / "shared" / "data" / "power-cap-3090-qwen36.csv"
+from tests.paths import SHARED_3090
 
 
 def _power_csv(tmp_path: Path, with_latency: bool = True) -> Path:
@@ -82,9 +81,9 @@ def test_keys_only_some_analyses_write_are_unset_and_stay_unwritten(tmp_path: Pa
 
 
 def test_the_measured_3090_curve_round_trips(built: list[dict[str, Any]]) -> None:
-    if not REAL_3090.is_file():
-        pytest.skip(f"measured curve not found at {REAL_3090}")
-    doc = json.loads(json.dumps(analyze(load_curve(REAL_3090)).to_json()))
+    if not SHARED_3090.is_file():
+        pytest.skip(f"measured curve not found at {SHARED_3090}")
+    doc = json.loads(json.dumps(analyze(load_curve(SHARED_3090)).to_json()))
     assert built == [doc]
     assert PowerAnalysis.from_json(doc).to_json() == doc
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from powersweep.cli import main
+from tests.paths import SHARED_3090
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
 FACTS = ["--default-limit", "370", "--min-limit", "100", "--max-limit", "390"]
 
 

@@ -13,6 +13,7 @@ from powersweep.errors import UsageError
 from powersweep.sim.engine import SimEngine
 from powersweep.sim.replay import ReplayGpu, ReplayRig, replay_profile, replay_truth
 from powersweep.sweep.gpu import Gpu, GpuBackend
+from tests.paths import SHARED_3090
 
 CSV = (
     "cap_w,narr_tps,power_w,sm_clock_mhz\n"
@@ -121,7 +122,7 @@ def test_truth_finds_sweet_spot_and_plateau(curve_path: Path) -> None:
 
 
 def test_shared_3090_curve_truth() -> None:
-    path = Path(__file__).resolve().parents[2].parent / "shared/data/power-cap-3090-qwen36.csv"
+    path = SHARED_3090
     if not path.is_file():
         pytest.skip("shared 3090 curve not available")
     curve = replay_profile(path)

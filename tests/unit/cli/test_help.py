@@ -4,7 +4,6 @@ declarations it is generated from."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -24,8 +23,8 @@ from powersweep.cli.help_layout import (
     walk,
 )
 from powersweep.cli.options_doc import options_markdown
+from tests.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 80
 # One short line, two at most, for each option's help (its default included)
 MAX_HELP_LINES = 2
@@ -136,7 +135,7 @@ def test_text_is_never_read_as_markup(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_options_doc_is_up_to_date() -> None:
     # regenerate with: python scripts/gen_options_doc.py
-    current = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    current = (REPO / "docs" / "options.md").read_text(encoding="utf-8")
     assert current == options_markdown(), "docs/options.md is out of date: run " + (
         "python scripts/gen_options_doc.py"
     )

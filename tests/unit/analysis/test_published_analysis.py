@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import math
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from powersweep.analysis.load import load_curve
 from powersweep.sweep.axes import AnalysisSettings, axis_of
+from tests.paths import PUBLISHED
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "published"
-MANIFEST: list[dict[str, Any]] = tomllib.loads((CORPUS / "corpus.toml").read_text())["curve"]
+MANIFEST: list[dict[str, Any]] = tomllib.loads((PUBLISHED / "corpus.toml").read_text())["curve"]
 WITH_DRAW = [c for c in MANIFEST if c["draw"] in ("measured", "derived")]
 # A tie further below the pick than this is a false one (issue 44's held-out check).
 TIE_LIMIT = 0.05
@@ -34,7 +33,7 @@ FLAT_LIMIT = 0.05
 
 
 def _analysed(entry: dict[str, Any]) -> dict[str, Any]:
-    curve = load_curve(CORPUS / entry["file"])
+    curve = load_curve(PUBLISHED / entry["file"])
     result: dict[str, Any] = axis_of(curve).analyze(curve, AnalysisSettings()).to_json()
     return result
 

@@ -34,9 +34,8 @@ from powersweep.sweep.planning.strategy import (
     CapMeasurement,
     plan_order,
 )
+from tests.paths import SHARED_3090
 
-SHARED_CSV = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REAL_3090 = SHARED_CSV / "power-cap-3090-qwen36.csv"
 MODES = [
     ("decode-single", {}),
     ("decode-concurrent", {"concurrency": 8}),
@@ -119,7 +118,7 @@ def assert_same_answer(
 
 
 def load_real_3090() -> dict[float, CapMeasurement]:
-    with REAL_3090.open() as f:
+    with SHARED_3090.open() as f:
         return {
             float(r["cap_w"]): CapMeasurement(
                 float(r["power_w"]), float(r["narr_tps"]), float(r["sm_clock_mhz"])
@@ -128,7 +127,7 @@ def load_real_3090() -> dict[float, CapMeasurement]:
         }
 
 
-@pytest.mark.skipif(not REAL_3090.is_file(), reason="shared 3090 curve not available")
+@pytest.mark.skipif(not SHARED_3090.is_file(), reason="shared 3090 curve not available")
 def test_real_3090_curve_same_answer_with_half_the_caps() -> None:
     curve = load_real_3090()
     log = assert_same_answer(curve)
@@ -351,7 +350,9 @@ def test_the_budget_stops_at_half_the_grid_and_names_the_caps_left_out() -> None
 
 
 def test_the_budget_leaves_nothing_out_when_the_answer_is_settled() -> None:
-    curve = load_real_3090() if REAL_3090.is_file() else {c: short_top_ceiling(c) for c in GRID_21}
+    curve = (
+        load_real_3090() if SHARED_3090.is_file() else {c: short_top_ceiling(c) for c in GRID_21}
+    )
     planner = AdaptivePlanner(sorted(curve), 10.0)
     measured = {c: curve[c] for c in planner.initial_caps()}
     while plan := planner.next_caps(measured):
