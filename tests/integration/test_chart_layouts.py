@@ -35,6 +35,9 @@ from powersweep.report import build_report
 from tests.chart_layout import layout_problems, unnamed_artists
 from tests.integration.conftest import only_run_dir, powersweep, read_json
 
+# five simulated sweeps built once: handed out among the first files (tests/conftest.py)
+pytestmark = pytest.mark.slow
+
 SWEEPS = {
     "readme": ("--simulate", "rtx3090-air", "--load-mode", "decode-single"),
     "sm-clock": ("--simulate", "h100-sxm", "--axis", "sm-clock"),
