@@ -21,7 +21,7 @@ IMPLAUSIBLE = "implausible"
 OUTLIER = "outlier"
 # A card holds its cap on its own sensor; the reading it reports may differ from that by the
 # sensor's stated accuracy (NVML: within +-5% of the draw) plus a step's overshoot of a watt or
-# two. A median draw further above its cap is no reading of a card that holds its limit.
+# two. A point's draw further above its cap is no reading of a card that holds its limit.
 OVER_CAP_TOLERANCE_FRAC = 0.05
 OVER_CAP_TOLERANCE_W = 2.0
 METRICS: tuple[str, ...] = ("narr_tps", "prefill_tps")

@@ -69,7 +69,9 @@ def power_figure(analysis: PowerAnalysis, title: str | None = None) -> Figure:
         ax = fig.add_subplot()
         set_header(fig, ax, view, title, "power draw vs power cap")
         ax.set_xlabel(cap_axis_label(view))
-        ax.set_ylabel("median draw under load (W, all GPUs)" if n_gpus > 1 else "median draw (W)")
+        ax.set_ylabel(
+            "mean draw under load (W, all GPUs)" if n_gpus > 1 else "mean draw under load (W)"
+        )
         draw_plateau_spans(ax, view)
         x_lo, x_hi = x_limits(view)
         ideal = np.array([x_lo, x_hi])

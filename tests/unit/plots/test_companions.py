@@ -59,7 +59,7 @@ def test_power_chart_of_a_pair_compares_the_summed_draw_with_twice_the_cap() -> 
     ideal = _by_gid(ax.lines, "draw-equals-cap")
     assert ideal.get_label() == "draw = cap x 2 GPUs"
     assert ax.get_xlabel() == "power cap (W per GPU)"
-    assert ax.get_ylabel() == "median draw under load (W, all GPUs)"
+    assert ax.get_ylabel() == "mean draw under load (W, all GPUs)"
     draw = np.asarray(_by_gid(ax.lines, "power").get_ydata(), dtype=float)
     assert draw.tolist() == [390.0, 490.0, 590.0]
     assert fig.get_suptitle() == "pair"
