@@ -45,6 +45,11 @@ from powersweep.analysis.thermal_drift import fit_thermal as fit_thermal
 # shared with other work: a dedicated server scatters less (docs/precision.md). The simulated
 # rig's own server carries none: its runs measure their own (its world models).
 REAL_SERVER_FLOOR_REL = 0.051
+
+# The drift's path between a pair's readings is unmeasured: a reading between them carries the
+# linear estimate of its drift with half of it as a standard deviation (about all of it at 95%;
+# docs/precision.md, term 4, "The drift's path")
+DRIFT_SHAPE_SD = 0.5
 # Two-sided confidence of every stated interval.
 CONFIDENCE = 0.95
 # Typical repeatability of one reading of a curve with no raw data (a bare caps.csv), as a 95%
@@ -226,7 +231,9 @@ class RunToRun:
             if not fit.shown:
                 return 0.0, 0.0
             beyond = (fit.rate_per_s**2 + fit.rate_var) * outside * outside
-            return fit.rate_per_s * lag, fit.rate_var * lag * lag + beyond
+            # the pairs measure the drift's net change, not its path between their readings
+            shape = (DRIFT_SHAPE_SD * fit.rate_per_s * lag) ** 2
+            return fit.rate_per_s * lag, fit.rate_var * lag * lag + beyond + shape
 
         return at(self.drift), at(self.tps_drift)
 
