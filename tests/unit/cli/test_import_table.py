@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.cli import main
+from tests.helpers.cli import run_cli as run
 
 TABLE = "\n".join(
     [
@@ -25,12 +25,6 @@ TABLE = "\n".join(
         "",
     ]
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
