@@ -7,33 +7,13 @@ from pathlib import Path
 import pytest
 
 from powersweep.runformat import REPEAT_REASONS
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import read_csv, read_json, sweep_run_dir
 
-
-def _sweep(tmp_path: Path, *extra: str) -> Path:
-    proc = powersweep(
-        "--simulate",
-        "rtx3090-air",
-        "--caps",
-        "300,250",
-        "--cooling",
-        "air",
-        "--out",
-        str(tmp_path),
-        "--quiet",
-        "--no-charts",
-        "--warmup-requests",
-        "1",
-        "--target-cap-seconds",
-        "4",
-        "--settle",
-        "fixed",
-        "--settle-seconds",
-        "1",
-        *extra,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return only_run_dir(tmp_path)
+SWEEP = (
+    "--simulate", "rtx3090-air", "--caps", "300,250", "--cooling", "air", "--quiet", "--no-charts",
+    "--warmup-requests", "1", "--target-cap-seconds", "4", "--settle", "fixed",
+    "--settle-seconds", "1",
+)  # fmt: skip
 
 
 def _measured(run: Path) -> list[dict[str, str]]:
@@ -48,7 +28,7 @@ def _codes(summary_findings: list[dict[str, str]]) -> set[str]:
 
 @pytest.mark.slow
 def test_llamacpp_packing_tokens(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--sim-tokens-per-chunk", "4")
+    run = sweep_run_dir(tmp_path, *SWEEP, "--sim-tokens-per-chunk", "4")
     rows = _measured(run)
     for r in rows:
         assert r["warnings"] == "packed_chunks", r
@@ -70,7 +50,7 @@ def test_llamacpp_packing_tokens(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_server_ignoring_max_tokens_is_cut_and_named(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--sim-tokens-per-chunk", "4", "--sim-ignore-max-tokens")
+    run = sweep_run_dir(tmp_path, *SWEEP, "--sim-tokens-per-chunk", "4", "--sim-ignore-max-tokens")
     rows = _measured(run)
     for r in rows:
         codes = set(r["warnings"].split(";"))
@@ -92,7 +72,7 @@ def test_a_server_ignoring_max_tokens_is_cut_and_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_plain_server_without_usage(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--sim-server", "plain")
+    run = sweep_run_dir(tmp_path, *SWEEP, "--sim-server", "plain")
     for r in _measured(run):
         assert r["warnings"] == "no_usage"
         assert r["server_decode_tps"] == "" and r["server_prompt_tps"] == ""
