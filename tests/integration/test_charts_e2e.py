@@ -17,20 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
-from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
-from matplotlib.transforms import Bbox
 from PIL import Image
 
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.plots import efficiency_figure
-from powersweep.plots._layout import text_extent
 from powersweep.report import build_report
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
+from tests.chart_layout import plot_area_boxes
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
@@ -62,17 +60,6 @@ def _run(tmp_path: Path, name: str, mode: str) -> Path:
     return synthesize_run(_truth(name, mode), gpu, tmp_path / f"{name}-{mode}", seed=1, noise=NOISE)
 
 
-def _boxes(fig: Figure) -> list[tuple[str, Bbox]]:
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    out: list[tuple[str, Bbox]] = []
-    for ax in fig.axes:
-        out += [(str(t.get_gid()), text_extent(t, renderer)) for t in ax.texts]
-        legend = ax.get_legend()
-        if isinstance(legend, Legend):
-            out.append(("legend", legend.get_window_extent(renderer)))
-    return out
-
-
 def _marked_points_px(fig: Figure) -> np.ndarray:
     """Curve vertices, segment midpoints and the rims of the big markers, in pixels."""
     pts = []
@@ -96,7 +83,7 @@ def _marked_points_px(fig: Figure) -> np.ndarray:
 def _check_layout(fig: Figure, analysis: dict[str, Any], where: str) -> None:
     fig.canvas.draw()
     ax, ax2 = fig.axes
-    boxes = _boxes(fig)
+    boxes = plot_area_boxes(fig)
     gids = {g for g, _ in boxes}
     assert {"sweet-spot-callout", "legend"} <= gids, where
     assert {f"plateau-label:{p['kind']}" for p in analysis["plateaus"]} <= gids, where

@@ -40,7 +40,7 @@ def _analysis(**changes: Any) -> PowerAnalysis:
     return PowerAnalysis.from_json({**base, **changes})
 
 
-def _texts(fig: Any) -> list[str]:
+def _first_axes_texts(fig: Any) -> list[str]:
     return [t.get_text() for t in fig.axes[0].texts]
 
 
@@ -50,7 +50,7 @@ def test_only_usable_points_with_an_inter_token_p95_are_drawn() -> None:
     (measured,) = [line for line in ax.lines if line.get_label() == "measured point"]
     assert list(measured.get_xdata()) == [30.0, 36.0, 33.5]
     assert list(measured.get_ydata()) == [0.10, 0.12, 0.11]
-    assert _texts(fig)[:3] == ["300 W", "250 W", "275 W"]
+    assert _first_axes_texts(fig)[:3] == ["300 W", "250 W", "275 W"]
     assert ax.get_title() == "RTX 3090: efficiency against latency (decode-concurrent)"
 
 
@@ -90,7 +90,7 @@ def test_clock_runs_name_their_points_by_lock() -> None:
         },
     }
     fig = latency_figure(ClockAnalysis.from_json(analysis))
-    assert _texts(fig) == [
+    assert _first_axes_texts(fig) == [
         "SM 1410",
         "mem 9501",
         "SM 1200 / mem 5001",

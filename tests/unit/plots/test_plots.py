@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
@@ -34,6 +33,7 @@ from powersweep.plots import (
 )
 from powersweep.plots._layout import text_extent
 from powersweep.plots.companions import per_tick
+from tests.chart_layout import one_by_gid, plot_area_boxes
 from tests.paths import SHARED_3090
 
 Analysis = dict[str, Any]
@@ -215,26 +215,6 @@ def _axes_pair(fig: Figure) -> tuple[Axes, Axes]:
     return ax, ax2
 
 
-def _by_gid(artists: Iterable[Any], gid: str) -> Any:
-    found = [a for a in artists if a.get_gid() == gid]
-    assert len(found) == 1, f"expected one artist with gid {gid!r}, got {len(found)}"
-    return found[0]
-
-
-def _boxes(fig: Figure) -> list[tuple[str, Bbox]]:
-    """Display boxes of every label, callout and legend drawn inside the plot area."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    out: list[tuple[str, Bbox]] = []
-    for ax in fig.axes:
-        for text in ax.texts:
-            out.append((str(text.get_gid()), text_extent(text, renderer)))
-        legend = ax.get_legend()
-        if isinstance(legend, Legend):
-            out.append(("legend", legend.get_window_extent(renderer)))
-    return out
-
-
 def _overlap(a: Bbox, b: Bbox) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
@@ -285,7 +265,7 @@ def test_callout_points_at_the_sweet_spot() -> None:
     a = analysis_3090()
     fig = efficiency_figure(_typed(a))
     _, ax2 = _axes_pair(fig)
-    callout: Annotation = _by_gid(ax2.texts, "sweet-spot-callout")
+    callout: Annotation = one_by_gid(ax2.texts, "sweet-spot-callout")
     spot = a["sweet_spot"]
     assert callout.xy == pytest.approx((spot["cap_w"], spot["tps_per_w"]))
     assert callout.arrow_patch is not None
@@ -303,7 +283,7 @@ def test_callout_says_when_the_sweet_spot_is_at_the_sweep_edge() -> None:
     a = analysis_5090()
     assert a["sweet_spot"]["at_boundary"] == "low"
     _, ax2 = _axes_pair(efficiency_figure(_typed(a)))
-    assert "lowest cap swept" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    assert "lowest cap swept" in one_by_gid(ax2.texts, "sweet-spot-callout").get_text()
 
 
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
@@ -331,7 +311,7 @@ def test_plateau_bands_equal_the_analysis_plateaus(name: str, make: Callable[[],
 def test_labels_legend_and_callout_do_not_collide(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
     fig = efficiency_figure(_typed(a))
-    boxes = _boxes(fig)
+    boxes = plot_area_boxes(fig)
     gids = {gid for gid, _ in boxes}
     expected = {"sweet-spot-callout", "default-tdp-label", "legend"}
     expected |= {f"plateau-label:{p['kind']}" for p in a["plateaus"]}
@@ -356,13 +336,13 @@ def test_failed_cap_is_a_gap_not_a_zero() -> None:
     a = analysis_5090()
     ax, ax2 = _axes_pair(efficiency_figure(_typed(a)))
     for axes, gid in ((ax, "tps"), (ax, "code_tps"), (ax2, "tps_per_w")):
-        line = _by_gid(axes.lines, gid)
+        line = one_by_gid(axes.lines, gid)
         xs = np.asarray(line.get_xdata(), dtype=float)
         ys = np.asarray(line.get_ydata(), dtype=float)
         assert math.isnan(ys[xs == 470.0][0])
         assert np.isfinite(ys[xs != 470.0]).all()
         assert (ys[np.isfinite(ys)] > 0).all()
-    failed = _by_gid(ax.lines, "failed")
+    failed = one_by_gid(ax.lines, "failed")
     assert list(failed.get_xdata()) == [470.0]
 
 
@@ -381,7 +361,7 @@ def test_tolerates_nulls_and_missing_keys() -> None:
     ax, ax2 = _axes_pair(fig)
     assert not ax2.texts or all(t.get_gid() != "sweet-spot-callout" for t in ax2.texts)
     assert not [p for p in ax.patches if str(p.get_gid()).startswith("plateau:")]
-    tpw = np.asarray(_by_gid(ax2.lines, "tps_per_w").get_ydata(), dtype=float)
+    tpw = np.asarray(one_by_gid(ax2.lines, "tps_per_w").get_ydata(), dtype=float)
     assert np.nanmax(tpw) == pytest.approx(a["caps"][0]["tps"] / a["caps"][0]["power_w"])
 
 
@@ -451,25 +431,25 @@ def test_power_chart_has_the_draw_equals_cap_line() -> None:
     a = analysis_h100()
     fig = power_figure(_typed(a))
     ax = fig.axes[0]
-    ideal = _by_gid(ax.lines, "draw-equals-cap")
+    ideal = one_by_gid(ax.lines, "draw-equals-cap")
     xs = np.asarray(ideal.get_xdata(), dtype=float)
     ys = np.asarray(ideal.get_ydata(), dtype=float)
     # Draw is summed over the two GPUs while the cap is per GPU.
     assert ys == pytest.approx(xs * 2)
-    draw = _by_gid(ax.lines, "power")
+    draw = one_by_gid(ax.lines, "power")
     assert np.asarray(draw.get_ydata(), dtype=float)[0] == pytest.approx(a["caps"][0]["power_w"])
     y_lo, y_hi = ax.get_ylim()
     finite = [c["power_w"] for c in a["caps"] if c["power_w"] is not None]
     assert y_lo <= min(finite) and y_hi >= max(finite)
-    for (ga, ba), (gb, bb) in itertools.combinations(_boxes(fig), 2):
+    for (ga, ba), (gb, bb) in itertools.combinations(plot_area_boxes(fig), 2):
         assert not _overlap(ba, bb), f"{ga} overlaps {gb}"
 
 
 def test_clocks_chart_draws_sm_and_memory_clocks_with_plateaus() -> None:
     a = analysis_h100()
     fig = clocks_figure(_typed(a))
-    sm = _by_gid(fig.axes[0].lines, "sm_clock")
-    mem = _by_gid(fig.axes[1].lines, "mem_clock")
+    sm = one_by_gid(fig.axes[0].lines, "sm_clock")
+    mem = one_by_gid(fig.axes[1].lines, "mem_clock")
     assert np.nanmax(np.asarray(sm.get_ydata(), dtype=float)) == pytest.approx(
         600 + 2.2 * 700 * 0.995
     )
@@ -502,11 +482,11 @@ def test_timeline_draws_summed_draw_and_the_cap_steps() -> None:
     samples = samples_for(a, 2, ticks_per_cap=4)
     fig = timeline_figure(samples, _typed(a))
     ax_p = fig.axes[0]
-    cap = np.asarray(_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
-    draw = np.asarray(_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
+    cap = np.asarray(one_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
+    draw = np.asarray(one_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
     assert cap[0] == 400.0 and cap[-1] == 1400.0  # per-GPU cap x 2 GPUs
     assert draw[0] == pytest.approx(a["caps"][0]["power_w"])
-    steps = _by_gid(ax_p.collections, "cap-steps")
+    steps = one_by_gid(ax_p.collections, "cap-steps")
     assert len(steps.get_segments()) == len(a["caps"]) - 1
 
 
@@ -527,13 +507,13 @@ def test_compare_in_percent_of_tdp_with_normalisation() -> None:
     fig = compare_figure(_typed_runs(runs), x="pct-tdp", normalize=True)
     ax = fig.axes[0]
     for i, (_, a) in enumerate(runs):
-        line = _by_gid(ax.lines, f"run:{i}")
+        line = one_by_gid(ax.lines, f"run:{i}")
         xs = np.asarray(line.get_xdata(), dtype=float)
         ys = np.asarray(line.get_ydata(), dtype=float)
         caps = np.array([c["cap_w"] for c in a["caps"]])
         assert xs == pytest.approx(caps / a["run"]["default_limit_w"] * 100)
         assert np.nanmax(ys) == pytest.approx(1.0)
-        star = _by_gid(ax.lines, f"sweet-spot:{i}")
+        star = one_by_gid(ax.lines, f"sweet-spot:{i}")
         spot = a["sweet_spot"]
         assert star.get_xdata()[0] == pytest.approx(spot["pct_of_default"])
         assert star.get_ydata()[0] == pytest.approx(1.0)
@@ -542,7 +522,7 @@ def test_compare_in_percent_of_tdp_with_normalisation() -> None:
 def test_compare_in_watts_keeps_raw_tps_per_w(tmp_path: Path) -> None:
     runs = _runs()
     ax = compare_figure(_typed_runs(runs)).axes[0]
-    star = _by_gid(ax.lines, "sweet-spot:1")
+    star = one_by_gid(ax.lines, "sweet-spot:1")
     assert star.get_xdata()[0] == runs[1][1]["sweet_spot"]["cap_w"]
     assert star.get_ydata()[0] == pytest.approx(runs[1][1]["sweet_spot"]["tps_per_w"])
     paths = render_compare(_typed_runs(runs), tmp_path / "cmp" / "compare", formats=("png", "svg"))
@@ -604,7 +584,9 @@ def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
     assert sorted(ln.get_xdata()[0] for ln in lines) == [370.0, 450.0]  # not the 410 W mean
     labels = sorted(t.get_text() for t in ax2.texts if t.get_gid() == "default-tdp-label")
     assert labels == ["RTX 3090 default 370 W", "RTX 4090 default 450 W"]
-    assert "78% / 64% of each card's default" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    assert (
+        "78% / 64% of each card's default" in one_by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    )
     assert fig.get_suptitle().startswith("RTX 3090 + RTX 4090:")
     typed = _typed(a)
     (label,) = compare_labels([("mixed", typed.run, "power")])
