@@ -567,7 +567,7 @@ def _at_boot(units: Path) -> dict[str, float | None]:
     return {s.uuid: s.power_limit_w for s in unit.settings}
 
 
-def _limits(state: Path) -> dict[str, float]:
+def _state_limits(state: Path) -> dict[str, float]:
     return {k: v for k, v in json.loads(state.read_text()).items() if k in UUIDS}
 
 
@@ -598,7 +598,7 @@ def test_persist_card_by_card_keeps_one_unit_for_every_card(
     # a mixed rig: each card its own cap, both back after a reboot
     state.write_text(json.dumps(DEFAULTS))
     assert _boot(units) == [0, 0]
-    assert _limits(state) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}
+    assert _state_limits(state) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}
 
     # setting one card again replaces its line only; --print-unit shows the merged unit
     printed = _pair(capsys, state, units, "--cap", "280", "--gpus", "0", "--print-unit")
@@ -608,7 +608,7 @@ def test_persist_card_by_card_keeps_one_unit_for_every_card(
     # resetting one card drops its line and leaves the other's
     out = _pair(capsys, state, units, "--reset", "--gpus", "0", "--persist")
     assert "updated" in out and _at_boot(units) == {UUIDS[1]: 300.0}
-    assert _limits(state)[UUIDS[0]] == 370.0
+    assert _state_limits(state)[UUIDS[0]] == 370.0
     # the last card reset: no card left, no unit
     out = _pair(capsys, state, units, "--reset", "--gpus", "1", "--persist")
     assert "removed" in out and list(units.iterdir()) == []
@@ -639,7 +639,7 @@ def test_a_card_the_unit_cannot_set_does_not_stop_the_others(
     state.write_text(json.dumps(DEFAULTS))
     codes = _boot(units)
     assert codes[0] != 0 and codes[1:] == [0, 0]  # the gone card fails first, the others set
-    assert _limits(state) == {UUIDS[0]: 250.0, UUIDS[1]: 320.0}
+    assert _state_limits(state) == {UUIDS[0]: 250.0, UUIDS[1]: 320.0}
 
 
 # --- an undervolt run: the cap it held, its SM lock and its SM clock offset ----------------

@@ -36,7 +36,7 @@ def r_num(row: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def _codes(run: Path) -> set[str]:
+def _finding_codes(run: Path) -> set[str]:
     return {f["code"] for f in read_json(run / "analysis.json")["findings"]}
 
 
@@ -51,7 +51,7 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
         # J/token from the counter and from the samples: the same tokens, so the same ratio
         assert abs(counter - sampled) / counter < 0.03, r["cap_w"]
         assert 0.0 <= float(r["thermal_wait_s"]) <= DEFAULT_THERMAL_WAIT_S + 0.6  # and a tick
-    assert "energy_mismatch" not in _codes(run)
+    assert "energy_mismatch" not in _finding_codes(run)
     # the window's drift and its bias are recorded; a card the wait let through (before its
     # bound) is steady enough not to be named, and only a card measured at the bound may still
     # bias its point beyond what still_heating names, and then is named

@@ -90,7 +90,7 @@ def _named_points(message: str) -> set[str]:
     return set(re.findall(r"(\d+(?:\.\d+)? W|SM \d+ MHz) \(", message))
 
 
-def _rows(run: Path) -> dict[str, dict[str, str]]:
+def _ok_rows_by_name(run: Path) -> dict[str, dict[str, str]]:
     """caps.csv's first ok row of each cap, by the name a finding gives it."""
     out: dict[str, dict[str, str]] = {}
     for r in read_csv(run / "caps.csv"):
@@ -122,7 +122,7 @@ def test_still_heating_waits_as_its_advice_says_and_shrinks(tmp_path: Path) -> N
     assert len(still) < len(named), (named, still)
     # the points it named waited longer (as their neighbours did: a point after a longer wait
     # may need less), each within the bound the advice gave
-    before_rows, after_rows = _rows(first), _rows(again)
+    before_rows, after_rows = _ok_rows_by_name(first), _ok_rows_by_name(again)
 
     def waited(rows: dict[str, dict[str, str]]) -> float:
         return sum(float(rows[p]["thermal_wait_s"]) for p in named)
@@ -183,7 +183,9 @@ def test_an_unmet_latency_target_is_met_once_loosened(readme_run: Path, tmp_path
     unmet = _findings(tmp_path / "a")["latency_target_unmet"]
     assert "loosen the target" in unmet["hint"]
     # loosened to what the points measured (their p95s' own upper bounds)
-    highs = [float(r["itl_p95_hi_ms"] or r["itl_p95_ms"]) for r in _rows(readme_run).values()]
+    highs = [
+        float(r["itl_p95_hi_ms"] or r["itl_p95_ms"]) for r in _ok_rows_by_name(readme_run).values()
+    ]
     loose = f"{max(highs) + 1.0:.0f}"
     again = powersweep(
         "analyze", str(readme_run), "--max-itl-ms", loose, "--out", str(tmp_path / "b")

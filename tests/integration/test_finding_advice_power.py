@@ -18,7 +18,7 @@ from tests.integration.test_finding_advice import README, _advice_sweep, _findin
 pytestmark = pytest.mark.slow
 
 
-def _caps(lo: float, hi: float, step: float) -> str:
+def _caps_from(lo: float, hi: float, step: float) -> str:
     caps = []
     c = lo
     while c <= hi + 1e-9:
@@ -37,7 +37,7 @@ def test_a_low_boundary_goes_once_the_caps_reach_the_limit_named(tmp_path: Path)
     found = _findings(run)["sweet_spot_at_low_boundary"]
     limit = _hint_watts(found["hint"])
     again = _advice_sweep(
-        tmp_path / "b", *README, "--caps", _caps(limit, 330.0, 20.0), "--no-confirm"
+        tmp_path / "b", *README, "--caps", _caps_from(limit, 330.0, 20.0), "--no-confirm"
     )
     assert "sweet_spot_at_low_boundary" not in _findings(again)
 
@@ -46,7 +46,7 @@ def test_a_high_boundary_goes_once_the_caps_reach_the_limit_named(tmp_path: Path
     run = _advice_sweep(tmp_path / "a", *README, "--caps", "200,220,240,260", "--no-confirm")
     found = _findings(run)["sweet_spot_at_high_boundary"]
     limit = _hint_watts(found["hint"])
-    caps = _caps(200.0, limit, 20.0) + f",{limit:g}"
+    caps = _caps_from(200.0, limit, 20.0) + f",{limit:g}"
     again = _advice_sweep(tmp_path / "b", *README, "--caps", caps, "--no-confirm")
     assert "sweet_spot_at_high_boundary" not in _findings(again)
 

@@ -35,7 +35,7 @@ from tests.integration.conftest import (
 QUIET = ("--cooling", "air", "--quiet", "--no-charts")
 
 
-def _faults(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _faults_by_kind(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f["kind"]: f for f in meta.get("faults", [])}
 
 
@@ -83,9 +83,9 @@ def test_a_paused_server_is_caught_measured_again_and_named(
         *PAUSES[mode],
     )  # fmt: skip
     meta = read_json(run / "run.json")
-    remeasured = _faults(meta)["remeasured"]
+    remeasured = _faults_by_kind(meta)["remeasured"]
     assert remeasured["count"] == 1 and remeasured["examples"][0].startswith("310 W: ")
-    assert "suspect" not in _faults(meta)
+    assert "suspect" not in _faults_by_kind(meta)
     caps = read_csv(run / "caps.csv")
     assert all(c["status"] == "ok" for c in caps)
     # every figure a user reads is in line with the others: both prompts' rates at each point
@@ -113,7 +113,7 @@ def test_a_paused_server_in_an_sm_clock_sweep_is_caught_too(tmp_path: Path) -> N
         "--sim-fault", "pause-once@+40",
     )  # fmt: skip
     meta = read_json(run / "run.json")
-    remeasured = _faults(meta)["remeasured"]
+    remeasured = _faults_by_kind(meta)["remeasured"]
     assert remeasured["count"] == 1 and remeasured["examples"][0].startswith("SM ")
     caps = read_csv(run / "caps.csv")
     assert all(c["status"] == "ok" for c in caps)
@@ -167,7 +167,7 @@ def test_every_window_ends_at_its_target(tmp_path: Path, server: str) -> None:
     codes = {f["code"] for f in read_json(run / "analysis.json")["findings"]}
     if server == "endless":
         # a server that never ends a stream is cut at each window's end and named
-        assert "cut_at_deadline" in _faults(meta)
+        assert "cut_at_deadline" in _faults_by_kind(meta)
         assert {r["finish_reason"] for r in requests if r["prompt_kind"] == "narr"} == {"deadline"}
     if server == "ignores-max-tokens":
         # it streams 10% past what it is asked for: the requests still end in the margin

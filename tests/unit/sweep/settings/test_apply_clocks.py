@@ -175,7 +175,7 @@ ANALYSIS = {"schema_version": 1, "kind": "clocks", "peak": PEAK, "sweet_spot": P
 ANALYSIS["near_peak"] = NEAR
 
 
-def _run(tmp_path: Path, run: dict[str, Any], analysis: dict[str, Any]) -> Path:
+def _clock_run_dir(tmp_path: Path, run: dict[str, Any], analysis: dict[str, Any]) -> Path:
     d = tmp_path / "clock-run"
     d.mkdir()
     (d / "run.json").write_text(json.dumps(run))
@@ -184,7 +184,7 @@ def _run(tmp_path: Path, run: dict[str, Any], analysis: dict[str, Any]) -> Path:
 
 
 def test_a_clock_run_recommends_its_peak_locks_and_the_cap_it_held(tmp_path: Path) -> None:
-    d = _run(tmp_path, RUN, ANALYSIS)
+    d = _clock_run_dir(tmp_path, RUN, ANALYSIS)
     rec = read_recommendation(d)
     assert (rec.objective, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.cap_w) == (
         "tps-per-w",
@@ -198,7 +198,7 @@ def test_a_clock_run_recommends_its_peak_locks_and_the_cap_it_held(tmp_path: Pat
 
 
 def test_a_clock_run_without_a_held_cap_leaves_the_limit_alone(tmp_path: Path) -> None:
-    d = _run(tmp_path, {**RUN, "options": {"axis": "grid", "hold_cap_w": None}}, ANALYSIS)
+    d = _clock_run_dir(tmp_path, {**RUN, "options": {"axis": "grid", "hold_cap_w": None}}, ANALYSIS)
     rec = read_recommendation(d)
     assert rec.cap_w is None and rec.describe() == "SM 1410 MHz, memory 9501 MHz"
 
@@ -219,7 +219,7 @@ def test_a_clock_run_without_a_held_cap_leaves_the_limit_alone(tmp_path: Path) -
 def test_a_clock_run_without_that_recommendation_is_refused(
     tmp_path: Path, analysis: dict[str, Any], objective: str | None, needle: str
 ) -> None:
-    d = _run(tmp_path, RUN, analysis)
+    d = _clock_run_dir(tmp_path, RUN, analysis)
     with pytest.raises(UsageError, match=needle):
         read_recommendation(d, objective)
 

@@ -70,7 +70,7 @@ class _Card(FakeGpu):
         return LockedClocks(True, sm, self.mem_lock_mhz)
 
 
-def _plan(gpu: FakeGpu, sm: float | None, mem: float | None, strict: bool = False) -> Any:
+def _plan_locks(gpu: FakeGpu, sm: float | None, mem: float | None, strict: bool = False) -> Any:
     warnings: list[str] = []
     plan = plan_clocks([named_target(gpu)], sm, mem, strict=strict, warn=warnings.append)
     return plan, warnings
@@ -87,12 +87,12 @@ def test_a_clock_that_no_card_takes_is_refused_with_its_flag(mhz: float) -> None
 
 def test_no_clock_asked_for_plans_nothing_and_reads_nothing() -> None:
     gpu = _Card()
-    assert _plan(gpu, None, None) == ([], [])
+    assert _plan_locks(gpu, None, None) == ([], [])
     assert gpu.calls["locked_clocks"] == 0
 
 
 def test_clocks_snap_to_the_nearest_listed_one_of_the_memory_tier() -> None:
-    (change,), warnings = _plan(_Card(), 1000.0, 5000.0)
+    (change,), warnings = _plan_locks(_Card(), 1000.0, 5000.0)
     assert (change.sm_mhz, change.mem_mhz) == (1005.0, 5001.0)  # the SM list of the 5001 tier
     assert warnings == [
         "5000 MHz is not a supported memory clock of GPU 0 (Fake GPU, GPU-fake-0) (5001-9501 "
@@ -104,26 +104,26 @@ def test_clocks_snap_to_the_nearest_listed_one_of_the_memory_tier() -> None:
 
 
 def test_a_tie_snaps_to_the_lower_clock_and_half_a_mhz_is_no_snap() -> None:
-    (change,), warnings = _plan(_Card(), 1350.0, None)  # 1200 and 1500 both 150 away
+    (change,), warnings = _plan_locks(_Card(), 1350.0, None)  # 1200 and 1500 both 150 away
     assert change.sm_mhz == 1200.0 and len(warnings) == 1
-    (exact,), quiet = _plan(_Card(), 1500.4, None)
+    (exact,), quiet = _plan_locks(_Card(), 1500.4, None)
     assert exact.sm_mhz == 1500.0 and quiet == []
 
 
 def test_strict_refuses_what_it_would_snap() -> None:
     with pytest.raises(UsageError, match=r"\(--strict\): nothing was changed$"):
-        _plan(_Card(), 1350.0, None, strict=True)
+        _plan_locks(_Card(), 1350.0, None, strict=True)
 
 
 def test_a_card_that_lists_no_clocks_takes_them_as_given_unless_strict() -> None:
-    (change,), warnings = _plan(_Card(listed=None), 1350.0, 7000.0)
+    (change,), warnings = _plan_locks(_Card(listed=None), 1350.0, 7000.0)
     assert (change.sm_mhz, change.mem_mhz) == (1350.0, 7000.0)
     assert warnings == [
         "GPU 0 does not list its supported clocks; the clocks are used as given (the driver "
         "checks them)"
     ]
     with pytest.raises(UsageError, match="does not list its supported clocks \\(--strict\\)"):
-        _plan(_Card(listed=None), 1350.0, None, strict=True)
+        _plan_locks(_Card(listed=None), 1350.0, None, strict=True)
 
 
 def test_a_change_touches_the_clocks_it_names_and_an_unlock_both() -> None:

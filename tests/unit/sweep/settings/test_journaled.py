@@ -67,7 +67,7 @@ def test_the_entry_holds_each_cards_limit_and_locks_before_the_apply() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry.created_at)
 
 
-def _apply(
+def _apply_journaled(
     tmp_path: Path, gpus: list[_Watched], cap: float = 250.0
 ) -> tuple[Journal, list[str], Any]:
     journal = Journal(tmp_path)
@@ -85,7 +85,7 @@ def _apply(
 
 def test_the_journal_is_written_before_the_first_change_and_removed_after(tmp_path: Path) -> None:
     a, b = _Watched(0, None), _Watched(1, None)
-    journal, warnings, (caps, clocks) = _apply(tmp_path, [a, b])
+    journal, warnings, (caps, clocks) = _apply_journaled(tmp_path, [a, b])
     assert a.journal_at_write == [True] and b.journal_at_write == [True]
     assert [r.readback_w for r in caps] == [250.0, 250.0] and clocks == []
     assert not journal.exists() and warnings == []
@@ -93,7 +93,7 @@ def test_the_journal_is_written_before_the_first_change_and_removed_after(tmp_pa
 
 def test_a_refusal_undone_everywhere_removes_the_journal(tmp_path: Path) -> None:
     a, b = _Watched(0, None, limit_w=320.0), _Watched(1, None, refuse=(250.0,))
-    journal, warnings, exc = _apply(tmp_path, [a, b])
+    journal, warnings, exc = _apply_journaled(tmp_path, [a, b])
     assert isinstance(exc, GpuError) and "put back" in str(exc)
     assert a.limit_w == 320.0 and not journal.exists() and warnings == []
 
@@ -101,7 +101,7 @@ def test_a_refusal_undone_everywhere_removes_the_journal(tmp_path: Path) -> None
 def test_a_card_that_cannot_be_put_back_keeps_the_journal(tmp_path: Path) -> None:
     a = _Watched(0, None, limit_w=320.0, stuck=250.0)  # takes 250 W, then keeps it
     b = _Watched(1, None, refuse=(250.0,))
-    journal, warnings, exc = _apply(tmp_path, [a, b])
+    journal, warnings, exc = _apply_journaled(tmp_path, [a, b])
     assert isinstance(exc, GpuError) and "NOT put back: GPU 0 (320 W)" in str(exc)
     assert journal.exists()
     assert warnings == [
@@ -119,7 +119,7 @@ def test_an_interrupt_follows_the_same_rule(tmp_path: Path) -> None:
             return super().set_power_limit(watts)
 
     a, b = _Watched(0, None, limit_w=320.0), Interrupted(1, None)
-    journal, _, exc = _apply(tmp_path, [a, b])
+    journal, _, exc = _apply_journaled(tmp_path, [a, b])
     assert isinstance(exc, KeyboardInterrupt)
     assert a.limit_w == 320.0 and not journal.exists()
 
