@@ -39,7 +39,7 @@ AXES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _sweep_args(root: Path, axis: str, node: str) -> list[str]:
+def _axis_sweep_args(root: Path, axis: str, node: str) -> list[str]:
     return [
         "--simulate", SPEC, "--sim-node", node, *AXES[axis], "--load-mode", "decode-single",
         "--target-cap-seconds", "4", "--warmup-requests", "1", "--settle-seconds", "1",
@@ -54,7 +54,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dic
     root = tmp_path_factory.mktemp("rtx5090-clocks")
     runs = root / "runs"
     jobs = [(axis, node) for axis in AXES for node in NODES]
-    done = powersweeps_side_by_side([_sweep_args(runs, a, n) for a, n in jobs], at_once=2)
+    done = powersweeps_side_by_side([_axis_sweep_args(runs, a, n) for a, n in jobs], at_once=2)
     for (axis, node), (rc, err) in zip(jobs, done, strict=True):
         assert rc == 0, f"{axis} {node}: {err}"
     return root, {a: {n: only_run_dir(runs / a / n) for n in NODES} for a in AXES}

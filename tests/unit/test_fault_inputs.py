@@ -72,13 +72,13 @@ def test_absurd_options_are_one_line_usage_errors(
     assert not (tmp_path / "runs").exists()
 
 
-def _caps_csv(path: Path, rows: list[str]) -> Path:
+def _status_caps_csv(path: Path, rows: list[str]) -> Path:
     path.write_text("cap_w,narr_tps,power_w,status\n" + "\n".join(rows) + "\n")
     return path
 
 
 def test_ignored_rows_are_each_named(tmp_path: Path) -> None:
-    path = _caps_csv(
+    path = _status_caps_csv(
         tmp_path / "caps.csv",
         [
             "350,34,340,ok",
@@ -99,7 +99,7 @@ def test_ignored_rows_are_each_named(tmp_path: Path) -> None:
 
 
 def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
-    path = _caps_csv(
+    path = _status_caps_csv(
         tmp_path / "caps.csv",
         ["350,34,340,ok", "300,33,0.2,ok", "250,30,245,ok", "200,29,90000,ok"],
     )
@@ -110,7 +110,7 @@ def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
 
 
 def test_duplicate_caps_say_which_row_was_kept(tmp_path: Path) -> None:
-    path = _caps_csv(
+    path = _status_caps_csv(
         tmp_path / "caps.csv",
         ["350,34,340,ok", "300,40,310,ok", "300,33,300,ok", "250,,,failed", "250,30,245,ok"],
     )

@@ -36,7 +36,7 @@ def _power_csv_at(tmp_path: Path, name: str = "power", scale: float = 1.0) -> Pa
     return folder / "caps.csv"
 
 
-def _clock_csv(tmp_path: Path) -> Path:
+def _three_lock_csv(tmp_path: Path) -> Path:
     folder = tmp_path / "clocks"
     folder.mkdir()
     lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w"]
@@ -161,7 +161,7 @@ def test_an_undervolt_search_is_not_set_against_a_power_run(tmp_path: Path) -> N
 def test_the_clock_comparison_takes_one_run_of_each_axis_and_writes_beside_them(
     tmp_path: Path,
 ) -> None:
-    power, clocks = _power_csv_at(tmp_path), _clock_csv(tmp_path)
+    power, clocks = _power_csv_at(tmp_path), _three_lock_csv(tmp_path)
     with pytest.raises(UsageError, match="one power-axis run and one clock run"):
         build_clock_comparison([power, _power_csv_at(tmp_path, "power2")])
     compared = build_clock_comparison([clocks, power], charts=False)

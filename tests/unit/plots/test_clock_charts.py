@@ -44,7 +44,7 @@ FAST = [
 SLOW = [_clock_point(1200, 5001, 27.0, 190.0), _clock_point(1500, 5001, 29.0, 200.0)]
 
 
-def _clock_analysis(**changes: Any) -> ClockAnalysis:
+def _grid_analysis(**changes: Any) -> ClockAnalysis:
     peak = {**FAST[1], "tps_per_w_vs_fastest_pct": 11.9}
     base: dict[str, Any] = {
         "axis": "grid",
@@ -72,7 +72,7 @@ def _xy(line: Any) -> tuple[list[float], list[float]]:
 
 
 def test_each_memory_tier_is_a_line_against_the_sm_lock() -> None:
-    fig = efficiency_by_clock_figure(_clock_analysis())
+    fig = efficiency_by_clock_figure(_grid_analysis())
     (ax,) = fig.axes
     fast, slow = _line_by_label(ax, "mem 9501 MHz"), _line_by_label(ax, "mem 5001 MHz (caps TPS)")
     assert _xy(fast) == ([1200.0, 1500.0, 1800.0], pytest.approx([0.15, 36 / 220, 38 / 260]))
@@ -83,7 +83,7 @@ def test_each_memory_tier_is_a_line_against_the_sm_lock() -> None:
 
 
 def test_the_peak_is_starred_and_called_out_with_its_gain() -> None:
-    (ax,) = efficiency_by_clock_figure(_clock_analysis(), title="my card").axes
+    (ax,) = efficiency_by_clock_figure(_grid_analysis(), title="my card").axes
     assert _xy(_line_by_label(ax, "efficiency peak")) == ([1500.0], [pytest.approx(36 / 220)])
     (callout,) = [t for t in ax.texts if t.get_gid() == PEAK_GID]
     assert callout.get_text() == (
@@ -96,7 +96,7 @@ def test_the_peak_is_starred_and_called_out_with_its_gain() -> None:
 
 def test_a_peak_right_of_the_middle_is_called_out_on_its_left_without_a_small_gain() -> None:
     peak = {**FAST[2], "tps_per_w_vs_fastest_pct": 0.2}
-    (ax,) = efficiency_by_clock_figure(_clock_analysis(peak=peak)).axes
+    (ax,) = efficiency_by_clock_figure(_grid_analysis(peak=peak)).axes
     (callout,) = [t for t in ax.texts if t.get_gid() == PEAK_GID]
     assert callout.get_horizontalalignment() == "right"
     assert "vs fastest point" not in callout.get_text()
@@ -104,7 +104,7 @@ def test_a_peak_right_of_the_middle_is_called_out_on_its_left_without_a_small_ga
 
 def test_a_memory_axis_draws_against_the_memory_lock() -> None:
     points = [_clock_point(None, 9501, 36.0, 220.0), _clock_point(None, 5001, 29.0, 200.0)]
-    analysis = _clock_analysis(
+    analysis = _grid_analysis(
         axis="mem-clock",
         tiers=[
             {"mem_lock_mhz": 9501, "points": [points[0]]},
@@ -121,17 +121,17 @@ def test_a_memory_axis_draws_against_the_memory_lock() -> None:
 
 def test_unlocked_points_read_as_memory_unlocked_and_unlocked() -> None:
     point = _clock_point(1500, None, 36.0, 220.0)
-    analysis = _clock_analysis(
+    analysis = _grid_analysis(
         axis="sm-clock", tiers=[{"mem_lock_mhz": None, "points": [point]}], peak=point
     )
     (ax,) = efficiency_by_clock_figure(analysis).axes
     assert _line_by_label(ax, "memory unlocked") is not None
-    fig = pareto_figure(_clock_analysis(peak=_clock_point(None, None, 36.0, 220.0)))
+    fig = pareto_figure(_grid_analysis(peak=_clock_point(None, None, 36.0, 220.0)))
     assert "efficiency peak (unlocked)" in [x.get_label() for x in fig.axes[0].lines]
 
 
 def test_the_pareto_chart_scatters_each_tier_and_steps_along_the_front() -> None:
-    fig = pareto_figure(_clock_analysis())
+    fig = pareto_figure(_grid_analysis())
     (ax,) = fig.axes
     offsets = [c.get_offsets().tolist() for c in ax.collections]
     assert offsets == [
@@ -157,7 +157,7 @@ def test_a_power_cap_run_is_overlaid_with_its_best_cap() -> None:
             "sweet_spot": {"cap_w": 200, "tps": 31.0, "power_w": 198.0},
         }
     )
-    (ax,) = pareto_figure(_clock_analysis(), power_analysis=power).axes
+    (ax,) = pareto_figure(_grid_analysis(), power_analysis=power).axes
     assert _xy(_line_by_label(ax, "power caps")) == (
         [198.0, 295.0],
         [31.0, 37.0],
@@ -170,7 +170,7 @@ def test_nothing_measured_is_nothing_to_plot() -> None:
     for draw in (efficiency_by_clock_figure, pareto_figure):
         with pytest.raises(UsageError, match=r"^nothing to plot: no clock point measured ok$"):
             draw(empty)
-    no_peak = _clock_analysis(peak=None)
+    no_peak = _grid_analysis(peak=None)
     with pytest.raises(UsageError, match="nothing to plot"):
         efficiency_by_clock_figure(no_peak)
     assert pareto_figure(no_peak).axes  # the points can still be drawn
@@ -178,14 +178,14 @@ def test_nothing_measured_is_nothing_to_plot() -> None:
 
 def test_render_writes_both_charts_or_the_comparison(tmp_path: Path) -> None:
     out = tmp_path / "charts"
-    paths = render_clock_charts(_clock_analysis(), out, formats=("svg",))
+    paths = render_clock_charts(_grid_analysis(), out, formats=("svg",))
     assert [p.name for p in paths] == ["clock-efficiency.svg", "clock-pareto.svg"]
     assert all(p.stat().st_size > 0 for p in paths)
     power = PowerAnalysis.from_json({"caps": [{"cap_w": 300, "tps": 37.0, "power_w": 295.0}]})
-    (only,) = render_clock_charts(_clock_analysis(), out, power_analysis=power, only_pareto=True)
+    (only,) = render_clock_charts(_grid_analysis(), out, power_analysis=power, only_pareto=True)
     assert only.name == "clocks-vs-power.png"
     with pytest.raises(UsageError):
-        render_clock_charts(_clock_analysis(), out, formats=("bmp",))
+        render_clock_charts(_grid_analysis(), out, formats=("bmp",))
 
 
 def _stated(point: dict[str, Any], u_tps: float, u_tpw: float) -> dict[str, Any]:
@@ -202,7 +202,7 @@ def _bar_halves(ax: Axes) -> list[list[float]]:
 
 def test_each_clock_point_carries_its_stated_interval_on_both_charts() -> None:
     fast = [_stated(p, 1.0 + i, 2.0 + i) for i, p in enumerate(FAST)]
-    analysis = _clock_analysis(
+    analysis = _grid_analysis(
         tiers=[{"mem_lock_mhz": 9501, "points": fast}, {"mem_lock_mhz": 5001, "points": SLOW}]
     )
     (ax,) = efficiency_by_clock_figure(analysis).axes
@@ -218,7 +218,7 @@ def test_each_clock_point_carries_its_stated_interval_on_both_charts() -> None:
 
 
 def test_pareto_points_carry_their_lock_in_mhz_and_no_marker_is_cut() -> None:
-    fig = pareto_figure(_clock_analysis())
+    fig = pareto_figure(_grid_analysis())
     (ax,) = fig.axes
     labels = sorted(t.get_text() for t in ax.texts if t.get_gid() == "lock-label")
     assert labels == ["1200", "1200", "1500", "1800"]  # the front: both tiers' 1200, 1500, 1800
@@ -240,7 +240,7 @@ def test_power_caps_over_the_clock_points_are_named_in_w_where_a_label_fits() ->
         for w in range(180, 310, 4)
     ]
     power = PowerAnalysis.from_json({"caps": caps, "sweet_spot": caps[10]})
-    fig = pareto_figure(_clock_analysis(), power_analysis=power)
+    fig = pareto_figure(_grid_analysis(), power_analysis=power)
     (ax,) = fig.axes
     named = [t.get_text() for t in ax.texts if t.get_gid() == "cap-label"]
     # 33 caps 4 W apart: some are named, never all of them on top of each other

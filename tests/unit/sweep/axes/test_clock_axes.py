@@ -141,7 +141,7 @@ def test_a_plan_longer_than_a_day_is_refused_in_points() -> None:
         SM.plan(long, [FakeGpu(0)], print)
 
 
-def _clock_csv(tmp_path: Path, name: str, rows: list[tuple[int, int]], run: Any = None) -> Path:
+def _grid_csv(tmp_path: Path, name: str, rows: list[tuple[int, int]], run: Any = None) -> Path:
     folder = tmp_path / name
     folder.mkdir()
     lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w"]
@@ -153,9 +153,9 @@ def _clock_csv(tmp_path: Path, name: str, rows: list[tuple[int, int]], run: Any 
 
 
 def test_each_axis_claims_only_the_curves_of_its_own_shape(tmp_path: Path) -> None:
-    sm_only = load_curve(_clock_csv(tmp_path, "sm", [(1200, 9501), (1500, 9501)]))
-    mem_only = load_curve(_clock_csv(tmp_path, "mem", [(1500, 5001), (1500, 9501)]))
-    grid = load_curve(_clock_csv(tmp_path, "grid", [(1200, 5001), (1500, 9501), (1200, 9501)]))
+    sm_only = load_curve(_grid_csv(tmp_path, "sm", [(1200, 9501), (1500, 9501)]))
+    mem_only = load_curve(_grid_csv(tmp_path, "mem", [(1500, 5001), (1500, 9501)]))
+    grid = load_curve(_grid_csv(tmp_path, "grid", [(1200, 5001), (1500, 9501), (1200, 9501)]))
     power = tmp_path / "power.csv"
     power.write_text("cap_w,narr_tps,power_w\n200,80,200\n")
     claims = {
@@ -166,7 +166,7 @@ def test_each_axis_claims_only_the_curves_of_its_own_shape(tmp_path: Path) -> No
     assert not any(a.matches(load_curve(power)) for a in (SM, MEM, GRID))
     # run.json's axis wins over the data's shape
     recorded = load_curve(
-        _clock_csv(tmp_path, "rec", [(1200, 9501), (1500, 9501)], {"options": {"axis": "grid"}})
+        _grid_csv(tmp_path, "rec", [(1200, 9501), (1500, 9501)], {"options": {"axis": "grid"}})
     )
     assert GRID.matches(recorded) and not SM.matches(recorded)
 
