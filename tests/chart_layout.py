@@ -8,6 +8,8 @@ is drawn without a legend entry (issue 47: labels that never overlap, complete l
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from matplotlib.artist import Artist
@@ -64,6 +66,27 @@ def boxes(fig: Figure) -> list[tuple[str, Bbox]]:
             out.append((name, text_extent(t, renderer)))
     out += [(f"legend {i}", lg.get_window_extent(renderer)) for i, lg in enumerate(legends)]
     return out
+
+
+def plot_area_boxes(fig: Figure) -> list[tuple[str, Bbox]]:
+    """Display boxes of every label, callout and legend drawn inside the plot area, after a
+    draw."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    out: list[tuple[str, Bbox]] = []
+    for ax in fig.axes:
+        out += [(str(t.get_gid()), text_extent(t, renderer)) for t in ax.texts]
+        legend = ax.get_legend()
+        if isinstance(legend, Legend):
+            out.append(("legend", legend.get_window_extent(renderer)))
+    return out
+
+
+def one_by_gid(artists: Iterable[Any], gid: str) -> Any:
+    """The one artist of ``artists`` with this gid."""
+    found = [a for a in artists if a.get_gid() == gid]
+    assert len(found) == 1, f"expected one artist with gid {gid!r}, got {len(found)}"
+    return found[0]
 
 
 def layout_problems(fig: Figure) -> list[str]:

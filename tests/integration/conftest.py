@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import multiprocessing
@@ -23,10 +22,10 @@ from powersweep.analysis.cross_result_types import CrossModeResult
 from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.analysis.result_types import JsonRecord, PowerAnalysis
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
+from tests.helpers.files import read_csv as read_csv
 from tests.integration import cli_child
-
-REPO = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO.parent / "shared" / "data"
+from tests.paths import REPO as REPO
+from tests.paths import SHARED_3090
 
 
 def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
@@ -127,14 +126,36 @@ def powersweeps_side_by_side(
     return results
 
 
+def sim_rig(tmp: Path, cards: dict[str, Any]) -> tuple[Path, Path, Path, dict[str, str]]:
+    """A simulated rig's state file holding ``cards`` (limits and locks by UUID), an out dir, a
+    state dir and the environment pointing there (without the caller's API key)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = tmp / "sim-state.json"
+    state.write_text(json.dumps(cards))
+    state_dir = tmp / "state"
+    env = {**os.environ, "POWERSWEEP_STATE_DIR": str(state_dir)}
+    env.pop("OPENAI_API_KEY", None)
+    return state, tmp / "runs", state_dir, env
+
+
 def only_run_dir(out: Path) -> Path:
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return run
 
 
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def sweep_done(out: Path, *args: str, timeout: float = 240, check: bool = True) -> tuple[Path, str]:
+    """``python -m powersweep ARGS --out OUT``: its run directory and stderr. With ``check``
+    (the default) it must exit 0 without a traceback."""
+    done = powersweep(*args, "--out", str(out), timeout=timeout)
+    if check:
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+    return only_run_dir(out), done.stderr
+
+
+def sweep_run_dir(out: Path, *args: str, timeout: float = 240, check: bool = True) -> Path:
+    """:func:`sweep_done`'s run directory."""
+    return sweep_done(out, *args, timeout=timeout, check=check)[0]
 
 
 def read_json(path: Path) -> Any:
@@ -158,7 +179,7 @@ def read_json(path: Path) -> Any:
 
 @pytest.fixture
 def shared_3090_csv() -> Path:
-    path = SHARED_DATA / "power-cap-3090-qwen36.csv"
+    path = SHARED_3090
     if not path.exists():
         pytest.skip(f"measured curve not found at {path} (shared/ beside the repo)")
     return path

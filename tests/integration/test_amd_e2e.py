@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from powersweep.cli import main
 from powersweep.errors import GpuError
 from powersweep.runformat import REPEAT_REASONS
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
+from tests.helpers.cli import run_cli, status_json
 from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
 
 PROFILE = "mi300x"
@@ -41,18 +41,6 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return only_run_dir(base / "runs"), state
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def status(capsys: pytest.CaptureFixture[str], state: Path, *extra: str) -> dict[str, Any]:
-    code, out, err = cli(capsys, "status", *sim(state), "--json", *extra)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def sim(state: Path, profile: str = PROFILE) -> list[str]:
@@ -117,7 +105,7 @@ def test_an_mi300x_sweep_finds_the_true_sweet_spot_and_restores_its_cap(
 def test_status_shows_an_amd_card_without_persistence_daemon_and_unlocked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shown = status(capsys, tmp_path / "state.json")
+    shown = status_json(capsys, *sim(tmp_path / "state.json"))
     (gpu,) = shown["gpus"]
     assert (gpu["uuid"], gpu["vendor"], gpu["name"]) == (
         UUID,
@@ -141,13 +129,13 @@ def test_apply_the_run_verifies_the_cap_persists_it_and_reset_puts_the_default_b
     units.mkdir()
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "sd"))
     sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
     assert f"{DEFAULT_W:g} W -> {sweet_w:g} W (verified: reads back {sweet_w:g} W)" in out
     assert "persistence mode" not in out + err  # nothing to turn on, nothing to warn about
-    assert status(capsys, state)["gpus"][0]["power_limit"]["current_w"] == sweet_w
+    assert status_json(capsys, *sim(state))["gpus"][0]["power_limit"]["current_w"] == sweet_w
     unit = (units / "powersweep-apply.service").read_text()
     assert "nvidia-persistenced" not in unit  # no NVIDIA card, no NVIDIA daemon to follow
     assert '"vendor":"amd"' in unit
@@ -158,9 +146,9 @@ def test_apply_the_run_verifies_the_cap_persists_it_and_reset_puts_the_default_b
     argv = shlex.split(line.removeprefix("ExecStart=-"))  # "-": a failure goes on
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
-    assert status(capsys, state)["gpus"][0]["power_limit"]["current_w"] == sweet_w
+    assert status_json(capsys, *sim(state))["gpus"][0]["power_limit"]["current_w"] == sweet_w
 
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", "--reset", "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
@@ -172,16 +160,19 @@ def test_apply_locks_the_sm_clock_through_the_perf_level_and_the_hbm_clock_is_re
 ) -> None:
     state = tmp_path / "state.json"
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "sd"))
-    code, out, err = cli(capsys, "apply", "--sm-clock", "1500", *sim(state))
+    code, out, err = run_cli(capsys, "apply", "--sm-clock", "1500", *sim(state))
     assert code == 0, err
     assert "SM 500-1500 MHz" in out  # a range from the card's idle floor (issue 45)
-    locks = status(capsys, state)["gpus"][0]["locked_clocks"]
+    locks = status_json(capsys, *sim(state))["gpus"][0]["locked_clocks"]
     assert locks["known"] is False and locks["user_clock_setting_active"] is True
-    code, out, err = cli(capsys, "apply", "--mem-clock", "1300", *sim(state))
+    code, out, err = run_cli(capsys, "apply", "--mem-clock", "1300", *sim(state))
     assert code != 0 and "fixed memory clock" in err and err.count("\n") == 1
-    code, _, err = cli(capsys, "apply", "--reset", *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--reset", *sim(state))
     assert code == 0, err
-    assert status(capsys, state)["gpus"][0]["locked_clocks"]["user_clock_setting_active"] is False
+    assert (
+        status_json(capsys, *sim(state))["gpus"][0]["locked_clocks"]["user_clock_setting_active"]
+        is False
+    )
 
 
 def test_a_radeon_reads_average_power_and_takes_memory_locks(
@@ -189,24 +180,24 @@ def test_a_radeon_reads_average_power_and_takes_memory_locks(
 ) -> None:
     state = tmp_path / "state.json"
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "sd"))
-    code, out, err = cli(capsys, "status", *sim(state, "rx7900xtx"), "--json")
+    code, out, err = run_cli(capsys, "status", *sim(state, "rx7900xtx"), "--json")
     assert code == 0, err
     env = json.loads(out)["gpus"][0]["power_limit"]
     assert (env["min_w"], env["default_w"], env["max_w"]) == (320.0, 355.0, 408.0)
-    code, out, err = cli(capsys, "apply", "--cap", "300", "--strict", *sim(state, "rx7900xtx"))
+    code, out, err = run_cli(capsys, "apply", "--cap", "300", "--strict", *sim(state, "rx7900xtx"))
     assert code == 2 and "320" in err  # below its -10% floor
-    code, out, err = cli(capsys, "apply", "--mem-clock", "772", *sim(state, "rx7900xtx"))
+    code, out, err = run_cli(capsys, "apply", "--mem-clock", "772", *sim(state, "rx7900xtx"))
     assert code == 0 and "memory 772 MHz" in out, err
 
 
 def test_nvidia_and_amd_cards_of_one_machine_are_numbered_nvidia_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shown = status(capsys, tmp_path / "s.json", "--simulate", "rtx4090-air+mi300x")
+    shown = status_json(capsys, *sim(tmp_path / "s.json"), "--simulate", "rtx4090-air+mi300x")
     assert [(g["index"], g["vendor"]) for g in shown["gpus"]] == [(0, "nvidia"), (1, "amd")]
-    code, _, err = cli(capsys, "status", "--simulate", "mi300x+rtx4090-air")
+    code, _, err = run_cli(capsys, "status", "--simulate", "mi300x+rtx4090-air")
     assert code == 2 and "NVIDIA cards before the AMD ones" in err
-    code, _, err = cli(capsys, "status", "--simulate", "mi300x", "--backend", "nvml")
+    code, _, err = run_cli(capsys, "status", "--simulate", "mi300x", "--backend", "nvml")
     assert code == 2 and "--backend nvml cannot drive the simulated mi300x" in err
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from powersweep.cli import main
+from tests.helpers.cli import run_cli, status_json
 from tests.integration.conftest import only_run_dir, powersweep, read_json
 
 PROFILE = "rtx3090-air"
@@ -66,20 +66,6 @@ def _copy_of(
     return run, state
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def status(capsys: pytest.CaptureFixture[str], state: Path, *extra: str) -> dict[str, Any]:
-    code, out, err = cli(
-        capsys, "status", "--simulate", PROFILE, "--sim-state", str(state), "--json", *extra
-    )
-    assert code == 0, err
-    return json.loads(out)
-
-
 def sim(state: Path) -> list[str]:
     return ["--simulate", PROFILE, "--sim-state", str(state)]
 
@@ -90,28 +76,28 @@ def test_apply_sets_the_sweet_spot_status_shows_it_and_reset_puts_the_default_ba
     run, state = rig
     sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
     assert sweet_w != DEFAULT_W
-    before = status(capsys, state)["gpus"][0]["power_limit"]
+    before = status_json(capsys, *sim(state))["gpus"][0]["power_limit"]
     assert before["current_w"] == DEFAULT_W and before["differs_from_default"] is False
 
-    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), *sim(state))
     assert code == 0, err
     assert (
         f"power limit {DEFAULT_W:g} W -> {sweet_w:g} W (verified: reads back {sweet_w:g} W)" in out
     )
-    after = status(capsys, state)["gpus"][0]
+    after = status_json(capsys, *sim(state))["gpus"][0]
     assert after["uuid"] == UUID
     assert after["power_limit"]["current_w"] == sweet_w
     assert after["power_limit"]["differs_from_default"] is True
     assert after["locked_clocks"] == {
         "known": True, "sm_mhz": None, "mem_mhz": None, "user_clock_setting_active": False
     }  # fmt: skip
-    code, text, _ = cli(capsys, "status", *sim(state))
+    code, text, _ = run_cli(capsys, "status", *sim(state))
     assert code == 0 and f"{sweet_w:g} W in force (differs from the default)" in text
 
-    code, out, err = cli(capsys, "apply", "--reset", *sim(state))
+    code, out, err = run_cli(capsys, "apply", "--reset", *sim(state))
     assert code == 0, err
     assert f"{sweet_w:g} W -> {DEFAULT_W:g} W" in out
-    assert status(capsys, state)["gpus"][0]["power_limit"]["current_w"] == DEFAULT_W
+    assert status_json(capsys, *sim(state))["gpus"][0]["power_limit"]["current_w"] == DEFAULT_W
 
 
 def test_other_objectives_come_from_the_same_run(
@@ -119,10 +105,12 @@ def test_other_objectives_come_from_the_same_run(
 ) -> None:
     run, state = rig
     near_w = read_json(run / "analysis.json")["near_peak"]["cap_w"]
-    code, _, err = cli(capsys, "apply", str(run), "--objective", "near-peak", *sim(state))
+    code, _, err = run_cli(capsys, "apply", str(run), "--objective", "near-peak", *sim(state))
     assert code == 0, err
-    assert status(capsys, state)["gpus"][0]["power_limit"]["current_w"] == near_w
-    code, _, err = cli(capsys, "apply", str(run), "--objective", "cost", "--eta", "1", *sim(state))
+    assert status_json(capsys, *sim(state))["gpus"][0]["power_limit"]["current_w"] == near_w
+    code, _, err = run_cli(
+        capsys, "apply", str(run), "--objective", "cost", "--eta", "1", *sim(state)
+    )
     assert code == 0, err
     assert "cost recommendation" in err
 
@@ -140,11 +128,11 @@ def test_dry_run_changes_nothing_byte_for_byte(
         ["apply", "--reset", "--dry-run"],
         ["apply", str(run), "--persist", "--print-unit"],
     ):
-        code, out, err = cli(capsys, *args, *sim(state))
+        code, out, err = run_cli(capsys, *args, *sim(state))
         assert code == 0, err
         assert state.read_bytes() == original, args
     assert list(units.iterdir()) == []
-    code, out, _ = cli(capsys, "apply", "--cap", "250", "--dry-run", *sim(state))
+    code, out, _ = run_cli(capsys, "apply", "--cap", "250", "--dry-run", *sim(state))
     assert f"{DEFAULT_W:g} W -> 250 W (dry run: nothing changed)" in out
 
 
@@ -155,7 +143,7 @@ def test_persist_writes_a_verified_unit_that_restores_the_cap_after_a_reboot(
     sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
     units = tmp_path / "units"
     units.mkdir()
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
@@ -163,7 +151,7 @@ def test_persist_writes_a_verified_unit_that_restores_the_cap_after_a_reboot(
     assert [p.name for p in units.iterdir()] == [unit.name]
     assert stat.S_IMODE(unit.stat().st_mode) == 0o644
     assert "persistence mode off -> on" in out
-    shown = status(capsys, state, "--unit-dir", str(units))
+    shown = status_json(capsys, *sim(state), "--unit-dir", str(units))
     assert shown["gpus"][0]["persistence_mode"] is True
     assert shown["unit"]["installed"] and shown["unit"]["settings"][0]["power_limit_w"] == sweet_w
     analyze = shutil.which("systemd-analyze")
@@ -178,10 +166,10 @@ def test_persist_writes_a_verified_unit_that_restores_the_cap_after_a_reboot(
     assert Path(argv[0]).is_absolute()
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
-    again = status(capsys, state)["gpus"][0]
+    again = status_json(capsys, *sim(state))["gpus"][0]
     assert again["power_limit"]["current_w"] == sweet_w and again["persistence_mode"] is True
 
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", "--reset", "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
@@ -192,7 +180,7 @@ def test_print_unit_prints_only_the_unit(
     rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     run, state = rig
-    code, out, err = cli(capsys, "apply", str(run), "--print-unit", *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), "--print-unit", *sim(state))
     assert code == 0, err
     assert out.startswith("# Written by `powersweep apply --persist`")
     assert "[Service]" in out and "--at-boot" in out and " -> " not in out
@@ -205,7 +193,7 @@ def test_no_systemd_says_so_and_prints_the_unit(
 
     run, state = rig
     monkeypatch.setattr(unit, "systemd_running", lambda *_a: False)
-    code, out, err = cli(capsys, "apply", str(run), "--persist", *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), "--persist", *sim(state))
     assert code == 0, err
     assert "does not run systemd" in err and "[Service]" in out
 
@@ -218,14 +206,14 @@ def test_a_run_from_another_card_is_refused_without_force(
     meta["gpus"][0]["uuid"] = "GPU-A"
     (run / "run.json").write_text(json.dumps(meta))
     original = state.read_bytes()
-    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), *sim(state))
     assert code == 2 and out == ""
     info_line, error_line = err.strip().splitlines()  # the recommendation, then the error
     assert "tps-per-w recommendation" in info_line
     assert error_line.startswith("error: GPU 0 ") and "not the card the run measured" in error_line
     assert "--force" in error_line
     assert state.read_bytes() == original
-    code, _, err = cli(capsys, "apply", str(run), "--force", *sim(state))
+    code, _, err = run_cli(capsys, "apply", str(run), "--force", *sim(state))
     assert code == 0 and "applying anyway" in err
 
 
@@ -273,7 +261,7 @@ def _assert_refused(
 ) -> None:
     """``apply args`` exits 2 with one ``error:`` line naming ``needle`` and changes nothing."""
     original = state.read_bytes()
-    code, out, err = cli(capsys, "apply", *args, *sim(state))
+    code, out, err = run_cli(capsys, "apply", *args, *sim(state))
     assert code == 2, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: ") and needle in last
@@ -298,13 +286,13 @@ def test_a_journal_of_a_killed_sweep_blocks_apply_until_restored(
         )
     )
     original = state.read_bytes()
-    code, _, err = cli(capsys, "apply", "--cap", "250", *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--cap", "250", *sim(state))
     assert code == 2 and "powersweep restore" in err
     assert state.read_bytes() == original
-    code, out, err = cli(capsys, "apply", "--cap", "250", "--dry-run", *sim(state))
+    code, out, err = run_cli(capsys, "apply", "--cap", "250", "--dry-run", *sim(state))
     assert code == 0 and "apply would refuse" in err and "-> 250 W (dry run" in out
     assert state.read_bytes() == original
-    shown = status(capsys, state)
+    shown = status_json(capsys, *sim(state))
     assert shown["journals"][0]["exists"] is True and shown["journals"][0]["sweep_running"] is False
 
 
@@ -317,22 +305,24 @@ def test_a_foreign_unit_is_not_replaced_and_a_stale_one_is_pointed_out(
     foreign = units / "powersweep-apply.service"
     foreign.write_text("[Unit]\nDescription=mine\n")
     original = state.read_bytes()
-    code, _, err = cli(
+    code, _, err = run_cli(
         capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 2 and "not written by powersweep" in err
     assert state.read_bytes() == original and foreign.read_text() == "[Unit]\nDescription=mine\n"
 
     foreign.unlink()
-    code, _, err = cli(
+    code, _, err = run_cli(
         capsys, "apply", "--cap", "300", "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
-    code, _, err = cli(capsys, "apply", "--cap", "250", "--unit-dir", str(units), *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--cap", "250", "--unit-dir", str(units), *sim(state))
     assert code == 0 and "still sets other values at boot: add --persist" in err
-    code, _, err = cli(capsys, "apply", "--sm-clock", "1500", "--unit-dir", str(units), *sim(state))
+    code, _, err = run_cli(
+        capsys, "apply", "--sm-clock", "1500", "--unit-dir", str(units), *sim(state)
+    )
     assert code == 0 and "still sets other values at boot: add --persist" in err
-    code, _, err = cli(capsys, "apply", "--reset", "--unit-dir", str(units), *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--reset", "--unit-dir", str(units), *sim(state))
     assert code == 0 and "--reset --persist removes it" in err
 
 
@@ -366,9 +356,9 @@ def test_apply_a_clock_run_sets_its_locks_and_held_cap_and_reset_unlocks(
     run, state = clock_rig
     peak = read_json(run / "analysis.json")["peak"]
     sm = peak["sm_lock_mhz"]
-    assert status(capsys, state)["gpus"][0]["locked_clocks"] == UNLOCKED
+    assert status_json(capsys, *sim(state))["gpus"][0]["locked_clocks"] == UNLOCKED
 
-    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), *sim(state))
     assert code == 0, err
     assert f"tps-per-w recommendation SM {sm:g} MHz at 300 W per GPU" in err
     assert (
@@ -376,14 +366,14 @@ def test_apply_a_clock_run_sets_its_locks_and_held_cap_and_reset_unlocks(
         in out
     )
     assert f"power limit {DEFAULT_W:g} W -> 300 W" in out
-    after = status(capsys, state)["gpus"][0]
+    after = status_json(capsys, *sim(state))["gpus"][0]
     assert after["locked_clocks"]["sm_mhz"] == sm and after["locked_clocks"]["mem_mhz"] is None
     assert after["power_limit"]["current_w"] == 300.0
 
-    code, out, err = cli(capsys, "apply", "--reset", *sim(state))
+    code, out, err = run_cli(capsys, "apply", "--reset", *sim(state))
     assert code == 0, err
     assert f"clock locks SM 210-{sm:g} MHz, memory unlocked -> SM unlocked, memory unlocked" in out
-    again = status(capsys, state)["gpus"][0]
+    again = status_json(capsys, *sim(state))["gpus"][0]
     assert again["locked_clocks"] == UNLOCKED
     assert again["power_limit"]["current_w"] == DEFAULT_W
 
@@ -392,15 +382,17 @@ def test_named_clock_locks_are_snapped_status_shows_them_and_the_cap_stays(
     clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, state = clock_rig
-    code, _, err = cli(capsys, "apply", "--cap", "280", *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--cap", "280", *sim(state))
     assert code == 0, err
-    code, out, err = cli(capsys, "apply", "--sm-clock", "1401", "--mem-clock", "9751", *sim(state))
+    code, out, err = run_cli(
+        capsys, "apply", "--sm-clock", "1401", "--mem-clock", "9751", *sim(state)
+    )
     assert code == 0, err
     assert "snapped to 1395 MHz" in err and "power limit" not in out
-    shown = status(capsys, state)["gpus"][0]
+    shown = status_json(capsys, *sim(state))["gpus"][0]
     assert (shown["locked_clocks"]["sm_mhz"], shown["locked_clocks"]["mem_mhz"]) == (1395, 9751)
     assert shown["power_limit"]["current_w"] == 280.0  # a lock alone leaves the limit alone
-    code, text, _ = cli(capsys, "status", *sim(state))
+    code, text, _ = run_cli(capsys, "status", *sim(state))
     assert code == 0 and "clock locks   SM 1395 MHz, memory 9751 MHz" in text
 
 
@@ -409,13 +401,13 @@ def test_a_simulated_runs_dry_run_uses_its_own_rig_and_a_real_apply_names_the_fl
 ) -> None:
     run, _ = rig  # no --simulate: run.json says the run was simulated, and on which profile
     sweet_w = read_json(run / "analysis.json")["sweet_spot"]["cap_w"]
-    code, out, err = cli(capsys, "apply", str(run), "--dry-run")
+    code, out, err = run_cli(capsys, "apply", str(run), "--dry-run")
     assert code == 0, err
     assert f"{run} is a simulated run: shown on its own rig (--simulate {PROFILE})" in err
     assert f"GPU 0 (NVIDIA GeForce RTX 3090 (simulated), {UUID})" in out  # the run's own card
     assert f"power limit {DEFAULT_W:g} W -> {sweet_w:g} W (dry run: nothing changed)" in out
     assert "NVML" not in err
-    code, out, err = cli(capsys, "apply", str(run))
+    code, out, err = run_cli(capsys, "apply", str(run))
     assert code == 2 and out == ""
     assert err.strip().splitlines()[-1] == (
         f"error: {run} was measured on the simulated rig (--simulate {PROFILE}): its answer "
@@ -427,7 +419,7 @@ def test_a_simulated_runs_dry_run_uses_its_own_rig_and_a_real_apply_names_the_fl
     meta = read_json(replayed / "run.json")
     meta["simulation"]["profile"] = "replay:caps.csv"
     (replayed / "run.json").write_text(json.dumps(meta))
-    code, _, err = cli(capsys, "apply", str(replayed), "--dry-run")
+    code, _, err = run_cli(capsys, "apply", str(replayed), "--dry-run")
     assert code == 2 and "replayed a measured curve (--simulate replay:caps.csv)" in err
     assert "add --simulate PROFILE" in err
 
@@ -436,7 +428,7 @@ def test_clock_dry_runs_change_nothing_byte_for_byte(
     clock_rig: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     run, state = clock_rig
-    code, _, err = cli(capsys, "apply", "--sm-clock", "1500", *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--sm-clock", "1500", *sim(state))
     assert code == 0, err  # something for --reset to undo
     original = state.read_bytes()
     units = tmp_path / "units"
@@ -448,11 +440,11 @@ def test_clock_dry_runs_change_nothing_byte_for_byte(
         ["apply", "--reset", "--dry-run"],
         ["apply", str(run), "--print-unit"],
     ):
-        code, out, err = cli(capsys, *args, *sim(state))
+        code, out, err = run_cli(capsys, *args, *sim(state))
         assert code == 0, (args, err)
         assert state.read_bytes() == original, args
     assert list(units.iterdir()) == []
-    code, out, _ = cli(capsys, "apply", "--reset", "--dry-run", *sim(state))
+    code, out, _ = run_cli(capsys, "apply", "--reset", "--dry-run", *sim(state))
     assert "SM 210-1500 MHz, memory unlocked -> SM unlocked, memory unlocked (dry run" in out
 
 
@@ -463,13 +455,13 @@ def test_persist_sets_the_clock_locks_again_after_a_reboot(
     sm = read_json(run / "analysis.json")["peak"]["sm_lock_mhz"]
     units = tmp_path / "units"
     units.mkdir()
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", str(run), "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
     unit = units / "powersweep-apply.service"
     assert stat.S_IMODE(unit.stat().st_mode) == 0o644
-    (setting,) = status(capsys, state, "--unit-dir", str(units))["unit"]["settings"]
+    (setting,) = status_json(capsys, *sim(state), "--unit-dir", str(units))["unit"]["settings"]
     assert (setting["power_limit_w"], setting["sm_clock_mhz"], setting["mem_clock_mhz"]) == (
         300.0, sm, None
     )  # fmt: skip
@@ -480,21 +472,21 @@ def test_persist_sets_the_clock_locks_again_after_a_reboot(
 
     # A reboot: the limit, the lock and persistence mode are gone; the unit's command sets them.
     state.write_text(json.dumps({UUID: DEFAULT_W}))
-    assert status(capsys, state)["gpus"][0]["locked_clocks"] == UNLOCKED
+    assert status_json(capsys, *sim(state))["gpus"][0]["locked_clocks"] == UNLOCKED
     (exec_line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
     argv = shlex.split(exec_line.removeprefix("ExecStart=-"))  # "-": a failure goes on
     assert argv[argv.index("--sm-clock") + 1] == f"{sm:g}"
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
-    again = status(capsys, state)["gpus"][0]
+    again = status_json(capsys, *sim(state))["gpus"][0]
     assert again["locked_clocks"]["sm_mhz"] == sm and again["power_limit"]["current_w"] == 300.0
 
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", "--reset", "--persist", "--unit-dir", str(units), *sim(state)
     )
     assert code == 0, err
     assert "removed" in out and list(units.iterdir()) == []
-    assert status(capsys, state)["gpus"][0]["locked_clocks"]["sm_mhz"] is None
+    assert status_json(capsys, *sim(state))["gpus"][0]["locked_clocks"]["sm_mhz"] is None
 
 
 @pytest.mark.parametrize(
@@ -533,19 +525,19 @@ def test_a_lock_the_card_refuses_puts_the_cap_and_the_other_lock_back(
     from powersweep.sweep.gpu import LockResult
 
     _, state = clock_rig
-    code, _, err = cli(capsys, "apply", "--sm-clock", "1200", *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--sm-clock", "1200", *sim(state))
     assert code == 0, err
-    before = status(capsys, state)["gpus"][0]
+    before = status_json(capsys, *sim(state))["gpus"][0]
     monkeypatch.setattr(
         SimGpu, "lock_mem_clock", lambda self, mhz: LockResult(mhz, False, "refused (test)")
     )
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", "--cap", "250", "--sm-clock", "1500", "--mem-clock", "9751", *sim(state)
     )
     assert code != 0 and out == ""
     (line,) = err.strip().splitlines()
     assert line == "error: refused (test); the GPUs already changed were put back"
-    after = status(capsys, state)["gpus"][0]
+    after = status_json(capsys, *sim(state))["gpus"][0]
     assert after["locked_clocks"] == before["locked_clocks"]
     assert after["locked_clocks"]["sm_mhz"] == 1200.0
     assert after["power_limit"]["current_w"] == before["power_limit"]["current_w"] == DEFAULT_W
@@ -559,7 +551,7 @@ DEFAULTS = {UUIDS[0]: 370.0, UUIDS[1]: 450.0}
 
 
 def _pair(capsys: pytest.CaptureFixture[str], state: Path, units: Path, *args: str) -> str:
-    code, out, err = cli(
+    code, out, err = run_cli(
         capsys, "apply", *args, "--unit-dir", str(units), "--simulate", PAIR,
         "--sim-state", str(state),
     )  # fmt: skip
@@ -575,7 +567,7 @@ def _at_boot(units: Path) -> dict[str, float | None]:
     return {s.uuid: s.power_limit_w for s in unit.settings}
 
 
-def _limits(state: Path) -> dict[str, float]:
+def _state_limits(state: Path) -> dict[str, float]:
     return {k: v for k, v in json.loads(state.read_text()).items() if k in UUIDS}
 
 
@@ -606,7 +598,7 @@ def test_persist_card_by_card_keeps_one_unit_for_every_card(
     # a mixed rig: each card its own cap, both back after a reboot
     state.write_text(json.dumps(DEFAULTS))
     assert _boot(units) == [0, 0]
-    assert _limits(state) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}
+    assert _state_limits(state) == {UUIDS[0]: 290.0, UUIDS[1]: 300.0}
 
     # setting one card again replaces its line only; --print-unit shows the merged unit
     printed = _pair(capsys, state, units, "--cap", "280", "--gpus", "0", "--print-unit")
@@ -616,7 +608,7 @@ def test_persist_card_by_card_keeps_one_unit_for_every_card(
     # resetting one card drops its line and leaves the other's
     out = _pair(capsys, state, units, "--reset", "--gpus", "0", "--persist")
     assert "updated" in out and _at_boot(units) == {UUIDS[1]: 300.0}
-    assert _limits(state)[UUIDS[0]] == 370.0
+    assert _state_limits(state)[UUIDS[0]] == 370.0
     # the last card reset: no card left, no unit
     out = _pair(capsys, state, units, "--reset", "--gpus", "1", "--persist")
     assert "removed" in out and list(units.iterdir()) == []
@@ -647,7 +639,7 @@ def test_a_card_the_unit_cannot_set_does_not_stop_the_others(
     state.write_text(json.dumps(DEFAULTS))
     codes = _boot(units)
     assert codes[0] != 0 and codes[1:] == [0, 0]  # the gone card fails first, the others set
-    assert _limits(state) == {UUIDS[0]: 250.0, UUIDS[1]: 320.0}
+    assert _state_limits(state) == {UUIDS[0]: 250.0, UUIDS[1]: 320.0}
 
 
 # --- an undervolt run: the cap it held, its SM lock and its SM clock offset ----------------
@@ -683,9 +675,9 @@ def test_apply_an_undervolt_run_sets_cap_lock_and_offset_and_reset_puts_them_bac
 ) -> None:
     run, state = undervolt_rig
     cap, lock, offset = _chosen(run)
-    assert status(capsys, state)["gpus"][0]["clock_offset"]["sm_offset_mhz"] == 0.0
+    assert status_json(capsys, *sim(state))["gpus"][0]["clock_offset"]["sm_offset_mhz"] == 0.0
 
-    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), *sim(state))
     assert code == 0, err
     assert (
         f"undervolt recommendation SM {lock:g} MHz {offset:+g} MHz offset at {cap:g} W per GPU"
@@ -697,18 +689,18 @@ def test_apply_an_undervolt_run_sets_cap_lock_and_offset_and_reset_puts_them_bac
     )
     # the lock first, a range from the card's idle floor so the idle card clocks down
     assert f"clock locks SM unlocked -> SM 210-{lock:g} MHz" in lines[-2]
-    after = status(capsys, state)["gpus"][0]
+    after = status_json(capsys, *sim(state))["gpus"][0]
     assert after["locked_clocks"]["sm_mhz"] == lock
     assert read_json(state)[f"{UUID}#locks"]["sm_min"] == 210.0
     assert after["clock_offset"]["sm_offset_mhz"] == offset
     assert after["power_limit"]["current_w"] == cap
-    code, text, _ = cli(capsys, "status", *sim(state))
+    code, text, _ = run_cli(capsys, "status", *sim(state))
     assert code == 0 and f"clock offset  SM {offset:+g} MHz" in text
 
-    code, out, err = cli(capsys, "apply", "--reset", *sim(state))
+    code, out, err = run_cli(capsys, "apply", "--reset", *sim(state))
     assert code == 0, err
     assert f"SM clock offset {offset:+g} MHz -> +0 MHz (verified: reads back +0 MHz)" in out
-    again = status(capsys, state)["gpus"][0]
+    again = status_json(capsys, *sim(state))["gpus"][0]
     assert again["locked_clocks"] == UNLOCKED and again["clock_offset"]["sm_offset_mhz"] == 0.0
 
 
@@ -726,7 +718,7 @@ def test_an_undervolt_run_says_its_idle_draw_and_apply_keeps_a_recorded_minimum(
     meta = read_json(run / "run.json")
     meta["options"]["sm_clock_min_mhz"] = 900.0
     (run / "run.json").write_text(json.dumps(meta))
-    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), *sim(state))
     assert code == 0, err
     assert f"clock locks SM unlocked -> SM 900-{lock:g} MHz" in out
     assert read_json(state)[f"{UUID}#locks"]["sm_min"] == 900.0
@@ -775,7 +767,7 @@ def test_an_edited_undervolt_answer_is_refused_for_what_the_run_measured(
     analysis["chosen"]["sm_offset_mhz"] = offset
     (copy / "analysis.json").write_text(json.dumps(analysis))
     _assert_refused(capsys, state, [str(copy)], f"{copy / 'analysis.json'} answers SM ")
-    _, _, err = cli(capsys, "apply", str(copy), *sim(state))
+    _, _, err = run_cli(capsys, "apply", str(copy), *sim(state))
     assert "--sm-offset" not in err and f"powersweep analyze {copy}` again" in err
 
 
@@ -813,7 +805,7 @@ def test_a_refused_offset_puts_the_cap_and_lock_back_and_leaves_no_journal(
     from powersweep.sweep.gpu import LockResult
 
     run, state = undervolt_rig
-    code, _, err = cli(capsys, "apply", "--cap", "300", *sim(state))
+    code, _, err = run_cli(capsys, "apply", "--cap", "300", *sim(state))
     assert code == 0, err
     real = SimGpu.set_sm_clock_offset
     monkeypatch.setattr(
@@ -821,12 +813,12 @@ def test_a_refused_offset_puts_the_cap_and_lock_back_and_leaves_no_journal(
         "set_sm_clock_offset",
         lambda self, mhz: real(self, mhz) if mhz == 0 else LockResult(mhz, False, "refused (test)"),
     )
-    code, out, err = cli(capsys, "apply", str(run), *sim(state))
+    code, out, err = run_cli(capsys, "apply", str(run), *sim(state))
     assert code != 0 and out == ""
     assert err.strip().splitlines()[-1] == (
         "error: refused (test); the GPUs already changed were put back"
     )
-    after = status(capsys, state)["gpus"][0]
+    after = status_json(capsys, *sim(state))["gpus"][0]
     assert after["power_limit"]["current_w"] == 300.0
     assert after["locked_clocks"] == UNLOCKED and after["clock_offset"]["sm_offset_mhz"] == 0.0
     assert not (tmp_path / "statedir" / "journal.json").exists()
@@ -844,18 +836,18 @@ def test_persist_sets_the_undervolt_again_after_a_reboot_and_status_shows_it(
         capsys, state, [str(run), "--persist", "--unit-dir", str(units)], "pass --trust-offset"
     )
     assert not (units / "powersweep-apply.service").exists()
-    code, _, err = cli(
+    code, _, err = run_cli(
         capsys, "apply", str(run), "--persist", "--trust-offset", "--unit-dir", str(units),
         *sim(state),
     )  # fmt: skip
     assert code == 0, err
     unit = units / "powersweep-apply.service"
-    shown = status(capsys, state, "--unit-dir", str(units))
+    shown = status_json(capsys, *sim(state), "--unit-dir", str(units))
     (setting,) = shown["unit"]["settings"]
     assert (setting["power_limit_w"], setting["sm_clock_mhz"], setting["sm_offset_mhz"]) == (
         cap, lock, offset
     )  # fmt: skip
-    code, text, _ = cli(capsys, "status", *sim(state), "--unit-dir", str(units))
+    code, text, _ = run_cli(capsys, "status", *sim(state), "--unit-dir", str(units))
     assert code == 0 and f"SM 210-{lock:g} MHz {offset:+g} MHz offset" in text.splitlines()[-1]
     analyze = shutil.which("systemd-analyze")
     if analyze:
@@ -870,7 +862,7 @@ def test_persist_sets_the_undervolt_again_after_a_reboot_and_status_shows_it(
     assert "--offset-driver=sim" in argv
     booted = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert booted.returncode == 0, booted.stderr
-    again = status(capsys, state)["gpus"][0]
+    again = status_json(capsys, *sim(state))["gpus"][0]
     assert again["locked_clocks"]["sm_mhz"] == lock
     assert again["clock_offset"]["sm_offset_mhz"] == offset
     assert again["power_limit"]["current_w"] == cap and again["persistence_mode"] is True
@@ -883,11 +875,7 @@ MEM_UUID = f"GPU-sim-{MEM_PROFILE}-0"
 
 
 def _mem_status(capsys: pytest.CaptureFixture[str], state: Path, *extra: str) -> dict[str, Any]:
-    code, out, err = cli(
-        capsys, "status", "--simulate", MEM_PROFILE, "--sim-state", str(state), "--json", *extra
-    )
-    assert code == 0, err
-    return json.loads(out)
+    return status_json(capsys, "--simulate", MEM_PROFILE, "--sim-state", str(state), *extra)
 
 
 def test_a_memory_offset_is_set_shown_restored_on_failure_and_reset(
@@ -899,7 +887,7 @@ def test_a_memory_offset_is_set_shown_restored_on_failure_and_reset(
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "statedir"))
     state = tmp_path / "state.json"
     rig = ["--simulate", MEM_PROFILE, "--sim-state", str(state)]
-    code, out, err = cli(capsys, "apply", "--mem-offset", "1000", "--sm-clock", "1995", *rig)
+    code, out, err = run_cli(capsys, "apply", "--mem-offset", "1000", "--sm-clock", "1995", *rig)
     assert code == 0, err
     assert out.splitlines()[-1].endswith(
         "memory clock offset +0 MHz -> +1000 MHz (verified: reads back +1000 MHz)"
@@ -907,7 +895,7 @@ def test_a_memory_offset_is_set_shown_restored_on_failure_and_reset(
     gpu = _mem_status(capsys, state)["gpus"][0]
     assert gpu["mem_clock_offset"]["mem_offset_mhz"] == 1000.0
     assert gpu["clock_offset"]["sm_offset_mhz"] == 0.0
-    code, text, _ = cli(capsys, "status", *rig)
+    code, text, _ = run_cli(capsys, "status", *rig)
     assert code == 0 and "  memory offset +1000 MHz (range " in text
 
     # a card that refuses the next offset: the lock and the offset in force come back
@@ -917,7 +905,7 @@ def test_a_memory_offset_is_set_shown_restored_on_failure_and_reset(
         "set_mem_clock_offset",
         lambda self, mhz: real(self, mhz) if mhz == 1000 else LockResult(mhz, False, "no (test)"),
     )
-    code, out, err = cli(capsys, "apply", "--mem-offset", "2000", "--sm-clock", "1500", *rig)
+    code, out, err = run_cli(capsys, "apply", "--mem-offset", "2000", "--sm-clock", "1500", *rig)
     assert code != 0 and out == ""
     assert err.strip().splitlines()[-1] == (
         "error: no (test); the GPUs already changed were put back"
@@ -929,7 +917,7 @@ def test_a_memory_offset_is_set_shown_restored_on_failure_and_reset(
     assert not (tmp_path / "statedir" / "journal.json").exists()
     monkeypatch.setattr(SimGpu, "set_mem_clock_offset", real)
 
-    code, out, err = cli(capsys, "apply", "--reset", *rig)
+    code, out, err = run_cli(capsys, "apply", "--reset", *rig)
     assert code == 0, err
     assert any(
         ln.endswith("memory clock offset +1000 MHz -> +0 MHz (verified: reads back +0 MHz)")
@@ -947,10 +935,10 @@ def test_a_persisted_memory_offset_is_set_again_at_boot_only_under_its_driver(
     units.mkdir()
     rig = ["--simulate", MEM_PROFILE, "--sim-state", str(state), "--unit-dir", str(units)]
     named = ["--mem-offset", "1000", "--sm-clock", "1995", "--persist"]
-    code, out, err = cli(capsys, "apply", *named, *rig)
+    code, out, err = run_cli(capsys, "apply", *named, *rig)
     assert code == 2 and out == "" and "pass --trust-offset" in err
     assert not state.exists() and not (units / "powersweep-apply.service").exists()
-    code, _, err = cli(capsys, "apply", *named, "--trust-offset", *rig)
+    code, _, err = run_cli(capsys, "apply", *named, "--trust-offset", *rig)
     assert code == 0, err
     (setting,) = _mem_status(capsys, state, "--unit-dir", str(units))["unit"]["settings"]
     assert (setting["mem_offset_mhz"], setting["offset_driver"]) == (1000.0, "sim")

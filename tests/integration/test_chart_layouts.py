@@ -89,25 +89,25 @@ def _interrupted(run: Path, to: Path, keep: int) -> Path:
     return to
 
 
-def _analysis(run: Path) -> dict[str, Any]:
+def _analysis_json(run: Path) -> dict[str, Any]:
     """The run's analysis.json, checked to read back whole into its typed record (the stated
     half-widths each row now carries included)."""
     data: dict[str, Any] = read_json(run / "analysis.json")
     return data
 
 
-def _power(run: Path) -> PowerAnalysis:
-    return PowerAnalysis.from_json(_analysis(run))
+def _power_analysis(run: Path) -> PowerAnalysis:
+    return PowerAnalysis.from_json(_analysis_json(run))
 
 
-def _clocks(run: Path) -> ClockAnalysis:
-    return ClockAnalysis.from_json(_analysis(run))
+def _clock_analysis(run: Path) -> ClockAnalysis:
+    return ClockAnalysis.from_json(_analysis_json(run))
 
 
 Chart = Callable[[dict[str, Path]], Figure]
 CHARTS: dict[str, Chart] = {
     **{
-        f"{kind} of {run}": (lambda r, f=draw, n=run: f(_power(r[n])))
+        f"{kind} of {run}": (lambda r, f=draw, n=run: f(_power_analysis(r[n])))
         for run in ("readme", "outlier", "interrupted", "power-5090")
         for kind, draw in (
             ("efficiency", efficiency_figure),
@@ -116,15 +116,19 @@ CHARTS: dict[str, Chart] = {
         )
     },
     **{
-        f"{kind} of {run}": (lambda r, f=draw, n=run: f(_clocks(r[n])))
+        f"{kind} of {run}": (lambda r, f=draw, n=run: f(_clock_analysis(r[n])))
         for run in ("sm-clock", "grid")
         for kind, draw in (
             ("clock-efficiency", efficiency_by_clock_figure),
             ("clock-pareto", pareto_figure),
         )
     },
-    "clocks-vs-power": lambda r: pareto_figure(_clocks(r["grid"]), None, _power(r["power-5090"])),
-    "undervolt": lambda r: undervolt_figure(UndervoltAnalysis.from_json(_analysis(r["undervolt"]))),
+    "clocks-vs-power": lambda r: pareto_figure(
+        _clock_analysis(r["grid"]), None, _power_analysis(r["power-5090"])
+    ),
+    "undervolt": lambda r: undervolt_figure(
+        UndervoltAnalysis.from_json(_analysis_json(r["undervolt"]))
+    ),
 }
 
 
@@ -139,10 +143,10 @@ def test_no_label_overlaps_and_every_drawn_kind_is_in_the_legend(
 
 
 def test_the_runs_are_the_shapes_named(runs: dict[str, Path]) -> None:
-    readme = _analysis(runs["readme"])
+    readme = _analysis_json(runs["readme"])
     assert len([c for c in readme["caps"] if c["status"] == "ok"]) == 21
-    assert [c["status"] for c in _analysis(runs["outlier"])["caps"]].count("outlier") == 1
-    interrupted = _analysis(runs["interrupted"])
+    assert [c["status"] for c in _analysis_json(runs["outlier"])["caps"]].count("outlier") == 1
+    interrupted = _analysis_json(runs["interrupted"])
     assert len(interrupted["caps"]) == 6 and interrupted["answer"]["kind"] == "none"
 
 

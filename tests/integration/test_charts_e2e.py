@@ -17,20 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
-from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
-from matplotlib.transforms import Bbox
 from PIL import Image
 
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.synthetic import NoiseModel, synthesize_run
 from powersweep.plots import efficiency_figure
-from powersweep.plots._layout import text_extent
 from powersweep.report import build_report
 from powersweep.sim.profiles import get_profile, profile_names
 from powersweep.sim.sim_rig import ground_truth
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.planning.caps import default_caps
+from tests.chart_layout import plot_area_boxes
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED_3090 = REPO.parent / "shared" / "data" / "power-cap-3090-qwen36.csv"
@@ -43,13 +41,13 @@ CASES = [(name, "decode-single") for name in profile_names()] + [
 
 
 @cache
-def _truth(name: str, mode: str) -> dict[str, Any]:
+def _concurrent_truth(name: str, mode: str) -> dict[str, Any]:
     p = get_profile(name)
     env = PowerEnvelope(p.min_limit_w, p.default_limit_w, p.max_limit_w, p.user_limit_w)
     return ground_truth([p], mode, default_caps(env), concurrency=8).to_dict()
 
 
-def _run(tmp_path: Path, name: str, mode: str) -> Path:
+def _noisy_run(tmp_path: Path, name: str, mode: str) -> Path:
     p = get_profile(name)
     gpu = {
         "name": p.gpu_name,
@@ -59,18 +57,9 @@ def _run(tmp_path: Path, name: str, mode: str) -> Path:
         "slowdown_temp_c": p.slowdown_temp_c,
         "mem_clock_mhz": p.mem_clock_mhz,
     }
-    return synthesize_run(_truth(name, mode), gpu, tmp_path / f"{name}-{mode}", seed=1, noise=NOISE)
-
-
-def _boxes(fig: Figure) -> list[tuple[str, Bbox]]:
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    out: list[tuple[str, Bbox]] = []
-    for ax in fig.axes:
-        out += [(str(t.get_gid()), text_extent(t, renderer)) for t in ax.texts]
-        legend = ax.get_legend()
-        if isinstance(legend, Legend):
-            out.append(("legend", legend.get_window_extent(renderer)))
-    return out
+    return synthesize_run(
+        _concurrent_truth(name, mode), gpu, tmp_path / f"{name}-{mode}", seed=1, noise=NOISE
+    )
 
 
 def _marked_points_px(fig: Figure) -> np.ndarray:
@@ -96,7 +85,7 @@ def _marked_points_px(fig: Figure) -> np.ndarray:
 def _check_layout(fig: Figure, analysis: dict[str, Any], where: str) -> None:
     fig.canvas.draw()
     ax, ax2 = fig.axes
-    boxes = _boxes(fig)
+    boxes = plot_area_boxes(fig)
     gids = {g for g, _ in boxes}
     assert {"sweet-spot-callout", "legend"} <= gids, where
     assert {f"plateau-label:{p['kind']}" for p in analysis["plateaus"]} <= gids, where
@@ -133,7 +122,7 @@ def _check_layout(fig: Figure, analysis: dict[str, Any], where: str) -> None:
 
 @pytest.mark.parametrize(("name", "mode"), CASES)
 def test_charts_of_every_profile(tmp_path: Path, name: str, mode: str) -> None:
-    run = _run(tmp_path, name, mode)
+    run = _noisy_run(tmp_path, name, mode)
     report = build_report(run)
     charts = run / "charts"
     expected = {"efficiency.png", "power.png", "clocks.png", "timeline.png"}
@@ -163,7 +152,7 @@ def test_charts_of_the_measured_3090_curve(tmp_path: Path) -> None:
 
 def test_near_peak_at_the_sweet_spot_is_said_not_drawn_over_the_star(tmp_path: Path) -> None:
     analysis = build_report(
-        _run(tmp_path, "rtx5090-air", "prefill-heavy"), charts=False, write_analysis=False
+        _noisy_run(tmp_path, "rtx5090-air", "prefill-heavy"), charts=False, write_analysis=False
     ).result.to_json()
     analysis = {**analysis, "near_peak": {**analysis["near_peak"]}}
     analysis["near_peak"]["cap_w"] = analysis["sweet_spot"]["cap_w"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from powersweep.runformat import REPEAT_REASONS
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json, sweep_run_dir
 
 FAST = (
     "--warmup-requests",
@@ -31,15 +31,6 @@ FAST = (
 # elsewhere they would only cost a second or two of matplotlib per sweep
 NO_CHARTS = ("--no-charts",)
 H100_SMS = "705,945,1185,1425,1665,1980"
-
-
-def _sweep(tmp: Path, *args: str) -> tuple[Path, dict[str, Any]]:
-    """A clock sweep with its charts (which the callers check)."""
-    out = tmp / "runs"
-    done = powersweep(*args, *FAST, "--out", str(out), "--state-dir", str(tmp / "state"))
-    assert done.returncode == 0, done.stderr
-    run = only_run_dir(out)
-    return run, read_json(run / "analysis.json")
 
 
 def _sm_steps(points: list[dict[str, Any]]) -> list[float]:
@@ -58,8 +49,8 @@ def _sm_steps(points: list[dict[str, Any]]) -> list[float]:
 def test_datacenter_sm_sweep_finds_the_peak_and_says_caps_do_not_bind(
     tmp_path: Path, profile: str, mode: str, extra: tuple[str, ...]
 ) -> None:
-    run, analysis = _sweep(
-        tmp_path,
+    run = sweep_run_dir(
+        tmp_path / "runs",
         "--simulate",
         profile,
         "--load-mode",
@@ -69,7 +60,11 @@ def test_datacenter_sm_sweep_finds_the_peak_and_says_caps_do_not_bind(
         "--sm-clocks",
         H100_SMS,
         *extra,
+        *FAST,
+        "--state-dir",
+        str(tmp_path / "state"),
     )
+    analysis = read_json(run / "analysis.json")
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]
     steps = _sm_steps(truth["points"])
     found = steps.index(analysis["peak"]["sm_lock_mhz"])
@@ -87,8 +82,8 @@ def test_datacenter_sm_sweep_finds_the_peak_and_says_caps_do_not_bind(
 
 @pytest.mark.slow
 def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path: Path) -> None:
-    run, analysis = _sweep(
-        tmp_path,
+    run = sweep_run_dir(
+        tmp_path / "runs",
         "--simulate",
         "rtx5090-air",
         "--axis",
@@ -106,7 +101,11 @@ def test_5090_grid_best_point_pareto_front_and_capped_tier_match_truth(tmp_path:
         # The wait has its own tests.
         "--thermal-wait-seconds",
         "0",
+        *FAST,
+        "--state-dir",
+        str(tmp_path / "state"),
     )
+    analysis = read_json(run / "analysis.json")
     truth = read_json(run / "run.json")["simulation"]["ground_truth"]
     true_tpw = {(p["sm_lock_mhz"], p["mem_lock_mhz"]): p["tps_per_w"] for p in truth["points"]}
     assert len(true_tpw) == 16 and len(analysis["points"]) == 16
@@ -161,8 +160,8 @@ def test_grid_on_a_card_refusing_memory_locks_falls_back_to_the_sm_axis(tmp_path
 
 @pytest.mark.slow
 def test_a_lock_the_card_ignores_is_rejected_from_the_measured_clock(tmp_path: Path) -> None:
-    run, analysis = _sweep(
-        tmp_path,
+    run = sweep_run_dir(
+        tmp_path / "runs",
         *NO_CHARTS,
         "--simulate",
         "rtx4090-air",
@@ -174,7 +173,11 @@ def test_a_lock_the_card_ignores_is_rejected_from_the_measured_clock(tmp_path: P
         "600,1500,2400",
         "--target-cap-seconds",
         "2",
+        *FAST,
+        "--state-dir",
+        str(tmp_path / "state"),
     )
+    analysis = read_json(run / "analysis.json")
     rows = {float(r["sm_lock_mhz"]): r for r in read_csv(run / "caps.csv")}
     assert rows[600.0]["status"] == "rejected"
     assert "clamped or ignored" in rows[600.0]["error"]
@@ -201,8 +204,8 @@ def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path
     state = tmp_path / "sim.json"
     uuid = "GPU-sim-h100-sxm-0"
     state.write_text(json.dumps({uuid: 700.0, f"{uuid}#locks": {"sm": 1200.0, "mem": None}}))
-    run, analysis = _sweep(
-        tmp_path,
+    run = sweep_run_dir(
+        tmp_path / "runs",
         *NO_CHARTS,
         "--simulate",
         "h100-sxm",
@@ -213,7 +216,11 @@ def test_observe_only_on_a_clock_axis_measures_the_locks_in_force(tmp_path: Path
         "--observe-only",
         "--target-cap-seconds",
         "2",
+        *FAST,
+        "--state-dir",
+        str(tmp_path / "state"),
     )
+    analysis = read_json(run / "analysis.json")
     # its one point, read again at the end for the run-to-run term
     row, again = read_csv(run / "caps.csv")
     assert again["reason"] == "reread" and again["sm_lock_mhz"] == row["sm_lock_mhz"]
@@ -257,8 +264,8 @@ def test_resume_of_a_clock_sweep_measures_only_the_points_left(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
-    run, analysis = _sweep(
-        tmp_path,
+    run = sweep_run_dir(
+        tmp_path / "runs",
         *NO_CHARTS,
         "--simulate",
         "h100-sxm",
@@ -272,7 +279,11 @@ def test_adaptive_sm_sweep_refines_around_the_peak(tmp_path: Path) -> None:
         # windows, long enough to tell a step apart
         "--target-cap-seconds",
         "10",
+        *FAST,
+        "--state-dir",
+        str(tmp_path / "state"),
     )
+    analysis = read_json(run / "analysis.json")
     caps = read_csv(run / "caps.csv")
     # points tied with the best are measured once more at the end, as on the power axis
     reasons = {r["reason"] for r in caps}

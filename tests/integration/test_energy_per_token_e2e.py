@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.files import number_or_nan
 from tests.integration.conftest import only_run_dir, powersweeps_side_by_side, read_csv
 
 # the README sweep, and the other load modes and a clock axis by the same protocol
@@ -39,10 +40,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: only_run_dir(tmp / name) for name in SWEEPS}
 
 
-def _f(value: str) -> float:
-    return float(value) if value else math.nan
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SWEEPS))
 def test_j_per_token_times_tps_per_w_is_one_within_their_precisions(
@@ -52,9 +49,9 @@ def test_j_per_token_times_tps_per_w_is_one_within_their_precisions(
     assert len(rows) >= 5
     stated = 0
     for r in rows:
-        j, tpw = _f(r["j_per_token"]), _f(r["tps_per_w"])
+        j, tpw = number_or_nan(r["j_per_token"]), number_or_nan(r["tps_per_w"])
         assert j > 0 and tpw > 0, r
-        u_j, u_tpw = _f(r["j_per_token_u95_pct"]), _f(r["tps_per_w_u95_pct"])
+        u_j, u_tpw = number_or_nan(r["j_per_token_u95_pct"]), number_or_nan(r["tps_per_w_u95_pct"])
         # a point whose TPS states no precision (one prefill prompt) states none for J/token
         assert math.isnan(u_j) == math.isnan(u_tpw), r
         if math.isnan(u_j):
@@ -64,8 +61,10 @@ def test_j_per_token_times_tps_per_w_is_one_within_their_precisions(
         gap = abs(j * tpw - 1.0)
         assert gap <= math.hypot(u_j, u_tpw) / 100.0, (r["cap_w"], r.get("sm_lock_mhz"), gap)
         # the counter's figure and the sampled draw's over the same seconds agree too
-        assert _f(r["j_per_token_sampled"]) == pytest.approx(j, rel=math.hypot(u_j, 1.0) / 100)
-        assert _f(r["kwh_per_mtok"]) == pytest.approx(j / 3.6, rel=1e-4)
+        assert number_or_nan(r["j_per_token_sampled"]) == pytest.approx(
+            j, rel=math.hypot(u_j, 1.0) / 100
+        )
+        assert number_or_nan(r["kwh_per_mtok"]) == pytest.approx(j / 3.6, rel=1e-4)
     assert stated >= len(rows) - 2
 
 
@@ -79,12 +78,15 @@ def test_the_boost_plateau_reads_one_energy_per_token_whatever_its_rounds(
     a, b = rows[340.0], rows[350.0]
     # the same draw and rate (the card never reaches either cap), measured in different rounds:
     # the issue saw 11.07 against 10.17 J/token here
-    assert abs(_f(a["power_w"]) / _f(b["power_w"]) - 1.0) < 0.01
-    gap = abs(_f(a["j_per_token"]) / _f(b["j_per_token"]) - 1.0)
-    u = math.hypot(_f(a["j_per_token_u95_pct"]), _f(b["j_per_token_u95_pct"])) / 100.0
+    assert abs(number_or_nan(a["power_w"]) / number_or_nan(b["power_w"]) - 1.0) < 0.01
+    gap = abs(number_or_nan(a["j_per_token"]) / number_or_nan(b["j_per_token"]) - 1.0)
+    u = (
+        math.hypot(number_or_nan(a["j_per_token_u95_pct"]), number_or_nan(b["j_per_token_u95_pct"]))
+        / 100.0
+    )
     assert gap <= u, (gap, u)
     plateau = [rows[c] for c in (340.0, 350.0, 360.0, 370.0)]
-    joules = [_f(r["j_per_token"]) for r in plateau]
+    joules = [number_or_nan(r["j_per_token"]) for r in plateau]
     assert max(joules) / min(joules) - 1.0 < 0.01, joules
 
 

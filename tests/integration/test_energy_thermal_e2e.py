@@ -10,19 +10,19 @@ import pytest
 
 from powersweep.analysis.steadiness import still_heating
 from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import read_csv, read_json, sweep_run_dir
 
 CAPS = "250,290,330"
 
 
-def _sweep(tmp_path: Path, simulate: str, *extra: str) -> Path:
-    done = powersweep(
+def _decode_args(tmp_path: Path, simulate: str, *extra: str) -> tuple[str, ...]:
+    """The arguments of a short decode sweep of ``simulate`` at ``CAPS``, its journal in
+    ``tmp_path``."""
+    return (
         "--simulate", simulate, "--cooling", "air", "--load-mode", "decode-single",
-        "--caps", CAPS, "--no-confirm", "--no-charts", "-q",
-        "--out", str(tmp_path / "runs"), "--state-dir", str(tmp_path / "sd"), *extra,
+        "--caps", CAPS, "--no-confirm", "--no-charts", "-q", "--state-dir", str(tmp_path / "sd"),
+        *extra,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(tmp_path / "runs")
 
 
 def r_num(row: dict[str, str]) -> dict[str, float]:
@@ -36,13 +36,13 @@ def r_num(row: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def _codes(run: Path) -> set[str]:
+def _finding_codes(run: Path) -> set[str]:
     return {f["code"] for f in read_json(run / "analysis.json")["findings"]}
 
 
 @pytest.mark.slow
 def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "rtx3090-air")
+    run = sweep_run_dir(tmp_path / "runs", *_decode_args(tmp_path, "rtx3090-air"))
     caps = [r for r in read_csv(run / "caps.csv") if r["status"] == "ok"]
     # three caps, the first read again at the end
     assert [r["reason"] for r in caps].count("reread") == 1 and len(caps) == 4
@@ -51,7 +51,7 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
         # J/token from the counter and from the samples: the same tokens, so the same ratio
         assert abs(counter - sampled) / counter < 0.03, r["cap_w"]
         assert 0.0 <= float(r["thermal_wait_s"]) <= DEFAULT_THERMAL_WAIT_S + 0.6  # and a tick
-    assert "energy_mismatch" not in _codes(run)
+    assert "energy_mismatch" not in _finding_codes(run)
     # the window's drift and its bias are recorded; a card the wait let through (before its
     # bound) is steady enough not to be named, and only a card measured at the bound may still
     # bias its point beyond what still_heating names, and then is named
@@ -86,7 +86,7 @@ def test_a_counter_planted_to_run_fast_is_flagged(tmp_path: Path) -> None:
     # an exponential 0.7 ms mean), too short to move a 20 s window's ratio: with the sensor's
     # noise and resolution it spreads +-0.1% from seed to seed, so the planted 5% is checked
     # within 0.5%.
-    run = _sweep(tmp_path, "rtx3090-air~0~energy-drift")
+    run = sweep_run_dir(tmp_path / "runs", *_decode_args(tmp_path, "rtx3090-air~0~energy-drift"))
     caps = [r for r in read_csv(run / "caps.csv") if r["status"] == "ok"]
     gaps = [float(r["energy_j"]) / float(r["energy_sampled_j"]) - 1.0 for r in caps]
     assert all(g == pytest.approx(0.05, abs=0.005) for g in gaps), gaps

@@ -59,7 +59,7 @@ def test_a_cut_last_row_is_dropped_and_resume_measures_its_cap(tmp_path: Path) -
     assert rig.limit_w == USER_LIMIT_W
 
 
-def _sweep(rig: Rig, *extra: str) -> int:
+def _sweep_in_process(rig: Rig, *extra: str) -> int:
     return main([*rig.args("--caps", "350,300", *extra)])
 
 
@@ -76,7 +76,7 @@ def test_final_write_failure_still_reports_the_restore_and_the_journal_tells(
         real(self, data)
 
     monkeypatch.setattr(RunWriter, "write_run_json", failing)
-    code = _sweep(rig)
+    code = _sweep_in_process(rig)
     err = capsys.readouterr().err
     assert code == 1
     assert "GPU 0: power limit restored to 350 W" in err
@@ -88,7 +88,7 @@ def test_final_write_failure_still_reports_the_restore_and_the_journal_tells(
     assert "No space left" in outcome["record_error"]
 
     monkeypatch.setattr(RunWriter, "write_run_json", real)
-    code = _sweep(rig)
+    code = _sweep_in_process(rig)
     err = capsys.readouterr().err
     assert code == 0, err
     assert "restored its limits, but could not record it" in err
@@ -109,7 +109,7 @@ def test_a_signal_while_the_report_is_written_ends_cleanly(
 
     monkeypatch.setattr(powersweep.report, "build_report", interrupted)
     t0 = time.monotonic()
-    code = _sweep(rig)
+    code = _sweep_in_process(rig)
     err = capsys.readouterr().err
     assert time.monotonic() - t0 < 60
     assert code == 128 + signal.SIGTERM

@@ -82,7 +82,7 @@ class Rig:
         return proc, took
 
 
-def _run_dir(rig: Rig) -> tuple[dict[str, Any], list[dict[str, str]], str]:
+def _run_files(rig: Rig) -> tuple[dict[str, Any], list[dict[str, str]], str]:
     run = only_run_dir(rig.out)
     summary = (run / "summary.md").read_text() if (run / "summary.md").exists() else ""
     return read_json(run / "run.json"), read_csv(run / "caps.csv"), summary
@@ -94,7 +94,7 @@ def _prose(summary: str) -> str:
     return re.sub(r"```.*?```", "", summary, flags=re.DOTALL)
 
 
-def _faults(meta: dict[str, Any]) -> dict[str, int]:
+def _fault_counts(meta: dict[str, Any]) -> dict[str, int]:
     return {f["kind"]: f["count"] for f in meta.get("faults", [])}
 
 
@@ -107,7 +107,7 @@ def test_held_socket_without_done_does_not_wait(rig: Rig) -> None:
     proc, took = rig.run("--caps", "350,300,250", "--sim-fault", "no-done")
     assert proc.returncode == 0, proc.stderr
     assert took < 60
-    meta, caps, _ = _run_dir(rig)
+    meta, caps, _ = _run_files(rig)
     assert meta["status"] == "complete"
     assert all(c["status"] == "ok" for c in caps)
     requests = read_csv(only_run_dir(rig.out) / "requests.csv")
@@ -126,7 +126,7 @@ def test_endless_stream_is_cut_and_still_measured(rig: Rig) -> None:
     proc, took = rig.run("--caps", "350,300", "--sim-fault", "endless")
     assert proc.returncode == 0, proc.stderr
     assert took < 90
-    meta, caps, _ = _run_dir(rig)
+    meta, caps, _ = _run_files(rig)
     requests = read_csv(only_run_dir(rig.out) / "requests.csv")
     assert {r["finish_reason"] for r in requests} == {"deadline"}
     truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
@@ -136,7 +136,7 @@ def test_endless_stream_is_cut_and_still_measured(rig: Rig) -> None:
         prompts = 1 if c["reason"] in REPEAT_REASONS else 2
         assert float(c["window_s"]) <= prompts * 1.1 + 0.1, c
     # the requests that streamed past their max_tokens show the server ignores it
-    assert _faults(meta)["cut_at_deadline"] >= 1
+    assert _fault_counts(meta)["cut_at_deadline"] >= 1
     assert "were cut" in (only_run_dir(rig.out) / "summary.md").read_text()
 
 
@@ -145,9 +145,9 @@ def test_endless_line_fails_with_a_clear_reason(rig: Rig) -> None:
     assert proc.returncode == 1
     assert took < 60
     assert "line of more than" in proc.stderr.strip().splitlines()[-1]
-    meta, _, summary = _run_dir(rig)
+    meta, _, summary = _run_files(rig)
     assert meta["status"] == "failed"
-    assert _faults(meta)["line_too_long"] >= 3
+    assert _fault_counts(meta)["line_too_long"] >= 3
     # a failed run still says what went wrong: every point's status, the faults, the requests
     assert summary.startswith("# powersweep: failed, no usable point")
     assert "| 350.0 | failed |" in summary and "**line_too_long**" in summary
@@ -159,11 +159,11 @@ def test_unreadable_streams_do_not_end_complete(rig: Rig) -> None:
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "no stream carried tokens" in last
-    meta, _, _ = _run_dir(rig)
+    meta, _, _ = _run_files(rig)
     assert meta["status"] == "failed"
     requests = read_csv(only_run_dir(rig.out) / "requests.csv")
     assert requests and all(r["ok"] == "false" for r in requests)
-    _, _, summary = _run_dir(rig)  # no point was measured, and still a summary
+    _, _, summary = _run_files(rig)  # no point was measured, and still a summary
     assert "**no_countable_tokens**" in summary and f"{len(requests)} of {len(requests)}" in summary
 
 
@@ -181,11 +181,11 @@ def test_server_too_slow_for_the_window_says_what_to_change(rig: Rig) -> None:
 def test_busy_server_is_retried(rig: Rig) -> None:
     proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "busy")
     assert proc.returncode == 0, proc.stderr
-    meta, caps, summary = _run_dir(rig)
+    meta, caps, summary = _run_files(rig)
     # retried within the window; a point whose window the busy answers used up is measured
     # once more at the end
     assert all(c["status"] == "ok" for c in {c["cap_w"]: c for c in caps}.values())
-    assert _faults(meta)["server_busy"] >= 1
+    assert _fault_counts(meta)["server_busy"] >= 1
     assert "busy" in summary
 
 
@@ -205,12 +205,12 @@ def test_stall_once_is_measured_again(rig: Rig) -> None:
         "0",
     )
     assert "stall" in proc.stderr
-    meta, caps, summary = _run_dir(rig)
+    meta, caps, summary = _run_files(rig)
     row = [c for c in caps if float(c["cap_w"]) == 300][-1]
     assert row["status"] == "ok"
     truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
     assert float(row["narr_tps"]) == pytest.approx(truth[300.0], rel=0.15)
-    assert _faults(meta)["remeasured"] >= 1
+    assert _fault_counts(meta)["remeasured"] >= 1
     requests = read_csv(only_run_dir(rig.out) / "requests.csv")
     assert any(r["prompt_kind"].startswith("discarded-") for r in requests)
     assert "stall" in _prose(summary)
@@ -221,7 +221,7 @@ def test_a_cap_stalled_twice_is_suspect_and_left_out(rig: Rig) -> None:
         "--caps", "350,300,250,200", "--sim-fault", "stall@300", "--target-cap-seconds", "3"
     )
     assert proc.returncode in (0, 3), proc.stderr
-    _meta, caps, summary = _run_dir(rig)
+    _meta, caps, summary = _run_files(rig)
     row = [c for c in caps if float(c["cap_w"]) == 300][-1]
     assert row["status"] == "suspect" and "stall" in row["error"]
     analysis = read_json(only_run_dir(rig.out) / "analysis.json")
@@ -233,23 +233,23 @@ def test_a_cap_stalled_twice_is_suspect_and_left_out(rig: Rig) -> None:
 def test_implausible_usage_is_not_trusted(rig: Rig) -> None:
     proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "inflated-usage@300")
     assert proc.returncode == 0, proc.stderr
-    meta, caps, summary = _run_dir(rig)
+    meta, caps, summary = _run_files(rig)
     truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
     row = [c for c in caps if float(c["cap_w"]) == 300][-1]
     assert float(row["narr_tps"]) == pytest.approx(truth[300.0], rel=0.15)
-    assert _faults(meta)["usage_untrusted"] >= 1
+    assert _fault_counts(meta)["usage_untrusted"] >= 1
     assert "usage" in summary
 
 
 def test_a_failed_cap_is_retried_at_the_end(rig: Rig) -> None:
     proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "long-line-first@300")
     assert proc.returncode == 0, proc.stderr
-    meta, caps, _summary = _run_dir(rig)
+    meta, caps, _summary = _run_files(rig)
     # (a confirm row may follow when 300 W ties with the best)
     rows = [c for c in caps if float(c["cap_w"]) == 300 and c["reason"] not in REPEAT_REASONS]
     assert [r["status"] for r in rows] == ["failed", "ok"]
     assert rows[-1]["reason"] == "retry"
-    assert _faults(meta)["cap_retried"] == 1
+    assert _fault_counts(meta)["cap_retried"] == 1
     assert meta["status"] == "complete"
     analysis = read_json(only_run_dir(rig.out) / "analysis.json")
     assert not any(f["code"] == "caps_not_measured" for f in analysis["findings"])
@@ -259,7 +259,7 @@ def test_too_few_caps_is_partial_with_a_non_zero_exit(rig: Rig) -> None:
     proc, _ = rig.run("--caps", "350,300,250", "--sim-fault", "long-line@300")
     assert proc.returncode == 3, proc.stderr
     assert "partial run" in proc.stderr.strip().splitlines()[-1]
-    meta, _, summary = _run_dir(rig)
+    meta, _, summary = _run_files(rig)
     assert meta["status"] == "partial"
     assert "ended partial" in summary
 
@@ -389,8 +389,8 @@ def test_a_paused_server_is_caught_as_a_stall(rig: Rig) -> None:
         "--caps", "350,300,250", "--target-cap-seconds", "8", "--sim-fault", "pause-once@300"
     )
     assert proc.returncode == 0, proc.stderr
-    meta, caps, summary = _run_dir(rig)
-    assert _faults(meta).get("remeasured", 0) >= 1, proc.stderr
+    meta, caps, summary = _run_files(rig)
+    assert _fault_counts(meta).get("remeasured", 0) >= 1, proc.stderr
     truth = {c["cap_w"]: c["tps"] for c in meta["simulation"]["ground_truth"]["caps"]}
     for c in caps:
         if c["status"] == "ok":
@@ -416,8 +416,8 @@ def test_a_lapse_of_the_process_never_becomes_run_time(rig: Rig, tmp_path: Path)
             proc.kill()
     assert proc.returncode == 0, err
     assert rig.limit_w == USER_LIMIT_W
-    meta, _, summary = _run_dir(rig)
-    assert "remeasured" not in _faults(meta) and "stall" not in _prose(summary)
+    meta, _, summary = _run_files(rig)
+    assert "remeasured" not in _fault_counts(meta) and "stall" not in _prose(summary)
     stopped = only_run_dir(rig.out)
     (tmp_path / "never").mkdir()
     never = Rig(tmp_path / "never")
@@ -431,12 +431,12 @@ def test_disagreeing_prompts_at_the_first_cap_are_rechecked_at_the_end(rig: Rig)
     # the code prompt runs 5x slow at 350 W only: nothing to compare with when 350 W is measured
     proc, _ = rig.run("--caps", "350,300,250,200", "--sim-fault", "slow-code@350")
     assert proc.returncode == 0, proc.stderr
-    meta, caps, summary = _run_dir(rig)
+    meta, caps, summary = _run_files(rig)
     last = {float(c["cap_w"]): c for c in caps}
     assert last[350.0]["status"] == "suspect" and "ratio" in last[350.0]["error"]
     assert [c["reason"] for c in caps if float(c["cap_w"]) == 350.0] == ["dense", "recheck"]
     assert all(last[c]["status"] == "ok" for c in (300.0, 250.0, 200.0))
-    assert _faults(meta)["suspect"] == 1
+    assert _fault_counts(meta)["suspect"] == 1
     assert "suspect" in summary
 
 
@@ -452,12 +452,12 @@ def test_a_server_that_resets_every_second_stream_is_measured_not_failed(
     )
     clean, _ = rig.run("--caps", "350,300,250", "--load-mode", mode, *extra)
     assert clean.returncode == 0, clean.stderr
-    _, clean_caps, _ = _run_dir(rig)
+    _, clean_caps, _ = _run_files(rig)
     for run in rig.out.iterdir():  # the next run alone in --out
         run.rename(rig.out.parent / f"clean-{run.name}")
     proc, _ = rig.run("--caps", "350,300,250", "--load-mode", mode, *extra, "--sim-fault", "reset")
     assert proc.returncode == 0, proc.stderr
-    meta, caps, summary = _run_dir(rig)
+    meta, caps, summary = _run_files(rig)
     assert meta["status"] == "complete" and all(c["status"] == "ok" for c in caps)
     requests = read_csv(only_run_dir(rig.out) / "requests.csv")
     reset = [r for r in requests if r["finish_reason"] == "reset"]
@@ -465,7 +465,7 @@ def test_a_server_that_resets_every_second_stream_is_measured_not_failed(
     # the fault's cut, counted: after 20 tokens, or half a shorter answer
     assert all(int(r["chunk_tokens"]) == min(20, int(r["max_tokens"]) // 2) for r in reset)
     # the requests that kept the card busy between windows met resets too: counted as well
-    assert _faults(meta)["cut_by_reset"] >= len(reset)
+    assert _fault_counts(meta)["cut_by_reset"] >= len(reset)
     assert "cut_by_reset" in summary
     # the rate up to each reset is the rate: a cut stream decoded as fast as a whole one (one
     # stream alone: with four, a stream's rate also moves with how many others run meanwhile)

@@ -67,21 +67,18 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import powersweep, read_csv, read_json, sweep_run_dir
 
 pytestmark = pytest.mark.slow
 
 README = ("--simulate", "rtx3090-air", "--cooling", "air", "--load-mode", "decode-single")
 
 
-def _sweep(out: Path, *args: str, ok: bool = True) -> Path:
-    done = powersweep(
-        *args, "--no-charts", "-q", "--out", str(out), "--state-dir", str(out / "sd"),
-        timeout=400,
-    )  # fmt: skip
-    if ok:
-        assert done.returncode == 0, done.stderr
-    return only_run_dir(out)
+def _advice_sweep(out: Path, *args: str, ok: bool = True) -> Path:
+    """A sweep without charts or progress, its journal under ``out``: its run directory (its
+    exit checked unless ``ok`` is False)."""
+    quiet = ("--no-charts", "-q", "--state-dir", str(out / "sd"))
+    return sweep_run_dir(out, *args, *quiet, timeout=400, check=ok)
 
 
 def _findings(run: Path) -> dict[str, dict[str, Any]]:
@@ -93,7 +90,7 @@ def _named_points(message: str) -> set[str]:
     return set(re.findall(r"(\d+(?:\.\d+)? W|SM \d+ MHz) \(", message))
 
 
-def _rows(run: Path) -> dict[str, dict[str, str]]:
+def _ok_rows_by_name(run: Path) -> dict[str, dict[str, str]]:
     """caps.csv's first ok row of each cap, by the name a finding gives it."""
     out: dict[str, dict[str, str]] = {}
     for r in read_csv(run / "caps.csv"):
@@ -107,25 +104,25 @@ def _rows(run: Path) -> dict[str, dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _sweep(tmp_path_factory.mktemp("readme"), *README)
+    return _advice_sweep(tmp_path_factory.mktemp("readme"), *README)
 
 
 def test_still_heating_waits_as_its_advice_says_and_shrinks(tmp_path: Path) -> None:
     # four caps around the sweet spot: the first is measured while the card still heats from
     # its warm-up, close enough to the best for its bias to change the answer
     near_best = (*README, "--caps", "300,290,280,270")
-    first = _sweep(tmp_path / "a", *near_best)
+    first = _advice_sweep(tmp_path / "a", *near_best)
     found = _findings(first)["still_heating"]
     named = _named_points(found["message"])
     assert named
     (seconds,) = re.findall(r"--thermal-wait-seconds (\d+)", found["hint"])
-    again = _sweep(tmp_path / "b", *near_best, "--thermal-wait-seconds", seconds)
+    again = _advice_sweep(tmp_path / "b", *near_best, "--thermal-wait-seconds", seconds)
     after = _findings(again).get("still_heating")
     still = _named_points(after["message"]) if after else set()
     assert len(still) < len(named), (named, still)
     # the points it named waited longer (as their neighbours did: a point after a longer wait
     # may need less), each within the bound the advice gave
-    before_rows, after_rows = _rows(first), _rows(again)
+    before_rows, after_rows = _ok_rows_by_name(first), _ok_rows_by_name(again)
 
     def waited(rows: dict[str, dict[str, str]]) -> float:
         return sum(float(rows[p]["thermal_wait_s"]) for p in named)
@@ -144,10 +141,10 @@ def test_a_counter_gain_is_named_a_sensor_that_sampling_faster_leaves(tmp_path: 
         "250,290,330",
     )
     drift += ("--load-mode", "decode-single", "--no-confirm")
-    found = _findings(_sweep(tmp_path / "a", *drift))["energy_mismatch"]
+    found = _findings(_advice_sweep(tmp_path / "a", *drift))["energy_mismatch"]
     assert "at every point alike" in found["hint"] and "--sample-interval" not in found["hint"]
     # what the old advice asked for changes nothing: the gain is the counter's
-    faster = _findings(_sweep(tmp_path / "b", *drift, "--sample-interval", "0.1"))
+    faster = _findings(_advice_sweep(tmp_path / "b", *drift, "--sample-interval", "0.1"))
     assert "energy_mismatch" in faster
     gains = [
         re.findall(r"\(\+(\d+\.\d)%\)", f["message"]) for f in (found, faster["energy_mismatch"])
@@ -160,19 +157,21 @@ def test_a_counter_gain_is_named_a_sensor_that_sampling_faster_leaves(tmp_path: 
 
 def test_stalls_go_when_nothing_else_runs_on_the_card(tmp_path: Path) -> None:
     caps = (*README, "--caps", "280,300,320", "--no-confirm")
-    found = _findings(_sweep(tmp_path / "a", *caps, "--sim-world", "hiccups"))["streams_stalled"]
+    found = _findings(_advice_sweep(tmp_path / "a", *caps, "--sim-world", "hiccups"))[
+        "streams_stalled"
+    ]
     assert "stated at that share" in found["message"]
     assert "sweep when nothing else runs" in found["hint"]
-    assert "streams_stalled" not in _findings(_sweep(tmp_path / "b", *caps))
+    assert "streams_stalled" not in _findings(_advice_sweep(tmp_path / "b", *caps))
 
 
 def test_no_usage_goes_with_a_server_that_reports_it(tmp_path: Path) -> None:
     base = (*README, "--caps", "280,300", "--no-confirm", "--sim-tokens-per-chunk", "3")
-    found = _findings(_sweep(tmp_path / "a", *base, "--sim-server", "plain"))
+    found = _findings(_advice_sweep(tmp_path / "a", *base, "--sim-server", "plain"))
     assert "use a server that reports it" in found["request_no_usage"]["hint"]
     # llama.cpp reports its tokens in every stream's last chunk
     assert "request_no_usage" not in _findings(
-        _sweep(tmp_path / "b", *base, "--sim-server", "llamacpp")
+        _advice_sweep(tmp_path / "b", *base, "--sim-server", "llamacpp")
     )
 
 
@@ -184,7 +183,9 @@ def test_an_unmet_latency_target_is_met_once_loosened(readme_run: Path, tmp_path
     unmet = _findings(tmp_path / "a")["latency_target_unmet"]
     assert "loosen the target" in unmet["hint"]
     # loosened to what the points measured (their p95s' own upper bounds)
-    highs = [float(r["itl_p95_hi_ms"] or r["itl_p95_ms"]) for r in _rows(readme_run).values()]
+    highs = [
+        float(r["itl_p95_hi_ms"] or r["itl_p95_ms"]) for r in _ok_rows_by_name(readme_run).values()
+    ]
     loose = f"{max(highs) + 1.0:.0f}"
     again = powersweep(
         "analyze", str(readme_run), "--max-itl-ms", loose, "--out", str(tmp_path / "b")

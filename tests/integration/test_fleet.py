@@ -18,7 +18,7 @@ from powersweep.errors import UsageError
 from powersweep.sim.profiles import fleet_card, parse_card_spec
 from powersweep.sim.sim_rig import ground_truth
 from powersweep.sim.synthetic_fleet import FleetCard, synthetic_fleet
-from tests.integration.conftest import only_run_dir, powersweep, read_json
+from tests.integration.conftest import read_json, sweep_run_dir
 
 PLANTED = {"node007": "hot", "node042": "low-envelope", "node100": "throttling", "node150": "hot"}
 CAUSE = {"hot": "hot", "low-envelope": "firmware_envelope", "throttling": "throttling"}
@@ -155,34 +155,23 @@ def test_fleet_card_spread_is_seeded_by_node_and_bounded() -> None:
             parse_card_spec(bad)
 
 
-def _sweep(out: Path, spec: str, node: str, caps: str) -> Path:
-    proc = powersweep(
-        "--simulate",
-        spec,
-        "--sim-node",
-        node,
-        "--cooling",
-        "air",
-        "--load-mode",
-        "decode-single",
-        "--caps",
-        caps,
-        "--target-cap-seconds",
-        "3",
-        "--out",
-        str(out / node),
-        "--quiet",
-        "--no-charts",
-    )
-    assert proc.returncode == 0, proc.stderr
-    return only_run_dir(out / node)
+NODE_SWEEP = (
+    "--cooling", "air", "--load-mode", "decode-single", "--target-cap-seconds", "3", "--quiet",
+    "--no-charts",
+)  # fmt: skip
 
 
 @pytest.mark.slow
 def test_real_simulated_sweeps_join_a_synthetic_fleet_with_their_own_truth(tmp_path: Path) -> None:
     caps = "250,280,310,350,400,450"
-    hot = _sweep(tmp_path, "rtx4090-air~0.03~hot", "rack3-node7", caps)
-    plain = _sweep(tmp_path, "rtx4090-air~0.03", "rack3-node8", caps)
+    hot = sweep_run_dir(
+        tmp_path / "rack3-node7", "--simulate", "rtx4090-air~0.03~hot", "--sim-node", "rack3-node7",
+        "--caps", caps, *NODE_SWEEP,
+    )  # fmt: skip
+    plain = sweep_run_dir(
+        tmp_path / "rack3-node8", "--simulate", "rtx4090-air~0.03", "--sim-node", "rack3-node8",
+        "--caps", caps, *NODE_SWEEP,
+    )  # fmt: skip
     meta = read_json(hot / "run.json")
     assert meta["simulation"]["node"] == "rack3-node7"
     assert meta["restored"][0]["ok"] is True

@@ -29,7 +29,7 @@ NODES = [f"node{k}" for k in range(6)]
 UUID = "GPU-sim-h100-sxm-0"
 
 
-def _sweep_args(root: Path, node: str, *extra: str) -> list[str]:
+def _sm_sweep_args(root: Path, node: str, *extra: str) -> list[str]:
     return [
         "--simulate", SPEC, "--sim-node", node, "--axis", "sm-clock", "--sm-clocks", SMS,
         "--load-mode", "decode-single", "--target-cap-seconds", "4",
@@ -46,7 +46,7 @@ def clock_fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     # Side by side: on virtual time a sweep's figures are its seed's and node's whatever else
     # the machine runs, so each card's own best (compared with the fleet's lock a step, 240 MHz,
     # away) reads the same as one sweep alone.
-    done = powersweeps_side_by_side([_sweep_args(runs, node) for node in NODES], at_once=2)
+    done = powersweeps_side_by_side([_sm_sweep_args(runs, node) for node in NODES], at_once=2)
     for node, (rc, err) in zip(NODES, done, strict=True):
         assert rc == 0, f"{node}: {err}"
     return root, {node: only_run_dir(runs / node) for node in NODES}

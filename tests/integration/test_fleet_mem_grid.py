@@ -39,7 +39,7 @@ AXES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _sweep_args(root: Path, axis: str, node: str) -> list[str]:
+def _axis_sweep_args(root: Path, axis: str, node: str) -> list[str]:
     return [
         "--simulate", SPEC, "--sim-node", node, *AXES[axis], "--load-mode", "decode-single",
         "--target-cap-seconds", "4", "--warmup-requests", "1", "--settle-seconds", "1",
@@ -54,7 +54,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dic
     root = tmp_path_factory.mktemp("rtx5090-clocks")
     runs = root / "runs"
     jobs = [(axis, node) for axis in AXES for node in NODES]
-    done = powersweeps_side_by_side([_sweep_args(runs, a, n) for a, n in jobs], at_once=2)
+    done = powersweeps_side_by_side([_axis_sweep_args(runs, a, n) for a, n in jobs], at_once=2)
     for (axis, node), (rc, err) in zip(jobs, done, strict=True):
         assert rc == 0, f"{axis} {node}: {err}"
     return root, {a: {n: only_run_dir(runs / a / n) for n in NODES} for a in AXES}
@@ -69,7 +69,7 @@ def report(fleet: tuple[Path, dict[str, dict[str, Path]]]) -> tuple[Path, dict[s
     return out, read_json(out / "fleet.json")
 
 
-def _group(fleet_json: dict[str, Any], axis: str) -> dict[str, Any]:
+def _axis_group(fleet_json: dict[str, Any], axis: str) -> dict[str, Any]:
     (group,) = [g for g in fleet_json["groups"] if g["axis"]["name"] == axis]
     return group
 
@@ -92,7 +92,7 @@ def test_fleet_memory_lock_is_a_tier_every_card_runs_near_its_true_best(
 ) -> None:
     _, runs = fleet
     out, fleet_json = report
-    group = _group(fleet_json, "mem-clock")
+    group = _axis_group(fleet_json, "mem-clock")
     assert group["n_cards"] == len(NODES) and group["axis"]["setting_key"] == "mem_lock_mhz"
     answer = group["fleet_lock"]
     lock = answer["mem_lock_mhz"]
@@ -122,7 +122,7 @@ def test_fleet_grid_answer_is_an_sm_and_memory_lock_pair_near_each_cards_true_be
 ) -> None:
     _, runs = fleet
     out, fleet_json = report
-    group = _group(fleet_json, "grid")
+    group = _axis_group(fleet_json, "grid")
     assert group["axis"]["tier_key"] == "mem_lock_mhz" and group["n_cards"] == len(NODES)
     answer = group["fleet_lock"]
     pair = (answer["sm_lock_mhz"], answer["mem_lock_mhz"])
@@ -163,7 +163,7 @@ def test_cards_swept_on_several_clock_axes_count_once_in_the_fleet_totals(
     )
 
 
-def _apply(report_dir: Path, node: str, state: Path, sd: Path, *extra: str) -> Any:
+def _fleet_apply(report_dir: Path, node: str, state: Path, sd: Path, *extra: str) -> Any:
     return powersweep(
         "fleet", "apply", str(report_dir), "--simulate", SPEC, "--sim-node", node,
         "--sim-state", str(state), "--state-dir", str(sd), *extra,
@@ -179,9 +179,9 @@ def test_fleet_apply_sets_the_memory_lock_or_the_grid_pair_and_keeps_the_users_l
     state, sd = root / "apply-state.json", root / "apply-sd"
     state.write_text(json.dumps({UUID: USER_W}))
 
-    mem = _group(fleet_json, "mem-clock")["fleet_lock"]["mem_lock_mhz"]
+    mem = _axis_group(fleet_json, "mem-clock")["fleet_lock"]["mem_lock_mhz"]
     record = root / "mem-record.json"
-    done = _apply(out, "node1", state, sd, "--axis", "mem-clock", "--record", str(record))
+    done = _fleet_apply(out, "node1", state, sd, "--axis", "mem-clock", "--record", str(record))
     assert done.returncode == 0, done.stderr
     assert f"memory {mem:g} MHz (verified: reads back memory {mem:g} MHz)" in done.stdout
     saved = read_json(state)
@@ -193,9 +193,9 @@ def test_fleet_apply_sets_the_memory_lock_or_the_grid_pair_and_keeps_the_users_l
     )  # fmt: skip
     assert card["cap_w"] is None and not (sd / "journal.json").exists()
 
-    grid = _group(fleet_json, "grid")["fleet_lock"]
+    grid = _axis_group(fleet_json, "grid")["fleet_lock"]
     sm, mem = grid["sm_lock_mhz"], grid["mem_lock_mhz"]
-    done = _apply(out, "node1", state, sd, "--axis", "grid", "--record", str(record))
+    done = _fleet_apply(out, "node1", state, sd, "--axis", "grid", "--record", str(record))
     assert done.returncode == 0, done.stderr
     # the SM lock a range from the card's idle floor (issue 45)
     assert f"(verified: reads back SM 210-{sm:g} MHz, memory {mem:g} MHz)" in done.stdout
@@ -207,7 +207,7 @@ def test_fleet_apply_sets_the_memory_lock_or_the_grid_pair_and_keeps_the_users_l
 
     # without --axis: the group with the most tokens per joule across the fleet
     best = max(fleet_json["groups"], key=lambda g: g["fleet_lock"]["fleet_tps_per_w"])
-    done = _apply(out, "node2", state, sd, "--dry-run", "--record", str(record))
+    done = _fleet_apply(out, "node2", state, sd, "--dry-run", "--record", str(record))
     assert done.returncode == 0, done.stderr
     assert read_json(record)["cards"][0]["axis"] == best["axis"]["name"]
 
@@ -218,12 +218,14 @@ def test_fleet_apply_persist_writes_a_boot_unit_that_sets_the_grid_pair_again_at
 ) -> None:
     root, _ = fleet
     out, fleet_json = report
-    grid = _group(fleet_json, "grid")["fleet_lock"]
+    grid = _axis_group(fleet_json, "grid")["fleet_lock"]
     sm, mem = grid["sm_lock_mhz"], grid["mem_lock_mhz"]
     state, sd, units = root / "persist-state.json", root / "persist-sd", root / "units"
     units.mkdir()
     state.write_text(json.dumps({UUID: USER_W}))
-    done = _apply(out, "node0", state, sd, "--axis", "grid", "--persist", "--unit-dir", str(units))
+    done = _fleet_apply(
+        out, "node0", state, sd, "--axis", "grid", "--persist", "--unit-dir", str(units)
+    )
     assert done.returncode == 0, done.stderr
     assert "persistence mode off -> on" in done.stdout
     path = units / "powersweep-apply.service"

@@ -42,7 +42,7 @@ from powersweep.sweep.options import (
 )
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.session import run_session
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json, sweep_run_dir
 
 # Long prompts (5 s of prefill) in 10 s windows. On virtual time the client's per-request
 # overhead (about a millisecond) is all a prefill's time to first token carries beyond the model.
@@ -88,14 +88,6 @@ SMALL_SWEEP = (
 )
 
 
-def _sweep(out: Path, *args: str) -> tuple[Path, Any]:
-    proc = powersweep(*SMALL_SWEEP, "--out", str(out), *args, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    run = only_run_dir(out)
-    return run, read_json(run / "run.json")
-
-
 def _warmth(
     profile: str, mode: str, meta: dict[str, Any], truth: dict[str, Any], samples: list[Any]
 ) -> tuple[float, float]:
@@ -139,8 +131,9 @@ def _expected_source(flavour: str) -> str:
 def test_mode_and_flavour_match_ground_truth(
     tmp_path: Path, mode: str, flavour: str, profile: str, caps: str, extra: tuple[str, ...]
 ) -> None:
-    run, meta = _sweep(
+    run = sweep_run_dir(
         tmp_path,
+        *SMALL_SWEEP,
         "--simulate",
         profile,
         "--load-mode",
@@ -150,7 +143,9 @@ def test_mode_and_flavour_match_ground_truth(
         "--caps",
         caps,
         *extra,
+        timeout=120,
     )
+    meta = read_json(run / "run.json")
     assert meta["status"] == "complete" and meta["error"] is None
     assert meta["simulation"]["server_flavour"] == flavour
     assert meta["simulation"]["clock"] == "virtual"
@@ -232,18 +227,23 @@ def test_mode_and_flavour_match_ground_truth(
 
 @pytest.mark.slow
 def test_auto_concurrency_loads_the_5090_harder_than_one_stream(tmp_path: Path) -> None:
-    _, meta = _sweep(
-        tmp_path,
-        "--simulate",
-        "rtx5090-air",
-        "--load-mode",
-        "decode-concurrent",
-        "--concurrency",
-        "auto",
-        "--sim-slots",
-        "8",
-        "--caps",
-        "600",
+    meta = read_json(
+        sweep_run_dir(
+            tmp_path,
+            *SMALL_SWEEP,
+            "--simulate",
+            "rtx5090-air",
+            "--load-mode",
+            "decode-concurrent",
+            "--concurrency",
+            "auto",
+            "--sim-slots",
+            "8",
+            "--caps",
+            "600",
+            timeout=120,
+        )
+        / "run.json"
     )
     assert meta["status"] == "complete"
     load = meta["load"]

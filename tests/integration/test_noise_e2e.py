@@ -31,7 +31,7 @@ SHORT_SEEDS = range(3)
 SHORT_WINDOW = ("--target-cap-seconds", "3")
 
 
-def _sweep_args(out: Path, seed: int, *extra: str) -> list[str]:
+def _seeded_sweep_args(out: Path, seed: int, *extra: str) -> list[str]:
     return [
         "--simulate",
         "rtx3090-air",
@@ -105,9 +105,14 @@ def _check_confirm(run: Path) -> bool:
 @pytest.mark.slow
 def test_ten_seeds_report_the_best_row_and_the_truth(tmp_path: Path) -> None:
     """The check the issue asks for, with the confirm phase checked in every run."""
-    runs = [(tmp_path / str(seed), _sweep_args(tmp_path / str(seed), seed)) for seed in SEEDS]
+    runs = [
+        (tmp_path / str(seed), _seeded_sweep_args(tmp_path / str(seed), seed)) for seed in SEEDS
+    ]
     runs += [
-        (tmp_path / f"short{seed}", _sweep_args(tmp_path / f"short{seed}", seed, *SHORT_WINDOW))
+        (
+            tmp_path / f"short{seed}",
+            _seeded_sweep_args(tmp_path / f"short{seed}", seed, *SHORT_WINDOW),
+        )
         for seed in SHORT_SEEDS
     ]
     # Side by side, a few at a time: on virtual time a sweep's figures are its seed's whatever

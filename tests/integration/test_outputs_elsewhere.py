@@ -27,7 +27,7 @@ NOBODY = 65534
 EXACT = NoiseModel(power_rel=0.0, tps_rel=0.0, request_tps_rel=0.0, temp_sd_c=0.0)
 
 
-def _run(root: Path, mode: str = "decode-single") -> Path:
+def _exact_3090_run(root: Path, mode: str = "decode-single") -> Path:
     p = get_profile("rtx3090-air")
     env = PowerEnvelope(p.min_limit_w, p.default_limit_w, p.max_limit_w, p.user_limit_w)
     truth = ground_truth([p], mode, default_caps(env)).to_dict()
@@ -91,7 +91,7 @@ def _writable_by_user(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_analyze_a_read_only_run(shared_tmp: Path) -> None:
-    run = _run(shared_tmp / "runs")
+    run = _exact_3090_run(shared_tmp / "runs")
     _read_only(shared_tmp / "runs")
     home = _writable_by_user(shared_tmp / "home")
 
@@ -112,7 +112,7 @@ def test_analyze_a_read_only_run(shared_tmp: Path) -> None:
 
 @pytest.mark.slow
 def test_plot_and_compare_of_read_only_runs(shared_tmp: Path) -> None:
-    run = _run(shared_tmp / "runs")
+    run = _exact_3090_run(shared_tmp / "runs")
     _read_only(shared_tmp / "runs")
     home = _writable_by_user(shared_tmp / "home")
 
@@ -137,8 +137,8 @@ def test_every_command_under_sudo_hands_its_files_to_the_user(
 ) -> None:
     monkeypatch.setenv("SUDO_UID", str(NOBODY))
     monkeypatch.setenv("SUDO_GID", str(NOBODY))
-    run = _run(shared_tmp / "runs")
-    second = _run(shared_tmp / "runs", "prefill-heavy")
+    run = _exact_3090_run(shared_tmp / "runs")
+    second = _exact_3090_run(shared_tmp / "runs", "prefill-heavy")
     table = shared_tmp / "pasted.md"
     table.write_text(
         "| Cap (W) | Power (W) | Narr TPS |\n|---|---|---|\n"

@@ -35,7 +35,7 @@ def _truths(meta: dict) -> dict[tuple[float, ...], float]:
     return {(c["cap_w"],): c["tps_per_w"] for c in truth["caps"]}
 
 
-def _key(row: dict[str, str], clocks: bool) -> tuple[float | None, ...]:
+def _setting_key(row: dict[str, str], clocks: bool) -> tuple[float | None, ...]:
     if clocks:
         return tuple(float(row[k]) if row[k] else None for k in ("sm_lock_mhz", "mem_lock_mhz"))
     return (float(row["cap_w"]),)
@@ -70,7 +70,7 @@ def test_stated_intervals_contain_the_truth_about_95_percent_of_the_time(
                 unstated += 1
                 continue
             measured = float(row[metric]) / float(row["power_w"])
-            truth = truths[_key(row, clocks)]
+            truth = truths[_setting_key(row, clocks)]
             total += 1
             inside += abs(measured / truth - 1.0) <= u
     coverage = inside / total

@@ -52,7 +52,7 @@ def _shares(bar: RecordingBar) -> list[float]:
     return [n / total for n, total, _ in bar.drawn]
 
 
-def _measured(run_root: Path) -> int:
+def _rows_measured(run_root: Path) -> int:
     (run,) = [p for p in run_root.iterdir() if p.is_dir()]
     lines = (run / "caps.csv").read_text().splitlines()
     return len(lines) - 1
@@ -81,7 +81,7 @@ def test_a_simulated_runs_bar_never_runs_back_and_ends_full(
     assert len(shares) >= 5 and bar.closed
     assert shares == sorted(shares)  # never backwards
     n, total, desc = bar.drawn[-1]
-    measured = _measured(out)
+    measured = _rows_measured(out)
     # full only once every point was measured (the re-read, then the loop's end, draw it)
     assert all(n == measured for n, total, _ in bar.drawn if n >= total)
     assert (n, total) == (measured, measured)  # 100%, every measured point counted

@@ -29,20 +29,13 @@ from tests.integration.conftest import (
     powersweep_started,
     read_csv,
     read_json,
+    sweep_run_dir,
 )
 
 QUIET = ("--cooling", "air", "--quiet", "--no-charts")
 
 
-def _sweep(out: Path, *args: str, timeout: float = 240) -> tuple[Path, dict[str, Any]]:
-    proc = powersweep(*QUIET, "--out", str(out), *args, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    run = only_run_dir(out)
-    return run, read_json(run / "run.json")
-
-
-def _faults(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _faults_by_kind(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f["kind"]: f for f in meta.get("faults", [])}
 
 
@@ -85,13 +78,14 @@ def test_a_paused_server_is_caught_measured_again_and_named(
 ) -> None:
     # The server stops for 6 run seconds, 2 s into the first request at 310 W: at any pace (the
     # checks judge run seconds, never wall seconds) the point is caught and measured again.
-    run, meta = _sweep(
-        tmp_path, "--simulate", "rtx3090-air", *CLOCKS[clock], "--target-cap-seconds", "6",
+    run = sweep_run_dir(
+        tmp_path, *QUIET, "--simulate", "rtx3090-air", *CLOCKS[clock], "--target-cap-seconds", "6",
         *PAUSES[mode],
     )  # fmt: skip
-    remeasured = _faults(meta)["remeasured"]
+    meta = read_json(run / "run.json")
+    remeasured = _faults_by_kind(meta)["remeasured"]
     assert remeasured["count"] == 1 and remeasured["examples"][0].startswith("310 W: ")
-    assert "suspect" not in _faults(meta)
+    assert "suspect" not in _faults_by_kind(meta)
     caps = read_csv(run / "caps.csv")
     assert all(c["status"] == "ok" for c in caps)
     # every figure a user reads is in line with the others: both prompts' rates at each point
@@ -113,12 +107,13 @@ def test_a_paused_server_is_caught_measured_again_and_named(
 def test_a_paused_server_in_an_sm_clock_sweep_is_caught_too(tmp_path: Path) -> None:
     # clock points share one cap: the pause starts 2 s after the first request 40 run seconds
     # in, past the warm-up, while one of the points is measured
-    run, meta = _sweep(
-        tmp_path, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
+    run = sweep_run_dir(
+        tmp_path, *QUIET, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
         "1185,1425,1665,1980", "--target-cap-seconds", "6", "--min-cap-seconds", "6",
         "--sim-fault", "pause-once@+40",
     )  # fmt: skip
-    remeasured = _faults(meta)["remeasured"]
+    meta = read_json(run / "run.json")
+    remeasured = _faults_by_kind(meta)["remeasured"]
     assert remeasured["count"] == 1 and remeasured["examples"][0].startswith("SM ")
     caps = read_csv(run / "caps.csv")
     assert all(c["status"] == "ok" for c in caps)
@@ -135,10 +130,11 @@ def test_a_paused_server_in_an_sm_clock_sweep_is_caught_too(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_clock_points_get_the_serving_check_and_the_warmup_record(tmp_path: Path) -> None:
-    _, meta = _sweep(
-        tmp_path, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
+    run = sweep_run_dir(
+        tmp_path, *QUIET, "--simulate", "h100-sxm", "--axis", "sm-clock", "--sm-clocks",
         "1185,1665", "--target-cap-seconds", "3",
     )  # fmt: skip
+    meta = read_json(run / "run.json")
     assert meta["gpu_selection"]["confirmed"] is True
     assert meta["gpu_selection"]["warmup_util_pct"]["0"] > 50
     assert meta["warmup"]["requests"] >= 2 and meta["warmup"]["duration_s"] <= 3 * 3 + 1.5
@@ -154,10 +150,11 @@ WINDOWED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("server", sorted(WINDOWED))
 def test_every_window_ends_at_its_target(tmp_path: Path, server: str) -> None:
-    run, meta = _sweep(
-        tmp_path, "--simulate", "rtx3090-air", "--target-cap-seconds", "3", "--caps",
+    run = sweep_run_dir(
+        tmp_path, *QUIET, "--simulate", "rtx3090-air", "--target-cap-seconds", "3", "--caps",
         "350,300,250", *WINDOWED[server],
     )  # fmt: skip
+    meta = read_json(run / "run.json")
     caps = read_csv(run / "caps.csv")
     assert caps and all(c["status"] == "ok" for c in caps)
     for c in caps:
@@ -170,7 +167,7 @@ def test_every_window_ends_at_its_target(tmp_path: Path, server: str) -> None:
     codes = {f["code"] for f in read_json(run / "analysis.json")["findings"]}
     if server == "endless":
         # a server that never ends a stream is cut at each window's end and named
-        assert "cut_at_deadline" in _faults(meta)
+        assert "cut_at_deadline" in _faults_by_kind(meta)
         assert {r["finish_reason"] for r in requests if r["prompt_kind"] == "narr"} == {"deadline"}
     if server == "ignores-max-tokens":
         # it streams 10% past what it is asked for: the requests still end in the margin
@@ -269,7 +266,7 @@ def test_the_dry_run_estimate_is_what_the_sweep_takes(tmp_path: Path, case: str)
     assert dry.returncode == 0, dry.stderr
     # virtual time: the run time is estimated, the wall time is the CPU the run needs
     assert "estimated wall time" not in dry.stdout
-    _, meta = _sweep(tmp_path / "runs", *args)
+    meta = read_json(sweep_run_dir(tmp_path / "runs", *QUIET, *args) / "run.json")
     options = SweepOptions.from_recorded(meta["options"])
     caps = sorted(meta["caps_planned"])
     planned = len(caps) if case != "adaptive" else 21

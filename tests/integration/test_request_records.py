@@ -7,49 +7,29 @@ from pathlib import Path
 import pytest
 
 from powersweep.runformat import REPEAT_REASONS
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import read_csv, read_json, sweep_run_dir
+
+SWEEP = (
+    "--simulate", "rtx3090-air", "--caps", "300,250", "--cooling", "air", "--quiet", "--no-charts",
+    "--warmup-requests", "1", "--target-cap-seconds", "4", "--settle", "fixed",
+    "--settle-seconds", "1",
+)  # fmt: skip
 
 
-def _sweep(tmp_path: Path, *extra: str) -> Path:
-    proc = powersweep(
-        "--simulate",
-        "rtx3090-air",
-        "--caps",
-        "300,250",
-        "--cooling",
-        "air",
-        "--out",
-        str(tmp_path),
-        "--quiet",
-        "--no-charts",
-        "--warmup-requests",
-        "1",
-        "--target-cap-seconds",
-        "4",
-        "--settle",
-        "fixed",
-        "--settle-seconds",
-        "1",
-        *extra,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return only_run_dir(tmp_path)
-
-
-def _measured(run: Path) -> list[dict[str, str]]:
+def _measured_requests(run: Path) -> list[dict[str, str]]:
     rows = [r for r in read_csv(run / "requests.csv") if r["prompt_kind"] in ("narr", "code")]
     assert rows
     return rows
 
 
-def _codes(summary_findings: list[dict[str, str]]) -> set[str]:
+def _codes_of(summary_findings: list[dict[str, str]]) -> set[str]:
     return {f["code"] for f in summary_findings}
 
 
 @pytest.mark.slow
 def test_llamacpp_packing_tokens(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--sim-tokens-per-chunk", "4")
-    rows = _measured(run)
+    run = sweep_run_dir(tmp_path, *SWEEP, "--sim-tokens-per-chunk", "4")
+    rows = _measured_requests(run)
     for r in rows:
         assert r["warnings"] == "packed_chunks", r
         # a request cut at its window's end counts its chunks at the server's 4 per chunk
@@ -59,7 +39,7 @@ def test_llamacpp_packing_tokens(tmp_path: Path) -> None:
         if r["finish_reason"] != "deadline":  # a cut request never got the server's timings
             assert float(r["server_decode_tps"]) > 0 and float(r["server_prompt_tps"]) > 0
     analysis = read_json(run / "analysis.json")
-    codes = _codes(analysis["findings"])
+    codes = _codes_of(analysis["findings"])
     assert "request_packed_chunks" in codes
     assert "request\\_packed\\_chunks" in (run / "summary.md").read_text()
     # the sim's llama.cpp reports its own decode rate: the tool's matches it at both caps
@@ -70,8 +50,8 @@ def test_llamacpp_packing_tokens(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_server_ignoring_max_tokens_is_cut_and_named(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--sim-tokens-per-chunk", "4", "--sim-ignore-max-tokens")
-    rows = _measured(run)
+    run = sweep_run_dir(tmp_path, *SWEEP, "--sim-tokens-per-chunk", "4", "--sim-ignore-max-tokens")
+    rows = _measured_requests(run)
     for r in rows:
         codes = set(r["warnings"].split(";"))
         # it shows the ignored limit once it streamed past it before the cut
@@ -92,12 +72,12 @@ def test_a_server_ignoring_max_tokens_is_cut_and_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_plain_server_without_usage(tmp_path: Path) -> None:
-    run = _sweep(tmp_path, "--sim-server", "plain")
-    for r in _measured(run):
+    run = sweep_run_dir(tmp_path, *SWEEP, "--sim-server", "plain")
+    for r in _measured_requests(run):
         assert r["warnings"] == "no_usage"
         assert r["server_decode_tps"] == "" and r["server_prompt_tps"] == ""
     analysis = read_json(run / "analysis.json")
-    codes = _codes(analysis["findings"])
+    codes = _codes_of(analysis["findings"])
     assert "request_no_usage" in codes
     assert not codes & {"server_rates_agree", "server_rate_mismatch"}
     assert "request\\_no\\_usage" in (run / "summary.md").read_text()

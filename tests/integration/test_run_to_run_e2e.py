@@ -27,7 +27,9 @@ def _reference(rows: list[dict[str, str]], keys: tuple[str, ...]) -> dict[str, f
     return {k: float(v) if v else None for k, v in zip(keys, best, strict=True)}
 
 
-def _check(run: Path, keys: tuple[str, ...], *, power: bool = True) -> list[dict[str, str]]:
+def _check_run_to_run(
+    run: Path, keys: tuple[str, ...], *, power: bool = True
+) -> list[dict[str, str]]:
     meta = read_json(run / "run.json")
     term = meta["run_to_run"]
     assert term["skipped"] is None
@@ -93,7 +95,7 @@ def test_every_load_mode_reads_its_first_point_again(tmp_path: Path, mode: str) 
         str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
-    _check(only_run_dir(tmp_path), ("cap_w",))
+    _check_run_to_run(only_run_dir(tmp_path), ("cap_w",))
 
 
 def test_a_clock_sweep_reads_its_first_point_again(tmp_path: Path) -> None:
@@ -109,7 +111,7 @@ def test_a_clock_sweep_reads_its_first_point_again(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     run = only_run_dir(tmp_path)
-    rows = _check(run, ("sm_lock_mhz",), power=False)
+    rows = _check_run_to_run(run, ("sm_lock_mhz",), power=False)
     reference = read_json(run / "run.json")["run_to_run"]["reference"]["sm_lock_mhz"]
     assert [float(r["sm_lock_mhz"]) for r in rows if r["reason"] == "reread"] == [reference]
 
@@ -117,5 +119,5 @@ def test_a_clock_sweep_reads_its_first_point_again(tmp_path: Path) -> None:
 def test_a_one_cap_sweep_reads_its_cap_twice(tmp_path: Path) -> None:
     proc = powersweep(*BASE, "--caps", "300", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    rows = _check(only_run_dir(tmp_path), ("cap_w",))
+    rows = _check_run_to_run(only_run_dir(tmp_path), ("cap_w",))
     assert [r["reason"] for r in rows] == ["dense", "reread"]

@@ -23,10 +23,11 @@ import pytest
 
 from powersweep.cli import main
 from powersweep.runformat import REPEAT_REASONS
-from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import REPO, only_run_dir, powersweep, read_csv, read_json, sim_rig
 
 UUID = "GPU-sim-rtx3090-air-0"
 USER_LIMIT_W = 350.0  # the user's own limit: not the profile's 370 W default
+USER_CARD = {UUID: USER_LIMIT_W}
 FAST = (
     # two-second windows: four ticks of 0.5 s per prompt, enough for a median of the draw
     "--target-cap-seconds",
@@ -47,18 +48,7 @@ FAST = (
 PACED = ("--sim-pace", "10")
 
 
-def _rig(tmp: Path) -> tuple[Path, Path, Path, dict[str, str]]:
-    """A state file with the user's limit, an out dir, a state dir and the env pointing there."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    state = tmp / "sim-state.json"
-    state.write_text(json.dumps({UUID: USER_LIMIT_W}))
-    state_dir = tmp / "state"
-    env = {**os.environ, "POWERSWEEP_STATE_DIR": str(state_dir)}
-    env.pop("OPENAI_API_KEY", None)
-    return state, tmp / "runs", state_dir, env
-
-
-def _limit(state: Path) -> float:
+def _state_limit(state: Path) -> float:
     return float(json.loads(state.read_text())[UUID])
 
 
@@ -89,7 +79,7 @@ def _one_random_signal(
 ) -> dict[str, Any]:
     """One sweep, one signal: ``delay_s`` after launch, or after the sweep's first change (its
     journal appears) when ``after_start`` (so a slow start-up cannot make every signal early)."""
-    state, out, state_dir, env = _rig(tmp)
+    state, out, state_dir, env = sim_rig(tmp, USER_CARD)
     proc = _popen(
         ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST, *PACED],
         env,
@@ -111,7 +101,7 @@ def _one_random_signal(
         "delay": delay_s,
         "rc": proc.returncode,
         "stderr": stderr,
-        "limit": _limit(state),
+        "limit": _state_limit(state),
         "journal": (state_dir / "journal.json").exists(),
         "out": out,
     }
@@ -177,7 +167,7 @@ def test_twenty_random_signals_always_restore_and_keep_a_readable_run(tmp_path: 
 
 @pytest.mark.slow
 def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) -> None:
-    state, out, state_dir, env = _rig(tmp_path)
+    state, out, state_dir, env = sim_rig(tmp_path, USER_CARD)
     args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
     proc = _popen([*args, *PACED], env)
     try:
@@ -205,7 +195,7 @@ def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) 
         }
     ]
     assert data["backend"]["kind"] == "sim" and data["backend"]["sim_state"] == str(state)
-    left_at = _limit(state)
+    left_at = _state_limit(state)
     assert left_at != USER_LIMIT_W  # SIGKILL: nothing could restore
 
     # a new sweep puts the dead sweep's limits back first: the user's limit from its journal,
@@ -213,14 +203,14 @@ def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) 
     after = powersweep(*args, "--caps", "300", env=env)
     assert after.returncode == 0, after.stderr
     assert "no longer running" in after.stderr and "restored to 350 W" in after.stderr
-    assert _limit(state) == USER_LIMIT_W
+    assert _state_limit(state) == USER_LIMIT_W
     assert not journal.exists()
 
     # restore from a journal left by another kill
     proc = _popen([*args, *PACED], env)
     try:
         deadline = time.monotonic() + 60
-        while not journal.exists() or _limit(state) == USER_LIMIT_W:
+        while not journal.exists() or _state_limit(state) == USER_LIMIT_W:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no cap set in time"
             time.sleep(0.02)
@@ -229,23 +219,23 @@ def test_sigkill_leaves_a_journal_that_restore_and_force_honour(tmp_path: Path) 
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert _limit(state) != USER_LIMIT_W
+    assert _state_limit(state) != USER_LIMIT_W
     restored = powersweep("restore", env=env)
     assert restored.returncode == 0, restored.stderr
     assert "restored to 350 W" in restored.stderr
-    assert _limit(state) == USER_LIMIT_W and not journal.exists()
+    assert _state_limit(state) == USER_LIMIT_W and not journal.exists()
     again = powersweep("restore", env=env)
     assert again.returncode == 0 and "nothing to restore" in again.stderr
 
 
 def _live_sweep(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], Path, Path, dict[str, str]]:
     """A sweep in a subprocess, waited for until it owns the card (journal written, a cap set)."""
-    state, out, state_dir, env = _rig(tmp)
+    state, out, state_dir, env = sim_rig(tmp, USER_CARD)
     args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
     proc = _popen([*args, *PACED, *extra], env)
     journal = state_dir / "journal.json"
     deadline = time.monotonic() + 60
-    while not journal.exists() or _limit(state) == USER_LIMIT_W:
+    while not journal.exists() or _state_limit(state) == USER_LIMIT_W:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no cap set in time"
         time.sleep(0.02)
@@ -262,23 +252,23 @@ def test_restore_force_never_takes_a_live_sweeps_journal_and_a_kill_leaves_it(
     )
     try:
         before = journal.read_text()
-        capped = _limit(state)
+        capped = _state_limit(state)
         for force in ((), ("--force",)):
             taken = powersweep("restore", *force, env=env)
             assert taken.returncode == 2, taken.stderr
             (line,) = taken.stderr.strip().splitlines()
             assert line.startswith("error: ") and f"(PID {proc.pid}) is still running" in line
             assert "--force" not in line  # the refusal no longer suggests forcing it
-            assert journal.read_text() == before and _limit(state) == capped
+            assert journal.read_text() == before and _state_limit(state) == capped
         assert proc.poll() is None
     finally:
         proc.kill()  # SIGKILL: nothing in the sweep can restore
         proc.communicate(timeout=30)
     # the journal the forced restore left alone is what puts the card back now
-    assert journal.exists() and _limit(state) != USER_LIMIT_W
+    assert journal.exists() and _state_limit(state) != USER_LIMIT_W
     restored = powersweep("restore", env=env)
     assert restored.returncode == 0, restored.stderr
-    assert _limit(state) == USER_LIMIT_W and not journal.exists()
+    assert _state_limit(state) == USER_LIMIT_W and not journal.exists()
 
 
 @pytest.mark.slow
@@ -306,7 +296,7 @@ def test_a_sweep_whose_journal_is_gone_or_replaced_stops_restores_and_says_so(
     assert f"error: the restore journal {journal} was {how} while this sweep ran" in err
     assert "stops and puts back the limits it set" in err
     assert "power limit restored to 350 W" in err
-    assert _limit(state) == USER_LIMIT_W
+    assert _state_limit(state) == USER_LIMIT_W
     # another owner's journal is left where it is; a removed one stays removed
     assert journal.exists() == (how == "replaced")
     if how == "replaced":
@@ -322,7 +312,7 @@ def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
     tmp_path: Path,
 ) -> None:
     # RTX 3090: 100-390 W, RTX 4090: 150-600 W -> shared 150-390 W
-    _, out, _, env = _rig(tmp_path)
+    _, out, _, env = sim_rig(tmp_path, USER_CARD)
     proc = powersweep(
         "--simulate",
         "rtx3090-air+rtx4090-air",
@@ -372,7 +362,7 @@ def test_two_gpus_with_different_envelopes_clamp_to_intersection_and_sum_draw(
 
 @pytest.mark.slow
 def test_card_that_keeps_its_limit_marks_low_caps_rejected(tmp_path: Path) -> None:
-    state, out, _, env = _rig(tmp_path)
+    state, out, _, env = sim_rig(tmp_path, USER_CARD)
     proc = powersweep(
         "--simulate",
         "rtx3090-air",
@@ -402,12 +392,12 @@ def test_card_that_keeps_its_limit_marks_low_caps_rejected(tmp_path: Path) -> No
         assert caps[cap]["status"] == "ok" and float(caps[cap]["narr_tps"]) > 0
     assert not {s["cap_w"] for s in read_csv(run / "samples.csv")} & {"250.0", "280.0"}
     assert "rejected" in (run / "summary.md").read_text()
-    assert _limit(state) == USER_LIMIT_W
+    assert _state_limit(state) == USER_LIMIT_W
 
 
 @pytest.mark.slow
 def test_failing_server_stops_after_max_failed_caps_and_restores(tmp_path: Path) -> None:
-    state, out, state_dir, env = _rig(tmp_path)
+    state, out, state_dir, env = sim_rig(tmp_path, USER_CARD)
     proc = powersweep(
         "--simulate",
         "rtx3090-air",
@@ -433,7 +423,7 @@ def test_failing_server_stops_after_max_failed_caps_and_restores(tmp_path: Path)
     assert all("500" in c["error"] for c in caps)
     meta = read_json(run / "run.json")
     assert meta["status"] == "failed" and "2 caps in a row failed" in meta["error"]
-    assert meta["restored"][0]["ok"] and _limit(state) == USER_LIMIT_W
+    assert meta["restored"][0]["ok"] and _state_limit(state) == USER_LIMIT_W
     assert not (state_dir / "journal.json").exists()
 
 
@@ -443,7 +433,7 @@ def test_credentials_never_reach_the_run(tmp_path: Path) -> None:
     from powersweep.sim.engine import ConstantEngine
     from powersweep.sim.server import SimServer
 
-    _, out, _, env = _rig(tmp_path)
+    _, out, _, env = sim_rig(tmp_path, USER_CARD)
     # the server paces tokens on its own fast clock: a real-time sweep of two caps in seconds
     engine = ConstantEngine(ScaledClock(50.0), decode_tps=100.0)
     with SimServer(engine, flavour="llamacpp") as server:
@@ -538,7 +528,7 @@ def test_dry_run_of_a_real_sweep_needs_no_root_and_changes_nothing(
 def test_observe_only_measures_at_the_limit_in_force_and_sets_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state, out, state_dir, _ = _rig(tmp_path)
+    state, out, state_dir, _ = sim_rig(tmp_path, USER_CARD)
     before = state.stat().st_mtime_ns
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(state_dir))
     code = main(
@@ -546,7 +536,7 @@ def test_observe_only_measures_at_the_limit_in_force_and_sets_nothing(
          str(out), *FAST]
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    assert state.stat().st_mtime_ns == before and _limit(state) == USER_LIMIT_W
+    assert state.stat().st_mtime_ns == before and _state_limit(state) == USER_LIMIT_W
     assert not state_dir.exists()
     run = only_run_dir(out)
     caps = read_csv(run / "caps.csv")
@@ -561,7 +551,7 @@ def test_observe_only_measures_at_the_limit_in_force_and_sets_nothing(
 
 @pytest.mark.slow
 def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
-    state, out, _, env = _rig(tmp_path)
+    state, out, _, env = sim_rig(tmp_path, USER_CARD)
     args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(out), *FAST]
     proc = _popen([*args, *PACED, "--caps", "250,270,290,310,330,350"], env)
     try:
@@ -596,7 +586,7 @@ def test_resume_continues_from_the_first_unfinished_cap(tmp_path: Path) -> None:
     assert meta["run_to_run"]["t_ref_s"] is None
     assert caps == [*meta["caps_done"], *again_w, reread]
     assert meta["caps_done"][: len(first["caps_done"])] == first["caps_done"]
-    assert _limit(state) == USER_LIMIT_W
+    assert _state_limit(state) == USER_LIMIT_W
     again = powersweep("--resume", str(run), env=env)
     assert again.returncode == 2 and "complete" in again.stderr
 
@@ -607,7 +597,7 @@ def test_one_sweep_per_card_whatever_the_state_directory(tmp_path: Path) -> None
         tmp_path, "--target-cap-seconds", "30", "--sim-pace", "5"
     )
     try:
-        capped = _limit(state)
+        capped = _state_limit(state)
         elsewhere = {**env, "POWERSWEEP_STATE_DIR": str(tmp_path / "other-state")}
         args = ["--simulate", "rtx3090-air", "--sim-state", str(state), "--out", str(tmp_path)]
         second = powersweep(*args, *FAST, env=elsewhere)
@@ -618,7 +608,7 @@ def test_one_sweep_per_card_whatever_the_state_directory(tmp_path: Path) -> None
             assert line.startswith("error: GPU 0") and "one sweep per card" in line
             assert f"is in use by another powersweep sweep (PID {proc.pid}" in line
             assert f"state dir {journal.parent}" in line and "Traceback" not in refused.stderr
-        assert _limit(state) == capped and proc.poll() is None
+        assert _state_limit(state) == capped and proc.poll() is None
         assert not (tmp_path / "other-state" / "journal.json").exists()
     finally:
         proc.kill()  # SIGKILL: its lock goes with it, its journal stays
@@ -626,7 +616,7 @@ def test_one_sweep_per_card_whatever_the_state_directory(tmp_path: Path) -> None
     # the killed sweep's restore takes the card over
     restored = powersweep("restore", env=env)
     assert restored.returncode == 0, restored.stderr
-    assert _limit(state) == USER_LIMIT_W and not journal.exists()
+    assert _state_limit(state) == USER_LIMIT_W and not journal.exists()
 
 
 @pytest.mark.slow
@@ -646,7 +636,7 @@ def test_a_journal_lost_in_the_middle_of_a_long_point_puts_the_card_back_within_
             proc.kill()
     assert proc.returncode == 1, err
     assert f"error: the restore journal {journal} was removed while this sweep ran" in err
-    assert _limit(state) == USER_LIMIT_W and lost_at["pid"] == proc.pid
+    assert _state_limit(state) == USER_LIMIT_W and lost_at["pid"] == proc.pid
     meta = read_json(only_run_dir(tmp_path / "runs") / "run.json")
     assert meta["restored"][0]["ok"] and meta["restored"][0]["limit_w"] == USER_LIMIT_W
     # in run seconds, far short of the first point's window: the journal was checked within it

@@ -9,30 +9,18 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.helpers.files import number_or_nan
+from tests.integration.conftest import powersweep, read_csv, read_json, sweep_run_dir
 
 FAST = ("--warmup-requests", "1", "--settle-seconds", "1", "--quiet", "--cooling", "air")
 PER_TOKEN = ("j_per_token", "kwh_per_mtok", "ttft_p95_ms", "itl_p95_ms", "ttft_p50_ms")
 
 
-def _sweep(tmp: Path, *args: str) -> Path:
-    out = tmp / "runs"
-    done = powersweep(
-        *args, *FAST, "--out", str(out), "--state-dir", str(tmp / "state"), timeout=400
-    )
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(out)
-
-
-def _f(value: str) -> float:
-    return float(value) if value else float("nan")
-
-
 @pytest.fixture(scope="module")
 def concurrent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("serving")
-    return _sweep(
-        tmp,
+    return sweep_run_dir(
+        tmp / "runs",
         "--simulate",
         "rtx3090-air",
         "--load-mode",
@@ -46,6 +34,10 @@ def concurrent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--tariff",
         "0.25",
         "--no-charts",
+        *FAST,
+        "--state-dir",
+        str(tmp / "state"),
+        timeout=400,
     )
 
 
@@ -60,23 +52,23 @@ def test_caps_csv_carries_energy_per_token_and_latency_that_match_the_truth(
     misses = []
     for r in rows:
         assert all(r[c] for c in PER_TOKEN), r
-        j, sampled = _f(r["j_per_token"]), _f(r["j_per_token_sampled"])
+        j, sampled = number_or_nan(r["j_per_token"]), number_or_nan(r["j_per_token_sampled"])
         # the counter and the sampled draw agree at steady load
         assert abs(j / sampled - 1.0) < 0.03, r
-        assert _f(r["kwh_per_mtok"]) == pytest.approx(j * 1e6 / 3.6e6, rel=1e-4)
+        assert number_or_nan(r["kwh_per_mtok"]) == pytest.approx(j * 1e6 / 3.6e6, rel=1e-4)
         t = true_at[float(r["cap_w"])]
         # over the seconds the TPS counts, as the truth's draw over its rate: within its own
         # stated precision (the figure over the whole windows was up to 6% off). A 95% interval
         # misses one reading in twenty, and one whose few batches happened to agree states
         # little: of this run's eight, one may miss, none by more than four of its half-widths
-        u95 = _f(r["j_per_token_u95_pct"]) / 100.0
+        u95 = number_or_nan(r["j_per_token_u95_pct"]) / 100.0
         off = abs(j / t["j_per_token"] - 1.0) / u95
         assert off <= 4.0, (r["cap_w"], r["reason"], j, u95, t)
         misses += [(r["cap_w"], r["reason"], round(off, 2))] if off > 1.0 else []
         # one stream's typical gap is the truth's; its p95 lies above it
-        assert _f(r["itl_p50_ms"]) == pytest.approx(t["itl_ms"], rel=0.15), (r, t)
-        assert _f(r["itl_p95_ms"]) >= _f(r["itl_p50_ms"])
-        assert _f(r["ttft_p95_ms"]) >= _f(r["ttft_p50_ms"]) > 0
+        assert number_or_nan(r["itl_p50_ms"]) == pytest.approx(t["itl_ms"], rel=0.15), (r, t)
+        assert number_or_nan(r["itl_p95_ms"]) >= number_or_nan(r["itl_p50_ms"])
+        assert number_or_nan(r["ttft_p95_ms"]) >= number_or_nan(r["ttft_p50_ms"]) > 0
     assert len(misses) <= 1, misses
 
 
@@ -118,7 +110,7 @@ def test_analyze_names_the_most_efficient_cap_that_meets_an_inter_token_target(
     caps = {
         float(r["cap_w"]): r for r in read_csv(concurrent_run / "caps.csv") if r["status"] == "ok"
     }
-    target = statistics.median(_f(r["itl_p95_ms"]) for r in caps.values())
+    target = statistics.median(number_or_nan(r["itl_p95_ms"]) for r in caps.values())
     done = powersweep(
         # the target exactly (repr): rounded to 3 decimals, it fell 0.2 us under the median
         # cap's own p95 once, and the cap missed it
@@ -198,8 +190,8 @@ def _margin_pick(meeting: list[dict[str, Any]], target: float) -> dict[str, Any]
 
 @pytest.mark.slow
 def test_a_clock_run_answers_the_latency_target_with_its_locks(tmp_path: Path) -> None:
-    run = _sweep(
-        tmp_path,
+    run = sweep_run_dir(
+        tmp_path / "runs",
         "--simulate",
         "h100-sxm",
         "--axis",
@@ -211,10 +203,14 @@ def test_a_clock_run_answers_the_latency_target_with_its_locks(tmp_path: Path) -
         "--target-cap-seconds",
         "4",
         "--no-charts",
+        *FAST,
+        "--state-dir",
+        str(tmp_path / "state"),
+        timeout=400,
     )
     points = [r for r in read_csv(run / "caps.csv") if r["status"] == "ok"]
     assert points and all(r["j_per_token"] and r["itl_p95_ms"] for r in points)
-    target = statistics.median(_f(r["itl_p95_ms"]) for r in points)
+    target = statistics.median(number_or_nan(r["itl_p95_ms"]) for r in points)
     done = powersweep(
         "analyze", str(run), "--max-itl-ms", repr(target), "--tariff", "0.2", "--full",
         "--out", str(tmp_path / "a"),

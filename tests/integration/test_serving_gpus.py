@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from powersweep.runformat import REPEAT_REASONS
-from tests.integration.conftest import only_run_dir, powersweep, read_csv, read_json
+from tests.integration.conftest import (
+    powersweep,
+    read_csv,
+    read_json,
+    sweep_done,
+    sweep_run_dir,
+)
 
 FAST = (
     "--cooling",
@@ -24,12 +30,6 @@ FAST = (
     "--settle-seconds",
     "1",
 )
-
-
-def _sweep(tmp_path: Path, *args: str) -> tuple[Path, str]:
-    proc = powersweep(*args, "--out", str(tmp_path), *FAST)
-    assert proc.returncode == 0, proc.stderr
-    return only_run_dir(tmp_path), proc.stderr
 
 
 def _load_ticks(run: Path, cap: float, serving: str) -> set[str]:
@@ -49,7 +49,7 @@ def _load_ticks(run: Path, cap: float, serving: str) -> set[str]:
 
 @pytest.mark.slow
 def test_only_the_serving_card_is_swept(tmp_path: Path) -> None:
-    run, _ = _sweep(
+    run = sweep_run_dir(
         tmp_path,
         "--simulate",
         "rtx3090-air+rtx3090-air",
@@ -57,6 +57,7 @@ def test_only_the_serving_card_is_swept(tmp_path: Path) -> None:
         "1",
         "--caps",
         "300,250",
+        *FAST,
     )
     meta = read_json(run / "run.json")
     assert [g["index"] for g in meta["gpus"]] == [1]
@@ -88,8 +89,8 @@ def test_only_the_serving_card_is_swept(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_busy_card_left_out_is_named(tmp_path: Path) -> None:
-    run, err = _sweep(
-        tmp_path, "--simulate", "rtx3090-air+rtx3090-air", "--gpus", "0", "--caps", "300"
+    run, err = sweep_done(
+        tmp_path, "--simulate", "rtx3090-air+rtx3090-air", "--gpus", "0", "--caps", "300", *FAST
     )
     meta = read_json(run / "run.json")
     assert meta["gpu_selection"]["how"] == "given" and meta["gpu_selection"]["confirmed"]
@@ -99,7 +100,7 @@ def test_a_busy_card_left_out_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_idle_card_in_the_set_drops_no_load_tick(tmp_path: Path) -> None:
-    run, err = _sweep(
+    run, err = sweep_done(
         tmp_path,
         "--simulate",
         "rtx3090-air+rtx3090-air",
@@ -109,6 +110,7 @@ def test_an_idle_card_in_the_set_drops_no_load_tick(tmp_path: Path) -> None:
         "all",
         "--caps",
         "300",
+        *FAST,
     )
     meta = read_json(run / "run.json")
     assert [g["index"] for g in meta["gpus"]] == [0, 1]
@@ -127,7 +129,9 @@ def test_an_idle_card_in_the_set_drops_no_load_tick(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_mixed_rig_is_named_after_both_cards_with_the_swept_envelope(tmp_path: Path) -> None:
-    run, _ = _sweep(tmp_path, "--simulate", "rtx3090-air+rtx4090-air", "--caps", "300,250")
+    run = sweep_run_dir(
+        tmp_path, "--simulate", "rtx3090-air+rtx4090-air", "--caps", "300,250", *FAST
+    )
     analysis = read_json(run / "analysis.json")
     facts = analysis["run"]
     assert "RTX 3090" in facts["gpu_label"] and "RTX 4090" in facts["gpu_label"]

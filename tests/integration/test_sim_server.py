@@ -42,14 +42,14 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[SimServer, Constant
         server.stop()
 
 
-async def _discover(server: SimServer, engine: ConstantEngine) -> ServerInfo:
+async def _discover_sim(server: SimServer, engine: ConstantEngine) -> ServerInfo:
     return await discover_server(server.url, model=None, api_key=None, clock=engine.clock)
 
 
-async def _chats(
+async def _chats_on(
     server: SimServer, engine: ConstantEngine, n: int = 1, **kwargs: Any
 ) -> tuple[list[RequestResult], ChatClient]:
-    info = await _discover(server, engine)
+    info = await _discover_sim(server, engine)
     client = ChatClient(info, engine.clock, max_connections=max(n, 1))
     try:
         kwargs.setdefault("prompt_kind", "narr")
@@ -65,7 +65,7 @@ async def _chats(
 
 
 def chat(server: SimServer, engine: ConstantEngine, **kwargs: Any) -> RequestResult:
-    results, _ = asyncio.run(_chats(server, engine, **kwargs))
+    results, _ = asyncio.run(_chats_on(server, engine, **kwargs))
     return results[0]
 
 
@@ -90,7 +90,7 @@ EXPECTED = {
 def test_flavour_end_to_end(served: tuple[SimServer, ConstantEngine]) -> None:
     server, engine = served
     engine_name, context, slots, source = EXPECTED[server.flavour]
-    info = asyncio.run(_discover(server, engine))
+    info = asyncio.run(_discover_sim(server, engine))
     assert info.engine == engine_name
     assert info.context_tokens == context  # llama.cpp: /props n_ctx, not meta.n_ctx_train
     assert info.total_slots == slots
@@ -129,7 +129,7 @@ def test_flavour_end_to_end(served: tuple[SimServer, ConstantEngine]) -> None:
 )
 def test_reasoning_tokens_are_counted_once(served: tuple[SimServer, ConstantEngine]) -> None:
     server, engine = served
-    results, client = asyncio.run(_chats(server, engine, max_tokens=60, record_token_times=True))
+    results, client = asyncio.run(_chats_on(server, engine, max_tokens=60, record_token_times=True))
     result = results[0]
     assert result.ok, result.error
     # Double-counting plain's two reasoning aliases would give 110.
@@ -253,7 +253,7 @@ def test_ollama_truncates_silently_and_ignores_max_completion_tokens(
 @pytest.mark.parametrize("served", [{"flavour": "vllm", "decode_tps": 4.0}], indirect=True)
 def test_sixteen_concurrent_streams(served: tuple[SimServer, ConstantEngine]) -> None:
     server, engine = served
-    results, _ = asyncio.run(_chats(server, engine, n=16, max_tokens=40))
+    results, _ = asyncio.run(_chats_on(server, engine, n=16, max_tokens=40))
     assert [r.stream for r in results] == list(range(16))
     for r in results:
         assert r.ok, r.error
@@ -269,7 +269,7 @@ def test_sixteen_concurrent_streams(served: tuple[SimServer, ConstantEngine]) ->
 @pytest.mark.parametrize("served", [{"flavour": "llamacpp"}], indirect=True)
 def test_llamacpp_slots_limit_parallel_decoding(served: tuple[SimServer, ConstantEngine]) -> None:
     server, engine = served
-    results, _ = asyncio.run(_chats(server, engine, n=8, max_tokens=10))
+    results, _ = asyncio.run(_chats_on(server, engine, n=8, max_tokens=10))
     assert all(r.ok and r.completion_tokens == 10 for r in results)
     assert engine.peak_active["decode"] == 4
 

@@ -14,7 +14,7 @@ from tests.integration.conftest import REPO
 NODE_SH = REPO / "deploy" / "slurm" / "node.sh"
 
 
-def _run(tmp: Path, *args: str, hook: str | None = None) -> tuple[int, list[str], Path]:
+def _run_slurm_step(tmp: Path, *args: str, hook: str | None = None) -> tuple[int, list[str], Path]:
     tmp.mkdir(parents=True, exist_ok=True)
     record = tmp / "args.txt"
     fake = tmp / "powersweep"
@@ -46,7 +46,7 @@ def _run(tmp: Path, *args: str, hook: str | None = None) -> tuple[int, list[str]
 
 def test_options_not_environment_and_the_hook_s_url(tmp_path: Path) -> None:
     hook = 'echo "starting on $2 (rank $3)"; echo "http://10.0.0.7:8080"; [ "$1" = start ]'
-    rc, args, node_dir = _run(
+    rc, args, node_dir = _run_slurm_step(
         tmp_path, "--simulate", "rtx4090-air~0.03", "--cooling", "air", hook=hook
     )
     assert rc == 0, (node_dir / "powersweep.log").read_text()
@@ -62,12 +62,12 @@ def test_options_not_environment_and_the_hook_s_url(tmp_path: Path) -> None:
 
 
 def test_url_template_and_a_failing_hook(tmp_path: Path) -> None:
-    rc, args, _ = _run(
+    rc, args, _ = _run_slurm_step(
         tmp_path / "a", "--url", "{url}/v1", "--model", "m-{rank}", hook="echo http://h:9"
     )
     assert rc == 0 and args[args.index("--url") + 1] == "http://h:9/v1"
     assert args.count("--url") == 1 and "m-1" in args and "--sim-node" not in args
-    rc, args, node_dir = _run(tmp_path / "b", "--cooling", "air", hook="exit 3")
+    rc, args, node_dir = _run_slurm_step(tmp_path / "b", "--cooling", "air", hook="exit 3")
     assert rc == 2 and args == []  # powersweep never ran
     assert (node_dir / "status").read_text().strip() == "failed"
     assert "server hook" in (node_dir / "powersweep.log").read_text()
@@ -75,7 +75,9 @@ def test_url_template_and_a_failing_hook(tmp_path: Path) -> None:
 
 def test_apply_step_runs_fleet_apply_with_the_node_and_its_record(tmp_path: Path) -> None:
     report = tmp_path / "report"
-    rc, args, node_dir = _run(tmp_path, "--apply", str(report), "--dry-run", "--sim-node", "{node}")
+    rc, args, node_dir = _run_slurm_step(
+        tmp_path, "--apply", str(report), "--dry-run", "--sim-node", "{node}"
+    )
     assert rc == 0
     node = node_dir.name
     assert args[:3] == ["fleet", "apply", str(report)]

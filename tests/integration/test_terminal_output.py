@@ -26,7 +26,7 @@ def _table(stdout: str) -> list[list[str]]:
     return [line.split() for line in lines[2 : 2 + n]]
 
 
-def _point(cells: list[str]) -> str:
+def _point_cell(cells: list[str]) -> str:
     return cells[1] if cells[0] in ("*", "~") else cells[0]
 
 
@@ -41,7 +41,7 @@ def test_a_sweep_prints_its_table_answer_and_files_on_stdout_and_progress_on_std
     out = done.stdout
     assert out.splitlines()[0] == "NVIDIA GeForce RTX 3090 (simulated), decode-single, air: 4 caps"
     rows = _table(out)
-    assert sorted(float(_point(r)) for r in rows) == [200.0, 250.0, 300.0, 350.0]
+    assert sorted(float(_point_cell(r)) for r in rows) == [200.0, 250.0, 300.0, 350.0]
     starred = [r for r in rows if r[0] == "*"]
     assert [float(r[1]) for r in starred] == [spot["cap_w"]]
     # the figures as the analysis states them, the cap's own stated half-width beside TPS/W

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import time
@@ -20,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import powersweep, powersweep_started, read_csv, read_json
+from tests.integration.conftest import (
+    only_run_dir,
+    powersweep,
+    powersweep_started,
+    read_csv,
+    read_json,
+    sim_rig,
+)
 
 STEP = 30.0
 GRID = 15.0
@@ -32,20 +38,19 @@ def _uuid(profile: str) -> str:
     return f"GPU-sim-{profile}-0"
 
 
-def _rig(tmp: Path, profile: str, lock: float | None = None) -> tuple[Path, dict[str, str]]:
-    tmp.mkdir(parents=True, exist_ok=True)
-    state = tmp / "sim-state.json"
+def _user_card_rig(
+    tmp: Path, profile: str, lock: float | None = None
+) -> tuple[Path, dict[str, str]]:
+    """The card of ``profile`` at the user's limit (and SM lock): its state file, environment."""
     uuid = _uuid(profile)
-    data: dict[str, Any] = {uuid: USER_LIMIT_W}
+    cards: dict[str, Any] = {uuid: USER_LIMIT_W}
     if lock is not None:
-        data[f"{uuid}#locks"] = {"sm": lock}
-    state.write_text(json.dumps(data))
-    env = {**os.environ, "POWERSWEEP_STATE_DIR": str(tmp / "state")}
-    env.pop("OPENAI_API_KEY", None)
+        cards[f"{uuid}#locks"] = {"sm": lock}
+    state, _, _, env = sim_rig(tmp, cards)
     return state, env
 
 
-def _card(state: Path, profile: str) -> tuple[float, Any, float]:
+def _limit_lock_offset(state: Path, profile: str) -> tuple[float, Any, float]:
     data = json.loads(state.read_text())
     uuid = _uuid(profile)
     locks = data.get(f"{uuid}#locks") or {}
@@ -62,11 +67,6 @@ def _args(profile: str, state: Path | None, out: Path, *extra: str) -> list[str]
     ]
 
 
-def _run_dir(out: Path) -> Path:
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return run
-
-
 @pytest.mark.parametrize(
     ("profile", "mode"),
     [
@@ -79,10 +79,10 @@ def _run_dir(out: Path) -> Path:
 def test_the_search_answers_the_stable_margin_less_the_margin(
     tmp_path: Path, profile: str, mode: str
 ) -> None:
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     done = powersweep(*_args(profile, state, tmp_path / "runs", "--load-mode", mode), env=env)
     assert done.returncode == 0, done.stderr
-    run_dir = _run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path / "runs")
     run = read_json(run_dir / "run.json")
     truth = run["simulation"]["stable_offset_mhz"]["0"]
     analysis = read_json(run_dir / "analysis.json")
@@ -114,7 +114,7 @@ def test_the_search_answers_the_stable_margin_less_the_margin(
     assert "Answer beside the best cap" in summary and "300 W cap" in summary
     assert f"{chosen['sm_offset_mhz']:+.0f} MHz offset" in done.stdout  # the closing line
     # the user's own settings are back: no offset left applied, no lock, the limit
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)
     assert run["undervolt"]["chosen_mhz"] == chosen["sm_offset_mhz"]
     # every reading and request says the offset it ran at: the points are told apart
     requests = read_csv(run_dir / "requests.csv")
@@ -129,21 +129,21 @@ def test_a_card_that_resets_at_the_first_unstable_step_ends_cleanly_and_says_so(
     tmp_path: Path,
 ) -> None:
     profile = "rtx3090-air"
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     done = powersweep(
         *_args(profile, state, tmp_path / "runs", "--sim-vf-reset-beyond-mhz", "0"), env=env
     )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert "was reset by this offset; it came back" in done.stderr
-    run_dir = _run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path / "runs")
     analysis = read_json(run_dir / "analysis.json")
     assert "gpu_reset" in [f["code"] for f in analysis["findings"]]
     bad = [s for s in analysis["steps"] if s["status"] != "ok"]
     assert len(bad) == 1 and "reset" in bad[0]["error"]
     assert "Xid 79 (fallen off the bus)" in bad[0]["error"]
     assert analysis["chosen"]["status"] == "ok"  # soaked after the card came back
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)
 
 
 def test_dry_run_shows_the_steps_and_the_warning(tmp_path: Path) -> None:
@@ -170,13 +170,13 @@ def _wait_until(proc: subprocess.Popen[str], ready: Callable[[], bool], what: st
 def _wait_for_an_offset(
     proc: subprocess.Popen[str], state: Path, profile: str, at_least: float = 1.0
 ) -> None:
-    _wait_until(proc, lambda: _card(state, profile)[2] >= at_least, "offset")
+    _wait_until(proc, lambda: _limit_lock_offset(state, profile)[2] >= at_least, "offset")
 
 
 @pytest.mark.slow
 def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> None:
     profile = "rtx3090-air"
-    state, env = _rig(tmp_path, profile, lock=1500.0)
+    state, env = _user_card_rig(tmp_path, profile, lock=1500.0)
     proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
     try:
         _wait_for_an_offset(proc, state, profile)
@@ -187,7 +187,7 @@ def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> 
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     assert "Traceback" not in stderr
-    assert _card(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
     assert "SM clock offset put back to 0 MHz" in stderr
     assert not (tmp_path / "state" / "journal.json").exists()
 
@@ -196,7 +196,7 @@ def test_sigterm_mid_search_puts_offset_locks_and_limit_back(tmp_path: Path) -> 
 def test_sigterm_in_the_memory_phase_puts_both_offsets_back(tmp_path: Path) -> None:
     # issue 45: every phase's settings come back, the memory offset's included
     profile = "rtx4090-air"
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     quick = ("--max-offset", "60", "--soak-seconds", "0", "--mem-offset-step", "500")
     # paced faster than PACED: the memory phase comes after the SM search (a memory step still
     # lasts about 80 ms of wall time, for the 20 ms poll to catch)
@@ -212,7 +212,7 @@ def test_sigterm_in_the_memory_phase_puts_both_offsets_back(tmp_path: Path) -> N
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     assert "Traceback" not in stderr
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)
     assert json.loads(state.read_text())[key] == 0.0
     assert "memory clock offset put back to 0 MHz" in stderr
     assert not (tmp_path / "state" / "journal.json").exists()
@@ -221,7 +221,7 @@ def test_sigterm_in_the_memory_phase_puts_both_offsets_back(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
     profile = "rtx3090-air"
-    state, env = _rig(tmp_path, profile, lock=1500.0)
+    state, env = _user_card_rig(tmp_path, profile, lock=1500.0)
     proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
     try:
         _wait_for_an_offset(proc, state, profile)
@@ -233,10 +233,10 @@ def test_sigkill_mid_search_is_undone_by_restore(tmp_path: Path) -> None:
     journal = tmp_path / "state" / "journal.json"
     (gpu,) = json.loads(journal.read_text())["gpus"]
     assert gpu["offset_set"] and gpu["original_sm_offset_mhz"] == 0.0
-    assert _card(state, profile)[2] > 0  # SIGKILL: nothing could put it back
+    assert _limit_lock_offset(state, profile)[2] > 0  # SIGKILL: nothing could put it back
     restored = powersweep("restore", env=env)
     assert restored.returncode == 0, restored.stderr
-    assert _card(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, 1500.0, 0.0)
     assert not journal.exists()
 
 
@@ -245,18 +245,18 @@ def test_a_search_killed_under_an_offset_resumes_and_never_tries_it_again(tmp_pa
     # issue 45: a search cut by a reset or a kill goes on (--resume) from its last stable step,
     # the offset set when it died counted unstable
     profile = "rtx3090-air"
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     proc = powersweep_started(*_args(profile, state, tmp_path / "runs", *PACED), env=env)
     try:
         _wait_for_an_offset(proc, state, profile, at_least=60.0)
-        killed_at = _card(state, profile)[2]
+        killed_at = _limit_lock_offset(state, profile)[2]
         proc.kill()
         proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert powersweep("restore", env=env).returncode == 0
-    run_dir = _run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path / "runs")
     record = read_json(run_dir / "run.json")["undervolt"]
     assert record["in_flight"] == {"sm_offset_mhz": killed_at, "reason": "search"}
     resumed = powersweep("--resume", str(run_dir), "--quiet", "--no-charts", env=env)
@@ -274,18 +274,18 @@ def test_a_search_killed_under_an_offset_resumes_and_never_tries_it_again(tmp_pa
     assert again["resumed_from"]["last_stable_mhz"] == killed_at - STEP
     assert analysis["chosen"]["sm_offset_mhz"] == analysis["last_stable_mhz"] - MARGIN
     assert analysis["last_stable_mhz"] < killed_at
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)
 
 
 def test_the_memory_phase_finds_the_cards_margin_and_apply_sets_it(tmp_path: Path) -> None:
     # issue 45: at the SM answer the memory offset climbs while TPS rises beyond noise (past
     # the seeded margin the simulated GDDR6X replays, so TPS stops rising), backs off, soaks
     profile, step = "rtx4090-air", 500.0
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     args = _args(profile, state, tmp_path / "runs", "--mem-offset-step", f"{step:g}")
     done = powersweep(*args, env=env)
     assert done.returncode == 0, done.stderr
-    run_dir = _run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path / "runs")
     run = read_json(run_dir / "run.json")
     truth = run["simulation"]["stable_mem_offset_mhz"]["0"]
     memory = read_json(run_dir / "analysis.json")["memory"]
@@ -300,7 +300,7 @@ def test_the_memory_phase_finds_the_cards_margin_and_apply_sets_it(tmp_path: Pat
     assert "Memory phase, at the SM answer" in summary and "| change with memory |" in summary
     assert f"with memory {memory['chosen']['mem_offset_mhz']:+.0f} MHz" in done.stdout
     # the card's own memory offset is back, as every other setting
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)
     assert json.loads(state.read_text()).get(f"{_uuid(profile)}#mem_offset_mhz", 0.0) == 0.0
     applied = powersweep("apply", str(run_dir), "--simulate", profile, "--sim-state", str(state))
     assert applied.returncode == 0, applied.stderr
@@ -318,7 +318,7 @@ def test_the_memory_phase_finds_the_cards_margin_and_apply_sets_it(tmp_path: Pat
 def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path) -> None:
     done = powersweep(*_args("rtx3090-air+rtx3090-air", None, tmp_path))
     assert done.returncode == 0, done.stderr
-    run_dir = _run_dir(tmp_path)
+    run_dir = only_run_dir(tmp_path)
     truths = read_json(run_dir / "run.json")["simulation"]["stable_offset_mhz"]
     assert len(set(truths.values())) == 2  # two different pieces of silicon
     weakest = min(truths.values())
@@ -332,11 +332,11 @@ def test_a_card_set_takes_one_offset_that_its_weakest_card_holds(tmp_path: Path)
 def test_a_coarse_first_step_already_unstable_is_refined_from_zero(tmp_path: Path) -> None:
     # issue 45: the back-off counted steps, so a coarse step past the margin answered +0
     profile = "rtx3090-air"
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     # the 3090's margin is 175 +-25 MHz: a first step of 210 is past it on every card
     done = powersweep(*_args(profile, state, tmp_path / "runs", "--offset-step", "210"), env=env)
     assert done.returncode == 0, done.stderr
-    run_dir = _run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path / "runs")
     run = read_json(run_dir / "run.json")
     truth = run["simulation"]["stable_offset_mhz"]["0"]
     analysis = read_json(run_dir / "analysis.json")
@@ -348,17 +348,17 @@ def test_a_coarse_first_step_already_unstable_is_refined_from_zero(tmp_path: Pat
     summary = (run_dir / "summary.md").read_text()
     assert "offset stepped by 210 MHz from 0, then by 15 MHz from +15 to" in summary
     assert "held 300 s under the load, then measured and checked" in summary
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)
 
 
 def test_a_margin_past_every_stable_offset_answers_offset_zero_and_completes(
     tmp_path: Path,
 ) -> None:
     profile = "rtx3090-air"
-    state, env = _rig(tmp_path, profile)
+    state, env = _user_card_rig(tmp_path, profile)
     done = powersweep(*_args(profile, state, tmp_path / "runs", "--offset-margin", "600"), env=env)
     assert done.returncode == 0, done.stderr
-    run_dir = _run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp_path / "runs")
     assert read_json(run_dir / "run.json")["status"] == "complete"
     analysis = read_json(run_dir / "analysis.json")
     assert analysis["chosen"]["sm_offset_mhz"] == 0.0 and analysis["soaks"] == []
@@ -366,4 +366,4 @@ def test_a_margin_past_every_stable_offset_answers_offset_zero_and_completes(
     summary = (run_dir / "summary.md").read_text()
     assert "offset 0, the card's own curve (no soak needed)" in summary
     assert "was soaked" not in summary
-    assert _card(state, profile) == (USER_LIMIT_W, None, 0.0)
+    assert _limit_lock_offset(state, profile) == (USER_LIMIT_W, None, 0.0)

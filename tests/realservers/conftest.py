@@ -8,6 +8,7 @@ loopback ports and stopped by their PID.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -22,6 +23,8 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
+from powersweep.cli.rigs import build_rig
+from powersweep.clock import real_clock
 from powersweep.sweep.options import (
     Cooling,
     LoadMode,
@@ -35,6 +38,8 @@ from powersweep.sweep.options import (
     SweepOptions,
 )
 from powersweep.sweep.sampling.windows import WindowPolicy
+from powersweep.sweep.server.discovery import ServerInfo, discover_server
+from powersweep.sweep.session import run_session
 from tests.realservers.tinymodel import MEDIUM, TINY, ModelSpec, write_model
 
 ENV_CACHE = "POWERSWEEP_REAL_SERVERS"
@@ -383,3 +388,13 @@ def sweep_options(
         "safety": SafetyOptions(state_dir=tmp_path / "state"),
     }
     return SweepOptions(**{**base, **extra})
+
+
+def discover(server: RealServer) -> ServerInfo:
+    """The real server's facts, as a sweep discovers them."""
+    return asyncio.run(discover_server(server.url, model=None, api_key=None, clock=real_clock()))
+
+
+def session_run_dir(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
+    """A sweep of the real server with :func:`sweep_options`: its run directory."""
+    return run_session(sweep_options(server, tmp_path, load_mode, **extra), build_rig).run_dir

@@ -18,13 +18,14 @@ from powersweep.runformat import REFERENCE_REASON
 from powersweep.sweep.options import SafetyOptions
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
-from powersweep.sweep.server.discovery import ServerInfo, discover_server
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
 from tests.realservers.conftest import (
     REAL_TIME_MEASURE,
     RealServer,
     TeeTransport,
+    discover,
+    session_run_dir,
     sse_payloads,
     sweep_options,
 )
@@ -33,10 +34,6 @@ from tests.realservers.tinymodel import chatml_prompt_tokens
 pytestmark = pytest.mark.realserver
 
 PROMPT = "Tell me a story about a lighthouse."
-
-
-def discover(server: RealServer) -> ServerInfo:
-    return asyncio.run(discover_server(server.url, model=None, api_key=None, clock=real_clock()))
 
 
 def chat(
@@ -140,16 +137,12 @@ def test_a_stream_the_server_interrupts_is_a_failed_request(
     assert first.chunk_tokens < 3000
 
 
-def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
-    return run_session(sweep_options(server, tmp_path, load_mode, **extra), build_rig).run_dir
-
-
 def test_prefill_session_takes_prompt_tokens_from_a_whole_answer(
     llama_cpp_python_server: RealServer, tmp_path: Path
 ) -> None:
     # No usage in streams: prefill-heavy asks the same prompt once more without streaming to
     # learn how many tokens the server processed (and so whether it truncated it).
-    run = _session(
+    run = session_run_dir(
         llama_cpp_python_server, tmp_path, "prefill-heavy", load={"target_prefill_s": 0.5}
     )
     meta = read_json(run / "run.json")

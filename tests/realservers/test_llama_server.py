@@ -29,7 +29,6 @@ from powersweep.sweep.options import (
 )
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
-from powersweep.sweep.server.discovery import ServerInfo, discover_server
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
 from tests.realservers.conftest import (
@@ -37,18 +36,15 @@ from tests.realservers.conftest import (
     SLOTS,
     RealServer,
     TeeTransport,
+    discover,
+    session_run_dir,
     sse_payloads,
-    sweep_options,
 )
 from tests.realservers.tinymodel import TINY, chatml_prompt_tokens
 
 pytestmark = pytest.mark.realserver
 
 PROMPT = "Tell me a story about a lighthouse."
-
-
-def discover(server: RealServer) -> ServerInfo:
-    return asyncio.run(discover_server(server.url, model=None, api_key=None, clock=real_clock()))
 
 
 def chat(
@@ -255,14 +251,10 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
     assert json.loads((run / "run.json").read_text())["status"] == "complete"
 
 
-def _session(server: RealServer, tmp_path: Path, load_mode: str, **extra: object) -> Path:
-    return run_session(sweep_options(server, tmp_path, load_mode, **extra), build_rig).run_dir
-
-
 def test_decode_concurrent_session_runs_one_stream_per_slot(
     llama_server: RealServer, tmp_path: Path
 ) -> None:
-    run = _session(llama_server, tmp_path, "decode-concurrent", load={"concurrency": SLOTS})
+    run = session_run_dir(llama_server, tmp_path, "decode-concurrent", load={"concurrency": SLOTS})
     assert read_json(run / "run.json")["status"] == "complete"
     # the cap, and the run's first point read again at its end (the run-to-run term)
     cap, reread = read_csv(run / "caps.csv")
@@ -283,7 +275,7 @@ def test_prefill_heavy_session_keeps_prompts_inside_the_context(
 ) -> None:
     # The byte-level tokenizer makes ~8 tokens per word: the prompt must be sized from the
     # server's /tokenize count, never sent over the 4096-token context.
-    run = _session(llama_server, tmp_path, "prefill-heavy", load={"target_prefill_s": 0.2})
+    run = session_run_dir(llama_server, tmp_path, "prefill-heavy", load={"target_prefill_s": 0.2})
     meta = read_json(run / "run.json")
     assert meta["status"] == "complete", meta["error"]
     for row in read_csv(run / "requests.csv"):
@@ -299,7 +291,7 @@ def test_server_decode_rate_is_recorded_and_agrees_with_the_tools(
 ) -> None:
     # llama.cpp reports its own decode rate for every request; requests.csv keeps it and the
     # summary cross-checks it against the tool's.
-    run = _session(llama_server, tmp_path, "decode-single")
+    run = session_run_dir(llama_server, tmp_path, "decode-single")
     requests = read_csv(run / "requests.csv")
     assert {"warmup", "narr", "code"} <= {r["prompt_kind"] for r in requests}
     for row in requests:

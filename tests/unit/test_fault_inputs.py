@@ -72,13 +72,13 @@ def test_absurd_options_are_one_line_usage_errors(
     assert not (tmp_path / "runs").exists()
 
 
-def _csv(path: Path, rows: list[str]) -> Path:
+def _status_caps_csv(path: Path, rows: list[str]) -> Path:
     path.write_text("cap_w,narr_tps,power_w,status\n" + "\n".join(rows) + "\n")
     return path
 
 
 def test_ignored_rows_are_each_named(tmp_path: Path) -> None:
-    path = _csv(
+    path = _status_caps_csv(
         tmp_path / "caps.csv",
         [
             "350,34,340,ok",
@@ -99,7 +99,7 @@ def test_ignored_rows_are_each_named(tmp_path: Path) -> None:
 
 
 def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
-    path = _csv(
+    path = _status_caps_csv(
         tmp_path / "caps.csv",
         ["350,34,340,ok", "300,33,0.2,ok", "250,30,245,ok", "200,29,90000,ok"],
     )
@@ -110,7 +110,7 @@ def test_implausible_draws_are_left_out_and_named(tmp_path: Path) -> None:
 
 
 def test_duplicate_caps_say_which_row_was_kept(tmp_path: Path) -> None:
-    path = _csv(
+    path = _status_caps_csv(
         tmp_path / "caps.csv",
         ["350,34,340,ok", "300,40,310,ok", "300,33,300,ok", "250,,,failed", "250,30,245,ok"],
     )
@@ -288,7 +288,7 @@ def test_sim_fault_specs() -> None:
         parse_fault("stall@abc")
 
 
-def _entry(pid: int, start: str | None) -> JournalEntry:
+def _pid_entry(pid: int, start: str | None) -> JournalEntry:
     return JournalEntry(
         backend={"kind": "sim"},
         gpus=(JournalGpu("GPU-a", 0, "card", 350.0),),
@@ -303,15 +303,15 @@ def test_journal_owner_is_a_live_process_with_its_start_time(tmp_path: Path) -> 
     try:
         start = process_start(child.pid)
         assert start is not None
-        assert owner_alive(_entry(child.pid, start))
-        assert not owner_alive(_entry(child.pid, str(int(start) + 1)))  # PID reused
-        assert "another sweep (PID" in owner_refusal(_entry(child.pid, start), tmp_path)
-        assert "GPU 0" in owner_refusal(_entry(child.pid, start), tmp_path)
+        assert owner_alive(_pid_entry(child.pid, start))
+        assert not owner_alive(_pid_entry(child.pid, str(int(start) + 1)))  # PID reused
+        assert "another sweep (PID" in owner_refusal(_pid_entry(child.pid, start), tmp_path)
+        assert "GPU 0" in owner_refusal(_pid_entry(child.pid, start), tmp_path)
     finally:
         child.kill()
         child.wait()
-    assert not owner_alive(_entry(child.pid, start))
-    assert not owner_alive(_entry(os.getpid(), None))  # a journal this process left earlier
+    assert not owner_alive(_pid_entry(child.pid, start))
+    assert not owner_alive(_pid_entry(os.getpid(), None))  # a journal this process left earlier
 
 
 def test_restore_takes_a_journal_only_from_an_owner_that_is_gone_or_unknowable(
@@ -344,7 +344,7 @@ def test_restore_takes_a_journal_only_from_an_owner_that_is_gone_or_unknowable(
         for extra in ((), ("--force",)):
             code, err = restore(*extra)
             assert code == 2 and "is still running on GPU 0" in err and journal.exists()
-        assert owner_state(_entry(child.pid, start)).alive is True
+        assert owner_state(_pid_entry(child.pid, start)).alive is True
         write(None)  # an older journal: the PID runs, nothing tells it from a reused one
         code, err = restore()
         (line,) = err.strip().splitlines()
@@ -352,7 +352,7 @@ def test_restore_takes_a_journal_only_from_an_owner_that_is_gone_or_unknowable(
         assert "restore --force" in line and journal.exists()
         with monkeypatch.context() as m:  # a start time that cannot be read now: also a doubt
             m.setattr("powersweep.sweep.records.owner.process_start", lambda _pid: None)
-            assert owner_state(_entry(child.pid, start)).alive is None
+            assert owner_state(_pid_entry(child.pid, start)).alive is None
         code, err = restore("--force")
         assert code == 0 and "restoring anyway (--force)" in err and "restored to 350 W" in err
         assert json.loads(state.read_text())["GPU-sim-rtx3090-air-0"] == 350.0
@@ -373,7 +373,7 @@ def test_apply_never_sets_a_card_a_live_sweep_owns(
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     journal = Journal(tmp_path / "state")
     try:
-        journal.write(_entry(child.pid, process_start(child.pid)))
+        journal.write(_pid_entry(child.pid, process_start(child.pid)))
         sim = ["--simulate", "rtx3090-air", "--sim-state", str(state)]
         for extra in ((), ("--force",)):
             code = main(
@@ -396,7 +396,7 @@ def test_a_claimed_journal_that_is_removed_or_replaced_is_lost_and_left_alone(
 ) -> None:
     journal = Journal(tmp_path)
     journal.ensure_owned()  # nothing claimed yet: nothing to check
-    mine = _entry(os.getpid(), process_start(os.getpid()))
+    mine = _pid_entry(os.getpid(), process_start(os.getpid()))
     journal.claim(mine)
     journal.ensure_owned()
     journal.record_outcome({"status": "complete", "restored": []})
@@ -404,7 +404,7 @@ def test_a_claimed_journal_that_is_removed_or_replaced_is_lost_and_left_alone(
     journal.path.unlink()
     with pytest.raises(JournalLost, match="was removed while this sweep ran"):
         journal.ensure_owned()
-    other = _entry(4242, "7")
+    other = _pid_entry(4242, "7")
     Journal(tmp_path).write(other)
     with pytest.raises(JournalLost, match=r"was replaced .* PID 4242"):
         journal.ensure_owned()
@@ -416,7 +416,7 @@ def test_a_claimed_journal_that_is_removed_or_replaced_is_lost_and_left_alone(
 
 def test_journal_keeps_pid_start_and_outcome(tmp_path: Path) -> None:
     j = Journal(tmp_path)
-    j.write(_entry(4242, "123"))
+    j.write(_pid_entry(4242, "123"))
     j.record_outcome({"status": "complete", "restored": [{"ok": True}]})
     data = json.loads(j.path.read_text())
     assert data["pid_start"] == "123" and data["outcome"]["status"] == "complete"
@@ -544,12 +544,12 @@ def test_rows_without_a_finite_cap_are_noted_blank_lines_are_not(tmp_path: Path)
 
 def test_claim_refuses_a_live_owner_and_replaces_a_dead_one(tmp_path: Path) -> None:
     j = Journal(tmp_path)
-    mine = _entry(os.getpid(), process_start(os.getpid()))
+    mine = _pid_entry(os.getpid(), process_start(os.getpid()))
     j.claim(mine)  # none there: created
     assert json.loads(j.path.read_text())["pid"] == os.getpid()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        j.write(_entry(child.pid, process_start(child.pid)))
+        j.write(_pid_entry(child.pid, process_start(child.pid)))
         with pytest.raises(UsageError, match=f"another sweep \\(PID {child.pid}\\)"):
             j.claim(mine)
         assert json.loads(j.path.read_text())["pid"] == child.pid  # left alone

@@ -31,7 +31,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _import(name: str) -> types.ModuleType | None:
+def _import_or_none(name: str) -> types.ModuleType | None:
     try:
         return importlib.import_module(name)
     except ImportError:
@@ -71,12 +71,12 @@ def _has(owner: object, attr: str) -> bool:
     return False
 
 
-def _find(dotted: str) -> bool:
+def _resolves(dotted: str) -> bool:
     """Whether ``dotted`` names a module, or an attribute reached from the longest importable
     module prefix by getattr."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
-        owner: object | None = _import(".".join(parts[:cut]))
+        owner: object | None = _import_or_none(".".join(parts[:cut]))
         if owner is None:
             continue
         for attr in parts[cut:]:
@@ -177,9 +177,9 @@ def references() -> list[Reference]:
 def broken_references() -> list[str]:
     bad = []
     for where, module, classes, role, target in references():
-        found = [c for c in candidates(target, module, classes) if _find(c)]
+        found = [c for c in candidates(target, module, classes) if _resolves(c)]
         if role == "mod":
-            found = [c for c in found if _import(c) is not None]
+            found = [c for c in found if _import_or_none(c) is not None]
         if not found:
             bad.append(f"{where}: :{role}:`{target}`")
     return bad
@@ -208,7 +208,7 @@ def test_every_reference_names_something_that_exists() -> None:
 def test_the_resolver_tells_a_real_target_from_a_missing_one(
     target: str, module: str | None, ok: bool
 ) -> None:
-    assert any(_find(c) for c in candidates(target, module)) is ok
+    assert any(_resolves(c) for c in candidates(target, module)) is ok
 
 
 def header_words(path: Path) -> int:

@@ -26,7 +26,7 @@ from powersweep.report import (
 )
 
 
-def _power(tmp_path: Path, name: str = "power", scale: float = 1.0) -> Path:
+def _power_csv_at(tmp_path: Path, name: str = "power", scale: float = 1.0) -> Path:
     folder = tmp_path / name
     folder.mkdir()
     lines = ["cap_w,narr_tps,power_w"]
@@ -36,7 +36,7 @@ def _power(tmp_path: Path, name: str = "power", scale: float = 1.0) -> Path:
     return folder / "caps.csv"
 
 
-def _clocks(tmp_path: Path) -> Path:
+def _three_lock_csv(tmp_path: Path) -> Path:
     folder = tmp_path / "clocks"
     folder.mkdir()
     lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w"]
@@ -83,7 +83,7 @@ def test_a_failed_write_names_the_directory_and_out_unless_out_was_given(tmp_pat
 
 
 def test_the_outputs_go_beside_the_input_or_into_out(tmp_path: Path) -> None:
-    csv = _power(tmp_path)
+    csv = _power_csv_at(tmp_path)
     report = build_report(csv, charts=False)
     assert isinstance(report, Report) and isinstance(report.result, PowerAnalysis)
     assert report.result.sweet_spot is not None and report.result.sweet_spot.cap_w == 250.0
@@ -100,7 +100,7 @@ def test_the_outputs_go_beside_the_input_or_into_out(tmp_path: Path) -> None:
 
 
 def test_the_analysis_is_shown_before_anything_is_written(tmp_path: Path) -> None:
-    csv = _power(tmp_path)
+    csv = _power_csv_at(tmp_path)
     (csv.parent / "analysis.json").mkdir()  # a write that will fail
     seen: list[Report] = []
     with pytest.raises(PowersweepError) as caught:
@@ -126,7 +126,7 @@ def test_a_curve_without_an_answer_is_refused_only_when_one_is_required(tmp_path
 
 
 def test_charts_are_drawn_into_the_charts_folder(tmp_path: Path) -> None:
-    csv = _power(tmp_path)
+    csv = _power_csv_at(tmp_path)
     report = build_report(csv, formats=("svg",), write_analysis=False)
     assert {p.name for p in report.paths} >= {"efficiency.svg", "power.svg"}
     assert all(p.parent == csv.parent / "charts" for p in report.paths)
@@ -155,15 +155,15 @@ def test_an_undervolt_search_is_not_set_against_a_power_run(tmp_path: Path) -> N
         "300,30,300,,0\n300,30,290,1500,0\n300,30,280,1500,30\n"
     )
     with pytest.raises(UsageError, match=r"not an --axis undervolt one.*analyze it alone"):
-        build_clock_comparison([_power(tmp_path), folder / "caps.csv"], write=False)
+        build_clock_comparison([_power_csv_at(tmp_path), folder / "caps.csv"], write=False)
 
 
 def test_the_clock_comparison_takes_one_run_of_each_axis_and_writes_beside_them(
     tmp_path: Path,
 ) -> None:
-    power, clocks = _power(tmp_path), _clocks(tmp_path)
+    power, clocks = _power_csv_at(tmp_path), _three_lock_csv(tmp_path)
     with pytest.raises(UsageError, match="one power-axis run and one clock run"):
-        build_clock_comparison([power, _power(tmp_path, "power2")])
+        build_clock_comparison([power, _power_csv_at(tmp_path, "power2")])
     compared = build_clock_comparison([clocks, power], charts=False)
     assert [p.name for p in compared.paths] == ["clocks-vs-power.json", "clocks-vs-power.md"]
     assert all(p.parent == tmp_path for p in compared.paths)  # the folder holding both runs
@@ -177,8 +177,8 @@ def test_the_clock_comparison_takes_one_run_of_each_axis_and_writes_beside_them(
 
 def test_a_cross_mode_report_needs_two_runs_and_puts_each_in_its_folder(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="needs at least two runs"):
-        build_cross_report([_power(tmp_path)])
-    a, b = _power(tmp_path, "decode"), _power(tmp_path, "prefill", scale=10.0)
+        build_cross_report([_power_csv_at(tmp_path)])
+    a, b = _power_csv_at(tmp_path, "decode"), _power_csv_at(tmp_path, "prefill", scale=10.0)
     out = tmp_path / "out"
     report = build_cross_report([a, b], out_dir=out)
     assert {p.relative_to(out).as_posix() for p in report.paths} == {

@@ -51,7 +51,7 @@ def _lines(text: str) -> list[str]:
     return text.splitlines()
 
 
-def _row(text: str, point: str) -> list[str]:
+def _table_row(text: str, point: str) -> list[str]:
     (row,) = [r for r in _lines(text) if r[1:].split()[:1] == [point]]
     return row.split()
 
@@ -62,12 +62,12 @@ def test_a_power_run_shows_each_cap_its_precision_and_status_and_the_answer() ->
     lines = _lines(text)
     assert lines[0] == "NVIDIA GeForce RTX 3090, decode-single, air: 5 caps"
     assert lines[1].split() == ["cap", "W", "TPS", "draw", "W", "TPS/W", "+-95%", "status"]
-    assert _row(text, "200") == ["200", "20.0", "200", "0.1000", "1.23%", "ok"]
-    assert _row(text, "250") == ["*", "250", "28.0", "245", "0.1143", "0.50%", "ok"]
-    assert _row(text, "350") == ["~", "350", "33.0", "300", "0.1100", "0.75%", "ok"]
+    assert _table_row(text, "200") == ["200", "20.0", "200", "0.1000", "1.23%", "ok"]
+    assert _table_row(text, "250") == ["*", "250", "28.0", "245", "0.1143", "0.50%", "ok"]
+    assert _table_row(text, "350") == ["~", "350", "33.0", "300", "0.1100", "0.75%", "ok"]
     # the outlier: its reading shown, named, unmarked though the noise ties it
-    assert _row(text, "300") == ["300", "31.0", "275", "0.1127", "-", "outlier"]
-    assert _row(text, "400") == ["400", "-", "-", "-", "-", "failed"]
+    assert _table_row(text, "300") == ["300", "31.0", "275", "0.1127", "-", "outlier"]
+    assert _table_row(text, "400") == ["400", "-", "-", "-", "-", "failed"]
     assert "* sweet spot  ~ tied with it (within noise)" in lines
     assert lines[-1] == "sweet spot: 250 W, 0.1143 TPS/W, 28.0 TPS"
     assert all(len(line) <= 80 for line in lines)
@@ -160,11 +160,19 @@ def test_a_clock_run_shows_its_locks_and_the_points_that_did_not_end_ok() -> Non
     assert [line[1:].split()[0] for line in lines[2:7]] == [
         "1200/9001", "1500/9001", "1800/9001", "900/7001", "1200/7001",
     ]  # fmt: skip
-    assert _row(text, "1200/9001") == ["*", "1200/9001", "33.0", "200", "0.1650", "0.30%", "ok"]
-    assert _row(text, "1200/7001")[0] == "~"
-    assert _row(text, "1500/9001")[-1] == "ok"
-    assert _row(text, "1800/9001") == ["1800/9001", "-", "-", "-", "-", "failed"]
-    assert _row(text, "900/7001") == ["900/7001", "50.0", "150", "0.3333", "-", "outlier"]
+    assert _table_row(text, "1200/9001") == [
+        "*",
+        "1200/9001",
+        "33.0",
+        "200",
+        "0.1650",
+        "0.30%",
+        "ok",
+    ]
+    assert _table_row(text, "1200/7001")[0] == "~"
+    assert _table_row(text, "1500/9001")[-1] == "ok"
+    assert _table_row(text, "1800/9001") == ["1800/9001", "-", "-", "-", "-", "failed"]
+    assert _table_row(text, "900/7001") == ["900/7001", "50.0", "150", "0.3333", "-", "outlier"]
     assert lines[-1] == (
         "efficiency peak: SM 1200 MHz / mem 9001 MHz, 0.1650 TPS/W, 33.0 TPS, 200 W"
     )
@@ -181,12 +189,12 @@ def test_an_sm_clock_run_without_an_answer_marks_nothing() -> None:
     )
     text = render_body(result, AXES["sm-clock"].headline(result))
     assert _lines(text)[1].split()[:2] == ["SM", "MHz"]
-    assert _row(text, "1200") == ["1200", "33.0", "200", "0.1650", "0.30%", "ok"]
+    assert _table_row(text, "1200") == ["1200", "33.0", "200", "0.1650", "0.30%", "ok"]
     words = " ".join(text.split())
     assert "no answer: only 2 usable points" in words and "(not an answer)" in words
 
 
-def _step(offset: float, reason: str, status: str = "ok", **extra: float) -> OffsetStep:
+def _offset_step(offset: float, reason: str, status: str = "ok", **extra: float) -> OffsetStep:
     return OffsetStep(
         sm_offset_mhz=offset,
         sm_lock_mhz=1485.0,
@@ -207,13 +215,13 @@ def test_an_undervolt_search_shows_the_cap_each_step_and_the_soaked_answer() -> 
         power_w=280.0, tps_per_w=36.2 / 280.0, tps_per_w_u95_pct=1.5,
     )  # fmt: skip
     steps = [
-        _step(0.0, "reference"),
-        _step(60.0, "search"),
-        _step(120.0, "search"),
-        _step(150.0, "refine", "unstable"),
+        _offset_step(0.0, "reference"),
+        _offset_step(60.0, "search"),
+        _offset_step(120.0, "search"),
+        _offset_step(150.0, "refine", "unstable"),
     ]
-    soak = _step(90.0, "soak")
-    memory_step = _step(90.0, "search", mem_offset_mhz=500.0)
+    soak = _offset_step(90.0, "soak")
+    memory_step = _offset_step(90.0, "search", mem_offset_mhz=500.0)
     result = UndervoltAnalysis(
         run=RUN,
         sm_lock_mhz=1485.0,
@@ -230,9 +238,11 @@ def test_an_undervolt_search_shows_the_cap_each_step_and_the_soaked_answer() -> 
     assert [line[1:].split()[0] for line in lines[2:9]] == [
         "300", "+0", "+60", "+120", "+150", "+90", "mem",
     ]  # fmt: skip
-    assert _row(text, "300") == ["300", "W", "cap", "36.2", "280", "0.1293", "1.50%", "ok"]
-    assert _row(text, "+150")[-2:] == ["0.40%", "unstable"] and "refine" in _row(text, "+150")
-    assert _row(text, "+90")[:3] == ["*", "+90", "soak"]
+    assert _table_row(text, "300") == ["300", "W", "cap", "36.2", "280", "0.1293", "1.50%", "ok"]
+    assert _table_row(text, "+150")[-2:] == ["0.40%", "unstable"] and "refine" in _table_row(
+        text, "+150"
+    )
+    assert _table_row(text, "+90")[:3] == ["*", "+90", "soak"]
     assert "* the answer (soaked)" in lines
     assert lines[-1].startswith("undervolt: SM 1485 MHz +90 MHz offset")
 
@@ -280,14 +290,14 @@ def test_a_dense_power_run_fits_a_screen(tmp_path: Path) -> None:
 
 
 def test_an_unsoaked_answer_is_not_called_soaked_and_a_long_title_keeps_the_status() -> None:
-    step = _step(90.0, "search")
+    step = _offset_step(90.0, "search")
     run = RunFacts(
         gpu_name="NVIDIA GeForce RTX 4090 (simulated)",
         load_mode="decode-single",
         cooling="air",
         status="interrupted",
     )
-    result = UndervoltAnalysis(run=run, steps=[_step(0.0, "reference"), step], chosen=step)
+    result = UndervoltAnalysis(run=run, steps=[_offset_step(0.0, "reference"), step], chosen=step)
     lines = _lines(render_body(result, undervolt_headline(result)))
     assert "* the answer" in lines and "* the answer (soaked)" not in lines
     assert len(lines[0]) <= 80 and lines[0].endswith("...: 2 steps, run interrupted")
@@ -313,7 +323,7 @@ def test_a_published_bare_curve_shows_its_outlier_and_its_one_reading_precision(
     assert sweet is not None and isinstance(sweet.estimate, dict)
     u95 = f"{sweet.estimate['reading_u95_pct']:.2f}%"
     text = render_view(report.result, report.headline, csv, [tmp_path / "out" / "summary.md"])
-    assert _row(text, "290")[-2:] == [u95, "outlier"]
+    assert _table_row(text, "290")[-2:] == [u95, "outlier"]
     starred = [line for line in _lines(text) if line.startswith("* ") and line[2:3] == " "]
     assert len(starred) == 1 and "290" not in starred[0]  # never the pick
     assert f"+-95%: one reading's, {sweet.noise_source}" in _lines(text)

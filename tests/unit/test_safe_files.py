@@ -143,7 +143,7 @@ def test_a_directory_of_another_user_is_refused_naming_it_and_its_owner(
 # --- every file the tool writes ---
 
 
-def _locks(lock_dir: Path) -> CardLocks:
+def _locks_in(lock_dir: Path) -> CardLocks:
     return CardLocks(lock_dir, CardHolder(os.getpid(), "sweep", "/state", "2026-01-01T00:00:00Z"))
 
 
@@ -153,7 +153,7 @@ def test_a_card_lock_planted_as_a_link_is_refused_and_its_target_kept(
     lock_dir = private_dir(tmp_path / "locks", fix="")
     name = hashlib.sha256(b"gpu:GPU-a").hexdigest()[:24] + ".lock"
     link = _plant(lock_dir / name, victim)
-    locks = _locks(lock_dir)
+    locks = _locks_in(lock_dir)
     with pytest.raises(UsageError) as exc:
         locks.take([("gpu:GPU-a", "GPU 0")])
     _refused(exc, link, victim)
@@ -167,15 +167,15 @@ def test_a_lock_directory_shared_or_of_another_user_is_refused_with_the_fix(
     shared.mkdir()
     shared.chmod(0o1777)
     with pytest.raises(UsageError, match=r"can be written by others.*POWERSWEEP_LOCK_DIR"):
-        _locks(shared).take([("gpu:GPU-a", "GPU 0")])
+        _locks_in(shared).take([("gpu:GPU-a", "GPU 0")])
     assert list(shared.iterdir()) == []
     theirs = tmp_path / "theirs"
     owner = _owned_by_another(theirs, monkeypatch)
     with pytest.raises(UsageError, match=rf"{theirs}: it belongs to .*uid {owner}"):
-        _locks(theirs).take([("gpu:GPU-a", "GPU 0")])
+        _locks_in(theirs).take([("gpu:GPU-a", "GPU 0")])
 
 
-def _entry() -> JournalEntry:
+def _own_entry() -> JournalEntry:
     return JournalEntry(
         backend={"kind": "nvml"},
         gpus=(JournalGpu("GPU-a", 0, "card 0", 300.0),),
@@ -191,11 +191,11 @@ def test_the_journal_replaces_a_planted_link_and_a_claim_refuses_one(
     journal = Journal(private_dir(tmp_path / "state", fix=""))
     link = _plant(journal.path, victim)
     with pytest.raises(UsageError) as exc:
-        journal.claim(_entry())  # reads what is there first: a link is no journal
+        journal.claim(_own_entry())  # reads what is there first: a link is no journal
     _refused(exc, link, victim)
-    journal.write(_entry())
+    journal.write(_own_entry())
     _replaced(link, victim)
-    assert journal.read() == _entry()
+    assert journal.read() == _own_entry()
 
 
 def test_a_state_directory_others_may_write_is_refused(tmp_path: Path) -> None:
@@ -203,7 +203,7 @@ def test_a_state_directory_others_may_write_is_refused(tmp_path: Path) -> None:
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(UsageError, match=r"written by others.*--state-dir; no power limit"):
-        Journal(shared).write(_entry())
+        Journal(shared).write(_own_entry())
     with pytest.raises(UsageError, match="written by others"):
         Journal(shared).read()  # a journal decides what is written to the cards
     assert list(shared.iterdir()) == []

@@ -11,14 +11,9 @@ import pytest
 
 from powersweep.analysis.csvtext import cut_by_crash, read_text_csv, to_floats
 from powersweep.errors import UsageError
+from tests.helpers.files import write_text as _csv
 
 KNOWN = ("cap_w", "power_w", "narr_tps", "status")
-
-
-def _csv(tmp_path: Path, text: str, name: str = "caps.csv") -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.mark.parametrize("sep", [",", "\t", ";"])

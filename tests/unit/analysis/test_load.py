@@ -21,12 +21,7 @@ from powersweep.analysis.load import (
     write_caps_csv,
 )
 from powersweep.errors import PowersweepError, UsageError
-
-
-def _csv(tmp_path: Path, text: str, name: str = "caps.csv") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+from tests.helpers.files import write_text as _csv
 
 
 def test_rows_are_typed_sorted_and_keep_their_source_lines(tmp_path: Path) -> None:

@@ -10,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.cli import main
 from powersweep.sim.synthetic_fleet import synthetic_fleet
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.helpers.cli import run_cli as run
 
 
 def _run(root: Path, load_mode: str = "decode-single") -> Path:

@@ -11,18 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.cli import main
 from powersweep.sim.limit_store import LimitStore
 from powersweep.sweep.records.owner import process_start
+from tests.helpers.cli import run_cli as run
 
 UUID = "GPU-sim-rtx3090-air-0"
 LABEL = f"GPU 0 (NVIDIA GeForce RTX 3090 (simulated), {UUID})"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def sim(tmp_path: Path) -> list[str]:

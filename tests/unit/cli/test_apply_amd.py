@@ -10,13 +10,14 @@ import pytest
 
 from powersweep.cli import _boot as boot_cli
 from powersweep.cli import apply as apply_cli
-from powersweep.cli import gpu_backends, main, rigs
+from powersweep.cli import gpu_backends, rigs
 from powersweep.errors import GpuError
 from powersweep.sweep.gpu.amd import AmdsmiBackend
 from powersweep.sweep.gpu.combined import CombinedBackend
 from powersweep.sweep.gpu.nvml import NvmlBackend
 from tests.fakes.fake_amdsmi import FakeAmdsmi, mi300x
 from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
+from tests.helpers.cli import run_cli as cli
 
 UUID = "1fff74a1-0000-1000-8000-0000000000a0"
 NV_UUID = "GPU-12345678-0000-0000-0000-000000000000"
@@ -38,12 +39,6 @@ def amd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeAmdsmi:
     monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
     monkeypatch.setattr(apply_cli, "is_root", lambda: True)
     return fake
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> dict[str, Path]:

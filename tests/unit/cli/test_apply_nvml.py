@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from powersweep.cli import apply as apply_cli
-from powersweep.cli import main, rigs
+from powersweep.cli import rigs
 from powersweep.sweep.gpu.nvml import NvmlBackend
 from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
+from tests.helpers.cli import run_cli as cli
 
 UUID = "GPU-12345678-0000-0000-0000-000000000000"
 
@@ -38,12 +39,6 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("POWERSWEEP_UNIT_DIR", raising=False)
     return nvml
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_a_write_without_root_is_refused_before_any_change(

@@ -14,14 +14,8 @@ import typer
 
 from powersweep.cli import main
 from powersweep.sweep.signals import SweepInterrupted
+from tests.helpers.cli import run_cli as run
 from tests.paths import SHARED_3090
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 BAD_SWEEP = [
     (["--cooling", "liquid", "--simulate", "rtx3090-air"], "--cooling"),

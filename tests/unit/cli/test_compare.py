@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.cli import compare, main
+from powersweep.cli import compare
 from powersweep.cli.compare import CHART_STEM
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.helpers.cli import run_cli as run
 
 
 def _curves(tmp_path: Path, n: int = 2) -> list[str]:

@@ -5,13 +5,13 @@ one error line. (test_import_headers.py covers every header the script had.)"""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import pytest
 
-from powersweep.cli import main
+from tests.helpers.cli import run_cli as run
+from tests.helpers.files import read_csv as _rows
 
 TABLE = "\n".join(
     [
@@ -25,17 +25,6 @@ TABLE = "\n".join(
         "",
     ]
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def test_a_run_folder_goes_beside_the_summary_by_default(

@@ -8,15 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from powersweep.cli import main
+from tests.helpers.cli import run_cli as run
 
 CURVE = "cap_w,power_w,narr_tps\n200,199,20\n250,249,27\n300,295,31\n350,330,33\n"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_the_charts_go_under_out_and_each_path_is_printed(

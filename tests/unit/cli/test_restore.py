@@ -11,17 +11,11 @@ from typing import Any
 
 import pytest
 
-from powersweep.cli import main
 from powersweep.sim.limit_store import LimitStore
 from powersweep.sweep.records.owner import process_start
+from tests.helpers.cli import run_cli as run
 
 UUID = "GPU-sim-rtx3090-air-0"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _journal(state_dir: Path, sim_state: Path, **changes: Any) -> Path:

@@ -11,16 +11,10 @@ from typing import Any
 
 import pytest
 
-from powersweep.cli import main
 from powersweep.sim.limit_store import LimitStore
 from powersweep.sim.physics import Locks
 from powersweep.sweep.records.journal import ROOT_STATE_DIR
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.helpers.cli import run_cli as run
 
 
 def _status(capsys: pytest.CaptureFixture[str], tmp_path: Path, *extra: str) -> dict[str, Any]:

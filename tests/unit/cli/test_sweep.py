@@ -11,17 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from powersweep.cli import main
 from powersweep.cli.sweep import AFTER_PLAN, _finish_report, _print_restored, _Progress
 from powersweep.sim.profiles import OUTLIERS, profile_names
 from powersweep.sim.synthetic_fleet import synthetic_fleet
 from powersweep.sweep.planning.points import SweepPoint
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.helpers.cli import run_cli as run
 
 
 def test_list_profiles_names_every_profile_and_the_other_forms(

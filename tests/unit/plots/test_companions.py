@@ -4,8 +4,6 @@ timeline of the sweep from samples.csv, summed per sampler tick."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import polars as pl
 import pytest
@@ -19,9 +17,10 @@ from powersweep.plots.companions import (
     power_figure,
     timeline_figure,
 )
+from tests.chart_layout import one_by_gid
 
 
-def _analysis(n_gpus: int = 1, sm: bool = True, mem: bool = True) -> PowerAnalysis:
+def _three_cap_analysis(n_gpus: int = 1, sm: bool = True, mem: bool = True) -> PowerAnalysis:
     caps = []
     for i, cap in enumerate((200.0, 250.0, 300.0)):
         caps.append(
@@ -42,41 +41,36 @@ def _analysis(n_gpus: int = 1, sm: bool = True, mem: bool = True) -> PowerAnalys
     )
 
 
-def _by_gid(lines: list[Any], gid: str) -> Any:
-    (line,) = [x for x in lines if x.get_gid() == gid]
-    return line
-
-
 def test_has_clocks_needs_one_reading_of_either_clock() -> None:
-    assert has_clocks(_analysis())
-    assert has_clocks(_analysis(sm=False))
-    assert not has_clocks(_analysis(sm=False, mem=False))
+    assert has_clocks(_three_cap_analysis())
+    assert has_clocks(_three_cap_analysis(sm=False))
+    assert not has_clocks(_three_cap_analysis(sm=False, mem=False))
 
 
 def test_power_chart_of_a_pair_compares_the_summed_draw_with_twice_the_cap() -> None:
-    fig = power_figure(_analysis(n_gpus=2), title="pair")
+    fig = power_figure(_three_cap_analysis(n_gpus=2), title="pair")
     ax = fig.axes[0]
-    ideal = _by_gid(ax.lines, "draw-equals-cap")
+    ideal = one_by_gid(ax.lines, "draw-equals-cap")
     assert ideal.get_label() == "draw = cap x 2 GPUs"
     assert ax.get_xlabel() == "power cap (W per GPU)"
     assert ax.get_ylabel() == "mean draw under load (W, all GPUs)"
-    draw = np.asarray(_by_gid(ax.lines, "power").get_ydata(), dtype=float)
+    draw = np.asarray(one_by_gid(ax.lines, "power").get_ydata(), dtype=float)
     assert draw.tolist() == [390.0, 490.0, 590.0]
     assert fig.get_suptitle() == "pair"
 
 
 def test_clocks_chart_uses_a_second_axis_only_for_both_clocks() -> None:
-    both = clocks_figure(_analysis())
+    both = clocks_figure(_three_cap_analysis())
     assert len(both.axes) == 2
     assert both.axes[0].get_ylabel() == "SM clock (MHz)"
     assert both.axes[1].get_ylabel() == "memory clock (MHz)"
     assert both.axes[0].get_ylim() == pytest.approx((0.0, 1400.0 * 1.3))
-    mem_only = clocks_figure(_analysis(sm=False))
+    mem_only = clocks_figure(_three_cap_analysis(sm=False))
     assert len(mem_only.axes) == 1
     gids = [line.get_gid() for line in mem_only.axes[0].lines]
     assert "mem_clock" in gids and "sm_clock" not in gids
     with pytest.raises(UsageError, match="no clock readings"):
-        clocks_figure(_analysis(sm=False, mem=False))
+        clocks_figure(_three_cap_analysis(sm=False, mem=False))
 
 
 def test_per_tick_without_t_s_is_a_usage_error() -> None:
@@ -119,13 +113,13 @@ def test_timeline_draws_the_combined_cap_and_a_line_at_each_cap_change() -> None
             "sm_clock_mhz": [1500.0] * 6,
         }
     )
-    fig = timeline_figure(samples, _analysis(n_gpus=2))
+    fig = timeline_figure(samples, _three_cap_analysis(n_gpus=2))
     ax_p, ax_t, _ = fig.axes
-    cap = np.asarray(_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
+    cap = np.asarray(one_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
     assert cap.tolist() == [600.0, 600.0, 500.0]
-    draw = np.asarray(_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
+    draw = np.asarray(one_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
     assert draw.tolist() == [550.0, 552.0, 479.0]
-    temp = np.asarray(_by_gid(ax_t.lines, "temp").get_ydata(), dtype=float)
+    temp = np.asarray(one_by_gid(ax_t.lines, "temp").get_ydata(), dtype=float)
     assert temp.tolist() == [65.0, 66.0, 64.0]
     (steps,) = [c for c in ax_p.collections if c.get_gid() == "cap-steps"]
     assert [seg[0][0] for seg in steps.get_segments()] == [2.0]

@@ -31,12 +31,12 @@ CAPS = [
 ]
 
 
-def _analysis(**changes: Any) -> PowerAnalysis:
+def _caps_analysis(**changes: Any) -> PowerAnalysis:
     data: dict[str, Any] = {"run": {"gpu_name": "RTX 3090", "n_gpus": 1}, "caps": CAPS}
     return PowerAnalysis.from_json({**data, **changes})
 
 
-def _run(**changes: Any) -> RunFacts:
+def _run_facts(**changes: Any) -> RunFacts:
     base: dict[str, Any] = {
         "gpu_name": "NVIDIA GeForce RTX 3090",
         "n_gpus": 1,
@@ -65,7 +65,7 @@ def test_text_is_stripped_and_blank_is_unknown() -> None:
 
 
 def test_caps_are_sorted_failed_caps_are_gaps_and_missing_tps_per_w_is_derived() -> None:
-    curve = parse_analysis(_analysis()).curve
+    curve = parse_analysis(_caps_analysis()).curve
     assert curve.cap_w.tolist() == [200.0, 250.0, 300.0]
     assert curve.failed.tolist() == [False, True, False]
     assert curve.tps_per_w[0] == pytest.approx(0.1)  # 20 / 200: derived
@@ -76,33 +76,33 @@ def test_caps_are_sorted_failed_caps_are_gaps_and_missing_tps_per_w_is_derived()
 
 
 def test_a_row_without_status_is_measured_and_without_draw_has_no_tps_per_w() -> None:
-    view = parse_analysis(_analysis(caps=[{"cap_w": 200, "tps": 20.0, "power_w": 0.0}]))
+    view = parse_analysis(_caps_analysis(caps=[{"cap_w": 200, "tps": 20.0, "power_w": 0.0}]))
     assert view.curve.failed.tolist() == [False]  # a bare caps.csv's row
     assert math.isnan(view.curve.tps_per_w[0])  # no draw: no derived TPS/W
 
 
 def test_a_curve_needs_a_cap_with_a_finite_cap() -> None:
-    view = parse_analysis(_analysis(caps=[{"cap_w": math.nan}, {"cap_w": 250, "tps": 1}]))
+    view = parse_analysis(_caps_analysis(caps=[{"cap_w": math.nan}, {"cap_w": 250, "tps": 1}]))
     assert view.curve.cap_w.tolist() == [250.0]
     with pytest.raises(UsageError, match="no caps to plot"):
-        parse_analysis(_analysis(caps=[]))
+        parse_analysis(_caps_analysis(caps=[]))
 
 
 def test_metric_defaults_to_narrative_tps() -> None:
-    assert parse_analysis(_analysis(metric="prefill_tps")).is_prefill
-    assert parse_analysis(_analysis(metric="watts")).metric == "narr_tps"
+    assert parse_analysis(_caps_analysis(metric="prefill_tps")).is_prefill
+    assert parse_analysis(_caps_analysis(metric="watts")).metric == "narr_tps"
 
 
 def test_sweet_spot_and_near_peak_are_marked_only_with_a_known_tps_per_w() -> None:
     view = parse_analysis(
-        _analysis(
+        _caps_analysis(
             sweet_spot={"cap_w": 280, "tps_per_w": 0.11},
             near_peak={"cap_w": 300, "tps_per_w": None},
         )
     )
     assert view.sweet_spot is not None and view.sweet_spot.cap_w == 280.0
     assert view.near_peak is None
-    assert parse_analysis(_analysis()).sweet_spot is None
+    assert parse_analysis(_caps_analysis()).sweet_spot is None
 
 
 def test_plateaus_keep_known_kinds_with_both_ends_ordered_and_sorted() -> None:
@@ -112,17 +112,19 @@ def test_plateaus_keep_known_kinds_with_both_ends_ordered_and_sorted() -> None:
         {"kind": "thermal", "start_w": 100, "end_w": 120},
         {"kind": "boost_plateau", "start_w": math.inf, "end_w": 200},
     ]
-    view = parse_analysis(_analysis(plateaus=plateaus))
+    view = parse_analysis(_caps_analysis(plateaus=plateaus))
     got = [(p.kind, p.start_w, p.end_w) for p in view.plateaus]
     assert got == [("boost_plateau", 250.0, 270.0), ("draw_ceiling", 350.0, 380.0)]
     assert view.plateaus[1].power_w == 300.0
 
 
 def test_each_distinct_cards_default_on_a_rig_of_different_cards() -> None:
-    run = _run(gpu_names=["RTX 3090", "RTX 4090", "RTX 3090"], default_limits_w=[370, 450, 370])
+    run = _run_facts(
+        gpu_names=["RTX 3090", "RTX 4090", "RTX 3090"], default_limits_w=[370, 450, 370]
+    )
     assert card_defaults(run) == (("RTX 3090", 370.0), ("RTX 4090", 450.0))
-    assert card_defaults(_run(gpu_names=["RTX 3090"], default_limits_w=[370, 450])) == ()
-    assert card_defaults(_run()) == ()
+    assert card_defaults(_run_facts(gpu_names=["RTX 3090"], default_limits_w=[370, 450])) == ()
+    assert card_defaults(_run_facts()) == ()
 
 
 def test_each_cards_share_of_its_default() -> None:
@@ -134,15 +136,15 @@ def test_each_cards_share_of_its_default() -> None:
 
 
 def test_gpu_label() -> None:
-    assert gpu_label(_run()) == "NVIDIA GeForce RTX 3090"
-    assert gpu_label(_run(n_gpus=2)) == "2x NVIDIA GeForce RTX 3090"
-    assert gpu_label(_run(gpu_name="  ")) == "GPU"
-    assert gpu_label(_run(gpu_label="RTX 3090 + RTX 4090", n_gpus=2)) == "RTX 3090 + RTX 4090"
-    assert gpu_label(_run(gpu_label="RTX 3090")) == "NVIDIA GeForce RTX 3090"
+    assert gpu_label(_run_facts()) == "NVIDIA GeForce RTX 3090"
+    assert gpu_label(_run_facts(n_gpus=2)) == "2x NVIDIA GeForce RTX 3090"
+    assert gpu_label(_run_facts(gpu_name="  ")) == "GPU"
+    assert gpu_label(_run_facts(gpu_label="RTX 3090 + RTX 4090", n_gpus=2)) == "RTX 3090 + RTX 4090"
+    assert gpu_label(_run_facts(gpu_label="RTX 3090")) == "NVIDIA GeForce RTX 3090"
 
 
 def test_subtitle_leaves_out_what_is_unknown() -> None:
-    assert subtitle(_run()) == "  ·  ".join(
+    assert subtitle(_run_facts()) == "  ·  ".join(
         [
             "NVIDIA GeForce RTX 3090",
             "air-cooled",
@@ -151,7 +153,7 @@ def test_subtitle_leaves_out_what_is_unknown() -> None:
             "2025-11-02",
         ]
     )
-    bare = _run(cooling="unspecified", engine=None, load_mode=" ", date=None)
+    bare = _run_facts(cooling="unspecified", engine=None, load_mode=" ", date=None)
     assert subtitle(bare, with_gpu=False) == "Qwen3"
     assert subtitle(RunFacts(), with_gpu=False) == ""
 

@@ -26,7 +26,7 @@ from powersweep.plots.fleet_charts import (
 CAPS = [200.0, 250.0, 300.0, 350.0]
 
 
-def _group(n_outliers: int = 2, **changes: Any) -> dict[str, Any]:
+def _band_group(n_outliers: int = 2, **changes: Any) -> dict[str, Any]:
     group: dict[str, Any] = {
         "gpu_name": "NVIDIA GeForce RTX 4090",
         "n_gpus": 1,
@@ -61,7 +61,7 @@ def _group(n_outliers: int = 2, **changes: Any) -> dict[str, Any]:
     return group
 
 
-def _report(*groups: dict[str, Any]) -> FleetReport:
+def _report_of(*groups: dict[str, Any]) -> FleetReport:
     """A report of these groups, typed as the charts take it."""
     return FleetReport.from_json({"groups": list(groups)})
 
@@ -71,7 +71,7 @@ def _texts(ax: Any) -> list[str]:
 
 
 def test_the_band_chart_draws_each_groups_band_cap_and_outliers() -> None:
-    fig = band_figure(_report(_group()))
+    fig = band_figure(_report_of(_band_group()))
     band, side = fig.axes
     assert fig.get_suptitle() == "Fleet: tokens per watt against the power cap"
     assert band.get_title(loc="left") == "GeForce RTX 4090 · decode-single · qwen (12 cards)"
@@ -88,7 +88,7 @@ def test_the_band_chart_draws_each_groups_band_cap_and_outliers() -> None:
 
 
 def test_many_outliers_are_listed_up_to_a_limit_and_the_rest_counted() -> None:
-    fig = band_figure(_report(_group(n_outliers=MAX_OUTLIER_LINES + 3)))
+    fig = band_figure(_report_of(_band_group(n_outliers=MAX_OUTLIER_LINES + 3)))
     side = fig.axes[1]
     texts = _texts(side)
     assert texts[0] == f"Outliers: {MAX_OUTLIER_LINES + 3} of 12"
@@ -98,7 +98,7 @@ def test_many_outliers_are_listed_up_to_a_limit_and_the_rest_counted() -> None:
 
 @pytest.mark.parametrize(("cards", "text"), [(12, "none"), (3, "(needs 5+ cards)")])
 def test_no_outliers_says_whether_the_group_could_have_any(cards: int, text: str) -> None:
-    side = band_figure(_report(_group(n_outliers=0, n_cards=cards))).axes[1]
+    side = band_figure(_report_of(_band_group(n_outliers=0, n_cards=cards))).axes[1]
     assert _texts(side)[1] == text
 
 
@@ -111,18 +111,18 @@ def test_a_clock_axis_group_names_its_setting_and_lock() -> None:
         "answer_key": "fleet_lock",
         "suffix": "mhz",
     }
-    group = _group(n_outliers=0, axis=axis, fleet_lock={"sm_lock_mhz": 1500.0})
+    group = _band_group(n_outliers=0, axis=axis, fleet_lock={"sm_lock_mhz": 1500.0})
     group["band"]["sm_lock_mhz"] = [1200.0, 1500.0, 1800.0, 2100.0]
     group["cards"] = [{"sweet_spot_mhz": 1500.0, "near_peak_mhz": 1800.0}] * 3
     group["step_mhz"] = 300.0
-    fig = band_figure(_report(group))
+    fig = band_figure(_report_of(group))
     band = fig.axes[0]
     assert fig.get_suptitle() == "Fleet: tokens per watt against the setting swept"
     assert band.get_title(loc="left").endswith("· sm-clock (12 cards)")
     assert band.get_xlabel() == "SM lock (MHz)"
     assert "fleet lock 1500 MHz" in _texts(band)
     assert "default" not in [line.get_label() for line in band.lines]  # a cap's default only
-    hist = histogram_figure(_report(group)).axes[0]
+    hist = histogram_figure(_report_of(group)).axes[0]
     assert {t.get_text() for t in hist.get_legend().get_texts()} == {
         "fleet lock 1500 MHz",
         "efficiency peak",
@@ -131,7 +131,7 @@ def test_a_clock_axis_group_names_its_setting_and_lock() -> None:
 
 
 def test_the_histogram_counts_each_cards_sweet_spot_per_step() -> None:
-    fig = histogram_figure(_report(_group()))
+    fig = histogram_figure(_report_of(_band_group()))
     ax = fig.axes[0]
     bars = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_height() > 0]
     by_edge = {round(b.get_x()): b.get_height() for b in bars}
@@ -140,13 +140,13 @@ def test_the_histogram_counts_each_cards_sweet_spot_per_step() -> None:
 
 
 def test_a_group_without_card_values_draws_an_empty_panel() -> None:
-    fig = histogram_figure(_report(_group(cards=[{"sweet_spot_w": None}])))
+    fig = histogram_figure(_report_of(_band_group(cards=[{"sweet_spot_w": None}])))
     assert not fig.axes[0].axison
 
 
 def test_groups_past_the_limit_are_named_in_a_note() -> None:
-    groups = [_group(model=f"m{i}") for i in range(MAX_GROUPS + 2)]
-    fig = band_figure(_report(*groups))
+    groups = [_band_group(model=f"m{i}") for i in range(MAX_GROUPS + 2)]
+    fig = band_figure(_report_of(*groups))
     assert len(fig.axes) == 2 * MAX_GROUPS
     assert [t.get_text() for t in fig.texts if t.get_text() != fig.get_suptitle()] == [
         "2 more group(s) not drawn; see fleet.json / fleet.md"
@@ -154,9 +154,9 @@ def test_groups_past_the_limit_are_named_in_a_note() -> None:
 
 
 def test_a_report_without_a_usable_group_is_a_usage_error() -> None:
-    empty = _group()
+    empty = _band_group()
     empty["band"] = {"cap_w": []}
-    for fleet in (FleetReport.from_json({}), _report(), _report(empty)):
+    for fleet in (FleetReport.from_json({}), _report_of(), _report_of(empty)):
         with pytest.raises(UsageError, match="no group with a usable curve"):
             band_figure(fleet)
         with pytest.raises(UsageError, match="no group with a usable curve"):
@@ -164,7 +164,7 @@ def test_a_report_without_a_usable_group_is_a_usage_error() -> None:
 
 
 def test_render_writes_the_band_and_the_histogram(tmp_path: Path) -> None:
-    fleet = _report(_group())
+    fleet = _report_of(_band_group())
     paths = render_fleet_charts(copy.deepcopy(fleet), tmp_path / "charts", formats=("svg",))
     assert [p.name for p in paths] == ["fleet-band.svg", "fleet-sweet-spots.svg"]
     (band,) = render_band(fleet, tmp_path / "new" / "compare", formats=("svg",))
@@ -175,6 +175,6 @@ def test_a_folder_that_cannot_be_made_is_a_powersweep_error(tmp_path: Path) -> N
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(PowersweepError, match="cannot create chart folder"):
-        render_fleet_charts(_report(_group()), blocker / "charts", formats=("svg",))
+        render_fleet_charts(_report_of(_band_group()), blocker / "charts", formats=("svg",))
     with pytest.raises(PowersweepError, match="cannot create chart folder"):
-        render_band(_report(_group()), blocker / "band" / "compare", formats=("svg",))
+        render_band(_report_of(_band_group()), blocker / "band" / "compare", formats=("svg",))

@@ -21,7 +21,7 @@ from powersweep.plots.latency import (
 )
 
 
-def _analysis(**changes: Any) -> PowerAnalysis:
+def _latency_analysis(**changes: Any) -> PowerAnalysis:
     base: dict[str, Any] = {
         "run": {"gpu_name": "RTX 3090", "load_mode": "decode-concurrent"},
         "caps": [
@@ -40,22 +40,22 @@ def _analysis(**changes: Any) -> PowerAnalysis:
     return PowerAnalysis.from_json({**base, **changes})
 
 
-def _texts(fig: Any) -> list[str]:
+def _first_axes_texts(fig: Any) -> list[str]:
     return [t.get_text() for t in fig.axes[0].texts]
 
 
 def test_only_usable_points_with_an_inter_token_p95_are_drawn() -> None:
-    fig = latency_figure(_analysis())
+    fig = latency_figure(_latency_analysis())
     ax = fig.axes[0]
     (measured,) = [line for line in ax.lines if line.get_label() == "measured point"]
     assert list(measured.get_xdata()) == [30.0, 36.0, 33.5]
     assert list(measured.get_ydata()) == [0.10, 0.12, 0.11]
-    assert _texts(fig)[:3] == ["300 W", "250 W", "275 W"]
+    assert _first_axes_texts(fig)[:3] == ["300 W", "250 W", "275 W"]
     assert ax.get_title() == "RTX 3090: efficiency against latency (decode-concurrent)"
 
 
 def test_the_target_is_a_line_and_a_met_targets_point_is_starred() -> None:
-    ax = latency_figure(_analysis(), title="pick").axes[0]
+    ax = latency_figure(_latency_analysis(), title="pick").axes[0]
     (target,) = [line for line in ax.lines if line.get_gid() == TARGET_GID]
     assert list(target.get_xdata()) == [35.0, 35.0]
     (pick,) = [line for line in ax.lines if line.get_gid() == PICK_GID]
@@ -65,11 +65,11 @@ def test_the_target_is_a_line_and_a_met_targets_point_is_starred() -> None:
 
 
 def test_an_unmet_target_stars_nothing_and_no_target_draws_no_line() -> None:
-    unmet = _analysis(latency_target={"max_itl_ms": 10, "met": False, "point": None})
+    unmet = _latency_analysis(latency_target={"max_itl_ms": 10, "met": False, "point": None})
     ax = latency_figure(unmet).axes[0]
     assert not [line for line in ax.lines if line.get_gid() == PICK_GID]
     assert [line.get_gid() for line in ax.lines].count(TARGET_GID) == 1
-    bare = latency_figure(_analysis(latency_target=None, run={})).axes[0]
+    bare = latency_figure(_latency_analysis(latency_target=None, run={})).axes[0]
     assert not [line for line in bare.lines if line.get_gid() in (PICK_GID, TARGET_GID)]
     assert bare.get_title() == "GPU: efficiency against latency"
 
@@ -90,7 +90,7 @@ def test_clock_runs_name_their_points_by_lock() -> None:
         },
     }
     fig = latency_figure(ClockAnalysis.from_json(analysis))
-    assert _texts(fig) == [
+    assert _first_axes_texts(fig) == [
         "SM 1410",
         "mem 9501",
         "SM 1200 / mem 5001",
@@ -101,22 +101,24 @@ def test_clock_runs_name_their_points_by_lock() -> None:
 
 
 def test_nothing_to_plot_is_a_usage_error() -> None:
-    none = _analysis(caps=[{"cap_w": 300, "status": "ok", "itl_p95_ms": None, "tps_per_w": 1}])
-    assert has_latency(_analysis()) and not has_latency(none)
+    none = _latency_analysis(
+        caps=[{"cap_w": 300, "status": "ok", "itl_p95_ms": None, "tps_per_w": 1}]
+    )
+    assert has_latency(_latency_analysis()) and not has_latency(none)
     assert not has_latency(PowerAnalysis.from_json({}))
     with pytest.raises(UsageError, match=r"no point has an inter-token p95 \(itl_p95_ms\)"):
         latency_figure(none)
 
 
 def test_render_writes_latency_into_a_new_folder(tmp_path: Path) -> None:
-    (path,) = render_latency_chart(_analysis(), tmp_path / "charts", formats=("svg",))
+    (path,) = render_latency_chart(_latency_analysis(), tmp_path / "charts", formats=("svg",))
     assert path == tmp_path / "charts" / "latency.svg" and path.stat().st_size > 1000
 
 
 def test_render_refuses_a_bad_format_or_folder_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unsupported chart format 'gif'"):
-        render_latency_chart(_analysis(), tmp_path, formats=("gif",))
+        render_latency_chart(_latency_analysis(), tmp_path, formats=("gif",))
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(PowersweepError, match="cannot create chart folder"):
-        render_latency_chart(_analysis(), blocker / "charts", formats=("svg",))
+        render_latency_chart(_latency_analysis(), blocker / "charts", formats=("svg",))

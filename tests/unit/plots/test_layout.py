@@ -79,7 +79,7 @@ def test_grid_candidates_come_nearest_the_anchor_first_and_keep_their_distance()
     assert Candidate((0.06, 0.06)) not in far and len(far) == 8
 
 
-def _axes() -> tuple[Figure, object]:
+def _figure_axes() -> tuple[Figure, object]:
     fig = Figure(figsize=(4, 3), dpi=50)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -89,7 +89,7 @@ def _axes() -> tuple[Figure, object]:
 
 
 def test_place_text_takes_the_first_clean_candidate_and_records_its_box() -> None:
-    fig, ax = _axes()
+    fig, ax = _figure_axes()
     (line,) = ax.plot([0, 10], [8, 8])  # type: ignore[attr-defined]
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     area = ax.get_window_extent(renderer)  # type: ignore[attr-defined]
@@ -113,7 +113,7 @@ def test_place_text_takes_the_first_clean_candidate_and_records_its_box() -> Non
 
 
 def test_place_text_falls_back_to_the_least_bad_candidate_and_needs_one() -> None:
-    fig, ax = _axes()
+    fig, ax = _figure_axes()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     area = ax.get_window_extent(renderer)  # type: ignore[attr-defined]
     obs = Obstacles()
@@ -129,7 +129,7 @@ def test_place_text_falls_back_to_the_least_bad_candidate_and_needs_one() -> Non
 
 
 def test_place_legend_avoids_the_curve() -> None:
-    fig, ax = _axes()
+    fig, ax = _figure_axes()
     (line,) = ax.plot([0, 4], [10, 7], label="falling")  # type: ignore[attr-defined]
     legend = ax.legend(loc="upper left")  # type: ignore[attr-defined]
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
@@ -143,7 +143,7 @@ def test_place_legend_avoids_the_curve() -> None:
 
 
 def test_vline_points_span_the_axes_height() -> None:
-    fig, ax = _axes()
+    fig, ax = _figure_axes()
     pts = vline_points(ax, 5.0)  # type: ignore[arg-type]
     bbox = ax.get_window_extent(fig.canvas.get_renderer())  # type: ignore[attr-defined]
     assert np.allclose(pts[:, 0], pts[0, 0])
@@ -151,7 +151,7 @@ def test_vline_points_span_the_axes_height() -> None:
 
 
 def test_place_or_drop_places_where_clean_and_removes_the_label_where_nothing_is() -> None:
-    fig, ax = _axes()
+    fig, ax = _figure_axes()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     area = ax.get_window_extent(renderer)  # type: ignore[attr-defined]
     obs = Obstacles()
@@ -165,7 +165,7 @@ def test_place_or_drop_places_where_clean_and_removes_the_label_where_nothing_is
 
 
 def test_a_step_line_counts_its_corners_as_drawn() -> None:
-    _fig, ax = _axes()
+    _fig, ax = _figure_axes()
     (line,) = ax.plot([0, 10], [2, 8], drawstyle="steps-post")  # type: ignore[attr-defined]
     corner = ax.transData.transform([[10, 2]])[0]  # type: ignore[attr-defined]
     across = ax.transData.transform([[5, 5]])[0]  # type: ignore[attr-defined]

@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
@@ -34,6 +33,7 @@ from powersweep.plots import (
 )
 from powersweep.plots._layout import text_extent
 from powersweep.plots.companions import per_tick
+from tests.chart_layout import one_by_gid, plot_area_boxes
 from tests.paths import SHARED_3090
 
 Analysis = dict[str, Any]
@@ -42,7 +42,9 @@ Analysis = dict[str, Any]
 # ---------------------------------------------------------------- fixtures (analysis dicts)
 
 
-def _run(gpu: str, n_gpus: int, default: float, lo: float, hi: float, mode: str) -> dict[str, Any]:
+def _run_facts_json(
+    gpu: str, n_gpus: int, default: float, lo: float, hi: float, mode: str
+) -> dict[str, Any]:
     return {
         "gpu_name": gpu,
         "n_gpus": n_gpus,
@@ -111,7 +113,7 @@ def analysis_3090() -> Analysis:
                 "status": "ok",
             }
         )
-    run = _run("NVIDIA GeForce RTX 3090", 1, 370.0, 100.0, 390.0, "decode-single")
+    run = _run_facts_json("NVIDIA GeForce RTX 3090", 1, 370.0, 100.0, 390.0, "decode-single")
     plateau = {"kind": "boost_plateau", "start_w": 340.0, "end_w": 370.0, "power_w": 334.0}
     return _finish(caps, run, [plateau])
 
@@ -145,7 +147,9 @@ def _synthetic(
             }
         )
     lo, hi = min(c["cap_w"] for c in caps), max(c["cap_w"] for c in caps)
-    return _finish(caps, _run(gpu, n_gpus, default, lo, hi, "decode-concurrent"), plateaus)
+    return _finish(
+        caps, _run_facts_json(gpu, n_gpus, default, lo, hi, "decode-concurrent"), plateaus
+    )
 
 
 def analysis_5090() -> Analysis:
@@ -200,39 +204,19 @@ def samples_for(analysis: Analysis, n_gpus: int, ticks_per_cap: int = 8) -> pl.D
 # ---------------------------------------------------------------- helpers
 
 
-def _typed(a: Analysis) -> PowerAnalysis:
+def _typed_analysis(a: Analysis) -> PowerAnalysis:
     """The fixture as the charts take it: the typed analysis."""
     return PowerAnalysis.from_json(a)
 
 
 def _typed_runs(runs: list[tuple[str, Analysis]]) -> list[tuple[str, PowerAnalysis]]:
-    return [(label, _typed(a)) for label, a in runs]
+    return [(label, _typed_analysis(a)) for label, a in runs]
 
 
 def _axes_pair(fig: Figure) -> tuple[Axes, Axes]:
     """(TPS axes, TPS/W axes) of an efficiency figure."""
     ax, ax2 = fig.axes
     return ax, ax2
-
-
-def _by_gid(artists: Iterable[Any], gid: str) -> Any:
-    found = [a for a in artists if a.get_gid() == gid]
-    assert len(found) == 1, f"expected one artist with gid {gid!r}, got {len(found)}"
-    return found[0]
-
-
-def _boxes(fig: Figure) -> list[tuple[str, Bbox]]:
-    """Display boxes of every label, callout and legend drawn inside the plot area."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    out: list[tuple[str, Bbox]] = []
-    for ax in fig.axes:
-        for text in ax.texts:
-            out.append((str(text.get_gid()), text_extent(text, renderer)))
-        legend = ax.get_legend()
-        if isinstance(legend, Legend):
-            out.append(("legend", legend.get_window_extent(renderer)))
-    return out
 
 
 def _overlap(a: Bbox, b: Bbox) -> bool:
@@ -269,7 +253,7 @@ def test_3090_fixture_reproduces_the_published_reading() -> None:
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
 def test_axes_ranges_cover_the_data(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
-    fig = efficiency_figure(_typed(a))
+    fig = efficiency_figure(_typed_analysis(a))
     ax, ax2 = _axes_pair(fig)
     caps = [c["cap_w"] for c in a["caps"]]
     x_lo, x_hi = ax.get_xlim()
@@ -283,9 +267,9 @@ def test_axes_ranges_cover_the_data(name: str, make: Callable[[], Analysis]) -> 
 
 def test_callout_points_at_the_sweet_spot() -> None:
     a = analysis_3090()
-    fig = efficiency_figure(_typed(a))
+    fig = efficiency_figure(_typed_analysis(a))
     _, ax2 = _axes_pair(fig)
-    callout: Annotation = _by_gid(ax2.texts, "sweet-spot-callout")
+    callout: Annotation = one_by_gid(ax2.texts, "sweet-spot-callout")
     spot = a["sweet_spot"]
     assert callout.xy == pytest.approx((spot["cap_w"], spot["tps_per_w"]))
     assert callout.arrow_patch is not None
@@ -302,14 +286,14 @@ def test_callout_points_at_the_sweet_spot() -> None:
 def test_callout_says_when_the_sweet_spot_is_at_the_sweep_edge() -> None:
     a = analysis_5090()
     assert a["sweet_spot"]["at_boundary"] == "low"
-    _, ax2 = _axes_pair(efficiency_figure(_typed(a)))
-    assert "lowest cap swept" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    _, ax2 = _axes_pair(efficiency_figure(_typed_analysis(a)))
+    assert "lowest cap swept" in one_by_gid(ax2.texts, "sweet-spot-callout").get_text()
 
 
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
 def test_plateau_bands_equal_the_analysis_plateaus(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
-    ax, _ = _axes_pair(efficiency_figure(_typed(a)))
+    ax, _ = _axes_pair(efficiency_figure(_typed_analysis(a)))
     spans = [p for p in ax.patches if str(p.get_gid()).startswith("plateau:")]
     got = sorted(
         (str(p.get_gid()), p.get_x(), p.get_x() + p.get_width())
@@ -330,8 +314,8 @@ def test_plateau_bands_equal_the_analysis_plateaus(name: str, make: Callable[[],
 @pytest.mark.parametrize(("name", "make"), ENVELOPES)
 def test_labels_legend_and_callout_do_not_collide(name: str, make: Callable[[], Analysis]) -> None:
     a = make()
-    fig = efficiency_figure(_typed(a))
-    boxes = _boxes(fig)
+    fig = efficiency_figure(_typed_analysis(a))
+    boxes = plot_area_boxes(fig)
     gids = {gid for gid, _ in boxes}
     expected = {"sweet-spot-callout", "default-tdp-label", "legend"}
     expected |= {f"plateau-label:{p['kind']}" for p in a["plateaus"]}
@@ -354,15 +338,15 @@ def test_labels_legend_and_callout_do_not_collide(name: str, make: Callable[[], 
 
 def test_failed_cap_is_a_gap_not_a_zero() -> None:
     a = analysis_5090()
-    ax, ax2 = _axes_pair(efficiency_figure(_typed(a)))
+    ax, ax2 = _axes_pair(efficiency_figure(_typed_analysis(a)))
     for axes, gid in ((ax, "tps"), (ax, "code_tps"), (ax2, "tps_per_w")):
-        line = _by_gid(axes.lines, gid)
+        line = one_by_gid(axes.lines, gid)
         xs = np.asarray(line.get_xdata(), dtype=float)
         ys = np.asarray(line.get_ydata(), dtype=float)
         assert math.isnan(ys[xs == 470.0][0])
         assert np.isfinite(ys[xs != 470.0]).all()
         assert (ys[np.isfinite(ys)] > 0).all()
-    failed = _by_gid(ax.lines, "failed")
+    failed = one_by_gid(ax.lines, "failed")
     assert list(failed.get_xdata()) == [470.0]
 
 
@@ -373,22 +357,22 @@ def test_tolerates_nulls_and_missing_keys() -> None:
     del a["near_peak"]
     a["plateaus"] = [{"kind": "boost_plateau", "start_w": None, "end_w": 500}]
     with pytest.raises(UsageError, match=r"\$\.plateaus\[0\]\.start_w"):
-        _typed(a)  # the schema refuses a plateau without a start before any chart
+        _typed_analysis(a)  # the schema refuses a plateau without a start before any chart
     a["plateaus"] = [{"kind": "boost_plateau", "start_w": math.nan, "end_w": 500}]
     for cap in a["caps"]:
         cap["tps_per_w"] = None  # derived from tps / power_w when missing
-    fig = efficiency_figure(_typed(a))
+    fig = efficiency_figure(_typed_analysis(a))
     ax, ax2 = _axes_pair(fig)
     assert not ax2.texts or all(t.get_gid() != "sweet-spot-callout" for t in ax2.texts)
     assert not [p for p in ax.patches if str(p.get_gid()).startswith("plateau:")]
-    tpw = np.asarray(_by_gid(ax2.lines, "tps_per_w").get_ydata(), dtype=float)
+    tpw = np.asarray(one_by_gid(ax2.lines, "tps_per_w").get_ydata(), dtype=float)
     assert np.nanmax(tpw) == pytest.approx(a["caps"][0]["tps"] / a["caps"][0]["power_w"])
 
 
 def test_prefill_metric_draws_prefill_tps_only() -> None:
     a = analysis_5090()
     a["metric"] = "prefill_tps"
-    ax, _ = _axes_pair(efficiency_figure(_typed(a)))
+    ax, _ = _axes_pair(efficiency_figure(_typed_analysis(a)))
     assert [line.get_label() for line in ax.lines if line.get_gid() == "tps"] == ["prefill TPS"]
     assert not [line for line in ax.lines if line.get_gid() == "code_tps"]
     assert "prefill" in ax.get_ylabel()
@@ -396,7 +380,7 @@ def test_prefill_metric_draws_prefill_tps_only() -> None:
 
 def test_an_analysis_without_caps_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="no caps"):
-        efficiency_figure(_typed({"metric": "narr_tps", "caps": []}))
+        efficiency_figure(_typed_analysis({"metric": "narr_tps", "caps": []}))
 
 
 # ---------------------------------------------------------------- companion charts and files
@@ -411,7 +395,9 @@ def _png_size(path: Path) -> tuple[int, int]:
 def test_render_charts_writes_every_chart_identically_in_png_and_svg(tmp_path: Path) -> None:
     a = analysis_h100()
     samples = samples_for(a, 2)
-    first = render_charts(_typed(a), tmp_path / "a", samples=samples, formats=("png", "svg"))
+    first = render_charts(
+        _typed_analysis(a), tmp_path / "a", samples=samples, formats=("png", "svg")
+    )
     names = sorted(p.name for p in first)
     assert names == sorted(
         f"{chart}.{fmt}"
@@ -425,7 +411,9 @@ def test_render_charts_writes_every_chart_identically_in_png_and_svg(tmp_path: P
     width, height = _png_size(tmp_path / "a" / "efficiency.png")
     assert width == 1600 and 800 <= height <= 1100
     # Same inputs, fresh figures: byte-identical files (no dates, versions or random ids).
-    second = render_charts(_typed(a), tmp_path / "b", samples=samples, formats=("png", "svg"))
+    second = render_charts(
+        _typed_analysis(a), tmp_path / "b", samples=samples, formats=("png", "svg")
+    )
     for p, q in zip(first, second, strict=True):
         assert p.name == q.name
         assert p.read_bytes() == q.read_bytes(), p.name
@@ -435,41 +423,41 @@ def test_render_charts_leaves_out_clocks_and_timeline_without_data(tmp_path: Pat
     a = analysis_5090()
     for cap in a["caps"]:
         cap["sm_clock_mhz"] = cap["mem_clock_mhz"] = None
-    paths = render_charts(_typed(a), tmp_path)
+    paths = render_charts(_typed_analysis(a), tmp_path)
     assert sorted(p.name for p in paths) == ["efficiency.png", "power.png"]
     with pytest.raises(UsageError, match="no clock"):
-        clocks_figure(_typed(a))
+        clocks_figure(_typed_analysis(a))
 
 
 def test_render_charts_rejects_unknown_formats(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unsupported chart format 'jpg'"):
-        render_charts(_typed(analysis_5090()), tmp_path, formats=("png", "jpg"))
+        render_charts(_typed_analysis(analysis_5090()), tmp_path, formats=("png", "jpg"))
     assert not list(tmp_path.iterdir())
 
 
 def test_power_chart_has_the_draw_equals_cap_line() -> None:
     a = analysis_h100()
-    fig = power_figure(_typed(a))
+    fig = power_figure(_typed_analysis(a))
     ax = fig.axes[0]
-    ideal = _by_gid(ax.lines, "draw-equals-cap")
+    ideal = one_by_gid(ax.lines, "draw-equals-cap")
     xs = np.asarray(ideal.get_xdata(), dtype=float)
     ys = np.asarray(ideal.get_ydata(), dtype=float)
     # Draw is summed over the two GPUs while the cap is per GPU.
     assert ys == pytest.approx(xs * 2)
-    draw = _by_gid(ax.lines, "power")
+    draw = one_by_gid(ax.lines, "power")
     assert np.asarray(draw.get_ydata(), dtype=float)[0] == pytest.approx(a["caps"][0]["power_w"])
     y_lo, y_hi = ax.get_ylim()
     finite = [c["power_w"] for c in a["caps"] if c["power_w"] is not None]
     assert y_lo <= min(finite) and y_hi >= max(finite)
-    for (ga, ba), (gb, bb) in itertools.combinations(_boxes(fig), 2):
+    for (ga, ba), (gb, bb) in itertools.combinations(plot_area_boxes(fig), 2):
         assert not _overlap(ba, bb), f"{ga} overlaps {gb}"
 
 
 def test_clocks_chart_draws_sm_and_memory_clocks_with_plateaus() -> None:
     a = analysis_h100()
-    fig = clocks_figure(_typed(a))
-    sm = _by_gid(fig.axes[0].lines, "sm_clock")
-    mem = _by_gid(fig.axes[1].lines, "mem_clock")
+    fig = clocks_figure(_typed_analysis(a))
+    sm = one_by_gid(fig.axes[0].lines, "sm_clock")
+    mem = one_by_gid(fig.axes[1].lines, "mem_clock")
     assert np.nanmax(np.asarray(sm.get_ydata(), dtype=float)) == pytest.approx(
         600 + 2.2 * 700 * 0.995
     )
@@ -500,13 +488,13 @@ def test_per_tick_sums_draw_over_gpus_and_keeps_failed_reads_unknown() -> None:
 def test_timeline_draws_summed_draw_and_the_cap_steps() -> None:
     a = analysis_h100()
     samples = samples_for(a, 2, ticks_per_cap=4)
-    fig = timeline_figure(samples, _typed(a))
+    fig = timeline_figure(samples, _typed_analysis(a))
     ax_p = fig.axes[0]
-    cap = np.asarray(_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
-    draw = np.asarray(_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
+    cap = np.asarray(one_by_gid(ax_p.lines, "cap").get_ydata(), dtype=float)
+    draw = np.asarray(one_by_gid(ax_p.lines, "power").get_ydata(), dtype=float)
     assert cap[0] == 400.0 and cap[-1] == 1400.0  # per-GPU cap x 2 GPUs
     assert draw[0] == pytest.approx(a["caps"][0]["power_w"])
-    steps = _by_gid(ax_p.collections, "cap-steps")
+    steps = one_by_gid(ax_p.collections, "cap-steps")
     assert len(steps.get_segments()) == len(a["caps"]) - 1
 
 
@@ -518,31 +506,31 @@ def test_timeline_without_t_s_is_a_usage_error() -> None:
 # ---------------------------------------------------------------- compare
 
 
-def _runs() -> list[tuple[str, Analysis]]:
+def _labelled_analyses() -> list[tuple[str, Analysis]]:
     return [("5090 | water", analysis_5090()), ("H100 pair", analysis_h100())]
 
 
 def test_compare_in_percent_of_tdp_with_normalisation() -> None:
-    runs = _runs()
+    runs = _labelled_analyses()
     fig = compare_figure(_typed_runs(runs), x="pct-tdp", normalize=True)
     ax = fig.axes[0]
     for i, (_, a) in enumerate(runs):
-        line = _by_gid(ax.lines, f"run:{i}")
+        line = one_by_gid(ax.lines, f"run:{i}")
         xs = np.asarray(line.get_xdata(), dtype=float)
         ys = np.asarray(line.get_ydata(), dtype=float)
         caps = np.array([c["cap_w"] for c in a["caps"]])
         assert xs == pytest.approx(caps / a["run"]["default_limit_w"] * 100)
         assert np.nanmax(ys) == pytest.approx(1.0)
-        star = _by_gid(ax.lines, f"sweet-spot:{i}")
+        star = one_by_gid(ax.lines, f"sweet-spot:{i}")
         spot = a["sweet_spot"]
         assert star.get_xdata()[0] == pytest.approx(spot["pct_of_default"])
         assert star.get_ydata()[0] == pytest.approx(1.0)
 
 
 def test_compare_in_watts_keeps_raw_tps_per_w(tmp_path: Path) -> None:
-    runs = _runs()
+    runs = _labelled_analyses()
     ax = compare_figure(_typed_runs(runs)).axes[0]
-    star = _by_gid(ax.lines, "sweet-spot:1")
+    star = one_by_gid(ax.lines, "sweet-spot:1")
     assert star.get_xdata()[0] == runs[1][1]["sweet_spot"]["cap_w"]
     assert star.get_ydata()[0] == pytest.approx(runs[1][1]["sweet_spot"]["tps_per_w"])
     paths = render_compare(_typed_runs(runs), tmp_path / "cmp" / "compare", formats=("png", "svg"))
@@ -551,7 +539,7 @@ def test_compare_in_watts_keeps_raw_tps_per_w(tmp_path: Path) -> None:
 
 
 def test_compare_rejects_bad_input() -> None:
-    runs = _runs()
+    runs = _labelled_analyses()
     runs[1][1]["run"]["default_limit_w"] = None
     with pytest.raises(UsageError, match=r"H100 pair.*--x watts"):
         compare_figure(_typed_runs(runs), x="pct-tdp")
@@ -562,7 +550,7 @@ def test_compare_rejects_bad_input() -> None:
 
 
 def test_compare_table_lists_each_sweet_spot() -> None:
-    runs = _runs()
+    runs = _labelled_analyses()
     runs[1][1]["sweet_spot"] = None
     table = compare_table(_typed_runs(runs))
     lines = table.strip().splitlines()
@@ -584,7 +572,7 @@ def test_charts_leave_global_matplotlib_state_alone() -> None:
     import matplotlib
 
     before = dict(matplotlib.rcParams)
-    efficiency_figure(_typed(analysis_5090()))
+    efficiency_figure(_typed_analysis(analysis_5090()))
     assert dict(matplotlib.rcParams) == before
 
 
@@ -598,15 +586,17 @@ def test_a_rig_of_different_cards_shows_each_cards_default() -> None:
         n_gpus=2,
     )
     a["sweet_spot"]["pct_of_default_by_gpu"] = [290 / 370 * 100, 290 / 450 * 100]
-    fig = efficiency_figure(_typed(a))
+    fig = efficiency_figure(_typed_analysis(a))
     ax, ax2 = _axes_pair(fig)
     lines = [ln for ln in ax.lines if ln.get_gid() == "default-tdp"]
     assert sorted(ln.get_xdata()[0] for ln in lines) == [370.0, 450.0]  # not the 410 W mean
     labels = sorted(t.get_text() for t in ax2.texts if t.get_gid() == "default-tdp-label")
     assert labels == ["RTX 3090 default 370 W", "RTX 4090 default 450 W"]
-    assert "78% / 64% of each card's default" in _by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    assert (
+        "78% / 64% of each card's default" in one_by_gid(ax2.texts, "sweet-spot-callout").get_text()
+    )
     assert fig.get_suptitle().startswith("RTX 3090 + RTX 4090:")
-    typed = _typed(a)
+    typed = _typed_analysis(a)
     (label,) = compare_labels([("mixed", typed.run, "power")])
     assert label.startswith("RTX 3090 + RTX 4090, ")
     assert "| 78% / 64% |" in compare_table([(label, typed)])

@@ -15,7 +15,7 @@ from powersweep.errors import PowersweepError, UsageError
 from powersweep.plots.render import render_charts
 
 
-def _analysis(clocks: bool) -> PowerAnalysis:
+def _clocks_or_not_analysis(clocks: bool) -> PowerAnalysis:
     doc: dict[str, Any] = {
         "run": {"gpu_name": "RTX 3090", "default_limit_w": 300.0},
         "caps": [
@@ -36,7 +36,9 @@ def test_charts_in_chart_then_format_order_without_a_timeline_for_empty_samples(
 ) -> None:
     out = tmp_path / "deep" / "charts"
     empty = pl.DataFrame({"t_s": [], "cap_w": [], "power_w": []})
-    paths = render_charts(_analysis(clocks=True), out, samples=empty, formats=("svg", "png"))
+    paths = render_charts(
+        _clocks_or_not_analysis(clocks=True), out, samples=empty, formats=("svg", "png")
+    )
     assert [p.name for p in paths] == [
         "efficiency.svg",
         "efficiency.png",
@@ -52,7 +54,7 @@ def test_a_folder_that_cannot_be_made_is_one_error_before_any_drawing(tmp_path: 
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(PowersweepError, match=r"cannot create chart folder .*file/charts"):
-        render_charts(_analysis(clocks=False), blocker / "charts")
+        render_charts(_clocks_or_not_analysis(clocks=False), blocker / "charts")
 
 
 def test_nothing_to_plot_writes_nothing(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from powersweep.plots.undervolt_chart import render_undervolt_chart, undervolt_f
 from tests.chart_layout import layout_problems, legend_labels, unnamed_artists
 
 
-def _analysis(steps: list[OffsetStep]) -> UndervoltAnalysis:
+def _undervolt_analysis(steps: list[OffsetStep]) -> UndervoltAnalysis:
     return UndervoltAnalysis(
         sm_lock_mhz=1485.0,
         baseline=OffsetStep(cap_w=300.0, tps_per_w=0.110, sm_offset_mhz=0.0),
@@ -29,12 +29,14 @@ STEPS = [
 
 
 def test_it_draws_stable_steps_the_unstable_one_the_cap_and_the_answer(tmp_path: Path) -> None:
-    fig = undervolt_figure(_analysis(STEPS))
+    fig = undervolt_figure(_undervolt_analysis(STEPS))
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert "TPS/W (stable steps)" in labels and "unstable" in labels
     assert "300 W cap, unlocked" in labels and "answer (soaked)" in labels
-    paths = render_undervolt_chart(_analysis(STEPS), tmp_path / "charts", formats=("png",))
+    paths = render_undervolt_chart(
+        _undervolt_analysis(STEPS), tmp_path / "charts", formats=("png",)
+    )
     assert paths == [tmp_path / "charts" / "undervolt.png"] and paths[0].stat().st_size > 1000
 
 
@@ -56,7 +58,7 @@ def test_each_step_carries_its_stated_interval_and_the_draw_is_in_the_legend() -
         for i, offset in enumerate((0, 30, 60))
     ]
     stated.append(OffsetStep(sm_offset_mhz=90.0, tps_per_w=0.114, status="unstable"))
-    fig = undervolt_figure(_analysis(stated))
+    fig = undervolt_figure(_undervolt_analysis(stated))
     ax, right = fig.axes
     (tpw,) = [c for c in ax.containers if c.get_label() == "TPS/W (stable steps) ±95%"]
     halves = [(seg[1][1] - seg[0][1]) / 2 for seg in tpw.lines[2][0].get_segments()]

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from powersweep.sim.memory_net import ClientOverhead, MemoryNetwork, uvicorn_protocol_factory
 from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.server.transport import LeanTransport
+from tests.helpers.sim import run_on
 
 
 class _Recorder(asyncio.Protocol):
@@ -39,11 +40,6 @@ class _Recorder(asyncio.Protocol):
         self.lost = True
 
 
-def _run(clock: VirtualClock, coro: object) -> object:
-    with asyncio.Runner(loop_factory=clock.loop_factory) as runner:
-        return runner.run(coro)  # type: ignore[arg-type]
-
-
 def test_bytes_arrive_in_order_after_the_client_overhead_and_answers_at_once() -> None:
     clock = VirtualClock()
     net = MemoryNetwork(seed=3, overhead=ClientOverhead(floor_s=0.001, mean_extra_s=0.002))
@@ -59,7 +55,7 @@ def test_bytes_arrive_in_order_after_the_client_overhead_and_answers_at_once() -
         await clock.asleep(1.0)
         return client  # type: ignore[return-value]
 
-    client = _run(clock, main())
+    client = run_on(clock, main())
     assert b"".join(d for _, d in server.data) == b"".join(b"%d;" % i for i in range(20))
     arrivals = [t for t, _ in server.data]
     assert arrivals == sorted(arrivals) and arrivals[0] >= 0.001
@@ -83,7 +79,7 @@ def test_nothing_listening_is_a_refused_connection() -> None:
         await MemoryNetwork().connect(_Recorder, "127.0.0.1", 9)
 
     with pytest.raises(ConnectionRefusedError):
-        _run(clock, main())
+        run_on(clock, main())
 
 
 def test_a_close_reaches_the_other_end_after_its_data_then_both_are_lost() -> None:
@@ -100,7 +96,7 @@ def test_a_close_reaches_the_other_end_after_its_data_then_both_are_lost() -> No
         await clock.asleep(1.0)
         return client, transport  # type: ignore[return-value]
 
-    client, transport = _run(clock, main())  # type: ignore[misc]
+    client, transport = run_on(clock, main())  # type: ignore[misc]
     assert b"".join(d for _, d in server.data) == b"last words"
     assert server.eof and server.lost and client.lost
     assert transport.is_closing()
@@ -124,7 +120,7 @@ def test_a_paused_reader_gets_nothing_until_it_resumes() -> None:
         await clock.asleep(1.0)
         return [before, len(client.data)]  # type: ignore[attr-defined]
 
-    assert _run(clock, main()) == [0, 2]
+    assert run_on(clock, main()) == [0, 2]
 
 
 def _app() -> Starlette:
@@ -159,7 +155,7 @@ def test_uvicorn_serves_the_lean_client_over_memory_with_keep_alive() -> None:
             streamed = (await http.get("http://127.0.0.1:8000/stream")).text
             return first, streamed, clock.now() - start
 
-    first, streamed, took = _run(clock, main())  # type: ignore[misc]
+    first, streamed, took = run_on(clock, main())  # type: ignore[misc]
     assert first == "hello"
     assert streamed == "".join(f"data: {i}\n\n" for i in range(5))
     assert took == pytest.approx(1.25, abs=0.01)  # the stream's own pace, in run seconds

@@ -17,18 +17,13 @@ from powersweep.sim.replay_curve import (
     replay_profile,
     replay_truth,
 )
-
-
-def _csv(tmp_path: Path, text: str, name: str = "caps.csv") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+from tests.helpers.files import write_text
 
 
 def test_only_ok_rows_with_draw_and_tps_count_and_a_repeated_cap_keeps_its_last_row(
     tmp_path: Path,
 ) -> None:
-    path = _csv(
+    path = write_text(
         tmp_path,
         "cap_w,narr_tps,power_w,status\n"
         "300,30.0,280.0,ok\n"
@@ -49,7 +44,7 @@ def test_only_ok_rows_with_draw_and_tps_count_and_a_repeated_cap_keeps_its_last_
 def test_a_sparse_clock_column_is_filled_and_missing_columns_get_stand_ins(
     tmp_path: Path,
 ) -> None:
-    path = _csv(
+    path = write_text(
         tmp_path,
         "cap_w,narr_tps,power_w,sm_clock_mhz\n200,20,190,1000\n250,25,240,\n300,30,280,1400\n",
     )
@@ -59,13 +54,13 @@ def test_a_sparse_clock_column_is_filled_and_missing_columns_get_stand_ins(
     assert curve.prefill_at(250.0) == FALLBACK_PREFILL_TPS
     assert curve.temp_at(250.0) == FALLBACK_TEMP_C
     no_clocks = replay_profile(
-        _csv(tmp_path, "cap_w,narr_tps,power_w\n200,20,190\n300,30,280\n", "bare.csv")
+        write_text(tmp_path, "cap_w,narr_tps,power_w\n200,20,190\n300,30,280\n", "bare.csv")
     )
     assert all(math.isnan(c) for c in no_clocks.sm_clock_mhz)
 
 
 def test_prefill_and_temperature_columns_are_interpolated_and_clamped(tmp_path: Path) -> None:
-    path = _csv(
+    path = write_text(
         tmp_path,
         "cap_w,prefill_tps,power_w,temp_max_c,n_gpus\n200,1000,380,60,2\n300,1600,560,70,2\n",
     )
@@ -81,7 +76,7 @@ def test_the_envelope_is_the_measured_range_and_a_given_default_is_clamped_into_
     tmp_path: Path,
 ) -> None:
     curve = replay_profile(
-        _csv(tmp_path, "cap_w,narr_tps,power_w\n200,20,190\n250,25,240\n300,30,280\n")
+        write_text(tmp_path, "cap_w,narr_tps,power_w\n200,20,190\n250,25,240\n300,30,280\n")
     )
     env = curve.envelope()
     assert (env.min_w, env.default_w, env.max_w, env.current_w) == (200.0, 300.0, 300.0, 300.0)
@@ -92,12 +87,12 @@ def test_the_envelope_is_the_measured_range_and_a_given_default_is_clamped_into_
 
 def test_the_name_comes_from_the_argument_then_run_json_then_the_file(tmp_path: Path) -> None:
     text = "cap_w,narr_tps,power_w\n200,20,190\n300,30,280\n"
-    bare = _csv(tmp_path, text, "community.csv")
+    bare = write_text(tmp_path, text, "community.csv")
     assert replay_profile(bare).gpu_name == "replay of community.csv"
     assert replay_profile(bare, gpu_name="My 3090").gpu_name == "My 3090"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    _csv(run_dir, text)
+    write_text(run_dir, text)
     (run_dir / "run.json").write_text(json.dumps({"gpus": [{"name": "NVIDIA RTX 3090"}]}))
     curve = replay_profile(run_dir)
     assert curve.gpu_name == "NVIDIA RTX 3090 (replay)"
@@ -105,19 +100,21 @@ def test_the_name_comes_from_the_argument_then_run_json_then_the_file(tmp_path: 
 
 
 def test_a_clock_lock_curve_is_refused(tmp_path: Path) -> None:
-    path = _csv(tmp_path, "cap_w,narr_tps,power_w,sm_lock_mhz\n300,20,190,1200\n300,30,280,1800\n")
+    path = write_text(
+        tmp_path, "cap_w,narr_tps,power_w,sm_lock_mhz\n300,20,190,1200\n300,30,280,1800\n"
+    )
     with pytest.raises(UsageError, match="is a clock-lock curve: replay replays power-cap curves"):
         replay_profile(path)
 
 
 def test_a_curve_with_one_usable_cap_is_refused(tmp_path: Path) -> None:
-    path = _csv(tmp_path, "cap_w,narr_tps,power_w,status\n200,20,190,ok\n300,30,280,failed\n")
+    path = write_text(tmp_path, "cap_w,narr_tps,power_w,status\n200,20,190,ok\n300,30,280,failed\n")
     with pytest.raises(UsageError, match="at least two caps with status ok"):
         replay_profile(path)
 
 
 def test_truth_is_the_interpolated_curve_with_its_best_cap(tmp_path: Path) -> None:
-    path = _csv(
+    path = write_text(
         tmp_path,
         "cap_w,narr_tps,power_w,sm_clock_mhz\n200,20,200,900\n300,27,270,1200\n400,30,380,1500\n",
     )
@@ -140,6 +137,6 @@ def test_truth_is_the_interpolated_curve_with_its_best_cap(tmp_path: Path) -> No
 
 
 def test_truth_needs_a_cap(tmp_path: Path) -> None:
-    curve = replay_profile(_csv(tmp_path, "cap_w,narr_tps,power_w\n200,20,190\n300,30,280\n"))
+    curve = replay_profile(write_text(tmp_path, "cap_w,narr_tps,power_w\n200,20,190\n300,30,280\n"))
     with pytest.raises(UsageError, match="at least one cap"):
         replay_truth(curve, [])

@@ -28,7 +28,7 @@ from powersweep.sim.server_chunks import (
 )
 
 
-def _plan(**changes: Any) -> Plan:
+def _chunk_plan(**changes: Any) -> Plan:
     base: dict[str, Any] = {
         "request_no": 7,
         "prompt_tokens": 12,
@@ -68,36 +68,36 @@ def test_progress_decode_time_is_never_negative_or_nan() -> None:
 
 def test_texts_are_seeded_per_request_and_start_each_part_without_a_space() -> None:
     fmt = ChunkFormat("llamacpp", "m", 1, seed=3)
-    texts = fmt.texts(_plan())
-    assert texts == fmt.texts(_plan())  # same seed and request: same text
-    assert texts != ChunkFormat("llamacpp", "m", 1, seed=4).texts(_plan())
+    texts = fmt.texts(_chunk_plan())
+    assert texts == fmt.texts(_chunk_plan())  # same seed and request: same text
+    assert texts != ChunkFormat("llamacpp", "m", 1, seed=4).texts(_chunk_plan())
     assert len(texts) == 6
     # reasoning tokens first, then the answer: each part starts without a space
     assert not texts[0].startswith(" ") and not texts[2].startswith(" ")
     assert all(t.startswith(" ") for i, t in enumerate(texts) if i not in (0, 2))
-    assert len(fmt.texts(_plan(completion_tokens=100_000))) == 8192  # longer streams repeat
+    assert len(fmt.texts(_chunk_plan(completion_tokens=100_000))) == 8192  # longer streams repeat
 
 
 def test_sampled_texts_are_what_they_were_before_greedy_answers() -> None:
     # pinned from the simulator before greedy requests existed: a sweep's load is unchanged
-    texts = ChunkFormat("llamacpp", "m", 0, seed=3).texts(_plan(request_no=2))
+    texts = ChunkFormat("llamacpp", "m", 0, seed=3).texts(_chunk_plan(request_no=2))
     assert texts == ["let", " I", "card", " sets", " and", " it"]
 
 
-def _ask(text: str = "What is 2+2?", role: str = "user") -> list[dict[str, Any]]:
+def _messages(text: str = "What is 2+2?", role: str = "user") -> list[dict[str, Any]]:
     return [{"role": "user", "content": "Be brief."}, {"role": role, "content": text}]
 
 
 def test_the_greedy_key_is_the_prompt_and_the_seed() -> None:
-    key = greedy_key(_ask(), 5)
-    assert key == greedy_key(_ask(), 5) and 0 <= key < 2**64
-    assert greedy_key(_ask(), None) == greedy_key(_ask(), 0)  # no seed: seed 0
+    key = greedy_key(_messages(), 5)
+    assert key == greedy_key(_messages(), 5) and 0 <= key < 2**64
+    assert greedy_key(_messages(), None) == greedy_key(_messages(), 0)  # no seed: seed 0
     others = [
-        greedy_key(_ask(), 6),
-        greedy_key(_ask(), "5"),
-        greedy_key(_ask("What is 2+3?"), 5),
-        greedy_key(_ask(role="assistant"), 5),
-        greedy_key(_ask()[1:], 5),
+        greedy_key(_messages(), 6),
+        greedy_key(_messages(), "5"),
+        greedy_key(_messages("What is 2+3?"), 5),
+        greedy_key(_messages(role="assistant"), 5),
+        greedy_key(_messages()[1:], 5),
         greedy_key([{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}], 5),
     ]
     assert len({key, *others}) == len(others) + 1
@@ -121,24 +121,26 @@ def test_greedy_means_temperature_zero(temperature: Any, greedy: bool) -> None:
 
 
 def test_a_greedy_text_follows_its_key_alone_and_a_shorter_one_is_its_start() -> None:
-    key = greedy_key(_ask(), 5)
-    text = ChunkFormat("vllm", "m", 1, seed=3).texts(_plan(greedy_key=key, completion_tokens=40))
+    key = greedy_key(_messages(), 5)
+    text = ChunkFormat("vllm", "m", 1, seed=3).texts(
+        _chunk_plan(greedy_key=key, completion_tokens=40)
+    )
     # not the request's number, nor the server's seed, nor its flavour
     again = ChunkFormat("llamacpp", "m", 9, seed=4).texts(
-        _plan(greedy_key=key, completion_tokens=40, request_no=99)
+        _chunk_plan(greedy_key=key, completion_tokens=40, request_no=99)
     )
     assert again == text
     for n in (1, 2, 7, 39):
         assert (
-            ChunkFormat("vllm", "m", 1, 3).texts(_plan(greedy_key=key, completion_tokens=n))
+            ChunkFormat("vllm", "m", 1, 3).texts(_chunk_plan(greedy_key=key, completion_tokens=n))
             == (text[:n])
         )
     other = ChunkFormat("vllm", "m", 1, 3).texts(
-        _plan(greedy_key=greedy_key(_ask(), 6), completion_tokens=40)
+        _chunk_plan(greedy_key=greedy_key(_messages(), 6), completion_tokens=40)
     )
     assert other != text
     # a sampled request with the same number is another text
-    assert ChunkFormat("vllm", "m", 1, 3).texts(_plan(completion_tokens=40)) != text
+    assert ChunkFormat("vllm", "m", 1, 3).texts(_chunk_plan(completion_tokens=40)) != text
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 33, 256])
@@ -146,7 +148,7 @@ def test_a_diverged_answer_keeps_a_start_from_the_prompt_and_always_differs(n: i
     fmt = ChunkFormat("llamacpp", "m", 1, 0)
     starts = set()
     for seed in range(60):
-        plan = _plan(greedy_key=greedy_key(_ask(), seed), completion_tokens=n)
+        plan = _chunk_plan(greedy_key=greedy_key(_messages(), seed), completion_tokens=n)
         stable = fmt.texts(plan)
         wrong = fmt.diverged(plan, stable)
         assert wrong == fmt.diverged(plan, stable)  # deterministic
@@ -162,9 +164,9 @@ def test_a_diverged_answer_keeps_a_start_from_the_prompt_and_always_differs(n: i
 
 def test_only_a_greedy_answer_of_two_tokens_or_more_diverges() -> None:
     fmt = ChunkFormat("llamacpp", "m", 1, 0)
-    one = _plan(greedy_key=greedy_key(_ask(), 1), completion_tokens=1)
+    one = _chunk_plan(greedy_key=greedy_key(_messages(), 1), completion_tokens=1)
     assert fmt.diverged(one, fmt.texts(one)) == fmt.texts(one)
-    sampled = _plan(completion_tokens=20)
+    sampled = _chunk_plan(completion_tokens=20)
     assert fmt.diverged(sampled, fmt.texts(sampled)) == fmt.texts(sampled)
 
 
@@ -172,7 +174,7 @@ def test_a_greedy_answer_asked_for_logprobs_has_them_the_same_each_time() -> Non
     # a deterministic server's logprobs: the same answer decoded again has the same ones, a
     # diverged one differs where its tokens do (the stability check compares both)
     fmt = ChunkFormat("llamacpp", "m", 1, 0)
-    plan = _plan(greedy_key=greedy_key(_ask(), 3), completion_tokens=12, logprobs=True)
+    plan = _chunk_plan(greedy_key=greedy_key(_messages(), 3), completion_tokens=12, logprobs=True)
     stable = fmt.texts(plan)
 
     def logprobs(texts: list[str]) -> list[float]:
@@ -185,7 +187,7 @@ def test_a_greedy_answer_asked_for_logprobs_has_them_the_same_each_time() -> Non
     wrong = fmt.diverged(plan, stable)
     at = next(i for i, (a, b) in enumerate(zip(stable, wrong, strict=True)) if a != b)
     assert logprobs(wrong)[:at] == first[:at]
-    unasked = fmt.whole(_plan(greedy_key=plan.greedy_key), stable, 12, Progress())
+    unasked = fmt.whole(_chunk_plan(greedy_key=plan.greedy_key), stable, 12, Progress())
     assert "logprobs" not in unasked["choices"][0]
 
 
@@ -210,16 +212,16 @@ def test_delta_names_reasoning_as_the_flavour_does(
     flavour: str, reasoning_delta: dict[str, str]
 ) -> None:
     fmt = ChunkFormat(flavour, "m", 1, 0)
-    plan = _plan()
+    plan = _chunk_plan()
     assert fmt.delta(plan, 1, "x") == reasoning_delta
     assert fmt.delta(plan, 2, "x") == {"content": "x"}
     # the no-tokens fault streams text under a key no client reads
-    assert fmt.delta(_plan(fault="no-tokens"), 3, "x") == {"text": "x"}
+    assert fmt.delta(_chunk_plan(fault="no-tokens"), 3, "x") == {"text": "x"}
 
 
 def test_chunk_is_one_sse_event_carrying_the_model_and_extras() -> None:
     fmt = ChunkFormat("vllm", "qwen", 1_700_000_000, 0)
-    raw = fmt.chunk(_plan(), [{"index": 0, "delta": {"content": "hi"}}], usage=None)
+    raw = fmt.chunk(_chunk_plan(), [{"index": 0, "delta": {"content": "hi"}}], usage=None)
     assert raw.startswith(b"data: ") and raw.endswith(b"\n\n") and raw.count(b"\n") == 2
     body = json.loads(raw[len(b"data: ") :])
     assert body == {
@@ -234,28 +236,28 @@ def test_chunk_is_one_sse_event_carrying_the_model_and_extras() -> None:
 
 def test_usage_counts_the_tokens_and_the_fault_inflates_them() -> None:
     fmt = ChunkFormat("vllm", "m", 1, 0)
-    assert fmt.usage(_plan(), 5) == {
+    assert fmt.usage(_chunk_plan(), 5) == {
         "prompt_tokens": 12,
         "completion_tokens": 5,
         "total_tokens": 17,
         "prompt_tokens_details": {"cached_tokens": 0},
     }
-    inflated = fmt.usage(_plan(fault="inflated-usage"), 5)
+    inflated = fmt.usage(_chunk_plan(fault="inflated-usage"), 5)
     assert inflated["completion_tokens"] == 5 * faults.INFLATE_FACTOR
     assert inflated["total_tokens"] == 12 + 5 * faults.INFLATE_FACTOR
 
 
 def test_timings_in_milliseconds_and_rates_zero_without_time() -> None:
     fmt = ChunkFormat("llamacpp", "m", 1, 0)
-    t = fmt.timings(_plan(), 6, prefill_s=0.5, decode_s=2.0)
+    t = fmt.timings(_chunk_plan(), 6, prefill_s=0.5, decode_s=2.0)
     assert (t["prompt_ms"], t["prompt_per_second"]) == (500.0, 24.0)
     assert (t["predicted_n"], t["predicted_ms"], t["predicted_per_second"]) == (6, 2000.0, 3.0)
-    zero = fmt.timings(_plan(), 6, prefill_s=0.0, decode_s=0.0)
+    zero = fmt.timings(_chunk_plan(), 6, prefill_s=0.0, decode_s=0.0)
     assert zero["prompt_per_second"] == zero["predicted_per_second"] == 0.0
 
 
 def test_whole_answer_splits_reasoning_from_content_and_only_llamacpp_adds_timings() -> None:
-    plan = _plan()
+    plan = _chunk_plan()
     texts = ["think", " more", "The", " answer", " is", " 42"]
     progress = Progress()
     progress.prefill_s, progress.decode_start_s, progress.last_token_s = 0.1, 1.0, 2.0
@@ -269,7 +271,7 @@ def test_whole_answer_splits_reasoning_from_content_and_only_llamacpp_adds_timin
     assert llama["choices"][0]["finish_reason"] == "length"
     assert llama["object"] == "chat.completion" and llama["usage"]["completion_tokens"] == 6
     assert llama["timings"]["predicted_ms"] == 1000.0
-    vllm = ChunkFormat("vllm", "m", 1, 0).whole(_plan(reasoning_tokens=0), texts, 6, progress)
+    vllm = ChunkFormat("vllm", "m", 1, 0).whole(_chunk_plan(reasoning_tokens=0), texts, 6, progress)
     assert "timings" not in vllm
     assert vllm["choices"][0]["message"] == {
         "role": "assistant",

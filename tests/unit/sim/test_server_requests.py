@@ -50,7 +50,7 @@ def test_ollama_honours_max_tokens_but_ignores_max_completion_tokens() -> None:
     assert request_limit("ollama", {"max_tokens": 100}, ignore_max_tokens=True) == 100
 
 
-def _body(response: Any) -> dict[str, Any]:
+def _json_body(response: Any) -> dict[str, Any]:
     return json.loads(bytes(response.body))
 
 
@@ -58,7 +58,7 @@ def test_llamacpp_refuses_a_prompt_that_fills_the_context_whatever_the_limit() -
     assert over_context("llamacpp", 4095, 10_000, 4096) is None
     refused = over_context("llamacpp", 4096, 1, 4096)
     assert refused is not None and refused.status_code == 400
-    error = _body(refused)["error"]
+    error = _json_body(refused)["error"]
     assert error["type"] == "exceed_context_size_error"
     assert (error["n_prompt_tokens"], error["n_ctx"]) == (4096, 4096)
     assert error["message"].startswith("request (4096 tokens) exceeds the available context size")
@@ -69,7 +69,7 @@ def test_vllm_and_sglang_count_the_prompt_and_the_completion(flavour: str) -> No
     assert over_context(flavour, 4000, 96, 4096) is None
     refused = over_context(flavour, 4000, 97, 4096)
     assert refused is not None and refused.status_code == 400
-    body = _body(refused)
+    body = _json_body(refused)
     assert body["type"] == "BadRequestError" and body["code"] == 400
     assert (
         "maximum context length is 4096 tokens. However, you requested 4097 tokens"
@@ -82,7 +82,7 @@ def test_plain_refuses_only_a_prompt_longer_than_the_context() -> None:
     assert over_context("plain", 4096, 10_000, 4096) is None
     refused = over_context("plain", 4097, 1, 4096)
     assert refused is not None and refused.status_code == 400
-    assert _body(refused) == {
+    assert _json_body(refused) == {
         "error": {
             "code": 400,
             "message": "prompt is 4097 tokens, context is 4096",

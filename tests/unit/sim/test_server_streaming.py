@@ -23,12 +23,12 @@ from powersweep.sim.server import SimServer
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 
-def _server(decode_tps: float = 100.0, **kw: Any) -> tuple[SimServer, ConstantEngine]:
+def _server_and_engine(decode_tps: float = 100.0, **kw: Any) -> tuple[SimServer, ConstantEngine]:
     engine = ConstantEngine(ScaledClock(1000.0), decode_tps=decode_tps, prefill_tps=50_000.0)
     return SimServer(engine, **kw), engine
 
 
-def _stream(server: SimServer, n: int, copies: int = 1, **extra: Any) -> list[str]:
+def _streamed_bodies(server: SimServer, n: int, copies: int = 1, **extra: Any) -> list[str]:
     """The raw streamed bodies of ``copies`` concurrent requests for ``n`` tokens."""
     body = {"messages": HELLO, "max_tokens": n, "stream": True, **extra}
 
@@ -70,8 +70,8 @@ USAGE = {"stream_options": {"include_usage": True}}
 
 
 def test_a_vllm_stream_has_the_role_each_token_the_finish_the_usage_and_done() -> None:
-    server, engine = _server(flavour="vllm")
-    (text,) = _stream(server, 9, **USAGE)
+    server, engine = _server_and_engine(flavour="vllm")
+    (text,) = _streamed_bodies(server, 9, **USAGE)
     data = _data(text)
     assert data[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert len(_contents(text)) == 9  # one token an event
@@ -86,14 +86,14 @@ def test_a_vllm_stream_has_the_role_each_token_the_finish_the_usage_and_done() -
 
 
 def test_without_include_usage_there_is_no_usage_chunk() -> None:
-    (text,) = _stream(_server(flavour="vllm")[0], 5)
+    (text,) = _streamed_bodies(_server_and_engine(flavour="vllm")[0], 5)
     assert all("usage" not in d for d in _data(text))
     assert _data(text)[-1]["choices"][0]["finish_reason"] == "length"
 
 
 def test_llama_cpp_pings_every_seventh_token_and_times_the_usage_chunk() -> None:
-    server, _ = _server(flavour="llamacpp")
-    (text,) = _stream(server, 14, **USAGE)
+    server, _ = _server_and_engine(flavour="llamacpp")
+    (text,) = _streamed_bodies(server, 14, **USAGE)
     assert text.count(": ping\n\n") == 2  # before tokens 7 and 14
     first_ping = _events(text).index(": ping")
     assert len(_contents("\n\n".join(_events(text)[:first_ping]))) == 6
@@ -103,30 +103,30 @@ def test_llama_cpp_pings_every_seventh_token_and_times_the_usage_chunk() -> None
 
 
 def test_llama_cpp_times_the_final_chunk_when_no_usage_was_asked_for() -> None:
-    (text,) = _stream(_server(flavour="llamacpp")[0], 3)
+    (text,) = _streamed_bodies(_server_and_engine(flavour="llamacpp")[0], 3)
     final = _data(text)[-1]
     assert final["choices"][0]["finish_reason"] == "length" and final["timings"]["predicted_n"] == 3
     assert "usage" not in final
 
 
 def test_a_strict_server_writes_event_lines_and_no_usage_even_when_asked() -> None:
-    (text,) = _stream(_server(flavour="plain")[0], 11, **USAGE)
+    (text,) = _streamed_bodies(_server_and_engine(flavour="plain")[0], 11, **USAGE)
     assert text.count("event: chunk\n") == 3  # tokens 1, 6 and 11
     assert all("usage" not in d for d in _data(text)) and len(_contents(text)) == 11
     assert ": ping" not in text
 
 
 def test_packed_tokens_share_an_event_after_the_first() -> None:
-    server, _ = _server(flavour="vllm", tokens_per_chunk=4)
-    (text,) = _stream(server, 10, **USAGE)
+    server, _ = _server_and_engine(flavour="vllm", tokens_per_chunk=4)
+    (text,) = _streamed_bodies(server, 10, **USAGE)
     words = [len(c.split()) for c in _contents(text)]
     assert words == [1, 4, 4, 1]  # the first alone, then four an event, the rest at the end
     assert _data(text)[-1]["usage"]["completion_tokens"] == 10
 
 
 def test_reasoning_and_answer_never_share_an_event() -> None:
-    server, _ = _server(flavour="vllm", tokens_per_chunk=4, reasoning_tokens=3)
-    (text,) = _stream(server, 9)
+    server, _ = _server_and_engine(flavour="vllm", tokens_per_chunk=4, reasoning_tokens=3)
+    (text,) = _streamed_bodies(server, 9)
     deltas = [c["delta"] for d in _data(text)[1:-1] for c in d["choices"]]
     kinds = [
         ("reasoning" if "reasoning_content" in d else "answer", len(next(iter(d.values())).split()))
@@ -136,7 +136,9 @@ def test_reasoning_and_answer_never_share_an_event() -> None:
 
 
 def test_an_error_event_ends_the_stream_after_the_tokens_it_allows() -> None:
-    (text,) = _stream(_server(flavour="vllm", fail_after_tokens=4)[0], 10, **USAGE)
+    (text,) = _streamed_bodies(
+        _server_and_engine(flavour="vllm", fail_after_tokens=4)[0], 10, **USAGE
+    )
     assert len(_contents(text)) == 4
     last = _data(text)[-1]
     assert last == {
@@ -150,14 +152,14 @@ def test_an_error_event_ends_the_stream_after_the_tokens_it_allows() -> None:
 
 
 def test_requests_beyond_the_slots_wait_for_one() -> None:
-    server, engine = _server(flavour="llamacpp", total_slots=1)
-    texts = _stream(server, 20, copies=3, **USAGE)
+    server, engine = _server_and_engine(flavour="llamacpp", total_slots=1)
+    texts = _streamed_bodies(server, 20, copies=3, **USAGE)
     assert [_data(t)[-1]["usage"]["completion_tokens"] for t in texts] == [20, 20, 20]
     assert engine.peak_active["decode"] == 1 and engine.peak_active["prefill"] == 1
     assert (server.requests_deferred, server.requests_processing) == (0, 0)
     assert server.tokens_generated == 60
-    free, free_engine = _server(flavour="vllm")  # no slots: all decode at once
-    _stream(free, 20, copies=3)
+    free, free_engine = _server_and_engine(flavour="vllm")  # no slots: all decode at once
+    _streamed_bodies(free, 20, copies=3)
     assert free_engine.peak_active["decode"] == 3
 
 
@@ -167,23 +169,23 @@ def _decode_ms(text: str) -> float:
 
 def test_a_stalled_server_sends_nothing_for_its_stall_and_then_goes_on() -> None:
     # a token every 2 run seconds: each goes out on its own, the stall comes after the tenth
-    server, _ = _server(decode_tps=0.5, flavour="llamacpp", fault=parse_fault("stall"))
-    (text,) = _stream(server, faults.STALL_AFTER_TOKENS + 5)
+    server, _ = _server_and_engine(decode_tps=0.5, flavour="llamacpp", fault=parse_fault("stall"))
+    (text,) = _streamed_bodies(server, faults.STALL_AFTER_TOKENS + 5)
     assert len(_contents(text)) == faults.STALL_AFTER_TOKENS + 5
     assert _decode_ms(text) >= 1000.0 * (2.0 * 15 + faults.STALL_S) * 0.99
 
 
 def test_a_paused_server_does_not_catch_up_afterwards() -> None:
     # ten tokens 2 run seconds apart; the whole server stops 2 s after the request arrived
-    server, _ = _server(decode_tps=0.5, flavour="llamacpp", fault=parse_fault("pause"))
-    (text,) = _stream(server, 10)
+    server, _ = _server_and_engine(decode_tps=0.5, flavour="llamacpp", fault=parse_fault("pause"))
+    (text,) = _streamed_bodies(server, 10)
     assert len(_contents(text)) == 10
     assert _decode_ms(text) >= 1000.0 * (2.0 * 10 + faults.PAUSE_S) * 0.99
 
 
 @pytest.mark.parametrize("flavour", ["vllm", "llamacpp"])
 def test_a_whole_answer_counts_every_token(flavour: str) -> None:
-    server, engine = _server(flavour=flavour)
+    server, engine = _server_and_engine(flavour=flavour)
 
     async def run() -> dict[str, Any]:
         transport = httpx.ASGITransport(app=server.app())

@@ -14,22 +14,19 @@ from powersweep.clock import ManualClock
 from powersweep.sim.limit_store import LimitStore
 from powersweep.sim.mem_stability import mem_margin
 from powersweep.sim.physics import Locks, Workload
-from powersweep.sim.profiles import GpuProfile, get_profile
+from powersweep.sim.profiles import get_profile
 from powersweep.sim.sim_gpu import SimGpu
 from powersweep.sim.sim_rig import SimRig
 from powersweep.sweep.gpu import ClockOffset
+from tests.helpers.sim import quiet_profile
 
 DECODE = Workload("decode", batch=1)
 SM_LOCK_MHZ = 1395.0  # low enough that no cap binds: the SM clock stays put
 
 
-def _quiet() -> GpuProfile:
-    return replace(get_profile("rtx3090-air"), power_noise_pct=0.0)
-
-
 def _decoding(seed: int = 1) -> tuple[ManualClock, SimGpu]:
     clock = ManualClock()
-    gpu = SimGpu(_quiet(), clock, seed=seed)
+    gpu = SimGpu(quiet_profile("rtx3090-air"), clock, seed=seed)
     assert gpu.lock_sm_clock(SM_LOCK_MHZ).accepted
     gpu.set_workload(DECODE)
     return clock, gpu
@@ -80,7 +77,7 @@ def test_past_the_margin_replays_take_bandwidth_and_the_rate_falls() -> None:
 
 def test_further_out_answers_go_wrong_and_the_server_is_told() -> None:
     clock = ManualClock()
-    rig = SimRig([_quiet()], clock, seed=1)
+    rig = SimRig([quiet_profile("rtx3090-air")], clock, seed=1)
     gpu = rig.gpu(0)
     assert isinstance(gpu, SimGpu)
     threshold = gpu.truth_stable_mem_offset_mhz + gpu.profile.mem_corrupt_beyond_mhz
@@ -93,7 +90,7 @@ def test_further_out_answers_go_wrong_and_the_server_is_told() -> None:
 
 
 def test_the_margin_is_seeded_per_card_and_deterministic() -> None:
-    p = _quiet()
+    p = quiet_profile("rtx3090-air")
     margins = {mem_margin(p, seed, index) for seed in range(6) for index in range(2)}
     assert len(margins) > 6
     assert mem_margin(p, 3, 1) == mem_margin(p, 3, 1)
@@ -107,7 +104,10 @@ def test_the_margin_is_seeded_per_card_and_deterministic() -> None:
 
 
 def test_the_memory_offset_leaves_the_sm_offsets_figures_and_readings_alone() -> None:
-    a, b = SimGpu(_quiet(), ManualClock(), seed=2), SimGpu(_quiet(), ManualClock(), seed=2)
+    a, b = (
+        SimGpu(quiet_profile("rtx3090-air"), ManualClock(), seed=2),
+        SimGpu(quiet_profile("rtx3090-air"), ManualClock(), seed=2),
+    )
     assert a.truth_stable_offset_mhz == b.truth_stable_offset_mhz
     a.set_workload(DECODE)
     b.set_workload(DECODE)
@@ -117,14 +117,19 @@ def test_the_memory_offset_leaves_the_sm_offsets_figures_and_readings_alone() ->
 
 def test_the_offset_outlives_the_card_object_in_the_state_file(tmp_path: Path) -> None:
     store = LimitStore(tmp_path / "state.json")
-    gpu = SimGpu(_quiet(), ManualClock(), seed=1, store=store)
+    gpu = SimGpu(quiet_profile("rtx3090-air"), ManualClock(), seed=1, store=store)
     assert gpu.set_mem_clock_offset(1200.0).accepted
-    again = SimGpu(_quiet(), ManualClock(), seed=1, store=LimitStore(tmp_path / "state.json"))
+    again = SimGpu(
+        quiet_profile("rtx3090-air"),
+        ManualClock(),
+        seed=1,
+        store=LimitStore(tmp_path / "state.json"),
+    )
     assert again.mem_clock_offset() == ClockOffset(True, 1200.0, -2000.0, 6000.0)
 
 
 def test_out_of_range_and_unsupported_cards_refuse_in_one_line() -> None:
-    gpu = SimGpu(_quiet(), ManualClock())
+    gpu = SimGpu(quiet_profile("rtx3090-air"), ManualClock())
     result = gpu.set_mem_clock_offset(7000.0)
     assert not result.accepted
     assert result.message == "+7000 MHz is outside the memory clock offset range -2000..+6000"
@@ -148,7 +153,7 @@ def test_a_memory_offset_keeps_the_sm_locks_range() -> None:
     # the memory clock an offset raises must not turn the SM range lock into min = max: an idle
     # card still clocks down to the range's bottom
     clock = ManualClock()
-    gpu = SimGpu(_quiet(), clock, seed=1)
+    gpu = SimGpu(quiet_profile("rtx3090-air"), clock, seed=1)
     assert gpu.lock_sm_clock(SM_LOCK_MHZ, 210.0).accepted
     assert gpu.set_mem_clock_offset(1000.0).accepted
     clock.advance(5.0)

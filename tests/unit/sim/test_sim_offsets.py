@@ -19,13 +19,10 @@ from powersweep.sim.physics import Locks, Workload, power_at, steady_state, volt
 from powersweep.sim.profiles import GpuProfile, get_profile
 from powersweep.sim.sim_gpu import SimGpu
 from powersweep.sweep.gpu import ClockOffset, LockResult
+from tests.helpers.sim import quiet_profile
 
 DECODE = Workload("decode", batch=1)
 LOCK = Locks(sm_mhz=1560.0)  # the 3090's top fine bin: a clock well up its voltage curve
-
-
-def _quiet() -> GpuProfile:
-    return replace(get_profile("rtx3090-air"), power_noise_pct=0.0)
 
 
 def _settled(gpu: SimGpu, clock: ManualClock) -> tuple[float, float]:
@@ -84,7 +81,7 @@ def test_under_a_binding_cap_the_offset_buys_clock_and_rate_at_the_same_draw() -
 
 def test_the_live_card_with_an_offset_settles_at_the_ground_truth() -> None:
     clock = ManualClock()
-    p = _quiet()
+    p = quiet_profile("rtx3090-air")
     gpu = SimGpu(p, clock, seed=1)
     assert gpu.set_power_limit(p.max_limit_w).accepted
     assert gpu.lock_sm_clock(LOCK.sm_mhz or 0.0).accepted
@@ -107,7 +104,7 @@ def test_the_live_card_draws_less_with_the_offset_and_decodes_as_fast() -> None:
     results = []
     for offset in (0.0, 150.0):
         clock = ManualClock()
-        gpu = SimGpu(_quiet(), clock, seed=1)
+        gpu = SimGpu(quiet_profile("rtx3090-air"), clock, seed=1)
         gpu.set_power_limit(390.0)
         gpu.lock_sm_clock(1560.0)
         assert gpu.set_sm_clock_offset(offset).accepted

@@ -34,7 +34,7 @@ R3090 = get_profile("rtx3090-air")
 H100 = get_profile("h100-sxm")
 
 
-def _rig(n: int = 1, **kwargs: object) -> tuple[ManualClock, SimRig]:
+def _sim_rig(n: int = 1, **kwargs: object) -> tuple[ManualClock, SimRig]:
     clock = ManualClock()
     return clock, SimRig([R3090] * n, clock, **kwargs)  # type: ignore[arg-type]
 
@@ -49,7 +49,7 @@ def test_a_rig_needs_a_profile_and_serving_cards_it_has() -> None:
 
 
 def test_backend_lists_its_cards_and_refuses_one_it_lacks() -> None:
-    _, rig = _rig(2, serving=(1, 1))
+    _, rig = _sim_rig(2, serving=(1, 1))
     assert rig.device_count() == 2
     assert rig.serving == (1,)  # a repeated index counts once
     assert [rig.gpu(i).index for i in range(2)] == [0, 1]
@@ -67,7 +67,7 @@ def test_context_is_the_smallest_cards() -> None:
 
 
 def test_only_serving_cards_load_up_while_a_request_decodes() -> None:
-    clock, rig = _rig(2, serving=(0,))
+    clock, rig = _sim_rig(2, serving=(0,))
     rig.work_started("decode")
     clock.advance(5.0)
     serving, idle = rig.gpu(0).read_sample(), rig.gpu(1).read_sample()
@@ -83,7 +83,7 @@ def test_only_serving_cards_load_up_while_a_request_decodes() -> None:
 
 
 def test_decode_rate_is_per_stream_and_shares_the_batch() -> None:
-    _, rig = _rig()
+    _, rig = _sim_rig()
     rig.work_started("decode")
     one = rig.decode_rate_tps()
     for _ in range(3):
@@ -93,7 +93,7 @@ def test_decode_rate_is_per_stream_and_shares_the_batch() -> None:
 
 
 def test_a_long_prompt_loads_the_card_as_prefill_a_short_one_rides_with_decode() -> None:
-    clock, rig = _rig()
+    clock, rig = _sim_rig()
     rig.work_started("decode")
     rig.work_started("prefill")
     rig.prefill_rate_tps(LONG_PROMPT_TOKENS - 1)
@@ -107,7 +107,7 @@ def test_a_long_prompt_loads_the_card_as_prefill_a_short_one_rides_with_decode()
 
 
 def test_concurrent_prefills_share_the_card() -> None:
-    _, rig = _rig()
+    _, rig = _sim_rig()
     rig.work_started("prefill")
     alone = rig.prefill_rate_tps(8000)
     rig.work_started("prefill")
@@ -115,7 +115,7 @@ def test_concurrent_prefills_share_the_card() -> None:
 
 
 def test_preheat_puts_serving_cards_at_their_steady_temperature() -> None:
-    _, rig = _rig(2, serving=(0,))
+    _, rig = _sim_rig(2, serving=(0,))
     rig.gpu(0).set_power_limit(300.0)
     cold = rig.gpu(1).temp_c
     rig.preheat("decode-single")
@@ -125,7 +125,7 @@ def test_preheat_puts_serving_cards_at_their_steady_temperature() -> None:
 
 
 def test_the_engine_reports_the_worst_serving_cards_instability_and_resets() -> None:
-    clock, rig = _rig(3, serving=(0, 1), vf_reset_beyond_mhz=20.0)
+    clock, rig = _sim_rig(3, serving=(0, 1), vf_reset_beyond_mhz=20.0)
     assert rig.vf_reset_beyond_mhz == 20.0
     margins = rig.truth_stable_offsets_mhz()
     assert margins == {

@@ -17,7 +17,7 @@ from powersweep.sim.sim_rig import ground_truth
 from powersweep.sim.synthetic_fleet import synthetic_fleet
 
 
-def _run(run_dir: Path) -> dict[str, Any]:
+def _read_run_json(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
 
 
@@ -34,7 +34,7 @@ def test_one_run_per_node_with_its_spec_and_truth(tmp_path: Path) -> None:
     for c in cards:
         assert c.run_dir == tmp_path / c.node / "20250101-000000-rtx4090-air-decode-single"
         assert sorted(p.name for p in c.run_dir.iterdir()) == ["caps.csv", "run.json"]
-        run = _run(c.run_dir)
+        run = _read_run_json(c.run_dir)
         assert run["host"] == c.node
         assert run["simulation"]["node"] == c.node
         assert run["gpus"][0]["uuid"] == f"GPU-sim-{c.node}-0"
@@ -46,20 +46,22 @@ def test_one_run_per_node_with_its_spec_and_truth(tmp_path: Path) -> None:
         assert ground_truth([profile], "decode-single", caps).sweet_spot_cap_w == (
             c.true_sweet_spot_w
         )
-    profiles = [_run(c.run_dir)["simulation"]["profile"] for c in cards]
+    profiles = [_read_run_json(c.run_dir)["simulation"]["profile"] for c in cards]
     assert profiles == ["rtx4090-air~0.03", "rtx4090-air~0.03~hot", "rtx4090-air~0.03"]
     # card k is measured with seed + k
-    assert [_run(c.run_dir)["simulation"]["seed"] for c in cards] == [5, 6, 7]
+    assert [_read_run_json(c.run_dir)["simulation"]["seed"] for c in cards] == [5, 6, 7]
 
 
 def test_the_caps_csv_covers_the_default_grid_of_the_card(tmp_path: Path) -> None:
     (card,) = synthetic_fleet(tmp_path, "rtx4090-air", 1, step_w=50.0, node_prefix="gpu-")
     assert card.node == "gpu-000"
     caps = pl.read_csv(card.run_dir / "caps.csv")
-    truth_caps = [c["cap_w"] for c in _run(card.run_dir)["simulation"]["ground_truth"]["caps"]]
+    truth_caps = [
+        c["cap_w"] for c in _read_run_json(card.run_dir)["simulation"]["ground_truth"]["caps"]
+    ]
     assert sorted(caps["cap_w"].unique().to_list()) == sorted(truth_caps)
     assert truth_caps == sorted(truth_caps) and truth_caps[-1] == 600.0  # up to the max limit
-    assert _run(card.run_dir)["simulation"]["profile"] == "rtx4090-air"  # no spread, no ~
+    assert _read_run_json(card.run_dir)["simulation"]["profile"] == "rtx4090-air"  # no spread, no ~
 
 
 def test_same_arguments_write_the_same_fleet(tmp_path: Path) -> None:

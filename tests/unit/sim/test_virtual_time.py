@@ -19,11 +19,7 @@ from powersweep.sim.virtual_time import (
     VirtualTimeStalled,
     check_loop_internals,
 )
-
-
-def _run(clock: VirtualClock, coro: object) -> object:
-    with asyncio.Runner(loop_factory=clock.loop_factory) as runner:
-        return runner.run(coro)  # type: ignore[arg-type]
+from tests.helpers.sim import run_on
 
 
 def test_this_python_has_the_loop_internals_virtual_time_needs() -> None:
@@ -43,7 +39,7 @@ def test_an_hour_of_timers_passes_in_no_wall_time_and_exactly() -> None:
         await asyncio.gather(ticker("a", 0.5, 7200), ticker("b", 1.5, 2400))
 
     wall = time.monotonic()
-    _run(clock, main())
+    run_on(clock, main())
     assert time.monotonic() - wall < 2.0
     assert clock.now() == pytest.approx(3600.0)
     # the timers fire in run-time order, each at its own time
@@ -61,7 +57,7 @@ def test_the_loop_time_is_run_time_so_asyncio_timeouts_count_run_seconds() -> No
                 await asyncio.sleep(1000.0)
         return asyncio.get_running_loop().time()
 
-    assert _run(clock, main()) == pytest.approx(130.0)
+    assert run_on(clock, main()) == pytest.approx(130.0)
     assert clock.scale == 1.0 and clock.kind == "virtual" and clock.runs_on_loop
 
 
@@ -79,7 +75,7 @@ def test_executor_work_runs_inline_without_letting_run_time_pass() -> None:
         inside = await asyncio.to_thread(work)
         return inside, clock.now()
 
-    inside, after = _run(clock, main())  # type: ignore[misc]
+    inside, after = run_on(clock, main())  # type: ignore[misc]
     assert inside == after == 2.0
     assert threads == [threading.current_thread().name]
 
@@ -94,7 +90,7 @@ def test_an_executor_error_reaches_the_awaiting_task() -> None:
         await asyncio.to_thread(broken)
 
     with pytest.raises(ValueError, match="bad row"):
-        _run(clock, main())
+        run_on(clock, main())
 
 
 def test_a_spinning_loop_fails_within_seconds_naming_where() -> None:
@@ -107,7 +103,7 @@ def test_a_spinning_loop_fails_within_seconds_naming_where() -> None:
 
     wall = time.monotonic()
     with pytest.raises(VirtualTimeStalled, match="deadline_one_step_early") as err:
-        _run(clock, deadline_one_step_early())
+        run_on(clock, deadline_one_step_early())
     assert time.monotonic() - wall < STALL_WALL_S + 3.0
     assert "test_virtual_time.py" in str(err.value)
 
@@ -123,7 +119,7 @@ def test_re_arming_a_timer_by_one_float_step_is_a_stall_too(
             await asyncio.sleep(1e-13)  # run time moves, by nothing that counts
 
     with pytest.raises(VirtualTimeStalled, match="creeping"):
-        _run(clock, creeping())
+        run_on(clock, creeping())
 
 
 def test_a_task_that_waits_for_nothing_is_a_deadlock_named_at_once() -> None:
@@ -134,7 +130,7 @@ def test_a_task_that_waits_for_nothing_is_a_deadlock_named_at_once() -> None:
 
     wall = time.monotonic()
     with pytest.raises(VirtualTimeStalled, match=r"nothing is scheduled.*waits_forever"):
-        _run(clock, waits_forever())
+        run_on(clock, waits_forever())
     assert time.monotonic() - wall < DEADLOCK_WALL_S + 2.0
 
 
@@ -147,7 +143,7 @@ def test_a_pace_holds_run_time_to_the_wall_and_keeps_the_figures() -> None:
                 await clock.asleep(0.1 + 0.01 * (i % 3))
                 out.append(clock.now())
 
-        _run(clock, main())
+        run_on(clock, main())
         return out
 
     wall = time.monotonic()
@@ -172,7 +168,7 @@ def test_a_lapse_of_the_process_never_becomes_run_time_nor_a_race_afterwards() -
                 time.sleep(0.6)  # the process is not scheduled for a while
             stamps.append((time.monotonic(), clock.now()))
 
-    _run(clock, main())
+    run_on(clock, main())
     assert [run for _, run in stamps] == pytest.approx([0.5 * (i + 1) for i in range(30)])
     # after the lapse the pace goes on from where it was: no burst to catch up
     after = [wall for wall, _ in stamps[6:]]
@@ -187,7 +183,7 @@ def test_a_virtual_clock_refuses_waits_that_would_block_or_never_end() -> None:
         clock.sleep(1.0)
 
     with pytest.raises(RuntimeError, match="blocking sleep"):
-        _run(clock, blocking_sleep_inside())
+        run_on(clock, blocking_sleep_inside())
 
     async def on_a_plain_loop() -> None:
         await clock.asleep(1.0)
@@ -203,7 +199,7 @@ def test_a_virtual_clock_refuses_waits_that_would_block_or_never_end() -> None:
 def test_each_loop_of_one_clock_continues_its_run_time() -> None:
     clock = VirtualClock()
     for _ in range(3):
-        _run(clock, clock.asleep(10.0))
+        run_on(clock, clock.asleep(10.0))
     assert clock.now() == 30.0
     assert isinstance(clock.loop_factory(), VirtualEventLoop)
 

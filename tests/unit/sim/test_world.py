@@ -111,7 +111,7 @@ def test_a_seed_gives_the_same_processes_and_another_seed_others() -> None:
 # --- the card: bursty draw, a lagging quantised sensor ------------------------------------
 
 
-def _card(specs: list[str], limit_w: float = 290.0) -> tuple[ManualClock, SimGpu]:
+def _world_card(specs: list[str], limit_w: float = 290.0) -> tuple[ManualClock, SimGpu]:
     clock = ManualClock()
     gpu = SimGpu(replace(R3090, power_noise_pct=0.0), clock, seed=3, world=World(specs, 3))
     gpu.set_power_limit(limit_w)
@@ -136,7 +136,7 @@ def test_a_card_reads_the_same_without_its_own_models() -> None:
 
 
 def test_bursty_draw_averages_well_under_a_cap_that_binds_each_burst() -> None:
-    clock, gpu = _card(["bursty-draw"])
+    clock, gpu = _world_card(["bursty-draw"])
     clock.advance(120.0)  # warm
     e0, t0 = gpu.true_energy_mj, clock.now()
     averages, instants = [], []
@@ -173,7 +173,7 @@ def test_bursts_last_their_duty_of_the_time_on_average() -> None:
 
 
 def test_a_lagging_sensor_trails_a_step_and_reads_in_whole_quanta() -> None:
-    lagging, plain = _card(["sensor-lag=5"]), _card([])
+    lagging, plain = _world_card(["sensor-lag=5"]), _world_card([])
     for clock, gpu in (lagging, plain):
         clock.advance(60.0)
         gpu.set_power_limit(200.0)  # a step down of about 90 W

@@ -15,7 +15,7 @@ from powersweep.sweep.options_check import validate
 from powersweep.sweep.planning.clock_points import SweepPoint
 
 
-def _options(**kwargs: Any) -> SweepOptions:
+def _split_options(**kwargs: Any) -> SweepOptions:
     """Options with the axis-and-points fields in their group, the rest in the safety one."""
     names = {f.name for f in dataclasses.fields(PointOptions)}
     points = PointOptions(**{k: v for k, v in kwargs.items() if k in names})
@@ -38,13 +38,13 @@ def _options(**kwargs: Any) -> SweepOptions:
 )
 def test_bad_clock_options_are_one_line_usage_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        validate(_options(**kwargs))
+        validate(_split_options(**kwargs))
 
 
 def test_good_clock_options_pass() -> None:
-    validate(_options(axis=Axis.GRID, sm_clocks=(900.0, 1200.0), hold_cap_w=300.0))
-    validate(_options(axis=Axis.SM_CLOCK, mem_clocks=(9501.0,)))
-    assert _options(axis=Axis.GRID).points.clock_axis and not SweepOptions().points.clock_axis
+    validate(_split_options(axis=Axis.GRID, sm_clocks=(900.0, 1200.0), hold_cap_w=300.0))
+    validate(_split_options(axis=Axis.SM_CLOCK, mem_clocks=(9501.0,)))
+    assert _split_options(axis=Axis.GRID).points.clock_axis and not SweepOptions().points.clock_axis
 
 
 def test_cli_refuses_caps_on_a_clock_axis_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,9 @@ class _Clock:
         return 0.0
 
 
-def _sweep(client: Any, gpus: list[FakeGpu], plan: SweepPlan = PLAN) -> tuple[Sweep, list[str]]:
+def _bare_sweep(
+    client: Any, gpus: list[FakeGpu], plan: SweepPlan = PLAN
+) -> tuple[Sweep, list[str]]:
     said: list[str] = []
     sweep = object.__new__(Sweep)
     sweep.plan, sweep.client, sweep.gpus = plan, client, gpus  # type: ignore[assignment]
@@ -42,12 +44,12 @@ class _Greedy:
 
 
 def test_only_an_undervolt_plan_gets_a_stability_check() -> None:
-    sweep, _ = _sweep(_Greedy(), [FakeGpu()], SweepPlan(caps_w=(300.0,)))
+    sweep, _ = _bare_sweep(_Greedy(), [FakeGpu()], SweepPlan(caps_w=(300.0,)))
     assert sweep._stability_check(None) is None
 
 
 def test_a_client_that_cannot_send_greedy_probes_is_refused() -> None:
-    sweep, _ = _sweep(object(), [FakeGpu()])
+    sweep, _ = _bare_sweep(object(), [FakeGpu()])
     with pytest.raises(PowersweepError, match="cannot send greedy probes"):
         sweep._stability_check(4096)
 
@@ -55,7 +57,7 @@ def test_a_client_that_cannot_send_greedy_probes_is_refused() -> None:
 def test_cards_that_cannot_report_xids_are_said_and_counted() -> None:
     blind, seeing = FakeGpu(index=0), FakeGpu(index=1)
     blind.xids = None
-    sweep, said = _sweep(_Greedy(), [blind, seeing])
+    sweep, said = _bare_sweep(_Greedy(), [blind, seeing])
     check = sweep._stability_check(4096)
     assert check is not None and check.xids_readable == [False, True]
     assert said == [
@@ -67,7 +69,7 @@ def test_cards_that_cannot_report_xids_are_said_and_counted() -> None:
 
 
 def test_a_tps_the_card_does_not_drive_is_not_judged_and_that_is_said() -> None:
-    sweep, said = _sweep(_Greedy(), [FakeGpu()])
+    sweep, said = _bare_sweep(_Greedy(), [FakeGpu()])
     check = sweep._stability_check(4096, tps_follows_card=False)
     assert check is not None and not check.check_stretch
     assert said == [
@@ -82,11 +84,11 @@ def test_stale_bytes_the_transport_closed_are_a_fault_the_user_reads() -> None:
     class _Stale:
         stale_connections = 2
 
-    sweep, said = _sweep(_Stale(), [FakeGpu()])
+    sweep, said = _bare_sweep(_Stale(), [FakeGpu()])
     sweep._stale_bytes()
     (fault,) = sweep._faults.to_list()
     assert fault["kind"] == "stale_bytes" and fault["count"] == 2
     assert said == [fault["examples"][0]] and "closed unread" in said[0]
-    clean, quiet = _sweep(object(), [FakeGpu()])
+    clean, quiet = _bare_sweep(object(), [FakeGpu()])
     clean._stale_bytes()
     assert clean._faults.to_list() == [] and quiet == []

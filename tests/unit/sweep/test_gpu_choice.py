@@ -33,7 +33,7 @@ from tests.fakes.fake_pynvml import (
 SERVER = 4242
 
 
-def _backend(*processes: list[FakeProcessInfo], fail: bool = False) -> NvmlBackend:
+def _serving_backend(*processes: list[FakeProcessInfo], fail: bool = False) -> NvmlBackend:
     devices = [
         FakeDevice(
             uuid=f"GPU-{i}",
@@ -52,7 +52,7 @@ def _pick(backend: NvmlBackend, **kw: object) -> tuple[list[int], str, str, list
 
 
 def test_the_servers_process_picks_its_cards() -> None:
-    backend = _backend(
+    backend = _serving_backend(
         [FakeProcessInfo(999)],  # another user's job holding memory on GPU 0
         [FakeProcessInfo(SERVER)],
         [FakeProcessInfo(SERVER, usedGpuMemory=None)],
@@ -64,7 +64,7 @@ def test_the_servers_process_picks_its_cards() -> None:
 
 
 def test_without_the_servers_pid_any_process_holding_memory() -> None:
-    backend = _backend([FakeProcessInfo(5, usedGpuMemory=0)], [FakeProcessInfo(77)], [])
+    backend = _serving_backend([FakeProcessInfo(5, usedGpuMemory=0)], [FakeProcessInfo(77)], [])
     picked, how, reason, _ = _pick(backend)
     assert (picked, how) == ([1], "memory") and "PID 77" in reason
     # a remote server's PID is not on this machine's cards: memory holders still decide
@@ -73,15 +73,15 @@ def test_without_the_servers_pid_any_process_holding_memory() -> None:
 
 
 def test_nothing_found_sweeps_every_card_with_a_warning() -> None:
-    picked, how, _, warnings = _pick(_backend([], []))
+    picked, how, _, warnings = _pick(_serving_backend([], []))
     assert (picked, how) == ([0, 1], "fallback")
     assert len(warnings) == 1 and "no process runs on any GPU" in warnings[0]
-    picked, how, _, warnings = _pick(_backend([], [], fail=True))
+    picked, how, _, warnings = _pick(_serving_backend([], [], fail=True))
     assert (picked, how) == ([0, 1], "fallback") and "cannot list" in warnings[0]
 
 
 def test_given_all_and_single_gpu() -> None:
-    backend = _backend([FakeProcessInfo(SERVER)], [])
+    backend = _serving_backend([FakeProcessInfo(SERVER)], [])
     assert _pick(backend, wanted=(1,))[:2] == ([1], "given")
     assert _pick(backend, all_gpus=True)[:2] == ([0, 1], "all")
     # a given set still knows which of its cards serve: their utilization marks the load
@@ -89,13 +89,13 @@ def test_given_all_and_single_gpu() -> None:
     assert every.busy_gpus == (0,) and every.meta()["serving"] == [0]
     other = select_gpus(backend, (1,), lambda _m: None)
     assert other.busy_gpus == (1,)  # none of the set serves: all of it counts
-    assert _pick(_backend([]))[:2] == ([0], "only")
+    assert _pick(_serving_backend([]))[:2] == ([0], "only")
     with pytest.raises(UsageError, match="no GPU 5"):
         _pick(backend, wanted=(5,))
 
 
 def test_selection_meta_lists_processes_as_run_json_has_them() -> None:
-    choice = select_gpus(_backend([], [FakeProcessInfo(7, 2**30)]), None, lambda _m: None)
+    choice = select_gpus(_serving_backend([], [FakeProcessInfo(7, 2**30)]), None, lambda _m: None)
     meta = choice.meta()
     assert meta["picked"] == [1] and meta["how"] == "memory"
     assert meta["processes"] == {"0": [], "1": [{"pid": 7, "used_memory_mib": 1024.0}]}
@@ -203,7 +203,7 @@ def test_check_settable_sets_each_card_to_the_limit_it_has() -> None:
 
 
 def test_a_card_given_twice_is_swept_once_and_no_card_at_all_is_an_error() -> None:
-    backend = _backend([], [], [])
+    backend = _serving_backend([], [], [])
     assert _pick(backend, wanted=(2, 0, 2))[0] == [2, 0]
     with pytest.raises(PowersweepError, match=r"^no GPU found$"):
         _pick(NvmlBackend(nvml=FakeNvml(devices=[])))

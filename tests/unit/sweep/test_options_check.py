@@ -34,13 +34,13 @@ from powersweep.sweep.sampling.windows import WindowPolicy
 CONCURRENT = LoadMode.DECODE_CONCURRENT
 
 
-def _check(**groups: Any) -> None:
+def _validate(**groups: Any) -> None:
     validate(SweepOptions(**groups))
 
 
 def test_the_defaults_and_a_busy_concurrent_sweep_pass() -> None:
     validate(SweepOptions())
-    _check(
+    _validate(
         load=LoadOptions(mode=CONCURRENT, concurrency=MAX_STREAMS, bench_runs=50, load_target=1.0),
         points=PointOptions(caps=tuple(float(c) for c in range(100, 100 + MAX_PLANNED_CAPS))),
         server=ServerOptions(url="localhost:8080/v1"),
@@ -88,14 +88,14 @@ def test_a_number_out_of_its_range_names_the_flag_the_range_and_the_value(
     groups: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(UsageError) as caught:
-        _check(**groups)
+        _validate(**groups)
     assert str(caught.value).startswith(message)
 
 
 def test_the_range_bounds_are_inclusive() -> None:
-    _check(measure=MeasureOptions(windows=WindowPolicy(min_s=1.0, max_s=3600.0)))
-    _check(measure=MeasureOptions(settle_s=0.0, thermal_wait_s=3600.0, sample_interval_s=60.0))
-    _check(points=PointOptions(step_size_w=0.1), load=LoadOptions(warmup_requests=0))
+    _validate(measure=MeasureOptions(windows=WindowPolicy(min_s=1.0, max_s=3600.0)))
+    _validate(measure=MeasureOptions(settle_s=0.0, thermal_wait_s=3600.0, sample_interval_s=60.0))
+    _validate(points=PointOptions(step_size_w=0.1), load=LoadOptions(warmup_requests=0))
 
 
 @pytest.mark.parametrize(
@@ -136,22 +136,24 @@ def test_load_flags_are_checked_and_the_concurrent_ones_need_their_mode(
     groups: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(UsageError) as caught:
-        _check(**groups)
+        _validate(**groups)
     assert str(caught.value) == message or str(caught.value).endswith(message)
 
 
 def test_a_prefill_longer_than_half_the_window_is_refused_with_the_longest_that_fits() -> None:
     window = MeasureOptions(windows=WindowPolicy(max_s=10.0))
-    _check(load=LoadOptions(mode=LoadMode.PREFILL_HEAVY, target_prefill_s=5.0), measure=window)
+    _validate(load=LoadOptions(mode=LoadMode.PREFILL_HEAVY, target_prefill_s=5.0), measure=window)
     with pytest.raises(UsageError) as caught:
-        _check(load=LoadOptions(mode=LoadMode.PREFILL_HEAVY, target_prefill_s=6.0), measure=window)
+        _validate(
+            load=LoadOptions(mode=LoadMode.PREFILL_HEAVY, target_prefill_s=6.0), measure=window
+        )
     assert str(caught.value) == (
         "--target-prefill-seconds 6 does not fit a 10 s window: lower caps prefill slower, and "
         "every prompt must end inside its window; use at most 5 (half of --target-cap-seconds) "
         "or a longer --target-cap-seconds"
     )
     # the other load modes do not send prefill prompts: the flag is only range-checked there
-    _check(load=LoadOptions(target_prefill_s=6.0), measure=window)
+    _validate(load=LoadOptions(target_prefill_s=6.0), measure=window)
 
 
 @pytest.mark.parametrize(
@@ -183,7 +185,7 @@ def test_more_caps_or_higher_values_than_any_card_takes_are_refused(
     points: PointOptions, message: str
 ) -> None:
     with pytest.raises(UsageError) as caught:
-        _check(points=points)
+        _validate(points=points)
     assert str(caught.value) == message
 
 
@@ -199,7 +201,7 @@ def test_more_caps_or_higher_values_than_any_card_takes_are_refused(
 )
 def test_a_choice_outside_its_list_names_the_choices(groups: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=f"^{message}"):
-        _check(**groups)
+        _validate(**groups)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +225,7 @@ def test_a_choice_outside_its_list_names_the_choices(groups: dict[str, Any], mes
 )
 def test_cards_safety_and_server_combinations(groups: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError) as caught:
-        _check(**groups)
+        _validate(**groups)
     assert str(caught.value) == message
 
 
@@ -265,11 +267,11 @@ UV = PointOptions(axis=Axis.UNDERVOLT)
 )
 def test_undervolt_flags_are_checked(groups: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
-        _check(**groups)
+        _validate(**groups)
 
 
 def test_an_undervolt_search_with_its_flags_passes() -> None:
-    _check(
+    _validate(
         points=PointOptions(axis=Axis.UNDERVOLT, sm_clocks=(1695.0,), hold_cap_w=280.0),
         undervolt=UndervoltOptions(
             offset_step_mhz=15.0, margin_mhz=0.0, soak_s=600.0, max_offset_mhz=15.0

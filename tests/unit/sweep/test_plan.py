@@ -29,7 +29,7 @@ from powersweep.sweep.rig import Rig
 from tests.fakes.fake_gpu import FakeGpu
 
 
-def _options(**points: Any) -> SweepOptions:
+def _plan_options(**points: Any) -> SweepOptions:
     safety = points.pop("safety", SafetyOptions())
     return SweepOptions(points=PointOptions(**points), safety=safety)
 
@@ -37,10 +37,10 @@ def _options(**points: Any) -> SweepOptions:
 def test_the_journal_goes_to_the_state_dir_given_or_the_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    given = dataclasses.replace(_options(), safety=SafetyOptions(state_dir=tmp_path / "given"))
+    given = dataclasses.replace(_plan_options(), safety=SafetyOptions(state_dir=tmp_path / "given"))
     assert journal_for(given).path.parent == tmp_path / "given"
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "env"))
-    assert journal_for(_options()).path.parent == tmp_path / "env"
+    assert journal_for(_plan_options()).path.parent == tmp_path / "env"
 
 
 def _dry(**kw: Any) -> DryRun:
@@ -157,7 +157,7 @@ def test_a_dry_run_refuses_bad_options_before_building_the_rig() -> None:
         yield Rig(backend=_Backend([FakeGpu(0)]), clock=ScaledClock(1.0))
 
     with pytest.raises(UsageError):
-        dry_run(_options(step_size_w=-5.0), rigs)
+        dry_run(_plan_options(step_size_w=-5.0), rigs)
     assert built == []
 
 

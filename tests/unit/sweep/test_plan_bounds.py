@@ -94,7 +94,7 @@ def test_the_longest_plan_a_day_allows_is_planned(
     assert "200 points" in out
 
 
-def _runs(tmp: Path) -> Path:
+def _runs_root(tmp: Path) -> Path:
     run = tmp / "runs" / "r1"
     run.mkdir(parents=True)
     (run / "caps.csv").write_text("cap_w,narr_tps,power_w\n300,30,299\n280,29,279\n260,28,259\n")
@@ -136,7 +136,7 @@ def test_every_numeric_option_of_every_command_is_finite_and_in_range(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("POWERSWEEP_STATE_DIR", str(tmp_path / "state"))
-    runs = _runs(tmp_path)
+    runs = _runs_root(tmp_path)
     sim = ["--simulate", "rtx3090-air", "--sim-state", str(tmp_path / "sim.json")]
     argv: list[str] = []
     for a in args:

@@ -20,7 +20,7 @@ from powersweep.sweep.resume import prepare_resume, resume_options
 from tests.fakes.fake_gpu import FakeGpu
 
 
-def _run(tmp_path: Path, **meta: Any) -> Path:
+def _interrupted_run(tmp_path: Path, **meta: Any) -> Path:
     writer = RunWriter(tmp_path / "runs", ["NVIDIA GeForce RTX 3090"], "decode-single")
     recorded = SweepOptions(server=ServerOptions(url="http://10.0.0.5:8000", model="m")).recorded()
     base: dict[str, Any] = {
@@ -46,7 +46,7 @@ def _given(tmp_path: Path, **server: Any) -> SweepOptions:
 
 
 def test_the_runs_options_come_back_with_what_is_given_now(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = _interrupted_run(tmp_path)
     options, meta = resume_options(run, _given(tmp_path, api_key="secret", url="http://h:9"))
     assert meta["caps_done"] == [350.0, 300.0]
     assert options.points.step_size_w == 20.0
@@ -62,11 +62,11 @@ def test_the_runs_options_come_back_with_what_is_given_now(tmp_path: Path) -> No
 
 
 def test_without_a_url_given_the_runs_own_is_used(tmp_path: Path) -> None:
-    options, _ = resume_options(_run(tmp_path), _given(tmp_path))
+    options, _ = resume_options(_interrupted_run(tmp_path), _given(tmp_path))
     assert options.server.url == "http://10.0.0.5:8000" and options.server.api_key is None
 
 
-def _write(tmp_path: Path, text: str) -> Path:
+def _run_json_with(tmp_path: Path, text: str) -> Path:
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text(text)
@@ -91,7 +91,7 @@ def test_a_file_that_is_no_resumable_run_is_one_usage_error(
     tmp_path: Path, text: str, message: str
 ) -> None:
     with pytest.raises(UsageError) as info:
-        resume_options(_write(tmp_path, text), SweepOptions())
+        resume_options(_run_json_with(tmp_path, text), SweepOptions())
     assert str(info.value).startswith("--resume: ") and message in str(info.value)
 
 
@@ -99,20 +99,20 @@ def test_a_folder_without_a_run_and_a_complete_run_are_refused(tmp_path: Path) -
     with pytest.raises(UsageError, match=r"is not a run directory \(no run.json\)$"):
         resume_options(tmp_path, SweepOptions())
     with pytest.raises(UsageError, match=r"is complete; nothing to resume$"):
-        resume_options(_run(tmp_path, status="complete"), SweepOptions())
+        resume_options(_interrupted_run(tmp_path, status="complete"), SweepOptions())
 
 
-def _prepare(tmp_path: Path, run: Path, gpus: list[FakeGpu]) -> Any:
+def _prepare_resume(tmp_path: Path, run: Path, gpus: list[FakeGpu]) -> Any:
     options, meta = resume_options(run, _given(tmp_path))
     return prepare_resume(options, meta, gpus)  # type: ignore[arg-type]
 
 
 def test_the_caps_left_and_the_last_status_of_each_cap_done(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = _interrupted_run(tmp_path)
     (run / "caps.csv").write_text(
         "cap_w,status\n350,failed\n300,\n350,ok\n250,ok\nnot a cap,failed\n"
     )
-    state = _prepare(tmp_path, run, [FakeGpu(0), FakeGpu(1)])
+    state = _prepare_resume(tmp_path, run, [FakeGpu(0), FakeGpu(1)])
     assert state.caps_left == [250.0, 200.0] and state.caps_done == [350.0, 300.0]
     # the last row of each cap run.json says is done (250 is not: it is measured again)
     assert state.cap_status == {350.0: "ok", 300.0: "ok"}
@@ -120,9 +120,9 @@ def test_the_caps_left_and_the_last_status_of_each_cap_done(tmp_path: Path) -> N
 
 
 def test_another_gpu_set_is_refused(tmp_path: Path) -> None:
-    run = _run(tmp_path)
+    run = _interrupted_run(tmp_path)
     with pytest.raises(UsageError) as info:
-        _prepare(tmp_path, run, [FakeGpu(1), FakeGpu(0)])
+        _prepare_resume(tmp_path, run, [FakeGpu(1), FakeGpu(0)])
     assert str(info.value) == (
         "--resume: the run was on GPUs GPU-fake-0, GPU-fake-1, this sweep would use GPU-fake-1, "
         "GPU-fake-0; resume needs the same GPU set"
@@ -130,27 +130,27 @@ def test_another_gpu_set_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_run_with_every_cap_done_has_nothing_to_resume(tmp_path: Path) -> None:
-    run = _run(tmp_path, caps_done=[350, 300, 250, 200])
+    run = _interrupted_run(tmp_path, caps_done=[350, 300, 250, 200])
     with pytest.raises(UsageError, match=r"every planned cap of .* is done$"):
-        _prepare(tmp_path, run, [FakeGpu(0), FakeGpu(1)])
+        _prepare_resume(tmp_path, run, [FakeGpu(0), FakeGpu(1)])
 
 
 def test_a_clock_run_resumes_at_its_points_left(tmp_path: Path) -> None:
     planned = [SweepPoint(300.0, sm, 9501.0) for sm in (1500.0, 1200.0, 900.0)]
-    run = _run(
+    run = _interrupted_run(
         tmp_path,
         caps_planned=[300.0],
         caps_done=[],
         points_planned=[p.to_dict() for p in planned],
         points_done=[planned[0].to_dict()],
     )
-    state = _prepare(tmp_path, run, [FakeGpu(0), FakeGpu(1)])
+    state = _prepare_resume(tmp_path, run, [FakeGpu(0), FakeGpu(1)])
     assert state.points_left == planned[1:] and state.points_done == planned[:1]
     assert state.caps_left == [300.0] and state.caps_done == []
-    all_done = _run(
+    all_done = _interrupted_run(
         tmp_path,
         points_planned=[p.to_dict() for p in planned],
         points_done=[p.to_dict() for p in planned],
     )
     with pytest.raises(UsageError, match=r"every planned point of .* is done$"):
-        _prepare(tmp_path, all_done, [FakeGpu(0), FakeGpu(1)])
+        _prepare_resume(tmp_path, all_done, [FakeGpu(0), FakeGpu(1)])

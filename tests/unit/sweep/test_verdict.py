@@ -81,7 +81,7 @@ def test_a_fault_kind_counts_every_one_and_keeps_three_different_examples() -> N
     assert log.to_list()[0]["examples"] == ["a", "b", "c"]
 
 
-def _kinds(*results: Any) -> dict[str, int]:
+def _request_fault_kinds(*results: Any) -> dict[str, int]:
     log = FaultLog()
     log.requests(results)
     return {f["kind"]: f["count"] for f in log.to_list()}
@@ -89,7 +89,7 @@ def _kinds(*results: Any) -> dict[str, int]:
 
 def test_warnings_the_client_recognised_are_counted_by_kind() -> None:
     cut = dict(finish="deadline", warnings=(WARN_IGNORED_MAX_TOKENS,), chunks=120)
-    assert _kinds(
+    assert _request_fault_kinds(
         request_result("narr", **cut),  # type: ignore[arg-type]
         request_result("warmup", **cut),  # type: ignore[arg-type]  # a warm-up's cut is by design
         request_result("narr", finish="deadline"),  # cut at the window's end: by design
@@ -129,7 +129,7 @@ def test_a_cut_past_max_tokens_and_a_reset_say_how_many_chunks_came() -> None:
 )
 def test_failed_requests_of_a_known_kind_are_counted_under_it(error: str, kind: str) -> None:
     failed = request_result(ok=False, error=error, tokens=0, chunks=0, completion=None)
-    assert _kinds(failed) == {kind: 1}
+    assert _request_fault_kinds(failed) == {kind: 1}
 
 
 def test_other_failed_requests_are_counted_by_their_commonest_causes_last() -> None:
@@ -153,4 +153,4 @@ def test_other_failed_requests_are_counted_by_their_commonest_causes_last() -> N
 
 
 def test_requests_that_went_well_are_no_fault() -> None:
-    assert _kinds(request_result(), request_result("code", finish="stop")) == {}
+    assert _request_fault_kinds(request_result(), request_result("code", finish="stop")) == {}

@@ -25,6 +25,7 @@ from powersweep.sweep.planning.caps import default_caps
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.sampling.windows import WindowPolicy
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.options import point_options
 
 
 def _power_csv(tmp_path: Path) -> Path:
@@ -142,31 +143,27 @@ def test_each_axis_draws_its_own_charts(tmp_path: Path) -> None:
         assert all(p.stat().st_size > 0 for p in drawn)
 
 
-def _options(**points: object) -> SweepOptions:
-    return SweepOptions(points=PointOptions(**points))  # type: ignore[arg-type]
-
-
 def test_the_power_axis_plans_its_caps_in_steps_or_as_given() -> None:
     gpus = [FakeGpu(0, min_w=100.0, max_w=400.0), FakeGpu(1, min_w=150.0, max_w=350.0)]
     power = AXES["power"]
-    planned = power.plan(_options(step_size_w=50.0), gpus, lambda _m: None)
+    planned = power.plan(point_options(step_size_w=50.0), gpus, lambda _m: None)
     # within both cards' envelopes, from the tighter top down in steps
     assert planned.caps_w == default_caps(PowerEnvelope(150.0, 350.0, 350.0, 350.0), 50.0)
     assert planned.caps_w[-1] == 350.0 and planned.points == []
     warned: list[str] = []
-    given = power.plan(_options(caps=(120.0, 300.0)), gpus, warned.append)
+    given = power.plan(point_options(caps=(120.0, 300.0)), gpus, warned.append)
     assert given.caps_w == [150.0, 300.0] and warned  # clamped into both cards' envelope
-    assert power.sets_limit(_options())
+    assert power.sets_limit(point_options())
 
 
 def test_a_clock_axis_plans_locks_under_the_limit_in_force_or_the_one_held() -> None:
     gpus = [FakeGpu(0, max_w=400.0)]
     sm = AXES["sm-clock"]
-    planned = sm.plan(_options(axis=Axis.SM_CLOCK, sm_clocks=(900.0, 1500.0)), gpus, print)
+    planned = sm.plan(point_options(axis=Axis.SM_CLOCK, sm_clocks=(900.0, 1500.0)), gpus, print)
     assert {p.sm_lock_mhz for p in planned.points} == {900.0, 1500.0}
     assert planned.caps_w == [gpus[0].envelope().current_w]
-    assert not sm.sets_limit(_options(axis=Axis.SM_CLOCK))
-    held = _options(axis=Axis.GRID, hold_cap_w=300.0)
+    assert not sm.sets_limit(point_options(axis=Axis.SM_CLOCK))
+    held = point_options(axis=Axis.GRID, hold_cap_w=300.0)
     grid = AXES["grid"].plan(held, gpus, print)
     assert grid.caps_w == [300.0] and all(p.cap_w == 300.0 for p in grid.points)
     assert {p.mem_lock_mhz for p in grid.points} == {9501.0, 5001.0}  # the card's own tiers

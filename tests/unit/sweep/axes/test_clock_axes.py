@@ -22,19 +22,15 @@ from powersweep.sweep.options import (
     Axis,
     MeasureOptions,
     PointOptions,
-    SafetyOptions,
     SweepOptions,
 )
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.resume import ResumeState
 from powersweep.sweep.sampling.windows import WindowPolicy
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.options import point_options
 
 SM, MEM, GRID = SmClockAxis(), MemClockAxis(), GridAxis()
-
-
-def _options(observe: bool = False, **points: Any) -> SweepOptions:
-    return SweepOptions(points=PointOptions(**points), safety=SafetyOptions(observe_only=observe))
 
 
 class _NoClockList(FakeGpu):
@@ -57,7 +53,7 @@ def test_names_and_words_of_the_three_axes() -> None:
 def test_given_clocks_are_planned_without_asking_the_card_highest_first() -> None:
     gpu = FakeGpu(0, limit_w=320.0)
     planned = GRID.plan(
-        _options(axis=Axis.GRID, sm_clocks=(900.0, 1500.0), mem_clocks=(5001.0, 9501.0)),
+        point_options(axis=Axis.GRID, sm_clocks=(900.0, 1500.0), mem_clocks=(5001.0, 9501.0)),
         [gpu],
         lambda _m: None,
     )
@@ -74,20 +70,20 @@ def test_given_clocks_are_planned_without_asking_the_card_highest_first() -> Non
 
 def test_a_memory_axis_with_its_list_needs_no_sm_clocks_from_the_card() -> None:
     gpu = FakeGpu(0)
-    planned = MEM.plan(_options(axis=Axis.MEM_CLOCK, mem_clocks=(5001.0,)), [gpu], print)
+    planned = MEM.plan(point_options(axis=Axis.MEM_CLOCK, mem_clocks=(5001.0,)), [gpu], print)
     assert gpu.calls["supported_clocks"] == 0
     assert [(p.sm_lock_mhz, p.mem_lock_mhz) for p in planned.points] == [(None, 5001.0)]
 
 
 def test_a_card_that_cannot_list_its_clocks_names_the_axis_it_could_not_plan() -> None:
     with pytest.raises(GpuError) as caught:
-        GRID.plan(_options(axis=Axis.GRID, sm_clocks=(900.0,)), [_NoClockList(0)], print)
+        GRID.plan(point_options(axis=Axis.GRID, sm_clocks=(900.0,)), [_NoClockList(0)], print)
     assert str(caught.value) == (
         "cannot plan --axis grid: GPU 0 cannot list its clocks (not supported)"
     )
     # with both lists given the card is never asked
     planned = GRID.plan(
-        _options(axis=Axis.GRID, sm_clocks=(900.0,), mem_clocks=(5001.0,)),
+        point_options(axis=Axis.GRID, sm_clocks=(900.0,), mem_clocks=(5001.0,)),
         [_NoClockList(0)],
         print,
     )
@@ -98,24 +94,26 @@ def test_the_held_limit_is_clamped_into_every_cards_envelope() -> None:
     gpus = [FakeGpu(0, max_w=400.0), FakeGpu(1, max_w=380.0)]
     warned: list[str] = []
     planned = SM.plan(
-        _options(axis=Axis.SM_CLOCK, sm_clocks=(1200.0,), hold_cap_w=450.0), gpus, warned.append
+        point_options(axis=Axis.SM_CLOCK, sm_clocks=(1200.0,), hold_cap_w=450.0),
+        gpus,
+        warned.append,
     )
     assert planned.caps_w == [380.0] and [p.cap_w for p in planned.points] == [380.0]
     assert warned == ["cap 450 W is outside the envelope 100-380 W; using 380 W"]
-    assert SM.sets_limit(_options(axis=Axis.SM_CLOCK, hold_cap_w=450.0))
-    assert not SM.sets_limit(_options(axis=Axis.SM_CLOCK))
+    assert SM.sets_limit(point_options(axis=Axis.SM_CLOCK, hold_cap_w=450.0))
+    assert not SM.sets_limit(point_options(axis=Axis.SM_CLOCK))
 
 
 def test_without_a_held_limit_the_lowest_limit_in_force_labels_the_run() -> None:
     gpus = [FakeGpu(0, limit_w=350.0), FakeGpu(1, limit_w=310.0)]
-    planned = SM.plan(_options(axis=Axis.SM_CLOCK, sm_clocks=(1200.0,)), gpus, print)
+    planned = SM.plan(point_options(axis=Axis.SM_CLOCK, sm_clocks=(1200.0,)), gpus, print)
     assert planned.caps_w == [310.0]
 
 
 def test_observe_only_measures_the_locks_in_force_as_one_point() -> None:
     gpu = FakeGpu(0, limit_w=300.0)
     gpu.sm_lock_mhz = 1410.0
-    planned = GRID.plan(_options(observe=True, axis=Axis.GRID), [gpu], print)
+    planned = GRID.plan(point_options(observe=True, axis=Axis.GRID), [gpu], print)
     assert planned.points == [SweepPoint(None, 1410.0, None)]
     assert planned.caps_w == [300.0] and gpu.calls["supported_clocks"] == 0
 
@@ -123,12 +121,12 @@ def test_observe_only_measures_the_locks_in_force_as_one_point() -> None:
 def test_a_resumed_sweep_keeps_the_limit_it_held_or_the_lowest_in_force() -> None:
     gpus = [FakeGpu(0, limit_w=330.0), FakeGpu(1, limit_w=300.0)]
     held = [SweepPoint(280.0, 1200.0, None), SweepPoint(280.0, 900.0, None)]
-    planned = SM.resumed(_options(axis=Axis.SM_CLOCK), gpus, _left(held))
+    planned = SM.resumed(point_options(axis=Axis.SM_CLOCK), gpus, _left(held))
     assert planned.caps_w == [280.0] and planned.points == held
     free = [SweepPoint(None, 1200.0, None)]
-    assert SM.resumed(_options(axis=Axis.SM_CLOCK), gpus, _left(free)).caps_w == [300.0]
+    assert SM.resumed(point_options(axis=Axis.SM_CLOCK), gpus, _left(free)).caps_w == [300.0]
     # nothing left: the limit in force still labels it
-    assert SM.resumed(_options(), gpus, _left([])).caps_w == [300.0]
+    assert SM.resumed(point_options(), gpus, _left([])).caps_w == [300.0]
 
 
 def test_a_plan_longer_than_a_day_is_refused_in_points() -> None:
@@ -143,7 +141,7 @@ def test_a_plan_longer_than_a_day_is_refused_in_points() -> None:
         SM.plan(long, [FakeGpu(0)], print)
 
 
-def _csv(tmp_path: Path, name: str, rows: list[tuple[int, int]], run: Any = None) -> Path:
+def _grid_csv(tmp_path: Path, name: str, rows: list[tuple[int, int]], run: Any = None) -> Path:
     folder = tmp_path / name
     folder.mkdir()
     lines = ["sm_lock_mhz,mem_lock_mhz,narr_tps,power_w"]
@@ -155,9 +153,9 @@ def _csv(tmp_path: Path, name: str, rows: list[tuple[int, int]], run: Any = None
 
 
 def test_each_axis_claims_only_the_curves_of_its_own_shape(tmp_path: Path) -> None:
-    sm_only = load_curve(_csv(tmp_path, "sm", [(1200, 9501), (1500, 9501)]))
-    mem_only = load_curve(_csv(tmp_path, "mem", [(1500, 5001), (1500, 9501)]))
-    grid = load_curve(_csv(tmp_path, "grid", [(1200, 5001), (1500, 9501), (1200, 9501)]))
+    sm_only = load_curve(_grid_csv(tmp_path, "sm", [(1200, 9501), (1500, 9501)]))
+    mem_only = load_curve(_grid_csv(tmp_path, "mem", [(1500, 5001), (1500, 9501)]))
+    grid = load_curve(_grid_csv(tmp_path, "grid", [(1200, 5001), (1500, 9501), (1200, 9501)]))
     power = tmp_path / "power.csv"
     power.write_text("cap_w,narr_tps,power_w\n200,80,200\n")
     claims = {
@@ -168,7 +166,7 @@ def test_each_axis_claims_only_the_curves_of_its_own_shape(tmp_path: Path) -> No
     assert not any(a.matches(load_curve(power)) for a in (SM, MEM, GRID))
     # run.json's axis wins over the data's shape
     recorded = load_curve(
-        _csv(tmp_path, "rec", [(1200, 9501), (1500, 9501)], {"options": {"axis": "grid"}})
+        _grid_csv(tmp_path, "rec", [(1200, 9501), (1500, 9501)], {"options": {"axis": "grid"}})
     )
     assert GRID.matches(recorded) and not SM.matches(recorded)
 

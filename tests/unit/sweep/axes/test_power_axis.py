@@ -7,7 +7,6 @@ saved curves by either axis are in ``test_axes.py``.)"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,32 +19,26 @@ from powersweep.sweep.axes.power_axis import PowerAxis
 from powersweep.sweep.gpu import PowerEnvelope
 from powersweep.sweep.options import (
     MAX_PLANNED_CAPS,
-    PointOptions,
-    SafetyOptions,
-    SweepOptions,
 )
 from powersweep.sweep.planning.caps import default_caps
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.resume import ResumeState
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.options import point_options
 
 AXIS = PowerAxis()
-
-
-def _options(observe: bool = False, **points: Any) -> SweepOptions:
-    return SweepOptions(points=PointOptions(**points), safety=SafetyOptions(observe_only=observe))
 
 
 def test_its_words_and_that_it_always_sets_the_limit() -> None:
     assert (AXIS.name, AXIS.noun, AXIS.locks_clocks) == ("power", "cap", False)
     assert AXIS.fewer_flags == "--caps, a larger --step-size"
-    assert AXIS.sets_limit(_options()) and AXIS.sets_limit(_options(observe=True))
+    assert AXIS.sets_limit(point_options()) and AXIS.sets_limit(point_options(observe=True))
 
 
 def test_observe_only_measures_the_limit_in_force_and_asks_the_cards_nothing_else() -> None:
     gpus = [FakeGpu(0, limit_w=300.0), FakeGpu(1, limit_w=300.0)]
     warned: list[str] = []
-    planned = AXIS.plan(_options(observe=True), gpus, warned.append)
+    planned = AXIS.plan(point_options(observe=True), gpus, warned.append)
     assert planned.caps_w == [300.0] and planned.points == [] and warned == []
     assert all(g.calls["set_power_limit"] == 0 for g in gpus)
 
@@ -53,7 +46,7 @@ def test_observe_only_measures_the_limit_in_force_and_asks_the_cards_nothing_els
 def test_observe_only_on_cards_at_different_limits_is_labelled_with_the_lowest() -> None:
     gpus = [FakeGpu(0, limit_w=320.0), FakeGpu(1, limit_w=285.5), FakeGpu(2, limit_w=320.0)]
     warned: list[str] = []
-    planned = AXIS.plan(_options(observe=True), gpus, warned.append)
+    planned = AXIS.plan(point_options(observe=True), gpus, warned.append)
     assert planned.caps_w == [285.5]
     assert warned == [
         "the GPUs run at different limits (285.5, 320 W); the run is labelled with the lowest, "
@@ -63,7 +56,7 @@ def test_observe_only_on_cards_at_different_limits_is_labelled_with_the_lowest()
 
 def test_default_caps_run_from_the_floor_to_the_top_in_steps() -> None:
     gpus = [FakeGpu(0, min_w=100.0, max_w=400.0, default_w=350.0)]
-    planned = AXIS.plan(_options(step_size_w=25.0), gpus, lambda _m: None)
+    planned = AXIS.plan(point_options(step_size_w=25.0), gpus, lambda _m: None)
     # the floor is half the default limit, rounded up to the step
     assert planned.caps_w == [175.0 + 25.0 * k for k in range(10)]
 
@@ -73,7 +66,7 @@ def test_a_step_that_plans_too_many_caps_is_refused_with_its_numbers() -> None:
     n = len(default_caps(PowerEnvelope(100.0, 350.0, 400.0, 350.0), 0.5))
     assert n > MAX_PLANNED_CAPS
     with pytest.raises(UsageError) as caught:
-        AXIS.plan(_options(step_size_w=0.5), gpus, lambda _m: None)
+        AXIS.plan(point_options(step_size_w=0.5), gpus, lambda _m: None)
     assert str(caught.value) == (
         f"--step-size 0.5 W plans {n} caps from 100 to 400 W; at most {MAX_PLANNED_CAPS} "
         "(use a larger --step-size or --caps)"
@@ -83,7 +76,7 @@ def test_a_step_that_plans_too_many_caps_is_refused_with_its_numbers() -> None:
 def test_given_caps_are_clamped_deduplicated_and_sorted() -> None:
     gpus = [FakeGpu(0, min_w=100.0, max_w=400.0)]
     warned: list[str] = []
-    planned = AXIS.plan(_options(caps=(450.0, 250.0, 400.0, 50.0)), gpus, warned.append)
+    planned = AXIS.plan(point_options(caps=(450.0, 250.0, 400.0, 50.0)), gpus, warned.append)
     assert planned.caps_w == [100.0, 250.0, 400.0]
     assert warned == [
         "cap 450 W is outside the envelope 100-400 W; using 400 W",
@@ -93,7 +86,7 @@ def test_given_caps_are_clamped_deduplicated_and_sorted() -> None:
 
 def test_a_resumed_sweep_measures_the_caps_left_in_their_order() -> None:
     left = ResumeState(meta={}, writer=None, caps_left=[300.0, 200.0], caps_done=[250.0])  # type: ignore[arg-type]
-    planned = AXIS.resumed(_options(), [FakeGpu(0)], left)
+    planned = AXIS.resumed(point_options(), [FakeGpu(0)], left)
     assert planned.caps_w == [300.0, 200.0] and planned.points == []
     assert planned.caps_w is not left.caps_left  # the plan does not share the state's list
 

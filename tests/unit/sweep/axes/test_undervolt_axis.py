@@ -21,7 +21,7 @@ from powersweep.sweep.planning.points import SweepPoint
 from tests.fakes.fake_gpu import FakeGpu
 
 
-def _options(simulate: str | None = "rtx3090-air", **kw: object) -> SweepOptions:
+def _undervolt_options(simulate: str | None = "rtx3090-air", **kw: object) -> SweepOptions:
     points = PointOptions(axis=Axis.UNDERVOLT, **kw)  # type: ignore[arg-type]
     return SweepOptions(points=points, undervolt=UndervoltOptions(), simulate=simulate)
 
@@ -32,7 +32,7 @@ def test_it_is_registered_under_its_name() -> None:
 
 def test_the_plan_is_the_baseline_cap_and_the_search_bounds() -> None:
     said: list[str] = []
-    planned = UndervoltAxis().plan(_options(hold_cap_w=280.0), [FakeGpu()], said.append)
+    planned = UndervoltAxis().plan(_undervolt_options(hold_cap_w=280.0), [FakeGpu()], said.append)
     assert planned.caps_w == [280.0]
     assert planned.points == [SweepPoint(280.0, sm_offset_mhz=0.0)]
     plan = planned.undervolt
@@ -44,7 +44,7 @@ def test_the_plan_is_the_baseline_cap_and_the_search_bounds() -> None:
 def test_the_limit_in_force_is_the_baseline_without_cap_and_sm_clocks_lock() -> None:
     said: list[str] = []
     planned = UndervoltAxis().plan(
-        _options(sm_clocks=(1500.0,)), [FakeGpu(limit_w=320.0)], said.append
+        _undervolt_options(sm_clocks=(1500.0,)), [FakeGpu(limit_w=320.0)], said.append
     )
     assert planned.caps_w == [320.0]
     assert planned.undervolt is not None and planned.undervolt.lock_mhz == 1500.0
@@ -53,7 +53,7 @@ def test_the_limit_in_force_is_the_baseline_without_cap_and_sm_clocks_lock() -> 
 
 def test_a_default_limit_as_the_baseline_is_said() -> None:
     said: list[str] = []
-    planned = UndervoltAxis().plan(_options(), [FakeGpu()], said.append)
+    planned = UndervoltAxis().plan(_undervolt_options(), [FakeGpu()], said.append)
     assert planned.caps_w == [350.0]
     assert said[0].startswith("the baseline is the limit in force, 350 W, the card's default")
 
@@ -72,25 +72,25 @@ def test_max_offset_lowers_the_driver_range() -> None:
 def test_a_vm_guest_is_refused_on_real_cards(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(module, "vm_guest", lambda: "the CPU reports the hypervisor flag")
     with pytest.raises(UsageError, match="refused in a virtual machine"):
-        UndervoltAxis().plan(_options(simulate=None), [FakeGpu()], lambda _m: None)
+        UndervoltAxis().plan(_undervolt_options(simulate=None), [FakeGpu()], lambda _m: None)
     # the simulated rig is no card a reset could take with it
-    UndervoltAxis().plan(_options(), [FakeGpu()], lambda _m: None)
+    UndervoltAxis().plan(_undervolt_options(), [FakeGpu()], lambda _m: None)
     monkeypatch.setattr(module, "vm_guest", lambda: None)
-    UndervoltAxis().plan(_options(simulate=None), [FakeGpu()], lambda _m: None)
+    UndervoltAxis().plan(_undervolt_options(simulate=None), [FakeGpu()], lambda _m: None)
 
 
 def test_a_card_without_offsets_is_refused() -> None:
     gpu = FakeGpu()
     gpu.sm_clock_offset = lambda: ClockOffset(False, message="Not Supported")  # type: ignore[method-assign]
     with pytest.raises(UsageError, match="GPU 0 has no clock offset"):
-        UndervoltAxis().plan(_options(), [gpu], lambda _m: None)
+        UndervoltAxis().plan(_undervolt_options(), [gpu], lambda _m: None)
 
 
 def test_a_range_below_one_step_is_refused() -> None:
     gpu = FakeGpu()
     gpu.sm_clock_offset = lambda: ClockOffset(True, 0.0, -10.0, 20.0)  # type: ignore[method-assign]
     with pytest.raises(UsageError, match="less than one --offset-step"):
-        UndervoltAxis().plan(_options(), [gpu], lambda _m: None)
+        UndervoltAxis().plan(_undervolt_options(), [gpu], lambda _m: None)
 
 
 def test_a_resumed_search_goes_on_from_its_rows(tmp_path: Path) -> None:
@@ -104,12 +104,12 @@ def test_a_resumed_search_goes_on_from_its_rows(tmp_path: Path) -> None:
     )
     record = {"sm_lock_mhz": 1680.0, "in_flight": {"sm_offset_mhz": 60.0, "reason": "search"}}
     left = SimpleNamespace(meta={"undervolt": record}, writer=SimpleNamespace(path=tmp_path))
-    planned = UndervoltAxis().resumed(_options(hold_cap_w=280.0), [FakeGpu()], left)  # type: ignore[arg-type]
+    planned = UndervoltAxis().resumed(_undervolt_options(hold_cap_w=280.0), [FakeGpu()], left)  # type: ignore[arg-type]
     assert planned.undervolt is not None
     assert planned.undervolt.resume == ResumeFrom(1680.0, 30.0, 60.0, 60.0)
     assert planned.points == [SweepPoint(280.0, sm_offset_mhz=0.0)]  # set first, not measured
     fresh = SimpleNamespace(meta={"undervolt": {"sm_lock_mhz": None}}, writer=left.writer)
-    again = UndervoltAxis().resumed(_options(hold_cap_w=280.0), [FakeGpu()], fresh)  # type: ignore[arg-type]
+    again = UndervoltAxis().resumed(_undervolt_options(hold_cap_w=280.0), [FakeGpu()], fresh)  # type: ignore[arg-type]
     assert again.undervolt is not None and again.undervolt.resume is None
 
 

@@ -23,7 +23,7 @@ from powersweep.sweep.gpu.protocol import (
 )
 
 
-def _sample(**kw: object) -> GpuSample:
+def _gpu_sample(**kw: object) -> GpuSample:
     base: dict[str, object] = dict(
         gpu_index=0,
         power_w=250.0,
@@ -39,13 +39,13 @@ def _sample(**kw: object) -> GpuSample:
 
 
 def test_the_draw_is_the_instant_reading_where_there_is_one() -> None:
-    assert _sample(power_w=250.0, power_instant_w=262.5).draw_w == 262.5
+    assert _gpu_sample(power_w=250.0, power_instant_w=262.5).draw_w == 262.5
     # the instant reading missing (the default) or failed: the driver's average
-    assert _sample(power_w=250.0).draw_w == 250.0
-    assert _sample(power_w=250.0, power_instant_w=math.inf).draw_w == 250.0
-    assert math.isnan(_sample(power_w=math.nan).draw_w)
+    assert _gpu_sample(power_w=250.0).draw_w == 250.0
+    assert _gpu_sample(power_w=250.0, power_instant_w=math.inf).draw_w == 250.0
+    assert math.isnan(_gpu_sample(power_w=math.nan).draw_w)
     # a real zero is a reading, not a failure
-    assert _sample(power_w=250.0, power_instant_w=0.0).draw_w == 0.0
+    assert _gpu_sample(power_w=250.0, power_instant_w=0.0).draw_w == 0.0
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_the_draw_is_the_instant_reading_where_there_is_one() -> None:
 def test_clock_event_bits_read_as_power_and_thermal_throttling(
     bits: int | None, power: bool, thermal: bool
 ) -> None:
-    s = _sample(clock_event_bits=bits)
+    s = _gpu_sample(clock_event_bits=bits)
     assert (s.throttle_power, s.throttle_thermal) == (power, thermal)
 
 
@@ -76,7 +76,7 @@ def test_the_event_masks_are_nvmls_bits_and_do_not_overlap() -> None:
 
 
 def test_a_sample_defaults_to_no_errors_and_no_instant_reading_and_is_frozen() -> None:
-    s = _sample()
+    s = _gpu_sample()
     assert s.read_errors == 0 and math.isnan(s.power_instant_w)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.power_w = 1.0  # type: ignore[misc]

@@ -141,23 +141,25 @@ def test_the_measured_share_never_passes_the_whole_window() -> None:
     assert measured_share(overlapping, [("narr", 5.0, 5.0)], "narr") == 0.0
 
 
-def _run(windows: list[tuple[str, float, float]], tps: dict[str, float], **extra: Any) -> LoadRun:
+def _load_run(
+    windows: list[tuple[str, float, float]], tps: dict[str, float], **extra: Any
+) -> LoadRun:
     return LoadRun(windows=windows, tps=tps, extra=dict(extra))
 
 
 def test_a_run_knows_its_seconds_in_all_and_per_kind() -> None:
-    run = _run([("narr", 0.0, 10.0), ("code", 10.0, 16.0), ("narr", 20.0, 22.0)], {})
+    run = _load_run([("narr", 0.0, 10.0), ("code", 10.0, 16.0), ("narr", 20.0, 22.0)], {})
     assert run.window_s == 18.0
     assert (run.kind_s("narr"), run.kind_s("code"), run.kind_s("prefill")) == (12.0, 6.0, 0.0)
 
 
 def test_one_round_is_its_own_merge() -> None:
-    run = _run([("narr", 0.0, 10.0)], {"narr_tps": 30.0})
+    run = _load_run([("narr", 0.0, 10.0)], {"narr_tps": 30.0})
     assert LoadRun.merged([run]) is run
 
 
 def test_rounds_pool_rates_by_the_seconds_of_their_kinds_windows() -> None:
-    first = _run(
+    first = _load_run(
         [("narr", 0.0, 10.0), ("code", 10.0, 20.0)],
         {"narr_tps": 30.0, "code_tps": 40.0},
         tps_blocks="29.5 30.5",
@@ -165,7 +167,7 @@ def test_rounds_pool_rates_by_the_seconds_of_their_kinds_windows() -> None:
         streams=4,
     )
     first.errors.append("first")
-    second = _run(
+    second = _load_run(
         [("narr", 30.0, 60.0)],
         {"narr_tps": 34.0},
         tps_blocks="33.9",
@@ -184,17 +186,17 @@ def test_rounds_pool_rates_by_the_seconds_of_their_kinds_windows() -> None:
 
 
 def test_a_round_that_measured_a_kind_without_a_figure_makes_it_unknown() -> None:
-    ok = _run([("narr", 0.0, 10.0)], {"narr_tps": 30.0})
-    failed = _run([("narr", 10.0, 20.0)], {"narr_tps": math.nan})
+    ok = _load_run([("narr", 0.0, 10.0)], {"narr_tps": 30.0})
+    failed = _load_run([("narr", 10.0, 20.0)], {"narr_tps": math.nan})
     assert math.isnan(LoadRun.merged([ok, failed]).tps["narr_tps"])
     # a round with no window of that kind does not weigh in
-    unmeasured = _run([("code", 10.0, 20.0)], {"narr_tps": math.nan})
+    unmeasured = _load_run([("code", 10.0, 20.0)], {"narr_tps": math.nan})
     assert LoadRun.merged([ok, unmeasured]).tps["narr_tps"] == 30.0
 
 
 def test_the_prefill_wall_rate_is_weighted_by_the_prefill_windows() -> None:
-    a = _run([("prefill", 0.0, 10.0)], {"prefill_tps": 1000.0}, prefill_wall_tps=900.0)
-    b = _run([("prefill", 10.0, 40.0)], {"prefill_tps": 1200.0}, prefill_wall_tps=1100.0)
+    a = _load_run([("prefill", 0.0, 10.0)], {"prefill_tps": 1000.0}, prefill_wall_tps=900.0)
+    b = _load_run([("prefill", 10.0, 40.0)], {"prefill_tps": 1200.0}, prefill_wall_tps=1100.0)
     merged = LoadRun.merged([a, b])
     assert merged.extra["prefill_wall_tps"] == pytest.approx((900 * 10 + 1100 * 30) / 40)
     assert merged.tps["prefill_tps"] == pytest.approx((1000 * 10 + 1200 * 30) / 40)

@@ -77,7 +77,9 @@ class _Sampler:
         pass
 
 
-def _load(engine: str, streams: int, advance: bool = False) -> tuple[DecodeConcurrent, _Client]:
+def _concurrent_load(
+    engine: str, streams: int, advance: bool = False
+) -> tuple[DecodeConcurrent, _Client]:
     clock = ManualClock()
     client = _Client(clock, advance)
     pace = Pace(CONTEXT)
@@ -98,7 +100,7 @@ def _load(engine: str, streams: int, advance: bool = False) -> tuple[DecodeConcu
 
 @pytest.mark.parametrize("engine", sorted(PER_REQUEST_CONTEXT))
 def test_a_per_request_context_is_not_divided_among_the_streams(engine: str) -> None:
-    load, client = _load(engine, 256)
+    load, client = _concurrent_load(engine, 256)
     w, results = asyncio.run(load.window(300.0, "narr", "Tell a story.", 256, 10.0, "concurrent"))
     # each request is sized to outlast the window: one per stream, none restarted
     assert min(client.asked) > 10.0 * RATE_TPS
@@ -107,14 +109,14 @@ def test_a_per_request_context_is_not_divided_among_the_streams(engine: str) -> 
 
 
 def test_the_keep_busy_load_is_sized_the_same_way() -> None:
-    load, client = _load("vllm", 256, advance=True)
+    load, client = _concurrent_load("vllm", 256, advance=True)
     asyncio.run(load.keep_busy(300.0, 20.0))
     assert min(client.asked) > MIN_REQUEST_TOKENS
 
 
 def test_a_shared_context_still_caps_each_stream_at_its_share() -> None:
     # llama.cpp's n_ctx is split among (or shared by) its slots
-    load, client = _load("llamacpp", 32)
+    load, client = _concurrent_load("llamacpp", 32)
     asyncio.run(load.window(300.0, "narr", "Tell a story.", 32, 10.0, "concurrent"))
     assert max(client.asked) <= CONTEXT // 32 - PROMPT_ROOM_TOKENS
     assert load.sharing(32) == 32

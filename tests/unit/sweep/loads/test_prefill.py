@@ -199,7 +199,7 @@ class _Server:
         )
 
 
-def _load(server: _Server, **kw: Any) -> PrefillHeavy:
+def _prefill_load(server: _Server, **kw: Any) -> PrefillHeavy:
     kw.setdefault("context_tokens", 32768)
     kw.setdefault("target_prefill_s", 2.0)
     return PrefillHeavy(server, server.clock, _Labels(), 10.0, **kw)  # type: ignore[arg-type]
@@ -211,13 +211,13 @@ def _load(server: _Server, **kw: Any) -> PrefillHeavy:
 def test_the_largest_prompt_leaves_a_tenth_of_the_context_and_the_answers_room(
     context: int | None, room: int | None
 ) -> None:
-    load = _load(_Server(ManualClock()), context_tokens=context)
+    load = _prefill_load(_Server(ManualClock()), context_tokens=context)
     assert load.max_prompt_tokens == room
 
 
 def test_calibration_sizes_the_prompt_to_the_target_prefill_time() -> None:
     server = _Server(ManualClock())
-    load = _load(server, target_prefill_s=2.0)
+    load = _prefill_load(server, target_prefill_s=2.0)
     prepared = asyncio.run(load.prepare(300.0))
     steps = prepared["calibration"]
     assert [s["prompt_tokens"] for s in steps] == server.sent
@@ -237,14 +237,14 @@ def test_only_llama_cpp_is_told_not_to_cache_the_prompt() -> None:
         ("vllm", {"max_completion_tokens": 10}),
     ):
         server = _Server(ManualClock())
-        asyncio.run(_load(server, engine=engine).prepare(300.0))
+        asyncio.run(_prefill_load(server, engine=engine).prepare(300.0))
         assert server.bodies[0]["extra_body"] == extra
 
 
 def test_a_server_that_truncates_every_prompt_fails_calibration_and_says_why() -> None:
     server = _Server(ManualClock(), keep=100)
     with pytest.raises(PrefillCalibrationError) as caught:
-        asyncio.run(_load(server, context_tokens=8192).prepare(300.0))
+        asyncio.run(_prefill_load(server, context_tokens=8192).prepare(300.0))
     message = str(caught.value)
     assert message.startswith("prefill calibration failed: prompt truncated by the server: sent ~")
     assert "(tokenize), it processed 100; its real context is smaller than reported (8192)" in (
@@ -255,7 +255,7 @@ def test_a_server_that_truncates_every_prompt_fails_calibration_and_says_why() -
 
 def test_a_prompt_served_from_the_cache_is_an_error_of_the_window() -> None:
     server = _Server(ManualClock(), cached=400)
-    load = _load(server)
+    load = _prefill_load(server)
     load.words, load.tokens_per_word = 150, TOKENS_PER_WORD
     run = asyncio.run(load.measure(300.0))
     sent = server.sent[0]
@@ -265,14 +265,14 @@ def test_a_prompt_served_from_the_cache_is_an_error_of_the_window() -> None:
     assert math.isnan(run.tps["prefill_tps"])
     # a cache that served under 5% of the prompt is no error
     few = _Server(ManualClock(), cached=50)
-    load = _load(few)
+    load = _prefill_load(few)
     load.words, load.tokens_per_word = 150, TOKENS_PER_WORD
     assert asyncio.run(load.measure(300.0)).errors == []
 
 
 def test_a_stream_without_usage_is_counted_by_a_whole_answer() -> None:
     server = _Server(ManualClock(), usage=False)
-    load = _load(server)
+    load = _prefill_load(server)
     load.words, load.tokens_per_word = 150, TOKENS_PER_WORD
     run = asyncio.run(load.measure(300.0))
     assert run.errors == [] and run.requests[0].prompt_tokens == server.sent[0]
@@ -283,7 +283,7 @@ def test_a_stream_without_usage_is_counted_by_a_whole_answer() -> None:
 
 def test_the_shortest_window_holds_two_prompts_as_long_as_the_last_one_took() -> None:
     server = _Server(ManualClock())
-    load = _load(server, target_prefill_s=1.0)
+    load = _prefill_load(server, target_prefill_s=1.0)
     assert load.min_window_s == 2.0  # nothing measured yet: two target prefills
     load.words, load.tokens_per_word = 375, TOKENS_PER_WORD  # prompts of over 3 s
     asyncio.run(load.measure(300.0))
@@ -292,7 +292,7 @@ def test_the_shortest_window_holds_two_prompts_as_long_as_the_last_one_took() ->
 
 
 def test_a_resumed_run_reuses_its_prompt_size_and_needs_one() -> None:
-    load = _load(_Server(ManualClock()))
+    load = _prefill_load(_Server(ManualClock()))
     prepared = {"prompt_words": 400, "prompt_tokens": 3000, "clamped_to_context": True}
     assert load.apply(prepared) == prepared
     assert (load.words, load.tokens_per_word, load.clamped) == (400, 7.5, True)

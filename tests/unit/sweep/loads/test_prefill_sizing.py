@@ -20,14 +20,14 @@ from powersweep.sweep.loads.prefill_sizing import (
 HEAD = "Summarise these notes in one sentence. Notes: "
 
 
-def _body(prompt: str, nonce: str) -> list[str]:
+def _prompt_words(prompt: str, nonce: str) -> list[str]:
     prefix = f"[request {nonce}] {HEAD}"
     assert prompt.startswith(prefix)
     return prompt[len(prefix) :].split(" ")
 
 
 def test_a_prompt_has_the_words_asked_for_after_its_nonce_and_instruction() -> None:
-    words = _body(make_prompt(30, "cap-1", random.Random(4)), "cap-1")
+    words = _prompt_words(make_prompt(30, "cap-1", random.Random(4)), "cap-1")
     assert len(words) == 30
     # every twelfth word ends a clause; no other word carries punctuation
     marked = [i for i, w in enumerate(words) if w[-1] in ".,;:"]
@@ -37,7 +37,7 @@ def test_a_prompt_has_the_words_asked_for_after_its_nonce_and_instruction() -> N
 
 def test_a_prompt_has_at_least_one_word() -> None:
     for n in (0, -3):
-        assert len(_body(make_prompt(n, "z", random.Random(0)), "z")) == 1
+        assert len(_prompt_words(make_prompt(n, "z", random.Random(0)), "z")) == 1
 
 
 def test_prompts_are_seeded_and_vary_from_one_to_the_next() -> None:
@@ -45,7 +45,10 @@ def test_prompts_are_seeded_and_vary_from_one_to_the_next() -> None:
     assert make_prompt(200, "a", first) == make_prompt(200, "a", second)
     # the next prompt of the same generator has a body of its own: no prefix to cache
     again = make_prompt(200, "a", first)
-    assert _body(again, "a")[:3] != _body(make_prompt(200, "a", random.Random(7)), "a")[:3]
+    assert (
+        _prompt_words(again, "a")[:3]
+        != _prompt_words(make_prompt(200, "a", random.Random(7)), "a")[:3]
+    )
 
 
 def test_a_single_calibration_point_fits_a_line_through_it() -> None:

@@ -36,14 +36,16 @@ class _Client:
         t0 = self.clock.now()
         if self.n in self.fail:
             self.clock.advance(self.fail_s)
-            return _result(prompt_kind, t0, (), ok=False, end=self.clock.now())
+            return _single_result(prompt_kind, t0, (), ok=False, end=self.clock.now())
         n = max(2, min(max_tokens, int(4.0 * TPS)))
         times = tuple(t0 + 0.1 + k / TPS for k in range(n))
         self.clock.advance(times[-1] - t0 + 0.01)
-        return _result(prompt_kind, t0, times, ok=True, end=self.clock.now(), limit=max_tokens)
+        return _single_result(
+            prompt_kind, t0, times, ok=True, end=self.clock.now(), limit=max_tokens
+        )
 
 
-def _result(
+def _single_result(
     kind: str, t0: float, times: tuple[float, ...], *, ok: bool, end: float, limit: int = 0
 ) -> RequestResult:
     nan = float("nan")
@@ -66,30 +68,30 @@ def _result(
     )
 
 
-def _measure(fail: set[int], fail_s: float) -> Any:
+def _measure_single(fail: set[int], fail_s: float) -> Any:
     clock = ManualClock()
     load = DecodeSingle(_Client(clock, fail, fail_s), clock, _Labels(), 10.0)
     return asyncio.run(load.measure(300.0, metric_only=True))
 
 
 def test_a_quick_failure_in_a_window_is_a_fault_and_the_rate_stands() -> None:
-    run = _measure({2}, fail_s=0.05)
+    run = _measure_single({2}, fail_s=0.05)
     assert run.errors == []
     assert run.tps["narr_tps"] == pytest.approx(TPS, rel=0.01)
     assert any(not r.ok for r in run.requests)  # kept: the fault log counts it
 
 
 def test_a_window_the_server_served_too_little_of_fails() -> None:
-    run = _measure({2}, fail_s=4.0)  # the failed request held 4 s of the 10 s window
+    run = _measure_single({2}, fail_s=4.0)  # the failed request held 4 s of the 10 s window
     (error,) = run.errors
     assert "1 of" in error and "of the window was measured" in error
     assert run.tps["narr_tps"] != run.tps["narr_tps"]  # NaN
 
 
 def test_the_measured_share_counts_usable_requests_inside_the_window_only() -> None:
-    ok = _result("narr", 1.0, (1.1, 2.0), ok=True, end=3.0)
-    early = _result("narr", -2.0, (-1.9, -1.0), ok=True, end=0.5)  # half a second inside
-    bad = _result("narr", 3.0, (), ok=False, end=4.0)
+    ok = _single_result("narr", 1.0, (1.1, 2.0), ok=True, end=3.0)
+    early = _single_result("narr", -2.0, (-1.9, -1.0), ok=True, end=0.5)  # half a second inside
+    bad = _single_result("narr", 3.0, (), ok=False, end=4.0)
     windows = [("narr", 0.0, 10.0), ("code", 10.0, 20.0)]
     assert measured_share([ok, early, bad], windows, "narr") == pytest.approx(0.25)
     assert measured_share([ok], windows, "prefill") == 0.0

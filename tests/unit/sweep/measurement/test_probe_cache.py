@@ -110,7 +110,7 @@ class _Card:
         return LockedClocks(True, 1680.0, None)
 
 
-def _run(
+def _probe_steps(
     server: CachingServer, steps: int = 1, engine: str = "llamacpp"
 ) -> tuple[list[dict[str, Any]], FaultLog, list[str]]:
     """The reference, then ``steps`` steps, through the real client; each step's row, the
@@ -137,13 +137,13 @@ def _run(
     return rows, faults, said
 
 
-def _kinds(faults: FaultLog) -> dict[str, int]:
+def _fault_kinds(faults: FaultLog) -> dict[str, int]:
     return {f["kind"]: f["count"] for f in faults.to_list()}
 
 
 def test_the_probes_ask_for_no_cache_each_with_a_salt_of_its_own() -> None:
     server = CachingServer("llama")
-    rows, faults, said = _run(server, steps=2)
+    rows, faults, said = _probe_steps(server, steps=2)
     bodies = server.probe_bodies()
     assert len(bodies) == 3 * 2 + 3 * 2  # the reference's two rounds, then two steps
     assert all(b["cache_prompt"] is False and b["logprobs"] is True for b in bodies)
@@ -153,23 +153,23 @@ def test_the_probes_ask_for_no_cache_each_with_a_salt_of_its_own() -> None:
     prompts = [b["messages"][-1]["content"] for b in bodies]
     assert prompts[:3] == prompts[3:6] == prompts[6:9] == prompts[9:]
     assert all(r["status"] == "ok" for r in rows)
-    assert _kinds(faults) == {} and said == []
+    assert _fault_kinds(faults) == {} and said == []
 
 
 def test_a_salted_vllm_cache_serves_nothing() -> None:
     server = CachingServer("vllm")
-    rows, faults, _ = _run(server, steps=1, engine="vllm")
-    assert all(r["status"] == "ok" for r in rows) and _kinds(faults) == {}
+    rows, faults, _ = _probe_steps(server, steps=1, engine="vllm")
+    assert all(r["status"] == "ok" for r in rows) and _fault_kinds(faults) == {}
 
 
 def test_a_server_that_serves_its_cache_anyway_is_noticed() -> None:
     server = CachingServer("none")
-    rows, faults, said = _run(server, steps=1)
+    rows, faults, said = _probe_steps(server, steps=1)
     # the reference's first narr probe finds the prompt the one-token sizing request left; its
     # second round, then the step, find every probe cached: each sent once more, cached again
     assert len(server.probe_bodies()) == 4 + 3 * 2 + 3 * 2
     assert all(r["status"] == "ok" for r in rows)  # not unstable: unchecked, and said so
-    assert _kinds(faults) == {"probe_cached": 7}
+    assert _fault_kinds(faults) == {"probe_cached": 7}
     prefill = [s for s in said if "prefill probe" in s]
     assert len(prefill) == 2
     assert "the server served the prefill probe from its cache" in prefill[-1]
@@ -179,9 +179,9 @@ def test_a_server_that_serves_its_cache_anyway_is_noticed() -> None:
 
 def test_a_server_that_reports_no_count_is_named_once_a_run() -> None:
     server = CachingServer("none", reports=False)
-    rows, faults, said = _run(server, steps=3, engine="vllm")
+    rows, faults, said = _probe_steps(server, steps=3, engine="vllm")
     assert all(r["status"] == "ok" for r in rows)
-    assert _kinds(faults) == {"cache_untold": 1}
+    assert _fault_kinds(faults) == {"cache_untold": 1}
     untold = [s for s in said if "cannot be told" in s]
     assert len(untold) == 1 and "--enable-prompt-tokens-details" in untold[0]
     # nothing to retry on: one request per probe

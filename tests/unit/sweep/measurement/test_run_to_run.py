@@ -15,7 +15,7 @@ from powersweep.sweep.measurement.run_to_run import (
 )
 
 
-def _row(cap: float, reason: str, tpw: float, status: str = "ok") -> dict[str, str]:
+def _caps_row(cap: float, reason: str, tpw: float, status: str = "ok") -> dict[str, str]:
     return {
         "cap_w": str(cap),
         "reason": reason,
@@ -34,13 +34,13 @@ def _row(cap: float, reason: str, tpw: float, status: str = "ok") -> dict[str, s
 
 def test_each_repeat_pairs_with_the_reading_that_stood_before_it() -> None:
     rows = [
-        _row(300, "dense", 0.110),
-        _row(290, "dense", 0.111),
-        _row(290, "retry", 0.112),  # a retry replaces the reading: the one that stands
-        _row(280, "dense", 0.109, status="failed"),
-        _row(290, "confirm", 0.1125),
-        _row(280, "reread", 0.109),  # nothing of 280 W stood: no pair
-        _row(300, "reread", 0.1102),
+        _caps_row(300, "dense", 0.110),
+        _caps_row(290, "dense", 0.111),
+        _caps_row(290, "retry", 0.112),  # a retry replaces the reading: the one that stands
+        _caps_row(280, "dense", 0.109, status="failed"),
+        _caps_row(290, "confirm", 0.1125),
+        _caps_row(280, "reread", 0.109),  # nothing of 280 W stood: no pair
+        _caps_row(300, "reread", 0.1102),
     ]
     pairs = repeat_pairs(rows)
     assert [(key[0], reason, a.tps_per_w, b.tps_per_w) for key, reason, a, b in pairs] == [
@@ -51,7 +51,7 @@ def test_each_repeat_pairs_with_the_reading_that_stood_before_it() -> None:
 
 def test_a_row_is_restated_with_the_term_and_one_without_a_reading_is_left() -> None:
     term = RunToRun(0.02, 0.02, 3.0, 3.0, pairs=3)
-    cols = restated(_row(300, "dense", 0.110), term)
+    cols = restated(_caps_row(300, "dense", 0.110), term)
     assert cols["run_to_run_sd_pct"] == pytest.approx(2.0)
     assert cols["tps_per_w_stat_u95_pct"] > 5.0  # t(3 dof) times the term, at least
     assert restated({"status": "failed", "tps_per_w": ""}, term) == {}

@@ -74,7 +74,7 @@ class _RisingGpu(FakeGpu):
         return sample
 
 
-def _row(gpu: int, util: float, phase: str = "warmup") -> SampleRow:
+def _sample_row(gpu: int, util: float, phase: str = "warmup") -> SampleRow:
     sample = GpuSample(gpu, 300.0, math.nan, 60.0 + gpu, 1800.0, 9501.0, util, 0, 0)
     return SampleRow(float(gpu), gpu, 350.0, phase, sample)
 
@@ -165,7 +165,12 @@ def test_a_calibration_that_cannot_size_a_prompt_is_a_sweep_error() -> None:
 
 
 def test_the_warmup_readings_confirm_the_cards_that_serve_and_feed_the_thermal_fit() -> None:
-    rows = [_row(0, 97.0), _row(1, 4.0), _row(0, 40.0), _row(1, 95.0, phase="probe")]
+    rows = [
+        _sample_row(0, 97.0),
+        _sample_row(1, 4.0),
+        _sample_row(0, 40.0),
+        _sample_row(1, 95.0, phase="probe"),
+    ]
     thermal = ThermalFit()
     setup, writer, warnings = _setup(rows=rows, warmup_requests=0, thermal=thermal)
     asyncio.run(setup.run(350.0, (None, None), None, None))

@@ -114,7 +114,7 @@ class _Card:
 POINT = SweepPoint(280.0, 1680.0, None, 60.0)
 
 
-def _check(client: _Client, card: _Card | None = None) -> StabilityCheck:
+def _stability_check(client: _Client, card: _Card | None = None) -> StabilityCheck:
     clock = card.clock if card and card.clock else _Clock()
     return StabilityCheck(client, [card or _Card()], clock)  # type: ignore[list-item,arg-type]
 
@@ -134,7 +134,7 @@ def test_probes_cover_decode_and_prefill_and_fit_the_context() -> None:
 
 def test_the_reference_is_taken_twice_with_the_fixed_seed() -> None:
     client = _Client()
-    check = _check(client)
+    check = _stability_check(client)
     verdict = _ref(check)
     assert verdict.stable and verdict.checked == 6
     # one short request sizes the prefill probe (this client has no tokenizer to ask), then
@@ -149,46 +149,48 @@ def test_a_server_whose_greedy_answers_differ_at_offset_zero_is_refused() -> Non
     client = _Client()
     client.flaky = True
     with pytest.raises(PowersweepError, match="not repeatable at offset 0"):
-        _ref(_check(client))
+        _ref(_stability_check(client))
 
 
 def test_a_failing_reference_is_refused() -> None:
     client = _Client()
     client.fail = "HTTP 500"
     with pytest.raises(PowersweepError, match=r"reference at offset 0 failed.*HTTP 500"):
-        _ref(_check(client))
+        _ref(_stability_check(client))
 
 
-def _step(check: StabilityCheck, row: dict[str, Any] | None = None, errors: int = 0) -> Verdict:
+def _check_step(
+    check: StabilityCheck, row: dict[str, Any] | None = None, errors: int = 0
+) -> Verdict:
     row = {"status": "ok", "narr_tps": 40.0, "tps_u95_pct": 1.0} if row is None else row
     return asyncio.run(check.check(POINT, row, errors))
 
 
 def test_a_step_with_identical_answers_is_stable() -> None:
     client = _Client()
-    check = _check(client)
+    check = _stability_check(client)
     _ref(check)
-    verdict = _step(check)
+    verdict = _check_step(check)
     assert verdict.stable and (verdict.checked, verdict.differ) == (3, 0)
     assert verdict.columns() == {"answers_checked": 3, "answers_differ": 0}
 
 
 def test_corrupted_answers_make_the_step_unstable() -> None:
     client = _Client()
-    check = _check(client)
+    check = _stability_check(client)
     _ref(check)
     client.corrupt = True
-    verdict = _step(check)
+    verdict = _check_step(check)
     assert not verdict.stable and verdict.differ == 3
     assert any("narr answer differs" in p for p in verdict.problems)
 
 
 def test_failed_probes_are_problems_not_compared_answers() -> None:
     client = _Client()
-    check = _check(client)
+    check = _stability_check(client)
     _ref(check)
     client.fail = "CUDA error: an illegal memory access was encountered"
-    verdict = _step(check)
+    verdict = _check_step(check)
     assert not verdict.stable and (verdict.checked, verdict.differ) == (0, 0)
     assert "illegal memory access" in verdict.problems[0]
 
@@ -196,7 +198,7 @@ def test_failed_probes_are_problems_not_compared_answers() -> None:
 def test_a_reset_card_is_found_by_its_offset_or_its_lock_or_its_reads() -> None:
     for change in ("offset", "lock", "lost"):
         client, card = _Client(), _Card()
-        check = _check(client, card)
+        check = _stability_check(client, card)
         _ref(check)
         if change == "offset":
             card.offset = 0.0
@@ -204,7 +206,7 @@ def test_a_reset_card_is_found_by_its_offset_or_its_lock_or_its_reads() -> None:
             card.lock = None
         else:
             card.lost = True
-        verdict = _step(check)
+        verdict = _check_step(check)
         assert verdict.reset and not verdict.stable, change
 
 
@@ -212,35 +214,35 @@ def test_an_offset_read_back_as_the_driver_rounded_it_is_no_reset() -> None:
     # the step set +60 MHz; a driver that snaps to its 15 MHz grid may read back +50 or +65
     for read in (50.0, 65.0):
         client, card = _Client(), _Card()
-        check = _check(client, card)
+        check = _stability_check(client, card)
         _ref(check)
         card.offset = read
-        verdict = _step(check)
+        verdict = _check_step(check)
         assert not verdict.reset and verdict.stable, read
 
 
 def test_read_errors_and_a_failed_measurement_are_problems() -> None:
-    check = _check(_Client())
+    check = _stability_check(_Client())
     _ref(check)
-    assert "2 GPU read(s) failed" in _step(check, errors=2).problems[0]
+    assert "2 GPU read(s) failed" in _check_step(check, errors=2).problems[0]
     failed = {"status": "failed", "error": "server closed the connection", "narr_tps": None}
-    assert "failed (server closed the connection)" in _step(check, failed).problems[0]
+    assert "failed (server closed the connection)" in _check_step(check, failed).problems[0]
 
 
 def test_clock_stretching_is_a_drop_beyond_both_points_noise() -> None:
-    check = _check(_Client())
+    check = _stability_check(_Client())
     _ref(check, tps=40.0, u95=1.0)
     # 2% below with +-1% on each: beyond the 1.4% combined noise
     assert any(
         "clock stretches" in p
-        for p in _step(check, {"status": "ok", "narr_tps": 39.2, "tps_u95_pct": 1.0}).problems
+        for p in _check_step(check, {"status": "ok", "narr_tps": 39.2, "tps_u95_pct": 1.0}).problems
     )
     # 1.2% below: within it
-    assert _step(check, {"status": "ok", "narr_tps": 39.52, "tps_u95_pct": 1.0}).stable
+    assert _check_step(check, {"status": "ok", "narr_tps": 39.52, "tps_u95_pct": 1.0}).stable
     # no stated noise: 3% assumed for it (1% stated for the reference: 3.2% together)
-    assert _step(check, {"status": "ok", "narr_tps": 38.9, "tps_u95_pct": None}).stable
+    assert _check_step(check, {"status": "ok", "narr_tps": 38.9, "tps_u95_pct": None}).stable
     # faster is never stretching
-    assert _step(check, {"status": "ok", "narr_tps": 45.0, "tps_u95_pct": 1.0}).stable
+    assert _check_step(check, {"status": "ok", "narr_tps": 45.0, "tps_u95_pct": 1.0}).stable
 
 
 def _marked(check: StabilityCheck, row: dict[str, Any]) -> tuple[Any, FaultLog, list[str]]:
@@ -251,7 +253,7 @@ def _marked(check: StabilityCheck, row: dict[str, Any]) -> tuple[Any, FaultLog, 
 
 def test_check_step_takes_the_reference_then_marks_an_unstable_step() -> None:
     client = _Client()
-    check = _check(client)
+    check = _stability_check(client)
     row: dict[str, Any] = {"status": "ok", "narr_tps": 40.0, "tps_u95_pct": 1.0}
     assert _marked(check, row)[0] is None and row["answers_differ"] == 0
     client.corrupt = True
@@ -266,14 +268,14 @@ def test_check_step_fails_a_reference_it_cannot_take_and_keeps_the_row() -> None
     client = _Client()
     client.flaky = True
     row: dict[str, Any] = {"status": "ok", "narr_tps": 40.0}
-    error, _, _ = _marked(_check(client), row)
+    error, _, _ = _marked(_stability_check(client), row)
     assert isinstance(error, PowersweepError) and row["status"] == "failed"
 
 
 def test_a_reset_card_is_waited_for_and_the_wait_is_bounded() -> None:
     clock = _Clock()
     card = _Card(clock)
-    check = _check(_Client(), card)
+    check = _stability_check(_Client(), card)
     _ref(check)
     card.lost, card.offset, card.back_at = True, 0.0, clock.t + 7.0
     row: dict[str, Any] = {"status": "failed", "error": "x" * 500, "narr_tps": None}
@@ -291,22 +293,22 @@ def test_a_reset_card_is_waited_for_and_the_wait_is_bounded() -> None:
 
 def test_xids_the_driver_reports_make_a_step_unstable() -> None:
     client, card = _Client(), _Card()
-    check = _check(client, card)
+    check = _stability_check(client, card)
     assert check.xids_readable == [True]
     _ref(check)
     card.xids = [13]
-    verdict = _step(check)
+    verdict = _check_step(check)
     assert not verdict.stable and not verdict.reset
     assert verdict.problems[0] == "GPU 0 reported Xid 13 (graphics engine exception)"
     card.xids = [79, 999]
-    verdict = _step(check)
+    verdict = _check_step(check)
     assert verdict.reset and "Xid 79 (fallen off the bus), Xid 999" in verdict.problems[0]
-    assert _step(check).stable  # each Xid is reported once
+    assert _check_step(check).stable  # each Xid is reported once
 
 
 def test_an_xid_at_offset_zero_stops_the_search() -> None:
     card = _Card()
-    check = _check(_Client(), card)
+    check = _stability_check(_Client(), card)
     card.xids = [48]
     with pytest.raises(PowersweepError, match=r"double-bit ECC error.*at offset 0"):
         _ref(check)
@@ -315,10 +317,10 @@ def test_an_xid_at_offset_zero_stops_the_search() -> None:
 def test_a_backend_without_xids_is_checked_without_them() -> None:
     card = _Card()
     card.xids = None
-    check = _check(_Client(), card)
+    check = _stability_check(_Client(), card)
     assert check.xids_readable == [False]
     _ref(check)
-    assert _step(check).stable
+    assert _check_step(check).stable
 
 
 def test_the_prefill_probe_is_fitted_by_the_servers_tokenizer() -> None:
@@ -351,31 +353,31 @@ def test_the_prefill_probe_is_fitted_by_the_servers_tokenizer() -> None:
 def test_without_a_card_driven_tps_a_slower_step_is_no_stretching() -> None:
     check = StabilityCheck(_Client(), [_Card()], _Clock(), check_stretch=False)  # type: ignore[list-item,arg-type]
     _ref(check, tps=40.0, u95=1.0)
-    assert _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable
+    assert _check_step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable
 
 
 def test_a_failure_the_world_may_cause_is_marked_for_a_retry() -> None:
     # issue 45: TPS down at the locked clock with the answers identical, or a measurement the
     # server failed with the card fine, may be the world's: the search measures it once more
     client = _Client()
-    check = _check(client)
+    check = _stability_check(client)
     _ref(check)
-    stretched = _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0})
+    stretched = _check_step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0})
     assert not stretched.stable and stretched.retry == "stretch"
-    failed = _step(check, {"status": "failed", "error": "HTTP 503 from the server"})
+    failed = _check_step(check, {"status": "failed", "error": "HTTP 503 from the server"})
     assert not failed.stable and failed.retry == "server"
     client.corrupt = True
-    both = _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0})
+    both = _check_step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0})
     assert not both.stable and both.retry == ""  # an answer differs: the offset's
     client.corrupt = False
     client.fail = "CUDA error: an illegal memory access was encountered"
-    cuda = _step(check)
+    cuda = _check_step(check)
     assert not cuda.stable and cuda.retry == ""  # the card failed under the server
 
 
 def test_offset_zero_read_again_rebases_the_reference_tps() -> None:
     client, card = _Client(), _Card()
-    check = _check(client, card)
+    check = _stability_check(client, card)
     _ref(check, tps=40.0)
     zero = SweepPoint(POINT.cap_w, POINT.sm_lock_mhz, None, 0.0)
     slower = {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}
@@ -384,4 +386,4 @@ def test_offset_zero_read_again_rebases_the_reference_tps() -> None:
     assert verdict.stable  # the card's own curve, as the world is now
     assert check.reference_tps == (30.0, 1.0)
     card.offset = 60.0
-    assert _step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable
+    assert _check_step(check, {"status": "ok", "narr_tps": 30.0, "tps_u95_pct": 1.0}).stable

@@ -9,7 +9,9 @@ import pytest
 from powersweep.sweep.measurement.stalls import RunStalls
 
 
-def _request(stall_s: float, span_s: float = 2.0, kind: str = "narr", ok: bool = True) -> dict:
+def _stall_request(
+    stall_s: float, span_s: float = 2.0, kind: str = "narr", ok: bool = True
+) -> dict:
     return {
         "prompt_kind": kind,
         "t_first_token_s": "10.0",
@@ -20,12 +22,17 @@ def _request(stall_s: float, span_s: float = 2.0, kind: str = "narr", ok: bool =
 
 
 def test_the_share_counts_every_decode_request_and_leaves_out_disturbances() -> None:
-    rows = [_request(0.4), _request(0.0), _request(0.0), _request(0.4, kind="warmup")]
+    rows = [
+        _stall_request(0.4),
+        _stall_request(0.0),
+        _stall_request(0.0),
+        _stall_request(0.4, kind="warmup"),
+    ]
     rows += [
-        _request(0.4, kind="prefill"),  # no decode stream
-        _request(0.4, ok=False),
-        {**_request(0.0), "stall_s": ""},  # no chunk times recorded
-        _request(1.5),  # a stall the consistency check measures again
+        _stall_request(0.4, kind="prefill"),  # no decode stream
+        _stall_request(0.4, ok=False),
+        {**_stall_request(0.0), "stall_s": ""},  # no chunk times recorded
+        _stall_request(1.5),  # a stall the consistency check measures again
     ]
     stalls = RunStalls.of(rows)
     assert stalls.requests == 4
@@ -33,7 +40,7 @@ def test_the_share_counts_every_decode_request_and_leaves_out_disturbances() -> 
     # the ratio estimator's standard error, requests as the units
     resid = [0.4 - 0.2, -0.2, -0.2, 0.4 - 0.2]
     assert stalls.sd == pytest.approx(math.sqrt(4 / 3 * sum(r * r for r in resid)) / 8.0)
-    assert RunStalls.of([_request(0.0)] * 5) == RunStalls(0.0, 0.0, 5)
+    assert RunStalls.of([_stall_request(0.0)] * 5) == RunStalls(0.0, 0.0, 5)
     assert RunStalls.of([]).share == 0.0
 
 

@@ -8,7 +8,7 @@ from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.sweep.planning.confirm_plan import NO_USABLE_CAP, NOTHING_TIED, plan_confirm
 
 
-def _analysis(tied: list[float], tpw: dict[float, float], **sweet: Any) -> PowerAnalysis:
+def _tied_analysis(tied: list[float], tpw: dict[float, float], **sweet: Any) -> PowerAnalysis:
     best = max(tpw, key=lambda c: (tpw[c], -c))
     return PowerAnalysis.from_json(
         {
@@ -26,7 +26,7 @@ def _analysis(tied: list[float], tpw: dict[float, float], **sweet: Any) -> Power
 
 def test_the_best_tied_caps_highest_first() -> None:
     tpw = {260.0: 0.100, 270.0: 0.1105, 280.0: 0.1110, 290.0: 0.1112, 300.0: 0.1101}
-    analysis = _analysis([270.0, 280.0, 290.0, 300.0], tpw)
+    analysis = _tied_analysis([270.0, 280.0, 290.0, 300.0], tpw)
     # by default the two best: each cap re-measured costs a window
     assert plan_confirm(analysis).caps_w == (290.0, 280.0)
     plan = plan_confirm(analysis, max_caps=3)
@@ -38,7 +38,7 @@ def test_the_best_tied_caps_highest_first() -> None:
 
 
 def test_nothing_tied_or_nothing_usable_measures_nothing() -> None:
-    plan = plan_confirm(_analysis([290.0], {280.0: 0.1, 290.0: 0.2}))
+    plan = plan_confirm(_tied_analysis([290.0], {280.0: 0.1, 290.0: 0.2}))
     assert plan.caps_w == () and plan.record["skipped"] == NOTHING_TIED
     assert plan_confirm(None).record["skipped"] == NO_USABLE_CAP
     assert plan_confirm(PowerAnalysis()).record["skipped"] == NO_USABLE_CAP
@@ -49,6 +49,6 @@ def test_the_caps_most_often_best_go_first() -> None:
     # measuring it again settles more than measuring the quiet 300 W.
     tpw = {280.0: 0.1113, 290.0: 0.1119, 300.0: 0.1100, 370.0: 0.1020}
     share = {"280.0": 0.10, "290.0": 0.53, "300.0": 0.03, "370.0": 0.34}
-    analysis = _analysis([280.0, 290.0, 300.0, 370.0], tpw, bootstrap={"best_share": share})
+    analysis = _tied_analysis([280.0, 290.0, 300.0, 370.0], tpw, bootstrap={"best_share": share})
     assert plan_confirm(analysis, max_caps=3).caps_w == (370.0, 290.0, 280.0)
     assert plan_confirm(analysis).caps_w == (370.0, 290.0)

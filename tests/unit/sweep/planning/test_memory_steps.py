@@ -17,7 +17,9 @@ from powersweep.sweep.planning.points import SweepPoint
 AT = SweepPoint(300.0, 1695.0, None, 150.0)
 
 
-def _run(tps_at: dict[float, float], plan: MemoryPlan, soak_s: float = 60.0, fails: float = 1e9):
+def _drive_memory_search(
+    tps_at: dict[float, float], plan: MemoryPlan, soak_s: float = 60.0, fails: float = 1e9
+):
     """Drive the phase: each offset's TPS from ``tps_at`` (+-0.3% stated), unstable from
     ``fails`` up."""
     status: dict[SweepPoint, str] = {}
@@ -36,7 +38,7 @@ def _run(tps_at: dict[float, float], plan: MemoryPlan, soak_s: float = 60.0, fai
 def test_the_phase_climbs_while_tps_rises_beyond_noise_and_backs_off_the_margin() -> None:
     # +2.4% a step to +1500, then flat: replays past the margin eat what the clock adds
     tps = {0.0: 40.0, 500.0: 41.0, 1000.0: 42.0, 1500.0: 43.0, 2000.0: 43.05}
-    search, asked = _run(tps, MemoryPlan(500.0, 6000.0, 500.0))
+    search, asked = _drive_memory_search(tps, MemoryPlan(500.0, 6000.0, 500.0))
     assert asked == [(0.0, MEM_REFERENCE)] + [(m, MEM_SEARCH) for m in (500, 1000, 1500, 2000)]
     assert search.best_mhz == 1500.0 and search.stopped_mhz == 2000.0
     assert "stopped rising" in search.ended
@@ -56,16 +58,16 @@ def test_the_phase_climbs_while_tps_rises_beyond_noise_and_backs_off_the_margin(
 def test_a_failed_step_ends_the_phase_and_the_bound_holds() -> None:
     tps = {m: 40.0 * (1 + m / 10000) for m in range(0, 7000, 500)}
     plan = MemoryPlan(500.0, 6000.0, 500.0)
-    search, asked = _run(tps, plan, fails=2500.0)
+    search, asked = _drive_memory_search(tps, plan, fails=2500.0)
     assert asked[-1] == (2500.0, MEM_SEARCH) and search.best_mhz == 2000.0
     assert "was unstable" in search.ended
-    rising, asked = _run(tps, plan)
+    rising, asked = _drive_memory_search(tps, plan)
     assert "highest memory offset" in rising.ended and len(asked) == 1 + plan.max_steps
     assert plan.max_points >= len(asked) + plan.max_soaks
 
 
 def test_readings_without_a_stated_noise_do_not_count_as_rising() -> None:
-    search, _ = _run({0.0: 40.0}, MemoryPlan(500.0, 6000.0, 500.0))
+    search, _ = _drive_memory_search({0.0: 40.0}, MemoryPlan(500.0, 6000.0, 500.0))
     assert search.best_mhz == 0.0 and search.stopped_mhz == 500.0
     assert search.soak() is None and search.chosen_mhz == 0.0  # offset 0 needs no soak
     assert tps_from({"narr_tps": 40.0, "tps_u95_pct": 1.0}, "narr_tps") == (40.0, 1.0)

@@ -33,7 +33,7 @@ def _tps(draw_w: float) -> float:
     return 100.0 * min(draw_w, 300.0) ** 0.5 / 17.32
 
 
-def _measure(draw_w: float, tps: float, **changes: Any) -> CapMeasurement:
+def _cap_measurement(draw_w: float, tps: float, **changes: Any) -> CapMeasurement:
     base: dict[str, Any] = {
         "sm_clock_mhz": 1500.0,
         "util_pct": 95.0,
@@ -56,7 +56,7 @@ def _drive(
             break
         asked.append(batch)
         for cap, _reason in batch:
-            done[cap] = _measure(n_gpus * draw(cap), _tps(draw(cap)), **changes)
+            done[cap] = _cap_measurement(n_gpus * draw(cap), _tps(draw(cap)), **changes)
     return planner, done, asked
 
 

@@ -22,7 +22,7 @@ from powersweep.sweep.planning.undervolt_steps import (
 )
 
 
-def _plan(**kw: object) -> UndervoltPlan:
+def _undervolt_plan(**kw: object) -> UndervoltPlan:
     base = dict(
         cap_w=280.0,
         lock_mhz=None,
@@ -36,7 +36,7 @@ def _plan(**kw: object) -> UndervoltPlan:
     return UndervoltPlan(**base)  # type: ignore[arg-type]
 
 
-def _run(
+def _drive_schedule(
     schedule: UndervoltSchedule,
     stable_up_to: float,
     clock: float = 1690.0,
@@ -61,8 +61,8 @@ def _run(
 
 
 def test_baseline_then_reference_then_steps_until_the_first_unstable() -> None:
-    s = UndervoltSchedule(_plan(), lambda _p: None)
-    asked = _run(s, stable_up_to=150.0)
+    s = UndervoltSchedule(_undervolt_plan(), lambda _p: None)
+    asked = _drive_schedule(s, stable_up_to=150.0)
     assert asked[0] == (SweepPoint(280.0, sm_offset_mhz=0.0), BASELINE)
     assert asked[1] == (SweepPoint(280.0, 1680.0, None, 0.0), REFERENCE)
     offsets = [p.sm_offset_mhz for p, r in asked[2:]]
@@ -76,9 +76,9 @@ def test_baseline_then_reference_then_steps_until_the_first_unstable() -> None:
 def test_a_coarse_step_is_refined_in_15_mhz_bins_and_the_margin_is_mhz() -> None:
     # issue 45: --offset-step 120 on a card stable to +249 found +240 and answered +0 (two
     # 120 MHz steps back); in MHz it refines to +240, then answers 30 MHz below
-    s = UndervoltSchedule(_plan(step_mhz=120.0), lambda _p: None)
+    s = UndervoltSchedule(_undervolt_plan(step_mhz=120.0), lambda _p: None)
     status: dict[SweepPoint, str] = {}
-    asked = _run(s, stable_up_to=249.0, status=status)
+    asked = _drive_schedule(s, stable_up_to=249.0, status=status)
     offsets = [p.sm_offset_mhz for p, _ in asked[2:]]
     assert offsets == [120.0, 240.0, 360.0, 255.0]
     assert s.last_stable_mhz == 240.0 and s.first_unstable_mhz == 255.0
@@ -92,17 +92,17 @@ def test_a_coarse_step_is_refined_in_15_mhz_bins_and_the_margin_is_mhz() -> None
 
 
 def test_the_refinement_climbs_every_bin_below_the_first_unstable_step() -> None:
-    s = UndervoltSchedule(_plan(step_mhz=120.0), lambda _p: None)
-    asked = _run(s, stable_up_to=350.0)
+    s = UndervoltSchedule(_undervolt_plan(step_mhz=120.0), lambda _p: None)
+    asked = _drive_schedule(s, stable_up_to=350.0)
     offsets = [p.sm_offset_mhz for p, _ in asked[2:]]
     assert offsets == [120.0, 240.0, 360.0, 255.0, 270.0, 285.0, 300.0, 315.0, 330.0, 345.0]
     assert s.last_stable_mhz == 345.0 and s.first_unstable_mhz == 360.0
-    assert len(asked) <= _plan(step_mhz=120.0).max_points
+    assert len(asked) <= _undervolt_plan(step_mhz=120.0).max_points
 
 
 def test_the_lock_given_is_kept_and_the_measured_clock_is_snapped() -> None:
-    s = UndervoltSchedule(_plan(lock_mhz=1500.0), lambda _p: None)
-    asked = _run(s, stable_up_to=0.0)
+    s = UndervoltSchedule(_undervolt_plan(lock_mhz=1500.0), lambda _p: None)
+    asked = _drive_schedule(s, stable_up_to=0.0)
     assert asked[1][0].sm_lock_mhz == 1500.0
     clocks = (1695.0, 1680.0, 1665.0)
     assert snap_lock(1672.0, clocks) == 1665.0  # between two bins: the lower
@@ -114,8 +114,8 @@ def test_the_lock_given_is_kept_and_the_measured_clock_is_snapped() -> None:
 
 
 def test_the_soak_backs_off_and_a_failed_soak_backs_off_by_the_margin_again() -> None:
-    s = UndervoltSchedule(_plan(), lambda _p: None)
-    _run(s, stable_up_to=150.0)
+    s = UndervoltSchedule(_undervolt_plan(), lambda _p: None)
+    _drive_schedule(s, stable_up_to=150.0)
     first = s.soak()
     assert first == SweepPoint(280.0, 1680.0, None, 120.0)
     assert s.soak() == first  # asked again before its status: the same soak
@@ -131,8 +131,8 @@ def test_the_soak_backs_off_and_a_failed_soak_backs_off_by_the_margin_again() ->
 
 
 def test_failed_soaks_end_at_offset_zero_without_soaking_it() -> None:
-    s = UndervoltSchedule(_plan(margin_mhz=0.0), lambda _p: None)
-    _run(s, stable_up_to=30.0)
+    s = UndervoltSchedule(_undervolt_plan(margin_mhz=0.0), lambda _p: None)
+    _drive_schedule(s, stable_up_to=30.0)
     n = 0
     while (p := s.soak()) is not None:
         n += 1
@@ -140,29 +140,29 @@ def test_failed_soaks_end_at_offset_zero_without_soaking_it() -> None:
         s.soaked("unstable")
     assert n == 2  # 30 (45 failed its refinement), then 15: one grid bin a soak at zero margin
     assert s.chosen_mhz == 0.0
-    assert n <= _plan(margin_mhz=0.0).max_soaks
+    assert n <= _undervolt_plan(margin_mhz=0.0).max_soaks
 
 
 def test_without_a_soak_a_measured_step_is_the_answer_and_an_unmeasured_one_is_measured() -> None:
-    s = UndervoltSchedule(_plan(soak_s=0.0), lambda _p: None)
+    s = UndervoltSchedule(_undervolt_plan(soak_s=0.0), lambda _p: None)
     status: dict[SweepPoint, str] = {}
-    _run(s, stable_up_to=150.0, status=status)
+    _drive_schedule(s, stable_up_to=150.0, status=status)
     assert s.soak() is None and s.chosen_mhz == 120.0  # a 30 MHz step measured it
-    s = UndervoltSchedule(_plan(soak_s=0.0, margin_mhz=20.0), lambda _p: None)
+    s = UndervoltSchedule(_undervolt_plan(soak_s=0.0, margin_mhz=20.0), lambda _p: None)
     status = {}
-    _run(s, stable_up_to=150.0, status=status)
+    _drive_schedule(s, stable_up_to=150.0, status=status)
     # 150 - 20 = 130 lands on the grid at 120, measured; 45 would not be
     assert s.soak() is None and s.chosen_mhz == 120.0
-    s = UndervoltSchedule(_plan(soak_s=0.0, margin_mhz=15.0), lambda _p: None)
+    s = UndervoltSchedule(_undervolt_plan(soak_s=0.0, margin_mhz=15.0), lambda _p: None)
     status = {}
-    _run(s, stable_up_to=150.0, status=status)
+    _drive_schedule(s, stable_up_to=150.0, status=status)
     soak = s.soak()  # 135 MHz: no step measured it, so it is measured before it is the answer
     assert soak is not None and soak.sm_offset_mhz == 135.0 and s.chosen_mhz is None
 
 
 def test_the_search_stops_at_the_highest_offset() -> None:
-    s = UndervoltSchedule(_plan(max_mhz=100.0), lambda _p: None)
-    asked = _run(s, stable_up_to=1e9)
+    s = UndervoltSchedule(_undervolt_plan(max_mhz=100.0), lambda _p: None)
+    asked = _drive_schedule(s, stable_up_to=1e9)
     assert [p.sm_offset_mhz for p, _ in asked[1:]] == [0.0, 30.0, 60.0, 90.0]
     assert "highest offset" in s.ended
     assert s.first_unstable_mhz is None
@@ -171,7 +171,7 @@ def test_the_search_stops_at_the_highest_offset() -> None:
 @pytest.mark.parametrize("status", ["failed", "rejected", None])
 def test_a_reference_that_did_not_hold_ends_the_search(status: str | None) -> None:
     seen: dict[SweepPoint, str | None] = {}
-    s = UndervoltSchedule(_plan(lock_mhz=1500.0), seen.get)
+    s = UndervoltSchedule(_undervolt_plan(lock_mhz=1500.0), seen.get)
     s.next({})
     ((ref, _),) = s.next({})
     if status is not None:
@@ -182,7 +182,7 @@ def test_a_reference_that_did_not_hold_ends_the_search(status: str | None) -> No
 
 
 def test_a_failed_baseline_without_a_lock_ends_with_a_reason() -> None:
-    s = UndervoltSchedule(_plan(), lambda _p: None)
+    s = UndervoltSchedule(_undervolt_plan(), lambda _p: None)
     s.next({})
     assert s.next({}) == []
     assert "--sm-clocks" in s.ended
@@ -193,7 +193,9 @@ def test_a_step_the_world_may_have_failed_is_measured_once_more() -> None:
     # 0 read again; a step that failed on the server's errors is measured once more
     why: dict[float, str] = {60.0: "stretch", 120.0: "server"}
     status: dict[SweepPoint, str] = {}
-    s = UndervoltSchedule(_plan(), status.get, lambda p: why.get(p.sm_offset_mhz or 0.0, ""))
+    s = UndervoltSchedule(
+        _undervolt_plan(), status.get, lambda p: why.get(p.sm_offset_mhz or 0.0, "")
+    )
     measured: dict[SweepPoint, dict] = {}
     asked: list[tuple[SweepPoint, str]] = []
     first_time = {60.0, 120.0}
@@ -228,7 +230,7 @@ def test_retries_are_once_a_step_and_bounded_a_search() -> None:
     # every step fails the first time and holds the second: three are retried, the fourth ends
     # the coarse search
     status: dict[SweepPoint, str] = {}
-    s = UndervoltSchedule(_plan(), status.get, lambda _p: "server")
+    s = UndervoltSchedule(_undervolt_plan(), status.get, lambda _p: "server")
     measured: dict[SweepPoint, dict] = {}
     asked = []
     seen: set[float] = set()
@@ -286,9 +288,9 @@ def test_an_interrupted_search_resumes_from_its_rows_and_its_offset_in_flight() 
 
 
 def test_a_resumed_search_takes_offset_zero_again_then_goes_on_between_its_edges() -> None:
-    plan = _plan(resume=ResumeFrom(1680.0, 60.0, 90.0, 90.0))
+    plan = _undervolt_plan(resume=ResumeFrom(1680.0, 60.0, 90.0, 90.0))
     s = UndervoltSchedule(plan, lambda _p: None)
-    asked = _run(s, stable_up_to=75.0)
+    asked = _drive_schedule(s, stable_up_to=75.0)
     assert [(p.sm_offset_mhz, r) for p, r in asked] == [(0.0, REFERENCE), (75.0, REFINE)]
     assert s.last_stable_mhz == 75.0 and s.first_unstable_mhz == 90.0
     record = s.record()
@@ -296,9 +298,11 @@ def test_a_resumed_search_takes_offset_zero_again_then_goes_on_between_its_edges
 
 
 def test_the_likely_points_are_a_search_stable_to_the_top_and_bound_it_below_the_most() -> None:
-    plan = _plan(step_mhz=120.0, max_mhz=360.0)
+    plan = _undervolt_plan(step_mhz=120.0, max_mhz=360.0)
     s = UndervoltSchedule(plan, lambda _p: None)
-    asked = _run(s, stable_up_to=360.0)  # every coarse step holds: no edge, no grid steps
+    asked = _drive_schedule(
+        s, stable_up_to=360.0
+    )  # every coarse step holds: no edge, no grid steps
     # the baseline, offset 0 and three coarse steps, then the grid steps and one soak counted
     assert len(asked) == 5 and plan.likely_points == 5 + plan.refine_steps + 1
     assert plan.likely_points <= plan.max_points

@@ -21,36 +21,36 @@ from powersweep.sweep.records.cardlock import (
 )
 
 
-def _locks(tmp: Path, command: str = "sweep", pid: int | None = None) -> CardLocks:
+def _card_locks(tmp: Path, command: str = "sweep", pid: int | None = None) -> CardLocks:
     holder = CardHolder(pid or os.getpid(), command, "/state/" + command, "2026-12-02T10:00:00Z")
     return CardLocks(tmp, holder)
 
 
 def test_a_card_held_by_one_holder_is_refused_to_another_with_who_holds_it(tmp_path: Path) -> None:
-    first = _locks(tmp_path, "sweep", pid=4242)
+    first = _card_locks(tmp_path, "sweep", pid=4242)
     first.take([("gpu:GPU-a", "GPU 0")])
     with pytest.raises(UsageError) as refused:
-        _locks(tmp_path, "apply").take([("gpu:GPU-a", "GPU 0")])
+        _card_locks(tmp_path, "apply").take([("gpu:GPU-a", "GPU 0")])
     line = str(refused.value)
     assert "\n" not in line
     assert line.startswith("GPU 0 is in use by another powersweep sweep (PID 4242")
     assert "state dir /state/sweep" in line and "since 2026-12-02T10:00:00Z" in line
     first.release()
-    again = _locks(tmp_path, "apply")
+    again = _card_locks(tmp_path, "apply")
     again.take([("gpu:GPU-a", "GPU 0")])
     assert again.held == {"gpu:GPU-a"}
     again.release()
 
 
 def test_taking_several_cards_is_all_or_none(tmp_path: Path) -> None:
-    other = _locks(tmp_path, "sweep")
+    other = _card_locks(tmp_path, "sweep")
     other.take([("gpu:GPU-b", "GPU 1")])
-    mine = _locks(tmp_path, "apply")
+    mine = _card_locks(tmp_path, "apply")
     with pytest.raises(UsageError, match="GPU 1 is in use"):
         mine.take([("gpu:GPU-a", "GPU 0"), ("gpu:GPU-b", "GPU 1")])
     assert mine.held == frozenset()
     # GPU 0 was let go again: a third process can take it
-    third = _locks(tmp_path, "restore")
+    third = _card_locks(tmp_path, "restore")
     third.take([("gpu:GPU-a", "GPU 0")])
     third.release()
     other.release()
@@ -59,7 +59,7 @@ def test_taking_several_cards_is_all_or_none(tmp_path: Path) -> None:
 def test_a_holder_takes_its_own_cards_again_and_cards_without_a_key_need_no_lock(
     tmp_path: Path,
 ) -> None:
-    with _locks(tmp_path) as locks:
+    with _card_locks(tmp_path) as locks:
         locks.take([("gpu:GPU-a", "GPU 0"), (None, "GPU 9")])
         locks.take([("gpu:GPU-a", "GPU 0"), ("gpu:GPU-b", "GPU 1")])
         assert locks.held == {"gpu:GPU-a", "gpu:GPU-b"}
@@ -80,7 +80,7 @@ def test_a_killed_holders_cards_are_free_at_once(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         with pytest.raises(UsageError, match=f"powersweep sweep \\(PID {proc.pid}"):
-            _locks(tmp_path, "restore").take([("gpu:GPU-a", "GPU 0")])
+            _card_locks(tmp_path, "restore").take([("gpu:GPU-a", "GPU 0")])
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -89,7 +89,7 @@ def test_a_killed_holders_cards_are_free_at_once(tmp_path: Path) -> None:
     deadline = time.monotonic() + 5
     while True:  # the kernel drops a dead process's flock as its files close
         try:
-            _locks(tmp_path, "restore").take([("gpu:GPU-a", "GPU 0")])
+            _card_locks(tmp_path, "restore").take([("gpu:GPU-a", "GPU 0")])
             break
         except UsageError:
             assert time.monotonic() < deadline

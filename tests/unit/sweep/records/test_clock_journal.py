@@ -16,7 +16,7 @@ from tests.fakes.fake_pynvml import NVML_ERROR_NO_PERMISSION, FakeDevice, FakeNv
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
 
-def _entry(**locks: object) -> JournalEntry:
+def _locked_entry(**locks: object) -> JournalEntry:
     return JournalEntry(
         backend={"kind": "nvml"},
         gpus=(JournalGpu(UUID, 0, "card", 350.0, **locks),),  # type: ignore[arg-type]
@@ -27,7 +27,7 @@ def _entry(**locks: object) -> JournalEntry:
 
 def test_locks_roundtrip_and_an_old_journal_reads_as_no_locks(tmp_path: Path) -> None:
     j = Journal(tmp_path)
-    e = _entry(clocks_locked=True, original_sm_lock_mhz=1500.0, locks_known=True)
+    e = _locked_entry(clocks_locked=True, original_sm_lock_mhz=1500.0, locks_known=True)
     j.write(e)
     assert j.read() == e and j.read().holds_clock_locks  # type: ignore[union-attr]
     data = json.loads(j.path.read_text())
@@ -43,7 +43,7 @@ def test_locks_roundtrip_and_an_old_journal_reads_as_no_locks(tmp_path: Path) ->
 
 def test_a_journal_holding_locks_refuses_even_forced_sweeps(tmp_path: Path) -> None:
     j = Journal(tmp_path)
-    j.write(_entry(clocks_locked=True))
+    j.write(_locked_entry(clocks_locked=True))
     with pytest.raises(UsageError, match="powersweep restore"):
         j.refuse_if_locked()
 
@@ -52,7 +52,7 @@ def test_restore_resets_nvml_locks_it_could_not_read_and_puts_the_limit_back() -
     fake = FakeNvml(devices=[FakeDevice(limit_mw=300_000, locked_sm=(900, 900))])
     fake.devices[0].locked_mem = (5001, 5001)
     with NvmlBackend(nvml=fake) as backend:
-        (r,) = restore_gpus(_entry(clocks_locked=True, locks_known=False), backend)
+        (r,) = restore_gpus(_locked_entry(clocks_locked=True, locks_known=False), backend)
     assert r.ok and "unlocked" in r.clocks
     assert fake.devices[0].locked_sm is None and fake.devices[0].locked_mem is None
     assert fake.devices[0].limit_mw == 350_000
@@ -62,7 +62,9 @@ def test_restore_relocks_what_the_card_had_before() -> None:
     fake = FakeNvml(devices=[FakeDevice(locked_sm=(900, 900))])
     with NvmlBackend(nvml=fake) as backend:
         (r,) = restore_gpus(
-            _entry(clocks_locked=True, original_sm_lock_mhz=1410.0, original_mem_lock_mhz=9501.0),
+            _locked_entry(
+                clocks_locked=True, original_sm_lock_mhz=1410.0, original_mem_lock_mhz=9501.0
+            ),
             backend,
         )
     assert r.ok and r.clocks == "clocks locked back to SM 1410 MHz / memory 9501 MHz"
@@ -74,7 +76,7 @@ def test_a_failed_lock_reset_keeps_the_journal_result_failed() -> None:
     fake = FakeNvml(devices=[FakeDevice(locked_sm=(900, 900))])
     fake.devices[0].fail["nvmlDeviceResetGpuLockedClocks"] = NVML_ERROR_NO_PERMISSION
     with NvmlBackend(nvml=fake) as backend:
-        (r,) = restore_gpus(_entry(clocks_locked=True, locks_known=False), backend)
+        (r,) = restore_gpus(_locked_entry(clocks_locked=True, locks_known=False), backend)
     assert not r.ok and "NOT put back" in r.clocks and "sudo" in r.clocks
     assert fake.devices[0].limit_mw == 350_000  # the limit still came back
 

@@ -14,7 +14,7 @@ from powersweep.sweep.records.entry import JOURNAL_VERSION, JournalEntry, Journa
 SOURCE = Path("/var/lib/powersweep/journal.json")
 
 
-def _entry(**kw: Any) -> JournalEntry:
+def _two_card_entry(**kw: Any) -> JournalEntry:
     base: dict[str, Any] = dict(
         backend={"kind": "nvml"},
         gpus=(
@@ -39,14 +39,14 @@ def _entry(**kw: Any) -> JournalEntry:
 
 
 def test_the_json_form_roundtrips() -> None:
-    entry = _entry(outcome={"status": "complete"})
+    entry = _two_card_entry(outcome={"status": "complete"})
     data = entry.to_dict()
     assert data["version"] == JOURNAL_VERSION
     assert JournalEntry.from_dict(data, SOURCE) == entry
 
 
 def test_lock_fields_are_written_only_for_cards_whose_clocks_were_locked() -> None:
-    gpus = _entry().to_dict()["gpus"]
+    gpus = _two_card_entry().to_dict()["gpus"]
     assert gpus[0] == {
         "uuid": "GPU-a",
         "index": 0,
@@ -55,8 +55,8 @@ def test_lock_fields_are_written_only_for_cards_whose_clocks_were_locked() -> No
     }
     assert gpus[1]["clocks_locked"] is True
     assert (gpus[1]["original_sm_lock_mhz"], gpus[1]["locks_known"]) == (1410.0, False)
-    assert _entry().holds_clock_locks
-    assert not _entry(gpus=(JournalGpu("GPU-a", 0, "x", 350.0),)).holds_clock_locks
+    assert _two_card_entry().holds_clock_locks
+    assert not _two_card_entry(gpus=(JournalGpu("GPU-a", 0, "x", 350.0),)).holds_clock_locks
 
 
 def test_an_older_journal_reads_with_the_defaults() -> None:

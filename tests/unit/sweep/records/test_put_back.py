@@ -74,13 +74,13 @@ def test_a_lock_the_card_refuses_to_take_back_is_an_error() -> None:
         put_back_locks(_Refusing(0), 1200.0, None)
 
 
-def _entry(*gpus: JournalGpu) -> JournalEntry:
+def _nvml_entry(*gpus: JournalGpu) -> JournalEntry:
     return JournalEntry({"kind": "nvml"}, gpus, 1, "2026-05-01T10:00:00Z")
 
 
 def test_limits_go_back_to_the_cards_found_by_uuid_wherever_they_are_now() -> None:
     a, b = FakeGpu(0, limit_w=200.0), FakeGpu(1, limit_w=200.0)
-    entry = _entry(
+    entry = _nvml_entry(
         JournalGpu(b.identity().uuid, 0, "Fake GPU", 320.0),  # was GPU 0 at the sweep
         JournalGpu("GPU-gone", 5, "Fake GPU", 300.0),
     )
@@ -95,7 +95,7 @@ def test_limits_go_back_to_the_cards_found_by_uuid_wherever_they_are_now() -> No
 def test_a_card_that_cannot_be_opened_is_warned_and_the_others_are_restored() -> None:
     a, b = FakeGpu(0), FakeGpu(1, limit_w=150.0)
     warnings: list[str] = []
-    entry = _entry(
+    entry = _nvml_entry(
         JournalGpu(a.identity().uuid, 0, "Fake GPU", 300.0),
         JournalGpu(b.identity().uuid, 1, "Fake GPU", 310.0),
     )
@@ -108,7 +108,7 @@ def test_a_card_that_cannot_be_opened_is_warned_and_the_others_are_restored() ->
 def test_clocks_go_back_first_and_a_failure_fails_the_card() -> None:
     locked, refusing = FakeGpu(0), _Refusing(1)
     locked.lock_sm_clock(1500.0)
-    entry = _entry(
+    entry = _nvml_entry(
         JournalGpu(locked.identity().uuid, 0, "Fake GPU", 300.0, clocks_locked=True,
                    original_sm_lock_mhz=1410.0),
         JournalGpu(refusing.identity().uuid, 1, "Fake GPU", 300.0, clocks_locked=True,
@@ -126,7 +126,7 @@ def test_clocks_go_back_first_and_a_failure_fails_the_card() -> None:
 
 def test_a_limit_the_card_refuses_or_cannot_take_is_a_failed_result() -> None:
     kept, raising = FakeGpu(0, refuse=(300.0,)), _Refusing(1, limit_error=GpuError("needs root"))
-    entry = _entry(
+    entry = _nvml_entry(
         JournalGpu(kept.identity().uuid, 0, "Fake GPU", 300.0),
         JournalGpu(raising.identity().uuid, 1, "Fake GPU", 300.0),
     )

@@ -16,12 +16,9 @@ from powersweep.sweep.offsets import ClockOffsetter
 from powersweep.sweep.records.entry import JournalEntry, JournalGpu
 from powersweep.sweep.records.put_back import put_back_offset, restore_gpus
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.journal import sim_journal_entry
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
-
-
-def _entry(*gpus: JournalGpu) -> JournalEntry:
-    return JournalEntry({"kind": "sim"}, gpus, 1, "2026-12-02T00:00:00Z")
 
 
 class _Backend:
@@ -39,9 +36,9 @@ class _Backend:
 
 
 def test_a_memory_offset_is_journalled_only_when_set_and_reads_back(tmp_path: Path) -> None:
-    plain = _entry(JournalGpu(UUID, 0, "card", 350.0)).to_dict()
+    plain = sim_journal_entry(JournalGpu(UUID, 0, "card", 350.0)).to_dict()
     assert "mem_offset_set" not in plain["gpus"][0]  # older journals stay as they were
-    entry = _entry(
+    entry = sim_journal_entry(
         JournalGpu(UUID, 0, "card", 350.0, mem_offset_set=True, original_mem_offset_mhz=500.0)
     )
     data = entry.to_dict()
@@ -72,7 +69,7 @@ def test_restore_puts_the_memory_offset_back_before_the_sm_one_and_the_limit(
         mem_offset_set=True,
         original_mem_offset_mhz=500.0,
     )
-    (r,) = restore_gpus(_entry(journalled), _Backend(gpu))
+    (r,) = restore_gpus(sim_journal_entry(journalled), _Backend(gpu))
     assert r.ok
     assert r.offset == "memory clock offset put back to 500 MHz; SM clock offset put back to 0 MHz"
     assert (gpu.mem_offset_mhz, gpu.sm_offset_mhz) == (500.0, 0.0)
@@ -85,7 +82,7 @@ def test_a_memory_offset_the_driver_refuses_keeps_the_card_not_restored(
     gpu = FakeGpu(0)
     monkeypatch.setattr(gpu, "set_mem_clock_offset", lambda m: LockResult(m, False, "no (test)"))
     journalled = JournalGpu(gpu.identity().uuid, 0, "card", 300.0, mem_offset_set=True)
-    (r,) = restore_gpus(_entry(journalled), _Backend(gpu))
+    (r,) = restore_gpus(sim_journal_entry(journalled), _Backend(gpu))
     assert not r.ok
     assert r.offset == (
         "memory clock offset NOT put back: could not put the memory clock offset back to 0 MHz: "

@@ -11,12 +11,9 @@ from powersweep.sweep.records.entry import JournalEntry, JournalGpu
 from powersweep.sweep.records.journal import Journal
 from powersweep.sweep.records.put_back import put_back_offset, restore_gpus
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.journal import sim_journal_entry
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
-
-
-def _entry(*gpus: JournalGpu) -> JournalEntry:
-    return JournalEntry({"kind": "sim"}, gpus, 1, "2026-12-02T00:00:00Z")
 
 
 class _Backend:
@@ -34,9 +31,11 @@ class _Backend:
 
 
 def test_an_offset_is_journalled_only_when_set_and_reads_back(tmp_path: object) -> None:
-    plain = _entry(JournalGpu(UUID, 0, "card", 350.0)).to_dict()
+    plain = sim_journal_entry(JournalGpu(UUID, 0, "card", 350.0)).to_dict()
     assert "offset_set" not in plain["gpus"][0]  # older journals stay as they were
-    entry = _entry(JournalGpu(UUID, 0, "card", 350.0, offset_set=True, original_sm_offset_mhz=50.0))
+    entry = sim_journal_entry(
+        JournalGpu(UUID, 0, "card", 350.0, offset_set=True, original_sm_offset_mhz=50.0)
+    )
     data = entry.to_dict()
     assert data["gpus"][0]["offset_set"] is True
     back = JournalEntry.from_dict(data, tmp_path)  # type: ignore[arg-type]
@@ -52,7 +51,9 @@ def test_restore_puts_the_offset_back_first(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(gpu, "set_sm_clock_offset", lambda m: order.append("offset") or real_set(m))
     monkeypatch.setattr(gpu, "set_power_limit", lambda w: order.append("limit") or real_limit(w))
     uuid = gpu.identity().uuid
-    (r,) = restore_gpus(_entry(JournalGpu(uuid, 0, "card", 300.0, offset_set=True)), _Backend(gpu))
+    (r,) = restore_gpus(
+        sim_journal_entry(JournalGpu(uuid, 0, "card", 300.0, offset_set=True)), _Backend(gpu)
+    )
     assert r.ok and r.offset == "SM clock offset put back to 0 MHz"  # unknown before: 0
     assert gpu.sm_offset_mhz == 0.0 and order == ["offset", "limit"]
 
@@ -60,7 +61,7 @@ def test_restore_puts_the_offset_back_first(monkeypatch: pytest.MonkeyPatch) -> 
 def test_an_offset_the_driver_refuses_keeps_the_card_not_restored() -> None:
     gpu = FakeGpu(0)
     uuid = gpu.identity().uuid
-    entry = _entry(
+    entry = sim_journal_entry(
         JournalGpu(uuid, 0, "card", 300.0, offset_set=True, original_sm_offset_mhz=5000.0)
     )
     (r,) = restore_gpus(entry, _Backend(gpu))
@@ -80,6 +81,6 @@ def test_put_back_offset_says_what_it_did() -> None:
 
 def test_a_journal_holding_offsets_is_not_taken_over_by_force(tmp_path: object) -> None:
     journal = Journal(tmp_path)  # type: ignore[arg-type]
-    journal.write(_entry(JournalGpu(UUID, 0, "card", 350.0, offset_set=True)))
+    journal.write(sim_journal_entry(JournalGpu(UUID, 0, "card", 350.0, offset_set=True)))
     with pytest.raises(UsageError, match=r"left clock offsets .*not override clock offsets"):
         journal.refuse_if_locked()

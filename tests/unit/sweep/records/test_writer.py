@@ -18,9 +18,10 @@ from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.records.writer import RunWriter, cell, run_dir_name, write_json_atomic
 from powersweep.sweep.sampling.sampler import SampleRow
 from powersweep.sweep.server.client import RequestResult
+from tests.helpers.files import read_csv
 
 
-def _result(**kw: object) -> RequestResult:
+def _request_result(**kw: object) -> RequestResult:
     base: dict[str, object] = {
         "prompt_kind": "narr",
         "stream": 0,
@@ -40,25 +41,20 @@ def _result(**kw: object) -> RequestResult:
     return RequestResult(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def test_warnings_and_server_rates_are_written(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, ["GPU"], "decode-single")
     writer.append_requests(
         300.0,
         [
-            _result(
+            _request_result(
                 warnings=("packed_chunks", "ignored_max_tokens"),
                 server_decode_tps=50.25,
                 server_prompt_tps=900.0,
             ),
-            _result(server_decode_tps=math.nan),
+            _request_result(server_decode_tps=math.nan),
         ],
     )
-    first, second = _rows(writer.path / "requests.csv")
+    first, second = read_csv(writer.path / "requests.csv")
     assert first["warnings"] == "packed_chunks;ignored_max_tokens"
     assert (first["server_decode_tps"], first["server_prompt_tps"]) == ("50.25", "900.0")
     assert first["decode_tps"] == "50.0"
@@ -69,11 +65,11 @@ def test_an_undervolt_steps_offset_labels_its_readings_and_requests(tmp_path: Pa
     writer = RunWriter(tmp_path, ["GPU"], "decode-single")
     sample = GpuSample(0, 280.0, 1.0, 60.0, 1380.0, 9751.0, 99.0, 2, 0)
     writer.append_samples([SampleRow(0.0, 0, 300.0, "narr", sample, 1380.0, None, 60.0)])
-    writer.append_requests(300.0, [_result()], (1380.0, None), offset_mhz=60.0)
-    writer.append_requests(300.0, [_result()])
-    (reading,) = _rows(writer.path / "samples.csv")
+    writer.append_requests(300.0, [_request_result()], (1380.0, None), offset_mhz=60.0)
+    writer.append_requests(300.0, [_request_result()])
+    (reading,) = read_csv(writer.path / "samples.csv")
     assert (reading["sm_lock_mhz"], reading["sm_offset_mhz"]) == ("1380.0", "60.0")
-    step, plain = _rows(writer.path / "requests.csv")
+    step, plain = read_csv(writer.path / "requests.csv")
     assert step["sm_offset_mhz"] == "60.0" and plain["sm_offset_mhz"] == ""
 
 
@@ -81,10 +77,10 @@ def test_a_resumed_older_run_keeps_its_requests_columns(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, ["GPU"], "decode-single")
     old = [c for c in REQUESTS_COLUMNS if "server" not in c and c != "warnings"]
     (writer.path / "requests.csv").write_text(",".join(old) + "\n")
-    RunWriter.reopen(writer.path).append_requests(300.0, [_result(warnings=("no_usage",))])
+    RunWriter.reopen(writer.path).append_requests(300.0, [_request_result(warnings=("no_usage",))])
     lines = (writer.path / "requests.csv").read_text().splitlines()
     assert len(lines[1].split(",")) == len(old)
-    (row,) = _rows(writer.path / "requests.csv")
+    (row,) = read_csv(writer.path / "requests.csv")
     assert row["cap_w"] == "300.0" and row["error"] == "" and row["ok"] == "true"
 
 
@@ -96,7 +92,7 @@ def test_run_json_counts_the_rows_written_whole(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, ["GPU"], "decode-single", initial_meta={"status": "running"})
     for cap in (300.0, 280.0):
         writer.append_cap({"cap_w": cap, "narr_tps": cap / 10, "power_w": cap - 1})
-        writer.append_requests(cap, [_result()])
+        writer.append_requests(cap, [_request_result()])
         writer.write_run_json({"status": "running", "caps_done": [300.0, 280.0][: 1 + (cap < 300)]})
     meta = json.loads((writer.path / "run.json").read_text())
     assert meta["rows_written"] == {"caps.csv": 2, "requests.csv": 2, "samples.csv": 0}
@@ -201,7 +197,7 @@ def test_samples_and_caps_rows_follow_their_columns(tmp_path: Path) -> None:
     writer = RunWriter(tmp_path, ["GPU"], "decode-single")
     sample = GpuSample(1, 250.5, math.nan, 61.0, 1410.0, 9501.0, 97.0, 2, 0x4, 0, 252.25)
     writer.append_samples([SampleRow(12.34567, 3, 300.0, "narr", sample, 1410.0)], confirm=True)
-    (row,) = _rows(writer.path / "samples.csv")
+    (row,) = read_csv(writer.path / "samples.csv")
     assert (row["t_s"], row["tick"], row["phase"], row["gpu_index"]) == ("12.346", "3", "narr", "1")
     assert (row["energy_mj"], row["pstate"], row["sm_lock_mhz"], row["mem_lock_mhz"]) == (
         "",
@@ -216,7 +212,7 @@ def test_samples_and_caps_rows_follow_their_columns(tmp_path: Path) -> None:
     )
     assert row["power_instant_w"] == "252.25"
     writer.append_cap({"cap_w": 300.0, "status": "failed", "error": "HTTP 500:\n  boom  again"})
-    (cap,) = _rows(writer.path / "caps.csv")
+    (cap,) = read_csv(writer.path / "caps.csv")
     assert (cap["cap_w"], cap["status"], cap["error"]) == (
         "300.0",
         "failed",

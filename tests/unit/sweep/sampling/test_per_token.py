@@ -50,7 +50,9 @@ def _ticks(t0: float, t1: float, watts: float, step: float = 0.5, n_gpus: int = 
     return out
 
 
-def _stream(kind: str, start: float, first: float, gap: float, n: int, per_chunk: int = 1) -> R:
+def _token_stream(
+    kind: str, start: float, first: float, gap: float, n: int, per_chunk: int = 1
+) -> R:
     times = tuple(first + i * gap for i in range(n))
     return R(kind, start, first, times, n * per_chunk, n)
 
@@ -61,9 +63,9 @@ def _precision(tps_u95: float = 0.004, bias: float = 0.0) -> Precision:
 
 def test_decode_seconds_are_each_requests_first_to_last_token() -> None:
     # a request's time to first token and the gap before the next one are not decode seconds
-    a = _stream("narr", 0.0, 0.2, 0.05, 41)  # decode 0.2-2.2 s
-    b = _stream("narr", 2.3, 2.5, 0.05, 21)  # decode 2.5-3.5 s
-    code = _stream("code", 3.6, 3.7, 0.05, 30)
+    a = _token_stream("narr", 0.0, 0.2, 0.05, 41)  # decode 0.2-2.2 s
+    b = _token_stream("narr", 2.3, 2.5, 0.05, 21)  # decode 2.5-3.5 s
+    code = _token_stream("code", 3.6, 3.7, 0.05, 30)
     one = R("narr", 3.6, 3.7, (3.7,), 1, 1)  # one token: no decode span
     windows = [("narr", 0.0, 3.6), ("code", 3.6, 5.0)]
     spans = metric_seconds([a, b, code, one], windows, "decode-single")
@@ -154,8 +156,8 @@ def test_no_seconds_no_rate_or_a_missing_counter_is_unknown_not_zero() -> None:
 
 def test_latency_percentiles_over_every_stream_of_the_window() -> None:
     # two streams that began before the window (their TTFT still counts), gaps of 50 and 100 ms
-    a = _stream("narr", 0.0, 0.5, 0.05, 200)
-    b = _stream("narr", 0.0, 0.8, 0.1, 100)
+    a = _token_stream("narr", 0.0, 0.5, 0.05, 200)
+    b = _token_stream("narr", 0.0, 0.8, 0.1, 100)
     out = latency_percentiles([a, b], [(2.0, 8.0)], "decode-concurrent")
     assert out["ttft_p50_ms"] == pytest.approx(650.0)
     assert out["ttft_p95_ms"] == pytest.approx(500.0 + 0.95 * 300.0)
@@ -164,7 +166,7 @@ def test_latency_percentiles_over_every_stream_of_the_window() -> None:
 
 
 def test_a_packed_chunk_spreads_its_gap_over_its_tokens() -> None:
-    r = _stream("narr", 0.0, 0.2, 0.3, 20, per_chunk=3)
+    r = _token_stream("narr", 0.0, 0.2, 0.3, 20, per_chunk=3)
     out = latency_percentiles([r], [(0.0, 10.0)], "decode-single")
     assert out["itl_p50_ms"] == pytest.approx(100.0)
     assert out["ttft_p95_ms"] == pytest.approx(200.0)
@@ -172,7 +174,7 @@ def test_a_packed_chunk_spreads_its_gap_over_its_tokens() -> None:
 
 def test_failed_requests_and_other_prompts_have_no_latency() -> None:
     bad = R("narr", 0.0, 0.5, (0.5, 0.6), 2, 2, ok=False)
-    code = _stream("code", 0.0, 0.1, 0.01, 50)
+    code = _token_stream("code", 0.0, 0.1, 0.01, 50)
     out = latency_percentiles([bad, code], [(0.0, 5.0)], "decode-single")
     assert all(math.isnan(v) for v in out.values())
 

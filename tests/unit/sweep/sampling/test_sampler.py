@@ -39,7 +39,7 @@ class _Gpu:
         )
 
 
-def _sweep(clock: VirtualClock, sampler: Sampler, run_s: float) -> None:
+def _sample_for(clock: VirtualClock, sampler: Sampler, run_s: float) -> None:
     async def main() -> None:
         async with sampler.running():
             await clock.asleep(run_s)
@@ -52,7 +52,7 @@ def test_on_a_virtual_clock_the_sampler_ticks_as_a_task_on_an_exact_grid() -> No
     clock = VirtualClock()
     sampler = Sampler([_Gpu()], clock, interval_s=0.5)
     sampler.label(300.0, "narr")
-    _sweep(clock, sampler, 10.0)
+    _sample_for(clock, sampler, 10.0)
     rows = sampler.drain()
     assert [r.t_s for r in rows] == pytest.approx([0.5 * k for k in range(20)])
     assert {(r.cap_w, r.phase) for r in rows} == {(300.0, "narr")}
@@ -62,7 +62,7 @@ def test_on_a_virtual_clock_the_sampler_ticks_as_a_task_on_an_exact_grid() -> No
 def test_a_slow_read_skips_the_ticks_it_missed_and_keeps_the_grid() -> None:
     clock = VirtualClock()
     sampler = Sampler([_Gpu(clock, slow_every=4)], clock, interval_s=0.5)
-    _sweep(clock, sampler, 10.0)
+    _sample_for(clock, sampler, 10.0)
     times = [r.t_s for r in sampler.drain()]
     # every tick starts on the grid (k * 0.5), and the ones a slow read covered are skipped
     assert all(abs(t / 0.5 - round(t / 0.5)) < 1e-9 for t in times)

@@ -23,7 +23,7 @@ from powersweep.sweep.server.request import RequestResult
 RATE = 100.0  # tokens per run second
 
 
-def _request(times: list[float], tokens: int | None = None) -> RequestResult:
+def _stream_request(times: list[float], tokens: int | None = None) -> RequestResult:
     return RequestResult(
         prompt_kind="narr",
         stream=0,
@@ -42,21 +42,21 @@ def _request(times: list[float], tokens: int | None = None) -> RequestResult:
     )
 
 
-def _stream(n: int = 301) -> list[float]:
+def _even_token_times(n: int = 301) -> list[float]:
     return [i / RATE for i in range(n)]
 
 
 def test_even_chunks_give_the_span_of_their_ends() -> None:
-    times = _stream()
+    times = _even_token_times()
     assert fitted_span_s(times, times[0], times[-1]) == pytest.approx(3.0)
-    assert _request(times).decode_tps == pytest.approx(RATE)
+    assert _stream_request(times).decode_tps == pytest.approx(RATE)
 
 
 def test_a_late_last_stamp_barely_moves_the_rate() -> None:
     # The client read nothing from 2.96 s to 3.06 s (a busy host): the last 5 chunks, which
     # the server sent on time, are stamped together when it reads again.
-    late = [t if t < 2.955 else 3.06 for t in _stream()]
-    r = _request(late)
+    late = [t if t < 2.955 else 3.06 for t in _even_token_times()]
+    r = _stream_request(late)
     ends = (len(late) - 1) / (late[-1] - late[0])
     assert ends == pytest.approx(RATE * 3.0 / 3.06)  # 2% low, on one stamp
     assert r.decode_tps == pytest.approx(RATE, rel=0.005)
@@ -64,8 +64,8 @@ def test_a_late_last_stamp_barely_moves_the_rate() -> None:
 
 
 def test_a_late_first_stamp_barely_moves_the_rate() -> None:
-    late = [max(t, 0.1) for t in _stream()]
-    r = _request(late)
+    late = [max(t, 0.1) for t in _even_token_times()]
+    r = _stream_request(late)
     assert (len(late) - 1) / (late[-1] - late[0]) == pytest.approx(RATE * 3.0 / 2.9)
     assert r.decode_tps == pytest.approx(RATE, rel=0.005)
 
@@ -93,12 +93,12 @@ def test_too_few_or_unrecorded_stamps_fall_back_to_the_ends() -> None:
 def test_packed_chunks_scale_the_chunk_rhythm_to_tokens() -> None:
     # 4 tokens a chunk after the first: 101 chunks, 401 tokens, 25 chunks a second
     times = [i / 25.0 for i in range(101)]
-    assert _request(times, tokens=401).decode_tps == pytest.approx(100.0)
+    assert _stream_request(times, tokens=401).decode_tps == pytest.approx(100.0)
 
 
 def test_blocks_sum_to_the_fitted_rate() -> None:
-    late = [t if t < 2.955 else 3.06 for t in _stream()]
-    r = _request(late)
+    late = [t if t < 2.955 else 3.06 for t in _even_token_times()]
+    r = _stream_request(late)
     blocks = decode_blocks([r], "narr")
     assert sum(b[0] for b in blocks) / sum(b[1] for b in blocks) == pytest.approx(r.decode_tps)
 
@@ -149,7 +149,7 @@ def test_jitter_and_a_late_reader_are_no_stall() -> None:
     nothing, however long the gap; jitter alone never makes a gap four times the median."""
     for seed in range(20):
         assert stall_gaps(_jittered(301, seed)) == {}
-    late = _stream()
+    late = _even_token_times()
     late[100:130] = [late[130]] * 30  # 0.3 s unread, then 30 chunks at once
     assert stall_gaps(late) == {}
     assert without_stalls(late) == late
@@ -159,10 +159,10 @@ def test_the_stall_share_is_what_the_rate_loses_to_stalls() -> None:
     """decode_tps counts the stall (on its fitted span, where a stall mid-stream weighs more
     than one at an end); the share takes the rate back to the stream's rhythm."""
     times = _jittered(301, 7, stall_at=120, stall_s=0.6)
-    requests = [_request(times)]
+    requests = [_stream_request(times)]
     share = decode_stall_share(requests, "narr")
     assert share > 0.6 / (times[-1] - times[0])
     rhythm = decode_tps(requests, "narr") / (1.0 - share)
     assert rhythm == pytest.approx(RATE, rel=0.01)
-    assert decode_stall_share([_request(_stream())], "narr") == 0.0
+    assert decode_stall_share([_stream_request(_even_token_times())], "narr") == 0.0
     assert math.isnan(decode_stall_share([], "narr"))

@@ -49,7 +49,7 @@ class _Card:
         return [(t, self.temp_at(t)) for t in ticks if t >= since_s]
 
 
-def _drift(card: _Card, clock: ManualClock, steady: float, max_s: float = 60.0) -> ThermalWait:
+def _wait_drift(card: _Card, clock: ManualClock, steady: float, max_s: float = 60.0) -> ThermalWait:
     return asyncio.run(
         wait_drift(
             card.readings,
@@ -65,7 +65,7 @@ def _drift(card: _Card, clock: ManualClock, steady: float, max_s: float = 60.0) 
 def test_a_card_whose_trailing_readings_are_steady_does_not_wait() -> None:
     clock = ManualClock(SET_S + 1.0)
     card = _Card(clock, 60.0, 60.2, 25.0)
-    got = _drift(card, clock, 1.0)
+    got = _wait_drift(card, clock, 1.0)
     assert got.waited_s == 0.0 and got.steady
     # the fit reaches back across the set: the last point's end is in it
     assert card.asked == [pytest.approx(SET_S + 1.0 - 20.0)]
@@ -76,7 +76,7 @@ def test_a_cooling_card_waits_until_its_trailing_slope_prices_under_the_goal() -
     # lasts until that fit (the one its row will read) is under the goal
     clock = ManualClock(SET_S + 20.0)
     card = _Card(clock, 66.0, 60.0, 25.0)
-    got = _drift(card, clock, 2.0)
+    got = _wait_drift(card, clock, 2.0)
     assert got.steady and abs(got.slope_c_per_min) <= 2.0
     assert 10.0 < got.waited_s < 60.0
     # what the row's fit over the same trailing seconds reads at that moment
@@ -85,13 +85,13 @@ def test_a_cooling_card_waits_until_its_trailing_slope_prices_under_the_goal() -
     # a jump from a steady card is the fitted model's to see (its trailing readings are still
     # flat): the drift wait alone lets it go
     fresh = ManualClock(SET_S + 1.0)
-    assert _drift(_Card(fresh, 64.0, 60.0, 25.0), fresh, 2.0).waited_s == 0.0
+    assert _wait_drift(_Card(fresh, 64.0, 60.0, 25.0), fresh, 2.0).waited_s == 0.0
 
 
 def test_the_drift_wait_is_bounded_in_run_seconds_at_any_time_scale() -> None:
     clock = ManualClock(SET_S + 1.0)
     card = _Card(clock, 90.0, 40.0, 300.0)
-    got = _drift(card, clock, 0.1, max_s=12.0)
+    got = _wait_drift(card, clock, 0.1, max_s=12.0)
     assert not got.steady and got.waited_s == pytest.approx(12.0)
     assert clock.now() == pytest.approx(SET_S + 13.0)
     fast = ScaledClock(100.0)

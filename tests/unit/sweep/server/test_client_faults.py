@@ -42,7 +42,7 @@ def _held(parts: list[bytes], hold: bool = True) -> httpx.Response:
     return httpx.Response(200, headers=SSE, stream=_Stream(parts, hold))
 
 
-def _chat(handler: Any, deadline_in_s: float | None = None, **kw: Any) -> RequestResult:
+def _chat_through(handler: Any, deadline_in_s: float | None = None, **kw: Any) -> RequestResult:
     async def go() -> RequestResult:
         clock = ScaledClock(1.0)
         client = ChatClient(INFO, clock, transport=httpx.MockTransport(handler))
@@ -60,7 +60,7 @@ def _chat(handler: Any, deadline_in_s: float | None = None, **kw: Any) -> Reques
 def test_stream_is_done_once_finish_and_usage_arrived_without_done() -> None:
     body = sse_body(delta(content="a"), delta(content=" b"), finish(), usage(3, 2), done=False)
     t0 = time.monotonic()
-    result = _chat(lambda r: _held([body]), deadline_in_s=30)
+    result = _chat_through(lambda r: _held([body]), deadline_in_s=30)
     assert time.monotonic() - t0 < 5
     assert result.ok and result.completion_tokens == 2 and result.finish_reason == "length"
 
@@ -68,14 +68,14 @@ def test_stream_is_done_once_finish_and_usage_arrived_without_done() -> None:
 def test_a_held_stream_without_usage_ends_at_the_deadline() -> None:
     body = sse_body(delta(content="a"), delta(content=" b"), done=False)
     t0 = time.monotonic()
-    result = _chat(lambda r: _held([body]), deadline_in_s=0.5)
+    result = _chat_through(lambda r: _held([body]), deadline_in_s=0.5)
     assert time.monotonic() - t0 < 3
     assert result.ok and result.finish_reason == "deadline" and result.chunk_tokens == 2
 
 
 def test_an_endless_line_fails_with_a_clear_reason() -> None:
     parts = [b"data: " + b"x" * 65536 for _ in range(40)]
-    result = _chat(lambda r: _held(parts, hold=False), deadline_in_s=30)
+    result = _chat_through(lambda r: _held(parts, hold=False), deadline_in_s=30)
     assert not result.ok
     assert "line of more than" in result.error and "without ending it" in result.error
 
@@ -90,7 +90,7 @@ def test_busy_503_is_retried_honouring_retry_after() -> None:
             return httpx.Response(503, headers={"Retry-After": "0.2"}, json={"error": "loading"})
         return httpx.Response(200, headers=SSE, content=body)
 
-    result = _chat(handler, deadline_in_s=30)
+    result = _chat_through(handler, deadline_in_s=30)
     assert result.ok and len(calls) == 3
     assert calls[1] - calls[0] >= 0.19
     assert any(WARN_BUSY_RETRIED in w for w in result.warnings)
@@ -101,7 +101,7 @@ def test_busy_429_gives_up_when_the_wait_passes_the_deadline() -> None:
         return httpx.Response(429, headers={"Retry-After": "30"}, json={"error": "slow down"})
 
     t0 = time.monotonic()
-    result = _chat(handler, deadline_in_s=2)
+    result = _chat_through(handler, deadline_in_s=2)
     assert time.monotonic() - t0 < 2
     assert not result.ok and result.error.startswith("HTTP 429: slow down")
 
@@ -180,7 +180,7 @@ def test_a_connection_reset_mid_stream_is_said_in_words() -> None:
 
     # one token measures no rate: the request failed
     body = sse_body(delta(content="a"), done=False)
-    result = _chat(lambda r: httpx.Response(200, headers=SSE, stream=_Reset([body])), 30)
+    result = _chat_through(lambda r: httpx.Response(200, headers=SSE, stream=_Reset([body])), 30)
     assert not result.ok
     # httpx says only "ReadError:"; the error says what happened and how far it got
     assert result.error.startswith("connection reset by the server while reading the answer")
@@ -201,7 +201,7 @@ def test_a_stream_reset_after_tokens_keeps_them_as_a_measurement_of_the_rate(
             raise error
 
     body = sse_body(*(delta(content=" w") for _ in range(5)), done=False)
-    result = _chat(lambda r: httpx.Response(200, headers=SSE, stream=_Cut([body])), 30)
+    result = _chat_through(lambda r: httpx.Response(200, headers=SSE, stream=_Cut([body])), 30)
     assert result.ok and result.error == ""
     assert result.finish_reason == CUT_BY_RESET and WARN_CUT_BY_RESET in result.warnings
     assert result.completion_tokens == 5 and result.token_source == "chunks"

@@ -42,7 +42,7 @@ def _transport(routes: Routes, seen: list[httpx.Request] | None = None) -> httpx
     return httpx.MockTransport(handle)
 
 
-def _discover(routes: Routes, url: str | None = "http://gpu:8080", **kw: Any) -> ServerInfo:
+def _discover_routes(routes: Routes, url: str | None = "http://gpu:8080", **kw: Any) -> ServerInfo:
     kw.setdefault("model", None)
     kw.setdefault("api_key", None)
     return asyncio.run(
@@ -92,7 +92,7 @@ def test_credentials_query_and_fragment_are_stripped() -> None:
 
 
 def test_llama_cpp_runs_with_its_props_context_and_slots() -> None:
-    info = _discover(
+    info = _discover_routes(
         {
             "gpu:8080/v1/models": _models(
                 {"id": "qwen.gguf", "owned_by": "llamacpp", "meta": {"n_ctx_train": 131072}}
@@ -104,7 +104,7 @@ def test_llama_cpp_runs_with_its_props_context_and_slots() -> None:
 
 
 def test_an_older_llama_cpp_is_found_by_its_props_alone() -> None:
-    info = _discover(
+    info = _discover_routes(
         {
             "gpu:8080/v1/models": _models({"id": "m", "owned_by": "someone"}),
             "gpu:8080/props": {"default_generation_settings": {}, "n_ctx": "4096"},
@@ -114,7 +114,7 @@ def test_an_older_llama_cpp_is_found_by_its_props_alone() -> None:
 
 
 def test_vllm_says_its_context_in_the_model_list() -> None:
-    info = _discover(
+    info = _discover_routes(
         {"gpu:8080/v1/models": _models({"id": "m", "owned_by": "vllm", "max_model_len": 32768})}
     )
     assert (info.engine, info.context_tokens, info.accepts_thinking_switch) == (
@@ -122,19 +122,19 @@ def test_vllm_says_its_context_in_the_model_list() -> None:
         32768,
         True,
     )
-    unnamed = _discover({"gpu:8080/v1/models": _models({"id": "m", "max_model_len": 2048})})
+    unnamed = _discover_routes({"gpu:8080/v1/models": _models({"id": "m", "max_model_len": 2048})})
     assert (unnamed.engine, unnamed.context_tokens) == ("vllm", 2048)
 
 
 def test_sglang_is_found_by_its_model_info_and_its_context_read_there() -> None:
-    info = _discover(
+    info = _discover_routes(
         {
             "gpu:8080/v1/models": _models({"id": "m", "owned_by": "sglang"}),
             "gpu:8080/get_model_info": {"model_path": "/m", "context_length": 65536},
         }
     )
     assert (info.engine, info.context_tokens) == ("sglang", 65536)
-    server_info = _discover(
+    server_info = _discover_routes(
         {
             "gpu:8080/v1/models": _models({"id": "m", "owned_by": "sglang"}),
             "gpu:8080/get_server_info": {"context_length": 16384},
@@ -152,18 +152,18 @@ def test_ollama_runs_with_its_num_ctx_parameter_or_the_models_length() -> None:
             "model_info": {"llama.context_length": 131072},
         },
     }
-    info = _discover(routes)
+    info = _discover_routes(routes)
     assert (info.engine, info.context_tokens, info.accepts_thinking_switch) == (
         "ollama",
         8192,
         False,
     )
     routes["gpu:8080/api/show"] = {"model_info": {"llama.context_length": 131072}}
-    assert _discover(routes).context_tokens == 131072
+    assert _discover_routes(routes).context_tokens == 131072
 
 
 def test_lm_studio_runs_with_its_loaded_context() -> None:
-    info = _discover(
+    info = _discover_routes(
         {
             "gpu:8080/v1/models": _models({"id": "m"}),
             "gpu:8080/api/v0/models": {"data": []},
@@ -178,7 +178,7 @@ def test_lm_studio_runs_with_its_loaded_context() -> None:
 
 
 def test_an_unknown_engine_is_openai_compatible_with_no_context() -> None:
-    info = _discover({"gpu:8080/v1/models": _models({"id": "m", "owned_by": "openai"})})
+    info = _discover_routes({"gpu:8080/v1/models": _models({"id": "m", "owned_by": "openai"})})
     assert (info.engine, info.context_tokens, info.total_slots) == (
         "openai-compatible",
         None,
@@ -196,17 +196,17 @@ def test_several_models_need_a_choice_and_the_choice_is_taken() -> None:
         )
     }
     with pytest.raises(UsageError) as info:
-        _discover(routes)
+        _discover_routes(routes)
     assert str(info.value) == (
         "http://gpu:8080 serves 8 models (m0, m1, m2, m3, m4, m5, ...); choose one with --model"
     )
-    chosen = _discover(routes, model="m2")
+    chosen = _discover_routes(routes, model="m2")
     assert (chosen.model, chosen.context_tokens) == ("m2", 3000)
 
 
 def test_an_empty_model_list_asks_for_a_model() -> None:
     with pytest.raises(PowersweepError, match=r"^http://gpu:8080/v1/models lists no model; pass"):
-        _discover({"gpu:8080/v1/models": _models()})
+        _discover_routes({"gpu:8080/v1/models": _models()})
 
 
 def test_the_api_key_is_sent_as_a_bearer_token() -> None:
@@ -224,24 +224,24 @@ def test_the_api_key_is_sent_as_a_bearer_token() -> None:
     assert seen[0].headers["authorization"] == "Bearer sk-1"
 
 
-def _refusal(answer: Any) -> str:
+def _refusal_of(answer: Any) -> str:
     with pytest.raises(PowersweepError) as info:
-        _discover({"gpu:8080/v1/models": answer})
+        _discover_routes({"gpu:8080/v1/models": answer})
     return str(info.value)
 
 
 def test_answers_that_are_not_a_model_list_are_one_line_errors() -> None:
-    assert _refusal(httpx.Response(401)) == (
+    assert _refusal_of(httpx.Response(401)) == (
         "http://gpu:8080 refused /v1/models with HTTP 401: give an API key with --api-key or "
         "OPENAI_API_KEY"
     )
-    assert _refusal(httpx.Response(500)).startswith(
+    assert _refusal_of(httpx.Response(500)).startswith(
         "http://gpu:8080/v1/models answered HTTP 500: not an OpenAI-compatible server"
     )
     html = httpx.Response(200, text="<html><body>router login</body></html>")
-    assert "answered HTML" in _refusal(html)
-    assert "answered something that is not JSON" in _refusal(httpx.Response(200, text="hi"))
-    assert "without a 'data' model list" in _refusal({"models": []})
+    assert "answered HTML" in _refusal_of(html)
+    assert "answered something that is not JSON" in _refusal_of(httpx.Response(200, text="hi"))
+    assert "without a 'data' model list" in _refusal_of({"models": []})
 
 
 @pytest.mark.parametrize(
@@ -254,7 +254,7 @@ def test_answers_that_are_not_a_model_list_are_one_line_errors() -> None:
 )
 def test_a_server_that_cannot_be_reached_says_how(error: Exception, message: str) -> None:
     with pytest.raises(PowersweepError, match=f"^{message}"):
-        _discover({"gpu:8080/v1/models": error})
+        _discover_routes({"gpu:8080/v1/models": error})
 
 
 def test_without_a_url_the_loopback_ports_are_probed_in_order() -> None:
@@ -264,7 +264,7 @@ def test_without_a_url_the_loopback_ports_are_probed_in_order() -> None:
         "127.0.0.1:8000/v1/models": httpx.Response(404),
         "127.0.0.1:30000/v1/models": _models({"id": "m", "owned_by": "sglang"}),
     }
-    info = _discover(routes, url=None)
+    info = _discover_routes(routes, url=None)
     assert (info.base_url, info.engine) == ("http://127.0.0.1:30000", "sglang")
 
 
@@ -274,7 +274,7 @@ def test_nothing_on_any_loopback_port_names_what_each_answered() -> None:
     }
     routes["127.0.0.1:8000/v1/models"] = httpx.Response(200, text="<html>")
     with pytest.raises(PowersweepError) as info:
-        _discover(routes, url=None)
+        _discover_routes(routes, url=None)
     assert str(info.value) == (
         "no OpenAI-compatible server found on 127.0.0.1; tried 8080 (llama.cpp): nothing; "
         "8000 (vLLM): http://127.0.0.1:8000/v1/models answered HTML; 30000 (SGLang): nothing; "

@@ -220,7 +220,7 @@ def test_httpx_own_transport_on_the_same_bytes(
     serve([[*_pieces(wire), CLOSE]], go)
 
 
-def _chat(url: str, **kwargs: Any) -> RequestResult:
+def _chat_at(url: str, **kwargs: Any) -> RequestResult:
     async def go() -> RequestResult:
         chat = ChatClient(
             ServerInfo(url, "m", "vllm", None, None, None), ScaledClock(1.0), **kwargs
@@ -239,7 +239,7 @@ def test_a_chat_over_a_malformed_answer_fails_in_bounded_time_and_counts_no_toke
 ) -> None:
     async def go(url: str, server: Scripted) -> tuple[RequestResult, float]:
         t0 = time.monotonic()
-        result = await asyncio.to_thread(_chat, url, read_timeout_s=2.0)
+        result = await asyncio.to_thread(_chat_at, url, read_timeout_s=2.0)
         return result, time.monotonic() - t0
 
     result, took_s = serve([[*_pieces(wire), HOLD]], go)  # held open: only the refusal ends it
@@ -258,7 +258,7 @@ def test_a_malformed_chunk_after_tokens_fails_the_request() -> None:
     first = sse_body(delta(content="a"), done=False)
     wire = CHUNKED + f"{len(first):x}\r\n".encode() + first + b"\r\n-0\r\n\r\n"
 
-    result = serve([[wire, HOLD]], lambda url, s: asyncio.to_thread(_chat, url))
+    result = serve([[wire, HOLD]], lambda url, s: asyncio.to_thread(_chat_at, url))
     assert not result.ok
     assert result.error.startswith("malformed HTTP answer after 1 tokens")
     assert "malformed chunk size" in result.error
@@ -329,7 +329,7 @@ def test_a_header_value_with_cr_lf_or_nul_is_refused_before_sending(
 
 def test_a_chat_with_an_injecting_api_key_fails_and_sends_nothing() -> None:
     async def go(url: str, server: Scripted) -> tuple[RequestResult, int]:
-        result = await asyncio.to_thread(_chat, url, api_key="k\r\nX-Injected: 1")
+        result = await asyncio.to_thread(_chat_at, url, api_key="k\r\nX-Injected: 1")
         return result, len(server.requests)
 
     result, sent = serve([[RIGHT]], go)

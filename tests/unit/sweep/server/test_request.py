@@ -25,7 +25,7 @@ from tests.fakes.fake_chat import request_result
 T0, DT = 1.0, 0.1
 
 
-def _run(
+def _request_run(
     tokens: int = 20,
     *,
     usage: int | None = None,
@@ -58,12 +58,14 @@ def _run(
     return run
 
 
-def _result(run: RequestRun, *, streamed: bool = True, limit: int | None = None) -> RequestResult:
+def _result_of(
+    run: RequestRun, *, streamed: bool = True, limit: int | None = None
+) -> RequestResult:
     return run.result("narr", 2, streamed, limit, lambda s: s.replace("sk-secret", "***"))
 
 
 def test_a_whole_stream_with_the_servers_count() -> None:
-    r = _result(_run(20, usage=20), limit=64)
+    r = _result_of(_request_run(20, usage=20), limit=64)
     assert (r.ok, r.error, r.finish_reason, r.token_source) == (True, "", "length", "usage")
     assert (r.completion_tokens, r.chunk_tokens, r.prompt_tokens) == (20, 20, 40)
     assert (r.prompt_kind, r.stream, r.max_tokens, r.warnings) == ("narr", 2, 64, ())
@@ -85,7 +87,7 @@ def test_a_whole_stream_with_the_servers_count() -> None:
 def test_counts_and_chunks_that_disagree_are_warned(
     usage: int | None, limit: int | None, warnings: tuple[str, ...]
 ) -> None:
-    r = _result(_run(20, usage=usage), limit=limit)
+    r = _result_of(_request_run(20, usage=usage), limit=limit)
     assert r.ok and r.warnings == warnings
     assert r.completion_tokens == (usage or 20)
 
@@ -93,66 +95,69 @@ def test_counts_and_chunks_that_disagree_are_warned(
 @pytest.mark.parametrize("usage", [5000, 9])
 def test_a_count_the_stream_cannot_hold_is_replaced_by_the_chunks(usage: int) -> None:
     # more tokens than 1.5 per streamed byte, or fewer than half the token-bearing chunks
-    r = _result(_run(20, usage=usage))
+    r = _result_of(_request_run(20, usage=usage))
     assert r.ok and (r.completion_tokens, r.token_source) == (20, "chunks")
     assert r.warnings == (rf.WARN_USAGE_UNTRUSTED,)
 
 
 def test_a_stream_ended_without_a_finish_reason() -> None:
-    cut = _result(_run(20, finish=None, done=True))
+    cut = _result_of(_request_run(20, finish=None, done=True))
     assert not cut.ok
     assert cut.error == (
         "the server ended the stream after 20 tokens without a finish reason (the generation "
         "was cut, e.g. by another request)"
     )
-    open_ended = _result(_run(20, finish=None, done=False))
+    open_ended = _result_of(_request_run(20, finish=None, done=False))
     assert open_ended.ok and rf.WARN_NO_FINISH in open_ended.warnings
 
 
 @pytest.mark.parametrize(
     ("run", "error"),
     [
-        (_run(0, finish=None, done=False), "server closed the stream without sending any event"),
-        (_run(0, usage=0, finish="stop"), "the server answered, but generated no tokens"),
         (
-            _run(0, usage=50, finish="stop", extra_events=2),  # counted, but none readable
+            _request_run(0, finish=None, done=False),
+            "server closed the stream without sending any event",
+        ),
+        (_request_run(0, usage=0, finish="stop"), "the server answered, but generated no tokens"),
+        (
+            _request_run(0, usage=50, finish="stop", extra_events=2),  # counted, but none readable
             f"{ERR_NO_COUNTABLE_TOKENS} (no content, reasoning or tool_calls in 4 events)",
         ),
     ],
 )
 def test_a_stream_without_a_token_fails_with_what_it_did_send(run: RequestRun, error: str) -> None:
-    r = _result(run)
+    r = _result_of(run)
     assert not r.ok and r.error == error
 
 
 def test_a_request_cut_at_its_deadline_is_cut_whatever_finish_came() -> None:
-    run = _run(20, finish=None, done=False)
+    run = _request_run(20, finish=None, done=False)
     run.deadline_hit = True
-    r = _result(run, limit=10)
+    r = _result_of(run, limit=10)
     assert r.ok and (r.finish_reason, r.token_source, r.completion_tokens) == (
         "deadline",
         "chunks",
         20,
     )
     assert r.warnings == (rf.WARN_IGNORED_MAX_TOKENS,)  # no no_usage: the cut is by design
-    whole = _run(20, usage=20)
+    whole = _request_run(20, usage=20)
     whole.deadline_hit = True  # hit as it ended: the server's count came
-    assert _result(whole).finish_reason == "length"
+    assert _result_of(whole).finish_reason == "length"
 
 
 def test_a_deadline_over_events_without_tokens_is_a_stream_the_client_cannot_read() -> None:
-    run = _run(0, finish=None, done=False, extra_events=3)
+    run = _request_run(0, finish=None, done=False, extra_events=3)
     run.deadline_hit = True
-    r = _result(run)
+    r = _result_of(run)
     assert not r.ok and r.finish_reason == "deadline"
     assert r.error.startswith(ERR_NO_COUNTABLE_TOKENS) and "before the window's end" in r.error
 
 
 def test_a_reset_after_tokens_measured_the_rate_up_to_it() -> None:
-    run = _run(20, finish=None, done=False)
+    run = _request_run(20, finish=None, done=False)
     run.reset = True
     run.fail("connection reset by the server while reading the answer, after 20 tokens")
-    r = _result(run)
+    r = _result_of(run)
     assert r.ok and r.error == ""
     assert (r.finish_reason, r.completion_tokens, r.token_source) == (rf.CUT_BY_RESET, 20, "chunks")
     assert r.warnings == (rf.WARN_CUT_BY_RESET,)
@@ -162,20 +167,20 @@ def test_a_reset_after_tokens_measured_the_rate_up_to_it() -> None:
 def test_a_reset_before_two_tokens_or_of_an_unstreamed_answer_fails(
     tokens: int, streamed: bool
 ) -> None:
-    run = _run(tokens, finish=None, done=False)
+    run = _request_run(tokens, finish=None, done=False)
     run.reset = True
     run.fail("connection reset")
-    r = _result(run, streamed=streamed)
+    r = _result_of(run, streamed=streamed)
     assert not r.ok and r.error == "connection reset"
     if not streamed:
         assert math.isnan(r.t_first_token_s) and math.isnan(r.t_last_token_s)
 
 
 def test_busy_retries_and_bad_events_are_warned() -> None:
-    run = _run(20, usage=20)
+    run = _request_run(20, usage=20)
     run.busy_retries = 2
     run.acc.add_event_text("", "{not json", T0)
-    assert _result(run).warnings == (rf.WARN_SERVER_BUSY, rf.WARN_BAD_EVENTS)
+    assert _result_of(run).warnings == (rf.WARN_SERVER_BUSY, rf.WARN_BAD_EVENTS)
 
 
 def test_an_unstreamed_answer_without_a_count_has_none() -> None:
@@ -184,15 +189,15 @@ def test_an_unstreamed_answer_without_a_count_has_none() -> None:
     run.acc.add_completion(
         {"choices": [{"message": {"content": "hello there"}, "finish_reason": "stop"}]}
     )
-    r = _result(run, streamed=False)
+    r = _result_of(run, streamed=False)
     assert r.ok and r.completion_tokens is None and r.warnings == (rf.WARN_NO_USAGE,)
 
 
 def test_the_first_error_stands_and_is_cleaned_onto_one_line() -> None:
-    run = _run(20, usage=20)
+    run = _request_run(20, usage=20)
     run.fail("HTTP 401: bad key sk-secret\n  for this server")
     run.fail("a later error")
-    r = _result(run)
+    r = _result_of(run)
     assert not r.ok and r.error == "HTTP 401: bad key *** for this server"
 
 

@@ -11,7 +11,7 @@ from powersweep.sweep.server.request_errors import failure_text
 URL = "http://127.0.0.1:8080"
 
 
-def _text(exc: Exception, tokens: int = 3) -> tuple[str, bool]:
+def _failure_text(exc: Exception, tokens: int = 3) -> tuple[str, bool]:
     return failure_text(exc, tokens, base_url=URL, connect_timeout_s=5.0, read_timeout_s=60.0)
 
 
@@ -34,9 +34,9 @@ def _text(exc: Exception, tokens: int = 3) -> tuple[str, bool]:
     ],
 )
 def test_each_failure_reads_in_one_line(exc: Exception, text: str, reset: bool) -> None:
-    assert _text(exc) == (text, reset)
+    assert _failure_text(exc) == (text, reset)
 
 
 def test_a_read_error_is_a_reset() -> None:
-    message, reset = _text(httpx.ReadError("connection reset"))
+    message, reset = _failure_text(httpx.ReadError("connection reset"))
     assert reset and message

@@ -25,7 +25,7 @@ class _Queries(ServerQueries):
         self._http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
 
 
-def _ask(queries: _Queries, call: Callable[[_Queries], Any]) -> Any:
+def _query(queries: _Queries, call: Callable[[_Queries], Any]) -> Any:
     async def go() -> Any:
         try:
             return await call(queries)
@@ -46,7 +46,7 @@ def _metrics(text: str, status: int = 200) -> tuple[Handler, list[httpx.Request]
 
 
 def _queued(engine: str, handler: Handler) -> int | None:
-    return _ask(_Queries(engine, handler), lambda q: q.queued_requests())
+    return _query(_Queries(engine, handler), lambda q: q.queued_requests())
 
 
 def test_llama_cpp_deferred_requests_are_the_queue() -> None:
@@ -120,7 +120,7 @@ def _tokenizer(
 
 
 def _count(engine: str, handler: Handler, text: str = "hello world") -> int | None:
-    return _ask(_Queries(engine, handler), lambda q: q.count_tokens(text))
+    return _query(_Queries(engine, handler), lambda q: q.count_tokens(text))
 
 
 def test_llama_cpp_is_asked_for_the_content_without_special_tokens() -> None:

@@ -89,7 +89,7 @@ def _serve(server: StaleServer, go: Callable[[str], Awaitable[Any]]) -> Any:
     return asyncio.run(main())
 
 
-def _chats(
+def _chats_apart(
     server: StaleServer, n: int, pause_s: float = 0.0, rest_s: float | None = None
 ) -> tuple[list[RequestResult], int, float]:
     """``n`` chats one after another, ``pause_s`` apart: their results, the transport's stale
@@ -139,7 +139,7 @@ def test_a_stale_response_never_answers_a_later_request(
     stream: bool, delay_s: float, pause_s: float
 ) -> None:
     server = StaleServer(delay_s, stream)
-    results, stale, took_s = _chats(server, 6, pause_s)
+    results, stale, took_s = _chats_apart(server, 6, pause_s)
     _assert_all_real(results)
     assert stale >= 1
     # the host sent stale bytes: its connections are kept no more, each request a new one
@@ -152,7 +152,7 @@ def test_stale_responses_after_the_host_proved_clean_are_still_caught(stream: bo
     """The first answers come clean (the host passes its probation and its connection rests
     only briefly after that); from the third on a stale answer follows 0.3 ms later."""
     server = StaleServer(0.0003, stream, stale_from=2)
-    results, stale, _ = _chats(server, 6)
+    results, stale, _ = _chats_apart(server, 6)
     _assert_all_real(results)
     assert stale >= 1 and server.accepts >= 2
 
@@ -160,7 +160,7 @@ def test_stale_responses_after_the_host_proved_clean_are_still_caught(stream: bo
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_a_well_behaved_server_keeps_one_connection(stream: bool) -> None:
     server = StaleServer(None, stream)
-    results, stale, took_s = _chats(server, 6)
+    results, stale, took_s = _chats_apart(server, 6)
     _assert_all_real(results)
     assert (server.accepts, stale) == (1, 0)
     assert took_s < 2.0  # one probation rest, then short ones
@@ -170,7 +170,7 @@ def test_without_rests_a_clean_server_still_keeps_its_connection() -> None:
     """The rests only add time: with them off (the in-memory network's setting) reuse is as
     before."""
     server = StaleServer(None, True)
-    results, stale, took_s = _chats(server, 4, rest_s=0.0)
+    results, stale, took_s = _chats_apart(server, 4, rest_s=0.0)
     _assert_all_real(results)
     assert (server.accepts, stale) == (1, 0)
     assert took_s < 1.0

@@ -25,8 +25,8 @@ from powersweep.sweep.settings.applier import (
 )
 from powersweep.sweep.settings.clock_locks import plan_clocks, plan_unlock
 from powersweep.sweep.settings.clock_offsets import plan_offset_reset, plan_offsets
-from powersweep.sweep.settings.targets import Target
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.settings import named_target
 
 
 class _Card(FakeGpu):
@@ -62,14 +62,12 @@ class _Card(FakeGpu):
         return enabled
 
 
-def _target(gpu: FakeGpu) -> Target:
-    return Target(gpu, gpu.identity(), None, "named")  # type: ignore[arg-type]
-
-
 def test_each_card_is_clamped_to_its_own_range() -> None:
     small, big = _Card(0, min_w=100.0, max_w=300.0), _Card(1, min_w=150.0, max_w=450.0)
     warnings: list[str] = []
-    plan = plan_caps([_target(small), _target(big)], 400.0, strict=False, warn=warnings.append)
+    plan = plan_caps(
+        [named_target(small), named_target(big)], 400.0, strict=False, warn=warnings.append
+    )
     assert [(c.after_w, c.clamped) for c in plan] == [(300.0, True), (400.0, False)]
     assert warnings == [
         "400 W is outside the range of GPU 0 (Fake GPU, GPU-fake-0), 100-300 W: clamped to 300 W"
@@ -81,20 +79,20 @@ def test_each_card_is_clamped_to_its_own_range() -> None:
 def test_a_limit_that_no_card_takes_is_refused_before_any_read(cap: float) -> None:
     gpu = _Card(0)
     with pytest.raises(UsageError, match="a power limit must be a positive number of watts"):
-        plan_caps([_target(gpu)], cap, strict=False, warn=lambda _m: None)
+        plan_caps([named_target(gpu)], cap, strict=False, warn=lambda _m: None)
     assert gpu.calls["envelope"] == 0
 
 
 def test_a_card_already_at_its_limit_is_unchanged_within_half_a_watt() -> None:
-    (c,) = plan_caps([_target(_Card(0, limit_w=290.0))], 290.4, strict=True, warn=print)
+    (c,) = plan_caps([named_target(_Card(0, limit_w=290.0))], 290.4, strict=True, warn=print)
     assert c.unchanged and not c.clamped
-    (d,) = plan_caps([_target(_Card(0, limit_w=290.0))], 291.0, strict=True, warn=print)
+    (d,) = plan_caps([named_target(_Card(0, limit_w=290.0))], 291.0, strict=True, warn=print)
     assert not d.unchanged
 
 
 def test_apply_sets_every_card_and_reads_back() -> None:
     a, b = _Card(0), _Card(1)
-    plan = plan_caps([_target(a), _target(b)], 280.0, strict=False, warn=print)
+    plan = plan_caps([named_target(a), named_target(b)], 280.0, strict=False, warn=print)
     results = apply_caps(plan, lambda _m: None)
     assert [(r.readback_w, r.note) for r in results] == [(280.0, ""), (280.0, "")]
     assert (a.limit_w, b.limit_w) == (280.0, 280.0)
@@ -102,7 +100,7 @@ def test_apply_sets_every_card_and_reads_back() -> None:
 
 def test_a_refusal_on_the_first_card_changes_nothing() -> None:
     a = _Card(0, refuse=(280.0,))
-    plan = plan_caps([_target(a), _target(_Card(1))], 280.0, strict=False, warn=print)
+    plan = plan_caps([named_target(a), named_target(_Card(1))], 280.0, strict=False, warn=print)
     with pytest.raises(GpuError) as info:
         apply_caps(plan, lambda _m: None)
     assert str(info.value) == "fake GPU 0 kept 350 W; nothing was changed"
@@ -110,7 +108,7 @@ def test_a_refusal_on_the_first_card_changes_nothing() -> None:
 
 def test_a_refused_lock_puts_every_limit_and_lock_back() -> None:
     a, b = _Card(0, limit_w=320.0), _Card(1, limit_w=330.0, refuse_sm=True)
-    targets = [_target(a), _target(b)]
+    targets = [named_target(a), named_target(b)]
     caps = plan_caps(targets, 250.0, strict=False, warn=print)
     clocks = plan_clocks(targets, 1500.0, 9501.0, strict=False, warn=print)
     with pytest.raises(GpuError) as info:
@@ -122,7 +120,7 @@ def test_a_refused_lock_puts_every_limit_and_lock_back() -> None:
 
 def test_an_interrupt_puts_the_changed_cards_back_and_says_so_in_a_note() -> None:
     a, b = _Card(0, limit_w=320.0), _Card(1, interrupt_at=250.0)
-    caps = plan_caps([_target(a), _target(b)], 250.0, strict=False, warn=print)
+    caps = plan_caps([named_target(a), named_target(b)], 250.0, strict=False, warn=print)
     with pytest.raises(KeyboardInterrupt) as info:
         apply_caps(caps, lambda _m: None)
     assert info.value.__notes__ == ["; the GPUs already changed were put back"]
@@ -131,7 +129,7 @@ def test_an_interrupt_puts_the_changed_cards_back_and_says_so_in_a_note() -> Non
 
 def test_a_card_that_cannot_be_put_back_is_named_in_the_note() -> None:
     a, b = _Card(0, limit_w=320.0, raise_at=320.0), _Card(1, limit_w=300.0, refuse=(300.0,))
-    caps = plan_caps([_target(a), _target(b)], 250.0, strict=False, warn=print)
+    caps = plan_caps([named_target(a), named_target(b)], 250.0, strict=False, warn=print)
     for gpu in (a, b):
         gpu.set_power_limit(250.0)
     warnings: list[str] = []
@@ -150,7 +148,7 @@ def test_a_card_that_cannot_be_put_back_is_named_in_the_note() -> None:
 
 def test_undo_settings_puts_back_what_an_apply_set() -> None:
     a = _Card(0, limit_w=320.0)
-    targets = [_target(a)]
+    targets = [named_target(a)]
     caps, clocks = apply_settings(
         plan_caps(targets, 250.0, strict=False, warn=print),
         plan_clocks(targets, 1500.0, None, strict=False, warn=print),
@@ -169,7 +167,9 @@ def test_persistence_is_turned_on_only_where_it_is_off_and_a_refusal_warns() -> 
         _Card(3, persistence=False, persistence_error=True),
     )
     warnings: list[str] = []
-    out = enable_persistence([_target(g) for g in (on, off, unknown, refusing)], warnings.append)
+    out = enable_persistence(
+        [named_target(g) for g in (on, off, unknown, refusing)], warnings.append
+    )
     assert [(before, after) for _, before, after in out] == [
         (True, True),
         (False, True),
@@ -181,7 +181,7 @@ def test_persistence_is_turned_on_only_where_it_is_off_and_a_refusal_warns() -> 
 
 def test_a_powersweep_error_from_the_write_is_a_gpu_error_with_the_note() -> None:
     a = _Card(0, raise_at=250.0)
-    caps = plan_caps([_target(a)], 250.0, strict=False, warn=print)
+    caps = plan_caps([named_target(a)], 250.0, strict=False, warn=print)
     with pytest.raises(GpuError, match=r"^GPU 0: NVML failed; nothing was changed$") as info:
         apply_caps(caps, print)
     assert isinstance(info.value.__cause__, PowersweepError)
@@ -226,7 +226,7 @@ class _Ordered(_Card):
 def test_an_undervolt_goes_on_after_its_lock_and_a_reset_takes_it_off_before_the_unlock() -> None:
     log: list[str] = []
     card = _Ordered(0, log, limit_w=320.0)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     caps, clocks, offsets = apply_all(
         plan_caps(targets, 300.0, strict=False, warn=print),
         plan_clocks(targets, 1500.0, None, strict=False, warn=print),
@@ -253,7 +253,7 @@ def test_a_refused_offset_puts_back_every_limit_lock_and_offset_already_set() ->
     log: list[str] = []
     a = _Ordered(0, log, limit_w=320.0)
     b = _Ordered(1, log, limit_w=330.0, refuse_offsets=(180.0,))
-    targets = [_target(a), _target(b)]
+    targets = [named_target(a), named_target(b)]
     with pytest.raises(GpuError) as info:
         apply_all(
             plan_caps(targets, 300.0, strict=False, warn=print),
@@ -280,7 +280,7 @@ def test_a_refused_offset_puts_back_every_limit_lock_and_offset_already_set() ->
 def test_a_refused_lock_leaves_the_offset_unwritten() -> None:
     log: list[str] = []
     card = _Ordered(0, log, refuse_sm=True)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     with pytest.raises(GpuError) as info:
         apply_all(
             [],
@@ -294,7 +294,7 @@ def test_a_refused_lock_leaves_the_offset_unwritten() -> None:
 
 def test_an_offset_that_cannot_be_put_back_is_named_and_restore_is_the_way_back() -> None:
     card = _Ordered(0, [], refuse_offsets=(0.0,))
-    caps, clocks, done = apply_all([], [], plan_offsets([_target(card)], 180.0), print)
+    caps, clocks, done = apply_all([], [], plan_offsets([named_target(card)], 180.0), print)
     warnings: list[str] = []
     assert undo_settings(caps, clocks, warnings.append, done) == (
         f"; {NOT_PUT_BACK}: GPU 0 (SM clock offset +0 MHz) (set them with nvidia-smi -pl / -lgc "
@@ -310,7 +310,7 @@ def test_an_offset_that_cannot_be_put_back_is_named_and_restore_is_the_way_back(
 def test_undo_settings_puts_back_an_offset_before_the_lock() -> None:
     log: list[str] = []
     card = _Ordered(0, log)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     caps, clocks, offsets = apply_all(
         [],
         plan_clocks(targets, 1500.0, None, strict=False, warn=print),
@@ -329,7 +329,7 @@ def test_undo_settings_puts_back_an_offset_before_the_lock() -> None:
 def test_a_memory_offset_goes_on_after_the_sm_offset_and_comes_off_before_it() -> None:
     log: list[str] = []
     card = _Ordered(0, log, limit_w=320.0)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     # planned memory first: the order written is apply_all's, not the plan's
     offsets = plan_offsets(targets, 1000.0, "mem") + plan_offsets(targets, 180.0)
     _, _, done = apply_all(
@@ -347,7 +347,7 @@ def test_a_memory_offset_goes_on_after_the_sm_offset_and_comes_off_before_it() -
 def test_a_refused_memory_offset_puts_back_the_sm_offset_lock_and_limit() -> None:
     log: list[str] = []
     card = _Ordered(0, log, limit_w=320.0, refuse_offsets=(1000.0,))
-    targets = [_target(card)]
+    targets = [named_target(card)]
     with pytest.raises(GpuError) as info:
         apply_all(
             plan_caps(targets, 300.0, strict=False, warn=print),

@@ -38,7 +38,7 @@ def _sim(tmp_path: Path, *, second_refuses_mem: bool = False) -> SimRig:
     return SimRig([p, other], ScaledClock(1.0), state_file=tmp_path / "state.json")
 
 
-def _quiet(_message: str) -> None:
+def _ignore_warning(_message: str) -> None:
     pass
 
 
@@ -47,7 +47,7 @@ def _quiet(_message: str) -> None:
 
 def test_a_clock_off_the_list_is_snapped_with_a_warning_or_refused_with_strict() -> None:
     _, backend = _nvml(FakeDevice(uuid=UUID_A))  # SM clocks 2100..210 in 15 MHz steps
-    targets = select_gpus(backend, None, _quiet)
+    targets = select_gpus(backend, None, _ignore_warning)
     seen: list[str] = []
     (c,) = plan_clocks(targets, 1401, 9000, strict=False, warn=seen.append)
     assert (c.sm_mhz, c.mem_mhz) == (1395.0, 9501.0)
@@ -56,31 +56,31 @@ def test_a_clock_off_the_list_is_snapped_with_a_warning_or_refused_with_strict()
     (exact,) = plan_clocks(targets, 1410, None, strict=True, warn=seen.append)
     assert (exact.sm_mhz, exact.mem_mhz, exact.kinds()) == (1410.0, None, ("sm",))
     with pytest.raises(UsageError, match=r"5000 MHz is not a supported SM clock.*--strict"):
-        plan_clocks(targets, 5000, None, strict=True, warn=_quiet)
+        plan_clocks(targets, 5000, None, strict=True, warn=_ignore_warning)
     # the SM clocks of the memory tier asked for: the idle tier lists none above 1005 MHz
-    (idle,) = plan_clocks(targets, 1800, 405, strict=False, warn=_quiet)
+    (idle,) = plan_clocks(targets, 1800, 405, strict=False, warn=_ignore_warning)
     assert (idle.sm_mhz, idle.mem_mhz) == (1005.0, 405.0)
 
 
 @pytest.mark.parametrize("bad", [0.0, -300.0, float("nan"), float("inf")])
 def test_a_clock_that_is_not_a_positive_number_is_refused(bad: float) -> None:
     _, backend = _nvml(FakeDevice(uuid=UUID_A))
-    targets = select_gpus(backend, None, _quiet)
+    targets = select_gpus(backend, None, _ignore_warning)
     with pytest.raises(UsageError, match="--sm-clock takes a positive number of MHz"):
-        plan_clocks(targets, bad, None, strict=False, warn=_quiet)
+        plan_clocks(targets, bad, None, strict=False, warn=_ignore_warning)
     with pytest.raises(UsageError, match="--mem-clock takes a positive number of MHz"):
-        plan_clocks(targets, None, bad, strict=False, warn=_quiet)
+        plan_clocks(targets, None, bad, strict=False, warn=_ignore_warning)
 
 
 def test_a_card_that_cannot_list_its_clocks_takes_them_as_given_unless_strict() -> None:
     fail = {"nvmlDeviceGetSupportedMemoryClocks": fake_pynvml.NVML_ERROR_NOT_SUPPORTED}
     _, backend = _nvml(FakeDevice(uuid=UUID_A, fail=fail))
-    targets = select_gpus(backend, None, _quiet)
+    targets = select_gpus(backend, None, _ignore_warning)
     seen: list[str] = []
     (c,) = plan_clocks(targets, 1401, None, strict=False, warn=seen.append)
     assert c.sm_mhz == 1401 and any("used as given" in w for w in seen)
     with pytest.raises(UsageError, match="--strict"):
-        plan_clocks(targets, 1401, None, strict=True, warn=_quiet)
+        plan_clocks(targets, 1401, None, strict=True, warn=_ignore_warning)
 
 
 # --- write, verify, roll back --------------------------------------------------------------
@@ -88,23 +88,23 @@ def test_a_card_that_cannot_list_its_clocks_takes_them_as_given_unless_strict() 
 
 def test_nvml_locks_are_set_but_never_claimed_verified_and_reset_unlocks_both() -> None:
     fake, backend = _nvml(FakeDevice(uuid=UUID_A))
-    targets = select_gpus(backend, None, _quiet)
-    clocks = plan_clocks(targets, 1410, 9501, strict=False, warn=_quiet)
-    caps, (r,) = apply_settings([], clocks, _quiet)
+    targets = select_gpus(backend, None, _ignore_warning)
+    clocks = plan_clocks(targets, 1410, 9501, strict=False, warn=_ignore_warning)
+    caps, (r,) = apply_settings([], clocks, _ignore_warning)
     assert caps == [] and r.verified is False and r.readback.known is False
     dev = fake.devices[0]
     # SM from the card's idle floor to the lock; memory min = max
     assert (dev.locked_sm, dev.locked_mem) == ((210, 1410), (9501, 9501))
-    apply_settings([], plan_unlock(targets), _quiet)
+    apply_settings([], plan_unlock(targets), _ignore_warning)
     assert (dev.locked_sm, dev.locked_mem) == (None, None)
     assert fake.calls_to("nvmlDeviceSetPowerManagementLimit") == 0
 
 
 def test_sim_locks_are_verified_by_read_back(tmp_path: Path) -> None:
     rig = _sim(tmp_path)
-    targets = select_gpus(rig, None, _quiet)
-    clocks = plan_clocks(targets, 1500, 9751, strict=True, warn=_quiet)
-    r = apply_settings([], clocks, _quiet)[1][0]
+    targets = select_gpus(rig, None, _ignore_warning)
+    clocks = plan_clocks(targets, 1500, 9751, strict=True, warn=_ignore_warning)
+    r = apply_settings([], clocks, _ignore_warning)[1][0]
     assert r.verified and (r.readback.sm_mhz, r.readback.mem_mhz) == (1500.0, 9751.0)
     state = json.loads((tmp_path / "state.json").read_text())
     assert state[f"{targets[1].identity.uuid}#locks"] == {
@@ -117,14 +117,14 @@ def test_sim_locks_are_verified_by_read_back(tmp_path: Path) -> None:
 
 def test_a_card_that_refuses_its_lock_puts_every_cap_and_lock_back(tmp_path: Path) -> None:
     rig = _sim(tmp_path, second_refuses_mem=True)
-    targets = select_gpus(rig, None, _quiet)
+    targets = select_gpus(rig, None, _ignore_warning)
     first = targets[0].gpu
     assert first.lock_sm_clock(1200).accepted  # a lock of the user's own, before apply
     limits = [t.gpu.envelope().current_w for t in targets]
-    caps = plan_caps(targets, 250, strict=False, warn=_quiet)
-    clocks = plan_clocks(targets, 1500, 9751, strict=False, warn=_quiet)
+    caps = plan_caps(targets, 250, strict=False, warn=_ignore_warning)
+    clocks = plan_clocks(targets, 1500, 9751, strict=False, warn=_ignore_warning)
     with pytest.raises(GpuError, match=r"does not support memory clock locks.*were put back"):
-        apply_settings(caps, clocks, _quiet)
+        apply_settings(caps, clocks, _ignore_warning)
     assert [t.gpu.envelope().current_w for t in targets] == limits
     back = first.locked_clocks()
     assert (back.sm_mhz, back.mem_mhz) == (1200.0, None)
@@ -136,11 +136,11 @@ def test_on_nvml_a_refused_lock_rolls_back_and_unlocks_what_it_locked() -> None:
         FakeDevice(uuid=UUID_A, limit_mw=350_000),
         FakeDevice(uuid=UUID_B, limit_mw=350_000, mem_locks_supported=False),
     )
-    targets = select_gpus(backend, None, _quiet)
-    caps = plan_caps(targets, 290, strict=False, warn=_quiet)
-    clocks = plan_clocks(targets, 1410, 9501, strict=False, warn=_quiet)
+    targets = select_gpus(backend, None, _ignore_warning)
+    caps = plan_caps(targets, 290, strict=False, warn=_ignore_warning)
+    clocks = plan_clocks(targets, 1410, 9501, strict=False, warn=_ignore_warning)
     with pytest.raises(GpuError, match=r"GPU 1 .*memory clock locks.*were put back"):
-        apply_settings(caps, clocks, _quiet)
+        apply_settings(caps, clocks, _ignore_warning)
     assert [d.limit_mw for d in fake.devices] == [350_000, 350_000]
     assert [(d.locked_sm, d.locked_mem) for d in fake.devices] == [(None, None), (None, None)]
 
@@ -151,12 +151,12 @@ def test_on_nvml_a_lock_held_before_cannot_be_put_back_and_the_error_says_so() -
         FakeDevice(uuid=UUID_A, clock_event_bits=0x2),
         FakeDevice(uuid=UUID_B, mem_locks_supported=False),
     )
-    targets = select_gpus(backend, None, _quiet)
-    clocks = plan_clocks(targets, 1410, 9501, strict=False, warn=_quiet)
+    targets = select_gpus(backend, None, _ignore_warning)
+    clocks = plan_clocks(targets, 1410, 9501, strict=False, warn=_ignore_warning)
     with pytest.raises(
         GpuError, match=r"NOT put back: GPU 0 \(SM clock: the lock before.*GPU 0 \(memory clock"
     ):
-        apply_settings([], clocks, _quiet)
+        apply_settings([], clocks, _ignore_warning)
     assert fake.devices[0].locked_mem is None
 
 
@@ -175,7 +175,7 @@ ANALYSIS = {"schema_version": 1, "kind": "clocks", "peak": PEAK, "sweet_spot": P
 ANALYSIS["near_peak"] = NEAR
 
 
-def _run(tmp_path: Path, run: dict[str, Any], analysis: dict[str, Any]) -> Path:
+def _clock_run_dir(tmp_path: Path, run: dict[str, Any], analysis: dict[str, Any]) -> Path:
     d = tmp_path / "clock-run"
     d.mkdir()
     (d / "run.json").write_text(json.dumps(run))
@@ -184,7 +184,7 @@ def _run(tmp_path: Path, run: dict[str, Any], analysis: dict[str, Any]) -> Path:
 
 
 def test_a_clock_run_recommends_its_peak_locks_and_the_cap_it_held(tmp_path: Path) -> None:
-    d = _run(tmp_path, RUN, ANALYSIS)
+    d = _clock_run_dir(tmp_path, RUN, ANALYSIS)
     rec = read_recommendation(d)
     assert (rec.objective, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.cap_w) == (
         "tps-per-w",
@@ -198,7 +198,7 @@ def test_a_clock_run_recommends_its_peak_locks_and_the_cap_it_held(tmp_path: Pat
 
 
 def test_a_clock_run_without_a_held_cap_leaves_the_limit_alone(tmp_path: Path) -> None:
-    d = _run(tmp_path, {**RUN, "options": {"axis": "grid", "hold_cap_w": None}}, ANALYSIS)
+    d = _clock_run_dir(tmp_path, {**RUN, "options": {"axis": "grid", "hold_cap_w": None}}, ANALYSIS)
     rec = read_recommendation(d)
     assert rec.cap_w is None and rec.describe() == "SM 1410 MHz, memory 9501 MHz"
 
@@ -219,7 +219,7 @@ def test_a_clock_run_without_a_held_cap_leaves_the_limit_alone(tmp_path: Path) -
 def test_a_clock_run_without_that_recommendation_is_refused(
     tmp_path: Path, analysis: dict[str, Any], objective: str | None, needle: str
 ) -> None:
-    d = _run(tmp_path, RUN, analysis)
+    d = _clock_run_dir(tmp_path, RUN, analysis)
     with pytest.raises(UsageError, match=needle):
         read_recommendation(d, objective)
 

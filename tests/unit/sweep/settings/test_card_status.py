@@ -29,7 +29,7 @@ from tests.fakes.fake_pynvml import FakeDevice, FakeNvml
 UUID = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 
 
-def _status(**kw: object) -> GpuStatus:
+def _gpu_status(**kw: object) -> GpuStatus:
     base: dict[str, object] = dict(
         index=0,
         identity=GpuIdentity(0, "NVIDIA GeForce RTX 3090", UUID, 24576, "570.1"),
@@ -77,7 +77,7 @@ def test_a_card_that_cannot_be_opened_or_identified_is_reported_unknown() -> Non
 
 def test_the_json_form_has_nulls_for_what_is_unknown() -> None:
     sample = GpuSample(0, math.nan, math.nan, math.nan, 1410.0, math.nan, 97.0, None, None)
-    data = _status(sample=sample, envelope=None, envelope_error="N/A").to_dict()
+    data = _gpu_status(sample=sample, envelope=None, envelope_error="N/A").to_dict()
     assert data["power_limit"] == {
         "min_w": None,
         "default_w": None,
@@ -95,15 +95,15 @@ def test_the_json_form_has_nulls_for_what_is_unknown() -> None:
         "pstate": None,
     }
     json.dumps(data, allow_nan=False)  # strict JSON
-    assert _status(identity=None, sample=None).to_dict()["now"] is None
+    assert _gpu_status(identity=None, sample=None).to_dict()["now"] is None
 
 
 def test_a_limit_within_half_a_watt_of_the_default_is_the_default() -> None:
-    near = _status(envelope=PowerEnvelope(100.0, 350.0, 390.0, 350.4))
+    near = _gpu_status(envelope=PowerEnvelope(100.0, 350.0, 390.0, 350.4))
     assert near.limit_differs_from_default is False
 
 
-def _entry(pid: int) -> JournalEntry:
+def _running_entry(pid: int) -> JournalEntry:
     return JournalEntry(
         {"kind": "nvml"}, (JournalGpu(UUID, 0, "x", 350.0),), pid, "2026-05-01T10:00:00Z",
         run_dir="/runs/r1",
@@ -114,7 +114,7 @@ def test_the_journal_status_says_whether_a_sweep_left_one_and_runs(tmp_path: Pat
     assert read_journal_status(tmp_path, lambda _p: True) == JournalStatus(
         Journal(tmp_path).path, False
     )
-    Journal(tmp_path).write(_entry(4242))
+    Journal(tmp_path).write(_running_entry(4242))
     asked: list[int] = []
     running = read_journal_status(tmp_path, lambda p: asked.append(p) or True)
     assert (running.exists, running.pid, running.sweep_running, running.run_dir) == (
@@ -141,7 +141,7 @@ def test_a_state_dir_that_cannot_be_looked_into_is_unknown(
 
 
 def test_the_text_names_every_reading_and_what_is_unknown() -> None:
-    text = render_status([_status()], [], None)
+    text = render_status([_gpu_status()], [], None)
     assert text.splitlines() == [
         f"GPU 0  NVIDIA GeForce RTX 3090  {UUID}",
         "  power limit   290 W in force (differs from the default); default 350 W, range 100-390 W",
@@ -149,7 +149,7 @@ def test_the_text_names_every_reading_and_what_is_unknown() -> None:
         "  persistence   on",
         "  now           262.5 W, 61 C, SM 1410 MHz, memory 9501 MHz, util 97 %, P2",
     ]
-    unknown = _status(
+    unknown = _gpu_status(
         identity=None,
         envelope=None,
         envelope_error="cannot open",
@@ -205,21 +205,21 @@ def test_the_text_of_journals_and_the_boot_unit() -> None:
 
 def test_the_clock_offset_in_force_and_its_range_are_shown() -> None:
     offset = ClockOffset(True, 150.0, -200.0, 1000.0)
-    lines = render_status([_status(clock_offset=offset)], [], None).splitlines()
+    lines = render_status([_gpu_status(clock_offset=offset)], [], None).splitlines()
     assert "  clock offset  SM +150 MHz (range -200 to +1000 MHz)" in lines
-    assert _status(clock_offset=offset).to_dict()["clock_offset"] == {
+    assert _gpu_status(clock_offset=offset).to_dict()["clock_offset"] == {
         "supported": True,
         "sm_offset_mhz": 150.0,
         "min_mhz": -200.0,
         "max_mhz": 1000.0,
     }
     unsupported = ClockOffset(False, message="not on this card")
-    text = render_status([_status(clock_offset=unsupported)], [], None)
+    text = render_status([_gpu_status(clock_offset=unsupported)], [], None)
     assert "  clock offset  not supported (not on this card)" in text.splitlines()
     unread = ClockOffset(True, None, message="driver failed")
     assert (
         "  clock offset  unknown (driver failed)"
-        in render_status([_status(clock_offset=unread)], [], None).splitlines()
+        in render_status([_gpu_status(clock_offset=unread)], [], None).splitlines()
     )
 
 
@@ -241,7 +241,7 @@ def test_a_persisted_offset_shows_in_the_boot_units_line_and_its_json() -> None:
 def test_the_memory_clock_offset_shows_beside_the_sm_one_in_nvmls_unit() -> None:
     # issue 45: the memory offset in force, its range and its unit, in the text and the JSON
     sm, mem = ClockOffset(True, 150.0, -200.0, 1000.0), ClockOffset(True, 1000.0, -2000.0, 6000.0)
-    status = _status(clock_offset=sm, mem_clock_offset=mem)
+    status = _gpu_status(clock_offset=sm, mem_clock_offset=mem)
     lines = render_status([status], [], None).splitlines()
     at = lines.index("  clock offset  SM +150 MHz (range -200 to +1000 MHz)")
     assert lines[at + 1] == "  memory offset +1000 MHz (range -2000 to +6000 MHz, NVML unit)"
@@ -251,18 +251,18 @@ def test_the_memory_clock_offset_shows_beside_the_sm_one_in_nvmls_unit() -> None
         "min_mhz": -2000.0,
         "max_mhz": 6000.0,
     }
-    unsupported = _status(mem_clock_offset=ClockOffset(False, message="not on this card"))
+    unsupported = _gpu_status(mem_clock_offset=ClockOffset(False, message="not on this card"))
     text = render_status([unsupported], [], None).splitlines()
     assert "  memory offset not supported (not on this card)" in text
-    unread = _status(mem_clock_offset=ClockOffset(True, None, message="driver failed"))
+    unread = _gpu_status(mem_clock_offset=ClockOffset(True, None, message="driver failed"))
     assert (
         "  memory offset unknown (driver failed)" in render_status([unread], [], None).splitlines()
     )
-    no_range = _status(mem_clock_offset=ClockOffset(True, 500.0))
+    no_range = _gpu_status(mem_clock_offset=ClockOffset(True, 500.0))
     assert (
         "  memory offset +500 MHz (NVML unit)" in render_status([no_range], [], None).splitlines()
     )
-    assert _status().to_dict()["mem_clock_offset"] is None  # not read: no line, null
+    assert _gpu_status().to_dict()["mem_clock_offset"] is None  # not read: no line, null
 
 
 def test_a_persisted_memory_offset_and_its_driver_show_in_the_boot_units_line() -> None:

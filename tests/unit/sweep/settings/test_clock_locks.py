@@ -21,8 +21,8 @@ from powersweep.sweep.settings.clock_locks import (
     undo_clocks,
     write_clocks,
 )
-from powersweep.sweep.settings.targets import Target
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.settings import named_target
 
 SUPPORTED = SupportedClocks(
     (9501.0, 5001.0), {9501.0: (1800.0, 1500.0, 1200.0), 5001.0: (1005.0, 900.0)}
@@ -70,13 +70,9 @@ class _Card(FakeGpu):
         return LockedClocks(True, sm, self.mem_lock_mhz)
 
 
-def _target(gpu: FakeGpu) -> Target:
-    return Target(gpu, gpu.identity(), None, "named")  # type: ignore[arg-type]
-
-
-def _plan(gpu: FakeGpu, sm: float | None, mem: float | None, strict: bool = False) -> Any:
+def _plan_locks(gpu: FakeGpu, sm: float | None, mem: float | None, strict: bool = False) -> Any:
     warnings: list[str] = []
-    plan = plan_clocks([_target(gpu)], sm, mem, strict=strict, warn=warnings.append)
+    plan = plan_clocks([named_target(gpu)], sm, mem, strict=strict, warn=warnings.append)
     return plan, warnings
 
 
@@ -91,12 +87,12 @@ def test_a_clock_that_no_card_takes_is_refused_with_its_flag(mhz: float) -> None
 
 def test_no_clock_asked_for_plans_nothing_and_reads_nothing() -> None:
     gpu = _Card()
-    assert _plan(gpu, None, None) == ([], [])
+    assert _plan_locks(gpu, None, None) == ([], [])
     assert gpu.calls["locked_clocks"] == 0
 
 
 def test_clocks_snap_to_the_nearest_listed_one_of_the_memory_tier() -> None:
-    (change,), warnings = _plan(_Card(), 1000.0, 5000.0)
+    (change,), warnings = _plan_locks(_Card(), 1000.0, 5000.0)
     assert (change.sm_mhz, change.mem_mhz) == (1005.0, 5001.0)  # the SM list of the 5001 tier
     assert warnings == [
         "5000 MHz is not a supported memory clock of GPU 0 (Fake GPU, GPU-fake-0) (5001-9501 "
@@ -108,30 +104,30 @@ def test_clocks_snap_to_the_nearest_listed_one_of_the_memory_tier() -> None:
 
 
 def test_a_tie_snaps_to_the_lower_clock_and_half_a_mhz_is_no_snap() -> None:
-    (change,), warnings = _plan(_Card(), 1350.0, None)  # 1200 and 1500 both 150 away
+    (change,), warnings = _plan_locks(_Card(), 1350.0, None)  # 1200 and 1500 both 150 away
     assert change.sm_mhz == 1200.0 and len(warnings) == 1
-    (exact,), quiet = _plan(_Card(), 1500.4, None)
+    (exact,), quiet = _plan_locks(_Card(), 1500.4, None)
     assert exact.sm_mhz == 1500.0 and quiet == []
 
 
 def test_strict_refuses_what_it_would_snap() -> None:
     with pytest.raises(UsageError, match=r"\(--strict\): nothing was changed$"):
-        _plan(_Card(), 1350.0, None, strict=True)
+        _plan_locks(_Card(), 1350.0, None, strict=True)
 
 
 def test_a_card_that_lists_no_clocks_takes_them_as_given_unless_strict() -> None:
-    (change,), warnings = _plan(_Card(listed=None), 1350.0, 7000.0)
+    (change,), warnings = _plan_locks(_Card(listed=None), 1350.0, 7000.0)
     assert (change.sm_mhz, change.mem_mhz) == (1350.0, 7000.0)
     assert warnings == [
         "GPU 0 does not list its supported clocks; the clocks are used as given (the driver "
         "checks them)"
     ]
     with pytest.raises(UsageError, match="does not list its supported clocks \\(--strict\\)"):
-        _plan(_Card(listed=None), 1350.0, None, strict=True)
+        _plan_locks(_Card(listed=None), 1350.0, None, strict=True)
 
 
 def test_a_change_touches_the_clocks_it_names_and_an_unlock_both() -> None:
-    t = _target(_Card())
+    t = named_target(_Card())
     only_sm = ClockChange(t, LockedClocks(True), sm_mhz=1500.0)
     assert only_sm.kinds() == ("sm",) and only_sm.after("mem") is None
     (unlock,) = plan_unlock([t])
@@ -144,7 +140,7 @@ def test_a_change_touches_the_clocks_it_names_and_an_unlock_both() -> None:
 
 def test_memory_is_locked_before_sm_and_each_write_is_recorded() -> None:
     gpu = _Card()
-    change = ClockChange(_target(gpu), LockedClocks(True), 1500.0, 9501.0)
+    change = ClockChange(named_target(gpu), LockedClocks(True), 1500.0, 9501.0)
     touched: list[Any] = []
     result = write_clocks(change, touched)
     assert gpu.order == ["mem 9501", "sm 1500"]
@@ -158,17 +154,17 @@ def test_a_refused_lock_and_a_wrong_read_back_are_errors() -> None:
     with pytest.raises(
         GpuError, match=r"^GPU 0 \(Fake GPU, GPU-fake-0\) refused a 9501 MHz memory"
     ):
-        write_clocks(ClockChange(_target(refusing), LockedClocks(True), None, 9501.0), touched)
+        write_clocks(ClockChange(named_target(refusing), LockedClocks(True), None, 9501.0), touched)
     assert touched == []
     misreading = _Card(reads_sm=1400.0)
     with pytest.raises(GpuError) as info:
-        write_clocks(ClockChange(_target(misreading), LockedClocks(True), 1500.0), touched)
+        write_clocks(ClockChange(named_target(misreading), LockedClocks(True), 1500.0), touched)
     assert str(info.value).endswith("reads back 1400 MHz for its SM clock after 1500 MHz was set")
 
 
 def test_locks_that_cannot_be_read_are_set_but_not_verified() -> None:
     gpu = _Card(unknown=True, reads_sm=1400.0)
-    result = write_clocks(ClockChange(_target(gpu), LockedClocks(False), 1500.0), [])
+    result = write_clocks(ClockChange(named_target(gpu), LockedClocks(False), 1500.0), [])
     assert not result.verified and gpu.sm_lock_mhz == 1500.0
 
 
@@ -176,7 +172,7 @@ def test_an_unlock_resets_both_and_verifies_they_read_unlocked() -> None:
     gpu = _Card()
     gpu.lock_sm_clock(1500.0)
     touched: list[Any] = []
-    (unlock,) = plan_unlock([_target(gpu)])
+    (unlock,) = plan_unlock([named_target(gpu)])
     write_clocks(unlock, touched)
     assert gpu.order[-1] == "reset sm=True mem=True" and gpu.sm_lock_mhz is None
     assert [k for _, k in touched] == ["sm", "mem"]
@@ -185,7 +181,7 @@ def test_an_unlock_resets_both_and_verifies_they_read_unlocked() -> None:
 def test_undo_relocks_what_was_read_before_newest_first() -> None:
     gpu = _Card()
     before = LockedClocks(True, 1200.0, None)
-    change = ClockChange(_target(gpu), before, 1500.0, 9501.0)
+    change = ClockChange(named_target(gpu), before, 1500.0, 9501.0)
     touched: list[Any] = []
     write_clocks(change, touched)
     gpu.order.clear()
@@ -200,8 +196,8 @@ def test_locks_that_could_not_be_read_before_are_left_unlocked_and_counted() -> 
     held_before = LockedClocks(False, user_clock_setting_active=True)
     free_before = LockedClocks(False, user_clock_setting_active=False)
     touched = [
-        (ClockChange(_target(held), held_before, 1500.0), "sm"),
-        (ClockChange(_target(free), free_before, 1500.0), "sm"),
+        (ClockChange(named_target(held), held_before, 1500.0), "sm"),
+        (ClockChange(named_target(free), free_before, 1500.0), "sm"),
     ]
     assert undo_clocks(touched, print) == [
         "GPU 0 (SM clock: the lock before could not be read, left unlocked)"
@@ -211,7 +207,7 @@ def test_locks_that_could_not_be_read_before_are_left_unlocked_and_counted() -> 
 def test_a_reset_that_fails_is_warned_and_counted() -> None:
     gpu = _Card(fail_reset=True)
     warnings: list[str] = []
-    change = ClockChange(_target(gpu), LockedClocks(True, 1200.0, None), 1500.0)
+    change = ClockChange(named_target(gpu), LockedClocks(True, 1200.0, None), 1500.0)
     assert undo_clocks([(change, "sm")], warnings.append) == ["GPU 0 (SM 1200 MHz)"]
     assert warnings == [
         "GPU 0 (Fake GPU, GPU-fake-0): could not put back its SM clock: reset refused"

@@ -25,8 +25,8 @@ from powersweep.sweep.settings.clock_offsets import (
     undo_offsets,
     write_offset,
 )
-from powersweep.sweep.settings.targets import Target
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.settings import named_target
 
 LABEL = "GPU 0 (Fake GPU, GPU-fake-0)"
 
@@ -75,19 +75,15 @@ class _Card(FakeGpu):
         return super().set_sm_clock_offset(mhz)
 
 
-def _target(gpu: FakeGpu) -> Target:
-    return Target(gpu, gpu.identity(), None, "named")  # type: ignore[arg-type]
-
-
 def test_the_plan_reads_each_cards_offset_in_force_before_any_write() -> None:
     a, b = _Card(0, offset=30.0), _Card(1)
-    plan = plan_offsets([_target(a), _target(b)], 180.0)
+    plan = plan_offsets([named_target(a), named_target(b)], 180.0)
     assert [(c.before_mhz, c.after_mhz, c.raises) for c in plan] == [
         (30.0, 180.0, True),
         (0.0, 180.0, True),
     ]
     assert a.calls["set_sm_clock_offset"] == b.calls["set_sm_clock_offset"] == 0
-    assert plan_offsets([_target(a)], None) == []
+    assert plan_offsets([named_target(a)], None) == []
 
 
 @pytest.mark.parametrize(
@@ -110,14 +106,14 @@ def test_a_card_that_cannot_take_or_give_back_an_offset_is_refused_in_one_line(
 ) -> None:
     good, bad = _Card(1), _Card(0, **card)
     with pytest.raises(UsageError) as info:
-        plan_offsets([_target(good), _target(bad)], 180.0)
+        plan_offsets([named_target(good), named_target(bad)], 180.0)
     assert str(info.value) == message
     assert good.calls["set_sm_clock_offset"] == bad.calls["set_sm_clock_offset"] == 0
 
 
 def test_an_offset_outside_the_cards_range_is_refused() -> None:
     with pytest.raises(UsageError) as info:
-        plan_offsets([_target(_Card())], 1200.0)
+        plan_offsets([named_target(_Card())], 1200.0)
     assert str(info.value) == (
         f"+1200 MHz is outside the SM clock offsets of {LABEL} (-200 to +1000 MHz); nothing was "
         "changed"
@@ -128,7 +124,7 @@ def test_an_offset_outside_the_cards_range_is_refused() -> None:
 def test_an_offset_no_card_takes_is_refused_before_any_read(mhz: float) -> None:
     card = _Card()
     with pytest.raises(UsageError, match="--sm-offset takes a number of MHz"):
-        plan_offsets([_target(card)], mhz)
+        plan_offsets([named_target(card)], mhz)
     assert card.calls["sm_clock_offset"] == 0
     check_offset(None, "--sm-offset")  # nothing asked: nothing to refuse
 
@@ -141,7 +137,9 @@ def test_reset_plans_zero_only_where_another_offset_is_in_force() -> None:
         _Card(3, readable=False),
     )
     warnings: list[str] = []
-    plan = plan_offset_reset([_target(g) for g in (shifted, zero, none, unread)], warnings.append)
+    plan = plan_offset_reset(
+        [named_target(g) for g in (shifted, zero, none, unread)], warnings.append
+    )
     assert [(c.target.identity.index, c.before_mhz, c.after_mhz, c.raises) for c in plan] == [
         (0, 180.0, 0.0, False)
     ]
@@ -153,7 +151,7 @@ def test_reset_plans_zero_only_where_another_offset_is_in_force() -> None:
 
 def test_a_write_is_read_back_and_recorded_before_the_call() -> None:
     card = _Card()
-    (change,) = plan_offsets([_target(card)], 180.0)
+    (change,) = plan_offsets([named_target(card)], 180.0)
     touched: list[OffsetChange] = []
     result = write_offset(change, touched)
     assert (result.readback_mhz, result.verified, card.sm_offset_mhz) == (180.0, True, 180.0)
@@ -168,14 +166,14 @@ def test_a_write_is_read_back_and_recorded_before_the_call() -> None:
 
 def test_a_refused_or_misread_offset_is_a_gpu_error_and_counts_as_touched() -> None:
     refusing = _Card(refuse_offsets=(180.0,))
-    (change,) = plan_offsets([_target(refusing)], 180.0)
+    (change,) = plan_offsets([named_target(refusing)], 180.0)
     touched: list[OffsetChange] = []
     with pytest.raises(GpuError, match=r"^GPU 0 refused \+180 MHz \(test\)$"):
         write_offset(change, touched)
     assert touched == [change]  # a failed call may still have changed the card
 
     drifting = _Card(drift=15.0)
-    (change,) = plan_offsets([_target(drifting)], 180.0)
+    (change,) = plan_offsets([named_target(drifting)], 180.0)
     with pytest.raises(GpuError) as info:
         write_offset(change, [])
     assert str(info.value) == (
@@ -186,7 +184,7 @@ def test_a_refused_or_misread_offset_is_a_gpu_error_and_counts_as_touched() -> N
 def test_the_drivers_rounding_to_its_grid_is_the_offset_set_and_is_said() -> None:
     # a driver that snaps +100 MHz to its 15 MHz grid reads back +90: the offset set, as rounded
     rounding = _Card(drift=-10.0)
-    (change,) = plan_offsets([_target(rounding)], 100.0)
+    (change,) = plan_offsets([named_target(rounding)], 100.0)
     result = write_offset(change, [])
     assert result.readback_mhz == 90.0
     assert offset_line(change, result).endswith("(verified: reads back +90 MHz)")
@@ -194,7 +192,7 @@ def test_the_drivers_rounding_to_its_grid_is_the_offset_set_and_is_said() -> Non
 
 def test_undo_puts_back_the_offset_read_before_and_names_the_ones_it_could_not() -> None:
     back, stuck = _Card(0, offset=30.0), _Card(1, offset=45.0, refuse_offsets=(45.0,))
-    plan = plan_offsets([_target(back), _target(stuck)], 180.0)
+    plan = plan_offsets([named_target(back), named_target(stuck)], 180.0)
     touched: list[OffsetChange] = []
     for change in plan:
         write_offset(change, touched)
@@ -212,13 +210,13 @@ def test_undo_puts_back_the_offset_read_before_and_names_the_ones_it_could_not()
 
 def test_a_memory_offset_plan_reads_the_memory_offset_and_leaves_the_sm_one_alone() -> None:
     a, b = _Card(0, mem_offset=500.0, offset=90.0), _Card(1)
-    plan = plan_offsets([_target(a), _target(b)], 1000.0, "mem")
+    plan = plan_offsets([named_target(a), named_target(b)], 1000.0, "mem")
     assert [(c.before_mhz, c.after_mhz, c.raises, c.clock) for c in plan] == [
         (500.0, 1000.0, True, "mem"),
         (0.0, 1000.0, True, "mem"),
     ]
     assert a.calls["sm_clock_offset"] == a.calls["set_mem_clock_offset"] == 0
-    assert plan_offsets([_target(a)], None, "mem") == []
+    assert plan_offsets([named_target(a)], None, "mem") == []
 
 
 @pytest.mark.parametrize(
@@ -250,7 +248,7 @@ def test_a_memory_offset_a_card_cannot_take_is_refused_in_one_line_naming_the_me
 ) -> None:
     good, bad = _Card(1), _Card(0, **card)
     with pytest.raises(UsageError) as info:
-        plan_offsets([_target(good), _target(bad)], mhz, "mem")
+        plan_offsets([named_target(good), named_target(bad)], mhz, "mem")
     assert str(info.value) == message
     assert good.calls["set_mem_clock_offset"] == bad.calls["set_mem_clock_offset"] == 0
 
@@ -259,7 +257,7 @@ def test_a_memory_offset_a_card_cannot_take_is_refused_in_one_line_naming_the_me
 def test_a_memory_offset_no_card_takes_is_refused_naming_its_option(mhz: float) -> None:
     card = _Card()
     with pytest.raises(UsageError, match=r"^--mem-offset takes a number of MHz"):
-        plan_offsets([_target(card)], mhz, "mem")
+        plan_offsets([named_target(card)], mhz, "mem")
     assert card.calls["mem_clock_offset"] == 0
 
 
@@ -270,7 +268,7 @@ def test_reset_plans_both_offsets_back_to_zero_each_only_where_set_and_readable(
         _Card(2, mem_readable=False, offset=30.0),
     )
     warnings: list[str] = []
-    plan = plan_offset_reset([_target(g) for g in (both, mem_only, unread)], warnings.append)
+    plan = plan_offset_reset([named_target(g) for g in (both, mem_only, unread)], warnings.append)
     assert sorted((c.target.identity.index, c.clock, c.before_mhz, c.after_mhz) for c in plan) == [
         (0, "mem", 1000.0, 0.0),
         (0, "sm", 180.0, 0.0),
@@ -282,12 +280,12 @@ def test_reset_plans_both_offsets_back_to_zero_each_only_where_set_and_readable(
         "GPU 2 (Fake GPU, GPU-fake-2): its memory clock offset cannot be read (read failed "
         "(test)): left alone"
     ]
-    assert plan_offset_reset([_target(_Card(mem_supported=False))], warnings.append) == []
+    assert plan_offset_reset([named_target(_Card(mem_supported=False))], warnings.append) == []
 
 
 def test_a_memory_offset_is_written_read_back_and_said_as_the_memory_clocks() -> None:
     card = _Card(offset=90.0)
-    (change,) = plan_offsets([_target(card)], 1000.0, "mem")
+    (change,) = plan_offsets([named_target(card)], 1000.0, "mem")
     touched: list[OffsetChange] = []
     result = write_offset(change, touched)
     assert (result.readback_mhz, card.mem_offset_mhz, card.sm_offset_mhz) == (1000.0, 1000.0, 90.0)
@@ -296,18 +294,18 @@ def test_a_memory_offset_is_written_read_back_and_said_as_the_memory_clocks() ->
         f"{LABEL}: memory clock offset +0 MHz -> +1000 MHz (verified: reads back +1000 MHz)"
     )
     # the driver's rounding, less than one grid step away, is the offset set
-    (rounded,) = plan_offsets([_target(_Card(mem_drift=-10.0))], 1000.0, "mem")
+    (rounded,) = plan_offsets([named_target(_Card(mem_drift=-10.0))], 1000.0, "mem")
     assert write_offset(rounded, []).readback_mhz == 990.0
 
 
 def test_a_refused_or_misread_memory_offset_is_a_gpu_error() -> None:
     refusing = _Card(refuse_mem_offsets=(1000.0,))
-    (change,) = plan_offsets([_target(refusing)], 1000.0, "mem")
+    (change,) = plan_offsets([named_target(refusing)], 1000.0, "mem")
     touched: list[OffsetChange] = []
     with pytest.raises(GpuError, match=r"^GPU 0 refused \+1000 MHz \(test\)$"):
         write_offset(change, touched)
     assert touched == [change]
-    (change,) = plan_offsets([_target(_Card(mem_drift=15.0))], 1000.0, "mem")
+    (change,) = plan_offsets([named_target(_Card(mem_drift=15.0))], 1000.0, "mem")
     with pytest.raises(GpuError) as info:
         write_offset(change, [])
     assert str(info.value) == (
@@ -321,7 +319,7 @@ def test_undo_puts_back_the_memory_offset_and_names_the_one_it_could_not() -> No
         _Card(1, mem_offset=400.0, refuse_mem_offsets=(400.0,)),
     )
     touched: list[OffsetChange] = []
-    for change in plan_offsets([_target(back), _target(stuck)], 1000.0, "mem"):
+    for change in plan_offsets([named_target(back), named_target(stuck)], 1000.0, "mem"):
         write_offset(change, touched)
     warnings: list[str] = []
     assert undo_offsets(touched, warnings.append) == ["GPU 1 (memory clock offset +400 MHz)"]
@@ -335,7 +333,7 @@ def test_undo_puts_back_the_memory_offset_and_names_the_one_it_could_not() -> No
 
 def test_offsets_come_off_memory_first_and_go_on_sm_first() -> None:
     card = _Card(offset=180.0, mem_offset=1000.0)
-    t = _target(card)
+    t = named_target(card)
     down = [OffsetChange(t, 180.0, 0.0, "sm"), OffsetChange(t, 1000.0, 0.0, "mem")]
     up = [OffsetChange(t, 0.0, 1000.0, "mem"), OffsetChange(t, 0.0, 180.0, "sm")]
     assert [o.clock for o in coming_off([*down, *up])] == ["mem", "sm"]

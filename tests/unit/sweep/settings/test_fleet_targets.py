@@ -28,12 +28,12 @@ def _target(uuid: str, name: str = H100, index: int = 0) -> Target:
     return Target(gpu=None, identity=ident, measured=None, matched_by="named")  # type: ignore[arg-type]
 
 
-def _typed(fleet: dict[str, Any]) -> FleetReport:
+def _typed_report(fleet: dict[str, Any]) -> FleetReport:
     """The report as ``fleet apply`` reads it (fleet.json, typed)."""
     return FleetReport.from_json(fleet)
 
 
-def _group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def _answer_group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, Any]:
     clock = axis != "power"
     return {
         "gpu_name": H100,
@@ -63,11 +63,13 @@ def test_cards_get_the_fleet_lock_and_a_named_outlier_its_own_best() -> None:
     }
     fleet = {
         "groups": [
-            _group("sm-clock", {"sm_lock_mhz": 1425.0, "fleet_tps_per_w": 0.15}, outliers=[outlier])
+            _answer_group(
+                "sm-clock", {"sm_lock_mhz": 1425.0, "fleet_tps_per_w": 0.15}, outliers=[outlier]
+            )
         ]
     }
     a, b = _target("GPU-a"), _target("GPU-b", index=1)
-    chosen, unmatched = choose_settings(_typed(fleet), [a, b], "n2")
+    chosen, unmatched = choose_settings(_typed_report(fleet), [a, b], "n2")
     assert unmatched == []
     assert [(c.source, c.sm_lock_mhz, c.cap_w) for c in chosen] == [
         ("fleet", 1425.0, None),
@@ -75,38 +77,44 @@ def test_cards_get_the_fleet_lock_and_a_named_outlier_its_own_best() -> None:
     ]
     assert "hot card" in chosen[1].why
     # the same UUID on another node is another card (simulated cards share UUIDs)
-    chosen, _ = choose_settings(_typed(fleet), [b], "n3")
+    chosen, _ = choose_settings(_typed_report(fleet), [b], "n3")
     assert chosen[0].source == "fleet"
 
 
 def test_power_and_clock_groups_pick_the_better_axis_or_the_one_asked() -> None:
     fleet = {
         "groups": [
-            _group("power", {"cap_w": 400.0, "fleet_tps_per_w": 0.14}),
-            _group("sm-clock", {"sm_lock_mhz": 1425.0, "fleet_tps_per_w": 0.155}),
+            _answer_group("power", {"cap_w": 400.0, "fleet_tps_per_w": 0.14}),
+            _answer_group("sm-clock", {"sm_lock_mhz": 1425.0, "fleet_tps_per_w": 0.155}),
         ]
     }
     t = _target("GPU-a")
-    (best,), _ = choose_settings(_typed(fleet), [t], "n1")
+    (best,), _ = choose_settings(_typed_report(fleet), [t], "n1")
     assert (best.axis, best.sm_lock_mhz) == ("sm-clock", 1425.0)
-    (power,), _ = choose_settings(_typed(fleet), [t], "n1", axis="power")
+    (power,), _ = choose_settings(_typed_report(fleet), [t], "n1", axis="power")
     assert (power.axis, power.cap_w, power.sm_lock_mhz) == ("power", 400.0, None)
 
 
 def test_several_workloads_for_one_gpu_need_a_choice_and_other_models_are_left() -> None:
-    other = {**_group("power", {"cap_w": 300.0}), "load_mode": "prefill-heavy"}
-    fleet = {"groups": [_group("power", {"cap_w": 400.0}), other]}
+    other = {**_answer_group("power", {"cap_w": 300.0}), "load_mode": "prefill-heavy"}
+    fleet = {"groups": [_answer_group("power", {"cap_w": 400.0}), other]}
     with pytest.raises(UsageError, match="--load-mode"):
-        choose_settings(_typed(fleet), [_target("GPU-a")], "n1")
-    (c,), _ = choose_settings(_typed(fleet), [_target("GPU-a")], "n1", load_mode="prefill-heavy")
+        choose_settings(_typed_report(fleet), [_target("GPU-a")], "n1")
+    (c,), _ = choose_settings(
+        _typed_report(fleet), [_target("GPU-a")], "n1", load_mode="prefill-heavy"
+    )
     assert c.cap_w == 300.0
-    chosen, unmatched = choose_settings(_typed(fleet), [_target("GPU-x", name="RTX 4090")], "n1")
+    chosen, unmatched = choose_settings(
+        _typed_report(fleet), [_target("GPU-x", name="RTX 4090")], "n1"
+    )
     assert chosen == [] and [t.identity.uuid for t in unmatched] == ["GPU-x"]
 
 
 def test_a_clock_group_that_held_a_cap_sets_it_with_the_lock() -> None:
     answer = {"sm_lock_mhz": 1410.0, "held_cap_w": 500.0, "fleet_tps_per_w": 0.1}
-    (c,), _ = choose_settings(_typed({"groups": [_group("sm-clock", answer)]}), [_target("G")], "n")
+    (c,), _ = choose_settings(
+        _typed_report({"groups": [_answer_group("sm-clock", answer)]}), [_target("G")], "n"
+    )
     assert (c.sm_lock_mhz, c.cap_w) == (1410.0, 500.0)
     assert c.describe() == "SM 1410 MHz at 500 W"
 
@@ -116,7 +124,7 @@ def _clock_group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, A
     keys = {"mem-clock": ("mem_lock_mhz", None), "grid": ("sm_lock_mhz", "mem_lock_mhz")}
     setting_key, tier_key = keys[axis]
     return {
-        **_group("sm-clock", answer, **extra),
+        **_answer_group("sm-clock", answer, **extra),
         "axis": {
             "name": axis,
             "setting_key": setting_key,
@@ -129,7 +137,7 @@ def _clock_group(axis: str, answer: dict[str, Any], **extra: Any) -> dict[str, A
 def test_a_memory_lock_group_sets_the_memory_clock_alone() -> None:
     answer = {"mem_lock_mhz": 12001.0, "held_cap_w": None, "fleet_tps_per_w": 0.09}
     group = _clock_group("mem-clock", answer)
-    (c,), _ = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
+    (c,), _ = choose_settings(_typed_report({"groups": [group]}), [_target("GPU-a")], "n1")
     assert (c.axis, c.source, c.cap_w, c.sm_lock_mhz, c.mem_lock_mhz) == (
         "mem-clock",
         "fleet",
@@ -158,7 +166,7 @@ def test_a_grid_group_sets_both_locks_and_its_outlier_gets_its_own_pair() -> Non
     }
     group = _clock_group("grid", answer, outliers=[outlier])
     a, b = _target("GPU-a"), _target("GPU-b", index=1)
-    chosen, _ = choose_settings(_typed({"groups": [group]}), [a, b], "n2")
+    chosen, _ = choose_settings(_typed_report({"groups": [group]}), [a, b], "n2")
     assert [(c.source, c.sm_lock_mhz, c.mem_lock_mhz, c.cap_w) for c in chosen] == [
         ("fleet", 2400.0, 12001.0, 500.0),
         # the outlier's own pair, under the limit its group held
@@ -173,9 +181,9 @@ def test_a_grid_group_sets_both_locks_and_its_outlier_gets_its_own_pair() -> Non
     [
         (lambda d: d / "missing", "no such fleet report folder"),
         (lambda d: d, "no fleet.json in it"),
-        (lambda d: _write(d / "fleet.json", "{not json"), "not a readable fleet report"),
-        (lambda d: _write(d / "fleet.json", '{"groups": []}'), "no group with an answer"),
-        (lambda d: _write(d / "fleet.json", "[1, 2]"), "not a fleet report"),
+        (lambda d: _write_in(d / "fleet.json", "{not json"), "not a readable fleet report"),
+        (lambda d: _write_in(d / "fleet.json", '{"groups": []}'), "no group with an answer"),
+        (lambda d: _write_in(d / "fleet.json", "[1, 2]"), "not a fleet report"),
     ],
 )
 def test_bad_report_is_one_error_line(
@@ -192,7 +200,9 @@ def test_bad_report_is_one_error_line(
 def test_no_matching_card_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _write(tmp_path / "fleet.json", json.dumps({"groups": [_group("power", {"cap_w": 400.0})]}))
+    _write_in(
+        tmp_path / "fleet.json", json.dumps({"groups": [_answer_group("power", {"cap_w": 400.0})]})
+    )
     state = tmp_path / "state.json"
     code = main(
         ["fleet", "apply", str(tmp_path), "--simulate", "rtx4090-air", "--sim-state", str(state)]
@@ -203,7 +213,7 @@ def test_no_matching_card_changes_nothing(
     assert not state.exists()
 
 
-def _write(path: Path, text: str) -> Path:
+def _write_in(path: Path, text: str) -> Path:
     path.write_text(text)
     return path.parent
 
@@ -233,7 +243,7 @@ class _Card:
         return SetLimitResult(watts, watts, watts, True)
 
 
-def _targets(journal: Journal, refuses_second: bool) -> tuple[list[_Card], list[Target]]:
+def _journaled_targets(journal: Journal, refuses_second: bool) -> tuple[list[_Card], list[Target]]:
     cards = [_Card(journal, 400.0), _Card(journal, 400.0, refuses=refuses_second)]
     targets = [
         Target(c, GpuIdentity(i, "card", f"GPU-{i}", 0, "t"), None, "named")  # type: ignore[arg-type]
@@ -246,7 +256,7 @@ def test_apply_writes_the_journal_before_the_first_change_and_removes_it_after(
     tmp_path: Path,
 ) -> None:
     journal = Journal(tmp_path)
-    cards, targets = _targets(journal, refuses_second=False)
+    cards, targets = _journaled_targets(journal, refuses_second=False)
     caps = plan_caps(targets, 300.0, strict=False, warn=lambda m: None)
     entry = journal_entry(targets, caps, [], {"kind": "nvml"})
     apply_journaled(journal, entry, caps, [], lambda m: None)
@@ -260,14 +270,14 @@ def test_a_refused_card_puts_the_others_back_and_the_journal_goes_unless_one_sta
     tmp_path: Path,
 ) -> None:
     journal = Journal(tmp_path)
-    cards, targets = _targets(journal, refuses_second=True)
+    cards, targets = _journaled_targets(journal, refuses_second=True)
     caps = plan_caps(targets, 300.0, strict=False, warn=lambda m: None)
     entry = journal_entry(targets, caps, [], {"kind": "nvml"})
     with pytest.raises(GpuError, match="put back"):
         apply_journaled(journal, entry, caps, [], lambda m: None)
     assert cards[0].limit_w == 400.0 and not journal.exists()
     # the first card then refuses to go back: the journal stays for `powersweep restore`
-    cards, targets = _targets(journal, refuses_second=True)
+    cards, targets = _journaled_targets(journal, refuses_second=True)
     cards[0].fail_put_back = True
     caps = plan_caps(targets, 300.0, strict=False, warn=lambda m: None)
     warned: list[str] = []
@@ -290,11 +300,11 @@ def test_a_host_is_the_same_machine_by_its_short_name() -> None:
 
 def test_a_card_of_a_mixed_rig_matches_the_rigs_group_and_reads_as_a_record() -> None:
     group = {
-        **_group("power", {"cap_w": 380.0, "fleet_tps_per_w": 0.12}),
+        **_answer_group("power", {"cap_w": 380.0, "fleet_tps_per_w": 0.12}),
         "gpu_name": "mixed rig",
         "cards": [{"gpus": [{"name": "NVIDIA GeForce RTX 4090"}, {"name": H100}]}],
     }
-    (c,), unmatched = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
+    (c,), unmatched = choose_settings(_typed_report({"groups": [group]}), [_target("GPU-a")], "n1")
     assert unmatched == [] and c.describe() == "380 W"
     assert c.to_dict() == {
         "index": 0,
@@ -312,18 +322,18 @@ def test_a_card_of_a_mixed_rig_matches_the_rigs_group_and_reads_as_a_record() ->
 
 def test_a_group_without_an_axis_is_a_power_group() -> None:
     group = {"gpu_name": H100, "load_mode": "x", "model": "m", "fleet_cap": {"cap_w": 300}}
-    (c,), _ = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
+    (c,), _ = choose_settings(_typed_report({"groups": [group]}), [_target("GPU-a")], "n1")
     assert (c.axis, c.cap_w) == ("power", 300.0)
 
 
 def test_an_outlier_the_report_keeps_in_the_fleet_gets_the_fleets_answer() -> None:
     outlier = {"host": "n1", "gpus": [{"uuid": "GPU-a"}], "apply": "fleet", "own_best": {}}
-    group = _group("power", {"cap_w": 300.0}, outliers=[outlier])
-    (c,), _ = choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1.example")
+    group = _answer_group("power", {"cap_w": 300.0}, outliers=[outlier])
+    (c,), _ = choose_settings(_typed_report({"groups": [group]}), [_target("GPU-a")], "n1.example")
     assert (c.source, c.cap_w) == ("fleet", 300.0)
 
 
 def test_a_group_with_no_usable_answer_is_refused() -> None:
-    group = _group("power", {"cap_w": -1.0})
+    group = _answer_group("power", {"cap_w": -1.0})
     with pytest.raises(UsageError, match=r"GPU 0 .* has no answer to apply$"):
-        choose_settings(_typed({"groups": [group]}), [_target("GPU-a")], "n1")
+        choose_settings(_typed_report({"groups": [group]}), [_target("GPU-a")], "n1")

@@ -26,8 +26,8 @@ from powersweep.sweep.settings.journaled import (
     apply_journaled,
     journal_entry,
 )
-from powersweep.sweep.settings.targets import Target
 from tests.fakes.fake_gpu import FakeGpu
+from tests.helpers.settings import named_target
 
 
 class _Watched(FakeGpu):
@@ -48,13 +48,9 @@ class _Watched(FakeGpu):
         return super().set_power_limit(watts)
 
 
-def _target(gpu: FakeGpu) -> Target:
-    return Target(gpu, gpu.identity(), None, "named")  # type: ignore[arg-type]
-
-
 def test_the_entry_holds_each_cards_limit_and_locks_before_the_apply() -> None:
     a, b = FakeGpu(0, limit_w=320.0), FakeGpu(1, limit_w=300.0)
-    ta, tb = _target(a), _target(b)
+    ta, tb = named_target(a), named_target(b)
     caps = plan_caps([ta], 250.0, strict=False, warn=print)  # only GPU 0 gets a limit
     clocks = [ClockChange(tb, LockedClocks(False, user_clock_setting_active=True), 1500.0)]
     entry = journal_entry([ta, tb], caps, clocks, {"kind": "nvml"})
@@ -71,13 +67,13 @@ def test_the_entry_holds_each_cards_limit_and_locks_before_the_apply() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", entry.created_at)
 
 
-def _apply(
+def _apply_journaled(
     tmp_path: Path, gpus: list[_Watched], cap: float = 250.0
 ) -> tuple[Journal, list[str], Any]:
     journal = Journal(tmp_path)
     for g in gpus:
         g.journal = journal
-    targets = [_target(g) for g in gpus]
+    targets = [named_target(g) for g in gpus]
     caps = plan_caps(targets, cap, strict=False, warn=print)
     entry = journal_entry(targets, caps, [], {"kind": "nvml"})
     warnings: list[str] = []
@@ -89,7 +85,7 @@ def _apply(
 
 def test_the_journal_is_written_before_the_first_change_and_removed_after(tmp_path: Path) -> None:
     a, b = _Watched(0, None), _Watched(1, None)
-    journal, warnings, (caps, clocks) = _apply(tmp_path, [a, b])
+    journal, warnings, (caps, clocks) = _apply_journaled(tmp_path, [a, b])
     assert a.journal_at_write == [True] and b.journal_at_write == [True]
     assert [r.readback_w for r in caps] == [250.0, 250.0] and clocks == []
     assert not journal.exists() and warnings == []
@@ -97,7 +93,7 @@ def test_the_journal_is_written_before_the_first_change_and_removed_after(tmp_pa
 
 def test_a_refusal_undone_everywhere_removes_the_journal(tmp_path: Path) -> None:
     a, b = _Watched(0, None, limit_w=320.0), _Watched(1, None, refuse=(250.0,))
-    journal, warnings, exc = _apply(tmp_path, [a, b])
+    journal, warnings, exc = _apply_journaled(tmp_path, [a, b])
     assert isinstance(exc, GpuError) and "put back" in str(exc)
     assert a.limit_w == 320.0 and not journal.exists() and warnings == []
 
@@ -105,7 +101,7 @@ def test_a_refusal_undone_everywhere_removes_the_journal(tmp_path: Path) -> None
 def test_a_card_that_cannot_be_put_back_keeps_the_journal(tmp_path: Path) -> None:
     a = _Watched(0, None, limit_w=320.0, stuck=250.0)  # takes 250 W, then keeps it
     b = _Watched(1, None, refuse=(250.0,))
-    journal, warnings, exc = _apply(tmp_path, [a, b])
+    journal, warnings, exc = _apply_journaled(tmp_path, [a, b])
     assert isinstance(exc, GpuError) and "NOT put back: GPU 0 (320 W)" in str(exc)
     assert journal.exists()
     assert warnings == [
@@ -123,15 +119,15 @@ def test_an_interrupt_follows_the_same_rule(tmp_path: Path) -> None:
             return super().set_power_limit(watts)
 
     a, b = _Watched(0, None, limit_w=320.0), Interrupted(1, None)
-    journal, _, exc = _apply(tmp_path, [a, b])
+    journal, _, exc = _apply_journaled(tmp_path, [a, b])
     assert isinstance(exc, KeyboardInterrupt)
     assert a.limit_w == 320.0 and not journal.exists()
 
 
 def test_without_a_journal_the_apply_is_the_same(tmp_path: Path) -> None:
     gpu = FakeGpu(0)
-    caps = plan_caps([_target(gpu)], 260.0, strict=False, warn=print)
-    entry = journal_entry([_target(gpu)], caps, [], {"kind": "sim"})
+    caps = plan_caps([named_target(gpu)], 260.0, strict=False, warn=print)
+    entry = journal_entry([named_target(gpu)], caps, [], {"kind": "sim"})
     results, _ = apply_journaled(None, entry, caps, [], print)
     assert results[0].readback_w == 260.0 and gpu.limit_w == 260.0
 
@@ -139,8 +135,8 @@ def test_without_a_journal_the_apply_is_the_same(tmp_path: Path) -> None:
 def test_a_live_sweeps_journal_refuses_the_apply_before_any_change(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     gpu = FakeGpu(0)
-    caps = plan_caps([_target(gpu)], 260.0, strict=False, warn=print)
-    entry = journal_entry([_target(gpu)], caps, [], {"kind": "nvml"})
+    caps = plan_caps([named_target(gpu)], 260.0, strict=False, warn=print)
+    entry = journal_entry([named_target(gpu)], caps, [], {"kind": "nvml"})
     parent = os.getppid()  # a live process that is not this one
     journal.write(dataclasses.replace(entry, pid=parent, pid_start=process_start(parent)))
     with pytest.raises(UsageError, match=rf"another sweep \(PID {parent}\) is running"):
@@ -177,7 +173,7 @@ class _Killed(FakeGpu):
 def test_the_entry_records_the_offset_in_force_only_on_the_cards_that_get_one() -> None:
     a, b = FakeGpu(0), FakeGpu(1)
     a.sm_offset_mhz = 30.0
-    ta, tb = _target(a), _target(b)
+    ta, tb = named_target(a), named_target(b)
     offsets = plan_offsets([ta], 180.0)
     entry = journal_entry([ta, tb], [], [], {"kind": "nvml"}, offsets)
     first, second = entry.gpus
@@ -191,7 +187,7 @@ def test_a_killed_undervolt_apply_leaves_what_restore_needs_to_put_the_offset_ba
 ) -> None:
     journal = Journal(tmp_path)
     card = _Killed(0, limit_w=320.0)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     caps = plan_caps(targets, 300.0, strict=False, warn=print)
     clocks = plan_clocks(targets, 1500.0, None, strict=False, warn=print)
     offsets = plan_offsets(targets, 180.0)
@@ -211,7 +207,7 @@ def test_a_complete_undervolt_apply_removes_the_journal_and_keeps_the_offset(
 ) -> None:
     journal = Journal(tmp_path)
     card = _Watched(0, journal)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     clocks = plan_clocks(targets, 1500.0, None, strict=False, warn=print)
     offsets = plan_offsets(targets, 180.0)
     entry = journal_entry(targets, [], clocks, {"kind": "nvml"}, offsets)
@@ -237,7 +233,7 @@ class _MemKilled(FakeGpu):
 def test_the_entry_records_the_memory_offset_in_force_apart_from_the_sm_one() -> None:
     a, b = FakeGpu(0), FakeGpu(1)
     a.mem_offset_mhz, b.sm_offset_mhz = 400.0, 30.0
-    ta, tb = _target(a), _target(b)
+    ta, tb = named_target(a), named_target(b)
     offsets = plan_offsets([ta], 1000.0, "mem") + plan_offsets([tb], 180.0)
     first, second = journal_entry([ta, tb], [], [], {"kind": "nvml"}, offsets).gpus
     assert (first.mem_offset_set, first.original_mem_offset_mhz) == (True, 400.0)
@@ -251,7 +247,7 @@ def test_a_killed_memory_offset_apply_leaves_what_restore_needs_to_put_both_offs
 ) -> None:
     journal = Journal(tmp_path)
     card = _MemKilled(0, limit_w=320.0)
-    targets = [_target(card)]
+    targets = [named_target(card)]
     clocks = plan_clocks(targets, 1500.0, None, strict=False, warn=print)
     offsets = plan_offsets(targets, 180.0) + plan_offsets(targets, 1000.0, "mem")
     entry = journal_entry(targets, [], clocks, {"kind": "nvml"}, offsets)
@@ -269,7 +265,7 @@ def test_a_refused_memory_offset_is_undone_and_the_journal_removed(tmp_path: Pat
     journal = Journal(tmp_path)
     card = _Watched(0, journal)
     card.mem_offset_mhz = 200.0
-    targets = [_target(card)]
+    targets = [named_target(card)]
     offsets = plan_offsets(targets, 5000.0, "mem")  # within range: the card refuses it below
 
     def refuse(mhz: float) -> LockResult:

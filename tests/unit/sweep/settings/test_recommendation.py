@@ -23,7 +23,7 @@ SWEET = {"cap_w": 280.0, "tps_per_w": 0.125, "tps": 35.0}
 NEAR = {"cap_w": 330.0, "tps_per_w": 0.11, "tps": 38.0}
 
 
-def _run_dir(tmp_path: Path, analysis: dict[str, Any], **run: Any) -> Path:
+def _answered_run(tmp_path: Path, analysis: dict[str, Any], **run: Any) -> Path:
     path = tmp_path / "run"
     path.mkdir(exist_ok=True)
     meta: dict[str, Any] = {
@@ -38,7 +38,7 @@ def _run_dir(tmp_path: Path, analysis: dict[str, Any], **run: Any) -> Path:
     return path
 
 
-def _power(**extra: Any) -> dict[str, Any]:
+def _power_answer(**extra: Any) -> dict[str, Any]:
     return {
         "kind": "power",
         "recommendation": {"objective": "tps-per-w", **SWEET},
@@ -49,7 +49,7 @@ def _power(**extra: Any) -> dict[str, Any]:
 
 
 def test_a_power_runs_pick_for_each_objective(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, _power())
+    run = _answered_run(tmp_path, _power_answer())
     rec = read_recommendation(run)
     assert rec == Recommendation(
         run, "tps-per-w", 280.0, 0.125, 35.0, (MeasuredGpu(0, "NVIDIA GeForce RTX 3090", UUID),)
@@ -60,29 +60,29 @@ def test_a_power_runs_pick_for_each_objective(tmp_path: Path) -> None:
 
 
 def test_an_analysis_made_for_near_peak_recommends_near_peak(tmp_path: Path) -> None:
-    analysis = _power(recommendation={"objective": "near-peak", **NEAR})
-    assert read_recommendation(_run_dir(tmp_path, analysis)).cap_w == 330.0
-    odd = _power(recommendation={"objective": "mystery", **NEAR})
-    assert read_recommendation(_run_dir(tmp_path, odd)).objective == "tps-per-w"
+    analysis = _power_answer(recommendation={"objective": "near-peak", **NEAR})
+    assert read_recommendation(_answered_run(tmp_path, analysis)).cap_w == 330.0
+    odd = _power_answer(recommendation={"objective": "mystery", **NEAR})
+    assert read_recommendation(_answered_run(tmp_path, odd)).objective == "tps-per-w"
 
 
 def test_a_pick_at_the_sweeps_edge_carries_its_caveat(tmp_path: Path) -> None:
-    analysis = _power(sweet_spot={**SWEET, "at_boundary": "low"})
-    rec = read_recommendation(_run_dir(tmp_path, analysis))
+    analysis = _power_answer(sweet_spot={**SWEET, "at_boundary": "low"})
+    rec = read_recommendation(_answered_run(tmp_path, analysis))
     assert rec.notes == (
         "the sweet spot is the lowest cap measured: the best cap may lie beyond the sweep",
     )
-    high = _power(sweet_spot={**SWEET, "at_boundary": "high"})
-    (note,) = read_recommendation(_run_dir(tmp_path, high), "tps-per-w").notes
+    high = _power_answer(sweet_spot={**SWEET, "at_boundary": "high"})
+    (note,) = read_recommendation(_answered_run(tmp_path, high), "tps-per-w").notes
     assert "the highest cap measured" in note
-    assert read_recommendation(_run_dir(tmp_path, high), "near-peak").notes == ()
+    assert read_recommendation(_answered_run(tmp_path, high), "near-peak").notes == ()
 
 
 @pytest.mark.parametrize("status", ["interrupted", "partial", "failed", "running"])
 def test_a_run_that_did_not_finish_has_nothing_to_apply(tmp_path: Path, status: str) -> None:
     # whatever its analysis.json says: the run's own run.json decides
-    for analysis in (_power(), {"kind": "clocks", "sweet_spot": {"sm_lock_mhz": 1410.0}}):
-        run = _run_dir(tmp_path, analysis, status=status)
+    for analysis in (_power_answer(), {"kind": "clocks", "sweet_spot": {"sm_lock_mhz": 1410.0}}):
+        run = _answered_run(tmp_path, analysis, status=status)
         with pytest.raises(UsageError, match="has no answer to apply: ") as err:
             read_recommendation(run)
         assert f"`powersweep --resume {run}` measures the rest" in str(err.value)
@@ -90,11 +90,11 @@ def test_a_run_that_did_not_finish_has_nothing_to_apply(tmp_path: Path, status: 
 
 def test_an_analysis_without_an_answer_has_nothing_to_apply(tmp_path: Path) -> None:
     why = "only 1 usable cap: an answer needs at least 3, a measured one on each side of the best"
-    analysis = _power(answer={"kind": "none", "why": why, "points_usable": 1})
+    analysis = _power_answer(answer={"kind": "none", "why": why, "points_usable": 1})
     with pytest.raises(UsageError, match="has no answer to apply: only 1 usable cap"):
-        read_recommendation(_run_dir(tmp_path, analysis))
-    boundary = _power(answer={"kind": "boundary", "why": "the lowest", "points_usable": 5})
-    assert read_recommendation(_run_dir(tmp_path, boundary)).cap_w == SWEET["cap_w"]
+        read_recommendation(_answered_run(tmp_path, analysis))
+    boundary = _power_answer(answer={"kind": "boundary", "why": "the lowest", "points_usable": 5})
+    assert read_recommendation(_answered_run(tmp_path, boundary)).cap_w == SWEET["cap_w"]
 
 
 def test_a_clock_run_recommends_its_locks_at_the_cap_it_held(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_a_clock_run_recommends_its_locks_at_the_cap_it_held(tmp_path: Path) -> 
         "sweet_spot": {"sm_lock_mhz": 1410.0, "mem_lock_mhz": 9501.0, "tps_per_w": 0.14},
         "near_peak": {"sm_lock_mhz": 1710.0, "mem_lock_mhz": None, "tps": 40.0},
     }
-    run = _run_dir(tmp_path, analysis, options={"hold_cap_w": 300.0})
+    run = _answered_run(tmp_path, analysis, options={"hold_cap_w": 300.0})
     rec = read_recommendation(run)
     assert (rec.cap_w, rec.sm_clock_mhz, rec.mem_clock_mhz, rec.clock_run) == (
         300.0,
@@ -113,7 +113,7 @@ def test_a_clock_run_recommends_its_locks_at_the_cap_it_held(tmp_path: Path) -> 
     )
     assert rec.describe() == "SM 1410 MHz, memory 9501 MHz at 300 W per GPU"
     assert rec.notes == ()
-    free = read_recommendation(_run_dir(tmp_path, analysis), "near-peak")
+    free = read_recommendation(_answered_run(tmp_path, analysis), "near-peak")
     assert (free.cap_w, free.describe()) == (None, "SM 1710 MHz")
 
 
@@ -133,53 +133,65 @@ def test_a_clock_run_without_a_usable_lock_is_refused(
     tmp_path: Path, analysis: dict[str, Any], objective: str | None, message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
-        read_recommendation(_run_dir(tmp_path, analysis), objective)
+        read_recommendation(_answered_run(tmp_path, analysis), objective)
 
 
 @pytest.mark.parametrize(
     ("analysis", "objective", "message"),
     [
-        (_power(sweet_spot=None, recommendation=None), None, "holds no tps-per-w recommendation"),
-        (_power(near_peak={"cap_w": -330.0}), "near-peak", "near-peak recommendation has no valid"),
+        (
+            _power_answer(sweet_spot=None, recommendation=None),
+            None,
+            "holds no tps-per-w recommendation",
+        ),
+        (
+            _power_answer(near_peak={"cap_w": -330.0}),
+            "near-peak",
+            "near-peak recommendation has no valid",
+        ),
         # analysis.json is read once through its typed record, which names the key
-        (_power(near_peak={"cap_w": "high"}), "near-peak", r"schema: .*\$\.near_peak\.cap_w"),
-        (_power(), "fastest", "unknown objective 'fastest'"),
+        (
+            _power_answer(near_peak={"cap_w": "high"}),
+            "near-peak",
+            r"schema: .*\$\.near_peak\.cap_w",
+        ),
+        (_power_answer(), "fastest", "unknown objective 'fastest'"),
     ],
 )
 def test_a_pick_that_is_not_there_is_refused(
     tmp_path: Path, analysis: dict[str, Any], objective: str | None, message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
-        read_recommendation(_run_dir(tmp_path, analysis), objective)
+        read_recommendation(_answered_run(tmp_path, analysis), objective)
 
 
 def test_a_run_whose_caps_never_bound_has_no_cap_to_apply(tmp_path: Path) -> None:
     binds = {"binds": False, "draw_w": [181.2, 184.9], "caps_w": [200.0, 350.0]}
     with pytest.raises(UsageError) as info:
-        read_recommendation(_run_dir(tmp_path, _power(power_cap_binds=binds)))
+        read_recommendation(_answered_run(tmp_path, _power_answer(power_cap_binds=binds)))
     message = str(info.value)
     assert "the card drew 181-185 W under caps of 200-350 W, so no cap saves energy" in message
     assert "lock clocks instead: `powersweep --axis sm-clock`" in message
     unknown = {"binds": False, "draw_w": None, "caps_w": None}
     with pytest.raises(UsageError, match=r"^no cap binds in .*run, so no cap"):
-        read_recommendation(_run_dir(tmp_path, _power(power_cap_binds=unknown)))
+        read_recommendation(_answered_run(tmp_path, _power_answer(power_cap_binds=unknown)))
 
 
 def test_the_latency_targets_pick_from_the_analysis(tmp_path: Path) -> None:
     met = {"met": True, "point": {"cap_w": 300.0, "tps_per_w": 0.12, "tps": 36.0}}
-    rec = read_recommendation(_run_dir(tmp_path, _power(latency_target=met)), "slo")
+    rec = read_recommendation(_answered_run(tmp_path, _power_answer(latency_target=met)), "slo")
     assert (rec.objective, rec.cap_w) == ("slo", 300.0)
     with pytest.raises(UsageError, match="--objective slo needs a latency target"):
-        read_recommendation(_run_dir(tmp_path, _power()), "slo")
+        read_recommendation(_answered_run(tmp_path, _power_answer()), "slo")
     missed = {"met": False, "name": "280 W", "misses": ["p95 ITL 80 ms > 50 ms"]}
     with pytest.raises(UsageError) as info:
-        read_recommendation(_run_dir(tmp_path, _power(latency_target=missed)), "slo")
+        read_recommendation(_answered_run(tmp_path, _power_answer(latency_target=missed)), "slo")
     assert "(the closest, 280 W, misses it: p95 ITL 80 ms > 50 ms)" in str(info.value)
 
 
 def test_an_observe_only_run_recommends_nothing(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is an --observe-only run"):
-        read_recommendation(_run_dir(tmp_path, _power(), observe_only=True))
+        read_recommendation(_answered_run(tmp_path, _power_answer(), observe_only=True))
 
 
 @pytest.mark.parametrize(
@@ -194,18 +206,20 @@ def test_a_run_that_does_not_say_its_cards_is_refused(
     tmp_path: Path, gpus: Any, message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
-        read_recommendation(_run_dir(tmp_path, _power(), gpus=gpus))
+        read_recommendation(_answered_run(tmp_path, _power_answer(), gpus=gpus))
 
 
 def test_a_card_without_a_recorded_uuid_reads_as_none(tmp_path: Path) -> None:
-    rec = read_recommendation(_run_dir(tmp_path, _power(), gpus=[{"index": 2, "uuid": ""}]))
+    rec = read_recommendation(
+        _answered_run(tmp_path, _power_answer(), gpus=[{"index": 2, "uuid": ""}])
+    )
     assert rec.gpus == (MeasuredGpu(2, "", None),)
 
 
 def test_files_that_are_not_a_run_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"is not a run directory$"):
         read_recommendation(tmp_path / "nowhere")
-    run = _run_dir(tmp_path, _power())
+    run = _answered_run(tmp_path, _power_answer())
     (run / "analysis.json").unlink()
     with pytest.raises(UsageError, match=r"has no analysis.json: run `powersweep analyze"):
         read_recommendation(run)
@@ -215,14 +229,14 @@ def test_files_that_are_not_a_run_are_one_line_errors(tmp_path: Path) -> None:
     (run / "analysis.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match=r"analysis.json: expected a JSON object$"):
         read_recommendation(run)
-    (run / "analysis.json").write_text(json.dumps(_power()))
+    (run / "analysis.json").write_text(json.dumps(_power_answer()))
     (run / "run.json").unlink()
     with pytest.raises(UsageError, match=r"has no run.json, so it does not say which GPU"):
         read_recommendation(run)
 
 
 def test_a_file_of_a_newer_powersweep_asks_for_an_upgrade(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, {**_power(), "schema_version": SCHEMA_VERSION + 1})
+    run = _answered_run(tmp_path, {**_power_answer(), "schema_version": SCHEMA_VERSION + 1})
     with pytest.raises(PowersweepError, match="written by a newer powersweep") as info:
         read_recommendation(run)
     assert info.value.exit_code == 2
@@ -248,13 +262,17 @@ def test_a_memory_offset_is_carried_and_described_and_none_changes_nothing(
 
 def test_an_analysis_of_an_unknown_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"analysis.json is of an unknown kind 'mystery'"):
-        read_recommendation(_run_dir(tmp_path, {"kind": "mystery", "sweet_spot": SWEET}))
+        read_recommendation(_answered_run(tmp_path, {"kind": "mystery", "sweet_spot": SWEET}))
 
 
 def test_run_json_is_read_once_typed_with_its_sm_clock_floor(tmp_path: Path) -> None:
-    low = read_recommendation(_run_dir(tmp_path, _power(), options={"sm_clock_min_mhz": 900}))
+    low = read_recommendation(
+        _answered_run(tmp_path, _power_answer(), options={"sm_clock_min_mhz": 900})
+    )
     assert low.sm_clock_min_mhz == 900.0
-    none = read_recommendation(_run_dir(tmp_path, _power(), options={"sm_clock_min_mhz": 0}))
+    none = read_recommendation(
+        _answered_run(tmp_path, _power_answer(), options={"sm_clock_min_mhz": 0})
+    )
     assert none.sm_clock_min_mhz is None
     with pytest.raises(UsageError, match=r"run.json does not follow its schema: .*\$\.gpus"):
-        read_recommendation(_run_dir(tmp_path, _power(), gpus="0"))
+        read_recommendation(_answered_run(tmp_path, _power_answer(), gpus="0"))

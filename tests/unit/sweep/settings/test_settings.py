@@ -26,7 +26,7 @@ UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 RTX3090 = "NVIDIA GeForce RTX 3090"
 
 
-def _backend(*devices: FakeDevice) -> tuple[Any, NvmlBackend]:
+def _fake_backend(*devices: FakeDevice) -> tuple[Any, NvmlBackend]:
     fake = FakeNvml(devices=list(devices))
     return fake, NvmlBackend(nvml=fake)
 
@@ -40,7 +40,7 @@ def _warnings() -> tuple[list[str], Any]:
 
 
 def test_run_gpus_match_by_uuid_even_when_the_index_moved() -> None:
-    _, backend = _backend(FakeDevice(uuid=UUID_B), FakeDevice(uuid=UUID_A))
+    _, backend = _fake_backend(FakeDevice(uuid=UUID_B), FakeDevice(uuid=UUID_A))
     seen, warn = _warnings()
     (t,) = match_run_gpus(backend, [MeasuredGpu(0, RTX3090, UUID_A)], warn=warn)
     assert (t.identity.index, t.identity.uuid, t.matched_by) == (1, UUID_A, "uuid")
@@ -48,7 +48,7 @@ def test_run_gpus_match_by_uuid_even_when_the_index_moved() -> None:
 
 
 def test_another_card_at_the_index_is_refused_without_force() -> None:
-    fake, backend = _backend(FakeDevice(uuid=UUID_B))
+    fake, backend = _fake_backend(FakeDevice(uuid=UUID_B))
     measured = [MeasuredGpu(0, RTX3090, UUID_A)]
     with pytest.raises(UsageError, match=r"GPU 0 .*not the card the run measured.*--force"):
         match_run_gpus(backend, measured, warn=lambda _m: None)
@@ -60,13 +60,13 @@ def test_another_card_at_the_index_is_refused_without_force() -> None:
 
 
 def test_another_model_is_named_as_such() -> None:
-    _, backend = _backend(FakeDevice(uuid=UUID_B, name="NVIDIA GeForce RTX 4090"))
+    _, backend = _fake_backend(FakeDevice(uuid=UUID_B, name="NVIDIA GeForce RTX 4090"))
     with pytest.raises(UsageError, match="another model"):
         match_run_gpus(backend, [MeasuredGpu(0, RTX3090, UUID_A)], warn=lambda _m: None)
 
 
 def test_a_run_without_uuids_falls_back_to_name_and_index_with_a_warning() -> None:
-    _, backend = _backend(FakeDevice(uuid=UUID_A))
+    _, backend = _fake_backend(FakeDevice(uuid=UUID_A))
     seen, warn = _warnings()
     (t,) = match_run_gpus(backend, [MeasuredGpu(0, RTX3090, None)], warn=warn)
     assert t.matched_by == "name and index"
@@ -76,7 +76,7 @@ def test_a_run_without_uuids_falls_back_to_name_and_index_with_a_warning() -> No
 
 
 def test_a_measured_gpu_that_is_not_there_is_an_error() -> None:
-    _, backend = _backend(FakeDevice(uuid=UUID_A))
+    _, backend = _fake_backend(FakeDevice(uuid=UUID_A))
     with pytest.raises(UsageError, match=r"measured GPU 1 .*not on this machine"):
         match_run_gpus(
             backend,
@@ -87,7 +87,7 @@ def test_a_measured_gpu_that_is_not_there_is_an_error() -> None:
 
 
 def test_gpus_option_picks_cards_by_index_or_uuid() -> None:
-    _, backend = _backend(FakeDevice(uuid=UUID_A), FakeDevice(uuid=UUID_B))
+    _, backend = _fake_backend(FakeDevice(uuid=UUID_A), FakeDevice(uuid=UUID_B))
     assert parse_gpu_selection(" 1, gpu-aaaaaaaa-0000-0000-0000-000000000000") == (
         "1",
         "gpu-aaaaaaaa-0000-0000-0000-000000000000",
@@ -113,7 +113,7 @@ def test_gpus_option_picks_cards_by_index_or_uuid() -> None:
 
 
 def test_plan_clamps_to_each_envelope_or_refuses_with_strict() -> None:
-    _, backend = _backend(FakeDevice(uuid=UUID_A, min_mw=100_000, max_mw=390_000))
+    _, backend = _fake_backend(FakeDevice(uuid=UUID_A, min_mw=100_000, max_mw=390_000))
     targets = select_gpus(backend, None, lambda _m: None)
     seen, warn = _warnings()
     (c,) = plan_caps(targets, 420, strict=False, warn=warn)
@@ -128,7 +128,7 @@ def test_plan_clamps_to_each_envelope_or_refuses_with_strict() -> None:
 
 
 def test_apply_verifies_by_read_back() -> None:
-    fake, backend = _backend(FakeDevice(uuid=UUID_A, limit_mw=370_000))
+    fake, backend = _fake_backend(FakeDevice(uuid=UUID_A, limit_mw=370_000))
     plan = plan_caps(select_gpus(backend, None, lambda _m: None), 290, strict=False, warn=print)
     (r,) = apply_caps(plan, lambda _m: None)
     assert r.readback_w == 290.0 and fake.devices[0].limit_mw == 290_000
@@ -136,7 +136,7 @@ def test_apply_verifies_by_read_back() -> None:
 
 def test_a_card_that_refuses_rolls_the_others_back() -> None:
     # GPU 1 says yes to 250 W and keeps 350 W (a card with a silent floor)
-    fake, backend = _backend(
+    fake, backend = _fake_backend(
         FakeDevice(uuid=UUID_A, limit_mw=370_000),
         FakeDevice(uuid=UUID_B, limit_mw=350_000, silent_floor_mw=300_000),
     )
@@ -147,7 +147,7 @@ def test_a_card_that_refuses_rolls_the_others_back() -> None:
 
 
 def test_no_permission_changes_nothing_and_asks_for_root() -> None:
-    fake, backend = _backend(
+    fake, backend = _fake_backend(
         FakeDevice(
             uuid=UUID_A,
             fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_NO_PERMISSION},
@@ -160,7 +160,7 @@ def test_no_permission_changes_nothing_and_asks_for_root() -> None:
 
 
 def test_persistence_is_turned_on_where_off_and_a_refusal_is_a_warning() -> None:
-    fake, backend = _backend(
+    fake, backend = _fake_backend(
         FakeDevice(uuid=UUID_A),
         FakeDevice(uuid=UUID_B, persistence_supported=False),
     )
@@ -175,7 +175,7 @@ def test_persistence_is_turned_on_where_off_and_a_refusal_is_a_warning() -> None
 
 
 def test_status_reads_everything_and_tolerates_a_card_without_limits(tmp_path: Path) -> None:
-    _, backend = _backend(
+    _, backend = _fake_backend(
         FakeDevice(uuid=UUID_A, limit_mw=290_000, persistence_mode=1),
         FakeDevice(uuid=UUID_B, power_managed=False),
     )
@@ -219,7 +219,7 @@ def test_status_reports_a_killed_sweeps_journal(tmp_path: Path) -> None:
 # --- a run's recommendation ----------------------------------------------------------------
 
 
-def _run_dir(
+def _run_with(
     tmp_path: Path, *, analysis: dict[str, Any] | None, run: dict[str, Any] | None
 ) -> Path:
     d = tmp_path / "run"
@@ -245,7 +245,7 @@ ANALYSIS = {
 
 
 def test_recommendation_follows_the_analysis_or_the_objective_asked(tmp_path: Path) -> None:
-    d = _run_dir(tmp_path, analysis=ANALYSIS, run=RUN)
+    d = _run_with(tmp_path, analysis=ANALYSIS, run=RUN)
     rec = read_recommendation(d)
     assert (rec.objective, rec.cap_w) == ("near-peak", 320.0)
     assert rec.gpus == (MeasuredGpu(0, RTX3090, UUID_A),)
@@ -274,7 +274,7 @@ def test_recommendation_follows_the_analysis_or_the_objective_asked(tmp_path: Pa
 def test_a_run_without_a_usable_recommendation_is_refused(
     tmp_path: Path, analysis: dict[str, Any] | None, run: dict[str, Any] | None, needle: str
 ) -> None:
-    d = _run_dir(tmp_path, analysis=analysis, run=run)
+    d = _run_with(tmp_path, analysis=analysis, run=run)
     pattern = needle if ".*" in needle else needle.replace("(", r"\(")
     with pytest.raises(UsageError, match=pattern):
         read_recommendation(d, "tps-per-w" if "tps-per-w" in needle else None)

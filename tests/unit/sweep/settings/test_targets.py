@@ -26,7 +26,7 @@ AMD_UUID = "1fff74a1-0000-1000-8000-000000000000"
 RTX3090 = "NVIDIA GeForce RTX 3090"
 
 
-def _backend(*devices: FakeDevice) -> NvmlBackend:
+def _nvml_backend(*devices: FakeDevice) -> NvmlBackend:
     return NvmlBackend(nvml=FakeNvml(devices=list(devices)))
 
 
@@ -46,13 +46,13 @@ def test_gpus_refuses_anything_else_naming_the_text(text: str) -> None:
 def test_a_card_that_cannot_be_identified_is_skipped_with_a_warning() -> None:
     lost = FakeDevice(uuid=UUID_B, fail={"nvmlDeviceGetUUID": fake_pynvml.NVML_ERROR_GPU_IS_LOST})
     warnings: list[str] = []
-    found = machine_gpus(_backend(FakeDevice(uuid=UUID_A), lost), warnings.append)
+    found = machine_gpus(_nvml_backend(FakeDevice(uuid=UUID_A), lost), warnings.append)
     assert [ident.uuid for _, ident in found] == [UUID_A]
     assert warnings == ["skipping GPU 1: cannot identify GPU 1: NVML error: GPU is lost"]
 
 
 def test_the_cards_named_come_in_order_once_each() -> None:
-    backend = _backend(FakeDevice(uuid=UUID_A), FakeDevice(uuid=UUID_B))
+    backend = _nvml_backend(FakeDevice(uuid=UUID_A), FakeDevice(uuid=UUID_B))
     picked = select_gpus(backend, ("1", "0", UUID_B.lower(), "1"), lambda _m: None)
     assert [(t.identity.index, t.matched_by, t.measured) for t in picked] == [
         (1, "named", None),
@@ -62,7 +62,7 @@ def test_the_cards_named_come_in_order_once_each() -> None:
 
 
 def test_a_card_not_here_lists_the_cards_that_are() -> None:
-    backend = _backend(FakeDevice(uuid=UUID_A))
+    backend = _nvml_backend(FakeDevice(uuid=UUID_A))
     with pytest.raises(UsageError) as info:
         select_gpus(backend, (UUID_B,), lambda _m: None)
     assert str(info.value) == f"there is no GPU {UUID_B} (GPUs here: 0 {RTX3090} {UUID_A})"
@@ -70,16 +70,16 @@ def test_a_card_not_here_lists_the_cards_that_are() -> None:
 
 def test_one_card_needs_no_warning_and_no_card_is_an_error() -> None:
     warnings: list[str] = []
-    assert len(select_gpus(_backend(FakeDevice(uuid=UUID_A)), None, warnings.append)) == 1
+    assert len(select_gpus(_nvml_backend(FakeDevice(uuid=UUID_A)), None, warnings.append)) == 1
     assert warnings == []
     with pytest.raises(UsageError, match=r"^no GPU found$"):
-        select_gpus(_backend(), None, lambda _m: None)
+        select_gpus(_nvml_backend(), None, lambda _m: None)
     with pytest.raises(UsageError, match=r"^no GPU found$"):
-        match_run_gpus(_backend(), [MeasuredGpu(0, RTX3090, UUID_A)], warn=lambda _m: None)
+        match_run_gpus(_nvml_backend(), [MeasuredGpu(0, RTX3090, UUID_A)], warn=lambda _m: None)
 
 
 def test_a_card_named_with_a_run_is_matched_by_uuid_or_forced_as_a_stand_in() -> None:
-    backend = _backend(FakeDevice(uuid=UUID_A), FakeDevice(uuid=UUID_B))
+    backend = _nvml_backend(FakeDevice(uuid=UUID_A), FakeDevice(uuid=UUID_B))
     measured = [MeasuredGpu(3, RTX3090, UUID_A)]
     (same,) = match_run_gpus(backend, measured, selection=("0",), warn=lambda _m: None)
     assert (same.matched_by, same.measured) == ("uuid", measured[0])
@@ -97,14 +97,14 @@ def test_a_card_named_with_a_run_is_matched_by_uuid_or_forced_as_a_stand_in() ->
 
 
 def test_a_run_that_names_one_card_twice_sets_it_once() -> None:
-    backend = _backend(FakeDevice(uuid=UUID_A))
+    backend = _nvml_backend(FakeDevice(uuid=UUID_A))
     measured = [MeasuredGpu(0, RTX3090, UUID_A), MeasuredGpu(0, RTX3090, None)]
     targets = match_run_gpus(backend, measured, warn=lambda _m: None)
     assert [(t.identity.uuid, t.matched_by) for t in targets] == [(UUID_A, "uuid")]
 
 
 def test_a_missing_card_without_a_recorded_uuid_says_so() -> None:
-    backend = _backend(FakeDevice(uuid=UUID_A))
+    backend = _nvml_backend(FakeDevice(uuid=UUID_A))
     with pytest.raises(UsageError) as info:
         match_run_gpus(backend, [MeasuredGpu(4, RTX3090, None)], warn=lambda _m: None)
     assert str(info.value) == (

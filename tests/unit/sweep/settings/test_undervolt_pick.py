@@ -44,7 +44,7 @@ GAIN = {
 ZERO_RECORD = {"cap_w": 450.0, "sm_lock_mhz": 2790.0, "chosen_mhz": 0.0}
 
 
-def _analysis(**extra: Any) -> dict[str, Any]:
+def _undervolt_answer(**extra: Any) -> dict[str, Any]:
     return {
         "kind": "undervolt",
         "axis": "undervolt",
@@ -57,7 +57,9 @@ def _analysis(**extra: Any) -> dict[str, Any]:
     }
 
 
-def _row(offset: float, status: str = "ok", reason: str = "search", **kw: Any) -> dict[str, Any]:
+def _offset_row(
+    offset: float, status: str = "ok", reason: str = "search", **kw: Any
+) -> dict[str, Any]:
     row = {
         **{"cap_w": 450.0, "narr_tps": 47.05, "power_w": 350.8 - offset / 10, "status": status},
         **{"sm_lock_mhz": 2790.0, "sm_offset_mhz": offset, "reason": reason},
@@ -67,21 +69,24 @@ def _row(offset: float, status: str = "ok", reason: str = "search", **kw: Any) -
     return row
 
 
-def _caps(stable_to: float = 180.0, soak: float | None = 180.0) -> list[dict[str, Any]]:
+def _search_rows(stable_to: float = 180.0, soak: float | None = 180.0) -> list[dict[str, Any]]:
     """A search at 2790 MHz in 90 MHz steps: stable to ``stable_to``, the next step unstable,
     then the soak of ``soak`` (None: none)."""
-    rows = [_row(0.0, reason="baseline", sm_lock_mhz=None), _row(0.0, reason="reference")]
+    rows = [
+        _offset_row(0.0, reason="baseline", sm_lock_mhz=None),
+        _offset_row(0.0, reason="reference"),
+    ]
     offset = 90.0
     while offset <= stable_to:
-        rows.append(_row(offset))
+        rows.append(_offset_row(offset))
         offset += 90.0
-    rows.append(_row(offset, "unstable", error="the narr answer differs from offset 0's"))
+    rows.append(_offset_row(offset, "unstable", error="the narr answer differs from offset 0's"))
     if soak is not None:
-        rows.append(_row(soak, reason="soak"))
+        rows.append(_offset_row(soak, reason="soak"))
     return rows
 
 
-def _run_dir(
+def _undervolt_run(
     tmp_path: Path,
     analysis: dict[str, Any],
     caps: list[dict[str, Any]] | None = None,
@@ -90,7 +95,7 @@ def _run_dir(
     path = tmp_path / "run"
     path.mkdir(exist_ok=True)
     lines = [",".join(CAPS_COLUMNS)]
-    for r in _caps() if caps is None else caps:
+    for r in _search_rows() if caps is None else caps:
         lines.append(",".join("" if r.get(c) is None else str(r[c]) for c in CAPS_COLUMNS))
     (path / "caps.csv").write_text("\n".join(lines) + "\n")
     meta: dict[str, Any] = {
@@ -107,7 +112,7 @@ def _run_dir(
 
 
 def test_the_chosen_points_cap_lock_and_offset_are_the_recommendation(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, _analysis())
+    run = _undervolt_run(tmp_path, _undervolt_answer())
     rec = read_recommendation(run)
     assert rec == Recommendation(
         run, "undervolt", 450.0, 0.1341, 47.05, GPUS, (), sm_clock_mhz=2790.0, sm_offset_mhz=180.0
@@ -123,7 +128,7 @@ def test_the_chosen_points_cap_lock_and_offset_are_the_recommendation(tmp_path: 
 def test_another_objective_is_refused_the_search_has_one_answer(
     tmp_path: Path, objective: str
 ) -> None:
-    run = _run_dir(tmp_path, _analysis())
+    run = _undervolt_run(tmp_path, _undervolt_answer())
     with pytest.raises(UsageError) as info:
         read_recommendation(run, objective)
     assert str(info.value) == (
@@ -133,7 +138,7 @@ def test_another_objective_is_refused_the_search_has_one_answer(
 
 
 def test_no_answer_is_refused_with_the_step_that_ended_the_search(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, _analysis(chosen=None, versus_cap=None))
+    run = _undervolt_run(tmp_path, _undervolt_answer(chosen=None, versus_cap=None))
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
     assert str(info.value) == (
@@ -144,9 +149,11 @@ def test_no_answer_is_refused_with_the_step_that_ended_the_search(tmp_path: Path
 
 
 def test_offset_zero_that_beats_the_cap_is_the_lock_and_cap_alone(tmp_path: Path) -> None:
-    zero = _analysis(chosen={**CHOSEN, "sm_offset_mhz": 0.0, "reason": "reference"})
+    zero = _undervolt_answer(chosen={**CHOSEN, "sm_offset_mhz": 0.0, "reason": "reference"})
     rec = read_recommendation(
-        _run_dir(tmp_path, zero, _caps(stable_to=0.0, soak=None), undervolt=ZERO_RECORD)
+        _undervolt_run(
+            tmp_path, zero, _search_rows(stable_to=0.0, soak=None), undervolt=ZERO_RECORD
+        )
     )
     assert (rec.cap_w, rec.sm_clock_mhz, rec.sm_offset_mhz) == (450.0, 2790.0, None)
     assert rec.describe() == "SM 2790 MHz at 450 W per GPU"
@@ -173,8 +180,10 @@ def test_offset_zero_that_beats_the_cap_is_the_lock_and_cap_alone(tmp_path: Path
 def test_offset_zero_no_better_than_the_cap_is_refused(
     tmp_path: Path, versus: dict[str, Any] | None, compared: str
 ) -> None:
-    zero = _analysis(chosen={**CHOSEN, "sm_offset_mhz": 0.0}, versus_cap=versus)
-    run = _run_dir(tmp_path, zero, _caps(stable_to=0.0, soak=None), undervolt=ZERO_RECORD)
+    zero = _undervolt_answer(chosen={**CHOSEN, "sm_offset_mhz": 0.0}, versus_cap=versus)
+    run = _undervolt_run(
+        tmp_path, zero, _search_rows(stable_to=0.0, soak=None), undervolt=ZERO_RECORD
+    )
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
     assert str(info.value) == (
@@ -186,7 +195,7 @@ def test_offset_zero_no_better_than_the_cap_is_refused(
 def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
     tmp_path: Path,
 ) -> None:
-    tied = _analysis(
+    tied = _undervolt_answer(
         chosen={**CHOSEN, "reason": "search"},
         versus_cap={
             **GAIN,
@@ -195,7 +204,7 @@ def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
             "tied": True,
         },
     )
-    rec = read_recommendation(_run_dir(tmp_path, tied, _caps(soak=None)))
+    rec = read_recommendation(_undervolt_run(tmp_path, tied, _search_rows(soak=None)))
     assert rec.sm_offset_mhz == 180.0
     assert rec.notes == (
         "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
@@ -208,7 +217,7 @@ def test_an_offset_tied_with_the_cap_or_not_soaked_is_applied_with_its_caveats(
 def test_an_undervolt_search_that_did_not_finish_is_resumed_not_applied(
     tmp_path: Path,
 ) -> None:
-    run = _run_dir(tmp_path, _analysis(), status="interrupted")
+    run = _undervolt_run(tmp_path, _undervolt_answer(), status="interrupted")
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
     assert str(info.value) == (
@@ -218,17 +227,19 @@ def test_an_undervolt_search_that_did_not_finish_is_resumed_not_applied(
 
 
 def test_the_lock_and_cap_come_from_run_json_when_the_point_lacks_them(tmp_path: Path) -> None:
-    bare = _analysis(chosen={**CHOSEN, "sm_lock_mhz": None, "cap_w": None}, sm_lock_mhz=None)
-    rec = read_recommendation(_run_dir(tmp_path, bare))
+    bare = _undervolt_answer(
+        chosen={**CHOSEN, "sm_lock_mhz": None, "cap_w": None}, sm_lock_mhz=None
+    )
+    rec = read_recommendation(_undervolt_run(tmp_path, bare))
     assert (rec.cap_w, rec.sm_clock_mhz) == (450.0, 2790.0)
-    nothing = _run_dir(tmp_path, bare, undervolt={})
+    nothing = _undervolt_run(tmp_path, bare, undervolt={})
     with pytest.raises(UsageError, match="the undervolt answer has no valid SM clock lock"):
         read_recommendation(nothing)
 
 
 def test_an_undervolt_run_with_another_kind_of_analysis_is_refused(tmp_path: Path) -> None:
     power = {"kind": "power", "sweet_spot": {"cap_w": 300.0}}
-    run = _run_dir(tmp_path, power)
+    run = _undervolt_run(tmp_path, power)
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
     assert str(info.value) == (
@@ -252,8 +263,8 @@ def test_an_undervolt_run_with_another_kind_of_analysis_is_refused(tmp_path: Pat
 def test_an_edited_analysis_is_refused_for_what_the_run_measured(
     tmp_path: Path, offset: float, why: str
 ) -> None:
-    edited = _analysis(chosen={**CHOSEN, "sm_offset_mhz": offset})
-    run = _run_dir(tmp_path, edited)
+    edited = _undervolt_answer(chosen={**CHOSEN, "sm_offset_mhz": offset})
+    run = _undervolt_run(tmp_path, edited)
     with pytest.raises(UsageError) as info:
         read_recommendation(run)
     message = str(info.value)
@@ -264,23 +275,23 @@ def test_an_edited_analysis_is_refused_for_what_the_run_measured(
 
 
 def test_an_edited_cap_or_lock_is_refused(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, _analysis(chosen={**CHOSEN, "cap_w": 600.0}))
+    run = _undervolt_run(tmp_path, _undervolt_answer(chosen={**CHOSEN, "cap_w": 600.0}))
     with pytest.raises(UsageError, match=r"give SM 2790 MHz \+180 MHz at 450 W"):
         read_recommendation(run)
-    run = _run_dir(tmp_path, _analysis(chosen={**CHOSEN, "sm_lock_mhz": 3000.0}))
+    run = _undervolt_run(tmp_path, _undervolt_answer(chosen={**CHOSEN, "sm_lock_mhz": 3000.0}))
     with pytest.raises(UsageError, match="never measured stable at that lock"):
         read_recommendation(run)
 
 
 def test_a_run_json_record_that_disagrees_is_refused(tmp_path: Path) -> None:
     record = {"cap_w": 450.0, "sm_lock_mhz": 2790.0, "chosen_mhz": 90.0}
-    run = _run_dir(tmp_path, _analysis(), undervolt=record)
+    run = _undervolt_run(tmp_path, _undervolt_answer(), undervolt=record)
     with pytest.raises(UsageError, match=r"run.json records \+90 MHz"):
         read_recommendation(run)
 
 
 def test_a_run_without_its_measurements_applies_nothing(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, _analysis())
+    run = _undervolt_run(tmp_path, _undervolt_answer())
     (run / "caps.csv").unlink()
     with pytest.raises(UsageError, match="nothing is applied that the run did not measure"):
         read_recommendation(run)

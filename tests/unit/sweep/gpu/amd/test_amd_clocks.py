@@ -27,14 +27,14 @@ from tests.fakes.fake_amdsmi import (
 LABEL = "GPU 0 (AMD Test Card)"
 
 
-def _refusal(doing: str, value: str, exc: BaseException) -> str:
+def _refusal_text(doing: str, value: str, exc: BaseException) -> str:
     return f"refused: {doing} at {value} (status {status_code(exc)})"
 
 
-def _clocks(card: AmdCard, *, guest: bool = False) -> tuple[FakeAmdsmi, AmdClocks]:
+def _amd_clocks(card: AmdCard, *, guest: bool = False) -> tuple[FakeAmdsmi, AmdClocks]:
     fake = FakeAmdsmi([card])
     fake.amdsmi_init()
-    return fake, AmdClocks(fake, card, lambda: LABEL, _refusal, lambda: guest)
+    return fake, AmdClocks(fake, card, lambda: LABEL, _refusal_text, lambda: guest)
 
 
 @pytest.mark.parametrize(
@@ -48,20 +48,22 @@ def _clocks(card: AmdCard, *, guest: bool = False) -> tuple[FakeAmdsmi, AmdClock
 def test_the_locks_in_force_read_from_the_performance_level(
     level: AmdSmiDevPerfLevel, known: bool, active: bool
 ) -> None:
-    _, clocks = _clocks(mi300x(perf_level=level))
+    _, clocks = _amd_clocks(mi300x(perf_level=level))
     locks = clocks.locked()
     assert (locks.known, locks.user_clock_setting_active) == (known, active)
     assert locks.sm_mhz is None and locks.mem_mhz is None
 
 
 def test_an_unreadable_performance_level_is_unknown() -> None:
-    _, clocks = _clocks(mi300x(fail={"amdsmi_get_gpu_perf_level": AMDSMI_STATUS_UNKNOWN_ERROR}))
+    _, clocks = _amd_clocks(mi300x(fail={"amdsmi_get_gpu_perf_level": AMDSMI_STATUS_UNKNOWN_ERROR}))
     locks = clocks.locked()
     assert (locks.known, locks.user_clock_setting_active) == (False, None)
 
 
 def test_the_sm_clocks_fill_the_range_between_the_levels_in_steps() -> None:
-    _, clocks = _clocks(mi300x(gfx_levels_mhz=[510, 1337, 2100], mem_levels_mhz=[900, 1300, 900]))
+    _, clocks = _amd_clocks(
+        mi300x(gfx_levels_mhz=[510, 1337, 2100], mem_levels_mhz=[900, 1300, 900])
+    )
     supported = clocks.supported()
     assert supported.mem_mhz == (1300.0, 900.0)
     sm = supported.sm_mhz_by_mem[1300.0]
@@ -77,7 +79,7 @@ def test_the_sm_clocks_fill_the_range_between_the_levels_in_steps() -> None:
 def test_levels_are_read_from_hz_up_to_the_count_amdsmi_gives(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake, clocks = _clocks(mi300x())
+    fake, clocks = _amd_clocks(mi300x())
 
     def freq(handle: Any, clk_type: Any) -> dict[str, Any]:
         if clk_type == fake.AmdSmiClkType.GFX:
@@ -95,7 +97,7 @@ def test_levels_are_read_from_hz_up_to_the_count_amdsmi_gives(
     [(AMDSMI_STATUS_NOT_SUPPORTED, True), (AMDSMI_STATUS_UNKNOWN_ERROR, False)],
 )
 def test_clock_lists_that_cannot_be_read_are_one_line_errors(status: int, hint: bool) -> None:
-    _, clocks = _clocks(mi300x(fail={"amdsmi_get_clk_freq": status}))
+    _, clocks = _amd_clocks(mi300x(fail={"amdsmi_get_clk_freq": status}))
     with pytest.raises(GpuError) as info:
         clocks.supported()
     message = str(info.value)
@@ -105,7 +107,7 @@ def test_clock_lists_that_cannot_be_read_are_one_line_errors(status: int, hint: 
 
 
 def test_a_card_with_no_levels_asks_for_the_clocks_by_hand() -> None:
-    _, clocks = _clocks(mi300x(mem_levels_mhz=[]))
+    _, clocks = _amd_clocks(mi300x(mem_levels_mhz=[]))
     with pytest.raises(
         GpuError, match="^" + re.escape(f"{LABEL} lists no clock levels: give --sm-clocks")
     ):
@@ -114,7 +116,7 @@ def test_a_card_with_no_levels_asks_for_the_clocks_by_hand() -> None:
 
 def test_a_lock_is_a_manual_range_of_whole_mhz() -> None:
     card = rx7900xtx()
-    _, clocks = _clocks(card)
+    _, clocks = _amd_clocks(card)
     result = clocks.lock("sm", 1410.4)
     assert (result.requested_mhz, result.accepted) == (1410.4, True)
     assert card.perf_level == AmdSmiDevPerfLevel.MANUAL
@@ -126,7 +128,7 @@ def test_a_lock_is_a_manual_range_of_whole_mhz() -> None:
 @pytest.mark.parametrize("mhz", [0.0, -100.0, math.nan, math.inf])
 def test_a_lock_that_is_not_a_positive_number_is_refused(mhz: float) -> None:
     card = rx7900xtx()
-    fake, clocks = _clocks(card)
+    fake, clocks = _amd_clocks(card)
     with pytest.raises(UsageError, match="positive number of MHz"):
         clocks.lock("sm", mhz)
     assert fake.calls_to("amdsmi_set_gpu_perf_level") == 0
@@ -134,7 +136,7 @@ def test_a_lock_that_is_not_a_positive_number_is_refused(mhz: float) -> None:
 
 def test_a_refused_lock_with_nothing_held_leaves_the_card_in_auto() -> None:
     card = mi300x()  # HBM: memory locks refused
-    _, clocks = _clocks(card)
+    _, clocks = _amd_clocks(card)
     result = clocks.lock("mem", 1300.0)
     assert not result.accepted
     assert result.message == (
@@ -146,7 +148,7 @@ def test_a_refused_lock_with_nothing_held_leaves_the_card_in_auto() -> None:
 
 def test_a_refused_lock_keeps_the_lock_already_held() -> None:
     card = mi300x()
-    _, clocks = _clocks(card)
+    _, clocks = _amd_clocks(card)
     assert clocks.lock("sm", 1300.0).accepted
     assert not clocks.lock("mem", 1300.0).accepted
     assert card.perf_level == AmdSmiDevPerfLevel.MANUAL
@@ -154,27 +156,27 @@ def test_a_refused_lock_keeps_the_lock_already_held() -> None:
 
 
 def test_a_lock_outside_the_levels_is_rejected_as_invalid() -> None:
-    _, clocks = _clocks(mi300x())
+    _, clocks = _amd_clocks(mi300x())
     result = clocks.lock("sm", 3000.0)
     assert not result.accepted
     assert result.message.startswith(f"{LABEL} rejected a 3000 MHz SM lock as invalid (amdsmi: ")
 
 
 def test_without_permission_or_in_a_vm_guest_a_lock_is_an_error_in_the_cards_words() -> None:
-    _, clocks = _clocks(mi300x(fail={"amdsmi_set_gpu_clk_range": AMDSMI_STATUS_NO_PERM}))
+    _, clocks = _amd_clocks(mi300x(fail={"amdsmi_set_gpu_clk_range": AMDSMI_STATUS_NO_PERM}))
     with pytest.raises(
         GpuError, match=r"^refused: locking the SM clock at 1300 MHz \(status 10\)$"
     ):
         clocks.lock("sm", 1300.0)
     # a guest's NOT_SUPPORTED is the host owning the card, not a card without the feature
-    _, guest = _clocks(mi300x(sm_locks_supported=False), guest=True)
+    _, guest = _amd_clocks(mi300x(sm_locks_supported=False), guest=True)
     with pytest.raises(GpuError, match=r"^refused: locking the SM clock at 1300 MHz \(status 2\)$"):
         guest.lock("sm", 1300.0)
 
 
 def test_unlocking_one_clock_relocks_the_other_this_process_held() -> None:
     card = rx7900xtx()
-    _, clocks = _clocks(card)
+    _, clocks = _amd_clocks(card)
     clocks.lock("sm", 1500.0)
     clocks.lock("mem", 772.0)
     clocks.reset(sm=True, mem=False)
@@ -186,14 +188,14 @@ def test_unlocking_one_clock_relocks_the_other_this_process_held() -> None:
 
 
 def test_a_reset_of_nothing_touches_nothing() -> None:
-    fake, clocks = _clocks(rx7900xtx())
+    fake, clocks = _amd_clocks(rx7900xtx())
     clocks.reset(sm=False, mem=False)
     assert fake.calls_to("amdsmi_set_gpu_perf_level") == 0
 
 
 def test_a_card_without_performance_levels_was_never_locked() -> None:
     card = mi300x(fail={"amdsmi_set_gpu_perf_level": AMDSMI_STATUS_NOT_SUPPORTED})
-    _, clocks = _clocks(card)
+    _, clocks = _amd_clocks(card)
     clocks.reset()  # nothing to undo, no error
 
 
@@ -202,7 +204,7 @@ def test_a_card_without_performance_levels_was_never_locked() -> None:
     [(AMDSMI_STATUS_NOT_SUPPORTED, True), (AMDSMI_STATUS_NO_PERM, False)],
 )
 def test_an_unlock_the_card_refuses_is_an_error(status: int, guest: bool) -> None:
-    _, clocks = _clocks(mi300x(fail={"amdsmi_set_gpu_perf_level": status}), guest=guest)
+    _, clocks = _amd_clocks(mi300x(fail={"amdsmi_set_gpu_perf_level": status}), guest=guest)
     with pytest.raises(
         GpuError, match=rf"^refused: unlocking the clocks at level AUTO \(status {status}\)$"
     ):

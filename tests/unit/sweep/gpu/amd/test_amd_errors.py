@@ -24,7 +24,7 @@ from tests.fakes.fake_amdsmi import (
 )
 
 
-def _error(code: int) -> Exception:
+def _library_error(code: int) -> Exception:
     return fake_module.AmdSmiLibraryException(code)
 
 
@@ -40,7 +40,7 @@ def _error(code: int) -> Exception:
     ],
 )
 def test_each_status_code_is_one_fault(code: int, fault: Fault) -> None:
-    assert fault_of(_error(code)) == fault
+    assert fault_of(_library_error(code)) == fault
 
 
 def test_an_error_without_a_status_code_is_a_failure() -> None:
@@ -49,7 +49,7 @@ def test_an_error_without_a_status_code_is_a_failure() -> None:
 
 def _set(code: int, *, guest: bool) -> Any:
     def call() -> None:
-        raise _error(code)
+        raise _library_error(code)
 
     setter = AmdSetter(
         lambda exc: f"error: {fault_of(exc)}",
@@ -94,7 +94,7 @@ def test_a_tolerant_read_is_its_value_or_none_with_the_fault_told() -> None:
     faults: list[Fault] = []
 
     def fails() -> None:
-        raise _error(AMDSMI_STATUS_NOT_SUPPORTED)
+        raise _library_error(AMDSMI_STATUS_NOT_SUPPORTED)
 
     assert amd_read(smi, lambda: 3, faults.append) == 3
     assert amd_read(smi, fails, faults.append) is None

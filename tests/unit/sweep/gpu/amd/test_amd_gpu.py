@@ -27,7 +27,9 @@ LABEL = "GPU 0 (AMD Instinct MI300X)"
 UNKNOWN = "(amdsmi: AMDSMI_STATUS_UNKNOWN_ERROR - An unknown error occurred)"
 
 
-def _gpu(card: AmdCard | None = None, smi: FakeAmdsmi | None = None) -> tuple[FakeAmdsmi, Any]:
+def _amdsmi_gpu(
+    card: AmdCard | None = None, smi: FakeAmdsmi | None = None
+) -> tuple[FakeAmdsmi, Any]:
     fake = smi or FakeAmdsmi([card or mi300x()])
     fake.amdsmi_init()
     return fake, AmdsmiGpu(fake, fake.cards[0], 0)
@@ -38,7 +40,7 @@ def test_a_card_that_reports_no_vram_size_reads_zero() -> None:
         def amdsmi_get_gpu_vram_info(self, processor_handle: Any) -> dict[str, Any]:
             return {**super().amdsmi_get_gpu_vram_info(processor_handle), "vram_size": "N/A"}
 
-    _, gpu = _gpu(smi=NoVram([mi300x()]))
+    _, gpu = _amdsmi_gpu(smi=NoVram([mi300x()]))
     ident = gpu.identity()
     assert ident.vram_mib == 0 and ident.name == "AMD Instinct MI300X" and ident.index == 0
 
@@ -53,7 +55,7 @@ def test_a_card_that_reports_no_vram_size_reads_zero() -> None:
     ],
 )
 def test_caps_that_are_no_range_are_a_card_without_a_settable_cap(changes: dict[str, Any]) -> None:
-    _, gpu = _gpu(mi300x(**changes))
+    _, gpu = _amdsmi_gpu(mi300x(**changes))
     with pytest.raises(GpuError) as caught:
         gpu.envelope()
     message = str(caught.value)
@@ -62,7 +64,7 @@ def test_caps_that_are_no_range_are_a_card_without_a_settable_cap(changes: dict[
 
 
 def test_a_cap_read_that_fails_names_the_card_and_the_cause() -> None:
-    _, gpu = _gpu(mi300x(fail={"amdsmi_get_power_cap_info": AMDSMI_STATUS_UNKNOWN_ERROR}))
+    _, gpu = _amdsmi_gpu(mi300x(fail={"amdsmi_get_power_cap_info": AMDSMI_STATUS_UNKNOWN_ERROR}))
     with pytest.raises(GpuError) as caught:
         gpu.envelope()
     assert str(caught.value) == f"cannot read the power cap of {LABEL} {UNKNOWN}"
@@ -70,7 +72,7 @@ def test_a_cap_read_that_fails_names_the_card_and_the_cause() -> None:
 
 def test_a_guest_without_a_cap_is_told_the_host_owns_it() -> None:
     card = mi300x(power_capped=False, virtualization_mode=AmdSmiVirtualizationMode.GUEST)
-    _, gpu = _gpu(card)
+    _, gpu = _amdsmi_gpu(card)
     with pytest.raises(GpuError) as caught:
         gpu.envelope()
     assert str(caught.value) == (
@@ -82,7 +84,7 @@ def test_a_guest_without_a_cap_is_told_the_host_owns_it() -> None:
 
 @pytest.mark.parametrize("critical", [0, None])
 def test_no_positive_critical_temperature_is_unknown(critical: int | None) -> None:
-    _, gpu = _gpu(mi300x(hotspot_critical_c=critical))
+    _, gpu = _amdsmi_gpu(mi300x(hotspot_critical_c=critical))
     assert math.isnan(gpu.slowdown_temp_c())
 
 
@@ -95,7 +97,7 @@ class _CapUnreadableAfterSet(FakeAmdsmi):
 
 
 def test_a_cap_that_cannot_be_read_back_is_not_accepted() -> None:
-    _, gpu = _gpu(smi=_CapUnreadableAfterSet([mi300x()]))
+    _, gpu = _amdsmi_gpu(smi=_CapUnreadableAfterSet([mi300x()]))
     result = gpu.set_power_limit(500.0)
     assert not result.accepted and math.isnan(result.readback_w)
     assert result.message == f"{LABEL} took the 500 W request but its cap could not be read back"
@@ -106,7 +108,7 @@ def test_a_read_back_within_half_a_watt_is_accepted() -> None:
         def _cap_set(self, card: AmdCard, cap_uw: int) -> None:
             card.cap_uw = cap_uw - 400_000  # the card keeps 0.4 W less
 
-    _, gpu = _gpu(smi=Rounding([mi300x()]))
+    _, gpu = _amdsmi_gpu(smi=Rounding([mi300x()]))
     result = gpu.set_power_limit(500.0)
     assert result.accepted and result.readback_w == 499.6 and result.message == ""
 
@@ -117,7 +119,7 @@ def test_an_invalid_cap_on_a_card_whose_range_cannot_be_read_has_no_hint() -> No
             processor_handle.fail["amdsmi_get_power_cap_info"] = AMDSMI_STATUS_UNKNOWN_ERROR
             raise AmdSmiLibraryException(1)  # AMDSMI_STATUS_INVAL
 
-    _, gpu = _gpu(smi=InvalidThenBlind([mi300x()]))
+    _, gpu = _amdsmi_gpu(smi=InvalidThenBlind([mi300x()]))
     result = gpu.set_power_limit(500.0)
     assert not result.accepted and math.isnan(result.readback_w)
     assert result.message == (
@@ -146,7 +148,7 @@ def test_an_invalid_cap_on_a_card_whose_range_cannot_be_read_has_no_hint() -> No
     ],
 )
 def test_each_refused_cap_is_one_line_naming_why(code: int, message: str) -> None:
-    _, gpu = _gpu(mi300x(fail={"amdsmi_set_power_cap": code}))
+    _, gpu = _amdsmi_gpu(mi300x(fail={"amdsmi_set_power_cap": code}))
     with pytest.raises(GpuError) as caught:
         gpu.set_power_limit(500.0)
     assert str(caught.value) == message
@@ -159,7 +161,7 @@ def test_a_card_whose_virtualization_mode_cannot_be_read_is_not_taken_for_a_gues
             "amdsmi_set_power_cap": AMDSMI_STATUS_NO_PERM,
         }
     )
-    _, gpu = _gpu(card)
+    _, gpu = _amdsmi_gpu(card)
     with pytest.raises(GpuError, match="needs root"):
         gpu.set_power_limit(500.0)
 
@@ -171,7 +173,7 @@ def test_the_label_is_the_index_alone_when_the_name_cannot_be_read() -> None:
             "amdsmi_set_power_cap": AMDSMI_STATUS_NOT_SUPPORTED,
         }
     )
-    _, gpu = _gpu(card)
+    _, gpu = _amdsmi_gpu(card)
     with pytest.raises(GpuError) as caught:
         gpu.set_power_limit(350.0)
     assert str(caught.value).startswith("GPU 0 does not allow setting the power cap (amdsmi:")
@@ -180,7 +182,7 @@ def test_the_label_is_the_index_alone_when_the_name_cannot_be_read() -> None:
 
 
 def test_the_name_read_for_the_identity_labels_later_messages() -> None:
-    fake, gpu = _gpu(rx7900xtx(fail={"amdsmi_set_power_cap": AMDSMI_STATUS_NOT_SUPPORTED}))
+    fake, gpu = _amdsmi_gpu(rx7900xtx(fail={"amdsmi_set_power_cap": AMDSMI_STATUS_NOT_SUPPORTED}))
     gpu.identity()
     asked = fake.calls_to("amdsmi_get_gpu_asic_info")
     with pytest.raises(GpuError, match=r"^GPU 0 \(AMD Radeon RX 7900 XTX\) does not allow"):
@@ -195,14 +197,14 @@ def test_processes_skip_entries_without_a_pid_and_read_the_old_memory_key() -> N
         {"name": "no pid"},
         {"pid": 13, "memory_usage": {"vram_mem": "N/A"}},
     ]
-    _, gpu = _gpu(mi300x(processes=processes))
+    _, gpu = _amdsmi_gpu(mi300x(processes=processes))
     procs = gpu.compute_processes()
     assert procs is not None and [p.pid for p in procs] == [11, 13]
     assert procs[0].used_memory_mib == 512.0 and math.isnan(procs[1].used_memory_mib)
 
 
 def test_a_card_without_processes_lists_none_rather_than_unknown() -> None:
-    _, gpu = _gpu()
+    _, gpu = _amdsmi_gpu()
     assert gpu.compute_processes() == ()
 
 
@@ -215,5 +217,5 @@ def test_the_index_given_is_the_cards_index() -> None:
 
 
 def test_an_amd_card_has_no_xids_to_report() -> None:
-    _, gpu = _gpu()
+    _, gpu = _amdsmi_gpu()
     assert gpu.xid_events() is None

@@ -36,7 +36,7 @@ QUIET = {
 }
 
 
-def _gpu(card: AmdCard | None = None, smi: FakeAmdsmi | None = None) -> tuple[FakeAmdsmi, Any]:
+def _gpu_3(card: AmdCard | None = None, smi: FakeAmdsmi | None = None) -> tuple[FakeAmdsmi, Any]:
     fake = smi or FakeAmdsmi([card or mi300x()])
     fake.amdsmi_init()
     return fake, AmdsmiGpu(fake, fake.cards[0], 3)
@@ -60,13 +60,13 @@ def _gpu(card: AmdCard | None = None, smi: FakeAmdsmi | None = None) -> tuple[Fa
     ],
 )
 def test_each_violation_flag_sets_its_clock_event_bit(flags: dict[str, Any], bits: int) -> None:
-    _, gpu = _gpu(mi300x(violation={**QUIET, **flags}))
+    _, gpu = _gpu_3(mi300x(violation={**QUIET, **flags}))
     assert gpu.read_sample().clock_event_bits == bits
 
 
 def test_a_violation_status_of_only_na_flags_is_unsupported_and_not_asked_again() -> None:
     na = dict.fromkeys(QUIET, "N/A")
-    fake, gpu = _gpu(mi300x(violation=na))
+    fake, gpu = _gpu_3(mi300x(violation=na))
     samples = [gpu.read_sample() for _ in range(3)]
     assert all(s.clock_event_bits is None and s.read_errors == 0 for s in samples)
     assert fake.calls_to("amdsmi_get_violation_status") == 1
@@ -74,7 +74,7 @@ def test_a_violation_status_of_only_na_flags_is_unsupported_and_not_asked_again(
 
 
 def test_the_power_source_is_probed_once_current_first() -> None:
-    fake, gpu = _gpu(mi300x(current_power_w=None, average_power_w=300))
+    fake, gpu = _gpu_3(mi300x(current_power_w=None, average_power_w=300))
     assert gpu.power_source == "average"
     probes = fake.calls_to("amdsmi_get_power_info")
     assert probes == 2  # current read N/A, then average
@@ -83,7 +83,7 @@ def test_the_power_source_is_probed_once_current_first() -> None:
 
 
 def test_a_card_without_socket_power_is_not_asked_for_it_again() -> None:
-    fake, gpu = _gpu(mi300x(current_power_w=None, average_power_w=None))
+    fake, gpu = _gpu_3(mi300x(current_power_w=None, average_power_w=None))
     probes = fake.calls_to("amdsmi_get_power_info")
     s = gpu.read_sample()
     assert math.isnan(s.power_w) and math.isnan(s.power_instant_w) and s.read_errors == 0
@@ -106,7 +106,7 @@ class _FailingCurrent(FakeAmdsmi):
 
 def test_a_probe_whose_first_read_fails_tries_the_next_source() -> None:
     card = mi300x(current_power_w=520, average_power_w=500)
-    _, gpu = _gpu(smi=_FailingCurrent([card]))
+    _, gpu = _gpu_3(smi=_FailingCurrent([card]))
     assert gpu.power_source == "average"  # the current read failed; the average answered
     s = gpu.read_sample()
     assert (s.power_w, s.power_instant_w) == (500.0, 520.0)  # the sample reads both
@@ -116,7 +116,7 @@ def test_a_probe_whose_every_read_failed_is_not_taken_for_a_card_without_power()
     card = mi300x(current_power_w=520)
     smi = _FailingCurrent([card])
     smi.failures_left = 2  # both the current and the average reads of the probe fail
-    _, gpu = _gpu(smi=smi)
+    _, gpu = _gpu_3(smi=smi)
     assert gpu.power_source == "unknown"
     s = gpu.read_sample()
     assert s.power_w == 520.0 and gpu.power_source == "current"  # probed again, now answered
@@ -135,7 +135,7 @@ class _Shapeless(FakeAmdsmi):
 
 
 def test_a_reading_of_the_wrong_shape_is_a_counted_failure_not_a_crash() -> None:
-    _, gpu = _gpu(smi=_Shapeless([mi300x()]))
+    _, gpu = _gpu_3(smi=_Shapeless([mi300x()]))
     s = gpu.read_sample()
     assert math.isnan(s.sm_clock_mhz) and math.isnan(s.mem_clock_mhz) and math.isnan(s.util_pct)
     assert s.read_errors == 3 and gpu.read_error_count == 3
@@ -144,7 +144,7 @@ def test_a_reading_of_the_wrong_shape_is_a_counted_failure_not_a_crash() -> None
 
 
 def test_an_unsupported_call_is_a_capability_and_another_failure_is_counted() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _gpu_3()
     fake.cards[0].fail["amdsmi_get_gpu_activity"] = AMDSMI_STATUS_NOT_SUPPORTED
     fake.cards[0].fail["amdsmi_get_temp_metric"] = AMDSMI_STATUS_UNKNOWN_ERROR
     first = gpu.read_sample()
@@ -157,14 +157,14 @@ def test_an_unsupported_call_is_a_capability_and_another_failure_is_counted() ->
 
 
 def test_an_energy_counter_without_its_resolution_is_unsupported() -> None:
-    fake, gpu = _gpu(mi300x(energy_resolution_uj="N/A"))  # type: ignore[arg-type]
+    fake, gpu = _gpu_3(mi300x(energy_resolution_uj="N/A"))  # type: ignore[arg-type]
     assert math.isnan(gpu.read_sample().energy_mj)
     assert "energy" in gpu.unsupported_fields and gpu.read_sample().read_errors == 0
     assert fake.calls_to("amdsmi_get_energy_count") == 1
 
 
 def test_a_die_reported_by_another_never_reads_its_energy() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _gpu_3()
     gpu.power_reported_by = 0
     s = gpu.read_sample()
     assert math.isnan(s.energy_mj) and s.read_errors == 0
@@ -172,6 +172,6 @@ def test_a_die_reported_by_another_never_reads_its_energy() -> None:
 
 
 def test_the_sample_carries_the_cards_index_and_no_pstate() -> None:
-    _, gpu = _gpu()
+    _, gpu = _gpu_3()
     s = gpu.read_sample()
     assert s.gpu_index == 3 and s.pstate is None

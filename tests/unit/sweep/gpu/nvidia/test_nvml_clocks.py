@@ -29,7 +29,7 @@ class _Label:
         return LABEL
 
 
-def _clocks(**device: Any) -> tuple[FakeDevice, NvmlClocks, _Label]:
+def _nvml_clocks(**device: Any) -> tuple[FakeDevice, NvmlClocks, _Label]:
     fake = FakeNvml([FakeDevice(**device)])
     fake.nvmlInit()
     label = _Label()
@@ -37,7 +37,7 @@ def _clocks(**device: Any) -> tuple[FakeDevice, NvmlClocks, _Label]:
 
 
 def test_supported_clocks_are_sorted_descending_whatever_order_nvml_lists() -> None:
-    _, clocks, _ = _clocks(
+    _, clocks, _ = _nvml_clocks(
         supported_mem_mhz=[5001, 9751, 405],
         supported_sm_mhz={5001: [600, 1500, 900], 9751: [2100, 1800], 405: [300]},
     )
@@ -51,7 +51,7 @@ def test_supported_clocks_are_sorted_descending_whatever_order_nvml_lists() -> N
 
 
 def test_a_card_that_lists_no_memory_clock_asks_for_them_by_hand() -> None:
-    _, clocks, _ = _clocks(supported_mem_mhz=[])
+    _, clocks, _ = _nvml_clocks(supported_mem_mhz=[])
     with pytest.raises(GpuError, match=rf"^{re.escape(LABEL)} lists no supported clocks: give"):
         clocks.supported_clocks()
 
@@ -65,14 +65,14 @@ def test_a_card_that_lists_no_memory_clock_asks_for_them_by_hand() -> None:
     ],
 )
 def test_a_card_that_cannot_list_its_clocks_says_why(code: int, message: str) -> None:
-    _, clocks, _ = _clocks(fail={"nvmlDeviceGetSupportedGraphicsClocks": code})
+    _, clocks, _ = _nvml_clocks(fail={"nvmlDeviceGetSupportedGraphicsClocks": code})
     with pytest.raises(GpuError) as info:
         clocks.supported_clocks()
     assert message in str(info.value)
 
 
 def test_a_lock_is_min_equal_max_in_whole_mhz_and_names_the_request() -> None:
-    device, clocks, label = _clocks()
+    device, clocks, label = _nvml_clocks()
     result = clocks.lock_sm_clock(1410.4)
     assert (result.requested_mhz, result.accepted, result.message) == (1410.4, True, "")
     assert device.locked_sm == (1410, 1410)
@@ -83,14 +83,14 @@ def test_a_lock_is_min_equal_max_in_whole_mhz_and_names_the_request() -> None:
 
 @pytest.mark.parametrize("mhz", [0.0, -5.0, math.nan, math.inf])
 def test_a_lock_that_is_not_a_positive_number_is_refused_before_nvml(mhz: float) -> None:
-    device, clocks, _ = _clocks()
+    device, clocks, _ = _nvml_clocks()
     with pytest.raises(UsageError, match="positive number of MHz"):
         clocks.lock_sm_clock(mhz)
     assert device.locked_sm is None
 
 
 def test_a_refused_memory_lock_is_a_result_with_the_geforce_hint() -> None:
-    _, clocks, _ = _clocks(mem_locks_supported=False, sm_locks_supported=False)
+    _, clocks, _ = _nvml_clocks(mem_locks_supported=False, sm_locks_supported=False)
     mem = clocks.lock_mem_clock(9501.0)
     assert not mem.accepted
     assert mem.message == (
@@ -102,7 +102,7 @@ def test_a_refused_memory_lock_is_a_result_with_the_geforce_hint() -> None:
 
 
 def test_an_invalid_lock_is_a_result_and_other_failures_are_errors() -> None:
-    device, clocks, _ = _clocks()
+    device, clocks, _ = _nvml_clocks()
     invalid = clocks.lock_sm_clock(5.0)  # below every listed clock
     assert not invalid.accepted
     assert (
@@ -117,7 +117,7 @@ def test_an_invalid_lock_is_a_result_and_other_failures_are_errors() -> None:
 
 
 def test_reset_clears_only_the_locks_asked_for() -> None:
-    device, clocks, _ = _clocks()
+    device, clocks, _ = _nvml_clocks()
     clocks.lock_sm_clock(1500.0)
     clocks.lock_mem_clock(5001.0)
     clocks.reset_clock_locks(sm=True, mem=False)
@@ -129,7 +129,7 @@ def test_reset_clears_only_the_locks_asked_for() -> None:
 
 
 def test_a_reset_a_card_does_not_support_is_no_failure() -> None:
-    device, clocks, _ = _clocks(mem_locks_supported=False)
+    device, clocks, _ = _nvml_clocks(mem_locks_supported=False)
     clocks.lock_sm_clock(1500.0)
     clocks.reset_clock_locks()  # the memory reset answers NOT_SUPPORTED: nothing was locked
     assert device.locked_sm is None
@@ -143,6 +143,6 @@ def test_a_reset_a_card_does_not_support_is_no_failure() -> None:
     ],
 )
 def test_a_reset_the_driver_refuses_is_an_error(code: int, message: str) -> None:
-    _, clocks, _ = _clocks(fail={"nvmlDeviceResetMemoryLockedClocks": code})
+    _, clocks, _ = _nvml_clocks(fail={"nvmlDeviceResetMemoryLockedClocks": code})
     with pytest.raises(GpuError, match=message):
         clocks.reset_clock_locks()

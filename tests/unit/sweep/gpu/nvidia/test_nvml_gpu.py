@@ -43,7 +43,7 @@ FakeNvml = fake_pynvml.FakeNvml
 FakeDevice = fake_pynvml.FakeDevice
 
 
-def _gpu(**device: Any) -> tuple[Any, NvmlGpu]:
+def _nvml_gpu(**device: Any) -> tuple[Any, NvmlGpu]:
     fake = FakeNvml(devices=[FakeDevice(**device)])
     return fake, NvmlBackend(nvml=fake).gpu(0)
 
@@ -67,19 +67,19 @@ def test_identity_reads_name_uuid_vram_and_driver(as_bytes: bool) -> None:
 
 
 def test_identity_failure_is_a_gpu_error() -> None:
-    _, gpu = _gpu(fail={"nvmlDeviceGetUUID": fake_pynvml.NVML_ERROR_GPU_IS_LOST})
+    _, gpu = _nvml_gpu(fail={"nvmlDeviceGetUUID": fake_pynvml.NVML_ERROR_GPU_IS_LOST})
     with pytest.raises(GpuError, match=r"GPU 0.*GPU is lost"):
         gpu.identity()
 
 
 def test_envelope_converts_milliwatts_to_watts() -> None:
-    _, gpu = _gpu(min_mw=100_000, default_mw=370_000, max_mw=390_500, limit_mw=350_000)
+    _, gpu = _nvml_gpu(min_mw=100_000, default_mw=370_000, max_mw=390_500, limit_mw=350_000)
     env = gpu.envelope()
     assert (env.min_w, env.default_w, env.max_w, env.current_w) == (100.0, 370.0, 390.5, 350.0)
 
 
 def test_envelope_without_power_management_names_gpu_and_cause() -> None:
-    _, gpu = _gpu(name="NVIDIA GeForce RTX 4060 Laptop GPU", power_managed=False)
+    _, gpu = _nvml_gpu(name="NVIDIA GeForce RTX 4060 Laptop GPU", power_managed=False)
     with pytest.raises(GpuError) as info:
         gpu.envelope()
     message = str(info.value)
@@ -89,13 +89,13 @@ def test_envelope_without_power_management_names_gpu_and_cause() -> None:
 
 
 def test_envelope_reported_as_zero_is_not_available() -> None:
-    _, gpu = _gpu(min_mw=0, max_mw=0, default_mw=0, limit_mw=0)
+    _, gpu = _nvml_gpu(min_mw=0, max_mw=0, default_mw=0, limit_mw=0)
     with pytest.raises(GpuError, match=r"no settable power limit.*N/A"):
         gpu.envelope()
 
 
 def test_slowdown_temp_and_enforced_limit() -> None:
-    fake, gpu = _gpu(slowdown_temp_c=87, limit_mw=300_000, enforced_cap_mw=280_000)
+    fake, gpu = _nvml_gpu(slowdown_temp_c=87, limit_mw=300_000, enforced_cap_mw=280_000)
     assert gpu.slowdown_temp_c() == 87.0
     assert gpu.enforced_limit_w() == 280.0
     device = fake.devices[0]
@@ -109,7 +109,7 @@ def test_slowdown_temp_and_enforced_limit() -> None:
 
 
 def test_sample_converts_units_and_uses_instant_power() -> None:
-    _, gpu = _gpu(
+    _, gpu = _nvml_gpu(
         power_mw=250_000,
         instant_power_mw=262_500,
         energy_mj=123_456_789,
@@ -137,12 +137,12 @@ def test_sample_converts_units_and_uses_instant_power() -> None:
 
 def test_sample_power_is_clamped_by_the_fake_to_the_cap() -> None:
     # The fake's draw follows the enforced limit, which the driver tests rely on.
-    _, gpu = _gpu(power_mw=300_000, instant_power_mw=310_000, limit_mw=200_000)
+    _, gpu = _nvml_gpu(power_mw=300_000, instant_power_mw=310_000, limit_mw=200_000)
     assert gpu.read_sample().power_w == 200.0
 
 
 def test_average_power_when_instant_field_is_unsupported() -> None:
-    fake, gpu = _gpu(power_mw=250_000, instant_power_mw=None)
+    fake, gpu = _nvml_gpu(power_mw=250_000, instant_power_mw=None)
     assert gpu.power_source == "average"
     s = gpu.read_sample()
     assert s.power_w == 250.0 and s.draw_w == 250.0
@@ -158,20 +158,20 @@ def test_average_power_when_instant_field_is_unsupported() -> None:
     ],
 )
 def test_average_power_when_instant_read_fails_at_probe(failure: dict[str, Any]) -> None:
-    _, gpu = _gpu(power_mw=240_000, instant_power_mw=260_000, **failure)
+    _, gpu = _nvml_gpu(power_mw=240_000, instant_power_mw=260_000, **failure)
     assert gpu.power_source == "average"
     assert gpu.read_sample().draw_w == 240.0
 
 
 def test_zero_instant_next_to_nonzero_average_means_instant_is_not_measured() -> None:
-    _, gpu = _gpu(power_mw=80_000, instant_power_mw=0)
+    _, gpu = _nvml_gpu(power_mw=80_000, instant_power_mw=0)
     assert gpu.power_source == "average"
     s = gpu.read_sample()
     assert s.draw_w == 80.0 and math.isnan(s.power_instant_w)
 
 
 def test_instant_falls_back_to_average_per_read() -> None:
-    fake, gpu = _gpu(power_mw=250_000, instant_power_mw=262_000)
+    fake, gpu = _nvml_gpu(power_mw=250_000, instant_power_mw=262_000)
     assert gpu.power_source == "instant"
     fake.devices[0].fail_fields[fake_pynvml.NVML_FI_DEV_POWER_INSTANT] = 999
     s = gpu.read_sample()
@@ -185,7 +185,7 @@ def test_instant_falls_back_to_average_per_read() -> None:
 
 
 def test_instant_field_decoded_by_its_value_type() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     fv = fake_pynvml.FakeFieldValue(
         fieldId=fake_pynvml.NVML_FI_DEV_POWER_INSTANT,
         valueType=fake_pynvml.NVML_VALUE_TYPE_DOUBLE,
@@ -207,7 +207,7 @@ def test_failed_reads_become_nan_and_count_without_raising() -> None:
         "nvmlDeviceGetPerformanceState",
         "nvmlDeviceGetCurrentClocksEventReasons",
     ]
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     fake.devices[0].fail.update(dict.fromkeys(failing, unknown))
     first = gpu.read_sample()
     for value in (first.power_w, first.energy_mj, first.temp_c, first.sm_clock_mhz):
@@ -228,7 +228,7 @@ def test_failed_reads_become_nan_and_count_without_raising() -> None:
 
 
 def test_lost_gpu_never_raises_from_read_sample() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     lost = fake_pynvml.NVML_ERROR_GPU_IS_LOST
     names = [n for n in NVML_API_USED if n.startswith("nvmlDevice")]
     fake.devices[0].fail.update(dict.fromkeys(names, lost))
@@ -237,7 +237,7 @@ def test_lost_gpu_never_raises_from_read_sample() -> None:
 
 
 def test_unsupported_energy_is_nan_not_an_error_and_not_asked_again() -> None:
-    fake, gpu = _gpu(energy_mj=None)
+    fake, gpu = _nvml_gpu(energy_mj=None)
     samples = [gpu.read_sample() for _ in range(3)]
     assert all(math.isnan(s.energy_mj) for s in samples)
     assert all(s.read_errors == 0 for s in samples)
@@ -247,13 +247,13 @@ def test_unsupported_energy_is_nan_not_an_error_and_not_asked_again() -> None:
 
 
 def test_unknown_pstate_is_none_without_an_error() -> None:
-    _, gpu = _gpu(pstate=fake_pynvml.NVML_PSTATE_UNKNOWN)
+    _, gpu = _nvml_gpu(pstate=fake_pynvml.NVML_PSTATE_UNKNOWN)
     s = gpu.read_sample()
     assert s.pstate is None and s.read_errors == 0
 
 
 def test_energy_counter_follows_the_fake_draw() -> None:
-    fake, gpu = _gpu(power_mw=200_000, energy_mj=0)
+    fake, gpu = _nvml_gpu(power_mw=200_000, energy_mj=0)
     fake.devices[0].tick(2.5)
     assert gpu.read_sample().energy_mj == 500_000.0
 
@@ -263,23 +263,23 @@ def test_energy_counter_follows_the_fake_draw() -> None:
 
 def test_compute_processes_in_mib_with_unknown_memory_as_nan() -> None:
     proc = fake_pynvml.FakeProcessInfo
-    _, gpu = _gpu(processes=[proc(pid=4242, usedGpuMemory=3 * 2**30), proc(77, None)])
+    _, gpu = _nvml_gpu(processes=[proc(pid=4242, usedGpuMemory=3 * 2**30), proc(77, None)])
     procs = gpu.compute_processes()
     assert procs is not None and [p.pid for p in procs] == [4242, 77]
     assert procs[0].used_memory_mib == 3072.0 and math.isnan(procs[1].used_memory_mib)
-    _, idle = _gpu()
+    _, idle = _nvml_gpu()
     assert idle.compute_processes() == ()
 
 
 def test_compute_processes_unreadable_is_none() -> None:
-    _, gpu = _gpu(
+    _, gpu = _nvml_gpu(
         fail={"nvmlDeviceGetComputeRunningProcesses": fake_pynvml.NVML_ERROR_NO_PERMISSION}
     )
     assert gpu.compute_processes() is None
 
 
 def test_set_limit_accepted_reads_back_and_uses_the_non_v2_call() -> None:
-    fake, gpu = _gpu(limit_mw=350_000)
+    fake, gpu = _nvml_gpu(limit_mw=350_000)
     result = gpu.set_power_limit(250.4)
     assert fake.devices[0].limit_mw == 250_400
     assert result.accepted
@@ -290,7 +290,7 @@ def test_set_limit_accepted_reads_back_and_uses_the_non_v2_call() -> None:
 
 
 def test_set_limit_silently_kept_is_not_accepted() -> None:
-    fake, gpu = _gpu(
+    fake, gpu = _nvml_gpu(
         name="NVIDIA GeForce RTX 5090",
         min_mw=400_000,
         max_mw=600_000,
@@ -307,7 +307,7 @@ def test_set_limit_silently_kept_is_not_accepted() -> None:
 
 
 def test_set_limit_invalid_argument_is_a_rejected_result() -> None:
-    fake, gpu = _gpu(min_mw=100_000, max_mw=390_000, limit_mw=350_000)
+    fake, gpu = _nvml_gpu(min_mw=100_000, max_mw=390_000, limit_mw=350_000)
     result = gpu.set_power_limit(50)
     assert not result.accepted
     assert result.requested_w == 50 and result.readback_w == 350.0
@@ -316,26 +316,30 @@ def test_set_limit_invalid_argument_is_a_rejected_result() -> None:
 
 
 def test_set_limit_without_root_asks_for_sudo() -> None:
-    _, gpu = _gpu(fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_NO_PERMISSION})
+    _, gpu = _nvml_gpu(
+        fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_NO_PERMISSION}
+    )
     with pytest.raises(GpuError, match=r"GPU 0 .*needs root: re-run with sudo"):
         gpu.set_power_limit(250)
 
 
 def test_set_limit_not_supported_names_the_cause() -> None:
-    _, gpu = _gpu(fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_NOT_SUPPORTED})
+    _, gpu = _nvml_gpu(
+        fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_NOT_SUPPORTED}
+    )
     with pytest.raises(GpuError) as info:
         gpu.set_power_limit(250)
     assert "Not Supported" in str(info.value) and "SYS_ADMIN" in str(info.value)
 
 
 def test_set_limit_other_nvml_error_is_a_gpu_error() -> None:
-    _, gpu = _gpu(fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_UNKNOWN})
+    _, gpu = _nvml_gpu(fail={"nvmlDeviceSetPowerManagementLimit": fake_pynvml.NVML_ERROR_UNKNOWN})
     with pytest.raises(GpuError, match="250 W failed: Unknown Error"):
         gpu.set_power_limit(250)
 
 
 def test_set_limit_with_lower_enforced_limit_is_accepted_with_a_note() -> None:
-    _, gpu = _gpu(enforced_cap_mw=200_000)
+    _, gpu = _nvml_gpu(enforced_cap_mw=200_000)
     result = gpu.set_power_limit(300)
     assert result.accepted
     assert (result.readback_w, result.enforced_w) == (300.0, 200.0)
@@ -344,7 +348,7 @@ def test_set_limit_with_lower_enforced_limit_is_accepted_with_a_note() -> None:
 
 @pytest.mark.parametrize("watts", [0.0, -5.0, math.nan, math.inf])
 def test_set_limit_refuses_nonsense_watts(watts: float) -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     with pytest.raises(UsageError):
         gpu.set_power_limit(watts)
     assert fake.calls_to("nvmlDeviceSetPowerManagementLimit") == 0
@@ -412,7 +416,7 @@ def test_real_pynvml_either_works_or_raises_gpu_error() -> None:
 
 
 def test_persistence_mode_reads_and_sets_with_the_real_enum_values() -> None:
-    fake, gpu = _gpu(persistence_mode=fake_pynvml.NVML_FEATURE_DISABLED)
+    fake, gpu = _nvml_gpu(persistence_mode=fake_pynvml.NVML_FEATURE_DISABLED)
     assert gpu.persistence_mode() is False
     assert gpu.set_persistence_mode(True) is True
     assert fake.devices[0].persistence_mode == fake_pynvml.NVML_FEATURE_ENABLED == 1
@@ -422,7 +426,7 @@ def test_persistence_mode_reads_and_sets_with_the_real_enum_values() -> None:
 
 
 def test_persistence_mode_unreadable_is_none_and_unsupported_set_says_why() -> None:
-    fake, gpu = _gpu(persistence_supported=False)
+    fake, gpu = _nvml_gpu(persistence_supported=False)
     assert gpu.persistence_mode() is None
     with pytest.raises(GpuError, match=r"GPU 0 .*no persistence mode.*Not Supported"):
         gpu.set_persistence_mode(True)
@@ -434,7 +438,7 @@ def test_persistence_mode_unreadable_is_none_and_unsupported_set_says_why() -> N
 
 
 def test_locked_clocks_are_unknown_through_nvml_but_a_user_setting_shows() -> None:
-    fake, gpu = _gpu(clock_event_bits=0)
+    fake, gpu = _nvml_gpu(clock_event_bits=0)
     locks = gpu.locked_clocks()
     assert locks.known is False and locks.sm_mhz is None and locks.mem_mhz is None
     assert locks.user_clock_setting_active is False
@@ -494,7 +498,7 @@ def test_real_result_structures_have_the_fields_read() -> None:
     assert "total" in dict(pynvml.c_nvmlMemory_t._fields_)
     assert "gpu" in dict(pynvml.c_nvmlUtilization_t._fields_)
     # Feed a real ctypes field value through the backend: attribute names must match.
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     values = (pynvml.c_nvmlFieldValue_t * 1)()
     values[0].fieldId = pynvml.NVML_FI_DEV_POWER_INSTANT
     values[0].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
@@ -510,7 +514,7 @@ def test_real_result_structures_have_the_fields_read() -> None:
 
 
 def test_supported_clocks_list_memory_tiers_and_sm_clocks_per_tier_descending() -> None:
-    _, gpu = _gpu(supported_mem_mhz=[9751, 9501, 5001, 810, 405])
+    _, gpu = _nvml_gpu(supported_mem_mhz=[9751, 9501, 5001, 810, 405])
     clocks = gpu.supported_clocks()
     assert clocks.mem_mhz == (9751.0, 9501.0, 5001.0, 810.0, 405.0)
     assert clocks.sm_mhz_by_mem[9751.0][0] == 2100.0
@@ -519,7 +523,7 @@ def test_supported_clocks_list_memory_tiers_and_sm_clocks_per_tier_descending() 
 
 
 def test_supported_clocks_not_supported_is_a_one_line_gpu_error() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     fake.devices[0].fail["nvmlDeviceGetSupportedMemoryClocks"] = (
         fake_pynvml.NVML_ERROR_NOT_SUPPORTED
     )
@@ -529,7 +533,7 @@ def test_supported_clocks_not_supported_is_a_one_line_gpu_error() -> None:
 
 
 def test_sm_lock_sets_min_equal_max_and_reset_clears_it() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     assert gpu.lock_sm_clock(1410.0).accepted
     assert fake.devices[0].locked_sm == (1410, 1410)
     assert gpu.lock_mem_clock(5001.0).accepted
@@ -542,7 +546,7 @@ def test_sm_lock_sets_min_equal_max_and_reset_clears_it() -> None:
 
 
 def test_memory_lock_refused_by_a_geforce_card_is_a_one_line_explanation() -> None:
-    _fake, gpu = _gpu(mem_locks_supported=False)
+    _fake, gpu = _nvml_gpu(mem_locks_supported=False)
     result = gpu.lock_mem_clock(9501.0)
     assert not result.accepted
     assert "GeForce" in result.message and "Not Supported" in result.message
@@ -551,14 +555,14 @@ def test_memory_lock_refused_by_a_geforce_card_is_a_one_line_explanation() -> No
 
 
 def test_lock_outside_the_listed_clocks_is_rejected_not_raised() -> None:
-    _, gpu = _gpu()
+    _, gpu = _nvml_gpu()
     result = gpu.lock_sm_clock(5000.0)
     assert not result.accepted and "invalid" in result.message
 
 
 @pytest.mark.parametrize("call", ["lock_sm_clock", "lock_mem_clock"])
 def test_lock_without_root_asks_for_sudo(call: str) -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     name = (
         "nvmlDeviceSetGpuLockedClocks"
         if call == "lock_sm_clock"
@@ -570,7 +574,7 @@ def test_lock_without_root_asks_for_sudo(call: str) -> None:
 
 
 def test_reset_without_root_is_a_gpu_error() -> None:
-    fake, gpu = _gpu()
+    fake, gpu = _nvml_gpu()
     fake.devices[0].fail["nvmlDeviceResetGpuLockedClocks"] = fake_pynvml.NVML_ERROR_NO_PERMISSION
     with pytest.raises(GpuError, match="sudo"):
         gpu.reset_clock_locks()

@@ -25,7 +25,7 @@ APIS = pytest.mark.parametrize("api", ["current", "older"])
 MEM = fake_pynvml.NVML_CLOCK_MEM
 
 
-def _clocks(api: str = "current", **device: Any) -> tuple[FakeNvml, NvmlClocks]:
+def _mem_offset_clocks(api: str = "current", **device: Any) -> tuple[FakeNvml, NvmlClocks]:
     fake = FakeNvml([FakeDevice(**device)], clock_offsets_api=api == "current")
     fake.nvmlInit()
     return fake, NvmlClocks(fake, fake.devices[0], lambda: LABEL)
@@ -42,12 +42,12 @@ def _mem_sets(fake: FakeNvml) -> list[tuple[int, int]]:
 
 @APIS
 def test_the_memory_offset_and_its_range_are_read(api: str) -> None:
-    _, clocks = _clocks(api, mem_offset_mhz=1000, mem_offset_p2_mhz=1000)
+    _, clocks = _mem_offset_clocks(api, mem_offset_mhz=1000, mem_offset_p2_mhz=1000)
     assert clocks.mem_clock_offset() == ClockOffset(True, 1000.0, -2000.0, 6000.0, "")
 
 
 def test_the_current_api_reads_the_memory_clock_type_in_p0() -> None:
-    fake, clocks = _clocks()
+    fake, clocks = _mem_offset_clocks()
     clocks.mem_clock_offset()
     kinds = {(kind, p) for name, _, _, kind, p, _ in fake.offset_structs if name == NEW_GET}
     assert (MEM, 0) in kinds and all(kind == MEM for kind, _ in kinds)
@@ -55,7 +55,7 @@ def test_the_current_api_reads_the_memory_clock_type_in_p0() -> None:
 
 @APIS
 def test_a_memory_offset_is_set_in_p0_and_p2_and_read_back(api: str) -> None:
-    fake, clocks = _clocks(api)
+    fake, clocks = _mem_offset_clocks(api)
     result = clocks.set_mem_clock_offset(1500)
     assert result.accepted and result.verified and result.applied_mhz == 1500.0
     device = fake.devices[0]
@@ -67,7 +67,7 @@ def test_a_memory_offset_is_set_in_p0_and_p2_and_read_back(api: str) -> None:
 
 @APIS
 def test_a_memory_offset_outside_the_range_is_not_sent(api: str) -> None:
-    fake, clocks = _clocks(api)
+    fake, clocks = _mem_offset_clocks(api)
     result = clocks.set_mem_clock_offset(7000)
     assert not result.accepted
     assert result.message == (
@@ -78,7 +78,7 @@ def test_a_memory_offset_outside_the_range_is_not_sent(api: str) -> None:
 
 @APIS
 def test_a_card_without_a_memory_offset_says_so_and_refuses_a_set(api: str) -> None:
-    _, clocks = _clocks(api, mem_offset_supported=False)
+    _, clocks = _mem_offset_clocks(api, mem_offset_supported=False)
     offset = clocks.mem_clock_offset()
     assert not offset.supported
     assert offset.message == (
@@ -103,7 +103,7 @@ def test_a_driver_with_neither_api_is_too_old_for_a_memory_offset() -> None:
 
 
 def test_the_older_memory_calls_are_used_where_the_current_ones_are_missing() -> None:
-    fake, clocks = _clocks("older")
+    fake, clocks = _mem_offset_clocks("older")
     assert clocks.set_mem_clock_offset(800).accepted
     assert fake.devices[0].mem_offset_mhz == 800 and fake.devices[0].mem_offset_p2_mhz == 800
     assert not _mem_sets(fake)
@@ -112,14 +112,14 @@ def test_the_older_memory_calls_are_used_where_the_current_ones_are_missing() ->
 @APIS
 def test_a_refused_memory_set_code_is_a_loud_error_without_permission(api: str) -> None:
     name = NEW_SET if api == "current" else OLD_SET
-    _, clocks = _clocks(api, fail={name: fake_pynvml.NVML_ERROR_NO_PERMISSION})
+    _, clocks = _mem_offset_clocks(api, fail={name: fake_pynvml.NVML_ERROR_NO_PERMISSION})
     with pytest.raises(GpuError, match=r"setting the memory clock offset of .* needs root"):
         clocks.set_mem_clock_offset(1000)
 
 
 @APIS
 def test_a_memory_offset_on_the_drivers_grid_is_the_offset_set(api: str) -> None:
-    _, clocks = _clocks(api, sm_offset_grid_mhz=15)
+    _, clocks = _mem_offset_clocks(api, sm_offset_grid_mhz=15)
     result = clocks.set_mem_clock_offset(1007)
     assert result.accepted and result.applied_mhz == 1005.0
     assert "applied as +1005 MHz" in result.message
@@ -127,7 +127,7 @@ def test_a_memory_offset_on_the_drivers_grid_is_the_offset_set(api: str) -> None
 
 @APIS
 def test_a_memory_offset_the_driver_does_not_report_is_accepted_unverified(api: str) -> None:
-    _, clocks = _clocks(api, sm_offset_reported=False)
+    _, clocks = _mem_offset_clocks(api, sm_offset_reported=False)
     result = clocks.set_mem_clock_offset(1000)
     assert result.accepted and not result.verified and result.applied_mhz is None
     assert "memory clock offset but reads back 0 MHz" in result.message
@@ -135,7 +135,7 @@ def test_a_memory_offset_the_driver_does_not_report_is_accepted_unverified(api: 
 
 
 def test_p2_refusing_a_memory_offset_is_said_not_fatal() -> None:
-    fake, clocks = _clocks(mem_offset_p2_mhz=None)
+    fake, clocks = _mem_offset_clocks(mem_offset_p2_mhz=None)
     result = clocks.set_mem_clock_offset(1000)
     assert result.accepted and "P2 refused it" in result.message
     assert fake.devices[0].mem_offset_mhz == 1000 and fake.devices[0].mem_offset_p2_mhz is None
@@ -151,7 +151,7 @@ def test_the_nvml_gpu_hands_the_memory_offset_on() -> None:
 
 
 def test_the_old_range_read_of_the_memory_clock_is_its_own() -> None:
-    _, clocks = _clocks("older", mem_offset_range_mhz=(-1000, 3000))
+    _, clocks = _mem_offset_clocks("older", mem_offset_range_mhz=(-1000, 3000))
     offset = clocks.mem_clock_offset()
     assert (offset.min_mhz, offset.max_mhz) == (-1000.0, 3000.0)
     assert (clocks.sm_clock_offset().min_mhz, clocks.sm_clock_offset().max_mhz) == (-200.0, 1000.0)

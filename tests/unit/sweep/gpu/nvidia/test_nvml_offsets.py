@@ -63,13 +63,13 @@ def _fake(api: str = "current", *, fake: type[FakeNvml] = FakeNvml, **device: An
     return nvml
 
 
-def _clocks(api: str = "current", **device: Any) -> tuple[FakeNvml, NvmlClocks, _Label]:
+def _offset_clocks(api: str = "current", **device: Any) -> tuple[FakeNvml, NvmlClocks, _Label]:
     fake = _fake(api, **device)
     label = _Label()
     return fake, NvmlClocks(fake, fake.devices[0], label), label
 
 
-def _gpu(api: str = "current", **device: Any) -> tuple[FakeNvml, NvmlGpu]:
+def _offset_gpu(api: str = "current", **device: Any) -> tuple[FakeNvml, NvmlGpu]:
     fake = FakeNvml([FakeDevice(**device)], clock_offsets_api=api == "current")
     return fake, NvmlBackend(nvml=fake).gpu(0)
 
@@ -84,7 +84,7 @@ def _sets(fake: FakeNvml) -> list[tuple[int, int]]:
 
 @APIS
 def test_the_offset_and_its_range_are_read_in_mhz(api: str) -> None:
-    _, clocks, label = _clocks(
+    _, clocks, label = _offset_clocks(
         api, sm_offset_mhz=-75, sm_offset_p2_mhz=-75, sm_offset_range_mhz=(-300, 1500)
     )
     assert clocks.sm_clock_offset() == ClockOffset(True, -75.0, -300.0, 1500.0, "")
@@ -93,12 +93,12 @@ def test_the_offset_and_its_range_are_read_in_mhz(api: str) -> None:
 
 @APIS
 def test_the_default_fake_card_has_no_offset_in_a_minus_200_to_1000_range(api: str) -> None:
-    _, gpu = _gpu(api)
+    _, gpu = _offset_gpu(api)
     assert gpu.sm_clock_offset() == ClockOffset(True, 0.0, -200.0, 1000.0, "")
 
 
 def test_the_current_api_reads_p0_and_is_not_the_older_one() -> None:
-    fake, clocks, _ = _clocks(sm_offset_mhz=60, sm_offset_p2_mhz=60)
+    fake, clocks, _ = _offset_clocks(sm_offset_mhz=60, sm_offset_p2_mhz=60)
     assert clocks.sm_clock_offset().sm_offset_mhz == 60.0
     assert fake.calls_to(GET) == 0 and fake.calls_to(RANGE) == 0
     pstates = [p for name, _, _, _, p, _ in fake.offset_structs if name == NEW_GET]
@@ -106,7 +106,7 @@ def test_the_current_api_reads_p0_and_is_not_the_older_one() -> None:
 
 
 def test_a_p2_offset_unlike_p0s_is_noted_and_p0s_is_the_one_in_force() -> None:
-    _, clocks, _ = _clocks(sm_offset_mhz=120, sm_offset_p2_mhz=0)
+    _, clocks, _ = _offset_clocks(sm_offset_mhz=120, sm_offset_p2_mhz=0)
     got = clocks.sm_clock_offset()
     assert (got.supported, got.sm_offset_mhz, got.min_mhz) == (True, 120.0, -200.0)
     assert got.message == "P2 has +0 MHz (P0's is shown)"
@@ -114,13 +114,15 @@ def test_a_p2_offset_unlike_p0s_is_noted_and_p0s_is_the_one_in_force() -> None:
 
 @pytest.mark.parametrize("refusal", [INVALID, NOT_SUPPORTED])
 def test_a_card_without_a_p2_offset_reads_p0s_without_a_note(refusal: int) -> None:
-    _, clocks, _ = _clocks(sm_offset_mhz=45, sm_offset_p2_mhz=None, sm_offset_p2_refusal=refusal)
+    _, clocks, _ = _offset_clocks(
+        sm_offset_mhz=45, sm_offset_p2_mhz=None, sm_offset_p2_refusal=refusal
+    )
     assert clocks.sm_clock_offset() == ClockOffset(True, 45.0, -200.0, 1000.0, "")
 
 
 @APIS
 def test_a_card_that_says_not_supported_does_not_support_it(api: str) -> None:
-    fake, clocks, _ = _clocks(api, sm_offset_supported=False)
+    fake, clocks, _ = _offset_clocks(api, sm_offset_supported=False)
     got = clocks.sm_clock_offset()
     assert not got.supported
     assert (got.sm_offset_mhz, got.min_mhz, got.max_mhz) == (None, None, None)
@@ -148,7 +150,7 @@ def test_a_driver_without_the_older_calls_uses_the_current_ones() -> None:
 
 
 def test_a_driver_without_the_current_calls_falls_back_to_the_older_ones() -> None:
-    fake, clocks, _ = _clocks("older", sm_offset_mhz=-30)
+    fake, clocks, _ = _offset_clocks("older", sm_offset_mhz=-30)
     assert clocks.sm_clock_offset() == ClockOffset(True, -30.0, -200.0, 1000.0, "")
     assert fake.calls_to(GET) == 1 and fake.offset_structs == []
     result = clocks.set_sm_clock_offset(200.0)
@@ -160,7 +162,7 @@ def test_a_driver_without_the_current_calls_falls_back_to_the_older_ones() -> No
 
 def test_a_driver_that_knows_no_version_1_struct_falls_back_to_the_older_calls() -> None:
     mismatch = fake_pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    fake, clocks, _ = _clocks(fail={NEW_GET: mismatch, NEW_SET: mismatch}, sm_offset_mhz=15)
+    fake, clocks, _ = _offset_clocks(fail={NEW_GET: mismatch, NEW_SET: mismatch}, sm_offset_mhz=15)
     assert clocks.sm_clock_offset().sm_offset_mhz == 15.0
     assert clocks.set_sm_clock_offset(75.0).accepted
     assert fake.calls_to(SET) == 1 and fake.devices[0].sm_offset_mhz == 75
@@ -168,7 +170,7 @@ def test_a_driver_that_knows_no_version_1_struct_falls_back_to_the_older_calls()
 
 @APIS
 def test_a_failed_read_is_supported_with_no_value_and_the_cause(api: str) -> None:
-    _, clocks, _ = _clocks(api, fail={CALLS[api]["get"]: fake_pynvml.NVML_ERROR_UNKNOWN})
+    _, clocks, _ = _offset_clocks(api, fail={CALLS[api]["get"]: fake_pynvml.NVML_ERROR_UNKNOWN})
     got = clocks.sm_clock_offset()
     assert got.supported and got.sm_offset_mhz is None
     # the older API reads the range in a call of its own; the current one in the same call
@@ -178,7 +180,7 @@ def test_a_failed_read_is_supported_with_no_value_and_the_cause(api: str) -> Non
 
 def test_a_failed_range_read_leaves_the_range_unknown_and_says_why() -> None:
     lost = fake_pynvml.NVML_ERROR_GPU_IS_LOST
-    _, clocks, _ = _clocks("older", sm_offset_mhz=50, fail={RANGE: lost})
+    _, clocks, _ = _offset_clocks("older", sm_offset_mhz=50, fail={RANGE: lost})
     got = clocks.sm_clock_offset()
     assert (got.supported, got.sm_offset_mhz, got.min_mhz, got.max_mhz) == (True, 50.0, None, None)
     assert got.message == f"cannot read the SM clock offset range of {LABEL} (NVML: GPU is lost)"
@@ -186,7 +188,7 @@ def test_a_failed_range_read_leaves_the_range_unknown_and_says_why() -> None:
 
 def test_both_reads_failing_say_both_on_one_line() -> None:
     lost = fake_pynvml.NVML_ERROR_GPU_IS_LOST
-    _, clocks, _ = _clocks("older", fail={GET: lost, RANGE: lost})
+    _, clocks, _ = _offset_clocks("older", fail={GET: lost, RANGE: lost})
     got = clocks.sm_clock_offset()
     assert got.supported and got.sm_offset_mhz is None and got.min_mhz is None
     assert "offset of" in got.message and "offset range of" in got.message
@@ -194,13 +196,13 @@ def test_both_reads_failing_say_both_on_one_line() -> None:
 
 
 def test_an_unsupported_range_alone_is_an_unknown_range_without_a_message() -> None:
-    _, clocks, _ = _clocks("older", fail={RANGE: NOT_SUPPORTED})
+    _, clocks, _ = _offset_clocks("older", fail={RANGE: NOT_SUPPORTED})
     assert clocks.sm_clock_offset() == ClockOffset(True, 0.0, None, None, "")
 
 
 @APIS
 def test_a_range_with_min_above_max_is_unknown(api: str) -> None:
-    _, clocks, _ = _clocks(api, sm_offset_range_mhz=(500, -500))
+    _, clocks, _ = _offset_clocks(api, sm_offset_range_mhz=(500, -500))
     got = clocks.sm_clock_offset()
     assert (got.min_mhz, got.max_mhz) == (None, None)
     assert got.message == f"{LABEL} reports a 500 to -500 MHz SM clock offset range"
@@ -211,7 +213,7 @@ def test_a_range_with_min_above_max_is_unknown(api: str) -> None:
 
 @APIS
 def test_an_offset_in_range_is_set_in_whole_mhz_and_read_back(api: str) -> None:
-    fake, clocks, label = _clocks(api)
+    fake, clocks, label = _offset_clocks(api)
     result = clocks.set_sm_clock_offset(150.4)
     assert result == LockResult(150.4, True, "", applied_mhz=150.0, verified=True)
     assert (fake.devices[0].sm_offset_mhz, fake.devices[0].sm_offset_p2_mhz) == (150, 150)
@@ -220,7 +222,7 @@ def test_an_offset_in_range_is_set_in_whole_mhz_and_read_back(api: str) -> None:
 
 
 def test_the_current_api_sets_p0_then_p2_with_a_version_1_struct_and_reads_each_back() -> None:
-    fake, clocks, _ = _clocks()
+    fake, clocks, _ = _offset_clocks()
     assert clocks.set_sm_clock_offset(105.0).accepted
     assert _sets(fake) == [(0, 105), (2, 105)]
     reads = [p for name, _, _, _, p, _ in fake.offset_structs if name == NEW_GET]
@@ -232,7 +234,7 @@ def test_the_current_api_sets_p0_then_p2_with_a_version_1_struct_and_reads_each_
 
 @pytest.mark.parametrize("refusal", [INVALID, NOT_SUPPORTED])
 def test_a_p2_the_driver_refuses_is_skipped_and_said(refusal: int) -> None:
-    fake, clocks, _ = _clocks(sm_offset_p2_mhz=None, sm_offset_p2_refusal=refusal)
+    fake, clocks, _ = _offset_clocks(sm_offset_p2_mhz=None, sm_offset_p2_refusal=refusal)
     result = clocks.set_sm_clock_offset(60.0)
     error = fake_pynvml.make_error(refusal)
     assert result == LockResult(
@@ -285,7 +287,7 @@ def test_a_p2_read_back_that_fails_is_said_and_leaves_the_set_unverified() -> No
 
 
 def test_a_linked_card_takes_p0s_offset_in_p2_too() -> None:
-    fake, clocks, _ = _clocks(sm_offset_linked=True, sm_offset_p2_mhz=0)
+    fake, clocks, _ = _offset_clocks(sm_offset_linked=True, sm_offset_p2_mhz=0)
     fake.devices[0].put_offset([0], 45)  # the fake's model: one set moves both
     assert fake.devices[0].sm_offset_p2_mhz == 45
     assert clocks.set_sm_clock_offset(90.0) == LockResult(90.0, True, "", applied_mhz=90.0)
@@ -309,7 +311,7 @@ def test_a_p2_that_keeps_another_offset_is_not_accepted() -> None:
 @APIS
 @pytest.mark.parametrize("mhz", [-200.0, 1000.0, 1000.4, -200.49])
 def test_the_range_ends_are_accepted(api: str, mhz: float) -> None:
-    fake, clocks, _ = _clocks(api)
+    fake, clocks, _ = _offset_clocks(api)
     assert clocks.set_sm_clock_offset(mhz).accepted
     assert fake.devices[0].sm_offset_mhz == round(mhz)
 
@@ -319,7 +321,7 @@ def test_the_range_ends_are_accepted(api: str, mhz: float) -> None:
 def test_an_offset_outside_the_range_is_refused_without_setting(
     api: str, mhz: float, shown: str
 ) -> None:
-    fake, clocks, _ = _clocks(api, sm_offset_mhz=100)
+    fake, clocks, _ = _offset_clocks(api, sm_offset_mhz=100)
     result = clocks.set_sm_clock_offset(mhz)
     assert not result.accepted
     assert result.message == (
@@ -341,7 +343,7 @@ class _UpsideDownRange(FakeNvml):
 @APIS
 def test_with_the_range_unknown_the_driver_decides(api: str) -> None:
     if api == "older":
-        fake, clocks, _ = _clocks(api, fail={RANGE: fake_pynvml.NVML_ERROR_UNKNOWN})
+        fake, clocks, _ = _offset_clocks(api, fail={RANGE: fake_pynvml.NVML_ERROR_UNKNOWN})
     else:
         fake = _fake(fake=_UpsideDownRange)
         clocks = NvmlClocks(fake, fake.devices[0], _Label())
@@ -360,7 +362,7 @@ def test_with_the_range_unknown_the_driver_decides(api: str) -> None:
 @APIS
 @pytest.mark.parametrize("mhz", [math.nan, math.inf, -math.inf, 60_000.0, -60_000.0])
 def test_an_offset_that_is_not_a_sane_number_is_a_usage_error(api: str, mhz: float) -> None:
-    fake, clocks, _ = _clocks(api)
+    fake, clocks, _ = _offset_clocks(api)
     with pytest.raises(UsageError, match="clock offset must be a number of MHz"):
         clocks.set_sm_clock_offset(mhz)
     assert fake.calls_to(CALLS[api]["set"]) == 0 and fake.offset_structs == []
@@ -368,7 +370,7 @@ def test_an_offset_that_is_not_a_sane_number_is_a_usage_error(api: str, mhz: flo
 
 @APIS
 def test_setting_without_root_is_a_one_line_gpu_error_asking_for_sudo(api: str) -> None:
-    fake, gpu = _gpu(api, fail={CALLS[api]["set"]: fake_pynvml.NVML_ERROR_NO_PERMISSION})
+    fake, gpu = _offset_gpu(api, fail={CALLS[api]["set"]: fake_pynvml.NVML_ERROR_NO_PERMISSION})
     with pytest.raises(GpuError) as info:
         gpu.set_sm_clock_offset(100.0)
     assert str(info.value) == (
@@ -380,7 +382,7 @@ def test_setting_without_root_is_a_one_line_gpu_error_asking_for_sudo(api: str) 
 
 @APIS
 def test_another_driver_failure_is_a_gpu_error(api: str) -> None:
-    _, clocks, _ = _clocks(api, fail={CALLS[api]["set"]: fake_pynvml.NVML_ERROR_GPU_IS_LOST})
+    _, clocks, _ = _offset_clocks(api, fail={CALLS[api]["set"]: fake_pynvml.NVML_ERROR_GPU_IS_LOST})
     with pytest.raises(
         GpuError, match=r"^setting the SM clock offset of .* to 100 MHz failed: GPU"
     ):
@@ -389,7 +391,7 @@ def test_another_driver_failure_is_a_gpu_error(api: str) -> None:
 
 @APIS
 def test_a_set_the_card_does_not_support_is_refused_not_set(api: str) -> None:
-    fake, clocks, _ = _clocks(api, fail={CALLS[api]["set"]: NOT_SUPPORTED})
+    fake, clocks, _ = _offset_clocks(api, fail={CALLS[api]["set"]: NOT_SUPPORTED})
     result = clocks.set_sm_clock_offset(100.0)
     assert result == LockResult(
         100.0, False, f"{LABEL} does not support an SM clock offset (NVML: Not Supported)"
@@ -400,7 +402,7 @@ def test_a_set_the_card_does_not_support_is_refused_not_set(api: str) -> None:
 
 
 def test_an_invalid_set_through_the_current_call_is_refused() -> None:
-    fake, clocks, _ = _clocks(fail={NEW_SET: INVALID})
+    fake, clocks, _ = _offset_clocks(fail={NEW_SET: INVALID})
     assert clocks.set_sm_clock_offset(100.0) == LockResult(
         100.0,
         False,
@@ -410,13 +412,15 @@ def test_an_invalid_set_through_the_current_call_is_refused() -> None:
 
 
 def test_a_set_without_the_older_call_and_without_the_current_one_is_too_old() -> None:
-    _, clocks, _ = _clocks("older", fail={SET: NOT_FOUND})
+    _, clocks, _ = _offset_clocks("older", fail={SET: NOT_FOUND})
     assert clocks.set_sm_clock_offset(100.0) == LockResult(100.0, False, TOO_OLD)
 
 
 @APIS
 def test_a_read_back_that_differs_is_not_accepted(api: str) -> None:
-    fake, clocks, _ = _clocks(api, sm_offset_mhz=25, sm_offset_p2_mhz=25, sm_offset_applies=False)
+    fake, clocks, _ = _offset_clocks(
+        api, sm_offset_mhz=25, sm_offset_p2_mhz=25, sm_offset_applies=False
+    )
     result = clocks.set_sm_clock_offset(200.0)
     where = " in P0" if api == "current" else ""
     assert result == LockResult(
@@ -427,7 +431,7 @@ def test_a_read_back_that_differs_is_not_accepted(api: str) -> None:
 
 @APIS
 def test_a_read_back_that_fails_is_not_accepted(api: str) -> None:
-    fake, clocks, _ = _clocks(api, fail={CALLS[api]["get"]: fake_pynvml.NVML_ERROR_UNKNOWN})
+    fake, clocks, _ = _offset_clocks(api, fail={CALLS[api]["get"]: fake_pynvml.NVML_ERROR_UNKNOWN})
     result = clocks.set_sm_clock_offset(200.0)
     assert result == LockResult(
         200.0,
@@ -440,7 +444,7 @@ def test_a_read_back_that_fails_is_not_accepted(api: str) -> None:
 
 @APIS
 def test_setting_0_puts_the_curve_back(api: str) -> None:
-    fake, gpu = _gpu(api, sm_offset_mhz=-120, sm_offset_p2_mhz=-120)
+    fake, gpu = _offset_gpu(api, sm_offset_mhz=-120, sm_offset_p2_mhz=-120)
     original = gpu.sm_clock_offset().sm_offset_mhz
     assert gpu.set_sm_clock_offset(250.0).accepted
     assert gpu.sm_clock_offset().sm_offset_mhz == 250.0
@@ -458,7 +462,7 @@ def test_setting_0_puts_the_curve_back(api: str) -> None:
 def test_an_offset_the_driver_rounds_to_its_15_mhz_grid_is_accepted_as_applied(
     api: str, mhz: float, applied: int
 ) -> None:
-    fake, clocks, _ = _clocks(api, sm_offset_grid_mhz=15)
+    fake, clocks, _ = _offset_clocks(api, sm_offset_grid_mhz=15)
     result = clocks.set_sm_clock_offset(mhz)
     assert result == LockResult(
         mhz, True, f"applied as {applied:+d} MHz (the driver's rounding)", applied_mhz=applied
@@ -468,13 +472,15 @@ def test_an_offset_the_driver_rounds_to_its_15_mhz_grid_is_accepted_as_applied(
 
 @pytest.mark.parametrize(("kept", "accepted"), [(25, False), (26, True), (54, True), (55, False)])
 def test_a_read_back_within_one_grid_step_is_the_request(kept: int, accepted: bool) -> None:
-    _, clocks, _ = _clocks(sm_offset_mhz=kept, sm_offset_p2_mhz=kept, sm_offset_applies=False)
+    _, clocks, _ = _offset_clocks(
+        sm_offset_mhz=kept, sm_offset_p2_mhz=kept, sm_offset_applies=False
+    )
     assert clocks.set_sm_clock_offset(40.0).accepted is accepted  # |kept - 40| < 15
 
 
 @APIS
 def test_a_driver_that_reads_0_back_is_accepted_unverified(api: str) -> None:
-    fake, gpu = _gpu(api, sm_offset_reported=False)
+    fake, gpu = _offset_gpu(api, sm_offset_reported=False)
     result = gpu.set_sm_clock_offset(150.0)
     where = " in P0 and in P2" if api == "current" else ""
     assert result == LockResult(
@@ -496,14 +502,14 @@ def test_a_driver_that_reads_0_back_is_accepted_unverified(api: str) -> None:
 
 
 def test_a_small_offset_read_back_as_0_is_the_grid_not_a_silent_driver() -> None:
-    _, clocks, _ = _clocks(sm_offset_grid_mhz=15)
+    _, clocks, _ = _offset_clocks(sm_offset_grid_mhz=15)
     assert clocks.set_sm_clock_offset(10.0) == LockResult(
         10.0, True, "applied as +0 MHz (the driver's rounding)", applied_mhz=0.0
     )
 
 
 def test_a_p2_the_driver_refuses_and_a_silent_read_back_are_both_said_on_one_line() -> None:
-    _, clocks, _ = _clocks(sm_offset_reported=False, sm_offset_p2_mhz=None)
+    _, clocks, _ = _offset_clocks(sm_offset_reported=False, sm_offset_p2_mhz=None)
     result = clocks.set_sm_clock_offset(75.0)
     assert result.accepted and not result.verified
     assert "reads back 0 MHz in P0: applied" in result.message
@@ -515,7 +521,7 @@ def test_a_p2_the_driver_refuses_and_a_silent_read_back_are_both_said_on_one_lin
 
 
 def test_the_fake_switch_makes_every_offset_call_unsupported() -> None:
-    fake, gpu = _gpu(sm_offset_supported=False)
+    fake, gpu = _offset_gpu(sm_offset_supported=False)
     assert not gpu.sm_clock_offset().supported
     result = gpu.set_sm_clock_offset(100.0)
     assert not result.accepted and "does not support an SM clock offset" in result.message
