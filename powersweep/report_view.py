@@ -17,6 +17,7 @@ from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Loc
 from powersweep.analysis.result_types import PowerAnalysis, RunFacts, known
 from powersweep.analysis.summary import SHOWN_STATUSES, starred_cap
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
+from powersweep.runformat import as_float
 
 WIDTH = 80
 # what the marks in the table's first column mean, by axis
@@ -216,7 +217,7 @@ def _clock_rows(result: ClockAnalysis) -> tuple[str, list[Row], list[tuple[str, 
             None,
             _status(r.status, None),
         )
-    order = sorted(entries, key=lambda k: (-_num(k[1]), _num(k[0])))
+    order = sorted(entries, key=lambda k: (-as_float(k[1], -1.0), as_float(k[0], -1.0)))
     header = {"sm-clock": "SM MHz", "mem-clock": "mem MHz"}.get(result.axis, "SM/mem MHz")
     what = "best point (a boundary)" if answer is not None and answer.kind == "boundary" else None
     return header, [entries[k] for k in order], _legend(what or "efficiency peak")
@@ -253,10 +254,6 @@ def _legend(what: str) -> list[tuple[str, str]]:
 
 def _locks(p: LockPoint | LockRow | Locks) -> tuple[float | None, float | None]:
     return p.sm_lock_mhz, p.mem_lock_mhz
-
-
-def _num(v: float | None) -> float:
-    return -1.0 if v is None or not math.isfinite(v) else v
 
 
 def _lock_text(axis: str, key: tuple[float | None, float | None]) -> str:

@@ -9,7 +9,6 @@ The reasoning: docs/figures.md, "powersweep.analysis.result_types".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self, TypeVar
@@ -33,12 +32,6 @@ RawNum = int | float | None
 def known(value: T | UnsetType | None) -> T | None:
     """The value, or None where it was null or not written."""
     return None if value is UNSET or isinstance(value, UnsetType) else value
-
-
-def number(value: float | UnsetType | None) -> float:
-    """A number to print or plot: NaN where it was null or not written."""
-    known_value = known(value)
-    return math.nan if known_value is None else float(known_value)
 
 
 class JsonRecord:

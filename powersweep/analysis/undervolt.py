@@ -16,7 +16,7 @@ from powersweep import __version__
 from powersweep.analysis import claims
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Answer, RunFacts, ToolInfo, number
+from powersweep.analysis.result_types import Answer, RunFacts, ToolInfo
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
@@ -25,7 +25,7 @@ from powersweep.analysis.undervolt_result_types import (
     UndervoltAnalysis,
     VersusCap,
 )
-from powersweep.runformat import REFERENCE_REASON, finite_or_none
+from powersweep.runformat import REFERENCE_REASON, as_float
 
 SOAK = "soak"
 RETRY_REASON = "retry"
@@ -59,7 +59,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     # reading only where its own did not stand)
     baselines = [r for r in rows if r.sm_lock_mhz is None and r.status == "ok"]
     baselines = [r for r in baselines if r.reason != REFERENCE_REASON] or baselines
-    steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: number(r.sm_offset_mhz))
+    steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: as_float(r.sm_offset_mhz))
     soaks = [r for r in locked if r.reason == SOAK]
     options = _options(curve.run)
     step_mhz = _step_mhz(options, steps)
@@ -86,7 +86,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
         step_mhz=step_mhz,
         margin_mhz=margin,
-        soak_s=finite_or_none(options.get("soak_s")),
+        soak_s=as_float(options.get("soak_s"), None),
         baseline=baseline,
         steps=steps,
         soaks=soaks,
@@ -110,18 +110,17 @@ def idle_at_lock(run: Mapping[str, Any] | None) -> IdleAtLock | None:
     span = idle.get("sm_lock_range_mhz")
     low, top = span if isinstance(span, list) and len(span) == 2 else (None, None)
     return IdleAtLock(
-        sm_lock_min_mhz=finite_or_none(low),
-        sm_lock_mhz=finite_or_none(top if top is not None else idle.get("sm_lock_mhz")),
-        power_w=finite_or_none(idle.get("power_w")),
-        sm_clock_mhz=finite_or_none(idle.get("sm_clock_mhz")),
-        seconds=finite_or_none(idle.get("seconds")),
+        sm_lock_min_mhz=as_float(low, None),
+        sm_lock_mhz=as_float(top if top is not None else idle.get("sm_lock_mhz"), None),
+        power_w=as_float(idle.get("power_w"), None),
+        sm_clock_mhz=as_float(idle.get("sm_clock_mhz"), None),
+        seconds=as_float(idle.get("seconds"), None),
     )
 
 
 def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
     def num(key: str) -> float | None:
-        value = row.get(key)
-        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+        return as_float(row.get(key), None)
 
     def text(key: str) -> str | None:
         value = row.get(key)
@@ -158,10 +157,10 @@ def _options(run: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _margin_mhz(options: Mapping[str, Any], step_mhz: float | None) -> float:
     """The margin as run.json records it; a run before issue 45 recorded steps to back off."""
-    margin = finite_or_none(options.get("margin_mhz"))
+    margin = as_float(options.get("margin_mhz"), None)
     if margin is not None:
         return margin
-    steps = finite_or_none(options.get("backoff_steps"))
+    steps = as_float(options.get("backoff_steps"), None)
     return (DEFAULT_BACKOFF_STEPS if steps is None else steps) * (step_mhz or GRID_MHZ)
 
 
@@ -175,7 +174,7 @@ def _step_mhz(options: Mapping[str, Any], steps: list[OffsetStep]) -> float | No
     recorded = options.get("offset_step_mhz")
     if isinstance(recorded, int | float) and recorded > 0:
         return float(recorded)
-    offsets = sorted({number(s.sm_offset_mhz) for s in steps})
+    offsets = sorted({as_float(s.sm_offset_mhz) for s in steps})
     gaps = [b - a for a, b in itertools.pairwise(offsets) if b > a]
     return min(gaps) if gaps else None
 
@@ -185,7 +184,7 @@ def _latest(steps: list[OffsetStep]) -> list[OffsetStep]:
     caused, is judged by its second reading), by offset."""
     latest: dict[float, OffsetStep] = {}
     for s in steps:
-        latest[number(s.sm_offset_mhz)] = s
+        latest[as_float(s.sm_offset_mhz)] = s
     return [latest[o] for o in sorted(latest)]
 
 
@@ -204,8 +203,8 @@ def _retried(steps: list[OffsetStep]) -> list[Finding]:
             finding(
                 "info",
                 "step_retried",
-                f"{number(s.sm_offset_mhz):+g} MHz failed{why}, a failure the server or the world "
-                f"may cause: measured once more, it {outcome}",
+                f"{as_float(s.sm_offset_mhz):+g} MHz failed{why}, a failure the server or the "
+                f"world may cause: measured once more, it {outcome}",
             )
         )
     return out
@@ -235,9 +234,9 @@ def _chosen(
         return held[-1]
     if last_stable is None:
         return None
-    want = 0.0 if soaks else answer_mhz(number(last_stable.sm_offset_mhz), margin_mhz)
+    want = 0.0 if soaks else answer_mhz(as_float(last_stable.sm_offset_mhz), margin_mhz)
     for s in steps:
-        if s.status == "ok" and abs(number(s.sm_offset_mhz) - want) < 0.5:
+        if s.status == "ok" and abs(as_float(s.sm_offset_mhz) - want) < 0.5:
             return s
     return None
 
@@ -282,7 +281,7 @@ def _findings(
                     "off one step more",
                 )
             )
-    if chosen is not None and not number(chosen.sm_offset_mhz) > 0:
+    if chosen is not None and not as_float(chosen.sm_offset_mhz) > 0:
         out.append(
             finding(
                 "info",

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from msgspec import UnsetType
 
 from powersweep.analysis.result_types import CapRow, Pick, Plateau, PowerAnalysis, RunFacts, known
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 NAN = math.nan
 PLATEAU_KINDS = ("boost_plateau", "draw_ceiling")
@@ -23,15 +23,6 @@ PLATEAU_KINDS = ("boost_plateau", "draw_ceiling")
 SET_ASIDE = ("outlier", "implausible")
 
 FloatArray = npt.NDArray[np.float64]
-
-
-def num(value: float | UnsetType | None) -> float:
-    """The number, or NaN where the analysis does not know it (null, not written, non-finite)."""
-    given = known(value)
-    if given is None:
-        return NAN
-    out = float(given)
-    return out if math.isfinite(out) else NAN
 
 
 def text(value: str | None) -> str | None:
@@ -112,19 +103,19 @@ def card_defaults(run: RunFacts) -> tuple[tuple[str, float], ...]:
     defaults, names = run.default_limits_w, run.gpu_names
     if defaults is None or names is None or len(defaults) != len(names):
         return ()
-    pairs = [(str(n), num(d)) for n, d in zip(names, defaults, strict=True)]
+    pairs = [(str(n), as_float(d)) for n, d in zip(names, defaults, strict=True)]
     return tuple(dict.fromkeys((n, d) for n, d in pairs if math.isfinite(d)))
 
 
 def pct_by_gpu(pick: Pick) -> tuple[float, ...]:
     """Each card's own % of its default on a rig of different cards (the known ones); empty
     otherwise."""
-    shares = [num(v) for v in known(pick.pct_of_default_by_gpu) or ()]
+    shares = [as_float(v) for v in known(pick.pct_of_default_by_gpu) or ()]
     return tuple(v for v in shares if math.isfinite(v))
 
 
 def _column(rows: Sequence[CapRow], get: Callable[[CapRow], float | None]) -> FloatArray:
-    return np.array([num(get(r)) for r in rows], dtype=np.float64)
+    return np.array([as_float(get(r)) for r in rows], dtype=np.float64)
 
 
 def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
@@ -149,7 +140,7 @@ def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
     rows = [
         r
         for r in every
-        if (r.status or "ok") not in SET_ASIDE or not math.isfinite(num(r.tps_per_w))
+        if (r.status or "ok") not in SET_ASIDE or not math.isfinite(as_float(r.tps_per_w))
     ]
     if not rows:
         raise UsageError("analysis has no caps to plot (the sweep finished no cap)")
@@ -185,7 +176,7 @@ def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
 
 def _marked(pick: Pick | None) -> Pick | None:
     """The pick where a chart can mark it (its cap and TPS/W known)."""
-    if pick is None or not (math.isfinite(pick.cap_w) and math.isfinite(num(pick.tps_per_w))):
+    if pick is None or not (math.isfinite(pick.cap_w) and math.isfinite(as_float(pick.tps_per_w))):
         return None
     return pick
 

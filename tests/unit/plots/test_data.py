@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from msgspec import UNSET
 
 from powersweep.analysis.result_types import Pick, PowerAnalysis, RunFacts
 from powersweep.errors import UsageError
@@ -17,7 +16,6 @@ from powersweep.plots._data import (
     card_defaults,
     fmt_w,
     gpu_label,
-    num,
     parse_analysis,
     pct_by_gpu,
     subtitle,
@@ -47,16 +45,6 @@ def _run(**changes: Any) -> RunFacts:
         "date": "2025-11-02",
     }
     return RunFacts.from_json({**base, **changes})
-
-
-def test_num_is_the_number_as_a_float() -> None:
-    assert num(3) == 3.0 and isinstance(num(3), float)
-    assert num(0.5) == 0.5
-
-
-@pytest.mark.parametrize("value", [None, UNSET, math.inf, -math.inf, math.nan])
-def test_num_is_nan_where_the_analysis_does_not_know_it(value: Any) -> None:
-    assert math.isnan(num(value))
 
 
 def test_text_is_stripped_and_blank_is_unknown() -> None:
