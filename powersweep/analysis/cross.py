@@ -43,9 +43,11 @@ def cross_mode(curves: list[tuple[Curve, PowerAnalysis]]) -> CrossModeResult:
         if sweet is None or sweet.tps_per_w is None:
             raise UsageError(f"{curve.source}: no sweet spot (no cap measured ok)")
         table = {
-            round(float(row.cap_w), 1): (float(row.tps_per_w), float(row.tps))
+            round(float(row.cap_w), 1): (float(row.figures.tps_per_w), float(row.figures.tps))
             for row in analysis.caps
-            if row.status == "ok" and row.tps_per_w is not None and row.tps is not None
+            if row.figures.status == "ok"
+            and row.figures.tps_per_w is not None
+            and row.figures.tps is not None
         }
         tables.append(table)
         run = analysis.run

@@ -184,7 +184,7 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
         )
     axis = axis_of_analysis(result)
     best = best_of(result)
-    rows = [r for r in rows_of(result) if _ok(r.tps) and _ok(r.power_w)]
+    rows = [r for r in rows_of(result) if _ok(r.figures.tps) and _ok(r.figures.power_w)]
     if not rows or best is None:
         return None
     by_setting: dict[tuple[float, float], CapRow | LockPoint] = {}
@@ -213,8 +213,8 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
         metric=str(result.metric),
         x=np.array([s[0] for s in settings], dtype=float),
         tier=np.array([s[1] for s in settings], dtype=float),
-        tps=np.array([as_float(by_setting[s].tps) for s in settings]),
-        power_w=np.array([as_float(by_setting[s].power_w) for s in settings]),
+        tps=np.array([as_float(by_setting[s].figures.tps) for s in settings]),
+        power_w=np.array([as_float(by_setting[s].figures.power_w) for s in settings]),
         # the analysis's own reading where it has one, else caps.csv's (a clock point's)
         temp_c=np.array(
             [
@@ -259,7 +259,7 @@ def _csv_setting(row: Mapping[str, Any], axis: FleetAxis) -> tuple[float, float]
 
 def _temp_of(row: CapRow | LockPoint) -> float | None:
     """The hottest reading the analysis kept for a setting (a cap's row has one)."""
-    return row.temp_max_c if isinstance(row, CapRow) else None
+    return row.figures.temp_max_c if isinstance(row, CapRow) else None
 
 
 def _tier_order(tier: float) -> float:

@@ -16,7 +16,7 @@ from powersweep import __version__
 from powersweep.analysis import claims
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Answer, RunFacts, ToolInfo
+from powersweep.analysis.result_types import Answer, PointFigures, RunFacts, ToolInfo
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
@@ -57,7 +57,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     locked = [r for r in locked if r.mem_offset_mhz is None]
     # the baseline's own reading (the run's re-read of it, for the run-to-run term, is the
     # reading only where its own did not stand)
-    baselines = [r for r in rows if r.sm_lock_mhz is None and r.status == "ok"]
+    baselines = [r for r in rows if r.sm_lock_mhz is None and r.figures.status == "ok"]
     baselines = [r for r in baselines if r.reason != REFERENCE_REASON] or baselines
     steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: as_float(r.sm_offset_mhz))
     soaks = [r for r in locked if r.reason == SOAK]
@@ -92,7 +92,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         soaks=soaks,
         last_stable_mhz=last_stable.sm_offset_mhz if last_stable else None,
         first_unstable_mhz=first_bad.sm_offset_mhz if first_bad else None,
-        first_unstable_reason=first_bad.error if first_bad else None,
+        first_unstable_reason=first_bad.figures.error if first_bad else None,
         chosen=chosen,
         versus_cap=versus,
         memory=memory,
@@ -126,11 +126,7 @@ def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
         value = row.get(key)
         return str(value) if value not in (None, "") else None
 
-    return OffsetStep(
-        sm_offset_mhz=num("sm_offset_mhz"),
-        sm_lock_mhz=num("sm_lock_mhz"),
-        cap_w=num("cap_w"),
-        reason=text("reason"),
+    figures = PointFigures(
         status=text("status"),
         error=text("error"),
         tps=num(metric),
@@ -141,12 +137,19 @@ def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
         tps_per_w_u95_pct=num("tps_per_w_u95_pct"),
         sm_clock_mhz=num("sm_clock_mhz"),
         temp_max_c=num("temp_max_c"),
-        answers_checked=num("answers_checked"),
-        answers_differ=num("answers_differ"),
-        mem_offset_mhz=num("mem_offset_mhz"),
         mem_clock_mhz=num("mem_clock_mhz"),
         # written where the run states it, so an older analysis reads back whole
         power_u95_pct=num("power_u95_pct") if "power_u95_pct" in row else UNSET,
+    )
+    return OffsetStep(
+        sm_offset_mhz=num("sm_offset_mhz"),
+        sm_lock_mhz=num("sm_lock_mhz"),
+        cap_w=num("cap_w"),
+        reason=text("reason"),
+        figures=figures,
+        answers_checked=num("answers_checked"),
+        answers_differ=num("answers_differ"),
+        mem_offset_mhz=num("mem_offset_mhz"),
     )
 
 
@@ -195,10 +198,11 @@ def _retried(steps: list[OffsetStep]) -> list[Finding]:
         if s.reason != RETRY_REASON:
             continue
         first = next(
-            (f for f in steps if f.sm_offset_mhz == s.sm_offset_mhz and f.status != "ok"), None
+            (f for f in steps if f.sm_offset_mhz == s.sm_offset_mhz and f.figures.status != "ok"),
+            None,
         )
-        why = f" ({first.error})" if first is not None and first.error else ""
-        outcome = "held" if s.status == "ok" else f"was {s.status} again"
+        why = f" ({first.figures.error})" if first is not None and first.figures.error else ""
+        outcome = "held" if s.figures.status == "ok" else f"was {s.figures.status} again"
         out.append(
             finding(
                 "info",
@@ -214,7 +218,7 @@ def _search_edges(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetSte
     """The last step that held, counting up from offset 0, and the first that did not."""
     last_stable = None
     for s in steps:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             return last_stable, s
         last_stable = s
     return last_stable, None
@@ -229,14 +233,14 @@ def _chosen(
     """The answer: the soak that held (the last one: each failed soak backs off by the margin
     again), else a stable step where the margin lands (offset 0 needs no soak; a search without
     soaks reports the step as measured), else offset 0 where every soak failed."""
-    held = [s for s in soaks if s.status == "ok"]
+    held = [s for s in soaks if s.figures.status == "ok"]
     if held:
         return held[-1]
     if last_stable is None:
         return None
     want = 0.0 if soaks else answer_mhz(as_float(last_stable.sm_offset_mhz), margin_mhz)
     for s in steps:
-        if s.status == "ok" and abs(as_float(s.sm_offset_mhz) - want) < 0.5:
+        if s.figures.status == "ok" and abs(as_float(s.sm_offset_mhz) - want) < 0.5:
             return s
     return None
 
@@ -255,8 +259,8 @@ def _findings(
             finding(
                 "info",
                 "undervolt_unstable",
-                f"{first_bad.sm_offset_mhz:+g} MHz was {first_bad.status}: {first_bad.error}; "
-                "the search ended there",
+                f"{first_bad.sm_offset_mhz:+g} MHz was {first_bad.figures.status}: "
+                f"{first_bad.figures.error}; the search ended there",
             )
         )
     resets = [f for f in (run or {}).get("faults") or [] if f.get("kind") == "gpu_reset"]
@@ -272,13 +276,13 @@ def _findings(
             )
         )
     for s in soaks:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             out.append(
                 finding(
                     "warning",
                     "soak_failed",
-                    f"the soak at {s.sm_offset_mhz:+g} MHz was {s.status} ({s.error}): backed "
-                    "off one step more",
+                    f"the soak at {s.sm_offset_mhz:+g} MHz was {s.figures.status} "
+                    f"({s.figures.error}): backed off one step more",
                 )
             )
     if chosen is not None and not as_float(chosen.sm_offset_mhz) > 0:

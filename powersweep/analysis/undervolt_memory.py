@@ -74,13 +74,13 @@ def memory_findings(memory: MemoryAnswer | None) -> list[Finding]:
             )
         )
     for s in memory.soaks:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             out.append(
                 finding(
                     "warning",
                     "memory_soak_failed",
-                    f"the soak at memory {as_float(s.mem_offset_mhz):+g} MHz was {s.status} "
-                    f"({s.error}): backed off by the margin",
+                    f"the soak at memory {as_float(s.mem_offset_mhz):+g} MHz was "
+                    f"{s.figures.status} ({s.figures.error}): backed off by the margin",
                 )
             )
     versus = memory.versus_sm
@@ -110,10 +110,13 @@ def _edge(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetStep | None
     the climb (failed, or did not rise; None: none did)."""
     best = None
     for s in steps:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             return best, s
         if best is not None and not rose_beyond_noise(
-            as_float(s.tps), as_float(s.tps_u95_pct), as_float(best.tps), as_float(best.tps_u95_pct)
+            as_float(s.figures.tps),
+            as_float(s.figures.tps_u95_pct),
+            as_float(best.figures.tps),
+            as_float(best.figures.tps_u95_pct),
         ):
             return best, s
         best = s
@@ -131,7 +134,7 @@ def _recorded_edge(
         as_float(record.get("stopped_mhz"), None),
     )
     best = by_mhz.get(best_mhz) if best_mhz is not None else None
-    if best is None or best.status != "ok":
+    if best is None or best.figures.status != "ok":
         return None
     return best, by_mhz.get(stopped_mhz) if stopped_mhz is not None else None
 
@@ -141,14 +144,14 @@ def _chosen(
 ) -> OffsetStep | None:
     """The soak that held (the last), else the stable step the margin lands on, else offset 0
     where every soak failed."""
-    held = [s for s in soaks if s.status == "ok"]
+    held = [s for s in soaks if s.figures.status == "ok"]
     if held:
         return held[-1]
     if best is None:
         return None
     want = 0.0 if soaks else max(0.0, as_float(best.mem_offset_mhz) - margin)
     for s in steps:
-        if s.status == "ok" and abs(as_float(s.mem_offset_mhz) - want) < 0.5:
+        if s.figures.status == "ok" and abs(as_float(s.mem_offset_mhz) - want) < 0.5:
             return s
     return None
 
@@ -157,7 +160,7 @@ def _why(stopped: OffsetStep | None, best: OffsetStep | None) -> str | None:
     if stopped is None:
         return None
     where = f"{as_float(stopped.mem_offset_mhz):+g} MHz"
-    if stopped.status != "ok":
-        return f"{where} was {stopped.status} ({stopped.error})"
+    if stopped.figures.status != "ok":
+        return f"{where} was {stopped.figures.status} ({stopped.figures.error})"
     than = f" than at {as_float(best.mem_offset_mhz):+g} MHz" if best is not None else ""
     return f"{where}: TPS no higher beyond noise{than} (past the margin, replays eat bandwidth)"

@@ -124,7 +124,7 @@ def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
     by_cap = (known(spot.tps_per_w_u95_pct) if spot is not None else None) or {}
 
     def get(row: CapRow) -> float | None:
-        own = known(row.tps_per_w_u95_pct)
+        own = known(row.figures.tps_per_w_u95_pct)
         return own if own is not None else by_cap.get(str(float(row.cap_w)))
 
     return get
@@ -132,29 +132,30 @@ def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
 
 def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
     every = sorted((c for c in caps if math.isfinite(c.cap_w)), key=lambda c: c.cap_w)
-    aside_rows = [r for r in every if (r.status or "ok") in SET_ASIDE]
-    aside_tpw = _column(aside_rows, lambda r: r.tps_per_w)
+    aside_rows = [r for r in every if (r.figures.status or "ok") in SET_ASIDE]
+    aside_tpw = _column(aside_rows, lambda r: r.figures.tps_per_w)
     tpw_u95 = _tpw_u95(spot)
     known_aside = np.isfinite(aside_tpw)
     # a reading set aside is drawn apart: the curve joins its neighbours over it, no gap
     rows = [
         r
         for r in every
-        if (r.status or "ok") not in SET_ASIDE or not math.isfinite(as_float(r.tps_per_w))
+        if (r.figures.status or "ok") not in SET_ASIDE
+        or not math.isfinite(as_float(r.figures.tps_per_w))
     ]
     if not rows:
         raise UsageError("analysis has no caps to plot (the sweep finished no cap)")
     # A missing status means a bare caps.csv, whose rows are all measurements.
-    failed = np.array([(r.status or "ok") != "ok" for r in rows], dtype=np.bool_)
-    tps = _column(rows, lambda r: r.tps)
-    power_w = _column(rows, lambda r: r.power_w)
-    tps_per_w = _column(rows, lambda r: r.tps_per_w)
+    failed = np.array([(r.figures.status or "ok") != "ok" for r in rows], dtype=np.bool_)
+    tps = _column(rows, lambda r: r.figures.tps)
+    power_w = _column(rows, lambda r: r.figures.power_w)
+    tps_per_w = _column(rows, lambda r: r.figures.tps_per_w)
     derived = np.divide(tps, power_w, out=np.full_like(tps, NAN), where=power_w > 0)
     tps_per_w = np.where(np.isnan(tps_per_w), derived, tps_per_w)
-    measured = [tps, _column(rows, lambda r: r.code_tps), power_w, tps_per_w]
-    measured += [_column(rows, lambda r: r.sm_clock_mhz)]
-    measured += [_column(rows, lambda r: r.mem_clock_mhz)]
-    measured += [_column(rows, lambda r: known(r.tps_u95_pct)), _column(rows, tpw_u95)]
+    measured = [tps, _column(rows, lambda r: known(r.figures.code_tps)), power_w, tps_per_w]
+    measured += [_column(rows, lambda r: r.figures.sm_clock_mhz)]
+    measured += [_column(rows, lambda r: r.figures.mem_clock_mhz)]
+    measured += [_column(rows, lambda r: known(r.figures.tps_u95_pct)), _column(rows, tpw_u95)]
     for arr in measured:
         arr[failed] = NAN
     return Curve(

@@ -87,7 +87,7 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         fig = new_figure()
         ax = fig.add_subplot()
         _plot_tiers(ax, tiers, by_mem)
-        x, y = _lock(peak, by_mem), as_float(peak.tps_per_w)
+        x, y = _lock(peak, by_mem), as_float(peak.figures.tps_per_w)
         ax.plot(
             [x],
             [y],
@@ -103,8 +103,8 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         ax.set_ylabel("TPS per W")
         every = [p for t in tiers for p in t.points]
         halves = [h if math.isfinite(h) else 0.0 for h in _halves(every, "tps_per_w")]
-        ymax = max(as_float(p.tps_per_w) + h for p, h in zip(every, halves, strict=True))
-        ymin = min(as_float(p.tps_per_w) - h for p, h in zip(every, halves, strict=True))
+        ymax = max(as_float(p.figures.tps_per_w) + h for p, h in zip(every, halves, strict=True))
+        ymin = min(as_float(p.figures.tps_per_w) - h for p, h in zip(every, halves, strict=True))
         span = max(ymax - ymin, 0.05 * ymax)
         # headroom above the curves for the legend, room below the peak for its callout
         ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.55 * span)
@@ -120,7 +120,7 @@ def _plot_tiers(ax: Axes, tiers: Sequence[Tier], by_mem: bool) -> None:
         xs = [as_float(p.mem_lock_mhz) for p in pts]
         ax.plot(
             xs,
-            [as_float(p.tps_per_w) for p in pts],
+            [as_float(p.figures.tps_per_w) for p in pts],
             marker="o",
             color=TIER_COLORS[0],
             label="TPS/W",
@@ -135,7 +135,7 @@ def _plot_tiers(ax: Axes, tiers: Sequence[Tier], by_mem: bool) -> None:
         xs = [as_float(p.sm_lock_mhz) for p in pts]
         ax.plot(
             xs,
-            [as_float(p.tps_per_w) for p in pts],
+            [as_float(p.figures.tps_per_w) for p in pts],
             marker="o",
             color=color,
             linestyle="--" if t.caps_tps else "-",
@@ -149,7 +149,9 @@ def _halves(points: Sequence[LockPoint | CapRow], value: str) -> list[float]:
     """Each point's stated 95% half-width of ``value`` (``tps`` or ``tps_per_w``), in its
     units, as the analysis states it (NaN: none stated)."""
     return [
-        abs(as_float(getattr(p, value))) * as_float(getattr(p, f"{value}_u95_pct")) / 100.0
+        abs(as_float(getattr(p.figures, value)))
+        * as_float(getattr(p.figures, f"{value}_u95_pct"))
+        / 100.0
         for p in points
     ]
 
@@ -169,7 +171,7 @@ def _bars(
         return
     bars = ax.errorbar(
         xs,
-        [as_float(getattr(p, value)) for p in points],
+        [as_float(getattr(p.figures, value)) for p in points],
         yerr=halves,  # NaN: no interval stated, no bar
         fmt="none",
         ecolor=color,
@@ -192,7 +194,7 @@ def _legend(ax: Axes, **kwargs: Any) -> Legend:
 def _callout_peak(ax: Axes, peak: LockPoint, xs: list[float], x: float, y: float) -> None:
     """The peak's locks, TPS/W, TPS and gain over the fastest point, on the side away from the
     middle of the x range (``xs``: every point's lock)."""
-    text = f"Peak: {_label(peak)}\n{y:#.3g} TPS/W · {as_float(peak.tps):.1f} TPS"
+    text = f"Peak: {_label(peak)}\n{y:#.3g} TPS/W · {as_float(peak.figures.tps):.1f} TPS"
     gain = as_float(peak.tps_per_w_vs_fastest_pct)
     if math.isfinite(gain) and abs(gain) >= 0.5:
         text += f"\n{gain:+.0f}% TPS/W vs fastest point"
@@ -238,17 +240,17 @@ def pareto_figure(
         for i, t in enumerate(tiers):
             color = TIER_COLORS[i % len(TIER_COLORS)]
             ax.scatter(
-                [as_float(p.power_w) for p in t.points],
-                [as_float(p.tps) for p in t.points],
+                [as_float(p.figures.power_w) for p in t.points],
+                [as_float(p.figures.tps) for p in t.points],
                 s=18,
                 color=color,
                 label=_tier_name(t.mem_lock_mhz),
                 zorder=3,
             )
-            _bars(ax, [as_float(p.power_w) for p in t.points], t.points, "tps", color)
+            _bars(ax, [as_float(p.figures.power_w) for p in t.points], t.points, "tps", color)
         ax.plot(
-            [as_float(p.power_w) for p in front],
-            [as_float(p.tps) for p in front],
+            [as_float(p.figures.power_w) for p in front],
+            [as_float(p.figures.tps) for p in front],
             color="#222222",
             linewidth=1.4,
             drawstyle="steps-post",
@@ -259,8 +261,8 @@ def pareto_figure(
         peak = analysis.peak
         if peak is not None:
             ax.plot(
-                [as_float(peak.power_w)],
-                [as_float(peak.tps)],
+                [as_float(peak.figures.power_w)],
+                [as_float(peak.figures.tps)],
                 marker="*",
                 markersize=15,
                 color=COLORS["sweet_spot"],
@@ -292,11 +294,11 @@ def _pareto_limits(ax: Axes, points: Sequence[LockPoint], caps: Sequence[CapRow]
     """Every point and its bar inside the axes with a margin, so no marker is cut at the edge
     and the labels have room."""
     marks: list[LockPoint | CapRow] = [*points, *caps]
-    xs = [as_float(p.power_w) for p in marks]
+    xs = [as_float(p.figures.power_w) for p in marks]
     ys: list[float] = []
     for p, h in zip(marks, _halves(marks, "tps"), strict=True):
         h = h if math.isfinite(h) else 0.0
-        ys += [as_float(p.tps) - h, as_float(p.tps) + h]
+        ys += [as_float(p.figures.tps) - h, as_float(p.figures.tps) + h]
     xs, ys = [x for x in xs if math.isfinite(x)], [y for y in ys if math.isfinite(y)]
     if not xs or not ys:
         return
@@ -364,7 +366,7 @@ def _point_label(
     obstacles: Obstacles,
     area: Bbox,
 ) -> None:
-    xy = (as_float(point.power_w), as_float(point.tps))
+    xy = (as_float(point.figures.power_w), as_float(point.figures.tps))
     if not all(math.isfinite(v) for v in xy):
         return
     ann = ax.annotate(
@@ -388,12 +390,14 @@ def _point_label(
 def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> list[CapRow]:
     """The power-cap curve (measured caps by draw, each with its stated interval) and its sweet
     spot, over the clock points; returns the caps drawn."""
-    caps = [c for c in power_analysis.caps if c.status == "ok" and c.tps is not None]
-    caps.sort(key=lambda c: as_float(c.power_w))
-    xs = [as_float(c.power_w) for c in caps]
+    caps = [
+        c for c in power_analysis.caps if c.figures.status == "ok" and c.figures.tps is not None
+    ]
+    caps.sort(key=lambda c: as_float(c.figures.power_w))
+    xs = [as_float(c.figures.power_w) for c in caps]
     ax.plot(
         xs,
-        [as_float(c.tps) for c in caps],
+        [as_float(c.figures.tps) for c in caps],
         color=COLORS["cap"],
         linestyle=":",
         marker="s",

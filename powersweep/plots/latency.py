@@ -48,9 +48,9 @@ def _points(analysis: PowerAnalysis | ClockAnalysis) -> list[Row]:
     return [
         r
         for r in rows
-        if (isinstance(r, LockPoint) or r.status in (None, "ok"))
-        and math.isfinite(as_float(r.itl_p95_ms))
-        and math.isfinite(as_float(r.tps_per_w))
+        if (isinstance(r, LockPoint) or r.figures.status in (None, "ok"))
+        and math.isfinite(as_float(r.figures.itl_p95_ms))
+        and math.isfinite(as_float(r.figures.tps_per_w))
     ]
 
 
@@ -87,8 +87,8 @@ def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = 
     with style():
         fig = new_figure()
         ax = fig.add_subplot()
-        xs = [as_float(p.itl_p95_ms) for p in pts]
-        ys = [as_float(p.tps_per_w) for p in pts]
+        xs = [as_float(p.figures.itl_p95_ms) for p in pts]
+        ys = [as_float(p.figures.tps_per_w) for p in pts]
         ax.plot(
             xs, ys, linestyle="none", marker="o", color=COLORS["tps_per_w"], label="measured point"
         )
@@ -104,10 +104,10 @@ def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = 
                 xytext=(3, -10),
                 fontsize=7,
             )
-        if pick is not None and math.isfinite(as_float(pick.itl_p95_ms)):
+        if pick is not None and math.isfinite(as_float(pick.figures.itl_p95_ms)):
             ax.plot(
-                [as_float(pick.itl_p95_ms)],
-                [as_float(pick.tps_per_w)],
+                [as_float(pick.figures.itl_p95_ms)],
+                [as_float(pick.figures.tps_per_w)],
                 marker="*",
                 markersize=12,
                 linestyle="none",

@@ -33,7 +33,10 @@ DRAW_COLOR = "#6e6e6e"
 
 def _half(steps: Sequence[OffsetStep], value: str, u95: str) -> list[float]:
     """Each step's stated 95% half-width of ``value``, in its units (NaN: none stated)."""
-    return [abs(as_float(getattr(s, value))) * as_float(getattr(s, u95)) / 100.0 for s in steps]
+    return [
+        abs(as_float(getattr(s.figures, value))) * as_float(getattr(s.figures, u95)) / 100.0
+        for s in steps
+    ]
 
 
 def _bars(
@@ -42,7 +45,7 @@ def _bars(
     """The steps' ``value`` with their stated intervals as error bars (a plain line where no
     step states one); returns the legend handle."""
     x = [as_float(s.sm_offset_mhz) for s in steps]
-    y = [as_float(getattr(s, value)) for s in steps]
+    y = [as_float(getattr(s.figures, value)) for s in steps]
     half = _half(steps, value, u95)
     if not any(math.isfinite(h) for h in half):
         style.pop("ecolor", None)
@@ -95,9 +98,9 @@ def _draw(
 ) -> list[Artist | Container]:
     """Every curve and mark of the chart; returns the legend's handles in order."""
     handles: list[Artist | Container] = []
-    ok = [s for s in steps if s.status == "ok" and s.reason != "reread"]
-    again = [s for s in steps if s.status == "ok" and s.reason == "reread"]
-    bad = [s for s in steps if s.status != "ok"]
+    ok = [s for s in steps if s.figures.status == "ok" and s.reason != "reread"]
+    again = [s for s in steps if s.figures.status == "ok" and s.reason == "reread"]
+    bad = [s for s in steps if s.figures.status != "ok"]
     gold = COLORS["sweet_spot"]
     handles.append(
         _bars(
@@ -127,7 +130,7 @@ def _draw(
                 zorder=3,
             )
         )
-    read = [s for s in bad if math.isfinite(as_float(s.tps_per_w))]
+    read = [s for s in bad if math.isfinite(as_float(s.figures.tps_per_w))]
     cross: dict[str, Any] = {
         "marker": "x",
         "markersize": 12,
@@ -136,7 +139,7 @@ def _draw(
     }
     if read:
         handles.append(_bars(ax, read, "tps_per_w", "tps_per_w_u95_pct", "unstable", **cross))
-    unread = [s for s in bad if not math.isfinite(as_float(s.tps_per_w))]
+    unread = [s for s in bad if not math.isfinite(as_float(s.figures.tps_per_w))]
     if unread:
         # a step with no reading: a cross along the bottom, as a failed cap is on the cap chart
         (line,) = ax.plot(
@@ -149,8 +152,8 @@ def _draw(
         )
         handles.append(line)
     base = analysis.baseline
-    if base is not None and math.isfinite(as_float(base.tps_per_w)):
-        level = as_float(base.tps_per_w)
+    if base is not None and math.isfinite(as_float(base.figures.tps_per_w)):
+        level = as_float(base.figures.tps_per_w)
         label = f"{as_float(base.cap_w):.0f} W cap, unlocked"
         handles.append(ax.axhline(level, linestyle="--", color="#555555", label=label))
         (half,) = _half([base], "tps_per_w", "tps_per_w_u95_pct")
@@ -184,7 +187,7 @@ def _draw(
                 zorder=5,
             )
         )
-    draw = [s for s in ok if math.isfinite(as_float(s.power_w))]
+    draw = [s for s in ok if math.isfinite(as_float(s.figures.power_w))]
     if draw:
         handles.append(
             _bars(
@@ -207,7 +210,7 @@ def _limits(ax: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]) 
     marks = [*steps, *(s for s in (analysis.baseline, analysis.chosen) if s is not None)]
     ys: list[float] = []
     for s, h in zip(marks, _half(marks, "tps_per_w", "tps_per_w_u95_pct"), strict=True):
-        y = as_float(s.tps_per_w)
+        y = as_float(s.figures.tps_per_w)
         h = h if math.isfinite(h) else 0.0
         ys += [y - h, y + h] if math.isfinite(y) else []
     if not ys:

@@ -132,8 +132,8 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
             return None
         locks = {"sm_lock_mhz": peak.sm_lock_mhz, "mem_lock_mhz": peak.mem_lock_mhz}
         best = (
-            f"{point_label(locks)}, {as_float(peak.tps_per_w):.4f} TPS/W, "
-            f"{as_float(peak.tps):.1f} TPS, {as_float(peak.power_w):.0f} W"
+            f"{point_label(locks)}, {as_float(peak.figures.tps_per_w):.4f} TPS/W, "
+            f"{as_float(peak.figures.tps):.1f} TPS, {as_float(peak.figures.power_w):.0f} W"
         )
         answer = known(result.answer)
         if answer is None or answer.kind == "answer":

@@ -78,9 +78,9 @@ def plan_confirm(
         record["skipped"] = NOTHING_TIED if sweet is not None else NO_USABLE_CAP
         return ConfirmPlan((), record)
     tpw = {
-        float(r.cap_w): float(r.tps_per_w)
+        float(r.cap_w): float(r.figures.tps_per_w)
         for r in power.caps
-        if r.status == "ok" and r.tps_per_w is not None
+        if r.figures.status == "ok" and r.figures.tps_per_w is not None
     }
     boot = known(sweet.bootstrap) or {}
     share = {float(k): float(v) for k, v in (boot.get("best_share") or {}).items()}
@@ -115,9 +115,9 @@ def _plan_clock_confirm(
         record["skipped"] = NOTHING_TIED_POINTS if peak is not None else NO_USABLE_CAP
         return ConfirmPlan((), record)
     tpw = {
-        (as_float(p.sm_lock_mhz, None), as_float(p.mem_lock_mhz, None)): float(p.tps_per_w)
+        (as_float(p.sm_lock_mhz, None), as_float(p.mem_lock_mhz, None)): float(p.figures.tps_per_w)
         for p in analysis.points
-        if p.tps_per_w is not None
+        if p.figures.tps_per_w is not None
     }
     share = {
         (as_float(s.sm_lock_mhz, None), as_float(s.mem_lock_mhz, None)): float(s.share or 0.0)

@@ -154,12 +154,13 @@ def read_recommendation(
     cap_w = as_float(pick.cap_w, None)
     if cap_w is None or cap_w <= 0:
         raise UsageError(f"{analysis_path}: the {chosen} recommendation has no valid cap_w")
+    figures = pick.figures if isinstance(pick, CapRow) else pick
     return Recommendation(
         run_dir=run_dir,
         objective=chosen,
         cap_w=cap_w,
-        tps_per_w=as_float(pick.tps_per_w, None),
-        tps=as_float(pick.tps, None),
+        tps_per_w=as_float(figures.tps_per_w, None),
+        tps=as_float(figures.tps, None),
         gpus=gpus,
         notes=_notes(analysis, chosen),
         sm_clock_min_mhz=_sm_clock_min(run),
@@ -263,8 +264,8 @@ def _clock_recommendation(
         run_dir=run_dir,
         objective=objective,
         cap_w=held if held is not None and held > 0 else None,
-        tps_per_w=as_float(pick.tps_per_w, None),
-        tps=as_float(pick.tps, None),
+        tps_per_w=as_float(pick.figures.tps_per_w, None),
+        tps=as_float(pick.figures.tps, None),
         gpus=gpus,
         sm_clock_mhz=sm,
         mem_clock_mhz=mem,

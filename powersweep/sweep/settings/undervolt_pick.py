@@ -124,8 +124,8 @@ def pick_undervolt(
         sm_lock_mhz=lock,
         sm_offset_mhz=offset if abs(offset) > _ZERO_MHZ else None,
         # the figures of the point applied: with its memory offset where the phase set one
-        tps_per_w=as_float(applied.tps_per_w, None),
-        tps=as_float(applied.tps, None),
+        tps_per_w=as_float(applied.figures.tps_per_w, None),
+        tps=as_float(applied.figures.tps, None),
         notes=tuple(notes),
         mem_offset_mhz=mem,
     )
@@ -168,7 +168,7 @@ def _refuse_unless_measured(
     held = {
         round(float(s.sm_offset_mhz))
         for s in (*measured.steps, *measured.soaks)
-        if s.status == "ok" and s.sm_offset_mhz is not None and _same(s.sm_lock_mhz, lock)
+        if s.figures.status == "ok" and s.sm_offset_mhz is not None and _same(s.sm_lock_mhz, lock)
     }
     last = as_float(measured.last_stable_mhz, None)
     if last is not None and offset > last + _ZERO_MHZ:

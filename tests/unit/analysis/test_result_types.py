@@ -67,7 +67,7 @@ def test_a_power_analysis_round_trips_through_its_model(
     assert typed.to_json() == doc
     assert typed.sweet_spot is not None and typed.sweet_spot.cap_w == 250.0
     assert [row.cap_w for row in typed.caps] == [200.0, 250.0, 300.0, 350.0]
-    assert typed.caps[-1].status == "failed" and typed.caps[-1].tps is None
+    assert typed.caps[-1].figures.status == "failed" and typed.caps[-1].figures.tps is None
     assert all(isinstance(f, Finding) for f in typed.findings)
 
 
@@ -105,7 +105,7 @@ def test_a_clock_analysis_round_trips_through_its_model(
     assert typed.axis == "grid" and typed.peak is not None
     assert (typed.peak.sm_lock_mhz, typed.peak.mem_lock_mhz) == (1500.0, 10001.0)
     assert {t.mem_lock_mhz for t in typed.tiers} == {10001.0, 7001.0}
-    assert typed.rows[-1].status == "failed"
+    assert typed.rows[-1].figures.status == "failed"
 
 
 def test_a_wrong_type_is_one_error_naming_the_key() -> None:

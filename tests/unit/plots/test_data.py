@@ -154,10 +154,12 @@ def test_a_reading_set_aside_is_drawn_apart_and_the_curve_joins_over_it() -> Non
     from powersweep.plots._data import parse_analysis
 
     caps = [
-        CapRow(cap_w=200.0, tps=20.0, power_w=199.0, tps_per_w=0.1005, status="ok"),
-        CapRow(cap_w=210.0, tps=40.0, power_w=209.0, tps_per_w=0.1914, status="outlier"),
-        CapRow(cap_w=220.0, tps=22.0, power_w=219.0, tps_per_w=0.1005, status="ok"),
-        CapRow(cap_w=230.0, status="failed"),
+        CapRow.from_json(dict(cap_w=200.0, tps=20.0, power_w=199.0, tps_per_w=0.1005, status="ok")),
+        CapRow.from_json(
+            dict(cap_w=210.0, tps=40.0, power_w=209.0, tps_per_w=0.1914, status="outlier")
+        ),
+        CapRow.from_json(dict(cap_w=220.0, tps=22.0, power_w=219.0, tps_per_w=0.1005, status="ok")),
+        CapRow.from_json(dict(cap_w=230.0, status="failed")),
     ]
     view = parse_analysis(
         PowerAnalysis(caps=caps, answer=Answer(kind="none", why="only 2 usable caps"))
