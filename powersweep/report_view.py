@@ -17,6 +17,7 @@ from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Loc
 from powersweep.analysis.result_types import PowerAnalysis, RunFacts, known
 from powersweep.analysis.summary import SHOWN_STATUSES, starred_cap
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
+from powersweep.runformat import as_float
 
 WIDTH = 80
 # what the marks in the table's first column mean, by axis
@@ -153,8 +154,12 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
     tied = set(known(sweet.tied_caps) or []) if sweet is not None and star is not None else set()
     rows = []
     for cap in result.caps:
-        shown = cap.status in SHOWN_STATUSES and cap.tps is not None and cap.power_w is not None
-        ok = cap.status in (None, "ok")
+        shown = (
+            cap.figures.status in SHOWN_STATUSES
+            and cap.figures.tps is not None
+            and cap.figures.power_w is not None
+        )
+        ok = cap.figures.status in (None, "ok")
         mark = (
             ANSWER_MARK
             if ok and cap.cap_w == star
@@ -166,11 +171,11 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
             Row(
                 mark,
                 f"{cap.cap_w:g}",
-                cap.tps if shown else None,
-                cap.power_w if shown else None,
-                cap.tps_per_w if shown else None,
+                cap.figures.tps if shown else None,
+                cap.figures.power_w if shown else None,
+                cap.figures.tps_per_w if shown else None,
                 u95.get(str(cap.cap_w), per_reading) if shown else None,
-                _status(cap.status, cap.n_measurements if shown else None),
+                _status(cap.figures.status, cap.figures.n_measurements if shown else None),
             )
         )
     answer = known(result.answer)
@@ -195,28 +200,28 @@ def _clock_rows(result: ClockAnalysis) -> tuple[str, list[Row], list[tuple[str, 
         entries[key] = Row(
             mark,
             _lock_text(result.axis, key),
-            p.tps,
-            p.power_w,
-            p.tps_per_w,
-            known(p.tps_per_w_u95_pct),
+            p.figures.tps,
+            p.figures.power_w,
+            p.figures.tps_per_w,
+            known(p.figures.tps_per_w_u95_pct),
             "ok",
         )
     # the rows that did not end ok and were not measured ok later: failed, rejected, outliers
     for r in result.rows:
         key = _locks(r)
-        if r.status in (None, "ok") or (key in entries and entries[key].status == "ok"):
+        if r.figures.status in (None, "ok") or (key in entries and entries[key].status == "ok"):
             continue
-        shown = r.status in SHOWN_STATUSES
+        shown = r.figures.status in SHOWN_STATUSES
         entries[key] = Row(
             "",
             _lock_text(result.axis, key),
-            r.tps if shown else None,
-            r.power_w if shown else None,
-            r.tps_per_w if shown else None,
+            r.figures.tps if shown else None,
+            r.figures.power_w if shown else None,
+            r.figures.tps_per_w if shown else None,
             None,
-            _status(r.status, None),
+            _status(r.figures.status, None),
         )
-    order = sorted(entries, key=lambda k: (-_num(k[1]), _num(k[0])))
+    order = sorted(entries, key=lambda k: (-as_float(k[1], -1.0), as_float(k[0], -1.0)))
     header = {"sm-clock": "SM MHz", "mem-clock": "mem MHz"}.get(result.axis, "SM/mem MHz")
     what = "best point (a boundary)" if answer is not None and answer.kind == "boundary" else None
     return header, [entries[k] for k in order], _legend(what or "efficiency peak")
@@ -232,11 +237,11 @@ def _undervolt_rows(result: UndervoltAnalysis) -> tuple[str, list[Row], list[tup
         Row(
             ANSWER_MARK if s in chosen else "",
             _offset_text(s),
-            s.tps,
-            s.power_w,
-            s.tps_per_w,
-            s.tps_per_w_u95_pct,
-            _status(s.status, None),
+            s.figures.tps,
+            s.figures.power_w,
+            s.figures.tps_per_w,
+            known(s.figures.tps_per_w_u95_pct),
+            _status(s.figures.status, None),
         )
         for s in steps
     ]
@@ -253,10 +258,6 @@ def _legend(what: str) -> list[tuple[str, str]]:
 
 def _locks(p: LockPoint | LockRow | Locks) -> tuple[float | None, float | None]:
     return p.sm_lock_mhz, p.mem_lock_mhz
-
-
-def _num(v: float | None) -> float:
-    return -1.0 if v is None or not math.isfinite(v) else v
 
 
 def _lock_text(axis: str, key: tuple[float | None, float | None]) -> str:

@@ -7,7 +7,7 @@ column lists live here.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, overload
 
 SCHEMA_VERSION = 1
 
@@ -207,18 +207,27 @@ REQUESTS_FLOAT_COLUMNS: tuple[str, ...] = tuple(
 )
 
 
-def as_float(value: Any) -> float:
-    """A number from a run file's value, CSV cell or JSON (NaN when it is none or not a number)."""
+@overload
+def as_float(value: object) -> float: ...
+@overload
+def as_float(value: object, missing: float) -> float: ...
+@overload
+def as_float(value: object, missing: None) -> float | None: ...
+def as_float(value: Any, missing: float | None = math.nan) -> float | None:
+    """A number from a run file's CSV cell, a JSON value or a record's field: the package's one
+    coercion to a float.
+
+    ``missing`` (NaN unless given; ``as_float(x, None)`` for an optional number) stands for
+    what is no finite number: none (None, a field not written), a bool, text that does not read
+    as a number, an infinity or NaN.
+    """
+    if value is None or isinstance(value, bool):
+        return missing
     try:
-        return float(value)
+        out = float(value)
     except (TypeError, ValueError):
-        return math.nan
-
-
-def finite_or_none(value: Any) -> float | None:
-    """:func:`as_float`, None where it is not a finite number (a record's or a cell's)."""
-    out = as_float(value)
-    return out if math.isfinite(out) else None
+        return missing
+    return out if math.isfinite(out) else missing
 
 
 # A text cell a spreadsheet would run as a formula starts with one of these (OWASP's CSV

@@ -25,7 +25,6 @@ from powersweep.analysis.clock_curve import (
     ClockPoint,
     clock_points,
     infer_axis,
-    number,
     pareto_front,
     pareto_knee,
     tier_summaries,
@@ -38,6 +37,7 @@ from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.result_types import Answer
 from powersweep.analysis.trust import ignored_rows, run_findings
+from powersweep.runformat import as_float
 
 
 def analyze_clocks(
@@ -346,7 +346,7 @@ def _rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
     ]
     rows = []
     for row in caps.select(keep).iter_rows(named=True):
-        tps, power = number(row.get(metric)), number(row.get("power_w"))
+        tps, power = as_float(row.get(metric)), as_float(row.get("power_w"))
         row["tps"] = tps
         row["tps_per_w"] = tps / power if power > 0 and math.isfinite(tps) else None
         rows.append(row)
@@ -383,7 +383,7 @@ def _status_findings(caps: pl.DataFrame) -> list[Finding]:
         bad = caps.filter(pl.col("status") == status) if "status" in caps.columns else caps[:0]
         if bad.height:
             first = bad.row(0, named=True)
-            where = _label(number(first.get("sm_lock_mhz")), number(first.get("mem_lock_mhz")))
+            where = _label(as_float(first.get("sm_lock_mhz")), as_float(first.get("mem_lock_mhz")))
             out.append(
                 finding(
                     "warning",
@@ -409,7 +409,7 @@ def _label(sm: float, mem: float) -> str:
 
 def point_label(p: Mapping[str, Any]) -> str:
     """``SM 1410 MHz / mem 9001 MHz`` for a point dict."""
-    return _label(number(p.get("sm_lock_mhz")), number(p.get("mem_lock_mhz")))
+    return _label(as_float(p.get("sm_lock_mhz")), as_float(p.get("mem_lock_mhz")))
 
 
 def _findings(
@@ -435,7 +435,7 @@ def _findings(
         sat = tier["tps_stops_rising_at_sm_mhz"]
         where = (
             f"memory at {tier['mem_lock_mhz']:.0f} MHz"
-            if math.isfinite(number(tier["mem_lock_mhz"]))
+            if math.isfinite(as_float(tier["mem_lock_mhz"]))
             else "the memory clock in force"
         )
         if tier["caps_tps"]:

@@ -16,6 +16,7 @@ import polars as pl
 
 from powersweep.analysis import serving
 from powersweep.analysis.pooling import current_rows, pool_repeats, stated_u95
+from powersweep.runformat import as_float
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
 TIER_CAP_FRACTION = 0.05
@@ -83,11 +84,6 @@ def is_clock_curve(caps: pl.DataFrame) -> bool:
     return False
 
 
-def number(value: Any) -> float:
-    """A float from a CSV value (NaN when it is none)."""
-    return math.nan if value is None else float(value)
-
-
 LOCK_KEYS = ("sm_lock_mhz", "mem_lock_mhz")
 
 
@@ -102,7 +98,7 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
     out = []
     usable = []
     for row in current_rows(caps, LOCK_KEYS).iter_rows(named=True):
-        tps, power = number(row.get(metric)), number(row.get("power_w"))
+        tps, power = as_float(row.get(metric)), as_float(row.get("power_w"))
         usable_row = math.isfinite(tps) and tps > 0 and math.isfinite(power) and power > 0
         if row.get("status", "ok") == "ok" and usable_row:
             usable.append(row)
@@ -110,16 +106,16 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
         return []
     pooled = pool_repeats(pl.DataFrame(usable, schema=caps.schema), metric, LOCK_KEYS)
     for row in pooled.iter_rows(named=True):
-        tps, power = number(row.get(metric)), number(row.get("power_w"))
+        tps, power = as_float(row.get(metric)), as_float(row.get("power_w"))
         out.append(
             ClockPoint(
-                sm_lock_mhz=number(row.get("sm_lock_mhz")),
-                mem_lock_mhz=number(row.get("mem_lock_mhz")),
-                cap_w=number(row.get("cap_w")),
+                sm_lock_mhz=as_float(row.get("sm_lock_mhz")),
+                mem_lock_mhz=as_float(row.get("mem_lock_mhz")),
+                cap_w=as_float(row.get("cap_w")),
                 tps=tps,
                 power_w=power,
-                sm_clock_mhz=number(row.get("sm_clock_mhz")),
-                mem_clock_mhz=number(row.get("mem_clock_mhz")),
+                sm_clock_mhz=as_float(row.get("sm_clock_mhz")),
+                mem_clock_mhz=as_float(row.get("mem_clock_mhz")),
                 per_token=tuple(serving.row_fields(row).items()),
                 stated_u95=tuple(stated_u95(row, pooled.columns).items()),
             )

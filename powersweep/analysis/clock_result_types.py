@@ -6,7 +6,9 @@ The same rules as :mod:`powersweep.analysis.result_types`: frozen dataclasses, o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
 
 from msgspec import UNSET, UnsetType
 
@@ -18,42 +20,58 @@ from powersweep.analysis.result_types import (
     LatencyTarget,
     Num,
     OptNum,
+    PointFigures,
+    PointRecord,
     RunFacts,
     ToolInfo,
 )
 
 
 @dataclass(frozen=True)
-class LockPoint(JsonRecord):
-    """One set of clock locks measured (repeats pooled), with its serving figures.
+class LockPoint(PointRecord):
+    """One set of clock locks measured (repeats pooled), with its figures.
 
     The peak (``sweet_spot``) adds how it compares with the fastest point and the points tied
     with it; near-peak adds the TPS it gives up.
     """
 
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "sm_lock_mhz",
+        "mem_lock_mhz",
+        "cap_w",
+        "tps",
+        "power_w",
+        "tps_per_w",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "j_per_token",
+        "j_per_token_u95_pct",
+        "j_per_token_sampled",
+        "kwh_per_mtok",
+        "energy_tokens",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "itl_p50_ms",
+        "itl_p95_ms",
+        "ttft_p95_hi_ms",
+        "itl_p95_hi_ms",
+        "tps_u95_pct",
+        "tps_per_w_u95_pct",
+        "cost_per_mtok",
+        "tps_per_w_vs_fastest_pct",
+        "tps_vs_fastest_pct",
+        "energy_per_token_saving_pct",
+        "tied_points",
+        "noise_source",
+        "best_share",
+        "tps_loss_pct",
+        "max_tps_loss_pct",
+    )
+
     sm_lock_mhz: Num = None
     mem_lock_mhz: Num = None
     cap_w: Num = None
-    tps: Num = None
-    power_w: Num = None
-    tps_per_w: Num = None
-    sm_clock_mhz: Num = None
-    mem_clock_mhz: Num = None
-    j_per_token: Num = None
-    j_per_token_u95_pct: Num = None
-    j_per_token_sampled: Num = None
-    kwh_per_mtok: Num = None
-    energy_tokens: Num = None
-    ttft_p50_ms: Num = None
-    ttft_p95_ms: Num = None
-    itl_p50_ms: Num = None
-    itl_p95_ms: Num = None
-    ttft_p95_hi_ms: OptNum = UNSET
-    itl_p95_hi_ms: OptNum = UNSET
-    # the point's stated 95% half-widths, % (repeats pooled); absent from analyses before them
-    tps_u95_pct: OptNum = UNSET
-    tps_per_w_u95_pct: OptNum = UNSET
-    cost_per_mtok: OptNum = UNSET
+    figures: PointFigures = field(default_factory=PointFigures)
     tps_per_w_vs_fastest_pct: OptNum = UNSET
     tps_vs_fastest_pct: OptNum = UNSET
     energy_per_token_saving_pct: OptNum = UNSET
@@ -82,24 +100,34 @@ class LockShare(JsonRecord):
 
 
 @dataclass(frozen=True)
-class LockRow(JsonRecord):
+class LockRow(PointRecord):
     """One row of the table as measured (status and error kept; the metric's own column)."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "sm_lock_mhz",
+        "mem_lock_mhz",
+        "cap_w",
+        "narr_tps",
+        "code_tps",
+        "prefill_tps",
+        "decode_tps",
+        "power_w",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "pwr_throttle_pct",
+        "status",
+        "error",
+        "tps",
+        "tps_per_w",
+    )
 
     sm_lock_mhz: Num = None
     mem_lock_mhz: Num = None
     cap_w: Num = None
+    figures: PointFigures = field(default_factory=PointFigures)
     narr_tps: OptNum = UNSET
-    code_tps: OptNum = UNSET
     prefill_tps: OptNum = UNSET
     decode_tps: OptNum = UNSET
-    power_w: Num = None
-    sm_clock_mhz: Num = None
-    mem_clock_mhz: Num = None
-    pwr_throttle_pct: Num = None
-    status: str | None = None
-    error: str | None = None
-    tps: Num = None
-    tps_per_w: Num = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +170,6 @@ class ClockAnalysis(JsonRecord):
     rows: list[LockRow] = field(default_factory=list)
     answer: Answer | UnsetType | None = UNSET
     peak: LockPoint | None = None
-    sweet_spot: LockPoint | None = None
     near_peak: LockPoint | None = None
     pareto_front: list[LockPoint] = field(default_factory=list)
     pareto_knee: LockPoint | None = None
@@ -154,3 +181,25 @@ class ClockAnalysis(JsonRecord):
     latency_target: LatencyTarget | None = None
     findings: list[Finding] = field(default_factory=list)
     fastest: LockPoint | UnsetType | None = UNSET
+
+    @property
+    def sweet_spot(self) -> LockPoint | None:
+        """The peak under the power axis's name: analysis.json writes it under both keys."""
+        return self.peak
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """A typed clock analysis: its peak read from ``peak`` (or from ``sweet_spot``, its other
+        name, where a document has only that)."""
+        if "peak" not in data and "sweet_spot" in data:
+            data = {**data, "peak": data["sweet_spot"]}
+        return super().from_json(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The analysis as its file holds it: the peak written once more as ``sweet_spot``."""
+        out: dict[str, Any] = {}
+        for key, value in super().to_json().items():
+            out[key] = value
+            if key == "peak":
+                out["sweet_spot"] = value
+        return out

@@ -80,14 +80,14 @@ def render_clock_summary(curve: Curve, analysis: ClockAnalysis) -> str:
     )
     lines.append("|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in analysis.rows:
-        status = escape_md(r.status or "ok")
-        if r.error and status != "ok":
-            status += f": {escape_md(r.error)}"
+        status = escape_md(r.figures.status or "ok")
+        if r.figures.error and status != "ok":
+            status += f": {escape_md(r.figures.error)}"
         lines.append(
             f"| {_fmt(r.sm_lock_mhz, 0)} | {_fmt(r.mem_lock_mhz, 0)} | "
-            f"{_fmt(r.sm_clock_mhz, 0)} | {_fmt(r.mem_clock_mhz, 0)} | "
-            f"{_fmt(r.tps)} | {_fmt(r.power_w, 0)} | "
-            f"{_fmt(r.tps_per_w, 4)} | {status} |"
+            f"{_fmt(r.figures.sm_clock_mhz, 0)} | {_fmt(r.figures.mem_clock_mhz, 0)} | "
+            f"{_fmt(r.figures.tps)} | {_fmt(r.figures.power_w, 0)} | "
+            f"{_fmt(r.figures.tps_per_w, 4)} | {status} |"
         )
     lines += ["", f"<sub>source: {escape_md(curve.source)}</sub>", ""]
     return "\n".join(lines)
@@ -130,8 +130,8 @@ def _pareto_front(analysis: ClockAnalysis, metric: str) -> list[str]:
     lines += ["| clocks | " + metric + " | W | TPS/W |", "|---|---:|---:|---:|"]
     for p in front:
         lines.append(
-            f"| {escape_md(_label(p))} | {_fmt(p.tps)} | {_fmt(p.power_w, 0)} | "
-            f"{_fmt(p.tps_per_w, 4)} |"
+            f"| {escape_md(_label(p))} | {_fmt(p.figures.tps)} | {_fmt(p.figures.power_w, 0)} | "
+            f"{_fmt(p.figures.tps_per_w, 4)} |"
         )
     return lines
 
@@ -161,7 +161,7 @@ def _tier_row(t: Tier) -> str:
         rising = "still rising" if t.n_points >= 3 else "—"
     below = t.below_fastest_tier_pct or 0.0
     gap = f"-{_fmt(below, 0)}%" if below >= 0.5 else "0%"
-    peak_tpw = t.peak.tps_per_w if t.peak is not None else None
+    peak_tpw = t.peak.figures.tps_per_w if t.peak is not None else None
     return (
         f"| {_fmt(mem, 0) + ' MHz' if mem is not None else 'unlocked'}{capped} | "
         f"{escape_md(_label(t.peak))} | {_fmt(peak_tpw, 4)} | "
@@ -170,10 +170,11 @@ def _tier_row(t: Tier) -> str:
 
 
 def _row(name: str, p: LockPoint) -> str:
+    f = p.figures
     return (
-        f"| {name} | {escape_md(_label(p))} | {_fmt(p.tps_per_w, 4)} | {_fmt(p.tps)} | "
-        f"{_fmt(p.power_w, 0)} | {_fmt(p.j_per_token, 3)} | "
-        f"{_fmt(p.itl_p95_ms, 1)} |"
+        f"| {name} | {escape_md(_label(p))} | {_fmt(f.tps_per_w, 4)} | {_fmt(f.tps)} | "
+        f"{_fmt(f.power_w, 0)} | {_fmt(f.j_per_token, 3)} | "
+        f"{_fmt(f.itl_p95_ms, 1)} |"
     )
 
 
@@ -210,19 +211,23 @@ def clocks_versus_power(power: PowerAnalysis, clocks: ClockAnalysis) -> dict[str
     cap, peak = power.sweet_spot, clocks.peak
     if cap is None or cap.tps_per_w is None:
         raise UsageError("the power-cap run has no sweet spot (no cap measured ok)")
-    if peak is None or peak.tps_per_w is None:
+    if peak is None or peak.figures.tps_per_w is None:
         raise UsageError("the clock run has no efficiency peak (no point measured ok)")
-    gain = 100.0 * (peak.tps_per_w / cap.tps_per_w - 1.0)
-    tps_change = _change_pct(peak.tps, cap.tps)
-    watts = _change_pct(peak.power_w, cap.power_w)
+    gain = 100.0 * (peak.figures.tps_per_w / cap.tps_per_w - 1.0)
+    tps_change = _change_pct(peak.figures.tps, cap.tps)
+    watts = _change_pct(peak.figures.power_w, cap.power_w)
     more = "more" if gain >= 0 else "less"
     statement = (
-        f"{_label(peak)} gives {peak.tps_per_w:.3g} TPS/W, {abs(gain):.0f}% {more} than "
+        f"{_label(peak)} gives {peak.figures.tps_per_w:.3g} TPS/W, {abs(gain):.0f}% {more} than "
         f"the best cap ({cap.tps_per_w:.3g} at {cap.cap_w:g} W); it runs at "
-        f"{peak.tps:.1f} TPS ({tps_change:+.0f}%) and {peak.power_w:.0f} W, where the best "
-        f"cap runs at {cap.tps:.1f} TPS and {cap.power_w or math.nan:.0f} W"
+        f"{peak.figures.tps:.1f} TPS ({tps_change:+.0f}%) and {peak.figures.power_w:.0f} W, "
+        f"where the best cap runs at {cap.tps:.1f} TPS and {cap.power_w or math.nan:.0f} W"
     )
-    tpw = [float(c.tps_per_w) for c in power.caps if c.status == "ok" and c.tps_per_w is not None]
+    tpw = [
+        float(c.figures.tps_per_w)
+        for c in power.caps
+        if c.figures.status == "ok" and c.figures.tps_per_w is not None
+    ]
     # one cap (or none) cannot show a flat curve: the caps are not said to be idle
     caps_bind = len(tpw) < 2 or max(tpw) > FLAT_CAPS_RATIO * min(tpw)
     if not caps_bind:
@@ -246,9 +251,9 @@ def clocks_versus_power(power: PowerAnalysis, clocks: ClockAnalysis) -> dict[str
         "best_clock": {
             "sm_lock_mhz": peak.sm_lock_mhz,
             "mem_lock_mhz": peak.mem_lock_mhz,
-            "tps": peak.tps,
-            "power_w": peak.power_w,
-            "tps_per_w": peak.tps_per_w,
+            "tps": peak.figures.tps,
+            "power_w": peak.figures.power_w,
+            "tps_per_w": peak.figures.tps_per_w,
         },
         "tps_per_w_gain_pct": gain,
         "tps_change_pct": tps_change,

@@ -10,6 +10,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.summary import escape_md
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 
 def cross_mode(curves: list[tuple[Curve, PowerAnalysis]]) -> CrossModeResult:
@@ -42,9 +43,11 @@ def cross_mode(curves: list[tuple[Curve, PowerAnalysis]]) -> CrossModeResult:
         if sweet is None or sweet.tps_per_w is None:
             raise UsageError(f"{curve.source}: no sweet spot (no cap measured ok)")
         table = {
-            round(float(row.cap_w), 1): (float(row.tps_per_w), float(row.tps))
+            round(float(row.cap_w), 1): (float(row.figures.tps_per_w), float(row.figures.tps))
             for row in analysis.caps
-            if row.status == "ok" and row.tps_per_w is not None and row.tps is not None
+            if row.figures.status == "ok"
+            and row.figures.tps_per_w is not None
+            and row.figures.tps is not None
         }
         tables.append(table)
         run = analysis.run
@@ -56,9 +59,9 @@ def cross_mode(curves: list[tuple[Curve, PowerAnalysis]]) -> CrossModeResult:
                 load_mode=run.load_mode,
                 metric=analysis.metric,
                 source=str(curve.source),
-                sweet_spot_cap_w=_finite(sweet.cap_w),
-                sweet_spot_tps_per_w=_finite(sweet.tps_per_w),
-                sweet_spot_tps=_finite(sweet.tps),
+                sweet_spot_cap_w=as_float(sweet.cap_w, None),
+                sweet_spot_tps_per_w=as_float(sweet.tps_per_w, None),
+                sweet_spot_tps=as_float(sweet.tps, None),
             )
         )
     if len(gpu_names - {None}) > 1:
@@ -83,29 +86,24 @@ def cross_mode(curves: list[tuple[Curve, PowerAnalysis]]) -> CrossModeResult:
         at_cap.append(
             replace(
                 mode,
-                tps_per_w=_finite(tpw),
-                tps_per_w_loss_pct=_finite((1.0 - tpw / own_tpw) * 100.0),
-                tps=_finite(tps),
+                tps_per_w=as_float(tpw, None),
+                tps_per_w_loss_pct=as_float((1.0 - tpw / own_tpw) * 100.0, None),
+                tps=as_float(tps, None),
                 tps_change_vs_sweet_pct=(
-                    _finite((tps / sweet_tps - 1.0) * 100.0) if sweet_tps else None
+                    as_float((tps / sweet_tps - 1.0) * 100.0, None) if sweet_tps else None
                 ),
             )
         )
     return CrossModeResult(
-        cap_w=_finite(best_cap),
-        worst_loss_pct=_finite(worst * 100.0),
+        cap_w=as_float(best_cap, None),
+        worst_loss_pct=as_float(worst * 100.0, None),
         modes=at_cap,
         caps=[
-            SharedCap(cap_w=_finite(cap), worst_loss_pct=_finite(loss * 100.0))
+            SharedCap(cap_w=as_float(cap, None), worst_loss_pct=as_float(loss * 100.0, None))
             for loss, cap in scored
         ],
         warnings=warnings,
     )
-
-
-def _finite(value: float | None) -> float | None:
-    """The number, or None where it is not finite (as cross-mode.json writes NaN)."""
-    return value if value is None or math.isfinite(value) else None
 
 
 def render_cross_mode(result: CrossModeResult) -> str:

@@ -35,6 +35,7 @@ from powersweep.analysis.fleet_result_types import FleetGroup, FleetReport
 from powersweep.analysis.load import Curve
 from powersweep.analysis.undervolt import is_undervolt_curve
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 __all__ = ["FleetOptions", "check_options", "discover_runs", "fleet_report", "summarise"]
 
@@ -145,22 +146,16 @@ def summarise(
             "groups": out_groups,
             # cards swept on several axes count once (see _counted_once)
             "totals": {
-                "kw_saved": float(sum(_f(g["savings"].get("kw_saved")) for g in counted)),
+                "kw_saved": float(
+                    sum(as_float(g["savings"].get("kw_saved"), 0.0) for g in counted)
+                ),
                 "mwh_per_year_saved": float(
-                    sum(_f(g["savings"].get("mwh_per_year_saved")) for g in counted)
+                    sum(as_float(g["savings"].get("mwh_per_year_saved"), 0.0) for g in counted)
                 ),
             },
         }
     )
     return FleetReport.from_json(doc)
-
-
-def _f(value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return v if math.isfinite(v) else 0.0
 
 
 def _dist(values: Sequence[float]) -> dict[str, Any]:
@@ -470,7 +465,7 @@ def _counted_once(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     def rank(g: Mapping[str, Any]) -> tuple[bool, float]:
         axis = g.get("axis") or {}
         answer = g.get(axis.get("answer_key", "fleet_cap")) or {}
-        return axis.get("name", POWER) == POWER, _f(answer.get("fleet_tps_per_w"))
+        return axis.get("name", POWER) == POWER, as_float(answer.get("fleet_tps_per_w"), 0.0)
 
     best: dict[tuple[Any, ...], dict[str, Any]] = {}
     for g in groups:

@@ -97,7 +97,7 @@ def rows_of(result: PowerAnalysis | ClockAnalysis) -> list[CapRow] | list[LockPo
     usable points (repeats pooled) of a clock run."""
     if isinstance(result, ClockAnalysis):
         return list(result.points)
-    return [r for r in result.caps if r.status == "ok"]
+    return [r for r in result.caps if r.figures.status == "ok"]
 
 
 def best_of(result: PowerAnalysis | ClockAnalysis) -> Pick | LockPoint | None:

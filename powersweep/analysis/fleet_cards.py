@@ -30,6 +30,7 @@ from powersweep.analysis.fleet_axis import FleetAxis, axis_of_analysis, best_of,
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, RunFacts
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 NAN = math.nan
 # Two settings are the same within this (W or MHz): CSVs round them.
@@ -183,7 +184,7 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
         )
     axis = axis_of_analysis(result)
     best = best_of(result)
-    rows = [r for r in rows_of(result) if _ok(r.tps) and _ok(r.power_w)]
+    rows = [r for r in rows_of(result) if _ok(r.figures.tps) and _ok(r.figures.power_w)]
     if not rows or best is None:
         return None
     by_setting: dict[tuple[float, float], CapRow | LockPoint] = {}
@@ -197,7 +198,7 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
     # a simulated card is named by its simulated node (many of them share one real host)
     host = (sim.get("node") if isinstance(sim, dict) else None) or meta.get("host")
     rel = os.path.relpath(curve.source, root) if curve.source != root else curve.source.name
-    temp = [_num(_temp_of(by_setting[s])) for s in settings]
+    temp = [as_float(_temp_of(by_setting[s])) for s in settings]
     return CardCurve(
         label=str(host or rel),
         run_dir=str(curve.source),
@@ -212,8 +213,8 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
         metric=str(result.metric),
         x=np.array([s[0] for s in settings], dtype=float),
         tier=np.array([s[1] for s in settings], dtype=float),
-        tps=np.array([_num(by_setting[s].tps) for s in settings]),
-        power_w=np.array([_num(by_setting[s].power_w) for s in settings]),
+        tps=np.array([as_float(by_setting[s].figures.tps) for s in settings]),
+        power_w=np.array([as_float(by_setting[s].figures.power_w) for s in settings]),
         # the analysis's own reading where it has one, else caps.csv's (a clock point's)
         temp_c=np.array(
             [
@@ -224,7 +225,11 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
         thermal_pct=np.array([facts.get(s, (NAN, 0.0))[1] for s in settings]),
         best=_setting(best, axis),
         near_peak=_setting(result.near_peak, axis),
-        envelope_w=(_num(run.min_limit_w), _num(run.default_limit_w), _num(run.max_limit_w)),
+        envelope_w=(
+            as_float(run.min_limit_w),
+            as_float(run.default_limit_w),
+            as_float(run.max_limit_w),
+        ),
         # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
         status=str(meta.get("status") or run.status or "unknown"),
         error=_text(meta.get("error")),
@@ -242,19 +247,19 @@ def _setting(row: CapRow | Pick | LockPoint | None, axis: FleetAxis) -> tuple[fl
     keys: dict[str, float | None] = {"cap_w": row.cap_w}
     if isinstance(row, LockPoint):
         keys.update(sm_lock_mhz=row.sm_lock_mhz, mem_lock_mhz=row.mem_lock_mhz)
-    tier = _num(keys.get(axis.tier_key)) if axis.tier_key else NAN
-    return _num(keys.get(axis.setting_key)), tier
+    tier = as_float(keys.get(axis.tier_key)) if axis.tier_key else NAN
+    return as_float(keys.get(axis.setting_key)), tier
 
 
 def _csv_setting(row: Mapping[str, Any], axis: FleetAxis) -> tuple[float, float]:
     """A caps.csv row's setting on the axis: (x, tier)."""
-    tier = _num(row.get(axis.tier_key)) if axis.tier_key else NAN
-    return _num(row.get(axis.setting_key)), tier
+    tier = as_float(row.get(axis.tier_key)) if axis.tier_key else NAN
+    return as_float(row.get(axis.setting_key)), tier
 
 
 def _temp_of(row: CapRow | LockPoint) -> float | None:
     """The hottest reading the analysis kept for a setting (a cap's row has one)."""
-    return row.temp_max_c if isinstance(row, CapRow) else None
+    return row.figures.temp_max_c if isinstance(row, CapRow) else None
 
 
 def _tier_order(tier: float) -> float:
@@ -269,8 +274,8 @@ def _row_facts(curve: Curve, axis: FleetAxis) -> dict[tuple[float, float], tuple
         setting = _csv_setting(row, axis)
         if not math.isfinite(setting[0]):
             continue
-        thermal = _num(row.get("thermal_throttle_pct"))
-        out[setting] = (_num(row.get("temp_max_c")), thermal if math.isfinite(thermal) else 0.0)
+        thermal = as_float(row.get("thermal_throttle_pct"))
+        out[setting] = (as_float(row.get("temp_max_c")), thermal if math.isfinite(thermal) else 0.0)
     return out
 
 
@@ -283,7 +288,7 @@ def _gpus(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def _held_cap(run: Mapping[str, Any]) -> float | None:
     options = run.get("options")
-    held = _num(options.get("hold_cap_w")) if isinstance(options, dict) else NAN
+    held = as_float(options.get("hold_cap_w")) if isinstance(options, dict) else NAN
     return held if math.isfinite(held) and held > 0 else None
 
 
@@ -347,13 +352,6 @@ def unique_labels(cards: list[CardCurve], root: Path) -> list[CardCurve]:
 
 def _ok(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
-
-
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return NAN
 
 
 def _text(value: Any) -> str | None:

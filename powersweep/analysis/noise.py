@@ -21,6 +21,7 @@ from powersweep.analysis.curve_noise import FLOOR_SIGMA_REL, CurveNoise, Line, e
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import near_peak_index
 from powersweep.analysis.precision import Reading
+from powersweep.runformat import as_float
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
 TIED_SHARE = 0.05
@@ -186,11 +187,7 @@ CAP_KEYS = ("cap_w",)
 
 def point_key(values: Sequence[Any]) -> Key:
     """A point's key from its column values: floats, missing (None or NaN) as None."""
-    out: list[float | None] = []
-    for v in values:
-        f = None if v is None else float(v)
-        out.append(None if f is None or math.isnan(f) else f)
-    return tuple(out)
+    return tuple(as_float(v, None) for v in values)
 
 
 def pooled_blocks(caps: pl.DataFrame, keys: Sequence[str] = CAP_KEYS) -> dict[Key, np.ndarray]:

@@ -17,7 +17,7 @@ from powersweep.analysis import serving
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.standing import current_rows, pooled_rows
-from powersweep.runformat import REPEAT_REASONS
+from powersweep.runformat import REPEAT_REASONS, as_float
 
 NAN = math.nan
 # A stated 95% half-width over this is one standard deviation (the columns state 95%).
@@ -170,8 +170,7 @@ def table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
 
 def curve_points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
     def f(row: dict[str, Any], key: str) -> float:
-        v = row.get(key)
-        return NAN if v is None else float(v)
+        return as_float(row.get(key))
 
     out: list[CapPoint] = []
     for row in ok.iter_rows(named=True):

@@ -17,7 +17,7 @@ from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
-from powersweep.analysis.result_types import Answer, CapsBind, Plateau, Regime, number
+from powersweep.analysis.result_types import Answer, CapsBind, Plateau, Regime
 from powersweep.runformat import as_float
 
 NAN = math.nan
@@ -64,7 +64,7 @@ def _spans(binds: CapsBind) -> tuple[float, float, float, float]:
     """The draw's and the caps' spans, W (NaN where not given)."""
     d_lo, d_hi = binds.draw_w or (None, None)
     c_lo, c_hi = binds.caps_w or (None, None)
-    return number(d_lo), number(d_hi), number(c_lo), number(c_hi)
+    return as_float(d_lo), as_float(d_hi), as_float(c_lo), as_float(c_hi)
 
 
 def no_bind_text(binds: CapsBind) -> str:

@@ -34,6 +34,7 @@ from powersweep.analysis.thermal_drift import (
     drift_sensitivity_per_c as drift_sensitivity_per_c,
 )
 from powersweep.analysis.thermal_drift import fit_thermal as fit_thermal
+from powersweep.runformat import as_float
 
 # How far a reading against a real server may lie from another run's beyond everything its own
 # run measures (a standard deviation, relative, common to a run's points: it cancels from the
@@ -529,12 +530,7 @@ class Reading:
         """The reading of a caps.csv row (NaN where it has none)."""
 
         def num(key: str, default: float = math.nan) -> float:
-            value = row.get(key)
-            try:
-                out = float(value) if value is not None and value != "" else default
-            except (TypeError, ValueError):
-                return default
-            return out if not math.isnan(out) else default
+            return as_float(row.get(key), default)
 
         tpw, power = num("tps_per_w"), num("power_w")
         return cls(

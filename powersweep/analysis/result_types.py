@@ -1,18 +1,20 @@
 """The analysis result, typed: what ``analysis.json`` holds, as frozen dataclasses.
 
 Every record has one ``to_json()`` (the object ``analysis.json`` holds) and one ``from_json()``
-(a typed view of such an object), both through msgspec, so no reader parses the JSON by hand and
-a wrong type is one clear error.
+(a typed view of such an object), so no reader parses the JSON by hand and a wrong type is one
+clear error. A measured point's figures are declared once (:class:`PointFigures`) and held by
+every axis's point record beside its setting (:class:`PointRecord`).
 
 The reasoning: docs/figures.md, "powersweep.analysis.result_types".
 """
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self, TypeVar
+from dataclasses import dataclass, field, fields, is_dataclass
+from types import UnionType
+from typing import Any, ClassVar, Self, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -35,14 +37,9 @@ def known(value: T | UnsetType | None) -> T | None:
     return None if value is UNSET or isinstance(value, UnsetType) else value
 
 
-def number(value: float | UnsetType | None) -> float:
-    """A number to print or plot: NaN where it was null or not written."""
-    known_value = known(value)
-    return math.nan if known_value is None else float(known_value)
-
-
 class JsonRecord:
-    """One ``to_json`` / ``from_json`` pair for every result record (msgspec does the work).
+    """One ``to_json`` / ``from_json`` pair for every result record (msgspec's conversion and
+    encoding, a point record's figures written flat).
 
     Attributes:
         FILE: The file the record lives in, named by a schema error.
@@ -52,7 +49,7 @@ class JsonRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as its file holds it (keys not written are left out)."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
+        out: dict[str, Any] = _builtins(self)
         return out
 
     @classmethod
@@ -63,9 +60,148 @@ class JsonRecord:
             UsageError: A key holds a value of the wrong type (the message names it).
         """
         try:
-            return msgspec.convert(data, type=cls, strict=False)
+            return msgspec.convert(_nested(data, cls), type=cls, strict=False)
         except msgspec.ValidationError as exc:
             raise UsageError(f"{cls.FILE} does not follow its schema: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PointFigures:
+    """What one measured point showed (repeats pooled), declared once for every axis: its serving
+    figures, their stated 95% half-widths (%), its status and how many readings it pools.
+
+    A point's record (a power cap's :class:`CapRow`, a clock point's ``LockPoint`` and
+    ``LockRow``, an undervolt step's ``OffsetStep``) holds them as ``figures`` beside its setting;
+    its JSON writes them flat among the setting's keys (:class:`PointRecord`). A figure typed
+    ``OptNum`` is one only some analyses write.
+    """
+
+    tps: Num = None
+    code_tps: Num = None
+    power_w: Num = None
+    tps_per_w: Num = None
+    sm_clock_mhz: Num = None
+    mem_clock_mhz: Num = None
+    temp_max_c: Num = None
+    status: str | None = None
+    error: str | None = None
+    util_pct: Num = None
+    pstate: Num = None
+    pwr_throttle_pct: Num = None
+    thermal_throttle_pct: Num = None
+    energy_j: Num = None
+    energy_sampled_j: Num = None
+    n_measurements: int | None = None
+    j_per_token: Num = None
+    j_per_token_u95_pct: Num = None
+    j_per_token_sampled: Num = None
+    kwh_per_mtok: Num = None
+    energy_tokens: Num = None
+    ttft_p50_ms: Num = None
+    ttft_p95_ms: Num = None
+    itl_p50_ms: Num = None
+    itl_p95_ms: Num = None
+    ttft_p95_hi_ms: OptNum = UNSET
+    itl_p95_hi_ms: OptNum = UNSET
+    tps_u95_pct: OptNum = UNSET
+    tps_per_w_u95_pct: OptNum = UNSET
+    power_u95_pct: OptNum = UNSET
+    cost_per_mtok: OptNum = UNSET
+
+
+FIGURE_KEYS = frozenset(f.name for f in fields(PointFigures))
+
+
+class PointRecord(JsonRecord):
+    """A measured point's record: its setting and axis fields, and its :class:`PointFigures`.
+
+    Its JSON is flat, in ``KEYS`` order (own fields and figures interleaved as analysis.json has
+    always written them); a figure not in ``KEYS`` is not written, and, as for every record, a
+    key the document it was read from left out, or one ``UNSET``, is left out.
+
+    Attributes:
+        KEYS: The record's JSON keys, in order.
+    """
+
+    KEYS: ClassVar[tuple[str, ...]] = ()
+    figures: PointFigures
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = [k for k in cls.KEYS if k not in FIGURE_KEYS and k not in cls.__annotations__]
+        if unknown:
+            raise TypeError(f"{cls.__name__}.KEYS names no field: {unknown}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The record flat, in ``KEYS`` order (its figures among its own keys)."""
+        own, figures = self.__dict__, self.figures.__dict__
+        out: dict[str, Any] = {}
+        for key in self.KEYS:
+            given = own if key in _own_fields(type(self)) else figures
+            if key in given and (value := given[key]) is not UNSET:
+                out[key] = _builtins(value)
+        return out
+
+    @classmethod
+    def nest(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A flat JSON object with its figures gathered under ``figures``, as the record holds
+        them."""
+        own = _own_fields(cls)
+        out = {k: v for k, v in data.items() if k in own or k not in FIGURE_KEYS}
+        out["figures"] = {k: v for k, v in data.items() if k in FIGURE_KEYS and k not in own}
+        return out
+
+
+_OWN_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _own_fields(record: type[PointRecord]) -> frozenset[str]:
+    """A point record's own fields (``figures`` among them), by class."""
+    own = _OWN_FIELDS.get(record)
+    if own is None:
+        own = _OWN_FIELDS[record] = frozenset(f.name for f in fields(record))  # type: ignore[arg-type]
+    return own
+
+
+def _builtins(value: Any) -> Any:
+    """``value`` as JSON builtins: msgspec's own encoding (a field not written left out), a
+    :class:`PointRecord` flattened."""
+    if isinstance(value, PointRecord):
+        return value.to_json()
+    if is_dataclass(value) and not isinstance(value, type):
+        # as msgspec does: a field msgspec.convert was not given is not in the instance's dict
+        given = value.__dict__
+        names = (f.name for f in fields(value) if f.name in given)
+        return {name: _builtins(given[name]) for name in names if given[name] is not UNSET}
+    if isinstance(value, list | tuple):
+        return [_builtins(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _builtins(v) for k, v in value.items()}
+    return msgspec.to_builtins(value)
+
+
+@functools.cache
+def _hints(record: type) -> dict[str, Any]:
+    return get_type_hints(record)
+
+
+def _nested(data: Any, hint: Any) -> Any:
+    """``data`` with every :class:`PointRecord`'s figures nested, found by the record's type
+    hints (the inverse of :func:`_builtins`' flattening)."""
+    if get_origin(hint) in (Union, UnionType):
+        for arg in get_args(hint):
+            if (is_dataclass(arg) and isinstance(data, Mapping)) or (
+                get_origin(arg) is list and isinstance(data, list)
+            ):
+                return _nested(data, arg)
+        return data
+    if get_origin(hint) is list and isinstance(data, list):
+        return [_nested(v, get_args(hint)[0]) for v in data]
+    if isinstance(hint, type) and is_dataclass(hint) and isinstance(data, Mapping):
+        hints = _hints(hint)
+        out = {k: _nested(v, hints[k]) if k in hints else v for k, v in data.items()}
+        return hint.nest(out) if issubclass(hint, PointRecord) else out
+    return data
 
 
 @dataclass(frozen=True)
@@ -101,43 +237,50 @@ class RunFacts(JsonRecord):
 
 
 @dataclass(frozen=True)
-class CapRow(JsonRecord):
-    """One cap's row of the table (repeats pooled), as the summary shows it."""
+class CapRow(PointRecord):
+    """One cap's row of the table (repeats pooled), as the summary shows it: the cap, its
+    figures, and what limits it (``regime``)."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "cap_w",
+        "tps",
+        "code_tps",
+        "power_w",
+        "tps_per_w",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "temp_max_c",
+        "status",
+        "error",
+        "util_pct",
+        "pstate",
+        "pwr_throttle_pct",
+        "thermal_throttle_pct",
+        "energy_j",
+        "energy_sampled_j",
+        "n_gpus",
+        "n_measurements",
+        "j_per_token",
+        "j_per_token_u95_pct",
+        "j_per_token_sampled",
+        "kwh_per_mtok",
+        "energy_tokens",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "itl_p50_ms",
+        "itl_p95_ms",
+        # in the order the analysis adds them, so analysis.json reads back byte for byte
+        "ttft_p95_hi_ms",
+        "itl_p95_hi_ms",
+        "tps_u95_pct",
+        "tps_per_w_u95_pct",
+        "cost_per_mtok",
+        "regime",
+    )
 
     cap_w: float
-    tps: Num = None
-    code_tps: Num = None
-    power_w: Num = None
-    tps_per_w: Num = None
-    sm_clock_mhz: Num = None
-    mem_clock_mhz: Num = None
-    temp_max_c: Num = None
-    status: str | None = None
-    error: str | None = None
-    util_pct: Num = None
-    pstate: Num = None
-    pwr_throttle_pct: Num = None
-    thermal_throttle_pct: Num = None
-    energy_j: Num = None
-    energy_sampled_j: Num = None
+    figures: PointFigures = field(default_factory=PointFigures)
     n_gpus: Num = None  # the table's column: a float, as analysis.json writes it
-    n_measurements: int | None = None
-    j_per_token: Num = None
-    j_per_token_u95_pct: Num = None
-    j_per_token_sampled: Num = None
-    kwh_per_mtok: Num = None
-    energy_tokens: Num = None
-    ttft_p50_ms: Num = None
-    ttft_p95_ms: Num = None
-    itl_p50_ms: Num = None
-    itl_p95_ms: Num = None
-    # in the order the analysis adds them, so analysis.json reads back byte for byte
-    ttft_p95_hi_ms: OptNum = UNSET
-    itl_p95_hi_ms: OptNum = UNSET
-    # each row's stated 95% half-widths, % (repeats pooled); absent from analyses before them
-    tps_u95_pct: OptNum = UNSET
-    tps_per_w_u95_pct: OptNum = UNSET
-    cost_per_mtok: OptNum = UNSET
     regime: str | UnsetType | None = UNSET
 
 

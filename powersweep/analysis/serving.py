@@ -24,6 +24,7 @@ from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
 from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 NAN = math.nan
 J_PER_KWH = 3.6e6
@@ -132,14 +133,7 @@ def pooled_names() -> frozenset[str]:
 
 def row_fields(row: Mapping[str, Any]) -> dict[str, Any]:
     """The per-token fields of one table row (None where not measured)."""
-    return {c: _num(row.get(c)) for c in PER_TOKEN_COLUMNS}
-
-
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
+    return {c: as_float(row.get(c), None) for c in PER_TOKEN_COLUMNS}
 
 
 def run_tariff(run: Mapping[str, Any] | None, given: float | None) -> float | None:
@@ -192,17 +186,17 @@ def cost_summary(
         year of the measured load served around the clock at the chosen point's rate, or None
         when the chosen point has no energy per token.
     """
-    if chosen is None or _num(chosen.get("kwh_per_mtok")) is None:
+    if chosen is None or as_float(chosen.get("kwh_per_mtok"), None) is None:
         return None
 
     def figures(p: Mapping[str, Any]) -> EnergyFigures:
-        kwh = _num(p.get("kwh_per_mtok"))
+        kwh = as_float(p.get("kwh_per_mtok"), None)
         return EnergyFigures(
-            j_per_token=_num(p.get("j_per_token")),
-            j_per_token_u95_pct=_num(p.get("j_per_token_u95_pct")),
+            j_per_token=as_float(p.get("j_per_token"), None),
+            j_per_token_u95_pct=as_float(p.get("j_per_token_u95_pct"), None),
             kwh_per_mtok=kwh,
             cost_per_mtok=kwh * tariff if kwh is not None and tariff is not None else None,
-            tps=_num(p.get("tps")),
+            tps=as_float(p.get("tps"), None),
         )
 
     mine = figures(chosen)
@@ -234,7 +228,11 @@ def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> di
         key: The axis column (``cap_w``).
         at: Where (the default limit).
     """
-    have = [p for p in points if _num(p.get(key)) is not None and _num(p.get("j_per_token"))]
+    have = [
+        p
+        for p in points
+        if as_float(p.get(key), None) is not None and as_float(p.get("j_per_token"), None)
+    ]
     ordered = sorted(have, key=lambda p: float(p[key]))
     for p in ordered:
         if abs(float(p[key]) - at) < 1e-6:
@@ -245,7 +243,7 @@ def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> di
             f = (at - xa) / (xb - xa)
             out: dict[str, Any] = {key: at, "interpolated_from": [xa, xb]}
             for col in ("tps", "j_per_token", "kwh_per_mtok"):
-                va, vb = _num(a.get(col)), _num(b.get(col))
+                va, vb = as_float(a.get(col), None), as_float(b.get(col), None)
                 out[col] = va + f * (vb - va) if va is not None and vb is not None else None
             return out
     return None
@@ -295,11 +293,11 @@ def latency_choice(
         """The worst ratio of a point's p95 to its target (inf: not measured)."""
         ratios = []
         for key, limit in targets.items():
-            v = _num(p.get(key))
+            v = as_float(p.get(key), None)
             ratios.append(math.inf if v is None else v / limit)
         return max(ratios)
 
-    usable = [p for p in candidates if _num(p.get("tps_per_w")) is not None]
+    usable = [p for p in candidates if as_float(p.get("tps_per_w"), None) is not None]
     meeting = [p for p in usable if over(p) <= 1.0]
     if not meeting:
         measured = [p for p in usable if math.isfinite(over(p))]
@@ -308,7 +306,7 @@ def latency_choice(
             [
                 f"{k.replace('_ms', '')} {closest[k]:.4g} ms > {limit:g} ms"
                 for k, limit in targets.items()
-                if _num(closest.get(k)) is not None and closest[k] > limit
+                if as_float(closest.get(k), None) is not None and closest[k] > limit
             ]
             if closest is not None
             else []
@@ -356,7 +354,7 @@ def _unsure(p: Mapping[str, Any], targets: Mapping[str, float]) -> list[str]:
     out = []
     for key, limit in targets.items():
         what = "TTFT" if key.startswith("ttft") else "inter-token"
-        high = _num(p.get(_UPPER[key]))
+        high = as_float(p.get(_UPPER[key]), None)
         if high is None:
             out.append(f"its {what} p95 has too few samples to be bounded")
         elif high > limit:
@@ -373,7 +371,7 @@ def _tied(a: Reading, b: Reading) -> bool:
 
 
 def _position(p: Mapping[str, Any], key: str) -> float:
-    v = _num(p.get(key))
+    v = as_float(p.get(key), None)
     return -1.0 if v is None else v
 
 
@@ -398,7 +396,7 @@ def attach(
     an analysis, and ``cost_per_mtok`` to each candidate row when a tariff is given."""
     if tariff is not None:
         for row in result.get("caps") or result.get("points") or []:
-            kwh = _num(row.get("kwh_per_mtok"))
+            kwh = as_float(row.get("kwh_per_mtok"), None)
             row["cost_per_mtok"] = kwh * tariff if kwh is not None else None
     names = (name(chosen) if chosen else None, name(reference) if reference else None)
     result["energy"] = cost_summary(candidates, chosen, reference, tariff, names)

@@ -3,27 +3,20 @@ analysis' ``energy`` and ``latency_target`` (:mod:`powersweep.analysis.serving`)
 
 from __future__ import annotations
 
-import math
-
 from msgspec import UnsetType
 
 from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
 from powersweep.analysis.summary import escape_md
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+from powersweep.runformat import as_float
 
 
 def _g(value: object, digits: int = 4) -> str:
-    v = _num(value)
+    v = as_float(value, None)
     return "—" if v is None else f"{v:.{digits}g}"
 
 
 def _money(value: object) -> str:
-    v = _num(value)
+    v = as_float(value, None)
     return "—" if v is None else f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
@@ -36,7 +29,7 @@ ENERGY_SECONDS = (
 
 def _pm(figures: EnergyFigures) -> str:
     """`` ±x.x%``: a J/token's own 95% half-width (empty where it has none)."""
-    u95 = _num(known(figures.j_per_token_u95_pct))
+    u95 = as_float(known(figures.j_per_token_u95_pct), None)
     return f" ±{u95:.2g}%" if u95 is not None else ""
 
 
@@ -50,7 +43,7 @@ def energy_section(energy: Energy | None, reference_kind: str) -> str:
     """
     if energy is None:
         return ""
-    tariff = _num(energy.tariff_per_kwh)
+    tariff = as_float(energy.tariff_per_kwh, None)
     chosen = energy.chosen or EnergyFigures()
     name = escape_md(known(energy.chosen_name) or "the recommendation")
     lines = ["### Energy and cost", ""]
@@ -68,8 +61,8 @@ def energy_section(energy: Energy | None, reference_kind: str) -> str:
     if ref is None:
         lines.append(f"- {reference_kind.capitalize()} was not measured: no savings figure.")
         return "\n".join(lines) + "\n\n"
-    saved = _num(known(energy.kwh_saved_per_mtok))
-    year = _num(known(energy.kwh_saved_per_year))
+    saved = as_float(known(energy.kwh_saved_per_mtok), None)
+    year = as_float(known(energy.kwh_saved_per_year), None)
     verb = "saves" if saved is None or saved >= 0 else "costs"
     money = ""
     if tariff is not None:
@@ -98,8 +91,8 @@ def latency_section(target: LatencyTarget | None) -> str:
     goals = [
         f"{what} p95 ≤ {value:g} ms"
         for what, value in (
-            ("time to first token", _num(target.max_ttft_ms)),
-            ("inter-token latency", _num(target.max_itl_ms)),
+            ("time to first token", as_float(target.max_ttft_ms, None)),
+            ("inter-token latency", as_float(target.max_itl_ms, None)),
         )
         if value is not None
     ]

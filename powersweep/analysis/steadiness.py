@@ -14,6 +14,7 @@ from typing import Any
 
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.precision import DEFAULT_TAU_S
+from powersweep.runformat import as_float
 
 # At steady load the instant draw moves little within the sampler's half-second ticks, so the
 # trapezoid over a window's ticks carries only the readings' own noise (a fraction of a
@@ -57,17 +58,9 @@ ASSUMED_TAU_S = DEFAULT_TAU_S
 WAIT_STEP_S = 5.0
 
 
-def _number(value: Any) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out
-
-
 def energy_gap(row: Mapping[str, Any]) -> float:
     """``(counter - sampled) / sampled`` of one row; NaN when either is missing."""
-    counter, sampled = _number(row.get("energy_j")), _number(row.get("energy_sampled_j"))
+    counter, sampled = as_float(row.get("energy_j")), as_float(row.get("energy_sampled_j"))
     if not (math.isfinite(counter) and math.isfinite(sampled) and sampled > 0):
         return math.nan
     return (counter - sampled) / sampled
@@ -79,12 +72,12 @@ def energy_tolerance(row: Mapping[str, Any]) -> float:
     the sampled mean draw times the window, known no better than that mean, which a bursty load
     such as prefill widens), plus what the counter's update period can explain over the row's
     window."""
-    window = _number(row.get("window_s"))
+    window = as_float(row.get("window_s"))
     allowance = COUNTER_PERIOD_MAX_S / window if math.isfinite(window) and window > 0 else 0.0
     # the sampled mean's own precision: the drift's bias (what the draw will be once steady) is
     # no gap between two figures of the same seconds
-    stated = _number(row.get("power_u95_pct")) / 100.0
-    bias = _number(row.get("power_drift_bias_pct")) / 100.0
+    stated = as_float(row.get("power_u95_pct")) / 100.0
+    bias = as_float(row.get("power_drift_bias_pct")) / 100.0
     sampled = math.sqrt(max(0.0, stated**2 - bias**2)) if math.isfinite(bias) else stated
     base = max(ENERGY_MISMATCH_FRAC, sampled) if math.isfinite(sampled) else ENERGY_MISMATCH_FRAC
     return base + allowance
@@ -140,7 +133,7 @@ def _energy_advice(rows: Iterable[Mapping[str, Any]]) -> str:
 
 def drift_bias(row: Mapping[str, Any]) -> float:
     """The relative bias of a row's TPS/W from the temperature still to come (NaN: unknown)."""
-    return _number(row.get("drift_bias_pct")) / 100.0
+    return as_float(row.get("drift_bias_pct")) / 100.0
 
 
 def still_heating(row: Mapping[str, Any]) -> bool:
@@ -150,7 +143,7 @@ def still_heating(row: Mapping[str, Any]) -> bool:
     bias = drift_bias(row)
     if "drift_bias_pct" in row and math.isfinite(bias):
         return abs(bias) > STILL_HEATING_BIAS_REL
-    drift = _number(row.get("temp_drift_c_per_min"))
+    drift = as_float(row.get("temp_drift_c_per_min"))
     return math.isfinite(drift) and abs(drift) > DRIFT_C_PER_MIN
 
 
@@ -172,9 +165,9 @@ def needed_wait_s(row: Mapping[str, Any]) -> float:
     bias = abs(drift_bias(row))
     if not math.isfinite(bias):
         return math.nan
-    tau = _number(row.get("thermal_tau_s"))
+    tau = as_float(row.get("thermal_tau_s"))
     tau = tau if math.isfinite(tau) and tau > 0 else ASSUMED_TAU_S
-    waited = _number(row.get("thermal_wait_s"))
+    waited = as_float(row.get("thermal_wait_s"))
     waited = waited if math.isfinite(waited) and waited > 0 else 0.0
     goal = WAIT_SHARE_OF_FINDING * STILL_HEATING_BIAS_REL
     return waited + (tau * math.log(bias / goal) if bias > goal else 0.0)
@@ -191,7 +184,7 @@ def thermal_findings(
         label: Names a row's point.
     """
     rows = list(rows)
-    tpw = [_number(r.get("tps_per_w")) for r in rows]
+    tpw = [as_float(r.get("tps_per_w")) for r in rows]
     best = max((v for v in tpw if math.isfinite(v)), default=math.nan)
     heating: list[str] = []
     cooling: list[str] = []
@@ -200,7 +193,7 @@ def thermal_findings(
         if not still_heating(row) or not contends(value, best, abs(drift_bias(row))):
             continue
         flagged.append(row)
-        drift = _number(row.get("temp_drift_c_per_min"))
+        drift = as_float(row.get("temp_drift_c_per_min"))
         bias = drift_bias(row)
         what = f"{drift:+.1f} C/min" if math.isfinite(drift) else "drifting"
         if math.isfinite(bias):
@@ -237,7 +230,7 @@ def _wait_advice(flagged: list[dict[str, Any]]) -> str:
             "measure those points again"
         )
     seconds = WAIT_STEP_S * math.ceil(max(known) / WAIT_STEP_S)
-    taus = [_number(r.get("thermal_tau_s")) for r in flagged]
+    taus = [as_float(r.get("thermal_tau_s")) for r in flagged]
     fitted = [t for t in taus if math.isfinite(t) and t > 0]
     model = (
         f"the card's fitted thermal time constant ({max(fitted):.0f} s)"

@@ -336,9 +336,9 @@ def starred_cap(analysis: PowerAnalysis) -> float | None:
 
 def _j_per_token(row: CapRow) -> str:
     """J/token with its own 95% precision where the run states one (``9.506 ±0.4%``)."""
-    text = _fmt(row.j_per_token, 3)
-    u95 = row.j_per_token_u95_pct
-    if row.j_per_token is None or u95 is None or not math.isfinite(u95):
+    text = _fmt(row.figures.j_per_token, 3)
+    u95 = row.figures.j_per_token_u95_pct
+    if row.figures.j_per_token is None or u95 is None or not math.isfinite(u95):
         return text
     return f"{text} ±{u95:.1f}%"
 
@@ -358,8 +358,8 @@ def _table(analysis: PowerAnalysis) -> str:
     cols += ["TPS/W"] + ["± (95%)"] * bool(u95) + ["J/token"]
     rows = analysis.caps
     # latency and cost only where measured (runs older than the columns have none)
-    itl = any(r.itl_p95_ms is not None for r in rows)
-    cost = any(known(r.cost_per_mtok) is not None for r in rows)
+    itl = any(r.figures.itl_p95_ms is not None for r in rows)
+    cost = any(known(r.figures.cost_per_mtok) is not None for r in rows)
     cols += ["ITL p95 (ms)"] * itl + ["Cost / 1M tok"] * cost
     cols += ["SM clock (MHz)", "Temp max (°C)", "Regime", "Status"]
     lines = [
@@ -371,37 +371,41 @@ def _table(analysis: PowerAnalysis) -> str:
     sweet = starred_cap(analysis)
     for row in rows:
         # a reading set aside (outlier, implausible) is kept in the table, named by its status
-        ok = row.status in SHOWN_STATUSES and row.tps is not None and row.power_w is not None
+        ok = (
+            row.figures.status in SHOWN_STATUSES
+            and row.figures.tps is not None
+            and row.figures.power_w is not None
+        )
         cap = row.cap_w
-        cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and row.status == "ok" else "")
-        repeats = row.n_measurements
+        cap_txt = _fmt(cap, 0) + (" ★" if cap == sweet and row.figures.status == "ok" else "")
+        repeats = row.figures.n_measurements
         if ok and isinstance(repeats, int) and repeats > 1:
             cap_txt += f" (x{repeats}, pooled)"
         cells = [cap_txt]
         if n_gpus > 1:
             cells.append(_fmt(cap * n_gpus, 0))
         if ok:
-            power = row.power_w
-            cells += [_fmt(row.tps, 2), _fmt(row.code_tps, 2), _fmt(power, 1)]
+            power = row.figures.power_w
+            cells += [_fmt(row.figures.tps, 2), _fmt(row.figures.code_tps, 2), _fmt(power, 1)]
             if n_gpus > 1:
                 cells.append(_fmt(power / n_gpus if power is not None else None, 1))
-            cells.append(_fmt(row.tps_per_w, 4))
+            cells.append(_fmt(row.figures.tps_per_w, 4))
             if u95:
                 u = u95.get(str(cap))
                 cells.append(f"{u:.2f}%" if isinstance(u, int | float) else "—")
             cells.append(_j_per_token(row))
-            cells += [_fmt(row.itl_p95_ms, 1)] * itl
-            cells += [_fmt(known(row.cost_per_mtok), 3)] * cost
+            cells += [_fmt(row.figures.itl_p95_ms, 1)] * itl
+            cells += [_fmt(known(row.figures.cost_per_mtok), 3)] * cost
             cells += [
-                _fmt(row.sm_clock_mhz, 0),
-                _fmt(row.temp_max_c, 0),
+                _fmt(row.figures.sm_clock_mhz, 0),
+                _fmt(row.figures.temp_max_c, 0),
                 _fmt(known(row.regime)),
-                escape_md(row.status or "ok"),
+                escape_md(row.figures.status or "ok"),
             ]
         else:
             # A cap that did not finish is shown as such, never as zeros.
-            status = str(row.status or "failed")
-            error = row.error
+            status = str(row.figures.status or "failed")
+            error = row.figures.error
             n_blank = 5 + (1 if n_gpus > 1 else 0) + itl + cost + bool(u95)
             cells += [escape_md(status)] + ["—"] * n_blank + ["—", "—"]
             cells.append(escape_md(f"{status}: {error}" if error else status))

@@ -16,7 +16,7 @@ from powersweep import __version__
 from powersweep.analysis import claims
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Answer, RunFacts, ToolInfo, number
+from powersweep.analysis.result_types import Answer, PointFigures, RunFacts, ToolInfo
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
@@ -25,7 +25,7 @@ from powersweep.analysis.undervolt_result_types import (
     UndervoltAnalysis,
     VersusCap,
 )
-from powersweep.runformat import REFERENCE_REASON, finite_or_none
+from powersweep.runformat import REFERENCE_REASON, as_float
 
 SOAK = "soak"
 RETRY_REASON = "retry"
@@ -57,9 +57,9 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     locked = [r for r in locked if r.mem_offset_mhz is None]
     # the baseline's own reading (the run's re-read of it, for the run-to-run term, is the
     # reading only where its own did not stand)
-    baselines = [r for r in rows if r.sm_lock_mhz is None and r.status == "ok"]
+    baselines = [r for r in rows if r.sm_lock_mhz is None and r.figures.status == "ok"]
     baselines = [r for r in baselines if r.reason != REFERENCE_REASON] or baselines
-    steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: number(r.sm_offset_mhz))
+    steps = sorted((r for r in locked if r.reason != SOAK), key=lambda r: as_float(r.sm_offset_mhz))
     soaks = [r for r in locked if r.reason == SOAK]
     options = _options(curve.run)
     step_mhz = _step_mhz(options, steps)
@@ -86,13 +86,13 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
         step_mhz=step_mhz,
         margin_mhz=margin,
-        soak_s=finite_or_none(options.get("soak_s")),
+        soak_s=as_float(options.get("soak_s"), None),
         baseline=baseline,
         steps=steps,
         soaks=soaks,
         last_stable_mhz=last_stable.sm_offset_mhz if last_stable else None,
         first_unstable_mhz=first_bad.sm_offset_mhz if first_bad else None,
-        first_unstable_reason=first_bad.error if first_bad else None,
+        first_unstable_reason=first_bad.figures.error if first_bad else None,
         chosen=chosen,
         versus_cap=versus,
         memory=memory,
@@ -110,28 +110,23 @@ def idle_at_lock(run: Mapping[str, Any] | None) -> IdleAtLock | None:
     span = idle.get("sm_lock_range_mhz")
     low, top = span if isinstance(span, list) and len(span) == 2 else (None, None)
     return IdleAtLock(
-        sm_lock_min_mhz=finite_or_none(low),
-        sm_lock_mhz=finite_or_none(top if top is not None else idle.get("sm_lock_mhz")),
-        power_w=finite_or_none(idle.get("power_w")),
-        sm_clock_mhz=finite_or_none(idle.get("sm_clock_mhz")),
-        seconds=finite_or_none(idle.get("seconds")),
+        sm_lock_min_mhz=as_float(low, None),
+        sm_lock_mhz=as_float(top if top is not None else idle.get("sm_lock_mhz"), None),
+        power_w=as_float(idle.get("power_w"), None),
+        sm_clock_mhz=as_float(idle.get("sm_clock_mhz"), None),
+        seconds=as_float(idle.get("seconds"), None),
     )
 
 
 def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
     def num(key: str) -> float | None:
-        value = row.get(key)
-        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+        return as_float(row.get(key), None)
 
     def text(key: str) -> str | None:
         value = row.get(key)
         return str(value) if value not in (None, "") else None
 
-    return OffsetStep(
-        sm_offset_mhz=num("sm_offset_mhz"),
-        sm_lock_mhz=num("sm_lock_mhz"),
-        cap_w=num("cap_w"),
-        reason=text("reason"),
+    figures = PointFigures(
         status=text("status"),
         error=text("error"),
         tps=num(metric),
@@ -142,12 +137,19 @@ def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
         tps_per_w_u95_pct=num("tps_per_w_u95_pct"),
         sm_clock_mhz=num("sm_clock_mhz"),
         temp_max_c=num("temp_max_c"),
-        answers_checked=num("answers_checked"),
-        answers_differ=num("answers_differ"),
-        mem_offset_mhz=num("mem_offset_mhz"),
         mem_clock_mhz=num("mem_clock_mhz"),
         # written where the run states it, so an older analysis reads back whole
         power_u95_pct=num("power_u95_pct") if "power_u95_pct" in row else UNSET,
+    )
+    return OffsetStep(
+        sm_offset_mhz=num("sm_offset_mhz"),
+        sm_lock_mhz=num("sm_lock_mhz"),
+        cap_w=num("cap_w"),
+        reason=text("reason"),
+        figures=figures,
+        answers_checked=num("answers_checked"),
+        answers_differ=num("answers_differ"),
+        mem_offset_mhz=num("mem_offset_mhz"),
     )
 
 
@@ -158,10 +160,10 @@ def _options(run: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _margin_mhz(options: Mapping[str, Any], step_mhz: float | None) -> float:
     """The margin as run.json records it; a run before issue 45 recorded steps to back off."""
-    margin = finite_or_none(options.get("margin_mhz"))
+    margin = as_float(options.get("margin_mhz"), None)
     if margin is not None:
         return margin
-    steps = finite_or_none(options.get("backoff_steps"))
+    steps = as_float(options.get("backoff_steps"), None)
     return (DEFAULT_BACKOFF_STEPS if steps is None else steps) * (step_mhz or GRID_MHZ)
 
 
@@ -175,7 +177,7 @@ def _step_mhz(options: Mapping[str, Any], steps: list[OffsetStep]) -> float | No
     recorded = options.get("offset_step_mhz")
     if isinstance(recorded, int | float) and recorded > 0:
         return float(recorded)
-    offsets = sorted({number(s.sm_offset_mhz) for s in steps})
+    offsets = sorted({as_float(s.sm_offset_mhz) for s in steps})
     gaps = [b - a for a, b in itertools.pairwise(offsets) if b > a]
     return min(gaps) if gaps else None
 
@@ -185,7 +187,7 @@ def _latest(steps: list[OffsetStep]) -> list[OffsetStep]:
     caused, is judged by its second reading), by offset."""
     latest: dict[float, OffsetStep] = {}
     for s in steps:
-        latest[number(s.sm_offset_mhz)] = s
+        latest[as_float(s.sm_offset_mhz)] = s
     return [latest[o] for o in sorted(latest)]
 
 
@@ -196,16 +198,17 @@ def _retried(steps: list[OffsetStep]) -> list[Finding]:
         if s.reason != RETRY_REASON:
             continue
         first = next(
-            (f for f in steps if f.sm_offset_mhz == s.sm_offset_mhz and f.status != "ok"), None
+            (f for f in steps if f.sm_offset_mhz == s.sm_offset_mhz and f.figures.status != "ok"),
+            None,
         )
-        why = f" ({first.error})" if first is not None and first.error else ""
-        outcome = "held" if s.status == "ok" else f"was {s.status} again"
+        why = f" ({first.figures.error})" if first is not None and first.figures.error else ""
+        outcome = "held" if s.figures.status == "ok" else f"was {s.figures.status} again"
         out.append(
             finding(
                 "info",
                 "step_retried",
-                f"{number(s.sm_offset_mhz):+g} MHz failed{why}, a failure the server or the world "
-                f"may cause: measured once more, it {outcome}",
+                f"{as_float(s.sm_offset_mhz):+g} MHz failed{why}, a failure the server or the "
+                f"world may cause: measured once more, it {outcome}",
             )
         )
     return out
@@ -215,7 +218,7 @@ def _search_edges(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetSte
     """The last step that held, counting up from offset 0, and the first that did not."""
     last_stable = None
     for s in steps:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             return last_stable, s
         last_stable = s
     return last_stable, None
@@ -230,14 +233,14 @@ def _chosen(
     """The answer: the soak that held (the last one: each failed soak backs off by the margin
     again), else a stable step where the margin lands (offset 0 needs no soak; a search without
     soaks reports the step as measured), else offset 0 where every soak failed."""
-    held = [s for s in soaks if s.status == "ok"]
+    held = [s for s in soaks if s.figures.status == "ok"]
     if held:
         return held[-1]
     if last_stable is None:
         return None
-    want = 0.0 if soaks else answer_mhz(number(last_stable.sm_offset_mhz), margin_mhz)
+    want = 0.0 if soaks else answer_mhz(as_float(last_stable.sm_offset_mhz), margin_mhz)
     for s in steps:
-        if s.status == "ok" and abs(number(s.sm_offset_mhz) - want) < 0.5:
+        if s.figures.status == "ok" and abs(as_float(s.sm_offset_mhz) - want) < 0.5:
             return s
     return None
 
@@ -256,8 +259,8 @@ def _findings(
             finding(
                 "info",
                 "undervolt_unstable",
-                f"{first_bad.sm_offset_mhz:+g} MHz was {first_bad.status}: {first_bad.error}; "
-                "the search ended there",
+                f"{first_bad.sm_offset_mhz:+g} MHz was {first_bad.figures.status}: "
+                f"{first_bad.figures.error}; the search ended there",
             )
         )
     resets = [f for f in (run or {}).get("faults") or [] if f.get("kind") == "gpu_reset"]
@@ -273,16 +276,16 @@ def _findings(
             )
         )
     for s in soaks:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             out.append(
                 finding(
                     "warning",
                     "soak_failed",
-                    f"the soak at {s.sm_offset_mhz:+g} MHz was {s.status} ({s.error}): backed "
-                    "off one step more",
+                    f"the soak at {s.sm_offset_mhz:+g} MHz was {s.figures.status} "
+                    f"({s.figures.error}): backed off one step more",
                 )
             )
-    if chosen is not None and not number(chosen.sm_offset_mhz) > 0:
+    if chosen is not None and not as_float(chosen.sm_offset_mhz) > 0:
         out.append(
             finding(
                 "info",

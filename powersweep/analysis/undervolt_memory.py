@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from powersweep.analysis.findings import Finding, finding
-from powersweep.analysis.result_types import number
 from powersweep.analysis.undervolt_result_types import MemoryAnswer, OffsetStep, VersusCap
-from powersweep.runformat import finite_or_none
+from powersweep.runformat import as_float
 
 SOAK = "soak"
 
@@ -44,15 +43,15 @@ def memory_answer(
     steps = _latest([r for r in rows if r.reason != SOAK])
     soaks = [r for r in rows if r.reason == SOAK]
     best, stopped = _recorded_edge(steps, record or {}) or _edge(steps)
-    step_mhz = finite_or_none(options.get("mem_offset_step_mhz"))
-    margin = finite_or_none(options.get("mem_margin_mhz"))
+    step_mhz = as_float(options.get("mem_offset_step_mhz"), None)
+    margin = as_float(options.get("mem_margin_mhz"), None)
     margin = margin if margin is not None else step_mhz
     chosen = _chosen(steps, soaks, best, margin or 0.0)
-    zero = next((s for s in steps if not number(s.mem_offset_mhz)), None)
+    zero = next((s for s in steps if not as_float(s.mem_offset_mhz)), None)
     return MemoryAnswer(
         step_mhz=step_mhz,
         margin_mhz=margin,
-        steps=sorted(rows, key=lambda r: number(r.mem_offset_mhz)),
+        steps=sorted(rows, key=lambda r: as_float(r.mem_offset_mhz)),
         soaks=soaks,
         best_mhz=best.mem_offset_mhz if best is not None else None,
         stopped_mhz=stopped.mem_offset_mhz if stopped is not None else None,
@@ -75,13 +74,13 @@ def memory_findings(memory: MemoryAnswer | None) -> list[Finding]:
             )
         )
     for s in memory.soaks:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             out.append(
                 finding(
                     "warning",
                     "memory_soak_failed",
-                    f"the soak at memory {number(s.mem_offset_mhz):+g} MHz was {s.status} "
-                    f"({s.error}): backed off by the margin",
+                    f"the soak at memory {as_float(s.mem_offset_mhz):+g} MHz was "
+                    f"{s.figures.status} ({s.figures.error}): backed off by the margin",
                 )
             )
     versus = memory.versus_sm
@@ -102,7 +101,7 @@ def _latest(steps: list[OffsetStep]) -> list[OffsetStep]:
     """Each memory offset's latest reading, by offset."""
     latest: dict[float, OffsetStep] = {}
     for s in steps:
-        latest[number(s.mem_offset_mhz)] = s
+        latest[as_float(s.mem_offset_mhz)] = s
     return [latest[o] for o in sorted(latest)]
 
 
@@ -111,10 +110,13 @@ def _edge(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetStep | None
     the climb (failed, or did not rise; None: none did)."""
     best = None
     for s in steps:
-        if s.status != "ok":
+        if s.figures.status != "ok":
             return best, s
         if best is not None and not rose_beyond_noise(
-            number(s.tps), number(s.tps_u95_pct), number(best.tps), number(best.tps_u95_pct)
+            as_float(s.figures.tps),
+            as_float(s.figures.tps_u95_pct),
+            as_float(best.figures.tps),
+            as_float(best.figures.tps_u95_pct),
         ):
             return best, s
         best = s
@@ -126,13 +128,13 @@ def _recorded_edge(
 ) -> tuple[OffsetStep | None, OffsetStep | None] | None:
     """The best and stopping steps the run recorded, where its best is a step the rows hold
     measured ok (None: not recorded, or not so)."""
-    by_mhz = {number(s.mem_offset_mhz): s for s in steps}
+    by_mhz = {as_float(s.mem_offset_mhz): s for s in steps}
     best_mhz, stopped_mhz = (
-        finite_or_none(record.get("best_mhz")),
-        finite_or_none(record.get("stopped_mhz")),
+        as_float(record.get("best_mhz"), None),
+        as_float(record.get("stopped_mhz"), None),
     )
     best = by_mhz.get(best_mhz) if best_mhz is not None else None
-    if best is None or best.status != "ok":
+    if best is None or best.figures.status != "ok":
         return None
     return best, by_mhz.get(stopped_mhz) if stopped_mhz is not None else None
 
@@ -142,14 +144,14 @@ def _chosen(
 ) -> OffsetStep | None:
     """The soak that held (the last), else the stable step the margin lands on, else offset 0
     where every soak failed."""
-    held = [s for s in soaks if s.status == "ok"]
+    held = [s for s in soaks if s.figures.status == "ok"]
     if held:
         return held[-1]
     if best is None:
         return None
-    want = 0.0 if soaks else max(0.0, number(best.mem_offset_mhz) - margin)
+    want = 0.0 if soaks else max(0.0, as_float(best.mem_offset_mhz) - margin)
     for s in steps:
-        if s.status == "ok" and abs(number(s.mem_offset_mhz) - want) < 0.5:
+        if s.figures.status == "ok" and abs(as_float(s.mem_offset_mhz) - want) < 0.5:
             return s
     return None
 
@@ -157,8 +159,8 @@ def _chosen(
 def _why(stopped: OffsetStep | None, best: OffsetStep | None) -> str | None:
     if stopped is None:
         return None
-    where = f"{number(stopped.mem_offset_mhz):+g} MHz"
-    if stopped.status != "ok":
-        return f"{where} was {stopped.status} ({stopped.error})"
-    than = f" than at {number(best.mem_offset_mhz):+g} MHz" if best is not None else ""
+    where = f"{as_float(stopped.mem_offset_mhz):+g} MHz"
+    if stopped.figures.status != "ok":
+        return f"{where} was {stopped.figures.status} ({stopped.figures.error})"
+    than = f" than at {as_float(best.mem_offset_mhz):+g} MHz" if best is not None else ""
     return f"{where}: TPS no higher beyond noise{than} (past the margin, replays eat bandwidth)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from msgspec import UNSET, UnsetType
 
@@ -16,36 +17,48 @@ from powersweep.analysis.result_types import (
     Answer,
     JsonRecord,
     Num,
-    OptNum,
+    PointFigures,
+    PointRecord,
     RunFacts,
     ToolInfo,
+    known,
 )
 
 
 @dataclass(frozen=True)
-class OffsetStep(JsonRecord):
+class OffsetStep(PointRecord):
     """One measured point of the search: the baseline cap, a step, or a soak."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "sm_offset_mhz",
+        "sm_lock_mhz",
+        "cap_w",
+        "reason",
+        "status",
+        "error",
+        "tps",
+        "power_w",
+        "tps_per_w",
+        "j_per_token",
+        "tps_u95_pct",
+        "tps_per_w_u95_pct",
+        "sm_clock_mhz",
+        "temp_max_c",
+        "answers_checked",
+        "answers_differ",
+        "mem_offset_mhz",
+        "mem_clock_mhz",
+        "power_u95_pct",
+    )
 
     sm_offset_mhz: Num = None
     sm_lock_mhz: Num = None
     cap_w: Num = None
     reason: str | None = None
-    status: str | None = None
-    error: str | None = None
-    tps: Num = None
-    power_w: Num = None
-    tps_per_w: Num = None
-    j_per_token: Num = None
-    tps_u95_pct: Num = None
-    tps_per_w_u95_pct: Num = None
-    sm_clock_mhz: Num = None
-    temp_max_c: Num = None
+    figures: PointFigures = field(default_factory=PointFigures)
     answers_checked: Num = None
     answers_differ: Num = None
     mem_offset_mhz: Num = None
-    mem_clock_mhz: Num = None
-    # the draw's stated 95% half-width, %; absent from analyses before it
-    power_u95_pct: OptNum = UNSET
 
 
 @dataclass(frozen=True)
@@ -76,16 +89,17 @@ class VersusCap(JsonRecord):
                 return None
             return 100.0 * (a / b - 1.0)
 
-        gain = change(chosen.tps_per_w, baseline.tps_per_w)
-        u_a, u_b = chosen.tps_per_w_u95_pct, baseline.tps_per_w_u95_pct
+        gain = change(chosen.figures.tps_per_w, baseline.figures.tps_per_w)
+        u_a = known(chosen.figures.tps_per_w_u95_pct)
+        u_b = known(baseline.figures.tps_per_w_u95_pct)
         u95 = math.hypot(u_a, u_b) if u_a is not None and u_b is not None else None
         return cls(
             cap_w=baseline.cap_w,
             tps_per_w_gain_pct=gain,
             tps_per_w_gain_u95_pct=u95,
-            tps_change_pct=change(chosen.tps, baseline.tps),
-            power_change_pct=change(chosen.power_w, baseline.power_w),
-            j_per_token_change_pct=change(chosen.j_per_token, baseline.j_per_token),
+            tps_change_pct=change(chosen.figures.tps, baseline.figures.tps),
+            power_change_pct=change(chosen.figures.power_w, baseline.figures.power_w),
+            j_per_token_change_pct=change(chosen.figures.j_per_token, baseline.figures.j_per_token),
             tied=abs(gain) <= u95 if gain is not None and u95 is not None else None,
         )
 

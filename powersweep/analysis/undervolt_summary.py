@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Num
+from powersweep.analysis.result_types import Num, known
 from powersweep.analysis.summary import apply_line, escape_md, facts_table
 from powersweep.analysis.undervolt_result_types import (
     IdleAtLock,
@@ -48,8 +48,8 @@ def headline(result: UndervoltAnalysis) -> str | None:
             f"the {_fmt(versus.cap_w, 0)} W cap)"
         )
     return (
-        f"undervolt: {point_name(chosen)}, {_fmt(chosen.tps_per_w, 4)} TPS/W{against}, "
-        f"{_fmt(chosen.tps)} TPS, {_fmt(chosen.power_w, 0)} W{_memory_note(result)}"
+        f"undervolt: {point_name(chosen)}, {_fmt(chosen.figures.tps_per_w, 4)} TPS/W{against}, "
+        f"{_fmt(chosen.figures.tps)} TPS, {_fmt(chosen.figures.power_w, 0)} W{_memory_note(result)}"
         f"{_idle_note(result.idle)}"
     )
 
@@ -67,8 +67,8 @@ def _memory_note(result: UndervoltAnalysis) -> str:
         else ""
     )
     return (
-        f"; with memory {_fmt(c.mem_offset_mhz, 0, True)} MHz: {_fmt(c.tps)} TPS, "
-        f"{_fmt(c.tps_per_w, 4)} TPS/W{change}"
+        f"; with memory {_fmt(c.mem_offset_mhz, 0, True)} MHz: {_fmt(c.figures.tps)} TPS, "
+        f"{_fmt(c.figures.tps_per_w, 4)} TPS/W{change}"
     )
 
 
@@ -136,14 +136,15 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
             if s.answers_checked is not None and s.answers_differ is not None
             else "—"
         )
-        status = s.status or "—"
-        if s.error and s.status != "ok":
-            status = f"{status}: {s.error}"
+        status = s.figures.status or "—"
+        if s.figures.error and s.figures.status != "ok":
+            status = f"{status}: {s.figures.error}"
+        figs = s.figures
         lines.append(
             f"| {escape_md(point_name(s))} | {escape_md(s.reason or '')} | {escape_md(status)} "
-            f"| {_fmt(s.tps)} | {_fmt(s.power_w, 0)} | {_fmt(s.tps_per_w, 4)} "
-            f"(±{_fmt(s.tps_per_w_u95_pct)}%) | {_fmt(s.j_per_token, 3)} | "
-            f"{_fmt(s.sm_clock_mhz, 0)} | {differ} |"
+            f"| {_fmt(figs.tps)} | {_fmt(figs.power_w, 0)} | {_fmt(figs.tps_per_w, 4)} "
+            f"(±{_fmt(known(figs.tps_per_w_u95_pct))}%) | {_fmt(figs.j_per_token, 3)} | "
+            f"{_fmt(figs.sm_clock_mhz, 0)} | {differ} |"
         )
     lines += ["", f"<sub>source: {escape_md(str(curve.source))}</sub>", ""]
     return "\n".join(lines)
@@ -177,7 +178,7 @@ def what_ran(analysis: UndervoltAnalysis) -> str:
     )
     offset = _fmt(chosen.sm_offset_mhz, 0, True)
     soaks = analysis.soaks
-    failed = sum(1 for s in soaks if s.status != "ok")
+    failed = sum(1 for s in soaks if s.figures.status != "ok")
     backed = f" after {failed} failed soak(s), each backing off by the margin" if failed else ""
     if chosen.reason == "soak":
         held = analysis.soak_s
@@ -201,9 +202,10 @@ def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
     with_memory = memory.chosen if memory is not None and memory.chosen is not None else None
     for s in (base, chosen, with_memory):
         if s is not None:
+            figs = s.figures
             out.append(
-                f"| {escape_md(point_name(s))} | {_fmt(s.tps)} | {_fmt(s.power_w, 0)} | "
-                f"{_fmt(s.tps_per_w, 4)} | {_fmt(s.j_per_token, 3)} |"
+                f"| {escape_md(point_name(s))} | {_fmt(figs.tps)} | {_fmt(figs.power_w, 0)} | "
+                f"{_fmt(figs.tps_per_w, 4)} | {_fmt(figs.j_per_token, 3)} |"
             )
     if versus is not None:
         out.append(

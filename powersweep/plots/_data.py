@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from msgspec import UnsetType
 
 from powersweep.analysis.result_types import CapRow, Pick, Plateau, PowerAnalysis, RunFacts, known
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 NAN = math.nan
 PLATEAU_KINDS = ("boost_plateau", "draw_ceiling")
@@ -23,15 +23,6 @@ PLATEAU_KINDS = ("boost_plateau", "draw_ceiling")
 SET_ASIDE = ("outlier", "implausible")
 
 FloatArray = npt.NDArray[np.float64]
-
-
-def num(value: float | UnsetType | None) -> float:
-    """The number, or NaN where the analysis does not know it (null, not written, non-finite)."""
-    given = known(value)
-    if given is None:
-        return NAN
-    out = float(given)
-    return out if math.isfinite(out) else NAN
 
 
 def text(value: str | None) -> str | None:
@@ -112,19 +103,19 @@ def card_defaults(run: RunFacts) -> tuple[tuple[str, float], ...]:
     defaults, names = run.default_limits_w, run.gpu_names
     if defaults is None or names is None or len(defaults) != len(names):
         return ()
-    pairs = [(str(n), num(d)) for n, d in zip(names, defaults, strict=True)]
+    pairs = [(str(n), as_float(d)) for n, d in zip(names, defaults, strict=True)]
     return tuple(dict.fromkeys((n, d) for n, d in pairs if math.isfinite(d)))
 
 
 def pct_by_gpu(pick: Pick) -> tuple[float, ...]:
     """Each card's own % of its default on a rig of different cards (the known ones); empty
     otherwise."""
-    shares = [num(v) for v in known(pick.pct_of_default_by_gpu) or ()]
+    shares = [as_float(v) for v in known(pick.pct_of_default_by_gpu) or ()]
     return tuple(v for v in shares if math.isfinite(v))
 
 
 def _column(rows: Sequence[CapRow], get: Callable[[CapRow], float | None]) -> FloatArray:
-    return np.array([num(get(r)) for r in rows], dtype=np.float64)
+    return np.array([as_float(get(r)) for r in rows], dtype=np.float64)
 
 
 def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
@@ -133,7 +124,7 @@ def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
     by_cap = (known(spot.tps_per_w_u95_pct) if spot is not None else None) or {}
 
     def get(row: CapRow) -> float | None:
-        own = known(row.tps_per_w_u95_pct)
+        own = known(row.figures.tps_per_w_u95_pct)
         return own if own is not None else by_cap.get(str(float(row.cap_w)))
 
     return get
@@ -141,29 +132,30 @@ def _tpw_u95(spot: Pick | None) -> Callable[[CapRow], float | None]:
 
 def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
     every = sorted((c for c in caps if math.isfinite(c.cap_w)), key=lambda c: c.cap_w)
-    aside_rows = [r for r in every if (r.status or "ok") in SET_ASIDE]
-    aside_tpw = _column(aside_rows, lambda r: r.tps_per_w)
+    aside_rows = [r for r in every if (r.figures.status or "ok") in SET_ASIDE]
+    aside_tpw = _column(aside_rows, lambda r: r.figures.tps_per_w)
     tpw_u95 = _tpw_u95(spot)
     known_aside = np.isfinite(aside_tpw)
     # a reading set aside is drawn apart: the curve joins its neighbours over it, no gap
     rows = [
         r
         for r in every
-        if (r.status or "ok") not in SET_ASIDE or not math.isfinite(num(r.tps_per_w))
+        if (r.figures.status or "ok") not in SET_ASIDE
+        or not math.isfinite(as_float(r.figures.tps_per_w))
     ]
     if not rows:
         raise UsageError("analysis has no caps to plot (the sweep finished no cap)")
     # A missing status means a bare caps.csv, whose rows are all measurements.
-    failed = np.array([(r.status or "ok") != "ok" for r in rows], dtype=np.bool_)
-    tps = _column(rows, lambda r: r.tps)
-    power_w = _column(rows, lambda r: r.power_w)
-    tps_per_w = _column(rows, lambda r: r.tps_per_w)
+    failed = np.array([(r.figures.status or "ok") != "ok" for r in rows], dtype=np.bool_)
+    tps = _column(rows, lambda r: r.figures.tps)
+    power_w = _column(rows, lambda r: r.figures.power_w)
+    tps_per_w = _column(rows, lambda r: r.figures.tps_per_w)
     derived = np.divide(tps, power_w, out=np.full_like(tps, NAN), where=power_w > 0)
     tps_per_w = np.where(np.isnan(tps_per_w), derived, tps_per_w)
-    measured = [tps, _column(rows, lambda r: r.code_tps), power_w, tps_per_w]
-    measured += [_column(rows, lambda r: r.sm_clock_mhz)]
-    measured += [_column(rows, lambda r: r.mem_clock_mhz)]
-    measured += [_column(rows, lambda r: known(r.tps_u95_pct)), _column(rows, tpw_u95)]
+    measured = [tps, _column(rows, lambda r: known(r.figures.code_tps)), power_w, tps_per_w]
+    measured += [_column(rows, lambda r: r.figures.sm_clock_mhz)]
+    measured += [_column(rows, lambda r: r.figures.mem_clock_mhz)]
+    measured += [_column(rows, lambda r: known(r.figures.tps_u95_pct)), _column(rows, tpw_u95)]
     for arr in measured:
         arr[failed] = NAN
     return Curve(
@@ -185,7 +177,7 @@ def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
 
 def _marked(pick: Pick | None) -> Pick | None:
     """The pick where a chart can mark it (its cap and TPS/W known)."""
-    if pick is None or not (math.isfinite(pick.cap_w) and math.isfinite(num(pick.tps_per_w))):
+    if pick is None or not (math.isfinite(pick.cap_w) and math.isfinite(as_float(pick.tps_per_w))):
         return None
     return pick
 

@@ -14,9 +14,10 @@ from matplotlib.text import Annotation
 from matplotlib.transforms import Bbox
 
 from powersweep.analysis.result_types import Plateau
-from powersweep.plots._data import AnalysisView, card_defaults, fmt_w, gpu_label, num, subtitle
+from powersweep.plots._data import AnalysisView, card_defaults, fmt_w, gpu_label, subtitle
 from powersweep.plots._layout import Candidate, Obstacles, place_text, vline_points
 from powersweep.plots._style import COLORS
+from powersweep.runformat import as_float
 
 PLATEAU_NAMES = {"boost_plateau": "boost plateau", "draw_ceiling": "draw ceiling"}
 DEFAULT_GID = "default-tdp"
@@ -75,7 +76,7 @@ def _defaults(view: AnalysisView) -> list[tuple[str, float]]:
     per_card = card_defaults(view.run)
     if per_card:
         return [(f"{_short(name)} default {fmt_w(w)}", w) for name, w in per_card]
-    default_w = num(view.run.default_limit_w)
+    default_w = as_float(view.run.default_limit_w)
     return [(f"default limit {fmt_w(default_w)}", default_w)] if math.isfinite(default_w) else []
 
 
@@ -105,7 +106,7 @@ def draw_default_line(ax: Axes, view: AnalysisView, obstacles: Obstacles) -> Lin
 def plateau_label_text(plateau: Plateau) -> str:
     """``boost plateau`` / ``draw ceiling`` with its draw level when known."""
     name = PLATEAU_NAMES[plateau.kind]
-    draw_w = num(plateau.power_w)
+    draw_w = as_float(plateau.power_w)
     if math.isfinite(draw_w):
         return f"{name}\n~{draw_w:.0f} W draw"
     return name

@@ -18,10 +18,9 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.transforms import Bbox
-from msgspec import UnsetType
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Tier
-from powersweep.analysis.result_types import CapRow, PowerAnalysis, known
+from powersweep.analysis.result_types import CapRow, PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.plots._data import FloatArray
 from powersweep.plots._layout import Candidate, Obstacles, line_points, place_or_drop
@@ -34,6 +33,7 @@ from powersweep.plots._style import (
     save_figure,
     style,
 )
+from powersweep.runformat import as_float
 
 # One colour per memory tier, fastest first (colour-blind friendly, distinct in greyscale).
 TIER_COLORS = ("#1f5fa8", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#7f8c8d", "#16a085")
@@ -44,7 +44,7 @@ CAP_LABEL_GID = "cap-label"
 
 
 def _tier_name(mem: float | None) -> str:
-    return f"mem {_f(mem):.0f} MHz" if math.isfinite(_f(mem)) else "memory unlocked"
+    return f"mem {as_float(mem):.0f} MHz" if math.isfinite(as_float(mem)) else "memory unlocked"
 
 
 def _title(analysis: ClockAnalysis, title: str | None, what: str) -> str:
@@ -55,22 +55,16 @@ def _title(analysis: ClockAnalysis, title: str | None, what: str) -> str:
 
 def _label(p: LockPoint) -> str:
     parts = []
-    if math.isfinite(_f(p.sm_lock_mhz)):
-        parts.append(f"SM {_f(p.sm_lock_mhz):.0f}")
-    if math.isfinite(_f(p.mem_lock_mhz)):
-        parts.append(f"mem {_f(p.mem_lock_mhz):.0f}")
+    if math.isfinite(as_float(p.sm_lock_mhz)):
+        parts.append(f"SM {as_float(p.sm_lock_mhz):.0f}")
+    if math.isfinite(as_float(p.mem_lock_mhz)):
+        parts.append(f"mem {as_float(p.mem_lock_mhz):.0f}")
     return " / ".join(parts) + " MHz" if parts else "unlocked"
-
-
-def _f(value: float | UnsetType | None) -> float:
-    """The number as drawn: NaN where the analysis does not know it."""
-    given = known(value)
-    return math.nan if given is None else float(given)
 
 
 def _lock(p: LockPoint, by_mem: bool) -> float:
     """The point's lock on the chart's x axis (the memory lock on a memory-only axis)."""
-    return _f(p.mem_lock_mhz if by_mem else p.sm_lock_mhz)
+    return as_float(p.mem_lock_mhz if by_mem else p.sm_lock_mhz)
 
 
 def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None) -> Figure:
@@ -93,7 +87,7 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         fig = new_figure()
         ax = fig.add_subplot()
         _plot_tiers(ax, tiers, by_mem)
-        x, y = _lock(peak, by_mem), _f(peak.tps_per_w)
+        x, y = _lock(peak, by_mem), as_float(peak.figures.tps_per_w)
         ax.plot(
             [x],
             [y],
@@ -109,8 +103,8 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         ax.set_ylabel("TPS per W")
         every = [p for t in tiers for p in t.points]
         halves = [h if math.isfinite(h) else 0.0 for h in _halves(every, "tps_per_w")]
-        ymax = max(_f(p.tps_per_w) + h for p, h in zip(every, halves, strict=True))
-        ymin = min(_f(p.tps_per_w) - h for p, h in zip(every, halves, strict=True))
+        ymax = max(as_float(p.figures.tps_per_w) + h for p, h in zip(every, halves, strict=True))
+        ymin = min(as_float(p.figures.tps_per_w) - h for p, h in zip(every, halves, strict=True))
         span = max(ymax - ymin, 0.05 * ymax)
         # headroom above the curves for the legend, room below the peak for its callout
         ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.55 * span)
@@ -122,20 +116,26 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
 def _plot_tiers(ax: Axes, tiers: Sequence[Tier], by_mem: bool) -> None:
     """One TPS/W line per memory tier against the SM lock, or one against the memory lock."""
     if by_mem:
-        pts = sorted((p for t in tiers for p in t.points), key=lambda p: _f(p.mem_lock_mhz))
-        xs = [_f(p.mem_lock_mhz) for p in pts]
-        ax.plot(xs, [_f(p.tps_per_w) for p in pts], marker="o", color=TIER_COLORS[0], label="TPS/W")
+        pts = sorted((p for t in tiers for p in t.points), key=lambda p: as_float(p.mem_lock_mhz))
+        xs = [as_float(p.mem_lock_mhz) for p in pts]
+        ax.plot(
+            xs,
+            [as_float(p.figures.tps_per_w) for p in pts],
+            marker="o",
+            color=TIER_COLORS[0],
+            label="TPS/W",
+        )
         _bars(ax, xs, pts, "tps_per_w", TIER_COLORS[0])
         ax.set_xlabel("memory clock lock (MHz)")
         return
     for i, t in enumerate(tiers):
-        pts = [p for p in t.points if math.isfinite(_f(p.sm_lock_mhz))]
+        pts = [p for p in t.points if math.isfinite(as_float(p.sm_lock_mhz))]
         name = _tier_name(t.mem_lock_mhz) + (" (caps TPS)" if t.caps_tps else "")
         color = TIER_COLORS[i % len(TIER_COLORS)]
-        xs = [_f(p.sm_lock_mhz) for p in pts]
+        xs = [as_float(p.sm_lock_mhz) for p in pts]
         ax.plot(
             xs,
-            [_f(p.tps_per_w) for p in pts],
+            [as_float(p.figures.tps_per_w) for p in pts],
             marker="o",
             color=color,
             linestyle="--" if t.caps_tps else "-",
@@ -148,7 +148,12 @@ def _plot_tiers(ax: Axes, tiers: Sequence[Tier], by_mem: bool) -> None:
 def _halves(points: Sequence[LockPoint | CapRow], value: str) -> list[float]:
     """Each point's stated 95% half-width of ``value`` (``tps`` or ``tps_per_w``), in its
     units, as the analysis states it (NaN: none stated)."""
-    return [abs(_f(getattr(p, value))) * _f(getattr(p, f"{value}_u95_pct")) / 100.0 for p in points]
+    return [
+        abs(as_float(getattr(p.figures, value)))
+        * as_float(getattr(p.figures, f"{value}_u95_pct"))
+        / 100.0
+        for p in points
+    ]
 
 
 def _bars(
@@ -166,7 +171,7 @@ def _bars(
         return
     bars = ax.errorbar(
         xs,
-        [_f(getattr(p, value)) for p in points],
+        [as_float(getattr(p.figures, value)) for p in points],
         yerr=halves,  # NaN: no interval stated, no bar
         fmt="none",
         ecolor=color,
@@ -189,8 +194,8 @@ def _legend(ax: Axes, **kwargs: Any) -> Legend:
 def _callout_peak(ax: Axes, peak: LockPoint, xs: list[float], x: float, y: float) -> None:
     """The peak's locks, TPS/W, TPS and gain over the fastest point, on the side away from the
     middle of the x range (``xs``: every point's lock)."""
-    text = f"Peak: {_label(peak)}\n{y:#.3g} TPS/W · {_f(peak.tps):.1f} TPS"
-    gain = _f(peak.tps_per_w_vs_fastest_pct)
+    text = f"Peak: {_label(peak)}\n{y:#.3g} TPS/W · {as_float(peak.figures.tps):.1f} TPS"
+    gain = as_float(peak.tps_per_w_vs_fastest_pct)
     if math.isfinite(gain) and abs(gain) >= 0.5:
         text += f"\n{gain:+.0f}% TPS/W vs fastest point"
     right = x > (min(xs) + max(xs)) / 2
@@ -235,17 +240,17 @@ def pareto_figure(
         for i, t in enumerate(tiers):
             color = TIER_COLORS[i % len(TIER_COLORS)]
             ax.scatter(
-                [_f(p.power_w) for p in t.points],
-                [_f(p.tps) for p in t.points],
+                [as_float(p.figures.power_w) for p in t.points],
+                [as_float(p.figures.tps) for p in t.points],
                 s=18,
                 color=color,
                 label=_tier_name(t.mem_lock_mhz),
                 zorder=3,
             )
-            _bars(ax, [_f(p.power_w) for p in t.points], t.points, "tps", color)
+            _bars(ax, [as_float(p.figures.power_w) for p in t.points], t.points, "tps", color)
         ax.plot(
-            [_f(p.power_w) for p in front],
-            [_f(p.tps) for p in front],
+            [as_float(p.figures.power_w) for p in front],
+            [as_float(p.figures.tps) for p in front],
             color="#222222",
             linewidth=1.4,
             drawstyle="steps-post",
@@ -256,8 +261,8 @@ def pareto_figure(
         peak = analysis.peak
         if peak is not None:
             ax.plot(
-                [_f(peak.power_w)],
-                [_f(peak.tps)],
+                [as_float(peak.figures.power_w)],
+                [as_float(peak.figures.tps)],
                 marker="*",
                 markersize=15,
                 color=COLORS["sweet_spot"],
@@ -289,11 +294,11 @@ def _pareto_limits(ax: Axes, points: Sequence[LockPoint], caps: Sequence[CapRow]
     """Every point and its bar inside the axes with a margin, so no marker is cut at the edge
     and the labels have room."""
     marks: list[LockPoint | CapRow] = [*points, *caps]
-    xs = [_f(p.power_w) for p in marks]
+    xs = [as_float(p.figures.power_w) for p in marks]
     ys: list[float] = []
     for p, h in zip(marks, _halves(marks, "tps"), strict=True):
         h = h if math.isfinite(h) else 0.0
-        ys += [_f(p.tps) - h, _f(p.tps) + h]
+        ys += [as_float(p.figures.tps) - h, as_float(p.figures.tps) + h]
     xs, ys = [x for x in xs if math.isfinite(x)], [y for y in ys if math.isfinite(y)]
     if not xs or not ys:
         return
@@ -334,7 +339,7 @@ def _label_points(
         if line.get_gid() != LOCK_LABEL_GID:
             obstacles.add_points(str(id(line)), line_points(line))
     for p in front:
-        lock = _f(p.mem_lock_mhz if by_mem else p.sm_lock_mhz)
+        lock = as_float(p.mem_lock_mhz if by_mem else p.sm_lock_mhz)
         if math.isfinite(lock):
             _point_label(ax, f"{lock:.0f}", p, "#222222", LOCK_LABEL_GID, renderer, obstacles, area)
     for c in caps:
@@ -361,7 +366,7 @@ def _point_label(
     obstacles: Obstacles,
     area: Bbox,
 ) -> None:
-    xy = (_f(point.power_w), _f(point.tps))
+    xy = (as_float(point.figures.power_w), as_float(point.figures.tps))
     if not all(math.isfinite(v) for v in xy):
         return
     ann = ax.annotate(
@@ -385,12 +390,14 @@ def _point_label(
 def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> list[CapRow]:
     """The power-cap curve (measured caps by draw, each with its stated interval) and its sweet
     spot, over the clock points; returns the caps drawn."""
-    caps = [c for c in power_analysis.caps if c.status == "ok" and c.tps is not None]
-    caps.sort(key=lambda c: _f(c.power_w))
-    xs = [_f(c.power_w) for c in caps]
+    caps = [
+        c for c in power_analysis.caps if c.figures.status == "ok" and c.figures.tps is not None
+    ]
+    caps.sort(key=lambda c: as_float(c.figures.power_w))
+    xs = [as_float(c.figures.power_w) for c in caps]
     ax.plot(
         xs,
-        [_f(c.tps) for c in caps],
+        [as_float(c.figures.tps) for c in caps],
         color=COLORS["cap"],
         linestyle=":",
         marker="s",
@@ -402,8 +409,8 @@ def _plot_power_caps(ax: Axes, power_analysis: PowerAnalysis) -> list[CapRow]:
     spot = power_analysis.sweet_spot
     if spot is not None:
         ax.plot(
-            [_f(spot.power_w)],
-            [_f(spot.tps)],
+            [as_float(spot.power_w)],
+            [as_float(spot.tps)],
             marker="D",
             markersize=8,
             color=COLORS["near_peak"],

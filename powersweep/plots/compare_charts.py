@@ -19,7 +19,6 @@ from powersweep.plots._data import (
     FloatArray,
     fmt_w,
     gpu_label,
-    num,
     parse_analysis,
     pct_by_gpu,
     text,
@@ -27,6 +26,7 @@ from powersweep.plots._data import (
 from powersweep.plots._layout import Obstacles, line_points, place_legend
 from powersweep.plots._style import freeze_layout, make_folder, new_figure, save_figure, style
 from powersweep.plots.efficiency import fmt_tpw
+from powersweep.runformat import as_float
 
 X_MODES = ("watts", "pct-tdp")
 
@@ -100,7 +100,7 @@ def _views(analyses: Sequence[tuple[str, PowerAnalysis]]) -> list[tuple[str, Ana
 def _x_values(label: str, view: AnalysisView, caps_w: FloatArray, x: str) -> FloatArray:
     if x == "watts":
         return caps_w
-    default_w = num(view.run.default_limit_w)
+    default_w = as_float(view.run.default_limit_w)
     if not (math.isfinite(default_w) and default_w > 0):
         raise UsageError(
             f"{label}: the run does not record its default power limit; compare with --x watts"
@@ -196,7 +196,7 @@ def _plot_run(ax: Axes, i: int, label: str, view: AnalysisView, x: str, normaliz
     name = label
     if spot is not None:
         pct = f" ({_pct(spot)} of default)" if _pct(spot) else ""
-        name = f"{label}: {fmt_w(spot.cap_w)}{pct}, {fmt_tpw(num(spot.tps_per_w))} TPS/W"
+        name = f"{label}: {fmt_w(spot.cap_w)}{pct}, {fmt_tpw(as_float(spot.tps_per_w))} TPS/W"
     (line,) = ax.plot(
         xs,
         ys,
@@ -218,7 +218,7 @@ def _plot_run(ax: Axes, i: int, label: str, view: AnalysisView, x: str, normaliz
         )  # fmt: skip
     if spot is not None:
         sx = float(_x_values(label, view, np.array([spot.cap_w]), x)[0])
-        spot_tpw = num(spot.tps_per_w)
+        spot_tpw = as_float(spot.tps_per_w)
         ax.plot(
             [sx],
             [spot_tpw / scale if scaled else spot_tpw],
@@ -258,7 +258,7 @@ def _pct(spot: Pick) -> str:
     by_gpu = pct_by_gpu(spot)
     if by_gpu:
         return " / ".join(f"{p:.0f}%" for p in by_gpu)
-    pct = num(spot.pct_of_default)
+    pct = as_float(spot.pct_of_default)
     return f"{pct:.0f}%" if math.isfinite(pct) else ""
 
 
@@ -280,7 +280,7 @@ def compare_table(analyses: Sequence[tuple[str, PowerAnalysis]]) -> str:
     dash = "—"
 
     def known_num(value: float | None, fmt: str) -> str:
-        return fmt.format(num(value)) if math.isfinite(num(value)) else dash
+        return fmt.format(as_float(value)) if math.isfinite(as_float(value)) else dash
 
     rows = [header]
     for label, view in views:
@@ -290,7 +290,7 @@ def compare_table(analyses: Sequence[tuple[str, PowerAnalysis]]) -> str:
             _cell(label),
             fmt_w(spot.cap_w) if spot else dash,
             (_pct(spot) or dash) if spot else dash,
-            fmt_tpw(num(spot.tps_per_w)) if spot else dash,
+            fmt_tpw(as_float(spot.tps_per_w)) if spot else dash,
             known_num(spot.tps, "{:.1f}") if spot else dash,
             known_num(spot.power_w, "{:.0f} W") if spot else dash,
             fmt_w(near.cap_w) if near else dash,

@@ -20,7 +20,6 @@ from powersweep.plots._data import (
     AnalysisView,
     FloatArray,
     fmt_w,
-    num,
     parse_analysis,
     pct_by_gpu,
 )
@@ -41,6 +40,7 @@ from powersweep.plots._layout import (
     place_text,
 )
 from powersweep.plots._style import COLORS, freeze_layout, new_figure, style
+from powersweep.runformat import as_float
 
 # Headroom above the highest point so that labels have somewhere to go.
 _HEADROOM = 1.32
@@ -65,8 +65,8 @@ def sweet_spot_text(view: AnalysisView) -> str:
         view.answer_kind, "Sweet spot"
     )
     lines = [f"{title}: {fmt_w(spot.cap_w)}"]
-    facts = [f"{fmt_tpw(num(spot.tps_per_w))} TPS/W"]
-    tps, pct = num(spot.tps), num(spot.pct_of_default)
+    facts = [f"{fmt_tpw(as_float(spot.tps_per_w))} TPS/W"]
+    tps, pct = as_float(spot.tps), as_float(spot.pct_of_default)
     if math.isfinite(tps):
         facts.append(f"{tps:.1f} TPS")
     lines.append("  ·  ".join(facts))
@@ -329,7 +329,7 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
     if spot is not None:
         (spot_marker,) = ax2.plot(
             [spot.cap_w],
-            [num(spot.tps_per_w)],
+            [as_float(spot.tps_per_w)],
             linestyle="none",
             marker="*",
             markersize=13,
@@ -348,7 +348,7 @@ def _plot_markers(ax2: Axes, view: AnalysisView) -> list[Line2D]:
     if near is not None and (spot is None or near.cap_w != spot.cap_w):
         (near_marker,) = ax2.plot(
             [near.cap_w],
-            [num(near.tps_per_w)],
+            [as_float(near.tps_per_w)],
             linestyle="none",
             marker="D",
             markersize=5.5,
@@ -372,7 +372,7 @@ def _callout_sweet_spot(
     obstacles: Obstacles,
     area: Bbox,
 ) -> None:
-    xy = (spot.cap_w, num(spot.tps_per_w))
+    xy = (spot.cap_w, as_float(spot.tps_per_w))
     anchor = ax2.transData.transform(xy)
     callout = ax2.annotate(
         sweet_spot_text(view),
@@ -404,9 +404,9 @@ def _callout_sweet_spot(
 def _callout_near_peak(
     ax2: Axes, near: Pick, renderer: RendererBase, obstacles: Obstacles, area: Bbox
 ) -> None:
-    xy = (near.cap_w, num(near.tps_per_w))
+    xy = (near.cap_w, as_float(near.tps_per_w))
     anchor = ax2.transData.transform(xy)
-    loss_pct = num(near.tps_loss_pct)
+    loss_pct = as_float(near.tps_loss_pct)
     loss = f"\n{loss_pct:.1f}% below peak TPS" if math.isfinite(loss_pct) else ""
     near_label = ax2.annotate(
         f"near peak: {fmt_w(near.cap_w)}{loss}",

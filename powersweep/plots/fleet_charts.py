@@ -27,6 +27,7 @@ from powersweep.analysis.fleet_result_types import (
 )
 from powersweep.errors import UsageError
 from powersweep.plots._style import COLORS, make_folder, new_figure, save_figure, style
+from powersweep.runformat import as_float
 
 # Groups drawn per figure; the rest are named in a note (fleet.json has them all).
 MAX_GROUPS = 4
@@ -62,7 +63,7 @@ def _groups(fleet: FleetReport) -> list[FleetGroup]:
 
 
 def _arr(values: Sequence[float | None]) -> np.ndarray:
-    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    return np.array([as_float(v) for v in values], dtype=float)
 
 
 def _more_note(fig: Figure, groups: Sequence[FleetGroup]) -> None:

@@ -12,7 +12,6 @@ from matplotlib.figure import Figure
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.result_types import CapRow, PowerAnalysis
 from powersweep.errors import UsageError
-from powersweep.plots._data import num
 from powersweep.plots._style import (
     COLORS,
     check_formats,
@@ -21,6 +20,7 @@ from powersweep.plots._style import (
     save_figure,
     style,
 )
+from powersweep.runformat import as_float
 
 LATENCY_STEM = "latency"
 PICK_GID = "latency-pick"
@@ -33,9 +33,9 @@ Row = CapRow | LockPoint
 def _name(p: Row) -> str:
     if isinstance(p, LockPoint):
         parts = [
-            f"{what} {num(mhz):.0f}"
+            f"{what} {as_float(mhz):.0f}"
             for what, mhz in (("SM", p.sm_lock_mhz), ("mem", p.mem_lock_mhz))
-            if math.isfinite(num(mhz))
+            if math.isfinite(as_float(mhz))
         ]
         return " / ".join(parts) or "unlocked"
     return f"{p.cap_w:g} W"
@@ -48,9 +48,9 @@ def _points(analysis: PowerAnalysis | ClockAnalysis) -> list[Row]:
     return [
         r
         for r in rows
-        if (isinstance(r, LockPoint) or r.status in (None, "ok"))
-        and math.isfinite(num(r.itl_p95_ms))
-        and math.isfinite(num(r.tps_per_w))
+        if (isinstance(r, LockPoint) or r.figures.status in (None, "ok"))
+        and math.isfinite(as_float(r.figures.itl_p95_ms))
+        and math.isfinite(as_float(r.figures.tps_per_w))
     ]
 
 
@@ -83,12 +83,12 @@ def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = 
         )
     pick = _pick(analysis)
     target = analysis.latency_target
-    limit = num(target.max_itl_ms) if target is not None else math.nan
+    limit = as_float(target.max_itl_ms) if target is not None else math.nan
     with style():
         fig = new_figure()
         ax = fig.add_subplot()
-        xs = [num(p.itl_p95_ms) for p in pts]
-        ys = [num(p.tps_per_w) for p in pts]
+        xs = [as_float(p.figures.itl_p95_ms) for p in pts]
+        ys = [as_float(p.figures.tps_per_w) for p in pts]
         ax.plot(
             xs, ys, linestyle="none", marker="o", color=COLORS["tps_per_w"], label="measured point"
         )
@@ -104,10 +104,10 @@ def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = 
                 xytext=(3, -10),
                 fontsize=7,
             )
-        if pick is not None and math.isfinite(num(pick.itl_p95_ms)):
+        if pick is not None and math.isfinite(as_float(pick.figures.itl_p95_ms)):
             ax.plot(
-                [num(pick.itl_p95_ms)],
-                [num(pick.tps_per_w)],
+                [as_float(pick.figures.itl_p95_ms)],
+                [as_float(pick.figures.tps_per_w)],
                 marker="*",
                 markersize=12,
                 linestyle="none",

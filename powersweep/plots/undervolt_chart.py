@@ -13,9 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
-from msgspec import UnsetType
 
-from powersweep.analysis.result_types import known
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
 from powersweep.errors import UsageError
 from powersweep.plots._layout import Obstacles, line_points, place_legend
@@ -28,18 +26,17 @@ from powersweep.plots._style import (
     save_figure,
     style,
 )
+from powersweep.runformat import as_float
 
 DRAW_COLOR = "#6e6e6e"
 
 
-def _f(value: float | UnsetType | None) -> float:
-    given = known(value)
-    return math.nan if given is None else float(given)
-
-
 def _half(steps: Sequence[OffsetStep], value: str, u95: str) -> list[float]:
     """Each step's stated 95% half-width of ``value``, in its units (NaN: none stated)."""
-    return [abs(_f(getattr(s, value))) * _f(getattr(s, u95)) / 100.0 for s in steps]
+    return [
+        abs(as_float(getattr(s.figures, value))) * as_float(getattr(s.figures, u95)) / 100.0
+        for s in steps
+    ]
 
 
 def _bars(
@@ -47,8 +44,8 @@ def _bars(
 ) -> Artist | Container:
     """The steps' ``value`` with their stated intervals as error bars (a plain line where no
     step states one); returns the legend handle."""
-    x = [_f(s.sm_offset_mhz) for s in steps]
-    y = [_f(getattr(s, value)) for s in steps]
+    x = [as_float(s.sm_offset_mhz) for s in steps]
+    y = [as_float(getattr(s.figures, value)) for s in steps]
     half = _half(steps, value, u95)
     if not any(math.isfinite(h) for h in half):
         style.pop("ecolor", None)
@@ -77,7 +74,7 @@ def undervolt_figure(analysis: UndervoltAnalysis, title: str | None = None) -> F
         ax.set_zorder(right.get_zorder() + 1)
         ax.patch.set_visible(False)
         handles = _draw(ax, right, analysis, steps)
-        ax.set_xlabel(f"SM clock offset (MHz) at a {_f(analysis.sm_lock_mhz):.0f} MHz lock")
+        ax.set_xlabel(f"SM clock offset (MHz) at a {as_float(analysis.sm_lock_mhz):.0f} MHz lock")
         ax.set_ylabel("TPS per W")
         right.set_ylabel("draw (W)", color=DRAW_COLOR)
         right.tick_params(axis="y", colors=DRAW_COLOR)
@@ -101,9 +98,9 @@ def _draw(
 ) -> list[Artist | Container]:
     """Every curve and mark of the chart; returns the legend's handles in order."""
     handles: list[Artist | Container] = []
-    ok = [s for s in steps if s.status == "ok" and s.reason != "reread"]
-    again = [s for s in steps if s.status == "ok" and s.reason == "reread"]
-    bad = [s for s in steps if s.status != "ok"]
+    ok = [s for s in steps if s.figures.status == "ok" and s.reason != "reread"]
+    again = [s for s in steps if s.figures.status == "ok" and s.reason == "reread"]
+    bad = [s for s in steps if s.figures.status != "ok"]
     gold = COLORS["sweet_spot"]
     handles.append(
         _bars(
@@ -133,7 +130,7 @@ def _draw(
                 zorder=3,
             )
         )
-    read = [s for s in bad if math.isfinite(_f(s.tps_per_w))]
+    read = [s for s in bad if math.isfinite(as_float(s.figures.tps_per_w))]
     cross: dict[str, Any] = {
         "marker": "x",
         "markersize": 12,
@@ -142,11 +139,11 @@ def _draw(
     }
     if read:
         handles.append(_bars(ax, read, "tps_per_w", "tps_per_w_u95_pct", "unstable", **cross))
-    unread = [s for s in bad if not math.isfinite(_f(s.tps_per_w))]
+    unread = [s for s in bad if not math.isfinite(as_float(s.figures.tps_per_w))]
     if unread:
         # a step with no reading: a cross along the bottom, as a failed cap is on the cap chart
         (line,) = ax.plot(
-            [_f(s.sm_offset_mhz) for s in unread],
+            [as_float(s.sm_offset_mhz) for s in unread],
             [0.04] * len(unread),
             transform=blended_transform_factory(ax.transData, ax.transAxes),
             label="unstable" if not read else "_unstable, no reading",
@@ -155,9 +152,9 @@ def _draw(
         )
         handles.append(line)
     base = analysis.baseline
-    if base is not None and math.isfinite(_f(base.tps_per_w)):
-        level = _f(base.tps_per_w)
-        label = f"{_f(base.cap_w):.0f} W cap, unlocked"
+    if base is not None and math.isfinite(as_float(base.figures.tps_per_w)):
+        level = as_float(base.figures.tps_per_w)
+        label = f"{as_float(base.cap_w):.0f} W cap, unlocked"
         handles.append(ax.axhline(level, linestyle="--", color="#555555", label=label))
         (half,) = _half([base], "tps_per_w", "tps_per_w_u95_pct")
         if math.isfinite(half):
@@ -190,7 +187,7 @@ def _draw(
                 zorder=5,
             )
         )
-    draw = [s for s in ok if math.isfinite(_f(s.power_w))]
+    draw = [s for s in ok if math.isfinite(as_float(s.figures.power_w))]
     if draw:
         handles.append(
             _bars(
@@ -213,7 +210,7 @@ def _limits(ax: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]) 
     marks = [*steps, *(s for s in (analysis.baseline, analysis.chosen) if s is not None)]
     ys: list[float] = []
     for s, h in zip(marks, _half(marks, "tps_per_w", "tps_per_w_u95_pct"), strict=True):
-        y = _f(s.tps_per_w)
+        y = as_float(s.figures.tps_per_w)
         h = h if math.isfinite(h) else 0.0
         ys += [y - h, y + h] if math.isfinite(y) else []
     if not ys:
@@ -221,7 +218,7 @@ def _limits(ax: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]) 
     lo, hi = min(ys), max(ys)
     pad = 0.06 * max(hi - lo, 0.01 * abs(hi))
     ax.set_ylim(lo - pad, hi + 5 * pad)
-    xs = [_f(s.sm_offset_mhz) for s in marks if math.isfinite(_f(s.sm_offset_mhz))]
+    xs = [as_float(s.sm_offset_mhz) for s in marks if math.isfinite(as_float(s.sm_offset_mhz))]
     step = max(max(xs) - min(xs), 1.0)
     ax.set_xlim(min(xs) - 0.05 * step, max(xs) + 0.05 * step)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from powersweep.runformat import as_float
 from powersweep.sim.world import Drift
 
 
@@ -40,18 +40,10 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _num(text: str | None) -> float | None:
-    try:
-        value = float(text or "")
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _key(row: Mapping[str, str], clocks: bool) -> tuple[float | None, ...]:
     if clocks:
-        return (_num(row.get("sm_lock_mhz")), _num(row.get("mem_lock_mhz")))
-    return (_num(row.get("cap_w")),)
+        return (as_float(row.get("sm_lock_mhz"), None), as_float(row.get("mem_lock_mhz"), None))
+    return (as_float(row.get("cap_w"), None),)
 
 
 def point_truths(run_dir: Path) -> list[PointTruth | None]:
@@ -120,10 +112,10 @@ def _mean_context(
             continue
         if _key(r, clocks) != key or (r.get("confirm") == "true") != confirm:
             continue
-        n = _num(r.get("completion_tokens")) or 0.0
+        n = as_float(r.get("completion_tokens"), None) or 0.0
         if n < 2:
             continue
-        prompt = _num(r.get("prompt_tokens")) or 0.0
+        prompt = as_float(r.get("prompt_tokens"), None) or 0.0
         weight += n - 1.0
         total += (n - 1.0) * (prompt + n / 2.0)
     return total / weight if weight > 0 else 0.0

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from powersweep.errors import PowersweepError
+from powersweep.runformat import as_float
 from powersweep.sweep.gpu import Gpu, LockedClocks
 from powersweep.sweep.gpu.lock_range import card_idle_floor_mhz, range_min_mhz
 from powersweep.sweep.planning.clock_points import measure_order
@@ -180,16 +181,17 @@ def verify(point: SweepPoint, row: Mapping[str, Any]) -> str | None:
     means the lock was clamped or ignored; a memory clock off its lock likewise.
     """
     problems = []
-    sm = _num(row.get("sm_clock_mhz"))
+    sm = as_float(row.get("sm_clock_mhz"))
     if point.sm_lock_mhz is not None and math.isfinite(sm):
         lock = point.sm_lock_mhz
         tol = max(SM_TOLERANCE_MHZ, SM_TOLERANCE_FRAC * lock)
         held_down = max(
-            _num(row.get("pwr_throttle_pct"), 0.0), _num(row.get("thermal_throttle_pct"), 0.0)
+            as_float(row.get("pwr_throttle_pct"), 0.0),
+            as_float(row.get("thermal_throttle_pct"), 0.0),
         )
         if sm > lock + tol or (sm < lock - tol and held_down < THROTTLE_EXPLAINS_PCT):
             problems.append(f"SM ran at {sm:.0f} MHz under a {lock:g} MHz lock")
-    mem = _num(row.get("mem_clock_mhz"))
+    mem = as_float(row.get("mem_clock_mhz"))
     if point.mem_lock_mhz is not None and math.isfinite(mem):
         lock = point.mem_lock_mhz
         if abs(mem - lock) > max(MEM_TOLERANCE_MHZ, MEM_TOLERANCE_FRAC * lock):
@@ -197,11 +199,3 @@ def verify(point: SweepPoint, row: Mapping[str, Any]) -> str | None:
     if not problems:
         return None
     return "; ".join(problems) + " (the card clamped or ignored the lock)"
-
-
-def _num(value: Any, default: float = math.nan) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return out if math.isfinite(out) else default

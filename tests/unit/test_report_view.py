@@ -4,6 +4,7 @@ answer line as the axis words it (none for a run that did not finish), the files
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow, Locks
@@ -25,7 +26,7 @@ RUN = RunFacts(gpu_name="NVIDIA GeForce RTX 3090", load_mode="decode-single", co
 
 def _cap(cap: float, tps: float | None, power: float | None, status: str = "ok") -> CapRow:
     tpw = tps / power if tps is not None and power else None
-    return CapRow(cap_w=cap, tps=tps, power_w=power, tps_per_w=tpw, status=status)
+    return CapRow.from_json(dict(cap_w=cap, tps=tps, power_w=power, tps_per_w=tpw, status=status))
 
 
 def _power(answer: Answer, run: RunFacts = RUN) -> PowerAnalysis:
@@ -117,13 +118,15 @@ def test_a_run_without_a_headline_gives_the_analysis_reason() -> None:
 
 
 def _lock(sm: float, mem: float | None, tps: float, power: float, u95: float) -> LockPoint:
-    return LockPoint(
-        sm_lock_mhz=sm,
-        mem_lock_mhz=mem,
-        tps=tps,
-        power_w=power,
-        tps_per_w=tps / power,
-        tps_per_w_u95_pct=u95,
+    return LockPoint.from_json(
+        dict(
+            sm_lock_mhz=sm,
+            mem_lock_mhz=mem,
+            tps=tps,
+            power_w=power,
+            tps_per_w=tps / power,
+            tps_per_w_u95_pct=u95,
+        )
     )
 
 
@@ -133,20 +136,22 @@ def test_a_clock_run_shows_its_locks_and_the_points_that_did_not_end_ok() -> Non
         _lock(1200.0, 9001.0, 33.0, 200.0, 0.3),
         _lock(1200.0, 7001.0, 30.0, 190.0, 0.6),
     ]
-    peak = LockPoint(
-        **{**points[1].to_json(), "tied_points": [Locks(1200.0, 9001.0), Locks(1200.0, 7001.0)]}
-    )
+    peak = replace(points[1], tied_points=[Locks(1200.0, 9001.0), Locks(1200.0, 7001.0)])
     rows = [
-        LockRow(sm_lock_mhz=1800.0, mem_lock_mhz=9001.0, status="failed", error="lost"),
+        LockRow.from_json(
+            dict(sm_lock_mhz=1800.0, mem_lock_mhz=9001.0, status="failed", error="lost")
+        ),
         # a point that failed once and was measured ok later is shown once, ok
-        LockRow(sm_lock_mhz=1500.0, mem_lock_mhz=9001.0, status="failed"),
-        LockRow(
-            sm_lock_mhz=900.0,
-            mem_lock_mhz=7001.0,
-            tps=50.0,
-            power_w=150.0,
-            tps_per_w=1 / 3,
-            status="outlier",
+        LockRow.from_json(dict(sm_lock_mhz=1500.0, mem_lock_mhz=9001.0, status="failed")),
+        LockRow.from_json(
+            dict(
+                sm_lock_mhz=900.0,
+                mem_lock_mhz=7001.0,
+                tps=50.0,
+                power_w=150.0,
+                tps_per_w=1 / 3,
+                status="outlier",
+            )
         ),
     ]
     result = ClockAnalysis(
@@ -195,25 +200,27 @@ def test_an_sm_clock_run_without_an_answer_marks_nothing() -> None:
 
 
 def _offset_step(offset: float, reason: str, status: str = "ok", **extra: float) -> OffsetStep:
-    return OffsetStep(
-        sm_offset_mhz=offset,
-        sm_lock_mhz=1485.0,
-        cap_w=300.0,
-        reason=reason,
-        status=status,
-        tps=36.0,
-        power_w=250.0 - offset / 10,
-        tps_per_w=36.0 / (250.0 - offset / 10),
-        tps_per_w_u95_pct=0.4,
-        **extra,  # type: ignore[arg-type]
+    return OffsetStep.from_json(
+        dict(
+            sm_offset_mhz=offset,
+            sm_lock_mhz=1485.0,
+            cap_w=300.0,
+            reason=reason,
+            status=status,
+            tps=36.0,
+            power_w=250.0 - offset / 10,
+            tps_per_w=36.0 / (250.0 - offset / 10),
+            tps_per_w_u95_pct=0.4,
+            **extra,  # type: ignore[arg-type]
+        )
     )
 
 
 def test_an_undervolt_search_shows_the_cap_each_step_and_the_soaked_answer() -> None:
-    baseline = OffsetStep(
+    baseline = OffsetStep.from_json(dict(
         sm_offset_mhz=0.0, cap_w=300.0, reason="baseline", status="ok", tps=36.2,
         power_w=280.0, tps_per_w=36.2 / 280.0, tps_per_w_u95_pct=1.5,
-    )  # fmt: skip
+    ))  # fmt: skip
     steps = [
         _offset_step(0.0, "reference"),
         _offset_step(60.0, "search"),

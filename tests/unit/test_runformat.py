@@ -4,9 +4,13 @@ section, every request warning code named), and the typed column lists partition
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
+import numpy as np
 import pytest
+from msgspec import UNSET
 
 from powersweep import runformat as rf
 from tests.paths import REPO
@@ -86,3 +90,22 @@ def test_clock_lock_columns_are_in_every_file() -> None:
 def test_cut_finishes_are_the_deadline_and_the_reset() -> None:
     assert rf.CUT_FINISHES == (rf.CUT_BY_DEADLINE, rf.CUT_BY_RESET) == ("deadline", "reset")
     assert rf.WARN_CUT_BY_RESET in rf.REQUEST_WARNING_CODES
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(3, 3.0), (0.5, 0.5), ("2.5", 2.5), (np.float64(1.5), 1.5), (np.int64(7), 7.0)],
+)
+def test_as_float_reads_a_cell_a_json_number_or_a_field(value: Any, expected: float) -> None:
+    out = rf.as_float(value)
+    assert out == expected and type(out) is float
+    assert rf.as_float(value, None) == expected
+
+
+@pytest.mark.parametrize(
+    "value", [None, UNSET, True, "", "hot", "N/A", [], math.inf, -math.inf, math.nan, "nan", "inf"]
+)
+def test_as_float_gives_missing_for_what_is_no_finite_number(value: Any) -> None:
+    assert math.isnan(rf.as_float(value))
+    assert rf.as_float(value, None) is None
+    assert rf.as_float(value, -1.0) == -1.0

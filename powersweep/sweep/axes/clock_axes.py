@@ -16,10 +16,11 @@ from powersweep.analysis.clock_curve import clock_points, infer_axis, is_clock_c
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.clock_summary import render_clock_summary
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import known, number
+from powersweep.analysis.result_types import known
 from powersweep.analysis.undervolt import is_undervolt_curve
 from powersweep.clock import Clock
 from powersweep.errors import GpuError
+from powersweep.runformat import as_float
 from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
 from powersweep.sweep.gpu import Gpu, SupportedClocks
 from powersweep.sweep.options import SweepOptions
@@ -131,8 +132,8 @@ class ClockAxis(SweepAxis[ClockAnalysis]):
             return None
         locks = {"sm_lock_mhz": peak.sm_lock_mhz, "mem_lock_mhz": peak.mem_lock_mhz}
         best = (
-            f"{point_label(locks)}, {number(peak.tps_per_w):.4f} TPS/W, "
-            f"{number(peak.tps):.1f} TPS, {number(peak.power_w):.0f} W"
+            f"{point_label(locks)}, {as_float(peak.figures.tps_per_w):.4f} TPS/W, "
+            f"{as_float(peak.figures.tps):.1f} TPS, {as_float(peak.figures.power_w):.0f} W"
         )
         answer = known(result.answer)
         if answer is None or answer.kind == "answer":

@@ -10,10 +10,11 @@ from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.context import with_card_facts
 from powersweep.analysis.core import analyze
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Pick, PowerAnalysis, known, number
+from powersweep.analysis.result_types import Pick, PowerAnalysis, known
 from powersweep.analysis.summary import render_summary
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 from powersweep.sweep.axes.axis_base import AnalysisSettings, PlannedPoints, SweepAxis
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.options import MAX_PLANNED_CAPS, SweepOptions
@@ -109,7 +110,7 @@ class PowerAxis(SweepAxis[PowerAnalysis]):
         spot = result.sweet_spot
         if spot is None:
             return None
-        tpw, tps = number(spot.tps_per_w), number(spot.tps)
+        tpw, tps = as_float(spot.tps_per_w), as_float(spot.tps)
         best = f"{spot.cap_w:g} W, {tpw:.4f} TPS/W, {tps:.1f} TPS"
         answer = known(result.answer)
         if answer is None or answer.kind == "answer":

@@ -21,6 +21,7 @@ from powersweep.runformat import (
     WARN_NO_USAGE,
     WARN_PACKED_CHUNKS,
     WARN_SERVER_BUSY,
+    as_float,
 )
 from powersweep.sweep.loads.pace import Pace, server_tokens_per_chunk
 
@@ -226,7 +227,7 @@ class LoadRun:
                 if key == "tps_blocks" or key in WEIGHTED_EXTRA:
                     continue
                 if key.endswith("_spread_pct") and key in out.extra:
-                    finite = [v for v in (value, out.extra[key]) if _finite(v)]
+                    finite = [v for v in (value, out.extra[key]) if as_float(v, None) is not None]
                     out.extra[key] = max(finite) if finite else value
                     continue
                 out.extra[key] = value
@@ -256,10 +257,6 @@ def _weighted(
     if not all(math.isfinite(v) for v, _ in measured):
         return math.nan
     return sum(v * w for v, w in measured) / sum(w for _, w in measured)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from powersweep.clock import Clock
 from powersweep.errors import GpuError, PowersweepError
+from powersweep.runformat import as_float
 from powersweep.sweep.gpu import OFFSET_GRID_MHZ, Gpu
 from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
 from powersweep.sweep.planning.points import SweepPoint
@@ -390,7 +391,7 @@ class StabilityCheck:
         self.logprob_noise = tuple(
             _drift(a, b) for a, b in zip(first.logprobs, second.logprobs, strict=True)
         )
-        self.reference_tps = (_num(row.get(self.metric)), _num(row.get("tps_u95_pct")))
+        self.reference_tps = (as_float(row.get(self.metric)), as_float(row.get("tps_u95_pct")))
         return Verdict(2 * len(first.texts), 0, notes=first.notes + second.notes)
 
     async def check(self, point: SweepPoint, row: Mapping[str, Any], read_errors: int) -> Verdict:
@@ -414,7 +415,7 @@ class StabilityCheck:
         # a memory step's TPS is the memory phase's to judge (replays past the margin lower it)
         stretch = "" if rebase or point.mem_offset_mhz is not None else self._stretch(row)
         if rebase and not (server or card or answers):
-            self.reference_tps = (_num(row.get(self.metric)), _num(row.get("tps_u95_pct")))
+            self.reference_tps = (as_float(row.get(self.metric)), as_float(row.get("tps_u95_pct")))
         # in the order a reader needs them: the measurement, the card, then the answers
         problems = (*server, *card, *got.failed, *answers, *([stretch] if stretch else []))
         server += got.failed
@@ -549,7 +550,7 @@ class StabilityCheck:
         if self.reference_tps is None or not self.check_stretch:
             return ""
         ref, ref_u95 = self.reference_tps
-        tps, u95 = _num(row.get(self.metric)), _num(row.get("tps_u95_pct"))
+        tps, u95 = as_float(row.get(self.metric)), as_float(row.get("tps_u95_pct"))
         if not (math.isfinite(ref) and math.isfinite(tps) and ref > 0):
             return ""
         drop_pct = 100.0 * (1.0 - tps / ref)
@@ -633,10 +634,3 @@ def _drift(a: Sequence[float] | None, b: Sequence[float] | None) -> float | None
     if not a or not b or len(a) != len(b):
         return None
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
-
-
-def _num(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan

@@ -14,6 +14,7 @@ from typing import Any
 
 from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.result_types import JsonRecord, PowerAnalysis, known
+from powersweep.runformat import as_float
 from powersweep.sweep.planning.points import SweepPoint
 
 # At most this many points tied with the best are measured again (the best included): the two
@@ -77,9 +78,9 @@ def plan_confirm(
         record["skipped"] = NOTHING_TIED if sweet is not None else NO_USABLE_CAP
         return ConfirmPlan((), record)
     tpw = {
-        float(r.cap_w): float(r.tps_per_w)
+        float(r.cap_w): float(r.figures.tps_per_w)
         for r in power.caps
-        if r.status == "ok" and r.tps_per_w is not None
+        if r.figures.status == "ok" and r.figures.tps_per_w is not None
     }
     boot = known(sweet.bootstrap) or {}
     share = {float(k): float(v) for k, v in (boot.get("best_share") or {}).items()}
@@ -99,10 +100,6 @@ def plan_confirm(
     return ConfirmPlan(tuple(SweepPoint(c) for c in picked), record)
 
 
-def _num(value: float | None) -> float | None:
-    return float(value) if value is not None and math.isfinite(value) else None
-
-
 def _plan_clock_confirm(
     analysis: ClockAnalysis, max_caps: int, planned: Sequence[SweepPoint]
 ) -> ConfirmPlan:
@@ -112,18 +109,18 @@ def _plan_clock_confirm(
     tied = [
         by_locks[key]
         for t in (known(peak.tied_points) if peak is not None else None) or []
-        if (key := (_num(t.sm_lock_mhz), _num(t.mem_lock_mhz))) in by_locks
+        if (key := (as_float(t.sm_lock_mhz, None), as_float(t.mem_lock_mhz, None))) in by_locks
     ]
     if peak is None or len(tied) < 2:
         record["skipped"] = NOTHING_TIED_POINTS if peak is not None else NO_USABLE_CAP
         return ConfirmPlan((), record)
     tpw = {
-        (_num(p.sm_lock_mhz), _num(p.mem_lock_mhz)): float(p.tps_per_w)
+        (as_float(p.sm_lock_mhz, None), as_float(p.mem_lock_mhz, None)): float(p.figures.tps_per_w)
         for p in analysis.points
-        if p.tps_per_w is not None
+        if p.figures.tps_per_w is not None
     }
     share = {
-        (_num(s.sm_lock_mhz), _num(s.mem_lock_mhz)): float(s.share or 0.0)
+        (as_float(s.sm_lock_mhz, None), as_float(s.mem_lock_mhz, None)): float(s.share or 0.0)
         for s in known(peak.best_share) or []
     }
 
@@ -133,7 +130,7 @@ def _plan_clock_confirm(
 
     picked = sorted(tied, key=rank)[:max_caps]
     picked.sort(key=lambda p: (-(p.mem_lock_mhz or math.inf), -(p.sm_lock_mhz or math.inf)))
-    best = SweepPoint(None, _num(peak.sm_lock_mhz), _num(peak.mem_lock_mhz))
+    best = SweepPoint(None, as_float(peak.sm_lock_mhz, None), as_float(peak.mem_lock_mhz, None))
     record.update(
         points=[p.to_dict() for p in picked],
         reason=(

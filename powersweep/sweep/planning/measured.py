@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from powersweep.runformat import as_float
+
 # Why a cap was asked for (the planned caps' ``reason``, shown by the dry run and the progress).
 COARSE = "coarse pass"
 BRACKET_PEAK = "bracket peak"
@@ -53,11 +55,7 @@ class CapMeasurement:
         ``temp_max_c``, ``thermal_throttle_pct``, ``util_pct``; missing ones NaN)."""
 
         def num(key: str) -> float:
-            value = row.get(key)
-            try:
-                return float(value) if value is not None else math.nan
-            except (TypeError, ValueError):
-                return math.nan
+            return as_float(row.get(key))
 
         tps = num(metric) if metric in row else num("tps")
         return cls(

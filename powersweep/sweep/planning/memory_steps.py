@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from powersweep.analysis.undervolt_memory import rose_beyond_noise
+from powersweep.runformat import as_float
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.soaks import SoakLadder
 
@@ -160,8 +161,5 @@ class MemorySearch:
 def tps_from(row: Mapping[str, Any] | None, metric: str) -> tuple[float, float]:
     """A caps.csv row's ``(metric TPS, tps_u95_pct)`` (NaN where absent)."""
 
-    def num(key: str) -> float:
-        value = (row or {}).get(key)
-        return float(value) if isinstance(value, int | float) else math.nan
-
-    return num(metric), num("tps_u95_pct")
+    given = row or {}
+    return as_float(given.get(metric)), as_float(given.get("tps_u95_pct"))

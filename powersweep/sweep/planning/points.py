@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from powersweep.runformat import as_float
+
 
 @dataclass(frozen=True)
 class SweepPoint:
@@ -92,15 +94,10 @@ class SweepPoint:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepPoint:
         """Parse the ``run.json`` form."""
-
-        def num(key: str) -> float | None:
-            value = data.get(key)
-            return float(value) if isinstance(value, int | float) else None
-
         return cls(
-            num("cap_w"),
-            num("sm_lock_mhz"),
-            num("mem_lock_mhz"),
-            num("sm_offset_mhz"),
-            num("mem_offset_mhz"),
+            as_float(data.get("cap_w"), None),
+            as_float(data.get("sm_lock_mhz"), None),
+            as_float(data.get("mem_lock_mhz"), None),
+            as_float(data.get("sm_offset_mhz"), None),
+            as_float(data.get("mem_offset_mhz"), None),
         )

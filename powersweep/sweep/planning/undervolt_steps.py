@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from powersweep.runformat import finite_or_none
+from powersweep.runformat import as_float
 from powersweep.sweep.planning.memory_steps import MemoryPlan, MemorySearch
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.planning.soaks import SoakLadder
@@ -338,7 +338,7 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     unstable (it may have killed the machine; it is never tried again). None: no lock yet (the
     search starts again from its baseline).
     """
-    lock = finite_or_none(record.get("sm_lock_mhz"))
+    lock = as_float(record.get("sm_lock_mhz"), None)
     if lock is None:
         return None
     latest: dict[float, str] = {}
@@ -346,12 +346,12 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     mem_last: tuple[float, str] | None = None
     for row in rows:
         offset, at = (
-            finite_or_none(row.get("sm_offset_mhz")),
-            finite_or_none(row.get("sm_lock_mhz")),
+            as_float(row.get("sm_offset_mhz"), None),
+            as_float(row.get("sm_lock_mhz"), None),
         )
         if offset is None or at is None or abs(at - lock) > SNAP_TOLERANCE_MHZ:
             continue
-        mem = finite_or_none(row.get("mem_offset_mhz"))
+        mem = as_float(row.get("mem_offset_mhz"), None)
         if mem is not None:  # the memory phase's: its SM offset held already
             mem_last = (mem, str(row.get("reason") or ""))
             last = None
@@ -364,8 +364,8 @@ def resume_from(record: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     killed = mem_killed = None
     if isinstance(flight, Mapping):
         offset, mem = (
-            finite_or_none(flight.get("sm_offset_mhz")),
-            finite_or_none(flight.get("mem_offset_mhz")),
+            as_float(flight.get("sm_offset_mhz"), None),
+            as_float(flight.get("mem_offset_mhz"), None),
         )
         reason = str(flight.get("reason"))
         if mem is not None and mem_last != (mem, reason):

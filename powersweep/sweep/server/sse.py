@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from powersweep.runformat import as_float
+
 # Field names of the event-stream format; any other first line marks a body that is not SSE.
 SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
 # Delta keys whose non-empty value means the chunk carries generated tokens (content first, then
@@ -271,12 +273,6 @@ def _positive_int(value: Any) -> int | None:
         return value if value >= 0 else None
     if isinstance(value, float) and math.isfinite(value) and value >= 0 and value == int(value):
         return int(value)
-    return None
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
     return None
 
 
@@ -551,8 +547,8 @@ class StreamAccumulator:
             token_source=source,
             chunk_tokens=self.chunk_tokens,
             cached_tokens=cached,
-            server_decode_tps=_finite(timings.get("predicted_per_second")),
-            server_prompt_tps=_finite(timings.get("prompt_per_second")),
+            server_decode_tps=as_float(timings.get("predicted_per_second"), None),
+            server_prompt_tps=as_float(timings.get("prompt_per_second"), None),
             finish_reason=self.finish_reason,
             error=self.error,
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import PowersweepError
+from powersweep.runformat import as_float
 from powersweep.sweep.gpu import (
     ClockOffset,
     GpuBackend,
@@ -104,11 +105,11 @@ class GpuStatus:
             "now": None
             if s is None
             else {
-                "power_w": _finite(s.draw_w),
-                "temp_c": _finite(s.temp_c),
-                "sm_clock_mhz": _finite(s.sm_clock_mhz),
-                "mem_clock_mhz": _finite(s.mem_clock_mhz),
-                "util_pct": _finite(s.util_pct),
+                "power_w": as_float(s.draw_w, None),
+                "temp_c": as_float(s.temp_c, None),
+                "sm_clock_mhz": as_float(s.sm_clock_mhz, None),
+                "mem_clock_mhz": as_float(s.mem_clock_mhz, None),
+                "util_pct": as_float(s.util_pct, None),
                 "pstate": s.pstate,
             },
         }
@@ -320,7 +321,3 @@ def _fmt(value: float, unit: str, digits: int) -> str:
     if not math.isfinite(value):
         return f"? {unit}"
     return f"{value:.{digits}f} {unit}"
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None

@@ -23,6 +23,7 @@ from powersweep.analysis.fleet_result_types import (
     WithinNoise,
 )
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 from powersweep.sweep.settings.targets import Target
 
 FLEET_JSON = "fleet.json"
@@ -200,10 +201,10 @@ def _setting(g: FleetGroup, t: Target, node: str) -> FleetSetting:
             f" ({min(noise):g}-{max(noise):g} within noise)" if len(noise) > 1 else ""
         )
     if axis.name == "power":
-        cap, sm, mem = _num(values.cap_w), None, None
+        cap, sm, mem = _positive(values.cap_w), None, None
     else:
-        cap = _num(answer.held_cap_w)
-        sm, mem = _num(values.sm_lock_mhz), _num(values.mem_lock_mhz)
+        cap = _positive(answer.held_cap_w)
+        sm, mem = _positive(values.sm_lock_mhz), _positive(values.mem_lock_mhz)
     if cap is None and sm is None and mem is None:
         raise UsageError(f"{t.label}: the report's group {_title(g)} has no answer to apply")
     return FleetSetting(t, _title(g), axis.name, source, cap, sm, mem, why)
@@ -217,7 +218,7 @@ def _is_this_card(outlier: Outlier, t: Target, node: str) -> bool:
     return same_host(str(host) if host else None, node)
 
 
-def _num(value: float | UnsetType | None) -> float | None:
-    if isinstance(value, int | float) and math.isfinite(value) and value > 0:
-        return float(value)
-    return None
+def _positive(value: float | UnsetType | None) -> float | None:
+    """A setting to apply: a positive number, else None (a zero or negative one is no answer)."""
+    given = as_float(value, None)
+    return given if given is not None and given > 0 else None

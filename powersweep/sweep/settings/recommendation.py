@@ -4,7 +4,6 @@ offset) a run recommends, and the GPUs it measured, read from its run directory.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.saved_analysis import SavedAnalysis, typed_analysis
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.runformat import SCHEMA_VERSION
+from powersweep.runformat import SCHEMA_VERSION, as_float
 from powersweep.sweep.settings.undervolt_pick import UNDERVOLT, is_undervolt_run, pick_undervolt
 
 # The objectives a clock run answers (its peak, near-peak, the latency target's pick).
@@ -152,15 +151,16 @@ def read_recommendation(
             f"{analysis_path} holds no {chosen} recommendation (no cap finished with status ok?): "
             f"see {run_dir / 'summary.md'}"
         )
-    cap_w = _number(pick.cap_w)
+    cap_w = as_float(pick.cap_w, None)
     if cap_w is None or cap_w <= 0:
         raise UsageError(f"{analysis_path}: the {chosen} recommendation has no valid cap_w")
+    figures = pick.figures if isinstance(pick, CapRow) else pick
     return Recommendation(
         run_dir=run_dir,
         objective=chosen,
         cap_w=cap_w,
-        tps_per_w=_number(pick.tps_per_w),
-        tps=_number(pick.tps),
+        tps_per_w=as_float(figures.tps_per_w, None),
+        tps=as_float(figures.tps, None),
         gpus=gpus,
         notes=_notes(analysis, chosen),
         sm_clock_min_mhz=_sm_clock_min(run),
@@ -256,16 +256,16 @@ def _clock_recommendation(
             f"{where} holds no {objective} clock recommendation (no point finished with status "
             f"ok?): see {run_dir / 'summary.md'}"
         )
-    sm, mem = _number(pick.sm_lock_mhz), _number(pick.mem_lock_mhz)
+    sm, mem = as_float(pick.sm_lock_mhz, None), as_float(pick.mem_lock_mhz, None)
     if (sm is None and mem is None) or any(v is not None and v <= 0 for v in (sm, mem)):
         raise UsageError(f"{where}: the {objective} recommendation has no valid clock lock")
-    held = _number(run.options.hold_cap_w) if run.options is not None else None
+    held = as_float(run.options.hold_cap_w, None) if run.options is not None else None
     return Recommendation(
         run_dir=run_dir,
         objective=objective,
         cap_w=held if held is not None and held > 0 else None,
-        tps_per_w=_number(pick.tps_per_w),
-        tps=_number(pick.tps),
+        tps_per_w=as_float(pick.figures.tps_per_w, None),
+        tps=as_float(pick.figures.tps, None),
         gpus=gpus,
         sm_clock_mhz=sm,
         mem_clock_mhz=mem,
@@ -432,8 +432,3 @@ def _read_json(path: Path) -> dict[str, Any]:
             exit_code=2,
         )
     return data
-
-
-def _number(value: float | None) -> float | None:
-    """A finite number as a float; None for null or NaN."""
-    return float(value) if value is not None and math.isfinite(value) else None

@@ -9,7 +9,6 @@ The reasoning: docs/undervolt.md, "powersweep.sweep.settings.undervolt_pick".
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from powersweep.analysis.run_record import RunOptions, RunRecord, UndervoltRecor
 from powersweep.analysis.saved_analysis import SavedAnalysis, kind_of
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis, VersusCap
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import as_float
 
 UNDERVOLT = "undervolt"
 # The objective an undervolt run's answer serves (the search maximises TPS/W at its lock).
@@ -98,7 +98,7 @@ def pick_undervolt(
     lock = _first(chosen.sm_lock_mhz, typed.sm_lock_mhz, record.sm_lock_mhz)
     if lock is None or lock <= 0:
         raise UsageError(f"{where}: the undervolt answer has no valid SM clock lock")
-    offset = _number(chosen.sm_offset_mhz)
+    offset = as_float(chosen.sm_offset_mhz, None)
     if offset is None:
         raise UsageError(f"{where}: the undervolt answer has no SM clock offset")
     cap = _first(chosen.cap_w, record.cap_w, options.hold_cap_w)
@@ -124,8 +124,8 @@ def pick_undervolt(
         sm_lock_mhz=lock,
         sm_offset_mhz=offset if abs(offset) > _ZERO_MHZ else None,
         # the figures of the point applied: with its memory offset where the phase set one
-        tps_per_w=_number(applied.tps_per_w),
-        tps=_number(applied.tps),
+        tps_per_w=as_float(applied.figures.tps_per_w, None),
+        tps=as_float(applied.figures.tps, None),
         notes=tuple(notes),
         mem_offset_mhz=mem,
     )
@@ -168,9 +168,9 @@ def _refuse_unless_measured(
     held = {
         round(float(s.sm_offset_mhz))
         for s in (*measured.steps, *measured.soaks)
-        if s.status == "ok" and s.sm_offset_mhz is not None and _same(s.sm_lock_mhz, lock)
+        if s.figures.status == "ok" and s.sm_offset_mhz is not None and _same(s.sm_lock_mhz, lock)
     }
-    last = _number(measured.last_stable_mhz)
+    last = as_float(measured.last_stable_mhz, None)
     if last is not None and offset > last + _ZERO_MHZ:
         raise UsageError(
             f"{said}, above the last offset its run measured stable ({last:+g} MHz)" + again
@@ -178,7 +178,7 @@ def _refuse_unless_measured(
     if round(offset) not in held:
         raise UsageError(f"{said}, an offset its run never measured stable at that lock" + again)
     derived = measured.chosen
-    recorded = _number(record.chosen_mhz)
+    recorded = as_float(record.chosen_mhz, None)
     agrees = (
         derived is not None
         and _same(derived.sm_offset_mhz, offset)
@@ -211,8 +211,8 @@ def _memory_offset(
     """
     said = analysis.memory.chosen if analysis.memory is not None else None
     found = measured.memory.chosen if measured.memory is not None else None
-    said_mhz = _number(said.mem_offset_mhz) if said is not None else None
-    found_mhz = _number(found.mem_offset_mhz) if found is not None else None
+    said_mhz = as_float(said.mem_offset_mhz, None) if said is not None else None
+    found_mhz = as_float(found.mem_offset_mhz, None) if found is not None else None
     if (said_mhz is None) != (found_mhz is None) or (
         said_mhz is not None and not _same(said_mhz, found_mhz)
     ):
@@ -232,7 +232,7 @@ def _same(a: float | None, b: float | None) -> bool:
 
 def _no_answer(run_dir: Path, analysis: UndervoltAnalysis) -> str:
     """Why an undervolt run has no ``chosen`` point, for the refusal."""
-    first_bad, reason = _number(analysis.first_unstable_mhz), analysis.first_unstable_reason
+    first_bad, reason = as_float(analysis.first_unstable_mhz, None), analysis.first_unstable_reason
     seen = (
         f" (the first unstable step, {first_bad:+g} MHz: {reason})"
         if first_bad is not None and reason
@@ -253,7 +253,10 @@ def _refuse_unless_the_lock_beats_the_cap(
     Raises:
         UsageError: It does not, or it was not compared.
     """
-    gain, u95 = _number(versus.tps_per_w_gain_pct), _number(versus.tps_per_w_gain_u95_pct)
+    gain, u95 = (
+        as_float(versus.tps_per_w_gain_pct, None),
+        as_float(versus.tps_per_w_gain_u95_pct, None),
+    )
     if gain is not None and gain > 0 and versus.tied is False:
         return
     the_cap = f"the {cap:g} W cap" if cap is not None else "the power limit in force"
@@ -283,8 +286,11 @@ def _offset_notes(chosen: OffsetStep, versus: VersusCap) -> list[str]:
             "the chosen offset was not soaked (no --soak-seconds run held it): a longer load may "
             "find it unstable"
         )
-    gain, u95 = _number(versus.tps_per_w_gain_pct), _number(versus.tps_per_w_gain_u95_pct)
-    cap = _number(versus.cap_w)
+    gain, u95 = (
+        as_float(versus.tps_per_w_gain_pct, None),
+        as_float(versus.tps_per_w_gain_u95_pct, None),
+    )
+    cap = as_float(versus.cap_w, None)
     the_cap = f"the {cap:g} W cap's" if cap is not None else "the cap's"
     spread = f" +-{u95:.1f}%" if u95 is not None else ""
     if gain is not None and versus.tied:
@@ -300,12 +306,7 @@ def _offset_notes(chosen: OffsetStep, versus: VersusCap) -> list[str]:
 def _first(*values: float | None) -> float | None:
     """The first finite number among ``values``."""
     for value in values:
-        found = _number(value)
+        found = as_float(value, None)
         if found is not None:
             return found
     return None
-
-
-def _number(value: float | None) -> float | None:
-    """A finite number as a float; None for null or NaN."""
-    return float(value) if value is not None and math.isfinite(value) else None

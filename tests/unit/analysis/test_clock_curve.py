@@ -15,7 +15,6 @@ from powersweep.analysis.clock_curve import (
     clock_points,
     infer_axis,
     is_clock_curve,
-    number,
     pareto_front,
     pareto_knee,
     saturation,
@@ -51,7 +50,6 @@ def test_is_clock_curve_needs_a_lock_value_not_just_the_column() -> None:
     assert is_clock_curve(pl.DataFrame({"mem_lock_mhz": [None, 9001.0]}))
     assert not is_clock_curve(pl.DataFrame({"cap_w": [1.0], "sm_lock_mhz": [None]}))
     assert not is_clock_curve(pl.DataFrame({"cap_w": [1.0]}))
-    assert math.isnan(number(None)) and number(3) == 3.0
 
 
 def test_clock_points_keep_usable_rows_pool_repeats_and_sort(tmp_path: Path) -> None:

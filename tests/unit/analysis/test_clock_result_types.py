@@ -49,7 +49,7 @@ def test_a_point_with_optional_keys_round_trips_and_types_its_nested_records() -
     assert list(point.to_json()) == list(PEAK)  # the order the analysis writes
     assert point.tied_points == [Locks(1500.0, 9001.0)]
     assert point.best_share == [LockShare(1500.0, 9001.0, 0.9)]
-    assert point.ttft_p95_hi_ms is UNSET and "ttft_p95_hi_ms" not in point.to_json()
+    assert point.figures.ttft_p95_hi_ms is UNSET and "ttft_p95_hi_ms" not in point.to_json()
     assert point.tps_loss_pct is UNSET
 
 
@@ -80,6 +80,7 @@ def test_a_whole_clock_analysis_round_trips() -> None:
             }
         ],
         "peak": PEAK,
+        "sweet_spot": PEAK,
         "tiers": [
             {
                 "mem_lock_mhz": 9001.0,

@@ -13,7 +13,6 @@ import pytest
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.findings import Severity
 from powersweep.analysis.power_findings import (
-    as_float,
     boundary_findings,
     no_bind_finding,
     recommendation_findings,
@@ -26,11 +25,6 @@ from powersweep.analysis.result_types import CapsBind, Plateau, Regime
 
 def _p(cap: float, power: float, tps: float = 30.0, **kw: float) -> CapPoint:
     return CapPoint(cap_w=cap, cap_total_w=cap, power_w=power, tps=tps, **kw)
-
-
-def test_as_float_reads_json_numbers_and_nan_for_the_rest() -> None:
-    assert as_float(3) == 3.0 and as_float("2.5") == 2.5
-    assert math.isnan(as_float(None)) and math.isnan(as_float("hot")) and math.isnan(as_float([]))
 
 
 def test_status_findings_list_caps_never_measured_ok() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,18 @@ from msgspec import UNSET
 
 from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.clock_analysis import analyze_clocks
-from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow
 from powersweep.analysis.findings import Finding, Severity
-from powersweep.analysis.result_types import JsonRecord, PowerAnalysis, known
+from powersweep.analysis.result_types import (
+    FIGURE_KEYS,
+    CapRow,
+    JsonRecord,
+    PointFigures,
+    PointRecord,
+    PowerAnalysis,
+    known,
+)
+from powersweep.analysis.undervolt_result_types import OffsetStep
 from powersweep.errors import UsageError
 from tests.paths import SHARED_3090
 
@@ -67,7 +77,7 @@ def test_a_power_analysis_round_trips_through_its_model(
     assert typed.to_json() == doc
     assert typed.sweet_spot is not None and typed.sweet_spot.cap_w == 250.0
     assert [row.cap_w for row in typed.caps] == [200.0, 250.0, 300.0, 350.0]
-    assert typed.caps[-1].status == "failed" and typed.caps[-1].tps is None
+    assert typed.caps[-1].figures.status == "failed" and typed.caps[-1].figures.tps is None
     assert all(isinstance(f, Finding) for f in typed.findings)
 
 
@@ -105,7 +115,7 @@ def test_a_clock_analysis_round_trips_through_its_model(
     assert typed.axis == "grid" and typed.peak is not None
     assert (typed.peak.sm_lock_mhz, typed.peak.mem_lock_mhz) == (1500.0, 10001.0)
     assert {t.mem_lock_mhz for t in typed.tiers} == {10001.0, 7001.0}
-    assert typed.rows[-1].status == "failed"
+    assert typed.rows[-1].figures.status == "failed"
 
 
 def test_a_wrong_type_is_one_error_naming_the_key() -> None:
@@ -116,3 +126,50 @@ def test_a_wrong_type_is_one_error_naming_the_key() -> None:
 def test_an_unknown_severity_reads_as_info_as_the_finding_type_says() -> None:
     doc = {"findings": [{"severity": "shout", "code": "x", "message": "m", "hint": None}]}
     assert PowerAnalysis.from_json(doc).findings[0].severity is Severity.INFO
+
+
+POINT_RECORDS = [CapRow, LockPoint, LockRow, OffsetStep]
+
+
+@pytest.mark.parametrize("record", POINT_RECORDS)
+def test_a_measured_points_figures_are_declared_once(record: type[PointRecord]) -> None:
+    own = {f.name for f in fields(record)}  # type: ignore[arg-type]
+    assert issubclass(record, PointRecord) and "figures" in own
+    assert own & FIGURE_KEYS == set()  # every figure lives in PointFigures alone
+    assert set(record.KEYS) <= own | FIGURE_KEYS and len(set(record.KEYS)) == len(record.KEYS)
+
+
+def test_a_points_figures_are_written_flat_in_its_keys_order_and_read_back_nested() -> None:
+    doc = {"cap_w": 250.0, "tps": 30.0, "power_w": 240.0, "status": "ok", "n_gpus": 1.0}
+    doc |= {"n_measurements": 2, "tps_u95_pct": 1.5, "regime": "power_limited"}
+    row = CapRow.from_json(doc)
+    assert row.figures == PointFigures(
+        tps=30.0, power_w=240.0, status="ok", n_measurements=2, tps_u95_pct=1.5
+    )
+    assert row.n_gpus == 1.0 and row.regime == "power_limited"
+    assert row.to_json() == doc and list(row.to_json()) == list(doc)
+    step = OffsetStep(sm_offset_mhz=90.0, figures=PointFigures(tps=30.0, status="ok"))
+    head = ["sm_offset_mhz", "sm_lock_mhz", "cap_w", "reason", "status", "error", "tps"]
+    assert list(step.to_json())[:7] == head
+    assert "code_tps" not in step.to_json()  # a figure the undervolt step does not write
+
+
+def test_a_keys_name_that_is_no_field_is_refused_when_the_record_is_declared() -> None:
+    with pytest.raises(TypeError, match="names no field"):
+
+        class Broken(PointRecord):
+            KEYS = ("cap_w", "watts")
+            cap_w: float
+
+
+def test_a_clock_analysis_holds_its_peak_once_and_writes_it_under_both_names() -> None:
+    peak = {"sm_lock_mhz": 1500.0, "mem_lock_mhz": None, "tps": 36.0, "tps_per_w": 0.16}
+    typed = ClockAnalysis.from_json({"kind": "clocks", "peak": peak, "sweet_spot": peak})
+    assert typed.sweet_spot is typed.peak
+    written = typed.to_json()
+    assert written["peak"] == written["sweet_spot"] == peak
+    keys = list(written)
+    assert keys[keys.index("peak") + 1] == "sweet_spot"
+    # a document naming it only as sweet_spot reads it as the peak
+    only = ClockAnalysis.from_json({"kind": "clocks", "sweet_spot": peak})
+    assert only.peak is not None and only.peak.to_json() == peak

@@ -11,18 +11,20 @@ from powersweep.analysis.undervolt_result_types import OffsetStep
 
 def _row(mem: float, tps: float, status: str = "ok", reason: str = "mem search") -> OffsetStep:
     power = 300.0 + mem / 500
-    return OffsetStep(
-        sm_offset_mhz=150.0,
-        sm_lock_mhz=1695.0,
-        cap_w=300.0,
-        reason=reason,
-        status=status,
-        tps=tps,
-        power_w=power,
-        tps_per_w=tps / power,
-        tps_u95_pct=0.3,
-        tps_per_w_u95_pct=0.4,
-        mem_offset_mhz=mem,
+    return OffsetStep.from_json(
+        dict(
+            sm_offset_mhz=150.0,
+            sm_lock_mhz=1695.0,
+            cap_w=300.0,
+            reason=reason,
+            status=status,
+            tps=tps,
+            power_w=power,
+            tps_per_w=tps / power,
+            tps_u95_pct=0.3,
+            tps_per_w_u95_pct=0.4,
+            mem_offset_mhz=mem,
+        )
     )
 
 

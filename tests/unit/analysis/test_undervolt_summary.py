@@ -11,8 +11,8 @@ from tests.unit.analysis.test_undervolt import _curve, _search
 
 
 def test_points_are_named_by_their_lock_and_offset_the_baseline_by_its_cap() -> None:
-    assert point_name(OffsetStep(cap_w=300.0)) == "300 W cap"
-    assert point_name(OffsetStep(sm_lock_mhz=1485.0, sm_offset_mhz=90.0)) == (
+    assert point_name(OffsetStep.from_json(dict(cap_w=300.0))) == "300 W cap"
+    assert point_name(OffsetStep.from_json(dict(sm_lock_mhz=1485.0, sm_offset_mhz=90.0))) == (
         "SM 1485 MHz +90 MHz offset"
     )
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from msgspec import UNSET
 
 from powersweep.analysis.result_types import Pick, PowerAnalysis, RunFacts
 from powersweep.errors import UsageError
@@ -17,7 +16,6 @@ from powersweep.plots._data import (
     card_defaults,
     fmt_w,
     gpu_label,
-    num,
     parse_analysis,
     pct_by_gpu,
     subtitle,
@@ -47,16 +45,6 @@ def _run_facts(**changes: Any) -> RunFacts:
         "date": "2025-11-02",
     }
     return RunFacts.from_json({**base, **changes})
-
-
-def test_num_is_the_number_as_a_float() -> None:
-    assert num(3) == 3.0 and isinstance(num(3), float)
-    assert num(0.5) == 0.5
-
-
-@pytest.mark.parametrize("value", [None, UNSET, math.inf, -math.inf, math.nan])
-def test_num_is_nan_where_the_analysis_does_not_know_it(value: Any) -> None:
-    assert math.isnan(num(value))
 
 
 def test_text_is_stripped_and_blank_is_unknown() -> None:
@@ -168,10 +156,12 @@ def test_a_reading_set_aside_is_drawn_apart_and_the_curve_joins_over_it() -> Non
     from powersweep.plots._data import parse_analysis
 
     caps = [
-        CapRow(cap_w=200.0, tps=20.0, power_w=199.0, tps_per_w=0.1005, status="ok"),
-        CapRow(cap_w=210.0, tps=40.0, power_w=209.0, tps_per_w=0.1914, status="outlier"),
-        CapRow(cap_w=220.0, tps=22.0, power_w=219.0, tps_per_w=0.1005, status="ok"),
-        CapRow(cap_w=230.0, status="failed"),
+        CapRow.from_json(dict(cap_w=200.0, tps=20.0, power_w=199.0, tps_per_w=0.1005, status="ok")),
+        CapRow.from_json(
+            dict(cap_w=210.0, tps=40.0, power_w=209.0, tps_per_w=0.1914, status="outlier")
+        ),
+        CapRow.from_json(dict(cap_w=220.0, tps=22.0, power_w=219.0, tps_per_w=0.1005, status="ok")),
+        CapRow.from_json(dict(cap_w=230.0, status="failed")),
     ]
     view = parse_analysis(
         PowerAnalysis(caps=caps, answer=Answer(kind="none", why="only 2 usable caps"))

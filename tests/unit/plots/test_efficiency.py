@@ -170,7 +170,7 @@ def test_a_run_without_an_answer_draws_its_best_reading_hollow_and_names_it() ->
     from powersweep.plots.efficiency import efficiency_figure
 
     caps = [
-        CapRow(cap_w=c, tps=t, power_w=c - 1, tps_per_w=t / (c - 1), status="ok")
+        CapRow.from_json(dict(cap_w=c, tps=t, power_w=c - 1, tps_per_w=t / (c - 1), status="ok"))
         for c, t in ((200.0, 20.0), (220.0, 23.0), (240.0, 24.0))
     ]
     best = Pick(cap_w=220.0, tps_per_w=23.0 / 219.0, tps=23.0, power_w=219.0)

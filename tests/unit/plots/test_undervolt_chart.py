@@ -15,16 +15,16 @@ from tests.chart_layout import layout_problems, legend_labels, unnamed_artists
 def _undervolt_analysis(steps: list[OffsetStep]) -> UndervoltAnalysis:
     return UndervoltAnalysis(
         sm_lock_mhz=1485.0,
-        baseline=OffsetStep(cap_w=300.0, tps_per_w=0.110, sm_offset_mhz=0.0),
+        baseline=OffsetStep.from_json(dict(cap_w=300.0, tps_per_w=0.110, sm_offset_mhz=0.0)),
         steps=steps,
         chosen=steps[1] if len(steps) > 1 else None,
     )
 
 
 STEPS = [
-    OffsetStep(sm_offset_mhz=0.0, tps_per_w=0.110, power_w=300.0, status="ok"),
-    OffsetStep(sm_offset_mhz=30.0, tps_per_w=0.112, power_w=295.0, status="ok"),
-    OffsetStep(sm_offset_mhz=60.0, tps_per_w=None, power_w=None, status="unstable"),
+    OffsetStep.from_json(dict(sm_offset_mhz=0.0, tps_per_w=0.110, power_w=300.0, status="ok")),
+    OffsetStep.from_json(dict(sm_offset_mhz=30.0, tps_per_w=0.112, power_w=295.0, status="ok")),
+    OffsetStep.from_json(dict(sm_offset_mhz=60.0, tps_per_w=None, power_w=None, status="unstable")),
 ]
 
 
@@ -47,26 +47,35 @@ def test_nothing_to_draw_without_steps() -> None:
 
 def test_each_step_carries_its_stated_interval_and_the_draw_is_in_the_legend() -> None:
     stated = [
-        OffsetStep(
-            sm_offset_mhz=float(offset),
-            tps_per_w=0.110 + 0.001 * i,
-            power_w=300.0 - 5 * i,
-            tps_per_w_u95_pct=1.0 + i,
-            power_u95_pct=0.5,
-            status="ok",
+        OffsetStep.from_json(
+            dict(
+                sm_offset_mhz=float(offset),
+                tps_per_w=0.110 + 0.001 * i,
+                power_w=300.0 - 5 * i,
+                tps_per_w_u95_pct=1.0 + i,
+                power_u95_pct=0.5,
+                status="ok",
+            )
         )
         for i, offset in enumerate((0, 30, 60))
     ]
+<<<<<<< HEAD
     stated.append(OffsetStep(sm_offset_mhz=90.0, tps_per_w=0.114, status="unstable"))
     fig = undervolt_figure(_undervolt_analysis(stated))
+=======
+    stated.append(
+        OffsetStep.from_json(dict(sm_offset_mhz=90.0, tps_per_w=0.114, status="unstable"))
+    )
+    fig = undervolt_figure(_analysis(stated))
+>>>>>>> h48point
     ax, right = fig.axes
     (tpw,) = [c for c in ax.containers if c.get_label() == "TPS/W (stable steps) ±95%"]
     halves = [(seg[1][1] - seg[0][1]) / 2 for seg in tpw.lines[2][0].get_segments()]
     assert halves == pytest.approx(
-        [s.tps_per_w * (1.0 + i) / 100 for i, s in enumerate(stated[:3])]
+        [s.figures.tps_per_w * (1.0 + i) / 100 for i, s in enumerate(stated[:3])]
     )
     (draw,) = [c for c in right.containers if c.get_label() == "draw (right axis) ±95%"]
     halves = [(seg[1][1] - seg[0][1]) / 2 for seg in draw.lines[2][0].get_segments()]
-    assert halves == pytest.approx([s.power_w * 0.005 for s in stated[:3]])
+    assert halves == pytest.approx([s.figures.power_w * 0.005 for s in stated[:3]])
     assert "draw (right axis) ±95%" in legend_labels(fig)
     assert not unnamed_artists(fig) and not layout_problems(fig)

@@ -16,13 +16,13 @@ from types import ModuleType
 from typing import Any
 
 from powersweep.errors import GpuError, UsageError
+from powersweep.runformat import as_float
 from powersweep.sweep.gpu.amd.amdsmi_api import (
     AmdSetter,
     amd_read,
     amd_set,
     cause,
     fault_of,
-    number,
     perf_level_name,
 )
 from powersweep.sweep.gpu.protocol import LockedClocks, LockResult, SupportedClocks
@@ -181,4 +181,4 @@ def _levels_mhz(freq: Any) -> list[float]:
     """``amdsmi_get_clk_freq``'s levels (Hz) in MHz."""
     count = freq.get("num_supported")
     levels = list(freq.get("frequency") or ())[: count if isinstance(count, int) else None]
-    return [hz / 1e6 for hz in (number(v) for v in levels) if hz is not None and hz > 0]
+    return [hz / 1e6 for hz in (as_float(v, None) for v in levels) if hz is not None and hz > 0]

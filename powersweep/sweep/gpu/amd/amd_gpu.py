@@ -10,6 +10,7 @@ import math
 from types import ModuleType
 
 from powersweep.errors import GpuError, UsageError
+from powersweep.runformat import as_float
 from powersweep.sweep.gpu.amd.amd_clocks import AmdClocks
 from powersweep.sweep.gpu.amd.amd_reads import AmdReads, PowerSource
 from powersweep.sweep.gpu.amd.amdsmi_api import (
@@ -18,7 +19,6 @@ from powersweep.sweep.gpu.amd.amdsmi_api import (
     amd_set,
     cause,
     fault_of,
-    number,
 )
 from powersweep.sweep.gpu.protocol import (
     NAN,
@@ -110,7 +110,7 @@ class AmdsmiGpu(AmdReads):
         try:
             name = str(smi.amdsmi_get_gpu_asic_info(h)["market_name"])
             uuid = str(smi.amdsmi_get_gpu_device_uuid(h))
-            vram = number(smi.amdsmi_get_gpu_vram_info(h).get("vram_size"))
+            vram = as_float(smi.amdsmi_get_gpu_vram_info(h).get("vram_size"), None)
             driver = str(smi.amdsmi_get_gpu_driver_info(h).get("driver_version", "N/A"))
         except (smi.AmdSmiException, KeyError) as exc:
             raise GpuError(f"cannot identify GPU {self._index}{cause(exc)}") from exc
@@ -136,8 +136,8 @@ class AmdsmiGpu(AmdReads):
         smi = self._smi
         try:
             info = smi.amdsmi_get_power_cap_info(self._handle)
-            uw = [number(info.get(k)) for k in ("min_power_cap", "default_power_cap")]
-            uw += [number(info.get(k)) for k in ("max_power_cap", "power_cap")]
+            uw = [as_float(info.get(k), None) for k in ("min_power_cap", "default_power_cap")]
+            uw += [as_float(info.get(k), None) for k in ("max_power_cap", "power_cap")]
         except smi.AmdSmiException as exc:
             if fault_of(exc) == "unsupported":
                 raise GpuError(self._no_power_cap(cause(exc).strip(" ()"))) from exc
@@ -171,7 +171,7 @@ class AmdsmiGpu(AmdReads):
                 smi.AmdSmiTemperatureMetric.CRITICAL,
             ),
         )
-        temp = number(value)
+        temp = as_float(value, None)
         return temp if temp is not None and temp > 0 else NAN
 
     def set_power_limit(self, watts: float) -> SetLimitResult:
@@ -314,7 +314,7 @@ class AmdsmiGpu(AmdReads):
                 continue
             usage = proc.get("memory_usage")
             vram = usage.get("vram_mem") if isinstance(usage, dict) else proc.get("mem")
-            used = number(vram)
+            used = as_float(vram, None)
             out.append(GpuProcess(pid, used / 2**20 if used is not None else NAN))
         return tuple(out)
 
@@ -323,7 +323,8 @@ class AmdsmiGpu(AmdReads):
     def _cap_w(self) -> float:
         smi = self._smi
         uw = amd_read(
-            smi, lambda: number(smi.amdsmi_get_power_cap_info(self._handle).get("power_cap"))
+            smi,
+            lambda: as_float(smi.amdsmi_get_power_cap_info(self._handle).get("power_cap"), None),
         )
         return uw / 1e6 if uw is not None and uw > 0 else NAN
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from powersweep.sweep.gpu.amd.amdsmi_api import amd_read, number
+from powersweep.runformat import as_float
+from powersweep.sweep.gpu.amd.amdsmi_api import amd_read
 from powersweep.sweep.gpu.protocol import (
     CLOCK_EVENT_HW_SLOWDOWN,
     CLOCK_EVENT_HW_THERMAL,
@@ -99,7 +100,7 @@ class AmdReads:
             return None
         failed: list[Fault] = []
         try:
-            value = number(amd_read(self._smi, read, failed.append))
+            value = as_float(amd_read(self._smi, read, failed.append), None)
         except (KeyError, TypeError):  # a malformed answer
             failed.append("failed")
         if failed:
@@ -123,7 +124,7 @@ class AmdReads:
 
     def _socket_power(self, source: str) -> float | None:
         info = self._smi.amdsmi_get_power_info(self._handle)
-        return number(info.get(_POWER_KEYS[source]))
+        return as_float(info.get(_POWER_KEYS[source]), None)
 
     def _probe_power_source(self) -> PowerSource:
         smi = self._smi
@@ -169,8 +170,8 @@ class AmdReads:
         def read() -> float | None:
             counter = self._smi.amdsmi_get_energy_count(self._handle)
             # amdsmi < 6.2.1 named the accumulator "power"
-            ticks = number(counter.get("energy_accumulator", counter.get("power")))
-            resolution = number(counter.get("counter_resolution"))
+            ticks = as_float(counter.get("energy_accumulator", counter.get("power")), None)
+            resolution = as_float(counter.get("counter_resolution"), None)
             if ticks is None or resolution is None:
                 return None
             return ticks * resolution / 1000.0  # microjoules to millijoules

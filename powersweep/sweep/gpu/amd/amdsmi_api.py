@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -87,13 +86,6 @@ UNSUPPORTED = (
 _T = TypeVar("_T")
 
 INSTALL_HINT = "pip install 'powersweep[amd]', and ROCm's amd-smi library (apt install amd-smi-lib)"
-
-
-def number(value: Any) -> float | None:
-    """A reading as a float; None for amdsmi's ``"N/A"`` (or anything else not a number)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def status_code(exc: BaseException) -> int | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
-import math
 import sys
 from collections.abc import Callable, Iterator
 from enum import IntEnum
@@ -239,24 +238,6 @@ def test_every_key_read_is_one_the_installed_amdsmi_returns() -> None:
 
 
 # --- the helpers ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "read"),
-    [
-        (560, 560.0),
-        (15.259, 15.259),
-        (0, 0.0),
-        ("N/A", None),
-        ("560", None),
-        (None, None),
-        (True, None),  # a bool is not a reading
-        (math.nan, None),
-        (math.inf, None),
-    ],
-)
-def test_a_reading_is_a_finite_number_or_none(value: object, read: float | None) -> None:
-    assert api.number(value) == read
 
 
 def test_status_codes_and_causes_of_amdsmis_exceptions() -> None:
