@@ -59,15 +59,10 @@ def test_each_step_carries_its_stated_interval_and_the_draw_is_in_the_legend() -
         )
         for i, offset in enumerate((0, 30, 60))
     ]
-<<<<<<< HEAD
-    stated.append(OffsetStep(sm_offset_mhz=90.0, tps_per_w=0.114, status="unstable"))
-    fig = undervolt_figure(_undervolt_analysis(stated))
-=======
     stated.append(
         OffsetStep.from_json(dict(sm_offset_mhz=90.0, tps_per_w=0.114, status="unstable"))
     )
-    fig = undervolt_figure(_analysis(stated))
->>>>>>> h48point
+    fig = undervolt_figure(_undervolt_analysis(stated))
     ax, right = fig.axes
     (tpw,) = [c for c in ax.containers if c.get_label() == "TPS/W (stable steps) ±95%"]
     halves = [(seg[1][1] - seg[0][1]) / 2 for seg in tpw.lines[2][0].get_segments()]
