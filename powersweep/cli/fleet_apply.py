@@ -39,7 +39,7 @@ from powersweep.cli.apply import (
 from powersweep.cli.help_layout import option
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.safe_files import write_atomic
-from powersweep.sweep.options import Backend
+from powersweep.sweep.options import CardOptions, SafetyOptions
 
 if TYPE_CHECKING:
     from powersweep.sweep.settings.applier import CapChange
@@ -127,11 +127,11 @@ def fleet_apply_command(
     persist: PersistOpt = False,
     unit_dir: UnitDirOpt = None,
     record: RecordOpt = None,
-    state_dir: SafetyStateDirOpt = None,
+    state_dir: SafetyStateDirOpt = SafetyOptions.state_dir,
     simulate: SimulateOpt = None,
     sim_state: SimStateOpt = None,
     sim_node: SimNodeOpt = None,
-    backend: CardBackendOpt = Backend.AUTO,
+    backend: CardBackendOpt = CardOptions.backend,
 ) -> None:
     """Set a fleet report's cap or clock lock on this node's cards.
 
