@@ -21,6 +21,7 @@ from powersweep.cli.flag_params import shared
 from powersweep.cli.help_layout import argument, option
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.flags import CARD, SAFETY, SIMULATION
+from powersweep.sim.sim_options import SimOptions
 from powersweep.sweep.options import Backend, CardOptions, SafetyOptions
 
 if TYPE_CHECKING:
@@ -228,10 +229,7 @@ SimulateOpt = Annotated[
     str | None,
     option(metavar="PROFILE", help="Simulated GPUs (a profile, a+b for two).", panel=SIMULATION),
 ]
-SimStateOpt = Annotated[
-    Path | None,
-    option(metavar="FILE", help="File holding the simulated settings.", panel=SIMULATION),
-]
+SimStateOpt = Annotated[Path | None, shared(SimOptions, "state", SIMULATION)]
 CardBackendOpt = Annotated[Backend, shared(CardOptions, "backend", CARD)]
 SafetyStateDirOpt = Annotated[Path | None, shared(SafetyOptions, "state_dir", SAFETY)]
 AtBootOpt = Annotated[bool, typer.Option("--at-boot", hidden=True, help="What the boot unit runs.")]
@@ -268,7 +266,7 @@ def apply_command(
     unit_dir: UnitDirOpt = None,
     state_dir: SafetyStateDirOpt = SafetyOptions.state_dir,
     simulate: SimulateOpt = None,
-    sim_state: SimStateOpt = None,
+    sim_state: SimStateOpt = SimOptions.state,
     backend: CardBackendOpt = CardOptions.backend,
     at_boot: AtBootOpt = False,
     offset_driver: OffsetDriverOpt = None,

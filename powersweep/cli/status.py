@@ -13,6 +13,7 @@ import typer
 from powersweep.cli._common import BackendOpt, is_root, pid_alive
 from powersweep.cli.apply import SimStateOpt, SimulateOpt
 from powersweep.cli.help_layout import option
+from powersweep.sim.sim_options import SimOptions
 from powersweep.sweep.options import CardOptions
 
 # `status --help`'s last lines
@@ -46,7 +47,7 @@ def status_command(
         ),
     ] = None,
     simulate: SimulateOpt = None,
-    sim_state: SimStateOpt = None,
+    sim_state: SimStateOpt = SimOptions.state,
     backend: BackendOpt = CardOptions.backend,
 ) -> None:
     """Show each GPU's limits, clock locks, offsets and readings.
