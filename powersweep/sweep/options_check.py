@@ -142,20 +142,6 @@ def validate(options: SweepOptions) -> None:
             "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
             "--load-mode decode-concurrent"
         )
-    positive = {
-        "--step-size": options.points.step_size_w,
-        "--target-cap-seconds": options.measure.windows.max_s,
-        "--sample-interval": options.measure.sample_interval_s,
-    }
-    for flag, value in positive.items():
-        if not value > 0:
-            raise UsageError(f"{flag} must be positive, got {value:g}")
-    if options.measure.settle_s < 0:
-        raise UsageError(f"--settle-seconds must be 0 or more, got {options.measure.settle_s:g}")
-    if options.safety.max_failed_caps < 1:
-        raise UsageError("--max-failed-caps must be at least 1")
-    if options.load.warmup_requests < 0:
-        raise UsageError("--warmup-requests must be 0 or more")
     if options.cards.gpus is not None and any(i < 0 for i in options.cards.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")
     if options.safety.observe_only and options.points.caps:
