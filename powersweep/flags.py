@@ -9,6 +9,7 @@ fields with :func:`flag`; the CLI makes each command's flags from them
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,8 @@ SIMULATION = "Simulation"
 
 # The metadata key a field's Flag sits under
 KEY = "flag"
-_UNSET: Any = object()
+# A flag whose default is its field's
+FIELD_DEFAULT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Flag:
     panel: str | None = None
     metavar: str | None = None
     takes: Any = None
-    given_default: Any = _UNSET
+    given_default: Any = FIELD_DEFAULT
     parse: Callable[[Any], Any] | None = None
     bounds: tuple[float, float] | None = None
     hidden: bool = False
@@ -78,18 +80,9 @@ class Flag:
         return self.name.lstrip("-").replace("-", "_")
 
 
-def flag(
-    default: Any = _UNSET,
-    *decls: str,
-    help: str = "",
-    default_factory: Callable[[], Any] | None = None,
-    **spec: Any,
-) -> Any:
+def flag(default: Any, *decls: str, help: str = "", **spec: Any) -> Any:
     """A dataclass field (``default``) with its flag ``decls`` (see :class:`Flag` for ``spec``)."""
-    metadata = {KEY: Flag(decls=decls, help=help, **spec)}
-    if default_factory is not None:
-        return dataclasses.field(default_factory=default_factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata={KEY: Flag(decls=decls, help=help, **spec)})
 
 
 def read_from(field_name: str, parse: Callable[[Any], Any], default: Any) -> Any:
@@ -125,8 +118,6 @@ def flagged(group: Any) -> Iterator[tuple[dataclasses.Field[Any], Flag]]:
 def out_of_bounds(group: Any) -> str | None:
     """The first flagged field of the ``group`` instance outside its bounds, as one line
     naming its flag (None: every one within; a field left None takes its default)."""
-    import math
-
     for f, spec in flagged(type(group)):
         value = getattr(group, f.name)
         if spec.bounds is None or value is None:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from powersweep.cli.help_layout import option
-from powersweep.flags import _UNSET, KEY, Flag, flag_of
+from powersweep.flags import FIELD_DEFAULT, KEY, Flag, flag_of
 
 # The parameter a body names to be handed typer's context (the flags' raw values, ctx.params)
 CTX = "ctx"
@@ -46,7 +46,7 @@ def _takes(spec: Flag, hint: Any) -> Any:
 
 
 def _default(field: dataclasses.Field[Any], spec: Flag, takes: Any) -> Any:
-    if spec.given_default is not _UNSET:
+    if spec.given_default is not FIELD_DEFAULT:
         return spec.given_default
     default = field.default
     if isinstance(takes, type) and issubclass(takes, Enum) and not isinstance(default, takes):

@@ -1,7 +1,8 @@
-"""Every option of a sweep and its choices (no I/O, nothing touched; validated by
-:mod:`powersweep.sweep.options_check`).
+"""Every option of a sweep and its choices, each declared once on its group's field with its
+flag (:mod:`powersweep.flags`: default, help, bounds, parser); no I/O, nothing touched; validated
+by :mod:`powersweep.sweep.options_check`.
 
-The CLI turns flags into :class:`SweepOptions`; ``run.json`` records them; ``--resume`` reads
+The CLI's flags are made from these fields; ``run.json`` records the groups; ``--resume`` reads
 them back. Choices are :class:`~enum.StrEnum` members, so a field compares equal to its string.
 """
 
