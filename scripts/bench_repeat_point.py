@@ -115,7 +115,7 @@ def one_run(url: str, out: Path, load_mode: str, max_window_s: float, cap_w: flo
         measure=MeasureOptions(
             settle_s=0.5,
             settle_mode=SettleMode.FIXED,
-            thermal_wait_s=0.0,
+            thermal_wait_max_s=0.0,
             sample_interval_s=0.1,
             windows=WindowPolicy(max_s=max_window_s),
         ),

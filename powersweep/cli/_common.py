@@ -8,13 +8,13 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from tqdm import tqdm
 
-from powersweep.cli.help_layout import option
+from powersweep.cli.flag_params import shared
 from powersweep.errors import UsageError
-from powersweep.sweep.options import Backend
+from powersweep.sweep.options import Backend, CardOptions, SafetyOptions
 
 
 def warn(message: str) -> None:
@@ -107,34 +107,7 @@ class Handover:
         hand_over(list(paths), invoking_user(), warn=warn)
 
 
-def state_dir_option(rich_help_panel: str | None = None) -> Any:
-    """``--state-dir``, as every command that reads or writes the restore journal takes it."""
-    return option(
-        metavar="DIR",
-        envvar="POWERSWEEP_STATE_DIR",
-        show_envvar=True,
-        help="Restore journal (root: /var/lib/powersweep).",
-        doc="Where the restore journal lives: what a sweep or `apply` changed on the cards, put "
-        "back by `powersweep restore` or the next run after a kill. Default "
-        "/var/lib/powersweep as root; the directory must be private (0700, owned by this user "
-        "or root).",
-        panel=rich_help_panel,
-    )
-
-
-StateDirOpt = Annotated[Path | None, state_dir_option()]
-
-
-def backend_option(rich_help_panel: str | None = None) -> Any:
-    """``--backend``, as every command that opens the GPU libraries takes it."""
-    return option(
-        "--backend",
-        help="GPU library: auto, nvml or amdsmi (AMD: pip install 'powersweep[amd]').",
-        doc="GPU library: auto (the NVIDIA and AMD cards there are), nvml (NVIDIA) or amdsmi "
-        "(AMD; pip install 'powersweep[amd]', and ROCm's amd-smi library).",
-        case_sensitive=False,
-        panel=rich_help_panel,
-    )
-
-
-BackendOpt = Annotated[Backend, backend_option()]
+# The flags every command that reads or writes the restore journal, or opens the GPU libraries,
+# takes as the sweep declares them
+StateDirOpt = Annotated[Path | None, shared(SafetyOptions, "state_dir", None)]
+BackendOpt = Annotated[Backend, shared(CardOptions, "backend", None)]

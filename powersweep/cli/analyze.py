@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -15,8 +15,10 @@ from powersweep.analysis.objectives import OBJECTIVES, TpsPerW
 from powersweep.analysis.serving import ServingOptions, check_options
 from powersweep.cli._card import DefaultLimit, GpuName, MaxLimit, MinLimit, card_facts
 from powersweep.cli._common import Handover, info
+from powersweep.cli.flag_params import shared
 from powersweep.cli.help_layout import argument, option
 from powersweep.errors import UsageError
+from powersweep.sweep.options import OutputOptions
 
 # `analyze --help`'s last lines
 EXAMPLES = """Examples:
@@ -30,19 +32,7 @@ EXAMPLES = """Examples:
 Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})  # type: ignore[misc]
 
 
-def tariff_option(panel: str | None = None) -> Any:
-    """``--tariff``, as ``analyze`` and ``sweep`` take it."""
-    return option(
-        "--tariff",
-        metavar="PRICE",
-        help="Price of a kWh: adds cost per 1M tokens.",
-        doc="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
-        "against the default limit, per 1M tokens and per year.",
-        panel=panel,
-    )
-
-
-TariffOpt = Annotated[float | None, tariff_option()]
+TariffOpt = Annotated[float | None, shared(OutputOptions, "tariff_per_kwh", None)]
 RECOMMENDATION = "Recommendation"
 
 MaxTtftOpt = Annotated[
@@ -100,7 +90,7 @@ def analyze_command(
         float,
         option(metavar="0-1", help="cost objective: weight of energy.", panel=RECOMMENDATION),
     ] = 0.5,
-    tariff: TariffOpt = None,
+    tariff: TariffOpt = OutputOptions.tariff_per_kwh,
     max_ttft_ms: MaxTtftOpt = None,
     max_itl_ms: MaxItlOpt = None,
     gpu_name: GpuName = None,

@@ -15,11 +15,14 @@ import typer
 
 from powersweep.analysis.objectives import OBJECTIVES
 from powersweep.cli._boot import BootUnit
-from powersweep.cli._common import backend_option, info, is_root, state_dir_option, warn
+from powersweep.cli._common import info, is_root, warn
 from powersweep.cli.analyze import MaxItlOpt, MaxTtftOpt
+from powersweep.cli.flag_params import shared
 from powersweep.cli.help_layout import argument, option
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.options import Backend
+from powersweep.flags import CARD, SAFETY, SIMULATION
+from powersweep.sim.sim_options import SimOptions
+from powersweep.sweep.options import Backend, CardOptions, SafetyOptions
 
 if TYPE_CHECKING:
     from powersweep.cli.rigs import SettingsRig
@@ -29,12 +32,9 @@ if TYPE_CHECKING:
     from powersweep.sweep.settings.clock_offsets import OffsetChange, OffsetResult
     from powersweep.sweep.settings.targets import Target
 
-SIMULATION = "Simulation"
 PERSIST = "Boot persistence"
 RECOMMENDATION = "Recommendation"
 SETTINGS = "Settings"
-CARD = "Card"
-SAFETY = "Safety"
 
 # `apply --help`'s last lines
 EXAMPLES = """Examples:
@@ -229,12 +229,9 @@ SimulateOpt = Annotated[
     str | None,
     option(metavar="PROFILE", help="Simulated GPUs (a profile, a+b for two).", panel=SIMULATION),
 ]
-SimStateOpt = Annotated[
-    Path | None,
-    option(metavar="FILE", help="File holding the simulated settings.", panel=SIMULATION),
-]
-CardBackendOpt = Annotated[Backend, backend_option(CARD)]
-SafetyStateDirOpt = Annotated[Path | None, state_dir_option(SAFETY)]
+SimStateOpt = Annotated[Path | None, shared(SimOptions, "state", SIMULATION)]
+CardBackendOpt = Annotated[Backend, shared(CardOptions, "backend", CARD)]
+SafetyStateDirOpt = Annotated[Path | None, shared(SafetyOptions, "state_dir", SAFETY)]
 AtBootOpt = Annotated[bool, typer.Option("--at-boot", hidden=True, help="What the boot unit runs.")]
 OffsetDriverOpt = Annotated[
     str | None,
@@ -267,10 +264,10 @@ def apply_command(
     trust_offset: TrustOffsetOpt = False,
     print_unit: PrintUnitOpt = False,
     unit_dir: UnitDirOpt = None,
-    state_dir: SafetyStateDirOpt = None,
+    state_dir: SafetyStateDirOpt = SafetyOptions.state_dir,
     simulate: SimulateOpt = None,
-    sim_state: SimStateOpt = None,
-    backend: CardBackendOpt = Backend.AUTO,
+    sim_state: SimStateOpt = SimOptions.state,
+    backend: CardBackendOpt = CardOptions.backend,
     at_boot: AtBootOpt = False,
     offset_driver: OffsetDriverOpt = None,
 ) -> None:

@@ -20,8 +20,6 @@ import typer
 
 from powersweep.cli._common import Handover, info, is_root, warn
 from powersweep.cli.apply import (
-    SAFETY,
-    SIMULATION,
     CardBackendOpt,
     DryRunOpt,
     ForceOpt,
@@ -36,10 +34,13 @@ from powersweep.cli.apply import (
     _refuse_if_journal,
     journal_for,
 )
+from powersweep.cli.flag_params import shared
 from powersweep.cli.help_layout import option
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.flags import SAFETY, SIMULATION
 from powersweep.safe_files import write_atomic
-from powersweep.sweep.options import Backend
+from powersweep.sim.sim_options import SimOptions
+from powersweep.sweep.options import CardOptions, SafetyOptions
 
 if TYPE_CHECKING:
     from powersweep.sweep.settings.applier import CapChange
@@ -107,10 +108,7 @@ RecordOpt = Annotated[
         panel=SAFETY,
     ),
 ]
-SimNodeOpt = Annotated[
-    str | None,
-    option(metavar="NAME", help="The simulated node (its cards' spread).", panel=SIMULATION),
-]
+SimNodeOpt = Annotated[str | None, shared(SimOptions, "node", SIMULATION)]
 AXES = ("power", "sm-clock", "mem-clock", "grid")
 
 
@@ -127,11 +125,11 @@ def fleet_apply_command(
     persist: PersistOpt = False,
     unit_dir: UnitDirOpt = None,
     record: RecordOpt = None,
-    state_dir: SafetyStateDirOpt = None,
+    state_dir: SafetyStateDirOpt = SafetyOptions.state_dir,
     simulate: SimulateOpt = None,
-    sim_state: SimStateOpt = None,
-    sim_node: SimNodeOpt = None,
-    backend: CardBackendOpt = Backend.AUTO,
+    sim_state: SimStateOpt = SimOptions.state,
+    sim_node: SimNodeOpt = SimOptions.node,
+    backend: CardBackendOpt = CardOptions.backend,
 ) -> None:
     """Set a fleet report's cap or clock lock on this node's cards.
 

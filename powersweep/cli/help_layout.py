@@ -24,6 +24,18 @@ from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.models import ArgumentInfo, OptionInfo
 
+from powersweep.flags import (
+    CARD,
+    LOAD,
+    MEASUREMENT,
+    OUTPUT,
+    POINTS,
+    SAFETY,
+    SERVER,
+    SIMULATION,
+    UNDERVOLT,
+)
+
 ARGUMENTS = "Arguments"
 OPTIONS = "Options"
 # Panels in the order a reader looks for them (sweep's concerns first); a panel not named here
@@ -34,19 +46,19 @@ PANEL_ORDER = (
     "Report group",
     "Recommendation",
     "Settings",
-    "Load",
-    "Measurement",
-    "Points",
-    "Undervolt (--axis undervolt)",
-    "Card",
-    "Server",
-    "Safety",
-    "Output",
+    LOAD,
+    MEASUREMENT,
+    POINTS,
+    UNDERVOLT,
+    CARD,
+    SERVER,
+    SAFETY,
+    OUTPUT,
     "Boot persistence",
-    "Simulation",
+    SIMULATION,
 )
 # Where --help goes when every other option has a panel of its own: the first of these there
-HELP_PANELS = ("Output", "Safety")
+HELP_PANELS = (OUTPUT, SAFETY)
 # The flag column's widest, as a share of the panel: the help column keeps the rest
 LABEL_SHARE = 3 / 8
 GAP = 2
@@ -197,7 +209,7 @@ def panels(command: Command, ctx: typer.Context) -> list[tuple[str, list[Param]]
     if help_option is not None:
         where = next((p for p in (OPTIONS, *HELP_PANELS) if p in grouped), OPTIONS)
         grouped.setdefault(where, []).append(help_option)
-    late = PANEL_ORDER.index("Simulation") - 0.5
+    late = PANEL_ORDER.index(SIMULATION) - 0.5
     order = {name: PANEL_ORDER.index(name) if name in PANEL_ORDER else late for name in grouped}
     names = sorted(grouped, key=lambda name: order[name])  # stable: declared order among equals
     return [(name, grouped[name]) for name in names]

@@ -7,7 +7,7 @@ from typing import Annotated
 from powersweep.cli._common import StateDirOpt, info, warn
 from powersweep.cli.help_layout import option
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.sweep.options import Backend
+from powersweep.sweep.options import Backend, SafetyOptions
 
 # `restore --help`'s last lines
 EXAMPLES = """Examples:
@@ -16,7 +16,7 @@ EXAMPLES = """Examples:
 
 
 def restore_command(
-    state_dir: StateDirOpt = None,
+    state_dir: StateDirOpt = SafetyOptions.state_dir,
     force: Annotated[
         bool,
         option(

@@ -13,7 +13,8 @@ import typer
 from powersweep.cli._common import BackendOpt, is_root, pid_alive
 from powersweep.cli.apply import SimStateOpt, SimulateOpt
 from powersweep.cli.help_layout import option
-from powersweep.sweep.options import Backend
+from powersweep.sim.sim_options import SimOptions
+from powersweep.sweep.options import CardOptions
 
 # `status --help`'s last lines
 EXAMPLES = """Examples:
@@ -46,8 +47,8 @@ def status_command(
         ),
     ] = None,
     simulate: SimulateOpt = None,
-    sim_state: SimStateOpt = None,
-    backend: BackendOpt = Backend.AUTO,
+    sim_state: SimStateOpt = SimOptions.state,
+    backend: BackendOpt = CardOptions.backend,
 ) -> None:
     """Show each GPU's limits, clock locks, offsets and readings.
 

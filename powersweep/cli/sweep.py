@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,99 +18,13 @@ from tqdm import tqdm
 
 from powersweep.analysis.serving import check_options
 from powersweep.cli._common import info, is_root, warn
-from powersweep.cli.sweep_flags import (
-    ApiKeyOpt,
-    AxisOpt,
-    BackendOpt,
-    BenchRunsOpt,
-    CapsOpt,
-    ConcurrencyOpt,
-    ConcurrencyStretchOpt,
-    CoolingOpt,
-    DryRunOpt,
-    ForceOpt,
-    GpuOpt,
-    HoldCapOpt,
-    JsonOpt,
-    ListProfilesOpt,
-    LoadModeOpt,
-    LoadTargetOpt,
-    MaxConcurrencyProbeOpt,
-    MaxFailedCapsOpt,
-    MaxMemOffsetOpt,
-    MaxOffsetOpt,
-    MemClocksOpt,
-    MemOffsetMarginOpt,
-    MemOffsetStepOpt,
-    MinCapSecondsOpt,
-    ModelOpt,
-    NoChartsOpt,
-    NoConfirmOpt,
-    NoResetOpt,
-    ObserveOnlyOpt,
-    OffsetMarginOpt,
-    OffsetStepOpt,
-    OutOpt,
-    PrecisionOpt,
-    QuietOpt,
-    ResumeOpt,
-    SampleIntervalOpt,
-    SeedOpt,
-    SettleOpt,
-    SettleSecondsOpt,
-    SimContextOpt,
-    SimFaultOpt,
-    SimHideNumCtxOpt,
-    SimHttpErrorOpt,
-    SimIgnoreMaxTokensOpt,
-    SimMemLocksRefusedOpt,
-    SimNodeOpt,
-    SimPaceOpt,
-    SimReasoningTokensOpt,
-    SimRejectsBelowOpt,
-    SimServerOpt,
-    SimServingGpusOpt,
-    SimSlotsOpt,
-    SimSmLockIgnoredBelowOpt,
-    SimStateOpt,
-    SimTokensPerChunkOpt,
-    SimulateOpt,
-    SimVfResetBeyondOpt,
-    SimWorldOpt,
-    SmClockMinOpt,
-    SmClocksOpt,
-    SoakSecondsOpt,
-    StateDirOpt,
-    StepSizeOpt,
-    StrategyOpt,
-    TargetCapSecondsOpt,
-    TargetPrefillSecondsOpt,
-    TariffOpt,
-    ThermalWaitSecondsOpt,
-    TimeScaleOpt,
-    UrlOpt,
-    WarmupRequestsOpt,
-    is_all,
-    parse_concurrency,
-    parse_gpus,
-)
+from powersweep.cli.flag_params import command
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.flags import OUTPUT, SIMULATION, flag, flag_of, negated
 from powersweep.runformat import REFERENCE_REASON
-from powersweep.sim.sim_options import SimOptions, SimServerFlavour, refuse_without_simulate
-from powersweep.sim.world import parse_world
-from powersweep.sweep.options import (
-    CardOptions,
-    LoadOptions,
-    MeasureOptions,
-    OutputOptions,
-    PointOptions,
-    SafetyOptions,
-    ServerOptions,
-    SweepOptions,
-    UndervoltOptions,
-)
+from powersweep.sim.sim_options import SimOptions, refuse_without_simulate
+from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
-from powersweep.sweep.sampling.windows import WindowPolicy
 
 # `sweep --help`'s last lines: what a user types most
 SWEEP_EXAMPLES = """Examples:
@@ -130,179 +45,58 @@ SWEEP_EXAMPLES = """Examples:
 PARTIAL_EXIT = 3
 
 
-def sweep_command(
-    cooling: CoolingOpt = OutputOptions.cooling,
-    load_mode: LoadModeOpt = LoadOptions.mode,
-    target_cap_seconds: TargetCapSecondsOpt = WindowPolicy.max_s,
-    min_cap_seconds: MinCapSecondsOpt = WindowPolicy.min_s,
-    precision: PrecisionOpt = WindowPolicy.precision_pct,
-    warmup_requests: WarmupRequestsOpt = LoadOptions.warmup_requests,
-    concurrency: ConcurrencyOpt = None,
-    bench_runs: BenchRunsOpt = LoadOptions.bench_runs,
-    max_concurrency_probe: MaxConcurrencyProbeOpt = LoadOptions.max_concurrency_probe,
-    load_target: LoadTargetOpt = LoadOptions.load_target,
-    concurrency_stretch: ConcurrencyStretchOpt = LoadOptions.concurrency_stretch,
-    target_prefill_seconds: TargetPrefillSecondsOpt = LoadOptions.target_prefill_s,
-    gpu: GpuOpt = None,
-    backend: BackendOpt = CardOptions.backend,
-    caps: CapsOpt = None,
-    step_size: StepSizeOpt = PointOptions.step_size_w,
-    axis: AxisOpt = PointOptions.axis,
-    sm_clocks: SmClocksOpt = None,
-    mem_clocks: MemClocksOpt = None,
-    cap: HoldCapOpt = None,
-    sm_clock_min: SmClockMinOpt = PointOptions.sm_clock_min_mhz,
-    offset_step: OffsetStepOpt = UndervoltOptions.offset_step_mhz,
-    offset_margin: OffsetMarginOpt = UndervoltOptions.margin_mhz,
-    soak_seconds: SoakSecondsOpt = UndervoltOptions.soak_s,
-    max_offset: MaxOffsetOpt = None,
-    mem_offset_step: MemOffsetStepOpt = UndervoltOptions.mem_offset_step_mhz,
-    max_mem_offset: MaxMemOffsetOpt = None,
-    mem_offset_margin: MemOffsetMarginOpt = None,
-    strategy: StrategyOpt = PointOptions.strategy,
-    settle: SettleOpt = MeasureOptions.settle_mode,
-    settle_seconds: SettleSecondsOpt = MeasureOptions.settle_s,
-    thermal_wait_seconds: ThermalWaitSecondsOpt = MeasureOptions.thermal_wait_s,
-    no_confirm: NoConfirmOpt = False,
-    sample_interval: SampleIntervalOpt = MeasureOptions.sample_interval_s,
-    max_failed_caps: MaxFailedCapsOpt = SafetyOptions.max_failed_caps,
-    url: UrlOpt = None,
-    model: ModelOpt = None,
-    api_key: ApiKeyOpt = None,
-    dry_run: DryRunOpt = False,
-    observe_only: ObserveOnlyOpt = False,
-    no_reset: NoResetOpt = False,
-    resume: ResumeOpt = None,
-    force: ForceOpt = False,
-    state_dir: StateDirOpt = None,
-    out: OutOpt = OutputOptions.out,
-    no_charts: NoChartsOpt = False,
-    tariff: TariffOpt = None,
-    quiet: QuietOpt = False,
-    as_json: JsonOpt = False,
-    simulate: SimulateOpt = None,
-    list_profiles: ListProfilesOpt = False,
-    sim_server: SimServerOpt = SimServerFlavour.LLAMACPP,
-    time_scale: TimeScaleOpt = None,
-    sim_pace: SimPaceOpt = None,
-    seed: SeedOpt = None,
-    sim_state: SimStateOpt = None,
-    sim_rejects_below: SimRejectsBelowOpt = None,
-    sim_http_error: SimHttpErrorOpt = None,
-    sim_slots: SimSlotsOpt = None,
-    sim_context: SimContextOpt = None,
-    sim_reasoning_tokens: SimReasoningTokensOpt = 0,
-    sim_hide_num_ctx: SimHideNumCtxOpt = False,
-    sim_node: SimNodeOpt = None,
-    sim_mem_locks_refused: SimMemLocksRefusedOpt = False,
-    sim_sm_lock_ignored_below: SimSmLockIgnoredBelowOpt = None,
-    sim_tokens_per_chunk: SimTokensPerChunkOpt = 1,
-    sim_ignore_max_tokens: SimIgnoreMaxTokensOpt = False,
-    sim_serving_gpus: SimServingGpusOpt = None,
-    sim_fault: SimFaultOpt = None,
-    sim_vf_reset_beyond_mhz: SimVfResetBeyondOpt = SimOptions.vf_reset_beyond_mhz,
-    sim_world: SimWorldOpt = None,
-) -> None:
+@dataclass(frozen=True)
+class ShowOptions:
+    """How the sweep shows its run (not recorded: the run files are the same either way)."""
+
+    charts: bool = flag(
+        True,
+        "--no-charts",
+        help="Skip the charts.",
+        panel=OUTPUT,
+        takes=bool,
+        given_default=False,
+        parse=negated,
+    )
+    quiet: bool = flag(False, "--quiet", "-q", help="No progress bar.", panel=OUTPUT)
+    as_json: bool = flag(
+        False,
+        "--json",
+        help="Print the analysis as JSON, not the table.",
+        doc="Print the run's analysis.json on stdout instead of the table of points, the answer "
+        "and the paths (progress and logs stay on stderr).",
+        panel=OUTPUT,
+    )
+    list_profiles: bool = flag(
+        False, "--list-profiles", help="List simulation profiles and exit.", panel=SIMULATION
+    )
+
+
+def _sweep(ctx: typer.Context, options: SweepOptions, show: ShowOptions, sim: SimOptions) -> None:
     """Measure tokens per watt at each power cap (or clock lock).
 
     Each point's TPS/W comes with its own 95% interval; the run ends with the sweet spot and
     writes caps.csv, summary.md and charts into its run directory."""
-    from powersweep.sweep.planning.caps import parse_caps
-    from powersweep.sweep.planning.clock_points import parse_clocks
-
-    if list_profiles:
+    if show.list_profiles:
         _print_profiles()
         return
-    sim = SimOptions(
-        time_scale=time_scale,
-        pace=sim_pace,
-        seed=seed or 0,
-        server=sim_server.value,
-        state=sim_state,
-        rejects_below_w=sim_rejects_below,
-        http_error=sim_http_error,
-        slots=sim_slots,
-        context=sim_context,
-        hide_num_ctx=sim_hide_num_ctx,
-        reasoning_tokens=sim_reasoning_tokens,
-        node=sim_node,
-        mem_locks_refused=sim_mem_locks_refused,
-        sm_lock_ignored_below_mhz=sim_sm_lock_ignored_below,
-        tokens_per_chunk=sim_tokens_per_chunk,
-        ignore_max_tokens=sim_ignore_max_tokens,
-        serving_gpus=parse_gpus(sim_serving_gpus, "--sim-serving-gpus"),
-        fault=sim_fault,
-        vf_reset_beyond_mhz=sim_vf_reset_beyond_mhz,
-        world=parse_world(sim_world or ()),
-    )
-    if simulate is None:
-        if seed is not None:
+    if options.simulate is None:
+        if ctx.params[flag_of(SimOptions, "seed").param] is not None:
             raise UsageError("--seed works only with --simulate")
         refuse_without_simulate(sim)
     else:
-        sim.validate(url)
-    check_options(tariff, None, None)
-    options = SweepOptions(
-        load=LoadOptions(
-            mode=load_mode,
-            warmup_requests=warmup_requests,
-            concurrency=parse_concurrency(concurrency),
-            bench_runs=bench_runs,
-            max_concurrency_probe=max_concurrency_probe,
-            load_target=load_target,
-            concurrency_stretch=concurrency_stretch,
-            target_prefill_s=target_prefill_seconds,
-        ),
-        points=PointOptions(
-            axis=axis,
-            caps=tuple(parse_caps(caps)) if caps is not None else None,
-            step_size_w=step_size,
-            sm_clocks=parse_clocks(sm_clocks, "--sm-clocks") if sm_clocks is not None else None,
-            mem_clocks=parse_clocks(mem_clocks, "--mem-clocks") if mem_clocks is not None else None,
-            hold_cap_w=cap,
-            sm_clock_min_mhz=sm_clock_min,
-            strategy=strategy,
-            confirm=not no_confirm,
-        ),
-        cards=CardOptions(
-            gpus=None if is_all(gpu) else parse_gpus(gpu), all_gpus=is_all(gpu), backend=backend
-        ),
-        measure=MeasureOptions(
-            settle_s=settle_seconds,
-            settle_mode=settle,
-            thermal_wait_s=thermal_wait_seconds,
-            sample_interval_s=sample_interval,
-            windows=WindowPolicy(
-                min_s=min_cap_seconds, max_s=target_cap_seconds, precision_pct=precision
-            ),
-        ),
-        server=ServerOptions(url=url, model=model, api_key=api_key or None),
-        safety=SafetyOptions(
-            dry_run=dry_run,
-            observe_only=observe_only,
-            no_reset=no_reset,
-            force=force,
-            state_dir=state_dir,
-            max_failed_caps=max_failed_caps,
-        ),
-        output=OutputOptions(out=out, resume=resume, cooling=cooling, tariff_per_kwh=tariff),
-        undervolt=UndervoltOptions(
-            offset_step_mhz=offset_step,
-            margin_mhz=offset_margin,
-            soak_s=soak_seconds,
-            max_offset_mhz=max_offset,
-            mem_offset_step_mhz=mem_offset_step,
-            max_mem_offset_mhz=max_mem_offset,
-            mem_margin_mhz=mem_offset_margin,
-        ),
-        simulate=simulate,
-    )
-    if dry_run:
-        if as_json:
+        sim.validate(options.server.url)
+    check_options(options.output.tariff_per_kwh, None, None)
+    if options.safety.dry_run:
+        if show.as_json:
             raise UsageError("--json prints a sweep's analysis; a --dry-run has none")
         _print_dry_run(options, sim)
         return
-    run_sweep(options, sim, quiet=quiet, charts=not no_charts, as_json=as_json)
+    run_sweep(options, sim, quiet=show.quiet, charts=show.charts, as_json=show.as_json)
+
+
+# The command typer reads: one flag per flagged field of the groups, the groups built
+sweep_command = command(_sweep)
 
 
 def _print_dry_run(options: SweepOptions, sim: SimOptions) -> None:

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.errors import UsageError
+from powersweep.flags import SIMULATION, flag, flagged
+from powersweep.sim.vf_stability import DEFAULT_RESET_BEYOND_MHZ
 from powersweep.sim.world import parse_world
+from powersweep.sweep.options import parse_gpus
 
 
 class SimServerFlavour(StrEnum):
@@ -39,56 +42,153 @@ MIN_TIME_SCALE = 0.01
 MAX_PACE_RUN_S_PER_S = 1_000_000.0
 
 
+def _seed(value: int | None) -> int:
+    return value or 0
+
+
+def _serving_gpus(text: str | None) -> tuple[int, ...] | None:
+    return parse_gpus(text, "--sim-serving-gpus")
+
+
+def _world(values: list[str] | None) -> tuple[str, ...]:
+    return parse_world(values or ())
+
+
 @dataclass(frozen=True)
 class SimOptions:
-    """The simulated rig's settings (each a ``--sim-*`` flag, ``--time-scale`` or ``--seed``).
+    """The simulated rig's settings (each a ``--sim-*`` flag, ``--time-scale`` or ``--seed``;
+    each field's meaning is its flag's help and doc; the hidden ones plant faults, see
+    :mod:`powersweep.sim.faults`)."""
 
-    Attributes:
-        time_scale: Scaled real time, this many run seconds per wall second (None: virtual time).
-        pace: Virtual time at most this many run seconds per wall second (None: unpaced).
-        seed: Noise seed (sensor, per-token jitter, client overhead, prompts).
-        server: The simulated server's flavour.
-        state: File where the simulated cards' settings persist (None: in memory).
-        rejects_below_w: Cards refuse caps under this (hidden).
-        http_error: Every chat request answered with this status (hidden).
-        slots: Requests the server processes at once (hidden; llama.cpp's ``-np``).
-        context: The server's context, tokens (hidden).
-        hide_num_ctx: Ollama without ``num_ctx`` in ``/api/show`` (hidden).
-        reasoning_tokens: The first this-many tokens of an answer are reasoning.
-        node: The node name that seeds a fleet card's spread.
-        mem_locks_refused: Cards refuse memory locks (hidden).
-        sm_lock_ignored_below_mhz: SM locks under this are silently ignored (hidden).
-        tokens_per_chunk: Tokens packed into one stream event (hidden).
-        ignore_max_tokens: The server streams past ``max_tokens`` (hidden).
-        serving_gpus: The cards the model is loaded on (hidden; None: all).
-        fault: A planted server fault (hidden; :mod:`powersweep.sim.faults`).
-        vf_reset_beyond_mhz: A card under load resets when its SM clock offset goes more than
-            this past its stable margin, MHz (hidden; 0: at any instability; as
-            :data:`powersweep.sim.vf_stability.DEFAULT_RESET_BEYOND_MHZ`).
-        world: The world's noise models on, ``NAME=PARAM`` each (:mod:`powersweep.sim.world`;
-            empty: the simulator's own noise only).
-    """
-
-    time_scale: float | None = None
-    pace: float | None = None
-    seed: int = 0
-    server: str = SimServerFlavour.LLAMACPP.value
-    state: Path | None = None
-    rejects_below_w: float | None = None
-    http_error: int | None = None
-    slots: int | None = None
-    context: int | None = None
-    hide_num_ctx: bool = False
-    reasoning_tokens: int = 0
-    node: str | None = None
-    mem_locks_refused: bool = False
-    sm_lock_ignored_below_mhz: float | None = None
-    tokens_per_chunk: int = 1
-    ignore_max_tokens: bool = False
-    serving_gpus: tuple[int, ...] | None = None
-    fault: str | None = None
-    vf_reset_beyond_mhz: float = 50.0
-    world: tuple[str, ...] = ()
+    time_scale: float | None = flag(
+        None,
+        "--time-scale",
+        metavar="X",
+        help="Real time X times faster (default: virtual).",
+        doc="Run on scaled real time, this many times faster than the wall (default: virtual "
+        "time, as fast as the CPU allows, the same figures on any machine).",
+        panel=SIMULATION,
+    )
+    pace: float | None = flag(
+        None,
+        "--sim-pace",
+        metavar="X",
+        help="At most X run seconds per wall second.",
+        doc="Virtual time passes at most this many run seconds per wall second (a watchable "
+        "run; the figures are those of the unpaced run).",
+        panel=SIMULATION,
+    )
+    seed: int = flag(
+        0,
+        "--seed",
+        metavar="N",
+        help="Seed of every noise of the simulated rig.",
+        doc="Seed of every noise source of the simulated rig (the same seed, the same run files).",
+        panel=SIMULATION,
+        takes=int | None,
+        given_default=None,  # given or not: --seed works only with --simulate
+        parse=_seed,
+    )
+    server: str = flag(
+        SimServerFlavour.LLAMACPP.value,
+        "--sim-server",
+        help="Simulated server's engine.",
+        doc="Simulated server flavour, with its engine's quirks.",
+        panel=SIMULATION,
+        takes=SimServerFlavour,
+        parse=str,
+    )
+    state: Path | None = flag(
+        None,
+        "--sim-state",
+        metavar="FILE",
+        help="File where simulated settings persist.",
+        panel=SIMULATION,
+    )
+    rejects_below_w: float | None = flag(
+        None, "--sim-rejects-below", hidden=True, help="Simulation: cards keep caps under W."
+    )
+    http_error: int | None = flag(
+        None, "--sim-http-error", hidden=True, help="Simulation: chat requests get this status."
+    )
+    slots: int | None = flag(
+        None, "--sim-slots", hidden=True, help="Simulation: requests served at once."
+    )
+    context: int | None = flag(
+        None, "--sim-context", hidden=True, help="Simulation: the model's context, tokens."
+    )
+    hide_num_ctx: bool = flag(
+        False, "--sim-hide-num-ctx", hidden=True, help="Simulation (ollama): /api/show no num_ctx."
+    )
+    reasoning_tokens: int = flag(
+        0,
+        "--sim-reasoning-tokens",
+        hidden=True,
+        help="Simulation: reasoning tokens before the answer.",
+    )
+    node: str | None = flag(
+        None,
+        "--sim-node",
+        metavar="NAME",
+        help="Node name seeding a fleet card's spread.",
+        doc="Simulation: node name that seeds a fleet card's spread (PROFILE~0.03); "
+        "default $POWERSWEEP_SIM_NODE or the host name.",
+        panel=SIMULATION,
+    )
+    mem_locks_refused: bool = flag(
+        False, "--sim-mem-locks-refused", hidden=True, help="Simulation: memory locks refused."
+    )
+    sm_lock_ignored_below_mhz: float | None = flag(
+        None,
+        "--sim-sm-lock-ignored-below",
+        hidden=True,
+        help="Simulation: SM locks under MHz silently ignored.",
+    )
+    tokens_per_chunk: int = flag(
+        1,
+        "--sim-tokens-per-chunk",
+        hidden=True,
+        help="Simulation: tokens packed into one stream event.",
+    )
+    ignore_max_tokens: bool = flag(
+        False, "--sim-ignore-max-tokens", hidden=True, help="Simulation: generate past max_tokens."
+    )
+    serving_gpus: tuple[int, ...] | None = flag(
+        None,
+        "--sim-serving-gpus",
+        hidden=True,
+        help="Simulation: the cards the model is loaded on (0,1).",
+        takes=str | None,
+        parse=_serving_gpus,
+    )
+    fault: str | None = flag(
+        None,
+        "--sim-fault",
+        hidden=True,
+        help="Simulation: the server misbehaves (see sim/faults.py).",
+    )
+    vf_reset_beyond_mhz: float = flag(
+        DEFAULT_RESET_BEYOND_MHZ,
+        "--sim-vf-reset-beyond-mhz",
+        hidden=True,
+        help="Simulation: a card under load resets when its SM clock offset is more than MHz "
+        "past its stable margin (0: at any instability).",
+    )
+    world: tuple[str, ...] = flag(
+        (),
+        "--sim-world",
+        metavar="NAME[=PARAM]",
+        help="Add a real-world noise (repeatable).",
+        doc="Simulation: give the rig a noise of the real world, NAME[=PARAM], repeatable: "
+        "bursty-draw[=DUTY] (0.7), sensor-lag[=STEP_W] (5), ar-jitter[=SD_PCT] (2), "
+        "context-slowdown[=PCT_PER_1K_TOKENS] (0.6), hiccups[=PERIOD_S] (6), "
+        "drift[=AMPLITUDE_PCT] (3), outlier-window[=FACTOR] (1.36). Off by default; see "
+        "docs/world-noise.md.",
+        panel=SIMULATION,
+        takes=list[str] | None,
+        given_default=None,
+        parse=_world,
+    )
 
     def recorded(self) -> dict[str, Any]:
         """The settings as ``run.json`` records them (its ``options``, under the flag names)."""
@@ -181,28 +281,7 @@ class SimOptions:
 
 _FIELDS = dataclasses.fields(SimOptions)
 # The command-line flag of each setting.
-FLAGS = {
-    "time_scale": "--time-scale",
-    "pace": "--sim-pace",
-    "seed": "--seed",
-    "server": "--sim-server",
-    "state": "--sim-state",
-    "rejects_below_w": "--sim-rejects-below",
-    "http_error": "--sim-http-error",
-    "slots": "--sim-slots",
-    "context": "--sim-context",
-    "hide_num_ctx": "--sim-hide-num-ctx",
-    "reasoning_tokens": "--sim-reasoning-tokens",
-    "node": "--sim-node",
-    "mem_locks_refused": "--sim-mem-locks-refused",
-    "sm_lock_ignored_below_mhz": "--sim-sm-lock-ignored-below",
-    "tokens_per_chunk": "--sim-tokens-per-chunk",
-    "ignore_max_tokens": "--sim-ignore-max-tokens",
-    "serving_gpus": "--sim-serving-gpus",
-    "fault": "--sim-fault",
-    "vf_reset_beyond_mhz": "--sim-vf-reset-beyond-mhz",
-    "world": "--sim-world",
-}
+FLAGS = {f.name: spec.name for f, spec in flagged(SimOptions)}
 # run.json's names for the settings whose flag has no ``--sim-`` prefix
 _RECORDED = {"time_scale": "time_scale", "seed": "seed"}
 

@@ -100,8 +100,8 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     if options.measure.settle_mode == "fixed" or bound:
         settle = options.measure.settle_s
     thermal = 0.0
-    if not options.safety.observe_only and options.measure.thermal_wait_s > 0:
-        thermal = options.measure.thermal_wait_s
+    if not options.safety.observe_only and options.measure.thermal_wait_max_s > 0:
+        thermal = options.measure.thermal_wait_max_s
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
     spacing = options.points.step_size_w if spacing_w is None else spacing_w
     per_point = settle + prompts * (first + ramp) * options.load.bench_runs + POINT_OVERHEAD_S

@@ -1,7 +1,8 @@
-"""Every option of a sweep and its choices (no I/O, nothing touched; validated by
-:mod:`powersweep.sweep.options_check`).
+"""Every option of a sweep and its choices, each declared once on its group's field with its
+flag (:mod:`powersweep.flags`: default, help, bounds, parser); no I/O, nothing touched; validated
+by :mod:`powersweep.sweep.options_check`.
 
-The CLI turns flags into :class:`SweepOptions`; ``run.json`` records them; ``--resume`` reads
+The CLI's flags are made from these fields; ``run.json`` records the groups; ``--resume`` reads
 them back. Choices are :class:`~enum.StrEnum` members, so a field compares equal to its string.
 """
 
@@ -13,7 +14,23 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
-from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
+from powersweep.errors import UsageError
+from powersweep.flags import (
+    CARD,
+    LOAD,
+    MEASUREMENT,
+    OUTPUT,
+    POINTS,
+    SAFETY,
+    SERVER,
+    SIMULATION,
+    UNDERVOLT,
+    flag,
+    negated,
+    read_from,
+)
+from powersweep.sweep.planning.caps import parse_caps
+from powersweep.sweep.planning.clock_points import parse_clocks
 from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.discovery import strip_credentials
 
@@ -87,31 +104,114 @@ MAX_PREFILL_SHARE = 0.5
 MAX_PLANNED_CAPS = 300
 
 
+def parse_concurrency(text: str | None) -> int | None:
+    """``--concurrency``: a number of streams, or auto (None).
+
+    Raises:
+        UsageError: Anything else.
+    """
+    if text is None or text.strip().lower() == "auto":
+        return None
+    # ASCII digits only: str.isdigit() also takes superscripts, which int() refuses
+    if not (text.strip().isascii() and text.strip().isdigit()) or int(text) < 1:
+        raise UsageError(f"--concurrency takes a number of streams or auto, not {text!r}")
+    return int(text)
+
+
+def is_all(text: str | None) -> bool:
+    """``--gpu all``."""
+    return text is not None and text.strip().lower() == "all"
+
+
+def parse_gpus(text: str | None, flag: str = "--gpu") -> tuple[int, ...] | None:
+    """``--gpu`` (or ``flag``, which takes no ``all``): GPU indices like 0 or 0,1 (None: not
+    given).
+
+    Raises:
+        UsageError: Anything else, naming ``flag``.
+    """
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not (part.isascii() and part.isdigit()):
+            also = " (or all)" if flag == "--gpu" else ""
+            raise UsageError(f"{flag} takes GPU indices like 0 or 0,1{also}, not {text!r}")
+        out.append(int(part))
+    if not out:
+        raise UsageError(f"{flag} is empty")
+    return tuple(out)
+
+
+def _gpus(text: str | None) -> tuple[int, ...] | None:
+    return None if is_all(text) else parse_gpus(text)
+
+
+def _caps(text: str | None) -> tuple[float, ...] | None:
+    return tuple(parse_caps(text)) if text is not None else None
+
+
+def _sm_clocks(text: str | None) -> tuple[float, ...] | None:
+    return parse_clocks(text, "--sm-clocks") if text is not None else None
+
+
+def _mem_clocks(text: str | None) -> tuple[float, ...] | None:
+    return parse_clocks(text, "--mem-clocks") if text is not None else None
+
+
+def _key(text: str | None) -> str | None:
+    return text or None  # an empty $OPENAI_API_KEY is none
+
+
 @dataclass(frozen=True)
 class MeasureOptions:
-    """How every point is measured, whatever the axis or load: how it settles, how long it
-    waits for a steady temperature, how often the cards are read and how long it measures.
+    """How every point is measured, whatever the axis or load: how long it measures, how it
+    settles, how long it waits for a steady temperature, how often the cards are read (the
+    measurer takes it as it is; each field's meaning is its flag's help and doc).
 
-    The CLI builds it from ``--settle``, ``--settle-seconds``, ``--thermal-wait-seconds``,
-    ``--sample-interval``, ``--min-cap-seconds``, ``--target-cap-seconds`` and ``--precision``;
-    the measurer takes it as it is.
-
-    Attributes:
-        settle_s: The most run seconds a point may take to settle (in ``auto``; ``fixed``
-            always waits it).
-        settle_mode: ``auto`` measures once draw and clock are stable under load.
-        thermal_wait_s: The most run seconds a point waits, after settling, for its
-            temperature to stop drifting (0: no wait).
-        sample_interval_s: Run seconds between two readings of the cards.
-        windows: How long each point measures (its first round, its maximum, its precision
-            goal).
+    ``thermal_wait_max_s`` is the bound; the seconds a point actually waited are its record's
+    ``thermal_wait_s`` (caps.csv's column).
     """
 
-    settle_s: float = 3.0
-    settle_mode: SettleMode = SettleMode.AUTO
-    thermal_wait_s: float = DEFAULT_THERMAL_WAIT_S
-    sample_interval_s: float = 0.5
     windows: WindowPolicy = field(default_factory=WindowPolicy)
+    settle_mode: SettleMode = flag(
+        SettleMode.AUTO,
+        "--settle",
+        help="auto: measure once readings are stable; fixed: wait --settle-seconds.",
+        doc="auto: measure once draw and clock are stable under load (at most "
+        "--settle-seconds); fixed: always wait --settle-seconds.",
+        panel=MEASUREMENT,
+    )
+    settle_s: float = flag(
+        3.0,
+        "--settle-seconds",
+        metavar="S",
+        help="Longest wait to settle, seconds.",
+        doc="Seconds to wait after a cap (or clock) change: at most this in auto, always this "
+        "in fixed.",
+        panel=MEASUREMENT,
+        bounds=(0.0, 600.0),
+    )
+    thermal_wait_max_s: float = flag(
+        10.0,
+        "--thermal-wait-seconds",
+        metavar="S",
+        help="Most seconds a point waits for a steady temperature (0: none).",
+        doc="Most seconds each point waits, after settling, for the card's temperature to "
+        "stop drifting (under 3 C/min; 0: no wait).",
+        panel=MEASUREMENT,
+        bounds=(0.0, 3600.0),
+    )
+    sample_interval_s: float = flag(
+        0.5,
+        "--sample-interval",
+        metavar="S",
+        help="Seconds between card readings.",
+        doc="Seconds between two readings of the cards.",
+        panel=MEASUREMENT,
+        bounds=(0.01, 60.0),
+    )
 
     def recorded(self) -> dict[str, Any]:
         """The group as ``run.json`` ``options`` has always held it (flat, by flag name)."""
@@ -120,7 +220,7 @@ class MeasureOptions:
             "min_cap_seconds": self.windows.min_s,
             "precision_pct": self.windows.precision_pct,
             "settle_seconds": self.settle_s,
-            "thermal_wait_seconds": self.thermal_wait_s,
+            "thermal_wait_seconds": self.thermal_wait_max_s,
             "sample_interval_s": self.sample_interval_s,
             "settle": str(self.settle_mode),
         }
@@ -132,7 +232,7 @@ class MeasureOptions:
         return cls(
             settle_s=float(data.get("settle_seconds", base.settle_s)),
             settle_mode=SettleMode(data.get("settle", base.settle_mode)),
-            thermal_wait_s=float(data.get("thermal_wait_seconds", base.thermal_wait_s)),
+            thermal_wait_max_s=float(data.get("thermal_wait_seconds", base.thermal_wait_max_s)),
             sample_interval_s=float(data.get("sample_interval_s", base.sample_interval_s)),
             windows=WindowPolicy(
                 min_s=float(data.get("min_cap_seconds", windows.min_s)),
@@ -144,28 +244,80 @@ class MeasureOptions:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """The load each point runs (the ``Load`` panel's flags).
+    """The load each point runs (each field's meaning is its flag's help and doc;
+    ``target_prefill_s`` None: :attr:`SweepOptions.prefill_seconds`)."""
 
-    Attributes:
-        mode: ``decode-single``, ``decode-concurrent`` or ``prefill-heavy``.
-        warmup_requests: At most this many warm-up requests per prompt at the first point.
-        concurrency: decode-concurrent: streams (None: the probe picks them).
-        bench_runs: decode-concurrent: windows per direction per point (median).
-        max_concurrency_probe: decode-concurrent auto: the highest N probed.
-        load_target: decode-concurrent auto: stop probing at this fraction of the cap.
-        concurrency_stretch: decode-concurrent auto: streams added to the pick.
-        target_prefill_s: prefill-heavy: the prefill time each prompt is sized for at the first
-            point (None: a share of the window, :attr:`SweepOptions.prefill_seconds`).
-    """
-
-    mode: LoadMode = LoadMode.DECODE_SINGLE
-    warmup_requests: int = 3
-    concurrency: int | None = None
-    bench_runs: int = 1
-    max_concurrency_probe: int = 16
-    load_target: float | None = None
-    concurrency_stretch: int = 0
-    target_prefill_s: float | None = None
+    mode: LoadMode = flag(
+        LoadMode.DECODE_SINGLE,
+        "--load-mode",
+        help="Load at each point.",
+        doc="The load run at each point: decode-single (one stream, the rate a chat user "
+        "sees), decode-concurrent (many streams, a busy server's throughput) or prefill-heavy "
+        "(long prompts, few tokens out).",
+        panel=LOAD,
+    )
+    warmup_requests: int = flag(
+        3,
+        "--warmup-requests",
+        metavar="N",
+        help="Most warm-up requests per prompt.",
+        doc="At most this many warm-up requests per prompt; the warm-up ends sooner once rate "
+        "and draw are steady, and after 3 windows at most (0: none).",
+        panel=LOAD,
+        bounds=(0, 100),
+    )
+    concurrency: int | None = flag(
+        None,
+        "--concurrency",
+        metavar="N|auto",
+        help="decode-concurrent: streams, or auto (probe).",
+        doc="decode-concurrent: streams, or auto (probe; the default).",
+        panel=LOAD,
+        takes=str | None,
+        parse=parse_concurrency,
+    )
+    bench_runs: int = flag(
+        1,
+        "--bench-runs",
+        metavar="N",
+        help="decode-concurrent: windows per direction per point (median).",
+        panel=LOAD,
+        bounds=(1, 50),
+    )
+    max_concurrency_probe: int = flag(
+        16,
+        "--max-concurrency-probe",
+        metavar="N",
+        help="decode-concurrent auto: highest N probed.",
+        panel=LOAD,
+        bounds=(1, MAX_STREAMS),
+    )
+    load_target: float | None = flag(
+        None,
+        "--load-target",
+        metavar="SHARE",
+        help="decode-concurrent auto: stop probing at this share of the cap.",
+        panel=LOAD,
+    )
+    concurrency_stretch: int = flag(
+        0,
+        "--concurrency-stretch",
+        metavar="N",
+        help="decode-concurrent auto: streams added to the pick.",
+        panel=LOAD,
+        bounds=(0, MAX_STREAMS),
+    )
+    # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
+    target_prefill_s: float | None = flag(
+        None,
+        "--target-prefill-seconds",
+        metavar="S",
+        help="prefill-heavy: prefill time of each prompt.",
+        doc="prefill-heavy: prefill time each prompt is sized for at the first point (default: "
+        "a quarter of --target-cap-seconds; at most half).",
+        panel=LOAD,
+        bounds=(0.1, 600.0),
+    )
 
     # run.json's flat key of each field that is not recorded under its own name
     RECORDED_AS: ClassVar[dict[str, str]] = {
@@ -192,32 +344,97 @@ class LoadOptions:
 
 @dataclass(frozen=True)
 class PointOptions:
-    """What a sweep varies and where (the ``Caps`` and ``Clock locks`` panels' flags).
+    """What a sweep varies and where (each field's meaning is its flag's help and doc).
 
-    Attributes:
-        axis: ``power`` steps the limit; ``sm-clock``, ``mem-clock`` or ``grid`` lock clocks
-            under one limit.
-        caps: The caps to measure, W per GPU (None: the envelope at ``step_size_w``).
-        step_size_w: Step between the default caps (and the adaptive refinement's), W.
-        sm_clocks: SM lock set-points, MHz (None: about 11 supported clocks).
-        mem_clocks: Memory lock set-points, MHz (None: every supported load tier).
-        hold_cap_w: The limit a clock sweep holds, W (None: the limit in force).
-        sm_clock_min_mhz: The bottom of every SM lock, MHz (a lock is the range from it to the
-            point's clock, so an idle card clocks down); None: each card's idle floor (the
-            lowest SM clock it lists, else 210 MHz). A run recorded without it used the floor.
-        strategy: ``dense`` measures every point; ``adaptive`` a coarse pass, then refines.
-        confirm: At the end, measure the points tied with the best once more.
+    ``sm_clock_min_mhz`` None is each card's idle floor (the lowest SM clock it lists, else
+    210 MHz); a run recorded without it used the floor.
     """
 
-    axis: Axis = Axis.POWER
-    caps: tuple[float, ...] | None = None
-    step_size_w: float = 10.0
-    sm_clocks: tuple[float, ...] | None = None
-    mem_clocks: tuple[float, ...] | None = None
-    hold_cap_w: float | None = None
-    sm_clock_min_mhz: float | None = None
-    strategy: Strategy = Strategy.DENSE
-    confirm: bool = True
+    axis: Axis = flag(
+        Axis.POWER,
+        "--axis",
+        help="What each point varies.",
+        doc="What to sweep: the power limit, the SM clock lock, the memory clock lock, a "
+        "grid of both (under one power limit), or the SM clock offset at one locked clock "
+        "(undervolt: checked for stability, beside the --cap it starts from).",
+        panel=POINTS,
+    )
+    caps: tuple[float, ...] | None = flag(
+        None,
+        "--caps",
+        metavar="W,W,...",
+        help="Caps to measure, W (default: the envelope).",
+        doc="Caps to measure, W per GPU, e.g. 260,280,300 (default: the card's envelope, "
+        "from its maximum down in --step-size steps).",
+        panel=POINTS,
+        takes=str | None,
+        parse=_caps,
+    )
+    step_size_w: float = flag(
+        10.0,
+        "--step-size",
+        metavar="W",
+        help="Step between the default caps.",
+        doc="Step between the default caps, W.",
+        panel=POINTS,
+        bounds=(0.1, 1000.0),
+    )
+    sm_clocks: tuple[float, ...] | None = flag(
+        None,
+        "--sm-clocks",
+        metavar="MHZ,...",
+        help="SM locks to measure (default: about 11).",
+        doc="SM lock set-points, MHz, e.g. 900,1200 (default: about 11 supported clocks).",
+        panel=POINTS,
+        takes=str | None,
+        parse=_sm_clocks,
+    )
+    mem_clocks: tuple[float, ...] | None = flag(
+        None,
+        "--mem-clocks",
+        metavar="MHZ,...",
+        help="Memory locks to measure (default: all tiers).",
+        doc="Memory lock set-points, MHz (default: every supported load tier).",
+        panel=POINTS,
+        takes=str | None,
+        parse=_mem_clocks,
+    )
+    hold_cap_w: float | None = flag(
+        None,
+        "--cap",
+        metavar="W",
+        help="Power limit held by a clock or undervolt run.",
+        doc="Power limit held during a clock sweep or an undervolt search, W (default: the "
+        "limit in force).",
+        panel=POINTS,
+    )
+    sm_clock_min_mhz: float | None = flag(
+        None,
+        "--sm-clock-min",
+        metavar="MHZ",
+        help="Bottom of every SM lock (default: lowest).",
+        doc="Bottom of every SM lock, MHz: a lock is MIN-to-the-clock so an idle card clocks "
+        "down (default: the card's lowest SM clock, else 210).",
+        panel=POINTS,
+    )
+    strategy: Strategy = flag(
+        Strategy.DENSE,
+        "--strategy",
+        help="dense: every cap; adaptive: a coarse pass, then refine.",
+        doc="dense measures every cap; adaptive measures a coarse pass, then refines where the "
+        "answer is.",
+        panel=POINTS,
+    )
+    confirm: bool = flag(
+        True,
+        "--no-confirm",
+        help="Skip re-measuring the best's ties at the end.",
+        doc="Skip re-measuring, at the end, the points tied with the best within noise.",
+        panel=POINTS,
+        takes=bool,
+        given_default=False,
+        parse=negated,
+    )
 
     @property
     def clock_axis(self) -> bool:
@@ -239,17 +456,30 @@ class PointOptions:
 
 @dataclass(frozen=True)
 class CardOptions:
-    """Which cards a sweep measures, through which library (``--gpu``, ``--backend``).
+    """Which cards a sweep measures, through which library (``all_gpus``: ``--gpu all``)."""
 
-    Attributes:
-        gpus: GPU indices (None: the cards serving the model).
-        all_gpus: Every card (``--gpu all``).
-        backend: ``nvml``, ``amdsmi`` or ``auto`` (whichever sees cards).
-    """
-
-    gpus: tuple[int, ...] | None = None
-    all_gpus: bool = False
-    backend: Backend = Backend.AUTO
+    gpus: tuple[int, ...] | None = flag(
+        None,
+        "--gpu",
+        "--gpus",
+        metavar="LIST",
+        help="GPUs: 0,1 or all (default: the model's).",
+        doc="GPU index or list (0 or 0,1), or all (default: the GPUs serving the model, found "
+        "from the server's processes).",
+        panel=CARD,
+        takes=str | None,
+        parse=_gpus,
+    )
+    all_gpus: bool = read_from("gpus", is_all, False)
+    backend: Backend = flag(
+        Backend.AUTO,
+        "--backend",
+        help="GPU library: auto, nvml or amdsmi (AMD: pip install 'powersweep[amd]').",
+        doc="GPU library: auto (the NVIDIA and AMD cards there are), nvml (NVIDIA) or amdsmi "
+        "(AMD; pip install 'powersweep[amd]', and ROCm's amd-smi library).",
+        panel=CARD,
+        case_sensitive=False,
+    )
 
     @classmethod
     def from_recorded(cls, data: Mapping[str, Any]) -> CardOptions:
@@ -269,17 +499,27 @@ def _recorded_fields(cls: Any, data: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """The server the load runs against (the ``Server`` panel's flags).
+    """The server the load runs against (``api_key`` is never recorded)."""
 
-    Attributes:
-        url: Its URL (None: probe the local ports).
-        model: The model id (None: the server's).
-        api_key: Bearer token, never recorded.
-    """
-
-    url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
+    url: str | None = flag(
+        None,
+        "--url",
+        metavar="URL",
+        help="Server URL (default: probe the local ports).",
+        panel=SERVER,
+    )
+    model: str | None = flag(
+        None, "--model", metavar="ID", help="Model id (default: the server's).", panel=SERVER
+    )
+    api_key: str | None = flag(
+        None,
+        "--api-key",
+        metavar="KEY",
+        envvar="OPENAI_API_KEY",
+        help="Bearer token, never stored.",
+        panel=SERVER,
+        parse=_key,
+    )
 
     def recorded(self) -> dict[str, Any]:
         """The group as ``run.json`` holds it: no secret, the URL without credentials."""
@@ -297,23 +537,58 @@ class ServerOptions:
 
 @dataclass(frozen=True)
 class SafetyOptions:
-    """What a sweep may change, and where its restore journal lives (the ``Safety`` panel).
+    """What a sweep may change, and where its restore journal lives (``state_dir`` None: the
+    default for the user)."""
 
-    Attributes:
-        dry_run: Print the plan, change nothing.
-        observe_only: Run the load at the settings in force, change nothing.
-        no_reset: Leave the last setting in force instead of putting the user's back.
-        force: Accepted for old scripts (a killed sweep's journal is always put back first).
-        state_dir: Where the restore journal lives (None: the default for the user).
-        max_failed_caps: Stop after this many points in a row failed.
-    """
-
-    dry_run: bool = False
-    observe_only: bool = False
-    no_reset: bool = False
-    force: bool = False
-    state_dir: Path | None = None
-    max_failed_caps: int = 3
+    dry_run: bool = flag(
+        False,
+        "--dry-run",
+        help="Print the plan and its time; change nothing.",
+        doc="Print the plan (GPUs, envelope, points, time); change nothing.",
+        panel=SAFETY,
+    )
+    observe_only: bool = flag(
+        False,
+        "--observe-only",
+        help="Measure at the settings in force; change none.",
+        doc="Run the load at the settings in force; change nothing.",
+        panel=SAFETY,
+    )
+    no_reset: bool = flag(
+        False,
+        "--no-reset",
+        help="Leave the last setting in force at the end.",
+        doc="Leave the last setting in force instead of restoring.",
+        panel=SAFETY,
+    )
+    force: bool = flag(
+        False,
+        "--force",
+        hidden=True,
+        help="Accepted for old scripts: a killed sweep's journal is always put back first, and a "
+        "running sweep's card is never taken.",
+    )
+    state_dir: Path | None = flag(
+        None,
+        "--state-dir",
+        metavar="DIR",
+        envvar="POWERSWEEP_STATE_DIR",
+        help="Restore journal (root: /var/lib/powersweep).",
+        doc="Where the restore journal lives: what a sweep or `apply` changed on the cards, put "
+        "back by `powersweep restore` or the next run after a kill. Default "
+        "/var/lib/powersweep as root; the directory must be private (0700, owned by this user "
+        "or root).",
+        panel=SAFETY,
+    )
+    max_failed_caps: int = flag(
+        3,
+        "--max-failed-caps",
+        metavar="N",
+        help="Stop after N failures in a row.",
+        doc="Stop after this many failed points in a row.",
+        panel=SAFETY,
+        bounds=(1, 1000),
+    )
 
     @property
     def changes_limits(self) -> bool:
@@ -331,19 +606,43 @@ class SafetyOptions:
 
 @dataclass(frozen=True)
 class OutputOptions:
-    """Where a run goes and how it is labelled (the ``Output`` panel).
+    """Where a run goes and how it is labelled (``resume`` None: a new run; ``tariff_per_kwh``
+    None: energy only)."""
 
-    Attributes:
-        out: The directory run directories are made in.
-        resume: An interrupted run directory to continue (None: a new run).
-        cooling: How the card is cooled (labels the run; thermal findings depend on it).
-        tariff_per_kwh: The price of a kWh the report prices tokens at (None: energy only).
-    """
-
-    out: Path = Path("powersweep-runs")
-    resume: Path | None = None
-    cooling: Cooling = Cooling.UNSPECIFIED
-    tariff_per_kwh: float | None = None
+    out: Path = flag(
+        Path("powersweep-runs"),
+        "--out",
+        metavar="DIR",
+        help="Folder for the runs.",
+        doc="Where run directories are made.",
+        panel=OUTPUT,
+    )
+    resume: Path | None = flag(
+        None,
+        "--resume",
+        metavar="RUN_DIR",
+        help="Continue an interrupted run where it stopped.",
+        doc="Continue an interrupted run directory from its first unfinished point, with the "
+        "options it recorded (a simulated run on the rig it recorded).",
+        panel=OUTPUT,
+    )
+    cooling: Cooling = flag(
+        Cooling.UNSPECIFIED,
+        "--cooling",
+        help="How the card is cooled.",
+        doc="How the card is cooled: labels the run (its summary and run.json); the thermal "
+        "findings depend on it.",
+        panel=CARD,
+    )
+    tariff_per_kwh: float | None = flag(
+        None,
+        "--tariff",
+        metavar="PRICE",
+        help="Price of a kWh: adds cost per 1M tokens.",
+        doc="Price of a kWh: adds cost per 1M tokens and what the recommendation saves "
+        "against the default limit, per 1M tokens and per year.",
+        panel=OUTPUT,
+    )
 
     @classmethod
     def from_recorded(cls, data: Mapping[str, Any]) -> OutputOptions:
@@ -362,31 +661,75 @@ class OutputOptions:
 
 @dataclass(frozen=True)
 class UndervoltOptions:
-    """How the undervolt search steps the SM clock offset (the ``Undervolt`` panel).
+    """How the undervolt search steps the SM clock offset (None: the driver's maximum; a
+    memory margin of None: one step)."""
 
-    Attributes:
-        offset_step_mhz: The coarse step between offsets, MHz. 30 by default: two of the 15 MHz
-            bins the voltage/frequency curve of Ampere and later cards moves in, so every step
-            moves it; the edge it finds is refined in single bins.
-        margin_mhz: MHz the answer stays below the last stable offset. 30 by default: two bins.
-        soak_s: Run seconds the chosen offset is held under the load, before it is measured and
-            checked once more (the card at its hottest). 300 by default (issue 45: 120 was
-            shorter than the few minutes peers' stability runs hold); at most 600.
-        max_offset_mhz: The highest offset to try (None: the driver's maximum).
-        mem_offset_step_mhz: The memory phase's step between memory clock offsets, NVML's unit
-            (0: no memory phase).
-        max_mem_offset_mhz: The highest memory offset to try (None: the driver's maximum).
-        mem_margin_mhz: What the memory answer stays below the best memory offset (None: one
-            step).
-    """
-
-    offset_step_mhz: float = 30.0
-    margin_mhz: float = 30.0
-    soak_s: float = 300.0
-    max_offset_mhz: float | None = None
-    mem_offset_step_mhz: float = 0.0
-    max_mem_offset_mhz: float | None = None
-    mem_margin_mhz: float | None = None
+    # 30 MHz: two of the 15 MHz bins the voltage/frequency curve of Ampere and later cards
+    # moves in, so every step moves it; the edge it finds is refined in single bins
+    offset_step_mhz: float = flag(
+        30.0,
+        "--offset-step",
+        metavar="MHZ",
+        help="Coarse step between SM offsets.",
+        doc="Undervolt: coarse step between SM clock offsets, MHz (the edge it finds is then "
+        "refined in 15 MHz steps). 30 by default: two of the 15 MHz bins the voltage/frequency "
+        "curve of Ampere and later cards moves in, so every step moves it.",
+        panel=UNDERVOLT,
+    )
+    # 30 MHz: two bins
+    margin_mhz: float = flag(
+        30.0,
+        "--offset-margin",
+        metavar="MHZ",
+        help="How far the answer stays below the last stable offset.",
+        doc="Undervolt: MHz the answer stays below the last stable offset (on the 15 MHz grid).",
+        panel=UNDERVOLT,
+    )
+    # 300 s (issue 45: 120 was shorter than the few minutes peers' stability runs hold)
+    soak_s: float = flag(
+        300.0,
+        "--soak-seconds",
+        metavar="S",
+        help="Seconds the chosen offset runs under load before its last check.",
+        doc="Undervolt: run seconds the chosen offset is held under the load before it is "
+        "measured and checked once more, the card at its hottest (at most 600).",
+        panel=UNDERVOLT,
+    )
+    max_offset_mhz: float | None = flag(
+        None,
+        "--max-offset",
+        metavar="MHZ",
+        help="Highest SM offset to try (default: driver's).",
+        doc="Undervolt: the highest offset to try, MHz (default: the driver's maximum).",
+        panel=UNDERVOLT,
+    )
+    mem_offset_step_mhz: float = flag(
+        0.0,
+        "--mem-offset-step",
+        metavar="MHZ",
+        help="Then step the memory clock offset by this (0: leave it).",
+        doc="Undervolt: then step the memory clock offset by MHz at the answer's SM settings "
+        "(NVML's unit, twice what Afterburner shows on GDDR6X/GDDR7) while TPS rises beyond "
+        "noise; 0: leave the memory alone.",
+        panel=UNDERVOLT,
+    )
+    max_mem_offset_mhz: float | None = flag(
+        None,
+        "--max-mem-offset",
+        metavar="MHZ",
+        help="Highest memory offset (default: the driver's).",
+        doc="Undervolt: the highest memory clock offset to try, MHz (default: the driver's).",
+        panel=UNDERVOLT,
+    )
+    mem_margin_mhz: float | None = flag(
+        None,
+        "--mem-offset-margin",
+        metavar="MHZ",
+        help="Memory answer's margin (default: one step).",
+        doc="Undervolt: MHz the memory answer stays below the best memory offset (default: "
+        "one --mem-offset-step).",
+        panel=UNDERVOLT,
+    )
 
     @classmethod
     def from_recorded(cls, data: Mapping[str, Any]) -> UndervoltOptions:
@@ -403,15 +746,26 @@ class SweepOptions:
     :class:`powersweep.sim.sim_options.SimOptions`, which only the composition root reads.
     """
 
+    # in the order their flags come in each --help panel (--cooling, an output field, first
+    # in the Card panel)
     load: LoadOptions = field(default_factory=LoadOptions)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
     points: PointOptions = field(default_factory=PointOptions)
+    undervolt: UndervoltOptions = field(default_factory=UndervoltOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
     cards: CardOptions = field(default_factory=CardOptions)
     server: ServerOptions = field(default_factory=ServerOptions)
     safety: SafetyOptions = field(default_factory=SafetyOptions)
-    output: OutputOptions = field(default_factory=OutputOptions)
-    undervolt: UndervoltOptions = field(default_factory=UndervoltOptions)
-    simulate: str | None = None
+    simulate: str | None = flag(
+        None,
+        "--simulate",
+        metavar="PROFILE",
+        help="Simulate this GPU (see --list-profiles).",
+        doc="Simulate the GPU with a profile (see --list-profiles): a+b for two cards, "
+        "replay:caps.csv replays a measured curve, rtx4090-air~0.03 one card of a fleet with "
+        "±3% silicon and cooling spread; with --url, a real server and a simulated GPU.",
+        panel=SIMULATION,
+    )
 
     @property
     def prefill_seconds(self) -> float:

@@ -8,9 +8,9 @@ groups and how ``run.json`` records them, so each module holds one concern.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from powersweep.errors import UsageError
+from powersweep.flags import out_of_bounds
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
 from powersweep.sweep.options import (
     AXES,
@@ -27,35 +27,15 @@ from powersweep.sweep.options import (
     SweepOptions,
     UndervoltOptions,
 )
-from powersweep.sweep.sampling.windows import DEFAULT_MIN_WINDOW_S, WindowPolicy
+from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.discovery import normalize_base_url
-
-# Ranges of the numeric options: (flag, attribute, lowest, highest, lowest allowed itself).
-_RANGES: tuple[tuple[str, str, float, float, bool], ...] = (
-    # under a second of load is a handful of tokens: no rate, no draw median worth the name
-    ("--target-cap-seconds", "measure.windows.max_s", 1.0, 3600.0, True),
-    ("--min-cap-seconds", "measure.windows.min_s", 1.0, 3600.0, True),
-    # a goal finer than 0.01% would never be met before the maximum window
-    ("--precision", "measure.windows.precision_pct", 0.01, 100.0, True),
-    ("--settle-seconds", "measure.settle_s", 0.0, 600.0, True),
-    ("--thermal-wait-seconds", "measure.thermal_wait_s", 0.0, 3600.0, True),
-    ("--sample-interval", "measure.sample_interval_s", 0.01, 60.0, True),
-    ("--step-size", "points.step_size_w", 0.1, 1000.0, True),
-    # a prompt whose prefill takes under 0.1 s is a handful of tokens: no prefill figure
-    ("--target-prefill-seconds", "load.target_prefill_s", 0.1, 600.0, True),
-    ("--warmup-requests", "load.warmup_requests", 0, 100, True),
-    ("--max-failed-caps", "safety.max_failed_caps", 1, 1000, True),
-    ("--bench-runs", "load.bench_runs", 1, 50, True),
-    ("--max-concurrency-probe", "load.max_concurrency_probe", 1, MAX_STREAMS, True),
-    ("--concurrency-stretch", "load.concurrency_stretch", 0, MAX_STREAMS, True),
-)
 
 
 def _check_windows(windows: WindowPolicy) -> None:
     """A first round longer than a point's whole windows cannot be run (issue 46: the windows
     stopped at the maximum without a word). The default first round gives way to a shorter
     maximum (it is only a default); one given is refused."""
-    if windows.min_s > windows.max_s and windows.min_s != DEFAULT_MIN_WINDOW_S:
+    if windows.min_s > windows.max_s and windows.min_s != WindowPolicy.min_s:
         raise UsageError(
             f"--min-cap-seconds {windows.min_s:g} is more than --target-cap-seconds "
             f"{windows.max_s:g} (a point's windows, every round together): give a minimum "
@@ -64,17 +44,12 @@ def _check_windows(windows: WindowPolicy) -> None:
 
 
 def _check_ranges(options: SweepOptions) -> None:
-    """Every numeric option finite and within a sane range (``inf`` would never end a cap)."""
-    for flag, attr, low, high, low_ok in _RANGES:
-        value: Any = options
-        for part in attr.split("."):
-            value = getattr(value, part)
-        if value is None:  # not given: its default applies
-            continue
-        inside = low <= value <= high if low_ok else low < value <= high
-        if not (math.isfinite(value) and inside):
-            low_txt = f"{low:g} or more" if low_ok else f"more than {low:g}"
-            raise UsageError(f"{flag} must be {low_txt} and at most {high:g}, got {value:g}")
+    """Every numeric option finite and within the bounds its flag declares (``inf`` would
+    never end a cap)."""
+    m = options.measure
+    for group in (m.windows, m, options.points, options.load, options.safety):
+        if (message := out_of_bounds(group)) is not None:
+            raise UsageError(message)
     if options.load.concurrency is not None and options.load.concurrency > MAX_STREAMS:
         raise UsageError(
             f"--concurrency {options.load.concurrency} is more streams than one client can drive "
@@ -167,20 +142,6 @@ def validate(options: SweepOptions) -> None:
             "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
             "--load-mode decode-concurrent"
         )
-    positive = {
-        "--step-size": options.points.step_size_w,
-        "--target-cap-seconds": options.measure.windows.max_s,
-        "--sample-interval": options.measure.sample_interval_s,
-    }
-    for flag, value in positive.items():
-        if not value > 0:
-            raise UsageError(f"{flag} must be positive, got {value:g}")
-    if options.measure.settle_s < 0:
-        raise UsageError(f"--settle-seconds must be 0 or more, got {options.measure.settle_s:g}")
-    if options.safety.max_failed_caps < 1:
-        raise UsageError("--max-failed-caps must be at least 1")
-    if options.load.warmup_requests < 0:
-        raise UsageError("--warmup-requests must be 0 or more")
     if options.cards.gpus is not None and any(i < 0 for i in options.cards.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")
     if options.safety.observe_only and options.points.caps:

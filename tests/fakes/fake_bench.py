@@ -74,7 +74,7 @@ class Bench:
         windows: How long each point measures.
         settle_s: The protocol's settle bound (0: no settle).
         settle_mode: ``auto`` or ``fixed``.
-        thermal_wait_s: The protocol's thermal wait bound (0: no wait).
+        thermal_wait_max_s: The protocol's thermal wait bound (0: no wait).
         sample_interval_s: The sampler's interval.
         max_failed: Points failed in a row that stop the sweep.
         observe_only: Never set anything.
@@ -91,7 +91,7 @@ class Bench:
         windows: WindowPolicy | None = None,
         settle_s: float = 0.0,
         settle_mode: str = "auto",
-        thermal_wait_s: float = 0.0,
+        thermal_wait_max_s: float = 0.0,
         sample_interval_s: float = 0.5,
         max_failed: int = 3,
         observe_only: bool = False,
@@ -117,7 +117,7 @@ class Bench:
                 settle_s=settle_s,
                 settle_mode=SettleMode(settle_mode),
                 sample_interval_s=sample_interval_s,
-                thermal_wait_s=thermal_wait_s,
+                thermal_wait_max_s=thermal_wait_max_s,
                 windows=windows or WindowPolicy(min_s=3.0, max_s=10.0),
             ),
             safety=SafetyOptions(max_failed_caps=max_failed, observe_only=observe_only),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from powersweep.analysis.steadiness import still_heating
-from powersweep.sweep.sampling.thermal import DEFAULT_THERMAL_WAIT_S
+from powersweep.sweep.options import MeasureOptions
 from tests.integration.conftest import read_csv, read_json, sweep_run_dir
 
 CAPS = "250,290,330"
@@ -50,7 +50,9 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
         counter, sampled = float(r["energy_j"]), float(r["energy_sampled_j"])
         # J/token from the counter and from the samples: the same tokens, so the same ratio
         assert abs(counter - sampled) / counter < 0.03, r["cap_w"]
-        assert 0.0 <= float(r["thermal_wait_s"]) <= DEFAULT_THERMAL_WAIT_S + 0.6  # and a tick
+        assert (
+            0.0 <= float(r["thermal_wait_s"]) <= MeasureOptions.thermal_wait_max_s + 0.6
+        )  # and a tick
     assert "energy_mismatch" not in _finding_codes(run)
     # the window's drift and its bias are recorded; a card the wait let through (before its
     # bound) is steady enough not to be named, and only a card measured at the bound may still
@@ -63,7 +65,7 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
     reread = {r["cap_w"] for r in caps if r["reason"] == "reread"}
     hot = {r["cap_w"] for r in hot_rows} - reread
     for r in caps:
-        if float(r["thermal_wait_s"]) < DEFAULT_THERMAL_WAIT_S - 1.0:
+        if float(r["thermal_wait_s"]) < MeasureOptions.thermal_wait_max_s - 1.0:
             assert r not in hot_rows, (r["cap_w"], r["reason"], drifts)
     findings = read_json(run / "analysis.json")["findings"]
     heating = [f for f in findings if f["code"] == "still_heating"]
@@ -76,7 +78,7 @@ def test_counter_and_sampled_energy_agree_and_the_drift_is_recorded(tmp_path: Pa
     # both readings are kept: the driver's one-second average and the instant field
     assert all(s["power_instant_w"] != "" and s["power_w"] != "" for s in samples)
     meta = read_json(run / "run.json")
-    assert meta["options"]["thermal_wait_seconds"] == DEFAULT_THERMAL_WAIT_S
+    assert meta["options"]["thermal_wait_seconds"] == MeasureOptions.thermal_wait_max_s
 
 
 @pytest.mark.slow

@@ -65,7 +65,7 @@ def test_no_collection_inside_a_window_of_any_load(
                 measure=MeasureOptions(
                     settle_s=0.5,
                     settle_mode=SettleMode.FIXED,
-                    thermal_wait_s=0.0,
+                    thermal_wait_max_s=0.0,
                     windows=WindowPolicy(max_s=3.0),
                 ),
                 output=OutputOptions(out=tmp_path, cooling=Cooling.AIR),

@@ -359,7 +359,7 @@ def sse_payloads(body: bytes) -> list[dict[str, Any]]:
 REAL_TIME_MEASURE = MeasureOptions(
     settle_s=0.5,
     settle_mode=SettleMode.FIXED,
-    thermal_wait_s=0.0,
+    thermal_wait_max_s=0.0,
     sample_interval_s=0.1,
     windows=WindowPolicy(max_s=2.0),
 )

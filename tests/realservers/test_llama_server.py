@@ -196,7 +196,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         measure=MeasureOptions(
             settle_s=0.5,
             settle_mode=SettleMode.FIXED,
-            thermal_wait_s=0.0,
+            thermal_wait_max_s=0.0,
             sample_interval_s=0.1,
             windows=WindowPolicy(max_s=2.0),
         ),

@@ -270,7 +270,7 @@ class PointMeasurer:
 
     async def settle(self, cap: float, point: SweepPoint | None = None) -> Settled:
         """Wait, under the point's own load, until the card has adjusted: its draw and clock
-        stable, then its temperature no longer drifting (at most ``thermal_wait_s``).
+        stable, then its temperature no longer drifting (at most ``thermal_wait_max_s``).
 
         The load that kept the card busy since the last point's windows (:meth:`keep_busy`)
         runs on while the readings are watched, so the card never idles between points and the
@@ -280,14 +280,16 @@ class PointMeasurer:
         self.sampler.label(cap, "settle")
         set_at_s = self.clock.now()
         measure = protocol.measure
-        if protocol.safety.observe_only or (measure.settle_s <= 0 and measure.thermal_wait_s <= 0):
+        if protocol.safety.observe_only or (
+            measure.settle_s <= 0 and measure.thermal_wait_max_s <= 0
+        ):
             await self.stop_busy()
             return Settled(0.0)
         self.keep_busy(cap)
         try:
             settle_s = await self._settle_draw()
             thermal = None
-            if protocol.measure.thermal_wait_s > 0:
+            if protocol.measure.thermal_wait_max_s > 0:
                 thermal = await self._thermal_wait(cap, point, set_at_s)
             return Settled(settle_s, thermal)
         finally:
@@ -296,14 +298,14 @@ class PointMeasurer:
     async def _thermal_wait(
         self, cap: float, point: SweepPoint | None, set_at_s: float
     ) -> ThermalWait:
-        """Wait, under load and at most ``thermal_wait_s`` run seconds, until the temperature
+        """Wait, under load and at most ``thermal_wait_max_s`` run seconds, until the temperature
         still to come would bias the point by no more than the goal (:func:`wait_goal_rel`):
         every point, a step or a jump alike.
 
         How long: :class:`.thermal_wait.ThermalWaiter`. A degree is priced by the curve's slope
         between the points measured nearest to it (0.5% per degree before two are)."""
         measure = self.protocol.measure
-        bound = measure.thermal_wait_s
+        bound = measure.thermal_wait_max_s
         if point is not None and not self.ledger.contends(point):
             # a step further under the best than its drift could close: the bias stays inside
             # its stated precision and changes no pick (the still_heating finding agrees)

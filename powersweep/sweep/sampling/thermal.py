@@ -29,8 +29,6 @@ STEADY_TEMP_C_PER_MIN = 3.0
 # readings: ten of them place the level within a few tenths of a degree, where one reading is
 # off by up to half a degree, a share of a percent of TPS/W at a card's voltage floor).
 LEVEL_TRAIL_S = 5.0
-# The longest the protocol waits for a steady temperature after a point settled, run seconds.
-DEFAULT_THERMAL_WAIT_S = 10.0
 
 
 def wait_trigger_rel() -> float:

@@ -13,13 +13,8 @@ import math
 from dataclasses import dataclass
 
 from powersweep.analysis.precision import Reading
+from powersweep.flags import MEASUREMENT, flag
 
-# The shortest first round per prompt, run seconds: a slow card (16 TPS) still streams ~50
-# tokens and the sampler reads ~6 ticks per prompt.
-DEFAULT_MIN_WINDOW_S = 3.0
-# The goal: a 95% half-width of TPS/W, percent (statistics only: measuring longer does not
-# remove the drift's bias, waiting does).
-DEFAULT_PRECISION_PCT = 0.5
 # A next round lasts at least this share of the minimum window (a round has fixed costs: the
 # first token of each request, the streams' ramp).
 MIN_ROUND_SHARE = 0.5
@@ -33,18 +28,46 @@ STOP_ONE_ROUND = "one round"
 
 @dataclass(frozen=True)
 class WindowPolicy:
-    """How long a point measures.
+    """How long a point measures (each field's meaning is its flag's help and doc; a
+    precision of 0: always measure to the maximum)."""
 
-    Attributes:
-        min_s: Run seconds of the first round per prompt.
-        max_s: The most run seconds of the metric's windows of a point, all rounds together.
-        precision_pct: The goal: a 95% half-width of the point's TPS/W, percent (0: always
-            measure to the maximum).
-    """
-
-    min_s: float = DEFAULT_MIN_WINDOW_S
-    max_s: float = 10.0
-    precision_pct: float = DEFAULT_PRECISION_PCT
+    # under a second of load is a handful of tokens: no rate, no draw median worth the name
+    max_s: float = flag(
+        10.0,
+        "--target-cap-seconds",
+        metavar="S",
+        help="Most seconds each point measures.",
+        doc="The most run seconds of each point's metric window (all its rounds together; a "
+        "request may run on for a margin of at most 10% of a window, 1.5 s per point in all, "
+        "then it is cut).",
+        panel=MEASUREMENT,
+        bounds=(1.0, 3600.0),
+    )
+    # 3 s: a slow card (16 TPS) still streams ~50 tokens and the sampler reads ~6 ticks per
+    # prompt
+    min_s: float = flag(
+        3.0,
+        "--min-cap-seconds",
+        metavar="S",
+        help="Seconds of a point's first window.",
+        doc="Run seconds of each prompt's first window per point; the point measures on "
+        "(its metric's prompt only) until its TPS/W is known to --precision, is clearly apart "
+        "from the best point so far, or --target-cap-seconds is reached.",
+        panel=MEASUREMENT,
+        bounds=(1.0, 3600.0),
+    )
+    # a 95% half-width of TPS/W (statistics only: measuring longer does not remove the drift's
+    # bias, waiting does); a goal finer than 0.01% would never be met before the maximum window
+    precision_pct: float = flag(
+        0.5,
+        "--precision",
+        metavar="PCT",
+        help="Goal: TPS/W to ± this % (95%).",
+        doc="Precision goal of each point: the 95% half-width of its TPS/W, in percent, from "
+        "its own measurements (0.5: a neighbour 10 W away near the sweet spot is told apart).",
+        panel=MEASUREMENT,
+        bounds=(0.01, 100.0),
+    )
 
     def first_s(self, load_min_s: float = 0.0) -> float:
         """The first round's window: the minimum (at least what the load needs), at most the

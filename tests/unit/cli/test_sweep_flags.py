@@ -1,13 +1,13 @@
-"""powersweep.cli.sweep_flags: the sweep's own option parsers (``--concurrency``, ``--gpu``) and
-the option declarations' help panels, through the command line where a value reaches them."""
+"""The sweep's own option parsers (``--concurrency``, ``--gpu``: powersweep.sweep.options, where
+the flags are declared), through the command line where a value reaches them."""
 
 from __future__ import annotations
 
 import pytest
 
 from powersweep.cli import main
-from powersweep.cli.sweep_flags import is_all, parse_concurrency, parse_gpus
 from powersweep.errors import UsageError
+from powersweep.sweep.options import is_all, parse_concurrency, parse_gpus
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ def test_every_group_survives_the_json_round_trip() -> None:
         measure=MeasureOptions(
             settle_s=5.0,
             settle_mode=SettleMode.FIXED,
-            thermal_wait_s=0.0,
+            thermal_wait_max_s=0.0,
             sample_interval_s=0.25,
             windows=WindowPolicy(min_s=2.0, max_s=20.0, precision_pct=1.5),
         ),

@@ -94,7 +94,9 @@ def test_a_number_out_of_its_range_names_the_flag_the_range_and_the_value(
 
 def test_the_range_bounds_are_inclusive() -> None:
     _validate(measure=MeasureOptions(windows=WindowPolicy(min_s=1.0, max_s=3600.0)))
-    _validate(measure=MeasureOptions(settle_s=0.0, thermal_wait_s=3600.0, sample_interval_s=60.0))
+    _validate(
+        measure=MeasureOptions(settle_s=0.0, thermal_wait_max_s=3600.0, sample_interval_s=60.0)
+    )
     _validate(points=PointOptions(step_size_w=0.1), load=LoadOptions(warmup_requests=0))
 
 

@@ -173,7 +173,7 @@ def test_each_point_settles_under_load_before_it_is_measured() -> None:
 
 def test_the_thermal_wait_is_bounded_on_a_card_that_never_steadies() -> None:
     # 30 °C/min, forever: only the bound ends the wait
-    bench = Bench(windows=POLICY, thermal_wait_s=20.0, gpu={"heat_c_per_min": 30.0})
+    bench = Bench(windows=POLICY, thermal_wait_max_s=20.0, gpu={"heat_c_per_min": 30.0})
     first, near = bench.measure(SweepPoint(250.0), SweepPoint(240.0))
     assert 20.0 - 1e-6 <= first["thermal_wait_s"] <= 20.0 + bench.protocol.measure.sample_interval_s
     assert bench.load.calls_at(250.0)[0].started_s >= 20.0 - 1e-6
@@ -184,7 +184,7 @@ def test_the_thermal_wait_is_bounded_on_a_card_that_never_steadies() -> None:
 
 
 def test_the_thermal_wait_ends_once_the_temperature_is_steady() -> None:
-    bench = Bench(windows=POLICY, thermal_wait_s=40.0)
+    bench = Bench(windows=POLICY, thermal_wait_max_s=40.0)
     (row,) = bench.measure(SweepPoint(250.0))
     # judged once the trailing readings fit a slope (three ticks): steady then, well before
     # the bound
