@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 
 # A warmer card leaks more: this many watts per degree per card (a 300-450 W card's static power,
 # some 50-150 W under load, grows by a few tenths of a percent per degree; the simulated cards
@@ -31,6 +32,10 @@ TAU_RANGE_S = (5.0, 600.0)
 # The fewest ticks a time constant is fitted from, and the most kept for it (the last ones).
 TAU_MIN_TICKS = 60
 TAU_MAX_TICKS = 4000
+# Time constants tried across TAU_RANGE_S (log-spaced) before the bounded search around the best.
+TAU_GRID = 24
+# The longest span of a lag summed at once, in time constants (e^600 is within a float's range).
+_LAG_SPAN_TAUS = 600.0
 
 
 @dataclass(frozen=True)
@@ -57,32 +62,73 @@ def fit_thermal(
 ) -> ThermalModel | None:
     """The card's :class:`ThermalModel`, fitted from its own readings (None: not fittable).
 
-    Least squares over consecutive readings: whole-degree readings and a noisy draw average out
-    over a few hundred ticks, and each change of setting excites the fit.
+    An output-error fit: for a time constant ``tau`` the draw passed through the model's own
+    first-order lag predicts the temperature, ``T = ambient + r * lag(P) + c * exp(-t / tau)``
+    (the last term the state the readings start from), linear in the rest; ``tau`` is the one
+    whose prediction is closest (a grid, then a bounded search). A fit of ``dT/dt`` on the draw
+    instead reads a bursty draw's noise in its regressor and shrinks ``r`` towards none: its
+    steady level then sits at the readings' mean, above a card cooling to a lower cap
+    (docs/precision.md, term 3).
     """
     t = np.asarray(t_s, dtype=float)
     temp = np.asarray(temp_c, dtype=float)
     power = np.asarray(power_w, dtype=float)
     ok = np.isfinite(t) & np.isfinite(temp) & np.isfinite(power)
     t, temp, power = t[ok][-TAU_MAX_TICKS:], temp[ok][-TAU_MAX_TICKS:], power[ok][-TAU_MAX_TICKS:]
-    if len(t) < TAU_MIN_TICKS:
+    if len(t) < TAU_MIN_TICKS or not (np.all(np.diff(t) > 0) and np.ptp(temp) > 0):
         return None
-    dt = np.diff(t)
-    keep = dt > 0
-    if keep.sum() < TAU_MIN_TICKS // 2:
+    if np.ptp(power) <= 0:
         return None
-    rate = np.diff(temp)[keep] / dt[keep]
-    mid_t = ((temp[1:] + temp[:-1]) / 2)[keep]
-    mid_p = ((power[1:] + power[:-1]) / 2)[keep]
-    design = np.column_stack([np.ones_like(mid_t), mid_p, mid_t])
-    coef, *_ = np.linalg.lstsq(design, rate, rcond=None)
-    if not coef[2] < 0:
-        return None
-    tau = -1.0 / float(coef[2])
     lo, hi = TAU_RANGE_S
-    if not lo <= tau <= hi:
+
+    def fit(log_tau: float) -> tuple[float, np.ndarray]:
+        return _output_error(t, temp, power, math.exp(log_tau))
+
+    grid = np.linspace(math.log(lo), math.log(hi), TAU_GRID)
+    best = min(grid, key=lambda g: fit(g)[0])
+    step = grid[1] - grid[0]
+    found = minimize_scalar(
+        lambda g: fit(g)[0],
+        bounds=(max(grid[0], best - step), min(grid[-1], best + step)),
+        method="bounded",
+    )
+    log_tau = float(found.x) if found.success else float(best)
+    if not (grid[0] + 0.5 * step < log_tau < grid[-1] - 0.5 * step):
+        return None  # at an end of the range: the readings do not hold a time constant
+    _, (ambient, r, _) = fit(log_tau)
+    if not r > 0:
         return None
-    return ThermalModel(float(coef[0]) * tau, float(coef[1]) * tau, tau)
+    return ThermalModel(float(ambient), float(r), math.exp(log_tau))
+
+
+def _output_error(
+    t: np.ndarray, temp: np.ndarray, power: np.ndarray, tau_s: float
+) -> tuple[float, np.ndarray]:
+    """The squared error of the temperature predicted through a lag of ``tau_s`` and its
+    coefficients ``(ambient, r, start)``."""
+    lagged = _lag(t, power, tau_s)
+    design = np.column_stack([np.ones_like(lagged), lagged, np.exp(-(t - t[0]) / tau_s)])
+    coef, *_ = np.linalg.lstsq(design, temp, rcond=None)
+    resid = design @ coef - temp
+    return float(resid @ resid), coef
+
+
+def _lag(t: np.ndarray, x: np.ndarray, tau_s: float) -> np.ndarray:
+    """``x`` through a first-order lag of ``tau_s`` (each reading held since the one before),
+    from ``x[0]``: ``y_n = e^(-t_n/tau) (y_0 + sum_k e^(t_k/tau) (1 - e^(-dt_k/tau)) x_k)``,
+    summed in spans of at most :data:`_LAG_SPAN_TAUS` time constants so no exponential
+    overflows (scipy.signal's filter would import scipy.stats: seconds of a sweep's CPU)."""
+    y = np.empty_like(x)
+    y[0] = x[0]
+    start = 0
+    while start < len(x) - 1:
+        end = int(np.searchsorted(t, t[start] + _LAG_SPAN_TAUS * tau_s, side="right"))
+        end = max(end, start + 2)
+        rel = (t[start:end] - t[start]) / tau_s
+        gain = -np.expm1(-np.diff(rel)) * np.exp(rel[1:])
+        y[start + 1 : end] = np.exp(-rel[1:]) * (y[start] + np.cumsum(gain * x[start + 1 : end]))
+        start = end - 1
+    return y
 
 
 def drift_sensitivity_per_c(

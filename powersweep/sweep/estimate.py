@@ -41,16 +41,16 @@ CONFIRM_SHARE = {False: 0.15, True: 0.5}
 CALIBRATION_REQUESTS = 3
 # A point waits as long as the temperature still to come would bias it where its drift could
 # change the answer (the first for its whole bound: a card still heating from its warm-up). A
-# step from the last point waits, on average, this share of the bound (the README sweep, seeds
-# 0-2: 0.05-0.2; only the steps near the best wait), a jump (an adaptive sweep, a coarse grid,
-# the confirm phase) this one.
+# step from the last point waits, on average, this share of the bound (the README sweep's 10 W
+# steps, seeds 1-6: 0.125; only the steps near the best wait), a jump (a coarser grid, the
+# confirm phase) this one (seeds 1-6: 0.42 on 20 W steps, 0.58 on 40 W steps).
 STEP_WAIT_SHARE = 0.12
 JUMP_WAIT_SHARE = 0.5
 # An adaptive sweep's points after its first: its coarse pass's jumps wait, its refinements near
-# the peak seldom (the RTX 3090 profile, seeds 0-5: 0.25-0.44 of the bound, 0.34 on average).
+# the peak seldom (the RTX 3090 profile, seeds 1-6: 0.33 of the bound on average).
 ADAPTIVE_WAIT_SHARE = 0.35
-# A grid's steps wider than this are jumps.
-JUMP_SPACING_W = 30.0
+# A grid's steps wider than this are jumps: a 20 W step already waits as one (above).
+JUMP_SPACING_W = 10.0
 # Points far from the best stop after their first round; those near it (about this many on a
 # grid as fine as the tie spacing, one on a coarser one) measure on for about this share of
 # what the maximum window leaves, in a round or two (each with the load's fixed costs, a ramp):

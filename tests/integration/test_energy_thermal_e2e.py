@@ -96,3 +96,21 @@ def test_a_counter_planted_to_run_fast_is_flagged(tmp_path: Path) -> None:
     mismatch = [f for f in findings if f["code"] == "energy_mismatch"]
     assert len(mismatch) == 1 and all(f"{c} W" in mismatch[0]["message"] for c in CAPS.split(","))
     assert "the energy counter and the sampled draw disagree" in (run / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_card_cooling_after_a_step_down_is_priced_as_cooling(tmp_path: Path) -> None:
+    # issue 44: prefill's bursty draw in the thermal fit's regressor shrank its degrees per
+    # watt, so its steady level sat near the run's mean and a card cooling at 300 W after
+    # 320 W was priced as still heating (+0.5 C/min): its reading, 0.3% slow, stated a bias of
+    # the wrong sign. The card cools there (69 C to 68 C over the point), and so must its figure.
+    run = sweep_run_dir(
+        tmp_path / "runs",
+        "--simulate", "rtx3090-air", "--cooling", "air", "--load-mode", "prefill-heavy",
+        "--caps", "360,340,320,300", "--no-confirm", "--seed", "1", "--no-charts", "-q",
+        "--state-dir", str(tmp_path / "sd"),
+    )  # fmt: skip
+    (last,) = [r for r in read_csv(run / "caps.csv") if r["cap_w"] == "300.0"]
+    temps = [float(s["temp_c"]) for s in read_csv(run / "samples.csv") if s["cap_w"] == "300.0"]
+    assert temps[-1] < temps[0]
+    assert float(last["temp_drift_c_per_min"]) < 0 and float(last["drift_bias_pct"]) < 0

@@ -242,8 +242,8 @@ def energy_per_token(
     J/token is the counter's mean draw over them divided by the TPS that TPS/W divides: the
     two describe the same seconds, and J/token times TPS/W is the counter's draw over the
     sampled one. Its 95% half-width adds the TPS's, the counter draw's
-    (:func:`counter_draw`) and the temperature drift's bias (the same as TPS/W's) in
-    quadrature.
+    (:func:`counter_draw`), the temperature drift's bias (the same as TPS/W's) and the
+    counter's difference from the readings' draw over the same seconds in quadrature.
 
     Args:
         ticks: The point's ticks (all GPUs combined), in any order.
@@ -262,7 +262,13 @@ def energy_per_token(
     if not (math.isfinite(tps) and tps > 0 and sampled_s > 0):
         return dict.fromkeys(ENERGY_COLUMNS, NAN)
     per_token = draw / tps if seconds > 0 else NAN
-    u95 = math.sqrt(precision.tps_u95_rel**2 + draw_u95**2 + precision.drift_bias_rel**2)
+    # the counter and the readings measure one draw over the same seconds: where they differ
+    # (the counter's update lag, a reading's averaging) J/token cannot be surer than that
+    # (TPS/W's draw, the readings', is the one the coverage bench checks against the truth)
+    sensors = draw / (sampled / sampled_s) - 1.0 if math.isfinite(sampled) and sampled > 0 else 0.0
+    u95 = math.sqrt(
+        precision.tps_u95_rel**2 + draw_u95**2 + precision.drift_bias_rel**2 + sensors**2
+    )
     return {
         "j_per_token": per_token,
         "j_per_token_u95_pct": 100.0 * u95 if math.isfinite(per_token) else NAN,

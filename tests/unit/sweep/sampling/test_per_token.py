@@ -137,6 +137,9 @@ def test_a_drifting_counter_shows_against_the_sampled_draw() -> None:
     ticks = [T(t.t_s, t.power_w, (t.energy_mj[0] * 1.05,)) for t in _ticks(0.0, 10.0, 250.0)]
     out = energy_per_token(ticks, [(0.0, 10.0)], 10.0, _precision())
     assert out["j_per_token"] / out["j_per_token_sampled"] == pytest.approx(1.05)
+    # ... and in J/token's stated precision: the counter cannot be surer than its difference
+    # from the readings over the same seconds (issue 44: J/token and TPS/W agree within it)
+    assert out["j_per_token_u95_pct"] == pytest.approx(100.0 * math.hypot(0.004, 0.05))
 
 
 def test_no_seconds_no_rate_or_a_missing_counter_is_unknown_not_zero() -> None:
