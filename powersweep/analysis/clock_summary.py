@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from powersweep.analysis.clock_analysis import point_label
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow, Locks, Tier
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import Num, PowerAnalysis, known
 from powersweep.analysis.serving_summary import energy_section, latency_section
 from powersweep.analysis.summary_frame import (
@@ -166,15 +164,6 @@ def _row(name: str, p: LockPoint) -> str:
             cell(f.itl_p95_ms, 1),
         ]
     )
-
-
-def write_clock_outputs(curve: Curve, analysis: ClockAnalysis, out_dir: Path) -> list[Path]:
-    """Write analysis.json and summary.md of a clock sweep into ``out_dir``.
-
-    Raises:
-        PowersweepError: A file cannot be written.
-    """
-    return write_analysis(analysis, render_clock_summary(curve, analysis), out_dir)
 
 
 def _change_pct(new: Num, old: Num) -> float:
