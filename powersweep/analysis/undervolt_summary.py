@@ -6,6 +6,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import known
 from powersweep.analysis.summary_frame import (
     Column,
+    answer_banner,
     apply_line,
     escape_md,
     facts_table,
@@ -101,6 +102,8 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
     metric = metric_label(analysis.metric)
     lines = heading(run, "undervolt search")
     lines += [*facts_table(run, tool_version(run, analysis.tool), analysis.metric), ""]
+    # a search cut short says so first, as every axis's summary does
+    lines += answer_banner(known(analysis.answer))
     if analysis.chosen is not None:
         lines += apply_line(
             curve.source,
@@ -197,6 +200,8 @@ def what_ran(analysis: UndervoltAnalysis) -> str:
 
 def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
     chosen, base, versus = analysis.chosen, analysis.baseline, analysis.versus_cap
+    if chosen is None and known(analysis.answer) is not None:
+        return ["No answer: the search did not finish (see above)."]
     if chosen is None:
         return ["No stable offset was found (see the findings)."]
     memory = analysis.memory
