@@ -10,7 +10,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
-from powersweep.analysis.result_types import CapRow, PowerAnalysis
+from powersweep.analysis.result_types import CapRow, JsonRecord, PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.plots._frame import title_text
 from powersweep.plots._style import (
@@ -63,9 +63,10 @@ def _pick(analysis: PowerAnalysis | ClockAnalysis) -> Row | None:
     return CapRow.from_json(target.point)
 
 
-def has_latency(analysis: PowerAnalysis | ClockAnalysis) -> bool:
-    """Whether any usable point has an inter-token p95 to plot."""
-    return bool(_points(analysis))
+def has_latency(analysis: JsonRecord) -> bool:
+    """Whether any usable point has an inter-token p95 to plot (an axis without a latency
+    target, an undervolt search, has none)."""
+    return isinstance(analysis, PowerAnalysis | ClockAnalysis) and bool(_points(analysis))
 
 
 def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = None) -> Figure:
