@@ -16,7 +16,6 @@ from powersweep.analysis.summary_frame import (
     apply_line,
     cell,
     escape_md,
-    facts_table,
     findings_lines,
     heading,
     metric_label,
@@ -25,7 +24,6 @@ from powersweep.analysis.summary_frame import (
     status_cell,
     table,
     table_head,
-    tool_version,
 )
 from powersweep.errors import UsageError
 
@@ -49,8 +47,9 @@ def render_clock_summary(curve: Curve, analysis: ClockAnalysis) -> str:
     """
     run = analysis.run
     metric = metric_label(analysis.metric)
-    lines = heading(run, "clock sweep", f" ({escape_md(analysis.axis)})")
-    lines += [*facts_table(run, tool_version(run, analysis.tool), analysis.metric), ""]
+    lines = heading(
+        run, analysis.tool, analysis.metric, "clock sweep", f" ({escape_md(analysis.axis)})"
+    )
     answer = known(analysis.answer)
     lines += answer_banner(answer)
     if answer is not None and answer.kind == "answer":

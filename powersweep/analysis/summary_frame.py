@@ -93,11 +93,15 @@ def tool_version(run: RunFacts, tool: ToolInfo | None) -> str | None:
     return run.tool_version or (tool.version if tool else None)
 
 
-def heading(run: RunFacts, what: str, detail: str = "") -> list[str]:
-    """``## powersweep clock sweep: H100, decode-single (sm-clock)`` and a blank line."""
+def heading(
+    run: RunFacts, tool: ToolInfo | None, metric: str | None, what: str, detail: str = ""
+) -> list[str]:
+    """A clock or undervolt summary's head: ``## powersweep clock sweep: H100, decode-single
+    (sm-clock)``, its :func:`facts_table`, a blank line."""
     gpu = escape_md(run.gpu_name or "unknown GPU")
     mode = escape_md(run.load_mode or "unknown load")
-    return [f"## powersweep {what}: {gpu}, {mode}{detail}", ""]
+    title = f"## powersweep {what}: {gpu}, {mode}{detail}"
+    return [title, "", *facts_table(run, tool_version(run, tool), metric), ""]
 
 
 def run_rows(run: RunFacts, version: str | None, metric: str | None = None) -> list[str]:

@@ -9,7 +9,6 @@ from powersweep.analysis.summary_frame import (
     answer_banner,
     apply_line,
     escape_md,
-    facts_table,
     findings_lines,
     heading,
     metric_label,
@@ -17,7 +16,6 @@ from powersweep.analysis.summary_frame import (
     source_line,
     status_cell,
     table,
-    tool_version,
 )
 from powersweep.analysis.summary_frame import number as _fmt
 from powersweep.analysis.undervolt_result_types import (
@@ -100,8 +98,7 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
     """Render summary.md: header, findings, the answer against the best cap, the steps."""
     run = analysis.run
     metric = metric_label(analysis.metric)
-    lines = heading(run, "undervolt search")
-    lines += [*facts_table(run, tool_version(run, analysis.tool), analysis.metric), ""]
+    lines = heading(run, analysis.tool, analysis.metric, "undervolt search")
     # a search cut short says so first, as every axis's summary does
     lines += answer_banner(known(analysis.answer))
     if analysis.chosen is not None:
