@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from powersweep.analysis.clock_analysis import point_label
-from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Locks, Tier
+from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow, Locks, Tier
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import Num, PowerAnalysis, known
 from powersweep.analysis.serving_summary import energy_section, latency_section
-from powersweep.analysis.summary import apply_line, escape_md, facts_table
+from powersweep.analysis.summary_frame import (
+    Column,
+    answer_banner,
+    apply_line,
+    cell,
+    escape_md,
+    findings_lines,
+    heading,
+    metric_label,
+    row,
+    source_line,
+    status_cell,
+    table,
+    table_head,
+)
 from powersweep.errors import UsageError
 
-_METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
 # A power curve whose TPS/W varies less than this over its caps is flat: no cap binds.
 FLAT_CAPS_RATIO = 1.01
-
-
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return escape_md(value)
 
 
 def _label(p: LockPoint | Locks | None) -> str:
@@ -43,29 +46,21 @@ def render_clock_summary(curve: Curve, analysis: ClockAnalysis) -> str:
         analysis: Its analysis (typed).
     """
     run = analysis.run
-    metric = _METRIC_LABEL.get(analysis.metric, "TPS")
-    gpu = escape_md(run.gpu_name or "unknown GPU")
-    mode = escape_md(run.load_mode or "unknown load")
-    lines = [f"## powersweep clock sweep: {gpu}, {mode} ({escape_md(analysis.axis)})", ""]
-    version = run.tool_version or (analysis.tool.version if analysis.tool else None)
-    lines += facts_table(run, version, analysis.metric)
+    metric = metric_label(analysis.metric)
+    lines = heading(
+        run, analysis.tool, analysis.metric, "clock sweep", f" ({escape_md(analysis.axis)})"
+    )
     answer = known(analysis.answer)
-    if answer is not None and answer.kind != "answer":
-        what = "No answer" if answer.kind == "none" else "Boundary"
-        lines += [f"**{what}: {escape_md(answer.why)}.**", ""]
-    elif answer is not None:
+    lines += answer_banner(answer)
+    if answer is not None and answer.kind == "answer":
         lines += apply_line(
             curve.source, "the clock locks and the limit; --persist keeps them across reboots"
         )
     binds = analysis.power_cap_binds
     if binds is not None:
-        lines.append(f"Power limit in force: {_fmt(binds.limit_w, 0)} W.")
+        lines.append(f"Power limit in force: {cell(binds.limit_w, 0)} W.")
         lines.append("")
-    lines.append("### Findings")
-    lines.append("")
-    for f in analysis.findings:
-        hint = f" — {escape_md(f.hint)}" if f.hint else ""
-        lines.append(f"- **{escape_md(f.severity)}**: {escape_md(f.message)}{hint}")
+    lines += findings_lines(analysis.findings)
     lines += _operating_points(analysis, metric)
     for section in (
         energy_section(analysis.energy, "the fastest point"),
@@ -74,23 +69,23 @@ def render_clock_summary(curve: Curve, analysis: ClockAnalysis) -> str:
         if section:
             lines += ["", section.rstrip("\n")]
     lines += _pareto_front(analysis, metric) + _tiers(analysis, metric)
-    lines += ["", "### Points", ""]
-    lines.append(
-        "| SM lock | mem lock | SM measured | mem measured | " + metric + " | W | TPS/W | status |"
-    )
-    lines.append("|---:|---:|---:|---:|---:|---:|---:|---|")
-    for r in analysis.rows:
-        status = escape_md(r.figures.status or "ok")
-        if r.figures.error and status != "ok":
-            status += f": {escape_md(r.figures.error)}"
-        lines.append(
-            f"| {_fmt(r.sm_lock_mhz, 0)} | {_fmt(r.mem_lock_mhz, 0)} | "
-            f"{_fmt(r.figures.sm_clock_mhz, 0)} | {_fmt(r.figures.mem_clock_mhz, 0)} | "
-            f"{_fmt(r.figures.tps)} | {_fmt(r.figures.power_w, 0)} | "
-            f"{_fmt(r.figures.tps_per_w, 4)} | {status} |"
-        )
-    lines += ["", f"<sub>source: {escape_md(curve.source)}</sub>", ""]
+    lines += ["", "### Points", "", *table(_point_columns(metric), analysis.rows)]
+    lines += source_line(curve.source)
     return "\n".join(lines)
+
+
+def _point_columns(metric: str) -> list[Column[LockRow]]:
+    """The points table: each point's locks, the clocks measured, its figures, its status."""
+    return [
+        Column("SM lock", lambda r: cell(r.sm_lock_mhz, 0)),
+        Column("mem lock", lambda r: cell(r.mem_lock_mhz, 0)),
+        Column("SM measured", lambda r: cell(r.figures.sm_clock_mhz, 0)),
+        Column("mem measured", lambda r: cell(r.figures.mem_clock_mhz, 0)),
+        Column(metric, lambda r: cell(r.figures.tps)),
+        Column("W", lambda r: cell(r.figures.power_w, 0)),
+        Column("TPS/W", lambda r: cell(r.figures.tps_per_w, 4)),
+        Column("status", lambda r: status_cell(r.figures), "l"),
+    ]
 
 
 def _operating_points(analysis: ClockAnalysis, metric: str) -> list[str]:
@@ -98,20 +93,15 @@ def _operating_points(analysis: ClockAnalysis, metric: str) -> list[str]:
     peak, near = analysis.peak, analysis.near_peak
     if peak is None:
         return []
-    lines = [
-        "",
-        "### Operating points",
-        "",
-        "| point | clocks | TPS/W | " + metric + " | W | J/token | ITL p95 (ms) |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    titles = ["point", "clocks", "TPS/W", metric, "W", "J/token", "ITL p95 (ms)"]
+    lines = ["", "### Operating points", "", *table_head(titles, "llrrrrr")]
     answer = known(analysis.answer)
     if answer is not None and not answer.given:
         lines.append(_row("best measured (not an answer)", peak))
         return lines
     lines.append(_row("efficiency peak", peak))
     if near is not None:
-        loss = _fmt(known(near.max_tps_loss_pct), 0)
+        loss = cell(known(near.max_tps_loss_pct), 0)
         lines.append(_row(f"near-peak (≤{loss}% TPS loss)", near))
     if analysis.pareto_knee is not None:
         lines.append(_row("Pareto knee", analysis.pareto_knee))
@@ -126,14 +116,13 @@ def _pareto_front(analysis: ClockAnalysis, metric: str) -> list[str]:
     front = analysis.pareto_front
     if not front:
         return []
-    lines = ["", "### Pareto front (more TPS for more W)", ""]
-    lines += ["| clocks | " + metric + " | W | TPS/W |", "|---|---:|---:|---:|"]
-    for p in front:
-        lines.append(
-            f"| {escape_md(_label(p))} | {_fmt(p.figures.tps)} | {_fmt(p.figures.power_w, 0)} | "
-            f"{_fmt(p.figures.tps_per_w, 4)} |"
-        )
-    return lines
+    columns: list[Column[LockPoint]] = [
+        Column("clocks", lambda p: escape_md(_label(p)), "l"),
+        Column(metric, lambda p: cell(p.figures.tps)),
+        Column("W", lambda p: cell(p.figures.power_w, 0)),
+        Column("TPS/W", lambda p: cell(p.figures.tps_per_w, 4)),
+    ]
+    return ["", "### Pareto front (more TPS for more W)", "", *table(columns, front)]
 
 
 def _tiers(analysis: ClockAnalysis, metric: str) -> list[str]:
@@ -141,14 +130,9 @@ def _tiers(analysis: ClockAnalysis, metric: str) -> list[str]:
     tiers = analysis.tiers
     if not (len(tiers) > 1 or (tiers and tiers[0].mem_lock_mhz is not None)):
         return []
-    lines = ["", "### Memory tiers", ""]
-    lines.append(
-        "| memory | peak at | peak TPS/W | top " + metric + " | vs fastest tier | "
-        "TPS stops rising at SM |"
-    )
-    lines.append("|---|---|---:|---:|---:|---|")
-    lines += [_tier_row(t) for t in tiers]
-    return lines
+    titles = ["memory", "peak at", "peak TPS/W", f"top {metric}", "vs fastest tier"]
+    lines = ["", "### Memory tiers", "", *table_head([*titles, "TPS stops rising at SM"], "llrrrl")]
+    return lines + [_tier_row(t) for t in tiers]
 
 
 def _tier_row(t: Tier) -> str:
@@ -156,35 +140,29 @@ def _tier_row(t: Tier) -> str:
     capped = " (caps TPS)" if t.caps_tps else ""
     stop = t.tps_stops_rising_at_sm_mhz
     if stop is not None:
-        rising = f"{_fmt(stop, 0)} MHz"
+        rising = f"{cell(stop, 0)} MHz"
     else:
         rising = "still rising" if t.n_points >= 3 else "—"
     below = t.below_fastest_tier_pct or 0.0
-    gap = f"-{_fmt(below, 0)}%" if below >= 0.5 else "0%"
+    gap = f"-{cell(below, 0)}%" if below >= 0.5 else "0%"
     peak_tpw = t.peak.figures.tps_per_w if t.peak is not None else None
-    return (
-        f"| {_fmt(mem, 0) + ' MHz' if mem is not None else 'unlocked'}{capped} | "
-        f"{escape_md(_label(t.peak))} | {_fmt(peak_tpw, 4)} | "
-        f"{_fmt(t.top_tps)} | {gap} | {rising} |"
-    )
+    memory = f"{cell(mem, 0) + ' MHz' if mem is not None else 'unlocked'}{capped}"
+    return row([memory, escape_md(_label(t.peak)), cell(peak_tpw, 4), cell(t.top_tps), gap, rising])
 
 
 def _row(name: str, p: LockPoint) -> str:
     f = p.figures
-    return (
-        f"| {name} | {escape_md(_label(p))} | {_fmt(f.tps_per_w, 4)} | {_fmt(f.tps)} | "
-        f"{_fmt(f.power_w, 0)} | {_fmt(f.j_per_token, 3)} | "
-        f"{_fmt(f.itl_p95_ms, 1)} |"
+    return row(
+        [
+            name,
+            escape_md(_label(p)),
+            cell(f.tps_per_w, 4),
+            cell(f.tps),
+            cell(f.power_w, 0),
+            cell(f.j_per_token, 3),
+            cell(f.itl_p95_ms, 1),
+        ]
     )
-
-
-def write_clock_outputs(curve: Curve, analysis: ClockAnalysis, out_dir: Path) -> list[Path]:
-    """Write analysis.json and summary.md of a clock sweep into ``out_dir``.
-
-    Raises:
-        PowersweepError: A file cannot be written.
-    """
-    return write_analysis(analysis, render_clock_summary(curve, analysis), out_dir)
 
 
 def _change_pct(new: Num, old: Num) -> float:

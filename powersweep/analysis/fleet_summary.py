@@ -20,7 +20,7 @@ from powersweep.analysis.fleet_result_types import (
     WithinNoise,
 )
 from powersweep.analysis.result_types import known
-from powersweep.analysis.summary import GITHUB_COMMENT_LIMIT, escape_md
+from powersweep.analysis.summary_frame import GITHUB_COMMENT_LIMIT, escape_md
 from powersweep.errors import PowersweepError
 from powersweep.safe_files import write_atomic
 

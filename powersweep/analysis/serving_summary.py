@@ -6,7 +6,7 @@ from __future__ import annotations
 from msgspec import UnsetType
 
 from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
-from powersweep.analysis.summary import escape_md
+from powersweep.analysis.summary_frame import escape_md
 from powersweep.runformat import as_float
 
 

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-import math
-
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Num, known
-from powersweep.analysis.summary import apply_line, escape_md, facts_table
+from powersweep.analysis.result_types import known
+from powersweep.analysis.summary_frame import (
+    Column,
+    answer_banner,
+    apply_line,
+    escape_md,
+    findings_lines,
+    heading,
+    metric_label,
+    row,
+    source_line,
+    status_cell,
+    table,
+)
+from powersweep.analysis.summary_frame import number as _fmt
 from powersweep.analysis.undervolt_result_types import (
     IdleAtLock,
     MemoryAnswer,
@@ -14,14 +25,6 @@ from powersweep.analysis.undervolt_result_types import (
     UndervoltAnalysis,
     VersusCap,
 )
-
-_METRIC_LABEL = {"narr_tps": "Decode TPS", "prefill_tps": "Prefill TPS"}
-
-
-def _fmt(value: Num, digits: int = 1, sign: bool = False) -> str:
-    if value is None or not math.isfinite(value):
-        return "—"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
 def point_name(step: OffsetStep) -> str:
@@ -94,12 +97,10 @@ def idle_line(idle: IdleAtLock | None) -> list[str]:
 def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
     """Render summary.md: header, findings, the answer against the best cap, the steps."""
     run = analysis.run
-    metric = _METRIC_LABEL.get(analysis.metric, "TPS")
-    gpu = escape_md(run.gpu_name or "unknown GPU")
-    mode = escape_md(run.load_mode or "unknown load")
-    lines = [f"## powersweep undervolt search: {gpu}, {mode}", ""]
-    version = run.tool_version or (analysis.tool.version if analysis.tool else None)
-    lines += facts_table(run, version, analysis.metric)
+    metric = metric_label(analysis.metric)
+    lines = heading(run, analysis.tool, analysis.metric, "undervolt search")
+    # a search cut short says so first, as every axis's summary does
+    lines += answer_banner(known(analysis.answer))
     if analysis.chosen is not None:
         lines += apply_line(
             curve.source,
@@ -111,43 +112,44 @@ def render_undervolt_summary(curve: Curve, analysis: UndervoltAnalysis) -> str:
         f"{_fmt(analysis.step_mhz, 0)} MHz from 0{_refined(analysis)}; {what_ran(analysis)}. "
         "Each step's greedy answers were compared token for token with offset 0's."
     )
-    lines += ["", "### Findings", ""]
-    for f in analysis.findings:
-        hint = f" — {escape_md(f.hint)}" if f.hint else ""
-        lines.append(f"- **{escape_md(f.severity)}**: {escape_md(f.message)}{hint}")
-    if not analysis.findings:
-        lines.append("- none")
+    lines += ["", *findings_lines(analysis.findings, empty="none")]
     lines += ["", "### Answer beside the best cap", ""]
     lines += _versus_table(analysis, metric)
     lines += memory_lines(analysis.memory)
     lines += idle_line(analysis.idle)
-    lines += ["", "### Steps", ""]
-    lines.append(
-        f"| point | reason | status | {metric} | W | TPS/W (±95%) | J/token | SM MHz | "
-        "answers differ |"
-    )
-    lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
     ordered = ([analysis.baseline] if analysis.baseline else []) + analysis.steps + analysis.soaks
     if analysis.memory is not None:
         ordered += analysis.memory.steps
-    for s in ordered:
-        differ = (
-            f"{s.answers_differ:.0f} of {s.answers_checked:.0f}"
-            if s.answers_checked is not None and s.answers_differ is not None
-            else "—"
-        )
-        status = s.figures.status or "—"
-        if s.figures.error and s.figures.status != "ok":
-            status = f"{status}: {s.figures.error}"
-        figs = s.figures
-        lines.append(
-            f"| {escape_md(point_name(s))} | {escape_md(s.reason or '')} | {escape_md(status)} "
-            f"| {_fmt(figs.tps)} | {_fmt(figs.power_w, 0)} | {_fmt(figs.tps_per_w, 4)} "
-            f"(±{_fmt(known(figs.tps_per_w_u95_pct))}%) | {_fmt(figs.j_per_token, 3)} | "
-            f"{_fmt(figs.sm_clock_mhz, 0)} | {differ} |"
-        )
-    lines += ["", f"<sub>source: {escape_md(str(curve.source))}</sub>", ""]
+    lines += ["", "### Steps", "", *table(_step_columns(metric), ordered)]
+    lines += source_line(curve.source)
     return "\n".join(lines)
+
+
+def _step_columns(metric: str) -> list[Column[OffsetStep]]:
+    """The steps table: each step's point, why it ran, its status, figures and answers."""
+    return [
+        Column("point", lambda s: escape_md(point_name(s)), "l"),
+        Column("reason", lambda s: escape_md(s.reason or ""), "l"),
+        Column("status", lambda s: status_cell(s.figures, missing="—"), "l"),
+        Column(metric, lambda s: _fmt(s.figures.tps)),
+        Column("W", lambda s: _fmt(s.figures.power_w, 0)),
+        Column("TPS/W (±95%)", _tps_per_w),
+        Column("J/token", lambda s: _fmt(s.figures.j_per_token, 3)),
+        Column("SM MHz", lambda s: _fmt(s.figures.sm_clock_mhz, 0)),
+        Column("answers differ", _differ),
+    ]
+
+
+def _tps_per_w(s: OffsetStep) -> str:
+    figs = s.figures
+    return f"{_fmt(figs.tps_per_w, 4)} (±{_fmt(known(figs.tps_per_w_u95_pct))}%)"
+
+
+def _differ(s: OffsetStep) -> str:
+    """``1 of 4``: the greedy answers that differed from offset 0's."""
+    if s.answers_checked is None or s.answers_differ is None:
+        return "—"
+    return f"{s.answers_differ:.0f} of {s.answers_checked:.0f}"
 
 
 def _refined(analysis: UndervoltAnalysis) -> str:
@@ -195,26 +197,23 @@ def what_ran(analysis: UndervoltAnalysis) -> str:
 
 def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
     chosen, base, versus = analysis.chosen, analysis.baseline, analysis.versus_cap
+    if chosen is None and known(analysis.answer) is not None:
+        return ["No answer: the search did not finish (see above)."]
     if chosen is None:
         return ["No stable offset was found (see the findings)."]
-    out = [f"| | {metric} | W | TPS/W | J/token |", "|---|---:|---:|---:|---:|"]
     memory = analysis.memory
     with_memory = memory.chosen if memory is not None and memory.chosen is not None else None
-    for s in (base, chosen, with_memory):
-        if s is not None:
-            figs = s.figures
-            out.append(
-                f"| {escape_md(point_name(s))} | {_fmt(figs.tps)} | {_fmt(figs.power_w, 0)} | "
-                f"{_fmt(figs.tps_per_w, 4)} | {_fmt(figs.j_per_token, 3)} |"
-            )
+    points = [s for s in (base, chosen, with_memory) if s is not None]
+    columns: list[Column[OffsetStep]] = [
+        Column("", lambda s: escape_md(point_name(s)), "l"),
+        Column(metric, lambda s: _fmt(s.figures.tps)),
+        Column("W", lambda s: _fmt(s.figures.power_w, 0)),
+        Column("TPS/W", lambda s: _fmt(s.figures.tps_per_w, 4)),
+        Column("J/token", lambda s: _fmt(s.figures.j_per_token, 3)),
+    ]
+    out = table(columns, points)
     if versus is not None:
-        out.append(
-            f"| change | {_fmt(versus.tps_change_pct, 1, True)}% | "
-            f"{_fmt(versus.power_change_pct, 1, True)}% | "
-            f"{_fmt(versus.tps_per_w_gain_pct, 1, True)}% "
-            f"(±{_fmt(versus.tps_per_w_gain_u95_pct)}%) | "
-            f"{_fmt(versus.j_per_token_change_pct, 1, True)}% |"
-        )
+        out.append(_change_row("change", versus))
         if versus.tied:
             out += ["", "The gain is within the two points' noise: a tie with the cap."]
     if memory is not None and memory.versus_cap is not None:
@@ -226,10 +225,15 @@ def _versus_table(analysis: UndervoltAnalysis, metric: str) -> list[str]:
 
 
 def _change_row(label: str, v: VersusCap) -> str:
-    return (
-        f"| {label} | {_fmt(v.tps_change_pct, 1, True)}% | {_fmt(v.power_change_pct, 1, True)}% | "
-        f"{_fmt(v.tps_per_w_gain_pct, 1, True)}% (±{_fmt(v.tps_per_w_gain_u95_pct)}%) | "
-        f"{_fmt(v.j_per_token_change_pct, 1, True)}% |"
+    gain = f"{_fmt(v.tps_per_w_gain_pct, 1, True)}% (±{_fmt(v.tps_per_w_gain_u95_pct)}%)"
+    return row(
+        [
+            label,
+            f"{_fmt(v.tps_change_pct, 1, True)}%",
+            f"{_fmt(v.power_change_pct, 1, True)}%",
+            gain,
+            f"{_fmt(v.j_per_token_change_pct, 1, True)}%",
+        ]
     )
 
 

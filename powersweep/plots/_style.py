@@ -7,7 +7,7 @@ inside :func:`style`, so the user's matplotlib configuration and global state st
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -154,4 +154,22 @@ def save_figure(fig: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:
         except OSError as exc:
             raise PowersweepError(f"cannot write chart {path}: {exc.strerror or exc}") from exc
         paths.append(path)
+    return paths
+
+
+def write_charts(
+    out_dir: Path, formats: Sequence[str], charts: Iterable[tuple[str, Callable[[], Figure]]]
+) -> list[Path]:
+    """Writes each chart (its file name without the format, how it is drawn) into ``out_dir``
+    in each format, one figure drawn at a time.
+
+    Raises:
+        UsageError: A format is not supported, or a chart has nothing to plot.
+        PowersweepError: The folder or a file cannot be written.
+    """
+    fmts = check_formats(formats)
+    make_folder(out_dir)
+    paths: list[Path] = []
+    for stem, draw in charts:
+        paths += save_figure(draw(), out_dir / stem, fmts)
     return paths

@@ -23,15 +23,14 @@ from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, Tie
 from powersweep.analysis.result_types import CapRow, PowerAnalysis
 from powersweep.errors import UsageError
 from powersweep.plots._data import FloatArray
+from powersweep.plots._frame import ANSWER_STAR, halves, title_text
 from powersweep.plots._layout import Candidate, Obstacles, line_points, place_or_drop
 from powersweep.plots._style import (
     COLORS,
-    check_formats,
     freeze_layout,
-    make_folder,
     new_figure,
-    save_figure,
     style,
+    write_charts,
 )
 from powersweep.runformat import as_float
 
@@ -45,12 +44,6 @@ CAP_LABEL_GID = "cap-label"
 
 def _tier_name(mem: float | None) -> str:
     return f"mem {as_float(mem):.0f} MHz" if math.isfinite(as_float(mem)) else "memory unlocked"
-
-
-def _title(analysis: ClockAnalysis, title: str | None, what: str) -> str:
-    head = title or analysis.run.gpu_name or "GPU"
-    mode = analysis.run.load_mode
-    return f"{head}: {what}" + (f" ({mode})" if mode else "")
 
 
 def _label(p: LockPoint) -> str:
@@ -88,28 +81,18 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         ax = fig.add_subplot()
         _plot_tiers(ax, tiers, by_mem)
         x, y = _lock(peak, by_mem), as_float(peak.figures.tps_per_w)
-        ax.plot(
-            [x],
-            [y],
-            marker="*",
-            markersize=16,
-            color=COLORS["sweet_spot"],
-            markeredgecolor="#333333",
-            linestyle="none",
-            zorder=5,
-            label="efficiency peak",
-        )
+        ax.plot([x], [y], markersize=16, zorder=5, label="efficiency peak", **ANSWER_STAR)
         _callout_peak(ax, peak, [_lock(p, by_mem) for t in tiers for p in t.points], x, y)
         ax.set_ylabel("TPS per W")
         every = [p for t in tiers for p in t.points]
-        halves = [h if math.isfinite(h) else 0.0 for h in _halves(every, "tps_per_w")]
-        ymax = max(as_float(p.figures.tps_per_w) + h for p, h in zip(every, halves, strict=True))
-        ymin = min(as_float(p.figures.tps_per_w) - h for p, h in zip(every, halves, strict=True))
+        half = [h if math.isfinite(h) else 0.0 for h in halves(every, "tps_per_w")]
+        ymax = max(as_float(p.figures.tps_per_w) + h for p, h in zip(every, half, strict=True))
+        ymin = min(as_float(p.figures.tps_per_w) - h for p, h in zip(every, half, strict=True))
         span = max(ymax - ymin, 0.05 * ymax)
         # headroom above the curves for the legend, room below the peak for its callout
         ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.55 * span)
         _legend(ax, loc="upper center", ncols=3)
-        fig.suptitle(_title(analysis, title, "efficiency against clock locks"))
+        fig.suptitle(title_text(analysis.run, title, "efficiency against clock locks"))
     return fig
 
 
@@ -145,17 +128,6 @@ def _plot_tiers(ax: Axes, tiers: Sequence[Tier], by_mem: bool) -> None:
     ax.set_xlabel("SM clock lock (MHz)")
 
 
-def _halves(points: Sequence[LockPoint | CapRow], value: str) -> list[float]:
-    """Each point's stated 95% half-width of ``value`` (``tps`` or ``tps_per_w``), in its
-    units, as the analysis states it (NaN: none stated)."""
-    return [
-        abs(as_float(getattr(p.figures, value)))
-        * as_float(getattr(p.figures, f"{value}_u95_pct"))
-        / 100.0
-        for p in points
-    ]
-
-
 def _bars(
     ax: Axes,
     xs: Sequence[float],
@@ -166,13 +138,13 @@ def _bars(
 ) -> None:
     """Error bars of each point's stated 95% interval of ``value``, where any is stated; one
     legend entry names them all (:func:`_legend`)."""
-    halves = _halves(points, value)
-    if not any(math.isfinite(h) for h in halves):
+    half = halves(points, value)
+    if not any(math.isfinite(h) for h in half):
         return
     bars = ax.errorbar(
         xs,
         [as_float(getattr(p.figures, value)) for p in points],
-        yerr=halves,  # NaN: no interval stated, no bar
+        yerr=half,  # NaN: no interval stated, no bar
         fmt="none",
         ecolor=color,
         elinewidth=0.9,
@@ -263,13 +235,10 @@ def pareto_figure(
             ax.plot(
                 [as_float(peak.figures.power_w)],
                 [as_float(peak.figures.tps)],
-                marker="*",
                 markersize=15,
-                color=COLORS["sweet_spot"],
-                markeredgecolor="#333333",
-                linestyle="none",
                 label=f"efficiency peak ({_label(peak)})",
                 zorder=6,
+                **ANSWER_STAR,
             )
         ax.set_xlabel("draw (W)")
         ax.set_ylabel("TPS")
@@ -284,7 +253,7 @@ def pareto_figure(
         _pareto_limits(ax, [p for t in tiers for p in t.points], caps)
         # legend outside the plot: points fill the whole TPS/W plane
         _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=3)
-        fig.suptitle(_title(analysis, title, "TPS against draw"))
+        fig.suptitle(title_text(analysis.run, title, "TPS against draw"))
         freeze_layout(fig)
         _label_points(fig, ax, front, caps, by_mem)
     return fig
@@ -296,7 +265,7 @@ def _pareto_limits(ax: Axes, points: Sequence[LockPoint], caps: Sequence[CapRow]
     marks: list[LockPoint | CapRow] = [*points, *caps]
     xs = [as_float(p.figures.power_w) for p in marks]
     ys: list[float] = []
-    for p, h in zip(marks, _halves(marks, "tps"), strict=True):
+    for p, h in zip(marks, halves(marks, "tps"), strict=True):
         h = h if math.isfinite(h) else 0.0
         ys += [as_float(p.figures.tps) - h, as_float(p.figures.tps) + h]
     xs, ys = [x for x in xs if math.isfinite(x)], [y for y in ys if math.isfinite(y)]
@@ -436,13 +405,11 @@ def render_clock_charts(
         UsageError: Bad format, or nothing to plot.
         PowersweepError: The folder or a file cannot be written.
     """
-    fmts = check_formats(formats)
-    make_folder(out_dir)
-    paths: list[Path] = []
-    if not only_pareto:
-        paths += save_figure(
-            efficiency_by_clock_figure(analysis, title), out_dir / "clock-efficiency", fmts
-        )
+    charts = (
+        []
+        if only_pareto
+        else [("clock-efficiency", lambda: efficiency_by_clock_figure(analysis, title))]
+    )
     stem = "clocks-vs-power" if power_analysis is not None else "clock-pareto"
-    paths += save_figure(pareto_figure(analysis, title, power_analysis), out_dir / stem, fmts)
-    return paths
+    charts.append((stem, lambda: pareto_figure(analysis, title, power_analysis)))
+    return write_charts(out_dir, formats, charts)

@@ -24,8 +24,9 @@ from powersweep.plots._decor import (
     set_header,
     x_limits,
 )
-from powersweep.plots._layout import Obstacles, line_points, place_legend
-from powersweep.plots._style import COLORS, freeze_layout, new_figure, style
+from powersweep.plots._frame import laid_out, settle_legend
+from powersweep.plots._layout import place_legend
+from powersweep.plots._style import COLORS, new_figure, style
 
 
 def _finite(*arrays: FloatArray) -> FloatArray:
@@ -39,12 +40,8 @@ def _finish(
     """Lays the figure out, then places legend, plateau and default-limit labels collision-free."""
     legend: Legend = label_ax.legend(handles=handles, loc="upper left", fontsize=7.5)
     legend.set_zorder(7)
-    freeze_layout(fig)
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    renderer, obstacles = laid_out(fig, handles)
     area = ax.get_window_extent(renderer)
-    obstacles = Obstacles()
-    for line in handles:
-        obstacles.add_points(str(line.get_gid()), line_points(line))
     draw_default_line(ax, view, obstacles)
     place_legend(legend, renderer, obstacles)
     label_plateaus(label_ax, view, renderer, obstacles, area)
@@ -321,10 +318,5 @@ def timeline_figure(
         panels = ((ax_p, _finite(draw, combined_cap)), (ax_t, _finite(temp)), (ax_c, _finite(sm)))
         _set_timeline_limits(panels, ax_c, t)
         fig.align_ylabels(axes)
-        freeze_layout(fig)
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-        obstacles = Obstacles()
-        for line in ax_p.lines:
-            obstacles.add_points(str(line.get_gid()), line_points(line))
-        place_legend(legend, renderer, obstacles)
+        settle_legend(fig, legend, ax_p.lines)
         return fig

@@ -23,8 +23,8 @@ from powersweep.plots._data import (
     pct_by_gpu,
     text,
 )
-from powersweep.plots._layout import Obstacles, line_points, place_legend
-from powersweep.plots._style import freeze_layout, make_folder, new_figure, save_figure, style
+from powersweep.plots._frame import settle_legend
+from powersweep.plots._style import make_folder, new_figure, save_figure, style
 from powersweep.plots.efficiency import fmt_tpw
 from powersweep.runformat import as_float
 
@@ -172,12 +172,7 @@ def compare_figure(
             ax.set_ylim(0.0, max(all_y) * 1.3)
         legend = ax.legend(handles=handles, loc="upper left", fontsize=7.5)
         legend.set_zorder(7)
-        freeze_layout(fig)
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-        obstacles = Obstacles()
-        for line in ax.lines:
-            obstacles.add_points(str(line.get_gid()), line_points(line))
-        place_legend(legend, renderer, obstacles)
+        settle_legend(fig, legend, ax.lines)
         return fig
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backend_bases import RendererBase
-from matplotlib.container import Container
+from matplotlib.container import Container, ErrorbarContainer
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox, blended_transform_factory
@@ -32,14 +32,14 @@ from powersweep.plots._decor import (
     set_header,
     x_limits,
 )
+from powersweep.plots._frame import laid_out, with_bars
 from powersweep.plots._layout import (
     Obstacles,
     grid_candidates,
-    line_points,
     place_legend,
     place_text,
 )
-from powersweep.plots._style import COLORS, freeze_layout, new_figure, style
+from powersweep.plots._style import COLORS, new_figure, style
 from powersweep.runformat import as_float
 
 # Headroom above the highest point so that labels have somewhere to go.
@@ -150,13 +150,8 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
 
     legend = ax2.legend(handles=handles, loc="upper left", ncols=1, fontsize=7.5)
     legend.set_zorder(7)
-    freeze_layout(fig)
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    renderer, obstacles = laid_out(fig, lines)
     area = ax.get_window_extent(renderer)
-
-    obstacles = Obstacles()
-    for line in lines:
-        obstacles.add_points(str(line.get_gid()), line_points(line))
     for line, half in drawn.bars:
         obstacles.add_points(str(line.get_gid()), _bar_points(line, half))
     draw_default_line(ax, view, obstacles)
@@ -179,29 +174,14 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
 def _with_bars(
     ax: Axes, x: FloatArray, y: FloatArray, half: FloatArray, label: str, **style: Any
 ) -> tuple[Line2D, Artist | Container]:
-    """A curve with each point's stated 95% interval as an error bar where one is stated.
-
-    Returns the curve's line (its geometry for the layout) and its legend handle: the error bar
-    container, whose legend glyph shows the bar, or the line itself where no point states one.
-    """
-    if not np.isfinite(half).any():
-        (line,) = ax.plot(x, y, label=label, **style)
-        return line, line
-    bars = ax.errorbar(
-        x,
-        y,
-        yerr=half,  # NaN: no interval stated, no bar (never a zero-width one)
-        label=f"{label} ±95%",
-        elinewidth=0.9,
-        capsize=2.2,
-        capthick=0.9,
-        **style,
-    )
-    line = bars.lines[0]
-    line.set_gid(style.get("gid"))
-    for part in [*bars.lines[1], *bars.lines[2]]:
-        part.set_zorder(float(style.get("zorder", 3)) - 0.05)
-    return line, bars
+    """:func:`~powersweep.plots._frame.with_bars`, the bars' caps as thick as the bars, the
+    bars just under their curve and the curve named by its gid."""
+    line, handle = with_bars(ax, x, y, half, label, capthick=0.9, **style)
+    if isinstance(handle, ErrorbarContainer):
+        line.set_gid(style.get("gid"))
+        for part in [*handle.lines[1], *handle.lines[2]]:
+            part.set_zorder(float(style.get("zorder", 3)) - 0.05)
+    return line, handle
 
 
 def _bar_points(line: Line2D, half: FloatArray) -> FloatArray:

@@ -10,15 +10,14 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
-from powersweep.analysis.result_types import CapRow, PowerAnalysis
+from powersweep.analysis.result_types import CapRow, JsonRecord, PowerAnalysis
 from powersweep.errors import UsageError
+from powersweep.plots._frame import title_text
 from powersweep.plots._style import (
     COLORS,
-    check_formats,
-    make_folder,
     new_figure,
-    save_figure,
     style,
+    write_charts,
 )
 from powersweep.runformat import as_float
 
@@ -64,9 +63,10 @@ def _pick(analysis: PowerAnalysis | ClockAnalysis) -> Row | None:
     return CapRow.from_json(target.point)
 
 
-def has_latency(analysis: PowerAnalysis | ClockAnalysis) -> bool:
-    """Whether any usable point has an inter-token p95 to plot."""
-    return bool(_points(analysis))
+def has_latency(analysis: JsonRecord) -> bool:
+    """Whether any usable point has an inter-token p95 to plot (an axis without a latency
+    target, an undervolt search, has none)."""
+    return isinstance(analysis, PowerAnalysis | ClockAnalysis) and bool(_points(analysis))
 
 
 def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = None) -> Figure:
@@ -117,9 +117,7 @@ def latency_figure(analysis: PowerAnalysis | ClockAnalysis, title: str | None = 
             )
         ax.set_xlabel("inter-token latency p95 (ms)")
         ax.set_ylabel("TPS/W")
-        head = title or analysis.run.gpu_name or "GPU"
-        mode = analysis.run.load_mode
-        ax.set_title(f"{head}: efficiency against latency" + (f" ({mode})" if mode else ""))
+        ax.set_title(title_text(analysis.run, title, "efficiency against latency"))
         ax.legend(loc="best")
     return fig
 
@@ -137,7 +135,5 @@ def render_latency_chart(
         UsageError: Bad format, or nothing to plot.
         PowersweepError: The folder or a file cannot be written.
     """
-    fmts = check_formats(formats)
-    fig = latency_figure(analysis, title)
-    make_folder(out_dir)
-    return save_figure(fig, out_dir / LATENCY_STEM, fmts)
+    fig = latency_figure(analysis, title)  # drawn first: nothing to plot makes no folder
+    return write_charts(out_dir, formats, [(LATENCY_STEM, lambda: fig)])

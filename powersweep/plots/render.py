@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
+from matplotlib.figure import Figure
 
 from powersweep.analysis.result_types import PowerAnalysis
-from powersweep.plots._style import check_formats, make_folder, save_figure
+from powersweep.plots._style import write_charts
 from powersweep.plots.companions import clocks_figure, has_clocks, power_figure, timeline_figure
 from powersweep.plots.efficiency import efficiency_figure
 
@@ -40,12 +41,17 @@ def render_charts(
         UsageError: Bad format, or an analysis with nothing to plot.
         PowersweepError: The folder or a file cannot be written.
     """
-    fmts = check_formats(formats)
-    make_folder(out_dir)
-    paths = save_figure(efficiency_figure(analysis, title), out_dir / "efficiency", fmts)
-    paths += save_figure(power_figure(analysis, title), out_dir / "power", fmts)
+    return write_charts(out_dir, formats, _charts(analysis, samples, title))
+
+
+def _charts(
+    analysis: PowerAnalysis, samples: pl.DataFrame | None, title: str | None
+) -> Iterator[tuple[str, Callable[[], Figure]]]:
+    """The run's charts, each asked for as the one before it is written."""
+    yield "efficiency", lambda: efficiency_figure(analysis, title)
+    yield "power", lambda: power_figure(analysis, title)
     if has_clocks(analysis):
-        paths += save_figure(clocks_figure(analysis, title), out_dir / "clocks", fmts)
+        yield "clocks", lambda: clocks_figure(analysis, title)
     if samples is not None and samples.height > 0:
-        paths += save_figure(timeline_figure(samples, analysis, title), out_dir / "timeline", fmts)
-    return paths
+        ticks = samples
+        yield "timeline", lambda: timeline_figure(ticks, analysis, title)

@@ -16,42 +16,26 @@ from matplotlib.transforms import blended_transform_factory
 
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
 from powersweep.errors import UsageError
-from powersweep.plots._layout import Obstacles, line_points, place_legend
+from powersweep.plots._frame import ANSWER_STAR, halves, settle_legend, title_text, with_bars
 from powersweep.plots._style import (
     COLORS,
-    check_formats,
-    freeze_layout,
-    make_folder,
     new_figure,
-    save_figure,
     style,
+    write_charts,
 )
 from powersweep.runformat import as_float
 
 DRAW_COLOR = "#6e6e6e"
 
 
-def _half(steps: Sequence[OffsetStep], value: str, u95: str) -> list[float]:
-    """Each step's stated 95% half-width of ``value``, in its units (NaN: none stated)."""
-    return [
-        abs(as_float(getattr(s.figures, value))) * as_float(getattr(s.figures, u95)) / 100.0
-        for s in steps
-    ]
-
-
 def _bars(
     ax: Axes, steps: Sequence[OffsetStep], value: str, u95: str, label: str, **style: Any
 ) -> Artist | Container:
-    """The steps' ``value`` with their stated intervals as error bars (a plain line where no
-    step states one); returns the legend handle."""
+    """The steps' ``value`` against their offset, with their stated intervals; returns the
+    legend handle."""
     x = [as_float(s.sm_offset_mhz) for s in steps]
     y = [as_float(getattr(s.figures, value)) for s in steps]
-    half = _half(steps, value, u95)
-    if not any(math.isfinite(h) for h in half):
-        style.pop("ecolor", None)
-        (line,) = ax.plot(x, y, label=label, **style)
-        return line
-    return ax.errorbar(x, y, yerr=half, label=f"{label} ±95%", elinewidth=0.9, capsize=2.2, **style)
+    return with_bars(ax, x, y, halves(steps, value, u95), label, **style)[1]
 
 
 def undervolt_figure(analysis: UndervoltAnalysis, title: str | None = None) -> Figure:
@@ -78,18 +62,11 @@ def undervolt_figure(analysis: UndervoltAnalysis, title: str | None = None) -> F
         ax.set_ylabel("TPS per W")
         right.set_ylabel("draw (W)", color=DRAW_COLOR)
         right.tick_params(axis="y", colors=DRAW_COLOR)
-        name = analysis.run.gpu_name or "GPU"
-        fig.suptitle(title or f"{name}: undervolt search")
+        fig.suptitle(title or title_text(analysis.run, None, "undervolt search", with_mode=False))
         _limits(ax, analysis, steps)
         legend = ax.legend(handles=handles, loc="upper left", fontsize=7.5)
         legend.set_zorder(7)
-        freeze_layout(fig)
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-        obstacles = Obstacles()
-        for axes in (ax, right):
-            for line in axes.lines:
-                obstacles.add_points(str(id(line)), line_points(line))
-        place_legend(legend, renderer, obstacles)
+        settle_legend(fig, legend, [*ax.lines, *right.lines])
     return fig
 
 
@@ -156,7 +133,7 @@ def _draw(
         level = as_float(base.figures.tps_per_w)
         label = f"{as_float(base.cap_w):.0f} W cap, unlocked"
         handles.append(ax.axhline(level, linestyle="--", color="#555555", label=label))
-        (half,) = _half([base], "tps_per_w", "tps_per_w_u95_pct")
+        (half,) = halves([base], "tps_per_w")
         if math.isfinite(half):
             handles.append(
                 ax.axhspan(
@@ -178,13 +155,10 @@ def _draw(
                 "tps_per_w",
                 "tps_per_w_u95_pct",
                 "answer (soaked)",
-                marker="*",
                 markersize=16,
-                markeredgecolor="#333333",
-                linestyle="none",
-                color=gold,
                 ecolor="#333333",
                 zorder=5,
+                **ANSWER_STAR,
             )
         )
     draw = [s for s in ok if math.isfinite(as_float(s.figures.power_w))]
@@ -209,7 +183,7 @@ def _limits(ax: Axes, analysis: UndervoltAnalysis, steps: Sequence[OffsetStep]) 
     """Every step, bar, cross and band inside the axes, with room for the legend above."""
     marks = [*steps, *(s for s in (analysis.baseline, analysis.chosen) if s is not None)]
     ys: list[float] = []
-    for s, h in zip(marks, _half(marks, "tps_per_w", "tps_per_w_u95_pct"), strict=True):
+    for s, h in zip(marks, halves(marks, "tps_per_w"), strict=True):
         y = as_float(s.figures.tps_per_w)
         h = h if math.isfinite(h) else 0.0
         ys += [y - h, y + h] if math.isfinite(y) else []
@@ -236,6 +210,6 @@ def render_undervolt_chart(
         UsageError: Bad format, or nothing to plot.
         PowersweepError: The folder or a file cannot be written.
     """
-    fmts = check_formats(formats)
-    make_folder(out_dir)
-    return save_figure(undervolt_figure(analysis, title), out_dir / "undervolt", fmts)
+    return write_charts(
+        out_dir, formats, [("undervolt", lambda: undervolt_figure(analysis, title))]
+    )

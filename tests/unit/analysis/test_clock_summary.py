@@ -19,9 +19,9 @@ from powersweep.analysis.clock_summary import (
     clocks_versus_power,
     render_clock_summary,
     render_clocks_versus_power,
-    write_clock_outputs,
 )
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_files import write_analysis
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.errors import UsageError
 
@@ -146,11 +146,11 @@ def test_an_analysis_without_a_peak_or_locked_memory_leaves_those_sections_out(
     assert "### Points" in text
 
 
-def test_write_clock_outputs_writes_the_analysis_and_its_summary(tmp_path: Path) -> None:
+def test_a_clock_analysis_is_written_with_its_summary(tmp_path: Path) -> None:
     curve = _curve(tmp_path)
     doc = json.loads(json.dumps(analyze_clocks(curve, bootstrap=0).to_json()))
     analysis = ClockAnalysis.from_json(doc)
-    paths = write_clock_outputs(curve, analysis, tmp_path / "out")
+    paths = write_analysis(analysis, render_clock_summary(curve, analysis), tmp_path / "out")
     assert sorted(p.name for p in paths) == ["analysis.json", "summary.md"]
     assert json.loads((tmp_path / "out" / "analysis.json").read_text()) == doc
     summary = (tmp_path / "out" / "summary.md").read_text()

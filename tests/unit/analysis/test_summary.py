@@ -187,10 +187,10 @@ def test_cross_mode_minimises_the_worst_loss(tmp_path: Path) -> None:
 
 
 def test_hint_commands_stay_code_and_unpaired_backticks_are_escaped() -> None:
-    from powersweep.analysis.summary import _md_keep_code
+    from powersweep.analysis.summary_frame import md_keep_code
 
-    assert _md_keep_code("run `nvidia-smi -pl 290` now_") == "run `nvidia-smi -pl 290` now\\_"
-    assert _md_keep_code("a ` b | c") == "a \\` b \\| c"
+    assert md_keep_code("run `nvidia-smi -pl 290` now_") == "run `nvidia-smi -pl 290` now\\_"
+    assert md_keep_code("a ` b | c") == "a \\` b \\| c"
 
 
 def test_import_keeps_every_known_column(tmp_path: Path) -> None:

@@ -122,3 +122,12 @@ def test_render_refuses_a_bad_format_or_folder_in_one_line(tmp_path: Path) -> No
     blocker.write_text("")
     with pytest.raises(PowersweepError, match="cannot create chart folder"):
         render_latency_chart(_latency_analysis(), blocker / "charts", formats=("svg",))
+
+
+def test_an_undervolt_search_has_no_latency_chart() -> None:
+    # it has no latency target: `analyze UNDERVOLT_RUN --max-itl-ms 40` drew nothing and ended
+    # in an internal error (no ``caps``) where it should say nothing of latency
+    from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
+
+    steps = [{"sm_lock_mhz": 1485.0, "sm_offset_mhz": 0.0, "status": "ok", "itl_p95_ms": 20.0}]
+    assert not has_latency(UndervoltAnalysis.from_json({"steps": steps}))
