@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,7 +26,12 @@ from powersweep.sweep.records.journal import (
     owner_state,
     process_start,
 )
-from powersweep.sweep.sampling.consistency import lost_time_s, ratio_reason, stall_reason
+from powersweep.sweep.sampling.consistency import (
+    is_stall,
+    lost_time_s,
+    ratio_reason,
+    stall_reason,
+)
 from powersweep.sweep.verdict import FaultLog, judge
 
 SIM = ("--simulate", "rtx3090-air", "--cooling", "air")
@@ -238,6 +244,24 @@ def test_a_long_gap_between_tokens_is_a_stall() -> None:
     steady = tuple(_steady(300, 0.03))
     assert stall_reason([_Req(steady, steady[-1])]) == ""
     assert lost_time_s(steady) == pytest.approx(0.0, abs=0.05)
+
+
+def test_work_in_bursts_is_its_rhythm_not_a_stall() -> None:
+    # issue 44: a bursty load (--sim-world bursty-draw: bursts of 0.35 s and gaps of 0.15 s on
+    # average, each within +-50%; four streams at 140 tokens/s together) streams in that rhythm.
+    # Slices shorter than a cycle read the bursts' rate as the window's and its gaps as lost
+    # (0.8-1.3 s of 7 s): a fifth of decode-concurrent's points came out "suspect: the server
+    # paused". A window's own rhythm is the bursts and gaps together.
+    for seed in range(5):
+        rng, times, t = random.Random(seed), [], 0.0
+        while t < 7.0:
+            burst, gap = 0.35 * rng.uniform(0.5, 1.5), 0.15 * rng.uniform(0.5, 1.5)
+            times += [t + i / 140.0 for i in range(int(burst * 140))]
+            t += burst + gap
+        assert not is_stall(lost_time_s([0.0, *times], 7.0), 7.0), seed
+        # the same window with a 1.5 s pause in it is still a stall
+        paused = [x for x in times if x < 3.0] + [x + 1.5 for x in times if x >= 3.0]
+        assert is_stall(lost_time_s([0.0, *paused], 8.5), 8.5), seed
 
 
 def test_a_stall_that_outlasts_the_request_is_seen_at_the_cut() -> None:

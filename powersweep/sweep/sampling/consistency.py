@@ -27,6 +27,10 @@ CHUNKS_PER_SLICE = 5
 # ... with at most this many slices, and at least this many (fewer chunks cannot tell).
 MAX_SLICES = 50
 MIN_SLICES = 3
+# A slice is at least this long: a load whose work comes in bursts (a few tenths of a second of
+# steps, a gap of scheduling) streams in that rhythm, which slices shorter than it would read as
+# its rate and its gaps as lost; a pause that matters is a second or more (MIN_LOST_S).
+MIN_SLICE_S = 0.5
 # Narrative/code ratio this many times off the other points' median ratio (either way) ...
 RATIO_FACTOR = 1.5
 # ... judged only against this many other points (one disturbed point must not be the yardstick).
@@ -65,7 +69,7 @@ def lost_time_s(times_s: Sequence[float], end_s: float | None = None) -> float:
     span = last - first
     if not span > 0:
         return 0.0
-    k = min(MAX_SLICES, (n - 1) // CHUNKS_PER_SLICE)
+    k = min(MAX_SLICES, (n - 1) // CHUNKS_PER_SLICE, int(span / MIN_SLICE_S))
     if k < MIN_SLICES:
         # Too few chunks for a rhythm of slices: only a silence before the cut can tell, beyond
         # the rhythm of the chunks that came.
