@@ -12,9 +12,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from types import UnionType
-from typing import Any, ClassVar, Self, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    ClassVar,
+    Self,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -77,7 +87,7 @@ class PointFigures:
     """
 
     tps: Num = None
-    code_tps: Num = None
+    code_tps: OptNum = UNSET  # a clock row writes it only where it is the metric
     power_w: Num = None
     tps_per_w: Num = None
     sm_clock_mhz: Num = None
@@ -140,6 +150,11 @@ class PointRecord(JsonRecord):
             given = own if key in _own_fields(type(self)) else figures
             if key in given and (value := given[key]) is not UNSET:
                 out[key] = _builtins(value)
+        return out
+
+    def with_figures(self, figures: PointFigures) -> Self:
+        """The record with other figures (every point record is a frozen dataclass)."""
+        out: Self = replace(cast(Any, self), figures=figures)
         return out
 
     @classmethod
@@ -284,6 +299,29 @@ class CapRow(PointRecord):
     regime: str | UnsetType | None = UNSET
 
 
+@dataclass(frozen=True)
+class Bootstrap(JsonRecord):
+    """How often each cap won the resamples of an older run (no point stated its own
+    precision), and each cap's resampled TPS/W interval; keyed by the cap as text."""
+
+    resamples: int
+    seed: int
+    caps_resampled: int
+    tps_units: str
+    best_share: dict[str, float] = field(default_factory=dict)
+    tps_per_w_ci: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NoiseEstimate(JsonRecord):
+    """A bare curve's noise: one reading's 95% half-width and the scatter it came from."""
+
+    reading_u95_pct: Num = None
+    tps_scatter_pct: Num = None
+    power_scatter_pct: Num = None
+    dof: Num = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Pick(JsonRecord):
     """A headline cap: the sweet spot, near-peak or the recommendation.
@@ -311,8 +349,8 @@ class Pick(JsonRecord):
     tied_caps: list[float] | UnsetType | None = UNSET
     interval_w: list[float] | UnsetType | None = UNSET
     noise_source: str | UnsetType | None = UNSET
-    bootstrap: dict[str, Any] | UnsetType | None = UNSET
-    estimate: dict[str, Any] | UnsetType | None = UNSET
+    bootstrap: Bootstrap | UnsetType | None = UNSET
+    estimate: NoiseEstimate | UnsetType | None = UNSET
     tps_per_w_u95_pct: dict[str, Num] | UnsetType | None = UNSET
     j_per_token: OptNum = UNSET
     kwh_per_mtok: OptNum = UNSET

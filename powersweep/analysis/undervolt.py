@@ -16,7 +16,7 @@ from powersweep import __version__
 from powersweep.analysis import claims
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Answer, PointFigures, RunFacts, ToolInfo
+from powersweep.analysis.result_types import Answer, PointFigures, ToolInfo
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
@@ -82,7 +82,7 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
         tool=ToolInfo("powersweep", __version__),
         metric=curve.metric,
         source=str(curve.source),
-        run=RunFacts.from_json(run_facts(curve)),
+        run=run_facts(curve),
         sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
         step_mhz=step_mhz,
         margin_mhz=margin,

@@ -21,6 +21,7 @@ from powersweep.analysis.clock_curve import (
     tier_summaries,
 )
 from powersweep.analysis.load import load_curve
+from powersweep.analysis.result_types import PointFigures
 
 NAN = math.nan
 
@@ -30,11 +31,17 @@ def _pt(sm: float, tps: float, power: float, mem: float = NAN) -> ClockPoint:
 
 
 def test_a_point_s_tps_per_w_and_json_form() -> None:
-    p = ClockPoint(1500.0, 9001.0, 350.0, 36.0, 240.0, per_token=(("j_per_token", 6.7),))
+    served = PointFigures(j_per_token=6.7)
+    p = ClockPoint(1500.0, 9001.0, 350.0, 36.0, 240.0, served=served)
     assert p.tps_per_w == 0.15
-    d = p.as_dict()
-    assert math.isnan(d.pop("sm_clock_mhz")) and math.isnan(d.pop("mem_clock_mhz"))
-    assert d == {
+    d = p.record().to_json()
+    # a figure not measured (NaN clocks, the per-token figures not given) is null
+    assert {k for k, v in d.items() if v is None} >= {
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "ttft_p95_ms",
+    }
+    assert {k: v for k, v in d.items() if v is not None} == {
         "sm_lock_mhz": 1500.0,
         "mem_lock_mhz": 9001.0,
         "cap_w": 350.0,
@@ -69,7 +76,7 @@ def test_clock_points_keep_usable_rows_pool_repeats_and_sort(tmp_path: Path) -> 
     pooled = points[0]
     assert pooled.tps == pytest.approx((30 * 10 + 34 * 30) / 40)
     assert pooled.power_w == pytest.approx(202.0)
-    assert dict(pooled.per_token)["j_per_token"] is None
+    assert pooled.served.j_per_token is None
     assert clock_points(load_curve(path).caps.filter(pl.col("status") != "ok"), "narr_tps") == []
 
 
@@ -137,15 +144,16 @@ def test_tier_summaries_describe_each_memory_tier_against_the_fastest() -> None:
     fast = [_pt(1200, 30, 200, 9001), _pt(1500, 36, 220, 9001), _pt(1800, 37, 260, 9001)]
     slow = [_pt(1200, 29, 190, 7001), _pt(1500, 30, 205, 7001)]
     top, low = tier_summaries(slow + fast)
-    assert top["mem_lock_mhz"] == 9001.0 and low["mem_lock_mhz"] == 7001.0
-    assert top["n_points"] == 3 and top["top_tps"] == 37.0 and top["top_tps_sm_lock_mhz"] == 1800
-    assert top["peak"]["sm_lock_mhz"] == 1500.0  # 36/220 is the best TPS/W of the tier
-    assert top["tps_stops_rising_at_sm_mhz"] == 1500.0
-    assert top["below_fastest_tier_pct"] == 0.0 and top["caps_tps"] is False
-    assert low["below_fastest_tier_pct"] == pytest.approx(100 * 7 / 37)
-    assert low["caps_tps"] is True and low["tps_stops_rising_at_sm_mhz"] is None
-    assert [p["sm_lock_mhz"] for p in low["points"]] == [1200.0, 1500.0]
+    assert top.mem_lock_mhz == 9001.0 and low.mem_lock_mhz == 7001.0
+    assert top.n_points == 3 and top.top_tps == 37.0 and top.top_tps_sm_lock_mhz == 1800
+    assert top.peak is not None
+    assert top.peak.sm_lock_mhz == 1500.0  # 36/220 is the best TPS/W of the tier
+    assert top.tps_stops_rising_at_sm_mhz == 1500.0
+    assert top.below_fastest_tier_pct == 0.0 and top.caps_tps is False
+    assert low.below_fastest_tier_pct == pytest.approx(100 * 7 / 37)
+    assert low.caps_tps is True and low.tps_stops_rising_at_sm_mhz is None
+    assert [p.sm_lock_mhz for p in low.points] == [1200.0, 1500.0]
     # one tier alone never caps TPS
     (only,) = tier_summaries(slow)
-    assert only["caps_tps"] is False and only["below_fastest_tier_pct"] == 0.0
+    assert only.caps_tps is False and only.below_fastest_tier_pct == 0.0
     assert tier_summaries([]) == []
