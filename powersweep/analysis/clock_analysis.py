@@ -34,6 +34,7 @@ from powersweep.analysis.clock_curve import (
 from powersweep.analysis.clock_result_types import (
     ClockAnalysis,
     LimitBinds,
+    LockLatencyTarget,
     LockPoint,
     LockRow,
     Locks,
@@ -46,7 +47,7 @@ from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.result_types import Answer, PointFigures, ToolInfo
 from powersweep.analysis.trust import ignored_rows, run_findings
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 
 def analyze_clocks(
@@ -125,7 +126,7 @@ def analyze_clocks(
     tiers = tier_summaries(points)
     fastest_tier = next(t for t in tiers if not t.caps_tps)
     sat = fastest_tier.tps_stops_rising_at_sm_mhz
-    served = serving.Served(None, None, [])
+    served = serving.Served[LockLatencyTarget](None, None, [])
     if answer.given:  # nothing is chosen without an answer, so nothing is saved
         records = serving.priced(records, serving.run_tariff(curve.run, tariff_per_kwh))
         served = serving.served(
@@ -137,6 +138,7 @@ def analyze_clocks(
             max_itl_ms=max_itl_ms,
             name=_point_name,
             reading=_own_reading(curve, points, records),
+            target=LockLatencyTarget,
         )
     findings += served.findings
     binds = _power_binds(points, curve.caps, curve.run)
@@ -425,7 +427,7 @@ def _label(sm: float, mem: float) -> str:
     return " / ".join(parts) or "unlocked"
 
 
-def point_label(p: Mapping[str, Any]) -> str:
+def point_label(p: CsvRow) -> str:
     """``SM 1410 MHz / mem 9001 MHz`` for a caps.csv row (or any map of the two locks)."""
     return _label(as_float(p.get("sm_lock_mhz")), as_float(p.get("mem_lock_mhz")))
 

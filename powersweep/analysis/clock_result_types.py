@@ -83,6 +83,14 @@ class LockPoint(PointRecord):
 
 
 @dataclass(frozen=True)
+class LockLatencyTarget(LatencyTarget):
+    """A clock curve's latency target: its points are clock points."""
+
+    point: LockPoint | None = None
+    within_noise_point: LockPoint | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
 class Locks(JsonRecord):
     """A point's clock locks alone (a tie, the saturation point)."""
 
@@ -178,7 +186,7 @@ class ClockAnalysis(JsonRecord):
     saturation: Locks | None = None
     power_cap_binds: LimitBinds | None = None
     energy: Energy | None = None
-    latency_target: LatencyTarget | None = None
+    latency_target: LockLatencyTarget | None = None
     findings: list[Finding] = field(default_factory=list)
     fastest: LockPoint | UnsetType | None = UNSET
 

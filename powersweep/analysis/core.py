@@ -49,6 +49,7 @@ from powersweep.analysis.power_findings import (
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
 from powersweep.analysis.result_types import (
+    CapLatencyTarget,
     CapRow,
     ConfirmRecord,
     JsonRecord,
@@ -200,7 +201,7 @@ def analyze(
     findings += structure_findings(points, regions, run, slowdown)
     findings += regime_findings(points, regimes, slowdown)
     # issue 24: counter against sampled draw, and a card still heating while measured
-    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
+    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(as_float(r["cap_w"])))
     # what withholds the answer (or the caps that never bind) is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
     return replace(analysis, findings=findings)
@@ -291,7 +292,7 @@ def _serving(
     tariff: float | None,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-) -> tuple[list[CapRow], Picks, serving.Served]:
+) -> tuple[list[CapRow], Picks, serving.Served[CapLatencyTarget]]:
     """Energy per token at the recommended caps, cost against the default, the latency pick:
     the rows priced, the picks with their energy per token, and the answers."""
     usable = [r for r in rows if r.figures.status == "ok" and r.figures.tps_per_w is not None]
@@ -310,7 +311,7 @@ def _serving(
     sweet, near, rec = (per_token(p) for p in picks)
     assert sweet is not None and near is not None
     if rec is None:  # no answer: nothing is chosen, so nothing is saved
-        return list(rows), (sweet, near, None), serving.Served(None, None, [])
+        return list(rows), (sweet, near, None), serving.Served[CapLatencyTarget](None, None, [])
     rows = serving.priced(rows, tariff)
     usable = [r for r in rows if r.figures.status == "ok" and r.figures.tps_per_w is not None]
     by_row = {r.cap_w: r for r in usable}
@@ -325,6 +326,7 @@ def _serving(
         max_itl_ms=max_itl_ms,
         name=_serving_name,
         reading=_own_reading(caps, usable),
+        target=CapLatencyTarget,
     )
     return rows, (sweet, near, rec), served
 

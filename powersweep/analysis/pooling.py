@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -19,7 +19,7 @@ from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.result_types import CapRow, PointFigures
 from powersweep.analysis.standing import current_rows, pooled_rows
-from powersweep.runformat import REPEAT_REASONS, as_float
+from powersweep.runformat import REPEAT_REASONS, CsvRow, as_float
 
 NAN = math.nan
 # A stated 95% half-width over this is one standard deviation (the columns state 95%).
@@ -124,7 +124,7 @@ def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFram
     rows: dict[tuple[Any, ...], list[Reading]] = {}
     for row in ok.iter_rows(named=True):
         rows.setdefault(tuple(row[k] for k in keys), []).append(Reading.of(row))
-    updates: list[dict[str, Any]] = []
+    updates: list[CsvRow] = []
     for row in multi.iter_rows(named=True):
         key = tuple(row[k] for k in keys)
         r = Reading.pooled(rows.get(key, []), float(row["tps_per_w"]))
@@ -171,7 +171,7 @@ def table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
 
 
 def curve_points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
-    def f(row: dict[str, Any], key: str) -> float:
+    def f(row: CsvRow, key: str) -> float:
         return as_float(row.get(key))
 
     out: list[CapPoint] = []
@@ -233,12 +233,12 @@ def cap_rows(caps: pl.DataFrame, metric: str) -> list[CapRow]:
     return rows
 
 
-def _cell(row: Mapping[str, Any], key: str) -> float | None:
+def _cell(row: CsvRow, key: str) -> float | None:
     """A row's number under ``key`` (None: missing, or no finite number)."""
     return as_float(row.get(key), None)
 
 
-def served_figures(row: Mapping[str, Any], columns: Sequence[str]) -> PointFigures:
+def served_figures(row: CsvRow, columns: Sequence[str]) -> PointFigures:
     """A row's per-token figures (:data:`~.serving.PER_TOKEN_COLUMNS`) and its stated
     half-widths (:func:`stated_u95`), the rest of its figures left out."""
     return PointFigures(
@@ -255,12 +255,11 @@ def served_figures(row: Mapping[str, Any], columns: Sequence[str]) -> PointFigur
 STATED_U95 = ("tps_u95_pct", "tps_per_w_u95_pct")
 
 
-def stated_u95(row: Mapping[str, Any], columns: Sequence[str]) -> dict[str, float | None]:
+def stated_u95(row: CsvRow, columns: Sequence[str]) -> dict[str, float | None]:
     """The row's stated half-widths (:data:`STATED_U95`) present in ``columns``, a non-finite
     or missing one as None."""
     out: dict[str, float | None] = {}
     for c in STATED_U95:
         if c in columns:
-            value = row.get(c)
-            out[c] = float(value) if value is not None and math.isfinite(value) else None
+            out[c] = as_float(row.get(c), None)
     return out

@@ -454,22 +454,32 @@ class Energy(JsonRecord):
 
 @dataclass(frozen=True)
 class LatencyTarget(JsonRecord):
-    """The latency targets, and the most efficient point that meets them (or the closest)."""
+    """The latency targets, and the most efficient point that meets them (or the closest):
+    each axis's names its point record (:class:`CapLatencyTarget`, a clock curve's
+    ``LockLatencyTarget``)."""
 
     max_ttft_ms: Num = None
     max_itl_ms: Num = None
     noise_rel: OptNum = UNSET  # written by older versions only
     met: bool | None = None
-    point: dict[str, Any] | None = None
+    point: PointRecord | None = None
     margin: bool | UnsetType | None = UNSET
     within_noise: str | UnsetType | None = UNSET
-    within_noise_point: dict[str, Any] | UnsetType | None = UNSET
+    within_noise_point: PointRecord | UnsetType | None = UNSET
     unsure: list[str] | UnsetType | None = UNSET
     tied: list[str] | None = None
     noise_source: str | UnsetType | None = UNSET
     misses: list[str] | None = None
     # the point's name; unwritten where no point was measured against the targets
     name: str | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class CapLatencyTarget(LatencyTarget):
+    """A power curve's latency target: its points are rows of the table."""
+
+    point: CapRow | None = None
+    within_noise_point: CapRow | UnsetType | None = UNSET
 
 
 @dataclass(frozen=True)
@@ -507,6 +517,6 @@ class PowerAnalysis(JsonRecord):
     findings: list[Finding] = field(default_factory=list)
     confirm: ConfirmRecord | None = None
     energy: Energy | None = None
-    latency_target: LatencyTarget | None = None
+    latency_target: CapLatencyTarget | None = None
     server_rates: list[ServerRate] = field(default_factory=list)
     power_cap_binds: CapsBind | UnsetType = UNSET

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import polars as pl
 from msgspec import UNSET
@@ -30,10 +30,11 @@ from powersweep.analysis.result_types import (
     known,
 )
 from powersweep.errors import UsageError
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 NAN = math.nan
 P = TypeVar("P", bound=PointRecord)
+T = TypeVar("T", bound=LatencyTarget)
 J_PER_KWH = 3.6e6
 SECONDS_PER_YEAR = 365.0 * 24.0 * 3600.0
 # A tariff above this per kWh is a typo in any currency (the dearest power is under 10,000 of the
@@ -138,7 +139,7 @@ def pooled_names() -> frozenset[str]:
     return frozenset(PER_TOKEN_COLUMNS)
 
 
-def row_fields(row: Mapping[str, Any]) -> dict[str, float | None]:
+def row_fields(row: CsvRow) -> dict[str, float | None]:
     """The per-token fields of one table row (None where not measured)."""
     return {c: as_float(row.get(c), None) for c in PER_TOKEN_COLUMNS}
 
@@ -231,7 +232,8 @@ def latency_choice(
     max_itl_ms: float | None,
     name: Callable[[P], str],
     reading: Callable[[P], Reading],
-) -> LatencyTarget | None:
+    target: type[T],
+) -> T | None:
     """The most efficient point whose own measured p95 latencies meet the targets, with a
     margin where its p95 is itself too noisy to be sure.
 
@@ -248,6 +250,7 @@ def latency_choice(
         max_itl_ms: Target for the inter-token latency's p95 (None: none).
         name: How a point is named in the answer (``280 W``, ``SM 1410 MHz``).
         reading: A point's TPS/W with its own precision (its repeats pooled).
+        target: The axis's latency target record (its point record's).
 
     Returns:
         None without a target. Else ``met`` (bool), ``point`` (the pick, or the closest point
@@ -277,11 +280,11 @@ def latency_choice(
         measured = [p for p in usable if math.isfinite(over(p))]
         closest = min(measured, key=over) if measured else None
         misses = [] if closest is None else _misses(closest.figures, targets)
-        return LatencyTarget(
+        return target(
             max_ttft_ms=max_ttft_ms,
             max_itl_ms=max_itl_ms,
             met=False,
-            point=None if closest is None else closest.to_json(),
+            point=closest,
             tied=[],
             misses=misses,
             name=UNSET if closest is None else name(closest),
@@ -293,14 +296,14 @@ def latency_choice(
     same = sure if margin else meeting
     own = reading(pick)
     tied = [name(p) for p in same if p is pick or _tied(own, reading(p))]
-    return LatencyTarget(
+    return target(
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
         met=True,
-        point=pick.to_json(),
+        point=pick,
         margin=margin,
         within_noise=name(best) if best is not pick else None,
-        within_noise_point=best.to_json() if best is not pick else None,
+        within_noise_point=best if best is not pick else None,
         unsure=_unsure((best if best is not pick else pick).figures, targets),
         tied=tied,
         noise_source=OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
@@ -362,12 +365,12 @@ def priced(rows: Sequence[P], tariff: float | None) -> list[P]:
 
 
 @dataclass(frozen=True)
-class Served:
+class Served(Generic[T]):
     """What serving costs at the chosen point (:func:`cost_summary`), the latency target's pick
     (:func:`latency_choice`) and its finding."""
 
     energy: Energy | None
-    latency_target: LatencyTarget | None
+    latency_target: T | None
     findings: list[Finding]
 
 
@@ -381,7 +384,8 @@ def served(
     max_itl_ms: float | None,
     name: Callable[[P], str],
     reading: Callable[[P], Reading],
-) -> Served:
+    target: type[T],
+) -> Served[T]:
     """The energy and latency answers of an analysis whose rows are already :func:`priced`."""
     names = (name(chosen) if chosen else None, name(reference) if reference else None)
     energy = cost_summary(
@@ -396,6 +400,7 @@ def served(
         max_itl_ms=max_itl_ms,
         name=name,
         reading=reading,
+        target=target,
     )
     return Served(energy, choice, [] if choice is None else [_latency_finding(choice)])
 
@@ -410,7 +415,7 @@ def _latency_finding(choice: LatencyTarget) -> Finding:
     if choice.met and choice.point is not None:
         message = (
             f"most efficient point with {goals}: {known(choice.name)} "
-            f"({choice.point['tps_per_w']:.4f} TPS/W)"
+            f"({as_float(choice.point.figures.tps_per_w):.4f} TPS/W)"
         )
         unsure = "; ".join(known(choice.unsure) or [])
         margin = known(choice.margin) is not False

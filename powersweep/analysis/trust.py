@@ -8,7 +8,7 @@ used or visibly set aside. Pure functions over a loaded :class:`~powersweep.anal
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -18,7 +18,7 @@ from powersweep.analysis.failures import cause_examples, counted_elsewhere
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import SOURCE_LINE, Curve
 from powersweep.analysis.plausibility import IMPLAUSIBLE, OUTLIER
-from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS, as_float
+from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS, CsvRow, as_float
 
 SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
@@ -100,7 +100,7 @@ def ignored_rows(curve: Curve) -> list[Finding]:
     )
 
 
-def _line(row: dict[str, Any]) -> str:
+def _line(row: CsvRow) -> str:
     return f"line {row[SOURCE_LINE]} ({_w(row['cap_w'])})"
 
 
@@ -111,16 +111,17 @@ def _w(value: Any) -> str:
         return "? W"
 
 
-def _why_ignored(row: dict[str, Any], metric: str) -> str:
+def _why_ignored(row: CsvRow, metric: str) -> str:
     parts = []
     for col in ("power_w", metric):
         v = row.get(col)
+        number = as_float(v)
         if v is None:
             parts.append(f"{col} missing")
-        elif not math.isfinite(v):
+        elif not math.isfinite(number):
             parts.append(f"{col} is {v}")
-        elif v <= 0:
-            parts.append(f"{col} is {v:g} (not positive)")
+        elif number <= 0:
+            parts.append(f"{col} is {number:g} (not positive)")
     return ", ".join(parts) or "not usable"
 
 
@@ -236,14 +237,14 @@ def _duplicates(caps: pl.DataFrame) -> list[Finding]:
 
 def _pooled(
     cap: float,
-    rows: list[dict[str, Any]],
-    usable: list[dict[str, Any]],
-    confirm: list[dict[str, Any]],
+    rows: Sequence[CsvRow],
+    usable: Sequence[CsvRow],
+    confirm: Sequence[CsvRow],
 ) -> Finding:
     """A cap the confirm phase measured again: its readings are pooled, as the analysis does
     (:func:`powersweep.analysis.pooling.pool_repeats`), so no reading of it is ignored."""
     base = [r for r in usable if (r.get("reason") or "") not in REPEAT_REASONS][-1:]
-    pooled = base + confirm
+    pooled = [*base, *confirm]
     lines = ", ".join(str(r[SOURCE_LINE]) for r in pooled)
     left = [r for r in rows if all(r is not p for p in pooled)]
     who = " and ".join(

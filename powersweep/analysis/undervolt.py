@@ -25,7 +25,7 @@ from powersweep.analysis.undervolt_result_types import (
     UndervoltAnalysis,
     VersusCap,
 )
-from powersweep.runformat import REFERENCE_REASON, as_float
+from powersweep.runformat import REFERENCE_REASON, CsvRow, as_float
 
 SOAK = "soak"
 RETRY_REASON = "retry"
@@ -118,7 +118,7 @@ def idle_at_lock(run: Mapping[str, Any] | None) -> IdleAtLock | None:
     )
 
 
-def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
+def _step(row: CsvRow, metric: str) -> OffsetStep:
     def num(key: str) -> float | None:
         return as_float(row.get(key), None)
 

@@ -12,7 +12,7 @@ import pytest
 from powersweep.analysis import serving
 from powersweep.analysis.pooling import pool_repeats
 from powersweep.analysis.precision import Reading
-from powersweep.analysis.result_types import CapRow, LatencyTarget, PointFigures
+from powersweep.analysis.result_types import CapLatencyTarget, CapRow, PointFigures
 from powersweep.errors import UsageError
 
 
@@ -46,7 +46,7 @@ def _name(p: CapRow) -> str:
 
 def _choice(
     points: list[dict[str, Any]], *, max_ttft_ms: float | None, max_itl_ms: float | None
-) -> LatencyTarget | None:
+) -> CapLatencyTarget | None:
     """The latency pick among table rows read from ``points`` (their caps.csv precision
     columns give each row's own reading)."""
     rows = [CapRow.from_json(p) for p in points]
@@ -57,6 +57,7 @@ def _choice(
         max_itl_ms=max_itl_ms,
         name=_name,
         reading=lambda r: own[id(r)],
+        target=CapLatencyTarget,
     )
 
 
@@ -67,19 +68,19 @@ def _figures(point: dict[str, Any]) -> PointFigures:
 def test_the_most_efficient_point_that_meets_the_target_is_picked() -> None:
     pick = _choice(CURVE, max_ttft_ms=None, max_itl_ms=80)
     assert pick is not None and pick.met
-    assert pick.point["cap_w"] == 300
+    assert pick.point.cap_w == 300
     # a tighter target moves it up the curve, to the best of what still meets it
     pick = _choice(CURVE, max_ttft_ms=None, max_itl_ms=70)
-    assert pick is not None and pick.point["cap_w"] == 350
+    assert pick is not None and pick.point.cap_w == 350
 
 
 def test_both_targets_must_hold_and_noise_names_the_tied_points() -> None:
     curve = [*CURVE[:3], _p(350, 0.228, 60, ttft=900), _p(400, 0.227, 55)]
     pick = _choice(curve, max_ttft_ms=500, max_itl_ms=70)
-    assert pick is not None and pick.point["cap_w"] == 400
+    assert pick is not None and pick.point.cap_w == 400
     assert pick.tied == ["400 W"]
     loose = _choice(curve, max_ttft_ms=None, max_itl_ms=80)
-    assert loose is not None and loose.point["cap_w"] == 300
+    assert loose is not None and loose.point.cap_w == 300
     assert loose.tied == ["300 W", "350 W", "400 W"]
 
 
@@ -94,7 +95,7 @@ def test_a_p95_that_meets_the_target_only_within_its_own_noise_gives_way_to_a_ma
     ]
     pick = _choice(curve, max_ttft_ms=None, max_itl_ms=70)
     assert pick is not None and pick.met and pick.margin
-    assert pick.point["cap_w"] == 350 and pick.within_noise == "300 W"
+    assert pick.point.cap_w == 350 and pick.within_noise == "300 W"
     assert pick.unsure == ["its inter-token p95 may be up to 72 ms (95% bound) > 70 ms"]
     # ties come from each point's own precision: 400 W is 4% off, far outside 0.5% readings
     assert pick.tied == ["350 W"] and pick.noise_source == "own measurements"
@@ -102,21 +103,21 @@ def test_a_p95_that_meets_the_target_only_within_its_own_noise_gives_way_to_a_ma
     assert "with a margin: 300 W is more efficient" in finding.message
     # a bound no point meets: the best stays the pick, and the answer says it is not sure
     tight = _choice(curve, max_ttft_ms=None, max_itl_ms=56)
-    assert tight is not None and tight.point["cap_w"] == 400 and not tight.margin
+    assert tight is not None and tight.point.cap_w == 400 and not tight.margin
     assert tight.within_noise is None
     warned = serving._latency_finding(tight)
     assert warned.severity == "warning" and "only within its own noise" in warned.message
     # a p95 from too few samples has no bound: never called sure
     few = [{**p, "itl_p95_hi_ms": None} for p in curve]
     unsure = _choice(few, max_ttft_ms=None, max_itl_ms=70)
-    assert unsure is not None and not unsure.margin and unsure.point["cap_w"] == 300
+    assert unsure is not None and not unsure.margin and unsure.point.cap_w == 300
     assert unsure.unsure == ["its inter-token p95 has too few samples to be bounded"]
 
 
 def test_no_point_meets_it_and_the_closest_is_named_with_its_miss() -> None:
     pick = _choice(CURVE, max_ttft_ms=None, max_itl_ms=40)
     assert pick is not None and not pick.met
-    assert pick.point["cap_w"] == 400
+    assert pick.point.cap_w == 400
     assert pick.misses == ["itl_p95 55 ms > 40 ms"]
     assert _choice(CURVE, max_ttft_ms=None, max_itl_ms=None) is None
 
