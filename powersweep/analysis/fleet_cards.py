@@ -27,6 +27,7 @@ from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.core import analyze
 from powersweep.analysis.fleet_axis import FleetAxis, axis_of_analysis, best_of, rows_of
+from powersweep.analysis.fleet_result_types import Unreadable
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, RunFacts
 from powersweep.errors import UsageError
@@ -150,17 +151,20 @@ def discover_runs(paths: Iterable[Path]) -> list[Path]:
     return unique
 
 
-def unreadable(run_dir: Path, error: str) -> dict[str, Any]:
+def unreadable(run_dir: Path, error: str) -> Unreadable:
     """A run left out, with how its sweep ended when its run.json says (a node that failed
     before it finished a cap has no curve but does have a reason)."""
-    entry: dict[str, Any] = {"run_dir": str(run_dir), "error": error}
+    entry = Unreadable(run_dir=str(run_dir), error=error)
     try:
         run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return entry
     if isinstance(run, dict) and run.get("status") not in (None, "complete"):
-        entry["status"] = _text(run.get("status"))
-        entry["error"] = _text(run.get("error") or f"{error} (no error recorded)")
+        return Unreadable(
+            run_dir=str(run_dir),
+            error=_text(run.get("error") or f"{error} (no error recorded)"),
+            status=_text(run.get("status")),
+        )
     return entry
 
 
