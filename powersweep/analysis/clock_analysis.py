@@ -10,9 +10,8 @@ Reads CSV-derived data only (a :class:`~powersweep.analysis.load.Curve`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import polars as pl
 from msgspec import UNSET
@@ -46,6 +45,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.result_types import Answer, PointFigures, ToolInfo
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.runformat import CsvRow, as_float
 
@@ -374,13 +374,13 @@ def _rows(caps: pl.DataFrame, metric: str) -> list[LockRow]:
 
 
 def _power_binds(
-    points: Sequence[ClockPoint], caps: pl.DataFrame, run: Mapping[str, Any] | None
+    points: Sequence[ClockPoint], caps: pl.DataFrame, run: RunRecord | None
 ) -> LimitBinds | None:
     """Whether the limit in force ever bound: the highest draw against it, and throttling."""
     limits = [p.cap_w for p in points if math.isfinite(p.cap_w)]
     if not limits:
         return None
-    n_gpus = len((run or {}).get("gpus") or []) or 1
+    n_gpus = len((run.gpus if run else None) or []) or 1
     limit_total = min(limits) * n_gpus
     max_draw = max(p.power_w for p in points)
     throttle = (

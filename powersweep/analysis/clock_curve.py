@@ -8,15 +8,15 @@ these.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import polars as pl
 
 from powersweep.analysis.clock_result_types import LockPoint, Tier
 from powersweep.analysis.pooling import current_rows, pool_repeats, served_figures
 from powersweep.analysis.result_types import PointFigures
+from powersweep.analysis.run_record import RunRecord
 from powersweep.runformat import as_float
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
@@ -129,14 +129,10 @@ def _key(v: float) -> float:
     return v if math.isfinite(v) else -1.0
 
 
-def infer_axis(points: Sequence[ClockPoint], run: Mapping[str, Any] | None) -> str:
+def infer_axis(points: Sequence[ClockPoint], run: RunRecord | None) -> str:
     """``sm-clock``, ``mem-clock`` or ``grid``: what run.json says the sweep ended up sweeping
     (a grid that fell back to the SM axis says so), else what the data shows."""
-    meta = run or {}
-    options = meta.get("options")
-    recorded = meta.get("axis_fallback") or (
-        options.get("axis") if isinstance(options, dict) else None
-    )
+    recorded = run.swept_axis if run else None
     if recorded in AXES:
         return str(recorded)
     sms = {p.sm_lock_mhz for p in points if math.isfinite(p.sm_lock_mhz)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -56,10 +56,12 @@ from powersweep.analysis.result_types import (
     Pick,
     Plateau,
     PowerAnalysis,
+    RawNum,
     Regime,
     RunFacts,
     ToolInfo,
 )
+from powersweep.analysis.run_record import GpuSelection, RunGpu, RunRecord
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -207,12 +209,6 @@ def analyze(
     return replace(analysis, findings=findings)
 
 
-def _confirm(run: Mapping[str, Any] | None) -> ConfirmRecord | None:
-    """What the sweep's confirm phase re-measured, as run.json records it (None: nothing)."""
-    confirm = (run or {}).get("confirm")
-    return ConfirmRecord.from_json(sanitize(confirm)) if isinstance(confirm, dict) else None
-
-
 def _scatter(
     caps: pl.DataFrame, metric: str, regimes: Sequence[Regime], best_cap_w: float
 ) -> CurveNoise:
@@ -351,59 +347,56 @@ def run_facts(curve: Curve, default_limit_w: float | None = None) -> RunFacts:
     mean of the cards' defaults (a cap's % of it is the combined cap over the combined default),
     each card's own default in ``default_limits_w``.
     """
-    run = curve.run or {}
-    gpus: list[Any] = run["gpus"] if isinstance(run.get("gpus"), list) else []
-    cards: list[dict[str, Any]] = [g for g in gpus if isinstance(g, dict)]
-    first: dict[str, Any] = cards[0] if cards else {}
-    server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
-    tool: dict[str, Any] = run["tool"] if isinstance(run.get("tool"), dict) else {}
+    run = curve.run or RunRecord()
+    cards = run.gpus or []
+    first = cards[0] if cards else RunGpu()
     n_caps = curve.caps["n_gpus"].drop_nulls()
-    n_gpus = len(gpus) if gpus else (int(n_caps.max()) if n_caps.len() else 1)  # type: ignore[arg-type]
-    names = [str(g["name"]) for g in cards if g.get("name")]
+    n_gpus = len(cards) if cards else (int(n_caps.max()) if n_caps.len() else 1)  # type: ignore[arg-type]
+    names = [str(g.name) for g in cards if g.name]
     distinct = list(dict.fromkeys(names))
-    defaults = _numbers(cards, "default_limit_w")
-    default: Any = (
+    defaults = _numbers([g.default_limit_w for g in cards])
+    default: RawNum = (
         (defaults[0] if len(set(defaults)) == 1 else math.fsum(defaults) / len(defaults))
         if defaults
-        else first.get("default_limit_w")
+        else first.default_limit_w
     )
     if default is None and default_limit_w is not None:
         default = default_limit_w
-    mins, maxes = _numbers(cards, "min_limit_w"), _numbers(cards, "max_limit_w")
+    mins = _numbers([g.min_limit_w for g in cards])
+    maxes = _numbers([g.max_limit_w for g in cards])
     return RunFacts(
-        gpu_name=" + ".join(distinct) if len(distinct) > 1 else first.get("name"),
+        gpu_name=" + ".join(distinct) if len(distinct) > 1 else first.name,
         gpu_label=_gpu_label(names, n_gpus),
         gpu_names=names or None,
         n_gpus=n_gpus,
-        cooling=run.get("cooling"),
-        load_mode=run.get("load_mode"),
-        model=server.get("model"),
-        engine=server.get("engine"),
-        date=run.get("started_at"),
-        tool_version=tool.get("version"),
+        cooling=run.cooling,
+        load_mode=run.load_mode,
+        model=run.server.model if run.server else None,
+        engine=run.server.engine if run.server else None,
+        date=run.started_at,
+        tool_version=run.tool.version if run.tool else None,
         default_limit_w=default,
         default_limits_w=defaults if len(set(defaults)) > 1 else None,
-        min_limit_w=max(mins) if mins else first.get("min_limit_w"),
-        max_limit_w=min(maxes) if maxes else first.get("max_limit_w"),
-        slowdown_temp_c=first.get("slowdown_temp_c"),
-        status=run.get("status"),
-        simulated=bool(run.get("simulation")),
-        gpu_selection=_selection(run.get("gpu_selection")),
+        min_limit_w=max(mins) if mins else first.min_limit_w,
+        max_limit_w=min(maxes) if maxes else first.max_limit_w,
+        slowdown_temp_c=first.slowdown_temp_c,
+        status=run.status,
+        simulated=run.simulation is not None,
+        gpu_selection=_selection(run.gpu_selection),
     )
 
 
-def _selection(raw: Any) -> str | None:
+def _selection(selection: GpuSelection | None) -> str | None:
     """Which GPUs were swept and why, in one line (``run.json``'s ``gpu_selection``)."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("picked"), list):
+    if selection is None or selection.picked is None:
         return None
-    picked = ", ".join(str(i) for i in raw["picked"])
-    return f"{picked} ({raw['reason']})" if raw.get("reason") else picked
+    picked = ", ".join(str(i) for i in selection.picked)
+    return f"{picked} ({selection.reason})" if selection.reason else picked
 
 
-def _numbers(cards: Sequence[dict[str, Any]], key: str) -> list[float]:
-    """Every card's number under ``key``; empty unless each card has one."""
-    values = [c.get(key) for c in cards]
-    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+def _numbers(values: Sequence[RawNum]) -> list[float]:
+    """Every card's number; empty unless each card has one."""
+    numbers = [float(v) for v in values if v is not None]
     return numbers if values and len(numbers) == len(values) else []
 
 
@@ -477,21 +470,22 @@ def _pick(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> Pick:
     )
 
 
-def _planned_step_w(run: Mapping[str, Any] | None) -> float | None:
+def _confirm(run: RunRecord | None) -> ConfirmRecord | None:
+    """What the sweep's confirm phase re-measured, as run.json records it (None: nothing)."""
+    confirm = run.confirm if run else None
+    return ConfirmRecord.from_json(sanitize(confirm)) if confirm is not None else None
+
+
+def _planned_step_w(run: RunRecord | None) -> float | None:
     """The step of the planned grid (run.json ``caps_planned``), None when unknown.
 
     An adaptive sweep measures a subset of its grid; the step of the measured caps would be two
     to four grid steps and scale the structure tolerances wrongly.
     """
-    planned = (run or {}).get("caps_planned")
-    if not isinstance(planned, list):
+    planned = run.caps_planned if run else None
+    if planned is None:
         return None
-    caps: list[float] = []
-    for c in planned:
-        try:
-            caps.append(float(c))
-        except (TypeError, ValueError):
-            continue
+    caps = [c for c in (as_float(p, None) for p in planned) if c is not None]
     step = cap_points.typical_step_w([c for c in caps if math.isfinite(c)])
     return step if math.isfinite(step) and step > 0 else None
 

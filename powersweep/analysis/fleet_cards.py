@@ -30,6 +30,7 @@ from powersweep.analysis.fleet_axis import FleetAxis, axis_of_analysis, best_of,
 from powersweep.analysis.fleet_result_types import Unreadable
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, RunFacts
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -197,10 +198,9 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
     settings = sorted(by_setting, key=lambda s: (_tier_order(s[1]), s[0]))
     facts = _row_facts(curve, axis)
     run = result.run
-    meta = curve.run or {}
-    sim = meta.get("simulation") or {}
+    meta = curve.run or RunRecord()
     # a simulated card is named by its simulated node (many of them share one real host)
-    host = (sim.get("node") if isinstance(sim, dict) else None) or meta.get("host")
+    host = (meta.simulation.node if meta.simulation else None) or meta.host
     rel = os.path.relpath(curve.source, root) if curve.source != root else curve.source.name
     temp = [as_float(_temp_of(by_setting[s])) for s in settings]
     return CardCurve(
@@ -235,8 +235,8 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
             as_float(run.max_limit_w),
         ),
         # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
-        status=str(meta.get("status") or run.status or "unknown"),
-        error=_text(meta.get("error")),
+        status=str(meta.status or run.status or "unknown"),
+        error=meta.error,
         defaults_w=_defaults_by_gpu(run),
         host=str(host) if host else None,
         gpus=_gpus(meta),
@@ -283,16 +283,12 @@ def _row_facts(curve: Curve, axis: FleetAxis) -> dict[tuple[float, float], tuple
     return out
 
 
-def _gpus(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    gpus = run.get("gpus") or []
-    return tuple(
-        (str(g.get("uuid") or ""), str(g.get("name") or "")) for g in gpus if isinstance(g, dict)
-    )
+def _gpus(run: RunRecord) -> tuple[tuple[str, str], ...]:
+    return tuple((g.uuid or "", g.name or "") for g in run.gpus or [])
 
 
-def _held_cap(run: Mapping[str, Any]) -> float | None:
-    options = run.get("options")
-    held = as_float(options.get("hold_cap_w")) if isinstance(options, dict) else NAN
+def _held_cap(run: RunRecord) -> float | None:
+    held = as_float(run.options.hold_cap_w if run.options else None)
     return held if math.isfinite(held) and held > 0 else None
 
 

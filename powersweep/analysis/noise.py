@@ -22,6 +22,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import near_peak_index
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.result_types import Bootstrap, NoiseEstimate, Pick, known
+from powersweep.analysis.run_record import RunRecord
 from powersweep.runformat import as_float
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
@@ -283,7 +284,7 @@ def resample_points(
     blocks = pooled_blocks(curve.caps, keys)
     # A decode-concurrent cap's TPS is the aggregate of a window: one stream's rate is not a
     # unit of it, so runs without tps_blocks resample only its draw there.
-    concurrent = (curve.run or {}).get("load_mode") == "decode-concurrent"
+    concurrent = curve.run is not None and curve.run.load_mode == "decode-concurrent"
     req_tps = (
         _request_tps(curve.requests, curve.metric, keys)
         if curve.requests is not None and not concurrent
@@ -485,13 +486,10 @@ def _request_tps(
     return out
 
 
-def _serving_gpus(run: Mapping[str, Any] | None) -> list[int] | None:
+def _serving_gpus(run: RunRecord | None) -> list[int] | None:
     """run.json's ``gpu_selection.serving``: the GPUs whose utilization marks a load tick."""
-    selection = (run or {}).get("gpu_selection")
-    serving = selection.get("serving") if isinstance(selection, dict) else None
-    if not isinstance(serving, list) or not all(isinstance(i, int) for i in serving):
-        return None
-    return serving or None
+    selection = run.gpu_selection if run else None
+    return (selection.serving if selection else None) or None
 
 
 def _tick_power(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import polars as pl
 from msgspec import UNSET
@@ -29,6 +29,7 @@ from powersweep.analysis.result_types import (
     PointRecord,
     known,
 )
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import UsageError
 from powersweep.runformat import CsvRow, as_float
 
@@ -144,15 +145,12 @@ def row_fields(row: CsvRow) -> dict[str, float | None]:
     return {c: as_float(row.get(c), None) for c in PER_TOKEN_COLUMNS}
 
 
-def run_tariff(run: Mapping[str, Any] | None, given: float | None) -> float | None:
+def run_tariff(run: RunRecord | None, given: float | None) -> float | None:
     """The tariff to price with: the one given, else the sweep's own (``sweep --tariff``)."""
     if given is not None:
         return given
-    options = (run or {}).get("options")
-    value = options.get("tariff_per_kwh") if isinstance(options, Mapping) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value) if 0 <= value <= MAX_TARIFF_PER_KWH else None
-    return None
+    value = as_float(run.options.tariff_per_kwh if run and run.options else None, None)
+    return value if value is not None and 0 <= value <= MAX_TARIFF_PER_KWH else None
 
 
 def check_options(

@@ -416,7 +416,7 @@ def _table(analysis: PowerAnalysis) -> str:
 
 def _load(curve: Curve) -> str:
     """How the load was set up: the concurrency pick and its probe, the prefill prompt size."""
-    load = (curve.run or {}).get("load")
+    load = curve.run.load if curve.run else None
     if not isinstance(load, dict) or not load:
         return ""
     lines = ["### Load", ""]

@@ -177,7 +177,7 @@ def _refuse_without_answer(run: RunRecord, analysis: SavedAnalysis, run_dir: Pat
     """
     undervolt = is_undervolt_run(run, analysis, run_dir)
     what = "steps" if undervolt else "points" if isinstance(analysis, ClockAnalysis) else "caps"
-    claim = claims.status_claim(run.to_json(), str(run_dir), what)
+    claim = claims.status_claim(run, str(run_dir), what)
     why = None if claim is None else "; ".join(claim)
     if why is None:
         answer = known(analysis.answer)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -22,6 +23,8 @@ from powersweep.analysis.clock_curve import (
 )
 from powersweep.analysis.load import load_curve
 from powersweep.analysis.result_types import PointFigures
+from powersweep.analysis.run_record import RunRecord
+from powersweep.errors import UsageError
 
 NAN = math.nan
 
@@ -100,17 +103,22 @@ def test_the_axis_is_what_run_json_says_else_what_the_data_shows() -> None:
     sm_only = [_pt(1200, 30, 200), _pt(1500, 36, 220)]
     mem_only = [_pt(NAN, 30, 200, 7001), _pt(NAN, 36, 220, 9001)]
     grid = [_pt(1200, 30, 200, 7001), _pt(1500, 36, 220, 9001)]
+
+    def run(doc: dict[str, Any]) -> RunRecord:
+        return RunRecord.from_json(doc)
+
     assert infer_axis(sm_only, None) == "sm-clock"
-    assert infer_axis(mem_only, {}) == "mem-clock"
+    assert infer_axis(mem_only, run({})) == "mem-clock"
     assert infer_axis(grid, None) == "grid"
     assert infer_axis([], None) == "sm-clock"
-    assert infer_axis(grid, {"options": {"axis": "mem-clock"}}) == "mem-clock"
+    assert infer_axis(grid, run({"options": {"axis": "mem-clock"}})) == "mem-clock"
     # a grid that fell back to the SM axis says so; an unknown axis is not believed
-    assert infer_axis(grid, {"axis_fallback": "sm-clock", "options": {"axis": "grid"}}) == (
-        "sm-clock"
-    )
-    assert infer_axis(sm_only, {"options": {"axis": "power"}}) == "sm-clock"
-    assert infer_axis(sm_only, {"options": "grid"}) == "sm-clock"
+    fallback = run({"axis_fallback": "sm-clock", "options": {"axis": "grid"}})
+    assert infer_axis(grid, fallback) == "sm-clock"
+    assert infer_axis(sm_only, run({"options": {"axis": "power"}})) == "sm-clock"
+    # options that are no object: the run.json is refused, naming the key
+    with pytest.raises(UsageError, match=r"run\.json does not follow its schema: .*\$\.options"):
+        run({"options": "grid"})
 
 
 def test_pareto_front_drops_dominated_points_and_sorts_by_draw() -> None:
