@@ -51,7 +51,6 @@ from powersweep.analysis.requests import rate_findings, server_rates, warning_fi
 from powersweep.analysis.result_types import (
     CapLatencyTarget,
     CapRow,
-    ConfirmRecord,
     JsonRecord,
     Pick,
     Plateau,
@@ -140,7 +139,7 @@ def analyze(
         caps=rows,
         answer=None,
         # What the sweep's confirm phase re-measured, and why (run.json ``confirm``).
-        confirm=_confirm(curve.run),
+        confirm=curve.run.confirm if curve.run else None,
         server_rates=rates,
     )
     if not points:
@@ -468,12 +467,6 @@ def _pick(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> Pick:
         tps_per_w_at_default=as_float(at_default, None),
         tps_per_w_gain_vs_default_pct=as_float(gain, None),
     )
-
-
-def _confirm(run: RunRecord | None) -> ConfirmRecord | None:
-    """What the sweep's confirm phase re-measured, as run.json records it (None: nothing)."""
-    confirm = run.confirm if run else None
-    return ConfirmRecord.from_json(sanitize(confirm)) if confirm is not None else None
 
 
 def _planned_step_w(run: RunRecord | None) -> float | None:

@@ -10,7 +10,6 @@ import io
 from collections import Counter
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -120,11 +119,9 @@ def _last_cap(text: str) -> float | None:
         return None
 
 
-def _numbers(values: Any) -> set[float]:
-    if not isinstance(values, list):
-        return set()
-    out = set()
-    for v in values:
+def _numbers(values: Sequence[object] | None) -> set[float]:
+    out: set[float] = set()
+    for v in values or []:
         if isinstance(v, int | float) and not isinstance(v, bool):
             out.add(float(v))
     return out

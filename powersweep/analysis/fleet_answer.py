@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from msgspec import UNSET
@@ -426,7 +425,7 @@ def _outlier(card: CardCurve, causes: Sequence[Mapping[str, str]], axis: FleetAx
 def _pooled(
     cards: Sequence[CardCurve],
     use: np.ndarray,
-    setting: Any,
+    setting: Callable[[CardCurve], tuple[float, float]],
     per_card: bool = False,
 ) -> float:
     """Fleet TPS/W at a setting (``setting(card)`` gives each card's): all the group's tokens

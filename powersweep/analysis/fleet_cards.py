@@ -13,10 +13,9 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from msgspec import UNSET, UnsetType
@@ -32,7 +31,7 @@ from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, RunFacts
 from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import UsageError
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 NAN = math.nan
 # Two settings are the same within this (W or MHz): CSVs round them.
@@ -255,7 +254,7 @@ def _setting(row: CapRow | Pick | LockPoint | None, axis: FleetAxis) -> tuple[fl
     return as_float(keys.get(axis.setting_key)), tier
 
 
-def _csv_setting(row: Mapping[str, Any], axis: FleetAxis) -> tuple[float, float]:
+def _csv_setting(row: CsvRow, axis: FleetAxis) -> tuple[float, float]:
     """A caps.csv row's setting on the axis: (x, tier)."""
     tier = as_float(row.get(axis.tier_key)) if axis.tier_key else NAN
     return as_float(row.get(axis.setting_key)), tier
@@ -350,10 +349,10 @@ def unique_labels(cards: list[CardCurve], root: Path) -> list[CardCurve]:
     ]
 
 
-def _ok(value: Any) -> bool:
+def _ok(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     """A run.json field as text (None stays None): fleet.json's fields are strings."""
     return value if value is None or isinstance(value, str) else str(value)

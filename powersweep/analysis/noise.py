@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -190,7 +189,7 @@ Key = tuple[float | None, ...]
 CAP_KEYS = ("cap_w",)
 
 
-def point_key(values: Sequence[Any]) -> Key:
+def point_key(values: Sequence[object]) -> Key:
     """A point's key from its column values: floats, missing (None or NaN) as None."""
     return tuple(as_float(v, None) for v in values)
 

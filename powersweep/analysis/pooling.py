@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
@@ -121,7 +120,7 @@ def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFram
     multi = pooled.filter(pl.col("n_measurements") > 1)
     if multi.height == 0:
         return pooled
-    rows: dict[tuple[Any, ...], list[Reading]] = {}
+    rows: dict[tuple[object, ...], list[Reading]] = {}
     for row in ok.iter_rows(named=True):
         rows.setdefault(tuple(row[k] for k in keys), []).append(Reading.of(row))
     updates: list[CsvRow] = []

@@ -483,19 +483,32 @@ class CapLatencyTarget(LatencyTarget):
 
 
 @dataclass(frozen=True)
+class SweepSetting(JsonRecord):
+    """A point the sweep set, as run.json names it (a clock run's confirm phase: its locks;
+    only the keys written are read back and written)."""
+
+    cap_w: RawNum = None
+    sm_lock_mhz: RawNum = None
+    mem_lock_mhz: RawNum = None
+    sm_offset_mhz: RawNum = None
+    mem_offset_mhz: RawNum = None
+
+
+@dataclass(frozen=True)
 class ConfirmRecord(JsonRecord):
-    """What the sweep's confirm phase measured again, and why (run.json ``confirm``)."""
+    """What the sweep's confirm phase measured again, and why (run.json ``confirm``): caps on
+    the power axis, clock points (``points``, the ties as settings) on a clock axis."""
 
     caps_w: list[float] = field(default_factory=list)
     reason: str | None = None
     skipped: str | UnsetType | None = UNSET
-    tied_before: list[float] | UnsetType | None = UNSET
+    tied_before: list[float | SweepSetting] | UnsetType | None = UNSET
     best_before_w: OptNum = UNSET
     best_after_w: OptNum = UNSET
-    tied_after: list[float] | UnsetType | None = UNSET
+    tied_after: list[float | SweepSetting] | UnsetType | None = UNSET
     stopped: str | UnsetType | None = UNSET
-    points: list[dict[str, Any]] | UnsetType | None = UNSET
-    tied_points_after: list[dict[str, Any]] | UnsetType | None = UNSET
+    points: list[SweepSetting] | UnsetType | None = UNSET
+    tied_points_after: list[SweepSetting] | UnsetType | None = UNSET
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from powersweep.analysis.result_types import JsonRecord, RawNum
+from powersweep.analysis.result_types import ConfirmRecord, JsonRecord, RawNum
 
 
 class RunJsonRecord(JsonRecord):
@@ -165,9 +165,7 @@ class RunRecord(RunJsonRecord):
         caps_planned: The caps planned.
         points_done: The points measured (clock and undervolt runs).
         points_planned: The points planned.
-        confirm: What the confirm phase measured again, as written: a free-form JSON object
-            whose points are caps or clock locks, by axis (the power analysis reads it as its
-            ``ConfirmRecord``).
+        confirm: What the confirm phase measured again (caps, or clock points).
         load: The load's set-up as the sweep reported it (its probe, its prompt), shown as
             written: a free-form JSON object.
         rows_written: Each CSV's whole rows, as counted after each point.
@@ -193,7 +191,7 @@ class RunRecord(RunJsonRecord):
     load_mode: str | None = None
     started_at: str | None = None
     gpu_selection: GpuSelection | None = None
-    confirm: dict[str, Any] | None = None
+    confirm: ConfirmRecord | None = None
     faults: list[RunFault] | None = None
     stalls: RunStalls | None = None
     adaptive: RunAdaptive | None = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
@@ -105,11 +104,11 @@ def _line(row: CsvRow) -> str:
     return f"line {row[SOURCE_LINE]} ({_w(row['cap_w'])})"
 
 
-def _w(value: Any) -> str:
-    try:
-        return f"{float(value):g} W"
-    except (TypeError, ValueError):  # run.json written by hand
-        return "? W"
+def _w(value: object) -> str:
+    """A cap in watts (``? W`` where the cell or the record has no number)."""
+    return (
+        f"{value:g} W" if isinstance(value, int | float) and not isinstance(value, bool) else "? W"
+    )
 
 
 def _why_ignored(row: CsvRow, metric: str) -> str:
