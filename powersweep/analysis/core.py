@@ -8,9 +8,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
-import numpy as np
 import polars as pl
 
 from powersweep import __version__
@@ -51,7 +49,6 @@ from powersweep.analysis.requests import rate_findings, server_rates, warning_fi
 from powersweep.analysis.result_types import (
     CapLatencyTarget,
     CapRow,
-    JsonRecord,
     Pick,
     Plateau,
     PowerAnalysis,
@@ -424,21 +421,6 @@ def _per_card_pct(pick: Pick | None, defaults: Sequence[float] | None) -> Pick |
     if not defaults or pick is None:
         return pick
     return replace(pick, pct_of_default_by_gpu=[pick.cap_w / d * 100.0 for d in defaults if d > 0])
-
-
-def sanitize(value: Any) -> Any:
-    """Make a value JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(value, Finding | JsonRecord):
-        return sanitize(value.to_json())
-    if isinstance(value, dict):
-        return {str(k): sanitize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [sanitize(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _pct_of_default(cap_w: float, default_w: float) -> float:
