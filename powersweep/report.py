@@ -13,16 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from powersweep import analysis
-from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.clock_result_types import ClockAnalysis, ClocksVersusPower
 from powersweep.analysis.clock_summary import (
     clocks_versus_power,
     render_clocks_versus_power,
 )
 from powersweep.analysis.context import CardFacts
-from powersweep.analysis.core import sanitize as analysis_sanitize
 from powersweep.analysis.cross import render_cross_mode
 from powersweep.analysis.cross_result_types import CrossModeResult
 from powersweep.analysis.findings import Finding
@@ -200,7 +198,7 @@ class ClockComparison:
 
     power: PowerAnalysis
     clocks: ClockAnalysis
-    comparison: dict[str, Any]
+    comparison: ClocksVersusPower
     markdown: str
     paths: tuple[Path, ...]
 
@@ -251,7 +249,7 @@ def build_clock_comparison(
             target.mkdir(parents=True, exist_ok=True)
             write_atomic(
                 json_path,
-                json.dumps(analysis_sanitize(comparison), indent=2, allow_nan=False) + "\n",
+                json.dumps(comparison.to_json(), indent=2, allow_nan=False) + "\n",
                 sync=False,
             )
             write_atomic(md_path, markdown, sync=False)

@@ -147,9 +147,8 @@ def _power_rows(result: PowerAnalysis) -> tuple[str, list[Row], list[tuple[str, 
     sweet = result.sweet_spot
     u95 = (known(sweet.tps_per_w_u95_pct) if sweet is not None else None) or {}
     # a bare curve states one reading's half-width, from its own scatter or the typical floor
-    estimate = (known(sweet.estimate) if sweet is not None and not u95 else None) or {}
-    per_reading = estimate.get("reading_u95_pct")
-    per_reading = float(per_reading) if isinstance(per_reading, int | float) else None
+    estimate = known(sweet.estimate) if sweet is not None and not u95 else None
+    per_reading = estimate.reading_u95_pct if estimate is not None else None
     star = starred_cap(result)
     tied = set(known(sweet.tied_caps) or []) if sweet is not None and star is not None else set()
     rows = []

@@ -7,9 +7,14 @@ column lists live here.
 from __future__ import annotations
 
 import math
-from typing import Any, overload
+from collections.abc import Mapping
+from typing import Any, TypeAlias, overload
 
 SCHEMA_VERSION = 1
+
+# One row of a run file's CSV as polars names it (``iter_rows(named=True)``): column to cell. A
+# cell is read through :func:`as_float` (or as text), never used as it comes.
+CsvRow: TypeAlias = Mapping[str, object]
 
 # caps.csv ``reason`` of a cap the confirm phase measured again: its readings are pooled.
 CONFIRM_REASON = "confirm"

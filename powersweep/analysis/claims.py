@@ -5,10 +5,8 @@ The reasoning: docs/figures.md, "powersweep.analysis.claims".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from powersweep.analysis.result_types import Answer
+from powersweep.analysis.run_record import RunRecord
 
 # A best point needs a measured point on each side of it: three at least.
 MIN_ANSWER_POINTS = 3
@@ -19,7 +17,7 @@ NONE = "none"
 UNFINISHED = ("interrupted", "partial", "failed", "running")
 
 
-def status_reason(run: Mapping[str, Any] | None, source: str, what: str = "caps") -> str | None:
+def status_reason(run: RunRecord | None, source: str, what: str = "caps") -> str | None:
     """Why the run's own status withholds an answer, and what gives one (None: complete, or a
     bare curve, which has no status to judge by): :func:`status_claim` in one line (the answer's
     ``why``, which the summary and the headline print after "no answer:")."""
@@ -27,9 +25,7 @@ def status_reason(run: Mapping[str, Any] | None, source: str, what: str = "caps"
     return None if claim is None else "; ".join(claim)
 
 
-def status_claim(
-    run: Mapping[str, Any] | None, source: str, what: str = "caps"
-) -> tuple[str, str] | None:
+def status_claim(run: RunRecord | None, source: str, what: str = "caps") -> tuple[str, str] | None:
     """``(why, remedy)``: why the run's own status withholds an answer, and what would give one.
 
     Args:
@@ -37,18 +33,18 @@ def status_claim(
         source: The run directory, named in the command that measures the rest.
         what: ``caps``, ``points``, or ``steps`` (an undervolt search, planned as it goes).
     """
-    status = (run or {}).get("status")
-    if status not in UNFINISHED:
+    status = run.status if run is not None else None
+    if run is None or status not in UNFINISHED:
         return None
     if what == "steps":
         # a search plans its steps as it goes: only what it measured counts
-        steps = len((run or {}).get("points_done") or [])
+        steps = len(run.points_done or [])
         why = "interrupted" if status == "interrupted" else f"the run ended {status}"
         return (
             f"{why} after {steps} steps of the search",
             f"`powersweep --resume {source}` goes on from its last stable step",
         )
-    done, planned = _counts(run or {}, what)
+    done, planned = _counts(run, what)
     counted = f" after {done} of {planned} {what}" if done is not None and planned else ""
     left = done is None or planned is None or done < planned
     if left:
@@ -68,15 +64,17 @@ def status_claim(
             "is still going)",
             remedy,
         )
-    error = (run or {}).get("error")
+    error = run.error
     return f"the run ended {status}{counted if left else ''}{f': {error}' if error else ''}", remedy
 
 
-def _counts(run: Mapping[str, Any], what: str) -> tuple[int | None, int | None]:
+def _counts(run: RunRecord, what: str) -> tuple[int | None, int | None]:
     """How many points the run finished and planned (None where it does not say)."""
-    keys = ("caps_done", "caps_planned") if what == "caps" else ("points_done", "points_planned")
-    done, planned = (run.get(k) for k in keys)
-    if not isinstance(done, list) or not isinstance(planned, list):
+    if what == "caps":
+        done, planned = run.caps_done, run.caps_planned
+    else:
+        done, planned = run.points_done, run.points_planned
+    if done is None or planned is None:
         return None, None
     return len(done), len(planned)
 

@@ -10,10 +10,11 @@ Reads CSV-derived data only (a :class:`~powersweep.analysis.load.Curve`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import polars as pl
+from msgspec import UNSET
 
 from powersweep import __version__
 from powersweep.analysis import claims, noise, serving, steadiness
@@ -29,15 +30,24 @@ from powersweep.analysis.clock_curve import (
     pareto_knee,
     tier_summaries,
 )
-from powersweep.analysis.clock_result_types import ClockAnalysis
+from powersweep.analysis.clock_result_types import (
+    ClockAnalysis,
+    LimitBinds,
+    LockLatencyTarget,
+    LockPoint,
+    LockRow,
+    Locks,
+    LockShare,
+)
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
 from powersweep.analysis.power_findings import FIRST_CODES
 from powersweep.analysis.precision import Reading
-from powersweep.analysis.result_types import Answer
+from powersweep.analysis.result_types import Answer, PointFigures, ToolInfo
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.trust import ignored_rows, run_findings
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 
 def analyze_clocks(
@@ -68,38 +78,13 @@ def analyze_clocks(
         statistically tied with it, and ``noise_source``), ``near_peak``, ``pareto_front``,
         ``tiers``, ``bandwidth_capped_tiers``, ``saturation``, ``power_cap_binds`` and ``findings``.
     """
-    from powersweep.analysis.core import run_facts, sanitize
+    from powersweep.analysis.core import run_facts
 
     serving.check_options(tariff_per_kwh, max_ttft_ms, max_itl_ms)
 
     points = clock_points(curve.caps, curve.metric)
     run = run_facts(curve)
-    axis = infer_axis(points, curve.run)
-    result: dict[str, Any] = {
-        "schema_version": 1,
-        "tool": {"name": "powersweep", "version": __version__},
-        "kind": "clocks",
-        "axis": axis,
-        "metric": curve.metric,
-        "source": str(curve.source),
-        "run": run,
-        "points": [p.as_dict() for p in points],
-        "rows": _rows(curve.caps, curve.metric),
-        "answer": None,
-        "peak": None,
-        "sweet_spot": None,
-        "near_peak": None,
-        "pareto_front": [],
-        "pareto_knee": None,
-        "tiers": [],
-        "bandwidth_capped_tiers": [],
-        "saturation": None,
-        "power_cap_binds": None,
-        "energy": None,
-        "latency_target": None,
-        "findings": [],
-    }
-    findings: list[Finding] = result["findings"]
+    findings: list[Finding] = []
     status_why = claims.status_reason(curve.run, str(curve.source), "points")
     findings += ignored_rows(curve) + run_findings(curve.run, curve.requests, str(curve.source))
     findings += _status_findings(curve.caps)
@@ -107,70 +92,84 @@ def analyze_clocks(
     if "status" in ok_rows.columns:
         ok_rows = ok_rows.filter(pl.col("status").is_null() | (pl.col("status") == "ok"))
     findings += steadiness.findings(ok_rows.iter_rows(named=True), point_label)
+    records = [p.record() for p in points]
+    bare = ClockAnalysis(
+        tool=ToolInfo("powersweep", __version__),
+        axis=infer_axis(points, curve.run),
+        metric=curve.metric,
+        source=str(curve.source),
+        run=run,
+        points=records,
+        rows=_rows(curve.caps, curve.metric),
+        answer=None,
+    )
     if not points:
         findings.append(
             finding("warning", "no_usable_points", "no clock point finished ok with TPS and draw")
         )
-        result["answer"] = claims.answer_of(status_why=status_why, usable=0, what="points")
-        return ClockAnalysis.from_json(sanitize(result))
+        answer = claims.answer_of(status_why=status_why, usable=0, what="points")
+        return replace(bare, answer=answer, findings=findings)
     peak = max(points, key=lambda p: p.tps_per_w)
     fastest = max(points, key=lambda p: p.tps)
     floor = fastest.tps * (1.0 - max_tps_loss_pct / 100.0)
     near = min((p for p in points if p.tps >= floor), key=lambda p: p.power_w)
-    result["peak"] = {
-        **peak.as_dict(),
-        **_versus(peak, fastest),
-        **_peak_noise(curve, points, peak, bootstrap, seed),
-    }
-    result["sweet_spot"] = result["peak"]
+    peak_record = _with_versus(peak.record(), peak, fastest)
+    peak_record = _peak_noise(peak_record, curve, points, peak, bootstrap, seed)
     answer = claims.answer_of(
         status_why=status_why,
         usable=len(points),
         boundary_why=_boundary(points, peak),
         what="points",
     )
-    result["answer"] = answer
-    result["fastest"] = fastest.as_dict()
-    result["near_peak"] = {
-        **near.as_dict(),
-        "tps_loss_pct": 100.0 * (fastest.tps - near.tps) / fastest.tps,
-        "max_tps_loss_pct": max_tps_loss_pct,
-    }
     front = pareto_front(points)
-    result["pareto_front"] = [p.as_dict() for p in front]
     knee = pareto_knee(front)
-    result["pareto_knee"] = knee.as_dict() if knee else None
     tiers = tier_summaries(points)
-    result["tiers"] = tiers
-    result["bandwidth_capped_tiers"] = [t["mem_lock_mhz"] for t in tiers if t["caps_tps"]]
-    fastest_tier = next(t for t in tiers if not t["caps_tps"])
-    sat = fastest_tier["tps_stops_rising_at_sm_mhz"]
-    result["saturation"] = (
-        {"sm_lock_mhz": sat, "mem_lock_mhz": fastest_tier["mem_lock_mhz"]} if sat else None
-    )
-    dicts = result["points"]
+    fastest_tier = next(t for t in tiers if not t.caps_tps)
+    sat = fastest_tier.tps_stops_rising_at_sm_mhz
+    served = serving.Served[LockLatencyTarget](None, None, [])
     if answer.given:  # nothing is chosen without an answer, so nothing is saved
-        serving.attach(
-            result,
-            dicts,
-            dicts[points.index(peak)],
-            dicts[points.index(fastest)],
+        records = serving.priced(records, serving.run_tariff(curve.run, tariff_per_kwh))
+        served = serving.served(
+            records,
+            records[points.index(peak)],
+            records[points.index(fastest)],
             tariff=serving.run_tariff(curve.run, tariff_per_kwh),
             max_ttft_ms=max_ttft_ms,
             max_itl_ms=max_itl_ms,
-            name=point_label,
-            reading=_own_reading(curve, points, dicts),
+            name=_point_name,
+            reading=_own_reading(curve, points, records),
+            target=LockLatencyTarget,
         )
+    findings += served.findings
     binds = _power_binds(points, curve.caps, curve.run)
-    result["power_cap_binds"] = binds
+    analysis = replace(
+        bare,
+        points=records,
+        answer=answer,
+        peak=peak_record,
+        fastest=fastest.record(),
+        near_peak=replace(
+            near.record(),
+            tps_loss_pct=as_float(100.0 * (fastest.tps - near.tps) / fastest.tps, None),
+            max_tps_loss_pct=max_tps_loss_pct,
+        ),
+        pareto_front=[p.record() for p in front],
+        pareto_knee=knee.record() if knee else None,
+        tiers=tiers,
+        bandwidth_capped_tiers=[t.mem_lock_mhz for t in tiers if t.caps_tps],
+        saturation=Locks(sat, fastest_tier.mem_lock_mhz) if sat else None,
+        power_cap_binds=binds,
+        energy=served.energy,
+        latency_target=served.latency_target,
+    )
     if answer.kind == claims.NONE:
         findings.insert(0, _no_answer(answer, peak))
     else:
-        findings += _findings(result, peak, fastest, binds, run)
+        findings += _findings(analysis, peak, fastest)
     findings += _falls_finding(curve, points)
     # what withholds the answer is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
-    return ClockAnalysis.from_json(sanitize(result))
+    return replace(analysis, findings=findings)
 
 
 def _falls_finding(curve: Curve, points: Sequence[ClockPoint]) -> list[Finding]:
@@ -251,15 +250,15 @@ def _no_answer(answer: Answer, peak: ClockPoint) -> Finding:
 
 
 def _own_reading(
-    curve: Curve, points: Sequence[ClockPoint], dicts: Sequence[Mapping[str, Any]]
-) -> Callable[[Mapping[str, Any]], Reading]:
-    """Each point's own reading, its repeats pooled, by its analysis row (the row's own
-    columns where the run has none)."""
+    curve: Curve, points: Sequence[ClockPoint], records: Sequence[LockPoint]
+) -> Callable[[LockPoint], Reading]:
+    """Each point's own reading, its repeats pooled, by its analysis record (the record's own
+    figures where the run has none)."""
     own = noise.own_readings(
         curve.caps, LOCK_KEYS, [(_lock_key(p), p.tps / p.power_w) for p in points]
     )
-    by_row = {id(d): own.get(_lock_key(p)) for p, d in zip(points, dicts, strict=True)}
-    return lambda r: by_row.get(id(r)) or Reading.of(r)
+    by_record = {id(r): own.get(_lock_key(p)) for p, r in zip(points, records, strict=True)}
+    return lambda r: by_record.get(id(r)) or Reading.of(r.to_json())
 
 
 def _lock_key(p: ClockPoint) -> tuple[float | None, ...]:
@@ -267,100 +266,121 @@ def _lock_key(p: ClockPoint) -> tuple[float | None, ...]:
 
 
 def _peak_noise(
-    curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint, n_boot: int, seed: int
-) -> dict[str, Any]:
-    """The points statistically tied with the peak: each point's TPS units and load ticks
-    resampled within what was measured there (as for caps, :mod:`.noise`), or, in runs that
-    state each point's own precision, the points within it of the peak. Without raw data (a
-    bare CSV) only the peak itself is named."""
-    only = {"tied_points": [_locks(peak)], "noise_source": None, "best_share": None}
+    record: LockPoint,
+    curve: Curve,
+    points: Sequence[ClockPoint],
+    peak: ClockPoint,
+    n_boot: int,
+    seed: int,
+) -> LockPoint:
+    """The peak with the points statistically tied with it: each point's TPS units and load
+    ticks resampled within what was measured there (as for caps, :mod:`.noise`), or, in runs
+    that state each point's own precision, the points within it of the peak. Without raw data
+    (a bare CSV) only the peak itself is named."""
     if n_boot <= 0:
-        return only
+        return replace(record, tied_points=[_locks(peak)], noise_source=None, best_share=None)
     keyed = [(_lock_key(p), p.tps / p.power_w) for p in points]
     own = noise.own_readings(curve.caps, LOCK_KEYS, keyed)
     if _lock_key(peak) in own and len(own) >= 2:
         best = own[_lock_key(peak)]
         close = [p for p in points if p is peak or _own_tied(own.get(_lock_key(p)), best)]
-        return {"tied_points": [_locks(p) for p in close], "noise_source": noise.OWN}
+        return replace(record, tied_points=[_locks(p) for p in close], noise_source=noise.OWN)
     if curve.samples is None:
-        return _curve_ties(curve, points, peak)
+        return _curve_ties(record, curve, points, peak)
     draws = noise.resample_points(
         curve, LOCK_KEYS, [(_lock_key(p), p.tps, p.power_w) for p in points], n_boot, seed
     )
     if draws is None:
-        return _curve_ties(curve, points, peak)
+        return _curve_ties(record, curve, points, peak)
     tied, share, _ = noise.tied_with_best(draws, list(points).index(peak))
-    return {
-        "tied_points": [_locks(points[k]) for k in tied],
-        "noise_source": noise.RESAMPLED,
-        "best_share": [{**_locks(p), "share": float(share[k])} for k, p in enumerate(points)],
-    }
+    shares = [
+        LockShare(lock.sm_lock_mhz, lock.mem_lock_mhz, as_float(share[k], None))
+        for k, lock in enumerate(_locks(p) for p in points)
+    ]
+    return replace(
+        record,
+        tied_points=[_locks(points[k]) for k in tied],
+        noise_source=noise.RESAMPLED,
+        best_share=shares,
+    )
 
 
-def _curve_ties(curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint) -> dict[str, Any]:
+def _curve_ties(
+    record: LockPoint, curve: Curve, points: Sequence[ClockPoint], peak: ClockPoint
+) -> LockPoint:
     """A bare clock curve's ties: the points within its own reading noise of the peak, that
     noise measured along the peak's own locks where physics forbids any scatter
     (:mod:`.curve_noise`)."""
-    scatter = noise.curve_noise(curve.caps, curve.metric, through=_locks(peak))
+    sm, mem = _lock_key(peak)
+    scatter = noise.curve_noise(
+        curve.caps, curve.metric, through={"sm_lock_mhz": sm, "mem_lock_mhz": mem}
+    )
     close = [p for p in points if p is peak or scatter.tied(p.tps_per_w, peak.tps_per_w)]
-    return {
-        "tied_points": [_locks(p) for p in close],
-        "noise_source": noise.TYPICAL if scatter.from_floor else noise.CURVE,
-        "best_share": None,
-    }
+    return replace(
+        record,
+        tied_points=[_locks(p) for p in close],
+        noise_source=noise.TYPICAL if scatter.from_floor else noise.CURVE,
+        best_share=None,
+    )
 
 
 def _own_tied(reading: Reading | None, best: Reading) -> bool:
     return reading is not None and reading.tied_with(best)
 
 
-def _locks(p: ClockPoint) -> dict[str, float | None]:
-    sm, mem = _lock_key(p)
-    return {"sm_lock_mhz": sm, "mem_lock_mhz": mem}
+def _locks(p: ClockPoint) -> Locks:
+    return Locks(*_lock_key(p))
 
 
-def _versus(p: ClockPoint, fastest: ClockPoint) -> dict[str, Any]:
-    return {
-        "tps_per_w_vs_fastest_pct": 100.0 * (p.tps_per_w / fastest.tps_per_w - 1.0),
-        "tps_vs_fastest_pct": 100.0 * (p.tps / fastest.tps - 1.0),
-        "energy_per_token_saving_pct": 100.0 * (1.0 - fastest.tps_per_w / p.tps_per_w),
-    }
+def _with_versus(record: LockPoint, p: ClockPoint, fastest: ClockPoint) -> LockPoint:
+    """A point with how it compares with the fastest point."""
+    return replace(
+        record,
+        tps_per_w_vs_fastest_pct=as_float(100.0 * (p.tps_per_w / fastest.tps_per_w - 1.0), None),
+        tps_vs_fastest_pct=as_float(100.0 * (p.tps / fastest.tps - 1.0), None),
+        energy_per_token_saving_pct=as_float(100.0 * (1.0 - fastest.tps_per_w / p.tps_per_w), None),
+    )
 
 
-def _rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
-    keep = [
-        c
-        for c in (
-            "sm_lock_mhz",
-            "mem_lock_mhz",
-            "cap_w",
-            metric,
-            "power_w",
-            "sm_clock_mhz",
-            "mem_clock_mhz",
-            "pwr_throttle_pct",
-            "status",
-            "error",
-        )
-        if c in caps.columns
-    ]
+def _rows(caps: pl.DataFrame, metric: str) -> list[LockRow]:
+    """The table as measured: every row of caps.csv, its status and error kept."""
     rows = []
-    for row in caps.select(keep).iter_rows(named=True):
+    for row in caps.iter_rows(named=True):
         tps, power = as_float(row.get(metric)), as_float(row.get("power_w"))
-        row["tps"] = tps
-        row["tps_per_w"] = tps / power if power > 0 and math.isfinite(tps) else None
-        rows.append(row)
+        column = as_float(row.get(metric), None)
+        figures = PointFigures(
+            tps=as_float(tps, None),
+            power_w=as_float(power, None),
+            tps_per_w=as_float(tps / power, None) if power > 0 and math.isfinite(tps) else None,
+            sm_clock_mhz=as_float(row.get("sm_clock_mhz"), None),
+            mem_clock_mhz=as_float(row.get("mem_clock_mhz"), None),
+            pwr_throttle_pct=as_float(row.get("pwr_throttle_pct"), None),
+            status=row.get("status"),
+            error=row.get("error"),
+            code_tps=column if metric == "code_tps" else UNSET,
+        )
+        rows.append(
+            LockRow(
+                sm_lock_mhz=as_float(row.get("sm_lock_mhz"), None),
+                mem_lock_mhz=as_float(row.get("mem_lock_mhz"), None),
+                cap_w=as_float(row.get("cap_w"), None),
+                figures=figures,
+                narr_tps=column if metric == "narr_tps" else UNSET,
+                prefill_tps=column if metric == "prefill_tps" else UNSET,
+                decode_tps=column if metric == "decode_tps" else UNSET,
+            )
+        )
     return rows
 
 
 def _power_binds(
-    points: Sequence[ClockPoint], caps: pl.DataFrame, run: dict[str, Any] | None
-) -> dict[str, Any] | None:
+    points: Sequence[ClockPoint], caps: pl.DataFrame, run: RunRecord | None
+) -> LimitBinds | None:
     """Whether the limit in force ever bound: the highest draw against it, and throttling."""
     limits = [p.cap_w for p in points if math.isfinite(p.cap_w)]
     if not limits:
         return None
-    n_gpus = len((run or {}).get("gpus") or []) or 1
+    n_gpus = len((run.gpus if run else None) or []) or 1
     limit_total = min(limits) * n_gpus
     max_draw = max(p.power_w for p in points)
     throttle = (
@@ -369,12 +389,12 @@ def _power_binds(
         else []
     )
     throttled = any(v > THROTTLED_PCT for v in throttle)
-    return {
-        "limit_w": limit_total,
-        "max_draw_w": max_draw,
-        "max_draw_pct_of_limit": 100.0 * max_draw / limit_total,
-        "binds": throttled or max_draw >= NO_BIND_FRACTION * limit_total,
-    }
+    return LimitBinds(
+        limit_w=as_float(limit_total, None),
+        max_draw_w=as_float(max_draw, None),
+        max_draw_pct_of_limit=as_float(100.0 * max_draw / limit_total, None),
+        binds=throttled or max_draw >= NO_BIND_FRACTION * limit_total,
+    )
 
 
 def _status_findings(caps: pl.DataFrame) -> list[Finding]:
@@ -407,44 +427,42 @@ def _label(sm: float, mem: float) -> str:
     return " / ".join(parts) or "unlocked"
 
 
-def point_label(p: Mapping[str, Any]) -> str:
-    """``SM 1410 MHz / mem 9001 MHz`` for a point dict."""
+def point_label(p: CsvRow) -> str:
+    """``SM 1410 MHz / mem 9001 MHz`` for a caps.csv row (or any map of the two locks)."""
     return _label(as_float(p.get("sm_lock_mhz")), as_float(p.get("mem_lock_mhz")))
 
 
-def _findings(
-    result: dict[str, Any],
-    peak: ClockPoint,
-    fastest: ClockPoint,
-    binds: dict[str, Any] | None,
-    run: dict[str, Any],
-) -> list[Finding]:
+def _point_name(p: LockPoint) -> str:
+    """A point as the energy and latency answers name it."""
+    return _label(as_float(p.sm_lock_mhz), as_float(p.mem_lock_mhz))
+
+
+def _findings(analysis: ClockAnalysis, peak: ClockPoint, fastest: ClockPoint) -> list[Finding]:
     out = []
-    vs = result["peak"]
+    vs, binds = analysis.peak, analysis.power_cap_binds
+    assert vs is not None
     out.append(
         finding(
             "info",
             "clock_peak",
             f"efficiency peak at {_label(peak.sm_lock_mhz, peak.mem_lock_mhz)}: "
             f"{peak.tps_per_w:.4g} TPS/W, {peak.tps:.1f} TPS at {peak.power_w:.0f} W; "
-            f"{vs['tps_per_w_vs_fastest_pct']:+.0f}% TPS/W and {vs['tps_vs_fastest_pct']:+.1f}% "
+            f"{as_float(vs.tps_per_w_vs_fastest_pct):+.0f}% TPS/W and "
+            f"{as_float(vs.tps_vs_fastest_pct):+.1f}% "
             f"TPS against the fastest point ({_label(fastest.sm_lock_mhz, fastest.mem_lock_mhz)})",
         )
     )
-    for tier in result["tiers"]:
-        sat = tier["tps_stops_rising_at_sm_mhz"]
-        where = (
-            f"memory at {tier['mem_lock_mhz']:.0f} MHz"
-            if math.isfinite(as_float(tier["mem_lock_mhz"]))
-            else "the memory clock in force"
-        )
-        if tier["caps_tps"]:
+    for tier in analysis.tiers:
+        sat = tier.tps_stops_rising_at_sm_mhz
+        mem = as_float(tier.mem_lock_mhz)
+        where = f"memory at {mem:.0f} MHz" if math.isfinite(mem) else "the memory clock in force"
+        if tier.caps_tps:
             out.append(
                 finding(
                     "info",
                     "tier_caps_tps",
-                    f"{where} caps TPS at {tier['top_tps']:.1f} "
-                    f"({tier['below_fastest_tier_pct']:.0f}% below the fastest tier): "
+                    f"{where} caps TPS at {as_float(tier.top_tps):.1f} "
+                    f"({as_float(tier.below_fastest_tier_pct):.0f}% below the fastest tier): "
                     "the memory bandwidth sets decode speed there",
                     "keep this tier only where the draw it saves is worth the TPS",
                 )
@@ -459,17 +477,18 @@ def _findings(
                     "memory-bandwidth-bound above it, so higher SM locks only add draw",
                 )
             )
-    if binds is not None and not binds["binds"]:
-        mode = run.get("load_mode") or "this load"
+    if binds is not None and not binds.binds:
+        draw_w, limit_w = as_float(binds.max_draw_w), as_float(binds.limit_w)
+        mode = analysis.run.load_mode or "this load"
         kind = "decode" if str(mode).startswith("decode") else str(mode)
         out.append(
             finding(
                 "info",
                 "power_cap_does_not_bind",
-                f"the draw peaked at {binds['max_draw_w']:.0f} W, "
-                f"{binds['max_draw_pct_of_limit']:.0f}% of the {binds['limit_w']:.0f} W limit "
+                f"the draw peaked at {draw_w:.0f} W, "
+                f"{as_float(binds.max_draw_pct_of_limit):.0f}% of the {limit_w:.0f} W limit "
                 f"in force, and the card never throttled on power: power caps do not bind in "
-                f"{kind} on this card (only a cap under {binds['max_draw_w']:.0f} W would slow "
+                f"{kind} on this card (only a cap under {draw_w:.0f} W would slow "
                 "it); clock locks are the lever",
             )
         )

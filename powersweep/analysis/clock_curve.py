@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from powersweep.analysis import serving
-from powersweep.analysis.pooling import current_rows, pool_repeats, stated_u95
+from powersweep.analysis.clock_result_types import LockPoint, Tier
+from powersweep.analysis.pooling import current_rows, pool_repeats, served_figures
+from powersweep.analysis.result_types import PointFigures
+from powersweep.analysis.run_record import RunRecord
 from powersweep.runformat import as_float
 
 # A memory tier "caps TPS" when its best TPS is this fraction below the fastest tier's best.
@@ -52,28 +53,30 @@ class ClockPoint:
     power_w: float
     sm_clock_mhz: float = math.nan
     mem_clock_mhz: float = math.nan
-    per_token: tuple[tuple[str, float | None], ...] = ()
-    stated_u95: tuple[tuple[str, float | None], ...] = ()
+    served: PointFigures = field(default_factory=PointFigures)
 
     @property
     def tps_per_w(self) -> float:
         """TPS per watt, full precision."""
         return self.tps / self.power_w
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON form (NaN kept; the caller sanitises)."""
-        return {
-            "sm_lock_mhz": self.sm_lock_mhz,
-            "mem_lock_mhz": self.mem_lock_mhz,
-            "cap_w": self.cap_w,
-            "tps": self.tps,
-            "power_w": self.power_w,
-            "tps_per_w": self.tps_per_w,
-            "sm_clock_mhz": self.sm_clock_mhz,
-            "mem_clock_mhz": self.mem_clock_mhz,
-            **dict(self.per_token),
-            **dict(self.stated_u95),
-        }
+    def record(self) -> LockPoint:
+        """The point as analysis.json holds it (null where a figure is not finite); its
+        per-token figures and stated half-widths are ``served``'s."""
+        figures = replace(
+            self.served,
+            tps=as_float(self.tps, None),
+            power_w=as_float(self.power_w, None),
+            tps_per_w=as_float(self.tps_per_w, None),
+            sm_clock_mhz=as_float(self.sm_clock_mhz, None),
+            mem_clock_mhz=as_float(self.mem_clock_mhz, None),
+        )
+        return LockPoint(
+            sm_lock_mhz=as_float(self.sm_lock_mhz, None),
+            mem_lock_mhz=as_float(self.mem_lock_mhz, None),
+            cap_w=as_float(self.cap_w, None),
+            figures=figures,
+        )
 
 
 def is_clock_curve(caps: pl.DataFrame) -> bool:
@@ -116,8 +119,7 @@ def clock_points(caps: pl.DataFrame, metric: str) -> list[ClockPoint]:
                 power_w=power,
                 sm_clock_mhz=as_float(row.get("sm_clock_mhz")),
                 mem_clock_mhz=as_float(row.get("mem_clock_mhz")),
-                per_token=tuple(serving.row_fields(row).items()),
-                stated_u95=tuple(stated_u95(row, pooled.columns).items()),
+                served=served_figures(row, pooled.columns),
             )
         )
     return sorted(out, key=lambda p: (-_key(p.mem_lock_mhz), _key(p.sm_lock_mhz)))
@@ -127,14 +129,10 @@ def _key(v: float) -> float:
     return v if math.isfinite(v) else -1.0
 
 
-def infer_axis(points: Sequence[ClockPoint], run: dict[str, Any] | None) -> str:
+def infer_axis(points: Sequence[ClockPoint], run: RunRecord | None) -> str:
     """``sm-clock``, ``mem-clock`` or ``grid``: what run.json says the sweep ended up sweeping
     (a grid that fell back to the SM axis says so), else what the data shows."""
-    meta = run or {}
-    options = meta.get("options")
-    recorded = meta.get("axis_fallback") or (
-        options.get("axis") if isinstance(options, dict) else None
-    )
+    recorded = run.swept_axis if run else None
     if recorded in AXES:
         return str(recorded)
     sms = {p.sm_lock_mhz for p in points if math.isfinite(p.sm_lock_mhz)}
@@ -198,7 +196,7 @@ def saturation(points: Sequence[ClockPoint]) -> ClockPoint | None:
     return first if first.sm_lock_mhz < by_sm[-1].sm_lock_mhz else None
 
 
-def tier_summaries(points: Sequence[ClockPoint]) -> list[dict[str, Any]]:
+def tier_summaries(points: Sequence[ClockPoint]) -> list[Tier]:
     """One entry per memory tier: its curve's peak, top TPS, where TPS stops rising, and
     whether the tier caps TPS (its top TPS well below the fastest tier's)."""
     tiers = _tiers(points)
@@ -210,16 +208,16 @@ def tier_summaries(points: Sequence[ClockPoint]) -> list[dict[str, Any]]:
         sat = saturation(ps)
         below = (best_top - top.tps) / best_top if best_top > 0 else 0.0
         out.append(
-            {
-                "mem_lock_mhz": mem,
-                "n_points": len(ps),
-                "peak": peak.as_dict(),
-                "top_tps": top.tps,
-                "top_tps_sm_lock_mhz": top.sm_lock_mhz,
-                "below_fastest_tier_pct": 100.0 * below,
-                "caps_tps": len(tiers) > 1 and below > TIER_CAP_FRACTION,
-                "tps_stops_rising_at_sm_mhz": sat.sm_lock_mhz if sat else None,
-                "points": [p.as_dict() for p in sorted(ps, key=lambda p: _key(p.sm_lock_mhz))],
-            }
+            Tier(
+                mem_lock_mhz=as_float(mem, None),
+                n_points=len(ps),
+                peak=peak.record(),
+                top_tps=as_float(top.tps, None),
+                top_tps_sm_lock_mhz=as_float(top.sm_lock_mhz, None),
+                below_fastest_tier_pct=as_float(100.0 * below, None),
+                caps_tps=len(tiers) > 1 and below > TIER_CAP_FRACTION,
+                tps_stops_rising_at_sm_mhz=as_float(sat.sm_lock_mhz, None) if sat else None,
+                points=[p.record() for p in sorted(ps, key=lambda p: _key(p.sm_lock_mhz))],
+            )
         )
     return out

@@ -83,6 +83,14 @@ class LockPoint(PointRecord):
 
 
 @dataclass(frozen=True)
+class LockLatencyTarget(LatencyTarget):
+    """A clock curve's latency target: its points are clock points."""
+
+    point: LockPoint | None = None
+    within_noise_point: LockPoint | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
 class Locks(JsonRecord):
     """A point's clock locks alone (a tie, the saturation point)."""
 
@@ -178,7 +186,7 @@ class ClockAnalysis(JsonRecord):
     saturation: Locks | None = None
     power_cap_binds: LimitBinds | None = None
     energy: Energy | None = None
-    latency_target: LatencyTarget | None = None
+    latency_target: LockLatencyTarget | None = None
     findings: list[Finding] = field(default_factory=list)
     fastest: LockPoint | UnsetType | None = UNSET
 
@@ -203,3 +211,45 @@ class ClockAnalysis(JsonRecord):
             if key == "peak":
                 out["sweet_spot"] = value
         return out
+
+
+@dataclass(frozen=True)
+class BestCap(JsonRecord):
+    """The power run's best cap, as the comparison with a clock run names it."""
+
+    FILE: ClassVar[str] = "clocks-vs-power.json"
+
+    cap_w: float
+    tps: Num = None
+    power_w: Num = None
+    tps_per_w: Num = None
+
+
+@dataclass(frozen=True)
+class BestClock(JsonRecord):
+    """The clock run's efficiency peak, as the comparison with a power run names it."""
+
+    FILE: ClassVar[str] = "clocks-vs-power.json"
+
+    sm_lock_mhz: Num = None
+    mem_lock_mhz: Num = None
+    tps: Num = None
+    power_w: Num = None
+    tps_per_w: Num = None
+
+
+@dataclass(frozen=True)
+class ClocksVersusPower(JsonRecord):
+    """How the best clock point of one GPU compares with its best power cap
+    (``clocks-vs-power.json``): the changes, %, whether the caps bind, in words, and warnings."""
+
+    FILE: ClassVar[str] = "clocks-vs-power.json"
+
+    best_cap: BestCap
+    best_clock: BestClock
+    tps_per_w_gain_pct: Num = None
+    tps_change_pct: Num = None
+    power_change_pct: Num = None
+    caps_bind: bool = True
+    statement: str = ""
+    warnings: list[str] = field(default_factory=list)

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from powersweep.analysis.clock_analysis import point_label
-from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow, Locks, Tier
+from powersweep.analysis.clock_result_types import (
+    BestCap,
+    BestClock,
+    ClockAnalysis,
+    ClocksVersusPower,
+    LockPoint,
+    LockRow,
+    Locks,
+    Tier,
+)
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import Num, PowerAnalysis, known
 from powersweep.analysis.serving_summary import energy_section, latency_section
@@ -26,6 +34,7 @@ from powersweep.analysis.summary_frame import (
     table_head,
 )
 from powersweep.errors import UsageError
+from powersweep.runformat import as_float
 
 # A power curve whose TPS/W varies less than this over its caps is flat: no cap binds.
 FLAT_CAPS_RATIO = 1.01
@@ -172,7 +181,7 @@ def _change_pct(new: Num, old: Num) -> float:
     return 100.0 * (new / old - 1.0)
 
 
-def clocks_versus_power(power: PowerAnalysis, clocks: ClockAnalysis) -> dict[str, Any]:
+def clocks_versus_power(power: PowerAnalysis, clocks: ClockAnalysis) -> ClocksVersusPower:
     """How the best clock point compares with the best power cap (two runs of one GPU).
 
     Args:
@@ -180,8 +189,8 @@ def clocks_versus_power(power: PowerAnalysis, clocks: ClockAnalysis) -> dict[str
         clocks: analysis of the clock run (its ``peak``).
 
     Returns:
-        ``{best_cap, best_clock, tps_per_w_gain_pct, tps_change_pct, power_change_pct,
-        caps_bind, statement, warnings}``.
+        The best cap and clock point, the changes between them (null where unknown), whether
+        the caps bind, the comparison in words and its warnings.
 
     Raises:
         UsageError: Either run has no usable best point.
@@ -219,31 +228,26 @@ def clocks_versus_power(power: PowerAnalysis, clocks: ClockAnalysis) -> dict[str
         warnings.append("the runs come from different GPUs: the comparison may not mean much")
     if len({power.run.load_mode, clocks.run.load_mode} - {None}) > 1:
         warnings.append("the runs ran different load modes: compare like with like")
-    return {
-        "best_cap": {
-            "cap_w": cap.cap_w,
-            "tps": cap.tps,
-            "power_w": cap.power_w,
-            "tps_per_w": cap.tps_per_w,
-        },
-        "best_clock": {
-            "sm_lock_mhz": peak.sm_lock_mhz,
-            "mem_lock_mhz": peak.mem_lock_mhz,
-            "tps": peak.figures.tps,
-            "power_w": peak.figures.power_w,
-            "tps_per_w": peak.figures.tps_per_w,
-        },
-        "tps_per_w_gain_pct": gain,
-        "tps_change_pct": tps_change,
-        "power_change_pct": watts,
-        "caps_bind": caps_bind,
-        "statement": statement,
-        "warnings": warnings,
-    }
+    return ClocksVersusPower(
+        best_cap=BestCap(cap.cap_w, cap.tps, cap.power_w, cap.tps_per_w),
+        best_clock=BestClock(
+            peak.sm_lock_mhz,
+            peak.mem_lock_mhz,
+            peak.figures.tps,
+            peak.figures.power_w,
+            peak.figures.tps_per_w,
+        ),
+        tps_per_w_gain_pct=as_float(gain, None),
+        tps_change_pct=as_float(tps_change, None),
+        power_change_pct=as_float(watts, None),
+        caps_bind=caps_bind,
+        statement=statement,
+        warnings=warnings,
+    )
 
 
-def render_clocks_versus_power(result: dict[str, Any]) -> str:
+def render_clocks_versus_power(result: ClocksVersusPower) -> str:
     """Markdown for :func:`clocks_versus_power`."""
-    lines = ["## Clock locks against power caps", "", f"- {escape_md(result['statement'])}"]
-    lines += [f"- **warning**: {escape_md(w)}" for w in result.get("warnings", [])]
+    lines = ["## Clock locks against power caps", "", f"- {escape_md(result.statement)}"]
+    lines += [f"- **warning**: {escape_md(w)}" for w in result.warnings]
     return "\n".join(lines) + "\n"

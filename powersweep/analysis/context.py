@@ -8,13 +8,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from powersweep.analysis.load import Curve
 from powersweep.analysis.plausibility import MAX_PLAUSIBLE_W
+from powersweep.analysis.run_record import RunGpu, RunRecord
 from powersweep.errors import UsageError
 
 _KEYS = ("default_limit_w", "min_limit_w", "max_limit_w")
+T = TypeVar("T", str, int | float)
 
 
 @dataclass(frozen=True)
@@ -69,26 +71,34 @@ def with_card_facts(curve: Curve, facts: CardFacts) -> Curve:
     """
     if facts.empty:
         return curve
-    run: dict[str, Any] = dict(curve.run or {})
-    gpus = list(run.get("gpus") or [])
-    first: dict[str, Any] = dict(gpus[0]) if gpus and isinstance(gpus[0], dict) else {}
+    run = curve.run or RunRecord()
+    gpus = list(run.gpus or [])
+    first = gpus[0] if gpus else RunGpu()
     notes = list(curve.notes)
-    wanted: dict[str, Any] = {"name": facts.gpu_name}
-    wanted.update({k: getattr(facts, k) for k in _KEYS})
-    for key, value in wanted.items():
-        if value is None:
-            continue
-        have = first.get(key)
+
+    def fill(key: str, have: T | None, given: T | None) -> T | None:
+        """run.json's value where it has one (a given one that differs is noted), else the
+        given one."""
+        if given is None:
+            return have
         if have is None or have == "":
-            first[key] = value
-        elif have != value:
-            notes.append(f"run.json says {key} = {have}; the value given ({value}) is ignored")
+            return given
+        if have != given:
+            notes.append(f"run.json says {key} = {have}; the value given ({given}) is ignored")
+        return have
+
+    first = dataclasses.replace(
+        first,
+        name=fill("name", first.name, facts.gpu_name),
+        default_limit_w=fill("default_limit_w", first.default_limit_w, facts.default_limit_w),
+        min_limit_w=fill("min_limit_w", first.min_limit_w, facts.min_limit_w),
+        max_limit_w=fill("max_limit_w", first.max_limit_w, facts.max_limit_w),
+    )
     if gpus:
         gpus[0] = first
     else:
         # No run.json: one entry per card of the set, as the sweep writes it.
         counts = curve.caps["n_gpus"].drop_nulls()
         n = int(counts.max()) if counts.len() else 1  # type: ignore[arg-type]
-        gpus = [dict(first, index=i) for i in range(max(n, 1))]
-    run["gpus"] = gpus
-    return dataclasses.replace(curve, run=run, notes=tuple(notes))
+        gpus = [dataclasses.replace(first, index=i) for i in range(max(n, 1))]
+    return dataclasses.replace(curve, run=dataclasses.replace(run, gpus=gpus), notes=tuple(notes))

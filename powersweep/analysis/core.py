@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
-import numpy as np
 import polars as pl
 
 from powersweep import __version__
@@ -47,7 +46,18 @@ from powersweep.analysis.power_findings import (
 )
 from powersweep.analysis.precision import Reading
 from powersweep.analysis.requests import rate_findings, server_rates, warning_findings
-from powersweep.analysis.result_types import JsonRecord, Plateau, PowerAnalysis, Regime
+from powersweep.analysis.result_types import (
+    CapLatencyTarget,
+    CapRow,
+    Pick,
+    Plateau,
+    PowerAnalysis,
+    RawNum,
+    Regime,
+    RunFacts,
+    ToolInfo,
+)
+from powersweep.analysis.run_record import GpuSelection, RunGpu, RunRecord
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
 
@@ -108,34 +118,27 @@ def analyze(
         finding("warning", "input_note", note, "check the run directory's files")
         for note in curve.notes
     ]
-    slowdown = as_float(run.get("slowdown_temp_c"))
+    slowdown = as_float(run.slowdown_temp_c)
 
     # One row per cap: a cap measured again (the confirm phase) shows its pooled figures, so the
     # starred row is always the best row of the table.
     rows = cap_rows(table_rows(caps, ok), metric)
-    result: dict[str, Any] = {
-        "schema_version": 1,
-        "tool": {"name": "powersweep", "version": __version__},
-        "metric": metric,
-        "source": str(curve.source),
-        "run": run,
-        "caps": rows,
-        "answer": None,
-        "sweet_spot": None,
-        "near_peak": None,
-        "recommendation": None,
-        "plateaus": [],
-        "regimes": [],
-        "findings": findings,
-        # What the sweep's confirm phase re-measured, and why (run.json ``confirm``).
-        "confirm": (curve.run or {}).get("confirm"),
-        "energy": None,
-        "latency_target": None,
-    }
+    rates = server_rates(curve.requests)
     findings += status_findings(caps)
-    result["server_rates"] = server_rates(curve.requests)
-    findings += warning_findings(curve.requests) + rate_findings(result["server_rates"])
+    findings += warning_findings(curve.requests) + rate_findings(rates)
     findings += trust.input_findings(curve)  # issue 12: rows set aside, suspect caps, faults
+    status_why = claims.status_reason(curve.run, str(curve.source))
+    bare = PowerAnalysis(
+        tool=ToolInfo("powersweep", __version__),
+        metric=metric,
+        source=str(curve.source),
+        run=run,
+        caps=rows,
+        answer=None,
+        # What the sweep's confirm phase re-measured, and why (run.json ``confirm``).
+        confirm=curve.run.confirm if curve.run else None,
+        server_rates=rates,
+    )
     if not points:
         findings.append(
             finding(
@@ -145,12 +148,10 @@ def analyze(
                 "rerun the sweep; see the error column of caps.csv",
             )
         )
-        result["answer"] = claims.answer_of(
-            status_why=claims.status_reason(curve.run, str(curve.source)), usable=0
-        )
-        return PowerAnalysis.from_json(sanitize(result))
+        answer = claims.answer_of(status_why=status_why, usable=0)
+        return replace(bare, answer=answer, findings=findings)
 
-    default_w = as_float(run.get("default_limit_w"))
+    default_w = as_float(run.default_limit_w)
     n_gpus = int(points[0].cap_total_w / points[0].cap_w)
     all_caps = [float(c) for c in caps["cap_w"].to_list()]
     regions = structure.find_regions(
@@ -159,43 +160,49 @@ def analyze(
     regimes = structure.regimes(points, regions, slowdown_temp_c=slowdown)
     groups = region_groups([p.cap_w for p in points], regions)
     sweet = _sweet_spot(points, default_w)
-    scatter = _scatter(caps, metric, regimes, sweet["cap_w"])
+    scatter = _scatter(caps, metric, regimes, sweet.cap_w)
     near = _near_peak(points, groups, max_tps_loss_pct, default_w)
-    _attach_noise(sweet, near, curve, points, groups, max_tps_loss_pct, bootstrap, seed, scatter)
+    sweet, near = _with_noise(
+        sweet, near, curve, points, groups, max_tps_loss_pct, bootstrap, seed, scatter
+    )
     binds = binding.caps_bind(points, scatter)
     answer = claims.answer_of(
-        status_why=claims.status_reason(curve.run, str(curve.source)),
+        status_why=status_why,
         usable=len(points),
         binds_why=None if binds.binds else no_bind_text(binds),
         boundary_why=boundary_text(sweet, run),
     )
-    result["answer"] = answer
-    result["sweet_spot"] = sweet
-    result["near_peak"] = near
-    if answer.given:
-        result["recommendation"] = _recommend(
-            points, near["cap_w"], selector, default_w, run, n_gpus
-        )
-
-    tariff = serving.run_tariff(curve.run, tariff_per_kwh)
-    _attach_serving(result, rows, curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms)
-    result["plateaus"] = [_plateau(r) for r in regions]
-    result["regimes"] = regimes
+    rec = _recommend(points, near.cap_w, selector, default_w, run, n_gpus) if answer.given else None
     regime_of = {r.cap_w: r.regime for r in regimes}
-    for row in rows:
-        row["regime"] = regime_of.get(row["cap_w"])
-
-    _per_card_pct(result, run.get("default_limits_w"))
-    result["power_cap_binds"] = binds
-    sweet["caps_bind"] = binds.binds
-    findings += answer_findings(result, points, run, binding.tps_sigmas(points, scatter))
+    rows = [replace(row, regime=regime_of.get(row.cap_w)) for row in rows]
+    tariff = serving.run_tariff(curve.run, tariff_per_kwh)
+    rows, picks, served = _serving(
+        rows, (sweet, near, rec), curve.caps, default_w, tariff, max_ttft_ms, max_itl_ms
+    )
+    sweet_spot, near_peak, recommendation = (_per_card_pct(p, run.default_limits_w) for p in picks)
+    assert sweet_spot is not None
+    analysis = replace(
+        bare,
+        caps=rows,
+        answer=answer,
+        sweet_spot=replace(sweet_spot, caps_bind=binds.binds),
+        near_peak=near_peak,
+        recommendation=recommendation,
+        plateaus=[_plateau(r) for r in regions],
+        regimes=regimes,
+        energy=served.energy,
+        latency_target=served.latency_target,
+        power_cap_binds=binds,
+    )
+    findings += served.findings
+    findings += answer_findings(analysis, points, binding.tps_sigmas(points, scatter))
     findings += structure_findings(points, regions, run, slowdown)
     findings += regime_findings(points, regimes, slowdown)
     # issue 24: counter against sampled draw, and a card still heating while measured
-    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(r["cap_w"]))
+    findings += steadiness.findings(ok.iter_rows(named=True), lambda r: watts(as_float(r["cap_w"])))
     # what withholds the answer (or the caps that never bind) is said first
     findings.sort(key=lambda f: f.code not in FIRST_CODES)
-    return PowerAnalysis.from_json(sanitize(result))
+    return replace(analysis, findings=findings)
 
 
 def _scatter(
@@ -211,9 +218,9 @@ def _scatter(
     return noise.curve_noise(caps.filter(pl.col("cap_w").is_in(keep)), metric)
 
 
-def _attach_noise(
-    sweet: dict[str, Any],
-    near: dict[str, Any],
+def _with_noise(
+    sweet: Pick,
+    near: Pick,
     curve: Curve,
     points: Sequence[CapPoint],
     groups: Sequence[tuple[int, int]],
@@ -221,23 +228,23 @@ def _attach_noise(
     bootstrap: int,
     seed: int,
     scatter: CurveNoise,
-) -> None:
+) -> tuple[Pick, Pick]:
     """The caps tied with the sweet spot and the near-peak cap: each cap's own readings, a run
     resampled (older runs), or the curve's own scatter (a bare curve); none with
     ``bootstrap`` 0."""
     if bootstrap <= 0:
-        sweet.update(
-            {
-                "tied_caps": None,
-                "interval_w": None,
-                "noise_source": None,
-                "bootstrap": None,
-                "estimate": None,
-                "tps_per_w_u95_pct": None,
-            }
+        return (
+            replace(
+                sweet,
+                tied_caps=None,
+                interval_w=None,
+                noise_source=None,
+                bootstrap=None,
+                estimate=None,
+                tps_per_w_u95_pct=None,
+            ),
+            replace(near, tied_caps=None, interval_w=None, noise_source=None),
         )
-        near.update({"tied_caps": None, "interval_w": None, "noise_source": None})
-        return
     keyed = [((p.cap_w,), p.tps / p.power_w) for p in points]
     own = {
         float(k[0]): r
@@ -245,61 +252,90 @@ def _attach_noise(
         if k[0] is not None
     }
     draws = None if len(own) >= 2 else noise.resample(curve, points, bootstrap, seed)
-    sweet.update(noise.sweet_spot_noise(points, sweet["cap_w"], draws, own, scatter))
-    near.update(
-        noise.near_peak_noise(points, groups, near["cap_w"], max_tps_loss_pct, draws, own, scatter)
+    best = noise.sweet_spot_noise(points, sweet.cap_w, draws, own, scatter)
+    close = noise.near_peak_noise(points, groups, near.cap_w, max_tps_loss_pct, draws, own, scatter)
+    return (
+        replace(
+            sweet,
+            tied_caps=best.tied_caps,
+            interval_w=best.interval_w,
+            noise_source=best.noise_source,
+            bootstrap=best.bootstrap,
+            estimate=best.estimate,
+            tps_per_w_u95_pct=best.tps_per_w_u95_pct,
+        ),
+        replace(
+            near,
+            tied_caps=close.tied_caps,
+            interval_w=close.interval_w,
+            noise_source=close.noise_source,
+        ),
     )
 
 
-def _attach_serving(
-    result: dict[str, Any],
-    rows: Sequence[dict[str, Any]],
+Picks = tuple[Pick, Pick, Pick | None]
+
+
+def _serving(
+    rows: Sequence[CapRow],
+    picks: Picks,
     caps: pl.DataFrame,
     default_w: float,
     tariff: float | None,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-) -> None:
-    """Energy per token at the recommended caps, cost against the default, the latency pick."""
-    usable = [r for r in rows if r.get("status") == "ok" and r.get("tps_per_w") is not None]
-    by_cap = {r["cap_w"]: r for r in usable}
-    for key in ("sweet_spot", "near_peak", "recommendation"):
-        pick = result.get(key)
-        if pick:
-            row = by_cap.get(pick["cap_w"], {})
-            pick.update(j_per_token=row.get("j_per_token"), kwh_per_mtok=row.get("kwh_per_mtok"))
-    if result.get("recommendation") is None:
-        return  # no answer: nothing is chosen, so nothing is saved
+) -> tuple[list[CapRow], Picks, serving.Served[CapLatencyTarget]]:
+    """Energy per token at the recommended caps, cost against the default, the latency pick:
+    the rows priced, the picks with their energy per token, and the answers."""
+    usable = [r for r in rows if r.figures.status == "ok" and r.figures.tps_per_w is not None]
+    by_cap = {r.cap_w: r.figures for r in usable}
+
+    def per_token(pick: Pick | None) -> Pick | None:
+        if pick is None:
+            return None
+        figures = by_cap.get(pick.cap_w)
+        return replace(
+            pick,
+            j_per_token=figures.j_per_token if figures else None,
+            kwh_per_mtok=figures.kwh_per_mtok if figures else None,
+        )
+
+    sweet, near, rec = (per_token(p) for p in picks)
+    assert sweet is not None and near is not None
+    if rec is None:  # no answer: nothing is chosen, so nothing is saved
+        return list(rows), (sweet, near, None), serving.Served[CapLatencyTarget](None, None, [])
+    rows = serving.priced(rows, tariff)
+    usable = [r for r in rows if r.figures.status == "ok" and r.figures.tps_per_w is not None]
+    by_row = {r.cap_w: r for r in usable}
     # as the TPS/W gain against the default is: only where the default was measured
-    reference = by_cap.get(default_w) if math.isfinite(default_w) else None
-    serving.attach(
-        result,
+    reference = by_row.get(default_w) if math.isfinite(default_w) else None
+    served = serving.served(
         usable,
-        by_cap.get(result["recommendation"]["cap_w"]),
+        by_row.get(rec.cap_w),
         reference,
         tariff=tariff,
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
         name=_serving_name,
         reading=_own_reading(caps, usable),
+        target=CapLatencyTarget,
     )
+    return rows, (sweet, near, rec), served
 
 
-def _own_reading(
-    caps: pl.DataFrame, usable: Sequence[Mapping[str, Any]]
-) -> Callable[[Mapping[str, Any]], Reading]:
+def _own_reading(caps: pl.DataFrame, usable: Sequence[CapRow]) -> Callable[[CapRow], Reading]:
     """Each usable cap's own reading, its repeats pooled (a row's own columns otherwise)."""
-    keyed = [((r["cap_w"],), r["tps_per_w"]) for r in usable]
+    keyed = [((r.cap_w,), as_float(r.figures.tps_per_w)) for r in usable]
     own = noise.own_readings(caps, noise.CAP_KEYS, keyed)
-    return lambda r: own.get((r.get("cap_w"),)) or Reading.of(r)
+    return lambda r: own.get((r.cap_w,)) or Reading.of(r.to_json())
 
 
-def _serving_name(row: Mapping[str, Any]) -> str:
+def _serving_name(row: CapRow) -> str:
     """A cap as the energy and latency answers name it."""
-    return watts(row["cap_w"])
+    return watts(row.cap_w)
 
 
-def run_facts(curve: Curve, default_limit_w: float | None = None) -> dict[str, Any]:
+def run_facts(curve: Curve, default_limit_w: float | None = None) -> RunFacts:
     """Header facts from run.json (None where unknown), as analysis.json's ``run``.
 
     A rig of different cards is named after each (``gpu_label``: ``A + B``); its envelope is the
@@ -307,59 +343,56 @@ def run_facts(curve: Curve, default_limit_w: float | None = None) -> dict[str, A
     mean of the cards' defaults (a cap's % of it is the combined cap over the combined default),
     each card's own default in ``default_limits_w``.
     """
-    run = curve.run or {}
-    gpus: list[Any] = run["gpus"] if isinstance(run.get("gpus"), list) else []
-    cards: list[dict[str, Any]] = [g for g in gpus if isinstance(g, dict)]
-    first: dict[str, Any] = cards[0] if cards else {}
-    server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
-    tool: dict[str, Any] = run["tool"] if isinstance(run.get("tool"), dict) else {}
+    run = curve.run or RunRecord()
+    cards = run.gpus or []
+    first = cards[0] if cards else RunGpu()
     n_caps = curve.caps["n_gpus"].drop_nulls()
-    n_gpus = len(gpus) if gpus else (int(n_caps.max()) if n_caps.len() else 1)  # type: ignore[arg-type]
-    names = [str(g["name"]) for g in cards if g.get("name")]
+    n_gpus = len(cards) if cards else (int(n_caps.max()) if n_caps.len() else 1)  # type: ignore[arg-type]
+    names = [str(g.name) for g in cards if g.name]
     distinct = list(dict.fromkeys(names))
-    defaults = _numbers(cards, "default_limit_w")
-    default: Any = (
+    defaults = _numbers([g.default_limit_w for g in cards])
+    default: RawNum = (
         (defaults[0] if len(set(defaults)) == 1 else math.fsum(defaults) / len(defaults))
         if defaults
-        else first.get("default_limit_w")
+        else first.default_limit_w
     )
     if default is None and default_limit_w is not None:
         default = default_limit_w
-    mins, maxes = _numbers(cards, "min_limit_w"), _numbers(cards, "max_limit_w")
-    return {
-        "gpu_name": " + ".join(distinct) if len(distinct) > 1 else first.get("name"),
-        "gpu_label": _gpu_label(names, n_gpus),
-        "gpu_names": names or None,
-        "n_gpus": n_gpus,
-        "cooling": run.get("cooling"),
-        "load_mode": run.get("load_mode"),
-        "model": server.get("model"),
-        "engine": server.get("engine"),
-        "date": run.get("started_at"),
-        "tool_version": tool.get("version"),
-        "default_limit_w": default,
-        "default_limits_w": defaults if len(set(defaults)) > 1 else None,
-        "min_limit_w": max(mins) if mins else first.get("min_limit_w"),
-        "max_limit_w": min(maxes) if maxes else first.get("max_limit_w"),
-        "slowdown_temp_c": first.get("slowdown_temp_c"),
-        "status": run.get("status"),
-        "simulated": bool(run.get("simulation")),
-        "gpu_selection": _selection(run.get("gpu_selection")),
-    }
+    mins = _numbers([g.min_limit_w for g in cards])
+    maxes = _numbers([g.max_limit_w for g in cards])
+    return RunFacts(
+        gpu_name=" + ".join(distinct) if len(distinct) > 1 else first.name,
+        gpu_label=_gpu_label(names, n_gpus),
+        gpu_names=names or None,
+        n_gpus=n_gpus,
+        cooling=run.cooling,
+        load_mode=run.load_mode,
+        model=run.server.model if run.server else None,
+        engine=run.server.engine if run.server else None,
+        date=run.started_at,
+        tool_version=run.tool.version if run.tool else None,
+        default_limit_w=default,
+        default_limits_w=defaults if len(set(defaults)) > 1 else None,
+        min_limit_w=max(mins) if mins else first.min_limit_w,
+        max_limit_w=min(maxes) if maxes else first.max_limit_w,
+        slowdown_temp_c=first.slowdown_temp_c,
+        status=run.status,
+        simulated=run.simulation is not None,
+        gpu_selection=_selection(run.gpu_selection),
+    )
 
 
-def _selection(raw: Any) -> str | None:
+def _selection(selection: GpuSelection | None) -> str | None:
     """Which GPUs were swept and why, in one line (``run.json``'s ``gpu_selection``)."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("picked"), list):
+    if selection is None or selection.picked is None:
         return None
-    picked = ", ".join(str(i) for i in raw["picked"])
-    return f"{picked} ({raw['reason']})" if raw.get("reason") else picked
+    picked = ", ".join(str(i) for i in selection.picked)
+    return f"{picked} ({selection.reason})" if selection.reason else picked
 
 
-def _numbers(cards: Sequence[dict[str, Any]], key: str) -> list[float]:
-    """Every card's number under ``key``; empty unless each card has one."""
-    values = [c.get(key) for c in cards]
-    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+def _numbers(values: Sequence[RawNum]) -> list[float]:
+    """Every card's number; empty unless each card has one."""
+    numbers = [float(v) for v in values if v is not None]
     return numbers if values and len(numbers) == len(values) else []
 
 
@@ -383,29 +416,11 @@ def _gpu_label(names: Sequence[str], n_gpus: int) -> str | None:
     return " + ".join(parts) + tail
 
 
-def _per_card_pct(result: dict[str, Any], defaults: Sequence[float] | None) -> None:
-    """Add each card's own % of default to the recommendations of a rig of different cards."""
-    if not defaults:
-        return
-    for key in ("sweet_spot", "near_peak", "recommendation"):
-        rec = result.get(key)
-        if isinstance(rec, dict) and isinstance(rec.get("cap_w"), int | float):
-            rec["pct_of_default_by_gpu"] = [rec["cap_w"] / d * 100.0 for d in defaults if d > 0]
-
-
-def sanitize(value: Any) -> Any:
-    """Make a value JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(value, Finding | JsonRecord):
-        return sanitize(value.to_json())
-    if isinstance(value, dict):
-        return {str(k): sanitize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [sanitize(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def _per_card_pct(pick: Pick | None, defaults: Sequence[float] | None) -> Pick | None:
+    """A pick with each card's own % of default, on a rig of different cards."""
+    if not defaults or pick is None:
+        return pick
+    return replace(pick, pct_of_default_by_gpu=[pick.cap_w / d * 100.0 for d in defaults if d > 0])
 
 
 def _pct_of_default(cap_w: float, default_w: float) -> float:
@@ -420,59 +435,45 @@ def _tpw_at(points: Sequence[CapPoint], cap_w: float) -> float:
     return NAN
 
 
-def _versus_default(
-    points: Sequence[CapPoint], cap_w: float, tpw: float, default_w: float
-) -> dict[str, Any]:
+def _pick(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> Pick:
+    """A measured cap as a headline pick: its figures, and against the default limit."""
+    tpw = p.tps / p.power_w
     at_default = _tpw_at(points, default_w) if math.isfinite(default_w) else NAN
     gain = (tpw / at_default - 1.0) * 100.0 if math.isfinite(at_default) and at_default > 0 else NAN
-    return {
-        "pct_of_default": _pct_of_default(cap_w, default_w),
-        "tps_per_w_at_default": at_default,
-        "tps_per_w_gain_vs_default_pct": gain,
-    }
+    return Pick(
+        cap_w=p.cap_w,
+        tps_per_w=as_float(tpw, None),
+        tps=as_float(p.tps, None),
+        power_w=as_float(p.power_w, None),
+        pct_of_default=as_float(_pct_of_default(p.cap_w, default_w), None),
+        tps_per_w_at_default=as_float(at_default, None),
+        tps_per_w_gain_vs_default_pct=as_float(gain, None),
+    )
 
 
-def _point_dict(points: Sequence[CapPoint], p: CapPoint, default_w: float) -> dict[str, Any]:
-    tpw = p.tps / p.power_w
-    return {
-        "cap_w": p.cap_w,
-        "tps_per_w": tpw,
-        "tps": p.tps,
-        "power_w": p.power_w,
-        **_versus_default(points, p.cap_w, tpw, default_w),
-    }
-
-
-def _planned_step_w(run: dict[str, Any] | None) -> float | None:
+def _planned_step_w(run: RunRecord | None) -> float | None:
     """The step of the planned grid (run.json ``caps_planned``), None when unknown.
 
     An adaptive sweep measures a subset of its grid; the step of the measured caps would be two
     to four grid steps and scale the structure tolerances wrongly.
     """
-    planned = (run or {}).get("caps_planned")
-    if not isinstance(planned, list):
+    planned = run.caps_planned if run else None
+    if planned is None:
         return None
-    caps: list[float] = []
-    for c in planned:
-        try:
-            caps.append(float(c))
-        except (TypeError, ValueError):
-            continue
+    caps = [c for c in (as_float(p, None) for p in planned) if c is not None]
     step = cap_points.typical_step_w([c for c in caps if math.isfinite(c)])
     return step if math.isfinite(step) and step > 0 else None
 
 
-def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> dict[str, Any]:
+def _sweet_spot(points: Sequence[CapPoint], default_w: float) -> Pick:
     best = pick_sweet_spot(points)
-    out = _point_dict(points, best, default_w)
     at_boundary = None
     if len(points) > 1:
         if best.cap_w == points[0].cap_w:
             at_boundary = "low"
         elif best.cap_w == points[-1].cap_w:
             at_boundary = "high"
-    out["at_boundary"] = at_boundary
-    return out
+    return replace(_pick(points, best, default_w), at_boundary=at_boundary)
 
 
 def _near_peak(
@@ -480,15 +481,16 @@ def _near_peak(
     groups: Sequence[tuple[int, int]],
     max_loss_pct: float,
     default_w: float,
-) -> dict[str, Any]:
+) -> Pick:
     tps = [p.tps for p in points]
     k = near_peak_index(tps, groups, max_loss_pct)
     judged = judged_tps(tps, groups)
     best = max(judged)
-    out = _point_dict(points, points[k], default_w)
-    out["tps_loss_pct"] = (best - judged[k]) / best * 100.0 if best > 0 else 0.0
-    out["max_tps_loss_pct"] = max_loss_pct
-    return out
+    return replace(
+        _pick(points, points[k], default_w),
+        tps_loss_pct=(best - judged[k]) / best * 100.0 if best > 0 else 0.0,
+        max_tps_loss_pct=max_loss_pct,
+    )
 
 
 def _recommend(
@@ -496,16 +498,21 @@ def _recommend(
     near_cap_w: float,
     objective: Objective,
     default_w: float,
-    run: dict[str, Any],
+    run: RunFacts,
     n_gpus: int,
-) -> dict[str, Any]:
-    context = SelectionContext(near_cap_w, as_float(run.get("max_limit_w")), n_gpus)
+) -> Pick:
+    context = SelectionContext(near_cap_w, as_float(run.max_limit_w), n_gpus)
     pick = objective.select(points, context)
-    return {
-        "objective": objective.name,
-        **_point_dict(points, pick.point, default_w),
-        **pick.extra,
-    }
+    out = replace(_pick(points, pick.point, default_w), objective=objective.name)
+    weighed = pick.weighed
+    if weighed is None:
+        return out
+    return replace(
+        out,
+        eta=weighed.eta,
+        cost=as_float(weighed.cost, None),
+        max_power_w=as_float(weighed.max_power_w, None),
+    )
 
 
 def _plateau(r: Region) -> Plateau:

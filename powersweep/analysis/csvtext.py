@@ -8,12 +8,12 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.textfile import read_text
 from powersweep.errors import UsageError
 from powersweep.runformat import FORMULA_STARTS
@@ -21,7 +21,7 @@ from powersweep.runformat import FORMULA_STARTS
 # Cells that mean "not measured" besides an empty one (tolerated in hand-made files).
 MISSING_TOKENS = frozenset({"", "nan", "none", "null", "na", "n/a", "?", "-", "—"})
 # run.json key: data rows of each CSV written whole when run.json was last written.
-ROWS_WRITTEN = "rows_written"
+
 _DELIMITERS = (",", "\t", ";")
 # A cell that starts like a spreadsheet formula (runformat.FORMULA_STARTS, as a regex).
 _FORMULA_START = "^[" + "".join("\\" + c if c in "-^]\\" else c for c in FORMULA_STARTS) + "]"
@@ -33,7 +33,7 @@ def read_text_csv(
     path: Path,
     notes: list[str] | None = None,
     *,
-    run: Mapping[str, Any] | None = None,
+    run: RunRecord | None = None,
     known: Collection[str] | None = None,
 ) -> pl.DataFrame:
     """Read a CSV with every column as text, mapping every failure to one UsageError line.
@@ -81,7 +81,7 @@ def read_text_csv(
     return df
 
 
-def cut_by_crash(name: str, text: str, run: Mapping[str, Any] | None) -> bool:
+def cut_by_crash(name: str, text: str, run: RunRecord | None) -> bool:
     """Whether a last line without its line end was cut by a crash, as the run records it.
 
     The sweep writes whole rows, each with its line end, and counts them in ``run.json``
@@ -91,20 +91,17 @@ def cut_by_crash(name: str, text: str, run: Mapping[str, Any] | None) -> bool:
     count). A run that ended wrote every row whole, and a file with no run.json is someone's
     own: there the last line counts.
     """
-    if not isinstance(run, Mapping):
+    if run is None:
         return False
     lines = text.count("\n")  # the header and the complete data rows before the last line
-    counted = run.get(ROWS_WRITTEN)
-    written = counted.get(name) if isinstance(counted, Mapping) else None
-    if isinstance(written, bool) or not isinstance(written, int):
-        written = None
-    if run.get("status") in _ENDED_CLEANLY:
+    written = (run.rows_written or {}).get(name)
+    if run.status in _ENDED_CLEANLY:
         return False  # it wrote every row whole and ended: a later line is someone's edit
     if written is not None and lines > written:
         return True
     if name == "caps.csv":
         # run.json is written after each cap's row: a row whose cap it does not list was cut.
-        return _last_cap(text) not in _numbers(run.get("caps_done"))
+        return _last_cap(text) not in _numbers(run.caps_done)
     return written is None
 
 
@@ -122,11 +119,9 @@ def _last_cap(text: str) -> float | None:
         return None
 
 
-def _numbers(values: Any) -> set[float]:
-    if not isinstance(values, list):
-        return set()
-    out = set()
-    for v in values:
+def _numbers(values: Sequence[object] | None) -> set[float]:
+    out: set[float] = set()
+    for v in values or []:
         if isinstance(v, int | float) and not isinstance(v, bool):
             out.add(float(v))
     return out

@@ -14,6 +14,7 @@ from typing import Any
 
 from powersweep.analysis.csvtext import read_text_csv
 from powersweep.errors import UsageError
+from powersweep.runformat import CsvRow
 
 # Point columns shown per row, where the run has them.
 _POINT_COLUMNS = ("cap_w", "sm_lock_mhz", "mem_lock_mhz", "status", "reason")
@@ -49,6 +50,8 @@ def failed_run_summary(run_dir: Path, why: str) -> str:
 
 
 def _run_json(path: Path) -> Mapping[str, Any]:
+    """The run.json of a run that failed, read as whatever JSON object it holds (a run that died
+    early may have written any part of it: this account must not fail on its shape)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -56,7 +59,7 @@ def _run_json(path: Path) -> Mapping[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _table(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _table(path: Path, notes: list[str]) -> Sequence[CsvRow]:
     if not path.is_file():
         return []
     try:
@@ -66,7 +69,7 @@ def _table(path: Path, notes: list[str]) -> list[dict[str, Any]]:
         return []
 
 
-def _restored(restored: Any) -> list[str]:
+def _restored(restored: object) -> list[str]:
     if not isinstance(restored, list) or not restored:
         return []
     out = ["### Cards", ""]
@@ -80,7 +83,7 @@ def _restored(restored: Any) -> list[str]:
     return [*out, ""]
 
 
-def _points(caps: Sequence[Mapping[str, Any]]) -> list[str]:
+def _points(caps: Sequence[CsvRow]) -> list[str]:
     if not caps:
         return ["No point was written to caps.csv.", ""]
     columns = [c for c in _POINT_COLUMNS if any(row.get(c) not in (None, "") for row in caps)]
@@ -91,7 +94,7 @@ def _points(caps: Sequence[Mapping[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
-def _faults(faults: Any) -> list[str]:
+def _faults(faults: object) -> list[str]:
     if not isinstance(faults, list) or not faults:
         return []
     out = ["### Faults", ""]
@@ -104,7 +107,7 @@ def _faults(faults: Any) -> list[str]:
     return [*out, ""]
 
 
-def _failed_requests(requests: Sequence[Mapping[str, Any]]) -> list[str]:
+def _failed_requests(requests: Sequence[CsvRow]) -> list[str]:
     failed = [r for r in requests if str(r.get("ok", "")).lower() in ("false", "0")]
     cut = [r for r in requests if "cut_by_reset" in str(r.get("warnings") or "")]
     if not failed and not cut:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from msgspec import UNSET
 
 from powersweep import __version__
 from powersweep.analysis import serving
-from powersweep.analysis.core import sanitize
 from powersweep.analysis.fleet_axis import AXES, POWER, FleetAxis
 from powersweep.analysis.fleet_cards import (
     SAME,
@@ -31,8 +30,31 @@ from powersweep.analysis.fleet_cards import (
 from powersweep.analysis.fleet_grid import Grid, fleet_setting, group_grid, within_noise
 from powersweep.analysis.fleet_load import load_curves
 from powersweep.analysis.fleet_outliers import THROTTLE_PCT, find_outliers
-from powersweep.analysis.fleet_result_types import FleetGroup, FleetReport
+from powersweep.analysis.fleet_result_types import (
+    AxisInfo,
+    Band,
+    Cause,
+    Dist,
+    Envelope,
+    FleetAnswer,
+    FleetCard,
+    FleetGroup,
+    FleetReport,
+    GpuRef,
+    GpuShare,
+    Incomplete,
+    Outlier,
+    OutlierCurve,
+    ReportOptions,
+    Savings,
+    Setting,
+    Totals,
+    Unreadable,
+    VersusPower,
+    WithinNoise,
+)
 from powersweep.analysis.load import Curve
+from powersweep.analysis.result_types import Num, ToolInfo, known
 from powersweep.analysis.undervolt import is_undervolt_curve
 from powersweep.errors import UsageError
 from powersweep.runformat import as_float
@@ -104,7 +126,7 @@ def summarise(
     """The fleet report of loaded curves (see :func:`fleet_report`)."""
     root = common_root([c.source for c in curves])
     cards: list[CardCurve] = []
-    unusable: list[dict[str, Any]] = [unreadable(p, e) for p, e in failed]
+    unusable: list[Unreadable] = [unreadable(p, e) for p, e in failed]
     for curve in curves:
         if is_undervolt_curve(curve):
             # one offset search per card set, with its own answer: not a curve to pool
@@ -122,55 +144,57 @@ def summarise(
         groups.setdefault(card.key, []).append(card)
     # power first, then the clock axes of the same cards beside it
     order = sorted(groups, key=lambda k: (k[:4], k[4] != POWER, k[4]))
-    out_groups = [_group(groups[k], opts) for k in order]
-    _beside_power(out_groups)
+    out_groups = _beside_power([_group(groups[k], opts) for k in order])
     counted = _counted_once(out_groups)
     incomplete = [
-        {"label": c.label, "run_dir": c.run_dir, "status": c.status, "error": c.error}
+        Incomplete(label=c.label, run_dir=c.run_dir, status=c.status, error=c.error)
         for c in cards
         if c.status not in ("complete", "unknown")
     ]
-    doc = sanitize(
-        {
-            "schema_version": 1,
-            "tool": {"name": "powersweep", "version": __version__},
-            "n_runs": len(cards) + len(unusable),
-            "n_cards": len(cards),
-            "options": {
-                "tariff_per_kwh": opts.tariff_per_kwh,
-                "duty": opts.duty,
-                "max_tps_loss_pct": opts.max_tps_loss_pct,
-            },
-            "unreadable": unusable,
-            "incomplete": incomplete,
-            "groups": out_groups,
-            # cards swept on several axes count once (see _counted_once)
-            "totals": {
-                "kw_saved": float(
-                    sum(as_float(g["savings"].get("kw_saved"), 0.0) for g in counted)
-                ),
-                "mwh_per_year_saved": float(
-                    sum(as_float(g["savings"].get("mwh_per_year_saved"), 0.0) for g in counted)
-                ),
-            },
-        }
+    return FleetReport(
+        tool=ToolInfo("powersweep", __version__),
+        n_runs=len(cards) + len(unusable),
+        n_cards=len(cards),
+        options=ReportOptions(
+            tariff_per_kwh=opts.tariff_per_kwh,
+            duty=opts.duty,
+            max_tps_loss_pct=opts.max_tps_loss_pct,
+        ),
+        unreadable=unusable,
+        incomplete=incomplete,
+        groups=out_groups,
+        # cards swept on several axes count once (see _counted_once)
+        totals=Totals(
+            kw_saved=float(sum(as_float(_saved(g).kw_saved, 0.0) for g in counted)),
+            mwh_per_year_saved=float(
+                sum(as_float(_saved(g).mwh_per_year_saved, 0.0) for g in counted)
+            ),
+        ),
     )
-    return FleetReport.from_json(doc)
 
 
-def _dist(values: Sequence[float]) -> dict[str, Any]:
+def _saved(group: FleetGroup) -> Savings:
+    return group.savings or Savings()
+
+
+def _dist(values: Sequence[float]) -> Dist:
     v = np.array([x for x in values if math.isfinite(x)], dtype=float)
     if not len(v):
-        return {"n": 0, "median": None, "q1": None, "q3": None, "min": None, "max": None}
+        return Dist(n=0, median=None, q1=None, q3=None, min=None, max=None)
     q1, med, q3 = np.percentile(v, [25, 50, 75])
-    return {
-        "n": len(v),
-        "median": float(med),
-        "q1": float(q1),
-        "q3": float(q3),
-        "min": float(v.min()),
-        "max": float(v.max()),
-    }
+    return Dist(
+        n=len(v),
+        median=float(med),
+        q1=float(q1),
+        q3=float(q3),
+        min=float(v.min()),
+        max=float(v.max()),
+    )
+
+
+def _nums(values: Iterable[float]) -> list[Num]:
+    """Numbers as fleet.json writes them (null where not finite)."""
+    return [as_float(v, None) for v in values]
 
 
 def _matrix(cards: Sequence[CardCurve], grid: Grid) -> tuple[np.ndarray, ...]:
@@ -196,26 +220,29 @@ def _matrix(cards: Sequence[CardCurve], grid: Grid) -> tuple[np.ndarray, ...]:
     return tps, power, temp, thr
 
 
-def _band(values: np.ndarray, grid: Grid, axis: FleetAxis, tier: float) -> dict[str, Any]:
+def _band(values: np.ndarray, grid: Grid, axis: FleetAxis, tier: float) -> Band:
     """Median, IQR and min-max over cards at each setting of one tier (settings no card
     measured are left out)."""
     keep = grid.in_tier(tier) & (np.isfinite(values).sum(axis=0) >= 1)
     v = values[:, keep]
     with np.errstate(all="ignore"):
         q = np.nanpercentile(v, [0, 25, 50, 75, 100], axis=0) if v.size else np.empty((5, 0))
-    return {
-        axis.setting_key: grid.x[keep].tolist(),
-        "tier": tier,
-        "min": q[0].tolist(),
-        "q1": q[1].tolist(),
-        "median": q[2].tolist(),
-        "q3": q[3].tolist(),
-        "max": q[4].tolist(),
-        "n": np.isfinite(v).sum(axis=0).tolist(),
-    }
+    xs = _nums(grid.x[keep].tolist())
+    return Band(
+        cap_w=xs if axis.setting_key == "cap_w" else UNSET,
+        sm_lock_mhz=xs if axis.setting_key == "sm_lock_mhz" else UNSET,
+        mem_lock_mhz=xs if axis.setting_key == "mem_lock_mhz" else UNSET,
+        tier=as_float(tier, None),
+        min=_nums(q[0].tolist()),
+        q1=_nums(q[1].tolist()),
+        median=_nums(q[2].tolist()),
+        q3=_nums(q[3].tolist()),
+        max=_nums(q[4].tolist()),
+        n=[int(n) for n in np.isfinite(v).sum(axis=0).tolist()],
+    )
 
 
-def _group(cards: list[CardCurve], opts: FleetOptions) -> dict[str, Any]:
+def _group(cards: list[CardCurve], opts: FleetOptions) -> FleetGroup:
     gpu_name, n_gpus, load_mode, model, axis_name = cards[0].key
     axis = AXES[axis_name]
     grid = group_grid(cards)
@@ -240,52 +267,80 @@ def _group(cards: list[CardCurve], opts: FleetOptions) -> dict[str, Any]:
     steps = np.diff(grid.x[grid.in_tier(fleet[1])])
     per_card = [_versus_own(c, fleet) for c in cards]
     band_cards = tpw[inlier] if inlier.any() else tpw
-    head = {
-        "gpu_name": gpu_name,
-        "n_gpus": n_gpus,
-        "load_mode": load_mode,
-        "model": model,
-        "axis": axis.to_dict(),
-        "metric": cards[0].metric,
-        "n_cards": len(cards),
-        "envelope_w": {"min": envelope[0], "default": envelope[1], "max": envelope[2]},
-        axis.key("step"): float(np.median(steps)) if len(steps) else NAN,
-        axis.key("sweet_spot"): _dist([c.best[0] for c in cards]),
-        axis.key("near_peak"): _dist([c.near_peak[0] for c in cards]),
-    }
-    if axis.tier_key:
-        head["sweet_spot_tier_mhz"] = _dist([c.best[1] for c in cards])
+    watts = axis.suffix == "w"
+    step = as_float(float(np.median(steps)) if len(steps) else NAN, None)
+    sweet, near = _dist([c.best[0] for c in cards]), _dist([c.near_peak[0] for c in cards])
     noise = within_noise(grid, tps[inlier], power[inlier], pick)
-    return {
-        **head,
-        axis.answer_key: _answer(cards, inlier, axis, fleet, envelope, per_card, noise),
-        "savings": {**_savings(cards, fleet, opts), "reference": axis.reference},
-        "band": _band(band_cards, grid, axis, fleet[1]),
-        "outliers": [_outlier(c, outliers[c.label], axis) for c in cards if c.label in outliers],
-        "cards": [
-            {
-                "label": c.label,
-                "run_dir": c.run_dir,
-                "status": c.status,
-                "host": c.host,
-                "gpus": [{"uuid": u, "name": n} for u, n in c.gpus],
-                axis.key("sweet_spot"): c.best[0],
-                axis.key("near_peak"): c.near_peak[0],
-                "own_best": _setting(axis, c.best),
-                "outlier": c.label in outliers,
-                **p,
-            }
-            for c, p in zip(cards, per_card, strict=True)
+    answer = _answer(cards, inlier, axis, fleet, envelope, per_card, noise)
+    return FleetGroup(
+        gpu_name=gpu_name,
+        n_gpus=n_gpus,
+        load_mode=load_mode,
+        model=model,
+        axis=AxisInfo.of(axis),
+        metric=cards[0].metric,
+        n_cards=len(cards),
+        envelope_w=Envelope(*(as_float(v, None) for v in envelope)),
+        step_w=step if watts else UNSET,
+        step_mhz=UNSET if watts else step,
+        sweet_spot_w=sweet if watts else UNSET,
+        sweet_spot_mhz=UNSET if watts else sweet,
+        near_peak_w=near if watts else UNSET,
+        near_peak_mhz=UNSET if watts else near,
+        sweet_spot_tier_mhz=_dist([c.best[1] for c in cards]) if axis.tier_key else UNSET,
+        fleet_cap=answer if axis.answer_key == "fleet_cap" else UNSET,
+        fleet_lock=answer if axis.answer_key == "fleet_lock" else UNSET,
+        savings=_savings(cards, fleet, opts, axis.reference),
+        band=_band(band_cards, grid, axis, fleet[1]),
+        outliers=[_outlier(c, outliers[c.label], axis) for c in cards if c.label in outliers],
+        cards=[
+            _card(c, axis, c.label in outliers, p) for c, p in zip(cards, per_card, strict=True)
         ],
-    }
+    )
 
 
-def _setting(axis: FleetAxis, setting: tuple[float, float]) -> dict[str, Any]:
+def _card(card: CardCurve, axis: FleetAxis, outlier: bool, versus: VersusOwn) -> FleetCard:
+    """One card of a group: its own best and near-peak, and what the group's answer does to
+    it (``*_at_fleet_cap`` or ``*_at_fleet_lock``)."""
+    watts, cap = axis.suffix == "w", axis.answer_key == "fleet_cap"
+    best, near = as_float(card.best[0], None), as_float(card.near_peak[0], None)
+    return FleetCard(
+        label=card.label,
+        run_dir=card.run_dir,
+        status=card.status,
+        host=card.host,
+        gpus=_gpus(card),
+        sweet_spot_w=best if watts else UNSET,
+        sweet_spot_mhz=UNSET if watts else best,
+        near_peak_w=near if watts else UNSET,
+        near_peak_mhz=UNSET if watts else near,
+        own_best=_setting(axis, card.best),
+        outlier=outlier,
+        cap_at_fleet_cap_w=versus.runs_at if cap and watts else UNSET,
+        lock_at_fleet_lock_mhz=versus.runs_at if not cap and not watts else UNSET,
+        tps_at_fleet_cap=versus.tps if cap else UNSET,
+        tps_at_fleet_lock=UNSET if cap else versus.tps,
+        tps_per_w_at_fleet_cap=versus.tps_per_w if cap else UNSET,
+        tps_per_w_at_fleet_lock=UNSET if cap else versus.tps_per_w,
+        tps_per_w_vs_own_best_pct=versus.tps_per_w_vs_own_best_pct,
+        tps_vs_own_best_pct=versus.tps_vs_own_best_pct,
+    )
+
+
+def _gpus(card: CardCurve) -> list[GpuRef]:
+    return [GpuRef(uuid=u, name=n) for u, n in card.gpus]
+
+
+def _setting(axis: FleetAxis, setting: tuple[float, float]) -> Setting:
     """``{"cap_w": 280}`` or ``{"sm_lock_mhz": 1425}`` (a grid: with ``mem_lock_mhz``)."""
-    out: dict[str, Any] = {axis.setting_key: setting[0]}
+    values: dict[str, Num] = {axis.setting_key: as_float(setting[0], None)}
     if axis.tier_key:
-        out[axis.tier_key] = setting[1]
-    return out
+        values[axis.tier_key] = as_float(setting[1], None)
+    return Setting(
+        cap_w=values.get("cap_w", UNSET),
+        sm_lock_mhz=values.get("sm_lock_mhz", UNSET),
+        mem_lock_mhz=values.get("mem_lock_mhz", UNSET),
+    )
 
 
 def _answer(
@@ -294,63 +349,83 @@ def _answer(
     axis: FleetAxis,
     fleet: tuple[float, float],
     envelope: tuple[float, float, float],
-    per_card: Sequence[Mapping[str, Any]],
-    noise: Mapping[str, Any],
-) -> dict[str, Any]:
+    per_card: Sequence[VersusOwn],
+    noise: WithinNoise,
+) -> FleetAnswer:
     """The group's fleet cap (or lock): the setting, its noise, what it costs or gains."""
     default_w = envelope[1]
     by_gpu = Counter(c.defaults_w for c in cards).most_common(1)[0][0]
-    out: dict[str, Any] = {
-        **_setting(axis, fleet),
-        "within_noise": noise,
-        "fleet_tps_per_w": _pooled(cards, inlier, lambda c: fleet),
-        "tps_per_card": _pooled(cards, inlier, lambda c: fleet, per_card=True),
-        "fleet_tps_per_w_at_reference": _pooled(cards, inlier, lambda c: c.reference),
-        "tps_per_w_vs_own_best_pct": _dist([p["tps_per_w_vs_own_best_pct"] for p in per_card]),
-        "tps_vs_own_best_pct": _dist([p["tps_vs_own_best_pct"] for p in per_card]),
-        "excluded_outliers": int((~inlier).sum()),
-    }
+    setting = _setting(axis, fleet)
+    out = FleetAnswer(
+        cap_w=setting.cap_w,
+        sm_lock_mhz=setting.sm_lock_mhz,
+        mem_lock_mhz=setting.mem_lock_mhz,
+        within_noise=noise,
+        fleet_tps_per_w=as_float(_pooled(cards, inlier, lambda c: fleet), None),
+        tps_per_card=as_float(_pooled(cards, inlier, lambda c: fleet, per_card=True), None),
+        fleet_tps_per_w_at_reference=as_float(_pooled(cards, inlier, lambda c: c.reference), None),
+        tps_per_w_vs_own_best_pct=_dist([as_float(p.tps_per_w_vs_own_best_pct) for p in per_card]),
+        tps_vs_own_best_pct=_dist([as_float(p.tps_vs_own_best_pct) for p in per_card]),
+        excluded_outliers=int((~inlier).sum()),
+    )
     if axis.is_clock:
         held = Counter(c.held_cap_w for c in cards).most_common(1)[0][0]
-        return {**out, "held_cap_w": held}
+        return replace(out, held_cap_w=as_float(held, None))
     cap_w = fleet[0]
-    return {
-        **out,
+    shares = [
+        GpuShare(
+            gpu_name=n,
+            default_w=as_float(d, None),
+            pct_of_default=as_float(cap_w / d * 100.0, None),
+        )
+        for n, d in by_gpu
+        if d > 0
+    ]
+    return replace(
+        out,
         # a rig of different cards has no one default: the cap is a share of each card's
-        "pct_of_default": (cap_w / default_w * 100.0 if default_w > 0 and not by_gpu else None),
-        "pct_of_default_by_gpu": [
-            {"gpu_name": n, "default_w": d, "pct_of_default": cap_w / d * 100.0}
-            for n, d in by_gpu
-            if d > 0
-        ]
-        or None,
-        "fleet_tps_per_w_at_default": _pooled(cards, inlier, lambda c: (default_w, NAN)),
-    }
+        pct_of_default=(
+            as_float(cap_w / default_w * 100.0, None) if default_w > 0 and not by_gpu else None
+        ),
+        pct_of_default_by_gpu=shares or None,
+        fleet_tps_per_w_at_default=as_float(
+            _pooled(cards, inlier, lambda c: (default_w, NAN)), None
+        ),
+    )
 
 
-def _outlier(card: CardCurve, causes: Any, axis: FleetAxis) -> dict[str, Any]:
+def _outlier(card: CardCurve, causes: Sequence[Mapping[str, str]], axis: FleetAxis) -> Outlier:
     """An outlier: its causes, and its own best, which ``fleet apply`` sets on it instead of
     the fleet's answer (the answer was chosen without it, so says nothing about it)."""
     with np.errstate(all="ignore"):
         tpw = card.tps / card.power_w
     in_tier = card._in_tier(card.best[1])
-    return {
-        "label": card.label,
-        "run_dir": card.run_dir,
-        "host": card.host,
-        "gpus": [{"uuid": u, "name": n} for u, n in card.gpus],
-        "causes": causes,
-        axis.key("sweet_spot"): card.best[0],
-        "own_best": _setting(axis, card.best),
-        "apply": "own_best",
-        "curve": {axis.setting_key: card.x[in_tier].tolist(), "tps_per_w": tpw[in_tier].tolist()},
-    }
+    watts = axis.suffix == "w"
+    best = as_float(card.best[0], None)
+    xs = _nums(card.x[in_tier].tolist())
+    return Outlier(
+        label=card.label,
+        run_dir=card.run_dir,
+        host=card.host,
+        gpus=_gpus(card),
+        causes=[Cause(code=c.get("code"), message=c.get("message")) for c in causes],
+        sweet_spot_w=best if watts else UNSET,
+        sweet_spot_mhz=UNSET if watts else best,
+        own_best=_setting(axis, card.best),
+        apply="own_best",
+        curve=OutlierCurve(
+            cap_w=xs if axis.setting_key == "cap_w" else UNSET,
+            sm_lock_mhz=xs if axis.setting_key == "sm_lock_mhz" else UNSET,
+            mem_lock_mhz=xs if axis.setting_key == "mem_lock_mhz" else UNSET,
+            tps_per_w=_nums(tpw[in_tier].tolist()),
+        ),
+    )
 
 
 def _pooled(
     cards: Sequence[CardCurve],
     use: np.ndarray,
-    setting: Any,
+    setting: Callable[[CardCurve], tuple[float, float]],
     per_card: bool = False,
 ) -> float:
     """Fleet TPS/W at a setting (``setting(card)`` gives each card's): all the group's tokens
@@ -369,25 +444,35 @@ def _pooled(
     return tps / power if power > 0 else NAN
 
 
-def _versus_own(card: CardCurve, fleet: tuple[float, float]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class VersusOwn:
+    """What the fleet's answer does to one card: the setting it runs at (clamped to what it
+    measured), its TPS and TPS/W there, and against its own best, %."""
+
+    runs_at: Num
+    tps: Num
+    tps_per_w: Num
+    tps_per_w_vs_own_best_pct: Num
+    tps_vs_own_best_pct: Num
+
+
+def _versus_own(card: CardCurve, fleet: tuple[float, float]) -> VersusOwn:
     """What the fleet's answer costs or gains this card against its own best."""
-    axis = card.axis
-    short = axis.answer_key.removeprefix("fleet_")
     x = card.clamped(*fleet)
     t, p = card.at(x, fleet[1])
     t0, p0 = card.at(*card.best)
-    return {
-        axis.key(f"{short}_at_{axis.answer_key}"): x,
-        f"tps_at_{axis.answer_key}": t,
-        f"tps_per_w_at_{axis.answer_key}": t / p,
-        "tps_per_w_vs_own_best_pct": ((t / p) / (t0 / p0) - 1.0) * 100.0,
-        "tps_vs_own_best_pct": (t / t0 - 1.0) * 100.0,
-    }
+    return VersusOwn(
+        runs_at=as_float(x, None),
+        tps=as_float(t, None),
+        tps_per_w=as_float(t / p, None),
+        tps_per_w_vs_own_best_pct=as_float(((t / p) / (t0 / p0) - 1.0) * 100.0, None),
+        tps_vs_own_best_pct=as_float((t / t0 - 1.0) * 100.0, None),
+    )
 
 
 def _savings(
-    cards: Sequence[CardCurve], fleet: tuple[float, float], opts: FleetOptions
-) -> dict[str, Any]:
+    cards: Sequence[CardCurve], fleet: tuple[float, float], opts: FleetOptions, reference: str
+) -> Savings:
     """Every card of the group at the fleet's answer against its reference (the default limit,
     or the highest lock it measured), at measured TPS.
 
@@ -406,26 +491,31 @@ def _savings(
         n += 1
         p_def, p_cap, t_def, t_cap = p_def + pd, p_cap + pc, t_def + td, t_cap + tc
     if n == 0:
-        return {"n_cards": 0, "n_cards_unpriced": unpriced}
+        return Savings(n_cards=0, n_cards_unpriced=unpriced, reference=reference)
     kw = (p_def - p_cap) / 1000.0
     kwh_mtok_def = p_def / t_def * 1e6 / 3.6e6
     kwh_mtok_cap = p_cap / t_cap * 1e6 / 3.6e6
     tariff = opts.tariff_per_kwh
-    return {
-        "n_cards": n,
-        "n_cards_unpriced": unpriced,
-        "kw_default": p_def / 1000.0,
-        "kw_fleet_cap": p_cap / 1000.0,
-        "kw_saved": kw,
-        "mwh_per_year_saved": kw * HOURS_PER_YEAR * opts.duty / 1000.0,
-        "tps_default": t_def,
-        "tps_fleet_cap": t_cap,
-        "tps_change_pct": (t_cap / t_def - 1.0) * 100.0,
-        "kwh_per_mtok_default": kwh_mtok_def,
-        "kwh_per_mtok_fleet_cap": kwh_mtok_cap,
-        "cost_per_mtok_default": kwh_mtok_def * tariff if tariff is not None else None,
-        "cost_per_mtok_fleet_cap": kwh_mtok_cap * tariff if tariff is not None else None,
-    }
+    return Savings(
+        n_cards=n,
+        n_cards_unpriced=unpriced,
+        kw_default=as_float(p_def / 1000.0, None),
+        kw_fleet_cap=as_float(p_cap / 1000.0, None),
+        kw_saved=as_float(kw, None),
+        mwh_per_year_saved=as_float(kw * HOURS_PER_YEAR * opts.duty / 1000.0, None),
+        tps_default=as_float(t_def, None),
+        tps_fleet_cap=as_float(t_cap, None),
+        tps_change_pct=as_float((t_cap / t_def - 1.0) * 100.0, None),
+        kwh_per_mtok_default=as_float(kwh_mtok_def, None),
+        kwh_per_mtok_fleet_cap=as_float(kwh_mtok_cap, None),
+        cost_per_mtok_default=(
+            as_float(kwh_mtok_def * tariff, None) if tariff is not None else None
+        ),
+        cost_per_mtok_fleet_cap=(
+            as_float(kwh_mtok_cap * tariff, None) if tariff is not None else None
+        ),
+        reference=reference,
+    )
 
 
 def _throttle_from(card: CardCurve) -> float | None:
@@ -433,41 +523,40 @@ def _throttle_from(card: CardCurve) -> float | None:
     return float(hit.min()) if len(hit) else None
 
 
-def _beside_power(groups: list[dict[str, Any]]) -> None:
+def _beside_power(groups: list[FleetGroup]) -> list[FleetGroup]:
     """A clock group whose cards (GPU, count, load mode, model) also have a power group gets
     ``versus_power``: the fleet lock's pooled TPS/W and TPS per card against the fleet cap's."""
-    power = {_cards_key(g): g for g in groups if (g.get("axis") or {}).get("name", POWER) == POWER}
+    power = {_cards_key(g): g for g in groups if g.axis_name == POWER}
+    out = []
     for g in groups:
-        axis = g.get("axis") or {}
         other = power.get(_cards_key(g))
-        if axis.get("name", POWER) == POWER or other is None:
+        lock, cap = g.answer, other.answer if other is not None else None
+        if g.axis_name == POWER or lock is None or cap is None:
+            out.append(g)
             continue
-        lock, cap = g[axis["answer_key"]], other["fleet_cap"]
-        g["versus_power"] = {
-            "fleet_cap_w": cap.get("cap_w"),
-            "fleet_cap_tps_per_w": cap.get("fleet_tps_per_w"),
-            "fleet_cap_tps_per_card": cap.get("tps_per_card"),
-            "tps_per_w_vs_fleet_cap_pct": _pct(
-                lock.get("fleet_tps_per_w"), cap.get("fleet_tps_per_w")
-            ),
-            "tps_per_card_vs_fleet_cap_pct": _pct(
-                lock.get("tps_per_card"), cap.get("tps_per_card")
-            ),
-        }
+        versus = VersusPower(
+            fleet_cap_w=known(cap.cap_w),
+            fleet_cap_tps_per_w=cap.fleet_tps_per_w,
+            fleet_cap_tps_per_card=cap.tps_per_card,
+            tps_per_w_vs_fleet_cap_pct=_pct(lock.fleet_tps_per_w, cap.fleet_tps_per_w),
+            tps_per_card_vs_fleet_cap_pct=_pct(lock.tps_per_card, cap.tps_per_card),
+        )
+        out.append(replace(g, versus_power=versus))
+    return out
 
 
-def _counted_once(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _counted_once(groups: Sequence[FleetGroup]) -> list[FleetGroup]:
     """The groups the totals add up: one per set of cards (GPU, count, load mode, model), since
     cards swept on several axes are set to one answer and save once: on the power axis where
     they have one, else on the clock axis with the most tokens per joule (the one ``fleet
     apply`` sets)."""
 
-    def rank(g: Mapping[str, Any]) -> tuple[bool, float]:
-        axis = g.get("axis") or {}
-        answer = g.get(axis.get("answer_key", "fleet_cap")) or {}
-        return axis.get("name", POWER) == POWER, as_float(answer.get("fleet_tps_per_w"), 0.0)
+    def rank(g: FleetGroup) -> tuple[bool, float]:
+        answer = g.answer
+        tpw = as_float(answer.fleet_tps_per_w if answer else None, 0.0)
+        return g.axis_name == POWER, tpw
 
-    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    best: dict[tuple[str | None, int | None, str | None, str | None], FleetGroup] = {}
     for g in groups:
         key = _cards_key(g)
         if key not in best or rank(g) > rank(best[key]):
@@ -475,15 +564,14 @@ def _counted_once(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(best.values())
 
 
-def _cards_key(g: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (g.get("gpu_name"), g.get("n_gpus"), g.get("load_mode"), g.get("model"))
+def _cards_key(g: FleetGroup) -> tuple[str | None, int | None, str | None, str | None]:
+    return (g.gpu_name, g.n_gpus, g.load_mode, g.model)
 
 
-def _pct(a: Any, b: Any) -> float:
-    try:
-        return (float(a) / float(b) - 1.0) * 100.0
-    except (TypeError, ValueError, ZeroDivisionError):
-        return NAN
+def _pct(a: Num, b: Num) -> Num:
+    if a is None or b is None or b == 0:
+        return None
+    return as_float((a / b - 1.0) * 100.0, None)
 
 
 def group_title(group: FleetGroup) -> str:

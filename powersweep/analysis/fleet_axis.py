@@ -6,7 +6,6 @@ The reasoning: docs/fleets.md, "powersweep.analysis.fleet_axis".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis
@@ -55,19 +54,6 @@ class FleetAxis:
     def answer(self) -> str:
         """``fleet cap`` or ``fleet lock``: the answer's name in words."""
         return self.answer_key.replace("_", " ")
-
-    def to_dict(self) -> dict[str, Any]:
-        """What fleet.json says about the axis (so its readers need not know the names)."""
-        return {
-            "name": self.name,
-            "setting_key": self.setting_key,
-            "tier_key": self.tier_key,
-            "unit": self.unit,
-            "noun": self.noun,
-            "answer_key": self.answer_key,
-            "suffix": self.suffix,
-            "reference": self.reference,
-        }
 
 
 _TOP_LOCK = "the highest lock each card measured (the nearest to running unlocked)"

@@ -13,10 +13,9 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from msgspec import UNSET, UnsetType
@@ -27,10 +26,12 @@ from powersweep.analysis.clock_curve import is_clock_curve
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
 from powersweep.analysis.core import analyze
 from powersweep.analysis.fleet_axis import FleetAxis, axis_of_analysis, best_of, rows_of
+from powersweep.analysis.fleet_result_types import Unreadable
 from powersweep.analysis.load import Curve
 from powersweep.analysis.result_types import CapRow, Pick, PowerAnalysis, RunFacts
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import UsageError
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 NAN = math.nan
 # Two settings are the same within this (W or MHz): CSVs round them.
@@ -150,17 +151,20 @@ def discover_runs(paths: Iterable[Path]) -> list[Path]:
     return unique
 
 
-def unreadable(run_dir: Path, error: str) -> dict[str, Any]:
+def unreadable(run_dir: Path, error: str) -> Unreadable:
     """A run left out, with how its sweep ended when its run.json says (a node that failed
     before it finished a cap has no curve but does have a reason)."""
-    entry: dict[str, Any] = {"run_dir": str(run_dir), "error": error}
+    entry = Unreadable(run_dir=str(run_dir), error=error)
     try:
         run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return entry
     if isinstance(run, dict) and run.get("status") not in (None, "complete"):
-        entry["status"] = _text(run.get("status"))
-        entry["error"] = _text(run.get("error") or f"{error} (no error recorded)")
+        return Unreadable(
+            run_dir=str(run_dir),
+            error=_text(run.get("error") or f"{error} (no error recorded)"),
+            status=_text(run.get("status")),
+        )
     return entry
 
 
@@ -193,10 +197,9 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
     settings = sorted(by_setting, key=lambda s: (_tier_order(s[1]), s[0]))
     facts = _row_facts(curve, axis)
     run = result.run
-    meta = curve.run or {}
-    sim = meta.get("simulation") or {}
+    meta = curve.run or RunRecord()
     # a simulated card is named by its simulated node (many of them share one real host)
-    host = (sim.get("node") if isinstance(sim, dict) else None) or meta.get("host")
+    host = (meta.simulation.node if meta.simulation else None) or meta.host
     rel = os.path.relpath(curve.source, root) if curve.source != root else curve.source.name
     temp = [as_float(_temp_of(by_setting[s])) for s in settings]
     return CardCurve(
@@ -231,8 +234,8 @@ def card_of(curve: Curve, root: Path, max_tps_loss_pct: float, reanalyze: bool) 
             as_float(run.max_limit_w),
         ),
         # run.json, not a reused analysis.json, knows how the sweep ended (a resumed run)
-        status=str(meta.get("status") or run.status or "unknown"),
-        error=_text(meta.get("error")),
+        status=str(meta.status or run.status or "unknown"),
+        error=meta.error,
         defaults_w=_defaults_by_gpu(run),
         host=str(host) if host else None,
         gpus=_gpus(meta),
@@ -251,7 +254,7 @@ def _setting(row: CapRow | Pick | LockPoint | None, axis: FleetAxis) -> tuple[fl
     return as_float(keys.get(axis.setting_key)), tier
 
 
-def _csv_setting(row: Mapping[str, Any], axis: FleetAxis) -> tuple[float, float]:
+def _csv_setting(row: CsvRow, axis: FleetAxis) -> tuple[float, float]:
     """A caps.csv row's setting on the axis: (x, tier)."""
     tier = as_float(row.get(axis.tier_key)) if axis.tier_key else NAN
     return as_float(row.get(axis.setting_key)), tier
@@ -279,16 +282,12 @@ def _row_facts(curve: Curve, axis: FleetAxis) -> dict[tuple[float, float], tuple
     return out
 
 
-def _gpus(run: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    gpus = run.get("gpus") or []
-    return tuple(
-        (str(g.get("uuid") or ""), str(g.get("name") or "")) for g in gpus if isinstance(g, dict)
-    )
+def _gpus(run: RunRecord) -> tuple[tuple[str, str], ...]:
+    return tuple((g.uuid or "", g.name or "") for g in run.gpus or [])
 
 
-def _held_cap(run: Mapping[str, Any]) -> float | None:
-    options = run.get("options")
-    held = as_float(options.get("hold_cap_w")) if isinstance(options, dict) else NAN
+def _held_cap(run: RunRecord) -> float | None:
+    held = as_float(run.options.hold_cap_w if run.options else None)
     return held if math.isfinite(held) and held > 0 else None
 
 
@@ -350,10 +349,10 @@ def unique_labels(cards: list[CardCurve], root: Path) -> list[CardCurve]:
     ]
 
 
-def _ok(value: Any) -> bool:
+def _ok(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     """A run.json field as text (None stays None): fleet.json's fields are strings."""
     return value if value is None or isinstance(value, str) else str(value)

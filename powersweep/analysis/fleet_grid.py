@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from powersweep.analysis.fleet_cards import SAME, CardCurve
+from powersweep.analysis.fleet_result_types import WithinNoise
+from powersweep.runformat import as_float
 
 NAN = math.nan
 # The fleet setting is chosen among settings that at least this share of the group measured.
@@ -104,13 +105,15 @@ RESAMPLES = 200
 TIED_SHARE = 0.05
 
 
-def within_noise(grid: Grid, tps: np.ndarray, power: np.ndarray, pick: int) -> dict[str, Any]:
+def within_noise(grid: Grid, tps: np.ndarray, power: np.ndarray, pick: int) -> WithinNoise:
     """The settings statistically tied with the fleet's answer: the group's cards resampled
     (with replacement) and the pooled best found again; a setting that wins at least
     :data:`TIED_SHARE` of the resamples is tied. With fewer than three cards, none is known."""
     n = tps.shape[0]
     if n < 3:
-        return {"x": [float(grid.x[pick])], "tier": float(grid.tier[pick]), "resamples": 0}
+        return WithinNoise(
+            x=[as_float(grid.x[pick], None)], tier=as_float(grid.tier[pick], None), resamples=0
+        )
     rng = np.random.default_rng(0)
     weights = rng.multinomial(n, np.full(n, 1.0 / n), size=RESAMPLES).astype(float)
     pooled = pooled_curve(tps, power, weights)
@@ -122,12 +125,12 @@ def within_noise(grid: Grid, tps: np.ndarray, power: np.ndarray, pick: int) -> d
     share = wins / max(int(ok.sum()), 1)
     tied = sorted({pick, *np.flatnonzero(share >= TIED_SHARE).tolist()})
     same_tier = [i for i in tied if grid.in_tier(float(grid.tier[pick]))[i]]
-    return {
-        "x": [float(grid.x[i]) for i in same_tier],
-        "tier": float(grid.tier[pick]),
-        "share": [float(share[i]) for i in same_tier],
-        "resamples": int(ok.sum()),
-    }
+    return WithinNoise(
+        x=[as_float(grid.x[i], None) for i in same_tier],
+        tier=as_float(grid.tier[pick], None),
+        share=[as_float(share[i], None) for i in same_tier],
+        resamples=int(ok.sum()),
+    )
 
 
 def _median_tier(tiers: Sequence[float]) -> float:

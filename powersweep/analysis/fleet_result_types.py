@@ -76,6 +76,20 @@ class AxisInfo(FleetRecord):
     suffix: str = "w"
     reference: str = "the default limit"
 
+    @classmethod
+    def of(cls, axis: FleetAxis) -> AxisInfo:
+        """What fleet.json says about an axis (so its readers need not know the names)."""
+        return cls(
+            name=axis.name,
+            setting_key=axis.setting_key,
+            tier_key=axis.tier_key,
+            unit=axis.unit,
+            noun=axis.noun,
+            answer_key=axis.answer_key,
+            suffix=axis.suffix,
+            reference=axis.reference,
+        )
+
 
 @dataclass(frozen=True)
 class Dist(FleetRecord):

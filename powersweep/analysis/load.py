@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -21,6 +20,7 @@ from powersweep.analysis.plausibility import (
     mark_outliers,
     pick_metric,
 )
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import (
     CAPS_COLUMNS,
@@ -54,7 +54,7 @@ class Curve:
 
     caps: pl.DataFrame
     metric: str
-    run: dict[str, Any] | None
+    run: RunRecord | None
     samples: pl.DataFrame | None
     requests: pl.DataFrame | None
     source: Path
@@ -134,7 +134,13 @@ def write_caps_csv(df: pl.DataFrame, path: Path) -> None:
         raise PowersweepError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def read_run_json(path: Path) -> dict[str, Any]:
+def read_run_json(path: Path) -> RunRecord:
+    """A run's run.json, typed.
+
+    Raises:
+        UsageError: It cannot be read, is no JSON object, is from a newer powersweep, or a key
+            holds a value of the wrong type (the message names it).
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -151,11 +157,14 @@ def read_run_json(path: Path) -> dict[str, Any]:
             f"{path}: written by a newer powersweep (schema_version {version} > "
             f"{SCHEMA_VERSION}); upgrade powersweep to read it"
         )
-    return data
+    try:
+        return RunRecord.from_json(data)
+    except UsageError as exc:
+        raise UsageError(f"{path}: {exc}") from None
 
 
 def read_caps(
-    path: Path, notes: list[str] | None = None, run: dict[str, Any] | None = None
+    path: Path, notes: list[str] | None = None, run: RunRecord | None = None
 ) -> tuple[pl.DataFrame, str]:
     df = read_text_csv(path, notes, run=run, known=CAPS_COLUMNS)
     # A clock-lock curve is keyed by its locks; its cap_w (the limit in force) may be absent.
@@ -252,7 +261,7 @@ def _first_row(caps: pl.DataFrame) -> str:
 
 
 def _read_optional(
-    path: Path, float_columns: tuple[str, ...], notes: list[str], run: dict[str, Any] | None
+    path: Path, float_columns: tuple[str, ...], notes: list[str], run: RunRecord | None
 ) -> pl.DataFrame | None:
     """Read samples.csv / requests.csv; a broken optional file is a note, not a failure."""
     if not path.is_file():

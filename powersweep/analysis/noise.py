@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -21,6 +20,8 @@ from powersweep.analysis.curve_noise import FLOOR_SIGMA_REL, CurveNoise, Line, e
 from powersweep.analysis.load import Curve
 from powersweep.analysis.near_peak import near_peak_index
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.result_types import Bootstrap, NoiseEstimate, Pick, known
+from powersweep.analysis.run_record import RunRecord
 from powersweep.runformat import as_float
 
 # A cap is statistically tied with the best when it is best in at least this share of resamples.
@@ -39,14 +40,33 @@ TYPICAL = "typical repeatability (noise unknown)"
 CURVE = "the curve's scatter"
 
 
+@dataclass(frozen=True)
+class Ties:
+    """The points noise could make a pick, and how that was found: ``noise_source`` is
+    ``own measurements``, ``resampled``, ``the curve's scatter`` or ``typical repeatability
+    (noise unknown)``; the sweet spot's also says how (``bootstrap``, ``estimate``, each
+    cap's own ``tps_per_w_u95_pct``), None where not that way."""
+
+    tied_caps: list[float]
+    noise_source: str
+    bootstrap: Bootstrap | None = None
+    estimate: NoiseEstimate | None = None
+    tps_per_w_u95_pct: dict[str, float | None] | None = None
+
+    @property
+    def interval_w(self) -> list[float]:
+        """The lowest and the highest tied cap."""
+        return [min(self.tied_caps), max(self.tied_caps)]
+
+
 def sweet_spot_noise(
     points: Sequence[CapPoint],
     best_cap_w: float,
     draws: Draws | None,
     own: Mapping[float, Reading] | None = None,
     curve: CurveNoise | None = None,
-) -> dict[str, Any]:
-    """``tied_caps``, ``interval_w`` and how they were found, for the sweet spot ``best_cap_w``.
+) -> Ties:
+    """The caps tied with the sweet spot ``best_cap_w``, and how they were found.
 
     Args:
         points: Measured caps, sorted by cap (repeats of a cap already pooled).
@@ -59,9 +79,8 @@ def sweet_spot_noise(
             typical repeatability alone).
 
     Returns:
-        ``{tied_caps, interval_w, noise_source, bootstrap, estimate, tps_per_w_u95_pct}``;
-        ``noise_source`` is ``own measurements``, ``resampled``, ``the curve's scatter`` or
-        ``typical repeatability (noise unknown)``.
+        The ties, with the resampling (``bootstrap``), the curve's noise (``estimate``) or each
+        cap's own half-width (``tps_per_w_u95_pct``) they came from.
     """
     if own and best_cap_w in own and len(own) >= 2:
         return _own_ties(points, best_cap_w, own)
@@ -90,51 +109,36 @@ def own_readings(
     return out
 
 
-def _own_ties(
-    points: Sequence[CapPoint], best_cap_w: float, own: Mapping[float, Reading]
-) -> dict[str, Any]:
+def _own_ties(points: Sequence[CapPoint], best_cap_w: float, own: Mapping[float, Reading]) -> Ties:
     best = own[best_cap_w]
     tied = [
         p.cap_w
         for p in points
         if p.cap_w == best_cap_w or (p.cap_w in own and own[p.cap_w].tied_with(best))
     ]
-    return {
-        "tied_caps": tied,
-        "interval_w": [min(tied), max(tied)],
-        "noise_source": OWN,
-        "bootstrap": None,
-        "estimate": None,
-        "tps_per_w_u95_pct": {str(cap): 100.0 * r.u95_rel for cap, r in own.items()},
-    }
+    u95 = {str(cap): as_float(100.0 * r.u95_rel, None) for cap, r in own.items()}
+    return Ties(tied, OWN, tps_per_w_u95_pct=u95)
 
 
-def _curve_ties(points: Sequence[CapPoint], best_cap_w: float, curve: CurveNoise) -> dict[str, Any]:
+def _curve_ties(points: Sequence[CapPoint], best_cap_w: float, curve: CurveNoise) -> Ties:
     """A bare curve's ties: two readings within the curve's own reading noise of each other."""
     best = next(p for p in points if p.cap_w == best_cap_w)
     best_tpw = best.tps / best.power_w
     tied = [
         p.cap_w for p in points if p.cap_w == best_cap_w or curve.tied(p.tps / p.power_w, best_tpw)
     ]
-    return {
-        "tied_caps": tied,
-        "interval_w": [min(tied), max(tied)],
-        "noise_source": TYPICAL if curve.from_floor else CURVE,
-        "bootstrap": None,
-        "estimate": curve_estimate(curve),
-        "tps_per_w_u95_pct": None,
-    }
+    return Ties(tied, TYPICAL if curve.from_floor else CURVE, estimate=curve_estimate(curve))
 
 
-def curve_estimate(curve: CurveNoise) -> dict[str, Any]:
+def curve_estimate(curve: CurveNoise) -> NoiseEstimate:
     """What analysis.json says of a bare curve's noise: one reading's 95% half-width and the
     scatter it came from."""
-    return {
-        "reading_u95_pct": 100.0 * curve.u95_rel(),
-        "tps_scatter_pct": _pct(curve.measured_tps_rel),
-        "power_scatter_pct": _pct(curve.measured_power_rel),
-        "dof": curve.dof,
-    }
+    return NoiseEstimate(
+        reading_u95_pct=as_float(100.0 * curve.u95_rel(), None),
+        tps_scatter_pct=_pct(curve.measured_tps_rel),
+        power_scatter_pct=_pct(curve.measured_power_rel),
+        dof=as_float(curve.dof, None),
+    )
 
 
 def _pct(value: float) -> float | None:
@@ -185,7 +189,7 @@ Key = tuple[float | None, ...]
 CAP_KEYS = ("cap_w",)
 
 
-def point_key(values: Sequence[Any]) -> Key:
+def point_key(values: Sequence[object]) -> Key:
     """A point's key from its column values: floats, missing (None or NaN) as None."""
     return tuple(as_float(v, None) for v in values)
 
@@ -279,7 +283,7 @@ def resample_points(
     blocks = pooled_blocks(curve.caps, keys)
     # A decode-concurrent cap's TPS is the aggregate of a window: one stream's rate is not a
     # unit of it, so runs without tps_blocks resample only its draw there.
-    concurrent = (curve.run or {}).get("load_mode") == "decode-concurrent"
+    concurrent = curve.run is not None and curve.run.load_mode == "decode-concurrent"
     req_tps = (
         _request_tps(curve.requests, curve.metric, keys)
         if curve.requests is not None and not concurrent
@@ -329,28 +333,22 @@ def tied_with_best(draws: Draws, best: int) -> tuple[list[int], np.ndarray, np.n
     return tied, share, ci
 
 
-def _bootstrap(points: Sequence[CapPoint], best_cap_w: float, resampled: Draws) -> dict[str, Any]:
+def _bootstrap(points: Sequence[CapPoint], best_cap_w: float, resampled: Draws) -> Ties:
     """Count how often each cap wins the resamples, and which caps tie with the best."""
     best = next(k for k, p in enumerate(points) if p.cap_w == best_cap_w)
     tied_k, share, ci = tied_with_best(resampled, best)
     tied = [points[k].cap_w for k in tied_k]
-    return {
-        "tied_caps": tied,
-        "interval_w": [min(tied), max(tied)],
-        "noise_source": RESAMPLED,
-        "bootstrap": {
-            "resamples": len(resampled.tps),
-            "seed": resampled.seed,
-            "caps_resampled": resampled.resampled,
-            "tps_units": resampled.tps_units,
-            "best_share": {str(p.cap_w): float(share[k]) for k, p in enumerate(points)},
-            "tps_per_w_ci": {
-                str(p.cap_w): [float(ci[0, k]), float(ci[1, k])] for k, p in enumerate(points)
-            },
+    boot = Bootstrap(
+        resamples=len(resampled.tps),
+        seed=resampled.seed,
+        caps_resampled=resampled.resampled,
+        tps_units=resampled.tps_units,
+        best_share={str(p.cap_w): float(share[k]) for k, p in enumerate(points)},
+        tps_per_w_ci={
+            str(p.cap_w): [float(ci[0, k]), float(ci[1, k])] for k, p in enumerate(points)
         },
-        "estimate": None,
-        "tps_per_w_u95_pct": None,
-    }
+    )
+    return Ties(tied, RESAMPLED, bootstrap=boot)
 
 
 def near_peak_noise(
@@ -361,8 +359,8 @@ def near_peak_noise(
     draws: Draws | None,
     own: Mapping[float, Reading] | None = None,
     curve: CurveNoise | None = None,
-) -> dict[str, Any]:
-    """``tied_caps`` and ``interval_w`` of the near-peak cap: the caps noise could make it.
+) -> Ties:
+    """The caps noise could make the near-peak cap.
 
     With each cap's own reading, the caps between the pick with the floor lowered by the TPS
     half-widths of the fastest cap and the pick (in quadrature) and the pick with it raised by
@@ -381,7 +379,7 @@ def near_peak_noise(
         curve: The curve's own scatter (:func:`curve_noise`), for a bare curve.
 
     Returns:
-        ``{tied_caps, interval_w, noise_source}``.
+        The ties and how they were found.
     """
     fastest = max(points, key=lambda p: p.tps).cap_w
     if own and near_cap_w in own and fastest in own:
@@ -389,19 +387,19 @@ def near_peak_noise(
         us = [own[near_cap_w].tps_tie_u95_rel, own[fastest].tps_tie_u95_rel]
         if all(math.isfinite(u) for u in us):
             tied = _near_peak_moved(points, groups, near_cap_w, max_loss_pct, math.hypot(*us))
-            return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": OWN}
+            return Ties(tied, OWN)
     if draws is not None:
         picks = [near_peak_index(list(row), groups, max_loss_pct) for row in draws.tps]
         share = np.bincount(picks, minlength=len(points)) / len(picks)
         tied = sorted(
             {p.cap_w for k, p in enumerate(points) if share[k] >= TIED_SHARE} | {near_cap_w}
         )
-        return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": RESAMPLED}
+        return Ties(tied, RESAMPLED)
     curve = curve or estimate([])
     margin = math.sqrt(2.0) * curve.tps_u95_rel()
     tied = _near_peak_moved(points, groups, near_cap_w, max_loss_pct, margin)
     source = TYPICAL if not curve.measured_tps_rel > FLOOR_SIGMA_REL else CURVE
-    return {"tied_caps": tied, "interval_w": [min(tied), max(tied)], "noise_source": source}
+    return Ties(tied, source)
 
 
 def _near_peak_moved(
@@ -487,13 +485,10 @@ def _request_tps(
     return out
 
 
-def _serving_gpus(run: Mapping[str, Any] | None) -> list[int] | None:
+def _serving_gpus(run: RunRecord | None) -> list[int] | None:
     """run.json's ``gpu_selection.serving``: the GPUs whose utilization marks a load tick."""
-    selection = (run or {}).get("gpu_selection")
-    serving = selection.get("serving") if isinstance(selection, dict) else None
-    if not isinstance(serving, list) or not all(isinstance(i, int) for i in serving):
-        return None
-    return serving or None
+    selection = run.gpu_selection if run else None
+    return (selection.serving if selection else None) or None
 
 
 def _tick_power(
@@ -535,16 +530,13 @@ def _tick_power(
     return out
 
 
-def sweet_spot_text(sweet: Mapping[str, Any]) -> str:
+def sweet_spot_text(sweet: Pick) -> str:
     """A pick (sweet spot, near-peak) with its noise, as people paste it:
     ``290 W (280-300 W within noise)``."""
-    cap = sweet.get("cap_w")
-    if not isinstance(cap, int | float):
-        return "—"
-    text = f"{cap:g} W"
-    interval = sweet.get("interval_w")
-    tied = sweet.get("tied_caps") or []
-    source = sweet.get("noise_source")
+    text = f"{sweet.cap_w:g} W"
+    interval = known(sweet.interval_w)
+    tied = known(sweet.tied_caps) or []
+    source = known(sweet.noise_source)
     if not interval or len(interval) != 2:
         return text
     lo, hi = interval

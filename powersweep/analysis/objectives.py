@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.errors import UsageError
@@ -23,11 +23,26 @@ class Selection:
 
     Attributes:
         point: The chosen cap.
-        extra: What the objective adds to the recommendation in analysis.json.
+        weighed: What the cost objective adds to the recommendation (None: another objective).
     """
 
     point: CapPoint
-    extra: dict[str, Any] = field(default_factory=dict)
+    weighed: Weighed | None = None
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """The cost objective's terms at its pick.
+
+    Attributes:
+        eta: The weight of energy it was given.
+        cost: The pick's cost (``eta * J/token + (1 - eta) * max power * s/token``).
+        max_power_w: The highest draw the card could have, which prices time.
+    """
+
+    eta: float
+    cost: float
+    max_power_w: float
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,7 @@ class Cost:
             for p in points
         ]
         cost, _, pick = min(costs, key=lambda c: (c[0], c[1]))
-        return Selection(pick, {"eta": self.eta, "cost": cost, "max_power_w": max_power})
+        return Selection(pick, Weighed(self.eta, cost, max_power))
 
 
 OBJECTIVES: tuple[str, ...] = (TpsPerW.name, NearPeak.name, Cost.name)

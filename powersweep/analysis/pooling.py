@@ -7,17 +7,18 @@ Reads CSV-derived data only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
 from powersweep.analysis import serving
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.precision import Reading
+from powersweep.analysis.result_types import CapRow, PointFigures
 from powersweep.analysis.standing import current_rows, pooled_rows
-from powersweep.runformat import REPEAT_REASONS, as_float
+from powersweep.runformat import REPEAT_REASONS, CsvRow, as_float
 
 NAN = math.nan
 # A stated 95% half-width over this is one standard deviation (the columns state 95%).
@@ -119,10 +120,10 @@ def _pooled_precision(ok: pl.DataFrame, keys: Sequence[str], pooled: pl.DataFram
     multi = pooled.filter(pl.col("n_measurements") > 1)
     if multi.height == 0:
         return pooled
-    rows: dict[tuple[Any, ...], list[Reading]] = {}
+    rows: dict[tuple[object, ...], list[Reading]] = {}
     for row in ok.iter_rows(named=True):
         rows.setdefault(tuple(row[k] for k in keys), []).append(Reading.of(row))
-    updates: list[dict[str, Any]] = []
+    updates: list[CsvRow] = []
     for row in multi.iter_rows(named=True):
         key = tuple(row[k] for k in keys)
         r = Reading.pooled(rows.get(key, []), float(row["tps_per_w"]))
@@ -169,7 +170,7 @@ def table_rows(caps: pl.DataFrame, ok: pl.DataFrame) -> pl.DataFrame:
 
 
 def curve_points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
-    def f(row: dict[str, Any], key: str) -> float:
+    def f(row: CsvRow, key: str) -> float:
         return as_float(row.get(key))
 
     out: list[CapPoint] = []
@@ -194,8 +195,10 @@ def curve_points(ok: pl.DataFrame, metric: str) -> list[CapPoint]:
     return out
 
 
-def cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def cap_rows(caps: pl.DataFrame, metric: str) -> list[CapRow]:
+    """The table's rows, one per row of ``caps`` (its TPS the metric's; null where a figure is
+    missing or not finite)."""
+    rows: list[CapRow] = []
     for row in caps.iter_rows(named=True):
         tps, power = row.get(metric), row.get("power_w")
         tpw = (
@@ -203,31 +206,47 @@ def cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
             if tps is not None and power is not None and math.isfinite(tps) and power > 0
             else None
         )
-        rows.append(
-            {
-                "cap_w": row["cap_w"],
-                "tps": tps,
-                "code_tps": row.get("code_tps"),
-                "power_w": power,
-                "tps_per_w": tpw,
-                "sm_clock_mhz": row.get("sm_clock_mhz"),
-                "mem_clock_mhz": row.get("mem_clock_mhz"),
-                "temp_max_c": row.get("temp_max_c"),
-                "status": row.get("status"),
-                "error": row.get("error"),
-                "util_pct": row.get("util_pct"),
-                "pstate": row.get("pstate"),
-                "pwr_throttle_pct": row.get("pwr_throttle_pct"),
-                "thermal_throttle_pct": row.get("thermal_throttle_pct"),
-                "energy_j": row.get("energy_j"),
-                "energy_sampled_j": row.get("energy_sampled_j"),
-                "n_gpus": row.get("n_gpus"),
-                "n_measurements": row.get("n_measurements"),
-                **serving.row_fields(row),
-                **stated_u95(row, caps.columns),
-            }
+        num = functools.partial(_cell, row)
+        n_measurements = row.get("n_measurements")
+        figures = PointFigures(
+            tps=as_float(tps, None),
+            code_tps=num("code_tps"),
+            power_w=as_float(power, None),
+            tps_per_w=as_float(tpw, None),
+            sm_clock_mhz=num("sm_clock_mhz"),
+            mem_clock_mhz=num("mem_clock_mhz"),
+            temp_max_c=num("temp_max_c"),
+            status=row.get("status"),
+            error=row.get("error"),
+            util_pct=num("util_pct"),
+            pstate=num("pstate"),
+            pwr_throttle_pct=num("pwr_throttle_pct"),
+            thermal_throttle_pct=num("thermal_throttle_pct"),
+            energy_j=num("energy_j"),
+            energy_sampled_j=num("energy_sampled_j"),
+            n_measurements=None if n_measurements is None else int(n_measurements),
+            **serving.row_fields(row),
+            **stated_u95(row, caps.columns),
         )
+        rows.append(CapRow(cap_w=float(row["cap_w"]), figures=figures, n_gpus=num("n_gpus")))
     return rows
+
+
+def _cell(row: CsvRow, key: str) -> float | None:
+    """A row's number under ``key`` (None: missing, or no finite number)."""
+    return as_float(row.get(key), None)
+
+
+def served_figures(row: CsvRow, columns: Sequence[str]) -> PointFigures:
+    """A row's per-token figures (:data:`~.serving.PER_TOKEN_COLUMNS`) and its stated
+    half-widths (:func:`stated_u95`), the rest of its figures left out."""
+    return PointFigures(
+        status=None,
+        error=None,
+        n_measurements=None,
+        **serving.row_fields(row),
+        **stated_u95(row, columns),
+    )
 
 
 # The stated 95% half-widths a table row carries (pooled where the point was read again), for
@@ -235,12 +254,11 @@ def cap_rows(caps: pl.DataFrame, metric: str) -> list[dict[str, Any]]:
 STATED_U95 = ("tps_u95_pct", "tps_per_w_u95_pct")
 
 
-def stated_u95(row: dict[str, Any], columns: Sequence[str]) -> dict[str, float | None]:
+def stated_u95(row: CsvRow, columns: Sequence[str]) -> dict[str, float | None]:
     """The row's stated half-widths (:data:`STATED_U95`) present in ``columns``, a non-finite
     or missing one as None."""
     out: dict[str, float | None] = {}
     for c in STATED_U95:
         if c in columns:
-            value = row.get(c)
-            out[c] = float(value) if value is not None and math.isfinite(value) else None
+            out[c] = as_float(row.get(c), None)
     return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import polars as pl
 
@@ -17,7 +16,16 @@ from powersweep.analysis import cap_points, noise, trust
 from powersweep.analysis.cap_points import CapPoint, Region
 from powersweep.analysis.curve_noise import falls
 from powersweep.analysis.findings import Finding, finding
-from powersweep.analysis.result_types import Answer, CapsBind, Plateau, Regime
+from powersweep.analysis.result_types import (
+    Answer,
+    CapsBind,
+    Pick,
+    Plateau,
+    PowerAnalysis,
+    Regime,
+    RunFacts,
+    known,
+)
 from powersweep.runformat import as_float
 
 NAN = math.nan
@@ -135,19 +143,17 @@ def watts(value: float) -> str:
     return f"{value:g} W"
 
 
-def boundary_findings(
-    sweet: dict[str, Any], points: Sequence[CapPoint], run: dict[str, Any]
-) -> list[Finding]:
-    side = sweet.get("at_boundary")
+def boundary_findings(sweet: Pick, points: Sequence[CapPoint], run: RunFacts) -> list[Finding]:
+    side = known(sweet.at_boundary)
     if side is None:
         return []
-    cap = sweet["cap_w"]
+    cap = sweet.cap_w
     if side == "low":
-        limit = as_float(run.get("min_limit_w"))
+        limit = as_float(run.min_limit_w)
         room = cap - limit if math.isfinite(limit) else NAN
         direction, bound_name = "lower", "minimum"
     else:
-        limit = as_float(run.get("max_limit_w"))
+        limit = as_float(run.max_limit_w)
         room = limit - cap if math.isfinite(limit) else NAN
         direction, bound_name = "higher", "maximum"
     if not math.isfinite(limit):
@@ -184,7 +190,7 @@ def _is_hot(points: Sequence[CapPoint], slowdown: float) -> bool:
 
 
 def structure_findings(
-    points: Sequence[CapPoint], regions: Sequence[Region], run: dict[str, Any], slowdown: float
+    points: Sequence[CapPoint], regions: Sequence[Region], run: RunFacts, slowdown: float
 ) -> list[Finding]:
     out: list[Finding] = []
     for r in regions:
@@ -216,7 +222,7 @@ def structure_findings(
                 "the card runs hot at the ceiling: this is cooling, not software; improve "
                 "airflow or cooling before raising the cap"
             )
-        elif run.get("load_mode") in (None, "decode-single"):
+        elif run.load_mode in (None, "decode-single"):
             hint = (
                 ("the card stays cool, so " if measured_temps else "")
                 + "the workload cannot use more power: try "
@@ -303,20 +309,18 @@ def _tied_text(caps_w: Sequence[float]) -> str:
     return f"{len(caps_w)} caps from {watts(min(caps_w))} to {watts(max(caps_w))}"
 
 
-def _unbound_ceiling(result: dict[str, Any]) -> Plateau | None:
+def _unbound_ceiling(sweet: Pick, plateaus: Sequence[Plateau]) -> Plateau | None:
     """The draw ceiling the sweet spot sits on when every cap of it ties with the best.
 
     Its caps run one operating point (the workload cannot use more power), so the cap does not
     bind there and the best reading among them is noise.
     """
-    sweet = result["sweet_spot"]
-    tied = set(sweet.get("tied_caps") or [])
-    region: Plateau
-    for region in result.get("plateaus") or []:
+    tied = set(known(sweet.tied_caps) or [])
+    for region in plateaus:
         caps = region.caps_w
         if (
             region.kind == "draw_ceiling"
-            and sweet["cap_w"] in caps
+            and sweet.cap_w in caps
             and len(caps) > 1
             and set(caps) <= tied
         ):
@@ -324,10 +328,12 @@ def _unbound_ceiling(result: dict[str, Any]) -> Plateau | None:
     return None
 
 
-def recommendation_findings(result: dict[str, Any]) -> list[Finding]:
-    sweet, near, rec = result["sweet_spot"], result["near_peak"], result["recommendation"]
-    hint = f"`nvidia-smi -pl {sweet['cap_w']:g}` for the most tokens per watt"
-    ceiling = _unbound_ceiling(result)
+def recommendation_findings(analysis: PowerAnalysis) -> list[Finding]:
+    sweet, near, rec = analysis.sweet_spot, analysis.near_peak, analysis.recommendation
+    assert sweet is not None and near is not None and rec is not None
+    hint = f"`nvidia-smi -pl {sweet.cap_w:g}` for the most tokens per watt"
+    ceiling = _unbound_ceiling(sweet, analysis.plateaus)
+    tied = known(sweet.tied_caps) or []
     if ceiling is not None:
         hint = (
             f"every cap from {watts(ceiling.start_w)} to {watts(ceiling.end_w)} runs one "
@@ -340,42 +346,47 @@ def recommendation_findings(result: dict[str, Any]) -> list[Finding]:
         finding(
             "info",
             "sweet_spot",
-            f"best efficiency at {noise.sweet_spot_text(sweet)}: {sweet['tps_per_w']:.4f} TPS/W "
-            f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W)"
+            f"best efficiency at {noise.sweet_spot_text(sweet)}: {_measured(sweet)}"
             + _default_note(sweet)
-            + (
-                f"; statistically tied: {_tied_text(sweet['tied_caps'])}"
-                if sweet.get("tied_caps") and len(sweet["tied_caps"]) > 1
-                else ""
-            ),
+            + (f"; statistically tied: {_tied_text(tied)}" if len(tied) > 1 else ""),
             hint,
         ),
         finding(
             "info",
             "near_peak",
             f"near-peak: {noise.sweet_spot_text(near)} keeps TPS within "
-            f"{near['max_tps_loss_pct']:g}% of the best (loses {near['tps_loss_pct']:.1f}%) at "
-            f"{near['tps_per_w']:.4f} TPS/W" + _default_note(near),
+            f"{as_float(near.max_tps_loss_pct):g}% of the best (loses "
+            f"{as_float(near.tps_loss_pct):.1f}%) at {as_float(near.tps_per_w):.4f} TPS/W"
+            + _default_note(near),
             "use it when speed matters more than the last bit of efficiency",
         ),
     ]
-    if rec["objective"] == "cost":
+    if rec.objective == "cost":
         out.append(
             finding(
                 "info",
                 "cost_objective",
-                f"cost objective (eta {rec['eta']:g}): {watts(rec['cap_w'])}" + _default_note(rec),
+                f"cost objective (eta {as_float(rec.eta):g}): {watts(rec.cap_w)}"
+                + _default_note(rec),
                 None,
             )
         )
     return out
 
 
-def _default_note(rec: dict[str, Any]) -> str:
-    pct = rec.get("pct_of_default")
-    gain = rec.get("tps_per_w_gain_vs_default_pct")
+def _measured(pick: Pick) -> str:
+    """A pick's TPS/W, TPS and draw, in words."""
+    return (
+        f"{as_float(pick.tps_per_w):.4f} TPS/W "
+        f"({as_float(pick.tps):.4g} TPS at {as_float(pick.power_w):.1f} W)"
+    )
+
+
+def _default_note(rec: Pick) -> str:
+    pct = rec.pct_of_default
+    gain = rec.tps_per_w_gain_vs_default_pct
     parts = []
-    by_gpu = rec.get("pct_of_default_by_gpu")
+    by_gpu = known(rec.pct_of_default_by_gpu)
     if by_gpu:
         parts.append(" / ".join(f"{p:.0f}%" for p in by_gpu) + " of each card's default limit")
     elif pct is not None and math.isfinite(pct):
@@ -385,14 +396,14 @@ def _default_note(rec: dict[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def boundary_text(sweet: dict[str, Any], run: dict[str, Any]) -> str | None:
+def boundary_text(sweet: Pick, run: RunFacts) -> str | None:
     """Why the best cap is a boundary, not a sweet spot (None: a measured cap on each side)."""
-    side = sweet.get("at_boundary")
+    side = known(sweet.at_boundary)
     if side is None:
         return None
-    limit = as_float(run.get("min_limit_w" if side == "low" else "max_limit_w"))
+    limit = as_float(run.min_limit_w if side == "low" else run.max_limit_w)
     edge = "lowest" if side == "low" else "highest"
-    if math.isfinite(limit) and abs(limit - sweet["cap_w"]) <= 0.5:
+    if math.isfinite(limit) and abs(limit - sweet.cap_w) <= 0.5:
         return f"the best cap is the card's {'minimum' if side == 'low' else 'maximum'} limit"
     return (
         f"the best cap is the {edge} one measured: the optimum may lie "
@@ -401,31 +412,33 @@ def boundary_text(sweet: dict[str, Any], run: dict[str, Any]) -> str | None:
 
 
 def answer_findings(
-    result: dict[str, Any], points: Sequence[CapPoint], run: dict[str, Any], sigmas: Sequence[float]
+    analysis: PowerAnalysis, points: Sequence[CapPoint], sigmas: Sequence[float]
 ) -> list[Finding]:
     """What the analysis can claim, in words: the sweet spot and near-peak (an answer), or why
     there is none and the best cap measured; caps that bind by TPS alone; falls of TPS."""
-    answer, binds = result["answer"], result["power_cap_binds"]
+    answer, binds = known(analysis.answer), known(analysis.power_cap_binds)
+    sweet = analysis.sweet_spot
+    assert answer is not None and binds is not None and sweet is not None
     out: list[Finding] = []
     if answer.kind == "none":
         if not binds.binds and answer.why == no_bind_text(binds):
             out.append(no_bind_finding(binds))
         elif str(answer.why).startswith("only "):
             out.append(too_few_finding(answer))
-        out.append(best_measured_finding(result["sweet_spot"], answer))
+        out.append(best_measured_finding(sweet, answer))
     else:
-        out += boundary_findings(result["sweet_spot"], points, run)
-        out += recommendation_findings(result)
+        out += boundary_findings(sweet, points, analysis.run)
+        out += recommendation_findings(analysis)
     if binds.by == "tps":
         out.append(binds_by_tps_finding(binds))
     return out + falls_finding(points, sigmas)
 
 
-def best_measured_finding(sweet: dict[str, Any], answer: Answer) -> Finding:
+def best_measured_finding(sweet: Pick, answer: Answer) -> Finding:
     return finding(
         "info",
         "best_measured",
-        f"best of the caps measured: {watts(sweet['cap_w'])}, {sweet['tps_per_w']:.4f} TPS/W "
-        f"({sweet['tps']:.4g} TPS at {sweet['power_w']:.1f} W); not an answer: {answer.why}",
+        f"best of the caps measured: {watts(sweet.cap_w)}, {_measured(sweet)}; not an answer: "
+        f"{answer.why}",
         None,
     )

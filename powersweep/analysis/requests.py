@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 
 import polars as pl
 
 from powersweep import runformat as rf
 from powersweep.analysis.findings import Finding, finding
+from powersweep.analysis.result_types import ServerRate
+from powersweep.runformat import as_float
 
 # Tool vs server decode rate: a cap whose rates differ by more than this is a finding.
 RATE_MISMATCH_PCT = 5.0
@@ -95,7 +98,7 @@ def warning_findings(requests: pl.DataFrame | None) -> list[Finding]:
     return out
 
 
-def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
+def server_rates(requests: pl.DataFrame | None) -> list[ServerRate]:
     """Per cap: the tool's and the server's decode rate over the same completed requests.
 
     Both are token-weighted: the tool's is ``sum(n - 1) / sum((n - 1) / decode_tps)`` (each
@@ -105,8 +108,7 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
     left out.
 
     Returns:
-        ``[{cap_w, tool_tps, server_tps, diff_pct, n_requests}]``, ascending cap; empty when the
-        server reported no rate.
+        One rate per cap, ascending cap; empty when the server reported no rate.
     """
     need = {"cap_w", "ok", "completion_tokens", "server_decode_tps"}
     if requests is None or not need <= set(requests.columns):
@@ -153,28 +155,28 @@ def server_rates(requests: pl.DataFrame | None) -> list[dict[str, float]]:
         tool = row["_tool_tok"] / row["_tool_s"]
         server = row["_server_tok"] / row["_server_s"]
         out.append(
-            {
-                "cap_w": float(row["cap_w"]),
-                "tool_tps": tool,
-                "server_tps": server,
-                "diff_pct": 100.0 * (tool / server - 1.0),
-                "n_requests": int(row["n"]),
-            }
+            ServerRate(
+                cap_w=float(row["cap_w"]),
+                tool_tps=as_float(tool, None),
+                server_tps=as_float(server, None),
+                diff_pct=as_float(100.0 * (tool / server - 1.0), None),
+                n_requests=int(row["n"]),
+            )
         )
     return out
 
 
-def rate_findings(rates: list[dict[str, float]]) -> list[Finding]:
+def rate_findings(rates: Sequence[ServerRate]) -> list[Finding]:
     """A warning naming the caps where tool and server decode rates differ by more than 5%,
     else one line saying they agree."""
     if not rates:
         return []
-    off = [r for r in rates if abs(r["diff_pct"]) > RATE_MISMATCH_PCT]
-    worst = max(rates, key=lambda r: abs(r["diff_pct"]))
+    off = [r for r in rates if abs(as_float(r.diff_pct)) > RATE_MISMATCH_PCT]
+    worst = max(rates, key=lambda r: abs(as_float(r.diff_pct)))
     if off:
         parts = "; ".join(
-            f"{r['cap_w']:g} W: tool {r['tool_tps']:.2f} vs server {r['server_tps']:.2f} "
-            f"({r['diff_pct']:+.1f}%)"
+            f"{r.cap_w:g} W: tool {as_float(r.tool_tps):.2f} vs server "
+            f"{as_float(r.server_tps):.2f} ({as_float(r.diff_pct):+.1f}%)"
             for r in off[:8]
         )
         return [
@@ -188,7 +190,7 @@ def rate_findings(rates: list[dict[str, float]]) -> list[Finding]:
                 "token times; connect to the server directly",
             )
         ]
-    n = sum(int(r["n_requests"]) for r in rates)
+    n = sum(r.n_requests or 0 for r in rates)
     return [
         finding(
             "info",
@@ -196,8 +198,8 @@ def rate_findings(rates: list[dict[str, float]]) -> list[Finding]:
             f"the tool's decode TPS agrees with the server's own rate "
             f"(timings.predicted_per_second) within {RATE_MISMATCH_PCT:g}% "
             f"{'at its one cap' if len(rates) == 1 else f'at all {len(rates)} caps'} "
-            f"({n} request{'' if n == 1 else 's'}; largest difference {worst['diff_pct']:+.2f}% at "
-            f"{worst['cap_w']:g} W)",
+            f"({n} request{'' if n == 1 else 's'}; largest difference "
+            f"{as_float(worst.diff_pct):+.2f}% at {worst.cap_w:g} W)",
             None,
         )
     ]

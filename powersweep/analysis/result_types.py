@@ -12,9 +12,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from types import UnionType
-from typing import Any, ClassVar, Self, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    ClassVar,
+    Self,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -77,7 +87,7 @@ class PointFigures:
     """
 
     tps: Num = None
-    code_tps: Num = None
+    code_tps: OptNum = UNSET  # a clock row writes it only where it is the metric
     power_w: Num = None
     tps_per_w: Num = None
     sm_clock_mhz: Num = None
@@ -140,6 +150,11 @@ class PointRecord(JsonRecord):
             given = own if key in _own_fields(type(self)) else figures
             if key in given and (value := given[key]) is not UNSET:
                 out[key] = _builtins(value)
+        return out
+
+    def with_figures(self, figures: PointFigures) -> Self:
+        """The record with other figures (every point record is a frozen dataclass)."""
+        out: Self = replace(cast(Any, self), figures=figures)
         return out
 
     @classmethod
@@ -284,6 +299,29 @@ class CapRow(PointRecord):
     regime: str | UnsetType | None = UNSET
 
 
+@dataclass(frozen=True)
+class Bootstrap(JsonRecord):
+    """How often each cap won the resamples of an older run (no point stated its own
+    precision), and each cap's resampled TPS/W interval; keyed by the cap as text."""
+
+    resamples: int
+    seed: int
+    caps_resampled: int
+    tps_units: str
+    best_share: dict[str, float] = field(default_factory=dict)
+    tps_per_w_ci: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NoiseEstimate(JsonRecord):
+    """A bare curve's noise: one reading's 95% half-width and the scatter it came from."""
+
+    reading_u95_pct: Num = None
+    tps_scatter_pct: Num = None
+    power_scatter_pct: Num = None
+    dof: Num = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Pick(JsonRecord):
     """A headline cap: the sweet spot, near-peak or the recommendation.
@@ -311,8 +349,8 @@ class Pick(JsonRecord):
     tied_caps: list[float] | UnsetType | None = UNSET
     interval_w: list[float] | UnsetType | None = UNSET
     noise_source: str | UnsetType | None = UNSET
-    bootstrap: dict[str, Any] | UnsetType | None = UNSET
-    estimate: dict[str, Any] | UnsetType | None = UNSET
+    bootstrap: Bootstrap | UnsetType | None = UNSET
+    estimate: NoiseEstimate | UnsetType | None = UNSET
     tps_per_w_u95_pct: dict[str, Num] | UnsetType | None = UNSET
     j_per_token: OptNum = UNSET
     kwh_per_mtok: OptNum = UNSET
@@ -416,16 +454,18 @@ class Energy(JsonRecord):
 
 @dataclass(frozen=True)
 class LatencyTarget(JsonRecord):
-    """The latency targets, and the most efficient point that meets them (or the closest)."""
+    """The latency targets, and the most efficient point that meets them (or the closest):
+    each axis's names its point record (:class:`CapLatencyTarget`, a clock curve's
+    ``LockLatencyTarget``)."""
 
     max_ttft_ms: Num = None
     max_itl_ms: Num = None
     noise_rel: OptNum = UNSET  # written by older versions only
     met: bool | None = None
-    point: dict[str, Any] | None = None
+    point: PointRecord | None = None
     margin: bool | UnsetType | None = UNSET
     within_noise: str | UnsetType | None = UNSET
-    within_noise_point: dict[str, Any] | UnsetType | None = UNSET
+    within_noise_point: PointRecord | UnsetType | None = UNSET
     unsure: list[str] | UnsetType | None = UNSET
     tied: list[str] | None = None
     noise_source: str | UnsetType | None = UNSET
@@ -435,19 +475,40 @@ class LatencyTarget(JsonRecord):
 
 
 @dataclass(frozen=True)
+class CapLatencyTarget(LatencyTarget):
+    """A power curve's latency target: its points are rows of the table."""
+
+    point: CapRow | None = None
+    within_noise_point: CapRow | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class SweepSetting(JsonRecord):
+    """A point the sweep set, as run.json names it (a clock run's confirm phase: its locks;
+    only the keys written are read back and written)."""
+
+    cap_w: RawNum = None
+    sm_lock_mhz: RawNum = None
+    mem_lock_mhz: RawNum = None
+    sm_offset_mhz: RawNum = None
+    mem_offset_mhz: RawNum = None
+
+
+@dataclass(frozen=True)
 class ConfirmRecord(JsonRecord):
-    """What the sweep's confirm phase measured again, and why (run.json ``confirm``)."""
+    """What the sweep's confirm phase measured again, and why (run.json ``confirm``): caps on
+    the power axis, clock points (``points``, the ties as settings) on a clock axis."""
 
     caps_w: list[float] = field(default_factory=list)
     reason: str | None = None
     skipped: str | UnsetType | None = UNSET
-    tied_before: list[float] | UnsetType | None = UNSET
+    tied_before: list[float | SweepSetting] | UnsetType | None = UNSET
     best_before_w: OptNum = UNSET
     best_after_w: OptNum = UNSET
-    tied_after: list[float] | UnsetType | None = UNSET
+    tied_after: list[float | SweepSetting] | UnsetType | None = UNSET
     stopped: str | UnsetType | None = UNSET
-    points: list[dict[str, Any]] | UnsetType | None = UNSET
-    tied_points_after: list[dict[str, Any]] | UnsetType | None = UNSET
+    points: list[SweepSetting] | UnsetType | None = UNSET
+    tied_points_after: list[SweepSetting] | UnsetType | None = UNSET
 
 
 @dataclass(frozen=True)
@@ -469,6 +530,6 @@ class PowerAnalysis(JsonRecord):
     findings: list[Finding] = field(default_factory=list)
     confirm: ConfirmRecord | None = None
     energy: Energy | None = None
-    latency_target: LatencyTarget | None = None
+    latency_target: CapLatencyTarget | None = None
     server_rates: list[ServerRate] = field(default_factory=list)
     power_cap_binds: CapsBind | UnsetType = UNSET

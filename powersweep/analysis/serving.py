@@ -9,11 +9,10 @@ The reasoning: docs/figures.md, "powersweep.analysis.serving".
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 import polars as pl
 from msgspec import UNSET
@@ -22,11 +21,21 @@ from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.noise import OWN as OWN_MEASUREMENTS
 from powersweep.analysis.noise import TYPICAL as TYPICAL_NOISE
 from powersweep.analysis.precision import TYPICAL_READING_U95_REL, Reading
-from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
+from powersweep.analysis.result_types import (
+    Energy,
+    EnergyFigures,
+    LatencyTarget,
+    PointFigures,
+    PointRecord,
+    known,
+)
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import UsageError
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 NAN = math.nan
+P = TypeVar("P", bound=PointRecord)
+T = TypeVar("T", bound=LatencyTarget)
 J_PER_KWH = 3.6e6
 SECONDS_PER_YEAR = 365.0 * 24.0 * 3600.0
 # A tariff above this per kWh is a typo in any currency (the dearest power is under 10,000 of the
@@ -131,20 +140,17 @@ def pooled_names() -> frozenset[str]:
     return frozenset(PER_TOKEN_COLUMNS)
 
 
-def row_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+def row_fields(row: CsvRow) -> dict[str, float | None]:
     """The per-token fields of one table row (None where not measured)."""
     return {c: as_float(row.get(c), None) for c in PER_TOKEN_COLUMNS}
 
 
-def run_tariff(run: Mapping[str, Any] | None, given: float | None) -> float | None:
+def run_tariff(run: RunRecord | None, given: float | None) -> float | None:
     """The tariff to price with: the one given, else the sweep's own (``sweep --tariff``)."""
     if given is not None:
         return given
-    options = (run or {}).get("options")
-    value = options.get("tariff_per_kwh") if isinstance(options, Mapping) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value) if 0 <= value <= MAX_TARIFF_PER_KWH else None
-    return None
+    value = as_float(run.options.tariff_per_kwh if run and run.options else None, None)
+    return value if value is not None and 0 <= value <= MAX_TARIFF_PER_KWH else None
 
 
 def check_options(
@@ -165,19 +171,17 @@ def check_options(
 
 
 def cost_summary(
-    candidates: Sequence[Mapping[str, Any]],
-    chosen: Mapping[str, Any] | None,
-    reference: Mapping[str, Any] | None,
+    chosen: PointFigures | None,
+    reference: PointFigures | None,
     tariff: float | None,
     names: tuple[str | None, str | None] = (None, None),
 ) -> Energy | None:
     """Energy and cost per 1M tokens at the chosen point against a reference point.
 
     Args:
-        candidates: Usable points (each with ``tps``, ``j_per_token``, ``kwh_per_mtok``).
-        chosen: The recommended point (one of ``candidates``).
-        reference: The point it is compared with (the default limit; a clock run's fastest
-            point); None when not measured.
+        chosen: The recommended point's figures.
+        reference: The figures of the point it is compared with (the default limit; a clock
+            run's fastest point); None when not measured.
         tariff: Price of a kWh (None: energy only).
         names: How the chosen and the reference point are named (None: not named).
 
@@ -186,17 +190,17 @@ def cost_summary(
         year of the measured load served around the clock at the chosen point's rate, or None
         when the chosen point has no energy per token.
     """
-    if chosen is None or as_float(chosen.get("kwh_per_mtok"), None) is None:
+    if chosen is None or chosen.kwh_per_mtok is None:
         return None
 
-    def figures(p: Mapping[str, Any]) -> EnergyFigures:
-        kwh = as_float(p.get("kwh_per_mtok"), None)
+    def figures(p: PointFigures) -> EnergyFigures:
+        kwh = p.kwh_per_mtok
         return EnergyFigures(
-            j_per_token=as_float(p.get("j_per_token"), None),
-            j_per_token_u95_pct=as_float(p.get("j_per_token_u95_pct"), None),
+            j_per_token=p.j_per_token,
+            j_per_token_u95_pct=p.j_per_token_u95_pct,
             kwh_per_mtok=kwh,
             cost_per_mtok=kwh * tariff if kwh is not None and tariff is not None else None,
-            tps=as_float(p.get("tps"), None),
+            tps=p.tps,
         )
 
     mine = figures(chosen)
@@ -219,44 +223,15 @@ def cost_summary(
     )
 
 
-def interpolated(points: Sequence[Mapping[str, Any]], key: str, at: float) -> dict[str, Any] | None:
-    """A point's figures at ``at`` along ``key``: the measured point there, else linear between
-    the two measured points around it (``interpolated_from`` names them); None outside them.
-
-    Args:
-        points: Usable points with ``tps``, ``j_per_token`` and ``kwh_per_mtok``.
-        key: The axis column (``cap_w``).
-        at: Where (the default limit).
-    """
-    have = [
-        p
-        for p in points
-        if as_float(p.get(key), None) is not None and as_float(p.get("j_per_token"), None)
-    ]
-    ordered = sorted(have, key=lambda p: float(p[key]))
-    for p in ordered:
-        if abs(float(p[key]) - at) < 1e-6:
-            return dict(p)
-    for a, b in itertools.pairwise(ordered):
-        xa, xb = float(a[key]), float(b[key])
-        if xa < at < xb:
-            f = (at - xa) / (xb - xa)
-            out: dict[str, Any] = {key: at, "interpolated_from": [xa, xb]}
-            for col in ("tps", "j_per_token", "kwh_per_mtok"):
-                va, vb = as_float(a.get(col), None), as_float(b.get(col), None)
-                out[col] = va + f * (vb - va) if va is not None and vb is not None else None
-            return out
-    return None
-
-
 def latency_choice(
-    candidates: Sequence[Mapping[str, Any]],
+    candidates: Sequence[P],
     *,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-    name: Callable[[Mapping[str, Any]], str],
-    reading: Callable[[Mapping[str, Any]], Reading] = Reading.of,
-) -> LatencyTarget | None:
+    name: Callable[[P], str],
+    reading: Callable[[P], Reading],
+    target: type[T],
+) -> T | None:
     """The most efficient point whose own measured p95 latencies meet the targets, with a
     margin where its p95 is itself too noisy to be sure.
 
@@ -268,12 +243,12 @@ def latency_choice(
 
     Args:
         candidates: Usable points, with ``tps_per_w``, ``ttft_p95_ms`` and ``itl_p95_ms`` (and
-            their ``*_hi_ms`` and precision columns, where measured).
+            their ``*_hi_ms`` and precision figures, where measured).
         max_ttft_ms: Target for the time to first token's p95 (None: none).
         max_itl_ms: Target for the inter-token latency's p95 (None: none).
         name: How a point is named in the answer (``280 W``, ``SM 1410 MHz``).
-        reading: A point's TPS/W with its own precision (its repeats pooled; default: the
-            row's own columns).
+        reading: A point's TPS/W with its own precision (its repeats pooled).
+        target: The axis's latency target record (its point record's).
 
     Returns:
         None without a target. Else ``met`` (bool), ``point`` (the pick, or the closest point
@@ -289,53 +264,45 @@ def latency_choice(
     if not targets:
         return None
 
-    def over(p: Mapping[str, Any]) -> float:
+    def over(p: P) -> float:
         """The worst ratio of a point's p95 to its target (inf: not measured)."""
         ratios = []
         for key, limit in targets.items():
-            v = as_float(p.get(key), None)
+            v = _figure(p.figures, key)
             ratios.append(math.inf if v is None else v / limit)
         return max(ratios)
 
-    usable = [p for p in candidates if as_float(p.get("tps_per_w"), None) is not None]
+    usable = [p for p in candidates if p.figures.tps_per_w is not None]
     meeting = [p for p in usable if over(p) <= 1.0]
     if not meeting:
         measured = [p for p in usable if math.isfinite(over(p))]
         closest = min(measured, key=over) if measured else None
-        misses = (
-            [
-                f"{k.replace('_ms', '')} {closest[k]:.4g} ms > {limit:g} ms"
-                for k, limit in targets.items()
-                if as_float(closest.get(k), None) is not None and closest[k] > limit
-            ]
-            if closest is not None
-            else []
-        )
-        return LatencyTarget(
+        misses = [] if closest is None else _misses(closest.figures, targets)
+        return target(
             max_ttft_ms=max_ttft_ms,
             max_itl_ms=max_itl_ms,
             met=False,
-            point=None if closest is None else _as_point(closest),
+            point=closest,
             tied=[],
             misses=misses,
             name=UNSET if closest is None else name(closest),
         )
-    best = max(meeting, key=lambda p: p["tps_per_w"])
-    sure = [p for p in meeting if not _unsure(p, targets)]
-    pick = max(sure, key=lambda p: p["tps_per_w"]) if sure else best
-    margin = not _unsure(pick, targets)
+    best = max(meeting, key=_tps_per_w)
+    sure = [p for p in meeting if not _unsure(p.figures, targets)]
+    pick = max(sure, key=_tps_per_w) if sure else best
+    margin = not _unsure(pick.figures, targets)
     same = sure if margin else meeting
     own = reading(pick)
     tied = [name(p) for p in same if p is pick or _tied(own, reading(p))]
-    return LatencyTarget(
+    return target(
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
         met=True,
-        point=_as_point(pick),
+        point=pick,
         margin=margin,
         within_noise=name(best) if best is not pick else None,
-        within_noise_point=_as_point(best) if best is not pick else None,
-        unsure=_unsure(best if best is not pick else pick, targets),
+        within_noise_point=best if best is not pick else None,
+        unsure=_unsure((best if best is not pick else pick).figures, targets),
         tied=tied,
         noise_source=OWN_MEASUREMENTS if own.known else TYPICAL_NOISE,
         misses=[],
@@ -343,18 +310,31 @@ def latency_choice(
     )
 
 
-def _as_point(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A measured row as the answer holds it: the row itself (a dict), so that what the
-    analysis adds to its rows later (the power curve's regimes) shows in the answer too."""
-    return row if isinstance(row, dict) else dict(row)
+def _figure(figures: PointFigures, key: str) -> float | None:
+    """A latency figure by its column's name (``ttft_p95_ms``, ``itl_p95_hi_ms``...)."""
+    return known(getattr(figures, key))
 
 
-def _unsure(p: Mapping[str, Any], targets: Mapping[str, float]) -> list[str]:
+def _tps_per_w(p: PointRecord) -> float:
+    return as_float(p.figures.tps_per_w)
+
+
+def _misses(figures: PointFigures, targets: Mapping[str, float]) -> list[str]:
+    """What the closest point misses each target by, in words."""
+    out = []
+    for key, limit in targets.items():
+        value = _figure(figures, key)
+        if value is not None and value > limit:
+            out.append(f"{key.replace('_ms', '')} {value:.4g} ms > {limit:g} ms")
+    return out
+
+
+def _unsure(figures: PointFigures, targets: Mapping[str, float]) -> list[str]:
     """Why a point's p95s meet the targets only within their own noise (empty: with margin)."""
     out = []
     for key, limit in targets.items():
         what = "TTFT" if key.startswith("ttft") else "inter-token"
-        high = as_float(p.get(_UPPER[key]), None)
+        high = _figure(figures, _UPPER[key])
         if high is None:
             out.append(f"its {what} p95 has too few samples to be bounded")
         elif high > limit:
@@ -370,46 +350,57 @@ def _tied(a: Reading, b: Reading) -> bool:
     return gap <= math.sqrt(2.0) * TYPICAL_READING_U95_REL
 
 
-def _position(p: Mapping[str, Any], key: str) -> float:
-    v = as_float(p.get(key), None)
-    return -1.0 if v is None else v
+def priced(rows: Sequence[P], tariff: float | None) -> list[P]:
+    """The rows with their cost per 1M tokens at ``tariff`` (unchanged without one)."""
+    if tariff is None:
+        return list(rows)
+    out = []
+    for row in rows:
+        kwh = row.figures.kwh_per_mtok
+        cost = kwh * tariff if kwh is not None else None
+        out.append(row.with_figures(replace(row.figures, cost_per_mtok=cost)))
+    return out
 
 
-def axis_order(points: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
-    """Points sorted along one axis column (the noise estimate needs neighbours)."""
-    return sorted(points, key=lambda p: _position(p, key))
+@dataclass(frozen=True)
+class Served(Generic[T]):
+    """What serving costs at the chosen point (:func:`cost_summary`), the latency target's pick
+    (:func:`latency_choice`) and its finding."""
+
+    energy: Energy | None
+    latency_target: T | None
+    findings: list[Finding]
 
 
-def attach(
-    result: dict[str, Any],
-    candidates: Sequence[Mapping[str, Any]],
-    chosen: Mapping[str, Any] | None,
-    reference: Mapping[str, Any] | None,
+def served(
+    candidates: Sequence[P],
+    chosen: P | None,
+    reference: P | None,
     *,
     tariff: float | None,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-    name: Callable[[Mapping[str, Any]], str],
-    reading: Callable[[Mapping[str, Any]], Reading] = Reading.of,
-) -> None:
-    """Add ``energy`` (:func:`cost_summary`) and ``latency_target`` (:func:`latency_choice`) to
-    an analysis, and ``cost_per_mtok`` to each candidate row when a tariff is given."""
-    if tariff is not None:
-        for row in result.get("caps") or result.get("points") or []:
-            kwh = as_float(row.get("kwh_per_mtok"), None)
-            row["cost_per_mtok"] = kwh * tariff if kwh is not None else None
+    name: Callable[[P], str],
+    reading: Callable[[P], Reading],
+    target: type[T],
+) -> Served[T]:
+    """The energy and latency answers of an analysis whose rows are already :func:`priced`."""
     names = (name(chosen) if chosen else None, name(reference) if reference else None)
-    result["energy"] = cost_summary(candidates, chosen, reference, tariff, names)
+    energy = cost_summary(
+        chosen.figures if chosen else None,
+        reference.figures if reference else None,
+        tariff,
+        names,
+    )
     choice = latency_choice(
         candidates,
         max_ttft_ms=max_ttft_ms,
         max_itl_ms=max_itl_ms,
         name=name,
         reading=reading,
+        target=target,
     )
-    result["latency_target"] = choice
-    if choice is not None:
-        result.setdefault("findings", []).append(_latency_finding(choice))
+    return Served(energy, choice, [] if choice is None else [_latency_finding(choice)])
 
 
 def _latency_finding(choice: LatencyTarget) -> Finding:
@@ -422,7 +413,7 @@ def _latency_finding(choice: LatencyTarget) -> Finding:
     if choice.met and choice.point is not None:
         message = (
             f"most efficient point with {goals}: {known(choice.name)} "
-            f"({choice.point['tps_per_w']:.4f} TPS/W)"
+            f"({as_float(choice.point.figures.tps_per_w):.4f} TPS/W)"
         )
         unsure = "; ".join(known(choice.unsure) or [])
         margin = known(choice.margin) is not False

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from msgspec import UnsetType
 
-from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget, known
+from powersweep.analysis.result_types import (
+    Energy,
+    EnergyFigures,
+    LatencyTarget,
+    PointFigures,
+    known,
+)
 from powersweep.analysis.summary_frame import escape_md
 from powersweep.runformat import as_float
 
@@ -97,16 +103,15 @@ def latency_section(target: LatencyTarget | None) -> str:
         if value is not None
     ]
     lines = ["### Latency target", "", f"Target: {' and '.join(goals)} (each point's own p95)."]
-    point = target.point or {}  # still a dict: the row of the point picked, as the table has it
+    point = target.point.figures if target.point is not None else PointFigures()
     name = escape_md(known(target.name) or "")
     figures = (
-        f"{_g(point.get('tps_per_w'))} TPS/W, {_g(point.get('j_per_token'))} J/token, "
-        f"TTFT p95 {_g(point.get('ttft_p95_ms'))} ms, inter-token p95 "
-        f"{_g(point.get('itl_p95_ms'))} ms"
+        f"{_g(point.tps_per_w)} TPS/W, {_g(point.j_per_token)} J/token, "
+        f"TTFT p95 {_g(point.ttft_p95_ms)} ms, inter-token p95 {_g(point.itl_p95_ms)} ms"
     )
     if target.met:
         lines += ["", *_met_lines(target, name, figures)]
-    elif point:
+    elif target.point is not None:
         misses = "; ".join(escape_md(m) for m in target.misses or [])
         lines += ["", f"- **No measured point meets it.** Closest: {name} ({figures}): {misses}."]
     else:

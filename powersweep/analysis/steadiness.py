@@ -9,12 +9,11 @@ without a column give no finding on it (or the slope alone).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.precision import DEFAULT_TAU_S
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 # At steady load the instant draw moves little within the sampler's half-second ticks, so the
 # trapezoid over a window's ticks carries only the readings' own noise (a fraction of a
@@ -58,7 +57,7 @@ ASSUMED_TAU_S = DEFAULT_TAU_S
 WAIT_STEP_S = 5.0
 
 
-def energy_gap(row: Mapping[str, Any]) -> float:
+def energy_gap(row: CsvRow) -> float:
     """``(counter - sampled) / sampled`` of one row; NaN when either is missing."""
     counter, sampled = as_float(row.get("energy_j")), as_float(row.get("energy_sampled_j"))
     if not (math.isfinite(counter) and math.isfinite(sampled) and sampled > 0):
@@ -66,7 +65,7 @@ def energy_gap(row: Mapping[str, Any]) -> float:
     return (counter - sampled) / sampled
 
 
-def energy_tolerance(row: Mapping[str, Any]) -> float:
+def energy_tolerance(row: CsvRow) -> float:
     """The gap one row's figures may show: :data:`ENERGY_MISMATCH_FRAC`, or the sampled draw's
     own 95% half-width (``power_u95_pct``) where that is wider (the trapezoid over the ticks is
     the sampled mean draw times the window, known no better than that mean, which a bursty load
@@ -83,9 +82,7 @@ def energy_tolerance(row: Mapping[str, Any]) -> float:
     return base + allowance
 
 
-def energy_findings(
-    rows: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]
-) -> list[Finding]:
+def energy_findings(rows: Iterable[CsvRow], label: Callable[[CsvRow], str]) -> list[Finding]:
     """``energy_mismatch`` when the counter and the sampled integral of a point disagree.
 
     Args:
@@ -112,7 +109,7 @@ def energy_findings(
     ]
 
 
-def _energy_advice(rows: Iterable[Mapping[str, Any]]) -> str:
+def _energy_advice(rows: Iterable[CsvRow]) -> str:
     """What to do: a counter off by one gain at every point is a sensor, which no sampling
     changes; gaps that differ between points are a draw faster than the samples see."""
     gaps = [g for g in (energy_gap(r) for r in rows) if math.isfinite(g)]
@@ -131,12 +128,12 @@ def _energy_advice(rows: Iterable[Mapping[str, Any]]) -> str:
     )
 
 
-def drift_bias(row: Mapping[str, Any]) -> float:
+def drift_bias(row: CsvRow) -> float:
     """The relative bias of a row's TPS/W from the temperature still to come (NaN: unknown)."""
     return as_float(row.get("drift_bias_pct")) / 100.0
 
 
-def still_heating(row: Mapping[str, Any]) -> bool:
+def still_heating(row: CsvRow) -> bool:
     """True when a row was measured on a card still heating or cooling: its drift biases its
     TPS/W beyond :data:`STILL_HEATING_BIAS_REL` (a run older than that column: its drift beyond
     :data:`DRIFT_C_PER_MIN`)."""
@@ -156,7 +153,7 @@ def contends(tps_per_w: float, best_tps_per_w: float, bias_rel: float = 0.0) -> 
     return tps_per_w >= best_tps_per_w * (1.0 - CONTENDS_MARGIN_REL - bias)
 
 
-def needed_wait_s(row: Mapping[str, Any]) -> float:
+def needed_wait_s(row: CsvRow) -> float:
     """Run seconds the point would have needed to wait for its drift's bias to fall to the
     sweep's goal (:data:`WAIT_SHARE_OF_FINDING` of :data:`STILL_HEATING_BIAS_REL`): what it
     waited, plus its card's
@@ -173,9 +170,7 @@ def needed_wait_s(row: Mapping[str, Any]) -> float:
     return waited + (tau * math.log(bias / goal) if bias > goal else 0.0)
 
 
-def thermal_findings(
-    rows: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]
-) -> list[Finding]:
+def thermal_findings(rows: Iterable[CsvRow], label: Callable[[CsvRow], str]) -> list[Finding]:
     """``still_heating`` when a point's temperature still drifted enough during its windows to
     bias its TPS/W beyond :data:`STILL_HEATING_BIAS_REL`, with the wait that would do.
 
@@ -188,7 +183,7 @@ def thermal_findings(
     best = max((v for v in tpw if math.isfinite(v)), default=math.nan)
     heating: list[str] = []
     cooling: list[str] = []
-    flagged: list[dict[str, Any]] = []
+    flagged: list[CsvRow] = []
     for row, value in zip(rows, tpw, strict=True):
         if not still_heating(row) or not contends(value, best, abs(drift_bias(row))):
             continue
@@ -220,7 +215,7 @@ def thermal_findings(
     ]
 
 
-def _wait_advice(flagged: list[dict[str, Any]]) -> str:
+def _wait_advice(flagged: list[CsvRow]) -> str:
     """The wait the card's fitted thermal model says would do, as a flag to rerun with."""
     needs = [needed_wait_s(r) for r in flagged]
     known = [n for n in needs if math.isfinite(n)]
@@ -245,9 +240,7 @@ def _wait_advice(flagged: list[dict[str, Any]]) -> str:
     )
 
 
-def findings(
-    rows: Iterable[dict[str, Any]], label: Callable[[dict[str, Any]], str]
-) -> list[Finding]:
+def findings(rows: Iterable[CsvRow], label: Callable[[CsvRow], str]) -> list[Finding]:
     """Both checks over the ok rows of a curve."""
     rows = list(rows)
     return energy_findings(rows, label) + thermal_findings(rows, label)

@@ -150,15 +150,15 @@ def _pick_lines(analysis: PowerAnalysis) -> list[str]:
         )
     elif sweet is not None and answer is not None and not answer.given:
         lines.append("| Sweet spot | none: no answer (see above) |")
-        best = escape_md(sweet_spot_text(sweet.to_json()))
+        best = escape_md(sweet_spot_text(sweet))
         lines.append(f"| Best measured | {best}, of the caps measured: not an answer |")
     elif sweet is not None:
         label = "Best cap (boundary)" if answer is not None and answer.kind == "boundary" else None
-        lines.append(f"| {label or 'Sweet spot'} | {escape_md(sweet_spot_text(sweet.to_json()))} |")
+        lines.append(f"| {label or 'Sweet spot'} | {escape_md(sweet_spot_text(sweet))} |")
     near = analysis.near_peak
     interval = known(near.interval_w) if near is not None else None
     if near is not None and interval and (answer is None or answer.given):
-        lines.append(f"| Near-peak | {escape_md(sweet_spot_text(near.to_json()))} |")
+        lines.append(f"| Near-peak | {escape_md(sweet_spot_text(near))} |")
     confirm = analysis.confirm
     skipped = known(confirm.skipped) if confirm is not None else None
     if confirm is not None and confirm.caps_w:
@@ -287,7 +287,7 @@ def _table(analysis: PowerAnalysis) -> str:
             cells.append(cell(cap * n_gpus, 0))
         if ok:
             power = figs.power_w
-            cells += [cell(figs.tps, 2), cell(figs.code_tps, 2), cell(power, 1)]
+            cells += [cell(figs.tps, 2), cell(known(figs.code_tps), 2), cell(power, 1)]
             if n_gpus > 1:
                 cells.append(cell(power / n_gpus if power is not None else None, 1))
             cells.append(cell(figs.tps_per_w, 4))
@@ -316,7 +316,7 @@ def _table(analysis: PowerAnalysis) -> str:
 
 def _load(curve: Curve) -> str:
     """How the load was set up: the concurrency pick and its probe, the prefill prompt size."""
-    load = (curve.run or {}).get("load")
+    load = curve.run.load if curve.run else None
     if not isinstance(load, dict) or not load:
         return ""
     lines = ["### Load", ""]

@@ -100,14 +100,15 @@ def synthesize_run(
         mode, ("prefill",)
     )
 
-    sample_rows: list[dict[str, Any]] = []
-    request_rows: list[dict[str, Any]] = []
-    cap_rows: list[dict[str, Any]] = []
+    # rows as the CSVs will hold them: column to cell
+    sample_rows: list[dict[str, object]] = []
+    request_rows: list[dict[str, object]] = []
+    cap_rows: list[dict[str, object]] = []
     clock = _SynthClock()
     for cap in caps:
+        t_cap = round(clock.t_s, 3)  # the cap's first sample's time
         samples, load = _synth_samples(cap, gpu, phases, nm, rng, clock)
         sample_rows += samples
-        t_cap = float(samples[0]["t_s"])
         tps = float(cap["tps"]) * (1.0 + rng.normal(0.0, nm.tps_rel))
         request_rows += _requests(
             float(cap["cap_w"]), tps, mode, prompt_tokens, streams, t_cap, load.window_s, nm, rng
@@ -158,14 +159,14 @@ def _synth_samples(
     nm: NoiseModel,
     rng: np.random.Generator,
     clock: _SynthClock,
-) -> tuple[list[dict[str, Any]], _LoadReadings]:
+) -> tuple[list[dict[str, object]], _LoadReadings]:
     """One cap's samples.csv rows (settle, then the load phases) and its load-window readings."""
     cap_w = float(cap["cap_w"])
     power_true = float(cap["power_w"])
     regime = str(cap.get("regime") or "power_limited")
     thermal = regime in _THERMAL_REGIMES
     pwr_throttle = regime in _POWER_THROTTLE_REGIMES
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     load = _LoadReadings([], [], [], nm.settle_ticks, nm.tick_s)
     n_settle, n_load = nm.settle_ticks, max(nm.load_ticks, 1)
     for k in range(n_settle + n_load):
@@ -210,7 +211,7 @@ def _cap_row(
     load: _LoadReadings,
     n_phases: int,
     nm: NoiseModel,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One caps.csv row, made from the cap's load-window readings as the sweep would."""
     regime = str(cap.get("regime") or "power_limited")
     thermal = regime in _THERMAL_REGIMES
@@ -250,7 +251,8 @@ def _run_json(
     seed: int,
     cooling: str,
     model: str,
-) -> dict[str, Any]:
+) -> dict[str, object]:
+    """The run.json the synthetic run writes (its ground truth embedded as given)."""
     return {
         "schema_version": 1,
         "tool": {"name": "powersweep", "version": "synthetic"},
@@ -291,9 +293,9 @@ def _requests(
     window_s: float,
     nm: NoiseModel,
     rng: np.random.Generator,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Requests whose token-weighted TPS is about the cap's TPS."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     kinds: Sequence[str] = {"decode-single": ("narr", "code"), "prefill-heavy": ("prefill",)}.get(
         mode, ("narr",)
     )

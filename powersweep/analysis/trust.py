@@ -8,8 +8,7 @@ used or visibly set aside. Pure functions over a loaded :class:`~powersweep.anal
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -18,7 +17,8 @@ from powersweep.analysis.failures import cause_examples, counted_elsewhere
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import SOURCE_LINE, Curve
 from powersweep.analysis.plausibility import IMPLAUSIBLE, OUTLIER
-from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS, as_float
+from powersweep.analysis.run_record import RunAdaptive, RunFault, RunRecord, RunStalls
+from powersweep.runformat import CONFIRM_REASON, REFERENCE_REASON, REPEAT_REASONS, CsvRow, as_float
 
 SUSPECT = "suspect"
 # Statuses reported here rather than as "not measured".
@@ -100,27 +100,28 @@ def ignored_rows(curve: Curve) -> list[Finding]:
     )
 
 
-def _line(row: dict[str, Any]) -> str:
+def _line(row: CsvRow) -> str:
     return f"line {row[SOURCE_LINE]} ({_w(row['cap_w'])})"
 
 
-def _w(value: Any) -> str:
-    try:
-        return f"{float(value):g} W"
-    except (TypeError, ValueError):  # run.json written by hand
-        return "? W"
+def _w(value: object) -> str:
+    """A cap in watts (``? W`` where the cell or the record has no number)."""
+    return (
+        f"{value:g} W" if isinstance(value, int | float) and not isinstance(value, bool) else "? W"
+    )
 
 
-def _why_ignored(row: dict[str, Any], metric: str) -> str:
+def _why_ignored(row: CsvRow, metric: str) -> str:
     parts = []
     for col in ("power_w", metric):
         v = row.get(col)
+        number = as_float(v)
         if v is None:
             parts.append(f"{col} missing")
-        elif not math.isfinite(v):
+        elif not math.isfinite(number):
             parts.append(f"{col} is {v}")
-        elif v <= 0:
-            parts.append(f"{col} is {v:g} (not positive)")
+        elif number <= 0:
+            parts.append(f"{col} is {number:g} (not positive)")
     return ", ".join(parts) or "not usable"
 
 
@@ -236,14 +237,14 @@ def _duplicates(caps: pl.DataFrame) -> list[Finding]:
 
 def _pooled(
     cap: float,
-    rows: list[dict[str, Any]],
-    usable: list[dict[str, Any]],
-    confirm: list[dict[str, Any]],
+    rows: Sequence[CsvRow],
+    usable: Sequence[CsvRow],
+    confirm: Sequence[CsvRow],
 ) -> Finding:
     """A cap the confirm phase measured again: its readings are pooled, as the analysis does
     (:func:`powersweep.analysis.pooling.pool_repeats`), so no reading of it is ignored."""
     base = [r for r in usable if (r.get("reason") or "") not in REPEAT_REASONS][-1:]
-    pooled = base + confirm
+    pooled = [*base, *confirm]
     lines = ", ".join(str(r[SOURCE_LINE]) for r in pooled)
     left = [r for r in rows if all(r is not p for p in pooled)]
     who = " and ".join(
@@ -266,7 +267,7 @@ def _pooled(
     return finding("info", "confirm_pooled", message)
 
 
-def _failed_requests(requests: pl.DataFrame | None) -> dict[str, Any] | None:
+def _failed_requests(requests: pl.DataFrame | None) -> RunFault | None:
     """requests.csv's failed requests as a ``request_failed`` fault, for a run whose run.json
     does not count them (older versions): the ones no other fault kind counts."""
     if requests is None or not {"ok", "error"} <= set(requests.columns):
@@ -279,21 +280,22 @@ def _failed_requests(requests: pl.DataFrame | None) -> dict[str, Any] | None:
     ]
     if not errors:
         return None
-    return {"kind": "request_failed", "count": len(errors), "examples": cause_examples(errors)}
+    return RunFault(kind="request_failed", count=len(errors), examples=cause_examples(errors))
 
 
-def _fault_part(f: dict[str, Any]) -> str:
-    kind = str(f.get("kind", "?"))
+def _fault_part(f: RunFault) -> str:
+    kind = f.kind or "?"
     text = _FAULT_TEXT.get(kind, kind)
-    examples = [str(e) for e in f.get("examples", []) if e]
+    examples = [e for e in f.examples if e]
+    count = "?" if f.count is None else f.count
     if kind == "request_failed" and examples:
-        return f"{f.get('count', '?')} {text}: {'; '.join(examples)}"
+        return f"{count} {text}: {'; '.join(examples)}"
     example = f" (e.g. {examples[0]})" if examples else ""
-    return f"{f.get('count', '?')} {text}{example}"
+    return f"{count} {text}{example}"
 
 
 def run_findings(
-    run: dict[str, Any] | None, requests: pl.DataFrame | None = None, source: str = "RUN"
+    run: RunRecord | None, requests: pl.DataFrame | None = None, source: str = "RUN"
 ) -> list[Finding]:
     """The run's own record of faults it met and of a status that withholds an answer
     (:func:`~.claims.status_reason`; ``source`` the run directory its command names).
@@ -301,17 +303,16 @@ def run_findings(
     Failed requests are among them, by cause in words: from run.json, or (a run that did not
     count them) from requests.csv.
     """
-    if not run:
+    if run is None:
         return []
     out = []
-    raw = run.get("faults")
-    faults = [f for f in raw if isinstance(f, dict)] if isinstance(raw, list) else []
-    if not any(f.get("kind") == "request_failed" for f in faults):
+    faults = list(run.faults or [])
+    if not any(f.kind == "request_failed" for f in faults):
         failed = _failed_requests(requests)
         faults += [failed] if failed else []
     # what a search looks for is no fault of the run: an undervolt search ends on the step that
     # failed its check, and says so in a finding of its own (issue 47)
-    faults = [f for f in faults if f.get("kind") not in SEARCH_OUTCOMES]
+    faults = [f for f in faults if f.kind not in SEARCH_OUTCOMES]
     if faults:
         out.append(
             finding(
@@ -321,27 +322,22 @@ def run_findings(
                 "the figures above account for them; check the server if they repeat",
             )
         )
-    out += _stalls_finding(run.get("stalls"), str(run.get("load_mode") or ""))
-    adaptive = run.get("adaptive")
-    adaptive = adaptive if isinstance(adaptive, dict) else {}
-    left_out = adaptive.get("left_out")
-    if isinstance(left_out, list) and left_out:
-        caps = ", ".join(
-            f"{_w(c.get('cap_w'))} ({c.get('reason', '?')})"
-            for c in left_out
-            if isinstance(c, dict)
-        )
+    out += _stalls_finding(run.stalls, run.load_mode or "")
+    adaptive = run.adaptive or RunAdaptive()
+    if adaptive.left_out:
+        caps = ", ".join(f"{_w(c.cap_w)} ({c.reason or '?'})" for c in adaptive.left_out)
         out.append(
             finding(
                 "warning",
                 "adaptive_budget",
-                f"the adaptive sweep stopped at its budget of {adaptive.get('max_caps', '?')} "
+                f"the adaptive sweep stopped at its budget of "
+                f"{'?' if adaptive.max_caps is None else adaptive.max_caps} "
                 f"caps; still asked for, not measured: {caps}",
                 "plateau and ceiling edges near those caps may be a step off or missing: "
                 "measure them with --caps, or sweep dense",
             )
         )
-    axis = _axis(run)
+    axis = run.options.axis if run.options else None
     what = "caps" if axis in (None, "power") else "steps" if axis == "undervolt" else "points"
     claim = claims.status_claim(run, source, what)
     if claim is not None:
@@ -349,8 +345,8 @@ def run_findings(
         out.append(
             finding(
                 "warning",
-                f"run_{run.get('status')}",
-                f"{_no_answer(why, str(run.get('status')))}; {remedy}",
+                f"run_{run.status}",
+                f"{_no_answer(why, str(run.status))}; {remedy}",
                 f"{remedy}; nothing the run measured is applied until it answers",
             )
         )
@@ -364,16 +360,10 @@ def _no_answer(why: str, status: str) -> str:
     return f"{why}: no answer" + (" yet" if status in ("interrupted", "running") else "")
 
 
-def _axis(run: Mapping[str, Any]) -> str | None:
-    options = run.get("options")
-    axis = options.get("axis") if isinstance(options, Mapping) else None
-    return axis if isinstance(axis, str) else None
-
-
-def _stalls_finding(stalls: Any, load_mode: str) -> list[Finding]:
+def _stalls_finding(stalls: RunStalls | None, load_mode: str) -> list[Finding]:
     """``streams_stalled``: the share of the decode time the server's streams stalled (run.json
     ``stalls``), and how the run's rates carry it."""
-    share = as_float(stalls.get("share_pct")) if isinstance(stalls, dict) else math.nan
+    share = as_float(stalls.share_pct) if stalls is not None else math.nan
     if not share > 0:
         return []
     how = (
@@ -382,13 +372,14 @@ def _stalls_finding(stalls: Any, load_mode: str) -> list[Finding]:
         if load_mode == "decode-single"
         else "each window's rate counts the stalls that fell in it"
     )
-    sd = as_float(stalls.get("sd_pct"))
+    sd = as_float(stalls.sd_pct) if stalls is not None else math.nan
     return [
         finding(
             "info",
             "streams_stalled",
             f"the server's token streams stalled for {share:.2g}% (±{1.96 * sd:.2g}%) of their "
-            f"decode time, in {stalls.get('requests')} requests (another tenant's slices, or "
+            f"decode time, in {stalls.requests if stalls else None} requests (another tenant's "
+            "slices, or "
             f"the host's): the long-run rate counts them; {how}",
             "if the GPU or the host is shared, sweep when nothing else runs: the stalls are the "
             "other work's, not the card's",

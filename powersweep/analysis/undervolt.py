@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from msgspec import UNSET
 
@@ -16,7 +14,8 @@ from powersweep import __version__
 from powersweep.analysis import claims
 from powersweep.analysis.findings import Finding, finding
 from powersweep.analysis.load import Curve
-from powersweep.analysis.result_types import Answer, PointFigures, RunFacts, ToolInfo
+from powersweep.analysis.result_types import Answer, PointFigures, ToolInfo
+from powersweep.analysis.run_record import RunOptions, RunRecord
 from powersweep.analysis.trust import ignored_rows, run_findings
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings
 from powersweep.analysis.undervolt_result_types import (
@@ -25,7 +24,7 @@ from powersweep.analysis.undervolt_result_types import (
     UndervoltAnalysis,
     VersusCap,
 )
-from powersweep.runformat import REFERENCE_REASON, as_float
+from powersweep.runformat import REFERENCE_REASON, CsvRow, as_float
 
 SOAK = "soak"
 RETRY_REASON = "retry"
@@ -75,18 +74,18 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     versus = VersusCap.between(chosen, baseline)
     findings += _findings(steps, soaks, first_bad, chosen, versus, curve.run)
     findings += _retried(steps)
-    record = (curve.run or {}).get("undervolt") or {}
-    memory = memory_answer(mem_rows, options, baseline, chosen, record.get("memory"))
+    record = curve.run.undervolt if curve.run else None
+    memory = memory_answer(mem_rows, options, baseline, chosen, record.memory if record else None)
     findings += memory_findings(memory)
     return UndervoltAnalysis(
         tool=ToolInfo("powersweep", __version__),
         metric=curve.metric,
         source=str(curve.source),
-        run=RunFacts.from_json(run_facts(curve)),
+        run=run_facts(curve),
         sm_lock_mhz=steps[0].sm_lock_mhz if steps else None,
         step_mhz=step_mhz,
         margin_mhz=margin,
-        soak_s=as_float(options.get("soak_s"), None),
+        soak_s=as_float(options.soak_s, None),
         baseline=baseline,
         steps=steps,
         soaks=soaks,
@@ -102,23 +101,23 @@ def analyze_undervolt(curve: Curve) -> UndervoltAnalysis:
     )
 
 
-def idle_at_lock(run: Mapping[str, Any] | None) -> IdleAtLock | None:
+def idle_at_lock(run: RunRecord | None) -> IdleAtLock | None:
     """run.json's ``idle`` (None: a run before issue 45, or none was measured)."""
-    idle = (run or {}).get("idle")
-    if not isinstance(idle, Mapping):
+    idle = run.idle if run else None
+    if idle is None:
         return None
-    span = idle.get("sm_lock_range_mhz")
-    low, top = span if isinstance(span, list) and len(span) == 2 else (None, None)
+    span = idle.sm_lock_range_mhz
+    low, top = span if span is not None and len(span) == 2 else (None, None)
     return IdleAtLock(
         sm_lock_min_mhz=as_float(low, None),
-        sm_lock_mhz=as_float(top if top is not None else idle.get("sm_lock_mhz"), None),
-        power_w=as_float(idle.get("power_w"), None),
-        sm_clock_mhz=as_float(idle.get("sm_clock_mhz"), None),
-        seconds=as_float(idle.get("seconds"), None),
+        sm_lock_mhz=as_float(top if top is not None else idle.sm_lock_mhz, None),
+        power_w=as_float(idle.power_w, None),
+        sm_clock_mhz=as_float(idle.sm_clock_mhz, None),
+        seconds=as_float(idle.seconds, None),
     )
 
 
-def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
+def _step(row: CsvRow, metric: str) -> OffsetStep:
     def num(key: str) -> float | None:
         return as_float(row.get(key), None)
 
@@ -153,17 +152,16 @@ def _step(row: Mapping[str, Any], metric: str) -> OffsetStep:
     )
 
 
-def _options(run: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    options = (run or {}).get("options")
-    return options if isinstance(options, Mapping) else {}
+def _options(run: RunRecord | None) -> RunOptions:
+    return (run.options if run else None) or RunOptions()
 
 
-def _margin_mhz(options: Mapping[str, Any], step_mhz: float | None) -> float:
+def _margin_mhz(options: RunOptions, step_mhz: float | None) -> float:
     """The margin as run.json records it; a run before issue 45 recorded steps to back off."""
-    margin = as_float(options.get("margin_mhz"), None)
+    margin = as_float(options.margin_mhz, None)
     if margin is not None:
         return margin
-    steps = as_float(options.get("backoff_steps"), None)
+    steps = as_float(options.backoff_steps, None)
     return (DEFAULT_BACKOFF_STEPS if steps is None else steps) * (step_mhz or GRID_MHZ)
 
 
@@ -172,11 +170,11 @@ def answer_mhz(last_stable_mhz: float, margin_mhz: float) -> float:
     return max(0.0, math.floor((last_stable_mhz - margin_mhz) / GRID_MHZ + 1e-9) * GRID_MHZ)
 
 
-def _step_mhz(options: Mapping[str, Any], steps: list[OffsetStep]) -> float | None:
+def _step_mhz(options: RunOptions, steps: list[OffsetStep]) -> float | None:
     """The search's step: as run.json records it, else the smallest gap between offsets."""
-    recorded = options.get("offset_step_mhz")
-    if isinstance(recorded, int | float) and recorded > 0:
-        return float(recorded)
+    recorded = as_float(options.offset_step_mhz, None)
+    if recorded is not None and recorded > 0:
+        return recorded
     offsets = sorted({as_float(s.sm_offset_mhz) for s in steps})
     gaps = [b - a for a, b in itertools.pairwise(offsets) if b > a]
     return min(gaps) if gaps else None
@@ -251,7 +249,7 @@ def _findings(
     first_bad: OffsetStep | None,
     chosen: OffsetStep | None,
     versus: VersusCap | None,
-    run: Mapping[str, Any] | None,
+    run: RunRecord | None,
 ) -> list[Finding]:
     out = []
     if first_bad is not None:
@@ -263,14 +261,14 @@ def _findings(
                 f"{first_bad.figures.error}; the search ended there",
             )
         )
-    resets = [f for f in (run or {}).get("faults") or [] if f.get("kind") == "gpu_reset"]
+    resets = [f for f in (run.faults if run else None) or [] if f.kind == "gpu_reset"]
     if resets:
         out.append(
             finding(
                 "warning",
                 "gpu_reset",
-                f"the card was reset during the search ({resets[0].get('count')} time(s)): "
-                f"{(resets[0].get('examples') or [''])[0]}",
+                f"the card was reset during the search ({resets[0].count} time(s)): "
+                f"{(resets[0].examples or [''])[0]}",
                 "a reset interrupts whatever runs on the card, the server included; the offsets "
                 "and locks were put back",
             )

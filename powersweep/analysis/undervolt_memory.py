@@ -10,10 +10,9 @@ The reasoning: docs/undervolt.md, "powersweep.analysis.undervolt_memory".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from powersweep.analysis.findings import Finding, finding
+from powersweep.analysis.run_record import MemorySearch, RunOptions
 from powersweep.analysis.undervolt_result_types import MemoryAnswer, OffsetStep, VersusCap
 from powersweep.runformat import as_float
 
@@ -30,10 +29,10 @@ def rose_beyond_noise(tps: float, u95_pct: float, best: float, best_u95_pct: flo
 
 def memory_answer(
     rows: list[OffsetStep],
-    options: Mapping[str, Any],
+    options: RunOptions,
     baseline: OffsetStep | None,
     sm_answer: OffsetStep | None,
-    record: Mapping[str, Any] | None = None,
+    record: MemorySearch | None = None,
 ) -> MemoryAnswer | None:
     """The phase's answer (None: no memory rows): the best offset (each step's TPS above the
     best before it beyond noise, from offset 0 up to the first that failed or did not rise),
@@ -42,9 +41,9 @@ def memory_answer(
         return None
     steps = _latest([r for r in rows if r.reason != SOAK])
     soaks = [r for r in rows if r.reason == SOAK]
-    best, stopped = _recorded_edge(steps, record or {}) or _edge(steps)
-    step_mhz = as_float(options.get("mem_offset_step_mhz"), None)
-    margin = as_float(options.get("mem_margin_mhz"), None)
+    best, stopped = _recorded_edge(steps, record or MemorySearch()) or _edge(steps)
+    step_mhz = as_float(options.mem_offset_step_mhz, None)
+    margin = as_float(options.mem_margin_mhz, None)
     margin = margin if margin is not None else step_mhz
     chosen = _chosen(steps, soaks, best, margin or 0.0)
     zero = next((s for s in steps if not as_float(s.mem_offset_mhz)), None)
@@ -124,15 +123,12 @@ def _edge(steps: list[OffsetStep]) -> tuple[OffsetStep | None, OffsetStep | None
 
 
 def _recorded_edge(
-    steps: list[OffsetStep], record: Mapping[str, Any]
+    steps: list[OffsetStep], record: MemorySearch
 ) -> tuple[OffsetStep | None, OffsetStep | None] | None:
     """The best and stopping steps the run recorded, where its best is a step the rows hold
     measured ok (None: not recorded, or not so)."""
     by_mhz = {as_float(s.mem_offset_mhz): s for s in steps}
-    best_mhz, stopped_mhz = (
-        as_float(record.get("best_mhz"), None),
-        as_float(record.get("stopped_mhz"), None),
-    )
+    best_mhz, stopped_mhz = as_float(record.best_mhz, None), as_float(record.stopped_mhz, None)
     best = by_mhz.get(best_mhz) if best_mhz is not None else None
     if best is None or best.figures.status != "ok":
         return None

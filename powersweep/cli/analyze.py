@@ -133,7 +133,7 @@ def analyze_command(
             compared = build_clock_comparison(paths, out_dir=out, max_tps_loss_pct=max_tps_loss)
             written = tuple(compared.paths)
             typer.echo(
-                json.dumps(compared.comparison, indent=2, allow_nan=False)
+                json.dumps(compared.comparison.to_json(), indent=2, allow_nan=False)
                 if as_json
                 else compared.markdown
             )

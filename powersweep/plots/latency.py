@@ -58,9 +58,7 @@ def _pick(analysis: PowerAnalysis | ClockAnalysis) -> Row | None:
     target = analysis.latency_target
     if target is None or not target.met or not target.point:
         return None
-    if isinstance(analysis, ClockAnalysis):
-        return LockPoint.from_json(target.point)
-    return CapRow.from_json(target.point)
+    return target.point
 
 
 def has_latency(analysis: JsonRecord) -> bool:

@@ -22,6 +22,7 @@ from powersweep.analysis.cap_points import (
     typical_step_w,
 )
 from powersweep.analysis.clock_curve import is_clock_curve
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.structure import find_regions, regimes
 from powersweep.errors import UsageError
 from powersweep.sweep.gpu import PowerEnvelope
@@ -235,11 +236,6 @@ def _optional_column(caps: Sequence[float], values: Sequence[Any]) -> tuple[floa
     return None if all(math.isnan(v) for v in filled) else filled
 
 
-def _name_from_run(run: dict[str, Any] | None) -> str | None:
-    if not run:
-        return None
-    gpus = run.get("gpus")
-    if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
-        name = gpus[0].get("name")
-        return f"{name} (replay)" if isinstance(name, str) else None
-    return None
+def _name_from_run(run: RunRecord | None) -> str | None:
+    name = run.gpus[0].name if run and run.gpus else None
+    return f"{name} (replay)" if name is not None else None

@@ -167,7 +167,9 @@ def test_the_clock_comparison_takes_one_run_of_each_axis_and_writes_beside_them(
     compared = build_clock_comparison([clocks, power], charts=False)
     assert [p.name for p in compared.paths] == ["clocks-vs-power.json", "clocks-vs-power.md"]
     assert all(p.parent == tmp_path for p in compared.paths)  # the folder holding both runs
-    assert json.loads(compared.paths[0].read_text()) == json.loads(json.dumps(compared.comparison))
+    assert json.loads(compared.paths[0].read_text()) == json.loads(
+        json.dumps(compared.comparison.to_json())
+    )
     assert compared.paths[1].read_text() == compared.markdown
     assert compared.power.sweet_spot is not None and compared.power.sweet_spot.cap_w == 250.0
     assert compared.clocks.peak is not None and compared.clocks.peak.sm_lock_mhz == 1500.0

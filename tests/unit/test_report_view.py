@@ -8,7 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow, Locks
-from powersweep.analysis.result_types import Answer, CapRow, Pick, PowerAnalysis, RunFacts
+from powersweep.analysis.result_types import (
+    Answer,
+    CapRow,
+    Pick,
+    PowerAnalysis,
+    RunFacts,
+    known,
+)
 from powersweep.analysis.undervolt_result_types import (
     MemoryAnswer,
     OffsetStep,
@@ -327,8 +334,9 @@ def test_a_published_bare_curve_shows_its_outlier_and_its_one_reading_precision(
     report = build_report(csv, charts=False, write_analysis=False)
     assert isinstance(report.result, PowerAnalysis)
     sweet = report.result.sweet_spot
-    assert sweet is not None and isinstance(sweet.estimate, dict)
-    u95 = f"{sweet.estimate['reading_u95_pct']:.2f}%"
+    estimate = known(sweet.estimate) if sweet is not None else None
+    assert estimate is not None and estimate.reading_u95_pct is not None
+    u95 = f"{estimate.reading_u95_pct:.2f}%"
     text = render_view(report.result, report.headline, csv, [tmp_path / "out" / "summary.md"])
     assert _table_row(text, "290")[-2:] == [u95, "outlier"]
     starred = [line for line in _lines(text) if line.startswith("* ") and line[2:3] == " "]

@@ -9,7 +9,6 @@ curves through it (docs/architecture.md shows the steps).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from powersweep.analysis.load import Curve
 from powersweep.errors import UsageError
@@ -44,22 +43,13 @@ def axis_of(curve: Curve) -> SweepAxis:
         UsageError: No registered axis reads it (a programming error: power reads any curve
             without clock locks).
     """
-    recorded = AXES.get(_recorded_axis(curve.run) or "")
+    recorded = AXES.get((curve.run.swept_axis if curve.run else None) or "")
     if recorded is not None and recorded.matches(curve):
         return recorded
     for axis in AXES.values():
         if axis.matches(curve):
             return axis
     raise UsageError(f"{curve.source}: no axis reads this curve")
-
-
-def _recorded_axis(run: Mapping[str, Any] | None) -> str | None:
-    meta = run or {}
-    options = meta.get("options")
-    recorded = meta.get("axis_fallback") or (
-        options.get("axis") if isinstance(options, Mapping) else None
-    )
-    return recorded if isinstance(recorded, str) else None
 
 
 __all__ = ["AXES", "AnalysisSettings", "SweepAxis", "axis_named", "axis_of"]

@@ -82,8 +82,8 @@ def plan_confirm(
         for r in power.caps
         if r.figures.status == "ok" and r.figures.tps_per_w is not None
     }
-    boot = known(sweet.bootstrap) or {}
-    share = {float(k): float(v) for k, v in (boot.get("best_share") or {}).items()}
+    boot = known(sweet.bootstrap)
+    share = {float(k): float(v) for k, v in (boot.best_share if boot else {}).items()}
     ranked = sorted((c for c in tied if c in tpw), key=lambda c: (-share.get(c, 0.0), -tpw[c], c))
     picked = sorted(ranked[:max_caps], reverse=True)
     lo, hi = known(sweet.interval_w) or (min(tied), max(tied))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from powersweep.analysis.csvtext import cut_by_crash
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import PowersweepError
 from powersweep.runformat import (
     CAPS_COLUMNS,
@@ -233,7 +234,8 @@ class RunWriter:
             if data.endswith(b"\n"):
                 self._lines[name] = lines
                 return False
-            whole = not cut_by_crash(name, data.decode("utf-8", errors="replace"), meta)
+            record = RunRecord.from_json(meta) if meta is not None else None
+            whole = not cut_by_crash(name, data.decode("utf-8", errors="replace"), record)
             with os.fdopen(open_no_follow(target, os.O_RDWR), "r+b") as f:
                 if whole:
                     f.seek(0, os.SEEK_END)

@@ -177,7 +177,7 @@ def _refuse_without_answer(run: RunRecord, analysis: SavedAnalysis, run_dir: Pat
     """
     undervolt = is_undervolt_run(run, analysis, run_dir)
     what = "steps" if undervolt else "points" if isinstance(analysis, ClockAnalysis) else "caps"
-    claim = claims.status_claim(run.to_json(), str(run_dir), what)
+    claim = claims.status_claim(run, str(run_dir), what)
     why = None if claim is None else "; ".join(claim)
     if why is None:
         answer = known(analysis.answer)
@@ -235,7 +235,7 @@ def _clock_recommendation(
     analysis: ClockAnalysis,
     objective: str,
     gpus: tuple[MeasuredGpu, ...],
-    slo: dict[str, Any] | None,
+    slo: CapRow | LockPoint | None,
 ) -> Recommendation:
     """A clock run's pick: its efficiency peak (``tps-per-w``), its ``near-peak`` point or the
     latency target's pick (``slo``), with the power limit the run held (``--cap``), if it held
@@ -248,7 +248,7 @@ def _clock_recommendation(
         )
     pick: LockPoint | None
     if objective == "slo":
-        pick = LockPoint.from_json(slo) if slo is not None else None
+        pick = slo if isinstance(slo, LockPoint) else None
     else:
         pick = analysis.sweet_spot if objective == "tps-per-w" else analysis.near_peak
     if pick is None:
@@ -303,7 +303,7 @@ def _slo_point(
     analysis: PowerAnalysis | ClockAnalysis,
     max_ttft_ms: float | None,
     max_itl_ms: float | None,
-) -> dict[str, Any]:
+) -> CapRow | LockPoint:
     """The latency target's pick: the targets given (the CSVs analysed again in memory), else
     the ones analysis.json holds.
 
@@ -334,7 +334,7 @@ def _slo_point(
             + (f" (the closest, {closest}, misses it: {misses})" if closest else "")
             + ": loosen the target or measure higher caps"
         )
-    return dict(point)
+    return point
 
 
 def _analysed_objective(analysis: PowerAnalysis | ClockAnalysis) -> str:
@@ -349,7 +349,7 @@ def _pick(
     objective: str,
     run_dir: Path,
     eta: float,
-    slo: dict[str, Any] | None,
+    slo: CapRow | LockPoint | None,
 ) -> Pick | CapRow | None:
     """A power run's pick for ``objective`` (``slo``: the latency target's point)."""
     rec = analysis.recommendation
@@ -364,7 +364,7 @@ def _pick(
     if objective == "near-peak":
         return analysis.near_peak
     if objective == "slo":
-        return CapRow.from_json(slo) if slo is not None else None
+        return slo if isinstance(slo, CapRow) else None
     if objective != "cost":
         raise UsageError(f"unknown objective {objective!r}")
     # The cost objective depends on eta: analyse the run's CSVs again, in memory.

@@ -138,11 +138,11 @@ def test_clock_versus_power_states_the_gain_and_the_cost_in_tps() -> None:
         }
     }
     out = clocks_versus_power(PowerAnalysis.from_json(power), ClockAnalysis.from_json(clocks))
-    assert out["tps_per_w_gain_pct"] == pytest.approx(24.4, abs=0.1)
-    assert out["statement"].startswith("SM 1410 MHz / mem 9001 MHz gives 0.156 TPS/W, 24% more")
-    assert "best cap (0.125 at 250 W)" in out["statement"]
-    assert "(-7%)" in out["statement"]
-    assert out["caps_bind"]
+    assert out.tps_per_w_gain_pct == pytest.approx(24.4, abs=0.1)
+    assert out.statement.startswith("SM 1410 MHz / mem 9001 MHz gives 0.156 TPS/W, 24% more")
+    assert "best cap (0.125 at 250 W)" in out.statement
+    assert "(-7%)" in out.statement
+    assert out.caps_bind
     flat = [
         {"cap_w": c, "status": "ok", "tps_per_w": 0.125 + 0.0001 * (c % 3)}
         for c in (350.0, 500.0, 700.0)
@@ -150,8 +150,8 @@ def test_clock_versus_power_states_the_gain_and_the_cost_in_tps() -> None:
     out = clocks_versus_power(
         PowerAnalysis.from_json({**power, "caps": flat}), ClockAnalysis.from_json(clocks)
     )
-    assert not out["caps_bind"]
-    assert out["statement"].endswith("power caps do not bind here")
+    assert not out.caps_bind
+    assert out.statement.endswith("power caps do not bind here")
     no_sweet_spot = PowerAnalysis.from_json({"sweet_spot": None})
     with pytest.raises(UsageError):
         clocks_versus_power(no_sweet_spot, ClockAnalysis.from_json(clocks))

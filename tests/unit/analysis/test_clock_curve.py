@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -21,6 +22,9 @@ from powersweep.analysis.clock_curve import (
     tier_summaries,
 )
 from powersweep.analysis.load import load_curve
+from powersweep.analysis.result_types import PointFigures
+from powersweep.analysis.run_record import RunRecord
+from powersweep.errors import UsageError
 
 NAN = math.nan
 
@@ -30,11 +34,17 @@ def _pt(sm: float, tps: float, power: float, mem: float = NAN) -> ClockPoint:
 
 
 def test_a_point_s_tps_per_w_and_json_form() -> None:
-    p = ClockPoint(1500.0, 9001.0, 350.0, 36.0, 240.0, per_token=(("j_per_token", 6.7),))
+    served = PointFigures(j_per_token=6.7)
+    p = ClockPoint(1500.0, 9001.0, 350.0, 36.0, 240.0, served=served)
     assert p.tps_per_w == 0.15
-    d = p.as_dict()
-    assert math.isnan(d.pop("sm_clock_mhz")) and math.isnan(d.pop("mem_clock_mhz"))
-    assert d == {
+    d = p.record().to_json()
+    # a figure not measured (NaN clocks, the per-token figures not given) is null
+    assert {k for k, v in d.items() if v is None} >= {
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "ttft_p95_ms",
+    }
+    assert {k: v for k, v in d.items() if v is not None} == {
         "sm_lock_mhz": 1500.0,
         "mem_lock_mhz": 9001.0,
         "cap_w": 350.0,
@@ -69,7 +79,7 @@ def test_clock_points_keep_usable_rows_pool_repeats_and_sort(tmp_path: Path) -> 
     pooled = points[0]
     assert pooled.tps == pytest.approx((30 * 10 + 34 * 30) / 40)
     assert pooled.power_w == pytest.approx(202.0)
-    assert dict(pooled.per_token)["j_per_token"] is None
+    assert pooled.served.j_per_token is None
     assert clock_points(load_curve(path).caps.filter(pl.col("status") != "ok"), "narr_tps") == []
 
 
@@ -93,17 +103,22 @@ def test_the_axis_is_what_run_json_says_else_what_the_data_shows() -> None:
     sm_only = [_pt(1200, 30, 200), _pt(1500, 36, 220)]
     mem_only = [_pt(NAN, 30, 200, 7001), _pt(NAN, 36, 220, 9001)]
     grid = [_pt(1200, 30, 200, 7001), _pt(1500, 36, 220, 9001)]
+
+    def run(doc: dict[str, Any]) -> RunRecord:
+        return RunRecord.from_json(doc)
+
     assert infer_axis(sm_only, None) == "sm-clock"
-    assert infer_axis(mem_only, {}) == "mem-clock"
+    assert infer_axis(mem_only, run({})) == "mem-clock"
     assert infer_axis(grid, None) == "grid"
     assert infer_axis([], None) == "sm-clock"
-    assert infer_axis(grid, {"options": {"axis": "mem-clock"}}) == "mem-clock"
+    assert infer_axis(grid, run({"options": {"axis": "mem-clock"}})) == "mem-clock"
     # a grid that fell back to the SM axis says so; an unknown axis is not believed
-    assert infer_axis(grid, {"axis_fallback": "sm-clock", "options": {"axis": "grid"}}) == (
-        "sm-clock"
-    )
-    assert infer_axis(sm_only, {"options": {"axis": "power"}}) == "sm-clock"
-    assert infer_axis(sm_only, {"options": "grid"}) == "sm-clock"
+    fallback = run({"axis_fallback": "sm-clock", "options": {"axis": "grid"}})
+    assert infer_axis(grid, fallback) == "sm-clock"
+    assert infer_axis(sm_only, run({"options": {"axis": "power"}})) == "sm-clock"
+    # options that are no object: the run.json is refused, naming the key
+    with pytest.raises(UsageError, match=r"run\.json does not follow its schema: .*\$\.options"):
+        run({"options": "grid"})
 
 
 def test_pareto_front_drops_dominated_points_and_sorts_by_draw() -> None:
@@ -137,15 +152,16 @@ def test_tier_summaries_describe_each_memory_tier_against_the_fastest() -> None:
     fast = [_pt(1200, 30, 200, 9001), _pt(1500, 36, 220, 9001), _pt(1800, 37, 260, 9001)]
     slow = [_pt(1200, 29, 190, 7001), _pt(1500, 30, 205, 7001)]
     top, low = tier_summaries(slow + fast)
-    assert top["mem_lock_mhz"] == 9001.0 and low["mem_lock_mhz"] == 7001.0
-    assert top["n_points"] == 3 and top["top_tps"] == 37.0 and top["top_tps_sm_lock_mhz"] == 1800
-    assert top["peak"]["sm_lock_mhz"] == 1500.0  # 36/220 is the best TPS/W of the tier
-    assert top["tps_stops_rising_at_sm_mhz"] == 1500.0
-    assert top["below_fastest_tier_pct"] == 0.0 and top["caps_tps"] is False
-    assert low["below_fastest_tier_pct"] == pytest.approx(100 * 7 / 37)
-    assert low["caps_tps"] is True and low["tps_stops_rising_at_sm_mhz"] is None
-    assert [p["sm_lock_mhz"] for p in low["points"]] == [1200.0, 1500.0]
+    assert top.mem_lock_mhz == 9001.0 and low.mem_lock_mhz == 7001.0
+    assert top.n_points == 3 and top.top_tps == 37.0 and top.top_tps_sm_lock_mhz == 1800
+    assert top.peak is not None
+    assert top.peak.sm_lock_mhz == 1500.0  # 36/220 is the best TPS/W of the tier
+    assert top.tps_stops_rising_at_sm_mhz == 1500.0
+    assert top.below_fastest_tier_pct == 0.0 and top.caps_tps is False
+    assert low.below_fastest_tier_pct == pytest.approx(100 * 7 / 37)
+    assert low.caps_tps is True and low.tps_stops_rising_at_sm_mhz is None
+    assert [p.sm_lock_mhz for p in low.points] == [1200.0, 1500.0]
     # one tier alone never caps TPS
     (only,) = tier_summaries(slow)
-    assert only["caps_tps"] is False and only["below_fastest_tier_pct"] == 0.0
+    assert only.caps_tps is False and only.below_fastest_tier_pct == 0.0
     assert tier_summaries([]) == []

@@ -6,6 +6,7 @@ written, and a clock run's best point against a power run's best cap, with its w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -174,31 +175,31 @@ CLOCKS = {
 
 def test_a_clock_peak_worse_than_the_best_cap_is_said_as_less() -> None:
     out = clocks_versus_power(PowerAnalysis.from_json(POWER), ClockAnalysis.from_json(CLOCKS))
-    assert out["tps_per_w_gain_pct"] == pytest.approx(-10.0)
-    assert out["tps_change_pct"] == pytest.approx(100 * (25 / 30 - 1))
-    assert out["power_change_pct"] == pytest.approx(100 * (200 / 240 - 1))
-    assert out["statement"] == (
+    assert out.tps_per_w_gain_pct == pytest.approx(-10.0)
+    assert out.tps_change_pct == pytest.approx(100 * (25 / 30 - 1))
+    assert out.power_change_pct == pytest.approx(100 * (200 / 240 - 1))
+    assert out.statement == (
         "SM 1410 MHz gives 0.113 TPS/W, 10% less than the best cap (0.125 at 250 W); it runs at "
         "25.0 TPS (-17%) and 200 W, where the best cap runs at 30.0 TPS and 240 W"
     )
-    assert out["best_clock"] == {
+    assert out.best_clock.to_json() == {
         "sm_lock_mhz": 1410.0,
         "mem_lock_mhz": None,
         "tps": 25.0,
         "power_w": 200.0,
         "tps_per_w": 0.125 * 0.9,
     }
-    assert out["warnings"] == [] and out["caps_bind"] is True
+    assert out.warnings == [] and out.caps_bind is True
 
 
 def test_runs_of_other_gpus_or_load_modes_are_warned_and_rendered() -> None:
     clocks = {**CLOCKS, "run": {"gpu_name": "RTX 4090", "load_mode": "prefill-heavy"}}
     out = clocks_versus_power(PowerAnalysis.from_json(POWER), ClockAnalysis.from_json(clocks))
-    assert out["warnings"] == [
+    assert out.warnings == [
         "the runs come from different GPUs: the comparison may not mean much",
         "the runs ran different load modes: compare like with like",
     ]
-    text = render_clocks_versus_power({**out, "statement": "a_b"})
+    text = render_clocks_versus_power(dataclasses.replace(out, statement="a_b"))
     assert text == (
         "## Clock locks against power caps\n\n- a\\_b\n"
         "- **warning**: the runs come from different GPUs: the comparison may not mean much\n"
@@ -207,13 +208,13 @@ def test_runs_of_other_gpus_or_load_modes_are_warned_and_rendered() -> None:
     # a run that does not say is no disagreement
     unnamed = {**CLOCKS, "run": {}}
     out = clocks_versus_power(PowerAnalysis.from_json(POWER), ClockAnalysis.from_json(unnamed))
-    assert out["warnings"] == []
+    assert out.warnings == []
 
 
 def test_one_measured_cap_does_not_say_the_caps_do_not_bind() -> None:
     one = {**POWER, "caps": [{"cap_w": 250.0, "status": "ok", "tps_per_w": 0.125}]}
     out = clocks_versus_power(PowerAnalysis.from_json(one), ClockAnalysis.from_json(CLOCKS))
-    assert "power caps do not bind here" not in out["statement"] and out["caps_bind"] is True
+    assert "power caps do not bind here" not in out.statement and out.caps_bind is True
 
 
 def test_a_clock_run_without_a_peak_is_refused() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from powersweep.analysis.context import CardFacts, with_card_facts
 from powersweep.analysis.load import load_curve
+from powersweep.analysis.run_record import RunGpu, RunRecord
 from powersweep.errors import UsageError
 
 
@@ -64,44 +65,44 @@ def test_equal_limits_and_the_top_of_the_range_are_accepted() -> None:
 def test_a_bare_curve_gets_one_gpus_entry_per_card_of_its_set(tmp_path: Path) -> None:
     facts = CardFacts("RTX 3090", 350.0, 100.0, 400.0)
     one = with_card_facts(load_curve(_bare(tmp_path)), facts)
-    assert one.run == {
-        "gpus": [
-            {
-                "name": "RTX 3090",
-                "default_limit_w": 350.0,
-                "min_limit_w": 100.0,
-                "max_limit_w": 400.0,
-                "index": 0,
-            }
+    assert one.run == RunRecord(
+        gpus=[
+            RunGpu(
+                index=0,
+                name="RTX 3090",
+                default_limit_w=350.0,
+                min_limit_w=100.0,
+                max_limit_w=400.0,
+            )
         ]
-    }
+    )
     assert one.notes == ()
     two = with_card_facts(load_curve(_bare(tmp_path, n_gpus=2)), facts)
-    assert two.run is not None
-    assert [g["index"] for g in two.run["gpus"]] == [0, 1]
-    assert {g["name"] for g in two.run["gpus"]} == {"RTX 3090"}
+    assert two.run is not None and two.run.gpus is not None
+    assert [g.index for g in two.run.gpus] == [0, 1]
+    assert {g.name for g in two.run.gpus} == {"RTX 3090"}
 
 
 def test_run_json_wins_and_a_disagreement_is_a_note(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     _bare(tmp_path).rename(run_dir / "caps.csv")
-    gpu = {"index": 0, "name": "RTX 4090", "default_limit_w": 450.0, "min_limit_w": ""}
+    gpu = {"index": 0, "name": "RTX 4090", "default_limit_w": 450.0, "min_limit_w": None}
     (run_dir / "run.json").write_text(json.dumps({"gpus": [gpu, {"index": 1}], "x": 1}))
     curve = load_curve(run_dir)
     out = with_card_facts(
         curve, CardFacts("RTX 4090", default_limit_w=400.0, min_limit_w=150.0, max_limit_w=600.0)
     )
-    assert out.run is not None
-    first = out.run["gpus"][0]
-    assert first["name"] == "RTX 4090"  # agrees: no note
-    assert first["default_limit_w"] == 450.0  # run.json's own figure stays
-    assert first["min_limit_w"] == 150.0  # an empty one is filled
-    assert first["max_limit_w"] == 600.0
-    assert out.run["gpus"][1] == {"index": 1}  # other cards untouched
-    assert out.run["x"] == 1
+    assert out.run is not None and out.run.gpus is not None
+    first = out.run.gpus[0]
+    assert first.name == "RTX 4090"  # agrees: no note
+    assert first.default_limit_w == 450.0  # run.json's own figure stays
+    assert first.min_limit_w == 150.0  # an empty one is filled
+    assert first.max_limit_w == 600.0
+    assert out.run.gpus[1] == RunGpu(index=1)  # other cards untouched
     assert out.notes == (
         "run.json says default_limit_w = 450.0; the value given (400.0) is ignored",
     )
     # the loaded curve itself is not changed
-    assert curve.run is not None and curve.run["gpus"][0]["min_limit_w"] == ""
+    assert curve.run is not None and curve.run.gpus is not None
+    assert curve.run.gpus[0].min_limit_w is None

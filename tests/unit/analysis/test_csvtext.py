@@ -5,11 +5,13 @@ told from a hand-made file's, and text cells turned into numbers or one error na
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 
 from powersweep.analysis.csvtext import cut_by_crash, read_text_csv, to_floats
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import UsageError
 from tests.helpers.files import write_text as _csv
 
@@ -93,7 +95,7 @@ def test_a_last_line_without_its_end_is_kept_in_a_hand_made_file(tmp_path: Path)
 def test_a_last_line_cut_by_a_crash_is_dropped_with_a_note(tmp_path: Path) -> None:
     path = _csv(tmp_path, "cap_w,power_w\n300,299\n310,30")
     notes: list[str] = []
-    run = {"status": "running", "caps_done": [300.0]}
+    run = RunRecord(status="running", caps_done=[300.0])
     assert read_text_csv(path, notes, run=run)["cap_w"].to_list() == ["300"]
     assert notes == [
         "caps.csv: the last row was cut short (no line end, and run.json does not count it: the "
@@ -115,15 +117,30 @@ def test_a_last_line_cut_by_a_crash_is_dropped_with_a_note(tmp_path: Path) -> No
         ),
         ("caps.csv", {"status": "running", "caps_done": [300, 310]}, False),  # its cap is done
         ("caps.csv", {"status": "running", "caps_done": [300]}, True),
-        ("caps.csv", {"status": "running", "caps_done": "300,310"}, True),  # not a list: none
         ("samples.csv", {"status": "running"}, True),  # an older run: no count at all
         ("samples.csv", {"status": "running", "rows_written": {"samples.csv": 2}}, False),
-        ("samples.csv", {"status": "running", "rows_written": {"samples.csv": True}}, True),
     ],
 )
 def test_cut_by_crash_reads_the_runs_own_record(name: str, run: dict | None, cut: bool) -> None:
     # header + one whole row + a last line without its end ("310,30")
-    assert cut_by_crash(name, "cap_w,power_w\n300,299\n310,30", run) is cut
+    record = RunRecord.from_json(run) if run is not None else None
+    assert cut_by_crash(name, "cap_w,power_w\n300,299\n310,30", record) is cut
+
+
+@pytest.mark.parametrize(
+    ("run", "key"),
+    [
+        ({"status": "running", "caps_done": "300,310"}, r"\$\.caps_done"),
+        ({"status": "running", "rows_written": {"samples.csv": True}}, r"\$\.rows_written"),
+    ],
+)
+def test_a_run_record_of_the_wrong_shape_is_refused_naming_the_key(
+    run: dict[str, Any], key: str
+) -> None:
+    """What cut_by_crash once read as no count (a list as text, a bool as a count) is a run.json
+    the typed record refuses, with the key that is wrong."""
+    with pytest.raises(UsageError, match=r"run\.json does not follow its schema: .*" + key):
+        RunRecord.from_json(run)
 
 
 def test_to_floats_reads_numbers_missing_tokens_and_booleans() -> None:

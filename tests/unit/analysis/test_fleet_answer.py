@@ -21,7 +21,7 @@ from powersweep.analysis.fleet_answer import (
     fleet_report,
     group_title,
 )
-from powersweep.analysis.fleet_result_types import FleetGroup
+from powersweep.analysis.fleet_result_types import FleetGroup, FleetReport
 from powersweep.errors import UsageError
 
 CAPS = (200.0, 250.0, 300.0)
@@ -136,6 +136,23 @@ def test_the_fleet_cap_is_the_pooled_best_and_priced_against_the_default(fleet: 
     assert n0["own_best"] == {"cap_w": 250.0} and n0["outlier"] is False
     assert g["band"]["cap_w"] == [200.0, 250.0, 300.0] and g["band"]["n"] == [3, 3, 3]
     assert g["outliers"] == []
+
+
+def test_the_report_is_built_as_its_records_not_converted_from_a_dict(
+    fleet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report is typed where it is computed: no fleet.json-shaped dict is made and read
+    back (FleetReport.from_json is for reading a written fleet.json), and what it writes reads
+    back unchanged."""
+
+    def refuse(cls: type, data: Any) -> None:
+        raise AssertionError("the fleet report was converted from a dict")
+
+    monkeypatch.setattr(FleetReport, "from_json", classmethod(refuse))
+    report = fleet_report([fleet], FleetOptions(tariff_per_kwh=0.25))
+    monkeypatch.undo()
+    doc = json.loads(json.dumps(report.to_json()))
+    assert FleetReport.from_json(doc).to_json() == doc
 
 
 def test_two_cards_take_the_median_of_their_own_bests(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.fleet_axis import AXES, POWER, axis_of_analysis, best_of, rows_of
+from powersweep.analysis.fleet_result_types import AxisInfo
 from powersweep.analysis.result_types import PowerAnalysis
 
 
@@ -29,8 +30,8 @@ def test_each_axis_names_its_setting_unit_and_answer() -> None:
     assert sm.reference.startswith("the highest lock each card measured")
 
 
-def test_to_dict_is_what_fleet_json_says_about_the_axis() -> None:
-    assert AXES["grid"].to_dict() == {
+def test_axis_info_is_what_fleet_json_says_about_the_axis() -> None:
+    assert AxisInfo.of(AXES["grid"]).to_json() == {
         "name": "grid",
         "setting_key": "sm_lock_mhz",
         "tier_key": "mem_lock_mhz",
@@ -40,7 +41,7 @@ def test_to_dict_is_what_fleet_json_says_about_the_axis() -> None:
         "suffix": "mhz",
         "reference": AXES["grid"].reference,
     }
-    assert AXES[POWER].to_dict()["suffix"] == "w"
+    assert AxisInfo.of(AXES[POWER]).suffix == "w"
 
 
 POWER_DOC = {

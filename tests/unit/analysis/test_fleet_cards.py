@@ -86,17 +86,17 @@ def test_discover_runs_refuses_paths_without_runs(tmp_path: Path, name: str, err
 
 
 def test_unreadable_adds_how_the_sweep_ended(tmp_path: Path) -> None:
-    assert unreadable(tmp_path, "bad") == {"run_dir": str(tmp_path), "error": "bad"}
+    assert unreadable(tmp_path, "bad").to_json() == {"run_dir": str(tmp_path), "error": "bad"}
     (tmp_path / "run.json").write_text(json.dumps({"status": "failed", "error": 42}))
-    assert unreadable(tmp_path, "bad") == {
+    assert unreadable(tmp_path, "bad").to_json() == {
         "run_dir": str(tmp_path),
         "error": "42",
         "status": "failed",
     }
     (tmp_path / "run.json").write_text(json.dumps({"status": "interrupted"}))
-    assert unreadable(tmp_path, "bad")["error"] == "bad (no error recorded)"
+    assert unreadable(tmp_path, "bad").error == "bad (no error recorded)"
     (tmp_path / "run.json").write_text(json.dumps({"status": "complete", "error": "x"}))
-    assert unreadable(tmp_path, "bad") == {"run_dir": str(tmp_path), "error": "bad"}
+    assert unreadable(tmp_path, "bad").to_json() == {"run_dir": str(tmp_path), "error": "bad"}
 
 
 def test_common_root() -> None:

@@ -21,6 +21,7 @@ from powersweep.analysis.fleet_grid import (
     pooled_curve,
     within_noise,
 )
+from powersweep.analysis.result_types import known
 
 NAN = math.nan
 
@@ -135,22 +136,22 @@ def test_within_noise_is_unknown_under_three_cards() -> None:
     grid = Grid(np.array([200.0, 250.0]), np.full(2, NAN))
     tps, power = _matrix([[20, 30, 33], [21, 30, 33]])
     out = within_noise(grid, tps[:, :2], power[:, :2], 1)
-    assert out["x"] == [250.0] and out["resamples"] == 0 and math.isnan(out["tier"])
+    # no tier: null, as fleet.json writes it
+    assert out.x == [250.0] and out.resamples == 0 and out.tier is None
 
 
 def test_a_clear_winner_has_no_ties_and_a_flat_top_has_some() -> None:
     grid = Grid(np.array([200.0, 250.0, 300.0]), np.full(3, NAN))
     clear, power = _matrix([[20, 30, 33]] * 4)
     out = within_noise(grid, clear, power, 1)
-    assert math.isnan(out.pop("tier"))
-    assert out == {"x": [250.0], "share": [1.0], "resamples": RESAMPLES}
+    assert out.to_json() == {"x": [250.0], "tier": None, "share": [1.0], "resamples": RESAMPLES}
     # the cards disagree between 250 and 300 W: both win some resamples
     split, power = _matrix([[20, 30, 37], [20, 30, 35], [20, 31, 36], [20, 31.5, 35]])
     out = within_noise(grid, split, power, 1)
-    assert out["x"] == [250.0, 300.0]
-    assert sum(out["share"]) == pytest.approx(1.0)
+    assert out.x == [250.0, 300.0]
+    assert sum(known(out.share) or []) == pytest.approx(1.0)
     again = within_noise(grid, split, power, 1)  # seeded: the same answer each time
-    assert (again["x"], again["share"]) == (out["x"], out["share"])
+    assert (again.x, again.share) == (out.x, out.share)
 
 
 def test_ties_are_only_counted_in_the_answer_s_tier() -> None:
@@ -158,4 +159,4 @@ def test_ties_are_only_counted_in_the_answer_s_tier() -> None:
     tps = np.array([[30.0, 30.2], [30.2, 30.0], [30.1, 30.1]])
     power = np.full((3, 2), 200.0)
     out = within_noise(grid, tps, power, 0)
-    assert out["tier"] == 7001.0 and out["x"] == [1500.0] and len(out["share"]) == 1
+    assert out.tier == 7001.0 and out.x == [1500.0] and len(known(out.share) or []) == 1

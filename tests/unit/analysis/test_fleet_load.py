@@ -13,6 +13,7 @@ from powersweep.analysis.core import analyze
 from powersweep.analysis.fleet_load import load_curves
 from powersweep.analysis.load import load_curve
 from powersweep.analysis.plausibility import IMPLAUSIBLE
+from powersweep.analysis.run_record import RunRecord
 
 PLAIN = "cap_w,narr_tps,power_w,status\n300,30,299,\n200,20,199,ok\n250,25,249,FAILED\n"
 
@@ -38,7 +39,7 @@ def test_runs_sharing_a_header_load_in_order_as_load_curve_reads_them(tmp_path: 
     assert [c.source for c in curves] == [b, a, prefill]
     assert [c.metric for c in curves] == ["narr_tps", "narr_tps", "prefill_tps"]
     first = curves[1]
-    assert first.run == {"status": "complete", "host": "a"} and curves[0].run is None
+    assert first.run == RunRecord(status="complete", host="a") and curves[0].run is None
     assert first.samples is None and first.requests is None and first.out_dir == a
     one = load_curve(a)
     for col in ("cap_w", "narr_tps", "power_w", "status", "n_gpus"):

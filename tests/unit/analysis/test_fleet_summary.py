@@ -12,7 +12,7 @@ import pytest
 
 from powersweep.analysis.fleet_answer import FleetOptions, fleet_report
 from powersweep.analysis.fleet_axis import AXES
-from powersweep.analysis.fleet_result_types import FleetAnswer, FleetReport, Setting
+from powersweep.analysis.fleet_result_types import AxisInfo, FleetAnswer, FleetReport, Setting
 from powersweep.analysis.fleet_summary import (
     MAX_OUTLIER_ROWS,
     render_fleet_summary,
@@ -68,7 +68,7 @@ def test_a_power_fleet_renders_its_answer_savings_cards_and_problems(report: Fle
 
 
 def _group(axis: str, n_cards: int, **extra: Any) -> dict[str, Any]:
-    info = AXES[axis].to_dict()
+    info = AxisInfo.of(AXES[axis]).to_json()
     unit = info["suffix"]
     setting = {"cap_w": 280.0} if axis == "power" else {"sm_lock_mhz": 1425.0}
     return {

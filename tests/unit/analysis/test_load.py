@@ -20,6 +20,7 @@ from powersweep.analysis.load import (
     read_run_json,
     write_caps_csv,
 )
+from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import PowersweepError, UsageError
 from tests.helpers.files import write_text as _csv
 
@@ -88,12 +89,13 @@ def test_pick_metric_prefers_decode_and_needs_a_positive_draw() -> None:
 def test_read_run_json_checks_its_shape_and_version(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"status": "complete"}))
-    assert read_run_json(path) == {"status": "complete"}
+    assert read_run_json(path) == RunRecord(status="complete")
     for doc, error in (
         ([1, 2], "expected a JSON object"),
         ({"schema_version": "1"}, "schema_version must be an integer, got '1'"),
         ({"schema_version": True}, "schema_version must be an integer, got True"),
         ({"schema_version": 99}, "written by a newer powersweep (schema_version 99 > 1)"),
+        ({"status": 3}, "run.json does not follow its schema: Expected `str | null`"),
     ):
         path.write_text(json.dumps(doc))
         with pytest.raises(UsageError) as exc:
@@ -107,7 +109,7 @@ def test_read_run_json_checks_its_shape_and_version(tmp_path: Path) -> None:
 def test_a_caps_csv_in_a_run_directory_brings_its_run_json(tmp_path: Path) -> None:
     path = _csv(tmp_path, "cap_w,narr_tps,power_w\n300,30,299\n")
     (tmp_path / "run.json").write_text(json.dumps({"status": "complete"}))
-    assert load_curve(path).run == {"status": "complete"}
+    assert load_curve(path).run == RunRecord(status="complete")
     # another name is a bare file: its folder's run.json is not its own
     other = _csv(tmp_path, "cap_w,narr_tps,power_w\n300,30,299\n", name="mine.csv")
     curve = load_curve(other)

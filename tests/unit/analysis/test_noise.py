@@ -13,6 +13,7 @@ import pytest
 
 from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.noise import parse_blocks, sweet_spot_text
+from powersweep.analysis.result_types import Pick
 from powersweep.sweep.loads.concurrent_window import tokens_in_window, window_blocks
 from powersweep.sweep.sampling.measure import decode_blocks, format_blocks
 from powersweep.sweep.sampling.stream_rate import decode_tps
@@ -124,14 +125,16 @@ def test_interval_has_the_size_of_the_known_noise(tmp_path: Path) -> None:
         assert hi - lo == pytest.approx(want, rel=0.35), row["cap_w"]
     # 250 and 260 W are 0.2% apart with ~1% noise each: tied; 300 W is 10% behind: not.
     assert sweet["interval_w"] == [250.0, 260.0]
-    assert sweet_spot_text(sweet) == f"{sweet['cap_w']:g} W (250-260 W within noise)"
+    assert (
+        sweet_spot_text(Pick.from_json(sweet)) == f"{sweet['cap_w']:g} W (250-260 W within noise)"
+    )
 
 
 def test_a_quiet_run_ties_nothing(tmp_path: Path) -> None:
     result = analyze(load_curve(_known_noise_run(tmp_path, 0.001, 0.1)), bootstrap=1000).to_json()
     sweet = result["sweet_spot"]
     assert sweet["tied_caps"] == [260.0]
-    assert sweet_spot_text(sweet) == "260 W (no other cap within noise)"
+    assert sweet_spot_text(Pick.from_json(sweet)) == "260 W (no other cap within noise)"
 
 
 def test_concurrent_runs_never_resample_per_stream_rates(tmp_path: Path) -> None:
@@ -163,11 +166,11 @@ def test_near_peak_noise_ties_a_cap_read_at_the_floor(tmp_path: Path) -> None:
     near = analyze(load_curve(run), bootstrap=2000).to_json()["near_peak"]
     assert near["cap_w"] == 260.0
     assert (near["interval_w"], near["noise_source"]) == ([260.0, 260.0], "resampled")
-    assert sweet_spot_text(near) == "260 W (no other cap within noise)"
+    assert sweet_spot_text(Pick.from_json(near)) == "260 W (no other cap within noise)"
     # 7.4% puts the floor at 25.0, right on 250 W's reading: either cap can be the near-peak one
     near = analyze(load_curve(run), bootstrap=2000, max_tps_loss_pct=7.4).to_json()["near_peak"]
     assert near["interval_w"] == [250.0, 260.0]
-    assert "(250-260 W within noise)" in sweet_spot_text(near)
+    assert "(250-260 W within noise)" in sweet_spot_text(Pick.from_json(near))
 
 
 def test_near_peak_noise_of_a_bare_curve_moves_the_floor_by_a_typical_reading(

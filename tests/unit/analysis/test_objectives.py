@@ -30,7 +30,7 @@ CONTEXT = SelectionContext(near_peak_cap_w=300.0, max_limit_w=350.0, n_gpus=1)
 
 def test_tps_per_w_picks_the_highest_measured_ratio() -> None:
     assert TpsPerW().select(POINTS, CONTEXT).point.cap_w == 250.0
-    assert TpsPerW().select(POINTS, CONTEXT).extra == {}
+    assert TpsPerW().select(POINTS, CONTEXT).weighed is None
 
 
 def test_an_exact_tie_goes_to_the_lower_cap() -> None:
@@ -46,16 +46,17 @@ def test_cost_with_energy_only_is_the_sweet_spot_and_time_only_the_fastest() -> 
     assert Cost(1.0).select(POINTS, CONTEXT).point.cap_w == 250.0
     fastest = Cost(0.0).select(POINTS, CONTEXT)
     assert fastest.point.cap_w == 350.0
-    assert fastest.extra["eta"] == 0.0
-    assert fastest.extra["max_power_w"] == 350.0
-    assert fastest.extra["cost"] == pytest.approx(350.0 / 120.0)
+    assert fastest.weighed is not None and fastest.weighed.eta == 0.0
+    assert fastest.weighed.max_power_w == 350.0
+    assert fastest.weighed.cost == pytest.approx(350.0 / 120.0)
 
 
 def test_cost_normalises_time_by_the_highest_cap_when_the_limit_is_unknown() -> None:
     context = SelectionContext(300.0, math.nan, 2)
-    assert Cost(0.5).select(POINTS, context).extra["max_power_w"] == 350.0
-    known = SelectionContext(300.0, 400.0, 2)
-    assert Cost(0.5).select(POINTS, known).extra["max_power_w"] == 800.0
+    weighed = Cost(0.5).select(POINTS, context).weighed
+    assert weighed is not None and weighed.max_power_w == 350.0
+    known = Cost(0.5).select(POINTS, SelectionContext(300.0, 400.0, 2)).weighed
+    assert known is not None and known.max_power_w == 800.0
 
 
 def test_objective_named_builds_each_selector_and_refuses_others() -> None:

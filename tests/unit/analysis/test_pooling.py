@@ -157,12 +157,13 @@ def test_cap_rows_give_tps_per_w_only_where_both_figures_are_usable() -> None:
         }
     )
     rows = cap_rows(caps, "narr_tps")
-    assert [r["tps_per_w"] for r in rows] == [0.1, None, None]
-    assert rows[0]["tps"] == 20.0 and rows[0]["code_tps"] is None
-    assert [r["j_per_token"] for r in rows] == [2.0, None, None]  # not finite: not measured
-    assert rows[0]["n_measurements"] is None
+    assert [r.figures.tps_per_w for r in rows] == [0.1, None, None]
+    assert rows[0].figures.tps == 20.0 and rows[0].figures.code_tps is None
+    assert [r.figures.j_per_token for r in rows] == [2.0, None, None]  # not finite: not measured
+    assert rows[0].figures.n_measurements is None
     # a run that states no precision writes no half-width keys (older analyses read back whole)
-    assert "tps_u95_pct" not in rows[0] and "tps_per_w_u95_pct" not in rows[0]
+    written = rows[0].to_json()
+    assert "tps_u95_pct" not in written and "tps_per_w_u95_pct" not in written
 
 
 def test_cap_rows_carry_each_rows_stated_half_widths_where_the_run_states_them() -> None:
@@ -177,5 +178,5 @@ def test_cap_rows_carry_each_rows_stated_half_widths_where_the_run_states_them()
         }
     )
     rows = cap_rows(caps, "narr_tps")
-    assert (rows[0]["tps_u95_pct"], rows[0]["tps_per_w_u95_pct"]) == (1.5, 2.0)
-    assert (rows[1]["tps_u95_pct"], rows[1]["tps_per_w_u95_pct"]) == (None, None)
+    assert (rows[0].figures.tps_u95_pct, rows[0].figures.tps_per_w_u95_pct) == (1.5, 2.0)
+    assert (rows[1].figures.tps_u95_pct, rows[1].figures.tps_per_w_u95_pct) == (None, None)

@@ -5,6 +5,7 @@ plateaus and ceilings with their advice, regimes, and the recommendation in word
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -20,7 +21,14 @@ from powersweep.analysis.power_findings import (
     status_findings,
     structure_findings,
 )
-from powersweep.analysis.result_types import CapsBind, Plateau, Regime
+from powersweep.analysis.result_types import (
+    CapsBind,
+    Pick,
+    Plateau,
+    PowerAnalysis,
+    Regime,
+    RunFacts,
+)
 
 
 def _p(cap: float, power: float, tps: float = 30.0, **kw: float) -> CapPoint:
@@ -90,7 +98,8 @@ def test_no_bind_finding_states_the_draw_and_the_caps() -> None:
 def test_a_sweet_spot_at_the_edge_says_how_far_the_sweep_can_go(
     side: str, cap: float, run: dict[str, Any], extend: str, hint: str
 ) -> None:
-    (f,) = boundary_findings({"at_boundary": side, "cap_w": cap}, [], run)
+    sweet = Pick(cap_w=cap, at_boundary=side)
+    (f,) = boundary_findings(sweet, [], RunFacts.from_json(run))  # as run.json wrote it
     assert f.code == f"sweet_spot_at_{side}_boundary"
     edge, direction = ("lowest", "lower") if side == "low" else ("highest", "higher")
     assert f.message == (
@@ -101,7 +110,7 @@ def test_a_sweet_spot_at_the_edge_says_how_far_the_sweep_can_go(
 
 
 def test_no_boundary_finding_inside_the_sweep() -> None:
-    assert boundary_findings({"at_boundary": None, "cap_w": 300.0}, [], {}) == []
+    assert boundary_findings(Pick(cap_w=300.0, at_boundary=None), [], RunFacts()) == []
 
 
 def _region(kind: str, caps: tuple[float, ...], missing: tuple[float, ...] = ()) -> Region:
@@ -110,7 +119,8 @@ def _region(kind: str, caps: tuple[float, ...], missing: tuple[float, ...] = ())
 
 def test_a_boost_plateau_names_its_escape_and_the_cap_to_set() -> None:
     points = [_p(c, 334.0) for c in (340, 350, 360)]
-    (f,) = structure_findings(points, [_region("boost_plateau", (340, 350, 360), (355,))], {}, 90)
+    region = [_region("boost_plateau", (340, 350, 360), (355,))]
+    (f,) = structure_findings(points, region, RunFacts(), 90)
     assert (f.severity, f.code) == (Severity.INFO, "boost_plateau")
     assert f.message == (
         "boost plateau 340-360 W (355 W not measured inside it): draw stays at ~334 W and TPS "
@@ -130,7 +140,7 @@ def test_a_draw_ceiling_advice_follows_temperature_and_load_mode() -> None:
     throttled = [_p(c, 317.0, thermal_throttle_pct=6.0) for c in (350, 400, 450)]
 
     def hint(points: list[CapPoint], run: dict[str, Any], slowdown: float = 90.0) -> str:
-        (f,) = structure_findings(points, region, run, slowdown)
+        (f,) = structure_findings(points, region, RunFacts.from_json(run), slowdown)
         assert f.code == "draw_ceiling"
         assert f.message.startswith("draw ceiling from 350 W to the top of the sweep (450 W)")
         return str(f.hint)
@@ -186,7 +196,7 @@ def test_a_workload_that_never_loads_the_gpu_is_said_once() -> None:
     )
 
 
-def _result(**sweet: Any) -> dict[str, Any]:
+def _result(plateaus: list[Plateau] | None = None, **sweet: Any) -> PowerAnalysis:
     base = {"cap_w": 290.0, "tps_per_w": 0.11141, "tps": 32.26, "power_w": 289.55}
     near = {
         "cap_w": 330.0,
@@ -195,8 +205,9 @@ def _result(**sweet: Any) -> dict[str, Any]:
         "tps_per_w": 0.10494,
         "pct_of_default": 89.19,
     }
-    rec = {"objective": "tps-per-w", "cap_w": 290.0}
-    return {"sweet_spot": {**base, **sweet}, "near_peak": near, "recommendation": rec}
+    rec = sweet.pop("recommendation", {"objective": "tps-per-w", "cap_w": 290.0})
+    doc = {"sweet_spot": {**base, **sweet}, "near_peak": near, "recommendation": rec}
+    return replace(PowerAnalysis.from_json(doc), plateaus=plateaus or [])
 
 
 def test_recommendation_findings_state_the_sweet_spot_and_near_peak() -> None:
@@ -219,8 +230,8 @@ def test_ties_are_listed_or_counted_and_a_tied_ceiling_changes_the_advice() -> N
     few = recommendation_findings(_result(tied_caps=[280.0, 290.0, 300.0]))[0]
     assert few.message.endswith("; statistically tied: 280 W, 290 W, 300 W")
     caps = [280.0 + 10 * k for k in range(9)]
-    many = _result(tied_caps=caps)
-    many["plateaus"] = [Plateau(kind="draw_ceiling", start_w=280.0, end_w=360.0, caps_w=caps)]
+    ceiling = Plateau(kind="draw_ceiling", start_w=280.0, end_w=360.0, caps_w=caps)
+    many = _result([ceiling], tied_caps=caps)
     f = recommendation_findings(many)[0]
     assert f.message.endswith("; statistically tied: 9 caps from 280 W to 360 W")
     assert f.hint is not None and f.hint.startswith(
@@ -230,8 +241,8 @@ def test_ties_are_listed_or_counted_and_a_tied_ceiling_changes_the_advice() -> N
 
 
 def test_a_cost_objective_and_per_card_shares_are_said() -> None:
-    result = _result(pct_of_default_by_gpu=[78.4, 82.9])
-    result["recommendation"] = {"objective": "cost", "eta": 0.3, "cap_w": 300.0}
+    cost_rec = {"objective": "cost", "eta": 0.3, "cap_w": 300.0}
+    result = _result(pct_of_default_by_gpu=[78.4, 82.9], recommendation=cost_rec)
     sweet, _, cost = recommendation_findings(result)
     assert sweet.message.endswith("(78% / 83% of each card's default limit)")
     assert (cost.code, cost.message, cost.hint) == (

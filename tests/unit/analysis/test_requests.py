@@ -36,8 +36,8 @@ def _df(rows: list[dict[str, Any]]) -> pl.DataFrame:
 def test_rates_agree_within_five_percent() -> None:
     df = _df([_row(300, 30.0, 30.5), _row(300, 30.0, 29.8), _row(250, 25.0, 25.9)])
     rates = server_rates(df)
-    assert [r["cap_w"] for r in rates] == [250.0, 300.0]
-    assert rates[0]["diff_pct"] == pytest.approx(100 * (25.0 / 25.9 - 1), rel=1e-6)
+    assert [r.cap_w for r in rates] == [250.0, 300.0]
+    assert rates[0].diff_pct == pytest.approx(100 * (25.0 / 25.9 - 1), rel=1e-6)
     (f,) = rate_findings(rates)
     assert f.code == "server_rates_agree" and f.severity == "info"
     assert "all 2 caps" in f.message and "3 requests" in f.message
@@ -64,8 +64,8 @@ def test_rates_skip_failed_warmup_and_rateless_requests() -> None:
         ]
     )
     rates = server_rates(df)
-    assert [(r["cap_w"], r["n_requests"]) for r in rates] == [(300.0, 1)]
-    assert rates[0]["diff_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert [(r.cap_w, r.n_requests) for r in rates] == [(300.0, 1)]
+    assert rates[0].diff_pct == pytest.approx(0.0, abs=1e-9)
     assert server_rates(_df([_row(300, 30.0, None)])) == []
     assert rate_findings([]) == []
 
@@ -76,10 +76,10 @@ def test_a_stalled_stream_is_not_compared() -> None:
     steady = {**_row(300, 30.0, 30.2), "stall_s": 0.0}
     stalled = {**_row(300, 33.0, 30.0), "stall_s": 0.4}
     rates = server_rates(_df([steady, stalled]))
-    assert [r["n_requests"] for r in rates] == [1]
-    assert rates[0]["diff_pct"] == pytest.approx(100 * (30.0 / 30.2 - 1), rel=1e-6)
+    assert [r.n_requests for r in rates] == [1]
+    assert rates[0].diff_pct == pytest.approx(100 * (30.0 / 30.2 - 1), rel=1e-6)
     without = [{k: v for k, v in r.items() if k != "stall_s"} for r in (steady, stalled)]
-    assert [r["n_requests"] for r in server_rates(_df(without))] == [2]
+    assert [r.n_requests for r in server_rates(_df(without))] == [2]
 
 
 def test_one_finding_per_warning_kind_with_count_and_caps() -> None:

@@ -11,6 +11,8 @@ import pytest
 
 from powersweep.analysis import serving
 from powersweep.analysis.pooling import pool_repeats
+from powersweep.analysis.precision import Reading
+from powersweep.analysis.result_types import CapLatencyTarget, CapRow, PointFigures
 from powersweep.errors import UsageError
 
 
@@ -38,26 +40,47 @@ CURVE = [
 ]
 
 
-def _name(p: Any) -> str:
-    return f"{p['cap_w']:g} W"
+def _name(p: CapRow) -> str:
+    return f"{p.cap_w:g} W"
+
+
+def _choice(
+    points: list[dict[str, Any]], *, max_ttft_ms: float | None, max_itl_ms: float | None
+) -> CapLatencyTarget | None:
+    """The latency pick among table rows read from ``points`` (their caps.csv precision
+    columns give each row's own reading)."""
+    rows = [CapRow.from_json(p) for p in points]
+    own = {id(r): Reading.of(p) for r, p in zip(rows, points, strict=True)}
+    return serving.latency_choice(
+        rows,
+        max_ttft_ms=max_ttft_ms,
+        max_itl_ms=max_itl_ms,
+        name=_name,
+        reading=lambda r: own[id(r)],
+        target=CapLatencyTarget,
+    )
+
+
+def _figures(point: dict[str, Any]) -> PointFigures:
+    return CapRow.from_json(point).figures
 
 
 def test_the_most_efficient_point_that_meets_the_target_is_picked() -> None:
-    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=80, name=_name)
+    pick = _choice(CURVE, max_ttft_ms=None, max_itl_ms=80)
     assert pick is not None and pick.met
-    assert pick.point["cap_w"] == 300
+    assert pick.point.cap_w == 300
     # a tighter target moves it up the curve, to the best of what still meets it
-    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=70, name=_name)
-    assert pick is not None and pick.point["cap_w"] == 350
+    pick = _choice(CURVE, max_ttft_ms=None, max_itl_ms=70)
+    assert pick is not None and pick.point.cap_w == 350
 
 
 def test_both_targets_must_hold_and_noise_names_the_tied_points() -> None:
     curve = [*CURVE[:3], _p(350, 0.228, 60, ttft=900), _p(400, 0.227, 55)]
-    pick = serving.latency_choice(curve, max_ttft_ms=500, max_itl_ms=70, name=_name)
-    assert pick is not None and pick.point["cap_w"] == 400
+    pick = _choice(curve, max_ttft_ms=500, max_itl_ms=70)
+    assert pick is not None and pick.point.cap_w == 400
     assert pick.tied == ["400 W"]
-    loose = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=80, name=_name)
-    assert loose is not None and loose.point["cap_w"] == 300
+    loose = _choice(curve, max_ttft_ms=None, max_itl_ms=80)
+    assert loose is not None and loose.point.cap_w == 300
     assert loose.tied == ["300 W", "350 W", "400 W"]
 
 
@@ -70,45 +93,45 @@ def test_a_p95_that_meets_the_target_only_within_its_own_noise_gives_way_to_a_ma
         bounded(_p(350, 0.229, 64), 66.0),  # meets it with a margin, as efficient within noise
         bounded(_p(400, 0.220, 55), 57.0),
     ]
-    pick = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=70, name=_name)
+    pick = _choice(curve, max_ttft_ms=None, max_itl_ms=70)
     assert pick is not None and pick.met and pick.margin
-    assert pick.point["cap_w"] == 350 and pick.within_noise == "300 W"
+    assert pick.point.cap_w == 350 and pick.within_noise == "300 W"
     assert pick.unsure == ["its inter-token p95 may be up to 72 ms (95% bound) > 70 ms"]
     # ties come from each point's own precision: 400 W is 4% off, far outside 0.5% readings
     assert pick.tied == ["350 W"] and pick.noise_source == "own measurements"
     finding = serving._latency_finding(pick)
     assert "with a margin: 300 W is more efficient" in finding.message
     # a bound no point meets: the best stays the pick, and the answer says it is not sure
-    tight = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=56, name=_name)
-    assert tight is not None and tight.point["cap_w"] == 400 and not tight.margin
+    tight = _choice(curve, max_ttft_ms=None, max_itl_ms=56)
+    assert tight is not None and tight.point.cap_w == 400 and not tight.margin
     assert tight.within_noise is None
     warned = serving._latency_finding(tight)
     assert warned.severity == "warning" and "only within its own noise" in warned.message
     # a p95 from too few samples has no bound: never called sure
     few = [{**p, "itl_p95_hi_ms": None} for p in curve]
-    unsure = serving.latency_choice(few, max_ttft_ms=None, max_itl_ms=70, name=_name)
-    assert unsure is not None and not unsure.margin and unsure.point["cap_w"] == 300
+    unsure = _choice(few, max_ttft_ms=None, max_itl_ms=70)
+    assert unsure is not None and not unsure.margin and unsure.point.cap_w == 300
     assert unsure.unsure == ["its inter-token p95 has too few samples to be bounded"]
 
 
 def test_no_point_meets_it_and_the_closest_is_named_with_its_miss() -> None:
-    pick = serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=40, name=_name)
+    pick = _choice(CURVE, max_ttft_ms=None, max_itl_ms=40)
     assert pick is not None and not pick.met
-    assert pick.point["cap_w"] == 400
+    assert pick.point.cap_w == 400
     assert pick.misses == ["itl_p95 55 ms > 40 ms"]
-    assert serving.latency_choice(CURVE, max_ttft_ms=None, max_itl_ms=None, name=_name) is None
+    assert _choice(CURVE, max_ttft_ms=None, max_itl_ms=None) is None
 
 
 def test_a_point_without_the_latency_columns_never_meets_a_target() -> None:
     curve = [{**p, "itl_p95_ms": None} for p in CURVE]
-    pick = serving.latency_choice(curve, max_ttft_ms=None, max_itl_ms=1000, name=_name)
+    pick = _choice(curve, max_ttft_ms=None, max_itl_ms=1000)
     assert pick is not None and not pick.met and pick.point is None
     assert "name" not in pick.to_json()  # no point measured against it: none is named
 
 
 def test_savings_per_million_tokens_and_per_year_against_the_reference() -> None:
     chosen, ref = CURVE[2], CURVE[4]
-    out = serving.cost_summary(CURVE, chosen, ref, 0.30)
+    out = serving.cost_summary(_figures(chosen), _figures(ref), 0.30)
     assert out is not None and out.chosen is not None
     saved = ref["kwh_per_mtok"] - chosen["kwh_per_mtok"]
     assert out.kwh_saved_per_mtok == pytest.approx(saved)
@@ -117,18 +140,9 @@ def test_savings_per_million_tokens_and_per_year_against_the_reference() -> None
     assert out.kwh_saved_per_year == pytest.approx(saved * mtok_year)
     assert out.cost_saved_per_year == pytest.approx(saved * mtok_year * 0.30)
     assert out.chosen.cost_per_mtok == pytest.approx(chosen["kwh_per_mtok"] * 0.30)
-    energy_only = serving.cost_summary(CURVE, chosen, None, None)
+    energy_only = serving.cost_summary(_figures(chosen), None, None)
     assert energy_only is not None and energy_only.reference is None
     assert "cost_saved_per_mtok" not in energy_only.to_json()
-
-
-def test_the_reference_between_two_measured_caps_is_interpolated_and_says_so() -> None:
-    ref = serving.interpolated(CURVE, "cap_w", 370.0)
-    assert ref is not None and ref["interpolated_from"] == [350.0, 400.0]
-    a, b = CURVE[3]["j_per_token"], CURVE[4]["j_per_token"]
-    assert ref["j_per_token"] == pytest.approx(a + 0.4 * (b - a))
-    assert serving.interpolated(CURVE, "cap_w", 350.0) == CURVE[3]
-    assert serving.interpolated(CURVE, "cap_w", 450.0) is None
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,13 @@ latency-target section (a target met with or without a margin, missed, or not me
 
 from __future__ import annotations
 
-from powersweep.analysis.result_types import Energy, EnergyFigures, LatencyTarget
+from powersweep.analysis.result_types import (
+    CapLatencyTarget,
+    CapRow,
+    Energy,
+    EnergyFigures,
+    PointFigures,
+)
 from powersweep.analysis.serving_summary import energy_section, latency_section
 
 
@@ -76,11 +82,14 @@ def test_an_unmeasured_reference_has_no_savings_and_names_default_in_words() -> 
     )
 
 
-POINT = {"tps_per_w": 0.1114, "j_per_token": 8.97, "ttft_p95_ms": 212.3, "itl_p95_ms": 31.04}
+POINT = CapRow(
+    cap_w=290.0,
+    figures=PointFigures(tps_per_w=0.1114, j_per_token=8.97, ttft_p95_ms=212.3, itl_p95_ms=31.04),
+)
 
 
 def test_a_target_met_with_a_margin_names_the_point_and_its_ties() -> None:
-    target = LatencyTarget(
+    target = CapLatencyTarget(
         max_ttft_ms=250.0,
         max_itl_ms=35.0,
         met=True,
@@ -105,7 +114,7 @@ def test_a_target_met_with_a_margin_names_the_point_and_its_ties() -> None:
 
 def test_a_target_met_only_within_noise_says_so() -> None:
     base = {"max_itl_ms": 35.0, "met": True, "point": POINT, "name": "290 W", "margin": False}
-    alone = latency_section(LatencyTarget(**base, unsure=["ITL p95 34.9 ms"]))  # type: ignore[arg-type]
+    alone = latency_section(CapLatencyTarget(**base, unsure=["ITL p95 34.9 ms"]))  # type: ignore[arg-type]
     assert "Target: inter-token latency p95 ≤ 35 ms (each point's own p95)." in alone
     assert "meets it: **290 W**" in alone
     assert (
@@ -114,7 +123,7 @@ def test_a_target_met_only_within_noise_says_so() -> None:
     )
     assert "- Tied with it within noise (TPS/W, None): none." in alone
     better = latency_section(
-        LatencyTarget(**{**base, "margin": True}, within_noise="280 W", unsure=["ITL 35.2 ms"])  # type: ignore[arg-type]
+        CapLatencyTarget(**{**base, "margin": True}, within_noise="280 W", unsure=["ITL 35.2 ms"])  # type: ignore[arg-type]
     )
     assert (
         "- 280 W is more efficient and its p95 meets the target, but only within its own noise: "
@@ -124,12 +133,12 @@ def test_a_target_met_only_within_noise_says_so() -> None:
 
 def test_a_target_met_without_a_word_on_its_margin_counts_as_a_margin() -> None:
     # analyses older than the bounds do not write ``margin``
-    text = latency_section(LatencyTarget(max_ttft_ms=250.0, met=True, point=POINT, name="290 W"))
+    text = latency_section(CapLatencyTarget(max_ttft_ms=250.0, met=True, point=POINT, name="290 W"))
     assert "meets it with a margin" in text and "only within its own noise" not in text
 
 
 def test_a_missed_target_names_the_closest_point_or_the_missing_columns() -> None:
-    missed = LatencyTarget(
+    missed = CapLatencyTarget(
         max_itl_ms=5.0, met=False, point=POINT, name="200 W", misses=["ITL p95 31 ms > 5 ms"]
     )
     # the misses are escaped as markdown text (">" as "&gt;")
@@ -137,7 +146,7 @@ def test_a_missed_target_names_the_closest_point_or_the_missing_columns() -> Non
         "- **No measured point meets it.** Closest: 200 W (0.1114 TPS/W, 8.97 J/token, TTFT p95 "
         "212.3 ms, inter-token p95 31.04 ms): ITL p95 31 ms &gt; 5 ms.\n\n"
     )
-    none = LatencyTarget(max_itl_ms=5.0, met=False, point=None)
+    none = CapLatencyTarget(max_itl_ms=5.0, met=False, point=None)
     assert latency_section(none).endswith(
         "- **No point has the latency columns** (a run older than them).\n\n"
     )

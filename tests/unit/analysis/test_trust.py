@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 
 from powersweep.analysis.findings import Finding, Severity
 from powersweep.analysis.load import Curve, load_curve
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.trust import ignored_rows, input_findings, run_findings, usable_mask
+from powersweep.errors import UsageError
 
 HEAD = "cap_w,narr_tps,power_w,status,error,reason\n"
 
@@ -22,6 +25,14 @@ def _curve(tmp_path: Path, rows: str, run: dict[str, Any] | None = None) -> Curv
     if run is not None:
         (tmp_path / "run.json").write_text(json.dumps(run))
     return load_curve(tmp_path)
+
+
+def _run_findings(
+    run: dict[str, Any] | None, requests: pl.DataFrame | None = None, source: str = "RUN"
+) -> list[Finding]:
+    """The run's findings from its run.json (as the loader types it)."""
+    record = RunRecord.from_json(run) if run is not None else None
+    return run_findings(record, requests, source)
 
 
 def _by_code(findings: list[Finding]) -> dict[str, list[Finding]]:
@@ -163,11 +174,10 @@ def test_run_findings_name_faults_budget_and_status() -> None:
             {"kind": "server_busy", "count": 3, "examples": ["HTTP 503", "HTTP 429"]},
             {"kind": "request_failed", "count": 2, "examples": ["read timeout (x2)"]},
             {"kind": "new_kind", "count": 1},
-            "not a fault",
         ],
         "adaptive": {"max_caps": 12, "left_out": [{"cap_w": 285, "reason": "edge"}, {}]},
     }
-    found = _by_code(run_findings(run))
+    found = _by_code(_run_findings(run))
     assert found["run_faults"][0].message == (
         "the run met faults: 3 request(s) met a busy server (HTTP 429/503) and were retried "
         "(e.g. HTTP 503); 2 request(s) failed: read timeout (x2); 1 new_kind"
@@ -179,18 +189,18 @@ def test_run_findings_name_faults_budget_and_status() -> None:
     assert found["run_partial"][0].message == (
         "the run ended partial: interrupted: no answer; `powersweep --resume RUN` measures the rest"
     )
-    assert run_findings({"status": "failed"}, source="runs/a")[0].message == (
+    assert _run_findings({"status": "failed"}, source="runs/a")[0].message == (
         "the run ended failed: no answer; `powersweep --resume runs/a` measures the rest"
     )
     # every planned cap measured, too few ok: resuming measures nothing more
     done = {"status": "partial", "error": "only 1 cap measured (an answer needs 3): too few to "
             "answer", "caps_done": [390.0], "caps_planned": [390.0]}  # fmt: skip
-    assert run_findings(done, source="r")[0].message == (
+    assert _run_findings(done, source="r")[0].message == (
         "the run ended partial: only 1 cap measured (an answer needs 3): too few to answer; "
         "measure at least 3 caps that finish ok (`--caps`, or the whole envelope)"
     )
     counted = {"status": "interrupted", "caps_done": [1, 2], "caps_planned": [1, 2, 3]}
-    assert run_findings(counted, source="r")[0].message == (
+    assert _run_findings(counted, source="r")[0].message == (
         "interrupted after 2 of 3 caps: no answer yet; `powersweep --resume r` measures the rest"
     )
     assert "--resume" in (found["run_partial"][0].hint or "")
@@ -198,14 +208,16 @@ def test_run_findings_name_faults_budget_and_status() -> None:
     # step): its count is of steps measured, never "of 1 points"
     undervolt = {"status": "interrupted", "options": {"axis": "undervolt"},
                  "points_done": list(range(12)), "points_planned": [0]}  # fmt: skip
-    (said,) = run_findings(undervolt, source="r")
+    (said,) = _run_findings(undervolt, source="r")
     assert said.message == (
         "interrupted after 12 steps of the search: no answer yet; `powersweep --resume r` goes "
         "on from its last stable step"
     )
     assert (said.hint or "").startswith("`powersweep --resume r` goes on")
-    assert run_findings({"status": "complete", "faults": "none"}) == []
-    assert run_findings(None) == run_findings({}) == []
+    # faults that are no list: the run.json is refused, naming the key
+    with pytest.raises(UsageError, match=r"\$\.faults"):
+        _run_findings({"status": "complete", "faults": "none"})
+    assert _run_findings(None) == _run_findings({}) == []
 
 
 def test_failed_requests_come_from_requests_csv_when_run_json_does_not_count_them() -> None:
@@ -215,25 +227,24 @@ def test_failed_requests_come_from_requests_csv_when_run_json_does_not_count_the
             "error": [None, "ReadTimeout", "HTTP 429", "read timeout", "HTTP 500"],
         }
     )
-    (f,) = run_findings({"status": "complete"}, requests)
+    (f,) = _run_findings({"status": "complete"}, requests)
     # the busy server's 429 is counted under its own kind, not here
     assert f.message == (
         "the run met faults: 3 request(s) failed: read timeout (the server went silent) (x2); "
         "HTTP 500 from the server (x1)"
     )
     counted = {"status": "complete", "faults": [{"kind": "request_failed", "count": 7}]}
-    assert run_findings(counted, requests)[0].message == "the run met faults: 7 request(s) failed"
-    assert run_findings({"status": "complete"}, requests.drop("error")) == []
+    assert _run_findings(counted, requests)[0].message == "the run met faults: 7 request(s) failed"
+    assert _run_findings({"status": "complete"}, requests.drop("error")) == []
 
 
 def test_the_step_an_undervolt_search_ends_on_is_no_fault_of_the_run() -> None:
     # issue 47: the search's expected unstable step read "warning: the run met faults"
-    from powersweep.analysis.trust import run_findings
 
     searched = {"faults": [{"kind": "unstable_offset", "count": 2, "examples": ["+270 MHz"]}]}
-    assert [f.code for f in run_findings(searched, None, "run")] == []
+    assert [f.code for f in _run_findings(searched, None, "run")] == []
     reset = {"kind": "gpu_reset", "count": 1, "examples": ["+360 MHz: Xid 79"]}
     both = {"faults": [*searched["faults"], reset]}
-    (found,) = [f for f in run_findings(both, None, "run") if f.code == "run_faults"]
+    (found,) = [f for f in _run_findings(both, None, "run") if f.code == "run_faults"]
     assert found.severity == "warning" and "reset" in found.message
     assert "stability check" not in found.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from powersweep.analysis.run_record import MemorySearch, RunOptions
 from powersweep.analysis.undervolt_memory import memory_answer, memory_findings, rose_beyond_noise
 from powersweep.analysis.undervolt_result_types import OffsetStep
 
@@ -35,7 +36,7 @@ ROWS = [
     _row(1500.0, 42.05),
     _row(500.0, 41.0, reason="soak"),
 ]
-OPTIONS = {"mem_offset_step_mhz": 500.0, "mem_margin_mhz": None}
+OPTIONS = RunOptions(mem_offset_step_mhz=500.0, mem_margin_mhz=None)
 
 
 def test_the_edge_is_the_sweeps_rule_run_on_the_rows() -> None:
@@ -52,10 +53,10 @@ def test_the_edge_is_the_sweeps_rule_run_on_the_rows() -> None:
 
 def test_the_recorded_edge_stands_where_the_rows_hold_it() -> None:
     # the sweep judged +1500 on its reading as taken; the run's end restated them all
-    recorded = {"best_mhz": 1500.0, "stopped_mhz": None}
+    recorded = MemorySearch(best_mhz=1500.0, stopped_mhz=None)
     answer = memory_answer(ROWS, OPTIONS, None, None, recorded)
     assert answer is not None and answer.best_mhz == 1500.0 and answer.stopped_mhz is None
-    unknown = memory_answer(ROWS, OPTIONS, None, None, {"best_mhz": 4000.0})
+    unknown = memory_answer(ROWS, OPTIONS, None, None, MemorySearch(best_mhz=4000.0))
     assert unknown is not None and unknown.best_mhz == 1000.0  # not a step: the rule
 
 

@@ -24,6 +24,17 @@ def _tied_analysis(tied: list[float], tpw: dict[float, float], **sweet: Any) -> 
     )
 
 
+def _boot(share: dict[str, float]) -> dict[str, Any]:
+    """A resampled sweet spot's bootstrap record, its shares given."""
+    return {
+        "resamples": 1000,
+        "seed": 0,
+        "caps_resampled": len(share),
+        "tps_units": "tps_blocks",
+        "best_share": share,
+    }
+
+
 def test_the_best_tied_caps_highest_first() -> None:
     tpw = {260.0: 0.100, 270.0: 0.1105, 280.0: 0.1110, 290.0: 0.1112, 300.0: 0.1101}
     analysis = _tied_analysis([270.0, 280.0, 290.0, 300.0], tpw)
@@ -49,6 +60,6 @@ def test_the_caps_most_often_best_go_first() -> None:
     # measuring it again settles more than measuring the quiet 300 W.
     tpw = {280.0: 0.1113, 290.0: 0.1119, 300.0: 0.1100, 370.0: 0.1020}
     share = {"280.0": 0.10, "290.0": 0.53, "300.0": 0.03, "370.0": 0.34}
-    analysis = _tied_analysis([280.0, 290.0, 300.0, 370.0], tpw, bootstrap={"best_share": share})
+    analysis = _tied_analysis([280.0, 290.0, 300.0, 370.0], tpw, bootstrap=_boot(share))
     assert plan_confirm(analysis, max_caps=3).caps_w == (370.0, 290.0, 280.0)
     assert plan_confirm(analysis).caps_w == (370.0, 290.0)

@@ -16,6 +16,7 @@ from powersweep.analysis import analyze, load_curve, write_caps_csv
 from powersweep.analysis.cap_points import CapPoint
 from powersweep.analysis.near_peak import near_peak_index, region_groups
 from powersweep.analysis.result_types import PowerAnalysis
+from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.structure import find_regions
 from powersweep.analysis.summary import render_summary
 from powersweep.sim.profiles import get_profile, profile_names
@@ -486,7 +487,8 @@ def test_analyze_takes_the_step_from_caps_planned(tmp_path: Path) -> None:
         ("draw_ceiling", 370.0, 390.0)
     ]
     run = {"caps_planned": sorted(grid, reverse=True)}
-    planned = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0).to_json()
+    typed = RunRecord.from_json(run)
+    planned = analyze(dataclasses.replace(load_curve(path), run=typed), bootstrap=0).to_json()
     edges = [(p["kind"], p["start_w"], p["end_w"]) for p in planned["plateaus"]]
     assert edges == [("draw_ceiling", 370.0, 390.0)]
 
@@ -500,7 +502,7 @@ def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> N
         "caps_planned": sorted(grid, reverse=True),
         "adaptive": {"max_caps": 10, "left_out": left},
     }
-    curve = dataclasses.replace(load_curve(path), run=run)
+    curve = dataclasses.replace(load_curve(path), run=RunRecord.from_json(run))
     result = analyze(curve, bootstrap=0).to_json()
     found = [f for f in result["findings"] if f["code"] == "adaptive_budget"]
     assert len(found) == 1 and found[0]["severity"] == "warning"
@@ -509,5 +511,6 @@ def test_analyze_names_the_caps_an_adaptive_budget_left_out(tmp_path: Path) -> N
     assert "330 W (plateau edge)" in render_summary(curve, PowerAnalysis.from_json(result))
     # nothing left out: no finding
     run["adaptive"] = {"max_caps": 10, "left_out": []}
-    quiet = analyze(dataclasses.replace(load_curve(path), run=run), bootstrap=0).to_json()
+    quiet_run = RunRecord.from_json(run)
+    quiet = analyze(dataclasses.replace(load_curve(path), run=quiet_run), bootstrap=0).to_json()
     assert not [f for f in quiet["findings"] if f["code"] == "adaptive_budget"]

@@ -121,12 +121,12 @@ def test_the_server_rate_comparison_uses_the_requests_decode_rate() -> None:
             }
         )
     (rate,) = server_rates(pl.DataFrame(rows))
-    assert rate["tool_tps"] == pytest.approx(200 / (100 / 30 + 100 / 31))
-    assert rate["diff_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert rate.tool_tps == pytest.approx(200 / (100 / 30 + 100 / 31))
+    assert rate.diff_pct == pytest.approx(0.0, abs=1e-9)
     # an older requests.csv without decode_tps: the ends
     old = pl.DataFrame(rows).drop("decode_tps")
     (rate,) = server_rates(old)
-    assert rate["tool_tps"] < 0.9 * 30.0
+    assert rate.tool_tps < 0.9 * 30.0
 
 
 def _jittered(n: int, seed: int, stall_at: int | None = None, stall_s: float = 0.4) -> list[float]:
