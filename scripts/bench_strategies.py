@@ -60,6 +60,7 @@ import polars as pl
 from bench_real_sweeps import AGREE_W, agreement, verdict_text
 
 from powersweep.analysis import analyze, load_curve, write_caps_csv
+from powersweep.analysis.run_record import RunRecord
 from powersweep.clock import ManualClock
 from powersweep.sim.physics import Workload
 from powersweep.sim.profiles import get_profile, profile_names
@@ -474,7 +475,7 @@ def _analyse(case: Case, measured: dict[float, Truth]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "caps.csv"
         write_caps_csv(df, path)
-        curve = dataclasses.replace(load_curve(path), run=run)
+        curve = dataclasses.replace(load_curve(path), run=RunRecord.from_json(run))
         # no raw readings: the noise intervals are the curve-scatter estimate
         return analyze(curve, default_limit_w=case.default_w).to_json()
 

@@ -65,7 +65,7 @@ class Incomplete(FleetRecord):
 
 @dataclass(frozen=True)
 class AxisInfo(FleetRecord):
-    """What a group swept, as fleet.json names it (:meth:`FleetAxis.to_dict`)."""
+    """What a group swept, as fleet.json names it (:meth:`AxisInfo.of` makes it from the axis)."""
 
     name: str = POWER
     setting_key: str = "cap_w"
