@@ -16,6 +16,7 @@ from powersweep.analysis import analyze, load_curve
 from powersweep.analysis.clock_analysis import analyze_clocks
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint, LockRow
 from powersweep.analysis.findings import Finding, Severity
+from powersweep.analysis.fleet_result_types import FleetReport
 from powersweep.analysis.result_types import (
     FIGURE_KEYS,
     CapRow,
@@ -23,6 +24,7 @@ from powersweep.analysis.result_types import (
     PointFigures,
     PointRecord,
     PowerAnalysis,
+    _holds_points,
     known,
 )
 from powersweep.analysis.undervolt_result_types import OffsetStep
@@ -172,3 +174,10 @@ def test_a_clock_analysis_holds_its_peak_once_and_writes_it_under_both_names() -
     # a document naming it only as sweet_spot reads it as the peak
     only = ClockAnalysis.from_json({"kind": "clocks", "sweet_spot": peak})
     assert only.peak is not None and only.peak.to_json() == peak
+
+
+def test_reading_walks_only_the_records_that_can_hold_a_point() -> None:
+    # a fleet report's thousands of outliers hold no point record: reading one walked them all,
+    # value by value, ten times slower (issue 48's merge); an analysis's rows and picks are walked
+    assert _holds_points(PowerAnalysis) and _holds_points(list[CapRow] | None)
+    assert not _holds_points(FleetReport) and not _holds_points(dict[str, float])
