@@ -174,6 +174,7 @@ CAPS_COLUMNS = (
     "run_to_run_pairs",
     "run_to_run_floor_pct",
     "power_drift_bias_pct",
+    "power_sensors_pct",
     "narr_stall_pct",
     "code_stall_pct",
     "stall_run_pct",

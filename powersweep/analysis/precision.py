@@ -70,7 +70,7 @@ class Precision:
         tps_u95_rel: The stated half-width of the metric's TPS: its statistics (the point's own
             and the run-to-run term) and its drift bias.
         power_u95_rel: Half-width of the draw (the ticks' batch means, the sensor's step, its
-            drift bias).
+            drift bias, the energy counter's difference from the readings).
         stat_u95_rel: Statistical half-width of TPS/W: TPS and draw together, and the run-to-run
             term.
         drift_bias_rel: Expected bias of TPS/W from the temperature still moving (signed:
@@ -86,6 +86,8 @@ class Precision:
         power_step_w: The power sensor's step the readings showed (NaN: not seen).
         run_to_run: The run-to-run term carried.
         power_bias_rel: The draw's drift bias (in ``power_u95_rel``).
+        power_sensors_rel: The energy counter's draw over the readings' over the same seconds,
+            less one (signed; 0: not read), in ``power_u95_rel``.
         run_drift_rel: Expected bias of TPS/W from the run's drift (signed: the reading less
             the run's middle; :meth:`RunToRun.drift_at`), in ``u95_rel`` with the thermal one.
         tps_run_drift_rel: Of TPS, in ``tps_u95_rel``.
@@ -109,6 +111,7 @@ class Precision:
     power_step_w: float = math.nan
     run_to_run: RunToRun | None = None
     power_bias_rel: float = 0.0
+    power_sensors_rel: float = 0.0
     run_drift_rel: float = 0.0
     tps_run_drift_rel: float = 0.0
     tps_fast_u95_rel: float = math.nan
@@ -302,6 +305,7 @@ def point_precision(
     run_to_run: RunToRun | None = None,
     t_s: float = math.nan,
     power_headroom_rel: float = math.inf,
+    power_sensors_rel: float = 0.0,
 ) -> Precision:
     """A point's :class:`Precision` from its own TPS blocks, load ticks and drift, with the
     run-to-run term.
@@ -324,6 +328,10 @@ def point_precision(
         run_to_run: The run-to-run term (None: none, before the run measured it).
         power_headroom_rel: How far under its cap the card draws (relative to the draw): a
             heating card's draw rises no further (NaN or infinite: no cap).
+        power_sensors_rel: The energy counter's draw over the readings' over the same seconds,
+            less one (:func:`~powersweep.sweep.sampling.per_token.sensors_gap_rel`; 0: no
+            counter). The counter integrates every burst the readings sample a few instants
+            of: where the two differ, the draw is known no better (GUM, a type-B term).
     """
     tps_se, tps_dof = ratio_se_rel(blocks)
     fast_se, fast_dof = ratio_se_rel(blocks, fast=True)
@@ -347,6 +355,7 @@ def point_precision(
         power_step_w,
         power_bias,
         t_s,
+        power_sensors_rel,
     )
 
 
@@ -370,22 +379,25 @@ class Within:
         power_step_w: float = math.nan,
         power_bias: float = 0.0,
         t_s: float = math.nan,
+        power_sensors: float = 0.0,
     ) -> Precision:
         """The point's :class:`Precision`: these variances, the run-to-run term's, the biases
-        (the draw's in its half-width)."""
+        and the sensors' difference (the draw's in its half-width)."""
         tpw = _combined([(self.tps_var, self.tps_dof), (self.power_var, self.power_dof)])
         fast = (self.tps_fast_var, self.tps_fast_dof)
         stated = compose(
             (self.tps_var, self.tps_dof),
             tpw,
-            math.hypot(_half_width(self.power_var, self.power_dof), power_bias),
+            math.hypot(_half_width(self.power_var, self.power_dof), power_bias, power_sensors),
             (bias, tps_bias),
             run_to_run,
             power_step_w,
             t_s,
             (fast, _combined([fast, (self.power_var, self.power_dof)])),
         )
-        return dataclasses.replace(stated, power_bias_rel=power_bias)
+        return dataclasses.replace(
+            stated, power_bias_rel=power_bias, power_sensors_rel=power_sensors
+        )
 
 
 def compose(
@@ -492,6 +504,8 @@ class Reading:
         floor_rel: The between-run floor its stated intervals carry (an SD, relative; common
             to the run's points, so left out of ``stat_u95_rel`` and of ties).
         power_bias_rel: The draw's drift bias.
+        power_sensors_rel: The energy counter's difference from the readings (in
+            ``power_u95_rel``).
         run_drift_rel: TPS/W's bias from the run's drift (signed; a neighbour read seconds
             apart carries nearly the same, which cancels from their tie).
         tps_run_drift_rel: TPS's.
@@ -518,6 +532,7 @@ class Reading:
     power_step_w: float = math.nan
     floor_rel: float = 0.0
     power_bias_rel: float = 0.0
+    power_sensors_rel: float = 0.0
     run_drift_rel: float = 0.0
     tps_run_drift_rel: float = 0.0
     t_s: float = math.nan
@@ -549,6 +564,7 @@ class Reading:
             power_step_w=num("power_step_w"),
             floor_rel=num("run_to_run_floor_pct", 0.0) / 100.0,
             power_bias_rel=num("power_drift_bias_pct", 0.0) / 100.0,
+            power_sensors_rel=num("power_sensors_pct", 0.0) / 100.0,
             run_drift_rel=num("run_drift_bias_pct", 0.0) / 100.0,
             tps_run_drift_rel=num("tps_run_drift_bias_pct", 0.0) / 100.0,
             t_s=num("t_mid_s"),
@@ -653,7 +669,9 @@ class Reading:
             self.t_s,
             (fast, _combined([fast, power])),
         )
-        return dataclasses.replace(stated, power_bias_rel=self.power_bias_rel)
+        return dataclasses.replace(
+            stated, power_bias_rel=self.power_bias_rel, power_sensors_rel=self.power_sensors_rel
+        )
 
     @classmethod
     def pooled(cls, readings: Sequence[Reading], tps_per_w: float) -> Reading:

@@ -74,10 +74,13 @@ def energy_tolerance(row: CsvRow) -> float:
     window = as_float(row.get("window_s"))
     allowance = COUNTER_PERIOD_MAX_S / window if math.isfinite(window) and window > 0 else 0.0
     # the sampled mean's own precision: the drift's bias (what the draw will be once steady) is
-    # no gap between two figures of the same seconds
+    # no gap between two figures of the same seconds, and the sensors' difference is the gap
+    # itself (a tolerance holding it would pass any gap)
     stated = as_float(row.get("power_u95_pct")) / 100.0
-    bias = as_float(row.get("power_drift_bias_pct")) / 100.0
-    sampled = math.sqrt(max(0.0, stated**2 - bias**2)) if math.isfinite(bias) else stated
+    terms = [
+        as_float(row.get(k), 0.0) / 100.0 for k in ("power_drift_bias_pct", "power_sensors_pct")
+    ]
+    sampled = math.sqrt(max(0.0, stated**2 - sum(t**2 for t in terms if math.isfinite(t))))
     base = max(ENERGY_MISMATCH_FRAC, sampled) if math.isfinite(sampled) else ENERGY_MISMATCH_FRAC
     return base + allowance
 

@@ -33,6 +33,7 @@ from powersweep.sweep.sampling.per_token import (
     metric_seconds,
     metric_spans,
     prefill_spans,
+    sensors_gap_rel,
     span_power_w,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
@@ -319,6 +320,7 @@ def cap_row(
     trail = trail or [(t.t_s, t.temp_max_c) for t in ticks]
     # the card settles at the level its mean draw (gaps included) holds it at
     mean_draw = _mean(t.power_w for t in every)
+    seconds = metric_seconds(requests, phase_windows, load_mode)
     drift = still_to_come_c_per_min(slope_c_per_min(trail), thermal, trail, mean_draw, end_s)
     binding = power >= BINDING_SHARE * cap_w * n_gpus
     sensitivity = drift_sensitivity_per_c(
@@ -343,6 +345,7 @@ def cap_row(
         n_cards=n_gpus,
         run_to_run=run_to_run,
         t_s=mid_s,
+        power_sensors_rel=sensors_gap_rel(every, seconds),
     )
     firsts = [t.first.sample for t in ticks]
     pstates = Counter(s.pstate for s in firsts if s.pstate is not None)
@@ -380,9 +383,7 @@ def cap_row(
         "tps_blocks": format_blocks(blocks),
         **precision_columns(precision, thermal),
         # the counter's energy over the seconds the metric counts, per token served in them
-        **energy_per_token(
-            every, metric_seconds(requests, phase_windows, load_mode), metric, precision
-        ),
+        **energy_per_token(every, seconds, metric, precision),
         **latency_percentiles(requests, spans, load_mode),
         **stall_columns(requests, load_mode),
         **(extra or {}),
@@ -443,6 +444,7 @@ def stated_columns(precision: Precision) -> dict[str, float]:
         "tps_fast_dof": precision.tps_fast_dof,
         "tps_drift_bias_pct": 100.0 * precision.tps_bias_rel,
         "power_drift_bias_pct": 100.0 * precision.power_bias_rel,
+        "power_sensors_pct": 100.0 * precision.power_sensors_rel,
         "run_drift_bias_pct": 100.0 * precision.run_drift_rel,
         "tps_run_drift_bias_pct": 100.0 * precision.tps_run_drift_rel,
         "power_step_w": precision.power_step_w,

@@ -227,6 +227,24 @@ def counter_draw(intervals: Sequence[tuple[Tick, Tick]]) -> tuple[float, float, 
     return draw, u95, seconds
 
 
+def sensors_gap_rel(ticks: Sequence[Tick], spans: Sequence[tuple[float, float]]) -> float:
+    """The energy counter's mean draw over the whole tick intervals inside ``spans``
+    (:func:`steady_intervals`) over the readings' (their trapezoid) over the same intervals,
+    less one; 0 where either is missing.
+
+    The two measure one draw over the same seconds: the counter integrates every burst, the
+    readings sample a few instants of it (and lag it where the driver averages), so where they
+    differ neither figure is surer than that.
+    """
+    intervals = steady_intervals(ticks, spans)
+    draw, _, _ = counter_draw(intervals)
+    sampled = math.fsum(energy_sampled_j(pair) for pair in intervals)
+    sampled_s = math.fsum(b.t_s - a.t_s for a, b in intervals)
+    if not (math.isfinite(draw) and math.isfinite(sampled) and sampled > 0 and sampled_s > 0):
+        return 0.0
+    return draw / (sampled / sampled_s) - 1.0
+
+
 def energy_per_token(
     ticks: Sequence[Tick],
     spans: Sequence[tuple[float, float]],
@@ -243,13 +261,15 @@ def energy_per_token(
     two describe the same seconds, and J/token times TPS/W is the counter's draw over the
     sampled one. Its 95% half-width adds the TPS's, the counter draw's
     (:func:`counter_draw`), the temperature drift's bias (the same as TPS/W's) and the
-    counter's difference from the readings' draw over the same seconds in quadrature.
+    counter's difference from the readings' draw over the same seconds
+    (:func:`sensors_gap_rel`, the precision's ``power_sensors_rel``) in quadrature.
 
     Args:
         ticks: The point's ticks (all GPUs combined), in any order.
         spans: The metric's seconds (:func:`metric_seconds`).
         tps: The metric's rate (decode or prefill TPS, all GPUs together).
-        precision: The point's precision (its TPS half-width and drift bias).
+        precision: The point's precision (its TPS half-width, drift bias and the sensors'
+            difference).
 
     Returns:
         The columns; NaN where no whole interval lies inside the seconds, the rate is unknown,
@@ -262,12 +282,11 @@ def energy_per_token(
     if not (math.isfinite(tps) and tps > 0 and sampled_s > 0):
         return dict.fromkeys(ENERGY_COLUMNS, NAN)
     per_token = draw / tps if seconds > 0 else NAN
-    # the counter and the readings measure one draw over the same seconds: where they differ
-    # (the counter's update lag, a reading's averaging) J/token cannot be surer than that
-    # (TPS/W's draw, the readings', is the one the coverage bench checks against the truth)
-    sensors = draw / (sampled / sampled_s) - 1.0 if math.isfinite(sampled) and sampled > 0 else 0.0
     u95 = math.sqrt(
-        precision.tps_u95_rel**2 + draw_u95**2 + precision.drift_bias_rel**2 + sensors**2
+        precision.tps_u95_rel**2
+        + draw_u95**2
+        + precision.drift_bias_rel**2
+        + precision.power_sensors_rel**2
     )
     return {
         "j_per_token": per_token,

@@ -85,6 +85,24 @@ def test_readings_pool_a_confirmed_point() -> None:
     assert not P.Reading.of({"tps_per_w": "x"}).known
 
 
+def test_the_draw_is_known_no_better_than_its_two_sensors_agree() -> None:
+    # issue 44: under a bursty load a window's few instant readings fell mostly in bursts, read
+    # 10-20% high and stated +-5% from their small spread; the energy counter over the same
+    # seconds, which integrates every burst, read the difference
+    blocks, ticks = [(4.0, 0.12)] * 20, [300.0 + (k % 3) for k in range(30)]
+    alone = P.point_precision(blocks, ticks, 0.0, 60.0)
+    told = P.point_precision(blocks, ticks, 0.0, 60.0, power_sensors_rel=-0.12)
+    assert told.power_sensors_rel == -0.12
+    assert told.power_u95_rel == pytest.approx(math.hypot(alone.power_u95_rel, 0.12))
+    # TPS/W's interval holds the readings' scatter already: its draw is the readings' mean
+    assert told.u95_rel == alone.u95_rel
+    assert told.tps_u95_rel == alone.tps_u95_rel
+    # a point read back and restated carries it
+    row = {"tps_per_w": 1.0, "power_w": 300.0, "tps_per_w_stat_u95_pct": 1.0,
+           "power_u95_pct": 100 * told.power_u95_rel, "power_sensors_pct": -12.0}  # fmt: skip
+    assert P.Reading.of(row).restated(P.RunToRun()).power_sensors_rel == -0.12
+
+
 def test_a_heating_cards_draw_rises_no_further_than_its_cap() -> None:
     # issue 44: the first point of a descending sweep (the card 6 C under its level, 1% under
     # its cap) drew 0.8% less than once warm while its draw stated +-0.2%; its leakage adds

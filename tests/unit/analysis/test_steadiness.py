@@ -138,6 +138,11 @@ def test_the_energy_tolerance_counts_the_sampled_draws_own_precision() -> None:
     steady = {**bursty, "power_u95_pct": 0.3}
     (found,) = energy_findings([steady], lambda r: "300 W")
     assert "300 W (+9.0%)" in found.message
+    # the draw's interval holds the sensors' own difference (issue 44): the tolerance leaves it
+    # out, or the check would pass whatever gap it measured
+    told = {**steady, "power_u95_pct": math.hypot(0.3, 9.0), "power_sensors_pct": 9.0}
+    assert energy_tolerance(told) == pytest.approx(energy_tolerance(steady))
+    assert energy_findings([told], lambda r: "300 W")
 
 
 def test_one_gain_at_every_point_is_a_sensor_and_scattered_gaps_a_draw_the_samples_miss() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from powersweep.sweep.sampling.per_token import (
     energy_per_token,
     latency_percentiles,
     metric_seconds,
+    sensors_gap_rel,
 )
 
 
@@ -135,10 +137,16 @@ def test_multi_gpu_counters_add_up_and_packed_chunks_are_the_rates_business() ->
 
 def test_a_drifting_counter_shows_against_the_sampled_draw() -> None:
     ticks = [T(t.t_s, t.power_w, (t.energy_mj[0] * 1.05,)) for t in _ticks(0.0, 10.0, 250.0)]
-    out = energy_per_token(ticks, [(0.0, 10.0)], 10.0, _precision())
+    spans = [(0.0, 10.0)]
+    # the sensors' difference over the same seconds, which the point's precision carries ...
+    gap = sensors_gap_rel(ticks, spans)
+    assert gap == pytest.approx(0.05)
+    assert sensors_gap_rel(ticks, []) == 0.0
+    precision = dataclasses.replace(_precision(), power_sensors_rel=gap)
+    out = energy_per_token(ticks, spans, 10.0, precision)
     assert out["j_per_token"] / out["j_per_token_sampled"] == pytest.approx(1.05)
-    # ... and in J/token's stated precision: the counter cannot be surer than its difference
-    # from the readings over the same seconds (issue 44: J/token and TPS/W agree within it)
+    # ... and J/token's stated precision with it: the counter cannot be surer than its
+    # difference from the readings (issue 44: J/token and TPS/W agree within it)
     assert out["j_per_token_u95_pct"] == pytest.approx(100.0 * math.hypot(0.004, 0.05))
 
 
