@@ -19,20 +19,18 @@ from powersweep.sweep.loads.prompts import CODE_PROMPT, NARRATIVE_PROMPT
 from powersweep.sweep.options import (
     Cooling,
     LoadOptions,
-    MeasureOptions,
     OutputOptions,
     PointOptions,
     SafetyOptions,
     ServerOptions,
-    SettleMode,
     SweepOptions,
 )
-from powersweep.sweep.sampling.windows import WindowPolicy
 from powersweep.sweep.server.client import ChatClient, RequestResult
 from powersweep.sweep.session import run_session
 from tests.integration.conftest import read_csv, read_json
 from tests.realservers.conftest import (
     CONTEXT_TOKENS,
+    REAL_TIME_MEASURE,
     SLOTS,
     RealServer,
     TeeTransport,
@@ -191,15 +189,7 @@ def test_sweep_session_through_the_real_code_path(llama_server: RealServer, tmp_
         simulate="rtx3090-air",
         server=ServerOptions(url=llama_server.url),
         points=PointOptions(caps=(300.0,)),
-        # as sweep_options: in real time the wait for a steady temperature costs 10 s a point,
-        # and the simulated card beside a real server tests nothing of it
-        measure=MeasureOptions(
-            settle_s=0.5,
-            settle_mode=SettleMode.FIXED,
-            thermal_wait_max_s=0.0,
-            sample_interval_s=0.1,
-            windows=WindowPolicy(max_s=2.0),
-        ),
+        measure=REAL_TIME_MEASURE,
         safety=SafetyOptions(state_dir=tmp_path / "state"),
         load=LoadOptions(warmup_requests=2),
         output=OutputOptions(out=tmp_path, cooling=Cooling.AIR),
