@@ -16,6 +16,14 @@ SCHEMA_VERSION = 1
 # cell is read through :func:`as_float` (or as text), never used as it comes.
 CsvRow: TypeAlias = Mapping[str, object]
 
+# A JSON value as ``json.dumps`` writes it: what a record's ``to_json`` builds.
+JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
+# A JSON object a writer builds (a record's ``to_json``, a status line).
+JsonObject: TypeAlias = dict[str, JsonValue]
+# A JSON object as read (``json.loads``, a record's ``from_json``): each value narrowed where it
+# is used (a number through :func:`as_float`).
+JsonMap: TypeAlias = Mapping[str, object]
+
 # caps.csv ``reason`` of a cap the confirm phase measured again: its readings are pooled.
 CONFIRM_REASON = "confirm"
 # caps.csv ``reason`` of the run's reference point read again at its end (the run-to-run term):

@@ -6,9 +6,8 @@ The same rules as :mod:`powersweep.analysis.result_types`: frozen dataclasses, o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 from msgspec import UNSET, UnsetType
 
@@ -25,6 +24,7 @@ from powersweep.analysis.result_types import (
     RunFacts,
     ToolInfo,
 )
+from powersweep.runformat import JsonMap, JsonObject
 
 
 @dataclass(frozen=True)
@@ -196,16 +196,16 @@ class ClockAnalysis(JsonRecord):
         return self.peak
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
+    def from_json(cls, data: JsonMap) -> Self:
         """A typed clock analysis: its peak read from ``peak`` (or from ``sweet_spot``, its other
         name, where a document has only that)."""
         if "peak" not in data and "sweet_spot" in data:
             data = {**data, "peak": data["sweet_spot"]}
         return super().from_json(data)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The analysis as its file holds it: the peak written once more as ``sweet_spot``."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for key, value in super().to_json().items():
             out[key] = value
             if key == "peak":

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from powersweep.analysis.csvtext import read_text_csv
 from powersweep.errors import UsageError
-from powersweep.runformat import CsvRow
+from powersweep.runformat import CsvRow, JsonMap
 
 # Point columns shown per row, where the run has them.
 _POINT_COLUMNS = ("cap_w", "sm_lock_mhz", "mem_lock_mhz", "status", "reason")
@@ -49,7 +48,7 @@ def failed_run_summary(run_dir: Path, why: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _run_json(path: Path) -> Mapping[str, Any]:
+def _run_json(path: Path) -> JsonMap:
     """The run.json of a run that failed, read as whatever JSON object it holds (a run that died
     early may have written any part of it: this account must not fail on its shape)."""
     try:

@@ -7,10 +7,10 @@ with :meth:`Finding.to_json`, and a reader turns one back with :meth:`Finding.fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+
+from powersweep.runformat import JsonMap, JsonObject
 
 
 class Severity(StrEnum):
@@ -42,7 +42,7 @@ class Finding:
     message: str
     hint: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The finding as ``analysis.json`` holds it."""
         return {
             "severity": str(self.severity),
@@ -52,7 +52,7 @@ class Finding:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+    def from_json(cls, data: JsonMap) -> Finding:
         """A finding from ``analysis.json`` (an unknown severity reads as ``info``)."""
         severity = Severity(str(data.get("severity")))
         hint = data.get("hint")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from powersweep.analysis.textfile import read_text
 from powersweep.errors import UsageError
+from powersweep.runformat import JsonObject
 
 IMPORT_COLUMNS: tuple[str, ...] = (
     "cap_w",
@@ -94,7 +94,7 @@ def import_summary(md_path: Path) -> pl.DataFrame:
     )
 
 
-def import_run(md_path: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
+def import_run(md_path: Path) -> tuple[pl.DataFrame, JsonObject]:
     """The first power-cap table (:func:`import_summary`) and the run.json its text supports:
     the GPU (a summary's ``| GPU |`` row, or the script's ``# Power-cap sweep — NAME`` title),
     one entry per card the draw sums, the load mode, and a summary's cooling, model / engine and
@@ -105,27 +105,27 @@ def import_run(md_path: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
     """
     df = import_summary(md_path)
     text = read_text(Path(md_path))
-    facts = _header_facts(text)
-    meta: dict[str, Any] = {"schema_version": 1, "imported_from": str(md_path)}
-    names = facts.pop("gpu_names", None)
+    names, facts = _header_facts(text)
+    meta: JsonObject = {"schema_version": 1, "imported_from": str(md_path)}
     if names:
         # the draw column's card count (caps.csv's n_gpus) wins over a summary's "2 x" label
         known = df["n_gpus"].drop_nulls() if "n_gpus" in df.columns else None
         n = int(known.max()) if known is not None and known.len() else len(names)  # type: ignore[arg-type]
         cards = names if len(names) == n else [names[0]] * n
         meta["gpus"] = [{"index": i, "name": name} for i, name in enumerate(cards)]
-    server = {k: facts.pop(k) for k in ("model", "engine") if k in facts}
+    server: JsonObject = {k: facts.pop(k) for k in ("model", "engine") if k in facts}
     if server:
         meta["server"] = server
     meta.update(facts)
     return df, meta
 
 
-def _header_facts(text: str) -> dict[str, Any]:
-    """What a pasted summary's header says of the run, in run.json's keys (``gpu_names``: the
-    cards). A summary's two-column header table (read as the caps table is: :func:`_tables`)
-    first, then the script's title and its load-mode line."""
-    facts: dict[str, Any] = {}
+def _header_facts(text: str) -> tuple[list[str] | None, dict[str, str]]:
+    """The cards a pasted summary's header names (None: none), and what else it says of the run,
+    in run.json's keys. A summary's two-column header table (read as the caps table is:
+    :func:`_tables`) first, then the script's title and its load-mode line."""
+    names: list[str] | None = None
+    facts: dict[str, str] = {}
     for table in _tables(text):
         for cells in table:
             if len(cells) != 2:
@@ -133,8 +133,8 @@ def _header_facts(text: str) -> dict[str, Any]:
             key, value = cells[0].strip().lower(), _unescaped(cells[1])
             if not value or value == "unknown":
                 continue
-            if key == "gpu" and "gpu_names" not in facts:
-                facts["gpu_names"] = _gpu_names(value)
+            if key == "gpu" and names is None:
+                names = _gpu_names(value)
             elif key == "cooling":
                 facts.setdefault("cooling", value)
             elif key == "date":
@@ -144,14 +144,14 @@ def _header_facts(text: str) -> dict[str, Any]:
                 for name, part in (("model", model), ("engine", engine)):
                     if part.strip() and part.strip() != "unknown":
                         facts.setdefault(name, part.strip())
-    if "gpu_names" not in facts:
+    if names is None:
         title = _GPU_IN_TITLE.search(text)
         if title:
-            facts["gpu_names"] = _gpu_names(title.group(1))
+            names = _gpu_names(title.group(1))
     mode = _LOAD_MODE.search(text)
     if mode:
         facts["load_mode"] = mode.group(1).lower()
-    return facts
+    return names, facts
 
 
 def _gpu_names(label: str) -> list[str]:

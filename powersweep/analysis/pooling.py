@@ -49,7 +49,7 @@ def pool_repeats(ok: pl.DataFrame, metric: str, by: Sequence[str] = ("cap_w",)) 
     load samples (``n_samples``, else equally); counts, energies and windows add up; the
     precision is the readings' pooled one (:meth:`~.precision.Reading.pooled`); everything else
     is the last measurement's. ``n_measurements`` says how many were pooled. A ``reread`` (the
-    run's reference read again) pools as a confirm does. Any other repeat (a retried or
+    run's reference read again) pools as a confirm does. Every other repeat (a retried or
     re-checked point) replaces the earlier reading: the last one before the confirm phase counts.
 
     Args:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from powersweep.analysis.batch_means import batch_count as batch_count
 from powersweep.analysis.batch_means import batch_se_rel as batch_se_rel
@@ -34,7 +33,7 @@ from powersweep.analysis.thermal_drift import (
     drift_sensitivity_per_c as drift_sensitivity_per_c,
 )
 from powersweep.analysis.thermal_drift import fit_thermal as fit_thermal
-from powersweep.runformat import as_float
+from powersweep.runformat import CsvRow, as_float
 
 # How far a reading against a real server may lie from another run's beyond everything its own
 # run measures (a standard deviation, relative, common to a run's points: it cancels from the
@@ -541,8 +540,8 @@ class Reading:
     tps_fast_dof: float = math.nan
 
     @classmethod
-    def of(cls, row: Mapping[str, Any]) -> Reading:
-        """The reading of a caps.csv row (NaN where it has none)."""
+    def of(cls, row: CsvRow) -> Reading:
+        """The reading of a caps.csv row, or of a point record's JSON (NaN where it has none)."""
 
         def num(key: str, default: float = math.nan) -> float:
             return as_float(row.get(key), default)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from types import UnionType
 from typing import (
-    Any,
+    TYPE_CHECKING,
     ClassVar,
     Self,
     TypeVar,
@@ -31,6 +31,10 @@ from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.findings import Finding
 from powersweep.errors import UsageError
+from powersweep.runformat import JsonMap, JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 
@@ -57,13 +61,12 @@ class JsonRecord:
 
     FILE: ClassVar[str] = "analysis.json"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record as its file holds it (keys not written are left out)."""
-        out: dict[str, Any] = _builtins(self)
-        return out
+        return _record_json(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Self:
+    def from_json(cls, data: JsonMap) -> Self:
         """A typed view of a record from its file.
 
         Raises:
@@ -136,16 +139,16 @@ class PointRecord(JsonRecord):
     KEYS: ClassVar[tuple[str, ...]] = ()
     figures: PointFigures
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         unknown = [k for k in cls.KEYS if k not in FIGURE_KEYS and k not in cls.__annotations__]
         if unknown:
             raise TypeError(f"{cls.__name__}.KEYS names no field: {unknown}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record flat, in ``KEYS`` order (its figures among its own keys)."""
         own, figures = self.__dict__, self.figures.__dict__
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for key in self.KEYS:
             given = own if key in _own_fields(type(self)) else figures
             if key in given and (value := given[key]) is not UNSET:
@@ -154,11 +157,12 @@ class PointRecord(JsonRecord):
 
     def with_figures(self, figures: PointFigures) -> Self:
         """The record with other figures (every point record is a frozen dataclass)."""
-        out: Self = replace(cast(Any, self), figures=figures)
-        return out
+        # a subclass is a dataclass (its decorator is not seen by the type of ``self``)
+        out = replace(cast("DataclassInstance", self), figures=figures)
+        return cast(Self, out)
 
     @classmethod
-    def nest(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+    def nest(cls, data: JsonMap) -> dict[str, object]:
         """A flat JSON object with its figures gathered under ``figures``, as the record holds
         them."""
         own = _own_fields(cls)
@@ -178,30 +182,38 @@ def _own_fields(record: type[PointRecord]) -> frozenset[str]:
     return own
 
 
-def _builtins(value: Any) -> Any:
+def _record_json(record: object) -> JsonObject:
+    """A record's fields as JSON builtins, as msgspec encodes them: a field msgspec.convert was
+    not given is not in the instance's dict, and is left out, as is one ``UNSET``."""
+    if not is_dataclass(record) or isinstance(record, type):
+        raise TypeError(f"not a record: {record!r}")
+    given = record.__dict__
+    names = (f.name for f in fields(record) if f.name in given)
+    return {name: _builtins(given[name]) for name in names if given[name] is not UNSET}
+
+
+def _builtins(value: object) -> JsonValue:
     """``value`` as JSON builtins: msgspec's own encoding (a field not written left out), a
     :class:`PointRecord` flattened."""
     if isinstance(value, PointRecord):
         return value.to_json()
     if is_dataclass(value) and not isinstance(value, type):
-        # as msgspec does: a field msgspec.convert was not given is not in the instance's dict
-        given = value.__dict__
-        names = (f.name for f in fields(value) if f.name in given)
-        return {name: _builtins(given[name]) for name in names if given[name] is not UNSET}
+        return _record_json(value)
     if isinstance(value, list | tuple):
         return [_builtins(v) for v in value]
     if isinstance(value, dict):
         return {k: _builtins(v) for k, v in value.items()}
-    return msgspec.to_builtins(value)
+    out: JsonValue = msgspec.to_builtins(value)
+    return out
 
 
 @functools.cache
-def _hints(record: type) -> dict[str, Any]:
+def _hints(record: type) -> dict[str, object]:
     return get_type_hints(record)
 
 
 @functools.cache
-def _holds_points(hint: Any) -> bool:
+def _holds_points(hint: object) -> bool:
     """Whether a value of type ``hint`` can hold a :class:`PointRecord` anywhere inside: only
     those are walked (a fleet report's thousands of outliers hold none; walking them all made
     reading it ten times slower). The records nest without cycles."""
@@ -210,7 +222,7 @@ def _holds_points(hint: Any) -> bool:
     return any(_holds_points(arg) for arg in get_args(hint))
 
 
-def _nested(data: Any, hint: Any) -> Any:
+def _nested(data: object, hint: object) -> object:
     """``data`` with every :class:`PointRecord`'s figures nested, found by the record's type
     hints (the inverse of :func:`_builtins`' flattening)."""
     if not _holds_points(hint):

@@ -9,7 +9,9 @@ takes are not modelled (msgspec skips them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
+
+from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.result_types import ConfirmRecord, JsonRecord, RawNum
 
@@ -148,6 +150,35 @@ class RunIdle(RunJsonRecord):
 
 
 @dataclass(frozen=True)
+class ProbeStep(RunJsonRecord):
+    """One step of the auto-concurrency probe (run.json ``load.probe``), as written."""
+
+    concurrency: int | None = None
+    tps: RawNum = None
+    power_w: RawNum = None
+    failures: int | None = None
+    queued: int | None = None
+
+
+@dataclass(frozen=True)
+class RunLoad(RunJsonRecord):
+    """How the load was set up (run.json ``load``), the parts its summary shows: a concurrent
+    load's streams (``concurrency`` written) and its probe, a prefill load's prompt size
+    (``prompt_tokens`` written); a single stream's is empty."""
+
+    concurrency: int | UnsetType | None = UNSET
+    concurrency_auto: bool | None = None
+    concurrency_stretch: int | None = None
+    pick_reason: str | None = None
+    effective_concurrency: int | None = None
+    probe: list[ProbeStep] | None = None
+    prompt_tokens: int | UnsetType | None = UNSET
+    target_prefill_s: RawNum = None
+    clamped_to_context: bool | None = None
+    context_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class RunRecord(RunJsonRecord):
     """A run's run.json, typed (the parts read).
 
@@ -166,8 +197,7 @@ class RunRecord(RunJsonRecord):
         points_done: The points measured (clock and undervolt runs).
         points_planned: The points planned.
         confirm: What the confirm phase measured again (caps, or clock points).
-        load: The load's set-up as the sweep reported it (its probe, its prompt), shown as
-            written: a free-form JSON object.
+        load: The load's set-up as the sweep reported it (its probe, its prompt).
         rows_written: Each CSV's whole rows, as counted after each point.
     """
 
@@ -196,7 +226,7 @@ class RunRecord(RunJsonRecord):
     stalls: RunStalls | None = None
     adaptive: RunAdaptive | None = None
     idle: RunIdle | None = None
-    load: dict[str, Any] | None = None
+    load: RunLoad | None = None
     rows_written: dict[str, int] | None = None
 
     @property

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from powersweep.analysis.clock_result_types import ClockAnalysis
 from powersweep.analysis.result_types import PowerAnalysis
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 from powersweep.errors import UsageError
+from powersweep.runformat import JsonMap
 
 # A power curve's analysis names no kind; this is the kind it is.
 POWER = "power"
 
-# Any axis's analysis, as analysis.json holds it.
+# An analysis of any axis, as analysis.json holds it.
 SavedAnalysis = PowerAnalysis | ClockAnalysis | UndervoltAnalysis
 
 _BY_KIND: dict[str, type[ClockAnalysis] | type[UndervoltAnalysis]] = {
@@ -22,7 +20,7 @@ _BY_KIND: dict[str, type[ClockAnalysis] | type[UndervoltAnalysis]] = {
 }
 
 
-def typed_analysis(doc: Mapping[str, Any]) -> SavedAnalysis:
+def typed_analysis(doc: JsonMap) -> SavedAnalysis:
     """The typed analysis of a saved ``analysis.json`` (a power curve's has no ``kind``).
 
     Raises:

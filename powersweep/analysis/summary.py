@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import polars as pl
-from msgspec import UnsetType
+from msgspec import UNSET, UnsetType
 
 from powersweep.analysis.csvtext import spreadsheet_safe_frame
 from powersweep.analysis.load import Curve
@@ -317,43 +317,42 @@ def _table(analysis: PowerAnalysis) -> str:
 def _load(curve: Curve) -> str:
     """How the load was set up: the concurrency pick and its probe, the prefill prompt size."""
     load = curve.run.load if curve.run else None
-    if not isinstance(load, dict) or not load:
+    if load is None:
         return ""
     lines = ["### Load", ""]
-    if "concurrency" in load:
-        how = "picked by the auto probe" if load.get("concurrency_auto") else "given"
-        stretch = load.get("concurrency_stretch") or 0
+    if load.concurrency is not UNSET:
+        how = "picked by the auto probe" if load.concurrency_auto else "given"
+        stretch = load.concurrency_stretch or 0
         extra = f" (+{stretch} stretch)" if stretch else ""
         lines.append(
-            f"- Concurrency: **{escape_md(load['concurrency'])}** streams{extra}, {how}: "
-            f"{escape_md(load.get('pick_reason', ''))}."
+            f"- Concurrency: **{escape_md(load.concurrency)}** streams{extra}, {how}: "
+            f"{escape_md(load.pick_reason)}."
         )
-        effective = load.get("effective_concurrency")
-        if effective is not None and effective != load["concurrency"]:
+        effective = load.effective_concurrency
+        if effective is not None and effective != load.concurrency:
             lines.append(f"- The server ran only {escape_md(effective)} at once; the rest queued.")
-        probe = load.get("probe") or []
-        if probe:
+        if load.probe:
             lines += ["", *table_head(["streams", "TPS", "draw W", "failed", "queued"], "rrrrr")]
-            for p in probe:
+            for p in load.probe:
                 lines.append(
                     row(
                         [
-                            escape_md(p.get("concurrency")),
-                            cell(p.get("tps")),
-                            cell(p.get("power_w")),
-                            escape_md(p.get("failures")),
-                            unknown(p.get("queued")),
+                            escape_md(p.concurrency),
+                            cell(p.tps),
+                            cell(p.power_w),
+                            escape_md(p.failures),
+                            unknown(p.queued),
                         ]
                     )
                 )
-    if "prompt_tokens" in load:
+    if load.prompt_tokens is not UNSET:
         lines.append(
-            f"- Prefill prompt: ~{escape_md(load['prompt_tokens'])} tokens, sized for "
-            f"{escape_md(load.get('target_prefill_s'))} s of prefill at the highest cap."
+            f"- Prefill prompt: ~{escape_md(load.prompt_tokens)} tokens, sized for "
+            f"{escape_md(load.target_prefill_s)} s of prefill at the highest cap."
         )
-        if load.get("clamped_to_context"):
+        if load.clamped_to_context:
             lines.append(
-                f"- **Clamped** to 90% of the server's {escape_md(load.get('context_tokens'))}"
+                f"- **Clamped** to 90% of the server's {escape_md(load.context_tokens)}"
                 "-token context: prefill takes less than the target."
             )
     if len(lines) == 2:  # a set-up with nothing to show (decode-single): no empty section

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from powersweep.analysis.findings import Finding, Severity
 from powersweep.analysis.result_types import Answer, PointFigures, RunFacts, ToolInfo
@@ -22,7 +22,7 @@ SIMULATED_ROW = "| Note | simulated rig, not real hardware |"
 P = TypeVar("P")
 
 
-def escape_md(value: Any) -> str:
+def escape_md(value: object) -> str:
     """Make any text safe inside a GitHub markdown table cell or line.
 
     Escapes the characters that would end a cell (``|``), start emphasis, code, links or HTML, and
@@ -46,7 +46,7 @@ def escape_md(value: Any) -> str:
     return "".join(out)
 
 
-def md_keep_code(value: Any) -> str:
+def md_keep_code(value: object) -> str:
     """Like :func:`escape_md`, but keep paired backtick code spans (our hints name commands)."""
     text = "" if value is None else " ".join(str(value).split())
     parts = text.split("`")
@@ -61,7 +61,7 @@ def md_keep_code(value: Any) -> str:
     return "".join(f"`{part}`" if i % 2 else prose(part) for i, part in enumerate(parts))
 
 
-def cell(value: Any, digits: int = 1) -> str:
+def cell(value: object, digits: int = 1) -> str:
     """A table cell: a float to ``digits`` places, ``—`` for none or a non-finite one, anything
     else as escaped text."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
@@ -78,7 +78,7 @@ def number(value: float | None, digits: int = 1, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
-def unknown(value: Any) -> str:
+def unknown(value: object) -> str:
     """The value escaped, or ``unknown`` where it is missing."""
     return "unknown" if value is None or value == "" else escape_md(value)
 

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
+import msgspec
 import numpy as np
 import polars as pl
 
 from powersweep.analysis.load import write_caps_csv
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import JsonMap
+
+T = TypeVar("T")
 
 _THERMAL_REGIMES = ("thermal_limited",)
 _POWER_THROTTLE_REGIMES = ("power_limited", "boost_plateau")
@@ -51,9 +55,53 @@ class NoiseModel:
     requests_per_cap: int = 3
 
 
+@dataclass(frozen=True)
+class _TruthCap:
+    """One cap of the noise-free curve, as run.json's ``simulation.ground_truth`` holds it
+    (``regime`` None: power-limited)."""
+
+    cap_w: float
+    tps: float
+    power_w: float
+    sm_clock_mhz: float = math.nan
+    temp_c: float = 60.0
+    regime: str | None = None
+
+
+@dataclass(frozen=True)
+class _Truth:
+    """What the synthetic run takes of the ground truth (the rest is written as given)."""
+
+    caps: list[_TruthCap] | None = None
+    load_mode: str | None = None
+    prompt_tokens: int | None = None
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    """What the readings take of the card (run.json's ``gpus`` entry; the rest is written as
+    given): its memory clock written as given, an int or a float."""
+
+    index: int = 0
+    mem_clock_mhz: int | float | None = None
+
+
+def _read(data: JsonMap, record: type[T], what: str) -> T:
+    """``data`` as ``record``.
+
+    Raises:
+        UsageError: A value of the wrong type (named).
+    """
+    try:
+        return msgspec.convert(data, type=record, strict=False)
+    except msgspec.ValidationError as exc:
+        raise UsageError(f"synthetic run: the {what}: {exc}") from None
+
+
 def synthesize_run(
-    truth: Mapping[str, Any],
-    gpu: Mapping[str, Any],
+    truth: JsonMap,
+    gpu: JsonMap,
     out_dir: Path,
     *,
     seed: int,
@@ -83,19 +131,22 @@ def synthesize_run(
         ``out_dir``.
 
     Raises:
-        UsageError: The truth has no caps or an unknown load mode.
+        UsageError: The truth has no caps or an unknown load mode, or a value of the truth or
+            the card of the wrong type.
         PowersweepError: The files cannot be written.
     """
     nm = noise or NoiseModel()
-    caps = sorted(truth.get("caps") or [], key=lambda c: float(c["cap_w"]))
+    given = _read(truth, _Truth, "ground truth")
+    card = _read(gpu, _Gpu, "card")
+    caps = sorted(given.caps or [], key=lambda c: c.cap_w)
     if not caps:
         raise UsageError("synthetic run: the ground truth has no caps")
-    mode = str(truth.get("load_mode") or "decode-single")
+    mode = given.load_mode or "decode-single"
     if mode not in ("decode-single", "decode-concurrent", "prefill-heavy"):
         raise UsageError(f"synthetic run: unknown load mode {mode!r}")
     rng = np.random.default_rng(seed)
-    prompt_tokens = int(truth.get("prompt_tokens") or 8000)
-    streams = int(truth.get("concurrency") or 1) if mode == "decode-concurrent" else 1
+    prompt_tokens = given.prompt_tokens or 8000
+    streams = (given.concurrency or 1) if mode == "decode-concurrent" else 1
     phases = {"decode-single": ("narr", "code"), "decode-concurrent": ("concurrent",)}.get(
         mode, ("prefill",)
     )
@@ -107,13 +158,13 @@ def synthesize_run(
     clock = _SynthClock()
     for cap in caps:
         t_cap = round(clock.t_s, 3)  # the cap's first sample's time
-        samples, load = _synth_samples(cap, gpu, phases, nm, rng, clock)
+        samples, load = _synth_samples(cap, card, phases, nm, rng, clock)
         sample_rows += samples
-        tps = float(cap["tps"]) * (1.0 + rng.normal(0.0, nm.tps_rel))
+        tps = cap.tps * (1.0 + rng.normal(0.0, nm.tps_rel))
         request_rows += _requests(
-            float(cap["cap_w"]), tps, mode, prompt_tokens, streams, t_cap, load.window_s, nm, rng
+            cap.cap_w, tps, mode, prompt_tokens, streams, t_cap, load.window_s, nm, rng
         )
-        cap_rows.append(_cap_row(cap, gpu, mode, tps, load, len(phases), nm))
+        cap_rows.append(_cap_row(cap, card, mode, tps, load, len(phases), nm))
     run = _run_json(truth, gpu, caps, mode, seed, cooling, model)
     out_dir = Path(out_dir)
     try:
@@ -153,17 +204,17 @@ class _LoadReadings:
 
 
 def _synth_samples(
-    cap: Mapping[str, Any],
-    gpu: Mapping[str, Any],
+    cap: _TruthCap,
+    gpu: _Gpu,
     phases: tuple[str, ...],
     nm: NoiseModel,
     rng: np.random.Generator,
     clock: _SynthClock,
 ) -> tuple[list[dict[str, object]], _LoadReadings]:
     """One cap's samples.csv rows (settle, then the load phases) and its load-window readings."""
-    cap_w = float(cap["cap_w"])
-    power_true = float(cap["power_w"])
-    regime = str(cap.get("regime") or "power_limited")
+    cap_w = cap.cap_w
+    power_true = cap.power_w
+    regime = cap.regime or "power_limited"
     thermal = regime in _THERMAL_REGIMES
     pwr_throttle = regime in _POWER_THROTTLE_REGIMES
     rows: list[dict[str, object]] = []
@@ -172,8 +223,8 @@ def _synth_samples(
     for k in range(n_settle + n_load):
         phase = "settle" if k < n_settle else phases[(k - n_settle) * len(phases) // n_load]
         power = round(power_true * (1.0 + rng.normal(0.0, nm.power_rel)), 2)
-        temp = float(round(float(cap.get("temp_c", 60.0)) + rng.normal(0.0, nm.temp_sd_c)))
-        sm = _clock_reading(float(cap.get("sm_clock_mhz", math.nan)), nm.clock_bin_mhz, rng)
+        temp = float(round(cap.temp_c + rng.normal(0.0, nm.temp_sd_c)))
+        sm = _clock_reading(cap.sm_clock_mhz, nm.clock_bin_mhz, rng)
         clock.energy_mj += power * nm.tick_s * 1000.0
         rows.append(
             {
@@ -181,12 +232,12 @@ def _synth_samples(
                 "tick": clock.tick,
                 "cap_w": cap_w,
                 "phase": phase,
-                "gpu_index": int(gpu.get("index", 0)),
+                "gpu_index": gpu.index,
                 "power_w": power,
                 "energy_mj": math.floor(clock.energy_mj),
                 "temp_c": temp,
                 "sm_clock_mhz": sm,
-                "mem_clock_mhz": gpu.get("mem_clock_mhz"),
+                "mem_clock_mhz": gpu.mem_clock_mhz,
                 "util_pct": 100.0,
                 "pstate": 2,
                 "throttle_power": pwr_throttle and not thermal,
@@ -204,8 +255,8 @@ def _synth_samples(
 
 
 def _cap_row(
-    cap: Mapping[str, Any],
-    gpu: Mapping[str, Any],
+    cap: _TruthCap,
+    gpu: _Gpu,
     mode: str,
     tps: float,
     load: _LoadReadings,
@@ -213,12 +264,12 @@ def _cap_row(
     nm: NoiseModel,
 ) -> dict[str, object]:
     """One caps.csv row, made from the cap's load-window readings as the sweep would."""
-    regime = str(cap.get("regime") or "power_limited")
+    regime = cap.regime or "power_limited"
     thermal = regime in _THERMAL_REGIMES
     pwr_throttle = regime in _POWER_THROTTLE_REGIMES
     draw = float(np.median(load.power_w))
     return {
-        "cap_w": float(cap["cap_w"]),
+        "cap_w": cap.cap_w,
         "narr_tps": None if mode == "prefill-heavy" else tps,
         "code_tps": tps * 0.985 if mode == "decode-single" else None,
         "prefill_tps": tps if mode == "prefill-heavy" else None,
@@ -228,7 +279,7 @@ def _cap_row(
         "tps_per_w": tps / draw,
         "temp_max_c": max(load.temps_c),
         "sm_clock_mhz": float(np.median(load.clocks_mhz)),
-        "mem_clock_mhz": gpu.get("mem_clock_mhz"),
+        "mem_clock_mhz": gpu.mem_clock_mhz,
         "util_pct": 100.0,
         "pwr_throttle_pct": 100.0 if pwr_throttle and not thermal else 0.0,
         "thermal_throttle_pct": 100.0 if thermal else 0.0,
@@ -244,9 +295,9 @@ def _cap_row(
 
 
 def _run_json(
-    truth: Mapping[str, Any],
-    gpu: Mapping[str, Any],
-    caps: list[Any],
+    truth: JsonMap,
+    gpu: JsonMap,
+    caps: list[_TruthCap],
     mode: str,
     seed: int,
     cooling: str,
@@ -266,8 +317,8 @@ def _run_json(
         "options": {"synthetic_seed": seed},
         "server": {"url": None, "model": model, "engine": "synthetic", "context_tokens": None},
         "simulation": {"profile": None, "seed": seed, "time_scale": None, "ground_truth": truth},
-        "caps_planned": [float(c["cap_w"]) for c in caps],
-        "caps_done": [float(c["cap_w"]) for c in caps],
+        "caps_planned": [c.cap_w for c in caps],
+        "caps_done": [c.cap_w for c in caps],
         "restored": [],
         "read_errors": 0,
         "observe_only": False,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol, TypedDict, Unpack
 
 import numpy as np
 from matplotlib.artist import Artist
@@ -22,8 +22,33 @@ from powersweep.plots._layout import Obstacles, line_points, place_legend
 from powersweep.plots._style import COLORS, freeze_layout
 from powersweep.runformat import as_float
 
+
+class LineStyle(TypedDict, total=False):
+    """A curve's look, the matplotlib ``plot`` and ``errorbar`` keywords the charts give
+    (``ecolor``: the error bars' colour)."""
+
+    marker: str
+    markersize: float
+    markerfacecolor: str
+    markeredgecolor: str
+    linestyle: str
+    color: str
+    ecolor: str
+    zorder: float
+    gid: str
+
+
+class StarStyle(TypedDict):
+    """The answer's star: its marker, colours and no line (a chart adds its size)."""
+
+    marker: str
+    color: str
+    markeredgecolor: str
+    linestyle: str
+
+
 # The answer's star (a chart adds its size): gold, outlined, no line.
-ANSWER_STAR: dict[str, Any] = {
+ANSWER_STAR: StarStyle = {
     "marker": "*",
     "color": COLORS["sweet_spot"],
     "markeredgecolor": "#333333",
@@ -63,7 +88,7 @@ def with_bars(
     half: Sequence[float] | np.ndarray,
     label: str,
     capthick: float | None = None,
-    **style: Any,
+    **style: Unpack[LineStyle],
 ) -> tuple[Line2D, Artist | Container]:
     """A curve with each point's stated 95% interval as an error bar where one is stated (a
     plain line, its ``ecolor`` dropped, where none is; ``capthick``: the caps' width, else
@@ -76,8 +101,6 @@ def with_bars(
         style.pop("ecolor", None)
         (line,) = ax.plot(x, y, label=label, **style)
         return line, line
-    if capthick is not None:
-        style["capthick"] = capthick
     bars = ax.errorbar(
         x,
         y,
@@ -85,6 +108,7 @@ def with_bars(
         label=f"{label} ±95%",
         elinewidth=0.9,
         capsize=2.2,
+        capthick=capthick,
         **style,
     )
     return bars.lines[0], bars

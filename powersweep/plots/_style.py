@@ -10,7 +10,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -18,6 +18,9 @@ from matplotlib.figure import Figure
 
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.safe_files import write_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 # 8 in x 200 dpi = 1600 px: sharp on GitHub, which shows images about 880 px wide.
 FIG_WIDTH_IN = 8.0
@@ -43,7 +46,7 @@ COLORS = {
     "failed": "#7f7f7f",
 }
 
-_RC: dict[Any, Any] = {
+_RC: dict[RcKeyType, str | float | bool] = {
     "font.family": "DejaVu Sans",
     "font.size": 9.0,
     "axes.titlesize": 9.0,
@@ -141,7 +144,7 @@ def save_figure(fig: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:
     for fmt in check_formats(formats):
         path = stem.parent / f"{stem.name}.{fmt}"
         # Timestamps and version strings are what make otherwise identical files differ.
-        metadata: dict[str, Any] = {"Software": None} if fmt == "png" else {"Date": None}
+        metadata: dict[str, str | None] = {"Software": None} if fmt == "png" else {"Date": None}
         if fmt == "svg":
             metadata["Creator"] = None
         # Drawn in memory and written whole (safe_files): a signal or a full disk mid-write

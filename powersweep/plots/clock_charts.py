@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backend_bases import RendererBase
 from matplotlib.collections import LineCollection, PathCollection
@@ -91,7 +91,7 @@ def efficiency_by_clock_figure(analysis: ClockAnalysis, title: str | None = None
         span = max(ymax - ymin, 0.05 * ymax)
         # headroom above the curves for the legend, room below the peak for its callout
         ax.set_ylim(max(0.0, ymin - 0.9 * span), ymax + 0.55 * span)
-        _legend(ax, loc="upper center", ncols=3)
+        _legend(ax)
         fig.suptitle(title_text(analysis.run, title, "efficiency against clock locks"))
     return fig
 
@@ -154,13 +154,20 @@ def _bars(
     bars.set_label(INTERVAL_LABEL)
 
 
-def _legend(ax: Axes, **kwargs: Any) -> Legend:
-    """The axes' legend, each label once (every tier's bars share one entry)."""
+def _legend(ax: Axes, below: tuple[float, float] | None = None) -> Legend:
+    """The axes' legend in three columns, its top centre at the axes' top (or at ``below``,
+    in axes coordinates), each label once (every tier's bars share one entry)."""
     handles, labels = ax.get_legend_handles_labels()
-    unique: dict[str, Any] = {}
+    unique: dict[str, Artist] = {}
     for label, handle in zip(labels, handles, strict=True):
         unique.setdefault(label, handle)  # the first tier's bars stand for all
-    return ax.legend(list(unique.values()), list(unique.keys()), **kwargs)
+    return ax.legend(
+        list(unique.values()),
+        list(unique.keys()),
+        loc="upper center",
+        bbox_to_anchor=below,
+        ncols=3,
+    )
 
 
 def _callout_peak(ax: Axes, peak: LockPoint, xs: list[float], x: float, y: float) -> None:
@@ -252,7 +259,7 @@ def pareto_figure(
         )
         _pareto_limits(ax, [p for t in tiers for p in t.points], caps)
         # legend outside the plot: points fill the whole TPS/W plane
-        _legend(ax, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=3)
+        _legend(ax, below=(0.5, -0.13))
         fig.suptitle(title_text(analysis.run, title, "TPS against draw"))
         freeze_layout(fig)
         _label_points(fig, ax, front, caps, by_mem)

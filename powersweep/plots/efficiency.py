@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 from matplotlib.artist import Artist
@@ -32,7 +32,7 @@ from powersweep.plots._decor import (
     set_header,
     x_limits,
 )
-from powersweep.plots._frame import laid_out, with_bars
+from powersweep.plots._frame import LineStyle, laid_out, with_bars
 from powersweep.plots._layout import (
     Obstacles,
     grid_candidates,
@@ -172,7 +172,12 @@ def _build(view: AnalysisView, title: str | None) -> Figure:
 
 
 def _with_bars(
-    ax: Axes, x: FloatArray, y: FloatArray, half: FloatArray, label: str, **style: Any
+    ax: Axes,
+    x: FloatArray,
+    y: FloatArray,
+    half: FloatArray,
+    label: str,
+    **style: Unpack[LineStyle],
 ) -> tuple[Line2D, Artist | Container]:
     """:func:`~powersweep.plots._frame.with_bars`, the bars' caps as thick as the bars, the
     bars just under their curve and the curve named by its gid."""

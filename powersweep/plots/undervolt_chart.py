@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
@@ -16,7 +16,14 @@ from matplotlib.transforms import blended_transform_factory
 
 from powersweep.analysis.undervolt_result_types import OffsetStep, UndervoltAnalysis
 from powersweep.errors import UsageError
-from powersweep.plots._frame import ANSWER_STAR, halves, settle_legend, title_text, with_bars
+from powersweep.plots._frame import (
+    ANSWER_STAR,
+    LineStyle,
+    halves,
+    settle_legend,
+    title_text,
+    with_bars,
+)
 from powersweep.plots._style import (
     COLORS,
     new_figure,
@@ -29,7 +36,12 @@ DRAW_COLOR = "#6e6e6e"
 
 
 def _bars(
-    ax: Axes, steps: Sequence[OffsetStep], value: str, u95: str, label: str, **style: Any
+    ax: Axes,
+    steps: Sequence[OffsetStep],
+    value: str,
+    u95: str,
+    label: str,
+    **style: Unpack[LineStyle],
 ) -> Artist | Container:
     """The steps' ``value`` against their offset, with their stated intervals; returns the
     legend handle."""
@@ -108,7 +120,7 @@ def _draw(
             )
         )
     read = [s for s in bad if math.isfinite(as_float(s.figures.tps_per_w))]
-    cross: dict[str, Any] = {
+    cross: LineStyle = {
         "marker": "x",
         "markersize": 12,
         "linestyle": "none",

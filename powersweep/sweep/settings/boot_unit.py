@@ -16,9 +16,10 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from powersweep.errors import PowersweepError, UsageError
+from powersweep.runformat import JsonMap, JsonObject
 from powersweep.safe_files import write_atomic
 
 UNIT_NAME = "powersweep-apply.service"
@@ -69,7 +70,7 @@ class BootSetting:
     offset_driver: str | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BootSetting:
+    def from_dict(cls, data: JsonMap) -> BootSetting:
         """The inverse of :meth:`to_dict` (a unit written before offsets existed has none).
 
         Raises:
@@ -90,7 +91,7 @@ class BootSetting:
             None if data.get("offset_driver") is None else str(data["offset_driver"]),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (the unit's marker line, ``powersweep status --json``)."""
         return {
             "uuid": self.uuid,
@@ -168,7 +169,7 @@ class UnitStatus:
     ours: bool
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (``powersweep status --json``)."""
         return {
             "path": str(self.path),
@@ -513,8 +514,17 @@ def read_unit(unit_dir: Path) -> UnitStatus:
     return UnitStatus(path, True, _exists(wants), tuple(settings), ours)
 
 
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _opt_float(value: object) -> float | None:
+    """A unit's number, None where null.
+
+    Raises:
+        TypeError, ValueError: Not a number, nor text that reads as one.
+    """
+    if value is None:
+        return None
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
 
 
 def _exists(path: Path) -> bool | None:

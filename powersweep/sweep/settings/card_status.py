@@ -10,10 +10,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from powersweep.errors import PowersweepError
-from powersweep.runformat import as_float
+from powersweep.runformat import JsonObject, as_float
 from powersweep.sweep.gpu import (
     ClockOffset,
     GpuBackend,
@@ -62,7 +61,7 @@ class GpuStatus:
             return None
         return abs(self.envelope.current_w - self.envelope.default_w) > _SAME_W
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (``powersweep status --json``); unknown values are null."""
         ident, env, lock, s = self.identity, self.envelope, self.locked_clocks, self.sample
         return {
@@ -137,7 +136,7 @@ class JournalStatus:
     run_dir: str | None = None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form."""
         return {
             "path": str(self.path),

@@ -10,7 +10,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from msgspec import UnsetType
 
@@ -23,7 +22,7 @@ from powersweep.analysis.fleet_result_types import (
     WithinNoise,
 )
 from powersweep.errors import UsageError
-from powersweep.runformat import as_float
+from powersweep.runformat import JsonObject, as_float
 from powersweep.sweep.settings.targets import Target
 
 FLEET_JSON = "fleet.json"
@@ -65,7 +64,7 @@ class FleetSetting:
         held = f" at {self.cap_w:g} W" if self.cap_w is not None else ""
         return " / ".join(locks) + held
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The card's line in the per-node record."""
         ident = self.target.identity
         return {

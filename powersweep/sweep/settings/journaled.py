@@ -8,11 +8,11 @@ The reasoning: docs/apply.md, "powersweep.sweep.settings.journaled".
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from powersweep.errors import GpuError
+from powersweep.runformat import JsonMap
 from powersweep.sweep.records.journal import Journal, JournalEntry, JournalGpu, process_start
 from powersweep.sweep.settings.applier import NOT_PUT_BACK, CapChange, CapResult, apply_all
 from powersweep.sweep.settings.clock_locks import ClockChange, ClockResult
@@ -24,7 +24,7 @@ def journal_entry(
     targets: Sequence[Target],
     caps: Sequence[CapChange],
     clocks: Sequence[ClockChange],
-    backend: Mapping[str, Any],
+    backend: JsonMap,
     offsets: Sequence[OffsetChange] = (),
 ) -> JournalEntry:
     """What the journal holds for this apply: each target's limit, locks and offsets before it.

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from powersweep.analysis import claims
 from powersweep.analysis.clock_result_types import ClockAnalysis, LockPoint
@@ -16,7 +15,7 @@ from powersweep.analysis.run_record import RunRecord
 from powersweep.analysis.saved_analysis import SavedAnalysis, typed_analysis
 from powersweep.analysis.undervolt_result_types import UndervoltAnalysis
 from powersweep.errors import PowersweepError, UsageError
-from powersweep.runformat import SCHEMA_VERSION, as_float
+from powersweep.runformat import SCHEMA_VERSION, JsonMap, as_float
 from powersweep.sweep.settings.undervolt_pick import UNDERVOLT, is_undervolt_run, pick_undervolt
 
 # The objectives a clock run answers (its peak, near-peak, the latency target's pick).
@@ -415,7 +414,7 @@ def _sm_clock_min(run: RunRecord) -> float | None:
     return low if low is not None and low > 0 else None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JsonMap:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

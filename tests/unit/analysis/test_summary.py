@@ -266,3 +266,61 @@ def test_import_names_a_row_whose_cells_do_not_fit_its_header(tmp_path: Path) ->
         "figures would be read from the wrong columns; escape a | inside a cell as \\| or fix "
         "the row"
     )
+
+
+def _load_section(tmp_path: Path, name: str, load: dict[str, object]) -> str:
+    run_dir = _mode_run(tmp_path, name, "decode-concurrent", [30.0, 31.0, 31.9, 32.0])
+    run = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**run, "load": load}))
+    curve = load_curve(run_dir)
+    text = render_summary(curve, analyze(curve))
+    if "### Load" not in text:
+        return ""
+    section = text[text.index("### Load") :]
+    return section[: section.index("\n\n###")] if "\n\n###" in section[1:] else section
+
+
+def test_the_load_section_shows_the_concurrency_pick_its_probe_and_a_prefill_prompt(
+    tmp_path: Path,
+) -> None:
+    probe = [
+        {"concurrency": 1, "tps": 30.04, "power_w": 250.0, "failures": 0, "queued": None},
+        {"concurrency": 4, "tps": 98.0, "power_w": 290.5, "failures": 1, "queued": 2},
+    ]
+    concurrent = {
+        "concurrency": 4,
+        "concurrency_auto": True,
+        "concurrency_stretch": 1,
+        "pick_reason": "the knee_of the curve",
+        "probe": probe,
+        "effective_concurrency": 3,
+        "pace": {"ignored": True},
+    }
+    assert _load_section(tmp_path, "c", concurrent).splitlines() == [
+        "### Load",
+        "",
+        "- Concurrency: **4** streams (+1 stretch), picked by the auto probe: "
+        "the knee\\_of the curve.",
+        "- The server ran only 3 at once; the rest queued.",
+        "",
+        "| streams | TPS | draw W | failed | queued |",
+        "|---:|---:|---:|---:|---:|",
+        "| 1 | 30.0 | 250.0 | 0 | unknown |",
+        "| 4 | 98.0 | 290.5 | 1 | 2 |",
+    ]
+    given = {"concurrency": 2, "concurrency_auto": False, "concurrency_stretch": 0}
+    assert _load_section(tmp_path, "g", given).splitlines()[2] == (
+        "- Concurrency: **2** streams, given: ."
+    )
+    prefill = {
+        "prompt_tokens": 7900,
+        "target_prefill_s": 10,
+        "context_tokens": 8192,
+        "clamped_to_context": True,
+    }
+    assert _load_section(tmp_path, "p", prefill).splitlines()[2:] == [
+        "- Prefill prompt: ~7900 tokens, sized for 10 s of prefill at the highest cap.",
+        "- **Clamped** to 90% of the server's 8192-token context: prefill takes less than the "
+        "target.",
+    ]
+    assert _load_section(tmp_path, "s", {}) == ""

@@ -160,3 +160,12 @@ def test_an_unwritable_directory_is_one_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(PowersweepError, match="cannot write the synthetic run"):
         synthesize_run(_truth(), GPU, tmp_path / "file" / "r", seed=0)
+
+
+def test_a_truth_or_card_of_the_wrong_shape_is_one_usage_error(tmp_path: Path) -> None:
+    no_draw = {"caps": [{"cap_w": 300, "tps": 30.0}]}
+    with pytest.raises(UsageError, match=r"ground truth: .*power_w.*caps\[0\]"):
+        synthesize_run(no_draw, GPU, tmp_path / "a", seed=0)
+    with pytest.raises(UsageError, match=r"the card: .*mem_clock_mhz"):
+        synthesize_run(_truth(), {**GPU, "mem_clock_mhz": [1]}, tmp_path / "b", seed=0)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
