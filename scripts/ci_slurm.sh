@@ -36,8 +36,29 @@ tmp=$(mktemp -d /tmp/ci-slurm.XXXXXX)
 # secrets (munge key, daemon state) are not
 chmod 755 "$tmp"
 host=$(hostname -s)
-# ports, user and group of this run only, so a second CI on the same machine does not collide
-port=$((20000 + $$ % 20000))
+# ports, user and group of this run only, so a second CI on the same machine does not collide.
+# Two neighbouring ports that bind now, below the kernel's ephemeral range (a port inside it can
+# be taken by any outgoing connection: slurmctld once failed with "Address already in use").
+port=$("$bin/python" - "$$" <<'PY'
+import socket, sys
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    ephemeral_lo = int(f.read().split()[0])
+lo, hi = 20000, min(ephemeral_lo, 65535) - 2
+span = (hi - lo) // 2
+for k in range(span):
+    p = lo + 2 * ((int(sys.argv[1]) + k) % span)
+    try:
+        for q in (p, p + 1):
+            with socket.socket() as s:
+                s.bind(("", q))
+    except OSError:
+        continue
+    print(p)
+    break
+else:
+    sys.exit("no two free ports below the ephemeral range")
+PY
+) || fail "no free port pair for slurmctld and slurmd"
 ciuser="psci$$"
 cigroup="psadm$$"
 rule="/etc/sudoers.d/powersweep-ci-$$"
