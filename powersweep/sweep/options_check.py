@@ -222,6 +222,12 @@ def _validate_undervolt(options: SweepOptions) -> None:
         raise UsageError("--axis undervolt leaves the memory clock alone: drop --mem-clocks")
     if options.safety.observe_only:
         raise UsageError("--axis undervolt sets clock offsets: it cannot be --observe-only")
+    if options.output.tariff_per_kwh is not None:
+        # the search's answer is its own (UndervoltAxis.analyze): no price chooses it
+        raise UsageError(
+            "--tariff cannot choose an undervolt search's answer (the highest offset that held, "
+            "less its margin): drop it"
+        )
     if options.safety.no_reset:
         # the last step a search sets is the first that failed: it must never stay on the card
         raise UsageError(

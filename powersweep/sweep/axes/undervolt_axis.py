@@ -137,7 +137,27 @@ class UndervoltAxis(SweepAxis[UndervoltAnalysis]):
 
     def analyze(self, curve: Curve, settings: AnalysisSettings) -> UndervoltAnalysis:
         """:func:`~powersweep.analysis.undervolt.analyze_undervolt` (the answer is the search's:
-        no objective chooses among the steps)."""
+        no objective chooses among the steps).
+
+        Raises:
+            UsageError: A tariff, a latency target or an objective was asked of it: the answer
+                would read as though they had chosen it.
+        """
+        asked = [
+            name
+            for name, given in (
+                ("--tariff", settings.serving.tariff_per_kwh is not None),
+                ("--max-ttft-ms", settings.serving.max_ttft_ms is not None),
+                ("--max-itl-ms", settings.serving.max_itl_ms is not None),
+                ("--objective", settings.objective != AnalysisSettings.objective),
+            )
+            if given
+        ]
+        if asked:
+            raise UsageError(
+                f"{', '.join(asked)} cannot choose an undervolt search's answer: it is the "
+                "highest offset that held, less its margin (each step's J/token is in its table)"
+            )
         return analyze_undervolt(curve)
 
     def answer(self, result: UndervoltAnalysis) -> OffsetStep | None:

@@ -244,6 +244,8 @@ UV = PointOptions(axis=Axis.UNDERVOLT)
         ({"points": PointOptions(axis=Axis.UNDERVOLT, mem_clocks=(9501.0,))}, "drop --mem-clocks"),
         ({"points": UV, "safety": SafetyOptions(observe_only=True)}, "cannot be --observe-only"),
         ({"points": UV, "safety": SafetyOptions(no_reset=True)}, "drop --no-reset"),
+        # no price chooses the search's answer: it would read as though one had
+        ({"points": UV, "output": OutputOptions(tariff_per_kwh=0.3)}, "--tariff cannot choose"),
         (
             {"points": UV, "undervolt": UndervoltOptions(offset_step_mhz=0.0)},
             "--offset-step must be",

@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from powersweep.analysis.load import Curve, load_curve
+from powersweep.analysis.serving import ServingOptions
 from powersweep.errors import UsageError
+from powersweep.runformat import CAPS_COLUMNS
 from powersweep.sweep.axes import AXES, axis_of
 from powersweep.sweep.axes import undervolt_axis as module
+from powersweep.sweep.axes.axis_base import AnalysisSettings
 from powersweep.sweep.axes.undervolt_axis import RISK_WARNING, UndervoltAxis
 from powersweep.sweep.gpu import ClockOffset
 from powersweep.sweep.options import (
@@ -113,10 +117,7 @@ def test_a_resumed_search_goes_on_from_its_rows(tmp_path: Path) -> None:
     assert again.undervolt is not None and again.undervolt.resume is None
 
 
-def test_saved_undervolt_curves_are_its_own_not_a_clock_axis(tmp_path: Path) -> None:
-    from powersweep.analysis.load import load_curve
-    from powersweep.runformat import CAPS_COLUMNS
-
+def _saved_curve(tmp_path: Path) -> Curve:
     rows = [
         {"cap_w": 300, "narr_tps": 33, "power_w": 300, "sm_offset_mhz": 0, "reason": "baseline"},
         {"cap_w": 300, "narr_tps": 33, "power_w": 295, "sm_lock_mhz": 1485, "sm_offset_mhz": 0},
@@ -127,6 +128,30 @@ def test_saved_undervolt_curves_are_its_own_not_a_clock_axis(tmp_path: Path) -> 
         r = {**r, "status": "ok", "tps_per_w": r["narr_tps"] / r["power_w"]}
         lines.append(",".join(str(r.get(c, "")) for c in CAPS_COLUMNS))
     (tmp_path / "caps.csv").write_text("\n".join(lines) + "\n")
-    curve = load_curve(tmp_path / "caps.csv")
+    return load_curve(tmp_path / "caps.csv")
+
+
+def test_saved_undervolt_curves_are_its_own_not_a_clock_axis(tmp_path: Path) -> None:
+    curve = _saved_curve(tmp_path)
     assert axis_of(curve).name == "undervolt"
     assert not AXES["sm-clock"].matches(curve)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"serving": ServingOptions(max_ttft_ms=100.0)}, "--max-ttft-ms"),
+        ({"serving": ServingOptions(max_itl_ms=40.0)}, "--max-itl-ms"),
+        ({"serving": ServingOptions(tariff_per_kwh=0.3)}, "--tariff"),
+        ({"objective": "cost"}, "--objective"),
+    ],
+)
+def test_what_cannot_choose_the_searchs_answer_is_refused_not_ignored(
+    tmp_path: Path, settings: dict[str, object], named: str
+) -> None:
+    # the search's answer is the highest offset that held less its margin: a latency target or
+    # a price given to `analyze` was dropped silently, and the answer read as though it chose it
+    curve = _saved_curve(tmp_path)
+    assert UndervoltAxis().analyze(curve, AnalysisSettings()) is not None
+    with pytest.raises(UsageError, match=f"{named} cannot choose an undervolt search's answer"):
+        UndervoltAxis().analyze(curve, AnalysisSettings(**settings))  # type: ignore[arg-type]
