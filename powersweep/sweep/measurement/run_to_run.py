@@ -20,6 +20,7 @@ from powersweep.sweep.measurement.stalls import RunStalls
 from powersweep.sweep.planning.points import SweepPoint
 from powersweep.sweep.records.writer import RunWriter
 from powersweep.sweep.sampling.measure import stated_columns
+from powersweep.sweep.sampling.per_token import j_per_token_restated
 
 NO_REFERENCE = "no point's reading stands (none was measured ok): nothing to read again"
 REFERENCE_NOT_OK = "the reference point's second reading did not end ok"
@@ -198,11 +199,13 @@ def repeat_pairs(
 
 
 def restated(row: Mapping[str, Any], term: RunToRun) -> dict[str, Any]:
-    """The row's precision columns with ``term`` carried (a row without a reading unchanged)."""
+    """The row's precision columns with ``term`` carried, J/token's with them (a row without a
+    reading unchanged)."""
     reading = Reading.of(row)
     if not reading.known:
         return {}
-    return stated_columns(reading.restated(term))
+    precision = reading.restated(term)
+    return {**stated_columns(precision), **j_per_token_restated(row, precision)}
 
 
 def record(

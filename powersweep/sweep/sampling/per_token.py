@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from powersweep.analysis.precision import Precision, ratio_se_rel, t_quantile
+from powersweep.runformat import CsvRow, as_float
 
 
 class Tick(Protocol):
@@ -282,18 +283,42 @@ def energy_per_token(
     if not (math.isfinite(tps) and tps > 0 and sampled_s > 0):
         return dict.fromkeys(ENERGY_COLUMNS, NAN)
     per_token = draw / tps if seconds > 0 else NAN
-    u95 = math.sqrt(
-        precision.tps_u95_rel**2
-        + draw_u95**2
-        + precision.drift_bias_rel**2
-        + precision.power_sensors_rel**2
-    )
+    u95 = _j_per_token_u95(precision, draw_u95)
     return {
         "j_per_token": per_token,
         "j_per_token_u95_pct": 100.0 * u95 if math.isfinite(per_token) else NAN,
         "j_per_token_sampled": sampled / sampled_s / tps if math.isfinite(sampled) else NAN,
         "kwh_per_mtok": per_token * 1e6 / J_PER_KWH,
         "energy_tokens": tps * (seconds if seconds > 0 else sampled_s),
+    }
+
+
+def _j_per_token_u95(precision: Precision, counter_u95: float) -> float:
+    """J/token's 95% half-width (relative): the TPS's, the counter draw's, the drift's bias and
+    the sensors' difference in quadrature."""
+    return math.sqrt(
+        precision.tps_u95_rel**2
+        + counter_u95**2
+        + precision.drift_bias_rel**2
+        + precision.power_sensors_rel**2
+    )
+
+
+def j_per_token_restated(row: CsvRow, precision: Precision) -> dict[str, float]:
+    """``j_per_token_u95_pct`` of a caps.csv row whose precision is restated as ``precision``
+    (the run-to-run term carried at the run's end): the counter draw's own part, what the row's
+    half-width holds beyond its TPS's, drift's and sensors' terms, is kept. Empty where the row
+    states none."""
+    stated = as_float(row.get("j_per_token_u95_pct")) / 100.0
+    if not math.isfinite(stated):
+        return {}
+    parts = [
+        as_float(row.get(key), 0.0) / 100.0
+        for key in ("tps_u95_pct", "drift_bias_pct", "power_sensors_pct")
+    ]
+    counter_sq = stated**2 - sum(p**2 for p in parts if math.isfinite(p))
+    return {
+        "j_per_token_u95_pct": 100.0 * _j_per_token_u95(precision, math.sqrt(max(0.0, counter_sq)))
     }
 
 

@@ -55,6 +55,28 @@ def test_a_row_is_restated_with_the_term_and_one_without_a_reading_is_left() -> 
     assert cols["run_to_run_sd_pct"] == pytest.approx(2.0)
     assert cols["tps_per_w_stat_u95_pct"] > 5.0  # t(3 dof) times the term, at least
     assert restated({"status": "failed", "tps_per_w": ""}, term) == {}
+    assert "j_per_token_u95_pct" not in cols  # the row stated none
+
+
+def test_j_per_token_is_restated_with_the_rate_it_divides_by() -> None:
+    # J/token's half-width holds the TPS's: a row restated at the run's end with a wider TPS
+    # kept its old J/token half-width, narrower than its own TPS's (issue 44: the two agree
+    # within their stated precisions)
+    counter, sensors = 0.3, 0.2
+    row = {
+        **_caps_row(300, "dense", 0.110),
+        "power_sensors_pct": str(sensors),
+        "j_per_token_u95_pct": str(math.sqrt(0.4**2 + counter**2 + sensors**2)),
+    }
+    cols = restated(row, RunToRun(0.02, 0.02, 3.0, 3.0, pairs=3))
+    tps = cols["tps_u95_pct"]
+    assert tps > 2.0
+    assert cols["j_per_token_u95_pct"] == pytest.approx(math.sqrt(tps**2 + counter**2 + sensors**2))
+    # restated again with the same term: the same figures
+    again = restated(
+        {**row, **{k: str(v) for k, v in cols.items()}}, RunToRun(0.02, 0.02, 3.0, 3.0, pairs=3)
+    )
+    assert again["j_per_token_u95_pct"] == pytest.approx(cols["j_per_token_u95_pct"])
 
 
 def test_the_record_says_why_nothing_was_read_again() -> None:
