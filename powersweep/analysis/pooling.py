@@ -251,7 +251,7 @@ def served_figures(row: CsvRow, columns: Sequence[str]) -> PointFigures:
 
 # The stated 95% half-widths a table row carries (pooled where the point was read again), for
 # the charts' error bars: written only where the run states them, so older analyses read back.
-STATED_U95 = ("tps_u95_pct", "tps_per_w_u95_pct")
+STATED_U95 = ("tps_u95_pct", "tps_per_w_u95_pct", "power_u95_pct")
 
 
 def stated_u95(row: CsvRow, columns: Sequence[str]) -> dict[str, float | None]:

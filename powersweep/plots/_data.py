@@ -48,6 +48,7 @@ class Curve:
     # each cap's stated 95% half-widths, % (NaN: not stated), as the analysis gives them
     tps_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
     tps_per_w_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
+    power_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
     set_aside_tps_per_w_u95_pct: FloatArray = dataclasses.field(default_factory=lambda: np.empty(0))
 
     def half_width(self, values: FloatArray, u95_pct: FloatArray) -> FloatArray:
@@ -156,6 +157,7 @@ def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
     measured += [_column(rows, lambda r: r.figures.sm_clock_mhz)]
     measured += [_column(rows, lambda r: r.figures.mem_clock_mhz)]
     measured += [_column(rows, lambda r: known(r.figures.tps_u95_pct)), _column(rows, tpw_u95)]
+    measured += [_column(rows, lambda r: known(r.figures.power_u95_pct))]
     for arr in measured:
         arr[failed] = NAN
     return Curve(
@@ -171,6 +173,7 @@ def _curve(caps: Sequence[CapRow], spot: Pick | None = None) -> Curve:
         set_aside_cap_w=_column(aside_rows, lambda r: r.cap_w)[known_aside],
         tps_u95_pct=measured[6],
         tps_per_w_u95_pct=measured[7],
+        power_u95_pct=measured[8],
         set_aside_tps_per_w_u95_pct=_column(aside_rows, tpw_u95)[known_aside],
     )
 

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
@@ -24,7 +26,7 @@ from powersweep.plots._decor import (
     set_header,
     x_limits,
 )
-from powersweep.plots._frame import laid_out, settle_legend
+from powersweep.plots._frame import laid_out, settle_legend, with_bars
 from powersweep.plots._layout import place_legend
 from powersweep.plots._style import COLORS, new_figure, style
 
@@ -35,12 +37,20 @@ def _finite(*arrays: FloatArray) -> FloatArray:
 
 
 def _finish(
-    fig: Figure, ax: Axes, label_ax: Axes, view: AnalysisView, handles: list[Line2D]
+    fig: Figure,
+    ax: Axes,
+    label_ax: Axes,
+    view: AnalysisView,
+    lines: list[Line2D],
+    handles: Sequence[Artist | Container] | None = None,
 ) -> None:
-    """Lays the figure out, then places legend, plateau and default-limit labels collision-free."""
-    legend: Legend = label_ax.legend(handles=handles, loc="upper left", fontsize=7.5)
+    """Lays the figure out, then places legend, plateau and default-limit labels collision-free
+    (``handles``: the legend's, where a curve's is its error bars; else the ``lines``)."""
+    legend: Legend = label_ax.legend(
+        handles=list(handles) if handles is not None else lines, loc="upper left", fontsize=7.5
+    )
     legend.set_zorder(7)
-    renderer, obstacles = laid_out(fig, handles)
+    renderer, obstacles = laid_out(fig, lines)
     area = ax.get_window_extent(renderer)
     draw_default_line(ax, view, obstacles)
     place_legend(legend, renderer, obstacles)
@@ -83,12 +93,15 @@ def power_figure(analysis: PowerAnalysis, title: str | None = None) -> Figure:
             gid="draw-equals-cap",
             zorder=2,
         )
-        (draw_line,) = ax.plot(
+        draw_line, draw_handle = with_bars(
+            ax,
             curve.cap_w,
             curve.power_w,
+            curve.half_width(curve.power_w, curve.power_u95_pct),
+            "measured draw",
             marker="o",
             color=COLORS["power"],
-            label="measured draw",
+            ecolor=COLORS["power"],
             gid="power",
             zorder=3,
         )
@@ -97,7 +110,7 @@ def power_figure(analysis: PowerAnalysis, title: str | None = None) -> Figure:
         y_lo, y_hi = float(ys.min()), float(ys.max())
         pad = 0.08 * max(y_hi - y_lo, 1.0)
         ax.set_ylim(max(0.0, y_lo - pad), y_hi + 2.5 * pad)
-        _finish(fig, ax, ax, view, [draw_line, ideal_line])
+        _finish(fig, ax, ax, view, [draw_line, ideal_line], [draw_handle, ideal_line])
         return fig
 
 

@@ -4,6 +4,8 @@ timeline of the sweep from samples.csv, summed per sampler tick."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 import pytest
@@ -57,6 +59,27 @@ def test_power_chart_of_a_pair_compares_the_summed_draw_with_twice_the_cap() -> 
     draw = np.asarray(one_by_gid(ax.lines, "power").get_ydata(), dtype=float)
     assert draw.tolist() == [390.0, 490.0, 590.0]
     assert fig.get_suptitle() == "pair"
+
+
+def test_the_draw_carries_its_stated_95_interval_as_an_error_bar() -> None:
+    plain_analysis = _three_cap_analysis()
+    stated = [2.0, None, 0.5]  # the middle cap states none: no bar, never a zero-width one
+    caps = [
+        dataclasses.replace(row, figures=dataclasses.replace(row.figures, power_u95_pct=u95))
+        for row, u95 in zip(plain_analysis.caps, stated, strict=True)
+    ]
+    ax = power_figure(dataclasses.replace(plain_analysis, caps=caps)).axes[0]
+    (bars,) = [c for c in ax.containers if c.get_label() == "measured draw ±95%"]
+    segments = [seg for seg in bars.lines[2][0].get_segments() if len(seg)]
+    halves = [(seg[1][1] - seg[0][1]) / 2 for seg in segments]
+    assert halves == pytest.approx([195.0 * 0.02, 295.0 * 0.005])
+    legend = ax.get_legend()
+    assert legend is not None
+    assert "measured draw ±95%" in [t.get_text() for t in legend.get_texts()]
+    # an analysis that states no draw interval draws the plain line
+    plain = power_figure(_three_cap_analysis()).axes[0]
+    assert not plain.containers
+    assert one_by_gid(plain.lines, "power").get_label() == "measured draw"
 
 
 def test_clocks_chart_uses_a_second_axis_only_for_both_clocks() -> None:
