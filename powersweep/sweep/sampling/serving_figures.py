@@ -163,7 +163,7 @@ def serving_columns(
     )
     targets = max_ttft_ms is not None or max_itl_ms is not None
     good = sum(1 for r in done if meets_ttft(r) and meets_itl(r))
-    peak = in_flight_max(mine)
+    peak = in_flight_max(requests)  # the lead's requests hold places too
     saturated = bool(
         n_refused or peak >= max_in_flight or (offered and len(done) < SATURATED_SHARE * offered)
     )
