@@ -192,6 +192,43 @@ CAPS_COLUMNS = (
     "tps_fast_u95_pct",
     "tps_fast_dof",
 )
+# caps.csv columns a serving run adds after CAPS_COLUMNS (docs/run-format.md):
+# the arrivals offered and taken, the latency percentiles, the targets' shares, goodput and
+# energy per request. Other load modes' caps.csv has none of them.
+SERVING_COLUMNS = (
+    "request_rate_rps",
+    "offered_rps",
+    "achieved_rps",
+    "n_offered",
+    "n_completed",
+    "n_refused",
+    "n_failed",
+    "n_cut",
+    "in_flight_max",
+    "max_in_flight",
+    "ttft_p99_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "e2e_p99_ms",
+    "max_ttft_ms",
+    "max_itl_ms",
+    "over_ttft_pct",
+    "over_itl_pct",
+    "goodput_rps",
+    "j_per_request",
+    "j_per_request_u95_pct",
+    "saturated",
+)
+# The prompt kind (and sampler phase) of a serving run's measured requests and windows.
+SERVE_KIND = "serve"
+
+
+def caps_columns(load_mode: str) -> tuple[str, ...]:
+    """The caps.csv columns a run of ``load_mode`` writes."""
+    return CAPS_COLUMNS + SERVING_COLUMNS if load_mode == "serving" else CAPS_COLUMNS
+
+
 # caps.csv columns of a clock-lock sweep (``--axis sm-clock|mem-clock|grid``); empty on the
 # power axis.
 CLOCK_LOCK_COLUMNS: tuple[str, ...] = ("sm_lock_mhz", "mem_lock_mhz")

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 
 from powersweep.clock import Clock
 from powersweep.errors import UsageError
+from powersweep.sweep.loads.serving import drain_s, lead_s
 from powersweep.sweep.loads.warmup import WARMUP_REQUEST_SHARE, WARMUP_WINDOWS
 from powersweep.sweep.options import SweepOptions
 from powersweep.sweep.planning.confirm_plan import CONFIRM_MAX_CAPS
 from powersweep.sweep.planning.strategy import DEFAULT_COARSE_STEPS, MAX_CAPS_SHARE
 
-PROMPTS_PER_POINT = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1}
+PROMPTS_PER_POINT = {"decode-single": 2, "decode-concurrent": 2, "prefill-heavy": 1, "serving": 1}
 # What auto settle takes under load (the detector's trailing window plus the first busy
 # readings), at most --settle-seconds.
 AUTO_SETTLE_S = 0.6
@@ -103,6 +104,9 @@ def _run_s(options: SweepOptions, n_points: int, spacing_w: float | None, *, bou
     if not options.safety.observe_only and options.measure.thermal_wait_max_s > 0:
         thermal = options.measure.thermal_wait_max_s
     ramp = RAMP_S if mode == "decode-concurrent" else 0.0
+    if mode == "serving":
+        # each round's lead before its window, and its requests' drain after it (at most)
+        ramp = lead_s(first) + drain_s(first)
     spacing = options.points.step_size_w if spacing_w is None else spacing_w
     per_point = settle + prompts * (first + ramp) * options.load.bench_runs + POINT_OVERHEAD_S
     fine = options.points.clock_axis or (

@@ -29,6 +29,7 @@ from powersweep.flags import (
     negated,
     read_from,
 )
+from powersweep.sweep.loads.arrivals import ArrivalProcess, LengthProfile
 from powersweep.sweep.planning.caps import parse_caps
 from powersweep.sweep.planning.clock_points import parse_clocks
 from powersweep.sweep.sampling.windows import WindowPolicy
@@ -50,6 +51,7 @@ class LoadMode(StrEnum):
     DECODE_SINGLE = "decode-single"
     DECODE_CONCURRENT = "decode-concurrent"
     PREFILL_HEAVY = "prefill-heavy"
+    SERVING = "serving"
 
 
 class Strategy(StrEnum):
@@ -100,6 +102,10 @@ MAX_STREAMS = 256
 # MAX_PREFILL_SHARE: slower caps take longer, and a prompt must still end inside the window.
 PREFILL_SHARE_OF_WINDOW = 0.25
 MAX_PREFILL_SHARE = 0.5
+# serving: requests in flight at most, by default. Little's law: a server taking 2 requests/s
+# whose answers (the conversation profile's p90, 424 tokens) stream at 20 tokens/s holds about
+# 2 x 21 = 42 at once; 64 leaves it room, and a server that holds more is saturated anyway.
+DEFAULT_MAX_IN_FLIGHT = 64
 # Caps one sweep may plan: a few hundred already take hours.
 MAX_PLANNED_CAPS = 300
 
@@ -252,8 +258,8 @@ class LoadOptions:
         "--load-mode",
         help="Load at each point.",
         doc="The load run at each point: decode-single (one stream, the rate a chat user "
-        "sees), decode-concurrent (many streams, a busy server's throughput) or prefill-heavy "
-        "(long prompts, few tokens out).",
+        "sees), decode-concurrent (many streams, a busy server's throughput), prefill-heavy "
+        "(long prompts, few tokens out) or serving (requests arriving at --request-rate).",
         panel=LOAD,
     )
     warmup_requests: int = flag(
@@ -319,15 +325,109 @@ class LoadOptions:
         bounds=(0.1, 600.0),
     )
 
+    request_rate_rps: float = flag(
+        1.0,
+        "--request-rate",
+        metavar="R",
+        help="serving: requests per second offered.",
+        doc="serving: mean requests per second the open-loop arrivals offer at every point.",
+        panel=LOAD,
+        bounds=(0.001, 1000.0),
+    )
+    arrivals: ArrivalProcess = flag(
+        ArrivalProcess.POISSON,
+        "--arrivals",
+        help="serving: gaps between requests.",
+        doc="serving: poisson (exponential gaps), constant (1/R apart) or gamma (shape "
+        "--burstiness, as vLLM bench serve).",
+        panel=LOAD,
+    )
+    burstiness: float = flag(
+        1.0,
+        "--burstiness",
+        metavar="B",
+        help="serving gamma: shape of the gaps (1: Poisson, <1 burstier).",
+        doc="serving with --arrivals gamma: the gaps are Gamma(shape=B, scale=1/(R*B)); 1 is "
+        "Poisson, under 1 burstier, over 1 more regular.",
+        panel=LOAD,
+        bounds=(0.01, 100.0),
+    )
+    lengths: LengthProfile = flag(
+        LengthProfile.CONVERSATION,
+        "--lengths",
+        help="serving: prompt and answer lengths shaped like a trace.",
+        doc="serving: prompt and answer lengths drawn from the Azure LLM inference trace "
+        "2023's conversation or code requests (docs/serving.md).",
+        panel=LOAD,
+    )
+    prompts_file: Path | None = flag(
+        None,
+        "--prompts-file",
+        metavar="JSONL",
+        help="serving: prompts to send (JSONL, ShareGPT-like).",
+        doc='serving: a JSONL file of prompts, one {"prompt": ..., "output_tokens": N} or '
+        "ShareGPT record a line; answers it does not size are drawn from --lengths.",
+        panel=LOAD,
+    )
+    max_in_flight: int = flag(
+        DEFAULT_MAX_IN_FLIGHT,
+        "--max-in-flight",
+        metavar="N",
+        help="serving: most requests in flight; more are counted refused.",
+        doc="serving: the most requests in flight at once; an arrival over it is counted "
+        "refused, never queued (default 64: docs/serving.md).",
+        panel=LOAD,
+        bounds=(1, MAX_STREAMS),
+    )
+    max_ttft_ms: float | None = flag(
+        None,
+        "--max-ttft-ms",
+        metavar="MS",
+        help="serving: time-to-first-token target.",
+        doc="serving: the time-to-first-token target, ms: the share over it and goodput.",
+        panel=LOAD,
+        bounds=(0.001, 3.6e6),
+    )
+    max_itl_ms: float | None = flag(
+        None,
+        "--max-itl-ms",
+        metavar="MS",
+        help="serving: inter-token latency target.",
+        doc="serving: the target of a request's mean inter-token latency, ms: the share over "
+        "it and goodput.",
+        panel=LOAD,
+        bounds=(0.001, 3.6e6),
+    )
+
     # run.json's flat key of each field that is not recorded under its own name
     RECORDED_AS: ClassVar[dict[str, str]] = {
         "mode": "load_mode",
         "target_prefill_s": "target_prefill_seconds",
     }
+    # the serving load's fields: recorded only by a serving run (the other modes' run.json
+    # stays as it was)
+    SERVING_FIELDS: ClassVar[tuple[str, ...]] = (
+        "request_rate_rps",
+        "arrivals",
+        "burstiness",
+        "lengths",
+        "prompts_file",
+        "max_in_flight",
+        "max_ttft_ms",
+        "max_itl_ms",
+    )
 
     def recorded(self) -> dict[str, Any]:
         """The group as ``run.json`` ``options`` has always held it (flat, by flag name)."""
-        return {self.RECORDED_AS.get(k, k): v for k, v in asdict(self).items()}
+        serving = self.mode == LoadMode.SERVING
+        out = {
+            self.RECORDED_AS.get(k, k): v
+            for k, v in asdict(self).items()
+            if serving or k not in self.SERVING_FIELDS
+        }
+        if serving and self.prompts_file is not None:
+            out["prompts_file"] = str(self.prompts_file)
+        return out
 
     @classmethod
     def from_recorded(cls, data: Mapping[str, Any]) -> LoadOptions:
@@ -339,6 +439,12 @@ class LoadOptions:
         }
         if "mode" in kwargs:
             kwargs["mode"] = LoadMode(kwargs["mode"])
+        if "arrivals" in kwargs:
+            kwargs["arrivals"] = ArrivalProcess(kwargs["arrivals"])
+        if "lengths" in kwargs:
+            kwargs["lengths"] = LengthProfile(kwargs["lengths"])
+        if kwargs.get("prompts_file") is not None:
+            kwargs["prompts_file"] = Path(kwargs["prompts_file"])
         return cls(**kwargs)
 
 

@@ -12,6 +12,7 @@ import math
 from powersweep.errors import UsageError
 from powersweep.flags import out_of_bounds
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
+from powersweep.sweep.loads.arrivals import ArrivalProcess, read_prompts
 from powersweep.sweep.options import (
     AXES,
     BACKENDS,
@@ -24,6 +25,8 @@ from powersweep.sweep.options import (
     SETTLE_MODES,
     STRATEGIES,
     Axis,
+    LoadMode,
+    LoadOptions,
     SweepOptions,
     UndervoltOptions,
 )
@@ -142,12 +145,47 @@ def validate(options: SweepOptions) -> None:
             "--concurrency, --bench-runs, --load-target and --concurrency-stretch need "
             "--load-mode decode-concurrent"
         )
+    _validate_serving(options)
     if options.cards.gpus is not None and any(i < 0 for i in options.cards.gpus):
         raise UsageError("--gpu takes GPU indices 0, 1, ...")
     if options.safety.observe_only and options.points.caps:
         raise UsageError("--observe-only measures at the limit in force: drop --caps")
     if options.safety.observe_only and options.safety.dry_run:
         raise UsageError("--dry-run and --observe-only exclude each other")
+
+
+def _validate_serving(options: SweepOptions) -> None:
+    """The serving load's flags: only with it, each meaningful, a prompts file with prompts."""
+    load, base = options.load, LoadOptions()
+    given = [
+        spec_name for name, spec_name in SERVING_FLAGS if getattr(load, name) != getattr(base, name)
+    ]
+    if load.mode != LoadMode.SERVING:
+        if given:
+            raise UsageError(f"{', '.join(given)} need --load-mode serving")
+        return
+    if load.burstiness != base.burstiness and load.arrivals != ArrivalProcess.GAMMA:
+        raise UsageError("--burstiness shapes --arrivals gamma's gaps: add --arrivals gamma")
+    if options.points.axis == Axis.UNDERVOLT:
+        raise UsageError(
+            "--load-mode serving cannot judge an undervolt step: its rate is the arrivals', "
+            "not the card's; use decode-single or decode-concurrent"
+        )
+    if load.prompts_file is not None:
+        read_prompts(load.prompts_file)
+
+
+# (field, flag) of the serving load's options
+SERVING_FLAGS = (
+    ("request_rate_rps", "--request-rate"),
+    ("arrivals", "--arrivals"),
+    ("burstiness", "--burstiness"),
+    ("lengths", "--lengths"),
+    ("prompts_file", "--prompts-file"),
+    ("max_in_flight", "--max-in-flight"),
+    ("max_ttft_ms", "--max-ttft-ms"),
+    ("max_itl_ms", "--max-itl-ms"),
+)
 
 
 def _validate_axis(options: SweepOptions) -> None:

@@ -27,10 +27,12 @@ from powersweep.sweep.driver import (
 )
 from powersweep.sweep.gpu import Gpu
 from powersweep.sweep.gpu_choice import GpuChoice, check_settable, gpu_meta, select_gpus
+from powersweep.sweep.loads.arrivals import ScheduleSpec, read_prompts
 from powersweep.sweep.loads.base import Load, request_budget_s
 from powersweep.sweep.loads.concurrent import DecodeConcurrent
 from powersweep.sweep.loads.pace import Pace
 from powersweep.sweep.loads.prefill import PrefillHeavy
+from powersweep.sweep.loads.serving import Serving
 from powersweep.sweep.loads.single import DecodeSingle
 from powersweep.sweep.options import Strategy, SweepOptions
 from powersweep.sweep.options_check import validate
@@ -273,6 +275,8 @@ def _run_session(
                 on_plan(writer.path, caps)
             streams = options.load.concurrency or options.load.max_concurrency_probe
             connections = max(8, streams + 2) if options.load.mode == "decode-concurrent" else 8
+            if options.load.mode == "serving":
+                connections = max(8, options.load.max_in_flight + 2)
             client = rig.wrap_client(
                 ChatClient(
                     info,
@@ -293,7 +297,8 @@ def _run_session(
                 sim = meta.get("simulation")
                 if not isinstance(sim, dict) or rig.truth is None:
                     return {}
-                if options.load.mode == "decode-single":
+                # serving: the simulator states no truth of open-loop arrivals yet
+                if options.load.mode in ("decode-single", "serving"):
                     return {}
                 if axis.locks_clocks:
                     truth = _clock_truth(rig, all_points, caps[0], prep)
@@ -461,9 +466,38 @@ def _load_factory(
                 seed=seed,
                 warn=warn,
             )
+        if options.load.mode == "serving":
+            return _serving(options, client, clock, sampler, info, seed)
         return DecodeSingle(client, clock, sampler, options.measure.windows.max_s, pace)
 
     return make
+
+
+def _serving(
+    options: SweepOptions, client: Any, clock: Clock, sampler: Any, info: ServerInfo, seed: int
+) -> Serving:
+    """The serving load of the options (its prompts file read here, checked before)."""
+    load = options.load
+    spec = ScheduleSpec(
+        rate_rps=load.request_rate_rps,
+        process=load.arrivals,
+        burstiness=load.burstiness,
+        seed=seed,
+        profile=load.lengths,
+        prompts=read_prompts(load.prompts_file) if load.prompts_file is not None else (),
+        max_prompt_tokens=info.context_tokens,
+    )
+    return Serving(
+        client,
+        clock,
+        sampler,
+        options.measure.windows.max_s,
+        spec,
+        max_in_flight=load.max_in_flight,
+        max_ttft_ms=load.max_ttft_ms,
+        max_itl_ms=load.max_itl_ms,
+        seed=seed,
+    )
 
 
 def _run_meta(

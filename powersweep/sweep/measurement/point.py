@@ -36,6 +36,7 @@ from powersweep.sweep.sampling.measure import (
     cap_row,
     relabel_outside,
 )
+from powersweep.sweep.sampling.per_token import metric_kind
 from powersweep.sweep.sampling.sampler import Sampler
 from powersweep.sweep.sampling.settle import SettleDetector, wait_settled
 from powersweep.sweep.sampling.thermal import (
@@ -404,7 +405,7 @@ class PointMeasurer:
         metric_only = reason in REPEAT_REASONS
         first = policy.first_s(self.load.min_window_s)
         runs = [await self.load.measure(cap, metric_only=metric_only, window_s=first)]
-        kind = "prefill" if self.protocol.load_mode == "prefill-heavy" else "narr"
+        kind = metric_kind(self.protocol.load_mode)
         while True:
             run = LoadRun.merged(runs)
             if run.errors:

@@ -23,9 +23,9 @@ from powersweep.analysis.csvtext import cut_by_crash
 from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import PowersweepError
 from powersweep.runformat import (
-    CAPS_COLUMNS,
     REQUESTS_COLUMNS,
     SAMPLES_COLUMNS,
+    caps_columns,
     spreadsheet_safe,
 )
 from powersweep.safe_files import append, open_no_follow, read_bytes, write_atomic
@@ -136,7 +136,7 @@ class RunWriter:
         axis: str = "power",
         cooling: str = "unspecified",
     ) -> None:
-        self._caps_columns: tuple[str, ...] = CAPS_COLUMNS
+        self._caps_columns: tuple[str, ...] = caps_columns(load_mode)
         self._widths: dict[str, int] = {}
         self._lines: dict[str, int] = {}
         self.dropped_partial = []
@@ -157,7 +157,7 @@ class RunWriter:
             self.path = staging
             self._init_csv("samples.csv", SAMPLES_COLUMNS)
             self._init_csv("requests.csv", REQUESTS_COLUMNS)
-            self._init_csv("caps.csv", CAPS_COLUMNS)
+            self._init_csv("caps.csv", self._caps_columns)
             if initial_meta is not None:
                 self.write_run_json(initial_meta)
             path = out_root / base
@@ -196,10 +196,11 @@ class RunWriter:
         writer._lines = {}
         writer.dropped_partial = []
         meta = _run_meta(path / "run.json")
+        mode = str((meta or {}).get("load_mode") or "")
         for name, columns in (
             ("samples.csv", SAMPLES_COLUMNS),
             ("requests.csv", REQUESTS_COLUMNS),
-            ("caps.csv", CAPS_COLUMNS),
+            ("caps.csv", caps_columns(mode)),
         ):
             target = path / name
             if not target.exists() or target.stat().st_size == 0:
@@ -209,7 +210,7 @@ class RunWriter:
         # a run written by an older version keeps its own caps.csv columns
         with open(path / "caps.csv", newline="") as f:
             header = next(csv.reader(f), None)
-        writer._caps_columns = tuple(header) if header else CAPS_COLUMNS
+        writer._caps_columns = tuple(header) if header else caps_columns(mode)
         # samples/requests of an older version lack the columns added since (always at the end)
         for name in ("samples.csv", "requests.csv"):
             with open(path / name, newline="") as f:

@@ -23,10 +23,12 @@ from powersweep.analysis.precision import (
     point_precision,
     sensor_step,
 )
+from powersweep.runformat import SERVE_KIND
 from powersweep.sweep.gpu import GpuSample
 from powersweep.sweep.sampling.per_token import (
     decode_spans,
     energy_counter_j,
+    energy_per_request,
     energy_per_token,
     energy_sampled_j,
     latency_percentiles,
@@ -37,12 +39,13 @@ from powersweep.sweep.sampling.per_token import (
     span_power_w,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
+from powersweep.sweep.sampling.serving_figures import serving_blocks, serving_columns, serving_tps
 from powersweep.sweep.sampling.stream_rate import decode_span_s, decode_stall_share, decode_tps
 from powersweep.sweep.sampling.thermal import slope_c_per_min, still_to_come_c_per_min
 
 NAN = math.nan
 LOAD_UTIL_PCT = 50.0
-LOAD_PHASES = frozenset({"narr", "code", "prefill", "concurrent"})
+LOAD_PHASES = frozenset({"narr", "code", "prefill", "concurrent", SERVE_KIND})
 
 
 class RequestTiming(Protocol):
@@ -165,14 +168,22 @@ def load_ticks(
     return loaded(group_ticks(rows, busy_gpus), windows)
 
 
-def loaded(ticks: Sequence[Tick], windows: Sequence[tuple[float, float]] | None) -> list[Tick]:
-    """The grouped ``ticks`` taken while the measured load ran (as :func:`load_ticks`)."""
+def loaded(
+    ticks: Sequence[Tick],
+    windows: Sequence[tuple[float, float]] | None,
+    *,
+    busy_only: bool = True,
+) -> list[Tick]:
+    """The grouped ``ticks`` taken while the measured load ran (as :func:`load_ticks`).
+
+    ``busy_only`` False (the serving load) keeps the window's ticks whatever the utilization:
+    a card idle between two arrivals is part of what a request costs.
+    """
     return [
         t
         for t in ticks
         if t.phase in LOAD_PHASES
-        and math.isfinite(t.util_pct)
-        and t.util_pct > LOAD_UTIL_PCT
+        and (not busy_only or (math.isfinite(t.util_pct) and t.util_pct > LOAD_UTIL_PCT))
         and (windows is None or any(t0 <= t.t_s <= t1 for t0, t1 in windows))
     ]
 
@@ -267,7 +278,8 @@ def cap_row(
     ``run_to_run`` the run-to-run term carried (None: the floor alone).
     """
     every = group_ticks(rows, busy_gpus)
-    ticks = loaded(every, windows)
+    serving = load_mode == "serving"
+    ticks = loaded(every, windows, busy_only=not serving)
     draw_ticks = _decoding(ticks, requests) if windows is None else ticks
     # the mean, as energy over time: under a bursty load the median of instant readings sits
     # at the bursts' draw, some 10% above what the card draws on average (issue 44)
@@ -287,6 +299,9 @@ def cap_row(
     elif load_mode == "prefill-heavy":
         narr = code = NAN
         pre = prefill_tps(requests)
+    elif serving:
+        # the serving load's metric: the output tokens per second its arrivals streamed
+        narr, code, pre = serving_tps(requests, phase_windows), NAN, NAN
     else:
         narr = decode_tps(requests, "narr")
         code = decode_tps(requests, "code")
@@ -296,11 +311,12 @@ def cap_row(
     if status == "ok" and not math.isfinite(metric):
         status = "failed"
         error = error or _first_error(requests) or _no_figure(requests, n_ok)
-    blocks = (
-        prefill_blocks(requests)
-        if load_mode == "prefill-heavy"
-        else decode_blocks(requests, "narr")
-    )
+    if serving:
+        blocks = serving_blocks(requests, phase_windows, TPS_BLOCKS)
+    elif load_mode == "prefill-heavy":
+        blocks = prefill_blocks(requests)
+    else:
+        blocks = decode_blocks(requests, "narr")
     spans = metric_spans(phase_windows, load_mode)
     # a load that counts its own units (decode-concurrent's window slices) gives them in extra
     units = parse_blocks(str(extra["tps_blocks"])) if extra and "tps_blocks" in extra else blocks
@@ -386,8 +402,35 @@ def cap_row(
         **energy_per_token(every, seconds, metric, precision),
         **latency_percentiles(requests, spans, load_mode),
         **stall_columns(requests, load_mode),
+        **(_serving(every, seconds, requests, phase_windows, precision, extra) if serving else {}),
         **(extra or {}),
     }
+
+
+def _serving(
+    ticks: Sequence[Tick],
+    seconds: Sequence[tuple[float, float]],
+    requests: Sequence[RequestTiming],
+    phase_windows: Sequence[tuple[str, float, float]] | None,
+    precision: Precision,
+    extra: Mapping[str, Any] | None,
+) -> dict[str, float]:
+    """A serving point's columns (its targets and bound come in ``extra``, from the load)."""
+    given = dict(extra or {})
+
+    def target(key: str) -> float | None:
+        value = given.pop(key, None)
+        return float(value) if value is not None and math.isfinite(float(value)) else None
+
+    columns = serving_columns(
+        requests,
+        phase_windows,
+        request_rate_rps=float(given.get("request_rate_rps", NAN)),
+        max_in_flight=int(given.get("max_in_flight", 0)),
+        max_ttft_ms=target("max_ttft_ms"),
+        max_itl_ms=target("max_itl_ms"),
+    )
+    return {**columns, **energy_per_request(ticks, seconds, columns["achieved_rps"], precision)}
 
 
 def stall_columns(requests: Sequence[RequestTiming], load_mode: str) -> dict[str, float]:

@@ -42,7 +42,7 @@ class Tick(Protocol):
 NAN = math.nan
 J_PER_KWH = 3.6e6
 # The load mode's metric prompt (what tps_per_w is computed from).
-METRIC_KIND = {"prefill-heavy": "prefill"}
+METRIC_KIND = {"prefill-heavy": "prefill", "serving": "serve"}
 DECODE_METRIC_KIND = "narr"
 
 
@@ -177,7 +177,7 @@ def metric_seconds(
 
 
 # Load modes whose TPS counts the tokens that arrived in a window over the window's length.
-WINDOW_COUNTED = frozenset({"decode-concurrent"})
+WINDOW_COUNTED = frozenset({"decode-concurrent", "serving"})
 # The most consecutive batches the counter's intervals are cut into for the draw's precision.
 ENERGY_BATCHES = 8
 
@@ -320,6 +320,29 @@ def j_per_token_restated(row: CsvRow, precision: Precision) -> dict[str, float]:
     return {
         "j_per_token_u95_pct": 100.0 * _j_per_token_u95(precision, math.sqrt(max(0.0, counter_sq)))
     }
+
+
+def energy_per_request(
+    ticks: Sequence[Tick],
+    spans: Sequence[tuple[float, float]],
+    requests_per_s: float,
+    precision: Precision,
+) -> dict[str, float]:
+    """``j_per_request`` and its ``j_per_request_u95_pct``: the counter's mean draw over the
+    whole tick intervals inside ``spans`` (the serving windows) over the requests completed per
+    second of them.
+
+    The half-width adds the counter draw's (:func:`counter_draw`), the temperature drift's bias
+    and the counter's difference from the readings' draw in quadrature. The request count has no
+    term: it is exact for the arrival sequence, which every point of the run replays, so it
+    moves no comparison between points; how far this sequence's mix of lengths stands for the
+    rate's long-run mix is not stated (docs/serving.md).
+    """
+    draw, draw_u95, seconds = counter_draw(steady_intervals(ticks, spans))
+    if not (seconds > 0 and math.isfinite(requests_per_s) and requests_per_s > 0):
+        return {"j_per_request": NAN, "j_per_request_u95_pct": NAN}
+    u95 = math.sqrt(draw_u95**2 + precision.drift_bias_rel**2 + precision.power_sensors_rel**2)
+    return {"j_per_request": draw / requests_per_s, "j_per_request_u95_pct": 100.0 * u95}
 
 
 ENERGY_COLUMNS = (

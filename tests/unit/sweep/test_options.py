@@ -40,7 +40,7 @@ def _json_round_trip(options: SweepOptions) -> SweepOptions:
 
 def test_choices_are_their_strings_in_the_order_the_cli_lists_them() -> None:
     assert LoadMode.PREFILL_HEAVY == "prefill-heavy" and Axis.GRID == "grid"
-    assert LOAD_MODES == ("decode-single", "decode-concurrent", "prefill-heavy")
+    assert LOAD_MODES == ("decode-single", "decode-concurrent", "prefill-heavy", "serving")
     assert AXES == ("power", "sm-clock", "mem-clock", "grid", "undervolt")
     assert BACKENDS == ("auto", "nvml", "amdsmi")
     assert f"{Cooling.AIO}" == "aio"
@@ -176,3 +176,22 @@ def test_measure_options_record_the_window_policy_by_flag_name() -> None:
     recorded = measure.recorded()
     assert recorded["target_cap_seconds"] == 30.0 and recorded["precision_pct"] == 0.0
     assert MeasureOptions.from_recorded(recorded) == measure
+
+
+def test_only_a_serving_run_records_the_serving_options_and_reads_them_back() -> None:
+    from powersweep.sweep.loads.arrivals import ArrivalProcess, LengthProfile
+
+    assert "request_rate_rps" not in SweepOptions().recorded()
+    load = LoadOptions(
+        mode=LoadMode.SERVING,
+        request_rate_rps=2.5,
+        arrivals=ArrivalProcess.GAMMA,
+        burstiness=0.5,
+        lengths=LengthProfile.CODE,
+        prompts_file=Path("/tmp/p.jsonl"),
+        max_ttft_ms=800.0,
+    )
+    recorded = SweepOptions(load=load).recorded()
+    assert recorded["prompts_file"] == "/tmp/p.jsonl" and recorded["arrivals"] == "gamma"
+    json_like = json.loads(json.dumps(recorded))
+    assert SweepOptions.from_recorded(json_like).load == load

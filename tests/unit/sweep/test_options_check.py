@@ -281,3 +281,46 @@ def test_an_undervolt_search_with_its_flags_passes() -> None:
             offset_step_mhz=15.0, margin_mhz=0.0, soak_s=600.0, max_offset_mhz=15.0
         ),
     )
+
+
+SERVING = LoadMode.SERVING
+
+
+@pytest.mark.parametrize(
+    ("load", "says"),
+    [
+        ({"request_rate_rps": 0.0}, "--request-rate"),
+        ({"request_rate_rps": -1.0}, "--request-rate"),
+        ({"request_rate_rps": math.inf}, "--request-rate"),
+        ({"burstiness": 0.0, "arrivals": "gamma"}, "--burstiness"),
+        ({"burstiness": 0.5}, "--arrivals gamma"),
+        ({"max_in_flight": 0}, "--max-in-flight"),
+        ({"max_in_flight": MAX_STREAMS + 1}, "--max-in-flight"),
+        ({"max_ttft_ms": 0.0}, "--max-ttft-ms"),
+        ({"max_itl_ms": -5.0}, "--max-itl-ms"),
+    ],
+)
+def test_serving_refuses_nonsense(load: dict[str, Any], says: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(says)):
+        _validate(load=LoadOptions(mode=SERVING, **load))
+
+
+def test_serving_flags_need_the_serving_mode() -> None:
+    with pytest.raises(UsageError, match="--request-rate need --load-mode serving"):
+        _validate(load=LoadOptions(request_rate_rps=3.0))
+    _validate(load=LoadOptions(mode=SERVING, request_rate_rps=3.0, max_ttft_ms=500.0))
+
+
+def test_a_serving_undervolt_is_refused() -> None:
+    with pytest.raises(UsageError, match="undervolt"):
+        _validate(load=LoadOptions(mode=SERVING), points=PointOptions(axis=Axis.UNDERVOLT))
+
+
+def test_a_prompts_file_without_prompts_is_refused(tmp_path: Any) -> None:
+    empty = tmp_path / "p.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(UsageError, match="holds no prompt"):
+        _validate(load=LoadOptions(mode=SERVING, prompts_file=empty))
+    good = tmp_path / "q.jsonl"
+    good.write_text('{"prompt": "hi"}\n')
+    _validate(load=LoadOptions(mode=SERVING, prompts_file=good))
