@@ -184,6 +184,7 @@ def test_tab_completion_offers_the_load_modes(
         "decode-single",
         "decode-concurrent",
         "prefill-heavy",
+        "serving",
     ]
 
 
