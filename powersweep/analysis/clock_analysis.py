@@ -88,6 +88,7 @@ def analyze_clocks(
     status_why = claims.status_reason(curve.run, str(curve.source), "points")
     findings += ignored_rows(curve) + run_findings(curve.run, curve.requests, str(curve.source))
     findings += _status_findings(curve.caps)
+    findings += serving.serving_load_findings(curve.caps, point_label)
     ok_rows = curve.caps
     if "status" in ok_rows.columns:
         ok_rows = ok_rows.filter(pl.col("status").is_null() | (pl.col("status") == "ok"))

@@ -127,6 +127,7 @@ def analyze(
     findings += status_findings(caps)
     findings += warning_findings(curve.requests) + rate_findings(rates)
     findings += trust.input_findings(curve)  # issue 12: rows set aside, suspect caps, faults
+    findings += serving.serving_load_findings(caps, lambda r: watts(as_float(r["cap_w"])))
     status_why = claims.status_reason(curve.run, str(curve.source))
     bare = PowerAnalysis(
         tool=ToolInfo("powersweep", __version__),

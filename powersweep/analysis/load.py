@@ -23,12 +23,13 @@ from powersweep.analysis.plausibility import (
 from powersweep.analysis.run_record import RunRecord
 from powersweep.errors import PowersweepError, UsageError
 from powersweep.runformat import (
-    CAPS_COLUMNS,
     CAPS_FLOAT_COLUMNS,
     CLOCK_LOCK_COLUMNS,
     REQUESTS_FLOAT_COLUMNS,
     SAMPLES_FLOAT_COLUMNS,
     SCHEMA_VERSION,
+    SERVING_COLUMNS,
+    caps_columns,
 )
 from powersweep.safe_files import write_atomic
 
@@ -166,7 +167,8 @@ def read_run_json(path: Path) -> RunRecord:
 def read_caps(
     path: Path, notes: list[str] | None = None, run: RunRecord | None = None
 ) -> tuple[pl.DataFrame, str]:
-    df = read_text_csv(path, notes, run=run, known=CAPS_COLUMNS)
+    # every column the format defines: the serving load's appear in its runs only
+    df = read_text_csv(path, notes, run=run, known=caps_columns("serving"))
     # A clock-lock curve is keyed by its locks; its cap_w (the limit in force) may be absent.
     clocks = any(c in df.columns for c in CLOCK_LOCK_COLUMNS)
     missing = [
@@ -179,9 +181,11 @@ def read_caps(
     if df.height == 0:
         raise UsageError(f"{path}: no data rows")
 
-    converted = to_floats(path, df, CAPS_FLOAT_COLUMNS)
+    # the serving load's columns only where its run wrote them (no other run grows them)
+    floats = CAPS_FLOAT_COLUMNS + tuple(c for c in SERVING_COLUMNS if c in df.columns)
+    converted = to_floats(path, df, floats)
     columns: list[pl.Series] = []
-    for name in CAPS_FLOAT_COLUMNS:
+    for name in floats:
         if name in converted:
             columns.append(converted[name])
         else:

@@ -439,3 +439,42 @@ def _latency_finding(choice: LatencyTarget) -> Finding:
         + (f"; the closest is {closest} ({'; '.join(choice.misses or [])})" if closest else ""),
         "loosen the target, lower the concurrency, or measure higher caps or clocks",
     )
+
+
+def serving_load_findings(caps: pl.DataFrame, label: Callable[[CsvRow], str]) -> list[Finding]:
+    """``serving_answer`` for a run of the serving load (``--load-mode serving``): its answer
+    is TPS/W of the tokens streamed in the windows, while at a fixed arrival rate what a
+    setting changes is each request's energy and latency; the points' ``j_per_request`` and
+    ``saturated`` named, so the answer is read as what it is (issue 49: the operating map that
+    picks by them is a later phase).
+
+    Args:
+        caps: caps.csv (a run of another load has no ``j_per_request`` column: nothing).
+        label: Names a row's point (``290 W``, ``SM 1410 MHz``).
+    """
+    if "j_per_request" not in caps.columns:
+        return []
+    ok = [r for r in caps.iter_rows(named=True) if r.get("status") == "ok"]
+    if not ok:
+        return []
+    # a point read more than once: its last reading (the one its table row ends on)
+    by_point = {
+        label(r): as_float(r.get("j_per_request"))
+        for r in ok
+        if math.isfinite(as_float(r.get("j_per_request")))
+    }
+    costs = [f"{name} {j:.0f} J" for name, j in by_point.items()]
+    saturated = [label(r) for r in ok if as_float(r.get("saturated"), 0.0) > 0]
+    text = (
+        "a serving run: the answer is the TPS/W of the tokens streamed in its windows; at a "
+        "fixed arrival rate what a setting changes is each request's energy and latency "
+        f"(J/request: {'; '.join(costs) or 'none measured'}), which no pick "
+        "reads yet (docs/serving.md)"
+    )
+    if saturated:
+        text += (
+            f"; saturated at {', '.join(dict.fromkeys(saturated))}: their figures are the "
+            "server's capacity, not the offered rate"
+        )
+    # no "Try:": nothing the user does turns the answer into a pick by energy per request
+    return [finding("warning", "serving_answer", text)]

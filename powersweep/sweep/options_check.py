@@ -13,6 +13,8 @@ from powersweep.errors import UsageError
 from powersweep.flags import out_of_bounds
 from powersweep.sweep.gpu import MAX_CARD_W, MAX_CLOCK_MHZ
 from powersweep.sweep.loads.arrivals import ArrivalProcess, read_prompts
+from powersweep.sweep.loads.serving import MIN_WINDOW_ARRIVALS
+from powersweep.sweep.loads.serving import min_window_s as serving_min_window_s
 from powersweep.sweep.options import (
     AXES,
     BACKENDS,
@@ -173,6 +175,15 @@ def _validate_serving(options: SweepOptions) -> None:
         )
     if load.prompts_file is not None:
         read_prompts(load.prompts_file)
+    needed = serving_min_window_s(load.request_rate_rps)
+    if options.measure.windows.max_s < needed:
+        raise UsageError(
+            f"--request-rate {load.request_rate_rps:g} sends "
+            f"{load.request_rate_rps * options.measure.windows.max_s:.3g} requests in a "
+            f"{options.measure.windows.max_s:g} s window (--target-cap-seconds); a serving point "
+            f"needs {MIN_WINDOW_ARRIVALS} or more: give --target-cap-seconds "
+            f"{math.ceil(needed)} or more, or a higher rate"
+        )
 
 
 # (field, flag) of the serving load's options

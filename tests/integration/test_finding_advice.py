@@ -24,6 +24,9 @@ requests and serving (``analysis/requests.py``, ``analysis/serving.py``)
     latency_target_unmet     tested: ``analyze --max-itl-ms`` loosened as the hint says
     latency_target           informational (``apply --objective slo`` sets it: a setting, not a
                              finding's change)
+    serving_answer           informational, no hint: a serving run's answer is TPS/W of its
+                             windows' tokens, its points' energy per request named (issue 49's
+                             operating map, a later phase, picks by it)
 power curve (``analysis/core.py``, ``power_findings.py``, ``trust.py``: rewritten apart; their
 tests are together in ``test_finding_advice_power.py``)
     sweet_spot_at_low_boundary, sweet_spot_at_high_boundary

@@ -42,11 +42,21 @@ LEAD_SHARE = 0.5
 DRAIN_MIN_S = 10.0
 DRAIN_MAX_S = 60.0
 LEAD_KIND = "serve-lead"
+# A window holds at least this many arrivals at the offered rate: with fewer, one request's
+# length (the trace's spread over 100x) sets its tokens, and a window shorter than a request's
+# time to first token sees none (0.3 requests/s in 3 s windows: a 250 W point of the simulated
+# RTX 3090 failed so, docs/serving.md).
+MIN_WINDOW_ARRIVALS = 10
 
 
 def lead_s(window_s: float) -> float:
     """Seconds of arrivals sent before a window of ``window_s`` opens."""
     return min(LEAD_MAX_S, LEAD_SHARE * window_s)
+
+
+def min_window_s(rate_rps: float) -> float:
+    """The shortest serving window at ``rate_rps``: :data:`MIN_WINDOW_ARRIVALS` arrivals."""
+    return MIN_WINDOW_ARRIVALS / rate_rps
 
 
 def drain_s(window_s: float) -> float:
@@ -71,7 +81,6 @@ class Serving:
 
     mode = "serving"
     prompts = 1
-    min_window_s = 0.0
 
     def __init__(
         self,
@@ -98,6 +107,11 @@ class Serving:
         # schedule seconds the point's rounds have used (rewound between points)
         self.cursor_s = 0.0
         self._sent = 0
+
+    @property
+    def min_window_s(self) -> float:
+        """The shortest window: :data:`MIN_WINDOW_ARRIVALS` arrivals at the offered rate."""
+        return min_window_s(self.spec.rate_rps)
 
     async def prepare(self, cap_w: float) -> dict[str, Any]:
         return self._facts()

@@ -47,6 +47,22 @@ def test_rows_are_typed_sorted_and_keep_their_source_lines(tmp_path: Path) -> No
     assert notes == []
 
 
+def test_a_serving_runs_own_columns_are_read_and_no_other_run_grows_them(tmp_path: Path) -> None:
+    # the serving load's columns are the run format's: a serving run read with a note that 23
+    # of its columns were ignored, and without its energy per request
+    serving = _csv(
+        tmp_path,
+        "cap_w,narr_tps,power_w,j_per_request,saturated,ttft_p99_ms\n300,30,299,1250,0,5980\n",
+    )
+    notes: list[str] = []
+    caps, _ = read_caps(serving, notes)
+    assert notes == []
+    assert caps["j_per_request"].to_list() == [1250.0]
+    assert caps["saturated"].dtype == pl.Float64
+    plain, _ = read_caps(_csv(tmp_path, "cap_w,narr_tps,power_w\n300,30,299\n", "p.csv"), notes)
+    assert "j_per_request" not in plain.columns and notes == []
+
+
 def test_rows_without_a_finite_cap_are_dropped_with_a_note_blank_lines_silently(
     tmp_path: Path,
 ) -> None:

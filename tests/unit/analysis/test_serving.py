@@ -237,3 +237,22 @@ def test_cli_apply_latency_targets_need_the_slo_objective(
     code = main(["apply", str(tmp_path), "--max-itl-ms", "50", *sim])
     assert code == 2
     assert "--objective slo" in capsys.readouterr().err
+
+
+def test_a_serving_runs_answer_names_each_points_energy_per_request_and_saturation() -> None:
+    # issue 49, phase 1: the answer is TPS/W of the windows' tokens, while at a fixed arrival
+    # rate a cap changes each request's energy: the finding names both, one reading per point
+    caps = pl.DataFrame(
+        {
+            "cap_w": [350.0, 300.0, 250.0, 350.0],
+            "status": ["ok", "ok", "ok", "ok"],
+            "j_per_request": [1430.0, 1250.0, 1042.0, 1429.0],
+            "saturated": [0.0, 0.0, 1.0, 0.0],
+        }
+    )
+    (found,) = serving.serving_load_findings(caps, lambda r: f"{r['cap_w']:g} W")
+    assert found.code == "serving_answer" and found.hint is None
+    assert "J/request: 350 W 1429 J; 300 W 1250 J; 250 W 1042 J" in found.message
+    assert "saturated at 250 W: their figures are the server's capacity" in found.message
+    # another load's run has no such column: no finding
+    assert serving.serving_load_findings(caps.drop("j_per_request"), str) == []

@@ -311,6 +311,16 @@ def test_serving_flags_need_the_serving_mode() -> None:
     _validate(load=LoadOptions(mode=SERVING, request_rate_rps=3.0, max_ttft_ms=500.0))
 
 
+def test_a_serving_window_holds_ten_arrivals_or_is_refused_with_the_length_it_needs() -> None:
+    # 0.3 requests/s in the default 10 s windows: 3 arrivals, and a 250 W point of the
+    # simulated 3090 failed because its 3 s first window closed before any first token
+    slow = LoadOptions(mode=SERVING, request_rate_rps=0.3)
+    with pytest.raises(UsageError, match=r"sends 3 requests in a 10 s window .* 34 or more"):
+        _validate(load=slow)
+    _validate(load=slow, measure=MeasureOptions(windows=WindowPolicy(max_s=34.0)))
+    _validate(load=LoadOptions(mode=SERVING, request_rate_rps=1.0))  # the defaults hold 10
+
+
 def test_a_serving_undervolt_is_refused() -> None:
     with pytest.raises(UsageError, match="undervolt"):
         _validate(load=LoadOptions(mode=SERVING), points=PointOptions(axis=Axis.UNDERVOLT))

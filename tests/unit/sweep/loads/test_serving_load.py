@@ -13,7 +13,13 @@ import pytest
 
 from powersweep.sim.virtual_time import VirtualClock
 from powersweep.sweep.loads.arrivals import ArrivalProcess, ScheduleSpec
-from powersweep.sweep.loads.serving import LEAD_KIND, Serving, drain_s, lead_s
+from powersweep.sweep.loads.serving import (
+    LEAD_KIND,
+    MIN_WINDOW_ARRIVALS,
+    Serving,
+    drain_s,
+    lead_s,
+)
 from powersweep.sweep.sampling.serving_figures import serving_columns
 from powersweep.sweep.server.request import RequestResult
 
@@ -221,3 +227,11 @@ def test_the_prompts_differ_by_point_only_in_their_nonce() -> None:
     for a, b in by_index.values():
         assert a != b  # no prefix cache serves one point from another
         assert a.split("] ", 1)[1] == b.split("] ", 1)[1]
+
+
+def test_a_windows_floor_is_ten_arrivals_at_the_offered_rate() -> None:
+    clock = VirtualClock()
+    server = _Server(clock, ttft_s=0.5, gap_s=0.05)
+    for rate in (0.3, 2.0):
+        load = _load(clock, server, ScheduleSpec(rate, ArrivalProcess.POISSON))
+        assert load.min_window_s == pytest.approx(MIN_WINDOW_ARRIVALS / rate)
