@@ -359,36 +359,35 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def p95_upper_ms(values: Sequence[float]) -> float:
-    """The upper end of the p95's 95% confidence interval, by order statistics (NaN when the
-    samples cannot bound it: fewer than 72, or none).
-
-    The interval is SciPy's (``quantile_test(values, p=0.95).confidence_interval(0.95)``): the
-    upper end is the order statistic whose index is the 0.975 upper quantile of a
-    Binomial(n, 0.95), from ``scipy.special`` without importing ``scipy.stats`` (about two CPU
-    seconds, a large share of a whole sweep's).
-    """
-    n = len(values)
-    if n < 2:
-        return NAN
-    index = _binomial_isf(n, P95, (1.0 - P95_CONFIDENCE) / 2)
-    if index >= n:
-        return NAN
-    high = float(np.partition(np.asarray(values, dtype=float), index)[index])
-    return high if math.isfinite(high) else NAN
+    """The upper end of the p95's 95% confidence interval (:func:`quantile_interval`; NaN when
+    the samples cannot bound it: fewer than 72, or none)."""
+    return quantile_interval(values, P95)[1]
 
 
 P95 = 0.95
 P95_CONFIDENCE = 0.95
 
 
-def _binomial_isf(n: int, p: float, tail: float) -> int:
-    """The smallest ``k`` with ``P(X > k) <= tail`` for ``X ~ Binomial(n, p)`` (SciPy's
-    ``binom(n, p).isf(tail)``), from ``scipy.special.bdtr`` (the binomial CDF; the light
-    ``scipy.special`` module, which the precision figures import anyway)."""
+def quantile_interval(values: Sequence[float], q: float) -> tuple[float, float]:
+    """The 95% confidence interval of the ``q`` quantile of ``values`` by order statistics
+    (distribution-free, SciPy's ``quantile_test(values, p=q).confidence_interval(0.95)``: the
+    count of values under the quantile is Binomial(n, q)); an end the samples cannot bound is
+    NaN (a p99 needs some 300 values for its upper end)."""
+    n = len(values)
+    if n < 2:
+        return NAN, NAN
     from scipy.special import bdtr  # lazy, as in analysis.precision
 
-    cdf = bdtr(np.arange(n + 1), n, p)
-    return int(np.searchsorted(cdf, 1.0 - tail, side="left"))
+    tail = (1.0 - P95_CONFIDENCE) / 2
+    cdf = bdtr(np.arange(n + 1), n, q)
+    # 0-based: the lower end is the r-th value, r - 1 the largest count with P(X <= r - 1) <=
+    # tail; the upper end the value at the count whose upper tail P(X > k) is at most tail
+    lo_index = int(np.searchsorted(cdf, tail, side="right")) - 1
+    hi_index = int(np.searchsorted(cdf, 1.0 - tail, side="left"))
+    ordered = np.sort(np.asarray(values, dtype=float))
+    lo = float(ordered[lo_index]) if 0 <= lo_index < n else NAN
+    hi = float(ordered[hi_index]) if hi_index < n else NAN
+    return lo, hi
 
 
 def latency_percentiles(

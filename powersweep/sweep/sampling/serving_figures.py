@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from powersweep.runformat import CUT_FINISHES, SERVE_KIND
-from powersweep.sweep.sampling.per_token import chunk_tokens
+from powersweep.sweep.sampling.per_token import chunk_tokens, quantile_interval
 
 NAN = math.nan
 # The error a request refused by the load's own in-flight bound carries (it was never sent).
@@ -103,6 +103,23 @@ def in_flight_max(requests: Sequence[Any]) -> int:
     return peak
 
 
+# The latency percentiles a serving point states, each with its 95% interval.
+PERCENTILES = (50, 95, 99)
+
+
+def percentile_columns(name: str, values: Sequence[float]) -> dict[str, float]:
+    """``{name}_p{q}_ms`` of each of :data:`PERCENTILES` and the ends of its 95% confidence
+    interval, ``_lo_ms`` and ``_hi_ms`` (order statistics, :func:`quantile_interval`: NaN where
+    the values cannot bound an end)."""
+    out: dict[str, float] = {}
+    for q in PERCENTILES:
+        lo, hi = quantile_interval(values, q / 100.0)
+        out[f"{name}_p{q}_ms"] = _pct(values, q)
+        out[f"{name}_p{q}_lo_ms"] = lo
+        out[f"{name}_p{q}_hi_ms"] = hi
+    return out
+
+
 def serving_columns(
     requests: Sequence[Any],
     windows: Sequence[tuple[str, float, float]] | None,
@@ -178,15 +195,9 @@ def serving_columns(
         "n_cut": float(len(cut)),
         "in_flight_max": float(peak),
         "max_in_flight": float(max_in_flight),
-        "ttft_p50_ms": _pct(ttft, 50),
-        "ttft_p95_ms": _pct(ttft, 95),
-        "ttft_p99_ms": _pct(ttft, 99),
-        "itl_p50_ms": _pct(itl, 50),
-        "itl_p95_ms": _pct(itl, 95),
-        "itl_p99_ms": _pct(itl, 99),
-        "e2e_p50_ms": _pct(e2e, 50),
-        "e2e_p95_ms": _pct(e2e, 95),
-        "e2e_p99_ms": _pct(e2e, 99),
+        **percentile_columns("ttft", ttft),
+        **percentile_columns("itl", itl),
+        **percentile_columns("e2e", e2e),
         "max_ttft_ms": max_ttft_ms if max_ttft_ms is not None else NAN,
         "max_itl_ms": max_itl_ms if max_itl_ms is not None else NAN,
         "over_ttft_pct": over_ttft,

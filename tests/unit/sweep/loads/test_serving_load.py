@@ -9,6 +9,7 @@ import math
 from collections.abc import Coroutine
 from typing import Any
 
+import numpy as np
 import pytest
 
 from powersweep.sim.virtual_time import VirtualClock
@@ -20,7 +21,7 @@ from powersweep.sweep.loads.serving import (
     drain_s,
     lead_s,
 )
-from powersweep.sweep.sampling.serving_figures import serving_columns
+from powersweep.sweep.sampling.serving_figures import percentile_columns, serving_columns
 from powersweep.sweep.server.request import RequestResult
 
 
@@ -235,3 +236,14 @@ def test_a_windows_floor_is_ten_arrivals_at_the_offered_rate() -> None:
     for rate in (0.3, 2.0):
         load = _load(clock, server, ScheduleSpec(rate, ArrivalProcess.POISSON))
         assert load.min_window_s == pytest.approx(MIN_WINDOW_ARRIVALS / rate)
+
+
+def test_each_latency_percentile_states_its_interval_where_the_values_bound_it() -> None:
+    # issue 49: TTFT, ITL and end-to-end p50/p95/p99 each with its stated precision
+    values = list(np.random.default_rng(7).lognormal(5.0, 0.6, size=120))
+    cols = percentile_columns("e2e", values)
+    for q in (50, 95):
+        assert cols[f"e2e_p{q}_lo_ms"] <= cols[f"e2e_p{q}_ms"] <= cols[f"e2e_p{q}_hi_ms"]
+    # 120 values bound a p99 from below only: its upper end is unknown, not made up
+    assert cols["e2e_p99_lo_ms"] <= cols["e2e_p99_ms"] and math.isnan(cols["e2e_p99_hi_ms"])
+    assert all(math.isnan(v) for k, v in percentile_columns("ttft", []).items())
