@@ -471,6 +471,9 @@ def serving_load_findings(caps: pl.DataFrame, label: Callable[[CsvRow], str]) ->
         f"(J/request: {'; '.join(costs) or 'none measured'}), which no pick "
         "reads yet (docs/serving.md)"
     )
+    least = _least_per_request([r for r in ok if not as_float(r.get("saturated"), 0.0) > 0], label)
+    if least:
+        text += f"; the least per request of the points not saturated: {least}"
     if saturated:
         text += (
             f"; saturated at {', '.join(dict.fromkeys(saturated))}: their figures are the "
@@ -478,3 +481,31 @@ def serving_load_findings(caps: pl.DataFrame, label: Callable[[CsvRow], str]) ->
         )
     # no "Try:": nothing the user does turns the answer into a pick by energy per request
     return [finding("warning", "serving_answer", text)]
+
+
+def _least_per_request(rows: Sequence[CsvRow], label: Callable[[CsvRow], str]) -> str:
+    """The point with the least J/request among ``rows`` (each point's last reading), its
+    stated precision and the points within noise of it (their difference within the two
+    half-widths in quadrature); "" where none states one."""
+    readings = {
+        label(r): (as_float(r.get("j_per_request")), as_float(r.get("j_per_request_u95_pct")))
+        for r in rows
+        if math.isfinite(as_float(r.get("j_per_request")))
+    }
+    if not readings:
+        return ""
+    best = min(readings, key=lambda n: readings[n][0])
+    j0, u0 = readings[best]
+
+    def half(j: float, u_pct: float) -> float:
+        return j * u_pct / 100.0 if math.isfinite(u_pct) else math.inf
+
+    tied = [
+        n
+        for n, (j, u) in readings.items()
+        if n != best and abs(j - j0) <= math.hypot(half(j0, u0), half(j, u))
+    ]
+    stated = f" ±{u0:.1f}%" if math.isfinite(u0) else ""
+    return f"{best} ({j0:.0f} J{stated}" + (
+        f"; within noise of it: {', '.join(tied)})" if tied else ")"
+    )

@@ -39,7 +39,12 @@ from powersweep.sweep.sampling.per_token import (
     span_power_w,
 )
 from powersweep.sweep.sampling.sampler import SampleRow
-from powersweep.sweep.sampling.serving_figures import serving_blocks, serving_columns, serving_tps
+from powersweep.sweep.sampling.serving_figures import (
+    served_rps,
+    serving_blocks,
+    serving_columns,
+    serving_tps,
+)
 from powersweep.sweep.sampling.stream_rate import decode_span_s, decode_stall_share, decode_tps
 from powersweep.sweep.sampling.thermal import slope_c_per_min, still_to_come_c_per_min
 
@@ -430,7 +435,7 @@ def _serving(
         max_ttft_ms=target("max_ttft_ms"),
         max_itl_ms=target("max_itl_ms"),
     )
-    return {**columns, **energy_per_request(ticks, seconds, columns["achieved_rps"], precision)}
+    return {**columns, **energy_per_request(ticks, seconds, served_rps(columns), precision)}
 
 
 def stall_columns(requests: Sequence[RequestTiming], load_mode: str) -> dict[str, float]:

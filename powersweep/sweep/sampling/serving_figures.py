@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -205,3 +205,11 @@ def serving_columns(
         "goodput_rps": good / seconds if targets and seconds > 0 else NAN,
         "saturated": 1.0 if saturated else 0.0,
     }
+
+
+def served_rps(columns: Mapping[str, float]) -> float:
+    """The requests a point served per window second, what its energy per request divides by:
+    a server that keeps up serves what arrives (``offered_rps``: the window's arrivals, the
+    same sequence at every point, so the requests its edges cut weigh on no point), one that
+    saturated what it completes (``achieved_rps``)."""
+    return columns["achieved_rps"] if columns["saturated"] else columns["offered_rps"]

@@ -21,7 +21,11 @@ from powersweep.sweep.loads.serving import (
     drain_s,
     lead_s,
 )
-from powersweep.sweep.sampling.serving_figures import percentile_columns, serving_columns
+from powersweep.sweep.sampling.serving_figures import (
+    percentile_columns,
+    served_rps,
+    serving_columns,
+)
 from powersweep.sweep.server.request import RequestResult
 
 
@@ -247,3 +251,12 @@ def test_each_latency_percentile_states_its_interval_where_the_values_bound_it()
     # 120 values bound a p99 from below only: its upper end is unknown, not made up
     assert cols["e2e_p99_lo_ms"] <= cols["e2e_p99_ms"] and math.isnan(cols["e2e_p99_hi_ms"])
     assert all(math.isnan(v) for k, v in percentile_columns("ttft", []).items())
+
+
+def test_energy_per_request_divides_by_what_arrives_unless_the_server_saturated() -> None:
+    # a slower setting completes fewer requests inside a window (its edges cut more): over the
+    # completions, 8 of them, each request cut moved its J/request by 12%; the arrivals are the
+    # same sequence at every point
+    kept_up = {"offered_rps": 0.24, "achieved_rps": 0.21, "saturated": 0.0}
+    assert served_rps(kept_up) == 0.24
+    assert served_rps({**kept_up, "saturated": 1.0}) == 0.21
