@@ -268,6 +268,9 @@ class PrefillHeavy:
             steps.append(CalibrationStep(words, tokens, ttft))
             points.append((tokens, ttft))
             if abs(ttft - self.target_prefill_s) <= CALIBRATION_TOLERANCE * self.target_prefill_s:
+                # on target: the prompt just measured is the one sent, never one resized from
+                # the fit (a server that names no context took this one, not a longer one)
+                want_tokens = float(tokens)
                 break
             a, b = fit_ttft(points)
             want_tokens = max(MIN_PROMPT_TOKENS, tokens_for_ttft(a, b, self.target_prefill_s))

@@ -231,6 +231,20 @@ def test_calibration_sizes_the_prompt_to_the_target_prefill_time() -> None:
     assert all(b["prompt_kind"] == "prefill" and b["max_tokens"] == 10 for b in server.bodies)
 
 
+def test_the_prompt_that_met_the_target_is_the_one_sent_not_a_resized_one() -> None:
+    # issue 44's flaky real-server test: llama-cpp-python names no context; a calibration step
+    # of 544 words (4,090 tokens, 0.47 s) met the 0.5 s target, and the prompt was then resized
+    # from the fit (550 words, 4,135 tokens) past the 4,096-token context the step had just
+    # fitted in: every window's prompt failed ("exceed context window")
+    server = _Server(ManualClock())
+    load = _prefill_load(server, target_prefill_s=2.0, context_tokens=None)
+    prepared = asyncio.run(load.prepare(300.0))
+    last = prepared["calibration"][-1]
+    assert last["ttft_s"] == pytest.approx(2.0, rel=0.12)
+    assert prepared["prompt_words"] == last["words"] == load.words
+    assert prepared["prompt_tokens"] == last["prompt_tokens"]
+
+
 def test_only_llama_cpp_is_told_not_to_cache_the_prompt() -> None:
     for engine, extra in (
         ("llamacpp", {"max_completion_tokens": 10, "cache_prompt": False}),
